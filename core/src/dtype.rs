@@ -1,0 +1,94 @@
+//! The closed set of element types, as a value.
+
+use std::fmt;
+
+/// An element type, known at run time (the typed API carries it in `T`).
+///
+/// ```
+/// use tensorfn_core::DTypeKind;
+/// assert_eq!(DTypeKind::F16.size_bytes(), 2);
+/// assert!(DTypeKind::BF16.is_float());
+/// assert_eq!(DTypeKind::parse("i64"), Some(DTypeKind::I64));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DTypeKind {
+    /// 32-bit IEEE float.
+    F32,
+    /// 64-bit IEEE float.
+    F64,
+    /// 16-bit IEEE float (`half::f16`).
+    F16,
+    /// bfloat16 (`half::bf16`).
+    BF16,
+    /// 32-bit signed integer.
+    I32,
+    /// 64-bit signed integer.
+    I64,
+    /// 8-bit unsigned integer.
+    U8,
+    /// Boolean, stored as one byte.
+    Bool,
+}
+
+impl DTypeKind {
+    /// Every dtype, in a fixed order.
+    pub const ALL: [DTypeKind; 8] = [
+        DTypeKind::F32,
+        DTypeKind::F64,
+        DTypeKind::F16,
+        DTypeKind::BF16,
+        DTypeKind::I32,
+        DTypeKind::I64,
+        DTypeKind::U8,
+        DTypeKind::Bool,
+    ];
+
+    /// The Rust spelling used in types (`f32`, `f16`, `bool`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DTypeKind::F32 => "f32",
+            DTypeKind::F64 => "f64",
+            DTypeKind::F16 => "f16",
+            DTypeKind::BF16 => "bf16",
+            DTypeKind::I32 => "i32",
+            DTypeKind::I64 => "i64",
+            DTypeKind::U8 => "u8",
+            DTypeKind::Bool => "bool",
+        }
+    }
+
+    /// Parses the Rust spelling back (`half::f16` and `f16` both work).
+    pub fn parse(s: &str) -> Option<DTypeKind> {
+        let last = s.rsplit("::").next().unwrap_or(s).trim();
+        DTypeKind::ALL.into_iter().find(|k| k.name() == last)
+    }
+
+    /// Bytes per element.
+    pub const fn size_bytes(self) -> usize {
+        match self {
+            DTypeKind::F64 | DTypeKind::I64 => 8,
+            DTypeKind::F32 | DTypeKind::I32 => 4,
+            DTypeKind::F16 | DTypeKind::BF16 => 2,
+            DTypeKind::U8 | DTypeKind::Bool => 1,
+        }
+    }
+
+    /// True for the four floating-point types.
+    pub const fn is_float(self) -> bool {
+        matches!(
+            self,
+            DTypeKind::F32 | DTypeKind::F64 | DTypeKind::F16 | DTypeKind::BF16
+        )
+    }
+
+    /// True for the signed and unsigned integer types (not `bool`).
+    pub const fn is_int(self) -> bool {
+        matches!(self, DTypeKind::I32 | DTypeKind::I64 | DTypeKind::U8)
+    }
+}
+
+impl fmt::Display for DTypeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,723 @@
+//! The shape rule of every operation, written once.
+//!
+//! Each rule takes its operands as `(name, dims)` pairs so that its error
+//! names the operand the user wrote (`bias`, `gpu_vector`) both when the
+//! macro reports it at compile time and when the runtime returns it as an
+//! `Err`. Rules follow PyTorch's semantics.
+//!
+//! ```
+//! use tensorfn_core::rules;
+//! let out = rules::matmul("matmul", ("a", &[4usize, 2, 3][..]), ("b", &[3, 5][..])).unwrap();
+//! assert_eq!(out, vec![4, 2, 5]);
+//! let err = rules::dot("dot", ("a", &[3usize][..]), ("b", &[4][..])).unwrap_err();
+//! assert!(err.to_string().contains("equal lengths"));
+//! ```
+
+use std::fmt;
+
+/// A dimension size the rules can reason about: a plain `usize` at run
+/// time, or a symbolic expression inside the macro.
+pub trait DimValue: Clone + PartialEq + fmt::Display {
+    /// The dim of a literal size.
+    fn from_usize(n: usize) -> Self;
+    /// The size, when it is known.
+    fn to_usize(&self) -> Option<usize>;
+    /// The sum of two dims (`cat`).
+    fn add(&self, other: &Self) -> Self;
+    /// The product of two dims (element counts).
+    fn mul(&self, other: &Self) -> Self;
+}
+
+impl DimValue for usize {
+    fn from_usize(n: usize) -> Self {
+        n
+    }
+    fn to_usize(&self) -> Option<usize> {
+        Some(*self)
+    }
+    fn add(&self, other: &Self) -> Self {
+        self + other
+    }
+    fn mul(&self, other: &Self) -> Self {
+        self.saturating_mul(*other)
+    }
+}
+
+/// An operand as the rules see it: the name the user gave it and its dims.
+pub type Operand<'a, D> = (&'a str, &'a [D]);
+
+/// Why an operation's shapes do not fit, as a sentence naming the operand.
+///
+/// ```
+/// use tensorfn_core::rules;
+/// let e = rules::cat("cat", &[("a", &[2usize, 3][..]), ("b", &[2, 5][..])], 0).unwrap_err();
+/// assert_eq!(e.operand, 1);
+/// assert!(e.message.contains("dim 1 is 3 in `a` and 5 in `b`"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleError {
+    /// The operation (`cat`, `addmm`, ...).
+    pub op: String,
+    /// Index of the operand the error is about (for spans).
+    pub operand: usize,
+    /// What was expected, what was found and how to fix it.
+    pub message: String,
+}
+
+impl fmt::Display for RuleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for RuleError {}
+
+fn err<T>(op: &str, operand: usize, message: String) -> Result<T, RuleError> {
+    Err(RuleError {
+        op: op.to_string(),
+        operand,
+        message,
+    })
+}
+
+/// Formats dims the way PyTorch prints a size: `[2, 3]`.
+pub fn fmt_dims<D: fmt::Display>(dims: &[D]) -> String {
+    let inner: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+    format!("[{}]", inner.join(", "))
+}
+
+/// The number of elements: the product of the dims (1 for a scalar).
+pub fn numel<D: DimValue>(dims: &[D]) -> D {
+    dims.iter().fold(D::from_usize(1), |acc, d| acc.mul(d))
+}
+
+fn is_one<D: DimValue>(d: &D) -> bool {
+    d.to_usize() == Some(1)
+}
+
+/// Turns a possibly negative dim index (`-1` = last) into a position.
+pub fn normalize_dim(op: &str, name: &str, dim: isize, rank: usize) -> Result<usize, RuleError> {
+    let pos = if dim < 0 { dim + rank as isize } else { dim };
+    if pos < 0 || pos as usize >= rank.max(1) || (rank == 0 && pos != 0) {
+        let valid = if rank == 0 {
+            "a scalar has no dims to index".to_string()
+        } else {
+            format!("valid dims are 0..={} or -{}..=-1", rank - 1, rank)
+        };
+        return err(
+            op,
+            0,
+            format!("`{op}` got dim {dim} for `{name}`, which has {rank} dims: {valid}"),
+        );
+    }
+    Ok(pos as usize)
+}
+
+/// PyTorch broadcasting of any number of operands (right-aligned; each
+/// pair of dims equal or one of them 1).
+pub fn broadcast<D: DimValue>(op: &str, operands: &[Operand<'_, D>]) -> Result<Vec<D>, RuleError> {
+    let rank = operands.iter().map(|(_, s)| s.len()).max().unwrap_or(0);
+    let mut out: Vec<D> = vec![D::from_usize(1); rank];
+    // Which operand fixed each output dim, for the error message.
+    let mut owner: Vec<Option<usize>> = vec![None; rank];
+    for (i, (name, dims)) in operands.iter().enumerate() {
+        let pad = rank - dims.len();
+        for (j, d) in dims.iter().enumerate() {
+            let k = pad + j;
+            if is_one(d) {
+                continue;
+            }
+            match owner[k] {
+                None => {
+                    out[k] = d.clone();
+                    owner[k] = Some(i);
+                }
+                Some(o) if out[k] == *d => {
+                    let _ = o;
+                }
+                Some(o) => {
+                    let (oname, odims) = operands[o];
+                    return err(
+                        op,
+                        i,
+                        format!(
+                            "`{op}` cannot broadcast `{oname}` {} with `{name}` {}: dim {} is {} in `{oname}` and {} in `{name}`; broadcasting needs them equal or one of them 1",
+                            fmt_dims(odims),
+                            fmt_dims(dims),
+                            k as isize - rank as isize,
+                            out[k],
+                            d
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Checks that `operand` broadcasts to exactly `target` (an `addmm` bias
+/// to the product, an input to a preallocated output).
+pub fn broadcast_to<D: DimValue>(
+    op: &str,
+    operand: Operand<'_, D>,
+    target: &[D],
+) -> Result<(), RuleError> {
+    let (name, dims) = operand;
+    let ok = dims.len() <= target.len()
+        && dims
+            .iter()
+            .rev()
+            .zip(target.iter().rev())
+            .all(|(d, t)| is_one(d) || d == t);
+    if ok {
+        Ok(())
+    } else {
+        err(
+            op,
+            0,
+            format!(
+                "`{op}` cannot broadcast `{name}` {} to the result shape {}: each dim of `{name}`, aligned from the right, must equal the result's or be 1",
+                fmt_dims(dims),
+                fmt_dims(target)
+            ),
+        )
+    }
+}
+
+/// Checks that two operands have exactly the same shape (in-place ops and
+/// `*_into` outputs).
+pub fn same_shape<D: DimValue>(
+    op: &str,
+    expected: Operand<'_, D>,
+    found: Operand<'_, D>,
+) -> Result<(), RuleError> {
+    if expected.1 == found.1 {
+        return Ok(());
+    }
+    err(
+        op,
+        1,
+        format!(
+            "`{op}` needs `{}` to have the shape of `{}`: expected {}, found {}",
+            found.0,
+            expected.0,
+            fmt_dims(expected.1),
+            fmt_dims(found.1)
+        ),
+    )
+}
+
+fn rank_word(rank: usize) -> String {
+    match rank {
+        0 => "a scalar".to_string(),
+        n => format!("{n}-D"),
+    }
+}
+
+/// `torch.matmul`: 1-D·1-D is a dot product, 2-D·2-D a matrix product,
+/// a 1-D operand is promoted to a row/column and removed again, and
+/// leading batch dims broadcast.
+pub fn matmul<D: DimValue>(
+    op: &str,
+    a: Operand<'_, D>,
+    b: Operand<'_, D>,
+) -> Result<Vec<D>, RuleError> {
+    let (an, ad) = a;
+    let (bn, bd) = b;
+    for (i, (n, d)) in [(an, ad), (bn, bd)].into_iter().enumerate() {
+        if d.is_empty() {
+            return err(
+                op,
+                i,
+                format!("`{op}` needs tensors of at least 1 dim, but `{n}` is a scalar"),
+            );
+        }
+    }
+    let a_k = ad.last().expect("checked non-empty");
+    let b_k = if bd.len() == 1 {
+        &bd[0]
+    } else {
+        &bd[bd.len() - 2]
+    };
+    if a_k != b_k {
+        let b_pos = if bd.len() == 1 {
+            "its only dim"
+        } else {
+            "its second-to-last dim"
+        };
+        return err(
+            op,
+            1,
+            format!(
+                "`{op}` needs the last dim of `{an}` to equal {b_pos} of `{bn}`: `{an}` is {} (k = {a_k}) but `{bn}` is {} (k = {b_k}); transpose one with `.t()` or fix the shapes",
+                fmt_dims(ad),
+                fmt_dims(bd)
+            ),
+        );
+    }
+    if ad.len() == 1 && bd.len() == 1 {
+        return Ok(vec![]);
+    }
+    let a_batch = if ad.len() > 2 {
+        &ad[..ad.len() - 2]
+    } else {
+        &[][..]
+    };
+    let b_batch = if bd.len() > 2 {
+        &bd[..bd.len() - 2]
+    } else {
+        &[][..]
+    };
+    let mut out = broadcast(op, &[(an, a_batch), (bn, b_batch)])?;
+    if ad.len() >= 2 {
+        out.push(ad[ad.len() - 2].clone());
+    }
+    if bd.len() >= 2 {
+        out.push(bd[bd.len() - 1].clone());
+    }
+    Ok(out)
+}
+
+fn need_matrix<D: DimValue>(op: &str, i: usize, (n, d): Operand<'_, D>) -> Result<(), RuleError> {
+    if d.len() == 2 {
+        return Ok(());
+    }
+    let hint = if d.len() == 1 {
+        format!(
+            "; for a matrix-vector product use `matmul`, or reshape it to a column with `.reshape([{}, 1])`",
+            d[0]
+        )
+    } else {
+        String::new()
+    };
+    err(
+        op,
+        i,
+        format!(
+            "`{op}` needs a matrix (2-D) for `{n}`, found shape {} ({}){hint}",
+            fmt_dims(d),
+            rank_word(d.len())
+        ),
+    )
+}
+
+/// `torch.mm`: `[n, k] x [k, m] -> [n, m]`, both operands exactly 2-D.
+pub fn mm<D: DimValue>(
+    op: &str,
+    a: Operand<'_, D>,
+    b: Operand<'_, D>,
+) -> Result<Vec<D>, RuleError> {
+    need_matrix(op, 0, a)?;
+    need_matrix(op, 1, b)?;
+    matmul(op, a, b)
+}
+
+/// `torch.bmm`: `[b, n, k] x [b, k, m] -> [b, n, m]`, both exactly 3-D with
+/// equal batch.
+pub fn bmm<D: DimValue>(
+    op: &str,
+    a: Operand<'_, D>,
+    b: Operand<'_, D>,
+) -> Result<Vec<D>, RuleError> {
+    for (i, (n, d)) in [a, b].into_iter().enumerate() {
+        if d.len() != 3 {
+            return err(
+                op,
+                i,
+                format!(
+                    "`{op}` needs a batch of matrices (3-D) for `{n}`, found shape {} ({})",
+                    fmt_dims(d),
+                    rank_word(d.len())
+                ),
+            );
+        }
+    }
+    if a.1[0] != b.1[0] {
+        return err(
+            op,
+            1,
+            format!(
+                "`{op}` needs equal batch sizes: `{}` has {} matrices and `{}` has {}",
+                a.0, a.1[0], b.0, b.1[0]
+            ),
+        );
+    }
+    matmul(op, a, b)
+}
+
+/// `torch.addmm(bias, m1, m2)`: `bias + m1 @ m2` with `bias` broadcast to
+/// the `[n, m]` product.
+pub fn addmm<D: DimValue>(
+    op: &str,
+    bias: Operand<'_, D>,
+    m1: Operand<'_, D>,
+    m2: Operand<'_, D>,
+) -> Result<Vec<D>, RuleError> {
+    let out = mm(op, m1, m2).map_err(|mut e| {
+        e.operand += 1;
+        e
+    })?;
+    broadcast_to(op, bias, &out)?;
+    Ok(out)
+}
+
+/// `torch.dot`: two 1-D tensors of equal length, giving a scalar.
+pub fn dot<D: DimValue>(
+    op: &str,
+    a: Operand<'_, D>,
+    b: Operand<'_, D>,
+) -> Result<Vec<D>, RuleError> {
+    for (i, (n, d)) in [a, b].into_iter().enumerate() {
+        if d.len() != 1 {
+            return err(
+                op,
+                i,
+                format!(
+                    "`{op}` needs 1-D tensors, but `{n}` has shape {} ({}): flatten it with `.reshape([{}])` or use `matmul` for matrices",
+                    fmt_dims(d),
+                    rank_word(d.len()),
+                    numel(d)
+                ),
+            );
+        }
+    }
+    if a.1[0] != b.1[0] {
+        return err(
+            op,
+            1,
+            format!(
+                "`{op}` needs equal lengths: `{}` has {} elements and `{}` has {}",
+                a.0, a.1[0], b.0, b.1[0]
+            ),
+        );
+    }
+    Ok(vec![])
+}
+
+/// `torch.cat(tensors, dim)`: equal ranks, equal dims except `dim`, whose
+/// sizes add up.
+pub fn cat<D: DimValue>(
+    op: &str,
+    operands: &[Operand<'_, D>],
+    dim: usize,
+) -> Result<Vec<D>, RuleError> {
+    let Some(&(first_name, first)) = operands.first() else {
+        return err(op, 0, format!("`{op}` needs at least one tensor"));
+    };
+    if dim >= first.len() {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` along dim {dim}, but `{first_name}` has shape {} ({}): valid dims are 0..{}",
+                fmt_dims(first),
+                rank_word(first.len()),
+                first.len()
+            ),
+        );
+    }
+    let mut out = first.to_vec();
+    for (i, &(name, dims)) in operands.iter().enumerate().skip(1) {
+        if dims.len() != first.len() {
+            return err(
+                op,
+                i,
+                format!(
+                    "`{op}` needs tensors of equal rank: `{first_name}` is {} {} and `{name}` is {} {}",
+                    rank_word(first.len()),
+                    fmt_dims(first),
+                    rank_word(dims.len()),
+                    fmt_dims(dims)
+                ),
+            );
+        }
+        for (k, (f, d)) in first.iter().zip(dims).enumerate() {
+            if k != dim && f != d {
+                return err(
+                    op,
+                    i,
+                    format!(
+                        "`{op}` along dim {dim} needs equal dims elsewhere: dim {k} is {f} in `{first_name}` and {d} in `{name}`"
+                    ),
+                );
+            }
+        }
+        out[dim] = out[dim].add(&dims[dim]);
+    }
+    Ok(out)
+}
+
+/// `reshape`/`view`: the element count must not change.
+pub fn reshape<D: DimValue>(op: &str, from: Operand<'_, D>, to: &[D]) -> Result<(), RuleError> {
+    let (name, dims) = from;
+    let (a, b) = (numel(dims), numel(to));
+    if a == b {
+        return Ok(());
+    }
+    err(
+        op,
+        0,
+        format!(
+            "`{op}` of `{name}` from {} ({a} elements) to {} ({b} elements): the element counts must match",
+            fmt_dims(dims),
+            fmt_dims(to)
+        ),
+    )
+}
+
+/// `permute(perm)`: `perm` must list each dim exactly once.
+pub fn permute<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    perm: &[usize],
+) -> Result<Vec<D>, RuleError> {
+    let (name, dims) = x;
+    let mut seen = vec![false; dims.len()];
+    let valid = perm.len() == dims.len()
+        && perm
+            .iter()
+            .all(|&p| p < dims.len() && !std::mem::replace(&mut seen[p], true));
+    if !valid {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` of `{name}` {} needs a permutation of 0..{}, found {:?}",
+                fmt_dims(dims),
+                dims.len(),
+                perm
+            ),
+        );
+    }
+    Ok(perm.iter().map(|&p| dims[p].clone()).collect())
+}
+
+/// `t()`: transposes a matrix; 0-D and 1-D tensors are returned as is.
+pub fn t<D: DimValue>(op: &str, x: Operand<'_, D>) -> Result<Vec<D>, RuleError> {
+    let (name, dims) = x;
+    match dims.len() {
+        0 | 1 => Ok(dims.to_vec()),
+        2 => Ok(vec![dims[1].clone(), dims[0].clone()]),
+        n => err(
+            op,
+            0,
+            format!(
+                "`{op}` transposes tensors of at most 2 dims, but `{name}` is {n}-D {}: use `.permute([..])` or `.transpose(d0, d1)`",
+                fmt_dims(dims)
+            ),
+        ),
+    }
+}
+
+/// `transpose(d0, d1)`: swaps two dims.
+pub fn transpose<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    d0: usize,
+    d1: usize,
+) -> Result<Vec<D>, RuleError> {
+    let (name, dims) = x;
+    for d in [d0, d1] {
+        if d >= dims.len() {
+            return err(
+                op,
+                0,
+                format!(
+                    "`{op}` of dim {d}, but `{name}` has shape {} ({})",
+                    fmt_dims(dims),
+                    rank_word(dims.len())
+                ),
+            );
+        }
+    }
+    let mut out = dims.to_vec();
+    out.swap(d0, d1);
+    Ok(out)
+}
+
+/// A reduction along `dim` (`sum`, `mean`, `max`, `softmax`'s dim check):
+/// the dim disappears unless `keepdim`, where it becomes 1.
+pub fn reduce<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    dim: usize,
+    keepdim: bool,
+) -> Result<Vec<D>, RuleError> {
+    let (name, dims) = x;
+    if dim >= dims.len() {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` along dim {dim}, but `{name}` has shape {} ({}): valid dims are 0..{}",
+                fmt_dims(dims),
+                rank_word(dims.len()),
+                dims.len()
+            ),
+        );
+    }
+    let mut out = dims.to_vec();
+    if keepdim {
+        out[dim] = D::from_usize(1);
+    } else {
+        out.remove(dim);
+    }
+    Ok(out)
+}
+
+/// Indexing `x[.., index, ..]` along `dim`: the dim disappears; an index
+/// past the end is an error (never an illegal memory access).
+pub fn index<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    dim: usize,
+    index: usize,
+) -> Result<Vec<D>, RuleError> {
+    let out = reduce(op, x, dim, false)?;
+    let (name, dims) = x;
+    if let Some(size) = dims[dim].to_usize() {
+        if index >= size {
+            let valid = if size == 0 {
+                "the dim is empty".to_string()
+            } else {
+                format!("valid indices are 0..={}", size - 1)
+            };
+            return err(
+                op,
+                0,
+                format!(
+                    "index {index} is out of range for dim {dim} of `{name}`, which has size {size}: {valid}"
+                ),
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Slicing `start..end` along `dim`: `start <= end <= size`.
+pub fn slice<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    dim: usize,
+    start: usize,
+    end: usize,
+) -> Result<Vec<D>, RuleError> {
+    reduce(op, x, dim, false)?;
+    let (name, dims) = x;
+    let size = dims[dim].to_usize();
+    if start > end || size.is_some_and(|s| end > s) {
+        return err(
+            op,
+            0,
+            format!(
+                "slice {start}..{end} is out of range for dim {dim} of `{name}`, which has size {}",
+                dims[dim]
+            ),
+        );
+    }
+    let mut out = dims.to_vec();
+    out[dim] = D::from_usize(end - start);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_follows_pytorch() {
+        let out = broadcast::<usize>("add", &[("a", &[4, 1, 3]), ("b", &[5, 1])]).unwrap();
+        assert_eq!(out, vec![4, 5, 3]);
+        assert_eq!(
+            broadcast::<usize>("add", &[("a", &[]), ("b", &[2])]).unwrap(),
+            vec![2]
+        );
+        assert_eq!(
+            broadcast::<usize>("add", &[("a", &[0, 1]), ("b", &[1, 3])]).unwrap(),
+            vec![0, 3]
+        );
+        let e = broadcast::<usize>("add", &[("a", &[2, 3]), ("b", &[4])]).unwrap_err();
+        assert_eq!(e.operand, 1);
+        assert!(e.message.contains("dim -1 is 3 in `a` and 4 in `b`"), "{e}");
+    }
+
+    #[test]
+    fn matmul_cases() {
+        assert_eq!(
+            matmul::<usize>("m", ("a", &[3]), ("b", &[3])).unwrap(),
+            Vec::<usize>::new()
+        );
+        assert_eq!(
+            matmul::<usize>("m", ("a", &[3]), ("b", &[3, 4])).unwrap(),
+            vec![4]
+        );
+        assert_eq!(
+            matmul::<usize>("m", ("a", &[2, 3]), ("b", &[3])).unwrap(),
+            vec![2]
+        );
+        assert_eq!(
+            matmul::<usize>("m", ("a", &[7, 1, 2, 3]), ("b", &[5, 3, 4])).unwrap(),
+            vec![7, 5, 2, 4]
+        );
+        let e = matmul::<usize>("matmul", ("x", &[100, 200]), ("y", &[300, 400])).unwrap_err();
+        assert!(
+            e.message.contains("k = 200") && e.message.contains("k = 300"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn addmm_rejects_vector_and_bad_bias() {
+        let e = addmm::<usize>(
+            "addmm",
+            ("bias", &[10, 10]),
+            ("m1", &[10, 10]),
+            ("vec", &[10]),
+        )
+        .unwrap_err();
+        assert_eq!(e.operand, 2);
+        assert!(e.message.contains("matrix (2-D) for `vec`"), "{e}");
+        assert_eq!(
+            addmm::<usize>("addmm", ("b", &[4]), ("m1", &[3, 2]), ("m2", &[2, 4])).unwrap(),
+            vec![3, 4]
+        );
+        assert!(addmm::<usize>("addmm", ("b", &[3]), ("m1", &[3, 2]), ("m2", &[2, 4])).is_err());
+    }
+
+    #[test]
+    fn cat_sums_and_checks() {
+        assert_eq!(
+            cat::<usize>("cat", &[("a", &[2, 3, 4]), ("b", &[2, 5, 4])], 1).unwrap(),
+            vec![2, 8, 4]
+        );
+        let e = cat::<usize>("cat", &[("a", &[2, 3, 4]), ("b", &[2, 5, 4])], 0).unwrap_err();
+        assert!(e.message.contains("dim 1 is 3 in `a` and 5 in `b`"), "{e}");
+        assert!(cat::<usize>("cat", &[("a", &[2]), ("b", &[2, 1])], 0).is_err());
+        assert!(cat::<usize>("cat", &[("a", &[2])], 1).is_err());
+    }
+
+    #[test]
+    fn reshape_index_slice_permute() {
+        assert!(reshape::<usize>("view", ("x", &[1000, 1000]), &[1000000]).is_ok());
+        let e = reshape::<usize>("view", ("x", &[1000, 1000]), &[1000001]).unwrap_err();
+        assert!(e.message.contains("1000000 elements"), "{e}");
+        assert!(index::<usize>("index", ("x", &[10, 10]), 0, 10).is_err());
+        assert_eq!(
+            index::<usize>("index", ("x", &[10, 4]), 0, 9).unwrap(),
+            vec![4]
+        );
+        assert_eq!(
+            slice::<usize>("slice", ("x", &[10, 4]), 0, 2, 5).unwrap(),
+            vec![3, 4]
+        );
+        assert!(slice::<usize>("slice", ("x", &[10, 4]), 0, 2, 11).is_err());
+        assert_eq!(
+            permute::<usize>("permute", ("x", &[2, 3, 4]), &[2, 0, 1]).unwrap(),
+            vec![4, 2, 3]
+        );
+        assert!(permute::<usize>("permute", ("x", &[2, 3, 4]), &[0, 0, 1]).is_err());
+        assert_eq!(normalize_dim("sum", "x", -1, 3).unwrap(), 2);
+        assert!(normalize_dim("sum", "x", 3, 3).is_err());
+    }
+}

@@ -1,0 +1,3 @@
+//! Kernels for tensorfn: a small typed IR, a PTX back-end, a CPU
+//! interpreter and the built-in kernels.
+#![deny(missing_docs)]

@@ -1,0 +1,1 @@
+//! The CPU backend: loops over strided host buffers, `gemm` for products.

@@ -1,0 +1,166 @@
+//! Element types as Rust types.
+
+use half::{bf16, f16};
+use std::fmt;
+pub use tensorfn_core::DTypeKind;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// An element type a tensor can hold: `f32`, `f64`, `f16`, `bf16`, `i32`,
+/// `i64`, `u8`, `bool`. Conversions between them are explicit
+/// (`x.cast::<f16>()`); nothing is promoted silently.
+///
+/// ```
+/// use tensorfn_runtime::{DType, DTypeKind, f16};
+/// assert_eq!(<f16 as DType>::KIND, DTypeKind::F16);
+/// assert_eq!(f16::from_f64(1.5).to_f64(), 1.5);
+/// assert_eq!(<i64 as DType>::from_i64(-3), -3i64);
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a tensorfn dtype",
+    note = "dtypes are f32, f64, f16, bf16, i32, i64, u8 and bool"
+)]
+pub trait DType:
+    sealed::Sealed
+    + Copy
+    + Default
+    + PartialEq
+    + PartialOrd
+    + fmt::Debug
+    + fmt::Display
+    + Send
+    + Sync
+    + 'static
+{
+    /// This dtype as a value.
+    const KIND: DTypeKind;
+    /// The value as `f64` (exact for every dtype but large `i64`).
+    fn to_f64(self) -> f64;
+    /// The nearest value of this dtype (Rust `as` semantics for integers:
+    /// truncation toward zero, saturating; `bool` is `v != 0`).
+    fn from_f64(v: f64) -> Self;
+    /// The value as `i64` (floats truncate toward zero).
+    fn to_i64(self) -> i64;
+    /// The value from an `i64` (exact for integers that fit).
+    fn from_i64(v: i64) -> Self;
+    /// Zero of this dtype (`false` for `bool`).
+    fn zero() -> Self {
+        Self::from_i64(0)
+    }
+    /// One of this dtype (`true` for `bool`).
+    fn one() -> Self {
+        Self::from_i64(1)
+    }
+    /// Converts to another dtype, exactly where both are integers.
+    fn cast<U: DType>(self) -> U {
+        if Self::KIND.is_float() || U::KIND.is_float() {
+            U::from_f64(self.to_f64())
+        } else {
+            U::from_i64(self.to_i64())
+        }
+    }
+}
+
+/// The dtypes with arithmetic: every dtype but `bool`.
+///
+/// ```
+/// use tensorfn_runtime::{NumDType, f16};
+/// fn twice<T: NumDType>(x: T) -> T { T::from_f64(x.to_f64() * 2.0) }
+/// assert_eq!(twice(f16::from_f32(1.5)), f16::from_f32(3.0));
+/// ```
+pub trait NumDType: DType {}
+
+/// The floating-point dtypes: transcendental functions, `mean`, `softmax`.
+///
+/// ```
+/// use tensorfn_runtime::{FloatDType, bf16};
+/// fn is_float<T: FloatDType>() -> bool { true }
+/// assert!(is_float::<bf16>());
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a floating-point dtype",
+    note = "this operation needs f32, f64, f16 or bf16: convert with `.cast::<f32>()`"
+)]
+pub trait FloatDType: NumDType {}
+
+macro_rules! int_dtype {
+    ($t:ty, $kind:ident) => {
+        impl sealed::Sealed for $t {}
+        impl DType for $t {
+            const KIND: DTypeKind = DTypeKind::$kind;
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            fn to_i64(self) -> i64 {
+                self as i64
+            }
+            fn from_i64(v: i64) -> Self {
+                v as $t
+            }
+        }
+        impl NumDType for $t {}
+    };
+}
+int_dtype!(i32, I32);
+int_dtype!(i64, I64);
+int_dtype!(u8, U8);
+
+macro_rules! float_dtype {
+    ($t:ty, $kind:ident, |$v:ident| $from:expr, |$s:ident| $to:expr) => {
+        impl sealed::Sealed for $t {}
+        impl DType for $t {
+            const KIND: DTypeKind = DTypeKind::$kind;
+            fn to_f64(self) -> f64 {
+                let $s = self;
+                $to
+            }
+            fn from_f64($v: f64) -> Self {
+                $from
+            }
+            fn to_i64(self) -> i64 {
+                self.to_f64() as i64
+            }
+            fn from_i64(v: i64) -> Self {
+                Self::from_f64(v as f64)
+            }
+        }
+        impl NumDType for $t {}
+        impl FloatDType for $t {}
+    };
+}
+float_dtype!(f32, F32, |v| v as f32, |s| s as f64);
+float_dtype!(f64, F64, |v| v, |s| s);
+float_dtype!(f16, F16, |v| f16::from_f64(v), |s| s.to_f64());
+float_dtype!(bf16, BF16, |v| bf16::from_f64(v), |s| s.to_f64());
+
+impl sealed::Sealed for bool {}
+impl DType for bool {
+    const KIND: DTypeKind = DTypeKind::Bool;
+    fn to_f64(self) -> f64 {
+        self as u8 as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        v != 0.0
+    }
+    fn to_i64(self) -> i64 {
+        self as i64
+    }
+    fn from_i64(v: i64) -> Self {
+        v != 0
+    }
+}
+
+/// Proof that two tensors have the same dtype; the compiler names both and
+/// the cast that fixes it when they differ.
+#[diagnostic::on_unimplemented(
+    message = "dtype mismatch: `{Self}` and `{T}`",
+    label = "this tensor is `{Self}`",
+    note = "tensorfn never converts silently: cast one with `.cast::<{T}>()`"
+)]
+pub trait SameDType<T: DType>: DType {}
+impl<T: DType> SameDType<T> for T {}

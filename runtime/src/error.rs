@@ -1,0 +1,92 @@
+//! The one error type of tensorfn.
+
+use tensorfn_core::RuleError;
+
+/// Everything that can go wrong at run time. Compile-time checks catch
+/// device, dtype and static-shape mistakes; what is left (run-time dims,
+/// resources, the driver) arrives here, never as a panic.
+///
+/// ```
+/// use tensorfn_runtime::{Error, Tensor, Cpu, shape};
+/// let e = Tensor::<Cpu, f32, shape![2, 3]>::from_vec(vec![1.0; 5]).unwrap_err();
+/// assert!(matches!(e, Error::Shape { .. }));
+/// assert!(e.to_string().contains("6 elements"));
+/// ```
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Error {
+    /// No usable CUDA driver or device.
+    #[error("CUDA is unavailable: {reason}; run on the CPU with `Cpu` tensors or install an NVIDIA driver")]
+    CudaUnavailable {
+        /// Why the driver or device could not be used.
+        reason: String,
+    },
+    /// The device could not hold an allocation even after the cache was freed.
+    #[error("out of GPU memory: {requested} bytes requested, {free} bytes free of {total}; free tensors, use smaller chunks (`stream_map`) or a smaller batch")]
+    OutOfMemory {
+        /// Bytes asked for.
+        requested: usize,
+        /// Bytes the driver reported free after the cache was emptied.
+        free: usize,
+        /// Total device memory in bytes.
+        total: usize,
+    },
+    /// Shapes that do not fit the operation.
+    #[error("{op}: expected {expected}, found {found}")]
+    Shape {
+        /// The operation.
+        op: String,
+        /// What the operation needs.
+        expected: String,
+        /// What it was given.
+        found: String,
+    },
+    /// A shape rule of the operation failed; the message names the operand.
+    #[error("{0}")]
+    Rule(#[from] RuleError),
+    /// An index or slice past the end of a dim.
+    #[error("{0}")]
+    Index(String),
+    /// A cuBLAS call returned an error status.
+    #[error("cuBLAS {op} failed with {status} for shapes {shapes}")]
+    Cublas {
+        /// The cuBLAS routine.
+        op: String,
+        /// The status the library returned.
+        status: String,
+        /// The operand shapes, for the report.
+        shapes: String,
+    },
+    /// The CUDA driver returned an error.
+    #[error("CUDA driver error in {op}: {message}")]
+    Driver {
+        /// What was being done.
+        op: String,
+        /// The driver's message.
+        message: String,
+    },
+    /// A conversion between dtypes or from a foreign value failed.
+    #[error("{0}")]
+    Conversion(String),
+    /// An I/O error (loading weights, files).
+    #[error("I/O error: {0}")]
+    Io(String),
+}
+
+/// `Result` with tensorfn's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Builds a [`Error::Shape`].
+    pub fn shape(
+        op: impl Into<String>,
+        expected: impl Into<String>,
+        found: impl Into<String>,
+    ) -> Self {
+        Error::Shape {
+            op: op.into(),
+            expected: expected.into(),
+            found: found.into(),
+        }
+    }
+}

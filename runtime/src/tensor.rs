@@ -1,0 +1,392 @@
+//! `Tensor<D, T, S>`: the typed handle, its creation and its moves between
+//! devices.
+
+use crate::cuda;
+use crate::device::{Cpu, Device, DeviceKind};
+use crate::dtype::{DType, DTypeKind, FloatDType};
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::random::SplitMix64;
+use crate::shape::{type_name, Shape};
+use crate::storage::Storage;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// A tensor of dtype `T` and shape `S` on device `D`.
+///
+/// Device, dtype and the static part of the shape are types, so mixing
+/// devices or dtypes, or pairing incompatible static shapes, does not
+/// compile. Cloning is cheap (the storage is shared); views share it too.
+///
+/// ```
+/// use tensorfn_runtime::{Tensor, Cpu, shape};
+/// let x = Tensor::<Cpu, f32, shape![2, 3]>::from_vec(vec![1., 2., 3., 4., 5., 6.]).unwrap();
+/// assert_eq!(x.shape(), &[2, 3]);
+/// assert_eq!(x.to_vec().unwrap()[4], 5.0);
+/// ```
+pub struct Tensor<D: Device, T: DType, S: Shape> {
+    pub(crate) storage: Arc<Storage<T>>,
+    pub(crate) layout: Layout,
+    _marker: PhantomData<(D, S)>,
+}
+
+impl<D: Device, T: DType, S: Shape> Clone for Tensor<D, T, S> {
+    fn clone(&self) -> Self {
+        Tensor {
+            storage: self.storage.clone(),
+            layout: self.layout.clone(),
+            _marker: PhantomData,
+        }
+    }
+}
+
+impl<D: Device, T: DType, S: Shape> std::fmt::Debug for Tensor<D, T, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tensor")
+            .field("device", &D::KIND)
+            .field("dtype", &T::KIND)
+            .field("shape", &self.layout.dims())
+            .finish()
+    }
+}
+
+/// The dims a shape type fixes, or an error telling the user to pass them.
+fn static_dims<S: Shape>(op: &str) -> Result<Vec<usize>> {
+    S::static_dims().ok_or_else(|| {
+        Error::shape(
+            op,
+            "a shape type with only Const dims",
+            format!(
+                "{}; pass the dims with `{op}_dims(&[..])`",
+                type_name::<S>()
+            ),
+        )
+    })
+}
+
+impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
+    /// Wraps storage and a layout whose dims already satisfy `S`.
+    pub(crate) fn from_parts(storage: Arc<Storage<T>>, layout: Layout) -> Self {
+        debug_assert!(S::check(layout.dims()).is_ok());
+        Tensor {
+            storage,
+            layout,
+            _marker: PhantomData,
+        }
+    }
+
+    /// Puts a row-major host buffer on device `D`.
+    pub(crate) fn from_host(data: Vec<T>, dims: &[usize]) -> Result<Self> {
+        S::check(dims)?;
+        let storage = match D::KIND {
+            DeviceKind::Cpu => Storage::Cpu(data),
+            DeviceKind::Cuda(ord) => Storage::Cuda(cuda::upload(ord, &data)?),
+        };
+        Ok(Self::from_parts(
+            Arc::new(storage),
+            Layout::contiguous(dims),
+        ))
+    }
+
+    /// A tensor from row-major data; `Err` unless `data.len()` is the
+    /// element count of `S` (all of whose dims must be `Const`).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// assert!(Tensor::<Cpu, i64, shape![2, 2]>::from_vec(vec![1, 2, 3, 4]).is_ok());
+    /// assert!(Tensor::<Cpu, i64, shape![2, 2]>::from_vec(vec![1, 2, 3]).is_err());
+    /// ```
+    pub fn from_vec(data: Vec<T>) -> Result<Self> {
+        let dims = static_dims::<S>("from_vec")?;
+        Self::from_vec_dims(data, &dims)
+    }
+
+    /// A tensor of run-time `dims` from row-major data.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![_, 2]>::from_vec_dims(vec![0.0; 6], &[3, 2]).unwrap();
+    /// assert_eq!(x.shape(), &[3, 2]);
+    /// ```
+    pub fn from_vec_dims(data: Vec<T>, dims: &[usize]) -> Result<Self> {
+        S::check(dims)?;
+        let numel: usize = dims.iter().product();
+        if data.len() != numel {
+            return Err(Error::shape(
+                "from_vec",
+                format!("{numel} elements for dims {dims:?}"),
+                format!("{} elements", data.len()),
+            ));
+        }
+        Self::from_host(data, dims)
+    }
+
+    /// A tensor filled with `value`.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, u8, shape![3]>::full(7).unwrap();
+    /// assert_eq!(x.to_vec().unwrap(), vec![7, 7, 7]);
+    /// ```
+    pub fn full(value: T) -> Result<Self> {
+        Self::full_dims(value, &static_dims::<S>("full")?)
+    }
+
+    /// [`full`](Self::full) with run-time dims.
+    pub fn full_dims(value: T, dims: &[usize]) -> Result<Self> {
+        S::check(dims)?;
+        Self::from_host(vec![value; dims.iter().product()], dims)
+    }
+
+    /// All zeros.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// assert_eq!(Tensor::<Cpu, f32, shape![2]>::zeros().unwrap().to_vec().unwrap(), vec![0.0, 0.0]);
+    /// ```
+    pub fn zeros() -> Result<Self> {
+        Self::full(T::zero())
+    }
+
+    /// [`zeros`](Self::zeros) with run-time dims.
+    pub fn zeros_dims(dims: &[usize]) -> Result<Self> {
+        Self::full_dims(T::zero(), dims)
+    }
+
+    /// All ones.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// assert_eq!(Tensor::<Cpu, i32, shape![2]>::ones().unwrap().to_vec().unwrap(), vec![1, 1]);
+    /// ```
+    pub fn ones() -> Result<Self> {
+        Self::full(T::one())
+    }
+
+    /// [`ones`](Self::ones) with run-time dims.
+    pub fn ones_dims(dims: &[usize]) -> Result<Self> {
+        Self::full_dims(T::one(), dims)
+    }
+
+    /// `start, start + step, ...` in row-major order over the shape (a 1-D
+    /// shape gives PyTorch's `arange(start, start + n * step, step)`).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, i64, shape![4]>::arange(2, 3).unwrap();
+    /// assert_eq!(x.to_vec().unwrap(), vec![2, 5, 8, 11]);
+    /// ```
+    pub fn arange(start: T, step: T) -> Result<Self> {
+        Self::arange_dims(start, step, &static_dims::<S>("arange")?)
+    }
+
+    /// [`arange`](Self::arange) with run-time dims.
+    pub fn arange_dims(start: T, step: T, dims: &[usize]) -> Result<Self> {
+        S::check(dims)?;
+        let n: usize = dims.iter().product();
+        let data = if T::KIND.is_float() {
+            let (s, d) = (start.to_f64(), step.to_f64());
+            (0..n).map(|i| T::from_f64(s + d * i as f64)).collect()
+        } else {
+            let (s, d) = (start.to_i64(), step.to_i64());
+            (0..n).map(|i| T::from_i64(s + d * i as i64)).collect()
+        };
+        Self::from_host(data, dims)
+    }
+
+    /// The dims, like PyTorch's `x.shape`.
+    pub fn shape(&self) -> &[usize] {
+        self.layout.dims()
+    }
+
+    /// Same as [`shape`](Self::shape).
+    pub fn dims(&self) -> &[usize] {
+        self.layout.dims()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.layout.numel()
+    }
+
+    /// Number of dims.
+    pub fn rank(&self) -> usize {
+        self.layout.rank()
+    }
+
+    /// The layout (dims, strides, offset) of this view.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// True when the elements are row-major without gaps.
+    pub fn is_contiguous(&self) -> bool {
+        self.layout.is_contiguous()
+    }
+
+    /// The device as a value.
+    pub fn device(&self) -> DeviceKind {
+        D::KIND
+    }
+
+    /// The dtype as a value.
+    pub fn dtype(&self) -> DTypeKind {
+        T::KIND
+    }
+
+    /// The elements in row-major order, copied to the host.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![2, 2]>::from_vec(vec![1., 2., 3., 4.]).unwrap();
+    /// assert_eq!(x.t().unwrap().to_vec().unwrap(), vec![1., 3., 2., 4.]);
+    /// ```
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        match &*self.storage {
+            Storage::Cpu(data) => Ok(gather(data, &self.layout)),
+            Storage::Cuda(s) => cuda::download(s, &self.layout),
+        }
+    }
+
+    /// The only element of a one-element tensor (a scalar, `[1]`, ...).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f64, shape![]>::full(2.5).unwrap();
+    /// assert_eq!(x.item().unwrap(), 2.5);
+    /// ```
+    pub fn item(&self) -> Result<T> {
+        if self.numel() != 1 {
+            return Err(Error::shape(
+                "item",
+                "a tensor with one element",
+                format!("shape {:?}", self.shape()),
+            ));
+        }
+        Ok(self.to_vec()?[0])
+    }
+
+    /// Copies the tensor to device `D2` (a no-op clone when `D2 == D`).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, Cuda, shape};
+    /// let x = Tensor::<Cpu, f32, shape![2]>::ones().unwrap();
+    /// if let Ok(g) = x.to_device::<Cuda>() {
+    ///     assert_eq!(g.to_cpu().unwrap().to_vec().unwrap(), vec![1.0, 1.0]);
+    /// }
+    /// ```
+    pub fn to_device<D2: Device>(&self) -> Result<Tensor<D2, T, S>> {
+        if D::KIND == D2::KIND {
+            return Ok(Tensor::from_parts(
+                self.storage.clone(),
+                self.layout.clone(),
+            ));
+        }
+        let storage = match (&*self.storage, D2::KIND) {
+            (Storage::Cpu(data), DeviceKind::Cuda(ord)) => {
+                let host = if self.layout.is_contiguous()
+                    && self.layout.offset() == 0
+                    && data.len() == self.numel()
+                {
+                    std::borrow::Cow::Borrowed(&data[..])
+                } else {
+                    std::borrow::Cow::Owned(gather(data, &self.layout))
+                };
+                Storage::Cuda(cuda::upload(ord, &host)?)
+            }
+            (Storage::Cuda(s), DeviceKind::Cpu) => Storage::Cpu(cuda::download(s, &self.layout)?),
+            (Storage::Cuda(s), DeviceKind::Cuda(ord)) => {
+                Storage::Cuda(cuda::copy_to_ordinal(s, &self.layout, ord)?)
+            }
+            (Storage::Cpu(_), DeviceKind::Cpu) => unreachable!("same device handled above"),
+        };
+        Ok(Tensor::from_parts(
+            Arc::new(storage),
+            Layout::contiguous(self.shape()),
+        ))
+    }
+
+    /// Copies the tensor to host memory.
+    pub fn to_cpu(&self) -> Result<Tensor<Cpu, T, S>> {
+        self.to_device::<Cpu>()
+    }
+
+    /// The same tensor under another shape type with the same dims, e.g.
+    /// `shape![_, 784]` to `shape![32, 784]`; `Err` if a dim disagrees.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![_, 2]>::zeros_dims(&[3, 2]).unwrap();
+    /// let y: Tensor<Cpu, f32, shape![3, 2]> = x.clone().into_shape().unwrap();
+    /// assert!(x.into_shape::<shape![4, 2]>().is_err());
+    /// # let _ = y;
+    /// ```
+    pub fn into_shape<S2: Shape>(self) -> Result<Tensor<D, T, S2>> {
+        S2::check(self.layout.dims())?;
+        Ok(Tensor::from_parts(self.storage, self.layout))
+    }
+}
+
+impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
+    /// Uniform samples in `[0, 1)` from a seeded generator.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let a = Tensor::<Cpu, f32, shape![100]>::rand(1).unwrap().to_vec().unwrap();
+    /// assert!(a.iter().all(|v| (0.0..1.0).contains(v)));
+    /// assert_eq!(a, Tensor::<Cpu, f32, shape![100]>::rand(1).unwrap().to_vec().unwrap());
+    /// ```
+    pub fn rand(seed: u64) -> Result<Self> {
+        Self::rand_dims(seed, &static_dims::<S>("rand")?)
+    }
+
+    /// [`rand`](Self::rand) with run-time dims.
+    pub fn rand_dims(seed: u64, dims: &[usize]) -> Result<Self> {
+        S::check(dims)?;
+        let mut rng = SplitMix64::new(seed);
+        // Rounding can reach 1.0 in a narrow dtype; PyTorch's range is half-open.
+        let below_one = |v: f64| {
+            let x = T::from_f64(v);
+            if x.to_f64() >= 1.0 {
+                T::from_f64(0.0)
+            } else {
+                x
+            }
+        };
+        let data = (0..dims.iter().product::<usize>())
+            .map(|_| below_one(rng.uniform()))
+            .collect();
+        Self::from_host(data, dims)
+    }
+
+    /// Standard-normal samples from a seeded generator.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let a = Tensor::<Cpu, f64, shape![1000]>::randn(3).unwrap().to_vec().unwrap();
+    /// let mean = a.iter().sum::<f64>() / 1000.0;
+    /// assert!(mean.abs() < 0.15);
+    /// ```
+    pub fn randn(seed: u64) -> Result<Self> {
+        Self::randn_dims(seed, &static_dims::<S>("randn")?)
+    }
+
+    /// [`randn`](Self::randn) with run-time dims.
+    pub fn randn_dims(seed: u64, dims: &[usize]) -> Result<Self> {
+        S::check(dims)?;
+        let mut rng = SplitMix64::new(seed);
+        let data = (0..dims.iter().product::<usize>())
+            .map(|_| T::from_f64(rng.normal()))
+            .collect();
+        Self::from_host(data, dims)
+    }
+}
+
+/// The elements a layout selects from a host buffer, in row-major order.
+pub(crate) fn gather<T: Copy>(data: &[T], layout: &Layout) -> Vec<T> {
+    if layout.is_contiguous() {
+        let start = layout.offset();
+        return data[start..start + layout.numel()].to_vec();
+    }
+    layout.offsets().map(|i| data[i]).collect()
+}

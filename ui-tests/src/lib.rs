@@ -1,0 +1,1 @@
+//! Compile-fail and compile-pass cases for tensorfn, run by trybuild.
