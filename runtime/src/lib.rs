@@ -11,6 +11,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod backend;
 pub mod cpu;
 pub(crate) mod cuda;
 pub mod device;

@@ -1,0 +1,103 @@
+//! How the runtime calls a generated elementwise kernel: the contract
+//! between the PTX emitter and the CUDA launcher.
+//!
+//! An elementwise kernel named `NAME` with `k` inputs is a PTX module with
+//! two entries:
+//!
+//! * `NAME_contig(.param .u64 out, .param .u64 in_0, .., .param .u64 in_{k-1}, .param .u64 n)`:
+//!   every input has the output's dims and is contiguous; each pointer
+//!   already includes the view's offset. `n` is the element count.
+//! * `NAME_strided(.param .u64 out, .param .u64 in_0, .., .param .u64 in_{k-1}, .param .u64 n, .param .align 8 .b8 meta[META_BYTES(k)])`:
+//!   `meta` is [`StridedMeta`] packed as `u64`s: the output dims padded on the
+//!   left with 1 to [`MAX_RANK`], the output strides, then each input's
+//!   strides (0 on broadcast dims), all in elements. The output may be a
+//!   strided view (used by `cat` and in-place writes).
+//!
+//! Booleans travel as one byte (0 or 1); f16/bf16 as their 16-bit patterns.
+//!
+//! ```
+//! use tensorfn_kernels::abi::StridedMeta;
+//! let m = StridedMeta::new(&[2, 3], &[3, 1], &[&[0, 1]]);
+//! assert_eq!(m.words().len(), 6 * 3);
+//! assert_eq!(&m.words()[..6], &[1, 1, 1, 1, 2, 3]);
+//! ```
+
+use tensorfn_core::DTypeKind;
+
+/// Highest rank the strided entry handles (matches the runtime's shapes).
+pub const MAX_RANK: usize = 6;
+
+/// Bytes of the `meta` parameter of a strided entry with `inputs` inputs.
+pub const fn meta_bytes(inputs: usize) -> usize {
+    8 * MAX_RANK * (2 + inputs)
+}
+
+/// A fused elementwise kernel generated at compile time: its PTX text and
+/// signature, embedded by `tensor_fn!` as a `static`.
+///
+/// ```
+/// use tensorfn_kernels::abi::FusedKernel;
+/// use tensorfn_core::DTypeKind;
+/// static K: FusedKernel = FusedKernel {
+///     name: "tf_demo",
+///     ptx: "",
+///     inputs: &[DTypeKind::F32],
+///     output: DTypeKind::F32,
+/// };
+/// assert_eq!(K.contig_entry(), "tf_demo_contig");
+/// ```
+#[derive(Debug)]
+pub struct FusedKernel {
+    /// Entry-name prefix, unique per kernel (includes a hash of its body).
+    pub name: &'static str,
+    /// The PTX module holding both entries.
+    pub ptx: &'static str,
+    /// Dtype of each input, in parameter order.
+    pub inputs: &'static [DTypeKind],
+    /// Dtype of the output.
+    pub output: DTypeKind,
+}
+
+impl FusedKernel {
+    /// Name of the entry for contiguous, same-shape inputs.
+    pub fn contig_entry(&self) -> String {
+        format!("{}_contig", self.name)
+    }
+
+    /// Name of the entry for strided or broadcast inputs.
+    pub fn strided_entry(&self) -> String {
+        format!("{}_strided", self.name)
+    }
+}
+
+/// The `meta` parameter of a strided entry, as `u64` words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StridedMeta(Vec<u64>);
+
+impl StridedMeta {
+    /// Packs output dims and strides and each input's strides, padding
+    /// every list on the left to [`MAX_RANK`] (dims with 1, strides with 0).
+    ///
+    /// Panics if a rank exceeds [`MAX_RANK`] (shape types cap it there).
+    pub fn new(dims: &[usize], out_strides: &[usize], inputs: &[&[usize]]) -> Self {
+        assert!(dims.len() <= MAX_RANK, "rank above MAX_RANK");
+        let pad = MAX_RANK - dims.len();
+        let mut words = Vec::with_capacity(MAX_RANK * (2 + inputs.len()));
+        words.extend(std::iter::repeat_n(1, pad).chain(dims.iter().map(|&d| d as u64)));
+        for strides in std::iter::once(out_strides).chain(inputs.iter().copied()) {
+            debug_assert_eq!(strides.len(), dims.len());
+            words.extend(std::iter::repeat_n(0, pad).chain(strides.iter().map(|&s| s as u64)));
+        }
+        StridedMeta(words)
+    }
+
+    /// The packed words.
+    pub fn words(&self) -> &[u64] {
+        &self.0
+    }
+}
+
+/// Bytes per element of `dtype` on the device.
+pub const fn device_size(dtype: DTypeKind) -> usize {
+    dtype.size_bytes()
+}

@@ -1,0 +1,239 @@
+//! The scalar operations every back-end implements: the CPU loops, the PTX
+//! emitter and the interpreter all match on these enums.
+
+/// A function of one element.
+///
+/// ```
+/// use tensorfn_kernels::ops::UnaryOp;
+/// assert_eq!(UnaryOp::Sigmoid.name(), "sigmoid");
+/// assert!(UnaryOp::Exp.needs_float());
+/// assert!(!UnaryOp::Neg.needs_float());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// `-x`
+    Neg,
+    /// `|x|`
+    Abs,
+    /// `max(x, 0)`
+    Relu,
+    /// `1 / (1 + e^-x)`
+    Sigmoid,
+    /// hyperbolic tangent
+    Tanh,
+    /// `e^x`
+    Exp,
+    /// natural logarithm
+    Log,
+    /// sine
+    Sin,
+    /// cosine
+    Cos,
+    /// square root
+    Sqrt,
+    /// `1 / sqrt(x)`
+    Rsqrt,
+    /// `x * x`
+    Square,
+    /// `1 / x`
+    Recip,
+    /// GELU, tanh approximation (PyTorch's `approximate='tanh'`)
+    Gelu,
+    /// `x * sigmoid(x)`
+    Silu,
+}
+
+impl UnaryOp {
+    /// Every unary op.
+    pub const ALL: [UnaryOp; 15] = [
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Relu,
+        UnaryOp::Sigmoid,
+        UnaryOp::Tanh,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Square,
+        UnaryOp::Recip,
+        UnaryOp::Gelu,
+        UnaryOp::Silu,
+    ];
+
+    /// The name used in `tensor_fn!` and in kernel names.
+    pub const fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Square => "square",
+            UnaryOp::Recip => "recip",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::Silu => "silu",
+        }
+    }
+
+    /// Looks an op up by [`name`](Self::name).
+    pub fn from_name(name: &str) -> Option<UnaryOp> {
+        UnaryOp::ALL.into_iter().find(|op| op.name() == name)
+    }
+
+    /// True for ops defined only on floating-point dtypes.
+    pub const fn needs_float(self) -> bool {
+        !matches!(self, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Square)
+    }
+
+    /// The op in `f64`, the reference every back-end is tested against.
+    pub fn eval_f64(self, x: f64) -> f64 {
+        match self {
+            UnaryOp::Neg => -x,
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+            UnaryOp::Square => x * x,
+            UnaryOp::Recip => 1.0 / x,
+            UnaryOp::Gelu => {
+                let c = (2.0 / std::f64::consts::PI).sqrt();
+                0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+            }
+            UnaryOp::Silu => x / (1.0 + (-x).exp()),
+        }
+    }
+}
+
+/// A function of two elements.
+///
+/// ```
+/// use tensorfn_kernels::ops::BinaryOp;
+/// assert_eq!(BinaryOp::Sub.eval_f64(5.0, 2.0), 3.0);
+/// assert_eq!(BinaryOp::Max.symbol(), None);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    /// `a + b`
+    Add,
+    /// `a - b`
+    Sub,
+    /// `a * b`
+    Mul,
+    /// `a / b` (integer division truncates toward zero, like Rust)
+    Div,
+    /// `max(a, b)` (NaN if either is NaN, like `torch.maximum`)
+    Max,
+    /// `min(a, b)` (NaN if either is NaN, like `torch.minimum`)
+    Min,
+    /// `a ^ b` (floats only)
+    Pow,
+}
+
+impl BinaryOp {
+    /// Every binary op.
+    pub const ALL: [BinaryOp; 7] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Max,
+        BinaryOp::Min,
+        BinaryOp::Pow,
+    ];
+
+    /// The name used in kernel names and messages.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Max => "maximum",
+            BinaryOp::Min => "minimum",
+            BinaryOp::Pow => "pow",
+        }
+    }
+
+    /// The Rust operator, for the four arithmetic ops.
+    pub const fn symbol(self) -> Option<&'static str> {
+        match self {
+            BinaryOp::Add => Some("+"),
+            BinaryOp::Sub => Some("-"),
+            BinaryOp::Mul => Some("*"),
+            BinaryOp::Div => Some("/"),
+            _ => None,
+        }
+    }
+
+    /// The op in `f64`, the reference every back-end is tested against.
+    pub fn eval_f64(self, a: f64, b: f64) -> f64 {
+        match self {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            BinaryOp::Div => a / b,
+            BinaryOp::Max if a.is_nan() || b.is_nan() => f64::NAN,
+            BinaryOp::Min if a.is_nan() || b.is_nan() => f64::NAN,
+            BinaryOp::Max => a.max(b),
+            BinaryOp::Min => a.min(b),
+            BinaryOp::Pow => a.powf(b),
+        }
+    }
+}
+
+/// A reduction along one dim.
+///
+/// ```
+/// use tensorfn_kernels::ops::ReduceOp;
+/// assert_eq!(ReduceOp::Mean.name(), "mean");
+/// assert!(ReduceOp::ArgMax.returns_index());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// sum
+    Sum,
+    /// arithmetic mean (floats only)
+    Mean,
+    /// maximum (NaN propagates)
+    Max,
+    /// minimum (NaN propagates)
+    Min,
+    /// index of the first maximum, as `i64`
+    ArgMax,
+    /// index of the first minimum, as `i64`
+    ArgMin,
+}
+
+impl ReduceOp {
+    /// The name used in `tensor_fn!` and in kernel names.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Mean => "mean",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+            ReduceOp::ArgMax => "argmax",
+            ReduceOp::ArgMin => "argmin",
+        }
+    }
+
+    /// True for the ops that return positions (`i64`) instead of values.
+    pub const fn returns_index(self) -> bool {
+        matches!(self, ReduceOp::ArgMax | ReduceOp::ArgMin)
+    }
+}

@@ -1,0 +1,79 @@
+//! The primitives a backend implements. The ops layer (`ops/`) checks
+//! shapes with the shared rules, prepares layouts (broadcast, permute) and
+//! calls one of these; `cpu/` and `cuda/` implement them.
+//!
+//! Every primitive returns a new contiguous buffer with the dims of the
+//! given layout(s) unless it says otherwise.
+
+use crate::dtype::{DType, FloatDType, NumDType};
+use crate::error::Result;
+use crate::layout::Layout;
+use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
+
+/// A backend: the CPU or one CUDA ordinal.
+pub(crate) trait Backend {
+    /// The buffer type holding `T` elements.
+    type Buf<T: DType>;
+
+    /// A contiguous buffer of `n` copies of `value`.
+    fn full<T: DType>(&self, n: usize, value: T) -> Result<Self::Buf<T>>;
+
+    /// A contiguous copy of the elements `l` selects.
+    fn contiguous<T: DType>(&self, x: &Self::Buf<T>, l: &Layout) -> Result<Self::Buf<T>>;
+
+    /// Writes the elements `ls` selects from `src` into the positions `ld`
+    /// selects in `dst` (same dims; `ld` may be a strided view of `dst`).
+    fn copy_into<T: DType>(&self, src: &Self::Buf<T>, ls: &Layout, dst: &mut Self::Buf<T>, ld: &Layout) -> Result<()>;
+
+    /// `op(x)` elementwise. `op.needs_float()` ops are only called with floats.
+    fn unary<T: NumDType>(&self, op: UnaryOp, x: &Self::Buf<T>, l: &Layout) -> Result<Self::Buf<T>>;
+
+    /// `op(a, b)` elementwise; `la` and `lb` have equal dims (broadcast
+    /// already applied as stride-0 dims).
+    fn binary<T: NumDType>(
+        &self,
+        op: BinaryOp,
+        a: &Self::Buf<T>,
+        la: &Layout,
+        b: &Self::Buf<T>,
+        lb: &Layout,
+    ) -> Result<Self::Buf<T>>;
+
+    /// `op(x, s)`, or `op(s, x)` when `scalar_first`.
+    fn binary_scalar<T: NumDType>(
+        &self,
+        op: BinaryOp,
+        x: &Self::Buf<T>,
+        l: &Layout,
+        s: T,
+        scalar_first: bool,
+    ) -> Result<Self::Buf<T>>;
+
+    /// Converts every element to `U` (float to int truncates toward zero
+    /// and saturates; to `bool` is `!= 0`).
+    fn cast<T: DType, U: DType>(&self, x: &Self::Buf<T>, l: &Layout) -> Result<Self::Buf<U>>;
+
+    /// Reduces `dim` away (`Sum`, `Mean`, `Max`, `Min`; `Mean` only for floats).
+    fn reduce<T: NumDType>(&self, op: ReduceOp, x: &Self::Buf<T>, l: &Layout, dim: usize) -> Result<Self::Buf<T>>;
+
+    /// Position of the first max/min along `dim` (`ArgMax`, `ArgMin`).
+    fn arg_reduce<T: NumDType>(&self, op: ReduceOp, x: &Self::Buf<T>, l: &Layout, dim: usize) -> Result<Self::Buf<i64>>;
+
+    /// Softmax (or log-softmax) along `dim`, computed in at least f32.
+    fn softmax<T: FloatDType>(&self, x: &Self::Buf<T>, l: &Layout, dim: usize, log: bool) -> Result<Self::Buf<T>>;
+
+    /// Batched `alpha * a @ b + beta * bias`: `la` is `[batch, m, k]`, `lb`
+    /// is `[batch, k, n]` (batch strides may be 0), `bias` is broadcast to
+    /// `[batch, m, n]`. Returns a contiguous `[batch, m, n]` buffer.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul<T: FloatDType>(
+        &self,
+        a: &Self::Buf<T>,
+        la: &Layout,
+        b: &Self::Buf<T>,
+        lb: &Layout,
+        bias: Option<(&Self::Buf<T>, &Layout)>,
+        alpha: T,
+        beta: T,
+    ) -> Result<Self::Buf<T>>;
+}
