@@ -91,7 +91,10 @@ impl UnaryOp {
 
     /// True for ops defined only on floating-point dtypes.
     pub const fn needs_float(self) -> bool {
-        !matches!(self, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Square)
+        !matches!(
+            self,
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Square
+        )
     }
 
     /// The op in `f64`, the reference every back-end is tested against.

@@ -23,10 +23,17 @@ pub(crate) trait Backend {
 
     /// Writes the elements `ls` selects from `src` into the positions `ld`
     /// selects in `dst` (same dims; `ld` may be a strided view of `dst`).
-    fn copy_into<T: DType>(&self, src: &Self::Buf<T>, ls: &Layout, dst: &mut Self::Buf<T>, ld: &Layout) -> Result<()>;
+    fn copy_into<T: DType>(
+        &self,
+        src: &Self::Buf<T>,
+        ls: &Layout,
+        dst: &mut Self::Buf<T>,
+        ld: &Layout,
+    ) -> Result<()>;
 
     /// `op(x)` elementwise. `op.needs_float()` ops are only called with floats.
-    fn unary<T: NumDType>(&self, op: UnaryOp, x: &Self::Buf<T>, l: &Layout) -> Result<Self::Buf<T>>;
+    fn unary<T: NumDType>(&self, op: UnaryOp, x: &Self::Buf<T>, l: &Layout)
+        -> Result<Self::Buf<T>>;
 
     /// `op(a, b)` elementwise; `la` and `lb` have equal dims (broadcast
     /// already applied as stride-0 dims).
@@ -54,13 +61,31 @@ pub(crate) trait Backend {
     fn cast<T: DType, U: DType>(&self, x: &Self::Buf<T>, l: &Layout) -> Result<Self::Buf<U>>;
 
     /// Reduces `dim` away (`Sum`, `Mean`, `Max`, `Min`; `Mean` only for floats).
-    fn reduce<T: NumDType>(&self, op: ReduceOp, x: &Self::Buf<T>, l: &Layout, dim: usize) -> Result<Self::Buf<T>>;
+    fn reduce<T: NumDType>(
+        &self,
+        op: ReduceOp,
+        x: &Self::Buf<T>,
+        l: &Layout,
+        dim: usize,
+    ) -> Result<Self::Buf<T>>;
 
     /// Position of the first max/min along `dim` (`ArgMax`, `ArgMin`).
-    fn arg_reduce<T: NumDType>(&self, op: ReduceOp, x: &Self::Buf<T>, l: &Layout, dim: usize) -> Result<Self::Buf<i64>>;
+    fn arg_reduce<T: NumDType>(
+        &self,
+        op: ReduceOp,
+        x: &Self::Buf<T>,
+        l: &Layout,
+        dim: usize,
+    ) -> Result<Self::Buf<i64>>;
 
     /// Softmax (or log-softmax) along `dim`, computed in at least f32.
-    fn softmax<T: FloatDType>(&self, x: &Self::Buf<T>, l: &Layout, dim: usize, log: bool) -> Result<Self::Buf<T>>;
+    fn softmax<T: FloatDType>(
+        &self,
+        x: &Self::Buf<T>,
+        l: &Layout,
+        dim: usize,
+        log: bool,
+    ) -> Result<Self::Buf<T>>;
 
     /// Batched `alpha * a @ b + beta * bias`: `la` is `[batch, m, k]`, `lb`
     /// is `[batch, k, n]` (batch strides may be 0), `bias` is broadcast to
