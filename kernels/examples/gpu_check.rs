@@ -298,6 +298,9 @@ fn fused_irs() -> Vec<(String, Kernel)> {
     let o = k.select(g, s, x);
     let out_v = k.cast(o, DTypeKind::BF16);
     out.push(("fused_mixed".into(), k.output(out_v).unwrap()));
+    let mut k = ElementwiseBuilder::new();
+    let c = k.constant(0.1, DTypeKind::BF16);
+    out.push(("fused_fill".into(), k.output(c).unwrap()));
     out
 }
 
