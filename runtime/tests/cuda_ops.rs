@@ -401,6 +401,26 @@ fn products<G: Device, T: FloatDType>() {
         Tensor::addmm(&cn, &ca, &cbt.t().unwrap()),
         k,
     );
+    // The fused linear layer (cuBLASLt epilogue for a (N,) bias).
+    let relu = |r: Result<Tensor<Cpu, T, D2>, Error>| r.and_then(|t| t.relu());
+    same(
+        "addmm_relu (N,) bias",
+        Tensor::addmm_relu(&gn, &ga, &gb),
+        relu(Tensor::addmm(&cn, &ca, &cb)),
+        k,
+    );
+    same(
+        "addmm_relu (M, N) bias",
+        Tensor::addmm_relu(&gmn, &ga, &gb),
+        relu(Tensor::addmm(&cmn, &ca, &cb)),
+        k,
+    );
+    same(
+        "addmm_relu transposed weight",
+        Tensor::addmm_relu(&gn, &ga, &gbt.t().unwrap()),
+        relu(Tensor::addmm(&cn, &ca, &cbt.t().unwrap())),
+        k,
+    );
     // Empty inner dim: the bias alone.
     let (cz, gz) = pair::<G, T, D2>(&[37, 0], -1.0, 1.0);
     let (czb, gzb) = pair::<G, T, D2>(&[0, 65], -1.0, 1.0);
