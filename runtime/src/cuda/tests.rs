@@ -201,7 +201,7 @@ fn copy_into_writes_a_strided_destination() {
     }
     assert_eq!(down(&d, &[40]), want);
     // A destination view that runs past its buffer is an Err, not a fault.
-    let too_far = Layout::new(vec![3, 4], vec![10, 1], 15);
+    let too_far = Layout::new(vec![3, 4], vec![10, 1], 17);
     assert!(matches!(
         be.copy_into(&s, &ls, &mut d, &too_far),
         Err(Error::Index(_))
@@ -322,7 +322,13 @@ fn binary_ops_broadcast_and_match_f64() {
         let x: Vec<T> = random(rng, 21, alo, ahi);
         let xs = up(be, &x);
         for first in [false, true] {
-            if first && (op == BinaryOp::Pow || !T::KIND.is_float() && op == BinaryOp::Div) {
+            let out_of_range = match op {
+                BinaryOp::Pow => true,
+                BinaryOp::Div => !T::KIND.is_float(),
+                BinaryOp::Sub => T::KIND == DTypeKind::U8,
+                _ => false,
+            };
+            if first && out_of_range {
                 continue; // the ranges above are for x op s only
             }
             let got = down(
