@@ -261,7 +261,7 @@ fn compare(op: CmpOp, a: V, b: V) -> V {
 #[derive(Clone, Debug)]
 enum Node {
     Input(usize),
-    Const(V, DTypeKind),
+    Const(V),
     Unary(UnaryOp, usize),
     Binary(BinaryOp, usize, usize),
     Compare(CmpOp, usize, usize),
@@ -279,7 +279,7 @@ impl Model {
         for (node, dt) in &self.nodes {
             let v = match *node {
                 Node::Input(i) => inputs[i],
-                Node::Const(v, _) => v,
+                Node::Const(v) => v,
                 Node::Unary(op, a) => unary(op, vals[a], *dt),
                 Node::Binary(op, a, b) => binary(op, vals[a], vals[b], *dt),
                 Node::Compare(op, a, b) => compare(op, vals[a], vals[b]),
@@ -392,7 +392,7 @@ impl Gen<'_> {
                 V::I(x) => self.k.constant_int(x as i64, dt),
                 V::B(b) => self.k.constant(b as u8 as f64, dt),
             };
-            return self.push(Node::Const(c, dt), dt, v);
+            return self.push(Node::Const(c), dt, v);
         }
         let src = self.rng.below(self.vals.len());
         self.cast_to(src, dt)
