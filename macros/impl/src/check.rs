@@ -109,6 +109,13 @@ struct Operand<'e> {
     ty: TensorTy,
 }
 
+/// The device and dtype an operation runs with.
+struct Agreed {
+    ok: bool,
+    device: Device,
+    dtype: DTypeKind,
+}
+
 /// The elementwise ops callable by name (besides the unary ones).
 fn binary_fn(name: &str) -> Option<BinaryOp> {
     match name {
@@ -204,10 +211,16 @@ impl<'s, 'k> Checker<'s, 'k> {
         }
     }
 
-    /// Checks that tensor operands share one device and one dtype.
-    fn agree(&mut self, op: &str, ops: &[Operand<'_>], anchor: usize) -> bool {
+    /// Checks that tensor operands share one device and one dtype; returns
+    /// whether they do and the device and dtype the operation runs with
+    /// (what most operands have), so that checking goes on after an error.
+    fn agree(&mut self, op: &str, ops: &[Operand<'_>], anchor: usize) -> Agreed {
         if ops.len() < 2 {
-            return true;
+            return Agreed {
+                ok: true,
+                device: ops[0].ty.device,
+                dtype: ops[0].ty.dtype,
+            };
         }
         let mut ok = true;
         let devices: Vec<Device> = ops.iter().map(|o| o.ty.device).collect();
@@ -266,7 +279,21 @@ impl<'s, 'k> Checker<'s, 'k> {
                 );
             }
         }
-        ok
+        Agreed {
+            ok,
+            device: dev,
+            dtype: dt,
+        }
+    }
+
+    /// The output type of an operation whose operands agreed (or were
+    /// reported): their device and dtype with `dims`.
+    fn out_ty(a: &Agreed, dims: Vec<Dim>) -> Ty {
+        Ty::Tensor(TensorTy {
+            device: a.device,
+            dtype: a.dtype,
+            dims,
+        })
     }
 
     fn need_float(&mut self, op: &str, o: &Operand<'_>) -> bool {
@@ -684,11 +711,12 @@ impl<'s, 'k> Checker<'s, 'k> {
                 else {
                     return self.error_node(e);
                 };
-                let mut ok = self.agree(label, &[oa.clone(), ob.clone()], 0);
-                if ok && oa.ty.dtype == DTypeKind::Bool {
+                let agreed = self.agree(label, &[oa.clone(), ob.clone()], 0);
+                let mut ok = true;
+                if agreed.ok && oa.ty.dtype == DTypeKind::Bool {
                     ok = self.need_numeric(label, &oa);
                 }
-                if ok && op == BinaryOp::Pow {
+                if agreed.ok && ok && op == BinaryOp::Pow {
                     ok = self.need_float("pow", &oa);
                 }
                 let sa = a.1.to_string();
@@ -701,15 +729,9 @@ impl<'s, 'k> Checker<'s, 'k> {
                     }
                 };
                 match (ok, dims) {
-                    (true, Some(dims)) => self.push(
-                        Op::Binary(op, a.0, b.0),
-                        Ty::Tensor(TensorTy {
-                            device: oa.ty.device,
-                            dtype: oa.ty.dtype,
-                            dims,
-                        }),
-                        e,
-                    ),
+                    (true, Some(dims)) => {
+                        self.push(Op::Binary(op, a.0, b.0), Self::out_ty(&agreed, dims), e)
+                    }
                     _ => self.error_node(e),
                 }
             }
@@ -890,10 +912,8 @@ impl<'s, 'k> Checker<'s, 'k> {
         let (Some(a), Some(b)) = (self.tensor(ix, x, name), self.tensor(iy, y, name)) else {
             return self.error_node(e);
         };
-        let mut ok = self.agree(name, &[a.clone(), b.clone()], 0);
-        if ok {
-            ok = self.need_float(name, &a);
-        }
+        let agreed = self.agree(name, &[a.clone(), b.clone()], 0);
+        let ok = !agreed.ok || self.need_float(name, &a);
         let (sa, sb) = (x.to_string(), y.to_string());
         let (da, db) = ((sa.as_str(), &a.ty.dims[..]), (sb.as_str(), &b.ty.dims[..]));
         let rule = match name {
@@ -917,15 +937,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             "dot" => Op::Dot(ix, iy),
             _ => Op::MatMul(ix, iy),
         };
-        self.push(
-            op,
-            Ty::Tensor(TensorTy {
-                device: a.ty.device,
-                dtype: a.ty.dtype,
-                dims,
-            }),
-            e,
-        )
+        self.push(op, Self::out_ty(&agreed, dims), e)
     }
 
     fn scalar_operand(&mut self, x: &Expr, t: &Operand<'_>, op: &str) -> Option<NodeId> {
@@ -952,10 +964,8 @@ impl<'s, 'k> Checker<'s, 'k> {
             return self.error_node(e);
         }
         let ops: Vec<Operand> = ops.into_iter().map(|o| o.expect("checked")).collect();
-        let mut ok = self.agree("addmm", &ops, 1);
-        if ok {
-            ok = self.need_float("addmm", &ops[1]);
-        }
+        let agreed = self.agree("addmm", &ops, 1);
+        let ok = !agreed.ok || self.need_float("addmm", &ops[1]);
         let names: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
         let dims = match rules::addmm(
             "addmm",
@@ -986,11 +996,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                     beta,
                     alpha,
                 },
-                Ty::Tensor(TensorTy {
-                    device: ops[1].ty.device,
-                    dtype: ops[1].ty.dtype,
-                    dims,
-                }),
+                Self::out_ty(&agreed, dims),
                 e,
             ),
             _ => self.error_node(e),
@@ -1020,7 +1026,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             return self.error_node(e);
         }
         let ops: Vec<Operand> = ops.into_iter().map(|o| o.expect("checked")).collect();
-        let ok = self.agree("cat", &ops, 0);
+        let agreed = self.agree("cat", &ops, 0);
         let dim = match a[1] {
             None => Some(0),
             Some(d) => self.dim_arg(d, "cat", &ops[0]),
@@ -1036,16 +1042,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             .collect();
         let spans: Vec<&Sp> = xs.iter().map(|x| &x.sp).collect();
         match rules::cat("cat", &operands, dim) {
-            Ok(dims) if ok => self.push(
-                Op::Cat { xs: ids, dim },
-                Ty::Tensor(TensorTy {
-                    device: ops[0].ty.device,
-                    dtype: ops[0].ty.dtype,
-                    dims,
-                }),
-                e,
-            ),
-            Ok(_) => self.error_node(e),
+            Ok(dims) => self.push(Op::Cat { xs: ids, dim }, Self::out_ty(&agreed, dims), e),
             Err(err) => {
                 self.rule_error(err, &spans);
                 self.error_node(e)
@@ -1073,10 +1070,8 @@ impl<'s, 'k> Checker<'s, 'k> {
             return self.error_node(e);
         }
         let ops: Vec<Operand> = ops.into_iter().map(|o| o.expect("checked")).collect();
-        let mut ok = self.agree("addcmul", &ops, 0);
-        if ok {
-            ok = self.need_numeric("addcmul", &ops[0]);
-        }
+        let agreed = self.agree("addcmul", &ops, 0);
+        let ok = !agreed.ok || self.need_numeric("addcmul", &ops[0]);
         let value = match a[3] {
             Some(v) => self.scalar_operand(v, &ops[0], "addcmul"),
             None => Some(self.push(
@@ -1111,11 +1106,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                     t2: ids[2],
                     value,
                 },
-                Ty::Tensor(TensorTy {
-                    device: ops[0].ty.device,
-                    dtype: ops[0].ty.dtype,
-                    dims,
-                }),
+                Self::out_ty(&agreed, dims),
                 e,
             ),
             _ => self.error_node(e),

@@ -246,16 +246,16 @@ pub fn signature(f: &TensorFn) -> Result<Signature, Vec<syn::Error>> {
         }
     }
     // A run-time dim only inside sums and products cannot be solved for.
+    let mut reported = std::collections::BTreeSet::new();
     for p in &f.params {
         if let ParamTy::Tensor(t) = &p.ty {
             for d in &t.dims {
                 for s in dim_symbols(&d.expr) {
-                    if symbols.map.get(&s) == Some(&SymKind::Runtime(None)) {
+                    if symbols.map.get(&s) == Some(&SymKind::Runtime(None)) && reported.insert(s.clone()) {
                         errors.push(d.sp.error(format!(
                             "run-time dim `{s}` appears only inside `{}`: name it alone in some parameter's shape (e.g. `[{s}, ..]`) or make it a const generic `<const {s}: usize>`",
                             d.expr
                         )));
-                        symbols.map.remove(&s);
                     }
                 }
             }
