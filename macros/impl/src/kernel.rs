@@ -516,7 +516,7 @@ mod tests {
         });
         assert!(errs.is_empty());
         let ir = irs[0].as_ref().unwrap();
-        for x in [-2.0, -0.3, 0.0, 0.7, 3.1] {
+        for x in [-2.0f64, -0.3, 0.0, 0.7, 3.1] {
             let want = 0.5 * x * (1.0 + (0.7978846 * (x + 0.044715 * x * x * x)).tanh());
             assert!((ir.eval_f64(&[x]) - want).abs() < 1e-12);
         }
