@@ -611,7 +611,10 @@ impl FnGen<'_> {
                     Ty::Scalar(_) => self.scalar_native(a),
                     _ => self.reference(a),
                 });
-                quote!(#path(#(#argv),*)?)
+                // The annotation fixes the result's shape type, whatever
+                // shape type the function returns (checked at run time).
+                let s = so();
+                quote!(#path(#(#argv),*)?.into_shape::<#s>()?)
             }
             Op::TupleGet(x, i) => {
                 let t = var(*x);
