@@ -56,7 +56,11 @@ fn dim_ty_tokens(d: &DimTy) -> TokenStream {
                 quote!(::tensorfn::Const<#c>)
             }
             None => {
-                let s = format_ident!("{}", d.as_symbol().expect("a const dim is a literal or a generic"));
+                let s = format_ident!(
+                    "{}",
+                    d.as_symbol()
+                        .expect("a const dim is a literal or a generic")
+                );
                 quote!(::tensorfn::Const<#s>)
             }
         },
@@ -70,7 +74,11 @@ pub fn shape_tokens(dims: &[DimTy]) -> TokenStream {
 }
 
 fn tensor_tokens(device: Device, dtype: DTypeKind, dims: &[DimTy]) -> TokenStream {
-    let (d, t, s) = (device_tokens(device), dtype_tokens(dtype), shape_tokens(dims));
+    let (d, t, s) = (
+        device_tokens(device),
+        dtype_tokens(dtype),
+        shape_tokens(dims),
+    );
     quote!(::tensorfn::Tensor<#d, #t, #s>)
 }
 
@@ -272,7 +280,9 @@ impl FnGen<'_> {
         let sig = &self.f.sig;
         let mut out = TokenStream::new();
         for (name, kind) in &sig.symbols.map {
-            let SymKind::Runtime(Some(src)) = kind else { continue };
+            let SymKind::Runtime(Some(src)) = kind else {
+                continue;
+            };
             let v = format_ident!("{}", Symbols::var_name(name));
             let value = match src {
                 Source::TensorDim { param, dim } => {
@@ -298,9 +308,10 @@ impl FnGen<'_> {
                     Some(SymKind::Runtime(Some(Source::TensorDim { param, dim }))) => {
                         Some(format!("{s} is dim {dim} of `{}`", sig.param_names[*param]))
                     }
-                    Some(SymKind::Runtime(Some(Source::Scalar { param }))) => {
-                        Some(format!("{s} is the parameter `{}`", sig.param_names[*param]))
-                    }
+                    Some(SymKind::Runtime(Some(Source::Scalar { param }))) => Some(format!(
+                        "{s} is the parameter `{}`",
+                        sig.param_names[*param]
+                    )),
                     _ => None,
                 })
                 .collect();
@@ -557,9 +568,14 @@ impl FnGen<'_> {
                 ..
             } => {
                 let callee_ast = self.ctx.fns[*callee];
-                let sig = self.ctx.sigs[*callee].as_ref().expect("called functions have signatures");
+                let sig = self.ctx.sigs[*callee]
+                    .as_ref()
+                    .expect("called functions have signatures");
                 let name = &callee_ast.name;
-                let gen: Vec<TokenStream> = generics.iter().map(|d| dim_value(d, self.symbols())).collect();
+                let gen: Vec<TokenStream> = generics
+                    .iter()
+                    .map(|d| dim_value(d, self.symbols()))
+                    .collect();
                 let turbofish = if gen.is_empty() {
                     quote!()
                 } else {
@@ -903,7 +919,12 @@ pub fn stub_fn(f: &TensorFn) -> TokenStream {
             }
         }
     });
-    let rets: Vec<TokenStream> = f.ret.tensors.iter().map(|t| stub_shape(t, generics)).collect();
+    let rets: Vec<TokenStream> = f
+        .ret
+        .tensors
+        .iter()
+        .map(|t| stub_shape(t, generics))
+        .collect();
     let ret = if f.ret.tuple {
         quote!((#(#rets,)*))
     } else {

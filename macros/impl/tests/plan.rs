@@ -7,7 +7,11 @@ use tensorfn_macros_impl::shape::Dim;
 
 fn plan(input: TokenStream) -> (Plan, tensorfn_macros_impl::check::CheckedFn) {
     let mut a = tensorfn_macros_impl::analyse_tokens(input).expect("parses");
-    assert!(a.errors.is_empty(), "{:?}", a.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>());
+    assert!(
+        a.errors.is_empty(),
+        "{:?}",
+        a.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>()
+    );
     let p = a.plans.pop().flatten().expect("a plan");
     let c = a.checked.pop().flatten().expect("checked");
     (p, c)
@@ -27,7 +31,13 @@ fn ops(p: &Plan, c: &tensorfn_macros_impl::check::CheckedFn) -> Vec<String> {
     p.steps
         .iter()
         .filter_map(|s| match s {
-            Step::Op(n) => Some(format!("{:?}", c.graph.nodes[*n].op).split(['(', ' ', '{']).next().unwrap_or("").to_string()),
+            Step::Op(n) => Some(
+                format!("{:?}", c.graph.nodes[*n].op)
+                    .split(['(', ' ', '{'])
+                    .next()
+                    .unwrap_or("")
+                    .to_string(),
+            ),
             _ => None,
         })
         .collect()
