@@ -145,7 +145,8 @@ struct FnGen<'a> {
     ctx: &'a Ctx<'a>,
     f: &'a CheckedFn,
     ast: &'a TensorFn,
-    kernel_count: usize,
+    /// The static declared for each kernel name so far.
+    kernels: std::collections::HashMap<String, proc_macro2::Ident>,
     errors: Vec<syn::Error>,
 }
 
@@ -371,20 +372,31 @@ impl FnGen<'_> {
     fn fused(&mut self, gr: &crate::lower::FusedGroup) -> TokenStream {
         let out = gr.out;
         let t = self.tty(out).clone();
-        let name = kernel_name(&self.f.sig.name, self.kernel_count, &gr.ir);
-        self.kernel_count += 1;
-        let ptx = match (self.ctx.ptx)(&gr.ir, &name) {
-            Ok(p) => p,
-            Err(e) => {
-                let at = &self.g().nodes[out].sp;
-                self.errors.push(at.error(format!(
-                    "internal error of `tensor_fn!`: the PTX emitter rejected the fused kernel of `{}`: {e}",
-                    self.g().nodes[out].text
-                )));
-                String::new()
+        let name = kernel_name(&self.f.sig.name, &gr.ir);
+        // Identical groups (repeated layers) share one static and one PTX.
+        let (static_name, declare) = match self.kernels.get(&name) {
+            Some(id) => (id.clone(), false),
+            None => {
+                let id = format_ident!("__TF_KERNEL_{}", self.kernels.len());
+                self.kernels.insert(name.clone(), id.clone());
+                (id, true)
             }
         };
-        let static_name = format_ident!("__TF_KERNEL_{}", self.kernel_count - 1);
+        let ptx = if declare {
+            match (self.ctx.ptx)(&gr.ir, &name) {
+                Ok(p) => p,
+                Err(e) => {
+                    let at = &self.g().nodes[out].sp;
+                    self.errors.push(at.error(format!(
+                        "internal error of `tensor_fn!`: the PTX emitter rejected the fused kernel of `{}`: {e}",
+                        self.g().nodes[out].text
+                    )));
+                    String::new()
+                }
+            }
+        } else {
+            String::new()
+        };
         let inputs = gr.ir.inputs.iter().map(|d| dtype_kind_tokens(*d));
         let output = dtype_kind_tokens(gr.ir.output_dtype());
         let args: Vec<TokenStream> = gr
@@ -405,13 +417,18 @@ impl FnGen<'_> {
         let closure = ir::closure(&gr.ir);
         let v = var(out);
         let ty = self.type_of(out);
+        let decl = declare.then(|| {
+            quote! {
+                static #static_name: ::tensorfn::__kernels::FusedKernel = ::tensorfn::__kernels::FusedKernel {
+                    name: #name,
+                    ptx: #ptx,
+                    inputs: &[#(#inputs),*],
+                    output: #output,
+                };
+            }
+        });
         quote! {
-            static #static_name: ::tensorfn::__kernels::FusedKernel = ::tensorfn::__kernels::FusedKernel {
-                name: #name,
-                ptx: #ptx,
-                inputs: &[#(#inputs),*],
-                output: #output,
-            };
+            #decl
             let #v: #ty = ::tensorfn::__private::#f(#(#args,)* &#dims, &#static_name, #closure)?;
         }
     }
@@ -699,8 +716,9 @@ impl FnGen<'_> {
     }
 }
 
-/// A unique, stable kernel entry prefix: function, position, program hash.
-pub fn kernel_name(fn_name: &str, index: usize, ir: &Ir) -> String {
+/// A stable kernel entry prefix: the function and a hash of the program
+/// (equal programs get equal names and share their PTX).
+pub fn kernel_name(fn_name: &str, ir: &Ir) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     ir.fingerprint().hash(&mut h);
@@ -709,7 +727,7 @@ pub fn kernel_name(fn_name: &str, index: usize, ir: &Ir) -> String {
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
-    format!("tf_{clean}_{index}_{:016x}", h.finish())
+    format!("tf_{clean}_{:016x}", h.finish())
 }
 
 fn unary_ir(op: UnaryOp) -> Ir {
@@ -758,7 +776,7 @@ pub fn tensor_fn(ctx: &Ctx<'_>, ast: &TensorFn, f: &CheckedFn, plan: &Plan) -> T
         ctx,
         f,
         ast,
-        kernel_count: 0,
+        kernels: std::collections::HashMap::new(),
         errors: Vec::new(),
     };
     let entry = gen.entry();
