@@ -118,7 +118,9 @@ pub fn dim_value(d: &Dim, symbols: &Symbols) -> TokenStream {
     if out.is_empty() {
         return quote!(0usize);
     }
-    if d.terms().len() == 1 && d.terms()[0].0.factors().len() <= 1 {
+    // A compound value is parenthesised: a bare `a * b` in an array trips
+    // clippy's `possible_missing_comma` in the user's crate.
+    if d.as_constant().is_some() || d.as_symbol().is_some() {
         return out;
     }
     quote!((#out))
@@ -494,7 +496,11 @@ impl FnGen<'_> {
                 match (view, is_static) {
                     (true, true) => quote!(#x.view::<#s>()?),
                     (false, true) => quote!(#x.reshape::<#s>()?),
-                    (_, false) => {
+                    (true, false) => {
+                        let d = dims_array(dims, self.symbols());
+                        quote!(#x.view_dims::<#s>(&#d)?)
+                    }
+                    (false, false) => {
                         let d = dims_array(dims, self.symbols());
                         quote!(#x.reshape_dims::<#s>(&#d)?)
                     }
@@ -860,15 +866,13 @@ fn memory_module(ast: &TensorFn, sig: &Signature, plan: &Plan) -> TokenStream {
         #vis mod #name {
             #[doc = #item_doc]
             pub const fn peak_bytes<#(const #generics: usize),*>() -> usize {
-                let candidates = [#(#consts),*];
                 let mut peak = 0usize;
-                let mut i = 0;
-                while i < candidates.len() {
-                    if candidates[i] > peak {
-                        peak = candidates[i];
+                #(
+                    let candidate: usize = #consts;
+                    if candidate > peak {
+                        peak = candidate;
                     }
-                    i += 1;
-                }
+                )*
                 peak
             }
         }
