@@ -305,8 +305,8 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
         groups.into_iter().map(|gr| (gr.out, gr)).collect();
     let mut steps: Vec<Step> = Vec::new();
     let mut step_of: HashMap<NodeId, usize> = HashMap::new();
-    for id in 0..g.nodes.len() {
-        if !live[id] || is_scalar(g, id) || matches!(g.nodes[id].ty, Ty::Error) {
+    for (id, _) in live.iter().enumerate().filter(|(_, &l)| l) {
+        if is_scalar(g, id) || matches!(g.nodes[id].ty, Ty::Error) {
             continue;
         }
         if let Op::Param(_) = g.nodes[id].op {
