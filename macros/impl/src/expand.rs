@@ -898,7 +898,8 @@ pub fn kernel_fn(k: &KernelFn, ir: &Ir) -> TokenStream {
     let stored = ir::store(out, k.ret.0);
     quote! {
         #(#attrs)*
-        #[allow(unused_variables, clippy::all)]
+        // Used by the fused kernels it is inlined into, which rustc does not see.
+        #[allow(dead_code, unused_variables, clippy::all)]
         #vis fn #name(#(#params),*) -> #ret {
             #body
             #stored
