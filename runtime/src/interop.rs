@@ -453,7 +453,8 @@ mod tests {
         let back: ndarray::Array2<f32> = t.into();
         assert_eq!(back.as_ptr(), ptr);
         let t = Tensor::<Cpu, f32, shape![3, 4]>::try_from(back).unwrap();
-        assert_eq!(Vec::from(t).as_ptr(), ptr);
+        let v = Vec::from(t);
+        assert_eq!(v.as_ptr(), ptr);
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod ops;
 mod random;
 pub mod shape;
 mod storage;
+pub mod stream;
 pub mod tensor;
 
 pub use device::{Cpu, Cuda, Device, DeviceKind, SameDevice};
@@ -32,6 +33,7 @@ pub use half::{bf16, f16};
 pub use interop::NdShape;
 pub use layout::Layout;
 pub use shape::{Const, Dim, Dyn, Shape, MAX_RANK};
+pub use stream::{stream_map, ChunkShape, StreamMap, StreamStats};
 pub use tensor::Tensor;
 
 /// Everything a program using tensors needs in scope.
