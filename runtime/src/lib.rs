@@ -12,7 +12,7 @@
 #![deny(missing_docs)]
 
 mod backend;
-pub mod cpu;
+pub(crate) mod cpu;
 pub(crate) mod cuda;
 pub mod device;
 pub mod dtype;
