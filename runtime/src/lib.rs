@@ -26,6 +26,10 @@ mod storage;
 pub mod stream;
 pub mod tensor;
 
+pub use cuda::{
+    allow_tf32, cuda_device_count, cuda_empty_cache, cuda_memory_stats, set_allow_tf32,
+    CudaMemoryStats,
+};
 pub use device::{Cpu, Cuda, Device, DeviceKind, SameDevice};
 pub use dtype::{DType, DTypeKind, FloatDType, NumDType, SameDType};
 pub use error::{Error, Result};
