@@ -586,11 +586,11 @@ fn check_rows<D: Device, U: DType, SO: Shape>(
     Ok(result)
 }
 
-/// Free memory of cuda:`ord` in bytes.
+/// Bytes cuda:`ord` can give to new tensors: what the driver reports free
+/// plus the blocks its caching allocator holds unused.
 fn device_free_memory(ord: usize) -> Result<usize> {
-    Err(Error::CudaUnavailable {
-        reason: format!("cuda:{ord}: this build has no CUDA backend"),
-    })
+    let (free, _) = crate::cuda::mem_info(ord)?;
+    Ok(free + crate::cuda::cuda_memory_stats(ord)?.cached_bytes)
 }
 
 /// Applies `f` to `input` in chunks of rows on device `D` (taken from `f`'s
