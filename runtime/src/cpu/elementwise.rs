@@ -35,7 +35,21 @@ pub(crate) fn map2<A: Copy + Sync, B: Copy + Sync, O: Copy + Default + Send>(
     lb: &Layout,
     f: impl Fn(A, B) -> O + Sync,
 ) -> Vec<O> {
-    fill_runs(la.dims(), [la, lb], |o: &mut [O], base, s| {
+    let mut out = vec![O::default(); la.numel()];
+    map2_into(&mut out, a, la, b, lb, f);
+    out
+}
+
+/// [`map2`] into the contiguous `out`.
+pub(crate) fn map2_into<A: Copy + Sync, B: Copy + Sync, O: Copy + Send>(
+    out: &mut [O],
+    a: &[A],
+    la: &Layout,
+    b: &[B],
+    lb: &Layout,
+    f: impl Fn(A, B) -> O + Sync,
+) {
+    write_runs(out, la.dims(), [la, lb], |o: &mut [O], base, s| {
         let len = o.len();
         if s == [1, 1] {
             let a = &a[base[0]..base[0] + len];
@@ -183,6 +197,25 @@ pub(crate) fn binary<U: CpuNum>(
         };
     }
     Ok(with_binary_fn!(op, U, run))
+}
+
+/// `op(a, b)` elementwise into the contiguous `out`.
+pub(crate) fn binary_into<U: CpuNum>(
+    op: BinaryOp,
+    a: &[U],
+    la: &Layout,
+    b: &[U],
+    lb: &Layout,
+    out: &mut [U],
+) -> Result<()> {
+    check_int_operand(op, selected(b, lb), "the divisor `other`")?;
+    macro_rules! run {
+        ($f:expr) => {
+            map2_into(out, a, la, b, lb, $f)
+        };
+    }
+    with_binary_fn!(op, U, run);
+    Ok(())
 }
 
 /// `op(x, s)`, or `op(s, x)` when `scalar_first`.

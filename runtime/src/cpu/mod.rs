@@ -33,8 +33,31 @@ fn float_only(op: &str, kind: crate::DTypeKind) -> Error {
 }
 
 impl CpuBackend {
+    /// `op(a, b)` into the contiguous `out` (of `la`'s dims).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn binary_into_dense<T: NumDType>(
+        &self,
+        op: BinaryOp,
+        a: &[T],
+        la: &Layout,
+        b: &[T],
+        lb: &Layout,
+        out: &mut [T],
+    ) -> Result<()> {
+        strided::check_extent(op.name(), la, a.len())?;
+        strided::check_extent(op.name(), lb, b.len())?;
+        with_num_type!(T, U => elementwise::binary_into::<U>(
+            op,
+            slice(a),
+            la,
+            slice(b),
+            lb,
+            typed::slice_mut(out)
+        ))
+    }
+
     /// `op(dst, b)` into the contiguous `dst` of `dims` (`b` broadcast to them).
-    pub(crate) fn binary_assign<T: NumDType>(
+    pub(crate) fn binary_assign_dense<T: NumDType>(
         &self,
         op: BinaryOp,
         dst: &mut [T],
@@ -42,6 +65,7 @@ impl CpuBackend {
         b: &[T],
         lb: &Layout,
     ) -> Result<()> {
+        strided::check_extent(op.name(), lb, b.len())?;
         with_num_type!(T, U => elementwise::binary_assign::<U>(
             op,
             typed::slice_mut(dst),
@@ -52,7 +76,7 @@ impl CpuBackend {
     }
 
     /// `op(dst, s)` into the contiguous `dst`.
-    pub(crate) fn binary_scalar_assign<T: NumDType>(
+    pub(crate) fn binary_scalar_assign_dense<T: NumDType>(
         &self,
         op: BinaryOp,
         dst: &mut [T],
@@ -66,12 +90,15 @@ impl CpuBackend {
     }
 
     /// `x + value * t1 * t2` (equal dims), rounded once.
-    pub(crate) fn addcmul<T: NumDType>(
+    pub(crate) fn addcmul_fused<T: NumDType>(
         &self,
         x: [(&Vec<T>, &Layout); 3],
         value: T,
     ) -> Result<Vec<T>> {
         let [(a, la), (b, lb), (c, lc)] = x;
+        strided::check_extent("addcmul", la, a.len())?;
+        strided::check_extent("addcmul", lb, b.len())?;
+        strided::check_extent("addcmul", lc, c.len())?;
         Ok(with_num_type!(T, U => vec(elementwise::addcmul::<U>(
             [(slice(a), la), (slice(b), lb), (slice(c), lc)],
             typed::value(value)

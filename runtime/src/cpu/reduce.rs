@@ -43,13 +43,10 @@ pub(crate) fn rows<'a, T: crate::DType>(x: &'a [T], l: &Layout, dim: usize) -> R
 }
 
 /// `f(row)` for each row, in parallel for large inputs.
-pub(crate) fn per_row<T: Sync, O: Send + Default + Clone>(
+pub(crate) fn per_row<T: Sync + Clone, O: Send + Default + Clone>(
     r: &Rows<'_, T>,
     f: impl Fn(&[T]) -> O + Sync,
-) -> Vec<O>
-where
-    T: Clone,
-{
+) -> Vec<O> {
     let mut out = vec![O::default(); r.outer];
     if r.len == 0 {
         out.iter_mut().for_each(|o| *o = f(&[]));

@@ -21,7 +21,6 @@ pub(crate) trait Real:
 {
     const ZERO: Self;
     const ONE: Self;
-    const NAN: Self;
     fn from_f64(v: f64) -> Self;
     fn from_usize(n: usize) -> Self;
     fn exp(self) -> Self;
@@ -31,7 +30,6 @@ pub(crate) trait Real:
     fn cos(self) -> Self;
     fn sqrt(self) -> Self;
     fn abs(self) -> Self;
-    fn powf(self, e: Self) -> Self;
     fn is_nan(self) -> bool;
 }
 
@@ -40,7 +38,6 @@ macro_rules! real {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
-            const NAN: Self = <$t>::NAN;
             #[inline]
             fn from_f64(v: f64) -> Self {
                 v as $t
@@ -76,10 +73,6 @@ macro_rules! real {
             #[inline]
             fn abs(self) -> Self {
                 <$t>::abs(self)
-            }
-            #[inline]
-            fn powf(self, e: Self) -> Self {
-                <$t>::powf(self, e)
             }
             #[inline]
             fn is_nan(self) -> bool {

@@ -38,8 +38,8 @@ fn softmax_row<U: CpuFloat>(row: &[U], out: &mut [U], tmp: &mut Vec<U::Acc>, log
 pub(crate) fn softmax<U: CpuFloat>(x: &[U], l: &Layout, dim: usize, log: bool) -> Vec<U> {
     let r = rows(x, l, dim);
     let mut out = vec![U::default(); r.outer * r.len];
-    if r.len > 0 {
-        let rows_per_task = (PAR_THRESHOLD / r.len).max(1);
+    if let Some(rows_per_task) = PAR_THRESHOLD.checked_div(r.len) {
+        let rows_per_task = rows_per_task.max(1);
         let chunk = rows_per_task * r.len;
         let work = |(o, i): (&mut [U], &[U])| {
             let mut tmp = Vec::with_capacity(r.len);

@@ -62,6 +62,7 @@ impl<const N: usize> Plan<N> {
     }
 
     /// True when every view is one contiguous run.
+    #[cfg(test)]
     pub(crate) fn is_contiguous(&self) -> bool {
         self.dims.len() == 1 && self.steps().iter().all(|&s| s == 1 || self.dims[0] <= 1)
     }
