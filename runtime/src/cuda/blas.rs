@@ -357,19 +357,21 @@ pub(crate) fn matmul<T: FloatDType>(
     if let (Some(ltx), Some((bs, bl))) = (blas.lt, bias) {
         let row_vector = bl.strides()[1] == 0 && (n == 1 || bl.strides()[2] == 1);
         if batch == 1 && beta.to_f64() == 1.0 && row_vector {
-            let fused = lt_matmul(
-                &blas,
-                ltx,
-                ctx,
-                (&a_op, &b_op),
-                (m, k, n),
-                bs.ptr_at(bl.offset()),
-                out.device_ptr(),
-                Scale::new(alpha, T::zero()),
-                T::KIND,
-                epilogue,
-                &shapes,
-            )?;
+            let fused = guard("calling cuBLASLt", || {
+                lt_matmul(
+                    &blas,
+                    ltx,
+                    ctx,
+                    (&a_op, &b_op),
+                    (m, k, n),
+                    bs.ptr_at(bl.offset()),
+                    out.device_ptr(),
+                    Scale::new(alpha, T::zero()),
+                    T::KIND,
+                    epilogue,
+                    &shapes,
+                )
+            })?;
             if fused {
                 return Ok(out);
             }
@@ -386,39 +388,50 @@ pub(crate) fn matmul<T: FloatDType>(
     let scale = Scale::new(alpha, beta);
     let (alpha_ptr, beta_ptr) = scale.ptrs();
     let dt = data_type(T::KIND);
-    // Cᵀ (n x m) = Bᵀ (n x k) · Aᵀ (k x m), all column-major.
-    // SAFETY: the operands describe live device memory of the dims above
-    // (checked layouts), the output holds batch * m * n elements, and the
-    // scale values outlive the call.
-    unsafe {
-        cb::cublasGemmStridedBatchedEx(
-            blas.handle,
-            op(b_op.trans),
-            op(a_op.trans),
-            to_i32(n, "n", &shapes)?,
-            to_i32(m, "m", &shapes)?,
-            to_i32(k, "k", &shapes)?,
-            alpha_ptr,
-            b_op.ptr as *const c_void,
-            dt,
-            to_i32(b_op.ld, "the leading dimension of b", &shapes)?,
-            b_op.batch_stride as i64,
-            a_op.ptr as *const c_void,
-            dt,
-            to_i32(a_op.ld, "the leading dimension of a", &shapes)?,
-            a_op.batch_stride as i64,
-            beta_ptr,
-            out.device_ptr() as *mut c_void,
-            dt,
-            to_i32(n, "n", &shapes)?,
-            (m * n) as i64,
-            to_i32(batch, "batch", &shapes)?,
-            compute_type(T::KIND),
-            cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-        )
-    }
-    .result()
-    .map_err(|e| cublas("cublasGemmStridedBatchedEx", e.0, shapes.clone()))?;
+    let (n32, m32, k32) = (
+        to_i32(n, "n", &shapes)?,
+        to_i32(m, "m", &shapes)?,
+        to_i32(k, "k", &shapes)?,
+    );
+    let lda = to_i32(b_op.ld, "the leading dimension of b", &shapes)?;
+    let ldb = to_i32(a_op.ld, "the leading dimension of a", &shapes)?;
+    let batch32 = to_i32(batch, "batch", &shapes)?;
+    let out_ptr = out.device_ptr();
+    guard("calling cuBLAS", || {
+        // Cᵀ (n x m) = Bᵀ (n x k) · Aᵀ (k x m), all column-major.
+        // SAFETY: the operands describe live device memory of the dims
+        // above (checked layouts), the output holds batch * m * n
+        // elements, and the scale values outlive the call.
+        unsafe {
+            cb::cublasGemmStridedBatchedEx(
+                blas.handle,
+                op(b_op.trans),
+                op(a_op.trans),
+                n32,
+                m32,
+                k32,
+                alpha_ptr,
+                b_op.ptr as *const c_void,
+                dt,
+                lda,
+                b_op.batch_stride as i64,
+                a_op.ptr as *const c_void,
+                dt,
+                ldb,
+                a_op.batch_stride as i64,
+                beta_ptr,
+                out_ptr as *mut c_void,
+                dt,
+                n32,
+                (m * n) as i64,
+                batch32,
+                compute_type(T::KIND),
+                cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .result()
+        .map_err(|e| cublas("cublasGemmStridedBatchedEx", e.0, shapes.clone()))
+    })?;
     match epilogue {
         Epilogue::None => Ok(out),
         Epilogue::Relu => be.unary(UnaryOp::Relu, &out, &out_layout),
