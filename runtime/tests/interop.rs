@@ -256,3 +256,43 @@ fn dynamic_rank_arrays_convert_when_the_rank_matches() {
     let back: Array<u8, ndarray::Ix3> = t.to_ndarray().unwrap();
     assert_eq!(back.into_dyn(), a);
 }
+
+#[test]
+fn strided_tensor_views_convert_in_logical_order() {
+    let mut rng = Rng::fresh("strided_tensor_views_convert_in_logical_order");
+    let a: Array2<f32> = rng.array::<f32>(&[3, 5]).into_dimensionality().unwrap();
+    let t = Tensor::<Cpu, f32, shape![3, 5]>::try_from(&a).unwrap();
+
+    let transposed = t.t().unwrap();
+    assert!(!transposed.is_contiguous());
+    assert!(transposed.as_ndarray().is_none());
+    assert_eq!(Array2::from(&transposed), a.t());
+    assert_eq!(transposed.contiguous_ndarray(), a.t());
+    assert_eq!(Vec::from(&transposed), by_index(&a.t()));
+    assert_eq!(Array2::from(transposed), a.t());
+
+    let narrowed = t.narrow::<1, shape![3, 2]>(2, 2).unwrap();
+    assert_eq!(narrowed.to_ndarray().unwrap(), a.slice(s![.., 2..4]));
+    assert_eq!(Array2::from(narrowed), a.slice(s![.., 2..4]));
+
+    let row = Tensor::<Cpu, f32, shape![5]>::try_from(a.row(1)).unwrap();
+    let broadcast = row.broadcast_to::<shape![4, 5]>().unwrap();
+    let want = a.row(1).broadcast((4, 5)).unwrap().to_owned();
+    assert_eq!(Array2::from(&broadcast), want);
+    assert_eq!(
+        Vec::from(broadcast),
+        want.iter().copied().collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_non_contiguous_view_round_trips_through_ndarray() {
+    let mut rng = Rng::fresh("a_non_contiguous_view_round_trips_through_ndarray");
+    let a: Array3<f64> = rng.array::<f64>(&[2, 3, 4]).into_dimensionality().unwrap();
+    let t = Tensor::<Cpu, f64, shape![2, 3, 4]>::try_from(a.clone()).unwrap();
+    let p = t.permute::<shape![4, 2, 3]>(&[2, 0, 1]).unwrap();
+    let back: Array3<f64> = p.to_ndarray().unwrap();
+    assert_eq!(back, a.view().permuted_axes([2, 0, 1]));
+    let again = Tensor::<Cpu, f64, shape![4, 2, 3]>::try_from(back.view()).unwrap();
+    assert_eq!(again.to_vec().unwrap(), p.to_vec().unwrap());
+}

@@ -275,3 +275,84 @@ fn gpu_results_equal_cpu_results_or_cuda_is_unavailable() {
         }
     }
 }
+
+/// A row-wise chain of real operations: `softmax(relu(x @ w + b) * 2)`.
+fn dense_softmax<D: Device>(
+    x: &Tensor<D, f32, Rows4>,
+    w: &Tensor<D, f32, shape![4, 3]>,
+    b: &Tensor<D, f32, shape![3]>,
+) -> Result<Tensor<D, f32, shape![_, 3]>> {
+    Tensor::addmm(b, x, w)?
+        .relu()?
+        .mul_scalar(2.0)?
+        .softmax::<1>()
+}
+
+#[test]
+fn operations_in_chunks_equal_the_one_shot_run() {
+    let a = random_array("operations_in_chunks", 1_001, 4);
+    let w = Tensor::<Cpu, f32, shape![4, 3]>::try_from(random_array("w", 4, 3)).unwrap();
+    let b = Tensor::<Cpu, f32, shape![3]>::try_from(
+        random_array("b", 1, 3).into_shape_with_order(3).unwrap(),
+    )
+    .unwrap();
+
+    let whole = Tensor::<Cpu, f32, Rows4>::from_ndarray(&a).unwrap();
+    let one_shot: Array2<f32> = dense_softmax(&whole, &w, &b).unwrap().to_ndarray().unwrap();
+
+    // The f64 reference of the same chain.
+    let (wv, bv) = (w.to_vec().unwrap(), b.to_vec().unwrap());
+    for (r, row) in a.axis_iter(Axis(0)).enumerate() {
+        let z: Vec<f64> = (0..3)
+            .map(|j| {
+                let s: f64 = (0..4).map(|k| row[k] as f64 * wv[k * 3 + j] as f64).sum();
+                (s + bv[j] as f64).max(0.0) * 2.0
+            })
+            .collect();
+        let m = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let e: f64 = z.iter().map(|v| (v - m).exp()).sum();
+        for j in 0..3 {
+            let want = (z[j] - m).exp() / e;
+            assert!((one_shot[[r, j]] as f64 - want).abs() < 1e-6, "row {r}");
+        }
+    }
+
+    for rows in [1, 10, 333, 1_000, 2_000] {
+        let chunked = StreamMap::new()
+            .chunk_rows(rows)
+            .run(&a, |x: Tensor<Cpu, f32, Rows4>| dense_softmax(&x, &w, &b))
+            .unwrap();
+        // A product of one row may take another kernel than one of many:
+        // the same numbers up to f32 rounding.
+        for (x, y) in chunked.iter().zip(one_shot.iter()) {
+            assert!(
+                (x - y).abs() <= 1e-5 * y.abs() + 1e-7,
+                "chunk_rows({rows}): {x} vs {y}"
+            );
+        }
+    }
+}
+
+#[test]
+fn elementwise_chains_in_chunks_are_bit_identical() {
+    let a = random_array("elementwise_chains_in_chunks", 999, 4);
+    let chain = |x: Tensor<Cpu, f32, Rows4>| x.sin()?.mul_scalar(2.0)?.add_scalar(5.0)?.exp();
+    let one_shot = chain(Tensor::from_ndarray(&a).unwrap()).unwrap();
+    let one_shot: Array2<f32> = one_shot.to_ndarray().unwrap();
+    for rows in [1, 7, 500, 999] {
+        let chunked = StreamMap::new().chunk_rows(rows).run(&a, chain).unwrap();
+        assert_eq!(chunked, one_shot, "chunk_rows({rows})");
+    }
+    // In place, with the in-place operations of the library.
+    let mut b = a.clone();
+    StreamMap::new()
+        .chunk_rows(100)
+        .run_in_place(&mut b, |mut x: Tensor<Cpu, f32, Rows4>| {
+            x = x.sin()?;
+            x.mul_scalar_(2.0)?;
+            x.add_scalar_(5.0)?;
+            x.exp()
+        })
+        .unwrap();
+    assert_eq!(b, one_shot);
+}
