@@ -108,10 +108,10 @@ pub fn check_close(what: &str, got: &[f64], want: &[f64], rtol: f64, atol: f64) 
         )
         .into());
     }
-    let plural = if got.len() == 1 { "" } else { "s" };
-    println!(
-        "  {what}: {} value{plural} match the f64 reference",
-        got.len()
-    );
+    let (n, verb) = match got.len() {
+        1 => ("1 value".to_string(), "matches"),
+        n => (format!("{n} values"), "match"),
+    };
+    println!("  {what}: {n} {verb} the f64 reference");
     Ok(())
 }
