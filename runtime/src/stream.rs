@@ -3,10 +3,19 @@
 //!
 //! The array is cut along dim 0. Each chunk is copied to the device, given
 //! to the function as a `Tensor<D, T, (Dyn, ..)>`, and the result is copied
-//! back into a host array. Three stages run at once, so the copy of chunk
-//! `i + 1` to the device and the copy of result `i - 1` back to the host
-//! overlap the compute of chunk `i`; at most two chunks and two results
-//! are alive at a time. On the CPU the same pipeline runs with host copies.
+//! back into a host array. Three stages run on their own threads: a load
+//! stage gathers chunk `i + 1` into row-major order and queues its copy to
+//! the device, the calling thread runs the function on chunk `i`, and a
+//! store stage copies result `i - 1` back and writes it out. At most two
+//! chunks and two results are alive at a time (double buffering).
+//!
+//! On a GPU the copies go through pinned staging buffers and are queued
+//! asynchronously on the device's stream, so the host-side work (gathering
+//! strided rows, filling and draining the staging buffers, writing the
+//! output) overlaps the device's compute and the device is never left
+//! waiting for the host between chunks. The device runs its stream in
+//! order: a copy and a kernel of the same device do not execute at the
+//! same instant. On the CPU the same pipeline runs with host copies.
 //!
 //! The function must work row by row: a chunk of `n` rows gives a result of
 //! `n` rows (`[n, 784] -> [n, 10]`, `[n, 3, 32, 32] -> [n]`, ...), so the
@@ -18,13 +27,11 @@
 //!
 //! ```
 //! use ndarray::Array2;
-//! use tensorfn_runtime::{stream_map, Cpu, Tensor, shape, Result};
+//! use tensorfn_runtime::{stream_map, Cpu, Tensor, shape};
 //!
 //! let host = Array2::from_shape_fn((10_000, 4), |(i, j)| (i * 4 + j) as f32);
-//! let out = stream_map(&host, |chunk: Tensor<Cpu, f32, shape![_, 4]>| -> Result<_> {
-//!     // Any row-wise computation; here on the host for brevity.
-//!     let v: Vec<f32> = chunk.to_vec()?.iter().map(|x| 2.0 * x + 1.0).collect();
-//!     Tensor::<Cpu, f32, shape![_, 4]>::from_vec_dims(v, chunk.shape())
+//! let out = stream_map(&host, |chunk: Tensor<Cpu, f32, shape![_, 4]>| {
+//!     chunk.mul_scalar(2.0)?.add_scalar(1.0)
 //! })
 //! .unwrap();
 //! assert_eq!(out, host.mapv(|x| 2.0 * x + 1.0));
@@ -100,16 +107,13 @@ pub struct StreamStats {
 ///
 /// ```
 /// use ndarray::Array2;
-/// use tensorfn_runtime::{StreamMap, Cpu, Tensor, shape, Result};
+/// use tensorfn_runtime::{StreamMap, Cpu, Tensor, shape};
 ///
 /// let host = Array2::from_shape_fn((1_000, 2), |(i, j)| (i + j) as f64);
+/// // Row sums: [n, 2] chunks give [n] results.
 /// let sums = StreamMap::new()
 ///     .chunk_rows(128)
-///     .run(&host, |x: Tensor<Cpu, f64, shape![_, 2]>| -> Result<_> {
-///         let v = x.to_vec()?;
-///         let s: Vec<f64> = v.chunks(2).map(|r| r[0] + r[1]).collect();
-///         Tensor::<Cpu, f64, shape![_]>::from_vec_dims(s, &[x.shape()[0]])
-///     })
+///     .run(&host, |x: Tensor<Cpu, f64, shape![_, 2]>| x.sum::<1>())
 ///     .unwrap();
 /// assert_eq!(sums[999], 999.0 + 1000.0);
 /// ```
@@ -314,14 +318,14 @@ impl StreamMap {
     ///
     /// ```
     /// use ndarray::Array2;
-    /// use tensorfn_runtime::{StreamMap, Cpu, Tensor, shape, Result};
+    /// use tensorfn_runtime::{StreamMap, Cpu, Tensor, shape};
     /// let mut host = Array2::from_shape_fn((30, 2), |(i, j)| (i * 2 + j) as f64);
     /// let before = host.clone();
     /// StreamMap::new()
     ///     .chunk_rows(4)
-    ///     .run_in_place(&mut host, |x: Tensor<Cpu, f64, shape![_, 2]>| -> Result<_> {
-    ///         let v = x.to_vec()?.iter().map(|v| v + 0.5).collect();
-    ///         Tensor::<Cpu, f64, shape![_, 2]>::from_vec_dims(v, x.shape())
+    ///     .run_in_place(&mut host, |mut x: Tensor<Cpu, f64, shape![_, 2]>| {
+    ///         x.add_scalar_(0.5)?; // the chunk is the function's own: no copy
+    ///         Ok(x)
     ///     })
     ///     .unwrap();
     /// assert_eq!(host, before.mapv(|v| v + 0.5));
@@ -603,11 +607,9 @@ fn device_free_memory(ord: usize) -> Result<usize> {
 /// use ndarray::Array2;
 /// use tensorfn_runtime::{stream_map, Cpu, Cuda, Device, Tensor, shape, Result};
 ///
-/// // Row sums of x * 3, written once for every device.
+/// // The per-chunk work, written once for every device.
 /// fn scaled<D: Device>(x: Tensor<D, f32, shape![_, 3]>) -> Result<Tensor<D, f32, shape![_, 3]>> {
-///     let rows = x.shape()[0];
-///     let v: Vec<f32> = x.to_vec()?.iter().map(|v| v * 3.0).collect();
-///     Tensor::from_vec_dims(v, &[rows, 3])
+///     x.mul_scalar(3.0)
 /// }
 ///
 /// let host = Array2::from_shape_fn((5_000, 3), |(i, j)| (i + j) as f32);
