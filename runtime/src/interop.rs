@@ -11,6 +11,7 @@
 //! | `ndarray` array or view, any layout | `Tensor<Cpu, T, S>` | `Tensor::try_from(a)` (dims checked against `S`) |
 //! | `ndarray` array or view | `Tensor<D, T, S>` on any device | [`Tensor::from_ndarray`] |
 //! | `Tensor<Cpu, T, S>` | `Array<T, _>` of the same rank | `Array::from(t)` |
+//! | contiguous `&Tensor<Cpu, T, S>` | `ArrayView<T, _>`, no copy | `ArrayView::try_from(&t)` |
 //! | `Tensor<D, T, S>` on any device | `Array<T, _>` | [`Tensor::to_ndarray`] |
 //! | `Vec<T>`, `&[T]` | `Tensor<Cpu, T, S>` | `Tensor::try_from(v)` (one `_` dim is inferred) |
 //! | `Tensor<Cpu, T, S>` | `Vec<T>` | `Vec::from(t)` (row-major) |
@@ -359,6 +360,37 @@ impl<T: DType, S: NdShape> From<&Tensor<Cpu, T, S>> for Array<T, S::NdDim> {
         let dim = nd_dim::<S::NdDim>(t.shape());
         Array::from_shape_vec(dim, gather(t.storage.as_cpu(), t.layout()))
             .expect("row-major data has the tensor's element count")
+    }
+}
+
+/// Borrows a contiguous CPU tensor as an `ndarray` view, without a copy;
+/// `Err` for a strided view (transposed, narrowed, broadcast), which
+/// `Array::from(&tensor)` copies instead.
+///
+/// ```
+/// use ndarray::ArrayView2;
+/// use tensorfn_runtime::{Tensor, Cpu, shape};
+/// let t = Tensor::<Cpu, f32, shape![2, 3]>::arange(0.0, 1.0).unwrap();
+/// let v = ArrayView2::try_from(&t).unwrap();
+/// assert_eq!(v[[1, 1]], 4.0);
+/// let tt = t.t().unwrap();
+/// assert!(ArrayView2::try_from(&tt).is_err());
+/// ```
+impl<'a, T: DType, S: NdShape> TryFrom<&'a Tensor<Cpu, T, S>> for ArrayView<'a, T, S::NdDim> {
+    type Error = Error;
+
+    fn try_from(t: &'a Tensor<Cpu, T, S>) -> Result<Self> {
+        t.as_ndarray().ok_or_else(|| {
+            Error::shape(
+                "ArrayView::try_from(&Tensor)",
+                "a contiguous tensor",
+                format!(
+                    "a strided view (dims {:?}, strides {:?}); copy it with `Array::from(&tensor)` or `.contiguous()`",
+                    t.shape(),
+                    t.layout().strides()
+                ),
+            )
+        })
     }
 }
 

@@ -263,9 +263,12 @@ fn strided_tensor_views_convert_in_logical_order() {
     let a: Array2<f32> = rng.array::<f32>(&[3, 5]).into_dimensionality().unwrap();
     let t = Tensor::<Cpu, f32, shape![3, 5]>::try_from(&a).unwrap();
 
+    assert_eq!(ndarray::ArrayView2::try_from(&t).unwrap(), a);
     let transposed = t.t().unwrap();
     assert!(!transposed.is_contiguous());
     assert!(transposed.as_ndarray().is_none());
+    let e = ndarray::ArrayView2::try_from(&transposed).unwrap_err();
+    assert!(e.to_string().contains("strided view"), "{e}");
     assert_eq!(Array2::from(&transposed), a.t());
     assert_eq!(transposed.contiguous_ndarray(), a.t());
     assert_eq!(Vec::from(&transposed), by_index(&a.t()));
