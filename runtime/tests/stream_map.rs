@@ -356,3 +356,26 @@ fn elementwise_chains_in_chunks_are_bit_identical() {
         .unwrap();
     assert_eq!(b, one_shot);
 }
+
+#[test]
+fn a_panicking_function_unwinds_without_hanging_the_pipeline() {
+    let a = random_array("a_panicking_function_unwinds", 100, 4);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut calls = 0;
+        StreamMap::new()
+            .chunk_rows(10)
+            .run(&a, |x: Tensor<Cpu, f32, Rows4>| {
+                calls += 1;
+                if calls == 3 {
+                    panic!("the function failed on its third chunk");
+                }
+                Ok(x)
+            })
+    }));
+    assert!(outcome.is_err());
+    // The library still works afterwards.
+    assert_eq!(
+        stream_map(&a, sin_affine::<Cpu>).unwrap(),
+        reference_sin_affine(a.view())
+    );
+}
