@@ -1,10 +1,82 @@
-//! Kernels for tensorfn: a small typed IR, a PTX back-end, a CPU
-//! interpreter and the built-in kernels.
+//! Kernels for tensorfn: a small typed IR of elementwise work, a PTX
+//! back-end, a CPU interpreter that computes exactly what the PTX does, and
+//! the built-in kernels of the CUDA runtime.
+//!
+//! * [`ir`]: the typed SSA IR and [`ElementwiseBuilder`](ir::ElementwiseBuilder),
+//!   used by `tensor_fn!` to describe a fused elementwise group;
+//! * [`ptx`]: PTX text for sm_70 and newer (no CUDA toolkit needed);
+//! * [`interp`]: the reference interpreter;
+//! * [`builtin`]: unary, binary, cast, reduction and softmax kernels;
+//! * [`abi`]: how elementwise kernels are launched;
+//! * [`ops`]: the scalar operations, with their `f64` references.
+//!
+//! # Accuracy
+//!
+//! Transcendental functions are expansions into correctly rounded
+//! operations (`fma`, `+`, `*`, `/`, `sqrt`, round-to-integral, integer and
+//! bit operations; no `.approx` instruction, no flush-to-zero). The PTX and
+//! the interpreter execute the same sequence, so the GPU computes exactly
+//! what the interpreter does (checked bit for bit on an H100 by
+//! `examples/gpu_check.rs`), and the interpreter's measured accuracy is the
+//! GPU's. Errors in ulps, maximum over dense sweeps (`tests/accuracy.rs`,
+//! millions of points for f32, against `f64`; f64 against the platform
+//! libm, whose own error is included), measured / asserted:
+//!
+//! | function | method | f32 | f64 |
+//! | --- | --- | --- | --- |
+//! | `exp` | reduction by ln 2 (Cody–Waite), Taylor polynomial, scaling in two steps (correct subnormals) | 0.92 / 1 | 1.0 / 1 |
+//! | `log` | split at √2, `2 atanh(s)` series (msun layout) | 0.81 / 1 | 1.0 / 1 |
+//! | `sin`, `cos` | 3-part Cody–Waite by π/2; beyond 2^17 (f32) or 2^30 (f64) exact integer Payne–Hanek, under a branch | 1.44 / 1.5, whole range | 1.0 / 1.5, whole range |
+//! | `tanh` | Taylor polynomial below 0.55, `1 - 2/(e^{2x}+1)` above | 1.50 / 2 | 2.0 / 2 |
+//! | `sigmoid` | `1/(1+e)` or `e/(1+e)` with `e = exp(-\|x\|)` | 2.20 / 2.5 | 3.0 / 3 |
+//! | `silu` | `x/(1+e)` or `x e/(1+e)` | 2.73 / 3 | same method |
+//! | `gelu` (tanh form) | `x · sigmoid(2u)`, `2u` as a double word | 2.86 / 3 | same method |
+//! | `pow` | `exp(y log\|x\|)` in f64, double-word `log`; C99 special cases | 0.50 / 1 | 2.0 / 2 |
+//! | `sqrt`, `recip`, `/` | IEEE instructions | 0.5 | 0.5 |
+//! | `rsqrt` | `1/sqrt(x)` | 1.47 / 1.5 | 1.5 |
+//!
+//! `f16` and `bf16` compute in `f32` and round once to their type. Integer
+//! arithmetic wraps; `x / 0` is 0 for integers.
+//!
+//! ```
+//! use tensorfn_kernels::ir::ElementwiseBuilder;
+//! use tensorfn_kernels::interp::{run_elementwise, HostData, HostView};
+//! use tensorfn_kernels::{ptx, BinaryOp, DTypeKind, UnaryOp};
+//!
+//! let mut k = ElementwiseBuilder::new();
+//! let x = k.input(DTypeKind::F32);
+//! let s = k.unary(UnaryOp::Sin, x);
+//! let two = k.constant(2.0, DTypeKind::F32);
+//! let y = k.binary(BinaryOp::Mul, s, two);
+//! let kernel = k.output(y)?;
+//!
+//! let text = ptx::elementwise(&kernel, &kernel.default_name())?; // for the GPU
+//! let data = HostData::F32(vec![0.5, -1.0]);
+//! let out = run_elementwise(&kernel, &[HostView::contiguous(&data)], &[2])?; // on the host
+//! let want: Vec<f64> = [0.5f64, -1.0].iter().map(|v| 2.0 * v.sin()).collect();
+//! for (g, w) in out.to_f64_vec().iter().zip(&want) {
+//!     assert!((g - w).abs() < 1e-6);
+//! }
+//! # let _ = text;
+//! # Ok::<(), tensorfn_kernels::Error>(())
+//! ```
 #![deny(missing_docs)]
 
 pub mod abi;
+pub mod builtin;
+mod error;
+mod expand;
+pub mod interp;
+pub mod ir;
+mod lower;
 pub mod ops;
+mod prim;
+pub mod ptx;
+mod reduction;
+mod round;
 
-pub use ops::{BinaryOp, ReduceOp, UnaryOp};
+pub use error::{Error, Result};
+pub use ops::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+pub use tensorfn_core::DTypeKind;
 
 pub use abi::FusedKernel;
