@@ -3,7 +3,6 @@
 //! broadcast), empty tensors, and every float dtype for products. Skips
 //! with a one-line notice when no GPU is present.
 
-use std::fmt::Debug;
 use tensorfn_kernels::UnaryOp;
 use tensorfn_runtime::{
     bf16, f16, shape, Cpu, Cuda, DType, Device, Error, FloatDType, NumDType, Shape, Tensor,
@@ -219,10 +218,7 @@ fn integer_division_by_zero_is_an_error_on_the_gpu_too() {
     assert_eq!(b.div(&a).unwrap().to_vec().unwrap(), vec![0, 0, 0]);
 }
 
-fn casts_from<G: Device, T: DType>()
-where
-    T: Debug,
-{
+fn casts_from<G: Device, T: DType>() {
     let (c, g) = pair::<G, T, D2>(&[17, 9], -100.0, 100.0);
     let (c, g) = (c.t().unwrap(), g.t().unwrap());
     same("cast f32", g.cast::<f32>(), c.cast::<f32>(), 1.0);
@@ -403,6 +399,26 @@ fn products<G: Device, T: FloatDType>() {
         "addmm with a transposed weight",
         Tensor::addmm(&gn, &ga, &gbt.t().unwrap()),
         Tensor::addmm(&cn, &ca, &cbt.t().unwrap()),
+        k,
+    );
+    // The fused linear layer (cuBLASLt epilogue for a (N,) bias).
+    let relu = |r: Result<Tensor<Cpu, T, D2>, Error>| r.and_then(|t| t.relu());
+    same(
+        "addmm_relu (N,) bias",
+        Tensor::addmm_relu(&gn, &ga, &gb),
+        relu(Tensor::addmm(&cn, &ca, &cb)),
+        k,
+    );
+    same(
+        "addmm_relu (M, N) bias",
+        Tensor::addmm_relu(&gmn, &ga, &gb),
+        relu(Tensor::addmm(&cmn, &ca, &cb)),
+        k,
+    );
+    same(
+        "addmm_relu transposed weight",
+        Tensor::addmm_relu(&gn, &ga, &gbt.t().unwrap()),
+        relu(Tensor::addmm(&cn, &ca, &cbt.t().unwrap())),
         k,
     );
     // Empty inner dim: the bias alone.

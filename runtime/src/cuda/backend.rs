@@ -79,7 +79,7 @@ impl CudaBackend {
     /// `relu(alpha * a @ b + beta * bias)` in one cuBLASLt call when the
     /// bias is one value per output column (a linear layer), else a
     /// product followed by a ReLU kernel. Layouts as in `Backend::matmul`.
-    #[allow(clippy::too_many_arguments, dead_code)]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn addmm_relu<T: FloatDType>(
         &self,
         bias: (&CudaStorage<T>, &Layout),

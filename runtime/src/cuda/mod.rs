@@ -9,11 +9,12 @@
 //! - `blas`: cuBLAS / cuBLASLt matrix products.
 //! - `backend`: the `Backend` primitives.
 //! - `error`: driver and cuBLAS statuses as `Error`s.
+//! - `addmm_relu`: the fused linear-layer entry point for `tensor_fn!`.
 
+mod addmm_relu;
 mod alloc;
 mod backend;
 mod blas;
-mod builtin_pending;
 mod context;
 mod error;
 mod launch;
