@@ -56,7 +56,11 @@ fn dim_ty_tokens(d: &DimTy) -> TokenStream {
                 quote!(::tensorfn::Const<#c>)
             }
             None => {
-                let s = format_ident!("{}", d.as_symbol().expect("a const dim is a literal or a generic"));
+                let s = format_ident!(
+                    "{}",
+                    d.as_symbol()
+                        .expect("a const dim is a literal or a generic")
+                );
                 quote!(::tensorfn::Const<#s>)
             }
         },
@@ -70,7 +74,11 @@ pub fn shape_tokens(dims: &[DimTy]) -> TokenStream {
 }
 
 fn tensor_tokens(device: Device, dtype: DTypeKind, dims: &[DimTy]) -> TokenStream {
-    let (d, t, s) = (device_tokens(device), dtype_tokens(dtype), shape_tokens(dims));
+    let (d, t, s) = (
+        device_tokens(device),
+        dtype_tokens(dtype),
+        shape_tokens(dims),
+    );
     quote!(::tensorfn::Tensor<#d, #t, #s>)
 }
 
@@ -130,14 +138,16 @@ pub struct Ctx<'a> {
     /// The kernels as written.
     pub kernels: &'a [&'a KernelFn],
     /// PTX text of a fused element program with the given kernel name.
-    pub ptx: &'a dyn Fn(&Ir, &str) -> String,
+    pub ptx: &'a dyn Fn(&Ir, &str) -> Result<String, String>,
 }
 
 struct FnGen<'a> {
     ctx: &'a Ctx<'a>,
     f: &'a CheckedFn,
     ast: &'a TensorFn,
-    kernel_count: usize,
+    /// The static declared for each kernel name so far.
+    kernels: std::collections::HashMap<String, proc_macro2::Ident>,
+    errors: Vec<syn::Error>,
 }
 
 fn var(n: NodeId) -> proc_macro2::Ident {
@@ -271,7 +281,9 @@ impl FnGen<'_> {
         let sig = &self.f.sig;
         let mut out = TokenStream::new();
         for (name, kind) in &sig.symbols.map {
-            let SymKind::Runtime(Some(src)) = kind else { continue };
+            let SymKind::Runtime(Some(src)) = kind else {
+                continue;
+            };
             let v = format_ident!("{}", Symbols::var_name(name));
             let value = match src {
                 Source::TensorDim { param, dim } => {
@@ -297,9 +309,10 @@ impl FnGen<'_> {
                     Some(SymKind::Runtime(Some(Source::TensorDim { param, dim }))) => {
                         Some(format!("{s} is dim {dim} of `{}`", sig.param_names[*param]))
                     }
-                    Some(SymKind::Runtime(Some(Source::Scalar { param }))) => {
-                        Some(format!("{s} is the parameter `{}`", sig.param_names[*param]))
-                    }
+                    Some(SymKind::Runtime(Some(Source::Scalar { param }))) => Some(format!(
+                        "{s} is the parameter `{}`",
+                        sig.param_names[*param]
+                    )),
                     _ => None,
                 })
                 .collect();
@@ -359,10 +372,31 @@ impl FnGen<'_> {
     fn fused(&mut self, gr: &crate::lower::FusedGroup) -> TokenStream {
         let out = gr.out;
         let t = self.tty(out).clone();
-        let name = kernel_name(&self.f.sig.name, self.kernel_count, &gr.ir);
-        self.kernel_count += 1;
-        let ptx = (self.ctx.ptx)(&gr.ir, &name);
-        let static_name = format_ident!("__TF_KERNEL_{}", self.kernel_count - 1);
+        let name = kernel_name(&self.f.sig.name, &gr.ir);
+        // Identical groups (repeated layers) share one static and one PTX.
+        let (static_name, declare) = match self.kernels.get(&name) {
+            Some(id) => (id.clone(), false),
+            None => {
+                let id = format_ident!("__TF_KERNEL_{}", self.kernels.len());
+                self.kernels.insert(name.clone(), id.clone());
+                (id, true)
+            }
+        };
+        let ptx = if declare {
+            match (self.ctx.ptx)(&gr.ir, &name) {
+                Ok(p) => p,
+                Err(e) => {
+                    let at = &self.g().nodes[out].sp;
+                    self.errors.push(at.error(format!(
+                        "internal error of `tensor_fn!`: the PTX emitter rejected the fused kernel of `{}`: {e}",
+                        self.g().nodes[out].text
+                    )));
+                    String::new()
+                }
+            }
+        } else {
+            String::new()
+        };
         let inputs = gr.ir.inputs.iter().map(|d| dtype_kind_tokens(*d));
         let output = dtype_kind_tokens(gr.ir.output_dtype());
         let args: Vec<TokenStream> = gr
@@ -383,13 +417,18 @@ impl FnGen<'_> {
         let closure = ir::closure(&gr.ir);
         let v = var(out);
         let ty = self.type_of(out);
+        let decl = declare.then(|| {
+            quote! {
+                static #static_name: ::tensorfn::__kernels::FusedKernel = ::tensorfn::__kernels::FusedKernel {
+                    name: #name,
+                    ptx: #ptx,
+                    inputs: &[#(#inputs),*],
+                    output: #output,
+                };
+            }
+        });
         quote! {
-            static #static_name: ::tensorfn::__kernels::FusedKernel = ::tensorfn::__kernels::FusedKernel {
-                name: #name,
-                ptx: #ptx,
-                inputs: &[#(#inputs),*],
-                output: #output,
-            };
+            #decl
             let #v: #ty = ::tensorfn::__private::#f(#(#args,)* &#dims, &#static_name, #closure)?;
         }
     }
@@ -546,9 +585,14 @@ impl FnGen<'_> {
                 ..
             } => {
                 let callee_ast = self.ctx.fns[*callee];
-                let sig = self.ctx.sigs[*callee].as_ref().expect("called functions have signatures");
+                let sig = self.ctx.sigs[*callee]
+                    .as_ref()
+                    .expect("called functions have signatures");
                 let name = &callee_ast.name;
-                let gen: Vec<TokenStream> = generics.iter().map(|d| dim_value(d, self.symbols())).collect();
+                let gen: Vec<TokenStream> = generics
+                    .iter()
+                    .map(|d| dim_value(d, self.symbols()))
+                    .collect();
                 let turbofish = if gen.is_empty() {
                     quote!()
                 } else {
@@ -600,7 +644,10 @@ impl FnGen<'_> {
                     Ty::Scalar(_) => self.scalar_native(a),
                     _ => self.reference(a),
                 });
-                quote!(#path(#(#argv),*)?)
+                // The annotation fixes the result's shape type, whatever
+                // shape type the function returns (checked at run time).
+                let s = so();
+                quote!(#path(#(#argv),*)?.into_shape::<#s>()?)
             }
             Op::TupleGet(x, i) => {
                 let t = var(*x);
@@ -669,12 +716,18 @@ impl FnGen<'_> {
     }
 }
 
-/// A unique, stable kernel entry prefix: function, position, program hash.
-pub fn kernel_name(fn_name: &str, index: usize, ir: &Ir) -> String {
+/// A stable kernel entry prefix: the function and a hash of the program
+/// (equal programs get equal names and share their PTX).
+pub fn kernel_name(fn_name: &str, ir: &Ir) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     ir.fingerprint().hash(&mut h);
-    format!("tf_{fn_name}_{index}_{:016x}", h.finish())
+    let clean: String = fn_name
+        .trim_start_matches("r#")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("tf_{clean}_{:016x}", h.finish())
 }
 
 fn unary_ir(op: UnaryOp) -> Ir {
@@ -723,7 +776,8 @@ pub fn tensor_fn(ctx: &Ctx<'_>, ast: &TensorFn, f: &CheckedFn, plan: &Plan) -> T
         ctx,
         f,
         ast,
-        kernel_count: 0,
+        kernels: std::collections::HashMap::new(),
+        errors: Vec::new(),
     };
     let entry = gen.entry();
     let steps: Vec<TokenStream> = plan.steps.iter().map(|s| gen.step(s)).collect();
@@ -739,7 +793,9 @@ pub fn tensor_fn(ctx: &Ctx<'_>, ast: &TensorFn, f: &CheckedFn, plan: &Plan) -> T
     });
     let ret = return_tokens(&f.sig);
     let memory = memory_module(ast, &f.sig, plan);
+    let errors = crate::combine(gen.errors).map(|e| e.to_compile_error());
     quote! {
+        #errors
         #(#attrs)*
         #[allow(clippy::let_and_return, clippy::redundant_clone, clippy::needless_borrow)]
         #vis fn #name<#(const #generics: usize),*>(#(#params),*) -> ::tensorfn::Result<#ret> {
@@ -881,7 +937,12 @@ pub fn stub_fn(f: &TensorFn) -> TokenStream {
             }
         }
     });
-    let rets: Vec<TokenStream> = f.ret.tensors.iter().map(|t| stub_shape(t, generics)).collect();
+    let rets: Vec<TokenStream> = f
+        .ret
+        .tensors
+        .iter()
+        .map(|t| stub_shape(t, generics))
+        .collect();
     let ret = if f.ret.tuple {
         quote!((#(#rets,)*))
     } else {

@@ -93,7 +93,11 @@ fn analyse(input: &ast::Input) -> Invocation<'_> {
         })
         .collect();
     let mut seen: HashMap<String, ()> = HashMap::new();
-    for name in fns.iter().map(|f| &f.name).chain(kernels.iter().map(|k| &k.name)) {
+    for name in fns
+        .iter()
+        .map(|f| &f.name)
+        .chain(kernels.iter().map(|k| &k.name))
+    {
         if seen.insert(name.to_string(), ()).is_some() {
             errors.push(syn::Error::new(
                 name.span(),
@@ -210,7 +214,7 @@ pub fn expand(input: TokenStream) -> TokenStream {
         Err(e) => return e.to_compile_error(),
     };
     let inv = analyse(&parsed);
-    let ptx = |ir: &ir::Ir, name: &str| ptx::fused(ir, name);
+    let ptx = |ir: &ir::Ir, name: &str| ptx::fused(ir, name).map_err(|e| e.to_string());
     let ctx = expand::Ctx {
         sigs: &inv.sigs,
         fns: &inv.fns,

@@ -123,7 +123,12 @@ pub fn plan(f: &CheckedFn, kernels: &[Ir], peaks: &Peaks) -> Plan {
 }
 
 /// For each elementwise node, the root of its kernel.
-fn assign_groups(g: &Graph, users: &[Vec<NodeId>], ret: &[NodeId], forced: &[bool]) -> Vec<Option<NodeId>> {
+fn assign_groups(
+    g: &Graph,
+    users: &[Vec<NodeId>],
+    ret: &[NodeId],
+    forced: &[bool],
+) -> Vec<Option<NodeId>> {
     let n = g.nodes.len();
     let mut group_of: Vec<Option<NodeId>> = vec![None; n];
     for id in (0..n).rev() {
@@ -138,7 +143,11 @@ fn assign_groups(g: &Graph, users: &[Vec<NodeId>], ret: &[NodeId], forced: &[boo
                 let first = group_of[users[id][0]];
                 first.is_some() && users[id].iter().all(|&u| group_of[u] == first)
             };
-        group_of[id] = if inline { group_of[users[id][0]] } else { Some(id) };
+        group_of[id] = if inline {
+            group_of[users[id][0]]
+        } else {
+            Some(id)
+        };
     }
     group_of
 }
@@ -184,7 +193,12 @@ impl Builder<'_> {
                     let a = self.value(a, from);
                     self.ir.push(Inst::Cast(a), to)
                 }
-                Op::AddCmul { input, t1, t2, value } => {
+                Op::AddCmul {
+                    input,
+                    t1,
+                    t2,
+                    value,
+                } => {
                     let x = self.value(input, nd);
                     let (a, b) = (self.value(t1, nd), self.value(t2, nd));
                     let c = self.value(value, nd);
@@ -271,9 +285,15 @@ struct Storage {
     contiguous: bool,
 }
 
-fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, group_of: &[Option<NodeId>], peaks: &Peaks) -> Plan {
+fn schedule(
+    f: &CheckedFn,
+    groups: Vec<FusedGroup>,
+    group_of: &[Option<NodeId>],
+    peaks: &Peaks,
+) -> Plan {
     let g = &f.graph;
-    let mut by_root: HashMap<NodeId, FusedGroup> = groups.into_iter().map(|gr| (gr.out, gr)).collect();
+    let mut by_root: HashMap<NodeId, FusedGroup> =
+        groups.into_iter().map(|gr| (gr.out, gr)).collect();
     let mut steps: Vec<Step> = Vec::new();
     let mut step_of: HashMap<NodeId, usize> = HashMap::new();
     for id in 0..g.nodes.len() {
@@ -306,7 +326,11 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, group_of: &[Option<NodeId>],
                     GroupInput::Scalar { .. } => None,
                 })
                 .collect(),
-            Step::Op(n) => g.inputs(*n).into_iter().filter(|&i| !is_scalar(g, i)).collect(),
+            Step::Op(n) => g
+                .inputs(*n)
+                .into_iter()
+                .filter(|&i| !is_scalar(g, i))
+                .collect(),
             Step::Drop(_) => vec![],
         }
     };
@@ -342,7 +366,9 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, group_of: &[Option<NodeId>],
                     .inputs
                     .iter()
                     .filter_map(|x| match x {
-                        GroupInput::Scalar { dtype, .. } => Some(Dim::constant(dtype.size_bytes() as i64)),
+                        GroupInput::Scalar { dtype, .. } => {
+                            Some(Dim::constant(dtype.size_bytes() as i64))
+                        }
                         GroupInput::Tensor(_) => None,
                     })
                     .fold(Dim::constant(0), |a, b| a.add(&b));
@@ -351,10 +377,19 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, group_of: &[Option<NodeId>],
             Step::Drop(_) => continue,
             Step::Op(n) => {
                 let n = *n;
-                let src = |x: NodeId| storage.get(&x).copied().unwrap_or(Storage { root: None, contiguous: false });
+                let src = |x: NodeId| {
+                    storage.get(&x).copied().unwrap_or(Storage {
+                        root: None,
+                        contiguous: false,
+                    })
+                };
                 match &g.nodes[n].op {
-                    Op::MatMul(..) | Op::Bmm(..) | Op::Dot(..) | Op::AddMm { .. } => (n, Some(bytes(g, n)), true, None),
-                    Op::Reduce { .. } | Op::Softmax { .. } | Op::Cat { .. } => (n, Some(bytes(g, n)), true, None),
+                    Op::MatMul(..) | Op::Bmm(..) | Op::Dot(..) | Op::AddMm { .. } => {
+                        (n, Some(bytes(g, n)), true, None)
+                    }
+                    Op::Reduce { .. } | Op::Softmax { .. } | Op::Cat { .. } => {
+                        (n, Some(bytes(g, n)), true, None)
+                    }
                     Op::ToDevice(x, d) => {
                         if tensor_ty(g, *x).device == *d {
                             (n, None, src(*x).contiguous, Some(*x))
@@ -370,15 +405,23 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, group_of: &[Option<NodeId>],
                             (n, Some(bytes(g, n)), true, None)
                         }
                     }
-                    Op::T(x) | Op::Permute(x, _) | Op::Transpose(x, ..) => (n, None, false, Some(*x)),
-                    Op::Narrow { x, dim, .. } => (n, None, *dim == 0 && src(*x).contiguous, Some(*x)),
+                    Op::T(x) | Op::Permute(x, _) | Op::Transpose(x, ..) => {
+                        (n, None, false, Some(*x))
+                    }
+                    Op::Narrow { x, dim, .. } => {
+                        (n, None, *dim == 0 && src(*x).contiguous, Some(*x))
+                    }
                     Op::Index { x, .. } => (n, None, src(*x).contiguous, Some(*x)),
                     Op::TupleGet(x, _) => (n, None, true, Some(*x)),
-                    Op::Call { callee, bindings, .. } => {
+                    Op::Call {
+                        callee, bindings, ..
+                    } => {
                         match f_sig_of(peaks, *callee) {
                             Some(cands) => {
-                                let bind: HashMap<&str, Dim> =
-                                    bindings.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+                                let bind: HashMap<&str, Dim> = bindings
+                                    .iter()
+                                    .map(|(k, v)| (k.as_str(), v.clone()))
+                                    .collect();
                                 let subst: Vec<Dim> = cands
                                     .iter()
                                     .filter_map(|c| c.substitute(&|s| bind.get(s).cloned()))
@@ -392,7 +435,10 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, group_of: &[Option<NodeId>],
                         }
                         let total = match &g.nodes[n].ty {
                             Ty::Tuple(ts) => ts.iter().fold(Dim::constant(0), |a, t| {
-                                a.add(&numel(&t.dims).mul(&Dim::constant(t.dtype.size_bytes() as i64)))
+                                a.add(
+                                    &numel(&t.dims)
+                                        .mul(&Dim::constant(t.dtype.size_bytes() as i64)),
+                                )
                             }),
                             _ => bytes(g, n),
                         };
@@ -409,7 +455,13 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, group_of: &[Option<NodeId>],
         match (fresh, alias) {
             (Some(b), _) => {
                 buffers.push((out, b, i));
-                storage.insert(out, Storage { root: Some(out), contiguous });
+                storage.insert(
+                    out,
+                    Storage {
+                        root: Some(out),
+                        contiguous,
+                    },
+                );
             }
             (None, Some(x)) => {
                 let root = storage.get(&x).and_then(|s| s.root);
