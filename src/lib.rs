@@ -154,37 +154,10 @@
 //! ```
 //!
 //! The macro's errors name the operand, what was expected and the fix, and
-//! appear in `cargo check`:
-//!
-//! ```compile_fail
-//! use tensorfn::prelude::*;
-//! tensor_fn! {
-//!     pub fn f(a: &Tensor<Cuda, f32, [4, 10]>, w: &Tensor<Cpu, f32, [10, 3]>) -> Tensor<Cuda, f32, [4, 3]> {
-//!         matmul(a, w) // `w` is on Cpu but `matmul` runs on Cuda (a: Cuda): move it with `w.to_device::<Cuda>()`
-//!     }
-//! }
-//! # fn main() {}
-//! ```
-//!
-//! ```compile_fail
-//! use tensorfn::prelude::*;
-//! tensor_fn! {
-//!     pub fn f(y: &Tensor<Cpu, f32, [5, 5]>, x: &Tensor<Cpu, i32, [5, 5]>) -> Tensor<Cpu, f32, [5, 5]> {
-//!         addcmul(y, x, x, 1.0) // `x` is i32 but `addcmul` here is f32: cast with `x.cast::<f32>()`
-//!     }
-//! }
-//! # fn main() {}
-//! ```
-//!
-//! ```compile_fail
-//! use tensorfn::prelude::*;
-//! tensor_fn! {
-//!     pub fn f(a: &Tensor<Cpu, f32, [2, 3, 4]>, b: &Tensor<Cpu, f32, [2, 5, 4]>) -> Tensor<Cpu, f32, [4, 3, 4]> {
-//!         cat([a, b], 0) // `cat` along dim 0 needs equal dims elsewhere: dim 1 is 3 in `a` and 5 in `b`
-//!     }
-//! }
-//! # fn main() {}
-//! ```
+//! appear in `cargo check` and the editor, e.g. `` `w` is on Cpu but
+//! `matmul` runs on Cuda (a: Cuda): move it with `w.to_device::<Cuda>()` ``.
+//! The [`tensor_fn!`](macro@tensor_fn) page lists its syntax and every kind
+//! of error with its message.
 //!
 //! ## 5. Errors at run time
 //!
