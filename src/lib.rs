@@ -1,4 +1,272 @@
-//! tensorfn: tensors whose device, dtype and shape mistakes fail to compile.
+//! Tensors whose device, dtype and shape mistakes fail to compile.
+//!
+//! A [`Tensor<D, T, S>`](Tensor) carries in its type where its elements
+//! live, what they are and how many there are along each dim. The classic
+//! failures of GPU tensor code, a CPU tensor passed to a GPU kernel, `f16`
+//! mixed with `f32`, a `matmul` or `cat` of incompatible shapes, a `view`
+//! to the wrong element count, are compile errors that name the operand and
+//! the fix. What only the running program can know (a dim read from a file,
+//! the memory left on the GPU, the driver) comes back as an [`Error`],
+//! never a panic.
+//!
+//! The [`tensor_fn!`] macro checks whole functions at compile time, fuses
+//! their elementwise work into kernels it generates as PTX, and sends
+//! matrix products to cuBLAS. The same program runs on the CPU (with
+//! `gemm` and loops the compiler vectorises) and on NVIDIA GPUs; no CUDA
+//! toolkit is needed to build.
+//!
+//! # Five minutes
+//!
+//! ## 1. Types
+//!
+//! | parameter | what | values |
+//! | --- | --- | --- |
+//! | `D: Device` | where the elements are | [`Cpu`], [`Cuda`] (cuda:0), `Cuda<1>`, ... |
+//! | `T: DType` | the element type | `f32`, `f64`, [`f16`](struct@f16), [`bf16`](struct@bf16), `i32`, `i64`, `u8`, `bool` |
+//! | `S: Shape` | the dims | `shape![2, 3]`, `shape![_, 784]`, `shape![]` |
+//!
+//! ```
+//! use tensorfn::prelude::*;
+//!
+//! # fn main() -> Result<()> {
+//! let x = Tensor::<Cpu, f32, shape![2, 3]>::from_vec(vec![1., 2., 3., 4., 5., 6.])?;
+//! let w = Tensor::<Cpu, f32, shape![3, 4]>::randn(0)?; // seeded
+//! let y = x.matmul(&w)?; // Tensor<Cpu, f32, shape![2, 4]>
+//! let total = y.relu()?.sum::<1>()?; // shape![2]: dim 1 summed away
+//! println!("{total}"); // tensor([..., ...]), like PyTorch's print
+//! assert_eq!(total.shape(), &[2]);
+//!
+//! let half = x.cast::<f16>()?; // dtypes change only when asked
+//! assert_eq!(half.to_vec()?[5], f16::from_f32(6.0));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Every operation returns a [`Result`]; `?` passes errors on. Tensors are
+//! cheap to clone (the storage is shared); views (`t()`, `permute`,
+//! `narrow`, `broadcast_to`) copy nothing.
+//!
+//! ## 2. Shapes: `shape!`, `Const` and `Dyn`
+//!
+//! [`shape!`] writes a shape type: `shape![B, 784]` is `(Const<B>,
+//! Const<784>)` for a `const B: usize`, and `_` is a [`Dyn`] dim, whose
+//! size is known only at run time. Static dims are checked by the
+//! compiler; `Dyn` dims are checked when the operation runs and a mismatch
+//! is an [`Error`]. `into_shape` moves between the two.
+//!
+//! ```
+//! use tensorfn::prelude::*;
+//!
+//! # fn main() -> Result<()> {
+//! let batch = 32; // e.g. read from a file
+//! let x = Tensor::<Cpu, f32, shape![_, 784]>::zeros_dims(&[batch, 784])?;
+//! let fixed: Tensor<Cpu, f32, shape![32, 784]> = x.clone().into_shape()?;
+//! assert!(x.into_shape::<shape![64, 784]>().is_err()); // 32 is not 64
+//! # let _ = fixed;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## 3. What does not compile
+//!
+//! A tensor on another device (PyTorch: "Expected all tensors to be on the
+//! same device", or `cudaErrorInvalidValue` from `addmm`):
+//!
+//! ```compile_fail,E0308
+//! use tensorfn::prelude::*;
+//! # fn main() -> Result<()> {
+//! let bias = Tensor::<Cuda, f32, shape![10]>::zeros()?;
+//! let x = Tensor::<Cuda, f32, shape![4, 10]>::zeros()?;
+//! let w = Tensor::<Cpu, f32, shape![10, 10]>::zeros()?; // left on the CPU
+//! let y = Tensor::addmm(&bias, &x, &w)?; // expected `&Tensor<Cuda, ..>`, found `&Tensor<Cpu, ..>`
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Mixed dtypes (PyTorch: "expected scalar type Half but found Float"):
+//!
+//! ```compile_fail,E0308
+//! use tensorfn::prelude::*;
+//! # fn main() -> Result<()> {
+//! let a = Tensor::<Cpu, f16, shape![2, 2]>::zeros()?;
+//! let b = Tensor::<Cpu, f32, shape![2, 2]>::zeros()?;
+//! let c = a.matmul(&b)?; // expected `&Tensor<Cpu, f16, ..>`, found `&Tensor<Cpu, f32, ..>`
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Incompatible shapes (PyTorch: "mat1 and mat2 shapes cannot be
+//! multiplied"):
+//!
+//! ```compile_fail,E0277
+//! use tensorfn::prelude::*;
+//! # fn main() -> Result<()> {
+//! let a = Tensor::<Cpu, f32, shape![100, 200]>::zeros()?;
+//! let c = a.matmul(&a)?; // `matmul` cannot multiply a [100, 200] tensor by a [100, 200] tensor
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The fix is always written where it happens: `.to_device::<Cuda>()`,
+//! `.cast::<f32>()`, `.t()`. Relations the type system cannot state (a
+//! `cat` result being the sum of two dims, a `view` keeping the element
+//! count, a constant index inside a dim) are checked when the program is
+//! built (`cargo build`; `cargo check` skips them) and, inside
+//! `tensor_fn!`, already in `cargo check` and the editor.
+//!
+//! ## 4. `tensor_fn!`
+//!
+//! Inside the macro, shapes are written `[B, 784]`: a `const` generic, a
+//! literal, arithmetic of those (`N + M`), or an undeclared name, which is
+//! a run-time dim bound from the arguments and checked across all of them.
+//! Parameters are `&Tensor`s; the function returns `Result<Tensor>`.
+//!
+//! ```
+//! use tensorfn::prelude::*;
+//!
+//! tensor_fn! {
+//!     /// One dense layer and a softmax over the classes.
+//!     pub fn classify<const B: usize>(
+//!         x: &Tensor<Cpu, f32, [B, 784]>,
+//!         w: &Tensor<Cpu, f32, [784, 10]>,
+//!         b: &Tensor<Cpu, f32, [10]>,
+//!     ) -> Tensor<Cpu, f32, [B, 10]> {
+//!         gelu(addmm(b, x, w)).softmax(1)
+//!     }
+//!
+//!     /// A kernel: a scalar body applied elementwise, fused with its
+//!     /// neighbours into one loop (one PTX kernel on a GPU).
+//!     #[kernel]
+//!     pub fn gelu(x: f32) -> f32 {
+//!         0.5 * x * (1.0 + tanh(0.7978846 * (x + 0.044715 * x * x * x)))
+//!     }
+//! }
+//!
+//! # fn main() -> Result<()> {
+//! let x = Tensor::<Cpu, f32, shape![8, 784]>::rand(1)?;
+//! let w = Tensor::<Cpu, f32, shape![784, 10]>::randn(2)?.mul_scalar(0.03)?;
+//! let b = Tensor::<Cpu, f32, shape![10]>::zeros()?;
+//! let p = classify(&x, &w, &b)?;
+//! let row_sums = p.sum::<1>()?.to_vec()?;
+//! assert!(row_sums.iter().all(|s| (s - 1.0).abs() < 1e-5));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The macro's errors name the operand, what was expected and the fix, and
+//! appear in `cargo check` and the editor, e.g. `` `w` is on Cpu but
+//! `matmul` runs on Cuda (a: Cuda): move it with `w.to_device::<Cuda>()` ``.
+//! The [`tensor_fn!`](macro@tensor_fn) page lists its syntax and every kind
+//! of error with its message.
+//!
+//! ## 5. Errors at run time
+//!
+//! One enum, [`Error`]: [`Error::Shape`] and [`Error::Rule`] for run-time
+//! dims that do not fit, [`Error::Index`] for an index past the end,
+//! [`Error::CudaUnavailable`] without a usable GPU, [`Error::OutOfMemory`]
+//! with the bytes requested, free and total (every later operation still
+//! works), [`Error::Cublas`] and [`Error::Driver`] for the GPU libraries.
+//! Each message says which operand is wrong and how to fix it.
+//!
+//! ```
+//! use tensorfn::prelude::*;
+//!
+//! # fn main() -> Result<()> {
+//! let x = Tensor::<Cpu, f32, shape![10, 10]>::randn(0)?;
+//! match x.index::<0>(10) {
+//!     Err(Error::Index(message)) => assert!(message.contains("0..=9")),
+//!     other => panic!("expected an index error, got {other:?}"),
+//! }
+//! // Dims read at run time: [2, 3] @ [4, 5] is checked when it runs.
+//! let a = Tensor::<Cpu, f32, shape![_, _]>::zeros_dims(&[2, 3])?;
+//! let b = Tensor::<Cpu, f32, shape![_, _]>::zeros_dims(&[4, 5])?;
+//! let e = a.matmul(&b).unwrap_err();
+//! println!("{e}");
+//! assert!(matches!(e, Error::Rule(_)));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## 6. On a GPU
+//!
+//! Nothing to install to build: the NVIDIA driver and cuBLAS are loaded
+//! when the program first touches a [`Cuda`] tensor, so one binary serves
+//! machines with and without a GPU. Moving is explicit
+//! (`x.to_device::<Cuda>()?`, `x.to_cpu()?`); without a usable GPU that
+//! returns [`Error::CudaUnavailable`], which a program can use to fall
+//! back to the CPU. Code written over `D: Device` runs on both:
+//!
+//! ```
+//! use tensorfn::prelude::*;
+//! use tensorfn::Device;
+//!
+//! fn scores<D: Device>(seed: u64) -> Result<Vec<f32>> {
+//!     let x = Tensor::<Cpu, f32, shape![4, 8]>::randn(seed)?.to_device::<D>()?;
+//!     let w = Tensor::<Cpu, f32, shape![8, 2]>::randn(seed + 1)?.to_device::<D>()?;
+//!     x.matmul(&w)?.sigmoid()?.to_vec()
+//! }
+//!
+//! # fn main() -> Result<()> {
+//! let on_cpu = scores::<Cpu>(7)?;
+//! match scores::<Cuda>(7) {
+//!     Ok(on_gpu) => {
+//!         for (g, c) in on_gpu.iter().zip(&on_cpu) {
+//!             assert!((g - c).abs() < 1e-3);
+//!         }
+//!     }
+//!     Err(Error::CudaUnavailable { reason }) => println!("no GPU ({reason}); CPU only"),
+//!     Err(e) => return Err(e),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Device memory goes through a caching allocator
+//! ([`cuda_memory_stats`], [`cuda_empty_cache`]); host transfers go
+//! through pinned staging buffers.
+//!
+//! ## 7. Host data: `ndarray`, `Vec` and `stream_map`
+//!
+//! Tensors convert to and from `Vec`s, slices and [`ndarray`](https://docs.rs/ndarray) arrays (any
+//! layout, dims checked against the shape type, the dtype unchanged):
+//! `Tensor::try_from(array.view())`, [`Tensor::from_ndarray`] for any
+//! device, `Array2::from(tensor)`, [`Tensor::to_ndarray`]. See
+//! [`interop`].
+//!
+//! An array too large for the device goes through [`stream_map`] (or
+//! [`StreamMap`] to set the chunk size or write in place): the function
+//! sees chunks of rows on the device, copies overlap compute, and the
+//! result is the same as one run on the whole array.
+//!
+//! ```
+//! use ndarray::Array2;
+//! use tensorfn::prelude::*;
+//!
+//! # fn main() -> Result<()> {
+//! let host = Array2::from_shape_fn((100_000, 16), |(i, j)| (i + j) as f32 * 1e-3);
+//! let out = tensorfn::stream_map(&host, |x: Tensor<Cpu, f32, shape![_, 16]>| {
+//!     x.sin()?.mul_scalar(2.0)
+//! })?;
+//! assert_eq!(out.shape(), &[100_000, 16]);
+//! assert!((out[[99_999, 15]] - 2.0 * (100.014f32).sin()).abs() < 1e-4);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Examples
+//!
+//! `cargo run --release --example <name>`; each runs on the GPU when one
+//! is present, else on the CPU, and checks its numbers against f64:
+//!
+//! | example | shows |
+//! | --- | --- |
+//! | `quickstart` | a small `tensor_fn!` model, on either device |
+//! | `mlp_inference` | weights from a safetensors file into typed tensors, inference |
+//! | `addmm_device_and_dtype` | `addmm` operands on one device and dtype; `addmm_into` |
+//! | `cuda_crash_causes` | indices past the end, int and float in `addcmul`, out of memory |
+//! | `cat_errors` | `cat` across devices, too large, and of [2, 3, 4] with [2, 5, 4] |
+//! | `cublas_failures` | `view` to a wrong count, out of memory then a product, `dot` vs `matmul` |
+//! | `numpy_pipelines` | `ndarray` to the device and back, in-place work, `stream_map` |
 #![deny(missing_docs)]
 
 /// Whole tensor functions whose device, dtype and shape are checked at

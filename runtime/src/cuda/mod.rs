@@ -58,3 +58,9 @@ pub fn cuda_memory_stats(ordinal: usize) -> Result<CudaMemoryStats> {
 pub fn cuda_empty_cache(ordinal: usize) -> Result<()> {
     context::context(ordinal)?.empty_cache()
 }
+
+/// `(free, total)` bytes of cuda:`ordinal` as the driver reports them
+/// (blocks cached by the allocator count as used).
+pub(crate) fn mem_info(ordinal: usize) -> Result<(usize, usize)> {
+    context::context(ordinal)?.mem_info()
+}
