@@ -65,6 +65,15 @@ pub enum Error {
         /// The driver's message.
         message: String,
     },
+    /// Arithmetic PyTorch refuses at run time: integer division by zero,
+    /// integers to negative powers.
+    #[error("{op}: {message}")]
+    Arithmetic {
+        /// The operation.
+        op: String,
+        /// What went wrong, which operand holds the value, and the fix.
+        message: String,
+    },
     /// A conversion between dtypes or from a foreign value failed.
     #[error("{0}")]
     Conversion(String),

@@ -1,1 +1,254 @@
-//! The CPU backend: loops over strided host buffers, `gemm` for products.
+//! The CPU backend: loops over strided host buffers (vectorisable runs,
+//! rayon for large outputs) and `gemm` for matrix products.
+
+pub(crate) mod copy;
+pub(crate) mod elementwise;
+pub(crate) mod matmul;
+pub(crate) mod reduce;
+pub(crate) mod scalar;
+pub(crate) mod softmax;
+pub(crate) mod strided;
+pub(crate) mod typed;
+
+use crate::backend::Backend;
+use crate::dtype::{DType, FloatDType, NumDType};
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
+use typed::{slice, vec, with_float_type, with_int_type, with_num_type};
+
+/// The host CPU as a [`Backend`].
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CpuBackend;
+
+fn float_only(op: &str, kind: crate::DTypeKind) -> Error {
+    Error::shape(
+        op,
+        "a floating-point tensor",
+        format!(
+            "a `{}` tensor; cast it first with `.cast::<f32>()`",
+            kind.name()
+        ),
+    )
+}
+
+impl CpuBackend {
+    /// `op(a, b)` into the contiguous `out` (of `la`'s dims).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn binary_into_dense<T: NumDType>(
+        &self,
+        op: BinaryOp,
+        a: &[T],
+        la: &Layout,
+        b: &[T],
+        lb: &Layout,
+        out: &mut [T],
+    ) -> Result<()> {
+        strided::check_extent(op.name(), la, a.len())?;
+        strided::check_extent(op.name(), lb, b.len())?;
+        with_num_type!(T, U => elementwise::binary_into::<U>(
+            op,
+            slice(a),
+            la,
+            slice(b),
+            lb,
+            typed::slice_mut(out)
+        ))
+    }
+
+    /// `op(dst, b)` into the contiguous `dst` of `dims` (`b` broadcast to them).
+    pub(crate) fn binary_assign_dense<T: NumDType>(
+        &self,
+        op: BinaryOp,
+        dst: &mut [T],
+        dims: &[usize],
+        b: &[T],
+        lb: &Layout,
+    ) -> Result<()> {
+        strided::check_extent(op.name(), lb, b.len())?;
+        with_num_type!(T, U => elementwise::binary_assign::<U>(
+            op,
+            typed::slice_mut(dst),
+            dims,
+            slice(b),
+            lb
+        ))
+    }
+
+    /// `op(dst, s)` into the contiguous `dst`.
+    pub(crate) fn binary_scalar_assign_dense<T: NumDType>(
+        &self,
+        op: BinaryOp,
+        dst: &mut [T],
+        s: T,
+    ) -> Result<()> {
+        with_num_type!(T, U => elementwise::binary_scalar_assign::<U>(
+            op,
+            typed::slice_mut(dst),
+            typed::value(s)
+        ))
+    }
+
+    /// `x + value * t1 * t2` (equal dims), rounded once.
+    pub(crate) fn addcmul_fused<T: NumDType>(
+        &self,
+        x: [(&Vec<T>, &Layout); 3],
+        value: T,
+    ) -> Result<Vec<T>> {
+        let [(a, la), (b, lb), (c, lc)] = x;
+        strided::check_extent("addcmul", la, a.len())?;
+        strided::check_extent("addcmul", lb, b.len())?;
+        strided::check_extent("addcmul", lc, c.len())?;
+        Ok(with_num_type!(T, U => vec(elementwise::addcmul::<U>(
+            [(slice(a), la), (slice(b), lb), (slice(c), lc)],
+            typed::value(value)
+        ))))
+    }
+}
+
+impl Backend for CpuBackend {
+    type Buf<T: DType> = Vec<T>;
+
+    fn full<T: DType>(&self, n: usize, value: T) -> Result<Vec<T>> {
+        Ok(vec![value; n])
+    }
+
+    fn contiguous<T: DType>(&self, x: &Vec<T>, l: &Layout) -> Result<Vec<T>> {
+        strided::check_extent("contiguous", l, x.len())?;
+        Ok(copy::contiguous(x, l))
+    }
+
+    fn copy_into<T: DType>(
+        &self,
+        src: &Vec<T>,
+        ls: &Layout,
+        dst: &mut Vec<T>,
+        ld: &Layout,
+    ) -> Result<()> {
+        strided::check_extent("copy_into", ls, src.len())?;
+        strided::check_extent("copy_into", ld, dst.len())?;
+        copy::copy_into(src, ls, dst, ld);
+        Ok(())
+    }
+
+    fn unary<T: NumDType>(&self, op: UnaryOp, x: &Vec<T>, l: &Layout) -> Result<Vec<T>> {
+        strided::check_extent(op.name(), l, x.len())?;
+        if T::KIND.is_float() {
+            Ok(with_float_type!(T, U => vec(elementwise::unary_float::<U>(op, slice(x), l))))
+        } else if op.needs_float() {
+            Err(float_only(op.name(), T::KIND))
+        } else {
+            with_num_type!(T, U => elementwise::unary_num::<U>(op, slice(x), l).map(vec))
+        }
+    }
+
+    fn binary<T: NumDType>(
+        &self,
+        op: BinaryOp,
+        a: &Vec<T>,
+        la: &Layout,
+        b: &Vec<T>,
+        lb: &Layout,
+    ) -> Result<Vec<T>> {
+        strided::check_extent(op.name(), la, a.len())?;
+        strided::check_extent(op.name(), lb, b.len())?;
+        with_num_type!(T, U => elementwise::binary::<U>(op, slice(a), la, slice(b), lb).map(vec))
+    }
+
+    fn binary_scalar<T: NumDType>(
+        &self,
+        op: BinaryOp,
+        x: &Vec<T>,
+        l: &Layout,
+        s: T,
+        scalar_first: bool,
+    ) -> Result<Vec<T>> {
+        strided::check_extent(op.name(), l, x.len())?;
+        with_num_type!(T, U => elementwise::binary_scalar::<U>(
+            op,
+            slice(x),
+            l,
+            typed::value(s),
+            scalar_first
+        )
+        .map(vec))
+    }
+
+    fn cast<T: DType, U: DType>(&self, x: &Vec<T>, l: &Layout) -> Result<Vec<U>> {
+        strided::check_extent("cast", l, x.len())?;
+        Ok(copy::cast(x, l))
+    }
+
+    fn reduce<T: NumDType>(
+        &self,
+        op: ReduceOp,
+        x: &Vec<T>,
+        l: &Layout,
+        dim: usize,
+    ) -> Result<Vec<T>> {
+        strided::check_extent(op.name(), l, x.len())?;
+        if T::KIND.is_float() {
+            with_float_type!(T, U => {
+                let r = reduce::rows(slice::<T, U>(x), l, dim);
+                reduce::reduce_float::<U>(op, &r).map(vec)
+            })
+        } else if op == ReduceOp::Mean {
+            Err(float_only("mean", T::KIND))
+        } else {
+            with_int_type!(T, U => {
+                let r = reduce::rows(slice::<T, U>(x), l, dim);
+                reduce::reduce_int::<U>(op, &r).map(vec)
+            })
+        }
+    }
+
+    fn arg_reduce<T: NumDType>(
+        &self,
+        op: ReduceOp,
+        x: &Vec<T>,
+        l: &Layout,
+        dim: usize,
+    ) -> Result<Vec<i64>> {
+        strided::check_extent(op.name(), l, x.len())?;
+        with_num_type!(T, U => {
+            let r = reduce::rows(slice::<T, U>(x), l, dim);
+            reduce::arg_reduce::<U>(op, &r)
+        })
+    }
+
+    fn softmax<T: FloatDType>(
+        &self,
+        x: &Vec<T>,
+        l: &Layout,
+        dim: usize,
+        log: bool,
+    ) -> Result<Vec<T>> {
+        strided::check_extent("softmax", l, x.len())?;
+        Ok(with_float_type!(T, U => vec(softmax::softmax::<U>(slice(x), l, dim, log))))
+    }
+
+    fn matmul<T: FloatDType>(
+        &self,
+        a: &Vec<T>,
+        la: &Layout,
+        b: &Vec<T>,
+        lb: &Layout,
+        bias: Option<(&Vec<T>, &Layout)>,
+        alpha: T,
+        beta: T,
+    ) -> Result<Vec<T>> {
+        matmul::matmul(
+            matmul::Operand {
+                data: a,
+                layout: la,
+            },
+            matmul::Operand {
+                data: b,
+                layout: lb,
+            },
+            bias.map(|(data, layout)| matmul::Operand { data, layout }),
+            alpha,
+            beta,
+        )
+    }
+}

@@ -1,159 +1,59 @@
-//! CUDA backend. Placeholder until the cudarc backend lands: every entry
-//! point reports the device as unavailable.
+//! The CUDA backend: cudarc with the driver and cuBLAS loaded at run time,
+//! so one build serves machines with and without a GPU.
+//!
+//! - `context`: one context and stream per ordinal, created lazily; a
+//!   missing driver, device or ordinal is `Error::CudaUnavailable`.
+//! - `alloc`: the caching allocator behind `CudaStorage`.
+//! - `transfer`: host/device copies through pinned staging buffers.
+//! - `launch`: PTX modules (built-in and `tensor_fn!`-generated) and launches.
+//! - `blas`: cuBLAS / cuBLASLt matrix products.
+//! - `backend`: the `Backend` primitives.
+//! - `error`: driver and cuBLAS statuses as `Error`s.
 
-use crate::dtype::DType;
-use crate::error::{Error, Result};
-use crate::layout::Layout;
-use std::marker::PhantomData;
+mod alloc;
+mod backend;
+mod blas;
+mod builtin_pending;
+mod context;
+mod error;
+mod launch;
+mod transfer;
 
-/// Elements on a CUDA device.
-#[derive(Debug)]
-pub(crate) struct CudaStorage<T: DType> {
-    _marker: PhantomData<T>,
+#[cfg(test)]
+mod tests;
+
+use crate::error::Result;
+
+pub use alloc::CudaMemoryStats;
+pub(crate) use alloc::CudaStorage;
+pub(crate) use backend::CudaBackend;
+pub use blas::{allow_tf32, set_allow_tf32};
+pub use context::cuda_device_count;
+pub(crate) use launch::launch_fused;
+pub(crate) use transfer::{copy_to_ordinal, download, upload};
+
+/// Memory held by the caching allocator of cuda:`ordinal` (creating its
+/// context if needed).
+///
+/// ```
+/// use tensorfn_runtime::{cuda_memory_stats, Error};
+/// if let Ok(stats) = cuda_memory_stats(0) {
+///     println!("{} bytes in tensors, {} cached", stats.allocated_bytes, stats.cached_bytes);
+/// }
+/// ```
+pub fn cuda_memory_stats(ordinal: usize) -> Result<CudaMemoryStats> {
+    Ok(context::context(ordinal)?.memory_stats())
 }
 
-fn unavailable() -> Error {
-    Error::CudaUnavailable {
-        reason: "this build has no CUDA backend".into(),
-    }
-}
-
-/// Copies a row-major host buffer to cuda:`ord`.
-pub(crate) fn upload<T: DType>(_ord: usize, _data: &[T]) -> Result<CudaStorage<T>> {
-    Err(unavailable())
-}
-
-/// Copies the elements a layout selects back to the host, row-major.
-pub(crate) fn download<T: DType>(_s: &CudaStorage<T>, _layout: &Layout) -> Result<Vec<T>> {
-    Err(unavailable())
-}
-
-/// Copies the elements a layout selects to another ordinal, contiguous.
-pub(crate) fn copy_to_ordinal<T: DType>(
-    _s: &CudaStorage<T>,
-    _layout: &Layout,
-    _ord: usize,
-) -> Result<CudaStorage<T>> {
-    Err(unavailable())
-}
-
-/// The CUDA backend for one ordinal.
-#[derive(Debug, Clone)]
-pub(crate) struct CudaBackend {
-    _ordinal: usize,
-}
-
-impl CudaBackend {
-    /// The backend of cuda:`ord`, creating its context on first use.
-    pub(crate) fn for_ordinal(_ord: usize) -> Result<CudaBackend> {
-        Err(unavailable())
-    }
-}
-
-/// Launches a fused elementwise kernel over `inputs` (device pointer and
-/// broadcast layout each), returning a contiguous output of `out_dims`.
-pub(crate) fn launch_fused<O: DType>(
-    _kernel: &'static tensorfn_kernels::FusedKernel,
-    _ord: usize,
-    _inputs: &[(u64, &Layout)],
-    _out_dims: &[usize],
-) -> Result<CudaStorage<O>> {
-    Err(unavailable())
-}
-
-impl<T: DType> CudaStorage<T> {
-    /// Device address of element 0.
-    pub(crate) fn device_ptr(&self) -> u64 {
-        0
-    }
-}
-
-impl crate::backend::Backend for CudaBackend {
-    type Buf<T: DType> = CudaStorage<T>;
-
-    fn full<T: DType>(&self, _n: usize, _value: T) -> Result<CudaStorage<T>> {
-        Err(unavailable())
-    }
-    fn contiguous<T: DType>(&self, _x: &CudaStorage<T>, _l: &Layout) -> Result<CudaStorage<T>> {
-        Err(unavailable())
-    }
-    fn copy_into<T: DType>(
-        &self,
-        _s: &CudaStorage<T>,
-        _ls: &Layout,
-        _d: &mut CudaStorage<T>,
-        _ld: &Layout,
-    ) -> Result<()> {
-        Err(unavailable())
-    }
-    fn unary<T: crate::NumDType>(
-        &self,
-        _op: tensorfn_kernels::UnaryOp,
-        _x: &CudaStorage<T>,
-        _l: &Layout,
-    ) -> Result<CudaStorage<T>> {
-        Err(unavailable())
-    }
-    fn binary<T: crate::NumDType>(
-        &self,
-        _op: tensorfn_kernels::BinaryOp,
-        _a: &CudaStorage<T>,
-        _la: &Layout,
-        _b: &CudaStorage<T>,
-        _lb: &Layout,
-    ) -> Result<CudaStorage<T>> {
-        Err(unavailable())
-    }
-    fn binary_scalar<T: crate::NumDType>(
-        &self,
-        _op: tensorfn_kernels::BinaryOp,
-        _x: &CudaStorage<T>,
-        _l: &Layout,
-        _s: T,
-        _scalar_first: bool,
-    ) -> Result<CudaStorage<T>> {
-        Err(unavailable())
-    }
-    fn cast<T: DType, U: DType>(&self, _x: &CudaStorage<T>, _l: &Layout) -> Result<CudaStorage<U>> {
-        Err(unavailable())
-    }
-    fn reduce<T: crate::NumDType>(
-        &self,
-        _op: tensorfn_kernels::ReduceOp,
-        _x: &CudaStorage<T>,
-        _l: &Layout,
-        _dim: usize,
-    ) -> Result<CudaStorage<T>> {
-        Err(unavailable())
-    }
-    fn arg_reduce<T: crate::NumDType>(
-        &self,
-        _op: tensorfn_kernels::ReduceOp,
-        _x: &CudaStorage<T>,
-        _l: &Layout,
-        _dim: usize,
-    ) -> Result<CudaStorage<i64>> {
-        Err(unavailable())
-    }
-    fn softmax<T: crate::FloatDType>(
-        &self,
-        _x: &CudaStorage<T>,
-        _l: &Layout,
-        _dim: usize,
-        _log: bool,
-    ) -> Result<CudaStorage<T>> {
-        Err(unavailable())
-    }
-    fn matmul<T: crate::FloatDType>(
-        &self,
-        _a: &CudaStorage<T>,
-        _la: &Layout,
-        _b: &CudaStorage<T>,
-        _lb: &Layout,
-        _bias: Option<(&CudaStorage<T>, &Layout)>,
-        _alpha: T,
-        _beta: T,
-    ) -> Result<CudaStorage<T>> {
-        Err(unavailable())
-    }
+/// Returns every cached, unused block of cuda:`ordinal` to the driver,
+/// like `torch.cuda.empty_cache()`. Tensors alive keep their memory.
+///
+/// ```
+/// use tensorfn_runtime::cuda_empty_cache;
+/// if cuda_empty_cache(0).is_ok() {
+///     assert_eq!(tensorfn_runtime::cuda_memory_stats(0).unwrap().cached_bytes, 0);
+/// }
+/// ```
+pub fn cuda_empty_cache(ordinal: usize) -> Result<()> {
+    context::context(ordinal)?.empty_cache()
 }

@@ -1,2 +1,60 @@
 //! Operations on tensors: the typed methods, their shape checks (through
 //! `tensorfn_core::rules`) and the dispatch to a backend.
+//!
+//! One file per family; each method checks shapes with the shared rule,
+//! prepares layouts (views cost nothing) and calls one backend primitive
+//! through [`dispatch`](dispatch::dispatch).
+
+pub(crate) mod dispatch;
+
+mod addcmul;
+mod binary;
+mod cast;
+mod cat;
+pub(crate) mod fused;
+mod index;
+mod inplace;
+mod into;
+mod matmul;
+mod reduce;
+mod softmax;
+mod unary;
+mod view;
+
+pub use binary::broadcast_dims;
+pub use index::RemoveDim;
+pub use inplace::StaticShape;
+pub use matmul::{BiasFor, MatMulShape};
+pub use view::Transpose2;
+
+use crate::error::{Error, Result};
+use crate::shape::{type_name, Shape};
+
+/// The dims a shape type fixes, or an error pointing to the `_dims` form.
+pub(crate) fn static_dims<S: Shape>(op: &str) -> Result<Vec<usize>> {
+    S::static_dims().ok_or_else(|| {
+        Error::shape(
+            op,
+            "a result shape type with only Const dims",
+            format!(
+                "{}; pass the dims at run time with `{op}_dims(&[..])`",
+                type_name::<S>()
+            ),
+        )
+    })
+}
+
+/// Checks an operation's result dims against the result type the caller
+/// chose (`SO` in `add_broadcast::<SO>`, `cat::<AXIS, SO>`, ...).
+pub(crate) fn check_result<S: Shape>(op: &str, dims: &[usize]) -> Result<()> {
+    S::check(dims).map_err(|_| {
+        Error::shape(
+            op,
+            format!("a result that fits {}", type_name::<S>()),
+            format!(
+                "result dims {}; annotate the result type with these dims",
+                tensorfn_core::rules::fmt_dims(dims)
+            ),
+        )
+    })
+}

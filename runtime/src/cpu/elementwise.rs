@@ -1,0 +1,306 @@
+//! Elementwise loops: unary and binary ops, scalar operands, `addcmul`
+//! and dtype casts, over any strided or broadcast views.
+
+use super::scalar::{float_unary, CpuFloat, CpuNum};
+use super::strided::{fill_runs, write_runs};
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use tensorfn_kernels::{BinaryOp, UnaryOp};
+
+/// `f(x)` for every element `l` selects, row-major.
+pub(crate) fn map1<I: Copy + Sync, O: Copy + Default + Send>(
+    x: &[I],
+    l: &Layout,
+    f: impl Fn(I) -> O + Sync,
+) -> Vec<O> {
+    fill_runs(l.dims(), [l], |o: &mut [O], b, s| {
+        let len = o.len();
+        if s[0] == 1 {
+            for (o, &x) in o.iter_mut().zip(&x[b[0]..b[0] + len]) {
+                *o = f(x);
+            }
+        } else {
+            for (j, o) in o.iter_mut().enumerate() {
+                *o = f(x[b[0] + j * s[0]]);
+            }
+        }
+    })
+}
+
+/// `f(a, b)` for every pair of elements (`la` and `lb` have equal dims).
+pub(crate) fn map2<A: Copy + Sync, B: Copy + Sync, O: Copy + Default + Send>(
+    a: &[A],
+    la: &Layout,
+    b: &[B],
+    lb: &Layout,
+    f: impl Fn(A, B) -> O + Sync,
+) -> Vec<O> {
+    let mut out = vec![O::default(); la.numel()];
+    map2_into(&mut out, a, la, b, lb, f);
+    out
+}
+
+/// [`map2`] into the contiguous `out`.
+pub(crate) fn map2_into<A: Copy + Sync, B: Copy + Sync, O: Copy + Send>(
+    out: &mut [O],
+    a: &[A],
+    la: &Layout,
+    b: &[B],
+    lb: &Layout,
+    f: impl Fn(A, B) -> O + Sync,
+) {
+    write_runs(out, la.dims(), [la, lb], |o: &mut [O], base, s| {
+        let len = o.len();
+        if s == [1, 1] {
+            let a = &a[base[0]..base[0] + len];
+            let b = &b[base[1]..base[1] + len];
+            for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
+                *o = f(x, y);
+            }
+        } else if s == [1, 0] {
+            let y = b[base[1]];
+            for (o, &x) in o.iter_mut().zip(&a[base[0]..base[0] + len]) {
+                *o = f(x, y);
+            }
+        } else if s == [0, 1] {
+            let x = a[base[0]];
+            for (o, &y) in o.iter_mut().zip(&b[base[1]..base[1] + len]) {
+                *o = f(x, y);
+            }
+        } else {
+            for (j, o) in o.iter_mut().enumerate() {
+                *o = f(a[base[0] + j * s[0]], b[base[1] + j * s[1]]);
+            }
+        }
+    })
+}
+
+/// `f(a, b, c)` for every triple of elements (equal dims).
+pub(crate) fn map3<T: Copy + Sync + Default + Send>(
+    x: [(&[T], &Layout); 3],
+    f: impl Fn(T, T, T) -> T + Sync,
+) -> Vec<T> {
+    let [(a, la), (b, lb), (c, lc)] = x;
+    fill_runs(la.dims(), [la, lb, lc], |o: &mut [T], base, s| {
+        if s == [1, 1, 1] {
+            let len = o.len();
+            let a = &a[base[0]..base[0] + len];
+            let b = &b[base[1]..base[1] + len];
+            let c = &c[base[2]..base[2] + len];
+            for j in 0..len {
+                o[j] = f(a[j], b[j], c[j]);
+            }
+        } else {
+            for (j, o) in o.iter_mut().enumerate() {
+                *o = f(
+                    a[base[0] + j * s[0]],
+                    b[base[1] + j * s[1]],
+                    c[base[2] + j * s[2]],
+                );
+            }
+        }
+    })
+}
+
+/// `op(x)` for an op defined on every numeric dtype.
+pub(crate) fn unary_num<U: CpuNum>(op: UnaryOp, x: &[U], l: &Layout) -> Result<Vec<U>> {
+    Ok(match op {
+        UnaryOp::Neg => map1(x, l, U::neg),
+        UnaryOp::Abs => map1(x, l, U::abs),
+        UnaryOp::Relu => map1(x, l, U::relu),
+        UnaryOp::Square => map1(x, l, U::square),
+        _ => {
+            return Err(Error::shape(
+                op.name(),
+                "a floating-point tensor",
+                format!(
+                    "a `{}` tensor; cast it first with `.cast::<f32>()`",
+                    U::KIND.name()
+                ),
+            ))
+        }
+    })
+}
+
+/// `op(x)` for a float dtype, computed in `U::Acc` and rounded once.
+pub(crate) fn unary_float<U: CpuFloat>(op: UnaryOp, x: &[U], l: &Layout) -> Vec<U> {
+    macro_rules! each {
+        ($($op:ident),*) => {
+            match op {
+                $(UnaryOp::$op => map1(x, l, |v: U| U::from_acc(float_unary(UnaryOp::$op, v.to_acc()))),)*
+            }
+        };
+    }
+    each!(Neg, Abs, Relu, Square, Sigmoid, Tanh, Exp, Log, Sin, Cos, Sqrt, Rsqrt, Recip, Gelu, Silu)
+}
+
+/// Rejects integer divisors equal to zero and negative integer exponents,
+/// which PyTorch reports as errors; `operand` names the offending input.
+pub(crate) fn check_int_operand<U: CpuNum>(
+    op: BinaryOp,
+    values: impl IntoIterator<Item = U>,
+    operand: &str,
+) -> Result<()> {
+    if !U::IS_INT || !matches!(op, BinaryOp::Div | BinaryOp::Pow) {
+        return Ok(());
+    }
+    let mut values = values.into_iter();
+    match op {
+        BinaryOp::Div if values.any(U::is_zero) => Err(Error::Arithmetic {
+            op: op.name().into(),
+            message: format!(
+                "integer division by zero: {operand} contains 0 (PyTorch raises ZeroDivisionError); cast to a float dtype with `.cast::<f32>()` to get inf/NaN instead"
+            ),
+        }),
+        BinaryOp::Pow if values.any(U::is_negative) => Err(Error::Arithmetic {
+            op: op.name().into(),
+            message: format!(
+                "integers to negative integer powers are not allowed: {operand} contains a negative exponent; cast to a float dtype first"
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The elements `l` selects, without copying them.
+pub(crate) fn selected<'a, U: Copy>(x: &'a [U], l: &'a Layout) -> impl Iterator<Item = U> + 'a {
+    l.offsets().map(move |i| x[i])
+}
+
+/// Calls `$k!(f)` with `f` the scalar function of `$op` on `$U`.
+macro_rules! with_binary_fn {
+    ($op:expr, $U:ty, $k:ident) => {
+        match $op {
+            BinaryOp::Add => $k!(<$U as CpuNum>::add),
+            BinaryOp::Sub => $k!(<$U as CpuNum>::sub),
+            BinaryOp::Mul => $k!(<$U as CpuNum>::mul),
+            BinaryOp::Div => $k!(<$U as CpuNum>::div),
+            BinaryOp::Max => $k!(<$U as CpuNum>::maximum),
+            BinaryOp::Min => $k!(<$U as CpuNum>::minimum),
+            BinaryOp::Pow => $k!(<$U as CpuNum>::pow),
+        }
+    };
+}
+
+/// `op(a, b)` elementwise.
+pub(crate) fn binary<U: CpuNum>(
+    op: BinaryOp,
+    a: &[U],
+    la: &Layout,
+    b: &[U],
+    lb: &Layout,
+) -> Result<Vec<U>> {
+    check_int_operand(op, selected(b, lb), "the divisor `other`")?;
+    macro_rules! run {
+        ($f:expr) => {
+            map2(a, la, b, lb, $f)
+        };
+    }
+    Ok(with_binary_fn!(op, U, run))
+}
+
+/// `op(a, b)` elementwise into the contiguous `out`.
+pub(crate) fn binary_into<U: CpuNum>(
+    op: BinaryOp,
+    a: &[U],
+    la: &Layout,
+    b: &[U],
+    lb: &Layout,
+    out: &mut [U],
+) -> Result<()> {
+    check_int_operand(op, selected(b, lb), "the divisor `other`")?;
+    macro_rules! run {
+        ($f:expr) => {
+            map2_into(out, a, la, b, lb, $f)
+        };
+    }
+    with_binary_fn!(op, U, run);
+    Ok(())
+}
+
+/// `op(x, s)`, or `op(s, x)` when `scalar_first`.
+pub(crate) fn binary_scalar<U: CpuNum>(
+    op: BinaryOp,
+    x: &[U],
+    l: &Layout,
+    s: U,
+    scalar_first: bool,
+) -> Result<Vec<U>> {
+    if scalar_first {
+        check_int_operand(op, selected(x, l), "the divisor `self`")?;
+    } else {
+        check_int_operand(op, [s], "the scalar divisor")?;
+    }
+    macro_rules! run {
+        ($f:expr) => {{
+            let f = $f;
+            if scalar_first {
+                map1(x, l, |v| f(s, v))
+            } else {
+                map1(x, l, |v| f(v, s))
+            }
+        }};
+    }
+    Ok(with_binary_fn!(op, U, run))
+}
+
+/// `op(dst, b)` written back into the contiguous `dst`.
+pub(crate) fn binary_assign<U: CpuNum>(
+    op: BinaryOp,
+    dst: &mut [U],
+    dims: &[usize],
+    b: &[U],
+    lb: &Layout,
+) -> Result<()> {
+    check_int_operand(op, selected(b, lb), "the divisor `other`")?;
+    macro_rules! run {
+        ($f:expr) => {{
+            let f = $f;
+            write_runs(dst, dims, [lb], |o: &mut [U], base, s| {
+                if s[0] == 1 {
+                    for (o, &y) in o.iter_mut().zip(&b[base[0]..]) {
+                        *o = f(*o, y);
+                    }
+                } else {
+                    for (j, o) in o.iter_mut().enumerate() {
+                        *o = f(*o, b[base[0] + j * s[0]]);
+                    }
+                }
+            })
+        }};
+    }
+    with_binary_fn!(op, U, run);
+    Ok(())
+}
+
+/// `op(dst, s)` written back into the contiguous `dst`.
+pub(crate) fn binary_scalar_assign<U: CpuNum>(op: BinaryOp, dst: &mut [U], s: U) -> Result<()> {
+    check_int_operand(op, [s], "the scalar divisor")?;
+    let dims = [dst.len()];
+    let l = Layout::contiguous(&dims);
+    macro_rules! run {
+        ($f:expr) => {{
+            let f = $f;
+            write_runs(dst, &dims, [&l], |o: &mut [U], _, _| {
+                for o in o.iter_mut() {
+                    *o = f(*o, s);
+                }
+            })
+        }};
+    }
+    with_binary_fn!(op, U, run);
+    Ok(())
+}
+
+/// `input + value * t1 * t2`, in the accumulation precision for floats.
+pub(crate) fn addcmul<U: CpuNum>(x: [(&[U], &Layout); 3], value: U) -> Vec<U> {
+    if U::IS_INT {
+        map3(x, |a, b, c| a.add(value.mul(b).mul(c)))
+    } else {
+        let v = value.to_f64();
+        // f64 keeps every dtype's products exact enough to round once.
+        map3(x, |a, b, c| {
+            U::from_f64(a.to_f64() + v * b.to_f64() * c.to_f64())
+        })
+    }
+}

@@ -1,0 +1,93 @@
+//! Softmax and log-softmax along one dim, numerically stable (the row
+//! maximum is subtracted before `exp`) and computed in at least f32.
+
+use super::copy::contiguous;
+use super::reduce::{pairwise_sum, rows};
+use super::scalar::{CpuFloat, Real};
+use super::strided::PAR_THRESHOLD;
+use crate::layout::Layout;
+use rayon::prelude::*;
+
+fn softmax_row<U: CpuFloat>(row: &[U], out: &mut [U], tmp: &mut Vec<U::Acc>, log: bool) {
+    let mut m = row[0].to_acc();
+    for &v in row {
+        let a = v.to_acc();
+        // Any NaN makes the whole row NaN, as in PyTorch.
+        if a > m || a.is_nan() {
+            m = a;
+        }
+    }
+    tmp.clear();
+    tmp.extend(row.iter().map(|&v| v.to_acc() - m));
+    let s = pairwise_sum(tmp, |d: U::Acc| d.exp());
+    if log {
+        let ls = s.ln();
+        for (o, &d) in out.iter_mut().zip(tmp.iter()) {
+            *o = U::from_acc(d - ls);
+        }
+    } else {
+        let inv = <U::Acc as Real>::ONE / s;
+        for (o, &d) in out.iter_mut().zip(tmp.iter()) {
+            *o = U::from_acc(d.exp() * inv);
+        }
+    }
+}
+
+/// Softmax (or log-softmax) of `x` along `dim`, as a contiguous buffer of
+/// `l`'s dims.
+pub(crate) fn softmax<U: CpuFloat>(x: &[U], l: &Layout, dim: usize, log: bool) -> Vec<U> {
+    let r = rows(x, l, dim);
+    let mut out = vec![U::default(); r.outer * r.len];
+    if let Some(rows_per_task) = PAR_THRESHOLD.checked_div(r.len) {
+        let rows_per_task = rows_per_task.max(1);
+        let chunk = rows_per_task * r.len;
+        let work = |(o, i): (&mut [U], &[U])| {
+            let mut tmp = Vec::with_capacity(r.len);
+            for (o, i) in o.chunks_exact_mut(r.len).zip(i.chunks_exact(r.len)) {
+                softmax_row(i, o, &mut tmp, log);
+            }
+        };
+        if out.len() >= PAR_THRESHOLD {
+            out.par_chunks_mut(chunk)
+                .zip(r.data.par_chunks(chunk))
+                .for_each(work);
+        } else {
+            work((&mut out, &r.data));
+        }
+    }
+    if r.perm.iter().enumerate().all(|(i, &p)| i == p) {
+        return out;
+    }
+    // Rows were laid out with `dim` last; put it back in place.
+    let mut inverse = vec![0; r.perm.len()];
+    for (i, &p) in r.perm.iter().enumerate() {
+        inverse[p] = i;
+    }
+    contiguous(&out, &Layout::contiguous(&r.dims).permute(&inverse))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stable_for_large_inputs() {
+        let x = [1000.0f32, 1001.0, 1002.0];
+        let y = softmax(&x, &Layout::contiguous(&[3]), 0, false);
+        let e: Vec<f64> = [0.0f64, 1.0, 2.0].iter().map(|v| v.exp()).collect();
+        let s: f64 = e.iter().sum();
+        for (a, b) in y.iter().zip(&e) {
+            assert!((*a as f64 - b / s).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn along_the_first_dim() {
+        let x = [0.0f64, 1.0, 2.0, 3.0];
+        let y = softmax(&x, &Layout::contiguous(&[2, 2]), 0, true);
+        let l = -(1.0f64 + (2.0f64).exp()).ln();
+        for (a, b) in y.iter().zip([l, l, 2.0 + l, 2.0 + l]) {
+            assert!((a - b).abs() < 1e-12, "{y:?}");
+        }
+    }
+}

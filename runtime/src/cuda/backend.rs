@@ -1,0 +1,489 @@
+//! The `Backend` primitives on one CUDA device: memsets and copies, the
+//! built-in PTX kernels of the kernels crate, and cuBLAS for products.
+//!
+//! Every primitive first checks that the layouts it was given stay inside
+//! their storage, so an indexing mistake is an `Err` here instead of an
+//! illegal memory access inside a kernel.
+
+use super::alloc::CudaStorage;
+use super::blas::{self, Epilogue};
+use super::context::{context, Context};
+use super::error::driver;
+use super::launch::Builtin;
+use crate::backend::Backend;
+use crate::dtype::{DType, FloatDType, NumDType};
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use cudarc::driver::{result, sys};
+use std::sync::Arc;
+use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
+
+/// The CUDA backend for one ordinal.
+#[derive(Clone, Debug)]
+pub(crate) struct CudaBackend {
+    ctx: Arc<Context>,
+}
+
+/// `Err(Index)` unless every element `l` selects lies inside `s`.
+fn check_extent<T: DType>(op: &str, operand: &str, s: &CudaStorage<T>, l: &Layout) -> Result<()> {
+    let extent = l.storage_extent();
+    if extent > s.len() {
+        return Err(Error::Index(format!(
+            "{op}: `{operand}` with dims {:?}, strides {:?} and offset {} reaches element {} \
+             of a device buffer of {} elements",
+            l.dims(),
+            l.strides(),
+            l.offset(),
+            extent - 1,
+            s.len()
+        )));
+    }
+    Ok(())
+}
+
+fn same_dims(op: &str, a: &Layout, b: &Layout) -> Result<()> {
+    if a.dims() != b.dims() {
+        return Err(Error::shape(
+            op,
+            format!(
+                "operands of equal dims (broadcast first), got {:?}",
+                a.dims()
+            ),
+            format!("{:?}", b.dims()),
+        ));
+    }
+    Ok(())
+}
+
+/// The permutation moving `dim` last, keeping the others in order.
+fn dim_last(rank: usize, dim: usize) -> Vec<usize> {
+    (0..rank).filter(|&d| d != dim).chain([dim]).collect()
+}
+
+impl CudaBackend {
+    /// The backend of cuda:`ord`, creating its context on first use.
+    pub(crate) fn for_ordinal(ord: usize) -> Result<CudaBackend> {
+        Ok(CudaBackend { ctx: context(ord)? })
+    }
+
+    /// The backend of an existing context.
+    pub(crate) fn on(ctx: Arc<Context>) -> CudaBackend {
+        CudaBackend { ctx }
+    }
+
+    /// The context (device, stream, caches) this backend runs on.
+    pub(crate) fn ctx(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// `relu(alpha * a @ b + beta * bias)` in one cuBLASLt call when the
+    /// bias is one value per output column (a linear layer), else a
+    /// product followed by a ReLU kernel. Layouts as in `Backend::matmul`.
+    #[allow(clippy::too_many_arguments, dead_code)]
+    pub(crate) fn addmm_relu<T: FloatDType>(
+        &self,
+        bias: (&CudaStorage<T>, &Layout),
+        a: &CudaStorage<T>,
+        la: &Layout,
+        b: &CudaStorage<T>,
+        lb: &Layout,
+        alpha: T,
+        beta: T,
+    ) -> Result<CudaStorage<T>> {
+        self.ctx.bind()?;
+        check_extent("addmm_relu", "bias", bias.0, bias.1)?;
+        check_extent("addmm_relu", "mat1", a, la)?;
+        check_extent("addmm_relu", "mat2", b, lb)?;
+        blas::matmul(self, a, la, b, lb, Some(bias), alpha, beta, Epilogue::Relu)
+    }
+
+    /// A one-element buffer holding `value`, written by memsets so that no
+    /// host memory has to stay alive for it.
+    fn scalar<T: DType>(&self, value: T) -> Result<CudaStorage<T>> {
+        let out = self.ctx.storage::<T>(1)?;
+        let bytes = value_bytes(value);
+        let ptr = out.device_ptr();
+        if bytes.len() == 8 {
+            let lo = u32::from_le_bytes(bytes[..4].try_into().expect("8 bytes"));
+            let hi = u32::from_le_bytes(bytes[4..].try_into().expect("8 bytes"));
+            self.memset32(ptr, lo, 1)?;
+            self.memset32(ptr + 4, hi, 1)?;
+        } else {
+            self.memset(ptr, &bytes, 1)?;
+        }
+        Ok(out)
+    }
+
+    fn memset32(&self, ptr: u64, value: u32, n: usize) -> Result<()> {
+        // SAFETY: the caller owns `n` 32-bit words at `ptr`.
+        unsafe { sys::cuMemsetD32Async(ptr, value, n, self.ctx.stream) }
+            .result()
+            .map_err(|e| driver("cuMemsetD32Async", e))
+    }
+
+    /// Fills `n` elements of 1, 2 or 4 bytes at `ptr` with `bytes`.
+    fn memset(&self, ptr: u64, bytes: &[u8], n: usize) -> Result<()> {
+        let stream = self.ctx.stream;
+        // SAFETY: the caller owns `n` elements of `bytes.len()` bytes.
+        let status = unsafe {
+            match bytes.len() {
+                1 => sys::cuMemsetD8Async(ptr, bytes[0], n, stream),
+                2 => {
+                    sys::cuMemsetD16Async(ptr, u16::from_le_bytes([bytes[0], bytes[1]]), n, stream)
+                }
+                4 => sys::cuMemsetD32Async(
+                    ptr,
+                    u32::from_le_bytes(bytes.try_into().expect("4 bytes")),
+                    n,
+                    stream,
+                ),
+                other => unreachable!("memset of {other}-byte elements"),
+            }
+        };
+        status.result().map_err(|e| driver("cuMemsetAsync", e))
+    }
+
+    /// Rows of `cols` elements along `dim`, contiguous: the input itself
+    /// when `dim` is already last and contiguous, else a permuted copy.
+    fn rows_of<T: DType>(
+        &self,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        dim: usize,
+    ) -> Result<(u64, Option<CudaStorage<T>>)> {
+        let moved = l.permute(&dim_last(l.rank(), dim));
+        if moved.is_contiguous() {
+            return Ok((x.ptr_at(moved.offset()), None));
+        }
+        let copy = self.contiguous(x, &moved)?;
+        Ok((copy.device_ptr(), Some(copy)))
+    }
+
+    fn check_dim(op: &str, l: &Layout, dim: usize) -> Result<()> {
+        if dim >= l.rank() {
+            return Err(Error::shape(
+                op,
+                format!("a dim below the rank {}", l.rank()),
+                format!("dim {dim}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Number of elements left when `dim` is reduced away.
+fn rows_without(l: &Layout, dim: usize) -> usize {
+    l.dims()
+        .iter()
+        .enumerate()
+        .filter(|&(d, _)| d != dim)
+        .map(|(_, &n)| n)
+        .product()
+}
+
+/// The bytes of one value as the device stores it.
+fn value_bytes<T: DType>(value: T) -> Vec<u8> {
+    let size = std::mem::size_of::<T>();
+    // SAFETY: dtype values are plain data without padding.
+    unsafe { std::slice::from_raw_parts(&value as *const T as *const u8, size) }.to_vec()
+}
+
+impl Backend for CudaBackend {
+    type Buf<T: DType> = CudaStorage<T>;
+
+    fn full<T: DType>(&self, n: usize, value: T) -> Result<CudaStorage<T>> {
+        self.ctx.bind()?;
+        let out = self.ctx.storage::<T>(n)?;
+        if n == 0 {
+            return Ok(out);
+        }
+        let bytes = value_bytes(value);
+        if bytes.len() < 8 {
+            self.memset(out.device_ptr(), &bytes, n)?;
+        } else if bytes.iter().all(|&b| b == 0) {
+            self.memset32(out.device_ptr(), 0, 2 * n)?;
+        } else {
+            // No 64-bit memset: broadcast one element with the copy kernel.
+            let one = self.scalar(value)?;
+            self.ctx.builtin_elementwise(
+                Builtin::Cast(T::KIND, T::KIND),
+                (out.device_ptr(), &Layout::contiguous(&[n])),
+                &[(one.device_ptr(), &Layout::new(vec![n], vec![0], 0))],
+            )?;
+        }
+        Ok(out)
+    }
+
+    fn contiguous<T: DType>(&self, x: &CudaStorage<T>, l: &Layout) -> Result<CudaStorage<T>> {
+        self.ctx.bind()?;
+        check_extent("contiguous", "self", x, l)?;
+        let n = l.numel();
+        let out = self.ctx.storage::<T>(n)?;
+        if n == 0 {
+            return Ok(out);
+        }
+        if l.is_contiguous() {
+            let bytes = n * std::mem::size_of::<T>();
+            // SAFETY: both ranges hold `bytes` bytes (extent checked).
+            unsafe {
+                result::memcpy_dtod_async(
+                    out.device_ptr(),
+                    x.ptr_at(l.offset()),
+                    bytes,
+                    self.ctx.stream,
+                )
+            }
+            .map_err(|e| driver("cuMemcpyDtoDAsync", e))?;
+        } else {
+            self.ctx.builtin_elementwise(
+                Builtin::Cast(T::KIND, T::KIND),
+                (out.device_ptr(), &Layout::contiguous(l.dims())),
+                &[(x.ptr_at(l.offset()), l)],
+            )?;
+        }
+        Ok(out)
+    }
+
+    fn copy_into<T: DType>(
+        &self,
+        src: &CudaStorage<T>,
+        ls: &Layout,
+        dst: &mut CudaStorage<T>,
+        ld: &Layout,
+    ) -> Result<()> {
+        self.ctx.bind()?;
+        same_dims("copy_into", ld, ls)?;
+        check_extent("copy_into", "src", src, ls)?;
+        check_extent("copy_into", "dst", dst, ld)?;
+        let n = ls.numel();
+        if n == 0 {
+            return Ok(());
+        }
+        if ls.is_contiguous() && ld.is_contiguous() {
+            let bytes = n * std::mem::size_of::<T>();
+            // SAFETY: both ranges hold `bytes` bytes (extents checked).
+            unsafe {
+                result::memcpy_dtod_async(
+                    dst.ptr_at(ld.offset()),
+                    src.ptr_at(ls.offset()),
+                    bytes,
+                    self.ctx.stream,
+                )
+            }
+            .map_err(|e| driver("cuMemcpyDtoDAsync", e))
+        } else {
+            self.ctx.builtin_elementwise(
+                Builtin::Cast(T::KIND, T::KIND),
+                (dst.ptr_at(ld.offset()), ld),
+                &[(src.ptr_at(ls.offset()), ls)],
+            )
+        }
+    }
+
+    fn unary<T: NumDType>(
+        &self,
+        op: UnaryOp,
+        x: &CudaStorage<T>,
+        l: &Layout,
+    ) -> Result<CudaStorage<T>> {
+        self.ctx.bind()?;
+        check_extent(op.name(), "self", x, l)?;
+        let out = self.ctx.storage::<T>(l.numel())?;
+        self.ctx.builtin_elementwise(
+            Builtin::Unary(op, T::KIND),
+            (out.device_ptr(), &Layout::contiguous(l.dims())),
+            &[(x.ptr_at(l.offset()), l)],
+        )?;
+        Ok(out)
+    }
+
+    fn binary<T: NumDType>(
+        &self,
+        op: BinaryOp,
+        a: &CudaStorage<T>,
+        la: &Layout,
+        b: &CudaStorage<T>,
+        lb: &Layout,
+    ) -> Result<CudaStorage<T>> {
+        self.ctx.bind()?;
+        same_dims(op.name(), la, lb)?;
+        check_extent(op.name(), "self", a, la)?;
+        check_extent(op.name(), "other", b, lb)?;
+        let out = self.ctx.storage::<T>(la.numel())?;
+        self.ctx.builtin_elementwise(
+            Builtin::Binary(op, T::KIND),
+            (out.device_ptr(), &Layout::contiguous(la.dims())),
+            &[(a.ptr_at(la.offset()), la), (b.ptr_at(lb.offset()), lb)],
+        )?;
+        Ok(out)
+    }
+
+    fn binary_scalar<T: NumDType>(
+        &self,
+        op: BinaryOp,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        s: T,
+        scalar_first: bool,
+    ) -> Result<CudaStorage<T>> {
+        self.ctx.bind()?;
+        check_extent(op.name(), "self", x, l)?;
+        let out = self.ctx.storage::<T>(l.numel())?;
+        if l.numel() == 0 {
+            return Ok(out);
+        }
+        let scalar = self.scalar(s)?;
+        let sl = Layout::new(l.dims().to_vec(), vec![0; l.rank()], 0);
+        let xs = (x.ptr_at(l.offset()), l);
+        let ss = (scalar.device_ptr(), &sl);
+        let inputs = if scalar_first { [ss, xs] } else { [xs, ss] };
+        self.ctx.builtin_elementwise(
+            Builtin::Binary(op, T::KIND),
+            (out.device_ptr(), &Layout::contiguous(l.dims())),
+            &inputs,
+        )?;
+        Ok(out)
+    }
+
+    fn cast<T: DType, U: DType>(&self, x: &CudaStorage<T>, l: &Layout) -> Result<CudaStorage<U>> {
+        self.ctx.bind()?;
+        check_extent("cast", "self", x, l)?;
+        let out = self.ctx.storage::<U>(l.numel())?;
+        self.ctx.builtin_elementwise(
+            Builtin::Cast(T::KIND, U::KIND),
+            (out.device_ptr(), &Layout::contiguous(l.dims())),
+            &[(x.ptr_at(l.offset()), l)],
+        )?;
+        Ok(out)
+    }
+
+    fn reduce<T: NumDType>(
+        &self,
+        op: ReduceOp,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        dim: usize,
+    ) -> Result<CudaStorage<T>> {
+        self.ctx.bind()?;
+        Self::check_dim(op.name(), l, dim)?;
+        check_extent(op.name(), "self", x, l)?;
+        let cols = l.dims()[dim];
+        let rows = rows_without(l, dim);
+        if rows == 0 {
+            return self.ctx.storage::<T>(0);
+        }
+        if cols == 0 {
+            return match op {
+                ReduceOp::Sum => self.full(rows, T::zero()),
+                ReduceOp::Mean => self.full(rows, T::from_f64(f64::NAN)),
+                _ => Err(Error::shape(
+                    op.name(),
+                    format!("a non-empty dim {dim} to take the {} of", op.name()),
+                    format!("dims {:?}", l.dims()),
+                )),
+            };
+        }
+        let (input, _copy) = self.rows_of(x, l, dim)?;
+        let out = self.ctx.storage::<T>(rows)?;
+        self.ctx.builtin_rows(
+            Builtin::Reduce(op, T::KIND),
+            out.device_ptr(),
+            input,
+            rows,
+            cols,
+        )?;
+        Ok(out)
+    }
+
+    fn arg_reduce<T: NumDType>(
+        &self,
+        op: ReduceOp,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        dim: usize,
+    ) -> Result<CudaStorage<i64>> {
+        self.ctx.bind()?;
+        Self::check_dim(op.name(), l, dim)?;
+        check_extent(op.name(), "self", x, l)?;
+        let cols = l.dims()[dim];
+        let rows = rows_without(l, dim);
+        if rows == 0 {
+            return self.ctx.storage::<i64>(0);
+        }
+        if cols == 0 {
+            return Err(Error::shape(
+                op.name(),
+                format!("a non-empty dim {dim} to search"),
+                format!("dims {:?}", l.dims()),
+            ));
+        }
+        let (input, _copy) = self.rows_of(x, l, dim)?;
+        let out = self.ctx.storage::<i64>(rows)?;
+        self.ctx.builtin_rows(
+            Builtin::Reduce(op, T::KIND),
+            out.device_ptr(),
+            input,
+            rows,
+            cols,
+        )?;
+        Ok(out)
+    }
+
+    fn softmax<T: FloatDType>(
+        &self,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        dim: usize,
+        log: bool,
+    ) -> Result<CudaStorage<T>> {
+        self.ctx.bind()?;
+        let op = if log { "log_softmax" } else { "softmax" };
+        Self::check_dim(op, l, dim)?;
+        check_extent(op, "self", x, l)?;
+        let n = l.numel();
+        if n == 0 {
+            return self.ctx.storage::<T>(0);
+        }
+        let cols = l.dims()[dim];
+        let rows = n / cols;
+        let (input, _copy) = self.rows_of(x, l, dim)?;
+        let out = self.ctx.storage::<T>(n)?;
+        self.ctx.builtin_rows(
+            Builtin::Softmax(T::KIND, log),
+            out.device_ptr(),
+            input,
+            rows,
+            cols,
+        )?;
+        let perm = dim_last(l.rank(), dim);
+        if perm.iter().enumerate().all(|(i, &p)| i == p) {
+            return Ok(out);
+        }
+        // The rows came out with `dim` last: put it back in place.
+        let moved_dims: Vec<usize> = perm.iter().map(|&p| l.dims()[p]).collect();
+        let mut inverse = vec![0; perm.len()];
+        for (i, &p) in perm.iter().enumerate() {
+            inverse[p] = i;
+        }
+        self.contiguous(&out, &Layout::contiguous(&moved_dims).permute(&inverse))
+    }
+
+    fn matmul<T: FloatDType>(
+        &self,
+        a: &CudaStorage<T>,
+        la: &Layout,
+        b: &CudaStorage<T>,
+        lb: &Layout,
+        bias: Option<(&CudaStorage<T>, &Layout)>,
+        alpha: T,
+        beta: T,
+    ) -> Result<CudaStorage<T>> {
+        self.ctx.bind()?;
+        check_extent("matmul", "mat1", a, la)?;
+        check_extent("matmul", "mat2", b, lb)?;
+        if let Some((bs, bl)) = bias {
+            check_extent("addmm", "bias", bs, bl)?;
+        }
+        blas::matmul(self, a, la, b, lb, bias, alpha, beta, Epilogue::None)
+    }
+}

@@ -1,0 +1,665 @@
+//! Matrix products through cuBLAS and cuBLASLt.
+//!
+//! Tensors are row-major and cuBLAS is column-major, so `C = A B` is
+//! computed as `Cᵀ = Bᵀ Aᵀ`: a row-major matrix is its transpose in
+//! column-major order, with no copy. A transposed view (unit stride along
+//! its rows) becomes a transpose flag; only views with no unit stride are
+//! copied. Batches use the strided-batched routine, with batch stride 0
+//! for an operand broadcast over the batch.
+//!
+//! f32 products are exact f32 (no TF32) unless [`set_allow_tf32`] turns
+//! TF32 on; f16 and bf16 accumulate in f32. An addmm whose bias is one
+//! value per output column (a linear layer) runs through cuBLASLt with the
+//! bias, and optionally a ReLU, fused into the product's epilogue.
+
+use super::alloc::CudaStorage;
+use super::backend::CudaBackend;
+use super::context::{lock, Context};
+use super::error::{cublas, driver, guard, unavailable};
+use crate::backend::Backend;
+use crate::dtype::{DType, FloatDType};
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use cudarc::cublas::sys as cb;
+use cudarc::cublaslt::sys as lt;
+use cudarc::driver::{result, sys};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tensorfn_core::DTypeKind;
+use tensorfn_kernels::{BinaryOp, UnaryOp};
+
+/// Bytes of the workspace cuBLAS and cuBLASLt share in each context.
+const WORKSPACE_BYTES: usize = 32 << 20;
+
+static ALLOW_TF32: AtomicBool = AtomicBool::new(false);
+
+/// Lets f32 matrix products on the GPU use TF32 tensor cores (10-bit
+/// mantissa inputs, f32 accumulation): several times faster, about 1e-3
+/// relative error. Off by default, so f32 products are exact f32, unlike
+/// PyTorch's `torch.backends.cuda.matmul.allow_tf32`, which this mirrors.
+///
+/// ```
+/// use tensorfn_runtime::{allow_tf32, set_allow_tf32};
+/// assert!(!allow_tf32());
+/// set_allow_tf32(true);
+/// assert!(allow_tf32());
+/// set_allow_tf32(false);
+/// ```
+pub fn set_allow_tf32(allow: bool) {
+    ALLOW_TF32.store(allow, Ordering::Relaxed);
+}
+
+/// Whether f32 matrix products may use TF32 (see [`set_allow_tf32`]).
+pub fn allow_tf32() -> bool {
+    ALLOW_TF32.load(Ordering::Relaxed)
+}
+
+/// What is applied to the product before it is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Epilogue {
+    /// Nothing.
+    None,
+    /// `max(x, 0)`.
+    Relu,
+}
+
+/// The cuBLAS handles of one context and their shared workspace.
+pub(crate) struct Blas {
+    handle: cb::cublasHandle_t,
+    /// `None` when libcublasLt cannot be loaded: products then go through
+    /// cuBLAS alone.
+    lt: Option<lt::cublasLtHandle_t>,
+    workspace: u64,
+}
+
+// SAFETY: the handles are bound to one stream and used from any thread
+// with the context current; the device runs their work in stream order,
+// so the workspace is never used by two products at once.
+unsafe impl Send for Blas {}
+unsafe impl Sync for Blas {}
+
+impl Blas {
+    fn create(ctx: &Context) -> Result<Blas> {
+        // cudarc panics when a library is missing: probe first.
+        // SAFETY: only opens the library.
+        if !unsafe { cb::is_culib_present() } {
+            return Err(unavailable(
+                "cuBLAS (libcublas.so) was not found; matrix products on the GPU need it: \
+                 install the CUDA toolkit's cuBLAS or add its folder to LD_LIBRARY_PATH",
+            ));
+        }
+        guard("loading cuBLAS", || {
+            // SAFETY: plain allocation in the current context, kept for the
+            // life of the process.
+            let workspace = match unsafe { result::malloc_sync(WORKSPACE_BYTES) } {
+                Ok(p) => p,
+                Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                    let (free, total) = ctx.mem_info()?;
+                    return Err(Error::OutOfMemory {
+                        requested: WORKSPACE_BYTES,
+                        free,
+                        total,
+                    });
+                }
+                Err(e) => return Err(driver("cuMemAlloc (cuBLAS workspace)", e)),
+            };
+            let handle = cudarc::cublas::result::create_handle()
+                .map_err(|e| cublas("cublasCreate", e.0, String::new()))?;
+            // SAFETY: the handle was just created; the stream and the
+            // workspace live as long as the context.
+            unsafe {
+                cudarc::cublas::result::set_stream(handle, ctx.stream as cb::cudaStream_t)
+                    .map_err(|e| cublas("cublasSetStream", e.0, String::new()))?;
+                cb::cublasSetWorkspace_v2(handle, workspace as *mut c_void, WORKSPACE_BYTES)
+                    .result()
+                    .map_err(|e| cublas("cublasSetWorkspace", e.0, String::new()))?;
+                // Exact f32 unless the compute type asks for TF32.
+                cb::cublasSetMathMode(handle, cb::cublasMath_t::CUBLAS_DEFAULT_MATH)
+                    .result()
+                    .map_err(|e| cublas("cublasSetMathMode", e.0, String::new()))?;
+            }
+            // SAFETY: only opens the library.
+            let lt = if unsafe { lt::is_culib_present() } {
+                guard("loading cuBLASLt", || {
+                    cudarc::cublaslt::result::create_handle()
+                        .map_err(|e| cublas("cublasLtCreate", e.0, String::new()))
+                })
+                .ok()
+            } else {
+                None
+            };
+            Ok(Blas {
+                handle,
+                lt,
+                workspace,
+            })
+        })
+    }
+}
+
+impl Context {
+    /// The cuBLAS handles, created on the first product. A failure is not
+    /// kept: a later call tries again.
+    pub(crate) fn blas(&self) -> Result<Arc<Blas>> {
+        let mut slot = lock(&self.blas);
+        if let Some(b) = &*slot {
+            return Ok(b.clone());
+        }
+        let b = Arc::new(Blas::create(self)?);
+        *slot = Some(b.clone());
+        Ok(b)
+    }
+}
+
+/// How cuBLAS reads one operand of `C = A B`: the device address of its
+/// first matrix, whether to transpose, its leading dimension and the
+/// distance between batch matrices.
+struct Operand<T: DType> {
+    ptr: u64,
+    trans: bool,
+    ld: usize,
+    batch_stride: usize,
+    /// The contiguous copy, when the view could not be read in place.
+    _copy: Option<CudaStorage<T>>,
+}
+
+/// How a `rows x cols` matrix with strides `(sr, sc)` is read as the
+/// column-major transpose cuBLAS needs: `(false, ld)` when rows are
+/// contiguous (row-major), `(true, ld)` when columns are (a transposed
+/// view); `None` when neither stride is 1.
+pub(crate) fn matrix_view(rows: usize, cols: usize, sr: usize, sc: usize) -> Option<(bool, usize)> {
+    if cols == 1 || sc == 1 {
+        let ld = if rows == 1 { cols.max(1) } else { sr };
+        if ld >= cols.max(1) {
+            return Some((false, ld));
+        }
+    }
+    if rows == 1 || sr == 1 {
+        let ld = if cols == 1 { rows.max(1) } else { sc };
+        if ld >= rows.max(1) {
+            return Some((true, ld));
+        }
+    }
+    None
+}
+
+fn operand<T: FloatDType>(be: &CudaBackend, s: &CudaStorage<T>, l: &Layout) -> Result<Operand<T>> {
+    let (batch, rows, cols) = (l.dims()[0], l.dims()[1], l.dims()[2]);
+    let (sb, sr, sc) = (l.strides()[0], l.strides()[1], l.strides()[2]);
+    let batch_stride = if batch == 1 { 0 } else { sb };
+    if let Some((trans, ld)) = matrix_view(rows, cols, sr, sc) {
+        if ld <= i32::MAX as usize {
+            return Ok(Operand {
+                ptr: s.ptr_at(l.offset()),
+                trans,
+                ld,
+                batch_stride,
+                _copy: None,
+            });
+        }
+    }
+    // Neither stride is 1: copy, once if the batch is broadcast.
+    let (copy, batch_stride) = if batch_stride == 0 {
+        (be.contiguous(s, &l.select(0, 0))?, 0)
+    } else {
+        (be.contiguous(s, l)?, rows * cols)
+    };
+    Ok(Operand {
+        ptr: copy.device_ptr(),
+        trans: false,
+        ld: cols.max(1),
+        batch_stride,
+        _copy: Some(copy),
+    })
+}
+
+fn op(trans: bool) -> cb::cublasOperation_t {
+    if trans {
+        cb::cublasOperation_t::CUBLAS_OP_T
+    } else {
+        cb::cublasOperation_t::CUBLAS_OP_N
+    }
+}
+
+/// Alpha and beta in the scale type of the product (f64 for f64, f32
+/// otherwise), as bytes that outlive the call.
+enum Scale {
+    F32(f32, f32),
+    F64(f64, f64),
+}
+
+impl Scale {
+    fn new<T: DType>(alpha: T, beta: T) -> Scale {
+        if T::KIND == DTypeKind::F64 {
+            Scale::F64(alpha.to_f64(), beta.to_f64())
+        } else {
+            Scale::F32(alpha.to_f64() as f32, beta.to_f64() as f32)
+        }
+    }
+
+    fn ptrs(&self) -> (*const c_void, *const c_void) {
+        match self {
+            Scale::F32(a, b) => (a as *const f32 as _, b as *const f32 as _),
+            Scale::F64(a, b) => (a as *const f64 as _, b as *const f64 as _),
+        }
+    }
+}
+
+fn data_type(t: DTypeKind) -> cb::cudaDataType {
+    match t {
+        DTypeKind::F32 => cb::cudaDataType::CUDA_R_32F,
+        DTypeKind::F64 => cb::cudaDataType::CUDA_R_64F,
+        DTypeKind::F16 => cb::cudaDataType::CUDA_R_16F,
+        DTypeKind::BF16 => cb::cudaDataType::CUDA_R_16BF,
+        other => unreachable!("matrix products are only called with floats, not {other}"),
+    }
+}
+
+fn compute_type(t: DTypeKind) -> cb::cublasComputeType_t {
+    match t {
+        DTypeKind::F64 => cb::cublasComputeType_t::CUBLAS_COMPUTE_64F,
+        DTypeKind::F32 if allow_tf32() => cb::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+        // f16 and bf16 accumulate in f32 too.
+        _ => cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+    }
+}
+
+fn lt_data_type(t: DTypeKind) -> lt::cudaDataType {
+    match t {
+        DTypeKind::F32 => lt::cudaDataType::CUDA_R_32F,
+        DTypeKind::F64 => lt::cudaDataType::CUDA_R_64F,
+        DTypeKind::F16 => lt::cudaDataType::CUDA_R_16F,
+        DTypeKind::BF16 => lt::cudaDataType::CUDA_R_16BF,
+        other => unreachable!("matrix products are only called with floats, not {other}"),
+    }
+}
+
+fn lt_compute_type(t: DTypeKind) -> (lt::cublasComputeType_t, lt::cudaDataType) {
+    match t {
+        DTypeKind::F64 => (
+            lt::cublasComputeType_t::CUBLAS_COMPUTE_64F,
+            lt::cudaDataType::CUDA_R_64F,
+        ),
+        DTypeKind::F32 if allow_tf32() => (
+            lt::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+            lt::cudaDataType::CUDA_R_32F,
+        ),
+        _ => (
+            lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            lt::cudaDataType::CUDA_R_32F,
+        ),
+    }
+}
+
+fn to_i32(v: usize, what: &str, shapes: &str) -> Result<i32> {
+    i32::try_from(v).map_err(|_| {
+        Error::shape(
+            "matmul on the GPU",
+            format!("{what} below 2^31 (cuBLAS uses 32-bit sizes)"),
+            format!("{what} = {v} for {shapes}"),
+        )
+    })
+}
+
+/// Operand shapes for error messages.
+fn describe(la: &Layout, lb: &Layout, t: DTypeKind) -> String {
+    format!(
+        "{t} [batch, m, k] = {:?} (strides {:?}) x [batch, k, n] = {:?} (strides {:?})",
+        la.dims(),
+        la.strides(),
+        lb.dims(),
+        lb.strides()
+    )
+}
+
+/// Batched `epilogue(alpha * a @ b + beta * bias)`; see
+/// `Backend::matmul` for the layouts.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matmul<T: FloatDType>(
+    be: &CudaBackend,
+    a: &CudaStorage<T>,
+    la: &Layout,
+    b: &CudaStorage<T>,
+    lb: &Layout,
+    bias: Option<(&CudaStorage<T>, &Layout)>,
+    alpha: T,
+    beta: T,
+    epilogue: Epilogue,
+) -> Result<CudaStorage<T>> {
+    let shapes = describe(la, lb, T::KIND);
+    if la.rank() != 3
+        || lb.rank() != 3
+        || la.dims()[0] != lb.dims()[0]
+        || la.dims()[2] != lb.dims()[1]
+    {
+        return Err(Error::shape(
+            "matmul on the GPU",
+            "a [batch, m, k] and b [batch, k, n]",
+            shapes,
+        ));
+    }
+    let (batch, m, k, n) = (la.dims()[0], la.dims()[1], la.dims()[2], lb.dims()[2]);
+    let out_layout = Layout::contiguous(&[batch, m, n]);
+    let ctx = be.ctx();
+    if batch * m * n == 0 {
+        return ctx.storage::<T>(0);
+    }
+    let bias = bias.filter(|_| beta.to_f64() != 0.0);
+    if k == 0 {
+        return empty_product(be, bias, &out_layout, beta, epilogue);
+    }
+    let blas = ctx.blas()?;
+    let a_op = operand(be, a, la)?;
+    let b_op = operand(be, b, lb)?;
+    let mut out = ctx.storage::<T>(batch * m * n)?;
+
+    if let (Some(ltx), Some((bs, bl))) = (blas.lt, bias) {
+        let row_vector = bl.strides()[1] == 0 && (n == 1 || bl.strides()[2] == 1);
+        if batch == 1 && beta.to_f64() == 1.0 && row_vector {
+            let fused = guard("calling cuBLASLt", || {
+                lt_matmul(
+                    &blas,
+                    ltx,
+                    ctx,
+                    (&a_op, &b_op),
+                    (m, k, n),
+                    bs.ptr_at(bl.offset()),
+                    out.device_ptr(),
+                    Scale::new(alpha, T::zero()),
+                    T::KIND,
+                    epilogue,
+                    &shapes,
+                )
+            })?;
+            if fused {
+                return Ok(out);
+            }
+        }
+    }
+
+    let beta = match bias {
+        Some((bs, bl)) => {
+            be.copy_into(bs, bl, &mut out, &out_layout)?;
+            beta
+        }
+        None => T::zero(),
+    };
+    let scale = Scale::new(alpha, beta);
+    let (alpha_ptr, beta_ptr) = scale.ptrs();
+    let dt = data_type(T::KIND);
+    let (n32, m32, k32) = (
+        to_i32(n, "n", &shapes)?,
+        to_i32(m, "m", &shapes)?,
+        to_i32(k, "k", &shapes)?,
+    );
+    let lda = to_i32(b_op.ld, "the leading dimension of b", &shapes)?;
+    let ldb = to_i32(a_op.ld, "the leading dimension of a", &shapes)?;
+    let batch32 = to_i32(batch, "batch", &shapes)?;
+    let out_ptr = out.device_ptr();
+    guard("calling cuBLAS", || {
+        // Cᵀ (n x m) = Bᵀ (n x k) · Aᵀ (k x m), all column-major.
+        // SAFETY: the operands describe live device memory of the dims
+        // above (checked layouts), the output holds batch * m * n
+        // elements, and the scale values outlive the call.
+        unsafe {
+            cb::cublasGemmStridedBatchedEx(
+                blas.handle,
+                op(b_op.trans),
+                op(a_op.trans),
+                n32,
+                m32,
+                k32,
+                alpha_ptr,
+                b_op.ptr as *const c_void,
+                dt,
+                lda,
+                b_op.batch_stride as i64,
+                a_op.ptr as *const c_void,
+                dt,
+                ldb,
+                a_op.batch_stride as i64,
+                beta_ptr,
+                out_ptr as *mut c_void,
+                dt,
+                n32,
+                (m * n) as i64,
+                batch32,
+                compute_type(T::KIND),
+                cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .result()
+        .map_err(|e| cublas("cublasGemmStridedBatchedEx", e.0, shapes.clone()))
+    })?;
+    match epilogue {
+        Epilogue::None => Ok(out),
+        Epilogue::Relu => be.unary(UnaryOp::Relu, &out, &out_layout),
+    }
+}
+
+/// A product over an empty `k`: `beta * bias` (or zeros), then the epilogue.
+fn empty_product<T: FloatDType>(
+    be: &CudaBackend,
+    bias: Option<(&CudaStorage<T>, &Layout)>,
+    out_layout: &Layout,
+    beta: T,
+    epilogue: Epilogue,
+) -> Result<CudaStorage<T>> {
+    let mut out = be.full(out_layout.numel(), T::zero())?;
+    if let Some((bs, bl)) = bias {
+        be.copy_into(bs, bl, &mut out, out_layout)?;
+        if beta.to_f64() != 1.0 {
+            out = be.binary_scalar(BinaryOp::Mul, &out, out_layout, beta, false)?;
+        }
+    }
+    match epilogue {
+        Epilogue::None => Ok(out),
+        Epilogue::Relu => be.unary(UnaryOp::Relu, &out, out_layout),
+    }
+}
+
+/// Destroys cuBLASLt descriptors on every exit path.
+struct LtDescriptors {
+    desc: lt::cublasLtMatmulDesc_t,
+    layouts: Vec<lt::cublasLtMatrixLayout_t>,
+    pref: lt::cublasLtMatmulPreference_t,
+}
+
+impl Drop for LtDescriptors {
+    fn drop(&mut self) {
+        // SAFETY: each descriptor was created once and is destroyed once.
+        unsafe {
+            for &l in &self.layouts {
+                let _ = cudarc::cublaslt::result::destroy_matrix_layout(l);
+            }
+            if !self.desc.is_null() {
+                let _ = cudarc::cublaslt::result::destroy_matmul_desc(self.desc);
+            }
+            if !self.pref.is_null() {
+                let _ = cudarc::cublaslt::result::destroy_matmul_pref(self.pref);
+            }
+        }
+    }
+}
+
+/// `epilogue(alpha * a @ b + bias)` with a bias of one value per output
+/// column, through cuBLASLt. Returns `false` (nothing queued) when
+/// cuBLASLt has no algorithm for it, so the caller falls back to cuBLAS.
+#[allow(clippy::too_many_arguments)]
+fn lt_matmul<T: DType>(
+    blas: &Blas,
+    handle: lt::cublasLtHandle_t,
+    ctx: &Context,
+    (a, b): (&Operand<T>, &Operand<T>),
+    (m, k, n): (usize, usize, usize),
+    bias: u64,
+    out: u64,
+    scale: Scale,
+    t: DTypeKind,
+    epilogue: Epilogue,
+    shapes: &str,
+) -> Result<bool> {
+    use cudarc::cublaslt::result as ltr;
+    let err = |what: &str, e: ltr::CublasError| cublas(what, e.0, shapes.to_string());
+    let (compute, scale_type) = lt_compute_type(t);
+    let dt = lt_data_type(t);
+    let mut d = LtDescriptors {
+        desc: ltr::create_matmul_desc(compute, scale_type)
+            .map_err(|e| err("cublasLtMatmulDescCreate", e))?,
+        layouts: Vec::new(),
+        pref: std::ptr::null_mut(),
+    };
+    let trans_a: i32 = b.trans.into();
+    let trans_b: i32 = a.trans.into();
+    let epi = match epilogue {
+        Epilogue::None => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
+        Epilogue::Relu => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS,
+    };
+    let bias_ptr = bias as *const c_void;
+    let set = |attr, ptr: *const c_void, size| {
+        // SAFETY: `ptr` points at `size` bytes of the attribute's type.
+        unsafe { ltr::set_matmul_desc_attribute(d.desc, attr, ptr, size) }
+            .map_err(|e| err("cublasLtMatmulDescSetAttribute", e))
+    };
+    use lt::cublasLtMatmulDescAttributes_t as A;
+    set(
+        A::CUBLASLT_MATMUL_DESC_TRANSA,
+        &trans_a as *const i32 as _,
+        4,
+    )?;
+    set(
+        A::CUBLASLT_MATMUL_DESC_TRANSB,
+        &trans_b as *const i32 as _,
+        4,
+    )?;
+    set(A::CUBLASLT_MATMUL_DESC_EPILOGUE, &epi as *const _ as _, 4)?;
+    set(
+        A::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+        &bias_ptr as *const *const c_void as _,
+        std::mem::size_of::<*const c_void>(),
+    )?;
+    // Stored (column-major) shapes: Bᵀ is n x k, Aᵀ is k x m, Cᵀ is n x m.
+    let stored = |op: &Operand<T>, rows: usize, cols: usize| {
+        if op.trans {
+            (cols, rows)
+        } else {
+            (rows, cols)
+        }
+    };
+    let (ar, ac) = stored(b, n, k);
+    let (br, bc) = stored(a, k, m);
+    for (rows, cols, ld) in [(ar, ac, b.ld), (br, bc, a.ld), (n, m, n)] {
+        let l = ltr::create_matrix_layout(dt, rows as u64, cols as u64, ld as i64)
+            .map_err(|e| err("cublasLtMatrixLayoutCreate", e))?;
+        d.layouts.push(l);
+    }
+    d.pref = ltr::create_matmul_pref().map_err(|e| err("cublasLtMatmulPreferenceCreate", e))?;
+    let ws = WORKSPACE_BYTES as u64;
+    // SAFETY: the attribute is a u64 byte count.
+    unsafe {
+        ltr::set_matmul_pref_attribute(
+            d.pref,
+            lt::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            &ws as *const u64 as _,
+            8,
+        )
+    }
+    .map_err(|e| err("cublasLtMatmulPreferenceSetAttribute", e))?;
+    let (la, lb, lc) = (d.layouts[0], d.layouts[1], d.layouts[2]);
+    // SAFETY: all descriptors are live.
+    let heuristic =
+        match unsafe { ltr::get_matmul_algo_heuristic(handle, d.desc, la, lb, lc, lc, d.pref) } {
+            Ok(h) => h,
+            Err(_) => return Ok(false),
+        };
+    let (alpha, beta) = scale.ptrs();
+    // SAFETY: operands, bias and output are live device memory matching
+    // the layouts; the workspace is the context's, used in stream order.
+    unsafe {
+        ltr::matmul(
+            handle,
+            d.desc,
+            alpha,
+            beta,
+            b.ptr as *const c_void,
+            la,
+            a.ptr as *const c_void,
+            lb,
+            out as *const c_void,
+            lc,
+            out as *mut c_void,
+            lc,
+            &heuristic.algo,
+            blas.workspace as *mut c_void,
+            WORKSPACE_BYTES,
+            ctx.stream as lt::cudaStream_t,
+        )
+    }
+    .map_err(|e| err("cublasLtMatmul", e))?;
+    Ok(true)
+}
+
+/// A product cuBLAS must reject (`lda` below the row count), to test how
+/// its statuses are reported.
+#[cfg(test)]
+pub(crate) fn invalid_gemm_for_test(be: &CudaBackend) -> Result<()> {
+    let ctx = be.ctx();
+    ctx.bind()?;
+    let blas = ctx.blas()?;
+    let buf = be.full(16, 1.0f32)?;
+    let p = buf.device_ptr() as *const c_void;
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    // SAFETY: cuBLAS validates the arguments before touching memory.
+    unsafe {
+        cb::cublasGemmStridedBatchedEx(
+            blas.handle,
+            op(false),
+            op(false),
+            4,
+            4,
+            4,
+            &alpha as *const f32 as _,
+            p,
+            cb::cudaDataType::CUDA_R_32F,
+            0,
+            0,
+            p,
+            cb::cudaDataType::CUDA_R_32F,
+            4,
+            0,
+            &beta as *const f32 as _,
+            p as *mut c_void,
+            cb::cudaDataType::CUDA_R_32F,
+            4,
+            0,
+            1,
+            compute_type(DTypeKind::F32),
+            cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .result()
+    .map_err(|e| cublas("cublasGemmStridedBatchedEx", e.0, "m=n=k=4, lda=0".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_become_transpose_flags() {
+        // Row-major [2, 3]: read as its column-major transpose, ld 3.
+        assert_eq!(matrix_view(2, 3, 3, 1), Some((false, 3)));
+        // A transposed view of a row-major [3, 2]: strides (1, 2).
+        assert_eq!(matrix_view(2, 3, 1, 2), Some((true, 2)));
+        // A row slice of a wider matrix keeps its leading dimension.
+        assert_eq!(matrix_view(2, 3, 10, 1), Some((false, 10)));
+        // Size-1 dims may carry any stride.
+        assert_eq!(matrix_view(1, 3, 0, 1), Some((false, 3)));
+        assert_eq!(matrix_view(3, 1, 1, 0), Some((false, 1)));
+        // No unit stride: must be copied.
+        assert_eq!(matrix_view(2, 3, 6, 2), None);
+        // A broadcast row: stride 0 across rows is no valid ld.
+        assert_eq!(matrix_view(4, 1, 0, 1), None);
+    }
+}

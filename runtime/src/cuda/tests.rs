@@ -1,0 +1,1145 @@
+//! GPU tests of the backend primitives against f64 references computed on
+//! the host. Each test skips with a one-line notice when no CUDA device is
+//! present.
+
+use super::alloc::CudaStorage;
+use super::backend::CudaBackend;
+use super::blas::set_allow_tf32;
+use super::context::context;
+use super::launch::launch_fused;
+use super::transfer::{download, upload_to};
+use crate::backend::Backend;
+use crate::dtype::{DType, DTypeKind};
+use crate::error::Error;
+use crate::layout::Layout;
+use crate::random::SplitMix64;
+use half::{bf16, f16};
+use tensorfn_kernels::abi::FusedKernel;
+use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
+
+/// The backend of cuda:0, or `None` after printing why the test skips.
+fn gpu() -> Option<CudaBackend> {
+    match CudaBackend::for_ordinal(0) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!("skipping: no CUDA device ({e})");
+            None
+        }
+    }
+}
+
+/// Fresh uniform values in `[lo, hi)` as `T` (integers truncated).
+fn random<T: DType>(rng: &mut SplitMix64, n: usize, lo: f64, hi: f64) -> Vec<T> {
+    (0..n)
+        .map(|_| T::from_f64(lo + (hi - lo) * rng.uniform()))
+        .collect()
+}
+
+fn seed() -> SplitMix64 {
+    // A different stream each run: the inputs must not be tuned to pass.
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(7);
+    SplitMix64::new(t)
+}
+
+fn up<T: DType>(be: &CudaBackend, data: &[T]) -> CudaStorage<T> {
+    upload_to(be.ctx(), data).expect("upload")
+}
+
+fn down<T: DType>(s: &CudaStorage<T>, dims: &[usize]) -> Vec<T> {
+    download(s, &Layout::contiguous(dims)).expect("download")
+}
+
+/// Relative precision of a dtype, for tolerances.
+fn eps(t: DTypeKind) -> f64 {
+    match t {
+        DTypeKind::F64 => 1e-15,
+        DTypeKind::F32 => 1.2e-7,
+        DTypeKind::F16 => 9.8e-4,
+        DTypeKind::BF16 => 7.9e-3,
+        _ => 0.0,
+    }
+}
+
+/// Asserts `got` matches `want` within `atol + rtol * |want|`, NaN only
+/// where NaN is expected.
+fn assert_close<T: DType>(what: &str, got: &[T], want: &[f64], rtol: f64, atol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let g = g.to_f64();
+        if w.is_nan() {
+            assert!(g.is_nan(), "{what}[{i}]: got {g}, want NaN");
+            continue;
+        }
+        assert!(
+            (g - w).abs() <= atol + rtol * w.abs() || (g.is_infinite() && g == *w),
+            "{what}[{i}]: got {g}, want {w} (rtol {rtol}, atol {atol})"
+        );
+    }
+}
+
+/// Host values selected by a layout, in row-major order.
+fn gather<T: Copy>(data: &[T], l: &Layout) -> Vec<T> {
+    l.offsets().map(|i| data[i]).collect()
+}
+
+/// Layouts exercising every path: contiguous, transposed, sliced with an
+/// offset, broadcast, and empty. Each is `(description, storage len, layout)`.
+fn views() -> Vec<(&'static str, usize, Layout)> {
+    vec![
+        ("contiguous [3, 5, 7]", 105, Layout::contiguous(&[3, 5, 7])),
+        (
+            "permuted [7, 3, 5]",
+            105,
+            Layout::contiguous(&[3, 5, 7]).permute(&[2, 0, 1]),
+        ),
+        (
+            "sliced [2, 3, 4] at an offset",
+            105,
+            Layout::contiguous(&[3, 5, 7])
+                .slice(0, 1, 3)
+                .slice(1, 1, 4)
+                .slice(2, 2, 6),
+        ),
+        (
+            "broadcast [4, 6] from [6]",
+            6,
+            Layout::contiguous(&[6]).broadcast_to(&[4, 6]),
+        ),
+        ("scalar []", 1, Layout::contiguous(&[])),
+        ("empty [3, 0, 2]", 0, Layout::contiguous(&[3, 0, 2])),
+        (
+            "large [1031, 257]",
+            1031 * 257,
+            Layout::contiguous(&[1031, 257]),
+        ),
+    ]
+}
+
+#[test]
+fn transfers_round_trip_every_dtype() {
+    let Some(be) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: DType>(be: &CudaBackend, rng: &mut SplitMix64, n: usize) {
+        let data: Vec<T> = random(rng, n, -100.0, 100.0);
+        let s = up(be, &data);
+        assert_eq!(down(&s, &[n]), data, "{} round trip of {n}", T::KIND);
+    }
+    // 0, tiny, and more than two staging halves (8 MiB each) of f32.
+    for n in [0, 1, 1000, 5_000_001] {
+        check::<f32>(&be, &mut rng, n);
+    }
+    check::<f64>(&be, &mut rng, 4097);
+    check::<f16>(&be, &mut rng, 4097);
+    check::<bf16>(&be, &mut rng, 4097);
+    check::<i32>(&be, &mut rng, 4097);
+    check::<i64>(&be, &mut rng, 4097);
+    let bytes: Vec<u8> = random(&mut rng, 4097, 0.0, 256.0);
+    assert_eq!(down(&up(&be, &bytes), &[4097]), bytes);
+    let bools: Vec<bool> = (0..4097).map(|_| rng.uniform() < 0.5).collect();
+    assert_eq!(down(&up(&be, &bools), &[4097]), bools);
+}
+
+#[test]
+fn downloads_of_views_match_the_host() {
+    let Some(be) = gpu() else { return };
+    let mut rng = seed();
+    for (what, len, l) in views() {
+        let data: Vec<f64> = random(&mut rng, len, -1.0, 1.0);
+        let s = up(&be, &data);
+        assert_eq!(download(&s, &l).unwrap(), gather(&data, &l), "{what}");
+        let c = be.contiguous(&s, &l).unwrap();
+        assert_eq!(down(&c, l.dims()), gather(&data, &l), "contiguous {what}");
+    }
+}
+
+#[test]
+fn full_writes_every_dtype() {
+    let Some(be) = gpu() else { return };
+    fn check<T: DType>(be: &CudaBackend, v: T) {
+        for n in [0, 1, 3, 100_003] {
+            let s = be.full(n, v).unwrap();
+            assert_eq!(down(&s, &[n]), vec![v; n], "full {} {v}", T::KIND);
+        }
+    }
+    check(&be, -1.25f32);
+    check(&be, 0.0f64);
+    check(&be, -3.5e300f64);
+    check(&be, f16::from_f32(0.333));
+    check(&be, bf16::from_f32(-7.5));
+    check(&be, -123_456i32);
+    check(&be, i64::MIN + 5);
+    check(&be, 0xa5u8);
+    check(&be, true);
+}
+
+#[test]
+fn copy_into_writes_a_strided_destination() {
+    let Some(be) = gpu() else { return };
+    let mut rng = seed();
+    let src: Vec<i32> = random(&mut rng, 12, -1000.0, 1000.0);
+    let s = up(&be, &src);
+    let before: Vec<i32> = random(&mut rng, 40, -1000.0, 1000.0);
+    let mut d = up(&be, &before);
+    // Write a [3, 4] source into the transpose of a [4, 3] block inside
+    // a [5, 8] buffer, i.e. a strided, offset destination.
+    let ld = Layout::contiguous(&[5, 8])
+        .slice(0, 1, 5)
+        .slice(1, 2, 5)
+        .transpose(0, 1);
+    let ls = Layout::contiguous(&[3, 4]);
+    be.copy_into(&s, &ls, &mut d, &ld).unwrap();
+    let mut want = before.clone();
+    for (i, o) in ld.offsets().enumerate() {
+        want[o] = src[i];
+    }
+    assert_eq!(down(&d, &[40]), want);
+    // A destination view that runs past its buffer is an Err, not a fault.
+    let too_far = Layout::new(vec![3, 4], vec![10, 1], 15);
+    assert!(matches!(
+        be.copy_into(&s, &ls, &mut d, &too_far),
+        Err(Error::Index(_))
+    ));
+}
+
+fn unary_input(op: UnaryOp) -> (f64, f64) {
+    match op {
+        UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip => (0.1, 4.0),
+        UnaryOp::Exp => (-5.0, 5.0),
+        _ => (-4.0, 4.0),
+    }
+}
+
+#[test]
+fn unary_ops_match_f64_on_every_view_and_float_dtype() {
+    let Some(be) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::NumDType>(be: &CudaBackend, rng: &mut SplitMix64, op: UnaryOp) {
+        let (lo, hi) = unary_input(op);
+        let e = eps(T::KIND);
+        for (what, len, l) in views() {
+            let data: Vec<T> = random(rng, len, lo, hi);
+            let s = up(be, &data);
+            let got = down(&be.unary(op, &s, &l).unwrap(), l.dims());
+            let want: Vec<f64> = gather(&data, &l)
+                .iter()
+                .map(|x| op.eval_f64(x.to_f64()))
+                .collect();
+            let what = format!("{} {} {what}", op.name(), T::KIND);
+            assert_close(&what, &got, &want, 4.0 * e, 4.0 * e);
+        }
+    }
+    for op in UnaryOp::ALL {
+        check::<f32>(&be, &mut rng, op);
+        check::<f64>(&be, &mut rng, op);
+        check::<f16>(&be, &mut rng, op);
+        check::<bf16>(&be, &mut rng, op);
+        if !op.needs_float() {
+            check::<i32>(&be, &mut rng, op);
+            check::<i64>(&be, &mut rng, op);
+        }
+    }
+    // u8: no negation; small values keep squares in range.
+    for op in [UnaryOp::Abs, UnaryOp::Relu, UnaryOp::Square] {
+        let data: Vec<u8> = random(&mut rng, 300, 0.0, 16.0);
+        let l = Layout::contiguous(&[300]);
+        let got = down(&be.unary(op, &up(&be, &data), &l).unwrap(), &[300]);
+        let want: Vec<f64> = data.iter().map(|&x| op.eval_f64(x as f64)).collect();
+        assert_close(&format!("{} u8", op.name()), &got, &want, 0.0, 0.0);
+    }
+}
+
+/// Input ranges that keep every op of a dtype in range (no overflow, no
+/// division by zero, positive bases for `pow`).
+fn binary_inputs(op: BinaryOp, t: DTypeKind) -> ((f64, f64), (f64, f64)) {
+    match (op, t) {
+        (BinaryOp::Pow, _) => ((0.5, 2.0), (-2.0, 2.0)),
+        (_, DTypeKind::U8) => ((16.0, 32.0), (1.0, 8.0)),
+        (BinaryOp::Div, _) if !t.is_float() => ((-1000.0, 1000.0), (1.0, 50.0)),
+        (BinaryOp::Div, _) => ((-10.0, 10.0), (0.5, 3.0)),
+        _ => ((-100.0, 100.0), (-100.0, 100.0)),
+    }
+}
+
+/// Binary op in f64 with integer division truncating like Rust.
+fn binary_ref(op: BinaryOp, t: DTypeKind, a: f64, b: f64) -> f64 {
+    if op == BinaryOp::Div && !t.is_float() {
+        return (a / b).trunc();
+    }
+    op.eval_f64(a, b)
+}
+
+#[test]
+fn binary_ops_broadcast_and_match_f64() {
+    let Some(be) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::NumDType>(be: &CudaBackend, rng: &mut SplitMix64, op: BinaryOp) {
+        let ((alo, ahi), (blo, bhi)) = binary_inputs(op, T::KIND);
+        let e = eps(T::KIND);
+        // [4, 1, 5] against a transposed [3, 5] view: output [4, 3, 5].
+        let out = [4, 3, 5];
+        let la = Layout::contiguous(&[4, 1, 5]).broadcast_to(&out);
+        let lb = Layout::contiguous(&[5, 3])
+            .transpose(0, 1)
+            .broadcast_to(&out);
+        let a: Vec<T> = random(rng, 20, alo, ahi);
+        let b: Vec<T> = random(rng, 15, blo, bhi);
+        let got = down(
+            &be.binary(op, &up(be, &a), &la, &up(be, &b), &lb).unwrap(),
+            &out,
+        );
+        let want: Vec<f64> = la
+            .offsets()
+            .zip(lb.offsets())
+            .map(|(i, j)| binary_ref(op, T::KIND, a[i].to_f64(), b[j].to_f64()))
+            .collect();
+        let what = format!("{} {}", op.name(), T::KIND);
+        assert_close(&what, &got, &want, 4.0 * e, 4.0 * e);
+        // Contiguous, same shape, large enough for many blocks.
+        let n = 70_001;
+        let l = Layout::contiguous(&[n]);
+        let a: Vec<T> = random(rng, n, alo, ahi);
+        let b: Vec<T> = random(rng, n, blo, bhi);
+        let got = down(
+            &be.binary(op, &up(be, &a), &l, &up(be, &b), &l).unwrap(),
+            &[n],
+        );
+        let want: Vec<f64> = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| binary_ref(op, T::KIND, x.to_f64(), y.to_f64()))
+            .collect();
+        assert_close(&format!("{what} contiguous"), &got, &want, 4.0 * e, 4.0 * e);
+        // A scalar on either side.
+        let s = T::from_f64((blo + bhi) / 2.0 + 0.25);
+        let ls = Layout::contiguous(&[7, 3]).transpose(0, 1);
+        let x: Vec<T> = random(rng, 21, alo, ahi);
+        let xs = up(be, &x);
+        for first in [false, true] {
+            if first && (op == BinaryOp::Pow || !T::KIND.is_float() && op == BinaryOp::Div) {
+                continue; // the ranges above are for x op s only
+            }
+            let got = down(
+                &be.binary_scalar(op, &xs, &ls, s, first).unwrap(),
+                ls.dims(),
+            );
+            let want: Vec<f64> = ls
+                .offsets()
+                .map(|i| {
+                    let (p, q) = if first {
+                        (s.to_f64(), x[i].to_f64())
+                    } else {
+                        (x[i].to_f64(), s.to_f64())
+                    };
+                    binary_ref(op, T::KIND, p, q)
+                })
+                .collect();
+            assert_close(
+                &format!("{what} scalar first={first}"),
+                &got,
+                &want,
+                4.0 * e,
+                4.0 * e,
+            );
+        }
+    }
+    for op in BinaryOp::ALL {
+        check::<f32>(&be, &mut rng, op);
+        check::<f64>(&be, &mut rng, op);
+        check::<f16>(&be, &mut rng, op);
+        check::<bf16>(&be, &mut rng, op);
+        if op != BinaryOp::Pow {
+            check::<i32>(&be, &mut rng, op);
+            check::<i64>(&be, &mut rng, op);
+            check::<u8>(&be, &mut rng, op);
+        }
+    }
+}
+
+#[test]
+fn maximum_and_minimum_propagate_nan() {
+    let Some(be) = gpu() else { return };
+    let a = [1.0f32, f32::NAN, 3.0, f32::NAN];
+    let b = [f32::NAN, 2.0, -1.0, f32::NAN];
+    let l = Layout::contiguous(&[4]);
+    for op in [BinaryOp::Max, BinaryOp::Min] {
+        let got = down(
+            &be.binary(op, &up(&be, &a), &l, &up(&be, &b), &l).unwrap(),
+            &[4],
+        );
+        let want: Vec<f64> = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| op.eval_f64(x as f64, y as f64))
+            .collect();
+        assert_close(op.name(), &got, &want, 0.0, 0.0);
+    }
+}
+
+#[test]
+fn casts_between_every_pair_of_dtypes() {
+    let Some(be) = gpu() else { return };
+    let mut rng = seed();
+    fn to<T: DType, U: DType>(be: &CudaBackend, data: &[T], l: &Layout) {
+        let s = up(be, data);
+        let got: Vec<U> = down(&be.cast::<T, U>(&s, l).unwrap(), l.dims());
+        let want: Vec<U> = gather(data, l).into_iter().map(|x| x.cast::<U>()).collect();
+        assert_eq!(
+            got,
+            want,
+            "cast {} -> {} of {:?}",
+            T::KIND,
+            U::KIND,
+            gather(data, l)
+        );
+    }
+    fn from<T: DType>(be: &CudaBackend, data: &[T]) {
+        // A transposed view, so the strided entry runs too.
+        let l = Layout::contiguous(&[data.len() / 2, 2]).transpose(0, 1);
+        let c = Layout::contiguous(&[data.len()]);
+        for layout in [&c, &l] {
+            to::<T, f32>(be, data, layout);
+            to::<T, f64>(be, data, layout);
+            to::<T, f16>(be, data, layout);
+            to::<T, bf16>(be, data, layout);
+            to::<T, i32>(be, data, layout);
+            to::<T, i64>(be, data, layout);
+            to::<T, bool>(be, data, layout);
+        }
+    }
+    // Values every target holds exactly (f16/bf16 integers up to 256),
+    // so the comparison can be exact.
+    let ints: Vec<f64> = (0..64)
+        .map(|_| (rng.uniform() * 512.0 - 256.0).trunc() / 2.0)
+        .collect();
+    let ints: Vec<f64> = ints.iter().map(|v| v.trunc()).collect();
+    from::<f32>(&be, &ints.iter().map(|&v| v as f32).collect::<Vec<_>>());
+    from::<f64>(&be, &ints);
+    from::<f16>(
+        &be,
+        &ints.iter().map(|&v| f16::from_f64(v)).collect::<Vec<_>>(),
+    );
+    from::<bf16>(
+        &be,
+        &ints.iter().map(|&v| bf16::from_f64(v)).collect::<Vec<_>>(),
+    );
+    from::<i32>(&be, &ints.iter().map(|&v| v as i32).collect::<Vec<_>>());
+    from::<i64>(&be, &ints.iter().map(|&v| v as i64).collect::<Vec<_>>());
+    from::<bool>(&be, &ints.iter().map(|&v| v != 0.0).collect::<Vec<_>>());
+    let bytes: Vec<u8> = random(&mut rng, 64, 0.0, 256.0);
+    from::<u8>(&be, &bytes);
+    // Into u8, from values inside its range.
+    let small: Vec<f32> = random(&mut rng, 64, 0.0, 255.0);
+    let small: Vec<f32> = small.iter().map(|v| v.trunc()).collect();
+    to::<f32, u8>(&be, &small, &Layout::contiguous(&[64]));
+    to::<i64, u8>(
+        &be,
+        &small.iter().map(|&v| v as i64).collect::<Vec<_>>(),
+        &Layout::contiguous(&[64]),
+    );
+    // Fractions truncate toward zero, like Rust's `as`.
+    let fractions = [2.75f32, -2.75, 0.5, -0.5, 1e9, -1e9];
+    to::<f32, i32>(&be, &fractions, &Layout::contiguous(&[6]));
+    to::<f32, i64>(&be, &fractions, &Layout::contiguous(&[6]));
+    // And rounding to narrow floats is to nearest.
+    let fine: Vec<f64> = random(&mut rng, 256, -10.0, 10.0);
+    to::<f64, f16>(&be, &fine, &Layout::contiguous(&[256]));
+    to::<f64, bf16>(&be, &fine, &Layout::contiguous(&[256]));
+    to::<f64, f32>(&be, &fine, &Layout::contiguous(&[256]));
+}
+
+fn reduce_ref(op: ReduceOp, xs: &[f64]) -> f64 {
+    match op {
+        ReduceOp::Sum => xs.iter().sum(),
+        ReduceOp::Mean => xs.iter().sum::<f64>() / xs.len() as f64,
+        ReduceOp::Max => xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        ReduceOp::Min => xs.iter().copied().fold(f64::INFINITY, f64::min),
+        ReduceOp::ArgMax | ReduceOp::ArgMin => {
+            let mut best = 0;
+            for (i, &x) in xs.iter().enumerate() {
+                let better = if op == ReduceOp::ArgMax {
+                    x > xs[best]
+                } else {
+                    x < xs[best]
+                };
+                if better {
+                    best = i;
+                }
+            }
+            best as f64
+        }
+    }
+}
+
+/// Each lane along `dim` of the elements `l` selects, in output order.
+fn lanes<T: DType>(data: &[T], l: &Layout, dim: usize) -> Vec<Vec<f64>> {
+    let mut perm: Vec<usize> = (0..l.rank()).filter(|&d| d != dim).collect();
+    perm.push(dim);
+    let moved = l.permute(&perm);
+    let cols = l.dims()[dim];
+    let vals: Vec<f64> = moved.offsets().map(|i| data[i].to_f64()).collect();
+    if cols == 0 {
+        return Vec::new();
+    }
+    vals.chunks(cols).map(|c| c.to_vec()).collect()
+}
+
+#[test]
+fn reductions_along_every_dim() {
+    let Some(be) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::NumDType>(
+        be: &CudaBackend,
+        rng: &mut SplitMix64,
+        ops: &[ReduceOp],
+        range: (f64, f64),
+    ) {
+        let e = eps(T::KIND);
+        let bases = [
+            Layout::contiguous(&[6, 5, 300]),
+            Layout::contiguous(&[300, 5, 6]).permute(&[2, 1, 0]),
+            Layout::contiguous(&[7, 9, 301])
+                .slice(0, 1, 7)
+                .slice(1, 2, 7)
+                .slice(2, 1, 301),
+        ];
+        for l in bases {
+            let len = l.storage_extent();
+            let data: Vec<T> = random(rng, len, range.0, range.1);
+            let s = up(be, &data);
+            for dim in 0..3 {
+                let want_lanes = lanes(&data, &l, dim);
+                let out_dims: Vec<usize> =
+                    (0..3).filter(|&d| d != dim).map(|d| l.dims()[d]).collect();
+                for &op in ops {
+                    let what = format!("{} {} dim {dim} of {:?}", op.name(), T::KIND, l);
+                    let want: Vec<f64> = want_lanes.iter().map(|xs| reduce_ref(op, xs)).collect();
+                    if op.returns_index() {
+                        let got = down(&be.arg_reduce(op, &s, &l, dim).unwrap(), &out_dims);
+                        assert_close(&what, &got, &want, 0.0, 0.0);
+                    } else {
+                        let got = down(&be.reduce(op, &s, &l, dim).unwrap(), &out_dims);
+                        // Error grows with the sum of magnitudes along the lane.
+                        let atol: Vec<f64> = want_lanes
+                            .iter()
+                            .map(|xs| {
+                                4.0 * e * xs.iter().map(|x| x.abs()).sum::<f64>()
+                                    / if op == ReduceOp::Mean {
+                                        xs.len() as f64
+                                    } else {
+                                        1.0
+                                    }
+                            })
+                            .collect();
+                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                            assert!(
+                                (g.to_f64() - w).abs() <= atol[i] + 4.0 * e * w.abs(),
+                                "{what}[{i}]: got {g}, want {w}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    use ReduceOp::*;
+    let all = [Sum, Mean, Max, Min, ArgMax, ArgMin];
+    check::<f32>(&be, &mut rng, &all, (-2.0, 2.0));
+    check::<f64>(&be, &mut rng, &all, (-2.0, 2.0));
+    check::<f16>(&be, &mut rng, &all, (-2.0, 2.0));
+    check::<bf16>(&be, &mut rng, &all, (-2.0, 2.0));
+    // Integers: ties are common, so argmax/argmin must pick the first.
+    check::<i32>(
+        &be,
+        &mut rng,
+        &[Sum, Max, Min, ArgMax, ArgMin],
+        (-50.0, 50.0),
+    );
+    check::<i64>(
+        &be,
+        &mut rng,
+        &[Sum, Max, Min, ArgMax, ArgMin],
+        (-50.0, 50.0),
+    );
+    check::<u8>(&be, &mut rng, &[Max, Min, ArgMax, ArgMin], (0.0, 256.0));
+}
+
+#[test]
+fn reductions_of_empty_dims() {
+    let Some(be) = gpu() else { return };
+    let s = up(&be, &[0.0f32; 0]);
+    let l = Layout::contiguous(&[4, 0]);
+    assert_eq!(
+        down(&be.reduce(ReduceOp::Sum, &s, &l, 1).unwrap(), &[4]),
+        vec![0.0; 4]
+    );
+    assert!(down(&be.reduce(ReduceOp::Mean, &s, &l, 1).unwrap(), &[4])
+        .iter()
+        .all(|x| x.is_nan()));
+    assert!(matches!(
+        be.reduce(ReduceOp::Max, &s, &l, 1),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(
+        be.arg_reduce(ReduceOp::ArgMax, &s, &l, 1),
+        Err(Error::Shape { .. })
+    ));
+    assert_eq!(be.reduce(ReduceOp::Sum, &s, &l, 0).unwrap().len(), 0);
+}
+
+#[test]
+fn softmax_along_every_dim() {
+    let Some(be) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
+        let e = eps(T::KIND).max(1e-6);
+        let l = Layout::contiguous(&[5, 300, 4]).permute(&[1, 0, 2]);
+        let data: Vec<T> = random(rng, 6000, -8.0, 8.0);
+        let s = up(be, &data);
+        for dim in 0..3 {
+            for log in [false, true] {
+                let got = down(&be.softmax(&s, &l, dim, log).unwrap(), l.dims());
+                // Reference in output (row-major) order of `l`.
+                let vals: Vec<f64> = gather(&data, &l).iter().map(|x| x.to_f64()).collect();
+                let dims = l.dims();
+                let strides = crate::layout::contiguous_strides(dims);
+                let want: Vec<f64> = (0..vals.len())
+                    .map(|i| {
+                        let pos = (i / strides[dim]) % dims[dim];
+                        let base = i - pos * strides[dim];
+                        let lane: Vec<f64> = (0..dims[dim])
+                            .map(|j| vals[base + j * strides[dim]])
+                            .collect();
+                        let m = lane.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                        let z: f64 = lane.iter().map(|x| (x - m).exp()).sum();
+                        if log {
+                            vals[i] - m - z.ln()
+                        } else {
+                            (vals[i] - m).exp() / z
+                        }
+                    })
+                    .collect();
+                let what = format!(
+                    "{}softmax {} dim {dim}",
+                    if log { "log_" } else { "" },
+                    T::KIND
+                );
+                assert_close(&what, &got, &want, 8.0 * e, 8.0 * e);
+            }
+        }
+    }
+    check::<f32>(&be, &mut rng);
+    check::<f64>(&be, &mut rng);
+    check::<f16>(&be, &mut rng);
+    check::<bf16>(&be, &mut rng);
+}
+
+/// f64 reference of `alpha * a @ b + beta * bias` and the sum of
+/// `|a||b|` per element (the scale of rounding errors).
+#[allow(clippy::too_many_arguments)]
+fn matmul_ref(
+    a: &[f64],
+    la: &Layout,
+    b: &[f64],
+    lb: &Layout,
+    bias: Option<(&[f64], &Layout)>,
+    alpha: f64,
+    beta: f64,
+    relu: bool,
+) -> (Vec<f64>, Vec<f64>) {
+    let (batch, m, k, n) = (la.dims()[0], la.dims()[1], la.dims()[2], lb.dims()[2]);
+    let at = |l: &Layout, idx: [usize; 3]| {
+        l.offset()
+            + idx
+                .iter()
+                .zip(l.strides())
+                .map(|(i, s)| i * s)
+                .sum::<usize>()
+    };
+    let mut out = vec![0.0; batch * m * n];
+    let mut mag = vec![0.0; batch * m * n];
+    for bi in 0..batch {
+        for i in 0..m {
+            for j in 0..n {
+                let (mut acc, mut abs) = (0.0, 0.0);
+                for p in 0..k {
+                    let x = a[at(la, [bi, i, p])] * b[at(lb, [bi, p, j])];
+                    acc += x;
+                    abs += x.abs();
+                }
+                let o = (bi * m + i) * n + j;
+                let mut v = alpha * acc;
+                if let Some((bv, bl)) = bias {
+                    v += beta * bv[at(bl, [bi, i, j])];
+                }
+                out[o] = if relu { v.max(0.0) } else { v };
+                mag[o] = alpha.abs() * abs
+                    + bias.map_or(0.0, |(bv, bl)| (beta * bv[at(bl, [bi, i, j])]).abs());
+            }
+        }
+    }
+    (out, mag)
+}
+
+/// One matmul case: layouts over storages of the given lengths.
+struct Case {
+    what: &'static str,
+    a: (usize, Layout),
+    b: (usize, Layout),
+    bias: Option<(usize, Layout)>,
+    alpha: f64,
+    beta: f64,
+}
+
+fn matmul_cases() -> Vec<Case> {
+    let c = Layout::contiguous;
+    let (m, k, n) = (37, 129, 65);
+    vec![
+        Case {
+            what: "plain",
+            a: (m * k, c(&[1, m, k])),
+            b: (k * n, c(&[1, k, n])),
+            bias: None,
+            alpha: 1.0,
+            beta: 0.0,
+        },
+        Case {
+            what: "both transposed views",
+            a: (m * k, c(&[1, k, m]).transpose(1, 2)),
+            b: (k * n, c(&[1, n, k]).transpose(1, 2)),
+            bias: None,
+            alpha: 1.0,
+            beta: 0.0,
+        },
+        Case {
+            what: "batched, b broadcast over the batch",
+            a: (3 * m * k, c(&[3, m, k])),
+            b: (k * n, c(&[1, k, n]).broadcast_to(&[3, k, n])),
+            bias: None,
+            alpha: 1.0,
+            beta: 0.0,
+        },
+        Case {
+            what: "batched, a transposed per batch",
+            a: (4 * m * k, c(&[4, k, m]).transpose(1, 2)),
+            b: (4 * k * n, c(&[4, k, n])),
+            bias: None,
+            alpha: 0.5,
+            beta: 0.0,
+        },
+        Case {
+            what: "no unit stride (copied first)",
+            a: (4 * m * k, Layout::new(vec![1, m, k], vec![0, 4 * k, 2], 1)),
+            b: (k * n, c(&[1, k, n])),
+            bias: None,
+            alpha: 1.0,
+            beta: 0.0,
+        },
+        Case {
+            what: "row slice with a wider leading dimension",
+            a: (m * (k + 10), c(&[1, m, k + 10]).slice(2, 3, k + 3)),
+            b: (k * n, c(&[1, k, n])),
+            bias: None,
+            alpha: 1.0,
+            beta: 0.0,
+        },
+        Case {
+            what: "addmm, bias per column, beta 1 (cuBLASLt epilogue)",
+            a: (m * k, c(&[1, m, k])),
+            b: (k * n, c(&[1, k, n])),
+            bias: Some((n, c(&[n]).broadcast_to(&[1, m, n]))),
+            alpha: 1.0,
+            beta: 1.0,
+        },
+        Case {
+            what: "addmm, transposed weight, bias per column",
+            a: (m * k, c(&[1, m, k])),
+            b: (k * n, c(&[1, n, k]).transpose(1, 2)),
+            bias: Some((n, c(&[n]).broadcast_to(&[1, m, n]))),
+            alpha: 1.0,
+            beta: 1.0,
+        },
+        Case {
+            what: "addmm, full bias, alpha 2, beta 0.5",
+            a: (m * k, c(&[1, m, k])),
+            b: (k * n, c(&[1, k, n])),
+            bias: Some((m * n, c(&[1, m, n]))),
+            alpha: 2.0,
+            beta: 0.5,
+        },
+        Case {
+            what: "addmm, scalar bias, beta -1.5",
+            a: (2 * m * k, c(&[2, m, k])),
+            b: (2 * k * n, c(&[2, k, n])),
+            bias: Some((1, c(&[]).broadcast_to(&[2, m, n]))),
+            alpha: 1.0,
+            beta: -1.5,
+        },
+        Case {
+            what: "vector times matrix",
+            a: (k, c(&[1, 1, k])),
+            b: (k * n, c(&[1, k, n])),
+            bias: None,
+            alpha: 1.0,
+            beta: 0.0,
+        },
+        Case {
+            what: "matrix times vector",
+            a: (m * k, c(&[1, m, k])),
+            b: (k, c(&[1, k, 1])),
+            bias: None,
+            alpha: 1.0,
+            beta: 0.0,
+        },
+        Case {
+            what: "empty k with bias",
+            a: (0, c(&[1, m, 0])),
+            b: (0, c(&[1, 0, n])),
+            bias: Some((n, c(&[n]).broadcast_to(&[1, m, n]))),
+            alpha: 1.0,
+            beta: 2.0,
+        },
+        Case {
+            what: "empty m",
+            a: (0, c(&[2, 0, k])),
+            b: (2 * k * n, c(&[2, k, n])),
+            bias: None,
+            alpha: 1.0,
+            beta: 0.0,
+        },
+    ]
+}
+
+fn run_matmul_cases<T: crate::FloatDType>(
+    be: &CudaBackend,
+    rng: &mut SplitMix64,
+    relu: bool,
+) -> f64 {
+    let e = eps(T::KIND);
+    let mut worst: f64 = 0.0;
+    for case in matmul_cases() {
+        let a: Vec<T> = random(rng, case.a.0, -1.0, 1.0);
+        let b: Vec<T> = random(rng, case.b.0, -1.0, 1.0);
+        let bias: Option<Vec<T>> = case
+            .bias
+            .as_ref()
+            .map(|(len, _)| random(rng, *len, -1.0, 1.0));
+        let f = |v: &[T]| v.iter().map(|x| x.to_f64()).collect::<Vec<f64>>();
+        let (a64, b64) = (f(&a), f(&b));
+        let bias64 = bias.as_ref().map(|v| f(v));
+        let (want, mag) = matmul_ref(
+            &a64,
+            &case.a.1,
+            &b64,
+            &case.b.1,
+            bias64.as_deref().zip(case.bias.as_ref().map(|(_, l)| l)),
+            case.alpha,
+            case.beta,
+            relu,
+        );
+        let (sa, sb) = (up(be, &a), up(be, &b));
+        let sbias = bias.as_ref().map(|v| up(be, v));
+        let bias_arg = sbias.as_ref().zip(case.bias.as_ref().map(|(_, l)| l));
+        let (alpha, beta) = (T::from_f64(case.alpha), T::from_f64(case.beta));
+        let out = if relu {
+            match bias_arg {
+                Some(bias) => be
+                    .addmm_relu(bias, &sa, &case.a.1, &sb, &case.b.1, alpha, beta)
+                    .unwrap(),
+                None => continue,
+            }
+        } else {
+            be.matmul(&sa, &case.a.1, &sb, &case.b.1, bias_arg, alpha, beta)
+                .unwrap()
+        };
+        let dims = [case.a.1.dims()[0], case.a.1.dims()[1], case.b.1.dims()[2]];
+        let got = down(&out, &dims);
+        for (i, ((g, w), m)) in got.iter().zip(&want).zip(&mag).enumerate() {
+            let err = (g.to_f64() - w).abs();
+            let bound = 8.0 * e * m + 2.0 * e * w.abs() + 1e-300;
+            worst = worst.max(err / (e * m.max(1e-30)));
+            assert!(
+                err <= bound,
+                "{} matmul '{}' relu={relu} [{i}]: got {g}, want {w}, error {err:e} above {bound:e}",
+                T::KIND,
+                case.what
+            );
+        }
+    }
+    worst
+}
+
+#[test]
+fn matmul_every_float_dtype_and_layout() {
+    let Some(be) = gpu() else { return };
+    let mut rng = seed();
+    for relu in [false, true] {
+        let w32 = run_matmul_cases::<f32>(&be, &mut rng, relu);
+        let w64 = run_matmul_cases::<f64>(&be, &mut rng, relu);
+        let w16 = run_matmul_cases::<f16>(&be, &mut rng, relu);
+        let wbf = run_matmul_cases::<bf16>(&be, &mut rng, relu);
+        eprintln!(
+            "matmul relu={relu}: worst error / (eps * sum|a||b|): f32 {w32:.3}, f64 {w64:.3}, f16 {w16:.3}, bf16 {wbf:.3}"
+        );
+    }
+}
+
+#[test]
+fn f32_matmul_is_exact_unless_tf32_is_allowed() {
+    let Some(be) = gpu() else { return };
+    let mut rng = seed();
+    let (m, k, n) = (256, 1024, 256);
+    let a: Vec<f32> = random(&mut rng, m * k, -1.0, 1.0);
+    let b: Vec<f32> = random(&mut rng, k * n, -1.0, 1.0);
+    let (la, lb) = (
+        Layout::contiguous(&[1, m, k]),
+        Layout::contiguous(&[1, k, n]),
+    );
+    let f = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+    let (want, mag) = matmul_ref(&f(&a), &la, &f(&b), &lb, None, 1.0, 0.0, false);
+    let (sa, sb) = (up(&be, &a), up(&be, &b));
+    let rel_error = |allow: bool| {
+        set_allow_tf32(allow);
+        let out = be.matmul(&sa, &la, &sb, &lb, None, 1.0, 0.0);
+        set_allow_tf32(false);
+        let got = down(&out.unwrap(), &[1, m, n]);
+        got.iter()
+            .zip(&want)
+            .zip(&mag)
+            .map(|((&g, w), m)| (g as f64 - w).abs() / m)
+            .fold(0.0, f64::max)
+    };
+    let exact = rel_error(false);
+    let tf32 = rel_error(true);
+    eprintln!(
+        "f32 matmul {m}x{k}x{n}: max error / sum|a||b| = {exact:.2e} exact, {tf32:.2e} with TF32"
+    );
+    assert!(
+        exact < 8.0 * 1.2e-7,
+        "f32 products must not use TF32 by default ({exact:e})"
+    );
+    assert!(tf32 < 8.0 * 9.8e-4, "TF32 error too large ({tf32:e})");
+}
+
+#[test]
+fn cublas_errors_name_the_routine_status_and_shapes() {
+    let Some(be) = gpu() else { return };
+    let e = super::blas::invalid_gemm_for_test(&be).unwrap_err();
+    match &e {
+        Error::Cublas { op, status, shapes } => {
+            assert!(op.contains("Gemm"), "{e}");
+            assert!(status.contains("INVALID_VALUE"), "{e}");
+            assert!(shapes.contains("lda"), "{e}");
+        }
+        other => panic!("expected Error::Cublas, got {other:?}"),
+    }
+    // The handle is still usable afterwards.
+    let a = up(&be, &[1.0f32, 2.0, 3.0, 4.0]);
+    let l = Layout::contiguous(&[1, 2, 2]);
+    let out = be.matmul(&a, &l, &a, &l, None, 1.0, 0.0).unwrap();
+    assert_eq!(down(&out, &[4]), vec![7.0, 10.0, 15.0, 22.0]);
+}
+
+#[test]
+fn out_of_memory_is_an_error_and_the_device_keeps_working() {
+    let Some(be) = gpu() else { return };
+    let ctx = be.ctx().clone();
+    // Larger than the device: refused before asking the driver.
+    match ctx.storage::<f32>(ctx.total_memory) {
+        Err(Error::OutOfMemory {
+            requested, total, ..
+        }) => {
+            assert_eq!(requested, 4 * ctx.total_memory);
+            assert_eq!(total, ctx.total_memory);
+        }
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+    // Smaller than the device, larger than what is free: the driver
+    // refuses, the cache is flushed, the retry fails too.
+    let request = ctx.total_memory - (64 << 20);
+    match ctx.storage::<u8>(request) {
+        Err(e @ Error::OutOfMemory { .. }) => {
+            let Error::OutOfMemory {
+                requested,
+                free,
+                total,
+            } = e
+            else {
+                unreachable!()
+            };
+            assert_eq!(requested, request);
+            assert!(free < requested && total == ctx.total_memory);
+            eprintln!(
+                "out of memory as expected: {}",
+                Error::OutOfMemory {
+                    requested,
+                    free,
+                    total
+                }
+            );
+        }
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+    // Element counts whose byte size overflows are refused too.
+    assert!(matches!(
+        ctx.storage::<f64>(usize::MAX / 2),
+        Err(Error::OutOfMemory { .. })
+    ));
+    // Then a normal product still works (the seed's THCBlas scenario).
+    let mut rng = seed();
+    let (m, k, n) = (100, 200, 300);
+    let a: Vec<f32> = random(&mut rng, m * k, -1.0, 1.0);
+    let b: Vec<f32> = random(&mut rng, k * n, -1.0, 1.0);
+    let (la, lb) = (
+        Layout::contiguous(&[1, m, k]),
+        Layout::contiguous(&[1, k, n]),
+    );
+    let out = be
+        .matmul(&up(&be, &a), &la, &up(&be, &b), &lb, None, 1.0, 0.0)
+        .unwrap();
+    let f = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+    let (want, mag) = matmul_ref(&f(&a), &la, &f(&b), &lb, None, 1.0, 0.0, false);
+    for ((g, w), m) in down(&out, &[m * n]).iter().zip(&want).zip(&mag) {
+        assert!((*g as f64 - w).abs() <= 8.0 * 1.2e-7 * m);
+    }
+}
+
+#[test]
+fn steady_state_reuses_cached_blocks() {
+    let Some(be) = gpu() else { return };
+    // A private context would be cleaner, but cuda:0 is shared by the
+    // tests: use sizes no other test allocates and check only our blocks.
+    let step = |be: &CudaBackend| {
+        let l = Layout::contiguous(&[3001, 7]);
+        let x = be.full(3001 * 7, 1.5f64).unwrap();
+        let y = be.unary(UnaryOp::Exp, &x, &l).unwrap();
+        let z = be.binary(BinaryOp::Add, &x, &l, &y, &l).unwrap();
+        be.reduce(ReduceOp::Sum, &z, &l, 1).unwrap()
+    };
+    drop(step(&be));
+    let ctx = be.ctx();
+    let before = ctx.memory_stats();
+    for _ in 0..10 {
+        let s = step(&be);
+        assert_eq!(down(&s, &[3001])[0], 7.0 * (1.5 + 1.5f64.exp()));
+    }
+    let after = ctx.memory_stats();
+    // Other tests running at the same time may allocate; ours never need
+    // to, so at most a handful of new device allocations appear.
+    assert!(
+        after.device_allocations - before.device_allocations <= 4,
+        "steady state called cuMemAlloc {} times",
+        after.device_allocations - before.device_allocations
+    );
+    assert!(after.cached_bytes + after.allocated_bytes >= 3001 * 7 * 8);
+}
+
+#[test]
+fn a_missing_ordinal_is_unavailable() {
+    let Some(_) = gpu() else { return };
+    for ord in [64, 1000] {
+        match CudaBackend::for_ordinal(ord) {
+            Err(Error::CudaUnavailable { reason }) => {
+                assert!(reason.contains(&format!("cuda:{ord}")))
+            }
+            other => panic!("expected CudaUnavailable, got {other:?}"),
+        }
+    }
+    assert!(context(0).is_ok());
+}
+
+/// `out = 2 * x + 1` over f32, written by hand against the launch ABI
+/// (`tensorfn_kernels::abi`): `_contig(out, in0, n)` and
+/// `_strided(out, in0, n, meta)`.
+fn affine_ptx() -> String {
+    let head = |name: &str, meta: bool| {
+        format!(
+            ".visible .entry tf_test_affine_{name}(.param .u64 out, .param .u64 in0, .param .u64 n{})\n{{\n\
+             .reg .pred %p;\n.reg .b32 %r<4>;\n.reg .b64 %rd<16>;\n.reg .f32 %f<3>;\n\
+             ld.param.u64 %rd1, [out];\nld.param.u64 %rd2, [in0];\nld.param.u64 %rd3, [n];\n\
+             mov.u32 %r1, %ctaid.x;\nmov.u32 %r2, %ntid.x;\nmov.u32 %r3, %tid.x;\n\
+             mul.wide.u32 %rd4, %r1, %r2;\ncvt.u64.u32 %rd5, %r3;\nadd.u64 %rd4, %rd4, %rd5;\n\
+             setp.ge.u64 %p, %rd4, %rd3;\n@%p bra DONE;\n",
+            if meta { ", .param .align 8 .b8 meta[144]" } else { "" }
+        )
+    };
+    let body = "ld.global.f32 %f1, [%rd7];\nfma.rn.f32 %f2, %f1, 0f40000000, 0f3F800000;\n\
+                st.global.f32 [%rd8], %f2;\nDONE:\nret;\n}\n";
+    let mut ptx = String::from(".version 7.0\n.target sm_70\n.address_size 64\n\n");
+    ptx += &head("contig", false);
+    ptx += "shl.b64 %rd6, %rd4, 2;\nadd.u64 %rd7, %rd2, %rd6;\nadd.u64 %rd8, %rd1, %rd6;\n";
+    ptx += body;
+    ptx += &head("strided", true);
+    // Split the linear index over the padded dims, last first, summing
+    // output (%rd10) and input (%rd11) offsets.
+    ptx += "mov.u64 %rd9, %rd4;\nmov.u64 %rd10, 0;\nmov.u64 %rd11, 0;\n";
+    for d in (0..6).rev() {
+        ptx += &format!(
+            "ld.param.u64 %rd12, [meta+{}];\nrem.u64 %rd13, %rd9, %rd12;\ndiv.u64 %rd9, %rd9, %rd12;\n\
+             ld.param.u64 %rd14, [meta+{}];\nmad.lo.u64 %rd10, %rd13, %rd14, %rd10;\n\
+             ld.param.u64 %rd14, [meta+{}];\nmad.lo.u64 %rd11, %rd13, %rd14, %rd11;\n",
+            8 * d,
+            48 + 8 * d,
+            96 + 8 * d
+        );
+    }
+    ptx += "shl.b64 %rd10, %rd10, 2;\nshl.b64 %rd11, %rd11, 2;\n\
+            add.u64 %rd7, %rd2, %rd11;\nadd.u64 %rd8, %rd1, %rd10;\n";
+    ptx += body;
+    ptx
+}
+
+#[test]
+fn fused_kernels_launch_contiguous_and_strided() {
+    let Some(be) = gpu() else { return };
+    static KERNEL: std::sync::OnceLock<FusedKernel> = std::sync::OnceLock::new();
+    let kernel = KERNEL.get_or_init(|| FusedKernel {
+        name: "tf_test_affine",
+        ptx: Box::leak(affine_ptx().into_boxed_str()),
+        inputs: &[DTypeKind::F32],
+        output: DTypeKind::F32,
+    });
+    let mut rng = seed();
+    for (what, len, l) in views() {
+        let data: Vec<f32> = random(&mut rng, len, -10.0, 10.0);
+        let s = up(&be, &data);
+        let out = launch_fused::<f32>(kernel, 0, &[(s.device_ptr(), &l)], l.dims()).unwrap();
+        let want: Vec<f64> = gather(&data, &l)
+            .iter()
+            .map(|&x| 2.0 * x as f64 + 1.0)
+            .collect();
+        assert_close(
+            &format!("fused {what}"),
+            &down(&out, l.dims()),
+            &want,
+            1e-6,
+            1e-6,
+        );
+    }
+    // Mismatched requests are errors, not launches.
+    let s = up(&be, &[1.0f32; 4]);
+    let l = Layout::contiguous(&[4]);
+    assert!(launch_fused::<f64>(kernel, 0, &[(s.device_ptr(), &l)], &[4]).is_err());
+    assert!(launch_fused::<f32>(kernel, 0, &[], &[4]).is_err());
+    assert!(launch_fused::<f32>(kernel, 0, &[(s.device_ptr(), &l)], &[5]).is_err());
+}
+
+#[test]
+fn bad_ptx_reports_the_jit_log() {
+    let Some(_) = gpu() else { return };
+    static BAD: FusedKernel = FusedKernel {
+        name: "tf_test_bad",
+        ptx: ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry tf_test_bad_contig() { bogus; }\n",
+        inputs: &[],
+        output: DTypeKind::F32,
+    };
+    match launch_fused::<f32>(&BAD, 0, &[], &[3]) {
+        Err(Error::Driver { op, message }) => {
+            assert!(op.contains("tf_test_bad"), "{op}");
+            assert!(!message.is_empty());
+        }
+        other => panic!("expected a driver error, got {other:?}"),
+    }
+}

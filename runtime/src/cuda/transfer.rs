@@ -1,0 +1,272 @@
+//! Copies between host and device through pinned staging buffers, and
+//! between devices.
+//!
+//! Each context keeps two pinned halves, allocated on the first transfer
+//! and reused afterwards. Large copies go through them in chunks: while the
+//! DMA engine moves one half, the CPU fills or drains the other. An event
+//! per half says when the device is done with it, so an upload returns as
+//! soon as its bytes are in pinned memory; a download waits for its last
+//! chunk before handing the data over.
+
+use super::alloc::CudaStorage;
+use super::context::{context, lock, Context};
+use super::error::driver;
+use crate::backend::Backend;
+use crate::dtype::{DType, DTypeKind};
+use crate::error::Result;
+use crate::layout::Layout;
+use cudarc::driver::{result, sys};
+use std::sync::Arc;
+
+/// Bytes in each pinned half.
+const HALF_BYTES: usize = 8 << 20;
+
+/// Two pinned host buffers and the events that guard them.
+pub(crate) struct Staging {
+    halves: [*mut u8; 2],
+    events: [sys::CUevent; 2],
+    /// Whether the event of a half has been recorded at least once.
+    used: [bool; 2],
+}
+
+// SAFETY: the buffers and events are only touched under the context's
+// staging mutex.
+unsafe impl Send for Staging {}
+
+impl Staging {
+    fn create() -> Result<Staging> {
+        let mut halves = [std::ptr::null_mut(); 2];
+        let mut events = [std::ptr::null_mut(); 2];
+        for i in 0..2 {
+            // SAFETY: plain pinned allocation; freed never (cached for the
+            // life of the context).
+            halves[i] = unsafe { result::malloc_host(HALF_BYTES, 0) }
+                .map_err(|e| driver("cuMemHostAlloc (pinned staging buffer)", e))?
+                as *mut u8;
+            events[i] = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+                .map_err(|e| driver("cuEventCreate", e))?;
+        }
+        Ok(Staging {
+            halves,
+            events,
+            used: [false; 2],
+        })
+    }
+
+    /// Waits until the device no longer reads or writes half `h`.
+    fn wait(&mut self, h: usize) -> Result<()> {
+        if self.used[h] {
+            // SAFETY: the event was created in this context.
+            unsafe { result::event::synchronize(self.events[h]) }
+                .map_err(|e| driver("cuEventSynchronize (staging buffer)", e))?;
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, h: usize, stream: sys::CUstream) -> Result<()> {
+        // SAFETY: event and stream belong to the current context.
+        unsafe { result::event::record(self.events[h], stream) }
+            .map_err(|e| driver("cuEventRecord", e))?;
+        self.used[h] = true;
+        Ok(())
+    }
+}
+
+/// The raw bytes of a slice of dtype values (every dtype is plain data
+/// without padding).
+fn bytes_of<T: DType>(data: &[T]) -> &[u8] {
+    // SAFETY: DType values are integers, floats or bool: no padding, any
+    // byte view is valid to read.
+    unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) }
+}
+
+impl Context {
+    fn with_staging<R>(&self, f: impl FnOnce(&mut Staging) -> Result<R>) -> Result<R> {
+        let mut guard = lock(&self.staging);
+        if guard.is_none() {
+            *guard = Some(Staging::create()?);
+        }
+        f(guard.as_mut().expect("created above"))
+    }
+
+    /// Queues a copy of `src` to device address `dst`. Returns once every
+    /// byte is in pinned memory; the device finishes in stream order.
+    pub(crate) fn copy_htod(&self, src: &[u8], dst: u64) -> Result<()> {
+        self.with_staging(|st| {
+            for (i, chunk) in src.chunks(HALF_BYTES).enumerate() {
+                let h = i % 2;
+                st.wait(h)?;
+                // SAFETY: the half holds HALF_BYTES >= chunk.len() bytes and
+                // the device is done with it (waited above).
+                let pinned = unsafe {
+                    std::ptr::copy_nonoverlapping(chunk.as_ptr(), st.halves[h], chunk.len());
+                    std::slice::from_raw_parts(st.halves[h], chunk.len())
+                };
+                let at = dst + (i * HALF_BYTES) as u64;
+                // SAFETY: `dst` has room for `src` (callers allocate it) and
+                // the pinned half stays untouched until the event fires.
+                unsafe { result::memcpy_htod_async(at, pinned, self.stream) }
+                    .map_err(|e| driver("cuMemcpyHtoDAsync", e))?;
+                st.record(h, self.stream)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Copies `len` bytes from device address `src` into `dst`, waiting for
+    /// all queued work first (it is queued before the copy).
+    pub(crate) fn copy_dtoh(&self, src: u64, dst: &mut [u8]) -> Result<()> {
+        let chunks: Vec<(usize, usize)> = (0..dst.len())
+            .step_by(HALF_BYTES)
+            .map(|start| (start, HALF_BYTES.min(dst.len() - start)))
+            .collect();
+        self.with_staging(|st| {
+            let issue = |st: &mut Staging, i: usize| -> Result<()> {
+                let (start, len) = chunks[i];
+                let h = i % 2;
+                st.wait(h)?;
+                // SAFETY: the half has room for `len` bytes and nothing else
+                // uses it until its event fires.
+                let pinned = unsafe { std::slice::from_raw_parts_mut(st.halves[h], len) };
+                unsafe { result::memcpy_dtoh_async(pinned, src + start as u64, self.stream) }
+                    .map_err(|e| driver("cuMemcpyDtoHAsync", e))?;
+                st.record(h, self.stream)
+            };
+            if !chunks.is_empty() {
+                issue(st, 0)?;
+            }
+            for (i, &(start, len)) in chunks.iter().enumerate() {
+                if i + 1 < chunks.len() {
+                    issue(st, i + 1)?;
+                }
+                let h = i % 2;
+                // SAFETY: the event of this half was recorded after its copy.
+                unsafe { result::event::synchronize(st.events[h]) }
+                    .map_err(|e| driver("copying GPU memory to the host", e))?;
+                // SAFETY: the copy into the half has completed.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(st.halves[h], dst[start..].as_mut_ptr(), len)
+                };
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Copies a row-major host buffer to cuda:`ord`.
+pub(crate) fn upload<T: DType>(ord: usize, data: &[T]) -> Result<CudaStorage<T>> {
+    let ctx = context(ord)?;
+    upload_to(&ctx, data)
+}
+
+/// Copies a host buffer into new storage of `ctx`.
+pub(crate) fn upload_to<T: DType>(ctx: &Arc<Context>, data: &[T]) -> Result<CudaStorage<T>> {
+    let storage = ctx.storage::<T>(data.len())?;
+    if !data.is_empty() {
+        ctx.copy_htod(bytes_of(data), storage.device_ptr())?;
+    }
+    Ok(storage)
+}
+
+/// The elements `layout` selects, contiguous on the device: the storage
+/// itself when it already is, else a copy made by the strided-copy kernel.
+/// Returns the device address of the first element and the copy, if any.
+pub(crate) fn contiguous_ptr<T: DType>(
+    s: &CudaStorage<T>,
+    layout: &Layout,
+) -> Result<(u64, Option<CudaStorage<T>>)> {
+    if layout.is_contiguous() {
+        return Ok((s.ptr_at(layout.offset()), None));
+    }
+    let backend = super::backend::CudaBackend::on(s.context().clone());
+    let copy = backend.contiguous(s, layout)?;
+    Ok((copy.device_ptr(), Some(copy)))
+}
+
+/// Copies the elements a layout selects back to the host, row-major.
+pub(crate) fn download<T: DType>(s: &CudaStorage<T>, layout: &Layout) -> Result<Vec<T>> {
+    let n = layout.numel();
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let ctx = s.context();
+    ctx.bind()?;
+    let (ptr, _copy) = contiguous_ptr(s, layout)?;
+    let mut bytes = vec![0u8; n * std::mem::size_of::<T>()];
+    ctx.copy_dtoh(ptr, &mut bytes)?;
+    Ok(from_bytes(&bytes))
+}
+
+/// Host values from their device bytes; `bool` is any non-zero byte.
+fn from_bytes<T: DType>(bytes: &[u8]) -> Vec<T> {
+    if T::KIND == DTypeKind::Bool {
+        return bytes
+            .iter()
+            .map(|&b| T::from_i64(i64::from(b != 0)))
+            .collect();
+    }
+    let size = std::mem::size_of::<T>();
+    let mut out: Vec<T> = Vec::with_capacity(bytes.len() / size);
+    // SAFETY: every bit pattern is a valid value of the non-bool dtypes,
+    // and the vector has capacity for bytes.len() / size elements.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr() as *mut u8, bytes.len());
+        out.set_len(bytes.len() / size);
+    }
+    out
+}
+
+/// Copies the elements a layout selects to another ordinal, contiguous.
+pub(crate) fn copy_to_ordinal<T: DType>(
+    s: &CudaStorage<T>,
+    layout: &Layout,
+    ord: usize,
+) -> Result<CudaStorage<T>> {
+    let src = s.context().clone();
+    let dst = context(ord)?;
+    src.bind()?;
+    let (ptr, _copy) = contiguous_ptr(s, layout)?;
+    let bytes = layout.numel() * std::mem::size_of::<T>();
+    if src.ordinal == dst.ordinal {
+        let out = src.storage::<T>(layout.numel())?;
+        if bytes > 0 {
+            // SAFETY: both ranges are live allocations of `bytes` bytes.
+            unsafe { result::memcpy_dtod_async(out.device_ptr(), ptr, bytes, src.stream) }
+                .map_err(|e| driver("cuMemcpyDtoDAsync", e))?;
+        }
+        return Ok(out);
+    }
+    // The source's queued work must finish before another stream reads it.
+    src.sync("copying between GPUs")?;
+    dst.bind()?;
+    let out = dst.storage::<T>(layout.numel())?;
+    if bytes > 0 {
+        // SAFETY: both ranges are live allocations of `bytes` bytes; the
+        // driver stages through the host when peer access is off.
+        unsafe {
+            result::memcpy_peer_async(dst.raw, out.device_ptr(), src.raw, ptr, bytes, dst.stream)
+        }
+        .map_err(|e| driver("cuMemcpyPeerAsync", e))?;
+        // The source block may be reused by its own stream once this
+        // returns, so the copy must be complete.
+        dst.sync("copying between GPUs")?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::f16;
+
+    #[test]
+    fn bytes_round_trip_every_dtype() {
+        let f = [1.5f32, -2.25, 3.0e-8];
+        assert_eq!(from_bytes::<f32>(bytes_of(&f)), f.to_vec());
+        let h = [f16::from_f32(0.5), f16::from_f32(-7.0)];
+        assert_eq!(from_bytes::<f16>(bytes_of(&h)), h.to_vec());
+        let i = [i64::MIN, 42, -1];
+        assert_eq!(from_bytes::<i64>(bytes_of(&i)), i.to_vec());
+        assert_eq!(from_bytes::<bool>(&[0, 1, 7]), vec![false, true, true]);
+    }
+}

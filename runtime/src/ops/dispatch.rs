@@ -1,0 +1,263 @@
+//! The one place where an operation picks its backend from the device
+//! type, plus the composite primitives every backend gets for free.
+
+use crate::backend::Backend;
+use crate::cpu::CpuBackend;
+use crate::cuda::{CudaBackend, CudaStorage};
+use crate::dtype::{DType, NumDType};
+use crate::error::Result;
+use crate::layout::Layout;
+use crate::shape::Shape;
+use crate::storage::Storage;
+use crate::tensor::Tensor;
+use crate::Device;
+use std::sync::Arc;
+use tensorfn_kernels::BinaryOp;
+
+/// Runs `$body` with `$be` bound to the backend of device type `$D`: the
+/// CPU, or the CUDA backend of the device's ordinal (`Err` when there is
+/// no usable GPU). Both arms type-check the same body against [`Exec`].
+macro_rules! dispatch {
+    ($D:ty, |$be:ident| $body:expr) => {{
+        #[allow(unused_imports)]
+        use $crate::{backend::Backend as _, ops::dispatch::Exec as _};
+        match <$D as $crate::device::Device>::KIND {
+            $crate::device::DeviceKind::Cpu => {
+                let $be = &$crate::cpu::CpuBackend;
+                $body
+            }
+            $crate::device::DeviceKind::Cuda(ord) => {
+                let $be = &$crate::cuda::CudaBackend::for_ordinal(ord)?;
+                $body
+            }
+        }
+    }};
+}
+pub(crate) use dispatch;
+
+/// A backend as the ops layer drives it: its buffers inside [`Storage`],
+/// and composite primitives with generic defaults that a backend may do
+/// better itself.
+pub(crate) trait Exec: Backend + Sized {
+    /// The buffer of a tensor on this backend's device.
+    fn buf<'s, T: DType>(&self, s: &'s Storage<T>) -> &'s Self::Buf<T>;
+    /// The buffer of a tensor on this backend's device, for writing.
+    fn buf_mut<'s, T: DType>(&self, s: &'s mut Storage<T>) -> &'s mut Self::Buf<T>;
+    /// Wraps a buffer of this backend.
+    fn wrap<T: DType>(&self, b: Self::Buf<T>) -> Storage<T>;
+
+    /// `x + value * t1 * t2` (equal dims).
+    fn addcmul<T: NumDType>(
+        &self,
+        x: [(&Self::Buf<T>, &Layout); 3],
+        value: T,
+    ) -> Result<Self::Buf<T>> {
+        let [(a, la), (b, lb), (c, lc)] = x;
+        let dense = Layout::contiguous(la.dims());
+        let prod = self.binary(BinaryOp::Mul, b, lb, c, lc)?;
+        let scaled = self.binary_scalar(BinaryOp::Mul, &prod, &dense, value, false)?;
+        self.binary(BinaryOp::Add, a, la, &scaled, &dense)
+    }
+
+    /// `dst = op(dst, b)` where `ld` selects the written elements.
+    fn binary_assign<T: NumDType>(
+        &self,
+        op: BinaryOp,
+        dst: &mut Self::Buf<T>,
+        ld: &Layout,
+        b: &Self::Buf<T>,
+        lb: &Layout,
+    ) -> Result<()> {
+        let r = self.binary(op, dst, ld, b, lb)?;
+        self.copy_into(&r, &Layout::contiguous(ld.dims()), dst, ld)
+    }
+
+    /// `dst = op(dst, s)` where `ld` selects the written elements.
+    fn binary_scalar_assign<T: NumDType>(
+        &self,
+        op: BinaryOp,
+        dst: &mut Self::Buf<T>,
+        ld: &Layout,
+        s: T,
+    ) -> Result<()> {
+        let r = self.binary_scalar(op, dst, ld, s, false)?;
+        self.copy_into(&r, &Layout::contiguous(ld.dims()), dst, ld)
+    }
+
+    /// Writes `op(a, b)` to the elements `ld` selects in `dst`.
+    #[allow(clippy::too_many_arguments)]
+    fn binary_into<T: NumDType>(
+        &self,
+        op: BinaryOp,
+        a: &Self::Buf<T>,
+        la: &Layout,
+        b: &Self::Buf<T>,
+        lb: &Layout,
+        dst: &mut Self::Buf<T>,
+        ld: &Layout,
+    ) -> Result<()> {
+        let r = self.binary(op, a, la, b, lb)?;
+        self.copy_into(&r, &Layout::contiguous(ld.dims()), dst, ld)
+    }
+}
+
+impl Exec for CpuBackend {
+    fn buf<'s, T: DType>(&self, s: &'s Storage<T>) -> &'s Vec<T> {
+        match s {
+            Storage::Cpu(v) => v,
+            Storage::Cuda(_) => unreachable!("a Cpu tensor holds host memory"),
+        }
+    }
+    fn buf_mut<'s, T: DType>(&self, s: &'s mut Storage<T>) -> &'s mut Vec<T> {
+        match s {
+            Storage::Cpu(v) => v,
+            Storage::Cuda(_) => unreachable!("a Cpu tensor holds host memory"),
+        }
+    }
+    fn wrap<T: DType>(&self, b: Vec<T>) -> Storage<T> {
+        Storage::Cpu(b)
+    }
+
+    fn addcmul<T: NumDType>(&self, x: [(&Vec<T>, &Layout); 3], value: T) -> Result<Vec<T>> {
+        self.addcmul_fused(x, value)
+    }
+
+    fn binary_assign<T: NumDType>(
+        &self,
+        op: BinaryOp,
+        dst: &mut Vec<T>,
+        ld: &Layout,
+        b: &Vec<T>,
+        lb: &Layout,
+    ) -> Result<()> {
+        if !ld.is_contiguous() {
+            let r = self.binary(op, dst, ld, b, lb)?;
+            return self.copy_into(&r, &Layout::contiguous(ld.dims()), dst, ld);
+        }
+        let range = ld.offset()..ld.offset() + ld.numel();
+        self.binary_assign_dense(op, &mut dst[range], ld.dims(), b, lb)
+    }
+
+    fn binary_scalar_assign<T: NumDType>(
+        &self,
+        op: BinaryOp,
+        dst: &mut Vec<T>,
+        ld: &Layout,
+        s: T,
+    ) -> Result<()> {
+        if !ld.is_contiguous() {
+            let r = self.binary_scalar(op, dst, ld, s, false)?;
+            return self.copy_into(&r, &Layout::contiguous(ld.dims()), dst, ld);
+        }
+        let range = ld.offset()..ld.offset() + ld.numel();
+        self.binary_scalar_assign_dense(op, &mut dst[range], s)
+    }
+
+    fn binary_into<T: NumDType>(
+        &self,
+        op: BinaryOp,
+        a: &Vec<T>,
+        la: &Layout,
+        b: &Vec<T>,
+        lb: &Layout,
+        dst: &mut Vec<T>,
+        ld: &Layout,
+    ) -> Result<()> {
+        if !ld.is_contiguous() {
+            let r = self.binary(op, a, la, b, lb)?;
+            return self.copy_into(&r, &Layout::contiguous(ld.dims()), dst, ld);
+        }
+        let range = ld.offset()..ld.offset() + ld.numel();
+        self.binary_into_dense(op, a, la, b, lb, &mut dst[range])
+    }
+}
+
+impl Exec for CudaBackend {
+    fn buf<'s, T: DType>(&self, s: &'s Storage<T>) -> &'s CudaStorage<T> {
+        match s {
+            Storage::Cuda(c) => c,
+            Storage::Cpu(_) => unreachable!("a Cuda tensor holds device memory"),
+        }
+    }
+    fn buf_mut<'s, T: DType>(&self, s: &'s mut Storage<T>) -> &'s mut CudaStorage<T> {
+        match s {
+            Storage::Cuda(c) => c,
+            Storage::Cpu(_) => unreachable!("a Cuda tensor holds device memory"),
+        }
+    }
+    fn wrap<T: DType>(&self, b: CudaStorage<T>) -> Storage<T> {
+        Storage::Cuda(b)
+    }
+}
+
+/// A tensor of contiguous `dims` around a fresh buffer, checked against `S`.
+pub(crate) fn output<D: Device, T: DType, S: Shape>(
+    storage: Storage<T>,
+    dims: &[usize],
+) -> Result<Tensor<D, T, S>> {
+    S::check(dims)?;
+    Ok(Tensor::from_parts(
+        Arc::new(storage),
+        Layout::contiguous(dims),
+    ))
+}
+
+/// True when two positions of the view share one element (a broadcast
+/// dim), so the view cannot be written in place.
+pub(crate) fn overlaps(l: &Layout) -> bool {
+    l.dims()
+        .iter()
+        .zip(l.strides())
+        .any(|(&d, &s)| d > 1 && s == 0)
+}
+
+impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
+    /// The storage to write this tensor's elements into, unshared: a
+    /// shared or self-overlapping view is first copied to a buffer of its
+    /// own (copy-on-write), so no other tensor sees the write.
+    pub(crate) fn make_unique(&mut self) -> Result<(&mut Storage<T>, &Layout)> {
+        if Arc::get_mut(&mut self.storage).is_none() || overlaps(&self.layout) {
+            let copy = dispatch!(D, |be| be
+                .wrap(be.contiguous(be.buf(&self.storage), &self.layout)?));
+            self.storage = Arc::new(copy);
+            self.layout = Layout::contiguous(self.layout.dims());
+        }
+        let storage = Arc::get_mut(&mut self.storage).expect("unshared after copy-on-write");
+        Ok((storage, &self.layout))
+    }
+
+    /// Makes the storage unshared without keeping its contents (the caller
+    /// overwrites every element): a shared buffer is replaced by a new one.
+    pub(crate) fn make_unique_for_overwrite(&mut self) -> Result<(&mut Storage<T>, &Layout)> {
+        if Arc::get_mut(&mut self.storage).is_none() || overlaps(&self.layout) {
+            let n = self.layout.numel();
+            let fresh = dispatch!(D, |be| be.wrap(be.full(n, T::zero())?));
+            self.storage = Arc::new(fresh);
+            self.layout = Layout::contiguous(self.layout.dims());
+        }
+        let storage = Arc::get_mut(&mut self.storage).expect("unshared after replacement");
+        Ok((storage, &self.layout))
+    }
+}
+
+impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
+    /// Replaces every element with those of `result` (a contiguous buffer
+    /// of this tensor's dims): written through an unshared buffer, or the
+    /// buffer replaced when it is shared (copy-on-write).
+    pub(crate) fn overwrite_with(&mut self, result: Storage<T>) -> Result<()> {
+        let dims = self.layout.dims().to_vec();
+        if Arc::get_mut(&mut self.storage).is_none() || overlaps(&self.layout) {
+            self.storage = Arc::new(result);
+            self.layout = Layout::contiguous(&dims);
+            return Ok(());
+        }
+        let layout = self.layout.clone();
+        let dst = Arc::get_mut(&mut self.storage).expect("checked unshared");
+        dispatch!(D, |be| be.copy_into(
+            be.buf(&result),
+            &Layout::contiguous(&dims),
+            be.buf_mut(dst),
+            &layout
+        ))
+    }
+}

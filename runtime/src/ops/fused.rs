@@ -1,0 +1,132 @@
+//! Entry points for the elementwise kernels `tensor_fn!` generates: the
+//! same fusion group as PTX (for CUDA) and as a Rust closure (for the
+//! CPU), applied to inputs broadcast to the output dims.
+
+use super::check_result;
+use super::dispatch::output;
+use crate::cpu::strided::{check_extent, fill_runs};
+use crate::device::{Device, DeviceKind};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::layout::Layout;
+use crate::shape::Shape;
+use crate::storage::Storage;
+use crate::tensor::Tensor;
+use tensorfn_core::rules;
+use tensorfn_kernels::FusedKernel;
+
+/// The input's layout broadcast to `out_dims`, after checking it fits.
+fn broadcast_input(
+    kernel: &FusedKernel,
+    index: usize,
+    layout: &Layout,
+    out_dims: &[usize],
+) -> Result<Layout> {
+    let name = format!("input {index}");
+    rules::broadcast_to(kernel.name, (&name, layout.dims()), out_dims)?;
+    Ok(layout.broadcast_to(out_dims))
+}
+
+macro_rules! fused_fn {
+    ($(#[$doc:meta])* $name:ident; $(($x:ident, $X:ident, $i:tt)),+) => {
+        $(#[$doc])*
+        #[allow(clippy::too_many_arguments)]
+        pub fn $name<D: Device, $($X: DType,)+ O: DType, SO: Shape>(
+            $($x: &Tensor<D, $X, impl Shape>,)+
+            out_dims: &[usize],
+            kernel: &'static FusedKernel,
+            cpu: impl Fn($($X),+) -> O + Sync + Send,
+        ) -> Result<Tensor<D, O, SO>> {
+            check_result::<SO>(kernel.name, out_dims)?;
+            let layouts = [$(broadcast_input(kernel, $i, &$x.layout, out_dims)?),+];
+            let storage = match D::KIND {
+                DeviceKind::Cpu => {
+                    $(
+                        let $x: &[$X] = $x.storage.as_cpu();
+                        check_extent(kernel.name, &layouts[$i], $x.len())?;
+                    )+
+                    let out = fill_runs(out_dims, [$(&layouts[$i]),+], |o: &mut [O], base, step| {
+                        let len = o.len();
+                        if step.iter().all(|&s| s == 1) {
+                            $(let $x = &$x[base[$i]..base[$i] + len];)+
+                            for j in 0..len {
+                                o[j] = cpu($($x[j]),+);
+                            }
+                        } else {
+                            for (j, o) in o.iter_mut().enumerate() {
+                                *o = cpu($($x[base[$i] + j * step[$i]]),+);
+                            }
+                        }
+                    });
+                    Storage::Cpu(out)
+                }
+                DeviceKind::Cuda(ord) => {
+                    let inputs = [$(($x.storage.as_cuda().device_ptr(), &layouts[$i])),+];
+                    Storage::Cuda(crate::cuda::launch_fused::<O>(kernel, ord, &inputs, out_dims)?)
+                }
+            };
+            output(storage, out_dims)
+        }
+    };
+}
+
+fused_fn!(
+    /// Applies a generated one-input kernel: on the CPU `cpu` per element,
+    /// on CUDA the kernel's PTX. Inputs broadcast to `out_dims`.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape, __private::fused1};
+    /// use tensorfn_kernels::FusedKernel;
+    /// use tensorfn_core::DTypeKind;
+    /// static K: FusedKernel = FusedKernel {
+    ///     name: "tf_double", ptx: "", inputs: &[DTypeKind::F32], output: DTypeKind::F32,
+    /// };
+    /// let x = Tensor::<Cpu, f32, shape![3]>::from_vec(vec![1., 2., 3.]).unwrap();
+    /// let y: Tensor<Cpu, f32, shape![3]> = fused1(&x, &[3], &K, |a: f32| a * 2.0).unwrap();
+    /// assert_eq!(y.to_vec().unwrap(), vec![2., 4., 6.]);
+    /// ```
+    fused1; (a, A, 0)
+);
+fused_fn!(
+    /// [`fused1`] with two inputs, which may differ in dtype.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape, __private::fused2};
+    /// use tensorfn_kernels::FusedKernel;
+    /// use tensorfn_core::DTypeKind;
+    /// static K: FusedKernel = FusedKernel {
+    ///     name: "tf_scale", ptx: "", inputs: &[DTypeKind::F32, DTypeKind::I32],
+    ///     output: DTypeKind::F32,
+    /// };
+    /// let x = Tensor::<Cpu, f32, shape![2, 2]>::from_vec(vec![1., 2., 3., 4.]).unwrap();
+    /// let k = Tensor::<Cpu, i32, shape![2]>::from_vec(vec![10, 100]).unwrap();
+    /// let y: Tensor<Cpu, f32, shape![2, 2]> =
+    ///     fused2(&x, &k, &[2, 2], &K, |a: f32, b: i32| a * b as f32).unwrap();
+    /// assert_eq!(y.to_vec().unwrap(), vec![10., 200., 30., 400.]);
+    /// ```
+    fused2; (a, A, 0), (b, B, 1)
+);
+fused_fn!(
+    /// [`fused1`] with three inputs.
+    fused3; (a, A, 0), (b, B, 1), (c, C, 2)
+);
+fused_fn!(
+    /// [`fused1`] with four inputs.
+    fused4; (a, A, 0), (b, B, 1), (c, C, 2), (d, E, 3)
+);
+fused_fn!(
+    /// [`fused1`] with five inputs.
+    fused5; (a, A, 0), (b, B, 1), (c, C, 2), (d, E, 3), (e, F, 4)
+);
+fused_fn!(
+    /// [`fused1`] with six inputs.
+    fused6; (a, A, 0), (b, B, 1), (c, C, 2), (d, E, 3), (e, F, 4), (f, G, 5)
+);
+fused_fn!(
+    /// [`fused1`] with seven inputs.
+    fused7; (a, A, 0), (b, B, 1), (c, C, 2), (d, E, 3), (e, F, 4), (f, G, 5), (g, H, 6)
+);
+fused_fn!(
+    /// [`fused1`] with eight inputs.
+    fused8; (a, A, 0), (b, B, 1), (c, C, 2), (d, E, 3), (e, F, 4), (f, G, 5), (g, H, 6), (h, I, 7)
+);

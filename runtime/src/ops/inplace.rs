@@ -1,0 +1,229 @@
+//! In-place updates (`add_`, `copy_from`, `+=`, ...). Tensors share
+//! storage cheaply, so a write first makes the storage its own when it
+//! is shared (copy-on-write): no other tensor ever sees the change.
+
+use super::dispatch::dispatch;
+use crate::device::{Cpu, Device};
+use crate::dtype::{FloatDType, NumDType};
+use crate::error::Result;
+use crate::shape::{Const, Shape};
+use crate::tensor::Tensor;
+use tensorfn_core::rules;
+use tensorfn_kernels::BinaryOp;
+
+/// Shape types whose dims are all `Const`: for them `+=`, `-=`, `*=` and
+/// `/=` with a tensor cannot fail, so the operators exist.
+///
+/// ```
+/// use tensorfn_runtime::{Tensor, Cpu, shape};
+/// let mut x = Tensor::<Cpu, f32, shape![2]>::ones().unwrap();
+/// let y = Tensor::<Cpu, f32, shape![2]>::ones().unwrap();
+/// x += &y;
+/// assert_eq!(x.to_vec().unwrap(), vec![2., 2.]);
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has run-time (`Dyn`) dims, so an operator like `+=` could fail",
+    label = "the dims of this shape are only known at run time",
+    note = "use `.add_(&other)?` (or `sub_`, `mul_`, `div_`), which returns an `Err` when the dims differ"
+)]
+pub trait StaticShape: Shape {}
+
+macro_rules! static_shape {
+    ($($n:ident),*) => {
+        impl<$(const $n: usize),*> StaticShape for ($(Const<$n>,)*) {}
+    };
+}
+static_shape!();
+static_shape!(A);
+static_shape!(A, B);
+static_shape!(A, B, C);
+static_shape!(A, B, C, E);
+static_shape!(A, B, C, E, F);
+static_shape!(A, B, C, E, F, G);
+
+impl<D: Device, T: NumDType, S: Shape> Tensor<D, T, S> {
+    fn assign(&mut self, op: BinaryOp, other: &Self) -> Result<()> {
+        let name = format!("{}_", op.name());
+        rules::broadcast_to(&name, ("other", other.dims()), self.dims())?;
+        let lb = other.layout.broadcast_to(self.dims());
+        let (storage, ld) = self.make_unique()?;
+        let ld = ld.clone();
+        dispatch!(D, |be| be.binary_assign(
+            op,
+            be.buf_mut(storage),
+            &ld,
+            be.buf(&other.storage),
+            &lb
+        ))
+    }
+
+    fn assign_scalar(&mut self, op: BinaryOp, value: T) -> Result<()> {
+        let (storage, ld) = self.make_unique()?;
+        let ld = ld.clone();
+        dispatch!(D, |be| be.binary_scalar_assign(
+            op,
+            be.buf_mut(storage),
+            &ld,
+            value
+        ))
+    }
+
+    /// `self += other` in place (`other` may broadcast to `self`'s dims).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let mut x = Tensor::<Cpu, f32, shape![2]>::ones().unwrap();
+    /// let keep = x.clone();
+    /// x.add_(&Tensor::full(2.0).unwrap()).unwrap();
+    /// assert_eq!(x.to_vec().unwrap(), vec![3., 3.]);
+    /// assert_eq!(keep.to_vec().unwrap(), vec![1., 1.]); // copy-on-write
+    /// ```
+    pub fn add_(&mut self, other: &Self) -> Result<()> {
+        self.assign(BinaryOp::Add, other)
+    }
+
+    /// `self -= other` in place.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let mut x = Tensor::<Cpu, i32, shape![2]>::ones().unwrap();
+    /// x.sub_(&Tensor::full(3).unwrap()).unwrap();
+    /// assert_eq!(x.to_vec().unwrap(), vec![-2, -2]);
+    /// ```
+    pub fn sub_(&mut self, other: &Self) -> Result<()> {
+        self.assign(BinaryOp::Sub, other)
+    }
+
+    /// `self *= other` in place.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let mut x = Tensor::<Cpu, f32, shape![2]>::full(1.5).unwrap();
+    /// x.mul_(&Tensor::full(2.0).unwrap()).unwrap();
+    /// assert_eq!(x.to_vec().unwrap(), vec![3., 3.]);
+    /// ```
+    pub fn mul_(&mut self, other: &Self) -> Result<()> {
+        self.assign(BinaryOp::Mul, other)
+    }
+
+    /// `self /= other` in place (`Err` for an integer divisor of 0, and
+    /// `self` is then left unchanged).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let mut x = Tensor::<Cpu, i64, shape![2]>::full(7).unwrap();
+    /// x.div_(&Tensor::full(2).unwrap()).unwrap();
+    /// assert_eq!(x.to_vec().unwrap(), vec![3, 3]);
+    /// assert!(x.div_(&Tensor::zeros().unwrap()).is_err());
+    /// assert_eq!(x.to_vec().unwrap(), vec![3, 3]);
+    /// ```
+    pub fn div_(&mut self, other: &Self) -> Result<()> {
+        self.assign(BinaryOp::Div, other)
+    }
+
+    /// `self += value` in place.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let mut x = Tensor::<Cpu, u8, shape![2]>::full(250).unwrap();
+    /// x.add_scalar_(10).unwrap();
+    /// assert_eq!(x.to_vec().unwrap(), vec![4, 4]); // wraps like PyTorch
+    /// ```
+    pub fn add_scalar_(&mut self, value: T) -> Result<()> {
+        self.assign_scalar(BinaryOp::Add, value)
+    }
+
+    /// `self -= value` in place.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let mut x = Tensor::<Cpu, f32, shape![2]>::ones().unwrap();
+    /// x.sub_scalar_(0.5).unwrap();
+    /// assert_eq!(x.to_vec().unwrap(), vec![0.5, 0.5]);
+    /// ```
+    pub fn sub_scalar_(&mut self, value: T) -> Result<()> {
+        self.assign_scalar(BinaryOp::Sub, value)
+    }
+
+    /// `self *= value` in place.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let mut x = Tensor::<Cpu, f32, shape![2]>::ones().unwrap();
+    /// x.mul_scalar_(4.0).unwrap();
+    /// assert_eq!(x.to_vec().unwrap(), vec![4., 4.]);
+    /// ```
+    pub fn mul_scalar_(&mut self, value: T) -> Result<()> {
+        self.assign_scalar(BinaryOp::Mul, value)
+    }
+
+    /// `self /= value` in place (`Err` for an integer 0).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let mut x = Tensor::<Cpu, f32, shape![2]>::ones().unwrap();
+    /// x.div_scalar_(4.0).unwrap();
+    /// assert_eq!(x.to_vec().unwrap(), vec![0.25, 0.25]);
+    /// ```
+    pub fn div_scalar_(&mut self, value: T) -> Result<()> {
+        self.assign_scalar(BinaryOp::Div, value)
+    }
+}
+
+impl<D: Device, T: crate::DType, S: Shape> Tensor<D, T, S> {
+    /// Overwrites every element with `src`'s (which may broadcast to
+    /// `self`'s dims), like PyTorch's `copy_`.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let mut x = Tensor::<Cpu, f32, shape![2, 2]>::zeros().unwrap();
+    /// let src = Tensor::<Cpu, f32, shape![2, 2]>::from_vec(vec![1., 2., 3., 4.]).unwrap();
+    /// x.copy_from(&src.t().unwrap()).unwrap();
+    /// assert_eq!(x.to_vec().unwrap(), vec![1., 3., 2., 4.]);
+    /// ```
+    pub fn copy_from(&mut self, src: &Self) -> Result<()> {
+        rules::broadcast_to("copy_from", ("src", src.dims()), self.dims())?;
+        let ls = src.layout.broadcast_to(self.dims());
+        let (storage, ld) = self.make_unique_for_overwrite()?;
+        let ld = ld.clone();
+        dispatch!(D, |be| be.copy_into(
+            be.buf(&src.storage),
+            &ls,
+            be.buf_mut(storage),
+            &ld
+        ))
+    }
+}
+
+/// Ops that cannot fail for CPU tensors of static shapes: an `Err` here
+/// would be a bug in tensorfn, not in the caller.
+fn infallible(r: Result<()>) {
+    if let Err(e) = r {
+        unreachable!("an infallible in-place operation failed: {e}");
+    }
+}
+
+macro_rules! assign_ops {
+    ($Trait:ident, $method:ident, $tensor_fn:ident, $scalar_fn:ident, $Bound:ident) => {
+        impl<T: $Bound, S: StaticShape> std::ops::$Trait<&Tensor<Cpu, T, S>> for Tensor<Cpu, T, S> {
+            fn $method(&mut self, rhs: &Tensor<Cpu, T, S>) {
+                infallible(self.$tensor_fn(rhs));
+            }
+        }
+        impl<T: $Bound, S: StaticShape> std::ops::$Trait<Tensor<Cpu, T, S>> for Tensor<Cpu, T, S> {
+            fn $method(&mut self, rhs: Tensor<Cpu, T, S>) {
+                infallible(self.$tensor_fn(&rhs));
+            }
+        }
+        impl<T: $Bound, S: Shape> std::ops::$Trait<T> for Tensor<Cpu, T, S> {
+            fn $method(&mut self, rhs: T) {
+                infallible(self.$scalar_fn(rhs));
+            }
+        }
+    };
+}
+assign_ops!(AddAssign, add_assign, add_, add_scalar_, NumDType);
+assign_ops!(SubAssign, sub_assign, sub_, sub_scalar_, NumDType);
+assign_ops!(MulAssign, mul_assign, mul_, mul_scalar_, NumDType);
+// Integer division can meet a 0 divisor, so `/=` is only for floats.
+assign_ops!(DivAssign, div_assign, div_, div_scalar_, FloatDType);

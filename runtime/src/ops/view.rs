@@ -1,0 +1,250 @@
+//! Shape changes: views where the layout allows (no copy), a copy
+//! otherwise.
+
+use super::dispatch::{dispatch, output};
+use super::{check_result, static_dims};
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::shape::{Dim, Dyn, Shape};
+use crate::tensor::Tensor;
+use tensorfn_core::rules;
+
+/// Shapes `.t()` accepts (rank 0, 1 or 2) and what it makes of them.
+///
+/// ```
+/// use tensorfn_runtime::{Tensor, Cpu, shape, Transpose2};
+/// let x = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
+/// let y: Tensor<Cpu, f32, shape![3, 2]> = x.t().unwrap();
+/// # let _ = y;
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`.t()` transposes tensors of at most 2 dims, not `{Self}`",
+    label = "this tensor has more than 2 dims",
+    note = "swap two dims with `.transpose::<ResultShape>(d0, d1)` or reorder them with `.permute::<ResultShape>(&[..])`"
+)]
+pub trait Transpose2: Shape {
+    /// The shape with its two dims swapped.
+    type Output: Shape;
+}
+impl Transpose2 for () {
+    type Output = ();
+}
+impl<A: Dim> Transpose2 for (A,) {
+    type Output = (A,);
+}
+impl<A: Dim, B: Dim> Transpose2 for (A, B) {
+    type Output = (B, A);
+}
+
+const fn same_numel(a: Option<usize>, b: Option<usize>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    }
+}
+
+impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
+    fn with_layout<S2: Shape>(&self, layout: Layout) -> Tensor<D, T, S2> {
+        Tensor::from_parts(self.storage.clone(), layout)
+    }
+
+    /// The same elements under the static shape `S2`: a view when the
+    /// tensor is contiguous, a copy otherwise. A different element count
+    /// between two static shapes fails to build; with `Dyn` dims it is an
+    /// `Err`.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, i32, shape![2, 3]>::arange(0, 1).unwrap();
+    /// let y = x.reshape::<shape![3, 2]>().unwrap();
+    /// assert_eq!(y.to_vec().unwrap(), vec![0, 1, 2, 3, 4, 5]);
+    /// let d = Tensor::<Cpu, i32, shape![_]>::zeros_dims(&[5]).unwrap();
+    /// assert!(d.reshape::<shape![2, 3]>().is_err());
+    /// ```
+    pub fn reshape<S2: Shape>(&self) -> Result<Tensor<D, T, S2>> {
+        const {
+            assert!(
+                same_numel(S::STATIC_NUMEL, S2::STATIC_NUMEL),
+                "reshape between static shapes with different element counts"
+            )
+        };
+        self.reshape_dims(&static_dims::<S2>("reshape")?)
+    }
+
+    /// [`reshape`](Self::reshape) to run-time `dims`.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
+    /// let y = x.reshape_dims::<shape![_, 2]>(&[3, 2]).unwrap();
+    /// assert_eq!(y.shape(), &[3, 2]);
+    /// assert!(x.reshape_dims::<shape![_, 2]>(&[4, 2]).is_err());
+    /// ```
+    pub fn reshape_dims<S2: Shape>(&self, dims: &[usize]) -> Result<Tensor<D, T, S2>> {
+        rules::reshape("reshape", ("self", self.dims()), dims)?;
+        check_result::<S2>("reshape", dims)?;
+        if let Some(layout) = self.layout.reshape(dims) {
+            return Ok(self.with_layout(layout));
+        }
+        let storage = dispatch!(D, |be| be
+            .wrap(be.contiguous(be.buf(&self.storage), &self.layout)?));
+        output(storage, dims)
+    }
+
+    /// Like [`reshape`](Self::reshape) but never copies: `Err` for a
+    /// non-contiguous tensor, like PyTorch's `view`.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
+    /// assert_eq!(x.view::<shape![6]>().unwrap().shape(), &[6]);
+    /// assert!(x.t().unwrap().view::<shape![6]>().is_err());
+    /// ```
+    pub fn view<S2: Shape>(&self) -> Result<Tensor<D, T, S2>> {
+        const {
+            assert!(
+                same_numel(S::STATIC_NUMEL, S2::STATIC_NUMEL),
+                "view between static shapes with different element counts"
+            )
+        };
+        self.view_dims(&static_dims::<S2>("view")?)
+    }
+
+    /// [`view`](Self::view) to run-time `dims`.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![4, 3]>::zeros().unwrap();
+    /// assert_eq!(x.view_dims::<shape![_]>(&[12]).unwrap().shape(), &[12]);
+    /// assert!(x.view_dims::<shape![_]>(&[13]).is_err());
+    /// ```
+    pub fn view_dims<S2: Shape>(&self, dims: &[usize]) -> Result<Tensor<D, T, S2>> {
+        rules::reshape("view", ("self", self.dims()), dims)?;
+        check_result::<S2>("view", dims)?;
+        match self.layout.reshape(dims) {
+            Some(layout) => Ok(self.with_layout(layout)),
+            None => Err(Error::shape(
+                "view",
+                "a contiguous tensor",
+                format!(
+                    "a view of dims {:?} with strides {:?}; use `.reshape()` (which copies) or call `.contiguous()` first",
+                    self.dims(),
+                    self.layout.strides()
+                ),
+            )),
+        }
+    }
+
+    /// The elements as one dim (a view when contiguous).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
+    /// assert_eq!(x.flatten().unwrap().shape(), &[6]);
+    /// ```
+    pub fn flatten(&self) -> Result<Tensor<D, T, (Dyn,)>> {
+        self.reshape_dims(&[self.numel()])
+    }
+
+    /// The matrix transpose (a view); 0-D and 1-D tensors are returned as
+    /// they are, like PyTorch.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, i32, shape![2, 3]>::arange(0, 1).unwrap();
+    /// let t = x.t().unwrap();
+    /// assert_eq!(t.shape(), &[3, 2]);
+    /// assert_eq!(t.to_vec().unwrap(), vec![0, 3, 1, 4, 2, 5]);
+    /// ```
+    pub fn t(&self) -> Result<Tensor<D, T, S::Output>>
+    where
+        S: Transpose2,
+    {
+        let dims = rules::t("t", ("self", self.dims()))?;
+        let layout = if self.rank() == 2 {
+            self.layout.transpose(0, 1)
+        } else {
+            self.layout.clone()
+        };
+        debug_assert_eq!(layout.dims(), &dims[..]);
+        Ok(self.with_layout(layout))
+    }
+
+    /// Swaps dims `d0` and `d1` (a view); the result type `SO` is checked.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![2, 3, 4]>::zeros().unwrap();
+    /// let y = x.transpose::<shape![4, 3, 2]>(0, 2).unwrap();
+    /// assert_eq!(y.shape(), &[4, 3, 2]);
+    /// assert!(x.transpose::<shape![2, 3, 4]>(0, 3).is_err());
+    /// ```
+    pub fn transpose<SO: Shape>(&self, d0: usize, d1: usize) -> Result<Tensor<D, T, SO>> {
+        let dims = rules::transpose("transpose", ("self", self.dims()), d0, d1)?;
+        check_result::<SO>("transpose", &dims)?;
+        Ok(self.with_layout(self.layout.transpose(d0, d1)))
+    }
+
+    /// Reorders the dims (a view): dim `i` of the result is dim `perm[i]`.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![2, 3, 4]>::zeros().unwrap();
+    /// let y = x.permute::<shape![4, 2, 3]>(&[2, 0, 1]).unwrap();
+    /// assert_eq!(y.shape(), &[4, 2, 3]);
+    /// assert!(x.permute::<shape![4, 2, 3]>(&[2, 0, 0]).is_err());
+    /// ```
+    pub fn permute<SO: Shape>(&self, perm: &[usize]) -> Result<Tensor<D, T, SO>> {
+        let dims = rules::permute("permute", ("self", self.dims()), perm)?;
+        check_result::<SO>("permute", &dims)?;
+        Ok(self.with_layout(self.layout.permute(perm)))
+    }
+
+    /// A row-major copy, or the tensor itself when it already is one.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
+    /// let t = x.t().unwrap();
+    /// assert!(!t.is_contiguous());
+    /// assert!(t.contiguous().unwrap().is_contiguous());
+    /// ```
+    pub fn contiguous(&self) -> Result<Self> {
+        if self.layout.is_contiguous() {
+            return Ok(self.clone());
+        }
+        let storage = dispatch!(D, |be| be
+            .wrap(be.contiguous(be.buf(&self.storage), &self.layout)?));
+        output(storage, self.dims())
+    }
+
+    /// A view broadcast to the static shape `SO` (PyTorch's `expand`): no
+    /// copy, size-1 and missing leading dims repeat.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![3]>::from_vec(vec![1., 2., 3.]).unwrap();
+    /// let y = x.broadcast_to::<shape![2, 3]>().unwrap();
+    /// assert_eq!(y.to_vec().unwrap(), vec![1., 2., 3., 1., 2., 3.]);
+    /// assert!(x.broadcast_to::<shape![3, 2]>().is_err());
+    /// ```
+    pub fn broadcast_to<SO: Shape>(&self) -> Result<Tensor<D, T, SO>> {
+        self.broadcast_to_dims(&static_dims::<SO>("broadcast_to")?)
+    }
+
+    /// [`broadcast_to`](Self::broadcast_to) run-time `dims`.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![1]>::ones().unwrap();
+    /// let y = x.broadcast_to_dims::<shape![_, 2]>(&[3, 2]).unwrap();
+    /// assert_eq!(y.to_vec().unwrap(), vec![1.0; 6]);
+    /// ```
+    pub fn broadcast_to_dims<SO: Shape>(&self, dims: &[usize]) -> Result<Tensor<D, T, SO>> {
+        rules::broadcast_to("broadcast_to", ("self", self.dims()), dims)?;
+        check_result::<SO>("broadcast_to", dims)?;
+        Ok(self.with_layout(self.layout.broadcast_to(dims)))
+    }
+}
