@@ -179,7 +179,7 @@ fn bench_dtype<T: Chains>(args: &Args) {
                         let (x, y) = &inputs[i];
                         launch(chain, x, y).map(drop)
                     },
-                    &sync,
+                    &sync_cuda,
                 )?;
                 Ok((t, check))
             };
@@ -191,14 +191,10 @@ fn bench_dtype<T: Chains>(args: &Args) {
     }
 }
 
-fn sync() -> Result<()> {
-    tensorfn::synchronize::<Cuda>()
-}
-
 fn main() {
     let args = Args::parse();
     emit_meta("gpu_elementwise", &args);
-    if let Err(e) = sync() {
+    if let Err(e) = sync_cuda() {
         emit_skipped("tensorfn", &e);
         return;
     }

@@ -49,7 +49,14 @@ fn host<T: FloatDType>(n: usize, seed: u64) -> Vec<T> {
 }
 
 /// Row `r` of `bias + a @ b` in f64, for `a` (M, K) and `b` (K, N) row-major.
-fn addmm_row<T: FloatDType>(bias: &[T], a: &[T], b: &[T], k: usize, n: usize, r: usize) -> Vec<f64> {
+fn addmm_row<T: FloatDType>(
+    bias: &[T],
+    a: &[T],
+    b: &[T],
+    k: usize,
+    n: usize,
+    r: usize,
+) -> Vec<f64> {
     let mut row: Vec<f64> = bias.iter().map(|v| v.to_f64()).collect();
     for (kk, av) in a[r * k..(r + 1) * k].iter().enumerate() {
         let av = av.to_f64();
@@ -77,11 +84,26 @@ fn bench_addmm<T: FloatDType>(args: &Args, m: usize, k: usize, n: usize) {
     let run = || -> Result<(Timing, Check)> {
         let mut inputs = Vec::with_capacity(sets);
         for s in 0..sets as u64 {
-            let fresh = |len, seed| if s == 0 { None } else { Some(host::<T>(len, seed)) };
+            let fresh = |len, seed| {
+                if s == 0 {
+                    None
+                } else {
+                    Some(host::<T>(len, seed))
+                }
+            };
             inputs.push((
-                Vector::<T>::from_vec_dims(fresh(n, 10 * s + 1).unwrap_or_else(|| hb.clone()), &[n])?,
-                Matrix::<T>::from_vec_dims(fresh(m * k, 10 * s + 2).unwrap_or_else(|| ha.clone()), &[m, k])?,
-                Matrix::<T>::from_vec_dims(fresh(k * n, 10 * s + 3).unwrap_or_else(|| hw.clone()), &[k, n])?,
+                Vector::<T>::from_vec_dims(
+                    fresh(n, 10 * s + 1).unwrap_or_else(|| hb.clone()),
+                    &[n],
+                )?,
+                Matrix::<T>::from_vec_dims(
+                    fresh(m * k, 10 * s + 2).unwrap_or_else(|| ha.clone()),
+                    &[m, k],
+                )?,
+                Matrix::<T>::from_vec_dims(
+                    fresh(k * n, 10 * s + 3).unwrap_or_else(|| hw.clone()),
+                    &[k, n],
+                )?,
             ));
         }
         let (b0, a0, w0) = &inputs[0];
@@ -105,7 +127,7 @@ fn bench_addmm<T: FloatDType>(args: &Args, m: usize, k: usize, n: usize) {
                 drop(out);
                 Ok(())
             },
-            &sync,
+            &sync_cuda,
         )?;
         Ok((t, check))
     };
@@ -135,7 +157,10 @@ fn bench_bmm<T: FloatDType>(args: &Args, b: usize, m: usize, k: usize, n: usize)
             let (a, w) = if s == 0 {
                 (ha.clone(), hw.clone())
             } else {
-                (host::<T>(b * m * k, 10 * s + 4), host::<T>(b * k * n, 10 * s + 5))
+                (
+                    host::<T>(b * m * k, 10 * s + 4),
+                    host::<T>(b * k * n, 10 * s + 5),
+                )
             };
             inputs.push((
                 Batch::<T>::from_vec_dims(a, &[b, m, k])?,
@@ -168,7 +193,7 @@ fn bench_bmm<T: FloatDType>(args: &Args, b: usize, m: usize, k: usize, n: usize)
                 let (a, w) = &inputs[i];
                 a.bmm(w).map(drop)
             },
-            &sync,
+            &sync_cuda,
         )?;
         Ok((t, check))
     };
@@ -191,14 +216,10 @@ fn bench_dtype<T: FloatDType>(args: &Args) {
     }
 }
 
-fn sync() -> Result<()> {
-    tensorfn::synchronize::<Cuda>()
-}
-
 fn main() {
     let args = Args::parse();
     emit_meta("gpu_matmul", &args);
-    if let Err(e) = sync() {
+    if let Err(e) = sync_cuda() {
         emit_skipped("tensorfn", &e);
         return;
     }

@@ -96,7 +96,12 @@ fn run(args: &Args) -> Result<(Timing, Check)> {
     let x0 = random_vec::<bf16>(BATCH * D0, 1, -1.0, 1.0);
     let mut xs = vec![Input::from_vec(x0.clone())?];
     for s in 1..sets {
-        xs.push(Input::from_vec(random_vec::<bf16>(BATCH * D0, 1 + s as u64, -1.0, 1.0))?);
+        xs.push(Input::from_vec(random_vec::<bf16>(
+            BATCH * D0,
+            1 + s as u64,
+            -1.0,
+            1.0,
+        ))?);
     }
     let out = mlp(&xs[0], &w1, &b1, &w2, &b2, &w3, &b3)?.to_vec()?;
     let check = check_pairs(
@@ -110,19 +115,15 @@ fn run(args: &Args) -> Result<(Timing, Check)> {
         &plan,
         sets,
         |i| mlp(&xs[i], &w1, &b1, &w2, &b2, &w3, &b3).map(drop),
-        &sync,
+        &sync_cuda,
     )?;
     Ok((t, check))
-}
-
-fn sync() -> Result<()> {
-    tensorfn::synchronize::<Cuda>()
 }
 
 fn main() {
     let args = Args::parse();
     emit_meta("gpu_mlp", &args);
-    if let Err(e) = sync() {
+    if let Err(e) = sync_cuda() {
         emit_skipped("tensorfn", &e);
         return;
     }

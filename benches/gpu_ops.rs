@@ -37,7 +37,13 @@ fn bench_cat<T: FloatDType>(args: &Args, parts: usize, rows: usize, cols: usize)
     let dtype = dtype_name::<T>();
     let es = std::mem::size_of::<T>();
     let name = format!("cat{parts}");
-    let case = Case::new(&name, dtype, format!("{rows}x{cols}"), (2 * rows * cols * es) as u64, 0);
+    let case = Case::new(
+        &name,
+        dtype,
+        format!("{rows}x{cols}"),
+        (2 * rows * cols * es) as u64,
+        0,
+    );
     let w = cols / parts;
     let sets = n_sets(rows * cols * es, GPU_ROTATE_BYTES, 64);
     let run = || -> Result<(Timing, Check)> {
@@ -70,7 +76,7 @@ fn bench_cat<T: FloatDType>(args: &Args, parts: usize, rows: usize, cols: usize)
             }),
             0.0,
         );
-        let t = time_call(&plan, sets, |i| cat(&inputs[i]).map(drop), &sync)?;
+        let t = time_call(&plan, sets, |i| cat(&inputs[i]).map(drop), &sync_cuda)?;
         Ok((t, check))
     };
     match run() {
@@ -117,7 +123,12 @@ fn bench_softmax<T: FloatDType>(args: &Args, rows: usize) {
             }),
             elementwise_tol(dtype),
         );
-        let t = time_call(&plan, sets, |i| inputs[i].softmax::<1>().map(drop), &sync)?;
+        let t = time_call(
+            &plan,
+            sets,
+            |i| inputs[i].softmax::<1>().map(drop),
+            &sync_cuda,
+        )?;
         Ok((t, check))
     };
     match run() {
@@ -126,14 +137,10 @@ fn bench_softmax<T: FloatDType>(args: &Args, rows: usize) {
     }
 }
 
-fn sync() -> Result<()> {
-    tensorfn::synchronize::<Cuda>()
-}
-
 fn main() {
     let args = Args::parse();
     emit_meta("gpu_ops", &args);
-    if let Err(e) = sync() {
+    if let Err(e) = sync_cuda() {
         emit_skipped("tensorfn", &e);
         return;
     }

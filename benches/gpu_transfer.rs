@@ -54,27 +54,23 @@ fn bench_size(args: &Args, mib: usize) {
         }
     };
     if args.wants("h2d") {
-        match time_call(&plan, 1, |_| host.to_device::<Cuda>().map(drop), &sync) {
+        match time_call(&plan, 1, |_| host.to_device::<Cuda>().map(drop), &sync_cuda) {
             Ok(t) => h2d.emit("tensorfn", &t, Some(check)),
             Err(e) => h2d.emit_error("tensorfn", &e),
         }
     }
     if args.wants("d2h") {
-        match time_call(&plan, 1, |_| dev.to_cpu().map(drop), &sync) {
+        match time_call(&plan, 1, |_| dev.to_cpu().map(drop), &sync_cuda) {
             Ok(t) => d2h.emit("tensorfn", &t, Some(check)),
             Err(e) => d2h.emit_error("tensorfn", &e),
         }
     }
 }
 
-fn sync() -> Result<()> {
-    tensorfn::synchronize::<Cuda>()
-}
-
 fn main() {
     let args = Args::parse();
     emit_meta("gpu_transfer", &args);
-    if let Err(e) = sync() {
+    if let Err(e) = sync_cuda() {
         emit_skipped("tensorfn", &e);
         return;
     }
