@@ -34,7 +34,9 @@ pub use dtype::{DType, DTypeKind, FloatDType, NumDType, SameDType};
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use layout::Layout;
-pub use ops::{broadcast_dims, BiasFor, MatMulShape, RemoveDim, StaticShape, Transpose2};
+pub use ops::{
+    broadcast_dims, AssignRhs, BiasFor, MatMulShape, RemoveDim, StaticShape, Transpose2,
+};
 pub use shape::{Const, Dim, Dyn, Shape, MAX_RANK};
 pub use tensor::Tensor;
 

@@ -203,27 +203,47 @@ fn infallible(r: Result<()>) {
     }
 }
 
-macro_rules! assign_ops {
-    ($Trait:ident, $method:ident, $tensor_fn:ident, $scalar_fn:ident, $Bound:ident) => {
-        impl<T: $Bound, S: StaticShape> std::ops::$Trait<&Tensor<Cpu, T, S>> for Tensor<Cpu, T, S> {
-            fn $method(&mut self, rhs: &Tensor<Cpu, T, S>) {
-                infallible(self.$tensor_fn(rhs));
-            }
-        }
-        impl<T: $Bound, S: StaticShape> std::ops::$Trait<Tensor<Cpu, T, S>> for Tensor<Cpu, T, S> {
-            fn $method(&mut self, rhs: Tensor<Cpu, T, S>) {
-                infallible(self.$tensor_fn(&rhs));
-            }
-        }
-        impl<T: $Bound, S: Shape> std::ops::$Trait<T> for Tensor<Cpu, T, S> {
-            fn $method(&mut self, rhs: T) {
-                infallible(self.$scalar_fn(rhs));
+/// Right-hand sides of `+=`, `-=`, `*=` on a CPU tensor of dtype `T` and
+/// shape `S`: a scalar `T`, or a tensor (by value or reference) of a
+/// static shape `S`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the right-hand side of `+=`, `-=` or `*=` on a `{T}` tensor of shape `{S}`",
+    label = "expected a `{T}` scalar or a tensor of shape `{S}` with only Const dims",
+    note = "for shapes with `Dyn` dims use `.add_(&other)?` (or `sub_`, `mul_`, `div_`), which returns an `Err` when the dims differ"
+)]
+pub trait AssignRhs<T: NumDType, S: Shape> {
+    /// Applies `op` to `dst` with this right-hand side.
+    #[doc(hidden)]
+    fn apply(self, op: BinaryOp, dst: &mut Tensor<Cpu, T, S>) -> Result<()>;
+}
+
+impl<T: NumDType, S: Shape> AssignRhs<T, S> for T {
+    fn apply(self, op: BinaryOp, dst: &mut Tensor<Cpu, T, S>) -> Result<()> {
+        dst.assign_scalar(op, self)
+    }
+}
+impl<T: NumDType, S: StaticShape> AssignRhs<T, S> for &Tensor<Cpu, T, S> {
+    fn apply(self, op: BinaryOp, dst: &mut Tensor<Cpu, T, S>) -> Result<()> {
+        dst.assign(op, self)
+    }
+}
+impl<T: NumDType, S: StaticShape> AssignRhs<T, S> for Tensor<Cpu, T, S> {
+    fn apply(self, op: BinaryOp, dst: &mut Tensor<Cpu, T, S>) -> Result<()> {
+        dst.assign(op, &self)
+    }
+}
+
+macro_rules! assign_op {
+    ($Trait:ident, $method:ident, $op:ident, $Bound:ident) => {
+        impl<T: $Bound, S: Shape, R: AssignRhs<T, S>> std::ops::$Trait<R> for Tensor<Cpu, T, S> {
+            fn $method(&mut self, rhs: R) {
+                infallible(rhs.apply(BinaryOp::$op, self));
             }
         }
     };
 }
-assign_ops!(AddAssign, add_assign, add_, add_scalar_, NumDType);
-assign_ops!(SubAssign, sub_assign, sub_, sub_scalar_, NumDType);
-assign_ops!(MulAssign, mul_assign, mul_, mul_scalar_, NumDType);
+assign_op!(AddAssign, add_assign, Add, NumDType);
+assign_op!(SubAssign, sub_assign, Sub, NumDType);
+assign_op!(MulAssign, mul_assign, Mul, NumDType);
 // Integer division can meet a 0 divisor, so `/=` is only for floats.
-assign_ops!(DivAssign, div_assign, div_, div_scalar_, FloatDType);
+assign_op!(DivAssign, div_assign, Div, FloatDType);

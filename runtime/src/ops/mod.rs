@@ -23,7 +23,7 @@ mod view;
 
 pub use binary::broadcast_dims;
 pub use index::RemoveDim;
-pub use inplace::StaticShape;
+pub use inplace::{AssignRhs, StaticShape};
 pub use matmul::{BiasFor, MatMulShape};
 pub use view::Transpose2;
 
