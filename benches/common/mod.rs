@@ -260,7 +260,7 @@ impl Case {
         line.push('}');
         println!("{line}");
         eprintln!(
-            "{:<16} {:<5} {:<22} {:<10} {:>12.2} us{}",
+            "{:<18} {:<5} {:<22} {:<14} {:>12.2} us{}",
             self.case,
             self.dtype,
             self.size,
@@ -278,7 +278,7 @@ impl Case {
         let msg: String = err.to_string().chars().take(300).collect();
         println!("{}, \"error\": {}}}", self.head(imp), json_str(&msg));
         eprintln!(
-            "{:<16} {:<5} {:<22} {:<10} error: {msg}",
+            "{:<18} {:<5} {:<22} {:<14} error: {msg}",
             self.case, self.dtype, self.size, imp
         );
     }
