@@ -114,8 +114,16 @@ impl UnaryOp {
             UnaryOp::Square => x * x,
             UnaryOp::Recip => 1.0 / x,
             UnaryOp::Gelu => {
+                // 0.5 x (1 + tanh(u)) = x sigmoid(2u), written without the
+                // cancellation of 1 + tanh(u) for negative x.
                 let c = (2.0 / std::f64::consts::PI).sqrt();
-                0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+                let u2 = 2.0 * c * (x + 0.044715 * x * x * x);
+                if u2 >= 0.0 {
+                    x / (1.0 + (-u2).exp())
+                } else {
+                    let e = u2.exp();
+                    x * e / (1.0 + e)
+                }
             }
             UnaryOp::Silu => x / (1.0 + (-x).exp()),
         }
@@ -238,5 +246,68 @@ impl ReduceOp {
     /// True for the ops that return positions (`i64`) instead of values.
     pub const fn returns_index(self) -> bool {
         matches!(self, ReduceOp::ArgMax | ReduceOp::ArgMin)
+    }
+}
+
+/// A comparison of two elements of one dtype, giving a `bool`.
+///
+/// Floats compare as IEEE does: every comparison with NaN is false except
+/// `Ne`, which is true.
+///
+/// ```
+/// use tensorfn_kernels::ops::CmpOp;
+/// assert!(CmpOp::Le.eval_f64(2.0, 2.0));
+/// assert!(CmpOp::Ne.eval_f64(f64::NAN, f64::NAN));
+/// assert_eq!(CmpOp::Gt.name(), "gt");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    /// `a == b`
+    Eq,
+    /// `a != b`
+    Ne,
+    /// `a < b`
+    Lt,
+    /// `a <= b`
+    Le,
+    /// `a > b`
+    Gt,
+    /// `a >= b`
+    Ge,
+}
+
+impl CmpOp {
+    /// Every comparison.
+    pub const ALL: [CmpOp; 6] = [
+        CmpOp::Eq,
+        CmpOp::Ne,
+        CmpOp::Lt,
+        CmpOp::Le,
+        CmpOp::Gt,
+        CmpOp::Ge,
+    ];
+
+    /// The name used in kernel names and messages (PyTorch's `torch.eq`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "eq",
+            CmpOp::Ne => "ne",
+            CmpOp::Lt => "lt",
+            CmpOp::Le => "le",
+            CmpOp::Gt => "gt",
+            CmpOp::Ge => "ge",
+        }
+    }
+
+    /// The comparison in `f64`, the reference of the back-ends.
+    pub fn eval_f64(self, a: f64, b: f64) -> bool {
+        match self {
+            CmpOp::Eq => a == b,
+            CmpOp::Ne => a != b,
+            CmpOp::Lt => a < b,
+            CmpOp::Le => a <= b,
+            CmpOp::Gt => a > b,
+            CmpOp::Ge => a >= b,
+        }
     }
 }

@@ -252,6 +252,22 @@ impl<T: DType> CudaStorage<T> {
     }
 }
 
+impl CudaStorage<bool> {
+    /// The same bytes as `u8` (booleans are stored as bytes 0 and 1), for
+    /// arithmetic such as reductions.
+    pub(crate) fn into_bytes(self) -> CudaStorage<u8> {
+        let this = std::mem::ManuallyDrop::new(self);
+        CudaStorage {
+            block: this.block,
+            len: this.len,
+            // SAFETY: `this` is never dropped, so the context reference is
+            // moved out exactly once.
+            ctx: unsafe { std::ptr::read(&this.ctx) },
+            _marker: PhantomData,
+        }
+    }
+}
+
 impl<T: DType> Drop for CudaStorage<T> {
     fn drop(&mut self) {
         self.ctx.release(self.block);

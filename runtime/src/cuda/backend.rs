@@ -79,7 +79,7 @@ impl CudaBackend {
     /// `relu(alpha * a @ b + beta * bias)` in one cuBLASLt call when the
     /// bias is one value per output column (a linear layer), else a
     /// product followed by a ReLU kernel. Layouts as in `Backend::matmul`.
-    #[allow(clippy::too_many_arguments, dead_code)]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn addmm_relu<T: FloatDType>(
         &self,
         bias: (&CudaStorage<T>, &Layout),
@@ -159,6 +159,31 @@ impl CudaBackend {
         Ok((copy.device_ptr(), Some(copy)))
     }
 
+    /// `Err(Arithmetic)` when `op` is an integer division and the divisor
+    /// holds a 0, as on the CPU (PyTorch raises `ZeroDivisionError`). Costs
+    /// one small reduction and a synchronisation.
+    fn check_divisor<T: NumDType>(
+        &self,
+        op: BinaryOp,
+        divisor: &CudaStorage<T>,
+        l: &Layout,
+        operand: &str,
+    ) -> Result<()> {
+        if op != BinaryOp::Div || T::KIND.is_float() || l.numel() == 0 {
+            return Ok(());
+        }
+        // min over (x != 0) is 0 exactly when some x is 0.
+        let nonzero = self.cast::<T, bool>(divisor, l)?.into_bytes();
+        let n = l.numel();
+        let min = self.reduce(ReduceOp::Min, &nonzero, &Layout::contiguous(&[1, n]), 1)?;
+        let mut byte = [0u8];
+        self.ctx.copy_dtoh(min.device_ptr(), &mut byte)?;
+        if byte[0] == 0 {
+            return Err(zero_division(op, operand));
+        }
+        Ok(())
+    }
+
     fn check_dim(op: &str, l: &Layout, dim: usize) -> Result<()> {
         if dim >= l.rank() {
             return Err(Error::shape(
@@ -168,6 +193,16 @@ impl CudaBackend {
             ));
         }
         Ok(())
+    }
+}
+
+fn zero_division(op: BinaryOp, operand: &str) -> Error {
+    Error::Arithmetic {
+        op: op.name().into(),
+        message: format!(
+            "integer division by zero: {operand} contains 0 (PyTorch raises ZeroDivisionError); \
+             cast to a float dtype with `.cast::<f32>()` to get inf/NaN instead"
+        ),
     }
 }
 
@@ -309,6 +344,7 @@ impl Backend for CudaBackend {
         same_dims(op.name(), la, lb)?;
         check_extent(op.name(), "self", a, la)?;
         check_extent(op.name(), "other", b, lb)?;
+        self.check_divisor(op, b, lb, "the divisor `other`")?;
         let out = self.ctx.storage::<T>(la.numel())?;
         self.ctx.builtin_elementwise(
             Builtin::Binary(op, T::KIND),
@@ -331,6 +367,11 @@ impl Backend for CudaBackend {
         let out = self.ctx.storage::<T>(l.numel())?;
         if l.numel() == 0 {
             return Ok(out);
+        }
+        if scalar_first {
+            self.check_divisor(op, x, l, "the divisor `self`")?;
+        } else if op == BinaryOp::Div && !T::KIND.is_float() && s == T::zero() {
+            return Err(zero_division(op, "the scalar divisor"));
         }
         let scalar = self.scalar(s)?;
         let sl = Layout::new(l.dims().to_vec(), vec![0; l.rank()], 0);

@@ -9,7 +9,9 @@
 //! - `blas`: cuBLAS / cuBLASLt matrix products.
 //! - `backend`: the `Backend` primitives.
 //! - `error`: driver and cuBLAS statuses as `Error`s.
+//! - `addmm_relu`: the fused linear-layer entry point for `tensor_fn!`.
 
+mod addmm_relu;
 mod alloc;
 mod backend;
 mod blas;

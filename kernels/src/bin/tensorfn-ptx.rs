@@ -1,0 +1,149 @@
+//! Writes every built-in kernel and a representative set of fused kernels
+//! as `.ptx` files into the directory given as the only argument, for
+//! checking with `ptxas` (see `.ci/ptxas-check`).
+//!
+//! Usage: `tensorfn-ptx OUTDIR`
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel};
+use tensorfn_kernels::{builtin, ptx, BinaryOp, CmpOp, DTypeKind, UnaryOp};
+
+/// `sin(x) * 2 + 5`
+fn sin_mul_add(dtype: DTypeKind) -> tensorfn_kernels::Result<Kernel> {
+    let mut k = ElementwiseBuilder::new();
+    let x = k.input(dtype);
+    let s = k.unary(UnaryOp::Sin, x);
+    let two = k.constant(2.0, dtype);
+    let m = k.binary(BinaryOp::Mul, s, two);
+    let five = k.constant(5.0, dtype);
+    let y = k.binary(BinaryOp::Add, m, five);
+    k.output(y)
+}
+
+/// `gelu(x + bias)` with a broadcast bias.
+fn gelu_bias(dtype: DTypeKind) -> tensorfn_kernels::Result<Kernel> {
+    let mut k = ElementwiseBuilder::new();
+    let x = k.input(dtype);
+    let b = k.input(dtype);
+    let s = k.binary(BinaryOp::Add, x, b);
+    let y = k.unary(UnaryOp::Gelu, s);
+    k.output(y)
+}
+
+/// A 6-op chain: `relu(exp(-x^2) * tanh(y) - log(z)) / sqrt(z)`... in f32
+/// from f16 inputs, stored as f16.
+fn chain6() -> tensorfn_kernels::Result<Kernel> {
+    let mut k = ElementwiseBuilder::new();
+    let xh = k.input(DTypeKind::F16);
+    let y = k.input(DTypeKind::F32);
+    let z = k.input(DTypeKind::F32);
+    let x = k.cast(xh, DTypeKind::F32);
+    let sq = k.unary(UnaryOp::Square, x);
+    let n = k.unary(UnaryOp::Neg, sq);
+    let e = k.unary(UnaryOp::Exp, n);
+    let t = k.unary(UnaryOp::Tanh, y);
+    let p = k.binary(BinaryOp::Mul, e, t);
+    let l = k.unary(UnaryOp::Log, z);
+    let d = k.binary(BinaryOp::Sub, p, l);
+    let r = k.unary(UnaryOp::Relu, d);
+    let s = k.unary(UnaryOp::Sqrt, z);
+    let q = k.binary(BinaryOp::Div, r, s);
+    let out = k.cast(q, DTypeKind::F16);
+    k.output(out)
+}
+
+/// Mixed dtypes: `where(mask, f64(i) * x, bf16 y as f64) as bf16`.
+fn mixed_casts() -> tensorfn_kernels::Result<Kernel> {
+    let mut k = ElementwiseBuilder::new();
+    let mask = k.input(DTypeKind::Bool);
+    let i = k.input(DTypeKind::I64);
+    let x = k.input(DTypeKind::F64);
+    let y = k.input(DTypeKind::BF16);
+    let u = k.input(DTypeKind::U8);
+    let fi = k.cast(i, DTypeKind::F64);
+    let a = k.binary(BinaryOp::Mul, fi, x);
+    let yb = k.cast(y, DTypeKind::F64);
+    let fu = k.cast(u, DTypeKind::F64);
+    let b = k.binary(BinaryOp::Add, yb, fu);
+    let s = k.select(mask, a, b);
+    let out = k.cast(s, DTypeKind::BF16);
+    k.output(out)
+}
+
+/// `(a > b) as u8 + min(a, b) as u8`, integer/bool mix.
+fn compare_u8() -> tensorfn_kernels::Result<Kernel> {
+    let mut k = ElementwiseBuilder::new();
+    let a = k.input(DTypeKind::I32);
+    let b = k.input(DTypeKind::I32);
+    let g = k.compare(CmpOp::Gt, a, b);
+    let gu = k.cast(g, DTypeKind::U8);
+    let m = k.binary(BinaryOp::Min, a, b);
+    let mu = k.cast(m, DTypeKind::U8);
+    let s = k.binary(BinaryOp::Add, gu, mu);
+    k.output(s)
+}
+
+/// `pow(x, y) * sigmoid(x) + silu(y)` in f64.
+fn pow_mix() -> tensorfn_kernels::Result<Kernel> {
+    let mut k = ElementwiseBuilder::new();
+    let x = k.input(DTypeKind::F64);
+    let y = k.input(DTypeKind::F64);
+    let p = k.binary(BinaryOp::Pow, x, y);
+    let s = k.unary(UnaryOp::Sigmoid, x);
+    let m = k.binary(BinaryOp::Mul, p, s);
+    let t = k.unary(UnaryOp::Silu, y);
+    let o = k.binary(BinaryOp::Add, m, t);
+    k.output(o)
+}
+
+fn fused() -> tensorfn_kernels::Result<Vec<(String, Kernel)>> {
+    let mut v = Vec::new();
+    for d in [DTypeKind::F32, DTypeKind::F16, DTypeKind::F64] {
+        v.push((format!("tf_example_sin_mul_add_{d}"), sin_mul_add(d)?));
+        v.push((format!("tf_example_gelu_bias_{d}"), gelu_bias(d)?));
+    }
+    v.push(("tf_example_chain6".into(), chain6()?));
+    v.push(("tf_example_mixed_casts".into(), mixed_casts()?));
+    v.push(("tf_example_compare_u8".into(), compare_u8()?));
+    v.push(("tf_example_pow_mix".into(), pow_mix()?));
+    Ok(v)
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> Result<(), String> {
+    let path: PathBuf = dir.join(format!("{name}.ptx"));
+    std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+fn run(dir: &Path) -> Result<usize, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let mut count = 0;
+    for k in builtin::all() {
+        write(dir, &k.name, &k.ptx)?;
+        count += 1;
+    }
+    for (name, kernel) in fused().map_err(|e| e.to_string())? {
+        let text = ptx::elementwise(&kernel, &name).map_err(|e| e.to_string())?;
+        write(dir, &name, &text)?;
+        count += 1;
+    }
+    Ok(count)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [dir] = args.as_slice() else {
+        eprintln!("usage: tensorfn-ptx OUTDIR");
+        return ExitCode::from(2);
+    };
+    match run(Path::new(dir)) {
+        Ok(n) => {
+            println!("wrote {n} PTX modules to {dir}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tensorfn-ptx: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

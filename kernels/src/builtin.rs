@@ -1,0 +1,328 @@
+//! The kernels the CUDA runtime loads for single operations: elementwise
+//! `unary`, `binary` and `cast` (the launch contract of [`abi`](crate::abi)),
+//! row reductions and softmax.
+//!
+//! Names are derived from the op and dtypes only (`tf_unary_sin_f32`,
+//! `tf_binary_add_i64`, `tf_cast_f32_bf16`, `tf_reduce_argmax_f16`,
+//! `tf_softmax_f32`, `tf_log_softmax_bf16`), so a runtime can key its
+//! module cache with the `*_name` functions before generating any text.
+//!
+//! Row kernels have one entry, `NAME(.param .u64 out, .param .u64 in,
+//! .param .u64 rows, .param .u64 cols)`, reading `rows` contiguous rows of
+//! `cols` elements. Launch them with `grid.x = min(rows, 65535)` and
+//! `block.x = BLOCK`; they loop over the rows the grid does not cover.
+//!
+//! ```
+//! use tensorfn_kernels::builtin::{self, BLOCK};
+//! use tensorfn_kernels::{DTypeKind, ReduceOp, UnaryOp};
+//! let k = builtin::unary(UnaryOp::Sin, DTypeKind::F32);
+//! assert_eq!(k.name, "tf_unary_sin_f32");
+//! assert!(k.ptx.contains(".entry tf_unary_sin_f32_contig("));
+//! assert!(k.ptx.contains(".entry tf_unary_sin_f32_strided("));
+//! let r = builtin::reduce(ReduceOp::Sum, DTypeKind::F16);
+//! assert!(r.ptx.contains(".entry tf_reduce_sum_f16("));
+//! assert_eq!(BLOCK, 256);
+//! ```
+
+use crate::error::{Error, Result};
+use crate::ir::ElementwiseBuilder;
+use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
+use crate::ptx;
+use crate::reduction::{reduce_spec, softmax_spec};
+use tensorfn_core::DTypeKind;
+
+/// Threads per block of the row kernels (reductions, softmax).
+pub const BLOCK: u32 = 256;
+
+/// A PTX module and the name of its kernel: the entry prefix of an
+/// elementwise kernel (entries `NAME_contig` and `NAME_strided`), or the
+/// entry itself for a row kernel.
+///
+/// ```
+/// let k = tensorfn_kernels::builtin::cast(
+///     tensorfn_kernels::DTypeKind::F32,
+///     tensorfn_kernels::DTypeKind::F16,
+/// );
+/// assert_eq!(k.contig_entry(), "tf_cast_f32_f16_contig");
+/// assert_eq!(k.strided_entry(), "tf_cast_f32_f16_strided");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kernel {
+    /// Entry name (row kernels) or entry-name prefix (elementwise).
+    pub name: String,
+    /// The PTX module text.
+    pub ptx: String,
+}
+
+impl Kernel {
+    /// `NAME_contig`, the entry for contiguous same-shape operands.
+    pub fn contig_entry(&self) -> String {
+        format!("{}_contig", self.name)
+    }
+
+    /// `NAME_strided`, the entry taking packed dims and strides.
+    pub fn strided_entry(&self) -> String {
+        format!("{}_strided", self.name)
+    }
+}
+
+/// Name of [`unary`]`(op, dtype)`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind, UnaryOp};
+/// assert_eq!(builtin::unary_name(UnaryOp::Gelu, DTypeKind::BF16), "tf_unary_gelu_bf16");
+/// ```
+pub fn unary_name(op: UnaryOp, dtype: DTypeKind) -> String {
+    format!("tf_unary_{}_{dtype}", op.name())
+}
+
+/// Name of [`binary`]`(op, dtype)`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, BinaryOp, DTypeKind};
+/// assert_eq!(builtin::binary_name(BinaryOp::Max, DTypeKind::I32), "tf_binary_maximum_i32");
+/// ```
+pub fn binary_name(op: BinaryOp, dtype: DTypeKind) -> String {
+    format!("tf_binary_{}_{dtype}", op.name())
+}
+
+/// Name of [`cast`]`(from, to)`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert_eq!(builtin::cast_name(DTypeKind::U8, DTypeKind::F32), "tf_cast_u8_f32");
+/// ```
+pub fn cast_name(from: DTypeKind, to: DTypeKind) -> String {
+    format!("tf_cast_{from}_{to}")
+}
+
+/// Name of [`reduce`]`(op, dtype)`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind, ReduceOp};
+/// assert_eq!(builtin::reduce_name(ReduceOp::ArgMin, DTypeKind::F64), "tf_reduce_argmin_f64");
+/// ```
+pub fn reduce_name(op: ReduceOp, dtype: DTypeKind) -> String {
+    format!("tf_reduce_{}_{dtype}", op.name())
+}
+
+/// Name of [`softmax`]`(dtype, log)`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert_eq!(builtin::softmax_name(DTypeKind::F16, true), "tf_log_softmax_f16");
+/// ```
+pub fn softmax_name(dtype: DTypeKind, log: bool) -> String {
+    let what = if log { "log_softmax" } else { "softmax" };
+    format!("tf_{what}_{dtype}")
+}
+
+/// `op` over one input of `dtype`, output of `dtype`; `Err` when `op` is
+/// not defined on `dtype` (floats only for [`UnaryOp::needs_float`], never
+/// `bool`).
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind, UnaryOp};
+/// assert!(builtin::try_unary(UnaryOp::Abs, DTypeKind::I64).is_ok());
+/// assert!(builtin::try_unary(UnaryOp::Exp, DTypeKind::I64).is_err());
+/// ```
+pub fn try_unary(op: UnaryOp, dtype: DTypeKind) -> Result<Kernel> {
+    let mut k = ElementwiseBuilder::new();
+    let x = k.input(dtype);
+    let y = k.unary(op, x);
+    let kernel = k.output(y).map_err(|e| unsupported("unary", e))?;
+    let name = unary_name(op, dtype);
+    let ptx = ptx::elementwise(&kernel, &name)?;
+    Ok(Kernel { name, ptx })
+}
+
+/// `op` over two inputs of `dtype`; `Err` when `op` is not defined on
+/// `dtype` (`Pow` takes floats only, nothing takes `bool`).
+///
+/// ```
+/// use tensorfn_kernels::{builtin, BinaryOp, DTypeKind};
+/// assert!(builtin::try_binary(BinaryOp::Div, DTypeKind::U8).is_ok());
+/// assert!(builtin::try_binary(BinaryOp::Pow, DTypeKind::I32).is_err());
+/// ```
+pub fn try_binary(op: BinaryOp, dtype: DTypeKind) -> Result<Kernel> {
+    let mut k = ElementwiseBuilder::new();
+    let a = k.input(dtype);
+    let b = k.input(dtype);
+    let c = k.binary(op, a, b);
+    let kernel = k.output(c).map_err(|e| unsupported("binary", e))?;
+    let name = binary_name(op, dtype);
+    let ptx = ptx::elementwise(&kernel, &name)?;
+    Ok(Kernel { name, ptx })
+}
+
+/// The reduction `op` over rows of `dtype`; `Err` for `bool`, and for
+/// `Mean` of an integer dtype.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind, ReduceOp};
+/// assert!(builtin::try_reduce(ReduceOp::Mean, DTypeKind::I32).is_err());
+/// assert!(builtin::try_reduce(ReduceOp::Max, DTypeKind::U8).is_ok());
+/// ```
+pub fn try_reduce(op: ReduceOp, dtype: DTypeKind) -> Result<Kernel> {
+    let spec = reduce_spec(op, dtype)?;
+    let name = reduce_name(op, dtype);
+    let ptx = ptx::reduce(&name, &spec);
+    Ok(Kernel { name, ptx })
+}
+
+/// Softmax (or log-softmax) over rows of `dtype`; `Err` unless `dtype` is
+/// a float.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert!(builtin::try_softmax(DTypeKind::I64, false).is_err());
+/// ```
+pub fn try_softmax(dtype: DTypeKind, log: bool) -> Result<Kernel> {
+    let spec = softmax_spec(dtype, log)?;
+    let name = softmax_name(dtype, log);
+    let ptx = ptx::softmax(&name, &spec);
+    Ok(Kernel { name, ptx })
+}
+
+fn unsupported(kernel: &'static str, e: Error) -> Error {
+    match e {
+        Error::Type { message, .. } => Error::Unsupported { kernel, message },
+        other => other,
+    }
+}
+
+fn expect_supported(r: Result<Kernel>) -> Kernel {
+    match r {
+        Ok(k) => k,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Elementwise `op` over one input; the output has the input's dtype.
+///
+/// # Panics
+///
+/// If `op` is not defined on `dtype` (see [`try_unary`]); the runtime's
+/// typed API never asks for those.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind, UnaryOp};
+/// let k = builtin::unary(UnaryOp::Neg, DTypeKind::I32);
+/// assert_eq!(k.name, "tf_unary_neg_i32");
+/// ```
+pub fn unary(op: UnaryOp, dtype: DTypeKind) -> Kernel {
+    expect_supported(try_unary(op, dtype))
+}
+
+/// Elementwise `op` over two inputs of `dtype`.
+///
+/// # Panics
+///
+/// If `op` is not defined on `dtype` (see [`try_binary`]).
+///
+/// ```
+/// use tensorfn_kernels::{builtin, BinaryOp, DTypeKind};
+/// let k = builtin::binary(BinaryOp::Add, DTypeKind::F16);
+/// assert!(k.ptx.contains("p_in1"));
+/// ```
+pub fn binary(op: BinaryOp, dtype: DTypeKind) -> Kernel {
+    expect_supported(try_binary(op, dtype))
+}
+
+/// Elementwise conversion `from` -> `to` (Rust `as` semantics, one
+/// rounding to nearest even; see [`ElementwiseBuilder::cast`]). `cast(t, t)`
+/// is the strided copy behind `contiguous`, `cat` and `copy_into`. Defined
+/// for every pair of dtypes.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let copy = builtin::cast(DTypeKind::F64, DTypeKind::F64);
+/// assert_eq!(copy.name, "tf_cast_f64_f64");
+/// ```
+pub fn cast(from: DTypeKind, to: DTypeKind) -> Kernel {
+    let mut k = ElementwiseBuilder::new();
+    let x = k.input(from);
+    let y = k.cast(x, to);
+    let name = cast_name(from, to);
+    let text = k
+        .output(y)
+        .and_then(|kernel| ptx::elementwise(&kernel, &name));
+    match text {
+        Ok(ptx) => Kernel { name, ptx },
+        Err(e) => unreachable!("casts are total: {e}"),
+    }
+}
+
+/// Reduces each contiguous row to one element: `Sum`, `Mean` (floats),
+/// `Max`, `Min` give `dtype` (f16/bf16 accumulate in f32), `ArgMax`/`ArgMin`
+/// give `i64` (first occurrence; NaN counts as the extreme; `-1` for an
+/// empty row). NaN propagates through `Max`/`Min`.
+///
+/// # Panics
+///
+/// For `bool`, and `Mean` of an integer dtype (see [`try_reduce`]).
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind, ReduceOp};
+/// let k = builtin::reduce(ReduceOp::ArgMax, DTypeKind::BF16);
+/// assert!(k.ptx.contains("shfl.sync.bfly.b32"));
+/// ```
+pub fn reduce(op: ReduceOp, dtype: DTypeKind) -> Kernel {
+    expect_supported(try_reduce(op, dtype))
+}
+
+/// Softmax (`log = false`) or log-softmax of each contiguous row, in f32
+/// for f16/bf16 (f64 for f64).
+///
+/// # Panics
+///
+/// Unless `dtype` is a float (see [`try_softmax`]).
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::softmax(DTypeKind::F32, false);
+/// assert!(k.ptx.contains(".entry tf_softmax_f32("));
+/// ```
+pub fn softmax(dtype: DTypeKind, log: bool) -> Kernel {
+    expect_supported(try_softmax(dtype, log))
+}
+
+/// Every built-in kernel: each op with each dtype it is defined on, and
+/// every cast.
+///
+/// ```
+/// let all = tensorfn_kernels::builtin::all();
+/// assert!(all.iter().any(|k| k.name == "tf_cast_bool_bf16"));
+/// assert!(!all.iter().any(|k| k.name == "tf_unary_sin_i32"));
+/// ```
+pub fn all() -> Vec<Kernel> {
+    let mut out = Vec::new();
+    for dtype in DTypeKind::ALL {
+        for op in UnaryOp::ALL {
+            out.extend(try_unary(op, dtype).ok());
+        }
+        for op in BinaryOp::ALL {
+            out.extend(try_binary(op, dtype).ok());
+        }
+        for to in DTypeKind::ALL {
+            out.push(cast(dtype, to));
+        }
+        for op in REDUCE_OPS {
+            out.extend(try_reduce(op, dtype).ok());
+        }
+        for log in [false, true] {
+            out.extend(try_softmax(dtype, log).ok());
+        }
+    }
+    out
+}
+
+/// Every reduction op.
+pub(crate) const REDUCE_OPS: [ReduceOp; 6] = [
+    ReduceOp::Sum,
+    ReduceOp::Mean,
+    ReduceOp::Max,
+    ReduceOp::Min,
+    ReduceOp::ArgMax,
+    ReduceOp::ArgMin,
+];

@@ -1,0 +1,239 @@
+//! `exp` and `log`, plus the double-word variants `pow` builds on.
+
+use super::coeffs::{EXP_F32, EXP_F64, LOG_F32, LOG_F64};
+use super::{horner, inf, int_of, k, kx, nan, pow2};
+use crate::prim::{Builder, CmpOp, Reg, Round, Ty};
+
+/// `ln 2` split so that `k * LN2_HI` is exact for every reduction count.
+const LN2_HI_F32: f32 = f32::from_bits(0x3f31_7200);
+const LN2_LO_F32: f32 = f32::from_bits(0x35bf_be8e);
+const LN2_HI_F64: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+const LN2_LO_F64: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+const LOG2E_F32: f32 = f32::from_bits(0x3fb8_aa3b);
+const LOG2E_F64: f64 = f64::from_bits(0x3ff7_1547_652b_82fe);
+
+/// `e^x`.
+pub(crate) fn exp(b: &mut Builder, x: Reg) -> Reg {
+    exp2w(b, x, None)
+}
+
+/// `e^(hi + lo)` for a double-word argument (`lo` tiny next to `hi`).
+pub(super) fn exp2w(b: &mut Builder, x: Reg, lo: Option<Reg>) -> Reg {
+    let (m, s) = exp_scaled(b, x, lo);
+    b.mul(m, s)
+}
+
+/// `e^(x + lo)` as `m * s` where `m` is a normal number (or NaN) and `s` a
+/// power of two: a caller multiplying `m` by other factors first and by `s`
+/// last rounds into the subnormal range only once.
+pub(super) fn exp_scaled(b: &mut Builder, x: Reg, lo: Option<Reg>) -> (Reg, Reg) {
+    let ty = b.ty(x);
+    // Beyond these the result is 0 or inf; clamping keeps the reduction
+    // count in range (NaN is restored at the end: min/max drop it).
+    let (min, max) = match ty {
+        Ty::F32 => (-104.0, 89.0),
+        _ => (-746.0, 710.0),
+    };
+    let lo_clamp = kx(b, ty, min);
+    let hi_clamp = kx(b, ty, max);
+    let xc = b.fmax(x, lo_clamp);
+    let xc = b.fmin(xc, hi_clamp);
+
+    // x = n ln2 + r, |r| <= ln2/2 (a hair more when x*log2e rounds).
+    let log2e = k(b, ty, LOG2E_F32, LOG2E_F64);
+    let t = b.mul(xc, log2e);
+    let n = b.rint(t);
+    let neg_n = b.fneg(n);
+    let ln2_hi = k(b, ty, LN2_HI_F32, LN2_HI_F64);
+    let ln2_lo = k(b, ty, LN2_LO_F32, LN2_LO_F64);
+    let r = b.fma(neg_n, ln2_hi, xc);
+    let mut r = b.fma(neg_n, ln2_lo, r);
+    if let Some(lo) = lo {
+        // A clamped argument is out of range anyway; its low word is not.
+        let kept = b.cmp(CmpOp::Eq, xc, x);
+        let zero = kx(b, ty, 0.0);
+        let lo = b.select(kept, lo, zero);
+        r = b.add(r, lo);
+    }
+
+    // e^r = 1 + r + r^2/2 + ... ; the last two steps round once each.
+    let p = horner(b, r, &EXP_F32, &EXP_F64);
+    let one = kx(b, ty, 1.0);
+    let p = b.fma(p, r, one);
+    let p = b.fma(p, r, one);
+
+    // p * 2^n in two factors, so 2^n may be subnormal or overflow without
+    // a second rounding (p * 2^n1 is exact).
+    let it = int_of(ty);
+    let ni = b.ftoi(n, it);
+    let n1 = b.shra_c(ni, 1);
+    let n2 = b.isub(ni, n1);
+    let s1 = pow2(b, ty, n1);
+    let s2 = pow2(b, ty, n2);
+    let y = b.mul(p, s1);
+    let bad = b.is_nan(x);
+    (b.select(bad, x, y), s2)
+}
+
+/// The exponent `e` (integer register of the float's width) and the
+/// significand `m` in `[sqrt(1/2), sqrt(2))` of a positive finite `x`,
+/// with `x = m 2^e` (subnormals included).
+fn split(b: &mut Builder, x: Reg) -> (Reg, Reg) {
+    let ty = b.ty(x);
+    let it = int_of(ty);
+    let (min_normal, scale, scale_exp, off, shift) = match ty {
+        Ty::F32 => (
+            f32::MIN_POSITIVE as f64,
+            16_777_216.0,
+            24,
+            0x3f35_04f3_i64,
+            23,
+        ),
+        _ => (
+            f64::MIN_POSITIVE,
+            18_014_398_509_481_984.0,
+            54,
+            0x3fe6_a09e_667f_3bcd_i64,
+            52,
+        ),
+    };
+    let min_normal = kx(b, ty, min_normal);
+    let tiny = b.cmp(CmpOp::Lt, x, min_normal);
+    let scale = kx(b, ty, scale);
+    let scaled = b.mul(x, scale);
+    let xs = b.select(tiny, scaled, x);
+    let adj = b.ci(it, -scale_exp);
+    let zero = b.ci(it, 0);
+    let adj = b.select(tiny, adj, zero);
+
+    let bits = b.bits(xs);
+    let off = b.ci(it, off);
+    let tmp = b.isub(bits, off);
+    let e = b.shra_c(tmp, shift);
+    let e_shifted = b.shl_c(e, shift);
+    let mbits = b.isub(bits, e_shifted);
+    let m = b.bits(mbits);
+    let e = b.iadd(e, adj);
+    (e, m)
+}
+
+/// `log(1 + f)` as `f - (hfsq - s (hfsq + R))` without the exponent part,
+/// returning the pieces the callers combine.
+struct LogParts {
+    f: Reg,
+    s: Reg,
+    hfsq: Reg,
+    r: Reg,
+}
+
+fn log_parts(b: &mut Builder, m: Reg) -> LogParts {
+    let ty = b.ty(m);
+    let one = kx(b, ty, 1.0);
+    let two = kx(b, ty, 2.0);
+    let half = kx(b, ty, 0.5);
+    let f = b.sub(m, one); // exact: m in [0.70, 1.42)
+    let den = b.add(two, f);
+    let s = b.div(f, den);
+    let z = b.mul(s, s);
+    let q = horner(b, z, &LOG_F32, &LOG_F64);
+    let r = b.mul(q, z);
+    let hf = b.mul(half, f);
+    let hfsq = b.mul(hf, f);
+    LogParts { f, s, hfsq, r }
+}
+
+/// Natural logarithm.
+pub(crate) fn log(b: &mut Builder, x: Reg) -> Reg {
+    let ty = b.ty(x);
+    let (e, m) = split(b, x);
+    let LogParts { f, s, hfsq, r } = log_parts(b, m);
+    let dk = b.itof(e, ty, Round::Nearest);
+    let ln2_hi = k(b, ty, LN2_HI_F32, LN2_HI_F64);
+    let ln2_lo = k(b, ty, LN2_LO_F32, LN2_LO_F64);
+    // dk*ln2_hi - ((hfsq - (s*(hfsq+R) + dk*ln2_lo)) - f)
+    let elo = b.mul(dk, ln2_lo);
+    let hr = b.add(hfsq, r);
+    let t = b.fma(s, hr, elo);
+    let u = b.sub(hfsq, t);
+    let u = b.sub(u, f);
+    let neg_u = b.fneg(u);
+    let y = b.fma(dk, ln2_hi, neg_u);
+    specials(b, x, y)
+}
+
+/// `log` at the edges: `log(+inf) = inf`, `log(±0) = -inf`, NaN below 0.
+fn specials(b: &mut Builder, x: Reg, y: Reg) -> Reg {
+    let ty = b.ty(x);
+    let pinf = inf(b, ty);
+    let is_inf = b.cmp(CmpOp::Eq, x, pinf);
+    let y = b.select(is_inf, pinf, y);
+    let zero = kx(b, ty, 0.0);
+    let is_zero = b.cmp(CmpOp::Eq, x, zero);
+    let ninf = kx(b, ty, f64::NEG_INFINITY);
+    let y = b.select(is_zero, ninf, y);
+    let neg = b.cmp(CmpOp::Lt, x, zero);
+    let nan_in = b.is_nan(x);
+    let bad = b.or(neg, nan_in);
+    let q = nan(b, ty);
+    b.select(bad, q, y)
+}
+
+/// `log(x)` of a positive `f64` as a double word `hi + lo`, accurate to
+/// about 2^-62 relative; `x = 0` gives `(-inf, 0)` and `x = inf` gives
+/// `(inf, 0)`.
+pub(super) fn log2w(b: &mut Builder, x: Reg) -> (Reg, Reg) {
+    debug_assert_eq!(b.ty(x), Ty::F64);
+    let ty = Ty::F64;
+    let (e, m) = split(b, x);
+    let one = kx(b, ty, 1.0);
+    let two = kx(b, ty, 2.0);
+    let f = b.sub(m, one);
+    // d = m + 1 exactly as dh + dl (TwoSum).
+    let dh = b.add(m, one);
+    let bb = b.sub(dh, m);
+    let t1 = b.sub(dh, bb);
+    let t1 = b.sub(m, t1);
+    let t2 = b.sub(one, bb);
+    let dl = b.add(t1, t2);
+    // s = f / d as sh + sl.
+    let sh = b.div(f, dh);
+    let neg_sh = b.fneg(sh);
+    let rem = b.fma(neg_sh, dh, f); // exact remainder of the division
+    let rem = b.fma(neg_sh, dl, rem);
+    let sl = b.div(rem, dh);
+    // log(m) = 2 s + s R(s^2), R only needs working precision.
+    let z = b.mul(sh, sh);
+    let q = horner(b, z, &LOG_F32, &LOG_F64);
+    let r = b.mul(q, z);
+    let tail = b.mul(sh, r);
+    let dk = b.itof(e, ty, Round::Nearest);
+    let ln2_hi = kx(b, ty, LN2_HI_F64);
+    let ln2_lo = kx(b, ty, LN2_LO_F64);
+    let ehi = b.mul(dk, ln2_hi); // exact: 32-bit constant, 11-bit integer
+    let elo = b.mul(dk, ln2_lo);
+    let two_sh = b.mul(two, sh);
+    // (ah, al) = ehi + 2 sh exactly.
+    let ah = b.add(ehi, two_sh);
+    let bv = b.sub(ah, ehi);
+    let av = b.sub(ah, bv);
+    let e1 = b.sub(ehi, av);
+    let e2 = b.sub(two_sh, bv);
+    let al = b.add(e1, e2);
+    let two_sl = b.mul(two, sl);
+    let lo = b.add(two_sl, tail);
+    let lo = b.add(lo, elo);
+    let lo = b.add(lo, al);
+    // Renormalise (|ah| >= |lo|).
+    let hi = b.add(ah, lo);
+    let d = b.sub(hi, ah);
+    let lo = b.sub(lo, d);
+
+    let hi = specials(b, x, hi);
+    let zero = kx(b, ty, 0.0);
+    let pinf = inf(b, ty);
+    let is_inf = b.cmp(CmpOp::Eq, x, pinf);
+    let is_zero = b.cmp(CmpOp::Eq, x, zero);
+    let edge = b.or(is_inf, is_zero);
+    let lo = b.select(edge, zero, lo);
+    (hi, lo)
+}

@@ -1,0 +1,1 @@
+//! Accuracy of the expansions, measured with the interpreter.

@@ -1,0 +1,350 @@
+//! Lowering of an [`ir::Kernel`](crate::ir::Kernel) to the machine-level
+//! [`Program`]: dtype semantics (wrapping integers, `u8` masks, `f16` and
+//! `bf16` rounding, Rust `as` casts) and the transcendental expansions.
+
+use crate::expand;
+use crate::ir::{Inst, Kernel, Scalar};
+use crate::ops::{BinaryOp, CmpOp, UnaryOp};
+use crate::prim::{Builder, Program, Reg, Round, Ty};
+use tensorfn_core::DTypeKind;
+
+/// The program of one element of `kernel`: one parameter per input (in the
+/// register type of its dtype), one result (the output element).
+pub(crate) fn lower(kernel: &Kernel) -> Program {
+    let mut b = Builder::new();
+    let params: Vec<Reg> = kernel
+        .inputs()
+        .iter()
+        .map(|&d| b.param(Ty::of(d)))
+        .collect();
+    let mut vals: Vec<Reg> = Vec::with_capacity(kernel.insts().len());
+    let dt = |v: crate::ir::Value| kernel.dtype(v);
+    for inst in kernel.insts() {
+        let r = match *inst {
+            Inst::Input { index, .. } => params[index],
+            Inst::Const { value, dtype } => constant(&mut b, value, dtype),
+            Inst::Unary { op, x } => unary(&mut b, op, vals[x.index()], dt(x)),
+            Inst::Binary { op, a, b: rhs } => {
+                binary(&mut b, op, vals[a.index()], vals[rhs.index()], dt(a))
+            }
+            Inst::Compare { op, a, b: rhs } => {
+                compare(&mut b, op, vals[a.index()], vals[rhs.index()], dt(a))
+            }
+            Inst::Select {
+                cond,
+                on_true,
+                on_false,
+            } => b.select(
+                vals[cond.index()],
+                vals[on_true.index()],
+                vals[on_false.index()],
+            ),
+            Inst::Cast { x, to } => cast(&mut b, vals[x.index()], dt(x), to),
+        };
+        vals.push(r);
+    }
+    let out = vals[kernel.output().index()];
+    b.finish(vec![out])
+}
+
+fn constant(b: &mut Builder, value: Scalar, dtype: DTypeKind) -> Reg {
+    let ty = Ty::of(dtype);
+    match value {
+        Scalar::Float(v) => b.cf(ty, v),
+        Scalar::Int(v) => b.ci(ty, v),
+        Scalar::Bool(v) => b.cpred(v),
+    }
+}
+
+/// True for the ops whose exact result is already a value of the operand's
+/// dtype (no rounding needed for f16/bf16).
+fn exact_unary(op: UnaryOp) -> bool {
+    matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu)
+}
+
+pub(crate) fn float_unary(b: &mut Builder, op: UnaryOp, x: Reg) -> Reg {
+    let ty = b.ty(x);
+    match op {
+        UnaryOp::Neg => b.fneg(x),
+        UnaryOp::Abs => b.fabs(x),
+        UnaryOp::Relu => {
+            let zero = b.cf(ty, 0.0);
+            b.fmax(x, zero)
+        }
+        UnaryOp::Sigmoid => expand::sigmoid(b, x),
+        UnaryOp::Tanh => expand::tanh(b, x),
+        UnaryOp::Exp => expand::exp(b, x),
+        UnaryOp::Log => expand::log(b, x),
+        UnaryOp::Sin => expand::sin(b, x),
+        UnaryOp::Cos => expand::cos(b, x),
+        UnaryOp::Sqrt => b.sqrt(x),
+        UnaryOp::Rsqrt => {
+            let one = b.cf(ty, 1.0);
+            let s = b.sqrt(x);
+            b.div(one, s)
+        }
+        UnaryOp::Square => b.mul(x, x),
+        UnaryOp::Recip => {
+            let one = b.cf(ty, 1.0);
+            b.div(one, x)
+        }
+        UnaryOp::Gelu => expand::gelu(b, x),
+        UnaryOp::Silu => expand::silu(b, x),
+    }
+}
+
+fn unary(b: &mut Builder, op: UnaryOp, x: Reg, dtype: DTypeKind) -> Reg {
+    use DTypeKind::*;
+    match dtype {
+        F32 | F64 => float_unary(b, op, x),
+        F16 | BF16 => {
+            let r = float_unary(b, op, x);
+            if exact_unary(op) {
+                r
+            } else {
+                round_to(b, r, dtype)
+            }
+        }
+        I32 | I64 | U8 => {
+            let r = match op {
+                UnaryOp::Neg => b.ineg(x),
+                UnaryOp::Abs => b.iabs(x),
+                UnaryOp::Relu => {
+                    let zero = b.ci(b.ty(x), 0);
+                    b.imax(x, zero)
+                }
+                UnaryOp::Square => b.imul(x, x),
+                _ => unreachable!("{} on {dtype} passed the type check", op.name()),
+            };
+            if dtype == U8 {
+                mask_u8(b, r)
+            } else {
+                r
+            }
+        }
+        Bool => unreachable!("{} on bool passed the type check", op.name()),
+    }
+}
+
+fn mask_u8(b: &mut Builder, x: Reg) -> Reg {
+    let m = b.ci(Ty::I32, 0xff);
+    b.and(x, m)
+}
+
+/// `max`/`min` that return NaN when either operand is NaN.
+pub(crate) fn nan_max_min(b: &mut Builder, max: bool, x: Reg, y: Reg) -> Reg {
+    let m = if max { b.fmax(x, y) } else { b.fmin(x, y) };
+    let nx = b.is_nan(x);
+    let ny = b.is_nan(y);
+    let either = b.or(nx, ny);
+    let nan = b.add(x, y);
+    b.select(either, nan, m)
+}
+
+pub(crate) fn float_binary(b: &mut Builder, op: BinaryOp, x: Reg, y: Reg) -> Reg {
+    match op {
+        BinaryOp::Add => b.add(x, y),
+        BinaryOp::Sub => b.sub(x, y),
+        BinaryOp::Mul => b.mul(x, y),
+        BinaryOp::Div => b.div(x, y),
+        BinaryOp::Max => nan_max_min(b, true, x, y),
+        BinaryOp::Min => nan_max_min(b, false, x, y),
+        BinaryOp::Pow => expand::pow(b, x, y),
+    }
+}
+
+/// Truncating division with `x / 0 = 0` and `MIN / -1 = MIN` (wrapping).
+fn int_div(b: &mut Builder, x: Reg, y: Reg) -> Reg {
+    let ty = b.ty(x);
+    let zero = b.ci(ty, 0);
+    let one = b.ci(ty, 1);
+    let mone = b.ci(ty, -1);
+    let is_zero = b.cmp(CmpOp::Eq, y, zero);
+    let is_mone = b.cmp(CmpOp::Eq, y, mone);
+    let special = b.or(is_zero, is_mone);
+    let safe = b.select(special, one, y);
+    let q = b.idiv(x, safe);
+    let nx = b.ineg(x);
+    let q = b.select(is_mone, nx, q);
+    b.select(is_zero, zero, q)
+}
+
+fn binary(b: &mut Builder, op: BinaryOp, x: Reg, y: Reg, dtype: DTypeKind) -> Reg {
+    use DTypeKind::*;
+    match dtype {
+        F32 | F64 => float_binary(b, op, x, y),
+        F16 | BF16 => {
+            let r = float_binary(b, op, x, y);
+            if matches!(op, BinaryOp::Max | BinaryOp::Min) {
+                r
+            } else {
+                round_to(b, r, dtype)
+            }
+        }
+        I32 | I64 | U8 => {
+            let r = match op {
+                BinaryOp::Add => b.iadd(x, y),
+                BinaryOp::Sub => b.isub(x, y),
+                BinaryOp::Mul => b.imul(x, y),
+                BinaryOp::Div => int_div(b, x, y),
+                BinaryOp::Max => b.imax(x, y),
+                BinaryOp::Min => b.imin(x, y),
+                BinaryOp::Pow => unreachable!("integer pow passed the type check"),
+            };
+            if dtype == U8 && matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul) {
+                mask_u8(b, r)
+            } else {
+                r
+            }
+        }
+        Bool => unreachable!("{} on bool passed the type check", op.name()),
+    }
+}
+
+fn compare(b: &mut Builder, op: CmpOp, x: Reg, y: Reg, dtype: DTypeKind) -> Reg {
+    if dtype == DTypeKind::Bool {
+        let x = bool_to_int(b, x, Ty::I32);
+        let y = bool_to_int(b, y, Ty::I32);
+        return b.cmp(op, x, y);
+    }
+    b.cmp(op, x, y)
+}
+
+fn bool_to_int(b: &mut Builder, p: Reg, ty: Ty) -> Reg {
+    let one = b.ci(ty, 1);
+    let zero = b.ci(ty, 0);
+    b.select(p, one, zero)
+}
+
+/// Rounds an f32 or f64 register to `dtype` (f16 or bf16), giving the f32
+/// register holding it.
+pub(crate) fn round_to(b: &mut Builder, x: Reg, dtype: DTypeKind) -> Reg {
+    match dtype {
+        DTypeKind::F16 => b.round_f16(x),
+        DTypeKind::BF16 => {
+            let x = if b.ty(x) == Ty::F64 {
+                f64_to_f32_odd(b, x)
+            } else {
+                x
+            };
+            bf16_round(b, x)
+        }
+        _ => unreachable!("round_to {dtype}"),
+    }
+}
+
+/// f32 -> nearest bf16 (ties to even; NaN quieted), kept in an f32.
+fn bf16_round(b: &mut Builder, x: Reg) -> Reg {
+    let bits = b.bits(x);
+    let top = b.ci(Ty::I32, 0xffff_0000_u32 as i32 as i64);
+    let quiet = b.ci(Ty::I32, 0x0040_0000);
+    let nan_bits = b.and(bits, top);
+    let nan_bits = b.or(nan_bits, quiet);
+    let lsb = b.shrl_c(bits, 16);
+    let one = b.ci(Ty::I32, 1);
+    let lsb = b.and(lsb, one);
+    let bias = b.ci(Ty::I32, 0x7fff);
+    let bias = b.iadd(bias, lsb);
+    let r = b.iadd(bits, bias);
+    let r = b.and(r, top);
+    let is_nan = b.is_nan(x);
+    let r = b.select(is_nan, nan_bits, r);
+    b.bits(r)
+}
+
+/// f64 -> f32 rounding to odd: toward zero, last bit set when inexact.
+fn f64_to_f32_odd(b: &mut Builder, x: Reg) -> Reg {
+    let r = b.fcvt(x, Ty::F32, Round::Zero);
+    let back = b.fcvt(r, Ty::F64, Round::Nearest);
+    let inexact = b.cmp(CmpOp::Ne, back, x);
+    set_sticky(b, r, inexact)
+}
+
+/// Integer -> f32 rounding to odd.
+fn int_to_f32_odd(b: &mut Builder, x: Reg) -> Reg {
+    let ity = b.ty(x);
+    let r = b.itof(x, Ty::F32, Round::Zero);
+    let back = b.ftoi(r, ity);
+    let inexact = b.cmp(CmpOp::Ne, back, x);
+    set_sticky(b, r, inexact)
+}
+
+fn set_sticky(b: &mut Builder, r: Reg, inexact: Reg) -> Reg {
+    let bits = b.bits(r);
+    let one = b.ci(Ty::I32, 1);
+    let odd = b.or(bits, one);
+    let bits = b.select(inexact, odd, bits);
+    b.bits(bits)
+}
+
+/// Conversion with Rust `as` semantics (and one rounding to nearest).
+pub(crate) fn cast(b: &mut Builder, x: Reg, from: DTypeKind, to: DTypeKind) -> Reg {
+    use DTypeKind::*;
+    if from == to {
+        return x;
+    }
+    let src = Ty::of(from);
+    let dst = Ty::of(to);
+    if to == Bool {
+        let zero = match src {
+            Ty::F32 | Ty::F64 => b.cf(src, 0.0),
+            _ => b.ci(src, 0),
+        };
+        return b.cmp(CmpOp::Ne, x, zero);
+    }
+    if from == Bool {
+        return match dst {
+            Ty::F32 | Ty::F64 => {
+                let one = b.cf(dst, 1.0);
+                let zero = b.cf(dst, 0.0);
+                b.select(x, one, zero)
+            }
+            _ => bool_to_int(b, x, dst),
+        };
+    }
+    match (from.is_float(), to.is_float()) {
+        (true, true) => match to {
+            F32 if src == Ty::F32 => x,
+            F32 => b.fcvt(x, Ty::F32, Round::Nearest),
+            F64 => b.fcvt(x, Ty::F64, Round::Nearest),
+            F16 | BF16 => round_to(b, x, to),
+            _ => unreachable!(),
+        },
+        (true, false) => match to {
+            I32 => b.ftoi(x, Ty::I32),
+            I64 => b.ftoi(x, Ty::I64),
+            U8 => {
+                let i = b.ftoi(x, Ty::I32);
+                let zero = b.ci(Ty::I32, 0);
+                let max = b.ci(Ty::I32, 255);
+                let i = b.imax(i, zero);
+                b.imin(i, max)
+            }
+            _ => unreachable!(),
+        },
+        (false, true) => match to {
+            F32 | F64 => b.itof(x, dst, Round::Nearest),
+            F16 => {
+                let f = b.itof(x, Ty::F32, Round::Nearest);
+                b.round_f16(f)
+            }
+            BF16 => {
+                let f = if from == U8 {
+                    b.itof(x, Ty::F32, Round::Nearest)
+                } else {
+                    int_to_f32_odd(b, x)
+                };
+                bf16_round(b, f)
+            }
+            _ => unreachable!(),
+        },
+        (false, false) => match to {
+            I32 | I64 => b.icvt(x, dst),
+            U8 => {
+                let i = b.icvt(x, Ty::I32);
+                mask_u8(b, i)
+            }
+            _ => unreachable!(),
+        },
+    }
+}

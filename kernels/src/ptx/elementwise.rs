@@ -1,0 +1,362 @@
+//! The two entries of an elementwise kernel (see [`abi`](crate::abi)):
+//! `NAME_contig`, vectorised when every pointer is 16-byte aligned, and
+//! `NAME_strided`, which walks the packed dims and strides. Both are
+//! grid-stride loops with 64-bit indices.
+
+use super::body::{Body, Class};
+use super::inst::emit_program;
+use super::memory::{load, load_vector, store, store_vector};
+use crate::abi::MAX_RANK;
+use crate::prim::{Op, Program};
+use std::fmt::Write;
+use tensorfn_core::DTypeKind;
+
+/// Which inputs the program reads (unused ones are never loaded).
+fn used_inputs(prog: &Program) -> Vec<bool> {
+    let live = prog.live();
+    let mut used = vec![false; prog.params.len()];
+    for (i, inst) in prog.insts.iter().enumerate() {
+        if let Op::Param(n) = inst.op {
+            used[n as usize] |= live[i];
+        }
+    }
+    used
+}
+
+/// `.param` list: `out`, each input, `n` and (strided) `meta`.
+fn params(inputs: usize, meta_bytes: Option<usize>) -> String {
+    let mut p = vec![".param .u64 p_out".to_string()];
+    for i in 0..inputs {
+        p.push(format!(".param .u64 p_in{i}"));
+    }
+    p.push(".param .u64 p_n".to_string());
+    if let Some(bytes) = meta_bytes {
+        p.push(format!(".param .align 8 .b8 p_meta[{bytes}]"));
+    }
+    let mut s = String::from("(\n");
+    for (i, line) in p.iter().enumerate() {
+        let sep = if i + 1 < p.len() { "," } else { "" };
+        let _ = writeln!(s, "\t{line}{sep}");
+    }
+    s.push(')');
+    s
+}
+
+/// Global pointers of `out` and each used input; `n`; the first index and
+/// the grid stride.
+struct Prologue {
+    out: String,
+    ins: Vec<Option<String>>,
+    n: String,
+    first: String,
+    stride: String,
+}
+
+fn prologue(body: &mut Body, used: &[bool]) -> Prologue {
+    let global = |body: &mut Body, param: &str| {
+        let r = body.reg(Class::B64);
+        body.op(format!("ld.param.u64 {r}, [{param}]"));
+        body.op(format!("cvta.to.global.u64 {r}, {r}"));
+        r
+    };
+    let out = global(body, "p_out");
+    let ins = used
+        .iter()
+        .enumerate()
+        .map(|(i, &u)| u.then(|| global(body, &format!("p_in{i}"))))
+        .collect();
+    let n = body.reg(Class::B64);
+    body.op(format!("ld.param.u64 {n}, [p_n]"));
+    let (first, stride) = grid_stride(body);
+    Prologue {
+        out,
+        ins,
+        n,
+        first,
+        stride,
+    }
+}
+
+/// `ctaid.x * ntid.x + tid.x` and `nctaid.x * ntid.x`, in 64 bits.
+pub(crate) fn grid_stride(body: &mut Body) -> (String, String) {
+    let ctaid = body.reg(Class::B32);
+    let ntid = body.reg(Class::B32);
+    let tid = body.reg(Class::B32);
+    let nctaid = body.reg(Class::B32);
+    body.op(format!("mov.u32 {ctaid}, %ctaid.x"));
+    body.op(format!("mov.u32 {ntid}, %ntid.x"));
+    body.op(format!("mov.u32 {tid}, %tid.x"));
+    body.op(format!("mov.u32 {nctaid}, %nctaid.x"));
+    let first = body.reg(Class::B64);
+    body.op(format!("mul.wide.u32 {first}, {ctaid}, {ntid}"));
+    let t64 = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {t64}, {tid}"));
+    body.op(format!("add.u64 {first}, {first}, {t64}"));
+    let stride = body.reg(Class::B64);
+    body.op(format!("mul.wide.u32 {stride}, {nctaid}, {ntid}"));
+    (first, stride)
+}
+
+/// Elements per thread and iteration of the vector loop: 16 bytes of the
+/// widest element.
+fn vector_width(inputs: &[DTypeKind], used: &[bool], output: DTypeKind) -> usize {
+    let widest = inputs
+        .iter()
+        .zip(used)
+        .filter(|(_, &u)| u)
+        .map(|(d, _)| d.size_bytes())
+        .chain(std::iter::once(output.size_bytes()))
+        .max()
+        .unwrap_or(1);
+    16 / widest
+}
+
+/// The `NAME_contig` entry.
+pub(crate) fn contig_entry(
+    name: &str,
+    prog: &Program,
+    inputs: &[DTypeKind],
+    output: DTypeKind,
+) -> String {
+    let used = used_inputs(prog);
+    let w = vector_width(inputs, &used, output);
+    let mut body = Body::new();
+    let pro = prologue(&mut body, &used);
+
+    // Vector loop over n / w groups when every pointer is 16-byte aligned.
+    body.comment(format!("{w} elements per thread per step when aligned"));
+    let bits = body.reg(Class::B64);
+    body.op(format!("mov.b64 {bits}, {}", pro.out));
+    for r in pro.ins.iter().flatten() {
+        body.op(format!("or.b64 {bits}, {bits}, {r}"));
+    }
+    body.op(format!("and.b64 {bits}, {bits}, 15"));
+    let aligned = body.reg(Class::Pred);
+    body.op(format!("setp.eq.u64 {aligned}, {bits}, 0"));
+    let groups = body.reg(Class::B64);
+    body.op(format!(
+        "shr.u64 {groups}, {}, {}",
+        pro.n,
+        w.trailing_zeros()
+    ));
+    body.op(format!("selp.u64 {groups}, {groups}, 0, {aligned}"));
+
+    let i = body.reg(Class::B64);
+    body.op(format!("mov.u64 {i}, {}", pro.first));
+    let vec_loop = body.label("vec_loop");
+    let vec_end = body.label("vec_end");
+    body.place(&vec_loop);
+    let done = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {done}, {i}, {groups}"));
+    body.op(format!("@{done} bra {vec_end}"));
+    let mut lanes: Vec<Vec<String>> = vec![Vec::new(); w];
+    let mut args_per_input = Vec::new();
+    for (k, base) in pro.ins.iter().enumerate() {
+        let Some(base) = base else {
+            args_per_input.push(None);
+            continue;
+        };
+        let addr = body.reg(Class::B64);
+        let bytes = w * inputs[k].size_bytes();
+        body.op(format!("mad.lo.u64 {addr}, {i}, {bytes}, {base}"));
+        args_per_input.push(Some(load_vector(&mut body, inputs[k], w, &addr, true)));
+    }
+    for (lane, lane_args) in lanes.iter_mut().enumerate() {
+        let args: Vec<String> = args_per_input
+            .iter()
+            .map(|a| a.as_ref().map(|v| v[lane].clone()).unwrap_or_default())
+            .collect();
+        *lane_args = emit_program(&mut body, prog, &args);
+    }
+    let results: Vec<String> = lanes.iter().map(|r| r[0].clone()).collect();
+    let oaddr = body.reg(Class::B64);
+    body.op(format!(
+        "mad.lo.u64 {oaddr}, {i}, {}, {}",
+        w * output.size_bytes(),
+        pro.out
+    ));
+    store_vector(&mut body, output, &oaddr, &results);
+    body.op(format!("add.u64 {i}, {i}, {}", pro.stride));
+    body.op(format!("bra.uni {vec_loop}"));
+    body.place(&vec_end);
+
+    // Scalar loop over what the vector loop left (all of it when unaligned).
+    let start = body.reg(Class::B64);
+    body.op(format!("mul.lo.u64 {start}, {groups}, {w}"));
+    body.op(format!("add.u64 {i}, {start}, {}", pro.first));
+    let tail_loop = body.label("tail_loop");
+    let tail_end = body.label("tail_end");
+    body.place(&tail_loop);
+    body.op(format!("setp.ge.u64 {done}, {i}, {}", pro.n));
+    body.op(format!("@{done} bra {tail_end}"));
+    let mut args = Vec::new();
+    for (k, base) in pro.ins.iter().enumerate() {
+        let Some(base) = base else {
+            args.push(String::new());
+            continue;
+        };
+        let addr = body.reg(Class::B64);
+        body.op(format!(
+            "mad.lo.u64 {addr}, {i}, {}, {base}",
+            inputs[k].size_bytes()
+        ));
+        args.push(load(&mut body, inputs[k], &addr, true));
+    }
+    let r = emit_program(&mut body, prog, &args);
+    let oaddr = body.reg(Class::B64);
+    body.op(format!(
+        "mad.lo.u64 {oaddr}, {i}, {}, {}",
+        output.size_bytes(),
+        pro.out
+    ));
+    store(&mut body, output, &oaddr, &r[0]);
+    body.op(format!("add.u64 {i}, {i}, {}", pro.stride));
+    body.op(format!("bra.uni {tail_loop}"));
+    body.place(&tail_end);
+    body.op("ret");
+
+    format!(
+        ".visible .entry {name}_contig{}\n{{\n{}}}\n",
+        params(inputs.len(), None),
+        body.finish()
+    )
+}
+
+/// The `NAME_strided` entry.
+pub(crate) fn strided_entry(
+    name: &str,
+    prog: &Program,
+    inputs: &[DTypeKind],
+    output: DTypeKind,
+) -> String {
+    let used = used_inputs(prog);
+    let mut body = Body::new();
+    let pro = prologue(&mut body, &used);
+
+    // meta: dims[MAX_RANK], out strides[MAX_RANK], in_k strides[MAX_RANK]...
+    let word = |body: &mut Body, index: usize| {
+        let r = body.reg(Class::B64);
+        body.op(format!("ld.param.u64 {r}, [p_meta+{}]", 8 * index));
+        r
+    };
+    let dims: Vec<String> = (0..MAX_RANK).map(|d| word(&mut body, d)).collect();
+    let out_strides: Vec<String> = (0..MAX_RANK)
+        .map(|d| word(&mut body, MAX_RANK + d))
+        .collect();
+    let in_strides: Vec<Option<Vec<String>>> = used
+        .iter()
+        .enumerate()
+        .map(|(k, &u)| {
+            u.then(|| {
+                (0..MAX_RANK)
+                    .map(|d| word(&mut body, MAX_RANK * (2 + k) + d))
+                    .collect()
+            })
+        })
+        .collect();
+    // Dims of size 1 need no division (uniform branch); indices below 2^32
+    // divide in 32 bits.
+    let unit: Vec<String> = (1..MAX_RANK)
+        .map(|d| {
+            let p = body.reg(Class::Pred);
+            body.op(format!("setp.eq.u64 {p}, {}, 1", dims[d]));
+            p
+        })
+        .collect();
+    let small = body.reg(Class::Pred);
+    body.op(format!("setp.le.u64 {small}, {}, 4294967295", pro.n));
+
+    let i = body.reg(Class::B64);
+    body.op(format!("mov.u64 {i}, {}", pro.first));
+    let lp = body.label("loop");
+    let end = body.label("end");
+    body.place(&lp);
+    let done = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {done}, {i}, {}", pro.n));
+    body.op(format!("@{done} bra {end}"));
+
+    let rem = body.reg(Class::B64);
+    body.op(format!("mov.u64 {rem}, {i}"));
+    let out_off = body.reg(Class::B64);
+    body.op(format!("mov.u64 {out_off}, 0"));
+    let in_offs: Vec<Option<String>> = in_strides
+        .iter()
+        .map(|s| {
+            s.as_ref().map(|_| {
+                let r = body.reg(Class::B64);
+                body.op(format!("mov.u64 {r}, 0"));
+                r
+            })
+        })
+        .collect();
+    let q = body.reg(Class::B64);
+    let c = body.reg(Class::B64);
+    let q32 = body.reg(Class::B32);
+    let r32 = body.reg(Class::B32);
+    let d32 = body.reg(Class::B32);
+    for d in (0..MAX_RANK).rev() {
+        let skip = body.label("dim_skip");
+        if d > 0 {
+            body.op(format!("@{} bra {skip}", unit[d - 1]));
+            let div64 = body.label("div64");
+            let divided = body.label("divided");
+            body.op(format!("@!{small} bra {div64}"));
+            body.op(format!("cvt.u32.u64 {r32}, {rem}"));
+            body.op(format!("cvt.u32.u64 {d32}, {}", dims[d]));
+            body.op(format!("div.u32 {q32}, {r32}, {d32}"));
+            body.op(format!("cvt.u64.u32 {q}, {q32}"));
+            body.op(format!("bra.uni {divided}"));
+            body.place(&div64);
+            body.op(format!("div.u64 {q}, {rem}, {}", dims[d]));
+            body.place(&divided);
+            body.op(format!("mul.lo.u64 {c}, {q}, {}", dims[d]));
+            body.op(format!("sub.u64 {c}, {rem}, {c}"));
+            body.op(format!("mov.u64 {rem}, {q}"));
+        } else {
+            body.op(format!("mov.u64 {c}, {rem}"));
+        }
+        body.op(format!(
+            "mad.lo.u64 {out_off}, {c}, {}, {out_off}",
+            out_strides[d]
+        ));
+        for (off, st) in in_offs.iter().zip(&in_strides) {
+            if let (Some(off), Some(st)) = (off, st) {
+                body.op(format!("mad.lo.u64 {off}, {c}, {}, {off}", st[d]));
+            }
+        }
+        if d > 0 {
+            body.place(&skip);
+        }
+    }
+    let mut args = Vec::new();
+    for (k, (base, off)) in pro.ins.iter().zip(&in_offs).enumerate() {
+        let (Some(base), Some(off)) = (base, off) else {
+            args.push(String::new());
+            continue;
+        };
+        let addr = body.reg(Class::B64);
+        body.op(format!(
+            "mad.lo.u64 {addr}, {off}, {}, {base}",
+            inputs[k].size_bytes()
+        ));
+        args.push(load(&mut body, inputs[k], &addr, true));
+    }
+    let r = emit_program(&mut body, prog, &args);
+    let oaddr = body.reg(Class::B64);
+    body.op(format!(
+        "mad.lo.u64 {oaddr}, {out_off}, {}, {}",
+        output.size_bytes(),
+        pro.out
+    ));
+    store(&mut body, output, &oaddr, &r[0]);
+    body.op(format!("add.u64 {i}, {i}, {}", pro.stride));
+    body.op(format!("bra.uni {lp}"));
+    body.place(&end);
+    body.op("ret");
+
+    format!(
+        ".visible .entry {name}_strided{}\n{{\n{}}}\n",
+        params(inputs.len(), Some(crate::abi::meta_bytes(inputs.len()))),
+        body.finish()
+    )
+}

@@ -1,0 +1,173 @@
+//! One lowered program, written out inline as PTX instructions. Every
+//! float instruction carries an explicit rounding mode (`.rn`), which also
+//! stops `ptxas` from contracting `mul` + `add` into `fma`: the GPU then
+//! rounds exactly where the interpreter does.
+
+use super::body::{Body, Class};
+use crate::prim::{CmpOp, Op, Program, Round, Ty};
+
+/// PTX type suffix of a float type.
+fn fsuf(ty: Ty) -> &'static str {
+    match ty {
+        Ty::F32 => "f32",
+        Ty::F64 => "f64",
+        _ => unreachable!("not a float: {ty:?}"),
+    }
+}
+
+/// Signed integer suffix.
+fn ssuf(ty: Ty) -> &'static str {
+    match ty {
+        Ty::I32 => "s32",
+        Ty::I64 => "s64",
+        _ => unreachable!("not an integer: {ty:?}"),
+    }
+}
+
+/// Bit-size suffix.
+fn bsuf(ty: Ty) -> &'static str {
+    match ty {
+        Ty::I32 | Ty::F32 => "b32",
+        Ty::I64 | Ty::F64 => "b64",
+        Ty::Pred => "pred",
+    }
+}
+
+fn usuf(ty: Ty) -> &'static str {
+    match ty {
+        Ty::I32 => "u32",
+        Ty::I64 => "u64",
+        _ => unreachable!("not an integer: {ty:?}"),
+    }
+}
+
+/// A PTX immediate for constant `bits` of type `ty`.
+pub(crate) fn immediate(ty: Ty, bits: u64) -> String {
+    match ty {
+        Ty::F32 => format!("0f{:08X}", bits as u32),
+        Ty::F64 => format!("0d{bits:016X}"),
+        Ty::I32 => format!("0x{:08X}", bits as u32),
+        Ty::I64 => format!("0x{bits:016X}"),
+        Ty::Pred => unreachable!("predicate immediates are built with setp"),
+    }
+}
+
+fn cmp_name(op: CmpOp, float: bool) -> &'static str {
+    match (op, float) {
+        (CmpOp::Eq, _) => "eq",
+        (CmpOp::Ne, true) => "neu",
+        (CmpOp::Ne, false) => "ne",
+        (CmpOp::Lt, _) => "lt",
+        (CmpOp::Le, _) => "le",
+        (CmpOp::Gt, _) => "gt",
+        (CmpOp::Ge, _) => "ge",
+    }
+}
+
+/// Emits `prog` with its parameters bound to `args` (register names);
+/// returns the registers holding its results.
+pub(crate) fn emit_program(body: &mut Body, prog: &Program, args: &[String]) -> Vec<String> {
+    let live = prog.live();
+    let mut regs: Vec<String> = vec![String::new(); prog.insts.len()];
+    for (i, inst) in prog.insts.iter().enumerate() {
+        if !live[i] {
+            continue;
+        }
+        let ty = inst.ty;
+        if let Op::Param(n) = inst.op {
+            regs[i] = args[n as usize].clone();
+            continue;
+        }
+        let a: Vec<&str> = inst.args.iter().map(|r| regs[r.idx()].as_str()).collect();
+        let aty = |k: usize| prog.ty(inst.args[k]);
+        let d = body.reg_ty(ty);
+        let text = match inst.op {
+            Op::Param(_) => unreachable!(),
+            Op::Const(bits) if ty == Ty::Pred => {
+                let t = body.reg(Class::B32);
+                body.op(format!("mov.u32 {t}, {}", bits & 1));
+                format!("setp.ne.u32 {d}, {t}, 0")
+            }
+            Op::Const(bits) => format!("mov.{} {d}, {}", bsuf(ty), immediate(ty, bits)),
+            Op::FAdd => format!("add.rn.{} {d}, {}, {}", fsuf(ty), a[0], a[1]),
+            Op::FSub => format!("sub.rn.{} {d}, {}, {}", fsuf(ty), a[0], a[1]),
+            Op::FMul => format!("mul.rn.{} {d}, {}, {}", fsuf(ty), a[0], a[1]),
+            Op::FDiv => format!("div.rn.{} {d}, {}, {}", fsuf(ty), a[0], a[1]),
+            Op::FFma => format!("fma.rn.{} {d}, {}, {}, {}", fsuf(ty), a[0], a[1], a[2]),
+            Op::FSqrt => format!("sqrt.rn.{} {d}, {}", fsuf(ty), a[0]),
+            Op::FNeg => format!("neg.{} {d}, {}", fsuf(ty), a[0]),
+            Op::FAbs => format!("abs.{} {d}, {}", fsuf(ty), a[0]),
+            Op::FMin => format!("min.{} {d}, {}, {}", fsuf(ty), a[0], a[1]),
+            Op::FMax => format!("max.{} {d}, {}, {}", fsuf(ty), a[0], a[1]),
+            Op::FRint => format!("cvt.rni.{0}.{0} {d}, {1}", fsuf(ty), a[0]),
+            Op::FTrunc => format!("cvt.rzi.{0}.{0} {d}, {1}", fsuf(ty), a[0]),
+            Op::IsNan => format!("setp.nan.{} {d}, {}, {}", fsuf(aty(0)), a[0], a[0]),
+            Op::IAdd => format!("add.{} {d}, {}, {}", ssuf(ty), a[0], a[1]),
+            Op::ISub => format!("sub.{} {d}, {}, {}", ssuf(ty), a[0], a[1]),
+            Op::IMul => format!("mul.lo.{} {d}, {}, {}", ssuf(ty), a[0], a[1]),
+            Op::IDiv => format!("div.{} {d}, {}, {}", ssuf(ty), a[0], a[1]),
+            Op::INeg => format!("neg.{} {d}, {}", ssuf(ty), a[0]),
+            Op::IAbs => format!("abs.{} {d}, {}", ssuf(ty), a[0]),
+            Op::IMin => format!("min.{} {d}, {}, {}", ssuf(ty), a[0], a[1]),
+            Op::IMax => format!("max.{} {d}, {}, {}", ssuf(ty), a[0], a[1]),
+            Op::And => format!("and.{} {d}, {}, {}", bsuf(ty), a[0], a[1]),
+            Op::Or => format!("or.{} {d}, {}, {}", bsuf(ty), a[0], a[1]),
+            Op::Not => format!("not.{} {d}, {}", bsuf(ty), a[0]),
+            Op::Shl => format!("shl.{} {d}, {}, {}", bsuf(ty), a[0], a[1]),
+            Op::ShrA => format!("shr.{} {d}, {}, {}", ssuf(ty), a[0], a[1]),
+            Op::ShrL => format!("shr.{} {d}, {}, {}", usuf(ty), a[0], a[1]),
+            Op::Cmp(op) => match aty(0) {
+                Ty::F32 | Ty::F64 => format!(
+                    "setp.{}.{} {d}, {}, {}",
+                    cmp_name(op, true),
+                    fsuf(aty(0)),
+                    a[0],
+                    a[1]
+                ),
+                Ty::I32 | Ty::I64 => format!(
+                    "setp.{}.{} {d}, {}, {}",
+                    cmp_name(op, false),
+                    ssuf(aty(0)),
+                    a[0],
+                    a[1]
+                ),
+                Ty::Pred => {
+                    let x = body.reg(Class::B32);
+                    let y = body.reg(Class::B32);
+                    body.op(format!("selp.u32 {x}, 1, 0, {}", a[0]));
+                    body.op(format!("selp.u32 {y}, 1, 0, {}", a[1]));
+                    format!("setp.{}.u32 {d}, {x}, {y}", cmp_name(op, false))
+                }
+            },
+            Op::Select => format!("selp.{} {d}, {}, {}, {}", bsuf(ty), a[1], a[2], a[0]),
+            Op::FCvt(round) => match (aty(0), ty) {
+                (Ty::F32, Ty::F64) => format!("cvt.f64.f32 {d}, {}", a[0]),
+                (Ty::F64, Ty::F32) => {
+                    let r = if round == Round::Zero { "rz" } else { "rn" };
+                    format!("cvt.{r}.f32.f64 {d}, {}", a[0])
+                }
+                (s, t) if s == t => format!("mov.{} {d}, {}", fsuf(t), a[0]),
+                (s, t) => unreachable!("float conversion {s:?} -> {t:?}"),
+            },
+            Op::IToF(round) => {
+                let r = if round == Round::Zero { "rz" } else { "rn" };
+                format!("cvt.{r}.{}.{} {d}, {}", fsuf(ty), ssuf(aty(0)), a[0])
+            }
+            Op::FToI => format!("cvt.rzi.{}.{} {d}, {}", ssuf(ty), fsuf(aty(0)), a[0]),
+            Op::ICvt => match (aty(0), ty) {
+                (Ty::I32, Ty::I64) => format!("cvt.s64.s32 {d}, {}", a[0]),
+                (Ty::I64, Ty::I32) => format!("cvt.u32.u64 {d}, {}", a[0]),
+                (_, t) => format!("mov.{} {d}, {}", bsuf(t), a[0]),
+            },
+            Op::Bits => format!("mov.{} {d}, {}", bsuf(ty), a[0]),
+            Op::RoundF16 => {
+                let h = body.reg(Class::B16);
+                body.op(format!("cvt.rn.f16.{} {h}, {}", fsuf(aty(0)), a[0]));
+                format!("cvt.f32.f16 {d}, {h}")
+            }
+        };
+        body.op(text);
+        regs[i] = d;
+    }
+    prog.results.iter().map(|r| regs[r.idx()].clone()).collect()
+}

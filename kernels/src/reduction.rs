@@ -1,0 +1,277 @@
+//! The pieces of the row kernels (reductions and softmax) as lowered
+//! programs, shared by the PTX emitter and the interpreter so both combine
+//! the same values in the same order with the same rounding.
+//!
+//! Order of a row reduction (block of [`BLOCK`] threads, one row per block
+//! at a time): thread `t` folds columns `t, t + BLOCK, ...` in turn; each
+//! warp then combines its 32 partials by butterfly (`shfl.sync.bfly` with
+//! offsets 16, 8, 4, 2, 1); warp 0 combines the 8 warp results the same
+//! way (lanes 8..32 holding the identity).
+
+use crate::builtin::BLOCK;
+use crate::error::{Error, Result};
+use crate::expand;
+use crate::lower::{nan_max_min, round_to};
+use crate::ops::{CmpOp, ReduceOp};
+use crate::prim::{Builder, Program, Ty};
+use tensorfn_core::DTypeKind;
+
+/// Threads per warp.
+pub(crate) const WARP: usize = 32;
+/// Warps per block.
+pub(crate) const WARPS: usize = BLOCK as usize / WARP;
+/// The butterfly offsets, in order.
+pub(crate) const BUTTERFLY: [u32; 5] = [16, 8, 4, 2, 1];
+
+/// How a `(op, dtype)` reduction runs.
+#[derive(Clone, Debug)]
+pub(crate) struct ReduceSpec {
+    /// Element dtype.
+    pub(crate) dtype: DTypeKind,
+    /// Output dtype (`i64` for arg reductions).
+    pub(crate) out: DTypeKind,
+    /// Accumulator register type (the element's register type).
+    pub(crate) acc: Ty,
+    /// True for ArgMax/ArgMin: the state is (value, index as i64).
+    pub(crate) with_index: bool,
+    /// Identity of the accumulator, as register bits.
+    pub(crate) identity: u64,
+    /// `(acc[, idx], x[, idx]) -> acc[, idx]`.
+    pub(crate) combine: Program,
+    /// `(acc[, idx], cols: i64) -> output register value`.
+    pub(crate) finish: Program,
+}
+
+/// Checks that `op` is defined on `dtype` and builds its pieces.
+pub(crate) fn reduce_spec(op: ReduceOp, dtype: DTypeKind) -> Result<ReduceSpec> {
+    if dtype == DTypeKind::Bool {
+        return Err(Error::Unsupported {
+            kernel: "reduce",
+            message: format!(
+                "{} is not defined on bool; cast to u8 or i64 first",
+                op.name()
+            ),
+        });
+    }
+    if op == ReduceOp::Mean && !dtype.is_float() {
+        return Err(Error::Unsupported {
+            kernel: "reduce",
+            message: format!("mean needs a floating-point dtype, found {dtype}; cast to f32 first"),
+        });
+    }
+    let acc = Ty::of(dtype);
+    let with_index = op.returns_index();
+    let identity = identity(op, acc);
+    let combine = combine_program(op, acc);
+    let finish = finish_program(op, dtype, acc);
+    Ok(ReduceSpec {
+        dtype,
+        out: if with_index { DTypeKind::I64 } else { dtype },
+        acc,
+        with_index,
+        identity,
+        combine,
+        finish,
+    })
+}
+
+fn identity(op: ReduceOp, acc: Ty) -> u64 {
+    let float = |v: f64| match acc {
+        Ty::F32 => (v as f32).to_bits() as u64,
+        _ => v.to_bits(),
+    };
+    let int = |v32: i32, v64: i64| match acc {
+        Ty::I32 => v32 as u32 as u64,
+        _ => v64 as u64,
+    };
+    let is_float = acc.is_float();
+    match op {
+        // -0 is the identity of IEEE addition (x + -0 = x, even for -0).
+        ReduceOp::Sum | ReduceOp::Mean if is_float => float(-0.0),
+        ReduceOp::Sum | ReduceOp::Mean => 0,
+        ReduceOp::Max | ReduceOp::ArgMax if is_float => float(f64::NEG_INFINITY),
+        ReduceOp::Max | ReduceOp::ArgMax => int(i32::MIN, i64::MIN),
+        ReduceOp::Min | ReduceOp::ArgMin if is_float => float(f64::INFINITY),
+        ReduceOp::Min | ReduceOp::ArgMin => int(i32::MAX, i64::MAX),
+    }
+}
+
+/// Index of "no element yet" in arg reductions (any real index is smaller).
+pub(crate) const NO_INDEX: i64 = i64::MAX;
+
+fn combine_program(op: ReduceOp, acc: Ty) -> Program {
+    let mut b = Builder::new();
+    if op.returns_index() {
+        let va = b.param(acc);
+        let ia = b.param(Ty::I64);
+        let vb = b.param(acc);
+        let ib = b.param(Ty::I64);
+        let better = if op == ReduceOp::ArgMax {
+            CmpOp::Gt
+        } else {
+            CmpOp::Lt
+        };
+        let strictly = b.cmp(better, vb, va);
+        let equal = b.cmp(CmpOp::Eq, vb, va);
+        let earlier = b.cmp(CmpOp::Lt, ib, ia);
+        let tie = b.and(equal, earlier);
+        let mut take = b.or(strictly, tie);
+        if acc.is_float() {
+            // NaN wins (first NaN), like torch.argmax / argmin.
+            let nb = b.is_nan(vb);
+            let na = b.is_nan(va);
+            let not_na = b.not(na);
+            let first = b.or(not_na, earlier);
+            let nan_take = b.and(nb, first);
+            take = b.or(take, nan_take);
+        }
+        let v = b.select(take, vb, va);
+        let i = b.select(take, ib, ia);
+        return b.finish(vec![v, i]);
+    }
+    let a = b.param(acc);
+    let x = b.param(acc);
+    let r = match (op, acc.is_float()) {
+        (ReduceOp::Sum | ReduceOp::Mean, true) => b.add(a, x),
+        (ReduceOp::Sum | ReduceOp::Mean, false) => b.iadd(a, x),
+        (ReduceOp::Max, true) | (ReduceOp::Min, true) => {
+            nan_max_min(&mut b, op == ReduceOp::Max, a, x)
+        }
+        (ReduceOp::Max, false) => b.imax(a, x),
+        (ReduceOp::Min, false) => b.imin(a, x),
+        _ => unreachable!("arg reductions handled above"),
+    };
+    b.finish(vec![r])
+}
+
+fn finish_program(op: ReduceOp, dtype: DTypeKind, acc: Ty) -> Program {
+    let mut b = Builder::new();
+    let a = b.param(acc);
+    let idx = if op.returns_index() {
+        Some(b.param(Ty::I64))
+    } else {
+        None
+    };
+    let cols = b.param(Ty::I64);
+    if let Some(i) = idx {
+        let none = b.ci(Ty::I64, NO_INDEX);
+        let empty = b.cmp(CmpOp::Eq, i, none);
+        let m1 = b.ci(Ty::I64, -1);
+        let r = b.select(empty, m1, i);
+        return b.finish(vec![r]);
+    }
+    let mut r = a;
+    if op == ReduceOp::Mean {
+        let n = b.itof(cols, acc, crate::prim::Round::Nearest);
+        r = b.div(r, n);
+    }
+    let r = match dtype {
+        DTypeKind::F16 | DTypeKind::BF16 if op != ReduceOp::Max && op != ReduceOp::Min => {
+            round_to(&mut b, r, dtype)
+        }
+        DTypeKind::U8 => {
+            let m = b.ci(Ty::I32, 0xff);
+            b.and(r, m)
+        }
+        _ => r,
+    };
+    b.finish(vec![r])
+}
+
+/// The pieces of a softmax over rows of `dtype`.
+#[derive(Clone, Debug)]
+pub(crate) struct SoftmaxSpec {
+    /// Element dtype.
+    pub(crate) dtype: DTypeKind,
+    /// Computation register type (f32, or f64 for f64).
+    pub(crate) acc: Ty,
+    /// `(a, b) -> max(a, b)` propagating NaN.
+    pub(crate) max: Program,
+    /// `(a, b) -> a + b`.
+    pub(crate) sum: Program,
+    /// `(x, m) -> exp(x - m)`.
+    pub(crate) exp_shift: Program,
+    /// `(s) -> log(s)` (log-softmax only; identity otherwise).
+    pub(crate) row_log: Program,
+    /// `(x, m, s_or_log_s) -> output register value`.
+    pub(crate) finish: Program,
+    /// `log_softmax` rather than `softmax`.
+    pub(crate) log: bool,
+}
+
+/// Builds the softmax pieces; floats only.
+pub(crate) fn softmax_spec(dtype: DTypeKind, log: bool) -> Result<SoftmaxSpec> {
+    if !dtype.is_float() {
+        return Err(Error::Unsupported {
+            kernel: "softmax",
+            message: format!(
+                "softmax needs a floating-point dtype, found {dtype}; cast to f32 first"
+            ),
+        });
+    }
+    let acc = Ty::of(dtype);
+    let max = {
+        let mut b = Builder::new();
+        let x = b.param(acc);
+        let y = b.param(acc);
+        let r = nan_max_min(&mut b, true, x, y);
+        b.finish(vec![r])
+    };
+    let sum = {
+        let mut b = Builder::new();
+        let x = b.param(acc);
+        let y = b.param(acc);
+        let r = b.add(x, y);
+        b.finish(vec![r])
+    };
+    let exp_shift = {
+        let mut b = Builder::new();
+        let x = b.param(acc);
+        let m = b.param(acc);
+        let d = b.sub(x, m);
+        let e = expand::exp(&mut b, d);
+        b.finish(vec![e])
+    };
+    let row_log = {
+        let mut b = Builder::new();
+        let s = b.param(acc);
+        let r = if log { expand::log(&mut b, s) } else { s };
+        b.finish(vec![r])
+    };
+    let finish = {
+        let mut b = Builder::new();
+        let x = b.param(acc);
+        let m = b.param(acc);
+        let s = b.param(acc);
+        let d = b.sub(x, m);
+        let r = if log {
+            b.sub(d, s)
+        } else {
+            let e = expand::exp(&mut b, d);
+            b.div(e, s)
+        };
+        let r = match dtype {
+            DTypeKind::F16 | DTypeKind::BF16 => round_to(&mut b, r, dtype),
+            _ => r,
+        };
+        b.finish(vec![r])
+    };
+    Ok(SoftmaxSpec {
+        dtype,
+        acc,
+        max,
+        sum,
+        exp_shift,
+        row_log,
+        finish,
+        log,
+    })
+}
+
+/// Identity of `max` and `sum` in `acc`, as bits.
+pub(crate) fn float_bits(acc: Ty, v: f64) -> u64 {
+    match acc {
+        Ty::F32 => (v as f32).to_bits() as u64,
+        _ => v.to_bits(),
+    }
+}
