@@ -109,6 +109,9 @@ pub(crate) enum Op {
     Cmp(CmpOp),
     /// `args[0] ? args[1] : args[2]`.
     Select,
+    /// `args[0] ? args[1] : args[2]` where `args[0]` is rarely true: the
+    /// PTX computes what only `args[1]` needs under a branch.
+    SelectRare,
     // --- conversions (source type from the operand, target from `ty`)
     /// float -> float: f32->f64 exact, f64->f32 rounded.
     FCvt(Round),
@@ -147,13 +150,23 @@ impl Program {
 
     /// Which instructions the results depend on.
     pub(crate) fn live(&self) -> Vec<bool> {
+        self.live_except(&[])
+    }
+
+    /// Like [`live`](Self::live), ignoring the rare operands of the
+    /// `SelectRare`s at `skip`: what is live only through those operands is
+    /// the work to put under their branch.
+    pub(crate) fn live_except(&self, skip: &[usize]) -> Vec<bool> {
         let mut live = vec![false; self.insts.len()];
         for r in &self.results {
             live[r.idx()] = true;
         }
         for i in (0..self.insts.len()).rev() {
             if live[i] {
-                for a in &self.insts[i].args {
+                for (k, a) in self.insts[i].args.iter().enumerate() {
+                    if k == 1 && skip.contains(&i) {
+                        continue;
+                    }
                     live[a.idx()] = true;
                 }
             }
@@ -365,6 +378,17 @@ impl Builder {
             return self.same(Op::Or, x, y);
         }
         self.push(Op::Select, t, vec![c, a, b])
+    }
+
+    /// `c ? rare : common`, computing `rare`'s own work only where `c`.
+    pub(crate) fn select_rare(&mut self, c: Reg, rare: Reg, common: Reg) -> Reg {
+        debug_assert_eq!(self.ty(c), Ty::Pred);
+        let t = self.ty(rare);
+        debug_assert!(
+            t == self.ty(common) && t != Ty::Pred,
+            "select_rare branches"
+        );
+        self.push(Op::SelectRare, t, vec![c, rare, common])
     }
 
     // ---- conversions

@@ -9,12 +9,12 @@ const TWO_OVER_PI_F32: f32 = f32::from_bits(0x3f22_f983);
 const TWO_OVER_PI_F64: f64 = f64::from_bits(0x3fe4_5f30_6dc9_c883);
 /// π/2 as a sum of three values, each the nearest to what the previous
 /// ones leave (with `fma` every product `n * P_i` is exact).
-const PIO2_F32: [f32; 3] = [
+pub(super) const PIO2_F32: [f32; 3] = [
     f32::from_bits(0x3fc9_0fda),
     f32::from_bits(0x33a2_2168),
     f32::from_bits(0x27c2_34c5),
 ];
-const PIO2_F64: [f64; 3] = [
+pub(super) const PIO2_F64: [f64; 3] = [
     f64::from_bits(0x3ff9_21fb_5444_2d18),
     f64::from_bits(0x3c91_a626_3314_5c06),
     f64::from_bits(0x394c_1cd1_2902_4e09),
@@ -24,7 +24,7 @@ const PIO2_F64: [f64; 3] = [
 pub(crate) const CODY_WAITE_LIMIT_F32: f32 = 131_072.0;
 
 /// The first 224 bits of 2/π after the binary point, in 32-bit words.
-const TWO_OVER_PI_BITS: [u32; 7] = [
+pub(super) const TWO_OVER_PI_BITS: [u32; 7] = [
     0xa2f9_836e,
     0x4e44_1529,
     0xfc27_57d1,
@@ -90,6 +90,23 @@ fn sincos(b: &mut Builder, x: Reg, shift: i64) -> Reg {
 /// two low bits matter).
 fn reduce(b: &mut Builder, x: Reg) -> (Reg, Reg) {
     let ty = b.ty(x);
+    let (r, q) = cody_waite(b, x);
+    if ty == Ty::F64 {
+        return (r, q);
+    }
+    let (r2, q2) = payne_hanek_f32(b, x);
+    let ax = b.fabs(x);
+    let limit = kx(b, ty, CODY_WAITE_LIMIT_F32 as f64);
+    let big = b.cmp(CmpOp::Gt, ax, limit);
+    let r = b.select_rare(big, r2, r);
+    let q = b.select_rare(big, q2, q);
+    (r, q)
+}
+
+/// The reduction by a three-part π/2, accurate while `n·π/2` needs no more
+/// bits than the parts provide.
+pub(super) fn cody_waite(b: &mut Builder, x: Reg) -> (Reg, Reg) {
+    let ty = b.ty(x);
     let it = int_of(ty);
     let two_over_pi = k(b, ty, TWO_OVER_PI_F32, TWO_OVER_PI_F64);
     let t = b.mul(x, two_over_pi);
@@ -102,15 +119,6 @@ fn reduce(b: &mut Builder, x: Reg) -> (Reg, Reg) {
     }
     let q = b.ftoi(n, it);
     let q = b.icvt(q, Ty::I32);
-    if ty == Ty::F64 {
-        return (r, q);
-    }
-    let (r2, q2) = payne_hanek_f32(b, x);
-    let ax = b.fabs(x);
-    let limit = kx(b, ty, CODY_WAITE_LIMIT_F32 as f64);
-    let big = b.cmp(CmpOp::Gt, ax, limit);
-    let r = b.select(big, r2, r);
-    let q = b.select(big, q2, q);
     (r, q)
 }
 
@@ -118,7 +126,7 @@ fn reduce(b: &mut Builder, x: Reg) -> (Reg, Reg) {
 /// 2.62 fixed-point number, from the 24-bit significand times 224 bits of
 /// 2/π (64-bit integer products, wrapping sums: the wrap is the `mod 4`).
 /// Returns `r` (f32) and the quadrant.
-fn payne_hanek_f32(b: &mut Builder, x: Reg) -> (Reg, Reg) {
+pub(super) fn payne_hanek_f32(b: &mut Builder, x: Reg) -> (Reg, Reg) {
     let bits = b.bits(x);
     let mant_mask = b.ci(Ty::I32, 0x007f_ffff);
     let implicit = b.ci(Ty::I32, 0x0080_0000);

@@ -249,7 +249,9 @@ pub(crate) fn run(prog: &Program, args: &[&Column], lanes: usize) -> Vec<Column>
                 Ty::I64 => map2(a(0), a(1), |x, y| cmp_f(op, x as i64, y as i64) as u64),
                 Ty::Pred => map2(a(0), a(1), |x, y| cmp_f(op, x, y) as u64),
             },
-            Op::Select => map3(a(0), a(1), a(2), |c, x, y| if c != 0 { x } else { y }),
+            Op::Select | Op::SelectRare => {
+                map3(a(0), a(1), a(2), |c, x, y| if c != 0 { x } else { y })
+            }
             Op::FCvt(round) => match (arg_ty(0), ty) {
                 (Ty::F32, Ty::F64) => map1(a(0), |x| of_f64(f32_of(x) as f64)),
                 (Ty::F64, Ty::F32) => match round {
