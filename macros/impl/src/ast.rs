@@ -1,0 +1,524 @@
+//! The typed input of `tensor_fn!`: functions, their signatures and bodies,
+//! and `#[kernel]` scalar functions, each piece with the span it came from.
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::ToTokens;
+use std::fmt;
+use tensorfn_core::DTypeKind;
+
+/// The first and last token of a piece of input, so an error can underline
+/// all of it (a joined span is not available to proc macros on stable).
+#[derive(Clone)]
+pub struct Sp {
+    first: TokenTree,
+    last: TokenTree,
+}
+
+impl Sp {
+    /// The span of some tokens (a call site span if there are none).
+    pub fn of(tokens: &impl ToTokens) -> Sp {
+        let mut it = tokens.to_token_stream().into_iter();
+        let first = it
+            .next()
+            .unwrap_or_else(|| TokenTree::Ident(proc_macro2::Ident::new("x", Span::call_site())));
+        let last = it.last().unwrap_or_else(|| first.clone());
+        Sp { first, last }
+    }
+
+    /// The span of one token.
+    pub fn single(span: Span) -> Sp {
+        let t = TokenTree::Ident(proc_macro2::Ident::new("x", span));
+        Sp {
+            first: t.clone(),
+            last: t,
+        }
+    }
+
+    /// From the start of `a` to the end of `b`.
+    pub fn join(a: &Sp, b: &Sp) -> Sp {
+        Sp {
+            first: a.first.clone(),
+            last: b.last.clone(),
+        }
+    }
+
+    /// The span of the first token (for generated code that should point
+    /// at the user's input).
+    pub fn span(&self) -> Span {
+        self.first.span()
+    }
+
+    /// An error underlining this input.
+    pub fn error(&self, message: impl fmt::Display) -> syn::Error {
+        let mut ts = TokenStream::new();
+        ts.extend([self.first.clone(), self.last.clone()]);
+        syn::Error::new_spanned(ts, message)
+    }
+}
+
+impl fmt::Debug for Sp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Sp")
+    }
+}
+
+/// Everything inside one `tensor_fn! { .. }`.
+#[derive(Debug)]
+pub struct Input {
+    /// Tensor functions and kernels, in source order.
+    pub items: Vec<Item>,
+}
+
+/// One item of the macro input.
+#[derive(Debug)]
+pub enum Item {
+    /// A function on tensors.
+    Fn(TensorFn),
+    /// A `#[kernel]` scalar function.
+    Kernel(KernelFn),
+}
+
+/// `fn name<const B: usize>(params) -> Ret { body }`.
+#[derive(Debug)]
+pub struct TensorFn {
+    /// Doc comments and other attributes, passed through.
+    pub attrs: Vec<syn::Attribute>,
+    /// `pub`, `pub(crate)`, or nothing.
+    pub vis: syn::Visibility,
+    /// The function's name.
+    pub name: syn::Ident,
+    /// Const generic parameters (all `usize`).
+    pub generics: Vec<syn::Ident>,
+    /// Parameters in order.
+    pub params: Vec<Param>,
+    /// The declared result.
+    pub ret: ReturnTy,
+    /// The body.
+    pub body: Body,
+}
+
+/// A parameter: a tensor reference or a scalar.
+#[derive(Debug)]
+pub struct Param {
+    /// Its name.
+    pub name: syn::Ident,
+    /// Its type.
+    pub ty: ParamTy,
+}
+
+/// The type of a parameter.
+#[derive(Debug)]
+pub enum ParamTy {
+    /// `&Tensor<Device, DType, [dims]>`.
+    Tensor(TensorTyAst),
+    /// `f32`, `usize`, ...
+    Scalar(ScalarTyAst),
+}
+
+/// A scalar parameter type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScalarKind {
+    /// One of the tensor dtypes.
+    DType(DTypeKind),
+    /// `usize`: an index, a length or a run-time dim.
+    Usize,
+}
+
+impl fmt::Display for ScalarKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScalarKind::DType(d) => write!(f, "{d}"),
+            ScalarKind::Usize => f.write_str("usize"),
+        }
+    }
+}
+
+/// A scalar type as written.
+#[derive(Debug, Clone)]
+pub struct ScalarTyAst {
+    /// Which scalar.
+    pub kind: ScalarKind,
+    /// Where it was written.
+    pub sp: Sp,
+}
+
+/// A device as written: `Cpu`, `Cuda`, `Cuda<1>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Device {
+    /// Host memory.
+    Cpu,
+    /// A GPU by ordinal.
+    Cuda(usize),
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("Cpu"),
+            Device::Cuda(0) => f.write_str("Cuda"),
+            Device::Cuda(n) => write!(f, "Cuda<{n}>"),
+        }
+    }
+}
+
+/// `Tensor<Device, DType, [dims]>` as written.
+#[derive(Debug, Clone)]
+pub struct TensorTyAst {
+    /// The device and where it was written.
+    pub device: (Device, Sp),
+    /// The dtype and where it was written.
+    pub dtype: (DTypeKind, Sp),
+    /// The dims.
+    pub dims: Vec<DimAst>,
+    /// The whole type.
+    pub sp: Sp,
+}
+
+/// The declared result: one tensor or a tuple of them.
+#[derive(Debug)]
+pub struct ReturnTy {
+    /// The tensors, in order.
+    pub tensors: Vec<TensorTyAst>,
+    /// True for `(A, B)` (also `(A,)`).
+    pub tuple: bool,
+    /// The whole return type.
+    pub sp: Sp,
+}
+
+/// A dim expression as written in a shape.
+#[derive(Debug, Clone)]
+pub struct DimAst {
+    /// The expression.
+    pub expr: DimExpr,
+    /// Where it was written.
+    pub sp: Sp,
+}
+
+/// The grammar of dims.
+#[derive(Debug, Clone)]
+pub enum DimExpr {
+    /// `784`.
+    Lit(u64),
+    /// `B`: a const generic, a run-time dim or a `usize` parameter.
+    Sym(String),
+    /// `-1` in a reshape: inferred from the element count.
+    Infer,
+    /// `_` in a parameter shape: a run-time dim nothing else names.
+    Anon,
+    /// `a + b`.
+    Add(Box<DimExpr>, Box<DimExpr>),
+    /// `a * b`.
+    Mul(Box<DimExpr>, Box<DimExpr>),
+}
+
+impl fmt::Display for DimExpr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DimExpr::Lit(n) => write!(f, "{n}"),
+            DimExpr::Sym(s) => f.write_str(s),
+            DimExpr::Infer => f.write_str("-1"),
+            DimExpr::Anon => f.write_str("_"),
+            DimExpr::Add(a, b) => write!(f, "{a} + {b}"),
+            DimExpr::Mul(a, b) => {
+                let wrap = |d: &DimExpr| match d {
+                    DimExpr::Add(..) => format!("({d})"),
+                    _ => d.to_string(),
+                };
+                write!(f, "{} * {}", wrap(a), wrap(b))
+            }
+        }
+    }
+}
+
+/// A function body: `let` statements and a result expression.
+#[derive(Debug)]
+pub struct Body {
+    /// The `let`s in order.
+    pub stmts: Vec<Let>,
+    /// The result.
+    pub ret: Expr,
+}
+
+/// `let pat (: Tensor<..>)? = init;`
+#[derive(Debug)]
+pub struct Let {
+    /// The names bound.
+    pub pat: Pat,
+    /// An optional type annotation (needed for calls outside the macro).
+    pub ty: Option<TensorTyAst>,
+    /// The value.
+    pub init: Expr,
+}
+
+/// A `let` pattern.
+#[derive(Debug)]
+pub enum Pat {
+    /// `name` (or `_`).
+    Ident(syn::Ident),
+    /// `(a, b, ..)`.
+    Tuple(Vec<syn::Ident>, Sp),
+}
+
+/// An expression of a tensor function body.
+#[derive(Debug, Clone)]
+pub struct Expr {
+    /// What it is.
+    pub kind: ExprKind,
+    /// Where it was written.
+    pub sp: Sp,
+}
+
+/// Binary arithmetic operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinOp {
+    /// `+`
+    Add,
+    /// `-`
+    Sub,
+    /// `*`
+    Mul,
+    /// `/`
+    Div,
+}
+
+impl BinOp {
+    /// The Rust operator.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+        }
+    }
+
+    fn precedence(self) -> u8 {
+        match self {
+            BinOp::Add | BinOp::Sub => 1,
+            BinOp::Mul | BinOp::Div => 2,
+        }
+    }
+}
+
+/// A call argument: positional or `name = value`.
+#[derive(Debug, Clone)]
+pub struct Arg {
+    /// `Some(name)` for `name = value`.
+    pub name: Option<syn::Ident>,
+    /// The value.
+    pub value: Expr,
+}
+
+/// The kinds of expression.
+#[derive(Debug, Clone)]
+pub enum ExprKind {
+    /// A name: a parameter or a `let` binding.
+    Var(syn::Ident),
+    /// An integer literal (a negative one through [`ExprKind::Neg`]).
+    Int(u64),
+    /// A float literal.
+    Float(f64),
+    /// `-e`.
+    Neg(Box<Expr>),
+    /// `a op b`.
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// `f(args)` or `path::f(args)`.
+    Call {
+        /// The callee as written.
+        func: syn::Path,
+        /// The arguments.
+        args: Vec<Arg>,
+    },
+    /// `recv.method::<T>(args)`.
+    Method {
+        /// The receiver.
+        recv: Box<Expr>,
+        /// The method.
+        method: syn::Ident,
+        /// Turbofish types.
+        turbofish: Vec<syn::Type>,
+        /// The arguments.
+        args: Vec<Arg>,
+    },
+    /// `x[i]`, `x[i, j]`.
+    Index {
+        /// The indexed tensor.
+        base: Box<Expr>,
+        /// One index per leading dim.
+        indices: Vec<Expr>,
+    },
+    /// `[a, b, ..]` (the tensors of `cat`, the dims of `reshape`).
+    Array(Vec<Expr>),
+    /// `(a, b)`: several results.
+    Tuple(Vec<Expr>),
+}
+
+impl Expr {
+    fn precedence(&self) -> u8 {
+        match &self.kind {
+            ExprKind::Binary(op, ..) => op.precedence(),
+            ExprKind::Neg(_) => 3,
+            _ => 4,
+        }
+    }
+
+    /// The expression as an identifier, if it is one.
+    pub fn as_var(&self) -> Option<&syn::Ident> {
+        match &self.kind {
+            ExprKind::Var(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The source text with parentheses if it must be wrapped before a
+    /// method call (`(a + b).cast::<f32>()`).
+    pub fn receiver_text(&self) -> String {
+        if self.precedence() < 4 {
+            format!("({self})")
+        } else {
+            self.to_string()
+        }
+    }
+}
+
+fn fmt_args(f: &mut fmt::Formatter<'_>, args: &[Arg]) -> fmt::Result {
+    for (i, a) in args.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        if let Some(n) = &a.name {
+            write!(f, "{n} = ")?;
+        }
+        write!(f, "{}", a.value)?;
+    }
+    Ok(())
+}
+
+fn fmt_list(f: &mut fmt::Formatter<'_>, xs: &[Expr]) -> fmt::Result {
+    for (i, x) in xs.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        write!(f, "{x}")?;
+    }
+    Ok(())
+}
+
+/// Prints a path without the spaces `to_token_stream` would add.
+pub fn path_text(p: &syn::Path) -> String {
+    let mut s = String::new();
+    if p.leading_colon.is_some() {
+        s.push_str("::");
+    }
+    for (i, seg) in p.segments.iter().enumerate() {
+        if i > 0 {
+            s.push_str("::");
+        }
+        s.push_str(&seg.ident.to_string());
+    }
+    s
+}
+
+/// Prints a type without the spaces `to_token_stream` would add.
+pub fn type_text(t: &syn::Type) -> String {
+    t.to_token_stream()
+        .to_string()
+        .replace(" < ", "<")
+        .replace(" <", "<")
+        .replace("< ", "<")
+        .replace(" >", ">")
+        .replace(" :: ", "::")
+}
+
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            ExprKind::Var(v) => write!(f, "{v}"),
+            ExprKind::Int(n) => write!(f, "{n}"),
+            ExprKind::Float(x) => {
+                if x.fract() == 0.0 && x.abs() < 1e15 {
+                    write!(f, "{x:.1}")
+                } else {
+                    write!(f, "{x}")
+                }
+            }
+            ExprKind::Neg(e) => {
+                if e.precedence() < 3 {
+                    write!(f, "-({e})")
+                } else {
+                    write!(f, "-{e}")
+                }
+            }
+            ExprKind::Binary(op, a, b) => {
+                let p = op.precedence();
+                if a.precedence() < p {
+                    write!(f, "({a})")?;
+                } else {
+                    write!(f, "{a}")?;
+                }
+                write!(f, " {} ", op.symbol())?;
+                // Left-associative: a right operand of equal precedence needs parens.
+                if b.precedence() <= p {
+                    write!(f, "({b})")
+                } else {
+                    write!(f, "{b}")
+                }
+            }
+            ExprKind::Call { func, args } => {
+                write!(f, "{}(", path_text(func))?;
+                fmt_args(f, args)?;
+                f.write_str(")")
+            }
+            ExprKind::Method {
+                recv,
+                method,
+                turbofish,
+                args,
+            } => {
+                write!(f, "{}.{method}", recv.receiver_text())?;
+                if !turbofish.is_empty() {
+                    let ts: Vec<String> = turbofish.iter().map(type_text).collect();
+                    write!(f, "::<{}>", ts.join(", "))?;
+                }
+                f.write_str("(")?;
+                fmt_args(f, args)?;
+                f.write_str(")")
+            }
+            ExprKind::Index { base, indices } => {
+                write!(f, "{}[", base.receiver_text())?;
+                fmt_list(f, indices)?;
+                f.write_str("]")
+            }
+            ExprKind::Array(xs) => {
+                f.write_str("[")?;
+                fmt_list(f, xs)?;
+                f.write_str("]")
+            }
+            ExprKind::Tuple(xs) => {
+                f.write_str("(")?;
+                fmt_list(f, xs)?;
+                if xs.len() == 1 {
+                    f.write_str(",")?;
+                }
+                f.write_str(")")
+            }
+        }
+    }
+}
+
+/// `#[kernel] fn name(x: f32, ..) -> f32 { scalar body }`.
+#[derive(Debug)]
+pub struct KernelFn {
+    /// Attributes other than `#[kernel]`, passed through.
+    pub attrs: Vec<syn::Attribute>,
+    /// Visibility of the emitted scalar function.
+    pub vis: syn::Visibility,
+    /// The name.
+    pub name: syn::Ident,
+    /// Scalar parameters.
+    pub params: Vec<(syn::Ident, DTypeKind, Sp)>,
+    /// The result dtype.
+    pub ret: (DTypeKind, Sp),
+    /// The scalar body (checked and lowered by `kernel`).
+    pub body: syn::Block,
+}

@@ -1,0 +1,328 @@
+//! The typed expression graph the checker builds: one node per value, each
+//! with its inferred device, dtype and symbolic shape.
+
+use crate::ast::{Device, ScalarKind, Sp};
+use crate::shape::Dim;
+use std::fmt;
+use tensorfn_core::DTypeKind;
+use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
+
+/// Index of a node in [`Graph::nodes`].
+pub type NodeId = usize;
+
+/// What the checker knows about a tensor value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorTy {
+    /// Where it lives.
+    pub device: Device,
+    /// Its element type.
+    pub dtype: DTypeKind,
+    /// Its symbolic shape.
+    pub dims: Vec<Dim>,
+}
+
+impl fmt::Display for TensorTy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Tensor<{}, {}, {}>",
+            self.device,
+            self.dtype,
+            crate::shape::fmt_shape(&self.dims)
+        )
+    }
+}
+
+/// The type of a scalar value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScalarTy {
+    /// An unsuffixed float literal (or arithmetic of literals).
+    FloatLit,
+    /// An unsuffixed integer literal (or arithmetic of literals).
+    IntLit,
+    /// A scalar parameter's type.
+    Of(ScalarKind),
+}
+
+impl ScalarTy {
+    /// True for float literals and float parameters.
+    pub fn is_float(self) -> bool {
+        match self {
+            ScalarTy::FloatLit => true,
+            ScalarTy::IntLit => false,
+            ScalarTy::Of(ScalarKind::DType(d)) => d.is_float(),
+            ScalarTy::Of(ScalarKind::Usize) => false,
+        }
+    }
+}
+
+impl fmt::Display for ScalarTy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScalarTy::FloatLit => f.write_str("a float literal"),
+            ScalarTy::IntLit => f.write_str("an integer literal"),
+            ScalarTy::Of(k) => write!(f, "{k}"),
+        }
+    }
+}
+
+/// The type of a node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Ty {
+    /// A tensor.
+    Tensor(TensorTy),
+    /// A scalar.
+    Scalar(ScalarTy),
+    /// Several tensors (a call to a function returning a tuple).
+    Tuple(Vec<TensorTy>),
+    /// Unknown because of an error already reported.
+    Error,
+}
+
+impl Ty {
+    /// The tensor type, if this is a tensor.
+    pub fn tensor(&self) -> Option<&TensorTy> {
+        match self {
+            Ty::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// A compile-time-known or run-time scalar argument (`narrow`, indexing).
+#[derive(Clone, Debug, PartialEq)]
+pub enum IndexArg {
+    /// A literal.
+    Const(usize),
+    /// A scalar node computing the value at run time.
+    Node(NodeId),
+}
+
+/// The Rust shape type of one dim: `Const<N>` or `Dyn`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DimTy {
+    /// `Const<dim>`: the dim is a literal or a const generic.
+    Const(Dim),
+    /// `Dyn`: known at run time only.
+    Dyn,
+}
+
+/// What a node computes.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// Parameter `i` of the function (tensor or scalar).
+    Param(usize),
+    /// A literal (`int` for integer literals).
+    Lit {
+        /// The value.
+        value: f64,
+        /// True for integer literals.
+        int: bool,
+    },
+    /// `op(x)` elementwise (or on a scalar).
+    Unary(UnaryOp, NodeId),
+    /// `op(a, b)` elementwise with broadcasting (or on scalars).
+    Binary(BinaryOp, NodeId, NodeId),
+    /// `x.cast::<T>()`.
+    Cast(NodeId, DTypeKind),
+    /// `input + value * t1 * t2`.
+    AddCmul {
+        /// The added tensor.
+        input: NodeId,
+        /// First factor.
+        t1: NodeId,
+        /// Second factor.
+        t2: NodeId,
+        /// The scalar factor.
+        value: NodeId,
+    },
+    /// A `#[kernel]` applied elementwise (or to scalars).
+    Kernel {
+        /// Index in the invocation's kernels.
+        kernel: usize,
+        /// One node per kernel parameter.
+        args: Vec<NodeId>,
+    },
+    /// `matmul(a, b)`.
+    MatMul(NodeId, NodeId),
+    /// `bmm(a, b)`.
+    Bmm(NodeId, NodeId),
+    /// `dot(a, b)`.
+    Dot(NodeId, NodeId),
+    /// `addmm(bias, m1, m2, beta = .., alpha = ..)`.
+    AddMm {
+        /// Broadcast to the product.
+        bias: NodeId,
+        /// Left matrix.
+        m1: NodeId,
+        /// Right matrix.
+        m2: NodeId,
+        /// Scale of `bias` (scalar node).
+        beta: Option<NodeId>,
+        /// Scale of the product (scalar node).
+        alpha: Option<NodeId>,
+    },
+    /// `x.reshape([..])` or `x.view([..])` (target dims in the node type).
+    Reshape {
+        /// The source.
+        x: NodeId,
+        /// True for `view` (no copy; `Err` if not contiguous).
+        view: bool,
+    },
+    /// `x.t()`.
+    T(NodeId),
+    /// `x.permute([..])`.
+    Permute(NodeId, Vec<usize>),
+    /// `x.transpose(d0, d1)`.
+    Transpose(NodeId, usize, usize),
+    /// `x.narrow(dim, start, len)`.
+    Narrow {
+        /// The source.
+        x: NodeId,
+        /// The sliced dim.
+        dim: usize,
+        /// First index.
+        start: IndexArg,
+        /// Length.
+        len: IndexArg,
+    },
+    /// `x[i]` along `dim` (the dim disappears).
+    Index {
+        /// The source.
+        x: NodeId,
+        /// The indexed dim.
+        dim: usize,
+        /// The index.
+        index: IndexArg,
+    },
+    /// `x.sum(dim)` and friends; `dim: None` reduces everything.
+    Reduce {
+        /// The reduction.
+        op: ReduceOp,
+        /// The source.
+        x: NodeId,
+        /// The reduced dim.
+        dim: Option<usize>,
+    },
+    /// `x.softmax(dim)` / `x.log_softmax(dim)`.
+    Softmax {
+        /// The source.
+        x: NodeId,
+        /// The normalised dim.
+        dim: usize,
+        /// True for `log_softmax`.
+        log: bool,
+    },
+    /// `cat([..], dim)`.
+    Cat {
+        /// The tensors.
+        xs: Vec<NodeId>,
+        /// The joined dim.
+        dim: usize,
+    },
+    /// `x.to_device::<D>()`.
+    ToDevice(NodeId, Device),
+    /// A call to a tensor function of the same invocation.
+    Call {
+        /// Index of the callee in the invocation.
+        callee: usize,
+        /// One node per parameter.
+        args: Vec<NodeId>,
+        /// The callee's const generics, as dims of the caller.
+        generics: Vec<Dim>,
+        /// Every callee symbol bound at this call, as a dim of the caller.
+        bindings: Vec<(String, Dim)>,
+        /// The callee's tensor parameter types as instantiated (for
+        /// conversions where the caller's type differs).
+        param_tys: Vec<Option<Vec<DimTy>>>,
+        /// The callee's result types as instantiated.
+        ret_tys: Vec<Vec<DimTy>>,
+    },
+    /// A call to a function outside the invocation (rustc checks it).
+    External {
+        /// The callee path.
+        path: syn::Path,
+        /// The arguments.
+        args: Vec<NodeId>,
+    },
+    /// Element `i` of a tuple-valued node.
+    TupleGet(NodeId, usize),
+}
+
+/// A node: what it computes, its type and the input it came from.
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// The operation.
+    pub op: Op,
+    /// The inferred type.
+    pub ty: Ty,
+    /// The expression's span.
+    pub sp: Sp,
+    /// The expression as the user wrote it (for messages).
+    pub text: String,
+}
+
+/// Every value of one function body.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    /// Nodes in creation order: operands before users.
+    pub nodes: Vec<Node>,
+}
+
+impl Graph {
+    /// Adds a node and returns its id.
+    pub fn push(&mut self, node: Node) -> NodeId {
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+
+    /// The operands of a node, in order.
+    pub fn inputs(&self, id: NodeId) -> Vec<NodeId> {
+        match &self.nodes[id].op {
+            Op::Param(_) | Op::Lit { .. } => vec![],
+            Op::Unary(_, a) | Op::Cast(a, _) | Op::T(a) | Op::ToDevice(a, _) => vec![*a],
+            Op::Permute(a, _) | Op::Transpose(a, ..) | Op::TupleGet(a, _) => vec![*a],
+            Op::Binary(_, a, b) | Op::MatMul(a, b) | Op::Bmm(a, b) | Op::Dot(a, b) => {
+                vec![*a, *b]
+            }
+            Op::AddCmul {
+                input,
+                t1,
+                t2,
+                value,
+            } => vec![*input, *t1, *t2, *value],
+            Op::Kernel { args, .. } | Op::Call { args, .. } | Op::External { args, .. } => {
+                args.clone()
+            }
+            Op::AddMm {
+                bias,
+                m1,
+                m2,
+                beta,
+                alpha,
+            } => {
+                let mut v = vec![*bias, *m1, *m2];
+                v.extend(beta.iter().chain(alpha.iter()));
+                v
+            }
+            Op::Reshape { x, .. } | Op::Reduce { x, .. } | Op::Softmax { x, .. } => vec![*x],
+            Op::Narrow { x, start, len, .. } => {
+                let mut v = vec![*x];
+                for a in [start, len] {
+                    if let IndexArg::Node(n) = a {
+                        v.push(*n);
+                    }
+                }
+                v
+            }
+            Op::Index { x, index, .. } => {
+                let mut v = vec![*x];
+                if let IndexArg::Node(n) = index {
+                    v.push(*n);
+                }
+                v
+            }
+            Op::Cat { xs, .. } => xs.clone(),
+        }
+    }
+}

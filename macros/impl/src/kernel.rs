@@ -1,0 +1,571 @@
+//! `#[kernel]` functions: their scalar bodies checked and lowered to the
+//! element program of [`ir`](crate::ir).
+//!
+//! The body is a small subset of Rust on single elements: literals, the
+//! parameters, `let`, `+ - * /`, comparisons, `&& || !`, `if .. else ..`
+//! (both branches are evaluated, then one is selected), `as` casts, the
+//! math functions of `tensorfn_kernels::UnaryOp` written as functions
+//! (`tanh(x)`) or methods (`x.tanh()`, also `x.ln()`), `max`/`min`/`pow`
+//! (`x.max(y)`, `x.powf(y)`), and calls to other kernels of the invocation.
+
+use crate::ast::KernelFn;
+use crate::ir::{BoolOp, CmpOp, Inst, Ir, Val};
+use std::collections::HashMap;
+use tensorfn_core::DTypeKind;
+use tensorfn_kernels::{BinaryOp, UnaryOp};
+
+/// A value while lowering: a literal whose type comes from its use, or
+/// an instruction of known dtype.
+#[derive(Clone, Copy, Debug)]
+enum V {
+    Lit { value: f64, int: bool },
+    Typed(Val, DTypeKind),
+}
+
+/// Lowers every kernel of an invocation (kernels may call each other, in
+/// any order, but not recursively). Returns one program per kernel, `None`
+/// where the kernel has an error (reported in the errors).
+pub fn lower_kernels(kernels: &[&KernelFn]) -> (Vec<Option<Ir>>, Vec<syn::Error>) {
+    let mut l = Lowering {
+        kernels,
+        done: vec![None; kernels.len()],
+        state: vec![State::Todo; kernels.len()],
+        errors: Vec::new(),
+    };
+    for i in 0..kernels.len() {
+        let _ = l.get(i);
+    }
+    let irs = l.done.into_iter().map(|d| d.flatten()).collect();
+    (irs, l.errors)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum State {
+    Todo,
+    Busy,
+    Done,
+}
+
+struct Lowering<'a> {
+    kernels: &'a [&'a KernelFn],
+    done: Vec<Option<Option<Ir>>>,
+    state: Vec<State>,
+    errors: Vec<syn::Error>,
+}
+
+impl Lowering<'_> {
+    fn get(&mut self, i: usize) -> Result<Ir, ()> {
+        match self.state[i] {
+            State::Done => return self.done[i].clone().flatten().ok_or(()),
+            State::Busy => return Err(()),
+            State::Todo => {}
+        }
+        self.state[i] = State::Busy;
+        let k = self.kernels[i];
+        let result = KernelBody::new(self, k).run();
+        let ir = match result {
+            Ok(ir) => Some(ir),
+            Err(e) => {
+                self.errors.push(e);
+                None
+            }
+        };
+        self.state[i] = State::Done;
+        self.done[i] = Some(ir.clone());
+        ir.ok_or(())
+    }
+
+    fn find(&self, name: &str) -> Option<usize> {
+        self.kernels.iter().position(|k| k.name == name)
+    }
+}
+
+struct KernelBody<'l, 'a> {
+    lowering: &'l mut Lowering<'a>,
+    kernel: &'a KernelFn,
+    ir: Ir,
+    scopes: Vec<HashMap<String, V>>,
+}
+
+fn err(t: &impl quote::ToTokens, m: impl std::fmt::Display) -> syn::Error {
+    syn::Error::new_spanned(t, m)
+}
+
+impl<'l, 'a> KernelBody<'l, 'a> {
+    fn new(lowering: &'l mut Lowering<'a>, kernel: &'a KernelFn) -> Self {
+        let mut ir = Ir::new(kernel.params.iter().map(|p| p.1).collect());
+        let mut scope = HashMap::new();
+        for (k, (name, d, _)) in kernel.params.iter().enumerate() {
+            let v = ir.push(Inst::Input(k), *d);
+            scope.insert(name.to_string(), V::Typed(v, *d));
+        }
+        KernelBody {
+            lowering,
+            kernel,
+            ir,
+            scopes: vec![scope],
+        }
+    }
+
+    fn run(mut self) -> syn::Result<Ir> {
+        let ret = self.kernel.ret.0;
+        let body = &self.kernel.body;
+        let v = self.block(body, Some(ret))?;
+        let out = self.materialise(v, ret, body)?;
+        self.ir.output = out;
+        Ok(self.ir)
+    }
+
+    fn block(&mut self, b: &syn::Block, want: Option<DTypeKind>) -> syn::Result<V> {
+        self.scopes.push(HashMap::new());
+        let mut result = None;
+        for (i, stmt) in b.stmts.iter().enumerate() {
+            let last = i + 1 == b.stmts.len();
+            match stmt {
+                syn::Stmt::Local(local) => {
+                    let (name, ty) = local_pat(&local.pat)?;
+                    let init = local.init.as_ref().ok_or_else(|| {
+                        err(local, "give the binding a value: `let y = ..;`")
+                    })?;
+                    let v = self.expr(&init.expr, ty)?;
+                    let v = match ty {
+                        Some(d) => V::Typed(self.materialise(v, d, &init.expr)?, d),
+                        None => v,
+                    };
+                    self.scopes
+                        .last_mut()
+                        .expect("a scope is open")
+                        .insert(name, v);
+                }
+                syn::Stmt::Expr(e, None) if last => result = Some(self.expr(e, want)?),
+                other => {
+                    return Err(err(
+                        other,
+                        "a kernel body is `let`s followed by the result expression",
+                    ))
+                }
+            }
+        }
+        self.scopes.pop();
+        result.ok_or_else(|| err(b, "the block must end with its value (no `;` after it)"))
+    }
+
+    fn lookup(&self, name: &str) -> Option<V> {
+        self.scopes.iter().rev().find_map(|s| s.get(name).copied())
+    }
+
+    /// Gives a literal the dtype `d`, or checks that a value has it.
+    fn materialise(&mut self, v: V, d: DTypeKind, at: &impl quote::ToTokens) -> syn::Result<Val> {
+        match v {
+            V::Lit { value, int } => {
+                if !int && !d.is_float() {
+                    return Err(err(
+                        at,
+                        format!("a float literal where {d} is expected: write an integer or cast with `as {d}`"),
+                    ));
+                }
+                Ok(self.ir.push(Inst::Const(value), d))
+            }
+            V::Typed(val, have) if have == d => Ok(val),
+            V::Typed(_, have) => Err(err(
+                at,
+                format!("this is {have} but {d} is expected here: convert with `as {d}`"),
+            )),
+        }
+    }
+
+    /// The common dtype of two operands (a literal takes the other's).
+    fn unify(
+        &mut self,
+        a: V,
+        b: V,
+        want: Option<DTypeKind>,
+        at: &impl quote::ToTokens,
+    ) -> syn::Result<(Val, Val, DTypeKind)> {
+        let d = match (a, b) {
+            (V::Typed(_, da), V::Typed(_, db)) if da != db => {
+                return Err(err(
+                    at,
+                    format!("the operands are {da} and {db}: convert one with `as {da}` or `as {db}`"),
+                ))
+            }
+            (V::Typed(_, d), _) | (_, V::Typed(_, d)) => d,
+            (V::Lit { int: ia, .. }, V::Lit { int: ib, .. }) => {
+                want.unwrap_or(if ia && ib { DTypeKind::I32 } else { DTypeKind::F32 })
+            }
+        };
+        Ok((self.materialise(a, d, at)?, self.materialise(b, d, at)?, d))
+    }
+
+    fn expr(&mut self, e: &syn::Expr, want: Option<DTypeKind>) -> syn::Result<V> {
+        use syn::Expr as E;
+        match e {
+            E::Lit(l) => match &l.lit {
+                syn::Lit::Int(i) => Ok(V::Lit {
+                    value: i.base10_parse::<u64>()? as f64,
+                    int: true,
+                }),
+                syn::Lit::Float(f) => Ok(V::Lit {
+                    value: f.base10_parse()?,
+                    int: false,
+                }),
+                syn::Lit::Bool(b) => Ok(V::Typed(
+                    self.ir.push(Inst::Const(b.value as u8 as f64), DTypeKind::Bool),
+                    DTypeKind::Bool,
+                )),
+                _ => Err(err(e, "kernels compute on numbers")),
+            },
+            E::Path(p) => {
+                let name = p
+                    .path
+                    .get_ident()
+                    .map(|i| i.to_string())
+                    .ok_or_else(|| err(e, "expected a parameter or a `let` name"))?;
+                if let Some(c) = float_const(&name) {
+                    return Ok(V::Lit {
+                        value: c,
+                        int: false,
+                    });
+                }
+                self.lookup(&name)
+                    .ok_or_else(|| err(e, format!("`{name}` is not a parameter or a `let` of this kernel")))
+            }
+            E::Paren(p) => self.expr(&p.expr, want),
+            E::Group(g) => self.expr(&g.expr, want),
+            E::Block(b) => self.block(&b.block, want),
+            E::Unary(u) => {
+                let v = self.expr(&u.expr, want)?;
+                match u.op {
+                    syn::UnOp::Neg(_) => match v {
+                        V::Lit { value, int } => Ok(V::Lit {
+                            value: -value,
+                            int,
+                        }),
+                        V::Typed(x, d) => {
+                            if d == DTypeKind::Bool || d == DTypeKind::U8 {
+                                return Err(err(e, format!("`-` on {d}")));
+                            }
+                            Ok(V::Typed(self.ir.push(Inst::Unary(UnaryOp::Neg, x), d), d))
+                        }
+                    },
+                    syn::UnOp::Not(_) => {
+                        let x = self.materialise(v, DTypeKind::Bool, &u.expr)?;
+                        Ok(V::Typed(self.ir.push(Inst::Not(x), DTypeKind::Bool), DTypeKind::Bool))
+                    }
+                    _ => Err(err(e, "unsupported operator in a kernel")),
+                }
+            }
+            E::Binary(b) => self.binary(b, want),
+            E::If(i) => self.if_expr(i, want),
+            E::Cast(c) => {
+                let to = match &*c.ty {
+                    syn::Type::Path(p) => p
+                        .path
+                        .segments
+                        .last()
+                        .and_then(|s| DTypeKind::parse(&s.ident.to_string())),
+                    _ => None,
+                }
+                .ok_or_else(|| err(&c.ty, "cast to one of f32, f64, f16, bf16, i32, i64, u8, bool"))?;
+                match self.expr(&c.expr, None)? {
+                    V::Lit { value, int } => {
+                        let d = if int { DTypeKind::I64 } else { DTypeKind::F64 };
+                        let x = self.ir.push(Inst::Const(value), d);
+                        Ok(V::Typed(self.ir.push(Inst::Cast(x), to), to))
+                    }
+                    V::Typed(x, _) => Ok(V::Typed(self.ir.push(Inst::Cast(x), to), to)),
+                }
+            }
+            E::Call(c) => {
+                let name = match &*c.func {
+                    E::Path(p) => p.path.get_ident().map(|i| i.to_string()),
+                    _ => None,
+                }
+                .ok_or_else(|| err(&c.func, "call a math function or a kernel by name"))?;
+                let args: Vec<&syn::Expr> = c.args.iter().collect();
+                self.call(&name, &args, want, e)
+            }
+            E::MethodCall(m) => {
+                let mut args: Vec<&syn::Expr> = vec![&m.receiver];
+                args.extend(m.args.iter());
+                let name = match m.method.to_string().as_str() {
+                    "ln" => "log".to_string(),
+                    "powf" | "powi" => "pow".to_string(),
+                    other => other.to_string(),
+                };
+                self.call(&name, &args, want, e)
+            }
+            _ => Err(err(
+                e,
+                "not supported in a kernel: use literals, parameters, `let`, arithmetic, comparisons, `if`/`else`, `as` and math functions",
+            )),
+        }
+    }
+
+    fn binary(&mut self, b: &syn::ExprBinary, want: Option<DTypeKind>) -> syn::Result<V> {
+        use syn::BinOp as B;
+        let arith = match b.op {
+            B::Add(_) => Some(BinaryOp::Add),
+            B::Sub(_) => Some(BinaryOp::Sub),
+            B::Mul(_) => Some(BinaryOp::Mul),
+            B::Div(_) => Some(BinaryOp::Div),
+            _ => None,
+        };
+        if let Some(op) = arith {
+            let l = self.expr(&b.left, want)?;
+            let r = self.expr(&b.right, want)?;
+            if let (V::Lit { value: x, int: ix }, V::Lit { value: y, int: iy }) = (l, r) {
+                let int = ix && iy;
+                let v = op.eval_f64(x, y);
+                return Ok(V::Lit {
+                    value: if int { v.trunc() } else { v },
+                    int,
+                });
+            }
+            let (x, y, d) = self.unify(l, r, want, b)?;
+            if d == DTypeKind::Bool {
+                return Err(err(b, "arithmetic on bool: cast it first with `as f32`"));
+            }
+            return Ok(V::Typed(self.ir.push(Inst::Binary(op, x, y), d), d));
+        }
+        let cmp = match b.op {
+            B::Lt(_) => Some(CmpOp::Lt),
+            B::Le(_) => Some(CmpOp::Le),
+            B::Gt(_) => Some(CmpOp::Gt),
+            B::Ge(_) => Some(CmpOp::Ge),
+            B::Eq(_) => Some(CmpOp::Eq),
+            B::Ne(_) => Some(CmpOp::Ne),
+            _ => None,
+        };
+        if let Some(op) = cmp {
+            let l = self.expr(&b.left, None)?;
+            let r = self.expr(&b.right, None)?;
+            let (x, y, _) = self.unify(l, r, None, b)?;
+            return Ok(V::Typed(self.ir.push(Inst::Cmp(op, x, y), DTypeKind::Bool), DTypeKind::Bool));
+        }
+        let bop = match b.op {
+            B::And(_) => BoolOp::And,
+            B::Or(_) => BoolOp::Or,
+            _ => return Err(err(&b.op, "unsupported operator in a kernel")),
+        };
+        let l = self.expr(&b.left, Some(DTypeKind::Bool))?;
+        let r = self.expr(&b.right, Some(DTypeKind::Bool))?;
+        let x = self.materialise(l, DTypeKind::Bool, &b.left)?;
+        let y = self.materialise(r, DTypeKind::Bool, &b.right)?;
+        Ok(V::Typed(self.ir.push(Inst::Bool(bop, x, y), DTypeKind::Bool), DTypeKind::Bool))
+    }
+
+    fn if_expr(&mut self, i: &syn::ExprIf, want: Option<DTypeKind>) -> syn::Result<V> {
+        let c = self.expr(&i.cond, Some(DTypeKind::Bool))?;
+        let c = self.materialise(c, DTypeKind::Bool, &i.cond)?;
+        let a = self.block(&i.then_branch, want)?;
+        let (_, else_expr) = i.else_branch.as_ref().ok_or_else(|| {
+            err(i, "an `if` in a kernel is a value: add an `else` branch")
+        })?;
+        let b = self.expr(else_expr, want)?;
+        let (x, y, d) = self.unify(a, b, want, i)?;
+        Ok(V::Typed(self.ir.push(Inst::Select(c, x, y), d), d))
+    }
+
+    fn call(
+        &mut self,
+        name: &str,
+        args: &[&syn::Expr],
+        want: Option<DTypeKind>,
+        at: &syn::Expr,
+    ) -> syn::Result<V> {
+        if let Some(k) = self.lowering.find(name) {
+            return self.call_kernel(k, args, at);
+        }
+        let arity = |n: usize| -> syn::Result<()> {
+            if args.len() == n {
+                Ok(())
+            } else {
+                Err(err(at, format!("`{name}` takes {n} argument(s), found {}", args.len())))
+            }
+        };
+        if let Some(op) = UnaryOp::from_name(name) {
+            arity(1)?;
+            let v = self.expr(args[0], want)?;
+            return match v {
+                V::Lit { value, .. } => Ok(V::Lit {
+                    value: op.eval_f64(value),
+                    int: false,
+                }),
+                V::Typed(x, d) => {
+                    if op.needs_float() && !d.is_float() {
+                        return Err(err(
+                            args[0],
+                            format!("`{name}` needs a float, this is {d}: convert with `as f32`"),
+                        ));
+                    }
+                    Ok(V::Typed(self.ir.push(Inst::Unary(op, x), d), d))
+                }
+            };
+        }
+        let op = match name {
+            "max" | "maximum" => BinaryOp::Max,
+            "min" | "minimum" => BinaryOp::Min,
+            "pow" => BinaryOp::Pow,
+            _ => {
+                return Err(err(
+                    at,
+                    format!("`{name}` is not a kernel of this `tensor_fn!` or a math function (neg, abs, relu, sigmoid, tanh, exp, log, sin, cos, sqrt, rsqrt, square, recip, gelu, silu, max, min, pow)"),
+                ))
+            }
+        };
+        arity(2)?;
+        let l = self.expr(args[0], want)?;
+        let r = self.expr(args[1], want)?;
+        if let (V::Lit { value: x, int: ix }, V::Lit { value: y, int: iy }) = (l, r) {
+            return Ok(V::Lit {
+                value: op.eval_f64(x, y),
+                int: ix && iy && op != BinaryOp::Pow,
+            });
+        }
+        let (x, y, d) = self.unify(l, r, want, at)?;
+        if op == BinaryOp::Pow && !d.is_float() {
+            return Err(err(at, format!("`pow` needs floats, these are {d}")));
+        }
+        Ok(V::Typed(self.ir.push(Inst::Binary(op, x, y), d), d))
+    }
+
+    fn call_kernel(&mut self, k: usize, args: &[&syn::Expr], at: &syn::Expr) -> syn::Result<V> {
+        let callee = self.lowering.kernels[k];
+        if args.len() != callee.params.len() {
+            return Err(err(
+                at,
+                format!(
+                    "`{}` takes {} argument(s), found {}",
+                    callee.name,
+                    callee.params.len(),
+                    args.len()
+                ),
+            ));
+        }
+        let mut vals = Vec::new();
+        for (a, (_, d, _)) in args.iter().zip(&callee.params) {
+            let v = self.expr(a, Some(*d))?;
+            vals.push(self.materialise(v, *d, a)?);
+        }
+        let ir = self.lowering.get(k).map_err(|()| {
+            err(
+                at,
+                format!("`{}` calls itself (directly or through other kernels) or has errors", callee.name),
+            )
+        })?;
+        let out = self.ir.inline(&ir, &vals);
+        Ok(V::Typed(out, ir.output_dtype()))
+    }
+}
+
+fn float_const(name: &str) -> Option<f64> {
+    match name {
+        "PI" => Some(std::f64::consts::PI),
+        "E" => Some(std::f64::consts::E),
+        _ => None,
+    }
+}
+
+fn local_pat(p: &syn::Pat) -> syn::Result<(String, Option<DTypeKind>)> {
+    match p {
+        syn::Pat::Ident(i) => Ok((i.ident.to_string(), None)),
+        syn::Pat::Type(t) => {
+            let (name, _) = local_pat(&t.pat)?;
+            let d = match &*t.ty {
+                syn::Type::Path(p) => p
+                    .path
+                    .segments
+                    .last()
+                    .and_then(|s| DTypeKind::parse(&s.ident.to_string())),
+                _ => None,
+            }
+            .ok_or_else(|| err(&t.ty, "an element type: f32, f64, f16, bf16, i32, i64, u8 or bool"))?;
+            Ok((name, Some(d)))
+        }
+        other => Err(err(other, "bind one name: `let y = ..;`")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ast::Item;
+    use quote::quote;
+
+    fn lower(ts: proc_macro2::TokenStream) -> (Vec<Option<Ir>>, Vec<syn::Error>) {
+        let input = crate::parse::parse_input(ts).unwrap();
+        let ks: Vec<&KernelFn> = input
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Kernel(k) => Some(k),
+                _ => None,
+            })
+            .collect();
+        lower_kernels(&ks)
+    }
+
+    #[test]
+    fn gelu_matches_the_formula() {
+        let (irs, errs) = lower(quote! {
+            #[kernel]
+            fn gelu(x: f32) -> f32 {
+                0.5 * x * (1.0 + tanh(0.7978846 * (x + 0.044715 * x * x * x)))
+            }
+        });
+        assert!(errs.is_empty());
+        let ir = irs[0].as_ref().unwrap();
+        for x in [-2.0f64, -0.3, 0.0, 0.7, 3.1] {
+            let want = 0.5 * x * (1.0 + (0.7978846 * (x + 0.044715 * x * x * x)).tanh());
+            assert!((ir.eval_f64(&[x]) - want).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn select_lets_casts_and_kernel_calls() {
+        let (irs, errs) = lower(quote! {
+            #[kernel]
+            fn leaky(x: f32, slope: f32) -> f32 {
+                let neg = x * slope;
+                if x > 0.0 { x } else { neg }
+            }
+            #[kernel]
+            fn twice_leaky(x: f32) -> f32 { 2.0 * leaky(x, 0.1).max(-1.0) + (3 as f32) }
+            #[kernel]
+            fn to_int(x: f64) -> i32 { x as i32 + 1 }
+        });
+        assert!(errs.is_empty(), "{:?}", errs.iter().map(|e| e.to_string()).collect::<Vec<_>>());
+        let t = irs[1].as_ref().unwrap();
+        assert!((t.eval_f64(&[3.0]) - 9.0).abs() < 1e-12);
+        assert!((t.eval_f64(&[-5.0]) - (2.0 * -0.5 + 3.0)).abs() < 1e-6);
+        assert!((t.eval_f64(&[-50.0]) - 1.0).abs() < 1e-12);
+        assert_eq!(irs[2].as_ref().unwrap().eval_f64(&[2.7]), 3.0);
+    }
+
+    #[test]
+    fn errors_say_what_to_change() {
+        let (_, errs) = lower(quote! {
+            #[kernel]
+            fn a(x: f32, y: f64) -> f32 { x + y }
+            #[kernel]
+            fn b(x: i32) -> i32 { exp(x) }
+            #[kernel]
+            fn c(x: f32) -> f32 { if x > 0.0 { x } }
+            #[kernel]
+            fn d(x: f32) -> f32 { d(x) }
+            #[kernel]
+            fn e(x: f32) -> f32 { foo(x) }
+            #[kernel]
+            fn f(x: i32) -> i32 { x * 1.5 }
+        });
+        let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        assert_eq!(msgs.len(), 6, "{msgs:?}");
+        assert!(msgs[0].contains("f32 and f64"), "{msgs:?}");
+        assert!(msgs[1].contains("`exp` needs a float"), "{msgs:?}");
+        assert!(msgs[2].contains("add an `else`"), "{msgs:?}");
+        assert!(msgs[3].contains("calls itself"), "{msgs:?}");
+        assert!(msgs[4].contains("`foo` is not a kernel"), "{msgs:?}");
+        assert!(msgs[5].contains("float literal where i32"), "{msgs:?}");
+    }
+}

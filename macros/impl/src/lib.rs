@@ -1,0 +1,238 @@
+//! The stages of the `tensor_fn!` macro as a plain library, so that tests
+//! and benchmarks can run them without a compiler in the loop.
+//!
+//! [`expand`] runs them in order:
+//!
+//! 1. [`parse`]: tokens to the typed input of [`ast`];
+//! 2. [`sig`] and [`kernel`]: the signature of every function (symbols of
+//!    its shapes, run-time dims and where they are bound) and the element
+//!    program of every `#[kernel]`;
+//! 3. [`check`]: device, dtype and [`shape`] of every expression, built as
+//!    the typed [`graph`], with every error of a function reported;
+//! 4. [`lower`]: fusion groups of elementwise work ([`ir`] programs),
+//!    runtime calls, drops and the peak memory of intermediates;
+//! 5. [`expand`](mod@expand): Rust code against the `tensorfn` runtime.
+//!
+//! ```
+//! use quote::quote;
+//! let out = tensorfn_macros_impl::expand(quote! {
+//!     pub fn scale(x: &Tensor<Cpu, f32, [2, 3]>) -> Tensor<Cpu, f32, [2, 3]> {
+//!         x * 2.0 + 1.0
+//!     }
+//! });
+//! let text = out.to_string();
+//! assert!(text.contains("fn scale"));
+//! assert!(text.contains("fused1"));
+//! assert!(!text.contains("compile_error"));
+//! ```
+#![deny(missing_docs)]
+
+pub mod ast;
+pub mod check;
+pub mod expand;
+pub mod graph;
+pub mod ir;
+pub mod kernel;
+pub mod lower;
+pub mod parse;
+pub mod ptx;
+pub mod shape;
+pub mod sig;
+
+use ast::{Item, KernelFn, TensorFn};
+use proc_macro2::TokenStream;
+use quote::quote;
+use std::collections::HashMap;
+
+/// Joins errors into one `syn::Error` (`None` for none).
+pub fn combine(errors: Vec<syn::Error>) -> Option<syn::Error> {
+    let mut it = errors.into_iter();
+    let mut first = it.next()?;
+    for e in it {
+        first.combine(e);
+    }
+    Some(first)
+}
+
+/// Everything the stages produce for one invocation, for tests.
+pub struct Analysis {
+    /// Checked functions (`None` where errors were found).
+    pub checked: Vec<Option<check::CheckedFn>>,
+    /// Plans of the checked functions.
+    pub plans: Vec<Option<lower::Plan>>,
+    /// All errors, in source order of the stages.
+    pub errors: Vec<syn::Error>,
+}
+
+struct Invocation<'a> {
+    fns: Vec<&'a TensorFn>,
+    kernels: Vec<&'a KernelFn>,
+    kernel_irs: Vec<Option<ir::Ir>>,
+    sigs: Vec<Option<sig::Signature>>,
+    checked: Vec<Option<check::CheckedFn>>,
+    plans: Vec<Option<lower::Plan>>,
+    errors: Vec<syn::Error>,
+}
+
+fn analyse(input: &ast::Input) -> Invocation<'_> {
+    let mut errors = Vec::new();
+    let fns: Vec<&TensorFn> = input
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Fn(f) => Some(f),
+            Item::Kernel(_) => None,
+        })
+        .collect();
+    let kernels: Vec<&KernelFn> = input
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Kernel(k) => Some(k),
+            Item::Fn(_) => None,
+        })
+        .collect();
+    let mut seen: HashMap<String, ()> = HashMap::new();
+    for name in fns.iter().map(|f| &f.name).chain(kernels.iter().map(|k| &k.name)) {
+        if seen.insert(name.to_string(), ()).is_some() {
+            errors.push(syn::Error::new(
+                name.span(),
+                format!("`{name}` is defined twice in this `tensor_fn!`"),
+            ));
+        }
+    }
+    let (kernel_irs, kernel_errors) = kernel::lower_kernels(&kernels);
+    errors.extend(kernel_errors);
+    let sigs: Vec<Option<sig::Signature>> = fns
+        .iter()
+        .map(|f| match sig::signature(f) {
+            Ok(s) => Some(s),
+            Err(es) => {
+                errors.extend(es);
+                None
+            }
+        })
+        .collect();
+    let ksigs: Vec<check::KernelSig> = kernels
+        .iter()
+        .zip(&kernel_irs)
+        .map(|(k, ir)| check::KernelSig {
+            ast: k,
+            ir: ir.clone(),
+        })
+        .collect();
+    let mut checked = Vec::new();
+    for (i, f) in fns.iter().enumerate() {
+        if sigs[i].is_none() {
+            checked.push(None);
+            continue;
+        }
+        match check::check_fn(f, i, &sigs, &ksigs) {
+            Ok(c) => checked.push(Some(c)),
+            Err(es) => {
+                errors.extend(es);
+                checked.push(None);
+            }
+        }
+    }
+    let irs: Vec<ir::Ir> = kernel_irs
+        .iter()
+        .map(|i| i.clone().unwrap_or_else(|| ir::Ir::new(vec![])))
+        .collect();
+    let mut plans: Vec<Option<lower::Plan>> = vec![None; fns.len()];
+    let mut state = vec![0u8; fns.len()];
+    for i in 0..fns.len() {
+        plan_rec(i, &checked, &irs, &mut plans, &mut state);
+    }
+    Invocation {
+        fns,
+        kernels,
+        kernel_irs,
+        sigs,
+        checked,
+        plans,
+        errors,
+    }
+}
+
+/// Plans callees before callers so that a caller's peak includes theirs.
+fn plan_rec(
+    i: usize,
+    checked: &[Option<check::CheckedFn>],
+    irs: &[ir::Ir],
+    plans: &mut Vec<Option<lower::Plan>>,
+    state: &mut Vec<u8>,
+) {
+    if state[i] != 0 {
+        return;
+    }
+    state[i] = 1;
+    let Some(f) = &checked[i] else {
+        state[i] = 2;
+        return;
+    };
+    for n in &f.graph.nodes {
+        if let graph::Op::Call { callee, .. } = n.op {
+            plan_rec(callee, checked, irs, plans, state);
+        }
+    }
+    // A callee still in progress (recursion) has no peak yet: the caller's
+    // stays unknown.
+    let peaks: Vec<Option<Vec<shape::Dim>>> = (0..checked.len())
+        .map(|j| {
+            if state[j] == 2 {
+                plans[j].as_ref().and_then(|p| p.peak.clone())
+            } else {
+                None
+            }
+        })
+        .collect();
+    plans[i] = Some(lower::plan(f, irs, &peaks));
+    state[i] = 2;
+}
+
+/// Runs every stage but code generation (for tests and tools).
+pub fn analyse_tokens(input: TokenStream) -> Result<Analysis, syn::Error> {
+    let parsed = parse::parse_input(input)?;
+    let inv = analyse(&parsed);
+    Ok(Analysis {
+        checked: inv.checked,
+        plans: inv.plans,
+        errors: inv.errors,
+    })
+}
+
+/// The whole macro: `tensor_fn! { .. }` input to generated items, with
+/// every error as a `compile_error!` spanned on the input.
+pub fn expand(input: TokenStream) -> TokenStream {
+    let parsed = match parse::parse_input(input) {
+        Ok(p) => p,
+        Err(e) => return e.to_compile_error(),
+    };
+    let inv = analyse(&parsed);
+    let ptx = |ir: &ir::Ir, name: &str| ptx::fused(ir, name);
+    let ctx = expand::Ctx {
+        sigs: &inv.sigs,
+        fns: &inv.fns,
+        kernels: &inv.kernels,
+        ptx: &ptx,
+    };
+    let mut out = TokenStream::new();
+    for (k, ir) in inv.kernels.iter().zip(&inv.kernel_irs) {
+        out.extend(match ir {
+            Some(ir) => expand::kernel_fn(k, ir),
+            None => expand::stub_kernel(k),
+        });
+    }
+    for (i, f) in inv.fns.iter().enumerate() {
+        out.extend(match (&inv.checked[i], &inv.plans[i]) {
+            (Some(c), Some(p)) => expand::tensor_fn(&ctx, f, c, p),
+            _ => expand::stub_fn(f),
+        });
+    }
+    if let Some(e) = combine(inv.errors) {
+        let errors = e.to_compile_error();
+        out.extend(quote!(#errors));
+    }
+    out
+}

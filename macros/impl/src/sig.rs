@@ -1,0 +1,315 @@
+//! Signatures: the symbols of a function's shapes (const generics and
+//! run-time dims), where each run-time dim is bound at entry, what is
+//! checked there, and the types callers see.
+
+use crate::ast::{DimAst, DimExpr, ParamTy, ScalarKind, Sp, TensorFn, TensorTyAst};
+use crate::graph::{DimTy, TensorTy};
+use crate::shape::Dim;
+use std::collections::BTreeMap;
+
+/// Where a run-time dim gets its value when the function is entered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// `params[param].shape()[dim]`.
+    TensorDim {
+        /// Parameter index.
+        param: usize,
+        /// Dim index.
+        dim: usize,
+    },
+    /// A `usize` parameter.
+    Scalar {
+        /// Parameter index.
+        param: usize,
+    },
+}
+
+/// What a symbol in a shape stands for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SymKind {
+    /// A `const N: usize` generic: known at compile time, `Const<N>`.
+    Generic,
+    /// A size known at run time, bound from `Source` (`None` while unbound).
+    Runtime(Option<Source>),
+}
+
+/// The symbols of one function.
+#[derive(Clone, Debug, Default)]
+pub struct Symbols {
+    /// Symbol name to kind, in name order.
+    pub map: BTreeMap<String, SymKind>,
+}
+
+impl Symbols {
+    /// True for a const generic.
+    pub fn is_generic(&self, name: &str) -> bool {
+        self.map.get(name) == Some(&SymKind::Generic)
+    }
+
+    /// The Rust shape type of a dim: `Const<..>` for a literal or a lone
+    /// const generic, `Dyn` otherwise.
+    pub fn dim_ty(&self, d: &Dim) -> DimTy {
+        if d.as_constant().is_some() {
+            return DimTy::Const(d.clone());
+        }
+        match d.as_symbol() {
+            Some(s) if self.is_generic(s) => DimTy::Const(d.clone()),
+            _ => DimTy::Dyn,
+        }
+    }
+
+    /// The Rust shape type of every dim.
+    pub fn dim_tys(&self, dims: &[Dim]) -> Vec<DimTy> {
+        dims.iter().map(|d| self.dim_ty(d)).collect()
+    }
+
+    /// The variable holding a run-time symbol's value in generated code.
+    pub fn var_name(name: &str) -> String {
+        let clean: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        format!("__tf_dim_{clean}")
+    }
+}
+
+/// A parameter as callers see it.
+#[derive(Clone, Debug)]
+pub enum ParamSig {
+    /// A tensor.
+    Tensor(TensorTy),
+    /// A scalar.
+    Scalar(ScalarKind),
+}
+
+/// A dim of a parameter checked when the function is entered, because its
+/// type (`Dyn`) does not fix it.
+#[derive(Clone, Debug)]
+pub struct EntryCheck {
+    /// Parameter index.
+    pub param: usize,
+    /// Dim index.
+    pub dim: usize,
+    /// The value it must have.
+    pub expected: Dim,
+}
+
+/// Everything about a function but its body.
+#[derive(Clone, Debug)]
+pub struct Signature {
+    /// The name.
+    pub name: String,
+    /// Const generics in order.
+    pub generics: Vec<String>,
+    /// Parameter names.
+    pub param_names: Vec<String>,
+    /// Parameter types.
+    pub params: Vec<ParamSig>,
+    /// Result tensors.
+    pub ret: Vec<TensorTy>,
+    /// True if the result is a tuple.
+    pub tuple: bool,
+    /// The symbols of the shapes.
+    pub symbols: Symbols,
+    /// Dims checked at entry.
+    pub entry_checks: Vec<EntryCheck>,
+}
+
+/// Converts a dim as written, with the symbols known so far. `define`
+/// admits new names as run-time dims (parameter shapes); elsewhere an
+/// unknown name is an error.
+pub fn dim_of(
+    ast: &DimAst,
+    symbols: &mut Symbols,
+    define: Option<(&str, usize)>,
+) -> syn::Result<Dim> {
+    fn go(
+        e: &DimExpr,
+        sp: &Sp,
+        symbols: &mut Symbols,
+        define: Option<(&str, usize)>,
+    ) -> syn::Result<Dim> {
+        match e {
+            DimExpr::Lit(n) => Ok(Dim::constant(*n as i64)),
+            DimExpr::Sym(s) => {
+                if !symbols.map.contains_key(s) {
+                    if define.is_none() {
+                        return Err(sp.error(format!(
+                            "unknown dim `{s}`: declare it as a const generic (`<const {s}: usize>`) or name it in a parameter's shape"
+                        )));
+                    }
+                    symbols.map.insert(s.clone(), SymKind::Runtime(None));
+                }
+                Ok(Dim::sym(s))
+            }
+            DimExpr::Anon => match define {
+                Some((param, dim)) => {
+                    let name = format!("{param}.shape()[{dim}]");
+                    symbols.map.insert(
+                        name.clone(),
+                        SymKind::Runtime(None),
+                    );
+                    Ok(Dim::sym(&name))
+                }
+                None => Err(sp.error(
+                    "`_` is only allowed in parameter shapes: name the dim or use `-1` in a reshape",
+                )),
+            },
+            DimExpr::Infer => Err(sp.error("`-1` is only allowed in `reshape`/`view` targets")),
+            DimExpr::Add(a, b) => Ok(go(a, sp, symbols, define)?.add(&go(b, sp, symbols, define)?)),
+            DimExpr::Mul(a, b) => Ok(go(a, sp, symbols, define)?.mul(&go(b, sp, symbols, define)?)),
+        }
+    }
+    go(&ast.expr, &ast.sp, symbols, define)
+}
+
+fn tensor_ty(
+    t: &TensorTyAst,
+    symbols: &mut Symbols,
+    param: Option<&str>,
+    errors: &mut Vec<syn::Error>,
+) -> Option<TensorTy> {
+    let mut dims = Vec::new();
+    let mut ok = true;
+    for (i, d) in t.dims.iter().enumerate() {
+        match dim_of(d, symbols, param.map(|p| (p, i))) {
+            Ok(d) => dims.push(d),
+            Err(e) => {
+                errors.push(e);
+                ok = false;
+            }
+        }
+    }
+    ok.then(|| TensorTy {
+        device: t.device.0,
+        dtype: t.dtype.0,
+        dims,
+    })
+}
+
+/// A declared tensor type outside parameters (a `let` annotation): every
+/// name must be known.
+pub fn declared_ty(t: &TensorTyAst, symbols: &Symbols) -> syn::Result<TensorTy> {
+    let mut symbols = symbols.clone();
+    let mut errors = Vec::new();
+    match tensor_ty(t, &mut symbols, None, &mut errors) {
+        Some(ty) => Ok(ty),
+        None => Err(crate::combine(errors).expect("an error was recorded")),
+    }
+}
+
+/// Builds a function's signature: symbols, bindings of run-time dims,
+/// entry checks, parameter and result types.
+pub fn signature(f: &TensorFn) -> Result<Signature, Vec<syn::Error>> {
+    let mut errors = Vec::new();
+    let mut symbols = Symbols::default();
+    for g in &f.generics {
+        symbols.map.insert(g.to_string(), SymKind::Generic);
+    }
+    // A `usize` parameter can size dims; it binds its own name.
+    for (i, p) in f.params.iter().enumerate() {
+        if let ParamTy::Scalar(s) = &p.ty {
+            if s.kind == ScalarKind::Usize {
+                let name = p.name.to_string();
+                if symbols.is_generic(&name) {
+                    errors.push(syn::Error::new(
+                        p.name.span(),
+                        format!("`{name}` is both a const generic and a parameter"),
+                    ));
+                }
+                symbols
+                    .map
+                    .insert(name, SymKind::Runtime(Some(Source::Scalar { param: i })));
+            }
+        }
+    }
+    let mut params = Vec::new();
+    let mut param_names = Vec::new();
+    for (pi, p) in f.params.iter().enumerate() {
+        let pname = p.name.to_string();
+        param_names.push(pname.clone());
+        match &p.ty {
+            ParamTy::Scalar(s) => params.push(ParamSig::Scalar(s.kind)),
+            ParamTy::Tensor(t) => {
+                let Some(ty) = tensor_ty(t, &mut symbols, Some(&pname), &mut errors) else {
+                    continue;
+                };
+                for (di, d) in ty.dims.iter().enumerate() {
+                    if let Some(s) = d.as_symbol() {
+                        if let Some(SymKind::Runtime(src @ None)) = symbols.map.get_mut(s) {
+                            *src = Some(Source::TensorDim { param: pi, dim: di });
+                        }
+                    }
+                }
+                params.push(ParamSig::Tensor(ty));
+            }
+        }
+    }
+    // A run-time dim only inside sums and products cannot be solved for.
+    let mut reported = std::collections::BTreeSet::new();
+    for p in &f.params {
+        if let ParamTy::Tensor(t) = &p.ty {
+            for d in &t.dims {
+                for s in dim_symbols(&d.expr) {
+                    if symbols.map.get(&s) == Some(&SymKind::Runtime(None)) && reported.insert(s.clone()) {
+                        errors.push(d.sp.error(format!(
+                            "run-time dim `{s}` appears only inside `{}`: name it alone in some parameter's shape (e.g. `[{s}, ..]`) or make it a const generic `<const {s}: usize>`",
+                            d.expr
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    let mut ret = Vec::new();
+    for t in &f.ret.tensors {
+        if let Some(ty) = tensor_ty(t, &mut symbols.clone(), None, &mut errors) {
+            ret.push(ty);
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let mut entry_checks = Vec::new();
+    for (pi, p) in params.iter().enumerate() {
+        let ParamSig::Tensor(t) = p else { continue };
+        for (di, d) in t.dims.iter().enumerate() {
+            if symbols.dim_ty(d) != DimTy::Dyn {
+                continue;
+            }
+            let binds_here = d.as_symbol().is_some_and(|s| {
+                symbols.map.get(s)
+                    == Some(&SymKind::Runtime(Some(Source::TensorDim { param: pi, dim: di })))
+            });
+            if !binds_here {
+                entry_checks.push(EntryCheck {
+                    param: pi,
+                    dim: di,
+                    expected: d.clone(),
+                });
+            }
+        }
+    }
+    Ok(Signature {
+        name: f.name.to_string(),
+        generics: f.generics.iter().map(|g| g.to_string()).collect(),
+        param_names,
+        params,
+        ret,
+        tuple: f.ret.tuple,
+        symbols,
+        entry_checks,
+    })
+}
+
+fn dim_symbols(e: &DimExpr) -> Vec<String> {
+    match e {
+        DimExpr::Sym(s) => vec![s.clone()],
+        DimExpr::Add(a, b) | DimExpr::Mul(a, b) => {
+            let mut v = dim_symbols(a);
+            v.extend(dim_symbols(b));
+            v
+        }
+        _ => vec![],
+    }
+}

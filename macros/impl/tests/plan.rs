@@ -1,0 +1,182 @@
+//! The planner: fusion groups, materialised values, drops and peak memory.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+use tensorfn_macros_impl::lower::{GroupInput, Plan, Step};
+use tensorfn_macros_impl::shape::Dim;
+
+fn plan(input: TokenStream) -> (Plan, tensorfn_macros_impl::check::CheckedFn) {
+    let mut a = tensorfn_macros_impl::analyse_tokens(input).expect("parses");
+    assert!(a.errors.is_empty(), "{:?}", a.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>());
+    let p = a.plans.pop().flatten().expect("a plan");
+    let c = a.checked.pop().flatten().expect("checked");
+    (p, c)
+}
+
+fn fused(p: &Plan) -> Vec<&tensorfn_macros_impl::lower::FusedGroup> {
+    p.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Fused(g) => Some(g),
+            _ => None,
+        })
+        .collect()
+}
+
+fn ops(p: &Plan, c: &tensorfn_macros_impl::check::CheckedFn) -> Vec<String> {
+    p.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Op(n) => Some(format!("{:?}", c.graph.nodes[*n].op).split(['(', ' ', '{']).next().unwrap_or("").to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn peak(p: &Plan) -> i64 {
+    let c = p.peak.as_ref().expect("a known peak");
+    assert_eq!(c.len(), 1, "{c:?}");
+    c[0].as_constant().expect("static")
+}
+
+#[test]
+fn an_elementwise_chain_is_one_kernel() {
+    let (p, _) = plan(quote! {
+        fn f(x: &Tensor<Cpu, f32, [8, 4]>) -> Tensor<Cpu, f32, [8, 4]> { sin(x) * 2.0 + 5.0 }
+    });
+    let g = fused(&p);
+    assert_eq!(g.len(), 1);
+    assert_eq!(g[0].inputs.len(), 1);
+    assert_eq!(g[0].members.len(), 3);
+    for x in [-1.5, 0.0, 0.3, 2.0] {
+        assert!((g[0].ir.eval_f64(&[x]) - (f64::sin(x) * 2.0 + 5.0)).abs() < 1e-12);
+    }
+    assert_eq!(peak(&p), 8 * 4 * 4);
+}
+
+#[test]
+fn broadcasts_casts_kernels_and_scalars_fuse_together() {
+    let (p, _) = plan(quote! {
+        #[kernel]
+        fn leaky(x: f32, slope: f32) -> f32 { if x > 0.0 { x } else { x * slope } }
+        fn f(a: &Tensor<Cpu, f16, [3, 1]>, b: &Tensor<Cpu, f32, [4]>, s: f32) -> Tensor<Cpu, f16, [3, 4]> {
+            (leaky(a.cast::<f32>() + b, 0.1) * s).cast::<f16>()
+        }
+    });
+    let g = fused(&p);
+    assert_eq!(g.len(), 1, "{:?}", p.steps);
+    let inputs = &g[0].inputs;
+    assert_eq!(inputs.len(), 3);
+    assert!(matches!(inputs[2], GroupInput::Scalar { .. }));
+    let want = |a: f64, b: f64, s: f64| {
+        let x = a + b;
+        (if x > 0.0 { x } else { x * 0.1 }) * s
+    };
+    for (a, b, s) in [(1.0, 2.0, 3.0), (-4.0, 1.0, 0.5), (0.0, -2.0, 2.0)] {
+        assert!((g[0].ir.eval_f64(&[a, b, s]) - want(a, b, s)).abs() < 1e-6);
+    }
+}
+
+#[test]
+fn values_read_by_other_operations_are_materialised() {
+    let (p, c) = plan(quote! {
+        fn f(x: &Tensor<Cpu, f32, [4, 4]>, w: &Tensor<Cpu, f32, [4, 4]>) -> Tensor<Cpu, f32, [4, 4]> {
+            let h = relu(x);
+            matmul(h, w) + h
+        }
+    });
+    let g = fused(&p);
+    assert_eq!(g.len(), 2, "{:?}", p.steps);
+    assert_eq!(ops(&p, &c), vec!["MatMul"]);
+    // relu(x) -> matmul -> add(matmul, relu): relu is an input of the add.
+    assert_eq!(g[1].inputs.len(), 2);
+    // h, the product and the sum (the product dies with the sum's write).
+    assert_eq!(peak(&p), 3 * 64);
+}
+
+#[test]
+fn a_value_used_twice_inside_one_kernel_stays_inside() {
+    let (p, _) = plan(quote! {
+        fn f(x: &Tensor<Cpu, f32, [16]>) -> Tensor<Cpu, f32, [16]> {
+            let h = sin(x);
+            let g = h * 2.0;
+            g + h * h
+        }
+    });
+    let g = fused(&p);
+    assert_eq!(g.len(), 1);
+    assert_eq!(g[0].inputs.len(), 1);
+}
+
+#[test]
+fn more_than_eight_inputs_are_split() {
+    let (p, _) = plan(quote! {
+        fn f(a: &Tensor<Cpu, f32, [4]>, b: &Tensor<Cpu, f32, [4]>, c: &Tensor<Cpu, f32, [4]>, d: &Tensor<Cpu, f32, [4]>,
+             e: &Tensor<Cpu, f32, [4]>, f: &Tensor<Cpu, f32, [4]>, g: &Tensor<Cpu, f32, [4]>, h: &Tensor<Cpu, f32, [4]>,
+             i: &Tensor<Cpu, f32, [4]>, j: &Tensor<Cpu, f32, [4]>) -> Tensor<Cpu, f32, [4]> {
+            a + b + c + d + e + f + g + h + i + j
+        }
+    });
+    let g = fused(&p);
+    assert!(g.len() >= 2);
+    assert!(g.iter().all(|g| g.inputs.len() <= 8));
+}
+
+#[test]
+fn drops_follow_last_uses_and_views_keep_buffers_alive() {
+    let (p, c) = plan(quote! {
+        fn f(x: &Tensor<Cpu, f32, [4, 8]>, w: &Tensor<Cpu, f32, [8, 8]>) -> Tensor<Cpu, f32, [8]> {
+            let y = matmul(x, w);
+            let t = y.t();
+            let z = exp(t);
+            z.sum(1)
+        }
+    });
+    let dropped: Vec<String> = p
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Drop(n) => Some(c.graph.nodes[*n].text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dropped, vec!["matmul(x, w)", "y.t()", "exp(t)"]);
+    // y (128) + exp (128) live together; then exp + sum (32).
+    assert_eq!(peak(&p), 256);
+}
+
+#[test]
+fn peak_of_generic_functions_is_a_polynomial() {
+    let (p, _) = plan(quote! {
+        fn dense<const B: usize>(x: &Tensor<Cuda, f16, [B, 784]>, w: &Tensor<Cuda, f16, [784, 128]>, b: &Tensor<Cuda, f16, [128]>)
+            -> Tensor<Cuda, f16, [B, 128]> { relu(addmm(b, x, w)) }
+    });
+    let c = p.peak.expect("known");
+    assert_eq!(c, vec![Dim::sym("B").mul(&Dim::constant(512))]);
+}
+
+#[test]
+fn calls_add_the_callee_peak() {
+    let (p, c) = plan(quote! {
+        fn inner(x: &Tensor<Cpu, f32, [N]>) -> Tensor<Cpu, f32, [N]> { let a = exp(x); matmul(a.reshape([N, 1]), a.reshape([1, N])).sum(0) }
+        fn outer(x: &Tensor<Cpu, f32, [10]>) -> Tensor<Cpu, f32, [10]> { let y = x * 2.0; inner(y) }
+    });
+    assert!(ops(&p, &c).contains(&"Call".to_string()));
+    // inner: exp (40) with the product (400), then the product with the
+    // sum (40): 440. outer: y (40) stays alive during the call.
+    assert_eq!(peak(&p), 40 + 440);
+    let (p, _) = plan(quote! {
+        fn outer(x: &Tensor<Cpu, f32, [10]>) -> Tensor<Cpu, f32, [10]> { let y: Tensor<Cpu, f32, [10]> = elsewhere(x); y }
+    });
+    assert!(p.peak.is_none());
+}
+
+#[test]
+fn reshape_of_a_parameter_counts_a_possible_copy_but_views_do_not() {
+    let (p, _) = plan(quote! {
+        fn f(x: &Tensor<Cpu, f32, [4, 8]>) -> (Tensor<Cpu, f32, [32]>, Tensor<Cpu, f32, [32]>) {
+            (x.reshape([32]), x.view([-1]))
+        }
+    });
+    assert_eq!(peak(&p), 128);
+}
