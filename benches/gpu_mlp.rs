@@ -64,7 +64,7 @@ impl Params {
         let dims = [D0, D1, D2, D3];
         let mut h: Vec<f64> = f64s(&x[r * D0..(r + 1) * D0]);
         for layer in 0..3 {
-            let (k, n) = (dims[layer], dims[layer + 1]);
+            let n = dims[layer + 1];
             let mut out = f64s(&self.b[layer]);
             for (kk, hv) in h.iter().enumerate() {
                 for (o, w) in out.iter_mut().zip(&self.w[layer][kk * n..(kk + 1) * n]) {
