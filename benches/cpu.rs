@@ -360,7 +360,7 @@ fn main() {
     // unset pool would take every core of the machine it lands on.
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
         emit_skipped(
-            "tensorfn",
+            "cpu",
             &"set RAYON_NUM_THREADS=2 and OPENBLAS_NUM_THREADS=2 to run the CPU comparison",
         );
         return;

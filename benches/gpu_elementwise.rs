@@ -195,7 +195,7 @@ fn main() {
     let args = Args::parse();
     emit_meta("gpu_elementwise", &args);
     if let Err(e) = sync_cuda() {
-        emit_skipped("tensorfn", &e);
+        emit_skipped("gpu_elementwise", &e);
         return;
     }
     bench_dtype::<f32>(&args);

@@ -220,7 +220,7 @@ fn main() {
     let args = Args::parse();
     emit_meta("gpu_matmul", &args);
     if let Err(e) = sync_cuda() {
-        emit_skipped("tensorfn", &e);
+        emit_skipped("gpu_matmul", &e);
         return;
     }
     bench_dtype::<f32>(&args);

@@ -124,7 +124,7 @@ fn main() {
     let args = Args::parse();
     emit_meta("gpu_mlp", &args);
     if let Err(e) = sync_cuda() {
-        emit_skipped("tensorfn", &e);
+        emit_skipped("gpu_mlp", &e);
         return;
     }
     if !args.wants("mlp_fwd") {

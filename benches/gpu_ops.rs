@@ -141,7 +141,7 @@ fn main() {
     let args = Args::parse();
     emit_meta("gpu_ops", &args);
     if let Err(e) = sync_cuda() {
-        emit_skipped("tensorfn", &e);
+        emit_skipped("gpu_ops", &e);
         return;
     }
     for parts in [2, 8] {

@@ -71,7 +71,7 @@ fn main() {
     let args = Args::parse();
     emit_meta("gpu_transfer", &args);
     if let Err(e) = sync_cuda() {
-        emit_skipped("tensorfn", &e);
+        emit_skipped("gpu_transfer", &e);
         return;
     }
     for mib in sizes_mib(&args) {

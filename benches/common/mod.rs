@@ -284,14 +284,14 @@ impl Case {
     }
 }
 
-/// Prints a record saying this binary measured nothing, and why.
-pub fn emit_skipped(imp: &str, why: &dyn std::fmt::Display) {
+/// Prints a record saying bench binary `binary` measured nothing, and why.
+pub fn emit_skipped(binary: &str, why: &dyn std::fmt::Display) {
     println!(
-        "{{\"case\": \"skipped\", \"dtype\": \"-\", \"size\": \"-\", \"impl\": {}, \"error\": {}}}",
-        json_str(imp),
+        "{{\"case\": \"skipped\", \"dtype\": \"-\", \"size\": \"-\", \"impl\": \"tensorfn\", \"binary\": {}, \"error\": {}}}",
+        json_str(binary),
         json_str(&why.to_string())
     );
-    eprintln!("skipped: {why}");
+    eprintln!("{binary}: skipped: {why}");
 }
 
 /// Prints the machine record of a Rust bench binary.
