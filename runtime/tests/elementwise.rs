@@ -138,6 +138,13 @@ fn operators_match_methods() {
     }
 }
 
+/// An op's name, its result and the reference applied to each element.
+type ScalarCase<'a, T> = (
+    &'static str,
+    tensorfn_runtime::Result<Tensor<Cpu, T, D2>>,
+    Box<dyn Fn(f64) -> f64 + 'a>,
+);
+
 fn check_scalars<T: TestDType>(rng: &mut Rng) {
     for kind in KINDS {
         let dims = rng.dims(2, 1, 7);
@@ -149,11 +156,7 @@ fn check_scalars<T: TestDType>(rng: &mut Rng) {
         let (x, xv) = view::<T, D2>(rng, &dims, kind, lo, hi);
         let s = T::sample(rng, 1.0, 9.0);
         let st = T::from_f64(s);
-        let cases: [(
-            &str,
-            tensorfn_runtime::Result<Tensor<Cpu, T, D2>>,
-            Box<dyn Fn(f64) -> f64>,
-        ); 8] = [
+        let cases: [ScalarCase<'_, T>; 8] = [
             (
                 "add_scalar",
                 x.add_scalar(st),

@@ -19,7 +19,7 @@ fn check_views<T: TestDType>(rng: &mut Rng) {
         // reshape keeps row-major order (copying non-contiguous inputs).
         let r = x.reshape_dims::<D2>(&[dims[0] * dims[1], dims[2]]).unwrap();
         assert_close(&r.to_vec().unwrap(), &xv, 0.0, &format!("reshape {what}"));
-        assert_eq!(r.is_contiguous(), true);
+        assert!(r.is_contiguous());
         let f = x.flatten().unwrap();
         assert_eq!(f.shape(), &[n]);
         assert_close(&f.to_vec().unwrap(), &xv, 0.0, &format!("flatten {what}"));

@@ -167,6 +167,9 @@ pub const KINDS: [Kind; 5] = [
     Kind::Broadcast,
 ];
 
+/// Maps a logical index of a view to the index in its base.
+type SourceIndex = Box<dyn Fn(&[usize]) -> Vec<usize>>;
+
 /// A tensor of `dims` laid out as `kind`, and its logical values.
 pub fn view<T: TestDType, S: Shape + RemoveDim<0>>(
     rng: &mut Rng,
@@ -202,7 +205,7 @@ pub fn view<T: TestDType, S: Shape + RemoveDim<0>>(
     };
     let (data, raw) = values::<T>(rng, numel(&base_dims), lo, hi);
     let base = Tensor::<Cpu, T, S>::from_vec_dims(raw, &base_dims).unwrap();
-    let (tensor, source): (Tensor<Cpu, T, S>, Box<dyn Fn(&[usize]) -> Vec<usize>>) = match kind {
+    let (tensor, source): (Tensor<Cpu, T, S>, SourceIndex) = match kind {
         Kind::Contiguous => (base, Box::new(|i: &[usize]| i.to_vec())),
         Kind::Transposed => (
             base.transpose::<S>(r - 2, r - 1).unwrap(),
