@@ -24,6 +24,8 @@ pub(crate) struct Context {
     pub(crate) name: String,
     /// Device memory in bytes.
     pub(crate) total_memory: usize,
+    /// Number of multiprocessors, for sizing grids.
+    pub(crate) sm_count: usize,
     pub(crate) raw: sys::CUcontext,
     pub(crate) stream: sys::CUstream,
     pub(crate) alloc: Mutex<CachingAllocator>,
@@ -131,10 +133,20 @@ impl Context {
                 .map_err(|e| driver("cuStreamCreate", e))?;
             let (_, total_memory) =
                 result::mem_get_info().map_err(|e| driver("cuMemGetInfo", e))?;
+            // SAFETY: `dev` comes from cuDeviceGet.
+            let sm_count = unsafe {
+                result::device::get_attribute(
+                    dev,
+                    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                )
+            }
+            .map_err(|e| driver("cuDeviceGetAttribute", e))?
+            .max(1) as usize;
             Ok(Context {
                 ordinal,
                 name,
                 total_memory,
+                sm_count,
                 raw,
                 stream,
                 alloc: Mutex::new(CachingAllocator::default()),

@@ -8,7 +8,7 @@
 //! `CUDA_LAUNCH_BLOCKING=1` is set, which names the faulting kernel).
 
 use super::alloc::CudaStorage;
-use super::builtin_pending as builtin;
+
 use super::context::{context, lock, Context};
 use super::error::driver;
 use crate::dtype::DType;
@@ -21,7 +21,7 @@ use std::ffi::{c_void, CString};
 use std::sync::OnceLock;
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::abi::{FusedKernel, StridedMeta, MAX_RANK};
-use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
+use tensorfn_kernels::{builtin, BinaryOp, ReduceOp, UnaryOp};
 
 /// Threads per block of every built-in and fused kernel.
 pub(crate) const BLOCK: u32 = builtin::BLOCK;
@@ -42,18 +42,22 @@ pub(crate) enum Builtin {
 }
 
 impl Builtin {
-    fn source(self) -> KernelSource {
+    fn source(self) -> Result<KernelSource> {
         let k = match self {
-            Builtin::Unary(op, t) => builtin::unary(op, t),
-            Builtin::Binary(op, t) => builtin::binary(op, t),
-            Builtin::Cast(from, to) => builtin::cast(from, to),
-            Builtin::Reduce(op, t) => builtin::reduce(op, t),
-            Builtin::Softmax(t, log) => builtin::softmax(t, log),
-        };
-        KernelSource {
+            Builtin::Unary(op, t) => builtin::try_unary(op, t),
+            Builtin::Binary(op, t) => builtin::try_binary(op, t),
+            Builtin::Cast(from, to) => Ok(builtin::cast(from, to)),
+            Builtin::Reduce(op, t) => builtin::try_reduce(op, t),
+            Builtin::Softmax(t, log) => builtin::try_softmax(t, log),
+        }
+        .map_err(|e| Error::Driver {
+            op: format!("generating the built-in kernel {self:?}"),
+            message: e.to_string(),
+        })?;
+        Ok(KernelSource {
             name: k.name,
             ptx: k.ptx,
-        }
+        })
     }
 }
 
@@ -138,13 +142,13 @@ impl Context {
         &self,
         key: ModuleKey,
         suffix: &'static str,
-        source: impl FnOnce() -> KernelSource,
+        source: impl FnOnce() -> Result<KernelSource>,
     ) -> Result<sys::CUfunction> {
         let mut cache = lock(&self.modules);
         let module = match cache.modules.entry(key) {
             Entry::Occupied(o) => o.into_mut(),
             Entry::Vacant(v) => {
-                let src = source();
+                let src = source()?;
                 let raw = load_ptx(&src.name, &src.ptx)?;
                 v.insert(LoadedModule {
                     raw,
@@ -190,7 +194,7 @@ impl Context {
     pub(crate) fn elementwise(
         &self,
         key: ModuleKey,
-        source: impl FnOnce() -> KernelSource,
+        source: impl FnOnce() -> Result<KernelSource>,
         out: (u64, &Layout),
         inputs: &[(u64, &Layout)],
     ) -> Result<()> {
@@ -226,7 +230,9 @@ impl Context {
         }
         let suffix = if contig { "_contig" } else { "_strided" };
         let f = self.function(key, suffix, source)?;
-        let grid = n.div_ceil(BLOCK as usize).min(i32::MAX as usize) as u32;
+        // The kernels loop over the grid's stride: a few waves of blocks
+        // per multiprocessor keep every one busy without idle blocks.
+        let grid = n.div_ceil(BLOCK as usize).min(self.sm_count * 32) as u32;
         self.launch(
             f,
             &|| format!("{key:?}{suffix} over {dims:?}"),
@@ -240,7 +246,7 @@ impl Context {
     pub(crate) fn rows(
         &self,
         key: ModuleKey,
-        source: impl FnOnce() -> KernelSource,
+        source: impl FnOnce() -> Result<KernelSource>,
         out: u64,
         input: u64,
         rows: usize,
@@ -339,9 +345,11 @@ pub(crate) fn launch_fused<O: DType>(
         .collect();
     ctx.elementwise(
         ModuleKey::Fused(kernel.name),
-        || KernelSource {
-            name: kernel.name.to_string(),
-            ptx: kernel.ptx.to_string(),
+        || {
+            Ok(KernelSource {
+                name: kernel.name.to_string(),
+                ptx: kernel.ptx.to_string(),
+            })
         },
         (out.device_ptr(), &Layout::contiguous(out_dims)),
         &at_offsets,

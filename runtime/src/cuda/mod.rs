@@ -15,7 +15,6 @@ mod addmm_relu;
 mod alloc;
 mod backend;
 mod blas;
-mod builtin_pending;
 mod context;
 mod error;
 mod launch;
