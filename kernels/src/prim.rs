@@ -117,7 +117,9 @@ pub(crate) enum Op {
     FCvt(Round),
     /// int -> float.
     IToF(Round),
-    /// float -> int, truncating, saturating, NaN -> 0.
+    /// float -> int, truncating, saturating. The GPU's result for NaN
+    /// depends on the types (0 or the minimum integer): every lowering that
+    /// can see a NaN tests for it; the interpreter gives 0.
     FToI,
     /// int -> int: sign-extend or wrap.
     ICvt,

@@ -261,7 +261,7 @@ fn compare(op: CmpOp, a: V, b: V) -> V {
 #[derive(Clone, Debug)]
 enum Node {
     Input(usize),
-    Const(V, DTypeKind),
+    Const(V),
     Unary(UnaryOp, usize),
     Binary(BinaryOp, usize, usize),
     Compare(CmpOp, usize, usize),
@@ -279,7 +279,7 @@ impl Model {
         for (node, dt) in &self.nodes {
             let v = match *node {
                 Node::Input(i) => inputs[i],
-                Node::Const(v, _) => v,
+                Node::Const(v) => v,
                 Node::Unary(op, a) => unary(op, vals[a], *dt),
                 Node::Binary(op, a, b) => binary(op, vals[a], vals[b], *dt),
                 Node::Compare(op, a, b) => compare(op, vals[a], vals[b]),
@@ -335,7 +335,14 @@ fn random_value(rng: &mut Rng, dt: DTypeKind) -> V {
         }
         _ => {
             let v = match rng.below(40) {
-                0 => rng.pick(&[0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1e30, -1e-30]),
+                0 => rng.pick(&[
+                    0.0,
+                    f64::INFINITY,
+                    f64::NEG_INFINITY,
+                    f64::NAN,
+                    1e30,
+                    -1e-30,
+                ]),
                 1 => (rng.unit() - 0.5) * 1e6,
                 2 => (rng.unit() - 0.5) * 1e-6,
                 _ => (rng.unit() - 0.5) * 20.0,
@@ -372,7 +379,9 @@ impl Gen<'_> {
     }
     /// A value of dtype `dt`: an existing one, a cast of one, or a constant.
     fn operand(&mut self, dt: DTypeKind) -> usize {
-        let same: Vec<usize> = (0..self.vals.len()).filter(|&i| self.dtype(i) == dt).collect();
+        let same: Vec<usize> = (0..self.vals.len())
+            .filter(|&i| self.dtype(i) == dt)
+            .collect();
         if !same.is_empty() && self.rng.chance(60) {
             return self.rng.pick(&same);
         }
@@ -383,7 +392,7 @@ impl Gen<'_> {
                 V::I(x) => self.k.constant_int(x as i64, dt),
                 V::B(b) => self.k.constant(b as u8 as f64, dt),
             };
-            return self.push(Node::Const(c, dt), dt, v);
+            return self.push(Node::Const(c), dt, v);
         }
         let src = self.rng.below(self.vals.len());
         self.cast_to(src, dt)
@@ -453,7 +462,11 @@ fn random_kernel(rng: &mut Rng, inputs: &[DTypeKind], steps: usize) -> (Kernel, 
     }
     let out = g.vals[last];
     let Gen { k, model, .. } = g;
-    (k.output(out).expect("well-typed by construction"), model, last)
+    (
+        k.output(out).expect("well-typed by construction"),
+        model,
+        last,
+    )
 }
 
 /// A random layout for `dims`: each dim contiguous-ish, broadcast (stride
@@ -587,7 +600,12 @@ fn random_chains_match_the_model_bit_for_bit() {
 #[test]
 fn float_ops_on_every_float_dtype_and_layout() {
     let mut rng = Rng(0xfeed_0000_0000_0003);
-    let floats = [DTypeKind::F32, DTypeKind::F64, DTypeKind::F16, DTypeKind::BF16];
+    let floats = [
+        DTypeKind::F32,
+        DTypeKind::F64,
+        DTypeKind::F16,
+        DTypeKind::BF16,
+    ];
     for &dt in &floats {
         for op in UnaryOp::ALL {
             let mut k = ElementwiseBuilder::new();
@@ -694,7 +712,11 @@ fn pow_follows_powf_special_cases() {
             let ok = (got[i].is_nan() && want.is_nan())
                 || (got[i] == want && got[i].is_sign_negative() == want.is_sign_negative())
                 || (got[i] - want).abs() <= want.abs() * 1e-6;
-            assert!(ok, "pow {dt}({}, {}) = {} want {want}", xa[i], ya[i], got[i]);
+            assert!(
+                ok,
+                "pow {dt}({}, {}) = {} want {want}",
+                xa[i], ya[i], got[i]
+            );
         }
     }
 }

@@ -153,7 +153,11 @@ fn reductions_match_f64_references() {
                             // pairwise-ish: per-thread runs of cols/256, then 13 levels
                             let depth = (cols / 256 + 14) as f64;
                             let tol = depth * acc * scale + out * want.abs() + tiny(dt);
-                            assert!((got_f[r] - want).abs() <= tol, "{what}: {} vs {want}", got_f[r]);
+                            assert!(
+                                (got_f[r] - want).abs() <= tol,
+                                "{what}: {} vs {want}",
+                                got_f[r]
+                            );
                         }
                         ReduceOp::Max | ReduceOp::Min => {
                             if cols == 0 {
@@ -204,7 +208,12 @@ fn reductions_match_f64_references() {
 #[test]
 fn softmax_matches_f64_reference() {
     let mut rng = Rng(0x5157);
-    for dt in [DTypeKind::F32, DTypeKind::F64, DTypeKind::F16, DTypeKind::BF16] {
+    for dt in [
+        DTypeKind::F32,
+        DTypeKind::F64,
+        DTypeKind::F16,
+        DTypeKind::BF16,
+    ] {
         for &cols in &COLS {
             let rows = 1 + rng.below(3);
             let x = data(&mut rng, dt, rows * cols, false);
@@ -255,7 +264,10 @@ fn softmax_edge_rows() {
     assert_eq!(&y[6..], &[0.5, 0.0, 0.5]);
     // huge logits do not overflow
     let big = HostData::F32(vec![1e30, 1e30]);
-    assert_eq!(softmax(&big, 1, 2, false).unwrap().to_f64_vec(), vec![0.5, 0.5]);
+    assert_eq!(
+        softmax(&big, 1, 2, false).unwrap().to_f64_vec(),
+        vec![0.5, 0.5]
+    );
     // non-float dtypes and wrong sizes are errors
     assert!(softmax(&HostData::I32(vec![1]), 1, 1, false).is_err());
     assert!(softmax(&HostData::F32(vec![1.0]), 1, 2, false).is_err());

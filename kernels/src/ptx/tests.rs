@@ -125,7 +125,7 @@ fn check_exact(name: &str, ptx: &str) {
     );
     assert!(!ptx.contains(".ftz"), "{name} flushes subnormals");
     for line in ptx.lines() {
-        let op = line.trim().split_whitespace().next().unwrap_or("");
+        let op = line.split_whitespace().next().unwrap_or("");
         for base in ["add.", "sub.", "mul.", "div.", "fma."] {
             if op.starts_with(base) && (op.ends_with(".f32") || op.ends_with(".f64")) {
                 assert!(op.contains(".rn."), "{name}: {op} without .rn");
