@@ -130,7 +130,7 @@ pub struct Ctx<'a> {
     /// The kernels as written.
     pub kernels: &'a [&'a KernelFn],
     /// PTX text of a fused element program with the given kernel name.
-    pub ptx: &'a dyn Fn(&Ir, &str) -> String,
+    pub ptx: &'a dyn Fn(&Ir, &str) -> Result<String, String>,
 }
 
 struct FnGen<'a> {
@@ -138,6 +138,7 @@ struct FnGen<'a> {
     f: &'a CheckedFn,
     ast: &'a TensorFn,
     kernel_count: usize,
+    errors: Vec<syn::Error>,
 }
 
 fn var(n: NodeId) -> proc_macro2::Ident {
@@ -361,7 +362,17 @@ impl FnGen<'_> {
         let t = self.tty(out).clone();
         let name = kernel_name(&self.f.sig.name, self.kernel_count, &gr.ir);
         self.kernel_count += 1;
-        let ptx = (self.ctx.ptx)(&gr.ir, &name);
+        let ptx = match (self.ctx.ptx)(&gr.ir, &name) {
+            Ok(p) => p,
+            Err(e) => {
+                let at = &self.g().nodes[out].sp;
+                self.errors.push(at.error(format!(
+                    "internal error of `tensor_fn!`: the PTX emitter rejected the fused kernel of `{}`: {e}",
+                    self.g().nodes[out].text
+                )));
+                String::new()
+            }
+        };
         let static_name = format_ident!("__TF_KERNEL_{}", self.kernel_count - 1);
         let inputs = gr.ir.inputs.iter().map(|d| dtype_kind_tokens(*d));
         let output = dtype_kind_tokens(gr.ir.output_dtype());
@@ -600,7 +611,10 @@ impl FnGen<'_> {
                     Ty::Scalar(_) => self.scalar_native(a),
                     _ => self.reference(a),
                 });
-                quote!(#path(#(#argv),*)?)
+                // The annotation fixes the result's shape type, whatever
+                // shape type the function returns (checked at run time).
+                let s = so();
+                quote!(#path(#(#argv),*)?.into_shape::<#s>()?)
             }
             Op::TupleGet(x, i) => {
                 let t = var(*x);
@@ -674,7 +688,12 @@ pub fn kernel_name(fn_name: &str, index: usize, ir: &Ir) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     ir.fingerprint().hash(&mut h);
-    format!("tf_{fn_name}_{index}_{:016x}", h.finish())
+    let clean: String = fn_name
+        .trim_start_matches("r#")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("tf_{clean}_{index}_{:016x}", h.finish())
 }
 
 fn unary_ir(op: UnaryOp) -> Ir {
@@ -724,6 +743,7 @@ pub fn tensor_fn(ctx: &Ctx<'_>, ast: &TensorFn, f: &CheckedFn, plan: &Plan) -> T
         f,
         ast,
         kernel_count: 0,
+        errors: Vec::new(),
     };
     let entry = gen.entry();
     let steps: Vec<TokenStream> = plan.steps.iter().map(|s| gen.step(s)).collect();
@@ -739,7 +759,9 @@ pub fn tensor_fn(ctx: &Ctx<'_>, ast: &TensorFn, f: &CheckedFn, plan: &Plan) -> T
     });
     let ret = return_tokens(&f.sig);
     let memory = memory_module(ast, &f.sig, plan);
+    let errors = crate::combine(gen.errors).map(|e| e.to_compile_error());
     quote! {
+        #errors
         #(#attrs)*
         #[allow(clippy::let_and_return, clippy::redundant_clone, clippy::needless_borrow)]
         #vis fn #name<#(const #generics: usize),*>(#(#params),*) -> ::tensorfn::Result<#ret> {

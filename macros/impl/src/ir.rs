@@ -20,52 +20,10 @@
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 use tensorfn_core::DTypeKind;
-use tensorfn_kernels::{BinaryOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, CmpOp, UnaryOp};
 
 /// Index of an instruction's result in [`Ir::insts`].
 pub type Val = usize;
-
-/// A comparison (kernels only), giving a `bool`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CmpOp {
-    /// `<`
-    Lt,
-    /// `<=`
-    Le,
-    /// `>`
-    Gt,
-    /// `>=`
-    Ge,
-    /// `==`
-    Eq,
-    /// `!=`
-    Ne,
-}
-
-impl CmpOp {
-    /// The Rust operator.
-    pub fn symbol(self) -> &'static str {
-        match self {
-            CmpOp::Lt => "<",
-            CmpOp::Le => "<=",
-            CmpOp::Gt => ">",
-            CmpOp::Ge => ">=",
-            CmpOp::Eq => "==",
-            CmpOp::Ne => "!=",
-        }
-    }
-
-    fn eval(self, a: f64, b: f64) -> bool {
-        match self {
-            CmpOp::Lt => a < b,
-            CmpOp::Le => a <= b,
-            CmpOp::Gt => a > b,
-            CmpOp::Ge => a >= b,
-            CmpOp::Eq => a == b,
-            CmpOp::Ne => a != b,
-        }
-    }
-}
 
 /// Boolean connectives (kernels only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -190,7 +148,7 @@ impl Ir {
                 Inst::Cast(a) if *d == DTypeKind::Bool => (v[*a] != 0.0) as u8 as f64,
                 Inst::Cast(a) if !d.is_float() => v[*a].trunc(),
                 Inst::Cast(a) => v[*a],
-                Inst::Cmp(op, a, b) => op.eval(v[*a], v[*b]) as u8 as f64,
+                Inst::Cmp(op, a, b) => cmp(*op, v[*a], v[*b]) as u8 as f64,
                 Inst::Bool(BoolOp::And, a, b) => (v[*a] != 0.0 && v[*b] != 0.0) as u8 as f64,
                 Inst::Bool(BoolOp::Or, a, b) => (v[*a] != 0.0 || v[*b] != 0.0) as u8 as f64,
                 Inst::Not(a) => (v[*a] == 0.0) as u8 as f64,
@@ -205,6 +163,38 @@ impl Ir {
             v.push(x);
         }
         v[self.output]
+    }
+}
+
+fn cmp(op: CmpOp, a: f64, b: f64) -> bool {
+    match op {
+        CmpOp::Lt => a < b,
+        CmpOp::Le => a <= b,
+        CmpOp::Gt => a > b,
+        CmpOp::Ge => a >= b,
+        CmpOp::Eq => a == b,
+        CmpOp::Ne => a != b,
+    }
+}
+
+fn cmp_symbol(op: CmpOp) -> &'static str {
+    match op {
+        CmpOp::Lt => "<",
+        CmpOp::Le => "<=",
+        CmpOp::Gt => ">",
+        CmpOp::Ge => ">=",
+        CmpOp::Eq => "==",
+        CmpOp::Ne => "!=",
+    }
+}
+
+/// The value a constant of dtype `d` holds (rounded to f16/bf16/f32).
+pub fn round_constant(v: f64, d: DTypeKind) -> f64 {
+    match d {
+        DTypeKind::F16 => half::f16::from_f64(v).to_f64(),
+        DTypeKind::BF16 => half::bf16::from_f64(v).to_f64(),
+        DTypeKind::F32 => v as f32 as f64,
+        _ => v,
     }
 }
 
@@ -234,9 +224,11 @@ pub fn compute_type(d: DTypeKind) -> TokenStream {
 pub fn literal(v: f64, d: DTypeKind) -> TokenStream {
     match d {
         DTypeKind::F64 => float_lit(v, quote!(f64), Literal::f64_suffixed),
-        DTypeKind::F32 | DTypeKind::F16 | DTypeKind::BF16 => {
-            float_lit(v, quote!(f32), |x| Literal::f32_suffixed(x as f32))
-        }
+        DTypeKind::F32 | DTypeKind::F16 | DTypeKind::BF16 => float_lit(
+            round_constant(v, d),
+            quote!(f32),
+            |x| Literal::f32_suffixed(x as f32),
+        ),
         DTypeKind::I32 => int_lit(Literal::i32_suffixed(v.abs() as i32), v < 0.0),
         DTypeKind::I64 => int_lit(Literal::i64_suffixed(v.abs() as i64), v < 0.0),
         DTypeKind::U8 => int_lit(Literal::u8_suffixed(v as u8), false),
@@ -374,8 +366,10 @@ fn cast(a: TokenStream, from: DTypeKind, to: DTypeKind) -> TokenStream {
             let zero = literal(0.0, f);
             quote!(#a != #zero)
         }
-        (_, F16) => quote!(::tensorfn::f16::from_f32(#a as f32).to_f32()),
-        (_, BF16) => quote!(::tensorfn::bf16::from_f32(#a as f32).to_f32()),
+        (F32 | F16 | BF16, F16) => quote!(::tensorfn::f16::from_f32(#a).to_f32()),
+        (F32 | F16 | BF16, BF16) => quote!(::tensorfn::bf16::from_f32(#a).to_f32()),
+        (_, F16) => quote!(::tensorfn::f16::from_f64(#a as f64).to_f32()),
+        (_, BF16) => quote!(::tensorfn::bf16::from_f64(#a as f64).to_f32()),
         _ => quote!(#a as #ct),
     }
 }
@@ -400,7 +394,7 @@ pub fn emit_rust(ir: &Ir, inputs: &[TokenStream]) -> (TokenStream, TokenStream) 
             Inst::Cast(a) => cast(var(*a), ir.insts[*a].1, *d),
             Inst::Cmp(op, a, b) => {
                 let (a, b) = (var(*a), var(*b));
-                let op: TokenStream = op.symbol().parse().expect("operator");
+                let op: TokenStream = cmp_symbol(*op).parse().expect("operator");
                 quote!(#a #op #b)
             }
             Inst::Bool(op, a, b) => {
@@ -418,6 +412,17 @@ pub fn emit_rust(ir: &Ir, inputs: &[TokenStream]) -> (TokenStream, TokenStream) 
                 let (c, a, b) = (var(*c), var(*a), var(*b));
                 quote!(if #c { #a } else { #b })
             }
+        };
+        // f16 and bf16 are computed in f32 and rounded after each operation,
+        // as the PTX and PyTorch do.
+        let value = match (inst, d) {
+            (Inst::Unary(..) | Inst::Binary(..), DTypeKind::F16) => {
+                quote!(::tensorfn::f16::from_f32(#value).to_f32())
+            }
+            (Inst::Unary(..) | Inst::Binary(..), DTypeKind::BF16) => {
+                quote!(::tensorfn::bf16::from_f32(#value).to_f32())
+            }
+            _ => value,
         };
         body.extend(quote!(let #name: #ty = #value;));
     }

@@ -9,10 +9,10 @@
 //! (`x.max(y)`, `x.powf(y)`), and calls to other kernels of the invocation.
 
 use crate::ast::KernelFn;
-use crate::ir::{BoolOp, CmpOp, Inst, Ir, Val};
+use crate::ir::{BoolOp, Inst, Ir, Val};
 use std::collections::HashMap;
 use tensorfn_core::DTypeKind;
-use tensorfn_kernels::{BinaryOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, CmpOp, UnaryOp};
 
 /// A value while lowering: a literal whose type comes from its use, or
 /// an instruction of known dtype.

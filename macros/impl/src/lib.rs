@@ -210,7 +210,7 @@ pub fn expand(input: TokenStream) -> TokenStream {
         Err(e) => return e.to_compile_error(),
     };
     let inv = analyse(&parsed);
-    let ptx = |ir: &ir::Ir, name: &str| ptx::fused(ir, name);
+    let ptx = |ir: &ir::Ir, name: &str| ptx::fused(ir, name).map_err(|e| e.to_string());
     let ctx = expand::Ctx {
         sigs: &inv.sigs,
         fns: &inv.fns,

@@ -1,13 +1,61 @@
-//! PTX text of fused element programs, for the CUDA path.
-//!
-//! The kernels crate owns the PTX emitter; until its builder is wired in,
-//! fused kernels carry empty PTX and only their CPU closure runs.
+//! PTX text of fused element programs, for the CUDA path: the program is
+//! rebuilt with the kernels crate's typed builder and emitted by its PTX
+//! back-end, at expansion time.
 
-use crate::ir::Ir;
+use crate::ir::{BoolOp, Inst, Ir};
+use tensorfn_core::DTypeKind;
+use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel, Value};
+use tensorfn_kernels::CmpOp;
 
-/// The PTX module of a fused kernel named `name` (empty when no emitter
-/// is available).
-pub fn fused(ir: &Ir, name: &str) -> String {
-    let _ = (ir, name);
-    String::new()
+/// The kernels crate's form of an element program.
+pub fn kernel(ir: &Ir) -> Result<Kernel, tensorfn_kernels::Error> {
+    let mut b = ElementwiseBuilder::new();
+    // Inputs are the launch's parameters, in order.
+    let inputs: Vec<Value> = ir.inputs.iter().map(|d| b.input(*d)).collect();
+    let mut vals: Vec<Value> = Vec::with_capacity(ir.insts.len());
+    for (inst, d) in &ir.insts {
+        let d = *d;
+        let v = match *inst {
+            Inst::Input(k) => inputs[k],
+            Inst::Const(c) if d.is_float() || d == DTypeKind::Bool => b.constant(c, d),
+            Inst::Const(c) => b.constant_int(c as i64, d),
+            Inst::Unary(op, a) => b.unary(op, vals[a]),
+            Inst::Binary(op, a, c) => b.binary(op, vals[a], vals[c]),
+            Inst::Cast(a) => b.cast(vals[a], d),
+            Inst::Cmp(op, a, c) => b.compare(op, vals[a], vals[c]),
+            Inst::Select(c, x, y) => b.select(vals[c], vals[x], vals[y]),
+            Inst::Bool(op, x, y) => {
+                let (t, f) = (
+                    b.constant(1.0, DTypeKind::Bool),
+                    b.constant(0.0, DTypeKind::Bool),
+                );
+                match op {
+                    BoolOp::And => b.select(vals[x], vals[y], f),
+                    BoolOp::Or => b.select(vals[x], t, vals[y]),
+                }
+            }
+            Inst::Not(x) => {
+                let f = b.constant(0.0, DTypeKind::Bool);
+                b.compare(CmpOp::Eq, vals[x], f)
+            }
+        };
+        vals.push(v);
+    }
+    b.output(vals[ir.output])
+}
+
+/// The PTX module of a fused kernel named `name`.
+///
+/// ```
+/// use tensorfn_macros_impl::ir::{Inst, Ir};
+/// use tensorfn_core::DTypeKind::F32;
+/// use tensorfn_kernels::UnaryOp;
+/// let mut ir = Ir::new(vec![F32]);
+/// let x = ir.push(Inst::Input(0), F32);
+/// ir.output = ir.push(Inst::Unary(UnaryOp::Exp, x), F32);
+/// let ptx = tensorfn_macros_impl::ptx::fused(&ir, "tf_demo").unwrap();
+/// assert!(ptx.contains(".entry tf_demo_contig"));
+/// ```
+pub fn fused(ir: &Ir, name: &str) -> Result<String, tensorfn_kernels::Error> {
+    tensorfn_kernels::ptx::elementwise(&kernel(ir)?, name)
 }
