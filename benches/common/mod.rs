@@ -389,12 +389,14 @@ pub fn check_pairs(pairs: impl Iterator<Item = (f64, f64)>, tol: f64) -> Check {
     }
 }
 
-/// Tolerance of the relative L2 error of elementwise results in `dtype`
-/// (one rounding of the output plus f32 arithmetic inside).
+/// Tolerance of the relative L2 error of elementwise results in `dtype`.
+/// f16 and bf16 chains round after every op, as PyTorch eager does, so a
+/// chain of several ops carries several roundings of 2^-11 (f16) or 2^-8
+/// (bf16); f32 carries f32 arithmetic only.
 pub fn elementwise_tol(dtype: &str) -> f64 {
     match dtype {
-        "f16" => 2e-3,
-        "bf16" => 1e-2,
+        "f16" => 5e-3,
+        "bf16" => 3e-2,
         _ => 1e-5,
     }
 }
