@@ -298,6 +298,9 @@ fn fused_irs() -> Vec<(String, Kernel)> {
     let o = k.select(g, s, x);
     let out_v = k.cast(o, DTypeKind::BF16);
     out.push(("fused_mixed".into(), k.output(out_v).unwrap()));
+    let mut k = ElementwiseBuilder::new();
+    let c = k.constant(0.1, DTypeKind::BF16);
+    out.push(("fused_fill".into(), k.output(c).unwrap()));
     out
 }
 
@@ -534,8 +537,160 @@ fn run_all() -> Res<(usize, usize)> {
     }
 }
 
+/// Times `reps` launches after a warm-up; returns seconds per launch.
+fn time_launch(f: sys::CUfunction, grid: u32, params: &mut [Vec<u8>], reps: u32) -> Res<f64> {
+    launch(f, grid, BLOCK, params)?;
+    let t = std::time::Instant::now();
+    for _ in 0..reps {
+        let mut ptrs: Vec<*mut c_void> = params
+            .iter_mut()
+            .map(|p| p.as_mut_ptr() as *mut c_void)
+            .collect();
+        drv(
+            unsafe {
+                result::launch_kernel(
+                    f,
+                    (grid, 1, 1),
+                    (BLOCK, 1, 1),
+                    0,
+                    std::ptr::null_mut(),
+                    &mut ptrs,
+                )
+            },
+            "launch",
+        )?;
+    }
+    drv(result::ctx::synchronize(), "synchronize")?;
+    Ok(t.elapsed().as_secs_f64() / reps as f64)
+}
+
+/// Effective bandwidth (bytes read + written per second) of a few kernels
+/// on 2^26-element tensors.
+fn bench() -> Res<()> {
+    let n: usize = 1 << 26;
+    let grid = 132 * 16;
+    let cases: Vec<(String, builtin::Kernel, Vec<DTypeKind>, DTypeKind)> = vec![
+        (
+            "add f32".into(),
+            builtin::binary(BinaryOp::Add, DTypeKind::F32),
+            vec![DTypeKind::F32; 2],
+            DTypeKind::F32,
+        ),
+        (
+            "sin f32".into(),
+            builtin::unary(UnaryOp::Sin, DTypeKind::F32),
+            vec![DTypeKind::F32],
+            DTypeKind::F32,
+        ),
+        (
+            "exp f32".into(),
+            builtin::unary(UnaryOp::Exp, DTypeKind::F32),
+            vec![DTypeKind::F32],
+            DTypeKind::F32,
+        ),
+        (
+            "gelu f16".into(),
+            builtin::unary(UnaryOp::Gelu, DTypeKind::F16),
+            vec![DTypeKind::F16],
+            DTypeKind::F16,
+        ),
+        (
+            "gelu f32".into(),
+            builtin::unary(UnaryOp::Gelu, DTypeKind::F32),
+            vec![DTypeKind::F32],
+            DTypeKind::F32,
+        ),
+        (
+            "sin f64".into(),
+            builtin::unary(UnaryOp::Sin, DTypeKind::F64),
+            vec![DTypeKind::F64],
+            DTypeKind::F64,
+        ),
+        (
+            "cast f32->bf16".into(),
+            builtin::cast(DTypeKind::F32, DTypeKind::BF16),
+            vec![DTypeKind::F32],
+            DTypeKind::BF16,
+        ),
+    ];
+    for (what, k, ins, out_dt) in cases {
+        let module = Module::load(&k.ptx)?;
+        let mut rng = Rng(5);
+        let bufs: Vec<DevBuf> = ins
+            .iter()
+            .map(|&d| {
+                let data = HostData::from_f64(
+                    d,
+                    &(0..n).map(|_| (rng.unit() - 0.5) * 8.0).collect::<Vec<_>>(),
+                );
+                DevBuf::from_bytes(&to_bytes(&data))
+            })
+            .collect::<Res<_>>()?;
+        let out = DevBuf::from_bytes(&vec![0u8; n * out_dt.size_bytes()])?;
+        let bytes = (ins.iter().map(|d| d.size_bytes()).sum::<usize>() + out_dt.size_bytes()) * n;
+        // contiguous
+        let mut params = vec![u64_param(out.ptr)];
+        params.extend(bufs.iter().map(|b| u64_param(b.ptr)));
+        params.push(u64_param(n as u64));
+        let t = time_launch(module.function(&k.contig_entry())?, grid, &mut params, 20)?;
+        // strided: the same elements as a [2^13, 2^13] transposed view
+        let side = 1 << 13;
+        let in_strides: Vec<Vec<usize>> = ins.iter().map(|_| vec![1, side]).collect();
+        let refs: Vec<&[usize]> = in_strides.iter().map(|s| s.as_slice()).collect();
+        let meta = StridedMeta::new(&[side, side], &[side, 1], &refs);
+        let mut sparams = vec![u64_param(out.ptr)];
+        sparams.extend(bufs.iter().map(|b| u64_param(b.ptr)));
+        sparams.push(u64_param(n as u64));
+        sparams.push(meta.words().iter().flat_map(|w| w.to_le_bytes()).collect());
+        let ts = time_launch(module.function(&k.strided_entry())?, grid, &mut sparams, 5)?;
+        println!(
+            "bench {what:16} contig {:7.1} us {:6.0} GB/s | strided (transposed) {:7.1} us {:6.0} GB/s",
+            t * 1e6,
+            bytes as f64 / t / 1e9,
+            ts * 1e6,
+            bytes as f64 / ts / 1e9
+        );
+    }
+    // row kernels: 8192 rows of 8192 f32
+    let (rows, cols) = (8192usize, 8192usize);
+    let x = HostData::F32(
+        (0..rows * cols)
+            .map(|i| ((i * 7919) % 1000) as f32 * 0.01)
+            .collect(),
+    );
+    let xb = DevBuf::from_bytes(&to_bytes(&x))?;
+    let out = DevBuf::from_bytes(&vec![0u8; rows * cols * 4])?;
+    for k in [
+        builtin::reduce(ReduceOp::Sum, DTypeKind::F32),
+        builtin::reduce(ReduceOp::ArgMax, DTypeKind::F32),
+        builtin::softmax(DTypeKind::F32, false),
+    ] {
+        let module = Module::load(&k.ptx)?;
+        let mut params = vec![
+            u64_param(out.ptr),
+            u64_param(xb.ptr),
+            u64_param(rows as u64),
+            u64_param(cols as u64),
+        ];
+        let t = time_launch(module.function(&k.name)?, rows as u32, &mut params, 10)?;
+        let bytes = if k.name.contains("softmax") {
+            2 * rows * cols * 4
+        } else {
+            rows * cols * 4
+        };
+        println!(
+            "bench {:24} {:7.1} us {:6.0} GB/s (reads + writes once)",
+            k.name,
+            t * 1e6,
+            bytes as f64 / t / 1e9
+        );
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let require = std::env::args().any(|a| a == "--require-gpu");
+    let run_bench = std::env::args().any(|a| a == "--bench");
     let _gpu = match Gpu::new() {
         Ok(g) => g,
         Err(e) => {
@@ -550,6 +705,12 @@ fn main() -> ExitCode {
     match run_all() {
         Ok((k, n)) => {
             println!("gpu-check: {k} kernels, {n} elements: GPU output equals the interpreter bit for bit");
+            if run_bench {
+                if let Err(e) = bench() {
+                    eprintln!("gpu-check: benchmark failed: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

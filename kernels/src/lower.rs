@@ -69,7 +69,7 @@ pub(crate) fn float_unary(b: &mut Builder, op: UnaryOp, x: Reg) -> Reg {
         UnaryOp::Abs => b.fabs(x),
         UnaryOp::Relu => {
             let zero = b.cf(ty, 0.0);
-            b.fmax(x, zero)
+            nan_max_min(b, true, x, zero)
         }
         UnaryOp::Sigmoid => expand::sigmoid(b, x),
         UnaryOp::Tanh => expand::tanh(b, x),

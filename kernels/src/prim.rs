@@ -105,6 +105,8 @@ pub(crate) enum Op {
     Shl,
     ShrA,
     ShrL,
+    /// High 64 bits of the unsigned 128-bit product (i64 only).
+    MulHiU,
     // --- comparisons and selection
     Cmp(CmpOp),
     /// `args[0] ? args[1] : args[2]`.
@@ -349,6 +351,10 @@ impl Builder {
     }
     pub(crate) fn shrl(&mut self, a: Reg, amount: Reg) -> Reg {
         self.shift(Op::ShrL, a, amount)
+    }
+    pub(crate) fn mulhi_u(&mut self, a: Reg, b: Reg) -> Reg {
+        debug_assert_eq!(self.ty(a), Ty::I64);
+        self.same(Op::MulHiU, a, b)
     }
     pub(crate) fn shl_c(&mut self, a: Reg, amount: i64) -> Reg {
         let k = self.ci(Ty::I32, amount);

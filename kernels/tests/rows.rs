@@ -268,6 +268,17 @@ fn softmax_edge_rows() {
         softmax(&big, 1, 2, false).unwrap().to_f64_vec(),
         vec![0.5, 0.5]
     );
+    // an empty row sums to +0 (PyTorch), its mean is NaN, its argmax -1
+    let empty = HostData::F32(vec![]);
+    let s = reduce(ReduceOp::Sum, &empty, 2, 0).unwrap().to_f64_vec();
+    assert!(s.iter().all(|v| *v == 0.0 && v.is_sign_positive()));
+    assert!(reduce(ReduceOp::Mean, &empty, 1, 0).unwrap().to_f64_vec()[0].is_nan());
+    assert_eq!(
+        reduce(ReduceOp::ArgMax, &empty, 1, 0).unwrap(),
+        HostData::I64(vec![-1])
+    );
+    let negz = HostData::F16(vec![half::f16::NEG_ZERO; 3]);
+    assert!(reduce(ReduceOp::Sum, &negz, 1, 3).unwrap().to_f64_vec()[0].is_sign_positive());
     // non-float dtypes and wrong sizes are errors
     assert!(softmax(&HostData::I32(vec![1]), 1, 1, false).is_err());
     assert!(softmax(&HostData::F32(vec![1.0]), 1, 2, false).is_err());

@@ -241,6 +241,7 @@ pub(crate) fn run(prog: &Program, args: &[&Column], lanes: usize) -> Vec<Column>
             Op::And => map2(a(0), a(1), |x, y| x & y),
             Op::Or => map2(a(0), a(1), |x, y| x | y),
             Op::Not => map1(a(0), |x| norm(ty, !x)),
+            Op::MulHiU => map2(a(0), a(1), |x, y| ((x as u128 * y as u128) >> 64) as u64),
             Op::Shl | Op::ShrA | Op::ShrL => map2(a(0), a(1), |x, s| shift(ty, inst.op, x, s)),
             Op::Cmp(op) => match arg_ty(0) {
                 Ty::F32 => map2(a(0), a(1), |x, y| cmp_f(op, f32_of(x), f32_of(y)) as u64),

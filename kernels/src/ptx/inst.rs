@@ -215,6 +215,7 @@ fn emit_inst(body: &mut Body, prog: &Program, args: &[String], i: usize, regs: &
             Op::And => format!("and.{} {d}, {}, {}", bsuf(ty), a[0], a[1]),
             Op::Or => format!("or.{} {d}, {}, {}", bsuf(ty), a[0], a[1]),
             Op::Not => format!("not.{} {d}, {}", bsuf(ty), a[0]),
+            Op::MulHiU => format!("mul.hi.{} {d}, {}, {}", usuf(ty), a[0], a[1]),
             Op::Shl => format!("shl.{} {d}, {}, {}", bsuf(ty), a[0], a[1]),
             Op::ShrA => format!("shr.{} {d}, {}, {}", ssuf(ty), a[0], a[1]),
             Op::ShrL => format!("shr.{} {d}, {}, {}", usuf(ty), a[0], a[1]),

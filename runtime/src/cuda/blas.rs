@@ -356,7 +356,9 @@ pub(crate) fn matmul<T: FloatDType>(
 
     if let (Some(ltx), Some((bs, bl))) = (blas.lt, bias) {
         let row_vector = bl.strides()[1] == 0 && (n == 1 || bl.strides()[2] == 1);
-        if batch == 1 && beta.to_f64() == 1.0 && row_vector {
+        // The epilogue reads the bias with vector loads: keep it aligned.
+        let aligned = alignment(bs.ptr_at(bl.offset())) >= 16;
+        if batch == 1 && beta.to_f64() == 1.0 && row_vector && aligned {
             let fused = guard("calling cuBLASLt", || {
                 lt_matmul(
                     &blas,
@@ -459,6 +461,11 @@ fn empty_product<T: FloatDType>(
     }
 }
 
+/// The largest power of two (up to 256) dividing a device address.
+fn alignment(ptr: u64) -> u32 {
+    1 << ptr.trailing_zeros().min(8)
+}
+
 /// Destroys cuBLASLt descriptors on every exit path.
 struct LtDescriptors {
     desc: lt::cublasLtMatmulDesc_t,
@@ -556,16 +563,40 @@ fn lt_matmul<T: DType>(
     }
     d.pref = ltr::create_matmul_pref().map_err(|e| err("cublasLtMatmulPreferenceCreate", e))?;
     let ws = WORKSPACE_BYTES as u64;
-    // SAFETY: the attribute is a u64 byte count.
-    unsafe {
-        ltr::set_matmul_pref_attribute(
-            d.pref,
-            lt::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-            &ws as *const u64 as _,
-            8,
-        )
-    }
-    .map_err(|e| err("cublasLtMatmulPreferenceSetAttribute", e))?;
+    let set_pref = |attr, ptr: *const c_void, size| {
+        // SAFETY: `ptr` points at `size` bytes of the attribute's type.
+        unsafe { ltr::set_matmul_pref_attribute(d.pref, attr, ptr, size) }
+            .map_err(|e| err("cublasLtMatmulPreferenceSetAttribute", e))
+    };
+    use lt::cublasLtMatmulPreferenceAttributes_t as P;
+    set_pref(
+        P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+        &ws as *const u64 as _,
+        8,
+    )?;
+    // cuBLASLt assumes 256-byte aligned matrices unless told otherwise; a
+    // view that starts inside its buffer is less aligned.
+    let (align_a, align_b, align_d) = (alignment(b.ptr), alignment(a.ptr), alignment(out));
+    set_pref(
+        P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+        &align_a as *const u32 as _,
+        4,
+    )?;
+    set_pref(
+        P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        &align_b as *const u32 as _,
+        4,
+    )?;
+    set_pref(
+        P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+        &align_d as *const u32 as _,
+        4,
+    )?;
+    set_pref(
+        P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+        &align_d as *const u32 as _,
+        4,
+    )?;
     let (la, lb, lc) = (d.layouts[0], d.layouts[1], d.layouts[2]);
     // SAFETY: all descriptors are live.
     let heuristic =
