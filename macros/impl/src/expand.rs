@@ -56,7 +56,11 @@ fn dim_ty_tokens(d: &DimTy) -> TokenStream {
                 quote!(::tensorfn::Const<#c>)
             }
             None => {
-                let s = format_ident!("{}", d.as_symbol().expect("a const dim is a literal or a generic"));
+                let s = format_ident!(
+                    "{}",
+                    d.as_symbol()
+                        .expect("a const dim is a literal or a generic")
+                );
                 quote!(::tensorfn::Const<#s>)
             }
         },
@@ -70,7 +74,11 @@ pub fn shape_tokens(dims: &[DimTy]) -> TokenStream {
 }
 
 fn tensor_tokens(device: Device, dtype: DTypeKind, dims: &[DimTy]) -> TokenStream {
-    let (d, t, s) = (device_tokens(device), dtype_tokens(dtype), shape_tokens(dims));
+    let (d, t, s) = (
+        device_tokens(device),
+        dtype_tokens(dtype),
+        shape_tokens(dims),
+    );
     quote!(::tensorfn::Tensor<#d, #t, #s>)
 }
 
@@ -110,7 +118,9 @@ pub fn dim_value(d: &Dim, symbols: &Symbols) -> TokenStream {
     if out.is_empty() {
         return quote!(0usize);
     }
-    if d.terms().len() == 1 && d.terms()[0].0.factors().len() <= 1 {
+    // A compound value is parenthesised: a bare `a * b` in an array trips
+    // clippy's `possible_missing_comma` in the user's crate.
+    if d.as_constant().is_some() || d.as_symbol().is_some() {
         return out;
     }
     quote!((#out))
@@ -137,7 +147,8 @@ struct FnGen<'a> {
     ctx: &'a Ctx<'a>,
     f: &'a CheckedFn,
     ast: &'a TensorFn,
-    kernel_count: usize,
+    /// The static declared for each kernel name so far.
+    kernels: std::collections::HashMap<String, proc_macro2::Ident>,
     errors: Vec<syn::Error>,
 }
 
@@ -272,7 +283,9 @@ impl FnGen<'_> {
         let sig = &self.f.sig;
         let mut out = TokenStream::new();
         for (name, kind) in &sig.symbols.map {
-            let SymKind::Runtime(Some(src)) = kind else { continue };
+            let SymKind::Runtime(Some(src)) = kind else {
+                continue;
+            };
             let v = format_ident!("{}", Symbols::var_name(name));
             let value = match src {
                 Source::TensorDim { param, dim } => {
@@ -298,9 +311,10 @@ impl FnGen<'_> {
                     Some(SymKind::Runtime(Some(Source::TensorDim { param, dim }))) => {
                         Some(format!("{s} is dim {dim} of `{}`", sig.param_names[*param]))
                     }
-                    Some(SymKind::Runtime(Some(Source::Scalar { param }))) => {
-                        Some(format!("{s} is the parameter `{}`", sig.param_names[*param]))
-                    }
+                    Some(SymKind::Runtime(Some(Source::Scalar { param }))) => Some(format!(
+                        "{s} is the parameter `{}`",
+                        sig.param_names[*param]
+                    )),
                     _ => None,
                 })
                 .collect();
@@ -360,20 +374,31 @@ impl FnGen<'_> {
     fn fused(&mut self, gr: &crate::lower::FusedGroup) -> TokenStream {
         let out = gr.out;
         let t = self.tty(out).clone();
-        let name = kernel_name(&self.f.sig.name, self.kernel_count, &gr.ir);
-        self.kernel_count += 1;
-        let ptx = match (self.ctx.ptx)(&gr.ir, &name) {
-            Ok(p) => p,
-            Err(e) => {
-                let at = &self.g().nodes[out].sp;
-                self.errors.push(at.error(format!(
-                    "internal error of `tensor_fn!`: the PTX emitter rejected the fused kernel of `{}`: {e}",
-                    self.g().nodes[out].text
-                )));
-                String::new()
+        let name = kernel_name(&self.f.sig.name, &gr.ir);
+        // Identical groups (repeated layers) share one static and one PTX.
+        let (static_name, declare) = match self.kernels.get(&name) {
+            Some(id) => (id.clone(), false),
+            None => {
+                let id = format_ident!("__TF_KERNEL_{}", self.kernels.len());
+                self.kernels.insert(name.clone(), id.clone());
+                (id, true)
             }
         };
-        let static_name = format_ident!("__TF_KERNEL_{}", self.kernel_count - 1);
+        let ptx = if declare {
+            match (self.ctx.ptx)(&gr.ir, &name) {
+                Ok(p) => p,
+                Err(e) => {
+                    let at = &self.g().nodes[out].sp;
+                    self.errors.push(at.error(format!(
+                        "internal error of `tensor_fn!`: the PTX emitter rejected the fused kernel of `{}`: {e}",
+                        self.g().nodes[out].text
+                    )));
+                    String::new()
+                }
+            }
+        } else {
+            String::new()
+        };
         let inputs = gr.ir.inputs.iter().map(|d| dtype_kind_tokens(*d));
         let output = dtype_kind_tokens(gr.ir.output_dtype());
         let args: Vec<TokenStream> = gr
@@ -394,13 +419,18 @@ impl FnGen<'_> {
         let closure = ir::closure(&gr.ir);
         let v = var(out);
         let ty = self.type_of(out);
+        let decl = declare.then(|| {
+            quote! {
+                static #static_name: ::tensorfn::__kernels::FusedKernel = ::tensorfn::__kernels::FusedKernel {
+                    name: #name,
+                    ptx: #ptx,
+                    inputs: &[#(#inputs),*],
+                    output: #output,
+                };
+            }
+        });
         quote! {
-            static #static_name: ::tensorfn::__kernels::FusedKernel = ::tensorfn::__kernels::FusedKernel {
-                name: #name,
-                ptx: #ptx,
-                inputs: &[#(#inputs),*],
-                output: #output,
-            };
+            #decl
             let #v: #ty = ::tensorfn::__private::#f(#(#args,)* &#dims, &#static_name, #closure)?;
         }
     }
@@ -466,7 +496,11 @@ impl FnGen<'_> {
                 match (view, is_static) {
                     (true, true) => quote!(#x.view::<#s>()?),
                     (false, true) => quote!(#x.reshape::<#s>()?),
-                    (_, false) => {
+                    (true, false) => {
+                        let d = dims_array(dims, self.symbols());
+                        quote!(#x.view_dims::<#s>(&#d)?)
+                    }
+                    (false, false) => {
                         let d = dims_array(dims, self.symbols());
                         quote!(#x.reshape_dims::<#s>(&#d)?)
                     }
@@ -557,9 +591,14 @@ impl FnGen<'_> {
                 ..
             } => {
                 let callee_ast = self.ctx.fns[*callee];
-                let sig = self.ctx.sigs[*callee].as_ref().expect("called functions have signatures");
+                let sig = self.ctx.sigs[*callee]
+                    .as_ref()
+                    .expect("called functions have signatures");
                 let name = &callee_ast.name;
-                let gen: Vec<TokenStream> = generics.iter().map(|d| dim_value(d, self.symbols())).collect();
+                let gen: Vec<TokenStream> = generics
+                    .iter()
+                    .map(|d| dim_value(d, self.symbols()))
+                    .collect();
                 let turbofish = if gen.is_empty() {
                     quote!()
                 } else {
@@ -683,8 +722,9 @@ impl FnGen<'_> {
     }
 }
 
-/// A unique, stable kernel entry prefix: function, position, program hash.
-pub fn kernel_name(fn_name: &str, index: usize, ir: &Ir) -> String {
+/// A stable kernel entry prefix: the function and a hash of the program
+/// (equal programs get equal names and share their PTX).
+pub fn kernel_name(fn_name: &str, ir: &Ir) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     ir.fingerprint().hash(&mut h);
@@ -693,7 +733,7 @@ pub fn kernel_name(fn_name: &str, index: usize, ir: &Ir) -> String {
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
-    format!("tf_{clean}_{index}_{:016x}", h.finish())
+    format!("tf_{clean}_{:016x}", h.finish())
 }
 
 fn unary_ir(op: UnaryOp) -> Ir {
@@ -742,7 +782,7 @@ pub fn tensor_fn(ctx: &Ctx<'_>, ast: &TensorFn, f: &CheckedFn, plan: &Plan) -> T
         ctx,
         f,
         ast,
-        kernel_count: 0,
+        kernels: std::collections::HashMap::new(),
         errors: Vec::new(),
     };
     let entry = gen.entry();
@@ -826,15 +866,13 @@ fn memory_module(ast: &TensorFn, sig: &Signature, plan: &Plan) -> TokenStream {
         #vis mod #name {
             #[doc = #item_doc]
             pub const fn peak_bytes<#(const #generics: usize),*>() -> usize {
-                let candidates = [#(#consts),*];
                 let mut peak = 0usize;
-                let mut i = 0;
-                while i < candidates.len() {
-                    if candidates[i] > peak {
-                        peak = candidates[i];
+                #(
+                    let candidate: usize = #consts;
+                    if candidate > peak {
+                        peak = candidate;
                     }
-                    i += 1;
-                }
+                )*
                 peak
             }
         }
@@ -903,7 +941,12 @@ pub fn stub_fn(f: &TensorFn) -> TokenStream {
             }
         }
     });
-    let rets: Vec<TokenStream> = f.ret.tensors.iter().map(|t| stub_shape(t, generics)).collect();
+    let rets: Vec<TokenStream> = f
+        .ret
+        .tensors
+        .iter()
+        .map(|t| stub_shape(t, generics))
+        .collect();
     let ret = if f.ret.tuple {
         quote!((#(#rets,)*))
     } else {

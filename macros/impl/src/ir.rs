@@ -224,11 +224,11 @@ pub fn compute_type(d: DTypeKind) -> TokenStream {
 pub fn literal(v: f64, d: DTypeKind) -> TokenStream {
     match d {
         DTypeKind::F64 => float_lit(v, quote!(f64), Literal::f64_suffixed),
-        DTypeKind::F32 | DTypeKind::F16 | DTypeKind::BF16 => float_lit(
-            round_constant(v, d),
-            quote!(f32),
-            |x| Literal::f32_suffixed(x as f32),
-        ),
+        DTypeKind::F32 | DTypeKind::F16 | DTypeKind::BF16 => {
+            float_lit(round_constant(v, d), quote!(f32), |x| {
+                Literal::f32_suffixed(x as f32)
+            })
+        }
         DTypeKind::I32 => int_lit(Literal::i32_suffixed(v.abs() as i32), v < 0.0),
         DTypeKind::I64 => int_lit(Literal::i64_suffixed(v.abs() as i64), v < 0.0),
         DTypeKind::U8 => int_lit(Literal::u8_suffixed(v as u8), false),

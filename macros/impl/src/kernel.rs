@@ -124,9 +124,10 @@ impl<'l, 'a> KernelBody<'l, 'a> {
             match stmt {
                 syn::Stmt::Local(local) => {
                     let (name, ty) = local_pat(&local.pat)?;
-                    let init = local.init.as_ref().ok_or_else(|| {
-                        err(local, "give the binding a value: `let y = ..;`")
-                    })?;
+                    let init = local
+                        .init
+                        .as_ref()
+                        .ok_or_else(|| err(local, "give the binding a value: `let y = ..;`"))?;
                     let v = self.expr(&init.expr, ty)?;
                     let v = match ty {
                         Some(d) => V::Typed(self.materialise(v, d, &init.expr)?, d),
@@ -186,13 +187,17 @@ impl<'l, 'a> KernelBody<'l, 'a> {
             (V::Typed(_, da), V::Typed(_, db)) if da != db => {
                 return Err(err(
                     at,
-                    format!("the operands are {da} and {db}: convert one with `as {da}` or `as {db}`"),
+                    format!(
+                        "the operands are {da} and {db}: convert one with `as {da}` or `as {db}`"
+                    ),
                 ))
             }
             (V::Typed(_, d), _) | (_, V::Typed(_, d)) => d,
-            (V::Lit { int: ia, .. }, V::Lit { int: ib, .. }) => {
-                want.unwrap_or(if ia && ib { DTypeKind::I32 } else { DTypeKind::F32 })
-            }
+            (V::Lit { int: ia, .. }, V::Lit { int: ib, .. }) => want.unwrap_or(if ia && ib {
+                DTypeKind::I32
+            } else {
+                DTypeKind::F32
+            }),
         };
         Ok((self.materialise(a, d, at)?, self.materialise(b, d, at)?, d))
     }
@@ -341,7 +346,10 @@ impl<'l, 'a> KernelBody<'l, 'a> {
             let l = self.expr(&b.left, None)?;
             let r = self.expr(&b.right, None)?;
             let (x, y, _) = self.unify(l, r, None, b)?;
-            return Ok(V::Typed(self.ir.push(Inst::Cmp(op, x, y), DTypeKind::Bool), DTypeKind::Bool));
+            return Ok(V::Typed(
+                self.ir.push(Inst::Cmp(op, x, y), DTypeKind::Bool),
+                DTypeKind::Bool,
+            ));
         }
         let bop = match b.op {
             B::And(_) => BoolOp::And,
@@ -352,16 +360,20 @@ impl<'l, 'a> KernelBody<'l, 'a> {
         let r = self.expr(&b.right, Some(DTypeKind::Bool))?;
         let x = self.materialise(l, DTypeKind::Bool, &b.left)?;
         let y = self.materialise(r, DTypeKind::Bool, &b.right)?;
-        Ok(V::Typed(self.ir.push(Inst::Bool(bop, x, y), DTypeKind::Bool), DTypeKind::Bool))
+        Ok(V::Typed(
+            self.ir.push(Inst::Bool(bop, x, y), DTypeKind::Bool),
+            DTypeKind::Bool,
+        ))
     }
 
     fn if_expr(&mut self, i: &syn::ExprIf, want: Option<DTypeKind>) -> syn::Result<V> {
         let c = self.expr(&i.cond, Some(DTypeKind::Bool))?;
         let c = self.materialise(c, DTypeKind::Bool, &i.cond)?;
         let a = self.block(&i.then_branch, want)?;
-        let (_, else_expr) = i.else_branch.as_ref().ok_or_else(|| {
-            err(i, "an `if` in a kernel is a value: add an `else` branch")
-        })?;
+        let (_, else_expr) = i
+            .else_branch
+            .as_ref()
+            .ok_or_else(|| err(i, "an `if` in a kernel is a value: add an `else` branch"))?;
         let b = self.expr(else_expr, want)?;
         let (x, y, d) = self.unify(a, b, want, i)?;
         Ok(V::Typed(self.ir.push(Inst::Select(c, x, y), d), d))
@@ -381,7 +393,10 @@ impl<'l, 'a> KernelBody<'l, 'a> {
             if args.len() == n {
                 Ok(())
             } else {
-                Err(err(at, format!("`{name}` takes {n} argument(s), found {}", args.len())))
+                Err(err(
+                    at,
+                    format!("`{name}` takes {n} argument(s), found {}", args.len()),
+                ))
             }
         };
         if let Some(op) = UnaryOp::from_name(name) {
@@ -451,7 +466,10 @@ impl<'l, 'a> KernelBody<'l, 'a> {
         let ir = self.lowering.get(k).map_err(|()| {
             err(
                 at,
-                format!("`{}` calls itself (directly or through other kernels) or has errors", callee.name),
+                format!(
+                    "`{}` calls itself (directly or through other kernels) or has errors",
+                    callee.name
+                ),
             )
         })?;
         let out = self.ir.inline(&ir, &vals);
@@ -480,7 +498,12 @@ fn local_pat(p: &syn::Pat) -> syn::Result<(String, Option<DTypeKind>)> {
                     .and_then(|s| DTypeKind::parse(&s.ident.to_string())),
                 _ => None,
             }
-            .ok_or_else(|| err(&t.ty, "an element type: f32, f64, f16, bf16, i32, i64, u8 or bool"))?;
+            .ok_or_else(|| {
+                err(
+                    &t.ty,
+                    "an element type: f32, f64, f16, bf16, i32, i64, u8 or bool",
+                )
+            })?;
             Ok((name, Some(d)))
         }
         other => Err(err(other, "bind one name: `let y = ..;`")),
@@ -535,7 +558,11 @@ mod tests {
             #[kernel]
             fn to_int(x: f64) -> i32 { x as i32 + 1 }
         });
-        assert!(errs.is_empty(), "{:?}", errs.iter().map(|e| e.to_string()).collect::<Vec<_>>());
+        assert!(
+            errs.is_empty(),
+            "{:?}",
+            errs.iter().map(|e| e.to_string()).collect::<Vec<_>>()
+        );
         let t = irs[1].as_ref().unwrap();
         assert!((t.eval_f64(&[3.0]) - 9.0).abs() < 1e-12);
         assert!((t.eval_f64(&[-5.0]) - (2.0 * -0.5 + 3.0)).abs() < 1e-6);

@@ -93,7 +93,11 @@ fn analyse(input: &ast::Input) -> Invocation<'_> {
         })
         .collect();
     let mut seen: HashMap<String, ()> = HashMap::new();
-    for name in fns.iter().map(|f| &f.name).chain(kernels.iter().map(|k| &k.name)) {
+    for name in fns
+        .iter()
+        .map(|f| &f.name)
+        .chain(kernels.iter().map(|k| &k.name))
+    {
         if seen.insert(name.to_string(), ()).is_some() {
             errors.push(syn::Error::new(
                 name.span(),

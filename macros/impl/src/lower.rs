@@ -95,15 +95,28 @@ fn tensor_ty(g: &Graph, n: NodeId) -> &TensorTy {
 pub fn plan(f: &CheckedFn, kernels: &[Ir], peaks: &Peaks) -> Plan {
     let g = &f.graph;
     let n = g.nodes.len();
+    // Values the results do not depend on have no effect: they are not
+    // computed (and do not keep their operands from fusing).
+    let mut live = vec![false; n];
+    for &r in &f.ret {
+        live[r] = true;
+    }
+    for id in (0..n).rev() {
+        if live[id] {
+            for i in g.inputs(id) {
+                live[i] = true;
+            }
+        }
+    }
     let mut users: Vec<Vec<NodeId>> = vec![Vec::new(); n];
-    for id in 0..n {
+    for id in (0..n).filter(|&id| live[id]) {
         for i in g.inputs(id) {
             users[i].push(id);
         }
     }
     let mut forced_root = vec![false; n];
     loop {
-        let group_of = assign_groups(g, &users, &f.ret, &forced_root);
+        let group_of = assign_groups(g, &users, &f.ret, &forced_root, &live);
         let groups = build_groups(g, &group_of, kernels);
         match groups.iter().find(|gr| gr.inputs.len() > MAX_FUSED_INPUTS) {
             Some(big) => {
@@ -117,17 +130,23 @@ pub fn plan(f: &CheckedFn, kernels: &[Ir], peaks: &Peaks) -> Plan {
                     .expect("a group with more than 8 inputs has several members");
                 forced_root[split] = true;
             }
-            None => return schedule(f, groups, &group_of, peaks),
+            None => return schedule(f, groups, &live, peaks),
         }
     }
 }
 
 /// For each elementwise node, the root of its kernel.
-fn assign_groups(g: &Graph, users: &[Vec<NodeId>], ret: &[NodeId], forced: &[bool]) -> Vec<Option<NodeId>> {
+fn assign_groups(
+    g: &Graph,
+    users: &[Vec<NodeId>],
+    ret: &[NodeId],
+    forced: &[bool],
+    live: &[bool],
+) -> Vec<Option<NodeId>> {
     let n = g.nodes.len();
     let mut group_of: Vec<Option<NodeId>> = vec![None; n];
     for id in (0..n).rev() {
-        if !is_elementwise(g, id) {
+        if !live[id] || !is_elementwise(g, id) {
             continue;
         }
         let inline = !forced[id]
@@ -138,7 +157,11 @@ fn assign_groups(g: &Graph, users: &[Vec<NodeId>], ret: &[NodeId], forced: &[boo
                 let first = group_of[users[id][0]];
                 first.is_some() && users[id].iter().all(|&u| group_of[u] == first)
             };
-        group_of[id] = if inline { group_of[users[id][0]] } else { Some(id) };
+        group_of[id] = if inline {
+            group_of[users[id][0]]
+        } else {
+            Some(id)
+        };
     }
     group_of
 }
@@ -184,7 +207,12 @@ impl Builder<'_> {
                     let a = self.value(a, from);
                     self.ir.push(Inst::Cast(a), to)
                 }
-                Op::AddCmul { input, t1, t2, value } => {
+                Op::AddCmul {
+                    input,
+                    t1,
+                    t2,
+                    value,
+                } => {
                     let x = self.value(input, nd);
                     let (a, b) = (self.value(t1, nd), self.value(t2, nd));
                     let c = self.value(value, nd);
@@ -271,13 +299,14 @@ struct Storage {
     contiguous: bool,
 }
 
-fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, group_of: &[Option<NodeId>], peaks: &Peaks) -> Plan {
+fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks) -> Plan {
     let g = &f.graph;
-    let mut by_root: HashMap<NodeId, FusedGroup> = groups.into_iter().map(|gr| (gr.out, gr)).collect();
+    let mut by_root: HashMap<NodeId, FusedGroup> =
+        groups.into_iter().map(|gr| (gr.out, gr)).collect();
     let mut steps: Vec<Step> = Vec::new();
     let mut step_of: HashMap<NodeId, usize> = HashMap::new();
     for id in 0..g.nodes.len() {
-        if is_scalar(g, id) || matches!(g.nodes[id].ty, Ty::Error) {
+        if !live[id] || is_scalar(g, id) || matches!(g.nodes[id].ty, Ty::Error) {
             continue;
         }
         if let Op::Param(_) = g.nodes[id].op {
@@ -293,7 +322,6 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, group_of: &[Option<NodeId>],
         step_of.insert(id, steps.len());
         steps.push(Step::Op(id));
     }
-    let _ = group_of;
 
     // Which materialised nodes each step reads.
     let reads = |s: &Step| -> Vec<NodeId> {
@@ -306,7 +334,11 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, group_of: &[Option<NodeId>],
                     GroupInput::Scalar { .. } => None,
                 })
                 .collect(),
-            Step::Op(n) => g.inputs(*n).into_iter().filter(|&i| !is_scalar(g, i)).collect(),
+            Step::Op(n) => g
+                .inputs(*n)
+                .into_iter()
+                .filter(|&i| !is_scalar(g, i))
+                .collect(),
             Step::Drop(_) => vec![],
         }
     };
@@ -342,7 +374,9 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, group_of: &[Option<NodeId>],
                     .inputs
                     .iter()
                     .filter_map(|x| match x {
-                        GroupInput::Scalar { dtype, .. } => Some(Dim::constant(dtype.size_bytes() as i64)),
+                        GroupInput::Scalar { dtype, .. } => {
+                            Some(Dim::constant(dtype.size_bytes() as i64))
+                        }
                         GroupInput::Tensor(_) => None,
                     })
                     .fold(Dim::constant(0), |a, b| a.add(&b));
@@ -351,10 +385,19 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, group_of: &[Option<NodeId>],
             Step::Drop(_) => continue,
             Step::Op(n) => {
                 let n = *n;
-                let src = |x: NodeId| storage.get(&x).copied().unwrap_or(Storage { root: None, contiguous: false });
+                let src = |x: NodeId| {
+                    storage.get(&x).copied().unwrap_or(Storage {
+                        root: None,
+                        contiguous: false,
+                    })
+                };
                 match &g.nodes[n].op {
-                    Op::MatMul(..) | Op::Bmm(..) | Op::Dot(..) | Op::AddMm { .. } => (n, Some(bytes(g, n)), true, None),
-                    Op::Reduce { .. } | Op::Softmax { .. } | Op::Cat { .. } => (n, Some(bytes(g, n)), true, None),
+                    Op::MatMul(..) | Op::Bmm(..) | Op::Dot(..) | Op::AddMm { .. } => {
+                        (n, Some(bytes(g, n)), true, None)
+                    }
+                    Op::Reduce { .. } | Op::Softmax { .. } | Op::Cat { .. } => {
+                        (n, Some(bytes(g, n)), true, None)
+                    }
                     Op::ToDevice(x, d) => {
                         if tensor_ty(g, *x).device == *d {
                             (n, None, src(*x).contiguous, Some(*x))
@@ -370,15 +413,23 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, group_of: &[Option<NodeId>],
                             (n, Some(bytes(g, n)), true, None)
                         }
                     }
-                    Op::T(x) | Op::Permute(x, _) | Op::Transpose(x, ..) => (n, None, false, Some(*x)),
-                    Op::Narrow { x, dim, .. } => (n, None, *dim == 0 && src(*x).contiguous, Some(*x)),
+                    Op::T(x) | Op::Permute(x, _) | Op::Transpose(x, ..) => {
+                        (n, None, false, Some(*x))
+                    }
+                    Op::Narrow { x, dim, .. } => {
+                        (n, None, *dim == 0 && src(*x).contiguous, Some(*x))
+                    }
                     Op::Index { x, .. } => (n, None, src(*x).contiguous, Some(*x)),
                     Op::TupleGet(x, _) => (n, None, true, Some(*x)),
-                    Op::Call { callee, bindings, .. } => {
+                    Op::Call {
+                        callee, bindings, ..
+                    } => {
                         match f_sig_of(peaks, *callee) {
                             Some(cands) => {
-                                let bind: HashMap<&str, Dim> =
-                                    bindings.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+                                let bind: HashMap<&str, Dim> = bindings
+                                    .iter()
+                                    .map(|(k, v)| (k.as_str(), v.clone()))
+                                    .collect();
                                 let subst: Vec<Dim> = cands
                                     .iter()
                                     .filter_map(|c| c.substitute(&|s| bind.get(s).cloned()))
@@ -392,7 +443,10 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, group_of: &[Option<NodeId>],
                         }
                         let total = match &g.nodes[n].ty {
                             Ty::Tuple(ts) => ts.iter().fold(Dim::constant(0), |a, t| {
-                                a.add(&numel(&t.dims).mul(&Dim::constant(t.dtype.size_bytes() as i64)))
+                                a.add(
+                                    &numel(&t.dims)
+                                        .mul(&Dim::constant(t.dtype.size_bytes() as i64)),
+                                )
                             }),
                             _ => bytes(g, n),
                         };
@@ -409,7 +463,13 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, group_of: &[Option<NodeId>],
         match (fresh, alias) {
             (Some(b), _) => {
                 buffers.push((out, b, i));
-                storage.insert(out, Storage { root: Some(out), contiguous });
+                storage.insert(
+                    out,
+                    Storage {
+                        root: Some(out),
+                        contiguous,
+                    },
+                );
             }
             (None, Some(x)) => {
                 let root = storage.get(&x).and_then(|s| s.root);

@@ -269,7 +269,9 @@ pub fn parse_tensor_ty(input: ParseStream) -> syn::Result<TensorTyAst> {
         other => {
             return Err(syn::Error::new(
                 dev_ident.span(),
-                format!("`{other}` is not a device: devices are `Cpu`, `Cuda` (cuda:0) and `Cuda<N>`"),
+                format!(
+                    "`{other}` is not a device: devices are `Cpu`, `Cuda` (cuda:0) and `Cuda<N>`"
+                ),
             ))
         }
     };
@@ -289,7 +291,9 @@ pub fn parse_tensor_ty(input: ParseStream) -> syn::Result<TensorTyAst> {
     })?;
     input.parse::<Token![,]>()?;
     if !input.peek(syn::token::Bracket) {
-        return Err(input.error("a shape is written `[dims]`, e.g. `[B, 784]` or `[]` for a scalar"));
+        return Err(
+            input.error("a shape is written `[dims]`, e.g. `[B, 784]` or `[]` for a scalar")
+        );
     }
     let dims_content;
     let bracket = bracketed!(dims_content in input);
@@ -474,12 +478,10 @@ pub fn expr(e: &syn::Expr) -> syn::Result<Expr> {
                 for a in &t.args {
                     match a {
                         syn::GenericArgument::Type(t) => turbofish.push(t.clone()),
-                        other => {
-                            return Err(syn::Error::new_spanned(
-                                other,
-                                "expected a type here, e.g. `cast::<f16>()` or `to_device::<Cuda>()`",
-                            ))
-                        }
+                        other => return Err(syn::Error::new_spanned(
+                            other,
+                            "expected a type here, e.g. `cast::<f16>()` or `to_device::<Cuda>()`",
+                        )),
                     }
                 }
             }
@@ -591,15 +593,14 @@ fn parse_kernel(
     }
     input.parse::<Token![->]>()?;
     let ty: syn::Type = input.parse()?;
-    let ret = match scalar_kind(&ty) {
-        Some(ScalarKind::DType(d)) => (d, Sp::of(&ty)),
-        _ => {
-            return Err(syn::Error::new_spanned(
+    let ret =
+        match scalar_kind(&ty) {
+            Some(ScalarKind::DType(d)) => (d, Sp::of(&ty)),
+            _ => return Err(syn::Error::new_spanned(
                 &ty,
                 "a `#[kernel]` fn returns one element: f32, f64, f16, bf16, i32, i64, u8 or bool",
-            ))
-        }
-    };
+            )),
+        };
     let body: syn::Block = input.parse()?;
     Ok(KernelFn {
         attrs,
@@ -650,11 +651,19 @@ mod tests {
         assert_eq!(f.name, "dense");
         assert_eq!(f.generics.len(), 1);
         assert_eq!(f.params.len(), 3);
-        let ParamTy::Tensor(w) = &f.params[1].ty else { panic!() };
+        let ParamTy::Tensor(w) = &f.params[1].ty else {
+            panic!()
+        };
         assert_eq!(w.device.0, Device::Cuda(1));
         assert_eq!(w.dtype.0, DTypeKind::F16);
         assert_eq!(w.dims[1].expr.to_string(), "N * 2 + 1");
-        assert!(matches!(f.params[2].ty, ParamTy::Scalar(ScalarTyAst { kind: ScalarKind::DType(DTypeKind::F32), .. })));
+        assert!(matches!(
+            f.params[2].ty,
+            ParamTy::Scalar(ScalarTyAst {
+                kind: ScalarKind::DType(DTypeKind::F32),
+                ..
+            })
+        ));
         assert!(f.ret.tuple);
         assert_eq!(f.ret.tensors[1].dims.len(), 0);
         assert_eq!(f.body.stmts.len(), 2);
@@ -684,17 +693,22 @@ mod tests {
         let e = parse_input(quote!(fn f(x: &Tensor<Cpu, f31, [2]>) -> Tensor<Cpu, f32, [2]> { x }))
             .unwrap_err();
         assert!(e.to_string().contains("`f31` is not a dtype"), "{e}");
-        let e = parse_input(quote!(fn f(x: &Tensor<Cpu, f32, [N - 1]>) -> Tensor<Cpu, f32, [2]> { x }))
-            .unwrap_err();
+        let e =
+            parse_input(quote!(fn f(x: &Tensor<Cpu, f32, [N - 1]>) -> Tensor<Cpu, f32, [2]> { x }))
+                .unwrap_err();
         assert!(e.to_string().contains("a dim is a literal"), "{e}");
-        let e = parse_input(quote!(fn f(x: &Tensor<Cpu, f32, [2]>) -> Tensor<Cpu, f32, [2]> { x; }))
-            .unwrap_err();
+        let e =
+            parse_input(quote!(fn f(x: &Tensor<Cpu, f32, [2]>) -> Tensor<Cpu, f32, [2]> { x; }))
+                .unwrap_err();
         assert!(e.to_string().contains("remove this `;`"), "{e}");
-        let e = parse_input(quote!(fn f<T>(x: &Tensor<Cpu, f32, [2]>) -> Tensor<Cpu, f32, [2]> { x }))
-            .unwrap_err();
+        let e =
+            parse_input(quote!(fn f<T>(x: &Tensor<Cpu, f32, [2]>) -> Tensor<Cpu, f32, [2]> { x }))
+                .unwrap_err();
         assert!(e.to_string().contains("const N: usize"), "{e}");
-        let e = parse_input(quote!(fn f(x: &Tensor<Cpu, f32, [2]>) -> Tensor<Cpu, f32, [2]> { relu(x)? }))
-            .unwrap_err();
+        let e = parse_input(
+            quote!(fn f(x: &Tensor<Cpu, f32, [2]>) -> Tensor<Cpu, f32, [2]> { relu(x)? }),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("remove this `?`"), "{e}");
     }
 
@@ -705,11 +719,19 @@ mod tests {
             pub fn gelu(x: f32) -> f32 { 0.5 * x * (1.0 + tanh(x)) }
         })
         .unwrap();
-        let Item::Kernel(k) = &input.items[0] else { panic!() };
+        let Item::Kernel(k) = &input.items[0] else {
+            panic!()
+        };
         assert_eq!(k.name, "gelu");
         assert_eq!(k.params[0].1, DTypeKind::F32);
         assert!(k.attrs.is_empty());
-        let e = parse_input(quote!(#[kernel] fn k(x: bool) -> f32 { 1.0 })).unwrap_err();
+        let e = parse_input(quote!(
+            #[kernel]
+            fn k(x: bool) -> f32 {
+                1.0
+            }
+        ))
+        .unwrap_err();
         assert!(e.to_string().contains("one element"), "{e}");
     }
 }

@@ -283,11 +283,10 @@ impl fmt::Display for Dim {
                 (0, _) => {}
                 (_, s) => write!(f, " {s} ")?,
             }
-            let factors: Vec<String> = m
-                .0
-                .iter()
-                .flat_map(|(s, p)| std::iter::repeat_n(s.to_string(), *p as usize))
-                .collect();
+            let factors: Vec<String> =
+                m.0.iter()
+                    .flat_map(|(s, p)| std::iter::repeat_n(s.to_string(), *p as usize))
+                    .collect();
             if factors.is_empty() {
                 write!(f, "{mag}")?;
             } else if mag == 1 {
@@ -351,7 +350,11 @@ mod tests {
         assert_eq!(s("B").to_string(), "B");
         assert_eq!(s("N").mul(&s("M")).to_string(), "M * N");
         assert_eq!(
-            s("B").mul(&s("N")).add(&c(2).mul(&s("M"))).add(&c(3)).to_string(),
+            s("B")
+                .mul(&s("N"))
+                .add(&c(2).mul(&s("M")))
+                .add(&c(3))
+                .to_string(),
             "B * N + 2 * M + 3"
         );
         assert_eq!(s("N").mul(&s("N")).to_string(), "N * N");
@@ -397,8 +400,15 @@ mod tests {
     #[test]
     fn shared_rules_run_on_symbols() {
         let (b, n, m) = (s("B"), s("N"), s("M"));
-        let out = rules::cat("cat", &[("a", &[b.clone(), n.clone()]), ("b", &[b.clone(), m.clone()])], 1)
-            .unwrap();
+        let out = rules::cat(
+            "cat",
+            &[
+                ("a", &[b.clone(), n.clone()]),
+                ("b", &[b.clone(), m.clone()]),
+            ],
+            1,
+        )
+        .unwrap();
         assert_eq!(out, vec![b.clone(), m.add(&n)]);
         let e = rules::matmul(
             "matmul",
@@ -406,11 +416,23 @@ mod tests {
             ("w", &[c(785), c(10)]),
         )
         .unwrap_err();
-        assert!(e.message.contains("k = 784") && e.message.contains("k = 785"), "{e}");
+        assert!(
+            e.message.contains("k = 784") && e.message.contains("k = 785"),
+            "{e}"
+        );
         let e = rules::reshape("view", ("x", &[c(1000), c(1000)]), &[c(1000001)]).unwrap_err();
         assert!(e.message.contains("1000000 elements"), "{e}");
-        assert!(rules::reshape("reshape", ("x", &[b.clone(), c(28), c(28)]), &[b.clone(), c(784)]).is_ok());
-        let bc = rules::broadcast("add", &[("a", &[b.clone(), c(1)]), ("b", &[n.clone()])]).unwrap();
+        assert!(rules::reshape(
+            "reshape",
+            ("x", &[b.clone(), c(28), c(28)]),
+            &[b.clone(), c(784)]
+        )
+        .is_ok());
+        let bc = rules::broadcast(
+            "add",
+            &[("a", &[b.clone(), c(1)]), ("b", std::slice::from_ref(&n))],
+        )
+        .unwrap();
         assert_eq!(bc, vec![b, n]);
     }
 }

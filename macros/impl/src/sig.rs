@@ -180,7 +180,7 @@ fn tensor_ty(
             }
         }
     }
-    ok.then(|| TensorTy {
+    ok.then_some(TensorTy {
         device: t.device.0,
         dtype: t.dtype.0,
         dims,
@@ -251,7 +251,9 @@ pub fn signature(f: &TensorFn) -> Result<Signature, Vec<syn::Error>> {
         if let ParamTy::Tensor(t) = &p.ty {
             for d in &t.dims {
                 for s in dim_symbols(&d.expr) {
-                    if symbols.map.get(&s) == Some(&SymKind::Runtime(None)) && reported.insert(s.clone()) {
+                    if symbols.map.get(&s) == Some(&SymKind::Runtime(None))
+                        && reported.insert(s.clone())
+                    {
                         errors.push(d.sp.error(format!(
                             "run-time dim `{s}` appears only inside `{}`: name it alone in some parameter's shape (e.g. `[{s}, ..]`) or make it a const generic `<const {s}: usize>`",
                             d.expr
@@ -279,7 +281,10 @@ pub fn signature(f: &TensorFn) -> Result<Signature, Vec<syn::Error>> {
             }
             let binds_here = d.as_symbol().is_some_and(|s| {
                 symbols.map.get(s)
-                    == Some(&SymKind::Runtime(Some(Source::TensorDim { param: pi, dim: di })))
+                    == Some(&SymKind::Runtime(Some(Source::TensorDim {
+                        param: pi,
+                        dim: di,
+                    })))
             });
             if !binds_here {
                 entry_checks.push(EntryCheck {

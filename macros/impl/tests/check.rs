@@ -40,7 +40,10 @@ fn device_mix_in_cat_prefers_the_gpu() {
             cat([a, b], 0)
         }
     });
-    assert!(e.starts_with("`a` is on Cpu but `cat` runs on Cuda (b: Cuda)"), "{e}");
+    assert!(
+        e.starts_with("`a` is on Cpu but `cat` runs on Cuda (b: Cuda)"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -48,7 +51,10 @@ fn two_gpu_ordinals() {
     let e = one_error(quote! {
         fn f(a: &Tensor<Cuda, f32, [8]>, b: &Tensor<Cuda<1>, f32, [8]>) -> Tensor<Cuda, f32, [8]> { a * b }
     });
-    assert_eq!(e, "`b` is on Cuda<1> but `*` runs on Cuda (a: Cuda): move it with `b.to_device::<Cuda>()`");
+    assert_eq!(
+        e,
+        "`b` is on Cuda<1> but `*` runs on Cuda (a: Cuda): move it with `b.to_device::<Cuda>()`"
+    );
 }
 
 #[test]
@@ -57,7 +63,10 @@ fn dtype_mix_uses_the_majority_and_suggests_the_cast() {
         fn f(b: &Tensor<Cuda, f16, [10, 10]>, m1: &Tensor<Cuda, f16, [10, 10]>, m2: &Tensor<Cuda, f32, [10, 10]>)
             -> Tensor<Cuda, f16, [10, 10]> { addmm(b, m1, m2) }
     });
-    assert_eq!(e, "`m2` is f32 but `addmm` here is f16: cast with `m2.cast::<f16>()`");
+    assert_eq!(
+        e,
+        "`m2` is f32 but `addmm` here is f16: cast with `m2.cast::<f16>()`"
+    );
 }
 
 #[test]
@@ -67,7 +76,10 @@ fn int_operands_of_a_float_addcmul_get_the_cast_once() {
             addcmul(y, x, x, 1)
         }
     });
-    assert_eq!(e, "`x` is i32 but `addcmul` here is f32: cast with `x.cast::<f32>()`");
+    assert_eq!(
+        e,
+        "`x` is i32 but `addcmul` here is f32: cast with `x.cast::<f32>()`"
+    );
     let e = one_error(quote! {
         fn f(y: &Tensor<Cuda, f32, [5, 5]>, x: &Tensor<Cuda, f32, [5, 5]>) -> Tensor<Cuda, f32, [5, 5]> {
             addcmul(y, 1, x, x)
@@ -88,7 +100,9 @@ fn float_only_ops_on_integers() {
             fn f(x: &Tensor<Cpu, i32, [4, 4]>) -> Tensor<Cpu, i32, [4]> { #body }
         });
         assert!(
-            e.starts_with(&format!("`{op}` needs a floating-point tensor but `x` is i32: cast with `x.cast::<f32>()`")),
+            e.starts_with(&format!(
+                "`{op}` needs a floating-point tensor but `x` is i32: cast with `x.cast::<f32>()`"
+            )),
             "{e}"
         );
     }
@@ -107,6 +121,17 @@ fn scalars_do_not_promote_tensors() {
     assert_ok(quote! {
         fn f(x: &Tensor<Cpu, f16, [4]>, a: f32) -> Tensor<Cpu, f16, [4]> { x * a + 1 - 2.0 * x }
     });
+    let e = one_error(quote! {
+        fn f(x: &Tensor<Cpu, u8, [4]>) -> Tensor<Cpu, u8, [4]> { x + 300 }
+    });
+    assert!(
+        e.starts_with("`300` is out of range for `x`, which is u8 (0..=255)"),
+        "{e}"
+    );
+    let e = one_error(quote! {
+        fn f(x: &Tensor<Cpu, u8, [4]>) -> Tensor<Cpu, u8, [4]> { x * -1 }
+    });
+    assert!(e.contains("out of range"), "{e}");
     let e = one_error(quote! {
         fn f(x: &Tensor<Cpu, bool, [4]>) -> Tensor<Cpu, bool, [4]> { x + x }
     });
@@ -136,13 +161,19 @@ fn matrix_products() {
         fn f(r: &Tensor<Cpu, f32, [10, 10]>, m: &Tensor<Cpu, f32, [10, 10]>, v: &Tensor<Cpu, f32, [10]>)
             -> Tensor<Cpu, f32, [10, 10]> { addmm(r, m, v) }
     });
-    assert!(e.starts_with("`addmm` needs a matrix (2-D) for `v`, found shape [10] (1-D)"), "{e}");
+    assert!(
+        e.starts_with("`addmm` needs a matrix (2-D) for `v`, found shape [10] (1-D)"),
+        "{e}"
+    );
     let e = one_error(quote! {
         fn f(a: &Tensor<Cpu, f32, [100, 200]>, b: &Tensor<Cpu, f32, [200, 300]>) -> Tensor<Cpu, f32, []> {
             dot(a.view(-1), b.view(-1))
         }
     });
-    assert_eq!(e, "`dot` needs equal lengths: `a.view(-1)` has 20000 elements and `b.view(-1)` has 60000");
+    assert_eq!(
+        e,
+        "`dot` needs equal lengths: `a.view(-1)` has 20000 elements and `b.view(-1)` has 60000"
+    );
     let e = one_error(quote! {
         fn f(a: &Tensor<Cpu, f32, [2, 3, 4]>, b: &Tensor<Cpu, f32, [3, 4, 5]>) -> Tensor<Cpu, f32, [2, 3, 5]> {
             bmm(a, b)
@@ -162,7 +193,10 @@ fn cat_rules() {
             cat([a, b], 0)
         }
     });
-    assert_eq!(e, "`cat` along dim 0 needs equal dims elsewhere: dim 1 is 3 in `a` and 5 in `b`");
+    assert_eq!(
+        e,
+        "`cat` along dim 0 needs equal dims elsewhere: dim 1 is 3 in `a` and 5 in `b`"
+    );
     assert_ok(quote! {
         fn f(a: &Tensor<Cpu, f32, [2, 3, 4]>, b: &Tensor<Cpu, f32, [2, 5, 4]>) -> Tensor<Cpu, f32, [2, 8, 4]> {
             cat([a, b], 1)
@@ -238,7 +272,10 @@ fn indexing_and_narrowing() {
     let e = one_error(quote! {
         fn f(x: &Tensor<Cuda, f32, [10, 10]>) -> Tensor<Cuda, f32, [10]> { x[10] }
     });
-    assert_eq!(e, "index 10 is out of range for dim 0 of `x`, which has size 10: valid indices are 0..=9");
+    assert_eq!(
+        e,
+        "index 10 is out of range for dim 0 of `x`, which has size 10: valid indices are 0..=9"
+    );
     let e = one_error(quote! {
         fn f(x: &Tensor<Cuda, f32, [10, 10]>) -> Tensor<Cuda, f32, []> { x[3, 10] }
     });
@@ -263,7 +300,10 @@ fn indexing_and_narrowing() {
     let e = one_error(quote! {
         fn f(x: &Tensor<Cuda, f32, [10, 4]>) -> Tensor<Cuda, f32, [3, 4]> { x.narrow(0, 8, 3) }
     });
-    assert!(e.contains("slice 8..11 is out of range for dim 0 of `x`, which has size 10"), "{e}");
+    assert!(
+        e.contains("slice 8..11 is out of range for dim 0 of `x`, which has size 10"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -272,9 +312,23 @@ fn results_must_match_the_declaration() {
         fn f(x: &Tensor<Cuda, f32, [4, 3]>) -> Tensor<Cpu, f16, [3, 4]> { x * 2.0 }
     });
     assert_eq!(e.len(), 3, "{e:#?}");
-    assert!(e[0].contains("is on Cuda but `f` declares Cpu: move it with `(x * 2.0).to_device::<Cpu>()`"), "{}", e[0]);
-    assert!(e[1].contains("is f32 but `f` declares f16: cast it with `(x * 2.0).cast::<f16>()`"), "{}", e[1]);
-    assert!(e[2].contains("has shape [4, 3] but `f` declares [3, 4]: dim 0 is 4 but must be 3"), "{}", e[2]);
+    assert!(
+        e[0].contains(
+            "is on Cuda but `f` declares Cpu: move it with `(x * 2.0).to_device::<Cpu>()`"
+        ),
+        "{}",
+        e[0]
+    );
+    assert!(
+        e[1].contains("is f32 but `f` declares f16: cast it with `(x * 2.0).cast::<f16>()`"),
+        "{}",
+        e[1]
+    );
+    assert!(
+        e[2].contains("has shape [4, 3] but `f` declares [3, 4]: dim 0 is 4 but must be 3"),
+        "{}",
+        e[2]
+    );
     let e = one_error(quote! {
         fn f(x: &Tensor<Cpu, f32, [4]>) -> (Tensor<Cpu, f32, [4]>, Tensor<Cpu, f32, [4]>) { (x, x, x) }
     });
@@ -291,7 +345,10 @@ fn symbolic_dims_are_compared_as_polynomials() {
             matmul(x, w)
         }
     });
-    assert!(e.contains("`x` is [B, 784] (k = 784) but `w` is [785, 10] (k = 785)"), "{e}");
+    assert!(
+        e.contains("`x` is [B, 784] (k = 784) but `w` is [785, 10] (k = 785)"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -302,7 +359,10 @@ fn run_time_dims() {
     let e = one_error(quote! {
         fn f(x: &Tensor<Cpu, f32, [2 * B]>) -> Tensor<Cpu, f32, [2 * B]> { x }
     });
-    assert!(e.starts_with("run-time dim `B` appears only inside `2 * B`"), "{e}");
+    assert!(
+        e.starts_with("run-time dim `B` appears only inside `2 * B`"),
+        "{e}"
+    );
     let e = one_error(quote! {
         fn f(x: &Tensor<Cpu, f32, [B]>) -> Tensor<Cpu, f32, [C]> { x }
     });
@@ -333,21 +393,32 @@ fn calls_between_functions() {
             classify(x, w)
         }
     });
-    assert!(e.contains("`x` is on Cuda but `classify` takes `x` on Cpu: move it with `x.to_device::<Cpu>()`"), "{e}");
+    assert!(
+        e.contains(
+            "`x` is on Cuda but `classify` takes `x` on Cpu: move it with `x.to_device::<Cpu>()`"
+        ),
+        "{e}"
+    );
     let e = one_error(quote! {
         #base
         fn g(x: &Tensor<Cpu, f64, [3, 785]>, w: &Tensor<Cpu, f32, [785, 10]>) -> Tensor<Cpu, f32, [3, 10]> {
             classify(x, w)
         }
     });
-    assert!(e.contains("`x` is f64 but `classify` takes `x` as f32: cast with `x.cast::<f32>()`"), "{e}");
+    assert!(
+        e.contains("`x` is f64 but `classify` takes `x` as f32: cast with `x.cast::<f32>()`"),
+        "{e}"
+    );
     let e = one_error(quote! {
         #base
         fn g(x: &Tensor<Cpu, f32, [N, 785]>, w: &Tensor<Cpu, f32, [785, 10]>) -> Tensor<Cpu, f32, [N, 10]> {
             classify(x, w)
         }
     });
-    assert!(e.contains("needs its const generic `B` at compile time"), "{e}");
+    assert!(
+        e.contains("needs its const generic `B` at compile time"),
+        "{e}"
+    );
     assert_ok(quote! {
         #base
         fn g(x: &Tensor<Cpu, f32, [3, 785]>, w: &Tensor<Cpu, f32, [785, 10]>) -> Tensor<Cpu, f32, [3, 10]> {
@@ -365,7 +436,10 @@ fn calls_outside_the_invocation_need_an_annotation() {
     let e = one_error(quote! {
         fn f(x: &Tensor<Cpu, f32, [4]>) -> Tensor<Cpu, f32, [4]> { let y = other(x); y * 2.0 }
     });
-    assert!(e.contains("annotate its result: `let y: Tensor<Device, DType, [dims]> = other(x);`"), "{e}");
+    assert!(
+        e.contains("annotate its result: `let y: Tensor<Device, DType, [dims]> = other(x);`"),
+        "{e}"
+    );
     assert_ok(quote! {
         fn f(x: &Tensor<Cpu, f32, [4]>) -> Tensor<Cpu, f32, [4]> {
             let y: Tensor<Cpu, f32, [4]> = other::helper(x);
@@ -375,7 +449,10 @@ fn calls_outside_the_invocation_need_an_annotation() {
     let e = one_error(quote! {
         fn f(x: &Tensor<Cpu, f32, [4]>) -> Tensor<Cpu, f32, [4]> { let y: Tensor<Cpu, f32, [5]> = relu(x); x }
     });
-    assert!(e.contains("annotated Tensor<Cpu, f32, [5]> but its value is Tensor<Cpu, f32, [4]>"), "{e}");
+    assert!(
+        e.contains("annotated Tensor<Cpu, f32, [5]> but its value is Tensor<Cpu, f32, [4]>"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -385,7 +462,10 @@ fn kernels_are_typed_per_parameter() {
         fn gelu(x: f32) -> f32 { 0.5 * x * (1.0 + tanh(0.79788456 * (x + 0.044715 * x * x * x))) }
         fn f(h: &Tensor<Cpu, f16, [4]>) -> Tensor<Cpu, f32, [4]> { gelu(h) }
     });
-    assert_eq!(e, "`h` is f16 but `gelu` takes f32 for `x`: cast with `h.cast::<f32>()`");
+    assert_eq!(
+        e,
+        "`h` is f16 but `gelu` takes f32 for `x`: cast with `h.cast::<f32>()`"
+    );
     assert_ok(quote! {
         #[kernel]
         fn mix(a: f32, b: f16) -> f16 { (a * b as f32) as f16 }
@@ -407,8 +487,16 @@ fn every_error_of_a_function_is_reported() {
     });
     assert_eq!(e.len(), 4, "{e:#?}");
     assert!(e[0].starts_with("`b` is on Cpu"), "{}", e[0]);
-    assert!(e[1].starts_with("`c` is f16 but `+` here is f32"), "{}", e[1]);
-    assert!(e[2].starts_with("`exp` needs a floating-point tensor"), "{}", e[2]);
+    assert!(
+        e[1].starts_with("`c` is f16 but `+` here is f32"),
+        "{}",
+        e[1]
+    );
+    assert!(
+        e[2].starts_with("`exp` needs a floating-point tensor"),
+        "{}",
+        e[2]
+    );
     assert!(e[3].starts_with("`reshape` of `a`"), "{}", e[3]);
 }
 

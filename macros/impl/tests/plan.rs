@@ -7,7 +7,11 @@ use tensorfn_macros_impl::shape::Dim;
 
 fn plan(input: TokenStream) -> (Plan, tensorfn_macros_impl::check::CheckedFn) {
     let mut a = tensorfn_macros_impl::analyse_tokens(input).expect("parses");
-    assert!(a.errors.is_empty(), "{:?}", a.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>());
+    assert!(
+        a.errors.is_empty(),
+        "{:?}",
+        a.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>()
+    );
     let p = a.plans.pop().flatten().expect("a plan");
     let c = a.checked.pop().flatten().expect("checked");
     (p, c)
@@ -27,7 +31,13 @@ fn ops(p: &Plan, c: &tensorfn_macros_impl::check::CheckedFn) -> Vec<String> {
     p.steps
         .iter()
         .filter_map(|s| match s {
-            Step::Op(n) => Some(format!("{:?}", c.graph.nodes[*n].op).split(['(', ' ', '{']).next().unwrap_or("").to_string()),
+            Step::Op(n) => Some(
+                format!("{:?}", c.graph.nodes[*n].op)
+                    .split(['(', ' ', '{'])
+                    .next()
+                    .unwrap_or("")
+                    .to_string(),
+            ),
             _ => None,
         })
         .collect()
@@ -179,4 +189,20 @@ fn reshape_of_a_parameter_counts_a_possible_copy_but_views_do_not() {
         }
     });
     assert_eq!(peak(&p), 128);
+}
+
+#[test]
+fn values_the_results_do_not_need_are_not_computed() {
+    let (p, c) = plan(quote! {
+        fn f(x: &Tensor<Cpu, f32, [4, 4]>, w: &Tensor<Cpu, f32, [4, 4]>) -> Tensor<Cpu, f32, [4, 4]> {
+            let unused = matmul(x, w);
+            let h = relu(x);
+            let _also = exp(h);
+            h * 2.0
+        }
+    });
+    assert!(ops(&p, &c).is_empty());
+    let g = fused(&p);
+    assert_eq!(g.len(), 1);
+    assert_eq!(g[0].members.len(), 2);
 }

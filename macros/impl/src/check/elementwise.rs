@@ -1,0 +1,422 @@
+//! Elementwise work: unary and binary ops (with scalars and broadcasting),
+//! `addcmul` and `#[kernel]` calls.
+
+use super::*;
+
+impl<'s, 'k> Checker<'s, 'k> {
+    /// The common type of two scalars.
+    pub(super) fn scalar_join(&mut self, a: ScalarTy, b: ScalarTy, e: &Expr) -> Option<ScalarTy> {
+        use ScalarTy::*;
+        Some(match (a, b) {
+            (FloatLit, FloatLit) | (FloatLit, IntLit) | (IntLit, FloatLit) => FloatLit,
+            (IntLit, IntLit) => IntLit,
+            (Of(k), IntLit) | (IntLit, Of(k)) => Of(k),
+            (Of(k), FloatLit) | (FloatLit, Of(k)) if ScalarTy::Of(k).is_float() => Of(k),
+            (Of(k), FloatLit) | (FloatLit, Of(k)) => {
+                self.error(
+                    &e.sp,
+                    format!("a float literal with a {k} scalar in `{e}`: use an integer literal"),
+                );
+                return None;
+            }
+            (Of(x), Of(y)) if x == y => Of(x),
+            (Of(x), Of(y)) => {
+                self.error(
+                    &e.sp,
+                    format!("`{e}` mixes a {x} scalar with a {y} scalar: tensorfn never converts silently; give both parameters one type"),
+                );
+                return None;
+            }
+        })
+    }
+
+    /// Checks that a scalar can join a tensor of dtype `d` (converted to it).
+    pub(super) fn scalar_fits(
+        &mut self,
+        (sid, s): (NodeId, ScalarTy),
+        sx: &Expr,
+        t: &Operand<'_>,
+        op: &str,
+    ) -> bool {
+        if t.ty.dtype == DTypeKind::Bool {
+            self.error(
+                &t.ex.sp,
+                format!(
+                    "`{op}` needs numbers but `{}` is bool: cast with `{}.cast::<f32>()`",
+                    t.ex,
+                    t.ex.receiver_text()
+                ),
+            );
+            return false;
+        }
+        if s.is_float() && !t.ty.dtype.is_float() {
+            self.error(
+                &sx.sp,
+                format!(
+                    "`{sx}` is a float but `{}` is {}: tensorfn never converts silently; cast the tensor with `{}.cast::<f32>()` or use an integer",
+                    t.ex,
+                    t.ty.dtype,
+                    t.ex.receiver_text()
+                ),
+            );
+            return false;
+        }
+        if s == ScalarTy::Of(ScalarKind::DType(DTypeKind::Bool)) {
+            self.error(
+                &sx.sp,
+                format!("`{sx}` is a bool: arithmetic needs a number"),
+            );
+            return false;
+        }
+        // A literal must be a value of the tensor's integer dtype.
+        if let (Op::Lit { value, .. }, Some((lo, hi))) =
+            (&self.graph.nodes[sid].op, int_range(t.ty.dtype))
+        {
+            if *value < lo || *value > hi {
+                self.error(
+                    &sx.sp,
+                    format!(
+                        "`{sx}` is out of range for `{}`, which is {} ({lo}..={hi}): cast the tensor first, e.g. `{}.cast::<i64>()`",
+                        t.ex,
+                        t.ty.dtype,
+                        t.ex.receiver_text()
+                    ),
+                );
+                return false;
+            }
+        }
+        true
+    }
+
+    pub(super) fn unary(&mut self, op: UnaryOp, a: NodeId, ax: &Expr, e: &Expr) -> NodeId {
+        match self.ty(a).clone() {
+            Ty::Error => self.error_node(e),
+            Ty::Scalar(s) => {
+                if let Op::Lit { value, int } = self.graph.nodes[a].op {
+                    let int = int && op == UnaryOp::Neg;
+                    let v = op.eval_f64(value);
+                    let ty = if int {
+                        ScalarTy::IntLit
+                    } else {
+                        ScalarTy::FloatLit
+                    };
+                    return self.push(Op::Lit { value: v, int }, Ty::Scalar(ty), e);
+                }
+                if op.needs_float() && !s.is_float() {
+                    self.error(
+                        &ax.sp,
+                        format!("`{}` needs a float, `{ax}` is {s}", op.name()),
+                    );
+                    return self.error_node(e);
+                }
+                self.push(Op::Unary(op, a), Ty::Scalar(s), e)
+            }
+            _ => {
+                let Some(o) = self.tensor(a, ax, op.name()) else {
+                    return self.error_node(e);
+                };
+                let ok = if op.needs_float() {
+                    self.need_float(op.name(), &o)
+                } else {
+                    self.need_numeric(op.name(), &o)
+                };
+                if !ok {
+                    return self.error_node(e);
+                }
+                self.push(Op::Unary(op, a), Ty::Tensor(o.ty), e)
+            }
+        }
+    }
+
+    pub(super) fn binary(
+        &mut self,
+        op: BinaryOp,
+        a: (NodeId, &Expr),
+        b: (NodeId, &Expr),
+        e: &Expr,
+    ) -> NodeId {
+        let label = op_label(op);
+        let (ta, tb) = (self.ty(a.0).clone(), self.ty(b.0).clone());
+        match (&ta, &tb) {
+            (Ty::Error, _) | (_, Ty::Error) => self.error_node(e),
+            (Ty::Scalar(sa), Ty::Scalar(sb)) => {
+                let Some(s) = self.scalar_join(*sa, *sb, e) else {
+                    return self.error_node(e);
+                };
+                if let (Op::Lit { value: x, int: ix }, Op::Lit { value: y, int: iy }) =
+                    (&self.graph.nodes[a.0].op, &self.graph.nodes[b.0].op)
+                {
+                    let int = *ix && *iy && op != BinaryOp::Pow;
+                    let mut v = op.eval_f64(*x, *y);
+                    if int {
+                        v = if op == BinaryOp::Div && *y == 0.0 {
+                            0.0
+                        } else {
+                            v.trunc()
+                        };
+                    }
+                    return self.push(Op::Lit { value: v, int }, Ty::Scalar(s), e);
+                }
+                self.push(Op::Binary(op, a.0, b.0), Ty::Scalar(s), e)
+            }
+            (Ty::Scalar(s), _) | (_, Ty::Scalar(s)) => {
+                let (sx, tx, tid) = if matches!(ta, Ty::Scalar(_)) {
+                    (a.1, b.1, b.0)
+                } else {
+                    (b.1, a.1, a.0)
+                };
+                let Some(o) = self.tensor(tid, tx, label) else {
+                    return self.error_node(e);
+                };
+                let sid = if matches!(ta, Ty::Scalar(_)) {
+                    a.0
+                } else {
+                    b.0
+                };
+                if !self.scalar_fits((sid, *s), sx, &o, label) {
+                    return self.error_node(e);
+                }
+                if op == BinaryOp::Pow && !self.need_float("pow", &o) {
+                    return self.error_node(e);
+                }
+                self.push(Op::Binary(op, a.0, b.0), Ty::Tensor(o.ty), e)
+            }
+            _ => {
+                let (Some(oa), Some(ob)) =
+                    (self.tensor(a.0, a.1, label), self.tensor(b.0, b.1, label))
+                else {
+                    return self.error_node(e);
+                };
+                let agreed = self.agree(label, &[oa.clone(), ob.clone()], 0);
+                let mut ok = true;
+                if agreed.ok && oa.ty.dtype == DTypeKind::Bool {
+                    ok = self.need_numeric(label, &oa);
+                }
+                if agreed.ok && ok && op == BinaryOp::Pow {
+                    ok = self.need_float("pow", &oa);
+                }
+                let sa = a.1.to_string();
+                let sb = b.1.to_string();
+                let dims = match rules::broadcast(label, &[(&sa, &oa.ty.dims), (&sb, &ob.ty.dims)])
+                {
+                    Ok(d) => Some(d),
+                    Err(err) => {
+                        self.rule_error(err, &[&a.1.sp, &b.1.sp]);
+                        None
+                    }
+                };
+                match (ok, dims) {
+                    (true, Some(dims)) => {
+                        self.push(Op::Binary(op, a.0, b.0), Self::out_ty(&agreed, dims), e)
+                    }
+                    _ => self.error_node(e),
+                }
+            }
+        }
+    }
+
+    pub(super) fn addcmul(&mut self, args: &[Arg], e: &Expr) -> NodeId {
+        let Some(a) = self.bind_args(
+            "addcmul",
+            args,
+            &["input", "tensor1", "tensor2", "value"],
+            3,
+            e,
+        ) else {
+            return self.error_node(e);
+        };
+        let xs = [
+            a[0].expect("required"),
+            a[1].expect("required"),
+            a[2].expect("required"),
+        ];
+        let ids: Vec<NodeId> = xs.iter().map(|x| self.expr(x)).collect();
+        // The old PyTorch order `addcmul(input, value, t1, t2)`.
+        if matches!(self.ty(ids[1]), Ty::Scalar(_)) {
+            self.error(
+                &xs[1].sp,
+                format!("`addcmul` takes (input, tensor1, tensor2, value): move the scalar `{}` to the end", xs[1]),
+            );
+            return self.error_node(e);
+        }
+        let ops: Vec<Option<Operand>> = (0..3)
+            .map(|i| self.tensor(ids[i], xs[i], "addcmul"))
+            .collect();
+        if ops.iter().any(|o| o.is_none()) {
+            return self.error_node(e);
+        }
+        let ops: Vec<Operand> = ops.into_iter().map(|o| o.expect("checked")).collect();
+        let agreed = self.agree("addcmul", &ops, 0);
+        let ok = !agreed.ok || self.need_numeric("addcmul", &ops[0]);
+        let value = match a[3] {
+            Some(v) => self.scalar_operand(v, &ops[0], "addcmul"),
+            None => Some(self.push(
+                Op::Lit {
+                    value: 1.0,
+                    int: true,
+                },
+                Ty::Scalar(ScalarTy::IntLit),
+                e,
+            )),
+        };
+        let names: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
+        let dims = match rules::broadcast(
+            "addcmul",
+            &[
+                (&names[0], &ops[0].ty.dims),
+                (&names[1], &ops[1].ty.dims),
+                (&names[2], &ops[2].ty.dims),
+            ],
+        ) {
+            Ok(d) => Some(d),
+            Err(err) => {
+                self.rule_error(err, &[&xs[0].sp, &xs[1].sp, &xs[2].sp]);
+                None
+            }
+        };
+        match (ok, dims, value) {
+            (true, Some(dims), Some(value)) => self.push(
+                Op::AddCmul {
+                    input: ids[0],
+                    t1: ids[1],
+                    t2: ids[2],
+                    value,
+                },
+                Self::out_ty(&agreed, dims),
+                e,
+            ),
+            _ => self.error_node(e),
+        }
+    }
+
+    pub(super) fn kernel_call(&mut self, k: usize, args: &[Arg], e: &Expr) -> NodeId {
+        let kernel = self.kernels[k].ast;
+        let name = kernel.name.to_string();
+        let pnames: Vec<String> = kernel.params.iter().map(|p| p.0.to_string()).collect();
+        let pref: Vec<&str> = pnames.iter().map(|s| s.as_str()).collect();
+        let Some(a) = self.bind_args(&name, args, &pref, pref.len(), e) else {
+            return self.error_node(e);
+        };
+        let xs: Vec<&Expr> = a.iter().map(|x| x.expect("required")).collect();
+        let ids: Vec<NodeId> = xs.iter().map(|x| self.expr(x)).collect();
+        let mut ok = self.kernels[k].ir.is_some();
+        let mut tensors: Vec<Operand> = Vec::new();
+        for (i, (&id, x)) in ids.iter().zip(&xs).enumerate() {
+            let want = kernel.params[i].1;
+            match self.ty(id).clone() {
+                Ty::Error => ok = false,
+                Ty::Scalar(s) => {
+                    if s.is_float() && !want.is_float()
+                        || s == ScalarTy::Of(ScalarKind::DType(DTypeKind::Bool))
+                    {
+                        self.error(
+                            &x.sp,
+                            format!("`{name}` takes {want} for `{}`, `{x}` is {s}", pnames[i]),
+                        );
+                        ok = false;
+                    } else if let ScalarTy::Of(ScalarKind::DType(d)) = s {
+                        if d != want {
+                            self.error(
+                                &x.sp,
+                                format!(
+                                    "`{x}` is {d} but `{name}` takes {want} for `{}`",
+                                    pnames[i]
+                                ),
+                            );
+                            ok = false;
+                        }
+                    }
+                }
+                _ => {
+                    let Some(o) = self.tensor(id, x, &name) else {
+                        ok = false;
+                        continue;
+                    };
+                    if o.ty.dtype != want {
+                        self.error(
+                            &x.sp,
+                            format!(
+                                "`{x}` is {} but `{name}` takes {want} for `{}`: cast with `{}.cast::<{want}>()`",
+                                o.ty.dtype,
+                                pnames[i],
+                                x.receiver_text()
+                            ),
+                        );
+                        ok = false;
+                    }
+                    tensors.push(o);
+                }
+            }
+        }
+        let ret = kernel.ret.0;
+        if tensors.is_empty() {
+            if !ok {
+                return self.error_node(e);
+            }
+            return self.push(
+                Op::Kernel {
+                    kernel: k,
+                    args: ids,
+                },
+                Ty::Scalar(ScalarTy::Of(ScalarKind::DType(ret))),
+                e,
+            );
+        }
+        // Dtypes are fixed per parameter; only devices must agree.
+        let devices: Vec<Device> = tensors.iter().map(|o| o.ty.device).collect();
+        let dev = pick(&devices, 0, |d| d != Device::Cpu);
+        for o in &tensors {
+            if o.ty.device != dev {
+                self.error(
+                    &o.ex.sp,
+                    format!(
+                        "`{}` is on {} but `{name}` runs on {dev}: move it with `{}.to_device::<{dev}>()`",
+                        o.ex,
+                        o.ty.device,
+                        o.ex.receiver_text()
+                    ),
+                );
+                ok = false;
+            }
+        }
+        let names: Vec<String> = tensors.iter().map(|o| o.ex.to_string()).collect();
+        let operands: Vec<(&str, &[Dim])> = names
+            .iter()
+            .zip(&tensors)
+            .map(|(n, o)| (n.as_str(), &o.ty.dims[..]))
+            .collect();
+        let spans: Vec<&Sp> = tensors.iter().map(|o| &o.ex.sp).collect();
+        let dims = match rules::broadcast(&name, &operands) {
+            Ok(d) => d,
+            Err(err) => {
+                self.rule_error(err, &spans);
+                return self.error_node(e);
+            }
+        };
+        if !ok {
+            return self.error_node(e);
+        }
+        self.push(
+            Op::Kernel {
+                kernel: k,
+                args: ids,
+            },
+            Ty::Tensor(TensorTy {
+                device: dev,
+                dtype: ret,
+                dims,
+            }),
+            e,
+        )
+    }
+}
+
+/// The values an integer dtype holds.
+fn int_range(d: DTypeKind) -> Option<(f64, f64)> {
+    match d {
+        DTypeKind::U8 => Some((0.0, 255.0)),
+        DTypeKind::I32 => Some((i32::MIN as f64, i32::MAX as f64)),
+        DTypeKind::I64 => Some((i64::MIN as f64, i64::MAX as f64)),
+        _ => None,
+    }
+}

@@ -1,0 +1,763 @@
+//! Inference of the device, dtype and shape of every expression of a
+//! tensor function, and the errors the user sees when they do not fit.
+//!
+//! Shapes go through the shared rules of `tensorfn_core::rules` on
+//! symbolic [`Dim`]s; devices and dtypes are checked here. Every error of a
+//! function is collected (an expression whose type is unknown because of an
+//! earlier error does not report again), each spanned on the offending
+//! operand and naming the fix.
+
+use crate::ast::*;
+use crate::graph::*;
+use crate::ir::Ir;
+use crate::shape::{fmt_shape, numel, Dim};
+use crate::sig::{declared_ty, ParamSig, Signature, SymKind, Symbols};
+use std::collections::{HashMap, HashSet};
+use tensorfn_core::{rules, DTypeKind, RuleError};
+use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
+
+mod calls;
+mod elementwise;
+mod linalg;
+mod views;
+
+/// A checked tensor function.
+#[derive(Debug)]
+pub struct CheckedFn {
+    /// Its signature.
+    pub sig: Signature,
+    /// Every value of the body.
+    pub graph: Graph,
+    /// The node of each parameter.
+    pub params: Vec<NodeId>,
+    /// The result node(s).
+    pub ret: Vec<NodeId>,
+}
+
+/// What the checker knows about the kernels of the invocation.
+pub struct KernelSig<'a> {
+    /// The kernel as written.
+    pub ast: &'a KernelFn,
+    /// Its element program (`None` if it has errors).
+    pub ir: Option<Ir>,
+}
+
+/// Checks one function body against all signatures of the invocation.
+pub fn check_fn(
+    f: &TensorFn,
+    index: usize,
+    sigs: &[Option<Signature>],
+    kernels: &[KernelSig<'_>],
+) -> Result<CheckedFn, Vec<syn::Error>> {
+    let sig = sigs[index].clone().expect("checked only with a signature");
+    let mut c = Checker {
+        fn_name: f.name.to_string(),
+        sig: &sig,
+        sigs,
+        kernels,
+        graph: Graph::default(),
+        env: HashMap::new(),
+        errors: Vec::new(),
+    };
+    let mut params = Vec::new();
+    for (i, p) in f.params.iter().enumerate() {
+        let ty = match &sig.params[i] {
+            ParamSig::Tensor(t) => Ty::Tensor(t.clone()),
+            ParamSig::Scalar(k) => Ty::Scalar(ScalarTy::Of(*k)),
+        };
+        let id = c.graph.push(Node {
+            op: Op::Param(i),
+            ty,
+            sp: Sp::of(&p.name),
+            text: p.name.to_string(),
+        });
+        c.env.insert(p.name.to_string(), Binding::Node(id));
+        params.push(id);
+    }
+    for stmt in &f.body.stmts {
+        c.let_stmt(stmt);
+    }
+    let ret = c.result(&f.body.ret, f);
+    let Checker { graph, errors, .. } = c;
+    if errors.is_empty() {
+        Ok(CheckedFn {
+            sig,
+            graph,
+            params,
+            ret,
+        })
+    } else {
+        Err(errors)
+    }
+}
+
+#[derive(Clone)]
+enum Binding {
+    Node(NodeId),
+}
+
+struct Checker<'s, 'k> {
+    fn_name: String,
+    sig: &'s Signature,
+    sigs: &'s [Option<Signature>],
+    kernels: &'s [KernelSig<'k>],
+    graph: Graph,
+    env: HashMap<String, Binding>,
+    errors: Vec<syn::Error>,
+}
+
+/// A tensor operand: its node, the expression that used it and its type.
+#[derive(Clone)]
+struct Operand<'e> {
+    id: NodeId,
+    ex: &'e Expr,
+    ty: TensorTy,
+}
+
+/// The device and dtype an operation runs with.
+struct Agreed {
+    ok: bool,
+    device: Device,
+    dtype: DTypeKind,
+}
+
+/// The elementwise ops callable by name (besides the unary ones).
+fn binary_fn(name: &str) -> Option<BinaryOp> {
+    match name {
+        "maximum" => Some(BinaryOp::Max),
+        "minimum" => Some(BinaryOp::Min),
+        "pow" => Some(BinaryOp::Pow),
+        _ => None,
+    }
+}
+
+fn bin_op(op: BinOp) -> BinaryOp {
+    match op {
+        BinOp::Add => BinaryOp::Add,
+        BinOp::Sub => BinaryOp::Sub,
+        BinOp::Mul => BinaryOp::Mul,
+        BinOp::Div => BinaryOp::Div,
+    }
+}
+
+fn op_label(op: BinaryOp) -> &'static str {
+    op.symbol().unwrap_or(op.name())
+}
+
+/// The value most operands agree on; ties go to values `prefer` accepts,
+/// then to the anchor operand's value, then to the first operand's.
+fn pick<T: PartialEq + Copy>(values: &[T], anchor: usize, prefer: impl Fn(T) -> bool) -> T {
+    let count = |v: T| values.iter().filter(|&&w| w == v).count();
+    let best = values.iter().map(|&v| count(v)).max().unwrap_or(0);
+    let mut cands: Vec<T> = Vec::new();
+    for &v in values {
+        if count(v) == best && !cands.contains(&v) {
+            cands.push(v);
+        }
+    }
+    if cands.iter().any(|&v| prefer(v)) {
+        cands.retain(|&v| prefer(v));
+    }
+    if cands.contains(&values[anchor]) {
+        values[anchor]
+    } else {
+        cands[0]
+    }
+}
+
+fn dim_name(d: usize) -> String {
+    format!("dim {d}")
+}
+
+impl<'s, 'k> Checker<'s, 'k> {
+    fn error(&mut self, sp: &Sp, msg: impl std::fmt::Display) {
+        self.errors.push(sp.error(msg));
+    }
+
+    fn push(&mut self, op: Op, ty: Ty, e: &Expr) -> NodeId {
+        self.graph.push(Node {
+            op,
+            ty,
+            sp: e.sp.clone(),
+            text: e.to_string(),
+        })
+    }
+
+    fn ty(&self, id: NodeId) -> &Ty {
+        &self.graph.nodes[id].ty
+    }
+
+    /// The tensor type of an operand, or an error if it is not a tensor.
+    fn tensor<'e>(&mut self, id: NodeId, ex: &'e Expr, op: &str) -> Option<Operand<'e>> {
+        match self.ty(id).clone() {
+            Ty::Tensor(ty) => Some(Operand { id, ex, ty }),
+            Ty::Error => None,
+            Ty::Scalar(s) => {
+                self.error(
+                    &ex.sp,
+                    format!("`{op}` needs a tensor here, but `{ex}` is a scalar ({s})"),
+                );
+                None
+            }
+            Ty::Tuple(ts) => {
+                self.error(
+                    &ex.sp,
+                    format!(
+                        "`{ex}` returns {} tensors: bind them first with `let ({}) = {ex};`",
+                        ts.len(),
+                        (0..ts.len())
+                            .map(|i| format!("r{i}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// Checks that tensor operands share one device and one dtype; returns
+    /// whether they do and the device and dtype the operation runs with
+    /// (what most operands have), so that checking goes on after an error.
+    fn agree(&mut self, op: &str, ops: &[Operand<'_>], anchor: usize) -> Agreed {
+        if ops.len() < 2 {
+            return Agreed {
+                ok: true,
+                device: ops[0].ty.device,
+                dtype: ops[0].ty.dtype,
+            };
+        }
+        let mut ok = true;
+        let devices: Vec<Device> = ops.iter().map(|o| o.ty.device).collect();
+        let dev = pick(&devices, anchor, |d| d != Device::Cpu);
+        let dev_witness = if devices[anchor] == dev {
+            anchor
+        } else {
+            devices
+                .iter()
+                .position(|&d| d == dev)
+                .expect("picked from these")
+        };
+        let mut seen = HashSet::new();
+        for o in ops {
+            if o.ty.device != dev && seen.insert((o.id, o.ex.to_string())) {
+                ok = false;
+                self.error(
+                    &o.ex.sp,
+                    format!(
+                        "`{}` is on {} but `{op}` runs on {dev} ({}: {dev}): move it with `{}.to_device::<{dev}>()`",
+                        o.ex,
+                        o.ty.device,
+                        ops[dev_witness].ex,
+                        o.ex.receiver_text()
+                    ),
+                );
+            }
+        }
+        let dtypes: Vec<DTypeKind> = ops.iter().map(|o| o.ty.dtype).collect();
+        let any_float = dtypes.iter().any(|d| d.is_float());
+        // Mixing ints and floats: the float side is what the user meant
+        // (PyTorch would promote to it), so the ints get the cast.
+        let floats: Vec<DTypeKind> = if any_float {
+            dtypes.iter().copied().filter(|d| d.is_float()).collect()
+        } else {
+            dtypes.clone()
+        };
+        let anchor_f = if dtypes[anchor].is_float() || !any_float {
+            floats
+                .iter()
+                .position(|&d| d == dtypes[anchor])
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        let dt = pick(&floats, anchor_f, |_| true);
+        let mut seen = HashSet::new();
+        for o in ops {
+            if o.ty.dtype != dt && seen.insert((o.id, o.ex.to_string())) {
+                ok = false;
+                self.error(
+                    &o.ex.sp,
+                    format!(
+                        "`{}` is {} but `{op}` here is {dt}: cast with `{}.cast::<{dt}>()`",
+                        o.ex,
+                        o.ty.dtype,
+                        o.ex.receiver_text()
+                    ),
+                );
+            }
+        }
+        Agreed {
+            ok,
+            device: dev,
+            dtype: dt,
+        }
+    }
+
+    /// The output type of an operation whose operands agreed (or were
+    /// reported): their device and dtype with `dims`.
+    fn out_ty(a: &Agreed, dims: Vec<Dim>) -> Ty {
+        Ty::Tensor(TensorTy {
+            device: a.device,
+            dtype: a.dtype,
+            dims,
+        })
+    }
+
+    fn need_float(&mut self, op: &str, o: &Operand<'_>) -> bool {
+        if o.ty.dtype.is_float() {
+            return true;
+        }
+        self.error(
+            &o.ex.sp,
+            format!(
+                "`{op}` needs a floating-point tensor but `{}` is {}: cast with `{}.cast::<f32>()`",
+                o.ex,
+                o.ty.dtype,
+                o.ex.receiver_text()
+            ),
+        );
+        false
+    }
+
+    fn need_numeric(&mut self, op: &str, o: &Operand<'_>) -> bool {
+        if o.ty.dtype != DTypeKind::Bool {
+            return true;
+        }
+        self.error(
+            &o.ex.sp,
+            format!(
+                "`{op}` needs numbers but `{}` is bool: cast with `{}.cast::<u8>()` or `.cast::<f32>()`",
+                o.ex,
+                o.ex.receiver_text()
+            ),
+        );
+        false
+    }
+
+    /// Reports a shape-rule error on the operand it names.
+    fn rule_error(&mut self, e: RuleError, spans: &[&Sp]) {
+        let sp = spans
+            .get(e.operand)
+            .or(spans.last())
+            .copied()
+            .cloned()
+            .expect("at least one span");
+        self.error(&sp, e.message);
+    }
+
+    // ----- statements -------------------------------------------------
+
+    fn let_stmt(&mut self, stmt: &Let) {
+        let annot = match &stmt.ty {
+            Some(t) => match declared_ty(t, &self.sig.symbols) {
+                Ok(ty) => Some(ty),
+                Err(e) => {
+                    self.errors.push(e);
+                    None
+                }
+            },
+            None => None,
+        };
+        let id = self.expr_hint(&stmt.init, annot.as_ref());
+        if let (Some(want), Ty::Tensor(have)) = (&annot, self.ty(id).clone()) {
+            if *want != have {
+                let name = match &stmt.pat {
+                    Pat::Ident(i) => i.to_string(),
+                    Pat::Tuple(..) => stmt.init.to_string(),
+                };
+                self.error(
+                    &stmt.init.sp,
+                    format!("`{name}` is annotated {want} but its value is {have}"),
+                );
+            }
+        }
+        match &stmt.pat {
+            Pat::Ident(i) => {
+                if i != "_" {
+                    self.env.insert(i.to_string(), Binding::Node(id));
+                }
+            }
+            Pat::Tuple(names, sp) => {
+                let n = match self.ty(id).clone() {
+                    Ty::Tuple(ts) => ts,
+                    Ty::Error => {
+                        for n in names {
+                            let e = self.push(Op::TupleGet(id, 0), Ty::Error, &stmt.init);
+                            self.env.insert(n.to_string(), Binding::Node(e));
+                        }
+                        return;
+                    }
+                    _ => {
+                        self.error(sp, format!("`{}` is one value, not a tuple", stmt.init));
+                        for n in names {
+                            self.env.insert(n.to_string(), Binding::Node(id));
+                        }
+                        return;
+                    }
+                };
+                if n.len() != names.len() {
+                    self.error(
+                        sp,
+                        format!(
+                            "`{}` returns {} tensors but the pattern names {}",
+                            stmt.init,
+                            n.len(),
+                            names.len()
+                        ),
+                    );
+                }
+                for (i, name) in names.iter().enumerate() {
+                    let ty = n.get(i).cloned().map(Ty::Tensor).unwrap_or(Ty::Error);
+                    let node = self.graph.push(Node {
+                        op: Op::TupleGet(id, i),
+                        ty,
+                        sp: Sp::of(name),
+                        text: name.to_string(),
+                    });
+                    if name != "_" {
+                        self.env.insert(name.to_string(), Binding::Node(node));
+                    }
+                }
+            }
+        }
+    }
+
+    fn result(&mut self, e: &Expr, f: &TensorFn) -> Vec<NodeId> {
+        let declared = self.sig.ret.clone();
+        let parts: Vec<(NodeId, Expr)> = match (&e.kind, self.sig.tuple) {
+            (ExprKind::Tuple(xs), true) => xs.iter().map(|x| (self.expr(x), x.clone())).collect(),
+            (_, true) => {
+                let id = self.expr(e);
+                match self.ty(id).clone() {
+                    Ty::Tuple(ts) => (0..ts.len())
+                        .map(|i| {
+                            let n = self.push(Op::TupleGet(id, i), Ty::Tensor(ts[i].clone()), e);
+                            (n, e.clone())
+                        })
+                        .collect(),
+                    Ty::Error => return vec![],
+                    _ => {
+                        self.error(
+                            &e.sp,
+                            format!(
+                                "`{}` declares {} results: end the body with a tuple `(a, b, ..)`",
+                                self.fn_name,
+                                declared.len()
+                            ),
+                        );
+                        return vec![];
+                    }
+                }
+            }
+            (_, false) => {
+                let hint = declared.first();
+                vec![(self.expr_hint(e, hint), e.clone())]
+            }
+        };
+        if parts.len() != declared.len() {
+            self.error(
+                &e.sp,
+                format!(
+                    "`{}` declares {} results but the body gives {}",
+                    self.fn_name,
+                    declared.len(),
+                    parts.len()
+                ),
+            );
+            return vec![];
+        }
+        let mut ids = Vec::new();
+        for ((id, ex), want) in parts.iter().zip(&declared) {
+            ids.push(*id);
+            let name = self.fn_name.clone();
+            let Some(o) = self.tensor(*id, ex, &name) else {
+                continue;
+            };
+            let mut msgs = Vec::new();
+            if o.ty.device != want.device {
+                msgs.push(format!(
+                    "the result `{ex}` is on {} but `{name}` declares {}: move it with `{}.to_device::<{}>()` or change the return type",
+                    o.ty.device, want.device, ex.receiver_text(), want.device
+                ));
+            }
+            if o.ty.dtype != want.dtype {
+                msgs.push(format!(
+                    "the result `{ex}` is {} but `{name}` declares {}: cast it with `{}.cast::<{}>()` or change the return type",
+                    o.ty.dtype, want.dtype, ex.receiver_text(), want.dtype
+                ));
+            }
+            if o.ty.dims != want.dims {
+                let detail = if o.ty.dims.len() != want.dims.len() {
+                    format!("{} dims instead of {}", o.ty.dims.len(), want.dims.len())
+                } else {
+                    let k = (0..want.dims.len())
+                        .find(|&k| o.ty.dims[k] != want.dims[k])
+                        .expect("dims differ somewhere");
+                    format!("dim {k} is {} but must be {}", o.ty.dims[k], want.dims[k])
+                };
+                msgs.push(format!(
+                    "the result `{ex}` has shape {} but `{name}` declares {}: {detail}",
+                    fmt_shape(&o.ty.dims),
+                    fmt_shape(&want.dims)
+                ));
+            }
+            for m in msgs {
+                self.error(&ex.sp, m);
+            }
+        }
+        let _ = f;
+        ids
+    }
+
+    // ----- expressions ------------------------------------------------
+
+    fn expr(&mut self, e: &Expr) -> NodeId {
+        self.expr_hint(e, None)
+    }
+
+    /// `hint`: the declared type of a `let` or of the result, which gives
+    /// calls to functions outside the invocation their type.
+    fn expr_hint(&mut self, e: &Expr, hint: Option<&TensorTy>) -> NodeId {
+        match &e.kind {
+            ExprKind::Var(v) => match self.env.get(&v.to_string()) {
+                Some(Binding::Node(id)) => *id,
+                None => {
+                    let msg = if self.sig.symbols.is_generic(&v.to_string()) {
+                        format!("`{v}` is a dim, not a value: use a literal or a `usize` parameter")
+                    } else {
+                        format!("`{v}` is not a parameter or a `let` of `{}`", self.fn_name)
+                    };
+                    self.error(&e.sp, msg);
+                    self.push(Op::Param(usize::MAX), Ty::Error, e)
+                }
+            },
+            ExprKind::Int(n) => self.push(
+                Op::Lit {
+                    value: *n as f64,
+                    int: true,
+                },
+                Ty::Scalar(ScalarTy::IntLit),
+                e,
+            ),
+            ExprKind::Float(x) => self.push(
+                Op::Lit {
+                    value: *x,
+                    int: false,
+                },
+                Ty::Scalar(ScalarTy::FloatLit),
+                e,
+            ),
+            ExprKind::Neg(x) => {
+                let a = self.expr(x);
+                self.unary(UnaryOp::Neg, a, x, e)
+            }
+            ExprKind::Binary(op, a, b) => {
+                let (x, y) = (self.expr(a), self.expr(b));
+                self.binary(bin_op(*op), (x, a), (y, b), e)
+            }
+            ExprKind::Call { func, args } => self.call(func, args, e, hint),
+            ExprKind::Method {
+                recv,
+                method,
+                turbofish,
+                args,
+            } => self.method(recv, method, turbofish, args, e),
+            ExprKind::Index { base, indices } => self.index(base, indices, e),
+            ExprKind::Array(_) => {
+                self.error(
+                    &e.sp,
+                    "a list `[..]` is only an argument: `cat([a, b], dim)`, `x.reshape([..])`, `x.permute([..])`",
+                );
+                self.push(Op::Param(usize::MAX), Ty::Error, e)
+            }
+            ExprKind::Tuple(_) => {
+                self.error(
+                    &e.sp,
+                    "a tuple is only the result of a function with several results",
+                );
+                self.push(Op::Param(usize::MAX), Ty::Error, e)
+            }
+        }
+    }
+
+    fn error_node(&mut self, e: &Expr) -> NodeId {
+        self.push(Op::Param(usize::MAX), Ty::Error, e)
+    }
+
+    /// Evaluates positional and `name = value` arguments against a list of
+    /// parameter names; `required` of them must be present.
+    fn bind_args<'e>(
+        &mut self,
+        op: &str,
+        args: &'e [Arg],
+        names: &[&str],
+        required: usize,
+        e: &Expr,
+    ) -> Option<Vec<Option<&'e Expr>>> {
+        let mut out: Vec<Option<&Expr>> = vec![None; names.len()];
+        let mut ok = true;
+        let mut pos = 0;
+        for a in args {
+            match &a.name {
+                None => {
+                    if pos >= names.len() {
+                        self.error(
+                            &a.value.sp,
+                            format!(
+                                "`{op}` takes at most {} arguments ({})",
+                                names.len(),
+                                names.join(", ")
+                            ),
+                        );
+                        ok = false;
+                    } else {
+                        out[pos] = Some(&a.value);
+                    }
+                    pos += 1;
+                }
+                Some(n) => match names.iter().position(|x| n == x) {
+                    Some(i) if out[i].is_none() => out[i] = Some(&a.value),
+                    Some(_) => {
+                        self.error(&a.value.sp, format!("`{n}` is given twice"));
+                        ok = false;
+                    }
+                    None => {
+                        self.error(
+                            &Sp::of(n),
+                            format!(
+                                "`{op}` has no argument `{n}`: its arguments are {}",
+                                names.join(", ")
+                            ),
+                        );
+                        ok = false;
+                    }
+                },
+            }
+        }
+        for (i, n) in names.iter().enumerate().take(required) {
+            if out[i].is_none() {
+                self.error(
+                    &e.sp,
+                    format!(
+                        "`{op}` is missing its argument `{n}` ({})",
+                        names.join(", ")
+                    ),
+                );
+                ok = false;
+            }
+        }
+        ok.then_some(out)
+    }
+
+    /// An integer literal argument (a dim number), possibly negative.
+    fn int_arg(&mut self, x: &Expr, what: &str) -> Option<isize> {
+        match &x.kind {
+            ExprKind::Int(n) => Some(*n as isize),
+            ExprKind::Neg(inner) => match inner.kind {
+                ExprKind::Int(n) => Some(-(n as isize)),
+                _ => {
+                    self.error(&x.sp, format!("{what} is an integer literal"));
+                    None
+                }
+            },
+            _ => {
+                self.error(&x.sp, format!("{what} is an integer literal"));
+                None
+            }
+        }
+    }
+
+    fn dim_arg(&mut self, x: &Expr, op: &str, o: &Operand<'_>) -> Option<usize> {
+        let d = self.int_arg(x, &format!("the dim of `{op}`"))?;
+        match rules::normalize_dim(op, &o.ex.to_string(), d, o.ty.dims.len()) {
+            Ok(d) => Some(d),
+            Err(err) => {
+                self.error(&x.sp, err.message);
+                None
+            }
+        }
+    }
+
+    /// A scalar argument that must be a `usize` at run time (an index, a
+    /// start, a length): a literal or a `usize` expression.
+    fn index_arg(&mut self, x: &Expr, what: &str) -> Option<IndexArg> {
+        if let ExprKind::Int(n) = x.kind {
+            return Some(IndexArg::Const(n as usize));
+        }
+        let id = self.expr(x);
+        match self.ty(id).clone() {
+            Ty::Error => None,
+            Ty::Scalar(ScalarTy::Of(ScalarKind::Usize)) => Some(IndexArg::Node(id)),
+            Ty::Scalar(ScalarTy::IntLit) => match self.graph.nodes[id].op {
+                Op::Lit { value, .. } if value >= 0.0 => Some(IndexArg::Const(value as usize)),
+                _ => {
+                    self.error(&x.sp, format!("{what} cannot be negative here"));
+                    None
+                }
+            },
+            other => {
+                let found = match other {
+                    Ty::Scalar(s) => s.to_string(),
+                    _ => "a tensor".to_string(),
+                };
+                self.error(
+                    &x.sp,
+                    format!(
+                        "{what} is a `usize` (a literal or a `usize` parameter), `{x}` is {found}"
+                    ),
+                );
+                None
+            }
+        }
+    }
+}
+
+fn sig_scalar_is_symbol(sig: &Signature, param: usize) -> bool {
+    matches!(
+        sig.params.get(param),
+        Some(ParamSig::Scalar(ScalarKind::Usize))
+    )
+}
+
+/// The device a turbofish type names.
+fn device_of(t: &syn::Type) -> Option<Device> {
+    let syn::Type::Path(p) = t else { return None };
+    let seg = p.path.segments.last()?;
+    match seg.ident.to_string().as_str() {
+        "Cpu" => Some(Device::Cpu),
+        "Cuda" => match &seg.arguments {
+            syn::PathArguments::None => Some(Device::Cuda(0)),
+            syn::PathArguments::AngleBracketed(a) => match a.args.first()? {
+                syn::GenericArgument::Const(syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Int(i),
+                    ..
+                })) => i.base10_parse().ok().map(Device::Cuda),
+                syn::GenericArgument::Type(syn::Type::Verbatim(v)) => {
+                    v.to_string().parse().ok().map(Device::Cuda)
+                }
+                _ => None,
+            },
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Names `tensor_fn!` understands by itself.
+pub fn is_builtin(name: &str) -> bool {
+    UnaryOp::from_name(name).is_some()
+        || binary_fn(name).is_some()
+        || matches!(
+            name,
+            "matmul"
+                | "mm"
+                | "bmm"
+                | "dot"
+                | "addmm"
+                | "cat"
+                | "addcmul"
+                | "softmax"
+                | "log_softmax"
+        )
+}

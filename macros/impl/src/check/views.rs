@@ -1,0 +1,453 @@
+//! Shape operations: `cat`, reshapes and views, reductions, `softmax`,
+//! `narrow` and indexing.
+
+use super::*;
+
+impl<'s, 'k> Checker<'s, 'k> {
+    pub(super) fn cat(&mut self, args: &[Arg], e: &Expr) -> NodeId {
+        let Some(a) = self.bind_args("cat", args, &["tensors", "dim"], 1, e) else {
+            return self.error_node(e);
+        };
+        let list = a[0].expect("required");
+        let ExprKind::Array(xs) = &list.kind else {
+            self.error(
+                &list.sp,
+                "`cat` takes a list of tensors: `cat([a, b], dim)`",
+            );
+            return self.error_node(e);
+        };
+        let ids: Vec<NodeId> = xs.iter().map(|x| self.expr(x)).collect();
+        let ops: Vec<Option<Operand>> = ids
+            .iter()
+            .zip(xs)
+            .map(|(&id, x)| self.tensor(id, x, "cat"))
+            .collect();
+        if ops.is_empty() {
+            self.error(&list.sp, "`cat` needs at least one tensor");
+            return self.error_node(e);
+        }
+        if ops.iter().any(|o| o.is_none()) {
+            return self.error_node(e);
+        }
+        let ops: Vec<Operand> = ops.into_iter().map(|o| o.expect("checked")).collect();
+        let agreed = self.agree("cat", &ops, 0);
+        let dim = match a[1] {
+            None => Some(0),
+            Some(d) => self.dim_arg(d, "cat", &ops[0]),
+        };
+        let Some(dim) = dim else {
+            return self.error_node(e);
+        };
+        let names: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
+        let operands: Vec<(&str, &[Dim])> = names
+            .iter()
+            .zip(&ops)
+            .map(|(n, o)| (n.as_str(), &o.ty.dims[..]))
+            .collect();
+        let spans: Vec<&Sp> = xs.iter().map(|x| &x.sp).collect();
+        match rules::cat("cat", &operands, dim) {
+            Ok(dims) => self.push(Op::Cat { xs: ids, dim }, Self::out_ty(&agreed, dims), e),
+            Err(err) => {
+                self.rule_error(err, &spans);
+                self.error_node(e)
+            }
+        }
+    }
+
+    pub(super) fn softmax(
+        &mut self,
+        name: &str,
+        id: NodeId,
+        o: Operand<'_>,
+        d: &Expr,
+        e: &Expr,
+    ) -> NodeId {
+        let Some(dim) = self.dim_arg(d, name, &o) else {
+            return self.error_node(e);
+        };
+        if !self.need_float(name, &o) {
+            return self.error_node(e);
+        }
+        let log = name == "log_softmax";
+        self.push(Op::Softmax { x: id, dim, log }, Ty::Tensor(o.ty), e)
+    }
+
+    /// `x.t()`, `x.permute([..])`, `x.transpose(d0, d1)`: the same
+    /// elements in another dim order.
+    pub(super) fn reorder(
+        &mut self,
+        name: &str,
+        rid: NodeId,
+        o: Operand<'_>,
+        args: &[Arg],
+        e: &Expr,
+    ) -> NodeId {
+        let text = o.ex.to_string();
+        let (op, rule) = match name {
+            "t" => {
+                if !args.is_empty() {
+                    self.error(&e.sp, "`t` takes no arguments");
+                }
+                (Op::T(rid), rules::t("t", (&text, &o.ty.dims)))
+            }
+            "permute" => {
+                let list: Vec<&Expr> = match args {
+                    [Arg { name: None, value }] => match &value.kind {
+                        ExprKind::Array(xs) => xs.iter().collect(),
+                        _ => vec![value],
+                    },
+                    _ => args.iter().map(|a| &a.value).collect(),
+                };
+                let mut perm = Vec::new();
+                for x in list {
+                    match self.dim_arg(x, "permute", &o) {
+                        Some(d) => perm.push(d),
+                        None => return self.error_node(e),
+                    }
+                }
+                let rule = rules::permute("permute", (&text, &o.ty.dims), &perm);
+                (Op::Permute(rid, perm), rule)
+            }
+            _ => {
+                let Some(a) = self.bind_args("transpose", args, &["dim0", "dim1"], 2, e) else {
+                    return self.error_node(e);
+                };
+                let d0 = self.dim_arg(a[0].expect("required"), "transpose", &o);
+                let d1 = self.dim_arg(a[1].expect("required"), "transpose", &o);
+                let (Some(d0), Some(d1)) = (d0, d1) else {
+                    return self.error_node(e);
+                };
+                let rule = rules::transpose("transpose", (&text, &o.ty.dims), d0, d1);
+                (Op::Transpose(rid, d0, d1), rule)
+            }
+        };
+        match rule {
+            Ok(dims) => self.push(op, Ty::Tensor(TensorTy { dims, ..o.ty }), e),
+            Err(err) => {
+                self.error(&e.sp, err.message);
+                self.error_node(e)
+            }
+        }
+    }
+
+    /// A dim of a reshape target, with `-1` allowed.
+    pub(super) fn target_dim(&mut self, x: &Expr) -> Option<Option<Dim>> {
+        fn go(x: &Expr, symbols: &Symbols) -> Result<Option<Dim>, String> {
+            match &x.kind {
+                ExprKind::Int(n) => Ok(Some(Dim::constant(*n as i64))),
+                ExprKind::Neg(inner) if matches!(inner.kind, ExprKind::Int(1)) => Ok(None),
+                ExprKind::Var(v) => {
+                    let s = v.to_string();
+                    match symbols.map.get(&s) {
+                        Some(SymKind::Generic) | Some(SymKind::Runtime(Some(_))) => Ok(Some(Dim::sym(&s))),
+                        _ => Err(format!(
+                            "unknown dim `{s}`: use a literal, a const generic, a dim named in a parameter's shape, or `-1`"
+                        )),
+                    }
+                }
+                ExprKind::Binary(op @ (BinOp::Add | BinOp::Mul), a, b) => {
+                    let (Some(a), Some(b)) = (go(a, symbols)?, go(b, symbols)?) else {
+                        return Err("`-1` stands alone".to_string());
+                    };
+                    Ok(Some(if *op == BinOp::Add {
+                        a.add(&b)
+                    } else {
+                        a.mul(&b)
+                    }))
+                }
+                _ => Err("a dim is a literal, a name, `+`/`*` of those, or `-1`".to_string()),
+            }
+        }
+        match go(x, &self.sig.symbols) {
+            Ok(d) => Some(d),
+            Err(m) => {
+                self.error(&x.sp, m);
+                None
+            }
+        }
+    }
+
+    pub(super) fn reshape(
+        &mut self,
+        name: &str,
+        rid: NodeId,
+        o: Operand<'_>,
+        args: &[Arg],
+        e: &Expr,
+    ) -> NodeId {
+        let (list, list_sp): (Vec<&Expr>, Sp) = match args {
+            [Arg { name: None, value }] => match &value.kind {
+                ExprKind::Array(xs) => (xs.iter().collect(), value.sp.clone()),
+                _ => (vec![value], value.sp.clone()),
+            },
+            [] => {
+                self.error(
+                    &e.sp,
+                    format!("`{name}` needs the new shape: `x.{name}([..])`"),
+                );
+                return self.error_node(e);
+            }
+            _ => {
+                let sp = Sp::join(&args[0].value.sp, &args[args.len() - 1].value.sp);
+                (args.iter().map(|a| &a.value).collect(), sp)
+            }
+        };
+        let mut dims: Vec<Option<Dim>> = Vec::new();
+        for x in &list {
+            match self.target_dim(x) {
+                Some(d) => dims.push(d),
+                None => return self.error_node(e),
+            }
+        }
+        let infer: Vec<usize> = (0..dims.len()).filter(|&i| dims[i].is_none()).collect();
+        if infer.len() > 1 {
+            self.error(&list[infer[1]].sp, "only one dim can be `-1`");
+            return self.error_node(e);
+        }
+        let total = numel(&o.ty.dims);
+        if let Some(&i) = infer.first() {
+            let known: Vec<Dim> = dims.iter().flatten().cloned().collect();
+            let rest = numel(&known);
+            match total.div_exact(&rest) {
+                Some(d) => dims[i] = Some(d),
+                None => {
+                    self.error(
+                        &list[i].sp,
+                        format!(
+                            "`{name}` of `{}` {} ({total} elements) cannot infer `-1`: {total} is not a multiple of {rest}",
+                            o.ex,
+                            fmt_shape(&o.ty.dims),
+                        ),
+                    );
+                    return self.error_node(e);
+                }
+            }
+        }
+        let dims: Vec<Dim> = dims.into_iter().map(|d| d.expect("inferred")).collect();
+        if dims.len() > 6 {
+            self.error(&list_sp, "tensors have at most 6 dims");
+            return self.error_node(e);
+        }
+        match rules::reshape(name, (&o.ex.to_string(), &o.ty.dims), &dims) {
+            Ok(()) => self.push(
+                Op::Reshape {
+                    x: rid,
+                    view: name == "view",
+                },
+                Ty::Tensor(TensorTy { dims, ..o.ty }),
+                e,
+            ),
+            Err(err) => {
+                self.error(&list_sp, err.message);
+                self.error_node(e)
+            }
+        }
+    }
+
+    pub(super) fn reduce(
+        &mut self,
+        name: &str,
+        rid: NodeId,
+        o: Operand<'_>,
+        args: &[Arg],
+        e: &Expr,
+    ) -> NodeId {
+        let op = match name {
+            "sum" => ReduceOp::Sum,
+            "mean" => ReduceOp::Mean,
+            "max" => ReduceOp::Max,
+            "min" => ReduceOp::Min,
+            "argmax" => ReduceOp::ArgMax,
+            _ => ReduceOp::ArgMin,
+        };
+        // `a.max(b)` with a tensor or scalar is the elementwise maximum.
+        if let ([Arg { name: None, value }], ReduceOp::Max | ReduceOp::Min) = (args, op) {
+            if !matches!(value.kind, ExprKind::Int(_) | ExprKind::Neg(_)) {
+                let iy = self.expr(value);
+                let bop = if op == ReduceOp::Max {
+                    BinaryOp::Max
+                } else {
+                    BinaryOp::Min
+                };
+                return self.binary(bop, (rid, o.ex), (iy, value), e);
+            }
+        }
+        let Some(a) = self.bind_args(name, args, &["dim"], 0, e) else {
+            return self.error_node(e);
+        };
+        let ok = if op == ReduceOp::Mean {
+            self.need_float(name, &o)
+        } else {
+            self.need_numeric(name, &o)
+        };
+        let dim = match a[0] {
+            None if op.returns_index() => {
+                self.error(&e.sp, format!("`{name}` needs a dim: `x.{name}(1)`"));
+                return self.error_node(e);
+            }
+            None => None,
+            Some(d) => match self.dim_arg(d, name, &o) {
+                Some(d) => Some(d),
+                None => return self.error_node(e),
+            },
+        };
+        if !ok {
+            return self.error_node(e);
+        }
+        let dims = match dim {
+            None => vec![],
+            Some(d) => match rules::reduce(name, (&o.ex.to_string(), &o.ty.dims), d, false) {
+                Ok(dims) => dims,
+                Err(err) => {
+                    self.error(&e.sp, err.message);
+                    return self.error_node(e);
+                }
+            },
+        };
+        let dtype = if op.returns_index() {
+            DTypeKind::I64
+        } else {
+            o.ty.dtype
+        };
+        self.push(
+            Op::Reduce { op, x: rid, dim },
+            Ty::Tensor(TensorTy {
+                device: o.ty.device,
+                dtype,
+                dims,
+            }),
+            e,
+        )
+    }
+
+    pub(super) fn narrow(&mut self, rid: NodeId, o: Operand<'_>, args: &[Arg], e: &Expr) -> NodeId {
+        let Some(a) = self.bind_args("narrow", args, &["dim", "start", "length"], 3, e) else {
+            return self.error_node(e);
+        };
+        let (dx, sx, lx) = (
+            a[0].expect("required"),
+            a[1].expect("required"),
+            a[2].expect("required"),
+        );
+        let dim = self.dim_arg(dx, "narrow", &o);
+        let start = self.index_arg(sx, "the start of `narrow`");
+        let len = self.index_arg(lx, "the length of `narrow`");
+        let (Some(dim), Some(start), Some(len)) = (dim, start, len) else {
+            return self.error_node(e);
+        };
+        let len_dim = match &len {
+            IndexArg::Const(n) => Dim::constant(*n as i64),
+            IndexArg::Node(id) => match self.graph.nodes[*id].op {
+                Op::Param(j) if sig_scalar_is_symbol(self.sig, j) => {
+                    Dim::sym(&self.sig.param_names[j])
+                }
+                _ => {
+                    self.error(&lx.sp, "the length of `narrow` is a literal or a `usize` parameter (it becomes a dim)");
+                    return self.error_node(e);
+                }
+            },
+        };
+        if let (IndexArg::Const(s), IndexArg::Const(l)) = (&start, &len) {
+            if let Err(err) =
+                rules::slice("narrow", (&o.ex.to_string(), &o.ty.dims), dim, *s, s + l)
+            {
+                self.error(&e.sp, err.message);
+                return self.error_node(e);
+            }
+        }
+        let mut dims = o.ty.dims.clone();
+        dims[dim] = len_dim;
+        self.push(
+            Op::Narrow {
+                x: rid,
+                dim,
+                start,
+                len,
+            },
+            Ty::Tensor(TensorTy { dims, ..o.ty }),
+            e,
+        )
+    }
+
+    pub(super) fn index(&mut self, base: &Expr, indices: &[Expr], e: &Expr) -> NodeId {
+        let bid = self.expr(base);
+        let Some(o) = self.tensor(bid, base, "index") else {
+            for i in indices {
+                self.expr(i);
+            }
+            return self.error_node(e);
+        };
+        if indices.len() > o.ty.dims.len() {
+            self.error(
+                &e.sp,
+                format!(
+                    "`{base}` has {} dims but {} indices are given",
+                    o.ty.dims.len(),
+                    indices.len()
+                ),
+            );
+            return self.error_node(e);
+        }
+        let mut args = Vec::new();
+        let mut ok = true;
+        for (k, ix) in indices.iter().enumerate() {
+            let arg = match &ix.kind {
+                ExprKind::Neg(inner) => match (&inner.kind, o.ty.dims[k].to_usize()) {
+                    (ExprKind::Int(n), Some(size)) => {
+                        if (*n as usize) > size {
+                            self.error(
+                                &ix.sp,
+                                format!("index {ix} is out of range for dim {k} of `{base}`, which has size {size}: valid indices are -{size}..={}", size as i64 - 1),
+                            );
+                            ok = false;
+                            continue;
+                        }
+                        Some(IndexArg::Const(size - *n as usize))
+                    }
+                    (ExprKind::Int(_), None) => {
+                        self.error(
+                            &ix.sp,
+                            format!("a negative index needs a dim known at compile time, and dim {k} of `{base}` is {}", o.ty.dims[k]),
+                        );
+                        None
+                    }
+                    _ => self.index_arg(ix, "an index"),
+                },
+                _ => self.index_arg(ix, "an index"),
+            };
+            let Some(arg) = arg else {
+                ok = false;
+                continue;
+            };
+            if let IndexArg::Const(i) = arg {
+                if let Err(err) = rules::index("index", (&base.to_string(), &o.ty.dims), k, i) {
+                    self.error(&ix.sp, err.message);
+                    ok = false;
+                    continue;
+                }
+            }
+            args.push(arg);
+        }
+        if !ok {
+            return self.error_node(e);
+        }
+        let mut cur = bid;
+        let mut dims = o.ty.dims.clone();
+        for arg in args {
+            dims.remove(0);
+            cur = self.push(
+                Op::Index {
+                    x: cur,
+                    dim: 0,
+                    index: arg,
+                },
+                Ty::Tensor(TensorTy {
+                    dims: dims.clone(),
+                    ..o.ty.clone()
+                }),
+                e,
+            );
+        }
+        cur
+    }
+}
