@@ -333,9 +333,17 @@ pub(crate) fn float_unary<A: Real>(op: tensorfn_kernels::UnaryOp, x: A) -> A {
         U::Rsqrt => one / x.sqrt(),
         U::Recip => one / x,
         U::Gelu => {
-            let c = A::from_f64(0.797_884_560_802_865_4);
+            // 0.5 x (1 + tanh(u)) = x sigmoid(2u), without the cancellation
+            // of 1 + tanh(u) for negative x.
+            let c2 = A::from_f64(2.0 * 0.797_884_560_802_865_4);
             let k = A::from_f64(0.044_715);
-            A::from_f64(0.5) * x * (one + (c * (x + k * x * x * x)).tanh())
+            let u2 = c2 * (x + k * x * x * x);
+            if u2 >= A::ZERO {
+                x / (one + (-u2).exp())
+            } else {
+                let e = u2.exp();
+                x * e / (one + e)
+            }
         }
         U::Silu => x / (one + (-x).exp()),
     }
@@ -364,6 +372,15 @@ mod tests {
         assert_eq!(CpuNum::div(i32::MIN, -1), i32::MIN);
         assert_eq!(CpuNum::div(-7i32, 2), -3);
         assert_eq!(CpuNum::pow(3i64, 4), 81);
+    }
+
+    #[test]
+    fn gelu_is_accurate_for_negative_inputs() {
+        let x = -9.0f64;
+        let u2 = 2.0 * (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+        let want = x * u2.exp() / (1.0 + u2.exp());
+        let got = float_unary(tensorfn_kernels::UnaryOp::Gelu, x as f32) as f64;
+        assert!(((got - want) / want).abs() < 1e-5, "{got} vs {want}");
     }
 
     #[test]

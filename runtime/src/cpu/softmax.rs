@@ -18,17 +18,17 @@ fn softmax_row<U: CpuFloat>(row: &[U], out: &mut [U], tmp: &mut Vec<U::Acc>, log
         }
     }
     tmp.clear();
-    tmp.extend(row.iter().map(|&v| v.to_acc() - m));
-    let s = pairwise_sum(tmp, |d: U::Acc| d.exp());
     if log {
-        let ls = s.ln();
+        tmp.extend(row.iter().map(|&v| v.to_acc() - m));
+        let ls = pairwise_sum(tmp, |d: U::Acc| d.exp()).ln();
         for (o, &d) in out.iter_mut().zip(tmp.iter()) {
             *o = U::from_acc(d - ls);
         }
     } else {
-        let inv = <U::Acc as Real>::ONE / s;
-        for (o, &d) in out.iter_mut().zip(tmp.iter()) {
-            *o = U::from_acc(d.exp() * inv);
+        tmp.extend(row.iter().map(|&v| (v.to_acc() - m).exp()));
+        let inv = <U::Acc as Real>::ONE / pairwise_sum(tmp, |e: U::Acc| e);
+        for (o, &e) in out.iter_mut().zip(tmp.iter()) {
+            *o = U::from_acc(e * inv);
         }
     }
 }

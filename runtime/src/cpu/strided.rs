@@ -127,6 +127,64 @@ impl<const N: usize> Plan<N> {
     }
 }
 
+/// Side of the square tiles used when a view is read across its rows.
+const TILE: usize = 64;
+
+impl<const N: usize> Plan<N> {
+    /// True when some view steps far through memory along a run (a
+    /// transposed input): walking tile by tile then keeps the lines it
+    /// touches in cache.
+    fn wants_tiles(&self) -> bool {
+        let rank = self.dims.len();
+        rank >= 2
+            && self.dims[rank - 1] >= TILE / 4
+            && self.dims[rank - 2] >= TILE / 4
+            && self.steps().iter().any(|&s| s >= TILE)
+    }
+
+    /// Where row `row` (of the innermost dim) starts in each view.
+    fn row_base(&self, mut row: usize) -> [usize; N] {
+        let mut base = self.offsets;
+        for k in (0..self.dims.len() - 1).rev() {
+            let i = row % self.dims[k];
+            row /= self.dims[k];
+            for (b, s) in base.iter_mut().zip(&self.strides[k]) {
+                *b += i * s;
+            }
+        }
+        base
+    }
+}
+
+/// [`write_runs`] for plans that read across rows: the output is split
+/// into groups of `TILE` rows, each filled `TILE` columns at a time.
+fn write_tiled<O: Send, const N: usize>(
+    plan: &Plan<N>,
+    out: &mut [O],
+    body: &(impl Fn(&mut [O], [usize; N], [usize; N]) + Sync),
+) {
+    let cols = *plan.dims.last().expect("a plan has at least one dim");
+    let steps = plan.steps();
+    let group = |(g, part): (usize, &mut [O])| {
+        let first = g * TILE;
+        let bases: Vec<[usize; N]> = (0..part.len() / cols)
+            .map(|r| plan.row_base(first + r))
+            .collect();
+        for c0 in (0..cols).step_by(TILE) {
+            let len = TILE.min(cols - c0);
+            for (r, base) in bases.iter().enumerate() {
+                let run: [usize; N] = std::array::from_fn(|k| base[k] + c0 * steps[k]);
+                body(&mut part[r * cols + c0..r * cols + c0 + len], run, steps);
+            }
+        }
+    };
+    if out.len() >= PAR_THRESHOLD && rayon::current_num_threads() > 1 {
+        out.par_chunks_mut(TILE * cols).enumerate().for_each(group);
+    } else {
+        out.chunks_mut(TILE * cols).enumerate().for_each(group);
+    }
+}
+
 /// Fills the contiguous output `out` (the row-major elements of `dims`)
 /// run by run: `body(out_run, bases, steps)` writes one run, reading view
 /// `k` at `bases[k] + j * steps[k]`. Large outputs are split over rayon.
@@ -138,6 +196,9 @@ pub(crate) fn write_runs<O: Send, const N: usize>(
 ) {
     let plan = Plan::new(dims, layouts);
     debug_assert_eq!(plan.numel(), out.len());
+    if plan.wants_tiles() {
+        return write_tiled(&plan, out, &body);
+    }
     let steps = plan.steps();
     let threads = rayon::current_num_threads();
     if out.len() >= PAR_THRESHOLD && threads > 1 {
@@ -240,6 +301,32 @@ mod tests {
         assert_eq!(runs(&p, 0, 1), vec![(0, [0], 1)]);
         let e = Layout::contiguous(&[2, 0]);
         assert!(runs(&Plan::new(&[2, 0], [&e]), 0, 0).is_empty());
+    }
+
+    #[test]
+    fn tiles_cover_every_element_once() {
+        for (r, c) in [(70usize, 130usize), (64, 64), (200, 17), (3000, 40)] {
+            let src = Layout::contiguous(&[c, r]).permute(&[1, 0]);
+            let plan = Plan::new(&[r, c], [&src]);
+            assert!(plan.wants_tiles());
+            let data: Vec<u32> = (0..(r * c) as u32).collect();
+            let out = fill_runs(&[r, c], [&src], |o: &mut [u32], b, s| {
+                for (j, o) in o.iter_mut().enumerate() {
+                    *o = data[b[0] + j * s[0]];
+                }
+            });
+            let expected: Vec<u32> = src.offsets().map(|i| data[i]).collect();
+            assert_eq!(out, expected, "{r}x{c}");
+        }
+        // A batch of transposed matrices: groups of rows cross matrices.
+        let src = Layout::contiguous(&[3, 50, 70]).permute(&[0, 2, 1]);
+        let data: Vec<u32> = (0..3 * 50 * 70).collect();
+        let out = fill_runs(&[3, 70, 50], [&src], |o: &mut [u32], b, s| {
+            for (j, o) in o.iter_mut().enumerate() {
+                *o = data[b[0] + j * s[0]];
+            }
+        });
+        assert_eq!(out, src.offsets().map(|i| data[i]).collect::<Vec<_>>());
     }
 
     #[test]

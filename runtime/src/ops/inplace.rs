@@ -203,9 +203,17 @@ fn infallible(r: Result<()>) {
     }
 }
 
-/// Right-hand sides of `+=`, `-=`, `*=` on a CPU tensor of dtype `T` and
-/// shape `S`: a scalar `T`, or a tensor (by value or reference) of a
-/// static shape `S`.
+/// Right-hand sides of `+=`, `-=`, `*=` (and `/=` for floats) on a CPU
+/// tensor of dtype `T` and shape `S`: a scalar `T`, or a tensor (by value
+/// or reference) of the same static shape `S`.
+///
+/// ```
+/// use tensorfn_runtime::{Tensor, Cpu, shape};
+/// let mut x = Tensor::<Cpu, i32, shape![2]>::ones().unwrap();
+/// x += 4;
+/// x *= Tensor::<Cpu, i32, shape![2]>::from_vec(vec![1, 2]).unwrap();
+/// assert_eq!(x.to_vec().unwrap(), vec![5, 10]);
+/// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be the right-hand side of `+=`, `-=` or `*=` on a `{T}` tensor of shape `{S}`",
     label = "expected a `{T}` scalar or a tensor of shape `{S}` with only Const dims",

@@ -107,13 +107,12 @@ fn expand_batch(l: Layout, batch: usize) -> Layout {
     Layout::new(d, s, l.offset())
 }
 
-/// `alpha * a @ b + beta * bias`, as a contiguous buffer of `out_dims`
-/// (already checked by the caller's rule).
+/// `alpha * a @ b + beta * bias`, as a contiguous buffer of the dims the
+/// caller's rule computed (a bias comes only with 2-D operands).
 fn product<D: Device, T: FloatDType>(
     a: &Tensor<D, T, impl Shape>,
     b: &Tensor<D, T, impl Shape>,
     bias: Option<&Tensor<D, T, impl Shape>>,
-    out_dims: &[usize],
     alpha: T,
     beta: T,
 ) -> Result<Storage<T>> {
@@ -122,7 +121,7 @@ fn product<D: Device, T: FloatDType>(
     let (m, n) = (la.dims()[1], lb.dims()[2]);
     // A batch against one shared matrix whose rows follow each other in
     // memory is a single taller product.
-    if lb.dims()[0] == 1 && batch > 1 && la.strides()[0] == la.strides()[1] * m {
+    if bias.is_none() && lb.dims()[0] == 1 && batch > 1 && la.strides()[0] == la.strides()[1] * m {
         la = Layout::new(
             vec![1, batch * m, la.dims()[2]],
             vec![0, la.strides()[1], la.strides()[2]],
@@ -141,8 +140,6 @@ fn product<D: Device, T: FloatDType>(
             l2.offset(),
         )
     });
-    debug_assert_eq!(dense.iter().product::<usize>(), out_dims.iter().product());
-    let _ = out_dims;
     Ok(dispatch!(D, |be| be.wrap(be.matmul(
         be.buf(&a.storage),
         &la,
@@ -174,14 +171,7 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
         S: MatMulShape<S2>,
     {
         let dims = rules::matmul("matmul", ("self", self.dims()), ("other", other.dims()))?;
-        let storage = product(
-            self,
-            other,
-            None::<&NoBias<D, T>>,
-            &dims,
-            T::one(),
-            T::zero(),
-        )?;
+        let storage = product(self, other, None::<&NoBias<D, T>>, T::one(), T::zero())?;
         output(storage, &dims)
     }
 
@@ -206,14 +196,7 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
     {
         let dims = rules::matmul("matmul", ("self", self.dims()), ("other", other.dims()))?;
         rules::same_shape("matmul_into", ("result", &dims[..]), ("out", out.dims()))?;
-        let storage = product(
-            self,
-            other,
-            None::<&NoBias<D, T>>,
-            &dims,
-            T::one(),
-            T::zero(),
-        )?;
+        let storage = product(self, other, None::<&NoBias<D, T>>, T::one(), T::zero())?;
         out.overwrite_with(storage)
     }
 }
@@ -261,7 +244,7 @@ impl<D: Device, T: FloatDType, M: Dim, N: Dim> Tensor<D, T, (M, N)> {
             ("mat1", m1.dims()),
             ("mat2", m2.dims()),
         )?;
-        let storage = product(m1, m2, Some(bias), &dims, alpha, beta)?;
+        let storage = product(m1, m2, Some(bias), alpha, beta)?;
         output(storage, &dims)
     }
 
@@ -289,7 +272,7 @@ impl<D: Device, T: FloatDType, M: Dim, N: Dim> Tensor<D, T, (M, N)> {
             ("mat2", m2.dims()),
         )?;
         rules::same_shape("addmm_into", ("result", &dims[..]), ("out", out.dims()))?;
-        let storage = product(m1, m2, Some(bias), &dims, T::one(), T::one())?;
+        let storage = product(m1, m2, Some(bias), T::one(), T::one())?;
         out.overwrite_with(storage)
     }
 }
@@ -305,14 +288,7 @@ impl<D: Device, T: FloatDType, B: Dim, M: Dim, K: Dim> Tensor<D, T, (B, M, K)> {
     /// ```
     pub fn bmm<N: Dim>(&self, other: &Tensor<D, T, (B, K, N)>) -> Result<Tensor<D, T, (B, M, N)>> {
         let dims = rules::bmm("bmm", ("self", self.dims()), ("other", other.dims()))?;
-        let storage = product(
-            self,
-            other,
-            None::<&NoBias<D, T>>,
-            &dims,
-            T::one(),
-            T::zero(),
-        )?;
+        let storage = product(self, other, None::<&NoBias<D, T>>, T::one(), T::zero())?;
         output(storage, &dims)
     }
 }
@@ -329,14 +305,7 @@ impl<D: Device, T: FloatDType, K: Dim> Tensor<D, T, (K,)> {
     /// ```
     pub fn dot(&self, other: &Self) -> Result<Tensor<D, T, ()>> {
         let dims = rules::dot("dot", ("self", self.dims()), ("other", other.dims()))?;
-        let storage = product(
-            self,
-            other,
-            None::<&NoBias<D, T>>,
-            &dims,
-            T::one(),
-            T::zero(),
-        )?;
+        let storage = product(self, other, None::<&NoBias<D, T>>, T::one(), T::zero())?;
         output(storage, &dims)
     }
 }
