@@ -32,6 +32,13 @@ use crate::reduction::{reduce_spec, softmax_spec};
 use tensorfn_core::DTypeKind;
 
 /// Threads per block of the row kernels (reductions, softmax).
+///
+/// ```
+/// // launch: grid.x = min(rows, 65535), block.x = BLOCK
+/// let rows: u64 = 100_000;
+/// let grid = rows.min(65_535) as u32;
+/// assert_eq!((grid, tensorfn_kernels::builtin::BLOCK), (65_535, 256));
+/// ```
 pub const BLOCK: u32 = 256;
 
 /// A PTX module and the name of its kernel: the entry prefix of an
@@ -56,11 +63,23 @@ pub struct Kernel {
 
 impl Kernel {
     /// `NAME_contig`, the entry for contiguous same-shape operands.
+    ///
+    /// ```
+    /// use tensorfn_kernels::{builtin, BinaryOp, DTypeKind};
+    /// let k = builtin::binary(BinaryOp::Sub, DTypeKind::I32);
+    /// assert_eq!(k.contig_entry(), "tf_binary_sub_i32_contig");
+    /// ```
     pub fn contig_entry(&self) -> String {
         format!("{}_contig", self.name)
     }
 
     /// `NAME_strided`, the entry taking packed dims and strides.
+    ///
+    /// ```
+    /// use tensorfn_kernels::{builtin, DTypeKind, UnaryOp};
+    /// let k = builtin::unary(UnaryOp::Exp, DTypeKind::F64);
+    /// assert!(k.ptx.contains(&format!(".entry {}(", k.strided_entry())));
+    /// ```
     pub fn strided_entry(&self) -> String {
         format!("{}_strided", self.name)
     }

@@ -25,7 +25,7 @@
 //! # Ok::<(), tensorfn_kernels::Error>(())
 //! ```
 
-mod eval;
+pub(crate) mod eval;
 mod host;
 mod reduce;
 

@@ -55,6 +55,36 @@
 //! assert!(err.to_string().contains("cast"));
 //! ```
 //!
+//! # From `tensor_fn!`
+//!
+//! The macro builds one [`Kernel`] per fusion group at expansion time, then
+//! embeds a [`FusedKernel`](crate::FusedKernel) whose fields come straight
+//! from it:
+//!
+//! ```
+//! use tensorfn_kernels::ir::ElementwiseBuilder;
+//! use tensorfn_kernels::{ptx, BinaryOp, DTypeKind, UnaryOp};
+//!
+//! let mut k = ElementwiseBuilder::new();
+//! let x = k.input(DTypeKind::F16);
+//! let b = k.input(DTypeKind::F16); // broadcast at launch: stride 0
+//! let s = k.binary(BinaryOp::Add, x, b);
+//! let y = k.unary(UnaryOp::Gelu, s);
+//! let kernel = k.output(y)?;
+//!
+//! let name = kernel.default_name(); // stable: hash of the kernel's text
+//! let text = ptx::elementwise(&kernel, &name)?;
+//! // emitted as: static K: FusedKernel = FusedKernel {
+//! //     name: <name>, ptx: <text>, inputs: &[F16, F16], output: F16 };
+//! assert_eq!(kernel.inputs(), &[DTypeKind::F16, DTypeKind::F16]);
+//! assert!(text.contains(&format!("{name}_contig")));
+//! # Ok::<(), tensorfn_kernels::Error>(())
+//! ```
+//!
+//! The same `Kernel` runs on the host with
+//! [`interp::run_elementwise`](crate::interp::run_elementwise), which is how
+//! the macro's generated CPU closure can be tested against the GPU text.
+//!
 //! Comparisons, `select` and casts:
 //!
 //! ```

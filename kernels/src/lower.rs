@@ -69,7 +69,7 @@ pub(crate) fn float_unary(b: &mut Builder, op: UnaryOp, x: Reg) -> Reg {
         UnaryOp::Abs => b.fabs(x),
         UnaryOp::Relu => {
             let zero = b.cf(ty, 0.0);
-            b.fmax(x, zero)
+            nan_max_min(b, true, x, zero)
         }
         UnaryOp::Sigmoid => expand::sigmoid(b, x),
         UnaryOp::Tanh => expand::tanh(b, x),
@@ -311,8 +311,14 @@ pub(crate) fn cast(b: &mut Builder, x: Reg, from: DTypeKind, to: DTypeKind) -> R
             _ => unreachable!(),
         },
         (true, false) => match to {
-            I32 => b.ftoi(x, Ty::I32),
-            I64 => b.ftoi(x, Ty::I64),
+            I32 | I64 => {
+                // NaN -> 0 explicitly: `cvt.rzi` gives the minimum integer
+                // for NaN on some conversions.
+                let i = b.ftoi(x, dst);
+                let nan = b.is_nan(x);
+                let zero = b.ci(dst, 0);
+                b.select(nan, zero, i)
+            }
             U8 => {
                 let i = b.ftoi(x, Ty::I32);
                 let zero = b.ci(Ty::I32, 0);

@@ -15,7 +15,7 @@ pub enum UnaryOp {
     Neg,
     /// `|x|`
     Abs,
-    /// `max(x, 0)`
+    /// `max(x, 0)` (NaN stays NaN, like `torch.relu`)
     Relu,
     /// `1 / (1 + e^-x)`
     Sigmoid,
@@ -102,6 +102,7 @@ impl UnaryOp {
         match self {
             UnaryOp::Neg => -x,
             UnaryOp::Abs => x.abs(),
+            UnaryOp::Relu if x.is_nan() => x,
             UnaryOp::Relu => x.max(0.0),
             UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
             UnaryOp::Tanh => x.tanh(),

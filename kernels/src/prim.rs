@@ -105,16 +105,23 @@ pub(crate) enum Op {
     Shl,
     ShrA,
     ShrL,
+    /// High 64 bits of the unsigned 128-bit product (i64 only).
+    MulHiU,
     // --- comparisons and selection
     Cmp(CmpOp),
     /// `args[0] ? args[1] : args[2]`.
     Select,
+    /// `args[0] ? args[1] : args[2]` where `args[0]` is rarely true: the
+    /// PTX computes what only `args[1]` needs under a branch.
+    SelectRare,
     // --- conversions (source type from the operand, target from `ty`)
     /// float -> float: f32->f64 exact, f64->f32 rounded.
     FCvt(Round),
     /// int -> float.
     IToF(Round),
-    /// float -> int, truncating, saturating, NaN -> 0.
+    /// float -> int, truncating, saturating. The GPU's result for NaN
+    /// depends on the types (0 or the minimum integer): every lowering that
+    /// can see a NaN tests for it; the interpreter gives 0.
     FToI,
     /// int -> int: sign-extend or wrap.
     ICvt,
@@ -147,13 +154,23 @@ impl Program {
 
     /// Which instructions the results depend on.
     pub(crate) fn live(&self) -> Vec<bool> {
+        self.live_except(&[])
+    }
+
+    /// Like [`live`](Self::live), ignoring the rare operands of the
+    /// `SelectRare`s at `skip`: what is live only through those operands is
+    /// the work to put under their branch.
+    pub(crate) fn live_except(&self, skip: &[usize]) -> Vec<bool> {
         let mut live = vec![false; self.insts.len()];
         for r in &self.results {
             live[r.idx()] = true;
         }
         for i in (0..self.insts.len()).rev() {
             if live[i] {
-                for a in &self.insts[i].args {
+                for (k, a) in self.insts[i].args.iter().enumerate() {
+                    if k == 1 && skip.contains(&i) {
+                        continue;
+                    }
                     live[a.idx()] = true;
                 }
             }
@@ -335,6 +352,10 @@ impl Builder {
     pub(crate) fn shrl(&mut self, a: Reg, amount: Reg) -> Reg {
         self.shift(Op::ShrL, a, amount)
     }
+    pub(crate) fn mulhi_u(&mut self, a: Reg, b: Reg) -> Reg {
+        debug_assert_eq!(self.ty(a), Ty::I64);
+        self.same(Op::MulHiU, a, b)
+    }
     pub(crate) fn shl_c(&mut self, a: Reg, amount: i64) -> Reg {
         let k = self.ci(Ty::I32, amount);
         self.shl(a, k)
@@ -365,6 +386,17 @@ impl Builder {
             return self.same(Op::Or, x, y);
         }
         self.push(Op::Select, t, vec![c, a, b])
+    }
+
+    /// `c ? rare : common`, computing `rare`'s own work only where `c`.
+    pub(crate) fn select_rare(&mut self, c: Reg, rare: Reg, common: Reg) -> Reg {
+        debug_assert_eq!(self.ty(c), Ty::Pred);
+        let t = self.ty(rare);
+        debug_assert!(
+            t == self.ty(common) && t != Ty::Pred,
+            "select_rare branches"
+        );
+        self.push(Op::SelectRare, t, vec![c, rare, common])
     }
 
     // ---- conversions

@@ -161,6 +161,12 @@ fn finish_program(op: ReduceOp, dtype: DTypeKind, acc: Ty) -> Program {
         return b.finish(vec![r]);
     }
     let mut r = a;
+    if acc.is_float() && matches!(op, ReduceOp::Sum | ReduceOp::Mean) {
+        // The fold starts from -0 (the identity of +); the result, like
+        // PyTorch's, is +0 for an empty row or a row of -0s.
+        let zero = b.cf(acc, 0.0);
+        r = b.add(r, zero);
+    }
     if op == ReduceOp::Mean {
         let n = b.itof(cols, acc, crate::prim::Round::Nearest);
         r = b.div(r, n);

@@ -97,8 +97,15 @@ fn pow_mix() -> tensorfn_kernels::Result<Kernel> {
     k.output(o)
 }
 
+/// No input at all: fills the output with `0.1` in bf16.
+fn fill() -> tensorfn_kernels::Result<Kernel> {
+    let mut k = ElementwiseBuilder::new();
+    let c = k.constant(0.1, DTypeKind::BF16);
+    k.output(c)
+}
+
 fn fused() -> tensorfn_kernels::Result<Vec<(String, Kernel)>> {
-    let mut v = Vec::new();
+    let mut v = vec![("tf_example_fill_bf16".to_string(), fill()?)];
     for d in [DTypeKind::F32, DTypeKind::F16, DTypeKind::F64] {
         v.push((format!("tf_example_sin_mul_add_{d}"), sin_mul_add(d)?));
         v.push((format!("tf_example_gelu_bias_{d}"), gelu_bias(d)?));

@@ -241,6 +241,7 @@ pub(crate) fn run(prog: &Program, args: &[&Column], lanes: usize) -> Vec<Column>
             Op::And => map2(a(0), a(1), |x, y| x & y),
             Op::Or => map2(a(0), a(1), |x, y| x | y),
             Op::Not => map1(a(0), |x| norm(ty, !x)),
+            Op::MulHiU => map2(a(0), a(1), |x, y| ((x as u128 * y as u128) >> 64) as u64),
             Op::Shl | Op::ShrA | Op::ShrL => map2(a(0), a(1), |x, s| shift(ty, inst.op, x, s)),
             Op::Cmp(op) => match arg_ty(0) {
                 Ty::F32 => map2(a(0), a(1), |x, y| cmp_f(op, f32_of(x), f32_of(y)) as u64),
@@ -249,7 +250,9 @@ pub(crate) fn run(prog: &Program, args: &[&Column], lanes: usize) -> Vec<Column>
                 Ty::I64 => map2(a(0), a(1), |x, y| cmp_f(op, x as i64, y as i64) as u64),
                 Ty::Pred => map2(a(0), a(1), |x, y| cmp_f(op, x, y) as u64),
             },
-            Op::Select => map3(a(0), a(1), a(2), |c, x, y| if c != 0 { x } else { y }),
+            Op::Select | Op::SelectRare => {
+                map3(a(0), a(1), a(2), |c, x, y| if c != 0 { x } else { y })
+            }
             Op::FCvt(round) => match (arg_ty(0), ty) {
                 (Ty::F32, Ty::F64) => map1(a(0), |x| of_f64(f32_of(x) as f64)),
                 (Ty::F64, Ty::F32) => match round {

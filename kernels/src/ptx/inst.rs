@@ -64,19 +64,121 @@ fn cmp_name(op: CmpOp, float: bool) -> &'static str {
     }
 }
 
+/// `SelectRare`s sharing one condition, whose rare-only work can go
+/// under a branch at the first of them.
+struct RareGroup {
+    /// The selects, in program order.
+    members: Vec<usize>,
+    /// Instructions needed only by the members' rare operands.
+    deferred: Vec<usize>,
+}
+
+/// Groups the live `SelectRare`s by condition; a group whose deferred
+/// work would need a value computed after its first select is left out
+/// (its selects then compute both sides, like `Select`).
+fn rare_groups(prog: &Program, live: &[bool]) -> Vec<RareGroup> {
+    let mut by_cond: Vec<(usize, Vec<usize>)> = Vec::new();
+    for (i, inst) in prog.insts.iter().enumerate() {
+        if live[i] && inst.op == Op::SelectRare {
+            let c = inst.args[0].idx();
+            match by_cond.iter_mut().find(|(k, _)| *k == c) {
+                Some((_, v)) => v.push(i),
+                None => by_cond.push((c, vec![i])),
+            }
+        }
+    }
+    let mut groups = Vec::new();
+    for (_, members) in by_cond {
+        let first = members[0];
+        let without = prog.live_except(&members);
+        let deferred: Vec<usize> = (0..prog.insts.len())
+            .filter(|&i| live[i] && !without[i])
+            .collect();
+        let ready = |r: usize| r < first || deferred.contains(&r);
+        let commons_ready = members.iter().all(|&m| prog.insts[m].args[2].idx() < first);
+        let deps_ready = deferred
+            .iter()
+            .all(|&d| prog.insts[d].args.iter().all(|a| ready(a.idx())));
+        if commons_ready && deps_ready {
+            groups.push(RareGroup { members, deferred });
+        }
+    }
+    groups
+}
+
 /// Emits `prog` with its parameters bound to `args` (register names);
 /// returns the registers holding its results.
 pub(crate) fn emit_program(body: &mut Body, prog: &Program, args: &[String]) -> Vec<String> {
     let live = prog.live();
+    let groups = rare_groups(prog, &live);
     let mut regs: Vec<String> = vec![String::new(); prog.insts.len()];
-    for (i, inst) in prog.insts.iter().enumerate() {
-        if !live[i] {
+    let mut skip = vec![false; prog.insts.len()];
+    for g in &groups {
+        for &d in &g.deferred {
+            skip[d] = true;
+        }
+        for &m in &g.members[1..] {
+            skip[m] = true;
+        }
+    }
+    for i in 0..prog.insts.len() {
+        if !live[i] || skip[i] {
             continue;
         }
+        if let Some(g) = groups.iter().find(|g| g.members[0] == i) {
+            emit_rare_group(body, prog, args, g, &mut regs);
+            continue;
+        }
+        emit_inst(body, prog, args, i, &mut regs);
+    }
+    prog.results.iter().map(|r| regs[r.idx()].clone()).collect()
+}
+
+/// `d = common; if cond { deferred work; d = rare }` for each member.
+fn emit_rare_group(
+    body: &mut Body,
+    prog: &Program,
+    args: &[String],
+    g: &RareGroup,
+    regs: &mut [String],
+) {
+    let first = &prog.insts[g.members[0]];
+    let cond = regs[first.args[0].idx()].clone();
+    for &m in &g.members {
+        let inst = &prog.insts[m];
+        let d = body.reg_ty(inst.ty);
+        body.op(format!(
+            "mov.{} {d}, {}",
+            bsuf(inst.ty),
+            regs[inst.args[2].idx()]
+        ));
+        regs[m] = d;
+    }
+    let skip = body.label("common");
+    body.op(format!("@!{cond} bra {skip}"));
+    for &d in &g.deferred {
+        emit_inst(body, prog, args, d, regs);
+    }
+    for &m in &g.members {
+        let inst = &prog.insts[m];
+        body.op(format!(
+            "mov.{} {}, {}",
+            bsuf(inst.ty),
+            regs[m],
+            regs[inst.args[1].idx()]
+        ));
+    }
+    body.place(&skip);
+}
+
+/// Emits instruction `i` (its operands already in `regs`).
+fn emit_inst(body: &mut Body, prog: &Program, args: &[String], i: usize, regs: &mut [String]) {
+    {
+        let inst = &prog.insts[i];
         let ty = inst.ty;
         if let Op::Param(n) = inst.op {
             regs[i] = args[n as usize].clone();
-            continue;
+            return;
         }
         let a: Vec<&str> = inst.args.iter().map(|r| regs[r.idx()].as_str()).collect();
         let aty = |k: usize| prog.ty(inst.args[k]);
@@ -113,6 +215,7 @@ pub(crate) fn emit_program(body: &mut Body, prog: &Program, args: &[String]) -> 
             Op::And => format!("and.{} {d}, {}, {}", bsuf(ty), a[0], a[1]),
             Op::Or => format!("or.{} {d}, {}, {}", bsuf(ty), a[0], a[1]),
             Op::Not => format!("not.{} {d}, {}", bsuf(ty), a[0]),
+            Op::MulHiU => format!("mul.hi.{} {d}, {}, {}", usuf(ty), a[0], a[1]),
             Op::Shl => format!("shl.{} {d}, {}, {}", bsuf(ty), a[0], a[1]),
             Op::ShrA => format!("shr.{} {d}, {}, {}", ssuf(ty), a[0], a[1]),
             Op::ShrL => format!("shr.{} {d}, {}, {}", usuf(ty), a[0], a[1]),
@@ -139,7 +242,9 @@ pub(crate) fn emit_program(body: &mut Body, prog: &Program, args: &[String]) -> 
                     format!("setp.{}.u32 {d}, {x}, {y}", cmp_name(op, false))
                 }
             },
-            Op::Select => format!("selp.{} {d}, {}, {}, {}", bsuf(ty), a[1], a[2], a[0]),
+            Op::Select | Op::SelectRare => {
+                format!("selp.{} {d}, {}, {}, {}", bsuf(ty), a[1], a[2], a[0])
+            }
             Op::FCvt(round) => match (aty(0), ty) {
                 (Ty::F32, Ty::F64) => format!("cvt.f64.f32 {d}, {}", a[0]),
                 (Ty::F64, Ty::F32) => {
@@ -169,5 +274,4 @@ pub(crate) fn emit_program(body: &mut Body, prog: &Program, args: &[String]) -> 
         body.op(text);
         regs[i] = d;
     }
-    prog.results.iter().map(|r| regs[r.idx()].clone()).collect()
 }

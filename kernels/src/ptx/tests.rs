@@ -1,1 +1,306 @@
-//! Structure of the emitted PTX.
+//! Structure of the emitted PTX: header, entries and parameters as the ABI
+//! says, declared registers, defined labels, no approximate or
+//! flush-to-zero instructions.
+
+use crate::abi::meta_bytes;
+use crate::builtin::{self, Kernel};
+use crate::ir::ElementwiseBuilder;
+use crate::ops::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+use std::collections::{HashMap, HashSet};
+use tensorfn_core::DTypeKind;
+
+/// One `.entry`: its name, parameter list and body.
+struct Entry {
+    name: String,
+    params: Vec<String>,
+    body: String,
+}
+
+fn entries(ptx: &str) -> Vec<Entry> {
+    let mut out = Vec::new();
+    let mut rest = ptx;
+    while let Some(pos) = rest.find(".visible .entry ") {
+        rest = &rest[pos + ".visible .entry ".len()..];
+        let open = rest.find('(').expect("parameter list");
+        let name = rest[..open].to_string();
+        let close = rest.find(')').expect("end of parameters");
+        let params = rest[open + 1..close]
+            .split(',')
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect();
+        let body_start = rest.find('{').expect("body");
+        let mut depth = 0;
+        let mut end = body_start;
+        for (i, c) in rest[body_start..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = body_start + i;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(depth, 0, "unbalanced braces in {name}");
+        out.push(Entry {
+            name,
+            params,
+            body: rest[body_start + 1..end].to_string(),
+        });
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// Every register used is declared, every branch target defined once.
+fn check_body(e: &Entry) {
+    let mut declared: HashMap<String, usize> = HashMap::new();
+    for line in e.body.lines() {
+        let line = line.trim();
+        if let Some(decl) = line.strip_prefix(".reg ") {
+            // .reg .f32 %f<12>;
+            let reg = decl.split_whitespace().nth(1).expect("register");
+            let (prefix, count) = reg.trim_end_matches(';').split_once('<').expect("<N>");
+            let n: usize = count.trim_end_matches('>').parse().expect("count");
+            declared.insert(prefix.to_string(), n);
+        }
+    }
+    let mut labels = HashSet::new();
+    for line in e.body.lines() {
+        if let Some(l) = line.strip_suffix(':') {
+            assert!(labels.insert(l.to_string()), "{}: label {l} twice", e.name);
+        }
+    }
+    for line in e.body.lines() {
+        let line = line.trim();
+        if line.starts_with(".reg") || line.starts_with("//") {
+            continue;
+        }
+        // registers: %p3, %rd12, %fd0 ... (special registers %tid.x have a dot)
+        for (i, _) in line.match_indices('%') {
+            let tail = &line[i + 1..];
+            let letters: String = tail
+                .chars()
+                .take_while(|c| c.is_ascii_alphabetic())
+                .collect();
+            let digits: String = tail[letters.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit())
+                .collect();
+            if digits.is_empty() {
+                continue; // %tid.x, %ctaid.x, ...
+            }
+            let n: usize = digits.parse().unwrap();
+            let prefix = format!("%{letters}");
+            let max = declared
+                .get(&prefix)
+                .unwrap_or_else(|| panic!("{}: {prefix} never declared", e.name));
+            assert!(n < *max, "{}: {prefix}{n} beyond its declaration", e.name);
+        }
+        if let Some(pos) = line.find("bra") {
+            let target = line[pos..]
+                .split_whitespace()
+                .nth(1)
+                .expect("branch target")
+                .trim_end_matches(';');
+            assert!(
+                labels.contains(target),
+                "{}: undefined label {target}",
+                e.name
+            );
+        }
+    }
+}
+
+/// No approximations, no flush-to-zero, every float add/sub/mul/div/fma
+/// rounded explicitly (so ptxas cannot contract it into an fma).
+fn check_exact(name: &str, ptx: &str) {
+    assert!(
+        !ptx.contains(".approx"),
+        "{name} uses an approximate instruction"
+    );
+    assert!(!ptx.contains(".ftz"), "{name} flushes subnormals");
+    for line in ptx.lines() {
+        let op = line.split_whitespace().next().unwrap_or("");
+        for base in ["add.", "sub.", "mul.", "div.", "fma."] {
+            if op.starts_with(base) && (op.ends_with(".f32") || op.ends_with(".f64")) {
+                assert!(op.contains(".rn."), "{name}: {op} without .rn");
+            }
+        }
+    }
+}
+
+fn elementwise_params(inputs: usize, strided: bool) -> Vec<String> {
+    let mut p = vec![".param .u64 p_out".to_string()];
+    p.extend((0..inputs).map(|i| format!(".param .u64 p_in{i}")));
+    p.push(".param .u64 p_n".to_string());
+    if strided {
+        p.push(format!(
+            ".param .align 8 .b8 p_meta[{}]",
+            meta_bytes(inputs)
+        ));
+    }
+    p
+}
+
+fn check_elementwise(k: &Kernel, inputs: usize) {
+    assert!(k.ptx.starts_with(super::HEADER), "{}: header", k.name);
+    let es = entries(&k.ptx);
+    assert_eq!(es.len(), 2, "{}: two entries", k.name);
+    assert_eq!(es[0].name, k.contig_entry());
+    assert_eq!(es[1].name, k.strided_entry());
+    assert_eq!(
+        es[0].params,
+        elementwise_params(inputs, false),
+        "{}",
+        k.name
+    );
+    assert_eq!(es[1].params, elementwise_params(inputs, true), "{}", k.name);
+    for e in &es {
+        check_body(e);
+        assert!(e.body.contains("ret;"));
+        // inputs through the read-only path
+        assert!(e.body.contains("ld.global.nc"), "{}: nc loads", e.name);
+        assert!(e.body.contains("st.global"), "{}: stores", e.name);
+        assert!(e.body.contains("%nctaid.x"), "{}: grid-stride loop", e.name);
+    }
+    check_exact(&k.name, &k.ptx);
+}
+
+#[test]
+fn every_builtin_is_well_formed() {
+    let all = builtin::all();
+    let mut names = HashSet::new();
+    for k in &all {
+        assert!(names.insert(k.name.clone()), "duplicate {}", k.name);
+        if k.name.starts_with("tf_unary_") || k.name.starts_with("tf_cast_") {
+            check_elementwise(k, 1);
+        } else if k.name.starts_with("tf_binary_") {
+            check_elementwise(k, 2);
+        } else {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].name, k.name);
+            assert_eq!(
+                es[0].params,
+                [
+                    ".param .u64 p_out",
+                    ".param .u64 p_in",
+                    ".param .u64 p_rows",
+                    ".param .u64 p_cols"
+                ]
+            );
+            check_body(&es[0]);
+            assert!(es[0].body.contains("shfl.sync.bfly.b32"), "{}", k.name);
+            assert!(es[0].body.contains("bar.sync 0"), "{}", k.name);
+            assert!(es[0].body.contains(".shared"), "{}", k.name);
+            check_exact(&k.name, &k.ptx);
+        }
+    }
+    // 15 unary ops: 11 float-only on 4 floats, 4 on 7 numeric dtypes
+    let unary = all
+        .iter()
+        .filter(|k| k.name.starts_with("tf_unary_"))
+        .count();
+    assert_eq!(unary, 11 * 4 + 4 * 7);
+    let binary = all
+        .iter()
+        .filter(|k| k.name.starts_with("tf_binary_"))
+        .count();
+    assert_eq!(binary, 6 * 7 + 4);
+    let casts = all
+        .iter()
+        .filter(|k| k.name.starts_with("tf_cast_"))
+        .count();
+    assert_eq!(casts, 64);
+    let reduce = all
+        .iter()
+        .filter(|k| k.name.starts_with("tf_reduce_"))
+        .count();
+    assert_eq!(reduce, 5 * 7 + 4);
+    let softmax = all.iter().filter(|k| k.name.contains("softmax")).count();
+    assert_eq!(softmax, 8);
+}
+
+#[test]
+fn contiguous_entry_vectorises_16_bytes() {
+    let k = builtin::binary(BinaryOp::Add, DTypeKind::F32);
+    let contig = &entries(&k.ptx)[0];
+    assert!(contig.body.contains("ld.global.nc.v4.u32"));
+    assert!(contig.body.contains("st.global.v4.u32"));
+    assert!(contig.body.contains("and.b64"), "alignment test");
+    // f64: two per access; u8: sixteen
+    let d = builtin::unary(UnaryOp::Neg, DTypeKind::F64);
+    assert!(entries(&d.ptx)[0].body.contains("ld.global.nc.v4.u32"));
+    let b = builtin::unary(UnaryOp::Neg, DTypeKind::U8);
+    assert_eq!(entries(&b.ptx)[0].body.matches("bfe.u32").count(), 16);
+    // mixed sizes: the widest input sets 16 bytes, narrower ones less
+    let c = builtin::cast(DTypeKind::F32, DTypeKind::F16);
+    let body = &entries(&c.ptx)[0].body;
+    assert!(body.contains("ld.global.nc.v4.u32"));
+    assert!(body.contains("st.global.v2.u32"));
+}
+
+#[test]
+fn strided_entry_reads_every_meta_word_it_needs() {
+    let k = builtin::binary(BinaryOp::Mul, DTypeKind::I64);
+    let strided = &entries(&k.ptx)[1];
+    // dims, out strides and both inputs' strides: 6 * 4 words
+    for w in 0..24 {
+        assert!(
+            strided.body.contains(&format!("[p_meta+{}]", 8 * w)),
+            "meta word {w}"
+        );
+    }
+    assert!(!strided.body.contains("[p_meta+192]"));
+}
+
+#[test]
+fn fused_kernels_share_the_abi() {
+    let mut k = ElementwiseBuilder::new();
+    let a = k.input(DTypeKind::Bool);
+    let b = k.input(DTypeKind::F16);
+    let c = k.input(DTypeKind::I64);
+    let cf = k.cast(c, DTypeKind::F16);
+    let lt = k.compare(CmpOp::Lt, b, cf);
+    let both = k.compare(CmpOp::Eq, lt, a);
+    let s = k.unary(UnaryOp::Sin, b);
+    let z = k.constant(0.0, DTypeKind::F16);
+    let y = k.select(both, s, z);
+    let kernel = k.output(y).unwrap();
+    let text = super::elementwise(&kernel, "tf_test_fused").unwrap();
+    let fk = Kernel {
+        name: "tf_test_fused".into(),
+        ptx: text,
+    };
+    check_elementwise(&fk, 3);
+    // sin's exact reduction for huge arguments sits under a branch
+    assert!(fk.ptx.contains("$L_common_"));
+}
+
+#[test]
+fn unused_inputs_are_not_loaded() {
+    let mut k = ElementwiseBuilder::new();
+    let _a = k.input(DTypeKind::F64);
+    let b = k.input(DTypeKind::F32);
+    let kernel = k.output(b).unwrap();
+    let text = super::elementwise(&kernel, "only_b").unwrap();
+    assert!(!text.contains("[p_in0]"));
+    assert!(text.contains("[p_in1]"));
+    assert!(!text.contains("ld.global.nc.f64"));
+}
+
+#[test]
+fn reductions_use_the_row_abi() {
+    let k = builtin::reduce(ReduceOp::ArgMin, DTypeKind::F64);
+    let e = &entries(&k.ptx)[0];
+    // 64-bit values and indices cross lanes as two 32-bit shuffles each
+    assert_eq!(e.body.matches("shfl.sync.bfly.b32").count(), 2 * 2 * 2 * 5);
+    assert!(e.body.contains("%nctaid.x"), "grid-stride over rows");
+    let s = builtin::softmax(DTypeKind::BF16, true);
+    assert!(s.ptx.contains(".entry tf_log_softmax_bf16("));
+}
