@@ -95,15 +95,28 @@ fn tensor_ty(g: &Graph, n: NodeId) -> &TensorTy {
 pub fn plan(f: &CheckedFn, kernels: &[Ir], peaks: &Peaks) -> Plan {
     let g = &f.graph;
     let n = g.nodes.len();
+    // Values the results do not depend on have no effect: they are not
+    // computed (and do not keep their operands from fusing).
+    let mut live = vec![false; n];
+    for &r in &f.ret {
+        live[r] = true;
+    }
+    for id in (0..n).rev() {
+        if live[id] {
+            for i in g.inputs(id) {
+                live[i] = true;
+            }
+        }
+    }
     let mut users: Vec<Vec<NodeId>> = vec![Vec::new(); n];
-    for id in 0..n {
+    for id in (0..n).filter(|&id| live[id]) {
         for i in g.inputs(id) {
             users[i].push(id);
         }
     }
     let mut forced_root = vec![false; n];
     loop {
-        let group_of = assign_groups(g, &users, &f.ret, &forced_root);
+        let group_of = assign_groups(g, &users, &f.ret, &forced_root, &live);
         let groups = build_groups(g, &group_of, kernels);
         match groups.iter().find(|gr| gr.inputs.len() > MAX_FUSED_INPUTS) {
             Some(big) => {
@@ -117,7 +130,7 @@ pub fn plan(f: &CheckedFn, kernels: &[Ir], peaks: &Peaks) -> Plan {
                     .expect("a group with more than 8 inputs has several members");
                 forced_root[split] = true;
             }
-            None => return schedule(f, groups, &group_of, peaks),
+            None => return schedule(f, groups, &live, peaks),
         }
     }
 }
@@ -128,11 +141,12 @@ fn assign_groups(
     users: &[Vec<NodeId>],
     ret: &[NodeId],
     forced: &[bool],
+    live: &[bool],
 ) -> Vec<Option<NodeId>> {
     let n = g.nodes.len();
     let mut group_of: Vec<Option<NodeId>> = vec![None; n];
     for id in (0..n).rev() {
-        if !is_elementwise(g, id) {
+        if !live[id] || !is_elementwise(g, id) {
             continue;
         }
         let inline = !forced[id]
@@ -285,18 +299,13 @@ struct Storage {
     contiguous: bool,
 }
 
-fn schedule(
-    f: &CheckedFn,
-    groups: Vec<FusedGroup>,
-    group_of: &[Option<NodeId>],
-    peaks: &Peaks,
-) -> Plan {
+fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks) -> Plan {
     let g = &f.graph;
     let mut by_root: HashMap<NodeId, FusedGroup> =
         groups.into_iter().map(|gr| (gr.out, gr)).collect();
     let mut steps: Vec<Step> = Vec::new();
     let mut step_of: HashMap<NodeId, usize> = HashMap::new();
-    for id in 0..g.nodes.len() {
+    for (id, _) in live.iter().enumerate().filter(|(_, &l)| l) {
         if is_scalar(g, id) || matches!(g.nodes[id].ty, Ty::Error) {
             continue;
         }
@@ -313,7 +322,6 @@ fn schedule(
         step_of.insert(id, steps.len());
         steps.push(Step::Op(id));
     }
-    let _ = group_of;
 
     // Which materialised nodes each step reads.
     let reads = |s: &Step| -> Vec<NodeId> {

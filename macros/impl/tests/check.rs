@@ -122,6 +122,17 @@ fn scalars_do_not_promote_tensors() {
         fn f(x: &Tensor<Cpu, f16, [4]>, a: f32) -> Tensor<Cpu, f16, [4]> { x * a + 1 - 2.0 * x }
     });
     let e = one_error(quote! {
+        fn f(x: &Tensor<Cpu, u8, [4]>) -> Tensor<Cpu, u8, [4]> { x + 300 }
+    });
+    assert!(
+        e.starts_with("`300` is out of range for `x`, which is u8 (0..=255)"),
+        "{e}"
+    );
+    let e = one_error(quote! {
+        fn f(x: &Tensor<Cpu, u8, [4]>) -> Tensor<Cpu, u8, [4]> { x * -1 }
+    });
+    assert!(e.contains("out of range"), "{e}");
+    let e = one_error(quote! {
         fn f(x: &Tensor<Cpu, bool, [4]>) -> Tensor<Cpu, bool, [4]> { x + x }
     });
     assert!(e.contains("needs numbers but `x` is bool"), "{e}");

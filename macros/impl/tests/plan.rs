@@ -190,3 +190,19 @@ fn reshape_of_a_parameter_counts_a_possible_copy_but_views_do_not() {
     });
     assert_eq!(peak(&p), 128);
 }
+
+#[test]
+fn values_the_results_do_not_need_are_not_computed() {
+    let (p, c) = plan(quote! {
+        fn f(x: &Tensor<Cpu, f32, [4, 4]>, w: &Tensor<Cpu, f32, [4, 4]>) -> Tensor<Cpu, f32, [4, 4]> {
+            let unused = matmul(x, w);
+            let h = relu(x);
+            let _also = exp(h);
+            h * 2.0
+        }
+    });
+    assert!(ops(&p, &c).is_empty());
+    let g = fused(&p);
+    assert_eq!(g.len(), 1);
+    assert_eq!(g[0].members.len(), 2);
+}

@@ -33,7 +33,7 @@ impl<'s, 'k> Checker<'s, 'k> {
     /// Checks that a scalar can join a tensor of dtype `d` (converted to it).
     pub(super) fn scalar_fits(
         &mut self,
-        s: ScalarTy,
+        (sid, s): (NodeId, ScalarTy),
         sx: &Expr,
         t: &Operand<'_>,
         op: &str,
@@ -67,6 +67,23 @@ impl<'s, 'k> Checker<'s, 'k> {
                 format!("`{sx}` is a bool: arithmetic needs a number"),
             );
             return false;
+        }
+        // A literal must be a value of the tensor's integer dtype.
+        if let (Op::Lit { value, .. }, Some((lo, hi))) =
+            (&self.graph.nodes[sid].op, int_range(t.ty.dtype))
+        {
+            if *value < lo || *value > hi {
+                self.error(
+                    &sx.sp,
+                    format!(
+                        "`{sx}` is out of range for `{}`, which is {} ({lo}..={hi}): cast the tensor first, e.g. `{}.cast::<i64>()`",
+                        t.ex,
+                        t.ty.dtype,
+                        t.ex.receiver_text()
+                    ),
+                );
+                return false;
+            }
         }
         true
     }
@@ -151,7 +168,12 @@ impl<'s, 'k> Checker<'s, 'k> {
                 let Some(o) = self.tensor(tid, tx, label) else {
                     return self.error_node(e);
                 };
-                if !self.scalar_fits(*s, sx, &o, label) {
+                let sid = if matches!(ta, Ty::Scalar(_)) {
+                    a.0
+                } else {
+                    b.0
+                };
+                if !self.scalar_fits((sid, *s), sx, &o, label) {
                     return self.error_node(e);
                 }
                 if op == BinaryOp::Pow && !self.need_float("pow", &o) {
@@ -386,5 +408,15 @@ impl<'s, 'k> Checker<'s, 'k> {
             }),
             e,
         )
+    }
+}
+
+/// The values an integer dtype holds.
+fn int_range(d: DTypeKind) -> Option<(f64, f64)> {
+    match d {
+        DTypeKind::U8 => Some((0.0, 255.0)),
+        DTypeKind::I32 => Some((i32::MIN as f64, i32::MAX as f64)),
+        DTypeKind::I64 => Some((i64::MIN as f64, i64::MAX as f64)),
+        _ => None,
     }
 }

@@ -44,7 +44,7 @@ impl<'s, 'k> Checker<'s, 'k> {
     pub(super) fn scalar_operand(&mut self, x: &Expr, t: &Operand<'_>, op: &str) -> Option<NodeId> {
         let id = self.expr(x);
         match self.ty(id).clone() {
-            Ty::Scalar(s) => self.scalar_fits(s, x, t, op).then_some(id),
+            Ty::Scalar(s) => self.scalar_fits((id, s), x, t, op).then_some(id),
             Ty::Error => None,
             _ => {
                 self.error(
