@@ -86,38 +86,48 @@ fn operand_of_the_wrong_dtype<D: Device>(seed: u64) -> AnyResult {
 
 /// Example 3: a preallocated output, reused.
 ///
-/// The article's failing call is a shape error again (a [10] vector as mat2),
-/// which tensorfn rejects at compile time; preallocating the result is
-/// about speed. `addmm_into` writes into an existing tensor, so a loop
-/// allocates nothing, and `addmm_scaled` has PyTorch's `beta` and `alpha`.
+/// The article's failing call is a shape error again (a [10] vector as
+/// mat2), which tensorfn rejects at compile time; preallocating the result
+/// is about speed. `addmm_into` writes into an existing tensor, so a loop
+/// over batches reuses one output, and a [10] vector is a bias (broadcast
+/// over the rows, as in PyTorch) or the right operand of `matmul`.
 fn preallocated_output<D: Device>(seed: u64) -> AnyResult {
     println!("3. addmm into a preallocated output, and matrix @ vector");
     let matrix = Tensor::<Cpu, f32, shape![10, 10]>::randn(seed)?.to_device::<D>()?;
     let vector = Tensor::<Cpu, f32, shape![10]>::randn(seed + 1)?.to_device::<D>()?;
+    let (m, v) = (to_f64(&matrix)?, to_f64(&vector)?);
+
     let mut result = Tensor::<D, f32, shape![10, 10]>::zeros()?;
-
     for step in 0..3 {
-        // result = result + matrix @ matrix, in place.
-        let previous = result.clone();
-        Tensor::addmm_into(&previous, &matrix, &matrix, &mut result)?;
-        println!("  step {step}: sum = {:.4}", result.sum_all()?.item()?);
+        let batch = Tensor::<Cpu, f32, shape![10, 10]>::randn(seed + 2 + step)?.to_device::<D>()?;
+        // result = vector + batch @ matrix, written into `result`.
+        Tensor::addmm_into(&vector, &batch, &matrix, &mut result)?;
+        let want: Vec<f64> = matmul_f64(&to_f64(&batch)?, &m, 10, 10, 10)
+            .iter()
+            .enumerate()
+            .map(|(i, x)| x + v[i % 10])
+            .collect();
+        check_close(
+            &format!("batch {step}: vector + batch @ matrix"),
+            &to_f64(&result)?,
+            &want,
+            1e-5,
+            1e-5,
+        )?;
     }
-    let m = to_f64(&matrix)?;
-    let mm = matmul_f64(&m, &m, 10, 10, 10);
-    let want: Vec<f64> = mm.iter().map(|v| 3.0 * v).collect();
-    check_close("3 x matrix @ matrix", &to_f64(&result)?, &want, 1e-4, 1e-4)?;
 
-    // What the seed meant with a vector: `beta * vector + alpha * matrix @ vector`.
+    // PyTorch's beta and alpha, with a transposed view (no copy) as mat1:
+    // 0.5 * vector + 2 * matrix.t() @ matrix.
     let scaled = Tensor::addmm_scaled(&vector, &matrix.t()?, &matrix, 0.5, 2.0)?;
-    let mv = matrix.matmul(&vector)?.add(&vector)?;
-    let mt = matmul_f64(&transpose(&m, 10, 10), &m, 10, 10, 10);
-    let v = to_f64(&vector)?;
-    let want: Vec<f64> = mt
+    let want: Vec<f64> = matmul_f64(&transpose(&m, 10, 10), &m, 10, 10, 10)
         .iter()
         .enumerate()
         .map(|(i, x)| 0.5 * v[i % 10] + 2.0 * x)
         .collect();
     check_close("addmm_scaled", &to_f64(&scaled)?, &want, 1e-4, 1e-4)?;
+
+    // What the article's vector call computes: matrix @ vector, plus a bias.
+    let mv = matrix.matmul(&vector)?.add(&vector)?;
     let want: Vec<f64> = matmul_f64(&m, &v, 10, 10, 1)
         .iter()
         .zip(&v)

@@ -41,15 +41,11 @@ macro_rules! mlp_on {
     };
 }
 
-// The allow is for clippy's reading of the macro's generated peak-memory
-// table; it does not apply to code written here.
-#[allow(clippy::possible_missing_comma)]
 mod cpu {
     use super::*;
     mlp_on!(Cpu);
 }
 
-#[allow(clippy::possible_missing_comma)]
 mod gpu {
     use super::*;
     mlp_on!(Cuda);

@@ -141,12 +141,19 @@ enum Pass {
 }
 
 impl StreamMap {
-    /// Chunk size from free device memory, 70% of it at most.
+    /// Chunk size from free device memory, 70% of it at most (on the CPU,
+    /// chunks of about 16 MB).
     ///
     /// ```
-    /// use tensorfn_runtime::StreamMap;
-    /// let plan = StreamMap::new();
-    /// # let _ = plan;
+    /// use ndarray::Array2;
+    /// use tensorfn_runtime::{StreamMap, Cpu, Tensor, shape};
+    /// let host = Array2::<f32>::ones((1_000, 8));
+    /// let mut out = Array2::<f32>::zeros((1_000, 8));
+    /// let stats = StreamMap::new()
+    ///     .run_into(&host, &mut out, |x: Tensor<Cpu, f32, shape![_, 8]>| x.mul_scalar(2.0))
+    ///     .unwrap();
+    /// assert_eq!(out, host.mapv(|v| 2.0 * v));
+    /// assert_eq!((stats.chunks, stats.chunk_rows), (1, 1_000)); // 32 KB: one chunk
     /// ```
     pub fn new() -> Self {
         Self::default()
@@ -157,9 +164,15 @@ impl StreamMap {
     /// memory is then an error, not retried. `0` is rejected by `run`.
     ///
     /// ```
-    /// use tensorfn_runtime::StreamMap;
-    /// let plan = StreamMap::new().chunk_rows(4096);
-    /// # let _ = plan;
+    /// use ndarray::Array2;
+    /// use tensorfn_runtime::{StreamMap, Cpu, Tensor, shape};
+    /// let host = Array2::<f32>::ones((1_000, 8));
+    /// let mut out = Array2::<f32>::zeros((1_000, 8));
+    /// let stats = StreamMap::new()
+    ///     .chunk_rows(300)
+    ///     .run_into(&host, &mut out, |x: Tensor<Cpu, f32, shape![_, 8]>| x.exp())
+    ///     .unwrap();
+    /// assert_eq!(stats.chunks, 4); // 300 + 300 + 300 + 100 rows
     /// ```
     pub fn chunk_rows(mut self, rows: usize) -> Self {
         self.chunk_rows = Some(rows);
@@ -170,9 +183,12 @@ impl StreamMap {
     /// temporaries may use (default 0.7); must be in `(0, 1]`.
     ///
     /// ```
-    /// use tensorfn_runtime::StreamMap;
-    /// let plan = StreamMap::new().memory_fraction(0.5);
-    /// # let _ = plan;
+    /// use ndarray::Array2;
+    /// use tensorfn_runtime::{StreamMap, Cpu, Tensor, shape};
+    /// let host = Array2::<f32>::ones((10, 8));
+    /// let id = |x: Tensor<Cpu, f32, shape![_, 8]>| Ok(x);
+    /// assert!(StreamMap::new().memory_fraction(0.5).run(&host, id).is_ok());
+    /// assert!(StreamMap::new().memory_fraction(0.0).run(&host, id).is_err());
     /// ```
     pub fn memory_fraction(mut self, fraction: f64) -> Self {
         self.memory_fraction = fraction;

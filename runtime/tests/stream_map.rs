@@ -379,3 +379,50 @@ fn a_panicking_function_unwinds_without_hanging_the_pipeline() {
         reference_sin_affine(a.view())
     );
 }
+
+#[test]
+fn device_operations_in_chunks_on_a_gpu_match_the_one_shot_run() {
+    let a = random_array("device_operations_in_chunks_on_a_gpu", 5_003, 4);
+    let w = Tensor::<Cpu, f32, shape![4, 3]>::try_from(random_array("w", 4, 3)).unwrap();
+    let b = Tensor::<Cpu, f32, shape![3]>::try_from(
+        random_array("b", 1, 3).into_shape_with_order(3).unwrap(),
+    )
+    .unwrap();
+    let (gw, gb) = match (w.to_device::<Cuda>(), b.to_device::<Cuda>()) {
+        (Ok(gw), Ok(gb)) => (gw, gb),
+        (Err(Error::CudaUnavailable { reason }), _) => {
+            eprintln!("no GPU: {reason}");
+            return;
+        }
+        (Err(e), _) | (_, Err(e)) => panic!("{e:?}"),
+    };
+    let whole = Tensor::<Cuda, f32, Rows4>::from_ndarray(&a).unwrap();
+    let one_shot: Array2<f32> = dense_softmax(&whole, &gw, &gb)
+        .unwrap()
+        .to_ndarray()
+        .unwrap();
+    let on_cpu: Array2<f32> = dense_softmax(&Tensor::from_ndarray(&a).unwrap(), &w, &b)
+        .unwrap()
+        .to_ndarray()
+        .unwrap();
+    for (x, y) in one_shot.iter().zip(on_cpu.iter()) {
+        assert!((x - y).abs() <= 1e-5 * y.abs() + 1e-6, "GPU {x} vs CPU {y}");
+    }
+    for plan in [
+        StreamMap::new(),
+        StreamMap::new().chunk_rows(1_000),
+        StreamMap::new().chunk_rows(1),
+    ] {
+        let chunked = plan
+            .run(&a, |x: Tensor<Cuda, f32, Rows4>| {
+                dense_softmax(&x, &gw, &gb)
+            })
+            .unwrap();
+        for (x, y) in chunked.iter().zip(one_shot.iter()) {
+            assert!(
+                (x - y).abs() <= 1e-5 * y.abs() + 1e-7,
+                "{plan:?}: {x} vs {y}"
+            );
+        }
+    }
+}
