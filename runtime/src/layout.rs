@@ -122,10 +122,9 @@ impl Layout {
     /// Keeps `start..end` of `dim`.
     pub fn slice(&self, dim: usize, start: usize, end: usize) -> Layout {
         let mut l = self.clone();
-        if end > start {
-            l.offset += start * l.strides[dim];
-        }
+        l.offset += start * l.strides[dim];
         l.dims[dim] = end - start;
+        l.forget_offset_if_empty();
         l
     }
 
@@ -135,7 +134,16 @@ impl Layout {
         l.offset += index * l.strides[dim];
         l.dims.remove(dim);
         l.strides.remove(dim);
+        l.forget_offset_if_empty();
         l
+    }
+
+    /// An empty view reads nothing; its offset could otherwise point past
+    /// the end of its (possibly empty) buffer.
+    fn forget_offset_if_empty(&mut self) {
+        if self.numel() == 0 {
+            self.offset = 0;
+        }
     }
 
     /// Views the tensor as `dims` by broadcasting (stride 0 on new or size-1
@@ -256,5 +264,9 @@ mod tests {
             Layout::contiguous(&[4, 3]).slice(0, 1, 3).storage_extent(),
             9
         );
+        // Empty views never point past their buffer.
+        assert_eq!(Layout::contiguous(&[4, 0]).slice(0, 2, 3).offset(), 0);
+        assert_eq!(Layout::contiguous(&[4, 0]).select(0, 3).offset(), 0);
+        assert_eq!(Layout::contiguous(&[4, 3]).slice(0, 4, 4).offset(), 0);
     }
 }

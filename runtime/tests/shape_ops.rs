@@ -300,3 +300,27 @@ fn t_of_small_ranks() {
     assert_eq!(tt.to_vec().unwrap(), m.to_vec().unwrap());
     assert!(tt.is_contiguous());
 }
+
+#[test]
+fn empty_views_of_empty_buffers() {
+    // Narrowing or indexing a tensor with a 0 elsewhere: nothing to read,
+    // whatever the position.
+    let x = Tensor::<Cpu, f32, D2>::zeros_dims(&[4, 0]).unwrap();
+    let n = x.narrow::<0, D2>(2, 1).unwrap();
+    assert_eq!(n.shape(), &[1, 0]);
+    assert!(n.to_vec().unwrap().is_empty());
+    assert!(n.contiguous().unwrap().to_vec().unwrap().is_empty());
+    assert_eq!(n.sum::<1>().unwrap().to_vec().unwrap(), vec![0.0]);
+    assert_eq!(n.sum_all().unwrap().item().unwrap(), 0.0);
+    let i = x.index::<0>(3).unwrap();
+    assert!(i.to_vec().unwrap().is_empty());
+    let mut m = n.clone();
+    m.add_scalar_(1.0).unwrap();
+    let mut out = Tensor::<Cpu, f32, D2>::zeros_dims(&[1, 0]).unwrap();
+    n.add_into(&m, &mut out).unwrap();
+    assert!(n.exp().unwrap().to_vec().unwrap().is_empty());
+    assert_eq!(
+        n.t().unwrap().reshape_dims::<(Dyn,)>(&[0]).unwrap().shape(),
+        &[0]
+    );
+}

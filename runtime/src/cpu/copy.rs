@@ -7,6 +7,9 @@ use crate::layout::Layout;
 
 /// A contiguous copy of the elements `l` selects.
 pub(crate) fn contiguous<T: DType>(x: &[T], l: &Layout) -> Vec<T> {
+    if l.numel() == 0 {
+        return Vec::new();
+    }
     if l.is_contiguous() {
         let start = l.offset();
         return x[start..start + l.numel()].to_vec();

@@ -28,7 +28,9 @@ pub(crate) fn rows<'a, T: crate::DType>(x: &'a [T], l: &Layout, dim: usize) -> R
     let p = l.permute(&perm);
     let len = l.dims()[dim];
     let outer = p.dims()[..rank - 1].iter().product();
-    let data = if p.is_contiguous() {
+    let data = if p.numel() == 0 {
+        Cow::Borrowed(&x[..0])
+    } else if p.is_contiguous() {
         Cow::Borrowed(&x[p.offset()..p.offset() + p.numel()])
     } else {
         Cow::Owned(contiguous(x, &p))

@@ -101,6 +101,15 @@ pub(crate) trait Exec: Backend + Sized {
     }
 }
 
+/// The elements of a contiguous view, as a range of its buffer (empty
+/// views may carry any offset).
+fn dense_range(l: &Layout) -> std::ops::Range<usize> {
+    match l.numel() {
+        0 => 0..0,
+        n => l.offset()..l.offset() + n,
+    }
+}
+
 impl Exec for CpuBackend {
     fn buf<'s, T: DType>(&self, s: &'s Storage<T>) -> &'s Vec<T> {
         match s {
@@ -134,7 +143,7 @@ impl Exec for CpuBackend {
             let r = self.binary(op, dst, ld, b, lb)?;
             return self.copy_into(&r, &Layout::contiguous(ld.dims()), dst, ld);
         }
-        let range = ld.offset()..ld.offset() + ld.numel();
+        let range = dense_range(ld);
         self.binary_assign_dense(op, &mut dst[range], ld.dims(), b, lb)
     }
 
@@ -149,7 +158,7 @@ impl Exec for CpuBackend {
             let r = self.binary_scalar(op, dst, ld, s, false)?;
             return self.copy_into(&r, &Layout::contiguous(ld.dims()), dst, ld);
         }
-        let range = ld.offset()..ld.offset() + ld.numel();
+        let range = dense_range(ld);
         self.binary_scalar_assign_dense(op, &mut dst[range], s)
     }
 
@@ -167,7 +176,7 @@ impl Exec for CpuBackend {
             let r = self.binary(op, a, la, b, lb)?;
             return self.copy_into(&r, &Layout::contiguous(ld.dims()), dst, ld);
         }
-        let range = ld.offset()..ld.offset() + ld.numel();
+        let range = dense_range(ld);
         self.binary_into_dense(op, a, la, b, lb, &mut dst[range])
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! One file per family; each method checks shapes with the shared rule,
 //! prepares layouts (views cost nothing) and calls one backend primitive
-//! through [`dispatch`](dispatch::dispatch).
+//! through one dispatch helper (CPU or the CUDA ordinal of the device type).
 
 pub(crate) mod dispatch;
 

@@ -47,6 +47,16 @@ impl Rng {
         lo + (self.next_u64() % ((hi - lo + 1) as u64)) as i64
     }
 
+    /// Dims of `rank` in `lo..=hi`, one of them 0 about one time in four.
+    pub fn dims_maybe_empty(&mut self, rank: usize, lo: usize, hi: usize) -> Vec<usize> {
+        let mut d = self.dims(rank, lo, hi);
+        if rank > 0 && self.int(0, 3) == 0 {
+            let k = self.int(0, rank as i64 - 1) as usize;
+            d[k] = 0;
+        }
+        d
+    }
+
     pub fn pick<'a, X>(&mut self, xs: &'a [X]) -> &'a X {
         &xs[self.int(0, xs.len() as i64 - 1) as usize]
     }
