@@ -286,7 +286,6 @@ pub fn store(v: TokenStream, d: DTypeKind) -> TokenStream {
 fn unary(op: UnaryOp, a: TokenStream, d: DTypeKind) -> TokenStream {
     let one = literal(1.0, d);
     let zero = literal(0.0, d);
-    let half = literal(0.5, d);
     if !d.is_float() {
         return match op {
             UnaryOp::Neg => quote!(#a.wrapping_neg()),
@@ -314,9 +313,10 @@ fn unary(op: UnaryOp, a: TokenStream, d: DTypeKind) -> TokenStream {
         UnaryOp::Square => quote!(#a * #a),
         UnaryOp::Recip => quote!(#one / #a),
         UnaryOp::Gelu => {
-            let c = literal((2.0 / std::f64::consts::PI).sqrt(), d);
+            // 0.5 (1 + tanh u) = sigmoid(2u): no cancellation for negative x.
+            let c = literal(2.0 * (2.0 / std::f64::consts::PI).sqrt(), d);
             let k = literal(0.044715, d);
-            quote!(#half * #a * (#one + (#c * (#a + #k * #a * #a * #a)).tanh()))
+            quote!(#a / (#one + (-(#c * (#a + #k * #a * #a * #a))).exp()))
         }
         UnaryOp::Silu => quote!(#a / (#one + (-#a).exp())),
     }

@@ -1,7 +1,7 @@
 //! The stages of the `tensor_fn!` macro as a plain library, so that tests
 //! and benchmarks can run them without a compiler in the loop.
 //!
-//! [`expand`] runs them in order:
+//! [`expand()`](fn@expand) runs them in order:
 //!
 //! 1. [`parse`]: tokens to the typed input of [`ast`];
 //! 2. [`sig`] and [`kernel`]: the signature of every function (symbols of

@@ -305,8 +305,8 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
         groups.into_iter().map(|gr| (gr.out, gr)).collect();
     let mut steps: Vec<Step> = Vec::new();
     let mut step_of: HashMap<NodeId, usize> = HashMap::new();
-    for id in 0..g.nodes.len() {
-        if !live[id] || is_scalar(g, id) || matches!(g.nodes[id].ty, Ty::Error) {
+    for (id, _) in live.iter().enumerate().filter(|(_, &l)| l) {
+        if is_scalar(g, id) || matches!(g.nodes[id].ty, Ty::Error) {
             continue;
         }
         if let Op::Param(_) = g.nodes[id].op {
@@ -496,12 +496,11 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
         if let Some(extra) = call_extra.get(&i) {
             // During a call: the caller's live buffers before it plus the
             // callee's own peak.
-            let (out_bytes, before) = buffers
+            let before = buffers
                 .iter()
                 .find(|(_, _, at)| *at == i)
-                .map(|(_, b, _)| (b.clone(), live.sub(b)))
-                .unwrap_or((Dim::constant(0), live.clone()));
-            let _ = out_bytes;
+                .map(|(_, b, _)| live.sub(b))
+                .unwrap_or_else(|| live.clone());
             for c in extra {
                 cands.push(before.add(c));
             }

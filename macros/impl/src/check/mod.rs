@@ -77,7 +77,7 @@ pub fn check_fn(
     for stmt in &f.body.stmts {
         c.let_stmt(stmt);
     }
-    let ret = c.result(&f.body.ret, f);
+    let ret = c.result(&f.body.ret);
     let Checker { graph, errors, .. } = c;
     if errors.is_empty() {
         Ok(CheckedFn {
@@ -423,7 +423,7 @@ impl<'s, 'k> Checker<'s, 'k> {
         }
     }
 
-    fn result(&mut self, e: &Expr, f: &TensorFn) -> Vec<NodeId> {
+    fn result(&mut self, e: &Expr) -> Vec<NodeId> {
         let declared = self.sig.ret.clone();
         let parts: Vec<(NodeId, Expr)> = match (&e.kind, self.sig.tuple) {
             (ExprKind::Tuple(xs), true) => xs.iter().map(|x| (self.expr(x), x.clone())).collect(),
@@ -506,7 +506,6 @@ impl<'s, 'k> Checker<'s, 'k> {
                 self.error(&ex.sp, m);
             }
         }
-        let _ = f;
         ids
     }
 

@@ -1,0 +1,77 @@
+//! What a function does when it is entered: binding run-time dims and
+//! checking the parameter dims its types do not fix.
+
+use super::*;
+
+impl FnGen<'_> {
+    pub(super) fn entry(&self) -> TokenStream {
+        let sig = &self.f.sig;
+        let mut out = TokenStream::new();
+        for (name, kind) in &sig.symbols.map {
+            let SymKind::Runtime(Some(src)) = kind else {
+                continue;
+            };
+            let v = format_ident!("{}", Symbols::var_name(name));
+            let value = match src {
+                Source::TensorDim { param, dim } => {
+                    let p = &self.ast.params[*param].name;
+                    quote!(#p.shape()[#dim])
+                }
+                Source::Scalar { param } => {
+                    let p = &self.ast.params[*param].name;
+                    quote!(#p)
+                }
+            };
+            out.extend(quote!(let #v: usize = #value;));
+        }
+        for c in &sig.entry_checks {
+            let p = &self.ast.params[c.param].name;
+            let dim = c.dim;
+            let expected = dim_value(&c.expected, self.symbols());
+            let origins: Vec<String> = c
+                .expected
+                .symbols()
+                .iter()
+                .filter_map(|s| match sig.symbols.map.get(&**s) {
+                    Some(SymKind::Runtime(Some(Source::TensorDim { param, dim }))) => {
+                        Some(format!("{s} is dim {dim} of `{}`", sig.param_names[*param]))
+                    }
+                    Some(SymKind::Runtime(Some(Source::Scalar { param }))) => Some(format!(
+                        "{s} is the parameter `{}`",
+                        sig.param_names[*param]
+                    )),
+                    _ => None,
+                })
+                .collect();
+            let origin = if origins.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", origins.join(", "))
+            };
+            let what = format!(
+                "dim {dim} of `{}` to be {}{{}}{origin}",
+                sig.param_names[c.param], c.expected
+            );
+            let show_value = c.expected.as_constant().is_none();
+            let fn_name = &sig.name;
+            let fmt_value = if show_value {
+                quote!(::std::format!(" = {}", __tf_expected))
+            } else {
+                quote!(::std::string::String::new())
+            };
+            out.extend(quote! {
+                {
+                    let __tf_expected: usize = #expected;
+                    if #p.shape()[#dim] != __tf_expected {
+                        return ::core::result::Result::Err(::tensorfn::Error::shape(
+                            #fn_name,
+                            ::std::format!(#what, #fmt_value),
+                            ::std::format!("{}", #p.shape()[#dim]),
+                        ));
+                    }
+                }
+            });
+        }
+        out
+    }
+}

@@ -1,0 +1,341 @@
+//! One step of a plan: a fused kernel or a runtime call.
+
+use super::*;
+
+/// A stable kernel entry prefix: the function and a hash of the program
+/// (equal programs get equal names and share their PTX).
+pub fn kernel_name(fn_name: &str, ir: &Ir) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    ir.fingerprint().hash(&mut h);
+    let clean: String = fn_name
+        .trim_start_matches("r#")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("tf_{clean}_{:016x}", h.finish())
+}
+
+impl FnGen<'_> {
+    pub(super) fn step(&mut self, s: &Step) -> TokenStream {
+        match s {
+            Step::Drop(n) => {
+                let v = var(*n);
+                quote!(::core::mem::drop(#v);)
+            }
+            Step::Fused(gr) => self.fused(gr),
+            Step::Op(n) => {
+                let n = *n;
+                let v = var(n);
+                if let Ty::Tuple(_) = self.g().nodes[n].ty {
+                    let value = self.op(n);
+                    return quote!(let #v = #value;);
+                }
+                let ty = self.type_of(n);
+                let value = self.op(n);
+                quote!(let #v: #ty = #value;)
+            }
+        }
+    }
+
+    pub(super) fn fused(&mut self, gr: &crate::lower::FusedGroup) -> TokenStream {
+        let out = gr.out;
+        let t = self.tty(out).clone();
+        let name = kernel_name(&self.f.sig.name, &gr.ir);
+        // Identical groups (repeated layers) share one static and one PTX.
+        let (static_name, declare) = match self.kernels.get(&name) {
+            Some(id) => (id.clone(), false),
+            None => {
+                let id = format_ident!("__TF_KERNEL_{}", self.kernels.len());
+                self.kernels.insert(name.clone(), id.clone());
+                (id, true)
+            }
+        };
+        let ptx = if declare {
+            match (self.ctx.ptx)(&gr.ir, &name) {
+                Ok(p) => p,
+                Err(e) => {
+                    let at = &self.g().nodes[out].sp;
+                    self.errors.push(at.error(format!(
+                        "internal error of `tensor_fn!`: the PTX emitter rejected the fused kernel of `{}`: {e}",
+                        self.g().nodes[out].text
+                    )));
+                    String::new()
+                }
+            }
+        } else {
+            String::new()
+        };
+        let inputs = gr.ir.inputs.iter().map(|d| dtype_kind_tokens(*d));
+        let output = dtype_kind_tokens(gr.ir.output_dtype());
+        let args: Vec<TokenStream> = gr
+            .inputs
+            .iter()
+            .map(|i| match i {
+                GroupInput::Tensor(n) => self.reference(*n),
+                GroupInput::Scalar { node, dtype } => {
+                    let dev = device_tokens(t.device);
+                    let dt = dtype_tokens(*dtype);
+                    let v = self.scalar_as(*node, *dtype);
+                    quote!(&::tensorfn::Tensor::<#dev, #dt, ()>::full(#v)?)
+                }
+            })
+            .collect();
+        let dims = dims_array(&t.dims, self.symbols());
+        let f = format_ident!("fused{}", gr.inputs.len());
+        let closure = ir::closure(&gr.ir);
+        let v = var(out);
+        let ty = self.type_of(out);
+        let decl = declare.then(|| {
+            quote! {
+                static #static_name: ::tensorfn::__kernels::FusedKernel = ::tensorfn::__kernels::FusedKernel {
+                    name: #name,
+                    ptx: #ptx,
+                    inputs: &[#(#inputs),*],
+                    output: #output,
+                };
+            }
+        });
+        quote! {
+            #decl
+            let #v: #ty = ::tensorfn::__private::#f(#(#args,)* &#dims, &#static_name, #closure)?;
+        }
+    }
+
+    /// The expression computing a runtime-call node (without `let`).
+    pub(super) fn op(&self, n: NodeId) -> TokenStream {
+        let g = self.g();
+        let node = &g.nodes[n];
+        let so = || self.shape_of(n);
+        match &node.op {
+            Op::MatMul(a, b) => {
+                let (a, b) = (self.reference(*a), self.reference(*b));
+                quote!(#a.matmul(#b)?)
+            }
+            Op::Bmm(a, b) => {
+                let (a, b) = (self.reference(*a), self.reference(*b));
+                quote!(#a.bmm(#b)?)
+            }
+            Op::Dot(a, b) => {
+                let (a, b) = (self.reference(*a), self.reference(*b));
+                quote!(#a.dot(#b)?)
+            }
+            Op::AddMm {
+                bias,
+                m1,
+                m2,
+                beta,
+                alpha,
+            } => {
+                let out = &self.tty(n).dims;
+                let bd = &self.tty(*bias).dims;
+                let direct = bd.is_empty() || (bd.len() == 1 && bd[0] == out[1]) || bd == out;
+                let b = self.reference(*bias);
+                let bias_expr = if direct {
+                    b
+                } else {
+                    let dims = dims_array(out, self.symbols());
+                    let s = so();
+                    quote!(&#b.broadcast_to_dims::<#s>(&#dims)?)
+                };
+                let (m1, m2) = (self.reference(*m1), self.reference(*m2));
+                match (beta, alpha) {
+                    (None, None) => quote!(::tensorfn::Tensor::addmm(#bias_expr, #m1, #m2)?),
+                    _ => {
+                        let d = self.tty(n).dtype;
+                        let one = |x: &Option<NodeId>| match x {
+                            Some(s) => self.scalar_as(*s, d),
+                            None => {
+                                let t = dtype_tokens(d);
+                                quote!(<#t as ::tensorfn::DType>::one())
+                            }
+                        };
+                        let (be, al) = (one(beta), one(alpha));
+                        quote!(::tensorfn::Tensor::addmm_scaled(#bias_expr, #m1, #m2, #be, #al)?)
+                    }
+                }
+            }
+            Op::Reshape { x, view } => {
+                let x = self.reference(*x);
+                let s = so();
+                let dims = &self.tty(n).dims;
+                let is_static = self.dim_tys(n).iter().all(|d| *d != DimTy::Dyn);
+                match (view, is_static) {
+                    (true, true) => quote!(#x.view::<#s>()?),
+                    (false, true) => quote!(#x.reshape::<#s>()?),
+                    (true, false) => {
+                        let d = dims_array(dims, self.symbols());
+                        quote!(#x.view_dims::<#s>(&#d)?)
+                    }
+                    (false, false) => {
+                        let d = dims_array(dims, self.symbols());
+                        quote!(#x.reshape_dims::<#s>(&#d)?)
+                    }
+                }
+            }
+            Op::T(x) => {
+                let x = self.reference(*x);
+                quote!(#x.t()?)
+            }
+            Op::Permute(x, perm) => {
+                let x = self.reference(*x);
+                let s = so();
+                quote!(#x.permute::<#s>(&[#(#perm),*])?)
+            }
+            Op::Transpose(x, d0, d1) => {
+                let x = self.reference(*x);
+                let s = so();
+                quote!(#x.transpose::<#s>(#d0, #d1)?)
+            }
+            Op::Narrow { x, dim, start, len } => {
+                let x = self.reference(*x);
+                let s = so();
+                let (st, ln) = (self.index_arg(start), self.index_arg(len));
+                quote!(#x.narrow::<#dim, #s>(#st, #ln)?)
+            }
+            Op::Index { x, dim, index } => {
+                let x = self.reference(*x);
+                match index {
+                    IndexArg::Const(i) => quote!(#x.at::<#dim, #i>()?),
+                    IndexArg::Node(i) => {
+                        let i = self.scalar_usize(*i);
+                        quote!(#x.index::<#dim>(#i)?)
+                    }
+                }
+            }
+            Op::Reduce { op, x, dim } => {
+                let x = self.reference(*x);
+                match dim {
+                    Some(d) => {
+                        let m = format_ident!("{}", op.name());
+                        quote!(#x.#m::<#d>()?)
+                    }
+                    None => {
+                        let m = format_ident!("{}_all", op.name());
+                        debug_assert!(!matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin));
+                        quote!(#x.#m()?)
+                    }
+                }
+            }
+            Op::Softmax { x, dim, log } => {
+                let x = self.reference(*x);
+                if *log {
+                    quote!(#x.log_softmax::<#dim>()?)
+                } else {
+                    quote!(#x.softmax::<#dim>()?)
+                }
+            }
+            Op::Cat { xs, dim } => {
+                // Pairwise: each step's shape type has the joined dim so far.
+                let first = self.tty(xs[0]).clone();
+                let mut acc = self.reference(xs[0]);
+                let mut sum = first.dims[*dim].clone();
+                for (i, &x) in xs.iter().enumerate().skip(1) {
+                    sum = sum.add(&self.tty(x).dims[*dim]);
+                    let mut dims = first.dims.clone();
+                    dims[*dim] = sum.clone();
+                    let s = shape_tokens(&self.symbols().dim_tys(&dims));
+                    let b = self.reference(x);
+                    acc = if i == 1 {
+                        quote!(#acc.cat::<#dim, #s>(#b)?)
+                    } else {
+                        quote!((&#acc).cat::<#dim, #s>(#b)?)
+                    };
+                }
+                acc
+            }
+            Op::ToDevice(x, d) => {
+                let x = self.reference(*x);
+                let d = device_tokens(*d);
+                quote!(#x.to_device::<#d>()?)
+            }
+            Op::Call {
+                callee,
+                args,
+                generics,
+                param_tys,
+                ret_tys,
+                ..
+            } => {
+                let callee_ast = self.ctx.fns[*callee];
+                let sig = self.ctx.sigs[*callee]
+                    .as_ref()
+                    .expect("called functions have signatures");
+                let name = &callee_ast.name;
+                let gen: Vec<TokenStream> = generics
+                    .iter()
+                    .map(|d| dim_value(d, self.symbols()))
+                    .collect();
+                let turbofish = if gen.is_empty() {
+                    quote!()
+                } else {
+                    let gen = generics.iter().map(|d| match d.as_constant() {
+                        Some(c) => {
+                            let l = Literal::usize_unsuffixed(c as usize);
+                            quote!(#l)
+                        }
+                        None => {
+                            let i = format_ident!("{}", d.as_symbol().expect("a generic"));
+                            quote!(#i)
+                        }
+                    });
+                    quote!(::<#(#gen),*>)
+                };
+                let argv: Vec<TokenStream> = args
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &a)| match (&sig.params[i], &param_tys[i]) {
+                        (ParamSig::Tensor(_), Some(want)) => {
+                            let r = self.reference(a);
+                            if self.dim_tys(a) == *want {
+                                r
+                            } else {
+                                let s = shape_tokens(want);
+                                quote!(&::core::clone::Clone::clone(#r).into_shape::<#s>()?)
+                            }
+                        }
+                        (ParamSig::Scalar(ScalarKind::Usize), _) => self.scalar_usize(a),
+                        (ParamSig::Scalar(ScalarKind::DType(d)), _) => self.scalar_as(a, *d),
+                        (ParamSig::Tensor(_), None) => unreachable!("tensor parameters have types"),
+                    })
+                    .collect();
+                let call = quote!(#name #turbofish(#(#argv),*)?);
+                match &node.ty {
+                    Ty::Tuple(_) => call,
+                    _ => {
+                        if self.dim_tys(n) == ret_tys[0] {
+                            call
+                        } else {
+                            let s = so();
+                            quote!(#call.into_shape::<#s>()?)
+                        }
+                    }
+                }
+            }
+            Op::External { path, args } => {
+                let argv = args.iter().map(|&a| match &g.nodes[a].ty {
+                    Ty::Scalar(_) => self.scalar_native(a),
+                    _ => self.reference(a),
+                });
+                // The annotation fixes the result's shape type, whatever
+                // shape type the function returns (checked at run time).
+                let s = so();
+                quote!(#path(#(#argv),*)?.into_shape::<#s>()?)
+            }
+            Op::TupleGet(x, i) => {
+                let t = var(*x);
+                let idx = syn::Index::from(*i);
+                let Op::Call { ret_tys, .. } = &g.nodes[*x].op else {
+                    unreachable!("tuples come from calls")
+                };
+                if self.dim_tys(n) == ret_tys[*i] {
+                    quote!(#t.#idx)
+                } else {
+                    let s = so();
+                    quote!(#t.#idx.into_shape::<#s>()?)
+                }
+            }
+            other => unreachable!("not a runtime call: {other:?}"),
+        }
+    }
+}

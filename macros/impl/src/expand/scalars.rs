@@ -1,0 +1,112 @@
+//! Scalar values in generated code: literals, scalar parameters and
+//! their arithmetic, indices.
+
+use super::*;
+
+pub(super) fn unary_ir(op: UnaryOp) -> Ir {
+    let mut ir = Ir::new(vec![DTypeKind::F64]);
+    let x = ir.push(ir::Inst::Input(0), DTypeKind::F64);
+    ir.output = ir.push(ir::Inst::Unary(op, x), DTypeKind::F64);
+    ir
+}
+
+impl FnGen<'_> {
+    /// A scalar node computed in f64.
+    pub(super) fn scalar_f64(&self, n: NodeId) -> TokenStream {
+        let node = &self.g().nodes[n];
+        let int = matches!(node.ty, Ty::Scalar(s) if !s.is_float());
+        match &node.op {
+            Op::Lit { value, .. } => ir::literal(*value, DTypeKind::F64),
+            Op::Param(i) => {
+                let p = &self.ast.params[*i].name;
+                match &self.f.sig.params[*i] {
+                    ParamSig::Scalar(ScalarKind::Usize) => quote!((#p as f64)),
+                    _ => quote!(::tensorfn::DType::to_f64(#p)),
+                }
+            }
+            Op::Unary(op, a) => {
+                let a = self.scalar_f64(*a);
+                let (body, out) = ir::emit_rust(&unary_ir(*op), &[a]);
+                quote!({ #body #out })
+            }
+            Op::Binary(op, a, b) => {
+                let (a, b) = (self.scalar_f64(*a), self.scalar_f64(*b));
+                let mut ir = Ir::new(vec![DTypeKind::F64, DTypeKind::F64]);
+                let x = ir.push(ir::Inst::Input(0), DTypeKind::F64);
+                let y = ir.push(ir::Inst::Input(1), DTypeKind::F64);
+                ir.output = ir.push(ir::Inst::Binary(*op, x, y), DTypeKind::F64);
+                let (body, out) = ir::emit_rust(&ir, &[a, b]);
+                if int && *op == tensorfn_kernels::BinaryOp::Div {
+                    quote!({ #body #out.trunc() })
+                } else {
+                    quote!({ #body #out })
+                }
+            }
+            Op::Kernel { kernel, args } => {
+                let k = self.ctx.kernels[*kernel];
+                let name = &k.name;
+                let args = args.iter().zip(&k.params).map(|(&a, (_, d, _))| {
+                    let v = self.scalar_f64(a);
+                    let t = dtype_tokens(*d);
+                    quote!(<#t as ::tensorfn::DType>::from_f64(#v))
+                });
+                quote!(::tensorfn::DType::to_f64(#name(#(#args),*)))
+            }
+            other => unreachable!("not a scalar: {other:?}"),
+        }
+    }
+
+    /// A scalar node as a value of dtype `d`.
+    pub(super) fn scalar_as(&self, n: NodeId, d: DTypeKind) -> TokenStream {
+        let v = self.scalar_f64(n);
+        let t = dtype_tokens(d);
+        quote!(<#t as ::tensorfn::DType>::from_f64(#v))
+    }
+
+    /// A `usize` scalar node (an index, a start, a length).
+    pub(super) fn scalar_usize(&self, n: NodeId) -> TokenStream {
+        match &self.g().nodes[n].op {
+            Op::Lit { value, .. } => {
+                let l = Literal::usize_suffixed(*value as usize);
+                quote!(#l)
+            }
+            Op::Param(i) => {
+                let p = &self.ast.params[*i].name;
+                quote!(#p)
+            }
+            _ => {
+                let v = self.scalar_f64(n);
+                quote!((#v as usize))
+            }
+        }
+    }
+
+    pub(super) fn index_arg(&self, a: &IndexArg) -> TokenStream {
+        match a {
+            IndexArg::Const(c) => {
+                let l = Literal::usize_suffixed(*c);
+                quote!(#l)
+            }
+            IndexArg::Node(n) => self.scalar_usize(*n),
+        }
+    }
+
+    /// A scalar as written, for calls outside the invocation.
+    pub(super) fn scalar_native(&self, n: NodeId) -> TokenStream {
+        match &self.g().nodes[n].op {
+            Op::Lit { value, int: true } => {
+                let l = Literal::i64_unsuffixed(*value as i64);
+                quote!(#l)
+            }
+            Op::Lit { value, int: false } => {
+                let l = Literal::f64_unsuffixed(*value);
+                quote!(#l)
+            }
+            Op::Param(i) => {
+                let p = &self.ast.params[*i].name;
+                quote!(#p)
+            }
+            _ => self.scalar_f64(n),
+        }
+    }
+}

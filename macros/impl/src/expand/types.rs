@@ -1,0 +1,153 @@
+//! Rust tokens of devices, dtypes, shapes and dims.
+
+use super::*;
+
+/// `::tensorfn::Cpu` or `::tensorfn::Cuda<N>`.
+pub fn device_tokens(d: Device) -> TokenStream {
+    match d {
+        Device::Cpu => quote!(::tensorfn::Cpu),
+        Device::Cuda(n) => {
+            let n = Literal::usize_unsuffixed(n);
+            quote!(::tensorfn::Cuda<#n>)
+        }
+    }
+}
+
+/// The dtype's Rust type.
+pub fn dtype_tokens(d: DTypeKind) -> TokenStream {
+    ir::storage_type(d)
+}
+
+pub(super) fn dtype_kind_tokens(d: DTypeKind) -> TokenStream {
+    let v = format_ident!(
+        "{}",
+        match d {
+            DTypeKind::F32 => "F32",
+            DTypeKind::F64 => "F64",
+            DTypeKind::F16 => "F16",
+            DTypeKind::BF16 => "BF16",
+            DTypeKind::I32 => "I32",
+            DTypeKind::I64 => "I64",
+            DTypeKind::U8 => "U8",
+            DTypeKind::Bool => "Bool",
+        }
+    );
+    quote!(::tensorfn::DTypeKind::#v)
+}
+
+pub(super) fn dim_ty_tokens(d: &DimTy) -> TokenStream {
+    match d {
+        DimTy::Dyn => quote!(::tensorfn::Dyn),
+        DimTy::Const(d) => match d.as_constant() {
+            Some(c) => {
+                let c = Literal::usize_unsuffixed(c.max(0) as usize);
+                quote!(::tensorfn::Const<#c>)
+            }
+            None => {
+                let s = format_ident!(
+                    "{}",
+                    d.as_symbol()
+                        .expect("a const dim is a literal or a generic")
+                );
+                quote!(::tensorfn::Const<#s>)
+            }
+        },
+    }
+}
+
+/// `(Const<..>, Dyn, ..)`: the shape type of these dim types.
+pub fn shape_tokens(dims: &[DimTy]) -> TokenStream {
+    let ds = dims.iter().map(dim_ty_tokens);
+    quote!((#(#ds,)*))
+}
+
+pub(super) fn tensor_tokens(device: Device, dtype: DTypeKind, dims: &[DimTy]) -> TokenStream {
+    let (d, t, s) = (
+        device_tokens(device),
+        dtype_tokens(dtype),
+        shape_tokens(dims),
+    );
+    quote!(::tensorfn::Tensor<#d, #t, #s>)
+}
+
+/// A `usize` expression computing a dim at run time.
+pub fn dim_value(d: &Dim, symbols: &Symbols) -> TokenStream {
+    let mut out = TokenStream::new();
+    for (i, (m, c)) in d.terms().into_iter().enumerate() {
+        let mut term = TokenStream::new();
+        let mut first = true;
+        let mut factor = |t: TokenStream, term: &mut TokenStream| {
+            if !first {
+                term.extend(quote!(*));
+            }
+            first = false;
+            term.extend(t);
+        };
+        if c.unsigned_abs() != 1 || m.factors().is_empty() {
+            let l = Literal::usize_suffixed(c.unsigned_abs() as usize);
+            factor(quote!(#l), &mut term);
+        }
+        for (s, p) in m.factors() {
+            let name = match symbols.map.get(&**s) {
+                Some(SymKind::Generic) => s.to_string(),
+                _ => Symbols::var_name(s),
+            };
+            let v = format_ident!("{}", name);
+            for _ in 0..*p {
+                factor(quote!(#v), &mut term);
+            }
+        }
+        match (i, c < 0) {
+            (_, true) => out.extend(quote!(- #term)),
+            (0, false) => out.extend(term),
+            (_, false) => out.extend(quote!(+ #term)),
+        }
+    }
+    if out.is_empty() {
+        return quote!(0usize);
+    }
+    // A compound value is parenthesised: a bare `a * b` in an array trips
+    // clippy's `possible_missing_comma` in the user's crate.
+    if d.as_constant().is_some() || d.as_symbol().is_some() {
+        return out;
+    }
+    quote!((#out))
+}
+
+pub(super) fn dims_array(dims: &[Dim], symbols: &Symbols) -> TokenStream {
+    let vs = dims.iter().map(|d| dim_value(d, symbols));
+    quote!([#(#vs),*])
+}
+
+pub(super) fn param_type_tokens(p: &crate::ast::Param, sig: &Signature, i: usize) -> TokenStream {
+    match (&p.ty, &sig.params[i]) {
+        (ParamTy::Tensor(ast), ParamSig::Tensor(t)) => {
+            let ty = tensor_tokens(t.device, t.dtype, &sig.symbols.dim_tys(&t.dims));
+            let sp = ast.sp.span();
+            quote_spanned!(sp=> &#ty)
+        }
+        (_, ParamSig::Scalar(k)) => scalar_type_tokens(*k),
+        _ => unreachable!("signature matches the parameters"),
+    }
+}
+
+pub(super) fn scalar_type_tokens(k: ScalarKind) -> TokenStream {
+    match k {
+        ScalarKind::Usize => quote!(usize),
+        ScalarKind::DType(d) => dtype_tokens(d),
+    }
+}
+
+pub(super) fn return_tokens(sig: &Signature) -> TokenStream {
+    let ts: Vec<TokenStream> = sig
+        .ret
+        .iter()
+        .map(|t| tensor_tokens(t.device, t.dtype, &sig.symbols.dim_tys(&t.dims)))
+        .collect();
+    if sig.tuple {
+        quote!((#(#ts,)*))
+    } else {
+        let t = &ts[0];
+        quote!(#t)
+    }
+}
