@@ -51,6 +51,11 @@ pub fn set_allow_tf32(allow: bool) {
 }
 
 /// Whether f32 matrix products may use TF32 (see [`set_allow_tf32`]).
+///
+/// ```
+/// // Off unless a program turns it on.
+/// assert!(!tensorfn_runtime::allow_tf32());
+/// ```
 pub fn allow_tf32() -> bool {
     ALLOW_TF32.load(Ordering::Relaxed)
 }

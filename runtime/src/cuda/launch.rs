@@ -21,7 +21,7 @@ use std::ffi::{c_void, CString};
 use std::sync::OnceLock;
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::abi::{FusedKernel, StridedMeta, MAX_RANK};
-use tensorfn_kernels::{builtin, BinaryOp, ReduceOp, UnaryOp};
+use tensorfn_kernels::{builtin, ir, ptx, BinaryOp, ReduceOp, UnaryOp};
 
 /// Threads per block of every built-in and fused kernel.
 pub(crate) const BLOCK: u32 = builtin::BLOCK;
@@ -39,6 +39,26 @@ pub(crate) enum Builtin {
     Cast(DTypeKind, DTypeKind),
     Reduce(ReduceOp, DTypeKind),
     Softmax(DTypeKind, bool),
+    /// `x + value * t1 * t2` over inputs `(x, t1, t2, value)`, rounded once.
+    Addcmul(DTypeKind),
+}
+
+/// `x + value * t1 * t2` for inputs `(x, t1, t2, value)` of `t`: floats in
+/// f64 with one rounding at the end (as the CPU backend and PyTorch's
+/// float accumulation do), integers wrapping in `t`.
+pub(crate) fn addcmul_kernel(t: DTypeKind) -> tensorfn_kernels::Result<ir::Kernel> {
+    let mut k = ir::ElementwiseBuilder::new();
+    let inputs = [k.input(t), k.input(t), k.input(t), k.input(t)];
+    let [x, t1, t2, v] = if t.is_float() {
+        inputs.map(|i| k.cast(i, DTypeKind::F64))
+    } else {
+        inputs
+    };
+    let vt1 = k.binary(BinaryOp::Mul, v, t1);
+    let prod = k.binary(BinaryOp::Mul, vt1, t2);
+    let sum = k.binary(BinaryOp::Add, x, prod);
+    let out = if t.is_float() { k.cast(sum, t) } else { sum };
+    k.output(out)
 }
 
 impl Builtin {
@@ -49,6 +69,12 @@ impl Builtin {
             Builtin::Cast(from, to) => Ok(builtin::cast(from, to)),
             Builtin::Reduce(op, t) => builtin::try_reduce(op, t),
             Builtin::Softmax(t, log) => builtin::try_softmax(t, log),
+            Builtin::Addcmul(t) => {
+                let name = format!("tf_addcmul_{t}");
+                addcmul_kernel(t)
+                    .and_then(|k| ptx::elementwise(&k, &name))
+                    .map(|ptx| builtin::Kernel { name, ptx })
+            }
         }
         .map_err(|e| Error::Driver {
             op: format!("generating the built-in kernel {self:?}"),
@@ -355,4 +381,73 @@ pub(crate) fn launch_fused<O: DType>(
         &at_offsets,
     )?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::random::SplitMix64;
+    use tensorfn_kernels::interp::{run_elementwise, HostData, HostView};
+
+    #[test]
+    fn the_addcmul_kernel_builds_for_every_numeric_dtype() {
+        for t in DTypeKind::ALL.into_iter().filter(|&t| t != DTypeKind::Bool) {
+            let src = Builtin::Addcmul(t).source().unwrap();
+            assert_eq!(src.name, format!("tf_addcmul_{t}"));
+            assert!(src.ptx.contains(&format!(".entry tf_addcmul_{t}_contig(")));
+            assert!(src.ptx.contains(&format!(".entry tf_addcmul_{t}_strided(")));
+        }
+    }
+
+    /// The kernel (run by the interpreter, which computes what the PTX
+    /// computes) rounds once, so it matches the CPU backend even where the
+    /// two terms cancel.
+    #[test]
+    fn addcmul_rounds_once() {
+        let mut rng = SplitMix64::new(0xadd);
+        for t in [
+            DTypeKind::F32,
+            DTypeKind::F64,
+            DTypeKind::F16,
+            DTypeKind::BF16,
+            DTypeKind::I32,
+            DTypeKind::I64,
+            DTypeKind::U8,
+        ] {
+            let n = 257;
+            let (lo, hi) = if t == DTypeKind::U8 {
+                (0.0, 6.0)
+            } else {
+                (-50.0, 50.0)
+            };
+            let draw = |rng: &mut SplitMix64| -> Vec<f64> {
+                let raw: Vec<f64> = (0..n).map(|_| lo + (hi - lo) * rng.uniform()).collect();
+                HostData::from_f64(t, &raw).to_f64_vec()
+            };
+            let (b, c) = (draw(&mut rng), draw(&mut rng));
+            let v = HostData::from_f64(t, &[if t.is_float() { 0.5 } else { 2.0 }]).to_f64_vec()[0];
+            // Half the x values cancel the product up to one unit of t.
+            let mut a = draw(&mut rng);
+            for i in (0..n).step_by(2) {
+                let neg = HostData::from_f64(t, &[-(v * b[i] * c[i])]).to_f64_vec()[0];
+                a[i] = if t == DTypeKind::U8 { a[i] } else { neg };
+            }
+            let want: Vec<f64> = (0..n).map(|i| a[i] + v * b[i] * c[i]).collect();
+            let data = [&a, &b, &c].map(|x| HostData::from_f64(t, x));
+            let value = HostData::from_f64(t, &[v]);
+            let kernel = addcmul_kernel(t).unwrap();
+            let out = run_elementwise(
+                &kernel,
+                &[
+                    HostView::contiguous(&data[0]),
+                    HostView::contiguous(&data[1]),
+                    HostView::contiguous(&data[2]),
+                    HostView::strided(&value, 0, vec![0]),
+                ],
+                &[n],
+            )
+            .unwrap();
+            assert_eq!(out, HostData::from_f64(t, &want), "addcmul {t}");
+        }
+    }
 }

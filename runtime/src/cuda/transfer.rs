@@ -192,28 +192,34 @@ pub(crate) fn download<T: DType>(s: &CudaStorage<T>, layout: &Layout) -> Result<
     let ctx = s.context();
     ctx.bind()?;
     let (ptr, _copy) = contiguous_ptr(s, layout)?;
-    let mut bytes = vec![0u8; n * std::mem::size_of::<T>()];
-    ctx.copy_dtoh(ptr, &mut bytes)?;
-    Ok(from_bytes(&bytes))
+    if T::KIND == DTypeKind::Bool {
+        // Not every byte is a valid bool: read bytes, then compare.
+        let mut bytes = vec![0u8; n];
+        ctx.copy_dtoh(ptr, &mut bytes)?;
+        return Ok(bools_from_bytes(&bytes));
+    }
+    // The staging buffer drains straight into the result: one host copy.
+    let mut out = vec![T::zero(); n];
+    ctx.copy_dtoh(ptr, bytes_of_mut(&mut out))?;
+    Ok(out)
 }
 
-/// Host values from their device bytes; `bool` is any non-zero byte.
-fn from_bytes<T: DType>(bytes: &[u8]) -> Vec<T> {
-    if T::KIND == DTypeKind::Bool {
-        return bytes
-            .iter()
-            .map(|&b| T::from_i64(i64::from(b != 0)))
-            .collect();
-    }
-    let size = std::mem::size_of::<T>();
-    let mut out: Vec<T> = Vec::with_capacity(bytes.len() / size);
+/// The bytes of a slice of a non-bool dtype, for writing.
+fn bytes_of_mut<T: DType>(data: &mut [T]) -> &mut [u8] {
+    assert_ne!(T::KIND, DTypeKind::Bool, "not every byte is a bool");
     // SAFETY: every bit pattern is a valid value of the non-bool dtypes,
-    // and the vector has capacity for bytes.len() / size elements.
+    // which have no padding; the view covers exactly the slice.
     unsafe {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr() as *mut u8, bytes.len());
-        out.set_len(bytes.len() / size);
+        std::slice::from_raw_parts_mut(data.as_mut_ptr() as *mut u8, std::mem::size_of_val(data))
     }
-    out
+}
+
+/// Booleans from their device bytes: any non-zero byte is `true`.
+fn bools_from_bytes<T: DType>(bytes: &[u8]) -> Vec<T> {
+    bytes
+        .iter()
+        .map(|&b| T::from_i64(i64::from(b != 0)))
+        .collect()
 }
 
 /// Copies the elements a layout selects to another ordinal, contiguous.
@@ -261,12 +267,20 @@ mod tests {
 
     #[test]
     fn bytes_round_trip_every_dtype() {
+        fn round_trip<T: DType>(values: &[T]) -> Vec<T> {
+            let mut out = vec![T::zero(); values.len()];
+            bytes_of_mut(&mut out).copy_from_slice(bytes_of(values));
+            out
+        }
         let f = [1.5f32, -2.25, 3.0e-8];
-        assert_eq!(from_bytes::<f32>(bytes_of(&f)), f.to_vec());
+        assert_eq!(round_trip(&f), f.to_vec());
         let h = [f16::from_f32(0.5), f16::from_f32(-7.0)];
-        assert_eq!(from_bytes::<f16>(bytes_of(&h)), h.to_vec());
+        assert_eq!(round_trip(&h), h.to_vec());
         let i = [i64::MIN, 42, -1];
-        assert_eq!(from_bytes::<i64>(bytes_of(&i)), i.to_vec());
-        assert_eq!(from_bytes::<bool>(&[0, 1, 7]), vec![false, true, true]);
+        assert_eq!(round_trip(&i), i.to_vec());
+        assert_eq!(
+            bools_from_bytes::<bool>(&[0, 1, 7]),
+            vec![false, true, true]
+        );
     }
 }

@@ -197,6 +197,14 @@ impl Exec for CudaBackend {
     fn wrap<T: DType>(&self, b: CudaStorage<T>) -> Storage<T> {
         Storage::Cuda(b)
     }
+
+    fn addcmul<T: NumDType>(
+        &self,
+        x: [(&CudaStorage<T>, &Layout); 3],
+        value: T,
+    ) -> Result<CudaStorage<T>> {
+        self.addcmul_fused(x, value)
+    }
 }
 
 /// A tensor of contiguous `dims` around a fresh buffer, checked against `S`.
