@@ -7,10 +7,30 @@ impl FnGen<'_> {
     pub(super) fn entry(&self) -> TokenStream {
         let sig = &self.f.sig;
         let mut out = TokenStream::new();
+        // Run-time dims some shape of the body or an entry check uses.
+        let mut used: std::collections::HashSet<String> = sig
+            .entry_checks
+            .iter()
+            .flat_map(|c| c.expected.symbols())
+            .map(|s| s.to_string())
+            .collect();
+        for n in &self.g().nodes {
+            if let Ty::Tensor(t) = &n.ty {
+                used.extend(
+                    t.dims
+                        .iter()
+                        .flat_map(|d| d.symbols())
+                        .map(|s| s.to_string()),
+                );
+            }
+        }
         for (name, kind) in &sig.symbols.map {
             let SymKind::Runtime(Some(src)) = kind else {
                 continue;
             };
+            if !used.contains(name) {
+                continue;
+            }
             let v = format_ident!("{}", Symbols::var_name(name));
             let value = match src {
                 Source::TensorDim { param, dim } => {

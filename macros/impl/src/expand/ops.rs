@@ -51,7 +51,8 @@ impl FnGen<'_> {
                 (id, true)
             }
         };
-        let ptx = if declare {
+        // A CPU group never launches: it needs no PTX.
+        let ptx = if declare && t.device != Device::Cpu {
             match (self.ctx.ptx)(&gr.ir, &name) {
                 Ok(p) => p,
                 Err(e) => {
