@@ -55,10 +55,19 @@ functions!(cpu, Cpu);
 functions!(gpu, Cuda);
 
 fn f64s<D: Device, T: DType, S: Shape>(t: &Tensor<D, T, S>) -> Vec<f64> {
-    t.to_vec().expect("readable").iter().map(|v| v.to_f64()).collect()
+    t.to_vec()
+        .expect("readable")
+        .iter()
+        .map(|v| v.to_f64())
+        .collect()
 }
 
-fn compare<T: DType, S: Shape>(what: &str, c: &Tensor<Cpu, T, S>, g: &Tensor<Cuda, T, S>, tol: f64) -> f64 {
+fn compare<T: DType, S: Shape>(
+    what: &str,
+    c: &Tensor<Cpu, T, S>,
+    g: &Tensor<Cuda, T, S>,
+    tol: f64,
+) -> f64 {
     let (a, b) = (f64s(c), f64s(&g.to_cpu().expect("copied back")));
     assert_eq!(a.len(), b.len());
     let mut worst: f64 = 0.0;
@@ -67,7 +76,10 @@ fn compare<T: DType, S: Shape>(what: &str, c: &Tensor<Cpu, T, S>, g: &Tensor<Cud
         assert!(err <= tol, "{what}[{i}]: cpu {x}, gpu {y}");
         worst = worst.max(err);
     }
-    println!("{what:>10}: {} elements, worst relative difference {worst:.3e}", a.len());
+    println!(
+        "{what:>10}: {} elements, worst relative difference {worst:.3e}",
+        a.len()
+    );
     worst
 }
 
@@ -87,7 +99,12 @@ fn main() -> Result<()> {
 
     let a = Tensor::<Cpu, f32, shape![40, 1]>::randn(2)?.cast::<f16>()?;
     let b = Tensor::<Cpu, f32, shape![70]>::randn(3)?;
-    compare("mixed", &cpu::mixed(&a, &b, 1.5)?, &gpu::mixed(&up(&a), &up(&b), 1.5)?, 1e-3);
+    compare(
+        "mixed",
+        &cpu::mixed(&a, &b, 1.5)?,
+        &gpu::mixed(&up(&a), &up(&b), 1.5)?,
+        1e-3,
+    );
 
     let h = Tensor::<Cpu, f32, shape![1000]>::randn(4)?;
     let (hb, hf) = (h.cast::<bf16>()?, h.cast::<f16>()?);
@@ -96,21 +113,43 @@ fn main() -> Result<()> {
     compare("bf16 math", &c1, &g1, 8e-3);
     compare("f16 math", &c2, &g2, 1e-3);
 
-    let xi = Tensor::<Cpu, i32, shape![257]>::from_vec((0..257).map(|i| (i * 37 % 101) - 50).collect())?;
-    let yi = Tensor::<Cpu, i32, shape![257]>::from_vec((0..257).map(|i| (i * 53 % 97) - 48).collect())?;
-    compare("ints", &cpu::ints(&xi, &yi)?, &gpu::ints(&up(&xi), &up(&yi))?, 0.0);
+    let xi =
+        Tensor::<Cpu, i32, shape![257]>::from_vec((0..257).map(|i| (i * 37 % 101) - 50).collect())?;
+    let yi =
+        Tensor::<Cpu, i32, shape![257]>::from_vec((0..257).map(|i| (i * 53 % 97) - 48).collect())?;
+    compare(
+        "ints",
+        &cpu::ints(&xi, &yi)?,
+        &gpu::ints(&up(&xi), &up(&yi))?,
+        0.0,
+    );
 
     let y = Tensor::<Cpu, f32, shape![31, 17]>::randn(5)?;
     let xi = Tensor::<Cpu, i32, shape![31, 17]>::from_vec((0..527).map(|i| i % 13 - 6).collect())?;
-    compare("addcmul", &cpu::update(&y, &xi, 0.25)?, &gpu::update(&up(&y), &up(&xi), 0.25)?, 1e-6);
+    compare(
+        "addcmul",
+        &cpu::update(&y, &xi, 0.25)?,
+        &gpu::update(&up(&y), &up(&xi), 0.25)?,
+        1e-6,
+    );
 
     let s = Tensor::<Cpu, f64, shape![48, 80]>::randn(6)?;
-    compare("strided", &cpu::strided(&s)?, &gpu::strided(&up(&s))?, 1e-12);
+    compare(
+        "strided",
+        &cpu::strided(&s)?,
+        &gpu::strided(&up(&s))?,
+        1e-12,
+    );
 
     let xd = Tensor::<Cpu, f32, shape![_, 96]>::randn_dims(7, &[300, 96])?;
     let w = Tensor::<Cpu, f32, shape![96, 40]>::randn(8)?;
     let bias = Tensor::<Cpu, f32, shape![40]>::randn(9)?;
-    compare("dense", &cpu::dense(&xd, &w, &bias)?, &gpu::dense(&up(&xd), &up(&w), &up(&bias))?, 1e-4);
+    compare(
+        "dense",
+        &cpu::dense(&xd, &w, &bias)?,
+        &gpu::dense(&up(&xd), &up(&w), &up(&bias))?,
+        1e-4,
+    );
 
     println!("all GPU results match the CPU");
     Ok(())
