@@ -31,6 +31,12 @@ pub enum Error {
         /// Total device memory in bytes.
         total: usize,
     },
+    /// The host could not allocate a buffer of this size.
+    #[error("out of host memory: {requested} bytes requested; use smaller tensors or process the data in chunks (`stream_map`)")]
+    HostOutOfMemory {
+        /// Bytes asked for.
+        requested: usize,
+    },
     /// Shapes that do not fit the operation.
     #[error("{op}: expected {expected}, found {found}")]
     Shape {

@@ -110,7 +110,7 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
     /// ```
     pub fn from_vec_dims(data: Vec<T>, dims: &[usize]) -> Result<Self> {
         S::check(dims)?;
-        let numel: usize = dims.iter().product();
+        let numel = checked_numel("from_vec", dims)?;
         if data.len() != numel {
             return Err(Error::shape(
                 "from_vec",
@@ -135,7 +135,7 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
     /// [`full`](Self::full) with run-time dims.
     pub fn full_dims(value: T, dims: &[usize]) -> Result<Self> {
         S::check(dims)?;
-        Self::from_host(vec![value; dims.iter().product()], dims)
+        Self::from_host(host_buffer("full", dims, |_| value)?, dims)
     }
 
     /// All zeros.
@@ -183,13 +183,14 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
     /// [`arange`](Self::arange) with run-time dims.
     pub fn arange_dims(start: T, step: T, dims: &[usize]) -> Result<Self> {
         S::check(dims)?;
-        let n: usize = dims.iter().product();
         let data = if T::KIND.is_float() {
             let (s, d) = (start.to_f64(), step.to_f64());
-            (0..n).map(|i| T::from_f64(s + d * i as f64)).collect()
+            host_buffer("arange", dims, |i| T::from_f64(s + d * i as f64))?
         } else {
             let (s, d) = (start.to_i64(), step.to_i64());
-            (0..n).map(|i| T::from_i64(s + d * i as i64)).collect()
+            host_buffer("arange", dims, |i| {
+                T::from_i64(s.wrapping_add(d.wrapping_mul(i as i64)))
+            })?
         };
         Self::from_host(data, dims)
     }
@@ -353,9 +354,7 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
                 x
             }
         };
-        let data = (0..dims.iter().product::<usize>())
-            .map(|_| below_one(rng.uniform()))
-            .collect();
+        let data = host_buffer("rand", dims, |_| below_one(rng.uniform()))?;
         Self::from_host(data, dims)
     }
 
@@ -375,11 +374,34 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
     pub fn randn_dims(seed: u64, dims: &[usize]) -> Result<Self> {
         S::check(dims)?;
         let mut rng = SplitMix64::new(seed);
-        let data = (0..dims.iter().product::<usize>())
-            .map(|_| T::from_f64(rng.normal()))
-            .collect();
+        let data = host_buffer("randn", dims, |_| T::from_f64(rng.normal()))?;
         Self::from_host(data, dims)
     }
+}
+
+/// The element count of `dims`, or an `Err` when it overflows `usize`.
+pub(crate) fn checked_numel(op: &str, dims: &[usize]) -> Result<usize> {
+    dims.iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| {
+            Error::shape(
+                op,
+                "an element count that fits in usize",
+                format!("dims {dims:?}"),
+            )
+        })
+}
+
+/// A host buffer of `numel(dims)` elements filled by `fill(index)`; a size
+/// the host cannot allocate is an `Err`, not an abort.
+fn host_buffer<T: DType>(op: &str, dims: &[usize], fill: impl FnMut(usize) -> T) -> Result<Vec<T>> {
+    let n = checked_numel(op, dims)?;
+    let requested = n.saturating_mul(std::mem::size_of::<T>());
+    let mut data = Vec::new();
+    data.try_reserve_exact(n)
+        .map_err(|_| Error::HostOutOfMemory { requested })?;
+    data.extend((0..n).map(fill));
+    Ok(data)
 }
 
 /// The elements a layout selects from a host buffer, in row-major order.
