@@ -98,7 +98,17 @@ fn unary(b: &mut Builder, op: UnaryOp, x: Reg, dtype: DTypeKind) -> Reg {
     match dtype {
         F32 | F64 => float_unary(b, op, x),
         F16 | BF16 => {
-            let r = float_unary(b, op, x);
+            // The result is rounded to 16 bits right below: the shorter
+            // expansions suffice (see `expand::Fit`).
+            let fit = if dtype == F16 {
+                expand::Fit::F16
+            } else {
+                expand::Fit::Bf16
+            };
+            let r = match expand::unary_fit(b, op, x, fit) {
+                Some(r) => r,
+                None => float_unary(b, op, x),
+            };
             if exact_unary(op) {
                 r
             } else {

@@ -144,7 +144,12 @@ fn fill() -> tensorfn_kernels::Result<Kernel> {
 
 fn fused() -> tensorfn_kernels::Result<Vec<(String, Kernel)>> {
     let mut v = vec![("tf_example_fill_bf16".to_string(), fill()?)];
-    for d in [DTypeKind::F32, DTypeKind::F16, DTypeKind::BF16, DTypeKind::F64] {
+    for d in [
+        DTypeKind::F32,
+        DTypeKind::F16,
+        DTypeKind::BF16,
+        DTypeKind::F64,
+    ] {
         v.push((format!("tf_example_sin_mul_add_{d}"), sin_mul_add(d)?));
         v.push((format!("tf_example_gelu_bias_{d}"), gelu_bias(d)?));
         v.push((format!("tf_example_gelu_tanh_ops_{d}"), gelu_tanh_ops(d)?));
