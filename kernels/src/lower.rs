@@ -248,17 +248,17 @@ fn bf16_round(b: &mut Builder, x: Reg) -> Reg {
     let bits = b.bits(x);
     let top = b.ci(Ty::I32, 0xffff_0000_u32 as i32 as i64);
     let quiet = b.ci(Ty::I32, 0x0040_0000);
-    let nan_bits = b.and(bits, top);
-    let nan_bits = b.or(nan_bits, quiet);
+    let nan_bits = b.or(bits, quiet);
     let lsb = b.shrl_c(bits, 16);
     let one = b.ci(Ty::I32, 1);
     let lsb = b.and(lsb, one);
     let bias = b.ci(Ty::I32, 0x7fff);
-    let bias = b.iadd(bias, lsb);
     let r = b.iadd(bits, bias);
-    let r = b.and(r, top);
+    let r = b.iadd(r, lsb);
     let is_nan = b.is_nan(x);
+    // One mask for both: the NaN keeps its top half, quieted.
     let r = b.select(is_nan, nan_bits, r);
+    let r = b.and(r, top);
     b.bits(r)
 }
 
