@@ -133,8 +133,24 @@ pub(super) fn exp_scaled(b: &mut Builder, x: Reg, lo: Option<Reg>, fit: Fit) -> 
 /// significand `m` in `[sqrt(1/2), sqrt(2))` of a positive finite `x`,
 /// with `x = m 2^e` (subnormals included).
 fn split(b: &mut Builder, x: Reg) -> (Reg, Reg) {
+    split_fit(b, x, Fit::Full)
+}
+
+/// [`split`]; an f16 value is never an f32 subnormal, so with [`Fit::F16`]
+/// the scaling of subnormals is left out.
+fn split_fit(b: &mut Builder, x: Reg, fit: Fit) -> (Reg, Reg) {
     let ty = b.ty(x);
     let it = int_of(ty);
+    if fit == Fit::F16 {
+        let (off, shift) = (0x3f35_04f3_i64, 23);
+        let bits = b.bits(x);
+        let off = b.ci(it, off);
+        let tmp = b.isub(bits, off);
+        let e = b.shra_c(tmp, shift);
+        let e_shifted = b.shl_c(e, shift);
+        let mbits = b.isub(bits, e_shifted);
+        return (e, b.bits(mbits));
+    }
     let (min_normal, scale, scale_exp, off, shift) = match ty {
         Ty::F32 => (
             f32::MIN_POSITIVE as f64,
@@ -216,7 +232,7 @@ pub(crate) fn log(b: &mut Builder, x: Reg) -> Reg {
 /// Natural logarithm to the precision `fit` asks for.
 pub(crate) fn log_fit(b: &mut Builder, x: Reg, fit: Fit) -> Reg {
     let ty = b.ty(x);
-    let (e, m) = split(b, x);
+    let (e, m) = split_fit(b, x, fit);
     let LogParts { f, s, hfsq, r } = log_parts(b, m, fit);
     let dk = b.itof(e, ty, Round::Nearest);
     let ln2_hi = k(b, ty, LN2_HI_F32, LN2_HI_F64);
