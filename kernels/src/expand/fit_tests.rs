@@ -249,3 +249,63 @@ fn sixteen_bit_expansions_execute_fewer_instructions() {
         }
     }
 }
+
+/// Special values through the whole kernel path (lowering, interpreter),
+/// the same in f16, bf16 and f32.
+#[test]
+fn special_values_are_kept() {
+    use crate::interp::{run_elementwise, HostData, HostView};
+    use crate::ir::ElementwiseBuilder;
+    let (inf, nan) = (f64::INFINITY, f64::NAN);
+    // (op, input, expected); NaN expected means any NaN.
+    let cases = [
+        (UnaryOp::Exp, -inf, 0.0),
+        (UnaryOp::Exp, inf, inf),
+        (UnaryOp::Exp, nan, nan),
+        (UnaryOp::Exp, -0.0, 1.0),
+        (UnaryOp::Exp, 200.0, inf),
+        (UnaryOp::Exp, -200.0, 0.0),
+        (UnaryOp::Log, 0.0, -inf),
+        (UnaryOp::Log, -0.0, -inf),
+        (UnaryOp::Log, -1.0, nan),
+        (UnaryOp::Log, inf, inf),
+        (UnaryOp::Log, 1.0, 0.0),
+        (UnaryOp::Sin, -0.0, -0.0),
+        (UnaryOp::Sin, inf, nan),
+        (UnaryOp::Cos, -inf, nan),
+        (UnaryOp::Cos, 0.0, 1.0),
+        (UnaryOp::Tanh, -0.0, -0.0),
+        (UnaryOp::Tanh, -inf, -1.0),
+        (UnaryOp::Tanh, inf, 1.0),
+        (UnaryOp::Tanh, nan, nan),
+        (UnaryOp::Sigmoid, -inf, 0.0),
+        (UnaryOp::Sigmoid, inf, 1.0),
+        (UnaryOp::Sigmoid, nan, nan),
+        (UnaryOp::Silu, -0.0, -0.0),
+        (UnaryOp::Silu, inf, inf),
+        (UnaryOp::Silu, -inf, nan), // -inf · 0, as PyTorch
+        (UnaryOp::Silu, -30000.0, -0.0),
+        (UnaryOp::Gelu, -0.0, -0.0),
+        (UnaryOp::Gelu, inf, inf),
+        (UnaryOp::Gelu, -inf, nan),
+        (UnaryOp::Gelu, -30000.0, -0.0),
+    ];
+    for dtype in [DTypeKind::F16, DTypeKind::BF16, DTypeKind::F32] {
+        for &(op, x, want) in &cases {
+            let mut k = ElementwiseBuilder::new();
+            let v = k.input(dtype);
+            let y = k.unary(op, v);
+            let kernel = k.output(y).unwrap();
+            let data = HostData::from_f64(dtype, &[x]);
+            let got = run_elementwise(&kernel, &[HostView::contiguous(&data)], &[1])
+                .unwrap()
+                .to_f64_vec()[0];
+            let ok = if want.is_nan() {
+                got.is_nan()
+            } else {
+                got == want && got.is_sign_negative() == want.is_sign_negative()
+            };
+            assert!(ok, "{op:?}({x}) in {dtype}: {got}, want {want}");
+        }
+    }
+}
