@@ -310,3 +310,20 @@ fn reductions_use_the_row_abi() {
     let s = builtin::softmax(DTypeKind::BF16, true);
     assert!(s.ptx.contains(".entry tf_log_softmax_bf16("));
 }
+
+/// A pair of bf16 results is packed into one word with one byte permute:
+/// the top halves of the two f32 registers, the first element low.
+#[test]
+fn bf16_pairs_are_packed_with_one_permute() {
+    let k = builtin::all()
+        .into_iter()
+        .find(|k| k.name == "tf_binary_add_bf16")
+        .expect("bf16 add");
+    let contig = &entries(&k.ptx)[0];
+    assert_eq!(
+        contig.body.matches("prmt.b32").count(),
+        4,
+        "8 results, 4 words"
+    );
+    assert!(contig.body.contains(", 0x7632;"));
+}
