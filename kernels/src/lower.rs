@@ -98,7 +98,17 @@ fn unary(b: &mut Builder, op: UnaryOp, x: Reg, dtype: DTypeKind) -> Reg {
     match dtype {
         F32 | F64 => float_unary(b, op, x),
         F16 | BF16 => {
-            let r = float_unary(b, op, x);
+            // The result is rounded to 16 bits right below: the shorter
+            // expansions suffice (see `expand::Fit`).
+            let fit = if dtype == F16 {
+                expand::Fit::F16
+            } else {
+                expand::Fit::Bf16
+            };
+            let r = match expand::unary_fit(b, op, x, fit) {
+                Some(r) => r,
+                None => float_unary(b, op, x),
+            };
             if exact_unary(op) {
                 r
             } else {
@@ -238,17 +248,17 @@ fn bf16_round(b: &mut Builder, x: Reg) -> Reg {
     let bits = b.bits(x);
     let top = b.ci(Ty::I32, 0xffff_0000_u32 as i32 as i64);
     let quiet = b.ci(Ty::I32, 0x0040_0000);
-    let nan_bits = b.and(bits, top);
-    let nan_bits = b.or(nan_bits, quiet);
+    let nan_bits = b.or(bits, quiet);
     let lsb = b.shrl_c(bits, 16);
     let one = b.ci(Ty::I32, 1);
     let lsb = b.and(lsb, one);
     let bias = b.ci(Ty::I32, 0x7fff);
-    let bias = b.iadd(bias, lsb);
     let r = b.iadd(bits, bias);
-    let r = b.and(r, top);
+    let r = b.iadd(r, lsb);
     let is_nan = b.is_nan(x);
+    // One mask for both: the NaN keeps its top half, quieted.
     let r = b.select(is_nan, nan_bits, r);
+    let r = b.and(r, top);
     b.bits(r)
 }
 

@@ -263,13 +263,13 @@ fn strided_entry_reads_every_meta_word_it_needs() {
 fn fused_kernels_share_the_abi() {
     let mut k = ElementwiseBuilder::new();
     let a = k.input(DTypeKind::Bool);
-    let b = k.input(DTypeKind::F16);
+    let b = k.input(DTypeKind::BF16);
     let c = k.input(DTypeKind::I64);
-    let cf = k.cast(c, DTypeKind::F16);
+    let cf = k.cast(c, DTypeKind::BF16);
     let lt = k.compare(CmpOp::Lt, b, cf);
     let both = k.compare(CmpOp::Eq, lt, a);
     let s = k.unary(UnaryOp::Sin, b);
-    let z = k.constant(0.0, DTypeKind::F16);
+    let z = k.constant(0.0, DTypeKind::BF16);
     let y = k.select(both, s, z);
     let kernel = k.output(y).unwrap();
     let text = super::elementwise(&kernel, "tf_test_fused").unwrap();
@@ -280,6 +280,12 @@ fn fused_kernels_share_the_abi() {
     check_elementwise(&fk, 3);
     // sin's exact reduction for huge arguments sits under a branch
     assert!(fk.ptx.contains("$L_common_"));
+    // f16 arguments never need it
+    let mut k = ElementwiseBuilder::new();
+    let h = k.input(DTypeKind::F16);
+    let s = k.unary(UnaryOp::Sin, h);
+    let text = super::elementwise(&k.output(s).unwrap(), "tf_test_sin_f16").unwrap();
+    assert!(!text.contains("$L_common_"));
 }
 
 #[test]
@@ -303,4 +309,21 @@ fn reductions_use_the_row_abi() {
     assert!(e.body.contains("%nctaid.x"), "grid-stride over rows");
     let s = builtin::softmax(DTypeKind::BF16, true);
     assert!(s.ptx.contains(".entry tf_log_softmax_bf16("));
+}
+
+/// A pair of bf16 results is packed into one word with one byte permute:
+/// the top halves of the two f32 registers, the first element low.
+#[test]
+fn bf16_pairs_are_packed_with_one_permute() {
+    let k = builtin::all()
+        .into_iter()
+        .find(|k| k.name == "tf_binary_add_bf16")
+        .expect("bf16 add");
+    let contig = &entries(&k.ptx)[0];
+    assert_eq!(
+        contig.body.matches("prmt.b32").count(),
+        4,
+        "8 results, 4 words"
+    );
+    assert!(contig.body.contains(", 0x7632;"));
 }
