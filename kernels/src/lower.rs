@@ -243,23 +243,11 @@ pub(crate) fn round_to(b: &mut Builder, x: Reg, dtype: DTypeKind) -> Reg {
     }
 }
 
-/// f32 -> nearest bf16 (ties to even; NaN quieted), kept in an f32.
+/// f32 -> nearest bf16 (ties to even; NaN quieted), kept in an f32: one
+/// instruction, which the PTX back-end expands for targets without
+/// `cvt.rn.bf16`.
 fn bf16_round(b: &mut Builder, x: Reg) -> Reg {
-    let bits = b.bits(x);
-    let top = b.ci(Ty::I32, 0xffff_0000_u32 as i32 as i64);
-    let quiet = b.ci(Ty::I32, 0x0040_0000);
-    let nan_bits = b.or(bits, quiet);
-    let lsb = b.shrl_c(bits, 16);
-    let one = b.ci(Ty::I32, 1);
-    let lsb = b.and(lsb, one);
-    let bias = b.ci(Ty::I32, 0x7fff);
-    let r = b.iadd(bits, bias);
-    let r = b.iadd(r, lsb);
-    let is_nan = b.is_nan(x);
-    // One mask for both: the NaN keeps its top half, quieted.
-    let r = b.select(is_nan, nan_bits, r);
-    let r = b.and(r, top);
-    b.bits(r)
+    b.round_bf16(x)
 }
 
 /// f64 -> f32 rounding to odd: toward zero, last bit set when inexact.

@@ -1,12 +1,14 @@
 //! Writes every built-in kernel and a representative set of fused kernels
 //! as `.ptx` files into the directory given as the only argument, for
-//! checking with `ptxas` (see `.ci/ptxas-check`).
+//! checking with `ptxas` (see `.ci/ptxas-check`). Kernels whose sm_80 text
+//! differs (they round to `bf16`) are also written as `NAME.sm_80.ptx`.
 //!
 //! Usage: `tensorfn-ptx OUTDIR`
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel};
+use tensorfn_kernels::ptx::Target;
 use tensorfn_kernels::{builtin, ptx, BinaryOp, CmpOp, DTypeKind, UnaryOp};
 
 /// `sin(x) * 2 + 5`
@@ -177,12 +179,41 @@ fn run(dir: &Path) -> Result<usize, String> {
         write(dir, &k.name, &k.ptx)?;
         count += 1;
     }
+    for k in builtin_sm80() {
+        write(dir, &format!("{}.sm_80", k.name), &k.ptx)?;
+        count += 1;
+    }
     for (name, kernel) in fused().map_err(|e| e.to_string())? {
         let text = ptx::elementwise(&kernel, &name).map_err(|e| e.to_string())?;
         write(dir, &name, &text)?;
         count += 1;
+        if ptx::differs_on(&kernel, Target::Sm80) {
+            let text = ptx::elementwise_for(&kernel, &name, Target::Sm80)
+                .map_err(|e| e.to_string())?;
+            write(dir, &format!("{name}.sm_80"), &text)?;
+            count += 1;
+        }
     }
     Ok(count)
+}
+
+/// The elementwise built-ins whose sm_80 text differs from the sm_70 one.
+fn builtin_sm80() -> Vec<builtin::Kernel> {
+    let t = Target::Sm80;
+    let mut out = Vec::new();
+    for dtype in DTypeKind::ALL {
+        for op in UnaryOp::ALL {
+            out.extend(builtin::try_unary_for(op, dtype, t).ok());
+        }
+        for op in BinaryOp::ALL {
+            out.extend(builtin::try_binary_for(op, dtype, t).ok());
+        }
+        for to in DTypeKind::ALL {
+            out.push(builtin::cast_for(dtype, to, t));
+        }
+    }
+    out.retain(|k| k.ptx.contains("cvt.rn.bf16x2.f32"));
+    out
 }
 
 fn main() -> ExitCode {
