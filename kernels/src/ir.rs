@@ -75,7 +75,8 @@
 //! let name = kernel.default_name(); // stable: hash of the kernel's text
 //! let text = ptx::elementwise(&kernel, &name)?;
 //! // emitted as: static K: FusedKernel = FusedKernel {
-//! //     name: <name>, ptx: <text>, inputs: &[F16, F16], output: F16 };
+//! //     name: <name>, ptx: <text>, ptx_sm80: None, inputs: &[F16, F16], output: F16 };
+//! // (`ptx_sm80` holds a second text when the kernel rounds to bf16)
 //! assert_eq!(kernel.inputs(), &[DTypeKind::F16, DTypeKind::F16]);
 //! assert!(text.contains(&format!("{name}_contig")));
 //! # Ok::<(), tensorfn_kernels::Error>(())
