@@ -4,7 +4,8 @@
 //!
 //! * [`ir`]: the typed SSA IR and [`ElementwiseBuilder`](ir::ElementwiseBuilder),
 //!   used by `tensor_fn!` to describe a fused elementwise group;
-//! * [`ptx`]: PTX text for sm_70 and newer (no CUDA toolkit needed);
+//! * [`ptx`]: PTX text for sm_70 and newer, and for sm_80 and newer where
+//!   that is faster (`bf16` rounding; no CUDA toolkit needed);
 //! * [`interp`]: the reference interpreter;
 //! * [`builtin`]: unary, binary, cast, reduction and softmax kernels;
 //! * [`abi`]: how elementwise kernels are launched;

@@ -188,8 +188,8 @@ fn run(dir: &Path) -> Result<usize, String> {
         write(dir, &name, &text)?;
         count += 1;
         if ptx::differs_on(&kernel, Target::Sm80) {
-            let text = ptx::elementwise_for(&kernel, &name, Target::Sm80)
-                .map_err(|e| e.to_string())?;
+            let text =
+                ptx::elementwise_for(&kernel, &name, Target::Sm80).map_err(|e| e.to_string())?;
             write(dir, &format!("{name}.sm_80"), &text)?;
             count += 1;
         }

@@ -2,11 +2,11 @@
 //! says, declared registers, defined labels, no approximate or
 //! flush-to-zero instructions.
 
+use super::Target;
 use crate::abi::meta_bytes;
 use crate::builtin::{self, Kernel};
 use crate::ir::ElementwiseBuilder;
 use crate::ops::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
-use super::Target;
 use std::collections::{HashMap, HashSet};
 use tensorfn_core::DTypeKind;
 
