@@ -21,6 +21,12 @@ pub struct Layout {
 }
 
 /// Row-major strides of a contiguous tensor of `dims`.
+///
+/// ```
+/// use tensorfn_runtime::layout::contiguous_strides;
+/// assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+/// assert_eq!(contiguous_strides(&[]), Vec::<usize>::new());
+/// ```
 pub fn contiguous_strides(dims: &[usize]) -> Vec<usize> {
     let mut strides = vec![1; dims.len()];
     for i in (0..dims.len().saturating_sub(1)).rev() {
@@ -31,6 +37,13 @@ pub fn contiguous_strides(dims: &[usize]) -> Vec<usize> {
 
 impl Layout {
     /// A row-major layout starting at offset 0.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// let l = Layout::contiguous(&[4, 5]);
+    /// assert_eq!((l.strides(), l.offset()), (&[5, 1][..], 0));
+    /// assert!(l.is_contiguous());
+    /// ```
     pub fn contiguous(dims: &[usize]) -> Self {
         Layout {
             dims: dims.to_vec(),
@@ -40,6 +53,13 @@ impl Layout {
     }
 
     /// A layout from its parts (no check: callers keep offsets in bounds).
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// // Column 1 of a row-major 3x4 matrix: 3 elements, 4 apart, starting at 1.
+    /// let col = Layout::new(vec![3], vec![4], 1);
+    /// assert_eq!(col.offsets().collect::<Vec<_>>(), vec![1, 5, 9]);
+    /// ```
     pub fn new(dims: Vec<usize>, strides: Vec<usize>, offset: usize) -> Self {
         debug_assert_eq!(dims.len(), strides.len());
         Layout {
@@ -50,32 +70,69 @@ impl Layout {
     }
 
     /// The dims.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// assert_eq!(Layout::contiguous(&[2, 3]).transpose(0, 1).dims(), &[3, 2]);
+    /// ```
     pub fn dims(&self) -> &[usize] {
         &self.dims
     }
 
     /// The strides, in elements.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// let l = Layout::contiguous(&[3]).broadcast_to(&[2, 3]);
+    /// assert_eq!(l.strides(), &[0, 1]); // the new dim re-reads the same row
+    /// ```
     pub fn strides(&self) -> &[usize] {
         &self.strides
     }
 
     /// Offset of the first element in the storage.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// assert_eq!(Layout::contiguous(&[4, 3]).slice(0, 2, 4).offset(), 6);
+    /// ```
     pub fn offset(&self) -> usize {
         self.offset
     }
 
     /// Number of dims.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// assert_eq!(Layout::contiguous(&[2, 3, 4]).select(1, 0).rank(), 2);
+    /// assert_eq!(Layout::contiguous(&[]).rank(), 0);
+    /// ```
     pub fn rank(&self) -> usize {
         self.dims.len()
     }
 
     /// Number of elements.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// assert_eq!(Layout::contiguous(&[2, 3, 4]).numel(), 24);
+    /// assert_eq!(Layout::contiguous(&[]).numel(), 1); // a scalar
+    /// assert_eq!(Layout::contiguous(&[5, 0]).numel(), 0);
+    /// ```
     pub fn numel(&self) -> usize {
         self.dims.iter().product()
     }
 
     /// True when the elements are stored row-major without gaps (the offset
     /// may be non-zero). Dims of size 1 may have any stride.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// let l = Layout::contiguous(&[4, 3]);
+    /// assert!(l.slice(0, 1, 3).is_contiguous()); // whole rows
+    /// assert!(!l.slice(1, 1, 3).is_contiguous()); // part of each row
+    /// assert!(!l.transpose(0, 1).is_contiguous());
+    /// ```
     pub fn is_contiguous(&self) -> bool {
         let mut expected = 1;
         for (&d, &s) in self.dims.iter().zip(&self.strides).rev() {
@@ -88,6 +145,13 @@ impl Layout {
     }
 
     /// One past the largest storage index this layout touches (0 if empty).
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// // Rows 1..3 of a 4x3 matrix end at storage index 8.
+    /// assert_eq!(Layout::contiguous(&[4, 3]).slice(0, 1, 3).storage_extent(), 9);
+    /// assert_eq!(Layout::contiguous(&[4, 0]).storage_extent(), 0);
+    /// ```
     pub fn storage_extent(&self) -> usize {
         if self.numel() == 0 {
             return 0;
@@ -102,7 +166,16 @@ impl Layout {
             + 1
     }
 
-    /// Reorders the dims (`perm` must be a permutation, checked by the caller).
+    /// Reorders the dims. `perm` must be a permutation of `0..rank`, checked
+    /// by the caller with [`rules::permute`](tensorfn_core::rules::permute):
+    /// this panics on an index past the rank.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// let p = Layout::contiguous(&[2, 3, 4]).permute(&[2, 0, 1]);
+    /// assert_eq!(p.dims(), &[4, 2, 3]);
+    /// assert_eq!(p.strides(), &[1, 12, 4]);
+    /// ```
     pub fn permute(&self, perm: &[usize]) -> Layout {
         Layout {
             dims: perm.iter().map(|&p| self.dims[p]).collect(),
@@ -111,7 +184,14 @@ impl Layout {
         }
     }
 
-    /// Swaps two dims.
+    /// Swaps two dims. Panics if either is not below the rank (callers check
+    /// with [`rules::transpose`](tensorfn_core::rules::transpose)).
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// let t = Layout::contiguous(&[2, 3]).transpose(0, 1);
+    /// assert_eq!((t.dims(), t.strides()), (&[3, 2][..], &[1, 3][..]));
+    /// ```
     pub fn transpose(&self, d0: usize, d1: usize) -> Layout {
         let mut l = self.clone();
         l.dims.swap(d0, d1);
@@ -119,7 +199,16 @@ impl Layout {
         l
     }
 
-    /// Keeps `start..end` of `dim`.
+    /// Keeps `start..end` of `dim`. The caller checks
+    /// `start <= end <= size` with [`rules::slice`](tensorfn_core::rules::slice);
+    /// a `dim` past the rank panics, and `start > end` is a caller bug.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// let s = Layout::contiguous(&[2, 4]).slice(1, 1, 3);
+    /// assert_eq!(s.dims(), &[2, 2]);
+    /// assert_eq!(s.offsets().collect::<Vec<_>>(), vec![1, 2, 5, 6]);
+    /// ```
     pub fn slice(&self, dim: usize, start: usize, end: usize) -> Layout {
         let mut l = self.clone();
         l.offset += start * l.strides[dim];
@@ -128,7 +217,16 @@ impl Layout {
         l
     }
 
-    /// Selects `index` of `dim`, removing the dim.
+    /// Selects `index` of `dim`, removing the dim. The caller checks the
+    /// index with [`rules::index`](tensorfn_core::rules::index); this panics
+    /// when `dim` is past the rank.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// let col = Layout::contiguous(&[3, 4]).select(1, 2); // column 2
+    /// assert_eq!(col.dims(), &[3]);
+    /// assert_eq!(col.offsets().collect::<Vec<_>>(), vec![2, 6, 10]);
+    /// ```
     pub fn select(&self, dim: usize, index: usize) -> Layout {
         let mut l = self.clone();
         l.offset += index * l.strides[dim];
@@ -147,7 +245,16 @@ impl Layout {
     }
 
     /// Views the tensor as `dims` by broadcasting (stride 0 on new or size-1
-    /// dims). The caller checked compatibility with the shared rule.
+    /// dims). The caller checks compatibility with
+    /// [`rules::broadcast_to`](tensorfn_core::rules::broadcast_to); this panics
+    /// when `dims` has fewer dims than the layout.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// let b = Layout::contiguous(&[3, 1]).broadcast_to(&[2, 3, 4]);
+    /// assert_eq!(b.strides(), &[0, 1, 0]);
+    /// assert_eq!(b.offsets().take(5).collect::<Vec<_>>(), vec![0, 0, 0, 0, 1]);
+    /// ```
     pub fn broadcast_to(&self, dims: &[usize]) -> Layout {
         let pad = dims.len() - self.dims.len();
         let strides = (0..dims.len())
@@ -167,7 +274,16 @@ impl Layout {
     }
 
     /// The same elements as `dims`, without a copy, when the layout allows
-    /// it (contiguous); `None` when a copy is needed.
+    /// it (contiguous); `None` when a copy is needed. The element count is
+    /// not checked here: callers check it with
+    /// [`rules::reshape`](tensorfn_core::rules::reshape).
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// let r = Layout::contiguous(&[2, 6]).reshape(&[3, 4]).unwrap();
+    /// assert_eq!(r.strides(), &[4, 1]);
+    /// assert!(Layout::contiguous(&[2, 6]).transpose(0, 1).reshape(&[12]).is_none());
+    /// ```
     pub fn reshape(&self, dims: &[usize]) -> Option<Layout> {
         self.is_contiguous().then(|| Layout {
             dims: dims.to_vec(),
@@ -177,6 +293,13 @@ impl Layout {
     }
 
     /// Storage index of every element, in row-major logical order.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// let t = Layout::contiguous(&[2, 2]).transpose(0, 1);
+    /// assert_eq!(t.offsets().collect::<Vec<_>>(), vec![0, 2, 1, 3]);
+    /// assert_eq!(t.offsets().len(), 4);
+    /// ```
     pub fn offsets(&self) -> StridedOffsets<'_> {
         StridedOffsets::new(self)
     }
@@ -184,6 +307,14 @@ impl Layout {
 
 /// Iterator over the storage index of each element of a [`Layout`], in
 /// row-major order.
+///
+/// ```
+/// use tensorfn_runtime::Layout;
+/// let data = [10, 11, 12, 20, 21, 22];
+/// let layout = Layout::contiguous(&[2, 3]).slice(1, 1, 3);
+/// let picked: Vec<i32> = layout.offsets().map(|i| data[i]).collect();
+/// assert_eq!(picked, vec![11, 12, 21, 22]);
+/// ```
 #[derive(Clone, Debug)]
 pub struct StridedOffsets<'a> {
     layout: &'a Layout,
