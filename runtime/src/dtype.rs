@@ -83,9 +83,22 @@ pub trait NumDType: DType {}
 /// The floating-point dtypes: transcendental functions, `mean`, `softmax`.
 ///
 /// ```
-/// use tensorfn_runtime::{FloatDType, bf16};
-/// fn is_float<T: FloatDType>() -> bool { true }
-/// assert!(is_float::<bf16>());
+/// use tensorfn_runtime::{shape, bf16, Cpu, FloatDType, Result, Tensor};
+/// fn squash<T: FloatDType>(v: Vec<T>) -> Result<Vec<f64>> {
+///     let x = Tensor::<Cpu, T, shape![_]>::from_vec_dims(v.clone(), &[v.len()])?;
+///     Ok(x.sigmoid()?.to_vec()?.into_iter().map(|y| y.to_f64()).collect())
+/// }
+/// assert_eq!(squash(vec![0.0f32])?, vec![0.5]);
+/// assert_eq!(squash(vec![bf16::from_f32(0.0)])?, vec![0.5]);
+/// # Ok::<(), tensorfn_runtime::Error>(())
+/// ```
+///
+/// Integer tensors have no transcendental functions; they do not compile:
+///
+/// ```compile_fail
+/// use tensorfn_runtime::{shape, Cpu, Tensor};
+/// let x = Tensor::<Cpu, i32, shape![2]>::ones().unwrap();
+/// let _ = x.sigmoid();
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a floating-point dtype",
