@@ -4,14 +4,19 @@
 
 /// Dims, strides (in elements; 0 for a broadcast dim) and a start offset.
 ///
+/// A tensor's layout is read with [`Tensor::layout`](crate::Tensor::layout);
+/// views are made by the tensor's methods, which check their arguments, so
+/// the public side of a layout only answers questions.
+///
 /// ```
-/// use tensorfn_runtime::Layout;
-/// let l = Layout::contiguous(&[2, 3]);
-/// assert_eq!(l.strides(), &[3, 1]);
-/// let t = l.permute(&[1, 0]);
-/// assert_eq!(t.dims(), &[3, 2]);
-/// assert!(!t.is_contiguous());
-/// assert_eq!(t.offsets().collect::<Vec<_>>(), vec![0, 3, 1, 4, 2, 5]);
+/// use tensorfn_runtime::{shape, Cpu, Layout, Tensor};
+/// let x = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
+/// assert_eq!(x.layout().strides(), &[3, 1]);
+/// let t = x.t().unwrap();
+/// let l: &Layout = t.layout();
+/// assert_eq!(l.dims(), &[3, 2]);
+/// assert!(!l.is_contiguous());
+/// assert_eq!(l.offsets().collect::<Vec<_>>(), vec![0, 3, 1, 4, 2, 5]);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Layout {
@@ -53,14 +58,7 @@ impl Layout {
     }
 
     /// A layout from its parts (no check: callers keep offsets in bounds).
-    ///
-    /// ```
-    /// use tensorfn_runtime::Layout;
-    /// // Column 1 of a row-major 3x4 matrix: 3 elements, 4 apart, starting at 1.
-    /// let col = Layout::new(vec![3], vec![4], 1);
-    /// assert_eq!(col.offsets().collect::<Vec<_>>(), vec![1, 5, 9]);
-    /// ```
-    pub fn new(dims: Vec<usize>, strides: Vec<usize>, offset: usize) -> Self {
+    pub(crate) fn new(dims: Vec<usize>, strides: Vec<usize>, offset: usize) -> Self {
         debug_assert_eq!(dims.len(), strides.len());
         Layout {
             dims,
@@ -73,7 +71,7 @@ impl Layout {
     ///
     /// ```
     /// use tensorfn_runtime::Layout;
-    /// assert_eq!(Layout::contiguous(&[2, 3]).transpose(0, 1).dims(), &[3, 2]);
+    /// assert_eq!(Layout::contiguous(&[2, 3]).dims(), &[2, 3]);
     /// ```
     pub fn dims(&self) -> &[usize] {
         &self.dims
@@ -82,9 +80,10 @@ impl Layout {
     /// The strides, in elements.
     ///
     /// ```
-    /// use tensorfn_runtime::Layout;
-    /// let l = Layout::contiguous(&[3]).broadcast_to(&[2, 3]);
-    /// assert_eq!(l.strides(), &[0, 1]); // the new dim re-reads the same row
+    /// use tensorfn_runtime::{shape, Cpu, Tensor};
+    /// let row = Tensor::<Cpu, f32, shape![3]>::zeros().unwrap();
+    /// let b = row.broadcast_to::<shape![2, 3]>().unwrap();
+    /// assert_eq!(b.layout().strides(), &[0, 1]); // the new dim re-reads the same row
     /// ```
     pub fn strides(&self) -> &[usize] {
         &self.strides
@@ -93,8 +92,10 @@ impl Layout {
     /// Offset of the first element in the storage.
     ///
     /// ```
-    /// use tensorfn_runtime::Layout;
-    /// assert_eq!(Layout::contiguous(&[4, 3]).slice(0, 2, 4).offset(), 6);
+    /// use tensorfn_runtime::{shape, Cpu, Tensor};
+    /// let x = Tensor::<Cpu, f32, shape![4, 3]>::zeros().unwrap();
+    /// let rows = x.narrow::<0, shape![2, 3]>(2, 2).unwrap(); // rows 2 and 3
+    /// assert_eq!(rows.layout().offset(), 6);
     /// ```
     pub fn offset(&self) -> usize {
         self.offset
@@ -104,7 +105,7 @@ impl Layout {
     ///
     /// ```
     /// use tensorfn_runtime::Layout;
-    /// assert_eq!(Layout::contiguous(&[2, 3, 4]).select(1, 0).rank(), 2);
+    /// assert_eq!(Layout::contiguous(&[2, 3, 4]).rank(), 3);
     /// assert_eq!(Layout::contiguous(&[]).rank(), 0);
     /// ```
     pub fn rank(&self) -> usize {
@@ -127,11 +128,13 @@ impl Layout {
     /// may be non-zero). Dims of size 1 may have any stride.
     ///
     /// ```
-    /// use tensorfn_runtime::Layout;
-    /// let l = Layout::contiguous(&[4, 3]);
-    /// assert!(l.slice(0, 1, 3).is_contiguous()); // whole rows
-    /// assert!(!l.slice(1, 1, 3).is_contiguous()); // part of each row
-    /// assert!(!l.transpose(0, 1).is_contiguous());
+    /// use tensorfn_runtime::{shape, Cpu, Tensor};
+    /// let x = Tensor::<Cpu, f32, shape![4, 3]>::zeros().unwrap();
+    /// let rows = x.narrow::<0, shape![2, 3]>(1, 2).unwrap();
+    /// let cols = x.narrow::<1, shape![4, 2]>(1, 2).unwrap();
+    /// assert!(rows.layout().is_contiguous()); // whole rows
+    /// assert!(!cols.layout().is_contiguous()); // part of each row
+    /// assert!(!x.t().unwrap().layout().is_contiguous());
     /// ```
     pub fn is_contiguous(&self) -> bool {
         let mut expected = 1;
@@ -147,9 +150,11 @@ impl Layout {
     /// One past the largest storage index this layout touches (0 if empty).
     ///
     /// ```
-    /// use tensorfn_runtime::Layout;
+    /// use tensorfn_runtime::{shape, Cpu, Layout, Tensor};
     /// // Rows 1..3 of a 4x3 matrix end at storage index 8.
-    /// assert_eq!(Layout::contiguous(&[4, 3]).slice(0, 1, 3).storage_extent(), 9);
+    /// let x = Tensor::<Cpu, f32, shape![4, 3]>::zeros().unwrap();
+    /// let rows = x.narrow::<0, shape![2, 3]>(1, 2).unwrap();
+    /// assert_eq!(rows.layout().storage_extent(), 9);
     /// assert_eq!(Layout::contiguous(&[4, 0]).storage_extent(), 0);
     /// ```
     pub fn storage_extent(&self) -> usize {
@@ -169,14 +174,7 @@ impl Layout {
     /// Reorders the dims. `perm` must be a permutation of `0..rank`, checked
     /// by the caller with [`rules::permute`](tensorfn_core::rules::permute):
     /// this panics on an index past the rank.
-    ///
-    /// ```
-    /// use tensorfn_runtime::Layout;
-    /// let p = Layout::contiguous(&[2, 3, 4]).permute(&[2, 0, 1]);
-    /// assert_eq!(p.dims(), &[4, 2, 3]);
-    /// assert_eq!(p.strides(), &[1, 12, 4]);
-    /// ```
-    pub fn permute(&self, perm: &[usize]) -> Layout {
+    pub(crate) fn permute(&self, perm: &[usize]) -> Layout {
         Layout {
             dims: perm.iter().map(|&p| self.dims[p]).collect(),
             strides: perm.iter().map(|&p| self.strides[p]).collect(),
@@ -186,13 +184,7 @@ impl Layout {
 
     /// Swaps two dims. Panics if either is not below the rank (callers check
     /// with [`rules::transpose`](tensorfn_core::rules::transpose)).
-    ///
-    /// ```
-    /// use tensorfn_runtime::Layout;
-    /// let t = Layout::contiguous(&[2, 3]).transpose(0, 1);
-    /// assert_eq!((t.dims(), t.strides()), (&[3, 2][..], &[1, 3][..]));
-    /// ```
-    pub fn transpose(&self, d0: usize, d1: usize) -> Layout {
+    pub(crate) fn transpose(&self, d0: usize, d1: usize) -> Layout {
         let mut l = self.clone();
         l.dims.swap(d0, d1);
         l.strides.swap(d0, d1);
@@ -202,14 +194,7 @@ impl Layout {
     /// Keeps `start..end` of `dim`. The caller checks
     /// `start <= end <= size` with [`rules::slice`](tensorfn_core::rules::slice);
     /// a `dim` past the rank panics, and `start > end` is a caller bug.
-    ///
-    /// ```
-    /// use tensorfn_runtime::Layout;
-    /// let s = Layout::contiguous(&[2, 4]).slice(1, 1, 3);
-    /// assert_eq!(s.dims(), &[2, 2]);
-    /// assert_eq!(s.offsets().collect::<Vec<_>>(), vec![1, 2, 5, 6]);
-    /// ```
-    pub fn slice(&self, dim: usize, start: usize, end: usize) -> Layout {
+    pub(crate) fn slice(&self, dim: usize, start: usize, end: usize) -> Layout {
         let mut l = self.clone();
         l.offset += start * l.strides[dim];
         l.dims[dim] = end - start;
@@ -220,14 +205,7 @@ impl Layout {
     /// Selects `index` of `dim`, removing the dim. The caller checks the
     /// index with [`rules::index`](tensorfn_core::rules::index); this panics
     /// when `dim` is past the rank.
-    ///
-    /// ```
-    /// use tensorfn_runtime::Layout;
-    /// let col = Layout::contiguous(&[3, 4]).select(1, 2); // column 2
-    /// assert_eq!(col.dims(), &[3]);
-    /// assert_eq!(col.offsets().collect::<Vec<_>>(), vec![2, 6, 10]);
-    /// ```
-    pub fn select(&self, dim: usize, index: usize) -> Layout {
+    pub(crate) fn select(&self, dim: usize, index: usize) -> Layout {
         let mut l = self.clone();
         l.offset += index * l.strides[dim];
         l.dims.remove(dim);
@@ -248,14 +226,7 @@ impl Layout {
     /// dims). The caller checks compatibility with
     /// [`rules::broadcast_to`](tensorfn_core::rules::broadcast_to); this panics
     /// when `dims` has fewer dims than the layout.
-    ///
-    /// ```
-    /// use tensorfn_runtime::Layout;
-    /// let b = Layout::contiguous(&[3, 1]).broadcast_to(&[2, 3, 4]);
-    /// assert_eq!(b.strides(), &[0, 1, 0]);
-    /// assert_eq!(b.offsets().take(5).collect::<Vec<_>>(), vec![0, 0, 0, 0, 1]);
-    /// ```
-    pub fn broadcast_to(&self, dims: &[usize]) -> Layout {
+    pub(crate) fn broadcast_to(&self, dims: &[usize]) -> Layout {
         let pad = dims.len() - self.dims.len();
         let strides = (0..dims.len())
             .map(|i| {
@@ -277,14 +248,7 @@ impl Layout {
     /// it (contiguous); `None` when a copy is needed. The element count is
     /// not checked here: callers check it with
     /// [`rules::reshape`](tensorfn_core::rules::reshape).
-    ///
-    /// ```
-    /// use tensorfn_runtime::Layout;
-    /// let r = Layout::contiguous(&[2, 6]).reshape(&[3, 4]).unwrap();
-    /// assert_eq!(r.strides(), &[4, 1]);
-    /// assert!(Layout::contiguous(&[2, 6]).transpose(0, 1).reshape(&[12]).is_none());
-    /// ```
-    pub fn reshape(&self, dims: &[usize]) -> Option<Layout> {
+    pub(crate) fn reshape(&self, dims: &[usize]) -> Option<Layout> {
         self.is_contiguous().then(|| Layout {
             dims: dims.to_vec(),
             strides: contiguous_strides(dims),
@@ -295,10 +259,11 @@ impl Layout {
     /// Storage index of every element, in row-major logical order.
     ///
     /// ```
-    /// use tensorfn_runtime::Layout;
-    /// let t = Layout::contiguous(&[2, 2]).transpose(0, 1);
-    /// assert_eq!(t.offsets().collect::<Vec<_>>(), vec![0, 2, 1, 3]);
-    /// assert_eq!(t.offsets().len(), 4);
+    /// use tensorfn_runtime::{shape, Cpu, Tensor};
+    /// let x = Tensor::<Cpu, f32, shape![2, 2]>::zeros().unwrap();
+    /// let t = x.t().unwrap();
+    /// assert_eq!(t.layout().offsets().collect::<Vec<_>>(), vec![0, 2, 1, 3]);
+    /// assert_eq!(t.layout().offsets().len(), 4);
     /// ```
     pub fn offsets(&self) -> StridedOffsets<'_> {
         StridedOffsets::new(self)
@@ -309,10 +274,11 @@ impl Layout {
 /// row-major order.
 ///
 /// ```
-/// use tensorfn_runtime::Layout;
+/// use tensorfn_runtime::{shape, Cpu, Tensor};
+/// let x = Tensor::<Cpu, i32, shape![2, 3]>::from_vec(vec![10, 11, 12, 20, 21, 22]).unwrap();
+/// let cols = x.narrow::<1, shape![2, 2]>(1, 2).unwrap();
 /// let data = [10, 11, 12, 20, 21, 22];
-/// let layout = Layout::contiguous(&[2, 3]).slice(1, 1, 3);
-/// let picked: Vec<i32> = layout.offsets().map(|i| data[i]).collect();
+/// let picked: Vec<i32> = cols.layout().offsets().map(|i| data[i]).collect();
 /// assert_eq!(picked, vec![11, 12, 21, 22]);
 /// ```
 #[derive(Clone, Debug)]
@@ -369,6 +335,38 @@ impl ExactSizeIterator for StridedOffsets<'_> {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn views_change_dims_strides_and_offset() {
+        let p = Layout::contiguous(&[2, 3, 4]).permute(&[2, 0, 1]);
+        assert_eq!((p.dims(), p.strides()), (&[4, 2, 3][..], &[1, 12, 4][..]));
+        let t = Layout::contiguous(&[2, 3]).transpose(0, 1);
+        assert_eq!((t.dims(), t.strides()), (&[3, 2][..], &[1, 3][..]));
+        let s = Layout::contiguous(&[2, 4]).slice(1, 1, 3);
+        assert_eq!(s.offsets().collect::<Vec<_>>(), vec![1, 2, 5, 6]);
+        let col = Layout::contiguous(&[3, 4]).select(1, 2);
+        assert_eq!(col.offsets().collect::<Vec<_>>(), vec![2, 6, 10]);
+        assert_eq!(
+            Layout::new(vec![3], vec![4], 1)
+                .offsets()
+                .collect::<Vec<_>>(),
+            vec![1, 5, 9]
+        );
+        let b = Layout::contiguous(&[3, 1]).broadcast_to(&[2, 3, 4]);
+        assert_eq!(b.strides(), &[0, 1, 0]);
+        assert_eq!(b.offsets().take(5).collect::<Vec<_>>(), vec![0, 0, 0, 0, 1]);
+        assert_eq!(
+            Layout::contiguous(&[2, 6])
+                .reshape(&[3, 4])
+                .unwrap()
+                .strides(),
+            &[4, 1]
+        );
+        assert!(Layout::contiguous(&[2, 6])
+            .transpose(0, 1)
+            .reshape(&[12])
+            .is_none());
+    }
 
     #[test]
     fn offsets_of_views() {
