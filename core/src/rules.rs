@@ -122,20 +122,23 @@ fn is_one<D: DimValue>(d: &D) -> bool {
 }
 
 /// Turns a possibly negative dim index (`-1` = last) into a position,
-/// or an error listing the valid range when it is out of range.
+/// or an error listing the valid range when it is out of range. Like
+/// PyTorch, a scalar (rank 0) counts as one dim: 0 and -1 both name it.
 ///
 /// ```
 /// use tensorfn_core::rules::normalize_dim;
 /// assert_eq!(normalize_dim("sum", "x", -1, 3).unwrap(), 2);
 /// assert_eq!(normalize_dim("sum", "x", 1, 3).unwrap(), 1);
+/// assert_eq!(normalize_dim("sum", "x", -1, 0).unwrap(), 0);
 /// let e = normalize_dim("sum", "x", 3, 3).unwrap_err();
 /// assert!(e.message.contains("valid dims are 0..=2 or -3..=-1"));
 /// ```
 pub fn normalize_dim(op: &str, name: &str, dim: isize, rank: usize) -> Result<usize, RuleError> {
-    let pos = if dim < 0 { dim + rank as isize } else { dim };
-    if pos < 0 || pos as usize >= rank.max(1) || (rank == 0 && pos != 0) {
+    let span = rank.max(1) as isize;
+    let pos = if dim < 0 { dim + span } else { dim };
+    if !(0..span).contains(&pos) {
         let valid = if rank == 0 {
-            "a scalar has no dims to index".to_string()
+            "a scalar takes dim 0 or -1".to_string()
         } else {
             format!("valid dims are 0..={} or -{}..=-1", rank - 1, rank)
         };
