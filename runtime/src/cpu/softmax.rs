@@ -4,10 +4,12 @@
 use super::copy::contiguous;
 use super::reduce::{pairwise_sum, rows};
 use super::scalar::{CpuFloat, Real};
+use super::simd::vectorized;
 use super::strided::PAR_THRESHOLD;
 use crate::layout::Layout;
 use rayon::prelude::*;
 
+#[inline(always)]
 fn softmax_row<U: CpuFloat>(row: &[U], out: &mut [U], tmp: &mut Vec<U::Acc>, log: bool) {
     let mut m = row[0].to_acc();
     for &v in row {
@@ -43,9 +45,11 @@ pub(crate) fn softmax<U: CpuFloat>(x: &[U], l: &Layout, dim: usize, log: bool) -
         let chunk = rows_per_task * r.len;
         let work = |(o, i): (&mut [U], &[U])| {
             let mut tmp = Vec::with_capacity(r.len);
-            for (o, i) in o.chunks_exact_mut(r.len).zip(i.chunks_exact(r.len)) {
-                softmax_row(i, o, &mut tmp, log);
-            }
+            vectorized(|| {
+                for (o, i) in o.chunks_exact_mut(r.len).zip(i.chunks_exact(r.len)) {
+                    softmax_row(i, o, &mut tmp, log);
+                }
+            })
         };
         if out.len() >= PAR_THRESHOLD {
             out.par_chunks_mut(chunk)
