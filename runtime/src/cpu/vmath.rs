@@ -208,8 +208,7 @@ fn reduce_pio2_big(x: f32) -> (f64, i32) {
     let word = |j: usize| -> u64 {
         let pair = ((TWO_OVER_PI[i + j] as u64) << 32) | TWO_OVER_PI[i + j + 1] as u64;
         ((pair << s) >> 32) & 0xffff_ffff
-    };
-    // m * (w0 w1 w2), 120 bits, from three 56-bit partial products.
+    };    // m * (w0 w1 w2), 120 bits, from three 56-bit partial products.
     let p0 = m * word(2);
     let s1 = m * word(1) + (p0 >> 32);
     let s2 = (m * word(0)).wrapping_add(s1 >> 32);
@@ -219,7 +218,10 @@ fn reduce_pio2_big(x: f32) -> (f64, i32) {
     let up = frac >> 60; // fraction >= 1/2: round n up
     let n = ((hi >> 29) + up) as i32;
     let f = frac as i64 - ((up as i64) << 61);
-    let r = f as f64 * (std::f64::consts::FRAC_PI_2 / (1u64 << 61) as f64);
+    // To f64 by 32-bit halves: 64-bit integer conversions have no vector
+    // instruction before AVX-512DQ. The sum rounds once.
+    let f = ((f >> 32) as i32) as f64 * 4_294_967_296.0 + (f as u32) as f64;
+    let r = f * (std::f64::consts::FRAC_PI_2 / (1u64 << 61) as f64);
     let neg = bits >> 31 != 0;
     (select64(neg, -r, r), if neg { n.wrapping_neg() } else { n })
 }
