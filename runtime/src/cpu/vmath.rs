@@ -208,7 +208,7 @@ fn reduce_pio2_big(x: f32) -> (f64, i32) {
     let word = |j: usize| -> u64 {
         let pair = ((TWO_OVER_PI[i + j] as u64) << 32) | TWO_OVER_PI[i + j + 1] as u64;
         ((pair << s) >> 32) & 0xffff_ffff
-    };    // m * (w0 w1 w2), 120 bits, from three 56-bit partial products.
+    }; // m * (w0 w1 w2), 120 bits, from three 56-bit partial products.
     let p0 = m * word(2);
     let s1 = m * word(1) + (p0 >> 32);
     let s2 = (m * word(0)).wrapping_add(s1 >> 32);
