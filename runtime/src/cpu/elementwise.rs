@@ -18,7 +18,7 @@ pub(crate) fn map1<I: Copy + Sync, O: Copy + Default + Send>(
         let len = o.len();
         if s[0] == 1 {
             let x = &x[b[0]..b[0] + len];
-            vectorized(|| {
+            vectorized(#[inline(always)] || {
                 for (o, &x) in o.iter_mut().zip(x) {
                     *o = f(x);
                 }
@@ -58,7 +58,7 @@ pub(crate) fn map2_into<A: Copy + Sync, B: Copy + Sync, O: Copy + Send>(
         if s == [1, 1] {
             let a = &a[base[0]..base[0] + len];
             let b = &b[base[1]..base[1] + len];
-            vectorized(|| {
+            vectorized(#[inline(always)] || {
                 for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
                     *o = f(x, y);
                 }
@@ -66,7 +66,7 @@ pub(crate) fn map2_into<A: Copy + Sync, B: Copy + Sync, O: Copy + Send>(
         } else if s == [1, 0] {
             let y = b[base[1]];
             let a = &a[base[0]..base[0] + len];
-            vectorized(|| {
+            vectorized(#[inline(always)] || {
                 for (o, &x) in o.iter_mut().zip(a) {
                     *o = f(x, y);
                 }
@@ -74,7 +74,7 @@ pub(crate) fn map2_into<A: Copy + Sync, B: Copy + Sync, O: Copy + Send>(
         } else if s == [0, 1] {
             let x = a[base[0]];
             let b = &b[base[1]..base[1] + len];
-            vectorized(|| {
+            vectorized(#[inline(always)] || {
                 for (o, &y) in o.iter_mut().zip(b) {
                     *o = f(x, y);
                 }
@@ -99,7 +99,7 @@ pub(crate) fn map3<T: Copy + Sync + Default + Send>(
             let a = &a[base[0]..base[0] + len];
             let b = &b[base[1]..base[1] + len];
             let c = &c[base[2]..base[2] + len];
-            vectorized(|| {
+            vectorized(#[inline(always)] || {
                 for j in 0..len {
                     o[j] = f(a[j], b[j], c[j]);
                 }
@@ -141,7 +141,7 @@ pub(crate) fn unary_float<U: CpuFloat>(op: UnaryOp, x: &[U], l: &Layout) -> Vec<
     macro_rules! each {
         ($($op:ident),*) => {
             match op {
-                $(UnaryOp::$op => map1(x, l, |v: U| U::from_acc(float_unary(UnaryOp::$op, v.to_acc()))),)*
+                $(UnaryOp::$op => map1(x, l, #[inline(always)] |v: U| U::from_acc(float_unary(UnaryOp::$op, v.to_acc()))),)*
             }
         };
     }
@@ -273,7 +273,7 @@ pub(crate) fn binary_assign<U: CpuNum>(
             write_runs(dst, dims, [lb], |o: &mut [U], base, s| {
                 if s[0] == 1 {
                     let b = &b[base[0]..];
-                    vectorized(|| {
+                    vectorized(#[inline(always)] || {
                         for (o, &y) in o.iter_mut().zip(b) {
                             *o = f(*o, y);
                         }
@@ -299,7 +299,7 @@ pub(crate) fn binary_scalar_assign<U: CpuNum>(op: BinaryOp, dst: &mut [U], s: U)
         ($f:expr) => {{
             let f = $f;
             write_runs(dst, &dims, [&l], |o: &mut [U], _, _| {
-                vectorized(|| {
+                vectorized(#[inline(always)] || {
                     for o in o.iter_mut() {
                         *o = f(*o, s);
                     }

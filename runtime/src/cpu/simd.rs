@@ -6,8 +6,9 @@
 /// Calls `f`, compiled for AVX-512 or AVX2 + FMA when the CPU has them.
 ///
 /// `f` (usually a loop over slices) and everything it inlines are
-/// compiled again inside each variant, so the functions it calls should be
-/// `#[inline]` for the wider code to reach them.
+/// compiled again inside each variant. Mark the closure
+/// `#[inline(always)]`, and what it calls too: with three callers a large
+/// body is otherwise left out of line, compiled for the baseline CPU.
 #[inline(always)]
 pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]

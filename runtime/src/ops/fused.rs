@@ -50,7 +50,7 @@ macro_rules! fused_fn {
                         let len = o.len();
                         if step.iter().all(|&s| s == 1) {
                             $(let $x = &$x[base[$i]..base[$i] + len];)+
-                            vectorized(|| {
+                            vectorized(#[inline(always)] || {
                                 for j in 0..len {
                                     o[j] = cpu($($x[j]),+);
                                 }
