@@ -441,8 +441,8 @@ pub fn emit_rust(ir: &Ir, inputs: &[TokenStream]) -> (TokenStream, TokenStream) 
     (body, var(ir.output))
 }
 
-/// A function `fn(a0: T0, a1: T1, ..) -> O` (as a block expression naming
-/// it) computing the program per element on stored types.
+/// A closure `|a0: T0, a1: T1, ..| -> O { .. }` computing the program per
+/// element on stored types, always inlined.
 pub fn closure(ir: &Ir) -> TokenStream {
     let args: Vec<_> = (0..ir.inputs.len())
         .map(|k| format_ident!("a{}", k))
@@ -457,18 +457,13 @@ pub fn closure(ir: &Ir) -> TokenStream {
     let out_d = ir.output_dtype();
     let ret = storage_type(out_d);
     let stored = store(out, out_d);
-    // A function item rather than a closure: `#[inline(always)]` puts the
-    // body into the runtime's loop however large it is, so the loop
-    // vectorises.
+    // `#[inline(always)]` puts the body into the runtime's loop however
+    // large it is, so the loop vectorises.
     quote! {
-        {
-            #[inline(always)]
-            #[allow(clippy::all, unused_parens)]
-            fn __tensorfn_cpu_kernel(#(#args: #tys),*) -> #ret {
-                #body
-                #stored
-            }
-            __tensorfn_cpu_kernel
+        #[inline(always)]
+        move |#(#args: #tys),*| -> #ret {
+            #body
+            #stored
         }
     }
 }

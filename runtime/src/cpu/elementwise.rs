@@ -18,11 +18,14 @@ pub(crate) fn map1<I: Copy + Sync, O: Copy + Default + Send>(
         let len = o.len();
         if s[0] == 1 {
             let x = &x[b[0]..b[0] + len];
-            vectorized(#[inline(always)] || {
-                for (o, &x) in o.iter_mut().zip(x) {
-                    *o = f(x);
-                }
-            })
+            vectorized(
+                #[inline(always)]
+                || {
+                    for (o, &x) in o.iter_mut().zip(x) {
+                        *o = f(x);
+                    }
+                },
+            )
         } else {
             for (j, o) in o.iter_mut().enumerate() {
                 *o = f(x[b[0] + j * s[0]]);
@@ -58,27 +61,36 @@ pub(crate) fn map2_into<A: Copy + Sync, B: Copy + Sync, O: Copy + Send>(
         if s == [1, 1] {
             let a = &a[base[0]..base[0] + len];
             let b = &b[base[1]..base[1] + len];
-            vectorized(#[inline(always)] || {
-                for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
-                    *o = f(x, y);
-                }
-            })
+            vectorized(
+                #[inline(always)]
+                || {
+                    for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
+                        *o = f(x, y);
+                    }
+                },
+            )
         } else if s == [1, 0] {
             let y = b[base[1]];
             let a = &a[base[0]..base[0] + len];
-            vectorized(#[inline(always)] || {
-                for (o, &x) in o.iter_mut().zip(a) {
-                    *o = f(x, y);
-                }
-            })
+            vectorized(
+                #[inline(always)]
+                || {
+                    for (o, &x) in o.iter_mut().zip(a) {
+                        *o = f(x, y);
+                    }
+                },
+            )
         } else if s == [0, 1] {
             let x = a[base[0]];
             let b = &b[base[1]..base[1] + len];
-            vectorized(#[inline(always)] || {
-                for (o, &y) in o.iter_mut().zip(b) {
-                    *o = f(x, y);
-                }
-            })
+            vectorized(
+                #[inline(always)]
+                || {
+                    for (o, &y) in o.iter_mut().zip(b) {
+                        *o = f(x, y);
+                    }
+                },
+            )
         } else {
             for (j, o) in o.iter_mut().enumerate() {
                 *o = f(a[base[0] + j * s[0]], b[base[1] + j * s[1]]);
@@ -99,11 +111,14 @@ pub(crate) fn map3<T: Copy + Sync + Default + Send>(
             let a = &a[base[0]..base[0] + len];
             let b = &b[base[1]..base[1] + len];
             let c = &c[base[2]..base[2] + len];
-            vectorized(#[inline(always)] || {
-                for j in 0..len {
-                    o[j] = f(a[j], b[j], c[j]);
-                }
-            })
+            vectorized(
+                #[inline(always)]
+                || {
+                    for j in 0..len {
+                        o[j] = f(a[j], b[j], c[j]);
+                    }
+                },
+            )
         } else {
             for (j, o) in o.iter_mut().enumerate() {
                 *o = f(
@@ -273,11 +288,14 @@ pub(crate) fn binary_assign<U: CpuNum>(
             write_runs(dst, dims, [lb], |o: &mut [U], base, s| {
                 if s[0] == 1 {
                     let b = &b[base[0]..];
-                    vectorized(#[inline(always)] || {
-                        for (o, &y) in o.iter_mut().zip(b) {
-                            *o = f(*o, y);
-                        }
-                    })
+                    vectorized(
+                        #[inline(always)]
+                        || {
+                            for (o, &y) in o.iter_mut().zip(b) {
+                                *o = f(*o, y);
+                            }
+                        },
+                    )
                 } else {
                     for (j, o) in o.iter_mut().enumerate() {
                         *o = f(*o, b[base[0] + j * s[0]]);
@@ -299,11 +317,14 @@ pub(crate) fn binary_scalar_assign<U: CpuNum>(op: BinaryOp, dst: &mut [U], s: U)
         ($f:expr) => {{
             let f = $f;
             write_runs(dst, &dims, [&l], |o: &mut [U], _, _| {
-                vectorized(#[inline(always)] || {
-                    for o in o.iter_mut() {
-                        *o = f(*o, s);
-                    }
-                })
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        for o in o.iter_mut() {
+                            *o = f(*o, s);
+                        }
+                    },
+                )
             })
         }};
     }

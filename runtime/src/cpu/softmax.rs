@@ -70,11 +70,14 @@ pub(crate) fn softmax<U: CpuFloat>(x: &[U], l: &Layout, dim: usize, log: bool) -
         let chunk = rows_per_task * r.len;
         let work = |(o, i): (&mut [U], &[U])| {
             let mut tmp = Vec::with_capacity(r.len);
-            vectorized(#[inline(always)] || {
-                for (o, i) in o.chunks_exact_mut(r.len).zip(i.chunks_exact(r.len)) {
-                    softmax_row(i, o, &mut tmp, log);
-                }
-            })
+            vectorized(
+                #[inline(always)]
+                || {
+                    for (o, i) in o.chunks_exact_mut(r.len).zip(i.chunks_exact(r.len)) {
+                        softmax_row(i, o, &mut tmp, log);
+                    }
+                },
+            )
         };
         if out.len() >= PAR_THRESHOLD {
             out.par_chunks_mut(chunk)
