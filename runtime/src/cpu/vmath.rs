@@ -83,7 +83,7 @@ pub fn exp(x: f32) -> f32 {
     let p = ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
         + 1.666_666_5e-1)
         * r
-        + 5.000_000_1e-1;
+        + 0.5;
     let y = p * z + r + 1.0;
     // Scale by 2^n in two steps: n reaches -150 (subnormal results) and
     // 128 (overflow to inf), outside what one exponent field holds.
@@ -127,7 +127,7 @@ pub fn ln(x: f32) -> f32 {
         * f
         - 2.499_999_4e-1)
         * f
-        + 3.333_333_1e-1;
+        + 3.333_333e-1;
     let y = p * f * z + fe * (-2.121_944_4e-4) - 0.5 * z;
     let y = (f + y) + fe * 0.693_359_4;
     // Specials: ln(+inf) = inf, ln(NaN) = NaN, ln(negative) = NaN, ln(±0) = -inf.
@@ -144,11 +144,10 @@ const TRIG_FAST_LIMIT: f32 = 268_435_456.0;
 /// with 25 significant bits so `n * PIO2_1` is exact for `|n| < 2^28`.
 #[inline(always)]
 fn reduce_pio2(x: f32) -> (f64, i32) {
-    const INV_PIO2: f64 = 6.366_197_723_675_813_4e-1;
     const PIO2_1: f64 = 1.570_796_310_901_641_8;
     const PIO2_1T: f64 = 1.589_325_477_352_819_7e-8;
     let xd = x as f64;
-    let t = xd * INV_PIO2 + ROUND_F64;
+    let t = xd * std::f64::consts::FRAC_2_PI + ROUND_F64;
     let n = t.to_bits() as i32;
     let nf = t - ROUND_F64;
     ((xd - nf * PIO2_1) - nf * PIO2_1T, n)
@@ -241,8 +240,7 @@ fn sin_shifted(x: f32, shift: i32) -> f32 {
     let r = select64(fast, r1, r2);
     let n = if fast { n1 } else { n2 };
     let y = sin_quadrant(r, n.wrapping_add(shift));
-    // x - x is NaN for inf and NaN, 0 otherwise.
-    select(x - x == 0.0, y, f32::NAN)
+    select(x.is_finite(), y, f32::NAN)
 }
 
 /// Sine, within 1 ulp (usually correctly rounded).
@@ -285,9 +283,8 @@ pub fn tanh(x: f32) -> f32 {
     let a = x.abs();
     // Small |x|: Cephes' odd minimax polynomial.
     let z = x * x;
-    let p = (((-5.704_988_7e-3 * z + 2.063_908_9e-2) * z - 5.373_971_6e-2) * z + 1.333_144_2e-1)
-        * z
-        - 3.333_328_2e-1;
+    let p = (((-5.704_988_7e-3 * z + 2.063_909e-2) * z - 5.373_971_6e-2) * z + 1.333_144_2e-1) * z
+        - 3.333_328e-1;
     // Exact zeros are passed through: the sum would turn -0 into +0.
     let small = select(x == 0.0, x, p * z * x + x);
     // Otherwise 1 - 2 / (e^{2|x|} + 1), with the sign of x put back. exp
@@ -445,8 +442,8 @@ mod tests {
             &[
                 1.0,
                 0.70710677,
-                0.7071068,
-                1.4142135,
+                f32::from_bits(std::f32::consts::FRAC_1_SQRT_2.to_bits() + 1),
+                std::f32::consts::SQRT_2,
                 f32::from_bits(1),
                 -1.0,
             ],
