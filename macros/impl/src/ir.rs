@@ -297,17 +297,28 @@ fn unary(op: UnaryOp, a: TokenStream, d: DTypeKind) -> TokenStream {
             other => unreachable!("{} on an integer", other.name()),
         };
     }
+    // f32 compute (f32, f16, bf16) calls the runtime's vectorisable
+    // functions, the same the typed ops use; f64 keeps `std`'s.
+    let math = |f: &str, x: TokenStream| {
+        let f = format_ident!("{}", f);
+        if d == DTypeKind::F64 {
+            quote!((#x).#f())
+        } else {
+            quote!(::tensorfn::__private::vmath::#f(#x))
+        }
+    };
+    let exp_neg = math("exp", quote!(-#a));
     match op {
         UnaryOp::Neg => quote!(-#a),
         UnaryOp::Abs => quote!(#a.abs()),
         // `x < 0 ? 0 : x` keeps NaN, like PyTorch's relu.
         UnaryOp::Relu => quote!(if #a < #zero { #zero } else { #a }),
-        UnaryOp::Sigmoid => quote!(#one / (#one + (-#a).exp())),
-        UnaryOp::Tanh => quote!(#a.tanh()),
-        UnaryOp::Exp => quote!(#a.exp()),
-        UnaryOp::Log => quote!(#a.ln()),
-        UnaryOp::Sin => quote!(#a.sin()),
-        UnaryOp::Cos => quote!(#a.cos()),
+        UnaryOp::Sigmoid => quote!(#one / (#one + #exp_neg)),
+        UnaryOp::Tanh => math("tanh", a),
+        UnaryOp::Exp => math("exp", a),
+        UnaryOp::Log => math("ln", a),
+        UnaryOp::Sin => math("sin", a),
+        UnaryOp::Cos => math("cos", a),
         UnaryOp::Sqrt => quote!(#a.sqrt()),
         UnaryOp::Rsqrt => quote!(#one / #a.sqrt()),
         UnaryOp::Square => quote!(#a * #a),
@@ -316,9 +327,10 @@ fn unary(op: UnaryOp, a: TokenStream, d: DTypeKind) -> TokenStream {
             // 0.5 (1 + tanh u) = sigmoid(2u): no cancellation for negative x.
             let c = literal(2.0 * (2.0 / std::f64::consts::PI).sqrt(), d);
             let k = literal(0.044715, d);
-            quote!(#a / (#one + (-(#c * (#a + #k * #a * #a * #a))).exp()))
+            let e = math("exp", quote!(-(#c * (#a + #k * #a * #a * #a))));
+            quote!(#a / (#one + #e))
         }
-        UnaryOp::Silu => quote!(#a / (#one + (-#a).exp())),
+        UnaryOp::Silu => quote!(#a / (#one + #exp_neg)),
     }
 }
 
@@ -430,7 +442,7 @@ pub fn emit_rust(ir: &Ir, inputs: &[TokenStream]) -> (TokenStream, TokenStream) 
 }
 
 /// A closure `|a0: T0, a1: T1, ..| -> O { .. }` computing the program per
-/// element on stored types.
+/// element on stored types, always inlined.
 pub fn closure(ir: &Ir) -> TokenStream {
     let args: Vec<_> = (0..ir.inputs.len())
         .map(|k| format_ident!("a{}", k))
@@ -445,7 +457,10 @@ pub fn closure(ir: &Ir) -> TokenStream {
     let out_d = ir.output_dtype();
     let ret = storage_type(out_d);
     let stored = store(out, out_d);
+    // `#[inline(always)]` puts the body into the runtime's loop however
+    // large it is, so the loop vectorises.
     quote! {
+        #[inline(always)]
         move |#(#args: #tys),*| -> #ret {
             #body
             #stored

@@ -2,6 +2,7 @@
 //! and dtype casts, over any strided or broadcast views.
 
 use super::scalar::{float_unary, CpuFloat, CpuNum};
+use super::simd::vectorized;
 use super::strided::{fill_runs, write_runs};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -16,9 +17,15 @@ pub(crate) fn map1<I: Copy + Sync, O: Copy + Default + Send>(
     fill_runs(l.dims(), [l], |o: &mut [O], b, s| {
         let len = o.len();
         if s[0] == 1 {
-            for (o, &x) in o.iter_mut().zip(&x[b[0]..b[0] + len]) {
-                *o = f(x);
-            }
+            let x = &x[b[0]..b[0] + len];
+            vectorized(
+                #[inline(always)]
+                || {
+                    for (o, &x) in o.iter_mut().zip(x) {
+                        *o = f(x);
+                    }
+                },
+            )
         } else {
             for (j, o) in o.iter_mut().enumerate() {
                 *o = f(x[b[0] + j * s[0]]);
@@ -54,19 +61,36 @@ pub(crate) fn map2_into<A: Copy + Sync, B: Copy + Sync, O: Copy + Send>(
         if s == [1, 1] {
             let a = &a[base[0]..base[0] + len];
             let b = &b[base[1]..base[1] + len];
-            for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
-                *o = f(x, y);
-            }
+            vectorized(
+                #[inline(always)]
+                || {
+                    for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
+                        *o = f(x, y);
+                    }
+                },
+            )
         } else if s == [1, 0] {
             let y = b[base[1]];
-            for (o, &x) in o.iter_mut().zip(&a[base[0]..base[0] + len]) {
-                *o = f(x, y);
-            }
+            let a = &a[base[0]..base[0] + len];
+            vectorized(
+                #[inline(always)]
+                || {
+                    for (o, &x) in o.iter_mut().zip(a) {
+                        *o = f(x, y);
+                    }
+                },
+            )
         } else if s == [0, 1] {
             let x = a[base[0]];
-            for (o, &y) in o.iter_mut().zip(&b[base[1]..base[1] + len]) {
-                *o = f(x, y);
-            }
+            let b = &b[base[1]..base[1] + len];
+            vectorized(
+                #[inline(always)]
+                || {
+                    for (o, &y) in o.iter_mut().zip(b) {
+                        *o = f(x, y);
+                    }
+                },
+            )
         } else {
             for (j, o) in o.iter_mut().enumerate() {
                 *o = f(a[base[0] + j * s[0]], b[base[1] + j * s[1]]);
@@ -87,9 +111,14 @@ pub(crate) fn map3<T: Copy + Sync + Default + Send>(
             let a = &a[base[0]..base[0] + len];
             let b = &b[base[1]..base[1] + len];
             let c = &c[base[2]..base[2] + len];
-            for j in 0..len {
-                o[j] = f(a[j], b[j], c[j]);
-            }
+            vectorized(
+                #[inline(always)]
+                || {
+                    for j in 0..len {
+                        o[j] = f(a[j], b[j], c[j]);
+                    }
+                },
+            )
         } else {
             for (j, o) in o.iter_mut().enumerate() {
                 *o = f(
@@ -127,7 +156,7 @@ pub(crate) fn unary_float<U: CpuFloat>(op: UnaryOp, x: &[U], l: &Layout) -> Vec<
     macro_rules! each {
         ($($op:ident),*) => {
             match op {
-                $(UnaryOp::$op => map1(x, l, |v: U| U::from_acc(float_unary(UnaryOp::$op, v.to_acc()))),)*
+                $(UnaryOp::$op => map1(x, l, #[inline(always)] |v: U| U::from_acc(float_unary(UnaryOp::$op, v.to_acc()))),)*
             }
         };
     }
@@ -258,9 +287,15 @@ pub(crate) fn binary_assign<U: CpuNum>(
             let f = $f;
             write_runs(dst, dims, [lb], |o: &mut [U], base, s| {
                 if s[0] == 1 {
-                    for (o, &y) in o.iter_mut().zip(&b[base[0]..]) {
-                        *o = f(*o, y);
-                    }
+                    let b = &b[base[0]..];
+                    vectorized(
+                        #[inline(always)]
+                        || {
+                            for (o, &y) in o.iter_mut().zip(b) {
+                                *o = f(*o, y);
+                            }
+                        },
+                    )
                 } else {
                     for (j, o) in o.iter_mut().enumerate() {
                         *o = f(*o, b[base[0] + j * s[0]]);
@@ -282,9 +317,14 @@ pub(crate) fn binary_scalar_assign<U: CpuNum>(op: BinaryOp, dst: &mut [U], s: U)
         ($f:expr) => {{
             let f = $f;
             write_runs(dst, &dims, [&l], |o: &mut [U], _, _| {
-                for o in o.iter_mut() {
-                    *o = f(*o, s);
-                }
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        for o in o.iter_mut() {
+                            *o = f(*o, s);
+                        }
+                    },
+                )
             })
         }};
     }

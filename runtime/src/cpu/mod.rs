@@ -6,9 +6,11 @@ pub(crate) mod elementwise;
 pub(crate) mod matmul;
 pub(crate) mod reduce;
 pub(crate) mod scalar;
+pub(crate) mod simd;
 pub(crate) mod softmax;
 pub(crate) mod strided;
 pub(crate) mod typed;
+pub mod vmath;
 
 use crate::backend::Backend;
 use crate::dtype::{DType, FloatDType, NumDType};

@@ -1,6 +1,7 @@
 //! Arithmetic on one element, per concrete dtype: wrapping integers like
 //! PyTorch, f16/bf16 computed in f32 and rounded once.
 
+use super::vmath;
 use crate::dtype::NumDType;
 use half::{bf16, f16};
 use std::ops::{Add, Div, Mul, Neg, Sub};
@@ -34,7 +35,7 @@ pub(crate) trait Real:
 }
 
 macro_rules! real {
-    ($t:ty) => {
+    ($t:ty, $m:ident) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -46,25 +47,25 @@ macro_rules! real {
             fn from_usize(n: usize) -> Self {
                 n as $t
             }
-            #[inline]
+            #[inline(always)]
             fn exp(self) -> Self {
-                <$t>::exp(self)
+                $m::exp(self)
             }
-            #[inline]
+            #[inline(always)]
             fn ln(self) -> Self {
-                <$t>::ln(self)
+                $m::ln(self)
             }
-            #[inline]
+            #[inline(always)]
             fn tanh(self) -> Self {
-                <$t>::tanh(self)
+                $m::tanh(self)
             }
-            #[inline]
+            #[inline(always)]
             fn sin(self) -> Self {
-                <$t>::sin(self)
+                $m::sin(self)
             }
-            #[inline]
+            #[inline(always)]
             fn cos(self) -> Self {
-                <$t>::cos(self)
+                $m::cos(self)
             }
             #[inline]
             fn sqrt(self) -> Self {
@@ -81,8 +82,10 @@ macro_rules! real {
         }
     };
 }
-real!(f32);
-real!(f64);
+// f32 (and f16/bf16, computed in f32) use the vectorisable functions the
+// generated fused kernels use too; f64 keeps the C library's.
+real!(f32, vmath);
+real!(f64, f64);
 
 /// `max` that returns NaN when either side is NaN (`torch.maximum`).
 #[inline]
@@ -307,8 +310,9 @@ float_num!(f64, f64, |a| a, |b| b);
 float_num!(f16, f32, |a| a.to_f32(), |b| f16::from_f32(b));
 float_num!(bf16, f32, |a| a.to_f32(), |b| bf16::from_f32(b));
 
-/// `op(x)` for a float op, in the accumulation precision of `U`.
-#[inline]
+/// `op(x)` for a float op, in the accumulation precision of `U`. Always
+/// inlined so that a loop over it, with `op` fixed, vectorises.
+#[inline(always)]
 pub(crate) fn float_unary<A: Real>(op: tensorfn_kernels::UnaryOp, x: A) -> A {
     use tensorfn_kernels::UnaryOp as U;
     let one = A::ONE;
@@ -338,11 +342,15 @@ pub(crate) fn float_unary<A: Real>(op: tensorfn_kernels::UnaryOp, x: A) -> A {
             let c2 = A::from_f64(2.0 * 0.797_884_560_802_865_4);
             let k = A::from_f64(0.044_715);
             let u2 = c2 * (x + k * x * x * x);
+            // One exp of -|u2|, which cannot overflow; both sides are
+            // cheap, so a select replaces the branch.
+            let e = (-u2.abs()).exp();
+            let pos = x / (one + e);
+            let neg = x * e / (one + e);
             if u2 >= A::ZERO {
-                x / (one + (-u2).exp())
+                pos
             } else {
-                let e = u2.exp();
-                x * e / (one + e)
+                neg
             }
         }
         U::Silu => x / (one + (-x).exp()),

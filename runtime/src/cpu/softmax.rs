@@ -4,19 +4,46 @@
 use super::copy::contiguous;
 use super::reduce::{pairwise_sum, rows};
 use super::scalar::{CpuFloat, Real};
+use super::simd::vectorized;
 use super::strided::PAR_THRESHOLD;
 use crate::layout::Layout;
 use rayon::prelude::*;
 
-fn softmax_row<U: CpuFloat>(row: &[U], out: &mut [U], tmp: &mut Vec<U::Acc>, log: bool) {
-    let mut m = row[0].to_acc();
-    for &v in row {
-        let a = v.to_acc();
-        // Any NaN makes the whole row NaN, as in PyTorch.
-        if a > m || a.is_nan() {
-            m = a;
+/// The largest element of a non-empty row, NaN if any is NaN (PyTorch
+/// makes the whole row NaN then). Eight running maxima and a NaN flag, all
+/// selects, so the loop vectorises.
+#[inline(always)]
+fn row_max<U: CpuFloat>(row: &[U]) -> U::Acc {
+    let mut acc = [row[0].to_acc(); 8];
+    let mut nan = false;
+    let chunks = row.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..8 {
+            let a = c[i].to_acc();
+            nan |= a.is_nan();
+            acc[i] = if a > acc[i] { a } else { acc[i] };
         }
     }
+    let mut m = acc[0];
+    for a in acc[1..]
+        .iter()
+        .copied()
+        .chain(rest.iter().map(|v| v.to_acc()))
+    {
+        nan |= a.is_nan();
+        m = if a > m { a } else { m };
+    }
+    if nan {
+        <U::Acc as Real>::from_f64(f64::NAN)
+    } else {
+        m
+    }
+}
+
+#[inline(always)]
+fn softmax_row<U: CpuFloat>(row: &[U], out: &mut [U], tmp: &mut Vec<U::Acc>, log: bool) {
+    let m = row_max(row);
     tmp.clear();
     if log {
         tmp.extend(row.iter().map(|&v| v.to_acc() - m));
@@ -43,9 +70,14 @@ pub(crate) fn softmax<U: CpuFloat>(x: &[U], l: &Layout, dim: usize, log: bool) -
         let chunk = rows_per_task * r.len;
         let work = |(o, i): (&mut [U], &[U])| {
             let mut tmp = Vec::with_capacity(r.len);
-            for (o, i) in o.chunks_exact_mut(r.len).zip(i.chunks_exact(r.len)) {
-                softmax_row(i, o, &mut tmp, log);
-            }
+            vectorized(
+                #[inline(always)]
+                || {
+                    for (o, i) in o.chunks_exact_mut(r.len).zip(i.chunks_exact(r.len)) {
+                        softmax_row(i, o, &mut tmp, log);
+                    }
+                },
+            )
         };
         if out.len() >= PAR_THRESHOLD {
             out.par_chunks_mut(chunk)
@@ -78,6 +110,23 @@ mod tests {
         let s: f64 = e.iter().sum();
         for (a, b) in y.iter().zip(&e) {
             assert!((*a as f64 - b / s).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn a_nan_anywhere_makes_the_row_nan() {
+        for at in [0usize, 5, 9, 16] {
+            let mut x: Vec<f32> = (0..17).map(|i| (i as f32 * 0.37).sin()).collect();
+            x[at] = f32::NAN;
+            let y = softmax(&x, &Layout::contiguous(&[17]), 0, false);
+            assert!(y.iter().all(|v| v.is_nan()), "NaN at {at}: {y:?}");
+        }
+        // The maximum found wherever it is, here in the remainder.
+        let x: Vec<f32> = (0..19).map(|i| i as f32 * 0.1).collect();
+        let y = softmax(&x, &Layout::contiguous(&[19]), 0, true);
+        let ls = x.iter().map(|&v| (v as f64 - 1.8).exp()).sum::<f64>().ln();
+        for (a, &v) in y.iter().zip(&x) {
+            assert!((*a as f64 - (v as f64 - 1.8 - ls)).abs() < 1e-6);
         }
     }
 

@@ -4,6 +4,7 @@
 
 use super::check_result;
 use super::dispatch::output;
+use crate::cpu::simd::vectorized;
 use crate::cpu::strided::{check_extent, fill_runs};
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
@@ -49,9 +50,11 @@ macro_rules! fused_fn {
                         let len = o.len();
                         if step.iter().all(|&s| s == 1) {
                             $(let $x = &$x[base[$i]..base[$i] + len];)+
-                            for j in 0..len {
-                                o[j] = cpu($($x[j]),+);
-                            }
+                            vectorized(#[inline(always)] || {
+                                for j in 0..len {
+                                    o[j] = cpu($($x[j]),+);
+                                }
+                            })
                         } else {
                             for (j, o) in o.iter_mut().enumerate() {
                                 *o = cpu($($x[base[$i] + j * step[$i]]),+);
