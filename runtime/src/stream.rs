@@ -38,7 +38,7 @@
 //! ```
 
 use crate::device::{Device, DeviceKind};
-use crate::dtype::DType;
+use crate::dtype::{DType, DTypeKind};
 use crate::error::{Error, Result};
 use crate::interop::{check_host_dims, NdShape};
 use crate::shape::{type_name, Dim, Dyn, Shape};
@@ -238,13 +238,13 @@ impl StreamMap {
             let jobs = split_rows(input.view(), from, chunk_rows, |v, i| {
                 v.split_at(Axis(0), i)
             });
-            let mut sink = |_: ArrayView<'_, T, Di>, dims: &[usize], values: Vec<U>| {
+            let mut sink = |_: ArrayView<'_, T, Di>, dims: &[usize], values: &[U]| {
                 if row_dims.is_none() {
                     row_dims = Some(dims[1..].to_vec());
                     let per_row: usize = dims[1..].iter().product();
                     data.reserve_exact(per_row.saturating_mul(rows));
                 }
-                data.extend_from_slice(&values);
+                data.extend_from_slice(values);
                 Ok(())
             };
             pipeline(jobs, |v| Tensor::from_ndarray(v), &mut f, &mut sink, stats)
@@ -313,10 +313,9 @@ impl StreamMap {
                 .zip(outputs)
                 .map(|((start, i), (_, o))| (start, (i, o)))
                 .collect();
-            let mut sink =
-                |(_, out): (ArrayView<'_, T, Di>, ArrayViewMut<'_, U, Do>),
-                 dims: &[usize],
-                 values: Vec<U>| write_rows(out, dims, values);
+            let mut sink = |(_, out): (ArrayView<'_, T, Di>, ArrayViewMut<'_, U, Do>),
+                            dims: &[usize],
+                            values: &[U]| write_rows(out, dims, values);
             pipeline(
                 jobs,
                 |(v, _)| Tensor::from_ndarray(v),
@@ -367,7 +366,7 @@ impl StreamMap {
             let jobs = split_rows(array.view_mut(), from, chunk_rows, |v, i| {
                 v.split_at(Axis(0), i)
             });
-            let mut sink = |out: ArrayViewMut<'_, T, Di>, dims: &[usize], values: Vec<T>| {
+            let mut sink = |out: ArrayViewMut<'_, T, Di>, dims: &[usize], values: &[T]| {
                 write_rows(out, dims, values)
             };
             pipeline(jobs, |v| Tensor::from_ndarray(v), &mut f, &mut sink, stats)
@@ -495,7 +494,7 @@ impl<S: ndarray::RawData, Di: Dimension> HasRows for ArrayBase<S, Di> {
 fn write_rows<U: DType, Do: Dimension>(
     mut out: ArrayViewMut<'_, U, Do>,
     dims: &[usize],
-    values: Vec<U>,
+    values: &[U],
 ) -> Result<()> {
     if dims != out.shape() {
         return Err(Error::shape(
@@ -505,9 +504,248 @@ fn write_rows<U: DType, Do: Dimension>(
         ));
     }
     for (slot, v) in out.iter_mut().zip(values) {
-        *slot = v;
+        *slot = *v;
     }
     Ok(())
+}
+
+/// A chunk's input rows, wherever they come from.
+trait Rows<T> {
+    /// The dims of the chunk (rows first).
+    fn dims(&self) -> &[usize];
+    /// Copies the elements row-major into `dst` (exactly as many).
+    fn gather_into(&self, dst: &mut [T]);
+}
+
+/// Copies a view's elements row-major into `dst`.
+fn gather_view<T: DType, Di: Dimension>(v: ArrayView<'_, T, Di>, dst: &mut [T]) {
+    match v.as_slice() {
+        Some(src) => crate::cuda::parallel_copy(src, dst),
+        None => {
+            for (d, x) in dst.iter_mut().zip(v.iter()) {
+                *d = *x;
+            }
+        }
+    }
+}
+
+impl<T: DType, Di: Dimension> Rows<T> for ArrayView<'_, T, Di> {
+    fn dims(&self) -> &[usize] {
+        self.shape()
+    }
+    fn gather_into(&self, dst: &mut [T]) {
+        gather_view(self.view(), dst)
+    }
+}
+
+impl<T: DType, Di: Dimension> Rows<T> for ArrayViewMut<'_, T, Di> {
+    fn dims(&self) -> &[usize] {
+        self.shape()
+    }
+    fn gather_into(&self, dst: &mut [T]) {
+        gather_view(self.view(), dst)
+    }
+}
+
+impl<T: DType, U, Di: Dimension, Do: Dimension> Rows<T>
+    for (ArrayView<'_, T, Di>, ArrayViewMut<'_, U, Do>)
+{
+    fn dims(&self) -> &[usize] {
+        self.0.shape()
+    }
+    fn gather_into(&self, dst: &mut [T]) {
+        gather_view(self.0.view(), dst)
+    }
+}
+
+/// One pass over `jobs`: on a GPU with copy streams when the dtypes allow
+/// it ([`overlapped`]), else with host threads ([`threaded`]).
+fn pipeline<D, T, U, SI, SO, J, L, F, K>(
+    jobs: Vec<(usize, J)>,
+    load: L,
+    f: &mut F,
+    sink: &mut K,
+    stats: &mut StreamStats,
+) -> Pass
+where
+    D: Device,
+    T: DType,
+    U: DType,
+    SI: ChunkShape,
+    SO: ChunkShape,
+    J: Rows<T> + Send,
+    L: FnMut(&J) -> Result<Tensor<D, T, SI>> + Send,
+    F: FnMut(Tensor<D, T, SI>) -> Result<Tensor<D, U, SO>>,
+    K: FnMut(J, &[usize], &[U]) -> Result<()> + Send,
+{
+    match D::KIND {
+        // Device booleans are read as bytes and checked, which the
+        // threaded path's downloads do.
+        DeviceKind::Cuda(ord) if T::KIND != DTypeKind::Bool && U::KIND != DTypeKind::Bool => {
+            overlapped(ord, jobs, f, sink, stats)
+        }
+        _ => threaded(jobs, load, f, sink, stats),
+    }
+}
+
+/// A result whose download is queued: kept alive (with the contiguous
+/// copy it was read from, if any) until the host has seen the download
+/// finish.
+struct Queued<D: Device, U: DType, SO: Shape, J> {
+    start: usize,
+    job: J,
+    result: Tensor<D, U, SO>,
+    _copy: Option<crate::cuda::CudaStorage<U>>,
+    len: usize,
+}
+
+/// One pass on cuda:`ord` with copy streams (see `cuda::Overlap`): while
+/// the device computes chunk `i`, the host gathers chunk `i + 1` into a
+/// pinned buffer and the upload stream copies it, and the download stream
+/// copies result `i - 1` into another pinned buffer, which the host then
+/// writes out. The order of the calls below is what makes them overlap:
+/// chunk `i + 1`'s device buffer is allocated before chunk `i`'s work is
+/// queued, and its upload is queued right after.
+fn overlapped<D, T, U, SI, SO, J, F, K>(
+    ord: usize,
+    jobs: Vec<(usize, J)>,
+    f: &mut F,
+    sink: &mut K,
+    stats: &mut StreamStats,
+) -> Pass
+where
+    D: Device,
+    T: DType,
+    U: DType,
+    SI: ChunkShape,
+    SO: ChunkShape,
+    J: Rows<T>,
+    F: FnMut(Tensor<D, T, SI>) -> Result<Tensor<D, U, SO>>,
+    K: FnMut(J, &[usize], &[U]) -> Result<()>,
+{
+    let first_row = jobs.first().map_or(0, |j| j.0);
+    let max_rows = jobs.iter().map(|j| j.1.dims()[0]).max().unwrap_or(0);
+    let in_row: usize = jobs.first().map_or(0, |j| j.1.dims()[1..].iter().product());
+    let in_capacity = max_rows * in_row;
+    // Declared before `ov`, so dropped after it: dropping `ov` waits for
+    // the copies that read these buffers.
+    let mut queued: [Option<Queued<D, U, SO, J>>; 2] = [None, None];
+    let mut ov = match crate::cuda::Overlap::<T, U>::new(ord) {
+        Ok(ov) => ov,
+        Err(error) => {
+            return Pass::Failed {
+                row: first_row,
+                error,
+            }
+        }
+    };
+
+    // Waits for the queued download of `slot` and hands it to the sink.
+    let mut finish = |ov: &mut crate::cuda::Overlap<T, U>,
+                      q: Queued<D, U, SO, J>,
+                      slot: usize,
+                      stats: &mut StreamStats|
+     -> std::result::Result<(), (usize, Error)> {
+        let values = ov.downloaded(slot, q.len).map_err(|e| (q.start, e))?;
+        let rows = q.result.shape()[0];
+        sink(q.job, q.result.shape(), values).map_err(|e| (q.start, e))?;
+        stats.chunks += 1;
+        stats.rows += rows;
+        Ok(())
+    };
+
+    let run = |queued: &mut [Option<Queued<D, U, SO, J>>; 2],
+               stats: &mut StreamStats|
+     -> std::result::Result<(), (usize, Error)> {
+        let mut jobs = jobs.into_iter().enumerate();
+        let stage = |ov: &mut crate::cuda::Overlap<T, U>,
+                     slot: usize,
+                     (start, job): (usize, J)|
+         -> std::result::Result<_, (usize, Error)> {
+            let dims = job.dims().to_vec();
+            let storage = ov
+                .allocate(slot, dims.iter().product())
+                .map_err(|e| (start, e))?;
+            Ok((start, job, dims, storage))
+        };
+        let mut next = match jobs.next() {
+            Some((_, job)) => {
+                let (start, job, dims, storage) = stage(&mut ov, 0, job)?;
+                ov.upload(0, &storage, in_capacity, |dst| job.gather_into(dst))
+                    .map_err(|e| (start, e))?;
+                Some((start, job, dims, storage))
+            }
+            None => None,
+        };
+        let mut i = 0;
+        while let Some((start, job, dims, storage)) = next.take() {
+            let slot = i % 2;
+            // Chunk i + 1's buffer, before chunk i's work is queued.
+            let following = match jobs.next() {
+                Some((_, j)) => Some(stage(&mut ov, 1 - slot, j)?),
+                None => None,
+            };
+            ov.await_upload(slot).map_err(|e| (start, e))?;
+            let rows = dims[0];
+            let chunk = Tensor::<D, T, SI>::from_parts(
+                std::sync::Arc::new(crate::storage::Storage::Cuda(storage)),
+                crate::layout::Layout::contiguous(&dims),
+            );
+            let result = f(chunk)
+                .and_then(|r| check_rows(r, rows))
+                .map_err(|e| (start, e))?;
+            let (ptr, copy) = crate::cuda::contiguous_ptr(result.storage.as_cuda(), &result.layout)
+                .map_err(|e| (start, e))?;
+            let len = result.numel();
+            let out_capacity = if rows == 0 { 0 } else { len / rows * max_rows };
+            ov.download(slot, ptr, len, out_capacity)
+                .map_err(|e| (start, e))?;
+            queued[slot] = Some(Queued {
+                start,
+                job,
+                result,
+                _copy: copy,
+                len,
+            });
+            // Gather and queue chunk i + 1 while the device computes chunk i.
+            if let Some((nstart, njob, ndims, nstorage)) = following {
+                ov.upload(1 - slot, &nstorage, in_capacity, |dst| {
+                    njob.gather_into(dst)
+                })
+                .map_err(|e| (nstart, e))?;
+                next = Some((nstart, njob, ndims, nstorage));
+            }
+            // Result i - 1 has been downloading during chunk i's work.
+            if let Some(q) = queued[1 - slot].take() {
+                finish(&mut ov, q, 1 - slot, stats)?;
+            }
+            i += 1;
+        }
+        Ok(())
+    };
+
+    let mut outcome = run(&mut queued, stats);
+    // Results queued before the failing row (or all of them) are written
+    // out, oldest first, so the rows before the reported one are done.
+    let mut order: Vec<usize> = (0..2).filter(|&s| queued[s].is_some()).collect();
+    order.sort_by_key(|&s| queued[s].as_ref().map_or(0, |q| q.start));
+    for slot in order {
+        let Some(q) = queued[slot].take() else {
+            continue;
+        };
+        if let Err((failed, _)) = &outcome {
+            if q.start >= *failed {
+                continue;
+            }
+        }
+        if let Err(e) = finish(&mut ov, q, slot, stats) {
+            outcome = Err(e);
+        }
+    }
+    match outcome {
+        Ok(()) => Pass::Done,
+        Err((row, error)) => Pass::Failed { row, error },
+    }
 }
 
 /// One pass of the three-stage pipeline over `jobs`: a load thread copies
@@ -515,7 +753,7 @@ fn write_rows<U: DType, Do: Dimension>(
 /// thread copies each result back and gives it to `sink` with its job.
 /// The channels hold nothing (rendezvous), so each stage works on one
 /// chunk while handing over the previous one: double buffering.
-fn pipeline<D, T, U, SI, SO, J, L, F, K>(
+fn threaded<D, T, U, SI, SO, J, L, F, K>(
     jobs: Vec<(usize, J)>,
     mut load: L,
     f: &mut F,
@@ -531,7 +769,7 @@ where
     J: Send,
     L: FnMut(&J) -> Result<Tensor<D, T, SI>> + Send,
     F: FnMut(Tensor<D, T, SI>) -> Result<Tensor<D, U, SO>>,
-    K: FnMut(J, &[usize], Vec<U>) -> Result<()> + Send,
+    K: FnMut(J, &[usize], &[U]) -> Result<()> + Send,
 {
     type Handoff<D, E, S, J> = (usize, Result<Tensor<D, E, S>>, J);
     std::thread::scope(|scope| {
@@ -549,7 +787,7 @@ where
         let store = scope.spawn(move || -> std::result::Result<(), (usize, Error)> {
             for (start, result, job) in result_rx {
                 let values = result.to_vec().map_err(|e| (start, e))?;
-                sink(job, result.shape(), values).map_err(|e| (start, e))?;
+                sink(job, result.shape(), &values).map_err(|e| (start, e))?;
             }
             Ok(())
         });

@@ -20,6 +20,7 @@ mod blas;
 mod context;
 mod error;
 mod launch;
+mod overlap;
 mod pinned;
 mod transfer;
 
@@ -33,12 +34,12 @@ pub use alloc::CudaMemoryStats;
 pub(crate) use alloc::CudaStorage;
 pub(crate) use backend::CudaBackend;
 pub use blas::{allow_tf32, set_allow_tf32};
-pub(crate) use context::context;
 pub use context::cuda_device_count;
 pub(crate) use launch::launch_fused;
+pub(crate) use overlap::Overlap;
 pub(crate) use pinned::PinnedVec;
 pub(crate) use transfer::{
-    copy_to_ordinal, download, download_into, parallel_copy, upload, upload_pinned,
+    contiguous_ptr, copy_to_ordinal, download, download_into, parallel_copy, upload, upload_pinned,
 };
 
 /// Memory held by the caching allocator of cuda:`ordinal` (creating its

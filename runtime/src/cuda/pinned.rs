@@ -51,7 +51,12 @@ impl<T: DType> PinnedVec<T> {
     /// (`CudaUnavailable`), when the host cannot allocate it
     /// (`HostOutOfMemory`) or the driver cannot lock it.
     pub(crate) fn filled(len: usize, fill: T) -> Result<PinnedVec<T>> {
-        let ctx = context(0)?;
+        PinnedVec::filled_in(&context(0)?, len, fill)
+    }
+
+    /// [`filled`](Self::filled), registered through `ctx` (the buffer is
+    /// pinned for every context all the same).
+    pub(crate) fn filled_in(ctx: &Arc<Context>, len: usize, fill: T) -> Result<PinnedVec<T>> {
         let size = std::mem::size_of::<T>();
         if len == 0 {
             return Ok(PinnedVec {
@@ -94,7 +99,7 @@ impl<T: DType> PinnedVec<T> {
             data,
             offset,
             len,
-            registered: Some((ptr, ctx)),
+            registered: Some((ptr, ctx.clone())),
         })
     }
 
@@ -121,6 +126,11 @@ impl<T: DType> PinnedVec<T> {
     /// Index of the first element in [`buffer`](Self::buffer).
     pub(crate) fn offset(&self) -> usize {
         self.offset
+    }
+
+    /// Number of elements.
+    pub(crate) fn len(&self) -> usize {
+        self.len
     }
 
     /// The elements.
