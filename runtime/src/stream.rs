@@ -3,26 +3,29 @@
 //!
 //! The array is cut along dim 0. Each chunk is copied to the device, given
 //! to the function as a `Tensor<D, T, (Dyn, ..)>`, and the result is copied
-//! back into a host array. Three stages run on their own threads: a load
-//! stage gathers chunk `i + 1` into row-major order and queues its copy to
-//! the device, the calling thread runs the function on chunk `i`, and a
-//! store stage copies result `i - 1` back and writes it out. At most two
-//! chunks and two results are alive at a time (double buffering).
+//! back into a host array. Copies and compute form a pipeline: while chunk
+//! `i` is computed, chunk `i + 1` is copied in and result `i - 1` copied
+//! out. At most two chunks and two results are alive at a time (double
+//! buffering).
 //!
-//! On a GPU the copies go through pinned staging buffers and are queued
-//! asynchronously on the device's stream, so the host-side work (gathering
-//! strided rows, filling and draining the staging buffers, writing the
-//! output) overlaps the device's compute and the device is never left
-//! waiting for the host between chunks. The device runs its stream in
-//! order: a copy and a kernel of the same device do not execute at the
-//! same instant. On the CPU the same pipeline runs with host copies.
+//! On a GPU the copies run on streams of their own, ordered against the
+//! compute by events: while the device computes chunk `i`, the host
+//! gathers chunk `i + 1` into a pinned buffer and the DMA engine uploads
+//! it, and result `i - 1` is downloaded into another pinned buffer and
+//! written out by the host. Device buffers are never reused while a copy
+//! stream still uses them. (Boolean inputs or results take the threaded
+//! path, with the copies on the compute stream.) On the CPU three threads
+//! form the pipeline: a load stage gathers chunk `i + 1` into row-major
+//! order, the calling thread runs the function on chunk `i`, and a store
+//! stage writes result `i - 1` out.
 //!
 //! The function must work row by row: a chunk of `n` rows gives a result of
 //! `n` rows (`[n, 784] -> [n, 10]`, `[n, 3, 32, 32] -> [n]`, ...), so the
 //! concatenated results equal the one-shot run on the whole array.
 //!
-//! The chunk size comes from the memory the device reports free (or is set
-//! with [`StreamMap::chunk_rows`]); if the function runs out of device
+//! The chunk size comes from the memory the device reports free, at most
+//! 256 MiB of input or result per chunk (or is set with
+//! [`StreamMap::chunk_rows`]); if the function runs out of device
 //! memory on an automatically sized chunk, the chunk is halved and retried.
 //!
 //! ```
@@ -49,6 +52,12 @@ use std::sync::mpsc::sync_channel;
 /// Host bytes per chunk on the CPU, where memory is not the limit but
 /// cache-sized chunks keep the copy and the compute stages balanced.
 const CPU_CHUNK_BYTES: usize = 16 << 20;
+
+/// Largest input or result chunk on a GPU, in bytes, when the chunk size
+/// is automatic: big enough that launches and copies run at full speed,
+/// small enough that the first upload and the last download, which
+/// nothing overlaps, are short.
+const GPU_CHUNK_BYTES: usize = 256 << 20;
 
 /// A shape whose first dim is [`Dyn`]: the chunk of rows `stream_map`
 /// passes to the function, and the result it expects back.
@@ -439,13 +448,18 @@ impl StreamMap {
                 (free as f64 * self.memory_fraction) as usize
             }
         };
-        let rows = budget / per_row;
+        let mut rows = budget / per_row;
         if rows == 0 && D::KIND != DeviceKind::Cpu {
             return Err(Error::OutOfMemory {
                 requested: per_row,
                 free: budget,
                 total: budget,
             });
+        }
+        if D::KIND != DeviceKind::Cpu {
+            // Chunks are staged through pinned host buffers: bounded, so
+            // the pipeline fills quickly and pins little host memory.
+            rows = rows.min((GPU_CHUNK_BYTES / in_row.max(out_row).max(1)).max(1));
         }
         Ok(rows.clamp(1, dims[0].max(1)))
     }
@@ -628,8 +642,9 @@ where
     let in_row: usize = jobs.first().map_or(0, |j| j.1.dims()[1..].iter().product());
     let in_capacity = max_rows * in_row;
     // Declared before `ov`, so dropped after it: dropping `ov` waits for
-    // the copies that read these buffers.
+    // the copies that use these device buffers, whatever ends the pass.
     let mut queued: [Option<Queued<D, U, SO, J>>; 2] = [None, None];
+    let mut next: Option<Staged<T, J>> = None;
     let mut ov = match crate::cuda::Overlap::<T, U>::new(ord) {
         Ok(ov) => ov,
         Err(error) => {
@@ -655,36 +670,46 @@ where
     };
 
     let run = |queued: &mut [Option<Queued<D, U, SO, J>>; 2],
+               next: &mut Option<Staged<T, J>>,
                stats: &mut StreamStats|
      -> std::result::Result<(), (usize, Error)> {
-        let mut jobs = jobs.into_iter().enumerate();
+        let mut jobs = jobs.into_iter();
+        // A chunk's device buffer, allocated (not yet filled) in `slot`.
         let stage = |ov: &mut crate::cuda::Overlap<T, U>,
                      slot: usize,
                      (start, job): (usize, J)|
-         -> std::result::Result<_, (usize, Error)> {
+         -> std::result::Result<Staged<T, J>, (usize, Error)> {
             let dims = job.dims().to_vec();
             let storage = ov
                 .allocate(slot, dims.iter().product())
                 .map_err(|e| (start, e))?;
-            Ok((start, job, dims, storage))
+            Ok(Staged {
+                start,
+                job,
+                dims,
+                storage,
+            })
         };
-        let mut next = match jobs.next() {
-            Some((_, job)) => {
-                let (start, job, dims, storage) = stage(&mut ov, 0, job)?;
-                ov.upload(0, &storage, in_capacity, |dst| job.gather_into(dst))
-                    .map_err(|e| (start, e))?;
-                Some((start, job, dims, storage))
-            }
-            None => None,
-        };
+        if let Some(job) = jobs.next() {
+            let first = next.insert(stage(&mut ov, 0, job)?);
+            ov.upload(0, &first.storage, in_capacity, |dst| {
+                first.job.gather_into(dst)
+            })
+            .map_err(|e| (first.start, e))?;
+        }
         let mut i = 0;
-        while let Some((start, job, dims, storage)) = next.take() {
+        while let Some(current) = next.take() {
             let slot = i % 2;
             // Chunk i + 1's buffer, before chunk i's work is queued.
-            let following = match jobs.next() {
-                Some((_, j)) => Some(stage(&mut ov, 1 - slot, j)?),
-                None => None,
-            };
+            if let Some(job) = jobs.next() {
+                *next = Some(stage(&mut ov, 1 - slot, job)?);
+            }
+            let Staged {
+                start,
+                job,
+                dims,
+                storage,
+            } = current;
             ov.await_upload(slot).map_err(|e| (start, e))?;
             let rows = dims[0];
             let chunk = Tensor::<D, T, SI>::from_parts(
@@ -698,8 +723,6 @@ where
                 .map_err(|e| (start, e))?;
             let len = result.numel();
             let out_capacity = if rows == 0 { 0 } else { len / rows * max_rows };
-            ov.download(slot, ptr, len, out_capacity)
-                .map_err(|e| (start, e))?;
             queued[slot] = Some(Queued {
                 start,
                 job,
@@ -707,13 +730,14 @@ where
                 _copy: copy,
                 len,
             });
+            ov.download(slot, ptr, len, out_capacity)
+                .map_err(|e| (start, e))?;
             // Gather and queue chunk i + 1 while the device computes chunk i.
-            if let Some((nstart, njob, ndims, nstorage)) = following {
-                ov.upload(1 - slot, &nstorage, in_capacity, |dst| {
-                    njob.gather_into(dst)
+            if let Some(n) = next.as_ref() {
+                ov.upload(1 - slot, &n.storage, in_capacity, |dst| {
+                    n.job.gather_into(dst)
                 })
-                .map_err(|e| (nstart, e))?;
-                next = Some((nstart, njob, ndims, nstorage));
+                .map_err(|e| (n.start, e))?;
             }
             // Result i - 1 has been downloading during chunk i's work.
             if let Some(q) = queued[1 - slot].take() {
@@ -724,7 +748,13 @@ where
         Ok(())
     };
 
-    let mut outcome = run(&mut queued, stats);
+    let mut outcome = run(&mut queued, &mut next, stats);
+    if outcome.is_err() {
+        // No copy may outlive the buffers dropped below.
+        if let Err(e) = ov.drain() {
+            outcome = Err((first_row, e));
+        }
+    }
     // Results queued before the failing row (or all of them) are written
     // out, oldest first, so the rows before the reported one are done.
     let mut order: Vec<usize> = (0..2).filter(|&s| queued[s].is_some()).collect();
@@ -746,6 +776,15 @@ where
         Ok(()) => Pass::Done,
         Err((row, error)) => Pass::Failed { row, error },
     }
+}
+
+/// A chunk whose device buffer is allocated and whose upload is (or is
+/// about to be) queued.
+struct Staged<T: DType, J> {
+    start: usize,
+    job: J,
+    dims: Vec<usize>,
+    storage: crate::cuda::CudaStorage<T>,
 }
 
 /// One pass of the three-stage pipeline over `jobs`: a load thread copies
