@@ -184,7 +184,7 @@ mod tests {
     fn to_cpu_into_copies_host_tensors_of_every_layout() {
         let x = Tensor::<Cpu, i64, shape![2, 3]>::arange(5, -2).unwrap();
         // A transposed destination is written through its strides.
-        let mut out = Tensor::<Cpu, i64, shape![3, 2]>::zeros().unwrap();
+        let out = Tensor::<Cpu, i64, shape![3, 2]>::zeros().unwrap();
         let mut view = out.t().unwrap();
         x.to_cpu_into(&mut view).unwrap();
         assert_eq!(view.to_vec().unwrap(), x.to_vec().unwrap());

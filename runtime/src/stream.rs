@@ -928,3 +928,58 @@ where
 {
     StreamMap::new().run(input, f)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{s, Array3};
+
+    #[test]
+    fn rows_gather_row_major_from_any_layout() {
+        let a = Array3::from_shape_fn((5, 3, 4), |(i, j, k)| (i * 100 + j * 10 + k) as i64);
+        // Contiguous, sliced, transposed inner dims, and a mutable view.
+        let views = [
+            a.slice(s![1..4, .., ..]).to_owned(),
+            a.slice(s![.., 1.., ..;2]).to_owned(),
+        ];
+        for v in &views {
+            let mut dst = vec![0i64; v.len()];
+            v.view().gather_into(&mut dst);
+            assert_eq!(dst, v.iter().copied().collect::<Vec<_>>());
+            assert_eq!(Rows::<i64>::dims(&v.view()), v.shape());
+        }
+        let strided = a.slice(s![.., 1.., ..;2]);
+        let mut dst = vec![0i64; strided.len()];
+        strided.gather_into(&mut dst);
+        assert_eq!(dst, views[1].iter().copied().collect::<Vec<_>>());
+        let mut b = a.clone();
+        let t = b.view_mut().permuted_axes([0, 2, 1]);
+        let mut dst = vec![0i64; t.len()];
+        t.gather_into(&mut dst);
+        let want: Vec<i64> = a.view().permuted_axes([0, 2, 1]).iter().copied().collect();
+        assert_eq!(dst, want);
+        let mut out = ndarray::Array2::<f32>::zeros((5, 2));
+        let pair = (a.slice(s![.., 0, ..]), out.view_mut());
+        let mut dst = vec![0i64; 20];
+        pair.gather_into(&mut dst);
+        assert_eq!(
+            dst,
+            a.slice(s![.., 0, ..]).iter().copied().collect::<Vec<_>>()
+        );
+        assert_eq!(Rows::<i64>::dims(&pair), &[5, 4]);
+    }
+
+    #[test]
+    fn automatic_gpu_chunks_are_bounded_by_the_staging_size() {
+        // The CPU budget is fixed; the bound applies on GPUs only.
+        let rows = StreamMap::new()
+            .plan::<crate::Cpu, f32, f32, (Dyn, crate::Const<1024>)>(&[1 << 20, 1024])
+            .unwrap();
+        assert_eq!(rows, CPU_CHUNK_BYTES / (6 * 4096));
+        if let Ok(rows) = StreamMap::new()
+            .plan::<crate::Cuda, f32, f32, (Dyn, crate::Const<1024>)>(&[1 << 20, 1024])
+        {
+            assert!(rows * 4096 <= GPU_CHUNK_BYTES && rows >= 1, "{rows}");
+        }
+    }
+}
