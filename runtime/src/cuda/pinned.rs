@@ -78,7 +78,7 @@ impl<T: DType> PinnedVec<T> {
         // Every dtype's size divides PIN_ALIGN and the Vec is aligned to
         // it, so the slack is a whole number of elements.
         let offset = (start - base) / size;
-        debug_assert!((start - base).is_multiple_of(size));
+        debug_assert_eq!((start - base) % size, 0);
         debug_assert!(start + pinned_bytes <= base + capacity * size);
         let ptr = start as *mut c_void;
         ctx.bind()?;
@@ -177,7 +177,7 @@ mod tests {
         for size in [1, 2, 4, 8] {
             for len in [1, 7, PIN_ALIGN / size, PIN_ALIGN / size + 1, 1_000_003] {
                 let (cap, pinned) = padded_capacity(len, size).unwrap();
-                assert!(pinned >= len * size && pinned.is_multiple_of(PIN_ALIGN));
+                assert!(pinned >= len * size && pinned % PIN_ALIGN == 0);
                 // The worst start is one element past an aligned address.
                 let worst_slack = PIN_ALIGN - size;
                 assert!(worst_slack + pinned <= cap * size, "size {size} len {len}");
