@@ -722,7 +722,9 @@ where
             let (ptr, copy) = crate::cuda::contiguous_ptr(result.storage.as_cuda(), &result.layout)
                 .map_err(|e| (start, e))?;
             let len = result.numel();
-            let out_capacity = len.checked_div(rows).map_or(0, |per_row| per_row * max_rows);
+            let out_capacity = len
+                .checked_div(rows)
+                .map_or(0, |per_row| per_row * max_rows);
             queued[slot] = Some(Queued {
                 start,
                 job,
