@@ -1,9 +1,17 @@
-//! Host ↔ device copies of 16 MiB to 1 GiB: `to_device::<Cuda>()` of a
-//! host tensor and `to_cpu()` of a device one, from and into ordinary
-//! (pageable) host memory as a user holds it.
+//! Host ↔ device copies of 16 MiB to 1 GiB.
 //!
-//! Compare with `scripts/torch_baseline.py` (cases `h2d`, `d2h`: PyTorch
-//! copies from and into pinned memory, and pageable for reference) through
+//! - `h2d`: a pinned host tensor (`Tensor::pin`) to the device with
+//!   `to_device::<Cuda>()`: one DMA, no staging copy.
+//! - `d2h`: a device tensor into an existing pinned host tensor with
+//!   `to_cpu_into`.
+//! - `h2d_pageable`, `d2h_pageable`: the same from and into ordinary
+//!   (pageable) host tensors, as a user holds them without pinning; the
+//!   download reuses its destination, like PyTorch's `pageable.copy_(dev)`.
+//! - `d2h_alloc`: `to_cpu()`, which allocates a fresh host tensor each time
+//!   (no PyTorch counterpart; shows the cost of touching new pages).
+//!
+//! Compare with `scripts/torch_baseline.py` (the same case names: pinned
+//! copies for `h2d`/`d2h`, pageable ones for `*_pageable`) through
 //! `scripts/bench-report`. Run: `cargo bench --bench gpu_transfer -- --quick`.
 
 mod common;
@@ -12,6 +20,7 @@ use common::*;
 use tensorfn::prelude::*;
 
 type HostVector = Tensor<Cpu, f32, shape![_]>;
+type DeviceVector = Tensor<Cuda, f32, shape![_]>;
 
 fn sizes_mib(args: &Args) -> Vec<usize> {
     if args.quick {
@@ -21,48 +30,94 @@ fn sizes_mib(args: &Args) -> Vec<usize> {
     }
 }
 
+/// The tensors of one size: pageable and pinned host copies of the same
+/// random data, the data on the device, and pinned and pageable
+/// destinations for downloads.
+struct Setup {
+    data: Vec<f32>,
+    pageable: HostVector,
+    pinned: HostVector,
+    dev: DeviceVector,
+    pinned_out: HostVector,
+    pageable_out: HostVector,
+}
+
+fn setup(n: usize, seed: u64) -> Result<Setup> {
+    let data = random_vec::<f32>(n, seed, -2.0, 2.0);
+    let pageable = HostVector::from_vec_dims(data.clone(), &[n])?;
+    let pinned = pageable.pin()?;
+    let dev = pageable.to_device::<Cuda>()?;
+    let pinned_out = HostVector::zeros_pinned_dims(&[n])?;
+    let pageable_out = HostVector::zeros_dims(&[n])?;
+    Ok(Setup {
+        data,
+        pageable,
+        pinned,
+        dev,
+        pinned_out,
+        pageable_out,
+    })
+}
+
+/// Every element of `got` must equal the data (a copy changes no bit).
+fn exact(got: &HostVector, data: &[f32]) -> Result<Check> {
+    let got = got.to_vec()?;
+    Ok(check_pairs(
+        got.iter().zip(data).map(|(g, w)| (*g as f64, *w as f64)),
+        0.0,
+    ))
+}
+
 fn bench_size(args: &Args, mib: usize) {
     let plan = args.plan();
     let n = (mib << 20) / 4;
-    let h2d = Case::new("h2d", "f32", n, (mib << 20) as u64, 0);
-    let d2h = Case::new("d2h", "f32", n, (mib << 20) as u64, 0);
-    let data = random_vec::<f32>(n, mib as u64, -2.0, 2.0);
-    let host = match HostVector::from_vec_dims(data.clone(), &[n]) {
-        Ok(h) => h,
-        Err(e) => return h2d.emit_error("tensorfn", &e),
-    };
-    let dev = match host.to_device::<Cuda>() {
-        Ok(d) => d,
+    let bytes = (mib << 20) as u64;
+    let cases = ["h2d", "d2h", "h2d_pageable", "d2h_pageable", "d2h_alloc"]
+        .map(|name| (name, Case::new(name, "f32", n, bytes, 0)));
+    let mut s = match setup(n, mib as u64) {
+        Ok(s) => s,
         Err(e) => {
-            h2d.emit_error("tensorfn", &e);
-            return d2h.emit_error("tensorfn", &e);
+            for (_, c) in &cases {
+                c.emit_error("tensorfn", &e);
+            }
+            return;
         }
     };
-    // A round trip must give back the same bits.
-    let check = || -> Result<Check> {
-        let back = dev.to_cpu()?.to_vec()?;
-        Ok(check_pairs(
-            back.iter().zip(&data).map(|(g, w)| (*g as f64, *w as f64)),
-            0.0,
-        ))
-    };
-    let check = match check() {
-        Ok(c) => c,
-        Err(e) => {
-            h2d.emit_error("tensorfn", &e);
-            return d2h.emit_error("tensorfn", &e);
+    for (name, case) in &cases {
+        if !args.wants(name) {
+            continue;
         }
-    };
-    if args.wants("h2d") {
-        match time_call(&plan, 1, |_| host.to_device::<Cuda>().map(drop), &sync_cuda) {
-            Ok(t) => h2d.emit("tensorfn", &t, Some(check)),
-            Err(e) => h2d.emit_error("tensorfn", &e),
-        }
-    }
-    if args.wants("d2h") {
-        match time_call(&plan, 1, |_| dev.to_cpu().map(drop), &sync_cuda) {
-            Ok(t) => d2h.emit("tensorfn", &t, Some(check)),
-            Err(e) => d2h.emit_error("tensorfn", &e),
+        // Each case's result is checked once after timing, bit for bit.
+        let outcome = (|| -> Result<(Timing, Check)> {
+            match *name {
+                "h2d" | "h2d_pageable" => {
+                    let src = if *name == "h2d" {
+                        &s.pinned
+                    } else {
+                        &s.pageable
+                    };
+                    let t = time_call(&plan, 1, |_| src.to_device::<Cuda>().map(drop), &sync_cuda)?;
+                    let check = exact(&src.to_device::<Cuda>()?.to_cpu()?, &s.data)?;
+                    Ok((t, check))
+                }
+                "d2h" | "d2h_pageable" => {
+                    let (dev, out) = if *name == "d2h" {
+                        (&s.dev, &mut s.pinned_out)
+                    } else {
+                        (&s.dev, &mut s.pageable_out)
+                    };
+                    let t = time_call(&plan, 1, |_| dev.to_cpu_into(out), &sync_cuda)?;
+                    Ok((t, exact(out, &s.data)?))
+                }
+                _ => {
+                    let t = time_call(&plan, 1, |_| s.dev.to_cpu().map(drop), &sync_cuda)?;
+                    Ok((t, exact(&s.dev.to_cpu()?, &s.data)?))
+                }
+            }
+        })();
+        match outcome {
+            Ok((t, check)) => case.emit("tensorfn", &t, Some(check)),
+            Err(e) => case.emit_error("tensorfn", &e),
         }
     }
 }

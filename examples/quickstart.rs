@@ -84,6 +84,12 @@ impl<D: Device> Weights<D> {
 /// A device with a compiled `mlp`: how generic code picks `cpu::mlp` or
 /// `gpu::mlp` from the device type.
 pub trait Mlp: Device {
+    /// Sets aside the memory `mlp` needs for a batch of `B`, once, so a
+    /// loop of forward passes never waits for the driver to allocate.
+    fn reserve<const B: usize>() -> Result<()> {
+        Ok(())
+    }
+
     /// Runs the model on a batch.
     fn forward<const B: usize>(
         x: &Tensor<Self, f32, shape![B, 784]>,
@@ -101,6 +107,12 @@ impl Mlp for Cpu {
 }
 
 impl Mlp for Cuda {
+    fn reserve<const B: usize>() -> Result<()> {
+        // The macro's static memory plan, plus a margin for the allocator's
+        // 512-byte grain.
+        tensorfn::cuda_reserve(0, gpu::mlp::peak_bytes::<B>() + (1 << 20))
+    }
+
     fn forward<const B: usize>(
         x: &Tensor<Cuda, f32, shape![B, 784]>,
         w: &Weights<Cuda>,
@@ -116,6 +128,7 @@ pub fn run<D: Mlp>() -> AnyResult {
     let weights = Weights::<D>::random(seed)?;
     let x = Tensor::<Cpu, f32, shape![BATCH, 784]>::rand(seed + 4)?.to_device::<D>()?;
 
+    D::reserve::<BATCH>()?;
     let probs = D::forward(&x, &weights)?;
     let classes = probs.argmax::<1>()?;
     println!("class probabilities on {}:\n{probs}", probs.device());

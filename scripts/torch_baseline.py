@@ -284,11 +284,13 @@ def transfers(plan, gen, want):
         pinned.copy_(dev.cpu())
         pageable = pinned.clone()
         dst = torch.empty_like(dev)
+        # `h2d`/`d2h`: from and into pinned memory; `*_pageable`: ordinary
+        # host memory (the tensorfn cases of the same names do the same).
         cases = [
             ("h2d", "torch_eager", lambda i: dst.copy_(pinned, non_blocking=True)),
-            ("h2d", "torch_pageable", lambda i: dst.copy_(pageable)),
+            ("h2d_pageable", "torch_eager", lambda i: dst.copy_(pageable)),
             ("d2h", "torch_eager", lambda i: pinned.copy_(dev, non_blocking=True)),
-            ("d2h", "torch_pageable", lambda i: pageable.copy_(dev)),
+            ("d2h_pageable", "torch_eager", lambda i: pageable.copy_(dev)),
         ]
         for case, impl, f in cases:
             if not want(case):

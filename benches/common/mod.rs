@@ -7,7 +7,6 @@
 // Each bench binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
-use std::cell::RefCell;
 use std::time::Instant;
 use tensorfn::prelude::*;
 use tensorfn::DType;
@@ -175,24 +174,8 @@ pub fn time_call(
 }
 
 /// Waits until cuda:0 has finished all queued work; `Err` without a GPU.
-///
-/// The runtime keeps one stream per device and orders a download after
-/// every launch queued before it, so reading back one element waits for
-/// the whole stream (about 10 µs, under 1% of a timed batch). Replace with
-/// `tensorfn::synchronize::<Cuda>()` once the runtime exports it.
 pub fn sync_cuda() -> Result<(), Error> {
-    thread_local! {
-        static PROBE: RefCell<Option<Tensor<Cuda, u8, shape![1]>>> = const { RefCell::new(None) };
-    }
-    PROBE.with(|probe| {
-        let mut probe = probe.borrow_mut();
-        if probe.is_none() {
-            *probe = Some(Tensor::full(1)?);
-        }
-        let one = probe.as_ref().map_or(Ok(Vec::new()), |t| t.to_vec())?;
-        debug_assert_eq!(one, [1]);
-        Ok(())
-    })
+    tensorfn::synchronize::<Cuda>()
 }
 
 /// How many input sets of `set_bytes` make up at least `total` bytes.

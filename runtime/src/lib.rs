@@ -18,6 +18,7 @@ pub mod device;
 mod display;
 pub mod dtype;
 pub mod error;
+mod host;
 pub mod interop;
 pub mod layout;
 pub mod ops;
@@ -28,8 +29,8 @@ pub mod stream;
 pub mod tensor;
 
 pub use cuda::{
-    allow_tf32, cuda_device_count, cuda_empty_cache, cuda_memory_stats, set_allow_tf32,
-    CudaMemoryStats,
+    allow_tf32, cuda_device_count, cuda_empty_cache, cuda_memory_stats, cuda_reserve,
+    set_allow_tf32, synchronize, CudaMemoryStats,
 };
 pub use device::{Cpu, Cuda, Device, DeviceKind, SameDevice};
 pub use dtype::{DType, DTypeKind, FloatDType, NumDType, SameDType};

@@ -3,26 +3,29 @@
 //!
 //! The array is cut along dim 0. Each chunk is copied to the device, given
 //! to the function as a `Tensor<D, T, (Dyn, ..)>`, and the result is copied
-//! back into a host array. Three stages run on their own threads: a load
-//! stage gathers chunk `i + 1` into row-major order and queues its copy to
-//! the device, the calling thread runs the function on chunk `i`, and a
-//! store stage copies result `i - 1` back and writes it out. At most two
-//! chunks and two results are alive at a time (double buffering).
+//! back into a host array. Copies and compute form a pipeline: while chunk
+//! `i` is computed, chunk `i + 1` is copied in and result `i - 1` copied
+//! out. At most two chunks and two results are alive at a time (double
+//! buffering).
 //!
-//! On a GPU the copies go through pinned staging buffers and are queued
-//! asynchronously on the device's stream, so the host-side work (gathering
-//! strided rows, filling and draining the staging buffers, writing the
-//! output) overlaps the device's compute and the device is never left
-//! waiting for the host between chunks. The device runs its stream in
-//! order: a copy and a kernel of the same device do not execute at the
-//! same instant. On the CPU the same pipeline runs with host copies.
+//! On a GPU the copies run on streams of their own, ordered against the
+//! compute by events: while the device computes chunk `i`, the host
+//! gathers chunk `i + 1` into a pinned buffer and the DMA engine uploads
+//! it, and result `i - 1` is downloaded into another pinned buffer and
+//! written out by the host. Device buffers are never reused while a copy
+//! stream still uses them. (Boolean inputs or results take the threaded
+//! path, with the copies on the compute stream.) On the CPU three threads
+//! form the pipeline: a load stage gathers chunk `i + 1` into row-major
+//! order, the calling thread runs the function on chunk `i`, and a store
+//! stage writes result `i - 1` out.
 //!
 //! The function must work row by row: a chunk of `n` rows gives a result of
 //! `n` rows (`[n, 784] -> [n, 10]`, `[n, 3, 32, 32] -> [n]`, ...), so the
 //! concatenated results equal the one-shot run on the whole array.
 //!
-//! The chunk size comes from the memory the device reports free (or is set
-//! with [`StreamMap::chunk_rows`]); if the function runs out of device
+//! The chunk size comes from the memory the device reports free, at most
+//! 256 MiB of input or result per chunk (or is set with
+//! [`StreamMap::chunk_rows`]); if the function runs out of device
 //! memory on an automatically sized chunk, the chunk is halved and retried.
 //!
 //! ```
@@ -38,7 +41,7 @@
 //! ```
 
 use crate::device::{Device, DeviceKind};
-use crate::dtype::DType;
+use crate::dtype::{DType, DTypeKind};
 use crate::error::{Error, Result};
 use crate::interop::{check_host_dims, NdShape};
 use crate::shape::{type_name, Dim, Dyn, Shape};
@@ -49,6 +52,12 @@ use std::sync::mpsc::sync_channel;
 /// Host bytes per chunk on the CPU, where memory is not the limit but
 /// cache-sized chunks keep the copy and the compute stages balanced.
 const CPU_CHUNK_BYTES: usize = 16 << 20;
+
+/// Largest input or result chunk on a GPU, in bytes, when the chunk size
+/// is automatic: big enough that launches and copies run at full speed,
+/// small enough that the first upload and the last download, which
+/// nothing overlaps, are short.
+const GPU_CHUNK_BYTES: usize = 256 << 20;
 
 /// A shape whose first dim is [`Dyn`]: the chunk of rows `stream_map`
 /// passes to the function, and the result it expects back.
@@ -238,13 +247,13 @@ impl StreamMap {
             let jobs = split_rows(input.view(), from, chunk_rows, |v, i| {
                 v.split_at(Axis(0), i)
             });
-            let mut sink = |_: ArrayView<'_, T, Di>, dims: &[usize], values: Vec<U>| {
+            let mut sink = |_: ArrayView<'_, T, Di>, dims: &[usize], values: &[U]| {
                 if row_dims.is_none() {
                     row_dims = Some(dims[1..].to_vec());
                     let per_row: usize = dims[1..].iter().product();
                     data.reserve_exact(per_row.saturating_mul(rows));
                 }
-                data.extend_from_slice(&values);
+                data.extend_from_slice(values);
                 Ok(())
             };
             pipeline(jobs, |v| Tensor::from_ndarray(v), &mut f, &mut sink, stats)
@@ -313,10 +322,9 @@ impl StreamMap {
                 .zip(outputs)
                 .map(|((start, i), (_, o))| (start, (i, o)))
                 .collect();
-            let mut sink =
-                |(_, out): (ArrayView<'_, T, Di>, ArrayViewMut<'_, U, Do>),
-                 dims: &[usize],
-                 values: Vec<U>| write_rows(out, dims, values);
+            let mut sink = |(_, out): (ArrayView<'_, T, Di>, ArrayViewMut<'_, U, Do>),
+                            dims: &[usize],
+                            values: &[U]| write_rows(out, dims, values);
             pipeline(
                 jobs,
                 |(v, _)| Tensor::from_ndarray(v),
@@ -367,7 +375,7 @@ impl StreamMap {
             let jobs = split_rows(array.view_mut(), from, chunk_rows, |v, i| {
                 v.split_at(Axis(0), i)
             });
-            let mut sink = |out: ArrayViewMut<'_, T, Di>, dims: &[usize], values: Vec<T>| {
+            let mut sink = |out: ArrayViewMut<'_, T, Di>, dims: &[usize], values: &[T]| {
                 write_rows(out, dims, values)
             };
             pipeline(jobs, |v| Tensor::from_ndarray(v), &mut f, &mut sink, stats)
@@ -440,13 +448,18 @@ impl StreamMap {
                 (free as f64 * self.memory_fraction) as usize
             }
         };
-        let rows = budget / per_row;
+        let mut rows = budget / per_row;
         if rows == 0 && D::KIND != DeviceKind::Cpu {
             return Err(Error::OutOfMemory {
                 requested: per_row,
                 free: budget,
                 total: budget,
             });
+        }
+        if D::KIND != DeviceKind::Cpu {
+            // Chunks are staged through pinned host buffers: bounded, so
+            // the pipeline fills quickly and pins little host memory.
+            rows = rows.min((GPU_CHUNK_BYTES / in_row.max(out_row).max(1)).max(1));
         }
         Ok(rows.clamp(1, dims[0].max(1)))
     }
@@ -495,7 +508,7 @@ impl<S: ndarray::RawData, Di: Dimension> HasRows for ArrayBase<S, Di> {
 fn write_rows<U: DType, Do: Dimension>(
     mut out: ArrayViewMut<'_, U, Do>,
     dims: &[usize],
-    values: Vec<U>,
+    values: &[U],
 ) -> Result<()> {
     if dims != out.shape() {
         return Err(Error::shape(
@@ -505,9 +518,275 @@ fn write_rows<U: DType, Do: Dimension>(
         ));
     }
     for (slot, v) in out.iter_mut().zip(values) {
-        *slot = v;
+        *slot = *v;
     }
     Ok(())
+}
+
+/// A chunk's input rows, wherever they come from.
+trait Rows<T> {
+    /// The dims of the chunk (rows first).
+    fn dims(&self) -> &[usize];
+    /// Copies the elements row-major into `dst` (exactly as many).
+    fn gather_into(&self, dst: &mut [T]);
+}
+
+/// Copies a view's elements row-major into `dst`.
+fn gather_view<T: DType, Di: Dimension>(v: ArrayView<'_, T, Di>, dst: &mut [T]) {
+    match v.as_slice() {
+        Some(src) => crate::cuda::parallel_copy(src, dst),
+        None => {
+            for (d, x) in dst.iter_mut().zip(v.iter()) {
+                *d = *x;
+            }
+        }
+    }
+}
+
+impl<T: DType, Di: Dimension> Rows<T> for ArrayView<'_, T, Di> {
+    fn dims(&self) -> &[usize] {
+        self.shape()
+    }
+    fn gather_into(&self, dst: &mut [T]) {
+        gather_view(self.view(), dst)
+    }
+}
+
+impl<T: DType, Di: Dimension> Rows<T> for ArrayViewMut<'_, T, Di> {
+    fn dims(&self) -> &[usize] {
+        self.shape()
+    }
+    fn gather_into(&self, dst: &mut [T]) {
+        gather_view(self.view(), dst)
+    }
+}
+
+impl<T: DType, U, Di: Dimension, Do: Dimension> Rows<T>
+    for (ArrayView<'_, T, Di>, ArrayViewMut<'_, U, Do>)
+{
+    fn dims(&self) -> &[usize] {
+        self.0.shape()
+    }
+    fn gather_into(&self, dst: &mut [T]) {
+        gather_view(self.0.view(), dst)
+    }
+}
+
+/// One pass over `jobs`: on a GPU with copy streams when the dtypes allow
+/// it ([`overlapped`]), else with host threads ([`threaded`]).
+fn pipeline<D, T, U, SI, SO, J, L, F, K>(
+    jobs: Vec<(usize, J)>,
+    load: L,
+    f: &mut F,
+    sink: &mut K,
+    stats: &mut StreamStats,
+) -> Pass
+where
+    D: Device,
+    T: DType,
+    U: DType,
+    SI: ChunkShape,
+    SO: ChunkShape,
+    J: Rows<T> + Send,
+    L: FnMut(&J) -> Result<Tensor<D, T, SI>> + Send,
+    F: FnMut(Tensor<D, T, SI>) -> Result<Tensor<D, U, SO>>,
+    K: FnMut(J, &[usize], &[U]) -> Result<()> + Send,
+{
+    match D::KIND {
+        // Device booleans are read as bytes and checked, which the
+        // threaded path's downloads do.
+        DeviceKind::Cuda(ord) if T::KIND != DTypeKind::Bool && U::KIND != DTypeKind::Bool => {
+            overlapped(ord, jobs, f, sink, stats)
+        }
+        _ => threaded(jobs, load, f, sink, stats),
+    }
+}
+
+/// A result whose download is queued: kept alive (with the contiguous
+/// copy it was read from, if any) until the host has seen the download
+/// finish.
+struct Queued<D: Device, U: DType, SO: Shape, J> {
+    start: usize,
+    job: J,
+    result: Tensor<D, U, SO>,
+    _copy: Option<crate::cuda::CudaStorage<U>>,
+    len: usize,
+}
+
+/// One pass on cuda:`ord` with copy streams (see `cuda::Overlap`): while
+/// the device computes chunk `i`, the host gathers chunk `i + 1` into a
+/// pinned buffer and the upload stream copies it, and the download stream
+/// copies result `i - 1` into another pinned buffer, which the host then
+/// writes out. The order of the calls below is what makes them overlap:
+/// chunk `i + 1`'s device buffer is allocated before chunk `i`'s work is
+/// queued, and its upload is queued right after.
+fn overlapped<D, T, U, SI, SO, J, F, K>(
+    ord: usize,
+    jobs: Vec<(usize, J)>,
+    f: &mut F,
+    sink: &mut K,
+    stats: &mut StreamStats,
+) -> Pass
+where
+    D: Device,
+    T: DType,
+    U: DType,
+    SI: ChunkShape,
+    SO: ChunkShape,
+    J: Rows<T>,
+    F: FnMut(Tensor<D, T, SI>) -> Result<Tensor<D, U, SO>>,
+    K: FnMut(J, &[usize], &[U]) -> Result<()>,
+{
+    let first_row = jobs.first().map_or(0, |j| j.0);
+    let max_rows = jobs.iter().map(|j| j.1.dims()[0]).max().unwrap_or(0);
+    let in_row: usize = jobs.first().map_or(0, |j| j.1.dims()[1..].iter().product());
+    let in_capacity = max_rows * in_row;
+    // Declared before `ov`, so dropped after it: dropping `ov` waits for
+    // the copies that use these device buffers, whatever ends the pass.
+    let mut queued: [Option<Queued<D, U, SO, J>>; 2] = [None, None];
+    let mut next: Option<Staged<T, J>> = None;
+    let mut ov = match crate::cuda::Overlap::<T, U>::new(ord) {
+        Ok(ov) => ov,
+        Err(error) => {
+            return Pass::Failed {
+                row: first_row,
+                error,
+            }
+        }
+    };
+
+    // Waits for the queued download of `slot` and hands it to the sink.
+    let mut finish = |ov: &mut crate::cuda::Overlap<T, U>,
+                      q: Queued<D, U, SO, J>,
+                      slot: usize,
+                      stats: &mut StreamStats|
+     -> std::result::Result<(), (usize, Error)> {
+        let values = ov.downloaded(slot, q.len).map_err(|e| (q.start, e))?;
+        let rows = q.result.shape()[0];
+        sink(q.job, q.result.shape(), values).map_err(|e| (q.start, e))?;
+        stats.chunks += 1;
+        stats.rows += rows;
+        Ok(())
+    };
+
+    let run = |queued: &mut [Option<Queued<D, U, SO, J>>; 2],
+               next: &mut Option<Staged<T, J>>,
+               stats: &mut StreamStats|
+     -> std::result::Result<(), (usize, Error)> {
+        let mut jobs = jobs.into_iter();
+        // A chunk's device buffer, allocated (not yet filled) in `slot`.
+        let stage = |ov: &mut crate::cuda::Overlap<T, U>,
+                     slot: usize,
+                     (start, job): (usize, J)|
+         -> std::result::Result<Staged<T, J>, (usize, Error)> {
+            let dims = job.dims().to_vec();
+            let storage = ov
+                .allocate(slot, dims.iter().product())
+                .map_err(|e| (start, e))?;
+            Ok(Staged {
+                start,
+                job,
+                dims,
+                storage,
+            })
+        };
+        if let Some(job) = jobs.next() {
+            let first = next.insert(stage(&mut ov, 0, job)?);
+            ov.upload(0, &first.storage, in_capacity, |dst| {
+                first.job.gather_into(dst)
+            })
+            .map_err(|e| (first.start, e))?;
+        }
+        let mut i = 0;
+        while let Some(current) = next.take() {
+            let slot = i % 2;
+            // Chunk i + 1's buffer, before chunk i's work is queued.
+            if let Some(job) = jobs.next() {
+                *next = Some(stage(&mut ov, 1 - slot, job)?);
+            }
+            let Staged {
+                start,
+                job,
+                dims,
+                storage,
+            } = current;
+            ov.await_upload(slot).map_err(|e| (start, e))?;
+            let rows = dims[0];
+            let chunk = Tensor::<D, T, SI>::from_parts(
+                std::sync::Arc::new(crate::storage::Storage::Cuda(storage)),
+                crate::layout::Layout::contiguous(&dims),
+            );
+            let result = f(chunk)
+                .and_then(|r| check_rows(r, rows))
+                .map_err(|e| (start, e))?;
+            let (ptr, copy) = crate::cuda::contiguous_ptr(result.storage.as_cuda(), &result.layout)
+                .map_err(|e| (start, e))?;
+            let len = result.numel();
+            let out_capacity = len
+                .checked_div(rows)
+                .map_or(0, |per_row| per_row * max_rows);
+            queued[slot] = Some(Queued {
+                start,
+                job,
+                result,
+                _copy: copy,
+                len,
+            });
+            ov.download(slot, ptr, len, out_capacity)
+                .map_err(|e| (start, e))?;
+            // Gather and queue chunk i + 1 while the device computes chunk i.
+            if let Some(n) = next.as_ref() {
+                ov.upload(1 - slot, &n.storage, in_capacity, |dst| {
+                    n.job.gather_into(dst)
+                })
+                .map_err(|e| (n.start, e))?;
+            }
+            // Result i - 1 has been downloading during chunk i's work.
+            if let Some(q) = queued[1 - slot].take() {
+                finish(&mut ov, q, 1 - slot, stats)?;
+            }
+            i += 1;
+        }
+        Ok(())
+    };
+
+    let mut outcome = run(&mut queued, &mut next, stats);
+    if outcome.is_err() {
+        // No copy may outlive the buffers dropped below.
+        if let Err(e) = ov.drain() {
+            outcome = Err((first_row, e));
+        }
+    }
+    // Results queued before the failing row (or all of them) are written
+    // out, oldest first, so the rows before the reported one are done.
+    let mut order: Vec<usize> = (0..2).filter(|&s| queued[s].is_some()).collect();
+    order.sort_by_key(|&s| queued[s].as_ref().map_or(0, |q| q.start));
+    for slot in order {
+        let Some(q) = queued[slot].take() else {
+            continue;
+        };
+        if let Err((failed, _)) = &outcome {
+            if q.start >= *failed {
+                continue;
+            }
+        }
+        if let Err(e) = finish(&mut ov, q, slot, stats) {
+            outcome = Err(e);
+        }
+    }
+    match outcome {
+        Ok(()) => Pass::Done,
+        Err((row, error)) => Pass::Failed { row, error },
+    }
+}
+
+/// A chunk whose device buffer is allocated and whose upload is (or is
+/// about to be) queued.
+struct Staged<T: DType, J> {
+    start: usize,
+    job: J,
+    dims: Vec<usize>,
+    storage: crate::cuda::CudaStorage<T>,
 }
 
 /// One pass of the three-stage pipeline over `jobs`: a load thread copies
@@ -515,7 +794,7 @@ fn write_rows<U: DType, Do: Dimension>(
 /// thread copies each result back and gives it to `sink` with its job.
 /// The channels hold nothing (rendezvous), so each stage works on one
 /// chunk while handing over the previous one: double buffering.
-fn pipeline<D, T, U, SI, SO, J, L, F, K>(
+fn threaded<D, T, U, SI, SO, J, L, F, K>(
     jobs: Vec<(usize, J)>,
     mut load: L,
     f: &mut F,
@@ -531,7 +810,7 @@ where
     J: Send,
     L: FnMut(&J) -> Result<Tensor<D, T, SI>> + Send,
     F: FnMut(Tensor<D, T, SI>) -> Result<Tensor<D, U, SO>>,
-    K: FnMut(J, &[usize], Vec<U>) -> Result<()> + Send,
+    K: FnMut(J, &[usize], &[U]) -> Result<()> + Send,
 {
     type Handoff<D, E, S, J> = (usize, Result<Tensor<D, E, S>>, J);
     std::thread::scope(|scope| {
@@ -549,7 +828,7 @@ where
         let store = scope.spawn(move || -> std::result::Result<(), (usize, Error)> {
             for (start, result, job) in result_rx {
                 let values = result.to_vec().map_err(|e| (start, e))?;
-                sink(job, result.shape(), values).map_err(|e| (start, e))?;
+                sink(job, result.shape(), &values).map_err(|e| (start, e))?;
             }
             Ok(())
         });
@@ -650,4 +929,59 @@ where
     F: FnMut(Tensor<D, T, SI>) -> Result<Tensor<D, U, SO>>,
 {
     StreamMap::new().run(input, f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{s, Array3};
+
+    #[test]
+    fn rows_gather_row_major_from_any_layout() {
+        let a = Array3::from_shape_fn((5, 3, 4), |(i, j, k)| (i * 100 + j * 10 + k) as i64);
+        // Contiguous, sliced, transposed inner dims, and a mutable view.
+        let views = [
+            a.slice(s![1..4, .., ..]).to_owned(),
+            a.slice(s![.., 1.., ..;2]).to_owned(),
+        ];
+        for v in &views {
+            let mut dst = vec![0i64; v.len()];
+            v.view().gather_into(&mut dst);
+            assert_eq!(dst, v.iter().copied().collect::<Vec<_>>());
+            assert_eq!(Rows::<i64>::dims(&v.view()), v.shape());
+        }
+        let strided = a.slice(s![.., 1.., ..;2]);
+        let mut dst = vec![0i64; strided.len()];
+        strided.gather_into(&mut dst);
+        assert_eq!(dst, views[1].iter().copied().collect::<Vec<_>>());
+        let mut b = a.clone();
+        let t = b.view_mut().permuted_axes([0, 2, 1]);
+        let mut dst = vec![0i64; t.len()];
+        t.gather_into(&mut dst);
+        let want: Vec<i64> = a.view().permuted_axes([0, 2, 1]).iter().copied().collect();
+        assert_eq!(dst, want);
+        let mut out = ndarray::Array2::<f32>::zeros((5, 2));
+        let pair = (a.slice(s![.., 0, ..]), out.view_mut());
+        let mut dst = vec![0i64; 20];
+        pair.gather_into(&mut dst);
+        assert_eq!(
+            dst,
+            a.slice(s![.., 0, ..]).iter().copied().collect::<Vec<_>>()
+        );
+        assert_eq!(Rows::<i64>::dims(&pair), &[5, 4]);
+    }
+
+    #[test]
+    fn automatic_gpu_chunks_are_bounded_by_the_staging_size() {
+        // The CPU budget is fixed; the bound applies on GPUs only.
+        let rows = StreamMap::new()
+            .plan::<crate::Cpu, f32, f32, (Dyn, crate::Const<1024>)>(&[1 << 20, 1024])
+            .unwrap();
+        assert_eq!(rows, CPU_CHUNK_BYTES / (6 * 4096));
+        if let Ok(rows) = StreamMap::new()
+            .plan::<crate::Cuda, f32, f32, (Dyn, crate::Const<1024>)>(&[1 << 20, 1024])
+        {
+            assert!(rows * 4096 <= GPU_CHUNK_BYTES && rows >= 1, "{rows}");
+        }
+    }
 }

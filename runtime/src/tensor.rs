@@ -256,7 +256,7 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
     /// ```
     pub fn to_vec(&self) -> Result<Vec<T>> {
         match &*self.storage {
-            Storage::Cpu(data) => Ok(gather(data, &self.layout)),
+            Storage::Cpu(_) | Storage::Pinned(_) => Ok(gather(self.storage.as_cpu(), &self.layout)),
             Storage::Cuda(s) => cuda::download(s, &self.layout),
         }
     }
@@ -307,11 +307,24 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
                 };
                 Storage::Cuda(cuda::upload(ord, &host)?)
             }
+            (Storage::Pinned(p), DeviceKind::Cuda(ord)) => {
+                let data = p.buffer();
+                if self.layout.is_contiguous() {
+                    // One DMA straight from the page-locked buffer.
+                    let start = self.layout.offset();
+                    let n = self.numel();
+                    Storage::Cuda(cuda::upload_pinned(ord, &data[start..start + n])?)
+                } else {
+                    Storage::Cuda(cuda::upload(ord, &gather(data, &self.layout))?)
+                }
+            }
             (Storage::Cuda(s), DeviceKind::Cpu) => Storage::Cpu(cuda::download(s, &self.layout)?),
             (Storage::Cuda(s), DeviceKind::Cuda(ord)) => {
                 Storage::Cuda(cuda::copy_to_ordinal(s, &self.layout, ord)?)
             }
-            (Storage::Cpu(_), DeviceKind::Cpu) => unreachable!("same device handled above"),
+            (Storage::Cpu(_) | Storage::Pinned(_), DeviceKind::Cpu) => {
+                unreachable!("same device handled above")
+            }
         };
         Ok(Tensor::from_parts(
             Arc::new(storage),

@@ -8,6 +8,10 @@
 //! block freed by queued work can be reused by later work on that stream
 //! at once: the stream runs them in order.
 //!
+//! [`cuda_reserve`](super::cuda_reserve) adds arenas: one `cuMemAlloc`
+//! each, carved into blocks for requests the size classes cannot serve, so
+//! a loop whose peak was reserved beforehand never calls `cuMemAlloc`.
+//!
 //! When the device is full the cache is emptied and the allocation retried
 //! once; a second failure is `Error::OutOfMemory` with the driver's free and
 //! total counts, and the device stays usable.
@@ -52,10 +56,84 @@ pub(crate) struct Block {
     pub(crate) size: usize,
 }
 
-/// Free blocks by size and the counters behind [`CudaMemoryStats`].
+/// One `cuMemAlloc` made by [`cuda_reserve`](super::cuda_reserve) and carved
+/// into blocks (best fit, 512-byte grain); freed blocks merge with their
+/// free neighbours, so a loop that allocates and frees the same sizes every
+/// step lands on the same addresses every step.
+#[derive(Debug)]
+pub(crate) struct Arena {
+    base: sys::CUdeviceptr,
+    size: usize,
+    /// Free ranges: offset -> length, never adjacent (merged on free).
+    free: BTreeMap<usize, usize>,
+}
+
+impl Arena {
+    fn new(base: sys::CUdeviceptr, size: usize) -> Arena {
+        Arena {
+            base,
+            size,
+            free: BTreeMap::from([(0, size)]),
+        }
+    }
+
+    fn contains(&self, ptr: sys::CUdeviceptr) -> bool {
+        ptr >= self.base && ptr < self.base + self.size as u64
+    }
+
+    fn largest_free(&self) -> usize {
+        self.free.values().copied().max().unwrap_or(0)
+    }
+
+    fn is_unused(&self) -> bool {
+        self.free.get(&0) == Some(&self.size)
+    }
+
+    /// The smallest free range that holds `size` bytes, cut from its start.
+    fn take(&mut self, size: usize) -> Option<Block> {
+        let (&offset, &len) = self
+            .free
+            .iter()
+            .filter(|(_, &len)| len >= size)
+            .min_by_key(|(_, &len)| len)?;
+        self.free.remove(&offset);
+        if len > size {
+            self.free.insert(offset + size, len - size);
+        }
+        Some(Block {
+            ptr: self.base + offset as u64,
+            size,
+        })
+    }
+
+    /// Returns a block taken from this arena, merging it with free
+    /// neighbours.
+    fn give_back(&mut self, block: Block) {
+        let mut offset = (block.ptr - self.base) as usize;
+        let mut len = block.size;
+        if let Some((&next, &next_len)) = self.free.range(offset + len..).next() {
+            if next == offset + len {
+                self.free.remove(&next);
+                len += next_len;
+            }
+        }
+        if let Some((&prev, &prev_len)) = self.free.range(..offset).next_back() {
+            if prev + prev_len == offset {
+                self.free.remove(&prev);
+                offset = prev;
+                len += prev_len;
+            }
+        }
+        self.free.insert(offset, len);
+    }
+}
+
+/// Free blocks by size, reserved arenas and the counters behind
+/// [`CudaMemoryStats`].
 #[derive(Debug, Default)]
 pub(crate) struct CachingAllocator {
     free: BTreeMap<usize, Vec<sys::CUdeviceptr>>,
+    arenas: Vec<Arena>,
     allocated: usize,
     cached: usize,
     peak: usize,
@@ -72,6 +150,26 @@ impl CachingAllocator {
         }
         self.cached -= found;
         Some(Block { ptr, size: found })
+    }
+
+    /// A block of `bytes` from a reserved arena, if one has room.
+    fn take_reserved(&mut self, bytes: usize) -> Option<Block> {
+        let size = bytes.checked_next_multiple_of(SMALL_GRAIN)?;
+        let block = self.arenas.iter_mut().find_map(|a| a.take(size))?;
+        self.cached -= block.size;
+        Some(block)
+    }
+
+    /// Returns a block to the arena it came from; false if it came from
+    /// no arena.
+    fn give_back_reserved(&mut self, block: Block) -> bool {
+        match self.arenas.iter_mut().find(|a| a.contains(block.ptr)) {
+            Some(arena) => {
+                arena.give_back(block);
+                true
+            }
+            None => false,
+        }
     }
 
     fn note_in_use(&mut self, block: Block) {
@@ -94,6 +192,21 @@ impl CachingAllocator {
                 }
                 self.cached -= size;
             }
+        }
+        // Arenas without a live block go too; used ones stay.
+        let (unused, used): (Vec<Arena>, Vec<Arena>) = std::mem::take(&mut self.arenas)
+            .into_iter()
+            .partition(Arena::is_unused);
+        self.arenas = used;
+        for arena in unused {
+            // SAFETY: no block of the arena is in use; the stream has drained.
+            match unsafe { result::free_sync(arena.base) } {
+                Ok(()) => self.device_frees += 1,
+                Err(e) => {
+                    first_error.get_or_insert(driver("cuMemFree", e));
+                }
+            }
+            self.cached -= arena.size;
         }
         first_error.map_or(Ok(()), Err)
     }
@@ -134,7 +247,7 @@ impl Context {
             return Err(self.out_of_memory(bytes));
         }
         let mut a = lock(&self.alloc);
-        if let Some(block) = a.take_cached(size) {
+        if let Some(block) = a.take_cached(size).or_else(|| a.take_reserved(bytes)) {
             a.note_in_use(block);
             return Ok(block);
         }
@@ -175,7 +288,45 @@ impl Context {
         let mut a = lock(&self.alloc);
         a.allocated -= block.size;
         a.cached += block.size;
-        a.free.entry(block.size).or_default().push(block.ptr);
+        if !a.give_back_reserved(block) {
+            a.free.entry(block.size).or_default().push(block.ptr);
+        }
+    }
+
+    /// Makes sure `bytes` can be allocated without calling `cuMemAlloc`: a
+    /// no-op when a reserved arena has a free range that large, else one
+    /// new arena of `bytes` (rounded up to 2 MiB).
+    pub(crate) fn reserve(&self, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let size = match bytes.checked_next_multiple_of(LARGE_GRAIN) {
+            Some(size) if size <= self.total_memory => size,
+            _ => return Err(self.out_of_memory(bytes)),
+        };
+        self.bind()?;
+        let mut a = lock(&self.alloc);
+        if a.arenas.iter().any(|arena| arena.largest_free() >= bytes) {
+            return Ok(());
+        }
+        let ptr = match self.device_alloc(size) {
+            Ok(ptr) => ptr,
+            Err(None) => {
+                // The cached blocks may be what fills the device.
+                self.sync("freeing cached GPU memory")?;
+                a.release_cached()?;
+                match self.device_alloc(size) {
+                    Ok(ptr) => ptr,
+                    Err(None) => return Err(self.out_of_memory(bytes)),
+                    Err(Some(e)) => return Err(e),
+                }
+            }
+            Err(Some(e)) => return Err(e),
+        };
+        a.device_allocs += 1;
+        a.cached += size;
+        a.arenas.push(Arena::new(ptr, size));
+        Ok(())
     }
 
     /// Frees every cached block (like `torch.cuda.empty_cache()`).
@@ -297,6 +448,48 @@ mod tests {
         assert_eq!(round_size(SMALL_LIMIT + 1), 2 << 20);
         assert_eq!(round_size((2 << 20) + 1), 4 << 20);
         assert_eq!(round_size(usize::MAX), usize::MAX);
+    }
+
+    #[test]
+    fn an_arena_carves_best_fit_blocks_and_merges_them_back() {
+        let mut a = Arena::new(1 << 20, 10 * 512);
+        let b0 = a.take(2 * 512).unwrap();
+        let b1 = a.take(3 * 512).unwrap();
+        let b2 = a.take(5 * 512).unwrap();
+        assert_eq!(
+            (b0.ptr, b1.ptr, b2.ptr),
+            (1 << 20, (1 << 20) + 1024, (1 << 20) + 2560)
+        );
+        assert!(a.take(512).is_none());
+        a.give_back(b0);
+        a.give_back(b2);
+        // Best fit: a 2-grain request takes the 2-grain hole, not the 5.
+        assert_eq!(a.take(2 * 512).unwrap().ptr, 1 << 20);
+        a.give_back(Block {
+            ptr: 1 << 20,
+            size: 1024,
+        });
+        assert!(!a.is_unused());
+        a.give_back(b1);
+        // All three merged into one range again.
+        assert!(a.is_unused());
+        assert_eq!(a.largest_free(), 10 * 512);
+        assert!(a.contains((1 << 20) + 10 * 512 - 1) && !a.contains((1 << 20) + 10 * 512));
+    }
+
+    #[test]
+    fn reserved_blocks_are_counted_as_cached_until_taken() {
+        let mut c = CachingAllocator::default();
+        c.arenas.push(Arena::new(4096, 8 << 20));
+        c.cached = 8 << 20;
+        let b = c.take_reserved(1000).unwrap();
+        assert_eq!(b.size, 1024);
+        assert_eq!(c.cached, (8 << 20) - 1024);
+        assert!(c.take_reserved((8 << 20) - 1024 + 1).is_none());
+        c.cached += b.size;
+        assert!(c.give_back_reserved(b));
+        assert!(!c.give_back_reserved(Block { ptr: 1, size: 512 }));
+        assert!(c.arenas[0].is_unused());
     }
 
     #[test]

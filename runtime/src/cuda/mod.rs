@@ -4,7 +4,9 @@
 //! - `context`: one context and stream per ordinal, created lazily; a
 //!   missing driver, device or ordinal is `Error::CudaUnavailable`.
 //! - `alloc`: the caching allocator behind `CudaStorage`.
-//! - `transfer`: host/device copies through pinned staging buffers.
+//! - `transfer`: host/device copies, direct from and into pinned host
+//!   tensors, else through pinned staging buffers.
+//! - `pinned`: page-locked host buffers behind pinned CPU tensors.
 //! - `launch`: PTX modules (built-in and `tensor_fn!`-generated) and launches.
 //! - `blas`: cuBLAS / cuBLASLt matrix products.
 //! - `backend`: the `Backend` primitives.
@@ -18,11 +20,14 @@ mod blas;
 mod context;
 mod error;
 mod launch;
+mod overlap;
+mod pinned;
 mod transfer;
 
 #[cfg(test)]
 mod tests;
 
+use crate::device::{Device, DeviceKind};
 use crate::error::Result;
 
 pub use alloc::CudaMemoryStats;
@@ -31,7 +36,11 @@ pub(crate) use backend::CudaBackend;
 pub use blas::{allow_tf32, set_allow_tf32};
 pub use context::cuda_device_count;
 pub(crate) use launch::launch_fused;
-pub(crate) use transfer::{copy_to_ordinal, download, upload};
+pub(crate) use overlap::Overlap;
+pub(crate) use pinned::PinnedVec;
+pub(crate) use transfer::{
+    contiguous_ptr, copy_to_ordinal, download, download_into, parallel_copy, upload, upload_pinned,
+};
 
 /// Memory held by the caching allocator of cuda:`ordinal` (creating its
 /// context if needed).
@@ -59,8 +68,60 @@ pub fn cuda_empty_cache(ordinal: usize) -> Result<()> {
     context::context(ordinal)?.empty_cache()
 }
 
+/// Reserves `bytes` of device memory on cuda:`ordinal` for the caching
+/// allocator, so that the tensors of a loop whose peak is at most that
+/// never make the allocator call `cuMemAlloc` (which synchronises the
+/// device). Call it once before the loop; calling it again while a free
+/// range of `bytes` remains is a no-op. The reservation is carved with a
+/// 512-byte grain, so leave a small margin above the sum of the tensors'
+/// sizes. `Err(OutOfMemory)` when the device cannot hold it (nothing is
+/// reserved then and the device stays usable); `Err(CudaUnavailable)`
+/// without a GPU. [`cuda_empty_cache`] returns it once no tensor uses it.
+///
+/// With `tensor_fn!`, a function of static shapes knows its peak:
+///
+/// ```
+/// use tensorfn_runtime::{cuda_memory_stats, cuda_reserve, Error};
+///
+/// // `mlp::PEAK_BYTES` of a `tensor_fn!` function `mlp`; here a stand-in.
+/// mod mlp { pub const PEAK_BYTES: usize = 3 * 64 * 1024 * 4; }
+///
+/// match cuda_reserve(0, mlp::PEAK_BYTES + (1 << 20)) {
+///     Ok(()) => {
+///         let before = cuda_memory_stats(0).unwrap().device_allocations;
+///         // ... the loop calling `mlp` allocates from the reservation ...
+///         assert_eq!(cuda_memory_stats(0).unwrap().device_allocations, before);
+///     }
+///     Err(e) => assert!(matches!(e, Error::CudaUnavailable { .. } | Error::OutOfMemory { .. })),
+/// }
+/// // A reservation larger than any device is an error, not an abort.
+/// assert!(cuda_reserve(0, usize::MAX / 2).is_err());
+/// ```
+pub fn cuda_reserve(ordinal: usize, bytes: usize) -> Result<()> {
+    context::context(ordinal)?.reserve(bytes)
+}
+
 /// `(free, total)` bytes of cuda:`ordinal` as the driver reports them
 /// (blocks cached by the allocator count as used).
 pub(crate) fn mem_info(ordinal: usize) -> Result<(usize, usize)> {
     context::context(ordinal)?.mem_info()
+}
+
+/// Waits until device `D` has finished all work queued so far, like
+/// `torch.cuda.synchronize()`; an error of an earlier kernel surfaces here.
+/// `Ok` at once on the CPU, whose operations finish before they return.
+///
+/// ```
+/// use tensorfn_runtime::{synchronize, Cpu, Cuda, Tensor, shape};
+/// synchronize::<Cpu>().unwrap();
+/// if let Ok(x) = Tensor::<Cuda, f32, shape![1024]>::ones() {
+///     let _y = x.exp().unwrap(); // queued
+///     synchronize::<Cuda>().unwrap(); // done
+/// }
+/// ```
+pub fn synchronize<D: Device>() -> Result<()> {
+    match D::KIND {
+        DeviceKind::Cpu => Ok(()),
+        DeviceKind::Cuda(ord) => context::context(ord)?.sync("synchronize"),
+    }
 }

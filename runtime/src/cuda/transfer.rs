@@ -98,10 +98,8 @@ impl Context {
                 st.wait(h)?;
                 // SAFETY: the half holds HALF_BYTES >= chunk.len() bytes and
                 // the device is done with it (waited above).
-                let pinned = unsafe {
-                    std::ptr::copy_nonoverlapping(chunk.as_ptr(), st.halves[h], chunk.len());
-                    std::slice::from_raw_parts(st.halves[h], chunk.len())
-                };
+                let pinned = unsafe { std::slice::from_raw_parts_mut(st.halves[h], chunk.len()) };
+                parallel_copy(chunk, pinned);
                 let at = dst + (i * HALF_BYTES) as u64;
                 // SAFETY: `dst` has room for `src` (callers allocate it) and
                 // the pinned half stays untouched until the event fires.
@@ -144,13 +142,35 @@ impl Context {
                 unsafe { result::event::synchronize(st.events[h]) }
                     .map_err(|e| driver("copying GPU memory to the host", e))?;
                 // SAFETY: the copy into the half has completed.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(st.halves[h], dst[start..].as_mut_ptr(), len)
-                };
+                let pinned = unsafe { std::slice::from_raw_parts(st.halves[h], len) };
+                parallel_copy(pinned, &mut dst[start..start + len]);
             }
             Ok(())
         })
     }
+}
+
+/// Below this many bytes a host copy runs on the calling thread: waking
+/// other threads costs more than it saves.
+const PARALLEL_COPY_BYTES: usize = 1 << 20;
+
+/// `dst.copy_from_slice(src)` spread over the rayon pool for large
+/// buffers: one core cannot keep up with a PCIe 5 DMA engine, and a fresh
+/// destination's page faults are served on every core at once.
+pub(crate) fn parallel_copy<T: Copy + Send + Sync>(src: &[T], dst: &mut [T]) {
+    debug_assert_eq!(src.len(), dst.len());
+    let bytes = std::mem::size_of_val(src);
+    let threads = rayon::current_num_threads();
+    if bytes < 2 * PARALLEL_COPY_BYTES || threads < 2 {
+        dst.copy_from_slice(src);
+        return;
+    }
+    use rayon::prelude::*;
+    let pieces = (bytes / PARALLEL_COPY_BYTES).min(threads);
+    let per = src.len().div_ceil(pieces);
+    dst.par_chunks_mut(per)
+        .zip(src.par_chunks(per))
+        .for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 /// Copies a row-major host buffer to cuda:`ord`.
@@ -202,6 +222,59 @@ pub(crate) fn download<T: DType>(s: &CudaStorage<T>, layout: &Layout) -> Result<
     let mut out = vec![T::zero(); n];
     ctx.copy_dtoh(ptr, bytes_of_mut(&mut out))?;
     Ok(out)
+}
+
+/// Copies page-locked host memory to new storage on cuda:`ord` with one
+/// DMA and no staging copy. Returns once the copy is done, so the caller
+/// may write to or free `data` right away.
+pub(crate) fn upload_pinned<T: DType>(ord: usize, data: &[T]) -> Result<CudaStorage<T>> {
+    let ctx = context(ord)?;
+    let storage = ctx.storage::<T>(data.len())?;
+    if !data.is_empty() {
+        // SAFETY: the storage has room for `data`; `data` is page-locked
+        // and borrowed until the stream has drained below.
+        unsafe { result::memcpy_htod_async(storage.device_ptr(), data, ctx.stream) }
+            .map_err(|e| driver("cuMemcpyHtoDAsync (from a pinned host tensor)", e))?;
+        ctx.sync("copying a pinned host tensor to the GPU")?;
+    }
+    Ok(storage)
+}
+
+/// Copies the elements `layout` selects into `dst` (row-major, exactly
+/// `layout.numel()` long). `pinned` says `dst` is page-locked: the DMA
+/// engine then writes it directly; otherwise the bytes go through the
+/// staging buffers. Returns once `dst` holds the data.
+pub(crate) fn download_into<T: DType>(
+    s: &CudaStorage<T>,
+    layout: &Layout,
+    dst: &mut [T],
+    pinned: bool,
+) -> Result<()> {
+    debug_assert_eq!(dst.len(), layout.numel());
+    if dst.is_empty() {
+        return Ok(());
+    }
+    let ctx = s.context();
+    ctx.bind()?;
+    let (ptr, _copy) = contiguous_ptr(s, layout)?;
+    if T::KIND == DTypeKind::Bool {
+        let mut bytes = vec![0u8; dst.len()];
+        ctx.copy_dtoh(ptr, &mut bytes)?;
+        for (d, b) in dst.iter_mut().zip(bytes) {
+            *d = T::from_i64(i64::from(b != 0));
+        }
+        return Ok(());
+    }
+    if pinned {
+        let bytes = bytes_of_mut(dst);
+        // SAFETY: `dst` is page-locked, has room for the bytes and stays
+        // borrowed until the stream has drained below; `ptr` addresses as
+        // many bytes of live device memory (`_copy` keeps a temporary).
+        unsafe { result::memcpy_dtoh_async(bytes, ptr, ctx.stream) }
+            .map_err(|e| driver("cuMemcpyDtoHAsync (into a pinned host tensor)", e))?;
+        return ctx.sync("copying GPU memory into a pinned host tensor");
+    }
+    ctx.copy_dtoh(ptr, bytes_of_mut(dst))
 }
 
 /// The bytes of a slice of a non-bool dtype, for writing.

@@ -112,16 +112,10 @@ fn dense_range(l: &Layout) -> std::ops::Range<usize> {
 
 impl Exec for CpuBackend {
     fn buf<'s, T: DType>(&self, s: &'s Storage<T>) -> &'s Vec<T> {
-        match s {
-            Storage::Cpu(v) => v,
-            Storage::Cuda(_) => unreachable!("a Cpu tensor holds host memory"),
-        }
+        s.host_vec()
     }
     fn buf_mut<'s, T: DType>(&self, s: &'s mut Storage<T>) -> &'s mut Vec<T> {
-        match s {
-            Storage::Cpu(v) => v,
-            Storage::Cuda(_) => unreachable!("a Cpu tensor holds host memory"),
-        }
+        s.host_vec_mut()
     }
     fn wrap<T: DType>(&self, b: Vec<T>) -> Storage<T> {
         Storage::Cpu(b)
@@ -183,15 +177,12 @@ impl Exec for CpuBackend {
 
 impl Exec for CudaBackend {
     fn buf<'s, T: DType>(&self, s: &'s Storage<T>) -> &'s CudaStorage<T> {
-        match s {
-            Storage::Cuda(c) => c,
-            Storage::Cpu(_) => unreachable!("a Cuda tensor holds device memory"),
-        }
+        s.as_cuda()
     }
     fn buf_mut<'s, T: DType>(&self, s: &'s mut Storage<T>) -> &'s mut CudaStorage<T> {
         match s {
             Storage::Cuda(c) => c,
-            Storage::Cpu(_) => unreachable!("a Cuda tensor holds device memory"),
+            _ => unreachable!("a Cuda tensor holds device memory"),
         }
     }
     fn wrap<T: DType>(&self, b: CudaStorage<T>) -> Storage<T> {
