@@ -47,6 +47,16 @@ pub enum Error {
         /// What it was given.
         found: String,
     },
+    /// A dtype the operation does not take (a float-only op on integers).
+    #[error("{op}: expected {expected}, found {found}")]
+    DType {
+        /// The operation.
+        op: String,
+        /// The dtypes the operation takes.
+        expected: String,
+        /// What it was given, and the fix.
+        found: String,
+    },
     /// A shape rule of the operation failed; the message names the operand.
     #[error("{0}")]
     Rule(#[from] RuleError),
@@ -101,6 +111,25 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// The error of a float-only operation given `kind` elements.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{DTypeKind, Error};
+    /// let e = Error::float_only("exp", DTypeKind::I32);
+    /// assert!(matches!(e, Error::DType { .. }));
+    /// assert!(e.to_string().contains("cast it first"));
+    /// ```
+    pub fn float_only(op: &str, kind: crate::DTypeKind) -> Self {
+        Error::DType {
+            op: op.to_string(),
+            expected: "a floating-point tensor".to_string(),
+            found: format!(
+                "a `{}` tensor; cast it first with `.cast::<f32>()`",
+                kind.name()
+            ),
+        }
+    }
+
     /// Builds a [`Error::Shape`].
     ///
     /// ```

@@ -138,16 +138,7 @@ pub(crate) fn unary_num<U: CpuNum>(op: UnaryOp, x: &[U], l: &Layout) -> Result<V
         UnaryOp::Abs => map1(x, l, U::abs),
         UnaryOp::Relu => map1(x, l, U::relu),
         UnaryOp::Square => map1(x, l, U::square),
-        _ => {
-            return Err(Error::shape(
-                op.name(),
-                "a floating-point tensor",
-                format!(
-                    "a `{}` tensor; cast it first with `.cast::<f32>()`",
-                    U::KIND.name()
-                ),
-            ))
-        }
+        _ => return Err(Error::float_only(op.name(), U::KIND)),
     })
 }
 

@@ -23,17 +23,6 @@ use typed::{slice, vec, with_float_type, with_int_type, with_num_type};
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct CpuBackend;
 
-fn float_only(op: &str, kind: crate::DTypeKind) -> Error {
-    Error::shape(
-        op,
-        "a floating-point tensor",
-        format!(
-            "a `{}` tensor; cast it first with `.cast::<f32>()`",
-            kind.name()
-        ),
-    )
-}
-
 impl CpuBackend {
     /// `op(a, b)` into the contiguous `out` (of `la`'s dims).
     #[allow(clippy::too_many_arguments)]
@@ -138,7 +127,7 @@ impl Backend for CpuBackend {
         if T::KIND.is_float() {
             Ok(with_float_type!(T, U => vec(elementwise::unary_float::<U>(op, slice(x), l))))
         } else if op.needs_float() {
-            Err(float_only(op.name(), T::KIND))
+            Err(Error::float_only(op.name(), T::KIND))
         } else {
             with_num_type!(T, U => elementwise::unary_num::<U>(op, slice(x), l).map(vec))
         }
@@ -195,7 +184,7 @@ impl Backend for CpuBackend {
                 reduce::reduce_float::<U>(op, &r).map(vec)
             })
         } else if op == ReduceOp::Mean {
-            Err(float_only("mean", T::KIND))
+            Err(Error::float_only("mean", T::KIND))
         } else {
             with_int_type!(T, U => {
                 let r = reduce::rows(slice::<T, U>(x), l, dim);

@@ -124,16 +124,7 @@ pub(crate) fn reduce_int<U: CpuNum + Ord>(op: ReduceOp, r: &Rows<'_, U>) -> Resu
         ReduceOp::Max | ReduceOp::Min if r.len == 0 => return Err(empty_extremum(op)),
         ReduceOp::Max => per_row(r, |row| *row.iter().max().expect("non-empty row")),
         ReduceOp::Min => per_row(r, |row| *row.iter().min().expect("non-empty row")),
-        ReduceOp::Mean => {
-            return Err(Error::shape(
-                "mean",
-                "a floating-point tensor",
-                format!(
-                    "a `{}` tensor; cast it first with `.cast::<f32>()`",
-                    U::KIND.name()
-                ),
-            ))
-        }
+        ReduceOp::Mean => return Err(Error::float_only("mean", U::KIND)),
         ReduceOp::ArgMax | ReduceOp::ArgMin => unreachable!("arg reductions return positions"),
     })
 }

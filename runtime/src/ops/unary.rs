@@ -33,14 +33,7 @@ impl<D: Device, T: NumDType, S: Shape> Tensor<D, T, S> {
     /// ```
     pub fn unary(&self, op: UnaryOp) -> Result<Self> {
         if op.needs_float() && !T::KIND.is_float() {
-            return Err(Error::shape(
-                op.name(),
-                "a floating-point tensor",
-                format!(
-                    "a `{}` tensor; cast it first with `.cast::<f32>()`",
-                    T::KIND.name()
-                ),
-            ));
+            return Err(Error::float_only(op.name(), T::KIND));
         }
         let storage = dispatch!(D, |be| be.wrap(be.unary(
             op,
