@@ -599,13 +599,12 @@ fn lt_matmul<T: DType>(
             &bias_ptr as *const *const c_void as _,
             std::mem::size_of::<*const c_void>(),
         )?;
-        // The bias has the tensors' dtype (the default, the type of D;
-        // stated so that no compute type can change it).
-        set(
-            A::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-            &dt as *const lt::cudaDataType as _,
-            std::mem::size_of::<lt::cudaDataType>(),
-        )?;
+        // The bias is read in the tensors' dtype: cuBLASLt's default bias
+        // type is the type of D for every non-integer compute type, which
+        // is the tensors' dtype here (f32 with f32 or TF32 compute, f16
+        // and bf16 with f32 compute, f64). CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE
+        // is left unset so that older cuBLASLt releases, which lack it,
+        // still take the epilogue.
     }
     // The bias matrix as C (column-major n x m, rows `ld` apart), or the
     // output itself when C is unused (beta = 0).
