@@ -504,7 +504,7 @@ fn cats<G: Device, T: DType>() {
         vec![4, 0, 12, 1],
         (1..=11).collect::<Vec<usize>>(),
     ] {
-        let parts: Vec<(Tensor<Cpu, T, D2>, Tensor<G, T, D2>)> = widths
+        let parts: Vec<_> = widths
             .iter()
             .map(|&w| pair::<G, T, D2>(&[19, w], 0.0, 100.0))
             .collect();

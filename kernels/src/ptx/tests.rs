@@ -245,7 +245,7 @@ fn softmax_reads_short_rows_once() {
         let e = &entries(&k.ptx)[0];
         let at = |what: &str| e.body.find(what).unwrap_or_else(|| panic!("{what}"));
         // The length test comes before both paths.
-        let test = at(&format!("setp.gt.u64 %p"));
+        let test = at("setp.gt.u64 %p");
         assert!(e.body[test..].contains(&format!(", {}", builtin::SOFTMAX_REGISTER_COLS)));
         // The register path: one load and one store per slot, with the
         // slot's offset, between the test and the three-pass path.
