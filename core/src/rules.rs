@@ -17,6 +17,12 @@ use std::fmt;
 
 /// A dimension size the rules can reason about: a plain `usize` at run
 /// time, or a symbolic expression inside the macro.
+///
+/// ```
+/// use tensorfn_core::DimValue;
+/// assert_eq!(<usize as DimValue>::from_usize(3).add(&4), 7);
+/// assert_eq!(6usize.mul(&7).to_usize(), Some(42));
+/// ```
 pub trait DimValue: Clone + PartialEq + fmt::Display {
     /// The dim of a literal size.
     fn from_usize(n: usize) -> Self;
@@ -44,6 +50,13 @@ impl DimValue for usize {
 }
 
 /// An operand as the rules see it: the name the user gave it and its dims.
+///
+/// ```
+/// use tensorfn_core::rules::{self, Operand};
+/// let a: Operand<'_, usize> = ("a", &[2, 3]);
+/// let b: Operand<'_, usize> = ("b", &[3, 4]);
+/// assert_eq!(rules::mm("mm", a, b).unwrap(), vec![2, 4]);
+/// ```
 pub type Operand<'a, D> = (&'a str, &'a [D]);
 
 /// Why an operation's shapes do not fit, as a sentence naming the operand.
@@ -81,12 +94,25 @@ fn err<T>(op: &str, operand: usize, message: String) -> Result<T, RuleError> {
 }
 
 /// Formats dims the way PyTorch prints a size: `[2, 3]`.
+///
+/// ```
+/// use tensorfn_core::rules::fmt_dims;
+/// assert_eq!(fmt_dims(&[2usize, 3]), "[2, 3]");
+/// assert_eq!(fmt_dims::<usize>(&[]), "[]");
+/// ```
 pub fn fmt_dims<D: fmt::Display>(dims: &[D]) -> String {
     let inner: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
     format!("[{}]", inner.join(", "))
 }
 
 /// The number of elements: the product of the dims (1 for a scalar).
+///
+/// ```
+/// use tensorfn_core::rules::numel;
+/// assert_eq!(numel(&[2usize, 3, 4]), 24);
+/// assert_eq!(numel::<usize>(&[]), 1);
+/// assert_eq!(numel(&[5usize, 0]), 0);
+/// ```
 pub fn numel<D: DimValue>(dims: &[D]) -> D {
     dims.iter().fold(D::from_usize(1), |acc, d| acc.mul(d))
 }
@@ -95,12 +121,24 @@ fn is_one<D: DimValue>(d: &D) -> bool {
     d.to_usize() == Some(1)
 }
 
-/// Turns a possibly negative dim index (`-1` = last) into a position.
+/// Turns a possibly negative dim index (`-1` = last) into a position,
+/// or an error listing the valid range when it is out of range. Like
+/// PyTorch, a scalar (rank 0) counts as one dim: 0 and -1 both name it.
+///
+/// ```
+/// use tensorfn_core::rules::normalize_dim;
+/// assert_eq!(normalize_dim("sum", "x", -1, 3).unwrap(), 2);
+/// assert_eq!(normalize_dim("sum", "x", 1, 3).unwrap(), 1);
+/// assert_eq!(normalize_dim("sum", "x", -1, 0).unwrap(), 0);
+/// let e = normalize_dim("sum", "x", 3, 3).unwrap_err();
+/// assert!(e.message.contains("valid dims are 0..=2 or -3..=-1"));
+/// ```
 pub fn normalize_dim(op: &str, name: &str, dim: isize, rank: usize) -> Result<usize, RuleError> {
-    let pos = if dim < 0 { dim + rank as isize } else { dim };
-    if pos < 0 || pos as usize >= rank.max(1) || (rank == 0 && pos != 0) {
+    let span = rank.max(1) as isize;
+    let pos = if dim < 0 { dim + span } else { dim };
+    if !(0..span).contains(&pos) {
         let valid = if rank == 0 {
-            "a scalar has no dims to index".to_string()
+            "a scalar takes dim 0 or -1".to_string()
         } else {
             format!("valid dims are 0..={} or -{}..=-1", rank - 1, rank)
         };
@@ -115,6 +153,15 @@ pub fn normalize_dim(op: &str, name: &str, dim: isize, rank: usize) -> Result<us
 
 /// PyTorch broadcasting of any number of operands (right-aligned; each
 /// pair of dims equal or one of them 1).
+///
+/// ```
+/// use tensorfn_core::rules::broadcast;
+/// let out = broadcast::<usize>("add", &[("a", &[4, 1, 3]), ("b", &[5, 1])]).unwrap();
+/// assert_eq!(out, vec![4, 5, 3]);
+/// let e = broadcast::<usize>("add", &[("a", &[2, 3]), ("b", &[4])]).unwrap_err();
+/// assert_eq!(e.operand, 1);
+/// assert!(e.message.contains("dim -1 is 3 in `a` and 4 in `b`"));
+/// ```
 pub fn broadcast<D: DimValue>(op: &str, operands: &[Operand<'_, D>]) -> Result<Vec<D>, RuleError> {
     let rank = operands.iter().map(|(_, s)| s.len()).max().unwrap_or(0);
     let mut out: Vec<D> = vec![D::from_usize(1); rank];
@@ -158,6 +205,14 @@ pub fn broadcast<D: DimValue>(op: &str, operands: &[Operand<'_, D>]) -> Result<V
 
 /// Checks that `operand` broadcasts to exactly `target` (an `addmm` bias
 /// to the product, an input to a preallocated output).
+///
+/// ```
+/// use tensorfn_core::rules::broadcast_to;
+/// assert!(broadcast_to::<usize>("addmm", ("bias", &[4]), &[3, 4]).is_ok());
+/// assert!(broadcast_to::<usize>("addmm", ("bias", &[3, 1]), &[3, 4]).is_ok());
+/// // Broadcasting only goes one way: `[3]` does not align with the last dim 4.
+/// assert!(broadcast_to::<usize>("addmm", ("bias", &[3]), &[3, 4]).is_err());
+/// ```
 pub fn broadcast_to<D: DimValue>(
     op: &str,
     operand: Operand<'_, D>,
@@ -187,6 +242,13 @@ pub fn broadcast_to<D: DimValue>(
 
 /// Checks that two operands have exactly the same shape (in-place ops and
 /// `*_into` outputs).
+///
+/// ```
+/// use tensorfn_core::rules::same_shape;
+/// assert!(same_shape::<usize>("add_", ("x", &[2, 3]), ("y", &[2, 3])).is_ok());
+/// let e = same_shape::<usize>("add_", ("x", &[2, 3]), ("y", &[3, 2])).unwrap_err();
+/// assert_eq!(e.message, "`add_` needs `y` to have the shape of `x`: expected [2, 3], found [3, 2]");
+/// ```
 pub fn same_shape<D: DimValue>(
     op: &str,
     expected: Operand<'_, D>,
@@ -218,6 +280,15 @@ fn rank_word(rank: usize) -> String {
 /// `torch.matmul`: 1-D·1-D is a dot product, 2-D·2-D a matrix product,
 /// a 1-D operand is promoted to a row/column and removed again, and
 /// leading batch dims broadcast.
+///
+/// ```
+/// use tensorfn_core::rules::matmul;
+/// assert_eq!(matmul::<usize>("matmul", ("a", &[3]), ("b", &[3])).unwrap(), Vec::<usize>::new());
+/// assert_eq!(matmul::<usize>("matmul", ("a", &[2, 3]), ("b", &[3])).unwrap(), vec![2]);
+/// assert_eq!(matmul::<usize>("matmul", ("a", &[7, 1, 2, 3]), ("b", &[5, 3, 4])).unwrap(), vec![7, 5, 2, 4]);
+/// let e = matmul::<usize>("matmul", ("x", &[2, 3]), ("y", &[4, 5])).unwrap_err();
+/// assert!(e.message.contains("k = 3") && e.message.contains("k = 4"));
+/// ```
 pub fn matmul<D: DimValue>(
     op: &str,
     a: Operand<'_, D>,
@@ -303,6 +374,14 @@ fn need_matrix<D: DimValue>(op: &str, i: usize, (n, d): Operand<'_, D>) -> Resul
 }
 
 /// `torch.mm`: `[n, k] x [k, m] -> [n, m]`, both operands exactly 2-D.
+///
+/// ```
+/// use tensorfn_core::rules::mm;
+/// assert_eq!(mm::<usize>("mm", ("a", &[2, 3]), ("b", &[3, 4])).unwrap(), vec![2, 4]);
+/// let e = mm::<usize>("mm", ("a", &[2, 3]), ("v", &[3])).unwrap_err();
+/// assert_eq!(e.operand, 1);
+/// assert!(e.message.contains("use `matmul`"));
+/// ```
 pub fn mm<D: DimValue>(
     op: &str,
     a: Operand<'_, D>,
@@ -315,6 +394,13 @@ pub fn mm<D: DimValue>(
 
 /// `torch.bmm`: `[b, n, k] x [b, k, m] -> [b, n, m]`, both exactly 3-D with
 /// equal batch.
+///
+/// ```
+/// use tensorfn_core::rules::bmm;
+/// assert_eq!(bmm::<usize>("bmm", ("a", &[8, 2, 3]), ("b", &[8, 3, 4])).unwrap(), vec![8, 2, 4]);
+/// let e = bmm::<usize>("bmm", ("a", &[8, 2, 3]), ("b", &[1, 3, 4])).unwrap_err();
+/// assert!(e.message.contains("equal batch sizes"));
+/// ```
 pub fn bmm<D: DimValue>(
     op: &str,
     a: Operand<'_, D>,
@@ -348,6 +434,14 @@ pub fn bmm<D: DimValue>(
 
 /// `torch.addmm(bias, m1, m2)`: `bias + m1 @ m2` with `bias` broadcast to
 /// the `[n, m]` product.
+///
+/// ```
+/// use tensorfn_core::rules::addmm;
+/// let out = addmm::<usize>("addmm", ("bias", &[4]), ("m1", &[3, 2]), ("m2", &[2, 4])).unwrap();
+/// assert_eq!(out, vec![3, 4]);
+/// let e = addmm::<usize>("addmm", ("bias", &[3]), ("m1", &[3, 2]), ("m2", &[2, 4])).unwrap_err();
+/// assert!(e.message.contains("cannot broadcast `bias` [3] to the result shape [3, 4]"));
+/// ```
 pub fn addmm<D: DimValue>(
     op: &str,
     bias: Operand<'_, D>,
@@ -363,6 +457,13 @@ pub fn addmm<D: DimValue>(
 }
 
 /// `torch.dot`: two 1-D tensors of equal length, giving a scalar.
+///
+/// ```
+/// use tensorfn_core::rules::dot;
+/// assert_eq!(dot::<usize>("dot", ("a", &[5]), ("b", &[5])).unwrap(), Vec::<usize>::new());
+/// let e = dot::<usize>("dot", ("a", &[2, 3]), ("b", &[6])).unwrap_err();
+/// assert!(e.message.contains("flatten it with `.reshape([6])`"));
+/// ```
 pub fn dot<D: DimValue>(
     op: &str,
     a: Operand<'_, D>,
@@ -397,6 +498,13 @@ pub fn dot<D: DimValue>(
 
 /// `torch.cat(tensors, dim)`: equal ranks, equal dims except `dim`, whose
 /// sizes add up.
+///
+/// ```
+/// use tensorfn_core::rules::cat;
+/// assert_eq!(cat::<usize>("cat", &[("a", &[2, 3]), ("b", &[2, 5])], 1).unwrap(), vec![2, 8]);
+/// assert!(cat::<usize>("cat", &[("a", &[2, 3]), ("b", &[2, 5])], 0).is_err());
+/// assert!(cat::<usize>("cat", &[], 0).is_err());
+/// ```
 pub fn cat<D: DimValue>(
     op: &str,
     operands: &[Operand<'_, D>],
@@ -449,6 +557,13 @@ pub fn cat<D: DimValue>(
 }
 
 /// `reshape`/`view`: the element count must not change.
+///
+/// ```
+/// use tensorfn_core::rules::reshape;
+/// assert!(reshape::<usize>("view", ("x", &[4, 6]), &[2, 12]).is_ok());
+/// let e = reshape::<usize>("view", ("x", &[4, 6]), &[5, 5]).unwrap_err();
+/// assert!(e.message.contains("24 elements") && e.message.contains("25 elements"));
+/// ```
 pub fn reshape<D: DimValue>(op: &str, from: Operand<'_, D>, to: &[D]) -> Result<(), RuleError> {
     let (name, dims) = from;
     let (a, b) = (numel(dims), numel(to));
@@ -467,6 +582,13 @@ pub fn reshape<D: DimValue>(op: &str, from: Operand<'_, D>, to: &[D]) -> Result<
 }
 
 /// `permute(perm)`: `perm` must list each dim exactly once.
+///
+/// ```
+/// use tensorfn_core::rules::permute;
+/// assert_eq!(permute::<usize>("permute", ("x", &[2, 3, 4]), &[2, 0, 1]).unwrap(), vec![4, 2, 3]);
+/// assert!(permute::<usize>("permute", ("x", &[2, 3, 4]), &[0, 0, 1]).is_err());
+/// assert!(permute::<usize>("permute", ("x", &[2, 3, 4]), &[1, 0]).is_err());
+/// ```
 pub fn permute<D: DimValue>(
     op: &str,
     x: Operand<'_, D>,
@@ -494,6 +616,13 @@ pub fn permute<D: DimValue>(
 }
 
 /// `t()`: transposes a matrix; 0-D and 1-D tensors are returned as is.
+///
+/// ```
+/// use tensorfn_core::rules::t;
+/// assert_eq!(t::<usize>("t", ("x", &[2, 3])).unwrap(), vec![3, 2]);
+/// assert_eq!(t::<usize>("t", ("x", &[5])).unwrap(), vec![5]);
+/// assert!(t::<usize>("t", ("x", &[2, 3, 4])).is_err());
+/// ```
 pub fn t<D: DimValue>(op: &str, x: Operand<'_, D>) -> Result<Vec<D>, RuleError> {
     let (name, dims) = x;
     match dims.len() {
@@ -511,6 +640,12 @@ pub fn t<D: DimValue>(op: &str, x: Operand<'_, D>) -> Result<Vec<D>, RuleError> 
 }
 
 /// `transpose(d0, d1)`: swaps two dims.
+///
+/// ```
+/// use tensorfn_core::rules::transpose;
+/// assert_eq!(transpose::<usize>("transpose", ("x", &[2, 3, 4]), 0, 2).unwrap(), vec![4, 3, 2]);
+/// assert!(transpose::<usize>("transpose", ("x", &[2, 3]), 0, 2).is_err());
+/// ```
 pub fn transpose<D: DimValue>(
     op: &str,
     x: Operand<'_, D>,
@@ -538,6 +673,13 @@ pub fn transpose<D: DimValue>(
 
 /// A reduction along `dim` (`sum`, `mean`, `max`, `softmax`'s dim check):
 /// the dim disappears unless `keepdim`, where it becomes 1.
+///
+/// ```
+/// use tensorfn_core::rules::reduce;
+/// assert_eq!(reduce::<usize>("sum", ("x", &[2, 3, 4]), 1, false).unwrap(), vec![2, 4]);
+/// assert_eq!(reduce::<usize>("sum", ("x", &[2, 3, 4]), 1, true).unwrap(), vec![2, 1, 4]);
+/// assert!(reduce::<usize>("sum", ("x", &[2, 3]), 2, false).is_err());
+/// ```
 pub fn reduce<D: DimValue>(
     op: &str,
     x: Operand<'_, D>,
@@ -568,6 +710,13 @@ pub fn reduce<D: DimValue>(
 
 /// Indexing `x[.., index, ..]` along `dim`: the dim disappears; an index
 /// past the end is an error (never an illegal memory access).
+///
+/// ```
+/// use tensorfn_core::rules::index;
+/// assert_eq!(index::<usize>("index", ("x", &[10, 4]), 0, 9).unwrap(), vec![4]);
+/// let e = index::<usize>("index", ("x", &[10, 4]), 0, 10).unwrap_err();
+/// assert!(e.message.contains("valid indices are 0..=9"));
+/// ```
 pub fn index<D: DimValue>(
     op: &str,
     x: Operand<'_, D>,
@@ -596,6 +745,13 @@ pub fn index<D: DimValue>(
 }
 
 /// Slicing `start..end` along `dim`: `start <= end <= size`.
+///
+/// ```
+/// use tensorfn_core::rules::slice;
+/// assert_eq!(slice::<usize>("slice", ("x", &[10, 4]), 0, 2, 5).unwrap(), vec![3, 4]);
+/// assert_eq!(slice::<usize>("slice", ("x", &[10, 4]), 0, 5, 5).unwrap(), vec![0, 4]);
+/// assert!(slice::<usize>("slice", ("x", &[10, 4]), 0, 2, 11).is_err());
+/// ```
 pub fn slice<D: DimValue>(
     op: &str,
     x: Operand<'_, D>,

@@ -1,7 +1,9 @@
 //! Runs the generated PTX on a real GPU and compares every output with the
 //! interpreter, bit for bit: every built-in elementwise kernel (contiguous
 //! vectorised, contiguous misaligned and strided/broadcast entries, strided
-//! outputs), a set of fused kernels, and every reduction and softmax.
+//! outputs), a set of fused kernels, and every reduction and softmax; on
+//! compute capability 8.0 and newer, also the sm_80 text of every kernel
+//! that has one (those rounding to `bf16`).
 //!
 //! `cargo run -p tensorfn-kernels --example gpu_check` (exits 0 with a
 //! note when no GPU is present; pass `--require-gpu` to fail instead).
@@ -13,6 +15,7 @@ use tensorfn_kernels::abi::StridedMeta;
 use tensorfn_kernels::builtin::{self, BLOCK};
 use tensorfn_kernels::interp::{self, run_elementwise, HostData, HostView};
 use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel};
+use tensorfn_kernels::ptx::Target;
 use tensorfn_kernels::{BinaryOp, CmpOp, DTypeKind, ReduceOp, UnaryOp};
 
 type Res<T> = Result<T, String>;
@@ -37,6 +40,20 @@ impl Gpu {
         drv(unsafe { result::ctx::set_current(ctx) }, "set context")?;
         Ok(Gpu { _ctx: ctx })
     }
+}
+
+/// The best PTX target of device 0.
+fn device_target() -> Res<Target> {
+    let dev = drv(result::device::get(0), "device 0")?;
+    let attr = |a| {
+        drv(
+            unsafe { result::device::get_attribute(dev, a) },
+            "attribute",
+        )
+    };
+    let major = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    Ok(Target::for_compute_capability(major as u32, minor as u32))
 }
 
 /// A device buffer freed on drop.
@@ -525,6 +542,44 @@ fn run_all() -> Res<(usize, usize)> {
         let ptx = tensorfn_kernels::ptx::elementwise(&ir, &name).map_err(|e| e.to_string())?;
         let r = check_elementwise(&mut rng, &name, &ptx, &ir);
         record(&name, r);
+    }
+    let target = device_target()?;
+    if target != Target::Sm70 {
+        // The same checks on the text written for this device, where it
+        // differs from the sm_70 one.
+        let differs = |ir: &Kernel| tensorfn_kernels::ptx::differs_on(ir, target);
+        let mut cases: Vec<(String, String, Kernel)> = Vec::new();
+        for (name, ir) in fused_irs() {
+            if differs(&ir) {
+                let ptx = tensorfn_kernels::ptx::elementwise_for(&ir, &name, target)
+                    .map_err(|e| e.to_string())?;
+                cases.push((name, ptx, ir));
+            }
+        }
+        for dt in DTypeKind::ALL {
+            for op in UnaryOp::ALL {
+                if let (Some(ir), Ok(k)) =
+                    (unary_ir(op, dt), builtin::try_unary_for(op, dt, target))
+                {
+                    cases.extend(differs(&ir).then_some((k.name, k.ptx, ir)));
+                }
+            }
+            for op in BinaryOp::ALL {
+                if let (Some(ir), Ok(k)) =
+                    (binary_ir(op, dt), builtin::try_binary_for(op, dt, target))
+                {
+                    cases.extend(differs(&ir).then_some((k.name, k.ptx, ir)));
+                }
+            }
+            for to in DTypeKind::ALL {
+                let (ir, k) = (cast_ir(dt, to), builtin::cast_for(dt, to, target));
+                cases.extend(differs(&ir).then_some((k.name, k.ptx, ir)));
+            }
+        }
+        for (name, ptx, ir) in cases {
+            let r = check_elementwise(&mut rng, &name, &ptx, &ir);
+            record(&format!("{name} ({})", target.arch()), r);
+        }
     }
     if failures.is_empty() {
         Ok((kernels, elements))

@@ -22,6 +22,7 @@
 //! assert_eq!(&m.words()[..6], &[1, 1, 1, 1, 2, 3]);
 //! ```
 
+use crate::ptx::Target;
 use tensorfn_core::DTypeKind;
 
 /// Highest rank the strided entry handles (matches the runtime's shapes).
@@ -37,21 +38,27 @@ pub const fn meta_bytes(inputs: usize) -> usize {
 ///
 /// ```
 /// use tensorfn_kernels::abi::FusedKernel;
+/// use tensorfn_kernels::ptx::Target;
 /// use tensorfn_core::DTypeKind;
 /// static K: FusedKernel = FusedKernel {
 ///     name: "tf_demo",
-///     ptx: "",
+///     ptx: ".target sm_70",
+///     ptx_sm80: None,
 ///     inputs: &[DTypeKind::F32],
 ///     output: DTypeKind::F32,
 /// };
 /// assert_eq!(K.contig_entry(), "tf_demo_contig");
+/// assert_eq!(K.ptx_for(Target::Sm80), ".target sm_70");
 /// ```
 #[derive(Debug)]
 pub struct FusedKernel {
     /// Entry-name prefix, unique per kernel (includes a hash of its body).
     pub name: &'static str,
-    /// The PTX module holding both entries.
+    /// The PTX module holding both entries, for sm_70 and newer.
     pub ptx: &'static str,
+    /// The same module for sm_80 and newer, where it is faster (it rounds
+    /// to `bf16`, see [`Target`]); `None` when it would not differ.
+    pub ptx_sm80: Option<&'static str>,
     /// Dtype of each input, in parameter order.
     pub inputs: &'static [DTypeKind],
     /// Dtype of the output.
@@ -59,6 +66,14 @@ pub struct FusedKernel {
 }
 
 impl FusedKernel {
+    /// The text to load on a device of `target`.
+    pub fn ptx_for(&self, target: Target) -> &'static str {
+        match target {
+            Target::Sm80 => self.ptx_sm80.unwrap_or(self.ptx),
+            Target::Sm70 => self.ptx,
+        }
+    }
+
     /// Name of the entry for contiguous, same-shape inputs.
     pub fn contig_entry(&self) -> String {
         format!("{}_contig", self.name)

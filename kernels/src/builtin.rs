@@ -27,7 +27,7 @@
 use crate::error::{Error, Result};
 use crate::ir::ElementwiseBuilder;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
-use crate::ptx;
+use crate::ptx::{self, Target};
 use crate::reduction::{reduce_spec, softmax_spec};
 use tensorfn_core::DTypeKind;
 
@@ -148,12 +148,24 @@ pub fn softmax_name(dtype: DTypeKind, log: bool) -> String {
 /// assert!(builtin::try_unary(UnaryOp::Exp, DTypeKind::I64).is_err());
 /// ```
 pub fn try_unary(op: UnaryOp, dtype: DTypeKind) -> Result<Kernel> {
+    try_unary_for(op, dtype, Target::Sm70)
+}
+
+/// [`try_unary`] written for `target`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, ptx::Target, DTypeKind, UnaryOp};
+/// let k = builtin::try_unary_for(UnaryOp::Exp, DTypeKind::BF16, Target::Sm80)?;
+/// assert!(k.ptx.contains(".target sm_80"));
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn try_unary_for(op: UnaryOp, dtype: DTypeKind, target: Target) -> Result<Kernel> {
     let mut k = ElementwiseBuilder::new();
     let x = k.input(dtype);
     let y = k.unary(op, x);
     let kernel = k.output(y).map_err(|e| unsupported("unary", e))?;
     let name = unary_name(op, dtype);
-    let ptx = ptx::elementwise(&kernel, &name)?;
+    let ptx = ptx::elementwise_for(&kernel, &name, target)?;
     Ok(Kernel { name, ptx })
 }
 
@@ -166,13 +178,25 @@ pub fn try_unary(op: UnaryOp, dtype: DTypeKind) -> Result<Kernel> {
 /// assert!(builtin::try_binary(BinaryOp::Pow, DTypeKind::I32).is_err());
 /// ```
 pub fn try_binary(op: BinaryOp, dtype: DTypeKind) -> Result<Kernel> {
+    try_binary_for(op, dtype, Target::Sm70)
+}
+
+/// [`try_binary`] written for `target`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, ptx::Target, BinaryOp, DTypeKind};
+/// let k = builtin::try_binary_for(BinaryOp::Add, DTypeKind::BF16, Target::Sm80)?;
+/// assert!(k.ptx.contains("cvt.rn.bf16x2.f32"));
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn try_binary_for(op: BinaryOp, dtype: DTypeKind, target: Target) -> Result<Kernel> {
     let mut k = ElementwiseBuilder::new();
     let a = k.input(dtype);
     let b = k.input(dtype);
     let c = k.binary(op, a, b);
     let kernel = k.output(c).map_err(|e| unsupported("binary", e))?;
     let name = binary_name(op, dtype);
-    let ptx = ptx::elementwise(&kernel, &name)?;
+    let ptx = ptx::elementwise_for(&kernel, &name, target)?;
     Ok(Kernel { name, ptx })
 }
 
@@ -306,13 +330,24 @@ pub fn binary(op: BinaryOp, dtype: DTypeKind) -> Kernel {
 /// assert_eq!(copy.name, "tf_cast_f64_f64");
 /// ```
 pub fn cast(from: DTypeKind, to: DTypeKind) -> Kernel {
+    cast_for(from, to, Target::Sm70)
+}
+
+/// [`cast`] written for `target`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, ptx::Target, DTypeKind};
+/// let k = builtin::cast_for(DTypeKind::F32, DTypeKind::BF16, Target::Sm80);
+/// assert!(k.ptx.contains("cvt.rn.bf16x2.f32"));
+/// ```
+pub fn cast_for(from: DTypeKind, to: DTypeKind, target: Target) -> Kernel {
     let mut k = ElementwiseBuilder::new();
     let x = k.input(from);
     let y = k.cast(x, to);
     let name = cast_name(from, to);
     let text = k
         .output(y)
-        .and_then(|kernel| ptx::elementwise(&kernel, &name));
+        .and_then(|kernel| ptx::elementwise_for(&kernel, &name, target));
     match text {
         Ok(ptx) => Kernel { name, ptx },
         Err(e) => unreachable!("casts are total: {e}"),

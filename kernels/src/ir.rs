@@ -75,7 +75,8 @@
 //! let name = kernel.default_name(); // stable: hash of the kernel's text
 //! let text = ptx::elementwise(&kernel, &name)?;
 //! // emitted as: static K: FusedKernel = FusedKernel {
-//! //     name: <name>, ptx: <text>, inputs: &[F16, F16], output: F16 };
+//! //     name: <name>, ptx: <text>, ptx_sm80: None, inputs: &[F16, F16], output: F16 };
+//! // (`ptx_sm80` holds a second text when the kernel rounds to bf16)
 //! assert_eq!(kernel.inputs(), &[DTypeKind::F16, DTypeKind::F16]);
 //! assert!(text.contains(&format!("{name}_contig")));
 //! # Ok::<(), tensorfn_kernels::Error>(())
@@ -134,6 +135,15 @@ pub struct Value {
 
 impl Value {
     /// Position of the instruction that defines the value.
+    ///
+    /// ```
+    /// use tensorfn_kernels::ir::ElementwiseBuilder;
+    /// use tensorfn_kernels::{DTypeKind, UnaryOp};
+    /// let mut k = ElementwiseBuilder::new();
+    /// let x = k.input(DTypeKind::F32);
+    /// let y = k.unary(UnaryOp::Exp, x);
+    /// assert_eq!((x.index(), y.index()), (0, 1));
+    /// ```
     pub fn index(self) -> usize {
         self.index as usize
     }
@@ -157,6 +167,13 @@ pub enum Scalar {
 
 impl Scalar {
     /// The value as `f64` (exact but for integers beyond 2^53).
+    ///
+    /// ```
+    /// use tensorfn_kernels::ir::Scalar;
+    /// assert_eq!(Scalar::Float(0.5).to_f64(), 0.5);
+    /// assert_eq!(Scalar::Bool(true).to_f64(), 1.0);
+    /// assert_eq!(Scalar::Int(-7).to_f64(), -7.0);
+    /// ```
     pub fn to_f64(self) -> f64 {
         match self {
             Scalar::Float(v) => v,

@@ -98,7 +98,17 @@ fn unary(b: &mut Builder, op: UnaryOp, x: Reg, dtype: DTypeKind) -> Reg {
     match dtype {
         F32 | F64 => float_unary(b, op, x),
         F16 | BF16 => {
-            let r = float_unary(b, op, x);
+            // The result is rounded to 16 bits right below: the shorter
+            // expansions suffice (see `expand::Fit`).
+            let fit = if dtype == F16 {
+                expand::Fit::F16
+            } else {
+                expand::Fit::Bf16
+            };
+            let r = match expand::unary_fit(b, op, x, fit) {
+                Some(r) => r,
+                None => float_unary(b, op, x),
+            };
             if exact_unary(op) {
                 r
             } else {
@@ -233,23 +243,11 @@ pub(crate) fn round_to(b: &mut Builder, x: Reg, dtype: DTypeKind) -> Reg {
     }
 }
 
-/// f32 -> nearest bf16 (ties to even; NaN quieted), kept in an f32.
+/// f32 -> nearest bf16 (ties to even; NaN quieted), kept in an f32: one
+/// instruction, which the PTX back-end expands for targets without
+/// `cvt.rn.bf16`.
 fn bf16_round(b: &mut Builder, x: Reg) -> Reg {
-    let bits = b.bits(x);
-    let top = b.ci(Ty::I32, 0xffff_0000_u32 as i32 as i64);
-    let quiet = b.ci(Ty::I32, 0x0040_0000);
-    let nan_bits = b.and(bits, top);
-    let nan_bits = b.or(nan_bits, quiet);
-    let lsb = b.shrl_c(bits, 16);
-    let one = b.ci(Ty::I32, 1);
-    let lsb = b.and(lsb, one);
-    let bias = b.ci(Ty::I32, 0x7fff);
-    let bias = b.iadd(bias, lsb);
-    let r = b.iadd(bits, bias);
-    let r = b.and(r, top);
-    let is_nan = b.is_nan(x);
-    let r = b.select(is_nan, nan_bits, r);
-    b.bits(r)
+    b.round_bf16(x)
 }
 
 /// f64 -> f32 rounding to odd: toward zero, last bit set when inexact.

@@ -1,5 +1,15 @@
 //! The scalar operations every back-end implements: the CPU loops, the PTX
 //! emitter and the interpreter all match on these enums.
+//!
+//! Each op carries its `f64` reference (`eval_f64`), the value every
+//! back-end is tested against:
+//!
+//! ```
+//! use tensorfn_kernels::ops::{BinaryOp, UnaryOp};
+//! let x = 0.75f64;
+//! let silu = BinaryOp::Mul.eval_f64(x, UnaryOp::Sigmoid.eval_f64(x));
+//! assert!((UnaryOp::Silu.eval_f64(x) - silu).abs() < 1e-15);
+//! ```
 
 /// A function of one element.
 ///
@@ -45,6 +55,12 @@ pub enum UnaryOp {
 
 impl UnaryOp {
     /// Every unary op.
+    ///
+    /// ```
+    /// use tensorfn_kernels::UnaryOp;
+    /// assert_eq!(UnaryOp::ALL.len(), 15);
+    /// assert!(UnaryOp::ALL.iter().all(|op| UnaryOp::from_name(op.name()) == Some(*op)));
+    /// ```
     pub const ALL: [UnaryOp; 15] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
@@ -64,6 +80,11 @@ impl UnaryOp {
     ];
 
     /// The name used in `tensor_fn!` and in kernel names.
+    ///
+    /// ```
+    /// use tensorfn_kernels::UnaryOp;
+    /// assert_eq!(UnaryOp::Rsqrt.name(), "rsqrt");
+    /// ```
     pub const fn name(self) -> &'static str {
         match self {
             UnaryOp::Neg => "neg",
@@ -85,11 +106,23 @@ impl UnaryOp {
     }
 
     /// Looks an op up by [`name`](Self::name).
+    ///
+    /// ```
+    /// use tensorfn_kernels::UnaryOp;
+    /// assert_eq!(UnaryOp::from_name("gelu"), Some(UnaryOp::Gelu));
+    /// assert_eq!(UnaryOp::from_name("softplus"), None);
+    /// ```
     pub fn from_name(name: &str) -> Option<UnaryOp> {
         UnaryOp::ALL.into_iter().find(|op| op.name() == name)
     }
 
     /// True for ops defined only on floating-point dtypes.
+    ///
+    /// ```
+    /// use tensorfn_kernels::UnaryOp;
+    /// assert!(UnaryOp::Sqrt.needs_float());
+    /// assert!(!UnaryOp::Square.needs_float()); // integers square too
+    /// ```
     pub const fn needs_float(self) -> bool {
         !matches!(
             self,
@@ -98,6 +131,16 @@ impl UnaryOp {
     }
 
     /// The op in `f64`, the reference every back-end is tested against.
+    ///
+    /// ```
+    /// use tensorfn_kernels::UnaryOp;
+    /// assert_eq!(UnaryOp::Relu.eval_f64(-2.0), 0.0);
+    /// assert!(UnaryOp::Relu.eval_f64(f64::NAN).is_nan());
+    /// assert!((UnaryOp::Sigmoid.eval_f64(0.0) - 0.5).abs() < 1e-15);
+    /// // tanh-approximated GELU: close to x for large x, close to 0 for very negative x
+    /// assert!((UnaryOp::Gelu.eval_f64(10.0) - 10.0).abs() < 1e-12);
+    /// assert!(UnaryOp::Gelu.eval_f64(-10.0).abs() < 1e-12);
+    /// ```
     pub fn eval_f64(self, x: f64) -> f64 {
         match self {
             UnaryOp::Neg => -x,
@@ -158,6 +201,12 @@ pub enum BinaryOp {
 
 impl BinaryOp {
     /// Every binary op.
+    ///
+    /// ```
+    /// use tensorfn_kernels::BinaryOp;
+    /// let arithmetic = BinaryOp::ALL.iter().filter(|op| op.symbol().is_some()).count();
+    /// assert_eq!(arithmetic, 4);
+    /// ```
     pub const ALL: [BinaryOp; 7] = [
         BinaryOp::Add,
         BinaryOp::Sub,
@@ -169,6 +218,12 @@ impl BinaryOp {
     ];
 
     /// The name used in kernel names and messages.
+    ///
+    /// ```
+    /// use tensorfn_kernels::BinaryOp;
+    /// assert_eq!(BinaryOp::Max.name(), "maximum"); // as `torch.maximum`
+    /// assert_eq!(BinaryOp::Pow.name(), "pow");
+    /// ```
     pub const fn name(self) -> &'static str {
         match self {
             BinaryOp::Add => "add",
@@ -182,6 +237,12 @@ impl BinaryOp {
     }
 
     /// The Rust operator, for the four arithmetic ops.
+    ///
+    /// ```
+    /// use tensorfn_kernels::BinaryOp;
+    /// assert_eq!(BinaryOp::Div.symbol(), Some("/"));
+    /// assert_eq!(BinaryOp::Pow.symbol(), None);
+    /// ```
     pub const fn symbol(self) -> Option<&'static str> {
         match self {
             BinaryOp::Add => Some("+"),
@@ -193,6 +254,13 @@ impl BinaryOp {
     }
 
     /// The op in `f64`, the reference every back-end is tested against.
+    ///
+    /// ```
+    /// use tensorfn_kernels::BinaryOp;
+    /// assert_eq!(BinaryOp::Pow.eval_f64(2.0, 10.0), 1024.0);
+    /// assert!(BinaryOp::Max.eval_f64(1.0, f64::NAN).is_nan()); // unlike f64::max
+    /// assert_eq!(BinaryOp::Min.eval_f64(-0.5, 3.0), -0.5);
+    /// ```
     pub fn eval_f64(self, a: f64, b: f64) -> f64 {
         match self {
             BinaryOp::Add => a + b,
@@ -233,6 +301,11 @@ pub enum ReduceOp {
 
 impl ReduceOp {
     /// The name used in `tensor_fn!` and in kernel names.
+    ///
+    /// ```
+    /// use tensorfn_kernels::ReduceOp;
+    /// assert_eq!(ReduceOp::ArgMin.name(), "argmin");
+    /// ```
     pub const fn name(self) -> &'static str {
         match self {
             ReduceOp::Sum => "sum",
@@ -245,6 +318,12 @@ impl ReduceOp {
     }
 
     /// True for the ops that return positions (`i64`) instead of values.
+    ///
+    /// ```
+    /// use tensorfn_kernels::ReduceOp;
+    /// assert!(ReduceOp::ArgMax.returns_index());
+    /// assert!(!ReduceOp::Max.returns_index());
+    /// ```
     pub const fn returns_index(self) -> bool {
         matches!(self, ReduceOp::ArgMax | ReduceOp::ArgMin)
     }
@@ -279,6 +358,13 @@ pub enum CmpOp {
 
 impl CmpOp {
     /// Every comparison.
+    ///
+    /// ```
+    /// use tensorfn_kernels::CmpOp;
+    /// // Every comparison but `Ne` is false with a NaN operand.
+    /// let true_on_nan: Vec<_> = CmpOp::ALL.into_iter().filter(|op| op.eval_f64(f64::NAN, 1.0)).collect();
+    /// assert_eq!(true_on_nan, [CmpOp::Ne]);
+    /// ```
     pub const ALL: [CmpOp; 6] = [
         CmpOp::Eq,
         CmpOp::Ne,
@@ -289,6 +375,11 @@ impl CmpOp {
     ];
 
     /// The name used in kernel names and messages (PyTorch's `torch.eq`, ...).
+    ///
+    /// ```
+    /// use tensorfn_kernels::CmpOp;
+    /// assert_eq!(CmpOp::Ge.name(), "ge");
+    /// ```
     pub const fn name(self) -> &'static str {
         match self {
             CmpOp::Eq => "eq",
@@ -301,6 +392,13 @@ impl CmpOp {
     }
 
     /// The comparison in `f64`, the reference of the back-ends.
+    ///
+    /// ```
+    /// use tensorfn_kernels::CmpOp;
+    /// assert!(CmpOp::Lt.eval_f64(-1.0, 0.0));
+    /// assert!(!CmpOp::Lt.eval_f64(f64::NAN, 0.0));
+    /// assert!(CmpOp::Eq.eval_f64(0.0, -0.0)); // IEEE: signed zeros are equal
+    /// ```
     pub fn eval_f64(self, a: f64, b: f64) -> bool {
         match self {
             CmpOp::Eq => a == b,

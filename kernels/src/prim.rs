@@ -129,6 +129,12 @@ pub(crate) enum Op {
     Bits,
     /// Round an f32 or f64 to the nearest f16, result as f32.
     RoundF16,
+    /// Round an f32 to the nearest bf16 (ties to even), result as f32. A
+    /// NaN stays NaN: the interpreter keeps its sign and top payload bits
+    /// (quieted); sm_80's `cvt.rn.bf16` may give another NaN, like every
+    /// NaN-producing instruction (NaN payloads are not part of the
+    /// contract).
+    RoundBf16,
 }
 
 /// One instruction.
@@ -427,5 +433,9 @@ impl Builder {
     }
     pub(crate) fn round_f16(&mut self, a: Reg) -> Reg {
         self.push(Op::RoundF16, Ty::F32, vec![a])
+    }
+    pub(crate) fn round_bf16(&mut self, a: Reg) -> Reg {
+        debug_assert_eq!(self.ty(a), Ty::F32, "bf16 rounding from f32 only");
+        self.push(Op::RoundBf16, Ty::F32, vec![a])
     }
 }

@@ -185,6 +185,75 @@ mod tests {
         }
     }
 
+    /// What sm_80's `cvt.rn.bf16.f32` (and each half of
+    /// `cvt.rn.bf16x2.f32`) computes, per the PTX ISA: `x` rounded to
+    /// nearest even in bf16's precision, subnormals kept (no `.ftz`),
+    /// beyond the largest bf16 to infinity; NaN gives a NaN. Computed here
+    /// independently of [`f32_to_bf16_bits`], through exact `f64` rounding.
+    fn cvt_rn_bf16(x: f32) -> Option<u16> {
+        if x.is_nan() {
+            return None; // any NaN
+        }
+        let v = exact_round(x as f64, 8, -126, 127);
+        let b = (v as f32).to_bits();
+        assert_eq!(b & 0xffff, 0, "{v:e} is not a bf16");
+        Some((b >> 16) as u16)
+    }
+
+    /// The rounding the interpreter (and the sm_70 integer sequence)
+    /// performs is the one the sm_80 conversion performs, on every upper
+    /// half of an f32 with low halves at and around the tie (and random
+    /// ones), so the two targets compute the same bits; a NaN stays NaN
+    /// (the interpreter keeps sign and top payload, quieted; the hardware
+    /// conversion may not, which only a NaN's payload can show).
+    #[test]
+    fn f32_to_bf16_is_the_native_conversion() {
+        let mut state = 0x9e37_79b9u32;
+        let mut ties = 0;
+        for hi in 0..=0xffffu32 {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            let los = [0x8000, 0, 1, 0x7fff, 0x8001, 0xfffe, 0xffff, state & 0xffff];
+            for (i, lo) in los.into_iter().enumerate() {
+                let bits = hi << 16 | lo;
+                let x = f32::from_bits(bits);
+                let got = f32_to_bf16_bits(x);
+                match cvt_rn_bf16(x) {
+                    Some(want) => assert_eq!(got, want, "x bits {bits:#010x}"),
+                    None => {
+                        assert!(bf16::from_bits(got).is_nan(), "x bits {bits:#010x}");
+                        assert_eq!(got, (hi | 0x40) as u16, "quieted, sign kept");
+                    }
+                }
+                ties += (i == 0 && !x.is_nan()) as u32;
+            }
+        }
+        assert_eq!(ties, 0x10000 - 2 * 0x80, "every top half but the NaNs'");
+        // the interpreter's instruction for it
+        use crate::interp::{run_elementwise, HostData, HostView};
+        use crate::ir::ElementwiseBuilder;
+        use tensorfn_core::DTypeKind;
+        let mut k = ElementwiseBuilder::new();
+        let x = k.input(DTypeKind::F32);
+        let y = k.cast(x, DTypeKind::BF16);
+        let kernel = k.output(y).unwrap();
+        let xs: Vec<f32> = (0..=0xffffu32)
+            .flat_map(|hi| [0, 0x7fff, 0x8000, 0x8001].map(|lo| f32::from_bits(hi << 16 | lo)))
+            .collect();
+        let data = HostData::F32(xs.clone());
+        let out = run_elementwise(&kernel, &[HostView::contiguous(&data)], &[xs.len()]).unwrap();
+        let HostData::BF16(out) = out else {
+            panic!("bf16 output")
+        };
+        for (x, y) in xs.iter().zip(&out) {
+            match cvt_rn_bf16(*x) {
+                Some(want) => assert_eq!(y.to_bits(), want, "x bits {:#010x}", x.to_bits()),
+                None => assert!(y.is_nan()),
+            }
+        }
+    }
+
     #[test]
     fn integers_round_once() {
         let cases = [

@@ -1,6 +1,8 @@
 //! The `tensor_fn!` procedural macro. The stages live in the
 //! `tensorfn-macros-impl` library; this crate only connects them to the
 //! compiler. See the `tensorfn` crate for the documentation.
+#![deny(missing_docs)]
+
 use proc_macro::TokenStream;
 
 /// Checks device, dtype and shape of whole tensor functions at compile

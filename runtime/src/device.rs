@@ -83,6 +83,20 @@ impl<const ORD: usize> Device for Cuda<ORD> {
 
 /// Proof that two tensors live on the same device; the compiler names both
 /// devices when they differ.
+///
+/// ```
+/// use tensorfn_runtime::{Cpu, Device, DeviceKind, SameDevice};
+/// fn common<A: Device + SameDevice<B>, B: Device>() -> DeviceKind { A::KIND }
+/// assert_eq!(common::<Cpu, Cpu>(), DeviceKind::Cpu);
+/// ```
+///
+/// Two devices, even two GPUs, do not compile:
+///
+/// ```compile_fail,E0277
+/// use tensorfn_runtime::{Cuda, Device, DeviceKind, SameDevice};
+/// fn common<A: Device + SameDevice<B>, B: Device>() -> DeviceKind { A::KIND }
+/// common::<Cuda<0>, Cuda<1>>();
+/// ```
 #[diagnostic::on_unimplemented(
     message = "tensors on different devices: `{Self}` and `{D}`",
     label = "this tensor is on `{Self}`",

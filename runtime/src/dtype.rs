@@ -17,6 +17,11 @@ mod sealed {
 /// assert_eq!(<f16 as DType>::KIND, DTypeKind::F16);
 /// assert_eq!(f16::from_f64(1.5).to_f64(), 1.5);
 /// assert_eq!(<i64 as DType>::from_i64(-3), -3i64);
+/// assert_eq!(<bool as DType>::one(), true);
+/// // On the CPU, `Tensor::cast` applies this to each element.
+/// assert_eq!(2.75f32.cast::<i32>(), 2);
+/// assert_eq!(300i64.cast::<u8>(), 44); // integers wrap, as in PyTorch
+/// assert_eq!(300.0f32.cast::<u8>(), 255); // through a float: saturates
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a tensorfn dtype",
@@ -53,7 +58,10 @@ pub trait DType:
     fn one() -> Self {
         Self::from_i64(1)
     }
-    /// Converts to another dtype, exactly where both are integers.
+    /// Converts to another dtype. Integer to integer goes through `i64`,
+    /// exact when the value fits and wrapping as Rust `as` does otherwise;
+    /// a conversion involving a float goes through `f64` and
+    /// [`from_f64`](Self::from_f64) (saturating into integers).
     fn cast<U: DType>(self) -> U {
         if Self::KIND.is_float() || U::KIND.is_float() {
             U::from_f64(self.to_f64())
@@ -75,9 +83,22 @@ pub trait NumDType: DType {}
 /// The floating-point dtypes: transcendental functions, `mean`, `softmax`.
 ///
 /// ```
-/// use tensorfn_runtime::{FloatDType, bf16};
-/// fn is_float<T: FloatDType>() -> bool { true }
-/// assert!(is_float::<bf16>());
+/// use tensorfn_runtime::{shape, bf16, Cpu, FloatDType, Result, Tensor};
+/// fn squash<T: FloatDType>(v: Vec<T>) -> Result<Vec<f64>> {
+///     let x = Tensor::<Cpu, T, shape![_]>::from_vec_dims(v.clone(), &[v.len()])?;
+///     Ok(x.sigmoid()?.to_vec()?.into_iter().map(|y| y.to_f64()).collect())
+/// }
+/// assert_eq!(squash(vec![0.0f32])?, vec![0.5]);
+/// assert_eq!(squash(vec![bf16::from_f32(0.0)])?, vec![0.5]);
+/// # Ok::<(), tensorfn_runtime::Error>(())
+/// ```
+///
+/// Integer tensors have no transcendental functions; they do not compile:
+///
+/// ```compile_fail
+/// use tensorfn_runtime::{shape, Cpu, Tensor};
+/// let x = Tensor::<Cpu, i32, shape![2]>::ones().unwrap();
+/// let _ = x.sigmoid();
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a floating-point dtype",
@@ -157,6 +178,24 @@ impl DType for bool {
 
 /// Proof that two tensors have the same dtype; the compiler names both and
 /// the cast that fixes it when they differ.
+///
+/// ```
+/// use tensorfn_runtime::{DType, SameDType};
+/// fn sum_as_f64<A: DType + SameDType<B>, B: DType>(a: A, b: B) -> f64 {
+///     a.to_f64() + b.to_f64()
+/// }
+/// assert_eq!(sum_as_f64(1.5f32, 2.0f32), 3.5);
+/// ```
+///
+/// Mixing dtypes does not compile:
+///
+/// ```compile_fail,E0277
+/// use tensorfn_runtime::{DType, SameDType};
+/// fn sum_as_f64<A: DType + SameDType<B>, B: DType>(a: A, b: B) -> f64 {
+///     a.to_f64() + b.to_f64()
+/// }
+/// sum_as_f64(1.5f32, 2.0f64);
+/// ```
 #[diagnostic::on_unimplemented(
     message = "dtype mismatch: `{Self}` and `{T}`",
     label = "this tensor is `{Self}`",

@@ -89,10 +89,26 @@ pub enum Error {
 }
 
 /// `Result` with tensorfn's [`Error`].
+///
+/// ```
+/// use tensorfn_runtime::{Cpu, Result, Tensor, shape};
+/// fn total(v: Vec<f32>) -> Result<f32> {
+///     let x = Tensor::<Cpu, f32, shape![_]>::from_vec_dims(v.clone(), &[v.len()])?;
+///     Ok(x.to_vec()?.iter().sum())
+/// }
+/// assert_eq!(total(vec![1.0, 2.5]).unwrap(), 3.5);
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     /// Builds a [`Error::Shape`].
+    ///
+    /// ```
+    /// use tensorfn_runtime::Error;
+    /// let e = Error::shape("load", "784 columns", "785 columns");
+    /// assert!(matches!(e, Error::Shape { .. }));
+    /// assert_eq!(e.to_string(), "load: expected 784 columns, found 785 columns");
+    /// ```
     pub fn shape(
         op: impl Into<String>,
         expected: impl Into<String>,

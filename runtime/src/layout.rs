@@ -4,14 +4,19 @@
 
 /// Dims, strides (in elements; 0 for a broadcast dim) and a start offset.
 ///
+/// A tensor's layout is read with [`Tensor::layout`](crate::Tensor::layout);
+/// views are made by the tensor's methods, which check their arguments, so
+/// the public side of a layout only answers questions.
+///
 /// ```
-/// use tensorfn_runtime::Layout;
-/// let l = Layout::contiguous(&[2, 3]);
-/// assert_eq!(l.strides(), &[3, 1]);
-/// let t = l.permute(&[1, 0]);
-/// assert_eq!(t.dims(), &[3, 2]);
-/// assert!(!t.is_contiguous());
-/// assert_eq!(t.offsets().collect::<Vec<_>>(), vec![0, 3, 1, 4, 2, 5]);
+/// use tensorfn_runtime::{shape, Cpu, Layout, Tensor};
+/// let x = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
+/// assert_eq!(x.layout().strides(), &[3, 1]);
+/// let t = x.t().unwrap();
+/// let l: &Layout = t.layout();
+/// assert_eq!(l.dims(), &[3, 2]);
+/// assert!(!l.is_contiguous());
+/// assert_eq!(l.offsets().collect::<Vec<_>>(), vec![0, 3, 1, 4, 2, 5]);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Layout {
@@ -21,6 +26,12 @@ pub struct Layout {
 }
 
 /// Row-major strides of a contiguous tensor of `dims`.
+///
+/// ```
+/// use tensorfn_runtime::layout::contiguous_strides;
+/// assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+/// assert_eq!(contiguous_strides(&[]), Vec::<usize>::new());
+/// ```
 pub fn contiguous_strides(dims: &[usize]) -> Vec<usize> {
     let mut strides = vec![1; dims.len()];
     for i in (0..dims.len().saturating_sub(1)).rev() {
@@ -31,6 +42,13 @@ pub fn contiguous_strides(dims: &[usize]) -> Vec<usize> {
 
 impl Layout {
     /// A row-major layout starting at offset 0.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// let l = Layout::contiguous(&[4, 5]);
+    /// assert_eq!((l.strides(), l.offset()), (&[5, 1][..], 0));
+    /// assert!(l.is_contiguous());
+    /// ```
     pub fn contiguous(dims: &[usize]) -> Self {
         Layout {
             dims: dims.to_vec(),
@@ -40,7 +58,7 @@ impl Layout {
     }
 
     /// A layout from its parts (no check: callers keep offsets in bounds).
-    pub fn new(dims: Vec<usize>, strides: Vec<usize>, offset: usize) -> Self {
+    pub(crate) fn new(dims: Vec<usize>, strides: Vec<usize>, offset: usize) -> Self {
         debug_assert_eq!(dims.len(), strides.len());
         Layout {
             dims,
@@ -50,32 +68,74 @@ impl Layout {
     }
 
     /// The dims.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// assert_eq!(Layout::contiguous(&[2, 3]).dims(), &[2, 3]);
+    /// ```
     pub fn dims(&self) -> &[usize] {
         &self.dims
     }
 
     /// The strides, in elements.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{shape, Cpu, Tensor};
+    /// let row = Tensor::<Cpu, f32, shape![3]>::zeros().unwrap();
+    /// let b = row.broadcast_to::<shape![2, 3]>().unwrap();
+    /// assert_eq!(b.layout().strides(), &[0, 1]); // the new dim re-reads the same row
+    /// ```
     pub fn strides(&self) -> &[usize] {
         &self.strides
     }
 
     /// Offset of the first element in the storage.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{shape, Cpu, Tensor};
+    /// let x = Tensor::<Cpu, f32, shape![4, 3]>::zeros().unwrap();
+    /// let rows = x.narrow::<0, shape![2, 3]>(2, 2).unwrap(); // rows 2 and 3
+    /// assert_eq!(rows.layout().offset(), 6);
+    /// ```
     pub fn offset(&self) -> usize {
         self.offset
     }
 
     /// Number of dims.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// assert_eq!(Layout::contiguous(&[2, 3, 4]).rank(), 3);
+    /// assert_eq!(Layout::contiguous(&[]).rank(), 0);
+    /// ```
     pub fn rank(&self) -> usize {
         self.dims.len()
     }
 
     /// Number of elements.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// assert_eq!(Layout::contiguous(&[2, 3, 4]).numel(), 24);
+    /// assert_eq!(Layout::contiguous(&[]).numel(), 1); // a scalar
+    /// assert_eq!(Layout::contiguous(&[5, 0]).numel(), 0);
+    /// ```
     pub fn numel(&self) -> usize {
         self.dims.iter().product()
     }
 
     /// True when the elements are stored row-major without gaps (the offset
     /// may be non-zero). Dims of size 1 may have any stride.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{shape, Cpu, Tensor};
+    /// let x = Tensor::<Cpu, f32, shape![4, 3]>::zeros().unwrap();
+    /// let rows = x.narrow::<0, shape![2, 3]>(1, 2).unwrap();
+    /// let cols = x.narrow::<1, shape![4, 2]>(1, 2).unwrap();
+    /// assert!(rows.layout().is_contiguous()); // whole rows
+    /// assert!(!cols.layout().is_contiguous()); // part of each row
+    /// assert!(!x.t().unwrap().layout().is_contiguous());
+    /// ```
     pub fn is_contiguous(&self) -> bool {
         let mut expected = 1;
         for (&d, &s) in self.dims.iter().zip(&self.strides).rev() {
@@ -88,6 +148,15 @@ impl Layout {
     }
 
     /// One past the largest storage index this layout touches (0 if empty).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{shape, Cpu, Layout, Tensor};
+    /// // Rows 1..3 of a 4x3 matrix end at storage index 8.
+    /// let x = Tensor::<Cpu, f32, shape![4, 3]>::zeros().unwrap();
+    /// let rows = x.narrow::<0, shape![2, 3]>(1, 2).unwrap();
+    /// assert_eq!(rows.layout().storage_extent(), 9);
+    /// assert_eq!(Layout::contiguous(&[4, 0]).storage_extent(), 0);
+    /// ```
     pub fn storage_extent(&self) -> usize {
         if self.numel() == 0 {
             return 0;
@@ -102,8 +171,10 @@ impl Layout {
             + 1
     }
 
-    /// Reorders the dims (`perm` must be a permutation, checked by the caller).
-    pub fn permute(&self, perm: &[usize]) -> Layout {
+    /// Reorders the dims. `perm` must be a permutation of `0..rank`, checked
+    /// by the caller with [`rules::permute`](tensorfn_core::rules::permute):
+    /// this panics on an index past the rank.
+    pub(crate) fn permute(&self, perm: &[usize]) -> Layout {
         Layout {
             dims: perm.iter().map(|&p| self.dims[p]).collect(),
             strides: perm.iter().map(|&p| self.strides[p]).collect(),
@@ -111,16 +182,19 @@ impl Layout {
         }
     }
 
-    /// Swaps two dims.
-    pub fn transpose(&self, d0: usize, d1: usize) -> Layout {
+    /// Swaps two dims. Panics if either is not below the rank (callers check
+    /// with [`rules::transpose`](tensorfn_core::rules::transpose)).
+    pub(crate) fn transpose(&self, d0: usize, d1: usize) -> Layout {
         let mut l = self.clone();
         l.dims.swap(d0, d1);
         l.strides.swap(d0, d1);
         l
     }
 
-    /// Keeps `start..end` of `dim`.
-    pub fn slice(&self, dim: usize, start: usize, end: usize) -> Layout {
+    /// Keeps `start..end` of `dim`. The caller checks
+    /// `start <= end <= size` with [`rules::slice`](tensorfn_core::rules::slice);
+    /// a `dim` past the rank panics, and `start > end` is a caller bug.
+    pub(crate) fn slice(&self, dim: usize, start: usize, end: usize) -> Layout {
         let mut l = self.clone();
         l.offset += start * l.strides[dim];
         l.dims[dim] = end - start;
@@ -128,8 +202,10 @@ impl Layout {
         l
     }
 
-    /// Selects `index` of `dim`, removing the dim.
-    pub fn select(&self, dim: usize, index: usize) -> Layout {
+    /// Selects `index` of `dim`, removing the dim. The caller checks the
+    /// index with [`rules::index`](tensorfn_core::rules::index); this panics
+    /// when `dim` is past the rank.
+    pub(crate) fn select(&self, dim: usize, index: usize) -> Layout {
         let mut l = self.clone();
         l.offset += index * l.strides[dim];
         l.dims.remove(dim);
@@ -147,8 +223,10 @@ impl Layout {
     }
 
     /// Views the tensor as `dims` by broadcasting (stride 0 on new or size-1
-    /// dims). The caller checked compatibility with the shared rule.
-    pub fn broadcast_to(&self, dims: &[usize]) -> Layout {
+    /// dims). The caller checks compatibility with
+    /// [`rules::broadcast_to`](tensorfn_core::rules::broadcast_to); this panics
+    /// when `dims` has fewer dims than the layout.
+    pub(crate) fn broadcast_to(&self, dims: &[usize]) -> Layout {
         let pad = dims.len() - self.dims.len();
         let strides = (0..dims.len())
             .map(|i| {
@@ -167,8 +245,10 @@ impl Layout {
     }
 
     /// The same elements as `dims`, without a copy, when the layout allows
-    /// it (contiguous); `None` when a copy is needed.
-    pub fn reshape(&self, dims: &[usize]) -> Option<Layout> {
+    /// it (contiguous); `None` when a copy is needed. The element count is
+    /// not checked here: callers check it with
+    /// [`rules::reshape`](tensorfn_core::rules::reshape).
+    pub(crate) fn reshape(&self, dims: &[usize]) -> Option<Layout> {
         self.is_contiguous().then(|| Layout {
             dims: dims.to_vec(),
             strides: contiguous_strides(dims),
@@ -177,6 +257,14 @@ impl Layout {
     }
 
     /// Storage index of every element, in row-major logical order.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{shape, Cpu, Tensor};
+    /// let x = Tensor::<Cpu, f32, shape![2, 2]>::zeros().unwrap();
+    /// let t = x.t().unwrap();
+    /// assert_eq!(t.layout().offsets().collect::<Vec<_>>(), vec![0, 2, 1, 3]);
+    /// assert_eq!(t.layout().offsets().len(), 4);
+    /// ```
     pub fn offsets(&self) -> StridedOffsets<'_> {
         StridedOffsets::new(self)
     }
@@ -184,6 +272,15 @@ impl Layout {
 
 /// Iterator over the storage index of each element of a [`Layout`], in
 /// row-major order.
+///
+/// ```
+/// use tensorfn_runtime::{shape, Cpu, Tensor};
+/// let x = Tensor::<Cpu, i32, shape![2, 3]>::from_vec(vec![10, 11, 12, 20, 21, 22]).unwrap();
+/// let cols = x.narrow::<1, shape![2, 2]>(1, 2).unwrap();
+/// let data = [10, 11, 12, 20, 21, 22];
+/// let picked: Vec<i32> = cols.layout().offsets().map(|i| data[i]).collect();
+/// assert_eq!(picked, vec![11, 12, 21, 22]);
+/// ```
 #[derive(Clone, Debug)]
 pub struct StridedOffsets<'a> {
     layout: &'a Layout,
@@ -238,6 +335,38 @@ impl ExactSizeIterator for StridedOffsets<'_> {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn views_change_dims_strides_and_offset() {
+        let p = Layout::contiguous(&[2, 3, 4]).permute(&[2, 0, 1]);
+        assert_eq!((p.dims(), p.strides()), (&[4, 2, 3][..], &[1, 12, 4][..]));
+        let t = Layout::contiguous(&[2, 3]).transpose(0, 1);
+        assert_eq!((t.dims(), t.strides()), (&[3, 2][..], &[1, 3][..]));
+        let s = Layout::contiguous(&[2, 4]).slice(1, 1, 3);
+        assert_eq!(s.offsets().collect::<Vec<_>>(), vec![1, 2, 5, 6]);
+        let col = Layout::contiguous(&[3, 4]).select(1, 2);
+        assert_eq!(col.offsets().collect::<Vec<_>>(), vec![2, 6, 10]);
+        assert_eq!(
+            Layout::new(vec![3], vec![4], 1)
+                .offsets()
+                .collect::<Vec<_>>(),
+            vec![1, 5, 9]
+        );
+        let b = Layout::contiguous(&[3, 1]).broadcast_to(&[2, 3, 4]);
+        assert_eq!(b.strides(), &[0, 1, 0]);
+        assert_eq!(b.offsets().take(5).collect::<Vec<_>>(), vec![0, 0, 0, 0, 1]);
+        assert_eq!(
+            Layout::contiguous(&[2, 6])
+                .reshape(&[3, 4])
+                .unwrap()
+                .strides(),
+            &[4, 1]
+        );
+        assert!(Layout::contiguous(&[2, 6])
+            .transpose(0, 1)
+            .reshape(&[12])
+            .is_none());
+    }
 
     #[test]
     fn offsets_of_views() {

@@ -4,6 +4,12 @@ use crate::error::{Error, Result};
 use std::fmt;
 
 /// The largest rank a shape type can have.
+///
+/// ```
+/// use tensorfn_runtime::{shape, Shape, MAX_RANK};
+/// assert_eq!(MAX_RANK, 6);
+/// assert_eq!(<shape![1, 2, 3, 4, 5, 6]>::RANK, MAX_RANK);
+/// ```
 pub const MAX_RANK: usize = 6;
 
 mod sealed {
@@ -106,6 +112,14 @@ pub trait Shape: sealed::Sealed + Copy + Default + fmt::Debug + Send + Sync + 's
 }
 
 /// The shape type written as `shape![..]` would write it.
+///
+/// ```
+/// use tensorfn_runtime::shape::type_name;
+/// use tensorfn_runtime::{shape, Const, Dyn};
+/// assert_eq!(type_name::<shape![_, 784]>(), "shape![_, 784]");
+/// assert_eq!(type_name::<(Const<2>, Dyn, Const<3>)>(), "shape![2, _, 3]");
+/// assert_eq!(type_name::<shape![]>(), "shape![]");
+/// ```
 pub fn type_name<S: Shape>() -> String {
     let dims: Vec<String> = S::DIMS[..S::RANK]
         .iter()

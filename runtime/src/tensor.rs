@@ -1,6 +1,7 @@
 //! `Tensor<D, T, S>`: the typed handle, its creation and its moves between
 //! devices.
 
+use crate::backend::Backend as _;
 use crate::cuda;
 use crate::device::{Cpu, Device, DeviceKind};
 use crate::dtype::{DType, DTypeKind, FloatDType};
@@ -135,7 +136,18 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
     /// [`full`](Self::full) with run-time dims.
     pub fn full_dims(value: T, dims: &[usize]) -> Result<Self> {
         S::check(dims)?;
-        Self::from_host(host_buffer("full", dims, |_| value)?, dims)
+        match D::KIND {
+            DeviceKind::Cpu => Self::from_host(host_buffer("full", dims, |_| value)?, dims),
+            // Filled where it lives: nothing crosses the bus.
+            DeviceKind::Cuda(ord) => {
+                let n = checked_numel("full", dims)?;
+                let storage = cuda::CudaBackend::for_ordinal(ord)?.full(n, value)?;
+                Ok(Self::from_parts(
+                    Arc::new(Storage::Cuda(storage)),
+                    Layout::contiguous(dims),
+                ))
+            }
+        }
     }
 
     /// All zeros.

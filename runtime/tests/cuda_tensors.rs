@@ -103,6 +103,32 @@ fn tensors_created_on_the_gpu_match_the_cpu() {
     assert_eq!(i.to_vec().unwrap(), vec![-3, 4, 11, 18, 25]);
 }
 
+/// `full` fills on the device, in every dtype and at every element width.
+#[test]
+fn full_fills_on_the_device() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !has_gpu() {
+        return;
+    }
+    fn check<T: DType>(n: usize) {
+        let v = fresh::<T>(1)[0];
+        let x = Tensor::<Cuda, T, shape![_]>::full_dims(v, &[n]).unwrap();
+        assert_eq!(x.to_vec().unwrap(), vec![v; n], "full {} {v:?}", T::KIND);
+        let z = Tensor::<Cuda, T, shape![_, _]>::zeros_dims(&[n, 2]).unwrap();
+        assert!(z.to_vec().unwrap().iter().all(|e| *e == T::zero()));
+    }
+    for n in [0, 1, 7, 100_003] {
+        check::<f32>(n);
+        check::<f64>(n);
+        check::<f16>(n);
+        check::<bf16>(n);
+        check::<i32>(n);
+        check::<i64>(n);
+        check::<u8>(n);
+        check::<bool>(n);
+    }
+}
+
 #[test]
 fn freed_tensors_go_to_the_cache() {
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());

@@ -275,18 +275,21 @@ fn casts_between_every_pair_of_dtypes() {
 static K1: FusedKernel = FusedKernel {
     name: "test_affine",
     ptx: "",
+    ptx_sm80: None,
     inputs: &[DTypeKind::F32],
     output: DTypeKind::F32,
 };
 static K3: FusedKernel = FusedKernel {
     name: "test_mixed",
     ptx: "",
+    ptx_sm80: None,
     inputs: &[DTypeKind::F16, DTypeKind::I32, DTypeKind::Bool],
     output: DTypeKind::F64,
 };
 static K8: FusedKernel = FusedKernel {
     name: "test_sum8",
     ptx: "",
+    ptx_sm80: None,
     inputs: &[DTypeKind::F32; 8],
     output: DTypeKind::F32,
 };

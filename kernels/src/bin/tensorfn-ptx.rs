@@ -1,12 +1,14 @@
 //! Writes every built-in kernel and a representative set of fused kernels
 //! as `.ptx` files into the directory given as the only argument, for
-//! checking with `ptxas` (see `.ci/ptxas-check`).
+//! checking with `ptxas` (see `.ci/ptxas-check`). Kernels whose sm_80 text
+//! differs (they round to `bf16`) are also written as `NAME.sm_80.ptx`.
 //!
 //! Usage: `tensorfn-ptx OUTDIR`
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel};
+use tensorfn_kernels::ptx::Target;
 use tensorfn_kernels::{builtin, ptx, BinaryOp, CmpOp, DTypeKind, UnaryOp};
 
 /// `sin(x) * 2 + 5`
@@ -97,6 +99,44 @@ fn pow_mix() -> tensorfn_kernels::Result<Kernel> {
     k.output(o)
 }
 
+/// GELU (tanh form) written op by op, as `tensor_fn!` fuses
+/// `x * 0.5 * (tanh((x + x * x * x * 0.044715) * 0.7978846) + 1.0)`:
+/// every op in `dtype`.
+fn gelu_tanh_ops(dtype: DTypeKind) -> tensorfn_kernels::Result<Kernel> {
+    let mut k = ElementwiseBuilder::new();
+    let x = k.input(dtype);
+    let c = |k: &mut ElementwiseBuilder, v: f64| k.constant(v, dtype);
+    let half = c(&mut k, 0.5);
+    let a = c(&mut k, 0.044715);
+    let s = c(&mut k, 0.7978846);
+    let one = c(&mut k, 1.0);
+    let xh = k.binary(BinaryOp::Mul, x, half);
+    let x2 = k.binary(BinaryOp::Mul, x, x);
+    let x3 = k.binary(BinaryOp::Mul, x2, x);
+    let x3a = k.binary(BinaryOp::Mul, x3, a);
+    let inner = k.binary(BinaryOp::Add, x, x3a);
+    let u = k.binary(BinaryOp::Mul, inner, s);
+    let t = k.unary(UnaryOp::Tanh, u);
+    let t1 = k.binary(BinaryOp::Add, t, one);
+    let y = k.binary(BinaryOp::Mul, xh, t1);
+    k.output(y)
+}
+
+/// `tanh(sigmoid(x * y + 1) * x) - y`, every op in `dtype`.
+fn sigmoid_tanh_chain(dtype: DTypeKind) -> tensorfn_kernels::Result<Kernel> {
+    let mut k = ElementwiseBuilder::new();
+    let x = k.input(dtype);
+    let y = k.input(dtype);
+    let one = k.constant(1.0, dtype);
+    let xy = k.binary(BinaryOp::Mul, x, y);
+    let a = k.binary(BinaryOp::Add, xy, one);
+    let s = k.unary(UnaryOp::Sigmoid, a);
+    let m = k.binary(BinaryOp::Mul, s, x);
+    let t = k.unary(UnaryOp::Tanh, m);
+    let out = k.binary(BinaryOp::Sub, t, y);
+    k.output(out)
+}
+
 /// No input at all: fills the output with `0.1` in bf16.
 fn fill() -> tensorfn_kernels::Result<Kernel> {
     let mut k = ElementwiseBuilder::new();
@@ -106,9 +146,19 @@ fn fill() -> tensorfn_kernels::Result<Kernel> {
 
 fn fused() -> tensorfn_kernels::Result<Vec<(String, Kernel)>> {
     let mut v = vec![("tf_example_fill_bf16".to_string(), fill()?)];
-    for d in [DTypeKind::F32, DTypeKind::F16, DTypeKind::F64] {
+    for d in [
+        DTypeKind::F32,
+        DTypeKind::F16,
+        DTypeKind::BF16,
+        DTypeKind::F64,
+    ] {
         v.push((format!("tf_example_sin_mul_add_{d}"), sin_mul_add(d)?));
         v.push((format!("tf_example_gelu_bias_{d}"), gelu_bias(d)?));
+        v.push((format!("tf_example_gelu_tanh_ops_{d}"), gelu_tanh_ops(d)?));
+        v.push((
+            format!("tf_example_sigmoid_tanh_chain_{d}"),
+            sigmoid_tanh_chain(d)?,
+        ));
     }
     v.push(("tf_example_chain6".into(), chain6()?));
     v.push(("tf_example_mixed_casts".into(), mixed_casts()?));
@@ -129,12 +179,41 @@ fn run(dir: &Path) -> Result<usize, String> {
         write(dir, &k.name, &k.ptx)?;
         count += 1;
     }
+    for k in builtin_sm80() {
+        write(dir, &format!("{}.sm_80", k.name), &k.ptx)?;
+        count += 1;
+    }
     for (name, kernel) in fused().map_err(|e| e.to_string())? {
         let text = ptx::elementwise(&kernel, &name).map_err(|e| e.to_string())?;
         write(dir, &name, &text)?;
         count += 1;
+        if ptx::differs_on(&kernel, Target::Sm80) {
+            let text =
+                ptx::elementwise_for(&kernel, &name, Target::Sm80).map_err(|e| e.to_string())?;
+            write(dir, &format!("{name}.sm_80"), &text)?;
+            count += 1;
+        }
     }
     Ok(count)
+}
+
+/// The elementwise built-ins whose sm_80 text differs from the sm_70 one.
+fn builtin_sm80() -> Vec<builtin::Kernel> {
+    let t = Target::Sm80;
+    let mut out = Vec::new();
+    for dtype in DTypeKind::ALL {
+        for op in UnaryOp::ALL {
+            out.extend(builtin::try_unary_for(op, dtype, t).ok());
+        }
+        for op in BinaryOp::ALL {
+            out.extend(builtin::try_binary_for(op, dtype, t).ok());
+        }
+        for to in DTypeKind::ALL {
+            out.push(builtin::cast_for(dtype, to, t));
+        }
+    }
+    out.retain(|k| k.ptx.contains("cvt.rn.bf16x2.f32"));
+    out
 }
 
 fn main() -> ExitCode {

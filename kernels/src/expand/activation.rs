@@ -1,8 +1,8 @@
 //! `tanh`, `sigmoid`, `silu` and `gelu`, all built on [`exp`](super::exp).
 
 use super::coeffs::{TANH_F32, TANH_F64};
-use super::exp_log::exp_scaled;
-use super::{copysign, exp, horner, k, kx};
+use super::exp_log::{exp_fit, exp_scaled, EXP_FLOOR_F16, EXP_FLOOR_F32, EXP_FLOOR_F64};
+use super::{copysign, exp, horner, horner_tail, k, kx, Fit};
 use crate::prim::{Builder, CmpOp, Reg, Ty};
 
 /// Below this `|x|`, tanh uses its Taylor polynomial (no cancellation);
@@ -34,7 +34,8 @@ pub(crate) fn tanh(b: &mut Builder, x: Reg) -> Reg {
     let large = copysign(b, large, x);
     let limit = k(b, ty, TANH_SERIES_LIMIT as f32, TANH_SERIES_LIMIT);
     let is_small = b.cmp(CmpOp::Lt, ax, limit);
-    b.select(is_small, small, large)
+    let y = b.select(is_small, small, large);
+    keep_zero(b, x, y)
 }
 
 /// The logistic function `1/(1 + e^-u)` times `f`, for `u = uh + ul`:
@@ -51,7 +52,8 @@ fn logistic_times(b: &mut Builder, f: Reg, uh: Reg, ul: Option<Reg>) -> Reg {
         let nul = b.fneg(ul);
         b.select(pos, nul, ul)
     });
-    let (m, s) = exp_scaled(b, nauh, lo);
+    let (m, s) = exp_scaled(b, nauh, lo, Fit::Full);
+    let s = s.expect("full-precision exp scales in two steps");
     let e = b.mul(m, s);
     let one = kx(b, ty, 1.0);
     let d = b.add(one, e);
@@ -59,7 +61,24 @@ fn logistic_times(b: &mut Builder, f: Reg, uh: Reg, ul: Option<Reg>) -> Reg {
     let fm = b.mul(f, m);
     let q = b.div(fm, d);
     let n = b.mul(q, s);
+    let n = beyond_floor(b, f, auh, n, Fit::Full);
     b.select(pos, p, n)
+}
+
+/// `f e^-|u|` is 0 (`f · 0`, NaN for an infinite `f`) where `-|u|` is
+/// below the clamp of `exp`: there `f e^-|u|` underflows for every
+/// finite `f` with `|f| <= |u|` (all callers), while the clamped value
+/// times a large `f` would not.
+fn beyond_floor(b: &mut Builder, f: Reg, au: Reg, fe: Reg, fit: Fit) -> Reg {
+    let ty = b.ty(f);
+    let floor = match fit {
+        Fit::F16 => kx(b, ty, EXP_FLOOR_F16),
+        _ => k(b, ty, EXP_FLOOR_F32 as f32, EXP_FLOOR_F64),
+    };
+    let zero = kx(b, ty, 0.0);
+    let under = b.cmp(CmpOp::Gt, au, floor);
+    let f0 = b.mul(f, zero);
+    b.select(under, f0, fe)
 }
 
 /// `1 / (1 + e^-x)`.
@@ -135,4 +154,95 @@ fn split_const(b: &mut Builder, ty: Ty, v: f64) -> (Reg, Reg) {
         }
         _ => (b.cf(ty, v), b.cf(ty, 0.0)),
     }
+}
+
+/// Below this `|x|`, the 16-bit `tanh` uses its Taylor polynomial.
+const TANH16_SERIES_LIMIT: f64 = 0.25;
+
+/// `tanh` for a result rounded to 16 bits at once: Taylor terms up to
+/// `x^7` below 1/4 (truncation below 2^-21 relative; `x (1 + z P(z))`, so
+/// `tanh(-0) = -0`), `1 - 2/(e^{2|x|}+1)`
+/// above (error about half that of `e^{2|x|}` plus 2^-23, absolute, so at
+/// most about 2^-18 relative from 1/4 up).
+pub(crate) fn tanh_fit(b: &mut Builder, x: Reg, fit: Fit) -> Reg {
+    let ty = b.ty(x);
+    let ax = b.fabs(x);
+    let z = b.mul(x, x);
+    let p = horner_tail(b, z, &TANH_F32, &TANH_F64, 3);
+    let one = kx(b, ty, 1.0);
+    // x (1 + z P): a product by x keeps the sign of a zero x.
+    let s = b.fma(z, p, one);
+    let small = b.mul(x, s);
+    let two = kx(b, ty, 2.0);
+    let two_ax = b.mul(two, ax);
+    let e = exp_fit(b, two_ax, fit);
+    let d = b.add(e, one);
+    let q = b.div(two, d);
+    let large = b.sub(one, q);
+    let large = copysign(b, large, x);
+    let limit = kx(b, ty, TANH16_SERIES_LIMIT);
+    let is_small = b.cmp(CmpOp::Lt, ax, limit);
+    b.select(is_small, small, large)
+}
+
+/// `tanh(±0) = ±0`: the series gives `x + (+0)`, which is `+0` for `-0`
+/// (kept as it is for the f32 and f64 expansion, whose stated accuracy
+/// was measured with that form).
+fn keep_zero(b: &mut Builder, x: Reg, y: Reg) -> Reg {
+    let ty = b.ty(x);
+    let zero = kx(b, ty, 0.0);
+    let is_zero = b.cmp(CmpOp::Eq, x, zero);
+    b.select(is_zero, x, y)
+}
+
+/// `f * sigmoid(u)` for a result rounded to 16 bits at once: one division,
+/// `f/(1+e)` for `u >= 0` and `f e/(1+e)` below, `e = exp(-|u|)` (for bf16
+/// the power of two of `e` is applied to `f e` last, so results in bf16's
+/// subnormal range round into f32 once).
+fn logistic_times_fit(b: &mut Builder, f: Reg, u: Reg, fit: Fit) -> Reg {
+    let ty = b.ty(u);
+    let zero = kx(b, ty, 0.0);
+    let pos = b.cmp(CmpOp::Ge, u, zero);
+    let au = b.fabs(u);
+    let nau = b.fneg(au);
+    let (m, s) = exp_scaled(b, nau, None, fit);
+    let fm = b.mul(f, m);
+    let (e, fe) = match s {
+        Some(s) => (b.mul(m, s), b.mul(fm, s)),
+        None => (m, fm),
+    };
+    let fe = beyond_floor(b, f, au, fe, fit);
+    let one = kx(b, ty, 1.0);
+    let d = b.add(one, e);
+    let num = b.select(pos, f, fe);
+    b.div(num, d)
+}
+
+/// `sigmoid` for a result rounded to 16 bits at once.
+pub(crate) fn sigmoid_fit(b: &mut Builder, x: Reg, fit: Fit) -> Reg {
+    let ty = b.ty(x);
+    let one = kx(b, ty, 1.0);
+    logistic_times_fit(b, one, x, fit)
+}
+
+/// `silu` for a result rounded to 16 bits at once.
+pub(crate) fn silu_fit(b: &mut Builder, x: Reg, fit: Fit) -> Reg {
+    logistic_times_fit(b, x, x, fit)
+}
+
+/// `gelu` (tanh form) for a result rounded to 16 bits at once:
+/// `x sigmoid(2u)` with `2u = (2 sqrt(2/π) x)(1 + 0.044715 x^2)` in plain
+/// f32 (relative error about 2^-22, which `e^{-|2u|}` turns into
+/// `|2u| 2^-22`: below 2^-16 where an f16 result is not 0, below 2^-15
+/// for bf16).
+pub(crate) fn gelu_fit(b: &mut Builder, x: Reg, fit: Fit) -> Reg {
+    let ty = b.ty(x);
+    let a = k(b, ty, GELU_A as f32, GELU_A);
+    let c = k(b, ty, GELU_2C as f32, GELU_2C);
+    let one = kx(b, ty, 1.0);
+    let x2 = b.mul(x, x);
+    let s = b.fma(a, x2, one);
+    let cx = b.mul(c, x);
+    let u = b.mul(cx, s);
+    logistic_times_fit(b, x, u, fit)
 }

@@ -1,7 +1,7 @@
 //! `exp` and `log`, plus the double-word variants `pow` builds on.
 
 use super::coeffs::{EXP_F32, EXP_F64, LOG_F32, LOG_F64};
-use super::{horner, inf, int_of, k, kx, nan, pow2};
+use super::{horner, horner_tail, inf, int_of, k, kx, nan, pow2, Fit};
 use crate::prim::{Builder, CmpOp, Reg, Round, Ty};
 
 /// `ln 2` split so that `k * LN2_HI` is exact for every reduction count.
@@ -9,30 +9,71 @@ const LN2_HI_F32: f32 = f32::from_bits(0x3f31_7200);
 const LN2_LO_F32: f32 = f32::from_bits(0x35bf_be8e);
 const LN2_HI_F64: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
 const LN2_LO_F64: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+/// The f32 nearest to `ln 2`.
+const LN2_F32: f32 = std::f32::consts::LN_2;
 const LOG2E_F32: f32 = f32::from_bits(0x3fb8_aa3b);
 const LOG2E_F64: f64 = f64::from_bits(0x3ff7_1547_652b_82fe);
+
+/// Where the argument of `exp` is clamped from below. Lower than where
+/// `e^x` itself underflows (-104, -746): `silu` and `gelu` multiply `e^x`
+/// by up to `|x|` first, and `|x| e^x` only rounds to 0 below about -110
+/// (f32) and -752 (f64). `2^n` still splits into two normal factors.
+pub(super) const EXP_FLOOR_F32: f64 = 112.0;
+/// See [`EXP_FLOOR_F32`].
+pub(super) const EXP_FLOOR_F64: f64 = 760.0;
+/// The clamp with [`Fit::F16`] (see [`exp_scaled`]).
+pub(super) const EXP_FLOOR_F16: f64 = 32.0;
 
 /// `e^x`.
 pub(crate) fn exp(b: &mut Builder, x: Reg) -> Reg {
     exp2w(b, x, None)
 }
 
+/// `e^x` to the precision `fit` asks for.
+pub(crate) fn exp_fit(b: &mut Builder, x: Reg, fit: Fit) -> Reg {
+    let (m, s) = exp_scaled(b, x, None, fit);
+    match s {
+        Some(s) => b.mul(m, s),
+        None => m,
+    }
+}
+
 /// `e^(hi + lo)` for a double-word argument (`lo` tiny next to `hi`).
 pub(super) fn exp2w(b: &mut Builder, x: Reg, lo: Option<Reg>) -> Reg {
-    let (m, s) = exp_scaled(b, x, lo);
+    let (m, s) = exp_scaled(b, x, lo, Fit::Full);
+    let s = s.expect("full-precision exp scales in two steps");
     b.mul(m, s)
+}
+
+/// The Taylor terms `1/n!`, n >= 2, the polynomial of `exp` keeps: up to
+/// `1/7!` (f32), `1/13!` (f64); for results rounded to f16 at once up to
+/// `1/5!` (truncation below 2^-18.7 relative on |r| <= ln2/2), for bf16
+/// up to `1/4!` (below 2^-14.5).
+fn exp_terms(fit: Fit) -> usize {
+    match fit {
+        Fit::Full => EXP_F32.len(),
+        Fit::F16 => 4,
+        Fit::Bf16 => 3,
+    }
 }
 
 /// `e^(x + lo)` as `m * s` where `m` is a normal number (or NaN) and `s` a
 /// power of two: a caller multiplying `m` by other factors first and by `s`
 /// last rounds into the subnormal range only once.
-pub(super) fn exp_scaled(b: &mut Builder, x: Reg, lo: Option<Reg>) -> (Reg, Reg) {
+///
+/// With [`Fit::F16`] the scale is already applied (`s` is `None`): an
+/// f16 result needs no f32 subnormal, so the argument is clamped to
+/// [-32, 12], where `2^n` is one normal factor. (-32, not -17.4 where
+/// `e^x` leaves f16's range: `silu` and `gelu` multiply `e^x` by up to
+/// 65504 before rounding.)
+pub(super) fn exp_scaled(b: &mut Builder, x: Reg, lo: Option<Reg>, fit: Fit) -> (Reg, Option<Reg>) {
     let ty = b.ty(x);
     // Beyond these the result is 0 or inf; clamping keeps the reduction
     // count in range (NaN is restored at the end: min/max drop it).
-    let (min, max) = match ty {
-        Ty::F32 => (-104.0, 89.0),
-        _ => (-746.0, 710.0),
+    let (min, max) = match (ty, fit) {
+        (Ty::F32, Fit::F16) => (-EXP_FLOOR_F16, 12.0),
+        (Ty::F32, _) => (-EXP_FLOOR_F32, 89.0),
+        _ => (-EXP_FLOOR_F64, 710.0),
     };
     let lo_clamp = kx(b, ty, min);
     let hi_clamp = kx(b, ty, max);
@@ -44,10 +85,18 @@ pub(super) fn exp_scaled(b: &mut Builder, x: Reg, lo: Option<Reg>) -> (Reg, Reg)
     let t = b.mul(xc, log2e);
     let n = b.rint(t);
     let neg_n = b.fneg(n);
-    let ln2_hi = k(b, ty, LN2_HI_F32, LN2_HI_F64);
-    let ln2_lo = k(b, ty, LN2_LO_F32, LN2_LO_F64);
-    let r = b.fma(neg_n, ln2_hi, xc);
-    let mut r = b.fma(neg_n, ln2_lo, r);
+    let mut r = if fit == Fit::Full {
+        let ln2_hi = k(b, ty, LN2_HI_F32, LN2_HI_F64);
+        let ln2_lo = k(b, ty, LN2_LO_F32, LN2_LO_F64);
+        let r = b.fma(neg_n, ln2_hi, xc);
+        b.fma(neg_n, ln2_lo, r)
+    } else {
+        // One step: |n| <= 162 times the 2^-25.4 error of the nearest f32
+        // to ln 2 leaves r within 2^-18 (absolute), a relative error of the
+        // result below what the 16-bit rounding can see.
+        let ln2 = kx(b, ty, LN2_F32 as f64);
+        b.fma(neg_n, ln2, xc)
+    };
     if let Some(lo) = lo {
         // A clamped argument is out of range anyway; its low word is not.
         let kept = b.cmp(CmpOp::Eq, xc, x);
@@ -57,30 +106,51 @@ pub(super) fn exp_scaled(b: &mut Builder, x: Reg, lo: Option<Reg>) -> (Reg, Reg)
     }
 
     // e^r = 1 + r + r^2/2 + ... ; the last two steps round once each.
-    let p = horner(b, r, &EXP_F32, &EXP_F64);
+    let p = horner_tail(b, r, &EXP_F32, &EXP_F64, exp_terms(fit));
     let one = kx(b, ty, 1.0);
     let p = b.fma(p, r, one);
     let p = b.fma(p, r, one);
 
-    // p * 2^n in two factors, so 2^n may be subnormal or overflow without
-    // a second rounding (p * 2^n1 is exact).
     let it = int_of(ty);
     let ni = b.ftoi(n, it);
+    let bad = b.is_nan(x);
+    if fit == Fit::F16 {
+        let s = pow2(b, ty, ni);
+        let y = b.mul(p, s);
+        return (b.select(bad, x, y), None);
+    }
+    // p * 2^n in two factors, so 2^n may be subnormal or overflow without
+    // a second rounding (p * 2^n1 is exact).
     let n1 = b.shra_c(ni, 1);
     let n2 = b.isub(ni, n1);
     let s1 = pow2(b, ty, n1);
     let s2 = pow2(b, ty, n2);
     let y = b.mul(p, s1);
-    let bad = b.is_nan(x);
-    (b.select(bad, x, y), s2)
+    (b.select(bad, x, y), Some(s2))
 }
 
 /// The exponent `e` (integer register of the float's width) and the
 /// significand `m` in `[sqrt(1/2), sqrt(2))` of a positive finite `x`,
 /// with `x = m 2^e` (subnormals included).
 fn split(b: &mut Builder, x: Reg) -> (Reg, Reg) {
+    split_fit(b, x, Fit::Full)
+}
+
+/// [`split`]; an f16 value is never an f32 subnormal, so with [`Fit::F16`]
+/// the scaling of subnormals is left out.
+fn split_fit(b: &mut Builder, x: Reg, fit: Fit) -> (Reg, Reg) {
     let ty = b.ty(x);
     let it = int_of(ty);
+    if fit == Fit::F16 {
+        let (off, shift) = (0x3f35_04f3_i64, 23);
+        let bits = b.bits(x);
+        let off = b.ci(it, off);
+        let tmp = b.isub(bits, off);
+        let e = b.shra_c(tmp, shift);
+        let e_shifted = b.shl_c(e, shift);
+        let mbits = b.isub(bits, e_shifted);
+        return (e, b.bits(mbits));
+    }
     let (min_normal, scale, scale_exp, off, shift) = match ty {
         Ty::F32 => (
             f32::MIN_POSITIVE as f64,
@@ -126,7 +196,19 @@ struct LogParts {
     r: Reg,
 }
 
-fn log_parts(b: &mut Builder, m: Reg) -> LogParts {
+/// The terms `2/(2k+1)` of the series of `log` kept: k up to 4 (f32), 9
+/// (f64); for results rounded to f16 at once k up to 2 (truncation
+/// `2 s z^3/7`, below 2^-18 relative with |s| <= 0.172), for bf16 k = 1
+/// (below 2^-12.5).
+fn log_terms(fit: Fit) -> usize {
+    match fit {
+        Fit::Full => LOG_F32.len(),
+        Fit::F16 => 2,
+        Fit::Bf16 => 1,
+    }
+}
+
+fn log_parts(b: &mut Builder, m: Reg, fit: Fit) -> LogParts {
     let ty = b.ty(m);
     let one = kx(b, ty, 1.0);
     let two = kx(b, ty, 2.0);
@@ -135,7 +217,7 @@ fn log_parts(b: &mut Builder, m: Reg) -> LogParts {
     let den = b.add(two, f);
     let s = b.div(f, den);
     let z = b.mul(s, s);
-    let q = horner(b, z, &LOG_F32, &LOG_F64);
+    let q = horner_tail(b, z, &LOG_F32, &LOG_F64, log_terms(fit));
     let r = b.mul(q, z);
     let hf = b.mul(half, f);
     let hfsq = b.mul(hf, f);
@@ -144,9 +226,14 @@ fn log_parts(b: &mut Builder, m: Reg) -> LogParts {
 
 /// Natural logarithm.
 pub(crate) fn log(b: &mut Builder, x: Reg) -> Reg {
+    log_fit(b, x, Fit::Full)
+}
+
+/// Natural logarithm to the precision `fit` asks for.
+pub(crate) fn log_fit(b: &mut Builder, x: Reg, fit: Fit) -> Reg {
     let ty = b.ty(x);
-    let (e, m) = split(b, x);
-    let LogParts { f, s, hfsq, r } = log_parts(b, m);
+    let (e, m) = split_fit(b, x, fit);
+    let LogParts { f, s, hfsq, r } = log_parts(b, m, fit);
     let dk = b.itof(e, ty, Round::Nearest);
     let ln2_hi = k(b, ty, LN2_HI_F32, LN2_HI_F64);
     let ln2_lo = k(b, ty, LN2_LO_F32, LN2_LO_F64);

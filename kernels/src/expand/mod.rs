@@ -20,6 +20,29 @@ pub(crate) use exp_log::{exp, log};
 pub(crate) use pow::pow;
 pub(crate) use trig::{cos, sin};
 
+use crate::ops::UnaryOp;
+
+/// `op(x)` for an f32 register whose result is rounded to 16 bits at once
+/// (`fit` is [`Fit::F16`] or [`Fit::Bf16`]), with the shorter expansion
+/// where one exists; `None` for the ops that have none (the caller uses
+/// the full one). `x` must hold a value of the 16-bit type (f16 inputs
+/// stay below 2^16, which is what lets `sin`/`cos` skip the large-argument
+/// reduction).
+pub(crate) fn unary_fit(b: &mut Builder, op: UnaryOp, x: Reg, fit: Fit) -> Option<Reg> {
+    debug_assert!(fit != Fit::Full && b.ty(x) == Ty::F32);
+    Some(match op {
+        UnaryOp::Exp => exp_log::exp_fit(b, x, fit),
+        UnaryOp::Log => exp_log::log_fit(b, x, fit),
+        UnaryOp::Sin => trig::sin_fit(b, x, fit),
+        UnaryOp::Cos => trig::cos_fit(b, x, fit),
+        UnaryOp::Tanh => activation::tanh_fit(b, x, fit),
+        UnaryOp::Sigmoid => activation::sigmoid_fit(b, x, fit),
+        UnaryOp::Silu => activation::silu_fit(b, x, fit),
+        UnaryOp::Gelu => activation::gelu_fit(b, x, fit),
+        _ => return None,
+    })
+}
+
 /// `a` constant of the type of `like`, given in both precisions (each
 /// the nearest value of its type).
 fn k(b: &mut Builder, ty: Ty, v32: f32, v64: f64) -> Reg {
@@ -35,6 +58,26 @@ fn kx(b: &mut Builder, ty: Ty, v: f64) -> Reg {
     b.cf(ty, v)
 }
 
+/// How accurate an expansion must be.
+///
+/// An `f16`/`bf16` operation computes in `f32` and rounds its result to its
+/// dtype at once, so nothing but that rounding ever sees the `f32` value.
+/// Its expansion then only needs an `f32` error well below the 16-bit
+/// rounding (about 2^-17 relative for f16, 2^-14 for bf16, against
+/// 2^-12 and 2^-9 for half an ulp): shorter polynomials, fewer reduction
+/// steps. The rule is the op's dtype, nothing else: an `f32`/`f64` op
+/// (even one whose result is later cast to 16 bits) always gets
+/// [`Fit::Full`], so no f32 or f64 result ever loses accuracy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fit {
+    /// The register's own type: the accuracy in the crate docs.
+    Full,
+    /// An f32 result rounded to f16 at once.
+    F16,
+    /// An f32 result rounded to bf16 at once.
+    Bf16,
+}
+
 /// Horner's rule with `fma`: `c[0] x^(n-1) + ... + c[n-1]`.
 fn horner(b: &mut Builder, x: Reg, c32: &[f32], c64: &[f64]) -> Reg {
     let ty = b.ty(x);
@@ -48,6 +91,16 @@ fn horner(b: &mut Builder, x: Reg, c32: &[f32], c64: &[f64]) -> Reg {
         p = b.fma(p, x, c);
     }
     p
+}
+
+/// Horner's rule over the last `n` coefficients of the f32 list (the low
+/// order terms of a Taylor series, highest first), or all of them.
+fn horner_tail(b: &mut Builder, x: Reg, c32: &[f32], c64: &[f64], n: usize) -> Reg {
+    if n >= c32.len() {
+        return horner(b, x, c32, c64);
+    }
+    debug_assert_eq!(b.ty(x), Ty::F32, "short polynomials are for f32");
+    horner(b, x, &c32[c32.len() - n..], &[])
 }
 
 /// The integer type with the width of float type `ty`.
@@ -99,5 +152,7 @@ fn pow2(b: &mut Builder, ty: Ty, e: Reg) -> Reg {
     b.bits(bits)
 }
 
+#[cfg(test)]
+mod fit_tests;
 #[cfg(test)]
 mod tests;

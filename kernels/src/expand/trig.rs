@@ -2,7 +2,7 @@
 //! the sine or cosine polynomial.
 
 use super::coeffs::{COS_F32, COS_F64, SIN_F32, SIN_F64};
-use super::{horner, inf, int_of, k, kx, nan};
+use super::{horner_tail, inf, int_of, k, kx, nan, Fit};
 use crate::prim::{Builder, CmpOp, Reg, Round, Ty};
 
 const TWO_OVER_PI_F32: f32 = f32::from_bits(0x3f22_f983);
@@ -80,16 +80,54 @@ pub(crate) fn cos(b: &mut Builder, x: Reg) -> Reg {
     sincos(b, x, 1)
 }
 
+/// `sin(x)` for a result rounded to 16 bits at once.
+pub(crate) fn sin_fit(b: &mut Builder, x: Reg, fit: Fit) -> Reg {
+    let y = sincos_fit(b, x, 0, fit);
+    let ty = b.ty(x);
+    let zero = kx(b, ty, 0.0);
+    let is_zero = b.cmp(CmpOp::Eq, x, zero);
+    b.select(is_zero, x, y)
+}
+
+/// `cos(x)` for a result rounded to 16 bits at once.
+pub(crate) fn cos_fit(b: &mut Builder, x: Reg, fit: Fit) -> Reg {
+    sincos_fit(b, x, 1, fit)
+}
+
+/// Taylor terms kept, `(sin, cos)`: for f32 up to `r^9` and `r^10`; for
+/// results rounded to f16 at once up to `r^7` and `r^6` (truncation below
+/// 2^-21 and 2^-17.6 relative on |r| <= π/4), for bf16 up to `r^5` and
+/// `r^6` (below 2^-14.3 and 2^-17.6).
+fn sincos_terms(fit: Fit) -> (usize, usize) {
+    match fit {
+        Fit::Full => (SIN_F32.len(), COS_F32.len()),
+        Fit::F16 => (3, 3),
+        Fit::Bf16 => (2, 3),
+    }
+}
+
 /// `sin(x + shift·π/2)`.
 fn sincos(b: &mut Builder, x: Reg, shift: i64) -> Reg {
+    sincos_fit(b, x, shift, Fit::Full)
+}
+
+/// `sin(x + shift·π/2)` to the precision `fit` asks for. f16 arguments
+/// stay below 2^16, inside the range of the three-part reduction, so the
+/// large-argument one is left out for them.
+fn sincos_fit(b: &mut Builder, x: Reg, shift: i64, fit: Fit) -> Reg {
     let ty = b.ty(x);
-    let (r, q) = reduce(b, x);
+    let (r, q) = if fit == Fit::F16 {
+        cody_waite(b, x)
+    } else {
+        reduce(b, x)
+    };
+    let (ns, nc) = sincos_terms(fit);
     let z = b.mul(r, r);
     // sin r = r + r z S(z); cos r = 1 + z C(z)
-    let ps = horner(b, z, &SIN_F32, &SIN_F64);
+    let ps = horner_tail(b, z, &SIN_F32, &SIN_F64, ns);
     let rz = b.mul(r, z);
     let sin_r = b.fma(rz, ps, r);
-    let pc = horner(b, z, &COS_F32, &COS_F64);
+    let pc = horner_tail(b, z, &COS_F32, &COS_F64, nc);
     let one = kx(b, ty, 1.0);
     let cos_r = b.fma(z, pc, one);
 

@@ -294,6 +294,7 @@ pub(crate) fn run(prog: &Program, args: &[&Column], lanes: usize) -> Vec<Column>
                 Ty::F32 => map1(a(0), |x| of_f32(half::f16::from_f32(f32_of(x)).to_f32())),
                 _ => map1(a(0), |x| of_f32(round::f64_to_f16(f64_of(x)).to_f32())),
             },
+            Op::RoundBf16 => map1(a(0), |x| (round::f32_to_bf16_bits(f32_of(x)) as u64) << 16),
         };
         debug_assert_eq!(col.len(), lanes, "{:?}", inst.op);
         cols.push(col);

@@ -1,6 +1,7 @@
 //! The body of one PTX entry: virtual registers by class, labels and the
 //! instruction lines, assembled with their declarations at the end.
 
+use super::Target;
 use crate::prim::Ty;
 use std::fmt::Write;
 
@@ -69,11 +70,24 @@ pub(crate) struct Body {
     lines: Vec<String>,
     counts: [u32; 6],
     labels: u32,
+    target: Target,
 }
 
 impl Body {
     pub(crate) fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty body whose instructions may use what `target` offers.
+    pub(crate) fn for_target(target: Target) -> Self {
+        Body {
+            target,
+            ..Self::default()
+        }
+    }
+
+    pub(crate) fn target(&self) -> Target {
+        self.target
     }
 
     /// A fresh register of `class`.

@@ -6,6 +6,7 @@
 use super::body::{Body, Class};
 use super::inst::emit_program;
 use super::memory::{load, load_vector, store, store_vector};
+use super::Target;
 use crate::abi::MAX_RANK;
 use crate::prim::{Op, Program};
 use std::fmt::Write;
@@ -117,10 +118,11 @@ pub(crate) fn contig_entry(
     prog: &Program,
     inputs: &[DTypeKind],
     output: DTypeKind,
+    target: Target,
 ) -> String {
     let used = used_inputs(prog);
     let w = vector_width(inputs, &used, output);
-    let mut body = Body::new();
+    let mut body = Body::for_target(target);
     let pro = prologue(&mut body, &used);
 
     // Vector loop over n / w groups when every pointer is 16-byte aligned.
@@ -228,9 +230,10 @@ pub(crate) fn strided_entry(
     prog: &Program,
     inputs: &[DTypeKind],
     output: DTypeKind,
+    target: Target,
 ) -> String {
     let used = used_inputs(prog);
-    let mut body = Body::new();
+    let mut body = Body::for_target(target);
     let pro = prologue(&mut body, &used);
 
     // meta: dims[MAX_RANK], out strides[MAX_RANK], in_k strides[MAX_RANK]...

@@ -4,6 +4,7 @@
 //! rounds exactly where the interpreter does.
 
 use super::body::{Body, Class};
+use super::Target;
 use crate::prim::{CmpOp, Op, Program, Round, Ty};
 
 /// PTX type suffix of a float type.
@@ -270,8 +271,41 @@ fn emit_inst(body: &mut Body, prog: &Program, args: &[String], i: usize, regs: &
                 body.op(format!("cvt.rn.f16.{} {h}, {}", fsuf(aty(0)), a[0]));
                 format!("cvt.f32.f16 {d}, {h}")
             }
+            Op::RoundBf16 => round_bf16(body, a[0], &d),
         };
         body.op(text);
         regs[i] = d;
+    }
+}
+
+/// `d = x` rounded to the nearest bf16 (ties to even), as an f32; returns
+/// the last instruction.
+fn round_bf16(body: &mut Body, x: &str, d: &str) -> String {
+    match body.target() {
+        // The high half is bf16(x), the low half bf16(0) = 0: the f32
+        // holding the rounded value, in one instruction.
+        Target::Sm80 => {
+            let r = body.reg(Class::B32);
+            body.op(format!("cvt.rn.bf16x2.f32 {r}, {x}, 0f00000000"));
+            format!("mov.b32 {d}, {r}")
+        }
+        // Add half an ulp of bf16 (less one, plus the kept lsb: ties to
+        // even) and drop the low half; a NaN keeps its top half, quieted.
+        Target::Sm70 => {
+            let bits = body.reg(Class::B32);
+            body.op(format!("mov.b32 {bits}, {x}"));
+            let nan = body.reg(Class::B32);
+            body.op(format!("or.b32 {nan}, {bits}, 0x00400000"));
+            let lsb = body.reg(Class::B32);
+            body.op(format!("bfe.u32 {lsb}, {bits}, 16, 1"));
+            let r = body.reg(Class::B32);
+            body.op(format!("add.s32 {r}, {bits}, 0x00007FFF"));
+            body.op(format!("add.s32 {r}, {r}, {lsb}"));
+            let p = body.reg(Class::Pred);
+            body.op(format!("setp.nan.f32 {p}, {x}, {x}"));
+            body.op(format!("selp.b32 {r}, {nan}, {r}, {p}"));
+            body.op(format!("and.b32 {r}, {r}, 0xFFFF0000"));
+            format!("mov.b32 {d}, {r}")
+        }
     }
 }

@@ -281,13 +281,13 @@ pub(crate) fn store_vector(body: &mut Body, dtype: DTypeKind, addr: &str, values
                         body.op(format!("mov.b32 {wd}, {{{lo}, {hi}}}"));
                     }
                     _ => {
+                        // The top halves of both: bytes 2, 3 of `lo` then
+                        // bytes 2, 3 of `hi` (bytes 6, 7 of the pair).
                         let lo = body.reg(Class::B32);
                         body.op(format!("mov.b32 {lo}, {}", pair[0]));
-                        body.op(format!("shr.u32 {lo}, {lo}, 16"));
                         let hi = body.reg(Class::B32);
                         body.op(format!("mov.b32 {hi}, {}", pair[1]));
-                        body.op(format!("and.b32 {hi}, {hi}, 0xFFFF0000"));
-                        body.op(format!("or.b32 {wd}, {lo}, {hi}"));
+                        body.op(format!("prmt.b32 {wd}, {lo}, {hi}, 0x7632"));
                     }
                 }
                 wd

@@ -7,7 +7,8 @@
 //!   [`builtin::softmax`](crate::builtin::softmax).
 //!
 //! Every module starts with [`HEADER`]: `.version 7.0`, `.target sm_70`,
-//! `.address_size 64`. Floats use only correctly rounded instructions
+//! `.address_size 64`, or with [`Target::Sm80`]'s header for the variant
+//! that rounds to `bf16` with the native conversion (see [`Target`]). Floats use only correctly rounded instructions
 //! (`add.rn`, `fma.rn`, `div.rn`, `sqrt.rn`, `cvt.rni`...), no `.approx`
 //! and no flush-to-zero, so results match the interpreter bit for bit.
 //!
@@ -46,6 +47,60 @@ pub use rows::SOFTMAX_REGISTER_COLS;
 /// ```
 pub const HEADER: &str = ".version 7.0\n.target sm_70\n.address_size 64\n";
 
+/// The GPU architecture a module is written for.
+///
+/// [`Sm70`](Target::Sm70) text runs on every supported device. On
+/// [`Sm80`](Target::Sm80) (compute capability 8.0 and newer) rounding an
+/// `f32` to `bf16` is one `cvt.rn.bf16x2.f32` instead of an integer
+/// sequence of about eight instructions; nothing else differs, and both
+/// compute the same bits (round to nearest even, subnormals kept,
+/// overflow to infinity), NaN payloads aside: the integer sequence keeps a
+/// NaN's sign and top payload bits, the conversion may give another NaN.
+///
+/// ```
+/// use tensorfn_kernels::ptx::Target;
+/// assert_eq!(Target::default(), Target::Sm70);
+/// assert_eq!(Target::for_compute_capability(7, 5), Target::Sm70);
+/// assert_eq!(Target::for_compute_capability(9, 0), Target::Sm80);
+/// assert!(Target::Sm80.header().contains(".target sm_80"));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Target {
+    /// Volta and newer (`.target sm_70`): runs everywhere.
+    #[default]
+    Sm70,
+    /// Ampere and newer (`.target sm_80`): native `bf16` conversion.
+    Sm80,
+}
+
+impl Target {
+    /// The best target for a device of compute capability `major.minor`.
+    pub fn for_compute_capability(major: u32, minor: u32) -> Target {
+        if (major, minor) >= (8, 0) {
+            Target::Sm80
+        } else {
+            Target::Sm70
+        }
+    }
+
+    /// The first lines of a module for this target ([`HEADER`] for sm_70).
+    pub fn header(self) -> &'static str {
+        match self {
+            Target::Sm70 => HEADER,
+            // cvt.rn.bf16x2.f32 needs PTX ISA 7.0 and sm_80.
+            Target::Sm80 => ".version 7.0\n.target sm_80\n.address_size 64\n",
+        }
+    }
+
+    /// The architecture name, as `ptxas -arch` spells it.
+    pub fn arch(self) -> &'static str {
+        match self {
+            Target::Sm70 => "sm_70",
+            Target::Sm80 => "sm_80",
+        }
+    }
+}
+
 /// Checks that `name` can name PTX entries (`[A-Za-z_][A-Za-z0-9_]*`).
 ///
 /// ```
@@ -70,7 +125,11 @@ pub fn check_name(name: &str) -> Result<()> {
 }
 
 fn module(comment: &str, entries: &[String]) -> String {
-    let mut s = String::from(HEADER);
+    module_for(Target::Sm70, comment, entries)
+}
+
+fn module_for(target: Target, comment: &str, entries: &[String]) -> String {
+    let mut s = String::from(target.header());
     s.push_str("\n// ");
     s.push_str(comment);
     s.push_str(
@@ -101,19 +160,68 @@ fn module(comment: &str, entries: &[String]) -> String {
 /// # Ok::<(), tensorfn_kernels::Error>(())
 /// ```
 pub fn elementwise(kernel: &Kernel, name: &str) -> Result<String> {
+    elementwise_for(kernel, name, Target::Sm70)
+}
+
+/// [`elementwise`] written for `target`.
+///
+/// ```
+/// use tensorfn_kernels::ir::ElementwiseBuilder;
+/// use tensorfn_kernels::ptx::{self, Target};
+/// use tensorfn_kernels::{BinaryOp, DTypeKind};
+/// let mut k = ElementwiseBuilder::new();
+/// let a = k.input(DTypeKind::BF16);
+/// let b = k.binary(BinaryOp::Mul, a, a);
+/// let kernel = k.output(b)?;
+/// let text = ptx::elementwise_for(&kernel, "sq", Target::Sm80)?;
+/// assert!(text.starts_with(Target::Sm80.header()));
+/// assert!(text.contains("cvt.rn.bf16x2.f32"));
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn elementwise_for(kernel: &Kernel, name: &str, target: Target) -> Result<String> {
     check_name(name)?;
     let prog = lower(kernel);
-    let contig = elementwise::contig_entry(name, &prog, kernel.inputs(), kernel.output_dtype());
-    let strided = elementwise::strided_entry(name, &prog, kernel.inputs(), kernel.output_dtype());
-    let ins: Vec<&str> = kernel.inputs().iter().map(|d| d.name()).collect();
-    Ok(module(
-        &format!(
-            "{name}: elementwise ({}) -> {}",
-            ins.join(", "),
-            kernel.output_dtype()
-        ),
+    let (ins, out) = (kernel.inputs(), kernel.output_dtype());
+    let contig = elementwise::contig_entry(name, &prog, ins, out, target);
+    let strided = elementwise::strided_entry(name, &prog, ins, out, target);
+    let ins: Vec<&str> = ins.iter().map(|d| d.name()).collect();
+    Ok(module_for(
+        target,
+        &format!("{name}: elementwise ({}) -> {out}", ins.join(", ")),
         &[contig, strided],
     ))
+}
+
+/// Whether [`elementwise_for`] gives `kernel` different code on `target`
+/// than on sm_70: a kernel that never rounds to `bf16` needs no second
+/// text.
+///
+/// ```
+/// use tensorfn_kernels::ir::ElementwiseBuilder;
+/// use tensorfn_kernels::ptx::{self, Target};
+/// use tensorfn_kernels::{DTypeKind, UnaryOp};
+/// let mut k = ElementwiseBuilder::new();
+/// let x = k.input(DTypeKind::BF16);
+/// let y = k.unary(UnaryOp::Exp, x);
+/// assert!(ptx::differs_on(&k.output(y)?, Target::Sm80));
+/// let mut k = ElementwiseBuilder::new();
+/// let x = k.input(DTypeKind::BF16);
+/// let y = k.cast(x, DTypeKind::F32); // exact: no rounding
+/// assert!(!ptx::differs_on(&k.output(y)?, Target::Sm80));
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn differs_on(kernel: &Kernel, target: Target) -> bool {
+    match target {
+        Target::Sm70 => false,
+        Target::Sm80 => {
+            let prog = lower(kernel);
+            let live = prog.live();
+            prog.insts
+                .iter()
+                .zip(&live)
+                .any(|(inst, &l)| l && inst.op == crate::prim::Op::RoundBf16)
+        }
+    }
 }
 
 /// The module of a row reduction entry `name`.

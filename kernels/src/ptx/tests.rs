@@ -2,6 +2,7 @@
 //! says, declared registers, defined labels, no approximate or
 //! flush-to-zero instructions.
 
+use super::Target;
 use crate::abi::meta_bytes;
 use crate::builtin::{self, Kernel};
 use crate::ir::ElementwiseBuilder;
@@ -148,7 +149,11 @@ fn elementwise_params(inputs: usize, strided: bool) -> Vec<String> {
 }
 
 fn check_elementwise(k: &Kernel, inputs: usize) {
-    assert!(k.ptx.starts_with(super::HEADER), "{}: header", k.name);
+    check_elementwise_for(k, inputs, Target::Sm70);
+}
+
+fn check_elementwise_for(k: &Kernel, inputs: usize, target: Target) {
+    assert!(k.ptx.starts_with(target.header()), "{}: header", k.name);
     let es = entries(&k.ptx);
     assert_eq!(es.len(), 2, "{}: two entries", k.name);
     assert_eq!(es[0].name, k.contig_entry());
@@ -320,13 +325,13 @@ fn strided_entry_reads_every_meta_word_it_needs() {
 fn fused_kernels_share_the_abi() {
     let mut k = ElementwiseBuilder::new();
     let a = k.input(DTypeKind::Bool);
-    let b = k.input(DTypeKind::F16);
+    let b = k.input(DTypeKind::BF16);
     let c = k.input(DTypeKind::I64);
-    let cf = k.cast(c, DTypeKind::F16);
+    let cf = k.cast(c, DTypeKind::BF16);
     let lt = k.compare(CmpOp::Lt, b, cf);
     let both = k.compare(CmpOp::Eq, lt, a);
     let s = k.unary(UnaryOp::Sin, b);
-    let z = k.constant(0.0, DTypeKind::F16);
+    let z = k.constant(0.0, DTypeKind::BF16);
     let y = k.select(both, s, z);
     let kernel = k.output(y).unwrap();
     let text = super::elementwise(&kernel, "tf_test_fused").unwrap();
@@ -337,6 +342,12 @@ fn fused_kernels_share_the_abi() {
     check_elementwise(&fk, 3);
     // sin's exact reduction for huge arguments sits under a branch
     assert!(fk.ptx.contains("$L_common_"));
+    // f16 arguments never need it
+    let mut k = ElementwiseBuilder::new();
+    let h = k.input(DTypeKind::F16);
+    let s = k.unary(UnaryOp::Sin, h);
+    let text = super::elementwise(&k.output(s).unwrap(), "tf_test_sin_f16").unwrap();
+    assert!(!text.contains("$L_common_"));
 }
 
 #[test]
@@ -360,4 +371,136 @@ fn reductions_use_the_row_abi() {
     assert!(e.body.contains("%nctaid.x"), "grid-stride over rows");
     let s = builtin::softmax(DTypeKind::BF16, true);
     assert!(s.ptx.contains(".entry tf_log_softmax_bf16("));
+}
+
+/// A pair of bf16 results is packed into one word with one byte permute:
+/// the top halves of the two f32 registers, the first element low.
+#[test]
+fn bf16_pairs_are_packed_with_one_permute() {
+    let k = builtin::all()
+        .into_iter()
+        .find(|k| k.name == "tf_binary_add_bf16")
+        .expect("bf16 add");
+    let contig = &entries(&k.ptx)[0];
+    assert_eq!(
+        contig.body.matches("prmt.b32").count(),
+        4,
+        "8 results, 4 words"
+    );
+    assert!(contig.body.contains(", 0x7632;"));
+}
+
+/// The marker of the integer bf16 rounding (its bias, half a bf16 ulp).
+const INTEGER_BF16_ROUNDING: &str = "0x00007FFF";
+
+/// Every elementwise built-in for sm_80 is well formed; it differs from
+/// its sm_70 text exactly when it rounds to bf16, and then only in the
+/// header and in rounding with `cvt.rn.bf16x2.f32` instead of integers.
+#[test]
+fn sm80_builtins_round_to_bf16_natively_and_change_nothing_else() {
+    let t = Target::Sm80;
+    let mut native = 0;
+    for dtype in DTypeKind::ALL {
+        let mut pairs = Vec::new();
+        for op in UnaryOp::ALL {
+            if let (Ok(a), Ok(b)) = (
+                builtin::try_unary(op, dtype),
+                builtin::try_unary_for(op, dtype, t),
+            ) {
+                pairs.push((a, b, 1));
+            }
+        }
+        for op in BinaryOp::ALL {
+            if let (Ok(a), Ok(b)) = (
+                builtin::try_binary(op, dtype),
+                builtin::try_binary_for(op, dtype, t),
+            ) {
+                pairs.push((a, b, 2));
+            }
+        }
+        for to in DTypeKind::ALL {
+            pairs.push((builtin::cast(dtype, to), builtin::cast_for(dtype, to, t), 1));
+        }
+        for (sm70, sm80, inputs) in pairs {
+            check_elementwise_for(&sm80, inputs, t);
+            assert!(!sm70.ptx.contains("bf16x2"), "{}", sm70.name);
+            let rounds = sm70.ptx.contains(INTEGER_BF16_ROUNDING);
+            assert_eq!(
+                sm80.ptx.contains("cvt.rn.bf16x2.f32"),
+                rounds,
+                "{}",
+                sm80.name
+            );
+            assert!(!sm80.ptx.contains(INTEGER_BF16_ROUNDING), "{}", sm80.name);
+            if rounds {
+                native += 1;
+            } else {
+                let body = |p: &str, h: &str| p.strip_prefix(h).unwrap().to_string();
+                assert_eq!(
+                    body(&sm70.ptx, Target::Sm70.header()),
+                    body(&sm80.ptx, t.header()),
+                    "{}",
+                    sm80.name
+                );
+            }
+        }
+    }
+    // bf16 unary ops but neg, abs, relu (12); binary but max, min (5);
+    // casts to bf16 from f32, f64, f16, i32, i64, u8 (not bool: exact)
+    assert_eq!(native, 12 + 5 + 6);
+}
+
+/// A bf16 chain: the sm_80 text rounds with `cvt.rn.bf16x2.f32` once per
+/// op, the sm_70 text with the integer sequence and no bf16 instruction.
+#[test]
+fn bf16_chain_uses_cvt_on_sm80_only() {
+    let mut k = ElementwiseBuilder::new();
+    let x = k.input(DTypeKind::BF16);
+    let s = k.unary(UnaryOp::Sin, x);
+    let two = k.constant(2.0, DTypeKind::BF16);
+    let m = k.binary(BinaryOp::Mul, s, two);
+    let five = k.constant(5.0, DTypeKind::BF16);
+    let y = k.binary(BinaryOp::Add, m, five);
+    let kernel = k.output(y).unwrap();
+    assert!(super::differs_on(&kernel, Target::Sm80));
+    assert!(!super::differs_on(&kernel, Target::Sm70));
+    let sm70 = super::elementwise(&kernel, "chain").unwrap();
+    let sm80 = super::elementwise_for(&kernel, "chain", Target::Sm80).unwrap();
+    assert!(sm70.starts_with(".version 7.0\n.target sm_70\n"));
+    assert!(sm80.starts_with(".version 7.0\n.target sm_80\n"));
+    assert!(!sm70.contains("cvt.rn.bf16"));
+    assert!(!sm80.contains(INTEGER_BF16_ROUNDING));
+    // three ops in each of the contig entry's vector lanes, its scalar
+    // tail and the strided entry
+    let lanes = builtin_bf16_lanes();
+    let cvts = sm80.matches("cvt.rn.bf16x2.f32").count();
+    assert_eq!(cvts, 3 * (lanes + 2), "{sm80}");
+    assert_eq!(
+        sm70.matches(INTEGER_BF16_ROUNDING).count(),
+        cvts,
+        "one integer rounding per cvt"
+    );
+}
+
+/// Elements per thread of the contig entry's vector loop for bf16 alone.
+fn builtin_bf16_lanes() -> usize {
+    16 / DTypeKind::BF16.size_bytes()
+}
+
+/// f32 and f64 kernels never differ between targets.
+#[test]
+fn kernels_without_bf16_rounding_have_one_text() {
+    for dtype in [DTypeKind::F32, DTypeKind::F64, DTypeKind::F16] {
+        let mut k = ElementwiseBuilder::new();
+        let x = k.input(dtype);
+        let g = k.unary(UnaryOp::Gelu, x);
+        let kernel = k.output(g).unwrap();
+        assert!(!super::differs_on(&kernel, Target::Sm80), "{dtype}");
+    }
+    // reading bf16 is exact: a bf16 -> f32 kernel needs no second text
+    let mut k = ElementwiseBuilder::new();
+    let x = k.input(DTypeKind::BF16);
+    let y = k.cast(x, DTypeKind::F32);
+    let e = k.unary(UnaryOp::Exp, y);
+    assert!(!super::differs_on(&k.output(e).unwrap(), Target::Sm80));
 }

@@ -214,7 +214,11 @@ pub fn expand(input: TokenStream) -> TokenStream {
         Err(e) => return e.to_compile_error(),
     };
     let inv = analyse(&parsed);
-    let ptx = |ir: &ir::Ir, name: &str| ptx::fused(ir, name).map_err(|e| e.to_string());
+    let ptx = |ir: &ir::Ir, name: &str| {
+        let sm70 = ptx::fused(ir, name).map_err(|e| e.to_string())?;
+        let sm80 = ptx::fused_sm80(ir, name).map_err(|e| e.to_string())?;
+        Ok((sm70, sm80))
+    };
     let ctx = expand::Ctx {
         sigs: &inv.sigs,
         fns: &inv.fns,

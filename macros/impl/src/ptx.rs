@@ -5,6 +5,7 @@
 use crate::ir::{BoolOp, Inst, Ir};
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel, Value};
+use tensorfn_kernels::ptx::Target;
 use tensorfn_kernels::CmpOp;
 
 /// The kernels crate's form of an element program.
@@ -58,4 +59,32 @@ pub fn kernel(ir: &Ir) -> Result<Kernel, tensorfn_kernels::Error> {
 /// ```
 pub fn fused(ir: &Ir, name: &str) -> Result<String, tensorfn_kernels::Error> {
     tensorfn_kernels::ptx::elementwise(&kernel(ir)?, name)
+}
+
+/// The sm_80 module of a fused kernel named `name`, when it differs from
+/// the sm_70 one of [`fused`] (the kernel rounds to `bf16`, which sm_80
+/// does in one instruction); `None` otherwise, so that kernels without
+/// `bf16` embed one text only.
+///
+/// ```
+/// use tensorfn_macros_impl::ir::{Inst, Ir};
+/// use tensorfn_core::DTypeKind::{BF16, F32};
+/// use tensorfn_kernels::UnaryOp;
+/// let mut ir = Ir::new(vec![BF16]);
+/// let x = ir.push(Inst::Input(0), BF16);
+/// ir.output = ir.push(Inst::Unary(UnaryOp::Exp, x), BF16);
+/// let sm80 = tensorfn_macros_impl::ptx::fused_sm80(&ir, "tf_demo").unwrap();
+/// assert!(sm80.is_some_and(|t| t.contains(".target sm_80")));
+///
+/// let mut ir = Ir::new(vec![F32]);
+/// let x = ir.push(Inst::Input(0), F32);
+/// ir.output = ir.push(Inst::Unary(UnaryOp::Exp, x), F32);
+/// assert_eq!(tensorfn_macros_impl::ptx::fused_sm80(&ir, "tf_demo").unwrap(), None);
+/// ```
+pub fn fused_sm80(ir: &Ir, name: &str) -> Result<Option<String>, tensorfn_kernels::Error> {
+    let kernel = kernel(ir)?;
+    if !tensorfn_kernels::ptx::differs_on(&kernel, Target::Sm80) {
+        return Ok(None);
+    }
+    tensorfn_kernels::ptx::elementwise_for(&kernel, name, Target::Sm80).map(Some)
 }

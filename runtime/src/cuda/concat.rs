@@ -78,7 +78,9 @@ impl CudaBackend {
         );
         let per_unit = |elems: u64| elems * size / unit as u64;
         let kernel = Builtin::CatRows(unit);
-        let f = ctx.function(ModuleKey::Builtin(kernel), "", || kernel.source())?;
+        let f = ctx.function(ModuleKey::Builtin(kernel), "", || {
+            kernel.source(ctx.target())
+        })?;
         for group in parts.chunks(CAT_PARTS) {
             let mut values = vec![0u64; 3 + 3 * CAT_PARTS];
             values[0] = out.device_ptr();

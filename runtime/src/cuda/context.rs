@@ -26,6 +26,8 @@ pub(crate) struct Context {
     pub(crate) total_memory: usize,
     /// Number of multiprocessors, for sizing grids.
     pub(crate) sm_count: usize,
+    /// Compute capability `(major, minor)`, which picks the PTX target.
+    pub(crate) compute_capability: (u32, u32),
     pub(crate) raw: sys::CUcontext,
     pub(crate) stream: sys::CUstream,
     pub(crate) alloc: Mutex<CachingAllocator>,
@@ -142,11 +144,23 @@ impl Context {
             }
             .map_err(|e| driver("cuDeviceGetAttribute", e))?
             .max(1) as usize;
+            let attribute = |a| {
+                // SAFETY: `dev` comes from cuDeviceGet.
+                unsafe { result::device::get_attribute(dev, a) }
+                    .map_err(|e| driver("cuDeviceGetAttribute", e))
+                    .map(|v| v.max(0) as u32)
+            };
+            use sys::CUdevice_attribute::{
+                CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR as MAJOR,
+                CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR as MINOR,
+            };
+            let compute_capability = (attribute(MAJOR)?, attribute(MINOR)?);
             Ok(Context {
                 ordinal,
                 name,
                 total_memory,
                 sm_count,
+                compute_capability,
                 raw,
                 stream,
                 alloc: Mutex::new(CachingAllocator::default()),
@@ -155,6 +169,12 @@ impl Context {
                 blas: Mutex::new(None),
             })
         })
+    }
+
+    /// The PTX target of this device: its kernels are generated for it.
+    pub(crate) fn target(&self) -> tensorfn_kernels::ptx::Target {
+        let (major, minor) = self.compute_capability;
+        tensorfn_kernels::ptx::Target::for_compute_capability(major, minor)
     }
 
     /// Makes this context current on the calling thread (cheap; needed

@@ -2,7 +2,10 @@
 //!
 //! A module is JIT-compiled by the driver the first time one of its entries
 //! is needed and cached in its context, keyed by which kernel it is; later
-//! launches only look the function up. Every launch's status is checked;
+//! launches only look the function up. The text is the one for the
+//! context's device ([`Target`]: sm_80 text on compute capability 8.0 and
+//! newer where it differs); a context is one device, so the key needs no
+//! target. Every launch's status is checked;
 //! faults inside a kernel surface at the next synchronisation (a download,
 //! or after every launch when `TENSORFN_SYNC_LAUNCHES=1` or
 //! `CUDA_LAUNCH_BLOCKING=1` is set, which names the faulting kernel).
@@ -21,6 +24,7 @@ use std::ffi::{c_void, CString};
 use std::sync::OnceLock;
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::abi::{FusedKernel, StridedMeta, MAX_RANK};
+use tensorfn_kernels::ptx::Target;
 use tensorfn_kernels::{builtin, ir, ptx, BinaryOp, ReduceOp, UnaryOp};
 
 /// Threads per block of every built-in and fused kernel.
@@ -64,18 +68,20 @@ pub(crate) fn addcmul_kernel(t: DTypeKind) -> tensorfn_kernels::Result<ir::Kerne
 }
 
 impl Builtin {
-    pub(crate) fn source(self) -> Result<KernelSource> {
+    /// The module's text for a device of `target` (row kernels and the
+    /// concatenation kernel have one text for every target).
+    pub(crate) fn source(self, target: Target) -> Result<KernelSource> {
         let k = match self {
-            Builtin::Unary(op, t) => builtin::try_unary(op, t),
-            Builtin::Binary(op, t) => builtin::try_binary(op, t),
-            Builtin::Cast(from, to) => Ok(builtin::cast(from, to)),
+            Builtin::Unary(op, t) => builtin::try_unary_for(op, t, target),
+            Builtin::Binary(op, t) => builtin::try_binary_for(op, t, target),
+            Builtin::Cast(from, to) => Ok(builtin::cast_for(from, to, target)),
             Builtin::Reduce(op, t) => builtin::try_reduce(op, t),
             Builtin::Softmax(t, log) => builtin::try_softmax(t, log),
             Builtin::CatRows(unit) => builtin::cat_rows(unit),
             Builtin::Addcmul(t) => {
                 let name = format!("tf_addcmul_{t}");
                 addcmul_kernel(t)
-                    .and_then(|k| ptx::elementwise(&k, &name))
+                    .and_then(|k| ptx::elementwise_for(&k, &name, target))
                     .map(|ptx| builtin::Kernel { name, ptx })
             }
         }
@@ -318,7 +324,13 @@ impl Context {
         out: (u64, &Layout),
         inputs: &[(u64, &Layout)],
     ) -> Result<()> {
-        self.elementwise(ModuleKey::Builtin(kernel), || kernel.source(), out, inputs)
+        let target = self.target();
+        self.elementwise(
+            ModuleKey::Builtin(kernel),
+            || kernel.source(target),
+            out,
+            inputs,
+        )
     }
 
     /// [`rows`](Self::rows) for a built-in kernel.
@@ -332,7 +344,7 @@ impl Context {
     ) -> Result<()> {
         self.rows(
             ModuleKey::Builtin(kernel),
-            || kernel.source(),
+            || kernel.source(self.target()),
             out,
             input,
             rows,
@@ -389,7 +401,7 @@ pub(crate) fn launch_fused<O: DType>(
         || {
             Ok(KernelSource {
                 name: kernel.name.to_string(),
-                ptx: kernel.ptx.to_string(),
+                ptx: kernel.ptx_for(ctx.target()).to_string(),
             })
         },
         (out.device_ptr(), &Layout::contiguous(out_dims)),
@@ -407,10 +419,13 @@ mod tests {
     #[test]
     fn the_addcmul_kernel_builds_for_every_numeric_dtype() {
         for t in DTypeKind::ALL.into_iter().filter(|&t| t != DTypeKind::Bool) {
-            let src = Builtin::Addcmul(t).source().unwrap();
-            assert_eq!(src.name, format!("tf_addcmul_{t}"));
-            assert!(src.ptx.contains(&format!(".entry tf_addcmul_{t}_contig(")));
-            assert!(src.ptx.contains(&format!(".entry tf_addcmul_{t}_strided(")));
+            for target in [Target::Sm70, Target::Sm80] {
+                let src = Builtin::Addcmul(t).source(target).unwrap();
+                assert_eq!(src.name, format!("tf_addcmul_{t}"));
+                assert!(src.ptx.starts_with(target.header()));
+                assert!(src.ptx.contains(&format!(".entry tf_addcmul_{t}_contig(")));
+                assert!(src.ptx.contains(&format!(".entry tf_addcmul_{t}_strided(")));
+            }
         }
     }
 

@@ -1268,6 +1268,7 @@ fn fused_kernels_launch_contiguous_and_strided() {
     let kernel = KERNEL.get_or_init(|| FusedKernel {
         name: "tf_test_affine",
         ptx: Box::leak(affine_ptx().into_boxed_str()),
+        ptx_sm80: None,
         inputs: &[DTypeKind::F32],
         output: DTypeKind::F32,
     });
@@ -1302,6 +1303,7 @@ fn bad_ptx_reports_the_jit_log() {
     static BAD: FusedKernel = FusedKernel {
         name: "tf_test_bad",
         ptx: ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry tf_test_bad_contig() { bogus; }\n",
+        ptx_sm80: None,
         inputs: &[],
         output: DTypeKind::F32,
     };

@@ -79,7 +79,7 @@ fused_fn!(
     /// use tensorfn_kernels::FusedKernel;
     /// use tensorfn_core::DTypeKind;
     /// static K: FusedKernel = FusedKernel {
-    ///     name: "tf_double", ptx: "", inputs: &[DTypeKind::F32], output: DTypeKind::F32,
+    ///     name: "tf_double", ptx: "", ptx_sm80: None, inputs: &[DTypeKind::F32], output: DTypeKind::F32,
     /// };
     /// let x = Tensor::<Cpu, f32, shape![3]>::from_vec(vec![1., 2., 3.]).unwrap();
     /// let y: Tensor<Cpu, f32, shape![3]> = fused1(&x, &[3], &K, |a: f32| a * 2.0).unwrap();
@@ -95,7 +95,7 @@ fused_fn!(
     /// use tensorfn_kernels::FusedKernel;
     /// use tensorfn_core::DTypeKind;
     /// static K: FusedKernel = FusedKernel {
-    ///     name: "tf_scale", ptx: "", inputs: &[DTypeKind::F32, DTypeKind::I32],
+    ///     name: "tf_scale", ptx: "", ptx_sm80: None, inputs: &[DTypeKind::F32, DTypeKind::I32],
     ///     output: DTypeKind::F32,
     /// };
     /// let x = Tensor::<Cpu, f32, shape![2, 2]>::from_vec(vec![1., 2., 3., 4.]).unwrap();

@@ -13,9 +13,18 @@ use tensorfn_core::rules;
 /// (indexing, reductions).
 ///
 /// ```
+/// use tensorfn_runtime::shape::type_name;
 /// use tensorfn_runtime::{Const, Dyn, RemoveDim};
-/// fn removed<S: RemoveDim<1>>() -> usize { <S::Output as tensorfn_runtime::Shape>::RANK }
-/// assert_eq!(removed::<(Const<2>, Dyn, Const<4>)>(), 2);
+/// fn removed<S: RemoveDim<1>>() -> String { type_name::<S::Output>() }
+/// assert_eq!(removed::<(Const<2>, Dyn, Const<4>)>(), "shape![2, 4]");
+/// ```
+///
+/// A dim past the rank does not compile:
+///
+/// ```compile_fail,E0277
+/// use tensorfn_runtime::{Tensor, Cpu, shape};
+/// let x = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
+/// let _ = x.index::<2>(0);
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` has no dim {DIM}",

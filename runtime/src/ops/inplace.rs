@@ -21,6 +21,16 @@ use tensorfn_kernels::BinaryOp;
 /// x += &y;
 /// assert_eq!(x.to_vec().unwrap(), vec![2., 2.]);
 /// ```
+///
+/// With a `Dyn` dim the operator does not exist (use `add_`, which returns
+/// an `Err`):
+///
+/// ```compile_fail,E0277
+/// use tensorfn_runtime::{Tensor, Cpu, shape};
+/// let mut x = Tensor::<Cpu, f32, shape![_]>::ones_dims(&[2]).unwrap();
+/// let y = Tensor::<Cpu, f32, shape![_]>::ones_dims(&[3]).unwrap();
+/// x += &y;
+/// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` has run-time (`Dyn`) dims, so an operator like `+=` could fail",
     label = "the dims of this shape are only known at run time",

@@ -27,6 +27,15 @@ use tensorfn_core::rules;
 /// let c: Tensor<Cpu, f32, shape![2, 4]> = a.matmul(&b).unwrap();
 /// assert_eq!(c.to_vec().unwrap(), vec![3.0; 8]);
 /// ```
+///
+/// Inner dims that differ do not compile:
+///
+/// ```compile_fail,E0277
+/// use tensorfn_runtime::{Tensor, Cpu, shape};
+/// let a = Tensor::<Cpu, f32, shape![2, 3]>::ones().unwrap();
+/// let b = Tensor::<Cpu, f32, shape![4, 5]>::ones().unwrap();
+/// let _ = a.matmul(&b);
+/// ```
 #[diagnostic::on_unimplemented(
     message = "`matmul` cannot multiply a `{Self}` tensor by a `{Rhs}` tensor",
     label = "the inner dims do not match, or this pairing of ranks is not a matrix product",
@@ -66,6 +75,17 @@ impl<B: Dim, M: Dim, K: Dim, N: Dim> MatMulShape<(K, N)> for (B, M, K) {
 /// let w = Tensor::<Cpu, f32, shape![3, 4]>::ones().unwrap();
 /// let y = Tensor::addmm(&bias, &x, &w).unwrap();
 /// assert_eq!(y.to_vec().unwrap(), vec![4.0; 8]);
+/// ```
+///
+/// A bias of the product's row count (`[M]`, not `[N]`) does not compile,
+/// as PyTorch would refuse to broadcast it:
+///
+/// ```compile_fail,E0277
+/// use tensorfn_runtime::{Tensor, Cpu, shape};
+/// let bias = Tensor::<Cpu, f32, shape![2]>::ones().unwrap();
+/// let x = Tensor::<Cpu, f32, shape![2, 3]>::ones().unwrap();
+/// let w = Tensor::<Cpu, f32, shape![3, 4]>::ones().unwrap();
+/// let _ = Tensor::addmm(&bias, &x, &w);
 /// ```
 #[diagnostic::on_unimplemented(
     message = "a `{Self}` bias does not broadcast to the `{Out}` product of `addmm`",

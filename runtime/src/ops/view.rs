@@ -17,7 +17,15 @@ use tensorfn_core::rules;
 /// use tensorfn_runtime::{Tensor, Cpu, shape, Transpose2};
 /// let x = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
 /// let y: Tensor<Cpu, f32, shape![3, 2]> = x.t().unwrap();
-/// # let _ = y;
+/// assert_eq!(y.shape(), &[3, 2]);
+/// ```
+///
+/// A 3-D tensor has no `.t()`; it does not compile:
+///
+/// ```compile_fail,E0277
+/// use tensorfn_runtime::{Tensor, Cpu, shape};
+/// let x = Tensor::<Cpu, f32, shape![2, 3, 4]>::zeros().unwrap();
+/// let _ = x.t();
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`.t()` transposes tensors of at most 2 dims, not `{Self}`",
@@ -234,7 +242,8 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
         self.broadcast_to_dims(&static_dims::<SO>("broadcast_to")?)
     }
 
-    /// [`broadcast_to`](Self::broadcast_to) run-time `dims`.
+    /// [`broadcast_to`](Self::broadcast_to) to run-time `dims`; `Err` when
+    /// the tensor does not broadcast to them or they do not fit `SO`.
     ///
     /// ```
     /// use tensorfn_runtime::{Tensor, Cpu, shape};

@@ -197,14 +197,10 @@ impl<'s, 'k> Checker<'s, 'k> {
                 }
                 let sa = a.1.to_string();
                 let sb = b.1.to_string();
-                let dims = match rules::broadcast(label, &[(&sa, &oa.ty.dims), (&sb, &ob.ty.dims)])
-                {
-                    Ok(d) => Some(d),
-                    Err(err) => {
-                        self.rule_error(err, &[&a.1.sp, &b.1.sp]);
-                        None
-                    }
-                };
+                let dims = self.ruled(
+                    rules::broadcast(label, &[(&sa, &oa.ty.dims), (&sb, &ob.ty.dims)]),
+                    &[&a.1.sp, &b.1.sp],
+                );
                 match (ok, dims) {
                     (true, Some(dims)) => {
                         self.push(Op::Binary(op, a.0, b.0), Self::out_ty(&agreed, dims), e)
@@ -260,20 +256,17 @@ impl<'s, 'k> Checker<'s, 'k> {
             )),
         };
         let names: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
-        let dims = match rules::broadcast(
-            "addcmul",
-            &[
-                (&names[0], &ops[0].ty.dims),
-                (&names[1], &ops[1].ty.dims),
-                (&names[2], &ops[2].ty.dims),
-            ],
-        ) {
-            Ok(d) => Some(d),
-            Err(err) => {
-                self.rule_error(err, &[&xs[0].sp, &xs[1].sp, &xs[2].sp]);
-                None
-            }
-        };
+        let dims = self.ruled(
+            rules::broadcast(
+                "addcmul",
+                &[
+                    (&names[0], &ops[0].ty.dims),
+                    (&names[1], &ops[1].ty.dims),
+                    (&names[2], &ops[2].ty.dims),
+                ],
+            ),
+            &[&xs[0].sp, &xs[1].sp, &xs[2].sp],
+        );
         match (ok, dims, value) {
             (true, Some(dims), Some(value)) => self.push(
                 Op::AddCmul {
@@ -386,12 +379,8 @@ impl<'s, 'k> Checker<'s, 'k> {
             .map(|(n, o)| (n.as_str(), &o.ty.dims[..]))
             .collect();
         let spans: Vec<&Sp> = tensors.iter().map(|o| &o.ex.sp).collect();
-        let dims = match rules::broadcast(&name, &operands) {
-            Ok(d) => d,
-            Err(err) => {
-                self.rule_error(err, &spans);
-                return self.error_node(e);
-            }
+        let Some(dims) = self.ruled(rules::broadcast(&name, &operands), &spans) else {
+            return self.error_node(e);
         };
         if !ok {
             return self.error_node(e);

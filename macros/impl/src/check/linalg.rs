@@ -23,12 +23,8 @@ impl<'s, 'k> Checker<'s, 'k> {
             "dot" => rules::dot(name, da, db),
             _ => rules::matmul(name, da, db),
         };
-        let dims = match rule {
-            Ok(d) => d,
-            Err(err) => {
-                self.rule_error(err, &[&x.sp, &y.sp]);
-                return self.error_node(e);
-            }
+        let Some(dims) = self.ruled(rule, &[&x.sp, &y.sp]) else {
+            return self.error_node(e);
         };
         if !ok {
             return self.error_node(e);
@@ -82,18 +78,15 @@ impl<'s, 'k> Checker<'s, 'k> {
         let agreed = self.agree("addmm", &ops, 1);
         let ok = !agreed.ok || self.need_float("addmm", &ops[1]);
         let names: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
-        let dims = match rules::addmm(
-            "addmm",
-            (&names[0], &ops[0].ty.dims),
-            (&names[1], &ops[1].ty.dims),
-            (&names[2], &ops[2].ty.dims),
-        ) {
-            Ok(d) => Some(d),
-            Err(err) => {
-                self.rule_error(err, &[&xs[0].sp, &xs[1].sp, &xs[2].sp]);
-                None
-            }
-        };
+        let dims = self.ruled(
+            rules::addmm(
+                "addmm",
+                (&names[0], &ops[0].ty.dims),
+                (&names[1], &ops[1].ty.dims),
+                (&names[2], &ops[2].ty.dims),
+            ),
+            &[&xs[0].sp, &xs[1].sp, &xs[2].sp],
+        );
         let scale = |i: usize, me: &mut Self| -> Result<Option<NodeId>, ()> {
             match a[i] {
                 None => Ok(None),

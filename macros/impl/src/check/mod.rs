@@ -336,6 +336,12 @@ impl<'s, 'k> Checker<'s, 'k> {
     }
 
     /// Reports a shape-rule error on the operand it names.
+    /// The value of a shape rule, or `None` after reporting its error on
+    /// the operand it names.
+    fn ruled<R>(&mut self, rule: Result<R, RuleError>, spans: &[&Sp]) -> Option<R> {
+        rule.map_err(|err| self.rule_error(err, spans)).ok()
+    }
+
     fn rule_error(&mut self, e: RuleError, spans: &[&Sp]) {
         let sp = spans
             .get(e.operand)

@@ -45,12 +45,9 @@ impl<'s, 'k> Checker<'s, 'k> {
             .map(|(n, o)| (n.as_str(), &o.ty.dims[..]))
             .collect();
         let spans: Vec<&Sp> = xs.iter().map(|x| &x.sp).collect();
-        match rules::cat("cat", &operands, dim) {
-            Ok(dims) => self.push(Op::Cat { xs: ids, dim }, Self::out_ty(&agreed, dims), e),
-            Err(err) => {
-                self.rule_error(err, &spans);
-                self.error_node(e)
-            }
+        match self.ruled(rules::cat("cat", &operands, dim), &spans) {
+            Some(dims) => self.push(Op::Cat { xs: ids, dim }, Self::out_ty(&agreed, dims), e),
+            None => self.error_node(e),
         }
     }
 

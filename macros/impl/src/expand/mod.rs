@@ -34,9 +34,14 @@ pub struct Ctx<'a> {
     pub fns: &'a [&'a TensorFn],
     /// The kernels as written.
     pub kernels: &'a [&'a KernelFn],
-    /// PTX text of a fused element program with the given kernel name.
-    pub ptx: &'a dyn Fn(&Ir, &str) -> Result<String, String>,
+    /// PTX text of a fused element program with the given kernel name:
+    /// the sm_70 module, and the sm_80 one where it differs.
+    pub ptx: &'a dyn Fn(&Ir, &str) -> Result<FusedPtx, String>,
 }
+
+/// The PTX of a fused kernel: the sm_70 module, and the sm_80 one where it
+/// differs (see `tensorfn_kernels::ptx::Target`).
+pub type FusedPtx = (String, Option<String>);
 
 struct FnGen<'a> {
     ctx: &'a Ctx<'a>,

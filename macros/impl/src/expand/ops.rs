@@ -52,7 +52,7 @@ impl FnGen<'_> {
             }
         };
         // A CPU group never launches: it needs no PTX.
-        let ptx = if declare && t.device != Device::Cpu {
+        let (ptx, ptx_sm80) = if declare && t.device != Device::Cpu {
             match (self.ctx.ptx)(&gr.ir, &name) {
                 Ok(p) => p,
                 Err(e) => {
@@ -61,11 +61,15 @@ impl FnGen<'_> {
                         "internal error of `tensor_fn!`: the PTX emitter rejected the fused kernel of `{}`: {e}",
                         self.g().nodes[out].text
                     )));
-                    String::new()
+                    (String::new(), None)
                 }
             }
         } else {
-            String::new()
+            (String::new(), None)
+        };
+        let ptx_sm80 = match ptx_sm80 {
+            Some(text) => quote!(::core::option::Option::Some(#text)),
+            None => quote!(::core::option::Option::None),
         };
         let inputs = gr.ir.inputs.iter().map(|d| dtype_kind_tokens(*d));
         let output = dtype_kind_tokens(gr.ir.output_dtype());
@@ -92,6 +96,7 @@ impl FnGen<'_> {
                 static #static_name: ::tensorfn::__kernels::FusedKernel = ::tensorfn::__kernels::FusedKernel {
                     name: #name,
                     ptx: #ptx,
+                    ptx_sm80: #ptx_sm80,
                     inputs: &[#(#inputs),*],
                     output: #output,
                 };

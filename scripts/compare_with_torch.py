@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Reruns in PyTorch every case that `tests/torch_parity.rs` wrote (with
+TENSORFN_PARITY_DIR set) and compares tensorfn's outputs with PyTorch's,
+element by element, on the same inputs.
+
+For each case three results meet: ours, PyTorch's in the same dtype, and
+PyTorch's in float64 on the same (exactly representable) inputs. Errors are
+taken against the float64 result, relative to its largest value. A case
+passes when our error is at most twice PyTorch's plus the dtype's unit
+roundoff u, times sqrt(K) for products with K-term dot products (their
+usual error bound; which of two correct summation orders PyTorch's and our
+cuBLAS calls pick is not ours to match). `cat` must be exact. The largest
+difference from PyTorch's same-dtype result is printed too.
+
+Usage: compare_with_torch.py DIR [DIR ...]   (each DIR holds manifest.jsonl)
+Exits 1 when a case fails, 2 when there is nothing to compare.
+"""
+import json
+import math
+import os
+import sys
+
+import torch
+
+DTYPES = {
+    "f64": torch.float64,
+    "f32": torch.float32,
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+}
+# Unit roundoff of each dtype's significand.
+EPS = {"f64": 2.0**-52, "f32": 2.0**-23, "f16": 2.0**-10, "bf16": 2.0**-7}
+
+
+def gelu_tanh(x):
+    return x * 0.5 * (torch.tanh((x + x * x * x * 0.044715) * 0.7978846) + 1.0)
+
+
+def run(op, args, xs):
+    if op in ("matmul",):
+        return torch.matmul(xs[0], xs[1])
+    if op == "matmul_nt":
+        return torch.matmul(xs[0], xs[1].t())
+    if op == "bmm":
+        return torch.bmm(xs[0], xs[1])
+    if op == "addmm":
+        return torch.addmm(xs[0], xs[1], xs[2], beta=args["beta"], alpha=args["alpha"])
+    if op == "cat":
+        return torch.cat(xs, dim=args["dim"])
+    if op == "softmax":
+        return torch.softmax(xs[0], dim=args["dim"])
+    if op == "log_softmax":
+        return torch.log_softmax(xs[0], dim=args["dim"])
+    if op == "sin_affine":
+        return torch.sin(xs[0]) * 2 + 5
+    if op == "gelu_tanh":
+        return gelu_tanh(xs[0])
+    if op == "chain6":
+        x, y = xs
+        return torch.tanh(torch.sigmoid(x * y + 1.0) * x) - y
+    raise ValueError(f"unknown op {op}")
+
+
+def load(folder, spec, device):
+    path = os.path.join(folder, spec["file"])
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    t = torch.frombuffer(data, dtype=torch.float64) if data else torch.zeros(0, dtype=torch.float64)
+    return t.reshape(spec["shape"]).to(device)
+
+
+def slack(op, inputs):
+    """How many units of roundoff a correct result may be off by."""
+    if op in ("matmul", "matmul_nt", "bmm", "addmm"):
+        a = inputs[1] if op == "addmm" else inputs[0]
+        return 2.0 * math.sqrt(a["shape"][-1])
+    return 2.0
+
+
+def max_rel(a, ref, scale):
+    diff = (a.double() - ref).abs()
+    # NaN anywhere is a failure, never a silent pass.
+    if torch.isnan(diff).any():
+        return float("inf")
+    return diff.max().item() / scale if diff.numel() else 0.0
+
+
+def compare(folder, device):
+    failures = 0
+    rows = []
+    with open(os.path.join(folder, "manifest.jsonl")) as f:
+        cases = [json.loads(line) for line in f if line.strip()]
+    for case in cases:
+        op, dt, args = case["op"], case["dtype"], case["args"]
+        exact = [load(folder, spec, device) for spec in case["inputs"]]
+        ours = load(folder, case["output"], device)
+        native = run(op, args, [x.to(DTYPES[dt]) for x in exact])
+        ref = run(op, args, exact)
+        if tuple(ours.shape) != tuple(ref.shape):
+            failures += 1
+            rows.append((op, dt, "shape", str(tuple(ours.shape)), str(tuple(ref.shape)), "", "FAIL"))
+            continue
+        scale = max(ref.abs().max().item() if ref.numel() else 0.0, 1e-300)
+        ours_err = max_rel(ours, ref, scale)
+        torch_err = max_rel(native, ref, scale)
+        vs_torch = max_rel(ours, native.double(), scale)
+        allowed = 2 * torch_err + EPS[dt] * slack(op, case["inputs"])
+        ok = ours_err <= allowed if op != "cat" else ours_err == 0.0
+        failures += not ok
+        shapes = "x".join(str(tuple(s["shape"])) for s in case["inputs"])
+        rows.append((op, dt, shapes, f"{ours_err:.2e}", f"{torch_err:.2e}", f"{vs_torch:.2e}", "ok" if ok else "FAIL"))
+    head = ("op", "dtype", "inputs", "ours vs f64", "torch vs f64", "ours vs torch", "")
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    for r in [head] + rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+    print(f"parity {folder}: {len(rows) - failures} of {len(rows)} cases as accurate as PyTorch "
+          f"({device}, torch {torch.__version__})")
+    return failures, len(rows)
+
+
+def main():
+    folders = [f for f in sys.argv[1:] if os.path.exists(os.path.join(f, "manifest.jsonl"))]
+    if not folders:
+        print("nothing to compare: run tests/torch_parity.rs with TENSORFN_PARITY_DIR set", file=sys.stderr)
+        return 2
+    # Same settings as tensorfn's defaults: exact f32 products, no TF32.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    failed = 0
+    for folder in folders:
+        f, _ = compare(folder, device)
+        failed += f
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

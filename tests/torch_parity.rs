@@ -1,0 +1,509 @@
+//! The cases PyTorch users compare first (`addmm`, `matmul`, batched
+//! products, `cat`, softmax, fused elementwise chains), per float dtype,
+//! with fresh random inputs: computed on the GPU (and on the CPU), each
+//! checked here against an f64 reference.
+//!
+//! With `TENSORFN_PARITY_DIR` set, every case is also written out (inputs,
+//! our output, the op and its arguments) for `scripts/compare_with_torch.py`,
+//! which reruns each case in PyTorch on the same inputs and compares
+//! element by element; `scripts/gpu-check` runs both.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use tensorfn::prelude::*;
+use tensorfn::{BiasFor, DType, Device, DeviceKind, FloatDType, Shape};
+
+type V = shape![_];
+type M2 = shape![_, _];
+type B3 = shape![_, _, _];
+
+fn seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(11)
+}
+
+/// Unit roundoff of `T`'s significand.
+fn eps<T: DType>() -> f64 {
+    match T::KIND.name() {
+        "f64" => f64::EPSILON,
+        "f32" => f32::EPSILON as f64,
+        "f16" => 9.77e-4,
+        _ => 7.82e-3,
+    }
+}
+
+/// Writes cases as raw little-endian f64 files plus one `manifest.jsonl`
+/// line each; does nothing when `TENSORFN_PARITY_DIR` is unset.
+struct Recorder {
+    dir: Option<PathBuf>,
+    manifest: String,
+    files: usize,
+}
+
+impl Recorder {
+    fn new(device: &str) -> Self {
+        let dir = std::env::var_os("TENSORFN_PARITY_DIR").map(|d| PathBuf::from(d).join(device));
+        if let Some(d) = &dir {
+            std::fs::create_dir_all(d).expect("the parity folder can be created");
+        }
+        Recorder {
+            dir,
+            manifest: String::new(),
+            files: 0,
+        }
+    }
+
+    /// Writes `t`'s values (exact in f64 for every float dtype) and returns
+    /// the JSON describing the file.
+    fn array<G: Device, T: DType, S: Shape>(&mut self, t: &Tensor<G, T, S>) -> String {
+        let Some(dir) = &self.dir else {
+            return String::new();
+        };
+        let values = t.to_vec().expect("results come back to the host");
+        let bytes: Vec<u8> = values
+            .iter()
+            .flat_map(|v| v.to_f64().to_le_bytes())
+            .collect();
+        let file = format!("a{}.f64", self.files);
+        self.files += 1;
+        std::fs::write(dir.join(&file), bytes).expect("the parity file can be written");
+        format!(r#"{{"file":"{file}","shape":{:?}}}"#, t.dims())
+    }
+
+    /// One manifest line: `op` applied to `inputs` gave `output`.
+    fn case(&mut self, op: &str, dtype: &str, inputs: &[String], output: &str, args: &str) {
+        if self.dir.is_none() {
+            return;
+        }
+        let _ = writeln!(
+            self.manifest,
+            r#"{{"op":"{op}","dtype":"{dtype}","inputs":[{}],"output":{output},"args":{{{args}}}}}"#,
+            inputs.join(",")
+        );
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            std::fs::write(dir.join("manifest.jsonl"), &self.manifest)
+                .expect("the manifest can be written");
+        }
+    }
+}
+
+/// A fresh random tensor on `G`, uniform in `[-1, 1)`, and its values in f64.
+fn random<G: Device, T: FloatDType, S: Shape>(dims: &[usize]) -> (Tensor<G, T, S>, Vec<f64>) {
+    let u = Tensor::<Cpu, f64, S>::rand_dims(seed(), dims).unwrap();
+    let data: Vec<T> = u
+        .to_vec()
+        .unwrap()
+        .iter()
+        .map(|&v| T::from_f64(2.0 * v - 1.0))
+        .collect();
+    let exact: Vec<f64> = data.iter().map(|v| v.to_f64()).collect();
+    let t = Tensor::<Cpu, T, S>::from_vec_dims(data, dims).unwrap();
+    (t.to_device::<G>().unwrap(), exact)
+}
+
+/// `got` is within `k` units of `T`'s roundoff of `want`, relative to the
+/// largest reference value (the error a product or a sum accumulates
+/// scales with its magnitude, not with each element's).
+fn check<G: Device, T: DType, S: Shape>(what: &str, got: &Tensor<G, T, S>, want: &[f64], k: f64) {
+    let got = got.to_vec().unwrap();
+    assert_eq!(got.len(), want.len(), "{what} {}: element count", T::KIND);
+    let scale = want.iter().fold(f64::MIN_POSITIVE, |m, w| m.max(w.abs()));
+    let (mut worst, mut at) = (0.0f64, 0);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let e = (g.to_f64() - w).abs() / scale;
+        if e > worst || e.is_nan() {
+            (worst, at) = (e, i);
+        }
+    }
+    let tol = k * eps::<T>();
+    assert!(
+        worst <= tol,
+        "{what} {} on {}: error {worst:.3e} of the largest value at [{at}] \
+         (got {}, want {}), tolerance {tol:.3e}",
+        T::KIND,
+        match G::KIND {
+            DeviceKind::Cpu => "cpu".to_string(),
+            DeviceKind::Cuda(o) => format!("cuda:{o}"),
+        },
+        got[at].to_f64(),
+        want[at]
+    );
+}
+
+/// `a (m×k) @ b (k×n)` in f64, row-major.
+fn matmul_ref(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for p in 0..k {
+            let x = a[i * k + p];
+            for j in 0..n {
+                c[i * n + j] += x * b[p * n + j];
+            }
+        }
+    }
+    c
+}
+
+fn transpose_ref(a: &[f64], rows: usize, cols: usize) -> Vec<f64> {
+    (0..cols * rows)
+        .map(|i| a[(i % rows) * cols + i / rows])
+        .collect()
+}
+
+fn softmax_ref(x: &[f64], cols: usize, log: bool) -> Vec<f64> {
+    x.chunks(cols)
+        .flat_map(|row| {
+            let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
+            row.iter()
+                .map(move |v| {
+                    if log {
+                        v - max - sum.ln()
+                    } else {
+                        (v - max).exp() / sum
+                    }
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `bias + a @ b` for a bias of `bias_dims`, broadcast like PyTorch's.
+fn addmm_case<G: Device, T: FloatDType, SB: BiasFor<M2>>(
+    rec: &mut Recorder,
+    (a, av): (&Tensor<G, T, M2>, &[f64]),
+    (b, bv): (&Tensor<G, T, M2>, &[f64]),
+    bias_dims: &[usize],
+    (m, k, n): (usize, usize, usize),
+) {
+    let (bias, biasv) = random::<G, T, SB>(bias_dims);
+    let prod = matmul_ref(av, bv, m, k, n);
+    let want: Vec<f64> = (0..m * n)
+        .map(|i| {
+            let at = match biasv.len() {
+                1 => 0,
+                l if l == n => i % n,
+                _ => i,
+            };
+            prod[i] + biasv[at]
+        })
+        .collect();
+    let c = Tensor::addmm(&bias, a, b).unwrap();
+    check(&format!("addmm with a {bias_dims:?} bias"), &c, &want, 32.0);
+    let (ib, i1, i2, oc) = (rec.array(&bias), rec.array(a), rec.array(b), rec.array(&c));
+    rec.case(
+        "addmm",
+        T::KIND.name(),
+        &[ib, i1, i2],
+        &oc,
+        r#""beta":1.0,"alpha":1.0"#,
+    );
+}
+
+fn products<G: Device, T: FloatDType>(rec: &mut Recorder) {
+    let dt = T::KIND.name();
+    let (m, k, n) = (67, 300, 129);
+    let (a, av) = random::<G, T, M2>(&[m, k]);
+    let (b, bv) = random::<G, T, M2>(&[k, n]);
+    let want = matmul_ref(&av, &bv, m, k, n);
+    let c = a.matmul(&b).unwrap();
+    check("matmul", &c, &want, 32.0);
+    let (ia, ib, oc) = (rec.array(&a), rec.array(&b), rec.array(&c));
+    rec.case("matmul", dt, &[ia, ib], &oc, "");
+
+    // A transposed view goes to cuBLAS as a flag, not a copy.
+    let (bt, btv) = random::<G, T, M2>(&[n, k]);
+    let c = a.matmul(&bt.t().unwrap()).unwrap();
+    check(
+        "matmul with a transposed operand",
+        &c,
+        &matmul_ref(&av, &transpose_ref(&btv, n, k), m, k, n),
+        32.0,
+    );
+    let (ia, ib, oc) = (rec.array(&a), rec.array(&bt), rec.array(&c));
+    rec.case("matmul_nt", dt, &[ia, ib], &oc, "");
+
+    addmm_case::<G, T, V>(rec, (&a, &av), (&b, &bv), &[n], (m, k, n));
+    addmm_case::<G, T, M2>(rec, (&a, &av), (&b, &bv), &[m, n], (m, k, n));
+    addmm_case::<G, T, M2>(rec, (&a, &av), (&b, &bv), &[1, n], (m, k, n));
+    addmm_case::<G, T, shape![]>(rec, (&a, &av), (&b, &bv), &[], (m, k, n));
+
+    let (bias, biasv) = random::<G, T, V>(&[n]);
+    let (beta, alpha) = (0.5, -2.0);
+    let c = Tensor::addmm_scaled(&bias, &a, &b, T::from_f64(beta), T::from_f64(alpha)).unwrap();
+    let prod = matmul_ref(&av, &bv, m, k, n);
+    let want: Vec<f64> = (0..m * n)
+        .map(|i| beta * biasv[i % n] + alpha * prod[i])
+        .collect();
+    check("addmm_scaled", &c, &want, 64.0);
+    let (ib, i1, i2, oc) = (
+        rec.array(&bias),
+        rec.array(&a),
+        rec.array(&b),
+        rec.array(&c),
+    );
+    rec.case(
+        "addmm",
+        dt,
+        &[ib, i1, i2],
+        &oc,
+        r#""beta":0.5,"alpha":-2.0"#,
+    );
+
+    let batch = 5;
+    let (x, xv) = random::<G, T, B3>(&[batch, m, k]);
+    let (y, yv) = random::<G, T, B3>(&[batch, k, n]);
+    let want: Vec<f64> = (0..batch)
+        .flat_map(|i| {
+            matmul_ref(
+                &xv[i * m * k..][..m * k],
+                &yv[i * k * n..][..k * n],
+                m,
+                k,
+                n,
+            )
+        })
+        .collect();
+    let z = x.bmm(&y).unwrap();
+    check("bmm", &z, &want, 32.0);
+    let (ix, iy, oz) = (rec.array(&x), rec.array(&y), rec.array(&z));
+    rec.case("bmm", dt, &[ix, iy], &oz, "");
+
+    // One matrix shared by the whole batch: PyTorch's matmul broadcasting.
+    let z = x.matmul(&b).unwrap();
+    let want: Vec<f64> = (0..batch)
+        .flat_map(|i| matmul_ref(&xv[i * m * k..][..m * k], &bv, m, k, n))
+        .collect();
+    check("batched matmul with a shared matrix", &z, &want, 32.0);
+    let (ix, ib, oz) = (rec.array(&x), rec.array(&b), rec.array(&z));
+    rec.case("matmul", dt, &[ix, ib], &oz, "");
+}
+
+fn joins<G: Device, T: FloatDType>(rec: &mut Recorder) {
+    let dt = T::KIND.name();
+    let (a, av) = random::<G, T, B3>(&[3, 5, 7]);
+    let (b, bv) = random::<G, T, B3>(&[3, 9, 7]);
+    let c: Tensor<G, T, B3> = a.cat::<1, _>(&b).unwrap();
+    let want: Vec<f64> = (0..3)
+        .flat_map(|i| {
+            av[i * 35..][..35]
+                .iter()
+                .chain(&bv[i * 63..][..63])
+                .copied()
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    check("cat along dim 1", &c, &want, 0.0);
+    let (ia, ib, oc) = (rec.array(&a), rec.array(&b), rec.array(&c));
+    rec.case("cat", dt, &[ia, ib], &oc, r#""dim":1"#);
+
+    let parts: Vec<(Tensor<G, T, M2>, Vec<f64>)> = (0..8).map(|_| random(&[33, 40])).collect();
+    let refs: Vec<&Tensor<G, T, M2>> = parts.iter().map(|(t, _)| t).collect();
+    let c = Tensor::cat_slice::<1, M2>(&refs).unwrap();
+    let want: Vec<f64> = (0..33)
+        .flat_map(|r| {
+            parts
+                .iter()
+                .flat_map(move |(_, v)| v[r * 40..][..40].to_vec())
+        })
+        .collect();
+    check("cat of 8 along dim 1", &c, &want, 0.0);
+    let inputs: Vec<String> = parts.iter().map(|(t, _)| rec.array(t)).collect();
+    let oc = rec.array(&c);
+    rec.case("cat", dt, &inputs, &oc, r#""dim":1"#);
+
+    // A transposed (non-contiguous) input takes the strided path.
+    let (t, tv) = random::<G, T, M2>(&[40, 33]);
+    let tt = t.t().unwrap();
+    let c = Tensor::cat_slice::<0, M2>(&[&refs[0].clone(), &tt.contiguous().unwrap()]).unwrap();
+    let c2: Tensor<G, T, M2> = refs[0].cat::<0, _>(&tt).unwrap();
+    let want: Vec<f64> = parts[0]
+        .1
+        .iter()
+        .copied()
+        .chain(transpose_ref(&tv, 40, 33))
+        .collect();
+    check(
+        "cat of a contiguous and a transposed input",
+        &c2,
+        &want,
+        0.0,
+    );
+    check("cat_slice of copies", &c, &want, 0.0);
+    let (ia, ib, oc) = (rec.array(refs[0]), rec.array(&tt), rec.array(&c2));
+    rec.case("cat", dt, &[ia, ib], &oc, r#""dim":0"#);
+}
+
+fn softmaxes<G: Device, T: FloatDType>(rec: &mut Recorder) {
+    let dt = T::KIND.name();
+    for (rows, cols) in [(64, 4096), (300, 33), (7, 10000)] {
+        let (x, xv) = random::<G, T, M2>(&[rows, cols]);
+        // Spread the logits so that the max subtraction matters.
+        let x = x.mul_scalar(T::from_f64(8.0)).unwrap();
+        let xv: Vec<f64> = xv.iter().map(|v| T::from_f64(v * 8.0).to_f64()).collect();
+        for log in [false, true] {
+            let y = if log {
+                x.log_softmax::<1>()
+            } else {
+                x.softmax::<1>()
+            }
+            .unwrap();
+            let want = softmax_ref(&xv, cols, log);
+            check(if log { "log_softmax" } else { "softmax" }, &y, &want, 8.0);
+            let (ix, oy) = (rec.array(&x), rec.array(&y));
+            rec.case(
+                if log { "log_softmax" } else { "softmax" },
+                dt,
+                &[ix],
+                &oy,
+                r#""dim":1"#,
+            );
+        }
+    }
+    // Along dim 0: the rows are strided.
+    let (x, xv) = random::<G, T, M2>(&[50, 30]);
+    let y = x.softmax::<0>().unwrap();
+    let want = transpose_ref(&softmax_ref(&transpose_ref(&xv, 50, 30), 50, false), 30, 50);
+    check("softmax along dim 0", &y, &want, 8.0);
+    let (ix, oy) = (rec.array(&x), rec.array(&y));
+    rec.case("softmax", dt, &[ix], &oy, r#""dim":0"#);
+}
+
+/// The fused chains of the elementwise benchmarks, per device and dtype.
+trait Chains<G: Device>: FloatDType {
+    fn sin_affine(x: &Tensor<G, Self, V>) -> Result<Tensor<G, Self, V>>;
+    fn gelu_tanh(x: &Tensor<G, Self, V>) -> Result<Tensor<G, Self, V>>;
+    fn chain6(x: &Tensor<G, Self, V>, y: &Tensor<G, Self, V>) -> Result<Tensor<G, Self, V>>;
+}
+
+macro_rules! chains {
+    ($dev:ident, $t:ident, $module:ident) => {
+        mod $module {
+            use tensorfn::prelude::*;
+
+            tensor_fn! {
+                pub fn sin_affine(x: &Tensor<$dev, $t, [N]>) -> Tensor<$dev, $t, [N]> {
+                    sin(x) * 2.0 + 5.0
+                }
+
+                pub fn gelu_tanh(x: &Tensor<$dev, $t, [N]>) -> Tensor<$dev, $t, [N]> {
+                    x * 0.5 * (tanh((x + x * x * x * 0.044715) * 0.7978846) + 1.0)
+                }
+
+                pub fn chain6(
+                    x: &Tensor<$dev, $t, [N]>,
+                    y: &Tensor<$dev, $t, [N]>,
+                ) -> Tensor<$dev, $t, [N]> {
+                    tanh(sigmoid(x * y + 1.0) * x) - y
+                }
+            }
+        }
+
+        impl Chains<$dev> for $t {
+            fn sin_affine(x: &Tensor<$dev, $t, V>) -> Result<Tensor<$dev, $t, V>> {
+                $module::sin_affine(x)
+            }
+            fn gelu_tanh(x: &Tensor<$dev, $t, V>) -> Result<Tensor<$dev, $t, V>> {
+                $module::gelu_tanh(x)
+            }
+            fn chain6(
+                x: &Tensor<$dev, $t, V>,
+                y: &Tensor<$dev, $t, V>,
+            ) -> Result<Tensor<$dev, $t, V>> {
+                $module::chain6(x, y)
+            }
+        }
+    };
+}
+
+chains!(Cuda, f32, cuda_f32);
+chains!(Cuda, f16, cuda_f16);
+chains!(Cuda, bf16, cuda_bf16);
+chains!(Cpu, f32, cpu_f32);
+chains!(Cpu, f16, cpu_f16);
+chains!(Cpu, bf16, cpu_bf16);
+
+fn sigmoid(v: f64) -> f64 {
+    1.0 / (1.0 + (-v).exp())
+}
+
+fn fused<G: Device, T: Chains<G>>(rec: &mut Recorder) {
+    let dt = T::KIND.name();
+    let n = 100_003;
+    let (x, xv) = random::<G, T, V>(&[n]);
+    let x = x.mul_scalar(T::from_f64(4.0)).unwrap();
+    let xv: Vec<f64> = xv.iter().map(|v| T::from_f64(v * 4.0).to_f64()).collect();
+    let (y, yv) = random::<G, T, V>(&[n]);
+    // Fused chains round once, at the end: within an ulp or so of the
+    // output dtype (f32 transcendentals are good to about 3 f32 ulps).
+    let k = if T::KIND.name() == "f32" { 16.0 } else { 1.0 };
+
+    let z = T::sin_affine(&x).unwrap();
+    let want: Vec<f64> = xv.iter().map(|v| v.sin() * 2.0 + 5.0).collect();
+    check("sin(x) * 2 + 5", &z, &want, k);
+    let (ix, oz) = (rec.array(&x), rec.array(&z));
+    rec.case("sin_affine", dt, &[ix], &oz, "");
+
+    let z = T::gelu_tanh(&x).unwrap();
+    let c = T::from_f64(0.7978846).to_f64();
+    let want: Vec<f64> = xv
+        .iter()
+        .map(|v| v * 0.5 * (((v + v * v * v * 0.044715) * c).tanh() + 1.0))
+        .collect();
+    check("gelu (tanh)", &z, &want, k);
+    let (ix, oz) = (rec.array(&x), rec.array(&z));
+    rec.case("gelu_tanh", dt, &[ix], &oz, "");
+
+    let z = T::chain6(&x, &y).unwrap();
+    let want: Vec<f64> = xv
+        .iter()
+        .zip(&yv)
+        .map(|(a, b)| (sigmoid(a * b + 1.0) * a).tanh() - b)
+        .collect();
+    check("tanh(sigmoid(x*y + 1) * x) - y", &z, &want, k);
+    let (ix, iy, oz) = (rec.array(&x), rec.array(&y), rec.array(&z));
+    rec.case("chain6", dt, &[ix, iy], &oz, "");
+}
+
+fn all_cases<G: Device>(device: &str)
+where
+    f32: Chains<G>,
+    f16: Chains<G>,
+    bf16: Chains<G>,
+{
+    let mut rec = Recorder::new(device);
+    products::<G, f64>(&mut rec);
+    products::<G, f32>(&mut rec);
+    products::<G, f16>(&mut rec);
+    products::<G, bf16>(&mut rec);
+    joins::<G, f32>(&mut rec);
+    joins::<G, f16>(&mut rec);
+    joins::<G, bf16>(&mut rec);
+    softmaxes::<G, f32>(&mut rec);
+    softmaxes::<G, f16>(&mut rec);
+    softmaxes::<G, bf16>(&mut rec);
+    fused::<G, f32>(&mut rec);
+    fused::<G, f16>(&mut rec);
+    fused::<G, bf16>(&mut rec);
+}
+
+#[test]
+fn on_the_gpu_against_f64_references() {
+    if let Err(e) = tensorfn::cuda_device_count() {
+        eprintln!("skipping: no CUDA device ({e})");
+        return;
+    }
+    all_cases::<Cuda>("cuda");
+}
+
+#[test]
+fn on_the_cpu_against_f64_references() {
+    all_cases::<Cpu>("cpu");
+}
