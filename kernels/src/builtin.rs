@@ -41,6 +41,8 @@ use tensorfn_core::DTypeKind;
 /// ```
 pub const BLOCK: u32 = 256;
 
+pub use crate::ptx::{CAT_PARTS, SOFTMAX_REGISTER_COLS};
+
 /// A PTX module and the name of its kernel: the entry prefix of an
 /// elementwise kernel (entries `NAME_contig` and `NAME_strided`), or the
 /// entry itself for a row kernel.
@@ -227,6 +229,51 @@ pub fn try_softmax(dtype: DTypeKind, log: bool) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
+/// Name of [`cat_rows`]`(unit)`.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::builtin::cat_rows_name(16), "tf_cat_rows_16b");
+/// ```
+pub fn cat_rows_name(unit: u32) -> String {
+    format!("tf_cat_rows_{unit}b")
+}
+
+/// Unit sizes in bytes [`cat_rows`] is defined for.
+pub const CAT_UNITS: [u32; 5] = [1, 2, 4, 8, 16];
+
+/// Concatenation of contiguous row blocks (the `cat` of contiguous
+/// inputs), copying units of `unit` bytes; `Err` unless `unit` is one of
+/// [`CAT_UNITS`].
+///
+/// The entry `NAME(.param .u64 out, .param .u64 outer, .param .u64 row,`
+/// then for each of [`CAT_PARTS`] inputs `.param .u64 src, .param .u64
+/// inner, .param .u64 offset)` writes, for every input `k` below
+/// `grid.y` and every `r < outer`, the `inner_k` units at `src_k + r *
+/// inner_k` to units `r * row + offset_k ..` of `out`. Every count is in
+/// units; each address must be aligned to the unit. Launch with
+/// `block.x = BLOCK`, any `grid.x` (the threads stride over the units) and
+/// `grid.y` = the number of inputs, at most [`CAT_PARTS`]; unused inputs
+/// may be zero.
+///
+/// ```
+/// use tensorfn_kernels::builtin;
+/// let k = builtin::cat_rows(16).unwrap();
+/// assert!(k.ptx.contains(".entry tf_cat_rows_16b("));
+/// assert!(k.ptx.contains("ld.global.nc.v4.u32"));
+/// assert!(builtin::cat_rows(3).is_err());
+/// ```
+pub fn cat_rows(unit: u32) -> Result<Kernel> {
+    if !CAT_UNITS.contains(&unit) {
+        return Err(Error::Unsupported {
+            kernel: "cat_rows",
+            message: format!("a unit of {unit} bytes; units are 1, 2, 4, 8 or 16 bytes"),
+        });
+    }
+    let name = cat_rows_name(unit);
+    let ptx = ptx::cat_rows(&name, unit);
+    Ok(Kernel { name, ptx })
+}
+
 fn unsupported(kernel: &'static str, e: Error) -> Error {
     match e {
         Error::Type { message, .. } => Error::Unsupported { kernel, message },
@@ -368,6 +415,7 @@ pub fn all() -> Vec<Kernel> {
             out.extend(try_softmax(dtype, log).ok());
         }
     }
+    out.extend(CAT_UNITS.iter().filter_map(|&u| cat_rows(u).ok()));
     out
 }
 

@@ -2,6 +2,7 @@
 //! against f64 references: random row counts and lengths around the block
 //! size (0, 1, 255, 256, 257, thousands), every dtype, NaN and infinities.
 
+use tensorfn_kernels::builtin::SOFTMAX_REGISTER_COLS;
 use tensorfn_kernels::interp::{reduce, softmax, HostData};
 use tensorfn_kernels::{DTypeKind, ReduceOp};
 
@@ -205,6 +206,18 @@ fn reductions_match_f64_references() {
     }
 }
 
+/// Row lengths around the warp and the end of the softmax's register path.
+const SOFTMAX_COLS: [usize; 8] = [
+    1,
+    31,
+    32,
+    33,
+    4096,
+    SOFTMAX_REGISTER_COLS - 1,
+    SOFTMAX_REGISTER_COLS,
+    SOFTMAX_REGISTER_COLS + 1,
+];
+
 #[test]
 fn softmax_matches_f64_reference() {
     let mut rng = Rng(0x5157);
@@ -214,7 +227,7 @@ fn softmax_matches_f64_reference() {
         DTypeKind::F16,
         DTypeKind::BF16,
     ] {
-        for &cols in &COLS {
+        for &cols in COLS.iter().chain(&SOFTMAX_COLS) {
             let rows = 1 + rng.below(3);
             let x = data(&mut rng, dt, rows * cols, false);
             let xf = x.to_f64_vec();

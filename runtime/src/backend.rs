@@ -10,6 +10,24 @@ use crate::error::Result;
 use crate::layout::Layout;
 use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
 
+/// One input of a [`RowBlocks`] plan: its buffer, the element where its
+/// data starts and how many elements it supplies to each output row.
+pub(crate) struct RowBlock<'a, B> {
+    pub(crate) buf: &'a B,
+    pub(crate) start: usize,
+    pub(crate) inner: usize,
+}
+
+/// `cat` of contiguous inputs as a copy of row blocks: each of the `outer`
+/// output rows of `row` elements is the concatenation of one block of
+/// `inner` elements from every input, in order (block `r` of an input is
+/// its elements `start + r * inner ..`). `row` is the sum of the blocks.
+pub(crate) struct RowBlocks<'a, B> {
+    pub(crate) outer: usize,
+    pub(crate) row: usize,
+    pub(crate) parts: Vec<RowBlock<'a, B>>,
+}
+
 /// A backend: the CPU or one CUDA ordinal.
 pub(crate) trait Backend {
     /// The buffer type holding `T` elements.
@@ -17,6 +35,15 @@ pub(crate) trait Backend {
 
     /// A contiguous buffer of `n` copies of `value`.
     fn full<T: DType>(&self, n: usize, value: T) -> Result<Self::Buf<T>>;
+
+    /// A buffer of `n` elements whose contents are unspecified (zeros on
+    /// the CPU), for outputs every element of which is written next.
+    fn alloc<T: DType>(&self, n: usize) -> Result<Self::Buf<T>>;
+
+    /// The concatenation of contiguous row blocks `plan` describes (the
+    /// fast path of `cat`): a new buffer of `plan.outer` rows of
+    /// `plan.row` elements.
+    fn cat_rows<T: DType>(&self, plan: &RowBlocks<'_, Self::Buf<T>>) -> Result<Self::Buf<T>>;
 
     /// A contiguous copy of the elements `l` selects.
     fn contiguous<T: DType>(&self, x: &Self::Buf<T>, l: &Layout) -> Result<Self::Buf<T>>;

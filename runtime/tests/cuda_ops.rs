@@ -401,6 +401,55 @@ fn products<G: Device, T: FloatDType>() {
         Tensor::addmm(&cn, &ca, &cbt.t().unwrap()),
         k,
     );
+    // A full bias as cuBLASLt's C: a (1, N) row, a view with a wider
+    // leading dimension, transposed operands, a scaled product; and a
+    // transposed bias, which is copied first.
+    let (c1n, g1n) = pair::<G, T, D2>(&[1, 65], -1.0, 1.0);
+    same(
+        "addmm (1, N) bias",
+        Tensor::addmm(&g1n, &ga, &gb),
+        Tensor::addmm(&c1n, &ca, &cb),
+        k,
+    );
+    let (cv1, gv1) = pair::<G, T, D2>(&[1, 129], -1.0, 1.0);
+    same(
+        "addmm of one row with a (1, N) bias",
+        Tensor::addmm(&g1n, &gv1, &gb),
+        Tensor::addmm(&c1n, &cv1, &cb),
+        k,
+    );
+    let (cwide, gwide) = pair::<G, T, D2>(&[37, 70], -1.0, 1.0);
+    same(
+        "addmm (M, N) bias narrowed from a wider matrix",
+        Tensor::addmm(&gwide.narrow::<1, D2>(3, 65).unwrap(), &ga, &gb),
+        Tensor::addmm(&cwide.narrow::<1, D2>(3, 65).unwrap(), &ca, &cb),
+        k,
+    );
+    same(
+        "addmm (M, N) bias, transposed operands",
+        Tensor::addmm(&gmn, &gat.t().unwrap(), &gbt.t().unwrap()),
+        Tensor::addmm(&cmn, &cat.t().unwrap(), &cbt.t().unwrap()),
+        k,
+    );
+    same(
+        "addmm_scaled (M, N) bias",
+        Tensor::addmm_scaled(&gmn, &ga, &gb, beta, alpha),
+        Tensor::addmm_scaled(&cmn, &ca, &cb, beta, alpha),
+        k,
+    );
+    let (cnm, gnm) = pair::<G, T, D2>(&[65, 37], -1.0, 1.0);
+    same(
+        "addmm transposed (M, N) bias",
+        Tensor::addmm(&gnm.t().unwrap(), &ga, &gb),
+        Tensor::addmm(&cnm.t().unwrap(), &ca, &cb),
+        k,
+    );
+    same(
+        "addmm_scaled scalar bias",
+        Tensor::addmm_scaled(&g0, &ga, &gb, beta, alpha),
+        Tensor::addmm_scaled(&c0, &ca, &cb, beta, alpha),
+        k,
+    );
     // The fused linear layer (cuBLASLt epilogue for a (N,) bias).
     let relu = |r: Result<Tensor<Cpu, T, D2>, Error>| r.and_then(|t| t.relu());
     same(
@@ -444,6 +493,73 @@ fn matrix_products_match_the_cpu_on<G: Device>() {
     products::<G, f64>();
     products::<G, f16>();
     products::<G, bf16>();
+}
+
+/// `cat` of contiguous inputs (one row-block kernel per eight inputs),
+/// offset views, widths for every copy unit, and a strided input.
+fn cats<G: Device, T: DType>() {
+    for widths in [
+        vec![2048, 2048],
+        vec![3, 5, 7],
+        vec![4, 0, 12, 1],
+        (1..=11).collect::<Vec<usize>>(),
+    ] {
+        let parts: Vec<_> = widths
+            .iter()
+            .map(|&w| pair::<G, T, D2>(&[19, w], 0.0, 100.0))
+            .collect();
+        let c: Vec<&Tensor<Cpu, T, D2>> = parts.iter().map(|p| &p.0).collect();
+        let g: Vec<&Tensor<G, T, D2>> = parts.iter().map(|p| &p.1).collect();
+        same(
+            &format!("cat of widths {widths:?} along 1"),
+            Tensor::cat_slice::<1, D2>(&g),
+            Tensor::cat_slice::<1, D2>(&c),
+            0.0,
+        );
+        let ct: Vec<Tensor<Cpu, T, D2>> = c.iter().map(|x| x.t().unwrap()).collect();
+        let gt: Vec<Tensor<G, T, D2>> = g.iter().map(|x| x.t().unwrap()).collect();
+        same(
+            &format!("cat of transposed widths {widths:?} along 0"),
+            Tensor::cat_slice::<0, D2>(&gt.iter().collect::<Vec<_>>()),
+            Tensor::cat_slice::<0, D2>(&ct.iter().collect::<Vec<_>>()),
+            0.0,
+        );
+    }
+    // Offset views (rows 1.. of a matrix are contiguous but start late).
+    let (ca, ga) = pair::<G, T, D2>(&[20, 9], 0.0, 100.0);
+    let (cb, gb) = pair::<G, T, D2>(&[19, 4], 0.0, 100.0);
+    same(
+        "cat of an offset view",
+        ga.narrow::<0, D2>(1, 19).unwrap().cat::<1, D2>(&gb),
+        ca.narrow::<0, D2>(1, 19).unwrap().cat::<1, D2>(&cb),
+        0.0,
+    );
+    same(
+        "cat along 0 of offset views",
+        ga.narrow::<0, D2>(3, 5)
+            .unwrap()
+            .cat::<0, D2>(&ga.narrow::<0, D2>(1, 2).unwrap()),
+        ca.narrow::<0, D2>(3, 5)
+            .unwrap()
+            .cat::<0, D2>(&ca.narrow::<0, D2>(1, 2).unwrap()),
+        0.0,
+    );
+}
+
+#[test]
+fn cat_matches_the_cpu() {
+    if has_gpu() {
+        cat_matches_the_cpu_on::<Cuda>();
+    }
+}
+
+fn cat_matches_the_cpu_on<G: Device>() {
+    cats::<G, f32>();
+    cats::<G, f64>();
+    cats::<G, f16>();
+    cats::<G, bf16>();
+    cats::<G, i64>();
+    cats::<G, u8>();
 }
 
 #[test]
@@ -530,5 +646,6 @@ fn test_logic_holds_with_the_cpu_as_the_device() {
     reductions_and_softmax_match_the_cpu_on::<Cpu>();
     matrix_products_match_the_cpu_on::<Cpu>();
     views_and_copies_match_the_cpu_on::<Cpu>();
+    cat_matches_the_cpu_on::<Cpu>();
     bool_tensors_travel_as_bytes_on::<Cpu>();
 }

@@ -203,6 +203,75 @@ fn cat_every_dtype_axis_and_layout() {
     }
 }
 
+fn check_cat_many<T: TestDType>(rng: &mut Rng) {
+    // Eleven inputs (more than one GPU launch takes), of different widths
+    // along the axis, some empty, contiguous or sliced (an offset view, still
+    // contiguous) or transposed (the strided path).
+    for axis in 0..3 {
+        let base = rng.dims(3, 1, 4);
+        let mut parts = Vec::new();
+        for i in 0..11 {
+            let mut d = base.clone();
+            d[axis] = rng.int(0, 4) as usize;
+            let kind = match (i % 4, d[0]) {
+                (3, n) if n > 0 => Kind::Transposed,
+                (1 | 2, n) if n > 0 => Kind::Sliced,
+                _ => Kind::Contiguous,
+            };
+            let (t, v) = view::<T, D3>(rng, &d, kind, -9.0, 9.0);
+            parts.push((t, v, d));
+        }
+        let mut od = base.clone();
+        od[axis] = parts.iter().map(|(_, _, d)| d[axis]).sum();
+        let want: Vec<f64> = indices(&od)
+            .iter()
+            .map(|i| {
+                let mut j = i.clone();
+                for (_, v, d) in &parts {
+                    if j[axis] < d[axis] {
+                        return v[ravel(&j, d)];
+                    }
+                    j[axis] -= d[axis];
+                }
+                unreachable!("index inside the result")
+            })
+            .collect();
+        let refs: Vec<&Tensor<Cpu, T, D3>> = parts.iter().map(|(t, _, _)| t).collect();
+        let got = match axis {
+            0 => Tensor::cat_slice::<0, D3>(&refs),
+            1 => Tensor::cat_slice::<1, D3>(&refs),
+            _ => Tensor::cat_slice::<2, D3>(&refs),
+        }
+        .unwrap();
+        assert_eq!(got.shape(), &od[..]);
+        let what = format!("cat of 11 along {axis} {} seed {}", name::<T>(), rng.seed);
+        assert_close(&got.to_vec().unwrap(), &want, 0.0, &what);
+        // All contiguous: the row-block path alone.
+        let dense: Vec<Tensor<Cpu, T, D3>> = refs.iter().map(|t| t.contiguous().unwrap()).collect();
+        let dense: Vec<&Tensor<Cpu, T, D3>> = dense.iter().collect();
+        let again = match axis {
+            0 => Tensor::cat_slice::<0, D3>(&dense),
+            1 => Tensor::cat_slice::<1, D3>(&dense),
+            _ => Tensor::cat_slice::<2, D3>(&dense),
+        }
+        .unwrap();
+        assert_close(
+            &again.to_vec().unwrap(),
+            &want,
+            0.0,
+            &format!("{what}, contiguous"),
+        );
+    }
+}
+
+#[test]
+fn cat_many_inputs_every_dtype_and_axis() {
+    let mut rng = Rng::new("cat_many_inputs_every_dtype_and_axis");
+    for _ in 0..3 {
+        for_num_dtypes!(T => { check_cat_many::<T>(&mut rng); });
+    }
+}
+
 #[test]
 fn cat_follows_pytorch_semantics() {
     // The seed's example: [2, 3, 4] and [2, 5, 4] along dim 1 is valid.

@@ -26,6 +26,7 @@
 //! ```
 
 mod body;
+mod concat;
 mod elementwise;
 mod inst;
 mod memory;
@@ -35,6 +36,9 @@ use crate::error::{Error, Result};
 use crate::ir::Kernel;
 use crate::lower::lower;
 use crate::reduction::{ReduceSpec, SoftmaxSpec};
+
+pub use concat::CAT_PARTS;
+pub use rows::SOFTMAX_REGISTER_COLS;
 
 /// The first lines of every module this crate emits.
 ///
@@ -234,6 +238,15 @@ pub(crate) fn softmax(name: &str, spec: &SoftmaxSpec) -> String {
     module(
         &format!("{name}: {what} over rows of {}", spec.dtype),
         &[rows::softmax_entry(name, spec)],
+    )
+}
+
+/// The module of the row-block concatenation entry `name` moving units of
+/// `unit` bytes (see [`builtin::cat_rows`](crate::builtin::cat_rows)).
+pub(crate) fn cat_rows(name: &str, unit: u32) -> String {
+    module(
+        &format!("{name}: concatenation of contiguous row blocks, {unit}-byte units"),
+        &[concat::cat_rows_entry(name, unit)],
     )
 }
 

@@ -308,50 +308,154 @@ pub(crate) fn reduce_entry(name: &str, spec: &ReduceSpec) -> String {
     format!(".visible .entry {name}{PARAMS}\n{{\n{}}}\n", body.finish())
 }
 
-/// The softmax entry `name`.
+/// Longest row the softmax entry keeps in registers, read from global
+/// memory once; longer rows take three passes over memory.
+pub const SOFTMAX_REGISTER_COLS: usize = 8192;
+
+/// Register slots per thread for a row of [`SOFTMAX_REGISTER_COLS`].
+const SLOTS: usize = SOFTMAX_REGISTER_COLS / crate::builtin::BLOCK as usize;
+
+/// The softmax entry `name`: rows up to [`SOFTMAX_REGISTER_COLS`] go
+/// through registers, longer ones through three passes. Both visit the
+/// elements of a thread (`tid`, `tid + BLOCK`, ...) and combine them in the
+/// same order, so their results are the same bits.
 pub(crate) fn softmax_entry(name: &str, spec: &SoftmaxSpec) -> String {
     let mut body = Body::new();
     let f = frame(&mut body);
+    row_loop(&mut body, &f, |body, row| {
+        let done = body.label("row_done");
+        let long = body.label("long_row");
+        let is_long = body.reg(Class::Pred);
+        body.op(format!(
+            "setp.gt.u64 {is_long}, {}, {SOFTMAX_REGISTER_COLS}",
+            f.cols
+        ));
+        // Uniform: the row length is a parameter.
+        body.op(format!("@{is_long} bra.uni {long}"));
+        softmax_in_registers(body, &f, spec, row);
+        body.op(format!("bra.uni {done}"));
+        body.place(&long);
+        softmax_three_passes(body, &f, spec, row);
+        body.place(&done);
+    });
+    format!(".visible .entry {name}{PARAMS}\n{{\n{}}}\n", body.finish())
+}
+
+/// Softmax of one row of at most [`SOFTMAX_REGISTER_COLS`] elements:
+/// each thread loads its [`SLOTS`] elements once (a prefix of them lies
+/// in the row), then max, sum of exponentials and outputs come from
+/// registers.
+fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &str) {
+    let acc = spec.acc;
+    let size = spec.dtype.size_bytes();
+    let step = crate::builtin::BLOCK as usize;
+    let state = vec![(body.reg_ty(acc), acc)];
+    let ninf = [float_bits(acc, f64::NEG_INFINITY)];
+    let nzero = [float_bits(acc, -0.0)];
+    let base = row_base(body, &f.input, row, &f.cols, spec.dtype);
+    let obase = row_base(body, &f.out, row, &f.cols, spec.dtype);
+    let col0 = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {col0}, {}", f.tid));
+    let addr = elem_addr(body, &base, &col0, spec.dtype);
+    let oaddr = elem_addr(body, &obase, &col0, spec.dtype);
+    // Slot j holds column tid + j * BLOCK when that is inside the row.
+    let mut inside = Vec::with_capacity(SLOTS);
+    for j in 0..SLOTS {
+        let c = body.reg(Class::B64);
+        body.op(format!("add.u64 {c}, {col0}, {}", j * step));
+        let p = body.reg(Class::Pred);
+        body.op(format!("setp.lt.u64 {p}, {c}, {}", f.cols));
+        inside.push(p);
+    }
+    let xs: Vec<String> = (0..SLOTS).map(|_| body.reg_ty(acc)).collect();
+    // Every pass stops at the first slot outside the row.
+    let each = |body: &mut Body, what: &str, visit: &mut dyn FnMut(&mut Body, usize)| {
+        let end = body.label(what);
+        for (j, p) in inside.iter().enumerate() {
+            body.op(format!("@!{p} bra {end}"));
+            visit(body, j);
+        }
+        body.place(&end);
+    };
+    each(body, "loaded", &mut |body, j| {
+        let x = load(
+            body,
+            spec.dtype,
+            &format!("{addr}+{}", j * step * size),
+            true,
+        );
+        body.op(format!("mov.{} {}, {x}", mov_ty(acc), xs[j]));
+    });
+    set_identity(body, &state, &ninf);
+    each(body, "maxed", &mut |body, j| {
+        combine(body, &spec.max, &state, std::slice::from_ref(&xs[j]));
+    });
+    block_reduce(body, f, &spec.max, &state, &ninf);
+    let m = body.reg_ty(acc);
+    body.op(format!("mov.{} {m}, {}", mov_ty(acc), state[0].0));
+    broadcast(body, f, &m, acc);
+    body.op("bar.sync 0");
+    set_identity(body, &state, &nzero);
+    each(body, "summed", &mut |body, j| {
+        let e = emit_program(body, &spec.exp_shift, &[xs[j].clone(), m.clone()]);
+        combine(body, &spec.sum, &state, &e);
+    });
+    block_reduce(body, f, &spec.sum, &state, &nzero);
+    let s = emit_program(body, &spec.row_log, &[state[0].0.clone()]);
+    let sv = body.reg_ty(acc);
+    body.op(format!("mov.{} {sv}, {}", mov_ty(acc), s[0]));
+    broadcast(body, f, &sv, acc);
+    each(body, "stored", &mut |body, j| {
+        let y = emit_program(body, &spec.finish, &[xs[j].clone(), m.clone(), sv.clone()]);
+        store(
+            body,
+            spec.dtype,
+            &format!("{oaddr}+{}", j * step * size),
+            &y[0],
+        );
+    });
+}
+
+/// Softmax of one row of any length: max, sum of exponentials and
+/// outputs each read the row from global memory.
+fn softmax_three_passes(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &str) {
     let acc = spec.acc;
     let state = vec![(body.reg_ty(acc), acc)];
     let ninf = [float_bits(acc, f64::NEG_INFINITY)];
     let nzero = [float_bits(acc, -0.0)];
-    row_loop(&mut body, &f, |body, row| {
-        let base = row_base(body, &f.input, row, &f.cols, spec.dtype);
-        let obase = row_base(body, &f.out, row, &f.cols, spec.dtype);
-        // max
-        set_identity(body, &state, &ninf);
-        col_loop(body, &f, |body, col| {
-            let a = elem_addr(body, &base, col, spec.dtype);
-            let x = load(body, spec.dtype, &a, true);
-            combine(body, &spec.max, &state, &[x]);
-        });
-        block_reduce(body, &f, &spec.max, &state, &ninf);
-        let m = body.reg_ty(acc);
-        body.op(format!("mov.{} {m}, {}", mov_ty(acc), state[0].0));
-        broadcast(body, &f, &m, acc);
-        body.op("bar.sync 0");
-        // sum of exp(x - max)
-        set_identity(body, &state, &nzero);
-        col_loop(body, &f, |body, col| {
-            let a = elem_addr(body, &base, col, spec.dtype);
-            let x = load(body, spec.dtype, &a, true);
-            let e = emit_program(body, &spec.exp_shift, &[x, m.clone()]);
-            combine(body, &spec.sum, &state, &e);
-        });
-        block_reduce(body, &f, &spec.sum, &state, &nzero);
-        let s = emit_program(body, &spec.row_log, &[state[0].0.clone()]);
-        let sv = body.reg_ty(acc);
-        body.op(format!("mov.{} {sv}, {}", mov_ty(acc), s[0]));
-        broadcast(body, &f, &sv, acc);
-        // outputs
-        col_loop(body, &f, |body, col| {
-            let a = elem_addr(body, &base, col, spec.dtype);
-            let x = load(body, spec.dtype, &a, true);
-            let y = emit_program(body, &spec.finish, &[x, m.clone(), sv.clone()]);
-            let oa = elem_addr(body, &obase, col, spec.dtype);
-            store(body, spec.dtype, &oa, &y[0]);
-        });
+    let base = row_base(body, &f.input, row, &f.cols, spec.dtype);
+    let obase = row_base(body, &f.out, row, &f.cols, spec.dtype);
+    // max
+    set_identity(body, &state, &ninf);
+    col_loop(body, f, |body, col| {
+        let a = elem_addr(body, &base, col, spec.dtype);
+        let x = load(body, spec.dtype, &a, true);
+        combine(body, &spec.max, &state, &[x]);
     });
-    format!(".visible .entry {name}{PARAMS}\n{{\n{}}}\n", body.finish())
+    block_reduce(body, f, &spec.max, &state, &ninf);
+    let m = body.reg_ty(acc);
+    body.op(format!("mov.{} {m}, {}", mov_ty(acc), state[0].0));
+    broadcast(body, f, &m, acc);
+    body.op("bar.sync 0");
+    // sum of exp(x - max)
+    set_identity(body, &state, &nzero);
+    col_loop(body, f, |body, col| {
+        let a = elem_addr(body, &base, col, spec.dtype);
+        let x = load(body, spec.dtype, &a, true);
+        let e = emit_program(body, &spec.exp_shift, &[x, m.clone()]);
+        combine(body, &spec.sum, &state, &e);
+    });
+    block_reduce(body, f, &spec.sum, &state, &nzero);
+    let s = emit_program(body, &spec.row_log, &[state[0].0.clone()]);
+    let sv = body.reg_ty(acc);
+    body.op(format!("mov.{} {sv}, {}", mov_ty(acc), s[0]));
+    broadcast(body, f, &sv, acc);
+    // outputs
+    col_loop(body, f, |body, col| {
+        let a = elem_addr(body, &base, col, spec.dtype);
+        let x = load(body, spec.dtype, &a, true);
+        let y = emit_program(body, &spec.finish, &[x, m.clone(), sv.clone()]);
+        let oa = elem_addr(body, &obase, col, spec.dtype);
+        store(body, spec.dtype, &oa, &y[0]);
+    });
 }

@@ -186,6 +186,12 @@ fn every_builtin_is_well_formed() {
             check_elementwise(k, 1);
         } else if k.name.starts_with("tf_binary_") {
             check_elementwise(k, 2);
+        } else if k.name.starts_with("tf_cat_rows_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].params.len(), 3 + 3 * builtin::CAT_PARTS);
+            check_body(&es[0]);
+            check_exact(&k.name, &k.ptx);
         } else {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 1, "{}", k.name);
@@ -229,6 +235,57 @@ fn every_builtin_is_well_formed() {
     assert_eq!(reduce, 5 * 7 + 4);
     let softmax = all.iter().filter(|k| k.name.contains("softmax")).count();
     assert_eq!(softmax, 8);
+    let cat = all
+        .iter()
+        .filter(|k| k.name.starts_with("tf_cat_rows_"))
+        .count();
+    assert_eq!(cat, builtin::CAT_UNITS.len());
+}
+
+#[test]
+fn softmax_reads_short_rows_once() {
+    let slots = builtin::SOFTMAX_REGISTER_COLS / builtin::BLOCK as usize;
+    for dt in [DTypeKind::F32, DTypeKind::F16, DTypeKind::F64] {
+        let k = builtin::softmax(dt, false);
+        let e = &entries(&k.ptx)[0];
+        let at = |what: &str| e.body.find(what).unwrap_or_else(|| panic!("{what}"));
+        // The length test comes before both paths.
+        let test = at("setp.gt.u64 %p");
+        assert!(e.body[test..].contains(&format!(", {}", builtin::SOFTMAX_REGISTER_COLS)));
+        // The register path: one load and one store per slot, with the
+        // slot's offset, between the test and the three-pass path.
+        let long = at("$L_long_row");
+        let size = dt.size_bytes();
+        let last = (slots - 1) * builtin::BLOCK as usize * size;
+        let short = &e.body[test..e.body[long + 1..].find("$L_long_row").unwrap() + long];
+        assert_eq!(short.matches("ld.global.nc.").count(), slots, "{dt}");
+        assert_eq!(short.matches("st.global.").count(), slots, "{dt}");
+        assert!(short.contains(&format!("+{last}]")), "{dt}");
+    }
+}
+
+#[test]
+fn cat_rows_moves_whole_units() {
+    for unit in builtin::CAT_UNITS {
+        let k = builtin::cat_rows(unit).unwrap();
+        let e = &entries(&k.ptx)[0];
+        let ty = match unit {
+            1 => "u8",
+            2 => "u16",
+            4 => "u32",
+            8 => "u64",
+            _ => "v4.u32",
+        };
+        assert_eq!(e.body.matches(&format!("ld.global.nc.{ty} ")).count(), 1);
+        assert_eq!(e.body.matches(&format!("st.global.{ty} ")).count(), 1);
+        // Each input is picked by ctaid.y and read from its own parameters.
+        assert!(e.body.contains("%ctaid.y"));
+        for p in 0..builtin::CAT_PARTS {
+            assert!(e.body.contains(&format!("[p_src{p}]")));
+        }
+    }
+    assert!(builtin::cat_rows(0).is_err());
+    assert!(builtin::cat_rows(32).is_err());
 }
 
 #[test]

@@ -2,7 +2,9 @@
 
 use super::elementwise::map1;
 use super::strided::Plan;
+use crate::backend::RowBlocks;
 use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::layout::Layout;
 
 /// A contiguous copy of the elements `l` selects.
@@ -33,6 +35,50 @@ pub(crate) fn copy_into<T: DType>(src: &[T], ls: &Layout, dst: &mut [T], ld: &La
     });
 }
 
+/// The rows of `plan`, built block by block into a buffer that is never
+/// filled first.
+pub(crate) fn cat_rows<T: DType>(plan: &RowBlocks<'_, Vec<T>>) -> Result<Vec<T>> {
+    let n = plan.outer.checked_mul(plan.row).ok_or_else(|| {
+        Error::shape(
+            "cat",
+            "a result below usize::MAX elements",
+            format!("{} rows of {} elements", plan.outer, plan.row),
+        )
+    })?;
+    for (i, p) in plan.parts.iter().enumerate() {
+        let end = plan
+            .outer
+            .checked_mul(p.inner)
+            .and_then(|v| v.checked_add(p.start));
+        if end.is_none_or(|e| e > p.buf.len()) {
+            return Err(Error::shape(
+                "cat",
+                format!(
+                    "input {i} to hold {} rows of {} elements",
+                    plan.outer, p.inner
+                ),
+                format!(
+                    "a buffer of {} elements starting at {}",
+                    p.buf.len(),
+                    p.start
+                ),
+            ));
+        }
+    }
+    let mut out = Vec::new();
+    out.try_reserve_exact(n)
+        .map_err(|_| Error::HostOutOfMemory {
+            requested: n.saturating_mul(std::mem::size_of::<T>()),
+        })?;
+    for r in 0..plan.outer {
+        for p in &plan.parts {
+            let at = p.start + r * p.inner;
+            out.extend_from_slice(&p.buf[at..at + p.inner]);
+        }
+    }
+    Ok(out)
+}
+
 /// Every element converted to `U` (see [`DType::cast`]).
 pub(crate) fn cast<T: DType, U: DType>(x: &[T], l: &Layout) -> Vec<U> {
     map1(x, l, |v: T| v.cast::<U>())
@@ -41,6 +87,30 @@ pub(crate) fn cast<T: DType, U: DType>(x: &[T], l: &Layout) -> Vec<U> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::RowBlock;
+
+    #[test]
+    fn cat_rows_interleaves_blocks_and_checks_extents() {
+        let a: Vec<i32> = (0..6).collect();
+        let b: Vec<i32> = (10..20).collect();
+        let block = |buf, start, inner| RowBlock { buf, start, inner };
+        // a as [2, 3], b as [2, 2] starting at element 4.
+        let plan = RowBlocks {
+            outer: 2,
+            row: 5,
+            parts: vec![block(&a, 0, 3), block(&b, 4, 2)],
+        };
+        assert_eq!(
+            cat_rows(&plan).unwrap(),
+            vec![0, 1, 2, 14, 15, 3, 4, 5, 16, 17]
+        );
+        let short = RowBlocks {
+            outer: 2,
+            row: 5,
+            parts: vec![block(&a, 1, 3), block(&b, 4, 2)],
+        };
+        assert!(cat_rows(&short).is_err());
+    }
 
     #[test]
     fn copy_into_a_strided_destination() {

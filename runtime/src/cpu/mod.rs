@@ -12,7 +12,7 @@ pub(crate) mod strided;
 pub(crate) mod typed;
 pub mod vmath;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, RowBlocks};
 use crate::dtype::{DType, FloatDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -102,6 +102,14 @@ impl Backend for CpuBackend {
 
     fn full<T: DType>(&self, n: usize, value: T) -> Result<Vec<T>> {
         Ok(vec![value; n])
+    }
+
+    fn alloc<T: DType>(&self, n: usize) -> Result<Vec<T>> {
+        self.full(n, T::zero())
+    }
+
+    fn cat_rows<T: DType>(&self, plan: &RowBlocks<'_, Vec<T>>) -> Result<Vec<T>> {
+        copy::cat_rows(plan)
     }
 
     fn contiguous<T: DType>(&self, x: &Vec<T>, l: &Layout) -> Result<Vec<T>> {

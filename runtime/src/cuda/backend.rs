@@ -10,7 +10,7 @@ use super::blas::{self, Epilogue};
 use super::context::{context, Context};
 use super::error::driver;
 use super::launch::Builtin;
-use crate::backend::Backend;
+use crate::backend::{Backend, RowBlocks};
 use crate::dtype::{DType, FloatDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -281,6 +281,15 @@ impl Backend for CudaBackend {
             )?;
         }
         Ok(out)
+    }
+
+    fn alloc<T: DType>(&self, n: usize) -> Result<CudaStorage<T>> {
+        self.ctx.bind()?;
+        self.ctx.storage::<T>(n)
+    }
+
+    fn cat_rows<T: DType>(&self, plan: &RowBlocks<'_, CudaStorage<T>>) -> Result<CudaStorage<T>> {
+        self.cat_rows_gpu(plan)
     }
 
     fn contiguous<T: DType>(&self, x: &CudaStorage<T>, l: &Layout) -> Result<CudaStorage<T>> {

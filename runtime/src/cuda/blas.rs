@@ -8,9 +8,13 @@
 //! for an operand broadcast over the batch.
 //!
 //! f32 products are exact f32 (no TF32) unless [`set_allow_tf32`] turns
-//! TF32 on; f16 and bf16 accumulate in f32. An addmm whose bias is one
-//! value per output column (a linear layer) runs through cuBLASLt with the
-//! bias, and optionally a ReLU, fused into the product's epilogue.
+//! TF32 on; f16 and bf16 accumulate in f32. An addmm runs through
+//! cuBLASLt without copying its bias: a bias of one value per output
+//! column (a linear layer) is fused, with an optional ReLU, into the
+//! product's epilogue, and a full bias matrix is read as the product's C
+//! operand while the result goes to a separate D. Only what neither form
+//! takes (a 0-D bias, a vector bias with beta != 1, a batch) is first
+//! copied into the output for cuBLAS with beta.
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
@@ -360,10 +364,7 @@ pub(crate) fn matmul<T: FloatDType>(
     let mut out = ctx.storage::<T>(batch * m * n)?;
 
     if let (Some(ltx), Some((bs, bl))) = (blas.lt, bias) {
-        let row_vector = bl.strides()[1] == 0 && (n == 1 || bl.strides()[2] == 1);
-        // The epilogue reads the bias with vector loads: keep it aligned.
-        let aligned = alignment(bs.ptr_at(bl.offset())) >= 16;
-        if batch == 1 && beta.to_f64() == 1.0 && row_vector && aligned {
+        if let Some((addend, scale)) = lt_addend(bs, bl, (m, n), batch, alpha, beta) {
             let fused = guard("calling cuBLASLt", || {
                 lt_matmul(
                     &blas,
@@ -371,9 +372,9 @@ pub(crate) fn matmul<T: FloatDType>(
                     ctx,
                     (&a_op, &b_op),
                     (m, k, n),
-                    bs.ptr_at(bl.offset()),
+                    addend,
                     out.device_ptr(),
-                    Scale::new(alpha, T::zero()),
+                    scale,
                     T::KIND,
                     epilogue,
                     &shapes,
@@ -466,6 +467,47 @@ fn empty_product<T: FloatDType>(
     }
 }
 
+/// How cuBLASLt adds the bias to the product, with nothing copied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Addend {
+    /// One value per output column (row-major), at this address: the
+    /// BIAS epilogue, added after `alpha * a @ b`.
+    Columns(u64),
+    /// A full `m x n` row-major matrix at `ptr` with rows `ld` apart:
+    /// cuBLASLt's C operand, scaled by beta, with the output as D.
+    Matrix { ptr: u64, ld: usize },
+}
+
+/// The cuBLASLt form of `beta * bias` for a single `m x n` product, and
+/// the scale to run it with; `None` when the bias must be copied into
+/// the output first (a 0-D or otherwise broadcast bias, a batch, a bias
+/// vector with `beta != 1` or one not aligned for vector loads).
+fn lt_addend<T: DType>(
+    bs: &CudaStorage<T>,
+    bl: &Layout,
+    (m, n): (usize, usize),
+    batch: usize,
+    alpha: T,
+    beta: T,
+) -> Option<(Addend, Scale)> {
+    if batch != 1 {
+        return None;
+    }
+    let ptr = bs.ptr_at(bl.offset());
+    let (sr, sc) = (bl.strides()[1], bl.strides()[2]);
+    let unit_cols = n == 1 || sc == 1;
+    // A row vector repeated down the rows: the bias epilogue, which reads
+    // it with vector loads, so keep it aligned.
+    if m > 1 && sr == 0 && unit_cols {
+        return (beta.to_f64() == 1.0 && alignment(ptr) >= 16)
+            .then(|| (Addend::Columns(ptr), Scale::new(alpha, T::zero())));
+    }
+    // Row-major rows, `ld` apart: C. A single row is any row-major matrix.
+    let ld = if m == 1 { n } else { sr };
+    (unit_cols && ld >= n && ld <= i32::MAX as usize)
+        .then(|| (Addend::Matrix { ptr, ld }, Scale::new(alpha, beta)))
+}
+
 /// The largest power of two (up to 256) dividing a device address.
 fn alignment(ptr: u64) -> u32 {
     1 << ptr.trailing_zeros().min(8)
@@ -495,9 +537,11 @@ impl Drop for LtDescriptors {
     }
 }
 
-/// `epilogue(alpha * a @ b + bias)` with a bias of one value per output
-/// column, through cuBLASLt. Returns `false` (nothing queued) when
-/// cuBLASLt has no algorithm for it, so the caller falls back to cuBLAS.
+/// `epilogue(alpha * a @ b + addend)` through cuBLASLt: a bias of one
+/// value per output column through the BIAS epilogue (the scale's beta is
+/// 0), a full bias matrix as C scaled by beta. Returns `false` (nothing
+/// queued) when cuBLASLt has no algorithm for it, so the caller falls back
+/// to cuBLAS.
 #[allow(clippy::too_many_arguments)]
 fn lt_matmul<T: DType>(
     blas: &Blas,
@@ -505,7 +549,7 @@ fn lt_matmul<T: DType>(
     ctx: &Context,
     (a, b): (&Operand<T>, &Operand<T>),
     (m, k, n): (usize, usize, usize),
-    bias: u64,
+    addend: Addend,
     out: u64,
     scale: Scale,
     t: DTypeKind,
@@ -524,11 +568,13 @@ fn lt_matmul<T: DType>(
     };
     let trans_a: i32 = b.trans.into();
     let trans_b: i32 = a.trans.into();
-    let epi = match epilogue {
-        Epilogue::None => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
-        Epilogue::Relu => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS,
+    use lt::cublasLtEpilogue_t as E;
+    let epi = match (addend, epilogue) {
+        (Addend::Columns(_), Epilogue::None) => E::CUBLASLT_EPILOGUE_BIAS,
+        (Addend::Columns(_), Epilogue::Relu) => E::CUBLASLT_EPILOGUE_RELU_BIAS,
+        (Addend::Matrix { .. }, Epilogue::None) => E::CUBLASLT_EPILOGUE_DEFAULT,
+        (Addend::Matrix { .. }, Epilogue::Relu) => E::CUBLASLT_EPILOGUE_RELU,
     };
-    let bias_ptr = bias as *const c_void;
     let set = |attr, ptr: *const c_void, size| {
         // SAFETY: `ptr` points at `size` bytes of the attribute's type.
         unsafe { ltr::set_matmul_desc_attribute(d.desc, attr, ptr, size) }
@@ -546,11 +592,26 @@ fn lt_matmul<T: DType>(
         4,
     )?;
     set(A::CUBLASLT_MATMUL_DESC_EPILOGUE, &epi as *const _ as _, 4)?;
-    set(
-        A::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-        &bias_ptr as *const *const c_void as _,
-        std::mem::size_of::<*const c_void>(),
-    )?;
+    if let Addend::Columns(bias) = addend {
+        let bias_ptr = bias as *const c_void;
+        set(
+            A::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+            &bias_ptr as *const *const c_void as _,
+            std::mem::size_of::<*const c_void>(),
+        )?;
+        // The bias is read in the tensors' dtype: cuBLASLt's default bias
+        // type is the type of D for every non-integer compute type, which
+        // is the tensors' dtype here (f32 with f32 or TF32 compute, f16
+        // and bf16 with f32 compute, f64). CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE
+        // is left unset so that older cuBLASLt releases, which lack it,
+        // still take the epilogue.
+    }
+    // The bias matrix as C (column-major n x m, rows `ld` apart), or the
+    // output itself when C is unused (beta = 0).
+    let (c_ptr, c_ld) = match addend {
+        Addend::Matrix { ptr, ld } => (ptr, ld),
+        Addend::Columns(_) => (out, n),
+    };
     // Stored (column-major) shapes: Bᵀ is n x k, Aᵀ is k x m, Cᵀ is n x m.
     let stored = |op: &Operand<T>, rows: usize, cols: usize| {
         if op.trans {
@@ -561,7 +622,7 @@ fn lt_matmul<T: DType>(
     };
     let (ar, ac) = stored(b, n, k);
     let (br, bc) = stored(a, k, m);
-    for (rows, cols, ld) in [(ar, ac, b.ld), (br, bc, a.ld), (n, m, n)] {
+    for (rows, cols, ld) in [(ar, ac, b.ld), (br, bc, a.ld), (n, m, c_ld), (n, m, n)] {
         let l = ltr::create_matrix_layout(dt, rows as u64, cols as u64, ld as i64)
             .map_err(|e| err("cublasLtMatrixLayoutCreate", e))?;
         d.layouts.push(l);
@@ -581,7 +642,12 @@ fn lt_matmul<T: DType>(
     )?;
     // cuBLASLt assumes 256-byte aligned matrices unless told otherwise; a
     // view that starts inside its buffer is less aligned.
-    let (align_a, align_b, align_d) = (alignment(b.ptr), alignment(a.ptr), alignment(out));
+    let (align_a, align_b, align_c, align_d) = (
+        alignment(b.ptr),
+        alignment(a.ptr),
+        alignment(c_ptr),
+        alignment(out),
+    );
     set_pref(
         P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
         &align_a as *const u32 as _,
@@ -594,7 +660,7 @@ fn lt_matmul<T: DType>(
     )?;
     set_pref(
         P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-        &align_d as *const u32 as _,
+        &align_c as *const u32 as _,
         4,
     )?;
     set_pref(
@@ -602,16 +668,16 @@ fn lt_matmul<T: DType>(
         &align_d as *const u32 as _,
         4,
     )?;
-    let (la, lb, lc) = (d.layouts[0], d.layouts[1], d.layouts[2]);
+    let (la, lb, lc, ld) = (d.layouts[0], d.layouts[1], d.layouts[2], d.layouts[3]);
     // SAFETY: all descriptors are live.
     let heuristic =
-        match unsafe { ltr::get_matmul_algo_heuristic(handle, d.desc, la, lb, lc, lc, d.pref) } {
+        match unsafe { ltr::get_matmul_algo_heuristic(handle, d.desc, la, lb, lc, ld, d.pref) } {
             Ok(h) => h,
             Err(_) => return Ok(false),
         };
     let (alpha, beta) = scale.ptrs();
-    // SAFETY: operands, bias and output are live device memory matching
-    // the layouts; the workspace is the context's, used in stream order.
+    // SAFETY: operands, bias (vector or C) and output are live device
+    // memory matching the layouts; the workspace is the context's, used in stream order.
     unsafe {
         ltr::matmul(
             handle,
@@ -622,10 +688,10 @@ fn lt_matmul<T: DType>(
             la,
             a.ptr as *const c_void,
             lb,
-            out as *const c_void,
+            c_ptr as *const c_void,
             lc,
             out as *mut c_void,
-            lc,
+            ld,
             &heuristic.algo,
             blas.workspace as *mut c_void,
             WORKSPACE_BYTES,

@@ -45,6 +45,8 @@ pub(crate) enum Builtin {
     Softmax(DTypeKind, bool),
     /// `x + value * t1 * t2` over inputs `(x, t1, t2, value)`, rounded once.
     Addcmul(DTypeKind),
+    /// Concatenation of contiguous row blocks in units of this many bytes.
+    CatRows(u32),
 }
 
 /// `x + value * t1 * t2` for inputs `(x, t1, t2, value)` of `t`: floats in
@@ -66,15 +68,16 @@ pub(crate) fn addcmul_kernel(t: DTypeKind) -> tensorfn_kernels::Result<ir::Kerne
 }
 
 impl Builtin {
-    /// The module's text for a device of `target` (row kernels have one
-    /// text for every target).
-    fn source(self, target: Target) -> Result<KernelSource> {
+    /// The module's text for a device of `target` (row kernels and the
+    /// concatenation kernel have one text for every target).
+    pub(crate) fn source(self, target: Target) -> Result<KernelSource> {
         let k = match self {
             Builtin::Unary(op, t) => builtin::try_unary_for(op, t, target),
             Builtin::Binary(op, t) => builtin::try_binary_for(op, t, target),
             Builtin::Cast(from, to) => Ok(builtin::cast_for(from, to, target)),
             Builtin::Reduce(op, t) => builtin::try_reduce(op, t),
             Builtin::Softmax(t, log) => builtin::try_softmax(t, log),
+            Builtin::CatRows(unit) => builtin::cat_rows(unit),
             Builtin::Addcmul(t) => {
                 let name = format!("tf_addcmul_{t}");
                 addcmul_kernel(t)
@@ -209,9 +212,21 @@ impl Context {
         grid: u32,
         params: &mut [*mut c_void],
     ) -> Result<()> {
+        self.launch_grid(f, what, (grid, 1), params)
+    }
+
+    /// Queues `f` on the stream with a 2-D grid of `BLOCK`-thread blocks.
+    pub(crate) fn launch_grid(
+        &self,
+        f: sys::CUfunction,
+        what: &dyn Fn() -> String,
+        (gx, gy): (u32, u32),
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
         // SAFETY: the caller passes parameters matching the entry's ABI
-        // (abi.rs), pointing at live device memory of the right size.
-        unsafe { result::launch_kernel(f, (grid, 1, 1), (BLOCK, 1, 1), 0, self.stream, params) }
+        // (abi.rs, builtin.rs), pointing at live device memory of the
+        // right size.
+        unsafe { result::launch_kernel(f, (gx, gy, 1), (BLOCK, 1, 1), 0, self.stream, params) }
             .map_err(|e| driver(&format!("launching {}", what()), e))?;
         if sync_launches() {
             self.sync(&format!("kernel {}", what()))?;

@@ -17,6 +17,7 @@ mod addmm_relu;
 mod alloc;
 mod backend;
 mod blas;
+mod concat;
 mod context;
 mod error;
 mod launch;

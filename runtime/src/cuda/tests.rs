@@ -600,6 +600,104 @@ fn reductions_of_empty_dims() {
 }
 
 #[test]
+fn softmax_rows_match_the_interpreter_bit_for_bit() {
+    use tensorfn_kernels::interp::{softmax, HostData};
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
+        // Around a warp, the block, and the end of the register path.
+        let limit = tensorfn_kernels::builtin::SOFTMAX_REGISTER_COLS;
+        for cols in [
+            1,
+            31,
+            32,
+            33,
+            255,
+            256,
+            257,
+            4096,
+            limit - 1,
+            limit,
+            limit + 1,
+            3 * limit + 5,
+        ] {
+            let rows = 3;
+            let data: Vec<T> = random(rng, rows * cols, -8.0, 8.0);
+            let s = up(be, &data);
+            let host = HostData::from_f64(
+                T::KIND,
+                &data.iter().map(|x| x.to_f64()).collect::<Vec<f64>>(),
+            );
+            let l = Layout::contiguous(&[rows, cols]);
+            for log in [false, true] {
+                let got = down(&be.softmax(&s, &l, 1, log).unwrap(), l.dims());
+                let want = softmax(&host, rows, cols, log).unwrap().to_f64_vec();
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let g = g.to_f64();
+                    assert!(
+                        g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                        "{} log={log} {rows}x{cols} [{i}]: GPU {g}, interpreter {w}",
+                        T::KIND
+                    );
+                }
+            }
+        }
+    }
+    check::<f32>(&be, &mut rng);
+    check::<f64>(&be, &mut rng);
+    check::<f16>(&be, &mut rng);
+    check::<bf16>(&be, &mut rng);
+}
+
+#[test]
+fn cat_rows_match_the_host_for_every_unit() {
+    use crate::backend::{RowBlock, RowBlocks};
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    // Widths in bytes that allow 16-, 8-, 4-, 2- and 1-byte units, at
+    // aligned and unaligned starts, and more inputs than one launch takes.
+    for (inners, starts) in [
+        (vec![16, 32], vec![0, 0]),
+        (vec![8, 24, 40], vec![0, 8, 0]),
+        (vec![4, 12], vec![4, 0]),
+        (vec![2, 6, 0, 10], vec![0, 2, 0, 6]),
+        (vec![3, 5, 7], vec![1, 0, 3]),
+        ((1..=11).collect(), vec![0; 11]),
+        ((0..19).map(|i| 16 * (i % 3)).collect(), vec![0; 19]),
+    ] {
+        let outer = 37;
+        let hosts: Vec<Vec<u8>> = inners
+            .iter()
+            .zip(&starts)
+            .map(|(&inner, &start)| random(&mut rng, start + outer * inner, 0.0, 255.0))
+            .collect();
+        let devs: Vec<CudaStorage<u8>> = hosts.iter().map(|h| up(&be, h)).collect();
+        let row: usize = inners.iter().sum();
+        let plan = RowBlocks {
+            outer,
+            row,
+            parts: devs
+                .iter()
+                .zip(inners.iter().zip(&starts))
+                .map(|(buf, (&inner, &start))| RowBlock { buf, start, inner })
+                .collect(),
+        };
+        let got = down(&be.cat_rows(&plan).unwrap(), &[outer * row]);
+        let mut want = Vec::with_capacity(outer * row);
+        for r in 0..outer {
+            for (h, (&inner, &start)) in hosts.iter().zip(inners.iter().zip(&starts)) {
+                want.extend_from_slice(&h[start + r * inner..start + (r + 1) * inner]);
+            }
+        }
+        assert_eq!(got, want, "cat_rows of widths {inners:?} at {starts:?}");
+        // A plan that reads past an input is an error, not a fault.
+        let mut bad = plan;
+        bad.outer += 1;
+        assert!(be.cat_rows(&bad).is_err());
+    }
+}
+
+#[test]
 fn softmax_along_every_dim() {
     let Some((_serial, be)) = gpu() else { return };
     let mut rng = seed();
@@ -786,6 +884,70 @@ fn matmul_cases() -> Vec<Case> {
             bias: Some((1, c(&[]).broadcast_to(&[2, m, n]))),
             alpha: 1.0,
             beta: -1.5,
+        },
+        Case {
+            what: "addmm, full bias with a wider leading dimension (cuBLASLt C)",
+            a: (m * k, c(&[1, m, k])),
+            b: (k * n, c(&[1, k, n])),
+            bias: Some((m * (n + 3), c(&[1, m, n + 3]).slice(2, 2, n + 2))),
+            alpha: 1.0,
+            beta: 1.0,
+        },
+        Case {
+            what: "addmm, full bias at an odd offset, transposed operands",
+            a: (m * k, c(&[1, k, m]).transpose(1, 2)),
+            b: (k * n, c(&[1, n, k]).transpose(1, 2)),
+            bias: Some((m * n + 1, Layout::new(vec![1, m, n], vec![0, n, 1], 1))),
+            alpha: -0.5,
+            beta: 1.0,
+        },
+        Case {
+            what: "addmm, transposed full bias (copied)",
+            a: (m * k, c(&[1, m, k])),
+            b: (k * n, c(&[1, k, n])),
+            bias: Some((m * n, c(&[1, n, m]).transpose(1, 2))),
+            alpha: 1.0,
+            beta: 1.0,
+        },
+        Case {
+            what: "addmm, bias per column, beta 0.5 (copied)",
+            a: (m * k, c(&[1, m, k])),
+            b: (k * n, c(&[1, k, n])),
+            bias: Some((n, c(&[n]).broadcast_to(&[1, m, n]))),
+            alpha: 1.0,
+            beta: 0.5,
+        },
+        Case {
+            what: "addmm, bias per column at an odd offset (copied)",
+            a: (m * k, c(&[1, m, k])),
+            b: (k * n, c(&[1, n, k]).transpose(1, 2)),
+            bias: Some((n + 1, Layout::new(vec![1, m, n], vec![0, 0, 1], 1))),
+            alpha: 1.0,
+            beta: 1.0,
+        },
+        Case {
+            what: "addmm, one row, (1, N) bias (cuBLASLt C), beta 2",
+            a: (k, c(&[1, 1, k])),
+            b: (k * n, c(&[1, k, n])),
+            bias: Some((n, c(&[1, 1, n]))),
+            alpha: 1.0,
+            beta: 2.0,
+        },
+        Case {
+            what: "addmm, one column, scalar bias (epilogue)",
+            a: (m * k, c(&[1, m, k])),
+            b: (k, c(&[1, k, 1])),
+            bias: Some((1, c(&[]).broadcast_to(&[1, m, 1]))),
+            alpha: 1.0,
+            beta: 1.0,
+        },
+        Case {
+            what: "addmm, scalar bias, one matrix (copied)",
+            a: (m * k, c(&[1, m, k])),
+            b: (k * n, c(&[1, k, n])),
+            bias: Some((1, c(&[]).broadcast_to(&[1, m, n]))),
+            alpha: 1.0,
+            beta: 1.0,
         },
         Case {
             what: "vector times matrix",

@@ -2,6 +2,7 @@
 
 use super::check_result;
 use super::dispatch::{dispatch, output};
+use crate::backend::{RowBlock, RowBlocks};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -78,7 +79,36 @@ const fn cat_slice_fits(
     true
 }
 
-/// Copies each part into its slice of a new buffer of `dims`.
+/// `cat` of contiguous inputs as row blocks (see [`RowBlocks`]), or `None`
+/// when some input is a strided view. `parts` hold (storage, layout,
+/// start along `axis`).
+fn row_blocks<'a, B>(
+    parts: &[(&'a B, &Layout, usize)],
+    axis: usize,
+    dims: &[usize],
+) -> Option<RowBlocks<'a, B>> {
+    if !parts.iter().all(|(_, l, _)| l.is_contiguous()) {
+        return None;
+    }
+    let outer: usize = dims[..axis].iter().product();
+    let after: usize = dims[axis + 1..].iter().product();
+    Some(RowBlocks {
+        outer,
+        row: dims[axis] * after,
+        parts: parts
+            .iter()
+            .map(|&(buf, l, _)| RowBlock {
+                buf,
+                start: l.offset(),
+                inner: l.dims()[axis] * after,
+            })
+            .collect(),
+    })
+}
+
+/// Copies each part into its slice of a new buffer of `dims`: one
+/// row-block copy when every part is contiguous, else one strided copy
+/// per part. The buffer is not filled first, as the parts cover it.
 fn concat<D: Device, T: DType, SO: Shape>(
     parts: &[(&Storage<T>, &Layout, usize)],
     axis: usize,
@@ -87,11 +117,21 @@ fn concat<D: Device, T: DType, SO: Shape>(
     let whole = Layout::contiguous(dims);
     let n = whole.numel();
     let storage = dispatch!(D, |be| {
-        let mut out = be.full(n, T::zero())?;
-        for &(storage, layout, start) in parts {
-            let dst = whole.slice(axis, start, start + layout.dims()[axis]);
-            be.copy_into(be.buf(storage), layout, &mut out, &dst)?;
-        }
+        let bufs: Vec<_> = parts
+            .iter()
+            .map(|&(s, l, start)| (be.buf(s), l, start))
+            .collect();
+        let out = match row_blocks(&bufs, axis, dims) {
+            Some(plan) => be.cat_rows(&plan)?,
+            None => {
+                let mut out = be.alloc(n)?;
+                for &(buf, layout, start) in &bufs {
+                    let dst = whole.slice(axis, start, start + layout.dims()[axis]);
+                    be.copy_into(buf, layout, &mut out, &dst)?;
+                }
+                out
+            }
+        };
         be.wrap(out)
     });
     output(storage, dims)
