@@ -21,17 +21,9 @@ pub(crate) fn load(body: &mut Body, dtype: DTypeKind, addr: &str, nc: bool) -> S
             body.op(format!("ld.{space}.f64 {f}, [{addr}]"));
             f
         }
-        DTypeKind::F16 => {
-            let h = body.reg(Class::B16);
-            body.op(format!("ld.{space}.b16 {h}, [{addr}]"));
-            half_to_f32(body, &h)
-        }
-        DTypeKind::BF16 => {
-            let r = body.reg(Class::B32);
-            body.op(format!("ld.{space}.u16 {r}, [{addr}]"));
-            let s = body.reg(Class::B32);
-            body.op(format!("shl.b32 {s}, {r}, 16"));
-            bits_to_f32(body, &s)
+        DTypeKind::F16 | DTypeKind::BF16 => {
+            let raw = load_half_bits(body, dtype, addr, nc);
+            widen_half(body, dtype, &raw)
         }
         DTypeKind::I32 => {
             let r = body.reg(Class::B32);
@@ -52,6 +44,39 @@ pub(crate) fn load(body: &mut Body, dtype: DTypeKind, addr: &str, nc: bool) -> S
             let r = body.reg(Class::B32);
             body.op(format!("ld.{space}.u8 {r}, [{addr}]"));
             byte_to_pred(body, &r)
+        }
+    }
+}
+
+/// Loads the 16 bits of an `f16`/`bf16` element at `[addr]` without
+/// widening them: a kernel that issues many loads before using any keeps
+/// them all in flight, where a widening right after each load would wait
+/// for it. [`widen_half`] gives the register form.
+pub(crate) fn load_half_bits(body: &mut Body, dtype: DTypeKind, addr: &str, nc: bool) -> String {
+    let space = if nc { "global.nc" } else { "global" };
+    match dtype {
+        DTypeKind::F16 => {
+            let h = body.reg(Class::B16);
+            body.op(format!("ld.{space}.b16 {h}, [{addr}]"));
+            h
+        }
+        DTypeKind::BF16 => {
+            let r = body.reg(Class::B32);
+            body.op(format!("ld.{space}.u16 {r}, [{addr}]"));
+            r
+        }
+        other => unreachable!("{} is not a 16-bit float", other.name()),
+    }
+}
+
+/// The `f32` register form of bits read by [`load_half_bits`].
+pub(crate) fn widen_half(body: &mut Body, dtype: DTypeKind, raw: &str) -> String {
+    match dtype {
+        DTypeKind::F16 => half_to_f32(body, raw),
+        _ => {
+            let s = body.reg(Class::B32);
+            body.op(format!("shl.b32 {s}, {raw}, 16"));
+            bits_to_f32(body, &s)
         }
     }
 }

@@ -6,7 +6,7 @@
 
 use super::body::{Body, Class};
 use super::inst::{emit_program, immediate};
-use super::memory::{load, store};
+use super::memory::{load, load_half_bits, store, widen_half};
 use crate::prim::{Program, Ty};
 use crate::reduction::{float_bits, ReduceSpec, SoftmaxSpec, BUTTERFLY, NO_INDEX, WARPS};
 use tensorfn_core::DTypeKind;
@@ -377,15 +377,44 @@ fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &st
         }
         body.place(&end);
     };
-    each(body, "loaded", &mut |body, j| {
-        let x = load(
-            body,
-            spec.dtype,
-            &format!("{addr}+{}", j * step * size),
-            true,
-        );
-        body.op(format!("mov.{} {}, {x}", mov_ty(acc), xs[j]));
-    });
+    let half = matches!(spec.dtype, DTypeKind::F16 | DTypeKind::BF16);
+    if half {
+        // All loads are issued before the first widening waits for one.
+        let class = if spec.dtype == DTypeKind::F16 {
+            Class::B16
+        } else {
+            Class::B32
+        };
+        let raws: Vec<String> = (0..SLOTS).map(|_| body.reg(class)).collect();
+        let bits = if spec.dtype == DTypeKind::F16 {
+            "b16"
+        } else {
+            "b32"
+        };
+        each(body, "loaded", &mut |body, j| {
+            let r = load_half_bits(
+                body,
+                spec.dtype,
+                &format!("{addr}+{}", j * step * size),
+                true,
+            );
+            body.op(format!("mov.{bits} {}, {r}", raws[j]));
+        });
+        each(body, "widened", &mut |body, j| {
+            let x = widen_half(body, spec.dtype, &raws[j]);
+            body.op(format!("mov.{} {}, {x}", mov_ty(acc), xs[j]));
+        });
+    } else {
+        each(body, "loaded", &mut |body, j| {
+            let x = load(
+                body,
+                spec.dtype,
+                &format!("{addr}+{}", j * step * size),
+                true,
+            );
+            body.op(format!("mov.{} {}, {x}", mov_ty(acc), xs[j]));
+        });
+    }
     set_identity(body, &state, &ninf);
     each(body, "maxed", &mut |body, j| {
         combine(body, &spec.max, &state, std::slice::from_ref(&xs[j]));
