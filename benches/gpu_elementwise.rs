@@ -33,9 +33,10 @@ macro_rules! chains {
                     sin(x) * 2.0 + 5.0
                 }
 
-                /// GELU, tanh approximation, as PyTorch's `gelu(x, approximate="tanh")`.
+                /// GELU, tanh approximation, as PyTorch's `gelu(x, approximate="tanh")`:
+                /// one op computed in f32 and rounded once, like PyTorch's.
                 pub fn gelu_tanh(x: &Tensor<Cuda, $t, [N]>) -> Tensor<Cuda, $t, [N]> {
-                    x * 0.5 * (tanh((x + x * x * x * 0.044715) * 0.7978846) + 1.0)
+                    gelu(x)
                 }
 
                 /// Six ops over two inputs: mul, add, sigmoid, mul, tanh, sub.
