@@ -309,8 +309,12 @@ pub(crate) fn reduce_entry(name: &str, spec: &ReduceSpec) -> String {
 }
 
 /// Longest row the softmax entry keeps in registers, read from global
-/// memory once; longer rows take three passes over memory.
-pub const SOFTMAX_REGISTER_COLS: usize = 8192;
+/// memory once; longer rows take three passes over memory. 4096 (16
+/// registers of elements per thread) keeps the kernel at 48 registers for
+/// f32 and 64 for 16-bit types: twice this limit needed 80 to 118 and
+/// halved the blocks an SM could hold, which cost more than the extra
+/// passes save on longer rows.
+pub const SOFTMAX_REGISTER_COLS: usize = 4096;
 
 /// Register slots per thread for a row of [`SOFTMAX_REGISTER_COLS`].
 const SLOTS: usize = SOFTMAX_REGISTER_COLS / crate::builtin::BLOCK as usize;
