@@ -133,7 +133,14 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
         Self::full_dims(value, &static_dims::<S>("full")?)
     }
 
-    /// [`full`](Self::full) with run-time dims.
+    /// [`full`](Self::full) with run-time dims (on a GPU, filled there).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![_, 2]>::full_dims(0.5, &[3, 2]).unwrap();
+    /// assert_eq!(x.to_vec().unwrap(), vec![0.5; 6]);
+    /// assert!(Tensor::<Cpu, f32, shape![_, 2]>::full_dims(0.5, &[3, 4]).is_err()); // 4 is not 2
+    /// ```
     pub fn full_dims(value: T, dims: &[usize]) -> Result<Self> {
         S::check(dims)?;
         match D::KIND {
@@ -161,6 +168,12 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
     }
 
     /// [`zeros`](Self::zeros) with run-time dims.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, i64, shape![_]>::zeros_dims(&[4]).unwrap();
+    /// assert_eq!(x.to_vec().unwrap(), vec![0; 4]);
+    /// ```
     pub fn zeros_dims(dims: &[usize]) -> Result<Self> {
         Self::full_dims(T::zero(), dims)
     }
@@ -176,6 +189,12 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
     }
 
     /// [`ones`](Self::ones) with run-time dims.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, u8, shape![_, _]>::ones_dims(&[2, 0]).unwrap();
+    /// assert_eq!(x.numel(), 0); // empty dims are fine
+    /// ```
     pub fn ones_dims(dims: &[usize]) -> Result<Self> {
         Self::full_dims(T::one(), dims)
     }
@@ -193,6 +212,12 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
     }
 
     /// [`arange`](Self::arange) with run-time dims.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![_, 2]>::arange_dims(0.0, 0.5, &[2, 2]).unwrap();
+    /// assert_eq!(x.to_vec().unwrap(), vec![0.0, 0.5, 1.0, 1.5]);
+    /// ```
     pub fn arange_dims(start: T, step: T, dims: &[usize]) -> Result<Self> {
         S::check(dims)?;
         let data = if T::KIND.is_float() {
@@ -208,41 +233,91 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
     }
 
     /// The dims, like PyTorch's `x.shape`.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
+    /// assert_eq!(x.shape(), &[2, 3]);
+    /// assert_eq!(x.t().unwrap().shape(), &[3, 2]);
+    /// ```
     pub fn shape(&self) -> &[usize] {
         self.layout.dims()
     }
 
     /// Same as [`shape`](Self::shape).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![_, 3]>::zeros_dims(&[5, 3]).unwrap();
+    /// assert_eq!(x.dims(), x.shape());
+    /// ```
     pub fn dims(&self) -> &[usize] {
         self.layout.dims()
     }
 
-    /// Number of elements.
+    /// Number of elements (1 for a 0-D tensor).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// assert_eq!(Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap().numel(), 6);
+    /// assert_eq!(Tensor::<Cpu, f32, shape![]>::zeros().unwrap().numel(), 1);
+    /// ```
     pub fn numel(&self) -> usize {
         self.layout.numel()
     }
 
     /// Number of dims.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// assert_eq!(Tensor::<Cpu, f32, shape![2, 3, 4]>::zeros().unwrap().rank(), 3);
+    /// ```
     pub fn rank(&self) -> usize {
         self.layout.rank()
     }
 
     /// The layout (dims, strides, offset) of this view.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
+    /// assert_eq!(x.t().unwrap().layout().strides(), &[1, 3]);
+    /// ```
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
 
     /// True when the elements are row-major without gaps.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
+    /// assert!(x.is_contiguous());
+    /// assert!(!x.t().unwrap().is_contiguous());
+    /// assert!(x.t().unwrap().contiguous().unwrap().is_contiguous());
+    /// ```
     pub fn is_contiguous(&self) -> bool {
         self.layout.is_contiguous()
     }
 
     /// The device as a value.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, DeviceKind, shape};
+    /// let x = Tensor::<Cpu, f32, shape![2]>::zeros().unwrap();
+    /// assert_eq!(x.device(), DeviceKind::Cpu);
+    /// ```
     pub fn device(&self) -> DeviceKind {
         D::KIND
     }
 
     /// The dtype as a value.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{bf16, Tensor, Cpu, DTypeKind, shape};
+    /// let x = Tensor::<Cpu, bf16, shape![2]>::zeros().unwrap();
+    /// assert_eq!(x.dtype(), DTypeKind::BF16);
+    /// ```
     pub fn dtype(&self) -> DTypeKind {
         T::KIND
     }
@@ -332,7 +407,17 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
         ))
     }
 
-    /// Copies the tensor to host memory.
+    /// Copies the tensor to host memory (a contiguous copy of a view).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, Cuda, shape};
+    /// let x = Tensor::<Cpu, f32, shape![2, 2]>::from_vec(vec![1., 2., 3., 4.]).unwrap();
+    /// let back = match x.to_device::<Cuda>() {
+    ///     Ok(g) => g.to_cpu().unwrap(),
+    ///     Err(_) => x.to_cpu().unwrap(), // no GPU: a host-to-host copy
+    /// };
+    /// assert_eq!(back.to_vec().unwrap(), vec![1., 2., 3., 4.]);
+    /// ```
     pub fn to_cpu(&self) -> Result<Tensor<Cpu, T, S>> {
         self.to_device::<Cpu>()
     }
@@ -367,6 +452,12 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
     }
 
     /// [`rand`](Self::rand) with run-time dims.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let a = Tensor::<Cpu, f64, shape![_]>::rand_dims(7, &[50]).unwrap().to_vec().unwrap();
+    /// assert!(a.iter().all(|v| (0.0..1.0).contains(v)));
+    /// ```
     pub fn rand_dims(seed: u64, dims: &[usize]) -> Result<Self> {
         S::check(dims)?;
         let mut rng = SplitMix64::new(seed);
@@ -396,6 +487,14 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
     }
 
     /// [`randn`](Self::randn) with run-time dims.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let a = Tensor::<Cpu, f32, shape![_, 4]>::randn_dims(9, &[250, 4]).unwrap();
+    /// let v = a.to_vec().unwrap();
+    /// let var = v.iter().map(|x| x * x).sum::<f32>() / v.len() as f32;
+    /// assert!((var - 1.0).abs() < 0.2);
+    /// ```
     pub fn randn_dims(seed: u64, dims: &[usize]) -> Result<Self> {
         S::check(dims)?;
         let mut rng = SplitMix64::new(seed);
