@@ -26,9 +26,21 @@ use crate::ptx::Target;
 use tensorfn_core::DTypeKind;
 
 /// Highest rank the strided entry handles (matches the runtime's shapes).
+///
+/// ```
+/// use tensorfn_kernels::abi::{StridedMeta, MAX_RANK};
+/// // Every list is padded to MAX_RANK words: dims, then each stride list.
+/// assert_eq!(StridedMeta::new(&[5], &[1], &[]).words().len(), 2 * MAX_RANK);
+/// ```
 pub const MAX_RANK: usize = 6;
 
 /// Bytes of the `meta` parameter of a strided entry with `inputs` inputs.
+///
+/// ```
+/// use tensorfn_kernels::abi::{meta_bytes, StridedMeta};
+/// let m = StridedMeta::new(&[2, 3], &[3, 1], &[&[3, 1], &[0, 1]]);
+/// assert_eq!(meta_bytes(2), 8 * m.words().len());
+/// ```
 pub const fn meta_bytes(inputs: usize) -> usize {
     8 * MAX_RANK * (2 + inputs)
 }
@@ -80,6 +92,16 @@ impl FusedKernel {
     }
 
     /// Name of the entry for strided or broadcast inputs.
+    ///
+    /// ```
+    /// # use tensorfn_kernels::abi::FusedKernel;
+    /// # use tensorfn_core::DTypeKind;
+    /// # static K: FusedKernel = FusedKernel {
+    /// #     name: "tf_demo", ptx: "", ptx_sm80: None,
+    /// #     inputs: &[DTypeKind::F32], output: DTypeKind::F32,
+    /// # };
+    /// assert_eq!(K.strided_entry(), "tf_demo_strided");
+    /// ```
     pub fn strided_entry(&self) -> String {
         format!("{}_strided", self.name)
     }
@@ -94,6 +116,14 @@ impl StridedMeta {
     /// every list on the left to [`MAX_RANK`] (dims with 1, strides with 0).
     ///
     /// Panics if a rank exceeds [`MAX_RANK`] (shape types cap it there).
+    ///
+    /// ```
+    /// use tensorfn_kernels::abi::StridedMeta;
+    /// // A [3] input broadcast along the rows of a [2, 3] output.
+    /// let m = StridedMeta::new(&[2, 3], &[3, 1], &[&[0, 1]]);
+    /// assert_eq!(&m.words()[4..6], &[2, 3]); // dims, padded on the left
+    /// assert_eq!(&m.words()[16..18], &[0, 1]); // the input's strides
+    /// ```
     pub fn new(dims: &[usize], out_strides: &[usize], inputs: &[&[usize]]) -> Self {
         assert!(dims.len() <= MAX_RANK, "rank above MAX_RANK");
         let pad = MAX_RANK - dims.len();
@@ -106,13 +136,25 @@ impl StridedMeta {
         StridedMeta(words)
     }
 
-    /// The packed words.
+    /// The packed words: dims, output strides, then each input's strides.
+    ///
+    /// ```
+    /// use tensorfn_kernels::abi::StridedMeta;
+    /// assert_eq!(StridedMeta::new(&[], &[], &[]).words(), &[1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0]);
+    /// ```
     pub fn words(&self) -> &[u64] {
         &self.0
     }
 }
 
 /// Bytes per element of `dtype` on the device.
+///
+/// ```
+/// use tensorfn_kernels::abi::device_size;
+/// use tensorfn_core::DTypeKind;
+/// assert_eq!(device_size(DTypeKind::BF16), 2);
+/// assert_eq!(device_size(DTypeKind::Bool), 1); // one byte per element
+/// ```
 pub const fn device_size(dtype: DTypeKind) -> usize {
     dtype.size_bytes()
 }

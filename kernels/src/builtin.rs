@@ -239,6 +239,12 @@ pub fn cat_rows_name(unit: u32) -> String {
 }
 
 /// Unit sizes in bytes [`cat_rows`] is defined for.
+///
+/// ```
+/// use tensorfn_kernels::builtin::{cat_rows, CAT_UNITS};
+/// assert!(CAT_UNITS.iter().all(|&u| cat_rows(u).is_ok()));
+/// assert!(cat_rows(3).is_err());
+/// ```
 pub const CAT_UNITS: [u32; 5] = [1, 2, 4, 8, 16];
 
 /// Concatenation of contiguous row blocks (the `cat` of contiguous

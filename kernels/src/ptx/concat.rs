@@ -10,7 +10,13 @@
 
 use super::body::{Body, Class};
 
-/// Inputs one launch of the concatenation kernel copies.
+/// Inputs one launch of the concatenation kernel copies; `cat` of more
+/// inputs launches once per group of this many.
+///
+/// ```
+/// use tensorfn_kernels::ptx::CAT_PARTS;
+/// assert_eq!(20usize.div_ceil(CAT_PARTS), 3); // launches for 20 inputs
+/// ```
 pub const CAT_PARTS: usize = 8;
 
 /// PTX type and register class of one unit of `unit` bytes (16 bytes
