@@ -6,7 +6,7 @@
 //! given layout(s) unless it says otherwise.
 
 use crate::dtype::{DType, FloatDType, NumDType};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::layout::Layout;
 use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
 
@@ -26,6 +26,41 @@ pub(crate) struct RowBlocks<'a, B> {
     pub(crate) outer: usize,
     pub(crate) row: usize,
     pub(crate) parts: Vec<RowBlock<'a, B>>,
+}
+
+impl<B> RowBlocks<'_, B> {
+    /// The output's element count, after checking that every input buffer
+    /// (of `len(buf)` elements) holds all of its blocks.
+    pub(crate) fn checked_len(&self, len: impl Fn(&B) -> usize) -> Result<usize> {
+        let n = self.outer.checked_mul(self.row).ok_or_else(|| {
+            Error::shape(
+                "cat",
+                "a result below usize::MAX elements",
+                format!("{} rows of {} elements", self.outer, self.row),
+            )
+        })?;
+        for (i, p) in self.parts.iter().enumerate() {
+            let end = self
+                .outer
+                .checked_mul(p.inner)
+                .and_then(|v| v.checked_add(p.start));
+            if end.is_none_or(|e| e > len(p.buf)) {
+                return Err(Error::shape(
+                    "cat",
+                    format!(
+                        "input {i} to hold {} rows of {} elements",
+                        self.outer, p.inner
+                    ),
+                    format!(
+                        "a buffer of {} elements starting at {}",
+                        len(p.buf),
+                        p.start
+                    ),
+                ));
+            }
+        }
+        Ok(n)
+    }
 }
 
 /// A backend: the CPU or one CUDA ordinal.

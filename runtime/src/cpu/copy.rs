@@ -38,33 +38,7 @@ pub(crate) fn copy_into<T: DType>(src: &[T], ls: &Layout, dst: &mut [T], ld: &La
 /// The rows of `plan`, built block by block into a buffer that is never
 /// filled first.
 pub(crate) fn cat_rows<T: DType>(plan: &RowBlocks<'_, Vec<T>>) -> Result<Vec<T>> {
-    let n = plan.outer.checked_mul(plan.row).ok_or_else(|| {
-        Error::shape(
-            "cat",
-            "a result below usize::MAX elements",
-            format!("{} rows of {} elements", plan.outer, plan.row),
-        )
-    })?;
-    for (i, p) in plan.parts.iter().enumerate() {
-        let end = plan
-            .outer
-            .checked_mul(p.inner)
-            .and_then(|v| v.checked_add(p.start));
-        if end.is_none_or(|e| e > p.buf.len()) {
-            return Err(Error::shape(
-                "cat",
-                format!(
-                    "input {i} to hold {} rows of {} elements",
-                    plan.outer, p.inner
-                ),
-                format!(
-                    "a buffer of {} elements starting at {}",
-                    p.buf.len(),
-                    p.start
-                ),
-            ));
-        }
-    }
+    let n = plan.checked_len(|b| b.len())?;
     let mut out = Vec::new();
     out.try_reserve_exact(n)
         .map_err(|_| Error::HostOutOfMemory {

@@ -7,7 +7,7 @@ use super::backend::CudaBackend;
 use super::launch::{Builtin, ModuleKey, BLOCK};
 use crate::backend::RowBlocks;
 use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use std::ffi::c_void;
 use tensorfn_kernels::builtin::{CAT_PARTS, CAT_UNITS};
 
@@ -30,33 +30,7 @@ impl CudaBackend {
         let ctx = self.ctx();
         ctx.bind()?;
         let size = std::mem::size_of::<T>() as u64;
-        let n = plan.outer.checked_mul(plan.row).ok_or_else(|| {
-            Error::shape(
-                "cat",
-                "a result below usize::MAX elements",
-                format!("{} rows of {} elements", plan.outer, plan.row),
-            )
-        })?;
-        for (i, p) in plan.parts.iter().enumerate() {
-            let end = plan
-                .outer
-                .checked_mul(p.inner)
-                .and_then(|v| v.checked_add(p.start));
-            if end.is_none_or(|e| e > p.buf.len()) {
-                return Err(Error::shape(
-                    "cat",
-                    format!(
-                        "input {i} to hold {} rows of {} elements",
-                        plan.outer, p.inner
-                    ),
-                    format!(
-                        "a buffer of {} elements starting at {}",
-                        p.buf.len(),
-                        p.start
-                    ),
-                ));
-            }
-        }
+        let n = plan.checked_len(|b| b.len())?;
         let out = ctx.storage::<T>(n)?;
         if n == 0 {
             return Ok(out);
