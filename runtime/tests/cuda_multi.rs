@@ -2,36 +2,10 @@
 //! dtype and of strided views, and work on the second GPU afterwards.
 //! Skips with a notice unless two GPUs are present.
 
+mod gpu;
+use gpu::fresh;
+
 use tensorfn_runtime::{bf16, f16, shape, Cpu, Cuda, DType, Tensor};
-
-fn has_two_gpus() -> bool {
-    match tensorfn_runtime::cuda_device_count() {
-        Ok(n) if n >= 2 => true,
-        Ok(n) => {
-            eprintln!("skipping: needs two CUDA devices, found {n}");
-            false
-        }
-        Err(e) => {
-            eprintln!("skipping: no CUDA device ({e})");
-            false
-        }
-    }
-}
-
-/// Values from a clock-seeded generator: fresh on every run.
-fn fresh<T: DType>(n: usize) -> Vec<T> {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(5);
-    Tensor::<Cpu, f64, shape![_]>::rand_dims(seed, &[n])
-        .unwrap()
-        .to_vec()
-        .unwrap()
-        .into_iter()
-        .map(|u| T::from_f64(u * 200.0 - 100.0))
-        .collect()
-}
 
 fn across<T: DType>(dims: [usize; 2]) {
     let data: Vec<T> = fresh(dims[0] * dims[1]);
@@ -50,7 +24,7 @@ fn across<T: DType>(dims: [usize; 2]) {
 
 #[test]
 fn every_dtype_crosses_between_gpus() {
-    if !has_two_gpus() {
+    if !gpu::has_gpus(2) {
         return;
     }
     for dims in [[3, 5], [0, 4], [1000, 1001]] {
@@ -67,7 +41,7 @@ fn every_dtype_crosses_between_gpus() {
 
 #[test]
 fn work_continues_on_the_second_gpu() {
-    if !has_two_gpus() {
+    if !gpu::has_gpus(2) {
         return;
     }
     let a = Tensor::<Cpu, f32, shape![64, 32]>::from_vec(fresh(64 * 32)).unwrap();

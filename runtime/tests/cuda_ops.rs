@@ -3,27 +3,13 @@
 //! broadcast), empty tensors, and every float dtype for products. Skips
 //! with a one-line notice when no GPU is present.
 
+mod gpu;
+use gpu::{has_gpu, seed};
+
 use tensorfn_kernels::UnaryOp;
 use tensorfn_runtime::{
     bf16, f16, shape, Cpu, Cuda, DType, Device, Error, FloatDType, NumDType, Shape, Tensor,
 };
-
-fn has_gpu() -> bool {
-    match tensorfn_runtime::cuda_device_count() {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("skipping: no CUDA device ({e})");
-            false
-        }
-    }
-}
-
-fn seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(3)
-}
 
 type D2 = shape![_, _];
 type D3 = shape![_, _, _];

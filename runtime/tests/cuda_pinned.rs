@@ -3,6 +3,9 @@
 //! public API. Skips with a notice when no GPU is present (the CPU halves
 //! of these APIs are tested in the crate's unit tests).
 
+mod gpu;
+use gpu::{fresh, has_gpu};
+
 use ndarray::{s, Array2};
 use tensorfn_runtime::{
     bf16, cuda_empty_cache, cuda_memory_stats, cuda_reserve, f16, shape, synchronize, Cpu, Cuda,
@@ -11,36 +14,6 @@ use tensorfn_runtime::{
 
 /// The tests here share cuda:0 and read its memory counters: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn has_gpu() -> bool {
-    match tensorfn_runtime::cuda_device_count() {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("skipping: no CUDA device ({e})");
-            false
-        }
-    }
-}
-
-fn seed() -> u64 {
-    let s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(1);
-    eprintln!("seed {s}");
-    s
-}
-
-/// Fresh values in `[-100, 100)` (booleans: both values).
-fn fresh<T: DType>(n: usize) -> Vec<T> {
-    Tensor::<Cpu, f64, shape![_]>::rand_dims(seed(), &[n])
-        .unwrap()
-        .to_vec()
-        .unwrap()
-        .into_iter()
-        .map(|u| T::from_f64(u * 200.0 - 100.0))
-        .collect()
-}
 
 fn pinned_round_trip<T: DType>(dims: &[usize]) {
     let n = dims.iter().product();

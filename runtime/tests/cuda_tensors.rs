@@ -1,37 +1,15 @@
 //! Tensors on the GPU through the public API: creation, transfers of every
 //! dtype, memory accounting. Skips with a notice when no GPU is present.
 
+mod gpu;
+use gpu::{fresh, has_gpu};
+
 use tensorfn_runtime::{
     bf16, cuda_empty_cache, cuda_memory_stats, f16, shape, Cpu, Cuda, DType, Tensor,
 };
 
 /// The tests here share cuda:0 and read its memory counters: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn has_gpu() -> bool {
-    match tensorfn_runtime::cuda_device_count() {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("skipping: no CUDA device ({e})");
-            false
-        }
-    }
-}
-
-/// Values from a clock-seeded generator: fresh on every run.
-fn fresh<T: DType>(n: usize) -> Vec<T> {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(1);
-    Tensor::<Cpu, f64, shape![_]>::rand_dims(seed, &[n])
-        .unwrap()
-        .to_vec()
-        .unwrap()
-        .into_iter()
-        .map(|u| T::from_f64(u * 200.0 - 100.0))
-        .collect()
-}
 
 fn round_trip<T: DType>(dims: &[usize]) {
     let n = dims.iter().product();
