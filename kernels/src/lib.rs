@@ -41,7 +41,9 @@
 //!
 //! An `f16`/`bf16` op rounds its `f32` result to 16 bits at once, so its
 //! transcendental gets a shorter expansion (fewer Taylor terms, a one-step
-//! `exp` reduction, no large-argument `sin`/`cos` reduction for f16),
+//! `exp` reduction, no large-argument `sin`/`cos` reduction for f16, and
+//! in `tanh`, `sigmoid`, `silu` and `gelu` a division by a number in
+//! [1, 2] done as a reciprocal by polynomial and Newton steps),
 //! accurate to about 2^-17 (f16) or 2^-14 (bf16) relative before that
 //! rounding. The choice depends on the op's dtype alone: an `f32` or `f64`
 //! op always gets the expansion above, even when its result is later cast
@@ -56,10 +58,10 @@
 //! | `log` | 0.502, 8 | 0.507, 6 | 1 / 0 |
 //! | `sin` | 0.505, 24 | 0.508, 30 | 4 / 0 |
 //! | `cos` | 0.505, 18 | 0.508, 16 | 2 / 0 |
-//! | `tanh` | 0.502, 4 | 0.498, 0 | 0 / 0 |
+//! | `tanh` | 0.500, 0 | 0.498, 0 | 0 / 0 |
 //! | `sigmoid` | 0.501, 8 | 0.500, 0 | 7 / 0 |
 //! | `silu` | 0.501, 5 | 0.504, 3 | 3 / 0 |
-//! | `gelu` | 0.501, 8 | 0.504, 2 | 2 / 0 |
+//! | `gelu` | 0.501, 10 | 0.504, 2 | 2 / 0 |
 //!
 //! (A correctly rounded result is within 0.5 ulp; the `f32` expansions
 //! miss it a few times too, by rounding twice.) NaN, infinities, zeros and

@@ -2,7 +2,7 @@
 
 use super::coeffs::{TANH_F32, TANH_F64};
 use super::exp_log::{exp_fit, exp_scaled, EXP_FLOOR_F16, EXP_FLOOR_F32, EXP_FLOOR_F64};
-use super::{copysign, exp, horner, horner_tail, k, kx, Fit};
+use super::{copysign, div_unit_range, exp, horner, horner_tail, k, kx, Fit};
 use crate::prim::{Builder, CmpOp, Reg, Ty};
 
 /// Below this `|x|`, tanh uses its Taylor polynomial (no cancellation);
@@ -57,10 +57,11 @@ fn logistic_times(b: &mut Builder, f: Reg, uh: Reg, ul: Option<Reg>) -> Reg {
     let e = b.mul(m, s);
     let one = kx(b, ty, 1.0);
     let d = b.add(one, e);
-    let p = b.div(f, d);
+    // One division for both signs: the numerator is chosen first.
     let fm = b.mul(f, m);
-    let q = b.div(fm, d);
-    let n = b.mul(q, s);
+    let num = b.select(pos, f, fm);
+    let p = b.div(num, d);
+    let n = b.mul(p, s);
     let n = beyond_floor(b, f, auh, n, Fit::Full);
     b.select(pos, p, n)
 }
@@ -161,9 +162,9 @@ const TANH16_SERIES_LIMIT: f64 = 0.25;
 
 /// `tanh` for a result rounded to 16 bits at once: Taylor terms up to
 /// `x^7` below 1/4 (truncation below 2^-21 relative; `x (1 + z P(z))`, so
-/// `tanh(-0) = -0`), `1 - 2/(e^{2|x|}+1)`
-/// above (error about half that of `e^{2|x|}` plus 2^-23, absolute, so at
-/// most about 2^-18 relative from 1/4 up).
+/// `tanh(-0) = -0`), `1 - 2e/(1 + e)` with `e = e^{-2|x|}` above (error
+/// about that of `e` plus 2^-22, absolute, so at most about 2^-18
+/// relative from 1/4 up).
 pub(crate) fn tanh_fit(b: &mut Builder, x: Reg, fit: Fit) -> Reg {
     let ty = b.ty(x);
     let ax = b.fabs(x);
@@ -173,11 +174,14 @@ pub(crate) fn tanh_fit(b: &mut Builder, x: Reg, fit: Fit) -> Reg {
     // x (1 + z P): a product by x keeps the sign of a zero x.
     let s = b.fma(z, p, one);
     let small = b.mul(x, s);
-    let two = kx(b, ty, 2.0);
-    let two_ax = b.mul(two, ax);
-    let e = exp_fit(b, two_ax, fit);
+    // 1 - 2e/(1 + e) with e = e^{-2|x|} <= e^{-1/2}: the divisor stays
+    // in [1, 2]. Large |x| gives e = 0 (or a tiny clamped value) and 1.
+    let m_two = kx(b, ty, -2.0);
+    let m_two_ax = b.mul(m_two, ax);
+    let e = exp_fit(b, m_two_ax, fit);
     let d = b.add(e, one);
-    let q = b.div(two, d);
+    let two_e = b.add(e, e);
+    let q = div_unit_range(b, two_e, d);
     let large = b.sub(one, q);
     let large = copysign(b, large, x);
     let limit = kx(b, ty, TANH16_SERIES_LIMIT);
@@ -215,7 +219,7 @@ fn logistic_times_fit(b: &mut Builder, f: Reg, u: Reg, fit: Fit) -> Reg {
     let one = kx(b, ty, 1.0);
     let d = b.add(one, e);
     let num = b.select(pos, f, fe);
-    b.div(num, d)
+    div_unit_range(b, num, d)
 }
 
 /// `sigmoid` for a result rounded to 16 bits at once.

@@ -103,6 +103,37 @@ fn horner_tail(b: &mut Builder, x: Reg, c32: &[f32], c64: &[f64], n: usize) -> R
     horner(b, x, &c32[c32.len() - n..], &[])
 }
 
+/// `num / d` for `d` in [1, 2] (or NaN), for results rounded to 16 bits
+/// at once: `num` times a reciprocal from a quadratic (relative error
+/// 2^-6.6) and two Newton steps (2^-13.3, then below 2^-24 but for the
+/// roundings), all `fma`, so within about 2^-22 of the quotient. A
+/// correctly rounded `div` costs a reciprocal estimate, a check and a
+/// branch to a slow path per lane; this is seven straight-line
+/// instructions that the compiler can interleave across lanes. An
+/// infinite `num` gives an infinite result, as a division would.
+fn div_unit_range(b: &mut Builder, num: Reg, d: Reg) -> Reg {
+    let ty = b.ty(d);
+    let one = kx(b, ty, 1.0);
+    // Least relative error on [1, 2] (weighted least squares to the
+    // equioscillation), coefficients rounded to f32.
+    let mut r = horner(b, d, &RECIP_1_2, &RECIP_1_2_F64);
+    for _ in 0..2 {
+        let nd = b.fneg(d);
+        let e = b.fma(nd, r, one);
+        r = b.fma(r, e, r);
+    }
+    b.mul(num, r)
+}
+
+/// [`div_unit_range`]'s starting quadratic, highest power first.
+const RECIP_1_2: [f32; 3] = [0.323_223_68, -1.454_507_1, 2.121_174_1];
+/// The same coefficients as f64 values (the expansion is f32 only).
+const RECIP_1_2_F64: [f64; 3] = [
+    RECIP_1_2[0] as f64,
+    RECIP_1_2[1] as f64,
+    RECIP_1_2[2] as f64,
+];
+
 /// The integer type with the width of float type `ty`.
 fn int_of(ty: Ty) -> Ty {
     match ty {
