@@ -126,7 +126,7 @@ fn div_unit_range(b: &mut Builder, num: Reg, d: Reg) -> Reg {
 }
 
 /// [`div_unit_range`]'s starting quadratic, highest power first.
-const RECIP_1_2: [f32; 3] = [0.323_223_68, -1.454_507_1, 2.121_174_1];
+const RECIP_1_2: [f32; 3] = [0.323_223_68, -1.454_507_1, 2.121_174];
 /// The same coefficients as f64 values (the expansion is f32 only).
 const RECIP_1_2_F64: [f64; 3] = [
     RECIP_1_2[0] as f64,
