@@ -342,7 +342,30 @@ pub(crate) fn softmax_entry(name: &str, spec: &SoftmaxSpec) -> String {
         softmax_three_passes(body, &f, spec, row);
         body.place(&done);
     });
-    format!(".visible .entry {name}{PARAMS}\n{{\n{}}}\n", body.finish())
+    // Left to itself ptxas gives the 16-bit entries 64 to 66 registers,
+    // and above 64 an SM holds one block of BLOCK threads fewer; they
+    // need 56 without spilling.
+    let bounds = if is_half(spec.dtype) {
+        format!(
+            "\n.maxntid {}, 1, 1\n.minnctapersm {HALF_SOFTMAX_BLOCKS_PER_SM}",
+            crate::builtin::BLOCK
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        ".visible .entry {name}{PARAMS}{bounds}\n{{\n{}}}\n",
+        body.finish()
+    )
+}
+
+/// Blocks of a 16-bit softmax entry every SM must be able to hold at
+/// once: a register file of 65536 registers then gives each thread up to
+/// 64.
+const HALF_SOFTMAX_BLOCKS_PER_SM: u32 = 4;
+
+fn is_half(dtype: DTypeKind) -> bool {
+    matches!(dtype, DTypeKind::F16 | DTypeKind::BF16)
 }
 
 /// Softmax of one row of at most [`SOFTMAX_REGISTER_COLS`] elements:
@@ -381,8 +404,7 @@ fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &st
         }
         body.place(&end);
     };
-    let half = matches!(spec.dtype, DTypeKind::F16 | DTypeKind::BF16);
-    if half {
+    if is_half(spec.dtype) {
         // All loads are issued before the first widening waits for one.
         let class = if spec.dtype == DTypeKind::F16 {
             Class::B16

@@ -264,6 +264,26 @@ fn softmax_reads_short_rows_once() {
     }
 }
 
+/// The 16-bit softmax entries promise ptxas their block size and ask for
+/// four blocks per SM (at most 64 registers); the others leave ptxas free.
+#[test]
+fn softmax_16_bit_entries_declare_launch_bounds() {
+    for dt in [
+        DTypeKind::F16,
+        DTypeKind::BF16,
+        DTypeKind::F32,
+        DTypeKind::F64,
+    ] {
+        for log in [false, true] {
+            let k = builtin::softmax(dt, log);
+            let bounds = format!(")\n.maxntid {}, 1, 1\n.minnctapersm 4\n{{", builtin::BLOCK);
+            let half = matches!(dt, DTypeKind::F16 | DTypeKind::BF16);
+            assert_eq!(k.ptx.contains(&bounds), half, "{}", k.name);
+            assert_eq!(k.ptx.contains(".maxntid"), half, "{}", k.name);
+        }
+    }
+}
+
 #[test]
 fn cat_rows_moves_whole_units() {
     for unit in builtin::CAT_UNITS {
