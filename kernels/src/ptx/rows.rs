@@ -383,11 +383,12 @@ const HALF_SOFTMAX_BLOCKS_PER_SM: u32 = 4;
 /// Softmax of one row of at most [`SOFTMAX_REGISTER_COLS`] elements:
 /// each thread loads its [`SLOTS`] elements once (a prefix of them lies
 /// in the row), then max, sum of exponentials and outputs come from
-/// registers. 16-bit rows move between global and shared memory in
-/// 16-byte accesses (see [`Staged`]), where 2-byte accesses would take
-/// eight times as many global memory instructions, each moving 64 bytes
-/// per warp; which elements a thread holds, and so the results, do not
-/// change.
+/// registers; softmax keeps each slot's exponential from the sum for its
+/// output instead of computing it again. 16-bit rows move between global
+/// and shared memory in 16-byte accesses (see [`Staged`]), where 2-byte
+/// accesses would take eight times as many global memory instructions,
+/// each moving 64 bytes per warp. Neither changes which elements a thread
+/// holds or any value computed, so the results do not change.
 fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &str) {
     let acc = spec.acc;
     let size = spec.dtype.size_bytes();
@@ -476,12 +477,21 @@ fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &st
     each(body, "summed", &mut |body, j| {
         let e = emit_program(body, &spec.exp_shift, &[xs[j].clone(), m.clone()]);
         combine(body, &spec.sum, &state, &e);
+        if spec.scale.is_some() {
+            // The slot keeps exp(x - m), which the output needs, not x.
+            body.op(format!("mov.{} {}, {}", mov_ty(acc), xs[j], e[0]));
+        }
     });
     block_reduce(body, f, &spec.sum, &state, &nzero);
     let s = emit_program(body, &spec.row_log, &[state[0].0.clone()]);
     let sv = body.reg_ty(acc);
     body.op(format!("mov.{} {sv}, {}", mov_ty(acc), s[0]));
     broadcast(body, f, &sv, acc);
+    // Softmax divides the kept exponential; log-softmax finishes from x.
+    let output_of = |body: &mut Body, j: usize| match &spec.scale {
+        Some(scale) => emit_program(body, scale, &[xs[j].clone(), sv.clone()]),
+        None => emit_program(body, &spec.finish, &[xs[j].clone(), m.clone(), sv.clone()]),
+    };
     match output {
         // The outputs go out through shared memory too: every thread read
         // its inputs there before the barriers of the reductions, so the
@@ -493,7 +503,7 @@ fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &st
             let output = Staged::plan(body, f, &obase);
             let mine = output.thread_first(body, f);
             each(body, "stored", &mut |body, j| {
-                let y = emit_program(body, &spec.finish, &[xs[j].clone(), m.clone(), sv.clone()]);
+                let y = output_of(body, j);
                 let bits = narrow_half(body, spec.dtype, &y[0]);
                 body.op(format!(
                     "st.shared.{} [{mine}+{}], {bits}",
@@ -505,7 +515,7 @@ fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &st
             output.copy(body, f, &obase, false);
         }
         Output::Direct(oaddr) => each(body, "stored", &mut |body, j| {
-            let y = emit_program(body, &spec.finish, &[xs[j].clone(), m.clone(), sv.clone()]);
+            let y = output_of(body, j);
             store(
                 body,
                 spec.dtype,

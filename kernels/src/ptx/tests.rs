@@ -267,6 +267,32 @@ fn softmax_reads_short_rows_once() {
     }
 }
 
+/// The register path computes each slot's exponential once (in the sum;
+/// softmax divides the kept value), the three-pass path twice: once in
+/// the sum, once for the output (log-softmax: only in the sum).
+#[test]
+fn softmax_register_path_computes_each_exponential_once() {
+    let slots = builtin::SOFTMAX_REGISTER_COLS / builtin::BLOCK as usize;
+    for dt in [
+        DTypeKind::F32,
+        DTypeKind::F64,
+        DTypeKind::F16,
+        DTypeKind::BF16,
+    ] {
+        for log in [false, true] {
+            let k = builtin::softmax(dt, log);
+            let e = &entries(&k.ptx)[0];
+            let long = e.body.find("$L_long_row").unwrap();
+            let short_end = e.body[long + 1..].find("$L_long_row").unwrap() + long;
+            // `exp` rounds its scaled argument to an integer once.
+            let exps = |text: &str| text.matches("cvt.rni.").count();
+            assert_eq!(exps(&e.body[long..short_end]), slots, "{}", k.name);
+            let passes = if log { 1 } else { 2 };
+            assert_eq!(exps(&e.body[short_end..]), passes, "{}", k.name);
+        }
+    }
+}
+
 /// The 16-bit softmax entries promise ptxas their block size and ask for
 /// four blocks per SM (at most 64 registers); the others leave ptxas free.
 #[test]
