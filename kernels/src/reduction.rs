@@ -201,6 +201,11 @@ pub(crate) struct SoftmaxSpec {
     pub(crate) row_log: Program,
     /// `(x, m, s_or_log_s) -> output register value`.
     pub(crate) finish: Program,
+    /// Softmax only: `(e, s) -> output register value` with
+    /// `e = exp_shift(x, m)`, the same bits as `finish(x, m, s)` (which
+    /// computes `e` with the same instructions first), for a kernel that
+    /// keeps the exponentials of the sum.
+    pub(crate) scale: Option<Program>,
     /// `log_softmax` rather than `softmax`.
     pub(crate) log: bool,
 }
@@ -244,6 +249,11 @@ pub(crate) fn softmax_spec(dtype: DTypeKind, log: bool) -> Result<SoftmaxSpec> {
         let r = if log { expand::log(&mut b, s) } else { s };
         b.finish(vec![r])
     };
+    // The output from a value of `acc`: rounded to a 16-bit dtype.
+    let out = |b: &mut Builder, r| match dtype {
+        DTypeKind::F16 | DTypeKind::BF16 => round_to(b, r, dtype),
+        _ => r,
+    };
     let finish = {
         let mut b = Builder::new();
         let x = b.param(acc);
@@ -256,12 +266,17 @@ pub(crate) fn softmax_spec(dtype: DTypeKind, log: bool) -> Result<SoftmaxSpec> {
             let e = expand::exp(&mut b, d);
             b.div(e, s)
         };
-        let r = match dtype {
-            DTypeKind::F16 | DTypeKind::BF16 => round_to(&mut b, r, dtype),
-            _ => r,
-        };
+        let r = out(&mut b, r);
         b.finish(vec![r])
     };
+    let scale = (!log).then(|| {
+        let mut b = Builder::new();
+        let e = b.param(acc);
+        let s = b.param(acc);
+        let r = b.div(e, s);
+        let r = out(&mut b, r);
+        b.finish(vec![r])
+    });
     Ok(SoftmaxSpec {
         dtype,
         acc,
@@ -270,6 +285,7 @@ pub(crate) fn softmax_spec(dtype: DTypeKind, log: bool) -> Result<SoftmaxSpec> {
         exp_shift,
         row_log,
         finish,
+        scale,
         log,
     })
 }
@@ -279,5 +295,75 @@ pub(crate) fn float_bits(acc: Ty, v: f64) -> u64 {
     match acc {
         Ty::F32 => (v as f32).to_bits() as u64,
         _ => v.to_bits(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interp::eval::run;
+
+    /// `scale(exp_shift(x, m), s)` is `finish(x, m, s)` bit for bit, on
+    /// ordinary values and on infinities, NaN, zeros and subnormals.
+    #[test]
+    fn softmax_scale_of_the_exponential_is_finish() {
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for dtype in [
+            DTypeKind::F32,
+            DTypeKind::F64,
+            DTypeKind::F16,
+            DTypeKind::BF16,
+        ] {
+            let spec = softmax_spec(dtype, false).unwrap();
+            assert!(softmax_spec(dtype, true).unwrap().scale.is_none());
+            let scale = spec.scale.as_ref().expect("softmax has a scale");
+            let bits = |v: f64| float_bits(spec.acc, v);
+            let special = [
+                0.0,
+                -0.0,
+                1.0,
+                -1.0,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                f64::NAN,
+                1e-40,
+                88.0,
+                -104.0,
+                1e30,
+            ];
+            let mut xs = Vec::new();
+            let mut ms = Vec::new();
+            let mut ss = Vec::new();
+            for &a in &special {
+                for &b in &special {
+                    for &c in &[1.0, 3.5, 1e-30, 0.0, f64::INFINITY, f64::NAN, 4096.0] {
+                        xs.push(bits(a));
+                        ms.push(bits(b));
+                        ss.push(bits(c));
+                    }
+                }
+            }
+            for _ in 0..20_000 {
+                let u = |r: u64| (r >> 11) as f64 / (1u64 << 53) as f64;
+                let x = -30.0 + 60.0 * u(next());
+                let m = x + 20.0 * u(next());
+                xs.push(bits(x));
+                ms.push(bits(m));
+                ss.push(bits(1.0 + 4000.0 * u(next())));
+            }
+            let n = xs.len();
+            let want = run(&spec.finish, &[&xs, &ms, &ss], n).remove(0);
+            let e = run(&spec.exp_shift, &[&xs, &ms], n).remove(0);
+            let got = run(scale, &[&e, &ss], n).remove(0);
+            for i in 0..n {
+                assert_eq!(got[i], want[i], "{dtype} case {i}");
+            }
+        }
     }
 }

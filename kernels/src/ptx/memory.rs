@@ -54,19 +54,24 @@ pub(crate) fn load(body: &mut Body, dtype: DTypeKind, addr: &str, nc: bool) -> S
 /// for it. [`widen_half`] gives the register form.
 pub(crate) fn load_half_bits(body: &mut Body, dtype: DTypeKind, addr: &str, nc: bool) -> String {
     let space = if nc { "global.nc" } else { "global" };
-    match dtype {
-        DTypeKind::F16 => {
-            let h = body.reg(Class::B16);
-            body.op(format!("ld.{space}.b16 {h}, [{addr}]"));
-            h
-        }
-        DTypeKind::BF16 => {
-            let r = body.reg(Class::B32);
-            body.op(format!("ld.{space}.u16 {r}, [{addr}]"));
-            r
-        }
+    load_half_bits_from(body, dtype, &format!("ld.{space}"), addr)
+}
+
+/// [`load_half_bits`] with the load instruction `ld` (`ld.global.nc`,
+/// `ld.shared`...).
+pub(crate) fn load_half_bits_from(
+    body: &mut Body,
+    dtype: DTypeKind,
+    ld: &str,
+    addr: &str,
+) -> String {
+    let r = match dtype {
+        DTypeKind::F16 => body.reg(Class::B16),
+        DTypeKind::BF16 => body.reg(Class::B32),
         other => unreachable!("{} is not a 16-bit float", other.name()),
-    }
+    };
+    body.op(format!("{ld}.{} {r}, [{addr}]", half_bits_ty(dtype)));
+    r
 }
 
 /// The `f32` register form of bits read by [`load_half_bits`].
@@ -81,21 +86,42 @@ pub(crate) fn widen_half(body: &mut Body, dtype: DTypeKind, raw: &str) -> String
     }
 }
 
-/// Stores register-form `value` of `dtype` at `[addr]`.
-pub(crate) fn store(body: &mut Body, dtype: DTypeKind, addr: &str, value: &str) {
+/// The 16 bits of register-form `value` of an `f16`/`bf16` (already a
+/// value of that type), in the register class [`load_half_bits`] gives.
+pub(crate) fn narrow_half(body: &mut Body, dtype: DTypeKind, value: &str) -> String {
     match dtype {
-        DTypeKind::F32 => body.op(format!("st.global.f32 [{addr}], {value}")),
-        DTypeKind::F64 => body.op(format!("st.global.f64 [{addr}], {value}")),
-        DTypeKind::F16 => {
-            let h = f32_to_half(body, value);
-            body.op(format!("st.global.b16 [{addr}], {h}"));
-        }
+        DTypeKind::F16 => f32_to_half(body, value),
         DTypeKind::BF16 => {
             let r = body.reg(Class::B32);
             body.op(format!("mov.b32 {r}, {value}"));
             let s = body.reg(Class::B32);
             body.op(format!("shr.u32 {s}, {r}, 16"));
-            body.op(format!("st.global.u16 [{addr}], {s}"));
+            s
+        }
+        other => unreachable!("{} is not a 16-bit float", other.name()),
+    }
+}
+
+/// The PTX type moving the bits of [`load_half_bits`] and [`narrow_half`]
+/// (`b16` from an `f16`'s 16-bit register, `u16` from a `bf16`'s 32-bit one).
+pub(crate) fn half_bits_ty(dtype: DTypeKind) -> &'static str {
+    match dtype {
+        DTypeKind::F16 => "b16",
+        _ => "u16",
+    }
+}
+
+/// Stores register-form `value` of `dtype` at `[addr]`.
+pub(crate) fn store(body: &mut Body, dtype: DTypeKind, addr: &str, value: &str) {
+    match dtype {
+        DTypeKind::F32 => body.op(format!("st.global.f32 [{addr}], {value}")),
+        DTypeKind::F64 => body.op(format!("st.global.f64 [{addr}], {value}")),
+        DTypeKind::F16 | DTypeKind::BF16 => {
+            let bits = narrow_half(body, dtype, value);
+            body.op(format!(
+                "st.global.{} [{addr}], {bits}",
+                half_bits_ty(dtype)
+            ));
         }
         DTypeKind::I32 => body.op(format!("st.global.u32 [{addr}], {value}")),
         DTypeKind::I64 => body.op(format!("st.global.u64 [{addr}], {value}")),

@@ -251,4 +251,6 @@ pub(crate) fn cat_rows(name: &str, unit: u32) -> String {
 }
 
 #[cfg(test)]
+mod staging_tests;
+#[cfg(test)]
 mod tests;

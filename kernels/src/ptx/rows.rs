@@ -6,7 +6,7 @@
 
 use super::body::{Body, Class};
 use super::inst::{emit_program, immediate};
-use super::memory::{load, load_half_bits, store, widen_half};
+use super::memory::{half_bits_ty, load, load_half_bits_from, narrow_half, store, widen_half};
 use crate::prim::{Program, Ty};
 use crate::reduction::{float_bits, ReduceSpec, SoftmaxSpec, BUTTERFLY, NO_INDEX, WARPS};
 use tensorfn_core::DTypeKind;
@@ -319,12 +319,28 @@ pub const SOFTMAX_REGISTER_COLS: usize = 4096;
 /// Register slots per thread for a row of [`SOFTMAX_REGISTER_COLS`].
 const SLOTS: usize = SOFTMAX_REGISTER_COLS / crate::builtin::BLOCK as usize;
 
+/// Bytes of the shared buffer a 16-bit row of the register path passes
+/// through: [`SOFTMAX_REGISTER_COLS`] elements placed at their global
+/// address's offset within 16 bytes (at most 14).
+const STAGE_BYTES: usize = 2 * SOFTMAX_REGISTER_COLS + 16;
+
+/// 16-byte chunks each thread moves of a full 16-bit row.
+const STAGE_CHUNKS: usize = 2 * SOFTMAX_REGISTER_COLS / (16 * crate::builtin::BLOCK as usize);
+
+const _: () = assert!(
+    2 * SOFTMAX_REGISTER_COLS == STAGE_CHUNKS * 16 * crate::builtin::BLOCK as usize,
+    "a full 16-bit row is a whole number of chunks per thread"
+);
+
 /// The softmax entry `name`: rows up to [`SOFTMAX_REGISTER_COLS`] go
 /// through registers, longer ones through three passes. Both visit the
 /// elements of a thread (`tid`, `tid + BLOCK`, ...) and combine them in the
 /// same order, so their results are the same bits.
 pub(crate) fn softmax_entry(name: &str, spec: &SoftmaxSpec) -> String {
     let mut body = Body::new();
+    if is_half(spec.dtype) {
+        body.raw(format!(".shared .align 16 .b8 stage[{STAGE_BYTES}];"));
+    }
     let f = frame(&mut body);
     row_loop(&mut body, &f, |body, row| {
         let done = body.label("row_done");
@@ -342,13 +358,37 @@ pub(crate) fn softmax_entry(name: &str, spec: &SoftmaxSpec) -> String {
         softmax_three_passes(body, &f, spec, row);
         body.place(&done);
     });
-    format!(".visible .entry {name}{PARAMS}\n{{\n{}}}\n", body.finish())
+    // Left to itself ptxas gives the 16-bit entries 64 to 72 registers,
+    // and above 64 an SM holds one block of BLOCK threads fewer; they
+    // need 56 without spilling.
+    let bounds = if is_half(spec.dtype) {
+        format!(
+            "\n.maxntid {}, 1, 1\n.minnctapersm {HALF_SOFTMAX_BLOCKS_PER_SM}",
+            crate::builtin::BLOCK
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        ".visible .entry {name}{PARAMS}{bounds}\n{{\n{}}}\n",
+        body.finish()
+    )
 }
+
+/// Blocks of a 16-bit softmax entry every SM must be able to hold at
+/// once: a register file of 65536 registers then gives each thread up to
+/// 64.
+const HALF_SOFTMAX_BLOCKS_PER_SM: u32 = 4;
 
 /// Softmax of one row of at most [`SOFTMAX_REGISTER_COLS`] elements:
 /// each thread loads its [`SLOTS`] elements once (a prefix of them lies
 /// in the row), then max, sum of exponentials and outputs come from
-/// registers.
+/// registers; softmax keeps each slot's exponential from the sum for its
+/// output instead of computing it again. 16-bit rows move between global
+/// and shared memory in 16-byte accesses (see [`Staged`]), where 2-byte
+/// accesses would take eight times as many global memory instructions,
+/// each moving 64 bytes per warp. Neither changes which elements a thread
+/// holds or any value computed, so the results do not change.
 fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &str) {
     let acc = spec.acc;
     let size = spec.dtype.size_bytes();
@@ -357,11 +397,18 @@ fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &st
     let ninf = [float_bits(acc, f64::NEG_INFINITY)];
     let nzero = [float_bits(acc, -0.0)];
     let base = row_base(body, &f.input, row, &f.cols, spec.dtype);
-    let obase = row_base(body, &f.out, row, &f.cols, spec.dtype);
+    let staged = is_half(spec.dtype);
+    let obase = (!staged).then(|| row_base(body, &f.out, row, &f.cols, spec.dtype));
     let col0 = body.reg(Class::B64);
     body.op(format!("cvt.u64.u32 {col0}, {}", f.tid));
-    let addr = elem_addr(body, &base, &col0, spec.dtype);
-    let oaddr = elem_addr(body, &obase, &col0, spec.dtype);
+    // This thread's first element of the input and output rows, where
+    // it accesses them directly.
+    let direct = obase.map(|obase| {
+        (
+            elem_addr(body, &base, &col0, spec.dtype),
+            elem_addr(body, &obase, &col0, spec.dtype),
+        )
+    });
     // Slot j holds column tid + j * BLOCK when that is inside the row.
     let mut inside = Vec::with_capacity(SLOTS);
     for j in 0..SLOTS {
@@ -381,34 +428,7 @@ fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &st
         }
         body.place(&end);
     };
-    let half = matches!(spec.dtype, DTypeKind::F16 | DTypeKind::BF16);
-    if half {
-        // All loads are issued before the first widening waits for one.
-        let class = if spec.dtype == DTypeKind::F16 {
-            Class::B16
-        } else {
-            Class::B32
-        };
-        let raws: Vec<String> = (0..SLOTS).map(|_| body.reg(class)).collect();
-        let bits = if spec.dtype == DTypeKind::F16 {
-            "b16"
-        } else {
-            "b32"
-        };
-        each(body, "loaded", &mut |body, j| {
-            let r = load_half_bits(
-                body,
-                spec.dtype,
-                &format!("{addr}+{}", j * step * size),
-                true,
-            );
-            body.op(format!("mov.{bits} {}, {r}", raws[j]));
-        });
-        each(body, "widened", &mut |body, j| {
-            let x = widen_half(body, spec.dtype, &raws[j]);
-            body.op(format!("mov.{} {}, {x}", mov_ty(acc), xs[j]));
-        });
-    } else {
+    let output = if let Some((addr, oaddr)) = direct {
         each(body, "loaded", &mut |body, j| {
             let x = load(
                 body,
@@ -418,7 +438,32 @@ fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &st
             );
             body.op(format!("mov.{} {}, {x}", mov_ty(acc), xs[j]));
         });
-    }
+        Output::Direct(oaddr)
+    } else {
+        // A 16-bit row comes in through shared memory: each thread then
+        // reads its slots there, consecutive threads consecutive elements
+        // (no bank conflicts). All slots are read, those past the row from
+        // the buffer's stale bytes, which no pass uses.
+        let input = Staged::plan(body, f, &base);
+        input.copy(body, f, &base, true);
+        body.op("bar.sync 0");
+        let mine = input.thread_first(body, f);
+        let raws: Vec<String> = (0..SLOTS)
+            .map(|j| {
+                load_half_bits_from(
+                    body,
+                    spec.dtype,
+                    "ld.shared",
+                    &format!("{mine}+{}", j * step * size),
+                )
+            })
+            .collect();
+        for (raw, x) in raws.iter().zip(&xs) {
+            let w = widen_half(body, spec.dtype, raw);
+            body.op(format!("mov.{} {x}, {w}", mov_ty(acc)));
+        }
+        Output::Staged
+    };
     set_identity(body, &state, &ninf);
     each(body, "maxed", &mut |body, j| {
         combine(body, &spec.max, &state, std::slice::from_ref(&xs[j]));
@@ -432,21 +477,252 @@ fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &st
     each(body, "summed", &mut |body, j| {
         let e = emit_program(body, &spec.exp_shift, &[xs[j].clone(), m.clone()]);
         combine(body, &spec.sum, &state, &e);
+        if spec.scale.is_some() {
+            // The slot keeps exp(x - m), which the output needs, not x.
+            body.op(format!("mov.{} {}, {}", mov_ty(acc), xs[j], e[0]));
+        }
     });
     block_reduce(body, f, &spec.sum, &state, &nzero);
     let s = emit_program(body, &spec.row_log, &[state[0].0.clone()]);
     let sv = body.reg_ty(acc);
     body.op(format!("mov.{} {sv}, {}", mov_ty(acc), s[0]));
     broadcast(body, f, &sv, acc);
-    each(body, "stored", &mut |body, j| {
-        let y = emit_program(body, &spec.finish, &[xs[j].clone(), m.clone(), sv.clone()]);
-        store(
-            body,
-            spec.dtype,
-            &format!("{oaddr}+{}", j * step * size),
-            &y[0],
-        );
-    });
+    // Softmax divides the kept exponential; log-softmax finishes from x.
+    let output_of = |body: &mut Body, j: usize| match &spec.scale {
+        Some(scale) => emit_program(body, scale, &[xs[j].clone(), sv.clone()]),
+        None => emit_program(body, &spec.finish, &[xs[j].clone(), m.clone(), sv.clone()]),
+    };
+    match output {
+        // The outputs go out through shared memory too: every thread read
+        // its inputs there before the barriers of the reductions, so the
+        // buffer is free.
+        Output::Staged => {
+            // Computed here, not kept from the start: registers are
+            // scarcest while the slots are live.
+            let obase = row_base(body, &f.out, row, &f.cols, spec.dtype);
+            let output = Staged::plan(body, f, &obase);
+            let mine = output.thread_first(body, f);
+            each(body, "stored", &mut |body, j| {
+                let y = output_of(body, j);
+                let bits = narrow_half(body, spec.dtype, &y[0]);
+                body.op(format!(
+                    "st.shared.{} [{mine}+{}], {bits}",
+                    half_bits_ty(spec.dtype),
+                    j * step * size
+                ));
+            });
+            body.op("bar.sync 0");
+            output.copy(body, f, &obase, false);
+        }
+        Output::Direct(oaddr) => each(body, "stored", &mut |body, j| {
+            let y = output_of(body, j);
+            store(
+                body,
+                spec.dtype,
+                &format!("{oaddr}+{}", j * step * size),
+                &y[0],
+            );
+        }),
+    }
+}
+
+/// Where the register path writes a row's outputs.
+enum Output {
+    /// Each thread stores its slots from this thread's address in the
+    /// output row.
+    Direct(String),
+    /// Through the shared `stage`, see [`Staged`].
+    Staged,
+}
+
+fn is_half(dtype: DTypeKind) -> bool {
+    matches!(dtype, DTypeKind::F16 | DTypeKind::BF16)
+}
+
+/// A 16-bit row of at most [`SOFTMAX_REGISTER_COLS`] elements in the
+/// `stage` buffer, moved to or from global memory with 16-byte accesses
+/// whatever the row's alignment: element `c` of the row at global address
+/// `g` lies at `stage + (g % 16) + 2 c`, so the row's 16-byte-aligned
+/// global chunks are 16-byte-aligned in shared memory too. The `lead`
+/// elements before the row's first 16-byte boundary and the `rest` after
+/// its last whole chunk (fewer than 8 each) move one by one. All values
+/// are 32-bit: the row fits in the buffer. The barrier at the end of each
+/// row of `row_loop` keeps the next row's copy in from overwriting the
+/// buffer before this row's copy out has read it.
+struct Staged {
+    /// Shared address of element 0.
+    first: String,
+    /// Elements before the first chunk.
+    lead: String,
+    /// Whole 16-byte chunks after them.
+    chunks: String,
+    /// The element after the last chunk.
+    rest_at: String,
+    /// Elements from there to the end of the row.
+    rest: String,
+}
+
+impl Staged {
+    /// The placement of the row at global `row_base`.
+    fn plan(body: &mut Body, f: &Frame, row_base: &str) -> Staged {
+        let stage = body.reg(Class::B32);
+        body.op(format!("mov.u32 {stage}, stage"));
+        let cols = body.reg(Class::B32);
+        body.op(format!("cvt.u32.u64 {cols}, {}", f.cols));
+        let low = body.reg(Class::B64);
+        body.op(format!("and.b64 {low}, {row_base}, 15"));
+        let shift = body.reg(Class::B32);
+        body.op(format!("cvt.u32.u64 {shift}, {low}"));
+        let first = body.reg(Class::B32);
+        body.op(format!("add.u32 {first}, {stage}, {shift}"));
+        let lead = body.reg(Class::B32);
+        body.op(format!("sub.u32 {lead}, 16, {shift}"));
+        body.op(format!("and.b32 {lead}, {lead}, 15"));
+        body.op(format!("shr.u32 {lead}, {lead}, 1"));
+        body.op(format!("min.u32 {lead}, {lead}, {cols}"));
+        let chunks = body.reg(Class::B32);
+        body.op(format!("sub.u32 {chunks}, {cols}, {lead}"));
+        body.op(format!("shr.u32 {chunks}, {chunks}, 3"));
+        let rest_at = body.reg(Class::B32);
+        body.op(format!("shl.b32 {rest_at}, {chunks}, 3"));
+        body.op(format!("add.u32 {rest_at}, {rest_at}, {lead}"));
+        let rest = body.reg(Class::B32);
+        body.op(format!("sub.u32 {rest}, {cols}, {rest_at}"));
+        Staged {
+            first,
+            lead,
+            chunks,
+            rest_at,
+            rest,
+        }
+    }
+
+    /// Shared address of this thread's first slot, element `tid`.
+    fn thread_first(&self, body: &mut Body, f: &Frame) -> String {
+        let a = body.reg(Class::B32);
+        body.op(format!("mad.lo.u32 {a}, {}, 2, {}", f.tid, self.first));
+        a
+    }
+
+    /// Copies the row between global `row_base` and the buffer (into the
+    /// buffer when `inward`). Thread `tid` moves chunks `tid + k BLOCK`,
+    /// element `tid` of the lead and element `tid` of the rest; all loads
+    /// are issued before the first store. The caller places the barriers.
+    fn copy(&self, body: &mut Body, f: &Frame, row_base: &str, inward: bool) {
+        let (ld, st) = if inward {
+            ("ld.global.nc", "st.shared")
+        } else {
+            ("ld.shared", "st.global")
+        };
+        let at = |shared: String, global: String| {
+            if inward {
+                (global, shared)
+            } else {
+                (shared, global)
+            }
+        };
+        let mut moves: Vec<Move> = Vec::new();
+        // One element of the lead.
+        let p = body.reg(Class::Pred);
+        body.op(format!("setp.lt.u32 {p}, {}, {}", f.tid, self.lead));
+        let g = body.reg(Class::B64);
+        body.op(format!("mad.wide.u32 {g}, {}, 2, {row_base}", f.tid));
+        let s = body.reg(Class::B32);
+        body.op(format!("mad.lo.u32 {s}, {}, 2, {}", f.tid, self.first));
+        let (from, to) = at(s, g);
+        moves.push(Move {
+            guard: p,
+            from,
+            to,
+            vector: false,
+        });
+        // The chunks, from the first 16-byte boundary on.
+        let g = body.reg(Class::B64);
+        body.op(format!("mad.wide.u32 {g}, {}, 2, {row_base}", self.lead));
+        body.op(format!("mad.wide.u32 {g}, {}, 16, {g}", f.tid));
+        let s = body.reg(Class::B32);
+        body.op(format!("mad.lo.u32 {s}, {}, 2, {}", self.lead, self.first));
+        body.op(format!("mad.lo.u32 {s}, {}, 16, {s}", f.tid));
+        let step = 16 * crate::builtin::BLOCK as usize;
+        for k in 0..STAGE_CHUNKS {
+            let chunk = body.reg(Class::B32);
+            body.op(format!(
+                "add.u32 {chunk}, {}, {}",
+                f.tid,
+                k * crate::builtin::BLOCK as usize
+            ));
+            let p = body.reg(Class::Pred);
+            body.op(format!("setp.lt.u32 {p}, {chunk}, {}", self.chunks));
+            let (from, to) = at(format!("{s}+{}", k * step), format!("{g}+{}", k * step));
+            moves.push(Move {
+                guard: p,
+                from,
+                to,
+                vector: true,
+            });
+        }
+        // One element of the rest.
+        let p = body.reg(Class::Pred);
+        body.op(format!("setp.lt.u32 {p}, {}, {}", f.tid, self.rest));
+        let c = body.reg(Class::B32);
+        body.op(format!("add.u32 {c}, {}, {}", self.rest_at, f.tid));
+        let g = body.reg(Class::B64);
+        body.op(format!("mad.wide.u32 {g}, {c}, 2, {row_base}"));
+        let s = body.reg(Class::B32);
+        body.op(format!("mad.lo.u32 {s}, {c}, 2, {}", self.first));
+        let (from, to) = at(s, g);
+        moves.push(Move {
+            guard: p,
+            from,
+            to,
+            vector: false,
+        });
+        let held: Vec<Vec<String>> = moves
+            .iter()
+            .map(
+                |Move {
+                     guard: p,
+                     from,
+                     vector,
+                     ..
+                 }| {
+                    if *vector {
+                        let w: Vec<String> = (0..4).map(|_| body.reg(Class::B32)).collect();
+                        body.op(format!("@{p} {ld}.v4.u32 {{{}}}, [{from}]", w.join(", ")));
+                        w
+                    } else {
+                        let w = body.reg(Class::B32);
+                        body.op(format!("@{p} {ld}.u16 {w}, [{from}]"));
+                        vec![w]
+                    }
+                },
+            )
+            .collect();
+        for (
+            Move {
+                guard: p,
+                to,
+                vector,
+                ..
+            },
+            w,
+        ) in moves.iter().zip(&held)
+        {
+            if *vector {
+                body.op(format!("@{p} {st}.v4.u32 [{to}], {{{}}}", w.join(", ")));
+            } else {
+                body.op(format!("@{p} {st}.u16 [{to}], {}", w[0]));
+            }
+        }
+    }
+}
+
+/// One guarded copy of 16 bytes (`vector`) or 2 between addresses.
+struct Move {
+    guard: String,
+    from: String,
+    to: String,
+    vector: bool,
 }
 
 /// Softmax of one row of any length: max, sum of exponentials and

@@ -11,13 +11,13 @@ use std::collections::{HashMap, HashSet};
 use tensorfn_core::DTypeKind;
 
 /// One `.entry`: its name, parameter list and body.
-struct Entry {
-    name: String,
-    params: Vec<String>,
-    body: String,
+pub(super) struct Entry {
+    pub(super) name: String,
+    pub(super) params: Vec<String>,
+    pub(super) body: String,
 }
 
-fn entries(ptx: &str) -> Vec<Entry> {
+pub(super) fn entries(ptx: &str) -> Vec<Entry> {
     let mut out = Vec::new();
     let mut rest = ptx;
     while let Some(pos) = rest.find(".visible .entry ") {
@@ -242,10 +242,12 @@ fn every_builtin_is_well_formed() {
     assert_eq!(cat, builtin::CAT_UNITS.len());
 }
 
+/// f32 and f64 rows of the register path (16-bit ones: below) are
+/// read and written directly, one access per slot.
 #[test]
 fn softmax_reads_short_rows_once() {
     let slots = builtin::SOFTMAX_REGISTER_COLS / builtin::BLOCK as usize;
-    for dt in [DTypeKind::F32, DTypeKind::F16, DTypeKind::F64] {
+    for dt in [DTypeKind::F32, DTypeKind::F64] {
         let k = builtin::softmax(dt, false);
         let e = &entries(&k.ptx)[0];
         let at = |what: &str| e.body.find(what).unwrap_or_else(|| panic!("{what}"));
@@ -261,6 +263,108 @@ fn softmax_reads_short_rows_once() {
         assert_eq!(short.matches("ld.global.nc.").count(), slots, "{dt}");
         assert_eq!(short.matches("st.global.").count(), slots, "{dt}");
         assert!(short.contains(&format!("+{last}]")), "{dt}");
+        assert!(!k.ptx.contains("stage"), "{dt}: no staging buffer");
+    }
+}
+
+/// The register path computes each slot's exponential once (in the sum;
+/// softmax divides the kept value), the three-pass path twice: once in
+/// the sum, once for the output (log-softmax: only in the sum).
+#[test]
+fn softmax_register_path_computes_each_exponential_once() {
+    let slots = builtin::SOFTMAX_REGISTER_COLS / builtin::BLOCK as usize;
+    for dt in [
+        DTypeKind::F32,
+        DTypeKind::F64,
+        DTypeKind::F16,
+        DTypeKind::BF16,
+    ] {
+        for log in [false, true] {
+            let k = builtin::softmax(dt, log);
+            let e = &entries(&k.ptx)[0];
+            let long = e.body.find("$L_long_row").unwrap();
+            let short_end = e.body[long + 1..].find("$L_long_row").unwrap() + long;
+            // `exp` rounds its scaled argument to an integer once.
+            let exps = |text: &str| text.matches("cvt.rni.").count();
+            assert_eq!(exps(&e.body[long..short_end]), slots, "{}", k.name);
+            let passes = if log { 1 } else { 2 };
+            assert_eq!(exps(&e.body[short_end..]), passes, "{}", k.name);
+        }
+    }
+}
+
+/// The 16-bit softmax entries promise ptxas their block size and ask for
+/// four blocks per SM (at most 64 registers); the others leave ptxas free.
+#[test]
+fn softmax_16_bit_entries_declare_launch_bounds() {
+    for dt in [
+        DTypeKind::F16,
+        DTypeKind::BF16,
+        DTypeKind::F32,
+        DTypeKind::F64,
+    ] {
+        for log in [false, true] {
+            let k = builtin::softmax(dt, log);
+            let bounds = format!(")\n.maxntid {}, 1, 1\n.minnctapersm 4\n{{", builtin::BLOCK);
+            let half = matches!(dt, DTypeKind::F16 | DTypeKind::BF16);
+            assert_eq!(k.ptx.contains(&bounds), half, "{}", k.name);
+            assert_eq!(k.ptx.contains(".maxntid"), half, "{}", k.name);
+        }
+    }
+}
+
+/// 16-bit rows of the register path move through shared memory: per
+/// thread two 16-byte loads and stores of global memory and one 2-byte
+/// access for each end of the row, one shared read and write per slot;
+/// the three-pass path is unchanged.
+#[test]
+fn softmax_stages_short_16_bit_rows_in_shared_memory() {
+    let slots = builtin::SOFTMAX_REGISTER_COLS / builtin::BLOCK as usize;
+    let chunks = 2 * builtin::SOFTMAX_REGISTER_COLS / (16 * builtin::BLOCK as usize);
+    for dt in [DTypeKind::F16, DTypeKind::BF16] {
+        for log in [false, true] {
+            let k = builtin::softmax(dt, log);
+            assert!(k.ptx.contains(&format!(
+                ".shared .align 16 .b8 stage[{}];",
+                2 * builtin::SOFTMAX_REGISTER_COLS + 16
+            )));
+            let e = &entries(&k.ptx)[0];
+            let long = e.body.find("$L_long_row").unwrap();
+            let short_end = e.body[long + 1..].find("$L_long_row").unwrap() + long;
+            let short = &e.body[long..short_end];
+            let bits = if dt == DTypeKind::F16 { "b16" } else { "u16" };
+            let count = |what: &str| short.matches(what).count();
+            assert_eq!(count("ld.global.nc.v4.u32 "), chunks, "{}", k.name);
+            assert_eq!(count("st.global.v4.u32 "), chunks, "{}", k.name);
+            assert_eq!(count("ld.global.nc.u16 "), 2, "{}", k.name);
+            assert_eq!(count("st.global.u16 "), 2, "{}", k.name);
+            assert_eq!(count("ld.global"), chunks + 2, "{}", k.name);
+            assert_eq!(count("st.global"), chunks + 2, "{}", k.name);
+            assert_eq!(count("st.shared.v4.u32 "), chunks, "{}", k.name);
+            assert_eq!(count("ld.shared.v4.u32 "), chunks, "{}", k.name);
+            let slot_reads = format!("ld.shared.{bits} ");
+            let slot_writes = format!("st.shared.{bits} ");
+            // Slots, plus the ends of the row in the copies (bf16 slots
+            // and copies both move u16).
+            let ends = if bits == "u16" { 2 } else { 0 };
+            assert_eq!(count(&slot_reads), slots + ends, "{}", k.name);
+            assert_eq!(count(&slot_writes), slots + ends, "{}", k.name);
+            // A barrier after the copy in, one before the copy out.
+            let copy_in = short.find("st.shared.v4.u32").unwrap();
+            let first_read = short.find(&slot_reads[..]).unwrap();
+            assert!(short[copy_in..first_read].contains("bar.sync 0"));
+            let last_write = short.rfind(&slot_writes[..]).unwrap();
+            let copy_out = short.find("ld.shared.v4.u32").unwrap();
+            assert!(last_write < copy_out);
+            assert!(short[last_write..copy_out].contains("bar.sync 0"));
+            // The three-pass path still loads and stores element by element.
+            let rest = &e.body[short_end..];
+            assert!(
+                !rest.contains("stage") && !rest.contains(".v4."),
+                "{}",
+                k.name
+            );
+        }
     }
 }
 

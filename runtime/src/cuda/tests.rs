@@ -605,40 +605,75 @@ fn softmax_rows_match_the_interpreter_bit_for_bit() {
     let Some((_serial, be)) = gpu() else { return };
     let mut rng = seed();
     fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
-        // Around a warp, the block, and the end of the register path.
+        // Around a 16-byte chunk of 16-bit elements, a warp, the block,
+        // and the end of the register path. Nine rows: with an odd length
+        // they start at every 2-byte offset within 16 bytes; the input
+        // offsets misalign rows of even lengths too (the output is a
+        // fresh buffer: its rows are aligned differently).
         let limit = tensorfn_kernels::builtin::SOFTMAX_REGISTER_COLS;
+        let mut shapes = Vec::new();
         for cols in [
             1,
+            2,
+            3,
+            7,
+            8,
+            9,
             31,
             32,
             33,
             255,
             256,
             257,
-            4096,
+            1000,
+            limit - 8,
             limit - 1,
             limit,
             limit + 1,
             3 * limit + 5,
         ] {
-            let rows = 3;
-            let data: Vec<T> = random(rng, rows * cols, -8.0, 8.0);
+            for offset in [0, 3] {
+                shapes.push((9, cols, offset));
+            }
+        }
+        // More rows than a launch has blocks (65 535): the first blocks go
+        // through a second row, reusing their shared memory. The
+        // interpreter checks those blocks' rows (it is slow per row).
+        shapes.push((65_535 + 37, 9, 1));
+        shapes.push((65_535 + 3, 64, 0));
+        for (rows, cols, offset) in shapes {
+            let data: Vec<T> = random(rng, offset + rows * cols, -8.0, 8.0);
             let s = up(be, &data);
+            let checked: Vec<usize> = if rows > 100 {
+                (0..40).chain(rows - 40..rows).collect()
+            } else {
+                (0..rows).collect()
+            };
             let host = HostData::from_f64(
                 T::KIND,
-                &data.iter().map(|x| x.to_f64()).collect::<Vec<f64>>(),
+                &checked
+                    .iter()
+                    .flat_map(|&r| &data[offset + r * cols..offset + (r + 1) * cols])
+                    .map(|x| x.to_f64())
+                    .collect::<Vec<f64>>(),
             );
-            let l = Layout::contiguous(&[rows, cols]);
+            let l = Layout::new(vec![rows, cols], vec![cols, 1], offset);
             for log in [false, true] {
                 let got = down(&be.softmax(&s, &l, 1, log).unwrap(), l.dims());
-                let want = softmax(&host, rows, cols, log).unwrap().to_f64_vec();
-                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                    let g = g.to_f64();
-                    assert!(
-                        g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                        "{} log={log} {rows}x{cols} [{i}]: GPU {g}, interpreter {w}",
-                        T::KIND
-                    );
+                let want = softmax(&host, checked.len(), cols, log)
+                    .unwrap()
+                    .to_f64_vec();
+                for (k, &r) in checked.iter().enumerate() {
+                    for c in 0..cols {
+                        let g = got[r * cols + c].to_f64();
+                        let w = want[k * cols + c];
+                        assert!(
+                            g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                            "{} log={log} {rows}x{cols} at offset {offset} [{r}, {c}]: \
+                             GPU {g}, interpreter {w}",
+                            T::KIND
+                        );
+                    }
                 }
             }
         }
