@@ -1,6 +1,7 @@
 //! Elementwise loops: unary and binary ops, scalar operands, `addcmul`
 //! and dtype casts, over any strided or broadcast views.
 
+use super::blocks::{fill_blocks, Lanes};
 use super::scalar::{float_unary, CpuFloat, CpuNum};
 use super::simd::vectorized;
 use super::strided::{fill_runs, write_runs};
@@ -14,22 +15,44 @@ pub(crate) fn map1<I: Copy + Sync, O: Copy + Default + Send>(
     l: &Layout,
     f: impl Fn(I) -> O + Sync,
 ) -> Vec<O> {
+    map1_lanes(
+        x,
+        l,
+        #[inline(always)]
+        move |_: &mut Lanes, v| f(v),
+    )
+}
+
+/// [`map1`] for an `f` that calls functions of its [`Lanes`], run block by
+/// block (see [`fill_blocks`]).
+pub(crate) fn map1_lanes<I: Copy + Sync, O: Copy + Default + Send>(
+    x: &[I],
+    l: &Layout,
+    f: impl Fn(&mut Lanes, I) -> O + Sync,
+) -> Vec<O> {
     fill_runs(l.dims(), [l], |o: &mut [O], b, s| {
-        let len = o.len();
         if s[0] == 1 {
-            let x = &x[b[0]..b[0] + len];
             vectorized(
                 #[inline(always)]
                 || {
-                    for (o, &x) in o.iter_mut().zip(x) {
-                        *o = f(x);
-                    }
+                    fill_blocks(
+                        o,
+                        #[inline(always)]
+                        |lanes, start, o| {
+                            let x = &x[b[0] + start..b[0] + start + o.len()];
+                            for (o, &x) in o.iter_mut().zip(x) {
+                                *o = f(lanes, x);
+                            }
+                        },
+                    )
                 },
             )
         } else {
-            for (j, o) in o.iter_mut().enumerate() {
-                *o = f(x[b[0] + j * s[0]]);
-            }
+            fill_blocks(o, |lanes, start, o| {
+                for (j, o) in o.iter_mut().enumerate() {
+                    *o = f(lanes, x[b[0] + (start + j) * s[0]]);
+                }
+            })
         }
     })
 }
@@ -147,7 +170,9 @@ pub(crate) fn unary_float<U: CpuFloat>(op: UnaryOp, x: &[U], l: &Layout) -> Vec<
     macro_rules! each {
         ($($op:ident),*) => {
             match op {
-                $(UnaryOp::$op => map1(x, l, #[inline(always)] |v: U| U::from_acc(float_unary(UnaryOp::$op, v.to_acc()))),)*
+                $(UnaryOp::$op => map1_lanes(x, l, #[inline(always)] |lanes: &mut Lanes, v: U| {
+                    U::from_acc(float_unary(UnaryOp::$op, v.to_acc(), lanes))
+                }),)*
             }
         };
     }
