@@ -99,12 +99,12 @@ impl Lanes {
 /// length, so that bounds checks vanish and the loop vectorises.
 #[inline(always)]
 pub(crate) fn fill_blocks<O>(out: &mut [O], body: impl Fn(&mut Lanes, usize, &mut [O])) {
-    let (blocks, tail) = out.as_chunks_mut::<BLOCK>();
-    let tail_start = blocks.len() * BLOCK;
-    for (k, block) in blocks.iter_mut().enumerate() {
+    let tail_start = out.len() / BLOCK * BLOCK;
+    let mut blocks = out.chunks_exact_mut(BLOCK);
+    for (k, block) in blocks.by_ref().enumerate() {
         fill_block(block, k * BLOCK, &body);
     }
-    fill_block(tail, tail_start, &body);
+    fill_block(blocks.into_remainder(), tail_start, &body);
 }
 
 /// One block of [`fill_blocks`].
