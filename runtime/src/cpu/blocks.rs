@@ -8,10 +8,11 @@
 
 use super::vmath;
 
-/// Elements per block: a few vectors of the widest unit, so that one
-/// huge argument sends few lanes back through the exact path while the
-/// check per block stays negligible.
-const BLOCK: usize = 64;
+/// Elements per block: at 256 the work per block (the check, entering and
+/// leaving the loop) no longer shows next to the work per element, even
+/// for cheap ops, and a rare huge argument still sends few lanes through
+/// the exact path again.
+const BLOCK: usize = 256;
 
 /// How the functions of a loop body evaluate the lanes of one block:
 /// their fast paths (noting whether every argument fitted them) or the
@@ -96,7 +97,11 @@ impl Lanes {
 /// where an argument did not fit them, again with exact ones.
 ///
 /// `body` should be a loop over `block` indexing slices of exactly its
-/// length, so that bounds checks vanish and the loop vectorises.
+/// length, so that bounds checks vanish and the loop vectorises. Each
+/// block has two calls to it, so it and what it calls should be
+/// `#[inline(always)]`: the compiler's own estimate would otherwise leave
+/// them out of line. Where nothing in `body` uses its [`Lanes`], the
+/// second call is dead code and disappears.
 #[inline(always)]
 pub(crate) fn fill_blocks<O>(out: &mut [O], body: impl Fn(&mut Lanes, usize, &mut [O])) {
     let tail_start = out.len() / BLOCK * BLOCK;
@@ -130,10 +135,10 @@ mod tests {
                 s ^= s << 13;
                 s ^= s >> 7;
                 s ^= s << 17;
-                match (i % 211, i % 173) {
-                    (100, _) => f32::NAN,
-                    (_, 50) if s & 1 == 0 => f32::INFINITY,
-                    (_, 50) => f32::NEG_INFINITY,
+                match (i % 1999, i % 1733) {
+                    (1500, _) => f32::NAN,
+                    (_, 900) if s & 1 == 0 => f32::INFINITY,
+                    (_, 900) => f32::NEG_INFINITY,
                     _ => ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 20.0,
                 }
             })

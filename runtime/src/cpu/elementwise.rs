@@ -15,16 +15,28 @@ pub(crate) fn map1<I: Copy + Sync, O: Copy + Default + Send>(
     l: &Layout,
     f: impl Fn(I) -> O + Sync,
 ) -> Vec<O> {
-    map1_lanes(
-        x,
-        l,
-        #[inline(always)]
-        move |_: &mut Lanes, v| f(v),
-    )
+    fill_runs(l.dims(), [l], |o: &mut [O], b, s| {
+        let len = o.len();
+        if s[0] == 1 {
+            let x = &x[b[0]..b[0] + len];
+            vectorized(
+                #[inline(always)]
+                || {
+                    for (o, &x) in o.iter_mut().zip(x) {
+                        *o = f(x);
+                    }
+                },
+            )
+        } else {
+            for (j, o) in o.iter_mut().enumerate() {
+                *o = f(x[b[0] + j * s[0]]);
+            }
+        }
+    })
 }
 
 /// [`map1`] for an `f` that calls functions of its [`Lanes`], run block by
-/// block (see [`fill_blocks`]).
+/// block (see [`fill_blocks`], which wants `f` `#[inline(always)]`).
 pub(crate) fn map1_lanes<I: Copy + Sync, O: Copy + Default + Send>(
     x: &[I],
     l: &Layout,
@@ -48,11 +60,15 @@ pub(crate) fn map1_lanes<I: Copy + Sync, O: Copy + Default + Send>(
                 },
             )
         } else {
-            fill_blocks(o, |lanes, start, o| {
-                for (j, o) in o.iter_mut().enumerate() {
-                    *o = f(lanes, x[b[0] + (start + j) * s[0]]);
-                }
-            })
+            fill_blocks(
+                o,
+                #[inline(always)]
+                |lanes, start, o| {
+                    for (j, o) in o.iter_mut().enumerate() {
+                        *o = f(lanes, x[b[0] + (start + j) * s[0]]);
+                    }
+                },
+            )
         }
     })
 }

@@ -57,7 +57,7 @@ macro_rules! fused_fn {
                                 }
                             }))
                         } else {
-                            fill_blocks(o, |lanes, start, o| {
+                            fill_blocks(o, #[inline(always)] |lanes, start, o| {
                                 for (j, o) in o.iter_mut().enumerate() {
                                     *o = cpu(lanes, $($x[base[$i] + (start + j) * step[$i]]),+);
                                 }
