@@ -123,6 +123,60 @@ fn f32_trig_over_every_range() -> Result<()> {
     Ok(())
 }
 
+/// Arguments in `[-30, 30)` with huge ones (up to 2^128), infinities and
+/// NaN scattered through them, so that some stretches of the CPU loop take
+/// the exact path for sine and cosine and their neighbours the fast one.
+fn with_huge(n: usize, seed: u64) -> Vec<f32> {
+    let small = random(n, seed, -30.0, 30.0);
+    let log2 = random(n, seed + 1, 28.0, 127.99);
+    small
+        .iter()
+        .zip(&log2)
+        .enumerate()
+        .map(|(i, (&s, &e))| match i % 1031 {
+            0 => f32::NAN,
+            113 => f32::INFINITY,
+            7 | 200 | 201 => (e.exp2() * s.signum()) as f32,
+            _ => s as f32,
+        })
+        .collect()
+}
+
+#[test]
+fn f32_trig_with_huge_arguments_scattered() -> Result<()> {
+    let x = with_huge(100_003, 11);
+    let n = x.len();
+    let y = trig(&Vector::<f32>::from_vec_dims(x.clone(), &[n])?)?;
+    let want = |x: f64| x.sin() * 2.0 + x.cos();
+    check(
+        "sin(x) * 2 + cos(x)",
+        &as_f64(&x),
+        &as_f64(&y.to_vec()?),
+        want,
+        5e-7,
+        1.0,
+    );
+    // The same through the strided loop.
+    let (rows, cols) = (301, 257);
+    let x = with_huge(rows * cols, 12);
+    let m = Matrix::<f32>::from_vec_dims(x.clone(), &[rows, cols])?;
+    let t: Matrix<f32> = m.t()?.into_shape()?;
+    let y = matrix_trig(&t)?.to_vec()?;
+    let got: Vec<f64> = (0..rows * cols)
+        .map(|k| y[(k % cols) * rows + k / cols] as f64)
+        .collect();
+    let want = |x: f64| x.sin() * x.cos().exp();
+    check(
+        "sin(x) * exp(cos(x)), transposed",
+        &as_f64(&x),
+        &got,
+        want,
+        1e-6,
+        1.0,
+    );
+    Ok(())
+}
+
 #[test]
 fn f32_activations_and_exp() -> Result<()> {
     let x = f32_inputs(

@@ -475,6 +475,48 @@ fn unary_float_ops() {
     for_float_dtypes!(T => { check_unary_float::<T>(&mut rng); });
 }
 
+/// Sine and cosine of mostly ordinary arguments with huge ones (beyond
+/// 2^28, up to the largest f32), infinities and NaN at random places:
+/// contiguous and transposed, in f32 and f16 (where the huge ones are
+/// infinities).
+#[test]
+fn sin_cos_of_scattered_huge_arguments() {
+    let mut rng = Rng::new("sin_cos_of_scattered_huge_arguments");
+    let (rows, cols) = (37, 301);
+    let x: Vec<f64> = (0..rows * cols)
+        .map(|_| match rng.int(0, 400) {
+            0 => f64::NAN,
+            1 => f64::INFINITY,
+            2 => f64::NEG_INFINITY,
+            3..=6 => {
+                (rng.uniform(28.0, 127.9).exp2() as f32 as f64).copysign(rng.uniform(-1.0, 1.0))
+            }
+            _ => rng.uniform(-6.0, 6.0) as f32 as f64,
+        })
+        .collect();
+    fn check<T: TestDType + FloatDType>(x: &[f64], rows: usize, cols: usize, seed: u64) {
+        let stored: Vec<T> = x.iter().map(|&v| T::from_f64(v)).collect();
+        let xs: Vec<f64> = stored.iter().map(|v| v.to_f64()).collect();
+        let m = Tensor::<Cpu, T, D2>::from_vec_dims(stored, &[rows, cols]).unwrap();
+        let t: Tensor<Cpu, T, D2> = m.transpose(0, 1).unwrap();
+        let logical_t: Vec<f64> = (0..rows * cols)
+            .map(|k| xs[(k % rows) * cols + k / rows])
+            .collect();
+        for (v, logical) in [(&m, &xs), (&t, &logical_t)] {
+            for (op, got, f) in [
+                ("sin", v.sin().unwrap(), f64::sin as fn(f64) -> f64),
+                ("cos", v.cos().unwrap(), f64::cos),
+            ] {
+                let want: Vec<f64> = logical.iter().map(|&x| round::<T>(f(x))).collect();
+                let what = format!("{op} {} {:?} seed {seed}", name::<T>(), v.shape());
+                assert_close(&got.to_vec().unwrap(), &want, T::TOL * 4.0, &what);
+            }
+        }
+    }
+    check::<f32>(&x, rows, cols, rng.seed);
+    check::<f16>(&x, rows, cols, rng.seed);
+}
+
 fn check_unary_int<T: TestDType>(rng: &mut Rng) {
     for kind in KINDS {
         let dims = rng.dims(3, 1, 5);

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::FusedKernel;
-use tensorfn_runtime::__private::{fused1, fused3, fused8};
+use tensorfn_runtime::__private::{fused1, fused3, fused8, vmath, Lanes};
 use tensorfn_runtime::{bf16, f16, shape, Cpu, DType, Dyn, Tensor};
 
 type D2 = (Dyn, Dyn);
@@ -300,10 +300,13 @@ fn fused_kernels_broadcast_mixed_dtypes() {
     for kind in KINDS {
         let dims = rng.dims(2, 1, 8);
         let (x, xv) = view::<f32, D2>(&mut rng, &dims, kind, -3.0, 3.0);
-        let y: Tensor<Cpu, f32, D2> = fused1(&x, &dims, &K1, |a: f32| a.sin() * 2.0 + 5.0).unwrap();
+        let y: Tensor<Cpu, f32, D2> = fused1(&x, &dims, &K1, |lanes: &mut Lanes, a: f32| {
+            lanes.sin(a) * 2.0 + 5.0
+        })
+        .unwrap();
         let want: Vec<f64> = xv
             .iter()
-            .map(|&v| ((v as f32).sin() * 2.0 + 5.0) as f64)
+            .map(|&v| (vmath::sin(v as f32) * 2.0 + 5.0) as f64)
             .collect();
         assert_close(
             &y.to_vec().unwrap(),
@@ -317,15 +320,21 @@ fn fused_kernels_broadcast_mixed_dtypes() {
     let h = Tensor::<Cpu, f16, shape![3]>::from_vec(h).unwrap();
     let i = Tensor::<Cpu, i32, shape![4, 1]>::from_vec(vec![1, -2, 3, 40]).unwrap();
     let m = Tensor::<Cpu, bool, shape![]>::full(true).unwrap();
-    let out: Tensor<Cpu, f64, shape![4, 3]> =
-        fused3(&h, &i, &m, &[4, 3], &K3, |a: f16, b: i32, c: bool| {
+    let out: Tensor<Cpu, f64, shape![4, 3]> = fused3(
+        &h,
+        &i,
+        &m,
+        &[4, 3],
+        &K3,
+        |_: &mut Lanes, a: f16, b: i32, c: bool| {
             if c {
                 a.to_f64() * b as f64
             } else {
                 0.0
             }
-        })
-        .unwrap();
+        },
+    )
+    .unwrap();
     let want: Vec<f64> = (0..12)
         .map(|k| hv[k % 3] * [1.0, -2.0, 3.0, 40.0][k / 3])
         .collect();
@@ -349,7 +358,7 @@ fn fused_kernels_broadcast_mixed_dtypes() {
         &ins[7].0,
         &dims,
         &K8,
-        |a, b, c, d, e, f, g, h| {
+        |_: &mut Lanes, a, b, c, d, e, f, g, h| {
             a + 2.0 * b + 3.0 * c + 4.0 * d + 5.0 * e + 6.0 * f + 7.0 * g + 8.0 * h
         },
     )
@@ -374,13 +383,14 @@ fn fused_kernels_broadcast_mixed_dtypes() {
         &format!("fused8 seed {}", rng.seed),
     );
     // Inputs that do not broadcast to the output, and a wrong result type.
-    let e = fused1::<Cpu, f32, f32, D2>(&ins[0].0, &[3, 3], &K1, |a| a).unwrap_err();
+    let e = fused1::<Cpu, f32, f32, D2>(&ins[0].0, &[3, 3], &K1, |_: &mut Lanes, a| a).unwrap_err();
     assert!(e.to_string().contains("input 0"), "{e}");
-    let e = fused1::<Cpu, f32, f32, shape![2, 2]>(&ins[0].0, &dims, &K1, |a| a).unwrap_err();
+    let e = fused1::<Cpu, f32, f32, shape![2, 2]>(&ins[0].0, &dims, &K1, |_: &mut Lanes, a| a)
+        .unwrap_err();
     assert!(e.to_string().contains("[200, 300]"), "{e}");
     // Empty output.
     let z = Tensor::<Cpu, f32, D2>::zeros_dims(&[0, 3]).unwrap();
-    let r: Tensor<Cpu, f32, D2> = fused1(&z, &[0, 3], &K1, |a| a + 1.0).unwrap();
+    let r: Tensor<Cpu, f32, D2> = fused1(&z, &[0, 3], &K1, |_: &mut Lanes, a| a + 1.0).unwrap();
     assert_eq!(r.shape(), &[0, 3]);
 }
 

@@ -283,7 +283,17 @@ pub fn store(v: TokenStream, d: DTypeKind) -> TokenStream {
     }
 }
 
-fn unary(op: UnaryOp, a: TokenStream, d: DTypeKind) -> TokenStream {
+/// Whether `op` in dtype `d` is computed, in the closures of fused
+/// groups, by a method of the runtime's `Lanes`: the functions whose exact
+/// path is slow only for rare arguments, which the runtime's loop then
+/// takes only in the blocks of elements that need it.
+fn uses_lanes(op: UnaryOp, d: DTypeKind) -> bool {
+    matches!(op, UnaryOp::Sin | UnaryOp::Cos) && d.is_float() && d != DTypeKind::F64
+}
+
+/// `op(a)` in dtype `d`; `lanes` names the closure's `Lanes` where there is
+/// one.
+fn unary(op: UnaryOp, a: TokenStream, d: DTypeKind, lanes: Option<&TokenStream>) -> TokenStream {
     let one = literal(1.0, d);
     let zero = literal(0.0, d);
     if !d.is_float() {
@@ -307,6 +317,13 @@ fn unary(op: UnaryOp, a: TokenStream, d: DTypeKind) -> TokenStream {
             quote!(::tensorfn::__private::vmath::#f(#x))
         }
     };
+    let trig = |f: &str, x: TokenStream| match lanes {
+        Some(lanes) if uses_lanes(op, d) => {
+            let f = format_ident!("{}", f);
+            quote!(#lanes.#f(#x))
+        }
+        _ => math(f, x),
+    };
     let exp_neg = math("exp", quote!(-#a));
     match op {
         UnaryOp::Neg => quote!(-#a),
@@ -317,8 +334,8 @@ fn unary(op: UnaryOp, a: TokenStream, d: DTypeKind) -> TokenStream {
         UnaryOp::Tanh => math("tanh", a),
         UnaryOp::Exp => math("exp", a),
         UnaryOp::Log => math("ln", a),
-        UnaryOp::Sin => math("sin", a),
-        UnaryOp::Cos => math("cos", a),
+        UnaryOp::Sin => trig("sin", a),
+        UnaryOp::Cos => trig("cos", a),
         UnaryOp::Sqrt => quote!(#a.sqrt()),
         UnaryOp::Rsqrt => quote!(#one / #a.sqrt()),
         UnaryOp::Square => quote!(#a * #a),
@@ -390,6 +407,16 @@ fn cast(a: TokenStream, from: DTypeKind, to: DTypeKind) -> TokenStream {
 /// of input `k` being the compute-type expression `inputs[k]`; returns the
 /// statements and the output variable.
 pub fn emit_rust(ir: &Ir, inputs: &[TokenStream]) -> (TokenStream, TokenStream) {
+    emit(ir, inputs, None)
+}
+
+/// [`emit_rust`], calling the [`uses_lanes`] functions on `lanes` where
+/// given.
+fn emit(
+    ir: &Ir,
+    inputs: &[TokenStream],
+    lanes: Option<&TokenStream>,
+) -> (TokenStream, TokenStream) {
     let var = |v: Val| {
         let id = format_ident!("v{}", v);
         quote!(#id)
@@ -401,7 +428,7 @@ pub fn emit_rust(ir: &Ir, inputs: &[TokenStream]) -> (TokenStream, TokenStream) 
         let value = match inst {
             Inst::Input(k) => inputs[*k].clone(),
             Inst::Const(c) => literal(*c, *d),
-            Inst::Unary(op, a) => unary(*op, var(*a), *d),
+            Inst::Unary(op, a) => unary(*op, var(*a), *d, lanes),
             Inst::Binary(op, a, b) => binary(*op, var(*a), var(*b), *d),
             Inst::Cast(a) => cast(var(*a), ir.insts[*a].1, *d),
             Inst::Cmp(op, a, b) => {
@@ -441,8 +468,8 @@ pub fn emit_rust(ir: &Ir, inputs: &[TokenStream]) -> (TokenStream, TokenStream) 
     (body, var(ir.output))
 }
 
-/// A closure `|a0: T0, a1: T1, ..| -> O { .. }` computing the program per
-/// element on stored types, always inlined.
+/// A closure `|lanes: &mut Lanes, a0: T0, a1: T1, ..| -> O { .. }`
+/// computing the program per element on stored types, always inlined.
 pub fn closure(ir: &Ir) -> TokenStream {
     let args: Vec<_> = (0..ir.inputs.len())
         .map(|k| format_ident!("a{}", k))
@@ -453,7 +480,18 @@ pub fn closure(ir: &Ir) -> TokenStream {
         .zip(&ir.inputs)
         .map(|(a, d)| load(quote!(#a), *d))
         .collect();
-    let (body, out) = emit_rust(ir, &loads);
+    // Named only where used: an unused closure parameter would warn in
+    // the caller's crate.
+    let needs_lanes = ir
+        .insts
+        .iter()
+        .any(|(inst, d)| matches!(inst, Inst::Unary(op, _) if uses_lanes(*op, *d)));
+    let lanes = if needs_lanes {
+        quote!(lanes)
+    } else {
+        quote!(_)
+    };
+    let (body, out) = emit(ir, &loads, Some(&lanes));
     let out_d = ir.output_dtype();
     let ret = storage_type(out_d);
     let stored = store(out, out_d);
@@ -461,7 +499,7 @@ pub fn closure(ir: &Ir) -> TokenStream {
     // large it is, so the loop vectorises.
     quote! {
         #[inline(always)]
-        move |#(#args: #tys),*| -> #ret {
+        move |#lanes: &mut ::tensorfn::__private::Lanes, #(#args: #tys),*| -> #ret {
             #body
             #stored
         }

@@ -1,6 +1,7 @@
 //! Elementwise loops: unary and binary ops, scalar operands, `addcmul`
 //! and dtype casts, over any strided or broadcast views.
 
+use super::blocks::{fill_blocks, Lanes};
 use super::scalar::{float_unary, CpuFloat, CpuNum};
 use super::simd::vectorized;
 use super::strided::{fill_runs, write_runs};
@@ -30,6 +31,44 @@ pub(crate) fn map1<I: Copy + Sync, O: Copy + Default + Send>(
             for (j, o) in o.iter_mut().enumerate() {
                 *o = f(x[b[0] + j * s[0]]);
             }
+        }
+    })
+}
+
+/// [`map1`] for an `f` that calls functions of its [`Lanes`], run block by
+/// block (see [`fill_blocks`], which wants `f` `#[inline(always)]`).
+pub(crate) fn map1_lanes<I: Copy + Sync, O: Copy + Default + Send>(
+    x: &[I],
+    l: &Layout,
+    f: impl Fn(&mut Lanes, I) -> O + Sync,
+) -> Vec<O> {
+    fill_runs(l.dims(), [l], |o: &mut [O], b, s| {
+        if s[0] == 1 {
+            vectorized(
+                #[inline(always)]
+                || {
+                    fill_blocks(
+                        o,
+                        #[inline(always)]
+                        |lanes, start, o| {
+                            let x = &x[b[0] + start..b[0] + start + o.len()];
+                            for (o, &x) in o.iter_mut().zip(x) {
+                                *o = f(lanes, x);
+                            }
+                        },
+                    )
+                },
+            )
+        } else {
+            fill_blocks(
+                o,
+                #[inline(always)]
+                |lanes, start, o| {
+                    for (j, o) in o.iter_mut().enumerate() {
+                        *o = f(lanes, x[b[0] + (start + j) * s[0]]);
+                    }
+                },
+            )
         }
     })
 }
@@ -147,7 +186,9 @@ pub(crate) fn unary_float<U: CpuFloat>(op: UnaryOp, x: &[U], l: &Layout) -> Vec<
     macro_rules! each {
         ($($op:ident),*) => {
             match op {
-                $(UnaryOp::$op => map1(x, l, #[inline(always)] |v: U| U::from_acc(float_unary(UnaryOp::$op, v.to_acc()))),)*
+                $(UnaryOp::$op => map1_lanes(x, l, #[inline(always)] |lanes: &mut Lanes, v: U| {
+                    U::from_acc(float_unary(UnaryOp::$op, v.to_acc(), lanes))
+                }),)*
             }
         };
     }

@@ -1,6 +1,7 @@
 //! The CPU backend: loops over strided host buffers (vectorisable runs,
 //! rayon for large outputs) and `gemm` for matrix products.
 
+pub(crate) mod blocks;
 pub(crate) mod copy;
 pub(crate) mod elementwise;
 pub(crate) mod matmul;

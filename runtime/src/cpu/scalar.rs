@@ -1,6 +1,7 @@
 //! Arithmetic on one element, per concrete dtype: wrapping integers like
 //! PyTorch, f16/bf16 computed in f32 and rounded once.
 
+use super::blocks::Lanes;
 use super::vmath;
 use crate::dtype::NumDType;
 use half::{bf16, f16};
@@ -27,15 +28,17 @@ pub(crate) trait Real:
     fn exp(self) -> Self;
     fn ln(self) -> Self;
     fn tanh(self) -> Self;
-    fn sin(self) -> Self;
-    fn cos(self) -> Self;
+    /// Sine; `lanes` evaluates it where the precision has a block path.
+    fn sin(self, lanes: &mut Lanes) -> Self;
+    /// Cosine, like [`Real::sin`].
+    fn cos(self, lanes: &mut Lanes) -> Self;
     fn sqrt(self) -> Self;
     fn abs(self) -> Self;
     fn is_nan(self) -> bool;
 }
 
 macro_rules! real {
-    ($t:ty, $m:ident) => {
+    ($t:ty, $m:ident, |$lanes:ident, $x:ident| $sin:expr, $cos:expr) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -60,12 +63,14 @@ macro_rules! real {
                 $m::tanh(self)
             }
             #[inline(always)]
-            fn sin(self) -> Self {
-                $m::sin(self)
+            fn sin(self, $lanes: &mut Lanes) -> Self {
+                let $x = self;
+                $sin
             }
             #[inline(always)]
-            fn cos(self) -> Self {
-                $m::cos(self)
+            fn cos(self, $lanes: &mut Lanes) -> Self {
+                let $x = self;
+                $cos
             }
             #[inline]
             fn sqrt(self) -> Self {
@@ -84,8 +89,8 @@ macro_rules! real {
 }
 // f32 (and f16/bf16, computed in f32) use the vectorisable functions the
 // generated fused kernels use too; f64 keeps the C library's.
-real!(f32, vmath);
-real!(f64, f64);
+real!(f32, vmath, |lanes, x| lanes.sin(x), lanes.cos(x));
+real!(f64, f64, |_lanes, x| x.sin(), x.cos());
 
 /// `max` that returns NaN when either side is NaN (`torch.maximum`).
 #[inline]
@@ -310,10 +315,11 @@ float_num!(f64, f64, |a| a, |b| b);
 float_num!(f16, f32, |a| a.to_f32(), |b| f16::from_f32(b));
 float_num!(bf16, f32, |a| a.to_f32(), |b| bf16::from_f32(b));
 
-/// `op(x)` for a float op, in the accumulation precision of `U`. Always
-/// inlined so that a loop over it, with `op` fixed, vectorises.
+/// `op(x)` for a float op, in the accumulation precision of `U`, sine and
+/// cosine by `lanes`. Always inlined so that a loop over it, with `op`
+/// fixed, vectorises.
 #[inline(always)]
-pub(crate) fn float_unary<A: Real>(op: tensorfn_kernels::UnaryOp, x: A) -> A {
+pub(crate) fn float_unary<A: Real>(op: tensorfn_kernels::UnaryOp, x: A, lanes: &mut Lanes) -> A {
     use tensorfn_kernels::UnaryOp as U;
     let one = A::ONE;
     match op {
@@ -331,8 +337,8 @@ pub(crate) fn float_unary<A: Real>(op: tensorfn_kernels::UnaryOp, x: A) -> A {
         U::Tanh => x.tanh(),
         U::Exp => x.exp(),
         U::Log => x.ln(),
-        U::Sin => x.sin(),
-        U::Cos => x.cos(),
+        U::Sin => x.sin(lanes),
+        U::Cos => x.cos(lanes),
         U::Sqrt => x.sqrt(),
         U::Rsqrt => one / x.sqrt(),
         U::Recip => one / x,
@@ -387,7 +393,11 @@ mod tests {
         let x = -9.0f64;
         let u2 = 2.0 * (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
         let want = x * u2.exp() / (1.0 + u2.exp());
-        let got = float_unary(tensorfn_kernels::UnaryOp::Gelu, x as f32) as f64;
+        let got = float_unary(
+            tensorfn_kernels::UnaryOp::Gelu,
+            x as f32,
+            &mut Lanes::exact(),
+        ) as f64;
         assert!(((got - want) / want).abs() < 1e-5, "{got} vs {want}");
     }
 

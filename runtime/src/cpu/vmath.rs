@@ -233,14 +233,31 @@ fn reduce_pio2_big(x: f32) -> (f64, i32) {
 /// `sin` (`cos` when `shift` is 1) of `x`: the Cody–Waite reduction up
 /// to [`TRIG_FAST_LIMIT`], Payne–Hanek beyond it, NaN for inf and NaN.
 #[inline(always)]
-fn sin_shifted(x: f32, shift: i32) -> f32 {
+pub(crate) fn sin_shifted(x: f32, shift: i32) -> f32 {
     let (r1, n1) = reduce_pio2(x);
     let (r2, n2) = reduce_pio2_big(x);
-    let fast = x.abs() <= TRIG_FAST_LIMIT;
+    let fast = trig_fast_fits(x);
     let r = select64(fast, r1, r2);
     let n = if fast { n1 } else { n2 };
     let y = sin_quadrant(r, n.wrapping_add(shift));
     select(x.is_finite(), y, f32::NAN)
+}
+
+/// [`sin_shifted`] with the Cody–Waite reduction alone, for arguments
+/// where [`trig_fast_fits`] holds: the same arithmetic, so the same bits,
+/// without the cost of Payne–Hanek on every lane.
+#[inline(always)]
+pub(crate) fn sin_shifted_fast(x: f32, shift: i32) -> f32 {
+    let (r, n) = reduce_pio2(x);
+    sin_quadrant(r, n.wrapping_add(shift))
+}
+
+/// Whether [`sin_shifted_fast`] gives what [`sin_shifted`] gives for `x`:
+/// finite arguments up to [`TRIG_FAST_LIMIT`]. NaN and infinities are
+/// left to the exact path, which turns them into NaN.
+#[inline(always)]
+pub(crate) fn trig_fast_fits(x: f32) -> bool {
+    x.abs() <= TRIG_FAST_LIMIT
 }
 
 /// Sine, within 1 ulp (usually correctly rounded).

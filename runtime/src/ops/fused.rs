@@ -4,6 +4,7 @@
 
 use super::check_result;
 use super::dispatch::output;
+use crate::cpu::blocks::{fill_blocks, Lanes};
 use crate::cpu::simd::vectorized;
 use crate::cpu::strided::{check_extent, fill_runs};
 use crate::device::{Device, DeviceKind};
@@ -36,7 +37,7 @@ macro_rules! fused_fn {
             $($x: &Tensor<D, $X, impl Shape>,)+
             out_dims: &[usize],
             kernel: &'static FusedKernel,
-            cpu: impl Fn($($X),+) -> O + Sync + Send,
+            cpu: impl Fn(&mut Lanes, $($X),+) -> O + Sync + Send,
         ) -> Result<Tensor<D, O, SO>> {
             check_result::<SO>(kernel.name, out_dims)?;
             let layouts = [$(broadcast_input(kernel, $i, &$x.layout, out_dims)?),+];
@@ -47,18 +48,20 @@ macro_rules! fused_fn {
                         check_extent(kernel.name, &layouts[$i], $x.len())?;
                     )+
                     let out = fill_runs(out_dims, [$(&layouts[$i]),+], |o: &mut [O], base, step| {
-                        let len = o.len();
                         if step.iter().all(|&s| s == 1) {
-                            $(let $x = &$x[base[$i]..base[$i] + len];)+
-                            vectorized(#[inline(always)] || {
+                            vectorized(#[inline(always)] || fill_blocks(o, #[inline(always)] |lanes, start, o| {
+                                let len = o.len();
+                                $(let $x = &$x[base[$i] + start..base[$i] + start + len];)+
                                 for j in 0..len {
-                                    o[j] = cpu($($x[j]),+);
+                                    o[j] = cpu(lanes, $($x[j]),+);
+                                }
+                            }))
+                        } else {
+                            fill_blocks(o, #[inline(always)] |lanes, start, o| {
+                                for (j, o) in o.iter_mut().enumerate() {
+                                    *o = cpu(lanes, $($x[base[$i] + (start + j) * step[$i]]),+);
                                 }
                             })
-                        } else {
-                            for (j, o) in o.iter_mut().enumerate() {
-                                *o = cpu($($x[base[$i] + j * step[$i]]),+);
-                            }
                         }
                     });
                     Storage::Cpu(out)
@@ -74,18 +77,19 @@ macro_rules! fused_fn {
 }
 
 fused_fn!(
-    /// Applies a generated one-input kernel: on the CPU `cpu` per element,
-    /// on CUDA the kernel's PTX. Inputs broadcast to `out_dims`.
+    /// Applies a generated one-input kernel: on the CPU `cpu` per element
+    /// (its [`Lanes`] providing sine and cosine), on CUDA the kernel's PTX.
+    /// Inputs broadcast to `out_dims`.
     ///
     /// ```
-    /// use tensorfn_runtime::{Tensor, Cpu, shape, __private::fused1};
+    /// use tensorfn_runtime::{Tensor, Cpu, shape, __private::{fused1, Lanes}};
     /// use tensorfn_kernels::FusedKernel;
     /// use tensorfn_core::DTypeKind;
     /// static K: FusedKernel = FusedKernel {
     ///     name: "tf_double", ptx: "", ptx_sm80: None, inputs: &[DTypeKind::F32], output: DTypeKind::F32,
     /// };
     /// let x = Tensor::<Cpu, f32, shape![3]>::from_vec(vec![1., 2., 3.]).unwrap();
-    /// let y: Tensor<Cpu, f32, shape![3]> = fused1(&x, &[3], &K, |a: f32| a * 2.0).unwrap();
+    /// let y: Tensor<Cpu, f32, shape![3]> = fused1(&x, &[3], &K, |_: &mut Lanes, a: f32| a * 2.0).unwrap();
     /// assert_eq!(y.to_vec().unwrap(), vec![2., 4., 6.]);
     /// ```
     fused1; (a, A, 0)
@@ -94,7 +98,7 @@ fused_fn!(
     /// [`fused1`] with two inputs, which may differ in dtype.
     ///
     /// ```
-    /// use tensorfn_runtime::{Tensor, Cpu, shape, __private::fused2};
+    /// use tensorfn_runtime::{Tensor, Cpu, shape, __private::{fused2, Lanes}};
     /// use tensorfn_kernels::FusedKernel;
     /// use tensorfn_core::DTypeKind;
     /// static K: FusedKernel = FusedKernel {
@@ -104,7 +108,7 @@ fused_fn!(
     /// let x = Tensor::<Cpu, f32, shape![2, 2]>::from_vec(vec![1., 2., 3., 4.]).unwrap();
     /// let k = Tensor::<Cpu, i32, shape![2]>::from_vec(vec![10, 100]).unwrap();
     /// let y: Tensor<Cpu, f32, shape![2, 2]> =
-    ///     fused2(&x, &k, &[2, 2], &K, |a: f32, b: i32| a * b as f32).unwrap();
+    ///     fused2(&x, &k, &[2, 2], &K, |_: &mut Lanes, a: f32, b: i32| a * b as f32).unwrap();
     /// assert_eq!(y.to_vec().unwrap(), vec![10., 200., 30., 400.]);
     /// ```
     fused2; (a, A, 0), (b, B, 1)
