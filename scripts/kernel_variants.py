@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Times variants of tensorfn's elementwise kernels against PyTorch.
+
+Loads `NAME_contig` entries straight from PTX files (as `tensorfn-ptx DIR`
+writes them: `cargo run -p tensorfn-kernels --bin tensorfn-ptx DIR`) with
+the CUDA driver API and times them beside PyTorch eager, `torch.compile`
+and a device-to-device copy of the same bytes, in one process: a kernel
+change can be measured without building the benchmarks. Each directory
+given is one variant (e.g. the kernels before and after a change); files
+that name the same kernel are compared on one line, with each variant's
+ratio to `torch.compile` and its largest error against PyTorch in f32.
+
+    python3 scripts/kernel_variants.py DIR [DIR ...] [--sizes 24,26,28]
+        [--filter SUBSTR] [--no-compile] [--batches N]
+
+Known kernels: the `sin_mul_add`, `sigmoid_tanh_chain` and `gelu` ones.
+Launch geometry is the runtime's: 256 threads, at most 32 blocks per
+multiprocessor. Inputs are uniform in [-2, 2), rotated beyond the L2
+cache; CUDA events around batches of launches, median over batches.
+"""
+
+import argparse
+import ctypes
+import glob
+import os
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+# name fragment -> (inputs, the same function in PyTorch)
+FUNCTIONS = {
+    "sin_mul_add": (1, lambda x: torch.sin(x) * 2 + 5),
+    "sigmoid_tanh_chain": (2, lambda x, y: torch.tanh(torch.sigmoid(x * y + 1) * x) - y),
+    "gelu": (1, lambda x: F.gelu(x, approximate="tanh")),
+}
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+BLOCK = 256
+BLOCKS_PER_SM = 32
+ROTATION_BYTES = 400_000_000
+
+
+class Driver:
+    """The few driver calls needed, on PyTorch's context and stream."""
+
+    def __init__(self):
+        torch.zeros(1, device="cuda")  # creates the primary context
+        self.cu = ctypes.CDLL("libcuda.so.1")
+        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
+        self.stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+
+    def check(self, status, what):
+        if status != 0:
+            raise RuntimeError(f"{what}: CUDA driver error {status}")
+
+    def function(self, path, entry):
+        module = ctypes.c_void_p()
+        text = open(path, "rb").read() + b"\0"
+        self.check(self.cu.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(text)), f"loading {path}")
+        f = ctypes.c_void_p()
+        self.check(self.cu.cuModuleGetFunction(ctypes.byref(f), module, entry.encode()), f"{entry} in {path}")
+        return f
+
+    def launch(self, f, out, inputs, n):
+        values = [ctypes.c_uint64(t.data_ptr()) for t in [out, *inputs]] + [ctypes.c_uint64(n)]
+        params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
+        grid = min((n + BLOCK - 1) // BLOCK, self.sms * BLOCKS_PER_SM)
+        self.check(self.cu.cuLaunchKernel(f, grid, 1, 1, BLOCK, 1, 1, 0, self.stream, params, None), "launch")
+
+
+def median_us(call, sets, batches):
+    """Median over batches of the mean time of one call, each batch one pass over `sets`."""
+    for s in sets[:2]:
+        call(s)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(batches):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for s in sets:
+            call(s)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / len(sets))
+    return statistics.median(times)
+
+
+def kernel_of(path):
+    """(kernel name, function key, dtype) of a PTX file, or None."""
+    name = os.path.basename(path).replace(".sm_80", "").replace(".ptx", "")
+    dtype = name.rsplit("_", 1)[-1]
+    if dtype not in DTYPES:
+        return None
+    for key in FUNCTIONS:
+        if key in name:
+            return name, key, dtype
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dirs", nargs="+", help="one directory of PTX files per variant")
+    ap.add_argument("--sizes", default="24,26,28", help="log2 of the element counts")
+    ap.add_argument("--filter", default="", help="only kernels whose name contains this")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--batches", type=int, default=15)
+    args = ap.parse_args()
+
+    driver = Driver()
+    variants = {}
+    for d in args.dirs:
+        for path in sorted(glob.glob(os.path.join(d, "*.ptx"))):
+            k = kernel_of(path)
+            if k and args.filter in k[0]:
+                variants.setdefault(k, []).append((os.path.basename(d.rstrip("/")), path))
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    compiled = {}
+    for (name, key, dt), files in sorted(variants.items()):
+        inputs, fn = FUNCTIONS[key]
+        dtype = DTYPES[dt]
+        functions = [(v, driver.function(p, name + "_contig")) for v, p in files]
+        for lg in (int(s) for s in args.sizes.split(",")):
+            n = 1 << lg
+            size = torch.tensor([], dtype=dtype).element_size()
+            per_set = n * size * (inputs + 1)
+            count = max(2, -(-ROTATION_BYTES // per_set))
+            sets = [
+                [(torch.rand(n, device="cuda", generator=gen) * 4 - 2).to(dtype) for _ in range(inputs)]
+                for _ in range(count)
+            ]
+            outs = [torch.empty(n, device="cuda", dtype=dtype) for _ in range(count)]
+            index = {id(s): i for i, s in enumerate(sets)}
+            t = {"eager": median_us(lambda s: fn(*s), sets, args.batches)}
+            if not args.no_compile:
+                c = compiled.setdefault((key, dt), torch.compile(fn))
+                t["compile"] = median_us(lambda s: c(*s), sets, args.batches)
+            src = torch.empty(per_set // 2, dtype=torch.uint8, device="cuda")
+            dst = torch.empty_like(src)
+            t["copy"] = median_us(lambda s: dst.copy_(src), sets[:1] * 4, args.batches)
+            base = t.get("compile", t["eager"])
+            line = (
+                f"{name:38s} 2^{lg}  eager {t['eager']:8.1f}  compile {t.get('compile', float('nan')):8.1f}"
+                f"  copy {t['copy']:8.1f} us |"
+            )
+            reference = fn(*[x.float() for x in sets[0]])
+            for variant, f in functions:
+                driver.launch(f, outs[0], sets[0], n)
+                torch.cuda.synchronize()
+                err = ((outs[0].float() - reference).abs().max() / reference.abs().max()).item()
+                us = median_us(lambda s: driver.launch(f, outs[index[id(s)]], s, n), sets, args.batches)
+                line += f" {variant} {us:8.1f} ({base / us:.3f}x, {t['copy'] / us:.0%} copy BW, err {err:.1e})"
+            print(line, flush=True)
+            del sets, outs, src, dst
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
