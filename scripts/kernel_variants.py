@@ -11,22 +11,26 @@ that name the same kernel are compared on one line, with each variant's
 ratio to `torch.compile` and its largest error against PyTorch in f32.
 
     python3 scripts/kernel_variants.py DIR [DIR ...] [--sizes 24,26,28]
-        [--filter SUBSTR] [--no-compile] [--batches N]
+        [--filter SUBSTR] [--no-compile] [--quick]
 
 Known kernels: the `sin_mul_add`, `sigmoid_tanh_chain` and `gelu` ones.
 Launch geometry is the runtime's: 256 threads, at most 32 blocks per
-multiprocessor. Inputs are uniform in [-2, 2), rotated beyond the L2
-cache; CUDA events around batches of launches, median over batches.
+multiprocessor. Inputs, their rotation beyond the L2 cache and the timing
+(CUDA events around batches of launches, median over batches) are those
+of `torch_baseline.py`, which must sit in the same folder.
 """
 
 import argparse
 import ctypes
 import glob
 import os
-import statistics
 
 import torch
 import torch.nn.functional as F
+
+# The benchmarks' own timing, input rotation and inputs, so that these
+# figures compare with theirs.
+from torch_baseline import DTYPES, Plan, n_sets, rand, time_call
 
 # name fragment -> (inputs, the same function in PyTorch)
 FUNCTIONS = {
@@ -34,10 +38,8 @@ FUNCTIONS = {
     "sigmoid_tanh_chain": (2, lambda x, y: torch.tanh(torch.sigmoid(x * y + 1) * x) - y),
     "gelu": (1, lambda x: F.gelu(x, approximate="tanh")),
 }
-DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 BLOCK = 256
 BLOCKS_PER_SM = 32
-ROTATION_BYTES = 400_000_000
 
 
 class Driver:
@@ -68,23 +70,6 @@ class Driver:
         self.check(self.cu.cuLaunchKernel(f, grid, 1, 1, BLOCK, 1, 1, 0, self.stream, params, None), "launch")
 
 
-def median_us(call, sets, batches):
-    """Median over batches of the mean time of one call, each batch one pass over `sets`."""
-    for s in sets[:2]:
-        call(s)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(batches):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for s in sets:
-            call(s)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / len(sets))
-    return statistics.median(times)
-
-
 def kernel_of(path):
     """(kernel name, function key, dtype) of a PTX file, or None."""
     name = os.path.basename(path).replace(".sm_80", "").replace(".ptx", "")
@@ -103,8 +88,9 @@ def main():
     ap.add_argument("--sizes", default="24,26,28", help="log2 of the element counts")
     ap.add_argument("--filter", default="", help="only kernels whose name contains this")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
-    ap.add_argument("--batches", type=int, default=15)
+    ap.add_argument("--quick", action="store_true", help="fewer and shorter batches")
     args = ap.parse_args()
+    plan = Plan(args.quick)
 
     driver = Driver()
     variants = {}
@@ -123,20 +109,19 @@ def main():
             n = 1 << lg
             size = torch.tensor([], dtype=dtype).element_size()
             per_set = n * size * (inputs + 1)
-            count = max(2, -(-ROTATION_BYTES // per_set))
-            sets = [
-                [(torch.rand(n, device="cuda", generator=gen) * 4 - 2).to(dtype) for _ in range(inputs)]
-                for _ in range(count)
-            ]
-            outs = [torch.empty(n, device="cuda", dtype=dtype) for _ in range(count)]
-            index = {id(s): i for i, s in enumerate(sets)}
-            t = {"eager": median_us(lambda s: fn(*s), sets, args.batches)}
+            sets = [[rand(n, dtype, gen) for _ in range(inputs)] for _ in range(n_sets(per_set))]
+            outs = [torch.empty(n, device="cuda", dtype=dtype) for _ in sets]
+
+            def us(call):
+                return time_call(plan, call, len(sets))["median_us"]
+
+            t = {"eager": us(lambda i: fn(*sets[i]))}
             if not args.no_compile:
                 c = compiled.setdefault((key, dt), torch.compile(fn))
-                t["compile"] = median_us(lambda s: c(*s), sets, args.batches)
+                t["compile"] = us(lambda i: c(*sets[i]))
             src = torch.empty(per_set // 2, dtype=torch.uint8, device="cuda")
             dst = torch.empty_like(src)
-            t["copy"] = median_us(lambda s: dst.copy_(src), sets[:1] * 4, args.batches)
+            t["copy"] = us(lambda i: dst.copy_(src))
             base = t.get("compile", t["eager"])
             line = (
                 f"{name:38s} 2^{lg}  eager {t['eager']:8.1f}  compile {t.get('compile', float('nan')):8.1f}"
@@ -147,8 +132,8 @@ def main():
                 driver.launch(f, outs[0], sets[0], n)
                 torch.cuda.synchronize()
                 err = ((outs[0].float() - reference).abs().max() / reference.abs().max()).item()
-                us = median_us(lambda s: driver.launch(f, outs[index[id(s)]], s, n), sets, args.batches)
-                line += f" {variant} {us:8.1f} ({base / us:.3f}x, {t['copy'] / us:.0%} copy BW, err {err:.1e})"
+                v = us(lambda i: driver.launch(f, outs[i], sets[i], n))
+                line += f" {variant} {v:8.1f} ({base / v:.3f}x, {t['copy'] / v:.0%} copy BW, err {err:.1e})"
             print(line, flush=True)
             del sets, outs, src, dst
             torch.cuda.empty_cache()
