@@ -117,7 +117,9 @@ def main():
 
             t = {"eager": us(lambda i: fn(*sets[i]))}
             if not args.no_compile:
-                c = compiled.setdefault((key, dt), torch.compile(fn))
+                if (key, dt) not in compiled:
+                    compiled[key, dt] = torch.compile(fn)
+                c = compiled[key, dt]
                 t["compile"] = us(lambda i: c(*sets[i]))
             src = torch.empty(per_set // 2, dtype=torch.uint8, device="cuda")
             dst = torch.empty_like(src)

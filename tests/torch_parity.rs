@@ -8,6 +8,10 @@
 //! which reruns each case in PyTorch on the same inputs and compares
 //! element by element; `scripts/gpu-check` runs both.
 
+#[path = "../examples/common/mod.rs"]
+mod common;
+
+use common::matmul_f64;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use tensorfn::prelude::*;
@@ -137,20 +141,6 @@ fn check<G: Device, T: DType, S: Shape>(what: &str, got: &Tensor<G, T, S>, want:
     );
 }
 
-/// `a (m×k) @ b (k×n)` in f64, row-major.
-fn matmul_ref(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
-    let mut c = vec![0.0; m * n];
-    for i in 0..m {
-        for p in 0..k {
-            let x = a[i * k + p];
-            for j in 0..n {
-                c[i * n + j] += x * b[p * n + j];
-            }
-        }
-    }
-    c
-}
-
 fn transpose_ref(a: &[f64], rows: usize, cols: usize) -> Vec<f64> {
     (0..cols * rows)
         .map(|i| a[(i % rows) * cols + i / rows])
@@ -184,7 +174,7 @@ fn addmm_case<G: Device, T: FloatDType, SB: BiasFor<M2>>(
     (m, k, n): (usize, usize, usize),
 ) {
     let (bias, biasv) = random::<G, T, SB>(bias_dims);
-    let prod = matmul_ref(av, bv, m, k, n);
+    let prod = matmul_f64(av, bv, m, k, n);
     let want: Vec<f64> = (0..m * n)
         .map(|i| {
             let at = match biasv.len() {
@@ -212,7 +202,7 @@ fn products<G: Device, T: FloatDType>(rec: &mut Recorder) {
     let (m, k, n) = (67, 300, 129);
     let (a, av) = random::<G, T, M2>(&[m, k]);
     let (b, bv) = random::<G, T, M2>(&[k, n]);
-    let want = matmul_ref(&av, &bv, m, k, n);
+    let want = matmul_f64(&av, &bv, m, k, n);
     let c = a.matmul(&b).unwrap();
     check("matmul", &c, &want, 32.0);
     let (ia, ib, oc) = (rec.array(&a), rec.array(&b), rec.array(&c));
@@ -224,7 +214,7 @@ fn products<G: Device, T: FloatDType>(rec: &mut Recorder) {
     check(
         "matmul with a transposed operand",
         &c,
-        &matmul_ref(&av, &transpose_ref(&btv, n, k), m, k, n),
+        &matmul_f64(&av, &transpose_ref(&btv, n, k), m, k, n),
         32.0,
     );
     let (ia, ib, oc) = (rec.array(&a), rec.array(&bt), rec.array(&c));
@@ -238,7 +228,7 @@ fn products<G: Device, T: FloatDType>(rec: &mut Recorder) {
     let (bias, biasv) = random::<G, T, V>(&[n]);
     let (beta, alpha) = (0.5, -2.0);
     let c = Tensor::addmm_scaled(&bias, &a, &b, T::from_f64(beta), T::from_f64(alpha)).unwrap();
-    let prod = matmul_ref(&av, &bv, m, k, n);
+    let prod = matmul_f64(&av, &bv, m, k, n);
     let want: Vec<f64> = (0..m * n)
         .map(|i| beta * biasv[i % n] + alpha * prod[i])
         .collect();
@@ -262,7 +252,7 @@ fn products<G: Device, T: FloatDType>(rec: &mut Recorder) {
     let (y, yv) = random::<G, T, B3>(&[batch, k, n]);
     let want: Vec<f64> = (0..batch)
         .flat_map(|i| {
-            matmul_ref(
+            matmul_f64(
                 &xv[i * m * k..][..m * k],
                 &yv[i * k * n..][..k * n],
                 m,
@@ -279,7 +269,7 @@ fn products<G: Device, T: FloatDType>(rec: &mut Recorder) {
     // One matrix shared by the whole batch: PyTorch's matmul broadcasting.
     let z = x.matmul(&b).unwrap();
     let want: Vec<f64> = (0..batch)
-        .flat_map(|i| matmul_ref(&xv[i * m * k..][..m * k], &bv, m, k, n))
+        .flat_map(|i| matmul_f64(&xv[i * m * k..][..m * k], &bv, m, k, n))
         .collect();
     check("batched matmul with a shared matrix", &z, &want, 32.0);
     let (ix, ib, oz) = (rec.array(&x), rec.array(&b), rec.array(&z));

@@ -142,14 +142,7 @@ fn split_fit(b: &mut Builder, x: Reg, fit: Fit) -> (Reg, Reg) {
     let ty = b.ty(x);
     let it = int_of(ty);
     if fit == Fit::F16 {
-        let (off, shift) = (0x3f35_04f3_i64, 23);
-        let bits = b.bits(x);
-        let off = b.ci(it, off);
-        let tmp = b.isub(bits, off);
-        let e = b.shra_c(tmp, shift);
-        let e_shifted = b.shl_c(e, shift);
-        let mbits = b.isub(bits, e_shifted);
-        return (e, b.bits(mbits));
+        return split_normal(b, x, 0x3f35_04f3, 23);
     }
     let (min_normal, scale, scale_exp, off, shift) = match ty {
         Ty::F32 => (
@@ -176,15 +169,23 @@ fn split_fit(b: &mut Builder, x: Reg, fit: Fit) -> (Reg, Reg) {
     let zero = b.ci(it, 0);
     let adj = b.select(tiny, adj, zero);
 
-    let bits = b.bits(xs);
+    let (e, m) = split_normal(b, xs, off, shift);
+    let e = b.iadd(e, adj);
+    (e, m)
+}
+
+/// [`split`] of a positive normal `x` from its bits: `off` is the bit
+/// pattern of `sqrt(1/2)` and `shift` the significand width, so the
+/// exponent of `x / sqrt(1/2)` is read off and taken out of `x`.
+fn split_normal(b: &mut Builder, x: Reg, off: i64, shift: i64) -> (Reg, Reg) {
+    let it = int_of(b.ty(x));
+    let bits = b.bits(x);
     let off = b.ci(it, off);
     let tmp = b.isub(bits, off);
     let e = b.shra_c(tmp, shift);
     let e_shifted = b.shl_c(e, shift);
     let mbits = b.isub(bits, e_shifted);
-    let m = b.bits(mbits);
-    let e = b.iadd(e, adj);
-    (e, m)
+    (e, b.bits(mbits))
 }
 
 /// `log(1 + f)` as `f - (hfsq - s (hfsq + R))` without the exponent part,

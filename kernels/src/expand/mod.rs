@@ -113,10 +113,11 @@ fn horner_tail(b: &mut Builder, x: Reg, c32: &[f32], c64: &[f64], n: usize) -> R
 /// infinite `num` gives an infinite result, as a division would.
 fn div_unit_range(b: &mut Builder, num: Reg, d: Reg) -> Reg {
     let ty = b.ty(d);
+    debug_assert_eq!(ty, Ty::F32, "a 16-bit expansion computes in f32");
     let one = kx(b, ty, 1.0);
     // Least relative error on [1, 2] (weighted least squares to the
     // equioscillation), coefficients rounded to f32.
-    let mut r = horner(b, d, &RECIP_1_2, &RECIP_1_2_F64);
+    let mut r = horner(b, d, &RECIP_1_2, &[]);
     for _ in 0..2 {
         let nd = b.fneg(d);
         let e = b.fma(nd, r, one);
@@ -127,12 +128,6 @@ fn div_unit_range(b: &mut Builder, num: Reg, d: Reg) -> Reg {
 
 /// [`div_unit_range`]'s starting quadratic, highest power first.
 const RECIP_1_2: [f32; 3] = [0.323_223_68, -1.454_507_1, 2.121_174];
-/// The same coefficients as f64 values (the expansion is f32 only).
-const RECIP_1_2_F64: [f64; 3] = [
-    RECIP_1_2[0] as f64,
-    RECIP_1_2[1] as f64,
-    RECIP_1_2[2] as f64,
-];
 
 /// The integer type with the width of float type `ty`.
 fn int_of(ty: Ty) -> Ty {

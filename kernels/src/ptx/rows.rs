@@ -627,8 +627,7 @@ impl Staged {
         body.op(format!("setp.lt.u32 {p}, {}, {}", f.tid, self.lead));
         let g = body.reg(Class::B64);
         body.op(format!("mad.wide.u32 {g}, {}, 2, {row_base}", f.tid));
-        let s = body.reg(Class::B32);
-        body.op(format!("mad.lo.u32 {s}, {}, 2, {}", f.tid, self.first));
+        let s = self.thread_first(body, f);
         let (from, to) = at(s, g);
         moves.push(Move {
             guard: p,
