@@ -1,8 +1,8 @@
 //! `tanh`, `sigmoid`, `silu` and `gelu`, all built on [`exp`](super::exp).
 
-use super::coeffs::{TANH_F32, TANH_F64};
+use super::coeffs::{TANH_BF16_P, TANH_BF16_Q, TANH_F16_P, TANH_F16_Q, TANH_F32, TANH_F64};
 use super::exp_log::{exp_fit, exp_scaled, EXP_FLOOR_F16, EXP_FLOOR_F32, EXP_FLOOR_F64};
-use super::{copysign, div_unit_range, exp, horner, horner_tail, k, kx, Fit};
+use super::{copysign, div_positive, div_unit_range, exp, horner, k, kx, Fit};
 use crate::prim::{Builder, CmpOp, Reg, Ty};
 
 /// Below this `|x|`, tanh uses its Taylor polynomial (no cancellation);
@@ -157,36 +157,34 @@ fn split_const(b: &mut Builder, ty: Ty, v: f64) -> (Reg, Reg) {
     }
 }
 
-/// Below this `|x|`, the 16-bit `tanh` uses its Taylor polynomial.
-const TANH16_SERIES_LIMIT: f64 = 0.25;
+/// From this `|x|` on, `tanh(x)` rounds to ±1: in f16 from about 4.505
+/// (`1 - tanh(x)` below half an ulp, 2^-12), in bf16 from about 3.47
+/// (2^-9). The rational fits hold up to these clamps.
+const TANH_F16_CLAMP: f64 = 4.75;
+const TANH_BF16_CLAMP: f64 = 3.5;
 
-/// `tanh` for a result rounded to 16 bits at once: Taylor terms up to
-/// `x^7` below 1/4 (truncation below 2^-21 relative; `x (1 + z P(z))`, so
-/// `tanh(-0) = -0`), `1 - 2e/(1 + e)` with `e = e^{-2|x|}` above (error
-/// about that of `e` plus 2^-22, absolute, so at most about 2^-18
-/// relative from 1/4 up).
+/// `tanh` for a result rounded to 16 bits at once: `t P(t²)/Q(t²)` with
+/// `t = min(|x|, clamp)`, then the sign of `x` (so `tanh(-0) = -0`, and
+/// NaN stays NaN). No exponential and one division; the rational is
+/// within 2^-24.6 (f16) or 2^-17.3 (bf16) of `tanh` up to the clamp,
+/// beyond which the 16-bit result is ±1.
 pub(crate) fn tanh_fit(b: &mut Builder, x: Reg, fit: Fit) -> Reg {
     let ty = b.ty(x);
+    let (clamp, p, q): (f64, &[f32], &[f32]) = match fit {
+        Fit::Bf16 => (TANH_BF16_CLAMP, &TANH_BF16_P, &TANH_BF16_Q),
+        _ => (TANH_F16_CLAMP, &TANH_F16_P, &TANH_F16_Q),
+    };
     let ax = b.fabs(x);
-    let z = b.mul(x, x);
-    let p = horner_tail(b, z, &TANH_F32, &TANH_F64, 3);
-    let one = kx(b, ty, 1.0);
-    // x (1 + z P): a product by x keeps the sign of a zero x.
-    let s = b.fma(z, p, one);
-    let small = b.mul(x, s);
-    // 1 - 2e/(1 + e) with e = e^{-2|x|} <= e^{-1/2}: the divisor stays
-    // in [1, 2]. Large |x| gives e = 0 (or a tiny clamped value) and 1.
-    let m_two = kx(b, ty, -2.0);
-    let m_two_ax = b.mul(m_two, ax);
-    let e = exp_fit(b, m_two_ax, fit);
-    let d = b.add(e, one);
-    let two_e = b.add(e, e);
-    let q = div_unit_range(b, two_e, d);
-    let large = b.sub(one, q);
-    let large = copysign(b, large, x);
-    let limit = kx(b, ty, TANH16_SERIES_LIMIT);
-    let is_small = b.cmp(CmpOp::Lt, ax, limit);
-    b.select(is_small, small, large)
+    let clamp = kx(b, ty, clamp);
+    let t = b.fmin(ax, clamp);
+    let z = b.mul(t, t);
+    let pz = horner(b, z, p, &[]);
+    let qz = horner(b, z, q, &[]);
+    let n = b.mul(t, pz);
+    let y = div_positive(b, n, qz, fit);
+    let y = copysign(b, y, x);
+    let is_nan = b.is_nan(x);
+    b.select(is_nan, x, y)
 }
 
 /// `tanh(±0) = ±0`: the series gives `x + (+0)`, which is `+0` for `-0`

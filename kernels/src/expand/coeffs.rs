@@ -104,3 +104,15 @@ pub(super) const TANH_F64: [f64; 18] = [
     0.13333333333333333,
     -0.3333333333333333,
 ];
+
+/// `tanh(x) ≈ x P(x²)/Q(x²)` for `|x| <= 4.75`, the f16 fit: least
+/// relative error (Lawson's iteration to the equioscillation, coefficients
+/// then rounded to f32; `scripts/fit_tanh.py`), 2^-24.6 before the f32
+/// roundings. `P`, highest power first, then `Q`.
+pub(super) const TANH_F16_P: [f32; 4] = [5.3598033e-06, 0.0025370778, 0.12576191, 1.0];
+/// See [`TANH_F16_P`].
+pub(super) const TANH_F16_Q: [f32; 4] = [0.00017248756, 0.022235956, 0.45909497, 1.0];
+/// The same form for `|x| <= 3.5`, the bf16 fit: 2^-17.3.
+pub(super) const TANH_BF16_P: [f32; 3] = [0.00082621543, 0.10674241, 1.0];
+/// See [`TANH_BF16_P`].
+pub(super) const TANH_BF16_Q: [f32; 3] = [0.014230657, 0.44004244, 1.0];

@@ -126,6 +126,29 @@ fn div_unit_range(b: &mut Builder, num: Reg, d: Reg) -> Reg {
     b.mul(num, r)
 }
 
+/// `num / d` for a positive normal `d` (or NaN), for results rounded to
+/// 16 bits at once: a reciprocal seed from the bits of `d` (the integer
+/// `0x7ef311c3 - bits(d)`, relative error below 2^-4.3 for every normal
+/// `d`) and Newton steps, all straight-line, as in [`div_unit_range`]:
+/// two for bf16 (2^-8.6, then 2^-17), three for f16 (below 2^-24 but for
+/// the roundings; two leave 116 f16 tanh results off the nearest).
+fn div_positive(b: &mut Builder, num: Reg, d: Reg, fit: Fit) -> Reg {
+    let ty = b.ty(d);
+    debug_assert_eq!(ty, Ty::F32, "a 16-bit expansion computes in f32");
+    let one = kx(b, ty, 1.0);
+    let magic = b.ci(Ty::I32, 0x7ef3_11c3);
+    let bits = b.bits(d);
+    let seed = b.isub(magic, bits);
+    let mut r = b.bits(seed);
+    let nd = b.fneg(d);
+    let steps = if fit == Fit::Bf16 { 2 } else { 3 };
+    for _ in 0..steps {
+        let e = b.fma(nd, r, one);
+        r = b.fma(r, e, r);
+    }
+    b.mul(num, r)
+}
+
 /// [`div_unit_range`]'s starting quadratic, highest power first.
 const RECIP_1_2: [f32; 3] = [0.323_223_68, -1.454_507_1, 2.121_174];
 
