@@ -1,7 +1,7 @@
 //! `tanh`, `sigmoid`, `silu` and `gelu`, all built on [`exp`](super::exp).
 
 use super::coeffs::{TANH_BF16_P, TANH_BF16_Q, TANH_F16_P, TANH_F16_Q, TANH_F32, TANH_F64};
-use super::exp_log::{exp_fit, exp_scaled, EXP_FLOOR_F16, EXP_FLOOR_F32, EXP_FLOOR_F64};
+use super::exp_log::{exp_scaled, EXP_FLOOR_F16, EXP_FLOOR_F32, EXP_FLOOR_F64};
 use super::{copysign, div_positive, div_unit_range, exp, horner, k, kx, Fit};
 use crate::prim::{Builder, CmpOp, Reg, Ty};
 

@@ -3,6 +3,7 @@
 
 use super::Target;
 use crate::prim::Ty;
+use std::collections::HashMap;
 use std::fmt::Write;
 
 /// A PTX register class.
@@ -71,6 +72,9 @@ pub(crate) struct Body {
     counts: [u32; 6],
     labels: u32,
     target: Target,
+    /// For `f32` registers widened from an f16 register (`cvt.f32.f16`):
+    /// that register, so narrowing the value again costs nothing.
+    halves: HashMap<String, String>,
 }
 
 impl Body {
@@ -96,6 +100,16 @@ impl Body {
         let name = format!("{}{}", class.prefix(), *n);
         *n += 1;
         name
+    }
+
+    /// Records that `f32` register `wide` holds the f16 in `half`.
+    pub(crate) fn set_half(&mut self, wide: &str, half: &str) {
+        self.halves.insert(wide.to_string(), half.to_string());
+    }
+
+    /// The f16 register whose widening `wide` is, if any.
+    pub(crate) fn half_of(&self, wide: &str) -> Option<&str> {
+        self.halves.get(wide).map(String::as_str)
     }
 
     /// A fresh register for machine type `ty`.

@@ -4,6 +4,7 @@
 //! rounds exactly where the interpreter does.
 
 use super::body::{Body, Class};
+use super::memory::{f32_to_half, half_to_f32};
 use super::Target;
 use crate::prim::{CmpOp, Op, Program, Round, Ty};
 
@@ -107,13 +108,71 @@ fn rare_groups(prog: &Program, live: &[bool]) -> Vec<RareGroup> {
     groups
 }
 
+/// The `RoundF16`s that compute in f16 registers: those of an `f32`
+/// `+`, `-` or `*` of two f16 values become one `add.rn.f16` (`sub`,
+/// `mul`), with the same bits: the f32 result of such an op, rounded to
+/// f16, is the correctly rounded f16 result (24 bits hold at least
+/// 2 x 11 + 2, so rounding twice gives what rounding once does), and the
+/// conversions to f32 and back disappear. Returns, per instruction,
+/// whether it is such a rounding, and whether it is an op only such a
+/// rounding uses (then not emitted).
+fn native_halves(
+    body: &Body,
+    prog: &Program,
+    args: &[String],
+    live: &[bool],
+) -> (Vec<bool>, Vec<bool>) {
+    let n = prog.insts.len();
+    let mut is_half = vec![false; n];
+    let mut uses = vec![0usize; n];
+    for r in &prog.results {
+        uses[r.idx()] += 1;
+    }
+    for (i, inst) in prog.insts.iter().enumerate() {
+        if !live[i] {
+            continue;
+        }
+        for a in &inst.args {
+            uses[a.idx()] += 1;
+        }
+        is_half[i] = inst.ty == Ty::F32
+            && match inst.op {
+                Op::Param(k) => body.half_of(&args[k as usize]).is_some(),
+                Op::Const(bits) => {
+                    let v = f32::from_bits(bits as u32);
+                    half::f16::from_f32(v).to_f32().to_bits() == v.to_bits()
+                }
+                Op::RoundF16 => true,
+                _ => false,
+            };
+    }
+    let mut native = vec![false; n];
+    let mut folded = vec![false; n];
+    for (j, inst) in prog.insts.iter().enumerate() {
+        if !live[j] || inst.op != Op::RoundF16 {
+            continue;
+        }
+        let i = inst.args[0].idx();
+        let op = &prog.insts[i];
+        if op.ty == Ty::F32
+            && matches!(op.op, Op::FAdd | Op::FSub | Op::FMul)
+            && op.args.iter().all(|a| is_half[a.idx()])
+        {
+            native[j] = true;
+            folded[i] = uses[i] == 1;
+        }
+    }
+    (native, folded)
+}
+
 /// Emits `prog` with its parameters bound to `args` (register names);
 /// returns the registers holding its results.
 pub(crate) fn emit_program(body: &mut Body, prog: &Program, args: &[String]) -> Vec<String> {
     let live = prog.live();
     let groups = rare_groups(prog, &live);
+    let (native, folded) = native_halves(body, prog, args, &live);
     let mut regs: Vec<String> = vec![String::new(); prog.insts.len()];
-    let mut skip = vec![false; prog.insts.len()];
+    let mut skip = folded;
     for g in &groups {
         for &d in &g.deferred {
             skip[d] = true;
@@ -127,12 +186,28 @@ pub(crate) fn emit_program(body: &mut Body, prog: &Program, args: &[String]) -> 
             continue;
         }
         if let Some(g) = groups.iter().find(|g| g.members[0] == i) {
-            emit_rare_group(body, prog, args, g, &mut regs);
+            emit_rare_group(body, prog, args, g, &native, &mut regs);
             continue;
         }
-        emit_inst(body, prog, args, i, &mut regs);
+        emit_inst(body, prog, args, i, &native, &mut regs);
     }
     prog.results.iter().map(|r| regs[r.idx()].clone()).collect()
+}
+
+/// `round_f16(a op b)` computed in f16 registers (see [`native_halves`]).
+fn emit_native_half(body: &mut Body, prog: &Program, j: usize, regs: &mut [String]) {
+    let op = &prog.insts[prog.insts[j].args[0].idx()];
+    let name = match op.op {
+        Op::FAdd => "add",
+        Op::FSub => "sub",
+        Op::FMul => "mul",
+        other => unreachable!("no f16 instruction for {other:?}"),
+    };
+    let x = f32_to_half(body, &regs[op.args[0].idx()]);
+    let y = f32_to_half(body, &regs[op.args[1].idx()]);
+    let h = body.reg(Class::B16);
+    body.op(format!("{name}.rn.f16 {h}, {x}, {y}"));
+    regs[j] = half_to_f32(body, &h);
 }
 
 /// `d = common; if cond { deferred work; d = rare }` for each member.
@@ -141,6 +216,7 @@ fn emit_rare_group(
     prog: &Program,
     args: &[String],
     g: &RareGroup,
+    native: &[bool],
     regs: &mut [String],
 ) {
     let first = &prog.insts[g.members[0]];
@@ -158,7 +234,7 @@ fn emit_rare_group(
     let skip = body.label("common");
     body.op(format!("@!{cond} bra {skip}"));
     for &d in &g.deferred {
-        emit_inst(body, prog, args, d, regs);
+        emit_inst(body, prog, args, d, native, regs);
     }
     for &m in &g.members {
         let inst = &prog.insts[m];
@@ -173,7 +249,18 @@ fn emit_rare_group(
 }
 
 /// Emits instruction `i` (its operands already in `regs`).
-fn emit_inst(body: &mut Body, prog: &Program, args: &[String], i: usize, regs: &mut [String]) {
+fn emit_inst(
+    body: &mut Body,
+    prog: &Program,
+    args: &[String],
+    i: usize,
+    native: &[bool],
+    regs: &mut [String],
+) {
+    if native[i] {
+        emit_native_half(body, prog, i, regs);
+        return;
+    }
     {
         let inst = &prog.insts[i];
         let ty = inst.ty;
@@ -269,6 +356,7 @@ fn emit_inst(body: &mut Body, prog: &Program, args: &[String], i: usize, regs: &
             Op::RoundF16 => {
                 let h = body.reg(Class::B16);
                 body.op(format!("cvt.rn.f16.{} {h}, {}", fsuf(aty(0)), a[0]));
+                body.set_half(&d, &h);
                 format!("cvt.f32.f16 {d}, {h}")
             }
             Op::RoundBf16 => round_bf16(body, a[0], &d),

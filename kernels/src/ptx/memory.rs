@@ -133,13 +133,21 @@ pub(crate) fn store(body: &mut Body, dtype: DTypeKind, addr: &str, value: &str) 
     }
 }
 
-fn half_to_f32(body: &mut Body, h: &str) -> String {
+/// The `f32` widening of f16 register `h` (remembered by the body, so
+/// that [`f32_to_half`] gives `h` back).
+pub(crate) fn half_to_f32(body: &mut Body, h: &str) -> String {
     let f = body.reg(Class::F32);
     body.op(format!("cvt.f32.f16 {f}, {h}"));
+    body.set_half(&f, h);
     f
 }
 
-fn f32_to_half(body: &mut Body, f: &str) -> String {
+/// The f16 register of `f`, an `f32` holding an f16 value: the register
+/// it was widened from, or an exact conversion.
+pub(crate) fn f32_to_half(body: &mut Body, f: &str) -> String {
+    if let Some(h) = body.half_of(f) {
+        return h.to_string();
+    }
     let h = body.reg(Class::B16);
     // Exact: the value is already an f16.
     body.op(format!("cvt.rn.f16.f32 {h}, {f}"));
