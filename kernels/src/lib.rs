@@ -28,7 +28,7 @@
 //! | `exp` | reduction by ln 2 (Cody–Waite), Taylor polynomial, scaling in two steps (correct subnormals) | 0.92 / 1 | 1.0 / 1 |
 //! | `log` | split at √2, `2 atanh(s)` series (msun layout) | 0.81 / 1 | 1.0 / 1 |
 //! | `sin`, `cos` | 3-part Cody–Waite by π/2; beyond 2^17 (f32) or 2^30 (f64) exact integer Payne–Hanek, under a branch | 1.44 / 1.5, whole range | 1.0 / 1.5, whole range |
-//! | `tanh` | Taylor polynomial below 0.55, `1 - 2/(e^{2x}+1)` above | 1.50 / 2 | 2.0 / 2 |
+//! | `tanh` | Taylor polynomial below 0.55, `1 - 2e/(1+e)` with `e = e^{-2\|x\|}` above | 1.34 / 2 | 2.0 / 2 |
 //! | `sigmoid` | `1/(1+e)` or `e/(1+e)` with `e = exp(-\|x\|)` | 2.20 / 2.5 | 3.0 / 3 |
 //! | `silu` | `x/(1+e)` or `x e/(1+e)` | 2.73 / 3 | same method |
 //! | `gelu` (tanh form) | `x · sigmoid(2u)`, `2u` as a double word | 2.86 / 3 | same method |
@@ -36,14 +36,22 @@
 //! | `sqrt`, `recip`, `/` | IEEE instructions | 0.5 | 0.5 |
 //! | `rsqrt` | `1/sqrt(x)` | 1.47 / 1.5 | 1.5 |
 //!
-//! `f16` and `bf16` compute in `f32` and round once to their type. Integer
-//! arithmetic wraps; `x / 0` is 0 for integers.
+//! In the f32 `tanh`, `sigmoid`, `silu` and `gelu`, the division by a
+//! number in [1, 2] is a reciprocal by polynomial and Newton steps and one
+//! residual step (straight-line code, where `div.rn.f32` branches per
+//! lane); the errors above include it.
+//!
+//! `f16` and `bf16` compute in `f32` and round once to their type;
+//! `+`, `-` and `*` of two `f16` values run as `f16` instructions, which
+//! give the same bits (the `f32` result rounded to `f16` is the correctly
+//! rounded one). Integer arithmetic wraps; `x / 0` is 0 for integers.
 //!
 //! An `f16`/`bf16` op rounds its `f32` result to 16 bits at once, so its
 //! transcendental gets a shorter expansion (fewer Taylor terms, a one-step
-//! `exp` reduction, no large-argument `sin`/`cos` reduction for f16, and
-//! in `tanh`, `sigmoid`, `silu` and `gelu` a division by a number in
-//! [1, 2] done as a reciprocal by polynomial and Newton steps),
+//! `exp` reduction, no large-argument `sin`/`cos` reduction for f16, a
+//! rational `tanh` with no exponential, and in `sigmoid`, `silu` and
+//! `gelu` a division by a number in [1, 2] done as a reciprocal by
+//! polynomial and Newton steps),
 //! accurate to about 2^-17 (f16) or 2^-14 (bf16) relative before that
 //! rounding. The choice depends on the op's dtype alone: an `f32` or `f64`
 //! op always gets the expansion above, even when its result is later cast

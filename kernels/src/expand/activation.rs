@@ -2,7 +2,9 @@
 
 use super::coeffs::{TANH_BF16_P, TANH_BF16_Q, TANH_F16_P, TANH_F16_Q, TANH_F32, TANH_F64};
 use super::exp_log::{exp_scaled, EXP_FLOOR_F16, EXP_FLOOR_F32, EXP_FLOOR_F64};
-use super::{copysign, div_positive, div_unit_range, exp, horner, k, kx, Fit};
+use super::{
+    copysign, div_positive, div_unit_range, div_unit_range_full, exp, horner, inf, k, kx, Fit,
+};
 use crate::prim::{Builder, CmpOp, Reg, Ty};
 
 /// Below this `|x|`, tanh uses its Taylor polynomial (no cancellation);
@@ -23,13 +25,15 @@ pub(crate) fn tanh(b: &mut Builder, x: Reg) -> Reg {
     let p = horner(b, z, &TANH_F32, &TANH_F64);
     let xz = b.mul(x, z);
     let small = b.fma(xz, p, x);
-    // large
-    let two = kx(b, ty, 2.0);
+    // large: 1 - 2e/(1 + e), e = e^{-2|x|} <= e^{-1.1}, so the divisor
+    // stays in [1, 2]
+    let m_two = kx(b, ty, -2.0);
     let one = kx(b, ty, 1.0);
-    let two_ax = b.mul(two, ax);
-    let e = exp(b, two_ax);
+    let m_two_ax = b.mul(m_two, ax);
+    let e = exp(b, m_two_ax);
     let d = b.add(e, one);
-    let q = b.div(two, d);
+    let two_e = b.add(e, e);
+    let q = div_unit_range_full(b, two_e, d);
     let large = b.sub(one, q);
     let large = copysign(b, large, x);
     let limit = k(b, ty, TANH_SERIES_LIMIT as f32, TANH_SERIES_LIMIT);
@@ -41,8 +45,9 @@ pub(crate) fn tanh(b: &mut Builder, x: Reg) -> Reg {
 /// The logistic function `1/(1 + e^-u)` times `f`, for `u = uh + ul`:
 /// `f/(1+e)` when `u >= 0`, `f e/(1+e)` otherwise, with `e = exp(-|u|)`
 /// (no overflow, no cancellation; the power of two of `e` applied last so
-/// tiny results round once).
-fn logistic_times(b: &mut Builder, f: Reg, uh: Reg, ul: Option<Reg>) -> Reg {
+/// tiny results round once). `f_finite`: `f` is never infinite, so the
+/// division needs no case for it.
+fn logistic_times(b: &mut Builder, f: Reg, uh: Reg, ul: Option<Reg>, f_finite: bool) -> Reg {
     let ty = b.ty(uh);
     let zero = kx(b, ty, 0.0);
     let pos = b.cmp(CmpOp::Ge, uh, zero);
@@ -60,7 +65,16 @@ fn logistic_times(b: &mut Builder, f: Reg, uh: Reg, ul: Option<Reg>) -> Reg {
     // One division for both signs: the numerator is chosen first.
     let fm = b.mul(f, m);
     let num = b.select(pos, f, fm);
-    let p = b.div(num, d);
+    let p = div_unit_range_full(b, num, d);
+    // An infinite numerator would leave `inf - inf` in the residual step.
+    let p = if f_finite {
+        p
+    } else {
+        let inf = inf(b, ty);
+        let an = b.fabs(num);
+        let is_inf = b.cmp(CmpOp::Eq, an, inf);
+        b.select(is_inf, num, p)
+    };
     let n = b.mul(p, s);
     let n = beyond_floor(b, f, auh, n, Fit::Full);
     b.select(pos, p, n)
@@ -86,12 +100,12 @@ fn beyond_floor(b: &mut Builder, f: Reg, au: Reg, fe: Reg, fit: Fit) -> Reg {
 pub(crate) fn sigmoid(b: &mut Builder, x: Reg) -> Reg {
     let ty = b.ty(x);
     let one = kx(b, ty, 1.0);
-    logistic_times(b, one, x, None)
+    logistic_times(b, one, x, None, true)
 }
 
 /// `x * sigmoid(x)`.
 pub(crate) fn silu(b: &mut Builder, x: Reg) -> Reg {
-    logistic_times(b, x, x, None)
+    logistic_times(b, x, x, None, false)
 }
 
 /// `0.5 x (1 + tanh(u))` with `u = sqrt(2/π) (x + 0.044715 x^3)`, computed
@@ -142,7 +156,7 @@ pub(crate) fn gelu(b: &mut Builder, x: Reg) -> Reg {
     let big = kx(b, ty, 1_267_650_600_228_229_401_496_703_205_376.0); // 2^100
     let sane = b.cmp(CmpOp::Lt, auh, big);
     let ul = b.select(sane, ul, zero);
-    logistic_times(b, x, uh, Some(ul))
+    logistic_times(b, x, uh, Some(ul), false)
 }
 
 /// `v` as an unevaluated sum `hi + lo` of two constants of type `ty`.

@@ -104,26 +104,50 @@ fn horner_tail(b: &mut Builder, x: Reg, c32: &[f32], c64: &[f64], n: usize) -> R
 }
 
 /// `num / d` for `d` in [1, 2] (or NaN), for results rounded to 16 bits
-/// at once: `num` times a reciprocal from a quadratic (relative error
-/// 2^-6.6) and two Newton steps (2^-13.3, then below 2^-24 but for the
-/// roundings), all `fma`, so within about 2^-22 of the quotient. A
-/// correctly rounded `div` costs a reciprocal estimate, a check and a
-/// branch to a slow path per lane; this is seven straight-line
-/// instructions that the compiler can interleave across lanes. An
-/// infinite `num` gives an infinite result, as a division would.
+/// at once: `num` times [`recip_unit_range`], within about 2^-22 of the
+/// quotient. A correctly rounded `div` costs a reciprocal estimate, a
+/// check and a branch to a slow path per lane; this is seven
+/// straight-line instructions that the compiler can interleave across
+/// lanes. An infinite `num` gives an infinite result, as a division would.
 fn div_unit_range(b: &mut Builder, num: Reg, d: Reg) -> Reg {
-    let ty = b.ty(d);
-    debug_assert_eq!(ty, Ty::F32, "a 16-bit expansion computes in f32");
-    let one = kx(b, ty, 1.0);
+    debug_assert_eq!(b.ty(d), Ty::F32, "a 16-bit expansion computes in f32");
+    let r = recip_unit_range(b, d);
+    b.mul(num, r)
+}
+
+/// `num / d` for `d` in [1, 2] (or NaN) and a finite `num`, to within a
+/// few hundredths of an ulp more than a correctly rounded division (f32;
+/// f64 divides): `q = num r` with `r` from [`recip_unit_range`], then one
+/// residual step `q - r (d q - num)`, the residual exact by `fma`. Like
+/// [`div_unit_range`], straight-line code where `div.rn.f32` branches.
+fn div_unit_range_full(b: &mut Builder, num: Reg, d: Reg) -> Reg {
+    if b.ty(d) != Ty::F32 {
+        return b.div(num, d);
+    }
+    let r = recip_unit_range(b, d);
+    let q = b.mul(num, r);
+    // The residual negated, `d q - num`, so that a zero residual is +0
+    // and `q - (+0) r` keeps the sign of a zero `q`.
+    let nnum = b.fneg(num);
+    let nrem = b.fma(d, q, nnum);
+    let rem = b.fneg(nrem);
+    b.fma(rem, r, q)
+}
+
+/// `1 / d` for `d` in [1, 2] (or NaN), in f32: a quadratic (relative error
+/// 2^-6.6) and two Newton steps (2^-13.3, then below 2^-24 but for the
+/// roundings), all `fma`.
+fn recip_unit_range(b: &mut Builder, d: Reg) -> Reg {
+    let one = kx(b, Ty::F32, 1.0);
     // Least relative error on [1, 2] (weighted least squares to the
     // equioscillation), coefficients rounded to f32.
     let mut r = horner(b, d, &RECIP_1_2, &[]);
+    let nd = b.fneg(d);
     for _ in 0..2 {
-        let nd = b.fneg(d);
         let e = b.fma(nd, r, one);
         r = b.fma(r, e, r);
     }
-    b.mul(num, r)
+    r
 }
 
 /// `num / d` for a positive normal `d` (or NaN), for results rounded to
@@ -149,7 +173,7 @@ fn div_positive(b: &mut Builder, num: Reg, d: Reg, fit: Fit) -> Reg {
     b.mul(num, r)
 }
 
-/// [`div_unit_range`]'s starting quadratic, highest power first.
+/// [`recip_unit_range`]'s starting quadratic, highest power first.
 const RECIP_1_2: [f32; 3] = [0.323_223_68, -1.454_507_1, 2.121_174];
 
 /// The integer type with the width of float type `ty`.
