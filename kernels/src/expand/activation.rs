@@ -57,7 +57,7 @@ fn logistic_times(b: &mut Builder, f: Reg, uh: Reg, ul: Option<Reg>, f_finite: b
         let nul = b.fneg(ul);
         b.select(pos, nul, ul)
     });
-    let (m, s) = exp_scaled(b, nauh, lo, Fit::Full);
+    let (m, s) = exp_scaled(b, nauh, lo, Fit::Full, true);
     let s = s.expect("full-precision exp scales in two steps");
     let e = b.mul(m, s);
     let one = kx(b, ty, 1.0);
@@ -221,7 +221,7 @@ fn logistic_times_fit(b: &mut Builder, f: Reg, u: Reg, fit: Fit) -> Reg {
     let pos = b.cmp(CmpOp::Ge, u, zero);
     let au = b.fabs(u);
     let nau = b.fneg(au);
-    let (m, s) = exp_scaled(b, nau, None, fit);
+    let (m, s) = exp_scaled(b, nau, None, fit, true);
     let fm = b.mul(f, m);
     let (e, fe) = match s {
         Some(s) => (b.mul(m, s), b.mul(fm, s)),

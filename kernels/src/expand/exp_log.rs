@@ -31,7 +31,7 @@ pub(crate) fn exp(b: &mut Builder, x: Reg) -> Reg {
 
 /// `e^x` to the precision `fit` asks for.
 pub(crate) fn exp_fit(b: &mut Builder, x: Reg, fit: Fit) -> Reg {
-    let (m, s) = exp_scaled(b, x, None, fit);
+    let (m, s) = exp_scaled(b, x, None, fit, false);
     match s {
         Some(s) => b.mul(m, s),
         None => m,
@@ -40,7 +40,7 @@ pub(crate) fn exp_fit(b: &mut Builder, x: Reg, fit: Fit) -> Reg {
 
 /// `e^(hi + lo)` for a double-word argument (`lo` tiny next to `hi`).
 pub(super) fn exp2w(b: &mut Builder, x: Reg, lo: Option<Reg>) -> Reg {
-    let (m, s) = exp_scaled(b, x, lo, Fit::Full);
+    let (m, s) = exp_scaled(b, x, lo, Fit::Full, false);
     let s = s.expect("full-precision exp scales in two steps");
     b.mul(m, s)
 }
@@ -66,7 +66,17 @@ fn exp_terms(fit: Fit) -> usize {
 /// [-32, 12], where `2^n` is one normal factor. (-32, not -17.4 where
 /// `e^x` leaves f16's range: `silu` and `gelu` multiply `e^x` by up to
 /// 65504 before rounding.)
-pub(super) fn exp_scaled(b: &mut Builder, x: Reg, lo: Option<Reg>, fit: Fit) -> (Reg, Option<Reg>) {
+///
+/// `nonpositive`: the caller guarantees `x <= 0` (or NaN). Then `s` is
+/// the constant `2^-64` (`2^-128` in f64) and `m = e^x 2^64` stays
+/// normal, one integer step cheaper than splitting `2^n` in two.
+pub(super) fn exp_scaled(
+    b: &mut Builder,
+    x: Reg,
+    lo: Option<Reg>,
+    fit: Fit,
+    nonpositive: bool,
+) -> (Reg, Option<Reg>) {
     let ty = b.ty(x);
     // Beyond these the result is 0 or inf; clamping keeps the reduction
     // count in range (NaN is restored at the end: min/max drop it).
@@ -76,9 +86,13 @@ pub(super) fn exp_scaled(b: &mut Builder, x: Reg, lo: Option<Reg>, fit: Fit) -> 
         _ => (-EXP_FLOOR_F64, 710.0),
     };
     let lo_clamp = kx(b, ty, min);
-    let hi_clamp = kx(b, ty, max);
     let xc = b.fmax(x, lo_clamp);
-    let xc = b.fmin(xc, hi_clamp);
+    let xc = if nonpositive {
+        xc
+    } else {
+        let hi_clamp = kx(b, ty, max);
+        b.fmin(xc, hi_clamp)
+    };
 
     // x = n ln2 + r, |r| <= ln2/2 (a hair more when x*log2e rounds).
     let log2e = k(b, ty, LOG2E_F32, LOG2E_F64);
@@ -118,6 +132,16 @@ pub(super) fn exp_scaled(b: &mut Builder, x: Reg, lo: Option<Reg>, fit: Fit) -> 
         let s = pow2(b, ty, ni);
         let y = b.mul(p, s);
         return (b.select(bad, x, y), None);
+    }
+    if nonpositive {
+        // n >= -162 (f32) or -1097 (f64): 2^(n + c) is normal.
+        let c: i64 = if ty == Ty::F32 { 64 } else { 128 };
+        let nc = b.ci(it, c);
+        let n1 = b.iadd(ni, nc);
+        let s1 = pow2(b, ty, n1);
+        let y = b.mul(p, s1);
+        let s2 = kx(b, ty, 2f64.powi(-c as i32));
+        return (b.select(bad, x, y), Some(s2));
     }
     // p * 2^n in two factors, so 2^n may be subnormal or overflow without
     // a second rounding (p * 2^n1 is exact).
