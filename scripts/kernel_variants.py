@@ -11,11 +11,17 @@ that name the same kernel are compared on one line, with each variant's
 ratio to `torch.compile` and its largest error against PyTorch in f32.
 
     python3 scripts/kernel_variants.py DIR [DIR ...] [--sizes 24,26,28]
-        [--filter SUBSTR] [--no-compile] [--quick]
+        [--filter SUBSTR] [--grids rt,32,occ2,g4] [--no-compile] [--quick]
 
 Known kernels: the `sin_mul_add`, `sigmoid_tanh_chain` and `gelu` ones.
-Launch geometry is the runtime's: 256 threads, at most 32 blocks per
-multiprocessor. Inputs, their rotation beyond the L2 cache and the timing
+Launch geometry: 256 threads a block; `--grids` lists the grid sizes to
+try: `rt` (the runtime's rule, `elementwise_grid` in
+runtime/src/cuda/launch.rs: two 16-byte steps a thread, at most 128
+blocks per multiprocessor), blocks per multiprocessor (`32`: at most 32
+per multiprocessor), `occN` (N times the blocks of the kernel that fit on a
+multiprocessor at once, from the driver's occupancy query) or `gN`
+(enough blocks for N 16-byte groups per thread); every variant runs
+with each. Inputs, their rotation beyond the L2 cache and the timing
 (CUDA events around batches of launches, median over batches) are those
 of `torch_baseline.py`, which must sit in the same folder.
 """
@@ -39,7 +45,6 @@ FUNCTIONS = {
     "gelu": (1, lambda x: F.gelu(x, approximate="tanh")),
 }
 BLOCK = 256
-BLOCKS_PER_SM = 32
 
 
 class Driver:
@@ -63,10 +68,31 @@ class Driver:
         self.check(self.cu.cuModuleGetFunction(ctypes.byref(f), module, entry.encode()), f"{entry} in {path}")
         return f
 
-    def launch(self, f, out, inputs, n):
+    def resident_blocks(self, f):
+        """Blocks of BLOCK threads of `f` that fit on one multiprocessor."""
+        blocks = ctypes.c_int()
+        self.check(
+            self.cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(blocks), f, BLOCK, ctypes.c_size_t(0)),
+            "occupancy",
+        )
+        return blocks.value
+
+    def grid(self, f, policy, n, size):
+        """The grid `policy` (see --grids) gives `f` over `n` elements of `size` bytes."""
+        if policy == "rt":
+            return max(1, min(-(-n // (BLOCK * (16 // size) * 2)), self.sms * 128))
+        if policy.startswith("g"):
+            per_thread = int(policy[1:]) * (16 // size)
+            return max(1, -(-n // (BLOCK * per_thread)))
+        if policy.startswith("occ"):
+            per_sm = self.resident_blocks(f) * int(policy[3:] or 1)
+        else:
+            per_sm = int(policy)
+        return min((n + BLOCK - 1) // BLOCK, self.sms * per_sm)
+
+    def launch(self, f, out, inputs, n, grid):
         values = [ctypes.c_uint64(t.data_ptr()) for t in [out, *inputs]] + [ctypes.c_uint64(n)]
         params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
-        grid = min((n + BLOCK - 1) // BLOCK, self.sms * BLOCKS_PER_SM)
         self.check(self.cu.cuLaunchKernel(f, grid, 1, 1, BLOCK, 1, 1, 0, self.stream, params, None), "launch")
 
 
@@ -87,6 +113,7 @@ def main():
     ap.add_argument("dirs", nargs="+", help="one directory of PTX files per variant")
     ap.add_argument("--sizes", default="24,26,28", help="log2 of the element counts")
     ap.add_argument("--filter", default="", help="only kernels whose name contains this")
+    ap.add_argument("--grids", default="rt", help="blocks per multiprocessor to try: N or occN (see above)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--quick", action="store_true", help="fewer and shorter batches")
     args = ap.parse_args()
@@ -104,7 +131,12 @@ def main():
     for (name, key, dt), files in sorted(variants.items()):
         inputs, fn = FUNCTIONS[key]
         dtype = DTYPES[dt]
-        functions = [(v, driver.function(p, name + "_contig")) for v, p in files]
+        functions = []
+        for v, p in files:
+            f = driver.function(p, name + "_contig")
+            for g in args.grids.split(","):
+                label = v if args.grids == "rt" else f"{v}@{g}"
+                functions.append((label, f, g))
         for lg in (int(s) for s in args.sizes.split(",")):
             n = 1 << lg
             size = torch.tensor([], dtype=dtype).element_size()
@@ -130,11 +162,12 @@ def main():
                 f"  copy {t['copy']:8.1f} us |"
             )
             reference = fn(*[x.float() for x in sets[0]])
-            for variant, f in functions:
-                driver.launch(f, outs[0], sets[0], n)
+            for variant, f, policy in functions:
+                grid = driver.grid(f, policy, n, size)
+                driver.launch(f, outs[0], sets[0], n, grid)
                 torch.cuda.synchronize()
                 err = ((outs[0].float() - reference).abs().max() / reference.abs().max()).item()
-                v = us(lambda i: driver.launch(f, outs[i], sets[i], n))
+                v = us(lambda i: driver.launch(f, outs[i], sets[i], n, grid))
                 line += f" {variant} {v:8.1f} ({base / v:.3f}x, {t['copy'] / v:.0%} copy BW, err {err:.1e})"
             print(line, flush=True)
             del sets, outs, src, dst
