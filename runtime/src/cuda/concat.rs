@@ -4,7 +4,7 @@
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
-use super::launch::{Builtin, ModuleKey, BLOCK};
+use super::launch::{stride_grid, Builtin, ModuleKey};
 use crate::backend::RowBlocks;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -70,10 +70,7 @@ impl CudaBackend {
                 .map(|&(_, inner, _)| per_unit(inner) * plan.outer as u64)
                 .max()
                 .unwrap_or(0);
-            // A few waves of blocks per multiprocessor, shared by the
-            // inputs of the launch (the threads stride over the rest).
-            let per_part = (ctx.sm_count * 16).div_ceil(group.len()).max(1) as u64;
-            let gx = most.div_ceil(BLOCK as u64).clamp(1, per_part) as u32;
+            let gx = stride_grid(most as usize, ctx.sm_count, group.len());
             let mut params: Vec<*mut c_void> = values
                 .iter_mut()
                 .map(|v| v as *mut u64 as *mut c_void)

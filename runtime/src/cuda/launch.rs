@@ -433,18 +433,25 @@ pub(crate) fn launch_fused<O: DType>(
 /// Blocks for an elementwise launch over `n` elements; `widest` is the
 /// size of the widest element of a contiguous launch (whose threads step
 /// by 16 bytes of it), 0 for a strided one (one element a step).
-///
-/// The kernels loop over the grid's stride. Measured on an H100
-/// (`scripts/kernel_variants.py --grids`): at most 32 blocks per
-/// multiprocessor left 2^28-element kernels at 92-94% of copy bandwidth,
-/// 128 reach 96-98% (the hardware balances many short blocks better than
-/// a few long ones), but 128 at 2^24 leave threads without a step (76-89%
-/// there). So: at least two steps per thread, at most 128 blocks per
-/// multiprocessor.
 pub(crate) fn elementwise_grid(n: usize, widest: usize, sm_count: usize) -> u32 {
-    let per_step = if widest == 0 { 1 } else { (16 / widest).max(1) };
-    let blocks = n.div_ceil(BLOCK as usize * per_step * 2);
-    blocks.clamp(1, sm_count * 128) as u32
+    let per_step = 16usize.checked_div(widest).unwrap_or(1).max(1);
+    stride_grid(n.div_ceil(per_step), sm_count, 1)
+}
+
+/// Blocks for a kernel whose threads loop over the grid's stride, for
+/// `steps` steps in all, one of `sharing` launches that run side by side
+/// (the blocks of a multiprocessor are split between them).
+///
+/// Measured on an H100 (`scripts/kernel_variants.py --grids`): at most 32
+/// blocks per multiprocessor left 2^28-element kernels at 92-94% of copy
+/// bandwidth, 128 reach 96-98% (the hardware balances many short blocks
+/// better than a few long ones), but 128 at 2^24 leave threads without a
+/// step (76-89% there). So: at least two steps per thread, at most 128
+/// blocks per multiprocessor.
+pub(crate) fn stride_grid(steps: usize, sm_count: usize, sharing: usize) -> u32 {
+    let blocks = steps.div_ceil(BLOCK as usize * 2);
+    let most = (sm_count * 128).div_ceil(sharing.max(1));
+    blocks.clamp(1, most.max(1)) as u32
 }
 
 #[cfg(test)]
@@ -467,6 +474,9 @@ mod tests {
         // Never an empty grid, even for widths beyond 16 bytes.
         assert_eq!(elementwise_grid(1, 8, sms), 1);
         assert_eq!(elementwise_grid(3, 32, sms), 1);
+        // Eight launches side by side share the cap.
+        assert_eq!(stride_grid(1 << 21, sms, 8), 128 * 132 / 8);
+        assert_eq!(stride_grid(1 << 12, sms, 8), 8);
     }
 
     #[test]
