@@ -159,6 +159,18 @@ def ew_sizes(plan):
     return [1 << 20, 1 << 24] if plan.quick else [1 << k for k in (20, 22, 24, 26, 28)]
 
 
+def same_size_copy(plan, case, dtype, size, nbytes):
+    """Times a device-to-device copy moving `nbytes` (half read, half
+    written), rotated like the case: the bandwidth a kernel of this size
+    can reach, launch included (below about 2^24 elements it is well under
+    the 1 GiB copy's)."""
+    half = nbytes // 2
+    sets = n_sets(nbytes)
+    srcs = [torch.empty(half, dtype=torch.uint8, device="cuda") for _ in range(sets)]
+    dsts = [torch.empty(half, dtype=torch.uint8, device="cuda") for _ in range(sets)]
+    measure(plan, case, dtype, size, "torch_copy", nbytes, 0, lambda i: dsts[i].copy_(srcs[i]), sets)
+
+
 def elementwise(plan, gen, want, compile_too):
     compiled = {name: torch.compile(fn) for name, fn, _, _ in CHAINS} if compile_too else {}
     for dname, dt in DTYPES.items():
@@ -175,6 +187,7 @@ def elementwise(plan, gen, want, compile_too):
                 for impl, f in impls:
                     measure(plan, name, dname, n, impl, (arity + 1) * n * es, fl * n,
                             lambda i, f=f: f(*args(i)), sets)
+                same_size_copy(plan, name, dname, n, (arity + 1) * n * es)
                 log(f"{name} {dname} {n}")
             del xs, ys
             torch.cuda.empty_cache()
