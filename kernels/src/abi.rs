@@ -13,6 +13,11 @@
 //!   strides (0 on broadcast dims), all in elements. The output may be a
 //!   strided view (used by `cat` and in-place writes).
 //!
+//! Both entries must cover all `n` elements whatever the grid: each thread
+//! loops over the grid's stride. The launcher picks the grid for speed
+//! (one-dimensional, blocks of [`BLOCK`](crate::builtin::BLOCK) threads),
+//! often with fewer threads than elements.
+//!
 //! Booleans travel as one byte (0 or 1); f16/bf16 as their 16-bit patterns.
 //!
 //! ```

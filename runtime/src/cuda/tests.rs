@@ -1266,12 +1266,15 @@ fn affine_ptx() -> String {
              ld.param.u64 %rd1, [out];\nld.param.u64 %rd2, [in0];\nld.param.u64 %rd3, [n];\n\
              mov.u32 %r1, %ctaid.x;\nmov.u32 %r2, %ntid.x;\nmov.u32 %r3, %tid.x;\n\
              mul.wide.u32 %rd4, %r1, %r2;\ncvt.u64.u32 %rd5, %r3;\nadd.u64 %rd4, %rd4, %rd5;\n\
-             setp.ge.u64 %p, %rd4, %rd3;\n@%p bra DONE;\n",
+             mov.u32 %r0, %nctaid.x;\nmul.wide.u32 %rd15, %r0, %r2;\n\
+             LOOP:\nsetp.ge.u64 %p, %rd4, %rd3;\n@%p bra DONE;\n",
             if meta { ", .param .align 8 .b8 meta[144]" } else { "" }
         )
     };
+    // One element a step over the grid's stride, as the ABI asks.
     let body = "ld.global.f32 %f1, [%rd7];\nfma.rn.f32 %f2, %f1, 0f40000000, 0f3F800000;\n\
-                st.global.f32 [%rd8], %f2;\nDONE:\nret;\n}\n";
+                st.global.f32 [%rd8], %f2;\nadd.u64 %rd4, %rd4, %rd15;\nbra.uni LOOP;\n\
+                DONE:\nret;\n}\n";
     let mut ptx = String::from(".version 7.0\n.target sm_70\n.address_size 64\n\n");
     ptx += &head("contig", false);
     ptx += "shl.b64 %rd6, %rd4, 2;\nadd.u64 %rd7, %rd2, %rd6;\nadd.u64 %rd8, %rd1, %rd6;\n";
