@@ -138,12 +138,18 @@ fn div_unit_range_full(b: &mut Builder, num: Reg, d: Reg) -> Reg {
 /// 2^-6.6) and two Newton steps (2^-13.3, then below 2^-24 but for the
 /// roundings), all `fma`.
 fn recip_unit_range(b: &mut Builder, d: Reg) -> Reg {
-    let one = kx(b, Ty::F32, 1.0);
     // Least relative error on [1, 2] (weighted least squares to the
     // equioscillation), coefficients rounded to f32.
-    let mut r = horner(b, d, &RECIP_1_2, &[]);
+    let seed = horner(b, d, &RECIP_1_2, &[]);
+    refine_recip(b, d, seed, 2)
+}
+
+/// `steps` Newton steps `r + r (1 - d r)` from `r` toward `1 / d`, each
+/// squaring the relative error (two `fma`).
+fn refine_recip(b: &mut Builder, d: Reg, mut r: Reg, steps: usize) -> Reg {
+    let one = kx(b, b.ty(d), 1.0);
     let nd = b.fneg(d);
-    for _ in 0..2 {
+    for _ in 0..steps {
         let e = b.fma(nd, r, one);
         r = b.fma(r, e, r);
     }
@@ -157,19 +163,13 @@ fn recip_unit_range(b: &mut Builder, d: Reg) -> Reg {
 /// two for bf16 (2^-8.6, then 2^-17), three for f16 (below 2^-24 but for
 /// the roundings; two leave 116 f16 tanh results off the nearest).
 fn div_positive(b: &mut Builder, num: Reg, d: Reg, fit: Fit) -> Reg {
-    let ty = b.ty(d);
-    debug_assert_eq!(ty, Ty::F32, "a 16-bit expansion computes in f32");
-    let one = kx(b, ty, 1.0);
+    debug_assert_eq!(b.ty(d), Ty::F32, "a 16-bit expansion computes in f32");
     let magic = b.ci(Ty::I32, 0x7ef3_11c3);
     let bits = b.bits(d);
     let seed = b.isub(magic, bits);
-    let mut r = b.bits(seed);
-    let nd = b.fneg(d);
+    let seed = b.bits(seed);
     let steps = if fit == Fit::Bf16 { 2 } else { 3 };
-    for _ in 0..steps {
-        let e = b.fma(nd, r, one);
-        r = b.fma(r, e, r);
-    }
+    let r = refine_recip(b, d, seed, steps);
     b.mul(num, r)
 }
 
