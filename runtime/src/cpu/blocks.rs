@@ -125,21 +125,20 @@ fn fill_block<O>(block: &mut [O], start: usize, body: &impl Fn(&mut Lanes, usize
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::random::SplitMix64;
 
-    /// Random arguments in `(-10, 10)`, with a few NaN and infinities
+    /// Random arguments in `[-10, 10]`, with a few NaN and infinities
     /// (which the exact path handles).
     fn ordinary(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut rng = SplitMix64::new(seed);
         (0..n)
             .map(|i| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
+                let u = rng.uniform();
                 match (i % 1999, i % 1733) {
                     (1500, _) => f32::NAN,
-                    (_, 900) if s & 1 == 0 => f32::INFINITY,
+                    (_, 900) if u < 0.5 => f32::INFINITY,
                     (_, 900) => f32::NEG_INFINITY,
-                    _ => ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 20.0,
+                    _ => ((u - 0.5) * 20.0) as f32,
                 }
             })
             .collect()
