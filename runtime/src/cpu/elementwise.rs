@@ -2,20 +2,22 @@
 //! and dtype casts, over any strided or broadcast views.
 
 use super::blocks::{fill_blocks, Lanes};
+use super::buffer::output_buffer;
 use super::scalar::{float_unary, CpuFloat, CpuNum};
 use super::simd::vectorized;
-use super::strided::{fill_runs, write_runs};
+use super::strided::{as_slots, fill_runs, write_runs};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
+use std::mem::MaybeUninit;
 use tensorfn_kernels::{BinaryOp, UnaryOp};
 
 /// `f(x)` for every element `l` selects, row-major.
-pub(crate) fn map1<I: Copy + Sync, O: Copy + Default + Send>(
+pub(crate) fn map1<I: Copy + Sync, O: Copy + Send>(
     x: &[I],
     l: &Layout,
     f: impl Fn(I) -> O + Sync,
 ) -> Vec<O> {
-    fill_runs(l.dims(), [l], |o: &mut [O], b, s| {
+    let body = |o: &mut [MaybeUninit<O>], b: [usize; 1], s: [usize; 1]| {
         let len = o.len();
         if s[0] == 1 {
             let x = &x[b[0]..b[0] + len];
@@ -23,26 +25,28 @@ pub(crate) fn map1<I: Copy + Sync, O: Copy + Default + Send>(
                 #[inline(always)]
                 || {
                     for (o, &x) in o.iter_mut().zip(x) {
-                        *o = f(x);
+                        o.write(f(x));
                     }
                 },
             )
         } else {
             for (j, o) in o.iter_mut().enumerate() {
-                *o = f(x[b[0] + j * s[0]]);
+                o.write(f(x[b[0] + j * s[0]]));
             }
         }
-    })
+    };
+    // SAFETY: both branches write every element of the run.
+    unsafe { fill_runs(l.dims(), [l], body) }
 }
 
 /// [`map1`] for an `f` that calls functions of its [`Lanes`], run block by
 /// block (see [`fill_blocks`], which wants `f` `#[inline(always)]`).
-pub(crate) fn map1_lanes<I: Copy + Sync, O: Copy + Default + Send>(
+pub(crate) fn map1_lanes<I: Copy + Sync, O: Copy + Send>(
     x: &[I],
     l: &Layout,
     f: impl Fn(&mut Lanes, I) -> O + Sync,
 ) -> Vec<O> {
-    fill_runs(l.dims(), [l], |o: &mut [O], b, s| {
+    let body = |o: &mut [MaybeUninit<O>], b: [usize; 1], s: [usize; 1]| {
         if s[0] == 1 {
             vectorized(
                 #[inline(always)]
@@ -53,7 +57,7 @@ pub(crate) fn map1_lanes<I: Copy + Sync, O: Copy + Default + Send>(
                         |lanes, start, o| {
                             let x = &x[b[0] + start..b[0] + start + o.len()];
                             for (o, &x) in o.iter_mut().zip(x) {
-                                *o = f(lanes, x);
+                                o.write(f(lanes, x));
                             }
                         },
                     )
@@ -65,86 +69,97 @@ pub(crate) fn map1_lanes<I: Copy + Sync, O: Copy + Default + Send>(
                 #[inline(always)]
                 |lanes, start, o| {
                     for (j, o) in o.iter_mut().enumerate() {
-                        *o = f(lanes, x[b[0] + (start + j) * s[0]]);
+                        o.write(f(lanes, x[b[0] + (start + j) * s[0]]));
                     }
                 },
             )
         }
-    })
+    };
+    // SAFETY: every block of the run is written (twice where the exact
+    // path reruns it).
+    unsafe { fill_runs(l.dims(), [l], body) }
 }
 
 /// `f(a, b)` for every pair of elements (`la` and `lb` have equal dims).
-pub(crate) fn map2<A: Copy + Sync, B: Copy + Sync, O: Copy + Default + Send>(
+pub(crate) fn map2<A: Copy + Sync, B: Copy + Sync, O: Copy + Send>(
     a: &[A],
     la: &Layout,
     b: &[B],
     lb: &Layout,
     f: impl Fn(A, B) -> O + Sync,
 ) -> Vec<O> {
-    let mut out = vec![O::default(); la.numel()];
-    map2_into(&mut out, a, la, b, lb, f);
+    let n = la.numel();
+    let mut out = output_buffer(n);
+    map2_into(&mut out.spare_capacity_mut()[..n], a, la, b, lb, f);
+    // SAFETY: `map2_into` wrote all `n` elements.
+    unsafe { out.set_len(n) };
     out
 }
 
-/// [`map2`] into the contiguous `out`.
+/// [`map2`] into the contiguous `out`, every element of which it writes.
 pub(crate) fn map2_into<A: Copy + Sync, B: Copy + Sync, O: Copy + Send>(
-    out: &mut [O],
+    out: &mut [MaybeUninit<O>],
     a: &[A],
     la: &Layout,
     b: &[B],
     lb: &Layout,
     f: impl Fn(A, B) -> O + Sync,
 ) {
-    write_runs(out, la.dims(), [la, lb], |o: &mut [O], base, s| {
-        let len = o.len();
-        if s == [1, 1] {
-            let a = &a[base[0]..base[0] + len];
-            let b = &b[base[1]..base[1] + len];
-            vectorized(
-                #[inline(always)]
-                || {
-                    for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
-                        *o = f(x, y);
-                    }
-                },
-            )
-        } else if s == [1, 0] {
-            let y = b[base[1]];
-            let a = &a[base[0]..base[0] + len];
-            vectorized(
-                #[inline(always)]
-                || {
-                    for (o, &x) in o.iter_mut().zip(a) {
-                        *o = f(x, y);
-                    }
-                },
-            )
-        } else if s == [0, 1] {
-            let x = a[base[0]];
-            let b = &b[base[1]..base[1] + len];
-            vectorized(
-                #[inline(always)]
-                || {
-                    for (o, &y) in o.iter_mut().zip(b) {
-                        *o = f(x, y);
-                    }
-                },
-            )
-        } else {
-            for (j, o) in o.iter_mut().enumerate() {
-                *o = f(a[base[0] + j * s[0]], b[base[1] + j * s[1]]);
+    write_runs(
+        out,
+        la.dims(),
+        [la, lb],
+        |o: &mut [MaybeUninit<O>], base, s| {
+            let len = o.len();
+            if s == [1, 1] {
+                let a = &a[base[0]..base[0] + len];
+                let b = &b[base[1]..base[1] + len];
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
+                            o.write(f(x, y));
+                        }
+                    },
+                )
+            } else if s == [1, 0] {
+                let y = b[base[1]];
+                let a = &a[base[0]..base[0] + len];
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        for (o, &x) in o.iter_mut().zip(a) {
+                            o.write(f(x, y));
+                        }
+                    },
+                )
+            } else if s == [0, 1] {
+                let x = a[base[0]];
+                let b = &b[base[1]..base[1] + len];
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        for (o, &y) in o.iter_mut().zip(b) {
+                            o.write(f(x, y));
+                        }
+                    },
+                )
+            } else {
+                for (j, o) in o.iter_mut().enumerate() {
+                    o.write(f(a[base[0] + j * s[0]], b[base[1] + j * s[1]]));
+                }
             }
-        }
-    })
+        },
+    )
 }
 
 /// `f(a, b, c)` for every triple of elements (equal dims).
-pub(crate) fn map3<T: Copy + Sync + Default + Send>(
+pub(crate) fn map3<T: Copy + Sync + Send>(
     x: [(&[T], &Layout); 3],
     f: impl Fn(T, T, T) -> T + Sync,
 ) -> Vec<T> {
     let [(a, la), (b, lb), (c, lc)] = x;
-    fill_runs(la.dims(), [la, lb, lc], |o: &mut [T], base, s| {
+    let body = |o: &mut [MaybeUninit<T>], base: [usize; 3], s: [usize; 3]| {
         if s == [1, 1, 1] {
             let len = o.len();
             let a = &a[base[0]..base[0] + len];
@@ -154,20 +169,22 @@ pub(crate) fn map3<T: Copy + Sync + Default + Send>(
                 #[inline(always)]
                 || {
                     for j in 0..len {
-                        o[j] = f(a[j], b[j], c[j]);
+                        o[j].write(f(a[j], b[j], c[j]));
                     }
                 },
             )
         } else {
             for (j, o) in o.iter_mut().enumerate() {
-                *o = f(
+                o.write(f(
                     a[base[0] + j * s[0]],
                     b[base[1] + j * s[1]],
                     c[base[2] + j * s[2]],
-                );
+                ));
             }
         }
-    })
+    };
+    // SAFETY: both branches write every element of the run.
+    unsafe { fill_runs(la.dims(), [la, lb, lc], body) }
 }
 
 /// `op(x)` for an op defined on every numeric dtype.
@@ -272,7 +289,8 @@ pub(crate) fn binary_into<U: CpuNum>(
     check_int_operand(op, selected(b, lb), "the divisor `other`")?;
     macro_rules! run {
         ($f:expr) => {
-            map2_into(out, a, la, b, lb, $f)
+            // SAFETY: `map2_into` writes only values of `f`.
+            map2_into(unsafe { as_slots(out) }, a, la, b, lb, $f)
         };
     }
     with_binary_fn!(op, U, run);

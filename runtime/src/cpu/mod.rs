@@ -2,6 +2,7 @@
 //! rayon for large outputs) and `gemm` for matrix products.
 
 pub(crate) mod blocks;
+pub(crate) mod buffer;
 pub(crate) mod copy;
 pub(crate) mod elementwise;
 pub(crate) mod matmul;

@@ -1,6 +1,7 @@
 //! Softmax and log-softmax along one dim, numerically stable (the row
 //! maximum is subtracted before `exp`) and computed in at least f32.
 
+use super::buffer::output_buffer;
 use super::copy::contiguous;
 use super::reduce::{pairwise_sum, rows};
 use super::scalar::{CpuFloat, Real};
@@ -8,6 +9,7 @@ use super::simd::vectorized;
 use super::strided::PAR_THRESHOLD;
 use crate::layout::Layout;
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 /// The largest element of a non-empty row, NaN if any is NaN (PyTorch
 /// makes the whole row NaN then). Eight running maxima and a NaN flag, all
@@ -42,20 +44,25 @@ fn row_max<U: CpuFloat>(row: &[U]) -> U::Acc {
 }
 
 #[inline(always)]
-fn softmax_row<U: CpuFloat>(row: &[U], out: &mut [U], tmp: &mut Vec<U::Acc>, log: bool) {
+fn softmax_row<U: CpuFloat>(
+    row: &[U],
+    out: &mut [MaybeUninit<U>],
+    tmp: &mut Vec<U::Acc>,
+    log: bool,
+) {
     let m = row_max(row);
     tmp.clear();
     if log {
         tmp.extend(row.iter().map(|&v| v.to_acc() - m));
         let ls = pairwise_sum(tmp, |d: U::Acc| d.exp()).ln();
         for (o, &d) in out.iter_mut().zip(tmp.iter()) {
-            *o = U::from_acc(d - ls);
+            o.write(U::from_acc(d - ls));
         }
     } else {
         tmp.extend(row.iter().map(|&v| (v.to_acc() - m).exp()));
         let inv = <U::Acc as Real>::ONE / pairwise_sum(tmp, |e: U::Acc| e);
         for (o, &e) in out.iter_mut().zip(tmp.iter()) {
-            *o = U::from_acc(e * inv);
+            o.write(U::from_acc(e * inv));
         }
     }
 }
@@ -64,11 +71,13 @@ fn softmax_row<U: CpuFloat>(row: &[U], out: &mut [U], tmp: &mut Vec<U::Acc>, log
 /// `l`'s dims.
 pub(crate) fn softmax<U: CpuFloat>(x: &[U], l: &Layout, dim: usize, log: bool) -> Vec<U> {
     let r = rows(x, l, dim);
-    let mut out = vec![U::default(); r.outer * r.len];
+    let n = r.outer * r.len;
+    let mut out = output_buffer(n);
+    let slots = &mut out.spare_capacity_mut()[..n];
     if let Some(rows_per_task) = PAR_THRESHOLD.checked_div(r.len) {
         let rows_per_task = rows_per_task.max(1);
         let chunk = rows_per_task * r.len;
-        let work = |(o, i): (&mut [U], &[U])| {
+        let work = |(o, i): (&mut [MaybeUninit<U>], &[U])| {
             let mut tmp = Vec::with_capacity(r.len);
             vectorized(
                 #[inline(always)]
@@ -79,14 +88,18 @@ pub(crate) fn softmax<U: CpuFloat>(x: &[U], l: &Layout, dim: usize, log: bool) -
                 },
             )
         };
-        if out.len() >= PAR_THRESHOLD {
-            out.par_chunks_mut(chunk)
+        if n >= PAR_THRESHOLD {
+            slots
+                .par_chunks_mut(chunk)
                 .zip(r.data.par_chunks(chunk))
                 .for_each(work);
         } else {
-            work((&mut out, &r.data));
+            work((slots, &r.data));
         }
     }
+    // SAFETY: every row was written above; with rows of length 0 there is
+    // nothing to write (`n` is 0).
+    unsafe { out.set_len(n) };
     if r.perm.iter().enumerate().all(|(i, &p)| i == p) {
         return out;
     }

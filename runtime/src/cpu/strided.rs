@@ -2,8 +2,10 @@
 //! along the innermost dim, so loops over each run are simple enough for
 //! the compiler to vectorise; and the split of large outputs over rayon.
 
+use super::buffer::output_buffer;
 use crate::layout::Layout;
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 /// Outputs with at least this many elements are computed in parallel.
 pub(crate) const PAR_THRESHOLD: usize = 32 * 1024;
@@ -225,14 +227,39 @@ fn write_chunk<O, const N: usize>(
 }
 
 /// A new contiguous buffer of `dims`, filled by [`write_runs`].
-pub(crate) fn fill_runs<O: Copy + Default + Send, const N: usize>(
+///
+/// The buffer is not zeroed first (see [`output_buffer`]).
+///
+/// # Safety
+///
+/// `body` must write every element of the run it is handed (with
+/// [`MaybeUninit::write`] or `MaybeUninit::new`); the buffer is returned
+/// as initialised.
+pub(crate) unsafe fn fill_runs<O: Copy + Send, const N: usize>(
     dims: &[usize],
     layouts: [&Layout; N],
-    body: impl Fn(&mut [O], [usize; N], [usize; N]) + Sync,
+    body: impl Fn(&mut [MaybeUninit<O>], [usize; N], [usize; N]) + Sync,
 ) -> Vec<O> {
-    let mut out = vec![O::default(); dims.iter().product()];
-    write_runs(&mut out, dims, layouts, body);
+    let n = dims.iter().product();
+    let mut out = output_buffer(n);
+    write_runs(&mut out.spare_capacity_mut()[..n], dims, layouts, body);
+    // SAFETY: the runs of `write_runs` cover all `n` elements, and the
+    // caller's `body` wrote each one. A panic in `body` leaves the length
+    // at 0, so nothing uninitialised is ever read.
+    unsafe { out.set_len(n) };
     out
+}
+
+/// `out`, every element initialised, as slots that a writer overwrites,
+/// so one loop serves both new buffers and existing ones.
+///
+/// # Safety
+///
+/// Only initialised values may be written through the result.
+pub(crate) unsafe fn as_slots<O>(out: &mut [O]) -> &mut [MaybeUninit<O>] {
+    // SAFETY: `MaybeUninit<O>` has the layout of `O`; the caller writes
+    // only initialised values, so `out` stays initialised.
+    unsafe { &mut *(out as *mut [O] as *mut [MaybeUninit<O>]) }
 }
 
 /// Checks that a view stays inside a buffer of `len` elements (layouts are
@@ -310,22 +337,28 @@ mod tests {
             let plan = Plan::new(&[r, c], [&src]);
             assert!(plan.wants_tiles());
             let data: Vec<u32> = (0..(r * c) as u32).collect();
-            let out = fill_runs(&[r, c], [&src], |o: &mut [u32], b, s| {
-                for (j, o) in o.iter_mut().enumerate() {
-                    *o = data[b[0] + j * s[0]];
-                }
-            });
+            // SAFETY: the body writes every element of its run.
+            let out = unsafe {
+                fill_runs(&[r, c], [&src], |o: &mut [MaybeUninit<u32>], b, s| {
+                    for (j, o) in o.iter_mut().enumerate() {
+                        o.write(data[b[0] + j * s[0]]);
+                    }
+                })
+            };
             let expected: Vec<u32> = src.offsets().map(|i| data[i]).collect();
             assert_eq!(out, expected, "{r}x{c}");
         }
         // A batch of transposed matrices: groups of rows cross matrices.
         let src = Layout::contiguous(&[3, 50, 70]).permute(&[0, 2, 1]);
         let data: Vec<u32> = (0..3 * 50 * 70).collect();
-        let out = fill_runs(&[3, 70, 50], [&src], |o: &mut [u32], b, s| {
-            for (j, o) in o.iter_mut().enumerate() {
-                *o = data[b[0] + j * s[0]];
-            }
-        });
+        // SAFETY: the body writes every element of its run.
+        let out = unsafe {
+            fill_runs(&[3, 70, 50], [&src], |o: &mut [MaybeUninit<u32>], b, s| {
+                for (j, o) in o.iter_mut().enumerate() {
+                    o.write(data[b[0] + j * s[0]]);
+                }
+            })
+        };
         assert_eq!(out, src.offsets().map(|i| data[i]).collect::<Vec<_>>());
     }
 
@@ -334,11 +367,14 @@ mod tests {
         let dims = [70_000usize, 3];
         let src = Layout::contiguous(&[3, 70_000]).permute(&[1, 0]);
         let data: Vec<u32> = (0..210_000).collect();
-        let out = fill_runs(&dims, [&src], |o: &mut [u32], b, s| {
-            for (j, o) in o.iter_mut().enumerate() {
-                *o = data[b[0] + j * s[0]];
-            }
-        });
+        // SAFETY: the body writes every element of its run.
+        let out = unsafe {
+            fill_runs(&dims, [&src], |o: &mut [MaybeUninit<u32>], b, s| {
+                for (j, o) in o.iter_mut().enumerate() {
+                    o.write(data[b[0] + j * s[0]]);
+                }
+            })
+        };
         let expected: Vec<u32> = src.offsets().map(|i| data[i]).collect();
         assert_eq!(out, expected);
     }

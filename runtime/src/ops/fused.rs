@@ -14,6 +14,7 @@ use crate::layout::Layout;
 use crate::shape::Shape;
 use crate::storage::Storage;
 use crate::tensor::Tensor;
+use std::mem::MaybeUninit;
 use tensorfn_core::rules;
 use tensorfn_kernels::FusedKernel;
 
@@ -47,23 +48,24 @@ macro_rules! fused_fn {
                         let $x: &[$X] = $x.storage.as_cpu();
                         check_extent(kernel.name, &layouts[$i], $x.len())?;
                     )+
-                    let out = fill_runs(out_dims, [$(&layouts[$i]),+], |o: &mut [O], base, step| {
+                    // SAFETY: both branches write every element of the run.
+                    let out = unsafe { fill_runs(out_dims, [$(&layouts[$i]),+], |o: &mut [MaybeUninit<O>], base, step| {
                         if step.iter().all(|&s| s == 1) {
                             vectorized(#[inline(always)] || fill_blocks(o, #[inline(always)] |lanes, start, o| {
                                 let len = o.len();
                                 $(let $x = &$x[base[$i] + start..base[$i] + start + len];)+
                                 for j in 0..len {
-                                    o[j] = cpu(lanes, $($x[j]),+);
+                                    o[j].write(cpu(lanes, $($x[j]),+));
                                 }
                             }))
                         } else {
                             fill_blocks(o, #[inline(always)] |lanes, start, o| {
                                 for (j, o) in o.iter_mut().enumerate() {
-                                    *o = cpu(lanes, $($x[base[$i] + (start + j) * step[$i]]),+);
+                                    o.write(cpu(lanes, $($x[base[$i] + (start + j) * step[$i]]),+));
                                 }
                             })
                         }
-                    });
+                    }) };
                     Storage::Cpu(out)
                 }
                 DeviceKind::Cuda(ord) => {
