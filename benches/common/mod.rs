@@ -62,6 +62,7 @@ impl Args {
         if self.quick {
             Plan {
                 warmup: 3,
+                warmup_s: 0.0,
                 batch_s: 0.002,
                 runs: 7,
                 min_runs: 5,
@@ -70,6 +71,7 @@ impl Args {
         } else {
             Plan {
                 warmup: 5,
+                warmup_s: 0.0,
                 batch_s: 0.005,
                 runs: 25,
                 min_runs: 10,
@@ -83,6 +85,7 @@ impl Args {
         if self.quick {
             Plan {
                 warmup: 1,
+                warmup_s: 0.2,
                 batch_s: 0.01,
                 runs: 5,
                 min_runs: 3,
@@ -91,6 +94,7 @@ impl Args {
         } else {
             Plan {
                 warmup: 2,
+                warmup_s: 1.0,
                 batch_s: 0.02,
                 runs: 15,
                 min_runs: 5,
@@ -106,6 +110,10 @@ impl Args {
 #[derive(Clone, Copy, Debug)]
 pub struct Plan {
     pub warmup: usize,
+    /// Warm-up goes on for at least this long: the first case after large
+    /// inputs are allocated otherwise runs while the kernel is still busy
+    /// with their pages (a 2^24 CPU case measured 2x slower first).
+    pub warmup_s: f64,
     pub batch_s: f64,
     pub runs: usize,
     pub min_runs: usize,
@@ -133,8 +141,11 @@ pub fn time_call(
     sync: &dyn Fn() -> Result<(), Error>,
 ) -> Result<Timing, Error> {
     let sets = sets.max(1);
-    for i in 0..plan.warmup {
+    let warm = Instant::now();
+    let mut i = 0;
+    while i < plan.warmup || warm.elapsed().as_secs_f64() < plan.warmup_s {
         call(i % sets)?;
+        i += 1;
     }
     sync()?;
     let probe = 3;
