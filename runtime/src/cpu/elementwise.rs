@@ -2,7 +2,6 @@
 //! and dtype casts, over any strided or broadcast views.
 
 use super::blocks::{fill_blocks, Lanes};
-use super::buffer::output_buffer;
 use super::scalar::{float_unary, CpuFloat, CpuNum};
 use super::simd::vectorized;
 use super::strided::{as_slots, fill_runs, write_runs};
@@ -88,12 +87,12 @@ pub(crate) fn map2<A: Copy + Sync, B: Copy + Sync, O: Copy + Send>(
     lb: &Layout,
     f: impl Fn(A, B) -> O + Sync,
 ) -> Vec<O> {
-    let n = la.numel();
-    let mut out = output_buffer(n);
-    map2_into(&mut out.spare_capacity_mut()[..n], a, la, b, lb, f);
-    // SAFETY: `map2_into` wrote all `n` elements.
-    unsafe { out.set_len(n) };
-    out
+    // SAFETY: `pair_run` writes every element of the run.
+    unsafe {
+        fill_runs(la.dims(), [la, lb], |o: &mut [MaybeUninit<O>], base, s| {
+            pair_run(o, base, s, a, b, &f)
+        })
+    }
 }
 
 /// [`map2`] into the contiguous `out`, every element of which it writes.
@@ -109,48 +108,60 @@ pub(crate) fn map2_into<A: Copy + Sync, B: Copy + Sync, O: Copy + Send>(
         out,
         la.dims(),
         [la, lb],
-        |o: &mut [MaybeUninit<O>], base, s| {
-            let len = o.len();
-            if s == [1, 1] {
-                let a = &a[base[0]..base[0] + len];
-                let b = &b[base[1]..base[1] + len];
-                vectorized(
-                    #[inline(always)]
-                    || {
-                        for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
-                            o.write(f(x, y));
-                        }
-                    },
-                )
-            } else if s == [1, 0] {
-                let y = b[base[1]];
-                let a = &a[base[0]..base[0] + len];
-                vectorized(
-                    #[inline(always)]
-                    || {
-                        for (o, &x) in o.iter_mut().zip(a) {
-                            o.write(f(x, y));
-                        }
-                    },
-                )
-            } else if s == [0, 1] {
-                let x = a[base[0]];
-                let b = &b[base[1]..base[1] + len];
-                vectorized(
-                    #[inline(always)]
-                    || {
-                        for (o, &y) in o.iter_mut().zip(b) {
-                            o.write(f(x, y));
-                        }
-                    },
-                )
-            } else {
-                for (j, o) in o.iter_mut().enumerate() {
-                    o.write(f(a[base[0] + j * s[0]], b[base[1] + j * s[1]]));
-                }
-            }
-        },
+        |o: &mut [MaybeUninit<O>], base, s| pair_run(o, base, s, a, b, &f),
     )
+}
+
+/// One run of [`map2`]: writes `f(a, b)` into every element of `o`, with
+/// a vectorised loop where both inputs are contiguous or one is broadcast.
+#[inline(always)]
+fn pair_run<A: Copy, B: Copy, O>(
+    o: &mut [MaybeUninit<O>],
+    base: [usize; 2],
+    s: [usize; 2],
+    a: &[A],
+    b: &[B],
+    f: &impl Fn(A, B) -> O,
+) {
+    let len = o.len();
+    if s == [1, 1] {
+        let a = &a[base[0]..base[0] + len];
+        let b = &b[base[1]..base[1] + len];
+        vectorized(
+            #[inline(always)]
+            || {
+                for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
+                    o.write(f(x, y));
+                }
+            },
+        )
+    } else if s == [1, 0] {
+        let y = b[base[1]];
+        let a = &a[base[0]..base[0] + len];
+        vectorized(
+            #[inline(always)]
+            || {
+                for (o, &x) in o.iter_mut().zip(a) {
+                    o.write(f(x, y));
+                }
+            },
+        )
+    } else if s == [0, 1] {
+        let x = a[base[0]];
+        let b = &b[base[1]..base[1] + len];
+        vectorized(
+            #[inline(always)]
+            || {
+                for (o, &y) in o.iter_mut().zip(b) {
+                    o.write(f(x, y));
+                }
+            },
+        )
+    } else {
+        for (j, o) in o.iter_mut().enumerate() {
+            o.write(f(a[base[0] + j * s[0]], b[base[1] + j * s[1]]));
+        }
+    }
 }
 
 /// `f(a, b, c)` for every triple of elements (equal dims).
