@@ -206,12 +206,12 @@ impl<T: DType, S: Shape> Tensor<Cpu, T, S> {
             storage, layout, ..
         } = self;
         match Arc::try_unwrap(storage) {
-            Ok(Storage::Cpu(data))
+            Ok(mut storage)
                 if layout.is_contiguous()
                     && layout.offset() == 0
-                    && data.len() == layout.numel() =>
+                    && matches!(&storage, Storage::Cpu(d) if d.len() == layout.numel()) =>
             {
-                data
+                std::mem::take(storage.host_vec_mut())
             }
             Ok(storage) => gather(storage.as_cpu(), &layout),
             Err(shared) => gather(shared.as_cpu(), &layout),

@@ -28,6 +28,7 @@ mod storage;
 pub mod stream;
 pub mod tensor;
 
+pub use cpu::buffer::cpu_empty_cache;
 pub use cuda::{
     allow_tf32, cuda_device_count, cuda_empty_cache, cuda_memory_stats, cuda_reserve,
     set_allow_tf32, synchronize, CudaMemoryStats,

@@ -17,6 +17,15 @@ pub(crate) enum Storage<T: DType> {
     Cuda(CudaStorage<T>),
 }
 
+impl<T: DType> Drop for Storage<T> {
+    fn drop(&mut self) {
+        // A large host buffer goes back to the CPU pool for the next output.
+        if let Storage::Cpu(v) = self {
+            crate::cpu::buffer::recycle(std::mem::take(v));
+        }
+    }
+}
+
 impl<T: DType> Storage<T> {
     /// The host buffer. Tensors typed `Cpu` always hold one.
     pub(crate) fn as_cpu(&self) -> &[T] {
