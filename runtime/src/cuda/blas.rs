@@ -8,18 +8,20 @@
 //! for an operand broadcast over the batch.
 //!
 //! f32 products are exact f32 (no TF32) unless [`set_allow_tf32`] turns
-//! TF32 on; f16 and bf16 accumulate in f32. An addmm runs through
-//! cuBLASLt without copying its bias: a bias of one value per output
-//! column (a linear layer) is fused, with an optional ReLU, into the
-//! product's epilogue, and a full bias matrix is read as the product's C
-//! operand while the result goes to a separate D. Only what neither form
-//! takes (a 0-D bias, a vector bias with beta != 1, a batch) is first
-//! copied into the output for cuBLAS with beta.
+//! TF32 on; f16 and bf16 accumulate in f32. With cuBLASLt loaded, products
+//! run through its plans (`lt`, autotuned per shape) without copying their
+//! bias: a bias of one value per output column (a linear layer) is fused,
+//! with an optional ReLU, into the product's epilogue, and a full bias
+//! matrix is read as the product's C operand while the result goes to a
+//! separate D. Only what neither form takes (a 0-D bias, a vector bias
+//! with beta != 1, a batched bias), or every product when cuBLASLt is
+//! missing, goes through cuBLAS, the bias first copied into the output.
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
 use super::context::{lock, Context};
 use super::error::{cublas, driver, guard, unavailable};
+use super::lt::{self as ltm, Addend, Plans, Product, WORKSPACE_BYTES};
 use crate::backend::Backend;
 use crate::dtype::{DType, FloatDType};
 use crate::error::{Error, Result};
@@ -29,12 +31,9 @@ use cudarc::cublaslt::sys as lt;
 use cudarc::driver::{result, sys};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::{BinaryOp, UnaryOp};
-
-/// Bytes of the workspace cuBLAS and cuBLASLt share in each context.
-const WORKSPACE_BYTES: usize = 32 << 20;
 
 static ALLOW_TF32: AtomicBool = AtomicBool::new(false);
 
@@ -65,7 +64,7 @@ pub fn allow_tf32() -> bool {
 }
 
 /// What is applied to the product before it is stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Epilogue {
     /// Nothing.
     None,
@@ -79,12 +78,21 @@ pub(crate) struct Blas {
     /// `None` when libcublasLt cannot be loaded: products then go through
     /// cuBLAS alone.
     lt: Option<lt::cublasLtHandle_t>,
-    workspace: u64,
+    pub(crate) workspace: u64,
+    /// Held while a product is queued. One product may queue several
+    /// kernels that pass data through the shared workspace (split-K
+    /// partial sums, then their reduction); queued from two threads at
+    /// once, the kernels of two products could interleave on the stream
+    /// and one product's reduction read the other's partial sums.
+    pub(crate) queue: Mutex<()>,
+    /// cuBLASLt plans by shape.
+    pub(crate) plans: Plans,
 }
 
 // SAFETY: the handles are bound to one stream and used from any thread
-// with the context current; the device runs their work in stream order,
-// so the workspace is never used by two products at once.
+// with the context current; products are queued one at a time (`queue`)
+// and the device runs them in stream order, so the workspace is never
+// used by two products at once.
 unsafe impl Send for Blas {}
 unsafe impl Sync for Blas {}
 
@@ -142,6 +150,8 @@ impl Blas {
                 handle,
                 lt,
                 workspace,
+                queue: Mutex::new(()),
+                plans: Plans::default(),
             })
         })
     }
@@ -164,11 +174,11 @@ impl Context {
 /// How cuBLAS reads one operand of `C = A B`: the device address of its
 /// first matrix, whether to transpose, its leading dimension and the
 /// distance between batch matrices.
-struct Operand<T: DType> {
-    ptr: u64,
-    trans: bool,
-    ld: usize,
-    batch_stride: usize,
+pub(crate) struct Operand<T: DType> {
+    pub(crate) ptr: u64,
+    pub(crate) trans: bool,
+    pub(crate) ld: usize,
+    pub(crate) batch_stride: usize,
     /// The contiguous copy, when the view could not be read in place.
     _copy: Option<CudaStorage<T>>,
 }
@@ -233,13 +243,13 @@ fn op(trans: bool) -> cb::cublasOperation_t {
 
 /// Alpha and beta in the scale type of the product (f64 for f64, f32
 /// otherwise), as bytes that outlive the call.
-enum Scale {
+pub(crate) enum Scale {
     F32(f32, f32),
     F64(f64, f64),
 }
 
 impl Scale {
-    fn new<T: DType>(alpha: T, beta: T) -> Scale {
+    pub(crate) fn new<T: DType>(alpha: T, beta: T) -> Scale {
         if T::KIND == DTypeKind::F64 {
             Scale::F64(alpha.to_f64(), beta.to_f64())
         } else {
@@ -247,7 +257,7 @@ impl Scale {
         }
     }
 
-    fn ptrs(&self) -> (*const c_void, *const c_void) {
+    pub(crate) fn ptrs(&self) -> (*const c_void, *const c_void) {
         match self {
             Scale::F32(a, b) => (a as *const f32 as _, b as *const f32 as _),
             Scale::F64(a, b) => (a as *const f64 as _, b as *const f64 as _),
@@ -271,33 +281,6 @@ fn compute_type(t: DTypeKind) -> cb::cublasComputeType_t {
         DTypeKind::F32 if allow_tf32() => cb::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
         // f16 and bf16 accumulate in f32 too.
         _ => cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-    }
-}
-
-fn lt_data_type(t: DTypeKind) -> lt::cudaDataType {
-    match t {
-        DTypeKind::F32 => lt::cudaDataType::CUDA_R_32F,
-        DTypeKind::F64 => lt::cudaDataType::CUDA_R_64F,
-        DTypeKind::F16 => lt::cudaDataType::CUDA_R_16F,
-        DTypeKind::BF16 => lt::cudaDataType::CUDA_R_16BF,
-        other => unreachable!("matrix products are only called with floats, not {other}"),
-    }
-}
-
-fn lt_compute_type(t: DTypeKind) -> (lt::cublasComputeType_t, lt::cudaDataType) {
-    match t {
-        DTypeKind::F64 => (
-            lt::cublasComputeType_t::CUBLAS_COMPUTE_64F,
-            lt::cudaDataType::CUDA_R_64F,
-        ),
-        DTypeKind::F32 if allow_tf32() => (
-            lt::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
-            lt::cudaDataType::CUDA_R_32F,
-        ),
-        _ => (
-            lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            lt::cudaDataType::CUDA_R_32F,
-        ),
     }
 }
 
@@ -363,24 +346,34 @@ pub(crate) fn matmul<T: FloatDType>(
     let b_op = operand(be, b, lb)?;
     let mut out = ctx.storage::<T>(batch * m * n)?;
 
-    if let (Some(ltx), Some((bs, bl))) = (blas.lt, bias) {
-        if let Some((addend, scale)) = lt_addend(bs, bl, (m, n), batch, alpha, beta) {
-            let fused = guard("calling cuBLASLt", || {
-                lt_matmul(
-                    &blas,
-                    ltx,
-                    ctx,
-                    (&a_op, &b_op),
-                    (m, k, n),
-                    addend,
-                    out.device_ptr(),
-                    scale,
-                    T::KIND,
-                    epilogue,
-                    &shapes,
-                )
+    if let Some(handle) = blas.lt.filter(|_| batch <= i32::MAX as usize) {
+        let addend = match bias {
+            None => Some((Addend::Nothing, Scale::new(alpha, T::zero()))),
+            Some((bs, bl)) => ltm::addend_of(
+                bs.ptr_at(bl.offset()),
+                (bl.strides()[1], bl.strides()[2]),
+                (m, n),
+                batch,
+                alpha,
+                beta,
+            ),
+        };
+        if let Some((addend, scale)) = addend {
+            let product = Product {
+                a: &a_op,
+                b: &b_op,
+                dims: (batch, m, k, n),
+                addend,
+                out: out.device_ptr(),
+                scale,
+                epilogue,
+                tf32: allow_tf32(),
+                shapes: &shapes,
+            };
+            let queued = guard("calling cuBLASLt", || {
+                ltm::matmul(&blas, handle, ctx, &product)
             })?;
-            if fused {
+            if queued {
                 return Ok(out);
             }
         }
@@ -405,6 +398,7 @@ pub(crate) fn matmul<T: FloatDType>(
     let ldb = to_i32(a_op.ld, "the leading dimension of a", &shapes)?;
     let batch32 = to_i32(batch, "batch", &shapes)?;
     let out_ptr = out.device_ptr();
+    let _queue = lock(&blas.queue);
     guard("calling cuBLAS", || {
         // Cᵀ (n x m) = Bᵀ (n x k) · Aᵀ (k x m), all column-major.
         // SAFETY: the operands describe live device memory of the dims
@@ -467,239 +461,38 @@ fn empty_product<T: FloatDType>(
     }
 }
 
-/// How cuBLASLt adds the bias to the product, with nothing copied.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Addend {
-    /// One value per output column (row-major), at this address: the
-    /// BIAS epilogue, added after `alpha * a @ b`.
-    Columns(u64),
-    /// A full `m x n` row-major matrix at `ptr` with rows `ld` apart:
-    /// cuBLASLt's C operand, scaled by beta, with the output as D.
-    Matrix { ptr: u64, ld: usize },
-}
-
-/// The cuBLASLt form of `beta * bias` for a single `m x n` product, and
-/// the scale to run it with; `None` when the bias must be copied into
-/// the output first (a 0-D or otherwise broadcast bias, a batch, a bias
-/// vector with `beta != 1` or one not aligned for vector loads).
-fn lt_addend<T: DType>(
-    bs: &CudaStorage<T>,
-    bl: &Layout,
-    (m, n): (usize, usize),
-    batch: usize,
-    alpha: T,
-    beta: T,
-) -> Option<(Addend, Scale)> {
-    if batch != 1 {
-        return None;
-    }
-    let ptr = bs.ptr_at(bl.offset());
-    let (sr, sc) = (bl.strides()[1], bl.strides()[2]);
-    let unit_cols = n == 1 || sc == 1;
-    // A row vector repeated down the rows: the bias epilogue, which reads
-    // it with vector loads, so keep it aligned.
-    if m > 1 && sr == 0 && unit_cols {
-        return (beta.to_f64() == 1.0 && alignment(ptr) >= 16)
-            .then(|| (Addend::Columns(ptr), Scale::new(alpha, T::zero())));
-    }
-    // Row-major rows, `ld` apart: C. A single row is any row-major matrix.
-    let ld = if m == 1 { n } else { sr };
-    (unit_cols && ld >= n && ld <= i32::MAX as usize)
-        .then(|| (Addend::Matrix { ptr, ld }, Scale::new(alpha, beta)))
-}
-
-/// The largest power of two (up to 256) dividing a device address.
-fn alignment(ptr: u64) -> u32 {
-    1 << ptr.trailing_zeros().min(8)
-}
-
-/// Destroys cuBLASLt descriptors on every exit path.
-struct LtDescriptors {
-    desc: lt::cublasLtMatmulDesc_t,
-    layouts: Vec<lt::cublasLtMatrixLayout_t>,
-    pref: lt::cublasLtMatmulPreference_t,
-}
-
-impl Drop for LtDescriptors {
-    fn drop(&mut self) {
-        // SAFETY: each descriptor was created once and is destroyed once.
-        unsafe {
-            for &l in &self.layouts {
-                let _ = cudarc::cublaslt::result::destroy_matrix_layout(l);
-            }
-            if !self.desc.is_null() {
-                let _ = cudarc::cublaslt::result::destroy_matmul_desc(self.desc);
-            }
-            if !self.pref.is_null() {
-                let _ = cudarc::cublaslt::result::destroy_matmul_pref(self.pref);
-            }
-        }
-    }
-}
-
-/// `epilogue(alpha * a @ b + addend)` through cuBLASLt: a bias of one
-/// value per output column through the BIAS epilogue (the scale's beta is
-/// 0), a full bias matrix as C scaled by beta. Returns `false` (nothing
-/// queued) when cuBLASLt has no algorithm for it, so the caller falls back
-/// to cuBLAS.
-#[allow(clippy::too_many_arguments)]
-fn lt_matmul<T: DType>(
-    blas: &Blas,
-    handle: lt::cublasLtHandle_t,
-    ctx: &Context,
-    (a, b): (&Operand<T>, &Operand<T>),
-    (m, k, n): (usize, usize, usize),
-    addend: Addend,
-    out: u64,
-    scale: Scale,
-    t: DTypeKind,
-    epilogue: Epilogue,
-    shapes: &str,
-) -> Result<bool> {
-    use cudarc::cublaslt::result as ltr;
-    let err = |what: &str, e: ltr::CublasError| cublas(what, e.0, shapes.to_string());
-    let (compute, scale_type) = lt_compute_type(t);
-    let dt = lt_data_type(t);
-    let mut d = LtDescriptors {
-        desc: ltr::create_matmul_desc(compute, scale_type)
-            .map_err(|e| err("cublasLtMatmulDescCreate", e))?,
-        layouts: Vec::new(),
-        pref: std::ptr::null_mut(),
+/// Runs the plain product `a @ b` with each of cuBLASLt's candidate
+/// algorithms, calling `check` with each one's description and output;
+/// returns how many there were (0 without cuBLASLt).
+#[cfg(test)]
+pub(crate) fn each_lt_candidate_for_test<T: FloatDType>(
+    be: &CudaBackend,
+    (a, la): (&CudaStorage<T>, &Layout),
+    (b, lb): (&CudaStorage<T>, &Layout),
+    mut check: impl FnMut(&str, &CudaStorage<T>),
+) -> Result<usize> {
+    let ctx = be.ctx();
+    ctx.bind()?;
+    let blas = ctx.blas()?;
+    let Some(handle) = blas.lt else {
+        return Ok(0);
     };
-    let trans_a: i32 = b.trans.into();
-    let trans_b: i32 = a.trans.into();
-    use lt::cublasLtEpilogue_t as E;
-    let epi = match (addend, epilogue) {
-        (Addend::Columns(_), Epilogue::None) => E::CUBLASLT_EPILOGUE_BIAS,
-        (Addend::Columns(_), Epilogue::Relu) => E::CUBLASLT_EPILOGUE_RELU_BIAS,
-        (Addend::Matrix { .. }, Epilogue::None) => E::CUBLASLT_EPILOGUE_DEFAULT,
-        (Addend::Matrix { .. }, Epilogue::Relu) => E::CUBLASLT_EPILOGUE_RELU,
+    let (batch, m, k, n) = (la.dims()[0], la.dims()[1], la.dims()[2], lb.dims()[2]);
+    let (a_op, b_op) = (operand(be, a, la)?, operand(be, b, lb)?);
+    let out = ctx.storage::<T>(batch * m * n)?;
+    let shapes = describe(la, lb, T::KIND);
+    let product = Product {
+        a: &a_op,
+        b: &b_op,
+        dims: (batch, m, k, n),
+        addend: Addend::Nothing,
+        out: out.device_ptr(),
+        scale: Scale::new(T::one(), T::zero()),
+        epilogue: Epilogue::None,
+        tf32: false,
+        shapes: &shapes,
     };
-    let set = |attr, ptr: *const c_void, size| {
-        // SAFETY: `ptr` points at `size` bytes of the attribute's type.
-        unsafe { ltr::set_matmul_desc_attribute(d.desc, attr, ptr, size) }
-            .map_err(|e| err("cublasLtMatmulDescSetAttribute", e))
-    };
-    use lt::cublasLtMatmulDescAttributes_t as A;
-    set(
-        A::CUBLASLT_MATMUL_DESC_TRANSA,
-        &trans_a as *const i32 as _,
-        4,
-    )?;
-    set(
-        A::CUBLASLT_MATMUL_DESC_TRANSB,
-        &trans_b as *const i32 as _,
-        4,
-    )?;
-    set(A::CUBLASLT_MATMUL_DESC_EPILOGUE, &epi as *const _ as _, 4)?;
-    if let Addend::Columns(bias) = addend {
-        let bias_ptr = bias as *const c_void;
-        set(
-            A::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-            &bias_ptr as *const *const c_void as _,
-            std::mem::size_of::<*const c_void>(),
-        )?;
-        // The bias is read in the tensors' dtype: cuBLASLt's default bias
-        // type is the type of D for every non-integer compute type, which
-        // is the tensors' dtype here (f32 with f32 or TF32 compute, f16
-        // and bf16 with f32 compute, f64). CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE
-        // is left unset so that older cuBLASLt releases, which lack it,
-        // still take the epilogue.
-    }
-    // The bias matrix as C (column-major n x m, rows `ld` apart), or the
-    // output itself when C is unused (beta = 0).
-    let (c_ptr, c_ld) = match addend {
-        Addend::Matrix { ptr, ld } => (ptr, ld),
-        Addend::Columns(_) => (out, n),
-    };
-    // Stored (column-major) shapes: Bᵀ is n x k, Aᵀ is k x m, Cᵀ is n x m.
-    let stored = |op: &Operand<T>, rows: usize, cols: usize| {
-        if op.trans {
-            (cols, rows)
-        } else {
-            (rows, cols)
-        }
-    };
-    let (ar, ac) = stored(b, n, k);
-    let (br, bc) = stored(a, k, m);
-    for (rows, cols, ld) in [(ar, ac, b.ld), (br, bc, a.ld), (n, m, c_ld), (n, m, n)] {
-        let l = ltr::create_matrix_layout(dt, rows as u64, cols as u64, ld as i64)
-            .map_err(|e| err("cublasLtMatrixLayoutCreate", e))?;
-        d.layouts.push(l);
-    }
-    d.pref = ltr::create_matmul_pref().map_err(|e| err("cublasLtMatmulPreferenceCreate", e))?;
-    let ws = WORKSPACE_BYTES as u64;
-    let set_pref = |attr, ptr: *const c_void, size| {
-        // SAFETY: `ptr` points at `size` bytes of the attribute's type.
-        unsafe { ltr::set_matmul_pref_attribute(d.pref, attr, ptr, size) }
-            .map_err(|e| err("cublasLtMatmulPreferenceSetAttribute", e))
-    };
-    use lt::cublasLtMatmulPreferenceAttributes_t as P;
-    set_pref(
-        P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-        &ws as *const u64 as _,
-        8,
-    )?;
-    // cuBLASLt assumes 256-byte aligned matrices unless told otherwise; a
-    // view that starts inside its buffer is less aligned.
-    let (align_a, align_b, align_c, align_d) = (
-        alignment(b.ptr),
-        alignment(a.ptr),
-        alignment(c_ptr),
-        alignment(out),
-    );
-    set_pref(
-        P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-        &align_a as *const u32 as _,
-        4,
-    )?;
-    set_pref(
-        P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        &align_b as *const u32 as _,
-        4,
-    )?;
-    set_pref(
-        P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-        &align_c as *const u32 as _,
-        4,
-    )?;
-    set_pref(
-        P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-        &align_d as *const u32 as _,
-        4,
-    )?;
-    let (la, lb, lc, ld) = (d.layouts[0], d.layouts[1], d.layouts[2], d.layouts[3]);
-    // SAFETY: all descriptors are live.
-    let heuristic =
-        match unsafe { ltr::get_matmul_algo_heuristic(handle, d.desc, la, lb, lc, ld, d.pref) } {
-            Ok(h) => h,
-            Err(_) => return Ok(false),
-        };
-    let (alpha, beta) = scale.ptrs();
-    // SAFETY: operands, bias (vector or C) and output are live device
-    // memory matching the layouts; the workspace is the context's, used in stream order.
-    unsafe {
-        ltr::matmul(
-            handle,
-            d.desc,
-            alpha,
-            beta,
-            b.ptr as *const c_void,
-            la,
-            a.ptr as *const c_void,
-            lb,
-            c_ptr as *const c_void,
-            lc,
-            out as *mut c_void,
-            ld,
-            &heuristic.algo,
-            blas.workspace as *mut c_void,
-            WORKSPACE_BYTES,
-            ctx.stream as lt::cudaStream_t,
-        )
-    }
-    .map_err(|e| err("cublasLtMatmul", e))?;
-    Ok(true)
+    ltm::each_candidate(&blas, handle, ctx, &product, |what| check(what, &out))
 }
 
 /// A product cuBLAS must reject (`lda` below the row count), to test how

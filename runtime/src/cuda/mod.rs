@@ -8,7 +8,8 @@
 //!   tensors, else through pinned staging buffers.
 //! - `pinned`: page-locked host buffers behind pinned CPU tensors.
 //! - `launch`: PTX modules (built-in and `tensor_fn!`-generated) and launches.
-//! - `blas`: cuBLAS / cuBLASLt matrix products.
+//! - `blas`: cuBLAS matrix products, and the choice between cuBLAS and cuBLASLt.
+//! - `lt`: cuBLASLt products, planned and autotuned once per shape.
 //! - `backend`: the `Backend` primitives.
 //! - `error`: driver and cuBLAS statuses as `Error`s.
 //! - `addmm_relu`: the fused linear-layer entry point for `tensor_fn!`.
@@ -21,6 +22,7 @@ mod concat;
 mod context;
 mod error;
 mod launch;
+mod lt;
 mod overlap;
 mod pinned;
 mod transfer;
@@ -37,6 +39,7 @@ pub(crate) use backend::CudaBackend;
 pub use blas::{allow_tf32, set_allow_tf32};
 pub use context::cuda_device_count;
 pub(crate) use launch::launch_fused;
+pub use lt::{matmul_autotune, set_matmul_autotune};
 pub(crate) use overlap::Overlap;
 pub(crate) use pinned::PinnedVec;
 pub(crate) use transfer::{

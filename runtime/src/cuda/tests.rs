@@ -7,6 +7,7 @@ use super::backend::CudaBackend;
 use super::blas::set_allow_tf32;
 use super::context::context;
 use super::launch::launch_fused;
+use super::lt::set_matmul_autotune;
 use super::transfer::{download, upload_to};
 use crate::backend::Backend;
 use crate::dtype::{DType, DTypeKind};
@@ -1128,6 +1129,174 @@ fn f32_matmul_is_exact_unless_tf32_is_allowed() {
         "f32 products must not use TF32 by default ({exact:e})"
     );
     assert!(tf32 < 8.0 * 9.8e-4, "TF32 error too large ({tf32:e})");
+}
+
+#[test]
+fn matmul_plans_are_made_once_per_shape_and_take_each_calls_operands() {
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    let plans = || be.ctx().blas().expect("cuBLAS").plans.len();
+    for autotune in [false, true] {
+        set_matmul_autotune(autotune);
+        // A shape no other test multiplies, so its plan is made here.
+        let (m, k, n) = (45, 77 + usize::from(autotune), 96);
+        let (la, lb) = (
+            Layout::contiguous(&[1, m, k]),
+            Layout::contiguous(&[1, k, n]),
+        );
+        let lbias = Layout::contiguous(&[n]).broadcast_to(&[1, m, n]);
+        let before = plans();
+        for call in 0..3 {
+            // Fresh operands and bias each call: the cached plan must read
+            // this call's addresses, the bias's included.
+            let a: Vec<f32> = random(&mut rng, m * k, -1.0, 1.0);
+            let b: Vec<f32> = random(&mut rng, k * n, -1.0, 1.0);
+            let bias: Vec<f32> = random(&mut rng, n, -1.0, 1.0);
+            let f = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+            let (want, mag) = matmul_ref(
+                &f(&a),
+                &la,
+                &f(&b),
+                &lb,
+                Some((&f(&bias), &lbias)),
+                1.0,
+                1.0,
+                false,
+            );
+            let (sa, sb, sbias) = (up(&be, &a), up(&be, &b), up(&be, &bias));
+            let out = be
+                .matmul(&sa, &la, &sb, &lb, Some((&sbias, &lbias)), 1.0, 1.0)
+                .unwrap();
+            let got = down(&out, &[1, m, n]);
+            for (i, ((&g, w), mg)) in got.iter().zip(&want).zip(&mag).enumerate() {
+                let err = (g as f64 - w).abs();
+                assert!(
+                    err <= 8.0 * 1.2e-7 * mg + 1e-30,
+                    "autotune={autotune} call {call} [{i}]: got {g}, want {w}"
+                );
+            }
+            assert_eq!(
+                plans(),
+                before + 1,
+                "autotune={autotune} call {call}: one plan for the shape"
+            );
+        }
+    }
+    set_matmul_autotune(true);
+}
+
+#[test]
+fn every_cublaslt_candidate_gives_the_product() {
+    // Autotuning may keep any of cuBLASLt's candidates, so each must be
+    // right, for skinny and dot-like shapes (split-K) too.
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    let mut bad = Vec::new();
+    for (m, k, n) in [
+        (1, 20000, 1),
+        (1, 4096, 1),
+        (4, 20000, 1),
+        (1, 20000, 4),
+        (3, 5000, 7),
+        (64, 4096, 64),
+        (256, 256, 256),
+    ] {
+        let (la, lb) = (
+            Layout::contiguous(&[1, m, k]),
+            Layout::contiguous(&[1, k, n]),
+        );
+        let a: Vec<f32> = random(&mut rng, m * k, -1.0, 1.0);
+        let b: Vec<f32> = random(&mut rng, k * n, -1.0, 1.0);
+        let f = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+        let (want, mag) = matmul_ref(&f(&a), &la, &f(&b), &lb, None, 1.0, 0.0, false);
+        let (sa, sb) = (up(&be, &a), up(&be, &b));
+        let count =
+            super::blas::each_lt_candidate_for_test(&be, (&sa, &la), (&sb, &lb), |what, out| {
+                let got = down(out, &[1, m, n]);
+                let worst = got
+                    .iter()
+                    .zip(&want)
+                    .zip(&mag)
+                    .map(|((&g, w), mg)| (g as f64 - w).abs() / mg.max(1e-30))
+                    .fold(0.0, f64::max);
+                if worst > 8.0 * 1.2e-7 {
+                    bad.push(format!(
+                        "{m}x{k}x{n} {what}: error {worst:.2e} of sum|a||b| (got {}, want {})",
+                        got[0], want[0]
+                    ));
+                }
+            })
+            .unwrap();
+        eprintln!("{m}x{k}x{n}: {count} cuBLASLt candidates");
+    }
+    assert!(bad.is_empty(), "wrong candidates:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn autotuned_skinny_and_dot_products_match_the_reference() {
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    set_matmul_autotune(true);
+    // Sizes no other test uses, so each is planned (and timed) here.
+    for (m, k, n) in [(1, 20011, 1), (1, 20011, 5), (7, 20011, 1), (64, 4099, 64)] {
+        let (la, lb) = (
+            Layout::contiguous(&[1, m, k]),
+            Layout::contiguous(&[1, k, n]),
+        );
+        for call in 0..2 {
+            let a: Vec<f32> = random(&mut rng, m * k, -1.0, 1.0);
+            let b: Vec<f32> = random(&mut rng, k * n, -1.0, 1.0);
+            let f = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+            let (want, mag) = matmul_ref(&f(&a), &la, &f(&b), &lb, None, 1.0, 0.0, false);
+            let (sa, sb) = (up(&be, &a), up(&be, &b));
+            let out = be.matmul(&sa, &la, &sb, &lb, None, 1.0, 0.0).unwrap();
+            let got = down(&out, &[1, m, n]);
+            for (i, ((&g, w), mg)) in got.iter().zip(&want).zip(&mag).enumerate() {
+                assert!(
+                    (g as f64 - w).abs() <= 8.0 * 1.2e-7 * mg,
+                    "{m}x{k}x{n} call {call} [{i}]: got {g}, want {w}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn products_queued_from_several_threads_at_once_stay_right() {
+    // Long, thin products run split-K: partial sums in the shared
+    // workspace, then a reduction kernel. Queued from four threads at
+    // once, each product's kernels must still run back to back.
+    let Some((_serial, be)) = gpu() else { return };
+    let base = seed().next_u64();
+    std::thread::scope(|scope| {
+        for t in 0..4u64 {
+            let be = be.clone();
+            scope.spawn(move || {
+                be.ctx().bind().unwrap();
+                let mut rng = SplitMix64::new(base ^ (t + 1));
+                let (m, k, n) = (1 + t as usize, 20000, 1 + 2 * t as usize);
+                let (la, lb) = (
+                    Layout::contiguous(&[1, m, k]),
+                    Layout::contiguous(&[1, k, n]),
+                );
+                for call in 0..25 {
+                    let a: Vec<f32> = random(&mut rng, m * k, -1.0, 1.0);
+                    let b: Vec<f32> = random(&mut rng, k * n, -1.0, 1.0);
+                    let f = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+                    let (want, mag) = matmul_ref(&f(&a), &la, &f(&b), &lb, None, 1.0, 0.0, false);
+                    let (sa, sb) = (up(&be, &a), up(&be, &b));
+                    let out = be.matmul(&sa, &la, &sb, &lb, None, 1.0, 0.0).unwrap();
+                    let got = down(&out, &[1, m, n]);
+                    for (i, ((&g, w), mg)) in got.iter().zip(&want).zip(&mag).enumerate() {
+                        assert!(
+                            (g as f64 - w).abs() <= 8.0 * 1.2e-7 * mg,
+                            "thread {t} call {call} {m}x{k}x{n} [{i}]: got {g}, want {w}"
+                        );
+                    }
+                }
+            });
+        }
+    });
 }
 
 #[test]

@@ -1,0 +1,719 @@
+//! Matrix products through cuBLASLt, planned once per shape.
+//!
+//! A [`Plan`] holds the cuBLASLt descriptors of one kind of product (dtype,
+//! compute type, transposes, sizes, leading dimensions, batch strides, how
+//! the bias is added, epilogue, operand alignments) and the algorithm
+//! chosen for it. Building a plan asks cuBLASLt's heuristic for up to
+//! [`CANDIDATES`] algorithms. With autotuning on (the default, see
+//! [`set_matmul_autotune`]) each candidate is timed on the call's own
+//! operands and the fastest is kept: the heuristic's first choice is a
+//! prediction, and for some shapes another of its candidates runs faster.
+//! Later calls of the same kind reuse the plan, so the hot path creates no
+//! descriptor and queries no heuristic.
+//!
+//! The plans of a context live as long as its cuBLAS handles.
+
+use super::blas::{Blas, Epilogue, Operand, Scale};
+use super::context::{lock, Context};
+use super::error::{cublas, driver};
+use crate::dtype::DType;
+use crate::error::Result;
+use cudarc::cublaslt::result as ltr;
+use cudarc::cublaslt::sys as lt;
+use cudarc::driver::{result, sys};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use tensorfn_core::DTypeKind;
+
+/// Bytes of the workspace cuBLAS and cuBLASLt share in each context.
+pub(crate) const WORKSPACE_BYTES: usize = 32 << 20;
+
+/// How many of cuBLASLt's heuristic candidates are timed for a new shape.
+const CANDIDATES: usize = 8;
+
+/// Plans kept per context; past this many shapes the cache starts over,
+/// so a program with ever-new shapes does not grow it without bound.
+const MAX_PLANS: usize = 4096;
+
+/// Timing a candidate repeats it until about this long has passed, so
+/// that launch jitter does not decide between kernels of a few µs.
+const TIMED_SPAN_MS: f32 = 0.5;
+
+/// A candidate takes part in the timed rounds when its first single run
+/// was at most this much slower than the fastest one.
+const SECOND_ROUND_SLACK: f32 = 1.25;
+
+/// Products whose heuristic choice runs shorter than this are not timed:
+/// at a few µs they are bound by launch and by operands hot in cache, and
+/// timing picked slower kernels for them as often as faster ones.
+const SHORTEST_TUNED_MS: f32 = 0.025;
+
+/// Timed rounds over the finalists.
+const ROUNDS: usize = 3;
+
+/// Another candidate replaces the heuristic's first choice only when its
+/// median round is at least this much faster: the operands are hot in
+/// cache while they are timed, which favours some kernels by a few per
+/// cent over the same product on operands fresh from memory.
+const MIN_GAIN: f32 = 1.03;
+
+/// 1: on, 0: off, 2: not yet decided (read `TENSORFN_MATMUL_AUTOTUNE`).
+static AUTOTUNE: AtomicU8 = AtomicU8::new(2);
+
+/// Whether a GPU matrix product of a new shape times cuBLASLt's candidate
+/// algorithms and keeps the fastest (`true`, the default), or takes
+/// cuBLASLt's first heuristic choice untimed (`false`). The environment
+/// variable `TENSORFN_MATMUL_AUTOTUNE=0` turns it off until this is called.
+///
+/// Timing costs one synchronisation and a few extra runs of the product
+/// the first time each shape (with its dtype, transposes, strides,
+/// alignment and bias form) is multiplied on a device; every later call of
+/// that shape reuses the choice. Different algorithms may sum the f32
+/// accumulation in a different order, so with autotuning on, two
+/// processes can pick different algorithms for a shape and differ in the
+/// last bits; turn it off for a choice that depends on the shape alone.
+/// A plan already made keeps its algorithm.
+///
+/// ```
+/// use tensorfn_runtime::{matmul_autotune, set_matmul_autotune};
+/// set_matmul_autotune(false);
+/// assert!(!matmul_autotune());
+/// set_matmul_autotune(true);
+/// assert!(matmul_autotune());
+/// ```
+pub fn set_matmul_autotune(on: bool) {
+    AUTOTUNE.store(u8::from(on), Ordering::Relaxed);
+}
+
+/// Whether new GPU matrix-product shapes are autotuned (see
+/// [`set_matmul_autotune`]).
+///
+/// ```
+/// // On unless the program or TENSORFN_MATMUL_AUTOTUNE=0 turns it off.
+/// let on = tensorfn_runtime::matmul_autotune();
+/// assert_eq!(on, std::env::var("TENSORFN_MATMUL_AUTOTUNE").map_or(true, |v| v != "0"));
+/// ```
+pub fn matmul_autotune() -> bool {
+    match AUTOTUNE.load(Ordering::Relaxed) {
+        2 => {
+            let on = std::env::var("TENSORFN_MATMUL_AUTOTUNE").map_or(true, |v| v.trim() != "0");
+            // A concurrent `set_matmul_autotune` wins over the environment.
+            let _ =
+                AUTOTUNE.compare_exchange(2, u8::from(on), Ordering::Relaxed, Ordering::Relaxed);
+            AUTOTUNE.load(Ordering::Relaxed) == 1
+        }
+        v => v == 1,
+    }
+}
+
+/// How cuBLASLt adds the bias to the product, with nothing copied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Addend {
+    /// No bias: D = alpha * A B.
+    Nothing,
+    /// One value per output column (row-major), at this address: the
+    /// BIAS epilogue, added after `alpha * a @ b`.
+    Columns(u64),
+    /// A full `m x n` row-major matrix at `ptr` with rows `ld` apart:
+    /// cuBLASLt's C operand, scaled by beta, with the output as D.
+    Matrix { ptr: u64, ld: usize },
+}
+
+/// The form of an [`Addend`], without its address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum AddendForm {
+    Nothing,
+    Columns,
+    Matrix { ld: usize },
+}
+
+impl Addend {
+    fn form(self) -> AddendForm {
+        match self {
+            Addend::Nothing => AddendForm::Nothing,
+            Addend::Columns(_) => AddendForm::Columns,
+            Addend::Matrix { ld, .. } => AddendForm::Matrix { ld },
+        }
+    }
+}
+
+/// The cuBLASLt form of `beta * bias` for a single `m x n` product, and
+/// the scale to run it with; `None` when the bias must be copied into
+/// the output first (a 0-D or otherwise broadcast bias, a batch, a bias
+/// vector with `beta != 1` or one not aligned for vector loads).
+pub(crate) fn addend_of<T: DType>(
+    ptr: u64,
+    strides: (usize, usize),
+    (m, n): (usize, usize),
+    batch: usize,
+    alpha: T,
+    beta: T,
+) -> Option<(Addend, Scale)> {
+    if batch != 1 {
+        return None;
+    }
+    let (sr, sc) = strides;
+    let unit_cols = n == 1 || sc == 1;
+    // A row vector repeated down the rows: the bias epilogue, which reads
+    // it with vector loads, so keep it aligned.
+    if m > 1 && sr == 0 && unit_cols {
+        return (beta.to_f64() == 1.0 && alignment(ptr) >= 16)
+            .then(|| (Addend::Columns(ptr), Scale::new(alpha, T::zero())));
+    }
+    // Row-major rows, `ld` apart: C. A single row is any row-major matrix.
+    let ld = if m == 1 { n } else { sr };
+    (unit_cols && ld >= n && ld <= i32::MAX as usize)
+        .then(|| (Addend::Matrix { ptr, ld }, Scale::new(alpha, beta)))
+}
+
+/// The largest power of two (up to 256) dividing a device address.
+fn alignment(ptr: u64) -> u32 {
+    1 << ptr.trailing_zeros().min(8)
+}
+
+/// Everything a plan depends on; addresses only through their alignment.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct PlanKey {
+    dtype: DTypeKind,
+    tf32: bool,
+    /// Transposes of `a` and `b` (row-major view).
+    trans: (bool, bool),
+    /// `(batch, m, k, n)`.
+    dims: (usize, usize, usize, usize),
+    /// Leading dimensions of `a` and `b`.
+    ld: (usize, usize),
+    /// Batch strides of `a` and `b` (0: broadcast over the batch).
+    batch_stride: (usize, usize),
+    addend: AddendForm,
+    epilogue: Epilogue,
+    /// Alignments of `a`, `b`, C and D.
+    align: [u32; 4],
+}
+
+/// The plans of one context, by key; `None` where cuBLASLt offers no
+/// algorithm (the caller then uses cuBLAS).
+#[derive(Default)]
+pub(crate) struct Plans(Mutex<HashMap<PlanKey, Option<Arc<Plan>>>>);
+
+impl Plans {
+    /// How many shapes have a plan (or are known to have none).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.0).len()
+    }
+}
+
+/// The descriptors and algorithm of one kind of product.
+pub(crate) struct Plan {
+    desc: Descriptors,
+    algo: lt::cublasLtMatmulAlgo_t,
+}
+
+// SAFETY: the descriptors are host objects only read by cuBLASLt calls;
+// the one attribute written after creation (the bias address) is written
+// while the context's queue lock is held, as is every use.
+unsafe impl Send for Plan {}
+unsafe impl Sync for Plan {}
+
+/// cuBLASLt descriptors, destroyed on every exit path.
+struct Descriptors {
+    matmul: lt::cublasLtMatmulDesc_t,
+    /// Stored A (our `b`), stored B (our `a`), C, D.
+    layouts: Vec<lt::cublasLtMatrixLayout_t>,
+    pref: lt::cublasLtMatmulPreference_t,
+}
+
+impl Drop for Descriptors {
+    fn drop(&mut self) {
+        // SAFETY: each descriptor was created once and is destroyed once.
+        unsafe {
+            for &l in &self.layouts {
+                let _ = ltr::destroy_matrix_layout(l);
+            }
+            if !self.matmul.is_null() {
+                let _ = ltr::destroy_matmul_desc(self.matmul);
+            }
+            if !self.pref.is_null() {
+                let _ = ltr::destroy_matmul_pref(self.pref);
+            }
+        }
+    }
+}
+
+fn data_type(t: DTypeKind) -> lt::cudaDataType {
+    match t {
+        DTypeKind::F32 => lt::cudaDataType::CUDA_R_32F,
+        DTypeKind::F64 => lt::cudaDataType::CUDA_R_64F,
+        DTypeKind::F16 => lt::cudaDataType::CUDA_R_16F,
+        DTypeKind::BF16 => lt::cudaDataType::CUDA_R_16BF,
+        other => unreachable!("matrix products are only called with floats, not {other}"),
+    }
+}
+
+fn compute_type(t: DTypeKind, tf32: bool) -> (lt::cublasComputeType_t, lt::cudaDataType) {
+    use lt::cublasComputeType_t as C;
+    match t {
+        DTypeKind::F64 => (C::CUBLAS_COMPUTE_64F, lt::cudaDataType::CUDA_R_64F),
+        DTypeKind::F32 if tf32 => (
+            C::CUBLAS_COMPUTE_32F_FAST_TF32,
+            lt::cudaDataType::CUDA_R_32F,
+        ),
+        // f16 and bf16 accumulate in f32 too.
+        _ => (C::CUBLAS_COMPUTE_32F, lt::cudaDataType::CUDA_R_32F),
+    }
+}
+
+/// One batched product for cuBLASLt: operands, sizes and where the result
+/// and bias go.
+pub(crate) struct Product<'a, T: DType> {
+    pub(crate) a: &'a Operand<T>,
+    pub(crate) b: &'a Operand<T>,
+    /// `(batch, m, k, n)`.
+    pub(crate) dims: (usize, usize, usize, usize),
+    pub(crate) addend: Addend,
+    pub(crate) out: u64,
+    pub(crate) scale: Scale,
+    pub(crate) epilogue: Epilogue,
+    pub(crate) tf32: bool,
+    /// Operand shapes, for error messages.
+    pub(crate) shapes: &'a str,
+}
+
+impl<T: DType> Product<'_, T> {
+    /// C's address and leading dimension: the bias matrix, or the output
+    /// itself when C is unused (beta = 0).
+    fn c(&self) -> (u64, usize) {
+        match self.addend {
+            Addend::Matrix { ptr, ld } => (ptr, ld),
+            Addend::Columns(_) | Addend::Nothing => (self.out, self.dims.3),
+        }
+    }
+
+    fn key(&self) -> PlanKey {
+        let (c_ptr, _) = self.c();
+        PlanKey {
+            dtype: T::KIND,
+            tf32: self.tf32,
+            trans: (self.a.trans, self.b.trans),
+            dims: self.dims,
+            ld: (self.a.ld, self.b.ld),
+            batch_stride: (self.a.batch_stride, self.b.batch_stride),
+            addend: self.addend.form(),
+            epilogue: self.epilogue,
+            align: [
+                alignment(self.a.ptr),
+                alignment(self.b.ptr),
+                alignment(c_ptr),
+                alignment(self.out),
+            ],
+        }
+    }
+
+    fn err(&self, what: &str, e: ltr::CublasError) -> crate::error::Error {
+        cublas(what, e.0, self.shapes.to_string())
+    }
+}
+
+/// `epilogue(alpha * a @ b + addend)` through cuBLASLt, with the plan of
+/// its shape (made and, with autotuning on, timed on first use). Returns
+/// `false` (nothing queued) when cuBLASLt has no algorithm for it, so the
+/// caller falls back to cuBLAS.
+pub(crate) fn matmul<T: DType>(
+    blas: &Blas,
+    handle: lt::cublasLtHandle_t,
+    ctx: &Context,
+    p: &Product<'_, T>,
+) -> Result<bool> {
+    let _queue = lock(&blas.queue);
+    let key = p.key();
+    let cached = lock(&blas.plans.0).get(&key).cloned();
+    let plan = match cached {
+        Some(plan) => plan,
+        None => {
+            // Timing holds the queue: other products wait for it.
+            let plan = make_plan(blas, handle, ctx, p)?.map(Arc::new);
+            let mut plans = lock(&blas.plans.0);
+            if plans.len() >= MAX_PLANS {
+                plans.clear();
+            }
+            plans.insert(key, plan.clone());
+            plan
+        }
+    };
+    let Some(plan) = plan else {
+        return Ok(false);
+    };
+    run(blas, handle, ctx, p, &plan.desc, &plan.algo).map_err(|e| p.err("cublasLtMatmul", e))?;
+    Ok(true)
+}
+
+/// Queues the product with `algo`; the caller holds the queue lock.
+fn run<T: DType>(
+    blas: &Blas,
+    handle: lt::cublasLtHandle_t,
+    ctx: &Context,
+    p: &Product<'_, T>,
+    d: &Descriptors,
+    algo: &lt::cublasLtMatmulAlgo_t,
+) -> std::result::Result<(), ltr::CublasError> {
+    if let Addend::Columns(bias) = p.addend {
+        let bias_ptr = bias as *const c_void;
+        // SAFETY: the attribute is a device pointer, passed by address.
+        unsafe {
+            ltr::set_matmul_desc_attribute(
+                d.matmul,
+                lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                &bias_ptr as *const *const c_void as _,
+                std::mem::size_of::<*const c_void>(),
+            )?;
+        }
+    }
+    let (alpha, beta) = p.scale.ptrs();
+    let (c_ptr, _) = p.c();
+    let l = &d.layouts;
+    // SAFETY: operands, bias (vector or C) and output are live device
+    // memory matching the layouts (the plan's key fixes their shapes,
+    // strides and alignments); the workspace is the context's, used in
+    // stream order.
+    unsafe {
+        ltr::matmul(
+            handle,
+            d.matmul,
+            alpha,
+            beta,
+            p.b.ptr as *const c_void,
+            l[0],
+            p.a.ptr as *const c_void,
+            l[1],
+            c_ptr as *const c_void,
+            l[2],
+            p.out as *mut c_void,
+            l[3],
+            algo,
+            blas.workspace as *mut c_void,
+            WORKSPACE_BYTES,
+            ctx.stream as lt::cudaStream_t,
+        )
+    }
+}
+
+/// Creates the descriptors of `p`'s shape and picks its algorithm; `None`
+/// when cuBLASLt has none.
+fn make_plan<T: DType>(
+    blas: &Blas,
+    handle: lt::cublasLtHandle_t,
+    ctx: &Context,
+    p: &Product<'_, T>,
+) -> Result<Option<Plan>> {
+    let desc = descriptors(p)?;
+    let candidates = candidates(handle, &desc);
+    let algo = match candidates.len() {
+        0 => return Ok(None),
+        1 => candidates[0],
+        _ if !matmul_autotune() => candidates[0],
+        _ => {
+            let launch = |algo: &lt::cublasLtMatmulAlgo_t| run(blas, handle, ctx, p, &desc, algo);
+            candidates[fastest(ctx, &candidates, launch)?]
+        }
+    };
+    Ok(Some(Plan { desc, algo }))
+}
+
+fn descriptors<T: DType>(p: &Product<'_, T>) -> Result<Descriptors> {
+    let (batch, m, k, n) = p.dims;
+    let (compute, scale_type) = compute_type(T::KIND, p.tf32);
+    let dt = data_type(T::KIND);
+    let mut d = Descriptors {
+        matmul: ltr::create_matmul_desc(compute, scale_type)
+            .map_err(|e| p.err("cublasLtMatmulDescCreate", e))?,
+        layouts: Vec::new(),
+        pref: std::ptr::null_mut(),
+    };
+    // Cᵀ (n x m) = Bᵀ (n x k) · Aᵀ (k x m), all column-major: cuBLASLt's
+    // A is our `b` and its B our `a`.
+    let trans_a: i32 = p.b.trans.into();
+    let trans_b: i32 = p.a.trans.into();
+    use lt::cublasLtEpilogue_t as E;
+    let epi = match (p.addend, p.epilogue) {
+        (Addend::Columns(_), Epilogue::None) => E::CUBLASLT_EPILOGUE_BIAS,
+        (Addend::Columns(_), Epilogue::Relu) => E::CUBLASLT_EPILOGUE_RELU_BIAS,
+        (_, Epilogue::None) => E::CUBLASLT_EPILOGUE_DEFAULT,
+        (_, Epilogue::Relu) => E::CUBLASLT_EPILOGUE_RELU,
+    };
+    let set = |attr, ptr: *const c_void, size| {
+        // SAFETY: `ptr` points at `size` bytes of the attribute's type.
+        unsafe { ltr::set_matmul_desc_attribute(d.matmul, attr, ptr, size) }
+            .map_err(|e| p.err("cublasLtMatmulDescSetAttribute", e))
+    };
+    use lt::cublasLtMatmulDescAttributes_t as A;
+    set(
+        A::CUBLASLT_MATMUL_DESC_TRANSA,
+        &trans_a as *const i32 as _,
+        4,
+    )?;
+    set(
+        A::CUBLASLT_MATMUL_DESC_TRANSB,
+        &trans_b as *const i32 as _,
+        4,
+    )?;
+    set(A::CUBLASLT_MATMUL_DESC_EPILOGUE, &epi as *const _ as _, 4)?;
+    // A bias vector is read in the tensors' dtype: cuBLASLt's default bias
+    // type is the type of D for every non-integer compute type, which is
+    // the tensors' dtype here. CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE is left
+    // unset so that older cuBLASLt releases, which lack it, still take the
+    // epilogue. The bias address is set per call (`run`).
+
+    // Stored (column-major) shapes: Bᵀ is n x k, Aᵀ is k x m, Cᵀ is n x m.
+    let stored = |trans: bool, rows: usize, cols: usize| {
+        if trans {
+            (cols, rows)
+        } else {
+            (rows, cols)
+        }
+    };
+    let (ar, ac) = stored(p.b.trans, n, k);
+    let (br, bc) = stored(p.a.trans, k, m);
+    let (_, c_ld) = p.c();
+    let c_stride = if batch > 1 { m * n } else { 0 };
+    for (rows, cols, ld, stride) in [
+        (ar, ac, p.b.ld, p.b.batch_stride),
+        (br, bc, p.a.ld, p.a.batch_stride),
+        (n, m, c_ld, c_stride),
+        (n, m, n, c_stride),
+    ] {
+        let l = ltr::create_matrix_layout(dt, rows as u64, cols as u64, ld as i64)
+            .map_err(|e| p.err("cublasLtMatrixLayoutCreate", e))?;
+        d.layouts.push(l);
+        if batch > 1 {
+            let count = batch as i32;
+            let offset = stride as i64;
+            use lt::cublasLtMatrixLayoutAttribute_t as L;
+            // SAFETY: each attribute is passed by address with its size.
+            unsafe {
+                ltr::set_matrix_layout_attribute(
+                    l,
+                    L::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                    &count as *const i32 as _,
+                    4,
+                )
+                .and_then(|()| {
+                    ltr::set_matrix_layout_attribute(
+                        l,
+                        L::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                        &offset as *const i64 as _,
+                        8,
+                    )
+                })
+            }
+            .map_err(|e| p.err("cublasLtMatrixLayoutSetAttribute", e))?;
+        }
+    }
+    d.pref = ltr::create_matmul_pref().map_err(|e| p.err("cublasLtMatmulPreferenceCreate", e))?;
+    let set_pref = |attr, ptr: *const c_void, size| {
+        // SAFETY: `ptr` points at `size` bytes of the attribute's type.
+        unsafe { ltr::set_matmul_pref_attribute(d.pref, attr, ptr, size) }
+            .map_err(|e| p.err("cublasLtMatmulPreferenceSetAttribute", e))
+    };
+    use lt::cublasLtMatmulPreferenceAttributes_t as P;
+    let ws = WORKSPACE_BYTES as u64;
+    set_pref(
+        P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+        &ws as *const u64 as _,
+        8,
+    )?;
+    // cuBLASLt assumes 256-byte aligned matrices unless told otherwise; a
+    // view that starts inside its buffer is less aligned.
+    let align = p.key().align;
+    for (attr, bytes) in [
+        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align[1]),
+        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[0]),
+        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]),
+        (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[3]),
+    ] {
+        set_pref(attr, &bytes as *const u32 as _, 4)?;
+    }
+    Ok(d)
+}
+
+/// cuBLASLt's candidate algorithms for the descriptors, best guess first;
+/// empty when it has none (or the query fails: cuBLAS then runs it).
+fn candidates(handle: lt::cublasLtHandle_t, d: &Descriptors) -> Vec<lt::cublasLtMatmulAlgo_t> {
+    let mut results = Vec::<lt::cublasLtMatmulHeuristicResult_t>::with_capacity(CANDIDATES);
+    let mut count = 0i32;
+    let l = &d.layouts;
+    // SAFETY: all descriptors are live; cuBLASLt writes at most
+    // CANDIDATES results and reports how many.
+    let status = unsafe {
+        lt::cublasLtMatmulAlgoGetHeuristic(
+            handle,
+            d.matmul,
+            l[0],
+            l[1],
+            l[2],
+            l[3],
+            d.pref,
+            CANDIDATES as i32,
+            results.as_mut_ptr(),
+            &mut count,
+        )
+    };
+    if status != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        return Vec::new();
+    }
+    // SAFETY: the first `count` results were written.
+    unsafe { results.set_len((count.max(0) as usize).min(CANDIDATES)) };
+    results
+        .iter()
+        .filter(|r| r.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS)
+        .map(|r| r.algo)
+        .collect()
+}
+
+/// A driver event that records times, destroyed on drop.
+struct TimingEvent(sys::CUevent);
+
+impl TimingEvent {
+    fn new() -> Result<TimingEvent> {
+        result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map(TimingEvent)
+            .map_err(|e| driver("cuEventCreate", e))
+    }
+}
+
+impl Drop for TimingEvent {
+    fn drop(&mut self) {
+        // SAFETY: created once, destroyed once.
+        let _ = unsafe { result::event::destroy(self.0) };
+    }
+}
+
+/// The index of the fastest of `candidates`, timed on the context's
+/// stream: a pass of single runs, then [`ROUNDS`] interleaved rounds over
+/// the candidates within [`SECOND_ROUND_SLACK`] of the best, each a batch
+/// of about [`TIMED_SPAN_MS`]. A candidate cuBLASLt refuses to launch is
+/// skipped; the first candidate wins unless another's median round is
+/// [`MIN_GAIN`] faster, or when it ran shorter than [`SHORTEST_TUNED_MS`].
+fn fastest(
+    ctx: &Context,
+    candidates: &[lt::cublasLtMatmulAlgo_t],
+    launch: impl Fn(&lt::cublasLtMatmulAlgo_t) -> std::result::Result<(), ltr::CublasError>,
+) -> Result<usize> {
+    let (start, end) = (TimingEvent::new()?, TimingEvent::new()?);
+    let time = |algo: &lt::cublasLtMatmulAlgo_t, reps: usize| -> Result<Option<f32>> {
+        // SAFETY: both events and the stream belong to the current context.
+        unsafe { result::event::record(start.0, ctx.stream) }
+            .map_err(|e| driver("cuEventRecord", e))?;
+        for _ in 0..reps {
+            if launch(algo).is_err() {
+                return Ok(None);
+            }
+        }
+        // SAFETY: as above; the elapsed time is read after `end` completed.
+        unsafe {
+            result::event::record(end.0, ctx.stream).map_err(|e| driver("cuEventRecord", e))?;
+            result::event::synchronize(end.0).map_err(|e| driver("cuEventSynchronize", e))?;
+            let ms = result::event::elapsed(start.0, end.0)
+                .map_err(|e| driver("cuEventElapsedTime", e))?;
+            Ok(Some(ms / reps as f32))
+        }
+    };
+    // First pass: one run each after an untimed one (which loads the
+    // kernel), to drop the candidates far behind.
+    let mut once = vec![f32::INFINITY; candidates.len()];
+    for (i, algo) in candidates.iter().enumerate() {
+        if launch(algo).is_err() {
+            continue;
+        }
+        if let Some(ms) = time(algo, 1)? {
+            once[i] = ms;
+        }
+    }
+    let fastest_once = once.iter().copied().fold(f32::INFINITY, f32::min);
+    if !fastest_once.is_finite() || once[0] < SHORTEST_TUNED_MS {
+        return Ok(0);
+    }
+    // Then interleaved rounds over the finalists (the heuristic's choice
+    // always among them), each a batch of about TIMED_SPAN_MS; a
+    // candidate's score is its median round, which one lucky or unlucky
+    // round does not move.
+    let finalists: Vec<usize> = (0..candidates.len())
+        .filter(|&i| i == 0 || once[i] <= fastest_once * SECOND_ROUND_SLACK)
+        .collect();
+    let reps = ((TIMED_SPAN_MS / fastest_once.max(1e-4)).ceil() as usize).clamp(1, 64);
+    let mut rounds = vec![Vec::with_capacity(ROUNDS); candidates.len()];
+    for _ in 0..ROUNDS {
+        for &i in &finalists {
+            rounds[i].push(time(&candidates[i], reps)?.unwrap_or(f32::INFINITY));
+        }
+    }
+    let score = |i: usize| -> f32 {
+        let mut r = rounds[i].clone();
+        r.sort_by(f32::total_cmp);
+        r.get(r.len() / 2).copied().unwrap_or(f32::INFINITY)
+    };
+    let winner = finalists
+        .iter()
+        .copied()
+        .min_by(|&x, &y| score(x).total_cmp(&score(y)))
+        .unwrap_or(0);
+    Ok(if score(winner) * MIN_GAIN < score(0) {
+        winner
+    } else {
+        0
+    })
+}
+
+/// An algorithm's configuration, for messages: id, tile, split-K count
+/// and reduction scheme.
+#[cfg(test)]
+pub(crate) fn describe_algo(algo: &lt::cublasLtMatmulAlgo_t) -> String {
+    use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
+    let get = |attr| {
+        let (mut v, mut written) = (0u32, 0usize);
+        // SAFETY: reads one 32-bit attribute of a live algorithm.
+        let status = unsafe {
+            lt::cublasLtMatmulAlgoConfigGetAttribute(
+                algo,
+                attr,
+                &mut v as *mut u32 as _,
+                4,
+                &mut written,
+            )
+        };
+        if status == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            v.to_string()
+        } else {
+            "?".into()
+        }
+    };
+    format!(
+        "algo {} tile {} split-k {} reduction {}",
+        get(C::CUBLASLT_ALGO_CONFIG_ID),
+        get(C::CUBLASLT_ALGO_CONFIG_TILE_ID),
+        get(C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+        get(C::CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME)
+    )
+}
+
+/// Runs `p` with each of cuBLASLt's candidates in turn, waiting for each
+/// and calling `after` with its description; returns how many ran.
+#[cfg(test)]
+pub(crate) fn each_candidate<T: DType>(
+    blas: &Blas,
+    handle: lt::cublasLtHandle_t,
+    ctx: &Context,
+    p: &Product<'_, T>,
+    mut after: impl FnMut(&str),
+) -> Result<usize> {
+    let _queue = lock(&blas.queue);
+    let desc = descriptors(p)?;
+    let candidates = candidates(handle, &desc);
+    for algo in &candidates {
+        run(blas, handle, ctx, p, &desc, algo).map_err(|e| p.err("cublasLtMatmul", e))?;
+        ctx.sync("cublasLtMatmul")?;
+        after(&describe_algo(algo));
+    }
+    Ok(candidates.len())
+}
