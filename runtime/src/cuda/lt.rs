@@ -15,12 +15,12 @@
 
 use super::blas::{Blas, Epilogue, Operand, Scale};
 use super::context::{lock, Context};
-use super::error::{cublas, driver};
+use super::error::cublas;
+use super::event::Event;
 use crate::dtype::DType;
 use crate::error::Result;
 use cudarc::cublaslt::result as ltr;
 use cudarc::cublaslt::sys as lt;
-use cudarc::driver::{result, sys};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -571,24 +571,6 @@ fn candidates(handle: lt::cublasLtHandle_t, d: &Descriptors) -> Vec<lt::cublasLt
         .collect()
 }
 
-/// A driver event that records times, destroyed on drop.
-struct TimingEvent(sys::CUevent);
-
-impl TimingEvent {
-    fn new() -> Result<TimingEvent> {
-        result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
-            .map(TimingEvent)
-            .map_err(|e| driver("cuEventCreate", e))
-    }
-}
-
-impl Drop for TimingEvent {
-    fn drop(&mut self) {
-        // SAFETY: created once, destroyed once.
-        let _ = unsafe { result::event::destroy(self.0) };
-    }
-}
-
 /// The index of the fastest of `candidates`, timed on the context's
 /// stream: a pass of single runs, then [`ROUNDS`] interleaved rounds over
 /// the candidates within [`SECOND_ROUND_SLACK`] of the best, each a batch
@@ -600,24 +582,16 @@ fn fastest(
     candidates: &[lt::cublasLtMatmulAlgo_t],
     launch: impl Fn(&lt::cublasLtMatmulAlgo_t) -> std::result::Result<(), ltr::CublasError>,
 ) -> Result<usize> {
-    let (start, end) = (TimingEvent::new()?, TimingEvent::new()?);
+    let (start, end) = (Event::timing()?, Event::timing()?);
     let time = |algo: &lt::cublasLtMatmulAlgo_t, reps: usize| -> Result<Option<f32>> {
-        // SAFETY: both events and the stream belong to the current context.
-        unsafe { result::event::record(start.0, ctx.stream) }
-            .map_err(|e| driver("cuEventRecord", e))?;
+        start.record(ctx.stream)?;
         for _ in 0..reps {
             if launch(algo).is_err() {
                 return Ok(None);
             }
         }
-        // SAFETY: as above; the elapsed time is read after `end` completed.
-        unsafe {
-            result::event::record(end.0, ctx.stream).map_err(|e| driver("cuEventRecord", e))?;
-            result::event::synchronize(end.0).map_err(|e| driver("cuEventSynchronize", e))?;
-            let ms = result::event::elapsed(start.0, end.0)
-                .map_err(|e| driver("cuEventElapsedTime", e))?;
-            Ok(Some(ms / reps as f32))
-        }
+        end.record(ctx.stream)?;
+        Ok(Some(end.elapsed_ms(&start)? / reps as f32))
     };
     // First pass: one run each after an untimed one (which loads the
     // kernel), to drop the candidates far behind.

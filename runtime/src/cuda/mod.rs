@@ -12,6 +12,7 @@
 //! - `lt`: cuBLASLt products, planned and autotuned once per shape.
 //! - `backend`: the `Backend` primitives.
 //! - `error`: driver and cuBLAS statuses as `Error`s.
+//! - `event`: driver events, for ordering streams and timing on the device.
 //! - `addmm_relu`: the fused linear-layer entry point for `tensor_fn!`.
 
 mod addmm_relu;
@@ -21,6 +22,7 @@ mod blas;
 mod concat;
 mod context;
 mod error;
+mod event;
 mod launch;
 mod lt;
 mod overlap;

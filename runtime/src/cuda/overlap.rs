@@ -24,54 +24,12 @@
 use super::alloc::CudaStorage;
 use super::context::{context, Context};
 use super::error::driver;
+use super::event::Event;
 use super::pinned::PinnedVec;
 use crate::dtype::DType;
 use crate::error::Result;
 use cudarc::driver::{result, sys};
 use std::sync::Arc;
-
-/// A driver event without timing, destroyed on drop.
-struct Event(sys::CUevent);
-
-impl Event {
-    fn new() -> Result<Event> {
-        result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-            .map(Event)
-            .map_err(|e| driver("cuEventCreate", e))
-    }
-
-    fn record(&self, stream: sys::CUstream) -> Result<()> {
-        // SAFETY: event and stream belong to the current context.
-        unsafe { result::event::record(self.0, stream) }.map_err(|e| driver("cuEventRecord", e))
-    }
-
-    /// Makes `stream` wait (on the device) for the last record.
-    fn wait_on(&self, stream: sys::CUstream) -> Result<()> {
-        // SAFETY: event and stream belong to the current context.
-        unsafe {
-            result::stream::wait_event(
-                stream,
-                self.0,
-                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-            )
-        }
-        .map_err(|e| driver("cuStreamWaitEvent", e))
-    }
-
-    /// Blocks the host until the last record has happened.
-    fn synchronize(&self, op: &str) -> Result<()> {
-        // SAFETY: the event is alive.
-        unsafe { result::event::synchronize(self.0) }.map_err(|e| driver(op, e))
-    }
-}
-
-impl Drop for Event {
-    fn drop(&mut self) {
-        // SAFETY: created by cuEventCreate, destroyed once; the driver
-        // defers the release until recorded work completes.
-        let _ = unsafe { result::event::destroy(self.0) };
-    }
-}
 
 /// A non-blocking stream, destroyed on drop after draining.
 struct Stream(sys::CUstream);

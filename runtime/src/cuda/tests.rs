@@ -1131,6 +1131,93 @@ fn f32_matmul_is_exact_unless_tf32_is_allowed() {
     assert!(tf32 < 8.0 * 9.8e-4, "TF32 error too large ({tf32:e})");
 }
 
+/// Random f32 operands of `[1, m, k] @ [1, k, n]` on the device, with an
+/// optional bias per column (added with beta 1), and the f64 product.
+struct F32Product {
+    dims: (usize, usize, usize),
+    layouts: (Layout, Layout, Layout),
+    a: CudaStorage<f32>,
+    b: CudaStorage<f32>,
+    bias: Option<CudaStorage<f32>>,
+    want: Vec<f64>,
+    /// `sum |a||b|` (plus `|bias|`) of each element, the error's scale.
+    mag: Vec<f64>,
+}
+
+/// Eight f32 roundings of `sum |a||b|`: the most a product may be off.
+const F32_PRODUCT_TOL: f64 = 8.0 * 1.2e-7;
+
+impl F32Product {
+    fn random(
+        be: &CudaBackend,
+        rng: &mut SplitMix64,
+        (m, k, n): (usize, usize, usize),
+        with_bias: bool,
+    ) -> F32Product {
+        let (la, lb) = (
+            Layout::contiguous(&[1, m, k]),
+            Layout::contiguous(&[1, k, n]),
+        );
+        let lbias = Layout::contiguous(&[n]).broadcast_to(&[1, m, n]);
+        let a: Vec<f32> = random(rng, m * k, -1.0, 1.0);
+        let b: Vec<f32> = random(rng, k * n, -1.0, 1.0);
+        let bias: Option<Vec<f32>> = with_bias.then(|| random(rng, n, -1.0, 1.0));
+        let f = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+        let bias64 = bias.as_deref().map(f);
+        let (want, mag) = matmul_ref(
+            &f(&a),
+            &la,
+            &f(&b),
+            &lb,
+            bias64.as_deref().map(|v| (v, &lbias)),
+            1.0,
+            1.0,
+            false,
+        );
+        F32Product {
+            dims: (m, k, n),
+            a: up(be, &a),
+            b: up(be, &b),
+            bias: bias.map(|v| up(be, &v)),
+            layouts: (la, lb, lbias),
+            want,
+            mag,
+        }
+    }
+
+    /// `bias + a @ b` through the backend.
+    fn run(&self, be: &CudaBackend) -> CudaStorage<f32> {
+        let (la, lb, lbias) = &self.layouts;
+        let bias = self.bias.as_ref().map(|s| (s, lbias));
+        be.matmul(&self.a, la, &self.b, lb, bias, 1.0, 1.0).unwrap()
+    }
+
+    /// The largest error of `out` in units of each element's
+    /// `sum |a||b|`, and the first element's value.
+    fn error(&self, out: &CudaStorage<f32>) -> (f64, f32) {
+        let (m, _, n) = self.dims;
+        let got = down(out, &[1, m, n]);
+        let worst = got
+            .iter()
+            .zip(&self.want)
+            .zip(&self.mag)
+            .map(|((&g, w), mg)| (g as f64 - w).abs() / mg.max(1e-30))
+            .fold(0.0, f64::max);
+        (worst, got[0])
+    }
+
+    /// Panics, naming `what`, unless `out` is the product.
+    fn check(&self, out: &CudaStorage<f32>, what: &str) {
+        let (worst, first) = self.error(out);
+        assert!(
+            worst <= F32_PRODUCT_TOL,
+            "{what} {:?}: error {worst:.2e} of sum|a||b| (element 0: got {first}, want {})",
+            self.dims,
+            self.want[0]
+        );
+    }
+}
+
 #[test]
 fn matmul_plans_are_made_once_per_shape_and_take_each_calls_operands() {
     let Some((_serial, be)) = gpu() else { return };
@@ -1139,47 +1226,14 @@ fn matmul_plans_are_made_once_per_shape_and_take_each_calls_operands() {
     for autotune in [false, true] {
         set_matmul_autotune(autotune);
         // A shape no other test multiplies, so its plan is made here.
-        let (m, k, n) = (45, 77 + usize::from(autotune), 96);
-        let (la, lb) = (
-            Layout::contiguous(&[1, m, k]),
-            Layout::contiguous(&[1, k, n]),
-        );
-        let lbias = Layout::contiguous(&[n]).broadcast_to(&[1, m, n]);
+        let dims = (45, 77 + usize::from(autotune), 96);
         let before = plans();
         for call in 0..3 {
             // Fresh operands and bias each call: the cached plan must read
             // this call's addresses, the bias's included.
-            let a: Vec<f32> = random(&mut rng, m * k, -1.0, 1.0);
-            let b: Vec<f32> = random(&mut rng, k * n, -1.0, 1.0);
-            let bias: Vec<f32> = random(&mut rng, n, -1.0, 1.0);
-            let f = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
-            let (want, mag) = matmul_ref(
-                &f(&a),
-                &la,
-                &f(&b),
-                &lb,
-                Some((&f(&bias), &lbias)),
-                1.0,
-                1.0,
-                false,
-            );
-            let (sa, sb, sbias) = (up(&be, &a), up(&be, &b), up(&be, &bias));
-            let out = be
-                .matmul(&sa, &la, &sb, &lb, Some((&sbias, &lbias)), 1.0, 1.0)
-                .unwrap();
-            let got = down(&out, &[1, m, n]);
-            for (i, ((&g, w), mg)) in got.iter().zip(&want).zip(&mag).enumerate() {
-                let err = (g as f64 - w).abs();
-                assert!(
-                    err <= 8.0 * 1.2e-7 * mg + 1e-30,
-                    "autotune={autotune} call {call} [{i}]: got {g}, want {w}"
-                );
-            }
-            assert_eq!(
-                plans(),
-                before + 1,
-                "autotune={autotune} call {call}: one plan for the shape"
-            );
+            let p = F32Product::random(&be, &mut rng, dims, true);
+            p.check(&p.run(&be), &format!("autotune={autotune} call {call}"));
+            assert_eq!(plans(), before + 1, "autotune={autotune} call {call}");
         }
     }
     set_matmul_autotune(true);
@@ -1192,7 +1246,7 @@ fn every_cublaslt_candidate_gives_the_product() {
     let Some((_serial, be)) = gpu() else { return };
     let mut rng = seed();
     let mut bad = Vec::new();
-    for (m, k, n) in [
+    for dims in [
         (1, 20000, 1),
         (1, 4096, 1),
         (4, 20000, 1),
@@ -1201,33 +1255,20 @@ fn every_cublaslt_candidate_gives_the_product() {
         (64, 4096, 64),
         (256, 256, 256),
     ] {
-        let (la, lb) = (
-            Layout::contiguous(&[1, m, k]),
-            Layout::contiguous(&[1, k, n]),
-        );
-        let a: Vec<f32> = random(&mut rng, m * k, -1.0, 1.0);
-        let b: Vec<f32> = random(&mut rng, k * n, -1.0, 1.0);
-        let f = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
-        let (want, mag) = matmul_ref(&f(&a), &la, &f(&b), &lb, None, 1.0, 0.0, false);
-        let (sa, sb) = (up(&be, &a), up(&be, &b));
+        let p = F32Product::random(&be, &mut rng, dims, false);
+        let (la, lb, _) = &p.layouts;
         let count =
-            super::blas::each_lt_candidate_for_test(&be, (&sa, &la), (&sb, &lb), |what, out| {
-                let got = down(out, &[1, m, n]);
-                let worst = got
-                    .iter()
-                    .zip(&want)
-                    .zip(&mag)
-                    .map(|((&g, w), mg)| (g as f64 - w).abs() / mg.max(1e-30))
-                    .fold(0.0, f64::max);
-                if worst > 8.0 * 1.2e-7 {
+            super::blas::each_lt_candidate_for_test(&be, (&p.a, la), (&p.b, lb), |what, out| {
+                let (worst, first) = p.error(out);
+                if worst > F32_PRODUCT_TOL {
                     bad.push(format!(
-                        "{m}x{k}x{n} {what}: error {worst:.2e} of sum|a||b| (got {}, want {})",
-                        got[0], want[0]
+                        "{dims:?} {what}: error {worst:.2e} (element 0: {first}, want {})",
+                        p.want[0]
                     ));
                 }
             })
             .unwrap();
-        eprintln!("{m}x{k}x{n}: {count} cuBLASLt candidates");
+        eprintln!("{dims:?}: {count} cuBLASLt candidates");
     }
     assert!(bad.is_empty(), "wrong candidates:\n{}", bad.join("\n"));
 }
@@ -1238,25 +1279,10 @@ fn autotuned_skinny_and_dot_products_match_the_reference() {
     let mut rng = seed();
     set_matmul_autotune(true);
     // Sizes no other test uses, so each is planned (and timed) here.
-    for (m, k, n) in [(1, 20011, 1), (1, 20011, 5), (7, 20011, 1), (64, 4099, 64)] {
-        let (la, lb) = (
-            Layout::contiguous(&[1, m, k]),
-            Layout::contiguous(&[1, k, n]),
-        );
+    for dims in [(1, 20011, 1), (1, 20011, 5), (7, 20011, 1), (64, 4099, 64)] {
         for call in 0..2 {
-            let a: Vec<f32> = random(&mut rng, m * k, -1.0, 1.0);
-            let b: Vec<f32> = random(&mut rng, k * n, -1.0, 1.0);
-            let f = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
-            let (want, mag) = matmul_ref(&f(&a), &la, &f(&b), &lb, None, 1.0, 0.0, false);
-            let (sa, sb) = (up(&be, &a), up(&be, &b));
-            let out = be.matmul(&sa, &la, &sb, &lb, None, 1.0, 0.0).unwrap();
-            let got = down(&out, &[1, m, n]);
-            for (i, ((&g, w), mg)) in got.iter().zip(&want).zip(&mag).enumerate() {
-                assert!(
-                    (g as f64 - w).abs() <= 8.0 * 1.2e-7 * mg,
-                    "{m}x{k}x{n} call {call} [{i}]: got {g}, want {w}"
-                );
-            }
+            let p = F32Product::random(&be, &mut rng, dims, false);
+            p.check(&p.run(&be), &format!("call {call}"));
         }
     }
 }
@@ -1274,25 +1300,10 @@ fn products_queued_from_several_threads_at_once_stay_right() {
             scope.spawn(move || {
                 be.ctx().bind().unwrap();
                 let mut rng = SplitMix64::new(base ^ (t + 1));
-                let (m, k, n) = (1 + t as usize, 20000, 1 + 2 * t as usize);
-                let (la, lb) = (
-                    Layout::contiguous(&[1, m, k]),
-                    Layout::contiguous(&[1, k, n]),
-                );
+                let dims = (1 + t as usize, 20000, 1 + 2 * t as usize);
                 for call in 0..25 {
-                    let a: Vec<f32> = random(&mut rng, m * k, -1.0, 1.0);
-                    let b: Vec<f32> = random(&mut rng, k * n, -1.0, 1.0);
-                    let f = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
-                    let (want, mag) = matmul_ref(&f(&a), &la, &f(&b), &lb, None, 1.0, 0.0, false);
-                    let (sa, sb) = (up(&be, &a), up(&be, &b));
-                    let out = be.matmul(&sa, &la, &sb, &lb, None, 1.0, 0.0).unwrap();
-                    let got = down(&out, &[1, m, n]);
-                    for (i, ((&g, w), mg)) in got.iter().zip(&want).zip(&mag).enumerate() {
-                        assert!(
-                            (g as f64 - w).abs() <= 8.0 * 1.2e-7 * mg,
-                            "thread {t} call {call} {m}x{k}x{n} [{i}]: got {g}, want {w}"
-                        );
-                    }
+                    let p = F32Product::random(&be, &mut rng, dims, false);
+                    p.check(&p.run(&be), &format!("thread {t} call {call}"));
                 }
             });
         }
