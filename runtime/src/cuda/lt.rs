@@ -594,7 +594,8 @@ fn fastest(
         Ok(Some(end.elapsed_ms(&start)? / reps as f32))
     };
     // First pass: one run each after an untimed one (which loads the
-    // kernel), to drop the candidates far behind.
+    // kernel), to drop the candidates far behind. The heuristic's choice
+    // goes first: when it is too short to time, the others are not run.
     let mut once = vec![f32::INFINITY; candidates.len()];
     for (i, algo) in candidates.iter().enumerate() {
         if launch(algo).is_err() {
@@ -603,9 +604,12 @@ fn fastest(
         if let Some(ms) = time(algo, 1)? {
             once[i] = ms;
         }
+        if i == 0 && once[0] < SHORTEST_TUNED_MS {
+            return Ok(0);
+        }
     }
     let fastest_once = once.iter().copied().fold(f32::INFINITY, f32::min);
-    if !fastest_once.is_finite() || once[0] < SHORTEST_TUNED_MS {
+    if !fastest_once.is_finite() {
         return Ok(0);
     }
     // Then interleaved rounds over the finalists (the heuristic's choice
@@ -622,17 +626,19 @@ fn fastest(
             rounds[i].push(time(&candidates[i], reps)?.unwrap_or(f32::INFINITY));
         }
     }
-    let score = |i: usize| -> f32 {
-        let mut r = rounds[i].clone();
-        r.sort_by(f32::total_cmp);
-        r.get(r.len() / 2).copied().unwrap_or(f32::INFINITY)
-    };
+    let score: Vec<f32> = rounds
+        .iter_mut()
+        .map(|r| {
+            r.sort_by(f32::total_cmp);
+            r.get(r.len() / 2).copied().unwrap_or(f32::INFINITY)
+        })
+        .collect();
     let winner = finalists
         .iter()
         .copied()
-        .min_by(|&x, &y| score(x).total_cmp(&score(y)))
+        .min_by(|&x, &y| score[x].total_cmp(&score[y]))
         .unwrap_or(0);
-    Ok(if score(winner) * MIN_GAIN < score(0) {
+    Ok(if score[winner] * MIN_GAIN < score[0] {
         winner
     } else {
         0
