@@ -436,6 +436,79 @@ fn check_elementwise(rng: &mut Rng, name: &str, ptx: &str, kernel: &Kernel) -> R
     Ok(checked)
 }
 
+/// 16-bit values where one-instruction f16/bf16 arithmetic could part
+/// from the f32 op rounded to 16 bits: every subnormal and the smallest
+/// normals, values near 1 and near the overflow threshold, infinities and
+/// NaN, and random bit patterns.
+fn edge_halves(rng: &mut Rng, dt: DTypeKind) -> HostData {
+    let mut bits: Vec<u16> = Vec::new();
+    let (subnormals, one, max) = match dt {
+        DTypeKind::F16 => (0x0400u16, 0x3C00u16, 0x7BFFu16),
+        _ => (0x0080, 0x3F80, 0x7F7F),
+    };
+    for sign in [0u16, 0x8000] {
+        let step = (subnormals as usize / 128).max(1);
+        bits.extend((0..subnormals + 8).step_by(step).map(|b| b | sign));
+        bits.extend((one - 4..one + 4).map(|b| b | sign));
+        bits.extend((max - 4..=max + 1).map(|b| b | sign));
+        bits.push((max + 2) | sign); // NaN
+    }
+    bits.extend((0..64).map(|_| rng.next() as u16));
+    match dt {
+        DTypeKind::F16 => HostData::F16(bits.into_iter().map(half::f16::from_bits).collect()),
+        _ => HostData::BF16(bits.into_iter().map(half::bf16::from_bits).collect()),
+    }
+}
+
+/// `a op b` for 16-bit `dt` over every pair of [`edge_halves`], on the
+/// contig entry of `ptx`, against the interpreter. Returns the number of
+/// pairs checked.
+fn check_pairs(rng: &mut Rng, name: &str, ptx: &str, kernel: &Kernel, dt: DTypeKind) -> Res<usize> {
+    let module = Module::load(ptx)?;
+    let contig = module.function(&format!("{name}_contig"))?;
+    let values = to_bytes(&edge_halves(rng, dt));
+    let m = values.len() / 2;
+    let (mut a, mut b) = (Vec::with_capacity(2 * m * m), Vec::with_capacity(2 * m * m));
+    for i in 0..m {
+        for j in 0..m {
+            a.extend_from_slice(&values[2 * i..2 * i + 2]);
+            b.extend_from_slice(&values[2 * j..2 * j + 2]);
+        }
+    }
+    let n = m * m;
+    let (da, db) = (DevBuf::from_bytes(&a)?, DevBuf::from_bytes(&b)?);
+    let out = DevBuf::from_bytes(&vec![0u8; 2 * n])?;
+    let mut params = vec![
+        u64_param(out.ptr),
+        u64_param(da.ptr),
+        u64_param(db.ptr),
+        u64_param(n as u64),
+    ];
+    launch(
+        contig,
+        (n as u32).div_ceil(BLOCK).min(1024),
+        BLOCK,
+        &mut params,
+    )?;
+    let got = from_bytes(dt, &out.read(2 * n)?);
+    let (ha, hb) = (from_bytes(dt, &a), from_bytes(dt, &b));
+    let views = [
+        HostView::strided(&ha, 0, vec![1]),
+        HostView::strided(&hb, 0, vec![1]),
+    ];
+    let want = run_elementwise(kernel, &views, &[n]).map_err(|e| e.to_string())?;
+    match same(&got, &want) {
+        Some(i) => Err(format!(
+            "{name}: {:?} and {:?}: gpu {} interp {}",
+            ha.to_f64_vec()[i],
+            hb.to_f64_vec()[i],
+            got.to_f64_vec()[i],
+            want.to_f64_vec()[i]
+        )),
+        None => Ok(n),
+    }
+}
+
 fn check_rows(
     rng: &mut Rng,
     k: &builtin::Kernel,
@@ -579,6 +652,17 @@ fn run_all() -> Res<(usize, usize)> {
         for (name, ptx, ir) in cases {
             let r = check_elementwise(&mut rng, &name, &ptx, &ir);
             record(&format!("{name} ({})", target.arch()), r);
+        }
+    }
+    // 16-bit `+ - *` computed in 16-bit registers, on every pair of edge
+    // values (subnormal results included), in this device's text.
+    for dt in [DTypeKind::F16, DTypeKind::BF16] {
+        for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul] {
+            if let (Some(ir), Ok(k)) = (binary_ir(op, dt), builtin::try_binary_for(op, dt, target))
+            {
+                let r = check_pairs(&mut rng, &k.name, &k.ptx, &ir, dt);
+                record(&format!("{} pairs ({})", k.name, target.arch()), r);
+            }
         }
     }
     if failures.is_empty() {

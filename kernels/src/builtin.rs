@@ -186,6 +186,8 @@ pub fn try_binary(op: BinaryOp, dtype: DTypeKind) -> Result<Kernel> {
 /// ```
 /// use tensorfn_kernels::{builtin, ptx::Target, BinaryOp, DTypeKind};
 /// let k = builtin::try_binary_for(BinaryOp::Add, DTypeKind::BF16, Target::Sm80)?;
+/// assert!(k.ptx.contains("fma.rn.bf16"));
+/// let k = builtin::try_binary_for(BinaryOp::Div, DTypeKind::BF16, Target::Sm80)?;
 /// assert!(k.ptx.contains("cvt.rn.bf16x2.f32"));
 /// # Ok::<(), tensorfn_kernels::Error>(())
 /// ```

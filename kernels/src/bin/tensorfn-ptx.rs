@@ -212,7 +212,7 @@ fn builtin_sm80() -> Vec<builtin::Kernel> {
             out.push(builtin::cast_for(dtype, to, t));
         }
     }
-    out.retain(|k| k.ptx.contains("cvt.rn.bf16x2.f32"));
+    out.retain(|k| k.ptx.contains("cvt.rn.bf16x2.f32") || k.ptx.contains("fma.rn.bf16"));
     out
 }
 

@@ -5,6 +5,7 @@ use super::Target;
 use crate::prim::Ty;
 use std::collections::HashMap;
 use std::fmt::Write;
+use tensorfn_core::DTypeKind;
 
 /// A PTX register class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,9 +73,10 @@ pub(crate) struct Body {
     counts: [u32; 6],
     labels: u32,
     target: Target,
-    /// For `f32` registers widened from an f16 register (`cvt.f32.f16`):
-    /// that register, so narrowing the value again costs nothing.
-    halves: HashMap<String, String>,
+    /// For `f32` registers holding an f16 or bf16 value that also sits in
+    /// a 16-bit register (widened from it, or loaded beside it): the type
+    /// and that register, so narrowing the value again costs nothing.
+    halves: HashMap<String, (DTypeKind, String)>,
 }
 
 impl Body {
@@ -102,14 +104,19 @@ impl Body {
         name
     }
 
-    /// Records that `f32` register `wide` holds the f16 in `half`.
-    pub(crate) fn set_half(&mut self, wide: &str, half: &str) {
-        self.halves.insert(wide.to_string(), half.to_string());
+    /// Records that `f32` register `wide` holds the `dtype` (f16 or bf16)
+    /// value in 16-bit register `half`.
+    pub(crate) fn set_half(&mut self, wide: &str, dtype: DTypeKind, half: &str) {
+        self.halves
+            .insert(wide.to_string(), (dtype, half.to_string()));
     }
 
-    /// The f16 register whose widening `wide` is, if any.
-    pub(crate) fn half_of(&self, wide: &str) -> Option<&str> {
-        self.halves.get(wide).map(String::as_str)
+    /// The 16-bit register holding the `dtype` value of `wide`, if known.
+    pub(crate) fn half_of(&self, wide: &str, dtype: DTypeKind) -> Option<&str> {
+        match self.halves.get(wide) {
+            Some((d, h)) if *d == dtype => Some(h),
+            _ => None,
+        }
     }
 
     /// A fresh register for machine type `ty`.

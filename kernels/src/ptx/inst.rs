@@ -7,6 +7,7 @@ use super::body::{Body, Class};
 use super::memory::{f32_to_half, half_to_f32};
 use super::Target;
 use crate::prim::{CmpOp, Op, Program, Round, Ty};
+use tensorfn_core::DTypeKind;
 
 /// PTX type suffix of a float type.
 fn fsuf(ty: Ty) -> &'static str {
@@ -108,14 +109,25 @@ fn rare_groups(prog: &Program, live: &[bool]) -> Vec<RareGroup> {
     groups
 }
 
-/// The `RoundF16`s that compute in f16 registers: those of an `f32`
-/// `+`, `-` or `*` of two f16 values become one `add.rn.f16` (`sub`,
-/// `mul`), with the same bits: the f32 result of such an op, rounded to
-/// f16, is the correctly rounded f16 result (24 bits hold at least
-/// 2 x 11 + 2, so rounding twice gives what rounding once does), and the
-/// conversions to f32 and back disappear. Returns, per instruction,
-/// whether it is such a rounding, and whether it is an op only such a
-/// rounding uses (then not emitted).
+/// The 16-bit type a `RoundF16` / `RoundBf16` rounds to.
+fn rounds_to(op: Op) -> Option<DTypeKind> {
+    match op {
+        Op::RoundF16 => Some(DTypeKind::F16),
+        Op::RoundBf16 => Some(DTypeKind::BF16),
+        _ => None,
+    }
+}
+
+/// The roundings to f16 or bf16 that compute in 16-bit registers: those
+/// of an `f32` `+`, `-` or `*` of two values of that type become one f16
+/// (or bf16) instruction with the same bits. The f32 result of such an
+/// op, rounded to the 16-bit type, is the correctly rounded 16-bit result:
+/// 24 bits hold at least 2 x 11 + 2, so rounding twice gives what
+/// rounding once does, and bf16 shares f32's exponent range, so even its
+/// subnormals round the same. The conversions to f32 and back disappear.
+/// bf16 needs `fma.rn.bf16` (sm_80). Returns, per instruction, whether it
+/// is such a rounding, and whether it is an op only such a rounding uses
+/// (then not emitted).
 fn native_halves(
     body: &Body,
     prog: &Program,
@@ -123,7 +135,10 @@ fn native_halves(
     live: &[bool],
 ) -> (Vec<bool>, Vec<bool>) {
     let n = prog.insts.len();
-    let mut is_half = vec![false; n];
+    let bf16 = body.target() >= Target::Sm80;
+    // The 16-bit type each f32 value is known to hold (constants are
+    // checked against the type of the op that uses them).
+    let mut holds: Vec<Option<DTypeKind>> = vec![None; n];
     let mut uses = vec![0usize; n];
     for r in &prog.results {
         uses[r.idx()] += 1;
@@ -135,28 +150,40 @@ fn native_halves(
         for a in &inst.args {
             uses[a.idx()] += 1;
         }
-        is_half[i] = inst.ty == Ty::F32
-            && match inst.op {
-                Op::Param(k) => body.half_of(&args[k as usize]).is_some(),
-                Op::Const(bits) => {
-                    let v = f32::from_bits(bits as u32);
-                    half::f16::from_f32(v).to_f32().to_bits() == v.to_bits()
-                }
-                Op::RoundF16 => true,
-                _ => false,
-            };
+        if inst.ty != Ty::F32 {
+            continue;
+        }
+        holds[i] = match inst.op {
+            Op::Param(k) => [DTypeKind::F16, DTypeKind::BF16]
+                .into_iter()
+                .find(|&d| body.half_of(&args[k as usize], d).is_some()),
+            op => rounds_to(op),
+        };
     }
+    let exactly = |r: usize, d: DTypeKind| match prog.insts[r].op {
+        Op::Const(bits) => {
+            let v = f32::from_bits(bits as u32);
+            match d {
+                DTypeKind::F16 => half::f16::from_f32(v).to_f32().to_bits() == v.to_bits(),
+                _ => half::bf16::from_f32(v).to_f32().to_bits() == v.to_bits(),
+            }
+        }
+        _ => holds[r] == Some(d),
+    };
     let mut native = vec![false; n];
     let mut folded = vec![false; n];
     for (j, inst) in prog.insts.iter().enumerate() {
-        if !live[j] || inst.op != Op::RoundF16 {
+        let Some(d) = rounds_to(inst.op) else {
+            continue;
+        };
+        if !live[j] || (d == DTypeKind::BF16 && !bf16) {
             continue;
         }
         let i = inst.args[0].idx();
         let op = &prog.insts[i];
         if op.ty == Ty::F32
             && matches!(op.op, Op::FAdd | Op::FSub | Op::FMul)
-            && op.args.iter().all(|a| is_half[a.idx()])
+            && op.args.iter().all(|a| exactly(a.idx(), d))
         {
             native[j] = true;
             folded[i] = uses[i] == 1;
@@ -194,20 +221,43 @@ pub(crate) fn emit_program(body: &mut Body, prog: &Program, args: &[String]) -> 
     prog.results.iter().map(|r| regs[r.idx()].clone()).collect()
 }
 
-/// `round_f16(a op b)` computed in f16 registers (see [`native_halves`]).
+/// `round_f16(a op b)` or `round_bf16(a op b)` computed in 16-bit
+/// registers (see [`native_halves`]).
 fn emit_native_half(body: &mut Body, prog: &Program, j: usize, regs: &mut [String]) {
+    let dtype = rounds_to(prog.insts[j].op).expect("a rounding to a 16-bit type");
     let op = &prog.insts[prog.insts[j].args[0].idx()];
-    let name = match op.op {
-        Op::FAdd => "add",
-        Op::FSub => "sub",
-        Op::FMul => "mul",
-        other => unreachable!("no f16 instruction for {other:?}"),
-    };
-    let x = f32_to_half(body, &regs[op.args[0].idx()]);
-    let y = f32_to_half(body, &regs[op.args[1].idx()]);
+    let x = f32_to_half(body, dtype, &regs[op.args[0].idx()]);
+    let y = f32_to_half(body, dtype, &regs[op.args[1].idx()]);
     let h = body.reg(Class::B16);
-    body.op(format!("{name}.rn.f16 {h}, {x}, {y}"));
-    regs[j] = half_to_f32(body, &h);
+    if dtype == DTypeKind::F16 {
+        let name = match op.op {
+            Op::FAdd => "add",
+            Op::FSub => "sub",
+            Op::FMul => "mul",
+            other => unreachable!("no f16 instruction for {other:?}"),
+        };
+        body.op(format!("{name}.rn.f16 {h}, {x}, {y}"));
+    } else {
+        // sm_80 has only the fused form for bf16; one rounding of
+        // `x * 1 + y`, `y * -1 + x` or `x * y + (-0)` is the rounded sum,
+        // difference or product, signed zeros included.
+        let bits = |body: &mut Body, v: u16| {
+            let c = body.reg(Class::B16);
+            body.op(format!("mov.b16 {c}, {v:#06x}"));
+            c
+        };
+        let (a, b, c) = match op.op {
+            Op::FAdd => (x, bits(body, 0x3F80), y),
+            Op::FSub => (y.clone(), bits(body, 0xBF80), x),
+            Op::FMul => {
+                let minus_zero = bits(body, 0x8000);
+                (x, y, minus_zero)
+            }
+            other => unreachable!("no bf16 instruction for {other:?}"),
+        };
+        body.op(format!("fma.rn.bf16 {h}, {a}, {b}, {c}"));
+    }
+    regs[j] = half_to_f32(body, dtype, &h);
 }
 
 /// `d = common; if cond { deferred work; d = rare }` for each member.
@@ -356,7 +406,7 @@ fn emit_inst(
             Op::RoundF16 => {
                 let h = body.reg(Class::B16);
                 body.op(format!("cvt.rn.f16.{} {h}, {}", fsuf(aty(0)), a[0]));
-                body.set_half(&d, &h);
+                body.set_half(&d, DTypeKind::F16, &h);
                 format!("cvt.f32.f16 {d}, {h}")
             }
             Op::RoundBf16 => round_bf16(body, a[0], &d),

@@ -77,11 +77,17 @@ pub(crate) fn load_half_bits_from(
 /// The `f32` register form of bits read by [`load_half_bits`].
 pub(crate) fn widen_half(body: &mut Body, dtype: DTypeKind, raw: &str) -> String {
     match dtype {
-        DTypeKind::F16 => half_to_f32(body, raw),
+        DTypeKind::F16 => half_to_f32(body, dtype, raw),
         _ => {
             let s = body.reg(Class::B32);
             body.op(format!("shl.b32 {s}, {raw}, 16"));
-            bits_to_f32(body, &s)
+            let f = bits_to_f32(body, &s);
+            // The 16-bit form too, for bf16 arithmetic (dropped by `ptxas`
+            // when nothing uses it).
+            let h = body.reg(Class::B16);
+            body.op(format!("cvt.u16.u32 {h}, {raw}"));
+            body.set_half(&f, dtype, &h);
+            f
         }
     }
 }
@@ -90,8 +96,13 @@ pub(crate) fn widen_half(body: &mut Body, dtype: DTypeKind, raw: &str) -> String
 /// value of that type), in the register class [`load_half_bits`] gives.
 pub(crate) fn narrow_half(body: &mut Body, dtype: DTypeKind, value: &str) -> String {
     match dtype {
-        DTypeKind::F16 => f32_to_half(body, value),
+        DTypeKind::F16 => f32_to_half(body, dtype, value),
         DTypeKind::BF16 => {
+            if let Some(h) = body.half_of(value, dtype).map(str::to_string) {
+                let s = body.reg(Class::B32);
+                body.op(format!("cvt.u32.u16 {s}, {h}"));
+                return s;
+            }
             let r = body.reg(Class::B32);
             body.op(format!("mov.b32 {r}, {value}"));
             let s = body.reg(Class::B32);
@@ -133,24 +144,38 @@ pub(crate) fn store(body: &mut Body, dtype: DTypeKind, addr: &str, value: &str) 
     }
 }
 
-/// The `f32` widening of f16 register `h` (remembered by the body, so
-/// that [`f32_to_half`] gives `h` back).
-pub(crate) fn half_to_f32(body: &mut Body, h: &str) -> String {
+/// The `f32` register form of `dtype` (f16 or bf16) value `h`, a 16-bit
+/// register (remembered by the body, so that [`f32_to_half`] gives `h`
+/// back).
+pub(crate) fn half_to_f32(body: &mut Body, dtype: DTypeKind, h: &str) -> String {
     let f = body.reg(Class::F32);
-    body.op(format!("cvt.f32.f16 {f}, {h}"));
-    body.set_half(&f, h);
+    if dtype == DTypeKind::F16 {
+        body.op(format!("cvt.f32.f16 {f}, {h}"));
+    } else {
+        // A bf16 is the top half of the f32 of the same value.
+        let zero = body.reg(Class::B16);
+        body.op(format!("mov.b16 {zero}, 0"));
+        body.op(format!("mov.b32 {f}, {{{zero}, {h}}}"));
+    }
+    body.set_half(&f, dtype, h);
     f
 }
 
-/// The f16 register of `f`, an `f32` holding an f16 value: the register
-/// it was widened from, or an exact conversion.
-pub(crate) fn f32_to_half(body: &mut Body, f: &str) -> String {
-    if let Some(h) = body.half_of(f) {
+/// The 16-bit register of `f`, an `f32` holding a `dtype` (f16 or bf16)
+/// value: the register it was widened from, or an exact conversion.
+pub(crate) fn f32_to_half(body: &mut Body, dtype: DTypeKind, f: &str) -> String {
+    if let Some(h) = body.half_of(f, dtype) {
         return h.to_string();
     }
     let h = body.reg(Class::B16);
-    // Exact: the value is already an f16.
-    body.op(format!("cvt.rn.f16.f32 {h}, {f}"));
+    if dtype == DTypeKind::F16 {
+        // Exact: the value is already an f16.
+        body.op(format!("cvt.rn.f16.f32 {h}, {f}"));
+    } else {
+        let low = body.reg(Class::B16);
+        body.op(format!("mov.b32 {{{low}, {h}}}, {f}"));
+    }
+    body.set_half(f, dtype, &h);
     h
 }
 
@@ -261,16 +286,22 @@ pub(crate) fn load_vector(
                         let lo = body.reg(Class::B16);
                         let hi = body.reg(Class::B16);
                         body.op(format!("mov.b32 {{{lo}, {hi}}}, {wd}"));
-                        out.push(half_to_f32(body, &lo));
-                        out.push(half_to_f32(body, &hi));
+                        out.push(half_to_f32(body, dtype, &lo));
+                        out.push(half_to_f32(body, dtype, &hi));
                     }
                     _ => {
                         let lo = body.reg(Class::B32);
                         body.op(format!("shl.b32 {lo}, {wd}, 16"));
                         let hi = body.reg(Class::B32);
                         body.op(format!("and.b32 {hi}, {wd}, 0xFFFF0000"));
-                        out.push(bits_to_f32(body, &lo));
-                        out.push(bits_to_f32(body, &hi));
+                        // The 16-bit halves too, for bf16 arithmetic.
+                        let (lo16, hi16) = (body.reg(Class::B16), body.reg(Class::B16));
+                        body.op(format!("mov.b32 {{{lo16}, {hi16}}}, {wd}"));
+                        let (lo, hi) = (bits_to_f32(body, &lo), bits_to_f32(body, &hi));
+                        body.set_half(&lo, dtype, &lo16);
+                        body.set_half(&hi, dtype, &hi16);
+                        out.push(lo);
+                        out.push(hi);
                     }
                 }
             }
@@ -333,21 +364,22 @@ pub(crate) fn store_vector(body: &mut Body, dtype: DTypeKind, addr: &str, values
             .chunks(2)
             .map(|pair| {
                 let wd = body.reg(Class::B32);
-                match dtype {
-                    DTypeKind::F16 => {
-                        let lo = f32_to_half(body, &pair[0]);
-                        let hi = f32_to_half(body, &pair[1]);
-                        body.op(format!("mov.b32 {wd}, {{{lo}, {hi}}}"));
-                    }
-                    _ => {
-                        // The top halves of both: bytes 2, 3 of `lo` then
-                        // bytes 2, 3 of `hi` (bytes 6, 7 of the pair).
-                        let lo = body.reg(Class::B32);
-                        body.op(format!("mov.b32 {lo}, {}", pair[0]));
-                        let hi = body.reg(Class::B32);
-                        body.op(format!("mov.b32 {hi}, {}", pair[1]));
-                        body.op(format!("prmt.b32 {wd}, {lo}, {hi}, 0x7632"));
-                    }
+                // A bf16 pair is packed from its 16-bit registers only when
+                // both are at hand (computed in bf16).
+                let halves = dtype == DTypeKind::F16
+                    || pair.iter().all(|v| body.half_of(v, dtype).is_some());
+                if halves {
+                    let lo = f32_to_half(body, dtype, &pair[0]);
+                    let hi = f32_to_half(body, dtype, &pair[1]);
+                    body.op(format!("mov.b32 {wd}, {{{lo}, {hi}}}"));
+                } else {
+                    // The top halves of both: bytes 2, 3 of `lo` then
+                    // bytes 2, 3 of `hi` (bytes 6, 7 of the pair).
+                    let lo = body.reg(Class::B32);
+                    body.op(format!("mov.b32 {lo}, {}", pair[0]));
+                    let hi = body.reg(Class::B32);
+                    body.op(format!("mov.b32 {hi}, {}", pair[1]));
+                    body.op(format!("prmt.b32 {wd}, {lo}, {hi}, 0x7632"));
                 }
                 wd
             })

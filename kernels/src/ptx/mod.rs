@@ -52,8 +52,9 @@ pub const HEADER: &str = ".version 7.0\n.target sm_70\n.address_size 64\n";
 /// [`Sm70`](Target::Sm70) text runs on every supported device. On
 /// [`Sm80`](Target::Sm80) (compute capability 8.0 and newer) rounding an
 /// `f32` to `bf16` is one `cvt.rn.bf16x2.f32` instead of an integer
-/// sequence of about eight instructions; nothing else differs, and both
-/// compute the same bits (round to nearest even, subnormals kept,
+/// sequence of about eight instructions, and `+`, `-`, `*` of two bf16
+/// values are one `fma.rn.bf16` each instead of an f32 op and a rounding;
+/// nothing else differs, and both compute the same bits (round to nearest even, subnormals kept,
 /// overflow to infinity), NaN payloads aside: the integer sequence keeps a
 /// NaN's sign and top payload bits, the conversion may give another NaN.
 ///
@@ -172,10 +173,12 @@ pub fn elementwise(kernel: &Kernel, name: &str) -> Result<String> {
 /// let mut k = ElementwiseBuilder::new();
 /// let a = k.input(DTypeKind::BF16);
 /// let b = k.binary(BinaryOp::Mul, a, a);
-/// let kernel = k.output(b)?;
+/// let c = k.binary(BinaryOp::Div, b, a);
+/// let kernel = k.output(c)?;
 /// let text = ptx::elementwise_for(&kernel, "sq", Target::Sm80)?;
 /// assert!(text.starts_with(Target::Sm80.header()));
-/// assert!(text.contains("cvt.rn.bf16x2.f32"));
+/// assert!(text.contains("fma.rn.bf16")); // the product, in bf16
+/// assert!(text.contains("cvt.rn.bf16x2.f32")); // the quotient, from f32
 /// # Ok::<(), tensorfn_kernels::Error>(())
 /// ```
 pub fn elementwise_for(kernel: &Kernel, name: &str, target: Target) -> Result<String> {

@@ -498,8 +498,9 @@ fn bf16_pairs_are_packed_with_one_permute() {
 const INTEGER_BF16_ROUNDING: &str = "0x00007FFF";
 
 /// Every elementwise built-in for sm_80 is well formed; it differs from
-/// its sm_70 text exactly when it rounds to bf16, and then only in the
-/// header and in rounding with `cvt.rn.bf16x2.f32` instead of integers.
+/// its sm_70 text exactly when it rounds to bf16, and then it rounds with
+/// `cvt.rn.bf16x2.f32` (or computes in bf16 with `fma.rn.bf16`) instead
+/// of integers.
 #[test]
 fn sm80_builtins_round_to_bf16_natively_and_change_nothing_else() {
     let t = Target::Sm80;
@@ -530,7 +531,7 @@ fn sm80_builtins_round_to_bf16_natively_and_change_nothing_else() {
             assert!(!sm70.ptx.contains("bf16x2"), "{}", sm70.name);
             let rounds = sm70.ptx.contains(INTEGER_BF16_ROUNDING);
             assert_eq!(
-                sm80.ptx.contains("cvt.rn.bf16x2.f32"),
+                sm80.ptx.contains("cvt.rn.bf16x2.f32") || sm80.ptx.contains("fma.rn.bf16"),
                 rounds,
                 "{}",
                 sm80.name
@@ -554,8 +555,9 @@ fn sm80_builtins_round_to_bf16_natively_and_change_nothing_else() {
     assert_eq!(native, 12 + 5 + 6);
 }
 
-/// A bf16 chain: the sm_80 text rounds with `cvt.rn.bf16x2.f32` once per
-/// op, the sm_70 text with the integer sequence and no bf16 instruction.
+/// A bf16 chain: the sm_80 text rounds `sin` with `cvt.rn.bf16x2.f32` and
+/// computes `* 2` and `+ 5` with `fma.rn.bf16`, the sm_70 text rounds all
+/// three with the integer sequence and has no bf16 instruction.
 #[test]
 fn bf16_chain_uses_cvt_on_sm80_only() {
     let mut k = ElementwiseBuilder::new();
@@ -578,11 +580,13 @@ fn bf16_chain_uses_cvt_on_sm80_only() {
     // tail and the strided entry
     let lanes = builtin_bf16_lanes();
     let cvts = sm80.matches("cvt.rn.bf16x2.f32").count();
-    assert_eq!(cvts, 3 * (lanes + 2), "{sm80}");
+    let fmas = sm80.matches("fma.rn.bf16").count();
+    assert_eq!(cvts, lanes + 2, "{sm80}");
+    assert_eq!(fmas, 2 * (lanes + 2), "{sm80}");
     assert_eq!(
         sm70.matches(INTEGER_BF16_ROUNDING).count(),
-        cvts,
-        "one integer rounding per cvt"
+        cvts + fmas,
+        "one integer rounding per cvt or fma"
     );
 }
 
