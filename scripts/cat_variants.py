@@ -3,16 +3,19 @@
 
 Loads the row-block concatenation entry (`tf_cat_rows_16b` and the
 narrower units, as `tensorfn-ptx DIR` writes them) with the CUDA driver
-API and times it beside `torch.cat(..., dim=1)` and a device-to-device
-copy of the same bytes, in one process, for the benchmark's cases: `cat`
+API and times it beside `torch.cat(..., dim=1)` (into a new tensor, as
+the benchmark does, and into a preallocated one with `out=`) and a
+device-to-device copy of the same bytes, in one process, checking each
+variant's output against `torch.cat`'s, for the benchmark's cases: `cat`
 of 2 and 8 inputs into 4096 x 2048 (and, without `--quick`,
 4096 x 16384), f32 and bf16.
 
     python3 scripts/cat_variants.py DIR [DIR ...] [--grids rt,132,264]
-        [--swap] [--quick]
+        [--blocks 256,512] [--swap] [--quick]
 
 `--grids`: blocks per input along the kernel's x dimension: `rt` (the
-runtime's rule, `stride_grid` in runtime/src/cuda/launch.rs) or a number.
+runtime's rule, `stride_grid` in runtime/src/cuda/launch.rs) or a number;
+`--blocks`: threads per block (256 in the runtime).
 `--swap` also runs each variant with the grid's axes exchanged (the
 entry's `%ctaid.x`/`%ctaid.y` swapped in its text), so that consecutive
 blocks copy different inputs. Inputs, their rotation beyond the L2 cache
@@ -74,10 +77,10 @@ def params(out, ins, rows, row_units, unit):
     return cvals, array
 
 
-def launch(driver, f, prepared, parts, gx, swap):
+def launch(driver, f, prepared, parts, gx, swap, block=BLOCK):
     grid = (parts, gx) if swap else (gx, parts)
     driver.check(
-        driver.cu.cuLaunchKernel(f, grid[0], grid[1], 1, BLOCK, 1, 1, 0, driver.stream, prepared[1], None),
+        driver.cu.cuLaunchKernel(f, grid[0], grid[1], 1, block, 1, 1, 0, driver.stream, prepared[1], None),
         "launch",
     )
 
@@ -87,6 +90,7 @@ def main():
     ap.add_argument("dirs", nargs="+", help="one directory of PTX files per variant")
     ap.add_argument("--grids", default="rt", help="blocks per input along x: rt or N, comma-separated")
     ap.add_argument("--swap", action="store_true", help="also run with the grid's axes exchanged")
+    ap.add_argument("--blocks", default=str(BLOCK), help="threads per block to try, comma-separated")
     ap.add_argument("--quick", action="store_true", help="fewer and shorter batches, one size")
     args = ap.parse_args()
     plan = Plan(args.quick)
@@ -108,10 +112,11 @@ def main():
                     return time_call(plan, call, sets)["median_us"]
 
                 t_eager = us(lambda i: torch.cat(ins[i], dim=1))
+                t_out = us(lambda i: torch.cat(ins[i], dim=1, out=outs[i]))
                 src = torch.empty(rows * cols * es, dtype=torch.uint8, device="cuda")
                 dst = torch.empty_like(src)
                 t_copy = us(lambda i: dst.copy_(src))
-                line = f"cat{parts} {dname} {rows}x{cols}  eager {t_eager:7.1f}  copy {t_copy:7.1f} us |"
+                line = f"cat{parts} {dname} {rows}x{cols}  eager {t_eager:7.1f}  into out= {t_out:7.1f}  copy {t_copy:7.1f} us |"
                 want = torch.cat(ins[0], dim=1)
                 units = w * es // unit
                 prepared = [params(outs[i], ins[i], rows, cols * es // unit, unit) for i in range(sets)]
@@ -123,18 +128,18 @@ def main():
                     entry = text.split(".entry ")[1].split("(")[0].strip()
                     for swap in [False, True] if args.swap else [False]:
                         f = load(driver, swapped(text) if swap else text, entry)
-                        for g in args.grids.split(","):
+                        for g, block in ((g, int(b)) for g in args.grids.split(",") for b in args.blocks.split(",")):
                             gx = (
-                                max(1, min(-(-units * rows // (BLOCK * 2)), -(-driver.sms * 128 // parts)))
+                                max(1, min(-(-units * rows // (block * 2)), -(-driver.sms * 128 // parts)))
                                 if g == "rt"
                                 else int(g)
                             )
                             outs[0].zero_()
-                            launch(driver, f, prepared[0], parts, gx, swap)
+                            launch(driver, f, prepared[0], parts, gx, swap, block)
                             torch.cuda.synchronize()
                             ok = torch.equal(outs[0], want)
-                            v = us(lambda i: launch(driver, f, prepared[i], parts, gx, swap))
-                            label = f"{os.path.basename(d.rstrip('/'))}@{g}{'/swap' if swap else ''}"
+                            v = us(lambda i: launch(driver, f, prepared[i], parts, gx, swap, block))
+                            label = f"{os.path.basename(d.rstrip('/'))}@{g}x{block}{'/swap' if swap else ''}"
                             line += f" {label} {v:7.1f} ({t_eager / v:.3f}x{'' if ok else ' WRONG'})"
                 print(line, flush=True)
                 del ins, outs, src, dst

@@ -248,11 +248,8 @@ fn emit_native_half(body: &mut Body, prog: &Program, j: usize, regs: &mut [Strin
         };
         let (a, b, c) = match op.op {
             Op::FAdd => (x, bits(body, 0x3F80), y),
-            Op::FSub => (y.clone(), bits(body, 0xBF80), x),
-            Op::FMul => {
-                let minus_zero = bits(body, 0x8000);
-                (x, y, minus_zero)
-            }
+            Op::FSub => (y, bits(body, 0xBF80), x),
+            Op::FMul => (x, y, bits(body, 0x8000)),
             other => unreachable!("no bf16 instruction for {other:?}"),
         };
         body.op(format!("fma.rn.bf16 {h}, {a}, {b}, {c}"));

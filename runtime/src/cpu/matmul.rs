@@ -1,6 +1,7 @@
 //! Batched matrix products through the `gemm` crate, reading strided
 //! (transposed, sliced, broadcast) operands in place.
 
+use super::buffer::output_buffer;
 use super::copy::{cast, contiguous};
 use super::strided::check_extent;
 use crate::dtype::{DType, DTypeKind};
@@ -122,27 +123,35 @@ fn gemm_batched<G: GemmType>(
     debug_assert_eq!(lb.dims(), &[batch, k, n]);
     // PyTorch ignores the bias (NaN included) when beta is 0.
     let read_dst = bias.is_some() && beta != G::zero();
-    let mut out = match (&bias, read_dst) {
-        (Some(c), true) => contiguous(c.data, c.layout),
-        _ => vec![G::zero(); batch * m * n],
+    let len = batch * m * n;
+    let mut out = match &bias {
+        Some(c) if read_dst => contiguous(c.data, c.layout),
+        // With nothing to read and something to multiply, gemm writes
+        // every element: the buffer can start uninitialised (and large
+        // ones come from the pool of freed buffers, so a product does not
+        // pay for the system clearing fresh pages).
+        _ if k > 0 => output_buffer(len),
+        _ => vec![G::zero(); len],
     };
-    if out.is_empty() {
+    if len == 0 {
         return out;
     }
+    let dst = SharedDst(out.as_mut_ptr());
     let work = m * n * k.max(1);
-    let run = |i: usize, dst: &mut [G], par: Parallelism| {
+    let run = |i: usize, par: Parallelism| {
         let a0 = la.offset() + i * la.strides()[0];
         let b0 = lb.offset() + i * lb.strides()[0];
         // SAFETY: the layouts were checked to stay inside their buffers
         // (`check_extent`), so every (row, col) the strides reach is in
-        // bounds for `k > 0`; `dst` is a fresh contiguous `m x n` block
-        // that aliases neither input. For `k == 0` gemm reads nothing.
+        // bounds for `k > 0`; `out` has room for `batch` contiguous
+        // `m x n` blocks, block `i` is written by this call alone, and it
+        // aliases neither input. For `k == 0` gemm reads nothing.
         unsafe {
             gemm::gemm(
                 m,
                 n,
                 k,
-                dst.as_mut_ptr(),
+                dst.at(i * m * n),
                 1,
                 n as isize,
                 read_dst,
@@ -165,20 +174,37 @@ fn gemm_batched<G: GemmType>(
     };
     let threads = rayon::current_num_threads();
     if batch > 1 && work < PAR_FLOPS && batch * work >= PAR_FLOPS && threads > 1 {
-        out.par_chunks_mut(m * n)
-            .enumerate()
-            .for_each(|(i, dst)| run(i, dst, Parallelism::None));
+        (0..batch)
+            .into_par_iter()
+            .for_each(|i| run(i, Parallelism::None));
     } else {
         let par = if work >= PAR_FLOPS && threads > 1 {
             Parallelism::Rayon(0)
         } else {
             Parallelism::None
         };
-        for (i, dst) in out.chunks_exact_mut(m * n).enumerate() {
-            run(i, dst, par);
-        }
+        (0..batch).for_each(|i| run(i, par));
     }
+    // SAFETY: every one of the `len` elements was initialised: read from
+    // the bias, zeroed, or written by gemm above.
+    unsafe { out.set_len(len) };
     out
+}
+
+/// The output buffer, shared by the threads that write its disjoint
+/// `m x n` blocks.
+#[derive(Clone, Copy)]
+struct SharedDst<G>(*mut G);
+
+// SAFETY: each thread writes only its own block of the buffer (see `run`).
+unsafe impl<G> Send for SharedDst<G> {}
+unsafe impl<G> Sync for SharedDst<G> {}
+
+impl<G> SharedDst<G> {
+    /// The address of element `offset`.
+    fn at(self, offset: usize) -> *mut G {
+        self.0.wrapping_add(offset)
+    }
 }
 
 #[cfg(test)]
@@ -256,5 +282,61 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out, vec![2.0, 4.0, 6.0, 2.0, 4.0, 6.0]);
+    }
+    /// Operands of `dims` filled with a fixed pseudo-random pattern.
+    fn filled(dims: &[usize], seed: u64) -> (Vec<f32>, Layout) {
+        let n: usize = dims.iter().product();
+        let mut r = crate::random::SplitMix64::new(seed);
+        let v = (0..n).map(|_| (r.uniform() * 4.0 - 2.0) as f32).collect();
+        (v, Layout::contiguous(dims))
+    }
+
+    fn operand(x: &(Vec<f32>, Layout)) -> Operand<'_, f32> {
+        Operand {
+            data: &x.0,
+            layout: &x.1,
+        }
+    }
+
+    fn product(a: &(Vec<f32>, Layout), b: &(Vec<f32>, Layout)) -> Vec<f32> {
+        matmul(operand(a), operand(b), None, 1.0, 0.0).unwrap()
+    }
+
+    fn assert_close(got: &[f32], a: &(Vec<f32>, Layout), b: &(Vec<f32>, Layout)) {
+        let wide = |x: &[f32]| x.iter().map(|&v| v as f64).collect::<Vec<f64>>();
+        let want = reference(&wide(&a.0), &a.1, &wide(&b.0), &b.1);
+        assert_eq!(got.len(), want.len());
+        let k = a.1.dims()[2] as f64;
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (*g as f64 - w).abs() <= 4.0 * k * f32::EPSILON as f64 * 4.0,
+                "element {i}: {g} against {w}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_reused_buffer_is_overwritten_everywhere() {
+        // A dropped 4 MB buffer of NaNs waits in the pool; the product of
+        // the same size may take it and must write every element.
+        crate::cpu::buffer::recycle(vec![f32::NAN; 1024 * 1024]);
+        let a = filled(&[1, 1024, 8], 1);
+        let b = filled(&[1, 8, 1024], 2);
+        assert_close(&product(&a, &b), &a, &b);
+    }
+
+    #[test]
+    fn batches_split_across_threads_fill_their_own_blocks() {
+        // Small products, many of them: each batch runs on its own thread.
+        let a = filled(&[64, 32, 32], 3);
+        let b = filled(&[64, 32, 32], 4);
+        assert_close(&product(&a, &b), &a, &b);
+    }
+
+    #[test]
+    fn empty_inner_dim_without_bias_gives_zeros() {
+        let a = (vec![], Layout::contiguous(&[2, 3, 0]));
+        let b = (vec![], Layout::contiguous(&[2, 0, 4]));
+        assert_eq!(product(&a, &b), vec![0.0; 24]);
     }
 }
