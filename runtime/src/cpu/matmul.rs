@@ -136,22 +136,27 @@ fn gemm_batched<G: GemmType>(
     if len == 0 {
         return out;
     }
-    let dst = SharedDst(out.as_mut_ptr());
+    // gemm reads (a bias) and writes the elements through pointers, so the
+    // whole buffer is handed out as spare capacity, one `m x n` block per
+    // batch.
+    // SAFETY: `G: Copy`, so dropping the length drops nothing, and a bias
+    // copy stays in memory for gemm to read.
+    unsafe { out.set_len(0) };
+    let blocks = &mut out.spare_capacity_mut()[..len];
     let work = m * n * k.max(1);
-    let run = |i: usize, par: Parallelism| {
+    let run = |i: usize, dst: &mut [std::mem::MaybeUninit<G>], par: Parallelism| {
         let a0 = la.offset() + i * la.strides()[0];
         let b0 = lb.offset() + i * lb.strides()[0];
         // SAFETY: the layouts were checked to stay inside their buffers
         // (`check_extent`), so every (row, col) the strides reach is in
-        // bounds for `k > 0`; `out` has room for `batch` contiguous
-        // `m x n` blocks, block `i` is written by this call alone, and it
+        // bounds for `k > 0`; `dst` is batch `i`'s `m x n` block, which
         // aliases neither input. For `k == 0` gemm reads nothing.
         unsafe {
             gemm::gemm(
                 m,
                 n,
                 k,
-                dst.at(i * m * n),
+                dst.as_mut_ptr().cast::<G>(),
                 1,
                 n as isize,
                 read_dst,
@@ -174,37 +179,24 @@ fn gemm_batched<G: GemmType>(
     };
     let threads = rayon::current_num_threads();
     if batch > 1 && work < PAR_FLOPS && batch * work >= PAR_FLOPS && threads > 1 {
-        (0..batch)
-            .into_par_iter()
-            .for_each(|i| run(i, Parallelism::None));
+        blocks
+            .par_chunks_mut(m * n)
+            .enumerate()
+            .for_each(|(i, dst)| run(i, dst, Parallelism::None));
     } else {
         let par = if work >= PAR_FLOPS && threads > 1 {
             Parallelism::Rayon(0)
         } else {
             Parallelism::None
         };
-        (0..batch).for_each(|i| run(i, par));
+        for (i, dst) in blocks.chunks_mut(m * n).enumerate() {
+            run(i, dst, par);
+        }
     }
     // SAFETY: every one of the `len` elements was initialised: read from
     // the bias, zeroed, or written by gemm above.
     unsafe { out.set_len(len) };
     out
-}
-
-/// The output buffer, shared by the threads that write its disjoint
-/// `m x n` blocks.
-#[derive(Clone, Copy)]
-struct SharedDst<G>(*mut G);
-
-// SAFETY: each thread writes only its own block of the buffer (see `run`).
-unsafe impl<G> Send for SharedDst<G> {}
-unsafe impl<G> Sync for SharedDst<G> {}
-
-impl<G> SharedDst<G> {
-    /// The address of element `offset`.
-    fn at(self, offset: usize) -> *mut G {
-        self.0.wrapping_add(offset)
-    }
 }
 
 #[cfg(test)]
