@@ -15,13 +15,14 @@ ratio to `torch.compile` and its largest error against PyTorch in f32.
 
 Known kernels: the `sin_mul_add`, `sigmoid_tanh_chain` and `gelu` ones.
 Launch geometry: 256 threads a block; `--grids` lists the grid sizes to
-try: `rt` (the runtime's rule, `elementwise_grid` in
-runtime/src/cuda/launch.rs: two 16-byte steps a thread, at most 128
+try: `rt` (the runtime's default rule, `GridRule::Capped` in
+runtime/src/cuda/grid.rs: two 16-byte steps a thread, at most 128
 blocks per multiprocessor), blocks per multiprocessor (`32`: at most 32
 per multiprocessor), `occN` (N times the blocks of the kernel that fit on a
 multiprocessor at once, from the driver's occupancy query) or `gN`
 (enough blocks for N 16-byte groups per thread); every variant runs
-with each. Inputs, their rotation beyond the L2 cache and the timing
+with each. The runtime times `rt`, `g2` and `g4` on a kernel's first
+large launch and keeps the fastest. Inputs, their rotation beyond the L2 cache and the timing
 (CUDA events around batches of launches, median over batches) are those
 of `torch_baseline.py`, which must sit in the same folder.
 """

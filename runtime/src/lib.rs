@@ -31,7 +31,8 @@ pub mod tensor;
 pub use cpu::buffer::cpu_empty_cache;
 pub use cuda::{
     allow_tf32, cuda_device_count, cuda_empty_cache, cuda_memory_stats, cuda_reserve,
-    matmul_autotune, set_allow_tf32, set_matmul_autotune, synchronize, CudaMemoryStats,
+    elementwise_autotune, matmul_autotune, set_allow_tf32, set_elementwise_autotune,
+    set_matmul_autotune, synchronize, CudaMemoryStats,
 };
 pub use device::{Cpu, Cuda, Device, DeviceKind, SameDevice};
 pub use dtype::{DType, DTypeKind, FloatDType, NumDType, SameDType};

@@ -4,7 +4,8 @@
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
-use super::launch::{stride_grid, Builtin, ModuleKey};
+use super::grid::{grid, GridRule};
+use super::launch::{Builtin, ModuleKey};
 use crate::backend::RowBlocks;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -70,7 +71,7 @@ impl CudaBackend {
                 .map(|&(_, inner, _)| per_unit(inner) * plan.outer as u64)
                 .max()
                 .unwrap_or(0);
-            let gx = stride_grid(most as usize, ctx.sm_count, group.len());
+            let gx = grid(GridRule::Capped, most as usize, ctx.sm_count, group.len());
             let mut params: Vec<*mut c_void> = values
                 .iter_mut()
                 .map(|v| v as *mut u64 as *mut c_void)

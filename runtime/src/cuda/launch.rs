@@ -14,10 +14,12 @@ use super::alloc::CudaStorage;
 
 use super::context::{context, lock, Context};
 use super::error::driver;
+use super::grid::{elementwise_grid, elementwise_steps, GridRule, Launch};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use cudarc::driver::{result, sys};
+use std::cell::RefCell;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
@@ -132,6 +134,8 @@ struct LoadedModule {
 #[derive(Default)]
 pub(crate) struct ModuleCache {
     modules: HashMap<ModuleKey, LoadedModule>,
+    /// The grid rule timed fastest per kernel and size class (`grid`).
+    pub(crate) grids: HashMap<(ModuleKey, u32), GridRule>,
 }
 
 /// JIT-compiles PTX text, returning the driver's log on failure.
@@ -291,13 +295,26 @@ impl Context {
         }
         let suffix = if contig { "_contig" } else { "_strided" };
         let f = self.function(key, suffix, source)?;
-        let grid = elementwise_grid(n, if contig { widest } else { 0 }, self.sm_count);
-        self.launch(
-            f,
-            &|| format!("{key:?}{suffix} over {dims:?}"),
-            grid,
-            &mut params,
-        )
+        let what = || format!("{key:?}{suffix} over {dims:?}");
+        let grid = if contig {
+            // Contiguous operands span n elements of at most `widest` bytes.
+            let span = |&(p, _): &(u64, &Layout)| (p, n * widest);
+            let spans: Vec<(u64, usize)> = inputs.iter().map(span).collect();
+            let launch = Launch {
+                key,
+                steps: elementwise_steps(n, widest),
+                out: (out_ptr, n * widest),
+                inputs: &spans,
+            };
+            let params = RefCell::new(&mut params);
+            self.tuned_grid(&launch, |grid| {
+                self.launch(f, &what, grid, &mut params.borrow_mut())
+                    .is_ok()
+            })?
+        } else {
+            elementwise_grid(n, 0, self.sm_count)
+        };
+        self.launch(f, &what, grid, &mut params)
     }
 
     /// Runs a row kernel `NAME(out, in, rows, cols)` (reductions, softmax)
@@ -430,54 +447,11 @@ pub(crate) fn launch_fused<O: DType>(
     Ok(out)
 }
 
-/// Blocks for an elementwise launch over `n` elements; `widest` is the
-/// size of the widest element of a contiguous launch (whose threads step
-/// by 16 bytes of it), 0 for a strided one (one element a step).
-pub(crate) fn elementwise_grid(n: usize, widest: usize, sm_count: usize) -> u32 {
-    let per_step = 16usize.checked_div(widest).unwrap_or(1).max(1);
-    stride_grid(n.div_ceil(per_step), sm_count, 1)
-}
-
-/// Blocks for a kernel whose threads loop over the grid's stride, for
-/// `steps` steps in all, one of `sharing` launches that run side by side
-/// (the blocks of a multiprocessor are split between them).
-///
-/// Measured on an H100 (`scripts/kernel_variants.py --grids`): at most 32
-/// blocks per multiprocessor left 2^28-element kernels at 92-94% of copy
-/// bandwidth, 128 reach 96-98% (the hardware balances many short blocks
-/// better than a few long ones), but 128 at 2^24 leave threads without a
-/// step (76-89% there). So: at least two steps per thread, at most 128
-/// blocks per multiprocessor.
-pub(crate) fn stride_grid(steps: usize, sm_count: usize, sharing: usize) -> u32 {
-    let blocks = steps.div_ceil(BLOCK as usize * 2);
-    let most = (sm_count * 128).div_ceil(sharing.max(1));
-    blocks.clamp(1, most.max(1)) as u32
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::random::SplitMix64;
     use tensorfn_kernels::interp::{run_elementwise, HostData, HostView};
-
-    #[test]
-    fn elementwise_grids_give_each_thread_two_steps_up_to_the_cap() {
-        let sms = 132;
-        // f16, 2^24 elements: 8 a step, 2 steps a thread of 256.
-        assert_eq!(elementwise_grid(1 << 24, 2, sms), 4096);
-        // f32: 4 a step.
-        assert_eq!(elementwise_grid(1 << 24, 4, sms), 8192);
-        // 2^28 f16 elements would want 65536 blocks: capped.
-        assert_eq!(elementwise_grid(1 << 28, 2, sms), 128 * 132);
-        // Strided: one element a step.
-        assert_eq!(elementwise_grid(1 << 20, 0, sms), 2048);
-        // Never an empty grid, even for widths beyond 16 bytes.
-        assert_eq!(elementwise_grid(1, 8, sms), 1);
-        assert_eq!(elementwise_grid(3, 32, sms), 1);
-        // Eight launches side by side share the cap.
-        assert_eq!(stride_grid(1 << 21, sms, 8), 128 * 132 / 8);
-        assert_eq!(stride_grid(1 << 12, sms, 8), 8);
-    }
 
     #[test]
     fn the_addcmul_kernel_builds_for_every_numeric_dtype() {

@@ -16,14 +16,13 @@
 use super::blas::{Blas, Epilogue, Operand, Scale};
 use super::context::{lock, Context};
 use super::error::cublas;
-use super::event::Event;
+use super::tune::{fastest, Switch, Timing};
 use crate::dtype::DType;
 use crate::error::Result;
 use cudarc::cublaslt::result as ltr;
 use cudarc::cublaslt::sys as lt;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use tensorfn_core::DTypeKind;
 
@@ -37,30 +36,22 @@ const CANDIDATES: usize = 8;
 /// so a program with ever-new shapes does not grow it without bound.
 const MAX_PLANS: usize = 4096;
 
-/// Timing a candidate repeats it until about this long has passed, so
-/// that launch jitter does not decide between kernels of a few µs.
-const TIMED_SPAN_MS: f32 = 0.5;
+/// How candidates are timed: the products whose heuristic choice runs
+/// shorter than 25 µs are not timed (at a few µs they are bound by launch
+/// and by operands hot in cache, and timing picked slower kernels for them
+/// as often as faster ones); another candidate replaces the heuristic's
+/// first choice only when 3% faster, since the operands are hot in cache
+/// while they are timed, which favours some kernels by a few per cent over
+/// the same product on operands fresh from memory.
+const TIMING: Timing = Timing {
+    span_ms: 0.5,
+    slack: 1.25,
+    shortest_ms: 0.025,
+    rounds: 3,
+    min_gain: 1.03,
+};
 
-/// A candidate takes part in the timed rounds when its first single run
-/// was at most this much slower than the fastest one.
-const SECOND_ROUND_SLACK: f32 = 1.25;
-
-/// Products whose heuristic choice runs shorter than this are not timed:
-/// at a few µs they are bound by launch and by operands hot in cache, and
-/// timing picked slower kernels for them as often as faster ones.
-const SHORTEST_TUNED_MS: f32 = 0.025;
-
-/// Timed rounds over the finalists.
-const ROUNDS: usize = 3;
-
-/// Another candidate replaces the heuristic's first choice only when its
-/// median round is at least this much faster: the operands are hot in
-/// cache while they are timed, which favours some kernels by a few per
-/// cent over the same product on operands fresh from memory.
-const MIN_GAIN: f32 = 1.03;
-
-/// 1: on, 0: off, 2: not yet decided (read `TENSORFN_MATMUL_AUTOTUNE`).
-static AUTOTUNE: AtomicU8 = AtomicU8::new(2);
+static AUTOTUNE: Switch = Switch::new("TENSORFN_MATMUL_AUTOTUNE");
 
 /// Whether a GPU matrix product of a new shape times cuBLASLt's candidate
 /// algorithms and keeps the fastest (`true`, the default), or takes
@@ -84,7 +75,7 @@ static AUTOTUNE: AtomicU8 = AtomicU8::new(2);
 /// assert!(matmul_autotune());
 /// ```
 pub fn set_matmul_autotune(on: bool) {
-    AUTOTUNE.store(u8::from(on), Ordering::Relaxed);
+    AUTOTUNE.set(on);
 }
 
 /// Whether new GPU matrix-product shapes are autotuned (see
@@ -96,16 +87,7 @@ pub fn set_matmul_autotune(on: bool) {
 /// assert_eq!(on, std::env::var("TENSORFN_MATMUL_AUTOTUNE").map_or(true, |v| v != "0"));
 /// ```
 pub fn matmul_autotune() -> bool {
-    match AUTOTUNE.load(Ordering::Relaxed) {
-        2 => {
-            let on = std::env::var("TENSORFN_MATMUL_AUTOTUNE").map_or(true, |v| v.trim() != "0");
-            // A concurrent `set_matmul_autotune` wins over the environment.
-            let _ =
-                AUTOTUNE.compare_exchange(2, u8::from(on), Ordering::Relaxed, Ordering::Relaxed);
-            AUTOTUNE.load(Ordering::Relaxed) == 1
-        }
-        v => v == 1,
-    }
+    AUTOTUNE.get()
 }
 
 /// How cuBLASLt adds the bias to the product, with nothing copied.
@@ -414,8 +396,9 @@ fn make_plan<T: DType>(
         1 => candidates[0],
         _ if !matmul_autotune() => candidates[0],
         _ => {
-            let launch = |algo: &lt::cublasLtMatmulAlgo_t| run(blas, handle, ctx, p, &desc, algo);
-            candidates[fastest(ctx, &candidates, launch)?]
+            let launch =
+                |algo: &lt::cublasLtMatmulAlgo_t| run(blas, handle, ctx, p, &desc, algo).is_ok();
+            candidates[fastest(ctx, &candidates, &TIMING, launch)?]
         }
     };
     Ok(Some(Plan { desc, algo }))
@@ -569,80 +552,6 @@ fn candidates(handle: lt::cublasLtHandle_t, d: &Descriptors) -> Vec<lt::cublasLt
         .filter(|r| r.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS)
         .map(|r| r.algo)
         .collect()
-}
-
-/// The index of the fastest of `candidates`, timed on the context's
-/// stream: a pass of single runs, then [`ROUNDS`] interleaved rounds over
-/// the candidates within [`SECOND_ROUND_SLACK`] of the best, each a batch
-/// of about [`TIMED_SPAN_MS`]. A candidate cuBLASLt refuses to launch is
-/// skipped; the first candidate wins unless another's median round is
-/// [`MIN_GAIN`] faster, or when it ran shorter than [`SHORTEST_TUNED_MS`].
-fn fastest(
-    ctx: &Context,
-    candidates: &[lt::cublasLtMatmulAlgo_t],
-    launch: impl Fn(&lt::cublasLtMatmulAlgo_t) -> std::result::Result<(), ltr::CublasError>,
-) -> Result<usize> {
-    let (start, end) = (Event::timing()?, Event::timing()?);
-    let time = |algo: &lt::cublasLtMatmulAlgo_t, reps: usize| -> Result<Option<f32>> {
-        start.record(ctx.stream)?;
-        for _ in 0..reps {
-            if launch(algo).is_err() {
-                return Ok(None);
-            }
-        }
-        end.record(ctx.stream)?;
-        Ok(Some(end.elapsed_ms(&start)? / reps as f32))
-    };
-    // First pass: one run each after an untimed one (which loads the
-    // kernel), to drop the candidates far behind. The heuristic's choice
-    // goes first: when it is too short to time, the others are not run.
-    let mut once = vec![f32::INFINITY; candidates.len()];
-    for (i, algo) in candidates.iter().enumerate() {
-        if launch(algo).is_err() {
-            continue;
-        }
-        if let Some(ms) = time(algo, 1)? {
-            once[i] = ms;
-        }
-        if i == 0 && once[0] < SHORTEST_TUNED_MS {
-            return Ok(0);
-        }
-    }
-    let fastest_once = once.iter().copied().fold(f32::INFINITY, f32::min);
-    if !fastest_once.is_finite() {
-        return Ok(0);
-    }
-    // Then interleaved rounds over the finalists (the heuristic's choice
-    // always among them), each a batch of about TIMED_SPAN_MS; a
-    // candidate's score is its median round, which one lucky or unlucky
-    // round does not move.
-    let finalists: Vec<usize> = (0..candidates.len())
-        .filter(|&i| i == 0 || once[i] <= fastest_once * SECOND_ROUND_SLACK)
-        .collect();
-    let reps = ((TIMED_SPAN_MS / fastest_once.max(1e-4)).ceil() as usize).clamp(1, 64);
-    let mut rounds = vec![Vec::with_capacity(ROUNDS); candidates.len()];
-    for _ in 0..ROUNDS {
-        for &i in &finalists {
-            rounds[i].push(time(&candidates[i], reps)?.unwrap_or(f32::INFINITY));
-        }
-    }
-    let score: Vec<f32> = rounds
-        .iter_mut()
-        .map(|r| {
-            r.sort_by(f32::total_cmp);
-            r.get(r.len() / 2).copied().unwrap_or(f32::INFINITY)
-        })
-        .collect();
-    let winner = finalists
-        .iter()
-        .copied()
-        .min_by(|&x, &y| score[x].total_cmp(&score[y]))
-        .unwrap_or(0);
-    Ok(if score[winner] * MIN_GAIN < score[0] {
-        winner
-    } else {
-        0
-    })
 }
 
 /// An algorithm's configuration, for messages: id, tile, split-K count

@@ -13,6 +13,9 @@
 //! - `backend`: the `Backend` primitives.
 //! - `error`: driver and cuBLAS statuses as `Error`s.
 //! - `event`: driver events, for ordering streams and timing on the device.
+//! - `tune`: timing candidate ways to run the same work (cuBLASLt
+//!   algorithms, elementwise grids) and keeping the fastest.
+//! - `grid`: grid sizes of grid-stride kernels, tuned per kernel.
 //! - `addmm_relu`: the fused linear-layer entry point for `tensor_fn!`.
 
 mod addmm_relu;
@@ -23,11 +26,13 @@ mod concat;
 mod context;
 mod error;
 mod event;
+mod grid;
 mod launch;
 mod lt;
 mod overlap;
 mod pinned;
 mod transfer;
+mod tune;
 
 #[cfg(test)]
 mod tests;
@@ -40,6 +45,7 @@ pub(crate) use alloc::CudaStorage;
 pub(crate) use backend::CudaBackend;
 pub use blas::{allow_tf32, set_allow_tf32};
 pub use context::cuda_device_count;
+pub use grid::{elementwise_autotune, set_elementwise_autotune};
 pub(crate) use launch::launch_fused;
 pub use lt::{matmul_autotune, set_matmul_autotune};
 pub(crate) use overlap::Overlap;

@@ -5,8 +5,9 @@
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
 use super::blas::set_allow_tf32;
-use super::context::context;
-use super::launch::launch_fused;
+use super::context::{context, lock};
+use super::grid::set_elementwise_autotune;
+use super::launch::{launch_fused, Builtin, ModuleKey};
 use super::lt::set_matmul_autotune;
 use super::transfer::{download, upload_to};
 use crate::backend::Backend;
@@ -1532,4 +1533,33 @@ fn bad_ptx_reports_the_jit_log() {
         }
         other => panic!("expected a driver error, got {other:?}"),
     }
+}
+
+/// A large contiguous launch times its grid the first time (the choice is
+/// kept per kernel and size class); whichever grid wins, with tuning on or
+/// off, the results are the same.
+#[test]
+fn tuned_elementwise_grids_keep_the_results() {
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    // An f32 output of 128 MiB and a bit: beyond the L2 cache, so timed.
+    let n = (32 << 20) + 12_345;
+    let l = Layout::contiguous(&[n]);
+    let a: Vec<f32> = random(&mut rng, n, -4.0, 4.0);
+    let b: Vec<f32> = random(&mut rng, n, -4.0, 4.0);
+    let (da, db) = (up(&be, &a), up(&be, &b));
+    let want: Vec<f64> = a.iter().zip(&b).map(|(&x, &y)| (x * y) as f64).collect();
+    let key = (
+        ModuleKey::Builtin(Builtin::Binary(BinaryOp::Mul, DTypeKind::F32)),
+        usize::BITS - (n / 4).leading_zeros(),
+    );
+    lock(&be.ctx().modules).grids.remove(&key);
+    for (call, tune) in [true, true, false].into_iter().enumerate() {
+        set_elementwise_autotune(tune);
+        let out = be.binary(BinaryOp::Mul, &da, &l, &db, &l).unwrap();
+        assert_close(&format!("call {call}"), &down(&out, &[n]), &want, 0.0, 0.0);
+        let chosen = lock(&be.ctx().modules).grids.get(&key).copied();
+        assert!(chosen.is_some(), "call {call}: no grid kept");
+    }
+    set_elementwise_autotune(true);
 }
