@@ -112,21 +112,22 @@ pub(crate) fn elementwise_grid(n: usize, widest: usize, sm_count: usize) -> u32 
 }
 
 /// A contiguous elementwise launch to size: the kernel, its step count and
-/// the byte ranges it writes and reads.
-pub(crate) struct Launch<'a> {
+/// the byte ranges (address, length) it writes and reads. The inputs are
+/// an iterator so that a launch too small to tune never collects them.
+pub(crate) struct Launch<I> {
     pub(crate) key: ModuleKey,
     pub(crate) steps: usize,
     pub(crate) out: (u64, usize),
-    pub(crate) inputs: &'a [(u64, usize)],
+    pub(crate) inputs: I,
 }
 
-impl Launch<'_> {
+impl<I: Iterator<Item = (u64, usize)> + Clone> Launch<I> {
     /// Whether timing may run this launch more than once: a large output
     /// that no input overlaps.
     fn tunable(&self) -> bool {
         let (out, len) = self.out;
-        let overlaps = |&(p, l): &(u64, usize)| p < out + len as u64 && out < p + l as u64;
-        len >= SMALLEST_TUNED_BYTES && !self.inputs.iter().any(overlaps)
+        let overlaps = |(p, l): (u64, usize)| p < out + len as u64 && out < p + l as u64;
+        len >= SMALLEST_TUNED_BYTES && !self.inputs.clone().any(overlaps)
     }
 
     /// The size class: sizes within a factor of two share a choice.
@@ -140,7 +141,11 @@ impl Context {
     /// for its kernel and size class (timing it now if it is new, with
     /// `run` queuing one launch of a given grid and saying whether it
     /// could).
-    pub(crate) fn tuned_grid(&self, launch: &Launch<'_>, run: impl Fn(u32) -> bool) -> Result<u32> {
+    pub(crate) fn tuned_grid<I: Iterator<Item = (u64, usize)> + Clone>(
+        &self,
+        launch: &Launch<I>,
+        run: impl Fn(u32) -> bool,
+    ) -> Result<u32> {
         let grid_of = |rule| grid(rule, launch.steps, self.sm_count, 1);
         let default = grid_of(GridRule::Capped);
         let distinct = GRID_RULES.iter().any(|&r| grid_of(r) != default);
@@ -198,7 +203,7 @@ mod tests {
             key,
             steps,
             out,
-            inputs,
+            inputs: inputs.iter().copied(),
         }
         .tunable()
     }
@@ -223,7 +228,7 @@ mod tests {
                 key,
                 steps,
                 out: (0, 0),
-                inputs: &[],
+                inputs: std::iter::empty(),
             }
             .class()
         };

@@ -299,12 +299,11 @@ impl Context {
         let grid = if contig {
             // Contiguous operands span n elements of at most `widest` bytes.
             let span = |&(p, _): &(u64, &Layout)| (p, n * widest);
-            let spans: Vec<(u64, usize)> = inputs.iter().map(span).collect();
             let launch = Launch {
                 key,
                 steps: elementwise_steps(n, widest),
                 out: (out_ptr, n * widest),
-                inputs: &spans,
+                inputs: inputs.iter().map(span),
             };
             let params = RefCell::new(&mut params);
             self.tuned_grid(&launch, |grid| {
