@@ -78,34 +78,61 @@ def time_call(plan, call, sets):
     est_s = max(start.elapsed_time(end) / 1e3 / probe, 1e-7)
     batch = max(1, min(2000, round(plan.batch_s / est_s)))
     runs = max(plan.min_runs, min(plan.runs, int(plan.case_budget_s / (batch * est_s))))
-    times = []
+    times, queued = [], []
     k = 0
     for _ in range(runs):
         start.record()
+        t0 = time.perf_counter()
         for _ in range(batch):
             call(k % sets)
             k += 1
+        # Host time spent queuing the batch: near the device time, the
+        # host is what limits the case.
+        queued.append((time.perf_counter() - t0) * 1e6 / batch)
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3 / batch)
     return {
         "median_us": round(statistics.median(times), 3),
         "min_us": round(min(times), 3),
+        "enqueue_us": round(statistics.median(queued), 3),
         "runs": runs,
         "batch": batch,
     }
 
 
-def rand(shape, dtype, gen):
-    # Uniform in [-2, 2): random, never zero, no overflow in f16.
-    return torch.rand(shape, dtype=torch.float32, device="cuda", generator=gen).mul_(4).sub_(2).to(dtype)
+def time_graph(plan, call, sets, per_graph=64):
+    """Median microseconds per `call(i)` replayed from a captured CUDA
+    graph of `per_graph` calls (rotating over the sets): what the device
+    takes per call with no host work between launches."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for i in range(min(sets, per_graph)):
+            call(i)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(per_graph):
+            call(i % sets)
+    t = time_call(plan, lambda i: graph.replay(), 1)
+    for key in ("median_us", "min_us", "enqueue_us"):
+        t[key] = round(t[key] / per_graph, 3)
+    return t
 
 
-def measure(plan, case, dtype, size, impl, nbytes, flops, call, sets):
+def rand(shape, dtype, gen, lo=-2.0, hi=2.0):
+    # Uniform in [lo, hi): random, never zero. Each case uses the range of
+    # its Rust bench, since the data can move the time (a matrix unit's
+    # power draw depends on the bits it multiplies).
+    return torch.rand(shape, dtype=torch.float32, device="cuda", generator=gen).mul_(hi - lo).add_(lo).to(dtype)
+
+
+def measure(plan, case, dtype, size, impl, nbytes, flops, call, sets, timer=time_call):
     """Times one case and prints its record; an exception becomes an error
     record so that one failing case does not end the run."""
     try:
-        t = time_call(plan, call, sets)
+        t = timer(plan, call, sets)
         emit(case, dtype, size, impl, bytes=nbytes, flops=flops, **t)
     except Exception as e:  # noqa: BLE001 - report and go on
         emit(case, dtype, size, impl, error=f"{type(e).__name__}: {e}"[:300])
@@ -127,7 +154,8 @@ def limits(plan, gen):
     del src, dst
     n = 4096 if plan.quick else 8192
     for name, dt in DTYPES.items():
-        a, b = rand((n, n), dt, gen), rand((n, n), dt, gen)
+        # The products' own range (benches/gpu_matmul.rs).
+        a, b = rand((n, n), dt, gen, -1.0, 1.0), rand((n, n), dt, gen, -1.0, 1.0)
         t = time_call(plan, lambda i: torch.matmul(a, b), 1)
         flops = 2 * n**3
         emit("limit_matmul", name, f"{n}x{n}x{n}", "torch_eager", bytes=3 * n * n * a.element_size(), flops=flops, **t)
@@ -169,6 +197,14 @@ def same_size_copy(plan, case, dtype, size, nbytes):
     srcs = [torch.empty(half, dtype=torch.uint8, device="cuda") for _ in range(sets)]
     dsts = [torch.empty(half, dtype=torch.uint8, device="cuda") for _ in range(sets)]
     measure(plan, case, dtype, size, "torch_copy", nbytes, 0, lambda i: dsts[i].copy_(srcs[i]), sets)
+    # The same copies replayed from a CUDA graph: the device's own time
+    # for a copy of this size, with no launch work on the host between
+    # them (the most a single kernel of this size can reach here). Only
+    # below 1 GiB: larger graph-captured copies ran 20% slower than
+    # launched ones, and there the launch costs nothing anyway.
+    if nbytes < 1 << 30:
+        measure(plan, case, dtype, size, "torch_copy_graph", nbytes, 0, lambda i: dsts[i].copy_(srcs[i]), sets,
+                timer=time_graph)
 
 
 def elementwise(plan, gen, want, compile_too):
@@ -213,7 +249,8 @@ def matmul(plan, gen, want):
                 es = torch.empty((), dtype=dt).element_size()
                 set_bytes = (m * k + k * n + n) * es
                 sets = n_sets(set_bytes)
-                ins = [(rand((n,), dt, gen), rand((m, k), dt, gen), rand((k, n), dt, gen)) for _ in range(sets)]
+                # [-1, 1), as benches/gpu_matmul.rs draws them.
+                ins = [tuple(rand(s, dt, gen, -1.0, 1.0) for s in ((n,), (m, k), (k, n))) for _ in range(sets)]
                 measure(plan, "addmm", dname, f"{m}x{k}x{n}", "torch_eager", set_bytes + m * n * es,
                         2 * m * k * n, lambda i: torch.addmm(*ins[i]), sets)
                 log(f"addmm {dname} {m}x{k}x{n}")
@@ -225,7 +262,7 @@ def matmul(plan, gen, want):
                 es = torch.empty((), dtype=dt).element_size()
                 set_bytes = b * (m * k + k * n) * es
                 sets = n_sets(set_bytes)
-                ins = [(rand((b, m, k), dt, gen), rand((b, k, n), dt, gen)) for _ in range(sets)]
+                ins = [(rand((b, m, k), dt, gen, -1.0, 1.0), rand((b, k, n), dt, gen, -1.0, 1.0)) for _ in range(sets)]
                 measure(plan, "bmm", dname, f"{b}x{m}x{k}x{n}", "torch_eager", set_bytes + b * m * n * es,
                         2 * b * m * k * n, lambda i: torch.bmm(*ins[i]), sets)
                 log(f"bmm {dname} {b}x{m}x{k}x{n}")
@@ -271,7 +308,8 @@ def cat_softmax(plan, gen, want, compile_too):
             for rows in softmax_rows(plan):
                 cols = 4096
                 sets = n_sets(rows * cols * es)
-                xs = [rand((rows, cols), dt, gen) for _ in range(sets)]
+                # [-4, 4), as benches/gpu_ops.rs draws them.
+                xs = [rand((rows, cols), dt, gen, -4.0, 4.0) for _ in range(sets)]
                 impls = [("torch_eager", lambda x: torch.softmax(x, dim=-1))] + ([("torch_compile", soft_c)] if compile_too else [])
                 for impl, f in impls:
                     measure(plan, "softmax", dname, f"{rows}x{cols}", impl, 2 * rows * cols * es,
@@ -330,15 +368,20 @@ def mlp(plan, gen, want, compile_too):
         return
     batch, d0, d1, d2, d3 = MLP_DIMS
     dt = torch.bfloat16
-    # Weights scaled like a default init so activations stay O(1).
+    # Weights scaled like a default init so activations stay O(1); the
+    # ranges of benches/gpu_mlp.rs.
     def weight(i, o):
-        return (rand((i, o), dt, gen) / math.sqrt(i)).to(dt)
+        s = 1 / math.sqrt(i)
+        return rand((i, o), dt, gen, -s, s)
 
-    params = (weight(d0, d1), rand((d1,), dt, gen), weight(d1, d2), rand((d2,), dt, gen), weight(d2, d3), rand((d3,), dt, gen))
+    def bias(o):
+        return rand((o,), dt, gen, -0.5, 0.5)
+
+    params = (weight(d0, d1), bias(d1), weight(d1, d2), bias(d2), weight(d2, d3), bias(d3))
     es = 2
     weights_bytes = sum(p.numel() for p in params) * es
     sets = n_sets(batch * d0 * es + weights_bytes)
-    xs = [rand((batch, d0), dt, gen) for _ in range(sets)]
+    xs = [rand((batch, d0), dt, gen, -1.0, 1.0) for _ in range(sets)]
     flops = 2 * batch * (d0 * d1 + d1 * d2 + d2 * d3)
     act_bytes = batch * (d0 + 2 * d1 + 2 * d2 + d3) * es
     size = "x".join(map(str, MLP_DIMS))

@@ -127,6 +127,10 @@ pub struct Timing {
     pub median_us: f64,
     /// Fastest batch's mean time per call.
     pub min_us: f64,
+    /// Median over batches of the host time per call spent queuing it
+    /// (the batch's calls, before the wait for the device): near
+    /// `median_us`, the host is what limits the case, not the device.
+    pub enqueue_us: f64,
     pub runs: usize,
     pub batch: usize,
 }
@@ -159,6 +163,7 @@ pub fn time_call(
     let runs = ((plan.case_budget_s / (batch as f64 * est_s)) as usize)
         .clamp(plan.min_runs, plan.runs.max(plan.min_runs));
     let mut times = Vec::with_capacity(runs);
+    let mut queued = Vec::with_capacity(runs);
     let mut k = 0;
     for _ in 0..runs {
         let t0 = Instant::now();
@@ -166,22 +171,29 @@ pub fn time_call(
             call(k % sets)?;
             k += 1;
         }
+        queued.push(t0.elapsed().as_secs_f64() * 1e6 / batch as f64);
         sync()?;
         times.push(t0.elapsed().as_secs_f64() * 1e6 / batch as f64);
     }
-    times.sort_by(f64::total_cmp);
-    let mid = times.len() / 2;
-    let median_us = if times.len() % 2 == 1 {
-        times[mid]
-    } else {
-        0.5 * (times[mid - 1] + times[mid])
-    };
     Ok(Timing {
-        median_us,
-        min_us: times[0],
+        median_us: median(&times),
+        min_us: times.iter().copied().fold(f64::INFINITY, f64::min),
+        enqueue_us: median(&queued),
         runs,
         batch,
     })
+}
+
+/// The median of `values`; 0 when empty.
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[mid],
+        _ => 0.5 * (v[mid - 1] + v[mid]),
+    }
 }
 
 /// Waits until cuda:0 has finished all queued work; `Err` without a GPU.
@@ -235,10 +247,11 @@ impl Case {
     /// error of the result (`None` where no check ran).
     pub fn emit(&self, imp: &str, t: &Timing, check: Option<Check>) {
         let mut line = format!(
-            "{}, \"median_us\": {:.3}, \"min_us\": {:.3}, \"runs\": {}, \"batch\": {}, \"bytes\": {}, \"flops\": {}",
+            "{}, \"median_us\": {:.3}, \"min_us\": {:.3}, \"enqueue_us\": {:.3}, \"runs\": {}, \"batch\": {}, \"bytes\": {}, \"flops\": {}",
             self.head(imp),
             t.median_us,
             t.min_us,
+            t.enqueue_us,
             t.runs,
             t.batch,
             self.bytes,

@@ -25,8 +25,12 @@ fn broadcast_input(
     layout: &Layout,
     out_dims: &[usize],
 ) -> Result<Layout> {
-    let name = format!("input {index}");
-    rules::broadcast_to(kernel.name, (&name, layout.dims()), out_dims)?;
+    // The name only matters in an error; a call queues a kernel in a few
+    // microseconds, so it is not formatted on every one.
+    if rules::broadcast_to(kernel.name, ("", layout.dims()), out_dims).is_err() {
+        let name = format!("input {index}");
+        rules::broadcast_to(kernel.name, (&name, layout.dims()), out_dims)?;
+    }
     Ok(layout.broadcast_to(out_dims))
 }
 
