@@ -5,7 +5,8 @@
 //! microseconds, about what queuing it takes the host, so the host's side
 //! of a call decides those cases. Each case here queues batches of calls
 //! on small tensors (1024 elements: the device is never the limit) and
-//! reports the host time per call, without the wait for the device:
+//! reports the host time per call without the wait for the device
+//! (`enqueue_us`, beside the usual `median_us` with it):
 //!
 //! - `launch_raw`: `cuLaunchKernel` of a kernel taking an output, an input
 //!   and a length, on a stream of the same context (the floor);
@@ -27,7 +28,6 @@ mod common;
 use common::*;
 use cudarc::driver::{result, sys};
 use std::ffi::{c_void, CString};
-use std::time::Instant;
 use tensorfn::__kernels::{builtin, ptx::Target, UnaryOp};
 use tensorfn::prelude::*;
 use tensorfn::DTypeKind;
@@ -68,40 +68,6 @@ const RAW_PTX: &str = "\
 \tret;
 }
 ";
-
-/// Host microseconds per call of `call`, queued in batches of `batch`
-/// with a wait for the device after each batch (not timed): median over
-/// batches.
-fn host_us(
-    plan: &Plan,
-    mut call: impl FnMut() -> Result<()>,
-    sync: &dyn Fn() -> Result<()>,
-) -> Result<Timing> {
-    let batch = 200;
-    for _ in 0..plan.warmup.max(3) * batch {
-        call()?;
-    }
-    sync()?;
-    let runs = plan.runs.max(plan.min_runs);
-    let mut per_call = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let t0 = Instant::now();
-        for _ in 0..batch {
-            call()?;
-        }
-        per_call.push(t0.elapsed().as_secs_f64() * 1e6 / batch as f64);
-        sync()?;
-    }
-    per_call.sort_by(f64::total_cmp);
-    let median_us = per_call[per_call.len() / 2];
-    Ok(Timing {
-        median_us,
-        min_us: per_call[0],
-        enqueue_us: median_us,
-        runs,
-        batch,
-    })
-}
 
 /// A driver call's status as this crate's error.
 fn driver(what: &str, e: result::DriverError) -> Error {
@@ -209,14 +175,15 @@ fn main() {
     bench(&args, "launch_raw", |plan| {
         let raw = RawKernel::new(RAW_PTX, "raw")?;
         let (out, input) = raw_buffers()?;
-        host_us(plan, || raw.launch(out, input), &|| raw.sync())
+        time_call(plan, 1, |_| raw.launch(out, input), &|| raw.sync())
     });
     bench(&args, "launch_raw_bind", |plan| {
         let raw = RawKernel::new(RAW_PTX, "raw")?;
         let (out, input) = raw_buffers()?;
-        host_us(
+        time_call(
             plan,
-            || raw.bind().and_then(|()| raw.launch(out, input)),
+            1,
+            |_| raw.bind().and_then(|()| raw.launch(out, input)),
             &|| raw.sync(),
         )
     });
@@ -230,12 +197,12 @@ fn main() {
             })?;
         let raw = RawKernel::new(&k.ptx, &format!("{}_contig", k.name))?;
         let (out, input) = raw_buffers()?;
-        host_us(plan, || raw.launch(out, input), &|| raw.sync())
+        time_call(plan, 1, |_| raw.launch(out, input), &|| raw.sync())
     });
     bench(&args, "launch_fused", |plan| {
-        host_us(plan, || chains::sin_affine(&x).map(drop), &sync_cuda)
+        time_call(plan, 1, |_| chains::sin_affine(&x).map(drop), &sync_cuda)
     });
     bench(&args, "launch_builtin", |plan| {
-        host_us(plan, || x.exp().map(drop), &sync_cuda)
+        time_call(plan, 1, |_| x.exp().map(drop), &sync_cuda)
     });
 }
