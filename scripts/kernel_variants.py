@@ -114,7 +114,6 @@ class Driver:
         torch.zeros(1, device="cuda")  # creates the primary context
         self.cu = ctypes.CDLL("libcuda.so.1")
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
-        self.stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
 
     def check(self, status, what):
         if status != 0:
@@ -187,6 +186,7 @@ def main():
     ap.add_argument("--launch", default="stream", help="stream, graph, pdl, pdl-graph (see above)")
     args = ap.parse_args()
     modes = args.launch.split(",")
+    graphs = any(m.endswith("graph") for m in modes)
     plan = Plan(args.quick)
 
     driver = Driver()
@@ -216,8 +216,6 @@ def main():
             per_set = n * size * (inputs + 1)
             sets = [[rand(n, dtype, gen) for _ in range(inputs)] for _ in range(n_sets(per_set))]
             outs = [torch.empty(n, device="cuda", dtype=dtype) for _ in sets]
-
-            graphs = any(m.endswith("graph") for m in modes)
 
             def us(call, graph=False):
                 timer = time_graph if graph else time_call
