@@ -5,7 +5,8 @@
 //! the C library once per element, which the compiler cannot vectorise.
 //!
 //! Every function returns what `std` returns for NaN, ±0, ±inf, subnormal
-//! inputs and results, and overflow. Errors against `f64` `std`, the
+//! inputs and results, and overflow. Errors against `f64` `std` (the
+//! `libm` crate for `erf` and `erfc`), the
 //! largest seen over 2 million random inputs per range (uniform and
 //! log-uniform, in every range the function treats differently) plus the
 //! special values, as the tests measure them (release build); the tests
@@ -17,6 +18,10 @@
 //! | [`ln`] | 0.80 ulp | 1 ulp |
 //! | [`sin`], [`cos`] | 0.62 ulp, any finite argument | 1 ulp |
 //! | [`tanh`] | 1.31 ulp | 2 ulp |
+//! | [`expm1`] | 0.50 ulp | 1 ulp |
+//! | [`log1p`] | 0.50 ulp | 1 ulp |
+//! | [`erf`] | 0.50 ulp | 1 ulp |
+//! | [`erfc`] | 0.50 ulp, down to the subnormals | 1 ulp |
 //!
 //! The results do not depend on the vector width, so the scalar, AVX2
 //! and AVX-512 versions of a loop agree bit for bit: multiply-adds are
@@ -26,6 +31,10 @@
 //! fused ones: their `f64` polynomials take half the instructions that
 //! way. `exp` keeps separate roundings, which hold its error under 1 ulp
 //! on every `f32` input; fused ones reach 1.01 ulp.
+//!
+//! [`expm1`], [`log1p`], [`erf`] and [`erfc`] compute in `f64` (half the
+//! lanes of a vector of `f32`) and round once, which is why they stay near
+//! half an ulp.
 //!
 //! `sigmoid`, `silu` and `gelu` are built from [`exp`] by callers, as on the
 //! GPU.
@@ -320,6 +329,314 @@ pub fn tanh(x: f32) -> f32 {
     select(a < 0.625, small, select(x.is_nan(), x, big))
 }
 
+/// `e^r - 1` for `|r| <= ln(2)/2 + 2^-20` in `f64`, to about 2^-44
+/// relative: `r + r^2 (1/2 + r/6 + ... + r^9/11!)` (the truncation,
+/// `r^11/12!`, is below 2^-48 of `r`).
+#[inline(always)]
+fn expm1_reduced(r: f64) -> f64 {
+    let q = r.mul_add(1.0 / 39_916_800.0, 1.0 / 3_628_800.0);
+    let q = r.mul_add(q, 1.0 / 362_880.0);
+    let q = r.mul_add(q, 1.0 / 40_320.0);
+    let q = r.mul_add(q, 1.0 / 5_040.0);
+    let q = r.mul_add(q, 1.0 / 720.0);
+    let q = r.mul_add(q, 1.0 / 120.0);
+    let q = r.mul_add(q, 1.0 / 24.0);
+    let q = r.mul_add(q, 1.0 / 6.0);
+    let q = r.mul_add(q, 0.5);
+    (r * r).mul_add(q, r)
+}
+
+/// `x = n ln 2 + r` in `f64` for `|x| <= 300`: `r` and `2^n`. One fused
+/// step with the `f64` `ln 2`: the error, `n` times 2^-54, stays below
+/// 2^-45 of the result.
+#[inline(always)]
+fn reduce_ln2(xd: f64) -> (f64, f64) {
+    let t = xd.mul_add(std::f64::consts::LOG2_E, ROUND_F64);
+    let n = t.to_bits() as i32;
+    let nf = t - ROUND_F64;
+    let r = (-nf).mul_add(std::f64::consts::LN_2, xd);
+    (r, f64::from_bits((n.wrapping_add(1023) as u64) << 52))
+}
+
+/// `e^x - 1`, within 1 ulp (0.5 ulp and a hair: computed in `f64`).
+/// Accurate where `exp(x) - 1` cancels, near 0.
+///
+/// ```
+/// use tensorfn_runtime::__private::vmath;
+/// assert_eq!(vmath::expm1(0.0), 0.0);
+/// assert_eq!(vmath::expm1(1.0e-10), 1.0e-10); // exp(1e-10) - 1 would give 0
+/// assert!((vmath::expm1(1.0) - (std::f32::consts::E - 1.0)).abs() <= f32::EPSILON * 2.0);
+/// assert_eq!(vmath::expm1(-100.0), -1.0);
+/// assert_eq!(vmath::expm1(100.0), f32::INFINITY);
+/// ```
+#[inline(always)]
+pub fn expm1(x: f32) -> f32 {
+    // Below -30 the result is -1 in f32, above 89 it overflows; clamping
+    // keeps 2^n normal. NaN fails both tests and is restored at the end.
+    let xd = x as f64;
+    let xc = select64(xd > 89.0, 89.0, xd);
+    let xc = select64(xc < -30.0, -30.0, xc);
+    let (r, s) = reduce_ln2(xc);
+    // 2^n (1 + p) - 1 with 2^n - 1 exact (|n| <= 44) or 2^n (n up to
+    // 128, far above f32's precision): one rounding in f64, no
+    // cancellation but at n = 0, where the result is p itself.
+    let y = s.mul_add(expm1_reduced(r), s - 1.0) as f32;
+    // The reduction turns -0 into +0.
+    let y = select(x == 0.0, x, y);
+    select(x.is_nan(), x, y)
+}
+
+/// `ln(1 + x)`, within 1 ulp (0.5 ulp and a hair: computed in `f64`);
+/// `-inf` at -1 and NaN below. Accurate where `ln(1 + x)` loses `x`,
+/// near 0.
+///
+/// ```
+/// use tensorfn_runtime::__private::vmath;
+/// assert_eq!(vmath::log1p(0.0), 0.0);
+/// assert_eq!(vmath::log1p(1.0e-10), 1.0e-10); // ln(1 + 1e-10) would give 0
+/// assert!((vmath::log1p(1.0) - std::f32::consts::LN_2).abs() <= f32::EPSILON);
+/// assert_eq!(vmath::log1p(-1.0), f32::NEG_INFINITY);
+/// assert!(vmath::log1p(-2.0).is_nan());
+/// ```
+#[inline(always)]
+pub fn log1p(x: f32) -> f32 {
+    let xd = x as f64;
+    // u = 1 + x rounded (inexact only for |x| < 2^-29 or x > 2^29) and c
+    // what the rounding lost, exactly (Fast2Sum, the larger term first).
+    let u = 1.0 + xd;
+    let c = select64(xd >= 1.0, 1.0 - (u - xd), xd - (u - 1.0));
+    // u = m 2^e with m in [sqrt(1/2), sqrt(2)); u >= 2^-24 when x > -1.
+    // Other lanes (u <= 0, inf, NaN) compute garbage replaced below.
+    let bits = u.to_bits() as i64;
+    let e = bits.wrapping_sub(0x3fe6_a09e_667f_3bcd) >> 52;
+    let m = f64::from_bits(bits.wrapping_sub(e << 52) as u64);
+    // ln(1 + x) = e ln 2 + ln(m + c 2^-e); m - 1 is exact and c 2^-e is
+    // below half an ulp of m, so their sum rounds once in f64.
+    let inv = f64::from_bits((1023i64.wrapping_sub(e) as u64) << 52);
+    let f = (m - 1.0) + c * inv;
+    // ln(1 + f) = 2 atanh(s), s = f/(2 + f), |s| <= 0.172: the series to
+    // s^15 (truncation below 2^-40 relative).
+    let s = f / (2.0 + f);
+    let z = s * s;
+    let p = z.mul_add(1.0 / 15.0, 1.0 / 13.0);
+    let p = z.mul_add(p, 1.0 / 11.0);
+    let p = z.mul_add(p, 1.0 / 9.0);
+    let p = z.mul_add(p, 1.0 / 7.0);
+    let p = z.mul_add(p, 1.0 / 5.0);
+    let p = z.mul_add(p, 1.0 / 3.0);
+    let ln_m = (2.0 * s).mul_add(z * p, 2.0 * s);
+    let y = (e as f64).mul_add(std::f64::consts::LN_2, ln_m) as f32;
+    // Specials: +inf, -1 -> -inf, below -1 or NaN -> NaN, ±0 kept.
+    let y = select(x == f32::INFINITY, x, y);
+    let y = select(x == -1.0, f32::NEG_INFINITY, y);
+    let y = select(x == 0.0, x, y);
+    select(x < -1.0 || x.is_nan(), f32::NAN, y)
+}
+
+/// The rationals of fdlibm's `s_erf.c` (FreeBSD `msun`), `N(t)/D(t)` on
+/// four intervals of `|x|`: numerator and denominator coefficients,
+/// highest power first.
+///
+/// `|x| < 0.84375`, `t = x²`: `erf(x) = x + x N/D`.
+const ERF_SMALL: ([f64; 5], [f64; 6]) = (
+    [
+        -2.3763016656650163e-05,
+        -0.005770270296489442,
+        -0.02848174957559851,
+        -0.3250421072470015,
+        0.12837916709551256,
+    ],
+    [
+        -3.960228278775368e-06,
+        0.00013249473800432164,
+        0.005081306281875766,
+        0.0650222499887673,
+        0.39791722395915535,
+        1.0,
+    ],
+);
+/// `0.84375 <= |x| < 1.25`, `t = |x| - 1`: `erf(|x|) = ERX + N/D`.
+const ERF_MID: ([f64; 7], [f64; 7]) = (
+    [
+        -0.002166375594868791,
+        0.035478304325618236,
+        -0.11089469428239668,
+        0.31834661990116175,
+        -0.3722078760357013,
+        0.41485611868374833,
+        -0.0023621185607526594,
+    ],
+    [
+        0.011984499846799107,
+        0.01363708391202905,
+        0.12617121980876164,
+        0.07182865441419627,
+        0.540397917702171,
+        0.10642088040084423,
+        1.0,
+    ],
+);
+/// `1.25 <= |x| < 1/0.35`, `t = 1/x²`: `erfc(|x|) = e^(-x² - 0.5625 + N/D)/|x|`.
+const ERF_NEAR: ([f64; 8], [f64; 9]) = (
+    [
+        -9.814329344169145,
+        -81.2874355063066,
+        -184.60509290671104,
+        -162.39666946257347,
+        -62.375332450326006,
+        -10.558626225323291,
+        -0.6938585727071818,
+        -0.009864944034847148,
+    ],
+    [
+        -0.0604244152148581,
+        6.570249770319282,
+        108.63500554177944,
+        429.00814002756783,
+        645.3872717332679,
+        434.56587747522923,
+        137.65775414351904,
+        19.651271667439257,
+        1.0,
+    ],
+);
+/// `|x| >= 1/0.35`, the same form.
+const ERF_FAR: ([f64; 7], [f64; 8]) = (
+    [
+        -483.5191916086514,
+        -1025.0951316110772,
+        -637.5664433683896,
+        -160.63638485582192,
+        -17.757954917754752,
+        -0.799283237680523,
+        -0.0098649429247001,
+    ],
+    [
+        -22.44095244658582,
+        474.52854120695537,
+        2553.0504064331644,
+        3199.8582195085955,
+        1536.729586084437,
+        325.7925129965739,
+        30.33806074348246,
+        1.0,
+    ],
+);
+
+/// `erf(1)` rounded to 24 significant bits: `1 - ERF_ERX` is exact.
+const ERF_ERX: f64 = f64::from_bits(0x3feb_0ac1_6000_0000);
+
+/// A polynomial by Horner's rule with fused steps, highest power first.
+#[inline(always)]
+fn poly<const N: usize>(c: &[f64; N], t: f64) -> f64 {
+    let mut p = c[0];
+    for &k in &c[1..] {
+        p = p.mul_add(t, k);
+    }
+    p
+}
+
+/// What [`erf`] and [`erfc`] share, in `f64`: `|x|`, whether `|x|` is
+/// below 0.84375 and below 1.25, the rational of the interval of `|x|`,
+/// and `erfc(|x|)` as used from 1.25 on.
+#[inline(always)]
+fn erf_parts(xd: f64) -> (f64, bool, bool, f64, f64) {
+    let ax = xd.abs();
+    let small = ax < 0.843_75;
+    let mid = ax < 1.25;
+    let near = ax < f64::from_bits(0x4006_db6d_0000_0000); // 1/0.35, cut as fdlibm does
+    let w = 1.0 / ax;
+    // Every lane evaluates the four rationals and keeps one numerator and
+    // one denominator: selecting the coefficients instead would make the
+    // compiler look them up in a table, which does not vectorise.
+    // (Separate polynomials, not pairs: a select of pairs does not
+    // vectorise either.)
+    let (z, s1, t) = (xd * xd, ax - 1.0, w * w);
+    let n = select64(
+        small,
+        poly(&ERF_SMALL.0, z),
+        select64(
+            mid,
+            poly(&ERF_MID.0, s1),
+            select64(near, poly(&ERF_NEAR.0, t), poly(&ERF_FAR.0, t)),
+        ),
+    );
+    let d = select64(
+        small,
+        poly(&ERF_SMALL.1, z),
+        select64(
+            mid,
+            poly(&ERF_MID.1, s1),
+            select64(near, poly(&ERF_NEAR.1, t), poly(&ERF_FAR.1, t)),
+        ),
+    );
+    let q = n / d;
+    // e^(-x² - 0.5625 + q): x² is exact in f64 for an f32 x, so one
+    // rounding in the argument, 2^-46 relative at the most. Below -200
+    // the f32 result is 0 anyway; the clamp keeps 2^n normal.
+    let a = (-ax).mul_add(ax, q - 0.5625);
+    let a = select64(a < -200.0, -200.0, a);
+    let (r, s) = reduce_ln2(a);
+    let tail = s.mul_add(expm1_reduced(r), s) * w;
+    (ax, small, mid, q, tail)
+}
+
+/// The error function, `2/√π ∫₀ˣ e^(-t²) dt`, within 1 ulp (0.5 ulp and a
+/// hair: computed in `f64`).
+///
+/// ```
+/// use tensorfn_runtime::__private::vmath;
+/// assert_eq!(vmath::erf(0.0), 0.0);
+/// assert!((vmath::erf(0.5) - 0.520_499_9).abs() <= f32::EPSILON);
+/// assert_eq!(vmath::erf(5.0), 1.0);
+/// assert_eq!(vmath::erf(f32::NEG_INFINITY), -1.0);
+/// ```
+#[inline(always)]
+pub fn erf(x: f32) -> f32 {
+    let xd = x as f64;
+    let (ax, small, mid, q, tail) = erf_parts(xd);
+    // x + x q with one rounding keeps the sign of zero.
+    let y_small = xd.mul_add(q, xd);
+    let y = select64(mid, ERF_ERX + q, select64(ax < 6.0, 1.0 - tail, 1.0));
+    let y = select64(small, y_small, y.copysign(xd)) as f32;
+    select(x.is_nan(), x, y)
+}
+
+/// The complementary error function, `1 - erf(x)`, within 1 ulp (0.5 ulp
+/// and a hair: computed in `f64`). It keeps its relative accuracy where
+/// `1 - erf(x)` would round to 0, down to the smallest subnormal (near
+/// x = 10); `erfc(-inf) = 2`.
+///
+/// ```
+/// use tensorfn_runtime::__private::vmath;
+/// assert_eq!(vmath::erfc(0.0), 1.0);
+/// assert!((vmath::erfc(5.0) / 1.537_459_8e-12 - 1.0).abs() <= f32::EPSILON);
+/// assert!(vmath::erfc(10.0) > 0.0); // 1 - erf(10) would give 0
+/// assert_eq!(vmath::erfc(11.0), 0.0);
+/// assert_eq!(vmath::erfc(f32::NEG_INFINITY), 2.0);
+/// ```
+#[inline(always)]
+pub fn erfc(x: f32) -> f32 {
+    let xd = x as f64;
+    let (ax, small, mid, q, tail) = erf_parts(xd);
+    let pos = xd > 0.0;
+    // fdlibm's forms: 1/2 - (x q + (x - 1/2)) from x = 1/4 loses less to
+    // the subtraction than 1 - (x + x q).
+    let y_small = select64(
+        xd < 0.25,
+        1.0 - xd.mul_add(q, xd),
+        0.5 - xd.mul_add(q, xd - 0.5),
+    );
+    let y_mid = select64(pos, (1.0 - ERF_ERX) - q, 1.0 + (ERF_ERX + q));
+    let y_far = select64(
+        ax < 28.0,
+        select64(pos, tail, 2.0 - tail),
+        select64(pos, 0.0, 2.0),
+    );
+    let y = select64(small, y_small, select64(mid, y_mid, y_far)) as f32;
+    select(x.is_nan(), x, y)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -537,11 +854,120 @@ mod tests {
     }
 
     #[test]
+    fn expm1_within_one_ulp() {
+        let specials = [
+            EDGES.as_slice(),
+            &[
+                88.72283,
+                88.72284,
+                -17.328_68,
+                -17.328_68 - 1.0e-5,
+                std::f32::consts::LN_2 / 2.0,
+                -std::f32::consts::LN_2 / 2.0,
+                1.0e-10,
+                -1.0e-10,
+                f32::MIN,
+            ],
+        ]
+        .concat();
+        let e = max_error(
+            expm1,
+            f64::exp_m1,
+            &[
+                (-1.0, 1.0),
+                (-1.0e-3, 1.0e-3),
+                (-30.0, 89.0),
+                (-f32::MAX, f32::MAX),
+            ],
+            &specials,
+            1.0,
+        );
+        eprintln!("expm1: max {e:.3} ulp");
+    }
+
+    #[test]
+    fn log1p_within_one_ulp() {
+        let specials = [
+            EDGES.as_slice(),
+            &[
+                -1.0,
+                -2.0,
+                -0.999_999_94,
+                f32::MIN,
+                1.0e-30,
+                -1.0e-30,
+                std::f32::consts::SQRT_2 - 1.0,
+                std::f32::consts::FRAC_1_SQRT_2 - 1.0,
+                1.0,
+            ],
+        ]
+        .concat();
+        let e = max_error(
+            log1p,
+            f64::ln_1p,
+            &[
+                (-1.0, 1.0),
+                (-1.0e-3, 1.0e-3),
+                (-1.0, -0.99),
+                (0.0, f32::MAX),
+            ],
+            &specials,
+            1.0,
+        );
+        eprintln!("log1p: max {e:.3} ulp");
+    }
+
+    #[test]
+    fn erf_erfc_within_one_ulp() {
+        // The ends of fdlibm's intervals, where erfc(x) leaves the
+        // subnormals (about 10.05), erf(x) reaching 1.
+        let specials = [
+            EDGES.as_slice(),
+            &[
+                0.843_75,
+                0.843_749_94,
+                -0.843_75,
+                0.25,
+                1.25,
+                1.249_999_9,
+                -1.25,
+                2.857_141_5,
+                2.857_142_7,
+                6.0,
+                -6.0,
+                10.0,
+                10.05,
+                10.06,
+                27.0,
+                28.0,
+                -28.0,
+                3.9,
+                -3.9,
+                1.0e-30,
+                f32::MIN,
+            ],
+        ]
+        .concat();
+        let ranges = [
+            (-6.0, 6.0),
+            (-1.5, 1.5),
+            (0.0, 11.0),
+            (-1.0e-3, 1.0e-3),
+            (-f32::MAX, f32::MAX),
+        ];
+        let e = max_error(erf, libm::erf, &ranges, &specials, 1.0);
+        eprintln!("erf: max {e:.3} ulp");
+        let e = max_error(erfc, libm::erfc, &ranges, &specials, 1.0);
+        eprintln!("erfc: max {e:.3} ulp");
+    }
+
+    #[test]
     fn signs_of_zero_survive() {
-        for f in [sin, tanh] {
+        for f in [sin, tanh, expm1, log1p, erf] {
             assert_eq!(f(-0.0).to_bits(), (-0.0f32).to_bits());
             assert_eq!(f(0.0).to_bits(), 0);
         }
         assert_eq!(exp(-0.0), 1.0);
+        assert_eq!(erfc(-0.0), 1.0);
     }
 }
