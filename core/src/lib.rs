@@ -1,5 +1,5 @@
-//! Facts shared by every tensorfn crate: the dtype names and the shape rules
-//! of each operation.
+//! Facts shared by every tensorfn crate: the dtype names, the op catalogue
+//! ([`ops`]) and the shape rules of each operation.
 //!
 //! The rules are written once, generic over [`DimValue`], so the
 //! `tensor_fn!` macro applies them to symbolic dims (`B`, `N * M`) at
@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 
 pub mod dtype;
+pub mod ops;
 pub mod rules;
 
 pub use dtype::DTypeKind;

@@ -170,7 +170,8 @@ pub fn try_unary_for(op: UnaryOp, dtype: DTypeKind, target: Target) -> Result<Ke
 }
 
 /// `op` over two inputs of `dtype`; `Err` when `op` is not defined on
-/// `dtype` (`Pow` takes floats only, nothing takes `bool`).
+/// `dtype` (ops with [`BinaryOp::needs_float`] take floats only, nothing
+/// takes `bool`).
 ///
 /// ```
 /// use tensorfn_kernels::{builtin, BinaryOp, DTypeKind};

@@ -474,8 +474,9 @@ impl ElementwiseBuilder {
         self.push_checked(inst, ty)
     }
 
-    /// `op(a, b)` on two values of one dtype (not `bool`). `Pow` takes
-    /// floats only. Integer `+ - *` wrap; integer `/` truncates toward zero,
+    /// `op(a, b)` on two values of one dtype (not `bool`). Ops with
+    /// [`BinaryOp::needs_float`] (`pow`, `leaky_relu`, `elu`) take floats
+    /// only. Integer `+ - *` wrap; integer `/` truncates toward zero,
     /// `x / 0` is `0` and `i32::MIN / -1` is `i32::MIN`. Float `Max`/`Min`
     /// propagate NaN (like `torch.maximum`).
     ///
@@ -497,9 +498,10 @@ impl ElementwiseBuilder {
                     "{} is not defined on bool; cast the operands first with `.cast::<u8>()` or `.cast::<f32>()`",
                     op.name()
                 ))
-            } else if op == BinaryOp::Pow && !dt.is_float() {
+            } else if op.needs_float() && !dt.is_float() {
                 Err(format!(
-                    "pow needs floating-point operands, found {dt}; cast them first with `.cast::<f32>()`"
+                    "{} needs floating-point operands, found {dt}; cast them first with `.cast::<f32>()`",
+                    op.name()
                 ))
             } else {
                 Ok(dt)

@@ -125,5 +125,6 @@ mod round;
 pub use error::{Error, Result};
 pub use ops::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 pub use tensorfn_core::DTypeKind;
+pub use tensorfn_core::{for_each_binary_op, for_each_unary_op};
 
 pub use abi::FusedKernel;

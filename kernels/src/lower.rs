@@ -6,6 +6,7 @@ use crate::expand;
 use crate::ir::{Inst, Kernel, Scalar};
 use crate::ops::{BinaryOp, CmpOp, UnaryOp};
 use crate::prim::{Builder, Program, Reg, Round, Ty};
+use tensorfn_core::ops::ElemMath;
 use tensorfn_core::DTypeKind;
 
 /// The program of one element of `kernel`: one parameter per input (in the
@@ -56,13 +57,53 @@ fn constant(b: &mut Builder, value: Scalar, dtype: DTypeKind) -> Reg {
     }
 }
 
-/// True for the ops whose exact result is already a value of the operand's
-/// dtype (no rounding needed for f16/bf16).
-fn exact_unary(op: UnaryOp) -> bool {
-    matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu)
+/// The registers of one dtype as [`ElemMath`] values: a composite op of
+/// the catalogue lowers through its one definition, each primitive it uses
+/// through this module's expansion of it.
+struct Regs<'b> {
+    b: &'b mut Builder,
+}
+
+impl ElemMath for Regs<'_> {
+    type V = Reg;
+    type B = Reg;
+    fn lit(&mut self, like: Reg, v: f64) -> Reg {
+        let ty = self.b.ty(like);
+        if ty == Ty::F32 {
+            // The constant as the dtype holds it, as on the CPU.
+            self.b.cf(ty, v as f32 as f64)
+        } else if ty.is_float() {
+            self.b.cf(ty, v)
+        } else {
+            self.b.ci(ty, v as i64)
+        }
+    }
+    fn unary(&mut self, op: UnaryOp, x: Reg) -> Reg {
+        if self.b.ty(x).is_float() {
+            float_unary(self.b, op, x)
+        } else {
+            int_unary(self.b, op, x)
+        }
+    }
+    fn binary(&mut self, op: BinaryOp, a: Reg, b: Reg) -> Reg {
+        if self.b.ty(a).is_float() {
+            float_binary(self.b, op, a, b)
+        } else {
+            int_binary(self.b, op, a, b)
+        }
+    }
+    fn compare(&mut self, op: CmpOp, a: Reg, b: Reg) -> Reg {
+        self.b.cmp(op, a, b)
+    }
+    fn select(&mut self, c: Reg, a: Reg, b: Reg) -> Reg {
+        self.b.select(c, a, b)
+    }
 }
 
 pub(crate) fn float_unary(b: &mut Builder, op: UnaryOp, x: Reg) -> Reg {
+    if let Some(r) = op.composite(&mut Regs { b }, x) {
+        return r;
+    }
     let ty = b.ty(x);
     match op {
         UnaryOp::Neg => b.fneg(x),
@@ -90,6 +131,37 @@ pub(crate) fn float_unary(b: &mut Builder, op: UnaryOp, x: Reg) -> Reg {
         }
         UnaryOp::Gelu => expand::gelu(b, x),
         UnaryOp::Silu => expand::silu(b, x),
+        UnaryOp::Erf => expand::erf(b, x),
+        UnaryOp::Erfc => expand::erfc(b, x),
+        UnaryOp::GeluErf => expand::gelu_erf(b, x),
+        UnaryOp::Expm1 => expand::expm1(b, x),
+        UnaryOp::Log1p => expand::log1p(b, x),
+        UnaryOp::Trunc => b.trunc(x),
+        UnaryOp::Round => b.rint(x),
+        // Composites, lowered above.
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Sign | UnaryOp::Softplus => {
+            unreachable!("{} is a composite", op.name())
+        }
+    }
+}
+
+/// `op(x)` on an `i32`/`i64` register, for the ops integers have (the
+/// type check lets no other through; `u8` is masked by the caller).
+fn int_unary(b: &mut Builder, op: UnaryOp, x: Reg) -> Reg {
+    if let Some(r) = op.composite(&mut Regs { b }, x) {
+        return r;
+    }
+    match op {
+        UnaryOp::Neg => b.ineg(x),
+        UnaryOp::Abs => b.iabs(x),
+        UnaryOp::Relu => {
+            let zero = b.ci(b.ty(x), 0);
+            b.imax(x, zero)
+        }
+        UnaryOp::Square => b.imul(x, x),
+        // Integers are integral already.
+        UnaryOp::Trunc | UnaryOp::Round => x,
+        _ => unreachable!("{} on an integer passed the type check", op.name()),
     }
 }
 
@@ -109,23 +181,14 @@ fn unary(b: &mut Builder, op: UnaryOp, x: Reg, dtype: DTypeKind) -> Reg {
                 Some(r) => r,
                 None => float_unary(b, op, x),
             };
-            if exact_unary(op) {
+            if op.is_exact() {
                 r
             } else {
                 round_to(b, r, dtype)
             }
         }
         I32 | I64 | U8 => {
-            let r = match op {
-                UnaryOp::Neg => b.ineg(x),
-                UnaryOp::Abs => b.iabs(x),
-                UnaryOp::Relu => {
-                    let zero = b.ci(b.ty(x), 0);
-                    b.imax(x, zero)
-                }
-                UnaryOp::Square => b.imul(x, x),
-                _ => unreachable!("{} on {dtype} passed the type check", op.name()),
-            };
+            let r = int_unary(b, op, x);
             if dtype == U8 {
                 mask_u8(b, r)
             } else {
@@ -152,6 +215,9 @@ pub(crate) fn nan_max_min(b: &mut Builder, max: bool, x: Reg, y: Reg) -> Reg {
 }
 
 pub(crate) fn float_binary(b: &mut Builder, op: BinaryOp, x: Reg, y: Reg) -> Reg {
+    if let Some(r) = op.composite(&mut Regs { b }, x, y) {
+        return r;
+    }
     match op {
         BinaryOp::Add => b.add(x, y),
         BinaryOp::Sub => b.sub(x, y),
@@ -160,6 +226,7 @@ pub(crate) fn float_binary(b: &mut Builder, op: BinaryOp, x: Reg, y: Reg) -> Reg
         BinaryOp::Max => nan_max_min(b, true, x, y),
         BinaryOp::Min => nan_max_min(b, false, x, y),
         BinaryOp::Pow => expand::pow(b, x, y),
+        BinaryOp::LeakyRelu | BinaryOp::Elu => unreachable!("{} is a composite", op.name()),
     }
 }
 
@@ -185,22 +252,14 @@ fn binary(b: &mut Builder, op: BinaryOp, x: Reg, y: Reg, dtype: DTypeKind) -> Re
         F32 | F64 => float_binary(b, op, x, y),
         F16 | BF16 => {
             let r = float_binary(b, op, x, y);
-            if matches!(op, BinaryOp::Max | BinaryOp::Min) {
+            if op.is_exact() {
                 r
             } else {
                 round_to(b, r, dtype)
             }
         }
         I32 | I64 | U8 => {
-            let r = match op {
-                BinaryOp::Add => b.iadd(x, y),
-                BinaryOp::Sub => b.isub(x, y),
-                BinaryOp::Mul => b.imul(x, y),
-                BinaryOp::Div => int_div(b, x, y),
-                BinaryOp::Max => b.imax(x, y),
-                BinaryOp::Min => b.imin(x, y),
-                BinaryOp::Pow => unreachable!("integer pow passed the type check"),
-            };
+            let r = int_binary(b, op, x, y);
             if dtype == U8 && matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul) {
                 mask_u8(b, r)
             } else {
@@ -208,6 +267,19 @@ fn binary(b: &mut Builder, op: BinaryOp, x: Reg, y: Reg, dtype: DTypeKind) -> Re
             }
         }
         Bool => unreachable!("{} on bool passed the type check", op.name()),
+    }
+}
+
+/// `op(x, y)` on `i32`/`i64` registers (`u8` is masked by the caller).
+fn int_binary(b: &mut Builder, op: BinaryOp, x: Reg, y: Reg) -> Reg {
+    match op {
+        BinaryOp::Add => b.iadd(x, y),
+        BinaryOp::Sub => b.isub(x, y),
+        BinaryOp::Mul => b.imul(x, y),
+        BinaryOp::Div => int_div(b, x, y),
+        BinaryOp::Max => b.imax(x, y),
+        BinaryOp::Min => b.imin(x, y),
+        _ => unreachable!("{} on an integer passed the type check", op.name()),
     }
 }
 

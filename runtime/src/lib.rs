@@ -51,8 +51,10 @@ pub use tensor::Tensor;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::cpu::blocks::Lanes;
+    pub use crate::cpu::scalar::{float_binary, float_unary, CpuNum, Real};
     pub use crate::cpu::vmath;
     pub use crate::ops::fused::{fused1, fused2, fused3, fused4, fused5, fused6, fused7, fused8};
+    pub use tensorfn_kernels::{BinaryOp, UnaryOp};
 }
 
 /// Everything a program using tensors needs in scope.

@@ -65,10 +65,7 @@ fn same<G: Device, T: DType, S: Shape>(
 }
 
 fn unary_range(op: UnaryOp) -> (f64, f64) {
-    match op {
-        UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip => (0.1, 5.0),
-        _ => (-4.0, 4.0),
-    }
+    op.test_domain()
 }
 
 fn elementwise<G: Device, T: NumDType>() {

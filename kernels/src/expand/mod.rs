@@ -20,8 +20,7 @@ pub(crate) use activation::{gelu, sigmoid, silu, tanh};
 pub(crate) use exp_log::{exp, log};
 pub(crate) use pow::pow;
 // Not in the op catalogue yet: only their tests call them so far.
-#[allow(unused_imports)]
-pub(crate) use special::{erf, erfc, expm1, log1p};
+pub(crate) use special::{erf, erfc, expm1, gelu_erf, log1p};
 pub(crate) use trig::{cos, sin};
 
 use crate::ops::UnaryOp;

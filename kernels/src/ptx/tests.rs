@@ -212,17 +212,23 @@ fn every_builtin_is_well_formed() {
             check_exact(&k.name, &k.ptx);
         }
     }
-    // 15 unary ops: 11 float-only on 4 floats, 4 on 7 numeric dtypes
+    // Float-only ops on 4 floats, the others on 7 numeric dtypes.
+    let per_op = |float_only: bool| if float_only { 4 } else { 7 };
     let unary = all
         .iter()
         .filter(|k| k.name.starts_with("tf_unary_"))
         .count();
-    assert_eq!(unary, 11 * 4 + 4 * 7);
+    let want: usize = UnaryOp::ALL.iter().map(|op| per_op(op.needs_float())).sum();
+    assert_eq!(unary, want);
     let binary = all
         .iter()
         .filter(|k| k.name.starts_with("tf_binary_"))
         .count();
-    assert_eq!(binary, 6 * 7 + 4);
+    let want: usize = BinaryOp::ALL
+        .iter()
+        .map(|op| per_op(op.needs_float()))
+        .sum();
+    assert_eq!(binary, want);
     let casts = all
         .iter()
         .filter(|k| k.name.starts_with("tf_cast_"))
@@ -550,9 +556,12 @@ fn sm80_builtins_round_to_bf16_natively_and_change_nothing_else() {
             }
         }
     }
-    // bf16 unary ops but neg, abs, relu (12); binary but max, min (5);
-    // casts to bf16 from f32, f64, f16, i32, i64, u8 (not bool: exact)
-    assert_eq!(native, 12 + 5 + 6);
+    // bf16 unary and binary ops but the exact ones (neg, abs, relu, max,
+    // min, ...); casts to bf16 from f32, f64, f16, i32, i64, u8 (not bool:
+    // exact)
+    let unary = UnaryOp::ALL.iter().filter(|op| !op.is_exact()).count();
+    let binary = BinaryOp::ALL.iter().filter(|op| !op.is_exact()).count();
+    assert_eq!(native, unary + binary + 6);
 }
 
 /// A bf16 chain: the sm_80 text rounds `sin` with `cvt.rn.bf16x2.f32` and

@@ -322,6 +322,8 @@ pub enum ExprKind {
     Neg(Box<Expr>),
     /// `a op b`.
     Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// `a < b`, `a == b`, ...: a `bool` tensor.
+    Compare(tensorfn_kernels::CmpOp, Box<Expr>, Box<Expr>),
     /// `f(args)` or `path::f(args)`.
     Call {
         /// The callee as written.
@@ -357,6 +359,7 @@ impl Expr {
     fn precedence(&self) -> u8 {
         match &self.kind {
             ExprKind::Binary(op, ..) => op.precedence(),
+            ExprKind::Compare(..) => 0,
             ExprKind::Neg(_) => 3,
             _ => 4,
         }
@@ -464,6 +467,7 @@ impl fmt::Display for Expr {
                     write!(f, "{b}")
                 }
             }
+            ExprKind::Compare(op, a, b) => write!(f, "{a} {} {b}", op.symbol()),
             ExprKind::Call { func, args } => {
                 write!(f, "{}(", path_text(func))?;
                 fmt_args(f, args)?;

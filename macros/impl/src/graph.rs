@@ -5,7 +5,7 @@ use crate::ast::{Device, ScalarKind, Sp};
 use crate::shape::Dim;
 use std::fmt;
 use tensorfn_core::DTypeKind;
-use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 
 /// Index of a node in [`Graph::nodes`].
 pub type NodeId = usize;
@@ -123,6 +123,11 @@ pub enum Op {
     Unary(UnaryOp, NodeId),
     /// `op(a, b)` elementwise with broadcasting (or on scalars).
     Binary(BinaryOp, NodeId, NodeId),
+    /// `a op b` elementwise with broadcasting, a `bool` tensor.
+    Compare(CmpOp, NodeId, NodeId),
+    /// `where_(cond, a, b)` elementwise with broadcasting (also
+    /// `x.masked_fill(mask, v)`, which is `where_(mask, v, x)`).
+    Where(NodeId, NodeId, NodeId),
     /// `x.cast::<T>()`.
     Cast(NodeId, DTypeKind),
     /// `input + value * t1 * t2`.
@@ -282,9 +287,14 @@ impl Graph {
             Op::Param(_) | Op::Lit { .. } => vec![],
             Op::Unary(_, a) | Op::Cast(a, _) | Op::T(a) | Op::ToDevice(a, _) => vec![*a],
             Op::Permute(a, _) | Op::Transpose(a, ..) | Op::TupleGet(a, _) => vec![*a],
-            Op::Binary(_, a, b) | Op::MatMul(a, b) | Op::Bmm(a, b) | Op::Dot(a, b) => {
+            Op::Binary(_, a, b)
+            | Op::Compare(_, a, b)
+            | Op::MatMul(a, b)
+            | Op::Bmm(a, b)
+            | Op::Dot(a, b) => {
                 vec![*a, *b]
             }
+            Op::Where(c, a, b) => vec![*c, *a, *b],
             Op::AddCmul {
                 input,
                 t1,

@@ -283,101 +283,45 @@ pub fn store(v: TokenStream, d: DTypeKind) -> TokenStream {
     }
 }
 
-/// Whether `op` in dtype `d` is computed, in the closures of fused
-/// groups, by a method of the runtime's `Lanes`: the functions whose exact
-/// path is slow only for rare arguments, which the runtime's loop then
-/// takes only in the blocks of elements that need it.
-fn uses_lanes(op: UnaryOp, d: DTypeKind) -> bool {
-    matches!(op, UnaryOp::Sin | UnaryOp::Cos) && d.is_float() && d != DTypeKind::F64
+/// The runtime's `Lanes` argument of a closure, or exact lanes where the
+/// program is printed outside one.
+fn lanes_arg(lanes: Option<&TokenStream>) -> TokenStream {
+    match lanes {
+        Some(l) => quote!(&mut *#l),
+        None => quote!(&mut ::tensorfn::__private::Lanes::exact()),
+    }
 }
 
-/// `op(a)` in dtype `d`; `lanes` names the closure's `Lanes` where there is
-/// one.
+/// `op(a)` in dtype `d`: the runtime's own definition of the op (the one
+/// its CPU loops run), called with the op fixed so that it inlines.
 fn unary(op: UnaryOp, a: TokenStream, d: DTypeKind, lanes: Option<&TokenStream>) -> TokenStream {
-    let one = literal(1.0, d);
-    let zero = literal(0.0, d);
-    if !d.is_float() {
-        return match op {
-            UnaryOp::Neg => quote!(#a.wrapping_neg()),
-            UnaryOp::Abs if d == DTypeKind::U8 => a,
-            UnaryOp::Abs => quote!(#a.wrapping_abs()),
-            UnaryOp::Relu => quote!(#a.max(#zero)),
-            UnaryOp::Square => quote!(#a.wrapping_mul(#a)),
-            // The checker only lets integer-safe ops through.
-            other => unreachable!("{} on an integer", other.name()),
-        };
-    }
-    // f32 compute (f32, f16, bf16) calls the runtime's vectorisable
-    // functions, the same the typed ops use; f64 keeps `std`'s.
-    let math = |f: &str, x: TokenStream| {
-        let f = format_ident!("{}", f);
-        if d == DTypeKind::F64 {
-            quote!((#x).#f())
-        } else {
-            quote!(::tensorfn::__private::vmath::#f(#x))
-        }
-    };
-    let trig = |f: &str, x: TokenStream| match lanes {
-        Some(lanes) if uses_lanes(op, d) => {
-            let f = format_ident!("{}", f);
-            quote!(#lanes.#f(#x))
-        }
-        _ => math(f, x),
-    };
-    let exp_neg = math("exp", quote!(-#a));
-    match op {
-        UnaryOp::Neg => quote!(-#a),
-        UnaryOp::Abs => quote!(#a.abs()),
-        // `x < 0 ? 0 : x` keeps NaN, like PyTorch's relu.
-        UnaryOp::Relu => quote!(if #a < #zero { #zero } else { #a }),
-        UnaryOp::Sigmoid => quote!(#one / (#one + #exp_neg)),
-        UnaryOp::Tanh => math("tanh", a),
-        UnaryOp::Exp => math("exp", a),
-        UnaryOp::Log => math("ln", a),
-        UnaryOp::Sin => trig("sin", a),
-        UnaryOp::Cos => trig("cos", a),
-        UnaryOp::Sqrt => quote!(#a.sqrt()),
-        UnaryOp::Rsqrt => quote!(#one / #a.sqrt()),
-        UnaryOp::Square => quote!(#a * #a),
-        UnaryOp::Recip => quote!(#one / #a),
-        UnaryOp::Gelu => {
-            // 0.5 (1 + tanh u) = sigmoid(2u): no cancellation for negative x.
-            let c = literal(2.0 * (2.0 / std::f64::consts::PI).sqrt(), d);
-            let k = literal(0.044715, d);
-            let e = math("exp", quote!(-(#c * (#a + #k * #a * #a * #a))));
-            quote!(#a / (#one + #e))
-        }
-        UnaryOp::Silu => quote!(#a / (#one + #exp_neg)),
+    let variant = format_ident!("{}", format!("{op:?}"));
+    let op = quote!(::tensorfn::__private::UnaryOp::#variant);
+    if d.is_float() {
+        let ct = compute_type(d);
+        let lanes = lanes_arg(lanes);
+        quote!(::tensorfn::__private::float_unary::<#ct>(#op, #a, #lanes))
+    } else {
+        quote!(::tensorfn::__private::CpuNum::num_unary(#a, #op))
     }
 }
 
-fn binary(op: BinaryOp, a: TokenStream, b: TokenStream, d: DTypeKind) -> TokenStream {
-    let ct = compute_type(d);
-    if !d.is_float() {
-        let zero = literal(0.0, d);
-        return match op {
-            BinaryOp::Add => quote!(#a.wrapping_add(#b)),
-            BinaryOp::Sub => quote!(#a.wrapping_sub(#b)),
-            BinaryOp::Mul => quote!(#a.wrapping_mul(#b)),
-            // Integer division by zero gives 0 instead of a panic.
-            BinaryOp::Div => quote!(if #b == #zero { #zero } else { #a.wrapping_div(#b) }),
-            BinaryOp::Max => quote!(::core::cmp::Ord::max(#a, #b)),
-            BinaryOp::Min => quote!(::core::cmp::Ord::min(#a, #b)),
-            BinaryOp::Pow => unreachable!("pow on an integer"),
-        };
-    }
-    match op {
-        BinaryOp::Add => quote!(#a + #b),
-        BinaryOp::Sub => quote!(#a - #b),
-        BinaryOp::Mul => quote!(#a * #b),
-        BinaryOp::Div => quote!(#a / #b),
-        BinaryOp::Max => {
-            quote!(if #a.is_nan() || #b.is_nan() { #ct::NAN } else { #a.max(#b) })
-        }
-        BinaryOp::Min => {
-            quote!(if #a.is_nan() || #b.is_nan() { #ct::NAN } else { #a.min(#b) })
-        }
-        BinaryOp::Pow => quote!(#a.powf(#b)),
+/// `op(a, b)` in dtype `d`, as [`unary`].
+fn binary(
+    op: BinaryOp,
+    a: TokenStream,
+    b: TokenStream,
+    d: DTypeKind,
+    lanes: Option<&TokenStream>,
+) -> TokenStream {
+    let variant = format_ident!("{}", format!("{op:?}"));
+    let op = quote!(::tensorfn::__private::BinaryOp::#variant);
+    if d.is_float() {
+        let ct = compute_type(d);
+        let lanes = lanes_arg(lanes);
+        quote!(::tensorfn::__private::float_binary::<#ct>(#op, #a, #b, #lanes))
+    } else {
+        quote!(::tensorfn::__private::CpuNum::num_binary(#a, #op, #b))
     }
 }
 
@@ -410,7 +354,7 @@ pub fn emit_rust(ir: &Ir, inputs: &[TokenStream]) -> (TokenStream, TokenStream) 
     emit(ir, inputs, None)
 }
 
-/// [`emit_rust`], calling the [`uses_lanes`] functions on `lanes` where
+/// [`emit_rust`], passing the closure's `lanes` to the runtime's functions where
 /// given.
 fn emit(
     ir: &Ir,
@@ -429,7 +373,7 @@ fn emit(
             Inst::Input(k) => inputs[*k].clone(),
             Inst::Const(c) => literal(*c, *d),
             Inst::Unary(op, a) => unary(*op, var(*a), *d, lanes),
-            Inst::Binary(op, a, b) => binary(*op, var(*a), var(*b), *d),
+            Inst::Binary(op, a, b) => binary(*op, var(*a), var(*b), *d, lanes),
             Inst::Cast(a) => cast(var(*a), ir.insts[*a].1, *d),
             Inst::Cmp(op, a, b) => {
                 let (a, b) = (var(*a), var(*b));
@@ -485,7 +429,7 @@ pub fn closure(ir: &Ir) -> TokenStream {
     let needs_lanes = ir
         .insts
         .iter()
-        .any(|(inst, d)| matches!(inst, Inst::Unary(op, _) if uses_lanes(*op, *d)));
+        .any(|(inst, d)| matches!(inst, Inst::Unary(..) | Inst::Binary(..)) && d.is_float());
     let lanes = if needs_lanes {
         quote!(lanes)
     } else {

@@ -75,7 +75,13 @@ fn is_elementwise(g: &Graph, n: NodeId) -> bool {
     matches!(g.nodes[n].ty, Ty::Tensor(_))
         && matches!(
             g.nodes[n].op,
-            Op::Unary(..) | Op::Binary(..) | Op::Cast(..) | Op::AddCmul { .. } | Op::Kernel { .. }
+            Op::Unary(..)
+                | Op::Binary(..)
+                | Op::Compare(..)
+                | Op::Where(..)
+                | Op::Cast(..)
+                | Op::AddCmul { .. }
+                | Op::Kernel { .. }
         )
 }
 
@@ -201,6 +207,21 @@ impl Builder<'_> {
                 Op::Binary(op, a, b) => {
                     let (a, b) = (self.value(a, nd), self.value(b, nd));
                     self.ir.push(Inst::Binary(op, a, b), nd)
+                }
+                Op::Compare(op, a, b) => {
+                    // The operands' shared dtype: a scalar takes the tensor's.
+                    let od = if is_scalar(g, a) {
+                        tensor_ty(g, b).dtype
+                    } else {
+                        tensor_ty(g, a).dtype
+                    };
+                    let (a, b) = (self.value(a, od), self.value(b, od));
+                    self.ir.push(Inst::Cmp(op, a, b), nd)
+                }
+                Op::Where(c, a, b) => {
+                    let c = self.value(c, DTypeKind::Bool);
+                    let (a, b) = (self.value(a, nd), self.value(b, nd));
+                    self.ir.push(Inst::Select(c, a, b), nd)
                 }
                 Op::Cast(a, to) => {
                     let from = tensor_ty(g, a).dtype;

@@ -454,6 +454,23 @@ pub fn expr(e: &syn::Expr) -> syn::Result<Expr> {
             _ => return Err(unsupported(e, "this operator")),
         },
         E::Binary(b) => {
+            use tensorfn_kernels::CmpOp;
+            let cmp = match b.op {
+                syn::BinOp::Lt(_) => Some(CmpOp::Lt),
+                syn::BinOp::Le(_) => Some(CmpOp::Le),
+                syn::BinOp::Gt(_) => Some(CmpOp::Gt),
+                syn::BinOp::Ge(_) => Some(CmpOp::Ge),
+                syn::BinOp::Eq(_) => Some(CmpOp::Eq),
+                syn::BinOp::Ne(_) => Some(CmpOp::Ne),
+                _ => None,
+            };
+            if let Some(op) = cmp {
+                let (a, b) = (expr(&b.left)?, expr(&b.right)?);
+                return Ok(Expr {
+                    kind: ExprKind::Compare(op, Box::new(a), Box::new(b)),
+                    sp: Sp::of(e),
+                });
+            }
             let op = match b.op {
                 syn::BinOp::Add(_) => BinOp::Add,
                 syn::BinOp::Sub(_) => BinOp::Sub,

@@ -10,6 +10,56 @@ use crate::layout::Layout;
 use std::mem::MaybeUninit;
 use tensorfn_kernels::{BinaryOp, UnaryOp};
 
+/// Defines `with_unary_op!(op, k)` and `with_binary_op!(op, k)`, which
+/// call the local macro `k!(OP)` with `OP` the constant path of `op`
+/// (`UnaryOp::Gelu`): one arm per op of the catalogue's tables, so each op
+/// gets a loop of its own, with its function inlined and vectorised.
+/// (`$d` carries a `$` into the macros it defines.)
+macro_rules! define_op_dispatch {
+    ($name:ident, $Op:ident, ($d:tt) $($V:ident)*) => {
+        macro_rules! $name {
+            ($d op:expr, $d k:ident) => {
+                match $d op {
+                    $($Op::$V => $d k!($Op::$V),)*
+                }
+            };
+        }
+    };
+}
+
+macro_rules! unary_dispatch {
+    ($($(#[doc = $doc:literal])* $V:ident => $m:ident { $($field:tt)* })*) => {
+        define_op_dispatch!(with_unary_op, UnaryOp, ($) $($V)*);
+    };
+}
+tensorfn_core::for_each_unary_op!(unary_dispatch);
+
+macro_rules! binary_dispatch {
+    ($($(#[doc = $doc:literal])* $V:ident => $m:ident { $($field:tt)* })*) => {
+        define_op_dispatch!(with_binary_op, BinaryOp, ($) $($V)*);
+    };
+}
+tensorfn_core::for_each_binary_op!(binary_dispatch);
+
+/// Calls `$k!(f)` with `f` the scalar function of `$op` on `$U`.
+macro_rules! with_binary_fn {
+    ($op:expr, $U:ty, $k:ident) => {{
+        macro_rules! each {
+            ($o:expr) => {
+                $k!({
+                    // A function item, always inlined into the loop.
+                    #[inline(always)]
+                    fn f<U: CpuNum>(a: U, b: U) -> U {
+                        a.num_binary($o, b)
+                    }
+                    f::<$U>
+                })
+            };
+        }
+        with_binary_op!($op, each)
+    }};
+}
+
 /// `f(x)` for every element `l` selects, row-major.
 pub(crate) fn map1<I: Copy + Sync, O: Copy + Send>(
     x: &[I],
@@ -202,29 +252,32 @@ pub(crate) fn map3<T: Copy + Sync + Send>(
     unsafe { fill_runs(la.dims(), [la, lb, lc], body) }
 }
 
-/// `op(x)` for an op defined on every numeric dtype.
+/// `op(x)` for an op defined on integers (`op.needs_float()` is false).
 pub(crate) fn unary_num<U: CpuNum>(op: UnaryOp, x: &[U], l: &Layout) -> Result<Vec<U>> {
-    Ok(match op {
-        UnaryOp::Neg => map1(x, l, U::neg),
-        UnaryOp::Abs => map1(x, l, U::abs),
-        UnaryOp::Relu => map1(x, l, U::relu),
-        UnaryOp::Square => map1(x, l, U::square),
-        _ => return Err(Error::float_only(op.name(), U::KIND)),
-    })
+    if op.needs_float() {
+        return Err(Error::float_only(op.name(), U::KIND));
+    }
+    macro_rules! run {
+        ($op:expr) => {
+            map1(x, l, |v: U| v.num_unary($op))
+        };
+    }
+    Ok(with_unary_op!(op, run))
 }
 
 /// `op(x)` for a float dtype, computed in `U::Acc` and rounded once.
 pub(crate) fn unary_float<U: CpuFloat>(op: UnaryOp, x: &[U], l: &Layout) -> Vec<U> {
-    macro_rules! each {
-        ($($op:ident),*) => {
-            match op {
-                $(UnaryOp::$op => map1_lanes(x, l, #[inline(always)] |lanes: &mut Lanes, v: U| {
-                    U::from_acc(float_unary(UnaryOp::$op, v.to_acc(), lanes))
-                }),)*
-            }
+    macro_rules! run {
+        ($op:expr) => {
+            map1_lanes(
+                x,
+                l,
+                #[inline(always)]
+                |lanes: &mut Lanes, v: U| U::from_acc(float_unary($op, v.to_acc(), lanes)),
+            )
         };
     }
-    each!(Neg, Abs, Relu, Square, Sigmoid, Tanh, Exp, Log, Sin, Cos, Sqrt, Rsqrt, Recip, Gelu, Silu)
+    with_unary_op!(op, run)
 }
 
 /// Rejects integer divisors equal to zero and negative integer exponents,
@@ -258,21 +311,6 @@ pub(crate) fn check_int_operand<U: CpuNum>(
 /// The elements `l` selects, without copying them.
 pub(crate) fn selected<'a, U: Copy>(x: &'a [U], l: &'a Layout) -> impl Iterator<Item = U> + 'a {
     l.offsets().map(move |i| x[i])
-}
-
-/// Calls `$k!(f)` with `f` the scalar function of `$op` on `$U`.
-macro_rules! with_binary_fn {
-    ($op:expr, $U:ty, $k:ident) => {
-        match $op {
-            BinaryOp::Add => $k!(<$U as CpuNum>::add),
-            BinaryOp::Sub => $k!(<$U as CpuNum>::sub),
-            BinaryOp::Mul => $k!(<$U as CpuNum>::mul),
-            BinaryOp::Div => $k!(<$U as CpuNum>::div),
-            BinaryOp::Max => $k!(<$U as CpuNum>::maximum),
-            BinaryOp::Min => $k!(<$U as CpuNum>::minimum),
-            BinaryOp::Pow => $k!(<$U as CpuNum>::pow),
-        }
-    };
 }
 
 /// `op(a, b)` elementwise.

@@ -5,11 +5,14 @@ use super::blocks::Lanes;
 use super::vmath;
 use crate::dtype::NumDType;
 use half::{bf16, f16};
+use std::marker::PhantomData;
 use std::ops::{Add, Div, Mul, Neg, Sub};
+use tensorfn_kernels::ops::ElemMath;
+use tensorfn_kernels::{BinaryOp, CmpOp, UnaryOp};
 
 /// The precision math is carried out in: `f32` (for f32, f16, bf16) or
 /// `f64`.
-pub(crate) trait Real:
+pub trait Real:
     Copy
     + Send
     + Sync
@@ -21,24 +24,50 @@ pub(crate) trait Real:
     + Neg<Output = Self>
     + 'static
 {
+    /// `0`.
     const ZERO: Self;
+    /// `1`.
     const ONE: Self;
+    /// `v` rounded to this precision.
     fn from_f64(v: f64) -> Self;
+    /// `n` as this precision.
     fn from_usize(n: usize) -> Self;
+    /// `e^x`.
     fn exp(self) -> Self;
+    /// Natural logarithm.
     fn ln(self) -> Self;
+    /// Hyperbolic tangent.
     fn tanh(self) -> Self;
     /// Sine; `lanes` evaluates it where the precision has a block path.
     fn sin(self, lanes: &mut Lanes) -> Self;
     /// Cosine, like [`Real::sin`].
     fn cos(self, lanes: &mut Lanes) -> Self;
+    /// Square root.
     fn sqrt(self) -> Self;
+    /// `|x|`.
     fn abs(self) -> Self;
+    /// True for NaN.
     fn is_nan(self) -> bool;
+    /// The error function.
+    fn erf(self) -> Self;
+    /// `1 - erf(x)`, accurate where tiny.
+    fn erfc(self) -> Self;
+    /// `e^x - 1`.
+    fn expm1(self) -> Self;
+    /// `ln(1 + x)`.
+    fn log1p(self) -> Self;
+    /// Rounds toward zero.
+    fn trunc(self) -> Self;
+    /// Nearest integer, halves to even.
+    fn round(self) -> Self;
+    /// `x^o`.
+    fn powf(self, o: Self) -> Self;
+    /// Exact GELU (see [`vmath::gelu_erf`]).
+    fn gelu_erf(self) -> Self;
 }
 
 macro_rules! real {
-    ($t:ty, $m:ident, |$lanes:ident, $x:ident| $sin:expr, $cos:expr) => {
+    ($t:ty, $m:ident, $special:ident, $gelu_erf:path, |$lanes:ident, $x:ident| $sin:expr, $cos:expr) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -84,13 +113,59 @@ macro_rules! real {
             fn is_nan(self) -> bool {
                 <$t>::is_nan(self)
             }
+            #[inline(always)]
+            fn erf(self) -> Self {
+                $special::erf(self)
+            }
+            #[inline(always)]
+            fn erfc(self) -> Self {
+                $special::erfc(self)
+            }
+            #[inline(always)]
+            fn expm1(self) -> Self {
+                $special::expm1(self)
+            }
+            #[inline(always)]
+            fn log1p(self) -> Self {
+                $special::log1p(self)
+            }
+            #[inline]
+            fn trunc(self) -> Self {
+                <$t>::trunc(self)
+            }
+            #[inline]
+            fn round(self) -> Self {
+                <$t>::round_ties_even(self)
+            }
+            #[inline]
+            fn powf(self, o: Self) -> Self {
+                <$t>::powf(self, o)
+            }
+            #[inline(always)]
+            fn gelu_erf(self) -> Self {
+                $gelu_erf(self)
+            }
         }
     };
 }
 // f32 (and f16/bf16, computed in f32) use the vectorisable functions the
 // generated fused kernels use too; f64 keeps the C library's.
-real!(f32, vmath, |lanes, x| lanes.sin(x), lanes.cos(x));
-real!(f64, f64, |_lanes, x| x.sin(), x.cos());
+real!(
+    f32,
+    vmath,
+    vmath,
+    vmath::gelu_erf,
+    |lanes, x| lanes.sin(x),
+    lanes.cos(x)
+);
+real!(f64, f64, libm, gelu_erf_f64, |_lanes, x| x.sin(), x.cos());
+
+/// Exact GELU in `f64` (its error is about `x^2 / 2` ulps in the negative
+/// tail, from rounding `-x/sqrt(2)`, as for any `f64` formula of it).
+#[inline]
+fn gelu_erf_f64(x: f64) -> f64 {
+    0.5 * x * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2)
+}
 
 /// `max` that returns NaN when either side is NaN (`torch.maximum`).
 #[inline]
@@ -120,30 +195,49 @@ pub(crate) fn min_nan<A: PartialOrd + Copy>(a: A, b: A) -> A {
 }
 
 /// A numeric dtype the CPU loops are written for.
-pub(crate) trait CpuNum: NumDType {
+pub trait CpuNum: NumDType {
     /// True for integer dtypes (wrapping arithmetic, division can fail).
     const IS_INT: bool;
+    /// `self + o` (integers wrap).
     fn add(self, o: Self) -> Self;
+    /// `self - o` (integers wrap).
     fn sub(self, o: Self) -> Self;
+    /// `self * o` (integers wrap).
     fn mul(self, o: Self) -> Self;
     /// Integer division truncates toward zero; the caller rules out 0.
     fn div(self, o: Self) -> Self;
     /// Integer powers wrap; the caller rules out negative exponents.
     fn pow(self, o: Self) -> Self;
+    /// `max` propagating NaN.
     fn maximum(self, o: Self) -> Self;
+    /// `min` propagating NaN.
     fn minimum(self, o: Self) -> Self;
+    /// `-self` (integers wrap).
     fn neg(self) -> Self;
+    /// `|x|`.
     fn abs(self) -> Self;
+    /// `max(self, 0)`, NaN kept.
     fn relu(self) -> Self;
+    /// `self * self`.
     fn square(self) -> Self;
+    /// True for 0.
     fn is_zero(self) -> bool;
+    /// True below 0.
     fn is_negative(self) -> bool;
+    /// `op(self)`, for an op the dtype has (floats: any; integers: those
+    /// without [`UnaryOp::needs_float`]; the callers check).
+    fn num_unary(self, op: UnaryOp) -> Self;
+    /// `op(self, o)`, for an op the dtype has (the callers check).
+    fn num_binary(self, op: BinaryOp, o: Self) -> Self;
 }
 
 /// A floating-point dtype with the precision its math is done in.
-pub(crate) trait CpuFloat: CpuNum {
+pub trait CpuFloat: CpuNum {
+    /// The precision math is done in.
     type Acc: Real;
+    /// The value in [`CpuFloat::Acc`].
     fn to_acc(self) -> Self::Acc;
+    /// `a` rounded to this dtype once.
     fn from_acc(a: Self::Acc) -> Self;
 }
 
@@ -213,6 +307,42 @@ macro_rules! int_num {
                 #[allow(unused_comparisons)]
                 let neg = self < 0;
                 neg
+            }
+            #[inline(always)]
+            fn num_unary(self, op: UnaryOp) -> Self {
+                match op {
+                    UnaryOp::Neg => CpuNum::neg(self),
+                    UnaryOp::Abs => CpuNum::abs(self),
+                    UnaryOp::Relu => self.relu(),
+                    UnaryOp::Square => self.square(),
+                    #[allow(unused_comparisons)]
+                    UnaryOp::Sign => {
+                        if self > 0 {
+                            1
+                        } else if self < 0 {
+                            (0 as Self).wrapping_sub(1)
+                        } else {
+                            0
+                        }
+                    }
+                    // Integers are integral already; float-only ops never
+                    // reach an integer (the callers check).
+                    _ => self,
+                }
+            }
+            #[inline(always)]
+            fn num_binary(self, op: BinaryOp, o: Self) -> Self {
+                match op {
+                    BinaryOp::Add => CpuNum::add(self, o),
+                    BinaryOp::Sub => CpuNum::sub(self, o),
+                    BinaryOp::Mul => CpuNum::mul(self, o),
+                    BinaryOp::Div => CpuNum::div(self, o),
+                    BinaryOp::Max => self.maximum(o),
+                    BinaryOp::Min => self.minimum(o),
+                    BinaryOp::Pow => CpuNum::pow(self, o),
+                    // Float-only ops never reach an integer.
+                    _ => self,
+                }
             }
         }
     };
@@ -306,6 +436,24 @@ macro_rules! float_num {
             fn is_negative(self) -> bool {
                 self.to_acc() < <$acc as Real>::ZERO
             }
+            #[inline(always)]
+            fn num_unary(self, op: UnaryOp) -> Self {
+                Self::from_acc(float_unary(op, self.to_acc(), &mut Lanes::exact()))
+            }
+            #[inline(always)]
+            fn num_binary(self, op: BinaryOp, o: Self) -> Self {
+                match op {
+                    // Exact: no trip through the accumulation precision.
+                    BinaryOp::Max => max_nan(self, o),
+                    BinaryOp::Min => min_nan(self, o),
+                    _ => Self::from_acc(float_binary(
+                        op,
+                        self.to_acc(),
+                        o.to_acc(),
+                        &mut Lanes::exact(),
+                    )),
+                }
+            }
         }
     };
 }
@@ -315,34 +463,91 @@ float_num!(f64, f64, |a| a, |b| b);
 float_num!(f16, f32, |a| a.to_f32(), |b| f16::from_f32(b));
 float_num!(bf16, f32, |a| a.to_f32(), |b| bf16::from_f32(b));
 
+/// Values of one precision as [`ElemMath`] values, so that a composite op
+/// of the catalogue runs its one definition here too, each primitive it
+/// uses through [`float_unary`].
+pub(crate) struct Values<'l, A> {
+    lanes: &'l mut Lanes,
+    precision: PhantomData<A>,
+}
+
+impl<'l, A> Values<'l, A> {
+    #[inline(always)]
+    fn new(lanes: &'l mut Lanes) -> Self {
+        Values {
+            lanes,
+            precision: PhantomData,
+        }
+    }
+}
+
+impl<A: Real> ElemMath for Values<'_, A> {
+    type V = A;
+    type B = bool;
+    #[inline(always)]
+    fn lit(&mut self, _like: A, v: f64) -> A {
+        A::from_f64(v)
+    }
+    #[inline(always)]
+    fn unary(&mut self, op: UnaryOp, x: A) -> A {
+        float_unary(op, x, self.lanes)
+    }
+    #[inline(always)]
+    fn binary(&mut self, op: BinaryOp, a: A, b: A) -> A {
+        float_binary(op, a, b, self.lanes)
+    }
+    #[inline(always)]
+    fn compare(&mut self, op: CmpOp, a: A, b: A) -> bool {
+        match op {
+            CmpOp::Eq => a == b,
+            CmpOp::Ne => a != b,
+            CmpOp::Lt => a < b,
+            CmpOp::Le => a <= b,
+            CmpOp::Gt => a > b,
+            CmpOp::Ge => a >= b,
+        }
+    }
+    #[inline(always)]
+    fn select(&mut self, c: bool, a: A, b: A) -> A {
+        if c {
+            a
+        } else {
+            b
+        }
+    }
+}
+
 /// `op(x)` for a float op, in the accumulation precision of `U`, sine and
 /// cosine by `lanes`. Always inlined so that a loop over it, with `op`
-/// fixed, vectorises.
+/// fixed, vectorises. Composites come from the catalogue's definition,
+/// primitives from the functions of [`Real`].
 #[inline(always)]
-pub(crate) fn float_unary<A: Real>(op: tensorfn_kernels::UnaryOp, x: A, lanes: &mut Lanes) -> A {
-    use tensorfn_kernels::UnaryOp as U;
+pub fn float_unary<A: Real>(op: UnaryOp, x: A, lanes: &mut Lanes) -> A {
+    if let Some(y) = op.composite(&mut Values::new(lanes), x) {
+        return y;
+    }
     let one = A::ONE;
     match op {
-        U::Neg => -x,
-        U::Abs => x.abs(),
-        U::Relu => {
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Relu => {
             if x < A::ZERO {
                 A::ZERO
             } else {
                 x
             }
         }
-        U::Square => x * x,
-        U::Sigmoid => one / (one + (-x).exp()),
-        U::Tanh => x.tanh(),
-        U::Exp => x.exp(),
-        U::Log => x.ln(),
-        U::Sin => x.sin(lanes),
-        U::Cos => x.cos(lanes),
-        U::Sqrt => x.sqrt(),
-        U::Rsqrt => one / x.sqrt(),
-        U::Recip => one / x,
-        U::Gelu => {
+        UnaryOp::Square => x * x,
+        UnaryOp::Sigmoid => one / (one + (-x).exp()),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sin => x.sin(lanes),
+        UnaryOp::Cos => x.cos(lanes),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => one / x.sqrt(),
+        UnaryOp::Recip => one / x,
+        UnaryOp::Gelu => {
             // 0.5 x (1 + tanh(u)) = x sigmoid(2u), without the cancellation
             // of 1 + tanh(u) for negative x.
             let c2 = A::from_f64(2.0 * 0.797_884_560_802_865_4);
@@ -359,7 +564,37 @@ pub(crate) fn float_unary<A: Real>(op: tensorfn_kernels::UnaryOp, x: A, lanes: &
                 neg
             }
         }
-        U::Silu => x / (one + (-x).exp()),
+        UnaryOp::Silu => x / (one + (-x).exp()),
+        UnaryOp::Erf => x.erf(),
+        UnaryOp::Erfc => x.erfc(),
+        UnaryOp::Expm1 => x.expm1(),
+        UnaryOp::Log1p => x.log1p(),
+        UnaryOp::GeluErf => x.gelu_erf(),
+        UnaryOp::Trunc => x.trunc(),
+        UnaryOp::Round => x.round(),
+        // Composites, computed above.
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Sign | UnaryOp::Softplus => x,
+    }
+}
+
+/// `op(a, b)` for a float op in the accumulation precision `A`: the
+/// arithmetic of [`CpuNum`] for the primitives, the catalogue's
+/// definition for composites.
+#[inline(always)]
+pub fn float_binary<A: Real>(op: BinaryOp, a: A, b: A, lanes: &mut Lanes) -> A {
+    if let Some(y) = op.composite(&mut Values::new(lanes), a, b) {
+        return y;
+    }
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Max => max_nan(a, b),
+        BinaryOp::Min => min_nan(a, b),
+        BinaryOp::Pow => a.powf(b),
+        // Composites, computed above.
+        BinaryOp::LeakyRelu | BinaryOp::Elu => a,
     }
 }
 
@@ -393,11 +628,7 @@ mod tests {
         let x = -9.0f64;
         let u2 = 2.0 * (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
         let want = x * u2.exp() / (1.0 + u2.exp());
-        let got = float_unary(
-            tensorfn_kernels::UnaryOp::Gelu,
-            x as f32,
-            &mut Lanes::exact(),
-        ) as f64;
+        let got = float_unary(UnaryOp::Gelu, x as f32, &mut Lanes::exact()) as f64;
         assert!(((got - want) / want).abs() < 1e-5, "{got} vs {want}");
     }
 

@@ -302,6 +302,31 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
     pub fn pow_scalar(&self, value: T) -> Result<Self> {
         scalar_binary(BinaryOp::Pow, self, value, false)
     }
+
+    /// `x` where `x > 0`, else `negative_slope * x` (PyTorch's
+    /// `leaky_relu`, whose default slope is 0.01). NaN stays NaN.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![3]>::from_vec(vec![-2., 0., 3.]).unwrap();
+    /// assert_eq!(x.leaky_relu(0.5).unwrap().to_vec().unwrap(), vec![-1., 0., 3.]);
+    /// ```
+    pub fn leaky_relu(&self, negative_slope: T) -> Result<Self> {
+        scalar_binary(BinaryOp::LeakyRelu, self, negative_slope, false)
+    }
+
+    /// `x` where `x > 0`, else `alpha * (e^x - 1)` (PyTorch's `elu`, whose
+    /// default `alpha` is 1).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f64, shape![2]>::from_vec(vec![-1., 2.]).unwrap();
+    /// let y = x.elu(1.0).unwrap().to_vec().unwrap();
+    /// assert_eq!(y, vec![(-1f64).exp_m1(), 2.]);
+    /// ```
+    pub fn elu(&self, alpha: T) -> Result<Self> {
+        scalar_binary(BinaryOp::Elu, self, alpha, false)
+    }
 }
 
 macro_rules! operator {

@@ -17,6 +17,7 @@ mod inplace;
 mod into;
 mod matmul;
 mod reduce;
+mod select;
 mod softmax;
 mod unary;
 mod view;
@@ -25,6 +26,7 @@ pub use binary::broadcast_dims;
 pub use index::RemoveDim;
 pub use inplace::{AssignRhs, StaticShape};
 pub use matmul::{BiasFor, MatMulShape};
+pub use select::where_;
 pub use view::Transpose2;
 
 use crate::error::{Error, Result};

@@ -8,17 +8,6 @@ use crate::shape::Shape;
 use crate::tensor::Tensor;
 use tensorfn_kernels::UnaryOp;
 
-macro_rules! unary_methods {
-    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {
-        $(
-            $(#[$doc])*
-            pub fn $name(&self) -> Result<Self> {
-                self.unary(UnaryOp::$op)
-            }
-        )*
-    };
-}
-
 impl<D: Device, T: NumDType, S: Shape> Tensor<D, T, S> {
     /// `op(x)` for every element; `Err` for an op that needs a float
     /// dtype (`op.needs_float()`) on an integer tensor.
@@ -42,132 +31,50 @@ impl<D: Device, T: NumDType, S: Shape> Tensor<D, T, S> {
         )?));
         output(storage, self.dims())
     }
-
-    unary_methods! {
-        /// `-x` (integers wrap: `-i32::MIN == i32::MIN`, `-1u8 == 255`).
-        ///
-        /// ```
-        /// use tensorfn_runtime::{Tensor, Cpu, shape};
-        /// let x = Tensor::<Cpu, i32, shape![2]>::from_vec(vec![3, -4]).unwrap();
-        /// assert_eq!(x.neg().unwrap().to_vec().unwrap(), vec![-3, 4]);
-        /// ```
-        neg => Neg;
-        /// `|x|`.
-        ///
-        /// ```
-        /// use tensorfn_runtime::{Tensor, Cpu, shape};
-        /// let x = Tensor::<Cpu, f32, shape![2]>::from_vec(vec![3., -4.]).unwrap();
-        /// assert_eq!(x.abs().unwrap().to_vec().unwrap(), vec![3., 4.]);
-        /// ```
-        abs => Abs;
-        /// `max(x, 0)`.
-        ///
-        /// ```
-        /// use tensorfn_runtime::{Tensor, Cpu, shape};
-        /// let x = Tensor::<Cpu, f32, shape![2]>::from_vec(vec![3., -4.]).unwrap();
-        /// assert_eq!(x.relu().unwrap().to_vec().unwrap(), vec![3., 0.]);
-        /// ```
-        relu => Relu;
-        /// `x * x`.
-        ///
-        /// ```
-        /// use tensorfn_runtime::{Tensor, Cpu, shape};
-        /// let x = Tensor::<Cpu, i64, shape![2]>::from_vec(vec![3, -4]).unwrap();
-        /// assert_eq!(x.square().unwrap().to_vec().unwrap(), vec![9, 16]);
-        /// ```
-        square => Square;
-    }
 }
 
-impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
-    unary_methods! {
-        /// `1 / (1 + e^-x)`.
-        ///
-        /// ```
-        /// use tensorfn_runtime::{Tensor, Cpu, shape};
-        /// let x = Tensor::<Cpu, f32, shape![1]>::zeros().unwrap();
-        /// assert_eq!(x.sigmoid().unwrap().to_vec().unwrap(), vec![0.5]);
-        /// ```
-        sigmoid => Sigmoid;
-        /// Hyperbolic tangent.
-        ///
-        /// ```
-        /// use tensorfn_runtime::{Tensor, Cpu, shape};
-        /// let x = Tensor::<Cpu, f64, shape![1]>::ones().unwrap();
-        /// assert_eq!(x.tanh().unwrap().to_vec().unwrap(), vec![1f64.tanh()]);
-        /// ```
-        tanh => Tanh;
-        /// `e^x`.
-        ///
-        /// ```
-        /// use tensorfn_runtime::{Tensor, Cpu, shape};
-        /// let x = Tensor::<Cpu, f64, shape![1]>::ones().unwrap();
-        /// assert_eq!(x.exp().unwrap().to_vec().unwrap(), vec![std::f64::consts::E]);
-        /// ```
-        exp => Exp;
-        /// Natural logarithm (NaN below 0, -inf at 0).
-        ///
-        /// ```
-        /// use tensorfn_runtime::{Tensor, Cpu, shape};
-        /// let x = Tensor::<Cpu, f32, shape![1]>::ones().unwrap();
-        /// assert_eq!(x.log().unwrap().to_vec().unwrap(), vec![0.0]);
-        /// ```
-        log => Log;
-        /// Sine.
-        ///
-        /// ```
-        /// use tensorfn_runtime::{Tensor, Cpu, shape};
-        /// let x = Tensor::<Cpu, f32, shape![1]>::zeros().unwrap();
-        /// assert_eq!(x.sin().unwrap().to_vec().unwrap(), vec![0.0]);
-        /// ```
-        sin => Sin;
-        /// Cosine.
-        ///
-        /// ```
-        /// use tensorfn_runtime::{Tensor, Cpu, shape};
-        /// let x = Tensor::<Cpu, f32, shape![1]>::zeros().unwrap();
-        /// assert_eq!(x.cos().unwrap().to_vec().unwrap(), vec![1.0]);
-        /// ```
-        cos => Cos;
-        /// Square root.
-        ///
-        /// ```
-        /// use tensorfn_runtime::{Tensor, Cpu, shape};
-        /// let x = Tensor::<Cpu, f32, shape![2]>::from_vec(vec![4., 9.]).unwrap();
-        /// assert_eq!(x.sqrt().unwrap().to_vec().unwrap(), vec![2., 3.]);
-        /// ```
-        sqrt => Sqrt;
-        /// `1 / sqrt(x)`.
-        ///
-        /// ```
-        /// use tensorfn_runtime::{Tensor, Cpu, shape};
-        /// let x = Tensor::<Cpu, f32, shape![2]>::from_vec(vec![4., 16.]).unwrap();
-        /// assert_eq!(x.rsqrt().unwrap().to_vec().unwrap(), vec![0.5, 0.25]);
-        /// ```
-        rsqrt => Rsqrt;
-        /// `1 / x`.
-        ///
-        /// ```
-        /// use tensorfn_runtime::{Tensor, Cpu, shape};
-        /// let x = Tensor::<Cpu, f32, shape![2]>::from_vec(vec![4., -0.5]).unwrap();
-        /// assert_eq!(x.recip().unwrap().to_vec().unwrap(), vec![0.25, -2.]);
-        /// ```
-        recip => Recip;
-        /// GELU with the tanh approximation (PyTorch's `approximate="tanh"`).
-        ///
-        /// ```
-        /// use tensorfn_runtime::{Tensor, Cpu, shape};
-        /// let x = Tensor::<Cpu, f32, shape![2]>::from_vec(vec![0., 10.]).unwrap();
-        /// assert_eq!(x.gelu().unwrap().to_vec().unwrap(), vec![0., 10.]);
-        /// ```
-        gelu => Gelu;
-        /// `x * sigmoid(x)`.
-        ///
-        /// ```
-        /// use tensorfn_runtime::{Tensor, Cpu, shape};
-        /// let x = Tensor::<Cpu, f32, shape![1]>::zeros().unwrap();
-        /// assert_eq!(x.silu().unwrap().to_vec().unwrap(), vec![0.]);
-        /// ```
-        silu => Silu;
-    }
+/// One method per op of the catalogue's unary table: on every numeric
+/// dtype for the ops integers have, on float dtypes for the others.
+macro_rules! unary_methods {
+    ($($(#[doc = $doc:literal])* $V:ident => $m:ident { ints: $ints:tt, $($field:tt)* })*) => {
+        $(unary_method!($ints, $V, $m, $($doc)*);)*
+    };
 }
+
+macro_rules! unary_method {
+    (true, $V:ident, $m:ident, $($doc:literal)*) => {
+        impl<D: Device, T: NumDType, S: Shape> Tensor<D, T, S> {
+            unary_method!(@fn $V, $m, $($doc)*);
+        }
+    };
+    (false, $V:ident, $m:ident, $($doc:literal)*) => {
+        impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
+            unary_method!(@fn $V, $m, $($doc)*);
+        }
+    };
+    (@fn $V:ident, $m:ident, $($doc:literal)*) => {
+        $(#[doc = $doc])*
+        ///
+        /// Elementwise, on the CPU and on CUDA; see
+        #[doc = concat!("[`UnaryOp::", stringify!($V), "`] for its reference and accuracy.")]
+        ///
+        /// ```
+        /// use tensorfn_runtime::{Tensor, Cpu, shape};
+        /// use tensorfn_kernels::UnaryOp;
+        #[doc = concat!("let op = UnaryOp::", stringify!($V), ";")]
+        /// let (lo, hi) = op.test_domain();
+        /// let xs: Vec<f64> = (0..5).map(|i| lo + (hi - lo) * (0.1 + 0.2 * i as f64)).collect();
+        /// let x = Tensor::<Cpu, f64, shape![5]>::from_vec(xs.clone()).unwrap();
+        #[doc = concat!("let y = x.", stringify!($m), "().unwrap().to_vec().unwrap();")]
+        /// for (x, y) in xs.iter().zip(&y) {
+        ///     let want = op.eval_f64(*x);
+        ///     assert!((y - want).abs() <= 1e-14 * want.abs().max(1.0), "{x}: {y} vs {want}");
+        /// }
+        /// ```
+        pub fn $m(&self) -> Result<Self> {
+            self.unary(UnaryOp::$V)
+        }
+    };
+}
+
+tensorfn_core::for_each_unary_op!(unary_methods);

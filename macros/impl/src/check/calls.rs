@@ -30,47 +30,137 @@ impl<'s, 'k> Checker<'s, 'k> {
             // those are reported already.
             return self.error_node(e);
         }
-        if let Some(op) = UnaryOp::from_name(&name) {
-            let Some(a) = self.bind_args(&name, args, &["input"], 1, e) else {
-                return self.error_node(e);
-            };
-            let x = a[0].expect("required");
-            let id = self.expr(x);
-            return self.unary(op, id, x, e);
+        match ops::function(&name) {
+            Some(def) => self.op_call(def, None, &[], args, e),
+            None => self.external(func, args, e, hint),
         }
-        if let Some(op) = binary_fn(&name) {
-            let Some(a) = self.bind_args(&name, args, &["input", "other"], 2, e) else {
-                return self.error_node(e);
-            };
-            let (x, y) = (a[0].expect("required"), a[1].expect("required"));
-            let (ix, iy) = (self.expr(x), self.expr(y));
-            return self.binary(op, (ix, x), (iy, y), e);
-        }
-        match name.as_str() {
-            "matmul" | "mm" | "bmm" | "dot" => {
-                let Some(a) = self.bind_args(&name, args, &["input", "other"], 2, e) else {
-                    return self.error_node(e);
-                };
-                let (x, y) = (a[0].expect("required"), a[1].expect("required"));
-                let (ix, iy) = (self.expr(x), self.expr(y));
-                self.matmul(&name, (ix, x), (iy, y), e)
+    }
+
+    /// A call of catalogue op `def`, as a function (`recv` is `None`) or a
+    /// method of `recv`.
+    fn op_call(
+        &mut self,
+        def: &'static OpDef,
+        recv: Option<(&Expr, NodeId)>,
+        turbofish: &[syn::Type],
+        args: &[Arg],
+        e: &Expr,
+    ) -> NodeId {
+        let name = def.name;
+        if !matches!(def.kind, OpKind::Cast | OpKind::ToDevice) {
+            if let Some(t) = turbofish.first() {
+                self.error(&Sp::of(t), format!("`{name}` takes no type argument"));
             }
-            "addmm" => self.addmm(args, e),
-            "cat" => self.cat(args, e),
-            "addcmul" => self.addcmul(args, e),
-            "softmax" | "log_softmax" => {
-                let Some(a) = self.bind_args(&name, args, &["input", "dim"], 2, e) else {
-                    return self.error_node(e);
-                };
-                let x = a[0].expect("required");
-                let id = self.expr(x);
-                let Some(o) = self.tensor(id, x, &name) else {
-                    return self.error_node(e);
-                };
-                self.softmax(&name, id, o, a[1].expect("required"), e)
-            }
-            _ => self.external(func, args, e, hint),
         }
+        // Ops that read their own arguments (dims, lists, names).
+        match (def.kind, recv) {
+            (OpKind::AddMm, _) => return self.addmm(args, e),
+            (OpKind::AddCmul, _) => return self.addcmul(args, e),
+            (OpKind::Cat, _) => return self.cat(args, e),
+            (
+                OpKind::Reduce(_)
+                | OpKind::Reshape { .. }
+                | OpKind::Reorder
+                | OpKind::Narrow
+                | OpKind::Cast
+                | OpKind::ToDevice,
+                Some((x, id)),
+            ) => return self.view_op(def, x, id, turbofish, args, e),
+            _ => {}
+        }
+        let Some(a) = self.bind_op(def, recv.is_some(), args, e) else {
+            return self.error_node(e);
+        };
+        // The operands in the catalogue's order, the receiver first;
+        // tensors and scalars are evaluated, dims are read by the op.
+        let mut operands: Vec<Option<(&Expr, NodeId)>> = Vec::with_capacity(def.params.len());
+        if let Some(r) = recv {
+            operands.push(Some(r));
+        }
+        for i in operands.len()..def.params.len() {
+            let v = a[i - usize::from(recv.is_some())];
+            let value = matches!(
+                def.params[i].kind,
+                ParamKind::Tensor | ParamKind::TensorOrScalar | ParamKind::Scalar
+            );
+            operands.push(match v {
+                Some(x) if value => Some((x, self.expr(x))),
+                _ => None,
+            });
+        }
+        let tensor = |i: usize| operands[i].expect("a required operand");
+        match def.kind {
+            OpKind::Unary(op) => {
+                let (x, id) = tensor(0);
+                self.unary(op, id, x, e)
+            }
+            OpKind::Binary(op) => {
+                let (x, ix) = tensor(0);
+                let (y, iy) = match operands[1] {
+                    Some(y) => y,
+                    None => self.default_operand(def, 1, e),
+                };
+                self.binary(op, (ix, x), (iy, y), e)
+            }
+            OpKind::Compare(op) => {
+                let ((x, ix), (y, iy)) = (tensor(0), tensor(1));
+                self.compare(op, (ix, x), (iy, y), e)
+            }
+            OpKind::Where => {
+                let ((c, ic), (x, ix), (y, iy)) = (tensor(0), tensor(1), tensor(2));
+                self.where_(name, (ic, c), (ix, x), (iy, y), e)
+            }
+            OpKind::MaskedFill => {
+                let ((x, ix), (m, im), (v, iv)) = (tensor(0), tensor(1), tensor(2));
+                self.masked_fill((ix, x), (im, m), (iv, v), e)
+            }
+            OpKind::Clamp => {
+                let (x, ix) = tensor(0);
+                let (lo, hi) = (operands[1], operands[2]);
+                self.clamp((ix, x), lo, hi, e)
+            }
+            OpKind::MatMul | OpKind::Mm | OpKind::Bmm | OpKind::Dot => {
+                let ((x, ix), (y, iy)) = (tensor(0), tensor(1));
+                self.matmul(name, (ix, x), (iy, y), e)
+            }
+            OpKind::Softmax { .. } => {
+                let (x, id) = tensor(0);
+                let Some(o) = self.tensor(id, x, name) else {
+                    return self.error_node(e);
+                };
+                let dim = a.last().copied().flatten().expect("required");
+                self.softmax(name, id, o, dim, e)
+            }
+            other => unreachable!("{other:?} reads its own arguments"),
+        }
+    }
+
+    /// Binds the arguments of `def` (after the receiver of a method).
+    fn bind_op<'e>(
+        &mut self,
+        def: &OpDef,
+        method: bool,
+        args: &'e [Arg],
+        e: &Expr,
+    ) -> Option<Vec<Option<&'e Expr>>> {
+        let params = if method { &def.params[1..] } else { def.params };
+        let names: Vec<&str> = params.iter().map(|p| p.name).collect();
+        let required = params.iter().filter(|p| p.default.is_none()).count();
+        self.bind_args(def.name, args, &names, required, e)
+    }
+
+    /// The default of parameter `i` of `def`, as a literal node.
+    fn default_operand<'e>(&mut self, def: &OpDef, i: usize, e: &'e Expr) -> (&'e Expr, NodeId) {
+        let value: f64 = def.params[i]
+            .default
+            .and_then(|d| d.parse().ok())
+            .expect("a numeric default");
+        let id = self.push(
+            Op::Lit { value, int: false },
+            Ty::Scalar(ScalarTy::FloatLit),
+            e,
+        );
+        (e, id)
     }
 
     pub(super) fn fn_call(&mut self, f: usize, args: &[Arg], e: &Expr) -> NodeId {
@@ -377,7 +467,21 @@ impl<'s, 'k> Checker<'s, 'k> {
     ) -> NodeId {
         let name = method.to_string();
         let rid = self.expr(recv);
-        if let Some(op) = UnaryOp::from_name(&name) {
+        let Some(def) = ops::method(&name) else {
+            let hint = match ops::closest(&name, Form::Method) {
+                Some(n) => format!("did you mean `{n}`? "),
+                None => String::new(),
+            };
+            self.error(
+                &Sp::of(method),
+                format!(
+                    "`{name}` is not a tensor method of `tensor_fn!`: {hint}the methods are {}",
+                    ops::names(Form::Method).join(", ")
+                ),
+            );
+            return self.error_node(e);
+        };
+        if let OpKind::Unary(op) = def.kind {
             if !args.is_empty() {
                 self.error(&e.sp, format!("`{name}` takes no arguments"));
             }
@@ -395,43 +499,30 @@ impl<'s, 'k> Checker<'s, 'k> {
             }
             return self.error_node(e);
         }
-        let Some(o) = self.tensor(rid, recv, &name) else {
+        self.op_call(def, Some((recv, rid)), turbofish, args, e)
+    }
+
+    /// The methods that read their own arguments (dims, lists, names):
+    /// views, reductions, casts and moves.
+    fn view_op(
+        &mut self,
+        def: &'static OpDef,
+        recv: &Expr,
+        rid: NodeId,
+        turbofish: &[syn::Type],
+        args: &[Arg],
+        e: &Expr,
+    ) -> NodeId {
+        let name = def.name;
+        let Some(o) = self.tensor(rid, recv, name) else {
             return self.error_node(e);
         };
-        let no_turbofish = |me: &mut Self| {
-            if let Some(t) = turbofish.first() {
-                me.error(&Sp::of(t), format!("`{name}` takes no type argument"));
-            }
-        };
-        match name.as_str() {
-            "reshape" | "view" => {
-                no_turbofish(self);
-                self.reshape(&name, rid, o, args, e)
-            }
-            "t" | "permute" | "transpose" => {
-                no_turbofish(self);
-                self.reorder(&name, rid, o, args, e)
-            }
-            "sum" | "mean" | "max" | "min" | "argmax" | "argmin" => {
-                no_turbofish(self);
-                self.reduce(&name, rid, o, args, e)
-            }
-            "maximum" | "minimum" | "pow" => {
-                let Some(a) = self.bind_args(&name, args, &["other"], 1, e) else {
-                    return self.error_node(e);
-                };
-                let y = a[0].expect("required");
-                let iy = self.expr(y);
-                let op = binary_fn(&name).expect("a binary op");
-                self.binary(op, (rid, recv), (iy, y), e)
-            }
-            "softmax" | "log_softmax" => {
-                let Some(a) = self.bind_args(&name, args, &["dim"], 1, e) else {
-                    return self.error_node(e);
-                };
-                self.softmax(&name, rid, o, a[0].expect("required"), e)
-            }
-            "cast" => {
+        match def.kind {
+            OpKind::Reshape { .. } => self.reshape(name, rid, o, args, e),
+            OpKind::Reorder => self.reorder(name, rid, o, args, e),
+            OpKind::Reduce(_) => self.reduce(name, rid, o, args, e),
+            OpKind::Narrow => self.narrow(rid, o, args, e),
+            OpKind::Cast => {
                 if !args.is_empty() {
                     self.error(&e.sp, "`cast` takes no arguments: `x.cast::<f16>()`");
                 }
@@ -455,7 +546,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                     }
                 }
             }
-            "to_device" | "to_cpu" => {
+            OpKind::ToDevice => {
                 if !args.is_empty() {
                     self.error(&e.sp, format!("`{name}` takes no arguments"));
                 }
@@ -482,22 +573,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                     }
                 }
             }
-            "narrow" => self.narrow(rid, o, args, e),
-            "matmul" | "mm" | "bmm" | "dot" => {
-                let Some(a) = self.bind_args(&name, args, &["other"], 1, e) else {
-                    return self.error_node(e);
-                };
-                let y = a[0].expect("required");
-                let iy = self.expr(y);
-                self.matmul(&name, (rid, recv), (iy, y), e)
-            }
-            _ => {
-                self.error(
-                    &Sp::of(method),
-                    format!("`{name}` is not a tensor method of `tensor_fn!`: use reshape, view, t, permute, transpose, narrow, sum, mean, max, min, argmax, argmin, softmax, log_softmax, cast, to_device, to_cpu, matmul, dot or a math function"),
-                );
-                self.error_node(e)
-            }
+            other => unreachable!("{other:?} is checked by op_call"),
         }
     }
 }

@@ -137,63 +137,81 @@ impl<'s, 'k> Checker<'s, 'k> {
     ) -> NodeId {
         let label = op_label(op);
         let (ta, tb) = (self.ty(a.0).clone(), self.ty(b.0).clone());
-        match (&ta, &tb) {
-            (Ty::Error, _) | (_, Ty::Error) => self.error_node(e),
-            (Ty::Scalar(sa), Ty::Scalar(sb)) => {
-                let Some(s) = self.scalar_join(*sa, *sb, e) else {
-                    return self.error_node(e);
-                };
-                if let (Op::Lit { value: x, int: ix }, Op::Lit { value: y, int: iy }) =
-                    (&self.graph.nodes[a.0].op, &self.graph.nodes[b.0].op)
-                {
-                    let int = *ix && *iy && op != BinaryOp::Pow;
-                    let mut v = op.eval_f64(*x, *y);
-                    if int {
-                        v = if op == BinaryOp::Div && *y == 0.0 {
-                            0.0
-                        } else {
-                            v.trunc()
-                        };
-                    }
-                    return self.push(Op::Lit { value: v, int }, Ty::Scalar(s), e);
+        if let (Ty::Scalar(sa), Ty::Scalar(sb)) = (&ta, &tb) {
+            let Some(s) = self.scalar_join(*sa, *sb, e) else {
+                return self.error_node(e);
+            };
+            if let (Op::Lit { value: x, int: ix }, Op::Lit { value: y, int: iy }) =
+                (&self.graph.nodes[a.0].op, &self.graph.nodes[b.0].op)
+            {
+                let int = *ix && *iy && !op.needs_float();
+                let mut v = op.eval_f64(*x, *y);
+                if int {
+                    v = if op == BinaryOp::Div && *y == 0.0 {
+                        0.0
+                    } else {
+                        v.trunc()
+                    };
                 }
-                self.push(Op::Binary(op, a.0, b.0), Ty::Scalar(s), e)
+                return self.push(Op::Lit { value: v, int }, Ty::Scalar(s), e);
+            }
+            return self.push(Op::Binary(op, a.0, b.0), Ty::Scalar(s), e);
+        }
+        match self.elementwise_pair(label, op.needs_float(), a, b) {
+            Some(ty) => self.push(Op::Binary(op, a.0, b.0), Ty::Tensor(ty), e),
+            None => self.error_node(e),
+        }
+    }
+
+    /// The type of an elementwise result of two operands, tensors or a
+    /// scalar with a tensor, in the dtype they share (`float_only` ops need
+    /// a float one); `None` once an error is reported.
+    fn elementwise_pair(
+        &mut self,
+        label: &str,
+        float_only: bool,
+        a: (NodeId, &Expr),
+        b: (NodeId, &Expr),
+    ) -> Option<TensorTy> {
+        let (ta, tb) = (self.ty(a.0).clone(), self.ty(b.0).clone());
+        match (&ta, &tb) {
+            (Ty::Error, _) | (_, Ty::Error) => None,
+            (Ty::Scalar(_), Ty::Scalar(_)) => {
+                self.error(
+                    &a.1.sp,
+                    format!("`{label}` of two scalars is not a tensor: make one operand a tensor"),
+                );
+                None
             }
             (Ty::Scalar(s), _) | (_, Ty::Scalar(s)) => {
-                let (sx, tx, tid) = if matches!(ta, Ty::Scalar(_)) {
-                    (a.1, b.1, b.0)
+                let scalar_first = matches!(ta, Ty::Scalar(_));
+                let (sx, tx, tid, sid) = if scalar_first {
+                    (a.1, b.1, b.0, a.0)
                 } else {
-                    (b.1, a.1, a.0)
+                    (b.1, a.1, a.0, b.0)
                 };
-                let Some(o) = self.tensor(tid, tx, label) else {
-                    return self.error_node(e);
-                };
-                let sid = if matches!(ta, Ty::Scalar(_)) {
-                    a.0
-                } else {
-                    b.0
-                };
+                let o = self.tensor(tid, tx, label)?;
                 if !self.scalar_fits((sid, *s), sx, &o, label) {
-                    return self.error_node(e);
+                    return None;
                 }
-                if op == BinaryOp::Pow && !self.need_float("pow", &o) {
-                    return self.error_node(e);
+                if float_only && !self.need_float(label, &o) {
+                    return None;
                 }
-                self.push(Op::Binary(op, a.0, b.0), Ty::Tensor(o.ty), e)
+                Some(o.ty)
             }
             _ => {
                 let (Some(oa), Some(ob)) =
                     (self.tensor(a.0, a.1, label), self.tensor(b.0, b.1, label))
                 else {
-                    return self.error_node(e);
+                    return None;
                 };
                 let agreed = self.agree(label, &[oa.clone(), ob.clone()], 0);
                 let mut ok = true;
                 if agreed.ok && oa.ty.dtype == DTypeKind::Bool {
                     ok = self.need_numeric(label, &oa);
                 }
-                if agreed.ok && ok && op == BinaryOp::Pow {
-                    ok = self.need_float("pow", &oa);
+                if agreed.ok && ok && float_only {
+                    ok = self.need_float(label, &oa);
                 }
                 let sa = a.1.to_string();
                 let sb = b.1.to_string();
@@ -202,13 +220,156 @@ impl<'s, 'k> Checker<'s, 'k> {
                     &[&a.1.sp, &b.1.sp],
                 );
                 match (ok, dims) {
-                    (true, Some(dims)) => {
-                        self.push(Op::Binary(op, a.0, b.0), Self::out_ty(&agreed, dims), e)
-                    }
-                    _ => self.error_node(e),
+                    (true, Some(dims)) => match Self::out_ty(&agreed, dims) {
+                        Ty::Tensor(t) => Some(t),
+                        _ => None,
+                    },
+                    _ => None,
                 }
             }
         }
+    }
+
+    /// `a op b`, a `bool` tensor.
+    pub(super) fn compare(
+        &mut self,
+        op: CmpOp,
+        a: (NodeId, &Expr),
+        b: (NodeId, &Expr),
+        e: &Expr,
+    ) -> NodeId {
+        match self.elementwise_pair(op.symbol(), false, a, b) {
+            Some(ty) => self.push(
+                Op::Compare(op, a.0, b.0),
+                Ty::Tensor(TensorTy {
+                    dtype: DTypeKind::Bool,
+                    ..ty
+                }),
+                e,
+            ),
+            None => self.error_node(e),
+        }
+    }
+
+    /// Checks that `c` is a `bool` tensor (a condition or a mask).
+    fn need_bool(&mut self, op: &str, c: (NodeId, &Expr)) -> Option<TensorTy> {
+        let o = self.tensor(c.0, c.1, op)?;
+        if o.ty.dtype != DTypeKind::Bool {
+            self.error(
+                &c.1.sp,
+                format!(
+                    "`{op}` takes a `bool` tensor for `{}`, but it is {}: compare to make one, e.g. `{} > 0.0`",
+                    c.1, o.ty.dtype, c.1
+                ),
+            );
+            return None;
+        }
+        Some(o.ty)
+    }
+
+    /// `where_(cond, a, b)`: `a` where `cond`, else `b`, all broadcast.
+    pub(super) fn where_(
+        &mut self,
+        label: &str,
+        c: (NodeId, &Expr),
+        a: (NodeId, &Expr),
+        b: (NodeId, &Expr),
+        e: &Expr,
+    ) -> NodeId {
+        let value = self.elementwise_pair(label, false, a, b);
+        let Some(cond) = self.need_bool(label, c) else {
+            return self.error_node(e);
+        };
+        let Some(value) = value else {
+            return self.error_node(e);
+        };
+        if cond.device != value.device {
+            self.error(
+                &c.1.sp,
+                format!(
+                    "`{}` is on {} but the values are on {}: move it with `{}.to_device::<{}>()`",
+                    c.1, cond.device, value.device, c.1, value.device
+                ),
+            );
+            return self.error_node(e);
+        }
+        let sc = c.1.to_string();
+        let dims = self.ruled(
+            rules::broadcast(label, &[(&sc, &cond.dims), ("the values", &value.dims)]),
+            &[&c.1.sp, &e.sp],
+        );
+        match dims {
+            Some(dims) => self.push(
+                Op::Where(c.0, a.0, b.0),
+                Ty::Tensor(TensorTy { dims, ..value }),
+                e,
+            ),
+            None => self.error_node(e),
+        }
+    }
+
+    /// `x.masked_fill(mask, value)`: `where_(mask, value, x)` where the
+    /// mask may not grow `x`.
+    pub(super) fn masked_fill(
+        &mut self,
+        x: (NodeId, &Expr),
+        mask: (NodeId, &Expr),
+        value: (NodeId, &Expr),
+        e: &Expr,
+    ) -> NodeId {
+        let Some(o) = self.tensor(x.0, x.1, "masked_fill") else {
+            return self.error_node(e);
+        };
+        let Some(m) = self.need_bool("masked_fill", mask) else {
+            return self.error_node(e);
+        };
+        let sm = mask.1.to_string();
+        let fits = self.ruled(
+            rules::broadcast_to("masked_fill", (&sm, &m.dims), &o.ty.dims),
+            &[&mask.1.sp],
+        );
+        if fits.is_none() {
+            return self.error_node(e);
+        }
+        if m.device != o.ty.device {
+            self.error(
+                &mask.1.sp,
+                format!(
+                    "`{}` is on {} but `{}` is on {}: move it with `{}.to_device::<{}>()`",
+                    mask.1, m.device, x.1, o.ty.device, mask.1, o.ty.device
+                ),
+            );
+            return self.error_node(e);
+        }
+        match self.elementwise_pair("masked_fill", false, value, x) {
+            Some(_) => self.push(Op::Where(mask.0, value.0, x.0), Ty::Tensor(o.ty), e),
+            None => self.error_node(e),
+        }
+    }
+
+    /// `x.clamp(min, max)`: `maximum` then `minimum`, either bound optional.
+    pub(super) fn clamp(
+        &mut self,
+        x: (NodeId, &Expr),
+        min: Option<(&Expr, NodeId)>,
+        max: Option<(&Expr, NodeId)>,
+        e: &Expr,
+    ) -> NodeId {
+        if min.is_none() && max.is_none() {
+            self.error(
+                &e.sp,
+                "`clamp` needs `min`, `max` or both: `x.clamp(0.0, 6.0)`, `x.clamp(min = 0.0)`",
+            );
+            return self.error_node(e);
+        }
+        let mut v = x.0;
+        if let Some((lo, ilo)) = min {
+            v = self.binary(BinaryOp::Max, (v, x.1), (ilo, lo), e);
+        }
+        if let Some((hi, ihi)) = max {
+            v = self.binary(BinaryOp::Min, (v, x.1), (ihi, hi), e);
+        }
+        v
     }
 
     pub(super) fn addcmul(&mut self, args: &[Arg], e: &Expr) -> NodeId {

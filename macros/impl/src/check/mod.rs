@@ -13,8 +13,9 @@ use crate::ir::Ir;
 use crate::shape::{fmt_shape, numel, Dim};
 use crate::sig::{declared_ty, ParamSig, Signature, SymKind, Symbols};
 use std::collections::{HashMap, HashSet};
+use tensorfn_core::ops::{self, Form, OpDef, OpKind, ParamKind};
 use tensorfn_core::{rules, DTypeKind, RuleError};
-use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 
 mod calls;
 mod elementwise;
@@ -122,14 +123,6 @@ struct Agreed {
 }
 
 /// The elementwise ops callable by name (besides the unary ones).
-fn binary_fn(name: &str) -> Option<BinaryOp> {
-    match name {
-        "maximum" => Some(BinaryOp::Max),
-        "minimum" => Some(BinaryOp::Min),
-        "pow" => Some(BinaryOp::Pow),
-        _ => None,
-    }
-}
 
 fn bin_op(op: BinOp) -> BinaryOp {
     match op {
@@ -561,6 +554,10 @@ impl<'s, 'k> Checker<'s, 'k> {
                 let (x, y) = (self.expr(a), self.expr(b));
                 self.binary(bin_op(*op), (x, a), (y, b), e)
             }
+            ExprKind::Compare(op, a, b) => {
+                let (x, y) = (self.expr(a), self.expr(b));
+                self.compare(*op, (x, a), (y, b), e)
+            }
             ExprKind::Call { func, args } => self.call(func, args, e, hint),
             ExprKind::Method {
                 recv,
@@ -751,18 +748,5 @@ fn device_of(t: &syn::Type) -> Option<Device> {
 
 /// Names `tensor_fn!` understands by itself.
 pub fn is_builtin(name: &str) -> bool {
-    UnaryOp::from_name(name).is_some()
-        || binary_fn(name).is_some()
-        || matches!(
-            name,
-            "matmul"
-                | "mm"
-                | "bmm"
-                | "dot"
-                | "addmm"
-                | "cat"
-                | "addcmul"
-                | "softmax"
-                | "log_softmax"
-        )
+    ops::function(name).is_some()
 }

@@ -3,7 +3,7 @@
 //! contiguous and strided inputs, every float width and integers.
 //! Without a GPU it says so and exits successfully.
 //!
-//! `cargo run -p tensorfn-ui-tests --example gpu_check`
+//! `cargo run -p tensorfn-ui-tests --example fused_gpu_check`
 
 use tensorfn::prelude::*;
 use tensorfn::{DType, Device, Shape};

@@ -1,0 +1,828 @@
+//! The op catalogue: every operation of `tensor_fn!` and the typed API,
+//! described once.
+//!
+//! An entry ([`OpDef`]) gives an op's name, whether it is written as a
+//! function (`relu(x)`), a method (`x.relu()`) or both, its parameters
+//! with PyTorch's names and defaults, its dtype rule, its shape rule (a
+//! function of [`rules`](crate::rules)) and the slot for its derivative.
+//! The macro's checker dispatches on [`OpDef::kind`], binds arguments by
+//! [`OpDef::params`] and writes its suggestions from the catalogue, so no
+//! other list of op names exists.
+//!
+//! Elementwise ops are described in more detail by their own tables
+//! ([`UnaryOp`], [`BinaryOp`], [`CmpOp`]): the `f64` reference, and for
+//! composites, the definition over [`ElemMath`] that every back-end runs.
+//!
+//! ```
+//! use tensorfn_core::ops::{self, OpKind, UnaryOp};
+//! let gelu = ops::function("gelu").unwrap();
+//! assert_eq!(gelu.kind, OpKind::Unary(UnaryOp::Gelu));
+//! assert!(gelu.method); // x.gelu() too
+//! let cat = ops::function("cat").unwrap();
+//! assert_eq!(cat.params[1].name, "dim");
+//! assert!(ops::method("cat").is_none()); // a function only
+//! assert_eq!(ops::closest("sofmax", ops::Form::Method), Some("softmax"));
+//! ```
+
+pub mod binary;
+pub mod math;
+mod reduce_cmp;
+pub mod unary;
+
+pub use binary::BinaryOp;
+pub use math::ElemMath;
+pub use reduce_cmp::{CmpOp, ReduceOp};
+pub use unary::UnaryOp;
+
+/// The `libm` functions the tables' references use (reached through
+/// `$crate` from the exported table macros).
+#[doc(hidden)]
+pub use libm;
+
+/// What an op is, for the code that dispatches on it.
+///
+/// ```
+/// use tensorfn_core::ops::{self, CmpOp, OpKind};
+/// assert_eq!(ops::method("lt").unwrap().kind, OpKind::Compare(CmpOp::Lt));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    /// An elementwise function of one tensor.
+    Unary(UnaryOp),
+    /// An elementwise function of two operands, broadcast together.
+    Binary(BinaryOp),
+    /// An elementwise comparison giving `bool`.
+    Compare(CmpOp),
+    /// `where_(cond, a, b)`: `a` where `cond`, else `b`.
+    Where,
+    /// `x.masked_fill(mask, value)`: `value` where `mask`, else `x`.
+    MaskedFill,
+    /// `x.clamp(min, max)`.
+    Clamp,
+    /// A reduction along one dim (or all of them).
+    Reduce(ReduceOp),
+    /// `softmax` (`log: false`) or `log_softmax` along a dim.
+    Softmax {
+        /// True for `log_softmax`.
+        log: bool,
+    },
+    /// `matmul`, batched, broadcasting leading dims.
+    MatMul,
+    /// `mm`: two matrices.
+    Mm,
+    /// `bmm`: two batches of matrices.
+    Bmm,
+    /// `dot`: two vectors.
+    Dot,
+    /// `addmm(bias, m1, m2)`.
+    AddMm,
+    /// `addcmul(input, t1, t2, value)`.
+    AddCmul,
+    /// `cat([..], dim)`.
+    Cat,
+    /// `reshape` (`view: false`) or `view`.
+    Reshape {
+        /// True for `view`.
+        view: bool,
+    },
+    /// `t`, `permute`, `transpose`.
+    Reorder,
+    /// `narrow(dim, start, length)`.
+    Narrow,
+    /// `cast::<T>()`.
+    Cast,
+    /// `to_device::<D>()` and `to_cpu()`.
+    ToDevice,
+}
+
+/// How a parameter is passed.
+///
+/// ```
+/// use tensorfn_core::ops::{self, ParamKind};
+/// assert_eq!(ops::function("cat").unwrap().params[0].kind, ParamKind::Tensors);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamKind {
+    /// A tensor.
+    Tensor,
+    /// A tensor or a scalar (broadcast).
+    TensorOrScalar,
+    /// A list of tensors (`[a, b]`).
+    Tensors,
+    /// A scalar.
+    Scalar,
+    /// A dim index (`-1` is the last).
+    Dim,
+    /// A list of dims or sizes (`[B, T, C]`).
+    Dims,
+}
+
+/// One parameter of an op, with PyTorch's name.
+///
+/// ```
+/// use tensorfn_core::ops;
+/// let p = &ops::function("leaky_relu").unwrap().params[1];
+/// assert_eq!((p.name, p.default), ("negative_slope", Some("0.01")));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Param {
+    /// PyTorch's name (usable as a keyword argument).
+    pub name: &'static str,
+    /// How it is passed.
+    pub kind: ParamKind,
+    /// Its default, for optional parameters.
+    pub default: Option<&'static str>,
+}
+
+/// The dtype of the result.
+///
+/// ```
+/// use tensorfn_core::ops::{self, DTypeRule};
+/// assert_eq!(ops::method("eq").unwrap().dtype, DTypeRule::Bool);
+/// assert_eq!(ops::method("sqrt").unwrap().dtype, DTypeRule::SameFloat);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DTypeRule {
+    /// The operands' common dtype, any numeric one.
+    Same,
+    /// The operands' common dtype, which must be a float.
+    SameFloat,
+    /// `bool`, from operands of one dtype.
+    Bool,
+    /// `i64` positions.
+    Index,
+    /// The dtype named by the call (`cast::<T>()`).
+    Named,
+}
+
+/// The shape rule: which function of [`rules`](crate::rules) gives the
+/// result's dims (the macro applies it to symbolic dims, the runtime to
+/// `usize`s).
+///
+/// ```
+/// use tensorfn_core::ops::{self, ShapeRule};
+/// assert_eq!(ops::function("where_").unwrap().shape, ShapeRule::Broadcast);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShapeRule {
+    /// The input's dims.
+    Same,
+    /// The operands broadcast together ([`rules::broadcast`](crate::rules::broadcast)).
+    Broadcast,
+    /// The dim removed ([`rules::reduce`](crate::rules::reduce)).
+    Reduce,
+    /// [`rules::matmul`](crate::rules::matmul).
+    MatMul,
+    /// [`rules::mm`](crate::rules::mm).
+    Mm,
+    /// [`rules::bmm`](crate::rules::bmm).
+    Bmm,
+    /// [`rules::dot`](crate::rules::dot).
+    Dot,
+    /// [`rules::addmm`](crate::rules::addmm).
+    AddMm,
+    /// [`rules::cat`](crate::rules::cat).
+    Cat,
+    /// [`rules::reshape`](crate::rules::reshape).
+    Reshape,
+    /// [`rules::permute`](crate::rules::permute), [`rules::t`](crate::rules::t), [`rules::transpose`](crate::rules::transpose).
+    Reorder,
+    /// [`rules::slice`](crate::rules::slice).
+    Slice,
+}
+
+/// The slot for an op's derivative rule.
+///
+/// ```
+/// use tensorfn_core::ops::{self, Derivative};
+/// assert_eq!(ops::function("relu").unwrap().derivative, Derivative::Pending);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Derivative {
+    /// Not written yet: differentiating through the op is a compile error.
+    Pending,
+    /// Not differentiable (comparisons, `argmax`): a compile error on the
+    /// path to a differentiated parameter.
+    None,
+}
+
+/// One op of the catalogue.
+///
+/// ```
+/// use tensorfn_core::ops;
+/// let softmax = ops::method("softmax").unwrap();
+/// assert!(softmax.function && softmax.method);
+/// assert_eq!(softmax.signature(), "softmax(input, dim)");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpDef {
+    /// The name (`x.name(..)`, `name(x, ..)`).
+    pub name: &'static str,
+    /// What it is.
+    pub kind: OpKind,
+    /// True when written `name(x, ..)`.
+    pub function: bool,
+    /// True when written `x.name(..)` (the first parameter is the receiver).
+    pub method: bool,
+    /// The parameters, the receiver of the method form first.
+    pub params: &'static [Param],
+    /// The result's dtype.
+    pub dtype: DTypeRule,
+    /// The result's dims.
+    pub shape: ShapeRule,
+    /// Its derivative.
+    pub derivative: Derivative,
+    /// What it computes.
+    pub summary: &'static str,
+}
+
+impl OpDef {
+    /// The call as PyTorch documents it: `name(a, b=default)`.
+    ///
+    /// ```
+    /// use tensorfn_core::ops;
+    /// assert_eq!(ops::function("elu").unwrap().signature(), "elu(input, alpha=1.0)");
+    /// ```
+    pub fn signature(&self) -> String {
+        let params: Vec<String> = self
+            .params
+            .iter()
+            .map(|p| match p.default {
+                Some(d) => format!("{}={d}", p.name),
+                None => p.name.to_string(),
+            })
+            .collect();
+        format!("{}({})", self.name, params.join(", "))
+    }
+
+    /// The number of parameters without a default.
+    ///
+    /// ```
+    /// use tensorfn_core::ops;
+    /// assert_eq!(ops::function("leaky_relu").unwrap().required(), 1);
+    /// ```
+    pub fn required(&self) -> usize {
+        self.params.iter().filter(|p| p.default.is_none()).count()
+    }
+}
+
+/// Which form a name is looked up in.
+///
+/// ```
+/// use tensorfn_core::ops::{self, Form};
+/// assert!(ops::lookup("view", Form::Method).is_some());
+/// assert!(ops::lookup("view", Form::Function).is_none());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// `name(x, ..)`.
+    Function,
+    /// `x.name(..)`.
+    Method,
+}
+
+const fn p(name: &'static str, kind: ParamKind) -> Param {
+    Param {
+        name,
+        kind,
+        default: None,
+    }
+}
+
+const fn opt(name: &'static str, kind: ParamKind, default: &'static str) -> Param {
+    Param {
+        name,
+        kind,
+        default: Some(default),
+    }
+}
+
+const INPUT: Param = p("input", ParamKind::Tensor);
+const INPUT_DIM: &[Param] = &[INPUT, p("dim", ParamKind::Dim)];
+const OTHER: Param = p("other", ParamKind::TensorOrScalar);
+
+#[allow(clippy::too_many_arguments)]
+const fn def(
+    name: &'static str,
+    kind: OpKind,
+    function: bool,
+    method: bool,
+    params: &'static [Param],
+    dtype: DTypeRule,
+    shape: ShapeRule,
+    summary: &'static str,
+) -> OpDef {
+    OpDef {
+        name,
+        kind,
+        function,
+        method,
+        params,
+        dtype,
+        shape,
+        derivative: Derivative::Pending,
+        summary,
+    }
+}
+
+/// The unary ops' entries, from their table.
+macro_rules! unary_defs {
+    ($($(#[doc = $doc:literal])* $V:ident => $m:ident { ints: $ints:literal, $($field:tt)* })*) => {
+        &[$(def(
+            stringify!($m),
+            OpKind::Unary(UnaryOp::$V),
+            true,
+            true,
+            &[INPUT],
+            if $ints { DTypeRule::Same } else { DTypeRule::SameFloat },
+            ShapeRule::Same,
+            [$($doc),*][0],
+        )),*]
+    };
+}
+
+/// The binary ops' entries, from their table.
+macro_rules! binary_defs {
+    ($($(#[doc = $doc:literal])* $V:ident => $m:ident {
+        ints: $ints:literal, exact: $exact:literal, symbol: $symbol:expr, operand: $operand:literal, $($field:tt)*
+    })*) => {
+        &[$(def(
+            stringify!($m),
+            OpKind::Binary(BinaryOp::$V),
+            true,
+            true,
+            const { &[INPUT, binary_operand($operand)] },
+            if $ints { DTypeRule::Same } else { DTypeRule::SameFloat },
+            ShapeRule::Broadcast,
+            [$($doc),*][0],
+        )),*]
+    };
+}
+
+/// The second parameter of a binary op, with PyTorch's default where it
+/// has one.
+const fn binary_operand(name: &'static str) -> Param {
+    match name.as_bytes() {
+        b"negative_slope" => opt("negative_slope", ParamKind::TensorOrScalar, "0.01"),
+        b"alpha" => opt("alpha", ParamKind::TensorOrScalar, "1.0"),
+        _ => p(name, ParamKind::TensorOrScalar),
+    }
+}
+
+static UNARY: &[OpDef] = crate::for_each_unary_op!(unary_defs);
+static BINARY: &[OpDef] = crate::for_each_binary_op!(binary_defs);
+
+const fn compare(name: &'static str, op: CmpOp, summary: &'static str) -> OpDef {
+    def(
+        name,
+        OpKind::Compare(op),
+        true,
+        true,
+        &[INPUT, OTHER],
+        DTypeRule::Bool,
+        ShapeRule::Broadcast,
+        summary,
+    )
+}
+
+const fn reduce(
+    name: &'static str,
+    op: ReduceOp,
+    dtype: DTypeRule,
+    summary: &'static str,
+) -> OpDef {
+    def(
+        name,
+        OpKind::Reduce(op),
+        false,
+        true,
+        INPUT_DIM,
+        dtype,
+        ShapeRule::Reduce,
+        summary,
+    )
+}
+
+const SCALAR: ParamKind = ParamKind::Scalar;
+const TENSOR: ParamKind = ParamKind::Tensor;
+
+/// Every op that is not in the elementwise tables.
+static OTHERS: &[OpDef] = &[
+    compare("eq", CmpOp::Eq, "`a == b`, elementwise, as `bool`."),
+    compare(
+        "ne",
+        CmpOp::Ne,
+        "`a != b`, elementwise, as `bool` (true where either is NaN).",
+    ),
+    compare("lt", CmpOp::Lt, "`a < b`, elementwise, as `bool`."),
+    compare("le", CmpOp::Le, "`a <= b`, elementwise, as `bool`."),
+    compare("gt", CmpOp::Gt, "`a > b`, elementwise, as `bool`."),
+    compare("ge", CmpOp::Ge, "`a >= b`, elementwise, as `bool`."),
+    def(
+        "where_",
+        OpKind::Where,
+        true,
+        false,
+        &[
+            p("condition", TENSOR),
+            p("input", ParamKind::TensorOrScalar),
+            OTHER,
+        ],
+        DTypeRule::Same,
+        ShapeRule::Broadcast,
+        "`input` where `condition` is true, else `other` (`torch.where`).",
+    ),
+    def(
+        "masked_fill",
+        OpKind::MaskedFill,
+        true,
+        true,
+        &[INPUT, p("mask", TENSOR), p("value", SCALAR)],
+        DTypeRule::Same,
+        ShapeRule::Broadcast,
+        "`value` where `mask` is true, else `input`.",
+    ),
+    def(
+        "clamp",
+        OpKind::Clamp,
+        true,
+        true,
+        &[
+            INPUT,
+            opt("min", ParamKind::TensorOrScalar, "None"),
+            opt("max", ParamKind::TensorOrScalar, "None"),
+        ],
+        DTypeRule::Same,
+        ShapeRule::Broadcast,
+        "`min(max(input, min), max)` (NaN stays NaN).",
+    ),
+    reduce("sum", ReduceOp::Sum, DTypeRule::Same, "Sum along `dim`."),
+    reduce(
+        "mean",
+        ReduceOp::Mean,
+        DTypeRule::SameFloat,
+        "Mean along `dim`.",
+    ),
+    reduce(
+        "max",
+        ReduceOp::Max,
+        DTypeRule::Same,
+        "Largest element along `dim` (NaN propagates).",
+    ),
+    reduce(
+        "min",
+        ReduceOp::Min,
+        DTypeRule::Same,
+        "Smallest element along `dim` (NaN propagates).",
+    ),
+    reduce(
+        "argmax",
+        ReduceOp::ArgMax,
+        DTypeRule::Index,
+        "Position of the first largest element along `dim`.",
+    ),
+    reduce(
+        "argmin",
+        ReduceOp::ArgMin,
+        DTypeRule::Index,
+        "Position of the first smallest element along `dim`.",
+    ),
+    def(
+        "softmax",
+        OpKind::Softmax { log: false },
+        true,
+        true,
+        &[INPUT, p("dim", ParamKind::Dim)],
+        DTypeRule::SameFloat,
+        ShapeRule::Same,
+        "`exp(x) / sum(exp(x))` along `dim`.",
+    ),
+    def(
+        "log_softmax",
+        OpKind::Softmax { log: true },
+        true,
+        true,
+        &[INPUT, p("dim", ParamKind::Dim)],
+        DTypeRule::SameFloat,
+        ShapeRule::Same,
+        "`x - log(sum(exp(x)))` along `dim`.",
+    ),
+    def(
+        "matmul",
+        OpKind::MatMul,
+        true,
+        true,
+        &[INPUT, p("other", TENSOR)],
+        DTypeRule::SameFloat,
+        ShapeRule::MatMul,
+        "Matrix product, batched over leading dims.",
+    ),
+    def(
+        "mm",
+        OpKind::Mm,
+        true,
+        true,
+        &[INPUT, p("other", TENSOR)],
+        DTypeRule::SameFloat,
+        ShapeRule::Mm,
+        "Product of two matrices.",
+    ),
+    def(
+        "bmm",
+        OpKind::Bmm,
+        true,
+        true,
+        &[INPUT, p("other", TENSOR)],
+        DTypeRule::SameFloat,
+        ShapeRule::Bmm,
+        "Products of two batches of matrices.",
+    ),
+    def(
+        "dot",
+        OpKind::Dot,
+        true,
+        true,
+        &[INPUT, p("other", TENSOR)],
+        DTypeRule::SameFloat,
+        ShapeRule::Dot,
+        "Dot product of two vectors.",
+    ),
+    def(
+        "addmm",
+        OpKind::AddMm,
+        true,
+        false,
+        &[
+            INPUT,
+            p("mat1", TENSOR),
+            p("mat2", TENSOR),
+            opt("beta", SCALAR, "1"),
+            opt("alpha", SCALAR, "1"),
+        ],
+        DTypeRule::SameFloat,
+        ShapeRule::AddMm,
+        "`beta * input + alpha * (mat1 @ mat2)`, `input` broadcast.",
+    ),
+    def(
+        "addcmul",
+        OpKind::AddCmul,
+        true,
+        false,
+        &[
+            INPUT,
+            p("tensor1", TENSOR),
+            p("tensor2", TENSOR),
+            opt("value", SCALAR, "1"),
+        ],
+        DTypeRule::Same,
+        ShapeRule::Broadcast,
+        "`input + value * tensor1 * tensor2`.",
+    ),
+    def(
+        "cat",
+        OpKind::Cat,
+        true,
+        false,
+        &[p("tensors", ParamKind::Tensors), p("dim", ParamKind::Dim)],
+        DTypeRule::Same,
+        ShapeRule::Cat,
+        "Joins tensors along `dim`.",
+    ),
+    def(
+        "reshape",
+        OpKind::Reshape { view: false },
+        false,
+        true,
+        &[INPUT, p("shape", ParamKind::Dims)],
+        DTypeRule::Same,
+        ShapeRule::Reshape,
+        "The same elements in new dims (a copy if needed).",
+    ),
+    def(
+        "view",
+        OpKind::Reshape { view: true },
+        false,
+        true,
+        &[INPUT, p("shape", ParamKind::Dims)],
+        DTypeRule::Same,
+        ShapeRule::Reshape,
+        "The same elements in new dims, without a copy.",
+    ),
+    def(
+        "t",
+        OpKind::Reorder,
+        false,
+        true,
+        &[INPUT],
+        DTypeRule::Same,
+        ShapeRule::Reorder,
+        "Transpose of a matrix.",
+    ),
+    def(
+        "permute",
+        OpKind::Reorder,
+        false,
+        true,
+        &[INPUT, p("dims", ParamKind::Dims)],
+        DTypeRule::Same,
+        ShapeRule::Reorder,
+        "The dims reordered.",
+    ),
+    def(
+        "transpose",
+        OpKind::Reorder,
+        false,
+        true,
+        &[INPUT, p("dim0", ParamKind::Dim), p("dim1", ParamKind::Dim)],
+        DTypeRule::Same,
+        ShapeRule::Reorder,
+        "Two dims swapped.",
+    ),
+    def(
+        "narrow",
+        OpKind::Narrow,
+        false,
+        true,
+        &[
+            INPUT,
+            p("dim", ParamKind::Dim),
+            p("start", SCALAR),
+            p("length", SCALAR),
+        ],
+        DTypeRule::Same,
+        ShapeRule::Slice,
+        "`length` elements along `dim` from `start`.",
+    ),
+    def(
+        "cast",
+        OpKind::Cast,
+        false,
+        true,
+        &[INPUT],
+        DTypeRule::Named,
+        ShapeRule::Same,
+        "The elements converted to the named dtype: `x.cast::<f16>()`.",
+    ),
+    def(
+        "to_device",
+        OpKind::ToDevice,
+        false,
+        true,
+        &[INPUT],
+        DTypeRule::Same,
+        ShapeRule::Same,
+        "A copy on the named device: `x.to_device::<Cuda>()`.",
+    ),
+    def(
+        "to_cpu",
+        OpKind::ToDevice,
+        false,
+        true,
+        &[INPUT],
+        DTypeRule::Same,
+        ShapeRule::Same,
+        "A copy in host memory.",
+    ),
+];
+
+/// Every op of the catalogue: unary, binary, then the others.
+///
+/// ```
+/// use tensorfn_core::ops;
+/// assert!(ops::all().any(|d| d.name == "erf"));
+/// assert!(ops::all().all(|d| d.function || d.method));
+/// ```
+pub fn all() -> impl Iterator<Item = &'static OpDef> {
+    UNARY.iter().chain(BINARY).chain(OTHERS)
+}
+
+/// The op written `name` in `form`.
+///
+/// ```
+/// use tensorfn_core::ops::{self, Form};
+/// assert!(ops::lookup("relu", Form::Function).is_some());
+/// assert!(ops::lookup("argmax", Form::Function).is_none()); // x.argmax(dim)
+/// ```
+pub fn lookup(name: &str, form: Form) -> Option<&'static OpDef> {
+    all().find(|d| {
+        d.name == name
+            && match form {
+                Form::Function => d.function,
+                Form::Method => d.method,
+            }
+    })
+}
+
+/// The op written `name(..)`.
+///
+/// ```
+/// assert!(tensorfn_core::ops::function("where_").is_some());
+/// ```
+pub fn function(name: &str) -> Option<&'static OpDef> {
+    lookup(name, Form::Function)
+}
+
+/// The op written `x.name(..)`.
+///
+/// ```
+/// assert!(tensorfn_core::ops::method("masked_fill").is_some());
+/// ```
+pub fn method(name: &str) -> Option<&'static OpDef> {
+    lookup(name, Form::Method)
+}
+
+/// The names written in `form`, in catalogue order (for messages).
+///
+/// ```
+/// use tensorfn_core::ops::{self, Form};
+/// assert!(ops::names(Form::Method).contains(&"reshape"));
+/// assert!(!ops::names(Form::Function).contains(&"reshape"));
+/// ```
+pub fn names(form: Form) -> Vec<&'static str> {
+    all()
+        .filter(|d| match form {
+            Form::Function => d.function,
+            Form::Method => d.method,
+        })
+        .map(|d| d.name)
+        .collect()
+}
+
+/// The name in `form` closest to `name` (a typo's fix), if one is close:
+/// at most a third of its letters differ.
+///
+/// ```
+/// use tensorfn_core::ops::{self, Form};
+/// assert_eq!(ops::closest("rleu", Form::Function), Some("relu"));
+/// assert_eq!(ops::closest("transpos", Form::Method), Some("transpose"));
+/// assert_eq!(ops::closest("frobnicate", Form::Function), None);
+/// ```
+pub fn closest(name: &str, form: Form) -> Option<&'static str> {
+    let limit = (name.chars().count() / 3).max(1);
+    names(form)
+        .into_iter()
+        .map(|n| (edit_distance(name, n), n))
+        .filter(|&(d, _)| d <= limit)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, n)| n)
+}
+
+/// Levenshtein distance with transpositions of neighbours counted once.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_per_form() {
+        for form in [Form::Function, Form::Method] {
+            let names = names(form);
+            for (i, a) in names.iter().enumerate() {
+                assert!(!names[i + 1..].contains(a), "{a} twice");
+            }
+        }
+    }
+
+    #[test]
+    fn every_op_has_its_receiver_first() {
+        for d in all() {
+            assert!(!d.params.is_empty() || d.kind == OpKind::Cat, "{}", d.name);
+            assert!(!d.summary.is_empty(), "{}", d.name);
+            // Optional parameters come last.
+            let first_opt = d
+                .params
+                .iter()
+                .position(|p| p.default.is_some())
+                .unwrap_or(d.params.len());
+            assert!(
+                d.params[first_opt..].iter().all(|p| p.default.is_some()),
+                "{}",
+                d.name
+            );
+        }
+    }
+}
