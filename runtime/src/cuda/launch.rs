@@ -12,7 +12,7 @@
 
 use super::alloc::CudaStorage;
 
-use super::context::{context, lock, Context};
+use super::context::{lock, Context};
 use super::error::driver;
 use super::grid::{elementwise_grid, elementwise_steps, GridRule, Launch};
 use crate::dtype::DType;
@@ -23,7 +23,7 @@ use std::cell::RefCell;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::abi::{FusedKernel, StridedMeta, MAX_RANK};
 use tensorfn_kernels::ptx::Target;
@@ -386,9 +386,21 @@ impl Context {
 /// element 0 of each storage, and its layout broadcast to `out_dims`),
 /// returning a contiguous output of `out_dims`. The `_contig` entry runs
 /// when every input is contiguous with the output's dims, else `_strided`.
+#[cfg(test)]
 pub(crate) fn launch_fused<O: DType>(
     kernel: &'static FusedKernel,
     ord: usize,
+    inputs: &[(u64, &Layout)],
+    out_dims: &[usize],
+) -> Result<CudaStorage<O>> {
+    launch_fused_in(kernel, || super::context::context(ord), inputs, out_dims)
+}
+
+/// [`launch_fused`] on the context `ctx` gives, which is asked for only
+/// once the arguments are checked.
+pub(crate) fn launch_fused_in<O: DType>(
+    kernel: &'static FusedKernel,
+    ctx: impl FnOnce() -> Result<Arc<Context>>,
     inputs: &[(u64, &Layout)],
     out_dims: &[usize],
 ) -> Result<CudaStorage<O>> {
@@ -418,7 +430,7 @@ pub(crate) fn launch_fused<O: DType>(
             format!("dims {:?}", l.dims()),
         ));
     }
-    let ctx = context(ord)?;
+    let ctx = ctx()?;
     let out = ctx.storage::<O>(out_dims.iter().product())?;
     let at_offsets: Vec<(u64, &Layout)> = inputs
         .iter()

@@ -16,9 +16,8 @@
 //! - `tune`: timing candidate ways to run the same work (cuBLASLt
 //!   algorithms, elementwise grids) and keeping the fastest.
 //! - `grid`: grid sizes of grid-stride kernels, tuned per kernel.
-//! - `addmm_relu`: the fused linear-layer entry point for `tensor_fn!`.
+//! - `fused`: launches of the elementwise kernels `tensor_fn!` generates.
 
-mod addmm_relu;
 mod alloc;
 mod backend;
 mod blas;
@@ -26,6 +25,7 @@ mod concat;
 mod context;
 mod error;
 mod event;
+mod fused;
 mod grid;
 mod launch;
 mod lt;
@@ -37,7 +37,6 @@ mod tune;
 #[cfg(test)]
 mod tests;
 
-use crate::device::{Device, DeviceKind};
 use crate::error::Result;
 
 pub use alloc::CudaMemoryStats;
@@ -46,13 +45,10 @@ pub(crate) use backend::CudaBackend;
 pub use blas::{allow_tf32, set_allow_tf32};
 pub use context::cuda_device_count;
 pub use grid::{elementwise_autotune, set_elementwise_autotune};
-pub(crate) use launch::launch_fused;
 pub use lt::{matmul_autotune, set_matmul_autotune};
 pub(crate) use overlap::Overlap;
 pub(crate) use pinned::PinnedVec;
-pub(crate) use transfer::{
-    contiguous_ptr, copy_to_ordinal, download, download_into, parallel_copy, upload, upload_pinned,
-};
+pub(crate) use transfer::contiguous_ptr;
 
 /// Memory held by the caching allocator of cuda:`ordinal` (creating its
 /// context if needed).
@@ -111,29 +107,4 @@ pub fn cuda_empty_cache(ordinal: usize) -> Result<()> {
 /// ```
 pub fn cuda_reserve(ordinal: usize, bytes: usize) -> Result<()> {
     context::context(ordinal)?.reserve(bytes)
-}
-
-/// `(free, total)` bytes of cuda:`ordinal` as the driver reports them
-/// (blocks cached by the allocator count as used).
-pub(crate) fn mem_info(ordinal: usize) -> Result<(usize, usize)> {
-    context::context(ordinal)?.mem_info()
-}
-
-/// Waits until device `D` has finished all work queued so far, like
-/// `torch.cuda.synchronize()`; an error of an earlier kernel surfaces here.
-/// `Ok` at once on the CPU, whose operations finish before they return.
-///
-/// ```
-/// use tensorfn_runtime::{synchronize, Cpu, Cuda, Tensor, shape};
-/// synchronize::<Cpu>().unwrap();
-/// if let Ok(x) = Tensor::<Cuda, f32, shape![1024]>::ones() {
-///     let _y = x.exp().unwrap(); // queued
-///     synchronize::<Cuda>().unwrap(); // done
-/// }
-/// ```
-pub fn synchronize<D: Device>() -> Result<()> {
-    match D::KIND {
-        DeviceKind::Cpu => Ok(()),
-        DeviceKind::Cuda(ord) => context::context(ord)?.sync("synchronize"),
-    }
 }

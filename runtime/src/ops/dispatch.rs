@@ -35,6 +35,22 @@ macro_rules! dispatch {
 }
 pub(crate) use dispatch;
 
+/// Waits until device `D` has finished all work queued so far, like
+/// `torch.cuda.synchronize()`; an error of an earlier kernel surfaces here.
+/// `Ok` at once on the CPU, whose operations finish before they return.
+///
+/// ```
+/// use tensorfn_runtime::{synchronize, Cpu, Cuda, Tensor, shape};
+/// synchronize::<Cpu>().unwrap();
+/// if let Ok(x) = Tensor::<Cuda, f32, shape![1024]>::ones() {
+///     let _y = x.exp().unwrap(); // queued
+///     synchronize::<Cuda>().unwrap(); // done
+/// }
+/// ```
+pub fn synchronize<D: Device>() -> Result<()> {
+    dispatch!(D, |be| be.synchronize())
+}
+
 /// A backend as the ops layer drives it: its buffers inside [`Storage`],
 /// and composite primitives with generic defaults that a backend may do
 /// better itself.
