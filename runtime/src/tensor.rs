@@ -2,7 +2,7 @@
 //! devices.
 
 use crate::backend::CopyTo as _;
-use crate::cpu::buffer::try_filled;
+use crate::cpu::copy::try_filled;
 use crate::device::{Cpu, Device, DeviceKind};
 use crate::dtype::{DType, DTypeKind, FloatDType};
 use crate::error::{Error, Result};

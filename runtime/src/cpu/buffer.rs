@@ -58,17 +58,6 @@ fn pool() -> std::sync::MutexGuard<'static, Pool> {
     POOL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A new buffer of `n` elements filled by `fill(index)`; a size the host
-/// cannot allocate is an `Err`, not an abort.
-pub(crate) fn try_filled<T>(n: usize, fill: impl FnMut(usize) -> T) -> crate::Result<Vec<T>> {
-    let requested = n.saturating_mul(std::mem::size_of::<T>());
-    let mut data = Vec::new();
-    data.try_reserve_exact(n)
-        .map_err(|_| crate::Error::HostOutOfMemory { requested })?;
-    data.extend((0..n).map(fill));
-    Ok(data)
-}
-
 /// An empty `Vec` with room for `n` elements, for a writer that fills all
 /// of them through [`Vec::spare_capacity_mut`] before setting the length
 /// (the caller's `unsafe` vouches for that). Large buffers come from the

@@ -7,6 +7,17 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 
+/// A new buffer of `n` elements filled by `fill(index)`; a size the host
+/// cannot allocate is an `Err`, not an abort.
+pub(crate) fn try_filled<T>(n: usize, fill: impl FnMut(usize) -> T) -> Result<Vec<T>> {
+    let requested = n.saturating_mul(std::mem::size_of::<T>());
+    let mut data = Vec::new();
+    data.try_reserve_exact(n)
+        .map_err(|_| Error::HostOutOfMemory { requested })?;
+    data.extend((0..n).map(fill));
+    Ok(data)
+}
+
 /// A contiguous copy of the elements `l` selects.
 pub(crate) fn contiguous<T: DType>(x: &[T], l: &Layout) -> Vec<T> {
     if l.numel() == 0 {

@@ -122,7 +122,7 @@ impl Backend for CpuBackend {
     }
 
     fn filled<T: DType>(&self, n: usize, value: T) -> Result<Vec<T>> {
-        buffer::try_filled(n, |_| value)
+        copy::try_filled(n, |_| value)
     }
 
     fn upload<T: DType>(&self, data: Cow<'_, [T]>) -> Result<Vec<T>> {

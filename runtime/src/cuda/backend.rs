@@ -6,10 +6,10 @@
 //! illegal memory access inside a kernel.
 
 use super::alloc::CudaStorage;
-use super::blas::{self, Epilogue};
 use super::context::{context, Context};
 use super::error::driver;
-use super::launch::Builtin;
+use super::handles::Epilogue;
+use super::modules::Builtin;
 use crate::backend::{Backend, RowBlocks};
 use crate::dtype::{DType, FloatDType, NumDType};
 use crate::error::{Error, Result};
@@ -597,7 +597,7 @@ impl Backend for CudaBackend {
         if let Some((bs, bl)) = bias {
             check_extent("addmm", "bias", bs, bl)?;
         }
-        blas::matmul(self, a, la, b, lb, bias, alpha, beta, Epilogue::None)
+        self.gemm(a, la, b, lb, bias, alpha, beta, Epilogue::None)
     }
 
     /// In one cuBLASLt call when the bias is one value per output column
@@ -618,6 +618,6 @@ impl Backend for CudaBackend {
         }
         check_extent("addmm_relu", "mat1", a, la)?;
         check_extent("addmm_relu", "mat2", b, lb)?;
-        blas::matmul(self, a, la, b, lb, bias, alpha, beta, Epilogue::Relu)
+        self.gemm(a, la, b, lb, bias, alpha, beta, Epilogue::Relu)
     }
 }

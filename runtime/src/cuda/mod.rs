@@ -27,10 +27,14 @@ mod error;
 mod event;
 mod fused;
 mod grid;
+mod handles;
 mod launch;
 mod lt;
+mod modules;
 mod overlap;
 mod pinned;
+mod pool;
+mod staging;
 mod transfer;
 mod tune;
 
