@@ -3,7 +3,8 @@
 //! CPU), applied to inputs broadcast to the output dims.
 
 use super::check_result;
-use super::dispatch::{dispatch, output};
+use super::dispatch::dispatch;
+use super::output::output;
 use crate::cpu::blocks::Lanes;
 use crate::device::Device;
 use crate::dtype::DType;

@@ -3,7 +3,8 @@
 //! shared rules. Transposed and sliced operands reach the backend as
 //! strided views, without a copy.
 
-use super::dispatch::{dispatch, output};
+use super::dispatch::dispatch;
+use super::output::output;
 use crate::device::Device;
 use crate::dtype::FloatDType;
 use crate::error::{Error, Result};
