@@ -3,15 +3,21 @@
 //!
 //! - `context`: one context and stream per ordinal, created lazily; a
 //!   missing driver, device or ordinal is `Error::CudaUnavailable`.
+//! - `pool`, `staging`, `modules`, `handles`: what a context keeps (the
+//!   allocator's books, pinned staging buffers, loaded PTX modules, cuBLAS
+//!   handles and cuBLASLt plans). They import no context, so the code
+//!   that uses a context sits above them without an import circle.
 //! - `alloc`: the caching allocator behind `CudaStorage`.
 //! - `transfer`: host/device copies, direct from and into pinned host
-//!   tensors, else through pinned staging buffers.
+//!   tensors, else through pinned staging buffers; the `CopyTo`
+//!   implementations that touch a GPU.
 //! - `pinned`: page-locked host buffers behind pinned CPU tensors.
 //! - `launch`: PTX modules (built-in and `tensor_fn!`-generated) and launches.
 //! - `blas`: cuBLAS matrix products, and the choice between cuBLAS and cuBLASLt.
 //! - `lt`: cuBLASLt products, planned and autotuned once per shape.
 //! - `backend`: the `Backend` primitives.
-//! - `error`: driver and cuBLAS statuses as `Error`s.
+//! - `error`: driver and cuBLAS statuses as `Error`s, and locks that
+//!   survive a panic.
 //! - `event`: driver events, for ordering streams and timing on the device.
 //! - `tune`: timing candidate ways to run the same work (cuBLASLt
 //!   algorithms, elementwise grids) and keeping the fastest.
