@@ -8,7 +8,8 @@
 use crate::dtype::{DType, FloatDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
+use std::borrow::Cow;
+use tensorfn_kernels::{BinaryOp, FusedKernel, ReduceOp, UnaryOp};
 
 /// One input of a [`RowBlocks`] plan: its buffer, the element where its
 /// data starts and how many elements it supplies to each output row.
@@ -63,13 +64,61 @@ impl<B> RowBlocks<'_, B> {
     }
 }
 
-/// A backend: the CPU or one CUDA ordinal.
+/// A backend: the CPU or one CUDA ordinal. It is the only code that
+/// knows which device it runs on; tensors, conversions and streams go
+/// through these methods.
 pub(crate) trait Backend {
     /// The buffer type holding `T` elements.
     type Buf<T: DType>;
 
     /// A contiguous buffer of `n` copies of `value`.
     fn full<T: DType>(&self, n: usize, value: T) -> Result<Self::Buf<T>>;
+
+    /// A new tensor's buffer of `n` copies of `value`: like [`full`](Self::full),
+    /// but a size the host cannot allocate is an `Err`, not an abort.
+    fn filled<T: DType>(&self, n: usize, value: T) -> Result<Self::Buf<T>>;
+
+    /// Row-major host values on this device: moved when the device is the
+    /// host (an owned `data` is not copied), else copied there.
+    fn upload<T: DType>(&self, data: Cow<'_, [T]>) -> Result<Self::Buf<T>>;
+
+    /// The elements `l` selects, row-major, in a new host vector.
+    fn download<T: DType>(&self, x: &Self::Buf<T>, l: &Layout) -> Result<Vec<T>>;
+
+    /// Writes the elements `l` selects, row-major, into the host slice
+    /// `dst` (exactly as many). `pinned` says `dst` is page-locked, which
+    /// a device's DMA engine writes directly. Returns once `dst` holds them.
+    fn download_into<T: DType>(
+        &self,
+        x: &Self::Buf<T>,
+        l: &Layout,
+        dst: &mut [T],
+        pinned: bool,
+    ) -> Result<()>;
+
+    /// Waits until the device has finished all work queued so far.
+    fn synchronize(&self) -> Result<()>;
+
+    /// Bytes the device can give to new buffers, or `None` where memory is
+    /// not what bounds them (the host, whose chunks are sized for caches).
+    fn free_memory(&self) -> Result<Option<usize>>;
+
+    /// A fused elementwise kernel `tensor_fn!` generated: `args` holds the
+    /// inputs (buffers of this backend, with layouts broadcast to
+    /// `out_dims`) and the group's Rust closure; the CPU runs the closure,
+    /// a GPU the kernel's PTX. Generic over the closure so that the CPU
+    /// loop inlines it.
+    fn fused_launch<O: DType, A: FusedArgs<Self, O>>(
+        &self,
+        kernel: &'static FusedKernel,
+        args: A,
+        out_dims: &[usize],
+    ) -> Result<Self::Buf<O>>
+    where
+        Self: Sized,
+    {
+        args.launch(self, kernel, out_dims)
+    }
 
     /// A buffer of `n` elements whose contents are unspecified (zeros on
     /// the CPU), for outputs every element of which is written next.
@@ -163,4 +212,47 @@ pub(crate) trait Backend {
         alpha: T,
         beta: T,
     ) -> Result<Self::Buf<T>>;
+
+    /// `relu(`[`matmul`](Self::matmul)`)`. By default two passes; a backend
+    /// with a fused epilogue does it in the product.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_relu<T: FloatDType>(
+        &self,
+        a: &Self::Buf<T>,
+        la: &Layout,
+        b: &Self::Buf<T>,
+        lb: &Layout,
+        bias: Option<(&Self::Buf<T>, &Layout)>,
+        alpha: T,
+        beta: T,
+    ) -> Result<Self::Buf<T>> {
+        let out = self.matmul(a, la, b, lb, bias, alpha, beta)?;
+        let dims = [la.dims()[0], la.dims()[1], lb.dims()[2]];
+        self.unary(UnaryOp::Relu, &out, &Layout::contiguous(&dims))
+    }
+}
+
+/// Copies from the device of one backend to that of `B`. Each pair of
+/// backends has its own implementation, in the backend that drives the
+/// copy (a GPU's for every copy that touches it).
+pub(crate) trait CopyTo<B: Backend>: Backend {
+    /// A contiguous copy on `dst`'s device of the elements `l` selects in
+    /// `x`; `pinned` says `x` is page-locked host memory, which a device
+    /// reads directly.
+    fn copy_to<T: DType>(
+        &self,
+        x: &Self::Buf<T>,
+        l: &Layout,
+        pinned: bool,
+        dst: &B,
+    ) -> Result<B::Buf<T>>;
+}
+
+/// The arguments of [`Backend::fused_launch`] on backend `B`: a tuple of
+/// the inputs' buffers with their broadcast layouts, and the group's
+/// closure. Each backend implements it for every input count (the inputs
+/// may differ in dtype), so the closure is called with its own types.
+pub(crate) trait FusedArgs<B: Backend + ?Sized, O: DType> {
+    /// Runs the group into a new contiguous buffer of `out_dims`.
+    fn launch(self, be: &B, kernel: &'static FusedKernel, out_dims: &[usize]) -> Result<B::Buf<O>>;
 }

@@ -119,7 +119,7 @@ impl Error {
     /// assert!(matches!(e, Error::DType { .. }));
     /// assert!(e.to_string().contains("cast it first"));
     /// ```
-    pub fn float_only(op: &str, kind: crate::DTypeKind) -> Self {
+    pub fn float_only(op: &str, kind: crate::dtype::DTypeKind) -> Self {
         Error::DType {
             op: op.to_string(),
             expected: "a floating-point tensor".to_string(),

@@ -8,14 +8,16 @@
 //! at the full speed of the bus. A loop that downloads results repeatedly
 //! reuses one host tensor with [`Tensor::to_cpu_into`].
 
-use crate::cuda::{self, PinnedVec};
+use crate::cpu::copy::gather;
+use crate::cuda::PinnedVec;
 use crate::device::{Cpu, Device};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::{contiguous_strides, Layout};
+use crate::ops::dispatch::dispatch;
 use crate::shape::Shape;
 use crate::storage::Storage;
-use crate::tensor::{checked_numel, gather, Tensor};
+use crate::tensor::{checked_numel, Tensor};
 use std::sync::Arc;
 use tensorfn_core::rules;
 
@@ -147,15 +149,11 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
     /// ```
     pub fn to_cpu_into(&self, out: &mut Tensor<Cpu, T, S>) -> Result<()> {
         rules::same_shape("to_cpu_into", ("out", out.dims()), ("self", self.dims()))?;
-        let Storage::Cuda(src) = &*self.storage else {
-            // Already on the host: an ordinary element copy.
-            let host = Tensor::<Cpu, T, S>::from_parts(self.storage.clone(), self.layout.clone());
-            return out.copy_from(&host);
-        };
-        let n = self.numel();
         if out.layout.is_contiguous() {
-            let start = out.layout.offset();
             if let Some(storage) = Arc::get_mut(&mut out.storage) {
+                // Written in place, by DMA into a pinned buffer on a GPU.
+                let n = self.numel();
+                let start = out.layout.offset();
                 let pinned = storage.is_pinned();
                 let buf = storage.host_vec_mut();
                 let dst = if n == 0 {
@@ -163,16 +161,17 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
                 } else {
                     &mut buf[start..start + n]
                 };
-                return cuda::download_into(src, &self.layout, dst, pinned);
+                return dispatch!(D, |be| be.download_into(
+                    be.buf(&self.storage),
+                    &self.layout,
+                    dst,
+                    pinned
+                ));
             }
         }
-        // A shared or strided destination: download, then copy element-wise.
-        let values = cuda::download(src, &self.layout)?;
-        let host = Tensor::<Cpu, T, S>::from_parts(
-            Arc::new(Storage::Cpu(values)),
-            Layout::contiguous(self.shape()),
-        );
-        out.copy_from(&host)
+        // A shared or strided destination: the values on the host (shared
+        // when they already are), then an element-wise copy.
+        out.copy_from(&self.to_cpu()?)
     }
 }
 

@@ -26,14 +26,15 @@
 //! assert_eq!(back, a);
 //! ```
 
-use crate::cuda;
-use crate::device::{Cpu, Device, DeviceKind};
+use crate::cpu::copy::gather;
+use crate::device::{Cpu, Device};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
+use crate::ops::dispatch::dispatch;
 use crate::shape::{type_name, Dim, Shape};
 use crate::storage::Storage;
-use crate::tensor::{gather, Tensor};
+use crate::tensor::Tensor;
 use ndarray::{Array, ArrayBase, ArrayView, Data, Dimension, Ix0, Ix1, Ix2, Ix3, Ix4, Ix5, Ix6};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -164,10 +165,7 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
     pub fn from_ndarray<A: Data<Elem = T>, Dm: Dimension>(a: &ArrayBase<A, Dm>) -> Result<Self> {
         check_host_dims::<S>("Tensor::from_ndarray", a.shape())?;
         let data = row_major(a);
-        let storage = match D::KIND {
-            DeviceKind::Cpu => Storage::Cpu(data.into_owned()),
-            DeviceKind::Cuda(ord) => Storage::Cuda(cuda::upload(ord, &data)?),
-        };
+        let storage = dispatch!(D, |be| be.wrap(be.upload(data)?));
         Ok(Tensor::from_parts(
             Arc::new(storage),
             Layout::contiguous(a.shape()),

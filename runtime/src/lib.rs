@@ -32,7 +32,7 @@ pub use cpu::buffer::cpu_empty_cache;
 pub use cuda::{
     allow_tf32, cuda_device_count, cuda_empty_cache, cuda_memory_stats, cuda_reserve,
     elementwise_autotune, matmul_autotune, set_allow_tf32, set_elementwise_autotune,
-    set_matmul_autotune, synchronize, CudaMemoryStats,
+    set_matmul_autotune, CudaMemoryStats,
 };
 pub use device::{Cpu, Cuda, Device, DeviceKind, SameDevice};
 pub use dtype::{DType, DTypeKind, FloatDType, NumDType, SameDType};
@@ -40,6 +40,7 @@ pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use interop::NdShape;
 pub use layout::Layout;
+pub use ops::dispatch::synchronize;
 pub use ops::{
     broadcast_dims, AssignRhs, BiasFor, MatMulShape, RemoveDim, StaticShape, Transpose2,
 };

@@ -40,10 +40,12 @@
 //! assert_eq!(out, host.mapv(|x| 2.0 * x + 1.0));
 //! ```
 
+use crate::cpu::copy::parallel_copy;
 use crate::device::{Device, DeviceKind};
 use crate::dtype::{DType, DTypeKind};
 use crate::error::{Error, Result};
 use crate::interop::{check_host_dims, NdShape};
+use crate::ops::dispatch::dispatch;
 use crate::shape::{type_name, Dim, Dyn, Shape};
 use crate::tensor::Tensor;
 use ndarray::{Array, ArrayBase, ArrayView, ArrayViewMut, Axis, Data, DataMut, Dimension};
@@ -441,22 +443,20 @@ impl StreamMap {
             .map_or(dims[1..].iter().product(), |d| d.iter().product::<usize>());
         let out_row = out_elems * std::mem::size_of::<U>();
         let per_row = (2 * in_row + 2 * out_row + 2 * in_row.max(out_row)).max(1);
-        let budget = match D::KIND {
-            DeviceKind::Cpu => CPU_CHUNK_BYTES,
-            DeviceKind::Cuda(ord) => {
-                let free = device_free_memory(ord)?;
-                (free as f64 * self.memory_fraction) as usize
-            }
-        };
+        // A device whose memory bounds the chunks (a GPU) reports it free.
+        let free = dispatch!(D, |be| be.free_memory())?;
+        let budget = free.map_or(CPU_CHUNK_BYTES, |free| {
+            (free as f64 * self.memory_fraction) as usize
+        });
         let mut rows = budget / per_row;
-        if rows == 0 && D::KIND != DeviceKind::Cpu {
+        if rows == 0 && free.is_some() {
             return Err(Error::OutOfMemory {
                 requested: per_row,
                 free: budget,
                 total: budget,
             });
         }
-        if D::KIND != DeviceKind::Cpu {
+        if free.is_some() {
             // Chunks are staged through pinned host buffers: bounded, so
             // the pipeline fills quickly and pins little host memory.
             rows = rows.min((GPU_CHUNK_BYTES / in_row.max(out_row).max(1)).max(1));
@@ -534,7 +534,7 @@ trait Rows<T> {
 /// Copies a view's elements row-major into `dst`.
 fn gather_view<T: DType, Di: Dimension>(v: ArrayView<'_, T, Di>, dst: &mut [T]) {
     match v.as_slice() {
-        Some(src) => crate::cuda::parallel_copy(src, dst),
+        Some(src) => parallel_copy(src, dst),
         None => {
             for (d, x) in dst.iter_mut().zip(v.iter()) {
                 *d = *x;
@@ -883,13 +883,6 @@ fn check_rows<D: Device, U: DType, SO: Shape>(
         ));
     }
     Ok(result)
-}
-
-/// Bytes cuda:`ord` can give to new tensors: what the driver reports free
-/// plus the blocks its caching allocator holds unused.
-fn device_free_memory(ord: usize) -> Result<usize> {
-    let (free, _) = crate::cuda::mem_info(ord)?;
-    Ok(free + crate::cuda::cuda_memory_stats(ord)?.cached_bytes)
 }
 
 /// Applies `f` to `input` in chunks of rows on device `D` (taken from `f`'s

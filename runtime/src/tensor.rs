@@ -1,15 +1,17 @@
 //! `Tensor<D, T, S>`: the typed handle, its creation and its moves between
 //! devices.
 
-use crate::backend::Backend as _;
-use crate::cuda;
+use crate::backend::CopyTo as _;
+use crate::cpu::copy::try_filled;
 use crate::device::{Cpu, Device, DeviceKind};
 use crate::dtype::{DType, DTypeKind, FloatDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
+use crate::ops::dispatch::dispatch;
 use crate::random::SplitMix64;
 use crate::shape::{type_name, Shape};
 use crate::storage::Storage;
+use std::borrow::Cow;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -79,10 +81,7 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
     /// Puts a row-major host buffer on device `D`.
     pub(crate) fn from_host(data: Vec<T>, dims: &[usize]) -> Result<Self> {
         S::check(dims)?;
-        let storage = match D::KIND {
-            DeviceKind::Cpu => Storage::Cpu(data),
-            DeviceKind::Cuda(ord) => Storage::Cuda(cuda::upload(ord, &data)?),
-        };
+        let storage = dispatch!(D, |be| be.wrap(be.upload(Cow::Owned(data))?));
         Ok(Self::from_parts(
             Arc::new(storage),
             Layout::contiguous(dims),
@@ -143,18 +142,12 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
     /// ```
     pub fn full_dims(value: T, dims: &[usize]) -> Result<Self> {
         S::check(dims)?;
-        match D::KIND {
-            DeviceKind::Cpu => Self::from_host(host_buffer("full", dims, |_| value)?, dims),
-            // Filled where it lives: nothing crosses the bus.
-            DeviceKind::Cuda(ord) => {
-                let n = checked_numel("full", dims)?;
-                let storage = cuda::CudaBackend::for_ordinal(ord)?.full(n, value)?;
-                Ok(Self::from_parts(
-                    Arc::new(Storage::Cuda(storage)),
-                    Layout::contiguous(dims),
-                ))
-            }
-        }
+        let n = checked_numel("full", dims)?;
+        let storage = dispatch!(D, |be| be.wrap(be.filled(n, value)?));
+        Ok(Self::from_parts(
+            Arc::new(storage),
+            Layout::contiguous(dims),
+        ))
     }
 
     /// All zeros.
@@ -330,10 +323,7 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
     /// assert_eq!(x.t().unwrap().to_vec().unwrap(), vec![1., 3., 2., 4.]);
     /// ```
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        match &*self.storage {
-            Storage::Cpu(_) | Storage::Pinned(_) => Ok(gather(self.storage.as_cpu(), &self.layout)),
-            Storage::Cuda(s) => cuda::download(s, &self.layout),
-        }
+        dispatch!(D, |be| be.download(be.buf(&self.storage), &self.layout))
     }
 
     /// The only element of a one-element tensor (a scalar, `[1]`, ...).
@@ -370,37 +360,18 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
                 self.layout.clone(),
             ));
         }
-        let storage = match (&*self.storage, D2::KIND) {
-            (Storage::Cpu(data), DeviceKind::Cuda(ord)) => {
-                let host = if self.layout.is_contiguous()
-                    && self.layout.offset() == 0
-                    && data.len() == self.numel()
-                {
-                    std::borrow::Cow::Borrowed(&data[..])
-                } else {
-                    std::borrow::Cow::Owned(gather(data, &self.layout))
-                };
-                Storage::Cuda(cuda::upload(ord, &host)?)
-            }
-            (Storage::Pinned(p), DeviceKind::Cuda(ord)) => {
-                let data = p.buffer();
-                if self.layout.is_contiguous() {
-                    // One DMA straight from the page-locked buffer.
-                    let start = self.layout.offset();
-                    let n = self.numel();
-                    Storage::Cuda(cuda::upload_pinned(ord, &data[start..start + n])?)
-                } else {
-                    Storage::Cuda(cuda::upload(ord, &gather(data, &self.layout))?)
-                }
-            }
-            (Storage::Cuda(s), DeviceKind::Cpu) => Storage::Cpu(cuda::download(s, &self.layout)?),
-            (Storage::Cuda(s), DeviceKind::Cuda(ord)) => {
-                Storage::Cuda(cuda::copy_to_ordinal(s, &self.layout, ord)?)
-            }
-            (Storage::Cpu(_) | Storage::Pinned(_), DeviceKind::Cpu) => {
-                unreachable!("same device handled above")
-            }
-        };
+        // The pair of backends decides how the elements cross (a page-locked
+        // host buffer, for one, goes to a GPU in one DMA).
+        let pinned = self.storage.is_pinned();
+        let storage = dispatch!(D, |src| {
+            let x = src.buf(&self.storage);
+            dispatch!(D2, |dst| dst.wrap(src.copy_to(
+                x,
+                &self.layout,
+                pinned,
+                dst
+            )?))
+        });
         Ok(Tensor::from_parts(
             Arc::new(storage),
             Layout::contiguous(self.shape()),
@@ -519,20 +490,5 @@ pub(crate) fn checked_numel(op: &str, dims: &[usize]) -> Result<usize> {
 /// A host buffer of `numel(dims)` elements filled by `fill(index)`; a size
 /// the host cannot allocate is an `Err`, not an abort.
 fn host_buffer<T: DType>(op: &str, dims: &[usize], fill: impl FnMut(usize) -> T) -> Result<Vec<T>> {
-    let n = checked_numel(op, dims)?;
-    let requested = n.saturating_mul(std::mem::size_of::<T>());
-    let mut data = Vec::new();
-    data.try_reserve_exact(n)
-        .map_err(|_| Error::HostOutOfMemory { requested })?;
-    data.extend((0..n).map(fill));
-    Ok(data)
-}
-
-/// The elements a layout selects from a host buffer, in row-major order.
-pub(crate) fn gather<T: Copy>(data: &[T], layout: &Layout) -> Vec<T> {
-    if layout.is_contiguous() {
-        let start = layout.offset();
-        return data[start..start + layout.numel()].to_vec();
-    }
-    layout.offsets().map(|i| data[i]).collect()
+    try_filled(checked_numel(op, dims)?, fill)
 }

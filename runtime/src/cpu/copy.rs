@@ -7,6 +7,17 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 
+/// A new buffer of `n` elements filled by `fill(index)`; a size the host
+/// cannot allocate is an `Err`, not an abort.
+pub(crate) fn try_filled<T>(n: usize, fill: impl FnMut(usize) -> T) -> Result<Vec<T>> {
+    let requested = n.saturating_mul(std::mem::size_of::<T>());
+    let mut data = Vec::new();
+    data.try_reserve_exact(n)
+        .map_err(|_| Error::HostOutOfMemory { requested })?;
+    data.extend((0..n).map(fill));
+    Ok(data)
+}
+
 /// A contiguous copy of the elements `l` selects.
 pub(crate) fn contiguous<T: DType>(x: &[T], l: &Layout) -> Vec<T> {
     if l.numel() == 0 {
@@ -17,6 +28,39 @@ pub(crate) fn contiguous<T: DType>(x: &[T], l: &Layout) -> Vec<T> {
         return x[start..start + l.numel()].to_vec();
     }
     map1(x, l, |v| v)
+}
+
+/// The elements a layout selects from a host buffer, in row-major order
+/// (what a download from the host is).
+pub(crate) fn gather<T: Copy>(data: &[T], layout: &Layout) -> Vec<T> {
+    if layout.is_contiguous() {
+        let start = layout.offset();
+        return data[start..start + layout.numel()].to_vec();
+    }
+    layout.offsets().map(|i| data[i]).collect()
+}
+
+/// Below this many bytes a host copy runs on the calling thread: waking
+/// other threads costs more than it saves.
+const PARALLEL_COPY_BYTES: usize = 1 << 20;
+
+/// `dst.copy_from_slice(src)` spread over the rayon pool for large
+/// buffers: one core cannot keep up with a PCIe 5 DMA engine, and a fresh
+/// destination's page faults are served on every core at once.
+pub(crate) fn parallel_copy<T: Copy + Send + Sync>(src: &[T], dst: &mut [T]) {
+    debug_assert_eq!(src.len(), dst.len());
+    let bytes = std::mem::size_of_val(src);
+    let threads = rayon::current_num_threads();
+    if bytes < 2 * PARALLEL_COPY_BYTES || threads < 2 {
+        dst.copy_from_slice(src);
+        return;
+    }
+    use rayon::prelude::*;
+    let pieces = (bytes / PARALLEL_COPY_BYTES).min(threads);
+    let per = src.len().div_ceil(pieces);
+    dst.par_chunks_mut(per)
+        .zip(src.par_chunks(per))
+        .for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 /// Writes the elements `ls` selects from `src` to the positions `ld`

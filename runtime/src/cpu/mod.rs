@@ -5,6 +5,7 @@ pub(crate) mod blocks;
 pub(crate) mod buffer;
 pub(crate) mod copy;
 pub(crate) mod elementwise;
+mod fused;
 pub(crate) mod matmul;
 pub(crate) mod reduce;
 pub(crate) mod scalar;
@@ -14,10 +15,11 @@ pub(crate) mod strided;
 pub(crate) mod typed;
 pub mod vmath;
 
-use crate::backend::{Backend, RowBlocks};
+use crate::backend::{Backend, CopyTo, RowBlocks};
 use crate::dtype::{DType, FloatDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
+use std::borrow::Cow;
 use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
 use typed::{slice, vec, with_float_type, with_int_type, with_num_type};
 
@@ -99,11 +101,59 @@ impl CpuBackend {
     }
 }
 
+/// Host to host: a row-major copy.
+impl CopyTo<CpuBackend> for CpuBackend {
+    fn copy_to<T: DType>(
+        &self,
+        x: &Vec<T>,
+        l: &Layout,
+        _pinned: bool,
+        dst: &CpuBackend,
+    ) -> Result<Vec<T>> {
+        dst.upload(Cow::Owned(copy::gather(x, l)))
+    }
+}
+
 impl Backend for CpuBackend {
     type Buf<T: DType> = Vec<T>;
 
     fn full<T: DType>(&self, n: usize, value: T) -> Result<Vec<T>> {
         Ok(vec![value; n])
+    }
+
+    fn filled<T: DType>(&self, n: usize, value: T) -> Result<Vec<T>> {
+        copy::try_filled(n, |_| value)
+    }
+
+    fn upload<T: DType>(&self, data: Cow<'_, [T]>) -> Result<Vec<T>> {
+        Ok(data.into_owned())
+    }
+
+    fn download<T: DType>(&self, x: &Vec<T>, l: &Layout) -> Result<Vec<T>> {
+        Ok(copy::gather(x, l))
+    }
+
+    fn download_into<T: DType>(
+        &self,
+        x: &Vec<T>,
+        l: &Layout,
+        dst: &mut [T],
+        _pinned: bool,
+    ) -> Result<()> {
+        let ld = Layout::contiguous(l.dims());
+        strided::check_extent("copy_into", l, x.len())?;
+        strided::check_extent("copy_into", &ld, dst.len())?;
+        copy::copy_into(x, l, dst, &ld);
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        // Operations on the host finish before they return.
+        Ok(())
+    }
+
+    fn free_memory(&self) -> Result<Option<usize>> {
+        Ok(None)
     }
 
     fn alloc<T: DType>(&self, n: usize) -> Result<Vec<T>> {

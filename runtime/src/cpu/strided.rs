@@ -264,9 +264,9 @@ pub(crate) unsafe fn as_slots<O>(out: &mut [O]) -> &mut [MaybeUninit<O>] {
 
 /// Checks that a view stays inside a buffer of `len` elements (layouts are
 /// built internally; this keeps every index in bounds even if one is not).
-pub(crate) fn check_extent(op: &str, l: &Layout, len: usize) -> crate::Result<()> {
+pub(crate) fn check_extent(op: &str, l: &Layout, len: usize) -> crate::error::Result<()> {
     if l.storage_extent() > len {
-        return Err(crate::Error::Index(format!(
+        return Err(crate::error::Error::Index(format!(
             "{op}: internal view {:?} (strides {:?}, offset {}) reaches past a buffer of {len} elements",
             l.dims(),
             l.strides(),

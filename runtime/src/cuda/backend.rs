@@ -6,15 +6,16 @@
 //! illegal memory access inside a kernel.
 
 use super::alloc::CudaStorage;
-use super::blas::{self, Epilogue};
 use super::context::{context, Context};
 use super::error::driver;
-use super::launch::Builtin;
+use super::handles::Epilogue;
+use super::modules::Builtin;
 use crate::backend::{Backend, RowBlocks};
 use crate::dtype::{DType, FloatDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use cudarc::driver::{result, sys};
+use std::borrow::Cow;
 use std::sync::Arc;
 use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
 
@@ -76,9 +77,8 @@ impl CudaBackend {
         &self.ctx
     }
 
-    /// `relu(alpha * a @ b + beta * bias)` in one cuBLASLt call when the
-    /// bias is one value per output column (a linear layer), else a
-    /// product followed by a ReLU kernel. Layouts as in `Backend::matmul`.
+    /// [`Backend::matmul_relu`] with a bias, the form a linear layer has.
+    #[cfg(test)]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn addmm_relu<T: FloatDType>(
         &self,
@@ -90,11 +90,7 @@ impl CudaBackend {
         alpha: T,
         beta: T,
     ) -> Result<CudaStorage<T>> {
-        self.ctx.bind()?;
-        check_extent("addmm_relu", "bias", bias.0, bias.1)?;
-        check_extent("addmm_relu", "mat1", a, la)?;
-        check_extent("addmm_relu", "mat2", b, lb)?;
-        blas::matmul(self, a, la, b, lb, Some(bias), alpha, beta, Epilogue::Relu)
+        self.matmul_relu(a, la, b, lb, Some(bias), alpha, beta)
     }
 
     /// `x + value * t1 * t2` (equal dims) in one kernel that rounds once,
@@ -281,6 +277,39 @@ impl Backend for CudaBackend {
             )?;
         }
         Ok(out)
+    }
+
+    fn filled<T: DType>(&self, n: usize, value: T) -> Result<CudaStorage<T>> {
+        // Filled where it lives: nothing crosses the bus.
+        self.full(n, value)
+    }
+
+    fn upload<T: DType>(&self, data: Cow<'_, [T]>) -> Result<CudaStorage<T>> {
+        self.upload_host(&data)
+    }
+
+    fn download<T: DType>(&self, x: &CudaStorage<T>, l: &Layout) -> Result<Vec<T>> {
+        self.download_host(x, l)
+    }
+
+    fn download_into<T: DType>(
+        &self,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        dst: &mut [T],
+        pinned: bool,
+    ) -> Result<()> {
+        self.download_host_into(x, l, dst, pinned)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.ctx.sync("synchronize")
+    }
+
+    fn free_memory(&self) -> Result<Option<usize>> {
+        // Blocks the caching allocator holds unused are free for tensors.
+        let (free, _) = self.ctx.mem_info()?;
+        Ok(Some(free + self.ctx.memory_stats().cached_bytes))
     }
 
     fn alloc<T: DType>(&self, n: usize) -> Result<CudaStorage<T>> {
@@ -568,6 +597,27 @@ impl Backend for CudaBackend {
         if let Some((bs, bl)) = bias {
             check_extent("addmm", "bias", bs, bl)?;
         }
-        blas::matmul(self, a, la, b, lb, bias, alpha, beta, Epilogue::None)
+        self.gemm(a, la, b, lb, bias, alpha, beta, Epilogue::None)
+    }
+
+    /// In one cuBLASLt call when the bias is one value per output column
+    /// (a linear layer), else a product followed by a ReLU kernel.
+    fn matmul_relu<T: FloatDType>(
+        &self,
+        a: &CudaStorage<T>,
+        la: &Layout,
+        b: &CudaStorage<T>,
+        lb: &Layout,
+        bias: Option<(&CudaStorage<T>, &Layout)>,
+        alpha: T,
+        beta: T,
+    ) -> Result<CudaStorage<T>> {
+        self.ctx.bind()?;
+        if let Some((bs, bl)) = bias {
+            check_extent("addmm_relu", "bias", bs, bl)?;
+        }
+        check_extent("addmm_relu", "mat1", a, la)?;
+        check_extent("addmm_relu", "mat2", b, lb)?;
+        self.gemm(a, la, b, lb, bias, alpha, beta, Epilogue::Relu)
     }
 }

@@ -19,11 +19,12 @@
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
-use super::context::{lock, Context};
-use super::error::{cublas, driver, guard, unavailable};
-use super::lt::{self as ltm, Addend, Plans, Product, WORKSPACE_BYTES};
+use super::context::Context;
+use super::error::{cublas, driver, guard, lock, unavailable};
+use super::handles::{Blas, Epilogue, Plans, WORKSPACE_BYTES};
+use super::lt::{self as ltm, Addend, Operand, Product, Scale};
 use crate::backend::Backend;
-use crate::dtype::{DType, FloatDType};
+use crate::dtype::FloatDType;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use cudarc::cublas::sys as cb;
@@ -63,98 +64,64 @@ pub fn allow_tf32() -> bool {
     ALLOW_TF32.load(Ordering::Relaxed)
 }
 
-/// What is applied to the product before it is stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Epilogue {
-    /// Nothing.
-    None,
-    /// `max(x, 0)`.
-    Relu,
-}
-
-/// The cuBLAS handles of one context and their shared workspace.
-pub(crate) struct Blas {
-    handle: cb::cublasHandle_t,
-    /// `None` when libcublasLt cannot be loaded: products then go through
-    /// cuBLAS alone.
-    lt: Option<lt::cublasLtHandle_t>,
-    pub(crate) workspace: u64,
-    /// Held while a product is queued. One product may queue several
-    /// kernels that pass data through the shared workspace (split-K
-    /// partial sums, then their reduction); queued from two threads at
-    /// once, the kernels of two products could interleave on the stream
-    /// and one product's reduction read the other's partial sums.
-    pub(crate) queue: Mutex<()>,
-    /// cuBLASLt plans by shape.
-    pub(crate) plans: Plans,
-}
-
-// SAFETY: the handles are bound to one stream and used from any thread
-// with the context current; products are queued one at a time (`queue`)
-// and the device runs them in stream order, so the workspace is never
-// used by two products at once.
-unsafe impl Send for Blas {}
-unsafe impl Sync for Blas {}
-
-impl Blas {
-    fn create(ctx: &Context) -> Result<Blas> {
-        // cudarc panics when a library is missing: probe first.
-        // SAFETY: only opens the library.
-        if !unsafe { cb::is_culib_present() } {
-            return Err(unavailable(
-                "cuBLAS (libcublas.so) was not found; matrix products on the GPU need it: \
-                 install the CUDA toolkit's cuBLAS or add its folder to LD_LIBRARY_PATH",
-            ));
-        }
-        guard("loading cuBLAS", || {
-            // SAFETY: plain allocation in the current context, kept for the
-            // life of the process.
-            let workspace = match unsafe { result::malloc_sync(WORKSPACE_BYTES) } {
-                Ok(p) => p,
-                Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
-                    let (free, total) = ctx.mem_info()?;
-                    return Err(Error::OutOfMemory {
-                        requested: WORKSPACE_BYTES,
-                        free,
-                        total,
-                    });
-                }
-                Err(e) => return Err(driver("cuMemAlloc (cuBLAS workspace)", e)),
-            };
-            let handle = cudarc::cublas::result::create_handle()
-                .map_err(|e| cublas("cublasCreate", e.0, String::new()))?;
-            // SAFETY: the handle was just created; the stream and the
-            // workspace live as long as the context.
-            unsafe {
-                cudarc::cublas::result::set_stream(handle, ctx.stream as cb::cudaStream_t)
-                    .map_err(|e| cublas("cublasSetStream", e.0, String::new()))?;
-                cb::cublasSetWorkspace_v2(handle, workspace as *mut c_void, WORKSPACE_BYTES)
-                    .result()
-                    .map_err(|e| cublas("cublasSetWorkspace", e.0, String::new()))?;
-                // Exact f32 unless the compute type asks for TF32.
-                cb::cublasSetMathMode(handle, cb::cublasMath_t::CUBLAS_DEFAULT_MATH)
-                    .result()
-                    .map_err(|e| cublas("cublasSetMathMode", e.0, String::new()))?;
-            }
-            // SAFETY: only opens the library.
-            let lt = if unsafe { lt::is_culib_present() } {
-                guard("loading cuBLASLt", || {
-                    cudarc::cublaslt::result::create_handle()
-                        .map_err(|e| cublas("cublasLtCreate", e.0, String::new()))
-                })
-                .ok()
-            } else {
-                None
-            };
-            Ok(Blas {
-                handle,
-                lt,
-                workspace,
-                queue: Mutex::new(()),
-                plans: Plans::default(),
-            })
-        })
+/// The cuBLAS handles of `ctx`, with cuBLASLt when it loads.
+fn create_blas(ctx: &Context) -> Result<Blas> {
+    // cudarc panics when a library is missing: probe first.
+    // SAFETY: only opens the library.
+    if !unsafe { cb::is_culib_present() } {
+        return Err(unavailable(
+            "cuBLAS (libcublas.so) was not found; matrix products on the GPU need it: \
+             install the CUDA toolkit's cuBLAS or add its folder to LD_LIBRARY_PATH",
+        ));
     }
+    guard("loading cuBLAS", || {
+        // SAFETY: plain allocation in the current context, kept for the
+        // life of the process.
+        let workspace = match unsafe { result::malloc_sync(WORKSPACE_BYTES) } {
+            Ok(p) => p,
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                let (free, total) = ctx.mem_info()?;
+                return Err(Error::OutOfMemory {
+                    requested: WORKSPACE_BYTES,
+                    free,
+                    total,
+                });
+            }
+            Err(e) => return Err(driver("cuMemAlloc (cuBLAS workspace)", e)),
+        };
+        let handle = cudarc::cublas::result::create_handle()
+            .map_err(|e| cublas("cublasCreate", e.0, String::new()))?;
+        // SAFETY: the handle was just created; the stream and the
+        // workspace live as long as the context.
+        unsafe {
+            cudarc::cublas::result::set_stream(handle, ctx.stream as cb::cudaStream_t)
+                .map_err(|e| cublas("cublasSetStream", e.0, String::new()))?;
+            cb::cublasSetWorkspace_v2(handle, workspace as *mut c_void, WORKSPACE_BYTES)
+                .result()
+                .map_err(|e| cublas("cublasSetWorkspace", e.0, String::new()))?;
+            // Exact f32 unless the compute type asks for TF32.
+            cb::cublasSetMathMode(handle, cb::cublasMath_t::CUBLAS_DEFAULT_MATH)
+                .result()
+                .map_err(|e| cublas("cublasSetMathMode", e.0, String::new()))?;
+        }
+        // SAFETY: only opens the library.
+        let lt = if unsafe { lt::is_culib_present() } {
+            guard("loading cuBLASLt", || {
+                cudarc::cublaslt::result::create_handle()
+                    .map_err(|e| cublas("cublasLtCreate", e.0, String::new()))
+            })
+            .ok()
+        } else {
+            None
+        };
+        Ok(Blas {
+            handle,
+            lt,
+            workspace,
+            queue: Mutex::new(()),
+            plans: Plans::default(),
+        })
+    })
 }
 
 impl Context {
@@ -165,22 +132,10 @@ impl Context {
         if let Some(b) = &*slot {
             return Ok(b.clone());
         }
-        let b = Arc::new(Blas::create(self)?);
+        let b = Arc::new(create_blas(self)?);
         *slot = Some(b.clone());
         Ok(b)
     }
-}
-
-/// How cuBLAS reads one operand of `C = A B`: the device address of its
-/// first matrix, whether to transpose, its leading dimension and the
-/// distance between batch matrices.
-pub(crate) struct Operand<T: DType> {
-    pub(crate) ptr: u64,
-    pub(crate) trans: bool,
-    pub(crate) ld: usize,
-    pub(crate) batch_stride: usize,
-    /// The contiguous copy, when the view could not be read in place.
-    _copy: Option<CudaStorage<T>>,
 }
 
 /// How a `rows x cols` matrix with strides `(sr, sc)` is read as the
@@ -241,30 +196,6 @@ fn op(trans: bool) -> cb::cublasOperation_t {
     }
 }
 
-/// Alpha and beta in the scale type of the product (f64 for f64, f32
-/// otherwise), as bytes that outlive the call.
-pub(crate) enum Scale {
-    F32(f32, f32),
-    F64(f64, f64),
-}
-
-impl Scale {
-    pub(crate) fn new<T: DType>(alpha: T, beta: T) -> Scale {
-        if T::KIND == DTypeKind::F64 {
-            Scale::F64(alpha.to_f64(), beta.to_f64())
-        } else {
-            Scale::F32(alpha.to_f64() as f32, beta.to_f64() as f32)
-        }
-    }
-
-    pub(crate) fn ptrs(&self) -> (*const c_void, *const c_void) {
-        match self {
-            Scale::F32(a, b) => (a as *const f32 as _, b as *const f32 as _),
-            Scale::F64(a, b) => (a as *const f64 as _, b as *const f64 as _),
-        }
-    }
-}
-
 fn data_type(t: DTypeKind) -> cb::cudaDataType {
     match t {
         DTypeKind::F32 => cb::cudaDataType::CUDA_R_32F,
@@ -305,10 +236,29 @@ fn describe(la: &Layout, lb: &Layout, t: DTypeKind) -> String {
     )
 }
 
+impl CudaBackend {
+    /// Batched `epilogue(alpha * a @ b + beta * bias)`, the products of
+    /// `Backend::matmul` and `Backend::matmul_relu`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gemm<T: FloatDType>(
+        &self,
+        a: &CudaStorage<T>,
+        la: &Layout,
+        b: &CudaStorage<T>,
+        lb: &Layout,
+        bias: Option<(&CudaStorage<T>, &Layout)>,
+        alpha: T,
+        beta: T,
+        epilogue: Epilogue,
+    ) -> Result<CudaStorage<T>> {
+        matmul(self, a, la, b, lb, bias, alpha, beta, epilogue)
+    }
+}
+
 /// Batched `epilogue(alpha * a @ b + beta * bias)`; see
 /// `Backend::matmul` for the layouts.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn matmul<T: FloatDType>(
+fn matmul<T: FloatDType>(
     be: &CudaBackend,
     a: &CudaStorage<T>,
     la: &Layout,

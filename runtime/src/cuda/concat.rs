@@ -4,8 +4,8 @@
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
-use super::grid::{grid, GridRule};
-use super::launch::{Builtin, ModuleKey};
+use super::grid::grid;
+use super::modules::{Builtin, GridRule, ModuleKey};
 use crate::backend::RowBlocks;
 use crate::dtype::DType;
 use crate::error::Result;

@@ -5,15 +5,16 @@
 //! it is queued, so a block freed by one operation can be handed to the
 //! next without waiting for the device.
 
-use super::alloc::CachingAllocator;
-use super::blas::Blas;
+pub(crate) use super::error::lock;
 use super::error::{driver, guard, unavailable};
-use super::launch::ModuleCache;
-use super::transfer::Staging;
+use super::handles::Blas;
+use super::modules::ModuleCache;
+use super::pool::CachingAllocator;
+use super::staging::Staging;
 use crate::error::{Error, Result};
 use cudarc::driver::{result, sys};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The driver state of one device: its context, its stream and what is
 /// cached for it (memory blocks, pinned staging buffers, PTX modules,
@@ -46,12 +47,6 @@ impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "cuda:{} ({})", self.ordinal, self.name)
     }
-}
-
-/// Locks a mutex, recovering the data if a thread panicked while holding
-/// it: every critical section here leaves its state consistent.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Loads the driver library and initialises it once per process; returns

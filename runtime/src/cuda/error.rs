@@ -8,6 +8,7 @@
 use crate::error::Error;
 use cudarc::driver::result::DriverError;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, MutexGuard};
 
 /// `Error::Driver` for a failed driver call made while doing `op`.
 pub(crate) fn driver(op: &str, e: DriverError) -> Error {
@@ -59,6 +60,12 @@ pub(crate) fn guard<R>(what: &str, f: impl FnOnce() -> Result<R, Error>) -> Resu
             Err(unavailable(format!("{what}: {msg}")))
         }
     }
+}
+
+/// Locks a mutex, recovering the data if a thread panicked while holding
+/// it: every critical section here leaves its state consistent.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

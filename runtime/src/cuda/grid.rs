@@ -9,23 +9,11 @@
 //! large contiguous launch times the [`GRID_RULES`] once per kernel and
 //! size class and keeps the fastest ([`set_elementwise_autotune`]).
 
-use super::context::{lock, Context};
-use super::launch::{ModuleKey, BLOCK};
+use super::context::Context;
+use super::error::lock;
+use super::modules::{GridRule, ModuleKey, BLOCK};
 use super::tune::{fastest, Switch, Timing};
 use crate::error::Result;
-
-/// How a grid-stride launch sizes its grid.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum GridRule {
-    /// At least two steps a thread and at most 128 blocks a
-    /// multiprocessor: at most 32 left 2^28-element kernels at 92-94% of
-    /// copy bandwidth and 128 reach 96-98% (the hardware balances many
-    /// short blocks better than a few long ones), but 128 at 2^24 leave
-    /// threads without a step (76-89% there).
-    Capped,
-    /// This many steps a thread, however many blocks that takes.
-    Steps(usize),
-}
 
 /// The rules a tuned launch chooses from; the first is the default.
 pub(crate) const GRID_RULES: [GridRule; 3] =

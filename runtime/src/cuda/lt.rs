@@ -13,21 +13,18 @@
 //!
 //! The plans of a context live as long as its cuBLAS handles.
 
-use super::blas::{Blas, Epilogue, Operand, Scale};
-use super::context::{lock, Context};
-use super::error::cublas;
+use super::alloc::CudaStorage;
+use super::context::Context;
+use super::error::{cublas, lock};
+use super::handles::{AddendForm, Blas, Descriptors, Epilogue, Plan, PlanKey, WORKSPACE_BYTES};
 use super::tune::{fastest, Switch, Timing};
 use crate::dtype::DType;
 use crate::error::Result;
 use cudarc::cublaslt::result as ltr;
 use cudarc::cublaslt::sys as lt;
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tensorfn_core::DTypeKind;
-
-/// Bytes of the workspace cuBLAS and cuBLASLt share in each context.
-pub(crate) const WORKSPACE_BYTES: usize = 32 << 20;
 
 /// How many of cuBLASLt's heuristic candidates are timed for a new shape.
 const CANDIDATES: usize = 8;
@@ -103,14 +100,6 @@ pub(crate) enum Addend {
     Matrix { ptr: u64, ld: usize },
 }
 
-/// The form of an [`Addend`], without its address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum AddendForm {
-    Nothing,
-    Columns,
-    Matrix { ld: usize },
-}
-
 impl Addend {
     fn form(self) -> AddendForm {
         match self {
@@ -155,75 +144,6 @@ fn alignment(ptr: u64) -> u32 {
     1 << ptr.trailing_zeros().min(8)
 }
 
-/// Everything a plan depends on; addresses only through their alignment.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct PlanKey {
-    dtype: DTypeKind,
-    tf32: bool,
-    /// Transposes of `a` and `b` (row-major view).
-    trans: (bool, bool),
-    /// `(batch, m, k, n)`.
-    dims: (usize, usize, usize, usize),
-    /// Leading dimensions of `a` and `b`.
-    ld: (usize, usize),
-    /// Batch strides of `a` and `b` (0: broadcast over the batch).
-    batch_stride: (usize, usize),
-    addend: AddendForm,
-    epilogue: Epilogue,
-    /// Alignments of `a`, `b`, C and D.
-    align: [u32; 4],
-}
-
-/// The plans of one context, by key; `None` where cuBLASLt offers no
-/// algorithm (the caller then uses cuBLAS).
-#[derive(Default)]
-pub(crate) struct Plans(Mutex<HashMap<PlanKey, Option<Arc<Plan>>>>);
-
-impl Plans {
-    /// How many shapes have a plan (or are known to have none).
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        lock(&self.0).len()
-    }
-}
-
-/// The descriptors and algorithm of one kind of product.
-pub(crate) struct Plan {
-    desc: Descriptors,
-    algo: lt::cublasLtMatmulAlgo_t,
-}
-
-// SAFETY: the descriptors are host objects only read by cuBLASLt calls;
-// the one attribute written after creation (the bias address) is written
-// while the context's queue lock is held, as is every use.
-unsafe impl Send for Plan {}
-unsafe impl Sync for Plan {}
-
-/// cuBLASLt descriptors, destroyed on every exit path.
-struct Descriptors {
-    matmul: lt::cublasLtMatmulDesc_t,
-    /// Stored A (our `b`), stored B (our `a`), C, D.
-    layouts: Vec<lt::cublasLtMatrixLayout_t>,
-    pref: lt::cublasLtMatmulPreference_t,
-}
-
-impl Drop for Descriptors {
-    fn drop(&mut self) {
-        // SAFETY: each descriptor was created once and is destroyed once.
-        unsafe {
-            for &l in &self.layouts {
-                let _ = ltr::destroy_matrix_layout(l);
-            }
-            if !self.matmul.is_null() {
-                let _ = ltr::destroy_matmul_desc(self.matmul);
-            }
-            if !self.pref.is_null() {
-                let _ = ltr::destroy_matmul_pref(self.pref);
-            }
-        }
-    }
-}
-
 fn data_type(t: DTypeKind) -> lt::cudaDataType {
     match t {
         DTypeKind::F32 => lt::cudaDataType::CUDA_R_32F,
@@ -244,6 +164,42 @@ fn compute_type(t: DTypeKind, tf32: bool) -> (lt::cublasComputeType_t, lt::cudaD
         ),
         // f16 and bf16 accumulate in f32 too.
         _ => (C::CUBLAS_COMPUTE_32F, lt::cudaDataType::CUDA_R_32F),
+    }
+}
+
+/// How cuBLAS reads one operand of `C = A B`: the device address of its
+/// first matrix, whether to transpose, its leading dimension and the
+/// distance between batch matrices.
+pub(crate) struct Operand<T: DType> {
+    pub(crate) ptr: u64,
+    pub(crate) trans: bool,
+    pub(crate) ld: usize,
+    pub(crate) batch_stride: usize,
+    /// The contiguous copy, when the view could not be read in place.
+    pub(crate) _copy: Option<CudaStorage<T>>,
+}
+
+/// Alpha and beta in the scale type of the product (f64 for f64, f32
+/// otherwise), as bytes that outlive the call.
+pub(crate) enum Scale {
+    F32(f32, f32),
+    F64(f64, f64),
+}
+
+impl Scale {
+    pub(crate) fn new<T: DType>(alpha: T, beta: T) -> Scale {
+        if T::KIND == DTypeKind::F64 {
+            Scale::F64(alpha.to_f64(), beta.to_f64())
+        } else {
+            Scale::F32(alpha.to_f64() as f32, beta.to_f64() as f32)
+        }
+    }
+
+    pub(crate) fn ptrs(&self) -> (*const c_void, *const c_void) {
+        match self {
+            Scale::F32(a, b) => (a as *const f32 as _, b as *const f32 as _),
+            Scale::F64(a, b) => (a as *const f64 as _, b as *const f64 as _),
+        }
     }
 }
 

@@ -3,22 +3,27 @@
 //!
 //! - `context`: one context and stream per ordinal, created lazily; a
 //!   missing driver, device or ordinal is `Error::CudaUnavailable`.
+//! - `pool`, `staging`, `modules`, `handles`: what a context keeps (the
+//!   allocator's books, pinned staging buffers, loaded PTX modules, cuBLAS
+//!   handles and cuBLASLt plans). They import no context, so the code
+//!   that uses a context sits above them without an import circle.
 //! - `alloc`: the caching allocator behind `CudaStorage`.
 //! - `transfer`: host/device copies, direct from and into pinned host
-//!   tensors, else through pinned staging buffers.
+//!   tensors, else through pinned staging buffers; the `CopyTo`
+//!   implementations that touch a GPU.
 //! - `pinned`: page-locked host buffers behind pinned CPU tensors.
 //! - `launch`: PTX modules (built-in and `tensor_fn!`-generated) and launches.
 //! - `blas`: cuBLAS matrix products, and the choice between cuBLAS and cuBLASLt.
 //! - `lt`: cuBLASLt products, planned and autotuned once per shape.
 //! - `backend`: the `Backend` primitives.
-//! - `error`: driver and cuBLAS statuses as `Error`s.
+//! - `error`: driver and cuBLAS statuses as `Error`s, and locks that
+//!   survive a panic.
 //! - `event`: driver events, for ordering streams and timing on the device.
 //! - `tune`: timing candidate ways to run the same work (cuBLASLt
 //!   algorithms, elementwise grids) and keeping the fastest.
 //! - `grid`: grid sizes of grid-stride kernels, tuned per kernel.
-//! - `addmm_relu`: the fused linear-layer entry point for `tensor_fn!`.
+//! - `fused`: launches of the elementwise kernels `tensor_fn!` generates.
 
-mod addmm_relu;
 mod alloc;
 mod backend;
 mod blas;
@@ -26,18 +31,22 @@ mod concat;
 mod context;
 mod error;
 mod event;
+mod fused;
 mod grid;
+mod handles;
 mod launch;
 mod lt;
+mod modules;
 mod overlap;
 mod pinned;
+mod pool;
+mod staging;
 mod transfer;
 mod tune;
 
 #[cfg(test)]
 mod tests;
 
-use crate::device::{Device, DeviceKind};
 use crate::error::Result;
 
 pub use alloc::CudaMemoryStats;
@@ -46,13 +55,10 @@ pub(crate) use backend::CudaBackend;
 pub use blas::{allow_tf32, set_allow_tf32};
 pub use context::cuda_device_count;
 pub use grid::{elementwise_autotune, set_elementwise_autotune};
-pub(crate) use launch::launch_fused;
 pub use lt::{matmul_autotune, set_matmul_autotune};
 pub(crate) use overlap::Overlap;
 pub(crate) use pinned::PinnedVec;
-pub(crate) use transfer::{
-    contiguous_ptr, copy_to_ordinal, download, download_into, parallel_copy, upload, upload_pinned,
-};
+pub(crate) use transfer::contiguous_ptr;
 
 /// Memory held by the caching allocator of cuda:`ordinal` (creating its
 /// context if needed).
@@ -111,29 +117,4 @@ pub fn cuda_empty_cache(ordinal: usize) -> Result<()> {
 /// ```
 pub fn cuda_reserve(ordinal: usize, bytes: usize) -> Result<()> {
     context::context(ordinal)?.reserve(bytes)
-}
-
-/// `(free, total)` bytes of cuda:`ordinal` as the driver reports them
-/// (blocks cached by the allocator count as used).
-pub(crate) fn mem_info(ordinal: usize) -> Result<(usize, usize)> {
-    context::context(ordinal)?.mem_info()
-}
-
-/// Waits until device `D` has finished all work queued so far, like
-/// `torch.cuda.synchronize()`; an error of an earlier kernel surfaces here.
-/// `Ok` at once on the CPU, whose operations finish before they return.
-///
-/// ```
-/// use tensorfn_runtime::{synchronize, Cpu, Cuda, Tensor, shape};
-/// synchronize::<Cpu>().unwrap();
-/// if let Ok(x) = Tensor::<Cuda, f32, shape![1024]>::ones() {
-///     let _y = x.exp().unwrap(); // queued
-///     synchronize::<Cuda>().unwrap(); // done
-/// }
-/// ```
-pub fn synchronize<D: Device>() -> Result<()> {
-    match D::KIND {
-        DeviceKind::Cpu => Ok(()),
-        DeviceKind::Cuda(ord) => context::context(ord)?.sync("synchronize"),
-    }
 }

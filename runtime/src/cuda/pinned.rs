@@ -9,6 +9,7 @@
 
 use super::context::{context, Context};
 use super::error::driver;
+use crate::cpu::copy::parallel_copy;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use cudarc::driver::sys;
@@ -106,7 +107,7 @@ impl<T: DType> PinnedVec<T> {
     /// A pinned copy of `values`.
     pub(crate) fn from_slice(values: &[T]) -> Result<PinnedVec<T>> {
         let mut p = PinnedVec::filled(values.len(), T::zero())?;
-        super::transfer::parallel_copy(values, p.as_mut_slice());
+        parallel_copy(values, p.as_mut_slice());
         Ok(p)
     }
 

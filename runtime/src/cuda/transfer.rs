@@ -9,68 +9,19 @@
 //! chunk before handing the data over.
 
 use super::alloc::CudaStorage;
-use super::context::{context, lock, Context};
-use super::error::driver;
-use crate::backend::Backend;
+use super::backend::CudaBackend;
+use super::context::Context;
+use super::error::{driver, lock};
+use super::staging::{Staging, HALF_BYTES};
+use crate::backend::{Backend, CopyTo};
+use crate::cpu::copy::{gather, parallel_copy};
+use crate::cpu::CpuBackend;
 use crate::dtype::{DType, DTypeKind};
 use crate::error::Result;
 use crate::layout::Layout;
-use cudarc::driver::{result, sys};
+use cudarc::driver::result;
+use std::borrow::Cow;
 use std::sync::Arc;
-
-/// Bytes in each pinned half.
-const HALF_BYTES: usize = 8 << 20;
-
-/// Two pinned host buffers and the events that guard them.
-pub(crate) struct Staging {
-    halves: [*mut u8; 2],
-    events: [sys::CUevent; 2],
-    /// Whether the event of a half has been recorded at least once.
-    used: [bool; 2],
-}
-
-// SAFETY: the buffers and events are only touched under the context's
-// staging mutex.
-unsafe impl Send for Staging {}
-
-impl Staging {
-    fn create() -> Result<Staging> {
-        let mut halves = [std::ptr::null_mut(); 2];
-        let mut events = [std::ptr::null_mut(); 2];
-        for i in 0..2 {
-            // SAFETY: plain pinned allocation; freed never (cached for the
-            // life of the context).
-            halves[i] = unsafe { result::malloc_host(HALF_BYTES, 0) }
-                .map_err(|e| driver("cuMemHostAlloc (pinned staging buffer)", e))?
-                as *mut u8;
-            events[i] = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-                .map_err(|e| driver("cuEventCreate", e))?;
-        }
-        Ok(Staging {
-            halves,
-            events,
-            used: [false; 2],
-        })
-    }
-
-    /// Waits until the device no longer reads or writes half `h`.
-    fn wait(&mut self, h: usize) -> Result<()> {
-        if self.used[h] {
-            // SAFETY: the event was created in this context.
-            unsafe { result::event::synchronize(self.events[h]) }
-                .map_err(|e| driver("cuEventSynchronize (staging buffer)", e))?;
-        }
-        Ok(())
-    }
-
-    fn record(&mut self, h: usize, stream: sys::CUstream) -> Result<()> {
-        // SAFETY: event and stream belong to the current context.
-        unsafe { result::event::record(self.events[h], stream) }
-            .map_err(|e| driver("cuEventRecord", e))?;
-        self.used[h] = true;
-        Ok(())
-    }
-}
 
 /// The raw bytes of a slice of dtype values (every dtype is plain data
 /// without padding).
@@ -150,35 +101,6 @@ impl Context {
     }
 }
 
-/// Below this many bytes a host copy runs on the calling thread: waking
-/// other threads costs more than it saves.
-const PARALLEL_COPY_BYTES: usize = 1 << 20;
-
-/// `dst.copy_from_slice(src)` spread over the rayon pool for large
-/// buffers: one core cannot keep up with a PCIe 5 DMA engine, and a fresh
-/// destination's page faults are served on every core at once.
-pub(crate) fn parallel_copy<T: Copy + Send + Sync>(src: &[T], dst: &mut [T]) {
-    debug_assert_eq!(src.len(), dst.len());
-    let bytes = std::mem::size_of_val(src);
-    let threads = rayon::current_num_threads();
-    if bytes < 2 * PARALLEL_COPY_BYTES || threads < 2 {
-        dst.copy_from_slice(src);
-        return;
-    }
-    use rayon::prelude::*;
-    let pieces = (bytes / PARALLEL_COPY_BYTES).min(threads);
-    let per = src.len().div_ceil(pieces);
-    dst.par_chunks_mut(per)
-        .zip(src.par_chunks(per))
-        .for_each(|(d, s)| d.copy_from_slice(s));
-}
-
-/// Copies a row-major host buffer to cuda:`ord`.
-pub(crate) fn upload<T: DType>(ord: usize, data: &[T]) -> Result<CudaStorage<T>> {
-    let ctx = context(ord)?;
-    upload_to(&ctx, data)
-}
-
 /// Copies a host buffer into new storage of `ctx`.
 pub(crate) fn upload_to<T: DType>(ctx: &Arc<Context>, data: &[T]) -> Result<CudaStorage<T>> {
     let storage = ctx.storage::<T>(data.len())?;
@@ -198,7 +120,7 @@ pub(crate) fn contiguous_ptr<T: DType>(
     if layout.is_contiguous() {
         return Ok((s.ptr_at(layout.offset()), None));
     }
-    let backend = super::backend::CudaBackend::on(s.context().clone());
+    let backend = CudaBackend::on(s.context().clone());
     let copy = backend.contiguous(s, layout)?;
     Ok((copy.device_ptr(), Some(copy)))
 }
@@ -224,11 +146,10 @@ pub(crate) fn download<T: DType>(s: &CudaStorage<T>, layout: &Layout) -> Result<
     Ok(out)
 }
 
-/// Copies page-locked host memory to new storage on cuda:`ord` with one
-/// DMA and no staging copy. Returns once the copy is done, so the caller
-/// may write to or free `data` right away.
-pub(crate) fn upload_pinned<T: DType>(ord: usize, data: &[T]) -> Result<CudaStorage<T>> {
-    let ctx = context(ord)?;
+/// Copies page-locked host memory to new storage of `ctx` with one DMA
+/// and no staging copy. Returns once the copy is done, so the caller may
+/// write to or free `data` right away.
+fn upload_pinned<T: DType>(ctx: &Arc<Context>, data: &[T]) -> Result<CudaStorage<T>> {
     let storage = ctx.storage::<T>(data.len())?;
     if !data.is_empty() {
         // SAFETY: the storage has room for `data`; `data` is page-locked
@@ -244,7 +165,7 @@ pub(crate) fn upload_pinned<T: DType>(ord: usize, data: &[T]) -> Result<CudaStor
 /// `layout.numel()` long). `pinned` says `dst` is page-locked: the DMA
 /// engine then writes it directly; otherwise the bytes go through the
 /// staging buffers. Returns once `dst` holds the data.
-pub(crate) fn download_into<T: DType>(
+fn download_into<T: DType>(
     s: &CudaStorage<T>,
     layout: &Layout,
     dst: &mut [T],
@@ -295,14 +216,15 @@ fn bools_from_bytes<T: DType>(bytes: &[u8]) -> Vec<T> {
         .collect()
 }
 
-/// Copies the elements a layout selects to another ordinal, contiguous.
-pub(crate) fn copy_to_ordinal<T: DType>(
+/// Copies the elements a layout selects to the device of `dst` (the same
+/// one or another), contiguous.
+fn copy_to_context<T: DType>(
     s: &CudaStorage<T>,
     layout: &Layout,
-    ord: usize,
+    dst: &Arc<Context>,
 ) -> Result<CudaStorage<T>> {
     let src = s.context().clone();
-    let dst = context(ord)?;
+    let dst = dst.clone();
     src.bind()?;
     let (ptr, _copy) = contiguous_ptr(s, layout)?;
     let bytes = layout.numel() * std::mem::size_of::<T>();
@@ -331,6 +253,89 @@ pub(crate) fn copy_to_ordinal<T: DType>(
         dst.sync("copying between GPUs")?;
     }
     Ok(out)
+}
+
+impl CudaBackend {
+    /// Copies row-major host values to new storage on this device.
+    pub(crate) fn upload_host<T: DType>(&self, data: &[T]) -> Result<CudaStorage<T>> {
+        upload_to(self.ctx(), data)
+    }
+
+    /// The elements `layout` selects in `s`, row-major, on the host.
+    pub(crate) fn download_host<T: DType>(
+        &self,
+        s: &CudaStorage<T>,
+        layout: &Layout,
+    ) -> Result<Vec<T>> {
+        download(s, layout)
+    }
+
+    /// The elements `layout` selects in `s`, row-major, written into `dst`
+    /// (see [`download_into`]).
+    pub(crate) fn download_host_into<T: DType>(
+        &self,
+        s: &CudaStorage<T>,
+        layout: &Layout,
+        dst: &mut [T],
+        pinned: bool,
+    ) -> Result<()> {
+        download_into(s, layout, dst, pinned)
+    }
+}
+
+/// Host to GPU: straight from a row-major host buffer, with one DMA from a
+/// page-locked one, else from a row-major copy of the view.
+impl CopyTo<CudaBackend> for CpuBackend {
+    fn copy_to<T: DType>(
+        &self,
+        data: &Vec<T>,
+        layout: &Layout,
+        pinned: bool,
+        dst: &CudaBackend,
+    ) -> Result<CudaStorage<T>> {
+        if pinned && layout.is_contiguous() {
+            // One DMA straight from the page-locked buffer.
+            let start = layout.offset();
+            let n = layout.numel();
+            return upload_pinned(dst.ctx(), &data[start..start + n]);
+        }
+        let host = if !pinned
+            && layout.is_contiguous()
+            && layout.offset() == 0
+            && data.len() == layout.numel()
+        {
+            Cow::Borrowed(&data[..])
+        } else {
+            Cow::Owned(gather(data, layout))
+        };
+        dst.upload_host(&host)
+    }
+}
+
+/// GPU to host: a download.
+impl CopyTo<CpuBackend> for CudaBackend {
+    fn copy_to<T: DType>(
+        &self,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        _pinned: bool,
+        _dst: &CpuBackend,
+    ) -> Result<Vec<T>> {
+        download(x, l)
+    }
+}
+
+/// GPU to GPU: a copy on the device, or between two devices.
+impl CopyTo<CudaBackend> for CudaBackend {
+    fn copy_to<T: DType>(
+        &self,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        _pinned: bool,
+        dst: &CudaBackend,
+    ) -> Result<CudaStorage<T>> {
+        copy_to_context(x, l, dst.ctx())
+    }
 }
 
 #[cfg(test)]

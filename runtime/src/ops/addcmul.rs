@@ -2,7 +2,8 @@
 //! element on the CPU.
 
 use super::check_result;
-use super::dispatch::{dispatch, output};
+use super::dispatch::dispatch;
+use super::output::output;
 use crate::device::Device;
 use crate::dtype::NumDType;
 use crate::error::Result;

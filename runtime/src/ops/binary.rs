@@ -2,7 +2,8 @@
 //! scalars, and the `+ - * /` operators.
 
 use super::check_result;
-use super::dispatch::{dispatch, output};
+use super::dispatch::dispatch;
+use super::output::output;
 use crate::device::Device;
 use crate::dtype::{FloatDType, NumDType};
 use crate::error::Result;

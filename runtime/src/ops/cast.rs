@@ -1,6 +1,7 @@
 //! Explicit dtype conversion.
 
-use super::dispatch::{dispatch, output};
+use super::dispatch::dispatch;
+use super::output::output;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::Result;

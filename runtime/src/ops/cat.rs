@@ -1,7 +1,8 @@
 //! Concatenation along one dim.
 
 use super::check_result;
-use super::dispatch::{dispatch, output};
+use super::dispatch::dispatch;
+use super::output::output;
 use crate::backend::{RowBlock, RowBlocks};
 use crate::device::Device;
 use crate::dtype::DType;

@@ -1,17 +1,15 @@
 //! The one place where an operation picks its backend from the device
 //! type, plus the composite primitives every backend gets for free.
+//! Tensors, conversions and streams reach their backend through it.
 
 use crate::backend::Backend;
 use crate::cpu::CpuBackend;
 use crate::cuda::{CudaBackend, CudaStorage};
+use crate::device::Device;
 use crate::dtype::{DType, NumDType};
 use crate::error::Result;
 use crate::layout::Layout;
-use crate::shape::Shape;
 use crate::storage::Storage;
-use crate::tensor::Tensor;
-use crate::Device;
-use std::sync::Arc;
 use tensorfn_kernels::BinaryOp;
 
 /// Runs `$body` with `$be` bound to the backend of device type `$D`: the
@@ -34,6 +32,22 @@ macro_rules! dispatch {
     }};
 }
 pub(crate) use dispatch;
+
+/// Waits until device `D` has finished all work queued so far, like
+/// `torch.cuda.synchronize()`; an error of an earlier kernel surfaces here.
+/// `Ok` at once on the CPU, whose operations finish before they return.
+///
+/// ```
+/// use tensorfn_runtime::{synchronize, Cpu, Cuda, Tensor, shape};
+/// synchronize::<Cpu>().unwrap();
+/// if let Ok(x) = Tensor::<Cuda, f32, shape![1024]>::ones() {
+///     let _y = x.exp().unwrap(); // queued
+///     synchronize::<Cuda>().unwrap(); // done
+/// }
+/// ```
+pub fn synchronize<D: Device>() -> Result<()> {
+    dispatch!(D, |be| be.synchronize())
+}
 
 /// A backend as the ops layer drives it: its buffers inside [`Storage`],
 /// and composite primitives with generic defaults that a backend may do
@@ -195,77 +209,5 @@ impl Exec for CudaBackend {
         value: T,
     ) -> Result<CudaStorage<T>> {
         self.addcmul_fused(x, value)
-    }
-}
-
-/// A tensor of contiguous `dims` around a fresh buffer, checked against `S`.
-pub(crate) fn output<D: Device, T: DType, S: Shape>(
-    storage: Storage<T>,
-    dims: &[usize],
-) -> Result<Tensor<D, T, S>> {
-    S::check(dims)?;
-    Ok(Tensor::from_parts(
-        Arc::new(storage),
-        Layout::contiguous(dims),
-    ))
-}
-
-/// True when two positions of the view share one element (a broadcast
-/// dim), so the view cannot be written in place.
-pub(crate) fn overlaps(l: &Layout) -> bool {
-    l.dims()
-        .iter()
-        .zip(l.strides())
-        .any(|(&d, &s)| d > 1 && s == 0)
-}
-
-impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
-    /// The storage to write this tensor's elements into, unshared: a
-    /// shared or self-overlapping view is first copied to a buffer of its
-    /// own (copy-on-write), so no other tensor sees the write.
-    pub(crate) fn make_unique(&mut self) -> Result<(&mut Storage<T>, &Layout)> {
-        if Arc::get_mut(&mut self.storage).is_none() || overlaps(&self.layout) {
-            let copy = dispatch!(D, |be| be
-                .wrap(be.contiguous(be.buf(&self.storage), &self.layout)?));
-            self.storage = Arc::new(copy);
-            self.layout = Layout::contiguous(self.layout.dims());
-        }
-        let storage = Arc::get_mut(&mut self.storage).expect("unshared after copy-on-write");
-        Ok((storage, &self.layout))
-    }
-
-    /// Makes the storage unshared without keeping its contents (the caller
-    /// overwrites every element): a shared buffer is replaced by a new one.
-    pub(crate) fn make_unique_for_overwrite(&mut self) -> Result<(&mut Storage<T>, &Layout)> {
-        if Arc::get_mut(&mut self.storage).is_none() || overlaps(&self.layout) {
-            let n = self.layout.numel();
-            let fresh = dispatch!(D, |be| be.wrap(be.full(n, T::zero())?));
-            self.storage = Arc::new(fresh);
-            self.layout = Layout::contiguous(self.layout.dims());
-        }
-        let storage = Arc::get_mut(&mut self.storage).expect("unshared after replacement");
-        Ok((storage, &self.layout))
-    }
-}
-
-impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
-    /// Replaces every element with those of `result` (a contiguous buffer
-    /// of this tensor's dims): written through an unshared buffer, or the
-    /// buffer replaced when it is shared (copy-on-write).
-    pub(crate) fn overwrite_with(&mut self, result: Storage<T>) -> Result<()> {
-        let dims = self.layout.dims().to_vec();
-        if Arc::get_mut(&mut self.storage).is_none() || overlaps(&self.layout) {
-            self.storage = Arc::new(result);
-            self.layout = Layout::contiguous(&dims);
-            return Ok(());
-        }
-        let layout = self.layout.clone();
-        let dst = Arc::get_mut(&mut self.storage).expect("checked unshared");
-        dispatch!(D, |be| be.copy_into(
-            be.buf(&result),
-            &Layout::contiguous(&dims),
-            be.buf_mut(dst),
-            &layout
-        ))
     }
 }

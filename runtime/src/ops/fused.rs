@@ -3,18 +3,15 @@
 //! CPU), applied to inputs broadcast to the output dims.
 
 use super::check_result;
-use super::dispatch::output;
-use crate::cpu::blocks::{fill_blocks, Lanes};
-use crate::cpu::simd::vectorized;
-use crate::cpu::strided::{check_extent, fill_runs};
-use crate::device::{Device, DeviceKind};
+use super::dispatch::dispatch;
+use super::output::output;
+use crate::cpu::blocks::Lanes;
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::layout::Layout;
 use crate::shape::Shape;
-use crate::storage::Storage;
 use crate::tensor::Tensor;
-use std::mem::MaybeUninit;
 use tensorfn_core::rules;
 use tensorfn_kernels::FusedKernel;
 
@@ -46,37 +43,11 @@ macro_rules! fused_fn {
         ) -> Result<Tensor<D, O, SO>> {
             check_result::<SO>(kernel.name, out_dims)?;
             let layouts = [$(broadcast_input(kernel, $i, &$x.layout, out_dims)?),+];
-            let storage = match D::KIND {
-                DeviceKind::Cpu => {
-                    $(
-                        let $x: &[$X] = $x.storage.as_cpu();
-                        check_extent(kernel.name, &layouts[$i], $x.len())?;
-                    )+
-                    // SAFETY: both branches write every element of the run.
-                    let out = unsafe { fill_runs(out_dims, [$(&layouts[$i]),+], |o: &mut [MaybeUninit<O>], base, step| {
-                        if step.iter().all(|&s| s == 1) {
-                            vectorized(#[inline(always)] || fill_blocks(o, #[inline(always)] |lanes, start, o| {
-                                let len = o.len();
-                                $(let $x = &$x[base[$i] + start..base[$i] + start + len];)+
-                                for j in 0..len {
-                                    o[j].write(cpu(lanes, $($x[j]),+));
-                                }
-                            }))
-                        } else {
-                            fill_blocks(o, #[inline(always)] |lanes, start, o| {
-                                for (j, o) in o.iter_mut().enumerate() {
-                                    o.write(cpu(lanes, $($x[base[$i] + (start + j) * step[$i]]),+));
-                                }
-                            })
-                        }
-                    }) };
-                    Storage::Cpu(out)
-                }
-                DeviceKind::Cuda(ord) => {
-                    let inputs = [$(($x.storage.as_cuda().device_ptr(), &layouts[$i])),+];
-                    Storage::Cuda(crate::cuda::launch_fused::<O>(kernel, ord, &inputs, out_dims)?)
-                }
-            };
+            let storage = dispatch!(D, |be| be.wrap(be.fused_launch(
+                kernel,
+                (cpu, ($((be.buf(&$x.storage), &layouts[$i]),)+)),
+                out_dims
+            )?));
             output(storage, out_dims)
         }
     };

@@ -3,7 +3,8 @@
 //! shared rules. Transposed and sliced operands reach the backend as
 //! strided views, without a copy.
 
-use super::dispatch::{dispatch, output};
+use super::dispatch::dispatch;
+use super::output::output;
 use crate::device::Device;
 use crate::dtype::FloatDType;
 use crate::error::{Error, Result};
@@ -127,14 +128,16 @@ fn expand_batch(l: Layout, batch: usize) -> Layout {
     Layout::new(d, s, l.offset())
 }
 
-/// `alpha * a @ b + beta * bias`, as a contiguous buffer of the dims the
-/// caller's rule computed (a bias comes only with 2-D operands).
+/// `alpha * a @ b + beta * bias`, followed by a ReLU when `relu`, as a
+/// contiguous buffer of the dims the caller's rule computed (a bias comes
+/// only with 2-D operands).
 fn product<D: Device, T: FloatDType>(
     a: &Tensor<D, T, impl Shape>,
     b: &Tensor<D, T, impl Shape>,
     bias: Option<&Tensor<D, T, impl Shape>>,
     alpha: T,
     beta: T,
+    relu: bool,
 ) -> Result<Storage<T>> {
     let (mut la, mut lb) = (batched(&a.layout, false)?, batched(&b.layout, true)?);
     let batch = la.dims()[0].max(lb.dims()[0]);
@@ -160,15 +163,15 @@ fn product<D: Device, T: FloatDType>(
             l2.offset(),
         )
     });
-    Ok(dispatch!(D, |be| be.wrap(be.matmul(
-        be.buf(&a.storage),
-        &la,
-        be.buf(&b.storage),
-        &lb,
-        bias.zip(lc.as_ref()).map(|(c, l)| (be.buf(&c.storage), l)),
-        alpha,
-        beta
-    )?)))
+    Ok(dispatch!(D, |be| {
+        let (a, b) = (be.buf(&a.storage), be.buf(&b.storage));
+        let bias = bias.zip(lc.as_ref()).map(|(c, l)| (be.buf(&c.storage), l));
+        be.wrap(if relu {
+            be.matmul_relu(a, &la, b, &lb, bias, alpha, beta)?
+        } else {
+            be.matmul(a, &la, b, &lb, bias, alpha, beta)?
+        })
+    }))
 }
 
 /// A bias argument for products that have none.
@@ -191,7 +194,14 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
         S: MatMulShape<S2>,
     {
         let dims = rules::matmul("matmul", ("self", self.dims()), ("other", other.dims()))?;
-        let storage = product(self, other, None::<&NoBias<D, T>>, T::one(), T::zero())?;
+        let storage = product(
+            self,
+            other,
+            None::<&NoBias<D, T>>,
+            T::one(),
+            T::zero(),
+            false,
+        )?;
         output(storage, &dims)
     }
 
@@ -216,7 +226,14 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
     {
         let dims = rules::matmul("matmul", ("self", self.dims()), ("other", other.dims()))?;
         rules::same_shape("matmul_into", ("result", &dims[..]), ("out", out.dims()))?;
-        let storage = product(self, other, None::<&NoBias<D, T>>, T::one(), T::zero())?;
+        let storage = product(
+            self,
+            other,
+            None::<&NoBias<D, T>>,
+            T::one(),
+            T::zero(),
+            false,
+        )?;
         out.overwrite_with(storage)
     }
 }
@@ -264,7 +281,7 @@ impl<D: Device, T: FloatDType, M: Dim, N: Dim> Tensor<D, T, (M, N)> {
             ("mat1", m1.dims()),
             ("mat2", m2.dims()),
         )?;
-        let storage = product(m1, m2, Some(bias), alpha, beta)?;
+        let storage = product(m1, m2, Some(bias), alpha, beta, false)?;
         output(storage, &dims)
     }
 
@@ -292,7 +309,7 @@ impl<D: Device, T: FloatDType, M: Dim, N: Dim> Tensor<D, T, (M, N)> {
             ("mat2", m2.dims()),
         )?;
         rules::same_shape("addmm_into", ("result", &dims[..]), ("out", out.dims()))?;
-        let storage = product(m1, m2, Some(bias), T::one(), T::one())?;
+        let storage = product(m1, m2, Some(bias), T::one(), T::one(), false)?;
         out.overwrite_with(storage)
     }
 }
@@ -308,7 +325,14 @@ impl<D: Device, T: FloatDType, B: Dim, M: Dim, K: Dim> Tensor<D, T, (B, M, K)> {
     /// ```
     pub fn bmm<N: Dim>(&self, other: &Tensor<D, T, (B, K, N)>) -> Result<Tensor<D, T, (B, M, N)>> {
         let dims = rules::bmm("bmm", ("self", self.dims()), ("other", other.dims()))?;
-        let storage = product(self, other, None::<&NoBias<D, T>>, T::one(), T::zero())?;
+        let storage = product(
+            self,
+            other,
+            None::<&NoBias<D, T>>,
+            T::one(),
+            T::zero(),
+            false,
+        )?;
         output(storage, &dims)
     }
 }
@@ -325,7 +349,46 @@ impl<D: Device, T: FloatDType, K: Dim> Tensor<D, T, (K,)> {
     /// ```
     pub fn dot(&self, other: &Self) -> Result<Tensor<D, T, ()>> {
         let dims = rules::dot("dot", ("self", self.dims()), ("other", other.dims()))?;
-        let storage = product(self, other, None::<&NoBias<D, T>>, T::one(), T::zero())?;
+        let storage = product(
+            self,
+            other,
+            None::<&NoBias<D, T>>,
+            T::one(),
+            T::zero(),
+            false,
+        )?;
+        output(storage, &dims)
+    }
+}
+
+impl<D: Device, T: FloatDType, M: Dim, N: Dim> Tensor<D, T, (M, N)> {
+    /// `relu(bias + m1 @ m2)`, the same as `Tensor::addmm(..)?.relu()`, as
+    /// one entry point so that `tensor_fn!` can send a linear layer with
+    /// its activation to the backend at once: on the GPU a bias of shape
+    /// `(N,)` is fused with the ReLU into the cuBLASLt product's epilogue
+    /// instead of three passes. Used by code `tensor_fn!` generates.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let b = Tensor::<Cpu, f32, shape![2]>::from_vec(vec![-10., 1.]).unwrap();
+    /// let x = Tensor::<Cpu, f32, shape![1, 2]>::from_vec(vec![1., 2.]).unwrap();
+    /// let w = Tensor::<Cpu, f32, shape![2, 2]>::from_vec(vec![1., 0., 0., 1.]).unwrap();
+    /// let y = Tensor::addmm_relu(&b, &x, &w).unwrap();
+    /// assert_eq!(y.to_vec().unwrap(), vec![0., 3.]);
+    /// ```
+    #[doc(hidden)]
+    pub fn addmm_relu<K: Dim>(
+        bias: &Tensor<D, T, impl BiasFor<(M, N)>>,
+        m1: &Tensor<D, T, (M, K)>,
+        m2: &Tensor<D, T, (K, N)>,
+    ) -> Result<Self> {
+        let dims = rules::addmm(
+            "addmm",
+            ("bias", bias.dims()),
+            ("mat1", m1.dims()),
+            ("mat2", m2.dims()),
+        )?;
+        let storage = product(m1, m2, Some(bias), T::one(), T::one(), true)?;
         output(storage, &dims)
     }
 }

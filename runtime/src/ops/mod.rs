@@ -16,6 +16,7 @@ mod index;
 mod inplace;
 mod into;
 mod matmul;
+pub(crate) mod output;
 mod reduce;
 mod select;
 mod softmax;

@@ -2,8 +2,9 @@
 //! (`sum_all()`).
 
 use super::check_result;
-use super::dispatch::{dispatch, output};
+use super::dispatch::dispatch;
 use super::index::RemoveDim;
+use super::output::output;
 use crate::device::Device;
 use crate::dtype::{FloatDType, NumDType};
 use crate::error::{Error, Result};

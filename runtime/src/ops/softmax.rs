@@ -1,7 +1,8 @@
 //! Softmax and log-softmax along one dim.
 
-use super::dispatch::{dispatch, output};
+use super::dispatch::dispatch;
 use super::index::RemoveDim;
+use super::output::output;
 use crate::device::Device;
 use crate::dtype::FloatDType;
 use crate::error::Result;

@@ -1,6 +1,7 @@
 //! Functions of one element: `neg`, `relu`, `exp`, `gelu`, ...
 
-use super::dispatch::{dispatch, output};
+use super::dispatch::dispatch;
+use super::output::output;
 use crate::device::Device;
 use crate::dtype::{FloatDType, NumDType};
 use crate::error::{Error, Result};

@@ -1,7 +1,8 @@
 //! Shape changes: views where the layout allows (no copy), a copy
 //! otherwise.
 
-use super::dispatch::{dispatch, output};
+use super::dispatch::dispatch;
+use super::output::output;
 use super::{check_result, static_dims};
 use crate::device::Device;
 use crate::dtype::DType;
