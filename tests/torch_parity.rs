@@ -19,6 +19,7 @@ use tensorfn::{BiasFor, DType, Device, DeviceKind, FloatDType, Shape};
 
 type V = shape![_];
 type M2 = shape![_, _];
+type B4 = shape![_, _, _, _];
 type B3 = shape![_, _, _];
 
 fn seed() -> u64 {
@@ -274,6 +275,28 @@ fn products<G: Device, T: FloatDType>(rec: &mut Recorder) {
     check("batched matmul with a shared matrix", &z, &want, 32.0);
     let (ix, ib, oz) = (rec.array(&x), rec.array(&b), rec.array(&z));
     rec.case("matmul", dt, &[ix, ib], &oz, "");
+
+    // Attention-shaped: [2, heads, m, k] against per-head [heads, k, n]
+    // matrices, the batch dim of 2 broadcast (torch.matmul's rule).
+    let heads = 3;
+    let (q, qv) = random::<G, T, B4>(&[2, heads, m, k]);
+    let (w, wv) = random::<G, T, B3>(&[heads, k, n]);
+    let z = q.matmul_broadcast::<B4>(&w).unwrap();
+    let want: Vec<f64> = (0..2 * heads)
+        .flat_map(|i| {
+            let h = i % heads;
+            matmul_f64(
+                &qv[i * m * k..][..m * k],
+                &wv[h * k * n..][..k * n],
+                m,
+                k,
+                n,
+            )
+        })
+        .collect();
+    check("4-D matmul broadcasting its batch", &z, &want, 32.0);
+    let (iq, iw, oz) = (rec.array(&q), rec.array(&w), rec.array(&z));
+    rec.case("matmul", dt, &[iq, iw], &oz, "");
 }
 
 fn joins<G: Device, T: FloatDType>(rec: &mut Recorder) {

@@ -344,6 +344,41 @@ fn products<G: Device, T: FloatDType>() {
         c3p.matmul(&cq),
         k,
     );
+    // Attention-shaped 4-D products, batch dims broadcast (a `1` and a
+    // missing dim), and a transposed key.
+    type D4 = shape![_, _, _, _];
+    let (cq4, gq4) = pair::<G, T, D4>(&[2, 3, 17, 40], -1.0, 1.0);
+    let (ck4, gk4) = pair::<G, T, D4>(&[2, 3, 17, 40], -1.0, 1.0);
+    same(
+        "q @ k^T, 4-D",
+        gq4.matmul(&gk4.transpose::<D4>(2, 3).unwrap()),
+        cq4.matmul(&ck4.transpose::<D4>(2, 3).unwrap()),
+        k,
+    );
+    let (cw1, gw1) = pair::<G, T, D4>(&[1, 3, 40, 9], -1.0, 1.0);
+    same(
+        "4-D times a batch-1 4-D",
+        gq4.matmul_broadcast::<D4>(&gw1),
+        cq4.matmul_broadcast::<D4>(&cw1),
+        k,
+    );
+    let (cw3, gw3) = pair::<G, T, D3>(&[3, 40, 9], -1.0, 1.0);
+    same(
+        "4-D times 3-D",
+        gq4.matmul_broadcast::<D4>(&gw3),
+        cq4.matmul_broadcast::<D4>(&cw3),
+        k,
+    );
+    // Swapped batch dims cannot be walked with one stride: copied first.
+    let gp = gq4.permute::<D4>(&[1, 0, 2, 3]).unwrap();
+    let cp = cq4.permute::<D4>(&[1, 0, 2, 3]).unwrap();
+    let (cw2, gw2) = pair::<G, T, D3>(&[2, 40, 9], -1.0, 1.0);
+    same(
+        "permuted batch dims times 3-D",
+        gp.matmul_broadcast::<D4>(&gw2),
+        cp.matmul_broadcast::<D4>(&cw2),
+        k,
+    );
     // Vectors.
     let (cv, gv) = pair::<G, T, shape![_]>(&[129], -1.0, 1.0);
     same("matrix times vector", ga.matmul(&gv), ca.matmul(&cv), k);

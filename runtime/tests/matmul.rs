@@ -374,3 +374,201 @@ fn static_shapes_infer_the_result() {
     let g: Tensor<Cpu, f32, shape![2, 2]> = a.matmul(&bt.t().unwrap()).unwrap();
     assert_eq!(g.to_vec().unwrap(), c.to_vec().unwrap());
 }
+
+/// `a @ b` by `torch.matmul`'s definition on logical values: a vector on
+/// the left is a row, on the right a column (dropped from the result);
+/// batch dims broadcast right-aligned. Returns the dims, values and
+/// per-element bounds.
+fn general_reference<T: TestDType>(
+    a: &[f64],
+    ad: &[usize],
+    b: &[f64],
+    bd: &[usize],
+) -> (Vec<usize>, Vec<f64>, Vec<f64>) {
+    let (ra, rb) = (ad.len(), bd.len());
+    let (m, k) = if ra == 1 {
+        (1, ad[0])
+    } else {
+        (ad[ra - 2], ad[ra - 1])
+    };
+    let n = if rb == 1 { 1 } else { bd[rb - 1] };
+    let (ba, bb) = (&ad[..ra.saturating_sub(2)], &bd[..rb.saturating_sub(2)]);
+    let nb = ba.len().max(bb.len());
+    let dim_of = |d: &[usize], i: usize| (i + d.len()).checked_sub(nb).map_or(1, |j| d[j]);
+    let batch: Vec<usize> = (0..nb).map(|i| dim_of(ba, i).max(dim_of(bb, i))).collect();
+    // Index of a batch position in an operand's own batch dims.
+    let flat = |d: &[usize], idx: &[usize]| {
+        let pad = nb - d.len();
+        d.iter().enumerate().fold(0, |acc, (j, &dj)| {
+            acc * dj + if dj == 1 { 0 } else { idx[j + pad] }
+        })
+    };
+    let (mut out, mut bound) = (vec![], vec![]);
+    for idx in indices(&batch) {
+        let (oa, ob) = (flat(ba, &idx) * m * k, flat(bb, &idx) * k * n);
+        for i in 0..m {
+            for j in 0..n {
+                let (mut s, mut mag) = (0.0, 0.0);
+                for p in 0..k {
+                    let t = a[oa + i * k + p] * b[ob + p * n + j];
+                    s += t;
+                    mag += t.abs();
+                }
+                out.push(s);
+                bound.push(tol::<T>(k, mag));
+            }
+        }
+    }
+    let mut dims = batch;
+    if ra > 1 {
+        dims.push(m);
+    }
+    if rb > 1 {
+        dims.push(n);
+    }
+    (dims, out, bound)
+}
+
+/// Random `[..batch, rows, cols]` dims for one side of a broadcast
+/// product: each batch dim is the full one or 1, right-aligned.
+fn side_dims(
+    rng: &mut Rng,
+    batch: &[usize],
+    rank: usize,
+    last: [usize; 2],
+    rhs: bool,
+) -> Vec<usize> {
+    if rank == 1 {
+        return vec![if rhs { last[0] } else { last[1] }];
+    }
+    let nb = rank - 2;
+    let mut d: Vec<usize> = batch[batch.len() - nb..]
+        .iter()
+        .map(|&b| if rng.int(0, 3) == 0 { 1 } else { b })
+        .collect();
+    d.extend(last);
+    d
+}
+
+fn check_general<T, SA, SB, SO>(rng: &mut Rng, ra: usize, rb: usize)
+where
+    T: TestDType + FloatDType,
+    SA: tensorfn_runtime::Shape + tensorfn_runtime::RemoveDim<0>,
+    SB: tensorfn_runtime::Shape + tensorfn_runtime::RemoveDim<0>,
+    SO: tensorfn_runtime::Shape,
+{
+    let nb = ra.max(rb).saturating_sub(2);
+    let batch: Vec<usize> = (0..nb).map(|_| rng.int(1, 4) as usize).collect();
+    let (m, k, n) = (
+        rng.int(1, 5) as usize,
+        rng.int(0, 6) as usize,
+        rng.int(1, 5) as usize,
+    );
+    let ad = side_dims(rng, &batch, ra, [m, k], false);
+    let bd = side_dims(rng, &batch, rb, [k, n], true);
+    let (ka, kb) = (*rng.pick(&KINDS), *rng.pick(&KINDS));
+    let (a, av) = view::<T, SA>(rng, &ad, ka, -2.0, 2.0);
+    let (b, bv) = view::<T, SB>(rng, &bd, kb, -2.0, 2.0);
+    let (dims, want, bound) = general_reference::<T>(&av, &ad, &bv, &bd);
+    let what = format!(
+        "{} {ad:?} {ka:?} x {bd:?} {kb:?} seed {}",
+        name::<T>(),
+        rng.seed
+    );
+    let got = a
+        .matmul_broadcast::<SO>(&b)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(got.shape(), &dims[..], "{what}: shape");
+    assert_within(&got.to_vec().unwrap(), &want, &bound, &what);
+}
+
+/// The shape type of each rank, for the pairings walked below.
+macro_rules! dyn_shape {
+    (0) => {
+        ()
+    };
+    (1) => {
+        (Dyn,)
+    };
+    (2) => {
+        (Dyn, Dyn)
+    };
+    (3) => {
+        (Dyn, Dyn, Dyn)
+    };
+    (4) => {
+        (Dyn, Dyn, Dyn, Dyn)
+    };
+    (5) => {
+        (Dyn, Dyn, Dyn, Dyn, Dyn)
+    };
+}
+
+#[test]
+fn batch_dims_broadcast_like_torch_matmul() {
+    let mut rng = Rng::new("batch_dims_broadcast");
+    macro_rules! pairs {
+        ($(($ra:tt, $rb:tt, $ro:tt)),*) => {
+            for _ in 0..6 {
+                for_float_dtypes!(T => {
+                    $(check_general::<T, dyn_shape!($ra), dyn_shape!($rb), dyn_shape!($ro)>(
+                        &mut rng, $ra, $rb,
+                    );)*
+                });
+            }
+        };
+    }
+    pairs!(
+        (1, 3, 2),
+        (1, 4, 3),
+        (3, 1, 2),
+        (4, 1, 3),
+        (2, 3, 3),
+        (3, 2, 3),
+        (2, 4, 4),
+        (4, 2, 4),
+        (3, 3, 3),
+        (3, 4, 4),
+        (4, 3, 4),
+        (4, 4, 4),
+        (5, 3, 5),
+        (3, 5, 5),
+        (5, 5, 5)
+    );
+}
+
+#[test]
+fn attention_shaped_products_type_check() {
+    // [batch, heads, T, d] x [batch, heads, d, T] pairs in the types.
+    let q = Tensor::<Cpu, f32, shape![2, 3, 4, 5]>::from_vec(
+        (0..120).map(|v| v as f32 * 0.01).collect(),
+    )
+    .unwrap();
+    let kt = q.transpose::<shape![2, 3, 5, 4]>(2, 3).unwrap();
+    let s: Tensor<Cpu, f32, shape![2, 3, 4, 4]> = q.matmul(&kt).unwrap();
+    let v: Vec<f64> = q.to_vec().unwrap().iter().map(|&x| x as f64).collect();
+    for (i, got) in s.to_vec().unwrap().into_iter().enumerate() {
+        let (bh, r, c) = (i / 16, (i / 4) % 4, i % 4);
+        let want: f64 = (0..5)
+            .map(|p| v[bh * 20 + r * 5 + p] * v[bh * 20 + c * 5 + p])
+            .sum();
+        assert!(
+            (got as f64 - want).abs() <= 1e-5 * want.abs().max(1.0),
+            "{i}: {got} vs {want}"
+        );
+    }
+    // A vector against a batch, and a batch of 5-D matrices against one matrix.
+    let x = Tensor::<Cpu, f32, shape![5]>::ones().unwrap();
+    let y: Tensor<Cpu, f32, shape![2, 3, 4]> = x.matmul(&kt).unwrap();
+    assert_eq!(y.shape(), &[2, 3, 4]);
+    let w = Tensor::<Cpu, f32, shape![5, 6]>::ones().unwrap();
+    let z: Tensor<Cpu, f32, shape![2, 3, 4, 6]> = q.matmul(&w).unwrap();
+    assert_eq!(z.shape(), &[2, 3, 4, 6]);
+    // Batch dims that do not broadcast are an error naming the operands.
+    let bad = Tensor::<Cpu, f32, shape![_, _, _]>::zeros_dims(&[4, 5, 2]).unwrap();
+    let e = q
+        .matmul_broadcast::<shape![_, _, _, _]>(&bad)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`self`") && e.contains("`other`"), "{e}");
+}

@@ -527,6 +527,25 @@ pub(crate) fn erfc(b: &mut Builder, x0: Reg) -> Reg {
     narrow(b, y, ty0)
 }
 
+/// Exact GELU, `x/2 erfc(-x/sqrt(2))`, computed in f64 and rounded once.
+///
+/// `erfc` amplifies an error in its argument `z` by about `2 z^2` where it
+/// is tiny, so an f32 `-x/sqrt(2)` rounded to f32 would cost up to 30 ulps
+/// at `x = -8`; in f64 that rounding is far below the f32 result's. An f64
+/// input keeps this error (about `z^2` ulps of f64, the same as an f64
+/// reference written the usual way).
+pub(crate) fn gelu_erf(b: &mut Builder, x0: Reg) -> Reg {
+    let ty0 = b.ty(x0);
+    let (x, _) = widen(b, x0);
+    let c = kx(b, Ty::F64, -std::f64::consts::FRAC_1_SQRT_2);
+    let z = b.mul(x, c);
+    let e = erfc(b, z);
+    let half = kx(b, Ty::F64, 0.5);
+    let h = b.mul(x, half);
+    let y = b.mul(h, e);
+    narrow(b, y, ty0)
+}
+
 #[cfg(test)]
 mod tests {
     //! Accuracy over dense sweeps, run by the interpreter (which executes
@@ -841,23 +860,4 @@ mod tests {
             assert_eq!(g, 1.0, "erfc({x:e})");
         }
     }
-}
-
-/// Exact GELU, `x/2 erfc(-x/sqrt(2))`, computed in f64 and rounded once.
-///
-/// `erfc` amplifies an error in its argument `z` by about `2 z^2` where it
-/// is tiny, so an f32 `-x/sqrt(2)` rounded to f32 would cost up to 30 ulps
-/// at `x = -8`; in f64 that rounding is far below the f32 result's. An f64
-/// input keeps this error (about `z^2` ulps of f64, the same as an f64
-/// reference written the usual way).
-pub(crate) fn gelu_erf(b: &mut Builder, x0: Reg) -> Reg {
-    let ty0 = b.ty(x0);
-    let (x, _) = widen(b, x0);
-    let c = kx(b, Ty::F64, -std::f64::consts::FRAC_1_SQRT_2);
-    let z = b.mul(x, c);
-    let e = erfc(b, z);
-    let half = kx(b, Ty::F64, 0.5);
-    let h = b.mul(x, half);
-    let y = b.mul(h, e);
-    narrow(b, y, ty0)
 }

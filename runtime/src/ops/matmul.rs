@@ -17,9 +17,14 @@ use tensorfn_core::rules;
 /// Shapes that `matmul` pairs, and the shape of their product.
 ///
 /// Pairs: `(K,)x(K,) -> ()`, `(K,)x(K,N) -> (N,)`, `(M,K)x(K,) -> (M,)`,
-/// `(M,K)x(K,N) -> (M,N)`, `(B,M,K)x(B,K,N) -> (B,M,N)`,
-/// `(B,M,K)x(K,N) -> (B,M,N)`. The shared `K` (and `B`) is one type
-/// parameter, so a mismatch between `Const` dims does not compile.
+/// `(M,K)x(K,N) -> (M,N)`, and with leading batch dims `..B` (one to
+/// four): `(..B,M,K)x(..B,K,N) -> (..B,M,N)` (the same batch dims on both
+/// sides), `(..B,M,K)x(K,N)`, `(M,K)x(..B,K,N)`, `(..B,M,K)x(K,)` and
+/// `(K,)x(..B,K,N)`. The shared `K` (and batch dims) is one type
+/// parameter, so a mismatch between `Const` dims does not compile. Batch
+/// dims that broadcast against each other (a `1` against a `B`, or fewer
+/// batch dims on one side) go through
+/// [`matmul_broadcast`](crate::Tensor::matmul_broadcast).
 ///
 /// ```
 /// use tensorfn_runtime::{Tensor, Cpu, shape};
@@ -27,6 +32,11 @@ use tensorfn_core::rules;
 /// let b = Tensor::<Cpu, f32, shape![3, 4]>::ones().unwrap();
 /// let c: Tensor<Cpu, f32, shape![2, 4]> = a.matmul(&b).unwrap();
 /// assert_eq!(c.to_vec().unwrap(), vec![3.0; 8]);
+/// // attention scores: [batch, heads, T, d] x [batch, heads, d, T]
+/// let q = Tensor::<Cpu, f32, shape![2, 4, 5, 8]>::ones().unwrap();
+/// let k = Tensor::<Cpu, f32, shape![2, 4, 5, 8]>::ones().unwrap();
+/// let s: Tensor<Cpu, f32, shape![2, 4, 5, 5]> = q.matmul(&k.transpose::<shape![2, 4, 8, 5]>(2, 3).unwrap()).unwrap();
+/// assert_eq!(s.to_vec().unwrap(), vec![8.0; 2 * 4 * 5 * 5]);
 /// ```
 ///
 /// Inner dims that differ do not compile:
@@ -40,8 +50,8 @@ use tensorfn_core::rules;
 #[diagnostic::on_unimplemented(
     message = "`matmul` cannot multiply a `{Self}` tensor by a `{Rhs}` tensor",
     label = "the inner dims do not match, or this pairing of ranks is not a matrix product",
-    note = "the last dim of the left operand must be the same dim as the second-to-last (or only) dim of the right one: (K,)x(K,), (K,)x(K,N), (M,K)x(K,), (M,K)x(K,N), (B,M,K)x(B,K,N), (B,M,K)x(K,N)",
-    note = "transpose an operand with `.t()`; a `Dyn` dim pairs only with `Dyn` (convert with `.into_shape()`)"
+    note = "the last dim of the left operand must be the same dim as the second-to-last (or only) dim of the right one: (K,)x(K,), (K,)x(K,N), (M,K)x(K,), (M,K)x(K,N), (..B,M,K)x(..B,K,N), (..B,M,K)x(K,N), (M,K)x(..B,K,N)",
+    note = "transpose an operand with `.t()` or `.transpose(d0, d1)`; a `Dyn` dim pairs only with `Dyn` (convert with `.into_shape()`); batch dims that broadcast (1 against B) go through `matmul_broadcast::<Out>`"
 )]
 pub trait MatMulShape<Rhs: Shape>: Shape {
     /// The shape of the product.
@@ -59,12 +69,32 @@ impl<M: Dim, K: Dim> MatMulShape<(K,)> for (M, K) {
 impl<M: Dim, K: Dim, N: Dim> MatMulShape<(K, N)> for (M, K) {
     type Output = (M, N);
 }
-impl<B: Dim, M: Dim, K: Dim, N: Dim> MatMulShape<(B, K, N)> for (B, M, K) {
-    type Output = (B, M, N);
+
+/// The pairings with leading batch dims `$b`: the same batch on both
+/// sides, or a matrix or vector on one side.
+macro_rules! batched_matmul_shapes {
+    ($($b:ident),+) => {
+        impl<$($b: Dim,)+ M: Dim, K: Dim, N: Dim> MatMulShape<($($b,)+ K, N)> for ($($b,)+ M, K) {
+            type Output = ($($b,)+ M, N);
+        }
+        impl<$($b: Dim,)+ M: Dim, K: Dim, N: Dim> MatMulShape<(K, N)> for ($($b,)+ M, K) {
+            type Output = ($($b,)+ M, N);
+        }
+        impl<$($b: Dim,)+ M: Dim, K: Dim, N: Dim> MatMulShape<($($b,)+ K, N)> for (M, K) {
+            type Output = ($($b,)+ M, N);
+        }
+        impl<$($b: Dim,)+ M: Dim, K: Dim> MatMulShape<(K,)> for ($($b,)+ M, K) {
+            type Output = ($($b,)+ M,);
+        }
+        impl<$($b: Dim,)+ K: Dim, N: Dim> MatMulShape<($($b,)+ K, N)> for (K,) {
+            type Output = ($($b,)+ N,);
+        }
+    };
 }
-impl<B: Dim, M: Dim, K: Dim, N: Dim> MatMulShape<(K, N)> for (B, M, K) {
-    type Output = (B, M, N);
-}
+batched_matmul_shapes!(B1);
+batched_matmul_shapes!(B1, B2);
+batched_matmul_shapes!(B1, B2, B3);
+batched_matmul_shapes!(B1, B2, B3, B4);
 
 /// Bias shapes `addmm` broadcasts to an `(M, N)` product: `()`, `(N,)`
 /// and `(M, N)`.
@@ -98,34 +128,115 @@ impl<M: Dim, N: Dim> BiasFor<(M, N)> for () {}
 impl<M: Dim, N: Dim> BiasFor<(M, N)> for (N,) {}
 impl<M: Dim, N: Dim> BiasFor<(M, N)> for (M, N) {}
 
-/// `l` as a `[batch, rows, cols]` view: a vector on the left is one row,
-/// on the right one column.
-fn batched(l: &Layout, rhs: bool) -> Result<Layout> {
-    let (d, s) = (l.dims(), l.strides());
-    Ok(match (d.len(), rhs) {
-        (1, false) => Layout::new(vec![1, 1, d[0]], vec![0, 0, s[0]], l.offset()),
-        (1, true) => Layout::new(vec![1, d[0], 1], vec![0, s[0], 0], l.offset()),
-        (2, _) => Layout::new(vec![1, d[0], d[1]], vec![0, s[0], s[1]], l.offset()),
-        (3, _) => l.clone(),
-        (n, _) => {
-            return Err(Error::shape(
-                "matmul",
-                "operands of 1 to 3 dims",
-                format!("an operand of {n} dims"),
-            ))
-        }
-    })
+/// The last two dims of an operand as `(dims, strides)` of a matrix: a
+/// vector on the left is one row, on the right one column.
+fn matrix(l: &Layout, rhs: bool) -> ([usize; 2], [usize; 2]) {
+    let (d, s, r) = (l.dims(), l.strides(), l.rank());
+    match (r, rhs) {
+        (1, false) => ([1, d[0]], [0, s[0]]),
+        (1, true) => ([d[0], 1], [s[0], 0]),
+        _ => ([d[r - 2], d[r - 1]], [s[r - 2], s[r - 1]]),
+    }
 }
 
-/// Repeats a batch of one over `batch` (stride 0).
-fn expand_batch(l: Layout, batch: usize) -> Layout {
-    if l.dims()[0] == batch {
-        return l;
+/// The strides of `l`'s batch dims (all but the last two) against the
+/// broadcast `batch`, right-aligned: 0 where `l` has no such dim or a 1.
+fn batch_strides(l: &Layout, batch: &[usize]) -> Vec<usize> {
+    let r = l.rank().saturating_sub(2);
+    let (d, s) = (&l.dims()[..r], &l.strides()[..r]);
+    let pad = batch.len() - r;
+    (0..batch.len())
+        .map(|i| match i.checked_sub(pad) {
+            Some(j) if d[j] == batch[i] => s[j],
+            _ => 0,
+        })
+        .collect()
+}
+
+/// The single stride that walks `dims` (with `strides`) as one flat dim,
+/// if there is one; size-1 dims are skipped, all-size-1 dims give 0.
+fn merged_stride(dims: &[usize], strides: &[usize]) -> Option<usize> {
+    let mut walked = dims.iter().zip(strides).rev().filter(|(&d, _)| d != 1);
+    let Some((&d0, &s0)) = walked.next() else {
+        return Some(0);
+    };
+    let mut next = d0.checked_mul(s0)?;
+    for (&d, &s) in walked {
+        if s != next {
+            return None;
+        }
+        next = d.checked_mul(s)?;
     }
-    let (mut d, mut s) = (l.dims().to_vec(), l.strides().to_vec());
-    d[0] = batch;
-    s[0] = 0;
-    Layout::new(d, s, l.offset())
+    Some(s0)
+}
+
+/// How the operands of a product reach the backend: as `[batch, m, k]`
+/// and `[batch, k, n]` views, each either over its own buffer or, where
+/// its batch dims cannot be walked with one stride, over a contiguous copy
+/// of the `copy` layout (PyTorch's `matmul` copies there too).
+#[derive(Debug, PartialEq)]
+struct Operands {
+    a: (Layout, Option<Layout>),
+    b: (Layout, Option<Layout>),
+}
+
+/// Plans a product of `a` (ranks 1 to 6) and `b` whose dims the shared
+/// rule has already accepted: leading batch dims broadcast as in PyTorch
+/// and flatten into the one batch dim the backend takes.
+fn plan(a: &Layout, b: &Layout, bias: bool) -> Operands {
+    let (ra, rb) = (a.rank().saturating_sub(2), b.rank().saturating_sub(2));
+    let n = ra.max(rb);
+    let batch: Vec<usize> = (0..n)
+        .map(|i| {
+            let pick = |l: &Layout, r: usize| (i + r).checked_sub(n).map_or(1, |j| l.dims()[j]);
+            pick(a, ra).max(pick(b, rb))
+        })
+        .collect();
+    let flat: usize = batch.iter().product();
+    let (ma, sa) = matrix(a, false);
+    let (mb, sb) = matrix(b, true);
+    let (bsa, bsb) = (batch_strides(a, &batch), batch_strides(b, &batch));
+    // A batch against one shared matrix whose rows follow each other in
+    // memory is a single taller product.
+    if !bias && bsb.iter().all(|&s| s == 0) && flat > 1 {
+        let dims: Vec<usize> = batch.iter().copied().chain([ma[0]]).collect();
+        let strides: Vec<usize> = bsa.iter().copied().chain([sa[0]]).collect();
+        if let Some(rows) = merged_stride(&dims, &strides) {
+            return Operands {
+                a: (
+                    Layout::new(
+                        vec![1, flat * ma[0], ma[1]],
+                        vec![0, rows, sa[1]],
+                        a.offset(),
+                    ),
+                    None,
+                ),
+                b: (
+                    Layout::new(vec![1, mb[0], mb[1]], vec![0, sb[0], sb[1]], b.offset()),
+                    None,
+                ),
+            };
+        }
+    }
+    let side =
+        |l: &Layout, m: [usize; 2], s: [usize; 2], bs: &[usize]| match merged_stride(&batch, bs) {
+            Some(st) => (
+                Layout::new(vec![flat, m[0], m[1]], vec![st, s[0], s[1]], l.offset()),
+                None,
+            ),
+            None => {
+                let dims: Vec<usize> = batch.iter().copied().chain(m).collect();
+                let strides: Vec<usize> = bs.iter().copied().chain(s).collect();
+                (
+                    Layout::contiguous(&[flat, m[0], m[1]]),
+                    Some(Layout::new(dims, strides, l.offset())),
+                )
+            }
+        };
+    Operands {
+        a: side(a, ma, sa, &bsa),
+        b: side(b, mb, sb, &bsb),
+    }
 }
 
 /// `alpha * a @ b + beta * bias`, followed by a ReLU when `relu`, as a
@@ -139,22 +250,19 @@ fn product<D: Device, T: FloatDType>(
     beta: T,
     relu: bool,
 ) -> Result<Storage<T>> {
-    let (mut la, mut lb) = (batched(&a.layout, false)?, batched(&b.layout, true)?);
-    let batch = la.dims()[0].max(lb.dims()[0]);
-    let (m, n) = (la.dims()[1], lb.dims()[2]);
-    // A batch against one shared matrix whose rows follow each other in
-    // memory is a single taller product.
-    if bias.is_none() && lb.dims()[0] == 1 && batch > 1 && la.strides()[0] == la.strides()[1] * m {
-        la = Layout::new(
-            vec![1, batch * m, la.dims()[2]],
-            vec![0, la.strides()[1], la.strides()[2]],
-            la.offset(),
-        );
-    } else {
-        la = expand_batch(la, batch);
-        lb = expand_batch(lb, batch);
+    if a.layout.rank() == 0 || b.layout.rank() == 0 {
+        return Err(Error::shape(
+            "matmul",
+            "operands of at least 1 dim",
+            "a scalar operand",
+        ));
     }
-    let dense = [la.dims()[0], la.dims()[1], n];
+    let Operands {
+        a: (la, copy_a),
+        b: (lb, copy_b),
+    } = plan(&a.layout, &b.layout, bias.is_some());
+    let (m, n) = (la.dims()[1], lb.dims()[2]);
+    let dense = [la.dims()[0], m, n];
     let lc = bias.map(|c| {
         let l2 = c.layout.broadcast_to(&[m, n]);
         Layout::new(
@@ -165,6 +273,9 @@ fn product<D: Device, T: FloatDType>(
     });
     Ok(dispatch!(D, |be| {
         let (a, b) = (be.buf(&a.storage), be.buf(&b.storage));
+        let a_copy = copy_a.map(|l| be.contiguous(a, &l)).transpose()?;
+        let b_copy = copy_b.map(|l| be.contiguous(b, &l)).transpose()?;
+        let (a, b) = (a_copy.as_ref().unwrap_or(a), b_copy.as_ref().unwrap_or(b));
         let bias = bias.zip(lc.as_ref()).map(|(c, l)| (be.buf(&c.storage), l));
         be.wrap(if relu {
             be.matmul_relu(a, &la, b, &lb, bias, alpha, beta)?
@@ -178,8 +289,8 @@ fn product<D: Device, T: FloatDType>(
 type NoBias<D, T> = Tensor<D, T, ()>;
 
 impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
-    /// The matrix product, like `torch.matmul` for ranks 1 to 3 (see
-    /// [`MatMulShape`] for the pairs). Transposed views are multiplied in
+    /// The matrix product, like `torch.matmul` (see [`MatMulShape`] for
+    /// the pairs the types accept). Transposed views are multiplied in
     /// place, without a copy.
     ///
     /// ```
@@ -235,6 +346,41 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
             false,
         )?;
         out.overwrite_with(storage)
+    }
+}
+
+impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
+    /// [`matmul`](Self::matmul) for any pairing the shared rule accepts,
+    /// batch dims broadcast as in `torch.matmul` (a `1` or a missing batch
+    /// dim against a `B`); the result type `SO` is checked at run time.
+    /// `tensor_fn!` uses it where the operands' batch dims differ.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// // one set of per-head matrices shared by a batch of 2
+    /// let x = Tensor::<Cpu, f32, shape![2, 3, 4, 5]>::ones().unwrap();
+    /// let w = Tensor::<Cpu, f32, shape![3, 5, 6]>::ones().unwrap();
+    /// let y = x.matmul_broadcast::<shape![2, 3, 4, 6]>(&w).unwrap();
+    /// assert_eq!(y.to_vec().unwrap(), vec![5.0; 2 * 3 * 4 * 6]);
+    /// // batch dims of 2 and 3 do not broadcast
+    /// let z = Tensor::<Cpu, f32, shape![2, 5, 6]>::ones().unwrap();
+    /// let w3 = Tensor::<Cpu, f32, shape![3, 1, 5, 6]>::ones().unwrap();
+    /// assert!(z.matmul_broadcast::<shape![3, 3, 5, 6]>(&w3).is_err());
+    /// ```
+    pub fn matmul_broadcast<SO: Shape>(
+        &self,
+        other: &Tensor<D, T, impl Shape>,
+    ) -> Result<Tensor<D, T, SO>> {
+        let dims = rules::matmul("matmul", ("self", self.dims()), ("other", other.dims()))?;
+        let storage = product(
+            self,
+            other,
+            None::<&NoBias<D, T>>,
+            T::one(),
+            T::zero(),
+            false,
+        )?;
+        output(storage, &dims)
     }
 }
 
@@ -390,5 +536,57 @@ impl<D: Device, T: FloatDType, M: Dim, N: Dim> Tensor<D, T, (M, N)> {
         )?;
         let storage = product(m1, m2, Some(bias), T::one(), T::one(), true)?;
         output(storage, &dims)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strided(dims: &[usize], perm: &[usize]) -> Layout {
+        Layout::contiguous(dims).permute(perm)
+    }
+
+    #[test]
+    fn batch_dims_flatten_without_a_copy_when_one_stride_walks_them() {
+        let a = Layout::contiguous(&[2, 3, 4, 5]);
+        let b = Layout::contiguous(&[2, 3, 5, 6]);
+        let p = plan(&a, &b, false);
+        assert_eq!(p.a, (Layout::new(vec![6, 4, 5], vec![20, 5, 1], 0), None));
+        assert_eq!(p.b, (Layout::new(vec![6, 5, 6], vec![30, 6, 1], 0), None));
+        // One matrix for the whole batch: a single taller product.
+        let w = Layout::contiguous(&[5, 6]);
+        let p = plan(&a, &w, false);
+        assert_eq!(p.a.0, Layout::new(vec![1, 24, 5], vec![0, 5, 1], 0));
+        // ...but not with a bias, which is per (m, n) product.
+        assert_eq!(plan(&a, &w, true).a.0.dims(), &[6, 4, 5]);
+        // A missing or size-1 batch dim repeats with stride 0.
+        let heads = Layout::contiguous(&[1, 5, 6]);
+        let p = plan(&Layout::contiguous(&[3, 4, 5]), &heads, false);
+        assert_eq!(p.b, (Layout::new(vec![1, 5, 6], vec![0, 6, 1], 0), None));
+    }
+
+    #[test]
+    fn batch_dims_no_stride_walks_are_copied() {
+        // Swapped batch dims: [3, 2, 4, 5] over a [2, 3, 4, 5] buffer.
+        let a = strided(&[2, 3, 4, 5], &[1, 0, 2, 3]);
+        let b = Layout::contiguous(&[2, 5, 6]);
+        let p = plan(&a, &b, false);
+        assert_eq!(p.a.0, Layout::contiguous(&[6, 4, 5]));
+        assert_eq!(p.a.1.as_ref().map(Layout::dims), Some(&[3, 2, 4, 5][..]));
+        // b repeats over the outer batch dim but not the inner one.
+        assert_eq!(p.b.0, Layout::contiguous(&[6, 5, 6]));
+        assert_eq!(
+            p.b.1.as_ref().map(Layout::strides),
+            Some(&[0, 30, 6, 1][..])
+        );
+    }
+
+    #[test]
+    fn merged_strides_skip_size_one_dims() {
+        assert_eq!(merged_stride(&[2, 1, 3], &[3, 99, 1]), Some(1));
+        assert_eq!(merged_stride(&[2, 3], &[1, 2]), None);
+        assert_eq!(merged_stride(&[1, 1], &[7, 9]), Some(0));
+        assert_eq!(merged_stride(&[4, 3], &[0, 0]), Some(0));
     }
 }

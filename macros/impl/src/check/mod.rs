@@ -122,8 +122,7 @@ struct Agreed {
     dtype: DTypeKind,
 }
 
-/// The elementwise ops callable by name (besides the unary ones).
-
+/// The catalogue's op for an infix arithmetic operator.
 fn bin_op(op: BinOp) -> BinaryOp {
     match op {
         BinOp::Add => BinaryOp::Add,

@@ -108,6 +108,17 @@ impl FnGen<'_> {
         }
     }
 
+    /// Whether the runtime's `MatMulShape` pairs the operands' types: the
+    /// same `K` type and, when both have batch dims, the same batch types.
+    /// Other pairings the shared rule accepted (batch dims that broadcast)
+    /// go through `matmul_broadcast`, so what the checker accepts compiles.
+    fn matmul_pairs_in_types(&self, a: NodeId, b: NodeId) -> bool {
+        let (ta, tb) = (self.dim_tys(a), self.dim_tys(b));
+        let (ra, rb) = (ta.len(), tb.len());
+        let k_b = if rb == 1 { &tb[0] } else { &tb[rb - 2] };
+        ta.last() == Some(k_b) && (ra <= 2 || rb <= 2 || ta[..ra - 2] == tb[..rb - 2])
+    }
+
     /// The expression computing a runtime-call node (without `let`).
     pub(super) fn op(&self, n: NodeId) -> TokenStream {
         let g = self.g();
@@ -115,8 +126,14 @@ impl FnGen<'_> {
         let so = || self.shape_of(n);
         match &node.op {
             Op::MatMul(a, b) => {
+                let typed = self.matmul_pairs_in_types(*a, *b);
                 let (a, b) = (self.reference(*a), self.reference(*b));
-                quote!(#a.matmul(#b)?)
+                if typed {
+                    quote!(#a.matmul(#b)?)
+                } else {
+                    let s = so();
+                    quote!(#a.matmul_broadcast::<#s>(#b)?)
+                }
             }
             Op::Bmm(a, b) => {
                 let (a, b) = (self.reference(*a), self.reference(*b));
