@@ -5,7 +5,7 @@
 error on `[0, clamp]`: Lawson's iteration (weighted least squares of the
 linearised error `P - f Q`, the weights multiplied by the error each
 round) to near the equioscillation. Prints the coefficients rounded to
-f32 (highest power first, as `kernels/src/expand/coeffs.rs` holds them)
+f32 (highest power first, as `kernels/src/mathfn/coeffs.rs` holds them)
 and, evaluated in f32 the way the kernels do (Horner by fma, the
 reciprocal of `Q` from its bits and Newton steps), how many of the
 positive 16-bit inputs miss the correctly rounded result.

@@ -15,7 +15,7 @@
 //!
 //! Both entries must cover all `n` elements whatever the grid: each thread
 //! loops over the grid's stride. The launcher picks the grid for speed
-//! (one-dimensional, blocks of [`BLOCK`](crate::builtin::BLOCK) threads),
+//! (one-dimensional, blocks of [`BLOCK`] threads),
 //! often with fewer threads than elements.
 //!
 //! Booleans travel as one byte (0 or 1); f16/bf16 as their 16-bit patterns.
@@ -27,8 +27,19 @@
 //! assert_eq!(&m.words()[..6], &[1, 1, 1, 1, 2, 3]);
 //! ```
 
-use crate::ptx::Target;
+use crate::target::Target;
 use tensorfn_core::DTypeKind;
+
+/// Threads per block of the row kernels (reductions, softmax, cat) and
+/// of the elementwise launches' grid.
+///
+/// ```
+/// // launch: grid.x = min(rows, 65535), block.x = BLOCK
+/// let rows: u64 = 100_000;
+/// let grid = rows.min(65_535) as u32;
+/// assert_eq!((grid, tensorfn_kernels::abi::BLOCK), (65_535, 256));
+/// ```
+pub const BLOCK: u32 = 256;
 
 /// Highest rank the strided entry handles (matches the runtime's shapes).
 ///

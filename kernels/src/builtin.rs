@@ -31,15 +31,7 @@ use crate::ptx::{self, Target};
 use crate::reduction::{reduce_spec, softmax_spec};
 use tensorfn_core::DTypeKind;
 
-/// Threads per block of the row kernels (reductions, softmax).
-///
-/// ```
-/// // launch: grid.x = min(rows, 65535), block.x = BLOCK
-/// let rows: u64 = 100_000;
-/// let grid = rows.min(65_535) as u32;
-/// assert_eq!((grid, tensorfn_kernels::builtin::BLOCK), (65_535, 256));
-/// ```
-pub const BLOCK: u32 = 256;
+pub use crate::abi::BLOCK;
 
 pub use crate::ptx::{CAT_PARTS, SOFTMAX_REGISTER_COLS};
 

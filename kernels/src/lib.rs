@@ -41,7 +41,7 @@
 //! | `erfc` | the same; from 1.25 `e^(-x² - 9/16 + R(1/x²)) / x` with `x²` exact (split by `fma` in f64), so no cancellation down to underflow | 0.50 / 1.5 | 1.74 against 120-bit values; 4.0 / 4.5 against fdlibm, itself up to 2.5 off |
 //!
 //! `expm1`, `log1p`, `erf` and `erfc` are not in [`UnaryOp`] yet; their
-//! sweeps are the expansions' own tests (`expand/special.rs`), and the f64
+//! sweeps are the expansions' own tests (`mathfn/special.rs`), and the f64
 //! references of `erf` and `erfc` are the `libm` crate's (fdlibm's), not
 //! the platform's.
 //!
@@ -65,7 +65,7 @@
 //! rounding. The choice depends on the op's dtype alone: an `f32` or `f64`
 //! op always gets the expansion above, even when its result is later cast
 //! to 16 bits. Measured on every one of the 65536 inputs of each type
-//! against `f64` rounded once (`expand/fit_tests.rs`), in ulps of the
+//! against `f64` rounded once (`mathfn/fit_tests.rs`), in ulps of the
 //! 16-bit result, with the number of results that are not the correctly
 //! rounded value (the others are its neighbour):
 //!
@@ -112,15 +112,16 @@
 pub mod abi;
 pub mod builtin;
 mod error;
-mod expand;
 pub mod interp;
 pub mod ir;
 mod lower;
+mod mathfn;
 pub mod ops;
 mod prim;
 pub mod ptx;
 mod reduction;
 mod round;
+mod target;
 
 pub use error::{Error, Result};
 pub use ops::{BinaryOp, CmpOp, ReduceOp, UnaryOp};

@@ -2,8 +2,8 @@
 //! [`Program`]: dtype semantics (wrapping integers, `u8` masks, `f16` and
 //! `bf16` rounding, Rust `as` casts) and the transcendental expansions.
 
-use crate::expand;
 use crate::ir::{Inst, Kernel, Scalar};
+use crate::mathfn;
 use crate::ops::{BinaryOp, CmpOp, UnaryOp};
 use crate::prim::{Builder, Program, Reg, Round, Ty};
 use tensorfn_core::ops::ElemMath;
@@ -112,12 +112,12 @@ pub(crate) fn float_unary(b: &mut Builder, op: UnaryOp, x: Reg) -> Reg {
             let zero = b.cf(ty, 0.0);
             nan_max_min(b, true, x, zero)
         }
-        UnaryOp::Sigmoid => expand::sigmoid(b, x),
-        UnaryOp::Tanh => expand::tanh(b, x),
-        UnaryOp::Exp => expand::exp(b, x),
-        UnaryOp::Log => expand::log(b, x),
-        UnaryOp::Sin => expand::sin(b, x),
-        UnaryOp::Cos => expand::cos(b, x),
+        UnaryOp::Sigmoid => mathfn::sigmoid(b, x),
+        UnaryOp::Tanh => mathfn::tanh(b, x),
+        UnaryOp::Exp => mathfn::exp(b, x),
+        UnaryOp::Log => mathfn::log(b, x),
+        UnaryOp::Sin => mathfn::sin(b, x),
+        UnaryOp::Cos => mathfn::cos(b, x),
         UnaryOp::Sqrt => b.sqrt(x),
         UnaryOp::Rsqrt => {
             let one = b.cf(ty, 1.0);
@@ -129,13 +129,13 @@ pub(crate) fn float_unary(b: &mut Builder, op: UnaryOp, x: Reg) -> Reg {
             let one = b.cf(ty, 1.0);
             b.div(one, x)
         }
-        UnaryOp::Gelu => expand::gelu(b, x),
-        UnaryOp::Silu => expand::silu(b, x),
-        UnaryOp::Erf => expand::erf(b, x),
-        UnaryOp::Erfc => expand::erfc(b, x),
-        UnaryOp::GeluErf => expand::gelu_erf(b, x),
-        UnaryOp::Expm1 => expand::expm1(b, x),
-        UnaryOp::Log1p => expand::log1p(b, x),
+        UnaryOp::Gelu => mathfn::gelu(b, x),
+        UnaryOp::Silu => mathfn::silu(b, x),
+        UnaryOp::Erf => mathfn::erf(b, x),
+        UnaryOp::Erfc => mathfn::erfc(b, x),
+        UnaryOp::GeluErf => mathfn::gelu_erf(b, x),
+        UnaryOp::Expm1 => mathfn::expm1(b, x),
+        UnaryOp::Log1p => mathfn::log1p(b, x),
         UnaryOp::Trunc => b.trunc(x),
         UnaryOp::Round => b.rint(x),
         // Composites, lowered above.
@@ -171,13 +171,13 @@ fn unary(b: &mut Builder, op: UnaryOp, x: Reg, dtype: DTypeKind) -> Reg {
         F32 | F64 => float_unary(b, op, x),
         F16 | BF16 => {
             // The result is rounded to 16 bits right below: the shorter
-            // expansions suffice (see `expand::Fit`).
+            // expansions suffice (see `mathfn::Fit`).
             let fit = if dtype == F16 {
-                expand::Fit::F16
+                mathfn::Fit::F16
             } else {
-                expand::Fit::Bf16
+                mathfn::Fit::Bf16
             };
-            let r = match expand::unary_fit(b, op, x, fit) {
+            let r = match mathfn::unary_fit(b, op, x, fit) {
                 Some(r) => r,
                 None => float_unary(b, op, x),
             };
@@ -225,7 +225,7 @@ pub(crate) fn float_binary(b: &mut Builder, op: BinaryOp, x: Reg, y: Reg) -> Reg
         BinaryOp::Div => b.div(x, y),
         BinaryOp::Max => nan_max_min(b, true, x, y),
         BinaryOp::Min => nan_max_min(b, false, x, y),
-        BinaryOp::Pow => expand::pow(b, x, y),
+        BinaryOp::Pow => mathfn::pow(b, x, y),
         BinaryOp::LeakyRelu | BinaryOp::Elu => unreachable!("{} is a composite", op.name()),
     }
 }

@@ -3,7 +3,7 @@
 //! whose result is fully specified by IEEE 754 or two's complement, so the
 //! PTX (`add.rn`, `fma.rn`, `div.rn`, `sqrt.rn`, `cvt.rni`, ...) and the
 //! interpreter compute the same bits. Transcendental functions are
-//! sequences of these (see `expand`), never approximate instructions.
+//! sequences of these (see `mathfn`), never approximate instructions.
 //!
 //! `f16`/`bf16` values live in `f32` registers (already rounded to their
 //! dtype), `u8` in `i32` (0..=255) and `bool` in predicates.

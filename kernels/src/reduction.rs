@@ -8,10 +8,10 @@
 //! offsets 16, 8, 4, 2, 1); warp 0 combines the 8 warp results the same
 //! way (lanes 8..32 holding the identity).
 
-use crate::builtin::BLOCK;
+use crate::abi::BLOCK;
 use crate::error::{Error, Result};
-use crate::expand;
 use crate::lower::{nan_max_min, round_to};
+use crate::mathfn;
 use crate::ops::{CmpOp, ReduceOp};
 use crate::prim::{Builder, Program, Ty};
 use tensorfn_core::DTypeKind;
@@ -240,13 +240,13 @@ pub(crate) fn softmax_spec(dtype: DTypeKind, log: bool) -> Result<SoftmaxSpec> {
         let x = b.param(acc);
         let m = b.param(acc);
         let d = b.sub(x, m);
-        let e = expand::exp(&mut b, d);
+        let e = mathfn::exp(&mut b, d);
         b.finish(vec![e])
     };
     let row_log = {
         let mut b = Builder::new();
         let s = b.param(acc);
-        let r = if log { expand::log(&mut b, s) } else { s };
+        let r = if log { mathfn::log(&mut b, s) } else { s };
         b.finish(vec![r])
     };
     // The output from a value of `acc`: rounded to a 16-bit dtype.
@@ -263,7 +263,7 @@ pub(crate) fn softmax_spec(dtype: DTypeKind, log: bool) -> Result<SoftmaxSpec> {
         let r = if log {
             b.sub(d, s)
         } else {
-            let e = expand::exp(&mut b, d);
+            let e = mathfn::exp(&mut b, d);
             b.div(e, s)
         };
         let r = out(&mut b, r);

@@ -25,6 +25,7 @@
 //! ```
 
 pub mod binary;
+pub mod erf_coeffs;
 pub mod math;
 mod reduce_cmp;
 pub mod unary;

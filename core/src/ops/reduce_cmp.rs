@@ -176,6 +176,19 @@ impl CmpOp {
     /// assert!(CmpOp::Eq.eval_f64(0.0, -0.0)); // IEEE: signed zeros are equal
     /// ```
     pub fn eval_f64(self, a: f64, b: f64) -> bool {
+        self.apply(a, b)
+    }
+
+    /// `a op b` for any ordered type: the one definition the CPU loops,
+    /// the macro's closures and the f64 reference share.
+    ///
+    /// ```
+    /// use tensorfn_core::ops::CmpOp;
+    /// assert!(CmpOp::Ge.apply(3_i32, 3));
+    /// assert!(CmpOp::Ne.apply(f32::NAN, f32::NAN));
+    /// ```
+    #[inline(always)]
+    pub fn apply<T: PartialOrd>(self, a: T, b: T) -> bool {
         match self {
             CmpOp::Eq => a == b,
             CmpOp::Ne => a != b,
@@ -185,4 +198,46 @@ impl CmpOp {
             CmpOp::Ge => a >= b,
         }
     }
+}
+
+/// Runs `$body` with `$c` bound to `$op` as a constant, so that a loop over
+/// elements is compiled once per comparison with the comparison inlined.
+///
+/// ```
+/// use tensorfn_core::{with_cmp_op, ops::CmpOp};
+/// let op = CmpOp::Lt;
+/// let count = with_cmp_op!(op, C => [1, 5, 2].iter().filter(|&&x| C.apply(x, 3)).count());
+/// assert_eq!(count, 2);
+/// ```
+#[macro_export]
+macro_rules! with_cmp_op {
+    ($op:expr, $c:ident => $body:expr) => {{
+        use $crate::ops::CmpOp as __Cmp;
+        match $op {
+            __Cmp::Eq => {
+                const $c: __Cmp = __Cmp::Eq;
+                $body
+            }
+            __Cmp::Ne => {
+                const $c: __Cmp = __Cmp::Ne;
+                $body
+            }
+            __Cmp::Lt => {
+                const $c: __Cmp = __Cmp::Lt;
+                $body
+            }
+            __Cmp::Le => {
+                const $c: __Cmp = __Cmp::Le;
+                $body
+            }
+            __Cmp::Gt => {
+                const $c: __Cmp = __Cmp::Gt;
+                $body
+            }
+            __Cmp::Ge => {
+                const $c: __Cmp = __Cmp::Ge;
+                $body
+            }
+        }
+    }};
 }

@@ -1,4 +1,4 @@
-//! Row kernels: one block of [`BLOCK`](crate::builtin::BLOCK) threads per
+//! Row kernels: one block of [`BLOCK`](crate::abi::BLOCK) threads per
 //! row (grid-stride over rows), per-thread folds, warp butterflies with
 //! `shfl.sync.bfly.b32`, shared memory across warps. The combine steps are
 //! the lowered programs of `reduction`, which the interpreter runs in the
@@ -242,7 +242,7 @@ fn col_loop(body: &mut Body, f: &Frame, inner: impl FnOnce(&mut Body, &str)) {
     body.op(format!("setp.ge.u64 {done}, {col}, {}", f.cols));
     body.op(format!("@{done} bra {end}"));
     inner(body, &col);
-    body.op(format!("add.u64 {col}, {col}, {}", crate::builtin::BLOCK));
+    body.op(format!("add.u64 {col}, {col}, {}", crate::abi::BLOCK));
     body.op(format!("bra.uni {lp}"));
     body.place(&end);
 }
@@ -317,7 +317,7 @@ pub(crate) fn reduce_entry(name: &str, spec: &ReduceSpec) -> String {
 pub const SOFTMAX_REGISTER_COLS: usize = 4096;
 
 /// Register slots per thread for a row of [`SOFTMAX_REGISTER_COLS`].
-const SLOTS: usize = SOFTMAX_REGISTER_COLS / crate::builtin::BLOCK as usize;
+const SLOTS: usize = SOFTMAX_REGISTER_COLS / crate::abi::BLOCK as usize;
 
 /// Bytes of the shared buffer a 16-bit row of the register path passes
 /// through: [`SOFTMAX_REGISTER_COLS`] elements placed at their global
@@ -325,10 +325,10 @@ const SLOTS: usize = SOFTMAX_REGISTER_COLS / crate::builtin::BLOCK as usize;
 const STAGE_BYTES: usize = 2 * SOFTMAX_REGISTER_COLS + 16;
 
 /// 16-byte chunks each thread moves of a full 16-bit row.
-const STAGE_CHUNKS: usize = 2 * SOFTMAX_REGISTER_COLS / (16 * crate::builtin::BLOCK as usize);
+const STAGE_CHUNKS: usize = 2 * SOFTMAX_REGISTER_COLS / (16 * crate::abi::BLOCK as usize);
 
 const _: () = assert!(
-    2 * SOFTMAX_REGISTER_COLS == STAGE_CHUNKS * 16 * crate::builtin::BLOCK as usize,
+    2 * SOFTMAX_REGISTER_COLS == STAGE_CHUNKS * 16 * crate::abi::BLOCK as usize,
     "a full 16-bit row is a whole number of chunks per thread"
 );
 
@@ -364,7 +364,7 @@ pub(crate) fn softmax_entry(name: &str, spec: &SoftmaxSpec) -> String {
     let bounds = if is_half(spec.dtype) {
         format!(
             "\n.maxntid {}, 1, 1\n.minnctapersm {HALF_SOFTMAX_BLOCKS_PER_SM}",
-            crate::builtin::BLOCK
+            crate::abi::BLOCK
         )
     } else {
         String::new()
@@ -392,7 +392,7 @@ const HALF_SOFTMAX_BLOCKS_PER_SM: u32 = 4;
 fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &str) {
     let acc = spec.acc;
     let size = spec.dtype.size_bytes();
-    let step = crate::builtin::BLOCK as usize;
+    let step = crate::abi::BLOCK as usize;
     let state = vec![(body.reg_ty(acc), acc)];
     let ninf = [float_bits(acc, f64::NEG_INFINITY)];
     let nzero = [float_bits(acc, -0.0)];
@@ -642,13 +642,13 @@ impl Staged {
         let s = body.reg(Class::B32);
         body.op(format!("mad.lo.u32 {s}, {}, 2, {}", self.lead, self.first));
         body.op(format!("mad.lo.u32 {s}, {}, 16, {s}", f.tid));
-        let step = 16 * crate::builtin::BLOCK as usize;
+        let step = 16 * crate::abi::BLOCK as usize;
         for k in 0..STAGE_CHUNKS {
             let chunk = body.reg(Class::B32);
             body.op(format!(
                 "add.u32 {chunk}, {}, {}",
                 f.tid,
-                k * crate::builtin::BLOCK as usize
+                k * crate::abi::BLOCK as usize
             ));
             let p = body.reg(Class::Pred);
             body.op(format!("setp.lt.u32 {p}, {chunk}, {}", self.chunks));

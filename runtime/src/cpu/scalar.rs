@@ -498,14 +498,7 @@ impl<A: Real> ElemMath for Values<'_, A> {
     }
     #[inline(always)]
     fn compare(&mut self, op: CmpOp, a: A, b: A) -> bool {
-        match op {
-            CmpOp::Eq => a == b,
-            CmpOp::Ne => a != b,
-            CmpOp::Lt => a < b,
-            CmpOp::Le => a <= b,
-            CmpOp::Gt => a > b,
-            CmpOp::Ge => a >= b,
-        }
+        op.apply(a, b)
     }
     #[inline(always)]
     fn select(&mut self, c: bool, a: A, b: A) -> A {
@@ -572,8 +565,11 @@ pub fn float_unary<A: Real>(op: UnaryOp, x: A, lanes: &mut Lanes) -> A {
         UnaryOp::GeluErf => x.gelu_erf(),
         UnaryOp::Trunc => x.trunc(),
         UnaryOp::Round => x.round(),
-        // Composites, computed above.
-        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Sign | UnaryOp::Softplus => x,
+        // Composites, computed above (with `op` constant in a loop, this
+        // arm is compiled away).
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Sign | UnaryOp::Softplus => {
+            unreachable!("{} is a composite", op.name())
+        }
     }
 }
 
@@ -594,7 +590,7 @@ pub fn float_binary<A: Real>(op: BinaryOp, a: A, b: A, lanes: &mut Lanes) -> A {
         BinaryOp::Min => min_nan(a, b),
         BinaryOp::Pow => a.powf(b),
         // Composites, computed above.
-        BinaryOp::LeakyRelu | BinaryOp::Elu => a,
+        BinaryOp::LeakyRelu | BinaryOp::Elu => unreachable!("{} is a composite", op.name()),
     }
 }
 

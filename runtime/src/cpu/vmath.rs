@@ -433,98 +433,10 @@ pub fn log1p(x: f32) -> f32 {
     select(x < -1.0 || x.is_nan(), f32::NAN, y)
 }
 
-/// The rationals of fdlibm's `s_erf.c` (FreeBSD `msun`), `N(t)/D(t)` on
-/// four intervals of `|x|`: numerator and denominator coefficients,
-/// highest power first.
-///
-/// `|x| < 0.84375`, `t = x²`: `erf(x) = x + x N/D`.
-const ERF_SMALL: ([f64; 5], [f64; 6]) = (
-    [
-        -2.3763016656650163e-05,
-        -0.005770270296489442,
-        -0.02848174957559851,
-        -0.3250421072470015,
-        0.12837916709551256,
-    ],
-    [
-        -3.960228278775368e-06,
-        0.00013249473800432164,
-        0.005081306281875766,
-        0.0650222499887673,
-        0.39791722395915535,
-        1.0,
-    ],
-);
-/// `0.84375 <= |x| < 1.25`, `t = |x| - 1`: `erf(|x|) = ERX + N/D`.
-const ERF_MID: ([f64; 7], [f64; 7]) = (
-    [
-        -0.002166375594868791,
-        0.035478304325618236,
-        -0.11089469428239668,
-        0.31834661990116175,
-        -0.3722078760357013,
-        0.41485611868374833,
-        -0.0023621185607526594,
-    ],
-    [
-        0.011984499846799107,
-        0.01363708391202905,
-        0.12617121980876164,
-        0.07182865441419627,
-        0.540397917702171,
-        0.10642088040084423,
-        1.0,
-    ],
-);
-/// `1.25 <= |x| < 1/0.35`, `t = 1/x²`: `erfc(|x|) = e^(-x² - 0.5625 + N/D)/|x|`.
-const ERF_NEAR: ([f64; 8], [f64; 9]) = (
-    [
-        -9.814329344169145,
-        -81.2874355063066,
-        -184.60509290671104,
-        -162.39666946257347,
-        -62.375332450326006,
-        -10.558626225323291,
-        -0.6938585727071818,
-        -0.009864944034847148,
-    ],
-    [
-        -0.0604244152148581,
-        6.570249770319282,
-        108.63500554177944,
-        429.00814002756783,
-        645.3872717332679,
-        434.56587747522923,
-        137.65775414351904,
-        19.651271667439257,
-        1.0,
-    ],
-);
-/// `|x| >= 1/0.35`, the same form.
-const ERF_FAR: ([f64; 7], [f64; 8]) = (
-    [
-        -483.5191916086514,
-        -1025.0951316110772,
-        -637.5664433683896,
-        -160.63638485582192,
-        -17.757954917754752,
-        -0.799283237680523,
-        -0.0098649429247001,
-    ],
-    [
-        -22.44095244658582,
-        474.52854120695537,
-        2553.0504064331644,
-        3199.8582195085955,
-        1536.729586084437,
-        325.7925129965739,
-        30.33806074348246,
-        1.0,
-    ],
-);
-
-/// `erf(1)` rounded to 24 significant bits: `1 - ERF_ERX` is exact.
-const ERF_ERX: f64 = f64::from_bits(0x3feb_0ac1_6000_0000);
+use tensorfn_core::ops::erf_coeffs::{
+    ERFC_FAR as ERF_FAR, ERFC_NEAR as ERF_NEAR, ERFC_NEAR_END, ERF_MID, ERF_MID_END, ERF_SMALL,
+    ERF_SMALL_END, ERX as ERF_ERX,
+};
 
 /// A polynomial by Horner's rule with fused steps, highest power first.
 #[inline(always)]
@@ -542,9 +454,9 @@ fn poly<const N: usize>(c: &[f64; N], t: f64) -> f64 {
 #[inline(always)]
 fn erf_parts(xd: f64) -> (f64, bool, bool, f64, f64) {
     let ax = xd.abs();
-    let small = ax < 0.843_75;
-    let mid = ax < 1.25;
-    let near = ax < f64::from_bits(0x4006_db6d_0000_0000); // 1/0.35, cut as fdlibm does
+    let small = ax < ERF_SMALL_END;
+    let mid = ax < ERF_MID_END;
+    let near = ax < ERFC_NEAR_END;
     let w = 1.0 / ax;
     // Every lane evaluates the four rationals and keeps one numerator and
     // one denominator: selecting the coefficients instead would make the

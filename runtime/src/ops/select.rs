@@ -81,20 +81,6 @@ fn compare_kernel(op: CmpOp, t: DTypeKind) -> Result<&'static FusedKernel> {
     })
 }
 
-/// `a op b` on the CPU, as the kernels IR defines it (IEEE on floats:
-/// false with a NaN operand but for `ne`).
-#[inline(always)]
-fn cmp<T: PartialOrd>(op: CmpOp, a: T, b: T) -> bool {
-    match op {
-        CmpOp::Eq => a == b,
-        CmpOp::Ne => a != b,
-        CmpOp::Lt => a < b,
-        CmpOp::Le => a <= b,
-        CmpOp::Gt => a > b,
-        CmpOp::Ge => a >= b,
-    }
-}
-
 /// `op(a, b)` with `a` and `b` broadcast together, as `bool`.
 fn compare<D: Device, T: NumDType, SO: Shape>(
     op: CmpOp,
@@ -103,19 +89,10 @@ fn compare<D: Device, T: NumDType, SO: Shape>(
 ) -> Result<Tensor<D, bool, SO>> {
     let dims = rules::broadcast(op.name(), &[("self", a.dims()), ("other", b.dims())])?;
     let k = compare_kernel(op, T::KIND)?;
-    macro_rules! run {
-        ($op:expr) => {
-            fused2(a, b, &dims, k, |_: &mut Lanes, x: T, y: T| cmp($op, x, y))
-        };
-    }
-    match op {
-        CmpOp::Eq => run!(CmpOp::Eq),
-        CmpOp::Ne => run!(CmpOp::Ne),
-        CmpOp::Lt => run!(CmpOp::Lt),
-        CmpOp::Le => run!(CmpOp::Le),
-        CmpOp::Gt => run!(CmpOp::Gt),
-        CmpOp::Ge => run!(CmpOp::Ge),
-    }
+    // One loop per comparison, the comparison inlined in it.
+    tensorfn_core::with_cmp_op!(op, C => {
+        fused2(a, b, &dims, k, |_: &mut Lanes, x: T, y: T| C.apply(x, y))
+    })
 }
 
 macro_rules! compare_methods {

@@ -14,6 +14,7 @@ use super::coeffs::{LOG_F32, LOG_F64};
 use super::exp_log::exp2w;
 use super::{copysign, exp, horner, inf, int_of, k, kx, nan, pow2};
 use crate::prim::{Builder, CmpOp, Reg, Round, Ty};
+use tensorfn_core::ops::erf_coeffs::{self, ERFC_NEAR_END, ERF_MID_END, ERF_SMALL_END, ERX};
 
 /// `ln 2` in two parts, the first with few enough bits that its product
 /// with any reduction count or exponent is exact (as in `exp_log`).
@@ -213,117 +214,25 @@ pub(crate) fn log1p(b: &mut Builder, x: Reg) -> Reg {
     b.select(bad, qn, y)
 }
 
-/// `erf(1) - ERX` is what the rational approximates on `[0.84375, 1.25)`;
-/// `ERX` has 24 significant bits, so `1 - ERX` is exact.
-const ERX: f64 = f64::from_bits(0x3feb_0ac1_6000_0000); // 0.845062911510467529296875
-
-/// The rationals of fdlibm's `s_erf.c`, `N(t)/D(t)`: numerator and
-/// denominator coefficients, highest power first, padded with leading
-/// zeros to 8 and 9 terms (a zero leading term leaves Horner's rule exact),
-/// the denominator's constant term 1.
-///
-/// `|x| < 0.84375`, `t = x²`: `erf(x) = x + x N/D`.
-const ERF_SMALL: ([f64; 8], [f64; 9]) = (
-    [
-        0.0,
-        0.0,
-        0.0,
-        -2.3763016656650163e-05,
-        -0.005770270296489442,
-        -0.02848174957559851,
-        -0.3250421072470015,
-        0.12837916709551256,
-    ],
-    [
-        0.0,
-        0.0,
-        0.0,
-        -3.960228278775368e-06,
-        0.00013249473800432164,
-        0.005081306281875766,
-        0.0650222499887673,
-        0.39791722395915535,
-        1.0,
-    ],
-);
-/// `0.84375 <= |x| < 1.25`, `t = |x| - 1`: `erf(|x|) = ERX + N/D`.
-const ERF_MID: ([f64; 8], [f64; 9]) = (
-    [
-        0.0,
-        -0.002166375594868791,
-        0.035478304325618236,
-        -0.11089469428239668,
-        0.31834661990116175,
-        -0.3722078760357013,
-        0.41485611868374833,
-        -0.0023621185607526594,
-    ],
-    [
-        0.0,
-        0.0,
-        0.011984499846799107,
-        0.01363708391202905,
-        0.12617121980876164,
-        0.07182865441419627,
-        0.540397917702171,
-        0.10642088040084423,
-        1.0,
-    ],
-);
-/// `1.25 <= |x| < 1/0.35`, `t = 1/x²`: `erfc(|x|) = e^(-x² - 0.5625 + N/D) / |x|`.
-const ERFC_NEAR: ([f64; 8], [f64; 9]) = (
-    [
-        -9.814329344169145,
-        -81.2874355063066,
-        -184.60509290671104,
-        -162.39666946257347,
-        -62.375332450326006,
-        -10.558626225323291,
-        -0.6938585727071818,
-        -0.009864944034847148,
-    ],
-    [
-        -0.0604244152148581,
-        6.570249770319282,
-        108.63500554177944,
-        429.00814002756783,
-        645.3872717332679,
-        434.56587747522923,
-        137.65775414351904,
-        19.651271667439257,
-        1.0,
-    ],
-);
-/// `|x| >= 1/0.35`, the same form.
-const ERFC_FAR: ([f64; 8], [f64; 9]) = (
-    [
-        0.0,
-        -483.5191916086514,
-        -1025.0951316110772,
-        -637.5664433683896,
-        -160.63638485582192,
-        -17.757954917754752,
-        -0.799283237680523,
-        -0.0098649429247001,
-    ],
-    [
-        0.0,
-        -22.44095244658582,
-        474.52854120695537,
-        2553.0504064331644,
-        3199.8582195085955,
-        1536.729586084437,
-        325.7925129965739,
-        30.33806074348246,
-        1.0,
-    ],
-);
-
-/// Where the intervals of `erf` and `erfc` end (`|x|`).
-const ERF_SMALL_END: f64 = 0.843_75;
-const ERF_MID_END: f64 = 1.25;
-/// fdlibm's bound, `1/0.35` cut to its high 32 bits.
-const ERFC_NEAR_END: f64 = f64::from_bits(0x4006_db6d_0000_0000);
+/// The rationals of `erf`/`erfc` (see [`erf_coeffs`]) padded with leading
+/// zeros to 8 and 9 terms, so that one Horner loop of fixed length with
+/// selected coefficients serves every interval (a zero leading term leaves
+/// Horner's rule exact).
+const fn pad<const N: usize, const M: usize>(c: [f64; N]) -> [f64; M] {
+    let mut out = [0.0; M];
+    let mut i = 0;
+    while i < N {
+        out[M - N + i] = c[i];
+        i += 1;
+    }
+    out
+}
+const ERF_SMALL: ([f64; 8], [f64; 9]) =
+    (pad(erf_coeffs::ERF_SMALL.0), pad(erf_coeffs::ERF_SMALL.1));
+const ERF_MID: ([f64; 8], [f64; 9]) = (pad(erf_coeffs::ERF_MID.0), pad(erf_coeffs::ERF_MID.1));
+const ERFC_NEAR: ([f64; 8], [f64; 9]) =
+    (pad(erf_coeffs::ERFC_NEAR.0), pad(erf_coeffs::ERFC_NEAR.1));
+const ERFC_FAR: ([f64; 8], [f64; 9]) = (pad(erf_coeffs::ERFC_FAR.0), pad(erf_coeffs::ERFC_FAR.1));
 /// From here `erf(x)` is ±1 in f64 (and f32).
 const ERF_ONE: f64 = 6.0;
 /// From here `erfc(x)` is 0 in f64 (or 2 for negative `x`).
