@@ -288,6 +288,14 @@ fn product<D: Device, T: FloatDType>(
 /// A bias argument for products that have none.
 type NoBias<D, T> = Tensor<D, T, ()>;
 
+/// `a @ b`: no bias, no scaling, no epilogue.
+fn plain_product<D: Device, T: FloatDType>(
+    a: &Tensor<D, T, impl Shape>,
+    b: &Tensor<D, T, impl Shape>,
+) -> Result<Storage<T>> {
+    product(a, b, None::<&NoBias<D, T>>, T::one(), T::zero(), false)
+}
+
 impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
     /// The matrix product, like `torch.matmul` (see [`MatMulShape`] for
     /// the pairs the types accept). Transposed views are multiplied in
@@ -304,16 +312,8 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
     where
         S: MatMulShape<S2>,
     {
-        let dims = rules::matmul("matmul", ("self", self.dims()), ("other", other.dims()))?;
-        let storage = product(
-            self,
-            other,
-            None::<&NoBias<D, T>>,
-            T::one(),
-            T::zero(),
-            false,
-        )?;
-        output(storage, &dims)
+        // The types paired the shapes; the run-time rule is the same.
+        self.matmul_broadcast(other)
     }
 
     /// [`matmul`](Self::matmul) written into `out` (which must have the
@@ -337,14 +337,7 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
     {
         let dims = rules::matmul("matmul", ("self", self.dims()), ("other", other.dims()))?;
         rules::same_shape("matmul_into", ("result", &dims[..]), ("out", out.dims()))?;
-        let storage = product(
-            self,
-            other,
-            None::<&NoBias<D, T>>,
-            T::one(),
-            T::zero(),
-            false,
-        )?;
+        let storage = plain_product(self, other)?;
         out.overwrite_with(storage)
     }
 }
@@ -372,14 +365,7 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
         other: &Tensor<D, T, impl Shape>,
     ) -> Result<Tensor<D, T, SO>> {
         let dims = rules::matmul("matmul", ("self", self.dims()), ("other", other.dims()))?;
-        let storage = product(
-            self,
-            other,
-            None::<&NoBias<D, T>>,
-            T::one(),
-            T::zero(),
-            false,
-        )?;
+        let storage = plain_product(self, other)?;
         output(storage, &dims)
     }
 }
@@ -471,14 +457,7 @@ impl<D: Device, T: FloatDType, B: Dim, M: Dim, K: Dim> Tensor<D, T, (B, M, K)> {
     /// ```
     pub fn bmm<N: Dim>(&self, other: &Tensor<D, T, (B, K, N)>) -> Result<Tensor<D, T, (B, M, N)>> {
         let dims = rules::bmm("bmm", ("self", self.dims()), ("other", other.dims()))?;
-        let storage = product(
-            self,
-            other,
-            None::<&NoBias<D, T>>,
-            T::one(),
-            T::zero(),
-            false,
-        )?;
+        let storage = plain_product(self, other)?;
         output(storage, &dims)
     }
 }
@@ -495,14 +474,7 @@ impl<D: Device, T: FloatDType, K: Dim> Tensor<D, T, (K,)> {
     /// ```
     pub fn dot(&self, other: &Self) -> Result<Tensor<D, T, ()>> {
         let dims = rules::dot("dot", ("self", self.dims()), ("other", other.dims()))?;
-        let storage = product(
-            self,
-            other,
-            None::<&NoBias<D, T>>,
-            T::one(),
-            T::zero(),
-            false,
-        )?;
+        let storage = plain_product(self, other)?;
         output(storage, &dims)
     }
 }
