@@ -183,6 +183,25 @@ fn assign_groups(
 /// truncate toward zero as Rust's `as` does (the checker has rejected
 /// fractions and values out of range where they matter), a `bool` is
 /// whether the value is not zero.
+///
+/// ```
+/// use tensorfn_kernels::ir::{ElementwiseBuilder, Inst, Scalar};
+/// use tensorfn_kernels::DTypeKind;
+/// use tensorfn_macros_impl::plan::constant;
+///
+/// let mut b = ElementwiseBuilder::with_cse();
+/// let c = constant(&mut b, -2.0, DTypeKind::I32);
+/// let kernel = b.output(c)?;
+/// assert_eq!(
+///     kernel.insts()[0],
+///     Inst::Const { value: Scalar::Int(-2), dtype: DTypeKind::I32 }
+/// );
+///
+/// let mut b = ElementwiseBuilder::with_cse();
+/// let c = constant(&mut b, 0.1, DTypeKind::F16);
+/// assert_eq!(b.output(c)?.eval_f64(&[]), 0.0999755859375); // the nearest f16
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
 pub fn constant(b: &mut ElementwiseBuilder, value: f64, d: DTypeKind) -> Value {
     if d == DTypeKind::Bool {
         b.constant((value != 0.0) as u8 as f64, d)
