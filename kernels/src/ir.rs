@@ -114,6 +114,7 @@
 
 use crate::error::{Error, Result};
 use crate::ops::{BinaryOp, CmpOp, UnaryOp};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use tensorfn_core::DTypeKind;
@@ -326,6 +327,44 @@ pub struct ElementwiseBuilder {
     insts: Vec<Inst>,
     types: Vec<Option<DTypeKind>>,
     first_error: Option<Error>,
+    /// Where an instruction is already defined, when the builder reuses
+    /// identical instructions ([`with_cse`](Self::with_cse)).
+    defined: Option<HashMap<CseKey, u32>>,
+}
+
+/// What makes two instructions interchangeable: their fields, with float
+/// constants compared by their bits (so `0.0` and `-0.0` stay apart).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum CseKey {
+    Const(u8, u64, DTypeKind),
+    Unary(UnaryOp, Value),
+    Binary(BinaryOp, Value, Value),
+    Compare(CmpOp, Value, Value),
+    Select(Value, Value, Value),
+    Cast(Value, DTypeKind),
+}
+
+impl CseKey {
+    /// `None` for inputs: each is a parameter of its own.
+    fn of(inst: &Inst) -> Option<CseKey> {
+        Some(match *inst {
+            Inst::Input { .. } => return None,
+            Inst::Const { value, dtype } => match value {
+                Scalar::Float(v) => CseKey::Const(0, v.to_bits(), dtype),
+                Scalar::Int(v) => CseKey::Const(1, v as u64, dtype),
+                Scalar::Bool(v) => CseKey::Const(2, v as u64, dtype),
+            },
+            Inst::Unary { op, x } => CseKey::Unary(op, x),
+            Inst::Binary { op, a, b } => CseKey::Binary(op, a, b),
+            Inst::Compare { op, a, b } => CseKey::Compare(op, a, b),
+            Inst::Select {
+                cond,
+                on_true,
+                on_false,
+            } => CseKey::Select(cond, on_true, on_false),
+            Inst::Cast { x, to } => CseKey::Cast(x, to),
+        })
+    }
 }
 
 impl Default for ElementwiseBuilder {
@@ -348,6 +387,40 @@ impl ElementwiseBuilder {
             insts: Vec::new(),
             types: Vec::new(),
             first_error: None,
+            defined: None,
+        }
+    }
+
+    /// An empty kernel whose builder reuses an identical earlier
+    /// instruction instead of appending a copy (common-subexpression
+    /// elimination), so that a program built value by value, as
+    /// `tensor_fn!` builds its fused groups, computes each value once.
+    /// Float constants are identical when their bits are; inputs are never
+    /// merged.
+    ///
+    /// ```
+    /// use tensorfn_kernels::{ir::ElementwiseBuilder, BinaryOp, DTypeKind, UnaryOp};
+    /// let mut k = ElementwiseBuilder::with_cse();
+    /// let x = k.input(DTypeKind::F32);
+    /// let a = k.unary(UnaryOp::Exp, x);
+    /// let b = k.unary(UnaryOp::Exp, x);
+    /// assert_eq!(a, b);
+    /// let zero = k.constant(0.0, DTypeKind::F32);
+    /// let minus_zero = k.constant(-0.0, DTypeKind::F32);
+    /// assert_ne!(zero, minus_zero);
+    /// let s = k.binary(BinaryOp::Add, a, b);
+    /// assert_eq!(k.output(s)?.insts().len(), 3); // x, exp x, exp x + exp x
+    ///
+    /// // `new()` appends every instruction, as it always has.
+    /// let mut k = ElementwiseBuilder::new();
+    /// let x = k.input(DTypeKind::F32);
+    /// assert_ne!(k.unary(UnaryOp::Exp, x), k.unary(UnaryOp::Exp, x));
+    /// # Ok::<(), tensorfn_kernels::Error>(())
+    /// ```
+    pub fn with_cse() -> Self {
+        ElementwiseBuilder {
+            defined: Some(HashMap::new()),
+            ..Self::new()
         }
     }
 
@@ -579,6 +652,155 @@ impl ElementwiseBuilder {
         self.push_checked(inst, ty)
     }
 
+    /// `a && b` on two `bool`s (both are computed), as a `select` of `b`
+    /// and `false`.
+    ///
+    /// ```
+    /// use tensorfn_kernels::{ir::ElementwiseBuilder, CmpOp, DTypeKind};
+    /// let mut k = ElementwiseBuilder::new();
+    /// let x = k.input(DTypeKind::F32);
+    /// let lo = k.constant(0.0, DTypeKind::F32);
+    /// let hi = k.constant(1.0, DTypeKind::F32);
+    /// let above = k.compare(CmpOp::Gt, x, lo);
+    /// let below = k.compare(CmpOp::Lt, x, hi);
+    /// let inside = k.and(above, below);
+    /// let kernel = k.output(inside)?;
+    /// assert_eq!(kernel.eval_f64(&[0.5]), 1.0);
+    /// assert_eq!(kernel.eval_f64(&[1.5]), 0.0);
+    /// # Ok::<(), tensorfn_kernels::Error>(())
+    /// ```
+    pub fn and(&mut self, a: Value, b: Value) -> Value {
+        let f = self.constant(0.0, DTypeKind::Bool);
+        self.select(a, b, f)
+    }
+
+    /// `a || b` on two `bool`s (both are computed), as a `select` of
+    /// `true` and `b`.
+    ///
+    /// ```
+    /// use tensorfn_kernels::{ir::ElementwiseBuilder, DTypeKind};
+    /// let mut k = ElementwiseBuilder::new();
+    /// let a = k.input(DTypeKind::Bool);
+    /// let b = k.input(DTypeKind::Bool);
+    /// let either = k.or(a, b);
+    /// let kernel = k.output(either)?;
+    /// assert_eq!(kernel.eval_f64(&[0.0, 1.0]), 1.0);
+    /// assert_eq!(kernel.eval_f64(&[0.0, 0.0]), 0.0);
+    /// # Ok::<(), tensorfn_kernels::Error>(())
+    /// ```
+    pub fn or(&mut self, a: Value, b: Value) -> Value {
+        let t = self.constant(1.0, DTypeKind::Bool);
+        self.select(a, t, b)
+    }
+
+    /// `!a` on a `bool`, as the comparison `a == false`.
+    ///
+    /// ```
+    /// use tensorfn_kernels::{ir::ElementwiseBuilder, DTypeKind};
+    /// let mut k = ElementwiseBuilder::new();
+    /// let a = k.input(DTypeKind::Bool);
+    /// let n = k.not(a);
+    /// assert_eq!(k.dtype(n), Some(DTypeKind::Bool));
+    /// assert_eq!(k.output(n)?.eval_f64(&[1.0]), 0.0);
+    /// # Ok::<(), tensorfn_kernels::Error>(())
+    /// ```
+    pub fn not(&mut self, a: Value) -> Value {
+        let f = self.constant(0.0, DTypeKind::Bool);
+        self.compare(CmpOp::Eq, a, f)
+    }
+
+    /// Copies `kernel`'s instructions into this builder with its inputs
+    /// replaced by `args` (one per input, of the input's dtype), and
+    /// returns the copy of its output: a call of one kernel from another.
+    /// A wrong number or dtype of arguments is reported by
+    /// [`output`](Self::output).
+    ///
+    /// ```
+    /// use tensorfn_kernels::{ir::ElementwiseBuilder, BinaryOp, DTypeKind, UnaryOp};
+    /// // square(x) = x * x, then square(exp(y))
+    /// let mut s = ElementwiseBuilder::new();
+    /// let x = s.input(DTypeKind::F64);
+    /// let xx = s.binary(BinaryOp::Mul, x, x);
+    /// let square = s.output(xx)?;
+    ///
+    /// let mut k = ElementwiseBuilder::new();
+    /// let y = k.input(DTypeKind::F64);
+    /// let e = k.unary(UnaryOp::Exp, y);
+    /// let r = k.inline(&square, &[e]);
+    /// let kernel = k.output(r)?;
+    /// assert_eq!(kernel.eval_f64(&[0.5]), 0.5f64.exp() * 0.5f64.exp());
+    ///
+    /// let mut k = ElementwiseBuilder::new();
+    /// let i = k.input(DTypeKind::I32);
+    /// let r = k.inline(&square, &[i]);
+    /// assert!(k.output(r).unwrap_err().to_string().contains("i32"));
+    /// # Ok::<(), tensorfn_kernels::Error>(())
+    /// ```
+    pub fn inline(&mut self, kernel: &Kernel, args: &[Value]) -> Value {
+        let wanted = &kernel.inputs;
+        let ty = self.check("inline", args, |t| {
+            if t.len() != wanted.len() {
+                return Err(format!(
+                    "inline: the kernel takes {} input(s), found {} argument(s)",
+                    wanted.len(),
+                    t.len()
+                ));
+            }
+            for (k, (have, want)) in t.iter().zip(wanted).enumerate() {
+                if have != want {
+                    return Err(format!(
+                        "inline: argument {k} is {have} but the kernel's input {k} is {want}; \
+                         cast it with `.cast::<{want}>()`"
+                    ));
+                }
+            }
+            Ok(kernel.output_dtype())
+        });
+        if ty.is_err() {
+            // A placeholder of the output's dtype carries the error.
+            let inst = Inst::Const {
+                value: Scalar::Float(0.0),
+                dtype: kernel.output_dtype(),
+            };
+            return self.push_checked(inst, ty);
+        }
+        let mut map: Vec<Value> = Vec::with_capacity(kernel.insts.len());
+        for inst in &kernel.insts {
+            let m = |v: Value| map[v.index()];
+            let v = match *inst {
+                Inst::Input { index, .. } => args[index],
+                Inst::Const { value, dtype } => self.push(Inst::Const { value, dtype }, Ok(dtype)),
+                Inst::Unary { op, x } => self.unary(op, m(x)),
+                Inst::Binary { op, a, b } => self.binary(op, m(a), m(b)),
+                Inst::Compare { op, a, b } => self.compare(op, m(a), m(b)),
+                Inst::Select {
+                    cond,
+                    on_true,
+                    on_false,
+                } => self.select(m(cond), m(on_true), m(on_false)),
+                Inst::Cast { x, to } => self.cast(m(x), to),
+            };
+            map.push(v);
+        }
+        map[kernel.output.index()]
+    }
+
+    /// The first dtype error so far (the one [`output`](Self::output)
+    /// will return), so that a front end can report it where the value
+    /// was written.
+    ///
+    /// ```
+    /// use tensorfn_kernels::{ir::ElementwiseBuilder, DTypeKind, UnaryOp};
+    /// let mut k = ElementwiseBuilder::new();
+    /// let x = k.input(DTypeKind::I32);
+    /// assert!(k.first_error().is_none());
+    /// let _ = k.unary(UnaryOp::Exp, x);
+    /// assert!(k.first_error().unwrap().to_string().contains("floating-point"));
+    /// ```
+    pub fn first_error(&self) -> Option<&Error> {
+        self.first_error.as_ref()
+    }
+
     /// The dtype of `v`, or `None` if `v` is ill-typed or not from this
     /// builder.
     ///
@@ -718,6 +940,17 @@ impl ElementwiseBuilder {
 
     fn push(&mut self, inst: Inst, ty: Result<DTypeKind>) -> Value {
         let index = self.insts.len() as u32;
+        // Only well-typed instructions are reused: an ill-typed one must
+        // record its error.
+        if let (Some(defined), Ok(_), Some(key)) = (&mut self.defined, &ty, CseKey::of(&inst)) {
+            let at = *defined.entry(key).or_insert(index);
+            if at != index {
+                return Value {
+                    builder: self.id,
+                    index: at,
+                };
+            }
+        }
         self.insts.push(inst);
         match ty {
             Ok(t) => self.types.push(Some(t)),
@@ -889,6 +1122,87 @@ impl Kernel {
     /// ```
     pub fn dtype(&self, v: Value) -> DTypeKind {
         self.types[v.index()]
+    }
+
+    /// Dtype of each instruction's value, by position in
+    /// [`insts`](Self::insts).
+    ///
+    /// ```
+    /// # use tensorfn_kernels::{ir::ElementwiseBuilder, DTypeKind, CmpOp};
+    /// let mut k = ElementwiseBuilder::new();
+    /// let x = k.input(DTypeKind::I64);
+    /// let p = k.compare(CmpOp::Ne, x, x);
+    /// assert_eq!(k.output(p)?.types(), &[DTypeKind::I64, DTypeKind::Bool]);
+    /// # Ok::<(), tensorfn_kernels::Error>(())
+    /// ```
+    pub fn types(&self) -> &[DTypeKind] {
+        &self.types
+    }
+
+    /// Evaluates the kernel in `f64`, with inputs given as `f64`: integer
+    /// results truncate (integer `/` truncates, `x / 0` is 0), comparisons
+    /// and `bool`s are 0 or 1, and floats of every width stay `f64` (no
+    /// rounding to `f32`, `f16` or `bf16`). A reference for tests of what a
+    /// program computes; [`interp`](crate::interp) gives the exact values
+    /// of each dtype.
+    ///
+    /// ```
+    /// use tensorfn_kernels::{ir::ElementwiseBuilder, BinaryOp, DTypeKind, UnaryOp};
+    /// let mut k = ElementwiseBuilder::new();
+    /// let x = k.input(DTypeKind::F32);
+    /// let s = k.unary(UnaryOp::Sin, x);
+    /// let kernel = k.output(s)?;
+    /// assert_eq!(kernel.eval_f64(&[1.0]), 1f64.sin());
+    ///
+    /// let mut k = ElementwiseBuilder::new();
+    /// let a = k.input(DTypeKind::I32);
+    /// let b = k.input(DTypeKind::I32);
+    /// let q = k.binary(BinaryOp::Div, a, b);
+    /// let kernel = k.output(q)?;
+    /// assert_eq!(kernel.eval_f64(&[-7.0, 2.0]), -3.0);
+    /// assert_eq!(kernel.eval_f64(&[7.0, 0.0]), 0.0);
+    /// # Ok::<(), tensorfn_kernels::Error>(())
+    /// ```
+    pub fn eval_f64(&self, inputs: &[f64]) -> f64 {
+        let mut v: Vec<f64> = Vec::with_capacity(self.insts.len());
+        let truth = |b: bool| b as u8 as f64;
+        for (inst, d) in self.insts.iter().zip(&self.types) {
+            let at = |x: Value| v[x.index()];
+            let x = match *inst {
+                Inst::Input { index, .. } => inputs[index],
+                Inst::Const { value, .. } => value.to_f64(),
+                Inst::Unary { op, x } => op.eval_f64(at(x)),
+                Inst::Binary {
+                    op: BinaryOp::Div,
+                    a,
+                    b,
+                } if !d.is_float() => {
+                    if at(b) == 0.0 {
+                        0.0
+                    } else {
+                        (at(a) / at(b)).trunc()
+                    }
+                }
+                Inst::Binary { op, a, b } => op.eval_f64(at(a), at(b)),
+                Inst::Cast { x, .. } if *d == DTypeKind::Bool => truth(at(x) != 0.0),
+                Inst::Cast { x, .. } if !d.is_float() => at(x).trunc(),
+                Inst::Cast { x, .. } => at(x),
+                Inst::Compare { op, a, b } => truth(op.eval_f64(at(a), at(b))),
+                Inst::Select {
+                    cond,
+                    on_true,
+                    on_false,
+                } => {
+                    if at(cond) != 0.0 {
+                        at(on_true)
+                    } else {
+                        at(on_false)
+                    }
+                }
+            };
+            v.push(x);
+        }
+        v[self.output.index()]
     }
 
     /// A 64-bit hash of the kernel's text, the same on every machine and

@@ -73,15 +73,16 @@ fn bench(c: &mut Criterion) {
 
 fn bench_ptx(c: &mut Criterion) {
     use tensorfn_core::DTypeKind::F32;
-    use tensorfn_kernels::UnaryOp;
-    use tensorfn_macros_impl::ir::{Inst, Ir};
-    let mut ir = Ir::new(vec![F32]);
-    let x = ir.push(Inst::Input(0), F32);
-    let g = ir.push(Inst::Unary(UnaryOp::Gelu, x), F32);
-    let s = ir.push(Inst::Unary(UnaryOp::Sigmoid, x), F32);
-    ir.output = ir.push(Inst::Binary(tensorfn_kernels::BinaryOp::Add, g, s), F32);
+    use tensorfn_kernels::ir::ElementwiseBuilder;
+    use tensorfn_kernels::{BinaryOp, UnaryOp};
+    let mut k = ElementwiseBuilder::new();
+    let x = k.input(F32);
+    let g = k.unary(UnaryOp::Gelu, x);
+    let s = k.unary(UnaryOp::Sigmoid, x);
+    let y = k.binary(BinaryOp::Add, g, s);
+    let kernel = k.output(y).expect("a well-typed kernel");
     c.bench_function("ptx of gelu + sigmoid", |b| {
-        b.iter(|| tensorfn_macros_impl::ptx::fused(black_box(&ir), "tf_bench"))
+        b.iter(|| tensorfn_macros_impl::expand::fused_ptx(black_box(&kernel), "tf_bench"))
     });
 }
 

@@ -1,5 +1,6 @@
-//! `#[kernel]` functions: their scalar bodies checked and lowered to the
-//! element program of [`ir`](crate::ir).
+//! `#[kernel]` functions: their scalar bodies checked and built as element
+//! programs, [`Kernel`]s of the kernels crate, which fused groups inline
+//! where they call them.
 //!
 //! The body is a small subset of Rust on single elements: literals, the
 //! parameters, `let`, `+ - * /`, comparisons, `&& || !`, `if .. else ..`
@@ -9,24 +10,25 @@
 //! (`x.max(y)`, `x.powf(y)`), and calls to other kernels of the invocation.
 
 use crate::ast::KernelFn;
-use crate::ir::{BoolOp, Inst, Ir, Val};
+use crate::plan::constant;
 use std::collections::HashMap;
 use tensorfn_core::DTypeKind;
+use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel, Value};
 use tensorfn_kernels::{BinaryOp, CmpOp, UnaryOp};
 
-/// A value while lowering: a literal whose type comes from its use, or
+/// A value while building: a literal whose type comes from its use, or
 /// an instruction of known dtype.
 #[derive(Clone, Copy, Debug)]
 enum V {
     Lit { value: f64, int: bool },
-    Typed(Val, DTypeKind),
+    Typed(Value, DTypeKind),
 }
 
-/// Lowers every kernel of an invocation (kernels may call each other, in
+/// Builds the IR of every kernel of an invocation (kernels may call each other, in
 /// any order, but not recursively). Returns one program per kernel, `None`
 /// where the kernel has an error (reported in the errors).
-pub fn lower_kernels(kernels: &[&KernelFn]) -> (Vec<Option<Ir>>, Vec<syn::Error>) {
-    let mut l = Lowering {
+pub fn build_kernels(kernels: &[&KernelFn]) -> (Vec<Option<Kernel>>, Vec<syn::Error>) {
+    let mut l = KernelBuilder {
         kernels,
         done: vec![None; kernels.len()],
         state: vec![State::Todo; kernels.len()],
@@ -46,15 +48,15 @@ enum State {
     Done,
 }
 
-struct Lowering<'a> {
+struct KernelBuilder<'a> {
     kernels: &'a [&'a KernelFn],
-    done: Vec<Option<Option<Ir>>>,
+    done: Vec<Option<Option<Kernel>>>,
     state: Vec<State>,
     errors: Vec<syn::Error>,
 }
 
-impl Lowering<'_> {
-    fn get(&mut self, i: usize) -> Result<Ir, ()> {
+impl KernelBuilder<'_> {
+    fn get(&mut self, i: usize) -> Result<Kernel, ()> {
         match self.state[i] {
             State::Done => return self.done[i].clone().flatten().ok_or(()),
             State::Busy => return Err(()),
@@ -81,9 +83,10 @@ impl Lowering<'_> {
 }
 
 struct KernelBody<'l, 'a> {
-    lowering: &'l mut Lowering<'a>,
+    builder: &'l mut KernelBuilder<'a>,
     kernel: &'a KernelFn,
-    ir: Ir,
+    /// Reuses identical instructions, as the fused groups' builder does.
+    b: ElementwiseBuilder,
     scopes: Vec<HashMap<String, V>>,
 }
 
@@ -92,28 +95,30 @@ fn err(t: &impl quote::ToTokens, m: impl std::fmt::Display) -> syn::Error {
 }
 
 impl<'l, 'a> KernelBody<'l, 'a> {
-    fn new(lowering: &'l mut Lowering<'a>, kernel: &'a KernelFn) -> Self {
-        let mut ir = Ir::new(kernel.params.iter().map(|p| p.1).collect());
+    fn new(builder: &'l mut KernelBuilder<'a>, kernel: &'a KernelFn) -> Self {
+        let mut b = ElementwiseBuilder::with_cse();
         let mut scope = HashMap::new();
-        for (k, (name, d, _)) in kernel.params.iter().enumerate() {
-            let v = ir.push(Inst::Input(k), *d);
+        for (name, d, _) in &kernel.params {
+            let v = b.input(*d);
             scope.insert(name.to_string(), V::Typed(v, *d));
         }
         KernelBody {
-            lowering,
+            builder,
             kernel,
-            ir,
+            b,
             scopes: vec![scope],
         }
     }
 
-    fn run(mut self) -> syn::Result<Ir> {
+    fn run(mut self) -> syn::Result<Kernel> {
         let ret = self.kernel.ret.0;
         let body = &self.kernel.body;
         let v = self.block(body, Some(ret))?;
         let out = self.materialise(v, ret, body)?;
-        self.ir.output = out;
-        Ok(self.ir)
+        let name = &self.kernel.name;
+        self.b
+            .output(out)
+            .map_err(|e| err(name, format!("`{name}` computes an ill-typed program: {e}")))
     }
 
     fn block(&mut self, b: &syn::Block, want: Option<DTypeKind>) -> syn::Result<V> {
@@ -156,7 +161,7 @@ impl<'l, 'a> KernelBody<'l, 'a> {
     }
 
     /// Gives a literal the dtype `d`, or checks that a value has it.
-    fn materialise(&mut self, v: V, d: DTypeKind, at: &impl quote::ToTokens) -> syn::Result<Val> {
+    fn materialise(&mut self, v: V, d: DTypeKind, at: &impl quote::ToTokens) -> syn::Result<Value> {
         match v {
             V::Lit { value, int } => {
                 if !int && !d.is_float() {
@@ -165,7 +170,7 @@ impl<'l, 'a> KernelBody<'l, 'a> {
                         format!("a float literal where {d} is expected: write an integer or cast with `as {d}`"),
                     ));
                 }
-                Ok(self.ir.push(Inst::Const(value), d))
+                Ok(constant(&mut self.b, value, d))
             }
             V::Typed(val, have) if have == d => Ok(val),
             V::Typed(_, have) => Err(err(
@@ -182,7 +187,7 @@ impl<'l, 'a> KernelBody<'l, 'a> {
         b: V,
         want: Option<DTypeKind>,
         at: &impl quote::ToTokens,
-    ) -> syn::Result<(Val, Val, DTypeKind)> {
+    ) -> syn::Result<(Value, Value, DTypeKind)> {
         let d = match (a, b) {
             (V::Typed(_, da), V::Typed(_, db)) if da != db => {
                 return Err(err(
@@ -215,7 +220,7 @@ impl<'l, 'a> KernelBody<'l, 'a> {
                     int: false,
                 }),
                 syn::Lit::Bool(b) => Ok(V::Typed(
-                    self.ir.push(Inst::Const(b.value as u8 as f64), DTypeKind::Bool),
+                    self.b.constant(b.value as u8 as f64, DTypeKind::Bool),
                     DTypeKind::Bool,
                 )),
                 _ => Err(err(e, "kernels compute on numbers")),
@@ -250,12 +255,12 @@ impl<'l, 'a> KernelBody<'l, 'a> {
                             if d == DTypeKind::Bool || d == DTypeKind::U8 {
                                 return Err(err(e, format!("`-` on {d}")));
                             }
-                            Ok(V::Typed(self.ir.push(Inst::Unary(UnaryOp::Neg, x), d), d))
+                            Ok(V::Typed(self.b.unary(UnaryOp::Neg, x), d))
                         }
                     },
                     syn::UnOp::Not(_) => {
                         let x = self.materialise(v, DTypeKind::Bool, &u.expr)?;
-                        Ok(V::Typed(self.ir.push(Inst::Not(x), DTypeKind::Bool), DTypeKind::Bool))
+                        Ok(V::Typed(self.b.not(x), DTypeKind::Bool))
                     }
                     _ => Err(err(e, "unsupported operator in a kernel")),
                 }
@@ -275,10 +280,10 @@ impl<'l, 'a> KernelBody<'l, 'a> {
                 match self.expr(&c.expr, None)? {
                     V::Lit { value, int } => {
                         let d = if int { DTypeKind::I64 } else { DTypeKind::F64 };
-                        let x = self.ir.push(Inst::Const(value), d);
-                        Ok(V::Typed(self.ir.push(Inst::Cast(x), to), to))
+                        let x = constant(&mut self.b, value, d);
+                        Ok(V::Typed(self.b.cast(x, to), to))
                     }
-                    V::Typed(x, _) => Ok(V::Typed(self.ir.push(Inst::Cast(x), to), to)),
+                    V::Typed(x, _) => Ok(V::Typed(self.b.cast(x, to), to)),
                 }
             }
             E::Call(c) => {
@@ -331,7 +336,7 @@ impl<'l, 'a> KernelBody<'l, 'a> {
             if d == DTypeKind::Bool {
                 return Err(err(b, "arithmetic on bool: cast it first with `as f32`"));
             }
-            return Ok(V::Typed(self.ir.push(Inst::Binary(op, x, y), d), d));
+            return Ok(V::Typed(self.b.binary(op, x, y), d));
         }
         let cmp = match b.op {
             B::Lt(_) => Some(CmpOp::Lt),
@@ -346,24 +351,23 @@ impl<'l, 'a> KernelBody<'l, 'a> {
             let l = self.expr(&b.left, None)?;
             let r = self.expr(&b.right, None)?;
             let (x, y, _) = self.unify(l, r, None, b)?;
-            return Ok(V::Typed(
-                self.ir.push(Inst::Cmp(op, x, y), DTypeKind::Bool),
-                DTypeKind::Bool,
-            ));
+            return Ok(V::Typed(self.b.compare(op, x, y), DTypeKind::Bool));
         }
-        let bop = match b.op {
-            B::And(_) => BoolOp::And,
-            B::Or(_) => BoolOp::Or,
+        let and = match b.op {
+            B::And(_) => true,
+            B::Or(_) => false,
             _ => return Err(err(&b.op, "unsupported operator in a kernel")),
         };
         let l = self.expr(&b.left, Some(DTypeKind::Bool))?;
         let r = self.expr(&b.right, Some(DTypeKind::Bool))?;
         let x = self.materialise(l, DTypeKind::Bool, &b.left)?;
         let y = self.materialise(r, DTypeKind::Bool, &b.right)?;
-        Ok(V::Typed(
-            self.ir.push(Inst::Bool(bop, x, y), DTypeKind::Bool),
-            DTypeKind::Bool,
-        ))
+        let v = if and {
+            self.b.and(x, y)
+        } else {
+            self.b.or(x, y)
+        };
+        Ok(V::Typed(v, DTypeKind::Bool))
     }
 
     fn if_expr(&mut self, i: &syn::ExprIf, want: Option<DTypeKind>) -> syn::Result<V> {
@@ -376,7 +380,7 @@ impl<'l, 'a> KernelBody<'l, 'a> {
             .ok_or_else(|| err(i, "an `if` in a kernel is a value: add an `else` branch"))?;
         let b = self.expr(else_expr, want)?;
         let (x, y, d) = self.unify(a, b, want, i)?;
-        Ok(V::Typed(self.ir.push(Inst::Select(c, x, y), d), d))
+        Ok(V::Typed(self.b.select(c, x, y), d))
     }
 
     fn call(
@@ -386,7 +390,7 @@ impl<'l, 'a> KernelBody<'l, 'a> {
         want: Option<DTypeKind>,
         at: &syn::Expr,
     ) -> syn::Result<V> {
-        if let Some(k) = self.lowering.find(name) {
+        if let Some(k) = self.builder.find(name) {
             return self.call_kernel(k, args, at);
         }
         let arity = |n: usize| -> syn::Result<()> {
@@ -414,7 +418,7 @@ impl<'l, 'a> KernelBody<'l, 'a> {
                             format!("`{name}` needs a float, this is {d}: convert with `as f32`"),
                         ));
                     }
-                    Ok(V::Typed(self.ir.push(Inst::Unary(op, x), d), d))
+                    Ok(V::Typed(self.b.unary(op, x), d))
                 }
             };
         }
@@ -442,11 +446,11 @@ impl<'l, 'a> KernelBody<'l, 'a> {
         if op == BinaryOp::Pow && !d.is_float() {
             return Err(err(at, format!("`pow` needs floats, these are {d}")));
         }
-        Ok(V::Typed(self.ir.push(Inst::Binary(op, x, y), d), d))
+        Ok(V::Typed(self.b.binary(op, x, y), d))
     }
 
     fn call_kernel(&mut self, k: usize, args: &[&syn::Expr], at: &syn::Expr) -> syn::Result<V> {
-        let callee = self.lowering.kernels[k];
+        let callee = self.builder.kernels[k];
         if args.len() != callee.params.len() {
             return Err(err(
                 at,
@@ -463,7 +467,7 @@ impl<'l, 'a> KernelBody<'l, 'a> {
             let v = self.expr(a, Some(*d))?;
             vals.push(self.materialise(v, *d, a)?);
         }
-        let ir = self.lowering.get(k).map_err(|()| {
+        let callee_kernel = self.builder.get(k).map_err(|()| {
             err(
                 at,
                 format!(
@@ -472,8 +476,8 @@ impl<'l, 'a> KernelBody<'l, 'a> {
                 ),
             )
         })?;
-        let out = self.ir.inline(&ir, &vals);
-        Ok(V::Typed(out, ir.output_dtype()))
+        let out = self.b.inline(&callee_kernel, &vals);
+        Ok(V::Typed(out, callee_kernel.output_dtype()))
     }
 }
 
@@ -516,7 +520,7 @@ mod tests {
     use crate::ast::Item;
     use quote::quote;
 
-    fn lower(ts: proc_macro2::TokenStream) -> (Vec<Option<Ir>>, Vec<syn::Error>) {
+    fn build(ts: proc_macro2::TokenStream) -> (Vec<Option<Kernel>>, Vec<syn::Error>) {
         let input = crate::parse::parse_input(ts).unwrap();
         let ks: Vec<&KernelFn> = input
             .items
@@ -526,28 +530,30 @@ mod tests {
                 _ => None,
             })
             .collect();
-        lower_kernels(&ks)
+        build_kernels(&ks)
     }
 
     #[test]
     fn gelu_matches_the_formula() {
-        let (irs, errs) = lower(quote! {
+        let (irs, errs) = build(quote! {
             #[kernel]
             fn gelu(x: f32) -> f32 {
                 0.5 * x * (1.0 + tanh(0.7978846 * (x + 0.044715 * x * x * x)))
             }
         });
         assert!(errs.is_empty());
-        let ir = irs[0].as_ref().unwrap();
+        let kernel = irs[0].as_ref().unwrap();
+        // The constants as the f32 program holds them (rounded once).
+        let (c1, c2) = (0.7978846f32 as f64, 0.044715f32 as f64);
         for x in [-2.0f64, -0.3, 0.0, 0.7, 3.1] {
-            let want = 0.5 * x * (1.0 + (0.7978846 * (x + 0.044715 * x * x * x)).tanh());
-            assert!((ir.eval_f64(&[x]) - want).abs() < 1e-12);
+            let want = 0.5 * x * (1.0 + (c1 * (x + c2 * x * x * x)).tanh());
+            assert!((kernel.eval_f64(&[x]) - want).abs() < 1e-12);
         }
     }
 
     #[test]
     fn select_lets_casts_and_kernel_calls() {
-        let (irs, errs) = lower(quote! {
+        let (irs, errs) = build(quote! {
             #[kernel]
             fn leaky(x: f32, slope: f32) -> f32 {
                 let neg = x * slope;
@@ -572,7 +578,7 @@ mod tests {
 
     #[test]
     fn errors_say_what_to_change() {
-        let (_, errs) = lower(quote! {
+        let (_, errs) = build(quote! {
             #[kernel]
             fn a(x: f32, y: f64) -> f32 { x + y }
             #[kernel]

@@ -9,9 +9,12 @@
 //!    program of every `#[kernel]`;
 //! 3. [`check`]: device, dtype and [`shape`] of every expression, built as
 //!    the typed [`graph`], with every error of a function reported;
-//! 4. [`lower`]: fusion groups of elementwise work ([`ir`] programs),
-//!    runtime calls, drops and the peak memory of intermediates;
-//! 5. [`expand`](mod@expand): Rust code against the `tensorfn` runtime.
+//! 4. [`plan`]: fusion groups of elementwise work (each a
+//!    `tensorfn_kernels::ir::Kernel`), runtime calls, drops and the peak
+//!    memory of intermediates;
+//! 5. [`expand`](mod@expand): Rust code against the `tensorfn` runtime,
+//!    with each fused group's kernel printed as a CPU closure
+//!    ([`expand::rust_code`]) and as PTX (the kernels crate's back-end).
 //!
 //! ```
 //! use quote::quote;
@@ -31,11 +34,9 @@ pub mod ast;
 pub mod check;
 pub mod expand;
 pub mod graph;
-pub mod ir;
 pub mod kernel;
-pub mod lower;
 pub mod parse;
-pub mod ptx;
+pub mod plan;
 pub mod shape;
 pub mod sig;
 
@@ -43,6 +44,7 @@ use ast::{Item, KernelFn, TensorFn};
 use proc_macro2::TokenStream;
 use quote::quote;
 use std::collections::HashMap;
+use tensorfn_kernels::ir::Kernel;
 
 /// Joins errors into one `syn::Error` (`None` for none).
 pub fn combine(errors: Vec<syn::Error>) -> Option<syn::Error> {
@@ -59,7 +61,7 @@ pub struct Analysis {
     /// Checked functions (`None` where errors were found).
     pub checked: Vec<Option<check::CheckedFn>>,
     /// Plans of the checked functions.
-    pub plans: Vec<Option<lower::Plan>>,
+    pub plans: Vec<Option<plan::Plan>>,
     /// All errors, in source order of the stages.
     pub errors: Vec<syn::Error>,
 }
@@ -67,10 +69,10 @@ pub struct Analysis {
 struct Invocation<'a> {
     fns: Vec<&'a TensorFn>,
     kernels: Vec<&'a KernelFn>,
-    kernel_irs: Vec<Option<ir::Ir>>,
+    kernel_programs: Vec<Option<Kernel>>,
     sigs: Vec<Option<sig::Signature>>,
     checked: Vec<Option<check::CheckedFn>>,
-    plans: Vec<Option<lower::Plan>>,
+    plans: Vec<Option<plan::Plan>>,
     errors: Vec<syn::Error>,
 }
 
@@ -105,7 +107,7 @@ fn analyse(input: &ast::Input) -> Invocation<'_> {
             ));
         }
     }
-    let (kernel_irs, kernel_errors) = kernel::lower_kernels(&kernels);
+    let (kernel_programs, kernel_errors) = kernel::build_kernels(&kernels);
     errors.extend(kernel_errors);
     let sigs: Vec<Option<sig::Signature>> = fns
         .iter()
@@ -119,10 +121,10 @@ fn analyse(input: &ast::Input) -> Invocation<'_> {
         .collect();
     let ksigs: Vec<check::KernelSig> = kernels
         .iter()
-        .zip(&kernel_irs)
-        .map(|(k, ir)| check::KernelSig {
+        .zip(&kernel_programs)
+        .map(|(k, program)| check::KernelSig {
             ast: k,
-            ir: ir.clone(),
+            program: program.clone(),
         })
         .collect();
     let mut checked = Vec::new();
@@ -139,19 +141,15 @@ fn analyse(input: &ast::Input) -> Invocation<'_> {
             }
         }
     }
-    let irs: Vec<ir::Ir> = kernel_irs
-        .iter()
-        .map(|i| i.clone().unwrap_or_else(|| ir::Ir::new(vec![])))
-        .collect();
-    let mut plans: Vec<Option<lower::Plan>> = vec![None; fns.len()];
+    let mut plans: Vec<Option<plan::Plan>> = vec![None; fns.len()];
     let mut state = vec![0u8; fns.len()];
     for i in 0..fns.len() {
-        plan_rec(i, &checked, &irs, &mut plans, &mut state);
+        plan_rec(i, &checked, &kernel_programs, &mut plans, &mut state);
     }
     Invocation {
         fns,
         kernels,
-        kernel_irs,
+        kernel_programs,
         sigs,
         checked,
         plans,
@@ -163,8 +161,8 @@ fn analyse(input: &ast::Input) -> Invocation<'_> {
 fn plan_rec(
     i: usize,
     checked: &[Option<check::CheckedFn>],
-    irs: &[ir::Ir],
-    plans: &mut Vec<Option<lower::Plan>>,
+    programs: &[Option<Kernel>],
+    plans: &mut Vec<Option<plan::Plan>>,
     state: &mut Vec<u8>,
 ) {
     if state[i] != 0 {
@@ -177,7 +175,7 @@ fn plan_rec(
     };
     for n in &f.graph.nodes {
         if let graph::Op::Call { callee, .. } = n.op {
-            plan_rec(callee, checked, irs, plans, state);
+            plan_rec(callee, checked, programs, plans, state);
         }
     }
     // A callee still in progress (recursion) has no peak yet: the caller's
@@ -191,7 +189,7 @@ fn plan_rec(
             }
         })
         .collect();
-    plans[i] = Some(lower::plan(f, irs, &peaks));
+    plans[i] = Some(plan::plan(f, programs, &peaks));
     state[i] = 2;
 }
 
@@ -214,11 +212,7 @@ pub fn expand(input: TokenStream) -> TokenStream {
         Err(e) => return e.to_compile_error(),
     };
     let inv = analyse(&parsed);
-    let ptx = |ir: &ir::Ir, name: &str| {
-        let sm70 = ptx::fused(ir, name).map_err(|e| e.to_string())?;
-        let sm80 = ptx::fused_sm80(ir, name).map_err(|e| e.to_string())?;
-        Ok((sm70, sm80))
-    };
+    let ptx = |k: &Kernel, name: &str| expand::fused_ptx(k, name).map_err(|e| e.to_string());
     let ctx = expand::Ctx {
         sigs: &inv.sigs,
         fns: &inv.fns,
@@ -226,9 +220,9 @@ pub fn expand(input: TokenStream) -> TokenStream {
         ptx: &ptx,
     };
     let mut out = TokenStream::new();
-    for (k, ir) in inv.kernels.iter().zip(&inv.kernel_irs) {
-        out.extend(match ir {
-            Some(ir) => expand::kernel_fn(k, ir),
+    for (k, program) in inv.kernels.iter().zip(&inv.kernel_programs) {
+        out.extend(match program {
+            Some(program) => expand::kernel_fn(k, program),
             None => expand::stub_kernel(k),
         });
     }

@@ -453,7 +453,7 @@ impl<'s, 'k> Checker<'s, 'k> {
         };
         let xs: Vec<&Expr> = a.iter().map(|x| x.expect("required")).collect();
         let ids: Vec<NodeId> = xs.iter().map(|x| self.expr(x)).collect();
-        let mut ok = self.kernels[k].ir.is_some();
+        let mut ok = self.kernels[k].program.is_some();
         let mut tensors: Vec<Operand> = Vec::new();
         for (i, (&id, x)) in ids.iter().zip(&xs).enumerate() {
             let want = kernel.params[i].1;

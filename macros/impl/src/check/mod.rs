@@ -9,12 +9,12 @@
 
 use crate::ast::*;
 use crate::graph::*;
-use crate::ir::Ir;
 use crate::shape::{fmt_shape, numel, Dim};
 use crate::sig::{declared_ty, ParamSig, Signature, SymKind, Symbols};
 use std::collections::{HashMap, HashSet};
 use tensorfn_core::ops::{self, Form, OpDef, OpKind, ParamKind};
 use tensorfn_core::{rules, DTypeKind, RuleError};
+use tensorfn_kernels::ir::Kernel;
 use tensorfn_kernels::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 
 mod calls;
@@ -40,7 +40,7 @@ pub struct KernelSig<'a> {
     /// The kernel as written.
     pub ast: &'a KernelFn,
     /// Its element program (`None` if it has errors).
-    pub ir: Option<Ir>,
+    pub program: Option<Kernel>,
 }
 
 /// Checks one function body against all signatures of the invocation.

@@ -5,18 +5,20 @@
 use crate::ast::{Device, DimExpr, KernelFn, ParamTy, ScalarKind, TensorFn, TensorTyAst};
 use crate::check::CheckedFn;
 use crate::graph::*;
-use crate::ir::{self, Ir};
-use crate::lower::{GroupInput, Plan, Step};
+use crate::plan::{GroupInput, Plan, Step};
 use crate::shape::Dim;
 use crate::sig::{ParamSig, Signature, Source, SymKind, Symbols};
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use tensorfn_core::DTypeKind;
+use tensorfn_kernels::ir::Kernel;
+use tensorfn_kernels::ptx::Target;
 use tensorfn_kernels::{ReduceOp, UnaryOp};
 
 mod entry;
 mod memory;
 mod ops;
+pub mod rust_code;
 mod scalars;
 mod stubs;
 mod types;
@@ -35,13 +37,52 @@ pub struct Ctx<'a> {
     /// The kernels as written.
     pub kernels: &'a [&'a KernelFn],
     /// PTX text of a fused element program with the given kernel name:
-    /// the sm_70 module, and the sm_80 one where it differs.
-    pub ptx: &'a dyn Fn(&Ir, &str) -> Result<FusedPtx, String>,
+    /// the sm_70 module, and the sm_80 one where it differs
+    /// ([`fused_ptx`] in the macro).
+    pub ptx: &'a dyn Fn(&Kernel, &str) -> Result<FusedPtx, String>,
 }
 
 /// The PTX of a fused kernel: the sm_70 module, and the sm_80 one where it
 /// differs (see `tensorfn_kernels::ptx::Target`).
 pub type FusedPtx = (String, Option<String>);
+
+/// The PTX modules of a fused kernel whose entries are named after `name`:
+/// the sm_70 one, and the sm_80 one only where it differs (the kernel
+/// rounds to `bf16`, which sm_80 does in one instruction), so that kernels
+/// without `bf16` embed one text.
+///
+/// ```
+/// use tensorfn_kernels::ir::ElementwiseBuilder;
+/// use tensorfn_kernels::{DTypeKind, UnaryOp};
+/// use tensorfn_macros_impl::expand::fused_ptx;
+///
+/// let exp_of = |d| {
+///     let mut b = ElementwiseBuilder::new();
+///     let x = b.input(d);
+///     let y = b.unary(UnaryOp::Exp, x);
+///     b.output(y).unwrap()
+/// };
+/// let (sm70, sm80) = fused_ptx(&exp_of(DTypeKind::F32), "tf_demo")?;
+/// assert!(sm70.contains(".entry tf_demo_contig"));
+/// assert_eq!(sm80, None);
+///
+/// let (_, sm80) = fused_ptx(&exp_of(DTypeKind::BF16), "tf_demo")?;
+/// assert!(sm80.is_some_and(|t| t.contains(".target sm_80")));
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn fused_ptx(kernel: &Kernel, name: &str) -> Result<FusedPtx, tensorfn_kernels::Error> {
+    let sm70 = tensorfn_kernels::ptx::elementwise(kernel, name)?;
+    let sm80 = if tensorfn_kernels::ptx::differs_on(kernel, Target::Sm80) {
+        Some(tensorfn_kernels::ptx::elementwise_for(
+            kernel,
+            name,
+            Target::Sm80,
+        )?)
+    } else {
+        None
+    };
+    Ok((sm70, sm80))
+}
 
 struct FnGen<'a> {
     ctx: &'a Ctx<'a>,
@@ -168,7 +209,7 @@ pub fn tensor_fn(ctx: &Ctx<'_>, ast: &TensorFn, f: &CheckedFn, plan: &Plan) -> T
 }
 
 /// A `#[kernel]` as a plain Rust scalar function.
-pub fn kernel_fn(k: &KernelFn, ir: &Ir) -> TokenStream {
+pub fn kernel_fn(k: &KernelFn, kernel: &Kernel) -> TokenStream {
     let attrs = &k.attrs;
     let vis = &k.vis;
     let name = &k.name;
@@ -179,11 +220,11 @@ pub fn kernel_fn(k: &KernelFn, ir: &Ir) -> TokenStream {
     let loads: Vec<TokenStream> = k
         .params
         .iter()
-        .map(|(n, d, _)| ir::load(quote!(#n), *d))
+        .map(|(n, d, _)| rust_code::load(quote!(#n), *d))
         .collect();
-    let (body, out) = ir::emit_rust(ir, &loads);
+    let (body, out) = rust_code::emit_rust(kernel, &loads);
     let ret = dtype_tokens(k.ret.0);
-    let stored = ir::store(out, k.ret.0);
+    let stored = rust_code::store(out, k.ret.0);
     quote! {
         #(#attrs)*
         // Used by the fused kernels it is inlined into, which rustc does not see.

@@ -2,18 +2,28 @@
 
 use super::*;
 
-/// A stable kernel entry prefix: the function and a hash of the program
-/// (equal programs get equal names and share their PTX).
-pub fn kernel_name(fn_name: &str, ir: &Ir) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    ir.fingerprint().hash(&mut h);
+/// A stable kernel entry prefix: the function and the program's
+/// [`fingerprint`](Kernel::fingerprint) (equal programs get equal names and
+/// share their PTX; the hash is the same on every machine and compiler).
+///
+/// ```
+/// use tensorfn_kernels::ir::ElementwiseBuilder;
+/// use tensorfn_kernels::{DTypeKind, UnaryOp};
+/// let mut b = ElementwiseBuilder::new();
+/// let x = b.input(DTypeKind::F32);
+/// let y = b.unary(UnaryOp::Exp, x);
+/// let kernel = b.output(y)?;
+/// let name = tensorfn_macros_impl::expand::kernel_name("r#loop", &kernel);
+/// assert_eq!(name, format!("tf_loop_{:016x}", kernel.fingerprint()));
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn kernel_name(fn_name: &str, kernel: &Kernel) -> String {
     let clean: String = fn_name
         .trim_start_matches("r#")
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
-    format!("tf_{clean}_{:016x}", h.finish())
+    format!("tf_{clean}_{:016x}", kernel.fingerprint())
 }
 
 impl FnGen<'_> {
@@ -38,10 +48,25 @@ impl FnGen<'_> {
         }
     }
 
-    pub(super) fn fused(&mut self, gr: &crate::lower::FusedGroup) -> TokenStream {
+    pub(super) fn fused(&mut self, gr: &crate::plan::FusedGroup) -> TokenStream {
         let out = gr.out;
         let t = self.tty(out).clone();
-        let name = kernel_name(&self.f.sig.name, &gr.ir);
+        let v = var(out);
+        let ty = self.type_of(out);
+        let kernel = match &gr.kernel {
+            Ok(k) => k,
+            Err(e) => {
+                let at = &self.g().nodes[out].sp;
+                self.errors.push(at.error(format!(
+                    "internal error of `tensor_fn!`: the fused kernel of `{}` is ill-typed: {e}",
+                    self.g().nodes[out].text
+                )));
+                // The error above stops the build; the binding keeps the
+                // rest of the function free of follow-on errors.
+                return quote!(let #v: #ty = ::core::unreachable!(););
+            }
+        };
+        let name = kernel_name(&self.f.sig.name, kernel);
         // Identical groups (repeated layers) share one static and one PTX.
         let (static_name, declare) = match self.kernels.get(&name) {
             Some(id) => (id.clone(), false),
@@ -53,7 +78,7 @@ impl FnGen<'_> {
         };
         // A CPU group never launches: it needs no PTX.
         let (ptx, ptx_sm80) = if declare && t.device != Device::Cpu {
-            match (self.ctx.ptx)(&gr.ir, &name) {
+            match (self.ctx.ptx)(kernel, &name) {
                 Ok(p) => p,
                 Err(e) => {
                     let at = &self.g().nodes[out].sp;
@@ -71,8 +96,8 @@ impl FnGen<'_> {
             Some(text) => quote!(::core::option::Option::Some(#text)),
             None => quote!(::core::option::Option::None),
         };
-        let inputs = gr.ir.inputs.iter().map(|d| dtype_kind_tokens(*d));
-        let output = dtype_kind_tokens(gr.ir.output_dtype());
+        let inputs = kernel.inputs().iter().map(|d| dtype_kind_tokens(*d));
+        let output = dtype_kind_tokens(kernel.output_dtype());
         let args: Vec<TokenStream> = gr
             .inputs
             .iter()
@@ -88,9 +113,7 @@ impl FnGen<'_> {
             .collect();
         let dims = dims_array(&t.dims, self.symbols());
         let f = format_ident!("fused{}", gr.inputs.len());
-        let closure = ir::closure(&gr.ir);
-        let v = var(out);
-        let ty = self.type_of(out);
+        let closure = rust_code::closure(kernel);
         let decl = declare.then(|| {
             quote! {
                 static #static_name: ::tensorfn::__kernels::FusedKernel = ::tensorfn::__kernels::FusedKernel {

@@ -3,11 +3,24 @@
 
 use super::*;
 
-pub(super) fn unary_ir(op: UnaryOp) -> Ir {
-    let mut ir = Ir::new(vec![DTypeKind::F64]);
-    let x = ir.push(ir::Inst::Input(0), DTypeKind::F64);
-    ir.output = ir.push(ir::Inst::Unary(op, x), DTypeKind::F64);
-    ir
+use tensorfn_kernels::ir::ElementwiseBuilder;
+use tensorfn_kernels::BinaryOp;
+
+/// `op(x)` on one `f64`.
+fn unary_f64(op: UnaryOp) -> Kernel {
+    let mut b = ElementwiseBuilder::new();
+    let x = b.input(DTypeKind::F64);
+    let y = b.unary(op, x);
+    b.output(y).expect("every unary op takes f64")
+}
+
+/// `op(x, y)` on two `f64`s.
+fn binary_f64(op: BinaryOp) -> Kernel {
+    let mut b = ElementwiseBuilder::new();
+    let x = b.input(DTypeKind::F64);
+    let y = b.input(DTypeKind::F64);
+    let z = b.binary(op, x, y);
+    b.output(z).expect("every binary op takes f64")
 }
 
 impl FnGen<'_> {
@@ -16,7 +29,7 @@ impl FnGen<'_> {
         let node = &self.g().nodes[n];
         let int = matches!(node.ty, Ty::Scalar(s) if !s.is_float());
         match &node.op {
-            Op::Lit { value, .. } => ir::literal(*value, DTypeKind::F64),
+            Op::Lit { value, .. } => rust_code::literal(*value, DTypeKind::F64),
             Op::Param(i) => {
                 let p = &self.ast.params[*i].name;
                 match &self.f.sig.params[*i] {
@@ -26,17 +39,13 @@ impl FnGen<'_> {
             }
             Op::Unary(op, a) => {
                 let a = self.scalar_f64(*a);
-                let (body, out) = ir::emit_rust(&unary_ir(*op), &[a]);
+                let (body, out) = rust_code::emit_rust(&unary_f64(*op), &[a]);
                 quote!({ #body #out })
             }
             Op::Binary(op, a, b) => {
                 let (a, b) = (self.scalar_f64(*a), self.scalar_f64(*b));
-                let mut ir = Ir::new(vec![DTypeKind::F64, DTypeKind::F64]);
-                let x = ir.push(ir::Inst::Input(0), DTypeKind::F64);
-                let y = ir.push(ir::Inst::Input(1), DTypeKind::F64);
-                ir.output = ir.push(ir::Inst::Binary(*op, x, y), DTypeKind::F64);
-                let (body, out) = ir::emit_rust(&ir, &[a, b]);
-                if int && *op == tensorfn_kernels::BinaryOp::Div {
+                let (body, out) = rust_code::emit_rust(&binary_f64(*op), &[a, b]);
+                if int && *op == BinaryOp::Div {
                     quote!({ #body #out.trunc() })
                 } else {
                     quote!({ #body #out })

@@ -15,7 +15,7 @@ pub fn device_tokens(d: Device) -> TokenStream {
 
 /// The dtype's Rust type.
 pub fn dtype_tokens(d: DTypeKind) -> TokenStream {
-    ir::storage_type(d)
+    rust_code::storage_type(d)
 }
 
 pub(super) fn dtype_kind_tokens(d: DTypeKind) -> TokenStream {

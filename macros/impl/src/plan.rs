@@ -3,6 +3,10 @@
 //! reductions, ...), when each intermediate can be dropped, and the peak
 //! bytes of live intermediates.
 //!
+//! A fused group's element program is a [`Kernel`] of the kernels crate,
+//! built here value by value; expansion prints it as the CPU closure and
+//! hands it to the PTX back-end, so both paths run one program.
+//!
 //! Fusion takes maximal elementwise chains: an elementwise node joins its
 //! users' kernel when every user is elementwise and in one kernel, so a
 //! value read by a matmul, by two kernels, or returned is materialised
@@ -10,10 +14,10 @@
 
 use crate::check::CheckedFn;
 use crate::graph::*;
-use crate::ir::{Inst, Ir, Val};
 use crate::shape::{numel, Dim};
 use std::collections::HashMap;
 use tensorfn_core::DTypeKind;
+use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel, Value};
 use tensorfn_kernels::BinaryOp;
 
 /// The most tensor inputs one fused kernel takes (`fused1`..`fused8`).
@@ -42,8 +46,10 @@ pub struct FusedGroup {
     pub members: Vec<NodeId>,
     /// Its inputs, in parameter order.
     pub inputs: Vec<GroupInput>,
-    /// The element program.
-    pub ir: Ir,
+    /// The element program, or the kernel builder's error where the
+    /// checked graph still gave an ill-typed program (a bug of the checker,
+    /// reported when the group is expanded).
+    pub kernel: Result<Kernel, tensorfn_kernels::Error>,
 }
 
 /// One step of the plan.
@@ -97,8 +103,9 @@ fn tensor_ty(g: &Graph, n: NodeId) -> &TensorTy {
 }
 
 /// Plans a checked function. `kernels` are the element programs of the
-/// invocation's kernels; `peaks` the candidates of earlier functions.
-pub fn plan(f: &CheckedFn, kernels: &[Ir], peaks: &Peaks) -> Plan {
+/// invocation's kernels (`None` for one with errors, which a checked
+/// function does not call); `peaks` the candidates of earlier functions.
+pub fn plan(f: &CheckedFn, kernels: &[Option<Kernel>], peaks: &Peaks) -> Plan {
     let g = &f.graph;
     let n = g.nodes.len();
     // Values the results do not depend on have no effect: they are not
@@ -172,28 +179,64 @@ fn assign_groups(
     group_of
 }
 
+/// A constant of dtype `d` from a literal of the program: integers
+/// truncate toward zero as Rust's `as` does (the checker has rejected
+/// fractions and values out of range where they matter), a `bool` is
+/// whether the value is not zero.
+///
+/// ```
+/// use tensorfn_kernels::ir::{ElementwiseBuilder, Inst, Scalar};
+/// use tensorfn_kernels::DTypeKind;
+/// use tensorfn_macros_impl::plan::constant;
+///
+/// let mut b = ElementwiseBuilder::with_cse();
+/// let c = constant(&mut b, -2.0, DTypeKind::I32);
+/// let kernel = b.output(c)?;
+/// assert_eq!(
+///     kernel.insts()[0],
+///     Inst::Const { value: Scalar::Int(-2), dtype: DTypeKind::I32 }
+/// );
+///
+/// let mut b = ElementwiseBuilder::with_cse();
+/// let c = constant(&mut b, 0.1, DTypeKind::F16);
+/// assert_eq!(b.output(c)?.eval_f64(&[]), 0.0999755859375); // the nearest f16
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn constant(b: &mut ElementwiseBuilder, value: f64, d: DTypeKind) -> Value {
+    if d == DTypeKind::Bool {
+        b.constant((value != 0.0) as u8 as f64, d)
+    } else if d.is_float() {
+        b.constant(value, d)
+    } else {
+        b.constant_int(value as i64, d)
+    }
+}
+
 struct Builder<'a> {
     g: &'a Graph,
     group_of: &'a [Option<NodeId>],
     root: NodeId,
-    kernels: &'a [Ir],
-    ir: Ir,
+    kernels: &'a [Option<Kernel>],
+    /// Reuses identical instructions: a value used twice is computed once.
+    b: ElementwiseBuilder,
     inputs: Vec<GroupInput>,
-    memo: HashMap<(NodeId, DTypeKind), Val>,
+    /// The builder's value of each of `inputs`.
+    input_values: Vec<Value>,
+    memo: HashMap<(NodeId, DTypeKind), Value>,
     members: Vec<NodeId>,
 }
 
 impl Builder<'_> {
     /// The value of node `n` as an element of dtype `d` (scalars take the
     /// dtype of the tensor they combine with).
-    fn value(&mut self, n: NodeId, d: DTypeKind) -> Val {
+    fn value(&mut self, n: NodeId, d: DTypeKind) -> Value {
         if let Some(&v) = self.memo.get(&(n, d)) {
             return v;
         }
         let g = self.g;
         let v = if is_scalar(g, n) {
             match g.nodes[n].op {
-                Op::Lit { value, .. } => self.ir.push(Inst::Const(value), d),
+                Op::Lit { value, .. } => constant(&mut self.b, value, d),
                 _ => self.input(GroupInput::Scalar { node: n, dtype: d }, d),
             }
         } else if self.group_of[n] == Some(self.root) {
@@ -202,11 +245,11 @@ impl Builder<'_> {
             match g.nodes[n].op.clone() {
                 Op::Unary(op, a) => {
                     let a = self.value(a, nd);
-                    self.ir.push(Inst::Unary(op, a), nd)
+                    self.b.unary(op, a)
                 }
                 Op::Binary(op, a, b) => {
                     let (a, b) = (self.value(a, nd), self.value(b, nd));
-                    self.ir.push(Inst::Binary(op, a, b), nd)
+                    self.b.binary(op, a, b)
                 }
                 Op::Compare(op, a, b) => {
                     // The operands' shared dtype: a scalar takes the tensor's.
@@ -216,17 +259,17 @@ impl Builder<'_> {
                         tensor_ty(g, a).dtype
                     };
                     let (a, b) = (self.value(a, od), self.value(b, od));
-                    self.ir.push(Inst::Cmp(op, a, b), nd)
+                    self.b.compare(op, a, b)
                 }
                 Op::Where(c, a, b) => {
                     let c = self.value(c, DTypeKind::Bool);
                     let (a, b) = (self.value(a, nd), self.value(b, nd));
-                    self.ir.push(Inst::Select(c, a, b), nd)
+                    self.b.select(c, a, b)
                 }
                 Op::Cast(a, to) => {
                     let from = tensor_ty(g, a).dtype;
                     let a = self.value(a, from);
-                    self.ir.push(Inst::Cast(a), to)
+                    self.b.cast(a, to)
                 }
                 Op::AddCmul {
                     input,
@@ -237,19 +280,20 @@ impl Builder<'_> {
                     let x = self.value(input, nd);
                     let (a, b) = (self.value(t1, nd), self.value(t2, nd));
                     let c = self.value(value, nd);
-                    let ca = self.ir.push(Inst::Binary(BinaryOp::Mul, c, a), nd);
-                    let cab = self.ir.push(Inst::Binary(BinaryOp::Mul, ca, b), nd);
-                    self.ir.push(Inst::Binary(BinaryOp::Add, x, cab), nd)
+                    let ca = self.b.binary(BinaryOp::Mul, c, a);
+                    let cab = self.b.binary(BinaryOp::Mul, ca, b);
+                    self.b.binary(BinaryOp::Add, x, cab)
                 }
                 Op::Kernel { kernel, args } => {
-                    let k = &self.kernels[kernel];
-                    let vals: Vec<Val> = args
+                    let k = self.kernels[kernel]
+                        .as_ref()
+                        .expect("a checked function calls kernels without errors");
+                    let vals: Vec<Value> = args
                         .iter()
-                        .zip(k.inputs.clone())
-                        .map(|(&a, pd)| self.value(a, pd))
+                        .zip(k.inputs())
+                        .map(|(&a, &pd)| self.value(a, pd))
                         .collect();
-                    let k = self.kernels[kernel].clone();
-                    self.ir.inline(&k, &vals)
+                    self.b.inline(k, &vals)
                 }
                 other => unreachable!("not elementwise: {other:?}"),
             }
@@ -261,20 +305,24 @@ impl Builder<'_> {
         v
     }
 
-    fn input(&mut self, i: GroupInput, d: DTypeKind) -> Val {
-        let k = match self.inputs.iter().position(|x| *x == i) {
-            Some(k) => k,
+    fn input(&mut self, i: GroupInput, d: DTypeKind) -> Value {
+        match self.inputs.iter().position(|x| *x == i) {
+            Some(k) => self.input_values[k],
             None => {
                 self.inputs.push(i);
-                self.ir.inputs.push(d);
-                self.inputs.len() - 1
+                let v = self.b.input(d);
+                self.input_values.push(v);
+                v
             }
-        };
-        self.ir.push(Inst::Input(k), d)
+        }
     }
 }
 
-fn build_groups(g: &Graph, group_of: &[Option<NodeId>], kernels: &[Ir]) -> Vec<FusedGroup> {
+fn build_groups(
+    g: &Graph,
+    group_of: &[Option<NodeId>],
+    kernels: &[Option<Kernel>],
+) -> Vec<FusedGroup> {
     let mut out = Vec::new();
     for root in 0..g.nodes.len() {
         if group_of[root] != Some(root) {
@@ -285,21 +333,21 @@ fn build_groups(g: &Graph, group_of: &[Option<NodeId>], kernels: &[Ir]) -> Vec<F
             group_of,
             root,
             kernels,
-            ir: Ir::new(vec![]),
+            b: ElementwiseBuilder::with_cse(),
             inputs: vec![],
+            input_values: vec![],
             memo: HashMap::new(),
             members: vec![],
         };
         let d = tensor_ty(g, root).dtype;
         let o = b.value(root, d);
-        b.ir.output = o;
         b.members.sort_unstable();
         b.members.dedup();
         out.push(FusedGroup {
             out: root,
             members: b.members,
             inputs: b.inputs,
-            ir: b.ir,
+            kernel: b.b.output(o),
         });
     }
     out
