@@ -39,11 +39,12 @@
 //! | `log1p` | `u = 1 + x` and its exact rounding error `c` (Fast2Sum), then `log u + c/u` as `log` (msun's `log1p`) | 0.82 / 1.5 | 1.0 / 2 |
 //! | `erf` | fdlibm's rationals on four intervals, coefficients selected per lane (one division), `1 - erfc` from 1.25; f32 computes in f64 | 0.50 / 1.5 | 1.0 / 2 |
 //! | `erfc` | the same; from 1.25 `e^(-x² - 9/16 + R(1/x²)) / x` with `x²` exact (split by `fma` in f64), so no cancellation down to underflow | 0.50 / 1.5 | 1.74 against 120-bit values; 4.0 / 4.5 against fdlibm, itself up to 2.5 off |
+//! | `gelu_erf` | `x/2 erfc(-x/√2)`, the `erfc` above | 0.50 / 1 | 4.0 / 4.5 above -6; 20 / 24 below, where both it and the `f64` formula hinge on rounding `-x/√2` |
 //!
-//! `expm1`, `log1p`, `erf` and `erfc` are not in [`UnaryOp`] yet; their
-//! sweeps are the expansions' own tests (`mathfn/special.rs`), and the f64
-//! references of `erf` and `erfc` are the `libm` crate's (fdlibm's), not
-//! the platform's.
+//! The ops whose catalogue entry names math of their own (`expm1`,
+//! `log1p`, `erf`, `erfc`, `gelu_erf`) are swept by their expansions' own
+//! tests (`mathfn/special.rs`); the f64 references of `erf` and `erfc` are
+//! the `libm` crate's (fdlibm's), not the platform's.
 //!
 //! In the f32 `tanh`, `sigmoid`, `silu` and `gelu`, the division by a
 //! number in [1, 2] is a reciprocal by polynomial and Newton steps and one

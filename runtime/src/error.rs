@@ -12,7 +12,16 @@ use tensorfn_core::RuleError;
 /// assert!(matches!(e, Error::Shape { .. }));
 /// assert!(e.to_string().contains("6 elements"));
 /// ```
-#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+///
+/// `Debug` prints the same message as `Display`, so that `main` returning
+/// `Result<(), Error>` and `unwrap()` show the sentence, not the fields:
+///
+/// ```
+/// use tensorfn_runtime::{Tensor, Cpu, shape};
+/// let e = Tensor::<Cpu, f32, shape![2]>::from_vec(vec![1.0; 3]).unwrap_err();
+/// assert_eq!(format!("{e:?}"), e.to_string());
+/// ```
+#[derive(thiserror::Error, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Error {
     /// No usable CUDA driver or device.
@@ -148,5 +157,12 @@ impl Error {
             expected: expected.into(),
             found: found.into(),
         }
+    }
+}
+
+impl std::fmt::Debug for Error {
+    /// The `Display` message: what a failing `main` or `unwrap` prints.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
     }
 }

@@ -5,16 +5,22 @@
 //! `tensor_fn!` and the typed API accept), whether integers have it,
 //! whether its result is exact in the input's dtype, the range its tests
 //! draw inputs from, its `f64` reference, and, for a composite, its
-//! definition over [`ElemMath`]. The enum and its methods below, the
-//! runtime's typed methods, the CPU loops and the PTX lowering are all
-//! derived from that table; a primitive (an op without a composite
-//! definition) also has a hand-written expansion in each back-end.
+//! definition over [`ElemMath`], or, for an op with math of its own, the
+//! name of its functions (`math: erf`). The enum and its methods below,
+//! the runtime's typed methods, the CPU loops and the PTX lowering are all
+//! derived from that table. An op with `math: f` runs `f` from each
+//! back-end's math library: the PTX expansion `f` of the kernels' `mathfn`
+//! module, the vectorisable `f32` function `f` of the runtime's CPU math
+//! (which 16-bit dtypes use too), and its `f64` reference on the CPU in
+//! `f64`. The oldest ops (`exp`, `sin`, `gelu`, ...) predate that field and
+//! are written out in each back-end.
 
 use super::math::ElemMath;
 use super::{BinaryOp, CmpOp};
 
 /// The unary-op table, handed to the macro `$callback` (which receives
-/// every entry: see the syntax below). `tensorfn-core` derives
+/// any tokens given after its name, then every entry: see the syntax
+/// below). `tensorfn-core` derives
 /// [`UnaryOp`] from it; the runtime derives its typed methods
 /// (`x.gelu()`, ...) from it.
 ///
@@ -30,8 +36,9 @@ use super::{BinaryOp, CmpOp};
 /// ```
 #[macro_export]
 macro_rules! for_each_unary_op {
-    ($callback:ident) => {
+    ($callback:ident $($arg:tt)*) => {
         $callback! {
+            $($arg)*
             /// `-x` (integers wrap: `-i32::MIN == i32::MIN`, `-1u8 == 255`).
             Neg => neg {
                 ints: true, exact: true, domain: (-6.0, 6.0),
@@ -123,22 +130,26 @@ macro_rules! for_each_unary_op {
             Erf => erf {
                 ints: false, exact: false, domain: (-5.0, 5.0),
                 reference: |x| $crate::ops::libm::erf(x),
+                math: erf,
             }
             /// The complementary error function `1 - erf(x)`, accurate where
             /// it is tiny (`x` large) rather than computed as that difference.
             Erfc => erfc {
                 ints: false, exact: false, domain: (-4.0, 10.0),
                 reference: |x| $crate::ops::libm::erfc(x),
+                math: erfc,
             }
             /// `e^x - 1`, accurate near 0.
             Expm1 => expm1 {
                 ints: false, exact: false, domain: (-8.0, 8.0),
                 reference: |x| x.exp_m1(),
+                math: expm1,
             }
             /// `ln(1 + x)`, accurate near 0 (NaN below -1, -inf at -1).
             Log1p => log1p {
                 ints: false, exact: false, domain: (-0.95, 20.0),
                 reference: |x| x.ln_1p(),
+                math: log1p,
             }
             /// Rounds toward zero (integers are unchanged).
             Trunc => trunc {
@@ -211,6 +222,7 @@ macro_rules! for_each_unary_op {
             GeluErf => gelu_erf {
                 ints: false, exact: false, domain: (-6.0, 6.0),
                 reference: |x| 0.5 * x * $crate::ops::libm::erfc(-x * ::core::f64::consts::FRAC_1_SQRT_2),
+                math: gelu_erf,
             }
         }
     };
@@ -223,6 +235,7 @@ macro_rules! define_unary_op {
             ints: $ints:literal, exact: $exact:literal, domain: ($lo:expr, $hi:expr),
             reference: |$rx:ident| $reference:expr,
             $(composite: |$cm:ident, $cx:ident| $composite:block,)?
+            $(math: $mf:ident,)?
         }
     )*) => {
         /// A function of one element (see the [module docs](self)).

@@ -472,8 +472,9 @@ mod tests {
     //! | `erfc` | 0.500 / 1.5 | 4.0 / 4.5 (1.74 against 120-bit values) |
     //! | `expm1` | 0.868 / 1.5 | 1.0 / 2 |
     //! | `log1p` | 0.821 / 1.5 | 1.0 / 2 |
+    //! | `gelu_erf` | 0.500 / 1 | 4.0 / 4.5 above -6; 20 / 24 below (see its test) |
 
-    use super::{erf, erfc, expm1, log1p};
+    use super::{erf, erfc, expm1, gelu_erf, log1p};
     use crate::interp::eval::run;
     use crate::prim::{Builder, Reg, Ty};
 
@@ -714,6 +715,32 @@ mod tests {
         let ranges = [(-1.0, 1.0), (-1.0, -0.99), (0.0, 100.0), (0.0, 1e300)];
         let xs = f64_inputs(3, &ranges, n);
         check_f64("log1p", log1p, f64::ln_1p, &xs, 2.0);
+    }
+
+    /// Exact GELU against `x/2 erfc(-x/sqrt(2))` in f64 (whose own error
+    /// in the negative tail, about `x^2 / 2` f64 ulps from rounding
+    /// `-x/sqrt(2)`, is far below an f32 ulp).
+    fn gelu_erf_ref(x: f64) -> f64 {
+        0.5 * x * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2)
+    }
+
+    #[test]
+    fn gelu_erf_f32() {
+        let (step, n, _) = density();
+        let xs = f32_inputs(step, &[(-6.0, 6.0), (-14.0, -5.0), (-1e-3, 1e-3)], n);
+        check_f32("gelu_erf", gelu_erf, gelu_erf_ref, &xs, 1.0);
+    }
+
+    #[test]
+    fn gelu_erf_f64() {
+        let (_, _, n) = density();
+        let xs = f64_inputs(4, &[(-6.0, 6.0), (-1e-3, 1e-3), (0.0, 1e300)], n);
+        check_f64("gelu_erf", gelu_erf, gelu_erf_ref, &xs, 4.5);
+        // Below -6 both sides' results hinge on the rounding of -x/sqrt(2)
+        // (erfc's relative error is about x^2 times that of its argument),
+        // which rounds the same in both but enters them differently.
+        let tail = f64_inputs(5, &[(-38.5, -6.0)], n);
+        check_f64("gelu_erf (tail)", gelu_erf, gelu_erf_ref, &tail, 24.0);
     }
 
     /// Results that must come out exactly, signs of zero included.

@@ -10,6 +10,56 @@ use std::ops::{Add, Div, Mul, Neg, Sub};
 use tensorfn_kernels::ops::ElemMath;
 use tensorfn_kernels::{BinaryOp, CmpOp, UnaryOp};
 
+/// The functions of the catalogue's ops with math of their own (`math: f`
+/// in their entry): a method `f` of [`Real`], for `f32` the vectorisable
+/// [`vmath`] function `f`, for `f64` the op's reference; and
+/// [`math_unary`], which picks the op's method.
+macro_rules! real_math {
+    (@$mode:ident $($(#[doc = $doc:literal])* $V:ident => $m:ident {
+        ints: $ints:literal, exact: $exact:literal, domain: ($lo:expr, $hi:expr),
+        reference: |$rx:ident| $reference:expr,
+        $(composite: |$cm:ident, $cx:ident| $composite:block,)?
+        $(math: $mf:ident,)?
+    })*) => {
+        real_math!(@$mode: $($($V $mf |$rx| $reference;)?)*);
+    };
+    (@decl: $($V:ident $mf:ident |$rx:ident| $reference:expr;)*) => {
+        $(
+            #[doc = concat!("[`UnaryOp::", stringify!($V), "`] of `self`.")]
+            fn $mf(self) -> Self;
+        )*
+    };
+    (@f32: $($V:ident $mf:ident |$rx:ident| $reference:expr;)*) => {
+        $(
+            #[inline(always)]
+            fn $mf(self) -> Self {
+                vmath::$mf(self)
+            }
+        )*
+    };
+    (@f64: $($V:ident $mf:ident |$rx:ident| $reference:expr;)*) => {
+        $(
+            #[inline]
+            fn $mf(self) -> Self {
+                let $rx = self;
+                $reference
+            }
+        )*
+    };
+    (@pick: $($V:ident $mf:ident |$rx:ident| $reference:expr;)*) => {
+        /// `op(x)` through the op's own function, for the catalogue's ops
+        /// with math of their own.
+        #[inline(always)]
+        fn math_unary<A: Real>(op: UnaryOp, x: A) -> Option<A> {
+            match op {
+                $(UnaryOp::$V => Some(x.$mf()),)*
+                _ => None,
+            }
+        }
+    };
+}
+tensorfn_core::for_each_unary_op!(real_math @pick);
+
 /// The precision math is carried out in: `f32` (for f32, f16, bf16) or
 /// `f64`.
 pub trait Real:
@@ -48,26 +98,17 @@ pub trait Real:
     fn abs(self) -> Self;
     /// True for NaN.
     fn is_nan(self) -> bool;
-    /// The error function.
-    fn erf(self) -> Self;
-    /// `1 - erf(x)`, accurate where tiny.
-    fn erfc(self) -> Self;
-    /// `e^x - 1`.
-    fn expm1(self) -> Self;
-    /// `ln(1 + x)`.
-    fn log1p(self) -> Self;
     /// Rounds toward zero.
     fn trunc(self) -> Self;
     /// Nearest integer, halves to even.
     fn round(self) -> Self;
     /// `x^o`.
     fn powf(self, o: Self) -> Self;
-    /// Exact GELU (see [`vmath::gelu_erf`]).
-    fn gelu_erf(self) -> Self;
+    tensorfn_core::for_each_unary_op!(real_math @decl);
 }
 
 macro_rules! real {
-    ($t:ty, $m:ident, $special:ident, $gelu_erf:path, |$lanes:ident, $x:ident| $sin:expr, $cos:expr) => {
+    ($t:ty, $m:ident, $math:ident, |$lanes:ident, $x:ident| $sin:expr, $cos:expr) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -113,22 +154,6 @@ macro_rules! real {
             fn is_nan(self) -> bool {
                 <$t>::is_nan(self)
             }
-            #[inline(always)]
-            fn erf(self) -> Self {
-                $special::erf(self)
-            }
-            #[inline(always)]
-            fn erfc(self) -> Self {
-                $special::erfc(self)
-            }
-            #[inline(always)]
-            fn expm1(self) -> Self {
-                $special::expm1(self)
-            }
-            #[inline(always)]
-            fn log1p(self) -> Self {
-                $special::log1p(self)
-            }
             #[inline]
             fn trunc(self) -> Self {
                 <$t>::trunc(self)
@@ -141,31 +166,15 @@ macro_rules! real {
             fn powf(self, o: Self) -> Self {
                 <$t>::powf(self, o)
             }
-            #[inline(always)]
-            fn gelu_erf(self) -> Self {
-                $gelu_erf(self)
-            }
+            tensorfn_core::for_each_unary_op!(real_math @$math);
         }
     };
 }
 // f32 (and f16/bf16, computed in f32) use the vectorisable functions the
-// generated fused kernels use too; f64 keeps the C library's.
-real!(
-    f32,
-    vmath,
-    vmath,
-    vmath::gelu_erf,
-    |lanes, x| lanes.sin(x),
-    lanes.cos(x)
-);
-real!(f64, f64, libm, gelu_erf_f64, |_lanes, x| x.sin(), x.cos());
-
-/// Exact GELU in `f64` (its error is about `x^2 / 2` ulps in the negative
-/// tail, from rounding `-x/sqrt(2)`, as for any `f64` formula of it).
-#[inline]
-fn gelu_erf_f64(x: f64) -> f64 {
-    0.5 * x * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2)
-}
+// generated fused kernels use too; f64 keeps the C library's, which the
+// catalogue's references call.
+real!(f32, vmath, f32, |lanes, x| lanes.sin(x), lanes.cos(x));
+real!(f64, f64, f64, |_lanes, x| x.sin(), x.cos());
 
 /// `max` that returns NaN when either side is NaN (`torch.maximum`).
 #[inline]
@@ -519,6 +528,9 @@ pub fn float_unary<A: Real>(op: UnaryOp, x: A, lanes: &mut Lanes) -> A {
     if let Some(y) = op.composite(&mut Values::new(lanes), x) {
         return y;
     }
+    if let Some(y) = math_unary(op, x) {
+        return y;
+    }
     let one = A::ONE;
     match op {
         UnaryOp::Neg => -x,
@@ -558,18 +570,11 @@ pub fn float_unary<A: Real>(op: UnaryOp, x: A, lanes: &mut Lanes) -> A {
             }
         }
         UnaryOp::Silu => x / (one + (-x).exp()),
-        UnaryOp::Erf => x.erf(),
-        UnaryOp::Erfc => x.erfc(),
-        UnaryOp::Expm1 => x.expm1(),
-        UnaryOp::Log1p => x.log1p(),
-        UnaryOp::GeluErf => x.gelu_erf(),
         UnaryOp::Trunc => x.trunc(),
         UnaryOp::Round => x.round(),
-        // Composites, computed above (with `op` constant in a loop, this
-        // arm is compiled away).
-        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Sign | UnaryOp::Softplus => {
-            unreachable!("{} is a composite", op.name())
-        }
+        // Composites and the ops with math of their own, computed above
+        // (with `op` constant in a loop, this arm is compiled away).
+        _ => unreachable!("{} is computed from its catalogue entry", op.name()),
     }
 }
 
