@@ -728,6 +728,12 @@ type S1 = shape![_];
 type S2 = shape![_, _];
 type S3 = shape![_, _, _];
 type S4 = shape![_, _, _, _];
+/// A column: `[_, 1]`.
+type Col = shape![_, 1];
+/// `[_, 1, _]`.
+type Mid1 = shape![_, 1, _];
+/// `[_, 1, _, _]`.
+type Batch1 = shape![_, 1, _, _];
 
 /// Inputs of ranks 0 to 4 (`dims[r]`), values and tensors.
 #[allow(clippy::type_complexity)]
@@ -1203,7 +1209,7 @@ fn walk_matmul(rng: &mut Rng, sz: [usize; 5], special: &[f64]) {
         let (ad, bd) = ([p, 1, m, k], [sz[4], k, n]);
         let av = round32(&rng.values(numel(&ad), special));
         let bv = round32(&rng.values(numel(&bd), special));
-        let (a, b): (Tensor<Cpu, f32, shape![_, 1, _, _]>, Tensor<Cpu, f32, S3>) =
+        let (a, b): (Tensor<Cpu, f32, Batch1>, Tensor<Cpu, f32, S3>) =
             (tensor(&av, &ad), tensor(&bv, &bd));
         let want = matmul_ref(&av, &ad, &bv, &bd, EPS32);
         check("f32 matmul", &one(&matmul32(&a, &b).unwrap()), &want);
@@ -1622,9 +1628,11 @@ fn walk_reshape(rng: &mut Rng, d: [Vec<usize>; 5]) {
             Ok(_) => assert!(trivial, "view of a transposed {:?} should be an Err", d[2]),
             Err(e) => assert!(!trivial, "view of a transposed {:?}: {e}", d[2]),
         }
-        let _ = (&x.2.t().unwrap())
-            .view_dims::<S1>(&[p * q])
-            .map(|_| assert!(trivial));
+        let _ =
+            x.2.t()
+                .unwrap()
+                .view_dims::<S1>(&[p * q])
+                .map(|_| assert!(trivial));
     }
 }
 
@@ -2281,4 +2289,564 @@ fn to_cpu_and_to_device_at_every_rank() {
             &xv.4,
         );
     }
+}
+
+// ---------------------------------------------------------------------
+// Comparisons, where_, masked_fill, clamp, addcmul: ranks 0 to 4 with
+// broadcasting.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn cmp0(x: &Tensor<Cpu, f64, []>, y: &Tensor<Cpu, f64, []>) -> (
+        Tensor<Cpu, bool, []>, Tensor<Cpu, bool, []>, Tensor<Cpu, bool, []>, Tensor<Cpu, bool, []>, Tensor<Cpu, bool, []>, Tensor<Cpu, bool, []>,
+    ) {
+        (eq(x, y), x.ne(y), lt(x, y), x.le(y), gt(x, y), x.ge(y))
+    }
+    fn cmp1(x: &Tensor<Cpu, f64, [A]>, y: &Tensor<Cpu, f64, [A]>) -> (
+        Tensor<Cpu, bool, [A]>, Tensor<Cpu, bool, [A]>, Tensor<Cpu, bool, [A]>, Tensor<Cpu, bool, [A]>, Tensor<Cpu, bool, [A]>, Tensor<Cpu, bool, [A]>,
+    ) {
+        (x.eq(y), ne(x, y), x.lt(y), le(x, y), x.gt(y), ge(x, y))
+    }
+    fn cmp2(x: &Tensor<Cpu, f64, [A, B]>, y: &Tensor<Cpu, f64, [B]>) -> (
+        Tensor<Cpu, bool, [A, B]>, Tensor<Cpu, bool, [A, B]>, Tensor<Cpu, bool, [A, B]>, Tensor<Cpu, bool, [A, B]>, Tensor<Cpu, bool, [A, B]>, Tensor<Cpu, bool, [A, B]>,
+    ) {
+        (eq(x, y), x.ne(y), lt(x, y), x.le(y), gt(input = x, other = y), x.ge(other = y))
+    }
+    fn cmp3(x: &Tensor<Cpu, f64, [A, B, C]>, y: &Tensor<Cpu, f64, [A, 1, C]>) -> (
+        Tensor<Cpu, bool, [A, B, C]>, Tensor<Cpu, bool, [A, B, C]>, Tensor<Cpu, bool, [A, B, C]>, Tensor<Cpu, bool, [A, B, C]>, Tensor<Cpu, bool, [A, B, C]>, Tensor<Cpu, bool, [A, B, C]>,
+    ) {
+        (x.eq(y), ne(x, y), x.lt(y), le(x, y), x.gt(y), ge(x, y))
+    }
+    /// A scalar `other`, as a parameter.
+    fn cmp4(x: &Tensor<Cpu, f64, [A, B, C, E]>, y: f64) -> (
+        Tensor<Cpu, bool, [A, B, C, E]>, Tensor<Cpu, bool, [A, B, C, E]>, Tensor<Cpu, bool, [A, B, C, E]>,
+        Tensor<Cpu, bool, [A, B, C, E]>, Tensor<Cpu, bool, [A, B, C, E]>, Tensor<Cpu, bool, [A, B, C, E]>,
+    ) {
+        (eq(x, y), x.ne(y), lt(x, y), x.le(y), gt(x, y), x.ge(y))
+    }
+    /// The tensor broadcast on the left, and integers.
+    fn cmp_int(x: &Tensor<Cpu, i64, [B]>, y: &Tensor<Cpu, i64, [A, B]>) -> (Tensor<Cpu, bool, [A, B]>, Tensor<Cpu, bool, [A, B]>) {
+        (x.lt(y), ge(x, y))
+    }
+}
+
+/// The six comparisons of broadcast operands, as 0/1.
+fn cmp_refs(x: (&[f64], &[usize]), y: (&[f64], &[usize])) -> Vec<Want> {
+    let fs: [fn(f64, f64) -> bool; 6] = [
+        |a, b| a == b,
+        |a, b| a != b,
+        |a, b| a < b,
+        |a, b| a <= b,
+        |a, b| a > b,
+        |a, b| a >= b,
+    ];
+    fs.iter()
+        .map(|f| {
+            let (dims, vals) = bmap(&[x, y], |v| f64::from(u8::from(f(v[0], v[1]))));
+            Want::exact(dims, vals)
+        })
+        .collect()
+}
+
+/// Values with many equal pairs between `x` and `y`, and the specials.
+fn pairs(rng: &mut Rng, x: &[f64], n: usize) -> Vec<f64> {
+    let mut y = rng.values(n, SPECIAL);
+    for (i, v) in y.iter_mut().enumerate() {
+        if rng.below(3) == 0 && !x.is_empty() {
+            *v = x[i % x.len()];
+        }
+    }
+    y
+}
+
+#[test]
+fn comparisons_at_every_rank() {
+    let mut rng = Rng::new(1001);
+    for round in 0..3 {
+        let d = if round == 2 {
+            empty_dims(&mut rng)
+        } else {
+            random_dims(&mut rng, 1, 4)
+        };
+        let (xv, x) = inputs_by_rank(&mut rng, &d, SPECIAL);
+        let what = |r: usize| format!("comparisons at rank {r}, dims {:?}", d[r]);
+        macro_rules! typed6 {
+            ($x:expr, $y:expr, $S:ty) => {
+                [
+                    $x.eq::<$S>($y).unwrap().outs(),
+                    $x.ne::<$S>($y).unwrap().outs(),
+                    $x.lt::<$S>($y).unwrap().outs(),
+                    $x.le::<$S>($y).unwrap().outs(),
+                    $x.gt::<$S>($y).unwrap().outs(),
+                    $x.ge::<$S>($y).unwrap().outs(),
+                ]
+                .concat()
+            };
+        }
+        let yv = pairs(&mut rng, &xv.0, 1);
+        let y: Tensor<Cpu, f64, S0> = tensor(&yv, &[]);
+        let want = cmp_refs((&xv.0, &d[0]), (&yv, &[]));
+        check_all(&what(0), &cmp0(&x.0, &y).unwrap().outs(), &want);
+        check_all(&format!("typed {}", what(0)), &typed6!(x.0, &y, S0), &want);
+
+        let yv = pairs(&mut rng, &xv.1, xv.1.len());
+        let y: Tensor<Cpu, f64, S1> = tensor(&yv, &d[1]);
+        let want = cmp_refs((&xv.1, &d[1]), (&yv, &d[1]));
+        check_all(&what(1), &cmp1(&x.1, &y).unwrap().outs(), &want);
+        check_all(&format!("typed {}", what(1)), &typed6!(x.1, &y, S1), &want);
+
+        let yd = vec![d[2][1]];
+        let yv = pairs(&mut rng, &xv.2, numel(&yd));
+        let y: Tensor<Cpu, f64, S1> = tensor(&yv, &yd);
+        let want = cmp_refs((&xv.2, &d[2]), (&yv, &yd));
+        check_all(&what(2), &cmp2(&x.2, &y).unwrap().outs(), &want);
+        check_all(&format!("typed {}", what(2)), &typed6!(x.2, &y, S2), &want);
+
+        let yd = vec![d[3][0], 1, d[3][2]];
+        let yv = pairs(&mut rng, &xv.3, numel(&yd));
+        let y: Tensor<Cpu, f64, shape![_, 1, _]> = tensor(&yv, &yd);
+        let want = cmp_refs((&xv.3, &d[3]), (&yv, &yd));
+        check_all(&what(3), &cmp3(&x.3, &y).unwrap().outs(), &want);
+        check_all(&format!("typed {}", what(3)), &typed6!(x.3, &y, S3), &want);
+
+        for s in [0.5, -0.0, INF, NAN] {
+            let want = cmp_refs((&xv.4, &d[4]), (&[s], &[]));
+            check_all(
+                &format!("{} against {s}", what(4)),
+                &cmp4(&x.4, s).unwrap().outs(),
+                &want,
+            );
+            let typed = [
+                x.4.eq_scalar(s).unwrap().outs(),
+                x.4.ne_scalar(s).unwrap().outs(),
+                x.4.lt_scalar(s).unwrap().outs(),
+                x.4.le_scalar(s).unwrap().outs(),
+                x.4.gt_scalar(s).unwrap().outs(),
+                x.4.ge_scalar(s).unwrap().outs(),
+            ]
+            .concat();
+            check_all(&format!("typed {} against {s}", what(4)), &typed, &want);
+        }
+    }
+    let xv = vec![-1.0, 0.0, 5.0];
+    let yv = vec![0.0, 0.0, 0.0, -1.0, 7.0, 5.0];
+    let x: Tensor<Cpu, i64, S1> = tensor(&xv, &[3]);
+    let y: Tensor<Cpu, i64, S2> = tensor(&yv, &[2, 3]);
+    let want = cmp_refs((&xv, &[3]), (&yv, &[2, 3]));
+    check_all(
+        "i64 comparisons",
+        &cmp_int(&x, &y).unwrap().outs(),
+        &[want[2].clone(), want[5].clone()],
+    );
+}
+
+tensor_fn! {
+    fn where0(c: &Tensor<Cpu, bool, []>, x: &Tensor<Cpu, f64, []>, y: &Tensor<Cpu, f64, []>) -> Tensor<Cpu, f64, []> {
+        where_(c, x, y)
+    }
+    fn where1(c: &Tensor<Cpu, bool, [A]>, x: &Tensor<Cpu, f64, [A]>, y: &Tensor<Cpu, f64, []>) -> Tensor<Cpu, f64, [A]> {
+        where_(condition = c, input = x, other = y)
+    }
+    fn where2(c: &Tensor<Cpu, bool, [A, B]>, x: &Tensor<Cpu, f64, [B]>, y: &Tensor<Cpu, f64, [A, 1]>) -> Tensor<Cpu, f64, [A, B]> {
+        where_(c, x, y)
+    }
+    /// A scalar `other`, then a scalar `input` (`where_(c, 1.5, y)` with
+    /// both scalars is rejected: the macro wants one tensor operand).
+    fn where3(c: &Tensor<Cpu, bool, [B, C]>, x: &Tensor<Cpu, f64, [A, B, C]>, y: f64) -> (Tensor<Cpu, f64, [A, B, C]>, Tensor<Cpu, f64, [A, B, C]>) {
+        (where_(c, x, y), where_(c, 1.5, x))
+    }
+    fn where4(c: &Tensor<Cpu, bool, [A, 1, C, E]>, x: &Tensor<Cpu, f64, [A, B, C, E]>, y: &Tensor<Cpu, f64, [E]>) -> Tensor<Cpu, f64, [A, B, C, E]> {
+        where_(c, x, y)
+    }
+    fn masked0(x: &Tensor<Cpu, f64, []>, m: &Tensor<Cpu, bool, []>, v: f64) -> (Tensor<Cpu, f64, []>, Tensor<Cpu, f64, []>) {
+        (x.masked_fill(m, v), masked_fill(x, m, -2.5))
+    }
+    fn masked1(x: &Tensor<Cpu, f64, [A]>, m: &Tensor<Cpu, bool, [A]>, v: f64) -> (Tensor<Cpu, f64, [A]>, Tensor<Cpu, f64, [A]>) {
+        (masked_fill(x, m, v), x.masked_fill(mask = m, value = -2.5))
+    }
+    fn masked2(x: &Tensor<Cpu, f64, [A, B]>, m: &Tensor<Cpu, bool, [B]>, v: f64) -> (Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>) {
+        (x.masked_fill(m, v), masked_fill(x, m, -2.5))
+    }
+    fn masked3(x: &Tensor<Cpu, f64, [A, B, C]>, m: &Tensor<Cpu, bool, [A, 1, C]>, v: f64) -> (Tensor<Cpu, f64, [A, B, C]>, Tensor<Cpu, f64, [A, B, C]>) {
+        (masked_fill(x, m, v), x.masked_fill(m, -2.5))
+    }
+    fn masked4(x: &Tensor<Cpu, f64, [A, B, C, E]>, m: &Tensor<Cpu, bool, []>, v: f64) -> (Tensor<Cpu, f64, [A, B, C, E]>, Tensor<Cpu, f64, [A, B, C, E]>) {
+        (x.masked_fill(m, v), masked_fill(x, m, -2.5))
+    }
+}
+
+fn bools(rng: &mut Rng, d: &[usize]) -> (Vec<f64>, Vec<bool>) {
+    let b: Vec<bool> = (0..numel(d)).map(|_| rng.below(2) == 0).collect();
+    (b.iter().map(|&v| f64::from(u8::from(v))).collect(), b)
+}
+
+#[test]
+fn where_and_masked_fill_at_every_rank() {
+    let mut rng = Rng::new(1101);
+    for round in 0..3 {
+        let d = if round == 2 {
+            empty_dims(&mut rng)
+        } else {
+            random_dims(&mut rng, 1, 4)
+        };
+        let (xv, x) = inputs_by_rank(&mut rng, &d, SPECIAL);
+        let pick = |c: (&[f64], &[usize]), x: (&[f64], &[usize]), y: (&[f64], &[usize])| {
+            let (dims, vals) = bmap(&[c, x, y], |v| if v[0] != 0.0 { v[1] } else { v[2] });
+            Want::bits(dims, vals)
+        };
+
+        // where_
+        let (cv, c) = bools(&mut rng, &[]);
+        let c0 = Tensor::<Cpu, bool, S0>::from_vec_dims(c, &[]).unwrap();
+        let yv = rng.values(1, SPECIAL);
+        let y0: Tensor<Cpu, f64, S0> = tensor(&yv, &[]);
+        let want = pick((&cv, &[]), (&xv.0, &[]), (&yv, &[]));
+        check(
+            "where_ at rank 0",
+            &one(&where0(&c0, &x.0, &y0).unwrap()),
+            &want,
+        );
+        let typed: Tensor<Cpu, f64, S0> = tensorfn::ops::where_(&c0, &x.0, &y0).unwrap();
+        check("typed where_ at rank 0", &one(&typed), &want);
+
+        let (cv, c) = bools(&mut rng, &d[1]);
+        let c1 = Tensor::<Cpu, bool, S1>::from_vec_dims(c, &d[1]).unwrap();
+        let want = pick((&cv, &d[1]), (&xv.1, &d[1]), (&yv, &[]));
+        check(
+            "where_ at rank 1",
+            &one(&where1(&c1, &x.1, &y0).unwrap()),
+            &want,
+        );
+        let typed: Tensor<Cpu, f64, S1> = tensorfn::ops::where_(&c1, &x.1, &y0).unwrap();
+        check("typed where_ at rank 1", &one(&typed), &want);
+
+        let (a, b) = (d[2][0], d[2][1]);
+        let (cv, c) = bools(&mut rng, &d[2]);
+        let c2 = Tensor::<Cpu, bool, S2>::from_vec_dims(c, &d[2]).unwrap();
+        let (x2v, y2v) = (rng.values(b, SPECIAL), rng.values(a, SPECIAL));
+        let (x2, y2): (Tensor<Cpu, f64, S1>, Tensor<Cpu, f64, Col>) =
+            (tensor(&x2v, &[b]), tensor(&y2v, &[a, 1]));
+        let want = pick((&cv, &d[2]), (&x2v, &[b]), (&y2v, &[a, 1]));
+        check(
+            "where_ at rank 2",
+            &one(&where2(&c2, &x2, &y2).unwrap()),
+            &want,
+        );
+        let typed: Tensor<Cpu, f64, S2> = tensorfn::ops::where_(&c2, &x2, &y2).unwrap();
+        check("typed where_ at rank 2", &one(&typed), &want);
+
+        let cd = d[3][1..].to_vec();
+        let (cv, c) = bools(&mut rng, &cd);
+        let c3 = Tensor::<Cpu, bool, S2>::from_vec_dims(c, &cd).unwrap();
+        let want = pick((&cv, &cd), (&xv.3, &d[3]), (&[-7.0], &[]));
+        let want_s = pick((&cv, &cd), (&[1.5], &[]), (&xv.3, &d[3]));
+        check_all(
+            "where_ at rank 3",
+            &where3(&c3, &x.3, -7.0).unwrap().outs(),
+            &[want.clone(), want_s],
+        );
+        let s = Tensor::<Cpu, f64, S0>::full(-7.0).unwrap();
+        let typed: Tensor<Cpu, f64, S3> = tensorfn::ops::where_(&c3, &x.3, &s).unwrap();
+        check("typed where_ at rank 3", &one(&typed), &want);
+
+        let cd = vec![d[4][0], 1, d[4][2], d[4][3]];
+        let (cv, c) = bools(&mut rng, &cd);
+        let c4 = Tensor::<Cpu, bool, shape![_, 1, _, _]>::from_vec_dims(c, &cd).unwrap();
+        let yv = rng.values(d[4][3], SPECIAL);
+        let y4: Tensor<Cpu, f64, S1> = tensor(&yv, &d[4][3..]);
+        let want = pick((&cv, &cd), (&xv.4, &d[4]), (&yv, &d[4][3..]));
+        check(
+            "where_ at rank 4",
+            &one(&where4(&c4, &x.4, &y4).unwrap()),
+            &want,
+        );
+        let typed: Tensor<Cpu, f64, S4> = tensorfn::ops::where_(&c4, &x.4, &y4).unwrap();
+        check("typed where_ at rank 4", &one(&typed), &want);
+
+        // masked_fill, with a NaN, an infinity and a plain value.
+        for v in [NAN, -INF, 3.25] {
+            let fill = |x: (&[f64], &[usize]), m: (&[f64], &[usize]), v: f64| {
+                let out = x.1.to_vec();
+                let vals: Vec<f64> = (0..numel(&out))
+                    .map(|i| {
+                        let ix = unravel(i, &out);
+                        if bget(m.0, m.1, &ix) != 0.0 {
+                            v
+                        } else {
+                            x.0[i]
+                        }
+                    })
+                    .collect();
+                Want::bits(out, vals)
+            };
+            macro_rules! case {
+                ($f:ident, $x:expr, $xv:expr, $d:expr, $md:expr, $MS:ty) => {{
+                    let md: Vec<usize> = $md;
+                    let (mv, m) = bools(&mut rng, &md);
+                    let m = Tensor::<Cpu, bool, $MS>::from_vec_dims(m, &md).unwrap();
+                    let want = [
+                        fill((&$xv, &$d), (&mv, &md), v),
+                        fill((&$xv, &$d), (&mv, &md), -2.5),
+                    ];
+                    let what = format!("masked_fill of {:?} by {md:?} with {v}", $d);
+                    check_all(&what, &$f(&$x, &m, v).unwrap().outs(), &want);
+                    check(
+                        &format!("typed {what}"),
+                        &one(&$x.masked_fill(&m, v).unwrap()),
+                        &want[0],
+                    );
+                }};
+            }
+            case!(masked0, x.0, xv.0, d[0], vec![], S0);
+            case!(masked1, x.1, xv.1, d[1], d[1].clone(), S1);
+            case!(masked2, x.2, xv.2, d[2], vec![d[2][1]], S1);
+            case!(
+                masked3,
+                x.3,
+                xv.3,
+                d[3],
+                vec![d[3][0], 1, d[3][2]],
+                shape![_, 1, _]
+            );
+            case!(masked4, x.4, xv.4, d[4], vec![], S0);
+        }
+    }
+}
+
+tensor_fn! {
+    fn clamp0(x: &Tensor<Cpu, f64, []>) -> (Tensor<Cpu, f64, []>, Tensor<Cpu, f64, []>, Tensor<Cpu, f64, []>, Tensor<Cpu, f64, []>) {
+        (x.clamp(-1.0, 1.0), clamp(x, min = 0.5), x.clamp(max = -0.5), clamp(x, 2.0, -2.0))
+    }
+    fn clamp1(x: &Tensor<Cpu, f64, [A]>) -> (Tensor<Cpu, f64, [A]>, Tensor<Cpu, f64, [A]>, Tensor<Cpu, f64, [A]>, Tensor<Cpu, f64, [A]>) {
+        (clamp(x, -1.0, 1.0), x.clamp(min = 0.5), clamp(x, max = -0.5), x.clamp(2.0, -2.0))
+    }
+    fn clamp2(x: &Tensor<Cpu, f64, [A, B]>) -> (Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>) {
+        (x.clamp(-1.0, 1.0), clamp(x, min = 0.5), x.clamp(max = -0.5), clamp(x, 2.0, -2.0))
+    }
+    fn clamp3(x: &Tensor<Cpu, f64, [A, B, C]>) -> (Tensor<Cpu, f64, [A, B, C]>, Tensor<Cpu, f64, [A, B, C]>, Tensor<Cpu, f64, [A, B, C]>, Tensor<Cpu, f64, [A, B, C]>) {
+        (clamp(x, -1.0, 1.0), x.clamp(min = 0.5), clamp(x, max = -0.5), x.clamp(2.0, -2.0))
+    }
+    fn clamp4(x: &Tensor<Cpu, f64, [A, B, C, E]>) -> (Tensor<Cpu, f64, [A, B, C, E]>, Tensor<Cpu, f64, [A, B, C, E]>, Tensor<Cpu, f64, [A, B, C, E]>, Tensor<Cpu, f64, [A, B, C, E]>) {
+        (x.clamp(-1.0, 1.0), clamp(x, min = 0.5), x.clamp(max = -0.5), clamp(x, 2.0, -2.0))
+    }
+    /// Tensor bounds, broadcast.
+    fn clamp_by(x: &Tensor<Cpu, f64, [A, B]>, lo: &Tensor<Cpu, f64, [B]>, hi: &Tensor<Cpu, f64, [A, 1]>) -> Tensor<Cpu, f64, [A, B]> {
+        x.clamp(lo, hi)
+    }
+}
+
+/// `min(max(x, lo), hi)` with NaN propagating (PyTorch's `clamp`).
+fn clamp_one(x: f64, lo: f64, hi: f64) -> f64 {
+    let t = if x.is_nan() || lo.is_nan() {
+        NAN
+    } else if x < lo {
+        lo
+    } else {
+        x
+    };
+    if t.is_nan() || hi.is_nan() {
+        NAN
+    } else if t > hi {
+        hi
+    } else {
+        t
+    }
+}
+
+#[test]
+fn clamp_at_every_rank() {
+    let mut rng = Rng::new(1201);
+    for round in 0..3 {
+        let d = if round == 2 {
+            empty_dims(&mut rng)
+        } else {
+            random_dims(&mut rng, 1, 4)
+        };
+        let (xv, x) = inputs_by_rank(&mut rng, &d, SPECIAL);
+        let bounds = [(-1.0, 1.0), (0.5, INF), (-INF, -0.5), (2.0, -2.0)];
+        let refs = |v: &[f64], r: usize| -> Vec<Want> {
+            bounds
+                .iter()
+                .map(|&(lo, hi)| {
+                    Want::exact(
+                        d[r].clone(),
+                        v.iter().map(|&x| clamp_one(x, lo, hi)).collect(),
+                    )
+                })
+                .collect()
+        };
+        let what = |r: usize| format!("clamp at rank {r}, dims {:?}", d[r]);
+        check_all(&what(0), &clamp0(&x.0).unwrap().outs(), &refs(&xv.0, 0));
+        check_all(&what(1), &clamp1(&x.1).unwrap().outs(), &refs(&xv.1, 1));
+        check_all(&what(2), &clamp2(&x.2).unwrap().outs(), &refs(&xv.2, 2));
+        check_all(&what(3), &clamp3(&x.3).unwrap().outs(), &refs(&xv.3, 3));
+        check_all(&what(4), &clamp4(&x.4).unwrap().outs(), &refs(&xv.4, 4));
+        let typed = |r: usize, f: &dyn Fn(f64, f64) -> Vec<Got>, v: &[f64]| {
+            let got: Vec<Got> = bounds.iter().flat_map(|&(lo, hi)| f(lo, hi)).collect();
+            check_all(&format!("typed {}", what(r)), &got, &refs(v, r));
+        };
+        typed(0, &|lo, hi| x.0.clamp(lo, hi).unwrap().outs(), &xv.0);
+        typed(1, &|lo, hi| x.1.clamp(lo, hi).unwrap().outs(), &xv.1);
+        typed(2, &|lo, hi| x.2.clamp(lo, hi).unwrap().outs(), &xv.2);
+        typed(3, &|lo, hi| x.3.clamp(lo, hi).unwrap().outs(), &xv.3);
+        typed(4, &|lo, hi| x.4.clamp(lo, hi).unwrap().outs(), &xv.4);
+
+        let (a, b) = (d[2][0], d[2][1]);
+        let (lv, hv) = (rng.values(b, &[]), rng.values(a, &[]));
+        let (lo, hi): (Tensor<Cpu, f64, S1>, Tensor<Cpu, f64, Col>) =
+            (tensor(&lv, &[b]), tensor(&hv, &[a, 1]));
+        let (dims, vals) = bmap(&[(&xv.2, &d[2]), (&lv, &[b]), (&hv, &[a, 1])], |v| {
+            clamp_one(v[0], v[1], v[2])
+        });
+        check(
+            "clamp by tensors",
+            &one(&clamp_by(&x.2, &lo, &hi).unwrap()),
+            &Want::exact(dims, vals),
+        );
+    }
+}
+
+tensor_fn! {
+    fn addcmul0(x: &Tensor<Cpu, f64, []>, t1: &Tensor<Cpu, f64, []>, t2: &Tensor<Cpu, f64, []>) -> Tensor<Cpu, f64, []> {
+        addcmul(x, t1, t2)
+    }
+    fn addcmul1(x: &Tensor<Cpu, f64, [A]>, t1: &Tensor<Cpu, f64, [A]>, t2: &Tensor<Cpu, f64, [A]>, v: f64) -> Tensor<Cpu, f64, [A]> {
+        addcmul(x, t1, t2, v)
+    }
+    /// The input broadcast too.
+    fn addcmul2(x: &Tensor<Cpu, f64, [B]>, t1: &Tensor<Cpu, f64, [A, B]>, t2: &Tensor<Cpu, f64, [A, 1]>) -> Tensor<Cpu, f64, [A, B]> {
+        addcmul(x, t1, t2, value = 0.5)
+    }
+    fn addcmul3(x: &Tensor<Cpu, f64, [A, B, C]>, t1: &Tensor<Cpu, f64, [A, B, C]>, t2: &Tensor<Cpu, f64, [C]>) -> Tensor<Cpu, f64, [A, B, C]> {
+        addcmul(x, t1, t2, -2.0)
+    }
+    fn addcmul4(x: &Tensor<Cpu, f64, [A, B, C, E]>, t1: &Tensor<Cpu, f64, [B, 1, E]>, t2: &Tensor<Cpu, f64, [A, B, C, E]>, v: f64) -> Tensor<Cpu, f64, [A, B, C, E]> {
+        addcmul(input = x, tensor1 = t1, tensor2 = t2, value = v)
+    }
+    fn addcmul_int(x: &Tensor<Cpu, i64, [A, B]>, t1: &Tensor<Cpu, i64, [A, B]>, t2: &Tensor<Cpu, i64, [B]>) -> Tensor<Cpu, i64, [A, B]> {
+        addcmul(x, t1, t2, 3)
+    }
+}
+
+/// `x + value * t1 * t2`, broadcast.
+fn addcmul_ref(
+    x: (&[f64], &[usize]),
+    t1: (&[f64], &[usize]),
+    t2: (&[f64], &[usize]),
+    value: f64,
+    eps: f64,
+) -> Want {
+    let (dims, vals) = bmap(&[x, t1, t2], |v| v[0] + value * v[1] * v[2]);
+    let (_, tol) = bmap(&[x, t1, t2], |v| {
+        4.0 * eps * (v[0].abs() + (value * v[1] * v[2]).abs())
+    });
+    Want { dims, vals, tol }
+}
+
+#[test]
+fn addcmul_at_every_rank() {
+    let mut rng = Rng::new(1301);
+    for round in 0..3 {
+        let d = if round == 2 {
+            empty_dims(&mut rng)
+        } else {
+            random_dims(&mut rng, 1, 4)
+        };
+        let special: &[f64] = if round == 1 { SPECIAL } else { &[] };
+        let (xv, x) = inputs_by_rank(&mut rng, &d, special);
+        let mut operand = |dims: &[usize]| rng.values(numel(dims), special);
+
+        let (av, bv) = (operand(&[]), operand(&[]));
+        let (a, b): (Tensor<Cpu, f64, S0>, Tensor<Cpu, f64, S0>) =
+            (tensor(&av, &[]), tensor(&bv, &[]));
+        let want = addcmul_ref((&xv.0, &[]), (&av, &[]), (&bv, &[]), 1.0, EPS);
+        check(
+            "addcmul at rank 0",
+            &one(&addcmul0(&x.0, &a, &b).unwrap()),
+            &want,
+        );
+        check(
+            "typed addcmul at rank 0",
+            &one(&x.0.addcmul(&a, &b, 1.0).unwrap()),
+            &want,
+        );
+
+        let (av, bv) = (operand(&d[1]), operand(&d[1]));
+        let (a, b): (Tensor<Cpu, f64, S1>, Tensor<Cpu, f64, S1>) =
+            (tensor(&av, &d[1]), tensor(&bv, &d[1]));
+        let want = addcmul_ref((&xv.1, &d[1]), (&av, &d[1]), (&bv, &d[1]), -0.75, EPS);
+        check(
+            "addcmul at rank 1",
+            &one(&addcmul1(&x.1, &a, &b, -0.75).unwrap()),
+            &want,
+        );
+        check(
+            "typed addcmul at rank 1",
+            &one(&x.1.addcmul(&a, &b, -0.75).unwrap()),
+            &want,
+        );
+
+        let (p, q) = (d[2][0], d[2][1]);
+        let (xv2, av, bv) = (operand(&[q]), operand(&d[2]), operand(&[p, 1]));
+        let x2: Tensor<Cpu, f64, S1> = tensor(&xv2, &[q]);
+        let (a, b): (Tensor<Cpu, f64, S2>, Tensor<Cpu, f64, Col>) =
+            (tensor(&av, &d[2]), tensor(&bv, &[p, 1]));
+        let want = addcmul_ref((&xv2, &[q]), (&av, &d[2]), (&bv, &[p, 1]), 0.5, EPS);
+        check(
+            "addcmul at rank 2",
+            &one(&addcmul2(&x2, &a, &b).unwrap()),
+            &want,
+        );
+        check(
+            "typed addcmul at rank 2",
+            &one(&x2.addcmul_broadcast::<S2>(&a, &b, 0.5).unwrap()),
+            &want,
+        );
+
+        let cd = vec![d[3][2]];
+        let (av, bv) = (operand(&d[3]), operand(&cd));
+        let (a, b): (Tensor<Cpu, f64, S3>, Tensor<Cpu, f64, S1>) =
+            (tensor(&av, &d[3]), tensor(&bv, &cd));
+        let want = addcmul_ref((&xv.3, &d[3]), (&av, &d[3]), (&bv, &cd), -2.0, EPS);
+        check(
+            "addcmul at rank 3",
+            &one(&addcmul3(&x.3, &a, &b).unwrap()),
+            &want,
+        );
+        check(
+            "typed addcmul at rank 3",
+            &one(&x.3.addcmul_broadcast::<S3>(&a, &b, -2.0).unwrap()),
+            &want,
+        );
+
+        let ad = vec![d[4][1], 1, d[4][3]];
+        let (av, bv) = (operand(&ad), operand(&d[4]));
+        let (a, b): (Tensor<Cpu, f64, Mid1>, Tensor<Cpu, f64, S4>) =
+            (tensor(&av, &ad), tensor(&bv, &d[4]));
+        let want = addcmul_ref((&xv.4, &d[4]), (&av, &ad), (&bv, &d[4]), 1.25, EPS);
+        check(
+            "addcmul at rank 4",
+            &one(&addcmul4(&x.4, &a, &b, 1.25).unwrap()),
+            &want,
+        );
+        check(
+            "typed addcmul at rank 4",
+            &one(&x.4.addcmul_broadcast::<S4>(&a, &b, 1.25).unwrap()),
+            &want,
+        );
+    }
+    let (xv, av, bv) = (
+        vec![1.0, -2.0, 3.0, 4.0, 0.0, -6.0],
+        vec![2.0, 2.0, -1.0, 5.0, 7.0, 1.0],
+        vec![3.0, -4.0, 10.0],
+    );
+    let x: Tensor<Cpu, i64, S2> = tensor(&xv, &[2, 3]);
+    let a: Tensor<Cpu, i64, S2> = tensor(&av, &[2, 3]);
+    let b: Tensor<Cpu, i64, S1> = tensor(&bv, &[3]);
+    let want = addcmul_ref((&xv, &[2, 3]), (&av, &[2, 3]), (&bv, &[3]), 3.0, 0.0);
+    check(
+        "i64 addcmul",
+        &one(&addcmul_int(&x, &a, &b).unwrap()),
+        &want,
+    );
 }
