@@ -137,6 +137,10 @@ impl Layout {
     /// assert!(!x.t().unwrap().layout().is_contiguous());
     /// ```
     pub fn is_contiguous(&self) -> bool {
+        // An empty tensor has no element out of place (as in PyTorch).
+        if self.dims.contains(&0) {
+            return true;
+        }
         let mut expected = 1;
         for (&d, &s) in self.dims.iter().zip(&self.strides).rev() {
             if d != 1 && s != expected {

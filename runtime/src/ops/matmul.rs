@@ -257,6 +257,16 @@ fn product<D: Device, T: FloatDType>(
             "a scalar operand",
         ));
     }
+    // An empty product (a batch, row or column dim of 0: every dim but the
+    // inner one) has nothing to compute, and the planner's views need not
+    // fit its empty operands' buffers. An inner dim of 0 is not empty: its
+    // products are 0 (plus the bias).
+    let (da, db) = (a.dims(), b.dims());
+    let a_empty = da[..da.len() - 1].contains(&0);
+    let b_empty = db.len() > 1 && (0..db.len()).any(|i| i != db.len() - 2 && db[i] == 0);
+    if a_empty || b_empty {
+        return Ok(dispatch!(D, |be| be.wrap(be.alloc::<T>(0)?)));
+    }
     let Operands {
         a: (la, copy_a),
         b: (lb, copy_b),
