@@ -151,18 +151,138 @@ pub fn normalize_dim(op: &str, name: &str, dim: isize, rank: usize) -> Result<us
     Ok(pos as usize)
 }
 
-/// PyTorch broadcasting of any number of operands (right-aligned; each
-/// pair of dims equal or one of them 1).
+/// Broadcasting of any number of elementwise operands: PyTorch's rule
+/// (right-aligned; each pair of dims equal or one of them 1), made strict
+/// where implicit rank promotion meets a size-1 dim.
+///
+/// An operand with fewer dims gets leading dims added. When it then grows
+/// *and* another operand grows too, the result is larger than both, which
+/// is how `pred` `[N, 1]` minus `target` `[N]` silently becomes `[N, N]`.
+/// That pairing is an error naming both shapes, the shape they would
+/// give and the fix. Still legal: outer products where every 1 is written
+/// (`[N, 1]` with `[1, M]`), one side growing (a bias `[C]` onto
+/// `[B, C]`), and scalars or all-1 tensors. [`broadcast_implicit`] is
+/// PyTorch's rule without the strict check.
 ///
 /// ```
 /// use tensorfn_core::rules::broadcast;
-/// let out = broadcast::<usize>("add", &[("a", &[4, 1, 3]), ("b", &[5, 1])]).unwrap();
+/// let out = broadcast::<usize>("add", &[("a", &[4, 1, 3]), ("b", &[1, 5, 1])]).unwrap();
 /// assert_eq!(out, vec![4, 5, 3]);
+/// assert_eq!(broadcast::<usize>("add", &[("x", &[2, 3]), ("bias", &[3])]).unwrap(), vec![2, 3]);
 /// let e = broadcast::<usize>("add", &[("a", &[2, 3]), ("b", &[4])]).unwrap_err();
 /// assert_eq!(e.operand, 1);
 /// assert!(e.message.contains("dim -1 is 3 in `a` and 4 in `b`"));
+/// let e = broadcast::<usize>("sub", &[("pred", &[5, 1]), ("target", &[5])]).unwrap_err();
+/// assert!(e.message.contains("to [5, 5]"));
+/// assert!(e.message.contains("`target.unsqueeze(1)`") && e.message.contains("`pred.squeeze(1)`"));
 /// ```
 pub fn broadcast<D: DimValue>(op: &str, operands: &[Operand<'_, D>]) -> Result<Vec<D>, RuleError> {
+    let out = broadcast_implicit(op, operands)?;
+    let rank = out.len();
+    // An operand grows when a dim of the result differs from its own
+    // (added leading dims count as 1). All-1 operands are scalars in
+    // effect: they cannot be confused with a dim of the other side.
+    let grows = |dims: &[D]| {
+        let pad = rank - dims.len();
+        !dims.iter().all(is_one)
+            && out
+                .iter()
+                .enumerate()
+                .any(|(k, o)| match k.checked_sub(pad) {
+                    None => !is_one(o),
+                    Some(j) => dims[j] != *o,
+                })
+    };
+    for (i, &(pname, pdims)) in operands.iter().enumerate() {
+        if pdims.len() == rank || !grows(pdims) {
+            continue;
+        }
+        let other = operands
+            .iter()
+            .enumerate()
+            .find(|&(j, (_, d))| j != i && grows(d));
+        if let Some((_, &(qname, qdims))) = other {
+            return err(
+                op,
+                i,
+                promotion_message(op, (pname, pdims), (qname, qdims), &out),
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// The error of [`broadcast`] when `p` gets leading dims and both `p` and
+/// `q` grow: both shapes, the result, and the fixes that fit them.
+fn promotion_message<D: DimValue>(
+    op: &str,
+    (p, pd): Operand<'_, D>,
+    (q, qd): Operand<'_, D>,
+    out: &[D],
+) -> String {
+    let added = out.len() - pd.len();
+    let mut fixes = Vec::new();
+    // A 1 inserted into `p` that gives `q`'s shape: `p.unsqueeze(k)`.
+    if added == 1 && qd.len() == out.len() {
+        for k in 0..=pd.len() {
+            let mut with = pd.to_vec();
+            with.insert(k, D::from_usize(1));
+            if with == qd {
+                fixes.push(format!("`{p}.unsqueeze({k})`"));
+                break;
+            }
+        }
+        // A 1 removed from `q` that gives `p`'s shape: `q.squeeze(k)`.
+        for k in 0..qd.len() {
+            if is_one(&qd[k]) {
+                let mut without = qd.to_vec();
+                without.remove(k);
+                if without == pd {
+                    fixes.push(format!("`{q}.squeeze({k})`"));
+                    break;
+                }
+            }
+        }
+    }
+    let same = if fixes.is_empty() {
+        "make the shapes agree first (`.unsqueeze(d)` / `.squeeze(d)` / `.reshape([..])`)"
+            .to_string()
+    } else {
+        format!("use {}", fixes.join(" or "))
+    };
+    let explicit = if added == 1 {
+        format!("`{p}.unsqueeze(0)`")
+    } else {
+        let mut padded: Vec<D> = vec![D::from_usize(1); added];
+        padded.extend(pd.iter().cloned());
+        format!("`{p}.reshape({})`", fmt_dims(&padded))
+    };
+    format!(
+        "`{op}` would broadcast `{q}` {} with `{p}` {} to {}: `{p}` gets {} and then both operands grow, which is how `[N, 1]` and `[N]` silently become `[N, N]`; if the shapes should match, {same}; if the growth is meant, write the new dims of `{p}` explicitly with {explicit}",
+        fmt_dims(qd),
+        fmt_dims(pd),
+        fmt_dims(out),
+        if added == 1 {
+            "a leading dim".to_string()
+        } else {
+            format!("{added} leading dims")
+        }
+    )
+}
+
+/// PyTorch's broadcasting, implicit rank promotion included (right-aligned;
+/// each pair of dims equal or one of them 1): the rule of `matmul`'s batch
+/// dims, and the first step of [`broadcast`].
+///
+/// ```
+/// use tensorfn_core::rules::broadcast_implicit;
+/// let out = broadcast_implicit::<usize>("matmul", &[("a", &[7, 1]), ("b", &[5])]).unwrap();
+/// assert_eq!(out, vec![7, 5]);
+/// ```
+pub fn broadcast_implicit<D: DimValue>(
+    op: &str,
+    operands: &[Operand<'_, D>],
+) -> Result<Vec<D>, RuleError> {
     let rank = operands.iter().map(|(_, s)| s.len()).max().unwrap_or(0);
     let mut out: Vec<D> = vec![D::from_usize(1); rank];
     // Which operand fixed each output dim, for the error message.
@@ -340,7 +460,7 @@ pub fn matmul<D: DimValue>(
     } else {
         &[][..]
     };
-    let mut out = broadcast(op, &[(an, a_batch), (bn, b_batch)])?;
+    let mut out = broadcast_implicit(op, &[(an, a_batch), (bn, b_batch)])?;
     if ad.len() >= 2 {
         out.push(ad[ad.len() - 2].clone());
     }
@@ -581,6 +701,127 @@ pub fn reshape<D: DimValue>(op: &str, from: Operand<'_, D>, to: &[D]) -> Result<
     )
 }
 
+/// `unsqueeze(dim)`: a dim of size 1 inserted before position `dim`
+/// (`0..=rank`; `rank` appends it).
+///
+/// ```
+/// use tensorfn_core::rules::unsqueeze;
+/// assert_eq!(unsqueeze::<usize>("unsqueeze", ("x", &[5]), 1).unwrap(), vec![5, 1]);
+/// assert_eq!(unsqueeze::<usize>("unsqueeze", ("x", &[5]), 0).unwrap(), vec![1, 5]);
+/// assert!(unsqueeze::<usize>("unsqueeze", ("x", &[5]), 2).is_err());
+/// ```
+pub fn unsqueeze<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    dim: usize,
+) -> Result<Vec<D>, RuleError> {
+    let (name, dims) = x;
+    if dim > dims.len() {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` at dim {dim}, but `{name}` has shape {} ({}): valid dims are 0..={}",
+                fmt_dims(dims),
+                rank_word(dims.len()),
+                dims.len()
+            ),
+        );
+    }
+    let mut out = dims.to_vec();
+    out.insert(dim, D::from_usize(1));
+    Ok(out)
+}
+
+/// `squeeze(dim)`: removes dim `dim`, which must have size 1. (PyTorch
+/// returns the tensor unchanged when it does not; here the result's rank
+/// is part of its type, so that is an error.)
+///
+/// ```
+/// use tensorfn_core::rules::squeeze;
+/// assert_eq!(squeeze::<usize>("squeeze", ("x", &[5, 1]), 1).unwrap(), vec![5]);
+/// let e = squeeze::<usize>("squeeze", ("x", &[5, 1]), 0).unwrap_err();
+/// assert!(e.message.contains("dim 0 of `x` [5, 1] has size 5"));
+/// ```
+pub fn squeeze<D: DimValue>(op: &str, x: Operand<'_, D>, dim: usize) -> Result<Vec<D>, RuleError> {
+    let (name, dims) = x;
+    let out = reduce(op, x, dim, false)?;
+    if !is_one(&dims[dim]) {
+        let ones: Vec<String> = (0..dims.len())
+            .filter(|&k| is_one(&dims[k]))
+            .map(|k| k.to_string())
+            .collect();
+        let hint = if ones.is_empty() {
+            format!("`{name}` has no dim of size 1")
+        } else {
+            format!("its dims of size 1 are {}", ones.join(", "))
+        };
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` removes a dim of size 1, but dim {dim} of `{name}` {} has size {}: {hint}",
+                fmt_dims(dims),
+                dims[dim]
+            ),
+        );
+    }
+    Ok(out)
+}
+
+/// A reduction (or `softmax`) along a dim whose size is known to be 1
+/// does nothing useful: `sum`/`max` return the input, `argmax` zeros,
+/// `softmax` ones. The macro reports it for dims that are literally 1 in
+/// the types; a run-time size of 1 is ordinary data, so the runtime does
+/// not call this.
+///
+/// ```
+/// use tensorfn_core::rules::reduce_size_one;
+/// assert!(reduce_size_one::<usize>("argmax", ("logits", &[8, 10]), 1).is_ok());
+/// let e = reduce_size_one::<usize>("argmax", ("logits", &[8, 1]), 1).unwrap_err();
+/// assert!(e.message.contains("dim 1 of `logits` [8, 1] has size 1"));
+/// assert!(e.message.contains("did you mean dim 0 (size 8)"));
+/// ```
+pub fn reduce_size_one<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    dim: usize,
+) -> Result<(), RuleError> {
+    let (name, dims) = x;
+    if dim >= dims.len() || !is_one(&dims[dim]) {
+        return Ok(());
+    }
+    let effect = match op {
+        "argmax" | "argmin" => "every index it returns is 0",
+        "softmax" => "every value it returns is 1",
+        "log_softmax" => "every value it returns is 0",
+        "mean" | "max" | "min" | "sum" => "it returns the input's values unchanged",
+        _ => "it does nothing",
+    };
+    let others: Vec<String> = (0..dims.len())
+        .filter(|&k| !is_one(&dims[k]))
+        .map(|k| format!("dim {k} (size {})", dims[k]))
+        .collect();
+    let meant = match others.as_slice() {
+        [] => String::new(),
+        [one] => format!("did you mean {one}? "),
+        many => format!("did you mean one of {}? ", many.join(", ")),
+    };
+    let one_logit = if matches!(op, "argmax" | "argmin") {
+        " For one score per row, compare it with a threshold instead (`x.gt(0.0)`)."
+    } else {
+        ""
+    };
+    err(
+        op,
+        0,
+        format!(
+            "`{op}` along dim {dim}, but dim {dim} of `{name}` {} has size 1, so {effect}: {meant}To drop the dim, use `{name}.squeeze({dim})`.{one_logit}",
+            fmt_dims(dims)
+        ),
+    )
+}
+
 /// `permute(perm)`: `perm` must list each dim exactly once.
 ///
 /// ```
@@ -783,7 +1024,9 @@ mod tests {
 
     #[test]
     fn broadcast_follows_pytorch() {
-        let out = broadcast::<usize>("add", &[("a", &[4, 1, 3]), ("b", &[5, 1])]).unwrap();
+        let out = broadcast::<usize>("add", &[("a", &[4, 1, 3]), ("b", &[1, 5, 1])]).unwrap();
+        assert_eq!(out, vec![4, 5, 3]);
+        let out = broadcast_implicit::<usize>("add", &[("a", &[4, 1, 3]), ("b", &[5, 1])]).unwrap();
         assert_eq!(out, vec![4, 5, 3]);
         assert_eq!(
             broadcast::<usize>("add", &[("a", &[]), ("b", &[2])]).unwrap(),
@@ -796,6 +1039,52 @@ mod tests {
         let e = broadcast::<usize>("add", &[("a", &[2, 3]), ("b", &[4])]).unwrap_err();
         assert_eq!(e.operand, 1);
         assert!(e.message.contains("dim -1 is 3 in `a` and 4 in `b`"), "{e}");
+    }
+
+    #[test]
+    fn broadcast_is_strict_about_promotion_meeting_a_one() {
+        let bc = |a: &[usize], b: &[usize]| broadcast::<usize>("mul", &[("a", a), ("b", b)]);
+        // Both grow after `b` gets a leading dim.
+        let e = bc(&[7, 1], &[7]).unwrap_err();
+        assert_eq!(e.operand, 1);
+        assert_eq!(
+            e.message,
+            "`mul` would broadcast `a` [7, 1] with `b` [7] to [7, 7]: `b` gets a leading dim and then both operands grow, which is how `[N, 1]` and `[N]` silently become `[N, N]`; if the shapes should match, use `b.unsqueeze(1)` or `a.squeeze(1)`; if the growth is meant, write the new dims of `b` explicitly with `b.unsqueeze(0)`"
+        );
+        let e = bc(&[2, 1, 4, 5], &[2, 4, 5]).unwrap_err();
+        assert!(e.message.contains("to [2, 2, 4, 5]"), "{e}");
+        assert!(
+            e.message.contains("`b.unsqueeze(1)` or `a.squeeze(1)`"),
+            "{e}"
+        );
+        // The promoted operand may come first.
+        let e = bc(&[3], &[3, 1]).unwrap_err();
+        assert_eq!(e.operand, 0);
+        // Two added dims: the explicit form is a reshape.
+        let e = bc(&[2, 1, 1], &[3]).unwrap_err();
+        assert!(e.message.contains("`b.reshape([1, 1, 3])`"), "{e}");
+        assert!(e.message.contains("make the shapes agree"), "{e}");
+        // Legal: every 1 written, one side growing, scalars and all-1s.
+        assert_eq!(bc(&[7, 1], &[1, 5]).unwrap(), vec![7, 5]);
+        assert_eq!(bc(&[1, 64, 1], &[2, 1, 9]).unwrap(), vec![2, 64, 9]);
+        assert_eq!(bc(&[2, 3], &[3]).unwrap(), vec![2, 3]);
+        assert_eq!(bc(&[2, 3], &[1, 3]).unwrap(), vec![2, 3]);
+        assert_eq!(bc(&[2, 3], &[]).unwrap(), vec![2, 3]);
+        assert_eq!(bc(&[7, 1], &[1]).unwrap(), vec![7, 1]);
+        assert_eq!(bc(&[1, 1], &[3]).unwrap(), vec![1, 3]);
+        assert_eq!(bc(&[2, 3], &[2, 3]).unwrap(), vec![2, 3]);
+        assert_eq!(
+            broadcast::<usize>("where", &[("c", &[4, 1]), ("x", &[1, 5]), ("y", &[1])]).unwrap(),
+            vec![4, 5]
+        );
+        assert!(
+            broadcast::<usize>("where", &[("c", &[4, 1]), ("x", &[1, 5]), ("y", &[5])]).is_err()
+        );
+        // matmul's batch dims keep PyTorch's rule.
+        assert_eq!(
+            matmul::<usize>("m", ("a", &[7, 1, 2, 3]), ("b", &[5, 3, 4])).unwrap(),
+            vec![7, 5, 2, 4]
+        );
     }
 
     #[test]

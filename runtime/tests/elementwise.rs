@@ -318,7 +318,8 @@ fn nan_propagates_through_maximum_and_minimum() {
 fn check_broadcast<T: TestDType>(rng: &mut Rng) {
     // (a dims, b dims, out dims)
     let cases: [(&[usize], &[usize], &[usize]); 6] = [
-        (&[4, 1, 3], &[5, 1], &[4, 5, 3]),
+        // `b` gets a leading dim and grows; `a` does not (strict rule).
+        (&[4, 5, 3], &[5, 1], &[4, 5, 3]),
         (&[2, 3, 4], &[4], &[2, 3, 4]),
         (&[1, 1, 1], &[3, 2, 5], &[3, 2, 5]),
         (&[3, 1, 5], &[1, 4, 1], &[3, 4, 5]),
@@ -411,9 +412,20 @@ fn broadcast_errors_name_the_operand() {
     let one = Tensor::<Cpu, f32, (Dyn,)>::ones_dims(&[1]).unwrap();
     assert_eq!(x.add(&one).unwrap().to_vec().unwrap(), vec![1.0; 3]);
     assert_eq!(
-        tensorfn_runtime::broadcast_dims(&[&[2, 1, 4], &[3, 1], &[]]).unwrap(),
+        tensorfn_runtime::broadcast_dims(&[&[2, 1, 4], &[1, 3, 1], &[]]).unwrap(),
         vec![2, 3, 4]
     );
+    // Implicit rank promotion meeting a size-1 dim is an `Err` naming
+    // both operands, for run-time dims too: `[N, 1]` with `[N]` is not
+    // silently `[N, N]`.
+    let col = Tensor::<Cpu, f32, (Dyn, Dyn)>::zeros_dims(&[3, 1]).unwrap();
+    let e = col.add_broadcast::<(Dyn, Dyn)>(&x).unwrap_err().to_string();
+    assert!(
+        e.contains("`self` [3, 1] with `other` [3] to [3, 3]")
+            && e.contains("`other.unsqueeze(1)`"),
+        "{e}"
+    );
+    assert!(tensorfn_runtime::broadcast_dims(&[&[2, 1, 4], &[3, 1]]).is_err());
 }
 
 fn unary_reference(op: UnaryOp, x: f64) -> f64 {
@@ -556,12 +568,13 @@ fn check_addcmul<T: TestDType>(rng: &mut Rng) {
             &format!("addcmul {} {kind:?} seed {}", name::<T>(), rng.seed),
         );
     }
-    // Broadcast form: a row and a column.
+    // Broadcast form: a row and a column, every 1 written (a `[3]` row
+    // would get a leading dim while the column grows too: an error).
     let (xv, x) = values::<T>(rng, 6, 0.0, 9.0);
     let (av, a) = values::<T>(rng, 3, 0.0, 3.0);
     let (bv, b) = values::<T>(rng, 2, 0.0, 3.0);
     let x = Tensor::<Cpu, T, shape![2, 3]>::from_vec(x).unwrap();
-    let a = Tensor::<Cpu, T, shape![3]>::from_vec(a).unwrap();
+    let a = Tensor::<Cpu, T, shape![1, 3]>::from_vec(a).unwrap();
     let b = Tensor::<Cpu, T, shape![2, 1]>::from_vec(b).unwrap();
     let got = x
         .addcmul_broadcast::<shape![2, 3]>(&a, &b, T::one())
@@ -582,6 +595,11 @@ fn check_addcmul<T: TestDType>(rng: &mut Rng) {
         .addcmul_broadcast::<shape![2, 3]>(&bad, &b, T::one())
         .unwrap_err();
     assert!(e.to_string().contains("`tensor1`"), "{e}");
+    let row = Tensor::<Cpu, T, shape![3]>::zeros().unwrap();
+    let e = x
+        .addcmul_broadcast::<shape![2, 3]>(&row, &b, T::one())
+        .unwrap_err();
+    assert!(e.to_string().contains("both operands grow"), "{e}");
 }
 
 #[test]

@@ -23,7 +23,7 @@ macro_rules! functions {
                     sin(x) * 2.0 + 5.0
                 }
 
-                pub fn mixed(a: &Tensor<$dev, f16, [40, 1]>, b: &Tensor<$dev, f32, [70]>, s: f32) -> Tensor<$dev, f16, [40, 70]> {
+                pub fn mixed(a: &Tensor<$dev, f16, [40, 1]>, b: &Tensor<$dev, f32, [1, 70]>, s: f32) -> Tensor<$dev, f16, [40, 70]> {
                     (leaky(a.cast::<f32>() + b, 0.1) * s).cast::<f16>() + a
                 }
 
@@ -98,7 +98,7 @@ fn main() -> Result<()> {
     compare("chain", &cpu::chain(&x)?, &gpu::chain(&up(&x))?, 1e-6);
 
     let a = Tensor::<Cpu, f32, shape![40, 1]>::randn(2)?.cast::<f16>()?;
-    let b = Tensor::<Cpu, f32, shape![70]>::randn(3)?;
+    let b = Tensor::<Cpu, f32, shape![1, 70]>::randn(3)?;
     compare(
         "mixed",
         &cpu::mixed(&a, &b, 1.5)?,

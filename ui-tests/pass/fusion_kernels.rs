@@ -22,7 +22,7 @@ tensor_fn! {
         sin(x) * 2.0 + 5.0
     }
 
-    pub fn mixed(a: &Tensor<Cpu, f16, [4, 1]>, b: &Tensor<Cpu, f32, [6]>, s: f32) -> Tensor<Cpu, f16, [4, 6]> {
+    pub fn mixed(a: &Tensor<Cpu, f16, [4, 1]>, b: &Tensor<Cpu, f32, [1, 6]>, s: f32) -> Tensor<Cpu, f16, [4, 6]> {
         (leaky(a.cast::<f32>() + b, 0.1) * s).cast::<f16>()
     }
 
@@ -51,7 +51,7 @@ fn main() -> Result<()> {
     assert_close("chain", &f64s(&chain(&x)?), &want, 1e-6);
 
     let a = Tensor::<Cpu, f32, shape![4, 1]>::randn(52)?.cast::<f16>()?;
-    let b = Tensor::<Cpu, f32, shape![6]>::randn(53)?;
+    let b = Tensor::<Cpu, f32, shape![1, 6]>::randn(53)?;
     let got = f64s(&mixed(&a, &b, 3.0)?);
     let (av, bv) = (f64s(&a), f64s(&b));
     let want: Vec<f64> = (0..24)

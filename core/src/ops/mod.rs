@@ -85,7 +85,14 @@ pub enum OpKind {
     Reshape {
         /// True for `view`.
         view: bool,
+        /// True for `reshape_unordered`/`view_unordered`: the target need
+        /// not keep the order of the source's dims (no reorder check).
+        unordered: bool,
     },
+    /// `unsqueeze(dim)`: a dim of size 1 inserted.
+    Unsqueeze,
+    /// `squeeze(dim)`: a dim of size 1 removed.
+    Squeeze,
     /// `t`, `permute`, `transpose`.
     Reorder,
     /// `narrow(dim, start, length)`.
@@ -186,6 +193,10 @@ pub enum ShapeRule {
     Cat,
     /// [`rules::reshape`](crate::rules::reshape).
     Reshape,
+    /// [`rules::unsqueeze`](crate::rules::unsqueeze).
+    Unsqueeze,
+    /// [`rules::squeeze`](crate::rules::squeeze).
+    Squeeze,
     /// [`rules::permute`](crate::rules::permute), [`rules::t`](crate::rules::t), [`rules::transpose`](crate::rules::transpose).
     Reorder,
     /// [`rules::slice`](crate::rules::slice).
@@ -404,6 +415,21 @@ const fn reduce(
     )
 }
 
+const RESHAPE_PARAMS: &[Param] = &[INPUT, p("shape", ParamKind::Dims)];
+
+const fn reshape(name: &'static str, view: bool, unordered: bool, summary: &'static str) -> OpDef {
+    def(
+        name,
+        OpKind::Reshape { view, unordered },
+        false,
+        true,
+        RESHAPE_PARAMS,
+        DTypeRule::Same,
+        ShapeRule::Reshape,
+        summary,
+    )
+}
+
 const SCALAR: ParamKind = ParamKind::Scalar;
 const TENSOR: ParamKind = ParamKind::Tensor;
 
@@ -589,25 +615,49 @@ static OTHERS: &[OpDef] = &[
         ShapeRule::Cat,
         "Joins tensors along `dim`.",
     ),
-    def(
+    reshape(
         "reshape",
-        OpKind::Reshape { view: false },
+        false,
+        false,
+        "The same elements in new dims (a copy if needed); the new dims split or merge the old ones in order.",
+    ),
+    reshape(
+        "view",
+        true,
+        false,
+        "The same elements in new dims, without a copy; the new dims split or merge the old ones in order.",
+    ),
+    reshape(
+        "reshape_unordered",
         false,
         true,
-        &[INPUT, p("shape", ParamKind::Dims)],
-        DTypeRule::Same,
-        ShapeRule::Reshape,
-        "The same elements in new dims (a copy if needed).",
+        "`reshape` to dims that need not keep the old dims' order (mixing them is meant).",
+    ),
+    reshape(
+        "view_unordered",
+        true,
+        true,
+        "`view` to dims that need not keep the old dims' order (mixing them is meant).",
     ),
     def(
-        "view",
-        OpKind::Reshape { view: true },
+        "unsqueeze",
+        OpKind::Unsqueeze,
         false,
         true,
-        &[INPUT, p("shape", ParamKind::Dims)],
+        INPUT_DIM,
         DTypeRule::Same,
-        ShapeRule::Reshape,
-        "The same elements in new dims, without a copy.",
+        ShapeRule::Unsqueeze,
+        "A dim of size 1 inserted at `dim`.",
+    ),
+    def(
+        "squeeze",
+        OpKind::Squeeze,
+        false,
+        true,
+        INPUT_DIM,
+        DTypeRule::Same,
+        ShapeRule::Squeeze,
+        "The dim `dim`, of size 1, removed.",
     ),
     def(
         "t",

@@ -305,6 +305,238 @@ impl fmt::Debug for Dim {
     }
 }
 
+/// How a reshape's target dims regroup the source's: see [`regrouping`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Regrouping {
+    /// Adjacent dims split or merged without changing their order.
+    InOrder,
+    /// The factors cannot be told apart (literal sizes whose split is
+    /// ambiguous, sums, zeros): no verdict either way.
+    Unknown,
+    /// The target needs `wanted` at its dim `to_dim` while the source
+    /// still has `blocker` (its dim `from_dim`, or part of it) before
+    /// `wanted` (its dim `wanted_dim`, when one holds it).
+    Reordered {
+        /// What the source has where the target wants something else.
+        blocker: Dim,
+        /// The source dim `blocker` is (part of).
+        from_dim: usize,
+        /// True when `blocker` is only part of source dim `from_dim`.
+        partial: bool,
+        /// What the target wants next.
+        wanted: Dim,
+        /// The source dim that holds `wanted`.
+        wanted_dim: Option<usize>,
+        /// The target dim that wants it.
+        to_dim: usize,
+    },
+}
+
+/// A dim as `coefficient · monomial`, when it is one positive term.
+fn single_term(d: &Dim) -> Option<(i64, &Monomial)> {
+    match d.terms.iter().next() {
+        Some((m, &c)) if d.terms.len() == 1 && c > 0 => Some((c, m)),
+        _ => None,
+    }
+}
+
+/// Whether the dims `to` regroup `from` in order: each target dim is a
+/// run of adjacent source factors, in the source's order (`[B, T, H * Dh]`
+/// to `[B, T, H, Dh]` splits; `[B, H, T, Dh]` to `[B, T, H * Dh]` moves
+/// `T` before `H`, which a reshape cannot do: it reads the elements in
+/// order, so it mixes them instead).
+///
+/// Symbols are the factors that can be told apart: a name in the target
+/// is the same dim as that name in the source. Literal sizes are split
+/// and merged only where divisibility decides it; where two literals (or
+/// a sum) leave the grouping open the answer is [`Regrouping::Unknown`],
+/// never a guess. Dims of size 1 carry no order and are skipped. `from`
+/// and `to` are assumed to hold the same number of elements.
+///
+/// ```
+/// use tensorfn_macros_impl::shape::{regrouping, Dim, Regrouping};
+/// let [b, t, h, dh] = ["B", "T", "H", "Dh"].map(Dim::sym);
+/// let c = h.mul(&dh);
+/// let split = regrouping(&[b.clone(), t.clone(), c.clone()], &[b.clone(), t.clone(), h.clone(), dh.clone()]);
+/// assert_eq!(split, Regrouping::InOrder);
+/// let moved = regrouping(&[b.clone(), h.clone(), t.clone(), dh.clone()], &[b.clone(), t.clone(), c]);
+/// assert!(matches!(moved, Regrouping::Reordered { from_dim: 1, wanted_dim: Some(2), .. }));
+/// // [4, 6] to [6, 4]: literals alone cannot say whether dims moved.
+/// let lit = regrouping(&[Dim::constant(4), Dim::constant(6)], &[Dim::constant(6), Dim::constant(4)]);
+/// assert_eq!(lit, Regrouping::Unknown);
+/// ```
+pub fn regrouping(from: &[Dim], to: &[Dim]) -> Regrouping {
+    let one = Dim::constant(1);
+    let (mut i, mut j) = (0, 0);
+    // What is left of source dim `i` and target dim `j`.
+    let (mut rs, mut rt): (Option<Dim>, Option<Dim>) = (None, None);
+    loop {
+        if rs.is_none() {
+            while from.get(i) == Some(&one) {
+                i += 1;
+            }
+            rs = from.get(i).cloned();
+        }
+        if rt.is_none() {
+            while to.get(j) == Some(&one) {
+                j += 1;
+            }
+            rt = to.get(j).cloned();
+        }
+        let (a, b) = match (&rs, &rt) {
+            (None, None) => return Regrouping::InOrder,
+            (Some(a), Some(b)) => (a.clone(), b.clone()),
+            _ => return Regrouping::Unknown,
+        };
+        if a == b {
+            (rs, rt) = (None, None);
+            (i, j) = (i + 1, j + 1);
+            continue;
+        }
+        let (Some((ca, ma)), Some((cb, mb))) = (single_term(&a), single_term(&b)) else {
+            return Regrouping::Unknown;
+        };
+        if let Some(q) = a.div_exact(&b) {
+            // The target dim is the front of the source's: a split.
+            (rs, rt) = (Some(q), None);
+            j += 1;
+            continue;
+        }
+        if let Some(q) = b.div_exact(&a) {
+            // The source dim is the front of the target's: a merge.
+            (rs, rt) = (None, Some(q));
+            i += 1;
+            continue;
+        }
+        if ma == mb {
+            // Same symbols, literal parts that do not divide: open.
+            return Regrouping::Unknown;
+        }
+        // The target wants a factor the source only has further on: a
+        // symbol the source's group lacks, or (when the target's symbols
+        // are all in it) the literal that does not fit.
+        let wanted = match mb
+            .0
+            .iter()
+            .find(|(s, p)| ma.0.iter().find(|(t, _)| t == s).is_none_or(|(_, q)| q < p))
+        {
+            Some((s, _)) => Dim::sym(s),
+            None => Dim::constant(cb),
+        };
+        let blocker = match ma
+            .0
+            .iter()
+            .find(|(s, p)| mb.0.iter().find(|(t, _)| t == s).is_none_or(|(_, q)| q < p))
+        {
+            Some((s, _)) => Dim::sym(s),
+            None => Dim::constant(ca),
+        };
+        let holds = |d: &Dim| match (wanted.as_constant(), single_term(d)) {
+            (Some(c), Some((cd, _))) => cd % c == 0,
+            (None, _) => d.div_exact(&wanted).is_some(),
+            _ => false,
+        };
+        let wanted_dim = (i + 1..from.len()).find(|&k| holds(&from[k]));
+        if wanted.as_constant().is_none() && wanted_dim.is_none() {
+            return Regrouping::Unknown;
+        }
+        return Regrouping::Reordered {
+            partial: a != from[i] || blocker != a,
+            blocker,
+            from_dim: i,
+            wanted,
+            wanted_dim,
+            to_dim: j,
+        };
+    }
+}
+
+/// A way to reach a reordering reshape's target: move the source's dims
+/// first ([`Reorder::Before`]) or reshape to the target's dims in the
+/// source's order and move them after ([`Reorder::After`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reorder {
+    /// `x.permute(perm).reshape(to)`.
+    Before(Vec<usize>),
+    /// `x.reshape(order.map(|k| to[k])).permute(perm)`.
+    After {
+        /// The target's dims in the order the source has them.
+        order: Vec<usize>,
+        /// The permutation that puts them back into the target's order.
+        perm: Vec<usize>,
+    },
+}
+
+/// The reorder that makes `to` an in-order regrouping of `from` moving
+/// the fewest dims, if one does (ranks up to 6, so the search is small).
+///
+/// ```
+/// use tensorfn_macros_impl::shape::{reorder_fix, Dim, Reorder};
+/// let [b, t, h, dh] = ["B", "T", "H", "Dh"].map(Dim::sym);
+/// let fix = reorder_fix(&[b.clone(), h.clone(), t.clone(), dh.clone()], &[b.clone(), t.clone(), h.mul(&dh)]);
+/// assert_eq!(fix, Some(Reorder::Before(vec![0, 2, 1, 3])));
+/// let fix = reorder_fix(&[b.clone(), t.clone(), h.mul(&dh)], &[b, h, t, dh]);
+/// assert_eq!(fix, Some(Reorder::After { order: vec![0, 2, 1, 3], perm: vec![0, 2, 1, 3] }));
+/// ```
+pub fn reorder_fix(from: &[Dim], to: &[Dim]) -> Option<Reorder> {
+    let moved = |p: &[usize]| p.iter().enumerate().filter(|&(k, &v)| k != v).count();
+    let before = permutations(from.len())
+        .into_iter()
+        .filter(|p| {
+            let f: Vec<Dim> = p.iter().map(|&k| from[k].clone()).collect();
+            regrouping(&f, to) == Regrouping::InOrder
+        })
+        .min_by_key(|p| moved(p));
+    let after = permutations(to.len())
+        .into_iter()
+        .filter(|p| {
+            let t: Vec<Dim> = p.iter().map(|&k| to[k].clone()).collect();
+            regrouping(from, &t) == Regrouping::InOrder
+        })
+        .min_by_key(|p| moved(p));
+    match (before, after) {
+        (Some(b), Some(a)) if moved(&a) < moved(&b) => Some(after_fix(a)),
+        (Some(b), _) => Some(Reorder::Before(b)),
+        (None, Some(a)) => Some(after_fix(a)),
+        (None, None) => None,
+    }
+}
+
+fn after_fix(order: Vec<usize>) -> Reorder {
+    // Result dim `k` of the reshape holds target dim `order[k]`; the
+    // permutation picks, for each target dim, where it is.
+    let mut perm = vec![0; order.len()];
+    for (k, &t) in order.iter().enumerate() {
+        perm[t] = k;
+    }
+    Reorder::After { order, perm }
+}
+
+/// Every permutation of `0..n` (`n` at most 6), the identity first, then
+/// in lexicographic order.
+fn permutations(n: usize) -> Vec<Vec<usize>> {
+    if n > 6 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut cur: Vec<usize> = Vec::new();
+    fn go(n: usize, cur: &mut Vec<usize>, out: &mut Vec<Vec<usize>>) {
+        if cur.len() == n {
+            out.push(cur.clone());
+            return;
+        }
+        for k in 0..n {
+            if !cur.contains(&k) {
+                cur.push(k);
+                go(n, cur, out);
+                cur.pop();
+            }
+        }
+    }
+    go(n, &mut cur, &mut out);
+    out
+}
+
 /// Formats a shape the way the shape rules print one: `[B, 784]`.
 pub fn fmt_shape(dims: &[Dim]) -> String {
     tensorfn_core::rules::fmt_dims(dims)
@@ -430,9 +662,15 @@ mod tests {
         .is_ok());
         let bc = rules::broadcast(
             "add",
-            &[("a", &[b.clone(), c(1)]), ("b", std::slice::from_ref(&n))],
+            &[("a", &[b.clone(), c(1)]), ("b", &[c(1), n.clone()])],
         )
         .unwrap();
-        assert_eq!(bc, vec![b, n]);
+        assert_eq!(bc, vec![b.clone(), n.clone()]);
+        // `[B, 1]` with `[N]` grows both sides after a leading dim is added.
+        let e = rules::broadcast("add", &[("a", &[b.clone(), c(1)]), ("b", &[n])]).unwrap_err();
+        assert!(e.message.contains("to [B, N]"), "{e}");
+        // A bias onto a batch grows one side only.
+        let bc = rules::broadcast("add", &[("x", &[b.clone(), c(8)]), ("bias", &[c(8)])]).unwrap();
+        assert_eq!(bc, vec![b, c(8)]);
     }
 }

@@ -141,7 +141,7 @@ fn scalars_do_not_promote_tensors() {
 #[test]
 fn broadcasting_follows_pytorch() {
     assert_ok(quote! {
-        fn f(a: &Tensor<Cpu, f32, [4, 1, 3]>, b: &Tensor<Cpu, f32, [5, 1]>) -> Tensor<Cpu, f32, [4, 5, 3]> { a + b }
+        fn f(a: &Tensor<Cpu, f32, [4, 1, 3]>, b: &Tensor<Cpu, f32, [1, 5, 1]>) -> Tensor<Cpu, f32, [4, 5, 3]> { a + b }
     });
     let e = one_error(quote! {
         fn f(a: &Tensor<Cpu, f32, [2, 3]>, b: &Tensor<Cpu, f32, [4]>) -> Tensor<Cpu, f32, [2, 3]> { a + b }
@@ -519,4 +519,134 @@ fn names_and_items() {
         fn f(x: &Tensor<Cpu, f32, [4]>) -> Tensor<Cpu, f32, [4]> { let (a, b) = relu(x); a }
     });
     assert!(e.contains("is one value, not a tuple"), "{e}");
+}
+
+#[test]
+fn strict_broadcasting_rejects_promotion_meeting_a_one() {
+    let e = one_error(quote! {
+        fn f<const N: usize>(pred: &Tensor<Cpu, f32, [N, 1]>, target: &Tensor<Cpu, f32, [N]>) -> Tensor<Cpu, f32, [N, N]> {
+            pred - target
+        }
+    });
+    assert!(
+        e.starts_with("`-` would broadcast `pred` [N, 1] with `target` [N] to [N, N]"),
+        "{e}"
+    );
+    assert!(
+        e.contains("`target.unsqueeze(1)` or `pred.squeeze(1)`"),
+        "{e}"
+    );
+    let e = one_error(quote! {
+        fn f<const B: usize>(x: &Tensor<Cpu, f32, [B, 1, 8, 8]>, m: &Tensor<Cpu, f32, [B, 8, 8]>) -> Tensor<Cpu, f32, [B, B, 8, 8]> {
+            x * m
+        }
+    });
+    assert!(e.contains("to [B, B, 8, 8]"), "{e}");
+    // The fixes compile: matching shapes, or the growth written out.
+    assert_ok(quote! {
+        fn f<const N: usize>(pred: &Tensor<Cpu, f32, [N, 1]>, target: &Tensor<Cpu, f32, [N]>) -> Tensor<Cpu, f32, [N, 1]> {
+            pred - target.unsqueeze(1)
+        }
+        fn g<const N: usize>(pred: &Tensor<Cpu, f32, [N, 1]>, target: &Tensor<Cpu, f32, [N]>) -> Tensor<Cpu, f32, [N]> {
+            pred.squeeze(1) - target
+        }
+        fn h<const N: usize>(pred: &Tensor<Cpu, f32, [N, 1]>, target: &Tensor<Cpu, f32, [N]>) -> Tensor<Cpu, f32, [N, N]> {
+            pred - target.unsqueeze(0)
+        }
+        fn bias<const B: usize>(x: &Tensor<Cpu, f32, [B, 8]>, b: &Tensor<Cpu, f32, [8]>) -> Tensor<Cpu, f32, [B, 8]> {
+            x + b + 1.0
+        }
+        fn rotary<const B: usize, const T: usize>(a: &Tensor<Cpu, f32, [1, 64, 1]>, b: &Tensor<Cpu, f32, [B, 1, T]>) -> Tensor<Cpu, f32, [B, 64, T]> {
+            a * b
+        }
+    });
+}
+
+#[test]
+fn squeeze_needs_a_one() {
+    let e = one_error(quote! {
+        fn f(x: &Tensor<Cpu, f32, [4, 3]>) -> Tensor<Cpu, f32, [3]> { x.squeeze(0) }
+    });
+    assert!(e.contains("dim 0 of `x` [4, 3] has size 4"), "{e}");
+    assert_ok(quote! {
+        fn f(x: &Tensor<Cpu, f32, [4, 3]>) -> Tensor<Cpu, f32, [4, 3, 1]> { x.unsqueeze(-1) }
+    });
+}
+
+#[test]
+fn reductions_over_a_size_one_dim() {
+    let e = one_error(quote! {
+        fn f<const B: usize>(logits: &Tensor<Cpu, f32, [B, 1]>) -> Tensor<Cpu, i64, [B]> { logits.argmax(1) }
+    });
+    assert!(e.starts_with("`argmax` along dim 1, but dim 1 of `logits` [B, 1] has size 1, so every index it returns is 0"), "{e}");
+    assert!(
+        e.contains("did you mean dim 0 (size B)?") && e.contains("`logits.squeeze(1)`"),
+        "{e}"
+    );
+    let e = one_error(quote! {
+        fn f(x: &Tensor<Cpu, f32, [1, 10]>) -> Tensor<Cpu, f32, [1, 10]> { x.softmax(0) }
+    });
+    assert!(
+        e.contains("every value it returns is 1") && e.contains("did you mean dim 1 (size 10)?"),
+        "{e}"
+    );
+    let e = one_error(quote! {
+        fn f(x: &Tensor<Cpu, f32, [3, 1]>) -> Tensor<Cpu, f32, [3]> { x.sum(-1) }
+    });
+    assert!(e.contains("returns the input's values unchanged"), "{e}");
+    // A run-time dim may be 1 or not: no error.
+    assert_ok(quote! {
+        fn f(x: &Tensor<Cpu, f32, [N, K]>) -> Tensor<Cpu, i64, [N]> { x.argmax(1) }
+    });
+}
+
+#[test]
+fn reshapes_must_keep_the_order_of_dims() {
+    let e = one_error(quote! {
+        fn f<const B: usize, const H: usize, const T: usize, const Dh: usize>(y: &Tensor<Cpu, f32, [B, H, T, Dh]>)
+            -> Tensor<Cpu, f32, [B, T, H * Dh]> { y.reshape([B, T, H * Dh]) }
+    });
+    assert!(e.starts_with("`reshape` of `y` [B, H, T, Dh] to [B, T, Dh * H] does not keep the order of its dims: dim 1 of the target needs T, but `y` has H (dim 1) before it (T is dim 2)"), "{e}");
+    assert!(
+        e.contains("`y.transpose(1, 2).reshape([B, T, H * Dh])`"),
+        "{e}"
+    );
+    assert!(e.contains("`y.reshape_unordered([..])`"), "{e}");
+    let e = one_error(quote! {
+        fn f<const B: usize, const H: usize, const T: usize, const Dh: usize>(x: &Tensor<Cpu, f32, [B, T, H * Dh]>)
+            -> Tensor<Cpu, f32, [B, H, T, Dh]> { x.view([B, H, T, Dh]) }
+    });
+    assert!(e.contains("`x.view([B, T, H, Dh]).transpose(1, 2)`"), "{e}");
+    assert!(e.contains("`x.view_unordered([..])`"), "{e}");
+    let e = one_error(quote! {
+        fn f<const H: usize, const B: usize, const L: usize, const D: usize>(x: &Tensor<Cpu, f32, [H, B, L, D]>)
+            -> Tensor<Cpu, f32, [B, L, H * D]> { x.view([B, L, -1]) }
+    });
+    assert!(
+        e.contains("`x.permute([1, 2, 0, 3]).reshape([B, L, -1])` (a copy, so not `view`)"),
+        "{e}"
+    );
+    // Literal factors that can be told apart.
+    let e = one_error(quote! {
+        fn f<const B: usize, const T: usize>(y: &Tensor<Cpu, f32, [B, 12, T, 64]>)
+            -> Tensor<Cpu, f32, [B, T, 768]> { y.reshape([B, T, 768]) }
+    });
+    assert!(
+        e.contains("needs T, but `y` has 12 (dim 1) before it"),
+        "{e}"
+    );
+    // In-order regroupings, silence where literals are ambiguous, the opt-out.
+    assert_ok(quote! {
+        fn split<const B: usize, const H: usize, const T: usize, const Dh: usize>(x: &Tensor<Cpu, f32, [B, T, H * Dh]>)
+            -> Tensor<Cpu, f32, [B, T, H, Dh]> { x.view([B, T, H, Dh]) }
+        fn merge<const B: usize, const H: usize, const T: usize, const Dh: usize>(y: &Tensor<Cpu, f32, [B, H, T, Dh]>)
+            -> Tensor<Cpu, f32, [B, T, H * Dh]> { y.transpose(1, 2).reshape([B, T, H * Dh]) }
+        fn flat<const B: usize>(x: &Tensor<Cpu, f32, [B, 28, 28]>) -> Tensor<Cpu, f32, [B, 784]> { x.reshape([B, -1]) }
+        fn ones<const N: usize>(x: &Tensor<Cpu, f32, [1, N]>) -> Tensor<Cpu, f32, [N, 1]> { x.view([N, 1]) }
+        fn lits(x: &Tensor<Cpu, f32, [4, 6]>) -> Tensor<Cpu, f32, [6, 4]> { x.reshape([6, 4]) }
+        fn twos<const N: usize>(x: &Tensor<Cpu, f32, [2 * N]>) -> Tensor<Cpu, f32, [N, 2]> { x.reshape([N, 2]) }
+        fn same<const T: usize>(x: &Tensor<Cpu, f32, [T, T]>) -> Tensor<Cpu, f32, [T, T]> { x.view([T, T]) }
+        fn meant<const B: usize, const H: usize, const T: usize, const Dh: usize>(y: &Tensor<Cpu, f32, [B, H, T, Dh]>)
+            -> Tensor<Cpu, f32, [B, T, H * Dh]> { y.reshape_unordered([B, T, H * Dh]) }
+    });
 }

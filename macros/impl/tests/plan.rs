@@ -72,7 +72,7 @@ fn broadcasts_casts_kernels_and_scalars_fuse_together() {
     let (p, _) = plan(quote! {
         #[kernel]
         fn leaky(x: f32, slope: f32) -> f32 { if x > 0.0 { x } else { x * slope } }
-        fn f(a: &Tensor<Cpu, f16, [3, 1]>, b: &Tensor<Cpu, f32, [4]>, s: f32) -> Tensor<Cpu, f16, [3, 4]> {
+        fn f(a: &Tensor<Cpu, f16, [3, 1]>, b: &Tensor<Cpu, f32, [1, 4]>, s: f32) -> Tensor<Cpu, f16, [3, 4]> {
             (leaky(a.cast::<f32>() + b, 0.1) * s).cast::<f16>()
         }
     });

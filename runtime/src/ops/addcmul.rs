@@ -59,12 +59,14 @@ impl<D: Device, T: NumDType, S: Shape> Tensor<D, T, S> {
     }
 
     /// [`addcmul`](Self::addcmul) with the three operands broadcast
-    /// together; the result type `SO` is checked at run time.
+    /// together ([`rules::broadcast`]: a row `[2]` with a column `[2, 1]`
+    /// is an `Err`, the row is written `[1, 2]`); the result type `SO` is
+    /// checked at run time.
     ///
     /// ```
     /// use tensorfn_runtime::{Tensor, Cpu, shape};
     /// let x = Tensor::<Cpu, f32, shape![2, 2]>::zeros().unwrap();
-    /// let a = Tensor::<Cpu, f32, shape![2]>::from_vec(vec![1., 2.]).unwrap();
+    /// let a = Tensor::<Cpu, f32, shape![1, 2]>::from_vec(vec![1., 2.]).unwrap();
     /// let b = Tensor::<Cpu, f32, shape![2, 1]>::from_vec(vec![10., 100.]).unwrap();
     /// let y = x.addcmul_broadcast::<shape![2, 2]>(&a, &b, 1.0).unwrap();
     /// assert_eq!(y.to_vec().unwrap(), vec![10., 20., 100., 200.]);

@@ -12,13 +12,17 @@ use crate::tensor::Tensor;
 use tensorfn_core::rules;
 use tensorfn_kernels::BinaryOp;
 
-/// The dims of broadcasting tensors of `dims` together (PyTorch's rule:
-/// aligned from the right, each pair equal or one of them 1).
+/// The dims of broadcasting tensors of `dims` together: PyTorch's rule
+/// (aligned from the right, each pair equal or one of them 1), strict
+/// where an operand gets leading dims and both sides then grow
+/// ([`rules::broadcast`]).
 ///
 /// ```
 /// use tensorfn_runtime::broadcast_dims;
-/// assert_eq!(broadcast_dims(&[&[4, 1, 3], &[5, 1]]).unwrap(), vec![4, 5, 3]);
+/// assert_eq!(broadcast_dims(&[&[4, 1, 3], &[1, 5, 1]]).unwrap(), vec![4, 5, 3]);
 /// assert!(broadcast_dims(&[&[2, 3], &[4]]).is_err());
+/// // `[5, 1]` with `[5]` would be `[5, 5]`: write `[1, 5]` if that is meant.
+/// assert!(broadcast_dims(&[&[5, 1], &[5]]).is_err());
 /// ```
 pub fn broadcast_dims(dims: &[&[usize]]) -> Result<Vec<usize>> {
     let names: Vec<String> = (0..dims.len()).map(|i| format!("operand {i}")).collect();
@@ -177,14 +181,18 @@ impl<D: Device, T: NumDType, S: Shape> Tensor<D, T, S> {
         /// assert!(x.add_broadcast::<shape![2, 3]>(&bad).is_err());
         /// ```
         add_broadcast => Add;
-        /// `self - other` with PyTorch broadcasting.
+        /// `self - other` with PyTorch broadcasting, strict where an
+        /// operand gets leading dims and both sides grow.
         ///
         /// ```
         /// use tensorfn_runtime::{Tensor, Cpu, shape};
         /// let x = Tensor::<Cpu, f32, shape![2, 1]>::from_vec(vec![10., 20.]).unwrap();
-        /// let y = Tensor::<Cpu, f32, shape![3]>::from_vec(vec![1., 2., 3.]).unwrap();
+        /// let y = Tensor::<Cpu, f32, shape![1, 3]>::from_vec(vec![1., 2., 3.]).unwrap();
         /// let z = x.sub_broadcast::<shape![2, 3]>(&y).unwrap();
         /// assert_eq!(z.to_vec().unwrap(), vec![9., 8., 7., 19., 18., 17.]);
+        /// // `[2, 1]` with `[3]` would grow both: an `Err` naming the fix.
+        /// let v = Tensor::<Cpu, f32, shape![3]>::from_vec(vec![1., 2., 3.]).unwrap();
+        /// assert!(x.sub_broadcast::<shape![2, 3]>(&v).is_err());
         /// ```
         sub_broadcast => Sub;
         /// `self * other` with PyTorch broadcasting.

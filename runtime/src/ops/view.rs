@@ -157,6 +157,64 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
         self.reshape_dims(&[self.numel()])
     }
 
+    /// [`reshape`](Self::reshape) under the name `tensor_fn!` uses for a
+    /// reshape whose target does not keep the order of the source's dims
+    /// on purpose (there the plain `reshape` of such a target is an
+    /// error). The typed API's sizes are numbers, whose factors cannot
+    /// tell a moved dim from a regrouped one, so both names do the same.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, i32, shape![2, 3]>::arange(0, 1).unwrap();
+    /// let y = x.reshape_unordered::<shape![3, 2]>().unwrap();
+    /// assert_eq!(y.to_vec().unwrap(), vec![0, 1, 2, 3, 4, 5]);
+    /// ```
+    pub fn reshape_unordered<S2: Shape>(&self) -> Result<Tensor<D, T, S2>> {
+        self.reshape::<S2>()
+    }
+
+    /// [`view`](Self::view) under the name `tensor_fn!` uses for a view
+    /// that mixes dims on purpose (see [`reshape_unordered`](Self::reshape_unordered)).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![4, 6]>::zeros().unwrap();
+    /// assert_eq!(x.view_unordered::<shape![6, 4]>().unwrap().shape(), &[6, 4]);
+    /// ```
+    pub fn view_unordered<S2: Shape>(&self) -> Result<Tensor<D, T, S2>> {
+        self.view::<S2>()
+    }
+
+    /// A dim of size 1 inserted at `dim` (`0..=rank`), as a view; the
+    /// explicit form of a broadcast that adds a dim (`target.unsqueeze(1)`
+    /// to subtract a `[N]` target from a `[N, 1]` prediction).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let t = Tensor::<Cpu, f32, shape![3]>::from_vec(vec![1., 2., 3.]).unwrap();
+    /// let col = t.unsqueeze::<shape![3, 1]>(1).unwrap();
+    /// assert_eq!(col.shape(), &[3, 1]);
+    /// assert!(t.unsqueeze::<shape![1, 3]>(2).is_err());
+    /// ```
+    pub fn unsqueeze<S2: Shape>(&self, dim: usize) -> Result<Tensor<D, T, S2>> {
+        let dims = rules::unsqueeze("unsqueeze", ("self", self.dims()), dim)?;
+        self.reshape_dims(&dims)
+    }
+
+    /// Removes dim `dim`, which must have size 1 (an `Err` otherwise:
+    /// the result's rank is part of its type), as a view.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let p = Tensor::<Cpu, f32, shape![3, 1]>::zeros().unwrap();
+    /// assert_eq!(p.squeeze::<shape![3]>(1).unwrap().shape(), &[3]);
+    /// assert!(p.squeeze::<shape![1]>(0).is_err());
+    /// ```
+    pub fn squeeze<S2: Shape>(&self, dim: usize) -> Result<Tensor<D, T, S2>> {
+        let dims = rules::squeeze("squeeze", ("self", self.dims()), dim)?;
+        self.reshape_dims(&dims)
+    }
+
     /// The matrix transpose (a view); 0-D and 1-D tensors are returned as
     /// they are, like PyTorch.
     ///

@@ -60,6 +60,8 @@ impl<'s, 'k> Checker<'s, 'k> {
             (
                 OpKind::Reduce(_)
                 | OpKind::Reshape { .. }
+                | OpKind::Unsqueeze
+                | OpKind::Squeeze
                 | OpKind::Reorder
                 | OpKind::Narrow
                 | OpKind::Cast
@@ -518,7 +520,10 @@ impl<'s, 'k> Checker<'s, 'k> {
             return self.error_node(e);
         };
         match def.kind {
-            OpKind::Reshape { .. } => self.reshape(name, rid, o, args, e),
+            OpKind::Reshape { view, unordered } => {
+                self.reshape(name, (view, unordered), rid, o, args, e)
+            }
+            OpKind::Unsqueeze | OpKind::Squeeze => self.unsqueeze(name, rid, o, args, e),
             OpKind::Reorder => self.reorder(name, rid, o, args, e),
             OpKind::Reduce(_) => self.reduce(name, rid, o, args, e),
             OpKind::Narrow => self.narrow(rid, o, args, e),

@@ -2,6 +2,7 @@
 //! `narrow` and indexing.
 
 use super::*;
+use crate::shape::{regrouping, reorder_fix, Regrouping, Reorder};
 
 impl<'s, 'k> Checker<'s, 'k> {
     pub(super) fn cat(&mut self, args: &[Arg], e: &Expr) -> NodeId {
@@ -63,6 +64,10 @@ impl<'s, 'k> Checker<'s, 'k> {
             return self.error_node(e);
         };
         if !self.need_float(name, &o) {
+            return self.error_node(e);
+        }
+        if let Err(err) = rules::reduce_size_one(name, (&o.ex.to_string(), &o.ty.dims), dim) {
+            self.error(&d.sp, err.message);
             return self.error_node(e);
         }
         let log = name == "log_softmax";
@@ -167,6 +172,7 @@ impl<'s, 'k> Checker<'s, 'k> {
     pub(super) fn reshape(
         &mut self,
         name: &str,
+        (view, unordered): (bool, bool),
         rid: NodeId,
         o: Operand<'_>,
         args: &[Arg],
@@ -225,17 +231,62 @@ impl<'s, 'k> Checker<'s, 'k> {
             self.error(&list_sp, "tensors have at most 6 dims");
             return self.error_node(e);
         }
-        match rules::reshape(name, (&o.ex.to_string(), &o.ty.dims), &dims) {
-            Ok(()) => self.push(
-                Op::Reshape {
-                    x: rid,
-                    view: name == "view",
-                },
+        if let Err(err) = rules::reshape(name, (&o.ex.to_string(), &o.ty.dims), &dims) {
+            self.error(&list_sp, err.message);
+            return self.error_node(e);
+        }
+        if !unordered {
+            if let Some(m) = reorder_message(name, view, &o, &dims, &list) {
+                self.error(&list_sp, m);
+                return self.error_node(e);
+            }
+        }
+        self.push(
+            Op::Reshape { x: rid, view },
+            Ty::Tensor(TensorTy { dims, ..o.ty }),
+            e,
+        )
+    }
+
+    /// `x.unsqueeze(dim)` and `x.squeeze(dim)`: a size-1 dim in or out,
+    /// as a view (the elements keep their order).
+    pub(super) fn unsqueeze(
+        &mut self,
+        name: &str,
+        rid: NodeId,
+        o: Operand<'_>,
+        args: &[Arg],
+        e: &Expr,
+    ) -> NodeId {
+        let Some(a) = self.bind_args(name, args, &["dim"], 1, e) else {
+            return self.error_node(e);
+        };
+        let x = a[0].expect("required");
+        let text = o.ex.to_string();
+        let rule = if name == "unsqueeze" {
+            // One more dim to choose from: `-1` appends.
+            let d = self.int_arg(x, &format!("the dim of `{name}`"));
+            let Some(d) = d else {
+                return self.error_node(e);
+            };
+            match rules::normalize_dim(name, &text, d, o.ty.dims.len() + 1) {
+                Ok(d) => rules::unsqueeze(name, (&text, &o.ty.dims), d),
+                Err(err) => Err(err),
+            }
+        } else {
+            let Some(d) = self.dim_arg(x, name, &o) else {
+                return self.error_node(e);
+            };
+            rules::squeeze(name, (&text, &o.ty.dims), d)
+        };
+        match rule {
+            Ok(dims) => self.push(
+                Op::Reshape { x: rid, view: true },
                 Ty::Tensor(TensorTy { dims, ..o.ty }),
                 e,
             ),
             Err(err) => {
-                self.error(&list_sp, err.message);
+                self.error(&x.sp, err.message);
                 self.error_node(e)
             }
         }
@@ -290,6 +341,12 @@ impl<'s, 'k> Checker<'s, 'k> {
         };
         if !ok {
             return self.error_node(e);
+        }
+        if let (Some(d), Some(x)) = (dim, a[0]) {
+            if let Err(err) = rules::reduce_size_one(name, (&o.ex.to_string(), &o.ty.dims), d) {
+                self.error(&x.sp, err.message);
+                return self.error_node(e);
+            }
         }
         let dims = match dim {
             None => vec![],
@@ -446,5 +503,78 @@ impl<'s, 'k> Checker<'s, 'k> {
             );
         }
         cur
+    }
+}
+
+/// The error of a reshape whose target does not keep the order of the
+/// source's dims ([`regrouping`]), naming the dims that move and the
+/// reorder that fixes it; `None` when the dims keep their order or the
+/// factors cannot tell.
+fn reorder_message(
+    name: &str,
+    view: bool,
+    o: &Operand<'_>,
+    to: &[Dim],
+    written: &[&Expr],
+) -> Option<String> {
+    let from = &o.ty.dims;
+    let Regrouping::Reordered {
+        blocker,
+        from_dim,
+        partial,
+        wanted,
+        wanted_dim,
+        to_dim,
+    } = regrouping(from, to)
+    else {
+        return None;
+    };
+    let x = o.ex.to_string();
+    let recv = o.ex.receiver_text();
+    let texts: Vec<String> = written.iter().map(|w| w.to_string()).collect();
+    let part = if partial { "part of " } else { "" };
+    let wanted_at = match wanted_dim {
+        Some(k) => format!(" ({wanted} is dim {k})"),
+        None => String::new(),
+    };
+    // `view` of moved dims needs a copy, hence `reshape` after a move.
+    let copy = if view { " (a copy, so not `view`)" } else { "" };
+    let fix = match reorder_fix(from, to) {
+        Some(Reorder::Before(perm)) => format!(
+            "move the dims first: `{recv}{}.reshape([{}])`{copy}",
+            permute_text(&perm),
+            texts.join(", ")
+        ),
+        Some(Reorder::After { order, perm }) => {
+            let ordered: Vec<&str> = order.iter().map(|&k| texts[k].as_str()).collect();
+            format!(
+                "{name} to the dims in `{x}`'s order and move them after: `{recv}.{name}([{}]){}`",
+                ordered.join(", "),
+                permute_text(&perm)
+            )
+        }
+        None => "move the dims with `.transpose(d0, d1)` or `.permute([..])` first".to_string(),
+    };
+    let opt_out = if view {
+        "view_unordered"
+    } else {
+        "reshape_unordered"
+    };
+    Some(format!(
+        "`{name}` of `{x}` {} to {} does not keep the order of its dims: dim {to_dim} of the target needs {wanted}, but `{x}` has {blocker} ({part}dim {from_dim}) before it{wanted_at}; a {name} reads the elements in order, so it would mix {blocker} and {wanted} instead of moving them. To move them, {fix}; if mixing them is meant, write `{recv}.{opt_out}([..])`",
+        fmt_shape(from),
+        fmt_shape(to),
+    ))
+}
+
+/// `.transpose(a, b)` for a swap of two dims, `.permute([..])` otherwise.
+fn permute_text(perm: &[usize]) -> String {
+    let moved: Vec<usize> = (0..perm.len()).filter(|&k| perm[k] != k).collect();
+    match moved.as_slice() {
+        [a, b] => format!(".transpose({a}, {b})"),
+        _ => {
+            let p: Vec<String> = perm.iter().map(|k| k.to_string()).collect();
+            format!(".permute([{}])", p.join(", "))
+        }
     }
 }
