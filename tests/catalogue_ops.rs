@@ -69,6 +69,10 @@ const WALKED: &[Walked] = &[
     walked("cat", true, false),
     walked("reshape", false, true),
     walked("view", false, true),
+    walked("reshape_unordered", false, true),
+    walked("view_unordered", false, true),
+    walked("unsqueeze", false, true),
+    walked("squeeze", false, true),
     walked("t", false, true),
     walked("permute", false, true),
     walked("transpose", false, true),
@@ -1492,13 +1496,13 @@ tensor_fn! {
         (x.reshape([A, 1]), x.view([1, -1, 1]), x.reshape(-1))
     }
     fn reshape2(x: &Tensor<Cpu, f64, [A, B]>) -> (Tensor<Cpu, f64, [A * B]>, Tensor<Cpu, f64, [B, A]>, Tensor<Cpu, f64, [A, 1, B]>, Tensor<Cpu, f64, [1, A, B, 1]>) {
-        (x.view([-1]), x.reshape([B, A]), x.view(A, 1, B), x.reshape([1, A, -1, 1]))
+        (x.view([-1]), x.reshape_unordered([B, A]), x.view(A, 1, B), x.reshape([1, A, -1, 1]))
     }
     fn reshape3(x: &Tensor<Cpu, f64, [A, B, C]>) -> (Tensor<Cpu, f64, [A * B, C]>, Tensor<Cpu, f64, [A, B * C]>, Tensor<Cpu, f64, [C, B, A]>, Tensor<Cpu, f64, [A * B * C]>) {
-        (x.reshape([A * B, C]), x.view([A, -1]), x.reshape([C, B, A]), x.view([-1]))
+        (x.reshape([A * B, C]), x.view([A, -1]), x.reshape_unordered([C, B, A]), x.view([-1]))
     }
     fn reshape4(x: &Tensor<Cpu, f64, [A, B, C, E]>) -> (Tensor<Cpu, f64, [A * B, C * E]>, Tensor<Cpu, f64, [A, B * C, E]>, Tensor<Cpu, f64, [E, C, B, A]>, Tensor<Cpu, f64, [A * B * C * E]>) {
-        (x.view([A * B, C * E]), x.reshape([A, -1, E]), x.view([E, C, B, A]), x.reshape([-1]))
+        (x.view([A * B, C * E]), x.reshape([A, -1, E]), x.view_unordered([E, C, B, A]), x.reshape([-1]))
     }
     /// A copy of a transposed (non-contiguous) input.
     fn reshape_t(x: &Tensor<Cpu, f64, [A, B]>) -> Tensor<Cpu, f64, [A * B]> {
@@ -1509,7 +1513,7 @@ tensor_fn! {
         x.t().view([-1])
     }
     fn reshape_empty(x: &Tensor<Cpu, f64, [A, B, C]>) -> (Tensor<Cpu, f64, [A * B * C]>, Tensor<Cpu, f64, [C, B, A]>, Tensor<Cpu, f64, [A, B * C]>) {
-        (x.reshape([-1]), x.reshape([C, B, A]), x.reshape([A, B * C]))
+        (x.reshape([-1]), x.reshape_unordered([C, B, A]), x.reshape([A, B * C]))
     }
     fn reshape_static(x: &Tensor<Cpu, f64, [2, 3, 4]>) -> (Tensor<Cpu, f64, [4, 6]>, Tensor<Cpu, f64, [24]>) {
         (x.reshape([4, 6]), x.view([-1]))
@@ -2445,7 +2449,7 @@ tensor_fn! {
     fn where1(c: &Tensor<Cpu, bool, [A]>, x: &Tensor<Cpu, f64, [A]>, y: &Tensor<Cpu, f64, []>) -> Tensor<Cpu, f64, [A]> {
         where_(condition = c, input = x, other = y)
     }
-    fn where2(c: &Tensor<Cpu, bool, [A, B]>, x: &Tensor<Cpu, f64, [B]>, y: &Tensor<Cpu, f64, [A, 1]>) -> Tensor<Cpu, f64, [A, B]> {
+    fn where2(c: &Tensor<Cpu, bool, [A, B]>, x: &Tensor<Cpu, f64, [1, B]>, y: &Tensor<Cpu, f64, [A, 1]>) -> Tensor<Cpu, f64, [A, B]> {
         where_(c, x, y)
     }
     /// A scalar `other`, then a scalar `input` (`where_(c, 1.5, y)` with
@@ -2522,9 +2526,12 @@ fn where_and_masked_fill_at_every_rank() {
         let (cv, c) = bools(&mut rng, &d[2]);
         let c2 = Tensor::<Cpu, bool, S2>::from_vec_dims(c, &d[2]).unwrap();
         let (x2v, y2v) = (rng.values(b, SPECIAL), rng.values(a, SPECIAL));
-        let (x2, y2): (Tensor<Cpu, f64, S1>, Tensor<Cpu, f64, Col>) =
-            (tensor(&x2v, &[b]), tensor(&y2v, &[a, 1]));
-        let want = pick((&cv, &d[2]), (&x2v, &[b]), (&y2v, &[a, 1]));
+        // Both sides grow, each along a 1 written in its shape (a `[B]`
+        // row would be promoted implicitly, which strict broadcasting
+        // rejects).
+        let (x2, y2): (Tensor<Cpu, f64, shape![1, _]>, Tensor<Cpu, f64, Col>) =
+            (tensor(&x2v, &[1, b]), tensor(&y2v, &[a, 1]));
+        let want = pick((&cv, &d[2]), (&x2v, &[1, b]), (&y2v, &[a, 1]));
         check(
             "where_ at rank 2",
             &one(&where2(&c2, &x2, &y2).unwrap()),
@@ -2712,7 +2719,7 @@ tensor_fn! {
         addcmul(x, t1, t2, v)
     }
     /// The input broadcast too.
-    fn addcmul2(x: &Tensor<Cpu, f64, [B]>, t1: &Tensor<Cpu, f64, [A, B]>, t2: &Tensor<Cpu, f64, [A, 1]>) -> Tensor<Cpu, f64, [A, B]> {
+    fn addcmul2(x: &Tensor<Cpu, f64, [1, B]>, t1: &Tensor<Cpu, f64, [A, B]>, t2: &Tensor<Cpu, f64, [A, 1]>) -> Tensor<Cpu, f64, [A, B]> {
         addcmul(x, t1, t2, value = 0.5)
     }
     fn addcmul3(x: &Tensor<Cpu, f64, [A, B, C]>, t1: &Tensor<Cpu, f64, [A, B, C]>, t2: &Tensor<Cpu, f64, [C]>) -> Tensor<Cpu, f64, [A, B, C]> {
@@ -2785,11 +2792,11 @@ fn addcmul_at_every_rank() {
         );
 
         let (p, q) = (d[2][0], d[2][1]);
-        let (xv2, av, bv) = (operand(&[q]), operand(&d[2]), operand(&[p, 1]));
-        let x2: Tensor<Cpu, f64, S1> = tensor(&xv2, &[q]);
+        let (xv2, av, bv) = (operand(&[1, q]), operand(&d[2]), operand(&[p, 1]));
+        let x2: Tensor<Cpu, f64, shape![1, _]> = tensor(&xv2, &[1, q]);
         let (a, b): (Tensor<Cpu, f64, S2>, Tensor<Cpu, f64, Col>) =
             (tensor(&av, &d[2]), tensor(&bv, &[p, 1]));
-        let want = addcmul_ref((&xv2, &[q]), (&av, &d[2]), (&bv, &[p, 1]), 0.5, EPS);
+        let want = addcmul_ref((&xv2, &[1, q]), (&av, &d[2]), (&bv, &[p, 1]), 0.5, EPS);
         check(
             "addcmul at rank 2",
             &one(&addcmul2(&x2, &a, &b).unwrap()),
@@ -2847,4 +2854,91 @@ fn addcmul_at_every_rank() {
         &one(&addcmul_int(&x, &a, &b).unwrap()),
         &want,
     );
+}
+
+tensor_fn! {
+    fn unsqueeze0(x: &Tensor<Cpu, f64, []>) -> Tensor<Cpu, f64, [1]> {
+        x.unsqueeze(0)
+    }
+    fn unsqueeze2(x: &Tensor<Cpu, f64, [A, B]>) -> (Tensor<Cpu, f64, [1, A, B]>, Tensor<Cpu, f64, [A, 1, B]>, Tensor<Cpu, f64, [A, B, 1]>) {
+        (x.unsqueeze(0), x.unsqueeze(1), x.unsqueeze(2))
+    }
+    fn unsqueeze3(x: &Tensor<Cpu, f64, [A, B, C]>) -> (Tensor<Cpu, f64, [1, A, B, C]>, Tensor<Cpu, f64, [A, B, C, 1]>) {
+        (x.unsqueeze(0), x.unsqueeze(3))
+    }
+    fn squeeze_each(x: &Tensor<Cpu, f64, [1, A, 1, B]>) -> (Tensor<Cpu, f64, [A, 1, B]>, Tensor<Cpu, f64, [1, A, B]>) {
+        (x.squeeze(0), x.squeeze(2))
+    }
+    fn squeeze_to0(x: &Tensor<Cpu, f64, [1]>) -> Tensor<Cpu, f64, []> {
+        x.squeeze(0)
+    }
+}
+
+/// `unsqueeze` at ranks 0, 2 and 3 at every position, `squeeze` of each
+/// size-1 dim down to rank 0, in the macro and the typed API: the data is
+/// the input's, bit for bit, under the new dims.
+#[test]
+fn unsqueeze_and_squeeze_at_every_rank() {
+    let mut rng = Rng::new(509);
+    let same = |v: &[f64], dims: Vec<usize>| Want::bits(dims, v.to_vec());
+    for (a, b, c) in [(2, 3, 4), (1, 5, 2), (0, 3, 2)] {
+        let v0 = rng.values(1, SPECIAL);
+        let x0: Tensor<Cpu, f64, S0> = tensor(&v0, &[]);
+        check(
+            "unsqueeze of rank 0",
+            &one(&unsqueeze0(&x0).unwrap()),
+            &same(&v0, vec![1]),
+        );
+        check(
+            "typed unsqueeze of rank 0",
+            &one(&x0.unsqueeze::<S1>(0).unwrap()),
+            &same(&v0, vec![1]),
+        );
+        let v2 = rng.values(a * b, SPECIAL);
+        let x2: Tensor<Cpu, f64, S2> = tensor(&v2, &[a, b]);
+        check_all(
+            &format!("unsqueeze of [{a}, {b}]"),
+            &unsqueeze2(&x2).unwrap().outs(),
+            &[
+                same(&v2, vec![1, a, b]),
+                same(&v2, vec![a, 1, b]),
+                same(&v2, vec![a, b, 1]),
+            ],
+        );
+        for (d, dims) in [(0, vec![1, a, b]), (1, vec![a, 1, b]), (2, vec![a, b, 1])] {
+            check(
+                &format!("typed unsqueeze({d}) of [{a}, {b}]"),
+                &one(&x2.unsqueeze::<S3>(d).unwrap()),
+                &same(&v2, dims),
+            );
+        }
+        let v3 = rng.values(a * b * c, SPECIAL);
+        let x3: Tensor<Cpu, f64, S3> = tensor(&v3, &[a, b, c]);
+        check_all(
+            &format!("unsqueeze of [{a}, {b}, {c}]"),
+            &unsqueeze3(&x3).unwrap().outs(),
+            &[same(&v3, vec![1, a, b, c]), same(&v3, vec![a, b, c, 1])],
+        );
+        let x4: Tensor<Cpu, f64, shape![1, _, 1, _]> = tensor(&v2, &[1, a, 1, b]);
+        check_all(
+            &format!("squeeze of [1, {a}, 1, {b}]"),
+            &squeeze_each(&x4).unwrap().outs(),
+            &[same(&v2, vec![a, 1, b]), same(&v2, vec![1, a, b])],
+        );
+        check(
+            "typed squeeze(2)",
+            &one(&x4.squeeze::<S3>(2).unwrap()),
+            &same(&v2, vec![1, a, b]),
+        );
+        // Only a dim of size 1 can go (the rank is in the type).
+        if a != 1 {
+            assert!(x4.squeeze::<S3>(1).is_err(), "squeeze of a dim of size {a}");
+        }
+        let x1: Tensor<Cpu, f64, shape![1]> = tensor(&v0, &[1]);
+        check(
+            "squeeze to rank 0",
+            &one(&squeeze_to0(&x1).unwrap()),
+            &same(&v0, vec![]),
+        );
+    }
 }

@@ -175,32 +175,35 @@ pub fn normalize_dim(op: &str, name: &str, dim: isize, rank: usize) -> Result<us
 /// let e = broadcast::<usize>("sub", &[("pred", &[5, 1]), ("target", &[5])]).unwrap_err();
 /// assert!(e.message.contains("to [5, 5]"));
 /// assert!(e.message.contains("`target.unsqueeze(1)`") && e.message.contains("`pred.squeeze(1)`"));
+/// // A row that gets leading dims, while a third operand grows along its
+/// // own 1 because of the second: not the bug.
+/// let w = [("condition", &[3, 1, 4][..]), ("input", &[3, 2, 4][..]), ("other", &[4][..])];
+/// assert_eq!(broadcast::<usize>("where", &w).unwrap(), vec![3, 2, 4]);
 /// ```
 pub fn broadcast<D: DimValue>(op: &str, operands: &[Operand<'_, D>]) -> Result<Vec<D>, RuleError> {
     let out = broadcast_implicit(op, operands)?;
     let rank = out.len();
-    // An operand grows when a dim of the result differs from its own
-    // (added leading dims count as 1). All-1 operands are scalars in
-    // effect: they cannot be confused with a dim of the other side.
-    let grows = |dims: &[D]| {
-        let pad = rank - dims.len();
-        !dims.iter().all(is_one)
-            && out
-                .iter()
-                .enumerate()
-                .any(|(k, o)| match k.checked_sub(pad) {
-                    None => !is_one(o),
-                    Some(j) => dims[j] != *o,
-                })
+    // The bug: `p` gets leading dims, grows along them, and another
+    // operand `q` grows because of `p`, a 1 of `q` facing a dim of `p`
+    // that is not 1 (`[N, 1]` and `[N]` to `[N, N]`). Growth from a third
+    // operand (a bias `[C]` in a `where_` whose condition is `[B, 1, C]`)
+    // is not that bug. All-1 operands are scalars in effect: they cannot
+    // be confused with a dim of the other side.
+    let scalar = |dims: &[D]| dims.iter().all(is_one);
+    let grows_from = |q: &[D], p: &[D]| {
+        let (qpad, ppad) = (rank - q.len(), rank - p.len());
+        (ppad..rank)
+            .any(|k| !is_one(&p[k - ppad]) && k.checked_sub(qpad).is_none_or(|j| is_one(&q[j])))
     };
     for (i, &(pname, pdims)) in operands.iter().enumerate() {
-        if pdims.len() == rank || !grows(pdims) {
+        let pad = rank - pdims.len();
+        if pad == 0 || scalar(pdims) || out[..pad].iter().all(is_one) {
             continue;
         }
         let other = operands
             .iter()
             .enumerate()
-            .find(|&(j, (_, d))| j != i && grows(d));
+            .find(|&(j, (_, q))| j != i && !scalar(q) && grows_from(q, pdims));
         if let Some((_, &(qname, qdims))) = other {
             return err(
                 op,

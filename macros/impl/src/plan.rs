@@ -580,7 +580,15 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
     // Drops after last uses (never of results or of partially moved tuples).
     let mut out = Vec::new();
     for (i, s) in steps.into_iter().enumerate() {
-        let r = reads(&s);
+        let mut r = reads(&s);
+        // A step may read a value twice (`cat([h, h], 0)`): one drop.
+        let mut seen = Vec::with_capacity(r.len());
+        r.retain(|x| {
+            !seen.contains(x) && {
+                seen.push(*x);
+                true
+            }
+        });
         out.push(s);
         for x in r {
             if last_use.get(&x) == Some(&i)
