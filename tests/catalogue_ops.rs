@@ -734,6 +734,8 @@ type S3 = shape![_, _, _];
 type S4 = shape![_, _, _, _];
 /// A column: `[_, 1]`.
 type Col = shape![_, 1];
+/// A row `[1, N]`.
+type Row = shape![1, _];
 /// `[_, 1, _]`.
 type Mid1 = shape![_, 1, _];
 /// `[_, 1, _, _]`.
@@ -2529,7 +2531,7 @@ fn where_and_masked_fill_at_every_rank() {
         // Both sides grow, each along a 1 written in its shape (a `[B]`
         // row would be promoted implicitly, which strict broadcasting
         // rejects).
-        let (x2, y2): (Tensor<Cpu, f64, shape![1, _]>, Tensor<Cpu, f64, Col>) =
+        let (x2, y2): (Tensor<Cpu, f64, Row>, Tensor<Cpu, f64, Col>) =
             (tensor(&x2v, &[1, b]), tensor(&y2v, &[a, 1]));
         let want = pick((&cv, &d[2]), (&x2v, &[1, b]), (&y2v, &[a, 1]));
         check(
@@ -2793,7 +2795,7 @@ fn addcmul_at_every_rank() {
 
         let (p, q) = (d[2][0], d[2][1]);
         let (xv2, av, bv) = (operand(&[1, q]), operand(&d[2]), operand(&[p, 1]));
-        let x2: Tensor<Cpu, f64, shape![1, _]> = tensor(&xv2, &[1, q]);
+        let x2: Tensor<Cpu, f64, Row> = tensor(&xv2, &[1, q]);
         let (a, b): (Tensor<Cpu, f64, S2>, Tensor<Cpu, f64, Col>) =
             (tensor(&av, &d[2]), tensor(&bv, &[p, 1]));
         let want = addcmul_ref((&xv2, &[1, q]), (&av, &d[2]), (&bv, &[p, 1]), 0.5, EPS);
