@@ -12,6 +12,30 @@ type D1 = (Dyn,);
 type D2 = (Dyn, Dyn);
 type D3 = (Dyn, Dyn, Dyn);
 
+/// The `m x n` product of the row-major blocks of `a` and `b` starting at
+/// their offsets, in f64, appended to `out` with each element's error bound
+/// (from the sum of the magnitudes of its terms) appended to `bound`.
+fn block<T: TestDType>(
+    (a, oa): (&[f64], usize),
+    (b, ob): (&[f64], usize),
+    (m, k, n): (usize, usize, usize),
+    out: &mut Vec<f64>,
+    bound: &mut Vec<f64>,
+) {
+    for i in 0..m {
+        for j in 0..n {
+            let (mut s, mut mag) = (0.0, 0.0);
+            for p in 0..k {
+                let t = a[oa + i * k + p] * b[ob + p * n + j];
+                s += t;
+                mag += t.abs();
+            }
+            out.push(s);
+            bound.push(tol::<T>(k, mag));
+        }
+    }
+}
+
 /// Per-dtype bound on the error of one dot product of length `k` whose
 /// absolute terms sum to `mag`: accumulation (f32 at least) plus one final
 /// rounding to `T`.
@@ -48,18 +72,7 @@ fn reference<T: TestDType>(
             if ba == 1 { 0 } else { bi * m * k },
             if bw == 1 { 0 } else { bi * k * n },
         );
-        for i in 0..m {
-            for j in 0..n {
-                let (mut s, mut mag) = (0.0, 0.0);
-                for p in 0..k {
-                    let t = a[oa + i * k + p] * w[ow + p * n + j];
-                    s += t;
-                    mag += t.abs();
-                }
-                out.push(s);
-                bound.push(tol::<T>(k, mag));
-            }
-        }
+        block::<T>((a, oa), (w, ow), (m, k, n), &mut out, &mut bound);
     }
     (out, bound)
 }
@@ -406,18 +419,7 @@ fn general_reference<T: TestDType>(
     let (mut out, mut bound) = (vec![], vec![]);
     for idx in indices(&batch) {
         let (oa, ob) = (flat(ba, &idx) * m * k, flat(bb, &idx) * k * n);
-        for i in 0..m {
-            for j in 0..n {
-                let (mut s, mut mag) = (0.0, 0.0);
-                for p in 0..k {
-                    let t = a[oa + i * k + p] * b[ob + p * n + j];
-                    s += t;
-                    mag += t.abs();
-                }
-                out.push(s);
-                bound.push(tol::<T>(k, mag));
-            }
-        }
+        block::<T>((a, oa), (b, ob), (m, k, n), &mut out, &mut bound);
     }
     let mut dims = batch;
     if ra > 1 {
