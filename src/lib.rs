@@ -117,8 +117,9 @@
 //! ## 4. `tensor_fn!`
 //!
 //! Inside the macro, shapes are written `[B, 784]`: a `const` generic, a
-//! literal, arithmetic of those (`N + M`), or an undeclared name, which is
-//! a run-time dim bound from the arguments and checked across all of them.
+//! literal, a `const` item in scope (`SEQ_LEN`), arithmetic of those
+//! (`N + M`), or an undeclared name, which is a run-time dim bound from
+//! the arguments and checked across all of them.
 //! Parameters are `&Tensor`s; the function returns `Result<Tensor>`.
 //!
 //! ```
@@ -321,10 +322,25 @@
 ///
 /// # Syntax
 ///
-/// * Shapes are written `[B, 784]`: literals, `const` generics, `+` and `*`
-///   of those (`[N + M]`, `[2 * N]`), or undeclared names, which are
-///   run-time dims bound from the first parameter naming them and checked
-///   against every other one (`_` is a run-time dim nothing else names).
+/// * Shapes are written `[B, 784]`: literals, `const` generics, `const`
+///   items, `+` and `*` of those (`[N + M]`, `[2 * N]`), or undeclared
+///   names, which are run-time dims bound from the first parameter naming
+///   them and checked against every other one (`_` is a run-time dim
+///   nothing else names).
+/// * How a name in a shape is classified, in order: a `const` generic of
+///   the function (`<const B: usize>`) or a `usize` parameter is that; a
+///   name in braces (`{M}`, as in Rust's const arguments) or a path
+///   (`dims::HEADS`) is a `const` item in scope, and so is a
+///   SCREAMING_CASE name of two letters or more (`SEQ_LEN`, `D_MODEL`);
+///   any other name (`B`, `T`, `N`, `D1`, `Dh`) is a run-time dim. A
+///   `const` item is `Const<{ ITEM }>` in the generated types, so tensors
+///   typed with the same item (`shape![SEQ_LEN, D_MODEL]`) are passed as
+///   they are and results keep their static shape; the checker treats it
+///   as an opaque symbol (it does not read its value, so `SEQ_LEN` and `4`
+///   are different dims, and `D_MODEL` is not `HEADS * HEAD_DIM` unless
+///   written so). An item marked once (`[{M}, 4]`) is one everywhere in
+///   that function; an item not in scope is rustc's "cannot find value"
+///   on the dim that names it.
 ///   Devices are `Cpu`, `Cuda` (cuda:0) and `Cuda<N>`; dtypes `f32 f64 f16
 ///   bf16 i32 i64 u8 bool`. A `usize` parameter may size dims by its name.
 /// * Bodies are `let` bindings and a result: `matmul`, `mm`, `bmm`, `dot`,
@@ -346,8 +362,9 @@
 ///   time for CUDA and a closure for the CPU (f16 and bf16 computed in f32,
 ///   rounded after each operation).
 /// * A function without run-time dims gets a module of the same name with
-///   its peak bytes of intermediate tensors: `name::PEAK_BYTES`, or
-///   `name::peak_bytes::<B, ..>()` with const generics. Parameters are not
+///   its peak bytes of intermediate tensors: `name::PEAK_BYTES` (computed
+///   from the `const` items it names), or `name::peak_bytes::<B, ..>()`
+///   with const generics. Parameters are not
 ///   counted; a `reshape` of a parameter counts as a copy.
 ///
 /// # Errors at compile time
@@ -444,6 +461,19 @@
 ///     Ok(())
 /// }
 /// ```
+///
+/// The generated signatures are concrete types so that rustc infers an
+/// argument's type from them (`double(&Tensor::ones()?)`). Parameters
+/// taken through traits with `#[diagnostic::on_unimplemented]` messages
+/// would lose that: rustc either cannot infer the argument ("type
+/// annotations needed") or, where one implementation fits, infers it
+/// before checking the argument and reports the same mismatch. rustc's
+/// message names the part that differs: a dim (`` expected `784`, found
+/// `3` ``), the rank (a tuple of 2 elements against 1), the device
+/// ordinal (`` expected `0`, found `1` `` for `Cuda` against `Cuda<1>`), the
+/// dtype. Dims the function takes at run time are `Dyn`: a tensor with a
+/// static shape is passed as `x.into_shape::<shape![_, _]>()?`, or the
+/// name is made a `const` item (`{M}`) so that the types agree.
 ///
 /// # At run time
 ///

@@ -811,9 +811,9 @@ pub fn reduce_size_one<D: DimValue>(
         many => format!("did you mean one of {}? ", many.join(", ")),
     };
     let one_logit = if matches!(op, "argmax" | "argmin") {
-        " For one score per row, compare it with a threshold instead (`x.gt(0.0)`)."
+        format!(" For one score per row, compare it with a threshold instead (`{name}.gt(0.0)`).")
     } else {
-        ""
+        String::new()
     };
     err(
         op,
@@ -923,6 +923,8 @@ pub fn transpose<D: DimValue>(
 /// assert_eq!(reduce::<usize>("sum", ("x", &[2, 3, 4]), 1, false).unwrap(), vec![2, 4]);
 /// assert_eq!(reduce::<usize>("sum", ("x", &[2, 3, 4]), 1, true).unwrap(), vec![2, 1, 4]);
 /// assert!(reduce::<usize>("sum", ("x", &[2, 3]), 2, false).is_err());
+/// let e = reduce::<usize>("sum", ("x", &[]), 0, false).unwrap_err();
+/// assert!(e.message.contains("a scalar, no dims"));
 /// ```
 pub fn reduce<D: DimValue>(
     op: &str,
@@ -931,6 +933,14 @@ pub fn reduce<D: DimValue>(
     keepdim: bool,
 ) -> Result<Vec<D>, RuleError> {
     let (name, dims) = x;
+    if dims.is_empty() {
+        // PyTorch accepts dim 0 of a 0-d tensor as the tensor itself.
+        return err(
+            op,
+            0,
+            format!("`{op}` along dim {dim}, but `{name}` has shape [] (a scalar, no dims): `{name}` already is its own `{op}` along every dim"),
+        );
+    }
     if dim >= dims.len() {
         return err(
             op,
@@ -967,6 +977,16 @@ pub fn index<D: DimValue>(
     dim: usize,
     index: usize,
 ) -> Result<Vec<D>, RuleError> {
+    if x.1.is_empty() {
+        return err(
+            op,
+            0,
+            format!(
+                "`{}` has shape [] (a scalar): there is no dim to index",
+                x.0
+            ),
+        );
+    }
     let out = reduce(op, x, dim, false)?;
     let (name, dims) = x;
     if let Some(size) = dims[dim].to_usize() {

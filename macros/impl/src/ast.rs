@@ -199,8 +199,11 @@ pub struct DimAst {
 pub enum DimExpr {
     /// `784`.
     Lit(u64),
-    /// `B`: a const generic, a run-time dim or a `usize` parameter.
+    /// `B`: a const generic, a run-time dim, a `usize` parameter, or (for
+    /// SCREAMING_CASE names such as `SEQ_LEN`) a `const` item in scope.
     Sym(String),
+    /// `{M}` or `dims::M`: a `const` item in scope, marked as one.
+    Item(String),
     /// `-1` in a reshape: inferred from the element count.
     Infer,
     /// `_` in a parameter shape: a run-time dim nothing else names.
@@ -211,11 +214,26 @@ pub enum DimExpr {
     Mul(Box<DimExpr>, Box<DimExpr>),
 }
 
+impl DimExpr {
+    /// The names in the expression, in order (`B`, `SEQ_LEN`, `dims::M`).
+    pub fn names(&self) -> Vec<String> {
+        match self {
+            DimExpr::Sym(s) | DimExpr::Item(s) => vec![s.clone()],
+            DimExpr::Add(a, b) | DimExpr::Mul(a, b) => {
+                let mut v = a.names();
+                v.extend(b.names());
+                v
+            }
+            DimExpr::Lit(_) | DimExpr::Infer | DimExpr::Anon => vec![],
+        }
+    }
+}
+
 impl fmt::Display for DimExpr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DimExpr::Lit(n) => write!(f, "{n}"),
-            DimExpr::Sym(s) => f.write_str(s),
+            DimExpr::Sym(s) | DimExpr::Item(s) => f.write_str(s),
             DimExpr::Infer => f.write_str("-1"),
             DimExpr::Anon => f.write_str("_"),
             DimExpr::Add(a, b) => write!(f, "{a} + {b}"),
@@ -314,6 +332,8 @@ pub struct Arg {
 pub enum ExprKind {
     /// A name: a parameter or a `let` binding.
     Var(syn::Ident),
+    /// A path, `dims::M`: a `const` item, only in a dim (a reshape target).
+    Item(String),
     /// An integer literal (a negative one through [`ExprKind::Neg`]).
     Int(u64),
     /// A float literal.
@@ -437,6 +457,7 @@ impl fmt::Display for Expr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
             ExprKind::Var(v) => write!(f, "{v}"),
+            ExprKind::Item(p) => f.write_str(p),
             ExprKind::Int(n) => write!(f, "{n}"),
             ExprKind::Float(x) => {
                 if x.fract() == 0.0 && x.abs() < 1e15 {

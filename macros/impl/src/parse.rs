@@ -325,12 +325,31 @@ pub fn dim_ast(e: &syn::Expr, allow_infer: bool) -> syn::Result<DimAst> {
     })
 }
 
+/// A path without generic arguments as a `const` item: `M`, `dims::M`,
+/// `crate::dims::M`.
+fn const_item(path: &syn::Path) -> Option<DimExpr> {
+    let mut name = String::new();
+    if path.leading_colon.is_some() {
+        name.push_str("::");
+    }
+    for (i, seg) in path.segments.iter().enumerate() {
+        if !seg.arguments.is_none() {
+            return None;
+        }
+        if i > 0 {
+            name.push_str("::");
+        }
+        name.push_str(&seg.ident.unraw().to_string());
+    }
+    Some(DimExpr::Item(name))
+}
+
 fn dim_expr(e: &syn::Expr, allow_infer: bool) -> syn::Result<DimExpr> {
     use syn::{BinOp as B, Expr as E};
     let bad = || {
         syn::Error::new_spanned(
             e,
-            "a dim is a literal (`784`), a name (`B`), or `+`/`*` of those (`N + M`, `2 * N`)",
+            "a dim is a literal (`784`), a name (`B`), a `const` item (`SEQ_LEN`, `{M}`, `dims::M`), or `+`/`*` of those (`N + M`, `2 * N`)",
         )
     };
     match e {
@@ -340,7 +359,14 @@ fn dim_expr(e: &syn::Expr, allow_infer: bool) -> syn::Result<DimExpr> {
         }) => Ok(DimExpr::Lit(i.base10_parse()?)),
         E::Path(p) if p.qself.is_none() => match p.path.get_ident() {
             Some(i) => Ok(DimExpr::Sym(i.unraw().to_string())),
-            None => Err(bad()),
+            None => const_item(&p.path).ok_or_else(bad),
+        },
+        // `{M}`: a `const` item, as in Rust's const generic arguments.
+        E::Block(b) if b.label.is_none() && b.block.stmts.len() == 1 => match &b.block.stmts[0] {
+            syn::Stmt::Expr(E::Path(p), None) if p.qself.is_none() => {
+                const_item(&p.path).ok_or_else(bad)
+            }
+            _ => Err(bad()),
         },
         E::Infer(_) => Ok(DimExpr::Anon),
         E::Paren(p) => dim_expr(&p.expr, false),
@@ -440,7 +466,10 @@ pub fn expr(e: &syn::Expr) -> syn::Result<Expr> {
     let kind = match e {
         E::Path(p) if p.qself.is_none() => match p.path.get_ident() {
             Some(i) => ExprKind::Var(i.clone()),
-            None => return Err(unsupported(e, "a path as a value")),
+            None => match const_item(&p.path) {
+                Some(DimExpr::Item(path)) => ExprKind::Item(path),
+                _ => return Err(unsupported(e, "a path with generic arguments")),
+            },
         },
         E::Lit(l) => match &l.lit {
             syn::Lit::Int(i) => ExprKind::Int(i.base10_parse()?),

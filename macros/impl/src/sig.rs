@@ -31,6 +31,30 @@ pub enum SymKind {
     Generic,
     /// A size known at run time, bound from `Source` (`None` while unbound).
     Runtime(Option<Source>),
+    /// A `const` item in scope (`SEQ_LEN`, `{M}`, `dims::M`): known at
+    /// compile time, `Const<{ M }>`, opaque to the checker.
+    ConstItem,
+}
+
+/// True for a name taken as a `const` item when nothing else declares it:
+/// a path (`dims::M`), or SCREAMING_CASE with two letters or more
+/// (`SEQ_LEN`, `HIDDEN`, `D_MODEL`). Single letters (`B`, `T`, `N`, `D1`)
+/// stay run-time dims, as papers write them; `{M}` marks one as an item.
+///
+/// ```
+/// use tensorfn_macros_impl::sig::is_const_item_name;
+/// assert!(is_const_item_name("SEQ_LEN"));
+/// assert!(is_const_item_name("dims::M"));
+/// assert!(!is_const_item_name("B"));
+/// assert!(!is_const_item_name("D1"));
+/// assert!(!is_const_item_name("Dh"));
+/// ```
+pub fn is_const_item_name(name: &str) -> bool {
+    name.contains("::")
+        || (name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            && name.chars().filter(|c| c.is_ascii_uppercase()).count() >= 2)
 }
 
 /// The symbols of one function.
@@ -46,14 +70,35 @@ impl Symbols {
         self.map.get(name) == Some(&SymKind::Generic)
     }
 
-    /// The Rust shape type of a dim: `Const<..>` for a literal or a lone
-    /// const generic, `Dyn` otherwise.
+    /// What a name stands for: its declared kind, else a `const` item if
+    /// its name says so ([`is_const_item_name`]), else nothing.
+    pub fn kind(&self, name: &str) -> Option<SymKind> {
+        match self.map.get(name) {
+            Some(k) => Some(k.clone()),
+            None if is_const_item_name(name) => Some(SymKind::ConstItem),
+            None => None,
+        }
+    }
+
+    /// True for a name known at compile time: a const generic or a
+    /// `const` item.
+    pub fn is_static(&self, name: &str) -> bool {
+        matches!(self.kind(name), Some(SymKind::Generic | SymKind::ConstItem))
+    }
+
+    /// True for a `const` item.
+    pub fn is_const_item(&self, name: &str) -> bool {
+        self.kind(name) == Some(SymKind::ConstItem)
+    }
+
+    /// The Rust shape type of a dim: `Const<..>` for a literal, a lone
+    /// const generic or a lone `const` item, `Dyn` otherwise.
     pub fn dim_ty(&self, d: &Dim) -> DimTy {
         if d.as_constant().is_some() {
             return DimTy::Const(d.clone());
         }
         match d.as_symbol() {
-            Some(s) if self.is_generic(s) => DimTy::Const(d.clone()),
+            Some(s) if self.is_static(s) => DimTy::Const(d.clone()),
             _ => DimTy::Dyn,
         }
     }
@@ -131,14 +176,30 @@ pub fn dim_of(
     ) -> syn::Result<Dim> {
         match e {
             DimExpr::Lit(n) => Ok(Dim::constant(*n as i64)),
+            DimExpr::Item(s) => match symbols.map.get(s) {
+                Some(SymKind::ConstItem) => Ok(Dim::sym(s)),
+                Some(SymKind::Generic) => Err(sp.error(format!(
+                    "`{s}` is a const generic of this function, not a `const` item: write `{s}` (braces mark an item from outside the function)"
+                ))),
+                Some(SymKind::Runtime(_)) => Err(sp.error(format!(
+                    "`{s}` is a `usize` parameter of this function, not a `const` item: write `{s}` (braces mark an item from outside the function)"
+                ))),
+                None => {
+                    symbols.map.insert(s.clone(), SymKind::ConstItem);
+                    Ok(Dim::sym(s))
+                }
+            },
             DimExpr::Sym(s) => {
                 if !symbols.map.contains_key(s) {
-                    if define.is_none() {
+                    if is_const_item_name(s) {
+                        symbols.map.insert(s.clone(), SymKind::ConstItem);
+                    } else if define.is_none() {
                         return Err(sp.error(format!(
-                            "unknown dim `{s}`: declare it as a const generic (`<const {s}: usize>`) or name it in a parameter's shape"
+                            "unknown dim `{s}`: declare it as a const generic (`<const {s}: usize>`), name it in a parameter's shape, or write `{{{s}}}` for a `const` item in scope"
                         )));
+                    } else {
+                        symbols.map.insert(s.clone(), SymKind::Runtime(None));
                     }
-                    symbols.map.insert(s.clone(), SymKind::Runtime(None));
                 }
                 Ok(Dim::sym(s))
             }
@@ -206,6 +267,18 @@ pub fn signature(f: &TensorFn) -> Result<Signature, Vec<syn::Error>> {
     for g in &f.generics {
         symbols.map.insert(g.to_string(), SymKind::Generic);
     }
+    // A name marked as a `const` item anywhere (`{M}`) is one everywhere.
+    let shapes = f.params.iter().filter_map(|p| match &p.ty {
+        ParamTy::Tensor(t) => Some(t),
+        ParamTy::Scalar(_) => None,
+    });
+    for t in shapes.chain(&f.ret.tensors) {
+        for d in &t.dims {
+            for s in dim_items(&d.expr) {
+                symbols.map.entry(s).or_insert(SymKind::ConstItem);
+            }
+        }
+    }
     // A `usize` parameter can size dims; it binds its own name.
     for (i, p) in f.params.iter().enumerate() {
         if let ParamTy::Scalar(s) = &p.ty {
@@ -250,7 +323,7 @@ pub fn signature(f: &TensorFn) -> Result<Signature, Vec<syn::Error>> {
     for p in &f.params {
         if let ParamTy::Tensor(t) = &p.ty {
             for d in &t.dims {
-                for s in dim_symbols(&d.expr) {
+                for s in d.expr.names() {
                     if symbols.map.get(&s) == Some(&SymKind::Runtime(None))
                         && reported.insert(s.clone())
                     {
@@ -307,12 +380,12 @@ pub fn signature(f: &TensorFn) -> Result<Signature, Vec<syn::Error>> {
     })
 }
 
-fn dim_symbols(e: &DimExpr) -> Vec<String> {
+fn dim_items(e: &DimExpr) -> Vec<String> {
     match e {
-        DimExpr::Sym(s) => vec![s.clone()],
+        DimExpr::Item(s) => vec![s.clone()],
         DimExpr::Add(a, b) | DimExpr::Mul(a, b) => {
-            let mut v = dim_symbols(a);
-            v.extend(dim_symbols(b));
+            let mut v = dim_items(a);
+            v.extend(dim_items(b));
             v
         }
         _ => vec![],

@@ -606,7 +606,7 @@ fn reshapes_must_keep_the_order_of_dims() {
         fn f<const B: usize, const H: usize, const T: usize, const Dh: usize>(y: &Tensor<Cpu, f32, [B, H, T, Dh]>)
             -> Tensor<Cpu, f32, [B, T, H * Dh]> { y.reshape([B, T, H * Dh]) }
     });
-    assert!(e.starts_with("`reshape` of `y` [B, H, T, Dh] to [B, T, Dh * H] does not keep the order of its dims: dim 1 of the target needs T, but `y` has H (dim 1) before it (T is dim 2)"), "{e}");
+    assert!(e.starts_with("`reshape` of `y` [B, H, T, Dh] to [B, T, H * Dh] does not keep the order of its dims: dim 1 of the target needs T, but `y` has H (dim 1) before it (T is dim 2)"), "{e}");
     assert!(
         e.contains("`y.transpose(1, 2).reshape([B, T, H * Dh])`"),
         "{e}"

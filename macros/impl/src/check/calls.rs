@@ -279,7 +279,12 @@ impl<'s, 'k> Checker<'s, 'k> {
             }
             for (w, h) in want.dims.iter().zip(&o.ty.dims) {
                 if let Some(s) = w.as_symbol() {
-                    bind.entry(s.to_string()).or_insert_with(|| h.clone());
+                    // A `const` item is itself in every function of the scope.
+                    let v = match sig.symbols.is_const_item(s) {
+                        true => w.clone(),
+                        false => h.clone(),
+                    };
+                    bind.entry(s.to_string()).or_insert(v);
                 }
             }
             tensor_args.push((i, o));
@@ -331,17 +336,14 @@ impl<'s, 'k> Checker<'s, 'k> {
         for g in &sig.generics {
             match bind.get(g) {
                 Some(d) if d.as_constant().is_some() => generics.push(d.clone()),
-                Some(d)
-                    if d.as_symbol()
-                        .is_some_and(|s| self.sig.symbols.is_generic(s)) =>
-                {
+                Some(d) if d.as_symbol().is_some_and(|s| self.sig.symbols.is_static(s)) => {
                     generics.push(d.clone())
                 }
                 Some(d) => {
                     self.error(
                         &e.sp,
                         format!(
-                            "`{}` needs its const generic `{g}` at compile time, but here it is `{d}`, which is not a literal or a const generic of `{}`: make it one (`<const {d}: usize>`) if it is a single name",
+                            "`{}` needs its const generic `{g}` at compile time, but here it is `{d}`, which is not a literal, a `const` item or a const generic of `{}`: make it one (`<const {d}: usize>`) if it is a single name",
                             sig.name, self.fn_name
                         ),
                     );
@@ -365,6 +367,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             }
             match d.as_symbol() {
                 Some(s) if sig.symbols.is_generic(s) => DimTy::Const(bind[s].clone()),
+                Some(s) if sig.symbols.is_const_item(s) => DimTy::Const(d.clone()),
                 _ => DimTy::Dyn,
             }
         };

@@ -520,7 +520,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             ExprKind::Var(v) => match self.env.get(&v.to_string()) {
                 Some(Binding::Node(id)) => *id,
                 None => {
-                    let msg = if self.sig.symbols.is_generic(&v.to_string()) {
+                    let msg = if self.sig.symbols.is_static(&v.to_string()) {
                         format!("`{v}` is a dim, not a value: use a literal or a `usize` parameter")
                     } else {
                         format!("`{v}` is not a parameter or a `let` of `{}`", self.fn_name)
@@ -529,6 +529,13 @@ impl<'s, 'k> Checker<'s, 'k> {
                     self.push(Op::Param(usize::MAX), Ty::Error, e)
                 }
             },
+            ExprKind::Item(p) => {
+                self.error(
+                    &e.sp,
+                    format!("`{p}` is a dim, not a value: a path is only allowed in a shape"),
+                );
+                self.push(Op::Param(usize::MAX), Ty::Error, e)
+            }
             ExprKind::Int(n) => self.push(
                 Op::Lit {
                     value: *n as f64,

@@ -138,12 +138,13 @@ impl<'s, 'k> Checker<'s, 'k> {
             match &x.kind {
                 ExprKind::Int(n) => Ok(Some(Dim::constant(*n as i64))),
                 ExprKind::Neg(inner) if matches!(inner.kind, ExprKind::Int(1)) => Ok(None),
+                ExprKind::Item(s) => Ok(Some(Dim::sym(s))),
                 ExprKind::Var(v) => {
                     let s = v.to_string();
-                    match symbols.map.get(&s) {
-                        Some(SymKind::Generic) | Some(SymKind::Runtime(Some(_))) => Ok(Some(Dim::sym(&s))),
+                    match symbols.kind(&s) {
+                        Some(SymKind::Generic | SymKind::ConstItem | SymKind::Runtime(Some(_))) => Ok(Some(Dim::sym(&s))),
                         _ => Err(format!(
-                            "unknown dim `{s}`: use a literal, a const generic, a dim named in a parameter's shape, or `-1`"
+                            "unknown dim `{s}`: use a literal, a const generic, a `const` item, a dim named in a parameter's shape, or `-1`"
                         )),
                     }
                 }
@@ -563,8 +564,20 @@ fn reorder_message(
     Some(format!(
         "`{name}` of `{x}` {} to {} does not keep the order of its dims: dim {to_dim} of the target needs {wanted}, but `{x}` has {blocker} ({part}dim {from_dim}) before it{wanted_at}; a {name} reads the elements in order, so it would mix {blocker} and {wanted} instead of moving them. To move them, {fix}; if mixing them is meant, write `{recv}.{opt_out}([..])`",
         fmt_shape(from),
-        fmt_shape(to),
+        // The target as written (`H * Dh`, not the normal form `Dh * H`),
+        // with a `-1` resolved.
+        fmt_written(&texts, to),
     ))
+}
+
+/// A reshape target as written, a `-1` replaced by the dim it stands for.
+fn fmt_written(texts: &[String], to: &[Dim]) -> String {
+    let dims: Vec<String> = texts
+        .iter()
+        .zip(to)
+        .map(|(t, d)| if t == "-1" { d.to_string() } else { t.clone() })
+        .collect();
+    format!("[{}]", dims.join(", "))
 }
 
 /// `.transpose(a, b)` for a swap of two dims, `.permute([..])` otherwise.

@@ -21,44 +21,77 @@ pub(super) fn memory_module(ast: &TensorFn, sig: &Signature, plan: &Plan) -> Tok
     let doc = format!(
         " The static memory plan of [`{name}`](fn@{name}): the most bytes its intermediate tensors occupy at once (parameters not counted; results counted until returned)."
     );
-    let consts: Vec<TokenStream> = cands.iter().map(|d| dim_value(d, &sig.symbols)).collect();
-    if sig.generics.is_empty() {
-        let peak = cands
-            .iter()
-            .filter_map(|d| d.as_constant())
-            .max()
-            .unwrap_or(0)
-            .max(0) as usize;
-        let lit = Literal::usize_unsuffixed(peak);
-        let item_doc = format!(" Peak bytes of live intermediates in one call of `{name}`.");
-        return quote! {
-            #[doc = #doc]
-            #[allow(non_snake_case)]
-            #vis mod #name {
-                #[doc = #item_doc]
-                pub const PEAK_BYTES: usize = #lit;
-            }
+    // The plan's `const` items, seen from the module inside this one.
+    let items = sig.symbols.map.values().any(|k| *k == SymKind::ConstItem);
+    let nested = |s: &str| -> Option<Dim> {
+        let s = match (sig.symbols.is_const_item(s), s.split_once("::")) {
+            (true, Some(("self", rest))) => format!("super::{rest}"),
+            (true, Some(("super", _))) => format!("super::{s}"),
+            _ => s.to_string(),
         };
-    }
-    let generics = sig.generics.iter().map(|g| format_ident!("{}", g));
-    let item_doc = format!(
-        " Peak bytes of live intermediates in one call of `{name}` with these const generics."
-    );
+        Some(Dim::sym(&s))
+    };
+    let consts: Vec<TokenStream> = cands
+        .iter()
+        .map(|d| {
+            dim_value(
+                &d.substitute(&nested).unwrap_or_else(|| d.clone()),
+                &sig.symbols,
+            )
+        })
+        .collect();
+    let import = match items {
+        true => quote!(
+            #[allow(unused_imports)]
+            use super::*;
+        ),
+        false => quote!(),
+    };
+    let peak = quote! {
+        let mut peak = 0usize;
+        #(
+            let candidate: usize = #consts;
+            if candidate > peak {
+                peak = candidate;
+            }
+        )*
+        peak
+    };
+    // The item: a literal when every candidate is one, a constant the
+    // compiler computes from the `const` items, or a `const fn` of the
+    // const generics.
+    let item = if sig.generics.is_empty() {
+        let value = match items {
+            false => {
+                let peak = cands.iter().filter_map(|d| d.as_constant()).max();
+                let lit = Literal::usize_unsuffixed(peak.unwrap_or(0).max(0) as usize);
+                quote!(#lit)
+            }
+            true => quote!({ #peak }),
+        };
+        let item_doc = format!(" Peak bytes of live intermediates in one call of `{name}`.");
+        quote! {
+            #[doc = #item_doc]
+            pub const PEAK_BYTES: usize = #value;
+        }
+    } else {
+        let generics = sig.generics.iter().map(|g| format_ident!("{}", g));
+        let item_doc = format!(
+            " Peak bytes of live intermediates in one call of `{name}` with these const generics."
+        );
+        quote! {
+            #[doc = #item_doc]
+            pub const fn peak_bytes<#(const #generics: usize),*>() -> usize {
+                #peak
+            }
+        }
+    };
     quote! {
         #[doc = #doc]
         #[allow(non_snake_case)]
         #vis mod #name {
-            #[doc = #item_doc]
-            pub const fn peak_bytes<#(const #generics: usize),*>() -> usize {
-                let mut peak = 0usize;
-                #(
-                    let candidate: usize = #consts;
-                    if candidate > peak {
-                        peak = candidate;
-                    }
-                )*
-                peak
-            }
+            #import
+            #item
         }
     }
 }

@@ -16,6 +16,7 @@ use tensorfn_kernels::ptx::Target;
 use tensorfn_kernels::{ReduceOp, UnaryOp};
 
 mod entry;
+mod items;
 mod memory;
 mod ops;
 pub mod rust_code;
@@ -195,7 +196,7 @@ pub fn tensor_fn(ctx: &Ctx<'_>, ast: &TensorFn, f: &CheckedFn, plan: &Plan) -> T
     let ret = return_tokens(&f.sig);
     let memory = memory::memory_module(ast, &f.sig, plan);
     let errors = crate::combine(gen.errors).map(|e| e.to_compile_error());
-    quote! {
+    let out = quote! {
         #errors
         #(#attrs)*
         #[allow(clippy::let_and_return, clippy::redundant_clone, clippy::needless_borrow)]
@@ -205,7 +206,8 @@ pub fn tensor_fn(ctx: &Ctx<'_>, ast: &TensorFn, f: &CheckedFn, plan: &Plan) -> T
             ::core::result::Result::Ok(#result)
         }
         #memory
-    }
+    };
+    items::respan(out, &items::item_spans(ast, &f.sig.symbols))
 }
 
 /// A `#[kernel]` as a plain Rust scalar function.

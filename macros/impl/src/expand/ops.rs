@@ -321,8 +321,12 @@ impl FnGen<'_> {
                             quote!(#l)
                         }
                         None => {
-                            let i = format_ident!("{}", d.as_symbol().expect("a generic"));
-                            quote!(#i)
+                            let s = d.as_symbol().expect("a generic or a `const` item");
+                            let i = types::sym_tokens(s);
+                            match s.contains("::") {
+                                true => quote!({ #i }),
+                                false => quote!(#i),
+                            }
                         }
                     });
                     quote!(::<#(#gen),*>)

@@ -2,6 +2,7 @@
 //! a missing item on top of the real error.
 
 use super::*;
+use crate::sig::is_const_item_name;
 
 /// The dims of a shape as written, typed without checking: literals and
 /// lone const generics are `Const`, everything else `Dyn`.
@@ -11,7 +12,10 @@ pub(super) fn stub_shape(t: &TensorTyAst, generics: &[syn::Ident]) -> TokenStrea
         .iter()
         .map(|d| match &d.expr {
             DimExpr::Lit(n) => DimTy::Const(Dim::constant(*n as i64)),
-            DimExpr::Sym(s) if generics.iter().any(|g| g == s) => DimTy::Const(Dim::sym(s)),
+            DimExpr::Sym(s) if generics.iter().any(|g| g == s) || is_const_item_name(s) => {
+                DimTy::Const(Dim::sym(s))
+            }
+            DimExpr::Item(s) => DimTy::Const(Dim::sym(s)),
             _ => DimTy::Dyn,
         })
         .collect();

@@ -1,6 +1,7 @@
 //! Rust tokens of devices, dtypes, shapes and dims.
 
 use super::*;
+use crate::sig::is_const_item_name;
 
 /// `::tensorfn::Cpu` or `::tensorfn::Cuda<N>`.
 pub fn device_tokens(d: Device) -> TokenStream {
@@ -44,12 +45,16 @@ pub(super) fn dim_ty_tokens(d: &DimTy) -> TokenStream {
                 quote!(::tensorfn::Const<#c>)
             }
             None => {
-                let s = format_ident!(
-                    "{}",
-                    d.as_symbol()
-                        .expect("a const dim is a literal or a generic")
-                );
-                quote!(::tensorfn::Const<#s>)
+                let s = d
+                    .as_symbol()
+                    .expect("a const dim is a literal, a generic or a `const` item");
+                let t = sym_tokens(s);
+                // A `const` item in braces: unresolved, it is one "cannot
+                // find value" rather than a type error as well.
+                match is_const_item_name(s) {
+                    true => quote!(::tensorfn::Const<{ #t }>),
+                    false => quote!(::tensorfn::Const<#t>),
+                }
             }
         },
     }
@@ -70,6 +75,18 @@ pub(super) fn tensor_tokens(device: Device, dtype: DTypeKind, dims: &[DimTy]) ->
     quote!(::tensorfn::Tensor<#d, #t, #s>)
 }
 
+/// The tokens of a const generic (`N`) or a `const` item (`SEQ_LEN`,
+/// `dims::M`).
+pub(super) fn sym_tokens(name: &str) -> TokenStream {
+    match syn::parse_str::<syn::Path>(name) {
+        Ok(p) => quote!(#p),
+        Err(_) => {
+            let i = format_ident!("{}", name);
+            quote!(#i)
+        }
+    }
+}
+
 /// A `usize` expression computing a dim at run time.
 pub fn dim_value(d: &Dim, symbols: &Symbols) -> TokenStream {
     let mut out = TokenStream::new();
@@ -88,11 +105,13 @@ pub fn dim_value(d: &Dim, symbols: &Symbols) -> TokenStream {
             factor(quote!(#l), &mut term);
         }
         for (s, p) in m.factors() {
-            let name = match symbols.map.get(&**s) {
-                Some(SymKind::Generic) => s.to_string(),
-                _ => Symbols::var_name(s),
+            let v = match symbols.kind(s) {
+                Some(SymKind::Generic | SymKind::ConstItem) => sym_tokens(s),
+                _ => {
+                    let v = format_ident!("{}", Symbols::var_name(s));
+                    quote!(#v)
+                }
             };
-            let v = format_ident!("{}", name);
             for _ in 0..*p {
                 factor(quote!(#v), &mut term);
             }
