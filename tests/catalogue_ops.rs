@@ -2454,10 +2454,13 @@ tensor_fn! {
     fn where2(c: &Tensor<Cpu, bool, [A, B]>, x: &Tensor<Cpu, f64, [1, B]>, y: &Tensor<Cpu, f64, [A, 1]>) -> Tensor<Cpu, f64, [A, B]> {
         where_(c, x, y)
     }
-    /// A scalar `other`, then a scalar `input` (`where_(c, 1.5, y)` with
-    /// both scalars is rejected: the macro wants one tensor operand).
+    /// A scalar `other`, then a scalar `input`.
     fn where3(c: &Tensor<Cpu, bool, [B, C]>, x: &Tensor<Cpu, f64, [A, B, C]>, y: f64) -> (Tensor<Cpu, f64, [A, B, C]>, Tensor<Cpu, f64, [A, B, C]>) {
         (where_(c, x, y), where_(c, 1.5, x))
+    }
+    /// Two scalars: the condition's shape, the dtype PyTorch gives them.
+    fn where_scalars(c: &Tensor<Cpu, bool, [A, B]>, lo: f64, hi: f64) -> (Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f32, [A, B]>, Tensor<Cpu, i64, [A, B]>) {
+        (where_(c, lo, hi), where_(c, 1.5, -0.0), where_(c, 1, -1))
     }
     fn where4(c: &Tensor<Cpu, bool, [A, 1, C, E]>, x: &Tensor<Cpu, f64, [A, B, C, E]>, y: &Tensor<Cpu, f64, [E]>) -> Tensor<Cpu, f64, [A, B, C, E]> {
         where_(c, x, y)
@@ -2541,6 +2544,12 @@ fn where_and_masked_fill_at_every_rank() {
         );
         let typed: Tensor<Cpu, f64, S2> = tensorfn::ops::where_(&c2, &x2, &y2).unwrap();
         check("typed where_ at rank 2", &one(&typed), &want);
+        let (lo, hi) = (-INF, NAN);
+        let (w64, w32, wi) = where_scalars(&c2, lo, hi).unwrap();
+        let on = |a: f64, b: f64| pick((&cv, &d[2]), (&[a], &[]), (&[b], &[]));
+        check("where_ of two f64 scalars", &one(&w64), &on(lo, hi));
+        check("where_ of two float literals", &one(&w32), &on(1.5, -0.0));
+        check("where_ of two int literals", &one(&wi), &on(1.0, -1.0));
 
         let cd = d[3][1..].to_vec();
         let (cv, c) = bools(&mut rng, &cd);

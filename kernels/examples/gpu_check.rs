@@ -8,6 +8,8 @@
 //! `cargo run -p tensorfn-kernels --example gpu_check` (exits 0 with a
 //! note when no GPU is present; pass `--require-gpu` to fail instead).
 
+#[path = "../src/test_support.rs"]
+mod test_support;
 use cudarc::driver::{result, sys};
 use std::ffi::{c_void, CString};
 use std::process::ExitCode;
@@ -17,6 +19,7 @@ use tensorfn_kernels::interp::{self, run_elementwise, HostData, HostView};
 use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel};
 use tensorfn_kernels::ptx::Target;
 use tensorfn_kernels::{BinaryOp, CmpOp, DTypeKind, ReduceOp, UnaryOp};
+use test_support::Rng;
 
 type Res<T> = Result<T, String>;
 
@@ -193,22 +196,6 @@ fn from_bytes(dt: DTypeKind, b: &[u8]) -> HostData {
         ),
         DTypeKind::U8 => HostData::U8(b.to_vec()),
         DTypeKind::Bool => HostData::Bool(b.iter().map(|&x| x != 0).collect()),
-    }
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 

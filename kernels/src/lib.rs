@@ -123,6 +123,8 @@ pub mod ptx;
 mod reduction;
 mod round;
 mod target;
+#[cfg(test)]
+mod test_support;
 
 pub use error::{Error, Result};
 pub use ops::{BinaryOp, CmpOp, ReduceOp, UnaryOp};

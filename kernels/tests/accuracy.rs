@@ -4,9 +4,12 @@
 //! f32 and the platform libm for f64. The bounds asserted here are the ones
 //! stated in the crate docs.
 
+#[path = "../src/test_support.rs"]
+mod test_support;
 use tensorfn_kernels::interp::{run_elementwise, HostData, HostView};
 use tensorfn_kernels::ir::ElementwiseBuilder;
 use tensorfn_kernels::{BinaryOp, DTypeKind, UnaryOp};
+use test_support::{ulp_err_f32, ulp_err_f64, Rng};
 
 fn unary_kernel(op: UnaryOp, dtype: DTypeKind) -> tensorfn_kernels::ir::Kernel {
     let mut k = ElementwiseBuilder::new();
@@ -43,46 +46,6 @@ fn run_f64(op: UnaryOp, xs: &[f64]) -> Vec<f64> {
     }
 }
 
-/// Error of `got` in units of the last place of `want` rounded to f32
-/// (the spacing above it; subnormal spacing below the normal range).
-/// Results whose correctly rounded value overflows must overflow.
-fn ulp_err_f32(got: f32, want: f64) -> f64 {
-    let w = want as f32;
-    if want.is_nan() || got.is_nan() {
-        return if got.is_nan() && want.is_nan() {
-            0.0
-        } else {
-            f64::INFINITY
-        };
-    }
-    if w.is_infinite() || got.is_infinite() {
-        return if got == w { 0.0 } else { f64::INFINITY };
-    }
-    // spacing of the binade holding |want| (round |want| toward zero first)
-    let mut a = w.abs();
-    if a as f64 > want.abs() {
-        a = f32::from_bits(a.to_bits() - 1);
-    }
-    let ulp = f32::from_bits(a.to_bits() + 1) as f64 - a as f64;
-    (got as f64 - want).abs() / ulp
-}
-
-fn ulp_err_f64(got: f64, want: f64) -> f64 {
-    if want.is_nan() || got.is_nan() {
-        return if got.is_nan() && want.is_nan() {
-            0.0
-        } else {
-            f64::INFINITY
-        };
-    }
-    if want.is_infinite() || got.is_infinite() {
-        return if got == want { 0.0 } else { f64::INFINITY };
-    }
-    let a = want.abs();
-    let ulp = f64::from_bits(a.to_bits() + 1) - a;
-    (got - want).abs() / ulp
-}
-
 /// Every `step`-th f32 bit pattern with magnitude in `[lo, hi]`, both signs
 /// (if `signed`), plus a dense linear sweep of `[-dense, dense]`.
 fn f32_sweep(lo: f32, hi: f32, step: u32, signed: bool, dense: f32) -> Vec<f32> {
@@ -104,20 +67,6 @@ fn f32_sweep(lo: f32, hi: f32, step: u32, signed: bool, dense: f32) -> Vec<f32> 
         }
     }
     v
-}
-
-/// A seeded xorshift generator.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 fn f64_sweep(lo: f64, hi: f64, n: usize, seed: u64) -> Vec<f64> {

@@ -6,32 +6,12 @@
 //! dtype exactly. For these operations the two must agree bit for bit
 //! (NaN payloads and the sign of zero from `max`/`min` aside).
 
+#[path = "../src/test_support.rs"]
+mod test_support;
 use tensorfn_kernels::interp::{run_elementwise, HostData, HostView};
 use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel, Value};
 use tensorfn_kernels::{BinaryOp, CmpOp, DTypeKind, Error, UnaryOp};
-
-/// A seeded xorshift generator (no dependency needed).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+use test_support::Rng;
 
 // ---------------------------------------------------------------- model
 

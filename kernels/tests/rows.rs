@@ -2,25 +2,12 @@
 //! against f64 references: random row counts and lengths around the block
 //! size (0, 1, 255, 256, 257, thousands), every dtype, NaN and infinities.
 
+#[path = "../src/test_support.rs"]
+mod test_support;
 use tensorfn_kernels::builtin::SOFTMAX_REGISTER_COLS;
 use tensorfn_kernels::interp::{reduce, softmax, HostData};
 use tensorfn_kernels::{DTypeKind, ReduceOp};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
+use test_support::Rng;
 
 const NUMERIC: [DTypeKind; 7] = [
     DTypeKind::F32,

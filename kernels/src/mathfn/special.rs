@@ -380,6 +380,12 @@ pub(crate) fn erf(b: &mut Builder, x0: Reg) -> Reg {
     let y = b.select(mid, y_mid, y);
     let y = copysign(b, y, x);
     let y = b.select(small, y_small, y);
+    nan_through(b, x, y, ty0)
+}
+
+/// `y` where `x` is a number, `x` itself where it is NaN (the payload
+/// kept), rounded back to the input's type `ty0`.
+fn nan_through(b: &mut Builder, x: Reg, y: Reg, ty0: Ty) -> Reg {
     let bad = b.is_nan(x);
     let y = b.select(bad, x, y);
     narrow(b, y, ty0)
@@ -431,9 +437,7 @@ pub(crate) fn erfc(b: &mut Builder, x0: Reg) -> Reg {
     let y = b.select(below_zero, y_far, y_inf);
     let y = b.select(mid, y_mid, y);
     let y = b.select(small, y_small, y);
-    let bad = b.is_nan(x);
-    let y = b.select(bad, x, y);
-    narrow(b, y, ty0)
+    nan_through(b, x, y, ty0)
 }
 
 /// Exact GELU, `x/2 erfc(-x/sqrt(2))`, computed in f64 and rounded once.
@@ -477,6 +481,7 @@ mod tests {
     use super::{erf, erfc, expm1, gelu_erf, log1p};
     use crate::interp::eval::run;
     use crate::prim::{Builder, Reg, Ty};
+    use crate::test_support::{ulp_err_f32, ulp_err_f64, Rng};
 
     type Expansion = fn(&mut Builder, Reg) -> Reg;
 
@@ -514,46 +519,6 @@ mod tests {
         out.into_iter().map(f64::from_bits).collect()
     }
 
-    /// Error of `got` in units of the last place of `want` rounded to f32
-    /// (the spacing of the binade holding `|want|`, subnormal spacing
-    /// below the normal range). A result whose nearest f32 is infinite
-    /// must be that infinity.
-    fn ulp_err_f32(got: f32, want: f64) -> f64 {
-        if want.is_nan() || got.is_nan() {
-            return if got.is_nan() && want.is_nan() {
-                0.0
-            } else {
-                f64::INFINITY
-            };
-        }
-        let w = want as f32;
-        if w.is_infinite() || got.is_infinite() {
-            return if got == w { 0.0 } else { f64::INFINITY };
-        }
-        let mut a = w.abs();
-        if a as f64 > want.abs() {
-            a = f32::from_bits(a.to_bits() - 1);
-        }
-        let ulp = f32::from_bits(a.to_bits() + 1) as f64 - a as f64;
-        (got as f64 - want).abs() / ulp
-    }
-
-    fn ulp_err_f64(got: f64, want: f64) -> f64 {
-        if want.is_nan() || got.is_nan() {
-            return if got.is_nan() && want.is_nan() {
-                0.0
-            } else {
-                f64::INFINITY
-            };
-        }
-        if want.is_infinite() || got.is_infinite() {
-            return if got == want { 0.0 } else { f64::INFINITY };
-        }
-        let a = want.abs();
-        let ulp = f64::from_bits(a.to_bits() + 1) - a;
-        (got - want).abs() / ulp
-    }
-
     /// Every `step`-th f32 bit pattern (both signs, zero to infinity),
     /// plus `n` evenly spaced points on each of `lines`.
     fn f32_inputs(step: u32, lines: &[(f32, f32)], n: usize) -> Vec<f32> {
@@ -572,20 +537,6 @@ mod tests {
             }
         }
         v
-    }
-
-    /// A seeded xorshift generator.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn unit(&mut self) -> f64 {
-            (self.next() >> 11) as f64 / (1u64 << 53) as f64
-        }
     }
 
     /// `n` f64 inputs on each of `ranges`: half uniform, half uniform in

@@ -239,8 +239,13 @@ pub(super) fn payne_hanek_f32(b: &mut Builder, x: Reg) -> (Reg, Reg) {
     let dk = b.mul(d, khi);
     let t = b.fma(a, klo, dk);
     let r = b.fma(a, khi, t);
-    // Odd symmetry: the computation used |x|.
-    let fzero = b.cf(Ty::F32, 0.0);
+    odd_symmetry(b, x, Ty::F32, r, q)
+}
+
+/// The reduction of `x` from that of `|x|`: the remainder and the
+/// quadrant count change sign with `x` (odd symmetry).
+fn odd_symmetry(b: &mut Builder, x: Reg, ty: Ty, r: Reg, q: Reg) -> (Reg, Reg) {
+    let fzero = b.cf(ty, 0.0);
     let neg = b.cmp(CmpOp::Lt, x, fzero);
     let neg_r = b.fneg(r);
     let r = b.select(neg, neg_r, r);
@@ -369,12 +374,5 @@ pub(super) fn payne_hanek_f64(b: &mut Builder, x: Reg) -> (Reg, Reg) {
     let r = b.add(rh, t);
     let neg_r = b.fneg(r);
     let r = b.select(f_neg, neg_r, r);
-    // Odd symmetry: the computation used |x|.
-    let fzero = b.cf(Ty::F64, 0.0);
-    let neg = b.cmp(CmpOp::Lt, x, fzero);
-    let neg_r = b.fneg(r);
-    let r = b.select(neg, neg_r, r);
-    let neg_q = b.ineg(q);
-    let q = b.select(neg, neg_q, q);
-    (r, q)
+    odd_symmetry(b, x, Ty::F64, r, q)
 }

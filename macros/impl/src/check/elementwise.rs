@@ -276,6 +276,9 @@ impl<'s, 'k> Checker<'s, 'k> {
         b: (NodeId, &Expr),
         e: &Expr,
     ) -> NodeId {
+        if let (Ty::Scalar(sa), Ty::Scalar(sb)) = (self.ty(a.0).clone(), self.ty(b.0).clone()) {
+            return self.where_scalars(label, c, (a.0, sa), (b.0, sb), e);
+        }
         let value = self.elementwise_pair(label, false, a, b);
         let Some(cond) = self.need_bool(label, c) else {
             return self.error_node(e);
@@ -306,6 +309,42 @@ impl<'s, 'k> Checker<'s, 'k> {
             ),
             None => self.error_node(e),
         }
+    }
+
+    /// `where_(cond, 1.0, 0.0)`: two scalars take the condition's shape
+    /// and device, and the dtype PyTorch gives them: a scalar parameter's
+    /// (both the same), else `f32` when either is a float literal, `i64`
+    /// for two integer literals.
+    fn where_scalars(
+        &mut self,
+        label: &str,
+        c: (NodeId, &Expr),
+        a: (NodeId, ScalarTy),
+        b: (NodeId, ScalarTy),
+        e: &Expr,
+    ) -> NodeId {
+        let Some(cond) = self.need_bool(label, c) else {
+            return self.error_node(e);
+        };
+        let dtype = match (a.1, b.1) {
+            (ScalarTy::Of(ScalarKind::DType(x)), ScalarTy::Of(ScalarKind::DType(y))) if x == y => x,
+            (ScalarTy::Of(_), _) | (_, ScalarTy::Of(_)) => {
+                self.error(
+                    &e.sp,
+                    format!(
+                        "`{label}` of two scalars takes literals or two scalar parameters of one dtype: make one value a tensor (e.g. `x.masked_fill(..)`) or cast the parameters alike"
+                    ),
+                );
+                return self.error_node(e);
+            }
+            (ScalarTy::IntLit, ScalarTy::IntLit) => DTypeKind::I64,
+            _ => DTypeKind::F32,
+        };
+        self.push(
+            Op::Where(c.0, a.0, b.0),
+            Ty::Tensor(TensorTy { dtype, ..cond }),
+            e,
+        )
     }
 
     /// `x.masked_fill(mask, value)`: `where_(mask, value, x)` where the
