@@ -254,6 +254,56 @@
 //! # }
 //! ```
 //!
+//! ## 8. Parameter structs: `#[derive(Params)]`
+//!
+//! A model's weights are a struct of typed tensors, nested structs,
+//! arrays and `Vec`s of them. `#[derive(Params)]` names each by its
+//! fields, with dots and indices as Hugging Face checkpoints do
+//! (`h.0.attn.c_attn.weight`; `#[params(rename = "..")]` renames one), and
+//! gives [`Params::load_safetensors`] (memory-mapped; every tensor's dtype
+//! and shape checked against its type, a missing, mis-shaped or extra
+//! key an `Err` naming it), [`Params::save_safetensors`],
+//! [`Params::num_params`], [`Params::visit`], and `to_device::<D2>()` /
+//! `cast::<U>()` when the struct is generic over its device / dtype.
+//!
+//! ```
+//! use tensorfn::prelude::*;
+//!
+//! #[derive(Params)]
+//! struct Linear<D: Device, T: Float> {
+//!     weight: Tensor<D, T, shape![4, 3]>,
+//!     bias: Tensor<D, T, shape![4]>,
+//! }
+//!
+//! #[derive(Params)]
+//! struct Mlp<D: Device, T: Float> {
+//!     layers: [Linear<D, T>; 2],
+//! }
+//!
+//! # fn main() -> Result<()> {
+//! let layer = |seed| -> Result<Linear<Cpu, f32>> {
+//!     Ok(Linear { weight: Tensor::randn(seed)?, bias: Tensor::zeros()? })
+//! };
+//! let mlp = Mlp { layers: [layer(1)?, layer(2)?] };
+//! let path = std::env::temp_dir().join(format!("mlp_{}.safetensors", std::process::id()));
+//! mlp.save_safetensors(&path)?; // "layers.0.weight", "layers.0.bias", ...
+//! let back = Mlp::<Cpu, f32>::load_safetensors(&path)?;
+//! assert_eq!(back.layers[1].weight.to_vec()?, mlp.layers[1].weight.to_vec()?);
+//! assert_eq!(back.num_params(), 2 * (12 + 4));
+//! let half = back.cast::<bf16>()?; // Mlp<Cpu, bf16>
+//! if let Ok(gpu) = half.to_device::<Cuda>() {
+//!     assert_eq!(gpu.layers[0].bias.to_vec()?, vec![bf16::ZERO; 4]);
+//! }
+//! // The same file read as another shape: an error naming the key.
+//! #[derive(Params)]
+//! struct Wide<D: Device> { layers: [Tensor<D, f32, shape![4, 5]>; 2] }
+//! let e = Wide::<Cpu>::load_safetensors(&path).err().unwrap();
+//! assert!(e.to_string().contains("missing key `layers.0`"), "{e}");
+//! # std::fs::remove_file(&path).unwrap();
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Examples
 //!
 //! `cargo run --release --example <name>`; each runs on the GPU when one
@@ -481,7 +531,7 @@
 /// the dim and both parameters); `usize` indices, `narrow` ranges on dims
 /// not known at compile time, and the runtime's own shape checks of each
 /// operation return `Err` too, never a panic or an illegal memory access.
-pub use tensorfn_macros::tensor_fn;
+pub use tensorfn_macros::{tensor_fn, Params};
 pub use tensorfn_runtime::*;
 
 /// The kernels crate, for the statics `tensor_fn!` generates; not a stable API.
@@ -490,6 +540,6 @@ pub use tensorfn_kernels as __kernels;
 
 /// Everything a program using tensorfn needs in scope.
 pub mod prelude {
-    pub use tensorfn_macros::tensor_fn;
+    pub use tensorfn_macros::{tensor_fn, Params};
     pub use tensorfn_runtime::prelude::*;
 }

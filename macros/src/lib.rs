@@ -11,3 +11,14 @@ use proc_macro::TokenStream;
 pub fn tensor_fn(input: TokenStream) -> TokenStream {
     tensorfn_macros_impl::expand(input.into()).into()
 }
+
+/// Derives `tensorfn::Params` for a struct of tensors, nested parameter
+/// structs, arrays and `Vec`s of them: loading and saving safetensors by
+/// dotted field names (`#[params(rename = "key")]` renames a field), a
+/// visit over (name, tensor), `num_params()`, and `to_device::<D2>()` /
+/// `cast::<U>()` when the struct is generic over its device / dtype (see
+/// the `tensorfn` crate).
+#[proc_macro_derive(Params, attributes(params))]
+pub fn derive_params(input: TokenStream) -> TokenStream {
+    tensorfn_macros_impl::derive_params::derive(input.into()).into()
+}

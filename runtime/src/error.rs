@@ -105,6 +105,10 @@ pub enum Error {
     /// An I/O error (loading weights, files).
     #[error("I/O error: {0}")]
     Io(String),
+    /// Parameters that do not match a file: a missing or unexpected key,
+    /// a file that is not safetensors.
+    #[error("loading parameters: {0}")]
+    Load(String),
 }
 
 /// `Result` with tensorfn's [`Error`].

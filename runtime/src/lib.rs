@@ -22,6 +22,7 @@ mod host;
 pub mod interop;
 pub mod layout;
 pub mod ops;
+pub mod params;
 mod random;
 pub mod shape;
 mod storage;
@@ -35,7 +36,7 @@ pub use cuda::{
     set_matmul_autotune, CudaMemoryStats,
 };
 pub use device::{Cpu, Cuda, Device, DeviceKind, SameDevice};
-pub use dtype::{DType, DTypeKind, FloatDType, NumDType, SameDType};
+pub use dtype::{DType, DTypeKind, FloatDType, FloatDType as Float, NumDType, SameDType};
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use interop::NdShape;
@@ -44,6 +45,7 @@ pub use ops::dispatch::synchronize;
 pub use ops::{
     broadcast_dims, AssignRhs, BiasFor, MatMulShape, RemoveDim, StaticShape, Transpose2,
 };
+pub use params::{AnyTensor, Params};
 pub use shape::{Const, Dim, Dyn, Shape, MAX_RANK};
 pub use stream::{stream_map, ChunkShape, StreamMap, StreamStats};
 pub use tensor::Tensor;
@@ -60,5 +62,8 @@ pub mod __private {
 
 /// Everything a program using tensors needs in scope.
 pub mod prelude {
-    pub use crate::{bf16, f16, shape, Const, Cpu, Cuda, Dyn, Error, Result, Tensor};
+    pub use crate::{
+        bf16, f16, shape, Const, Cpu, Cuda, DType, Device, Dyn, Error, Float, Params, Result,
+        Tensor,
+    };
 }

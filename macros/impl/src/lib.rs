@@ -32,6 +32,7 @@
 
 pub mod ast;
 pub mod check;
+pub mod derive_params;
 pub mod expand;
 pub mod graph;
 pub mod kernel;

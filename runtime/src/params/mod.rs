@@ -1,0 +1,234 @@
+//! Parameter structs: typed tensors gathered in structs, arrays and `Vec`s,
+//! named the way Hugging Face checkpoints name them (`h.0.attn.c_attn.weight`),
+//! loaded from and saved to safetensors files.
+//!
+//! [`Params`] is implemented for [`Tensor`], for arrays and `Vec`s of
+//! parameters, and by `#[derive(Params)]` for structs (each field under its
+//! name, or the name given by `#[params(rename = "..")]`).
+//!
+//! ```
+//! use tensorfn_runtime::{Cpu, Params, Tensor, shape};
+//! let layers: Vec<Tensor<Cpu, f32, shape![2, 3]>> = vec![Tensor::ones().unwrap(); 2];
+//! let mut names = Vec::new();
+//! layers.visit(&mut |name, t| { names.push(format!("{name} {:?}", t.dims())); Ok(()) }).unwrap();
+//! assert_eq!(names, ["0 [2, 3]", "1 [2, 3]"]);
+//! assert_eq!(layers.num_params(), 12);
+//! ```
+
+mod mmap;
+mod safetensors;
+
+pub use self::safetensors::Loader;
+
+use crate::dtype::{DType, DTypeKind};
+use crate::{Device, Result, Shape, Tensor};
+use std::path::Path;
+
+/// A tensor of a parameter struct seen without its type: what a visit
+/// gives for each name.
+///
+/// ```
+/// use tensorfn_runtime::{AnyTensor, Cpu, DTypeKind, Tensor, shape};
+/// let t = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
+/// let any: &dyn AnyTensor = &t;
+/// assert_eq!((any.dtype(), any.dims()), (DTypeKind::F32, vec![2, 3]));
+/// assert_eq!(any.to_le_bytes().unwrap().len(), 24);
+/// ```
+pub trait AnyTensor {
+    /// The dims.
+    fn dims(&self) -> Vec<usize>;
+    /// The dtype.
+    fn dtype(&self) -> DTypeKind;
+    /// The number of elements.
+    fn numel(&self) -> usize {
+        self.dims().iter().product()
+    }
+    /// The elements in row-major order as little-endian bytes (copied to
+    /// the host), as a safetensors file stores them.
+    fn to_le_bytes(&self) -> Result<Vec<u8>>;
+}
+
+impl<D: Device, T: DType, S: Shape> AnyTensor for Tensor<D, T, S> {
+    fn dims(&self) -> Vec<usize> {
+        Tensor::dims(self).to_vec()
+    }
+
+    fn dtype(&self) -> DTypeKind {
+        T::KIND
+    }
+
+    fn to_le_bytes(&self) -> Result<Vec<u8>> {
+        Ok(safetensors::le_bytes(&self.to_vec()?))
+    }
+}
+
+/// Named parameters: a tensor, an array or `Vec` of parameters, or a
+/// struct with `#[derive(Params)]`.
+///
+/// ```
+/// use tensorfn_runtime::{Cpu, Params, Tensor, shape};
+/// let dir = std::env::temp_dir().join(format!("tf_params_doc_{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let path = dir.join("w.safetensors");
+/// let w = [Tensor::<Cpu, f32, shape![2]>::from_vec(vec![1.0, 2.0]).unwrap(),
+///          Tensor::<Cpu, f32, shape![2]>::from_vec(vec![3.0, 4.0]).unwrap()];
+/// w.save_safetensors(&path).unwrap(); // keys "0" and "1"
+/// let back = <[Tensor<Cpu, f32, shape![2]>; 2]>::load_safetensors(&path).unwrap();
+/// assert_eq!(back[1].to_vec().unwrap(), vec![3.0, 4.0]);
+/// // A file with a tensor of another shape is an error naming the key.
+/// let e = <[Tensor<Cpu, f32, shape![3]>; 2]>::load_safetensors(&path).unwrap_err();
+/// assert!(e.to_string().contains("`0`"), "{e}");
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+pub trait Params: Sized {
+    /// Calls `f` with the full name and the tensor of every parameter,
+    /// in declaration order, each name prefixed by `prefix` and a dot.
+    fn visit_named(
+        &self,
+        prefix: &str,
+        f: &mut dyn FnMut(&str, &dyn AnyTensor) -> Result<()>,
+    ) -> Result<()>;
+
+    /// Reads every parameter under `prefix` from `loader`.
+    fn load_named(prefix: &str, loader: &mut Loader<'_>) -> Result<Self>;
+
+    /// Calls `f` with the name and the tensor of every parameter.
+    fn visit(&self, f: &mut dyn FnMut(&str, &dyn AnyTensor) -> Result<()>) -> Result<()> {
+        self.visit_named("", f)
+    }
+
+    /// The number of scalar parameters.
+    fn num_params(&self) -> usize {
+        let mut n = 0;
+        self.visit(&mut |_, t| {
+            n += t.numel();
+            Ok(())
+        })
+        .expect("counting does not fail");
+        n
+    }
+
+    /// Reads the parameters from a safetensors file (memory-mapped, not
+    /// read into memory first), checking every tensor's dtype and shape
+    /// against the types; a missing, mis-shaped or extra tensor is an
+    /// `Err` naming its key.
+    fn load_safetensors(path: impl AsRef<Path>) -> Result<Self> {
+        let file = safetensors::File::open(path.as_ref())?;
+        let mut loader = file.loader()?;
+        let params = Self::load_named("", &mut loader)?;
+        loader.finish()?;
+        Ok(params)
+    }
+
+    /// Writes the parameters to a safetensors file under their names.
+    fn save_safetensors(&self, path: impl AsRef<Path>) -> Result<()> {
+        let mut tensors = Vec::new();
+        self.visit(&mut |name, t| {
+            tensors.push((name.to_string(), t.dtype(), t.dims(), t.to_le_bytes()?));
+            Ok(())
+        })?;
+        safetensors::save(path.as_ref(), tensors)
+    }
+}
+
+/// `f` of each element of `a`, the first error returned (what
+/// `#[derive(Params)]` uses for array fields).
+///
+/// ```
+/// use tensorfn_runtime::params::try_map_array;
+/// let r: tensorfn_runtime::Result<[i32; 3]> = try_map_array(&[1, 2, 3], |x| Ok(x * 2));
+/// assert_eq!(r.unwrap(), [2, 4, 6]);
+/// ```
+pub fn try_map_array<A, B, const N: usize>(
+    a: &[A; N],
+    f: impl FnMut(&A) -> Result<B>,
+) -> Result<[B; N]> {
+    let v = a.iter().map(f).collect::<Result<Vec<B>>>()?;
+    Ok(v.try_into()
+        .unwrap_or_else(|_| unreachable!("N elements were mapped")))
+}
+
+/// `prefix.name`, or `name` at the top.
+///
+/// ```
+/// use tensorfn_runtime::params::join;
+/// assert_eq!(join("", "w"), "w");
+/// assert_eq!(join("h.0", "attn"), "h.0.attn");
+/// ```
+pub fn join(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_string()
+    } else {
+        format!("{prefix}.{name}")
+    }
+}
+
+impl<D: Device, T: DType, S: Shape> Params for Tensor<D, T, S> {
+    fn visit_named(
+        &self,
+        prefix: &str,
+        f: &mut dyn FnMut(&str, &dyn AnyTensor) -> Result<()>,
+    ) -> Result<()> {
+        f(prefix, self)
+    }
+
+    fn load_named(prefix: &str, loader: &mut Loader<'_>) -> Result<Self> {
+        let (data, dims) = loader.take::<T, S>(prefix)?;
+        // Straight to `D`: the host copy moves into a CPU tensor.
+        Tensor::from_host(data, &dims)
+    }
+}
+
+/// The items of an array or `Vec` under `prefix.0`, `prefix.1`, ...
+fn visit_items<P: Params>(
+    items: &[P],
+    prefix: &str,
+    f: &mut dyn FnMut(&str, &dyn AnyTensor) -> Result<()>,
+) -> Result<()> {
+    items
+        .iter()
+        .enumerate()
+        .try_for_each(|(i, p)| p.visit_named(&join(prefix, &i.to_string()), f))
+}
+
+impl<P: Params, const N: usize> Params for [P; N] {
+    fn visit_named(
+        &self,
+        prefix: &str,
+        f: &mut dyn FnMut(&str, &dyn AnyTensor) -> Result<()>,
+    ) -> Result<()> {
+        visit_items(self, prefix, f)
+    }
+
+    fn load_named(prefix: &str, loader: &mut Loader<'_>) -> Result<Self> {
+        let items = (0..N)
+            .map(|i| P::load_named(&join(prefix, &i.to_string()), loader))
+            .collect::<Result<Vec<P>>>()?;
+        Ok(items
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("N items were read")))
+    }
+}
+
+/// A `Vec` holds as many items as the file has: `prefix.0`, `prefix.1`, ...
+/// up to the first index with no key.
+impl<P: Params> Params for Vec<P> {
+    fn visit_named(
+        &self,
+        prefix: &str,
+        f: &mut dyn FnMut(&str, &dyn AnyTensor) -> Result<()>,
+    ) -> Result<()> {
+        visit_items(self, prefix, f)
+    }
+
+    fn load_named(prefix: &str, loader: &mut Loader<'_>) -> Result<Self> {
+        let mut items = Vec::new();
+        while loader.has(&join(prefix, &items.len().to_string())) {
+            items.push(P::load_named(
+                &join(prefix, &items.len().to_string()),
+                loader,
+            )?);
+        }
+        Ok(items)
+    }
+}
