@@ -15,101 +15,61 @@
 mod common;
 
 use common::{check_close, on_best_device, seed, to_f64, AnyResult};
-use safetensors::{tensor::TensorView, Dtype, SafeTensors};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use tensorfn::prelude::*;
-use tensorfn::{Device, Shape};
 
 const INPUTS: usize = 64;
 const HIDDEN: usize = 32;
 const CLASSES: usize = 5;
 const BATCH: usize = 16;
 
-/// The model's weights, with the shapes the file must have.
+/// A layer stored like PyTorch's `nn.Linear`: keys `weight` and `bias`.
+#[derive(Params)]
+struct Linear<D: Device, const OUT: usize, const IN: usize> {
+    weight: Tensor<D, f32, shape![OUT, IN]>,
+    bias: Tensor<D, f32, shape![OUT]>,
+}
+
+/// The model's weights, with the shapes the file must have: keys
+/// `fc1.weight`, `fc1.bias`, `fc2.weight`, `fc2.bias`.
+#[derive(Params)]
 struct Mlp<D: Device> {
-    fc1_weight: Tensor<D, f32, shape![HIDDEN, INPUTS]>,
-    fc1_bias: Tensor<D, f32, shape![HIDDEN]>,
-    fc2_weight: Tensor<D, f32, shape![CLASSES, HIDDEN]>,
-    fc2_bias: Tensor<D, f32, shape![CLASSES]>,
+    fc1: Linear<D, HIDDEN, INPUTS>,
+    fc2: Linear<D, CLASSES, HIDDEN>,
 }
 
 impl<D: Device> Mlp<D> {
-    /// Reads every weight from a safetensors file and moves it to `D`.
-    fn load(path: &Path) -> AnyResult<Self> {
-        let bytes = std::fs::read(path)?;
-        let file = SafeTensors::deserialize(&bytes)?;
-        Ok(Mlp {
-            fc1_weight: load_f32(&file, "fc1.weight")?.to_device()?,
-            fc1_bias: load_f32(&file, "fc1.bias")?.to_device()?,
-            fc2_weight: load_f32(&file, "fc2.weight")?.to_device()?,
-            fc2_bias: load_f32(&file, "fc2.bias")?.to_device()?,
-        })
-    }
-
     /// Logits: `relu(x @ fc1.weight.t() + fc1.bias) @ fc2.weight.t() + fc2.bias`.
     fn forward<const B: usize>(
         &self,
         x: &Tensor<D, f32, shape![B, INPUTS]>,
     ) -> Result<Tensor<D, f32, shape![B, CLASSES]>> {
         // `.t()` is a view: the product reads the stored weight transposed.
-        let hidden = Tensor::addmm(&self.fc1_bias, x, &self.fc1_weight.t()?)?.relu()?;
-        Tensor::addmm(&self.fc2_bias, &hidden, &self.fc2_weight.t()?)
+        let hidden = Tensor::addmm(&self.fc1.bias, x, &self.fc1.weight.t()?)?.relu()?;
+        Tensor::addmm(&self.fc2.bias, &hidden, &self.fc2.weight.t()?)
     }
 }
 
-/// One f32 tensor of the file, checked against the shape type `S`: a
-/// missing name, another dtype or other dims is an error naming the tensor.
-fn load_f32<S: Shape>(file: &SafeTensors<'_>, name: &str) -> AnyResult<Tensor<Cpu, f32, S>> {
-    let view = file.tensor(name).map_err(|e| format!("{name}: {e}"))?;
-    if view.dtype() != Dtype::F32 {
-        return Err(format!(
-            "{name}: expected F32, found {:?}; convert the file or load it as that dtype",
-            view.dtype()
-        )
-        .into());
-    }
-    let values: Vec<f32> = view
-        .data()
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    Tensor::<Cpu, f32, S>::from_vec_dims(values, view.shape())
-        .map_err(|e| format!("{name}: {e}").into())
+/// The same file read with `fc1`'s dims swapped, to show the refusal.
+#[derive(Params)]
+struct Swapped<D: Device> {
+    fc1: Linear<D, INPUTS, HIDDEN>,
+    fc2: Linear<D, CLASSES, HIDDEN>,
 }
 
-/// Writes random weights with PyTorch's default scale, like a checkpoint.
-fn write_random_weights(path: &Path, seed: u64) -> AnyResult {
-    let layers: [(&str, Vec<usize>, f32); 4] = [
-        (
-            "fc1.weight",
-            vec![HIDDEN, INPUTS],
-            (INPUTS as f32).sqrt().recip(),
-        ),
-        ("fc1.bias", vec![HIDDEN], (INPUTS as f32).sqrt().recip()),
-        (
-            "fc2.weight",
-            vec![CLASSES, HIDDEN],
-            (HIDDEN as f32).sqrt().recip(),
-        ),
-        ("fc2.bias", vec![CLASSES], (HIDDEN as f32).sqrt().recip()),
-    ];
-    let mut buffers = Vec::new();
-    for (i, (name, dims, scale)) in layers.iter().enumerate() {
-        let t =
-            Tensor::<Cpu, f32, shape![_]>::randn_dims(seed + i as u64, &[dims.iter().product()])?;
-        let bytes: Vec<u8> = t
-            .to_vec()?
-            .iter()
-            .flat_map(|v| (v * scale).to_le_bytes())
-            .collect();
-        buffers.push((*name, dims.clone(), bytes));
-    }
-    let views = buffers
-        .iter()
-        .map(|(name, dims, bytes)| Ok((*name, TensorView::new(Dtype::F32, dims.clone(), bytes)?)))
-        .collect::<std::result::Result<Vec<_>, safetensors::SafeTensorError>>()?;
-    safetensors::serialize_to_file(views, None, path)?;
-    Ok(())
+/// Random weights with PyTorch's default scale (uniform bound
+/// `1/sqrt(in)`, here normal with that deviation), like a checkpoint.
+fn random_layer<const OUT: usize, const IN: usize>(seed: u64) -> Result<Linear<Cpu, OUT, IN>> {
+    let scale = (IN as f32).sqrt().recip();
+    let scaled = |v: Vec<f32>| v.into_iter().map(|x| x * scale).collect::<Vec<f32>>();
+    Ok(Linear {
+        weight: Tensor::from_vec(scaled(
+            Tensor::<Cpu, f32, shape![OUT, IN]>::randn(seed)?.to_vec()?,
+        ))?,
+        bias: Tensor::from_vec(scaled(
+            Tensor::<Cpu, f32, shape![OUT]>::randn(seed + 1)?.to_vec()?,
+        ))?,
+    })
 }
 
 /// The forward pass in f64 on the host, from the same weights.
@@ -128,8 +88,8 @@ fn reference<D: Device>(m: &Mlp<D>, x: &[f64]) -> Result<Vec<f64>> {
     };
     let h: Vec<f64> = linear(
         x,
-        &to_f64(&m.fc1_weight)?,
-        &to_f64(&m.fc1_bias)?,
+        &to_f64(&m.fc1.weight)?,
+        &to_f64(&m.fc1.bias)?,
         BATCH,
         INPUTS,
         HIDDEN,
@@ -139,8 +99,8 @@ fn reference<D: Device>(m: &Mlp<D>, x: &[f64]) -> Result<Vec<f64>> {
     .collect();
     Ok(linear(
         &h,
-        &to_f64(&m.fc2_weight)?,
-        &to_f64(&m.fc2_bias)?,
+        &to_f64(&m.fc2.weight)?,
+        &to_f64(&m.fc2.bias)?,
         BATCH,
         HIDDEN,
         CLASSES,
@@ -163,17 +123,24 @@ pub fn run<D: Device>() -> AnyResult {
         "tensorfn-mlp-{}-{seed}.safetensors",
         std::process::id()
     )));
-    write_random_weights(&file.0, seed)?;
-    println!("wrote {}", file.0.display());
+    let weights = Mlp {
+        fc1: random_layer(seed)?,
+        fc2: random_layer(seed + 2)?,
+    };
+    weights.save_safetensors(&file.0)?;
+    println!(
+        "wrote {} ({} parameters)",
+        file.0.display(),
+        weights.num_params()
+    );
 
-    let model = Mlp::<D>::load(&file.0)?;
+    // Memory-mapped, every tensor's dtype and shape checked, on `D`.
+    let model = Mlp::<D>::load_safetensors(&file.0)?;
 
     // A file whose shapes do not match the model is refused at load time,
     // naming the tensor, not during the first product.
-    let bytes = std::fs::read(&file.0)?;
-    let parsed = SafeTensors::deserialize(&bytes)?;
-    match load_f32::<shape![INPUTS, HIDDEN]>(&parsed, "fc1.weight") {
-        Err(e) => println!("loading fc1.weight as [{INPUTS}, {HIDDEN}]: {e}"),
+    match Swapped::<D>::load_safetensors(&file.0) {
+        Err(e) => println!("loading fc1 as [{INPUTS}, {HIDDEN}]: {e}"),
         Ok(_) => return Err("a [32, 64] weight loaded as [64, 32]".into()),
     }
 
