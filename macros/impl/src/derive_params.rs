@@ -5,8 +5,8 @@
 //! `FloatDType`, `NumDType` or `DType`).
 
 use proc_macro2::TokenStream;
-use quote::{format_ident, quote};
-use syn::{parse_quote, spanned::Spanned, Data, DeriveInput, Fields, GenericParam, Ident, Type};
+use quote::{format_ident, quote, quote_spanned};
+use syn::{spanned::Spanned, Data, DeriveInput, Fields, GenericParam, Ident, Type};
 
 /// The `impl Params` and the conversions of a struct.
 ///
@@ -112,7 +112,10 @@ fn convert(ty: &Type, v: TokenStream, method: &Ident, to: &Ident) -> TokenStream
             let inner = convert(elem, quote!(x), method, to);
             quote!(#v.iter().map(|x| ::core::result::Result::Ok(#inner)).collect::<::tensorfn::Result<::std::vec::Vec<_>>>()?)
         }
-        _ => quote!(#v.#method::<#to>()?),
+        _ => {
+            let m = Ident::new(&method.to_string(), ty.span());
+            quote_spanned!(ty.span()=> #v.#m::<#to>()?)
+        }
     }
 }
 
@@ -170,21 +173,16 @@ fn conversion(
 fn expand(d: &DeriveInput) -> syn::Result<TokenStream> {
     let fs = fields(d)?;
     let name = &d.ident;
-    let mut generics = d.generics.clone();
-    // Every field must itself be parameters.
-    let wc = generics.make_where_clause();
-    for f in &fs {
-        let ty = f.ty;
-        wc.predicates.push(parse_quote!(#ty: ::tensorfn::Params));
-    }
-    let (impl_g, ty_g, where_c) = generics.split_for_impl();
+    let (impl_g, ty_g, where_c) = d.generics.split_for_impl();
+    // Each call is spanned on its field's type: a field that is not
+    // parameters is an error there, not on the derive.
     let visits = fs.iter().map(|f| {
         let (i, k) = (f.ident, &f.key);
-        quote!(::tensorfn::Params::visit_named(&self.#i, &::tensorfn::params::join(prefix, #k), f)?;)
+        quote_spanned!(f.ty.span()=> ::tensorfn::Params::visit_named(&self.#i, &::tensorfn::params::join(prefix, #k), f)?;)
     });
     let loads = fs.iter().map(|f| {
         let (i, k) = (f.ident, &f.key);
-        quote!(#i: ::tensorfn::Params::load_named(&::tensorfn::params::join(prefix, #k), loader)?)
+        quote_spanned!(f.ty.span()=> #i: ::tensorfn::Params::load_named(&::tensorfn::params::join(prefix, #k), loader)?)
     });
     let mut out = quote! {
         #[automatically_derived]

@@ -80,6 +80,11 @@ impl<D: Device, T: DType, S: Shape> AnyTensor for Tensor<D, T, S> {
 /// assert!(e.to_string().contains("`0`"), "{e}");
 /// # std::fs::remove_dir_all(&dir).unwrap();
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not parameters",
+    label = "not a tensor or parameters",
+    note = "a field of a `#[derive(Params)]` struct is a `Tensor`, a struct deriving `Params`, or an array or `Vec` of those; keep other values outside the struct"
+)]
 pub trait Params: Sized {
     /// Calls `f` with the full name and the tensor of every parameter,
     /// in declaration order, each name prefixed by `prefix` and a dot.
