@@ -1,4 +1,4 @@
-//! The pieces of the row kernels (reductions and softmax) as lowered
+//! The pieces of the row kernels (reductions and row ops) as lowered
 //! programs, shared by the PTX emitter and the interpreter so both combine
 //! the same values in the same order with the same rounding.
 //!
@@ -12,7 +12,7 @@ use crate::abi::BLOCK;
 use crate::error::{Error, Result};
 use crate::lower::{nan_max_min, round_to};
 use crate::mathfn;
-use crate::ops::{CmpOp, ReduceOp};
+use crate::ops::{CmpOp, ReduceOp, RowOp};
 use crate::prim::{Builder, Program, Ty};
 use tensorfn_core::DTypeKind;
 
@@ -184,9 +184,14 @@ fn finish_program(op: ReduceOp, dtype: DTypeKind, acc: Ty) -> Program {
     b.finish(vec![r])
 }
 
-/// The pieces of a softmax over rows of `dtype`.
+/// The pieces of a row op over rows of `dtype`: a max pass, a pass
+/// summing `exp_shift(x, max)`, `row_log` of the sum, then `finish` per
+/// element (an op that keeps its dim) or once per row (one that removes
+/// it).
 #[derive(Clone, Debug)]
-pub(crate) struct SoftmaxSpec {
+pub(crate) struct RowSpec {
+    /// The op.
+    pub(crate) op: RowOp,
     /// Element dtype.
     pub(crate) dtype: DTypeKind,
     /// Computation register type (f32, or f64 for f64).
@@ -197,29 +202,35 @@ pub(crate) struct SoftmaxSpec {
     pub(crate) sum: Program,
     /// `(x, m) -> exp(x - m)`.
     pub(crate) exp_shift: Program,
-    /// `(s) -> log(s)` (log-softmax only; identity otherwise).
+    /// `(s) -> log(s)` where the op needs the log of the sum; identity
+    /// otherwise.
     pub(crate) row_log: Program,
-    /// `(x, m, s_or_log_s) -> output register value`.
+    /// `(x, m, s_or_log_s) -> output register value` for an op that keeps
+    /// its dim; `(m, s_or_log_s) -> output register value` for one that
+    /// removes it.
     pub(crate) finish: Program,
     /// Softmax only: `(e, s) -> output register value` with
     /// `e = exp_shift(x, m)`, the same bits as `finish(x, m, s)` (which
     /// computes `e` with the same instructions first), for a kernel that
     /// keeps the exponentials of the sum.
     pub(crate) scale: Option<Program>,
-    /// `log_softmax` rather than `softmax`.
-    pub(crate) log: bool,
 }
 
-/// Builds the softmax pieces; floats only.
-pub(crate) fn softmax_spec(dtype: DTypeKind, log: bool) -> Result<SoftmaxSpec> {
+/// Builds the pieces of `op`; floats only.
+pub(crate) fn row_spec(op: RowOp, dtype: DTypeKind) -> Result<RowSpec> {
     if !dtype.is_float() {
         return Err(Error::Unsupported {
-            kernel: "softmax",
+            kernel: op.name(),
             message: format!(
-                "softmax needs a floating-point dtype, found {dtype}; cast to f32 first"
+                "{} needs a floating-point dtype, found {dtype}; cast to f32 first",
+                op.name()
             ),
         });
     }
+    let log = match op {
+        RowOp::Softmax => false,
+        RowOp::LogSoftmax => true,
+    };
     let acc = Ty::of(dtype);
     let max = {
         let mut b = Builder::new();
@@ -277,7 +288,8 @@ pub(crate) fn softmax_spec(dtype: DTypeKind, log: bool) -> Result<SoftmaxSpec> {
         let r = out(&mut b, r);
         b.finish(vec![r])
     });
-    Ok(SoftmaxSpec {
+    Ok(RowSpec {
+        op,
         dtype,
         acc,
         max,
@@ -286,7 +298,6 @@ pub(crate) fn softmax_spec(dtype: DTypeKind, log: bool) -> Result<SoftmaxSpec> {
         row_log,
         finish,
         scale,
-        log,
     })
 }
 
@@ -320,8 +331,8 @@ mod tests {
             DTypeKind::F16,
             DTypeKind::BF16,
         ] {
-            let spec = softmax_spec(dtype, false).unwrap();
-            assert!(softmax_spec(dtype, true).unwrap().scale.is_none());
+            let spec = row_spec(RowOp::Softmax, dtype).unwrap();
+            assert!(row_spec(RowOp::LogSoftmax, dtype).unwrap().scale.is_none());
             let scale = spec.scale.as_ref().expect("softmax has a scale");
             let bits = |v: f64| float_bits(spec.acc, v);
             let special = [

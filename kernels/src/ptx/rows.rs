@@ -8,7 +8,7 @@ use super::body::{Body, Class};
 use super::inst::{emit_program, immediate};
 use super::memory::{half_bits_ty, load, load_half_bits_from, narrow_half, store, widen_half};
 use crate::prim::{Program, Ty};
-use crate::reduction::{float_bits, ReduceSpec, SoftmaxSpec, BUTTERFLY, NO_INDEX, WARPS};
+use crate::reduction::{float_bits, ReduceSpec, RowSpec, BUTTERFLY, NO_INDEX, WARPS};
 use tensorfn_core::DTypeKind;
 
 /// Bytes of shared memory per warp slot (a value and an index).
@@ -332,11 +332,12 @@ const _: () = assert!(
     "a full 16-bit row is a whole number of chunks per thread"
 );
 
-/// The softmax entry `name`: rows up to [`SOFTMAX_REGISTER_COLS`] go
-/// through registers, longer ones through three passes. Both visit the
-/// elements of a thread (`tid`, `tid + BLOCK`, ...) and combine them in the
-/// same order, so their results are the same bits.
-pub(crate) fn softmax_entry(name: &str, spec: &SoftmaxSpec) -> String {
+/// The row-op entry `name` (the softmax kernel, which every row op of
+/// the table is so far): rows up to [`SOFTMAX_REGISTER_COLS`] go through
+/// registers, longer ones through three passes. Both visit the elements
+/// of a thread (`tid`, `tid + BLOCK`, ...) and combine them in the same
+/// order, so their results are the same bits.
+pub(crate) fn row_entry(name: &str, spec: &RowSpec) -> String {
     let mut body = Body::new();
     if is_half(spec.dtype) {
         body.raw(format!(".shared .align 16 .b8 stage[{STAGE_BYTES}];"));
@@ -389,7 +390,7 @@ const HALF_SOFTMAX_BLOCKS_PER_SM: u32 = 4;
 /// accesses would take eight times as many global memory instructions,
 /// each moving 64 bytes per warp. Neither changes which elements a thread
 /// holds or any value computed, so the results do not change.
-fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &str) {
+fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &RowSpec, row: &str) {
     let acc = spec.acc;
     let size = spec.dtype.size_bytes();
     let step = crate::abi::BLOCK as usize;
@@ -726,7 +727,7 @@ struct Move {
 
 /// Softmax of one row of any length: max, sum of exponentials and
 /// outputs each read the row from global memory.
-fn softmax_three_passes(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &str) {
+fn softmax_three_passes(body: &mut Body, f: &Frame, spec: &RowSpec, row: &str) {
     let acc = spec.acc;
     let state = vec![(body.reg_ty(acc), acc)];
     let ninf = [float_bits(acc, f64::NEG_INFINITY)];
