@@ -12,7 +12,7 @@ use crate::abi::BLOCK;
 use crate::error::{Error, Result};
 use crate::lower::{nan_max_min, round_to};
 use crate::mathfn;
-use crate::ops::{CmpOp, ReduceOp, RowOp};
+use crate::ops::{CmpOp, ReduceOp, RowOp, RowShape};
 use crate::prim::{Builder, Program, Ty};
 use tensorfn_core::DTypeKind;
 
@@ -227,11 +227,25 @@ pub(crate) fn row_spec(op: RowOp, dtype: DTypeKind) -> Result<RowSpec> {
             ),
         });
     }
-    let log = match op {
-        RowOp::Softmax => false,
-        RowOp::LogSoftmax => true,
-    };
     let acc = Ty::of(dtype);
+    // Whether the op takes the log of the sum, and whether an infinite
+    // max shifts the exponentials by 0 instead (logsumexp, as PyTorch:
+    // `x - max` would be NaN where the row is all -inf or has a +inf).
+    let (log, finite_shift) = match op {
+        RowOp::Softmax => (false, false),
+        RowOp::LogSoftmax => (true, false),
+        RowOp::LogSumExp => (true, true),
+    };
+    let shift = |b: &mut Builder, m| {
+        if !finite_shift {
+            return m;
+        }
+        let a = b.fabs(m);
+        let inf = b.cf(acc, f64::INFINITY);
+        let infinite = b.cmp(CmpOp::Eq, a, inf);
+        let zero = b.cf(acc, 0.0);
+        b.select(infinite, zero, m)
+    };
     let max = {
         let mut b = Builder::new();
         let x = b.param(acc);
@@ -250,6 +264,7 @@ pub(crate) fn row_spec(op: RowOp, dtype: DTypeKind) -> Result<RowSpec> {
         let mut b = Builder::new();
         let x = b.param(acc);
         let m = b.param(acc);
+        let m = shift(&mut b, m);
         let d = b.sub(x, m);
         let e = mathfn::exp(&mut b, d);
         b.finish(vec![e])
@@ -267,15 +282,23 @@ pub(crate) fn row_spec(op: RowOp, dtype: DTypeKind) -> Result<RowSpec> {
     };
     let finish = {
         let mut b = Builder::new();
-        let x = b.param(acc);
-        let m = b.param(acc);
-        let s = b.param(acc);
-        let d = b.sub(x, m);
-        let r = if log {
-            b.sub(d, s)
+        let r = if op.shape() == RowShape::Reduce {
+            // One value per row: `log(s) + shift`.
+            let m = b.param(acc);
+            let ls = b.param(acc);
+            let m = shift(&mut b, m);
+            b.add(ls, m)
         } else {
-            let e = mathfn::exp(&mut b, d);
-            b.div(e, s)
+            let x = b.param(acc);
+            let m = b.param(acc);
+            let s = b.param(acc);
+            let d = b.sub(x, m);
+            if log {
+                b.sub(d, s)
+            } else {
+                let e = mathfn::exp(&mut b, d);
+                b.div(e, s)
+            }
         };
         let r = out(&mut b, r);
         b.finish(vec![r])

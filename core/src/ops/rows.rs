@@ -1,5 +1,6 @@
 //! Functions of a whole row: the catalogue's row ops (`softmax`,
-//! `log_softmax`), each computed along one dim of a float tensor.
+//! `log_softmax`, `logsumexp`), each computed along one dim of a float
+//! tensor.
 //!
 //! Each entry of the table in [`for_each_row_op!`](crate::for_each_row_op)
 //! is the op's description: its name (the function and the method of
@@ -54,6 +55,21 @@ macro_rules! for_each_row_op {
                     let m = $crate::ops::rows::row_max(row);
                     let ls = $crate::ops::rows::exp_sum(row, m).ln();
                     row.iter().map(|v| (v - m) - ls).collect()
+                },
+                derivative: Pending,
+            }
+            /// `log(sum(exp(x)))` along `dim`, which is removed (PyTorch's
+            /// `logsumexp` with `keepdim=False`): `-inf` for an empty or an
+            /// all `-inf` row, `+inf` with a `+inf`, NaN with a NaN.
+            LogSumExp => logsumexp {
+                dtype: SameFloat, shape: Reduce,
+                size_one: "it returns the input's values unchanged",
+                reference: |row| {
+                    // An infinite max shifts by 0, as PyTorch does:
+                    // `x - max` would be NaN.
+                    let m = $crate::ops::rows::row_max(row);
+                    let shift = if m.is_infinite() { 0.0 } else { m };
+                    vec![$crate::ops::rows::exp_sum(row, shift).ln() + shift]
                 },
                 derivative: Pending,
             }
@@ -256,6 +272,19 @@ mod tests {
                 RowShape::Reduce => assert_eq!(n, 1, "{}", op.name()),
             }
         }
+    }
+
+    #[test]
+    fn logsumexp_follows_pytorch_at_the_edges() {
+        let lse = |row: &[f64]| RowOp::LogSumExp.eval_f64(row)[0];
+        let inf = f64::INFINITY;
+        assert_eq!(lse(&[]), -inf);
+        assert_eq!(lse(&[-inf, -inf]), -inf);
+        assert_eq!(lse(&[-inf, 2.0]), 2.0);
+        assert_eq!(lse(&[inf, 1.0, -inf]), inf);
+        assert!(lse(&[inf, f64::NAN]).is_nan());
+        assert!((lse(&[0.0, -0.0]) - 2f64.ln()).abs() < 1e-15);
+        assert!((lse(&[1000.0, 1000.0]) - (1000.0 + 2f64.ln())).abs() < 1e-12);
     }
 
     #[test]

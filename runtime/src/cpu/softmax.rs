@@ -1,5 +1,6 @@
-//! The row loops of softmax and log-softmax, numerically stable (the row
-//! maximum is subtracted before `exp`) and computed in at least f32;
+//! The row loops of softmax, log-softmax and logsumexp, numerically
+//! stable (the row maximum is subtracted before `exp`) and computed in at
+//! least f32;
 //! [`rows`](super::rows) runs them over the rows of a tensor.
 
 use super::reduce::pairwise_sum;
@@ -77,7 +78,30 @@ pub(crate) fn row_op<U: CpuFloat>(
     match op {
         RowOp::Softmax => softmax_row(row, out, tmp, false),
         RowOp::LogSoftmax => softmax_row(row, out, tmp, true),
+        RowOp::LogSumExp => {
+            out[0].write(logsumexp_row(row, tmp));
+        }
     }
+}
+
+/// `log(sum(exp(x)))` of a row, shifted by its max, or by 0 where the max
+/// is infinite (as PyTorch: an all -inf row gives -inf, a +inf gives
+/// +inf); an empty row gives -inf.
+#[inline(always)]
+fn logsumexp_row<U: CpuFloat>(row: &[U], tmp: &mut Vec<U::Acc>) -> U {
+    if row.is_empty() {
+        return U::from_acc(-<U::Acc as Real>::from_f64(f64::INFINITY));
+    }
+    let m = row_max(row);
+    let inf = <U::Acc as Real>::from_f64(f64::INFINITY);
+    let shift = if m.abs() == inf {
+        <U::Acc as Real>::ZERO
+    } else {
+        m
+    };
+    tmp.clear();
+    tmp.extend(row.iter().map(|&v| v.to_acc() - shift));
+    U::from_acc(pairwise_sum(tmp, |d: U::Acc| d.exp()).ln() + shift)
 }
 
 #[cfg(test)]
@@ -122,6 +146,28 @@ mod tests {
         for (a, &v) in y.iter().zip(&x) {
             assert!((*a as f64 - (v as f64 - 1.8 - ls)).abs() < 1e-6);
         }
+    }
+
+    #[test]
+    fn logsumexp_removes_the_dim_and_keeps_its_edges() {
+        let inf = f32::INFINITY;
+        let x = [0.0f32, 0.0, -inf, -inf, inf, 1.0, f32::NAN, 1.0];
+        let y = row_op(RowOp::LogSumExp, &x, &Layout::contiguous(&[4, 2]), 1);
+        assert!((y[0] - std::f32::consts::LN_2).abs() < 1e-7, "{y:?}");
+        assert_eq!(&y[1..3], &[-inf, inf]);
+        assert!(y[3].is_nan());
+        // Along the first dim, and along an empty one.
+        let y = row_op(RowOp::LogSumExp, &x, &Layout::contiguous(&[4, 2]), 0);
+        assert!(y[0].is_nan());
+        let want = (1.0 + 2.0 * std::f32::consts::E).ln();
+        assert!((y[1] - want).abs() < 1e-6, "{y:?}");
+        let y = row_op(
+            RowOp::LogSumExp,
+            &[] as &[f32],
+            &Layout::contiguous(&[3, 0]),
+            1,
+        );
+        assert_eq!(y, vec![-inf; 3]);
     }
 
     #[test]
