@@ -402,7 +402,8 @@
 ///   `-1` allowed), `x.t()`, `x.permute([..])`, `x.transpose(a, b)`,
 ///   `x.narrow(dim, start, len)`, `x.sum(dim)`, `mean`, `max`, `min`,
 ///   `argmax`, `argmin` (`x.sum()` reduces everything), `x.softmax(dim)`,
-///   `x.log_softmax(dim)`, `x.cast::<T>()`, `x.to_device::<D>()`,
+///   `x.log_softmax(dim)`, `x.logsumexp(dim)`, `x.cast::<T>()`,
+///   `x.to_device::<D>()`,
 ///   `x.to_cpu()`, indexing `x[i]`, `x[i, j]` (constant or `usize`),
 ///   calls to the other functions and kernels of the invocation, and calls
 ///   to functions outside it, whose result is annotated (`let y:

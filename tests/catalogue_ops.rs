@@ -37,7 +37,8 @@ const fn walked(name: &'static str, function: bool, method: bool) -> Walked {
 /// ranks are those its shape rule accepts): comparisons, `where_`,
 /// `masked_fill`, `clamp` and `addcmul` at ranks 0-4 with broadcasting;
 /// reductions over everything at ranks 0-4 and along each dim at ranks
-/// 1-4; `softmax`, `log_softmax`, `cat`, `narrow` and `transpose` along
+/// 1-4; `softmax`, `log_softmax`, `logsumexp`, `cat`, `narrow` and
+/// `transpose` along
 /// each dim at ranks 1-4; `matmul` for every pair of ranks 1-4; `mm`,
 /// `bmm`, `dot` and `addmm` at their one rank (every bias shape);
 /// `reshape`, `view`, `permute`, `cast`, `to_device` and `to_cpu` at ranks
@@ -60,6 +61,7 @@ const WALKED: &[Walked] = &[
     walked("argmin", false, true),
     walked("softmax", true, true),
     walked("log_softmax", true, true),
+    walked("logsumexp", true, true),
     walked("matmul", true, true),
     walked("mm", true, true),
     walked("bmm", true, true),
@@ -1063,6 +1065,125 @@ fn softmax_along_each_dim() {
     check(
         "typed f32 softmax",
         &one(&x.softmax::<1>().unwrap()),
+        &want[0],
+    );
+}
+
+// ---------------------------------------------------------------------
+// logsumexp.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn logsumexp1(x: &Tensor<Cpu, f64, [A]>) -> (Tensor<Cpu, f64, []>, Tensor<Cpu, f64, []>) {
+        (logsumexp(x, 0), x.logsumexp(-1))
+    }
+    fn logsumexp2(x: &Tensor<Cpu, f64, [A, B]>) -> (Tensor<Cpu, f64, [B]>, Tensor<Cpu, f64, [A]>, Tensor<Cpu, f64, [B]>) {
+        (logsumexp(x, 0), x.logsumexp(1), x.logsumexp(dim = -2))
+    }
+    fn logsumexp3(x: &Tensor<Cpu, f64, [A, B, C]>) -> (
+        Tensor<Cpu, f64, [B, C]>, Tensor<Cpu, f64, [A, C]>, Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>,
+    ) {
+        (x.logsumexp(0), logsumexp(x, 1), x.logsumexp(2), logsumexp(x, dim = -1))
+    }
+    fn logsumexp4(x: &Tensor<Cpu, f64, [A, B, C, E]>) -> (
+        Tensor<Cpu, f64, [B, C, E]>, Tensor<Cpu, f64, [A, C, E]>, Tensor<Cpu, f64, [A, B, E]>, Tensor<Cpu, f64, [A, B, C]>,
+    ) {
+        (logsumexp(x, 0), x.logsumexp(-3), logsumexp(x, 2), x.logsumexp(-1))
+    }
+    fn logsumexp32(x: &Tensor<Cpu, f32, [A, B]>) -> (Tensor<Cpu, f32, [A]>, Tensor<Cpu, f32, [B]>) {
+        (x.logsumexp(-1), logsumexp(x, 0))
+    }
+}
+
+/// The dim of each result of `logsumexpN`.
+const LOGSUMEXP_DIMS: [&[isize]; 5] = [&[], &[0, -1], &[0, 1, -2], &[0, 1, 2, -1], &[0, -3, 2, -1]];
+
+/// `torch.logsumexp(x, dim)` by a plain loop: the lane's max `m` (NaN if
+/// any is NaN), shifted by 0 where it is infinite, then
+/// `log(sum(exp(x - m))) + m`; an empty lane gives -inf.
+fn logsumexp_ref(x: &[f64], d: &[usize], dim: usize, eps: f64) -> Want {
+    let mut vals = Vec::new();
+    let mut tol = Vec::new();
+    for lane in lanes(x, d, dim) {
+        let mut m = -INF;
+        for &v in &lane {
+            if v.is_nan() || v > m {
+                m = v;
+            }
+            if v.is_nan() {
+                break;
+            }
+        }
+        let shift = if m.is_infinite() { 0.0 } else { m };
+        let mut s = 0.0;
+        for &v in &lane {
+            s += (v - shift).exp();
+        }
+        let w = s.ln() + shift;
+        vals.push(w);
+        tol.push(16.0 * (lane.len() + 4) as f64 * eps * (w.abs() + shift.abs() + 1.0));
+    }
+    Want {
+        dims: without(d, dim),
+        vals,
+        tol,
+    }
+}
+
+#[test]
+fn logsumexp_along_each_dim() {
+    let mut rng = Rng::new(202);
+    // NaN spoils its lane, +inf gives +inf, an all -inf lane -inf (no
+    // NaN from -inf - -inf), an empty lane -inf: PyTorch's results.
+    for round in 0..5 {
+        let d = match round {
+            0 | 1 => random_dims(&mut rng, 1, 5),
+            2 => empty_dims(&mut rng),
+            _ => random_dims(&mut rng, 1, 3),
+        };
+        let special: &[f64] = match round {
+            3 => &[-INF, -INF, -INF, 0.0],
+            4 => &[-INF, INF, NAN, -0.0],
+            _ => SPECIAL,
+        };
+        let (xv, x) = inputs_by_rank(&mut rng, &d, special);
+        let refs = |r: usize, v: &[f64]| -> Vec<Want> {
+            LOGSUMEXP_DIMS[r]
+                .iter()
+                .map(|&k| logsumexp_ref(v, &d[r], pos(k, r), EPS))
+                .collect()
+        };
+        let what = |r: usize| format!("logsumexp at rank {r}, dims {:?}", d[r]);
+        check_all(&what(1), &logsumexp1(&x.1).unwrap().outs(), &refs(1, &xv.1));
+        check_all(&what(2), &logsumexp2(&x.2).unwrap().outs(), &refs(2, &xv.2));
+        check_all(&what(3), &logsumexp3(&x.3).unwrap().outs(), &refs(3, &xv.3));
+        check_all(&what(4), &logsumexp4(&x.4).unwrap().outs(), &refs(4, &xv.4));
+        // The typed API along each dim.
+        macro_rules! typed {
+            ($t:expr, $v:expr, $r:expr, $($k:literal)*) => {$(
+                let what = format!("typed logsumexp::<{}> at rank {}, dims {:?}", $k, $r, d[$r]);
+                check(&what, &one(&$t.logsumexp::<$k>().unwrap()), &logsumexp_ref(&$v, &d[$r], $k, EPS));
+            )*};
+        }
+        typed!(x.1, xv.1, 1, 0);
+        typed!(x.2, xv.2, 2, 0 1);
+        typed!(x.3, xv.3, 3, 0 1 2);
+        typed!(x.4, xv.4, 4, 0 1 2 3);
+    }
+    // Large values do not overflow; f32 against the same reference.
+    let d = [4, 7];
+    let mut xv = round32(&rng.values(28, SPECIAL));
+    xv[3] = 80.0;
+    xv[4] = 1e30;
+    let x: Tensor<Cpu, f32, S2> = tensor(&xv, &d);
+    let want = [
+        logsumexp_ref(&xv, &d, 1, EPS32),
+        logsumexp_ref(&xv, &d, 0, EPS32),
+    ];
+    check_all("f32 logsumexp", &logsumexp32(&x).unwrap().outs(), &want);
+    check(
+        "typed f32 logsumexp",
+        &one(&x.logsumexp::<1>().unwrap()),
         &want[0],
     );
 }

@@ -13,6 +13,7 @@
 //! assert!(err.to_string().contains("equal lengths"));
 //! ```
 
+use crate::ops::RowOp;
 use std::fmt;
 
 /// A dimension size the rules can reason about: a plain `usize` at run
@@ -772,9 +773,9 @@ pub fn squeeze<D: DimValue>(op: &str, x: Operand<'_, D>, dim: usize) -> Result<V
     Ok(out)
 }
 
-/// A reduction (or `softmax`) along a dim whose size is known to be 1
-/// does nothing useful: `sum`/`max` return the input, `argmax` zeros,
-/// `softmax` ones. The macro reports it for dims that are literally 1 in
+/// A reduction (or a row op, `softmax`) along a dim whose size is known
+/// to be 1 does nothing useful: `sum`/`max` return the input, `argmax`
+/// zeros, `softmax` ones (a row op's table entry says what it returns). The macro reports it for dims that are literally 1 in
 /// the types; a run-time size of 1 is ordinary data, so the runtime does
 /// not call this.
 ///
@@ -796,10 +797,8 @@ pub fn reduce_size_one<D: DimValue>(
     }
     let effect = match op {
         "argmax" | "argmin" => "every index it returns is 0",
-        "softmax" => "every value it returns is 1",
-        "log_softmax" => "every value it returns is 0",
         "mean" | "max" | "min" | "sum" => "it returns the input's values unchanged",
-        _ => "it does nothing",
+        _ => RowOp::from_name(op).map_or("it does nothing", RowOp::size_one),
     };
     let others: Vec<String> = (0..dims.len())
         .filter(|&k| !is_one(&dims[k]))

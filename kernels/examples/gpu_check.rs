@@ -1,7 +1,7 @@
 //! Runs the generated PTX on a real GPU and compares every output with the
 //! interpreter, bit for bit: every built-in elementwise kernel (contiguous
 //! vectorised, contiguous misaligned and strided/broadcast entries, strided
-//! outputs), a set of fused kernels, and every reduction and softmax; on
+//! outputs), a set of fused kernels, and every reduction and row op; on
 //! compute capability 8.0 and newer, also the sm_80 text of every kernel
 //! that has one (those rounding to `bf16`).
 //!
@@ -18,7 +18,7 @@ use tensorfn_kernels::builtin::{self, BLOCK};
 use tensorfn_kernels::interp::{self, run_elementwise, HostData, HostView};
 use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel};
 use tensorfn_kernels::ptx::Target;
-use tensorfn_kernels::{BinaryOp, CmpOp, DTypeKind, ReduceOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, CmpOp, DTypeKind, ReduceOp, RowOp, UnaryOp};
 use test_support::Rng;
 
 type Res<T> = Result<T, String>;
@@ -589,10 +589,9 @@ fn run_all() -> Res<(usize, usize)> {
                 record(&k.name, res);
             }
         }
-        for log in [false, true] {
-            if let Ok(k) = builtin::try_softmax(dt, log) {
-                let run =
-                    move |x: &HostData, r: usize, c: usize| interp::softmax(x, r, c, log).unwrap();
+        for op in RowOp::ALL {
+            if let Ok(k) = builtin::try_row(op, dt) {
+                let run = move |x: &HostData, r: usize, c: usize| interp::row(op, x, r, c).unwrap();
                 let res = check_rows(&mut rng, &k, dt, &run);
                 record(&k.name, res);
             }
@@ -789,7 +788,7 @@ fn bench() -> Res<()> {
     for k in [
         builtin::reduce(ReduceOp::Sum, DTypeKind::F32),
         builtin::reduce(ReduceOp::ArgMax, DTypeKind::F32),
-        builtin::softmax(DTypeKind::F32, false),
+        builtin::row(RowOp::Softmax, DTypeKind::F32),
     ] {
         let module = Module::load(&k.ptx)?;
         let mut params = vec![

@@ -1,6 +1,6 @@
 //! The kernels the CUDA runtime loads for single operations: elementwise
 //! `unary`, `binary` and `cast` (the launch contract of [`abi`](crate::abi)),
-//! row reductions and softmax.
+//! row reductions and row ops (`softmax`, ...).
 //!
 //! Names are derived from the op and dtypes only (`tf_unary_sin_f32`,
 //! `tf_binary_add_i64`, `tf_cast_f32_bf16`, `tf_reduce_argmax_f16`,
@@ -26,9 +26,9 @@
 
 use crate::error::{Error, Result};
 use crate::ir::ElementwiseBuilder;
-use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
+use crate::ops::{BinaryOp, ReduceOp, RowOp, UnaryOp};
 use crate::ptx::{self, Target};
-use crate::reduction::{reduce_spec, softmax_spec};
+use crate::reduction::{reduce_spec, row_spec};
 use tensorfn_core::DTypeKind;
 
 pub use crate::abi::BLOCK;
@@ -119,15 +119,14 @@ pub fn reduce_name(op: ReduceOp, dtype: DTypeKind) -> String {
     format!("tf_reduce_{}_{dtype}", op.name())
 }
 
-/// Name of [`softmax`]`(dtype, log)`.
+/// Name of [`row`]`(op, dtype)`.
 ///
 /// ```
-/// use tensorfn_kernels::{builtin, DTypeKind};
-/// assert_eq!(builtin::softmax_name(DTypeKind::F16, true), "tf_log_softmax_f16");
+/// use tensorfn_kernels::{builtin, DTypeKind, RowOp};
+/// assert_eq!(builtin::row_name(RowOp::LogSoftmax, DTypeKind::F16), "tf_log_softmax_f16");
 /// ```
-pub fn softmax_name(dtype: DTypeKind, log: bool) -> String {
-    let what = if log { "log_softmax" } else { "softmax" };
-    format!("tf_{what}_{dtype}")
+pub fn row_name(op: RowOp, dtype: DTypeKind) -> String {
+    format!("tf_{}_{dtype}", op.name())
 }
 
 /// `op` over one input of `dtype`, output of `dtype`; `Err` when `op` is
@@ -210,17 +209,16 @@ pub fn try_reduce(op: ReduceOp, dtype: DTypeKind) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
-/// Softmax (or log-softmax) over rows of `dtype`; `Err` unless `dtype` is
-/// a float.
+/// Row op `op` over rows of `dtype`; `Err` unless `dtype` is a float.
 ///
 /// ```
-/// use tensorfn_kernels::{builtin, DTypeKind};
-/// assert!(builtin::try_softmax(DTypeKind::I64, false).is_err());
+/// use tensorfn_kernels::{builtin, DTypeKind, RowOp};
+/// assert!(builtin::try_row(RowOp::Softmax, DTypeKind::I64).is_err());
 /// ```
-pub fn try_softmax(dtype: DTypeKind, log: bool) -> Result<Kernel> {
-    let spec = softmax_spec(dtype, log)?;
-    let name = softmax_name(dtype, log);
-    let ptx = ptx::softmax(&name, &spec);
+pub fn try_row(op: RowOp, dtype: DTypeKind) -> Result<Kernel> {
+    let spec = row_spec(op, dtype)?;
+    let name = row_name(op, dtype);
+    let ptx = ptx::row(&name, &spec);
     Ok(Kernel { name, ptx })
 }
 
@@ -373,20 +371,21 @@ pub fn reduce(op: ReduceOp, dtype: DTypeKind) -> Kernel {
     expect_supported(try_reduce(op, dtype))
 }
 
-/// Softmax (`log = false`) or log-softmax of each contiguous row, in f32
-/// for f16/bf16 (f64 for f64).
+/// Row op `op` (`softmax`, ...) of each contiguous row, in f32 for
+/// f16/bf16 (f64 for f64): one output per element, or one per row for an
+/// op that removes its dim.
 ///
 /// # Panics
 ///
-/// Unless `dtype` is a float (see [`try_softmax`]).
+/// Unless `dtype` is a float (see [`try_row`]).
 ///
 /// ```
-/// use tensorfn_kernels::{builtin, DTypeKind};
-/// let k = builtin::softmax(DTypeKind::F32, false);
+/// use tensorfn_kernels::{builtin, DTypeKind, RowOp};
+/// let k = builtin::row(RowOp::Softmax, DTypeKind::F32);
 /// assert!(k.ptx.contains(".entry tf_softmax_f32("));
 /// ```
-pub fn softmax(dtype: DTypeKind, log: bool) -> Kernel {
-    expect_supported(try_softmax(dtype, log))
+pub fn row(op: RowOp, dtype: DTypeKind) -> Kernel {
+    expect_supported(try_row(op, dtype))
 }
 
 /// Every built-in kernel: each op with each dtype it is defined on, and
@@ -412,8 +411,8 @@ pub fn all() -> Vec<Kernel> {
         for op in REDUCE_OPS {
             out.extend(try_reduce(op, dtype).ok());
         }
-        for log in [false, true] {
-            out.extend(try_softmax(dtype, log).ok());
+        for op in RowOp::ALL {
+            out.extend(try_row(op, dtype).ok());
         }
     }
     out.extend(CAT_UNITS.iter().filter_map(|&u| cat_rows(u).ok()));

@@ -30,7 +30,7 @@ mod host;
 mod reduce;
 
 pub use host::{HostData, HostView};
-pub use reduce::{reduce, softmax};
+pub use reduce::{reduce, row};
 
 use crate::error::{Error, Result};
 use crate::ir::Kernel;

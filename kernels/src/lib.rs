@@ -7,7 +7,7 @@
 //! * [`ptx`]: PTX text for sm_70 and newer, and for sm_80 and newer where
 //!   that is faster (`bf16` rounding; no CUDA toolkit needed);
 //! * [`interp`]: the reference interpreter;
-//! * [`builtin`]: unary, binary, cast, reduction and softmax kernels;
+//! * [`builtin`]: unary, binary, cast, reduction and row-op kernels;
 //! * [`abi`]: how elementwise kernels are launched;
 //! * [`ops`]: the scalar operations, with their `f64` references.
 //!
@@ -127,7 +127,7 @@ mod target;
 mod test_support;
 
 pub use error::{Error, Result};
-pub use ops::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+pub use ops::{BinaryOp, CmpOp, ReduceOp, RowOp, RowShape, UnaryOp};
 pub use tensorfn_core::DTypeKind;
 pub use tensorfn_core::{for_each_binary_op, for_each_unary_op};
 

@@ -1,4 +1,4 @@
-//! The pieces of the row kernels (reductions and softmax) as lowered
+//! The pieces of the row kernels (reductions and row ops) as lowered
 //! programs, shared by the PTX emitter and the interpreter so both combine
 //! the same values in the same order with the same rounding.
 //!
@@ -12,7 +12,7 @@ use crate::abi::BLOCK;
 use crate::error::{Error, Result};
 use crate::lower::{nan_max_min, round_to};
 use crate::mathfn;
-use crate::ops::{CmpOp, ReduceOp};
+use crate::ops::{CmpOp, ReduceOp, RowOp, RowShape};
 use crate::prim::{Builder, Program, Ty};
 use tensorfn_core::DTypeKind;
 
@@ -184,9 +184,14 @@ fn finish_program(op: ReduceOp, dtype: DTypeKind, acc: Ty) -> Program {
     b.finish(vec![r])
 }
 
-/// The pieces of a softmax over rows of `dtype`.
+/// The pieces of a row op over rows of `dtype`: a max pass, a pass
+/// summing `exp_shift(x, max)`, `row_log` of the sum, then `finish` per
+/// element (an op that keeps its dim) or once per row (one that removes
+/// it).
 #[derive(Clone, Debug)]
-pub(crate) struct SoftmaxSpec {
+pub(crate) struct RowSpec {
+    /// The op.
+    pub(crate) op: RowOp,
     /// Element dtype.
     pub(crate) dtype: DTypeKind,
     /// Computation register type (f32, or f64 for f64).
@@ -197,30 +202,50 @@ pub(crate) struct SoftmaxSpec {
     pub(crate) sum: Program,
     /// `(x, m) -> exp(x - m)`.
     pub(crate) exp_shift: Program,
-    /// `(s) -> log(s)` (log-softmax only; identity otherwise).
+    /// `(s) -> log(s)` where the op needs the log of the sum; identity
+    /// otherwise.
     pub(crate) row_log: Program,
-    /// `(x, m, s_or_log_s) -> output register value`.
+    /// `(x, m, s_or_log_s) -> output register value` for an op that keeps
+    /// its dim; `(m, s_or_log_s) -> output register value` for one that
+    /// removes it.
     pub(crate) finish: Program,
     /// Softmax only: `(e, s) -> output register value` with
     /// `e = exp_shift(x, m)`, the same bits as `finish(x, m, s)` (which
     /// computes `e` with the same instructions first), for a kernel that
     /// keeps the exponentials of the sum.
     pub(crate) scale: Option<Program>,
-    /// `log_softmax` rather than `softmax`.
-    pub(crate) log: bool,
 }
 
-/// Builds the softmax pieces; floats only.
-pub(crate) fn softmax_spec(dtype: DTypeKind, log: bool) -> Result<SoftmaxSpec> {
+/// Builds the pieces of `op`; floats only.
+pub(crate) fn row_spec(op: RowOp, dtype: DTypeKind) -> Result<RowSpec> {
     if !dtype.is_float() {
         return Err(Error::Unsupported {
-            kernel: "softmax",
+            kernel: op.name(),
             message: format!(
-                "softmax needs a floating-point dtype, found {dtype}; cast to f32 first"
+                "{} needs a floating-point dtype, found {dtype}; cast to f32 first",
+                op.name()
             ),
         });
     }
     let acc = Ty::of(dtype);
+    // Whether the op takes the log of the sum, and whether an infinite
+    // max shifts the exponentials by 0 instead (logsumexp, as PyTorch:
+    // `x - max` would be NaN where the row is all -inf or has a +inf).
+    let (log, finite_shift) = match op {
+        RowOp::Softmax => (false, false),
+        RowOp::LogSoftmax => (true, false),
+        RowOp::LogSumExp => (true, true),
+    };
+    let shift = |b: &mut Builder, m| {
+        if !finite_shift {
+            return m;
+        }
+        let a = b.fabs(m);
+        let inf = b.cf(acc, f64::INFINITY);
+        let infinite = b.cmp(CmpOp::Eq, a, inf);
+        let zero = b.cf(acc, 0.0);
+        b.select(infinite, zero, m)
+    };
     let max = {
         let mut b = Builder::new();
         let x = b.param(acc);
@@ -239,6 +264,7 @@ pub(crate) fn softmax_spec(dtype: DTypeKind, log: bool) -> Result<SoftmaxSpec> {
         let mut b = Builder::new();
         let x = b.param(acc);
         let m = b.param(acc);
+        let m = shift(&mut b, m);
         let d = b.sub(x, m);
         let e = mathfn::exp(&mut b, d);
         b.finish(vec![e])
@@ -256,15 +282,23 @@ pub(crate) fn softmax_spec(dtype: DTypeKind, log: bool) -> Result<SoftmaxSpec> {
     };
     let finish = {
         let mut b = Builder::new();
-        let x = b.param(acc);
-        let m = b.param(acc);
-        let s = b.param(acc);
-        let d = b.sub(x, m);
-        let r = if log {
-            b.sub(d, s)
+        let r = if op.shape() == RowShape::Reduce {
+            // One value per row: `log(s) + shift`.
+            let m = b.param(acc);
+            let ls = b.param(acc);
+            let m = shift(&mut b, m);
+            b.add(ls, m)
         } else {
-            let e = mathfn::exp(&mut b, d);
-            b.div(e, s)
+            let x = b.param(acc);
+            let m = b.param(acc);
+            let s = b.param(acc);
+            let d = b.sub(x, m);
+            if log {
+                b.sub(d, s)
+            } else {
+                let e = mathfn::exp(&mut b, d);
+                b.div(e, s)
+            }
         };
         let r = out(&mut b, r);
         b.finish(vec![r])
@@ -277,7 +311,8 @@ pub(crate) fn softmax_spec(dtype: DTypeKind, log: bool) -> Result<SoftmaxSpec> {
         let r = out(&mut b, r);
         b.finish(vec![r])
     });
-    Ok(SoftmaxSpec {
+    Ok(RowSpec {
+        op,
         dtype,
         acc,
         max,
@@ -286,7 +321,6 @@ pub(crate) fn softmax_spec(dtype: DTypeKind, log: bool) -> Result<SoftmaxSpec> {
         row_log,
         finish,
         scale,
-        log,
     })
 }
 
@@ -320,8 +354,8 @@ mod tests {
             DTypeKind::F16,
             DTypeKind::BF16,
         ] {
-            let spec = softmax_spec(dtype, false).unwrap();
-            assert!(softmax_spec(dtype, true).unwrap().scale.is_none());
+            let spec = row_spec(RowOp::Softmax, dtype).unwrap();
+            assert!(row_spec(RowOp::LogSoftmax, dtype).unwrap().scale.is_none());
             let scale = spec.scale.as_ref().expect("softmax has a scale");
             let bits = |v: f64| float_bits(spec.acc, v);
             let special = [

@@ -1,12 +1,12 @@
-//! Row reductions and softmax, run by the interpreter in the GPU's order,
+//! Row reductions and row ops, run by the interpreter in the GPU's order,
 //! against f64 references: random row counts and lengths around the block
 //! size (0, 1, 255, 256, 257, thousands), every dtype, NaN and infinities.
 
 #[path = "../src/test_support.rs"]
 mod test_support;
 use tensorfn_kernels::builtin::SOFTMAX_REGISTER_COLS;
-use tensorfn_kernels::interp::{reduce, softmax, HostData};
-use tensorfn_kernels::{DTypeKind, ReduceOp};
+use tensorfn_kernels::interp::{reduce, row, HostData};
+use tensorfn_kernels::{DTypeKind, ReduceOp, RowOp, RowShape};
 use test_support::Rng;
 
 const NUMERIC: [DTypeKind; 7] = [
@@ -234,7 +234,12 @@ fn softmax_matches_f64_reference() {
             let x = data(&mut rng, dt, rows * cols, false);
             let xf = x.to_f64_vec();
             for log in [false, true] {
-                let got = softmax(&x, rows, cols, log).unwrap().to_f64_vec();
+                let op = if log {
+                    RowOp::LogSoftmax
+                } else {
+                    RowOp::Softmax
+                };
+                let got = row(op, &x, rows, cols).unwrap().to_f64_vec();
                 for r in 0..rows {
                     let row = &xf[r * cols..(r + 1) * cols];
                     let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -279,13 +284,13 @@ fn softmax_edge_rows() {
         f32::NEG_INFINITY,
         0.0,
     ]);
-    let y = softmax(&x, 3, 3, false).unwrap().to_f64_vec();
+    let y = row(RowOp::Softmax, &x, 3, 3).unwrap().to_f64_vec();
     assert!(y[..6].iter().all(|v| v.is_nan()));
     assert_eq!(&y[6..], &[0.5, 0.0, 0.5]);
     // huge logits do not overflow
     let big = HostData::F32(vec![1e30, 1e30]);
     assert_eq!(
-        softmax(&big, 1, 2, false).unwrap().to_f64_vec(),
+        row(RowOp::Softmax, &big, 1, 2).unwrap().to_f64_vec(),
         vec![0.5, 0.5]
     );
     // an empty row sums to +0 (PyTorch), its mean is NaN, its argmax -1
@@ -300,7 +305,79 @@ fn softmax_edge_rows() {
     let negz = HostData::F16(vec![half::f16::NEG_ZERO; 3]);
     assert!(reduce(ReduceOp::Sum, &negz, 1, 3).unwrap().to_f64_vec()[0].is_sign_positive());
     // non-float dtypes and wrong sizes are errors
-    assert!(softmax(&HostData::I32(vec![1]), 1, 1, false).is_err());
-    assert!(softmax(&HostData::F32(vec![1.0]), 1, 2, false).is_err());
+    for op in RowOp::ALL {
+        assert!(row(op, &HostData::I32(vec![1]), 1, 1).is_err());
+        assert!(row(op, &HostData::F32(vec![1.0]), 1, 2).is_err());
+    }
     assert!(reduce(ReduceOp::Sum, &HostData::Bool(vec![true]), 1, 1).is_err());
+}
+
+/// Every row op of the table against its `f64` reference
+/// ([`RowOp::eval_f64`]): random rows with NaN and infinities, empty rows,
+/// and zeros of both signs, in every float dtype. The bound is loose (a
+/// few units of the accumulator in the row's maximum and the result, and
+/// one rounding to the output dtype); each op's own test above is tight.
+/// Non-finite references must come out the same: the same infinity, or NaN.
+#[test]
+fn every_row_op_matches_its_reference() {
+    let mut rng = Rng(0x20e5);
+    for op in RowOp::ALL {
+        for dt in [
+            DTypeKind::F32,
+            DTypeKind::F64,
+            DTypeKind::F16,
+            DTypeKind::BF16,
+        ] {
+            for &cols in &[0, 1, 2, 7, 33, 257, 1000, SOFTMAX_REGISTER_COLS + 1] {
+                let rows = 1 + rng.below(4);
+                let mut x = data(&mut rng, dt, rows * cols, true).to_f64_vec();
+                // Rows of specials: ±0, all -inf, -inf with one finite value.
+                let specials: [&[f64]; 4] = [
+                    &[0.0, -0.0],
+                    &[-0.0, -0.0],
+                    &[f64::NEG_INFINITY, f64::NEG_INFINITY],
+                    &[f64::NEG_INFINITY, 1.5],
+                ];
+                if cols > 0 {
+                    let s = specials[rng.below(specials.len())];
+                    for (c, v) in x[..cols].iter_mut().enumerate() {
+                        *v = s[c % s.len()];
+                    }
+                }
+                let input = HostData::from_f64(dt, &x);
+                let x = input.to_f64_vec();
+                let got = row(op, &input, rows, cols).unwrap().to_f64_vec();
+                let per_row = match op.shape() {
+                    RowShape::Keep => cols,
+                    RowShape::Reduce => 1,
+                };
+                assert_eq!(got.len(), rows * per_row, "{} {dt}", op.name());
+                let (acc, out) = eps(dt);
+                for r in 0..rows {
+                    let lane = &x[r * cols..(r + 1) * cols];
+                    let want = op.eval_f64(lane);
+                    let m = lane
+                        .iter()
+                        .filter(|v| v.is_finite())
+                        .fold(0.0f64, |a, v| a.max(v.abs()));
+                    for (i, &w) in want.iter().enumerate() {
+                        let g = got[r * per_row + i];
+                        let what = format!("{} {dt} row {r} of {cols}: [{i}]", op.name());
+                        if !w.is_finite() {
+                            assert!(
+                                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                                "{what}: {g} vs {w}"
+                            );
+                            continue;
+                        }
+                        let depth = (cols / 256 + 14) as f64;
+                        let tol = (depth + 8.0 + 2.0 * m) * acc * (w.abs() + m + 1.0)
+                            + out * w.abs()
+                            + tiny(dt);
+                        assert!((g - w).abs() <= tol, "{what}: {g} vs {w}");
+                    }
+                }
+            }
+        }
+    }
 }

@@ -9,7 +9,7 @@ use crate::dtype::{DType, FloatDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
-use tensorfn_kernels::{BinaryOp, FusedKernel, ReduceOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, FusedKernel, ReduceOp, RowOp, UnaryOp};
 
 /// One input of a [`RowBlocks`] plan: its buffer, the element where its
 /// data starts and how many elements it supplies to each output row.
@@ -189,13 +189,15 @@ pub(crate) trait Backend {
         dim: usize,
     ) -> Result<Self::Buf<i64>>;
 
-    /// Softmax (or log-softmax) along `dim`, computed in at least f32.
-    fn softmax<T: FloatDType>(
+    /// Row op `op` (`softmax`, ...) along `dim`, computed in at least f32:
+    /// a contiguous buffer of `l`'s dims, or of `l`'s dims without `dim`
+    /// for an op that removes it ([`RowOp::shape`]).
+    fn row_op<T: FloatDType>(
         &self,
+        op: RowOp,
         x: &Self::Buf<T>,
         l: &Layout,
         dim: usize,
-        log: bool,
     ) -> Result<Self::Buf<T>>;
 
     /// Batched `alpha * a @ b + beta * bias`: `la` is `[batch, m, k]`, `lb`

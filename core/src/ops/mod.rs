@@ -12,6 +12,7 @@
 //! Elementwise ops are described in more detail by their own tables
 //! ([`UnaryOp`], [`BinaryOp`], [`CmpOp`]): the `f64` reference, and for
 //! composites, the definition over [`ElemMath`] that every back-end runs.
+//! Row ops (`softmax`) have a table of their own too ([`RowOp`]).
 //!
 //! ```
 //! use tensorfn_core::ops::{self, OpKind, UnaryOp};
@@ -28,11 +29,13 @@ pub mod binary;
 pub mod erf_coeffs;
 pub mod math;
 mod reduce_cmp;
+pub mod rows;
 pub mod unary;
 
 pub use binary::BinaryOp;
 pub use math::ElemMath;
 pub use reduce_cmp::{CmpOp, ReduceOp};
+pub use rows::{RowOp, RowShape};
 pub use unary::UnaryOp;
 
 /// The `libm` functions the tables' references use (reached through
@@ -62,11 +65,8 @@ pub enum OpKind {
     Clamp,
     /// A reduction along one dim (or all of them).
     Reduce(ReduceOp),
-    /// `softmax` (`log: false`) or `log_softmax` along a dim.
-    Softmax {
-        /// True for `log_softmax`.
-        log: bool,
-    },
+    /// A function of whole rows along a dim (`softmax`, ...).
+    Row(RowOp),
     /// `matmul`, batched, broadcasting leading dims.
     MatMul,
     /// `mm`: two matrices.
@@ -371,6 +371,31 @@ macro_rules! binary_defs {
     };
 }
 
+/// The row ops' entries, from their table: `name(input, dim)` and
+/// `input.name(dim)`, like PyTorch's.
+macro_rules! row_defs {
+    ($($(#[doc = $doc:literal])* $V:ident => $m:ident { $($field:tt)* })*) => {
+        &[$(row_def(RowOp::$V, [$($doc),*][0])),*]
+    };
+}
+
+const fn row_def(op: RowOp, summary: &'static str) -> OpDef {
+    OpDef {
+        name: op.name(),
+        kind: OpKind::Row(op),
+        function: true,
+        method: true,
+        params: INPUT_DIM,
+        dtype: op.dtype(),
+        shape: match op.shape() {
+            RowShape::Keep => ShapeRule::Same,
+            RowShape::Reduce => ShapeRule::Reduce,
+        },
+        derivative: op.derivative(),
+        summary,
+    }
+}
+
 /// The second parameter of a binary op, with PyTorch's default where it
 /// has one.
 const fn binary_operand(name: &'static str) -> Param {
@@ -383,6 +408,7 @@ const fn binary_operand(name: &'static str) -> Param {
 
 static UNARY: &[OpDef] = crate::for_each_unary_op!(unary_defs);
 static BINARY: &[OpDef] = crate::for_each_binary_op!(binary_defs);
+static ROWS: &[OpDef] = crate::for_each_row_op!(row_defs);
 
 const fn compare(name: &'static str, op: CmpOp, summary: &'static str) -> OpDef {
     def(
@@ -433,8 +459,10 @@ const fn reshape(name: &'static str, view: bool, unordered: bool, summary: &'sta
 const SCALAR: ParamKind = ParamKind::Scalar;
 const TENSOR: ParamKind = ParamKind::Tensor;
 
-/// Every op that is not in the elementwise tables.
-static OTHERS: &[OpDef] = &[
+/// The ops before the row ops, after the elementwise tables: comparisons,
+/// selections and reductions (two lists, so that the catalogue's order,
+/// which messages list names in, keeps each kind together).
+static EARLIER: &[OpDef] = &[
     compare("eq", CmpOp::Eq, "`a == b`, elementwise, as `bool`."),
     compare(
         "ne",
@@ -514,26 +542,10 @@ static OTHERS: &[OpDef] = &[
         DTypeRule::Index,
         "Position of the first smallest element along `dim`.",
     ),
-    def(
-        "softmax",
-        OpKind::Softmax { log: false },
-        true,
-        true,
-        &[INPUT, p("dim", ParamKind::Dim)],
-        DTypeRule::SameFloat,
-        ShapeRule::Same,
-        "`exp(x) / sum(exp(x))` along `dim`.",
-    ),
-    def(
-        "log_softmax",
-        OpKind::Softmax { log: true },
-        true,
-        true,
-        &[INPUT, p("dim", ParamKind::Dim)],
-        DTypeRule::SameFloat,
-        ShapeRule::Same,
-        "`x - log(sum(exp(x)))` along `dim`.",
-    ),
+];
+
+/// Every op after the row ops: products, `cat`, views and conversions.
+static LATER: &[OpDef] = &[
     def(
         "matmul",
         OpKind::MatMul,
@@ -736,7 +748,8 @@ static OTHERS: &[OpDef] = &[
     ),
 ];
 
-/// Every op of the catalogue: unary, binary, then the others.
+/// Every op of the catalogue: unary, binary, comparisons, selections and
+/// reductions, row ops, then the others.
 ///
 /// ```
 /// use tensorfn_core::ops;
@@ -744,7 +757,12 @@ static OTHERS: &[OpDef] = &[
 /// assert!(ops::all().all(|d| d.function || d.method));
 /// ```
 pub fn all() -> impl Iterator<Item = &'static OpDef> {
-    UNARY.iter().chain(BINARY).chain(OTHERS)
+    UNARY
+        .iter()
+        .chain(BINARY)
+        .chain(EARLIER)
+        .chain(ROWS)
+        .chain(LATER)
 }
 
 /// The op written `name` in `form`.

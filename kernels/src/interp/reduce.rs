@@ -1,11 +1,12 @@
-//! Row reductions and softmax, in the GPU's order (see `reduction`).
+//! Row reductions and row ops, in the GPU's order (see `reduction`).
 
 use super::eval::{run, Column};
 use super::host::HostData;
 use crate::error::{Error, Result};
 use crate::ops::ReduceOp;
+use crate::ops::{RowOp, RowShape};
 use crate::prim::Program;
-use crate::reduction::{float_bits, reduce_spec, softmax_spec, BUTTERFLY, NO_INDEX, WARP, WARPS};
+use crate::reduction::{float_bits, reduce_spec, row_spec, BUTTERFLY, NO_INDEX, WARP, WARPS};
 
 const THREADS: usize = WARP * WARPS;
 
@@ -151,22 +152,26 @@ pub fn reduce(op: ReduceOp, input: &HostData, rows: usize, cols: usize) -> Resul
     Ok(out)
 }
 
-/// Softmax (or log-softmax) of each of `rows` contiguous rows of `cols`
-/// elements, exactly as the `softmax` built-in kernel computes it: row max,
-/// sum of `exp(x - max)` in the reduction order, then `exp(x - max) / sum`
-/// (or `x - max - log(sum)`), in f32 for f16/bf16.
+/// Row op `op` of each of `rows` contiguous rows of `cols` elements,
+/// exactly as its built-in kernel computes it: row max, sum of
+/// `exp(x - max)` in the reduction order, then the op's finish (for
+/// softmax `exp(x - max) / sum`, for log-softmax `x - max - log(sum)`), in
+/// f32 for f16/bf16. An op that keeps its dim gives `rows * cols` values,
+/// one that removes it `rows`.
 ///
 /// ```
-/// use tensorfn_kernels::interp::{softmax, HostData};
+/// use tensorfn_kernels::interp::{row, HostData};
+/// use tensorfn_kernels::RowOp;
 /// let x = HostData::F64(vec![0.0, 0.0, 1.0, 1.0]);
-/// let y = softmax(&x, 2, 2, false)?.to_f64_vec();
+/// let y = row(RowOp::Softmax, &x, 2, 2)?.to_f64_vec();
 /// assert_eq!(y, vec![0.5, 0.5, 0.5, 0.5]);
 /// # Ok::<(), tensorfn_kernels::Error>(())
 /// ```
-pub fn softmax(input: &HostData, rows: usize, cols: usize, log: bool) -> Result<HostData> {
-    let spec = softmax_spec(input.dtype(), log)?;
+pub fn row(op: RowOp, input: &HostData, rows: usize, cols: usize) -> Result<HostData> {
+    let spec = row_spec(op, input.dtype())?;
     check_len(input, rows, cols)?;
-    let mut out = HostData::zeros(spec.dtype, rows * cols);
+    let per_row = op.shape() == RowShape::Reduce;
+    let mut out = HostData::zeros(spec.dtype, if per_row { rows } else { rows * cols });
     let acc = spec.acc;
     for row in 0..rows {
         let x: Column = (0..cols).map(|c| input.reg_bits(row * cols + c)).collect();
@@ -180,6 +185,11 @@ pub fn softmax(input: &HostData, rows: usize, cols: usize, log: bool) -> Result<
         let e = run(&spec.exp_shift, &[&x, &m_col], cols).remove(0);
         let sum = block_reduce(&spec.sum, &[float_bits(acc, -0.0)], cols, &|c| vec![e[c]])[0];
         let s = run(&spec.row_log, &[&vec![sum]], 1)[0][0];
+        if per_row {
+            let y = run(&spec.finish, &[&vec![max], &vec![s]], 1)[0][0];
+            out.set_reg_bits(row, y);
+            continue;
+        }
         let s_col = vec![s; cols];
         let y = run(&spec.finish, &[&x, &m_col, &s_col], cols).remove(0);
         for (c, &bits) in y.iter().enumerate() {

@@ -2,9 +2,9 @@
 //!
 //! * [`elementwise`]: both entries of an elementwise kernel, as
 //!   [`abi`](crate::abi) specifies them;
-//! * the row kernels (reductions, softmax) behind
+//! * the row kernels (reductions, row ops) behind
 //!   [`builtin::reduce`](crate::builtin::reduce) and
-//!   [`builtin::softmax`](crate::builtin::softmax).
+//!   [`builtin::row`](crate::builtin::row).
 //!
 //! Every module starts with [`HEADER`]: `.version 7.0`, `.target sm_70`,
 //! `.address_size 64`, or with [`Target::Sm80`]'s header for the variant
@@ -35,7 +35,7 @@ mod rows;
 use crate::error::{Error, Result};
 use crate::ir::Kernel;
 use crate::lower::lower;
-use crate::reduction::{ReduceSpec, SoftmaxSpec};
+use crate::reduction::{ReduceSpec, RowSpec};
 
 pub use crate::target::{Target, HEADER};
 pub use concat::CAT_PARTS;
@@ -174,12 +174,13 @@ pub(crate) fn reduce(name: &str, spec: &ReduceSpec) -> String {
     )
 }
 
-/// The module of a softmax entry `name`.
-pub(crate) fn softmax(name: &str, spec: &SoftmaxSpec) -> String {
-    let what = if spec.log { "log-softmax" } else { "softmax" };
+/// The module of a row-op entry `name`, titled with the op's name
+/// (`log-softmax over rows of f32`).
+pub(crate) fn row(name: &str, spec: &RowSpec) -> String {
+    let what = spec.op.name().replace('_', "-");
     module(
         &format!("{name}: {what} over rows of {}", spec.dtype),
-        &[rows::softmax_entry(name, spec)],
+        &[rows::row_entry(name, spec)],
     )
 }
 

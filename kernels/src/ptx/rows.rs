@@ -7,8 +7,9 @@
 use super::body::{Body, Class};
 use super::inst::{emit_program, immediate};
 use super::memory::{half_bits_ty, load, load_half_bits_from, narrow_half, store, widen_half};
+use crate::ops::RowShape;
 use crate::prim::{Program, Ty};
-use crate::reduction::{float_bits, ReduceSpec, SoftmaxSpec, BUTTERFLY, NO_INDEX, WARPS};
+use crate::reduction::{float_bits, ReduceSpec, RowSpec, BUTTERFLY, NO_INDEX, WARPS};
 use tensorfn_core::DTypeKind;
 
 /// Bytes of shared memory per warp slot (a value and an index).
@@ -267,6 +268,31 @@ fn row_base(body: &mut Body, base: &str, row: &str, cols: &str, dtype: DTypeKind
     r
 }
 
+/// Output `row` of a kernel with one value per row: the first thread of
+/// the block (which holds the block's reductions) computes it with
+/// `value` and stores it.
+fn store_row_value(
+    body: &mut Body,
+    f: &Frame,
+    row: &str,
+    dtype: DTypeKind,
+    value: impl FnOnce(&mut Body) -> String,
+) {
+    let skip = body.label("not_first");
+    let both = body.reg(Class::Pred);
+    body.op(format!("and.pred {both}, {}, {}", f.is_lane0, f.is_warp0));
+    body.op(format!("@!{both} bra {skip}"));
+    let r = value(body);
+    let oaddr = body.reg(Class::B64);
+    body.op(format!(
+        "mad.lo.u64 {oaddr}, {row}, {}, {}",
+        dtype.size_bytes(),
+        f.out
+    ));
+    store(body, dtype, &oaddr, &r);
+    body.place(&skip);
+}
+
 /// The reduction entry `name`.
 pub(crate) fn reduce_entry(name: &str, spec: &ReduceSpec) -> String {
     let mut body = Body::new();
@@ -289,21 +315,11 @@ pub(crate) fn reduce_entry(name: &str, spec: &ReduceSpec) -> String {
             combine(body, &spec.combine, &state, &other);
         });
         block_reduce(body, &f, &spec.combine, &state, &identity);
-        let skip = body.label("not_first");
-        let both = body.reg(Class::Pred);
-        body.op(format!("and.pred {both}, {}, {}", f.is_lane0, f.is_warp0));
-        body.op(format!("@!{both} bra {skip}"));
-        let mut args: Vec<String> = state.iter().map(|(r, _)| r.clone()).collect();
-        args.push(f.cols.clone());
-        let r = emit_program(body, &spec.finish, &args);
-        let oaddr = body.reg(Class::B64);
-        body.op(format!(
-            "mad.lo.u64 {oaddr}, {row}, {}, {}",
-            spec.out.size_bytes(),
-            f.out
-        ));
-        store(body, spec.out, &oaddr, &r[0]);
-        body.place(&skip);
+        store_row_value(body, &f, row, spec.out, |body| {
+            let mut args: Vec<String> = state.iter().map(|(r, _)| r.clone()).collect();
+            args.push(f.cols.clone());
+            emit_program(body, &spec.finish, &args).remove(0)
+        });
     });
     format!(".visible .entry {name}{PARAMS}\n{{\n{}}}\n", body.finish())
 }
@@ -332,11 +348,13 @@ const _: () = assert!(
     "a full 16-bit row is a whole number of chunks per thread"
 );
 
-/// The softmax entry `name`: rows up to [`SOFTMAX_REGISTER_COLS`] go
-/// through registers, longer ones through three passes. Both visit the
-/// elements of a thread (`tid`, `tid + BLOCK`, ...) and combine them in the
-/// same order, so their results are the same bits.
-pub(crate) fn softmax_entry(name: &str, spec: &SoftmaxSpec) -> String {
+/// The row-op entry `name` (the softmax kernel, which every row op of
+/// the table is so far; `logsumexp` stops after the sum and stores one
+/// value per row): rows up to [`SOFTMAX_REGISTER_COLS`] go through
+/// registers, longer ones through three passes. Both visit the elements
+/// of a thread (`tid`, `tid + BLOCK`, ...) and combine them in the same
+/// order, so their results are the same bits.
+pub(crate) fn row_entry(name: &str, spec: &RowSpec) -> String {
     let mut body = Body::new();
     if is_half(spec.dtype) {
         body.raw(format!(".shared .align 16 .b8 stage[{STAGE_BYTES}];"));
@@ -389,7 +407,7 @@ const HALF_SOFTMAX_BLOCKS_PER_SM: u32 = 4;
 /// accesses would take eight times as many global memory instructions,
 /// each moving 64 bytes per warp. Neither changes which elements a thread
 /// holds or any value computed, so the results do not change.
-fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &str) {
+fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &RowSpec, row: &str) {
     let acc = spec.acc;
     let size = spec.dtype.size_bytes();
     let step = crate::abi::BLOCK as usize;
@@ -484,6 +502,12 @@ fn softmax_in_registers(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &st
     });
     block_reduce(body, f, &spec.sum, &state, &nzero);
     let s = emit_program(body, &spec.row_log, &[state[0].0.clone()]);
+    if per_row(spec) {
+        store_row_value(body, f, row, spec.dtype, |body| {
+            emit_program(body, &spec.finish, &[m.clone(), s[0].clone()]).remove(0)
+        });
+        return;
+    }
     let sv = body.reg_ty(acc);
     body.op(format!("mov.{} {sv}, {}", mov_ty(acc), s[0]));
     broadcast(body, f, &sv, acc);
@@ -533,6 +557,12 @@ enum Output {
     Direct(String),
     /// Through the shared `stage`, see [`Staged`].
     Staged,
+}
+
+/// True for an op with one value per row (its dim removed), which the
+/// first thread stores after the sum; the others write every element.
+fn per_row(spec: &RowSpec) -> bool {
+    spec.op.shape() == RowShape::Reduce
 }
 
 fn is_half(dtype: DTypeKind) -> bool {
@@ -726,13 +756,13 @@ struct Move {
 
 /// Softmax of one row of any length: max, sum of exponentials and
 /// outputs each read the row from global memory.
-fn softmax_three_passes(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &str) {
+fn softmax_three_passes(body: &mut Body, f: &Frame, spec: &RowSpec, row: &str) {
     let acc = spec.acc;
     let state = vec![(body.reg_ty(acc), acc)];
     let ninf = [float_bits(acc, f64::NEG_INFINITY)];
     let nzero = [float_bits(acc, -0.0)];
     let base = row_base(body, &f.input, row, &f.cols, spec.dtype);
-    let obase = row_base(body, &f.out, row, &f.cols, spec.dtype);
+    let obase = (!per_row(spec)).then(|| row_base(body, &f.out, row, &f.cols, spec.dtype));
     // max
     set_identity(body, &state, &ninf);
     col_loop(body, f, |body, col| {
@@ -755,6 +785,12 @@ fn softmax_three_passes(body: &mut Body, f: &Frame, spec: &SoftmaxSpec, row: &st
     });
     block_reduce(body, f, &spec.sum, &state, &nzero);
     let s = emit_program(body, &spec.row_log, &[state[0].0.clone()]);
+    let Some(obase) = obase else {
+        store_row_value(body, f, row, spec.dtype, |body| {
+            emit_program(body, &spec.finish, &[m.clone(), s[0].clone()]).remove(0)
+        });
+        return;
+    };
     let sv = body.reg_ty(acc);
     body.op(format!("mov.{} {sv}, {}", mov_ty(acc), s[0]));
     broadcast(body, f, &sv, acc);

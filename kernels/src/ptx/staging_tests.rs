@@ -7,6 +7,7 @@
 //! none misaligned, every byte moved once.
 
 use crate::builtin;
+use crate::ops::RowOp;
 use std::collections::HashMap;
 use tensorfn_core::DTypeKind;
 
@@ -339,21 +340,21 @@ fn stage_bytes(ptx: &str) -> u64 {
 /// Runs the register path of `dtype`'s softmax entry for row `row` of
 /// `cols` elements, the input buffer starting `in_shift` elements and
 /// the output `out_shift` elements past a 16-byte boundary.
-fn simulate(dtype: DTypeKind, log: bool, cols: u64, row: u64, in_shift: u64, out_shift: u64) {
-    simulate_with(dtype, log, cols, row, in_shift, out_shift, &|_| {});
+fn simulate(dtype: DTypeKind, op: RowOp, cols: u64, row: u64, in_shift: u64, out_shift: u64) {
+    simulate_with(dtype, op, cols, row, in_shift, out_shift, &|_| {});
 }
 
 /// [`simulate`] with the lines changed by `edit` first.
 fn simulate_with(
     dtype: DTypeKind,
-    log: bool,
+    op: RowOp,
     cols: u64,
     row: u64,
     in_shift: u64,
     out_shift: u64,
     edit: &dyn Fn(&mut Parts),
 ) {
-    let k = builtin::softmax(dtype, log);
+    let k = builtin::row(op, dtype);
     let body = &super::tests::entries(&k.ptx)[0].body;
     let mut p = parts(body);
     edit(&mut p);
@@ -467,7 +468,14 @@ fn staged_rows_reach_every_slot_and_the_output_row() {
                 // Rows 0 and 1: with odd lengths the second row starts at
                 // another alignment than the first.
                 for row in 0..2 {
-                    simulate(dtype, false, cols, row, in_shift, (in_shift * 3 + row) % 8);
+                    simulate(
+                        dtype,
+                        RowOp::Softmax,
+                        cols,
+                        row,
+                        in_shift,
+                        (in_shift * 3 + row) % 8,
+                    );
                 }
             }
         }
@@ -479,7 +487,7 @@ fn staged_log_softmax_moves_rows_the_same_way() {
     for dtype in [DTypeKind::F16, DTypeKind::BF16] {
         for cols in [1, 7, 9, 1000, 4095, 4096] {
             for shift in [0, 1, 5, 7] {
-                simulate(dtype, true, cols, 1, shift, 7 - shift);
+                simulate(dtype, RowOp::LogSoftmax, cols, 1, shift, 7 - shift);
             }
         }
     }
@@ -490,7 +498,7 @@ fn staged_log_softmax_moves_rows_the_same_way() {
 #[test]
 #[should_panic(expected = "output column 8 never written")]
 fn simulation_catches_a_short_copy() {
-    simulate_with(DTypeKind::F16, false, 9, 0, 0, 0, &|p| {
+    simulate_with(DTypeKind::F16, RowOp::Softmax, 9, 0, 0, 0, &|p| {
         p.copy_out.pop();
     });
 }
@@ -499,7 +507,7 @@ fn simulation_catches_a_short_copy() {
 #[test]
 #[should_panic(expected = "misaligned")]
 fn simulation_catches_a_misplaced_chunk() {
-    simulate_with(DTypeKind::BF16, false, 64, 0, 0, 0, &|p| {
+    simulate_with(DTypeKind::BF16, RowOp::Softmax, 64, 0, 0, 0, &|p| {
         for l in &mut p.copy_in {
             if l.contains("ld.global.nc.v4.u32") {
                 *l = l.replace("+0]", "+2]");

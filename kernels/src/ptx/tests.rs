@@ -6,7 +6,7 @@ use super::Target;
 use crate::abi::meta_bytes;
 use crate::builtin::{self, Kernel};
 use crate::ir::ElementwiseBuilder;
-use crate::ops::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use std::collections::{HashMap, HashSet};
 use tensorfn_core::DTypeKind;
 
@@ -239,8 +239,11 @@ fn every_builtin_is_well_formed() {
         .filter(|k| k.name.starts_with("tf_reduce_"))
         .count();
     assert_eq!(reduce, 5 * 7 + 4);
-    let softmax = all.iter().filter(|k| k.name.contains("softmax")).count();
-    assert_eq!(softmax, 8);
+    for op in RowOp::ALL {
+        let prefix = format!("tf_{}_", op.name());
+        let n = all.iter().filter(|k| k.name.starts_with(&prefix)).count();
+        assert_eq!(n, 4, "{}: one kernel per float dtype", op.name());
+    }
     let cat = all
         .iter()
         .filter(|k| k.name.starts_with("tf_cat_rows_"))
@@ -254,7 +257,7 @@ fn every_builtin_is_well_formed() {
 fn softmax_reads_short_rows_once() {
     let slots = builtin::SOFTMAX_REGISTER_COLS / builtin::BLOCK as usize;
     for dt in [DTypeKind::F32, DTypeKind::F64] {
-        let k = builtin::softmax(dt, false);
+        let k = builtin::row(RowOp::Softmax, dt);
         let e = &entries(&k.ptx)[0];
         let at = |what: &str| e.body.find(what).unwrap_or_else(|| panic!("{what}"));
         // The length test comes before both paths.
@@ -285,15 +288,15 @@ fn softmax_register_path_computes_each_exponential_once() {
         DTypeKind::F16,
         DTypeKind::BF16,
     ] {
-        for log in [false, true] {
-            let k = builtin::softmax(dt, log);
+        for op in [RowOp::Softmax, RowOp::LogSoftmax] {
+            let k = builtin::row(op, dt);
             let e = &entries(&k.ptx)[0];
             let long = e.body.find("$L_long_row").unwrap();
             let short_end = e.body[long + 1..].find("$L_long_row").unwrap() + long;
             // `exp` rounds its scaled argument to an integer once.
             let exps = |text: &str| text.matches("cvt.rni.").count();
             assert_eq!(exps(&e.body[long..short_end]), slots, "{}", k.name);
-            let passes = if log { 1 } else { 2 };
+            let passes = if op == RowOp::LogSoftmax { 1 } else { 2 };
             assert_eq!(exps(&e.body[short_end..]), passes, "{}", k.name);
         }
     }
@@ -309,8 +312,8 @@ fn softmax_16_bit_entries_declare_launch_bounds() {
         DTypeKind::F32,
         DTypeKind::F64,
     ] {
-        for log in [false, true] {
-            let k = builtin::softmax(dt, log);
+        for op in [RowOp::Softmax, RowOp::LogSoftmax] {
+            let k = builtin::row(op, dt);
             let bounds = format!(")\n.maxntid {}, 1, 1\n.minnctapersm 4\n{{", builtin::BLOCK);
             let half = matches!(dt, DTypeKind::F16 | DTypeKind::BF16);
             assert_eq!(k.ptx.contains(&bounds), half, "{}", k.name);
@@ -328,8 +331,8 @@ fn softmax_stages_short_16_bit_rows_in_shared_memory() {
     let slots = builtin::SOFTMAX_REGISTER_COLS / builtin::BLOCK as usize;
     let chunks = 2 * builtin::SOFTMAX_REGISTER_COLS / (16 * builtin::BLOCK as usize);
     for dt in [DTypeKind::F16, DTypeKind::BF16] {
-        for log in [false, true] {
-            let k = builtin::softmax(dt, log);
+        for op in [RowOp::Softmax, RowOp::LogSoftmax] {
+            let k = builtin::row(op, dt);
             assert!(k.ptx.contains(&format!(
                 ".shared .align 16 .b8 stage[{}];",
                 2 * builtin::SOFTMAX_REGISTER_COLS + 16
@@ -479,7 +482,7 @@ fn reductions_use_the_row_abi() {
     // 64-bit values and indices cross lanes as two 32-bit shuffles each
     assert_eq!(e.body.matches("shfl.sync.bfly.b32").count(), 2 * 2 * 2 * 5);
     assert!(e.body.contains("%nctaid.x"), "grid-stride over rows");
-    let s = builtin::softmax(DTypeKind::BF16, true);
+    let s = builtin::row(RowOp::LogSoftmax, DTypeKind::BF16);
     assert!(s.ptx.contains(".entry tf_log_softmax_bf16("));
 }
 

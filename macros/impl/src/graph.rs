@@ -5,7 +5,7 @@ use crate::ast::{Device, ScalarKind, Sp};
 use crate::shape::Dim;
 use std::fmt;
 use tensorfn_core::DTypeKind;
-use tensorfn_kernels::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 
 /// Index of a node in [`Graph::nodes`].
 pub type NodeId = usize;
@@ -209,14 +209,14 @@ pub enum Op {
         /// The reduced dim.
         dim: Option<usize>,
     },
-    /// `x.softmax(dim)` / `x.log_softmax(dim)`.
-    Softmax {
+    /// A row op along a dim: `x.softmax(dim)`, ...
+    Row {
+        /// The op.
+        op: RowOp,
         /// The source.
         x: NodeId,
         /// The normalised dim.
         dim: usize,
-        /// True for `log_softmax`.
-        log: bool,
     },
     /// `cat([..], dim)`.
     Cat {
@@ -315,7 +315,7 @@ impl Graph {
                 v.extend(beta.iter().chain(alpha.iter()));
                 v
             }
-            Op::Reshape { x, .. } | Op::Reduce { x, .. } | Op::Softmax { x, .. } => vec![*x],
+            Op::Reshape { x, .. } | Op::Reduce { x, .. } | Op::Row { x, .. } => vec![*x],
             Op::Narrow { x, start, len, .. } => {
                 let mut v = vec![*x];
                 for a in [start, len] {

@@ -8,6 +8,7 @@ pub(crate) mod elementwise;
 mod fused;
 pub(crate) mod matmul;
 pub(crate) mod reduce;
+pub(crate) mod rows;
 pub(crate) mod scalar;
 pub(crate) mod simd;
 pub(crate) mod softmax;
@@ -20,7 +21,7 @@ use crate::dtype::{DType, FloatDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
-use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, ReduceOp, RowOp, UnaryOp};
 use typed::{slice, vec, with_float_type, with_int_type, with_num_type};
 
 /// The host CPU as a [`Backend`].
@@ -267,15 +268,15 @@ impl Backend for CpuBackend {
         })
     }
 
-    fn softmax<T: FloatDType>(
+    fn row_op<T: FloatDType>(
         &self,
+        op: RowOp,
         x: &Vec<T>,
         l: &Layout,
         dim: usize,
-        log: bool,
     ) -> Result<Vec<T>> {
-        strided::check_extent("softmax", l, x.len())?;
-        Ok(with_float_type!(T, U => vec(softmax::softmax::<U>(slice(x), l, dim, log))))
+        strided::check_extent(op.name(), l, x.len())?;
+        Ok(with_float_type!(T, U => vec(rows::row_op::<U>(op, slice(x), l, dim))))
     }
 
     fn matmul<T: FloatDType>(

@@ -1,15 +1,12 @@
-//! Softmax and log-softmax along one dim, numerically stable (the row
-//! maximum is subtracted before `exp`) and computed in at least f32.
+//! The row loops of softmax, log-softmax and logsumexp, numerically
+//! stable (the row maximum is subtracted before `exp`) and computed in at
+//! least f32;
+//! [`rows`](super::rows) runs them over the rows of a tensor.
 
-use super::buffer::output_buffer;
-use super::copy::contiguous;
-use super::reduce::{pairwise_sum, rows};
+use super::reduce::pairwise_sum;
 use super::scalar::{CpuFloat, Real};
-use super::simd::vectorized;
-use super::strided::PAR_THRESHOLD;
-use crate::layout::Layout;
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
+use tensorfn_kernels::RowOp;
 
 /// The largest element of a non-empty row, NaN if any is NaN (PyTorch
 /// makes the whole row NaN then). Eight running maxima and a NaN flag, all
@@ -67,53 +64,61 @@ fn softmax_row<U: CpuFloat>(
     }
 }
 
-/// Softmax (or log-softmax) of `x` along `dim`, as a contiguous buffer of
-/// `l`'s dims.
-pub(crate) fn softmax<U: CpuFloat>(x: &[U], l: &Layout, dim: usize, log: bool) -> Vec<U> {
-    let r = rows(x, l, dim);
-    let n = r.outer * r.len;
-    let mut out = output_buffer(n);
-    let slots = &mut out.spare_capacity_mut()[..n];
-    if let Some(rows_per_task) = PAR_THRESHOLD.checked_div(r.len) {
-        let rows_per_task = rows_per_task.max(1);
-        let chunk = rows_per_task * r.len;
-        let work = |(o, i): (&mut [MaybeUninit<U>], &[U])| {
-            let mut tmp = Vec::with_capacity(r.len);
-            vectorized(
-                #[inline(always)]
-                || {
-                    for (o, i) in o.chunks_exact_mut(r.len).zip(i.chunks_exact(r.len)) {
-                        softmax_row(i, o, &mut tmp, log);
-                    }
-                },
-            )
-        };
-        if n >= PAR_THRESHOLD {
-            slots
-                .par_chunks_mut(chunk)
-                .zip(r.data.par_chunks(chunk))
-                .for_each(work);
-        } else {
-            work((slots, &r.data));
+/// Row op `op` of one row, written to `out` (one slot per element, or
+/// one for the row when `op` removes its dim); `tmp` is scratch space the
+/// caller keeps between rows. Every row op of the table is of the softmax
+/// family so far: a max, then a sum of `exp(x - max)`.
+#[inline(always)]
+pub(crate) fn row_op<U: CpuFloat>(
+    op: RowOp,
+    row: &[U],
+    out: &mut [MaybeUninit<U>],
+    tmp: &mut Vec<U::Acc>,
+) {
+    match op {
+        RowOp::Softmax => softmax_row(row, out, tmp, false),
+        RowOp::LogSoftmax => softmax_row(row, out, tmp, true),
+        RowOp::LogSumExp => {
+            out[0].write(logsumexp_row(row, tmp));
         }
     }
-    // SAFETY: every row was written above; with rows of length 0 there is
-    // nothing to write (`n` is 0).
-    unsafe { out.set_len(n) };
-    if r.perm.iter().enumerate().all(|(i, &p)| i == p) {
-        return out;
+}
+
+/// `log(sum(exp(x)))` of a row, shifted by its max, or by 0 where the max
+/// is infinite (as PyTorch: an all -inf row gives -inf, a +inf gives
+/// +inf); an empty row gives -inf.
+#[inline(always)]
+fn logsumexp_row<U: CpuFloat>(row: &[U], tmp: &mut Vec<U::Acc>) -> U {
+    if row.is_empty() {
+        return U::from_acc(-<U::Acc as Real>::from_f64(f64::INFINITY));
     }
-    // Rows were laid out with `dim` last; put it back in place.
-    let mut inverse = vec![0; r.perm.len()];
-    for (i, &p) in r.perm.iter().enumerate() {
-        inverse[p] = i;
-    }
-    contiguous(&out, &Layout::contiguous(&r.dims).permute(&inverse))
+    let m = row_max(row);
+    let inf = <U::Acc as Real>::from_f64(f64::INFINITY);
+    let shift = if m.abs() == inf {
+        <U::Acc as Real>::ZERO
+    } else {
+        m
+    };
+    tmp.clear();
+    tmp.extend(row.iter().map(|&v| v.to_acc() - shift));
+    U::from_acc(pairwise_sum(tmp, |d: U::Acc| d.exp()).ln() + shift)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::super::rows::row_op;
+    use super::CpuFloat;
+    use crate::layout::Layout;
+    use tensorfn_kernels::RowOp;
+
+    fn softmax<U: CpuFloat>(x: &[U], l: &Layout, dim: usize, log: bool) -> Vec<U> {
+        let op = if log {
+            RowOp::LogSoftmax
+        } else {
+            RowOp::Softmax
+        };
+        row_op(op, x, l, dim)
+    }
 
     #[test]
     fn stable_for_large_inputs() {
@@ -141,6 +146,28 @@ mod tests {
         for (a, &v) in y.iter().zip(&x) {
             assert!((*a as f64 - (v as f64 - 1.8 - ls)).abs() < 1e-6);
         }
+    }
+
+    #[test]
+    fn logsumexp_removes_the_dim_and_keeps_its_edges() {
+        let inf = f32::INFINITY;
+        let x = [0.0f32, 0.0, -inf, -inf, inf, 1.0, f32::NAN, 1.0];
+        let y = row_op(RowOp::LogSumExp, &x, &Layout::contiguous(&[4, 2]), 1);
+        assert!((y[0] - std::f32::consts::LN_2).abs() < 1e-7, "{y:?}");
+        assert_eq!(&y[1..3], &[-inf, inf]);
+        assert!(y[3].is_nan());
+        // Along the first dim, and along an empty one.
+        let y = row_op(RowOp::LogSumExp, &x, &Layout::contiguous(&[4, 2]), 0);
+        assert!(y[0].is_nan());
+        let want = (1.0 + 2.0 * std::f32::consts::E).ln();
+        assert!((y[1] - want).abs() < 1e-6, "{y:?}");
+        let y = row_op(
+            RowOp::LogSumExp,
+            &[] as &[f32],
+            &Layout::contiguous(&[3, 0]),
+            1,
+        );
+        assert_eq!(y, vec![-inf; 3]);
     }
 
     #[test]

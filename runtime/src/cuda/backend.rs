@@ -17,7 +17,7 @@ use crate::layout::Layout;
 use cudarc::driver::{result, sys};
 use std::borrow::Cow;
 use std::sync::Arc;
-use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, ReduceOp, RowOp, RowShape, UnaryOp};
 
 /// The CUDA backend for one ordinal.
 #[derive(Clone, Debug)]
@@ -542,32 +542,41 @@ impl Backend for CudaBackend {
         Ok(out)
     }
 
-    fn softmax<T: FloatDType>(
+    fn row_op<T: FloatDType>(
         &self,
+        op: RowOp,
         x: &CudaStorage<T>,
         l: &Layout,
         dim: usize,
-        log: bool,
     ) -> Result<CudaStorage<T>> {
         self.ctx.bind()?;
-        let op = if log { "log_softmax" } else { "softmax" };
-        Self::check_dim(op, l, dim)?;
-        check_extent(op, "self", x, l)?;
-        let n = l.numel();
-        if n == 0 {
+        Self::check_dim(op.name(), l, dim)?;
+        check_extent(op.name(), "self", x, l)?;
+        let cols = l.dims()[dim];
+        let rows = rows_without(l, dim);
+        let keeps = op.shape() == RowShape::Keep;
+        if rows == 0 || (cols == 0 && keeps) {
             return self.ctx.storage::<T>(0);
         }
-        let cols = l.dims()[dim];
-        let rows = n / cols;
+        if cols == 0 {
+            // One value per empty row: the op's value of no elements.
+            let empty = op.eval_f64(&[]).first().copied().unwrap_or(f64::NAN);
+            return self.full(rows, T::from_f64(empty));
+        }
+        let n = rows * if keeps { cols } else { 1 };
         let (input, _copy) = self.rows_of(x, l, dim)?;
         let out = self.ctx.storage::<T>(n)?;
         self.ctx.builtin_rows(
-            Builtin::Softmax(T::KIND, log),
+            Builtin::Row(op, T::KIND),
             out.device_ptr(),
             input,
             rows,
             cols,
         )?;
+        if !keeps {
+            // One value per row, in the order of the other dims.
+            return Ok(out);
+        }
         let perm = dim_last(l.rank(), dim);
         if perm.iter().enumerate().all(|(i, &p)| i == p) {
             return Ok(out);

@@ -18,7 +18,7 @@ use crate::random::SplitMix64;
 use half::{bf16, f16};
 use std::sync::{Mutex, MutexGuard};
 use tensorfn_kernels::abi::FusedKernel;
-use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, ReduceOp, RowOp, RowShape, UnaryOp};
 
 /// The backend of cuda:0, with a lock that runs the GPU tests one at a
 /// time (they read the shared allocator's counters), or `None` after
@@ -598,8 +598,8 @@ fn reductions_of_empty_dims() {
 }
 
 #[test]
-fn softmax_rows_match_the_interpreter_bit_for_bit() {
-    use tensorfn_kernels::interp::{softmax, HostData};
+fn row_ops_match_the_interpreter_bit_for_bit() {
+    use tensorfn_kernels::interp::{row, HostData};
     let Some((_serial, be)) = gpu() else { return };
     let mut rng = seed();
     fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
@@ -656,19 +656,24 @@ fn softmax_rows_match_the_interpreter_bit_for_bit() {
                     .collect::<Vec<f64>>(),
             );
             let l = Layout::new(vec![rows, cols], vec![cols, 1], offset);
-            for log in [false, true] {
-                let got = down(&be.softmax(&s, &l, 1, log).unwrap(), l.dims());
-                let want = softmax(&host, checked.len(), cols, log)
-                    .unwrap()
-                    .to_f64_vec();
+            for op in RowOp::ALL {
+                // Outputs per row: the row's, or one.
+                let per_row = if op.shape() == RowShape::Keep {
+                    cols
+                } else {
+                    1
+                };
+                let got = down(&be.row_op(op, &s, &l, 1).unwrap(), &[rows, per_row]);
+                let want = row(op, &host, checked.len(), cols).unwrap().to_f64_vec();
                 for (k, &r) in checked.iter().enumerate() {
-                    for c in 0..cols {
-                        let g = got[r * cols + c].to_f64();
-                        let w = want[k * cols + c];
+                    for c in 0..per_row {
+                        let g = got[r * per_row + c].to_f64();
+                        let w = want[k * per_row + c];
                         assert!(
                             g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                            "{} log={log} {rows}x{cols} at offset {offset} [{r}, {c}]: \
+                            "{} {} {rows}x{cols} at offset {offset} [{r}, {c}]: \
                              GPU {g}, interpreter {w}",
+                            op.name(),
                             T::KIND
                         );
                     }
@@ -731,7 +736,7 @@ fn cat_rows_match_the_host_for_every_unit() {
 }
 
 #[test]
-fn softmax_along_every_dim() {
+fn row_ops_along_every_dim() {
     let Some((_serial, be)) = gpu() else { return };
     let mut rng = seed();
     fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
@@ -739,34 +744,40 @@ fn softmax_along_every_dim() {
         let l = Layout::contiguous(&[5, 300, 4]).permute(&[1, 0, 2]);
         let data: Vec<T> = random(rng, 6000, -8.0, 8.0);
         let s = up(be, &data);
+        // Reference in output (row-major) order of `l`.
+        let vals: Vec<f64> = gather(&data, &l).iter().map(|x| x.to_f64()).collect();
+        let dims = l.dims();
+        let strides = crate::layout::contiguous_strides(dims);
         for dim in 0..3 {
-            for log in [false, true] {
-                let got = down(&be.softmax(&s, &l, dim, log).unwrap(), l.dims());
-                // Reference in output (row-major) order of `l`.
-                let vals: Vec<f64> = gather(&data, &l).iter().map(|x| x.to_f64()).collect();
-                let dims = l.dims();
-                let strides = crate::layout::contiguous_strides(dims);
-                let want: Vec<f64> = (0..vals.len())
-                    .map(|i| {
-                        let pos = (i / strides[dim]) % dims[dim];
-                        let base = i - pos * strides[dim];
-                        let lane: Vec<f64> = (0..dims[dim])
-                            .map(|j| vals[base + j * strides[dim]])
-                            .collect();
-                        let m = lane.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                        let z: f64 = lane.iter().map(|x| (x - m).exp()).sum();
-                        if log {
-                            vals[i] - m - z.ln()
-                        } else {
-                            (vals[i] - m).exp() / z
-                        }
-                    })
-                    .collect();
-                let what = format!(
-                    "{}softmax {} dim {dim}",
-                    if log { "log_" } else { "" },
-                    T::KIND
-                );
+            let pos = |i: usize| (i / strides[dim]) % dims[dim];
+            let lane = |base: usize| -> Vec<f64> {
+                (0..dims[dim])
+                    .map(|j| vals[base + j * strides[dim]])
+                    .collect()
+            };
+            for op in RowOp::ALL {
+                let (want, out_dims): (Vec<f64>, Vec<usize>) = match op.shape() {
+                    RowShape::Keep => (
+                        (0..vals.len())
+                            .map(|i| op.eval_f64(&lane(i - pos(i) * strides[dim]))[pos(i)])
+                            .collect(),
+                        dims.to_vec(),
+                    ),
+                    // The lanes' first elements come in the order of the
+                    // other dims.
+                    RowShape::Reduce => (
+                        (0..vals.len())
+                            .filter(|&i| pos(i) == 0)
+                            .map(|i| op.eval_f64(&lane(i))[0])
+                            .collect(),
+                        (0..dims.len())
+                            .filter(|&d| d != dim)
+                            .map(|d| dims[d])
+                            .collect(),
+                    ),
+                };
+                let got = down(&be.row_op(op, &s, &l, dim).unwrap(), &out_dims);
+                let what = format!("{} {} dim {dim}", op.name(), T::KIND);
                 assert_close(&what, &got, &want, 8.0 * e, 8.0 * e);
             }
         }

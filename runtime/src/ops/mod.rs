@@ -18,8 +18,8 @@ mod into;
 mod matmul;
 pub(crate) mod output;
 mod reduce;
+mod rows;
 mod select;
-mod softmax;
 mod unary;
 mod view;
 

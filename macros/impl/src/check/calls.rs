@@ -125,13 +125,13 @@ impl<'s, 'k> Checker<'s, 'k> {
                 let ((x, ix), (y, iy)) = (tensor(0), tensor(1));
                 self.matmul(name, (ix, x), (iy, y), e)
             }
-            OpKind::Softmax { .. } => {
+            OpKind::Row(op) => {
                 let (x, id) = tensor(0);
                 let Some(o) = self.tensor(id, x, name) else {
                     return self.error_node(e);
                 };
                 let dim = a.last().copied().flatten().expect("required");
-                self.softmax(name, id, o, dim, e)
+                self.row_op(op, id, o, dim, e)
             }
             other => unreachable!("{other:?} reads its own arguments"),
         }

@@ -1,4 +1,4 @@
-//! Shape operations: `cat`, reshapes and views, reductions, `softmax`,
+//! Shape operations: `cat`, reshapes and views, reductions, row ops,
 //! `narrow` and indexing.
 
 use super::*;
@@ -52,26 +52,40 @@ impl<'s, 'k> Checker<'s, 'k> {
         }
     }
 
-    pub(super) fn softmax(
+    /// A row op of the table (`x.softmax(dim)`): a float tensor, a dim of
+    /// it whose size is not 1, and the result's dims by the op's shape.
+    pub(super) fn row_op(
         &mut self,
-        name: &str,
+        op: RowOp,
         id: NodeId,
         o: Operand<'_>,
         d: &Expr,
         e: &Expr,
     ) -> NodeId {
+        let name = op.name();
         let Some(dim) = self.dim_arg(d, name, &o) else {
             return self.error_node(e);
         };
         if !self.need_float(name, &o) {
             return self.error_node(e);
         }
-        if let Err(err) = rules::reduce_size_one(name, (&o.ex.to_string(), &o.ty.dims), dim) {
+        let x = (o.ex.to_string(), &o.ty.dims);
+        if let Err(err) = rules::reduce_size_one(name, (&x.0, x.1), dim) {
             self.error(&d.sp, err.message);
             return self.error_node(e);
         }
-        let log = name == "log_softmax";
-        self.push(Op::Softmax { x: id, dim, log }, Ty::Tensor(o.ty), e)
+        let dims = match op.shape() {
+            RowShape::Keep => o.ty.dims.clone(),
+            RowShape::Reduce => match rules::reduce(name, (&x.0, x.1), dim, false) {
+                Ok(dims) => dims,
+                Err(err) => {
+                    self.error(&e.sp, err.message);
+                    return self.error_node(e);
+                }
+            },
+        };
+        let ty = TensorTy { dims, ..o.ty };
+        self.push(Op::Row { op, x: id, dim }, Ty::Tensor(ty), e)
     }
 
     /// `x.t()`, `x.permute([..])`, `x.transpose(d0, d1)`: the same

@@ -263,13 +263,11 @@ impl FnGen<'_> {
                     }
                 }
             }
-            Op::Softmax { x, dim, log } => {
+            Op::Row { op, x, dim } => {
+                // The typed method named after the op (`x.softmax::<1>()`).
                 let x = self.reference(*x);
-                if *log {
-                    quote!(#x.log_softmax::<#dim>()?)
-                } else {
-                    quote!(#x.softmax::<#dim>()?)
-                }
+                let m = format_ident!("{}", op.name());
+                quote!(#x.#m::<#dim>()?)
             }
             Op::Cat { xs, dim } => {
                 // Pairwise: each step's shape type has the joined dim so far.
