@@ -99,64 +99,20 @@ macro_rules! define_binary_op {
             $(composite: |$cm:ident, $ca:ident, $cb:ident| $composite:block,)?
         }
     )*) => {
-        /// A function of two elements (see the [module docs](self)).
-        ///
-        /// ```
-        /// use tensorfn_core::ops::BinaryOp;
-        /// assert_eq!(BinaryOp::Sub.eval_f64(5.0, 2.0), 3.0);
-        /// assert_eq!(BinaryOp::Max.symbol(), None);
-        /// ```
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum BinaryOp {
-            $($(#[doc = $doc])* $V,)*
+        op_enum! {
+            /// A function of two elements (see the [module docs](self)).
+            ///
+            /// ```
+            /// use tensorfn_core::ops::BinaryOp;
+            /// assert_eq!(BinaryOp::Sub.eval_f64(5.0, 2.0), 3.0);
+            /// assert_eq!(BinaryOp::Max.symbol(), None);
+            /// ```
+            BinaryOp {
+                $($(#[doc = $doc])* $V => $m),*
+            }
         }
 
         impl BinaryOp {
-            /// Every binary op, in catalogue order.
-            ///
-            /// ```
-            /// use tensorfn_core::ops::BinaryOp;
-            /// let arithmetic = BinaryOp::ALL.iter().filter(|op| op.symbol().is_some()).count();
-            /// assert_eq!(arithmetic, 4);
-            /// ```
-            pub const ALL: [BinaryOp; [$(stringify!($V)),*].len()] = [$(BinaryOp::$V),*];
-
-            /// The name used in `tensor_fn!`, the typed API and kernel names.
-            ///
-            /// ```
-            /// use tensorfn_core::ops::BinaryOp;
-            /// assert_eq!(BinaryOp::Max.name(), "maximum"); // as `torch.maximum`
-            /// assert_eq!(BinaryOp::Pow.name(), "pow");
-            /// ```
-            pub const fn name(self) -> &'static str {
-                match self {
-                    $(BinaryOp::$V => stringify!($m),)*
-                }
-            }
-
-            /// What the op computes, in one sentence (for messages).
-            ///
-            /// ```
-            /// use tensorfn_core::ops::BinaryOp;
-            /// assert!(BinaryOp::Elu.summary().contains("alpha"));
-            /// ```
-            pub fn summary(self) -> &'static str {
-                match self {
-                    $(BinaryOp::$V => [$($doc),*][0].trim(),)*
-                }
-            }
-
-            /// Looks an op up by [`name`](Self::name).
-            ///
-            /// ```
-            /// use tensorfn_core::ops::BinaryOp;
-            /// assert_eq!(BinaryOp::from_name("minimum"), Some(BinaryOp::Min));
-            /// assert_eq!(BinaryOp::from_name("min"), None); // the reduction
-            /// ```
-            pub fn from_name(name: &str) -> Option<BinaryOp> {
-                BinaryOp::ALL.into_iter().find(|op| op.name() == name)
-            }
-
             /// The Rust operator, for the four arithmetic ops.
             ///
             /// ```

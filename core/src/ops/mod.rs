@@ -25,6 +25,55 @@
 //! assert_eq!(ops::closest("sofmax", ops::Form::Method), Some("softmax"));
 //! ```
 
+/// The part every op table's enum shares: the enum with its variants'
+/// docs, `ALL` in catalogue order, `name`, `summary` (the first doc line)
+/// and `from_name`. Each table's own `define_*` macro calls it, then adds
+/// the methods of its entries' other fields.
+macro_rules! op_enum {
+    ($(#[doc = $edoc:literal])* $Enum:ident {
+        $($(#[doc = $doc:literal])* $V:ident => $m:ident),* $(,)?
+    }) => {
+        $(#[doc = $edoc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $Enum {
+            $($(#[doc = $doc])* $V,)*
+        }
+
+        impl $Enum {
+            /// Every op of the table, in catalogue order.
+            ///
+            #[doc = concat!("```\nuse tensorfn_core::ops::", stringify!($Enum), ";\nlet all = ", stringify!($Enum), "::ALL;\nassert!(all.iter().all(|op| ", stringify!($Enum), "::from_name(op.name()) == Some(*op)));\n```")]
+            pub const ALL: [$Enum; [$(stringify!($V)),*].len()] = [$($Enum::$V),*];
+
+            /// The name used in `tensor_fn!`, the typed API and kernel names.
+            ///
+            #[doc = concat!("```\nuse tensorfn_core::ops::", stringify!($Enum), ";\nassert!(", stringify!($Enum), "::ALL.iter().all(|op| !op.name().is_empty()));\n```")]
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $($Enum::$V => stringify!($m),)*
+                }
+            }
+
+            /// What the op computes, in one sentence (the first line of its
+            /// doc, for messages).
+            ///
+            #[doc = concat!("```\nuse tensorfn_core::ops::", stringify!($Enum), ";\nassert!(", stringify!($Enum), "::ALL.iter().all(|op| !op.summary().is_empty()));\n```")]
+            pub fn summary(self) -> &'static str {
+                match self {
+                    $($Enum::$V => [$($doc),*][0].trim(),)*
+                }
+            }
+
+            /// Looks an op up by [`name`](Self::name).
+            ///
+            #[doc = concat!("```\nuse tensorfn_core::ops::", stringify!($Enum), ";\nassert_eq!(", stringify!($Enum), "::from_name(\"no_such_op\"), None);\n```")]
+            pub fn from_name(name: &str) -> Option<$Enum> {
+                $Enum::ALL.into_iter().find(|op| op.name() == name)
+            }
+        }
+    };
+}
+
 pub mod binary;
 pub mod erf_coeffs;
 pub mod math;

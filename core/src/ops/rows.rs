@@ -129,63 +129,21 @@ macro_rules! define_row_op {
             derivative: $derivative:ident,
         }
     )*) => {
-        /// A function of a whole row along one dim (see the
-        /// [module docs](self)).
-        ///
-        /// ```
-        /// use tensorfn_core::ops::RowOp;
-        /// assert_eq!(RowOp::LogSoftmax.name(), "log_softmax");
-        /// assert_eq!(RowOp::from_name("softmax"), Some(RowOp::Softmax));
-        /// ```
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum RowOp {
-            $($(#[doc = $doc])* $V,)*
+        op_enum! {
+            /// A function of a whole row along one dim (see the
+            /// [module docs](self)).
+            ///
+            /// ```
+            /// use tensorfn_core::ops::RowOp;
+            /// assert_eq!(RowOp::LogSoftmax.name(), "log_softmax");
+            /// assert_eq!(RowOp::from_name("softmax"), Some(RowOp::Softmax));
+            /// ```
+            RowOp {
+                $($(#[doc = $doc])* $V => $m),*
+            }
         }
 
         impl RowOp {
-            /// Every row op, in catalogue order.
-            ///
-            /// ```
-            /// use tensorfn_core::ops::RowOp;
-            /// assert!(RowOp::ALL.iter().all(|op| RowOp::from_name(op.name()) == Some(*op)));
-            /// ```
-            pub const ALL: [RowOp; [$(stringify!($V)),*].len()] = [$(RowOp::$V),*];
-
-            /// The name used in `tensor_fn!`, the typed API and kernel names.
-            ///
-            /// ```
-            /// use tensorfn_core::ops::RowOp;
-            /// assert_eq!(RowOp::Softmax.name(), "softmax");
-            /// ```
-            pub const fn name(self) -> &'static str {
-                match self {
-                    $(RowOp::$V => stringify!($m),)*
-                }
-            }
-
-            /// What the op computes, in one sentence (for messages).
-            ///
-            /// ```
-            /// use tensorfn_core::ops::RowOp;
-            /// assert!(RowOp::Softmax.summary().contains("exp(x)"));
-            /// ```
-            pub fn summary(self) -> &'static str {
-                match self {
-                    $(RowOp::$V => [$($doc),*][0].trim(),)*
-                }
-            }
-
-            /// Looks an op up by [`name`](Self::name).
-            ///
-            /// ```
-            /// use tensorfn_core::ops::RowOp;
-            /// assert_eq!(RowOp::from_name("log_softmax"), Some(RowOp::LogSoftmax));
-            /// assert_eq!(RowOp::from_name("sum"), None); // a reduction
-            /// ```
-            pub fn from_name(name: &str) -> Option<RowOp> {
-                RowOp::ALL.into_iter().find(|op| op.name() == name)
-            }
-
             /// The result's dtype.
             ///
             /// ```

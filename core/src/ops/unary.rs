@@ -238,64 +238,21 @@ macro_rules! define_unary_op {
             $(math: $mf:ident,)?
         }
     )*) => {
-        /// A function of one element (see the [module docs](self)).
-        ///
-        /// ```
-        /// use tensorfn_core::ops::UnaryOp;
-        /// assert_eq!(UnaryOp::Sigmoid.name(), "sigmoid");
-        /// assert!(UnaryOp::Exp.needs_float());
-        /// assert!(!UnaryOp::Neg.needs_float());
-        /// ```
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum UnaryOp {
-            $($(#[doc = $doc])* $V,)*
+        op_enum! {
+            /// A function of one element (see the [module docs](self)).
+            ///
+            /// ```
+            /// use tensorfn_core::ops::UnaryOp;
+            /// assert_eq!(UnaryOp::Sigmoid.name(), "sigmoid");
+            /// assert!(UnaryOp::Exp.needs_float());
+            /// assert!(!UnaryOp::Neg.needs_float());
+            /// ```
+            UnaryOp {
+                $($(#[doc = $doc])* $V => $m),*
+            }
         }
 
         impl UnaryOp {
-            /// Every unary op, in catalogue order.
-            ///
-            /// ```
-            /// use tensorfn_core::ops::UnaryOp;
-            /// assert!(UnaryOp::ALL.iter().all(|op| UnaryOp::from_name(op.name()) == Some(*op)));
-            /// ```
-            pub const ALL: [UnaryOp; [$(stringify!($V)),*].len()] = [$(UnaryOp::$V),*];
-
-            /// The name used in `tensor_fn!`, the typed API and kernel names.
-            ///
-            /// ```
-            /// use tensorfn_core::ops::UnaryOp;
-            /// assert_eq!(UnaryOp::Rsqrt.name(), "rsqrt");
-            /// assert_eq!(UnaryOp::GeluErf.name(), "gelu_erf");
-            /// ```
-            pub const fn name(self) -> &'static str {
-                match self {
-                    $(UnaryOp::$V => stringify!($m),)*
-                }
-            }
-
-            /// What the op computes, in one sentence (for messages).
-            ///
-            /// ```
-            /// use tensorfn_core::ops::UnaryOp;
-            /// assert!(UnaryOp::Log1p.summary().contains("ln(1 + x)"));
-            /// ```
-            pub fn summary(self) -> &'static str {
-                match self {
-                    $(UnaryOp::$V => [$($doc),*][0].trim(),)*
-                }
-            }
-
-            /// Looks an op up by [`name`](Self::name).
-            ///
-            /// ```
-            /// use tensorfn_core::ops::UnaryOp;
-            /// assert_eq!(UnaryOp::from_name("gelu"), Some(UnaryOp::Gelu));
-            /// assert_eq!(UnaryOp::from_name("softmax"), None); // a row op
-            /// ```
-            pub fn from_name(name: &str) -> Option<UnaryOp> {
-                UnaryOp::ALL.into_iter().find(|op| op.name() == name)
-            }
-
             /// True for ops defined only on floating-point dtypes.
             ///
             /// ```
