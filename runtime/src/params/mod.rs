@@ -228,11 +228,12 @@ impl<P: Params> Params for Vec<P> {
 
     fn load_named(prefix: &str, loader: &mut Loader<'_>) -> Result<Self> {
         let mut items = Vec::new();
-        while loader.has(&join(prefix, &items.len().to_string())) {
-            items.push(P::load_named(
-                &join(prefix, &items.len().to_string()),
-                loader,
-            )?);
+        loop {
+            let name = join(prefix, &items.len().to_string());
+            if !loader.has(&name) {
+                break;
+            }
+            items.push(P::load_named(&name, loader)?);
         }
         Ok(items)
     }
