@@ -97,6 +97,18 @@ pub struct TensorFn {
     pub body: Body,
 }
 
+impl TensorFn {
+    /// The tensor types of the signature: the parameters', then the
+    /// results'.
+    pub fn shapes(&self) -> impl Iterator<Item = &TensorTyAst> {
+        let params = self.params.iter().filter_map(|p| match &p.ty {
+            ParamTy::Tensor(t) => Some(t),
+            ParamTy::Scalar(_) => None,
+        });
+        params.chain(&self.ret.tensors)
+    }
+}
+
 /// A parameter: a tensor reference or a scalar.
 #[derive(Debug)]
 pub struct Param {
@@ -215,17 +227,38 @@ pub enum DimExpr {
 }
 
 impl DimExpr {
-    /// The names in the expression, in order (`B`, `SEQ_LEN`, `dims::M`).
-    pub fn names(&self) -> Vec<String> {
+    /// The leaves of the expression (literals, names, `_`, `-1`), in order.
+    fn leaves(&self) -> Vec<&DimExpr> {
         match self {
-            DimExpr::Sym(s) | DimExpr::Item(s) => vec![s.clone()],
             DimExpr::Add(a, b) | DimExpr::Mul(a, b) => {
-                let mut v = a.names();
-                v.extend(b.names());
+                let mut v = a.leaves();
+                v.extend(b.leaves());
                 v
             }
-            DimExpr::Lit(_) | DimExpr::Infer | DimExpr::Anon => vec![],
+            leaf => vec![leaf],
         }
+    }
+
+    /// The names in the expression, in order (`B`, `SEQ_LEN`, `dims::M`).
+    pub fn names(&self) -> Vec<String> {
+        self.leaves()
+            .into_iter()
+            .filter_map(|l| match l {
+                DimExpr::Sym(s) | DimExpr::Item(s) => Some(s.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The names marked as `const` items (`{M}`, `dims::M`), in order.
+    pub fn marked_items(&self) -> Vec<String> {
+        self.leaves()
+            .into_iter()
+            .filter_map(|l| match l {
+                DimExpr::Item(s) => Some(s.clone()),
+                _ => None,
+            })
+            .collect()
     }
 }
 

@@ -268,13 +268,9 @@ pub fn signature(f: &TensorFn) -> Result<Signature, Vec<syn::Error>> {
         symbols.map.insert(g.to_string(), SymKind::Generic);
     }
     // A name marked as a `const` item anywhere (`{M}`) is one everywhere.
-    let shapes = f.params.iter().filter_map(|p| match &p.ty {
-        ParamTy::Tensor(t) => Some(t),
-        ParamTy::Scalar(_) => None,
-    });
-    for t in shapes.chain(&f.ret.tensors) {
+    for t in f.shapes() {
         for d in &t.dims {
-            for s in dim_items(&d.expr) {
+            for s in d.expr.marked_items() {
                 symbols.map.entry(s).or_insert(SymKind::ConstItem);
             }
         }
@@ -378,16 +374,4 @@ pub fn signature(f: &TensorFn) -> Result<Signature, Vec<syn::Error>> {
         symbols,
         entry_checks,
     })
-}
-
-fn dim_items(e: &DimExpr) -> Vec<String> {
-    match e {
-        DimExpr::Item(s) => vec![s.clone()],
-        DimExpr::Add(a, b) | DimExpr::Mul(a, b) => {
-            let mut v = dim_items(a);
-            v.extend(dim_items(b));
-            v
-        }
-        _ => vec![],
-    }
 }

@@ -11,12 +11,8 @@ use std::collections::BTreeMap;
 /// The span of each `const` item's first appearance in `f`'s signature, by
 /// the name its mentions end with (`HEADS` for `dims::HEADS`).
 pub(super) fn item_spans(f: &TensorFn, symbols: &Symbols) -> BTreeMap<String, Span> {
-    let shapes = f.params.iter().filter_map(|p| match &p.ty {
-        ParamTy::Tensor(t) => Some(t),
-        ParamTy::Scalar(_) => None,
-    });
     let mut spans = BTreeMap::new();
-    for t in shapes.chain(&f.ret.tensors) {
+    for t in f.shapes() {
         for d in &t.dims {
             for name in d.expr.names() {
                 if symbols.is_const_item(&name) {
