@@ -16,7 +16,7 @@
 
 use tensorfn::prelude::*;
 use tensorfn::{DType, Shape};
-use tensorfn_core::ops::{self, OpKind};
+use tensorfn_core::ops::{self, OpKind, ReduceOp};
 
 /// A catalogue op walked here, with the forms its walk writes.
 struct Walked {
@@ -411,19 +411,9 @@ fn bmap(ops: &[(&[f64], &[usize])], f: impl Fn(&[f64]) -> f64) -> (Vec<usize>, V
     (out, vals)
 }
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Red {
-    Sum,
-    Mean,
-    Max,
-    Min,
-    ArgMax,
-    ArgMin,
-}
-
 /// One lane reduced, with its tolerance; `None` where the op is undefined
 /// (the max of nothing).
-fn reduce_lane(op: Red, lane: &[f64], eps: f64) -> Option<(f64, f64)> {
+fn reduce_lane(op: ReduceOp, lane: &[f64], eps: f64) -> Option<(f64, f64)> {
     let n = lane.len();
     let nan = lane.iter().position(|v| v.is_nan());
     let pick = |better: fn(f64, f64) -> bool| -> Option<usize> {
@@ -449,25 +439,25 @@ fn reduce_lane(op: Red, lane: &[f64], eps: f64) -> Option<(f64, f64)> {
     }
     let bound = (n + 2) as f64 * eps * mag;
     match op {
-        Red::Sum => Some((sum, bound)),
-        Red::Mean => {
+        ReduceOp::Sum => Some((sum, bound)),
+        ReduceOp::Mean => {
             let m = sum / n as f64;
             Some((m, bound / n as f64 + eps * m.abs()))
         }
-        Red::Max => pick(|a, b| a > b).map(|i| (lane[i], 0.0)),
-        Red::Min => pick(|a, b| a < b).map(|i| (lane[i], 0.0)),
-        Red::ArgMax => pick(|a, b| a > b).map(|i| (i as f64, 0.0)),
-        Red::ArgMin => pick(|a, b| a < b).map(|i| (i as f64, 0.0)),
+        ReduceOp::Max => pick(|a, b| a > b).map(|i| (lane[i], 0.0)),
+        ReduceOp::Min => pick(|a, b| a < b).map(|i| (lane[i], 0.0)),
+        ReduceOp::ArgMax => pick(|a, b| a > b).map(|i| (i as f64, 0.0)),
+        ReduceOp::ArgMin => pick(|a, b| a < b).map(|i| (i as f64, 0.0)),
     }
 }
 
 /// `op` along `dim` (`None`: over everything); `None` when PyTorch gives
 /// an error.
-fn reduce_ref(op: Red, x: &[f64], d: &[usize], dim: Option<usize>, eps: f64) -> Option<Want> {
+fn reduce_ref(op: ReduceOp, x: &[f64], d: &[usize], dim: Option<usize>, eps: f64) -> Option<Want> {
     let (ls, dims) = match dim {
         None => (vec![x.to_vec()], vec![]),
         Some(k) => {
-            let undefined = d[k] == 0 && !matches!(op, Red::Sum | Red::Mean);
+            let undefined = d[k] == 0 && !matches!(op, ReduceOp::Sum | ReduceOp::Mean);
             if undefined {
                 return None;
             }
@@ -699,7 +689,7 @@ fn check_or_err<O: Outs>(what: &str, got: Result<O>, want: &[Option<Want>]) {
 /// on `dims_by_rank`.
 macro_rules! walk_reduce {
     ($op:ident, $red:expr, $x:ident, $d:ident, $xv:ident) => {{
-        let red: Red = $red;
+        let red: ReduceOp = $red;
         let what = |r: usize| format!("{} at rank {r}, dims {:?}", stringify!($op), $d[r]);
         let refs = |r: usize, xv: &[f64]| -> Vec<Option<Want>> {
             REDUCE_DIMS[r]
@@ -797,12 +787,12 @@ fn reductions_along_each_dim() {
             _ => empty_dims(&mut rng),
         };
         let (xv, x) = inputs_by_rank(&mut rng, &d, SPECIAL);
-        walk_reduce!(sum, Red::Sum, x, d, xv);
-        walk_reduce!(mean, Red::Mean, x, d, xv);
-        walk_reduce!(max, Red::Max, x, d, xv);
-        walk_reduce!(min, Red::Min, x, d, xv);
-        walk_reduce!(argmax, Red::ArgMax, x, d, xv);
-        walk_reduce!(argmin, Red::ArgMin, x, d, xv);
+        walk_reduce!(sum, ReduceOp::Sum, x, d, xv);
+        walk_reduce!(mean, ReduceOp::Mean, x, d, xv);
+        walk_reduce!(max, ReduceOp::Max, x, d, xv);
+        walk_reduce!(min, ReduceOp::Min, x, d, xv);
+        walk_reduce!(argmax, ReduceOp::ArgMax, x, d, xv);
+        walk_reduce!(argmin, ReduceOp::ArgMin, x, d, xv);
     }
 }
 
@@ -854,7 +844,7 @@ fn reductions_over_everything() {
         };
         let (xv, x) = inputs_by_rank(&mut rng, &d, SPECIAL);
         let all = |xv: &[f64], r: usize| -> Vec<Option<Want>> {
-            [Red::Sum, Red::Mean, Red::Max, Red::Min]
+            [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min]
                 .iter()
                 .map(|&op| reduce_ref(op, xv, &d[r], None, EPS))
                 .collect()
@@ -897,13 +887,13 @@ fn reductions_in_f32_and_integers() {
         let x: Tensor<Cpu, f32, S2> = tensor(&xv, &d);
         let r = |op, dim| reduce_ref(op, &xv, &d, dim, EPS32);
         let want = [
-            r(Red::Sum, Some(0)),
-            r(Red::Mean, Some(1)),
-            r(Red::Max, Some(0)),
-            r(Red::Min, Some(1)),
-            r(Red::ArgMax, Some(0)),
-            r(Red::ArgMin, Some(1)),
-            r(Red::Sum, None),
+            r(ReduceOp::Sum, Some(0)),
+            r(ReduceOp::Mean, Some(1)),
+            r(ReduceOp::Max, Some(0)),
+            r(ReduceOp::Min, Some(1)),
+            r(ReduceOp::ArgMax, Some(0)),
+            r(ReduceOp::ArgMin, Some(1)),
+            r(ReduceOp::Sum, None),
         ];
         check_or_err(&format!("f32 reductions of {d:?}"), reduce32(&x), &want);
         check_or_err("typed f32 sum", x.sum::<0>().map(|t| t.outs()), &want[0..1]);
@@ -925,12 +915,12 @@ fn reductions_in_f32_and_integers() {
         let x: Tensor<Cpu, i64, S3> = tensor(&xv, &d);
         let r = |op, dim| reduce_ref(op, &xv, &d, dim, 0.0);
         let want = [
-            r(Red::Sum, Some(0)),
-            r(Red::Max, Some(1)),
-            r(Red::Min, Some(2)),
-            r(Red::ArgMax, Some(0)),
-            r(Red::ArgMin, Some(1)),
-            r(Red::Sum, None),
+            r(ReduceOp::Sum, Some(0)),
+            r(ReduceOp::Max, Some(1)),
+            r(ReduceOp::Min, Some(2)),
+            r(ReduceOp::ArgMax, Some(0)),
+            r(ReduceOp::ArgMin, Some(1)),
+            r(ReduceOp::Sum, None),
         ];
         check_or_err(&format!("i64 reductions of {d:?}"), reduce_int(&x), &want);
         check_or_err("typed i64 max", x.max::<1>().map(|t| t.outs()), &want[1..2]);
