@@ -15,43 +15,29 @@ mod common;
 
 use common::{check_close, matmul_f64, on_best_device, seed, to_f64, AnyResult};
 use tensorfn::prelude::*;
-use tensorfn::Device;
 
 const BATCH: usize = 4;
 
-/// The model, written once and compiled for each device below.
-macro_rules! mlp_on {
-    ($device:ident) => {
-        tensor_fn! {
-            /// Class probabilities of a batch of 784-pixel images:
-            /// `softmax(relu(x @ w1 + b1) @ w2 + b2)`.
-            pub fn mlp<const B: usize>(
-                x: &Tensor<$device, f32, [B, 784]>,
-                w1: &Tensor<$device, f32, [784, 128]>,
-                b1: &Tensor<$device, f32, [128]>,
-                w2: &Tensor<$device, f32, [128, 10]>,
-                b2: &Tensor<$device, f32, [10]>,
-            ) -> Tensor<$device, f32, [B, 10]> {
-                let hidden = relu(addmm(b1, x, w1));
-                // `addmm(b1, hidden, w2)` would not compile: "`addmm` cannot
-                // broadcast `b1` [128] to the result shape [B, 10]".
-                addmm(b2, hidden, w2).softmax(1)
-            }
-        }
-    };
+tensor_fn! {
+    /// Class probabilities of a batch of 784-pixel images:
+    /// `softmax(relu(x @ w1 + b1) @ w2 + b2)`, on any device `D` and in any
+    /// float dtype `T`.
+    pub fn mlp<D: Device, T: Float, const B: usize>(
+        x: &Tensor<D, T, [B, 784]>,
+        w1: &Tensor<D, T, [784, 128]>,
+        b1: &Tensor<D, T, [128]>,
+        w2: &Tensor<D, T, [128, 10]>,
+        b2: &Tensor<D, T, [10]>,
+    ) -> Tensor<D, T, [B, 10]> {
+        let hidden = relu(addmm(b1, x, w1));
+        // `addmm(b1, hidden, w2)` would not compile: "`addmm` cannot
+        // broadcast `b1` [128] to the result shape [B, 10]".
+        addmm(b2, hidden, w2).softmax(1)
+    }
 }
 
-mod cpu {
-    use super::*;
-    mlp_on!(Cpu);
-}
-
-mod gpu {
-    use super::*;
-    mlp_on!(Cuda);
-}
-
-/// The weights on device `D`.
+/// The weights, on device `D`, named as they are in a safetensors file.
+#[derive(Params)]
 pub struct Weights<D: Device> {
     w1: Tensor<D, f32, shape![784, 128]>,
     b1: Tensor<D, f32, shape![128]>,
@@ -59,77 +45,31 @@ pub struct Weights<D: Device> {
     b2: Tensor<D, f32, shape![10]>,
 }
 
-impl<D: Device> Weights<D> {
-    /// Random weights scaled like PyTorch's default `nn.Linear` init,
-    /// drawn on the host and moved to `D`.
+impl Weights<Cpu> {
+    /// Random weights scaled like PyTorch's default `nn.Linear` init.
     pub fn random(seed: u64) -> Result<Self> {
         let (s1, s2) = (1.0 / 784f32.sqrt(), 1.0 / 128f32.sqrt());
         Ok(Weights {
-            w1: Tensor::<Cpu, f32, _>::randn(seed)?
-                .mul_scalar(s1)?
-                .to_device()?,
-            b1: Tensor::<Cpu, f32, _>::randn(seed + 1)?
-                .mul_scalar(s1)?
-                .to_device()?,
-            w2: Tensor::<Cpu, f32, _>::randn(seed + 2)?
-                .mul_scalar(s2)?
-                .to_device()?,
-            b2: Tensor::<Cpu, f32, _>::randn(seed + 3)?
-                .mul_scalar(s2)?
-                .to_device()?,
+            w1: Tensor::randn(seed)?.mul_scalar(s1)?,
+            b1: Tensor::randn(seed + 1)?.mul_scalar(s1)?,
+            w2: Tensor::randn(seed + 2)?.mul_scalar(s2)?,
+            b2: Tensor::randn(seed + 3)?.mul_scalar(s2)?,
         })
-    }
-}
-
-/// A device with a compiled `mlp`: how generic code picks `cpu::mlp` or
-/// `gpu::mlp` from the device type.
-pub trait Mlp: Device {
-    /// Sets aside the memory `mlp` needs for a batch of `B`, once, so a
-    /// loop of forward passes never waits for the driver to allocate.
-    fn reserve<const B: usize>() -> Result<()> {
-        Ok(())
-    }
-
-    /// Runs the model on a batch.
-    fn forward<const B: usize>(
-        x: &Tensor<Self, f32, shape![B, 784]>,
-        w: &Weights<Self>,
-    ) -> Result<Tensor<Self, f32, shape![B, 10]>>;
-}
-
-impl Mlp for Cpu {
-    fn forward<const B: usize>(
-        x: &Tensor<Cpu, f32, shape![B, 784]>,
-        w: &Weights<Cpu>,
-    ) -> Result<Tensor<Cpu, f32, shape![B, 10]>> {
-        cpu::mlp(x, &w.w1, &w.b1, &w.w2, &w.b2)
-    }
-}
-
-impl Mlp for Cuda {
-    fn reserve<const B: usize>() -> Result<()> {
-        // The macro's static memory plan, plus a margin for the allocator's
-        // 512-byte grain.
-        tensorfn::cuda_reserve(0, gpu::mlp::peak_bytes::<B>() + (1 << 20))
-    }
-
-    fn forward<const B: usize>(
-        x: &Tensor<Cuda, f32, shape![B, 784]>,
-        w: &Weights<Cuda>,
-    ) -> Result<Tensor<Cuda, f32, shape![B, 10]>> {
-        gpu::mlp(x, &w.w1, &w.b1, &w.w2, &w.b2)
     }
 }
 
 /// Builds the model and a batch on `D`, runs it, prints the predictions
 /// and checks them against an f64 computation on the host.
-pub fn run<D: Mlp>() -> AnyResult {
+pub fn run<D: Device>() -> AnyResult {
     let seed = seed();
-    let weights = Weights::<D>::random(seed)?;
+    let weights = Weights::random(seed)?.to_device::<D>()?;
     let x = Tensor::<Cpu, f32, shape![BATCH, 784]>::rand(seed + 4)?.to_device::<D>()?;
 
-    D::reserve::<BATCH>()?;
-    let probs = D::forward(&x, &weights)?;
+    // The macro's static memory plan, plus a margin for the allocator's
+    // 512-byte grain: a loop of forward passes never waits for the driver.
+    tensorfn::reserve::<D>(mlp::peak_bytes::<f32, BATCH>() + (1 << 20))?;
+    let w = &weights;
+    let probs = mlp(&x, &w.w1, &w.b1, &w.w2, &w.b2)?;
     let classes = probs.argmax::<1>()?;
     println!("class probabilities on {}:\n{probs}", probs.device());
     println!("predicted classes: {:?}", classes.to_vec()?);

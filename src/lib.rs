@@ -393,6 +393,15 @@
 ///   on the dim that names it.
 ///   Devices are `Cpu`, `Cuda` (cuda:0) and `Cuda<N>`; dtypes `f32 f64 f16
 ///   bf16 i32 i64 u8 bool`. A `usize` parameter may size dims by its name.
+/// * Generics are a device `D: Device`, a dtype `T: Float` (`T: NumDType`
+///   for every number, `T: DType` for every dtype) and const dims `const B:
+///   usize`, bounded inline. `D` and `T` are symbols to the checker like
+///   dims: an operand on `Cpu` or of `f32` where the others are on `D` or
+///   of `T` is the error a concrete mix is, and an op that needs floats
+///   rejects `T: DType`. The function is an ordinary generic Rust function;
+///   its fused kernels are built for every dtype the bound admits (PTX and
+///   CPU closure each), and a call runs the body of its `T` (the others
+///   are not compiled into it).
 /// * Bodies are `let` bindings and a result: `matmul`, `mm`, `bmm`, `dot`,
 ///   `addmm(bias, m1, m2, beta = .., alpha = ..)`, `cat([a, b], dim)`,
 ///   `addcmul(input, t1, t2, value)`, the math functions (`relu sigmoid
@@ -415,7 +424,8 @@
 /// * A function without run-time dims gets a module of the same name with
 ///   its peak bytes of intermediate tensors: `name::PEAK_BYTES` (computed
 ///   from the `const` items it names), or `name::peak_bytes::<B, ..>()`
-///   with const generics. Parameters are not
+///   with const generics (`name::peak_bytes::<T, B, ..>()` with a dtype
+///   parameter). Parameters are not
 ///   counted; a `reshape` of a parameter counts as a copy.
 ///
 /// # Errors at compile time

@@ -32,7 +32,7 @@ pub mod tensor;
 pub use cpu::buffer::cpu_empty_cache;
 pub use cuda::{
     allow_tf32, cuda_device_count, cuda_empty_cache, cuda_memory_stats, cuda_reserve,
-    elementwise_autotune, matmul_autotune, set_allow_tf32, set_elementwise_autotune,
+    elementwise_autotune, matmul_autotune, reserve, set_allow_tf32, set_elementwise_autotune,
     set_matmul_autotune, CudaMemoryStats,
 };
 pub use device::{Cpu, Cuda, Device, DeviceKind, SameDevice};
@@ -57,6 +57,7 @@ pub mod __private {
     pub use crate::cpu::scalar::{float_binary, float_unary, CpuNum, Real};
     pub use crate::cpu::vmath;
     pub use crate::ops::fused::{fused1, fused2, fused3, fused4, fused5, fused6, fused7, fused8};
+    pub use crate::ops::retype::{no_body, retype, retype_ref, Is};
     pub use tensorfn_kernels::{BinaryOp, UnaryOp};
 }
 

@@ -78,7 +78,7 @@ pub enum Item {
     Kernel(KernelFn),
 }
 
-/// `fn name<const B: usize>(params) -> Ret { body }`.
+/// `fn name<D: Device, T: Float, const B: usize>(params) -> Ret { body }`.
 #[derive(Debug)]
 pub struct TensorFn {
     /// Doc comments and other attributes, passed through.
@@ -87,6 +87,8 @@ pub struct TensorFn {
     pub vis: syn::Visibility,
     /// The function's name.
     pub name: syn::Ident,
+    /// Type parameters (`D: Device`, `T: Float`), in order.
+    pub type_params: Vec<TypeParam>,
     /// Const generic parameters (all `usize`).
     pub generics: Vec<syn::Ident>,
     /// Parameters in order.
@@ -154,13 +156,17 @@ pub struct ScalarTyAst {
     pub sp: Sp,
 }
 
-/// A device as written: `Cpu`, `Cuda`, `Cuda<1>`.
+/// A device as written: `Cpu`, `Cuda`, `Cuda<1>`, or a type parameter
+/// `D: Device`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Device {
     /// Host memory.
     Cpu,
     /// A GPU by ordinal.
     Cuda(usize),
+    /// A type parameter bounded by `Device`: any device, the same one
+    /// wherever it is named.
+    Param(Name),
 }
 
 impl fmt::Display for Device {
@@ -169,8 +175,160 @@ impl fmt::Display for Device {
             Device::Cpu => f.write_str("Cpu"),
             Device::Cuda(0) => f.write_str("Cuda"),
             Device::Cuda(n) => write!(f, "Cuda<{n}>"),
+            Device::Param(n) => write!(f, "{n}"),
         }
     }
+}
+
+/// The name of a type parameter, interned so that the types holding it
+/// stay `Copy` (a macro expansion meets a handful of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Name(u32);
+
+thread_local! {
+    static NAMES: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Name {
+    /// The name for `s` (the same `Name` for the same text).
+    ///
+    /// ```
+    /// use tensorfn_macros_impl::ast::Name;
+    /// assert_eq!(Name::new("T"), Name::new("T"));
+    /// assert_eq!(Name::new("D").to_string(), "D");
+    /// ```
+    pub fn new(s: &str) -> Name {
+        NAMES.with(|names| {
+            let mut names = names.borrow_mut();
+            match names.iter().position(|n| n == s) {
+                Some(i) => Name(i as u32),
+                None => {
+                    names.push(s.to_string());
+                    Name(names.len() as u32 - 1)
+                }
+            }
+        })
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        NAMES.with(|names| f.write_str(&names.borrow()[self.0 as usize]))
+    }
+}
+
+/// Which dtypes a dtype parameter admits, from its bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Bound {
+    /// `T: Float` (or `FloatDType`): f32, f64, f16, bf16.
+    Float,
+    /// `T: NumDType`: the floats and the integers (not bool).
+    Num,
+    /// `T: DType`: every dtype.
+    Any,
+}
+
+impl Bound {
+    /// The trait as users write it.
+    pub fn trait_name(self) -> &'static str {
+        match self {
+            Bound::Float => "Float",
+            Bound::Num => "NumDType",
+            Bound::Any => "DType",
+        }
+    }
+
+    /// The dtypes the bound admits, in the order the generated function
+    /// dispatches on them.
+    ///
+    /// ```
+    /// use tensorfn_macros_impl::ast::Bound;
+    /// use tensorfn_core::DTypeKind;
+    /// assert_eq!(Bound::Float.dtypes(), &[DTypeKind::F32, DTypeKind::F64, DTypeKind::F16, DTypeKind::BF16]);
+    /// assert_eq!(Bound::Any.dtypes().len(), 8);
+    /// ```
+    pub fn dtypes(self) -> &'static [DTypeKind] {
+        use DTypeKind::*;
+        match self {
+            Bound::Float => &[F32, F64, F16, BF16],
+            Bound::Num => &[F32, F64, F16, BF16, I32, I64, U8],
+            Bound::Any => &[F32, F64, F16, BF16, I32, I64, U8, Bool],
+        }
+    }
+}
+
+/// A dtype as the checker sees it: a concrete one, or a type parameter
+/// that stands for any dtype of its bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dt {
+    /// `f32`, `i64`, ...
+    Kind(DTypeKind),
+    /// `T` with its bound.
+    Param(Name, Bound),
+}
+
+impl Dt {
+    /// True if every dtype it may be is a float.
+    pub fn is_float(self) -> bool {
+        match self {
+            Dt::Kind(k) => k.is_float(),
+            Dt::Param(_, b) => b == Bound::Float,
+        }
+    }
+
+    /// True for `bool` itself.
+    pub fn is_bool(self) -> bool {
+        self == Dt::Kind(DTypeKind::Bool)
+    }
+
+    /// True if it may be `bool` (a `DType`-bounded parameter may).
+    pub fn may_be_bool(self) -> bool {
+        matches!(self, Dt::Kind(DTypeKind::Bool) | Dt::Param(_, Bound::Any))
+    }
+
+    /// The concrete dtype. Plans and kernels are built for instances of a
+    /// function, where every parameter has been replaced.
+    pub fn kind(self) -> DTypeKind {
+        match self {
+            Dt::Kind(k) => k,
+            Dt::Param(n, _) => unreachable!("dtype parameter `{n}` in an instantiated function"),
+        }
+    }
+}
+
+impl From<DTypeKind> for Dt {
+    fn from(k: DTypeKind) -> Dt {
+        Dt::Kind(k)
+    }
+}
+
+impl fmt::Display for Dt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Dt::Kind(k) => write!(f, "{k}"),
+            Dt::Param(n, _) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// A type parameter of a tensor function.
+#[derive(Debug, Clone)]
+pub struct TypeParam {
+    /// Its name.
+    pub name: Name,
+    /// What it stands for.
+    pub kind: TypeParamKind,
+    /// Where it was declared.
+    pub sp: Sp,
+}
+
+/// What a type parameter stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TypeParamKind {
+    /// `D: Device`.
+    Device,
+    /// `T: Float`, `T: NumDType`, `T: DType`.
+    DType(Bound),
 }
 
 /// `Tensor<Device, DType, [dims]>` as written.
@@ -179,7 +337,7 @@ pub struct TensorTyAst {
     /// The device and where it was written.
     pub device: (Device, Sp),
     /// The dtype and where it was written.
-    pub dtype: (DTypeKind, Sp),
+    pub dtype: (Dt, Sp),
     /// The dims.
     pub dims: Vec<DimAst>,
     /// The whole type.

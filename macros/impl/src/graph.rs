@@ -1,10 +1,9 @@
 //! The typed expression graph the checker builds: one node per value, each
 //! with its inferred device, dtype and symbolic shape.
 
-use crate::ast::{Device, ScalarKind, Sp};
+use crate::ast::{Device, Dt, ScalarKind, Sp};
 use crate::shape::Dim;
 use std::fmt;
-use tensorfn_core::DTypeKind;
 use tensorfn_kernels::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 
 /// Index of a node in [`Graph::nodes`].
@@ -16,7 +15,7 @@ pub struct TensorTy {
     /// Where it lives.
     pub device: Device,
     /// Its element type.
-    pub dtype: DTypeKind,
+    pub dtype: Dt,
     /// Its symbolic shape.
     pub dims: Vec<Dim>,
 }
@@ -129,7 +128,7 @@ pub enum Op {
     /// `x.masked_fill(mask, v)`, which is `where_(mask, v, x)`).
     Where(NodeId, NodeId, NodeId),
     /// `x.cast::<T>()`.
-    Cast(NodeId, DTypeKind),
+    Cast(NodeId, Dt),
     /// `input + value * t1 * t2`.
     AddCmul {
         /// The added tensor.
@@ -235,6 +234,8 @@ pub enum Op {
         args: Vec<NodeId>,
         /// The callee's const generics, as dims of the caller.
         generics: Vec<Dim>,
+        /// The callee's dtype parameters, as dtypes of the caller.
+        dtypes: Vec<Dt>,
         /// Every callee symbol bound at this call, as a dim of the caller.
         bindings: Vec<(String, Dim)>,
         /// The callee's tensor parameter types as instantiated (for

@@ -35,6 +35,7 @@ pub mod check;
 pub mod derive_params;
 pub mod expand;
 pub mod graph;
+pub mod instance;
 pub mod kernel;
 pub mod parse;
 pub mod plan;
@@ -57,12 +58,25 @@ pub fn combine(errors: Vec<syn::Error>) -> Option<syn::Error> {
     Some(first)
 }
 
+/// One instance of a checked function (see [`instance`]) with its plan.
+pub struct Planned {
+    /// The dtypes of the instance.
+    pub instance: instance::Instance,
+    /// The function with those dtypes.
+    pub f: check::CheckedFn,
+    /// Its plan.
+    pub plan: plan::Plan,
+}
+
 /// Everything the stages produce for one invocation, for tests.
 pub struct Analysis {
     /// Checked functions (`None` where errors were found).
     pub checked: Vec<Option<check::CheckedFn>>,
-    /// Plans of the checked functions.
+    /// Plans of the checked functions (of the first instance of a
+    /// dtype-generic one).
     pub plans: Vec<Option<plan::Plan>>,
+    /// Every instance of the checked functions with its plan.
+    pub planned: Vec<Option<Vec<Planned>>>,
     /// All errors, in source order of the stages.
     pub errors: Vec<syn::Error>,
 }
@@ -73,7 +87,7 @@ struct Invocation<'a> {
     kernel_programs: Vec<Option<Kernel>>,
     sigs: Vec<Option<sig::Signature>>,
     checked: Vec<Option<check::CheckedFn>>,
-    plans: Vec<Option<plan::Plan>>,
+    planned: Vec<Option<Vec<Planned>>>,
     errors: Vec<syn::Error>,
 }
 
@@ -142,10 +156,18 @@ fn analyse(input: &ast::Input) -> Invocation<'_> {
             }
         }
     }
-    let mut plans: Vec<Option<plan::Plan>> = vec![None; fns.len()];
+    let mut planned: Vec<Option<Vec<Planned>>> = (0..fns.len()).map(|_| None).collect();
     let mut state = vec![0u8; fns.len()];
+    let mut peaks = plan::Peaks::new();
     for i in 0..fns.len() {
-        plan_rec(i, &checked, &kernel_programs, &mut plans, &mut state);
+        plan_rec(
+            i,
+            &checked,
+            &kernel_programs,
+            &mut planned,
+            &mut state,
+            &mut peaks,
+        );
     }
     Invocation {
         fns,
@@ -153,18 +175,20 @@ fn analyse(input: &ast::Input) -> Invocation<'_> {
         kernel_programs,
         sigs,
         checked,
-        plans,
+        planned,
         errors,
     }
 }
 
-/// Plans callees before callers so that a caller's peak includes theirs.
+/// Plans callees before callers so that a caller's peak includes theirs,
+/// every instance of a function (see [`instance`]) at once.
 fn plan_rec(
     i: usize,
     checked: &[Option<check::CheckedFn>],
     programs: &[Option<Kernel>],
-    plans: &mut Vec<Option<plan::Plan>>,
+    planned: &mut Vec<Option<Vec<Planned>>>,
     state: &mut Vec<u8>,
+    peaks: &mut plan::Peaks,
 ) {
     if state[i] != 0 {
         return;
@@ -176,21 +200,26 @@ fn plan_rec(
     };
     for n in &f.graph.nodes {
         if let graph::Op::Call { callee, .. } = n.op {
-            plan_rec(callee, checked, programs, plans, state);
+            plan_rec(callee, checked, programs, planned, state, peaks);
         }
     }
     // A callee still in progress (recursion) has no peak yet: the caller's
     // stays unknown.
-    let peaks: Vec<Option<Vec<shape::Dim>>> = (0..checked.len())
-        .map(|j| {
-            if state[j] == 2 {
-                plans[j].as_ref().and_then(|p| p.peak.clone())
-            } else {
-                None
-            }
-        })
-        .collect();
-    plans[i] = Some(plan::plan(f, programs, &peaks));
+    let mut out = Vec::new();
+    for inst in instance::instances(&f.sig.type_params) {
+        let g = inst.apply(f);
+        let p = plan::plan(&g, programs, peaks);
+        out.push(Planned {
+            instance: inst,
+            f: g,
+            plan: p,
+        });
+    }
+    for p in &out {
+        let key = (i, p.instance.dtypes.iter().map(|(_, k)| *k).collect());
+        peaks.insert(key, p.plan.peak.clone());
+    }
+    planned[i] = Some(out);
     state[i] = 2;
 }
 
@@ -198,9 +227,15 @@ fn plan_rec(
 pub fn analyse_tokens(input: TokenStream) -> Result<Analysis, syn::Error> {
     let parsed = parse::parse_input(input)?;
     let inv = analyse(&parsed);
+    let plans = inv
+        .planned
+        .iter()
+        .map(|p| p.as_ref().and_then(|v| v.first()).map(|p| p.plan.clone()))
+        .collect();
     Ok(Analysis {
         checked: inv.checked,
-        plans: inv.plans,
+        plans,
+        planned: inv.planned,
         errors: inv.errors,
     })
 }
@@ -228,7 +263,7 @@ pub fn expand(input: TokenStream) -> TokenStream {
         });
     }
     for (i, f) in inv.fns.iter().enumerate() {
-        out.extend(match (&inv.checked[i], &inv.plans[i]) {
+        out.extend(match (&inv.checked[i], &inv.planned[i]) {
             (Some(c), Some(p)) => expand::tensor_fn(&ctx, f, c, p),
             _ => expand::stub_fn(f),
         });

@@ -106,21 +106,103 @@ fn parse_item(input: ParseStream) -> syn::Result<Item> {
     }
 }
 
-fn parse_generics(input: ParseStream) -> syn::Result<Vec<syn::Ident>> {
+/// The generics of a tensor function: type parameters (`D: Device`,
+/// `T: Float`) and const dims (`const B: usize`).
+fn parse_generics(input: ParseStream) -> syn::Result<(Vec<TypeParam>, Vec<syn::Ident>)> {
     let generics: syn::Generics = input.parse()?;
-    let mut out = Vec::new();
+    if let Some(w) = &generics.where_clause {
+        return Err(syn::Error::new_spanned(
+            w,
+            "`tensor_fn!` bounds its type parameters inline: write `<D: Device, T: Float>`",
+        ));
+    }
+    let mut types = Vec::new();
+    let mut consts = Vec::new();
     for p in &generics.params {
         match p {
-            syn::GenericParam::Const(c) if is_usize(&c.ty) => out.push(c.ident.clone()),
+            syn::GenericParam::Const(c) if is_usize(&c.ty) => consts.push(c.ident.clone()),
+            syn::GenericParam::Type(t) => types.push(type_param(t)?),
             other => {
                 return Err(syn::Error::new_spanned(
                     other,
-                    "`tensor_fn!` generics are const dims: write `const N: usize`",
+                    "`tensor_fn!` generics are a device `D: Device`, a dtype `T: Float` (or `T: DType`, `T: NumDType`) and const dims `const N: usize`",
                 ))
             }
         }
     }
-    Ok(out)
+    Ok((types, consts))
+}
+
+/// `D: Device` or `T: Float` (`FloatDType`, `NumDType`, `DType`).
+fn type_param(t: &syn::TypeParam) -> syn::Result<TypeParam> {
+    let err = || {
+        syn::Error::new_spanned(
+            t,
+            format!(
+                "bound `{0}` by what it stands for: `{0}: Device` for a device, `{0}: Float` for a float dtype (`{0}: DType` for any dtype)",
+                t.ident
+            ),
+        )
+    };
+    let mut bounds = t.bounds.iter();
+    let (Some(syn::TypeParamBound::Trait(b)), None) = (bounds.next(), bounds.next()) else {
+        return Err(err());
+    };
+    if t.default.is_some() {
+        return Err(err());
+    }
+    let last = b.path.segments.last().map(|s| s.ident.to_string());
+    let kind = match last.as_deref() {
+        Some("Device") => TypeParamKind::Device,
+        Some("Float" | "FloatDType") => TypeParamKind::DType(Bound::Float),
+        Some("NumDType") => TypeParamKind::DType(Bound::Num),
+        Some("DType") => TypeParamKind::DType(Bound::Any),
+        _ => return Err(err()),
+    };
+    Ok(TypeParam {
+        name: Name::new(&t.ident.to_string()),
+        kind,
+        sp: Sp::of(t),
+    })
+}
+
+/// Gives the type parameters named in a tensor type their meaning (the
+/// parser reads an unknown device or dtype name as a parameter), or the
+/// error for a name that is neither.
+pub fn resolve_tensor_ty(t: &mut TensorTyAst, scope: &[TypeParam]) -> syn::Result<()> {
+    let find = |n: Name| scope.iter().find(|p| p.name == n).map(|p| p.kind);
+    if let Device::Param(n) = t.device.0 {
+        match find(n) {
+            Some(TypeParamKind::Device) => {}
+            Some(TypeParamKind::DType(b)) => {
+                return Err(t.device.1.error(format!(
+                    "`{n}` is a dtype parameter (`{n}: {}`), not a device: devices are `Cpu`, `Cuda`, `Cuda<N>` and parameters `D: Device`",
+                    b.trait_name()
+                )))
+            }
+            None => {
+                return Err(t.device.1.error(format!(
+                    "`{n}` is not a device: devices are `Cpu`, `Cuda` (cuda:0) and `Cuda<N>`, or a parameter declared `<{n}: Device>`"
+                )))
+            }
+        }
+    }
+    if let Dt::Param(n, _) = t.dtype.0 {
+        match find(n) {
+            Some(TypeParamKind::DType(b)) => t.dtype.0 = Dt::Param(n, b),
+            Some(TypeParamKind::Device) => {
+                return Err(t.dtype.1.error(format!(
+                    "`{n}` is a device parameter (`{n}: Device`), not a dtype: dtypes are f32, f64, f16, bf16, i32, i64, u8, bool and parameters `T: Float`"
+                )))
+            }
+            None => {
+                return Err(t.dtype.1.error(format!(
+                    "`{n}` is not a dtype: dtypes are f32, f64, f16, bf16, i32, i64, u8 and bool, or a parameter declared `<{n}: Float>`"
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 fn is_usize(ty: &syn::Type) -> bool {
@@ -133,7 +215,7 @@ fn parse_tensor_fn(
     vis: syn::Visibility,
     name: syn::Ident,
 ) -> syn::Result<TensorFn> {
-    let generics = parse_generics(input)?;
+    let (type_params, generics) = parse_generics(input)?;
     let content;
     parenthesized!(content in input);
     let mut params = Vec::new();
@@ -150,14 +232,35 @@ fn parse_tensor_fn(
         ));
     }
     input.parse::<Token![->]>()?;
-    let ret = parse_return(input)?;
+    let mut ret = parse_return(input)?;
+    if input.peek(Token![where]) {
+        let w: syn::WhereClause = input.parse()?;
+        return Err(syn::Error::new_spanned(
+            w,
+            "`tensor_fn!` bounds its type parameters inline: write `<D: Device, T: Float>`",
+        ));
+    }
     let body_content;
     braced!(body_content in input);
-    let body = parse_body(&body_content)?;
+    let mut body = parse_body(&body_content)?;
+    for p in &mut params {
+        if let ParamTy::Tensor(t) = &mut p.ty {
+            resolve_tensor_ty(t, &type_params)?;
+        }
+    }
+    for t in &mut ret.tensors {
+        resolve_tensor_ty(t, &type_params)?;
+    }
+    for s in &mut body.stmts {
+        if let Some(t) = &mut s.ty {
+            resolve_tensor_ty(t, &type_params)?;
+        }
+    }
     Ok(TensorFn {
         attrs,
         vis,
         name,
+        type_params,
         generics,
         params,
         ret,
@@ -266,14 +369,9 @@ pub fn parse_tensor_ty(input: ParseStream) -> syn::Result<TensorTyAst> {
                 Device::Cuda(0)
             }
         }
-        other => {
-            return Err(syn::Error::new(
-                dev_ident.span(),
-                format!(
-                    "`{other}` is not a device: devices are `Cpu`, `Cuda` (cuda:0) and `Cuda<N>`"
-                ),
-            ))
-        }
+        // A type parameter, or an error that `resolve_tensor_ty` reports
+        // once it knows the function's parameters.
+        other => Device::Param(Name::new(other)),
     };
     input.parse::<Token![,]>()?;
     let dtype_path: syn::Path = input.parse()?;
@@ -283,12 +381,16 @@ pub fn parse_tensor_ty(input: ParseStream) -> syn::Result<TensorTyAst> {
         .last()
         .map(|s| s.ident.to_string())
         .unwrap_or_default();
-    let dtype = DTypeKind::parse(&dtype_name).ok_or_else(|| {
-        syn::Error::new_spanned(
-            &dtype_path,
-            format!("`{dtype_name}` is not a dtype: dtypes are f32, f64, f16, bf16, i32, i64, u8 and bool"),
-        )
-    })?;
+    let dtype = match DTypeKind::parse(&dtype_name) {
+        Some(k) => Dt::Kind(k),
+        None if dtype_path.get_ident().is_some() => Dt::Param(Name::new(&dtype_name), Bound::Any),
+        None => {
+            return Err(syn::Error::new_spanned(
+                &dtype_path,
+                format!("`{dtype_name}` is not a dtype: dtypes are f32, f64, f16, bf16, i32, i64, u8 and bool"),
+            ))
+        }
+    };
     input.parse::<Token![,]>()?;
     if !input.peek(syn::token::Bracket) {
         return Err(
@@ -701,7 +803,7 @@ mod tests {
             panic!()
         };
         assert_eq!(w.device.0, Device::Cuda(1));
-        assert_eq!(w.dtype.0, DTypeKind::F16);
+        assert_eq!(w.dtype.0, Dt::Kind(DTypeKind::F16));
         assert_eq!(w.dims[1].expr.to_string(), "N * 2 + 1");
         assert!(matches!(
             f.params[2].ty,
@@ -750,12 +852,88 @@ mod tests {
         let e =
             parse_input(quote!(fn f<T>(x: &Tensor<Cpu, f32, [2]>) -> Tensor<Cpu, f32, [2]> { x }))
                 .unwrap_err();
-        assert!(e.to_string().contains("const N: usize"), "{e}");
+        assert!(
+            e.to_string().contains("`T: Float` for a float dtype"),
+            "{e}"
+        );
+        let e =
+            parse_input(quote!(fn f<'a>(x: &Tensor<Cpu, f32, [2]>) -> Tensor<Cpu, f32, [2]> { x }))
+                .unwrap_err();
+        assert!(e.to_string().contains("const dims `const N: usize`"), "{e}");
+        let e = parse_input(
+            quote!(fn f<T: Float>(x: &Tensor<T, f32, [2]>) -> Tensor<Cpu, f32, [2]> { x }),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`T` is a dtype parameter (`T: Float`), not a device"),
+            "{e}"
+        );
+        let e = parse_input(
+            quote!(fn f<D: Device>(x: &Tensor<D, U, [2]>) -> Tensor<D, f32, [2]> { x }),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("`U` is not a dtype"), "{e}");
+        assert!(e.to_string().contains("`<U: Float>`"), "{e}");
+        let e = parse_input(
+            quote!(fn f<D: Device>(x: &Tensor<D, f32, [2]>) -> Tensor<D, f32, [2]> { let y: Tensor<E, f32, [2]> = x; y }),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("`E` is not a device"), "{e}");
+        let e = parse_input(
+            quote!(fn f<T: Float>(x: &Tensor<Cpu, T, [2]>) -> Tensor<Cpu, T, [2]> where T: Copy { x }),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("inline"), "{e}");
         let e = parse_input(
             quote!(fn f(x: &Tensor<Cpu, f32, [2]>) -> Tensor<Cpu, f32, [2]> { relu(x)? }),
         )
         .unwrap_err();
         assert!(e.to_string().contains("remove this `?`"), "{e}");
+    }
+
+    #[test]
+    fn type_params() {
+        let input = parse_input(quote! {
+            fn f<D: Device, T: tensorfn::Float, U: DType, V: NumDType, const B: usize>(
+                x: &Tensor<D, T, [B]>,
+                i: &Tensor<Cuda<1>, U, [B]>,
+            ) -> Tensor<D, V, [B]> {
+                let y: Tensor<D, T, [B]> = x;
+                y
+            }
+        })
+        .unwrap();
+        let Item::Fn(f) = &input.items[0] else {
+            panic!()
+        };
+        let kinds: Vec<_> = f.type_params.iter().map(|p| p.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                TypeParamKind::Device,
+                TypeParamKind::DType(Bound::Float),
+                TypeParamKind::DType(Bound::Any),
+                TypeParamKind::DType(Bound::Num)
+            ]
+        );
+        assert_eq!(f.generics.len(), 1);
+        let ParamTy::Tensor(x) = &f.params[0].ty else {
+            panic!()
+        };
+        assert_eq!(x.device.0, Device::Param(Name::new("D")));
+        assert_eq!(x.dtype.0, Dt::Param(Name::new("T"), Bound::Float));
+        let ParamTy::Tensor(i) = &f.params[1].ty else {
+            panic!()
+        };
+        assert_eq!(i.device.0, Device::Cuda(1));
+        assert_eq!(i.dtype.0, Dt::Param(Name::new("U"), Bound::Any));
+        assert_eq!(
+            f.ret.tensors[0].dtype.0,
+            Dt::Param(Name::new("V"), Bound::Num)
+        );
+        let y = f.body.stmts[0].ty.as_ref().unwrap();
+        assert_eq!(y.dtype.0, Dt::Param(Name::new("T"), Bound::Float));
     }
 
     #[test]

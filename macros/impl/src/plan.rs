@@ -73,9 +73,10 @@ pub struct Plan {
     pub peak: Option<Vec<Dim>>,
 }
 
-/// The peak candidates of every function planned so far, by index, for
-/// calls between functions.
-pub type Peaks = [Option<Vec<Dim>>];
+/// The peak candidates of every function instance planned so far, by the
+/// function's index and the instance's dtypes, for calls between
+/// functions.
+pub type Peaks = std::collections::HashMap<(usize, Vec<DTypeKind>), Option<Vec<Dim>>>;
 
 fn is_elementwise(g: &Graph, n: NodeId) -> bool {
     matches!(g.nodes[n].ty, Ty::Tensor(_))
@@ -241,7 +242,7 @@ impl Builder<'_> {
             }
         } else if self.group_of[n] == Some(self.root) {
             self.members.push(n);
-            let nd = tensor_ty(g, n).dtype;
+            let nd = tensor_ty(g, n).dtype.kind();
             match g.nodes[n].op.clone() {
                 Op::Unary(op, a) => {
                     let a = self.value(a, nd);
@@ -254,9 +255,9 @@ impl Builder<'_> {
                 Op::Compare(op, a, b) => {
                     // The operands' shared dtype: a scalar takes the tensor's.
                     let od = if is_scalar(g, a) {
-                        tensor_ty(g, b).dtype
+                        tensor_ty(g, b).dtype.kind()
                     } else {
-                        tensor_ty(g, a).dtype
+                        tensor_ty(g, a).dtype.kind()
                     };
                     let (a, b) = (self.value(a, od), self.value(b, od));
                     self.b.compare(op, a, b)
@@ -267,9 +268,9 @@ impl Builder<'_> {
                     self.b.select(c, a, b)
                 }
                 Op::Cast(a, to) => {
-                    let from = tensor_ty(g, a).dtype;
+                    let from = tensor_ty(g, a).dtype.kind();
                     let a = self.value(a, from);
-                    self.b.cast(a, to)
+                    self.b.cast(a, to.kind())
                 }
                 Op::AddCmul {
                     input,
@@ -298,7 +299,7 @@ impl Builder<'_> {
                 other => unreachable!("not elementwise: {other:?}"),
             }
         } else {
-            let dt = tensor_ty(g, n).dtype;
+            let dt = tensor_ty(g, n).dtype.kind();
             self.input(GroupInput::Tensor(n), dt)
         };
         self.memo.insert((n, d), v);
@@ -339,7 +340,7 @@ fn build_groups(
             memo: HashMap::new(),
             members: vec![],
         };
-        let d = tensor_ty(g, root).dtype;
+        let d = tensor_ty(g, root).dtype.kind();
         let o = b.value(root, d);
         b.members.sort_unstable();
         b.members.dedup();
@@ -356,7 +357,7 @@ fn build_groups(
 /// Bytes of a node's value.
 fn bytes(g: &Graph, n: NodeId) -> Dim {
     let t = tensor_ty(g, n);
-    numel(&t.dims).mul(&Dim::constant(t.dtype.size_bytes() as i64))
+    numel(&t.dims).mul(&Dim::constant(t.dtype.kind().size_bytes() as i64))
 }
 
 /// Where a value's storage comes from and whether it is row-major.
@@ -491,9 +492,12 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     Op::Index { x, .. } => (n, None, src(*x).contiguous, Some(*x)),
                     Op::TupleGet(x, _) => (n, None, true, Some(*x)),
                     Op::Call {
-                        callee, bindings, ..
+                        callee,
+                        bindings,
+                        dtypes,
+                        ..
                     } => {
-                        match f_sig_of(peaks, *callee) {
+                        match f_sig_of(peaks, *callee, dtypes) {
                             Some(cands) => {
                                 let bind: HashMap<&str, Dim> = bindings
                                     .iter()
@@ -514,7 +518,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                             Ty::Tuple(ts) => ts.iter().fold(Dim::constant(0), |a, t| {
                                 a.add(
                                     &numel(&t.dims)
-                                        .mul(&Dim::constant(t.dtype.size_bytes() as i64)),
+                                        .mul(&Dim::constant(t.dtype.kind().size_bytes() as i64)),
                                 )
                             }),
                             _ => bytes(g, n),
@@ -603,8 +607,9 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
     Plan { steps: out, peak }
 }
 
-fn f_sig_of(peaks: &Peaks, callee: usize) -> Option<Vec<Dim>> {
-    peaks.get(callee).cloned().flatten()
+fn f_sig_of(peaks: &Peaks, callee: usize, dtypes: &[crate::ast::Dt]) -> Option<Vec<Dim>> {
+    let key = (callee, crate::instance::Instance::concrete(dtypes));
+    peaks.get(&key).cloned().flatten()
 }
 
 /// Drops candidates that another candidate bounds from above for every

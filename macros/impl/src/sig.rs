@@ -2,7 +2,7 @@
 //! run-time dims), where each run-time dim is bound at entry, what is
 //! checked there, and the types callers see.
 
-use crate::ast::{DimAst, DimExpr, ParamTy, ScalarKind, Sp, TensorFn, TensorTyAst};
+use crate::ast::{DimAst, DimExpr, ParamTy, ScalarKind, Sp, TensorFn, TensorTyAst, TypeParam};
 use crate::graph::{DimTy, TensorTy};
 use crate::shape::Dim;
 use std::collections::BTreeMap;
@@ -144,6 +144,8 @@ pub struct EntryCheck {
 pub struct Signature {
     /// The name.
     pub name: String,
+    /// Type parameters (devices and dtypes) in order.
+    pub type_params: Vec<TypeParam>,
     /// Const generics in order.
     pub generics: Vec<String>,
     /// Parameter names.
@@ -366,6 +368,7 @@ pub fn signature(f: &TensorFn) -> Result<Signature, Vec<syn::Error>> {
     }
     Ok(Signature {
         name: f.name.to_string(),
+        type_params: f.type_params.clone(),
         generics: f.generics.iter().map(|g| g.to_string()).collect(),
         param_names,
         params,

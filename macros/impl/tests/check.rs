@@ -650,3 +650,117 @@ fn reshapes_must_keep_the_order_of_dims() {
             -> Tensor<Cpu, f32, [B, T, H * Dh]> { y.reshape_unordered([B, T, H * Dh]) }
     });
 }
+
+#[test]
+fn generic_device_and_dtype_are_symbols() {
+    assert_ok(quote! {
+        fn mlp<D: Device, T: Float, const B: usize>(
+            x: &Tensor<D, T, [B, 4]>, w: &Tensor<D, T, [4, 3]>, b: &Tensor<D, T, [3]>,
+        ) -> Tensor<D, T, [B, 3]> {
+            let h = relu(addmm(b, x, w)) * 0.5;
+            (h + 1.0).softmax(1)
+        }
+        fn caller<D: Device, U: Float>(x: &Tensor<D, U, [2, 4]>, w: &Tensor<D, U, [4, 3]>, b: &Tensor<D, U, [3]>)
+            -> (Tensor<D, U, [2, 3]>, Tensor<D, f32, [2, 3]>) {
+            let y = mlp(x, w, b);
+            (y, y.cast::<f32>())
+        }
+        fn concrete(x: &Tensor<Cuda, bf16, [2, 4]>, w: &Tensor<Cuda, bf16, [4, 3]>, b: &Tensor<Cuda, bf16, [3]>)
+            -> Tensor<Cuda, bf16, [2, 3]> { mlp(x, w, b) }
+        fn back<D: Device, T: Float>(x: &Tensor<D, f32, [2]>) -> Tensor<D, T, [2]> { x.cast::<T>() }
+        fn moved<D: Device, T: DType>(x: &Tensor<Cpu, T, [2]>) -> Tensor<D, T, [2]> { x.to_device::<D>() }
+    });
+}
+
+#[test]
+fn generic_device_mix_names_the_parameter() {
+    let e = one_error(quote! {
+        fn f<D: Device, T: Float>(x: &Tensor<D, T, [3]>, c: &Tensor<Cpu, T, [3]>) -> Tensor<D, T, [3]> { x + c }
+    });
+    assert_eq!(
+        e,
+        "`c` is on Cpu but `+` runs on D (x: D): move it with `c.to_device::<D>()`"
+    );
+    let e = one_error(quote! {
+        fn f<D: Device, T: Float>(x: &Tensor<D, T, [3]>, c: &Tensor<D, f32, [3]>) -> Tensor<D, T, [3]> { x * c }
+    });
+    assert_eq!(e, "`c` is f32 but `*` here is T: cast with `c.cast::<T>()`");
+}
+
+#[test]
+fn dtype_bounds_decide_what_an_op_takes() {
+    let e = one_error(quote! {
+        fn f<D: Device, T: DType>(x: &Tensor<D, T, [3]>) -> Tensor<D, T, [3]> { x.exp() }
+    });
+    assert_eq!(
+        e,
+        "`exp` needs a floating-point tensor but `x` is T: `T: DType` admits integer dtypes: bound it `T: Float`"
+    );
+    let e = one_error(quote! {
+        fn f<D: Device, T: NumDType>(x: &Tensor<D, T, [3]>) -> Tensor<D, T, [3]> { x * 2.0 }
+    });
+    assert!(
+        e.contains("`T: NumDType` admits integer dtypes: bound it `T: Float`"),
+        "{e}"
+    );
+    let e = one_error(quote! {
+        fn f<D: Device, T: DType>(x: &Tensor<D, T, [3]>) -> Tensor<D, T, [3]> { x + x }
+    });
+    assert!(e.contains("`T: DType` admits bool"), "{e}");
+    assert_ok(quote! {
+        fn f<D: Device, T: NumDType>(x: &Tensor<D, T, [3]>) -> Tensor<D, T, [3]> { x * 2 + x }
+    });
+}
+
+#[test]
+fn calls_bind_type_parameters_within_their_bounds() {
+    let e = one_error(quote! {
+        fn g<D: Device, T: Float>(x: &Tensor<D, T, [3]>) -> Tensor<D, T, [3]> { x.exp() }
+        fn f<D: Device>(i: &Tensor<D, i64, [3]>) -> Tensor<D, i64, [3]> { g(i) }
+    });
+    assert_eq!(
+        e,
+        "`g` takes `x` as `T: Float` but `i` is i64: cast with `i.cast::<f32>()`"
+    );
+    let e = one_error(quote! {
+        fn g<D: Device, T: Float>(x: &Tensor<D, T, [3]>, y: &Tensor<D, T, [3]>) -> Tensor<D, T, [3]> { x + y }
+        fn f<D: Device>(a: &Tensor<D, f32, [3]>, b: &Tensor<D, f16, [3]>) -> Tensor<D, f32, [3]> { g(a, b) }
+    });
+    assert_eq!(
+        e,
+        "`b` is f16 but `g` takes `y` as f32: cast with `b.cast::<f32>()`"
+    );
+    let e = one_error(quote! {
+        fn g<D: Device, T: Float>(x: &Tensor<D, f32, [3]>) -> Tensor<D, T, [3]> { x.cast::<T>() }
+        fn f(a: &Tensor<Cpu, f32, [3]>) -> Tensor<Cpu, f32, [3]> { g(a) }
+    });
+    assert!(
+        e.starts_with("cannot infer the type parameter `T` of `g`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn generic_functions_plan_one_instance_per_dtype() {
+    let a = tensorfn_macros_impl::analyse_tokens(quote! {
+        fn f<D: Device, T: Float>(x: &Tensor<D, T, [4]>) -> Tensor<D, T, [4]> { (x * 2.0).exp() + 1.0 }
+    })
+    .expect("parses");
+    assert!(a.errors.is_empty());
+    let planned = a.planned[0].as_ref().expect("planned");
+    let dtypes: Vec<String> = planned
+        .iter()
+        .map(|p| p.instance.dtypes[0].1.to_string())
+        .collect();
+    assert_eq!(dtypes, ["f32", "f64", "f16", "bf16"]);
+    // Each instance's fused kernel reads and writes its own dtype.
+    for p in planned {
+        let k = p.plan.steps.iter().find_map(|s| match s {
+            tensorfn_macros_impl::plan::Step::Fused(g) => g.kernel.as_ref().ok(),
+            _ => None,
+        });
+        let k = k.expect("one fused group");
+        assert_eq!(k.inputs(), &[p.instance.dtypes[0].1]);
+        assert_eq!(k.output_dtype(), p.instance.dtypes[0].1);
+    }
+}

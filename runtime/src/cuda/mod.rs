@@ -118,3 +118,21 @@ pub fn cuda_empty_cache(ordinal: usize) -> Result<()> {
 pub fn cuda_reserve(ordinal: usize, bytes: usize) -> Result<()> {
     context::context(ordinal)?.reserve(bytes)
 }
+
+/// [`cuda_reserve`] on the GPU `D` is, nothing on the CPU: code generic
+/// over its device reserves a function's peak the same way everywhere.
+///
+/// ```
+/// use tensorfn_runtime::{reserve, Cpu, Cuda, Error};
+/// assert!(reserve::<Cpu>(1 << 20).is_ok());
+/// match reserve::<Cuda>(1 << 20) {
+///     Ok(()) => {}
+///     Err(e) => assert!(matches!(e, Error::CudaUnavailable { .. } | Error::OutOfMemory { .. })),
+/// }
+/// ```
+pub fn reserve<D: crate::Device>(bytes: usize) -> Result<()> {
+    match D::KIND {
+        crate::DeviceKind::Cpu => Ok(()),
+        crate::DeviceKind::Cuda(ordinal) => cuda_reserve(ordinal, bytes),
+    }
+}

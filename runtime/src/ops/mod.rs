@@ -18,6 +18,7 @@ mod into;
 mod matmul;
 pub(crate) mod output;
 mod reduce;
+pub(crate) mod retype;
 mod rows;
 mod select;
 mod unary;

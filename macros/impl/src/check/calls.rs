@@ -229,6 +229,8 @@ impl<'s, 'k> Checker<'s, 'k> {
             }
         }
         let mut tensor_args: Vec<(usize, Operand)> = Vec::new();
+        let mut devices: HashMap<Name, Device> = HashMap::new();
+        let mut dtypes: HashMap<Name, Dt> = HashMap::new();
         for (i, p) in sig.params.iter().enumerate() {
             let ParamSig::Tensor(want) = p else { continue };
             let Some(o) = self.tensor(ids[i], xs[i], &sig.name) else {
@@ -236,27 +238,64 @@ impl<'s, 'k> Checker<'s, 'k> {
                 continue;
             };
             let pname = &sig.param_names[i];
-            if o.ty.device != want.device {
+            // The callee's device and dtype parameters take what their
+            // first tensor has; the others must agree with it.
+            let want_device = match want.device {
+                Device::Param(n) => *devices.entry(n).or_insert(o.ty.device),
+                d => d,
+            };
+            if o.ty.device != want_device {
                 self.error(
                     &xs[i].sp,
                     format!(
-                        "`{}` is on {} but `{}` takes `{pname}` on {}: move it with `{}.to_device::<{}>()`",
-                        xs[i], o.ty.device, sig.name, want.device, xs[i].receiver_text(), want.device
+                        "`{}` is on {} but `{}` takes `{pname}` on {want_device}: move it with `{}.to_device::<{want_device}>()`",
+                        xs[i], o.ty.device, sig.name, xs[i].receiver_text()
                     ),
                 );
                 ok = false;
             }
-            if o.ty.dtype != want.dtype {
+            let want_dtype = match want.dtype {
+                Dt::Param(n, b) => match dtypes.get(&n) {
+                    Some(d) => *d,
+                    None if admits(b, o.ty.dtype) => *dtypes.entry(n).or_insert(o.ty.dtype),
+                    None => {
+                        let fix = match o.ty.dtype {
+                            Dt::Param(m, mb) => format!(
+                                "`{m}` is bounded `{m}: {}`: bound it `{m}: {}`",
+                                mb.trait_name(),
+                                b.trait_name()
+                            ),
+                            Dt::Kind(_) => format!(
+                                "cast with `{}.cast::<{}>()`",
+                                xs[i].receiver_text(),
+                                b.dtypes()[0]
+                            ),
+                        };
+                        self.error(
+                            &xs[i].sp,
+                            format!(
+                                "`{}` takes `{pname}` as `{n}: {}` but `{}` is {}: {fix}",
+                                sig.name,
+                                b.trait_name(),
+                                xs[i],
+                                o.ty.dtype
+                            ),
+                        );
+                        ok = false;
+                        continue;
+                    }
+                },
+                d => d,
+            };
+            if o.ty.dtype != want_dtype {
                 self.error(
                     &xs[i].sp,
                     format!(
-                        "`{}` is {} but `{}` takes `{pname}` as {}: cast with `{}.cast::<{}>()`",
+                        "`{}` is {} but `{}` takes `{pname}` as {want_dtype}: cast with `{}.cast::<{want_dtype}>()`",
                         xs[i],
                         o.ty.dtype,
                         sig.name,
-                        want.dtype,
                         xs[i].receiver_text(),
-                        want.dtype
                     ),
                 );
                 ok = false;
@@ -384,12 +423,42 @@ impl<'s, 'k> Checker<'s, 'k> {
             .iter()
             .map(|t| t.dims.iter().map(inst).collect())
             .collect();
+        // A type parameter only in the results cannot be inferred.
+        let mut type_args = Vec::new();
+        for p in &sig.type_params {
+            let bound = match p.kind {
+                TypeParamKind::Device => devices.contains_key(&p.name),
+                TypeParamKind::DType(_) => match dtypes.get(&p.name) {
+                    Some(d) => {
+                        type_args.push(*d);
+                        true
+                    }
+                    None => false,
+                },
+            };
+            if !bound {
+                self.error(
+                    &e.sp,
+                    format!(
+                        "cannot infer the type parameter `{}` of `{}` from its arguments: name it in a tensor parameter's type",
+                        p.name, sig.name
+                    ),
+                );
+                return self.error_node(e);
+            }
+        }
         let rets: Vec<TensorTy> = sig
             .ret
             .iter()
             .map(|t| TensorTy {
-                device: t.device,
-                dtype: t.dtype,
+                device: match t.device {
+                    Device::Param(n) => devices[&n],
+                    d => d,
+                },
+                dtype: match t.dtype {
+                    Dt::Param(n, _) => dtypes[&n],
+                    d => d,
+                },
                 dims: t
                     .dims
                     .iter()
@@ -410,6 +479,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                 callee: f,
                 args: ids,
                 generics,
+                dtypes: type_args,
                 bindings: {
                     let mut b: Vec<(String, Dim)> = bind.into_iter().collect();
                     b.sort_by(|x, y| x.0.cmp(&y.0));
@@ -535,11 +605,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                     self.error(&e.sp, "`cast` takes no arguments: `x.cast::<f16>()`");
                 }
                 let d = match turbofish {
-                    [syn::Type::Path(p)] => p
-                        .path
-                        .segments
-                        .last()
-                        .and_then(|s| DTypeKind::parse(&s.ident.to_string())),
+                    [t] => self.dtype_of(t),
                     _ => None,
                 };
                 match d {
@@ -549,7 +615,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                         e,
                     ),
                     None => {
-                        self.error(&e.sp, "name the dtype: `x.cast::<f16>()` (f32, f64, f16, bf16, i32, i64, u8, bool)");
+                        self.error(&e.sp, "name the dtype: `x.cast::<f16>()` (f32, f64, f16, bf16, i32, i64, u8, bool, or a parameter `T`)");
                         self.error_node(e)
                     }
                 }
@@ -562,7 +628,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                     Some(Device::Cpu)
                 } else {
                     match turbofish {
-                        [t] => device_of(t),
+                        [t] => self.device_of(t),
                         _ => None,
                     }
                 };
@@ -575,7 +641,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                     None => {
                         self.error(
                             &e.sp,
-                            "name the device: `x.to_device::<Cuda>()` (Cpu, Cuda, Cuda<N>)",
+                            "name the device: `x.to_device::<Cuda>()` (Cpu, Cuda, Cuda<N>, or a parameter `D`)",
                         );
                         self.error_node(e)
                     }
@@ -583,5 +649,14 @@ impl<'s, 'k> Checker<'s, 'k> {
             }
             other => unreachable!("{other:?} is checked by op_call"),
         }
+    }
+}
+
+/// True if a dtype parameter bounded by `b` may stand for `d` (every
+/// dtype `d` may be, for a parameter of the caller).
+fn admits(b: Bound, d: Dt) -> bool {
+    match d {
+        Dt::Kind(k) => b.dtypes().contains(&k),
+        Dt::Param(_, db) => db.dtypes().iter().all(|k| b.dtypes().contains(k)),
     }
 }

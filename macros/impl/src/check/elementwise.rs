@@ -38,7 +38,7 @@ impl<'s, 'k> Checker<'s, 'k> {
         t: &Operand<'_>,
         op: &str,
     ) -> bool {
-        if t.ty.dtype == DTypeKind::Bool {
+        if t.ty.dtype.is_bool() {
             self.error(
                 &t.ex.sp,
                 format!(
@@ -49,15 +49,23 @@ impl<'s, 'k> Checker<'s, 'k> {
             );
             return false;
         }
+        if t.ty.dtype.may_be_bool() {
+            return self.need_numeric(op, t);
+        }
         if s.is_float() && !t.ty.dtype.is_float() {
-            self.error(
-                &sx.sp,
-                format!(
-                    "`{sx}` is a float but `{}` is {}: tensorfn never converts silently; cast the tensor with `{}.cast::<f32>()` or use an integer",
-                    t.ex,
-                    t.ty.dtype,
+            let fix = match t.ty.dtype {
+                Dt::Param(n, b) => format!(
+                    "`{n}: {}` admits integer dtypes: bound it `{n}: Float` or use an integer",
+                    b.trait_name()
+                ),
+                Dt::Kind(_) => format!(
+                    "tensorfn never converts silently; cast the tensor with `{}.cast::<f32>()` or use an integer",
                     t.ex.receiver_text()
                 ),
+            };
+            self.error(
+                &sx.sp,
+                format!("`{sx}` is a float but `{}` is {}: {fix}", t.ex, t.ty.dtype),
             );
             return false;
         }
@@ -207,7 +215,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                 };
                 let agreed = self.agree(label, &[oa.clone(), ob.clone()], 0);
                 let mut ok = true;
-                if agreed.ok && oa.ty.dtype == DTypeKind::Bool {
+                if agreed.ok && oa.ty.dtype.may_be_bool() {
                     ok = self.need_numeric(label, &oa);
                 }
                 if agreed.ok && ok && float_only {
@@ -242,7 +250,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             Some(ty) => self.push(
                 Op::Compare(op, a.0, b.0),
                 Ty::Tensor(TensorTy {
-                    dtype: DTypeKind::Bool,
+                    dtype: Dt::Kind(DTypeKind::Bool),
                     ..ty
                 }),
                 e,
@@ -254,7 +262,7 @@ impl<'s, 'k> Checker<'s, 'k> {
     /// Checks that `c` is a `bool` tensor (a condition or a mask).
     fn need_bool(&mut self, op: &str, c: (NodeId, &Expr)) -> Option<TensorTy> {
         let o = self.tensor(c.0, c.1, op)?;
-        if o.ty.dtype != DTypeKind::Bool {
+        if !o.ty.dtype.is_bool() {
             self.error(
                 &c.1.sp,
                 format!(
@@ -342,7 +350,10 @@ impl<'s, 'k> Checker<'s, 'k> {
         };
         self.push(
             Op::Where(c.0, a.0, b.0),
-            Ty::Tensor(TensorTy { dtype, ..cond }),
+            Ty::Tensor(TensorTy {
+                dtype: Dt::Kind(dtype),
+                ..cond
+            }),
             e,
         )
     }
@@ -525,7 +536,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                         ok = false;
                         continue;
                     };
-                    if o.ty.dtype != want {
+                    if o.ty.dtype != Dt::Kind(want) {
                         self.error(
                             &x.sp,
                             format!(
@@ -592,7 +603,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             },
             Ty::Tensor(TensorTy {
                 device: dev,
-                dtype: ret,
+                dtype: Dt::Kind(ret),
                 dims,
             }),
             e,
@@ -601,7 +612,8 @@ impl<'s, 'k> Checker<'s, 'k> {
 }
 
 /// The values an integer dtype holds.
-fn int_range(d: DTypeKind) -> Option<(f64, f64)> {
+fn int_range(d: Dt) -> Option<(f64, f64)> {
+    let Dt::Kind(d) = d else { return None };
     match d {
         DTypeKind::U8 => Some((0.0, 255.0)),
         DTypeKind::I32 => Some((i32::MIN as f64, i32::MAX as f64)),

@@ -119,7 +119,7 @@ struct Operand<'e> {
 struct Agreed {
     ok: bool,
     device: Device,
-    dtype: DTypeKind,
+    dtype: Dt,
 }
 
 /// The catalogue's op for an infix arithmetic operator.
@@ -246,11 +246,11 @@ impl<'s, 'k> Checker<'s, 'k> {
                 );
             }
         }
-        let dtypes: Vec<DTypeKind> = ops.iter().map(|o| o.ty.dtype).collect();
+        let dtypes: Vec<Dt> = ops.iter().map(|o| o.ty.dtype).collect();
         let any_float = dtypes.iter().any(|d| d.is_float());
         // Mixing ints and floats: the float side is what the user meant
         // (PyTorch would promote to it), so the ints get the cast.
-        let floats: Vec<DTypeKind> = if any_float {
+        let floats: Vec<Dt> = if any_float {
             dtypes.iter().copied().filter(|d| d.is_float()).collect()
         } else {
             dtypes.clone()
@@ -300,28 +300,41 @@ impl<'s, 'k> Checker<'s, 'k> {
         if o.ty.dtype.is_float() {
             return true;
         }
+        let fix = match o.ty.dtype {
+            Dt::Param(n, b) => format!(
+                "`{n}: {}` admits integer dtypes: bound it `{n}: Float`",
+                b.trait_name()
+            ),
+            Dt::Kind(_) => format!("cast with `{}.cast::<f32>()`", o.ex.receiver_text()),
+        };
         self.error(
             &o.ex.sp,
             format!(
-                "`{op}` needs a floating-point tensor but `{}` is {}: cast with `{}.cast::<f32>()`",
-                o.ex,
-                o.ty.dtype,
-                o.ex.receiver_text()
+                "`{op}` needs a floating-point tensor but `{}` is {}: {fix}",
+                o.ex, o.ty.dtype,
             ),
         );
         false
     }
 
     fn need_numeric(&mut self, op: &str, o: &Operand<'_>) -> bool {
-        if o.ty.dtype != DTypeKind::Bool {
+        if !o.ty.dtype.may_be_bool() {
             return true;
         }
+        let fix = match o.ty.dtype {
+            Dt::Param(n, _) => {
+                format!("`{n}: DType` admits bool: bound it `{n}: NumDType` or `{n}: Float`")
+            }
+            Dt::Kind(_) => format!(
+                "cast with `{}.cast::<u8>()` or `.cast::<f32>()`",
+                o.ex.receiver_text()
+            ),
+        };
         self.error(
             &o.ex.sp,
             format!(
-                "`{op}` needs numbers but `{}` is bool: cast with `{}.cast::<u8>()` or `.cast::<f32>()`",
-                o.ex,
-                o.ex.receiver_text()
+                "`{op}` needs numbers but `{}` is {}: {fix}",
+                o.ex, o.ty.dtype
             ),
         );
         false
@@ -728,27 +741,50 @@ fn sig_scalar_is_symbol(sig: &Signature, param: usize) -> bool {
     )
 }
 
-/// The device a turbofish type names.
-fn device_of(t: &syn::Type) -> Option<Device> {
-    let syn::Type::Path(p) = t else { return None };
-    let seg = p.path.segments.last()?;
-    match seg.ident.to_string().as_str() {
-        "Cpu" => Some(Device::Cpu),
-        "Cuda" => match &seg.arguments {
-            syn::PathArguments::None => Some(Device::Cuda(0)),
-            syn::PathArguments::AngleBracketed(a) => match a.args.first()? {
-                syn::GenericArgument::Const(syn::Expr::Lit(syn::ExprLit {
-                    lit: syn::Lit::Int(i),
-                    ..
-                })) => i.base10_parse().ok().map(Device::Cuda),
-                syn::GenericArgument::Type(syn::Type::Verbatim(v)) => {
-                    v.to_string().parse().ok().map(Device::Cuda)
-                }
+impl Checker<'_, '_> {
+    /// The device a turbofish type names: `Cpu`, `Cuda`, `Cuda<N>` or a
+    /// device parameter of the function.
+    fn device_of(&self, t: &syn::Type) -> Option<Device> {
+        let syn::Type::Path(p) = t else { return None };
+        let seg = p.path.segments.last()?;
+        let name = seg.ident.to_string();
+        match name.as_str() {
+            "Cpu" => Some(Device::Cpu),
+            "Cuda" => match &seg.arguments {
+                syn::PathArguments::None => Some(Device::Cuda(0)),
+                syn::PathArguments::AngleBracketed(a) => match a.args.first()? {
+                    syn::GenericArgument::Const(syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Int(i),
+                        ..
+                    })) => i.base10_parse().ok().map(Device::Cuda),
+                    syn::GenericArgument::Type(syn::Type::Verbatim(v)) => {
+                        v.to_string().parse().ok().map(Device::Cuda)
+                    }
+                    _ => None,
+                },
                 _ => None,
             },
+            _ => self
+                .sig
+                .type_params
+                .iter()
+                .find(|p| p.name == Name::new(&name) && p.kind == TypeParamKind::Device)
+                .map(|p| Device::Param(p.name)),
+        }
+    }
+
+    /// The dtype a turbofish type names: a dtype or a dtype parameter of
+    /// the function.
+    fn dtype_of(&self, t: &syn::Type) -> Option<Dt> {
+        let syn::Type::Path(p) = t else { return None };
+        let name = p.path.segments.last()?.ident.to_string();
+        if let Some(k) = tensorfn_core::DTypeKind::parse(&name) {
+            return Some(Dt::Kind(k));
+        }
+        self.sig.type_params.iter().find_map(|p| match p.kind {
+            TypeParamKind::DType(b) if p.name == Name::new(&name) => Some(Dt::Param(p.name, b)),
             _ => None,
-        },
-        _ => None,
+        })
     }
 }
 

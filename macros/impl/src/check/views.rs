@@ -374,7 +374,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             },
         };
         let dtype = if op.returns_index() {
-            DTypeKind::I64
+            Dt::Kind(DTypeKind::I64)
         } else {
             o.ty.dtype
         };

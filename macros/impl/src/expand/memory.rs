@@ -4,8 +4,16 @@ use super::*;
 
 /// `mod name { pub const PEAK_BYTES: usize = ..; }` (or `peak_bytes::<..>()`
 /// for const generics) when every dim is static.
-pub(super) fn memory_module(ast: &TensorFn, sig: &Signature, plan: &Plan) -> TokenStream {
-    let Some(cands) = &plan.peak else {
+pub(super) fn memory_module(
+    ast: &TensorFn,
+    sig: &Signature,
+    instances: &[crate::Planned],
+) -> TokenStream {
+    let Some(cands) = instances
+        .iter()
+        .map(|p| p.plan.peak.as_ref())
+        .collect::<Option<Vec<&Vec<Dim>>>>()
+    else {
         return quote!();
     };
     let runtime = sig
@@ -31,15 +39,27 @@ pub(super) fn memory_module(ast: &TensorFn, sig: &Signature, plan: &Plan) -> Tok
         };
         Some(Dim::sym(&s))
     };
-    let consts: Vec<TokenStream> = cands
-        .iter()
-        .map(|d| {
-            dim_value(
-                &d.substitute(&nested).unwrap_or_else(|| d.clone()),
-                &sig.symbols,
-            )
-        })
-        .collect();
+    let peak_of = |cands: &[Dim]| -> TokenStream {
+        let consts: Vec<TokenStream> = cands
+            .iter()
+            .map(|d| {
+                dim_value(
+                    &d.substitute(&nested).unwrap_or_else(|| d.clone()),
+                    &sig.symbols,
+                )
+            })
+            .collect();
+        quote! {{
+            let mut peak = 0usize;
+            #(
+                let candidate: usize = #consts;
+                if candidate > peak {
+                    peak = candidate;
+                }
+            )*
+            peak
+        }}
+    };
     let import = match items {
         true => quote!(
             #[allow(unused_imports)]
@@ -47,27 +67,22 @@ pub(super) fn memory_module(ast: &TensorFn, sig: &Signature, plan: &Plan) -> Tok
         ),
         false => quote!(),
     };
-    let peak = quote! {
-        let mut peak = 0usize;
-        #(
-            let candidate: usize = #consts;
-            if candidate > peak {
-                peak = candidate;
-            }
-        )*
-        peak
-    };
+    let dtype_params: Vec<&crate::ast::TypeParam> = sig
+        .type_params
+        .iter()
+        .filter(|p| matches!(p.kind, crate::ast::TypeParamKind::DType(_)))
+        .collect();
     // The item: a literal when every candidate is one, a constant the
     // compiler computes from the `const` items, or a `const fn` of the
-    // const generics.
-    let item = if sig.generics.is_empty() {
+    // const generics and dtype parameters.
+    let item = if sig.generics.is_empty() && dtype_params.is_empty() {
         let value = match items {
             false => {
-                let peak = cands.iter().filter_map(|d| d.as_constant()).max();
+                let peak = cands[0].iter().filter_map(|d| d.as_constant()).max();
                 let lit = Literal::usize_unsuffixed(peak.unwrap_or(0).max(0) as usize);
                 quote!(#lit)
             }
-            true => quote!({ #peak }),
+            true => peak_of(cands[0]),
         };
         let item_doc = format!(" Peak bytes of live intermediates in one call of `{name}`.");
         quote! {
@@ -76,14 +91,31 @@ pub(super) fn memory_module(ast: &TensorFn, sig: &Signature, plan: &Plan) -> Tok
         }
     } else {
         let generics = sig.generics.iter().map(|g| format_ident!("{}", g));
+        let types: Vec<proc_macro2::Ident> = dtype_params
+            .iter()
+            .map(|p| format_ident!("{}", p.name.to_string()))
+            .collect();
+        let body = if dtype_params.is_empty() {
+            peak_of(cands[0])
+        } else {
+            let arms = instances.iter().zip(&cands).map(|(p, c)| {
+                let conds = p.instance.dtypes.iter().map(|(n, k)| {
+                    let t = format_ident!("{}", n.to_string());
+                    let k = dtype_tokens(*k);
+                    quote!(<#t as ::tensorfn::__private::Is<#k>>::IS)
+                });
+                let peak = peak_of(c);
+                quote!(if #(#conds)&&* { return #peak; })
+            });
+            quote!({ #(#arms)* 0 })
+        };
         let item_doc = format!(
-            " Peak bytes of live intermediates in one call of `{name}` with these const generics."
+            " Peak bytes of live intermediates in one call of `{name}` with these generics."
         );
         quote! {
             #[doc = #item_doc]
-            pub const fn peak_bytes<#(const #generics: usize),*>() -> usize {
-                #peak
-            }
+            pub const fn peak_bytes<#(#types: ::tensorfn::DType,)* #(const #generics: usize),*>() -> usize
+                #body
         }
     };
     quote! {

@@ -2,10 +2,10 @@
 //! as statics with a CPU closure, entry checks of run-time dims, memory
 //! plans, and `#[kernel]`s as plain scalar functions.
 
-use crate::ast::{Device, DimExpr, KernelFn, ParamTy, ScalarKind, TensorFn, TensorTyAst};
+use crate::ast::{Device, DimExpr, Dt, KernelFn, ParamTy, ScalarKind, TensorFn, TensorTyAst};
 use crate::check::CheckedFn;
 use crate::graph::*;
-use crate::plan::{GroupInput, Plan, Step};
+use crate::plan::{GroupInput, Step};
 use crate::shape::Dim;
 use crate::sig::{ParamSig, Signature, Source, SymKind, Symbols};
 use proc_macro2::{Literal, TokenStream};
@@ -141,7 +141,9 @@ impl FnGen<'_> {
         }
     }
 
-    fn result(&mut self) -> TokenStream {
+    /// The result expression; `retype[k]`: result `k` is given back
+    /// under the function's dtype parameter.
+    fn result(&mut self, retype: &[bool]) -> TokenStream {
         let mut parts = Vec::new();
         let rets = self.f.ret.clone();
         for (k, &r) in rets.iter().enumerate() {
@@ -161,7 +163,10 @@ impl FnGen<'_> {
                     }
                 }
             };
-            parts.push(value);
+            parts.push(match retype.get(k) {
+                Some(true) => quote!(::tensorfn::__private::retype(#value)?),
+                _ => value,
+            });
         }
         if self.f.sig.tuple {
             quote!((#(#parts,)*))
@@ -172,38 +177,99 @@ impl FnGen<'_> {
     }
 }
 
-/// The complete expansion of a checked function and its memory plan.
-pub fn tensor_fn(ctx: &Ctx<'_>, ast: &TensorFn, f: &CheckedFn, plan: &Plan) -> TokenStream {
-    let mut gen = FnGen {
-        ctx,
-        f,
-        ast,
-        kernels: std::collections::HashMap::new(),
-        errors: Vec::new(),
-    };
-    let entry = gen.entry();
-    let steps: Vec<TokenStream> = plan.steps.iter().map(|s| gen.step(s)).collect();
-    let result = gen.result();
+/// The complete expansion of a checked function and its memory plan: one
+/// body for a function without dtype parameters, else one body per
+/// instance (see [`crate::instance`]), each taken when `T` is its dtype
+/// (a constant, so an instance compiles only its own body).
+pub fn tensor_fn(
+    ctx: &Ctx<'_>,
+    ast: &TensorFn,
+    f: &CheckedFn,
+    instances: &[crate::Planned],
+) -> TokenStream {
+    let mut errors = Vec::new();
+    let mut bodies = Vec::new();
+    for p in instances {
+        let mut gen = FnGen {
+            ctx,
+            f: &p.f,
+            ast,
+            kernels: std::collections::HashMap::new(),
+            errors: Vec::new(),
+        };
+        let entry = gen.entry();
+        let steps: Vec<TokenStream> = p.plan.steps.iter().map(|s| gen.step(s)).collect();
+        if p.instance.is_plain() {
+            let result = gen.result(&[]);
+            bodies.push(quote! {
+                #entry
+                #(#steps)*
+                ::core::result::Result::Ok(#result)
+            });
+        } else {
+            // Tensors of a dtype parameter are seen under this instance's
+            // dtype, and the results given back under the parameter.
+            let generic_ret: Vec<bool> = f
+                .sig
+                .ret
+                .iter()
+                .map(|t| matches!(t.dtype, Dt::Param(..)))
+                .collect();
+            let result = gen.result(&generic_ret);
+            let retyped = ast.params.iter().enumerate().filter_map(|(i, par)| {
+                let ParamSig::Tensor(t) = &f.sig.params[i] else {
+                    return None;
+                };
+                if !matches!(t.dtype, Dt::Param(..)) {
+                    return None;
+                }
+                let n = &par.name;
+                let ty = param_type_tokens(par, &p.f.sig, i);
+                Some(quote!(let #n: #ty = ::tensorfn::__private::retype_ref(#n)?;))
+            });
+            let conds = p.instance.dtypes.iter().map(|(n, k)| {
+                let t = format_ident!("{}", n.to_string());
+                let k = dtype_tokens(*k);
+                quote!(<#t as ::tensorfn::__private::Is<#k>>::IS)
+            });
+            bodies.push(quote! {
+                if #(#conds)&&* {
+                    #(#retyped)*
+                    #entry
+                    #(#steps)*
+                    return ::core::result::Result::Ok(#result);
+                }
+            });
+        }
+        errors.extend(gen.errors);
+    }
+    let fallback = instances.iter().any(|p| !p.instance.is_plain()).then(|| {
+        let t = f.sig.type_params.iter().find_map(|p| match p.kind {
+            crate::ast::TypeParamKind::DType(_) => Some(format_ident!("{}", p.name.to_string())),
+            crate::ast::TypeParamKind::Device => None,
+        });
+        let name = f.sig.name.clone();
+        quote!(::core::result::Result::Err(::tensorfn::__private::no_body::<#t>(#name)))
+    });
     let attrs = &ast.attrs;
     let vis = &ast.vis;
     let name = &ast.name;
-    let generics = &ast.generics;
+    let generics = generics_tokens(&ast.type_params, &ast.generics);
     let params = ast.params.iter().enumerate().map(|(i, p)| {
         let n = &p.name;
         let t = param_type_tokens(p, &f.sig, i);
         quote!(#n: #t)
     });
     let ret = return_tokens(&f.sig);
-    let memory = memory::memory_module(ast, &f.sig, plan);
-    let errors = crate::combine(gen.errors).map(|e| e.to_compile_error());
+    let memory = memory::memory_module(ast, &f.sig, instances);
+    let errors = crate::combine(errors).map(|e| e.to_compile_error());
     let out = quote! {
         #errors
         #(#attrs)*
-        #[allow(clippy::let_and_return, clippy::redundant_clone, clippy::needless_borrow)]
-        #vis fn #name<#(const #generics: usize),*>(#(#params),*) -> ::tensorfn::Result<#ret> {
-            #entry
-            #(#steps)*
-            ::core::result::Result::Ok(#result)
+        #[allow(clippy::let_and_return, clippy::redundant_clone, clippy::needless_borrow, clippy::needless_return, clippy::needless_question_mark)]
+        #vis fn #name #generics (#(#params),*) -> ::tensorfn::Result<#ret> {
+            #(#bodies)*
+            #fallback
         }
         #memory
     };

@@ -188,7 +188,7 @@ impl FnGen<'_> {
                 match (beta, alpha) {
                     (None, None) => quote!(::tensorfn::Tensor::addmm(#bias_expr, #m1, #m2)?),
                     _ => {
-                        let d = self.tty(n).dtype;
+                        let d = self.tty(n).dtype.kind();
                         let one = |x: &Option<NodeId>| match x {
                             Some(s) => self.scalar_as(*s, d),
                             None => {
@@ -327,7 +327,9 @@ impl FnGen<'_> {
                             }
                         }
                     });
-                    quote!(::<#(#gen),*>)
+                    // Type parameters are inferred from the arguments.
+                    let types = sig.type_params.iter().map(|_| quote!(_));
+                    quote!(::<#(#types,)* #(#gen),*>)
                 };
                 let argv: Vec<TokenStream> = args
                     .iter()

@@ -29,6 +29,7 @@ pub fn stub_fn(f: &TensorFn) -> TokenStream {
     let vis = &f.vis;
     let name = &f.name;
     let generics = &f.generics;
+    let generic_params = generics_tokens(&f.type_params, generics);
     let params = f.params.iter().map(|p| {
         let n = &p.name;
         match &p.ty {
@@ -57,7 +58,7 @@ pub fn stub_fn(f: &TensorFn) -> TokenStream {
     quote! {
         #(#attrs)*
         #[allow(unused_variables)]
-        #vis fn #name<#(const #generics: usize),*>(#(#params),*) -> ::tensorfn::Result<#ret> {
+        #vis fn #name #generic_params (#(#params),*) -> ::tensorfn::Result<#ret> {
             ::core::unreachable!()
         }
     }

@@ -3,7 +3,7 @@
 use super::*;
 use crate::sig::is_const_item_name;
 
-/// `::tensorfn::Cpu` or `::tensorfn::Cuda<N>`.
+/// `::tensorfn::Cpu`, `::tensorfn::Cuda<N>`, or the device parameter.
 pub fn device_tokens(d: Device) -> TokenStream {
     match d {
         Device::Cpu => quote!(::tensorfn::Cpu),
@@ -11,12 +11,53 @@ pub fn device_tokens(d: Device) -> TokenStream {
             let n = Literal::usize_unsuffixed(n);
             quote!(::tensorfn::Cuda<#n>)
         }
+        Device::Param(n) => {
+            let n = format_ident!("{}", n.to_string());
+            quote!(#n)
+        }
     }
 }
 
 /// The dtype's Rust type.
 pub fn dtype_tokens(d: DTypeKind) -> TokenStream {
     rust_code::storage_type(d)
+}
+
+/// The Rust type of a dtype or a dtype parameter.
+pub(super) fn dt_tokens(d: Dt) -> TokenStream {
+    match d {
+        Dt::Kind(k) => dtype_tokens(k),
+        Dt::Param(n, _) => {
+            let n = format_ident!("{}", n.to_string());
+            quote!(#n)
+        }
+    }
+}
+
+/// `<D: ::tensorfn::Device, T: ::tensorfn::FloatDType, const B: usize>`
+/// (nothing for a function without generics).
+pub(super) fn generics_tokens(
+    types: &[crate::ast::TypeParam],
+    consts: &[syn::Ident],
+) -> TokenStream {
+    use crate::ast::{Bound, TypeParamKind};
+    if types.is_empty() && consts.is_empty() {
+        return quote!();
+    }
+    let types = types.iter().map(|p| {
+        let sp = p.sp.span();
+        let n = proc_macro2::Ident::new(&p.name.to_string(), sp);
+        // Spanned on the declaration, so that rustc's "required by this
+        // bound" at a call points at it.
+        let bound = match p.kind {
+            TypeParamKind::Device => quote_spanned!(sp=> ::tensorfn::Device),
+            TypeParamKind::DType(Bound::Float) => quote_spanned!(sp=> ::tensorfn::FloatDType),
+            TypeParamKind::DType(Bound::Num) => quote_spanned!(sp=> ::tensorfn::NumDType),
+            TypeParamKind::DType(Bound::Any) => quote_spanned!(sp=> ::tensorfn::DType),
+        };
+        quote_spanned!(sp=> #n: #bound)
+    });
+    quote!(<#(#types,)* #(const #consts: usize),*>)
 }
 
 pub(super) fn dtype_kind_tokens(d: DTypeKind) -> TokenStream {
@@ -66,12 +107,8 @@ pub fn shape_tokens(dims: &[DimTy]) -> TokenStream {
     quote!((#(#ds,)*))
 }
 
-pub(super) fn tensor_tokens(device: Device, dtype: DTypeKind, dims: &[DimTy]) -> TokenStream {
-    let (d, t, s) = (
-        device_tokens(device),
-        dtype_tokens(dtype),
-        shape_tokens(dims),
-    );
+pub(super) fn tensor_tokens(device: Device, dtype: Dt, dims: &[DimTy]) -> TokenStream {
+    let (d, t, s) = (device_tokens(device), dt_tokens(dtype), shape_tokens(dims));
     quote!(::tensorfn::Tensor<#d, #t, #s>)
 }
 
