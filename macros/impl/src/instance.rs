@@ -5,7 +5,7 @@
 //! Device parameters need no instances: the runtime is generic over the
 //! device, and every fused kernel carries its PTX.
 
-use crate::ast::{Device, Dt, Name, TypeParamKind};
+use crate::ast::{Dt, Name, TypeParamKind};
 use crate::check::CheckedFn;
 use crate::graph::{Op, TensorTy, Ty};
 use crate::sig::{ParamSig, Signature};
@@ -127,9 +127,4 @@ impl Instance {
     pub fn concrete(dtypes: &[Dt]) -> Vec<DTypeKind> {
         dtypes.iter().map(|d| d.kind()).collect()
     }
-}
-
-/// True if the device is a parameter (the generated code names it).
-pub fn is_param(d: Device) -> bool {
-    matches!(d, Device::Param(_))
 }

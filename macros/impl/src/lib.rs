@@ -11,7 +11,8 @@
 //!    the typed [`graph`], with every error of a function reported;
 //! 4. [`plan`]: fusion groups of elementwise work (each a
 //!    `tensorfn_kernels::ir::Kernel`), runtime calls, drops and the peak
-//!    memory of intermediates;
+//!    memory of intermediates, once per [`instance`] of a function generic
+//!    over its dtype;
 //! 5. [`expand`](mod@expand): Rust code against the `tensorfn` runtime,
 //!    with each fused group's kernel printed as a CPU closure
 //!    ([`expand::rust_code`]) and as PTX (the kernels crate's back-end).
