@@ -188,11 +188,17 @@ pub fn tensor_fn(ctx: &Ctx<'_>, ast: &TensorFn, f: &CheckedFn, plan: &Plan) -> T
     let vis = &ast.vis;
     let name = &ast.name;
     let generics = &ast.generics;
-    let params = ast.params.iter().enumerate().map(|(i, p)| {
-        let n = &p.name;
-        let t = param_type_tokens(p, &f.sig, i);
-        quote!(#n: #t)
-    });
+    // Fields of parameter structs are bound at entry, not passed.
+    let params = ast
+        .params
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| !matches!(p.ty, ParamTy::Field(_)))
+        .map(|(i, p)| {
+            let n = &p.name;
+            let t = param_type_tokens(p, &f.sig, i);
+            quote!(#n: #t)
+        });
     let ret = return_tokens(&f.sig);
     let memory = memory::memory_module(ast, &f.sig, plan);
     let errors = crate::combine(gen.errors).map(|e| e.to_compile_error());

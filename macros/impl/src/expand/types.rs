@@ -146,6 +146,10 @@ pub(super) fn param_type_tokens(p: &crate::ast::Param, sig: &Signature, i: usize
             quote_spanned!(sp=> &#ty)
         }
         (_, ParamSig::Scalar(k)) => scalar_type_tokens(*k),
+        (ParamTy::Struct(s), _) => {
+            let ty = &s.ty;
+            quote_spanned!(s.sp.span()=> &#ty)
+        }
         _ => unreachable!("signature matches the parameters"),
     }
 }
