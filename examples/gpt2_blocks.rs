@@ -71,11 +71,12 @@ tensor_fn! {
     /// Layer norm over the last dim (eps 1e-5, as GPT-2).
     pub fn layer_norm<D: Device, T: Float, const S: usize>(
         x: &Tensor<D, T, [S, 768]>,
-        p: &LayerNorm<D, T>,
+        weight: &Tensor<D, T, [768]>,
+        bias: &Tensor<D, T, [768]>,
     ) -> Tensor<D, T, [S, 768]> {
         let centered = x - x.mean(1).reshape([S, 1]);
         let var = (centered * centered).mean(1).reshape([S, 1]);
-        centered * rsqrt(var + 1e-5) * p.weight + p.bias
+        centered * rsqrt(var + 1e-5) * weight + bias
     }
 
     /// One block: `x + attn(ln_1(x))`, then `+ mlp(ln_2(..))`. `future`
@@ -85,7 +86,7 @@ tensor_fn! {
         future: &Tensor<D, bool, [S, S]>,
         p: &Block<D, T>,
     ) -> Tensor<D, T, [S, 768]> {
-        let h = layer_norm(x, p.ln_1);
+        let h = layer_norm(x, p.ln_1.weight, p.ln_1.bias);
         let qkv = addmm(p.attn.c_attn.bias, h, p.attn.c_attn.weight);
         // [S, 768] as 12 heads of 64: [12, S, 64].
         let q = qkv.narrow(1, 0, 768).reshape([S, 12, 64]).permute([1, 0, 2]);
@@ -94,7 +95,7 @@ tensor_fn! {
         let scores = (bmm(q, k) * 0.125).masked_fill(future, -10000.0);
         let heads = bmm(scores.softmax(2), v).permute([1, 0, 2]).reshape([S, 768]);
         let x = x + addmm(p.attn.c_proj.bias, heads, p.attn.c_proj.weight);
-        let h = layer_norm(x, p.ln_2);
+        let h = layer_norm(x, p.ln_2.weight, p.ln_2.bias);
         let up = gelu(addmm(p.mlp.c_fc.bias, h, p.mlp.c_fc.weight));
         x + addmm(p.mlp.c_proj.bias, up, p.mlp.c_proj.weight)
     }
@@ -110,13 +111,15 @@ pub fn forward<D: Device, T: Float, const S: usize>(
     for b in &p.h {
         x = block(&x, future, b)?;
     }
-    layer_norm(&x, &p.ln_f)
+    layer_norm(&x, &p.ln_f.weight, &p.ln_f.bias)
 }
 
 /// Random parameters with GPT-2's initialisation scale (normal, std
 /// 0.02; layer norms at 1 and 0).
 fn random(blocks: usize, seed: u64) -> Result<Gpt2Blocks<Cpu, f32>> {
-    let normal = |s: u64| -> Result<Tensor<Cpu, f32, _>> { Tensor::randn(s)?.mul_scalar(0.02) };
+    fn normal<S: tensorfn::Shape>(seed: u64) -> Result<Tensor<Cpu, f32, S>> {
+        Tensor::randn(seed)?.mul_scalar(0.02)
+    }
     let ln = || -> Result<LayerNorm<Cpu, f32>> {
         Ok(LayerNorm {
             weight: Tensor::ones()?,

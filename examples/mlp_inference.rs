@@ -38,15 +38,17 @@ struct Mlp<D: Device> {
     fc2: Linear<D, CLASSES, HIDDEN>,
 }
 
-impl<D: Device> Mlp<D> {
-    /// Logits: `relu(x @ fc1.weight.t() + fc1.bias) @ fc2.weight.t() + fc2.bias`.
-    fn forward<const B: usize>(
-        &self,
-        x: &Tensor<D, f32, shape![B, INPUTS]>,
-    ) -> Result<Tensor<D, f32, shape![B, CLASSES]>> {
+tensor_fn! {
+    /// Logits: `relu(x @ fc1.weight.t() + fc1.bias) @ fc2.weight.t() + fc2.bias`,
+    /// the weights read from the struct, every shape checked at compile
+    /// time as if they were parameters.
+    fn forward<D: Device, const B: usize>(
+        x: &Tensor<D, f32, [B, {INPUTS}]>,
+        p: &Mlp<D>,
+    ) -> Tensor<D, f32, [B, {CLASSES}]> {
         // `.t()` is a view: the product reads the stored weight transposed.
-        let hidden = Tensor::addmm(&self.fc1.bias, x, &self.fc1.weight.t()?)?.relu()?;
-        Tensor::addmm(&self.fc2.bias, &hidden, &self.fc2.weight.t()?)
+        let hidden = relu(addmm(p.fc1.bias, x, p.fc1.weight.t()));
+        addmm(p.fc2.bias, hidden, p.fc2.weight.t())
     }
 }
 
@@ -145,7 +147,7 @@ pub fn run<D: Device>() -> AnyResult {
     }
 
     let x = Tensor::<Cpu, f32, shape![BATCH, INPUTS]>::randn(seed + 100)?.to_device::<D>()?;
-    let logits = model.forward(&x)?;
+    let logits = forward(&x, &model)?;
     let classes = logits.argmax::<1>()?.to_vec()?;
     println!("logits on {}:\n{logits}", logits.device());
     println!("predicted classes: {classes:?}");

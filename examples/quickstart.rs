@@ -18,38 +18,36 @@ use tensorfn::prelude::*;
 
 const BATCH: usize = 4;
 
+/// The weights, on device `D` in float dtype `T`, named as they are in a
+/// safetensors file (`Mlp::<Cpu, f32>::load_safetensors(path)`).
+#[derive(Params)]
+pub struct Mlp<D: Device, T: Float> {
+    pub w1: Tensor<D, T, shape![784, 128]>,
+    pub b1: Tensor<D, T, shape![128]>,
+    pub w2: Tensor<D, T, shape![128, 10]>,
+    pub b2: Tensor<D, T, shape![10]>,
+}
+
 tensor_fn! {
     /// Class probabilities of a batch of 784-pixel images:
     /// `softmax(relu(x @ w1 + b1) @ w2 + b2)`, on any device `D` and in any
     /// float dtype `T`.
     pub fn mlp<D: Device, T: Float, const B: usize>(
         x: &Tensor<D, T, [B, 784]>,
-        w1: &Tensor<D, T, [784, 128]>,
-        b1: &Tensor<D, T, [128]>,
-        w2: &Tensor<D, T, [128, 10]>,
-        b2: &Tensor<D, T, [10]>,
+        p: &Mlp<D, T>,
     ) -> Tensor<D, T, [B, 10]> {
-        let hidden = relu(addmm(b1, x, w1));
-        // `addmm(b1, hidden, w2)` would not compile: "`addmm` cannot
-        // broadcast `b1` [128] to the result shape [B, 10]".
-        addmm(b2, hidden, w2).softmax(1)
+        let hidden = relu(addmm(p.b1, x, p.w1));
+        // `addmm(p.b1, hidden, p.w2)` would not compile: "`addmm` cannot
+        // broadcast `p.b1` [128] to the result shape [B, 10]".
+        addmm(p.b2, hidden, p.w2).softmax(1)
     }
 }
 
-/// The weights, on device `D`, named as they are in a safetensors file.
-#[derive(Params)]
-pub struct Weights<D: Device> {
-    w1: Tensor<D, f32, shape![784, 128]>,
-    b1: Tensor<D, f32, shape![128]>,
-    w2: Tensor<D, f32, shape![128, 10]>,
-    b2: Tensor<D, f32, shape![10]>,
-}
-
-impl Weights<Cpu> {
+impl Mlp<Cpu, f32> {
     /// Random weights scaled like PyTorch's default `nn.Linear` init.
     pub fn random(seed: u64) -> Result<Self> {
         let (s1, s2) = (1.0 / 784f32.sqrt(), 1.0 / 128f32.sqrt());
-        Ok(Weights {
+        Ok(Mlp {
             w1: Tensor::randn(seed)?.mul_scalar(s1)?,
             b1: Tensor::randn(seed + 1)?.mul_scalar(s1)?,
             w2: Tensor::randn(seed + 2)?.mul_scalar(s2)?,
@@ -62,14 +60,13 @@ impl Weights<Cpu> {
 /// and checks them against an f64 computation on the host.
 pub fn run<D: Device>() -> AnyResult {
     let seed = seed();
-    let weights = Weights::random(seed)?.to_device::<D>()?;
+    let weights = Mlp::random(seed)?.to_device::<D>()?;
     let x = Tensor::<Cpu, f32, shape![BATCH, 784]>::rand(seed + 4)?.to_device::<D>()?;
 
     // The macro's static memory plan, plus a margin for the allocator's
     // 512-byte grain: a loop of forward passes never waits for the driver.
     tensorfn::reserve::<D>(mlp::peak_bytes::<f32, BATCH>() + (1 << 20))?;
-    let w = &weights;
-    let probs = mlp(&x, &w.w1, &w.b1, &w.w2, &w.b2)?;
+    let probs = mlp(&x, &weights)?;
     let classes = probs.argmax::<1>()?;
     println!("class probabilities on {}:\n{probs}", probs.device());
     println!("predicted classes: {:?}", classes.to_vec()?);
@@ -79,7 +76,7 @@ pub fn run<D: Device>() -> AnyResult {
 }
 
 /// The same forward pass in f64 on the host.
-fn reference<D: Device>(w: &Weights<D>, x: &[f64]) -> Result<Vec<f64>> {
+fn reference<D: Device>(w: &Mlp<D, f32>, x: &[f64]) -> Result<Vec<f64>> {
     let mut hidden = matmul_f64(x, &to_f64(&w.w1)?, BATCH, 784, 128);
     let b1 = to_f64(&w.b1)?;
     for (i, v) in hidden.iter_mut().enumerate() {

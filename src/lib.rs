@@ -545,6 +545,11 @@
 pub use tensorfn_macros::{tensor_fn, Params};
 pub use tensorfn_runtime::*;
 
+/// The second stage of `tensor_fn!` (functions taking parameter structs);
+/// not a stable API.
+#[doc(hidden)]
+pub use tensorfn_macros::__tensor_fn_with_fields;
+
 /// The kernels crate, for the statics `tensor_fn!` generates; not a stable API.
 #[doc(hidden)]
 pub use tensorfn_kernels as __kernels;

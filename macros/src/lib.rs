@@ -12,6 +12,15 @@ pub fn tensor_fn(input: TokenStream) -> TokenStream {
     tensorfn_macros_impl::expand(input.into()).into()
 }
 
+/// The second stage of `tensor_fn!` for functions taking parameter
+/// structs: its input with the fields of the structs, which their hidden
+/// fields macros (from `#[derive(Params)]`) add. Not called directly.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __tensor_fn_with_fields(input: TokenStream) -> TokenStream {
+    tensorfn_macros_impl::expand_with_fields(input.into()).into()
+}
+
 /// Derives `tensorfn::Params` for a struct of tensors, nested parameter
 /// structs, arrays and `Vec`s of them: loading and saving safetensors by
 /// dotted field names (`#[params(rename = "key")]` renames a field), a

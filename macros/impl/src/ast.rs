@@ -103,10 +103,7 @@ impl TensorFn {
     /// The tensor types of the signature: the parameters', then the
     /// results'.
     pub fn shapes(&self) -> impl Iterator<Item = &TensorTyAst> {
-        let params = self.params.iter().filter_map(|p| match &p.ty {
-            ParamTy::Tensor(t) => Some(t),
-            ParamTy::Scalar(_) => None,
-        });
+        let params = self.params.iter().filter_map(|p| p.ty.tensor());
         params.chain(&self.ret.tensors)
     }
 }
@@ -127,6 +124,44 @@ pub enum ParamTy {
     Tensor(TensorTyAst),
     /// `f32`, `usize`, ...
     Scalar(ScalarTyAst),
+    /// `&Mlp<..>`: a parameter struct (`#[derive(Params)]`), whose fields
+    /// the body uses (see [`crate::structs`]).
+    Struct(StructParamAst),
+    /// A tensor field of a parameter struct the body uses (`p.h[3].w`),
+    /// added by [`crate::structs`]: checked as a tensor parameter, bound
+    /// from the struct when the function is entered, not in the signature.
+    Field(FieldParamAst),
+}
+
+impl ParamTy {
+    /// The tensor type of a tensor parameter or a used field.
+    pub fn tensor(&self) -> Option<&TensorTyAst> {
+        match self {
+            ParamTy::Tensor(t) | ParamTy::Field(FieldParamAst { tensor: t, .. }) => Some(t),
+            ParamTy::Scalar(_) | ParamTy::Struct(_) => None,
+        }
+    }
+}
+
+/// `&Path<args>` of a parameter struct as written.
+#[derive(Debug, Clone)]
+pub struct StructParamAst {
+    /// The type without the `&`.
+    pub ty: syn::Type,
+    /// Where it was written.
+    pub sp: Sp,
+}
+
+/// A tensor field of a parameter struct, as a parameter of the checker.
+#[derive(Debug, Clone)]
+pub struct FieldParamAst {
+    /// The field's tensor type (the struct's generics substituted).
+    pub tensor: TensorTyAst,
+    /// The path as the body writes it (`p.h[3].w`).
+    pub text: String,
+    /// The statement binding the parameter's name to `&p.h[3].w` at entry
+    /// (with the `Vec` indices checked).
+    pub binding: TokenStream,
 }
 
 /// A scalar parameter type.
@@ -553,6 +588,13 @@ pub enum ExprKind {
         /// The arguments.
         args: Vec<Arg>,
     },
+    /// `p.w`: a field of a parameter struct.
+    Field {
+        /// The struct (a parameter, a field, an element of an array field).
+        base: Box<Expr>,
+        /// The field.
+        member: syn::Ident,
+    },
     /// `x[i]`, `x[i, j]`.
     Index {
         /// The indexed tensor.
@@ -700,6 +742,7 @@ impl fmt::Display for Expr {
                 fmt_args(f, args)?;
                 f.write_str(")")
             }
+            ExprKind::Field { base, member } => write!(f, "{}.{member}", base.receiver_text()),
             ExprKind::Index { base, indices } => {
                 write!(f, "{}[", base.receiver_text())?;
                 fmt_list(f, indices)?;

@@ -204,6 +204,8 @@ fn expand(d: &DeriveInput) -> syn::Result<TokenStream> {
             }
         }
     };
+    // The fields as tokens, for `tensor_fn!` parameters of this type.
+    out.extend(crate::structs::fields_macro(d));
     if let Some(dev) = param_bounded_by(d, &["Device"]) {
         out.extend(conversion(
             d,

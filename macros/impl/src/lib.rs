@@ -42,11 +42,12 @@ pub mod parse;
 pub mod plan;
 pub mod shape;
 pub mod sig;
+pub mod structs;
 
 use ast::{Item, KernelFn, TensorFn};
 use proc_macro2::TokenStream;
 use quote::quote;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use tensorfn_kernels::ir::Kernel;
 
 /// Joins errors into one `syn::Error` (`None` for none).
@@ -92,7 +93,9 @@ struct Invocation<'a> {
     errors: Vec<syn::Error>,
 }
 
-fn analyse(input: &ast::Input) -> Invocation<'_> {
+/// `field_errors`: the errors [`structs::resolve`] found in each function
+/// (a function with any is not checked further).
+fn analyse<'a>(input: &'a ast::Input, field_errors: &mut [Vec<syn::Error>]) -> Invocation<'a> {
     let mut errors = Vec::new();
     let fns: Vec<&TensorFn> = input
         .items
@@ -149,9 +152,18 @@ fn analyse(input: &ast::Input) -> Invocation<'_> {
             checked.push(None);
             continue;
         }
+        let fields = field_errors
+            .get_mut(i)
+            .map(std::mem::take)
+            .unwrap_or_default();
         match check::check_fn(f, i, &sigs, &ksigs) {
-            Ok(c) => checked.push(Some(c)),
+            Ok(c) if fields.is_empty() => checked.push(Some(c)),
+            Ok(_) => {
+                errors.extend(fields);
+                checked.push(None);
+            }
             Err(es) => {
+                errors.extend(fields);
                 errors.extend(es);
                 checked.push(None);
             }
@@ -224,10 +236,45 @@ fn plan_rec(
     state[i] = 2;
 }
 
-/// Runs every stage but code generation (for tests and tools).
+/// Runs every stage but code generation (for tests and tools). Parameter
+/// structs take their fields from `tables` (the second stage's input after
+/// `@input { .. }`: `@struct ["Mlp"] Mlp [generics] { fields }`, as
+/// [`structs::fields_macro`] writes them).
 pub fn analyse_tokens(input: TokenStream) -> Result<Analysis, syn::Error> {
-    let parsed = parse::parse_input(input)?;
-    let inv = analyse(&parsed);
+    analyse_tokens_with(input, TokenStream::new())
+}
+
+/// [`analyse_tokens`] with the tables of parameter structs.
+///
+/// ```
+/// use quote::quote;
+/// let a = tensorfn_macros_impl::analyse_tokens_with(
+///     quote! {
+///         fn f(x: &Tensor<Cpu, f32, [2, 3]>, p: &Lin) -> Tensor<Cpu, f32, [2, 4]> {
+///             matmul(x, p.w)
+///         }
+///     },
+///     quote!(@struct ["Lin"] Lin [] { w: Tensor<Cpu, f32, shape![3, 4]>, }),
+/// )
+/// .unwrap();
+/// assert!(a.errors.is_empty());
+/// ```
+pub fn analyse_tokens_with(
+    input: TokenStream,
+    tables: TokenStream,
+) -> Result<Analysis, syn::Error> {
+    let carry = structs::Carry::parse(quote!(@input { #input } #tables))?;
+    let mut parsed = parse::parse_input(input.clone())?;
+    let mut field_errors = match structs::resolve(&mut parsed, &carry.tables, &input, &carry.raw) {
+        structs::Resolution::Done(e) => e,
+        structs::Resolution::Fetch(_) => {
+            return Err(syn::Error::new(
+                proc_macro2::Span::call_site(),
+                "the tables of some parameter structs are missing",
+            ))
+        }
+    };
+    let inv = analyse(&parsed, &mut field_errors);
     let plans = inv
         .planned
         .iter()
@@ -242,13 +289,52 @@ pub fn analyse_tokens(input: TokenStream) -> Result<Analysis, syn::Error> {
 }
 
 /// The whole macro: `tensor_fn! { .. }` input to generated items, with
-/// every error as a `compile_error!` spanned on the input.
+/// every error as a `compile_error!` spanned on the input. A function
+/// taking parameter structs expands first to the macros that fetch their
+/// fields (see [`structs`]).
 pub fn expand(input: TokenStream) -> TokenStream {
-    let parsed = match parse::parse_input(input) {
+    expand_stage(input, BTreeMap::new(), TokenStream::new())
+}
+
+/// The second stage of `tensor_fn!`: its input with the fields of the
+/// parameter structs gathered so far ([`structs::Carry`]).
+///
+/// ```
+/// use quote::quote;
+/// let out = tensorfn_macros_impl::expand_with_fields(quote! {
+///     @input {
+///         fn f(x: &Tensor<Cpu, f32, [2, 3]>, p: &Lin) -> Tensor<Cpu, f32, [2, 4]> {
+///             matmul(x, p.w)
+///         }
+///     }
+///     @struct ["Lin"] Lin [] { w: Tensor<Cpu, f32, shape![3, 4]>, }
+/// });
+/// let text = out.to_string();
+/// assert!(text.contains("p : & Lin"));
+/// assert!(text.contains("let __tf_field_p_w = & p . w ;"));
+/// assert!(!text.contains("compile_error"));
+/// ```
+pub fn expand_with_fields(input: TokenStream) -> TokenStream {
+    match structs::Carry::parse(input) {
+        Ok(c) => expand_stage(c.input, c.tables, c.raw),
+        Err(e) => e.to_compile_error(),
+    }
+}
+
+fn expand_stage(
+    input: TokenStream,
+    tables: BTreeMap<String, structs::Table>,
+    raw: TokenStream,
+) -> TokenStream {
+    let mut parsed = match parse::parse_input(input.clone()) {
         Ok(p) => p,
         Err(e) => return e.to_compile_error(),
     };
-    let inv = analyse(&parsed);
+    let mut field_errors = match structs::resolve(&mut parsed, &tables, &input, &raw) {
+        structs::Resolution::Done(e) => e,
+        structs::Resolution::Fetch(next) => return next,
+    };
+    let inv = analyse(&parsed, &mut field_errors);
     let ptx = |k: &Kernel, name: &str| expand::fused_ptx(k, name).map_err(|e| e.to_string());
     let ctx = expand::Ctx {
         sigs: &inv.sigs,

@@ -273,6 +273,14 @@ fn parse_param(input: ParseStream) -> syn::Result<Param> {
     input.parse::<Token![:]>()?;
     if input.peek(Token![&]) {
         input.parse::<Token![&]>()?;
+        if !crate::structs::peek_tensor(input) {
+            let ty: syn::Type = input.parse()?;
+            let sp = Sp::of(&ty);
+            return Ok(Param {
+                name,
+                ty: ParamTy::Struct(StructParamAst { ty, sp }),
+            });
+        }
         let ty = parse_tensor_ty(input)?;
         return Ok(Param {
             name,
@@ -650,6 +658,13 @@ pub fn expr(e: &syn::Expr) -> syn::Result<Expr> {
                 indices,
             }
         }
+        E::Field(f) => match &f.member {
+            syn::Member::Named(member) => ExprKind::Field {
+                base: Box::new(expr(&f.base)?),
+                member: member.clone(),
+            },
+            syn::Member::Unnamed(_) => return Err(unsupported(e, "a tuple field")),
+        },
         E::Array(a) => ExprKind::Array(a.elems.iter().map(expr).collect::<syn::Result<_>>()?),
         E::Tuple(t) => ExprKind::Tuple(t.elems.iter().map(expr).collect::<syn::Result<_>>()?),
         E::Try(t) => {

@@ -125,6 +125,9 @@ pub enum ParamSig {
     Tensor(TensorTy),
     /// A scalar.
     Scalar(ScalarKind),
+    /// A parameter struct: its fields the body uses are parameters of
+    /// their own ([`ParamTy::Field`](crate::ast::ParamTy::Field)).
+    Struct,
 }
 
 /// A dim of a parameter checked when the function is entered, because its
@@ -297,11 +300,15 @@ pub fn signature(f: &TensorFn) -> Result<Signature, Vec<syn::Error>> {
     let mut params = Vec::new();
     let mut param_names = Vec::new();
     for (pi, p) in f.params.iter().enumerate() {
-        let pname = p.name.to_string();
+        let pname = match &p.ty {
+            ParamTy::Field(field) => field.text.clone(),
+            _ => p.name.to_string(),
+        };
         param_names.push(pname.clone());
         match &p.ty {
             ParamTy::Scalar(s) => params.push(ParamSig::Scalar(s.kind)),
-            ParamTy::Tensor(t) => {
+            ParamTy::Struct(_) => params.push(ParamSig::Struct),
+            ParamTy::Tensor(t) | ParamTy::Field(crate::ast::FieldParamAst { tensor: t, .. }) => {
                 let Some(ty) = tensor_ty(t, &mut symbols, Some(&pname), &mut errors) else {
                     continue;
                 };
@@ -319,7 +326,7 @@ pub fn signature(f: &TensorFn) -> Result<Signature, Vec<syn::Error>> {
     // A run-time dim only inside sums and products cannot be solved for.
     let mut reported = std::collections::BTreeSet::new();
     for p in &f.params {
-        if let ParamTy::Tensor(t) = &p.ty {
+        if let Some(t) = p.ty.tensor() {
             for d in &t.dims {
                 for s in d.expr.names() {
                     if symbols.map.get(&s) == Some(&SymKind::Runtime(None))

@@ -167,6 +167,16 @@ impl<'s, 'k> Checker<'s, 'k> {
 
     pub(super) fn fn_call(&mut self, f: usize, args: &[Arg], e: &Expr) -> NodeId {
         let sig = self.sigs[f].clone().expect("found by signature");
+        if sig.params.iter().any(|p| matches!(p, ParamSig::Struct)) {
+            self.error(
+                &e.sp,
+                format!(
+                    "`{}` takes a parameter struct: calling it inside `tensor_fn!` is not supported yet (call it from Rust, or pass the fields as tensors)",
+                    sig.name
+                ),
+            );
+            return self.error_node(e);
+        }
         let pref: Vec<&str> = sig.param_names.iter().map(|s| s.as_str()).collect();
         let Some(a) = self.bind_args(&sig.name, args, &pref, pref.len(), e) else {
             return self.error_node(e);
@@ -415,7 +425,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             .iter()
             .map(|p| match p {
                 ParamSig::Tensor(t) => Some(t.dims.iter().map(inst).collect()),
-                ParamSig::Scalar(_) => None,
+                ParamSig::Scalar(_) | ParamSig::Struct => None,
             })
             .collect();
         let ret_tys = sig

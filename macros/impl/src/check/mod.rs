@@ -65,14 +65,18 @@ pub fn check_fn(
         let ty = match &sig.params[i] {
             ParamSig::Tensor(t) => Ty::Tensor(t.clone()),
             ParamSig::Scalar(k) => Ty::Scalar(ScalarTy::Of(*k)),
+            // Not a value: `crate::structs` reports its uses.
+            ParamSig::Struct => Ty::Error,
         };
+        // A used field is known by its path (`p.h[3].w`).
+        let name = sig.param_names[i].clone();
         let id = c.graph.push(Node {
             op: Op::Param(i),
             ty,
             sp: Sp::of(&p.name),
-            text: p.name.to_string(),
+            text: name.clone(),
         });
-        c.env.insert(p.name.to_string(), Binding::Node(id));
+        c.env.insert(name, Binding::Node(id));
         params.push(id);
     }
     for stmt in &f.body.stmts {
@@ -584,7 +588,24 @@ impl<'s, 'k> Checker<'s, 'k> {
                 turbofish,
                 args,
             } => self.method(recv, method, turbofish, args, e),
-            ExprKind::Index { base, indices } => self.index(base, indices, e),
+            // A field path of a parameter struct: its parameter, or an
+            // error `crate::structs` reported.
+            ExprKind::Field { .. } => match self.env.get(&e.to_string()) {
+                Some(Binding::Node(id)) => *id,
+                None => self.error_node(e),
+            },
+            ExprKind::Index { base, indices } => {
+                // An element of an array field (`p.h[3]`) where it is a
+                // tensor; else indexing a tensor (`p.w[0]`, `x[i]`).
+                let field = match crate::structs::is_field_path(base) {
+                    true => self.env.get(&e.to_string()).cloned(),
+                    false => None,
+                };
+                match field {
+                    Some(Binding::Node(id)) => id,
+                    None => self.index(base, indices, e),
+                }
+            }
             ExprKind::Array(_) => {
                 self.error(
                     &e.sp,

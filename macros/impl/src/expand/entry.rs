@@ -7,6 +7,13 @@ impl FnGen<'_> {
     pub(super) fn entry(&self) -> TokenStream {
         let sig = &self.f.sig;
         let mut out = TokenStream::new();
+        // The fields of parameter structs the body uses, first: run-time
+        // dims and checks may read them.
+        for p in &self.ast.params {
+            if let ParamTy::Field(f) = &p.ty {
+                out.extend(f.binding.clone());
+            }
+        }
         // Run-time dims some shape of the body or an entry check uses.
         let mut used: std::collections::HashSet<String> = sig
             .entry_checks

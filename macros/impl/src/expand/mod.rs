@@ -208,7 +208,8 @@ pub fn tensor_fn(
             });
         } else {
             // Tensors of a dtype parameter are seen under this instance's
-            // dtype, and the results given back under the parameter.
+            // dtype (after the entry binds the fields of parameter
+            // structs), and the results given back under the parameter.
             let generic_ret: Vec<bool> = f
                 .sig
                 .ret
@@ -234,8 +235,8 @@ pub fn tensor_fn(
             });
             bodies.push(quote! {
                 if #(#conds)&&* {
-                    #(#retyped)*
                     #entry
+                    #(#retyped)*
                     #(#steps)*
                     return ::core::result::Result::Ok(#result);
                 }
@@ -255,11 +256,17 @@ pub fn tensor_fn(
     let vis = &ast.vis;
     let name = &ast.name;
     let generics = generics_tokens(&ast.type_params, &ast.generics);
-    let params = ast.params.iter().enumerate().map(|(i, p)| {
-        let n = &p.name;
-        let t = param_type_tokens(p, &f.sig, i);
-        quote!(#n: #t)
-    });
+    // Fields of parameter structs are bound at entry, not passed.
+    let params = ast
+        .params
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| !matches!(p.ty, ParamTy::Field(_)))
+        .map(|(i, p)| {
+            let n = &p.name;
+            let t = param_type_tokens(p, &f.sig, i);
+            quote!(#n: #t)
+        });
     let ret = return_tokens(&f.sig);
     let memory = memory::memory_module(ast, &f.sig, instances);
     let errors = crate::combine(errors).map(|e| e.to_compile_error());

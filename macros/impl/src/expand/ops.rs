@@ -346,7 +346,9 @@ impl FnGen<'_> {
                         }
                         (ParamSig::Scalar(ScalarKind::Usize), _) => self.scalar_usize(a),
                         (ParamSig::Scalar(ScalarKind::DType(d)), _) => self.scalar_as(a, *d),
-                        (ParamSig::Tensor(_), None) => unreachable!("tensor parameters have types"),
+                        (ParamSig::Tensor(_), None) | (ParamSig::Struct, _) => {
+                            unreachable!("tensor parameters have types; the checker refuses calls taking structs")
+                        }
                     })
                     .collect();
                 let call = quote!(#name #turbofish(#(#argv),*)?);

@@ -30,19 +30,28 @@ pub fn stub_fn(f: &TensorFn) -> TokenStream {
     let name = &f.name;
     let generics = &f.generics;
     let generic_params = generics_tokens(&f.type_params, generics);
-    let params = f.params.iter().map(|p| {
-        let n = &p.name;
-        match &p.ty {
-            ParamTy::Tensor(t) => {
-                let ty = stub_shape(t, generics);
-                quote!(#n: &#ty)
+    let params = f
+        .params
+        .iter()
+        .filter(|p| !matches!(p.ty, ParamTy::Field(_)))
+        .map(|p| {
+            let n = &p.name;
+            match &p.ty {
+                ParamTy::Struct(s) => {
+                    let t = &s.ty;
+                    quote!(#n: &#t)
+                }
+                ParamTy::Field(_) => unreachable!("filtered"),
+                ParamTy::Tensor(t) => {
+                    let ty = stub_shape(t, generics);
+                    quote!(#n: &#ty)
+                }
+                ParamTy::Scalar(s) => {
+                    let t = scalar_type_tokens(s.kind);
+                    quote!(#n: #t)
+                }
             }
-            ParamTy::Scalar(s) => {
-                let t = scalar_type_tokens(s.kind);
-                quote!(#n: #t)
-            }
-        }
-    });
+        });
     let rets: Vec<TokenStream> = f
         .ret
         .tensors

@@ -177,12 +177,17 @@ pub(super) fn dims_array(dims: &[Dim], symbols: &Symbols) -> TokenStream {
 
 pub(super) fn param_type_tokens(p: &crate::ast::Param, sig: &Signature, i: usize) -> TokenStream {
     match (&p.ty, &sig.params[i]) {
-        (ParamTy::Tensor(ast), ParamSig::Tensor(t)) => {
+        (ParamTy::Tensor(ast), ParamSig::Tensor(t))
+        | (ParamTy::Field(crate::ast::FieldParamAst { tensor: ast, .. }), ParamSig::Tensor(t)) => {
             let ty = tensor_tokens(t.device, t.dtype, &sig.symbols.dim_tys(&t.dims));
             let sp = ast.sp.span();
             quote_spanned!(sp=> &#ty)
         }
         (_, ParamSig::Scalar(k)) => scalar_type_tokens(*k),
+        (ParamTy::Struct(s), _) => {
+            let ty = &s.ty;
+            quote_spanned!(s.sp.span()=> &#ty)
+        }
         _ => unreachable!("signature matches the parameters"),
     }
 }
