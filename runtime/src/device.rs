@@ -46,6 +46,22 @@ impl fmt::Display for DeviceKind {
 pub trait Device: sealed::Sealed + Copy + Default + Send + Sync + fmt::Debug + 'static {
     /// This device as a value.
     const KIND: DeviceKind;
+    /// True for the host. A constant condition, so that code generic over
+    /// the device compiles only its own backend: rustc drops the branch
+    /// of the other before generating code (a `match` on [`KIND`](Self::KIND)
+    /// compiles both).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Device, Cpu, Cuda};
+    /// assert!(Cpu::IS_CPU && !<Cuda<1>>::IS_CPU);
+    /// assert_eq!(<Cuda<1>>::ORDINAL, 1);
+    /// ```
+    const IS_CPU: bool = matches!(Self::KIND, DeviceKind::Cpu);
+    /// The GPU's ordinal (0 for the host).
+    const ORDINAL: usize = match Self::KIND {
+        DeviceKind::Cpu => 0,
+        DeviceKind::Cuda(o) => o,
+    };
 }
 
 /// The host CPU.

@@ -19,15 +19,15 @@ macro_rules! dispatch {
     ($D:ty, |$be:ident| $body:expr) => {{
         #[allow(unused_imports)]
         use $crate::{backend::Backend as _, ops::dispatch::Exec as _};
-        match <$D as $crate::device::Device>::KIND {
-            $crate::device::DeviceKind::Cpu => {
-                let $be = &$crate::cpu::CpuBackend;
-                $body
-            }
-            $crate::device::DeviceKind::Cuda(ord) => {
-                let $be = &$crate::cuda::CudaBackend::for_ordinal(ord)?;
-                $body
-            }
+        // An `if` on a constant: each instance compiles one backend.
+        if <$D as $crate::device::Device>::IS_CPU {
+            let $be = &$crate::cpu::CpuBackend;
+            $body
+        } else {
+            let $be = &$crate::cuda::CudaBackend::for_ordinal(
+                <$D as $crate::device::Device>::ORDINAL,
+            )?;
+            $body
         }
     }};
 }
