@@ -21,6 +21,13 @@
 use crate::ast::*;
 use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, ToTokens};
+
+/// A type as text, as `ast::type_text` prints it, without the space before commas.
+fn type_text(t: &syn::Type) -> String {
+    crate::ast::type_text(t)
+        .replace(" ,", ",")
+        .replace(" ;", ";")
+}
 use std::collections::{BTreeMap, BTreeSet};
 use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
@@ -504,6 +511,9 @@ struct Root {
 
 struct Walk<'t> {
     fn_name: String,
+    /// The functions of the invocation taking structs (the checker
+    /// refuses calls to them).
+    struct_fns: &'t BTreeSet<String>,
     tables: &'t BTreeMap<String, Table>,
     roots: BTreeMap<String, Root>,
     missing: BTreeSet<Missing>,
@@ -675,10 +685,11 @@ impl Walk<'_> {
                 );
                 Reached::Stop
             }
-            Place::Array(_, len, _) => {
+            Place::Array(elem, len, _) => {
+                let elem = type_text(&elem);
                 self.error(
                     &whole.sp,
-                    format!("`{text}` is an array of {len} `{struct_name}`, not a tensor: index it with a literal (`{text}[0]`)"),
+                    format!("`{text}` is an array of {len} `{elem}`, not a tensor: index it with a literal (`{text}[0]`)"),
                 );
                 Reached::Stop
             }
@@ -802,7 +813,14 @@ impl Walk<'_> {
                 self.walk(a);
                 self.walk(b);
             }
-            ExprKind::Call { args, .. } => args.iter().for_each(|a| self.walk(&a.value)),
+            ExprKind::Call { func, args } => {
+                let refused = func
+                    .get_ident()
+                    .is_some_and(|f| self.struct_fns.contains(&f.to_string()));
+                if !refused {
+                    args.iter().for_each(|a| self.walk(&a.value));
+                }
+            }
             ExprKind::Method { recv, args, .. } => {
                 self.walk(recv);
                 args.iter().for_each(|a| self.walk(&a.value));
@@ -839,10 +857,21 @@ pub fn resolve(
     let mut missing = BTreeSet::new();
     let mut all_errors = Vec::new();
     let mut added = Vec::new();
+    let struct_fns: BTreeSet<String> = parsed
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Fn(f) if f.params.iter().any(|p| matches!(p.ty, ParamTy::Struct(_))) => {
+                Some(f.name.to_string())
+            }
+            _ => None,
+        })
+        .collect();
     for item in &parsed.items {
         let Item::Fn(f) = item else { continue };
         let mut w = Walk {
             fn_name: f.name.to_string(),
+            struct_fns: &struct_fns,
             tables,
             roots: BTreeMap::new(),
             missing: BTreeSet::new(),
@@ -876,7 +905,7 @@ pub fn resolve(
                 },
             );
         }
-        if !w.roots.is_empty() && w.missing.is_empty() {
+        if w.missing.is_empty() {
             for s in &f.body.stmts {
                 w.walk(&s.init);
             }
@@ -900,6 +929,24 @@ pub fn resolve(
         }
     }
     Resolution::Done(all_errors)
+}
+
+/// A value of a function taking structs whose type is unknown though no
+/// error was reported (a use of a struct the walk missed): an error on it
+/// rather than a panic when expanding.
+pub fn unreported(f: &TensorFn, c: &crate::check::CheckedFn) -> Option<syn::Error> {
+    use crate::graph::{Op, Ty};
+    if !f.params.iter().any(|p| matches!(p.ty, ParamTy::Struct(_))) {
+        return None;
+    }
+    let n =
+        c.graph.nodes.iter().find(|n| {
+            matches!(n.ty, Ty::Error) && !matches!(n.op, Op::Param(i) if i != usize::MAX)
+        })?;
+    Some(n.sp.error(format!(
+        "`{}` cannot be used here: a parameter struct is read through its tensor fields",
+        n.text
+    )))
 }
 
 impl Place {
