@@ -91,6 +91,21 @@ pub fn fields_macro(d: &syn::DeriveInput) -> TokenStream {
 
 /// True if a parameter type after `&` is a tensor (`Tensor<..>`, also
 /// written with a path), false for a parameter struct.
+///
+/// ```
+/// use syn::parse::Parser;
+/// use tensorfn_macros_impl::structs::peek_tensor;
+/// let peek = |ts| (|i: syn::parse::ParseStream| {
+///     let t = peek_tensor(i);
+///     i.parse::<proc_macro2::TokenStream>()?;
+///     Ok(t)
+/// })
+/// .parse2(ts)
+/// .unwrap();
+/// assert!(peek(quote::quote!(Tensor<Cpu, f32, [2]>)));
+/// assert!(peek(quote::quote!(tensorfn::Tensor<Cpu, f32, [2]>)));
+/// assert!(!peek(quote::quote!(nn::Mlp<Cpu, f32>)));
+/// ```
 pub fn peek_tensor(input: ParseStream) -> bool {
     let fork = input.fork();
     let _ = fork.parse::<Option<Token![::]>>();
@@ -108,6 +123,12 @@ pub fn peek_tensor(input: ParseStream) -> bool {
 
 /// True for `a.b` and for indices into one (`p.h[3]`): an expression that
 /// may be a path into a parameter struct.
+///
+/// ```
+/// use tensorfn_macros_impl::{parse::expr, structs::is_field_path};
+/// assert!(is_field_path(&expr(&syn::parse_quote!(p.h[3])).unwrap()));
+/// assert!(!is_field_path(&expr(&syn::parse_quote!(x[3])).unwrap()));
+/// ```
 pub fn is_field_path(e: &Expr) -> bool {
     match &e.kind {
         ExprKind::Field { .. } => true,
@@ -848,6 +869,28 @@ impl Walk<'_> {
 /// returns each function's errors; else the next round's tokens, which
 /// fetch the missing tables (`input` is the macro's input, `raw` the
 /// tables gathered so far).
+///
+/// ```
+/// use quote::quote;
+/// use tensorfn_macros_impl::{ast::{Item, ParamTy}, parse::parse_input, structs::*};
+/// let input = quote! {
+///     fn f(p: &Lin) -> Tensor<Cpu, f32, [4]> { p.b * 2.0 }
+/// };
+/// let mut parsed = parse_input(input.clone()).unwrap();
+/// // Without the table of `Lin`: the tokens that fetch it.
+/// let Resolution::Fetch(next) = resolve(&mut parsed, &Default::default(), &input, &quote!()) else {
+///     panic!()
+/// };
+/// assert!(next.to_string().starts_with("__tensorfn_fields_Lin !"));
+/// // With it: `p.b` is a parameter of its own.
+/// let c = Carry::parse(quote!(@input {} @struct ["Lin"] Lin [] { b: Tensor<Cpu, f32, shape![4]>, })).unwrap();
+/// let Resolution::Done(errors) = resolve(&mut parsed, &c.tables, &input, &c.raw) else {
+///     panic!()
+/// };
+/// assert!(errors[0].is_empty());
+/// let Item::Fn(f) = &parsed.items[0] else { panic!() };
+/// assert!(matches!(&f.params[1].ty, ParamTy::Field(field) if field.text == "p.b"));
+/// ```
 pub fn resolve(
     parsed: &mut Input,
     tables: &BTreeMap<String, Table>,
@@ -934,6 +977,19 @@ pub fn resolve(
 /// A value of a function taking structs whose type is unknown though no
 /// error was reported (a use of a struct the walk missed): an error on it
 /// rather than a panic when expanding.
+///
+/// ```
+/// use quote::quote;
+/// // Every use of a struct is reported by the walk; a checked function
+/// // has no value left without a type.
+/// let a = tensorfn_macros_impl::analyse_tokens_with(
+///     quote!(fn f(p: &Lin) -> Tensor<Cpu, f32, [4]> { relu(p) }),
+///     quote!(@struct ["Lin"] Lin [] { b: Tensor<Cpu, f32, shape![4]>, }),
+/// )
+/// .unwrap();
+/// assert_eq!(a.errors.len(), 1);
+/// assert!(a.errors[0].to_string().contains("`p` is a parameter struct `Lin`"));
+/// ```
 pub fn unreported(f: &TensorFn, c: &crate::check::CheckedFn) -> Option<syn::Error> {
     use crate::graph::{Op, Ty};
     if !f.params.iter().any(|p| matches!(p.ty, ParamTy::Struct(_))) {
