@@ -304,6 +304,10 @@
 //! # }
 //! ```
 //!
+//! A function of `tensor_fn!` takes such a struct as `p: &Mlp<Cpu, f32>`
+//! and reads its fields (`p.w1`, `p.h[3].attn.weight`), each checked at
+//! compile time like a tensor parameter (see [`tensor_fn!`](macro@tensor_fn)).
+//!
 //! # Examples
 //!
 //! `cargo run --release --example <name>`; each runs on the GPU when one
@@ -402,6 +406,37 @@
 ///   its fused kernels are built for every dtype the bound admits (PTX and
 ///   CPU closure each), and a call runs the body of its `T` (the others
 ///   are not compiled into it).
+/// * A parameter may be a `#[derive(Params)]` struct (`p: &Mlp`,
+///   `p: &nn::Mlp<Cpu, f32>`), defined in the function's module, reached
+///   by a path or glob-imported. The body reads its tensor fields
+///   (`p.w1`, `p.attn.c_attn.weight`, `p.h[3].w` for an array or a `Vec`
+///   field, indexed with a literal), each checked like a `&Tensor`
+///   parameter of the field's type: a field of the wrong shape, a field
+///   the struct lacks or an array index past its length is a compile
+///   error on the path; a `Vec` index past the end is an `Err` naming the
+///   field.
+///
+///   ```
+///   use tensorfn::prelude::*;
+///
+///   #[derive(Params)]
+///   struct Mlp<D: Device, T: Float> {
+///       w1: Tensor<D, T, shape![4, 8]>,
+///       b1: Tensor<D, T, shape![8]>,
+///       w2: Tensor<D, T, shape![8, 2]>,
+///   }
+///
+///   tensor_fn! {
+///       fn mlp<const B: usize>(x: &Tensor<Cpu, f32, [B, 4]>, p: &Mlp<Cpu, f32>) -> Tensor<Cpu, f32, [B, 2]> {
+///           matmul(relu(addmm(p.b1, x, p.w1)), p.w2).softmax(1)
+///       }
+///   }
+///
+///   let p = Mlp::<Cpu, f32> { w1: Tensor::randn(1)?, b1: Tensor::zeros()?, w2: Tensor::randn(2)? };
+///   let y = mlp(&Tensor::<Cpu, f32, shape![3, 4]>::randn(3)?, &p)?;
+///   assert_eq!(y.shape(), &[3, 2]);
+///   # Ok::<(), tensorfn::Error>(())
+///   ```
 /// * Bodies are `let` bindings and a result: `matmul`, `mm`, `bmm`, `dot`,
 ///   `addmm(bias, m1, m2, beta = .., alpha = ..)`, `cat([a, b], dim)`,
 ///   `addcmul(input, t1, t2, value)`, the math functions (`relu sigmoid

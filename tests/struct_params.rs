@@ -240,7 +240,9 @@ fn a_vec_index_past_the_end_is_an_err_naming_the_field() {
         head: randn(s + 50, &[8, 4]),
     };
     let x: Tensor<Cpu, f32, shape![3, 8]> = randn(s + 60, &[3, 8]);
-    let e = net(&x, &p).err().expect("extra has one element");
+    let Err(e) = net(&x, &p) else {
+        panic!("`extra` has one element: index 1 must be an Err");
+    };
     let msg = e.to_string();
     assert!(msg.contains("`p.extra`"), "{msg}");
     assert!(msg.contains("index 1"), "{msg}");

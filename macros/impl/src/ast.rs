@@ -135,6 +135,17 @@ pub enum ParamTy {
 
 impl ParamTy {
     /// The tensor type of a tensor parameter or a used field.
+    ///
+    /// ```
+    /// use tensorfn_macros_impl::{ast::Item, parse::parse_input};
+    /// let input = parse_input(quote::quote! {
+    ///     fn f(x: &Tensor<Cpu, f32, [2]>, p: &Mlp, n: usize) -> Tensor<Cpu, f32, [2]> { x }
+    /// })
+    /// .unwrap();
+    /// let Item::Fn(f) = &input.items[0] else { panic!() };
+    /// let tensors: Vec<bool> = f.params.iter().map(|p| p.ty.tensor().is_some()).collect();
+    /// assert_eq!(tensors, [true, false, false]);
+    /// ```
     pub fn tensor(&self) -> Option<&TensorTyAst> {
         match self {
             ParamTy::Tensor(t) | ParamTy::Field(FieldParamAst { tensor: t, .. }) => Some(t),

@@ -157,7 +157,13 @@ fn analyse<'a>(input: &'a ast::Input, field_errors: &mut [Vec<syn::Error>]) -> I
             .map(std::mem::take)
             .unwrap_or_default();
         match check::check_fn(f, i, &sigs, &ksigs) {
-            Ok(c) if fields.is_empty() => checked.push(Some(c)),
+            Ok(c) if fields.is_empty() => match structs::unreported(f, &c) {
+                Some(e) => {
+                    errors.push(e);
+                    checked.push(None);
+                }
+                None => checked.push(Some(c)),
+            },
             Ok(_) => {
                 errors.extend(fields);
                 checked.push(None);

@@ -21,6 +21,13 @@
 use crate::ast::*;
 use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, ToTokens};
+
+/// A type as text, as `ast::type_text` prints it, without the space before commas.
+fn type_text(t: &syn::Type) -> String {
+    crate::ast::type_text(t)
+        .replace(" ,", ",")
+        .replace(" ;", ";")
+}
 use std::collections::{BTreeMap, BTreeSet};
 use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
@@ -84,6 +91,21 @@ pub fn fields_macro(d: &syn::DeriveInput) -> TokenStream {
 
 /// True if a parameter type after `&` is a tensor (`Tensor<..>`, also
 /// written with a path), false for a parameter struct.
+///
+/// ```
+/// use syn::parse::Parser;
+/// use tensorfn_macros_impl::structs::peek_tensor;
+/// let peek = |ts| (|i: syn::parse::ParseStream| {
+///     let t = peek_tensor(i);
+///     i.parse::<proc_macro2::TokenStream>()?;
+///     Ok(t)
+/// })
+/// .parse2(ts)
+/// .unwrap();
+/// assert!(peek(quote::quote!(Tensor<Cpu, f32, [2]>)));
+/// assert!(peek(quote::quote!(tensorfn::Tensor<Cpu, f32, [2]>)));
+/// assert!(!peek(quote::quote!(nn::Mlp<Cpu, f32>)));
+/// ```
 pub fn peek_tensor(input: ParseStream) -> bool {
     let fork = input.fork();
     let _ = fork.parse::<Option<Token![::]>>();
@@ -101,6 +123,12 @@ pub fn peek_tensor(input: ParseStream) -> bool {
 
 /// True for `a.b` and for indices into one (`p.h[3]`): an expression that
 /// may be a path into a parameter struct.
+///
+/// ```
+/// use tensorfn_macros_impl::{parse::expr, structs::is_field_path};
+/// assert!(is_field_path(&expr(&syn::parse_quote!(p.h[3])).unwrap()));
+/// assert!(!is_field_path(&expr(&syn::parse_quote!(x[3])).unwrap()));
+/// ```
 pub fn is_field_path(e: &Expr) -> bool {
     match &e.kind {
         ExprKind::Field { .. } => true,
@@ -506,6 +534,9 @@ struct Walk<'t> {
     fn_name: String,
     /// The function's device and dtype parameters, which field types name.
     type_params: &'t [crate::ast::TypeParam],
+    /// The functions of the invocation taking structs (the checker
+    /// refuses calls to them).
+    struct_fns: &'t BTreeSet<String>,
     tables: &'t BTreeMap<String, Table>,
     roots: BTreeMap<String, Root>,
     missing: BTreeSet<Missing>,
@@ -677,10 +708,11 @@ impl Walk<'_> {
                 );
                 Reached::Stop
             }
-            Place::Array(_, len, _) => {
+            Place::Array(elem, len, _) => {
+                let elem = type_text(&elem);
                 self.error(
                     &whole.sp,
-                    format!("`{text}` is an array of {len} `{struct_name}`, not a tensor: index it with a literal (`{text}[0]`)"),
+                    format!("`{text}` is an array of {len} `{elem}`, not a tensor: index it with a literal (`{text}[0]`)"),
                 );
                 Reached::Stop
             }
@@ -808,7 +840,14 @@ impl Walk<'_> {
                 self.walk(a);
                 self.walk(b);
             }
-            ExprKind::Call { args, .. } => args.iter().for_each(|a| self.walk(&a.value)),
+            ExprKind::Call { func, args } => {
+                let refused = func
+                    .get_ident()
+                    .is_some_and(|f| self.struct_fns.contains(&f.to_string()));
+                if !refused {
+                    args.iter().for_each(|a| self.walk(&a.value));
+                }
+            }
             ExprKind::Method { recv, args, .. } => {
                 self.walk(recv);
                 args.iter().for_each(|a| self.walk(&a.value));
@@ -836,6 +875,28 @@ impl Walk<'_> {
 /// returns each function's errors; else the next round's tokens, which
 /// fetch the missing tables (`input` is the macro's input, `raw` the
 /// tables gathered so far).
+///
+/// ```
+/// use quote::quote;
+/// use tensorfn_macros_impl::{ast::{Item, ParamTy}, parse::parse_input, structs::*};
+/// let input = quote! {
+///     fn f(p: &Lin) -> Tensor<Cpu, f32, [4]> { p.b * 2.0 }
+/// };
+/// let mut parsed = parse_input(input.clone()).unwrap();
+/// // Without the table of `Lin`: the tokens that fetch it.
+/// let Resolution::Fetch(next) = resolve(&mut parsed, &Default::default(), &input, &quote!()) else {
+///     panic!()
+/// };
+/// assert!(next.to_string().starts_with("__tensorfn_fields_Lin !"));
+/// // With it: `p.b` is a parameter of its own.
+/// let c = Carry::parse(quote!(@input {} @struct ["Lin"] Lin [] { b: Tensor<Cpu, f32, shape![4]>, })).unwrap();
+/// let Resolution::Done(errors) = resolve(&mut parsed, &c.tables, &input, &c.raw) else {
+///     panic!()
+/// };
+/// assert!(errors[0].is_empty());
+/// let Item::Fn(f) = &parsed.items[0] else { panic!() };
+/// assert!(matches!(&f.params[1].ty, ParamTy::Field(field) if field.text == "p.b"));
+/// ```
 pub fn resolve(
     parsed: &mut Input,
     tables: &BTreeMap<String, Table>,
@@ -845,11 +906,22 @@ pub fn resolve(
     let mut missing = BTreeSet::new();
     let mut all_errors = Vec::new();
     let mut added = Vec::new();
+    let struct_fns: BTreeSet<String> = parsed
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Fn(f) if f.params.iter().any(|p| matches!(p.ty, ParamTy::Struct(_))) => {
+                Some(f.name.to_string())
+            }
+            _ => None,
+        })
+        .collect();
     for item in &parsed.items {
         let Item::Fn(f) = item else { continue };
         let mut w = Walk {
             fn_name: f.name.to_string(),
             type_params: &f.type_params,
+            struct_fns: &struct_fns,
             tables,
             roots: BTreeMap::new(),
             missing: BTreeSet::new(),
@@ -883,7 +955,7 @@ pub fn resolve(
                 },
             );
         }
-        if !w.roots.is_empty() && w.missing.is_empty() {
+        if w.missing.is_empty() {
             for s in &f.body.stmts {
                 w.walk(&s.init);
             }
@@ -907,6 +979,37 @@ pub fn resolve(
         }
     }
     Resolution::Done(all_errors)
+}
+
+/// A value of a function taking structs whose type is unknown though no
+/// error was reported (a use of a struct the walk missed): an error on it
+/// rather than a panic when expanding.
+///
+/// ```
+/// use quote::quote;
+/// // Every use of a struct is reported by the walk; a checked function
+/// // has no value left without a type.
+/// let a = tensorfn_macros_impl::analyse_tokens_with(
+///     quote!(fn f(p: &Lin) -> Tensor<Cpu, f32, [4]> { relu(p) }),
+///     quote!(@struct ["Lin"] Lin [] { b: Tensor<Cpu, f32, shape![4]>, }),
+/// )
+/// .unwrap();
+/// assert_eq!(a.errors.len(), 1);
+/// assert!(a.errors[0].to_string().contains("`p` is a parameter struct `Lin`"));
+/// ```
+pub fn unreported(f: &TensorFn, c: &crate::check::CheckedFn) -> Option<syn::Error> {
+    use crate::graph::{Op, Ty};
+    if !f.params.iter().any(|p| matches!(p.ty, ParamTy::Struct(_))) {
+        return None;
+    }
+    let n =
+        c.graph.nodes.iter().find(|n| {
+            matches!(n.ty, Ty::Error) && !matches!(n.op, Op::Param(i) if i != usize::MAX)
+        })?;
+    Some(n.sp.error(format!(
+        "`{}` cannot be used here: a parameter struct is read through its tensor fields",
+        n.text
+    )))
 }
 
 impl Place {

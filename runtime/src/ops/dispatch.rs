@@ -24,9 +24,8 @@ macro_rules! dispatch {
             let $be = &$crate::cpu::CpuBackend;
             $body
         } else {
-            let $be = &$crate::cuda::CudaBackend::for_ordinal(
-                <$D as $crate::device::Device>::ORDINAL,
-            )?;
+            let $be =
+                &$crate::cuda::CudaBackend::for_ordinal(<$D as $crate::device::Device>::ORDINAL)?;
             $body
         }
     }};

@@ -1,0 +1,66 @@
+// Parameter structs: a field of the wrong shape in a product, a field the
+// struct does not have, an array index past the end, the struct used as a
+// tensor, an array field used as a tensor, a field on a tensor, a field
+// type whose shape is not written out (reported on the parameter's type),
+// and a struct without `#[derive(Params)]`.
+use tensorfn::prelude::*;
+
+#[derive(Params)]
+struct Mlp<D: Device, T: Float> {
+    w1: Tensor<D, T, shape![784, 128]>,
+    b1: Tensor<D, T, shape![128]>,
+}
+
+#[derive(Params)]
+struct Stack {
+    h: [Mlp<Cpu, f32>; 2],
+}
+
+type S3 = shape![3];
+
+#[derive(Params)]
+struct Aliased {
+    w: Tensor<Cpu, f32, S3>,
+}
+
+struct Plain {
+    w: Tensor<Cpu, f32, shape![3]>,
+}
+
+tensor_fn! {
+    fn wrong_shape(x: &Tensor<Cpu, f32, [4, 100]>, p: &Mlp<Cpu, f32>) -> Tensor<Cpu, f32, [4, 128]> {
+        addmm(p.b1, x, p.w1)
+    }
+
+    fn unknown_field(x: &Tensor<Cpu, f32, [4, 784]>, p: &Mlp<Cpu, f32>) -> Tensor<Cpu, f32, [4, 128]> {
+        addmm(p.b1, x, p.w3)
+    }
+
+    fn past_the_end(x: &Tensor<Cpu, f32, [4, 784]>, s: &Stack) -> Tensor<Cpu, f32, [4, 128]> {
+        addmm(s.h[2].b1, x, s.h[0].w1)
+    }
+
+    fn struct_as_tensor(p: &Mlp<Cpu, f32>) -> Tensor<Cpu, f32, [128]> {
+        p.b1 + p
+    }
+
+    fn not_a_tensor(s: &Stack) -> Tensor<Cpu, f32, [128]> {
+        s.h[1] + s.h
+    }
+
+    fn field_of_a_tensor(x: &Tensor<Cpu, f32, [3]>) -> Tensor<Cpu, f32, [3]> {
+        x.w
+    }
+
+    fn alias(a: &Aliased) -> Tensor<Cpu, f32, [3]> {
+        a.w * 2.0
+    }
+}
+
+tensor_fn! {
+    fn no_derive(p: &Plain) -> Tensor<Cpu, f32, [3]> {
+        p.w * 2.0
+    }
+}
+
+fn main() {}
