@@ -56,8 +56,9 @@ pub mod __private {
     pub use crate::cpu::blocks::Lanes;
     pub use crate::cpu::scalar::{float_binary, float_unary, CpuNum, Real};
     pub use crate::cpu::vmath;
+    pub use crate::dtype::Is;
     pub use crate::ops::fused::{fused1, fused2, fused3, fused4, fused5, fused6, fused7, fused8};
-    pub use crate::ops::retype::{no_body, retype, retype_ref, Is};
+    pub use crate::ops::retype::{no_body, retype, retype_ref};
     pub use tensorfn_kernels::{BinaryOp, UnaryOp};
 }
 

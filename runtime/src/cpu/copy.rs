@@ -55,12 +55,9 @@ pub(crate) fn parallel_copy<T: Copy + Send + Sync>(src: &[T], dst: &mut [T]) {
         dst.copy_from_slice(src);
         return;
     }
-    use rayon::prelude::*;
     let pieces = (bytes / PARALLEL_COPY_BYTES).min(threads);
     let per = src.len().div_ceil(pieces);
-    dst.par_chunks_mut(per)
-        .zip(src.par_chunks(per))
-        .for_each(|(d, s)| d.copy_from_slice(s));
+    super::par::zip_chunks_mut(dst, per, src, per, &|d, s| d.copy_from_slice(s));
 }
 
 /// Writes the elements `ls` selects from `src` to the positions `ld`

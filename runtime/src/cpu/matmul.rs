@@ -4,12 +4,11 @@
 use super::buffer::output_buffer;
 use super::copy::{cast, contiguous};
 use super::strided::check_extent;
-use crate::dtype::{DType, DTypeKind};
+use crate::dtype::{DType, Is};
 use crate::error::Result;
 use crate::layout::Layout;
 use gemm::Parallelism;
-use half::f16;
-use rayon::prelude::*;
+use half::{bf16, f16};
 
 /// Products with at least this many multiply-adds use every core.
 const PAR_FLOPS: usize = 64 * 64 * 64;
@@ -39,12 +38,17 @@ pub(crate) fn matmul<T: DType>(
     if let Some(c) = &bias {
         check_extent("matmul", c.layout, c.data.len())?;
     }
-    match T::KIND {
-        DTypeKind::F32 => Ok(gemm_typed::<f32, T>(a, b, bias, alpha, beta)),
-        DTypeKind::F64 => Ok(gemm_typed::<f64, T>(a, b, bias, alpha, beta)),
-        DTypeKind::F16 => Ok(gemm_typed::<f16, T>(a, b, bias, alpha, beta)),
-        DTypeKind::BF16 => Ok(via_f32(a, b, bias, alpha, beta)),
-        k => unreachable!("matmul of `{}` (floats only)", k.name()),
+    // `if`s on constants: an instance compiles only its own `gemm`.
+    if <T as Is<f32>>::IS {
+        Ok(gemm_typed::<f32, T>(a, b, bias, alpha, beta))
+    } else if <T as Is<f64>>::IS {
+        Ok(gemm_typed::<f64, T>(a, b, bias, alpha, beta))
+    } else if <T as Is<f16>>::IS {
+        Ok(gemm_typed::<f16, T>(a, b, bias, alpha, beta))
+    } else if <T as Is<bf16>>::IS {
+        Ok(via_f32(a, b, bias, alpha, beta))
+    } else {
+        unreachable!("matmul of `{}` (floats only)", T::KIND.name())
     }
 }
 
@@ -179,10 +183,7 @@ fn gemm_batched<G: GemmType>(
     };
     let threads = rayon::current_num_threads();
     if batch > 1 && work < PAR_FLOPS && batch * work >= PAR_FLOPS && threads > 1 {
-        blocks
-            .par_chunks_mut(m * n)
-            .enumerate()
-            .for_each(|(i, dst)| run(i, dst, Parallelism::None));
+        super::par::chunks_mut(blocks, m * n, &|i, dst| run(i, dst, Parallelism::None));
     } else {
         let par = if work >= PAR_FLOPS && threads > 1 {
             Parallelism::Rayon(0)

@@ -7,6 +7,7 @@ pub(crate) mod copy;
 pub(crate) mod elementwise;
 mod fused;
 pub(crate) mod matmul;
+mod par;
 pub(crate) mod reduce;
 pub(crate) mod rows;
 pub(crate) mod scalar;

@@ -6,7 +6,6 @@ use super::scalar::{max_nan, min_nan, CpuFloat, CpuNum, Real};
 use super::strided::PAR_THRESHOLD;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use rayon::prelude::*;
 use std::borrow::Cow;
 use tensorfn_kernels::ReduceOp;
 
@@ -57,10 +56,7 @@ pub(crate) fn per_row<T: Sync + Clone, O: Send + Default + Clone>(
     let rows = r.data.chunks_exact(r.len);
     if r.outer * r.len >= PAR_THRESHOLD && r.outer > 1 {
         let min = (PAR_THRESHOLD / r.len).max(1);
-        out.par_iter_mut()
-            .zip(r.data.par_chunks_exact(r.len))
-            .with_min_len(min)
-            .for_each(|(o, row)| *o = f(row));
+        super::par::per_row_mut(&mut out, &r.data, r.len, min, &|o, row| *o = f(row));
     } else {
         for (o, row) in out.iter_mut().zip(rows) {
             *o = f(row);

@@ -10,7 +10,6 @@ use super::simd::vectorized;
 use super::softmax;
 use super::strided::PAR_THRESHOLD;
 use crate::layout::Layout;
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
 use tensorfn_kernels::{RowOp, RowShape};
 
@@ -49,10 +48,13 @@ pub(crate) fn row_op<U: CpuFloat>(op: RowOp, x: &[U], l: &Layout, dim: usize) ->
         Some(rows_per_task) => {
             let rows_per_task = rows_per_task.max(1);
             if r.outer * r.len >= PAR_THRESHOLD {
-                slots
-                    .par_chunks_mut(rows_per_task * per_row)
-                    .zip(r.data.par_chunks(rows_per_task * r.len))
-                    .for_each(work);
+                super::par::zip_chunks_mut(
+                    slots,
+                    rows_per_task * per_row,
+                    &r.data,
+                    rows_per_task * r.len,
+                    &|o, i| work((o, i)),
+                );
             } else {
                 work((slots, &r.data));
             }

@@ -4,7 +4,6 @@
 
 use super::buffer::output_buffer;
 use crate::layout::Layout;
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
 /// Outputs with at least this many elements are computed in parallel.
@@ -181,7 +180,7 @@ fn write_tiled<O: Send, const N: usize>(
         }
     };
     if out.len() >= PAR_THRESHOLD && rayon::current_num_threads() > 1 {
-        out.par_chunks_mut(TILE * cols).enumerate().for_each(group);
+        super::par::chunks_mut(out, TILE * cols, &|g, part| group((g, part)));
     } else {
         out.chunks_mut(TILE * cols).enumerate().for_each(group);
     }
@@ -205,9 +204,9 @@ pub(crate) fn write_runs<O: Send, const N: usize>(
     let threads = rayon::current_num_threads();
     if out.len() >= PAR_THRESHOLD && threads > 1 {
         let chunk = out.len().div_ceil(threads * 4).max(8 * 1024);
-        out.par_chunks_mut(chunk)
-            .enumerate()
-            .for_each(|(i, part)| write_chunk(&plan, i * chunk, part, steps, &body));
+        super::par::chunks_mut(out, chunk, &|i, part| {
+            write_chunk(&plan, i * chunk, part, steps, &body)
+        });
     } else {
         write_chunk(&plan, 0, out, steps, &body);
     }

@@ -48,43 +48,32 @@ pub(crate) fn value<T: Copy + 'static, U: Copy + 'static>(x: T) -> U {
     unsafe { std::mem::transmute_copy(&x) }
 }
 
+/// Runs `$body` with `$U` naming the concrete type `$T` is, among the
+/// listed ones (`$else` for any other). The arms are `if`s on constants
+/// ([`Is`](crate::dtype::Is)), so an instance compiles only the body of
+/// its own type (a `match` on `KIND` would compile every arm for every
+/// dtype).
+macro_rules! with_type_among {
+    ($T:ty, $U:ident => $body:expr, [$($C:ty),+], $else:expr) => {{
+        $(
+            if <$T as $crate::dtype::Is<$C>>::IS {
+                type $U = $C;
+                $body
+            } else
+        )+
+        { $else }
+    }};
+}
+
 /// Runs `$body` with `$U` naming the concrete type of the numeric dtype
 /// `$T` (every dtype but `bool`).
 macro_rules! with_num_type {
     ($T:ty, $U:ident => $body:expr) => {
-        match <$T as $crate::dtype::DType>::KIND {
-            $crate::dtype::DTypeKind::F32 => {
-                type $U = f32;
-                $body
-            }
-            $crate::dtype::DTypeKind::F64 => {
-                type $U = f64;
-                $body
-            }
-            $crate::dtype::DTypeKind::F16 => {
-                type $U = half::f16;
-                $body
-            }
-            $crate::dtype::DTypeKind::BF16 => {
-                type $U = half::bf16;
-                $body
-            }
-            $crate::dtype::DTypeKind::I32 => {
-                type $U = i32;
-                $body
-            }
-            $crate::dtype::DTypeKind::I64 => {
-                type $U = i64;
-                $body
-            }
-            $crate::dtype::DTypeKind::U8 => {
-                type $U = u8;
-                $body
-            }
-            $crate::dtype::DTypeKind::Bool => {
-                unreachable!("`bool` is not a numeric dtype")
-            }
-        }
+        $crate::cpu::typed::with_type_among!(
+            $T, $U => $body,
+            [f32, f64, half::f16, half::bf16, i32, i64, u8],
+            unreachable!("`bool` is not a numeric dtype")
+        )
     };
 }
 
@@ -92,25 +81,11 @@ macro_rules! with_num_type {
 /// dtype `$T`.
 macro_rules! with_float_type {
     ($T:ty, $U:ident => $body:expr) => {
-        match <$T as $crate::dtype::DType>::KIND {
-            $crate::dtype::DTypeKind::F32 => {
-                type $U = f32;
-                $body
-            }
-            $crate::dtype::DTypeKind::F64 => {
-                type $U = f64;
-                $body
-            }
-            $crate::dtype::DTypeKind::F16 => {
-                type $U = half::f16;
-                $body
-            }
-            $crate::dtype::DTypeKind::BF16 => {
-                type $U = half::bf16;
-                $body
-            }
-            k => unreachable!("`{}` is not a floating-point dtype", k.name()),
-        }
+        $crate::cpu::typed::with_type_among!(
+            $T, $U => $body,
+            [f32, f64, half::f16, half::bf16],
+            unreachable!("`{}` is not a floating-point dtype", <$T as $crate::dtype::DType>::KIND.name())
+        )
     };
 }
 
@@ -118,22 +93,12 @@ macro_rules! with_float_type {
 /// `$T`.
 macro_rules! with_int_type {
     ($T:ty, $U:ident => $body:expr) => {
-        match <$T as $crate::dtype::DType>::KIND {
-            $crate::dtype::DTypeKind::I32 => {
-                type $U = i32;
-                $body
-            }
-            $crate::dtype::DTypeKind::I64 => {
-                type $U = i64;
-                $body
-            }
-            $crate::dtype::DTypeKind::U8 => {
-                type $U = u8;
-                $body
-            }
-            k => unreachable!("`{}` is not an integer dtype", k.name()),
-        }
+        $crate::cpu::typed::with_type_among!(
+            $T, $U => $body,
+            [i32, i64, u8],
+            unreachable!("`{}` is not an integer dtype", <$T as $crate::dtype::DType>::KIND.name())
+        )
     };
 }
 
-pub(crate) use {with_float_type, with_int_type, with_num_type};
+pub(crate) use {with_float_type, with_int_type, with_num_type, with_type_among};

@@ -10,23 +10,6 @@ use crate::shape::Shape;
 use crate::tensor::Tensor;
 use std::any::Any;
 
-/// Whether the dtype `Self` is `U`, as a constant, so that an instance of
-/// a generic function compiles only the body of its own dtype.
-///
-/// ```
-/// use tensorfn_runtime::{bf16, __private::Is};
-/// assert!(<f32 as Is<f32>>::IS);
-/// assert!(!<bf16 as Is<f32>>::IS);
-/// ```
-pub trait Is<U: DType>: DType {
-    /// True when `Self` and `U` are one dtype.
-    const IS: bool;
-}
-
-impl<T: DType, U: DType> Is<U> for T {
-    const IS: bool = T::KIND as u8 == U::KIND as u8;
-}
-
 fn mismatch<T: DType, U: DType>() -> Error {
     Error::DType {
         op: "tensor_fn".into(),
