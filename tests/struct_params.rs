@@ -351,10 +351,10 @@ fn generic_functions_pass_structs_and_their_parts_on() {
         extra: vec![linear(s + 30)],
         head: randn(s + 50, &[8, 4]),
     };
-    let msg = g_net(&x, &short)
-        .err()
-        .expect("index 1 of a one-element Vec")
-        .to_string();
+    let Err(e) = g_net(&x, &short) else {
+        panic!("`extra` has one element: index 1 must be an Err");
+    };
+    let msg = e.to_string();
     assert!(
         msg.contains("`p.extra`") && msg.contains("index 1"),
         "{msg}"

@@ -71,6 +71,8 @@ pub struct Input {
 
 /// One item of the macro input.
 #[derive(Debug)]
+// A handful per invocation, moved once: the size does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Item {
     /// A function on tensors.
     Fn(TensorFn),

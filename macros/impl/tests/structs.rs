@@ -341,7 +341,7 @@ fn struct_arguments_that_do_not_fit_name_what_was_expected() {
         "{all}"
     );
     assert!(
-        all.contains("`norm` takes `p` as `&Norm<D, T>` (here `T` is T, from the arguments before it), but `p.half` is a `Norm<D, f32>`: its argument `f32` must be T"),
+        all.contains("`norm` takes `p` as `&Norm<D, T>` (its `T` is `T` here, from the arguments before it), but `p.half` is a `Norm<D, f32>`: its argument `f32` must be `T`"),
         "{all}"
     );
     assert!(
@@ -372,11 +372,24 @@ fn a_struct_of_another_device_or_an_integer_dtype_does_not_fit() {
     );
     let all = e.join("\n");
     assert_eq!(e.len(), 2, "{all}");
-    assert!(all.contains("here `D` is Cpu"), "{all}");
+    assert!(all.contains("its `D` is `Cpu` here"), "{all}");
     assert!(all.contains("but `p` is a `Norm<Cuda, f32>`"), "{all}");
     assert!(
-        all.contains("but `q` is a `Norm<Cpu, i32>`: its argument `i32` must be f32"),
+        all.contains("but `q` is a `Norm<Cpu, i32>`: its argument `i32` must be `f32`"),
         "{all}"
+    );
+    // Bound by the struct alone: the bound says what fits.
+    let e = errors_with(
+        quote! {
+            fn w<D: Device, T: Float>(p: &Norm<D, T>) -> Tensor<D, T, [4]> { p.w }
+            fn f(q: &Norm<Cpu, i32>) -> Tensor<Cpu, i32, [4]> { w(q) }
+        },
+        net_tables(),
+    );
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains("its argument `i32` must be a dtype its bound `T: Float` admits"),
+        "{e:?}"
     );
 }
 

@@ -642,7 +642,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                                 dtypes.insert(n, d);
                                 (None, true)
                             }
-                            None => (Some(format!("`{n}: {}`", b.trait_name())), false),
+                            None => (Some(format!("bound `{n}: {}`", b.trait_name())), false),
                         },
                         None => (None, false),
                     }
@@ -685,13 +685,15 @@ impl<'s, 'k> Checker<'s, 'k> {
             }
             let w_text = generic_text(w);
             let h_text = generic_text(h);
-            let here = match &expected {
-                Some(v) => format!(" (here `{w_text}` is {v}, from the arguments before it)"),
-                None => String::new(),
-            };
-            let want_text = match &expected {
-                Some(v) if !v.starts_with('`') => v.clone(),
-                _ => format!("`{w_text}`"),
+            let (here, want_text) = match &expected {
+                Some(v) if v.starts_with("bound ") => {
+                    (String::new(), format!("a dtype its {v} admits"))
+                }
+                Some(v) => (
+                    format!(" (its `{w_text}` is `{v}` here, from the arguments before it)"),
+                    format!("`{v}`"),
+                ),
+                None => (String::new(), format!("`{w_text}`")),
             };
             self.error(
                 &x.sp,
