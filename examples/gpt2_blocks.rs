@@ -71,12 +71,11 @@ tensor_fn! {
     /// Layer norm over the last dim (eps 1e-5, as GPT-2).
     pub fn layer_norm<D: Device, T: Float, const S: usize>(
         x: &Tensor<D, T, [S, 768]>,
-        weight: &Tensor<D, T, [768]>,
-        bias: &Tensor<D, T, [768]>,
+        p: &LayerNorm<D, T>,
     ) -> Tensor<D, T, [S, 768]> {
         let centered = x - x.mean(1).reshape([S, 1]);
         let var = (centered * centered).mean(1).reshape([S, 1]);
-        centered * rsqrt(var + 1e-5) * weight + bias
+        centered * rsqrt(var + 1e-5) * p.weight + p.bias
     }
 
     /// One block: `x + attn(ln_1(x))`, then `+ mlp(ln_2(..))`. `future`
@@ -86,7 +85,7 @@ tensor_fn! {
         future: &Tensor<D, bool, [S, S]>,
         p: &Block<D, T>,
     ) -> Tensor<D, T, [S, 768]> {
-        let h = layer_norm(x, p.ln_1.weight, p.ln_1.bias);
+        let h = layer_norm(x, p.ln_1);
         let qkv = addmm(p.attn.c_attn.bias, h, p.attn.c_attn.weight);
         // [S, 768] as 12 heads of 64: [12, S, 64].
         let q = qkv.narrow(1, 0, 768).reshape([S, 12, 64]).permute([1, 0, 2]);
@@ -95,7 +94,7 @@ tensor_fn! {
         let scores = (bmm(q, k) * 0.125).masked_fill(future, -10000.0);
         let heads = bmm(scores.softmax(2), v).permute([1, 0, 2]).reshape([S, 768]);
         let x = x + addmm(p.attn.c_proj.bias, heads, p.attn.c_proj.weight);
-        let h = layer_norm(x, p.ln_2.weight, p.ln_2.bias);
+        let h = layer_norm(x, p.ln_2);
         let up = gelu(addmm(p.mlp.c_fc.bias, h, p.mlp.c_fc.weight));
         x + addmm(p.mlp.c_proj.bias, up, p.mlp.c_proj.weight)
     }
@@ -111,7 +110,7 @@ pub fn forward<D: Device, T: Float, const S: usize>(
     for b in &p.h {
         x = block(&x, future, b)?;
     }
-    layer_norm(&x, &p.ln_f.weight, &p.ln_f.bias)
+    layer_norm(&x, &p.ln_f)
 }
 
 /// Random parameters with GPT-2's initialisation scale (normal, std

@@ -414,25 +414,39 @@
 ///   parameter of the field's type: a field of the wrong shape, a field
 ///   the struct lacks or an array index past its length is a compile
 ///   error on the path; a `Vec` index past the end is an `Err` naming the
-///   field.
+///   field. A function of the same `tensor_fn!` taking a struct is called
+///   with the struct, a field of it or an element (`mlp(x, p)`,
+///   `norm(x, p.ln_1)`, `block(x, p.h[3])`); the callee's `D`, `T` and
+///   const generics bind from the struct's arguments, and another struct
+///   or a struct of another dtype is a compile error on the argument.
 ///
 ///   ```
 ///   use tensorfn::prelude::*;
 ///
 ///   #[derive(Params)]
+///   struct Linear<D: Device, T: Float> {
+///       w: Tensor<D, T, shape![4, 4]>,
+///       b: Tensor<D, T, shape![4]>,
+///   }
+///
+///   #[derive(Params)]
 ///   struct Mlp<D: Device, T: Float> {
-///       w1: Tensor<D, T, shape![4, 8]>,
-///       b1: Tensor<D, T, shape![8]>,
-///       w2: Tensor<D, T, shape![8, 2]>,
+///       fc: [Linear<D, T>; 2],
+///       w2: Tensor<D, T, shape![4, 2]>,
 ///   }
 ///
 ///   tensor_fn! {
-///       fn mlp<const B: usize>(x: &Tensor<Cpu, f32, [B, 4]>, p: &Mlp<Cpu, f32>) -> Tensor<Cpu, f32, [B, 2]> {
-///           matmul(relu(addmm(p.b1, x, p.w1)), p.w2).softmax(1)
+///       fn linear<D: Device, T: Float, const B: usize>(x: &Tensor<D, T, [B, 4]>, p: &Linear<D, T>) -> Tensor<D, T, [B, 4]> {
+///           relu(addmm(p.b, x, p.w))
+///       }
+///
+///       fn mlp<D: Device, T: Float, const B: usize>(x: &Tensor<D, T, [B, 4]>, p: &Mlp<D, T>) -> Tensor<D, T, [B, 2]> {
+///           matmul(linear(linear(x, p.fc[0]), p.fc[1]), p.w2).softmax(1)
 ///       }
 ///   }
 ///
-///   let p = Mlp::<Cpu, f32> { w1: Tensor::randn(1)?, b1: Tensor::zeros()?, w2: Tensor::randn(2)? };
+///   let fc = || -> Result<Linear<Cpu, f32>> { Ok(Linear { w: Tensor::randn(1)?, b: Tensor::zeros()? }) };
+///   let p = Mlp { fc: [fc()?, fc()?], w2: Tensor::randn(2)? };
 ///   let y = mlp(&Tensor::<Cpu, f32, shape![3, 4]>::randn(3)?, &p)?;
 ///   assert_eq!(y.shape(), &[3, 2]);
 ///   # Ok::<(), tensorfn::Error>(())
@@ -584,6 +598,39 @@ pub use tensorfn_runtime::*;
 /// not a stable API.
 #[doc(hidden)]
 pub use tensorfn_macros::__tensor_fn_with_fields;
+
+/// A parameter struct seen under the dtype of the body a generic
+/// `tensor_fn!` function runs (`&LayerNorm<D, T>` as `&LayerNorm<D,
+/// f32>` where `T` is `f32`), to pass it on to another function; not a
+/// stable API.
+///
+/// ```
+/// use tensorfn::prelude::*;
+/// #[derive(Params)]
+/// pub struct Lin<D: Device, T: Float> {
+///     pub w: Tensor<D, T, shape![2]>,
+/// }
+/// # fn main() -> Result<()> {
+/// let p = Lin::<Cpu, f32> { w: Tensor::ones()? };
+/// let same: &Lin<Cpu, f32> = tensorfn::__retype_struct(&p)?;
+/// assert_eq!(same.w.to_vec()?, vec![1.0, 1.0]);
+/// assert!(tensorfn::__retype_struct::<_, Lin<Cpu, f64>>(&p).is_err());
+/// # Ok(())
+/// # }
+/// ```
+#[doc(hidden)]
+pub fn __retype_struct<A: std::any::Any, B: std::any::Any>(a: &A) -> Result<&B> {
+    (a as &dyn std::any::Any)
+        .downcast_ref::<B>()
+        .ok_or_else(|| Error::DType {
+            op: "tensor_fn".into(),
+            expected: std::any::type_name::<B>().into(),
+            found: format!(
+                "{} (a generic function took the body of another dtype)",
+                std::any::type_name::<A>()
+            ),
+        })
+}
 
 /// The kernels crate, for the statics `tensor_fn!` generates; not a stable API.
 #[doc(hidden)]

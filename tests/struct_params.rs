@@ -66,6 +66,41 @@ tensor_fn! {
     }
 }
 
+tensor_fn! {
+    /// A linear layer taking its struct.
+    fn g_linear<D: Device, T: Float, const B: usize>(
+        x: &Tensor<D, T, [B, 8]>,
+        p: &Linear<D, T>,
+    ) -> Tensor<D, T, [B, 8]> {
+        addmm(p.bias, x, p.weight)
+    }
+
+    /// A block passing its `fc` on, and using a field of its own.
+    fn g_block<D: Device, T: Float, const B: usize>(
+        x: &Tensor<D, T, [B, 8]>,
+        p: &Block<D, T>,
+    ) -> Tensor<D, T, [B, 8]> {
+        relu(g_linear(x, p.fc)) * p.ln[1]
+    }
+
+    /// The whole struct passed on as it is.
+    fn g_block_twice<D: Device, T: Float, const B: usize>(
+        x: &Tensor<D, T, [B, 8]>,
+        p: &Block<D, T>,
+    ) -> Tensor<D, T, [B, 8]> {
+        g_block(g_block(x, p), p)
+    }
+
+    /// Array elements, a `Vec` element and a field of the net itself.
+    fn g_net<D: Device, T: Float, const B: usize>(
+        x: &Tensor<D, T, [B, 8]>,
+        p: &Net<D, T>,
+    ) -> Tensor<D, T, [B, 4]> {
+        let h = g_block(g_block_twice(x, p.h[0]), p.h[2]);
+        matmul(g_linear(h, p.extra[1]), p.head)
+    }
+}
+
 /// Structs of another module, reached by path; the nested struct is
 /// found beside the outer one.
 mod nn {
@@ -266,5 +301,62 @@ fn structs_of_another_module_by_path() {
         &want,
         1e-5,
         &format!("head (seed {s})"),
+    );
+}
+
+/// `g_net` of the reference: every layer in `f64`.
+fn g_net_ref(p: &Net<Cpu, f32>, x: &[f64]) -> Vec<f64> {
+    let lin =
+        |l: &Linear<Cpu, f32>, x: &[f64]| addmm_ref(&f64s(&l.bias), x, &f64s(&l.weight), 3, 8, 8);
+    let block = |b: &Block<Cpu, f32>, x: &[f64]| {
+        let ln = f64s(&b.ln[1]);
+        let mut h = lin(&b.fc, x);
+        h.iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = v.max(0.0) * ln[i % 8]);
+        h
+    };
+    let h = block(&p.h[0], x);
+    let h = block(&p.h[0], &h);
+    let h = block(&p.h[2], &h);
+    let h = lin(&p.extra[1], &h);
+    addmm_ref(&[0.0; 4], &h, &f64s(&p.head), 3, 8, 4)
+}
+
+#[test]
+fn generic_functions_pass_structs_and_their_parts_on() {
+    let s = seed();
+    let p = Net {
+        h: [block(s), block(s + 10), block(s + 20)],
+        extra: vec![linear(s + 30), linear(s + 40)],
+        head: randn(s + 50, &[8, 4]),
+    };
+    let x: Tensor<Cpu, f32, shape![3, 8]> = randn(s + 60, &[3, 8]);
+    let want = g_net_ref(&p, &f64s(&x));
+    let y = g_net(&x, &p).unwrap();
+    assert_close(
+        &y.to_vec().unwrap(),
+        &want,
+        1e-4,
+        &format!("g_net f32 (seed {s})"),
+    );
+    // The f64 body: the struct and the input cast, the same reference.
+    let p64 = p.cast::<f64>().unwrap();
+    let y = g_net(&x.cast::<f64>().unwrap(), &p64).unwrap();
+    let got: Vec<f32> = y.to_vec().unwrap().into_iter().map(|v| v as f32).collect();
+    assert_close(&got, &want, 1e-5, &format!("g_net f64 (seed {s})"));
+    // A `Vec` element past the end is an Err naming the field.
+    let short = Net {
+        h: [block(s), block(s + 10), block(s + 20)],
+        extra: vec![linear(s + 30)],
+        head: randn(s + 50, &[8, 4]),
+    };
+    let Err(e) = g_net(&x, &short) else {
+        panic!("`extra` has one element: index 1 must be an Err");
+    };
+    let msg = e.to_string();
+    assert!(
+        msg.contains("`p.extra`") && msg.contains("index 1"),
+        "{msg}"
     );
 }

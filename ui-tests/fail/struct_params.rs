@@ -2,7 +2,9 @@
 // struct does not have, an array index past the end, the struct used as a
 // tensor, an array field used as a tensor, a field on a tensor, a field
 // type whose shape is not written out (reported on the parameter's type),
-// and a struct without `#[derive(Params)]`.
+// a struct without `#[derive(Params)]`, and calls passing structs: another
+// struct than the callee takes, a struct of another dtype, a tensor where
+// a struct is taken.
 use tensorfn::prelude::*;
 
 #[derive(Params)]
@@ -54,6 +56,38 @@ tensor_fn! {
 
     fn alias(a: &Aliased) -> Tensor<Cpu, f32, [3]> {
         a.w * 2.0
+    }
+}
+
+#[derive(Params)]
+struct Norm<D: Device, T: Float> {
+    w: Tensor<D, T, shape![4]>,
+}
+
+#[derive(Params)]
+struct Layer<D: Device, T: Float> {
+    ln: Norm<D, T>,
+    mlp: Mlp<D, T>,
+}
+
+tensor_fn! {
+    fn norm<D: Device, T: Float, const S: usize>(
+        x: &Tensor<D, T, [S, 4]>,
+        p: &Norm<D, T>,
+    ) -> Tensor<D, T, [S, 4]> {
+        x * p.w
+    }
+
+    fn wrong_struct<D: Device, T: Float>(x: &Tensor<D, T, [2, 4]>, p: &Layer<D, T>) -> Tensor<D, T, [2, 4]> {
+        norm(x, p.mlp)
+    }
+
+    fn wrong_dtype<D: Device, T: Float>(x: &Tensor<D, T, [2, 4]>, p: &Norm<D, f32>) -> Tensor<D, T, [2, 4]> {
+        norm(x, p)
+    }
+
+    fn tensor_for_struct<D: Device, T: Float>(x: &Tensor<D, T, [2, 4]>, p: &Layer<D, T>) -> Tensor<D, T, [2, 4]> {
+        norm(x, p.ln.w)
     }
 }
 

@@ -71,6 +71,8 @@ pub struct Input {
 
 /// One item of the macro input.
 #[derive(Debug)]
+// A handful per invocation, moved once: the size does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Item {
     /// A function on tensors.
     Fn(TensorFn),
@@ -97,6 +99,9 @@ pub struct TensorFn {
     pub ret: ReturnTy,
     /// The body.
     pub body: Body,
+    /// The parameter structs the body passes to functions of the
+    /// invocation (`layer_norm(x, p.ln_1)`), found by [`crate::structs`].
+    pub struct_args: Vec<StructArgAst>,
 }
 
 impl TensorFn {
@@ -173,6 +178,54 @@ pub struct FieldParamAst {
     /// The statement binding the parameter's name to `&p.h[3].w` at entry
     /// (with the `Vec` indices checked).
     pub binding: TokenStream,
+}
+
+/// A parameter struct the body passes to a function of the invocation
+/// (`p.ln_1` in `layer_norm(x, p.ln_1)`), as [`crate::structs`] found it.
+#[derive(Debug, Clone)]
+pub struct StructArgAst {
+    /// The path as the body writes it (`p.h[3]`).
+    pub text: String,
+    /// The struct's name (`LayerNorm`).
+    pub name: String,
+    /// The struct's path as the function's module sees it (`nn::LayerNorm`).
+    pub path: String,
+    /// Its generic arguments in the caller's terms (`D`, `T`, `768`).
+    pub args: Vec<TokenStream>,
+    /// The code of a reference to it (`p`, `&p.ln_1`, the `Vec` element
+    /// checked).
+    pub access: TokenStream,
+}
+
+impl StructArgAst {
+    /// The struct's type as text: `LayerNorm<D, T>`.
+    ///
+    /// ```
+    /// use tensorfn_macros_impl::ast::StructArgAst;
+    /// let a = StructArgAst {
+    ///     text: "p.ln_1".into(),
+    ///     name: "LayerNorm".into(),
+    ///     path: "LayerNorm".into(),
+    ///     args: vec![quote::quote!(D), quote::quote!(f32)],
+    ///     access: quote::quote!(&p.ln_1),
+    /// };
+    /// assert_eq!(a.ty_text(), "LayerNorm<D, f32>");
+    /// ```
+    pub fn ty_text(&self) -> String {
+        if self.args.is_empty() {
+            return self.name.clone();
+        }
+        let args: Vec<String> = self.args.iter().map(generic_text).collect();
+        format!("{}<{}>", self.name, args.join(", "))
+    }
+}
+
+/// A generic argument's tokens as text (`Cuda<1>`, `768`, `T`).
+pub fn generic_text(t: &TokenStream) -> String {
+    match syn::parse2::<syn::Type>(t.clone()) {
+        Ok(ty) => type_text(&ty).replace(" ,", ","),
+        Err(_) => t.to_string(),
+    }
 }
 
 /// A scalar parameter type.

@@ -243,6 +243,9 @@ pub enum Op {
         param_tys: Vec<Option<Vec<DimTy>>>,
         /// The callee's result types as instantiated.
         ret_tys: Vec<Vec<DimTy>>,
+        /// The parameter structs passed: the callee's parameter index and
+        /// the path of the caller's struct (`p.ln_1`).
+        structs: Vec<(usize, String)>,
     },
     /// A call to a function outside the invocation (rustc checks it).
     External {

@@ -265,6 +265,7 @@ fn parse_tensor_fn(
         params,
         ret,
         body,
+        struct_args: Vec::new(),
     })
 }
 

@@ -127,7 +127,28 @@ pub enum ParamSig {
     Scalar(ScalarKind),
     /// A parameter struct: its fields the body uses are parameters of
     /// their own ([`ParamTy::Field`](crate::ast::ParamTy::Field)).
-    Struct,
+    Struct(StructSig),
+}
+
+/// A parameter struct's type as the function writes it.
+#[derive(Clone, Debug)]
+pub struct StructSig {
+    /// The struct's name (`LayerNorm` of `nn::LayerNorm<D, T>`).
+    pub name: String,
+    /// Its generic arguments as written (`D`, `T`).
+    pub args: Vec<proc_macro2::TokenStream>,
+    /// The type as written, as text.
+    pub ty_text: String,
+}
+
+/// Where a used field of a parameter struct comes from: the struct
+/// parameter and the path after it (`.ln_1.weight`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldPath {
+    /// The index of the struct parameter.
+    pub root: usize,
+    /// The path after the parameter's name.
+    pub suffix: String,
 }
 
 /// A dim of a parameter checked when the function is entered, because its
@@ -163,6 +184,17 @@ pub struct Signature {
     pub symbols: Symbols,
     /// Dims checked at entry.
     pub entry_checks: Vec<EntryCheck>,
+    /// For each parameter, the struct and path of a used field (`None`
+    /// for the written parameters, which come first).
+    pub field_paths: Vec<Option<FieldPath>>,
+}
+
+impl Signature {
+    /// The number of written parameters (the used fields of parameter
+    /// structs follow them).
+    pub fn written(&self) -> usize {
+        self.field_paths.iter().filter(|f| f.is_none()).count()
+    }
 }
 
 /// Converts a dim as written, with the symbols known so far. `define`
@@ -307,7 +339,7 @@ pub fn signature(f: &TensorFn) -> Result<Signature, Vec<syn::Error>> {
         param_names.push(pname.clone());
         match &p.ty {
             ParamTy::Scalar(s) => params.push(ParamSig::Scalar(s.kind)),
-            ParamTy::Struct(_) => params.push(ParamSig::Struct),
+            ParamTy::Struct(st) => params.push(ParamSig::Struct(struct_sig(&st.ty))),
             ParamTy::Tensor(t) | ParamTy::Field(crate::ast::FieldParamAst { tensor: t, .. }) => {
                 let Some(ty) = tensor_ty(t, &mut symbols, Some(&pname), &mut errors) else {
                     continue;
@@ -373,7 +405,24 @@ pub fn signature(f: &TensorFn) -> Result<Signature, Vec<syn::Error>> {
             }
         }
     }
+    let field_paths = f
+        .params
+        .iter()
+        .map(|p| match &p.ty {
+            ParamTy::Field(field) => {
+                let end = field.text.find(['.', '[']).unwrap_or(field.text.len());
+                let (root, suffix) = field.text.split_at(end);
+                let root = f.params.iter().position(|q| q.name == root)?;
+                Some(FieldPath {
+                    root,
+                    suffix: suffix.to_string(),
+                })
+            }
+            _ => None,
+        })
+        .collect();
     Ok(Signature {
+        field_paths,
         name: f.name.to_string(),
         type_params: f.type_params.clone(),
         generics: f.generics.iter().map(|g| g.to_string()).collect(),
@@ -384,4 +433,38 @@ pub fn signature(f: &TensorFn) -> Result<Signature, Vec<syn::Error>> {
         symbols,
         entry_checks,
     })
+}
+
+/// A struct parameter's type as callers see it: its name and arguments.
+///
+/// ```
+/// let s = tensorfn_macros_impl::sig::struct_sig(&syn::parse_quote!(nn::LayerNorm<D, f32>));
+/// assert_eq!(s.name, "LayerNorm");
+/// assert_eq!(s.args.len(), 2);
+/// assert_eq!(s.ty_text, "nn::LayerNorm<D, f32>");
+/// ```
+pub fn struct_sig(ty: &syn::Type) -> StructSig {
+    let ty_text = crate::ast::type_text(ty).replace(" ,", ",");
+    let (name, args) = match ty {
+        syn::Type::Path(p) => match p.path.segments.last() {
+            Some(seg) => (
+                seg.ident.to_string(),
+                match &seg.arguments {
+                    syn::PathArguments::AngleBracketed(a) => a
+                        .args
+                        .iter()
+                        .map(quote::ToTokens::to_token_stream)
+                        .collect(),
+                    _ => Vec::new(),
+                },
+            ),
+            None => (ty_text.clone(), Vec::new()),
+        },
+        _ => (ty_text.clone(), Vec::new()),
+    };
+    StructSig {
+        name,
+        args,
+        ty_text,
+    }
 }

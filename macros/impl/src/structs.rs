@@ -137,6 +137,34 @@ pub fn is_field_path(e: &Expr) -> bool {
     }
 }
 
+/// The path `text` (`p.h[3].ln_1.weight`) as an expression written at
+/// `span`.
+///
+/// ```
+/// let e = tensorfn_macros_impl::structs::path_expr("p.h[3].w", proc_macro2::Span::call_site())?;
+/// assert_eq!(e.to_string(), "p.h[3].w");
+/// # Ok::<(), syn::Error>(())
+/// ```
+pub fn path_expr(text: &str, span: Span) -> syn::Result<Expr> {
+    let ts = syn::parse_str::<TokenStream>(text)?;
+    crate::parse::expr(&syn::parse2::<syn::Expr>(respan(ts, span))?)
+}
+
+/// The variable holding a reference to the parameter struct at `text`
+/// (`p.h[3]`) in generated code, bound when the function is entered.
+///
+/// ```
+/// let v = tensorfn_macros_impl::structs::struct_var("p.h[3]");
+/// assert_eq!(v.to_string(), "__tf_struct_p_h_3_");
+/// ```
+pub fn struct_var(text: &str) -> syn::Ident {
+    let clean: String = text
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format_ident!("__tf_struct_{}", clean)
+}
+
 /// A struct's fields as its derive wrote them.
 #[derive(Clone, Debug)]
 pub struct Table {
@@ -422,7 +450,7 @@ fn is_scalar_name(s: &str) -> bool {
 }
 
 /// `ts` with every identifier in `subst` replaced by its tokens.
-fn substitute(ts: TokenStream, subst: &BTreeMap<String, TokenStream>) -> TokenStream {
+pub(crate) fn substitute(ts: TokenStream, subst: &BTreeMap<String, TokenStream>) -> TokenStream {
     ts.into_iter()
         .flat_map(|t| match t {
             TokenTree::Ident(i) => match subst.get(&i.to_string()) {
@@ -534,15 +562,27 @@ struct Walk<'t> {
     fn_name: String,
     /// The function's device and dtype parameters, which field types name.
     type_params: &'t [crate::ast::TypeParam],
-    /// The functions of the invocation taking structs (the checker
-    /// refuses calls to them).
-    struct_fns: &'t BTreeSet<String>,
+    /// The functions of the invocation taking structs, with what their
+    /// walk found (`None` while not walked yet: a call back into a
+    /// function being walked).
+    callees: &'t BTreeMap<String, Option<Callee>>,
+    /// The parameter structs passed to those functions.
+    struct_args: Vec<StructArgAst>,
     tables: &'t BTreeMap<String, Table>,
     roots: BTreeMap<String, Root>,
     missing: BTreeSet<Missing>,
     errors: Vec<syn::Error>,
     /// Used tensor fields by path text, in order of first use.
     fields: Vec<(String, FieldParamAst, syn::Ident)>,
+}
+
+/// What a caller needs of a function taking parameter structs.
+#[derive(Clone, Debug)]
+struct Callee {
+    /// Its written parameters: name, and the struct's name for a struct.
+    params: Vec<(String, Option<String>)>,
+    /// The paths of the tensor fields it uses (`p.ln_1.weight`).
+    fields: Vec<String>,
 }
 
 /// The end of a path.
@@ -580,8 +620,14 @@ impl Walk<'_> {
         self.tables.get(key)
     }
 
-    /// Follows `segs` from the struct parameter `root`.
-    fn follow(&mut self, root: &str, segs: &[Seg<'_>], whole: &Expr) -> Reached {
+    /// Follows `segs` from the struct parameter `root`: the place reached,
+    /// the code reaching it, its path and its type as text.
+    fn follow_to(
+        &mut self,
+        root: &str,
+        segs: &[Seg<'_>],
+        whole: &Expr,
+    ) -> Result<(Place, TokenStream, String, String), Reached> {
         let r = &self.roots[root];
         let (span, pname, ty_text) = (r.span, r.name.clone(), r.ty_text.clone());
         let mut place = match &r.place {
@@ -600,7 +646,7 @@ impl Walk<'_> {
             match (place, seg) {
                 (Place::Struct { key, prefix, args }, Seg::Field(m)) => {
                     let Some(t) = self.table(&key, span).cloned() else {
-                        return Reached::Stop;
+                        return Err(Reached::Stop);
                     };
                     let Some((_, fty)) = t.fields.iter().find(|(f, _)| *m == f) else {
                         self.error(
@@ -611,14 +657,14 @@ impl Walk<'_> {
                                 field_list(&t)
                             ),
                         );
-                        return Reached::Stop;
+                        return Err(Reached::Stop);
                     };
                     let subst: BTreeMap<String, TokenStream> =
                         t.generics.iter().cloned().zip(args).collect();
                     let fty = substitute(fty.clone(), &subst);
                     let Ok(fty) = syn::parse2::<syn::Type>(fty) else {
                         self.error(&whole.sp, format!("the type of `{text}.{m}` is not a type"));
-                        return Reached::Stop;
+                        return Err(Reached::Stop);
                     };
                     struct_name = type_text(&fty);
                     place = place_of(&fty, &prefix);
@@ -627,14 +673,14 @@ impl Walk<'_> {
                 }
                 (Place::Array(elem, len, prefix), Seg::Index(ix, indices)) => {
                     let Some(i) = self.literal_index(&text, indices, ix) else {
-                        return Reached::Stop;
+                        return Err(Reached::Stop);
                     };
                     if i >= len {
                         self.error(
                             &ix.sp,
                             format!("index {i} is out of range for `{text}`, an array of {len} `{}`: the last index is {}", type_text(&elem), len.saturating_sub(1)),
                         );
-                        return Reached::Stop;
+                        return Err(Reached::Stop);
                     }
                     let il = proc_macro2::Literal::usize_unsuffixed(i as usize);
                     access = quote!(#access[#il]);
@@ -644,7 +690,7 @@ impl Walk<'_> {
                 }
                 (Place::Vec(elem, prefix), Seg::Index(ix, indices)) => {
                     let Some(i) = self.literal_index(&text, indices, ix) else {
-                        return Reached::Stop;
+                        return Err(Reached::Stop);
                     };
                     let il = proc_macro2::Literal::usize_unsuffixed(i as usize);
                     let msg = format!("`{fn_name}`: index {i} is out of range for `{text}`, a `Vec` of {{}} elements");
@@ -662,37 +708,47 @@ impl Walk<'_> {
                     struct_name = type_text(&elem);
                     place = place_of(&elem, &prefix);
                 }
-                (Place::Tensor(_), Seg::Index(..)) => return Reached::TensorAt,
+                (Place::Tensor(_), Seg::Index(..)) => return Err(Reached::TensorAt),
                 (Place::Tensor(_), Seg::Field(m)) => {
                     self.error(
                         &whole.sp,
                         format!("`{text}` is a tensor and has no field `{m}`"),
                     );
-                    return Reached::Stop;
+                    return Err(Reached::Stop);
                 }
                 (Place::Struct { .. }, Seg::Index(ix, _)) => {
                     self.error(
                         &ix.sp,
                         format!("`{text}` is a parameter struct `{struct_name}`, not an array: it cannot be indexed"),
                     );
-                    return Reached::Stop;
+                    return Err(Reached::Stop);
                 }
                 (Place::Array(..) | Place::Vec(..), Seg::Field(m)) => {
                     self.error(
                         &whole.sp,
                         format!("`{text}` is a `{struct_name}`: index it before its field `{m}` (`{text}[0].{m}`)"),
                     );
-                    return Reached::Stop;
+                    return Err(Reached::Stop);
                 }
                 (Place::Other(t), _) => {
                     self.error(
                         &whole.sp,
                         format!("`{text}` is a `{t}`, neither a tensor nor a parameter struct"),
                     );
-                    return Reached::Stop;
+                    return Err(Reached::Stop);
                 }
             }
         }
+        Ok((place, access, text, struct_name))
+    }
+
+    /// Follows `segs` from the struct parameter `root` to a tensor.
+    fn follow(&mut self, root: &str, segs: &[Seg<'_>], whole: &Expr) -> Reached {
+        let span = self.roots[root].span;
+        let (place, access, text, struct_name) = match self.follow_to(root, segs, whole) {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
         match place {
             Place::Tensor(t) => Reached::Tensor(t, access),
             Place::Struct { key, .. } => {
@@ -789,6 +845,77 @@ impl Walk<'_> {
         ));
     }
 
+    /// An argument `e` of a function taking the struct `want` for its
+    /// parameter `pname`: a path to a struct is recorded with the fields
+    /// the callee uses, as fields of this function; anything else is
+    /// walked as a value (the checker reports it).
+    fn struct_arg(&mut self, e: &Expr, callee: &Callee, pname: &str, want: &str) {
+        let Some((root, segs)) = chain(e) else {
+            return self.walk(e);
+        };
+        let root = root.to_string();
+        if !self.roots.contains_key(&root) {
+            return self.walk(e);
+        }
+        let span = self.roots[&root].span;
+        let (place, access) = if segs.is_empty() {
+            let r = &self.roots[&root];
+            let name = &r.name;
+            let place = match &r.place {
+                Place::Struct { key, prefix, args } => Place::Struct {
+                    key: key.clone(),
+                    prefix: prefix.clone(),
+                    args: args.clone(),
+                },
+                _ => unreachable!("roots are structs"),
+            };
+            (place, quote!(#name))
+        } else {
+            match self.follow_to(&root, &segs, e) {
+                Ok((place @ Place::Struct { .. }, access, ..)) => (place, quote!(&#access)),
+                Ok(_) | Err(Reached::TensorAt) => return self.walk(e),
+                Err(_) => return,
+            }
+        };
+        let Place::Struct { key, args, .. } = place else {
+            unreachable!("matched above")
+        };
+        let Some(table) = self.table(&key, span).cloned() else {
+            return;
+        };
+        let text = e.to_string();
+        if !self.struct_args.iter().any(|a| a.text == text) {
+            self.struct_args.push(StructArgAst {
+                text: text.clone(),
+                name: table.name.clone(),
+                path: key.clone(),
+                args,
+                access,
+            });
+        }
+        // Another struct: the checker reports it.
+        if table.name != want {
+            return;
+        }
+        let sp = e.sp.span();
+        for f in &callee.fields {
+            let Some(suffix) = f.strip_prefix(pname) else {
+                continue;
+            };
+            if !suffix.starts_with(['.', '[']) {
+                continue;
+            }
+            let path = format!("{text}{suffix}");
+            match path_expr(&path, sp) {
+                Ok(x) => self.walk(&x),
+                Err(err) => self.errors.push(syn::Error::new(
+                    sp,
+                    format!("internal error of `tensor_fn!`: the path `{path}`: {err}"),
+                )),
+            }
+        }
+    }
+
     fn walk(&mut self, e: &Expr) {
         if let Some((root, segs)) = chain(e) {
             let root = root.to_string();
@@ -841,11 +968,37 @@ impl Walk<'_> {
                 self.walk(b);
             }
             ExprKind::Call { func, args } => {
-                let refused = func
-                    .get_ident()
-                    .is_some_and(|f| self.struct_fns.contains(&f.to_string()));
-                if !refused {
-                    args.iter().for_each(|a| self.walk(&a.value));
+                let name = func.get_ident().map(|f| f.to_string());
+                let callee = name.as_ref().and_then(|n| self.callees.get(n));
+                match callee {
+                    None => args.iter().for_each(|a| self.walk(&a.value)),
+                    Some(None) => self.error(
+                        &e.sp,
+                        format!(
+                            "`{}` takes a parameter struct and calls `{}` back: recursion between functions taking parameter structs is not supported",
+                            name.unwrap_or_default(),
+                            self.fn_name
+                        ),
+                    ),
+                    Some(Some(c)) => {
+                        let c = c.clone();
+                        let mut pos = 0;
+                        for a in args {
+                            let i = match &a.name {
+                                Some(n) => c.params.iter().position(|(p, _)| n == p),
+                                None => {
+                                    pos += 1;
+                                    Some(pos - 1)
+                                }
+                            };
+                            match i.and_then(|i| c.params.get(i)) {
+                                Some((pname, Some(want))) => {
+                                    self.struct_arg(&a.value, &c, pname, want)
+                                }
+                                _ => self.walk(&a.value),
+                            }
+                        }
+                    }
                 }
             }
             ExprKind::Method { recv, args, .. } => {
@@ -903,25 +1056,38 @@ pub fn resolve(
     input: &TokenStream,
     raw: &TokenStream,
 ) -> Resolution {
-    let mut missing = BTreeSet::new();
-    let mut all_errors = Vec::new();
-    let mut added = Vec::new();
-    let struct_fns: BTreeSet<String> = parsed
+    let fns: Vec<&TensorFn> = parsed
         .items
         .iter()
         .filter_map(|i| match i {
-            Item::Fn(f) if f.params.iter().any(|p| matches!(p.ty, ParamTy::Struct(_))) => {
-                Some(f.name.to_string())
-            }
-            _ => None,
+            Item::Fn(f) => Some(f),
+            Item::Kernel(_) => None,
         })
         .collect();
-    for item in &parsed.items {
-        let Item::Fn(f) = item else { continue };
+    let struct_fns: BTreeSet<String> = fns
+        .iter()
+        .filter(|f| f.params.iter().any(|p| matches!(p.ty, ParamTy::Struct(_))))
+        .map(|f| f.name.to_string())
+        .collect();
+    // Callees before callers: a caller uses the fields its callees use.
+    let mut order = Vec::new();
+    let mut seen = vec![false; fns.len()];
+    for i in 0..fns.len() {
+        call_order(i, &fns, &struct_fns, &mut seen, &mut order);
+    }
+    let mut missing = BTreeSet::new();
+    let mut all_errors: Vec<Vec<syn::Error>> = vec![Vec::new(); fns.len()];
+    let mut added: Vec<Vec<(String, FieldParamAst, syn::Ident)>> = vec![Vec::new(); fns.len()];
+    let mut args: Vec<Vec<StructArgAst>> = vec![Vec::new(); fns.len()];
+    let mut callees: BTreeMap<String, Option<Callee>> =
+        struct_fns.iter().map(|n| (n.clone(), None)).collect();
+    for i in order {
+        let f = fns[i];
         let mut w = Walk {
             fn_name: f.name.to_string(),
             type_params: &f.type_params,
-            struct_fns: &struct_fns,
+            callees: &callees,
+            struct_args: Vec::new(),
             tables,
             roots: BTreeMap::new(),
             missing: BTreeSet::new(),
@@ -961,24 +1127,101 @@ pub fn resolve(
             }
             w.walk(&f.body.ret);
         }
+        let done = Callee {
+            params: f
+                .params
+                .iter()
+                .map(|p| {
+                    let s = match &p.ty {
+                        ParamTy::Struct(s) => Some(crate::sig::struct_sig(&s.ty).name),
+                        _ => None,
+                    };
+                    (p.name.to_string(), s)
+                })
+                .collect(),
+            fields: w.fields.iter().map(|(t, ..)| t.clone()).collect(),
+        };
         missing.extend(std::mem::take(&mut w.missing));
-        all_errors.push(w.errors);
-        added.push(w.fields);
+        all_errors[i] = w.errors;
+        added[i] = w.fields;
+        args[i] = w.struct_args;
+        if let Some(c) = callees.get_mut(&f.name.to_string()) {
+            *c = Some(done);
+        }
     }
     if !missing.is_empty() {
         return Resolution::Fetch(fetch(&missing, input, raw));
     }
-    let mut fields = added.into_iter();
+    let mut fields = added.into_iter().zip(args);
     for item in &mut parsed.items {
         let Item::Fn(f) = item else { continue };
-        for (_, field, name) in fields.next().expect("one list per function") {
+        let (used, args) = fields.next().expect("one list per function");
+        for (_, field, name) in used {
             f.params.push(Param {
                 name,
                 ty: ParamTy::Field(field),
             });
         }
+        f.struct_args = args;
     }
     Resolution::Done(all_errors)
+}
+
+/// Appends `i` to `order` after the functions taking structs it calls
+/// (each once; a call back into a function in progress is left out).
+fn call_order(
+    i: usize,
+    fns: &[&TensorFn],
+    struct_fns: &BTreeSet<String>,
+    seen: &mut [bool],
+    order: &mut Vec<usize>,
+) {
+    if seen[i] {
+        return;
+    }
+    seen[i] = true;
+    let mut called = Vec::new();
+    let f = fns[i];
+    for e in f.body.stmts.iter().map(|s| &s.init).chain([&f.body.ret]) {
+        calls_in(e, &mut called);
+    }
+    for name in called {
+        if !struct_fns.contains(&name) {
+            continue;
+        }
+        if let Some(j) = fns.iter().position(|g| g.name == name) {
+            call_order(j, fns, struct_fns, seen, order);
+        }
+    }
+    order.push(i);
+}
+
+/// The names of the functions `e` calls.
+fn calls_in(e: &Expr, out: &mut Vec<String>) {
+    match &e.kind {
+        ExprKind::Var(_) | ExprKind::Item(_) | ExprKind::Int(_) | ExprKind::Float(_) => {}
+        ExprKind::Neg(x) => calls_in(x, out),
+        ExprKind::Binary(_, a, b) | ExprKind::Compare(_, a, b) => {
+            calls_in(a, out);
+            calls_in(b, out);
+        }
+        ExprKind::Call { func, args } => {
+            if let Some(i) = func.get_ident() {
+                out.push(i.to_string());
+            }
+            args.iter().for_each(|a| calls_in(&a.value, out));
+        }
+        ExprKind::Method { recv, args, .. } => {
+            calls_in(recv, out);
+            args.iter().for_each(|a| calls_in(&a.value, out));
+        }
+        ExprKind::Field { base, .. } => calls_in(base, out),
+        ExprKind::Index { base, indices } => {
+            calls_in(base, out);
+            indices.iter().for_each(|i| calls_in(i, out));
+        }
+        ExprKind::Array(xs) | ExprKind::Tuple(xs) => xs.iter().for_each(|x| calls_in(x, out)),
+    }
 }
 
 /// A value of a function taking structs whose type is unknown though no

@@ -17,7 +17,11 @@ fn tables() -> TokenStream {
 }
 
 fn errors(input: TokenStream) -> Vec<String> {
-    analyse_tokens_with(input, tables())
+    errors_with(input, tables())
+}
+
+fn errors_with(input: TokenStream, tables: TokenStream) -> Vec<String> {
+    analyse_tokens_with(input, tables)
         .unwrap()
         .errors
         .iter()
@@ -155,14 +159,254 @@ fn errors_of_paths_name_the_struct_and_the_fix() {
     );
 }
 
+fn net_tables() -> TokenStream {
+    quote! {
+        @struct ["Norm"] Norm [D T] {
+            w: Tensor<D, T, shape![4]>,
+            b: Tensor<D, T, shape![4]>,
+        }
+        @struct ["Lin"] Lin [D T IN OUT] {
+            w: Tensor<D, T, shape![IN, OUT]>,
+            b: Tensor<D, T, shape![OUT]>,
+        }
+        @struct ["Block"] Block [D T] {
+            ln_1: Norm<D, T>,
+            ln_2: Norm<D, T>,
+            fc: Lin<D, T, 4, 8>,
+            half: Norm<D, f32>,
+        }
+        @struct ["Net"] Net [D T] { h: [Block<D, T>; 2], v: Vec<Block<D, T>>, ln_f: Norm<D, T>, }
+    }
+}
+
+/// The functions of a small network, each taking a parameter struct and
+/// passing its parts on.
+fn net() -> TokenStream {
+    quote! {
+        fn norm<D: Device, T: Float, const S: usize>(
+            x: &Tensor<D, T, [S, 4]>,
+            p: &Norm<D, T>,
+        ) -> Tensor<D, T, [S, 4]> {
+            x * p.w + p.b
+        }
+        fn lin<D: Device, T: Float, const S: usize, const IN: usize, const OUT: usize>(
+            x: &Tensor<D, T, [S, IN]>,
+            p: &Lin<D, T, IN, OUT>,
+        ) -> Tensor<D, T, [S, OUT]> {
+            addmm(p.b, x, p.w)
+        }
+        fn block<D: Device, T: Float, const S: usize>(
+            x: &Tensor<D, T, [S, 4]>,
+            p: &Block<D, T>,
+        ) -> Tensor<D, T, [S, 8]> {
+            lin(norm(x, p.ln_1) + norm(x, p.ln_2), p.fc)
+        }
+        fn twice<D: Device, T: Float, const S: usize>(
+            x: &Tensor<D, T, [S, 4]>,
+            p: &Block<D, T>,
+        ) -> Tensor<D, T, [S, 8]> {
+            block(x, p) * 2.0
+        }
+        fn net<D: Device, T: Float, const S: usize>(
+            x: &Tensor<D, T, [S, 4]>,
+            p: &Net<D, T>,
+        ) -> Tensor<D, T, [S, 8]> {
+            let y = norm(x, p.ln_f);
+            block(y, p.h[1]) + twice(x, p.v[2])
+        }
+    }
+}
+
 #[test]
-fn calls_to_functions_taking_structs_are_refused_for_now() {
-    let e = errors(quote! {
-        fn inner(p: &Mlp<Cpu, f32>) -> Tensor<Cpu, f32, [128]> { p.b1 }
-        fn outer(p: &Mlp<Cpu, f32>) -> Tensor<Cpu, f32, [128]> { inner(p) }
-    });
+fn calls_pass_structs_and_the_fields_the_callee_uses() {
+    let input = net();
+    let a = analyse_tokens_with(input.clone(), net_tables()).unwrap();
+    let all: Vec<String> = a.errors.iter().map(|e| e.to_string()).collect();
+    assert!(all.is_empty(), "{all:?}");
+    // Every function is planned, the callers' peaks include their callees'.
+    for p in &a.plans {
+        assert!(p.as_ref().is_some_and(|p| p.peak.is_some()));
+    }
+    // `net` sees the fields its callees use through its own paths.
+    let net = a.checked[4].as_ref().unwrap();
+    for f in ["p.ln_f.w", "p.h[1].ln_2.b", "p.h[1].fc.w", "p.v[2].ln_1.w"] {
+        assert!(
+            net.sig.param_names.iter().any(|n| n == f),
+            "{f}: {:?}",
+            net.sig.param_names
+        );
+    }
+    // `p.h[1].half` is used by no callee.
+    assert!(!net.sig.param_names.iter().any(|n| n.contains("half")));
+    let t = net_tables();
+    let out = expand_with_fields(quote!(@input { #input } #t)).to_string();
+    assert!(!out.contains("compile_error"), "{}", excerpt(&out));
+    // The struct is passed (under the body's dtype in a generic function).
+    assert!(
+        out.contains("let __tf_struct_p_ln_1 : & Norm < D , f32 > = :: tensorfn :: __retype_struct (& p . ln_1) ?"),
+        "{}", excerpt(&out)
+    );
+    assert!(
+        out.contains(
+            "let __tf_struct_p : & Block < D , f64 > = :: tensorfn :: __retype_struct (p) ?"
+        ),
+        "{}",
+        excerpt(&out)
+    );
+    assert!(
+        out.contains("block :: < _ , _ , S > (x , __tf_struct_p)"),
+        "{}",
+        excerpt(&out)
+    );
+    assert!(
+        out.contains("norm :: < _ , _ , S > (x , __tf_struct_p_ln_1)"),
+        "{}",
+        excerpt(&out)
+    );
+    // `IN` of `lin` from its tensor, `OUT` from the struct's arguments.
+    assert!(
+        out.contains("lin :: < _ , _ , S , 4 , 8 >"),
+        "{}",
+        excerpt(&out)
+    );
+    // A `Vec` element is checked when the function is entered.
+    assert!(out.contains("p . v . get (2)"), "{}", excerpt(&out));
+}
+
+#[test]
+fn a_plain_caller_passes_the_struct_as_is() {
+    let e = analyse_tokens_with(
+        quote! {
+            fn norm(x: &Tensor<Cpu, f32, [2, 4]>, p: &Norm<Cpu, f32>) -> Tensor<Cpu, f32, [2, 4]> {
+                x * p.w
+            }
+            fn outer(x: &Tensor<Cpu, f32, [2, 4]>, p: &Block<Cpu, f32>) -> Tensor<Cpu, f32, [2, 4]> {
+                norm(x, p.half) + norm(x, named = 1, p = p.ln_1)
+            }
+        },
+        net_tables(),
+    )
+    .unwrap();
+    let all: Vec<String> = e.errors.iter().map(|e| e.to_string()).collect();
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert!(all[0].contains("`norm` has no argument `named`"), "{all:?}");
+    let t = net_tables();
+    let out = expand_with_fields(quote! {
+        @input {
+            fn norm(x: &Tensor<Cpu, f32, [2, 4]>, p: &Norm<Cpu, f32>) -> Tensor<Cpu, f32, [2, 4]> {
+                x * p.w
+            }
+            fn outer(x: &Tensor<Cpu, f32, [2, 4]>, p: &Block<Cpu, f32>) -> Tensor<Cpu, f32, [2, 4]> {
+                norm(x, p.half) + norm(x, p = p.ln_1)
+            }
+        }
+        #t
+    })
+    .to_string();
+    assert!(!out.contains("compile_error"), "{out}");
+    assert!(
+        out.contains("let __tf_struct_p_half = & p . half ;"),
+        "{out}"
+    );
+    assert!(out.contains("norm (x , __tf_struct_p_ln_1)"), "{out}");
+}
+
+#[test]
+fn struct_arguments_that_do_not_fit_name_what_was_expected() {
+    let e = errors_with(
+        quote! {
+            fn norm<D: Device, T: Float, const S: usize>(
+                x: &Tensor<D, T, [S, 4]>,
+                p: &Norm<D, T>,
+            ) -> Tensor<D, T, [S, 4]> {
+                x * p.w
+            }
+            fn f<D: Device, T: Float>(x: &Tensor<D, T, [2, 4]>, p: &Block<D, T>) -> Tensor<D, T, [2, 4]> {
+                let a = norm(x, p.fc);
+                let b = norm(x, p.half);
+                let c = norm(x, p.ln_1.w);
+                let d = norm(p.ln_1, p.ln_1);
+                let e = norm(x, x);
+                x
+            }
+        },
+        net_tables(),
+    );
+    let all = e.join("\n");
+    assert_eq!(e.len(), 5, "{all}");
+    assert!(
+        all.contains(
+            "`norm` takes `p` as `&Norm<D, T>`, but `p.fc` is a `Lin<D, T, 4, 8>`: pass a `Norm`"
+        ),
+        "{all}"
+    );
+    assert!(
+        all.contains("`norm` takes `p` as `&Norm<D, T>` (its `T` is `T` here, from the arguments before it), but `p.half` is a `Norm<D, f32>`: its argument `f32` must be `T`"),
+        "{all}"
+    );
+    assert!(
+        all.contains("`norm` takes the parameter struct `&Norm<D, T>` for `p`, but `p.ln_1.w` is a tensor (D T [4]): pass a `Norm`"),
+        "{all}"
+    );
+    assert!(
+        all.contains(
+            "`p.ln_1` is a parameter struct `Norm<D, T>`, not a tensor: use its fields (`w`, `b`)"
+        ),
+        "{all}"
+    );
+    assert!(all.contains("but `x` is a tensor (D T [2, 4])"), "{all}");
+}
+
+#[test]
+fn a_struct_of_another_device_or_an_integer_dtype_does_not_fit() {
+    let e = errors_with(
+        quote! {
+            fn norm<D: Device, T: Float>(x: &Tensor<D, T, [2, 4]>, p: &Norm<D, T>) -> Tensor<D, T, [2, 4]> {
+                x * p.w
+            }
+            fn f(x: &Tensor<Cpu, f32, [2, 4]>, p: &Norm<Cuda, f32>, q: &Norm<Cpu, i32>) -> Tensor<Cpu, f32, [2, 4]> {
+                norm(x, p) + norm(x, q)
+            }
+        },
+        net_tables(),
+    );
+    let all = e.join("\n");
+    assert_eq!(e.len(), 2, "{all}");
+    assert!(all.contains("its `D` is `Cpu` here"), "{all}");
+    assert!(all.contains("but `p` is a `Norm<Cuda, f32>`"), "{all}");
+    assert!(
+        all.contains("but `q` is a `Norm<Cpu, i32>`: its argument `i32` must be `f32`"),
+        "{all}"
+    );
+    // Bound by the struct alone: the bound says what fits.
+    let e = errors_with(
+        quote! {
+            fn w<D: Device, T: Float>(p: &Norm<D, T>) -> Tensor<D, T, [4]> { p.w }
+            fn f(q: &Norm<Cpu, i32>) -> Tensor<Cpu, i32, [4]> { w(q) }
+        },
+        net_tables(),
+    );
     assert_eq!(e.len(), 1, "{e:?}");
-    assert!(e[0].contains("`inner` takes a parameter struct"), "{e:?}");
+    assert!(
+        e[0].contains("its argument `i32` must be a dtype its bound `T: Float` admits"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_type_parameter_only_in_a_struct_is_bound_from_it() {
+    let e = errors_with(
+        quote! {
+            fn norm<D: Device, T: Float>(x: &Tensor<D, f32, [2, 4]>, p: &Norm<D, T>) -> Tensor<D, T, [4]> {
+                p.w * 2.0
+            }
+            fn f(x: &Tensor<Cpu, f32, [2, 4]>, p: &Norm<Cpu, f64>) -> Tensor<Cpu, f64, [4]> {
+                norm(x, p)
+            }
+        },
+        net_tables(),
+    );
+    assert!(e.is_empty(), "{e:?}");
 }
 
 #[test]
@@ -183,4 +427,12 @@ fn the_derive_writes_the_fields_macro() {
         out.contains("pub (crate) use __tensorfn_fields_Block ;"),
         "{out}"
     );
+}
+
+/// The generated code without its PTX and CPU closures, for messages.
+fn excerpt(out: &str) -> String {
+    out.split(" ; ")
+        .filter(|s| s.contains("__tf_struct") || s.contains(":: < _"))
+        .collect::<Vec<_>>()
+        .join(" ;\n")
 }

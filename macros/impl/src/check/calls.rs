@@ -167,22 +167,58 @@ impl<'s, 'k> Checker<'s, 'k> {
 
     pub(super) fn fn_call(&mut self, f: usize, args: &[Arg], e: &Expr) -> NodeId {
         let sig = self.sigs[f].clone().expect("found by signature");
-        if sig.params.iter().any(|p| matches!(p, ParamSig::Struct)) {
-            self.error(
-                &e.sp,
-                format!(
-                    "`{}` takes a parameter struct: calling it inside `tensor_fn!` is not supported yet (call it from Rust, or pass the fields as tensors)",
-                    sig.name
-                ),
-            );
-            return self.error_node(e);
-        }
-        let pref: Vec<&str> = sig.param_names.iter().map(|s| s.as_str()).collect();
+        let written = sig.written();
+        let pref: Vec<&str> = sig.param_names[..written]
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
         let Some(a) = self.bind_args(&sig.name, args, &pref, pref.len(), e) else {
             return self.error_node(e);
         };
-        let xs: Vec<&Expr> = a.iter().map(|x| x.expect("required")).collect();
-        let ids: Vec<NodeId> = xs.iter().map(|x| self.expr(x)).collect();
+        let mut xs: Vec<&Expr> = a.iter().map(|x| x.expect("required")).collect();
+        // The fields the callee uses of a struct it takes, as paths of the
+        // caller (`p.ln_1.weight` for `p.weight` of `layer_norm(x, p.ln_1)`).
+        let mut field_exprs = Vec::new();
+        for fp in sig.field_paths[written..].iter() {
+            let fp = fp.as_ref().expect("fields follow the written parameters");
+            let arg = xs[fp.root];
+            let path = format!("{arg}{}", fp.suffix);
+            field_exprs.push(
+                crate::structs::path_expr(&path, arg.sp.span()).unwrap_or_else(|_| Expr {
+                    kind: ExprKind::Var(syn::Ident::new("__tf_field", arg.sp.span())),
+                    sp: arg.sp.clone(),
+                }),
+            );
+        }
+        xs.extend(field_exprs.iter());
+        let mut ids: Vec<NodeId> = Vec::with_capacity(xs.len());
+        let mut structs: Vec<(usize, String)> = Vec::new();
+        for (i, x) in xs.iter().enumerate() {
+            let id = match (&sig.params[i], i < written) {
+                (ParamSig::Struct(_), _) => {
+                    let text = x.to_string();
+                    match self.struct_args.iter().any(|s| s.text == text) {
+                        true => {
+                            let end = text.find(['.', '[']).unwrap_or(text.len());
+                            structs.push((i, text.clone()));
+                            match self.env.get(&text[..end]) {
+                                Some(Binding::Node(id)) => *id,
+                                None => self.error_node(x),
+                            }
+                        }
+                        false => self.expr(x),
+                    }
+                }
+                (_, true) => self.expr(x),
+                // A field of a struct that is not one the callee takes
+                // (reported at the struct) has no node.
+                (_, false) => match self.env.get(&x.to_string()) {
+                    Some(Binding::Node(id)) => *id,
+                    None => self.push(Op::Param(usize::MAX), Ty::Error, x),
+                },
+            };
+            ids.push(id);
+        }
         let mut ok = true;
         let mut bind: HashMap<String, Dim> = HashMap::new();
         // `usize` parameters that size dims bind their names first.
@@ -241,8 +277,28 @@ impl<'s, 'k> Checker<'s, 'k> {
         let mut tensor_args: Vec<(usize, Operand)> = Vec::new();
         let mut devices: HashMap<Name, Device> = HashMap::new();
         let mut dtypes: HashMap<Name, Dt> = HashMap::new();
+        let mut bad_structs: Vec<usize> = Vec::new();
         for (i, p) in sig.params.iter().enumerate() {
+            if let ParamSig::Struct(want) = p {
+                if !self.struct_arg(
+                    &sig,
+                    i,
+                    want,
+                    xs[i],
+                    ids[i],
+                    (&mut devices, &mut dtypes, &mut bind),
+                ) {
+                    ok = false;
+                    bad_structs.push(i);
+                }
+                continue;
+            }
             let ParamSig::Tensor(want) = p else { continue };
+            if let Some(fp) = &sig.field_paths[i] {
+                if bad_structs.contains(&fp.root) {
+                    continue;
+                }
+            }
             let Some(o) = self.tensor(ids[i], xs[i], &sig.name) else {
                 ok = false;
                 continue;
@@ -425,7 +481,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             .iter()
             .map(|p| match p {
                 ParamSig::Tensor(t) => Some(t.dims.iter().map(inst).collect()),
-                ParamSig::Scalar(_) | ParamSig::Struct => None,
+                ParamSig::Scalar(_) | ParamSig::Struct(_) => None,
             })
             .collect();
         let ret_tys = sig
@@ -450,7 +506,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                 self.error(
                     &e.sp,
                     format!(
-                        "cannot infer the type parameter `{}` of `{}` from its arguments: name it in a tensor parameter's type",
+                        "cannot infer the type parameter `{}` of `{}` from its arguments: name it in a tensor parameter's type or a parameter struct's arguments",
                         p.name, sig.name
                     ),
                 );
@@ -497,10 +553,160 @@ impl<'s, 'k> Checker<'s, 'k> {
                 },
                 param_tys,
                 ret_tys,
+                structs,
             },
             ty,
             e,
         )
+    }
+
+    /// Checks the argument `x` of the struct parameter `i` of `sig` (a
+    /// `want`) and binds the callee's device, dtype and const generics
+    /// from the struct's arguments; false after an error.
+    #[allow(clippy::type_complexity)]
+    fn struct_arg(
+        &mut self,
+        sig: &Signature,
+        i: usize,
+        want: &StructSig,
+        x: &Expr,
+        id: NodeId,
+        (devices, dtypes, bind): (
+            &mut HashMap<Name, Device>,
+            &mut HashMap<Name, Dt>,
+            &mut HashMap<String, Dim>,
+        ),
+    ) -> bool {
+        let pname = &sig.param_names[i];
+        let callee = &sig.name;
+        let text = x.to_string();
+        let Some(found) = self.struct_args.iter().find(|s| s.text == text).cloned() else {
+            let what = match self.ty(id) {
+                Ty::Error => return false,
+                Ty::Tensor(t) => {
+                    format!("a tensor ({} {} {})", t.device, t.dtype, fmt_shape(&t.dims))
+                }
+                Ty::Tuple(_) => "a tuple of tensors".to_string(),
+                Ty::Scalar(s) => format!("a scalar ({s})"),
+            };
+            self.error(
+                &x.sp,
+                format!(
+                    "`{callee}` takes the parameter struct `&{}` for `{pname}`, but `{x}` is {what}: pass a `{}` (a parameter `&{}`, or a field of a parameter struct)",
+                    want.ty_text, want.name, want.name
+                ),
+            );
+            return false;
+        };
+        if found.name != want.name || found.args.len() != want.args.len() {
+            self.error(
+                &x.sp,
+                format!(
+                    "`{callee}` takes `{pname}` as `&{}`, but `{x}` is a `{}`: pass a `{}`",
+                    want.ty_text,
+                    found.ty_text(),
+                    want.name
+                ),
+            );
+            return false;
+        }
+        let mut ok = true;
+        for (w, h) in want.args.iter().zip(&found.args) {
+            let w_name = single_ident(w);
+            let h_ty = syn::parse2::<syn::Type>(h.clone()).ok();
+            let param = w_name
+                .as_ref()
+                .and_then(|n| sig.type_params.iter().find(|p| p.name == Name::new(n)));
+            let (expected, fits) = match (param.map(|p| p.kind), w_name.as_deref()) {
+                (Some(TypeParamKind::Device), Some(n)) => {
+                    let n = Name::new(n);
+                    match h_ty.as_ref().and_then(|t| self.device_of(t)) {
+                        Some(d) => match devices.get(&n) {
+                            Some(b) if *b != d => (Some(b.to_string()), false),
+                            Some(_) => (None, true),
+                            None => {
+                                devices.insert(n, d);
+                                (None, true)
+                            }
+                        },
+                        None => (None, false),
+                    }
+                }
+                (Some(TypeParamKind::DType(b)), Some(n)) => {
+                    let n = Name::new(n);
+                    match h_ty.as_ref().and_then(|t| self.dtype_of(t)) {
+                        Some(d) => match dtypes.get(&n) {
+                            Some(prev) if *prev != d => (Some(prev.to_string()), false),
+                            Some(_) => (None, true),
+                            None if admits(b, d) => {
+                                dtypes.insert(n, d);
+                                (None, true)
+                            }
+                            None => (Some(format!("bound `{n}: {}`", b.trait_name())), false),
+                        },
+                        None => (None, false),
+                    }
+                }
+                (None, Some(n)) if sig.generics.iter().any(|g| g == n) => {
+                    let v = match (int_literal(h), single_ident(h)) {
+                        (Some(v), _) => Some(Dim::constant(v)),
+                        (None, Some(s)) if self.sig.symbols.is_static(&s) => Some(Dim::sym(&s)),
+                        _ => None,
+                    };
+                    match v {
+                        Some(v) => match bind.get(n) {
+                            Some(prev) if *prev != v => (Some(prev.to_string()), false),
+                            Some(_) => (None, true),
+                            None => {
+                                bind.insert(n.to_string(), v);
+                                (None, true)
+                            }
+                        },
+                        None => (None, false),
+                    }
+                }
+                // A concrete argument of the callee: the caller's must be it.
+                _ => {
+                    let same = match (syn::parse2::<syn::Type>(w.clone()).ok(), &h_ty) {
+                        (Some(wt), Some(ht)) => match (self.dtype_of(&wt), self.dtype_of(ht)) {
+                            (Some(a), Some(b)) => a == b,
+                            _ => match (self.device_of(&wt), self.device_of(ht)) {
+                                (Some(a), Some(b)) => a == b,
+                                _ => generic_text(w) == generic_text(h),
+                            },
+                        },
+                        _ => generic_text(w) == generic_text(h),
+                    };
+                    (None, same)
+                }
+            };
+            if fits {
+                continue;
+            }
+            let w_text = generic_text(w);
+            let h_text = generic_text(h);
+            let (here, want_text) = match &expected {
+                Some(v) if v.starts_with("bound ") => {
+                    (String::new(), format!("a dtype its {v} admits"))
+                }
+                Some(v) => (
+                    format!(" (its `{w_text}` is `{v}` here, from the arguments before it)"),
+                    format!("`{v}`"),
+                ),
+                None => (String::new(), format!("`{w_text}`")),
+            };
+            self.error(
+                &x.sp,
+                format!(
+                    "`{callee}` takes `{pname}` as `&{}`{here}, but `{x}` is a `{}`: its argument `{h_text}` must be {want_text}; give the struct that type where it is declared, or convert it before the call",
+                    want.ty_text,
+                    found.ty_text(),
+                ),
+            );
+            ok = false;
+            break;
+        }
+        ok
     }
 
     pub(super) fn external(
@@ -668,5 +874,22 @@ fn admits(b: Bound, d: Dt) -> bool {
     match d {
         Dt::Kind(k) => b.dtypes().contains(&k),
         Dt::Param(_, db) => db.dtypes().iter().all(|k| b.dtypes().contains(k)),
+    }
+}
+
+/// The identifier a generic argument is, if it is one.
+fn single_ident(t: &proc_macro2::TokenStream) -> Option<String> {
+    let mut it = t.clone().into_iter();
+    match (it.next(), it.next()) {
+        (Some(proc_macro2::TokenTree::Ident(i)), None) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+/// The integer a generic argument is, if it is a literal.
+fn int_literal(t: &proc_macro2::TokenStream) -> Option<i64> {
+    match syn::parse2::<syn::LitInt>(t.clone()) {
+        Ok(l) => l.base10_parse().ok(),
+        Err(_) => None,
     }
 }

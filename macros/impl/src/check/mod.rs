@@ -10,7 +10,7 @@
 use crate::ast::*;
 use crate::graph::*;
 use crate::shape::{fmt_shape, numel, Dim};
-use crate::sig::{declared_ty, ParamSig, Signature, SymKind, Symbols};
+use crate::sig::{declared_ty, ParamSig, Signature, StructSig, SymKind, Symbols};
 use std::collections::{HashMap, HashSet};
 use tensorfn_core::ops::{self, Form, OpDef, OpKind, ParamKind};
 use tensorfn_core::{rules, DTypeKind, RuleError};
@@ -59,6 +59,7 @@ pub fn check_fn(
         graph: Graph::default(),
         env: HashMap::new(),
         errors: Vec::new(),
+        struct_args: f.struct_args.clone(),
     };
     let mut params = Vec::new();
     for (i, p) in f.params.iter().enumerate() {
@@ -66,7 +67,7 @@ pub fn check_fn(
             ParamSig::Tensor(t) => Ty::Tensor(t.clone()),
             ParamSig::Scalar(k) => Ty::Scalar(ScalarTy::Of(*k)),
             // Not a value: `crate::structs` reports its uses.
-            ParamSig::Struct => Ty::Error,
+            ParamSig::Struct(_) => Ty::Error,
         };
         // A used field is known by its path (`p.h[3].w`).
         let name = sig.param_names[i].clone();
@@ -109,6 +110,9 @@ struct Checker<'s, 'k> {
     graph: Graph,
     env: HashMap<String, Binding>,
     errors: Vec<syn::Error>,
+    /// The parameter structs the body passes to functions of the
+    /// invocation.
+    struct_args: Vec<StructArgAst>,
 }
 
 /// A tensor operand: its node, the expression that used it and its type.

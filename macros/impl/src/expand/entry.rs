@@ -14,6 +14,42 @@ impl FnGen<'_> {
                 out.extend(f.binding.clone());
             }
         }
+        // The parameter structs the body passes on, under this instance's
+        // dtypes where their arguments name a dtype parameter.
+        for a in &self.ast.struct_args {
+            let v = crate::structs::struct_var(&a.text);
+            let access = &a.access;
+            let retyped = !self.instance.is_plain()
+                && a.args.iter().any(|t| {
+                    t.clone().into_iter().any(|tt| {
+                        self.instance
+                            .dtypes
+                            .iter()
+                            .any(|(n, _)| matches!(&tt, proc_macro2::TokenTree::Ident(i) if *i == n.to_string()))
+                    })
+                });
+            if !retyped {
+                out.extend(quote!(let #v = #access;));
+                continue;
+            }
+            let subst: std::collections::BTreeMap<String, TokenStream> = self
+                .instance
+                .dtypes
+                .iter()
+                .map(|(n, k)| (n.to_string(), dtype_tokens(*k)))
+                .collect();
+            let args = a
+                .args
+                .iter()
+                .map(|t| crate::structs::substitute(t.clone(), &subst));
+            let path: TokenStream = match syn::parse_str::<syn::Path>(&a.path) {
+                Ok(p) => quote!(#p),
+                Err(e) => e.to_compile_error(),
+            };
+            out.extend(quote! {
+                let #v: &#path<#(#args),*> = ::tensorfn::__retype_struct(#access)?;
+            });
+        }
         // Run-time dims some shape of the body or an entry check uses.
         let mut used: std::collections::HashSet<String> = sig
             .entry_checks

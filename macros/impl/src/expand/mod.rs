@@ -88,6 +88,8 @@ pub fn fused_ptx(kernel: &Kernel, name: &str) -> Result<FusedPtx, tensorfn_kerne
 struct FnGen<'a> {
     ctx: &'a Ctx<'a>,
     f: &'a CheckedFn,
+    /// The dtypes of the instance generated.
+    instance: &'a crate::instance::Instance,
     ast: &'a TensorFn,
     /// The static declared for each kernel name so far.
     kernels: std::collections::HashMap<String, proc_macro2::Ident>,
@@ -193,6 +195,7 @@ pub fn tensor_fn(
         let mut gen = FnGen {
             ctx,
             f: &p.f,
+            instance: &p.instance,
             ast,
             kernels: std::collections::HashMap::new(),
             errors: Vec::new(),

@@ -299,6 +299,7 @@ impl FnGen<'_> {
                 generics,
                 param_tys,
                 ret_tys,
+                structs,
                 ..
             } => {
                 let callee_ast = self.ctx.fns[*callee];
@@ -331,9 +332,12 @@ impl FnGen<'_> {
                     let types = sig.type_params.iter().map(|_| quote!(_));
                     quote!(::<#(#types,)* #(#gen),*>)
                 };
+                // The used fields of parameter structs are the callee's to
+                // bind: only the written parameters are passed.
                 let argv: Vec<TokenStream> = args
                     .iter()
                     .enumerate()
+                    .filter(|(i, _)| sig.field_paths[*i].is_none())
                     .map(|(i, &a)| match (&sig.params[i], &param_tys[i]) {
                         (ParamSig::Tensor(_), Some(want)) => {
                             let r = self.reference(a);
@@ -346,8 +350,16 @@ impl FnGen<'_> {
                         }
                         (ParamSig::Scalar(ScalarKind::Usize), _) => self.scalar_usize(a),
                         (ParamSig::Scalar(ScalarKind::DType(d)), _) => self.scalar_as(a, *d),
-                        (ParamSig::Tensor(_), None) | (ParamSig::Struct, _) => {
-                            unreachable!("tensor parameters have types; the checker refuses calls taking structs")
+                        (ParamSig::Struct(_), _) => {
+                            let (_, text) = structs
+                                .iter()
+                                .find(|(j, _)| *j == i)
+                                .expect("the checker records every struct passed");
+                            let v = crate::structs::struct_var(text);
+                            quote!(#v)
+                        }
+                        (ParamSig::Tensor(_), None) => {
+                            unreachable!("tensor parameters have types")
                         }
                     })
                     .collect();
