@@ -599,39 +599,6 @@ pub use tensorfn_runtime::*;
 #[doc(hidden)]
 pub use tensorfn_macros::__tensor_fn_with_fields;
 
-/// A parameter struct seen under the dtype of the body a generic
-/// `tensor_fn!` function runs (`&LayerNorm<D, T>` as `&LayerNorm<D,
-/// f32>` where `T` is `f32`), to pass it on to another function; not a
-/// stable API.
-///
-/// ```
-/// use tensorfn::prelude::*;
-/// #[derive(Params)]
-/// pub struct Lin<D: Device, T: Float> {
-///     pub w: Tensor<D, T, shape![2]>,
-/// }
-/// # fn main() -> Result<()> {
-/// let p = Lin::<Cpu, f32> { w: Tensor::ones()? };
-/// let same: &Lin<Cpu, f32> = tensorfn::__retype_struct(&p)?;
-/// assert_eq!(same.w.to_vec()?, vec![1.0, 1.0]);
-/// assert!(tensorfn::__retype_struct::<_, Lin<Cpu, f64>>(&p).is_err());
-/// # Ok(())
-/// # }
-/// ```
-#[doc(hidden)]
-pub fn __retype_struct<A: std::any::Any, B: std::any::Any>(a: &A) -> Result<&B> {
-    (a as &dyn std::any::Any)
-        .downcast_ref::<B>()
-        .ok_or_else(|| Error::DType {
-            op: "tensor_fn".into(),
-            expected: std::any::type_name::<B>().into(),
-            found: format!(
-                "{} (a generic function took the body of another dtype)",
-                std::any::type_name::<A>()
-            ),
-        })
-}
-
 /// The kernels crate, for the statics `tensor_fn!` generates; not a stable API.
 #[doc(hidden)]
 pub use tensorfn_kernels as __kernels;

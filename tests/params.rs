@@ -279,3 +279,35 @@ fn every_disagreement_with_the_file_is_an_error_naming_the_key() {
         .to_string();
     assert!(e.contains("`mask`") && e.contains("byte 2"), "{e}");
 }
+
+/// A struct generic over its dtype with a part kept in f32 (as mixed
+/// precision keeps norms): `cast` converts the rest and keeps that part.
+#[derive(Params)]
+struct Mixed<D: Device, T: Float> {
+    w: Tensor<D, T, shape![2, 3]>,
+    norm: Tensor<D, f32, shape![3]>,
+    layers: Vec<Tensor<D, T, shape![3]>>,
+}
+
+#[test]
+fn a_cast_keeps_the_fields_of_a_fixed_dtype() {
+    let m = Mixed::<Cpu, f32> {
+        w: randn(1, &[2, 3]),
+        norm: randn(2, &[3]),
+        layers: vec![randn(3, &[3]), randn(4, &[3])],
+    };
+    let h = m.cast::<bf16>().unwrap();
+    let round =
+        |v: Vec<f32>| -> Vec<f32> { v.into_iter().map(|x| bf16::from_f32(x).to_f32()).collect() };
+    let back: Vec<f32> =
+        h.w.to_vec()
+            .unwrap()
+            .into_iter()
+            .map(|x| x.to_f32())
+            .collect();
+    assert_eq!(back, round(m.w.to_vec().unwrap()));
+    assert_eq!(h.norm.to_vec().unwrap(), m.norm.to_vec().unwrap());
+    assert_eq!(h.layers.len(), 2);
+    let moved = h.to_device::<Cpu>().unwrap();
+    assert_eq!(moved.norm.to_vec().unwrap(), m.norm.to_vec().unwrap());
+}

@@ -58,7 +58,7 @@ pub mod __private {
     pub use crate::cpu::vmath;
     pub use crate::dtype::Is;
     pub use crate::ops::fused::{fused1, fused2, fused3, fused4, fused5, fused6, fused7, fused8};
-    pub use crate::ops::retype::{no_body, retype, retype_ref};
+    pub use crate::ops::retype::{no_body, retype, retype_ref, retype_struct};
     pub use tensorfn_kernels::{BinaryOp, UnaryOp};
 }
 

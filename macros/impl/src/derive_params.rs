@@ -119,6 +119,18 @@ fn convert(ty: &Type, v: TokenStream, method: &Ident, to: &Ident) -> TokenStream
     }
 }
 
+/// True if the type names `param` anywhere.
+fn mentions(ty: &Type, param: &Ident) -> bool {
+    fn walk(ts: TokenStream, param: &Ident) -> bool {
+        ts.into_iter().any(|t| match t {
+            proc_macro2::TokenTree::Ident(i) => i == *param,
+            proc_macro2::TokenTree::Group(g) => walk(g.stream(), param),
+            _ => false,
+        })
+    }
+    walk(quote!(#ty), param)
+}
+
 /// `impl` block of a conversion method that changes the struct's type
 /// parameter `param` to `to` (bounded like `param`).
 fn conversion(
@@ -156,6 +168,12 @@ fn conversion(
     let m = format_ident!("{}", method);
     let inits = fs.iter().map(|f| {
         let i = f.ident;
+        // A field that does not name the parameter (a layer kept in f32
+        // in a struct generic over its dtype) is the same type after the
+        // conversion: it is cloned.
+        if !mentions(f.ty, param) {
+            return quote_spanned!(f.ty.span()=> #i: ::core::clone::Clone::clone(&self.#i));
+        }
         let c = convert(f.ty, quote!((&self.#i)), &m, &to);
         quote!(#i: #c)
     });

@@ -243,12 +243,12 @@ fn calls_pass_structs_and_the_fields_the_callee_uses() {
     assert!(!out.contains("compile_error"), "{}", excerpt(&out));
     // The struct is passed (under the body's dtype in a generic function).
     assert!(
-        out.contains("let __tf_struct_p_ln_1 : & Norm < D , f32 > = :: tensorfn :: __retype_struct (& p . ln_1) ?"),
+        out.contains("let __tf_struct_p_ln_1 : & Norm < D , f32 > = :: tensorfn :: __private :: retype_struct (& p . ln_1) ?"),
         "{}", excerpt(&out)
     );
     assert!(
         out.contains(
-            "let __tf_struct_p : & Block < D , f64 > = :: tensorfn :: __retype_struct (p) ?"
+            "let __tf_struct_p : & Block < D , f64 > = :: tensorfn :: __private :: retype_struct (p) ?"
         ),
         "{}",
         excerpt(&out)

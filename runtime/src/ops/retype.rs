@@ -71,3 +71,28 @@ pub fn no_body<T: DType>(name: &str) -> Error {
         found: format!("{}", T::KIND),
     }
 }
+
+/// A parameter struct seen under the dtype of the body a generic
+/// function runs (`&LayerNorm<D, T>` as `&LayerNorm<D, f32>` where `T` is
+/// `f32`), to pass it on to another function; `B` must be `A` itself.
+///
+/// ```
+/// use tensorfn_runtime::__private::retype_struct;
+/// struct Lin<T> { w: Vec<T> }
+/// let p = Lin::<f32> { w: vec![1.0, 1.0] };
+/// let same: &Lin<f32> = retype_struct(&p).unwrap();
+/// assert_eq!(same.w, vec![1.0, 1.0]);
+/// assert!(retype_struct::<_, Lin<f64>>(&p).is_err());
+/// ```
+pub fn retype_struct<A: Any, B: Any>(a: &A) -> Result<&B> {
+    (a as &dyn Any)
+        .downcast_ref::<B>()
+        .ok_or_else(|| Error::DType {
+            op: "tensor_fn".into(),
+            expected: std::any::type_name::<B>().into(),
+            found: format!(
+                "{} (a generic function took the body of another dtype)",
+                std::any::type_name::<A>()
+            ),
+        })
+}

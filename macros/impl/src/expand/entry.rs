@@ -47,7 +47,7 @@ impl FnGen<'_> {
                 Err(e) => e.to_compile_error(),
             };
             out.extend(quote! {
-                let #v: &#path<#(#args),*> = ::tensorfn::__retype_struct(#access)?;
+                let #v: &#path<#(#args),*> = ::tensorfn::__private::retype_struct(#access)?;
             });
         }
         // Run-time dims some shape of the body or an entry check uses.
