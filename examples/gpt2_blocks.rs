@@ -15,8 +15,7 @@
 
 mod common;
 
-use common::{check_close, on_best_device, seed, to_f64, AnyResult};
-use std::path::PathBuf;
+use common::{check_close, on_best_device, seed, to_f64, AnyResult, TempFile};
 use tensorfn::prelude::*;
 
 /// Tokens in the sequence.
@@ -161,15 +160,6 @@ fn future_mask<const S: usize>() -> Result<Tensor<Cpu, bool, shape![S, S]>> {
     Tensor::from_vec((0..S * S).map(|i| i % S > i / S).collect())
 }
 
-/// A file name of this process in the temp dir, removed when dropped.
-struct TempFile(PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 /// Writes, loads and runs the stack on `D`.
 pub fn run<D: Device>() -> AnyResult {
     let seed = seed();
@@ -177,10 +167,7 @@ pub fn run<D: Device>() -> AnyResult {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(12);
-    let file = TempFile(std::env::temp_dir().join(format!(
-        "tensorfn-gpt2-blocks-{}-{seed}.safetensors",
-        std::process::id()
-    )));
+    let file = TempFile::new(&format!("tensorfn-gpt2-blocks-{seed}.safetensors"));
     let params = random(blocks, seed)?;
     params.save_safetensors(&file.0)?;
     println!(

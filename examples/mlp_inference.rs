@@ -14,8 +14,7 @@
 
 mod common;
 
-use common::{check_close, on_best_device, seed, to_f64, AnyResult};
-use std::path::PathBuf;
+use common::{check_close, on_best_device, seed, to_f64, AnyResult, TempFile};
 use tensorfn::prelude::*;
 
 const INPUTS: usize = 64;
@@ -109,22 +108,10 @@ fn reference<D: Device>(m: &Mlp<D>, x: &[f64]) -> Result<Vec<f64>> {
     ))
 }
 
-/// A file name of this process in the temp dir, removed when dropped.
-struct TempFile(PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 /// Writes, loads and runs the model on device `D`.
 pub fn run<D: Device>() -> AnyResult {
     let seed = seed();
-    let file = TempFile(std::env::temp_dir().join(format!(
-        "tensorfn-mlp-{}-{seed}.safetensors",
-        std::process::id()
-    )));
+    let file = TempFile::new(&format!("tensorfn-mlp-{seed}.safetensors"));
     let weights = Mlp {
         fc1: random_layer(seed)?,
         fc2: random_layer(seed + 2)?,

@@ -231,15 +231,23 @@ fn block(seed: u64) -> Block<Cpu, f32> {
     }
 }
 
-#[test]
-fn nested_structs_arrays_and_vecs() {
-    let s = seed();
+/// An input of `net`: 3 rows of 8.
+type NetInput = Tensor<Cpu, f32, shape![3, 8]>;
+
+/// Fresh random parameters of `Net` and an input for it.
+fn net_and_input(s: u64) -> (Net<Cpu, f32>, NetInput) {
     let p = Net {
         h: [block(s), block(s + 10), block(s + 20)],
         extra: vec![linear(s + 30), linear(s + 40)],
         head: randn(s + 50, &[8, 4]),
     };
-    let x: Tensor<Cpu, f32, shape![3, 8]> = randn(s + 60, &[3, 8]);
+    (p, randn(s + 60, &[3, 8]))
+}
+
+#[test]
+fn nested_structs_arrays_and_vecs() {
+    let s = seed();
+    let (p, x) = net_and_input(s);
     let y = net(&x, &p).unwrap();
 
     let lin =
@@ -326,12 +334,7 @@ fn g_net_ref(p: &Net<Cpu, f32>, x: &[f64]) -> Vec<f64> {
 #[test]
 fn generic_functions_pass_structs_and_their_parts_on() {
     let s = seed();
-    let p = Net {
-        h: [block(s), block(s + 10), block(s + 20)],
-        extra: vec![linear(s + 30), linear(s + 40)],
-        head: randn(s + 50, &[8, 4]),
-    };
-    let x: Tensor<Cpu, f32, shape![3, 8]> = randn(s + 60, &[3, 8]);
+    let (p, x) = net_and_input(s);
     let want = g_net_ref(&p, &f64s(&x));
     let y = g_net(&x, &p).unwrap();
     assert_close(

@@ -115,3 +115,20 @@ pub fn check_close(what: &str, got: &[f64], want: &[f64], rtol: f64, atol: f64) 
     println!("  {what}: {n} {verb} the f64 reference");
     Ok(())
 }
+
+/// A file of this process in the temp dir (`name` prefixed with the
+/// process id), removed when dropped.
+pub struct TempFile(pub std::path::PathBuf);
+
+impl TempFile {
+    /// The path for `name`; nothing is created.
+    pub fn new(name: &str) -> TempFile {
+        TempFile(std::env::temp_dir().join(format!("{}-{name}", std::process::id())))
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}

@@ -69,6 +69,41 @@ pub struct Input {
     pub items: Vec<Item>,
 }
 
+impl Input {
+    /// The tensor functions, in source order.
+    ///
+    /// ```
+    /// let input = tensorfn_macros_impl::parse::parse_input(quote::quote! {
+    ///     fn f(x: &Tensor<Cpu, f32, [2]>) -> Tensor<Cpu, f32, [2]> { x }
+    ///     #[kernel]
+    ///     fn k(x: f32) -> f32 { x }
+    /// })?;
+    /// assert_eq!(input.fns()[0].name, "f");
+    /// assert_eq!(input.kernels()[0].name, "k");
+    /// # Ok::<(), syn::Error>(())
+    /// ```
+    pub fn fns(&self) -> Vec<&TensorFn> {
+        self.items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Fn(f) => Some(f),
+                Item::Kernel(_) => None,
+            })
+            .collect()
+    }
+
+    /// The `#[kernel]`s, in source order.
+    pub fn kernels(&self) -> Vec<&KernelFn> {
+        self.items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Kernel(k) => Some(k),
+                Item::Fn(_) => None,
+            })
+            .collect()
+    }
+}
+
 /// One item of the macro input.
 #[derive(Debug)]
 // A handful per invocation, moved once: the size does not matter.

@@ -123,6 +123,19 @@ impl Instance {
         }
     }
 
+    /// The instance's dtypes, in the order of the parameters (its key
+    /// among the peaks of planned instances).
+    ///
+    /// ```
+    /// use tensorfn_macros_impl::{ast::Name, instance::Instance};
+    /// use tensorfn_core::DTypeKind;
+    /// let i = Instance { dtypes: vec![(Name::new("T"), DTypeKind::BF16)] };
+    /// assert_eq!(i.kinds(), [DTypeKind::BF16]);
+    /// ```
+    pub fn kinds(&self) -> Vec<DTypeKind> {
+        self.dtypes.iter().map(|(_, k)| *k).collect()
+    }
+
     /// The dtypes of a call's callee instance, as concrete dtypes.
     pub fn concrete(dtypes: &[Dt]) -> Vec<DTypeKind> {
         dtypes.iter().map(|d| d.kind()).collect()

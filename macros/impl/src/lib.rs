@@ -44,7 +44,7 @@ pub mod shape;
 pub mod sig;
 pub mod structs;
 
-use ast::{Item, KernelFn, TensorFn};
+use ast::{KernelFn, TensorFn};
 use proc_macro2::TokenStream;
 use quote::quote;
 use std::collections::{BTreeMap, HashMap};
@@ -97,22 +97,8 @@ struct Invocation<'a> {
 /// (a function with any is not checked further).
 fn analyse<'a>(input: &'a ast::Input, field_errors: &mut [Vec<syn::Error>]) -> Invocation<'a> {
     let mut errors = Vec::new();
-    let fns: Vec<&TensorFn> = input
-        .items
-        .iter()
-        .filter_map(|i| match i {
-            Item::Fn(f) => Some(f),
-            Item::Kernel(_) => None,
-        })
-        .collect();
-    let kernels: Vec<&KernelFn> = input
-        .items
-        .iter()
-        .filter_map(|i| match i {
-            Item::Kernel(k) => Some(k),
-            Item::Fn(_) => None,
-        })
-        .collect();
+    let fns = input.fns();
+    let kernels = input.kernels();
     let mut seen: HashMap<String, ()> = HashMap::new();
     for name in fns
         .iter()
@@ -235,7 +221,7 @@ fn plan_rec(
         });
     }
     for p in &out {
-        let key = (i, p.instance.dtypes.iter().map(|(_, k)| *k).collect());
+        let key = (i, p.instance.kinds());
         peaks.insert(key, p.plan.peak.clone());
     }
     planned[i] = Some(out);

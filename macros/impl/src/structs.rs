@@ -1056,14 +1056,7 @@ pub fn resolve(
     input: &TokenStream,
     raw: &TokenStream,
 ) -> Resolution {
-    let fns: Vec<&TensorFn> = parsed
-        .items
-        .iter()
-        .filter_map(|i| match i {
-            Item::Fn(f) => Some(f),
-            Item::Kernel(_) => None,
-        })
-        .collect();
+    let fns = parsed.fns();
     let struct_fns: BTreeSet<String> = fns
         .iter()
         .filter(|f| f.params.iter().any(|p| matches!(p.ty, ParamTy::Struct(_))))

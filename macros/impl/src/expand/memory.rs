@@ -99,13 +99,9 @@ pub(super) fn memory_module(
             peak_of(cands[0])
         } else {
             let arms = instances.iter().zip(&cands).map(|(p, c)| {
-                let conds = p.instance.dtypes.iter().map(|(n, k)| {
-                    let t = format_ident!("{}", n.to_string());
-                    let k = dtype_tokens(*k);
-                    quote!(<#t as ::tensorfn::__private::Is<#k>>::IS)
-                });
+                let cond = instance_condition(&p.instance);
                 let peak = peak_of(c);
-                quote!(if #(#conds)&&* { return #peak; })
+                quote!(if #cond { return #peak; })
             });
             quote!({ #(#arms)* 0 })
         };

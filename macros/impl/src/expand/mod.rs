@@ -231,13 +231,9 @@ pub fn tensor_fn(
                 let ty = param_type_tokens(par, &p.f.sig, i);
                 Some(quote!(let #n: #ty = ::tensorfn::__private::retype_ref(#n)?;))
             });
-            let conds = p.instance.dtypes.iter().map(|(n, k)| {
-                let t = format_ident!("{}", n.to_string());
-                let k = dtype_tokens(*k);
-                quote!(<#t as ::tensorfn::__private::Is<#k>>::IS)
-            });
+            let cond = instance_condition(&p.instance);
             bodies.push(quote! {
-                if #(#conds)&&* {
+                if #cond {
                     #entry
                     #(#retyped)*
                     #(#steps)*

@@ -34,6 +34,18 @@ pub(super) fn dt_tokens(d: Dt) -> TokenStream {
     }
 }
 
+/// `<T as ::tensorfn::__private::Is<f32>>::IS && ..`: true in the
+/// instance's dtypes (a constant, so rustc compiles only the branch of an
+/// instantiation's own dtypes).
+pub(super) fn instance_condition(inst: &crate::instance::Instance) -> TokenStream {
+    let conds = inst.dtypes.iter().map(|(n, k)| {
+        let t = format_ident!("{}", n.to_string());
+        let k = dtype_tokens(*k);
+        quote!(<#t as ::tensorfn::__private::Is<#k>>::IS)
+    });
+    quote!(#(#conds)&&*)
+}
+
 /// `<D: ::tensorfn::Device, T: ::tensorfn::FloatDType, const B: usize>`
 /// (nothing for a function without generics).
 pub(super) fn generics_tokens(
