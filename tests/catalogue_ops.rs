@@ -75,6 +75,9 @@ const WALKED: &[Walked] = &[
     walked("view_unordered", false, true),
     walked("unsqueeze", false, true),
     walked("squeeze", false, true),
+    walked("stack", true, false),
+    walked("expand", false, true),
+    walked("repeat_interleave", true, true),
     walked("t", false, true),
     walked("permute", false, true),
     walked("transpose", false, true),
@@ -3062,5 +3065,162 @@ fn unsqueeze_and_squeeze_at_every_rank() {
             &one(&squeeze_to0(&x1).unwrap()),
             &same(&v0, vec![]),
         );
+    }
+}
+
+// ---------------------------------------------------------------------
+// stack, expand, repeat_interleave.
+// ---------------------------------------------------------------------
+
+/// Each element along `dim` repeated `r` times in place.
+fn repeat_ref(x: &[f64], d: &[usize], r: usize, dim: usize) -> Want {
+    let mut out = d.to_vec();
+    out[dim] *= r;
+    let vals = (0..numel(&out))
+        .map(|i| {
+            let mut ix = unravel(i, &out);
+            ix[dim] /= r;
+            x[ravel(&ix, d)]
+        })
+        .collect();
+    Want::bits(out, vals)
+}
+
+/// `x` broadcast to `out` (new dims lead).
+fn expand_ref(x: &[f64], d: &[usize], out: &[usize]) -> Want {
+    let lead = out.len() - d.len();
+    let vals = (0..numel(out))
+        .map(|i| {
+            let oi = unravel(i, out);
+            let ix: Vec<usize> = (0..d.len())
+                .map(|k| if d[k] == 1 { 0 } else { oi[k + lead] })
+                .collect();
+            x[ravel(&ix, d)]
+        })
+        .collect();
+    Want::bits(out.to_vec(), vals)
+}
+
+tensor_fn! {
+    fn stack_each(a: &Tensor<Cpu, f64, [A, B]>, b: &Tensor<Cpu, f64, [A, B]>, c: &Tensor<Cpu, f64, [A, B]>) -> (
+        Tensor<Cpu, f64, [3, A, B]>, Tensor<Cpu, f64, [A, 2, B]>, Tensor<Cpu, f64, [A, B, 3]>, Tensor<Cpu, f64, [A, B, 2]>,
+    ) {
+        (stack([a, b, c]), stack([a, b], 1), stack([a, b, c], dim = 2), stack([c, a], -1))
+    }
+    fn expand_each(x: &Tensor<Cpu, f64, [A, 1]>) -> (Tensor<Cpu, f64, [A, 4]>, Tensor<Cpu, f64, [2, A, 3]>) {
+        (x.expand([A, 4]), x.expand([2, -1, 3]))
+    }
+    fn repeat_each(x: &Tensor<Cpu, f64, [A, B, C]>) -> (
+        Tensor<Cpu, f64, [A * 2, B, C]>, Tensor<Cpu, f64, [A, B * 3, C]>, Tensor<Cpu, f64, [A, B, C * 2]>,
+        Tensor<Cpu, f64, [B, A * 2, C]>,
+    ) {
+        (
+            x.repeat_interleave(2, 0),
+            repeat_interleave(x, 3, 1),
+            x.repeat_interleave(repeats = 2, dim = -1),
+            x.permute([1, 0, 2]).repeat_interleave(2, 1),
+        )
+    }
+}
+
+/// `stack` along every new dim (negative and keyword forms too), with an
+/// empty dim, in the macro and the typed API; values bit for bit.
+#[test]
+fn stack_along_each_new_dim() {
+    let mut rng = Rng::new(601);
+    for (a, b) in [(2, 3), (1, 4), (0, 2)] {
+        let vs: Vec<Vec<f64>> = (0..3).map(|_| rng.values(a * b, SPECIAL)).collect();
+        let ts: Vec<Tensor<Cpu, f64, S2>> = vs.iter().map(|v| tensor(v, &[a, b])).collect();
+        // stack of k tensors along `dim`: the cat of each given a size-1 dim.
+        let want = |idx: &[usize], dim: usize| {
+            let mut one = vec![a, b];
+            one.insert(dim, 1);
+            let parts: Vec<(&[f64], &[usize])> =
+                idx.iter().map(|&i| (&vs[i][..], &one[..])).collect();
+            cat_ref(&parts, dim)
+        };
+        check_all(
+            &format!("stack of [{a}, {b}]"),
+            &stack_each(&ts[0], &ts[1], &ts[2]).unwrap().outs(),
+            &[
+                want(&[0, 1, 2], 0),
+                want(&[0, 1], 1),
+                want(&[0, 1, 2], 2),
+                want(&[2, 0], 2),
+            ],
+        );
+        for dim in 0..3 {
+            check(
+                &format!("typed stack({dim}) of [{a}, {b}]"),
+                &one(&Tensor::stack::<S3>(&[&ts[0], &ts[1], &ts[2]], dim).unwrap()),
+                &want(&[0, 1, 2], dim),
+            );
+        }
+        // A shape that differs is an `Err` naming the operand.
+        let other: Tensor<Cpu, f64, S2> = tensor(&vec![0.0; (a + 1) * b], &[a + 1, b]);
+        let e = Tensor::stack::<S3>(&[&ts[0], &other], 0).unwrap_err();
+        assert!(e.to_string().contains("tensors[1]"), "{e}");
+    }
+}
+
+/// `expand` of size-1 dims and new leading dims (`-1` keeping a dim), in
+/// the macro and the typed API.
+#[test]
+fn expand_to_new_and_size_one_dims() {
+    let mut rng = Rng::new(607);
+    for a in [3, 1, 0] {
+        let v = rng.values(a, SPECIAL);
+        let x: Tensor<Cpu, f64, shape![_, 1]> = tensor(&v, &[a, 1]);
+        check_all(
+            &format!("expand of [{a}, 1]"),
+            &expand_each(&x).unwrap().outs(),
+            &[
+                expand_ref(&v, &[a, 1], &[a, 4]),
+                expand_ref(&v, &[a, 1], &[2, a, 3]),
+            ],
+        );
+        check(
+            "typed expand",
+            &one(&x.expand::<S3>(&[2, a, 5]).unwrap()),
+            &expand_ref(&v, &[a, 1], &[2, a, 5]),
+        );
+        if a > 1 {
+            assert!(
+                x.expand::<S2>(&[a + 1, 2]).is_err(),
+                "expanding a dim of size {a}"
+            );
+        }
+    }
+}
+
+/// `repeat_interleave` along every dim of rank 3, function, method and
+/// keyword forms, of a permuted (strided) input, and with empty dims, in
+/// the macro and the typed API.
+#[test]
+fn repeat_interleave_along_each_dim() {
+    let mut rng = Rng::new(613);
+    for (a, b, c) in [(2, 3, 4), (1, 2, 1), (0, 3, 2), (2, 0, 3)] {
+        let d = [a, b, c];
+        let v = rng.values(a * b * c, SPECIAL);
+        let x: Tensor<Cpu, f64, S3> = tensor(&v, &d);
+        let permuted = permute_ref(&v, &d, &[1, 0, 2]);
+        check_all(
+            &format!("repeat_interleave of {d:?}"),
+            &repeat_each(&x).unwrap().outs(),
+            &[
+                repeat_ref(&v, &d, 2, 0),
+                repeat_ref(&v, &d, 3, 1),
+                repeat_ref(&v, &d, 2, 2),
+                repeat_ref(&permuted.vals, &permuted.dims, 2, 1),
+            ],
+        );
+        for (dim, r) in [(0, 3), (1, 2), (2, 1), (1, 0)] {
+            check(
+                &format!("typed repeat_interleave({r}, {dim}) of {d:?}"),
+                &one(&x.repeat_interleave::<S3>(r, dim).unwrap()),
+                &repeat_ref(&v, &d, r, dim),
+            );
+        }
+        assert!(x.repeat_interleave::<S3>(2, 3).is_err());
     }
 }

@@ -737,6 +737,129 @@ pub fn unsqueeze<D: DimValue>(
     Ok(out)
 }
 
+/// `expand(size)`: a view with dims of size 1 (or new leading dims)
+/// repeated, PyTorch's `Tensor.expand`. `None` in `size` keeps the
+/// input's dim (PyTorch's `-1`); a dim that is not 1 keeps its size.
+///
+/// ```
+/// use tensorfn_core::rules::expand;
+/// assert_eq!(expand::<usize>("expand", ("x", &[3, 1]), &[Some(2), None, Some(4)]).unwrap(), vec![2, 3, 4]);
+/// let e = expand::<usize>("expand", ("x", &[3, 2]), &[Some(3), Some(4)]).unwrap_err();
+/// assert!(e.message.contains("dim 1 of `x` [3, 2] has size 2"), "{}", e.message);
+/// ```
+pub fn expand<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    size: &[Option<D>],
+) -> Result<Vec<D>, RuleError> {
+    let (name, dims) = x;
+    if size.len() < dims.len() {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` of `{name}` {} ({}) to {} dims: the size names every dim of `{name}` (new ones lead)",
+                fmt_dims(dims),
+                rank_word(dims.len()),
+                size.len()
+            ),
+        );
+    }
+    let lead = size.len() - dims.len();
+    let mut out = Vec::with_capacity(size.len());
+    for (k, s) in size.iter().enumerate() {
+        let old = k.checked_sub(lead).map(|i| &dims[i]);
+        match (s, old) {
+            (None, Some(d)) => out.push(d.clone()),
+            (None, None) => {
+                return err(op, 0, format!("`{op}` of `{name}`: `-1` at new leading dim {k} has no size to keep; name it"))
+            }
+            (Some(s), None) => out.push(s.clone()),
+            (Some(s), Some(d)) if d == s || is_one(d) => out.push(s.clone()),
+            (Some(s), Some(d)) => {
+                return err(
+                    op,
+                    0,
+                    format!(
+                        "`{op}` of `{name}` to size {s} at dim {k}, but dim {} of `{name}` {} has size {d}: only dims of size 1 expand (`repeat_interleave` or `cat` copy a dim several times)",
+                        k - lead,
+                        fmt_dims(dims)
+                    ),
+                )
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `repeat_interleave(repeats, dim)`: each element along `dim` repeated
+/// `repeats` times in place (`[a, b]` → `[a, a, b, b]`), the dim
+/// `repeats` times longer.
+///
+/// ```
+/// use tensorfn_core::rules::repeat_interleave;
+/// assert_eq!(repeat_interleave::<usize>("repeat_interleave", ("k", &[2, 4, 64]), &3, 0).unwrap(), vec![6, 4, 64]);
+/// assert!(repeat_interleave::<usize>("repeat_interleave", ("k", &[2]), &3, 1).is_err());
+/// ```
+pub fn repeat_interleave<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    repeats: &D,
+    dim: usize,
+) -> Result<Vec<D>, RuleError> {
+    let (name, dims) = x;
+    if dim >= dims.len() {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` along dim {dim}, but `{name}` has shape {} ({}): valid dims are 0..{}",
+                fmt_dims(dims),
+                rank_word(dims.len()),
+                dims.len()
+            ),
+        );
+    }
+    let mut out = dims.to_vec();
+    out[dim] = dims[dim].mul(repeats);
+    Ok(out)
+}
+
+/// `stack(tensors, dim)`: tensors of one shape joined along a new dim
+/// `dim` (`0..=rank`).
+///
+/// ```
+/// use tensorfn_core::rules::stack;
+/// assert_eq!(stack::<usize>("stack", &[("a", &[2, 3]), ("b", &[2, 3])], 1).unwrap(), vec![2, 2, 3]);
+/// let e = stack::<usize>("stack", &[("a", &[2, 3]), ("b", &[3, 2])], 0).unwrap_err();
+/// assert_eq!(e.operand, 1);
+/// ```
+pub fn stack<D: DimValue>(
+    op: &str,
+    operands: &[Operand<'_, D>],
+    dim: usize,
+) -> Result<Vec<D>, RuleError> {
+    let Some(&(first_name, first)) = operands.first() else {
+        return err(op, 0, format!("`{op}` needs at least one tensor"));
+    };
+    for (i, &(name, dims)) in operands.iter().enumerate().skip(1) {
+        if dims != first {
+            return err(
+                op,
+                i,
+                format!(
+                    "`{op}` needs tensors of one shape: `{first_name}` is {} and `{name}` is {}",
+                    fmt_dims(first),
+                    fmt_dims(dims)
+                ),
+            );
+        }
+    }
+    let mut out = unsqueeze(op, (first_name, first), dim)?;
+    out[dim] = D::from_usize(operands.len());
+    Ok(out)
+}
+
 /// `squeeze(dim)`: removes dim `dim`, which must have size 1. (PyTorch
 /// returns the tensor unchanged when it does not; here the result's rank
 /// is part of its type, so that is an error.)

@@ -142,6 +142,12 @@ pub enum OpKind {
     Unsqueeze,
     /// `squeeze(dim)`: a dim of size 1 removed.
     Squeeze,
+    /// `expand(size)`: dims of size 1 repeated, as a view.
+    Expand,
+    /// `repeat_interleave(repeats, dim)`: each element along `dim` repeated.
+    RepeatInterleave,
+    /// `stack([..], dim)`: tensors of one shape along a new dim.
+    Stack,
     /// `t`, `permute`, `transpose`.
     Reorder,
     /// `narrow(dim, start, length)`.
@@ -246,6 +252,12 @@ pub enum ShapeRule {
     Unsqueeze,
     /// [`rules::squeeze`](crate::rules::squeeze).
     Squeeze,
+    /// [`rules::expand`](crate::rules::expand).
+    Expand,
+    /// [`rules::repeat_interleave`](crate::rules::repeat_interleave).
+    RepeatInterleave,
+    /// [`rules::stack`](crate::rules::stack).
+    Stack,
     /// [`rules::permute`](crate::rules::permute), [`rules::t`](crate::rules::t), [`rules::transpose`](crate::rules::transpose).
     Reorder,
     /// [`rules::slice`](crate::rules::slice).
@@ -699,6 +711,36 @@ static LATER: &[OpDef] = &[
         true,
         true,
         "`view` to dims that need not keep the old dims' order (mixing them is meant).",
+    ),
+    def(
+        "stack",
+        OpKind::Stack,
+        true,
+        false,
+        &[p("tensors", ParamKind::Tensors), opt("dim", ParamKind::Dim, "0")],
+        DTypeRule::Same,
+        ShapeRule::Stack,
+        "Tensors of one shape joined along a new dim `dim`.",
+    ),
+    def(
+        "expand",
+        OpKind::Expand,
+        false,
+        true,
+        &[INPUT, p("size", ParamKind::Dims)],
+        DTypeRule::Same,
+        ShapeRule::Expand,
+        "A view with dims of size 1 repeated to `size` (`-1` keeps a dim), new dims leading.",
+    ),
+    def(
+        "repeat_interleave",
+        OpKind::RepeatInterleave,
+        true,
+        true,
+        &[INPUT, p("repeats", SCALAR), p("dim", ParamKind::Dim)],
+        DTypeRule::Same,
+        ShapeRule::RepeatInterleave,
+        "Each element along `dim` repeated `repeats` times in place (`[a, b]` to `[a, a, b, b]`).",
     ),
     def(
         "unsqueeze",

@@ -173,6 +173,8 @@ pub enum Op {
         /// True for `view` (no copy; `Err` if not contiguous).
         view: bool,
     },
+    /// `x.expand([..])`: a broadcast view (target dims in the node type).
+    Expand(NodeId),
     /// `x.t()`.
     T(NodeId),
     /// `x.permute([..])`.
@@ -290,6 +292,7 @@ impl Graph {
         match &self.nodes[id].op {
             Op::Param(_) | Op::Lit { .. } => vec![],
             Op::Unary(_, a) | Op::Cast(a, _) | Op::T(a) | Op::ToDevice(a, _) => vec![*a],
+            Op::Expand(a) => vec![*a],
             Op::Permute(a, _) | Op::Transpose(a, ..) | Op::TupleGet(a, _) => vec![*a],
             Op::Binary(_, a, b)
             | Op::Compare(_, a, b)

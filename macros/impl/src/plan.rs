@@ -483,7 +483,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                             (n, Some(bytes(g, n)), true, None)
                         }
                     }
-                    Op::T(x) | Op::Permute(x, _) | Op::Transpose(x, ..) => {
+                    Op::T(x) | Op::Permute(x, _) | Op::Transpose(x, ..) | Op::Expand(x) => {
                         (n, None, false, Some(*x))
                     }
                     Op::Narrow { x, dim, .. } => {

@@ -57,11 +57,14 @@ impl<'s, 'k> Checker<'s, 'k> {
             (OpKind::AddMm, _) => return self.addmm(args, e),
             (OpKind::AddCmul, _) => return self.addcmul(args, e),
             (OpKind::Cat, _) => return self.cat(args, e),
+            (OpKind::Stack, _) => return self.stack(args, e),
+            (OpKind::RepeatInterleave, _) => return self.repeat_interleave(recv, args, e),
             (
                 OpKind::Reduce(_)
                 | OpKind::Reshape { .. }
                 | OpKind::Unsqueeze
                 | OpKind::Squeeze
+                | OpKind::Expand
                 | OpKind::Reorder
                 | OpKind::Narrow
                 | OpKind::Cast
@@ -813,6 +816,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                 self.reshape(name, (view, unordered), rid, o, args, e)
             }
             OpKind::Unsqueeze | OpKind::Squeeze => self.unsqueeze(name, rid, o, args, e),
+            OpKind::Expand => self.expand(rid, o, args, e),
             OpKind::Reorder => self.reorder(name, rid, o, args, e),
             OpKind::Reduce(_) => self.reduce(name, rid, o, args, e),
             OpKind::Narrow => self.narrow(rid, o, args, e),

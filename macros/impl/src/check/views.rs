@@ -52,6 +52,197 @@ impl<'s, 'k> Checker<'s, 'k> {
         }
     }
 
+    /// `stack([a, b, ..], dim)`: tensors of one shape, each given a dim of
+    /// size 1 at `dim` (a view) and joined there by `cat`.
+    pub(super) fn stack(&mut self, args: &[Arg], e: &Expr) -> NodeId {
+        let Some(a) = self.bind_args("stack", args, &["tensors", "dim"], 1, e) else {
+            return self.error_node(e);
+        };
+        let list = a[0].expect("required");
+        let ExprKind::Array(xs) = &list.kind else {
+            self.error(
+                &list.sp,
+                "`stack` takes a list of tensors: `stack([a, b], dim)`",
+            );
+            return self.error_node(e);
+        };
+        if xs.is_empty() {
+            self.error(&list.sp, "`stack` needs at least one tensor");
+            return self.error_node(e);
+        }
+        let ids: Vec<NodeId> = xs.iter().map(|x| self.expr(x)).collect();
+        let ops: Vec<Option<Operand>> = ids
+            .iter()
+            .zip(xs)
+            .map(|(&id, x)| self.tensor(id, x, "stack"))
+            .collect();
+        if ops.iter().any(|o| o.is_none()) {
+            return self.error_node(e);
+        }
+        let ops: Vec<Operand> = ops.into_iter().map(|o| o.expect("checked")).collect();
+        let agreed = self.agree("stack", &ops, 0);
+        // The new dim may be the last: one more to choose from.
+        let dim =
+            match a[1] {
+                None => Some(0),
+                Some(d) => self.int_arg(d, "the dim of `stack`").and_then(|k| {
+                    match rules::normalize_dim(
+                        "stack",
+                        &xs[0].to_string(),
+                        k,
+                        ops[0].ty.dims.len() + 1,
+                    ) {
+                        Ok(d) => Some(d),
+                        Err(err) => {
+                            self.error(&d.sp, err.message);
+                            None
+                        }
+                    }
+                }),
+            };
+        let Some(dim) = dim else {
+            return self.error_node(e);
+        };
+        let names: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
+        let operands: Vec<(&str, &[Dim])> = names
+            .iter()
+            .zip(&ops)
+            .map(|(n, o)| (n.as_str(), &o.ty.dims[..]))
+            .collect();
+        let spans: Vec<&Sp> = xs.iter().map(|x| &x.sp).collect();
+        let Some(dims) = self.ruled(rules::stack("stack", &operands, dim), &spans) else {
+            return self.error_node(e);
+        };
+        let mut one = dims.clone();
+        one[dim] = Dim::constant(1);
+        let parts: Vec<NodeId> = ids
+            .iter()
+            .zip(&ops)
+            .zip(xs)
+            .map(|((&id, o), x)| {
+                let ty = Ty::Tensor(TensorTy {
+                    dims: one.clone(),
+                    ..o.ty.clone()
+                });
+                self.push(Op::Reshape { x: id, view: false }, ty, x)
+            })
+            .collect();
+        self.push(Op::Cat { xs: parts, dim }, Self::out_ty(&agreed, dims), e)
+    }
+
+    /// `x.expand([..])`: a view with dims of size 1 (and new leading dims)
+    /// repeated; `-1` keeps a dim.
+    pub(super) fn expand(&mut self, rid: NodeId, o: Operand<'_>, args: &[Arg], e: &Expr) -> NodeId {
+        let list: Vec<&Expr> = match args {
+            [Arg { name: None, value }] => match &value.kind {
+                ExprKind::Array(xs) => xs.iter().collect(),
+                _ => vec![value],
+            },
+            [] => {
+                self.error(&e.sp, "`expand` needs the new shape: `x.expand([..])`");
+                return self.error_node(e);
+            }
+            _ => args.iter().map(|a| &a.value).collect(),
+        };
+        let mut size = Vec::new();
+        for x in &list {
+            match self.target_dim(x) {
+                Some(d) => size.push(d),
+                None => return self.error_node(e),
+            }
+        }
+        match rules::expand("expand", (&o.ex.to_string(), &o.ty.dims), &size) {
+            Ok(dims) => self.push(Op::Expand(rid), Ty::Tensor(TensorTy { dims, ..o.ty }), e),
+            Err(err) => {
+                let sp = Sp::join(&list[0].sp, &list[list.len() - 1].sp);
+                self.error(&sp, err.message);
+                self.error_node(e)
+            }
+        }
+    }
+
+    /// `x.repeat_interleave(repeats, dim)` (also as a function): each
+    /// element along `dim` repeated in place. A dim of size 1 inserted after
+    /// `dim` (a view), broadcast to `repeats` (a view), then merged into
+    /// `dim` (the copy).
+    pub(super) fn repeat_interleave(
+        &mut self,
+        recv: Option<(&Expr, NodeId)>,
+        args: &[Arg],
+        e: &Expr,
+    ) -> NodeId {
+        let name = "repeat_interleave";
+        let names: &[&str] = match recv {
+            Some(_) => &["repeats", "dim"],
+            None => &["input", "repeats", "dim"],
+        };
+        let Some(a) = self.bind_args(name, args, names, names.len(), e) else {
+            return self.error_node(e);
+        };
+        let (x, rid) = match recv {
+            Some(r) => r,
+            None => {
+                let x = a[0].expect("required");
+                (x, self.expr(x))
+            }
+        };
+        let (rx, dx) = (
+            a[a.len() - 2].expect("required"),
+            a[a.len() - 1].expect("required"),
+        );
+        let Some(o) = self.tensor(rid, x, name) else {
+            return self.error_node(e);
+        };
+        let repeats = match self.target_dim(rx) {
+            Some(Some(r)) => r,
+            Some(None) => {
+                self.error(
+                    &rx.sp,
+                    "`repeats` is a count: a literal, a const generic or a dim name",
+                );
+                return self.error_node(e);
+            }
+            None => return self.error_node(e),
+        };
+        let Some(dim) = self.dim_arg(dx, name, &o) else {
+            return self.error_node(e);
+        };
+        let dims =
+            match rules::repeat_interleave(name, (&o.ex.to_string(), &o.ty.dims), &repeats, dim) {
+                Ok(dims) => dims,
+                Err(err) => {
+                    self.error(&dx.sp, err.message);
+                    return self.error_node(e);
+                }
+            };
+        let mut wide = o.ty.dims.clone();
+        wide.insert(dim + 1, Dim::constant(1));
+        let ty = |dims: Vec<Dim>| {
+            Ty::Tensor(TensorTy {
+                dims,
+                ..o.ty.clone()
+            })
+        };
+        let one = self.push(
+            Op::Reshape {
+                x: rid,
+                view: false,
+            },
+            ty(wide.clone()),
+            e,
+        );
+        wide[dim + 1] = repeats;
+        let spread = self.push(Op::Expand(one), ty(wide), e);
+        self.push(
+            Op::Reshape {
+                x: spread,
+                view: false,
+            },
+            ty(dims),
+            e,
+        )
+    }
+
     /// A row op of the table (`x.softmax(dim)`): a float tensor, a dim of
     /// it whose size is not 1, and the result's dims by the op's shape.
     pub(super) fn row_op(

@@ -219,6 +219,12 @@ impl FnGen<'_> {
                     }
                 }
             }
+            Op::Expand(x) => {
+                let x = self.reference(*x);
+                let s = so();
+                let d = dims_array(&self.tty(n).dims, self.symbols());
+                quote!(#x.expand::<#s>(&#d)?)
+            }
             Op::T(x) => {
                 let x = self.reference(*x);
                 quote!(#x.t()?)
