@@ -59,6 +59,7 @@ const WALKED: &[Walked] = &[
     walked("min", false, true),
     walked("argmax", false, true),
     walked("argmin", false, true),
+    walked("var", false, true),
     walked("softmax", true, true),
     walked("log_softmax", true, true),
     walked("logsumexp", true, true),
@@ -3223,4 +3224,117 @@ fn repeat_interleave_along_each_dim() {
         }
         assert!(x.repeat_interleave::<S3>(2, 3).is_err());
     }
+}
+
+// ---------------------------------------------------------------------
+// keepdim and var.
+// ---------------------------------------------------------------------
+
+/// `var` of each lane along `dim` with PyTorch's divisor
+/// `max(0, n - correction)`, and a tolerance from the lane's scale.
+fn var_ref(x: &[f64], d: &[usize], dim: usize, correction: usize, keepdim: bool) -> Want {
+    let mut vals = Vec::new();
+    let mut tol = Vec::new();
+    for l in lanes(x, d, dim) {
+        let n = l.len() as f64;
+        let mean = l.iter().sum::<f64>() / n;
+        let ss: f64 = l.iter().map(|v| (v - mean) * (v - mean)).sum();
+        let v = ss / (l.len().saturating_sub(correction) as f64);
+        vals.push(v);
+        tol.push(1e-12 * (1.0 + v.abs() + l.iter().map(|v| v * v).sum::<f64>()));
+    }
+    let mut dims = d.to_vec();
+    if keepdim {
+        dims[dim] = 1;
+    } else {
+        dims.remove(dim);
+    }
+    Want { dims, vals, tol }
+}
+
+tensor_fn! {
+    fn keepdims(x: &Tensor<Cpu, f64, [A, B]>) -> (
+        Tensor<Cpu, f64, [A, 1]>, Tensor<Cpu, f64, [1, B]>, Tensor<Cpu, f64, [A, 1]>, Tensor<Cpu, i64, [A, 1]>,
+        Tensor<Cpu, f64, [1, 1]>,
+    ) {
+        (x.sum(1, keepdim = true), x.mean(dim = 0, keepdim = true), x.max(-1, true), x.argmax(1, keepdim = true), x.sum(keepdim = true))
+    }
+    fn vars(x: &Tensor<Cpu, f64, [4, 3]>) -> (
+        Tensor<Cpu, f64, [4]>, Tensor<Cpu, f64, [3]>, Tensor<Cpu, f64, [4, 1]>, Tensor<Cpu, f64, [1, 3]>,
+    ) {
+        (x.var(1), x.var(0, correction = 0), x.var(-1, keepdim = true), x.var(dim = 0, correction = 2, keepdim = true))
+    }
+    fn var_runtime(x: &Tensor<Cpu, f64, [A, B]>) -> Tensor<Cpu, f64, [A]> {
+        x.var(1, correction = 0)
+    }
+}
+
+/// `keepdim = true` on the reductions (positional and keyword, one dim
+/// and all), and `var` with each correction, static and run-time dims,
+/// against plain-loop references; the typed `var` too.
+#[test]
+fn keepdim_and_var() {
+    let mut rng = Rng::new(619);
+    for (a, b) in [(3, 4), (1, 5), (2, 0)] {
+        let v = rng.values(a * b, if b == 0 { &[] } else { &[0.0, -0.0] });
+        let x: Tensor<Cpu, f64, S2> = tensor(&v, &[a, b]);
+        let keep = |w: Option<Want>, dims: Vec<usize>| w.map(|w| Want { dims, ..w });
+        let mut wants = vec![
+            keep(
+                reduce_ref(ReduceOp::Sum, &v, &[a, b], Some(1), 1e-12),
+                vec![a, 1],
+            ),
+            keep(
+                reduce_ref(ReduceOp::Mean, &v, &[a, b], Some(0), 1e-12),
+                vec![1, b],
+            ),
+        ];
+        if b > 0 {
+            wants.push(keep(
+                reduce_ref(ReduceOp::Max, &v, &[a, b], Some(1), 1e-12),
+                vec![a, 1],
+            ));
+            wants.push(keep(
+                reduce_ref(ReduceOp::ArgMax, &v, &[a, b], Some(1), 1e-12),
+                vec![a, 1],
+            ));
+            wants.push(keep(
+                reduce_ref(ReduceOp::Sum, &v, &[a, b], None, 1e-12),
+                vec![1, 1],
+            ));
+            let wants: Vec<Want> = wants.into_iter().map(|w| w.expect("defined")).collect();
+            check_all(
+                &format!("keepdim of [{a}, {b}]"),
+                &keepdims(&x).unwrap().outs(),
+                &wants,
+            );
+        } else {
+            // max of an empty dim is an `Err`, as without keepdim.
+            assert!(keepdims(&x).is_err());
+        }
+        check(
+            &format!("var over a run-time dim of [{a}, {b}]"),
+            &one(&var_runtime(&x).unwrap()),
+            &var_ref(&v, &[a, b], 1, 0, false),
+        );
+        for c in [0, 1, 2] {
+            check(
+                &format!("typed var::<1>({c}) of [{a}, {b}]"),
+                &one(&x.var::<1>(c).unwrap()),
+                &var_ref(&v, &[a, b], 1, c, false),
+            );
+        }
+    }
+    let v = rng.values(12, SPECIAL);
+    let x: Tensor<Cpu, f64, shape![4, 3]> = tensor(&v, &[4, 3]);
+    check_all(
+        "var of [4, 3]",
+        &vars(&x).unwrap().outs(),
+        &[
+            var_ref(&v, &[4, 3], 1, 1, false),
+            var_ref(&v, &[4, 3], 0, 0, false),
+            var_ref(&v, &[4, 3], 1, 1, true),
+            var_ref(&v, &[4, 3], 0, 2, true),
+        ],
+    );
 }

@@ -114,6 +114,8 @@ pub enum OpKind {
     Clamp,
     /// A reduction along one dim (or all of them).
     Reduce(ReduceOp),
+    /// `x.var(dim, correction, keepdim)`: a composite of reductions.
+    Var,
     /// A function of whole rows along a dim (`softmax`, ...).
     Row(RowOp),
     /// `matmul`, batched, broadcasting leading dims.
@@ -484,6 +486,13 @@ const fn compare(name: &'static str, op: CmpOp, summary: &'static str) -> OpDef 
     )
 }
 
+/// A reduction's parameters: `dim` (none: every element) and `keepdim`.
+const REDUCE_PARAMS: &[Param] = &[
+    INPUT,
+    opt("dim", ParamKind::Dim, "None"),
+    opt("keepdim", SCALAR, "false"),
+];
+
 const fn reduce(
     name: &'static str,
     op: ReduceOp,
@@ -495,7 +504,7 @@ const fn reduce(
         OpKind::Reduce(op),
         false,
         true,
-        INPUT_DIM,
+        REDUCE_PARAMS,
         dtype,
         ShapeRule::Reduce,
         summary,
@@ -578,6 +587,21 @@ static EARLIER: &[OpDef] = &[
         ReduceOp::Mean,
         DTypeRule::SameFloat,
         "Mean along `dim`.",
+    ),
+    def(
+        "var",
+        OpKind::Var,
+        false,
+        true,
+        &[
+            INPUT,
+            opt("dim", ParamKind::Dim, "None"),
+            opt("correction", SCALAR, "1"),
+            opt("keepdim", SCALAR, "false"),
+        ],
+        DTypeRule::SameFloat,
+        ShapeRule::Reduce,
+        "Variance along `dim`: `sum((x - mean)^2) / (n - correction)` (Bessel's correction by default, as PyTorch).",
     ),
     reduce(
         "max",

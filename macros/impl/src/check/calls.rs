@@ -61,6 +61,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             (OpKind::RepeatInterleave, _) => return self.repeat_interleave(recv, args, e),
             (
                 OpKind::Reduce(_)
+                | OpKind::Var
                 | OpKind::Reshape { .. }
                 | OpKind::Unsqueeze
                 | OpKind::Squeeze
@@ -819,6 +820,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             OpKind::Expand => self.expand(rid, o, args, e),
             OpKind::Reorder => self.reorder(name, rid, o, args, e),
             OpKind::Reduce(_) => self.reduce(name, rid, o, args, e),
+            OpKind::Var => self.var(rid, o, args, e),
             OpKind::Narrow => self.narrow(rid, o, args, e),
             OpKind::Cast => {
                 if !args.is_empty() {

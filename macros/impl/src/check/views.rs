@@ -526,8 +526,15 @@ impl<'s, 'k> Checker<'s, 'k> {
                 return self.binary(bop, (rid, o.ex), (iy, value), e);
             }
         }
-        let Some(a) = self.bind_args(name, args, &["dim"], 0, e) else {
+        let Some(a) = self.bind_args(name, args, &["dim", "keepdim"], 0, e) else {
             return self.error_node(e);
+        };
+        let keepdim = match a[1] {
+            None => false,
+            Some(k) => match self.flag_arg(k, name, "keepdim") {
+                Some(k) => k,
+                None => return self.error_node(e),
+            },
         };
         let ok = if op == ReduceOp::Mean {
             self.need_float(name, &o)
@@ -569,15 +576,160 @@ impl<'s, 'k> Checker<'s, 'k> {
         } else {
             o.ty.dtype
         };
-        self.push(
-            Op::Reduce { op, x: rid, dim },
+        let ty = |dims| {
             Ty::Tensor(TensorTy {
                 device: o.ty.device,
                 dtype,
                 dims,
-            }),
+            })
+        };
+        let reduced = self.push(Op::Reduce { op, x: rid, dim }, ty(dims), e);
+        match keepdim {
+            false => reduced,
+            true => self.keep_dims(reduced, &o, dim, ty, e),
+        }
+    }
+
+    /// A reduction's result with its reduced dims back as 1 (`keepdim =
+    /// true`): a view of the fresh result.
+    fn keep_dims(
+        &mut self,
+        reduced: NodeId,
+        o: &Operand<'_>,
+        dim: Option<usize>,
+        ty: impl Fn(Vec<Dim>) -> Ty,
+        e: &Expr,
+    ) -> NodeId {
+        let kept = match dim {
+            Some(d) => rules::reduce("keepdim", (&o.ex.to_string(), &o.ty.dims), d, true)
+                .expect("checked without keepdim"),
+            None => vec![Dim::constant(1); o.ty.dims.len()],
+        };
+        self.push(
+            Op::Reshape {
+                x: reduced,
+                view: true,
+            },
+            ty(kept),
             e,
         )
+    }
+
+    /// `x.var(dim, correction = 1, keepdim = false)`: the mean (its dim
+    /// kept), the squared deviations, their sum scaled by
+    /// `1 / (n - correction)`; every step a node the planner fuses.
+    pub(super) fn var(&mut self, rid: NodeId, o: Operand<'_>, args: &[Arg], e: &Expr) -> NodeId {
+        let name = "var";
+        let Some(a) = self.bind_args(name, args, &["dim", "correction", "keepdim"], 0, e) else {
+            return self.error_node(e);
+        };
+        if !self.need_float(name, &o) {
+            return self.error_node(e);
+        }
+        let dim = match a[0] {
+            None => None,
+            Some(d) => match self.dim_arg(d, name, &o) {
+                Some(d) => Some(d),
+                None => return self.error_node(e),
+            },
+        };
+        let correction = match a[1] {
+            None => 1,
+            Some(c) => match self.int_arg(c, "the `correction` of `var`") {
+                Some(c) if c >= 0 => c as usize,
+                Some(_) => {
+                    self.error(&c.sp, "`correction` is a count of at least 0 (1: the sample variance, 0: the population's)");
+                    return self.error_node(e);
+                }
+                None => return self.error_node(e),
+            },
+        };
+        let keepdim = match a[2] {
+            None => false,
+            Some(k) => match self.flag_arg(k, name, "keepdim") {
+                Some(k) => k,
+                None => return self.error_node(e),
+            },
+        };
+        let text = o.ex.to_string();
+        if let (Some(d), Some(x)) = (dim, a[0]) {
+            if let Err(err) = rules::reduce_size_one(name, (&text, &o.ty.dims), d) {
+                self.error(&x.sp, err.message);
+                return self.error_node(e);
+            }
+        }
+        // The count of reduced elements; a run-time one has no literal.
+        let n = match dim {
+            Some(d) => o.ty.dims[d].clone(),
+            None => numel(&o.ty.dims),
+        };
+        let scale = match n.as_constant() {
+            // PyTorch divides by `max(0, n - correction)`.
+            Some(n) => 1.0 / (n as f64 - correction as f64).max(0.0),
+            None if correction == 0 => 0.0,
+            None => {
+                let at = a[1].or(a[0]).map_or(&e.sp, |x| &x.sp);
+                self.error(
+                    at,
+                    format!("`var` with `correction = {correction}` over `{text}`'s dims {}: the count {n} is known only at run time; use `correction = 0` (the population variance, a mean) or a static dim", fmt_shape(&o.ty.dims)),
+                );
+                return self.error_node(e);
+            }
+        };
+        let reduced = match dim {
+            Some(d) => rules::reduce(name, (&text, &o.ty.dims), d, false).expect("dim checked"),
+            None => vec![],
+        };
+        let ty = |dims| {
+            Ty::Tensor(TensorTy {
+                dims,
+                ..o.ty.clone()
+            })
+        };
+        let mean = self.push(
+            Op::Reduce {
+                op: ReduceOp::Mean,
+                x: rid,
+                dim,
+            },
+            ty(reduced.clone()),
+            e,
+        );
+        let mean = self.keep_dims(mean, &o, dim, ty, e);
+        let dev = self.push(
+            Op::Binary(BinaryOp::Sub, rid, mean),
+            ty(o.ty.dims.clone()),
+            e,
+        );
+        let sq = self.push(
+            Op::Binary(BinaryOp::Mul, dev, dev),
+            ty(o.ty.dims.clone()),
+            e,
+        );
+        let (op, factor) = match n.as_constant() {
+            Some(_) => (ReduceOp::Sum, Some(scale)),
+            None => (ReduceOp::Mean, None),
+        };
+        let mut out = self.push(Op::Reduce { op, x: sq, dim }, ty(reduced), e);
+        if let Some(f) = factor {
+            let lit = self.push(
+                Op::Lit {
+                    value: f,
+                    int: false,
+                },
+                Ty::Scalar(ScalarTy::FloatLit),
+                e,
+            );
+            out = self.push(
+                Op::Binary(BinaryOp::Mul, out, lit),
+                self.graph.nodes[out].ty.clone(),
+                e,
+            );
+        }
+        match keepdim {
+            false => out,
+            true => self.keep_dims(out, &o, dim, ty, e),
+        }
     }
 
     pub(super) fn narrow(&mut self, rid: NodeId, o: Operand<'_>, args: &[Arg], e: &Expr) -> NodeId {
