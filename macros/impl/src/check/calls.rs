@@ -58,6 +58,14 @@ impl<'s, 'k> Checker<'s, 'k> {
             (OpKind::AddCmul, _) => return self.addcmul(args, e),
             (OpKind::Cat, _) => return self.cat(args, e),
             (
+                OpKind::Embedding
+                | OpKind::IndexSelect
+                | OpKind::Gather
+                | OpKind::Arange
+                | OpKind::Triangle { .. },
+                _,
+            ) => return self.indexing(def, recv, args, e),
+            (
                 OpKind::Reduce(_)
                 | OpKind::Reshape { .. }
                 | OpKind::Unsqueeze
@@ -138,7 +146,7 @@ impl<'s, 'k> Checker<'s, 'k> {
     }
 
     /// Binds the arguments of `def` (after the receiver of a method).
-    fn bind_op<'e>(
+    pub(super) fn bind_op<'e>(
         &mut self,
         def: &OpDef,
         method: bool,
