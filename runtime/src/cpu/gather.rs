@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 
 /// Checks that `lx` with every index of `sel` stays inside `x_len`
-/// elements and `li` inside `idx_len`.
+/// elements (when `sel` is not empty) and `li` inside `idx_len`.
 pub(crate) fn check_extents(
     lx: &Layout,
     sel: Selected,
@@ -20,10 +20,12 @@ pub(crate) fn check_extents(
     if lx.numel() == 0 {
         return Ok(());
     }
+    // An empty dim is never read (every index is out of range).
     let reach = (sel.size.max(1) - 1)
         .checked_mul(sel.stride)
         .and_then(|r| r.checked_add(lx.storage_extent()));
-    if reach.is_none_or(|r| r > x_len) || li.storage_extent() > idx_len {
+    let x_past = sel.size > 0 && reach.is_none_or(|r| r > x_len);
+    if x_past || li.storage_extent() > idx_len {
         return Err(Error::Index(format!(
             "gather: internal views {:?} (strides {:?}, {} along a dim of stride {}) and {:?} (strides {:?}) reach past buffers of {x_len} and {idx_len} elements",
             lx.dims(),
