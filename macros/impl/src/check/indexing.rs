@@ -152,10 +152,11 @@ impl<'s, 'k> Checker<'s, 'k> {
             ),
             Dt::Kind(_) => format!("convert them with `{}.cast::<i64>()`", o.ex.receiver_text()),
         };
+        let what = if param == "input" { "ids" } else { "indices" };
         self.error(
             &o.ex.sp,
             format!(
-                "`{op}` takes the ids of `{param}` as `i64` or `i32`, but `{}` is {}: {fix}",
+                "`{op}` takes `{param}` as `i64` or `i32` {what}, but `{}` is {}: {fix}",
                 o.ex, o.ty.dtype
             ),
         );
