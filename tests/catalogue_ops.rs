@@ -3468,3 +3468,50 @@ fn tril_of_every_dtype_and_causal_masks() {
         assert_eq!(b.to_vec().unwrap(), want);
     }
 }
+
+tensor_fn! {
+    /// GPT-2's input: token and position embeddings, generic over the
+    /// device and the float dtype, and a causal mask of the same length.
+    fn gpt2_input<D: Device, T: Float>(
+        ids: &Tensor<D, i64, [B, N]>,
+        wte: &Tensor<D, T, [V, E]>,
+        wpe: &Tensor<D, T, [P, E]>,
+    ) -> (Tensor<D, T, [B, N, E]>, Tensor<D, bool, [N, N]>) {
+        let pos = embedding(arange(N), wpe);
+        let mask = arange(N).unsqueeze(1).ge(arange(N).unsqueeze(0));
+        (embedding(ids, wte) + pos, mask)
+    }
+}
+
+#[test]
+fn generic_embeddings_and_masks() {
+    fn walk<T: Float>() {
+        let (b, n, v, e, p) = (2, 3, 7, 4, 5);
+        let mut rng = Rng::new(877);
+        let wte_v = rng.values(v * e, &[]);
+        let wpe_v = rng.values(p * e, &[]);
+        let wte: Tensor<Cpu, T, S2> = tensor(&wte_v, &[v, e]);
+        let wpe: Tensor<Cpu, T, S2> = tensor(&wpe_v, &[p, e]);
+        let to = |x: &[f64]| -> Vec<f64> { x.iter().map(|&v| T::from_f64(v).to_f64()).collect() };
+        let (wte_s, wpe_s) = (to(&wte_v), to(&wpe_v));
+        let ids_v = indices(&mut rng, b * n, v);
+        let ids: Tensor<Cpu, i64, S2> = ids_tensor(&ids_v, &[b, n]);
+        let (x, mask) = gpt2_input(&ids, &wte, &wpe).unwrap();
+        let got: Vec<f64> = x.to_vec().unwrap().iter().map(|v| v.to_f64()).collect();
+        for (i, g) in got.iter().enumerate() {
+            let (row, col) = (i / e, i % e);
+            let want = T::from_f64(wte_s[ids_v[row] as usize * e + col] + wpe_s[(row % n) * e + col]);
+            assert_eq!(*g, want.to_f64(), "{} element {i}", T::KIND.name());
+        }
+        let want: Vec<bool> = (0..n * n).map(|i| i % n <= i / n).collect();
+        assert_eq!(mask.to_vec().unwrap(), want);
+        // More positions than the table has: an Err naming `wpe`'s rows.
+        let long: Tensor<Cpu, i64, S2> = ids_tensor(&vec![0; 6], &[1, 6]);
+        let err = gpt2_input(&long, &wte, &wpe).unwrap_err().to_string();
+        assert!(err.contains("index 5 in `input`") && err.contains("the rows of `weight`"), "{err}");
+    }
+    walk::<f32>();
+    walk::<f64>();
+    walk::<f16>();
+    walk::<bf16>();
+}
