@@ -3133,7 +3133,11 @@ fn triangle_ref(x: &[f64], d: &[usize], upper: bool, diagonal: i64) -> Want {
         .map(|(i, &v)| {
             let (row, col) = ((i / c) % r, i % c);
             let off = col as i64 - row as i64;
-            let keep = if upper { off >= diagonal } else { off <= diagonal };
+            let keep = if upper {
+                off >= diagonal
+            } else {
+                off <= diagonal
+            };
             if keep {
                 v
             } else {
@@ -3259,15 +3263,30 @@ fn embedding_of_every_rank_of_ids() {
 fn embedding_of_no_ids_and_of_an_empty_table() {
     let w: Tensor<Cpu, f64, shape![_, _]> = tensor(&[], &[0, 3]);
     let none: Tensor<Cpu, i64, shape![_]> = ids_tensor(&[], &[0]);
-    check_all("no ids, V = 0", &emb1(&none, &w).unwrap().outs(), &[Want::bits(vec![0, 3], vec![])]);
+    check_all(
+        "no ids, V = 0",
+        &emb1(&none, &w).unwrap().outs(),
+        &[Want::bits(vec![0, 3], vec![])],
+    );
     let one: Tensor<Cpu, i64, shape![_]> = ids_tensor(&[0], &[1]);
     let e = emb1(&one, &w).unwrap_err().to_string();
-    assert!(e.contains("embedding: index 0 in `input`") && e.contains("no index is valid"), "{e}");
+    assert!(
+        e.contains("embedding: index 0 in `input`") && e.contains("no index is valid"),
+        "{e}"
+    );
     let w: Tensor<Cpu, f64, shape![_, _]> = tensor(&[1.0, 2.0], &[2, 1]);
     let zero_e: Tensor<Cpu, f64, shape![_, _]> = tensor(&[], &[2, 0]);
     let ids: Tensor<Cpu, i32, shape![_, _]> = ids_tensor(&[1, 0, 1], &[1, 3]);
-    check_all("[1, 3] ids", &emb2(&ids, &w).unwrap().outs(), &[Want::bits(vec![1, 3, 1], vec![2.0, 1.0, 2.0])]);
-    check_all("E = 0", &emb2(&ids, &zero_e).unwrap().outs(), &[Want::bits(vec![1, 3, 0], vec![])]);
+    check_all(
+        "[1, 3] ids",
+        &emb2(&ids, &w).unwrap().outs(),
+        &[Want::bits(vec![1, 3, 1], vec![2.0, 1.0, 2.0])],
+    );
+    check_all(
+        "E = 0",
+        &emb2(&ids, &zero_e).unwrap().outs(),
+        &[Want::bits(vec![1, 3, 0], vec![])],
+    );
 }
 
 /// `embedding` copies whatever the table holds: every dtype, bit for bit.
@@ -3282,17 +3301,29 @@ fn embedding_of_every_dtype() {
         let want = embedding_ref(&ids, &[5], &stored, 4, 3).unwrap();
         let got: Tensor<Cpu, T, shape![5, 3]> =
             Tensor::embedding(&ids_tensor::<i64, shape![5]>(&ids, &[5]), &w).unwrap();
-        check(&format!("embedding of {}", T::KIND.name()), &one(&got), &want);
+        check(
+            &format!("embedding of {}", T::KIND.name()),
+            &one(&got),
+            &want,
+        );
         let got: Tensor<Cpu, T, shape![5, 3]> =
             Tensor::embedding(&ids_tensor::<i32, shape![5]>(&ids, &[5]), &w).unwrap();
-        check(&format!("embedding of {} by i32", T::KIND.name()), &one(&got), &want);
+        check(
+            &format!("embedding of {} by i32", T::KIND.name()),
+            &one(&got),
+            &want,
+        );
         // And through a transposed (strided) table.
         let wt: Tensor<Cpu, T, shape![3, 4]> = tensor(&w_v, &[3, 4]);
         let t = wt.t().unwrap();
         let stored_t: Vec<f64> = t.to_vec().unwrap().iter().map(|x| x.to_f64()).collect();
         let got: Tensor<Cpu, T, shape![5, 3]> =
             Tensor::embedding(&ids_tensor::<i64, shape![5]>(&ids, &[5]), &t).unwrap();
-        check("strided table", &one(&got), &embedding_ref(&ids, &[5], &stored_t, 4, 3).unwrap());
+        check(
+            "strided table",
+            &one(&got),
+            &embedding_ref(&ids, &[5], &stored_t, 4, 3).unwrap(),
+        );
     }
     walk::<f32>();
     walk::<f64>();
@@ -3308,7 +3339,11 @@ fn embedding_of_every_dtype() {
 fn index_select_along_each_dim() {
     let mut rng = Rng::new(829);
     for round in 0..8 {
-        let d = if round == 6 { empty_dims(&mut rng) } else { random_dims(&mut rng, 1, 4) };
+        let d = if round == 6 {
+            empty_dims(&mut rng)
+        } else {
+            random_dims(&mut rng, 1, 4)
+        };
         let (xv, x) = inputs_by_rank(&mut rng, &d, SPECIAL);
         let v = [&xv.0, &xv.1, &xv.2, &xv.3, &xv.4];
         // Valid for every dim picked: below the smallest; the last round
@@ -3316,7 +3351,11 @@ fn index_select_along_each_dim() {
         let k = if round == 5 { 0 } else { 1 + rng.below(5) };
         for r in 1..5 {
             let least = *d[r].iter().min().unwrap();
-            let mut idx = if least == 0 { vec![] } else { indices(&mut rng, k, least) };
+            let mut idx = if least == 0 {
+                vec![]
+            } else {
+                indices(&mut rng, k, least)
+            };
             if round == 7 {
                 idx = vec![0, -3];
             }
@@ -3325,8 +3364,10 @@ fn index_select_along_each_dim() {
                 .map(|&dim| index_select_ref(v[r], &d[r], pos(dim, r), &idx))
                 .collect();
             let what = format!("index_select by {idx:?} at rank {r}, dims {:?}", d[r]);
-            let (i64s, i32s): (Tensor<Cpu, i64, S1>, Tensor<Cpu, i32, S1>) =
-                (ids_tensor(&idx, &[idx.len()]), ids_tensor(&idx, &[idx.len()]));
+            let (i64s, i32s): (Tensor<Cpu, i64, S1>, Tensor<Cpu, i32, S1>) = (
+                ids_tensor(&idx, &[idx.len()]),
+                ids_tensor(&idx, &[idx.len()]),
+            );
             match r {
                 1 => check_or_err(&what, isel1(&x.1, &i64s), &refs),
                 2 => check_or_err(&what, isel2(&x.2, &i32s), &refs),
@@ -3363,13 +3404,20 @@ fn index_select_along_each_dim() {
 fn gather_along_each_dim() {
     let mut rng = Rng::new(839);
     for round in 0..8 {
-        let d = if round == 6 { empty_dims(&mut rng) } else { random_dims(&mut rng, 1, 4) };
+        let d = if round == 6 {
+            empty_dims(&mut rng)
+        } else {
+            random_dims(&mut rng, 1, 4)
+        };
         let (xv, x) = inputs_by_rank(&mut rng, &d, SPECIAL);
         let v = [&xv.0, &xv.1, &xv.2, &xv.3, &xv.4];
         for r in 1..5 {
             // Index dims no larger than the input's, values below its
             // smallest dim (valid along every dim); round 7 puts one past.
-            let id: Vec<usize> = d[r].iter().map(|&n| if n == 0 { 0 } else { 1 + rng.below(n) }).collect();
+            let id: Vec<usize> = d[r]
+                .iter()
+                .map(|&n| if n == 0 { 0 } else { 1 + rng.below(n) })
+                .collect();
             let least = *d[r].iter().min().unwrap();
             let mut idx = indices(&mut rng, numel(&id), least);
             if round == 7 && !idx.is_empty() {
@@ -3392,13 +3440,33 @@ fn gather_along_each_dim() {
             let typed0 = gather_ref(v[r], &d[r], 0, &idx, &id);
             let typed_last = gather_ref(v[r], &d[r], last, &idx, &id);
             match r {
-                1 => check_or_err(&w, x.1.gather::<0, S1>(&ids_tensor::<i32, S1>(&idx, &id)), &[typed0]),
+                1 => check_or_err(
+                    &w,
+                    x.1.gather::<0, S1>(&ids_tensor::<i32, S1>(&idx, &id)),
+                    &[typed0],
+                ),
                 2 => {
-                    check_or_err(&w, x.2.gather::<0, S2>(&ids_tensor::<i64, S2>(&idx, &id)), &[typed0]);
-                    check_or_err(&w, x.2.gather::<1, S2>(&ids_tensor::<i32, S2>(&idx, &id)), &[typed_last]);
+                    check_or_err(
+                        &w,
+                        x.2.gather::<0, S2>(&ids_tensor::<i64, S2>(&idx, &id)),
+                        &[typed0],
+                    );
+                    check_or_err(
+                        &w,
+                        x.2.gather::<1, S2>(&ids_tensor::<i32, S2>(&idx, &id)),
+                        &[typed_last],
+                    );
                 }
-                3 => check_or_err(&w, x.3.gather::<2, S3>(&ids_tensor::<i64, S3>(&idx, &id)), &[typed_last]),
-                _ => check_or_err(&w, x.4.gather::<0, S4>(&ids_tensor::<i32, S4>(&idx, &id)), &[typed0]),
+                3 => check_or_err(
+                    &w,
+                    x.3.gather::<2, S3>(&ids_tensor::<i64, S3>(&idx, &id)),
+                    &[typed_last],
+                ),
+                _ => check_or_err(
+                    &w,
+                    x.4.gather::<0, S4>(&ids_tensor::<i32, S4>(&idx, &id)),
+                    &[typed0],
+                ),
             }
         }
     }
@@ -3406,7 +3474,10 @@ fn gather_along_each_dim() {
     let x: Tensor<Cpu, f64, S2> = tensor(&[1.0, 2.0], &[1, 2]);
     let i: Tensor<Cpu, i32, S2> = ids_tensor(&[0, 0, 0, 0], &[2, 2]);
     let e = gather2(&x, &i).unwrap_err().to_string();
-    assert!(e.contains("dim 0 of `index` is 2 but dim 0 of `self` is 1"), "{e}");
+    assert!(
+        e.contains("dim 0 of `index` is 2 but dim 0 of `self` is 1"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -3414,7 +3485,11 @@ fn arange_of_dims_and_literals() {
     for (n, m) in [(3, 4), (0, 2), (1, 1)] {
         let x: Tensor<Cpu, f64, S2> = tensor(&vec![0.0; n * m], &[n, m]);
         let r = |k: usize| Want::exact(vec![k], (0..k).map(|i| i as f64).collect());
-        check_all("arange", &ranges(&x).unwrap().outs(), &[r(n), r(5), r(n * m), r(0)]);
+        check_all(
+            "arange",
+            &ranges(&x).unwrap().outs(),
+            &[r(n), r(5), r(n * m), r(0)],
+        );
     }
 }
 
@@ -3422,21 +3497,46 @@ fn arange_of_dims_and_literals() {
 fn tril_and_triu_of_every_rank() {
     let mut rng = Rng::new(853);
     for round in 0..5 {
-        let d = if round == 4 { empty_dims(&mut rng) } else { random_dims(&mut rng, 1, 5) };
+        let d = if round == 4 {
+            empty_dims(&mut rng)
+        } else {
+            random_dims(&mut rng, 1, 5)
+        };
         let (xv, x) = inputs_by_rank(&mut rng, &d, SPECIAL);
         let what = |r: usize| format!("tril/triu at rank {r}, dims {:?}", d[r]);
         let t = |v: &[f64], r: usize, upper, k| triangle_ref(v, &d[r], upper, k);
         check_all(
             &what(2),
             &tri2(&x.2).unwrap().outs(),
-            &[t(&xv.2, 2, false, 0), t(&xv.2, 2, true, 0), t(&xv.2, 2, false, -1), t(&xv.2, 2, true, 2)],
+            &[
+                t(&xv.2, 2, false, 0),
+                t(&xv.2, 2, true, 0),
+                t(&xv.2, 2, false, -1),
+                t(&xv.2, 2, true, 2),
+            ],
         );
-        check_all(&what(3), &tri3(&x.3).unwrap().outs(), &[t(&xv.3, 3, false, 1), t(&xv.3, 3, true, -2)]);
-        check_all(&what(4), &tri4(&x.4).unwrap().outs(), &[t(&xv.4, 4, false, 0), t(&xv.4, 4, true, 0)]);
+        check_all(
+            &what(3),
+            &tri3(&x.3).unwrap().outs(),
+            &[t(&xv.3, 3, false, 1), t(&xv.3, 3, true, -2)],
+        );
+        check_all(
+            &what(4),
+            &tri4(&x.4).unwrap().outs(),
+            &[t(&xv.4, 4, false, 0), t(&xv.4, 4, true, 0)],
+        );
         // The typed API, far diagonals included.
         for k in [-7, -1, 0, 1, 7] {
-            check(&format!("typed {}", what(3)), &one(&x.3.tril(k).unwrap()), &t(&xv.3, 3, false, k));
-            check(&format!("typed {}", what(2)), &one(&x.2.triu(k).unwrap()), &t(&xv.2, 2, true, k));
+            check(
+                &format!("typed {}", what(3)),
+                &one(&x.3.tril(k).unwrap()),
+                &t(&xv.3, 3, false, k),
+            );
+            check(
+                &format!("typed {}", what(2)),
+                &one(&x.2.triu(k).unwrap()),
+                &t(&xv.2, 2, true, k),
+            );
         }
     }
 }
@@ -3448,9 +3548,17 @@ fn tril_of_every_dtype_and_causal_masks() {
         let x: Tensor<Cpu, T, shape![3, 4]> = tensor(&v, &[3, 4]);
         let stored: Vec<f64> = x.to_vec().unwrap().iter().map(|x| x.to_f64()).collect();
         let want = triangle_ref(&stored, &[3, 4], false, 0);
-        check(&format!("tril of {}", T::KIND.name()), &one(&x.tril(0).unwrap()), &Want::exact(want.dims, want.vals));
+        check(
+            &format!("tril of {}", T::KIND.name()),
+            &one(&x.tril(0).unwrap()),
+            &Want::exact(want.dims, want.vals),
+        );
         let want = triangle_ref(&stored, &[3, 4], true, 1);
-        check(&format!("triu of {}", T::KIND.name()), &one(&x.triu(1).unwrap()), &Want::exact(want.dims, want.vals));
+        check(
+            &format!("triu of {}", T::KIND.name()),
+            &one(&x.triu(1).unwrap()),
+            &Want::exact(want.dims, want.vals),
+        );
     }
     walk::<f32>();
     walk::<f64>();
@@ -3500,7 +3608,8 @@ fn generic_embeddings_and_masks() {
         let got: Vec<f64> = x.to_vec().unwrap().iter().map(|v| v.to_f64()).collect();
         for (i, g) in got.iter().enumerate() {
             let (row, col) = (i / e, i % e);
-            let want = T::from_f64(wte_s[ids_v[row] as usize * e + col] + wpe_s[(row % n) * e + col]);
+            let want =
+                T::from_f64(wte_s[ids_v[row] as usize * e + col] + wpe_s[(row % n) * e + col]);
             assert_eq!(*g, want.to_f64(), "{} element {i}", T::KIND.name());
         }
         let want: Vec<bool> = (0..n * n).map(|i| i % n <= i / n).collect();
@@ -3508,7 +3617,10 @@ fn generic_embeddings_and_masks() {
         // More positions than the table has: an Err naming `wpe`'s rows.
         let long: Tensor<Cpu, i64, S2> = ids_tensor(&vec![0; 6], &[1, 6]);
         let err = gpt2_input(&long, &wte, &wpe).unwrap_err().to_string();
-        assert!(err.contains("index 5 in `input`") && err.contains("the rows of `weight`"), "{err}");
+        assert!(
+            err.contains("index 5 in `input`") && err.contains("the rows of `weight`"),
+            "{err}"
+        );
     }
     walk::<f32>();
     walk::<f64>();

@@ -276,11 +276,20 @@ fn gather_checks_the_index_before_reading() {
             let k = builtin::gather(unit, index).unwrap();
             let body = &entries(&k.ptx)[0].body;
             let check = body.find("setp.lt.s64").expect("sign check");
-            let skip = body.find("gather_in_range").expect("the branch past the error path");
-            let src_loads: Vec<usize> = body.match_indices("ld.global.nc.").map(|(i, _)| i).collect();
+            let skip = body
+                .find("gather_in_range")
+                .expect("the branch past the error path");
+            let src_loads: Vec<usize> = body
+                .match_indices("ld.global.nc.")
+                .map(|(i, _)| i)
+                .collect();
             // The index load comes first, the element load after the check.
             assert_eq!(src_loads.len(), 2, "{}", k.name);
-            assert!(src_loads[0] < check && check < skip && skip < src_loads[1], "{}", k.name);
+            assert!(
+                src_loads[0] < check && check < skip && skip < src_loads[1],
+                "{}",
+                k.name
+            );
         }
     }
 }

@@ -1613,8 +1613,20 @@ fn gathers_match_the_cpu_for_every_dtype() {
                 let want = x.index_select::<0, S2>(&ir).unwrap().to_vec().unwrap();
                 let got = gx.index_select::<0, S2>(&gir).unwrap().to_vec().unwrap();
                 assert_eq!(got, want, "index_select dim 0 of [{r}, {c}], {what}");
-                let want = x.t().unwrap().index_select::<1, S2>(&ir).unwrap().to_vec().unwrap();
-                let got = gx.t().unwrap().index_select::<1, S2>(&gir).unwrap().to_vec().unwrap();
+                let want = x
+                    .t()
+                    .unwrap()
+                    .index_select::<1, S2>(&ir)
+                    .unwrap()
+                    .to_vec()
+                    .unwrap();
+                let got = gx
+                    .t()
+                    .unwrap()
+                    .index_select::<1, S2>(&gir)
+                    .unwrap()
+                    .to_vec()
+                    .unwrap();
                 assert_eq!(got, want, "index_select of a transpose, {what}");
                 // embedding of a [k, 1] and a [k] id tensor.
                 let want: Vec<T> = crate::tensor::Tensor::<_, T, S2>::embedding(&ir, &x)
@@ -1671,11 +1683,17 @@ fn out_of_range_indices_are_errors_and_the_device_keeps_working() {
         let e_cpu = x.index_select::<0, S2>(&i).unwrap_err().to_string();
         let e_gpu = gx.index_select::<0, S2>(&gi).unwrap_err().to_string();
         assert_eq!(e_gpu, e_cpu, "index {bad}");
-        assert!(e_gpu.contains(&format!("index {bad} in `index`")), "{e_gpu}");
+        assert!(
+            e_gpu.contains(&format!("index {bad} in `index`")),
+            "{e_gpu}"
+        );
         let e = crate::tensor::Tensor::<_, f32, S2>::embedding(&gi, &gx)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("embedding") && e.contains("valid indices are 0..=3"), "{e}");
+        assert!(
+            e.contains("embedding") && e.contains("valid indices are 0..=3"),
+            "{e}"
+        );
         // Large indices spread over many blocks, one bad among them.
         let mut many = vec![2i32; 100_000];
         many[77_777] = -5;
@@ -1708,10 +1726,19 @@ fn tril_and_triu_match_the_cpu() {
         let n = dims.iter().product();
         let (x, gx) = pair::<f32, (Dyn, Dyn, Dyn)>(random(&mut rng, n, -3.0, 3.0), &dims);
         for k in [-3, -1, 0, 1, 5] {
-            assert_eq!(gx.tril(k).unwrap().to_vec().unwrap(), x.tril(k).unwrap().to_vec().unwrap());
-            assert_eq!(gx.triu(k).unwrap().to_vec().unwrap(), x.triu(k).unwrap().to_vec().unwrap());
+            assert_eq!(
+                gx.tril(k).unwrap().to_vec().unwrap(),
+                x.tril(k).unwrap().to_vec().unwrap()
+            );
+            assert_eq!(
+                gx.triu(k).unwrap().to_vec().unwrap(),
+                x.triu(k).unwrap().to_vec().unwrap()
+            );
         }
         let (b, gb) = pair::<bool, (Dyn, Dyn, Dyn)>(vec![true; n], &dims);
-        assert_eq!(gb.tril(0).unwrap().to_vec().unwrap(), b.tril(0).unwrap().to_vec().unwrap());
+        assert_eq!(
+            gb.tril(0).unwrap().to_vec().unwrap(),
+            b.tril(0).unwrap().to_vec().unwrap()
+        );
     }
 }

@@ -272,7 +272,11 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
     ) -> Result<Self> {
         const {
             assert!(
-                embedding_fits((SI::RANK, SI::DIMS), (SW::RANK, SW::DIMS), (S::RANK, S::DIMS)),
+                embedding_fits(
+                    (SI::RANK, SI::DIMS),
+                    (SW::RANK, SW::DIMS),
+                    (S::RANK, S::DIMS)
+                ),
                 "embedding: the weight must be [V, E] and the result the input's dims then E"
             )
         };

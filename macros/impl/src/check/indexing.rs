@@ -38,7 +38,10 @@ impl<'s, 'k> Checker<'s, 'k> {
                     },
                     None => 0,
                 };
-                match self.ruled(rules::triangle(name, (&x.to_string(), &o.ty.dims)), &[&x.sp]) {
+                match self.ruled(
+                    rules::triangle(name, (&x.to_string(), &o.ty.dims)),
+                    &[&x.sp],
+                ) {
                     Some(dims) => self.push(
                         Op::Triangle {
                             x: id,
@@ -55,7 +58,8 @@ impl<'s, 'k> Checker<'s, 'k> {
                 let (ids_ex, w_ex) = (xs[0].expect("required"), xs[1].expect("required"));
                 let ids = self.operand_node(recv, ids_ex);
                 let w = self.expr(w_ex);
-                let (Some(oi), Some(ow)) = (self.tensor(ids, ids_ex, name), self.tensor(w, w_ex, name))
+                let (Some(oi), Some(ow)) =
+                    (self.tensor(ids, ids_ex, name), self.tensor(w, w_ex, name))
                 else {
                     return self.error_node(e);
                 };
@@ -85,7 +89,8 @@ impl<'s, 'k> Checker<'s, 'k> {
                 );
                 let x = self.operand_node(recv, x_ex);
                 let idx = self.expr(i_ex);
-                let (Some(ox), Some(oi)) = (self.tensor(x, x_ex, name), self.tensor(idx, i_ex, name))
+                let (Some(ox), Some(oi)) =
+                    (self.tensor(x, x_ex, name), self.tensor(idx, i_ex, name))
                 else {
                     return self.error_node(e);
                 };
@@ -201,7 +206,10 @@ impl<'s, 'k> Checker<'s, 'k> {
         let dim = match self.target_dim(end) {
             Some(Some(d)) => d,
             Some(None) => {
-                self.error(&end.sp, "`arange` needs its length: a literal or a dim name, not `-1`");
+                self.error(
+                    &end.sp,
+                    "`arange` needs its length: a literal or a dim name, not `-1`",
+                );
                 return self.error_node(e);
             }
             None => return self.error_node(e),
