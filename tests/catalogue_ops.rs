@@ -3615,7 +3615,7 @@ fn generic_embeddings_and_masks() {
         let want: Vec<bool> = (0..n * n).map(|i| i % n <= i / n).collect();
         assert_eq!(mask.to_vec().unwrap(), want);
         // More positions than the table has: an Err naming `wpe`'s rows.
-        let long: Tensor<Cpu, i64, S2> = ids_tensor(&vec![0; 6], &[1, 6]);
+        let long: Tensor<Cpu, i64, S2> = ids_tensor(&[0; 6], &[1, 6]);
         let err = gpt2_input(&long, &wte, &wpe).unwrap_err().to_string();
         assert!(
             err.contains("index 5 in `input`") && err.contains("the rows of `weight`"),
