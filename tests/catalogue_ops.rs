@@ -42,7 +42,10 @@ const fn walked(name: &'static str, function: bool, method: bool) -> Walked {
 /// each dim at ranks 1-4; `matmul` for every pair of ranks 1-4; `mm`,
 /// `bmm`, `dot` and `addmm` at their one rank (every bias shape);
 /// `reshape`, `view`, `permute`, `cast`, `to_device` and `to_cpu` at ranks
-/// 0-4; `t` at ranks 0-2.
+/// 0-4; `t` at ranks 0-2; `embedding` of ids of ranks 0-3 (every dtype
+/// of table, both index dtypes, no ids, an empty table), `index_select`
+/// and `gather` along each dim at ranks 1-4, `arange` of dims and
+/// literals, `tril` and `triu` at ranks 2-4 (every dtype, causal masks).
 const WALKED: &[Walked] = &[
     walked("eq", true, true),
     walked("ne", true, true),
@@ -83,6 +86,12 @@ const WALKED: &[Walked] = &[
     walked("permute", false, true),
     walked("transpose", false, true),
     walked("narrow", false, true),
+    walked("embedding", true, false),
+    walked("index_select", true, true),
+    walked("gather", true, true),
+    walked("arange", true, false),
+    walked("tril", true, true),
+    walked("triu", true, true),
     walked("cast", false, true),
     walked("to_device", false, true),
     walked("to_cpu", false, true),
@@ -3337,4 +3346,556 @@ fn keepdim_and_var() {
             var_ref(&v, &[4, 3], 0, 2, true),
         ],
     );
+}
+// embedding, index_select, gather, arange, tril, triu.
+// ---------------------------------------------------------------------
+
+/// `embedding` by plain loops: row `ids[i]` of `w` (`[V, E]`) for every id,
+/// `None` when an id is outside `0..V`.
+fn embedding_ref(ids: &[i64], id_dims: &[usize], w: &[f64], v: usize, e: usize) -> Option<Want> {
+    let mut out = Vec::with_capacity(ids.len() * e);
+    for &k in ids {
+        if k < 0 || k as usize >= v {
+            return None;
+        }
+        out.extend_from_slice(&w[k as usize * e..(k as usize + 1) * e]);
+    }
+    let mut dims = id_dims.to_vec();
+    dims.push(e);
+    Some(Want::bits(dims, out))
+}
+
+/// `index_select` by plain loops.
+fn index_select_ref(x: &[f64], d: &[usize], dim: usize, idx: &[i64]) -> Option<Want> {
+    if idx.iter().any(|&k| k < 0 || k as usize >= d[dim]) {
+        return None;
+    }
+    let mut od = d.to_vec();
+    od[dim] = idx.len();
+    let vals = (0..numel(&od))
+        .map(|i| {
+            let mut ix = unravel(i, &od);
+            ix[dim] = idx[ix[dim]] as usize;
+            x[ravel(&ix, d)]
+        })
+        .collect();
+    Some(Want::bits(od, vals))
+}
+
+/// `gather` by plain loops.
+fn gather_ref(x: &[f64], d: &[usize], dim: usize, idx: &[i64], id: &[usize]) -> Option<Want> {
+    let mut vals = Vec::with_capacity(idx.len());
+    for (i, &k) in idx.iter().enumerate() {
+        if k < 0 || k as usize >= d[dim] {
+            return None;
+        }
+        let mut ix = unravel(i, id);
+        ix[dim] = k as usize;
+        vals.push(x[ravel(&ix, d)]);
+    }
+    Some(Want::bits(id.to_vec(), vals))
+}
+
+/// `tril` (`upper: false`) or `triu` by plain loops.
+fn triangle_ref(x: &[f64], d: &[usize], upper: bool, diagonal: i64) -> Want {
+    let (r, c) = (d[d.len() - 2], d[d.len() - 1]);
+    let vals = x
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let (row, col) = ((i / c) % r, i % c);
+            let off = col as i64 - row as i64;
+            let keep = if upper {
+                off >= diagonal
+            } else {
+                off <= diagonal
+            };
+            if keep {
+                v
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    Want::bits(d.to_vec(), vals)
+}
+
+/// `n` indices in `0..below` (all of them `bad` when given).
+fn indices(rng: &mut Rng, n: usize, below: usize) -> Vec<i64> {
+    (0..n).map(|_| rng.below(below.max(1)) as i64).collect()
+}
+
+fn ids_tensor<I: DType, S: Shape>(v: &[i64], dims: &[usize]) -> Tensor<Cpu, I, S> {
+    Tensor::from_vec_dims(v.iter().map(|&k| I::from_i64(k)).collect(), dims).unwrap()
+}
+
+tensor_fn! {
+    fn emb0(ids: &Tensor<Cpu, i64, []>, w: &Tensor<Cpu, f64, [V, E]>) -> Tensor<Cpu, f64, [E]> {
+        embedding(ids, w)
+    }
+    fn emb1(ids: &Tensor<Cpu, i64, [N]>, w: &Tensor<Cpu, f64, [V, E]>) -> Tensor<Cpu, f64, [N, E]> {
+        embedding(ids, w)
+    }
+    fn emb2(ids: &Tensor<Cpu, i32, [B, N]>, w: &Tensor<Cpu, f64, [V, E]>) -> Tensor<Cpu, f64, [B, N, E]> {
+        embedding(input = ids, weight = w)
+    }
+    fn emb3(ids: &Tensor<Cpu, i64, [A, B, N]>, w: &Tensor<Cpu, f64, [V, E]>) -> Tensor<Cpu, f64, [A, B, N, E]> {
+        embedding(ids, w)
+    }
+    fn isel1(x: &Tensor<Cpu, f64, [A]>, i: &Tensor<Cpu, i64, [K]>) -> (Tensor<Cpu, f64, [K]>, Tensor<Cpu, f64, [K]>) {
+        (index_select(x, 0, i), x.index_select(-1, i))
+    }
+    fn isel2(x: &Tensor<Cpu, f64, [A, B]>, i: &Tensor<Cpu, i32, [K]>) -> (Tensor<Cpu, f64, [K, B]>, Tensor<Cpu, f64, [A, K]>, Tensor<Cpu, f64, [A, K]>) {
+        (x.index_select(0, i), index_select(x, 1, i), x.index_select(dim = -1, index = i))
+    }
+    fn isel3(x: &Tensor<Cpu, f64, [A, B, C]>, i: &Tensor<Cpu, i64, [K]>) -> (Tensor<Cpu, f64, [K, B, C]>, Tensor<Cpu, f64, [A, K, C]>, Tensor<Cpu, f64, [A, B, K]>) {
+        (x.index_select(0, i), x.index_select(1, i), index_select(x, 2, i))
+    }
+    fn isel4(x: &Tensor<Cpu, f64, [A, B, C, E]>, i: &Tensor<Cpu, i64, [K]>) -> (
+        Tensor<Cpu, f64, [K, B, C, E]>, Tensor<Cpu, f64, [A, K, C, E]>, Tensor<Cpu, f64, [A, B, K, E]>, Tensor<Cpu, f64, [A, B, C, K]>,
+    ) {
+        (x.index_select(0, i), x.index_select(1, i), x.index_select(2, i), x.index_select(-1, i))
+    }
+    fn gather1(x: &Tensor<Cpu, f64, [A]>, i: &Tensor<Cpu, i64, [K]>) -> (Tensor<Cpu, f64, [K]>, Tensor<Cpu, f64, [K]>) {
+        (gather(x, 0, i), x.gather(-1, i))
+    }
+    fn gather2(x: &Tensor<Cpu, f64, [A, B]>, i: &Tensor<Cpu, i32, [P, Q]>) -> (Tensor<Cpu, f64, [P, Q]>, Tensor<Cpu, f64, [P, Q]>, Tensor<Cpu, f64, [P, Q]>) {
+        (x.gather(0, i), gather(x, 1, i), x.gather(dim = -1, index = i))
+    }
+    fn gather3(x: &Tensor<Cpu, f64, [A, B, C]>, i: &Tensor<Cpu, i64, [P, Q, R]>) -> (Tensor<Cpu, f64, [P, Q, R]>, Tensor<Cpu, f64, [P, Q, R]>, Tensor<Cpu, f64, [P, Q, R]>) {
+        (x.gather(0, i), x.gather(1, i), gather(x, 2, i))
+    }
+    fn gather4(x: &Tensor<Cpu, f64, [A, B, C, E]>, i: &Tensor<Cpu, i64, [P, Q, R, S]>) -> (
+        Tensor<Cpu, f64, [P, Q, R, S]>, Tensor<Cpu, f64, [P, Q, R, S]>, Tensor<Cpu, f64, [P, Q, R, S]>, Tensor<Cpu, f64, [P, Q, R, S]>,
+    ) {
+        (x.gather(0, i), x.gather(1, i), x.gather(2, i), x.gather(3, i))
+    }
+    fn ranges(x: &Tensor<Cpu, f64, [N, M]>) -> (Tensor<Cpu, i64, [N]>, Tensor<Cpu, i64, [5]>, Tensor<Cpu, i64, [N * M]>, Tensor<Cpu, i64, [0]>) {
+        (arange(N), arange(5), arange(end = N * M), arange(0))
+    }
+    fn tri2(x: &Tensor<Cpu, f64, [A, B]>) -> (
+        Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>,
+    ) {
+        (tril(x), x.triu(), x.tril(diagonal = -1), triu(x, 2))
+    }
+    fn tri3(x: &Tensor<Cpu, f64, [A, B, C]>) -> (Tensor<Cpu, f64, [A, B, C]>, Tensor<Cpu, f64, [A, B, C]>) {
+        (x.tril(1), triu(x, -2))
+    }
+    fn tri4(x: &Tensor<Cpu, f64, [A, B, C, E]>) -> (Tensor<Cpu, f64, [A, B, C, E]>, Tensor<Cpu, f64, [A, B, C, E]>) {
+        (tril(x, 0), x.triu(diagonal = 0))
+    }
+    /// A causal mask from `arange` and a comparison, and from `tril`.
+    fn causal(m: &Tensor<Cpu, bool, [T, T]>) -> (Tensor<Cpu, bool, [T, T]>, Tensor<Cpu, bool, [T, T]>) {
+        (m.tril(), arange(T).unsqueeze(0).le(arange(T).unsqueeze(1)))
+    }
+}
+
+/// The dims each `iselN`/`gatherN` picks along, in its order.
+const SELECT_DIMS: [&[isize]; 5] = [&[], &[0, -1], &[0, 1, -1], &[0, 1, 2], &[0, 1, 2, -1]];
+const GATHER_DIMS: [&[isize]; 5] = [&[], &[0, -1], &[0, 1, -1], &[0, 1, 2], &[0, 1, 2, 3]];
+
+#[test]
+fn embedding_of_every_rank_of_ids() {
+    let mut rng = Rng::new(811);
+    for round in 0..6 {
+        let (v, e) = (1 + rng.below(6), 1 + rng.below(5));
+        let w_v = rng.values(v * e, SPECIAL);
+        let w: Tensor<Cpu, f64, shape![_, _]> = tensor(&w_v, &[v, e]);
+        // The last rounds put one id out of range (negative or past V).
+        let bad = round >= 4;
+        let d = random_dims(&mut rng, 1, 4);
+        let ids: Vec<Vec<i64>> = d
+            .iter()
+            .map(|dims| {
+                let mut ids = indices(&mut rng, numel(dims), v);
+                if bad {
+                    let k = rng.below(ids.len());
+                    ids[k] = if round == 4 { -1 } else { v as i64 };
+                }
+                ids
+            })
+            .collect();
+        let want = |r: usize| embedding_ref(&ids[r], &d[r], &w_v, v, e);
+        let what = |r: usize| format!("embedding of ids {:?} in [{v}, {e}]", d[r]);
+        check_or_err(&what(0), emb0(&ids_tensor(&ids[0], &d[0]), &w), &[want(0)]);
+        check_or_err(&what(1), emb1(&ids_tensor(&ids[1], &d[1]), &w), &[want(1)]);
+        check_or_err(&what(2), emb2(&ids_tensor(&ids[2], &d[2]), &w), &[want(2)]);
+        check_or_err(&what(3), emb3(&ids_tensor(&ids[3], &d[3]), &w), &[want(3)]);
+        // The typed API, i64 and i32 ids.
+        let t64: Result<Tensor<Cpu, f64, S4>> =
+            Tensor::embedding(&ids_tensor::<i64, S3>(&ids[3], &d[3]), &w);
+        check_or_err(&format!("typed {}", what(3)), t64, &[want(3)]);
+        let t32: Result<Tensor<Cpu, f64, S2>> =
+            Tensor::embedding(&ids_tensor::<i32, S1>(&ids[1], &d[1]), &w);
+        check_or_err(&format!("typed i32 {}", what(1)), t32, &[want(1)]);
+    }
+}
+
+#[test]
+fn embedding_of_no_ids_and_of_an_empty_table() {
+    let w: Tensor<Cpu, f64, shape![_, _]> = tensor(&[], &[0, 3]);
+    let none: Tensor<Cpu, i64, shape![_]> = ids_tensor(&[], &[0]);
+    check_all(
+        "no ids, V = 0",
+        &emb1(&none, &w).unwrap().outs(),
+        &[Want::bits(vec![0, 3], vec![])],
+    );
+    let one: Tensor<Cpu, i64, shape![_]> = ids_tensor(&[0], &[1]);
+    let e = emb1(&one, &w).unwrap_err().to_string();
+    assert!(
+        e.contains("embedding: index 0 in `input`") && e.contains("no index is valid"),
+        "{e}"
+    );
+    let w: Tensor<Cpu, f64, shape![_, _]> = tensor(&[1.0, 2.0], &[2, 1]);
+    let zero_e: Tensor<Cpu, f64, shape![_, _]> = tensor(&[], &[2, 0]);
+    let ids: Tensor<Cpu, i32, shape![_, _]> = ids_tensor(&[1, 0, 1], &[1, 3]);
+    check_all(
+        "[1, 3] ids",
+        &emb2(&ids, &w).unwrap().outs(),
+        &[Want::bits(vec![1, 3, 1], vec![2.0, 1.0, 2.0])],
+    );
+    check_all(
+        "E = 0",
+        &emb2(&ids, &zero_e).unwrap().outs(),
+        &[Want::bits(vec![1, 3, 0], vec![])],
+    );
+}
+
+/// `embedding` copies whatever the table holds: every dtype, bit for bit.
+#[test]
+fn embedding_of_every_dtype() {
+    fn walk<T: DType>() {
+        let mut rng = Rng::new(823);
+        let w_v = rng.values(12, &[0.0, -0.0, 1.0]);
+        let w: Tensor<Cpu, T, shape![4, 3]> = tensor(&w_v, &[4, 3]);
+        let stored: Vec<f64> = w.to_vec().unwrap().iter().map(|x| x.to_f64()).collect();
+        let ids = [3i64, 0, 3, 2, 1];
+        let want = embedding_ref(&ids, &[5], &stored, 4, 3).unwrap();
+        let got: Tensor<Cpu, T, shape![5, 3]> =
+            Tensor::embedding(&ids_tensor::<i64, shape![5]>(&ids, &[5]), &w).unwrap();
+        check(
+            &format!("embedding of {}", T::KIND.name()),
+            &one(&got),
+            &want,
+        );
+        let got: Tensor<Cpu, T, shape![5, 3]> =
+            Tensor::embedding(&ids_tensor::<i32, shape![5]>(&ids, &[5]), &w).unwrap();
+        check(
+            &format!("embedding of {} by i32", T::KIND.name()),
+            &one(&got),
+            &want,
+        );
+        // And through a transposed (strided) table.
+        let wt: Tensor<Cpu, T, shape![3, 4]> = tensor(&w_v, &[3, 4]);
+        let t = wt.t().unwrap();
+        let stored_t: Vec<f64> = t.to_vec().unwrap().iter().map(|x| x.to_f64()).collect();
+        let got: Tensor<Cpu, T, shape![5, 3]> =
+            Tensor::embedding(&ids_tensor::<i64, shape![5]>(&ids, &[5]), &t).unwrap();
+        check(
+            "strided table",
+            &one(&got),
+            &embedding_ref(&ids, &[5], &stored_t, 4, 3).unwrap(),
+        );
+    }
+    walk::<f32>();
+    walk::<f64>();
+    walk::<f16>();
+    walk::<bf16>();
+    walk::<i32>();
+    walk::<i64>();
+    walk::<u8>();
+    walk::<bool>();
+}
+
+#[test]
+fn index_select_along_each_dim() {
+    let mut rng = Rng::new(829);
+    for round in 0..8 {
+        let d = if round == 6 {
+            empty_dims(&mut rng)
+        } else {
+            random_dims(&mut rng, 1, 4)
+        };
+        let (xv, x) = inputs_by_rank(&mut rng, &d, SPECIAL);
+        let v = [&xv.0, &xv.1, &xv.2, &xv.3, &xv.4];
+        // Valid for every dim picked: below the smallest; the last round
+        // has one index past it (an Err where that dim is that small).
+        let k = if round == 5 { 0 } else { 1 + rng.below(5) };
+        for r in 1..5 {
+            let least = *d[r].iter().min().unwrap();
+            let mut idx = if least == 0 {
+                vec![]
+            } else {
+                indices(&mut rng, k, least)
+            };
+            if round == 7 {
+                idx = vec![0, -3];
+            }
+            let refs: Vec<Option<Want>> = SELECT_DIMS[r]
+                .iter()
+                .map(|&dim| index_select_ref(v[r], &d[r], pos(dim, r), &idx))
+                .collect();
+            let what = format!("index_select by {idx:?} at rank {r}, dims {:?}", d[r]);
+            let (i64s, i32s): (Tensor<Cpu, i64, S1>, Tensor<Cpu, i32, S1>) = (
+                ids_tensor(&idx, &[idx.len()]),
+                ids_tensor(&idx, &[idx.len()]),
+            );
+            match r {
+                1 => check_or_err(&what, isel1(&x.1, &i64s), &refs),
+                2 => check_or_err(&what, isel2(&x.2, &i32s), &refs),
+                3 => check_or_err(&what, isel3(&x.3, &i64s), &refs),
+                _ => check_or_err(&what, isel4(&x.4, &i64s), &refs),
+            }
+            // The typed API along dim 0 and the last dim, both index dtypes.
+            let last = r - 1;
+            let typed0 = index_select_ref(v[r], &d[r], 0, &idx);
+            let typed_last = index_select_ref(v[r], &d[r], last, &idx);
+            let w = format!("typed {what}");
+            match r {
+                1 => {
+                    check_or_err(&w, x.1.index_select::<0, S1>(&i32s), &[typed0]);
+                }
+                2 => {
+                    check_or_err(&w, x.2.index_select::<0, S2>(&i64s), &[typed0]);
+                    check_or_err(&w, x.2.index_select::<1, S2>(&i32s), &[typed_last]);
+                }
+                3 => {
+                    check_or_err(&w, x.3.index_select::<0, S3>(&i32s), &[typed0]);
+                    check_or_err(&w, x.3.index_select::<2, S3>(&i64s), &[typed_last]);
+                }
+                _ => {
+                    check_or_err(&w, x.4.index_select::<0, S4>(&i64s), &[typed0]);
+                    check_or_err(&w, x.4.index_select::<3, S4>(&i32s), &[typed_last]);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gather_along_each_dim() {
+    let mut rng = Rng::new(839);
+    for round in 0..8 {
+        let d = if round == 6 {
+            empty_dims(&mut rng)
+        } else {
+            random_dims(&mut rng, 1, 4)
+        };
+        let (xv, x) = inputs_by_rank(&mut rng, &d, SPECIAL);
+        let v = [&xv.0, &xv.1, &xv.2, &xv.3, &xv.4];
+        for r in 1..5 {
+            // Index dims no larger than the input's, values below its
+            // smallest dim (valid along every dim); round 7 puts one past.
+            let id: Vec<usize> = d[r]
+                .iter()
+                .map(|&n| if n == 0 { 0 } else { 1 + rng.below(n) })
+                .collect();
+            let least = *d[r].iter().min().unwrap();
+            let mut idx = indices(&mut rng, numel(&id), least);
+            if round == 7 && !idx.is_empty() {
+                let k = rng.below(idx.len());
+                idx[k] = if r % 2 == 0 { -1 } else { 99 };
+            }
+            let refs: Vec<Option<Want>> = GATHER_DIMS[r]
+                .iter()
+                .map(|&dim| gather_ref(v[r], &d[r], pos(dim, r), &idx, &id))
+                .collect();
+            let what = format!("gather by {id:?} at rank {r}, dims {:?}", d[r]);
+            match r {
+                1 => check_or_err(&what, gather1(&x.1, &ids_tensor(&idx, &id)), &refs),
+                2 => check_or_err(&what, gather2(&x.2, &ids_tensor(&idx, &id)), &refs),
+                3 => check_or_err(&what, gather3(&x.3, &ids_tensor(&idx, &id)), &refs),
+                _ => check_or_err(&what, gather4(&x.4, &ids_tensor(&idx, &id)), &refs),
+            }
+            let w = format!("typed {what}");
+            let last = r - 1;
+            let typed0 = gather_ref(v[r], &d[r], 0, &idx, &id);
+            let typed_last = gather_ref(v[r], &d[r], last, &idx, &id);
+            match r {
+                1 => check_or_err(
+                    &w,
+                    x.1.gather::<0, S1>(&ids_tensor::<i32, S1>(&idx, &id)),
+                    &[typed0],
+                ),
+                2 => {
+                    check_or_err(
+                        &w,
+                        x.2.gather::<0, S2>(&ids_tensor::<i64, S2>(&idx, &id)),
+                        &[typed0],
+                    );
+                    check_or_err(
+                        &w,
+                        x.2.gather::<1, S2>(&ids_tensor::<i32, S2>(&idx, &id)),
+                        &[typed_last],
+                    );
+                }
+                3 => check_or_err(
+                    &w,
+                    x.3.gather::<2, S3>(&ids_tensor::<i64, S3>(&idx, &id)),
+                    &[typed_last],
+                ),
+                _ => check_or_err(
+                    &w,
+                    x.4.gather::<0, S4>(&ids_tensor::<i32, S4>(&idx, &id)),
+                    &[typed0],
+                ),
+            }
+        }
+    }
+    // An index larger than the input off the gathered dim is an Err.
+    let x: Tensor<Cpu, f64, S2> = tensor(&[1.0, 2.0], &[1, 2]);
+    let i: Tensor<Cpu, i32, S2> = ids_tensor(&[0, 0, 0, 0], &[2, 2]);
+    let e = gather2(&x, &i).unwrap_err().to_string();
+    assert!(
+        e.contains("dim 0 of `index` is 2 but dim 0 of `self` is 1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn arange_of_dims_and_literals() {
+    for (n, m) in [(3, 4), (0, 2), (1, 1)] {
+        let x: Tensor<Cpu, f64, S2> = tensor(&vec![0.0; n * m], &[n, m]);
+        let r = |k: usize| Want::exact(vec![k], (0..k).map(|i| i as f64).collect());
+        check_all(
+            "arange",
+            &ranges(&x).unwrap().outs(),
+            &[r(n), r(5), r(n * m), r(0)],
+        );
+    }
+}
+
+#[test]
+fn tril_and_triu_of_every_rank() {
+    let mut rng = Rng::new(853);
+    for round in 0..5 {
+        let d = if round == 4 {
+            empty_dims(&mut rng)
+        } else {
+            random_dims(&mut rng, 1, 5)
+        };
+        let (xv, x) = inputs_by_rank(&mut rng, &d, SPECIAL);
+        let what = |r: usize| format!("tril/triu at rank {r}, dims {:?}", d[r]);
+        let t = |v: &[f64], r: usize, upper, k| triangle_ref(v, &d[r], upper, k);
+        check_all(
+            &what(2),
+            &tri2(&x.2).unwrap().outs(),
+            &[
+                t(&xv.2, 2, false, 0),
+                t(&xv.2, 2, true, 0),
+                t(&xv.2, 2, false, -1),
+                t(&xv.2, 2, true, 2),
+            ],
+        );
+        check_all(
+            &what(3),
+            &tri3(&x.3).unwrap().outs(),
+            &[t(&xv.3, 3, false, 1), t(&xv.3, 3, true, -2)],
+        );
+        check_all(
+            &what(4),
+            &tri4(&x.4).unwrap().outs(),
+            &[t(&xv.4, 4, false, 0), t(&xv.4, 4, true, 0)],
+        );
+        // The typed API, far diagonals included.
+        for k in [-7, -1, 0, 1, 7] {
+            check(
+                &format!("typed {}", what(3)),
+                &one(&x.3.tril(k).unwrap()),
+                &t(&xv.3, 3, false, k),
+            );
+            check(
+                &format!("typed {}", what(2)),
+                &one(&x.2.triu(k).unwrap()),
+                &t(&xv.2, 2, true, k),
+            );
+        }
+    }
+}
+
+#[test]
+fn tril_of_every_dtype_and_causal_masks() {
+    fn walk<T: DType>() {
+        let v: Vec<f64> = (1..=12).map(|i| i as f64).collect();
+        let x: Tensor<Cpu, T, shape![3, 4]> = tensor(&v, &[3, 4]);
+        let stored: Vec<f64> = x.to_vec().unwrap().iter().map(|x| x.to_f64()).collect();
+        let want = triangle_ref(&stored, &[3, 4], false, 0);
+        check(
+            &format!("tril of {}", T::KIND.name()),
+            &one(&x.tril(0).unwrap()),
+            &Want::exact(want.dims, want.vals),
+        );
+        let want = triangle_ref(&stored, &[3, 4], true, 1);
+        check(
+            &format!("triu of {}", T::KIND.name()),
+            &one(&x.triu(1).unwrap()),
+            &Want::exact(want.dims, want.vals),
+        );
+    }
+    walk::<f32>();
+    walk::<f64>();
+    walk::<f16>();
+    walk::<bf16>();
+    walk::<i32>();
+    walk::<i64>();
+    walk::<u8>();
+    walk::<bool>();
+    for t in [0, 1, 4] {
+        let m: Tensor<Cpu, bool, S2> = Tensor::ones_dims(&[t, t]).unwrap();
+        let (a, b) = causal(&m).unwrap();
+        let want: Vec<bool> = (0..t * t).map(|i| i % t <= i / t).collect();
+        assert_eq!(a.to_vec().unwrap(), want);
+        assert_eq!(b.to_vec().unwrap(), want);
+    }
+}
+
+tensor_fn! {
+    /// GPT-2's input: token and position embeddings, generic over the
+    /// device and the float dtype, and a causal mask of the same length.
+    fn gpt2_input<D: Device, T: Float>(
+        ids: &Tensor<D, i64, [B, N]>,
+        wte: &Tensor<D, T, [V, E]>,
+        wpe: &Tensor<D, T, [P, E]>,
+    ) -> (Tensor<D, T, [B, N, E]>, Tensor<D, bool, [N, N]>) {
+        let pos = embedding(arange(N), wpe);
+        let mask = arange(N).unsqueeze(1).ge(arange(N).unsqueeze(0));
+        (embedding(ids, wte) + pos, mask)
+    }
+}
+
+#[test]
+fn generic_embeddings_and_masks() {
+    fn walk<T: Float>() {
+        let (b, n, v, e, p) = (2, 3, 7, 4, 5);
+        let mut rng = Rng::new(877);
+        let wte_v = rng.values(v * e, &[]);
+        let wpe_v = rng.values(p * e, &[]);
+        let wte: Tensor<Cpu, T, S2> = tensor(&wte_v, &[v, e]);
+        let wpe: Tensor<Cpu, T, S2> = tensor(&wpe_v, &[p, e]);
+        let to = |x: &[f64]| -> Vec<f64> { x.iter().map(|&v| T::from_f64(v).to_f64()).collect() };
+        let (wte_s, wpe_s) = (to(&wte_v), to(&wpe_v));
+        let ids_v = indices(&mut rng, b * n, v);
+        let ids: Tensor<Cpu, i64, S2> = ids_tensor(&ids_v, &[b, n]);
+        let (x, mask) = gpt2_input(&ids, &wte, &wpe).unwrap();
+        let got: Vec<f64> = x.to_vec().unwrap().iter().map(|v| v.to_f64()).collect();
+        for (i, g) in got.iter().enumerate() {
+            let (row, col) = (i / e, i % e);
+            let want =
+                T::from_f64(wte_s[ids_v[row] as usize * e + col] + wpe_s[(row % n) * e + col]);
+            assert_eq!(*g, want.to_f64(), "{} element {i}", T::KIND.name());
+        }
+        let want: Vec<bool> = (0..n * n).map(|i| i % n <= i / n).collect();
+        assert_eq!(mask.to_vec().unwrap(), want);
+        // More positions than the table has: an Err naming `wpe`'s rows.
+        let long: Tensor<Cpu, i64, S2> = ids_tensor(&[0; 6], &[1, 6]);
+        let err = gpt2_input(&long, &wte, &wpe).unwrap_err().to_string();
+        assert!(
+            err.contains("index 5 in `input`") && err.contains("the rows of `weight`"),
+            "{err}"
+        );
+    }
+    walk::<f32>();
+    walk::<f64>();
+    walk::<f16>();
+    walk::<bf16>();
 }

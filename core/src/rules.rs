@@ -1163,6 +1163,175 @@ pub fn slice<D: DimValue>(
     Ok(out)
 }
 
+/// `embedding(input, weight)`: `input` holds ids of any shape `[..]`,
+/// `weight` is a table `[V, E]`; the result is `[.., E]`, one row of the
+/// table per id (PyTorch's `F.embedding`). The ids' values are checked
+/// when they are read (`0 <= id < V`).
+///
+/// ```
+/// use tensorfn_core::rules::embedding;
+/// assert_eq!(embedding::<usize>("embedding", ("ids", &[2, 7]), ("wte", &[50, 16])).unwrap(), vec![2, 7, 16]);
+/// let e = embedding::<usize>("embedding", ("ids", &[2]), ("wte", &[50])).unwrap_err();
+/// assert!(e.message.contains("`wte` must be a table [V, E]"));
+/// ```
+pub fn embedding<D: DimValue>(
+    op: &str,
+    input: Operand<'_, D>,
+    weight: Operand<'_, D>,
+) -> Result<Vec<D>, RuleError> {
+    let (wname, wdims) = weight;
+    if wdims.len() != 2 {
+        return err(
+            op,
+            1,
+            format!(
+                "`{wname}` must be a table [V, E] (one row of E values per id), found shape {}",
+                fmt_dims(wdims)
+            ),
+        );
+    }
+    if input.1.len() + 1 > 6 {
+        return err(
+            op,
+            0,
+            format!(
+                "`{}` has {} dims, so the result would have {}: tensors have at most 6 dims",
+                input.0,
+                input.1.len(),
+                input.1.len() + 1
+            ),
+        );
+    }
+    let mut out = input.1.to_vec();
+    out.push(wdims[1].clone());
+    Ok(out)
+}
+
+/// `index_select(input, dim, index)`: `index` is a 1-D list of positions
+/// along `dim`; the result is `input`'s dims with that dim's size
+/// replaced by `index`'s length.
+///
+/// ```
+/// use tensorfn_core::rules::index_select;
+/// assert_eq!(index_select::<usize>("index_select", ("x", &[4, 5]), 1, ("idx", &[3])).unwrap(), vec![4, 3]);
+/// let e = index_select::<usize>("index_select", ("x", &[4, 5]), 1, ("idx", &[3, 1])).unwrap_err();
+/// assert!(e.message.contains("`idx` must be 1-D"));
+/// ```
+pub fn index_select<D: DimValue>(
+    op: &str,
+    input: Operand<'_, D>,
+    dim: usize,
+    index: Operand<'_, D>,
+) -> Result<Vec<D>, RuleError> {
+    let (iname, idims) = index;
+    if idims.len() != 1 {
+        return err(
+            op,
+            2,
+            format!(
+                "`{iname}` must be 1-D (a list of positions along dim {dim}), found shape {}; flatten it with `.reshape([-1])`",
+                fmt_dims(idims)
+            ),
+        );
+    }
+    let (name, dims) = input;
+    if dim >= dims.len().max(1) {
+        return err(
+            op,
+            0,
+            format!("`{name}` {} has no dim {dim}", fmt_dims(dims)),
+        );
+    }
+    let mut out = dims.to_vec();
+    if out.is_empty() {
+        // A scalar counts as one dim (PyTorch): the result has the index's length.
+        out.push(idims[0].clone());
+    } else {
+        out[dim] = idims[0].clone();
+    }
+    Ok(out)
+}
+
+/// `gather(input, dim, index)`: `index` has `input`'s rank and the result
+/// has `index`'s shape; off `dim`, each of `index`'s dims is at most
+/// `input`'s (PyTorch's rule). Dims not known yet (symbols) are checked
+/// when they are.
+///
+/// ```
+/// use tensorfn_core::rules::gather;
+/// assert_eq!(gather::<usize>("gather", ("x", &[4, 5]), 1, ("idx", &[3, 7])).unwrap(), vec![3, 7]);
+/// let e = gather::<usize>("gather", ("x", &[4, 5]), 1, ("idx", &[6, 2])).unwrap_err();
+/// assert!(e.message.contains("dim 0 of `idx` is 6"));
+/// assert!(gather::<usize>("gather", ("x", &[4, 5]), 1, ("idx", &[4])).is_err());
+/// ```
+pub fn gather<D: DimValue>(
+    op: &str,
+    input: Operand<'_, D>,
+    dim: usize,
+    index: Operand<'_, D>,
+) -> Result<Vec<D>, RuleError> {
+    let ((name, dims), (iname, idims)) = (input, index);
+    if dims.len() != idims.len() {
+        return err(
+            op,
+            2,
+            format!(
+                "`{iname}` must have the rank of `{name}` ({} dims), found shape {} against {}",
+                dims.len(),
+                fmt_dims(idims),
+                fmt_dims(dims)
+            ),
+        );
+    }
+    if dim >= dims.len().max(1) {
+        return err(
+            op,
+            0,
+            format!("`{name}` {} has no dim {dim}", fmt_dims(dims)),
+        );
+    }
+    for (d, (a, i)) in dims.iter().zip(idims).enumerate() {
+        if d == dim {
+            continue;
+        }
+        if let (Some(a), Some(i)) = (a.to_usize(), i.to_usize()) {
+            if i > a {
+                return err(
+                    op,
+                    2,
+                    format!(
+                        "dim {d} of `{iname}` is {i} but dim {d} of `{name}` is {a}: off dim {dim}, `{iname}` may not be larger than `{name}`"
+                    ),
+                );
+            }
+        }
+    }
+    Ok(idims.to_vec())
+}
+
+/// `tril`/`triu` of `input`: the last two dims are the matrices, so the
+/// rank must be at least 2; the result has `input`'s dims.
+///
+/// ```
+/// use tensorfn_core::rules::triangle;
+/// assert_eq!(triangle::<usize>("tril", ("x", &[2, 3, 3])).unwrap(), vec![2, 3, 3]);
+/// assert!(triangle::<usize>("triu", ("x", &[3])).unwrap_err().message.contains("at least 2 dims"));
+/// ```
+pub fn triangle<D: DimValue>(op: &str, input: Operand<'_, D>) -> Result<Vec<D>, RuleError> {
+    let (name, dims) = input;
+    if dims.len() < 2 {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` works on the last two dims (matrices): `{name}` must have at least 2 dims, found shape {}",
+                fmt_dims(dims)
+            ),
+        );
+    }
+    Ok(dims.to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

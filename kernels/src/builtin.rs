@@ -273,6 +273,67 @@ pub fn cat_rows(unit: u32) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
+/// Name of [`gather`]`(unit, index)`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert_eq!(builtin::gather_name(4, DTypeKind::I64), "tf_gather_4b_i64");
+/// ```
+pub fn gather_name(unit: u32, index: DTypeKind) -> String {
+    format!("tf_gather_{unit}b_{index}")
+}
+
+/// Element sizes in bytes [`gather`] is defined for.
+///
+/// ```
+/// use tensorfn_kernels::builtin::GATHER_UNITS;
+/// use tensorfn_kernels::DTypeKind;
+/// assert!(DTypeKind::ALL.iter().all(|d| GATHER_UNITS.contains(&(d.size_bytes() as u32))));
+/// ```
+pub const GATHER_UNITS: [u32; 4] = [1, 2, 4, 8];
+
+/// The gather behind `index_select`, `gather` and `embedding`, moving
+/// elements of `unit` bytes picked by `index` (`I64` or `I32`) indices;
+/// `Err` for other units or index dtypes.
+///
+/// The entry `NAME(.param .u64 out, .param .u64 src, .param .u64 idx,
+/// .param .u64 flag, .param .u64 n, .param .u64 sel_stride, .param .u64
+/// sel_size, .param .align 8 .b8 meta[META_BYTES(2)])` computes, for every
+/// `i < n` with coordinates `c` over the dims of `meta` (an
+/// [`abi::StridedMeta`](crate::abi::StridedMeta) of the output's dims,
+/// any output strides, then the strides of `src` and of `idx`):
+/// `k = idx[c . idx_strides]` and `out[i] = src[c . src_strides + k *
+/// sel_stride]` (`out` is contiguous; counts in elements). An index
+/// outside `0..sel_size` is never used as an address: `out[i]` becomes
+/// zero, the `u64` `flag[0]` becomes 1 and `flag[1]` one such index (as
+/// `i64`). Launch with `block.x = BLOCK`, any `grid.x`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::gather(2, DTypeKind::I32).unwrap();
+/// assert!(k.ptx.contains(".entry tf_gather_2b_i32("));
+/// assert!(k.ptx.contains("atom.global.exch.b64"));
+/// assert!(builtin::gather(3, DTypeKind::I64).is_err());
+/// assert!(builtin::gather(4, DTypeKind::F32).is_err());
+/// ```
+pub fn gather(unit: u32, index: DTypeKind) -> Result<Kernel> {
+    if !GATHER_UNITS.contains(&unit) {
+        return Err(Error::Unsupported {
+            kernel: "gather",
+            message: format!("elements of {unit} bytes; elements are 1, 2, 4 or 8 bytes"),
+        });
+    }
+    if !matches!(index, DTypeKind::I64 | DTypeKind::I32) {
+        return Err(Error::Unsupported {
+            kernel: "gather",
+            message: format!("{index} indices; indices are i64 or i32"),
+        });
+    }
+    let name = gather_name(unit, index);
+    let ptx = ptx::gather(&name, unit, index);
+    Ok(Kernel { name, ptx })
+}
+
 fn unsupported(kernel: &'static str, e: Error) -> Error {
     match e {
         Error::Type { message, .. } => Error::Unsupported { kernel, message },
@@ -416,6 +477,9 @@ pub fn all() -> Vec<Kernel> {
         }
     }
     out.extend(CAT_UNITS.iter().filter_map(|&u| cat_rows(u).ok()));
+    for index in [DTypeKind::I64, DTypeKind::I32] {
+        out.extend(GATHER_UNITS.iter().filter_map(|&u| gather(u, index).ok()));
+    }
     out
 }
 

@@ -5,7 +5,7 @@
 //! Every primitive returns a new contiguous buffer with the dims of the
 //! given layout(s) unless it says otherwise.
 
-use crate::dtype::{DType, FloatDType, NumDType};
+use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
@@ -63,6 +63,17 @@ impl<B> RowBlocks<'_, B> {
         Ok(n)
     }
 }
+
+/// The dim a [`Backend::gather`] picks along in the source: its stride
+/// and size (the valid indices are `0..size`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Selected {
+    pub(crate) stride: usize,
+    pub(crate) size: usize,
+}
+
+/// A gather's buffer, or one of the indices that were out of range.
+pub(crate) type Gathered<B> = std::result::Result<B, i64>;
 
 /// A backend: the CPU or one CUDA ordinal. It is the only code that
 /// knows which device it runs on; tensors, conversions and streams go
@@ -188,6 +199,21 @@ pub(crate) trait Backend {
         l: &Layout,
         dim: usize,
     ) -> Result<Self::Buf<i64>>;
+
+    /// The gather behind `index_select`, `gather` and `embedding`: a
+    /// contiguous buffer of `lx`'s dims (`li` has the same dims) whose
+    /// element at position `p` is `x[lx(p) + k * sel.stride]`, where
+    /// `k = idx[li(p)]` (`lx(p)` is the storage index `lx` gives `p`). An
+    /// index outside `0..sel.size` is never read through: the result is
+    /// `Ok(Err(k))` with one such `k`.
+    fn gather<T: DType, I: IndexDType>(
+        &self,
+        x: &Self::Buf<T>,
+        lx: &Layout,
+        sel: Selected,
+        idx: &Self::Buf<I>,
+        li: &Layout,
+    ) -> Result<Gathered<Self::Buf<T>>>;
 
     /// Row op `op` (`softmax`, ...) along `dim`, computed in at least f32:
     /// a contiguous buffer of `l`'s dims, or of `l`'s dims without `dim`

@@ -106,6 +106,27 @@ pub trait NumDType: DType {}
 )]
 pub trait FloatDType: NumDType {}
 
+/// The dtypes of index tensors (`embedding`'s ids, `index_select`'s and
+/// `gather`'s `index`): `i64`, as PyTorch, and `i32`.
+///
+/// ```
+/// use tensorfn_runtime::{Cpu, IndexDType, Tensor, shape};
+/// fn picks<I: IndexDType>(v: Vec<I>) -> Vec<f32> {
+///     let x = Tensor::<Cpu, f32, shape![4]>::arange(10.0, 1.0).unwrap();
+///     let i = Tensor::<Cpu, I, shape![_]>::from_vec_dims(v.clone(), &[v.len()]).unwrap();
+///     x.index_select::<0, shape![_]>(&i).unwrap().to_vec().unwrap()
+/// }
+/// assert_eq!(picks(vec![3i64, 0]), vec![13.0, 10.0]);
+/// assert_eq!(picks(vec![1i32]), vec![11.0]);
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an index dtype",
+    note = "indices are i64 or i32: convert them with `.cast::<i64>()`"
+)]
+pub trait IndexDType: NumDType {}
+impl IndexDType for i64 {}
+impl IndexDType for i32 {}
+
 macro_rules! int_dtype {
     ($t:ty, $kind:ident) => {
         impl sealed::Sealed for $t {}

@@ -36,7 +36,9 @@ pub use cuda::{
     set_matmul_autotune, CudaMemoryStats,
 };
 pub use device::{Cpu, Cuda, Device, DeviceKind, SameDevice};
-pub use dtype::{DType, DTypeKind, FloatDType, FloatDType as Float, NumDType, SameDType};
+pub use dtype::{
+    DType, DTypeKind, FloatDType, FloatDType as Float, IndexDType, NumDType, SameDType,
+};
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use interop::NdShape;

@@ -154,6 +154,21 @@ pub enum OpKind {
     Reorder,
     /// `narrow(dim, start, length)`.
     Narrow,
+    /// `embedding(input, weight)`: rows of a table picked by integer ids.
+    Embedding,
+    /// `index_select(input, dim, index)`: positions along `dim` picked by
+    /// a 1-D integer index.
+    IndexSelect,
+    /// `gather(input, dim, index)`: along `dim`, the element each entry of
+    /// `index` names.
+    Gather,
+    /// `arange(end)`: `0, 1, .., end - 1` as `i64`.
+    Arange,
+    /// `tril` (`upper: false`) or `triu` of the last two dims.
+    Triangle {
+        /// True for `triu`.
+        upper: bool,
+    },
     /// `cast::<T>()`.
     Cast,
     /// `to_device::<D>()` and `to_cpu()`.
@@ -264,6 +279,16 @@ pub enum ShapeRule {
     Reorder,
     /// [`rules::slice`](crate::rules::slice).
     Slice,
+    /// [`rules::embedding`](crate::rules::embedding).
+    Embedding,
+    /// [`rules::index_select`](crate::rules::index_select).
+    IndexSelect,
+    /// [`rules::gather`](crate::rules::gather).
+    Gather,
+    /// `[end]`.
+    Arange,
+    /// [`rules::triangle`](crate::rules::triangle).
+    Triangle,
 }
 
 /// The slot for an op's derivative rule.
@@ -830,6 +855,66 @@ static LATER: &[OpDef] = &[
         DTypeRule::Same,
         ShapeRule::Slice,
         "`length` elements along `dim` from `start`.",
+    ),
+    def(
+        "embedding",
+        OpKind::Embedding,
+        true,
+        false,
+        &[INPUT, p("weight", TENSOR)],
+        DTypeRule::Same,
+        ShapeRule::Embedding,
+        "Row `id` of the table `weight` [V, E] for every id of `input` (`i64` or `i32`): `[.., E]`.",
+    ),
+    def(
+        "index_select",
+        OpKind::IndexSelect,
+        true,
+        true,
+        &[INPUT, p("dim", ParamKind::Dim), p("index", TENSOR)],
+        DTypeRule::Same,
+        ShapeRule::IndexSelect,
+        "The positions along `dim` that the 1-D `index` (`i64` or `i32`) lists, in its order.",
+    ),
+    def(
+        "gather",
+        OpKind::Gather,
+        true,
+        true,
+        &[INPUT, p("dim", ParamKind::Dim), p("index", TENSOR)],
+        DTypeRule::Same,
+        ShapeRule::Gather,
+        "Along `dim`, the element each entry of `index` (`i64` or `i32`, `input`'s rank) names.",
+    ),
+    def(
+        "arange",
+        OpKind::Arange,
+        true,
+        false,
+        &[p("end", SCALAR)],
+        DTypeRule::Index,
+        ShapeRule::Arange,
+        "`0, 1, .., end - 1` as `i64`, on the function's device (`end` a dim or a literal).",
+    ),
+    def(
+        "tril",
+        OpKind::Triangle { upper: false },
+        true,
+        true,
+        &[INPUT, opt("diagonal", SCALAR, "0")],
+        DTypeRule::Same,
+        ShapeRule::Triangle,
+        "The lower triangle of the last two dims (`col - row <= diagonal`), zeros above.",
+    ),
+    def(
+        "triu",
+        OpKind::Triangle { upper: true },
+        true,
+        true,
+        &[INPUT, opt("diagonal", SCALAR, "0")],
+        DTypeRule::Same,
+        ShapeRule::Triangle,
+        "The upper triangle of the last two dims (`col - row >= diagonal`), zeros below.",
     ),
     def(
         "cast",

@@ -28,6 +28,7 @@
 mod body;
 mod concat;
 mod elementwise;
+mod gather;
 mod inst;
 mod memory;
 mod rows;
@@ -36,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::ir::Kernel;
 use crate::lower::lower;
 use crate::reduction::{ReduceSpec, RowSpec};
+use tensorfn_core::DTypeKind;
 
 pub use crate::target::{Target, HEADER};
 pub use concat::CAT_PARTS;
@@ -190,6 +192,15 @@ pub(crate) fn cat_rows(name: &str, unit: u32) -> String {
     module(
         &format!("{name}: concatenation of contiguous row blocks, {unit}-byte units"),
         &[concat::cat_rows_entry(name, unit)],
+    )
+}
+
+/// The module of the gather entry `name` moving units of `unit` bytes
+/// picked by `index` indices (see [`builtin::gather`](crate::builtin::gather)).
+pub(crate) fn gather(name: &str, unit: u32, index: DTypeKind) -> String {
+    module(
+        &format!("{name}: gather of {unit}-byte elements by {index} indices"),
+        &[gather::gather_entry(name, unit, index)],
     )
 }
 

@@ -186,6 +186,17 @@ fn every_builtin_is_well_formed() {
             check_elementwise(k, 1);
         } else if k.name.starts_with("tf_binary_") {
             check_elementwise(k, 2);
+        } else if k.name.starts_with("tf_gather_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].name, k.name);
+            assert_eq!(es[0].params.len(), 8, "{}", k.name);
+            assert_eq!(
+                es[0].params[7],
+                format!(".param .align 8 .b8 p_meta[{}]", meta_bytes(2))
+            );
+            check_body(&es[0]);
+            check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_cat_rows_") {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 1, "{}", k.name);
@@ -249,6 +260,38 @@ fn every_builtin_is_well_formed() {
         .filter(|k| k.name.starts_with("tf_cat_rows_"))
         .count();
     assert_eq!(cat, builtin::CAT_UNITS.len());
+    let gather = all
+        .iter()
+        .filter(|k| k.name.starts_with("tf_gather_"))
+        .count();
+    assert_eq!(gather, 2 * builtin::GATHER_UNITS.len());
+}
+
+/// An index outside the table is never an address: the gather entries
+/// compare it (signed, so negatives too) before the only source load.
+#[test]
+fn gather_checks_the_index_before_reading() {
+    for index in [DTypeKind::I64, DTypeKind::I32] {
+        for unit in builtin::GATHER_UNITS {
+            let k = builtin::gather(unit, index).unwrap();
+            let body = &entries(&k.ptx)[0].body;
+            let check = body.find("setp.lt.s64").expect("sign check");
+            let skip = body
+                .find("gather_in_range")
+                .expect("the branch past the error path");
+            let src_loads: Vec<usize> = body
+                .match_indices("ld.global.nc.")
+                .map(|(i, _)| i)
+                .collect();
+            // The index load comes first, the element load after the check.
+            assert_eq!(src_loads.len(), 2, "{}", k.name);
+            assert!(
+                src_loads[0] < check && check < skip && skip < src_loads[1],
+                "{}",
+                k.name
+            );
+        }
+    }
 }
 
 /// f32 and f64 rows of the register path (16-bit ones: below) are

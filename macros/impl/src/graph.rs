@@ -226,6 +226,35 @@ pub enum Op {
         /// The joined dim.
         dim: usize,
     },
+    /// `embedding(ids, weight)`.
+    Embedding {
+        /// The ids (`i64` or `i32`).
+        ids: NodeId,
+        /// The table `[V, E]`.
+        weight: NodeId,
+    },
+    /// `index_select(x, dim, index)` or (`gather: true`) `gather(x, dim, index)`.
+    Select {
+        /// The source.
+        x: NodeId,
+        /// The indexed dim.
+        dim: usize,
+        /// The index tensor (`i64` or `i32`).
+        index: NodeId,
+        /// True for `gather`.
+        gather: bool,
+    },
+    /// `arange(end)` (the length in the node type).
+    Arange,
+    /// `tril(x, diagonal)` or (`upper: true`) `triu(x, diagonal)`.
+    Triangle {
+        /// The source.
+        x: NodeId,
+        /// True for `triu`.
+        upper: bool,
+        /// The diagonal's offset.
+        diagonal: i64,
+    },
     /// `x.to_device::<D>()`.
     ToDevice(NodeId, Device),
     /// A call to a tensor function of the same invocation.
@@ -290,7 +319,10 @@ impl Graph {
     /// The operands of a node, in order.
     pub fn inputs(&self, id: NodeId) -> Vec<NodeId> {
         match &self.nodes[id].op {
-            Op::Param(_) | Op::Lit { .. } => vec![],
+            Op::Param(_) | Op::Lit { .. } | Op::Arange => vec![],
+            Op::Embedding { ids, weight } => vec![*ids, *weight],
+            Op::Select { x, index, .. } => vec![*x, *index],
+            Op::Triangle { x, .. } => vec![*x],
             Op::Unary(_, a) | Op::Cast(a, _) | Op::T(a) | Op::ToDevice(a, _) => vec![*a],
             Op::Expand(a) => vec![*a],
             Op::Permute(a, _) | Op::Transpose(a, ..) | Op::TupleGet(a, _) => vec![*a],

@@ -6,6 +6,7 @@ pub(crate) mod buffer;
 pub(crate) mod copy;
 pub(crate) mod elementwise;
 mod fused;
+pub(crate) mod gather;
 pub(crate) mod matmul;
 mod par;
 pub(crate) mod reduce;
@@ -17,8 +18,8 @@ pub(crate) mod strided;
 pub(crate) mod typed;
 pub mod vmath;
 
-use crate::backend::{Backend, CopyTo, RowBlocks};
-use crate::dtype::{DType, FloatDType, NumDType};
+use crate::backend::{Backend, CopyTo, Gathered, RowBlocks, Selected};
+use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
@@ -267,6 +268,17 @@ impl Backend for CpuBackend {
             let r = reduce::rows(slice::<T, U>(x), l, dim);
             reduce::arg_reduce::<U>(op, &r)
         })
+    }
+
+    fn gather<T: DType, I: IndexDType>(
+        &self,
+        x: &Vec<T>,
+        lx: &Layout,
+        sel: Selected,
+        idx: &Vec<I>,
+        li: &Layout,
+    ) -> Result<Gathered<Vec<T>>> {
+        gather::gather(x, lx, sel, idx, li)
     }
 
     fn row_op<T: FloatDType>(

@@ -10,8 +10,8 @@ use super::context::{context, Context};
 use super::error::driver;
 use super::handles::Epilogue;
 use super::modules::Builtin;
-use crate::backend::{Backend, RowBlocks};
-use crate::dtype::{DType, FloatDType, NumDType};
+use crate::backend::{Backend, Gathered, RowBlocks, Selected};
+use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use cudarc::driver::{result, sys};
@@ -506,6 +506,17 @@ impl Backend for CudaBackend {
             cols,
         )?;
         Ok(out)
+    }
+
+    fn gather<T: DType, I: IndexDType>(
+        &self,
+        x: &CudaStorage<T>,
+        lx: &Layout,
+        sel: Selected,
+        idx: &CudaStorage<I>,
+        li: &Layout,
+    ) -> Result<Gathered<CudaStorage<T>>> {
+        self.gather_gpu(x, lx, sel, idx, li)
     }
 
     fn arg_reduce<T: NumDType>(

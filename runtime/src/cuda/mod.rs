@@ -32,6 +32,7 @@ mod context;
 mod error;
 mod event;
 mod fused;
+mod gather;
 mod grid;
 mod handles;
 mod launch;

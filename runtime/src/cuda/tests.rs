@@ -1570,3 +1570,175 @@ fn tuned_elementwise_grids_keep_the_results() {
     }
     set_elementwise_autotune(true);
 }
+
+// ----- index_select, gather, embedding, tril/triu ----------------------
+
+/// A CPU tensor and its copy on cuda:0.
+fn pair<T: DType, S: crate::shape::Shape>(
+    data: Vec<T>,
+    dims: &[usize],
+) -> (
+    crate::tensor::Tensor<crate::device::Cpu, T, S>,
+    crate::tensor::Tensor<crate::device::Cuda, T, S>,
+) {
+    let c = crate::tensor::Tensor::<crate::device::Cpu, T, S>::from_vec_dims(data, dims)
+        .expect("host tensor");
+    let g = c.to_device::<crate::device::Cuda>().expect("upload");
+    (c, g)
+}
+
+/// Gathers of every element size (every dtype), both index dtypes,
+/// strided sources and indices, against the CPU bit for bit.
+#[test]
+fn gathers_match_the_cpu_for_every_dtype() {
+    use crate::shape::Dyn;
+    let Some((_lock, _be)) = gpu() else { return };
+    fn walk<T: DType, I: crate::dtype::IndexDType>(rng: &mut SplitMix64) {
+        type S2 = (Dyn, Dyn);
+        type S1 = (Dyn,);
+        let what = format!("{} by {}", T::KIND.name(), I::KIND.name());
+        for (r, c) in [(5, 7), (1, 1), (33, 300), (0, 4)] {
+            let (x, gx) = pair::<T, S2>(random(rng, r * c, -50.0, 50.0), &[r, c]);
+            let k = 1 + (rng.uniform() * 40.0) as usize;
+            let rows: Vec<I> = (0..k)
+                .map(|_| I::from_f64((rng.uniform() * r as f64).floor()))
+                .collect();
+            let cols: Vec<I> = (0..k)
+                .map(|_| I::from_f64((rng.uniform() * c as f64).floor()))
+                .collect();
+            let (ir, gir) = pair::<I, S1>(rows.clone(), &[k]);
+            let (ic, gic) = pair::<I, S1>(cols.clone(), &[k]);
+            if r > 0 {
+                // index_select along both dims, of the matrix and of its transpose.
+                let want = x.index_select::<0, S2>(&ir).unwrap().to_vec().unwrap();
+                let got = gx.index_select::<0, S2>(&gir).unwrap().to_vec().unwrap();
+                assert_eq!(got, want, "index_select dim 0 of [{r}, {c}], {what}");
+                let want = x
+                    .t()
+                    .unwrap()
+                    .index_select::<1, S2>(&ir)
+                    .unwrap()
+                    .to_vec()
+                    .unwrap();
+                let got = gx
+                    .t()
+                    .unwrap()
+                    .index_select::<1, S2>(&gir)
+                    .unwrap()
+                    .to_vec()
+                    .unwrap();
+                assert_eq!(got, want, "index_select of a transpose, {what}");
+                // embedding of a [k, 1] and a [k] id tensor.
+                let want: Vec<T> = crate::tensor::Tensor::<_, T, S2>::embedding(&ir, &x)
+                    .unwrap()
+                    .to_vec()
+                    .unwrap();
+                let got: Vec<T> = crate::tensor::Tensor::<_, T, S2>::embedding(&gir, &gx)
+                    .unwrap()
+                    .to_vec()
+                    .unwrap();
+                assert_eq!(got, want, "embedding in [{r}, {c}], {what}");
+            }
+            if c > 0 {
+                let want = x.index_select::<1, S2>(&ic).unwrap().to_vec().unwrap();
+                let got = gx.index_select::<1, S2>(&gic).unwrap().to_vec().unwrap();
+                assert_eq!(got, want, "index_select dim 1 of [{r}, {c}], {what}");
+                // gather along the last dim by a [r, k] index.
+                let idx: Vec<I> = (0..r * k)
+                    .map(|_| I::from_f64((rng.uniform() * c as f64).floor()))
+                    .collect();
+                let (ig, gig) = pair::<I, S2>(idx, &[r, k]);
+                if k <= c || r == 0 {
+                    let want = x.gather::<1, S2>(&ig).unwrap().to_vec().unwrap();
+                    let got = gx.gather::<1, S2>(&gig).unwrap().to_vec().unwrap();
+                    assert_eq!(got, want, "gather dim 1 of [{r}, {c}], {what}");
+                }
+            }
+        }
+    }
+    let mut rng = seed();
+    walk::<f32, i64>(&mut rng);
+    walk::<f64, i32>(&mut rng);
+    walk::<f16, i64>(&mut rng);
+    walk::<bf16, i32>(&mut rng);
+    walk::<i64, i64>(&mut rng);
+    walk::<i32, i32>(&mut rng);
+    walk::<u8, i64>(&mut rng);
+    walk::<bool, i32>(&mut rng);
+}
+
+/// An index out of range (past the end, negative, or into an empty
+/// table) is an `Err` naming it, the kernel reads nothing through it, and
+/// the device keeps working: the next gather is right.
+#[test]
+fn out_of_range_indices_are_errors_and_the_device_keeps_working() {
+    use crate::shape::Dyn;
+    let Some((_lock, _be)) = gpu() else { return };
+    type S2 = (Dyn, Dyn);
+    type S1 = (Dyn,);
+    let (x, gx) = pair::<f32, S2>((0..12).map(|i| i as f32).collect(), &[4, 3]);
+    for bad in [4i64, -1, i64::MAX, i64::MIN, 1 << 40] {
+        let ids = vec![0, 3, bad, 1];
+        let (i, gi) = pair::<i64, S1>(ids.clone(), &[4]);
+        let e_cpu = x.index_select::<0, S2>(&i).unwrap_err().to_string();
+        let e_gpu = gx.index_select::<0, S2>(&gi).unwrap_err().to_string();
+        assert_eq!(e_gpu, e_cpu, "index {bad}");
+        assert!(
+            e_gpu.contains(&format!("index {bad} in `index`")),
+            "{e_gpu}"
+        );
+        let e = crate::tensor::Tensor::<_, f32, S2>::embedding(&gi, &gx)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("embedding") && e.contains("valid indices are 0..=3"),
+            "{e}"
+        );
+        // Large indices spread over many blocks, one bad among them.
+        let mut many = vec![2i32; 100_000];
+        many[77_777] = -5;
+        let (_, gm) = pair::<i32, S1>(many, &[100_000]);
+        let e = gx.index_select::<0, S2>(&gm).unwrap_err().to_string();
+        assert!(e.contains("index -5"), "{e}");
+        // The device still works.
+        let (j, gj) = pair::<i32, S1>(vec![3, 0], &[2]);
+        assert_eq!(
+            gx.index_select::<0, S2>(&gj).unwrap().to_vec().unwrap(),
+            x.index_select::<0, S2>(&j).unwrap().to_vec().unwrap()
+        );
+    }
+    // No rows: every id is out of range, no id is fine.
+    let (_, empty) = pair::<f32, S2>(vec![], &[0, 3]);
+    let (_, none) = pair::<i64, S1>(vec![], &[0]);
+    let (_, zero) = pair::<i64, S1>(vec![0], &[1]);
+    let y = crate::tensor::Tensor::<_, f32, S2>::embedding(&none, &empty).unwrap();
+    assert_eq!(y.shape(), &[0, 3]);
+    assert!(crate::tensor::Tensor::<_, f32, S2>::embedding(&zero, &empty).is_err());
+    crate::ops::dispatch::synchronize::<crate::device::Cuda>().unwrap();
+}
+
+#[test]
+fn tril_and_triu_match_the_cpu() {
+    use crate::shape::Dyn;
+    let Some((_lock, _be)) = gpu() else { return };
+    let mut rng = seed();
+    for dims in [[2usize, 5, 7], [1, 1, 1], [3, 0, 4], [1, 64, 33]] {
+        let n = dims.iter().product();
+        let (x, gx) = pair::<f32, (Dyn, Dyn, Dyn)>(random(&mut rng, n, -3.0, 3.0), &dims);
+        for k in [-3, -1, 0, 1, 5] {
+            assert_eq!(
+                gx.tril(k).unwrap().to_vec().unwrap(),
+                x.tril(k).unwrap().to_vec().unwrap()
+            );
+            assert_eq!(
+                gx.triu(k).unwrap().to_vec().unwrap(),
+                x.triu(k).unwrap().to_vec().unwrap()
+            );
+        }
+        let (b, gb) = pair::<bool, (Dyn, Dyn, Dyn)>(vec![true; n], &dims);
+        assert_eq!(
+            gb.tril(0).unwrap().to_vec().unwrap(),
+            b.tril(0).unwrap().to_vec().unwrap()
+        );
+    }
+}

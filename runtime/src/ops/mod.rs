@@ -12,6 +12,7 @@ mod binary;
 mod cast;
 mod cat;
 pub(crate) mod fused;
+mod gather;
 mod index;
 mod inplace;
 mod into;
@@ -21,6 +22,7 @@ mod reduce;
 pub(crate) mod retype;
 mod rows;
 mod select;
+mod triangle;
 mod unary;
 mod view;
 

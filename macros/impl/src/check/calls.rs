@@ -60,6 +60,14 @@ impl<'s, 'k> Checker<'s, 'k> {
             (OpKind::Stack, _) => return self.stack(args, e),
             (OpKind::RepeatInterleave, _) => return self.repeat_interleave(recv, args, e),
             (
+                OpKind::Embedding
+                | OpKind::IndexSelect
+                | OpKind::Gather
+                | OpKind::Arange
+                | OpKind::Triangle { .. },
+                _,
+            ) => return self.indexing(def, recv, args, e),
+            (
                 OpKind::Reduce(_)
                 | OpKind::Var
                 | OpKind::Reshape { .. }
@@ -142,7 +150,7 @@ impl<'s, 'k> Checker<'s, 'k> {
     }
 
     /// Binds the arguments of `def` (after the receiver of a method).
-    fn bind_op<'e>(
+    pub(super) fn bind_op<'e>(
         &mut self,
         def: &OpDef,
         method: bool,

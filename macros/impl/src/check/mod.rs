@@ -19,6 +19,7 @@ use tensorfn_kernels::{BinaryOp, CmpOp, ReduceOp, RowOp, RowShape, UnaryOp};
 
 mod calls;
 mod elementwise;
+mod indexing;
 mod linalg;
 mod views;
 

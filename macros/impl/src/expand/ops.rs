@@ -294,6 +294,37 @@ impl FnGen<'_> {
                 }
                 acc
             }
+            Op::Embedding { ids, weight } => {
+                let (ids, w) = (self.reference(*ids), self.reference(*weight));
+                let s = so();
+                quote!(::tensorfn::Tensor::<_, _, #s>::embedding(#ids, #w)?)
+            }
+            Op::Select {
+                x,
+                dim,
+                index,
+                gather,
+            } => {
+                let (x, i) = (self.reference(*x), self.reference(*index));
+                let s = so();
+                if *gather {
+                    quote!(#x.gather::<#dim, #s>(#i)?)
+                } else {
+                    quote!(#x.index_select::<#dim, #s>(#i)?)
+                }
+            }
+            Op::Arange => {
+                let t = self.tty(n);
+                let dev = device_tokens(t.device);
+                let dims = dims_array(&t.dims, self.symbols());
+                let s = so();
+                quote!(::tensorfn::Tensor::<#dev, i64, #s>::arange_dims(0, 1, &#dims)?)
+            }
+            Op::Triangle { x, upper, diagonal } => {
+                let x = self.reference(*x);
+                let m = if *upper { quote!(triu) } else { quote!(tril) };
+                quote!(#x.#m(#diagonal)?)
+            }
             Op::ToDevice(x, d) => {
                 let x = self.reference(*x);
                 let d = device_tokens(*d);

@@ -1,0 +1,227 @@
+//! Indexing and mask creation: `embedding`, `index_select`, `gather`,
+//! `arange`, `tril` and `triu`.
+
+use super::*;
+
+impl<'s, 'k> Checker<'s, 'k> {
+    /// A call of one of this file's ops, as a function (`recv` is `None`)
+    /// or a method of `recv`.
+    pub(super) fn indexing(
+        &mut self,
+        def: &'static OpDef,
+        recv: Option<(&Expr, NodeId)>,
+        args: &[Arg],
+        e: &Expr,
+    ) -> NodeId {
+        let name = def.name;
+        let Some(a) = self.bind_op(def, recv.is_some(), args, e) else {
+            return self.error_node(e);
+        };
+        // The arguments in the catalogue's order, the receiver first.
+        let mut xs: Vec<Option<&Expr>> = Vec::with_capacity(def.params.len());
+        if let Some((r, _)) = recv {
+            xs.push(Some(r));
+        }
+        xs.extend(a.iter().copied());
+        match def.kind {
+            OpKind::Arange => self.arange(xs[0].expect("required"), e),
+            OpKind::Triangle { upper } => {
+                let x = xs[0].expect("required");
+                let id = self.operand_node(recv, x);
+                let Some(o) = self.tensor(id, x, name) else {
+                    return self.error_node(e);
+                };
+                let diagonal = match xs[1] {
+                    Some(d) => match self.int_arg(d, &format!("the `diagonal` of `{name}`")) {
+                        Some(v) => v as i64,
+                        None => return self.error_node(e),
+                    },
+                    None => 0,
+                };
+                match self.ruled(
+                    rules::triangle(name, (&x.to_string(), &o.ty.dims)),
+                    &[&x.sp],
+                ) {
+                    Some(dims) => self.push(
+                        Op::Triangle {
+                            x: id,
+                            upper,
+                            diagonal,
+                        },
+                        Ty::Tensor(TensorTy { dims, ..o.ty }),
+                        e,
+                    ),
+                    None => self.error_node(e),
+                }
+            }
+            OpKind::Embedding => {
+                let (ids_ex, w_ex) = (xs[0].expect("required"), xs[1].expect("required"));
+                let ids = self.operand_node(recv, ids_ex);
+                let w = self.expr(w_ex);
+                let (Some(oi), Some(ow)) =
+                    (self.tensor(ids, ids_ex, name), self.tensor(w, w_ex, name))
+                else {
+                    return self.error_node(e);
+                };
+                let mut ok = self.index_dtype(name, "input", &oi);
+                ok &= self.same_device(name, &ow, &oi);
+                let rule = rules::embedding(
+                    name,
+                    (&ids_ex.to_string(), &oi.ty.dims),
+                    (&w_ex.to_string(), &ow.ty.dims),
+                );
+                match self.ruled(rule, &[&ids_ex.sp, &w_ex.sp]) {
+                    Some(dims) if ok => self.push(
+                        Op::Embedding { ids, weight: w },
+                        Ty::Tensor(TensorTy { dims, ..ow.ty }),
+                        e,
+                    ),
+                    _ => self.error_node(e),
+                }
+            }
+            _ => {
+                // index_select and gather: (input, dim, index).
+                let gather = def.kind == OpKind::Gather;
+                let (x_ex, d_ex, i_ex) = (
+                    xs[0].expect("required"),
+                    xs[1].expect("required"),
+                    xs[2].expect("required"),
+                );
+                let x = self.operand_node(recv, x_ex);
+                let idx = self.expr(i_ex);
+                let (Some(ox), Some(oi)) =
+                    (self.tensor(x, x_ex, name), self.tensor(idx, i_ex, name))
+                else {
+                    return self.error_node(e);
+                };
+                let Some(dim) = self.dim_arg(d_ex, name, &ox) else {
+                    return self.error_node(e);
+                };
+                let mut ok = self.index_dtype(name, "index", &oi);
+                ok &= self.same_device(name, &ox, &oi);
+                let operands = (
+                    (x_ex.to_string(), &ox.ty.dims),
+                    (i_ex.to_string(), &oi.ty.dims),
+                );
+                let rule = if gather {
+                    rules::gather(
+                        name,
+                        (&operands.0 .0, operands.0 .1),
+                        dim,
+                        (&operands.1 .0, operands.1 .1),
+                    )
+                } else {
+                    rules::index_select(
+                        name,
+                        (&operands.0 .0, operands.0 .1),
+                        dim,
+                        (&operands.1 .0, operands.1 .1),
+                    )
+                };
+                match self.ruled(rule, &[&x_ex.sp, &d_ex.sp, &i_ex.sp]) {
+                    Some(dims) if ok => self.push(
+                        Op::Select {
+                            x,
+                            dim,
+                            index: idx,
+                            gather,
+                        },
+                        Ty::Tensor(TensorTy { dims, ..ox.ty }),
+                        e,
+                    ),
+                    _ => self.error_node(e),
+                }
+            }
+        }
+    }
+
+    /// The node of the first operand: the receiver of a method, else the
+    /// first argument, evaluated.
+    fn operand_node(&mut self, recv: Option<(&Expr, NodeId)>, x: &Expr) -> NodeId {
+        match recv {
+            Some((_, id)) => id,
+            None => self.expr(x),
+        }
+    }
+
+    /// Index tensors hold `i64` or `i32`; anything else is an error on the
+    /// operand naming the fix.
+    fn index_dtype(&mut self, op: &str, param: &str, o: &Operand<'_>) -> bool {
+        if matches!(o.ty.dtype, Dt::Kind(DTypeKind::I64 | DTypeKind::I32)) {
+            return true;
+        }
+        let fix = match o.ty.dtype {
+            Dt::Param(n, _) => format!(
+                "a dtype parameter `{n}` may be a float: give `{}` the type `i64`",
+                o.ex
+            ),
+            Dt::Kind(_) => format!("convert them with `{}.cast::<i64>()`", o.ex.receiver_text()),
+        };
+        let what = if param == "input" { "ids" } else { "indices" };
+        self.error(
+            &o.ex.sp,
+            format!(
+                "`{op}` takes `{param}` as `i64` or `i32` {what}, but `{}` is {}: {fix}",
+                o.ex, o.ty.dtype
+            ),
+        );
+        false
+    }
+
+    /// `index` must be on `x`'s device.
+    fn same_device(&mut self, op: &str, x: &Operand<'_>, index: &Operand<'_>) -> bool {
+        if x.ty.device == index.ty.device {
+            return true;
+        }
+        let dev = x.ty.device;
+        self.error(
+            &index.ex.sp,
+            format!(
+                "`{}` is on {} but `{op}` runs on {dev} (`{}`: {dev}): move it with `{}.to_device::<{dev}>()`",
+                index.ex,
+                index.ty.device,
+                x.ex,
+                index.ex.receiver_text()
+            ),
+        );
+        false
+    }
+
+    /// `arange(end)`: `[end]` of `i64` on the function's device (its
+    /// result's, else its first tensor parameter's).
+    fn arange(&mut self, end: &Expr, e: &Expr) -> NodeId {
+        let device = self.sig.ret.first().map(|t| t.device).or_else(|| {
+            self.sig.params.iter().find_map(|p| match p {
+                ParamSig::Tensor(t) => Some(t.device),
+                _ => None,
+            })
+        });
+        let Some(device) = device else {
+            self.error(
+                &e.sp,
+                "`arange` makes its tensor on the function's device, but this function has no tensor to take it from",
+            );
+            return self.error_node(e);
+        };
+        let dim = match self.target_dim(end) {
+            Some(Some(d)) => d,
+            Some(None) => {
+                self.error(
+                    &end.sp,
+                    "`arange` needs its length: a literal or a dim name, not `-1`",
+                );
+                return self.error_node(e);
+            }
+            None => return self.error_node(e),
+        };
+        self.push(
+            Op::Arange,
+            Ty::Tensor(TensorTy {
+                device,
+                dtype: Dt::Kind(DTypeKind::I64),
+                dims: vec![dim],
+            }),
+            e,
+        )
+    }
+}
