@@ -269,7 +269,12 @@ mod tests {
     /// the f64 reference, a large mean included.
     #[test]
     fn every_entry_follows_the_reference() {
-        let floats = [DTypeKind::F32, DTypeKind::F64, DTypeKind::F16, DTypeKind::BF16];
+        let floats = [
+            DTypeKind::F32,
+            DTypeKind::F64,
+            DTypeKind::F16,
+            DTypeKind::BF16,
+        ];
         for op in NormOp::ALL {
             for dtype in floats {
                 let tol = match dtype {

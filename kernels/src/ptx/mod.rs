@@ -193,7 +193,10 @@ pub(crate) fn norm(name: &str, op: crate::ops::NormOp, dtype: tensorfn_core::DTy
         .map(|&e| norm::norm_entry(name, op, dtype, e))
         .collect();
     module(
-        &format!("{name}: {} over rows of {dtype}", op.name().replace('_', "-")),
+        &format!(
+            "{name}: {} over rows of {dtype}",
+            op.name().replace('_', "-")
+        ),
         &entries,
     )
 }

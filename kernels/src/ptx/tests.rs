@@ -303,14 +303,23 @@ fn check_norm(k: &Kernel) {
 #[test]
 fn norm_register_entries_read_each_row_once() {
     for op in NormOp::ALL {
-        for dtype in [DTypeKind::F32, DTypeKind::F64, DTypeKind::F16, DTypeKind::BF16] {
+        for dtype in [
+            DTypeKind::F32,
+            DTypeKind::F64,
+            DTypeKind::F16,
+            DTypeKind::BF16,
+        ] {
             let k = builtin::norm(op, dtype);
             for e in entries(&k.ptx) {
                 if e.name.ends_with("_long") {
                     continue;
                 }
                 let vector = e.name.ends_with("_v");
-                let per = if vector { crate::norm::vector(dtype) } else { 1 };
+                let per = if vector {
+                    crate::norm::vector(dtype)
+                } else {
+                    1
+                };
                 let accesses = crate::norm::slots(dtype) / per;
                 let loads = e.body.matches("ld.global.nc").count();
                 let tensors = if op.has_bias() { 3 } else { 2 };
