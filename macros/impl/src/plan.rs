@@ -465,7 +465,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     Op::MatMul(..) | Op::Bmm(..) | Op::Dot(..) | Op::AddMm { .. } => {
                         (n, Some(bytes(g, n)), true, None)
                     }
-                    Op::Reduce { .. } | Op::Row { .. } | Op::Cat { .. } => {
+                    Op::Reduce { .. } | Op::Row { .. } | Op::Cat { .. } | Op::Norm { .. } => {
                         (n, Some(bytes(g, n)), true, None)
                     }
                     Op::ToDevice(x, d) => {
