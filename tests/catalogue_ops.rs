@@ -16,7 +16,7 @@
 
 use tensorfn::prelude::*;
 use tensorfn::{DType, Shape};
-use tensorfn_core::ops::{self, OpKind, ReduceOp};
+use tensorfn_core::ops::{self, NormOp, OpKind, ReduceOp};
 
 /// A catalogue op walked here, with the forms its walk writes.
 struct Walked {
@@ -37,7 +37,8 @@ const fn walked(name: &'static str, function: bool, method: bool) -> Walked {
 /// ranks are those its shape rule accepts): comparisons, `where_`,
 /// `masked_fill`, `clamp` and `addcmul` at ranks 0-4 with broadcasting;
 /// reductions over everything at ranks 0-4 and along each dim at ranks
-/// 1-4; `softmax`, `log_softmax`, `logsumexp`, `cat`, `narrow` and
+/// 1-4; `layer_norm` and `rms_norm` over the last dim at ranks 1-4 (and
+/// in f32, f16 and bf16); `softmax`, `log_softmax`, `logsumexp`, `cat`, `narrow` and
 /// `transpose` along
 /// each dim at ranks 1-4; `matmul` for every pair of ranks 1-4; `mm`,
 /// `bmm`, `dot` and `addmm` at their one rank (every bias shape);
@@ -66,6 +67,8 @@ const WALKED: &[Walked] = &[
     walked("softmax", true, true),
     walked("log_softmax", true, true),
     walked("logsumexp", true, true),
+    walked("layer_norm", true, true),
+    walked("rms_norm", true, true),
     walked("matmul", true, true),
     walked("mm", true, true),
     walked("bmm", true, true),
@@ -3528,6 +3531,75 @@ fn embedding_of_every_rank_of_ids() {
         let t32: Result<Tensor<Cpu, f64, S2>> =
             Tensor::embedding(&ids_tensor::<i32, S1>(&ids[1], &d[1]), &w);
         check_or_err(&format!("typed i32 {}", what(1)), t32, &[want(1)]);
+// layer_norm, rms_norm.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn norm1(x: &Tensor<Cpu, f64, [N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
+        Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>,
+    ) {
+        (layer_norm(x, w, b), x.layer_norm(w, b, eps = 1e-3), rms_norm(x, w), x.rms_norm(w, eps = 1e-6))
+    }
+    fn norm2(x: &Tensor<Cpu, f64, [A, N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
+        Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>,
+    ) {
+        (layer_norm(x, w, b, 1e-3), x.layer_norm(weight = w, bias = b), rms_norm(x, w, eps = 1e-6), x.rms_norm(w))
+    }
+    fn norm3(x: &Tensor<Cpu, f64, [A, B, N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
+        Tensor<Cpu, f64, [A, B, N]>, Tensor<Cpu, f64, [A, B, N]>, Tensor<Cpu, f64, [A, B, N]>, Tensor<Cpu, f64, [A, B, N]>,
+    ) {
+        (x.layer_norm(w, b), layer_norm(input = x, weight = w, bias = b, eps = 1e-3), x.rms_norm(w, 1e-6), rms_norm(x, weight = w))
+    }
+    fn norm4(x: &Tensor<Cpu, f64, [A, B, C, N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
+        Tensor<Cpu, f64, [A, B, C, N]>, Tensor<Cpu, f64, [A, B, C, N]>, Tensor<Cpu, f64, [A, B, C, N]>, Tensor<Cpu, f64, [A, B, C, N]>,
+    ) {
+        (layer_norm(x, w, b), x.layer_norm(w, b, 1e-3), rms_norm(x, w, 1e-6), x.rms_norm(w))
+    }
+    fn norm_f32(x: &Tensor<Cpu, f32, [A, N]>, w: &Tensor<Cpu, f32, [N]>, b: &Tensor<Cpu, f32, [N]>) -> (Tensor<Cpu, f32, [A, N]>, Tensor<Cpu, f32, [A, N]>) {
+        (x.layer_norm(w, b), rms_norm(x, w, eps = 1e-6))
+    }
+    fn norm_f16(x: &Tensor<Cpu, f16, [A, N]>, w: &Tensor<Cpu, f16, [N]>, b: &Tensor<Cpu, f16, [N]>) -> (Tensor<Cpu, f16, [A, N]>, Tensor<Cpu, f16, [A, N]>) {
+        (x.layer_norm(w, b), rms_norm(x, w))
+    }
+    fn norm_bf16(x: &Tensor<Cpu, bf16, [A, N]>, w: &Tensor<Cpu, bf16, [N]>, b: &Tensor<Cpu, bf16, [N]>) -> (Tensor<Cpu, bf16, [A, N]>, Tensor<Cpu, bf16, [A, N]>) {
+        (layer_norm(x, w, b, eps = 1e-5), x.rms_norm(w, eps = 1e-6))
+    }
+    /// Static dims, a weight read as a `Const` against the input's own.
+    fn norm_static(x: &Tensor<Cpu, f32, [2, 3]>, w: &Tensor<Cpu, f32, [3]>, b: &Tensor<Cpu, f32, [3]>) -> Tensor<Cpu, f32, [2, 3]> {
+        layer_norm(x, w, b) + rms_norm(x, w)
+    }
+}
+
+/// `(op, eps)` of each result of `normN` (`None`: the op's default).
+const NORMS: [&[(NormOp, Option<f64>)]; 5] = {
+    use NormOp::{LayerNorm as L, RmsNorm as R};
+    [
+        &[],
+        &[(L, None), (L, Some(1e-3)), (R, None), (R, Some(1e-6))],
+        &[(L, Some(1e-3)), (L, None), (R, Some(1e-6)), (R, None)],
+        &[(L, None), (L, Some(1e-3)), (R, Some(1e-6)), (R, None)],
+        &[(L, None), (L, Some(1e-3)), (R, Some(1e-6)), (R, None)],
+    ]
+};
+
+/// `op` over the last dim of `x` (dims `d`), each row against the f64
+/// reference, within `rel` of the result's scale (`|w| + |b|` bounds a
+/// normalised element over `sqrt(len)`).
+fn norm_ref(op: NormOp, x: &[f64], d: &[usize], w: &[f64], b: &[f64], eps: f64, rel: f64) -> Want {
+    let len = *d.last().expect("rank 1 or more");
+    let mut vals = Vec::with_capacity(x.len());
+    let mut tol = Vec::with_capacity(x.len());
+    if len > 0 {
+        for row in x.chunks(len) {
+            vals.extend(op.eval_f64(row, w, b, eps));
+            let scale = (len as f64).sqrt();
+            tol.extend((0..len).map(|c| rel * (w[c].abs() * scale + b[c].abs() + 1.0)));
+        }
+    }
+    Want {
+        dims: d.to_vec(),
+        vals,
+        tol,
     }
 }
 
@@ -3808,6 +3880,92 @@ fn tril_and_triu_of_every_rank() {
                 &format!("typed {}", what(2)),
                 &one(&x.2.triu(k).unwrap()),
                 &t(&xv.2, 2, true, k),
+fn norms_over_the_last_dim_at_every_rank() {
+    let mut rng = Rng::new(707);
+    for round in 0..5 {
+        let d = match round {
+            0 | 1 => random_dims(&mut rng, 1, 6),
+            2 => empty_dims(&mut rng),
+            3 => random_dims(&mut rng, 1, 3),
+            // Long rows (the block path of the CUDA kernels; here the same
+            // loop) with a large mean.
+            _ => [
+                vec![],
+                vec![4100],
+                vec![2, 1500],
+                vec![1, 2, 700],
+                vec![1, 1, 2, 300],
+            ],
+        };
+        let special: &[f64] = if round == 4 { &[] } else { SPECIAL };
+        let (mut xv, x) = inputs_by_rank(&mut rng, &d, special);
+        if round == 4 {
+            for v in [&mut xv.1, &mut xv.2, &mut xv.3, &mut xv.4] {
+                v.iter_mut().for_each(|x| *x += 1000.0);
+            }
+        }
+        let x = if round == 4 {
+            (
+                x.0,
+                tensor(&xv.1, &d[1]),
+                tensor(&xv.2, &d[2]),
+                tensor(&xv.3, &d[3]),
+                tensor(&xv.4, &d[4]),
+            )
+        } else {
+            x
+        };
+        for r in 1..5 {
+            let n = d[r][r - 1];
+            let wv = rng.values(n, &[]);
+            let bv = rng.values(n, &[]);
+            let (w, b): (Tensor<Cpu, f64, S1>, Tensor<Cpu, f64, S1>) =
+                (tensor(&wv, &[n]), tensor(&bv, &[n]));
+            let v = [&xv.0, &xv.1, &xv.2, &xv.3, &xv.4][r];
+            let want: Vec<Want> = NORMS[r]
+                .iter()
+                .map(|&(op, eps)| {
+                    let eps = eps.unwrap_or(op.default_eps(tensorfn::DTypeKind::F64));
+                    norm_ref(op, v, &d[r], &wv, &bv, eps, 1e-12)
+                })
+                .collect();
+            let what = format!("norms at rank {r}, dims {:?}", d[r]);
+            let got = match r {
+                1 => norm1(&x.1, &w, &b).unwrap().outs(),
+                2 => norm2(&x.2, &w, &b).unwrap().outs(),
+                3 => norm3(&x.3, &w, &b).unwrap().outs(),
+                _ => norm4(&x.4, &w, &b).unwrap().outs(),
+            };
+            check_all(&what, &got, &want);
+            // The typed API.
+            let typed = match r {
+                1 => (
+                    x.1.layer_norm(&w, &b, 1e-3).unwrap().outs(),
+                    x.1.rms_norm(&w, None).unwrap().outs(),
+                ),
+                2 => (
+                    x.2.layer_norm(&w, &b, 1e-3).unwrap().outs(),
+                    x.2.rms_norm(&w, None).unwrap().outs(),
+                ),
+                3 => (
+                    x.3.layer_norm(&w, &b, 1e-3).unwrap().outs(),
+                    x.3.rms_norm(&w, None).unwrap().outs(),
+                ),
+                _ => (
+                    x.4.layer_norm(&w, &b, 1e-3).unwrap().outs(),
+                    x.4.rms_norm(&w, None).unwrap().outs(),
+                ),
+            };
+            let eps64 = NormOp::RmsNorm.default_eps(tensorfn::DTypeKind::F64);
+            check(
+                &format!("typed layer_norm, {what}"),
+                &typed.0[0],
+                &norm_ref(NormOp::LayerNorm, v, &d[r], &wv, &bv, 1e-3, 1e-12),
+            );
+            check(
+                &format!("typed rms_norm, {what}"),
+                &typed.1[0],
+                &norm_ref(NormOp::RmsNorm, v, &d[r], &wv, &bv, eps64, 1e-12),
             );
         }
     }
@@ -3860,6 +4018,47 @@ tensor_fn! {
         let pos = embedding(arange(N), wpe);
         let mask = arange(N).unsqueeze(1).ge(arange(N).unsqueeze(0));
         (embedding(ids, wte) + pos, mask)
+fn norms_in_f32_f16_and_bf16() {
+    let mut rng = Rng::new(708);
+    for (a, n, shift) in [
+        (3, 1, 0.0),
+        (5, 7, 0.0),
+        (4, 64, 100.0),
+        (2, 1000, 0.0),
+        (2, 4096, 1000.0),
+    ] {
+        let d = [a, n];
+        let xv = rng.values(a * n, SPECIAL);
+        let xv: Vec<f64> = xv.iter().map(|v| v + shift).collect();
+        let wv = rng.values(n, &[]);
+        let bv = rng.values(n, &[]);
+        macro_rules! case {
+            ($t:ty, $f:ident, $rel:expr, $eps_l:expr, $eps_r:expr) => {{
+                let x: Tensor<Cpu, $t, S2> = tensor(&xv, &d);
+                let w: Tensor<Cpu, $t, S1> = tensor(&wv, &[n]);
+                let b: Tensor<Cpu, $t, S1> = tensor(&bv, &[n]);
+                // The references see the values as rounded to the dtype.
+                let r = |v: &[f64]| -> Vec<f64> {
+                    v.iter().map(|&x| <$t>::from_f64(x).to_f64()).collect()
+                };
+                let (xr, wr, br) = (r(&xv), r(&wv), r(&bv));
+                let want = [
+                    norm_ref(NormOp::LayerNorm, &xr, &d, &wr, &br, $eps_l, $rel),
+                    norm_ref(NormOp::RmsNorm, &xr, &d, &wr, &br, $eps_r, $rel),
+                ];
+                let what = format!("{} norms of [{a}, {n}] shifted by {shift}", stringify!($t));
+                check_all(&what, &$f(&x, &w, &b).unwrap().outs(), &want);
+                check(
+                    &format!("typed {what}"),
+                    &one(&x.layer_norm(&w, &b, $eps_l).unwrap()),
+                    &want[0],
+                );
+            }};
+        }
+        let f32_eps = NormOp::RmsNorm.default_eps(tensorfn::DTypeKind::F32);
+        case!(f32, norm_f32, 2e-6 * (1.0 + shift / 10.0), 1e-5, 1e-6);
+        case!(f16, norm_f16, 1e-3, 1e-5, f32_eps);
+        case!(bf16, norm_bf16, 8e-3, 1e-5, 1e-6);
     }
 }
 
@@ -3898,4 +4097,30 @@ fn generic_embeddings_and_masks() {
     walk::<f64>();
     walk::<f16>();
     walk::<bf16>();
+fn norms_check_their_weights() {
+    // Static dims: the typed API fixes the weight's length in its type.
+    let x = Tensor::<Cpu, f32, shape![2, 3]>::from_vec(vec![1., 2., 3., 4., 5., 6.]).unwrap();
+    let w = Tensor::<Cpu, f32, shape![3]>::ones().unwrap();
+    let b = Tensor::<Cpu, f32, shape![3]>::zeros().unwrap();
+    let y = norm_static(&x, &w, &b).unwrap().to_vec().unwrap();
+    let l = 1.5f64.sqrt();
+    let r0 = (14.0f64 / 3.0).sqrt();
+    assert!((y[0] as f64 - (-l + 1.0 / r0)).abs() < 1e-5, "{y:?}");
+    // Run-time dims: a weight of another length is an `Err` naming it.
+    let x: Tensor<Cpu, f32, S2> = tensor(&[1.0; 6], &[2, 3]);
+    let w4: Tensor<Cpu, f32, S1> = tensor(&[1.0; 4], &[4]);
+    let w3: Tensor<Cpu, f32, S1> = tensor(&[1.0; 3], &[3]);
+    let e = x.layer_norm(&w3, &w4, 1e-5).unwrap_err().to_string();
+    assert!(
+        e.contains("`bias` must have shape [3]") && e.contains("[4]"),
+        "{e}"
+    );
+    let e = x.rms_norm(&w4, None).unwrap_err().to_string();
+    assert!(e.contains("`weight` must have shape [3]"), "{e}");
+    assert!(x.rms_norm(&w3, Some(-1.0)).is_err());
+    assert!(x.rms_norm(&w3, Some(f64::NAN)).is_err());
+    // Inside `tensor_fn!`, the dims are bound at entry: `N` of `w` is `x`'s.
+    let b4: Tensor<Cpu, f32, S1> = tensor(&[1.0; 4], &[4]);
+    let x32: Tensor<Cpu, f32, S2> = tensor(&[1.0; 6], &[2, 3]);
+    assert!(norm_f32(&x32, &w3, &b4).is_err());
 }

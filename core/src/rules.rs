@@ -1332,6 +1332,53 @@ pub fn triangle<D: DimValue>(op: &str, input: Operand<'_, D>) -> Result<Vec<D>, 
     Ok(dims.to_vec())
 }
 
+/// `layer_norm`/`rms_norm` over the last dim (PyTorch's
+/// `normalized_shape = (N,)`): `x` has at least one dim, and each of
+/// `params` (`weight`, then `bias`) has the shape `[N]`, `N` the last dim
+/// of `x`. The result has the dims of `x`. An error about `params[i]`
+/// names operand `i + 1`.
+///
+/// ```
+/// use tensorfn_core::rules::norm;
+/// let x: &[usize] = &[4, 768];
+/// assert_eq!(norm("layer_norm", ("x", x), &[("w", &[768]), ("b", &[768])]).unwrap(), vec![4, 768]);
+/// let e = norm("layer_norm", ("x", x), &[("w", &[768]), ("b", &[4, 768])]).unwrap_err();
+/// assert_eq!(e.operand, 2);
+/// assert!(e.message.contains("`b` must have shape [768] (the last dim of `x`), but has shape [4, 768]"));
+/// assert!(norm::<usize>("rms_norm", ("x", &[]), &[("w", &[1])]).is_err());
+/// ```
+pub fn norm<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    params: &[Operand<'_, D>],
+) -> Result<Vec<D>, RuleError> {
+    let (xn, xd) = x;
+    let Some(last) = xd.last() else {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` normalises over the last dim, but `{xn}` is a scalar (no dims): give it at least one dim, e.g. `.reshape([1])`"
+            ),
+        );
+    };
+    for (i, &(pn, pd)) in params.iter().enumerate() {
+        if pd.len() != 1 || pd[0] != *last {
+            return err(
+                op,
+                i + 1,
+                format!(
+                    "`{op}` normalises over the last dim of `{xn}` ({} of {}): `{pn}` must have shape [{last}] (the last dim of `{xn}`), but has shape {}",
+                    last,
+                    fmt_dims(xd),
+                    fmt_dims(pd)
+                ),
+            );
+        }
+    }
+    Ok(xd.to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,7 @@
 
 use crate::error::{Error, Result};
 use crate::ir::ElementwiseBuilder;
-use crate::ops::{BinaryOp, ReduceOp, RowOp, UnaryOp};
+use crate::ops::{BinaryOp, NormOp, ReduceOp, RowOp, UnaryOp};
 use crate::ptx::{self, Target};
 use crate::reduction::{reduce_spec, row_spec};
 use tensorfn_core::DTypeKind;
@@ -220,6 +220,61 @@ pub fn try_row(op: RowOp, dtype: DTypeKind) -> Result<Kernel> {
     let name = row_name(op, dtype);
     let ptx = ptx::row(&name, &spec);
     Ok(Kernel { name, ptx })
+}
+
+/// Name of [`norm`]`(op, dtype)`: the prefix of its entries' names.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind, NormOp};
+/// assert_eq!(builtin::norm_name(NormOp::RmsNorm, DTypeKind::BF16), "tf_rms_norm_bf16");
+/// ```
+pub fn norm_name(op: NormOp, dtype: DTypeKind) -> String {
+    format!("tf_{}_{dtype}", op.name())
+}
+
+/// Normalisation `op` (`layer_norm`, `rms_norm`) over contiguous rows of
+/// `dtype`: a module with the entries `NAME_SUFFIX` of every
+/// [`NormEntry`](crate::norm::NormEntry) (see [`norm`](crate::norm) for
+/// which runs a row, and `ptx::norm` for the parameters); `Err` unless
+/// `dtype` is a float.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind, NormOp};
+/// let k = builtin::try_norm(NormOp::LayerNorm, DTypeKind::F16)?;
+/// assert!(k.ptx.contains(".entry tf_layer_norm_f16_warp_v("));
+/// assert!(k.ptx.contains(".entry tf_layer_norm_f16_long("));
+/// assert!(builtin::try_norm(NormOp::RmsNorm, DTypeKind::I32).is_err());
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn try_norm(op: NormOp, dtype: DTypeKind) -> Result<Kernel> {
+    if !dtype.is_float() {
+        return Err(Error::Unsupported {
+            kernel: "norm",
+            message: format!(
+                "{} over {} rows; normalisations take float dtypes",
+                op.name(),
+                dtype.name()
+            ),
+        });
+    }
+    let name = norm_name(op, dtype);
+    let ptx = ptx::norm(&name, op, dtype);
+    Ok(Kernel { name, ptx })
+}
+
+/// [`try_norm`] for a float dtype.
+///
+/// # Panics
+///
+/// Unless `dtype` is a float.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind, NormOp};
+/// let k = builtin::norm(NormOp::RmsNorm, DTypeKind::F32);
+/// assert!(k.ptx.contains(".entry tf_rms_norm_f32_block_v("));
+/// ```
+pub fn norm(op: NormOp, dtype: DTypeKind) -> Kernel {
+    expect_supported(try_norm(op, dtype))
 }
 
 /// Name of [`cat_rows`]`(unit)`.
@@ -474,6 +529,9 @@ pub fn all() -> Vec<Kernel> {
         }
         for op in RowOp::ALL {
             out.extend(try_row(op, dtype).ok());
+        }
+        for op in NormOp::ALL {
+            out.extend(try_norm(op, dtype).ok());
         }
     }
     out.extend(CAT_UNITS.iter().filter_map(|&u| cat_rows(u).ok()));

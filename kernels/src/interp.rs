@@ -27,9 +27,11 @@
 
 pub(crate) mod eval;
 mod host;
+mod norm;
 mod reduce;
 
 pub use host::{HostData, HostView};
+pub use norm::norm;
 pub use reduce::{reduce, row};
 
 use crate::error::{Error, Result};

@@ -9,7 +9,7 @@ use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
-use tensorfn_kernels::{BinaryOp, FusedKernel, ReduceOp, RowOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, FusedKernel, NormOp, ReduceOp, RowOp, UnaryOp};
 
 /// One input of a [`RowBlocks`] plan: its buffer, the element where its
 /// data starts and how many elements it supplies to each output row.
@@ -224,6 +224,19 @@ pub(crate) trait Backend {
         x: &Self::Buf<T>,
         l: &Layout,
         dim: usize,
+    ) -> Result<Self::Buf<T>>;
+
+    /// Normalisation `op` (`layer_norm`, `rms_norm`) over the last dim of
+    /// `x`, with `weight` (and `bias` for `layer_norm`) of that dim's
+    /// length, statistics accumulated in at least f32: a contiguous buffer
+    /// of `x`'s dims.
+    fn norm<T: FloatDType>(
+        &self,
+        op: NormOp,
+        x: (&Self::Buf<T>, &Layout),
+        weight: (&Self::Buf<T>, &Layout),
+        bias: Option<(&Self::Buf<T>, &Layout)>,
+        eps: f64,
     ) -> Result<Self::Buf<T>>;
 
     /// Batched `alpha * a @ b + beta * bias`: `la` is `[batch, m, k]`, `lb`

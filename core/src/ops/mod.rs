@@ -77,12 +77,14 @@ macro_rules! op_enum {
 pub mod binary;
 pub mod erf_coeffs;
 pub mod math;
+pub mod norm;
 mod reduce_cmp;
 pub mod rows;
 pub mod unary;
 
 pub use binary::BinaryOp;
 pub use math::ElemMath;
+pub use norm::NormOp;
 pub use reduce_cmp::{CmpOp, ReduceOp};
 pub use rows::{RowOp, RowShape};
 pub use unary::UnaryOp;
@@ -118,6 +120,8 @@ pub enum OpKind {
     Var,
     /// A function of whole rows along a dim (`softmax`, ...).
     Row(RowOp),
+    /// A normalisation over the last dim (`layer_norm`, `rms_norm`).
+    Norm(NormOp),
     /// `matmul`, batched, broadcasting leading dims.
     MatMul,
     /// `mm`: two matrices.
@@ -289,6 +293,8 @@ pub enum ShapeRule {
     Arange,
     /// [`rules::triangle`](crate::rules::triangle).
     Triangle,
+    /// [`rules::norm`](crate::rules::norm).
+    Norm,
 }
 
 /// The slot for an op's derivative rule.
@@ -654,6 +660,35 @@ static EARLIER: &[OpDef] = &[
     ),
 ];
 
+/// The normalisations over the last dim, after the row ops.
+static NORMS: &[OpDef] = &[
+    def(
+        "layer_norm",
+        OpKind::Norm(NormOp::LayerNorm),
+        true,
+        true,
+        &[
+            INPUT,
+            p("weight", TENSOR),
+            p("bias", TENSOR),
+            opt("eps", SCALAR, "1e-05"),
+        ],
+        DTypeRule::SameFloat,
+        ShapeRule::Norm,
+        "`(input - mean) / sqrt(var + eps) * weight + bias` over the last dim.",
+    ),
+    def(
+        "rms_norm",
+        OpKind::Norm(NormOp::RmsNorm),
+        true,
+        true,
+        &[INPUT, p("weight", TENSOR), opt("eps", SCALAR, "None")],
+        DTypeRule::SameFloat,
+        ShapeRule::Norm,
+        "`input / sqrt(mean(input^2) + eps) * weight` over the last dim.",
+    ),
+];
+
 /// Every op after the row ops: products, `cat`, views and conversions.
 static LATER: &[OpDef] = &[
     def(
@@ -949,7 +984,7 @@ static LATER: &[OpDef] = &[
 ];
 
 /// Every op of the catalogue: unary, binary, comparisons, selections and
-/// reductions, row ops, then the others.
+/// reductions, row ops, normalisations, then the others.
 ///
 /// ```
 /// use tensorfn_core::ops;
@@ -962,6 +997,7 @@ pub fn all() -> impl Iterator<Item = &'static OpDef> {
         .chain(BINARY)
         .chain(EARLIER)
         .chain(ROWS)
+        .chain(NORMS)
         .chain(LATER)
 }
 

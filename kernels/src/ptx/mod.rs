@@ -31,6 +31,7 @@ mod elementwise;
 mod gather;
 mod inst;
 mod memory;
+mod norm;
 mod rows;
 
 use crate::error::{Error, Result};
@@ -183,6 +184,22 @@ pub(crate) fn row(name: &str, spec: &RowSpec) -> String {
     module(
         &format!("{name}: {what} over rows of {}", spec.dtype),
         &[rows::row_entry(name, spec)],
+    )
+}
+
+/// The module of normalisation `op` over rows of `dtype`: the entries
+/// `NAME_SUFFIX` of every [`NormEntry`](crate::norm::NormEntry).
+pub(crate) fn norm(name: &str, op: crate::ops::NormOp, dtype: tensorfn_core::DTypeKind) -> String {
+    let entries: Vec<String> = crate::norm::NormEntry::ALL
+        .iter()
+        .map(|&e| norm::norm_entry(name, op, dtype, e))
+        .collect();
+    module(
+        &format!(
+            "{name}: {} over rows of {dtype}",
+            op.name().replace('_', "-")
+        ),
+        &entries,
     )
 }
 

@@ -4,7 +4,7 @@
 use crate::ast::{Device, Dt, ScalarKind, Sp};
 use crate::shape::Dim;
 use std::fmt;
-use tensorfn_kernels::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, CmpOp, NormOp, ReduceOp, RowOp, UnaryOp};
 
 /// Index of a node in [`Graph::nodes`].
 pub type NodeId = usize;
@@ -219,6 +219,20 @@ pub enum Op {
         /// The normalised dim.
         dim: usize,
     },
+    /// `layer_norm(x, weight, bias, eps)` or `rms_norm(x, weight, eps)`
+    /// over the last dim.
+    Norm {
+        /// The op.
+        op: NormOp,
+        /// The normalised tensor.
+        x: NodeId,
+        /// The scale, of the last dim's length.
+        weight: NodeId,
+        /// The shift (`layer_norm`), of the last dim's length.
+        bias: Option<NodeId>,
+        /// `eps` (scalar node), or the op's default.
+        eps: Option<NodeId>,
+    },
     /// `cat([..], dim)`.
     Cat {
         /// The tensors.
@@ -372,6 +386,17 @@ impl Graph {
                 v
             }
             Op::Cat { xs, .. } => xs.clone(),
+            Op::Norm {
+                x,
+                weight,
+                bias,
+                eps,
+                ..
+            } => {
+                let mut v = vec![*x, *weight];
+                v.extend(bias.iter().chain(eps.iter()));
+                v
+            }
         }
     }
 }

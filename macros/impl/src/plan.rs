@@ -468,6 +468,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     Op::Reduce { .. }
                     | Op::Row { .. }
                     | Op::Cat { .. }
+                    | Op::Norm { .. }
                     | Op::Embedding { .. }
                     | Op::Select { .. }
                     | Op::Arange

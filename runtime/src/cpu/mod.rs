@@ -8,6 +8,7 @@ pub(crate) mod elementwise;
 mod fused;
 pub(crate) mod gather;
 pub(crate) mod matmul;
+mod norm;
 mod par;
 pub(crate) mod reduce;
 pub(crate) mod rows;
@@ -23,7 +24,7 @@ use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
-use tensorfn_kernels::{BinaryOp, ReduceOp, RowOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, NormOp, ReduceOp, RowOp, UnaryOp};
 use typed::{slice, vec, with_float_type, with_int_type, with_num_type};
 
 /// The host CPU as a [`Backend`].
@@ -290,6 +291,28 @@ impl Backend for CpuBackend {
     ) -> Result<Vec<T>> {
         strided::check_extent(op.name(), l, x.len())?;
         Ok(with_float_type!(T, U => vec(rows::row_op::<U>(op, slice(x), l, dim))))
+    }
+
+    fn norm<T: FloatDType>(
+        &self,
+        op: NormOp,
+        (x, l): (&Vec<T>, &Layout),
+        (w, lw): (&Vec<T>, &Layout),
+        bias: Option<(&Vec<T>, &Layout)>,
+        eps: f64,
+    ) -> Result<Vec<T>> {
+        strided::check_extent(op.name(), l, x.len())?;
+        strided::check_extent(op.name(), lw, w.len())?;
+        if let Some((b, lb)) = bias {
+            strided::check_extent(op.name(), lb, b.len())?;
+        }
+        Ok(with_float_type!(T, U => vec(norm::norm::<U>(
+            op,
+            (slice(x), l),
+            (slice(w), lw),
+            bias.map(|(b, lb)| (slice(b), lb)),
+            eps,
+        ))))
     }
 
     fn matmul<T: FloatDType>(

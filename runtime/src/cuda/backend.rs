@@ -17,7 +17,7 @@ use crate::layout::Layout;
 use cudarc::driver::{result, sys};
 use std::borrow::Cow;
 use std::sync::Arc;
-use tensorfn_kernels::{BinaryOp, ReduceOp, RowOp, RowShape, UnaryOp};
+use tensorfn_kernels::{BinaryOp, NormOp, ReduceOp, RowOp, RowShape, UnaryOp};
 
 /// The CUDA backend for one ordinal.
 #[derive(Clone, Debug)]
@@ -599,6 +599,49 @@ impl Backend for CudaBackend {
             inverse[p] = i;
         }
         self.contiguous(&out, &Layout::contiguous(&moved_dims).permute(&inverse))
+    }
+
+    fn norm<T: FloatDType>(
+        &self,
+        op: NormOp,
+        (x, l): (&CudaStorage<T>, &Layout),
+        (w, lw): (&CudaStorage<T>, &Layout),
+        bias: Option<(&CudaStorage<T>, &Layout)>,
+        eps: f64,
+    ) -> Result<CudaStorage<T>> {
+        self.ctx.bind()?;
+        let name = op.name();
+        if l.rank() == 0 {
+            return Err(Error::shape(name, "an input of rank 1 or more", "a scalar"));
+        }
+        check_extent(name, "input", x, l)?;
+        check_extent(name, "weight", w, lw)?;
+        if let Some((b, lb)) = bias {
+            check_extent(name, "bias", b, lb)?;
+        }
+        let dim = l.rank() - 1;
+        let cols = l.dims()[dim];
+        let n = l.numel();
+        let out = self.ctx.storage::<T>(n)?;
+        if n == 0 {
+            return Ok(out);
+        }
+        let (input, _copy) = self.rows_of(x, l, dim)?;
+        let (weight, _wcopy) = self.rows_of(w, lw, 0)?;
+        let (bias, _bcopy) = match bias {
+            Some((b, lb)) => self.rows_of(b, lb, 0)?,
+            None => (0, None),
+        };
+        self.ctx.builtin_norm(
+            (op, T::KIND),
+            out.device_ptr(),
+            input,
+            weight,
+            bias,
+            (n / cols, cols),
+            eps,
+        )?;
+        Ok(out)
     }
 
     fn matmul<T: FloatDType>(

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::ptx::Target;
-use tensorfn_kernels::{builtin, ir, ptx, BinaryOp, ReduceOp, RowOp, UnaryOp};
+use tensorfn_kernels::{builtin, ir, ptx, BinaryOp, NormOp, ReduceOp, RowOp, UnaryOp};
 
 /// Threads per block of every built-in and fused kernel.
 pub(crate) const BLOCK: u32 = builtin::BLOCK;
@@ -38,6 +38,8 @@ pub(crate) enum Builtin {
     Cast(DTypeKind, DTypeKind),
     Reduce(ReduceOp, DTypeKind),
     Row(RowOp, DTypeKind),
+    /// `layer_norm` / `rms_norm` over rows (entries by `tensorfn_kernels::norm`).
+    Norm(NormOp, DTypeKind),
     /// `x + value * t1 * t2` over inputs `(x, t1, t2, value)`, rounded once.
     Addcmul(DTypeKind),
     /// Concatenation of contiguous row blocks in units of this many bytes.
@@ -53,7 +55,11 @@ impl Builtin {
         match self {
             Builtin::Unary(_, d) | Builtin::Binary(_, d) | Builtin::Addcmul(d) => d.size_bytes(),
             Builtin::Cast(a, b) => a.size_bytes().max(b.size_bytes()),
-            Builtin::Reduce(..) | Builtin::Row(..) | Builtin::CatRows(_) | Builtin::Gather(..) => 1,
+            Builtin::Reduce(..)
+            | Builtin::Row(..)
+            | Builtin::Norm(..)
+            | Builtin::CatRows(_)
+            | Builtin::Gather(..) => 1,
         }
     }
 }
@@ -86,6 +92,7 @@ impl Builtin {
             Builtin::Cast(from, to) => Ok(builtin::cast_for(from, to, target)),
             Builtin::Reduce(op, t) => builtin::try_reduce(op, t),
             Builtin::Row(op, t) => builtin::try_row(op, t),
+            Builtin::Norm(op, t) => builtin::try_norm(op, t),
             Builtin::CatRows(unit) => builtin::cat_rows(unit),
             Builtin::Gather(unit, index) => builtin::gather(unit, index),
             Builtin::Addcmul(t) => {

@@ -18,7 +18,7 @@ use crate::random::SplitMix64;
 use half::{bf16, f16};
 use std::sync::{Mutex, MutexGuard};
 use tensorfn_kernels::abi::FusedKernel;
-use tensorfn_kernels::{BinaryOp, ReduceOp, RowOp, RowShape, UnaryOp};
+use tensorfn_kernels::{BinaryOp, NormOp, ReduceOp, RowOp, RowShape, UnaryOp};
 
 /// The backend of cuda:0, with a lock that runs the GPU tests one at a
 /// time (they read the shared allocator's counters), or `None` after
@@ -595,6 +595,145 @@ fn reductions_of_empty_dims() {
         Err(Error::Shape { .. })
     ));
     assert_eq!(be.reduce(ReduceOp::Sum, &s, &l, 0).unwrap().len(), 0);
+}
+
+#[test]
+fn norms_match_the_interpreter_bit_for_bit_and_the_reference() {
+    use tensorfn_kernels::interp::{self, HostData};
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
+        // Every entry: a warp per row (1 to 1024), a block per row (to
+        // 8192; 4096 for f64), and past it; 16-byte accesses at offset 0,
+        // one element at a time at offset 3 (and for lengths that are not
+        // a multiple of 16 bytes).
+        for cols in [1, 31, 64, 768, 1000, 1025, 4096, 8192, 8200] {
+            for offset in [0, 3] {
+                for shift in [0.0, 100.0] {
+                    let rows = 5;
+                    let mut data: Vec<T> = random(rng, offset + rows * cols, -3.0, 3.0);
+                    for v in data.iter_mut() {
+                        *v = T::from_f64(v.to_f64() + shift);
+                    }
+                    if cols > 2 {
+                        // A NaN in row 1, an infinity in row 2.
+                        data[offset + cols + 1] = T::from_f64(f64::NAN);
+                        data[offset + 2 * cols + 2] = T::from_f64(f64::INFINITY);
+                    }
+                    let w: Vec<T> = random(rng, cols, -2.0, 2.0);
+                    let b: Vec<T> = random(rng, cols, -1.0, 1.0);
+                    let (s, sw, sb) = (up(be, &data), up(be, &w), up(be, &b));
+                    let l = Layout::new(vec![rows, cols], vec![cols, 1], offset);
+                    let lw = Layout::contiguous(&[cols]);
+                    let xs: Vec<f64> = data[offset..].iter().map(|v| v.to_f64()).collect();
+                    let wf: Vec<f64> = w.iter().map(|v| v.to_f64()).collect();
+                    let bf: Vec<f64> = b.iter().map(|v| v.to_f64()).collect();
+                    let host = HostData::from_f64(T::KIND, &xs);
+                    let (hw, hb) = (
+                        HostData::from_f64(T::KIND, &wf),
+                        HostData::from_f64(T::KIND, &bf),
+                    );
+                    for op in NormOp::ALL {
+                        let bias = op.has_bias().then_some((&sb, &lw));
+                        let eps = 1e-5;
+                        let got = down(
+                            &be.norm(op, (&s, &l), (&sw, &lw), bias, eps).unwrap(),
+                            &[rows, cols],
+                        );
+                        let hbias = op.has_bias().then_some(&hb);
+                        let exact =
+                            interp::norm(op, &host, &hw, hbias, rows, cols, eps, offset == 0)
+                                .unwrap()
+                                .to_f64_vec();
+                        let what = format!(
+                            "{} {} {rows}x{cols} offset {offset} shift {shift}",
+                            op.name(),
+                            T::KIND
+                        );
+                        for (i, (g, e)) in got.iter().zip(&exact).enumerate() {
+                            let g = g.to_f64();
+                            assert!(
+                                g.to_bits() == e.to_bits() || (g.is_nan() && e.is_nan()),
+                                "{what} [{i}]: GPU {g}, interpreter {e}"
+                            );
+                        }
+                        let mut want = Vec::with_capacity(rows * cols);
+                        for r in 0..rows {
+                            want.extend(op.eval_f64(&xs[r * cols..(r + 1) * cols], &wf, &bf, eps));
+                        }
+                        // Outputs are O(|w| + |b|): compare on that scale.
+                        let tol = 8.0 * eps_of(T::KIND) + 2e-6 * (cols as f64).sqrt();
+                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                            let g = g.to_f64();
+                            if w.is_nan() {
+                                assert!(g.is_nan(), "{what} [{i}]: got {g}, want NaN");
+                                continue;
+                            }
+                            assert!(
+                                (g - w).abs() <= tol * 4.0,
+                                "{what} [{i}]: got {g}, want {w}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    fn eps_of(t: DTypeKind) -> f64 {
+        eps(t)
+    }
+    check::<f32>(&be, &mut rng);
+    check::<f64>(&be, &mut rng);
+    check::<f16>(&be, &mut rng);
+    check::<bf16>(&be, &mut rng);
+}
+
+#[test]
+fn norms_of_empty_inputs_and_strided_weights() {
+    let Some((_serial, be)) = gpu() else { return };
+    let w = up(&be, &[1.0f32, 0.0, 2.0, 0.0, 3.0, 0.0]);
+    let lw = Layout::contiguous(&[3, 2]).select(1, 0);
+    let x = up(&be, &[1.0f32, 2.0, 3.0]);
+    let y = be
+        .norm(
+            NormOp::RmsNorm,
+            (&x, &Layout::contiguous(&[3])),
+            (&w, &lw),
+            None,
+            0.0,
+        )
+        .unwrap();
+    let want = NormOp::RmsNorm.eval_f64(&[1.0, 2.0, 3.0], &[1.0, 2.0, 3.0], &[], 0.0);
+    assert_close(
+        "rms_norm, strided weight",
+        &down(&y, &[3]),
+        &want,
+        1e-6,
+        0.0,
+    );
+    let empty = up(&be, &[0.0f32; 1]);
+    let l = Layout::contiguous(&[0, 3]);
+    let y = be
+        .norm(
+            NormOp::LayerNorm,
+            (&empty, &l),
+            (&x, &Layout::contiguous(&[3])),
+            Some((&x, &Layout::contiguous(&[3]))),
+            1e-5,
+        )
+        .unwrap();
+    assert_eq!(y.len(), 0);
+    // A layout past its buffer is an `Err`, not a fault.
+    let l = Layout::contiguous(&[2, 3]);
+    assert!(be
+        .norm(
+            NormOp::RmsNorm,
+            (&x, &l),
+            (&x, &Layout::contiguous(&[3])),
+            None,
+            0.0
+        )
+        .is_err());
 }
 
 #[test]
@@ -1741,4 +1880,62 @@ fn tril_and_triu_match_the_cpu() {
             b.tril(0).unwrap().to_vec().unwrap()
         );
     }
+/// Effective bandwidth of the normalisations beside a copy of the same
+/// bytes (`cargo test -- --ignored norm_bandwidth --nocapture` on a GPU).
+#[test]
+#[ignore = "a measurement, not a check"]
+fn norm_bandwidth() {
+    let Some((_serial, be)) = gpu() else { return };
+    fn time(be: &CudaBackend, f: &mut dyn FnMut()) -> f64 {
+        for _ in 0..3 {
+            f();
+        }
+        be.synchronize().unwrap();
+        let reps = 20;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            f();
+        }
+        be.synchronize().unwrap();
+        t.elapsed().as_secs_f64() / reps as f64
+    }
+    fn case<T: crate::FloatDType>(be: &CudaBackend, rows: usize, cols: usize) {
+        let mut rng = seed();
+        let x = up(be, &random::<T>(&mut rng, rows * cols, -2.0, 2.0));
+        let w = up(be, &random::<T>(&mut rng, cols, -2.0, 2.0));
+        let b = up(be, &random::<T>(&mut rng, cols, -2.0, 2.0));
+        let l = Layout::contiguous(&[rows, cols]);
+        let lw = Layout::contiguous(&[cols]);
+        let bytes = 2.0 * (rows * cols * T::KIND.size_bytes()) as f64;
+        // A strided view's copy reads and writes the same bytes.
+        let copy = time(be, &mut || {
+            let _ = be.contiguous(&x, &l.permute(&[0, 1])).unwrap();
+        });
+        let lt = Layout::contiguous(&[rows * cols]);
+        let copy_strided = time(be, &mut || {
+            let _ = be.cast::<T, T>(&x, &lt).unwrap();
+        });
+        for op in NormOp::ALL {
+            let t = time(be, &mut || {
+                let bias = op.has_bias().then_some((&b, &lw));
+                let _ = be.norm(op, (&x, &l), (&w, &lw), bias, 1e-5).unwrap();
+            });
+            eprintln!(
+                "{} {} [{rows}, {cols}]: {:.1} us, {:.0} GB/s; copy {:.1} us ({:.0} GB/s), cast {:.1} us",
+                op.name(),
+                T::KIND,
+                t * 1e6,
+                bytes / t / 1e9,
+                copy * 1e6,
+                bytes / copy / 1e9,
+                copy_strided * 1e6
+            );
+        }
+    }
+    case::<f32>(&be, 16384, 4096);
+    case::<bf16>(&be, 8192, 768);
+    case::<f16>(&be, 8192, 768);
+    case::<f32>(&be, 8192, 768);
+    case::<bf16>(&be, 4096, 8192);
+    case::<f32>(&be, 2048, 16384);
 }

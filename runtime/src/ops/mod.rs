@@ -17,6 +17,7 @@ mod index;
 mod inplace;
 mod into;
 mod matmul;
+mod norm;
 pub(crate) mod output;
 mod reduce;
 pub(crate) mod retype;
@@ -30,6 +31,7 @@ pub use binary::broadcast_dims;
 pub use index::RemoveDim;
 pub use inplace::{AssignRhs, StaticShape};
 pub use matmul::{BiasFor, MatMulShape};
+pub use norm::LastDim;
 pub use select::where_;
 pub use view::Transpose2;
 

@@ -67,6 +67,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                 | OpKind::Triangle { .. },
                 _,
             ) => return self.indexing(def, recv, args, e),
+            (OpKind::Norm(op), _) => return self.norm(def, op, recv, args, e),
             (
                 OpKind::Reduce(_)
                 | OpKind::Var

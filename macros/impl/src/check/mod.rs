@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use tensorfn_core::ops::{self, Form, OpDef, OpKind, ParamKind};
 use tensorfn_core::{rules, DTypeKind, RuleError};
 use tensorfn_kernels::ir::Kernel;
-use tensorfn_kernels::{BinaryOp, CmpOp, ReduceOp, RowOp, RowShape, UnaryOp};
+use tensorfn_kernels::{BinaryOp, CmpOp, NormOp, ReduceOp, RowOp, RowShape, UnaryOp};
 
 mod calls;
 mod elementwise;

@@ -279,6 +279,95 @@ impl<'s, 'k> Checker<'s, 'k> {
         self.push(Op::Row { op, x: id, dim }, Ty::Tensor(ty), e)
     }
 
+    /// `layer_norm(x, weight, bias, eps = 1e-5)` and `rms_norm(x, weight,
+    /// eps = None)`, or their method forms on `recv`: a float tensor of
+    /// rank 1 or more, and `weight` (and `bias`) of shape `[N]`, `N` its
+    /// last dim, on its device in its dtype; `eps` a scalar, not negative.
+    pub(super) fn norm(
+        &mut self,
+        def: &OpDef,
+        op: NormOp,
+        recv: Option<(&Expr, NodeId)>,
+        args: &[Arg],
+        e: &Expr,
+    ) -> NodeId {
+        let name = def.name;
+        let Some(a) = self.bind_op(def, recv.is_some(), args, e) else {
+            if recv.is_none() {
+                for x in args {
+                    self.expr(&x.value);
+                }
+            }
+            return self.error_node(e);
+        };
+        // The tensors in the catalogue's order (the receiver first), then eps.
+        let mut xs: Vec<&Expr> = Vec::new();
+        let mut ids: Vec<NodeId> = Vec::new();
+        if let Some((x, id)) = recv {
+            xs.push(x);
+            ids.push(id);
+        }
+        let tensors = if op.has_bias() { 3 } else { 2 };
+        let first = usize::from(recv.is_some());
+        for i in first..tensors {
+            let x = a[i - first].expect("required");
+            xs.push(x);
+            ids.push(self.expr(x));
+        }
+        let eps_expr = a[tensors - first];
+        let ops: Vec<Option<Operand>> = (0..tensors)
+            .map(|i| self.tensor(ids[i], xs[i], name))
+            .collect();
+        if ops.iter().any(|o| o.is_none()) {
+            if let Some(x) = eps_expr {
+                self.expr(x);
+            }
+            return self.error_node(e);
+        }
+        let ops: Vec<Operand> = ops.into_iter().map(|o| o.expect("checked")).collect();
+        let agreed = self.agree(name, &ops, 0);
+        let ok = !agreed.ok || self.need_float(name, &ops[0]);
+        let names: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
+        let params: Vec<(&str, &[Dim])> = (1..tensors)
+            .map(|i| (names[i].as_str(), &ops[i].ty.dims[..]))
+            .collect();
+        let spans: Vec<&Sp> = xs.iter().map(|x| &x.sp).collect();
+        let dims = self.ruled(
+            rules::norm(name, (&names[0], &ops[0].ty.dims), &params),
+            &spans,
+        );
+        let eps = match eps_expr {
+            None => Ok(None),
+            Some(x) => match self.scalar_operand(x, &ops[0], name) {
+                Some(id) => match self.graph.nodes[id].op {
+                    Op::Lit { value, .. } if value.is_nan() || value < 0.0 => {
+                        self.error(
+                            &x.sp,
+                            format!("`eps` of `{name}` is {value}: it is added to the variance under a square root, so it must be zero or positive (PyTorch's default is {})", op.default_eps(DTypeKind::F32)),
+                        );
+                        Err(())
+                    }
+                    _ => Ok(Some(id)),
+                },
+                None => Err(()),
+            },
+        };
+        match (ok, dims, eps) {
+            (true, Some(dims), Ok(eps)) => self.push(
+                Op::Norm {
+                    op,
+                    x: ids[0],
+                    weight: ids[1],
+                    bias: op.has_bias().then(|| ids[2]),
+                    eps,
+                },
+                Self::out_ty(&agreed, dims),
+                e,
+            ),
+            _ => self.error_node(e),
+        }
+    }
+
     /// `x.t()`, `x.permute([..])`, `x.transpose(d0, d1)`: the same
     /// elements in another dim order.
     pub(super) fn reorder(

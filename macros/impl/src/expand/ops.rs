@@ -275,6 +275,46 @@ impl FnGen<'_> {
                 let m = format_ident!("{}", op.name());
                 quote!(#x.#m::<#dim>()?)
             }
+            Op::Norm {
+                op,
+                x,
+                weight,
+                bias,
+                eps,
+            } => {
+                // `weight` and `bias` as the typed method takes them: of
+                // the shape type of `x`'s last dim.
+                let last = self.dim_tys(*x).pop().expect("rank 1 or more");
+                let param = |p: NodeId| {
+                    let r = self.reference(p);
+                    if self.dim_tys(p) == [last.clone()] {
+                        r
+                    } else {
+                        let s = shape_tokens(std::slice::from_ref(&last));
+                        quote!(&::core::clone::Clone::clone(#r).into_shape::<#s>()?)
+                    }
+                };
+                let xr = self.reference(*x);
+                let w = param(*weight);
+                let eps = eps.map(|e| self.scalar_f64(e));
+                match op {
+                    NormOp::LayerNorm => {
+                        let b = param(bias.expect("layer_norm has a bias"));
+                        let eps = eps.unwrap_or_else(|| {
+                            let d = op.default_eps(DTypeKind::F32);
+                            quote!(#d)
+                        });
+                        quote!(#xr.layer_norm(#w, #b, #eps)?)
+                    }
+                    NormOp::RmsNorm => {
+                        let eps = match eps {
+                            Some(e) => quote!(::core::option::Option::Some(#e)),
+                            None => quote!(::core::option::Option::None),
+                        };
+                        quote!(#xr.rms_norm(#w, #eps)?)
+                    }
+                }
+            }
             Op::Cat { xs, dim } => {
                 // Pairwise: each step's shape type has the joined dim so far.
                 let first = self.tty(xs[0]).clone();
