@@ -683,20 +683,22 @@ pub fn cat<D: DimValue>(
 /// `torch.nn.functional.scaled_dot_product_attention`: `query` is
 /// `[.., L, E]`, `key` `[.., S, E]`, `value` `[.., S, Ev]`, the result
 /// `[.., L, Ev]`; the leading dims broadcast as in `matmul`, and
-/// `attn_mask` (operand 3) broadcasts to `[.., L, S]`.
+/// `attn_mask` (operand 3) broadcasts to `[.., L, S]` and cannot come
+/// with `is_causal` (PyTorch refuses the pair too).
 ///
 /// ```
 /// use tensorfn_core::rules::attention;
 /// let q = ("q", &[2usize, 4, 10, 64][..]);
 /// let k = ("k", &[2usize, 4, 12, 64][..]);
 /// let v = ("v", &[2usize, 4, 12, 32][..]);
-/// assert_eq!(attention("sdpa", q, k, v, None).unwrap(), vec![2, 4, 10, 32]);
+/// assert_eq!(attention("sdpa", q, k, v, None, true).unwrap(), vec![2, 4, 10, 32]);
 /// let m = ("m", &[10usize, 12][..]);
-/// assert!(attention("sdpa", q, k, v, Some(m)).is_ok());
-/// let e = attention("sdpa", q, ("k", &[2, 4, 12, 32][..]), v, None).unwrap_err();
+/// assert!(attention("sdpa", q, k, v, Some(m), false).is_ok());
+/// assert!(attention("sdpa", q, k, v, Some(m), true).is_err());
+/// let e = attention("sdpa", q, ("k", &[2, 4, 12, 32][..]), v, None, false).unwrap_err();
 /// assert_eq!(e.operand, 1);
 /// assert!(e.message.contains("E = 64") && e.message.contains("E = 32"));
-/// let e = attention("sdpa", q, k, v, Some(("m", &[12, 10][..]))).unwrap_err();
+/// let e = attention("sdpa", q, k, v, Some(("m", &[12, 10][..])), false).unwrap_err();
 /// assert_eq!(e.operand, 3);
 /// ```
 pub fn attention<D: DimValue>(
@@ -705,7 +707,17 @@ pub fn attention<D: DimValue>(
     key: Operand<'_, D>,
     value: Operand<'_, D>,
     attn_mask: Option<Operand<'_, D>>,
+    is_causal: bool,
 ) -> Result<Vec<D>, RuleError> {
+    if let (Some((mn, _)), true) = (attn_mask, is_causal) {
+        return err(
+            op,
+            3,
+            format!(
+                "`{op}` takes `attn_mask` or `is_causal = true`, not both (as in PyTorch): fold the causal mask into `{mn}` or drop `{mn}`"
+            ),
+        );
+    }
     let what = ["[.., L, E]", "[.., S, E]", "[.., S, Ev]"];
     for (i, (n, d)) in [query, key, value].into_iter().enumerate() {
         if d.len() < 2 {
