@@ -784,11 +784,9 @@ pub fn attention<D: DimValue>(
                 op,
                 3,
                 format!(
-                    "`{op}` cannot broadcast `{mn}` {} to the scores' shape {} ([.., L, S]: L = {} queries of `{qn}`, S = {} keys of `{kn}`): each dim of `{mn}`, aligned from the right, must equal the scores' or be 1",
+                    "`{op}` cannot broadcast `{mn}` {} to the scores' shape {} (the queries of `{qn}` by the keys of `{kn}`): each dim of `{mn}`, aligned from the right, must equal the scores' or be 1",
                     fmt_dims(md),
-                    fmt_dims(&scores),
-                    qd[qr - 2],
-                    kd[kr - 2]
+                    fmt_dims(&scores)
                 ),
             );
         }

@@ -57,6 +57,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             (OpKind::AddMm, _) => return self.addmm(args, e),
             (OpKind::AddCmul, _) => return self.addcmul(args, e),
             (OpKind::Cat, _) => return self.cat(args, e),
+            (OpKind::Attention, _) => return self.attention(def, args, e),
             (
                 OpKind::Reduce(_)
                 | OpKind::Reshape { .. }
@@ -138,7 +139,7 @@ impl<'s, 'k> Checker<'s, 'k> {
     }
 
     /// Binds the arguments of `def` (after the receiver of a method).
-    fn bind_op<'e>(
+    pub(super) fn bind_op<'e>(
         &mut self,
         def: &OpDef,
         method: bool,

@@ -573,6 +573,13 @@ impl<'s, 'k> Checker<'s, 'k> {
                 Ty::Scalar(ScalarTy::FloatLit),
                 e,
             ),
+            ExprKind::Bool(b) => {
+                self.error(
+                    &e.sp,
+                    format!("`{b}` is a flag of an operation (`is_causal = {b}`), not a value: a `bool` tensor comes from a comparison (`x > 0.0`)"),
+                );
+                self.push(Op::Param(usize::MAX), Ty::Error, e)
+            }
             ExprKind::Neg(x) => {
                 let a = self.expr(x);
                 self.unary(UnaryOp::Neg, a, x, e)
