@@ -76,6 +76,7 @@ const WALKED: &[Walked] = &[
     walked("addmm", true, false),
     walked("addcmul", true, false),
     walked("cat", true, false),
+    walked("scaled_dot_product_attention", true, false),
     walked("reshape", false, true),
     walked("view", false, true),
     walked("reshape_unordered", false, true),
@@ -4123,4 +4124,175 @@ fn norms_check_their_weights() {
     let b4: Tensor<Cpu, f32, S1> = tensor(&[1.0; 4], &[4]);
     let x32: Tensor<Cpu, f32, S2> = tensor(&[1.0; 6], &[2, 3]);
     assert!(norm_f32(&x32, &w3, &b4).is_err());
+}
+
+// ---------------------------------------------------------------------
+// scaled_dot_product_attention at ranks 2 to 4, causal, with a bool and a
+// float mask, keyword arguments.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn sdpa2(q: &Tensor<Cpu, f64, [L, E]>, k: &Tensor<Cpu, f64, [S, E]>, v: &Tensor<Cpu, f64, [S, V]>) -> Tensor<Cpu, f64, [L, V]> {
+        scaled_dot_product_attention(q, k, v)
+    }
+    fn sdpa3(q: &Tensor<Cpu, f64, [B, L, E]>, k: &Tensor<Cpu, f64, [B, S, E]>, v: &Tensor<Cpu, f64, [B, S, V]>) -> Tensor<Cpu, f64, [B, L, V]> {
+        scaled_dot_product_attention(query = q, key = k, value = v, is_causal = true)
+    }
+    fn sdpa4(
+        q: &Tensor<Cpu, f64, [B, H, L, E]>,
+        k: &Tensor<Cpu, f64, [B, H, S, E]>,
+        v: &Tensor<Cpu, f64, [B, H, S, V]>,
+        keep: &Tensor<Cpu, bool, [L, S]>,
+        add: &Tensor<Cpu, f64, [B, 1, L, S]>,
+    ) -> (Tensor<Cpu, f64, [B, H, L, V]>, Tensor<Cpu, f64, [B, H, L, V]>) {
+        (
+            scaled_dot_product_attention(q, k, v, keep, scale = 0.5),
+            scaled_dot_product_attention(q, k, v, attn_mask = add),
+        )
+    }
+}
+
+/// Attention of `[.., L, E]`, `[.., S, E]`, `[.., S, V]` (equal batch
+/// dims) in plain loops; `add(batch, i, j)` is the mask, `None` for a key
+/// left out. A key scored `-inf` takes no part; a row without keys is 0.
+fn sdpa_ref(
+    (q, k, v): (&[f64], &[f64], &[f64]),
+    (qd, sd, vd): (&[usize], &[usize], &[usize]),
+    causal: bool,
+    scale: Option<f64>,
+    add: &dyn Fn(usize, usize, usize) -> Option<f64>,
+) -> Want {
+    let r = qd.len();
+    let (l, e, s, ev) = (qd[r - 2], qd[r - 1], sd[r - 2], vd[r - 1]);
+    let batch = numel(&qd[..r - 2]);
+    let scale = scale.unwrap_or(if e == 0 { 0.0 } else { 1.0 / (e as f64).sqrt() });
+    let mut out = vec![0.0; batch * l * ev];
+    for b in 0..batch {
+        for i in 0..l {
+            let sc: Vec<(usize, f64)> = (0..s)
+                .filter(|&j| !causal || j <= i)
+                .filter_map(|j| {
+                    let a = add(b, i, j)?;
+                    let d: f64 = (0..e)
+                        .map(|t| q[(b * l + i) * e + t] * k[(b * s + j) * e + t])
+                        .sum();
+                    Some((j, d * scale + a)).filter(|x| x.1 != f64::NEG_INFINITY)
+                })
+                .collect();
+            if sc.is_empty() {
+                continue;
+            }
+            let m = sc.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = sc.iter().map(|x| (x.1 - m).exp()).sum();
+            for c in 0..ev {
+                let o: f64 = sc
+                    .iter()
+                    .map(|&(j, x)| (x - m).exp() * v[(b * s + j) * ev + c])
+                    .sum();
+                out[(b * l + i) * ev + c] = o / z;
+            }
+        }
+    }
+    let mut dims = qd[..r - 1].to_vec();
+    dims.push(ev);
+    let tol = out.iter().map(|w| 1e-9 * (1.0 + w.abs())).collect();
+    Want {
+        dims,
+        vals: out,
+        tol,
+    }
+}
+
+#[test]
+fn attention_at_each_rank() {
+    let mut rng = Rng::new(907);
+    // Special values in round 0, empty dims in rounds 1 and 2.
+    for round in 0..6 {
+        let special: &[f64] = if round == 0 { SPECIAL } else { &[] };
+        let [b, h, l, s, e, ev] = match round {
+            1 => [2, 2, 0, 3, 4, 2],
+            2 => [1, 2, 3, 0, 2, 2],
+            _ => {
+                let d = rng.dims(6, 1, 5);
+                [d[0], d[1], d[2], d[3], d[4], d[5]]
+            }
+        };
+        let none = |_: usize, _: usize, _: usize| Some(0.0);
+        for (rank, batch) in [(2, vec![]), (3, vec![b]), (4, vec![b, h])] {
+            let with = |x: usize, y: usize| batch.iter().copied().chain([x, y]).collect::<Vec<_>>();
+            let (qd, kd, vd) = (with(l, e), with(s, e), with(s, ev));
+            let (qv, kv, vv) = (
+                rng.values(numel(&qd), special),
+                rng.values(numel(&kd), special),
+                rng.values(numel(&vd), special),
+            );
+            let ops = (&qv[..], &kv[..], &vv[..]);
+            let dims = (&qd[..], &kd[..], &vd[..]);
+            let what = format!("scaled_dot_product_attention of {qd:?}, {kd:?}, {vd:?}");
+            match rank {
+                2 => {
+                    let (q, k, v) = (
+                        tensor::<f64, S2>(&qv, &qd),
+                        tensor::<f64, S2>(&kv, &kd),
+                        tensor::<f64, S2>(&vv, &vd),
+                    );
+                    let want = sdpa_ref(ops, dims, false, None, &none);
+                    check(&what, &one(&sdpa2(&q, &k, &v).unwrap()), &want);
+                    let typed = q
+                        .scaled_dot_product_attention(&k, &v, tensorfn::AttentionArgs::new())
+                        .unwrap();
+                    check(&format!("typed {what}"), &one(&typed), &want);
+                }
+                3 => {
+                    let (q, k, v) = (
+                        tensor::<f64, S3>(&qv, &qd),
+                        tensor::<f64, S3>(&kv, &kd),
+                        tensor::<f64, S3>(&vv, &vd),
+                    );
+                    let want = sdpa_ref(ops, dims, true, None, &none);
+                    check(&what, &one(&sdpa3(&q, &k, &v).unwrap()), &want);
+                    let typed = q
+                        .scaled_dot_product_attention(
+                            &k,
+                            &v,
+                            tensorfn::AttentionArgs::new().is_causal(true),
+                        )
+                        .unwrap();
+                    check(&format!("typed {what}"), &one(&typed), &want);
+                }
+                _ => {
+                    let (q, k, v) = (
+                        tensor::<f64, S4>(&qv, &qd),
+                        tensor::<f64, S4>(&kv, &kd),
+                        tensor::<f64, S4>(&vv, &vd),
+                    );
+                    let keep: Vec<bool> = (0..l * s).map(|_| rng.below(3) != 0).collect();
+                    let addv = rng.values(b * l * s, special);
+                    let keep_t =
+                        Tensor::<Cpu, bool, S2>::from_vec_dims(keep.clone(), &[l, s]).unwrap();
+                    let add_t = tensor::<f64, shape![_, 1, _, _]>(&addv, &[b, 1, l, s]);
+                    let bool_mask = |_: usize, i: usize, j: usize| keep[i * s + j].then_some(0.0);
+                    let float_mask =
+                        |bh: usize, i: usize, j: usize| Some(addv[((bh / h) * l + i) * s + j]);
+                    let want = [
+                        sdpa_ref(ops, dims, false, Some(0.5), &bool_mask),
+                        sdpa_ref(ops, dims, false, None, &float_mask),
+                    ];
+                    check_all(
+                        &what,
+                        &sdpa4(&q, &k, &v, &keep_t, &add_t).unwrap().outs(),
+                        &want,
+                    );
+                    let typed = q
+                        .scaled_dot_product_attention(
+                            &k,
+                            &v,
+                            tensorfn::AttentionArgs::new().attn_mask(&add_t),
+                        )
+                        .unwrap();
+                    check(&format!("typed {what}"), &one(&typed), &want[1]);
+                }
+            }
+        }
+    }
 }

@@ -680,6 +680,122 @@ pub fn cat<D: DimValue>(
     Ok(out)
 }
 
+/// `torch.nn.functional.scaled_dot_product_attention`: `query` is
+/// `[.., L, E]`, `key` `[.., S, E]`, `value` `[.., S, Ev]`, the result
+/// `[.., L, Ev]`; the leading dims broadcast as in `matmul`, and
+/// `attn_mask` (operand 3) broadcasts to `[.., L, S]` and cannot come
+/// with `is_causal` (PyTorch refuses the pair too).
+///
+/// ```
+/// use tensorfn_core::rules::attention;
+/// let q = ("q", &[2usize, 4, 10, 64][..]);
+/// let k = ("k", &[2usize, 4, 12, 64][..]);
+/// let v = ("v", &[2usize, 4, 12, 32][..]);
+/// assert_eq!(attention("sdpa", q, k, v, None, true).unwrap(), vec![2, 4, 10, 32]);
+/// let m = ("m", &[10usize, 12][..]);
+/// assert!(attention("sdpa", q, k, v, Some(m), false).is_ok());
+/// assert!(attention("sdpa", q, k, v, Some(m), true).is_err());
+/// let e = attention("sdpa", q, ("k", &[2, 4, 12, 32][..]), v, None, false).unwrap_err();
+/// assert_eq!(e.operand, 1);
+/// assert!(e.message.contains("E = 64") && e.message.contains("E = 32"));
+/// let e = attention("sdpa", q, k, v, Some(("m", &[12, 10][..])), false).unwrap_err();
+/// assert_eq!(e.operand, 3);
+/// ```
+pub fn attention<D: DimValue>(
+    op: &str,
+    query: Operand<'_, D>,
+    key: Operand<'_, D>,
+    value: Operand<'_, D>,
+    attn_mask: Option<Operand<'_, D>>,
+    is_causal: bool,
+) -> Result<Vec<D>, RuleError> {
+    if let (Some((mn, _)), true) = (attn_mask, is_causal) {
+        return err(
+            op,
+            3,
+            format!(
+                "`{op}` takes `attn_mask` or `is_causal = true`, not both (as in PyTorch): fold the causal mask into `{mn}` or drop `{mn}`"
+            ),
+        );
+    }
+    let what = ["[.., L, E]", "[.., S, E]", "[.., S, Ev]"];
+    for (i, (n, d)) in [query, key, value].into_iter().enumerate() {
+        if d.len() < 2 {
+            return err(
+                op,
+                i,
+                format!(
+                    "`{op}` needs `{n}` to be {} (at least 2-D), found shape {} ({})",
+                    what[i],
+                    fmt_dims(d),
+                    rank_word(d.len())
+                ),
+            );
+        }
+    }
+    let ((qn, qd), (kn, kd), (vn, vd)) = (query, key, value);
+    let (qr, kr, vr) = (qd.len(), kd.len(), vd.len());
+    if qd[qr - 1] != kd[kr - 1] {
+        return err(
+            op,
+            1,
+            format!(
+                "`{op}` needs the last dim of `{kn}` to equal the last dim of `{qn}` (the head dim E): `{qn}` is {} (E = {}) but `{kn}` is {} (E = {}); project both to one head dim",
+                fmt_dims(qd),
+                qd[qr - 1],
+                fmt_dims(kd),
+                kd[kr - 1]
+            ),
+        );
+    }
+    if kd[kr - 2] != vd[vr - 2] {
+        return err(
+            op,
+            2,
+            format!(
+                "`{op}` needs one value per key: `{kn}` is {} (S = {}) but `{vn}` is {} (S = {}); the second-to-last dims must be equal",
+                fmt_dims(kd),
+                kd[kr - 2],
+                fmt_dims(vd),
+                vd[vr - 2]
+            ),
+        );
+    }
+    let mut out = broadcast_implicit(
+        op,
+        &[
+            (qn, &qd[..qr - 2]),
+            (kn, &kd[..kr - 2]),
+            (vn, &vd[..vr - 2]),
+        ],
+    )?;
+    if let Some((mn, md)) = attn_mask {
+        let mut scores = out.clone();
+        scores.push(qd[qr - 2].clone());
+        scores.push(kd[kr - 2].clone());
+        let fits = md.len() <= scores.len()
+            && md
+                .iter()
+                .rev()
+                .zip(scores.iter().rev())
+                .all(|(d, t)| is_one(d) || d == t);
+        if !fits {
+            return err(
+                op,
+                3,
+                format!(
+                    "`{op}` cannot broadcast `{mn}` {} to the scores' shape {} (the queries of `{qn}` by the keys of `{kn}`): each dim of `{mn}`, aligned from the right, must equal the scores' or be 1",
+                    fmt_dims(md),
+                    fmt_dims(&scores)
+                ),
+            );
+        }
+    }
+    out.push(qd[qr - 2].clone());
+    out.push(vd[vr - 1].clone());
+    Ok(out)
+}
+
 /// `reshape`/`view`: the element count must not change.
 ///
 /// ```

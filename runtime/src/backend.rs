@@ -75,6 +75,15 @@ pub(crate) struct Selected {
 /// A gather's buffer, or one of the indices that were out of range.
 pub(crate) type Gathered<B> = std::result::Result<B, i64>;
 
+/// The mask of [`Backend::attention`]: `bool` (true = the key takes part,
+/// as in PyTorch) or in the tensors' dtype (added to the scores).
+pub(crate) enum AttnMask<'a, B, F> {
+    /// A `bool` mask.
+    Bool(&'a B),
+    /// An additive mask.
+    Add(&'a F),
+}
+
 /// A backend: the CPU or one CUDA ordinal. It is the only code that
 /// knows which device it runs on; tensors, conversions and streams go
 /// through these methods.
@@ -237,6 +246,24 @@ pub(crate) trait Backend {
         weight: (&Self::Buf<T>, &Layout),
         bias: Option<(&Self::Buf<T>, &Layout)>,
         eps: f64,
+    ) -> Result<Self::Buf<T>>;
+
+    /// Scaled dot-product attention: `q` is `[batch, L, E]`, `k` is
+    /// `[batch, S, E]`, `v` is `[batch, S, Ev]` and the mask `[batch, L, S]`
+    /// (any strides, 0 for broadcast dims; the last dim of `q`, `k`, `v`
+    /// has stride 1). Each output row is the softmax-weighted sum of the
+    /// values of the keys whose score `scale * q.k + mask` is not `-inf`
+    /// (`causal`: keys `j <= i` only), 0 where there is none; computed in
+    /// at least f32. Returns a contiguous `[batch, L, Ev]` buffer.
+    #[allow(clippy::too_many_arguments)]
+    fn attention<T: FloatDType>(
+        &self,
+        q: (&Self::Buf<T>, &Layout),
+        k: (&Self::Buf<T>, &Layout),
+        v: (&Self::Buf<T>, &Layout),
+        mask: Option<(AttnMask<'_, Self::Buf<bool>, Self::Buf<T>>, &Layout)>,
+        causal: bool,
+        scale: f64,
     ) -> Result<Self::Buf<T>>;
 
     /// Batched `alpha * a @ b + beta * bias`: `la` is `[batch, m, k]`, `lb`

@@ -136,6 +136,8 @@ pub enum OpKind {
     AddCmul,
     /// `cat([..], dim)`.
     Cat,
+    /// `scaled_dot_product_attention(query, key, value, attn_mask, is_causal, scale)`.
+    Attention,
     /// `reshape` (`view: false`) or `view`.
     Reshape {
         /// True for `view`.
@@ -267,6 +269,8 @@ pub enum ShapeRule {
     AddMm,
     /// [`rules::cat`](crate::rules::cat).
     Cat,
+    /// [`rules::attention`](crate::rules::attention).
+    Attention,
     /// [`rules::reshape`](crate::rules::reshape).
     Reshape,
     /// [`rules::unsqueeze`](crate::rules::unsqueeze).
@@ -771,6 +775,23 @@ static LATER: &[OpDef] = &[
         DTypeRule::Same,
         ShapeRule::Cat,
         "Joins tensors along `dim`.",
+    ),
+    def(
+        "scaled_dot_product_attention",
+        OpKind::Attention,
+        true,
+        false,
+        &[
+            p("query", TENSOR),
+            p("key", TENSOR),
+            p("value", TENSOR),
+            opt("attn_mask", TENSOR, "None"),
+            opt("is_causal", SCALAR, "false"),
+            opt("scale", SCALAR, "None"),
+        ],
+        DTypeRule::SameFloat,
+        ShapeRule::Attention,
+        "`softmax(query @ key^T * scale + mask) @ value` (PyTorch's `scaled_dot_product_attention`).",
     ),
     reshape(
         "reshape",

@@ -166,6 +166,22 @@ pub enum Op {
         /// Scale of the product (scalar node).
         alpha: Option<NodeId>,
     },
+    /// `scaled_dot_product_attention(q, k, v, attn_mask = .., is_causal =
+    /// .., scale = ..)`.
+    Attention {
+        /// `[.., L, E]`.
+        q: NodeId,
+        /// `[.., S, E]`.
+        k: NodeId,
+        /// `[.., S, Ev]`.
+        v: NodeId,
+        /// `bool` or of the tensors' dtype, broadcast to `[.., L, S]`.
+        mask: Option<NodeId>,
+        /// Keys `j <= i` only.
+        causal: bool,
+        /// The factor of the scores (scalar node); `1 / sqrt(E)` if absent.
+        scale: Option<NodeId>,
+    },
     /// `x.reshape([..])` or `x.view([..])` (target dims in the node type).
     Reshape {
         /// The source.
@@ -396,6 +412,18 @@ impl Graph {
                 let mut v = vec![*x, *weight];
                 v.extend(bias.iter().chain(eps.iter()));
                 v
+            }
+            Op::Attention {
+                q,
+                k,
+                v,
+                mask,
+                scale,
+                ..
+            } => {
+                let mut out = vec![*q, *k, *v];
+                out.extend(mask.iter().chain(scale.iter()));
+                out
             }
         }
     }

@@ -462,9 +462,11 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     })
                 };
                 match &g.nodes[n].op {
-                    Op::MatMul(..) | Op::Bmm(..) | Op::Dot(..) | Op::AddMm { .. } => {
-                        (n, Some(bytes(g, n)), true, None)
-                    }
+                    Op::MatMul(..)
+                    | Op::Bmm(..)
+                    | Op::Dot(..)
+                    | Op::AddMm { .. }
+                    | Op::Attention { .. } => (n, Some(bytes(g, n)), true, None),
                     Op::Reduce { .. }
                     | Op::Row { .. }
                     | Op::Cat { .. }

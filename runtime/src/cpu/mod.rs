@@ -1,6 +1,7 @@
 //! The CPU backend: loops over strided host buffers (vectorisable runs,
 //! rayon for large outputs) and `gemm` for matrix products.
 
+mod attention;
 pub(crate) mod blocks;
 pub(crate) mod buffer;
 pub(crate) mod copy;
@@ -19,7 +20,7 @@ pub(crate) mod strided;
 pub(crate) mod typed;
 pub mod vmath;
 
-use crate::backend::{Backend, CopyTo, Gathered, RowBlocks, Selected};
+use crate::backend::{AttnMask, Backend, CopyTo, Gathered, RowBlocks, Selected};
 use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -313,6 +314,43 @@ impl Backend for CpuBackend {
             bias.map(|(b, lb)| (slice(b), lb)),
             eps,
         ))))
+    }
+
+    fn attention<T: FloatDType>(
+        &self,
+        q: (&Vec<T>, &Layout),
+        k: (&Vec<T>, &Layout),
+        v: (&Vec<T>, &Layout),
+        mask: Option<(AttnMask<'_, Vec<bool>, Vec<T>>, &Layout)>,
+        causal: bool,
+        scale: f64,
+    ) -> Result<Vec<T>> {
+        let op = "scaled_dot_product_attention";
+        for (x, l) in [q, k, v] {
+            strided::check_extent(op, l, x.len())?;
+        }
+        match &mask {
+            Some((AttnMask::Bool(m), l)) => strided::check_extent(op, l, m.len())?,
+            Some((AttnMask::Add(m), l)) => strided::check_extent(op, l, m.len())?,
+            None => {}
+        }
+        Ok(with_float_type!(T, U => {
+            fn v3<'a, T: 'static, U: 'static>((x, layout): (&'a Vec<T>, &'a Layout)) -> attention::View<'a, U> {
+                attention::View { data: slice::<T, U>(x), layout }
+            }
+            let mask = mask.map(|(m, l)| match m {
+                AttnMask::Bool(m) => (attention::Mask::Bool(&m[..]), l),
+                AttnMask::Add(m) => (attention::Mask::Add(slice::<T, U>(m)), l),
+            });
+            vec(attention::attention::<U>(
+                v3::<T, U>(q),
+                v3::<T, U>(k),
+                v3::<T, U>(v),
+                mask,
+                causal,
+                scale,
+            ))
+        }))
     }
 
     fn matmul<T: FloatDType>(

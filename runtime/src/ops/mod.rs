@@ -8,6 +8,7 @@
 pub(crate) mod dispatch;
 
 mod addcmul;
+mod attention;
 mod binary;
 mod cast;
 mod cat;
@@ -27,6 +28,7 @@ mod triangle;
 mod unary;
 mod view;
 
+pub use attention::{AttentionArgs, AttentionShape, AttnMaskDType};
 pub use binary::broadcast_dims;
 pub use index::RemoveDim;
 pub use inplace::{AssignRhs, StaticShape};

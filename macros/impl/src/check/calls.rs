@@ -68,6 +68,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                 _,
             ) => return self.indexing(def, recv, args, e),
             (OpKind::Norm(op), _) => return self.norm(def, op, recv, args, e),
+            (OpKind::Attention, _) => return self.attention(def, args, e),
             (
                 OpKind::Reduce(_)
                 | OpKind::Var

@@ -201,6 +201,30 @@ impl FnGen<'_> {
                     }
                 }
             }
+            Op::Attention {
+                q,
+                k,
+                v,
+                mask,
+                causal,
+                scale,
+            } => {
+                let (q, k, v) = (self.reference(*q), self.reference(*k), self.reference(*v));
+                let s = so();
+                let mut args = quote!(::tensorfn::AttentionArgs::new());
+                if let Some(m) = mask {
+                    let m = self.reference(*m);
+                    args = quote!(#args.attn_mask(#m));
+                }
+                if *causal {
+                    args = quote!(#args.is_causal(true));
+                }
+                if let Some(sc) = scale {
+                    let sc = self.scalar_as(*sc, DTypeKind::F64);
+                    args = quote!(#args.scale(#sc));
+                }
+                quote!(#q.scaled_dot_product_attention_dims::<#s>(#k, #v, #args)?)
+            }
             Op::Reshape { x, view } => {
                 let x = self.reference(*x);
                 let s = so();
