@@ -3351,6 +3351,8 @@ fn keepdim_and_var() {
         ],
     );
 }
+
+// ---------------------------------------------------------------------
 // embedding, index_select, gather, arange, tril, triu.
 // ---------------------------------------------------------------------
 
@@ -3532,75 +3534,6 @@ fn embedding_of_every_rank_of_ids() {
         let t32: Result<Tensor<Cpu, f64, S2>> =
             Tensor::embedding(&ids_tensor::<i32, S1>(&ids[1], &d[1]), &w);
         check_or_err(&format!("typed i32 {}", what(1)), t32, &[want(1)]);
-// layer_norm, rms_norm.
-// ---------------------------------------------------------------------
-
-tensor_fn! {
-    fn norm1(x: &Tensor<Cpu, f64, [N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
-        Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>,
-    ) {
-        (layer_norm(x, w, b), x.layer_norm(w, b, eps = 1e-3), rms_norm(x, w), x.rms_norm(w, eps = 1e-6))
-    }
-    fn norm2(x: &Tensor<Cpu, f64, [A, N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
-        Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>,
-    ) {
-        (layer_norm(x, w, b, 1e-3), x.layer_norm(weight = w, bias = b), rms_norm(x, w, eps = 1e-6), x.rms_norm(w))
-    }
-    fn norm3(x: &Tensor<Cpu, f64, [A, B, N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
-        Tensor<Cpu, f64, [A, B, N]>, Tensor<Cpu, f64, [A, B, N]>, Tensor<Cpu, f64, [A, B, N]>, Tensor<Cpu, f64, [A, B, N]>,
-    ) {
-        (x.layer_norm(w, b), layer_norm(input = x, weight = w, bias = b, eps = 1e-3), x.rms_norm(w, 1e-6), rms_norm(x, weight = w))
-    }
-    fn norm4(x: &Tensor<Cpu, f64, [A, B, C, N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
-        Tensor<Cpu, f64, [A, B, C, N]>, Tensor<Cpu, f64, [A, B, C, N]>, Tensor<Cpu, f64, [A, B, C, N]>, Tensor<Cpu, f64, [A, B, C, N]>,
-    ) {
-        (layer_norm(x, w, b), x.layer_norm(w, b, 1e-3), rms_norm(x, w, 1e-6), x.rms_norm(w))
-    }
-    fn norm_f32(x: &Tensor<Cpu, f32, [A, N]>, w: &Tensor<Cpu, f32, [N]>, b: &Tensor<Cpu, f32, [N]>) -> (Tensor<Cpu, f32, [A, N]>, Tensor<Cpu, f32, [A, N]>) {
-        (x.layer_norm(w, b), rms_norm(x, w, eps = 1e-6))
-    }
-    fn norm_f16(x: &Tensor<Cpu, f16, [A, N]>, w: &Tensor<Cpu, f16, [N]>, b: &Tensor<Cpu, f16, [N]>) -> (Tensor<Cpu, f16, [A, N]>, Tensor<Cpu, f16, [A, N]>) {
-        (x.layer_norm(w, b), rms_norm(x, w))
-    }
-    fn norm_bf16(x: &Tensor<Cpu, bf16, [A, N]>, w: &Tensor<Cpu, bf16, [N]>, b: &Tensor<Cpu, bf16, [N]>) -> (Tensor<Cpu, bf16, [A, N]>, Tensor<Cpu, bf16, [A, N]>) {
-        (layer_norm(x, w, b, eps = 1e-5), x.rms_norm(w, eps = 1e-6))
-    }
-    /// Static dims, a weight read as a `Const` against the input's own.
-    fn norm_static(x: &Tensor<Cpu, f32, [2, 3]>, w: &Tensor<Cpu, f32, [3]>, b: &Tensor<Cpu, f32, [3]>) -> Tensor<Cpu, f32, [2, 3]> {
-        layer_norm(x, w, b) + rms_norm(x, w)
-    }
-}
-
-/// `(op, eps)` of each result of `normN` (`None`: the op's default).
-const NORMS: [&[(NormOp, Option<f64>)]; 5] = {
-    use NormOp::{LayerNorm as L, RmsNorm as R};
-    [
-        &[],
-        &[(L, None), (L, Some(1e-3)), (R, None), (R, Some(1e-6))],
-        &[(L, Some(1e-3)), (L, None), (R, Some(1e-6)), (R, None)],
-        &[(L, None), (L, Some(1e-3)), (R, Some(1e-6)), (R, None)],
-        &[(L, None), (L, Some(1e-3)), (R, Some(1e-6)), (R, None)],
-    ]
-};
-
-/// `op` over the last dim of `x` (dims `d`), each row against the f64
-/// reference, within `rel` of the result's scale (`|w| + |b|` bounds a
-/// normalised element over `sqrt(len)`).
-fn norm_ref(op: NormOp, x: &[f64], d: &[usize], w: &[f64], b: &[f64], eps: f64, rel: f64) -> Want {
-    let len = *d.last().expect("rank 1 or more");
-    let mut vals = Vec::with_capacity(x.len());
-    let mut tol = Vec::with_capacity(x.len());
-    if len > 0 {
-        for row in x.chunks(len) {
-            vals.extend(op.eval_f64(row, w, b, eps));
-            let scale = (len as f64).sqrt();
-            tol.extend((0..len).map(|c| rel * (w[c].abs() * scale + b[c].abs() + 1.0)));
-        }
-    }
-    Want {
-        dims: d.to_vec(),
-        vals,
-        tol,
     }
 }
 
@@ -3881,6 +3814,172 @@ fn tril_and_triu_of_every_rank() {
                 &format!("typed {}", what(2)),
                 &one(&x.2.triu(k).unwrap()),
                 &t(&xv.2, 2, true, k),
+            );
+        }
+    }
+}
+
+#[test]
+fn tril_of_every_dtype_and_causal_masks() {
+    fn walk<T: DType>() {
+        let v: Vec<f64> = (1..=12).map(|i| i as f64).collect();
+        let x: Tensor<Cpu, T, shape![3, 4]> = tensor(&v, &[3, 4]);
+        let stored: Vec<f64> = x.to_vec().unwrap().iter().map(|x| x.to_f64()).collect();
+        let want = triangle_ref(&stored, &[3, 4], false, 0);
+        check(
+            &format!("tril of {}", T::KIND.name()),
+            &one(&x.tril(0).unwrap()),
+            &Want::exact(want.dims, want.vals),
+        );
+        let want = triangle_ref(&stored, &[3, 4], true, 1);
+        check(
+            &format!("triu of {}", T::KIND.name()),
+            &one(&x.triu(1).unwrap()),
+            &Want::exact(want.dims, want.vals),
+        );
+    }
+    walk::<f32>();
+    walk::<f64>();
+    walk::<f16>();
+    walk::<bf16>();
+    walk::<i32>();
+    walk::<i64>();
+    walk::<u8>();
+    walk::<bool>();
+    for t in [0, 1, 4] {
+        let m: Tensor<Cpu, bool, S2> = Tensor::ones_dims(&[t, t]).unwrap();
+        let (a, b) = causal(&m).unwrap();
+        let want: Vec<bool> = (0..t * t).map(|i| i % t <= i / t).collect();
+        assert_eq!(a.to_vec().unwrap(), want);
+        assert_eq!(b.to_vec().unwrap(), want);
+    }
+}
+
+tensor_fn! {
+    /// GPT-2's input: token and position embeddings, generic over the
+    /// device and the float dtype, and a causal mask of the same length.
+    fn gpt2_input<D: Device, T: Float>(
+        ids: &Tensor<D, i64, [B, N]>,
+        wte: &Tensor<D, T, [V, E]>,
+        wpe: &Tensor<D, T, [P, E]>,
+    ) -> (Tensor<D, T, [B, N, E]>, Tensor<D, bool, [N, N]>) {
+        let pos = embedding(arange(N), wpe);
+        let mask = arange(N).unsqueeze(1).ge(arange(N).unsqueeze(0));
+        (embedding(ids, wte) + pos, mask)
+    }
+}
+
+#[test]
+fn generic_embeddings_and_masks() {
+    fn walk<T: Float>() {
+        let (b, n, v, e, p) = (2, 3, 7, 4, 5);
+        let mut rng = Rng::new(877);
+        let wte_v = rng.values(v * e, &[]);
+        let wpe_v = rng.values(p * e, &[]);
+        let wte: Tensor<Cpu, T, S2> = tensor(&wte_v, &[v, e]);
+        let wpe: Tensor<Cpu, T, S2> = tensor(&wpe_v, &[p, e]);
+        let to = |x: &[f64]| -> Vec<f64> { x.iter().map(|&v| T::from_f64(v).to_f64()).collect() };
+        let (wte_s, wpe_s) = (to(&wte_v), to(&wpe_v));
+        let ids_v = indices(&mut rng, b * n, v);
+        let ids: Tensor<Cpu, i64, S2> = ids_tensor(&ids_v, &[b, n]);
+        let (x, mask) = gpt2_input(&ids, &wte, &wpe).unwrap();
+        let got: Vec<f64> = x.to_vec().unwrap().iter().map(|v| v.to_f64()).collect();
+        for (i, g) in got.iter().enumerate() {
+            let (row, col) = (i / e, i % e);
+            let want =
+                T::from_f64(wte_s[ids_v[row] as usize * e + col] + wpe_s[(row % n) * e + col]);
+            assert_eq!(*g, want.to_f64(), "{} element {i}", T::KIND.name());
+        }
+        let want: Vec<bool> = (0..n * n).map(|i| i % n <= i / n).collect();
+        assert_eq!(mask.to_vec().unwrap(), want);
+        // More positions than the table has: an Err naming `wpe`'s rows.
+        let long: Tensor<Cpu, i64, S2> = ids_tensor(&[0; 6], &[1, 6]);
+        let err = gpt2_input(&long, &wte, &wpe).unwrap_err().to_string();
+        assert!(
+            err.contains("index 5 in `input`") && err.contains("the rows of `weight`"),
+            "{err}"
+        );
+    }
+    walk::<f32>();
+    walk::<f64>();
+    walk::<f16>();
+    walk::<bf16>();
+}
+
+// ---------------------------------------------------------------------
+// layer_norm, rms_norm.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn norm1(x: &Tensor<Cpu, f64, [N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
+        Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>,
+    ) {
+        (layer_norm(x, w, b), x.layer_norm(w, b, eps = 1e-3), rms_norm(x, w), x.rms_norm(w, eps = 1e-6))
+    }
+    fn norm2(x: &Tensor<Cpu, f64, [A, N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
+        Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>,
+    ) {
+        (layer_norm(x, w, b, 1e-3), x.layer_norm(weight = w, bias = b), rms_norm(x, w, eps = 1e-6), x.rms_norm(w))
+    }
+    fn norm3(x: &Tensor<Cpu, f64, [A, B, N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
+        Tensor<Cpu, f64, [A, B, N]>, Tensor<Cpu, f64, [A, B, N]>, Tensor<Cpu, f64, [A, B, N]>, Tensor<Cpu, f64, [A, B, N]>,
+    ) {
+        (x.layer_norm(w, b), layer_norm(input = x, weight = w, bias = b, eps = 1e-3), x.rms_norm(w, 1e-6), rms_norm(x, weight = w))
+    }
+    fn norm4(x: &Tensor<Cpu, f64, [A, B, C, N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
+        Tensor<Cpu, f64, [A, B, C, N]>, Tensor<Cpu, f64, [A, B, C, N]>, Tensor<Cpu, f64, [A, B, C, N]>, Tensor<Cpu, f64, [A, B, C, N]>,
+    ) {
+        (layer_norm(x, w, b), x.layer_norm(w, b, 1e-3), rms_norm(x, w, 1e-6), x.rms_norm(w))
+    }
+    fn norm_f32(x: &Tensor<Cpu, f32, [A, N]>, w: &Tensor<Cpu, f32, [N]>, b: &Tensor<Cpu, f32, [N]>) -> (Tensor<Cpu, f32, [A, N]>, Tensor<Cpu, f32, [A, N]>) {
+        (x.layer_norm(w, b), rms_norm(x, w, eps = 1e-6))
+    }
+    fn norm_f16(x: &Tensor<Cpu, f16, [A, N]>, w: &Tensor<Cpu, f16, [N]>, b: &Tensor<Cpu, f16, [N]>) -> (Tensor<Cpu, f16, [A, N]>, Tensor<Cpu, f16, [A, N]>) {
+        (x.layer_norm(w, b), rms_norm(x, w))
+    }
+    fn norm_bf16(x: &Tensor<Cpu, bf16, [A, N]>, w: &Tensor<Cpu, bf16, [N]>, b: &Tensor<Cpu, bf16, [N]>) -> (Tensor<Cpu, bf16, [A, N]>, Tensor<Cpu, bf16, [A, N]>) {
+        (layer_norm(x, w, b, eps = 1e-5), x.rms_norm(w, eps = 1e-6))
+    }
+    /// Static dims, a weight read as a `Const` against the input's own.
+    fn norm_static(x: &Tensor<Cpu, f32, [2, 3]>, w: &Tensor<Cpu, f32, [3]>, b: &Tensor<Cpu, f32, [3]>) -> Tensor<Cpu, f32, [2, 3]> {
+        layer_norm(x, w, b) + rms_norm(x, w)
+    }
+}
+
+/// `(op, eps)` of each result of `normN` (`None`: the op's default).
+const NORMS: [&[(NormOp, Option<f64>)]; 5] = {
+    use NormOp::{LayerNorm as L, RmsNorm as R};
+    [
+        &[],
+        &[(L, None), (L, Some(1e-3)), (R, None), (R, Some(1e-6))],
+        &[(L, Some(1e-3)), (L, None), (R, Some(1e-6)), (R, None)],
+        &[(L, None), (L, Some(1e-3)), (R, Some(1e-6)), (R, None)],
+        &[(L, None), (L, Some(1e-3)), (R, Some(1e-6)), (R, None)],
+    ]
+};
+
+/// `op` over the last dim of `x` (dims `d`), each row against the f64
+/// reference, within `rel` of the result's scale (`|w| + |b|` bounds a
+/// normalised element over `sqrt(len)`).
+fn norm_ref(op: NormOp, x: &[f64], d: &[usize], w: &[f64], b: &[f64], eps: f64, rel: f64) -> Want {
+    let len = *d.last().expect("rank 1 or more");
+    let mut vals = Vec::with_capacity(x.len());
+    let mut tol = Vec::with_capacity(x.len());
+    if len > 0 {
+        for row in x.chunks(len) {
+            vals.extend(op.eval_f64(row, w, b, eps));
+            let scale = (len as f64).sqrt();
+            tol.extend((0..len).map(|c| rel * (w[c].abs() * scale + b[c].abs() + 1.0)));
+        }
+    }
+    Want {
+        dims: d.to_vec(),
+        vals,
+        tol,
+    }
+}
+
+#[test]
 fn norms_over_the_last_dim_at_every_rank() {
     let mut rng = Rng::new(707);
     for round in 0..5 {
@@ -3973,52 +4072,6 @@ fn norms_over_the_last_dim_at_every_rank() {
 }
 
 #[test]
-fn tril_of_every_dtype_and_causal_masks() {
-    fn walk<T: DType>() {
-        let v: Vec<f64> = (1..=12).map(|i| i as f64).collect();
-        let x: Tensor<Cpu, T, shape![3, 4]> = tensor(&v, &[3, 4]);
-        let stored: Vec<f64> = x.to_vec().unwrap().iter().map(|x| x.to_f64()).collect();
-        let want = triangle_ref(&stored, &[3, 4], false, 0);
-        check(
-            &format!("tril of {}", T::KIND.name()),
-            &one(&x.tril(0).unwrap()),
-            &Want::exact(want.dims, want.vals),
-        );
-        let want = triangle_ref(&stored, &[3, 4], true, 1);
-        check(
-            &format!("triu of {}", T::KIND.name()),
-            &one(&x.triu(1).unwrap()),
-            &Want::exact(want.dims, want.vals),
-        );
-    }
-    walk::<f32>();
-    walk::<f64>();
-    walk::<f16>();
-    walk::<bf16>();
-    walk::<i32>();
-    walk::<i64>();
-    walk::<u8>();
-    walk::<bool>();
-    for t in [0, 1, 4] {
-        let m: Tensor<Cpu, bool, S2> = Tensor::ones_dims(&[t, t]).unwrap();
-        let (a, b) = causal(&m).unwrap();
-        let want: Vec<bool> = (0..t * t).map(|i| i % t <= i / t).collect();
-        assert_eq!(a.to_vec().unwrap(), want);
-        assert_eq!(b.to_vec().unwrap(), want);
-    }
-}
-
-tensor_fn! {
-    /// GPT-2's input: token and position embeddings, generic over the
-    /// device and the float dtype, and a causal mask of the same length.
-    fn gpt2_input<D: Device, T: Float>(
-        ids: &Tensor<D, i64, [B, N]>,
-        wte: &Tensor<D, T, [V, E]>,
-        wpe: &Tensor<D, T, [P, E]>,
-    ) -> (Tensor<D, T, [B, N, E]>, Tensor<D, bool, [N, N]>) {
-        let pos = embedding(arange(N), wpe);
-        let mask = arange(N).unsqueeze(1).ge(arange(N).unsqueeze(0));
-        (embedding(ids, wte) + pos, mask)
 fn norms_in_f32_f16_and_bf16() {
     let mut rng = Rng::new(708);
     for (a, n, shift) in [
@@ -4064,40 +4117,6 @@ fn norms_in_f32_f16_and_bf16() {
 }
 
 #[test]
-fn generic_embeddings_and_masks() {
-    fn walk<T: Float>() {
-        let (b, n, v, e, p) = (2, 3, 7, 4, 5);
-        let mut rng = Rng::new(877);
-        let wte_v = rng.values(v * e, &[]);
-        let wpe_v = rng.values(p * e, &[]);
-        let wte: Tensor<Cpu, T, S2> = tensor(&wte_v, &[v, e]);
-        let wpe: Tensor<Cpu, T, S2> = tensor(&wpe_v, &[p, e]);
-        let to = |x: &[f64]| -> Vec<f64> { x.iter().map(|&v| T::from_f64(v).to_f64()).collect() };
-        let (wte_s, wpe_s) = (to(&wte_v), to(&wpe_v));
-        let ids_v = indices(&mut rng, b * n, v);
-        let ids: Tensor<Cpu, i64, S2> = ids_tensor(&ids_v, &[b, n]);
-        let (x, mask) = gpt2_input(&ids, &wte, &wpe).unwrap();
-        let got: Vec<f64> = x.to_vec().unwrap().iter().map(|v| v.to_f64()).collect();
-        for (i, g) in got.iter().enumerate() {
-            let (row, col) = (i / e, i % e);
-            let want =
-                T::from_f64(wte_s[ids_v[row] as usize * e + col] + wpe_s[(row % n) * e + col]);
-            assert_eq!(*g, want.to_f64(), "{} element {i}", T::KIND.name());
-        }
-        let want: Vec<bool> = (0..n * n).map(|i| i % n <= i / n).collect();
-        assert_eq!(mask.to_vec().unwrap(), want);
-        // More positions than the table has: an Err naming `wpe`'s rows.
-        let long: Tensor<Cpu, i64, S2> = ids_tensor(&[0; 6], &[1, 6]);
-        let err = gpt2_input(&long, &wte, &wpe).unwrap_err().to_string();
-        assert!(
-            err.contains("index 5 in `input`") && err.contains("the rows of `weight`"),
-            "{err}"
-        );
-    }
-    walk::<f32>();
-    walk::<f64>();
-    walk::<f16>();
-    walk::<bf16>();
 fn norms_check_their_weights() {
     // Static dims: the typed API fixes the weight's length in its type.
     let x = Tensor::<Cpu, f32, shape![2, 3]>::from_vec(vec![1., 2., 3., 4., 5., 6.]).unwrap();

@@ -1880,6 +1880,8 @@ fn tril_and_triu_match_the_cpu() {
             b.tril(0).unwrap().to_vec().unwrap()
         );
     }
+}
+
 /// Effective bandwidth of the normalisations beside a copy of the same
 /// bytes (`cargo test -- --ignored norm_bandwidth --nocapture` on a GPU).
 #[test]
