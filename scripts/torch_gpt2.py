@@ -6,7 +6,10 @@
 
   - eager with bf16 autocast (TF32 allowed), as the targets are stated;
   - eager with the weights in bf16 (what tensorfn's bf16 run computes);
-  - `torch.compile` of the autocast model.
+  - `torch.compile` of the autocast model;
+
+and greedy generation at batch 1 (`generate`, a key-value cache, 8 prompt
+tokens then 64 new ones) in tokens per second, f32 and bf16 weights.
 
     python3 torch_gpt2.py [--batch 8] [--seq 1024] [--no-compile]
 """
@@ -73,6 +76,18 @@ def main():
 
     med, low = timed(bf16)
     print(f"torch gpt2 forward {shape} eager bf16 weights: median {med:.3f} ms, min {low:.3f} ms")
+
+    prompt = ids[:1, :8]
+    for name, dtype in [("f32", torch.float32), ("bf16", torch.bfloat16)]:
+        model = model.to(dtype)
+
+        def gen():
+            with torch.no_grad():
+                return model.generate(prompt, max_new_tokens=64, min_new_tokens=64, do_sample=False,
+                                      pad_token_id=0)
+
+        med, _ = timed(gen, runs=5, warmup=1)
+        print(f"torch gpt2 generate batch 1 {name}: 64 tokens in {med:.1f} ms: {64e3 / med:.1f} tokens/s")
 
 
 if __name__ == "__main__":
