@@ -3899,6 +3899,20 @@ fn generic_embeddings_and_masks() {
             err.contains("index 5 in `input`") && err.contains("the rows of `weight`"),
             "{err}"
         );
+        // The same function on the GPU, where there is one: the same bits,
+        // the same error, and the device works after it.
+        let Ok(g_wte) = wte.to_device::<Cuda>() else {
+            eprintln!("skipping the GPU part: no CUDA device");
+            return;
+        };
+        let g_wpe = wpe.to_device::<Cuda>().unwrap();
+        let g_ids = ids.to_device::<Cuda>().unwrap();
+        let g_long = long.to_device::<Cuda>().unwrap();
+        let g_err = gpt2_input(&g_long, &g_wte, &g_wpe).unwrap_err().to_string();
+        assert_eq!(g_err, err);
+        let (gx, gmask) = gpt2_input(&g_ids, &g_wte, &g_wpe).unwrap();
+        assert_eq!(gx.to_vec().unwrap(), x.to_vec().unwrap());
+        assert_eq!(gmask.to_vec().unwrap(), mask.to_vec().unwrap());
     }
     walk::<f32>();
     walk::<f64>();

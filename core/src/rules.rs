@@ -1332,6 +1332,7 @@ pub fn embedding<D: DimValue>(
 /// assert_eq!(index_select::<usize>("index_select", ("x", &[4, 5]), 1, ("idx", &[3])).unwrap(), vec![4, 3]);
 /// let e = index_select::<usize>("index_select", ("x", &[4, 5]), 1, ("idx", &[3, 1])).unwrap_err();
 /// assert!(e.message.contains("`idx` must be 1-D"));
+/// assert!(index_select::<usize>("index_select", ("x", &[]), 0, ("idx", &[3])).is_err());
 /// ```
 pub fn index_select<D: DimValue>(
     op: &str,
@@ -1351,21 +1352,35 @@ pub fn index_select<D: DimValue>(
         );
     }
     let (name, dims) = input;
-    if dim >= dims.len().max(1) {
+    no_dim_to_pick(op, name, dims, dim)?;
+    let mut out = dims.to_vec();
+    out[dim] = idims[0].clone();
+    Ok(out)
+}
+
+/// An error unless `dims` has a dim `dim` to pick along (a scalar has
+/// none).
+fn no_dim_to_pick<D: DimValue>(
+    op: &str,
+    name: &str,
+    dims: &[D],
+    dim: usize,
+) -> Result<(), RuleError> {
+    if dims.is_empty() {
+        return err(
+            op,
+            0,
+            format!("`{name}` has shape [] (a scalar): there is no dim to pick along; `unsqueeze(0)` it first"),
+        );
+    }
+    if dim >= dims.len() {
         return err(
             op,
             0,
             format!("`{name}` {} has no dim {dim}", fmt_dims(dims)),
         );
     }
-    let mut out = dims.to_vec();
-    if out.is_empty() {
-        // A scalar counts as one dim (PyTorch): the result has the index's length.
-        out.push(idims[0].clone());
-    } else {
-        out[dim] = idims[0].clone();
-    }
-    Ok(out)
+    Ok(())
 }
 
 /// `gather(input, dim, index)`: `index` has `input`'s rank and the result
@@ -1399,13 +1414,7 @@ pub fn gather<D: DimValue>(
             ),
         );
     }
-    if dim >= dims.len().max(1) {
-        return err(
-            op,
-            0,
-            format!("`{name}` {} has no dim {dim}", fmt_dims(dims)),
-        );
-    }
+    no_dim_to_pick(op, name, dims, dim)?;
     for (d, (a, i)) in dims.iter().zip(idims).enumerate() {
         if d == dim {
             continue;

@@ -1,10 +1,12 @@
 //! The kernels the CUDA runtime loads for single operations: elementwise
 //! `unary`, `binary` and `cast` (the launch contract of [`abi`](crate::abi)),
-//! row reductions and row ops (`softmax`, ...).
+//! row reductions and row ops (`softmax`, ...), `cat` of row blocks and
+//! the gather behind `index_select`, `gather` and `embedding`.
 //!
 //! Names are derived from the op and dtypes only (`tf_unary_sin_f32`,
 //! `tf_binary_add_i64`, `tf_cast_f32_bf16`, `tf_reduce_argmax_f16`,
-//! `tf_softmax_f32`, `tf_log_softmax_bf16`), so a runtime can key its
+//! `tf_softmax_f32`, `tf_log_softmax_bf16`, `tf_cat_rows_16b`,
+//! `tf_gather_4b_i64`), so a runtime can key its
 //! module cache with the `*_name` functions before generating any text.
 //!
 //! Row kernels have one entry, `NAME(.param .u64 out, .param .u64 in,

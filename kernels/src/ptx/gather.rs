@@ -62,6 +62,17 @@ pub(crate) fn gather_entry(name: &str, unit: u32, index: DTypeKind) -> String {
     let idx_strides: Vec<String> = (0..MAX_RANK)
         .map(|d| word(&mut body, 3 * MAX_RANK + d))
         .collect();
+    // Dims of size 1 need no division (uniform branch); positions below
+    // 2^32 divide in 32 bits.
+    let unit_dim: Vec<String> = (1..MAX_RANK)
+        .map(|d| {
+            let p = body.reg(Class::Pred);
+            body.op(format!("setp.eq.u64 {p}, {}, 1", dims[d]));
+            p
+        })
+        .collect();
+    let small = body.reg(Class::Pred);
+    body.op(format!("setp.le.u64 {small}, {n}, 4294967295"));
     let (first, stride) = grid_stride(&mut body);
 
     let i = body.reg(Class::B64);
@@ -80,9 +91,26 @@ pub(crate) fn gather_entry(name: &str, unit: u32, index: DTypeKind) -> String {
     body.op(format!("mov.u64 {so}, 0"));
     body.op(format!("mov.u64 {io}, 0"));
     let (q, c) = (body.reg(Class::B64), body.reg(Class::B64));
+    let (q32, r32, d32) = (
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+    );
     for d in (0..MAX_RANK).rev() {
+        let skip = body.label("gather_dim_skip");
         if d > 0 {
+            body.op(format!("@{} bra {skip}", unit_dim[d - 1]));
+            let div64 = body.label("gather_div64");
+            let divided = body.label("gather_divided");
+            body.op(format!("@!{small} bra {div64}"));
+            body.op(format!("cvt.u32.u64 {r32}, {rem}"));
+            body.op(format!("cvt.u32.u64 {d32}, {}", dims[d]));
+            body.op(format!("div.u32 {q32}, {r32}, {d32}"));
+            body.op(format!("cvt.u64.u32 {q}, {q32}"));
+            body.op(format!("bra.uni {divided}"));
+            body.place(&div64);
             body.op(format!("div.u64 {q}, {rem}, {}", dims[d]));
+            body.place(&divided);
             body.op(format!("mul.lo.u64 {c}, {q}, {}", dims[d]));
             body.op(format!("sub.u64 {c}, {rem}, {c}"));
             body.op(format!("mov.u64 {rem}, {q}"));
@@ -91,6 +119,9 @@ pub(crate) fn gather_entry(name: &str, unit: u32, index: DTypeKind) -> String {
         }
         body.op(format!("mad.lo.u64 {so}, {c}, {}, {so}", src_strides[d]));
         body.op(format!("mad.lo.u64 {io}, {c}, {}, {io}", idx_strides[d]));
+        if d > 0 {
+            body.place(&skip);
+        }
     }
 
     // The index, as a signed 64-bit value.

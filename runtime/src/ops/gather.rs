@@ -145,6 +145,23 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
     /// let e = x.index_select::<1, shape![2, 1]>(&bad).unwrap_err();
     /// assert!(e.to_string().contains("index 3 in `index` is out of range"));
     /// ```
+    ///
+    /// Float indices do not compile, nor does a static index that is not
+    /// 1-D or a result type whose static dims do not fit:
+    ///
+    /// ```compile_fail,E0277
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
+    /// let i = Tensor::<Cpu, f32, shape![2]>::zeros().unwrap();
+    /// let _ = x.index_select::<0, shape![2, 3]>(&i);
+    /// ```
+    ///
+    /// ```compile_fail
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
+    /// let i = Tensor::<Cpu, i64, shape![4]>::zeros().unwrap();
+    /// let _ = x.index_select::<0, shape![2, 3]>(&i); // dim 0 has 4 entries
+    /// ```
     pub fn index_select<const DIM: usize, SO: Shape>(
         &self,
         index: &Tensor<D, impl IndexDType, impl Shape>,
