@@ -150,9 +150,16 @@ impl<'s, 'k> Checker<'s, 'k> {
             Some(x) => match self.scalar_operand(x, &ops[0], name) {
                 Some(id) => match self.graph.nodes[id].op {
                     Op::Lit { value, .. } if value.is_nan() || value < 0.0 => {
+                        let default = match op {
+                            NormOp::LayerNorm => "1e-5",
+                            NormOp::RmsNorm => "the machine epsilon of f32 (f64 for f64)",
+                        };
                         self.error(
                             &x.sp,
-                            format!("`eps` of `{name}` is {value}: it is added to the variance under a square root, so it must be zero or positive (PyTorch's default is {})", op.default_eps(DTypeKind::F32)),
+                            format!("`eps = {x}` of `{name}` is negative: it is added to the {} under a square root, so it must be zero or positive; leave it out for PyTorch's default, {default}", match op {
+                                NormOp::LayerNorm => "variance",
+                                NormOp::RmsNorm => "mean of the squares",
+                            }),
                         );
                         Err(())
                     }
