@@ -3306,3 +3306,57 @@ fn norms_check_their_weights() {
     let x32: Tensor<Cpu, f32, S2> = tensor(&[1.0; 6], &[2, 3]);
     assert!(norm_f32(&x32, &w3, &b4).is_err());
 }
+
+#[derive(Params)]
+struct Norms<D: Device, T: Float> {
+    weight: Tensor<D, T, shape![8]>,
+    bias: Tensor<D, T, shape![8]>,
+}
+
+tensor_fn! {
+    /// A function of the op's own name: its body reaches the op through
+    /// the method form (a call `layer_norm(..)` would be this function).
+    fn layer_norm<D: Device, T: Float, const S: usize>(x: &Tensor<D, T, [S, 8]>, p: &Norms<D, T>) -> Tensor<D, T, [S, 8]> {
+        x.layer_norm(p.weight, p.bias)
+    }
+    /// Generic over device and dtype, fused with elementwise work around it.
+    fn pre_norm<D: Device, T: Float, const S: usize>(x: &Tensor<D, T, [S, 8]>, p: &Norms<D, T>) -> Tensor<D, T, [S, 8]> {
+        x + rms_norm(layer_norm(x * 2.0, p), p.weight, eps = 1e-6) * 0.5
+    }
+}
+
+#[test]
+fn norms_in_generic_functions_with_parameter_structs() {
+    fn run<T: Float>(rel: f64) {
+        let mut rng = Rng::new(709);
+        let xv = rng.values(24, &[]);
+        let wv = rng.values(8, &[]);
+        let bv = rng.values(8, &[]);
+        let x: Tensor<Cpu, T, shape![3, 8]> = tensor(&xv, &[3, 8]);
+        let p = Norms::<Cpu, T> {
+            weight: tensor(&wv, &[8]),
+            bias: tensor(&bv, &[8]),
+        };
+        let r = |v: &[f64]| -> Vec<f64> { v.iter().map(|&x| T::from_f64(x).to_f64()).collect() };
+        let (xr, wr, br) = (r(&xv), r(&wv), r(&bv));
+        let y = pre_norm(&x, &p).unwrap().to_vec().unwrap();
+        for row in 0..3 {
+            let xs = &xr[row * 8..(row + 1) * 8];
+            let doubled: Vec<f64> = xs.iter().map(|v| v * 2.0).collect();
+            let l = NormOp::LayerNorm.eval_f64(&doubled, &wr, &br, 1e-5);
+            let n = NormOp::RmsNorm.eval_f64(&l, &wr, &[], 1e-6);
+            for c in 0..8 {
+                let want = xs[c] + n[c] * 0.5;
+                let got = y[row * 8 + c].to_f64();
+                assert!(
+                    (got - want).abs() <= rel * (1.0 + want.abs() * 4.0),
+                    "{got} vs {want}"
+                );
+            }
+        }
+    }
+    run::<f64>(1e-12);
+    run::<f32>(1e-5);
+    run::<f16>(1e-2);
+    run::<bf16>(6e-2);
+}
