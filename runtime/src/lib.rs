@@ -43,7 +43,8 @@ pub use interop::NdShape;
 pub use layout::Layout;
 pub use ops::dispatch::synchronize;
 pub use ops::{
-    broadcast_dims, AssignRhs, BiasFor, LastDim, MatMulShape, RemoveDim, StaticShape, Transpose2,
+    broadcast_dims, AssignRhs, BiasFor, LastDim, LastTwoDims, MatMulShape, RemoveDim, StaticShape,
+    Transpose2,
 };
 pub use params::{AnyTensor, Params};
 pub use shape::{Const, Dim, Dyn, Shape, MAX_RANK};

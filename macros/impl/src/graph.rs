@@ -231,6 +231,15 @@ pub enum Op {
         /// `eps` (scalar node), or the op's default.
         eps: Option<NodeId>,
     },
+    /// `rope(x, cos, sin)`: rotary position embedding.
+    Rope {
+        /// The rotated tensor, `[.., T, D]`.
+        x: NodeId,
+        /// `[T, D]`.
+        cos: NodeId,
+        /// `[T, D]`.
+        sin: NodeId,
+    },
     /// `cat([..], dim)`.
     Cat {
         /// The tensors.
@@ -351,6 +360,7 @@ impl Graph {
                 v
             }
             Op::Cat { xs, .. } => xs.clone(),
+            Op::Rope { x, cos, sin } => vec![*x, *cos, *sin],
             Op::Norm {
                 x,
                 weight,

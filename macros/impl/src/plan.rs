@@ -465,9 +465,11 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     Op::MatMul(..) | Op::Bmm(..) | Op::Dot(..) | Op::AddMm { .. } => {
                         (n, Some(bytes(g, n)), true, None)
                     }
-                    Op::Reduce { .. } | Op::Row { .. } | Op::Cat { .. } | Op::Norm { .. } => {
-                        (n, Some(bytes(g, n)), true, None)
-                    }
+                    Op::Reduce { .. }
+                    | Op::Row { .. }
+                    | Op::Cat { .. }
+                    | Op::Norm { .. }
+                    | Op::Rope { .. } => (n, Some(bytes(g, n)), true, None),
                     Op::ToDevice(x, d) => {
                         if tensor_ty(g, *x).device == *d {
                             (n, None, src(*x).contiguous, Some(*x))

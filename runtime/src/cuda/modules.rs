@@ -40,6 +40,8 @@ pub(crate) enum Builtin {
     Row(RowOp, DTypeKind),
     /// `layer_norm` / `rms_norm` over rows (entries by `tensorfn_kernels::norm`).
     Norm(NormOp, DTypeKind),
+    /// `rope` of contiguous rows.
+    Rope(DTypeKind),
     /// `x + value * t1 * t2` over inputs `(x, t1, t2, value)`, rounded once.
     Addcmul(DTypeKind),
     /// Concatenation of contiguous row blocks in units of this many bytes.
@@ -54,6 +56,7 @@ impl Builtin {
             Builtin::Unary(_, d) | Builtin::Binary(_, d) | Builtin::Addcmul(d) => d.size_bytes(),
             Builtin::Cast(a, b) => a.size_bytes().max(b.size_bytes()),
             Builtin::Reduce(..) | Builtin::Row(..) | Builtin::Norm(..) | Builtin::CatRows(_) => 1,
+            Builtin::Rope(_) => 1,
         }
     }
 }
@@ -87,6 +90,7 @@ impl Builtin {
             Builtin::Reduce(op, t) => builtin::try_reduce(op, t),
             Builtin::Row(op, t) => builtin::try_row(op, t),
             Builtin::Norm(op, t) => builtin::try_norm(op, t),
+            Builtin::Rope(t) => builtin::try_rope(t),
             Builtin::CatRows(unit) => builtin::cat_rows(unit),
             Builtin::Addcmul(t) => {
                 let name = format!("tf_addcmul_{t}");

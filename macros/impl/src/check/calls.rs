@@ -58,6 +58,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             (OpKind::AddCmul, _) => return self.addcmul(args, e),
             (OpKind::Cat, _) => return self.cat(args, e),
             (OpKind::Norm(op), _) => return self.norm(def, op, recv, args, e),
+            (OpKind::Rope, _) => return self.rope(def, args, e),
             (
                 OpKind::Reduce(_)
                 | OpKind::Reshape { .. }

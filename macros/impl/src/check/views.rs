@@ -184,6 +184,47 @@ impl<'s, 'k> Checker<'s, 'k> {
         }
     }
 
+    /// `rope(input, cos, sin)`: a float `input` of dims `[.., T, D]` (`D`
+    /// even) and `cos`, `sin` of dims `[T, D]`, on its device in its dtype.
+    pub(super) fn rope(&mut self, def: &OpDef, args: &[Arg], e: &Expr) -> NodeId {
+        let name = def.name;
+        let Some(a) = self.bind_op(def, false, args, e) else {
+            return self.error_node(e);
+        };
+        let xs: Vec<&Expr> = a.iter().map(|x| x.expect("required")).collect();
+        let ids: Vec<NodeId> = xs.iter().map(|x| self.expr(x)).collect();
+        let ops: Vec<Option<Operand>> = (0..3).map(|i| self.tensor(ids[i], xs[i], name)).collect();
+        if ops.iter().any(|o| o.is_none()) {
+            return self.error_node(e);
+        }
+        let ops: Vec<Operand> = ops.into_iter().map(|o| o.expect("checked")).collect();
+        let agreed = self.agree(name, &ops, 0);
+        let ok = !agreed.ok || self.need_float(name, &ops[0]);
+        let names: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
+        let spans: Vec<&Sp> = xs.iter().map(|x| &x.sp).collect();
+        let dims = self.ruled(
+            rules::rope(
+                name,
+                (&names[0], &ops[0].ty.dims),
+                (&names[1], &ops[1].ty.dims),
+                (&names[2], &ops[2].ty.dims),
+            ),
+            &spans,
+        );
+        match (ok, dims) {
+            (true, Some(dims)) => self.push(
+                Op::Rope {
+                    x: ids[0],
+                    cos: ids[1],
+                    sin: ids[2],
+                },
+                Self::out_ty(&agreed, dims),
+                e,
+            ),
+            _ => self.error_node(e),
+        }
+    }
+
     /// `x.t()`, `x.permute([..])`, `x.transpose(d0, d1)`: the same
     /// elements in another dim order.
     pub(super) fn reorder(
