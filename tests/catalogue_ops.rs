@@ -3078,7 +3078,7 @@ tensor_fn! {
     fn norm1(x: &Tensor<Cpu, f64, [N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
         Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>,
     ) {
-        (layer_norm(x, w, b), x.layer_norm(w, b, eps = 1e-3), rms_norm(x, w), x.rms_norm(w, eps = 1e-6))
+        (layer_norm(x, w, b), x.layer_norm(w, b, eps = 1e-3), rms_norm(x, w, eps = None), x.rms_norm(w, eps = 1e-6))
     }
     fn norm2(x: &Tensor<Cpu, f64, [A, N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
         Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>,

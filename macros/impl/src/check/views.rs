@@ -123,7 +123,9 @@ impl<'s, 'k> Checker<'s, 'k> {
             xs.push(x);
             ids.push(self.expr(x));
         }
-        let eps_expr = a[tensors - first];
+        // `eps = None` is PyTorch's way of asking for the default.
+        let eps_expr =
+            a[tensors - first].filter(|x| !matches!(&x.kind, ExprKind::Var(i) if i == "None"));
         let ops: Vec<Option<Operand>> = (0..tensors)
             .map(|i| self.tensor(ids[i], xs[i], name))
             .collect();
