@@ -460,7 +460,10 @@
 ///   `-1` allowed), `x.t()`, `x.permute([..])`, `x.transpose(a, b)`,
 ///   `x.narrow(dim, start, len)`, `x.sum(dim)`, `mean`, `max`, `min`,
 ///   `argmax`, `argmin` (`x.sum()` reduces everything), `x.softmax(dim)`,
-///   `x.log_softmax(dim)`, `x.logsumexp(dim)`, `x.cast::<T>()`,
+///   `x.log_softmax(dim)`, `x.logsumexp(dim)`, `layer_norm(x, weight,
+///   bias, eps = 1e-5)` and `rms_norm(x, weight, eps = None)` over the last
+///   dim (also as methods; one fused row kernel each), `rope(x, cos, sin)`
+///   (Hugging Face Llama's rotary embedding), `x.cast::<T>()`,
 ///   `x.to_device::<D>()`,
 ///   `embedding(ids, weight)`, `x.index_select(dim, index)`,
 ///   `x.gather(dim, index)` (`i64` or `i32` indices; one out of range is

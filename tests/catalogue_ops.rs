@@ -38,7 +38,8 @@ const fn walked(name: &'static str, function: bool, method: bool) -> Walked {
 /// `masked_fill`, `clamp` and `addcmul` at ranks 0-4 with broadcasting;
 /// reductions over everything at ranks 0-4 and along each dim at ranks
 /// 1-4; `layer_norm` and `rms_norm` over the last dim at ranks 1-4 (and
-/// in f32, f16 and bf16); `softmax`, `log_softmax`, `logsumexp`, `cat`, `narrow` and
+/// in f32, f16 and bf16); `rope` at ranks 2-4 (and in f32, f16 and bf16);
+/// `softmax`, `log_softmax`, `logsumexp`, `cat`, `narrow` and
 /// `transpose` along
 /// each dim at ranks 1-4; `matmul` for every pair of ranks 1-4; `mm`,
 /// `bmm`, `dot` and `addmm` at their one rank (every bias shape);
@@ -69,6 +70,7 @@ const WALKED: &[Walked] = &[
     walked("logsumexp", true, true),
     walked("layer_norm", true, true),
     walked("rms_norm", true, true),
+    walked("rope", true, false),
     walked("matmul", true, true),
     walked("mm", true, true),
     walked("bmm", true, true),
@@ -3928,7 +3930,7 @@ tensor_fn! {
     fn norm1(x: &Tensor<Cpu, f64, [N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
         Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>,
     ) {
-        (layer_norm(x, w, b), x.layer_norm(w, b, eps = 1e-3), rms_norm(x, w), x.rms_norm(w, eps = 1e-6))
+        (layer_norm(x, w, b), x.layer_norm(w, b, eps = 1e-3), rms_norm(x, w, eps = None), x.rms_norm(w, eps = 1e-6))
     }
     fn norm2(x: &Tensor<Cpu, f64, [A, N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
         Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>,
@@ -4328,4 +4330,199 @@ fn attention_at_each_rank() {
             }
         }
     }
+}
+
+#[derive(Params)]
+struct Norms<D: Device, T: Float> {
+    weight: Tensor<D, T, shape![8]>,
+    bias: Tensor<D, T, shape![8]>,
+}
+
+tensor_fn! {
+    /// A function of the op's own name: its body reaches the op through
+    /// the method form (a call `layer_norm(..)` would be this function).
+    fn layer_norm<D: Device, T: Float, const S: usize>(x: &Tensor<D, T, [S, 8]>, p: &Norms<D, T>) -> Tensor<D, T, [S, 8]> {
+        x.layer_norm(p.weight, p.bias)
+    }
+    /// Generic over device and dtype, fused with elementwise work around it.
+    fn pre_norm<D: Device, T: Float, const S: usize>(x: &Tensor<D, T, [S, 8]>, p: &Norms<D, T>) -> Tensor<D, T, [S, 8]> {
+        x + rms_norm(layer_norm(x * 2.0, p), p.weight, eps = 1e-6) * 0.5
+    }
+}
+
+#[test]
+fn norms_in_generic_functions_with_parameter_structs() {
+    fn run<T: Float>(rel: f64) {
+        let mut rng = Rng::new(709);
+        let xv = rng.values(24, &[]);
+        let wv = rng.values(8, &[]);
+        let bv = rng.values(8, &[]);
+        let x: Tensor<Cpu, T, shape![3, 8]> = tensor(&xv, &[3, 8]);
+        let p = Norms::<Cpu, T> {
+            weight: tensor(&wv, &[8]),
+            bias: tensor(&bv, &[8]),
+        };
+        let r = |v: &[f64]| -> Vec<f64> { v.iter().map(|&x| T::from_f64(x).to_f64()).collect() };
+        let (xr, wr, br) = (r(&xv), r(&wv), r(&bv));
+        let y = pre_norm(&x, &p).unwrap().to_vec().unwrap();
+        for row in 0..3 {
+            let xs = &xr[row * 8..(row + 1) * 8];
+            let doubled: Vec<f64> = xs.iter().map(|v| v * 2.0).collect();
+            let l = NormOp::LayerNorm.eval_f64(&doubled, &wr, &br, 1e-5);
+            let n = NormOp::RmsNorm.eval_f64(&l, &wr, &[], 1e-6);
+            for c in 0..8 {
+                let want = xs[c] + n[c] * 0.5;
+                let got = y[row * 8 + c].to_f64();
+                assert!(
+                    (got - want).abs() <= rel * (1.0 + want.abs() * 4.0),
+                    "{got} vs {want}"
+                );
+            }
+        }
+    }
+    run::<f64>(1e-12);
+    run::<f32>(1e-5);
+    run::<f16>(1e-2);
+    run::<bf16>(6e-2);
+}
+
+// ---------------------------------------------------------------------
+// rope.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn rope2(x: &Tensor<Cpu, f64, [T, D]>, c: &Tensor<Cpu, f64, [T, D]>, s: &Tensor<Cpu, f64, [T, D]>) -> (Tensor<Cpu, f64, [T, D]>, Tensor<Cpu, f64, [T, D]>) {
+        (rope(x, c, s), rope(input = x, cos = c, sin = s))
+    }
+    fn rope3(x: &Tensor<Cpu, f64, [H, T, D]>, c: &Tensor<Cpu, f64, [T, D]>, s: &Tensor<Cpu, f64, [T, D]>) -> Tensor<Cpu, f64, [H, T, D]> {
+        rope(x, c, s)
+    }
+    fn rope4(x: &Tensor<Cpu, f64, [B, H, T, D]>, c: &Tensor<Cpu, f64, [T, D]>, s: &Tensor<Cpu, f64, [T, D]>) -> Tensor<Cpu, f64, [B, H, T, D]> {
+        rope(x, c, s)
+    }
+    /// Llama's use: queries `[B, T, H, D]` moved to `[B, H, T, D]` (a
+    /// strided view), rotated, in a 16-bit dtype.
+    fn rope_heads<T: Float>(q: &Tensor<Cpu, T, [B, S, H, 8]>, c: &Tensor<Cpu, T, [S, 8]>, s: &Tensor<Cpu, T, [S, 8]>) -> Tensor<Cpu, T, [B, H, S, 8]> {
+        rope(q.transpose(1, 2), c, s)
+    }
+}
+
+fn rope_ref(x: &[f64], d: &[usize], c: &[f64], s: &[f64], tol: f64) -> Want {
+    let (t, dd) = (d[d.len() - 2], d[d.len() - 1]);
+    let mut vals = Vec::with_capacity(x.len());
+    if dd > 0 {
+        for (r, row) in x.chunks(dd).enumerate() {
+            let p = (r % t) * dd;
+            vals.extend(tensorfn_core::ops::rope::rope_f64(
+                row,
+                &c[p..p + dd],
+                &s[p..p + dd],
+            ));
+        }
+    }
+    let tol = vals.iter().map(|v: &f64| tol * (1.0 + v.abs())).collect();
+    Want {
+        dims: d.to_vec(),
+        vals,
+        tol,
+    }
+}
+
+#[test]
+fn rope_at_every_rank() {
+    let mut rng = Rng::new(710);
+    for round in 0..4 {
+        let (t, half) = (1 + rng.below(5), rng.below(4) + usize::from(round != 2));
+        let d = 2 * half;
+        let lead = if round == 3 { 0 } else { 1 + rng.below(3) };
+        let dims = [vec![t, d], vec![lead, t, d], vec![2, lead, t, d]];
+        let cv = rng.values(t * d, &[]);
+        let sv = rng.values(t * d, &[]);
+        let (c, s): (Tensor<Cpu, f64, S2>, Tensor<Cpu, f64, S2>) =
+            (tensor(&cv, &[t, d]), tensor(&sv, &[t, d]));
+        let special = if round == 1 { SPECIAL } else { &[] };
+        let x2v = rng.values(numel(&dims[0]), special);
+        let x3v = rng.values(numel(&dims[1]), special);
+        let x4v = rng.values(numel(&dims[2]), special);
+        let x2: Tensor<Cpu, f64, S2> = tensor(&x2v, &dims[0]);
+        let x3: Tensor<Cpu, f64, S3> = tensor(&x3v, &dims[1]);
+        let x4: Tensor<Cpu, f64, S4> = tensor(&x4v, &dims[2]);
+        let w2 = rope_ref(&x2v, &dims[0], &cv, &sv, 1e-15);
+        check_all(
+            &format!("rope of {:?}", dims[0]),
+            &rope2(&x2, &c, &s).unwrap().outs(),
+            &[w2.clone(), w2.clone()],
+        );
+        let w3 = rope_ref(&x3v, &dims[1], &cv, &sv, 1e-15);
+        check(
+            &format!("rope of {:?}", dims[1]),
+            &one(&rope3(&x3, &c, &s).unwrap()),
+            &w3,
+        );
+        let w4 = rope_ref(&x4v, &dims[2], &cv, &sv, 1e-15);
+        check(
+            &format!("rope of {:?}", dims[2]),
+            &one(&rope4(&x4, &c, &s).unwrap()),
+            &w4,
+        );
+        check(
+            &format!("typed rope of {:?}", dims[0]),
+            &one(&x2.rope(&c, &s).unwrap()),
+            &w2,
+        );
+        check(
+            &format!("typed rope of {:?}", dims[1]),
+            &one(&x3.rope(&c, &s).unwrap()),
+            &w3,
+        );
+        check(
+            &format!("typed rope of {:?}", dims[2]),
+            &one(&x4.rope(&c, &s).unwrap()),
+            &w4,
+        );
+    }
+    // An odd last dim is an `Err` at run time (a `Dyn` dim).
+    let x: Tensor<Cpu, f64, S2> = tensor(&[1.0; 6], &[2, 3]);
+    let e = x.rope(&x, &x).unwrap_err().to_string();
+    assert!(e.contains("odd"), "{e}");
+    let c: Tensor<Cpu, f64, S2> = tensor(&[1.0; 4], &[1, 4]);
+    let x: Tensor<Cpu, f64, S2> = tensor(&[1.0; 8], &[2, 4]);
+    let e = x.rope(&c, &c).unwrap_err().to_string();
+    assert!(e.contains("`cos` must have shape [2, 4]"), "{e}");
+}
+
+#[test]
+fn rope_of_strided_queries_in_16_bit_dtypes() {
+    fn run<T: Float>(tol: f64) {
+        let mut rng = Rng::new(711);
+        let (b, s, h) = (2, 3, 4);
+        let qv = rng.values(b * s * h * 8, &[]);
+        let cv = rng.values(s * 8, &[]);
+        let sv = rng.values(s * 8, &[]);
+        let q: Tensor<Cpu, T, shape![_, _, _, 8]> = tensor(&qv, &[b, s, h, 8]);
+        let c: Tensor<Cpu, T, shape![_, 8]> = tensor(&cv, &[s, 8]);
+        let sn: Tensor<Cpu, T, shape![_, 8]> = tensor(&sv, &[s, 8]);
+        let r = |v: &[f64]| -> Vec<f64> { v.iter().map(|&x| T::from_f64(x).to_f64()).collect() };
+        let (qr, cr, sr) = (r(&qv), r(&cv), r(&sv));
+        // q.transpose(1, 2), row-major.
+        let mut moved = Vec::with_capacity(qr.len());
+        for bi in 0..b {
+            for hi in 0..h {
+                for si in 0..s {
+                    let at = ((bi * s + si) * h + hi) * 8;
+                    moved.extend_from_slice(&qr[at..at + 8]);
+                }
+            }
+        }
+        let want = rope_ref(&moved, &[b, h, s, 8], &cr, &sr, tol);
+        check(
+            &format!("rope of strided queries in {}", std::any::type_name::<T>()),
+            &one(&rope_heads(&q, &c, &sn).unwrap()),
+            &want,
+        );
+    }
+    run::<f64>(1e-15);
+    run::<f32>(1e-6);
+    run::<f16>(1e-3);
+    run::<bf16>(8e-3);
 }

@@ -1504,6 +1504,66 @@ pub fn norm<D: DimValue>(
     Ok(xd.to_vec())
 }
 
+/// `rope(input, cos, sin)`: `input` is `[.., T, D]` with `D` even, and
+/// `cos` and `sin` are `[T, D]` (broadcast over the leading dims). The
+/// result has the dims of `input`.
+///
+/// ```
+/// use tensorfn_core::rules::rope;
+/// let q: &[usize] = &[2, 12, 16, 64];
+/// assert_eq!(rope("rope", ("q", q), ("cos", &[16, 64]), ("sin", &[16, 64])).unwrap(), q.to_vec());
+/// let e = rope("rope", ("q", q), ("cos", &[16, 64]), ("sin", &[1, 16, 64])).unwrap_err();
+/// assert_eq!(e.operand, 2);
+/// assert!(e.message.contains("`sin` must have shape [16, 64]"));
+/// assert!(rope::<usize>("rope", ("q", &[16, 63]), ("c", &[16, 63]), ("s", &[16, 63])).is_err());
+/// ```
+pub fn rope<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    cos: Operand<'_, D>,
+    sin: Operand<'_, D>,
+) -> Result<Vec<D>, RuleError> {
+    let (xn, xd) = x;
+    if xd.len() < 2 {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` rotates the last dim of positions along the dim before it, but `{xn}` has shape {} ({}): give it dims `[.., T, D]`",
+                fmt_dims(xd),
+                rank_word(xd.len())
+            ),
+        );
+    }
+    let td = &xd[xd.len() - 2..];
+    if let Some(d) = td[1].to_usize() {
+        if d % 2 != 0 {
+            return err(
+                op,
+                0,
+                format!(
+                    "`{op}` rotates pairs of the last dim's two halves, but the last dim of `{xn}` is {d}, which is odd"
+                ),
+            );
+        }
+    }
+    for (i, (n, d)) in [cos, sin].into_iter().enumerate() {
+        if d != td {
+            return err(
+                op,
+                i + 1,
+                format!(
+                    "`{op}` takes one row of `{n}` per position: `{n}` must have shape {} (the last two dims of `{xn}`, {}), but has shape {}",
+                    fmt_dims(td),
+                    fmt_dims(xd),
+                    fmt_dims(d)
+                ),
+            );
+        }
+    }
+    Ok(xd.to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

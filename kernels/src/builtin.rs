@@ -279,6 +279,39 @@ pub fn norm(op: NormOp, dtype: DTypeKind) -> Kernel {
     expect_supported(try_norm(op, dtype))
 }
 
+/// Name of [`rope`]`(dtype)`.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::builtin::rope_name(tensorfn_kernels::DTypeKind::F16), "tf_rope_f16");
+/// ```
+pub fn rope_name(dtype: DTypeKind) -> String {
+    format!("tf_rope_{dtype}")
+}
+
+/// Rotary position embedding (`rope`) of contiguous rows of `dtype`, in
+/// the Hugging Face Llama convention: the entry `NAME(out, in, cos, sin,
+/// pairs, positions, half)` (see `ptx::rope` for the parameters);
+/// `Err` unless `dtype` is a float.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::try_rope(DTypeKind::BF16)?;
+/// assert!(k.ptx.contains(".entry tf_rope_bf16("));
+/// assert!(builtin::try_rope(DTypeKind::U8).is_err());
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn try_rope(dtype: DTypeKind) -> Result<Kernel> {
+    if !dtype.is_float() {
+        return Err(Error::Unsupported {
+            kernel: "rope",
+            message: format!("{} rows; rope takes float dtypes", dtype.name()),
+        });
+    }
+    let name = rope_name(dtype);
+    let ptx = ptx::rope(&name, dtype);
+    Ok(Kernel { name, ptx })
+}
+
 /// Name of [`cat_rows`]`(unit)`.
 ///
 /// ```
@@ -535,6 +568,7 @@ pub fn all() -> Vec<Kernel> {
         for op in NormOp::ALL {
             out.extend(try_norm(op, dtype).ok());
         }
+        out.extend(try_rope(dtype).ok());
     }
     out.extend(CAT_UNITS.iter().filter_map(|&u| cat_rows(u).ok()));
     for index in [DTypeKind::I64, DTypeKind::I32] {

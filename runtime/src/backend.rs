@@ -266,6 +266,16 @@ pub(crate) trait Backend {
         scale: f64,
     ) -> Result<Self::Buf<T>>;
 
+    /// `rope` of `x` (`[.., T, D]`, `D` even) with `cos` and `sin`
+    /// (`[T, D]`), computed in at least f32: a contiguous buffer of `x`'s
+    /// dims.
+    fn rope<T: FloatDType>(
+        &self,
+        x: (&Self::Buf<T>, &Layout),
+        cos: (&Self::Buf<T>, &Layout),
+        sin: (&Self::Buf<T>, &Layout),
+    ) -> Result<Self::Buf<T>>;
+
     /// Batched `alpha * a @ b + beta * bias`: `la` is `[batch, m, k]`, `lb`
     /// is `[batch, k, n]` (batch strides may be 0), `bias` is broadcast to
     /// `[batch, m, n]`. Returns a contiguous `[batch, m, n]` buffer.

@@ -46,7 +46,7 @@ pub use layout::Layout;
 pub use ops::dispatch::synchronize;
 pub use ops::{
     broadcast_dims, AssignRhs, AttentionArgs, AttentionShape, AttnMaskDType, BiasFor, LastDim,
-    MatMulShape, RemoveDim, StaticShape, Transpose2,
+    LastTwoDims, MatMulShape, RemoveDim, StaticShape, Transpose2,
 };
 pub use params::{AnyTensor, LoadOptions, Params};
 pub use shape::{Const, Dim, Dyn, Shape, MAX_RANK};

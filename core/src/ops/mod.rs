@@ -79,6 +79,7 @@ pub mod erf_coeffs;
 pub mod math;
 pub mod norm;
 mod reduce_cmp;
+pub mod rope;
 pub mod rows;
 pub mod unary;
 
@@ -122,6 +123,8 @@ pub enum OpKind {
     Row(RowOp),
     /// A normalisation over the last dim (`layer_norm`, `rms_norm`).
     Norm(NormOp),
+    /// `rope(input, cos, sin)`: rotary position embedding.
+    Rope,
     /// `matmul`, batched, broadcasting leading dims.
     MatMul,
     /// `mm`: two matrices.
@@ -299,6 +302,8 @@ pub enum ShapeRule {
     Triangle,
     /// [`rules::norm`](crate::rules::norm).
     Norm,
+    /// [`rules::rope`](crate::rules::rope).
+    Rope,
 }
 
 /// The slot for an op's derivative rule.
@@ -664,7 +669,7 @@ static EARLIER: &[OpDef] = &[
     ),
 ];
 
-/// The normalisations over the last dim, after the row ops.
+/// The normalisations over the last dim and `rope`, after the row ops.
 static NORMS: &[OpDef] = &[
     def(
         "layer_norm",
@@ -690,6 +695,16 @@ static NORMS: &[OpDef] = &[
         DTypeRule::SameFloat,
         ShapeRule::Norm,
         "`input / sqrt(mean(input^2) + eps) * weight` over the last dim.",
+    ),
+    def(
+        "rope",
+        OpKind::Rope,
+        true,
+        false,
+        &[INPUT, p("cos", TENSOR), p("sin", TENSOR)],
+        DTypeRule::SameFloat,
+        ShapeRule::Rope,
+        "`input * cos + rotate_half(input) * sin` (rotary position embedding, Hugging Face's Llama convention).",
     ),
 ];
 

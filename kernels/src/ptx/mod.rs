@@ -32,6 +32,7 @@ mod gather;
 mod inst;
 mod memory;
 mod norm;
+mod rope;
 mod rows;
 
 use crate::error::{Error, Result};
@@ -200,6 +201,14 @@ pub(crate) fn norm(name: &str, op: crate::ops::NormOp, dtype: tensorfn_core::DTy
             op.name().replace('_', "-")
         ),
         &entries,
+    )
+}
+
+/// The module of the `rope` entry `name` over rows of `dtype`.
+pub(crate) fn rope(name: &str, dtype: tensorfn_core::DTypeKind) -> String {
+    module(
+        &format!("{name}: rotary position embedding of rows of {dtype}"),
+        &[rope::rope_entry(name, dtype)],
     )
 }
 

@@ -249,6 +249,15 @@ pub enum Op {
         /// `eps` (scalar node), or the op's default.
         eps: Option<NodeId>,
     },
+    /// `rope(x, cos, sin)`: rotary position embedding.
+    Rope {
+        /// The rotated tensor, `[.., T, D]`.
+        x: NodeId,
+        /// `[T, D]`.
+        cos: NodeId,
+        /// `[T, D]`.
+        sin: NodeId,
+    },
     /// `cat([..], dim)`.
     Cat {
         /// The tensors.
@@ -402,6 +411,7 @@ impl Graph {
                 v
             }
             Op::Cat { xs, .. } => xs.clone(),
+            Op::Rope { x, cos, sin } => vec![*x, *cos, *sin],
             Op::Norm {
                 x,
                 weight,

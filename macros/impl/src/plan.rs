@@ -474,6 +474,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     | Op::Embedding { .. }
                     | Op::Select { .. }
                     | Op::Arange
+                    | Op::Rope { .. }
                     | Op::Triangle { .. } => (n, Some(bytes(g, n)), true, None),
                     Op::ToDevice(x, d) => {
                         if tensor_ty(g, *x).device == *d {

@@ -12,6 +12,7 @@ pub(crate) mod matmul;
 mod norm;
 mod par;
 pub(crate) mod reduce;
+mod rope;
 pub(crate) mod rows;
 pub(crate) mod scalar;
 pub(crate) mod simd;
@@ -351,6 +352,22 @@ impl Backend for CpuBackend {
                 scale,
             ))
         }))
+    }
+
+    fn rope<T: FloatDType>(
+        &self,
+        (x, l): (&Vec<T>, &Layout),
+        (c, lc): (&Vec<T>, &Layout),
+        (s, ls): (&Vec<T>, &Layout),
+    ) -> Result<Vec<T>> {
+        strided::check_extent("rope", l, x.len())?;
+        strided::check_extent("rope", lc, c.len())?;
+        strided::check_extent("rope", ls, s.len())?;
+        Ok(with_float_type!(T, U => vec(rope::rope::<U>(
+            (slice(x), l),
+            (slice(c), lc),
+            (slice(s), ls),
+        ))))
     }
 
     fn matmul<T: FloatDType>(

@@ -695,6 +695,46 @@ impl Backend for CudaBackend {
         Ok(out)
     }
 
+    fn rope<T: FloatDType>(
+        &self,
+        (x, l): (&CudaStorage<T>, &Layout),
+        (c, lc): (&CudaStorage<T>, &Layout),
+        (s, ls): (&CudaStorage<T>, &Layout),
+    ) -> Result<CudaStorage<T>> {
+        self.ctx.bind()?;
+        let rank = l.rank();
+        let fits = rank >= 2
+            && lc.dims() == &l.dims()[rank - 2..]
+            && ls.dims() == lc.dims()
+            && l.dims()[rank - 1] % 2 == 0;
+        if !fits {
+            return Err(Error::shape(
+                "rope",
+                "input [.., T, D] with D even, cos and sin [T, D]",
+                format!("{:?}, {:?}, {:?}", l.dims(), lc.dims(), ls.dims()),
+            ));
+        }
+        check_extent("rope", "input", x, l)?;
+        check_extent("rope", "cos", c, lc)?;
+        check_extent("rope", "sin", s, ls)?;
+        let n = l.numel();
+        let out = self.ctx.storage::<T>(n)?;
+        if n == 0 {
+            return Ok(out);
+        }
+        let (d, t) = (l.dims()[rank - 1], l.dims()[rank - 2]);
+        let (input, _copy) = self.rows_of(x, l, rank - 1)?;
+        let (cos, _ccopy) = self.rows_of(c, lc, 1)?;
+        let (sin, _scopy) = self.rows_of(s, ls, 1)?;
+        self.ctx.builtin_rope(
+            T::KIND,
+            out.device_ptr(),
+            [input, cos, sin],
+            (n / d, t, d / 2),
+        )?;
+        Ok(out)
+    }
+
     fn matmul<T: FloatDType>(
         &self,
         a: &CudaStorage<T>,

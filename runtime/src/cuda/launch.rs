@@ -242,6 +242,45 @@ impl Context {
         )
     }
 
+    /// Runs `rope` over `rows` contiguous rows of `2 * half` elements of
+    /// dtype `dtype` at `input` (row `r` at position `r % positions`), with
+    /// `cos` and `sin` of `positions` rows, into `out`.
+    pub(crate) fn builtin_rope(
+        &self,
+        dtype: tensorfn_core::DTypeKind,
+        out: u64,
+        [input, cos, sin]: [u64; 3],
+        (rows, positions, half): (usize, usize, usize),
+    ) -> Result<()> {
+        let pairs = rows * half;
+        if pairs == 0 {
+            return Ok(());
+        }
+        let kernel = Builtin::Rope(dtype);
+        let target = self.target();
+        let f = self.function(ModuleKey::Builtin(kernel), "", || kernel.source(target))?;
+        let mut values = [
+            out,
+            input,
+            cos,
+            sin,
+            pairs as u64,
+            positions as u64,
+            half as u64,
+        ];
+        let mut params: Vec<*mut c_void> = values
+            .iter_mut()
+            .map(|v| v as *mut u64 as *mut c_void)
+            .collect();
+        let grid = elementwise_grid(pairs, 0, self.sm_count);
+        self.launch(
+            f,
+            &|| format!("{kernel:?} over {rows} rows of {}", 2 * half),
+            grid,
+            &mut params,
+        )
+    }
+
     /// [`rows`](Self::rows) for a built-in kernel.
     pub(crate) fn builtin_rows(
         &self,

@@ -40,6 +40,8 @@ pub(crate) enum Builtin {
     Row(RowOp, DTypeKind),
     /// `layer_norm` / `rms_norm` over rows (entries by `tensorfn_kernels::norm`).
     Norm(NormOp, DTypeKind),
+    /// `rope` of contiguous rows.
+    Rope(DTypeKind),
     /// `x + value * t1 * t2` over inputs `(x, t1, t2, value)`, rounded once.
     Addcmul(DTypeKind),
     /// Concatenation of contiguous row blocks in units of this many bytes.
@@ -58,6 +60,7 @@ impl Builtin {
             Builtin::Reduce(..)
             | Builtin::Row(..)
             | Builtin::Norm(..)
+            | Builtin::Rope(_)
             | Builtin::CatRows(_)
             | Builtin::Gather(..) => 1,
         }
@@ -93,6 +96,7 @@ impl Builtin {
             Builtin::Reduce(op, t) => builtin::try_reduce(op, t),
             Builtin::Row(op, t) => builtin::try_row(op, t),
             Builtin::Norm(op, t) => builtin::try_norm(op, t),
+            Builtin::Rope(t) => builtin::try_rope(t),
             Builtin::CatRows(unit) => builtin::cat_rows(unit),
             Builtin::Gather(unit, index) => builtin::gather(unit, index),
             Builtin::Addcmul(t) => {

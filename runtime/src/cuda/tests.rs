@@ -689,6 +689,95 @@ fn norms_match_the_interpreter_bit_for_bit_and_the_reference() {
 }
 
 #[test]
+fn rope_matches_the_interpreter_bit_for_bit_and_the_reference() {
+    use tensorfn_core::ops::rope::rope_f64;
+    use tensorfn_kernels::interp::{self, HostData};
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
+        // Odd halves and position counts make the carried column and
+        // position wrap at every step; the long ones take several steps
+        // a thread.
+        for (lead, t, d) in [
+            (1, 1, 2),
+            (3, 7, 6),
+            (2, 5, 64),
+            (4, 33, 128),
+            (700, 9, 10),
+            (64, 129, 128),
+        ] {
+            let n = lead * t * d;
+            let x: Vec<T> = random(rng, n, -4.0, 4.0);
+            let c: Vec<T> = random(rng, t * d, -1.0, 1.0);
+            let s: Vec<T> = random(rng, t * d, -1.0, 1.0);
+            let (sx, sc, ss) = (up(be, &x), up(be, &c), up(be, &s));
+            let l = Layout::contiguous(&[lead, t, d]);
+            let lc = Layout::contiguous(&[t, d]);
+            let got = down(&be.rope((&sx, &l), (&sc, &lc), (&ss, &lc)).unwrap(), &[n]);
+            let f = |v: &[T]| -> Vec<f64> { v.iter().map(|x| x.to_f64()).collect() };
+            let (xf, cf, sf) = (f(&x), f(&c), f(&s));
+            let exact = interp::rope(
+                &HostData::from_f64(T::KIND, &xf),
+                &HostData::from_f64(T::KIND, &cf),
+                &HostData::from_f64(T::KIND, &sf),
+                lead * t,
+                t,
+                d,
+            )
+            .unwrap()
+            .to_f64_vec();
+            let what = format!("rope {} [{lead}, {t}, {d}]", T::KIND);
+            for (i, (g, e)) in got.iter().zip(&exact).enumerate() {
+                let g = g.to_f64();
+                assert!(
+                    g.to_bits() == e.to_bits(),
+                    "{what} [{i}]: GPU {g}, interpreter {e}"
+                );
+            }
+            let mut want = Vec::with_capacity(n);
+            for r in 0..lead * t {
+                let p = (r % t) * d;
+                want.extend(rope_f64(
+                    &xf[r * d..(r + 1) * d],
+                    &cf[p..p + d],
+                    &sf[p..p + d],
+                ));
+            }
+            assert_close(&what, &got, &want, 2.0 * eps(T::KIND), 8.0 * eps(T::KIND));
+        }
+        // A strided input (positions and heads swapped) is copied first.
+        let x: Vec<T> = random(rng, 2 * 3 * 4, -4.0, 4.0);
+        let c: Vec<T> = random(rng, 2 * 4, -1.0, 1.0);
+        let (sx, sc) = (up(be, &x), up(be, &c));
+        let l = Layout::contiguous(&[2, 3, 4]).permute(&[1, 0, 2]);
+        let lc = Layout::contiguous(&[2, 4]);
+        let got = down(&be.rope((&sx, &l), (&sc, &lc), (&sc, &lc)).unwrap(), &[24]);
+        let xs = be.contiguous(&sx, &l).unwrap();
+        let direct = down(
+            &be.rope(
+                (&xs, &Layout::contiguous(&[3, 2, 4])),
+                (&sc, &lc),
+                (&sc, &lc),
+            )
+            .unwrap(),
+            &[24],
+        );
+        assert!(got
+            .iter()
+            .zip(&direct)
+            .all(|(a, b)| a.to_f64().to_bits() == b.to_f64().to_bits()));
+        // An odd last dim is an `Err`.
+        let l = Layout::contiguous(&[4, 3]);
+        let lc = Layout::contiguous(&[4, 3]);
+        assert!(be.rope((&sx, &l), (&sx, &lc), (&sx, &lc)).is_err());
+    }
+    check::<f32>(&be, &mut rng);
+    check::<f64>(&be, &mut rng);
+    check::<f16>(&be, &mut rng);
+    check::<bf16>(&be, &mut rng);
+}
+
+#[test]
 fn norms_of_empty_inputs_and_strided_weights() {
     let Some((_serial, be)) = gpu() else { return };
     let w = up(&be, &[1.0f32, 0.0, 2.0, 0.0, 3.0, 0.0]);
@@ -1934,6 +2023,24 @@ fn norm_bandwidth() {
             );
         }
     }
+    let rope_case = |b: usize, t: usize, d: usize| {
+        let mut rng = seed();
+        let n = b * t * d;
+        let x = up(&be, &random::<bf16>(&mut rng, n, -2.0, 2.0));
+        let c = up(&be, &random::<bf16>(&mut rng, t * d, -1.0, 1.0));
+        let l = Layout::contiguous(&[b, t, d]);
+        let lc = Layout::contiguous(&[t, d]);
+        let secs = time(&be, &mut || {
+            let _ = be.rope((&x, &l), (&c, &lc), (&c, &lc)).unwrap();
+        });
+        eprintln!(
+            "rope bf16 [{b}, {t}, {d}]: {:.1} us, {:.0} GB/s",
+            secs * 1e6,
+            (4 * n) as f64 / secs / 1e9
+        );
+    };
+    rope_case(8 * 32, 2048, 128);
+    rope_case(32, 4096, 64);
     case::<f32>(&be, 16384, 4096);
     case::<bf16>(&be, 8192, 768);
     case::<f16>(&be, 8192, 768);

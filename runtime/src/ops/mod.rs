@@ -22,6 +22,7 @@ mod norm;
 pub(crate) mod output;
 mod reduce;
 pub(crate) mod retype;
+mod rope;
 mod rows;
 mod select;
 mod triangle;
@@ -34,6 +35,7 @@ pub use index::RemoveDim;
 pub use inplace::{AssignRhs, StaticShape};
 pub use matmul::{BiasFor, MatMulShape};
 pub use norm::LastDim;
+pub use rope::LastTwoDims;
 pub use select::where_;
 pub use view::Transpose2;
 

@@ -69,6 +69,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             ) => return self.indexing(def, recv, args, e),
             (OpKind::Norm(op), _) => return self.norm(def, op, recv, args, e),
             (OpKind::Attention, _) => return self.attention(def, args, e),
+            (OpKind::Rope, _) => return self.rope(def, args, e),
             (
                 OpKind::Reduce(_)
                 | OpKind::Var

@@ -314,7 +314,9 @@ impl<'s, 'k> Checker<'s, 'k> {
             xs.push(x);
             ids.push(self.expr(x));
         }
-        let eps_expr = a[tensors - first];
+        // `eps = None` is PyTorch's way of asking for the default.
+        let eps_expr =
+            a[tensors - first].filter(|x| !matches!(&x.kind, ExprKind::Var(i) if i == "None"));
         let ops: Vec<Option<Operand>> = (0..tensors)
             .map(|i| self.tensor(ids[i], xs[i], name))
             .collect();
@@ -341,9 +343,16 @@ impl<'s, 'k> Checker<'s, 'k> {
             Some(x) => match self.scalar_operand(x, &ops[0], name) {
                 Some(id) => match self.graph.nodes[id].op {
                     Op::Lit { value, .. } if value.is_nan() || value < 0.0 => {
+                        let default = match op {
+                            NormOp::LayerNorm => "1e-5",
+                            NormOp::RmsNorm => "the machine epsilon of f32 (f64 for f64)",
+                        };
                         self.error(
                             &x.sp,
-                            format!("`eps` of `{name}` is {value}: it is added to the variance under a square root, so it must be zero or positive (PyTorch's default is {})", op.default_eps(DTypeKind::F32)),
+                            format!("`eps = {x}` of `{name}` is negative: it is added to the {} under a square root, so it must be zero or positive; leave it out for PyTorch's default, {default}", match op {
+                                NormOp::LayerNorm => "variance",
+                                NormOp::RmsNorm => "mean of the squares",
+                            }),
                         );
                         Err(())
                     }
@@ -360,6 +369,47 @@ impl<'s, 'k> Checker<'s, 'k> {
                     weight: ids[1],
                     bias: op.has_bias().then(|| ids[2]),
                     eps,
+                },
+                Self::out_ty(&agreed, dims),
+                e,
+            ),
+            _ => self.error_node(e),
+        }
+    }
+
+    /// `rope(input, cos, sin)`: a float `input` of dims `[.., T, D]` (`D`
+    /// even) and `cos`, `sin` of dims `[T, D]`, on its device in its dtype.
+    pub(super) fn rope(&mut self, def: &OpDef, args: &[Arg], e: &Expr) -> NodeId {
+        let name = def.name;
+        let Some(a) = self.bind_op(def, false, args, e) else {
+            return self.error_node(e);
+        };
+        let xs: Vec<&Expr> = a.iter().map(|x| x.expect("required")).collect();
+        let ids: Vec<NodeId> = xs.iter().map(|x| self.expr(x)).collect();
+        let ops: Vec<Option<Operand>> = (0..3).map(|i| self.tensor(ids[i], xs[i], name)).collect();
+        if ops.iter().any(|o| o.is_none()) {
+            return self.error_node(e);
+        }
+        let ops: Vec<Operand> = ops.into_iter().map(|o| o.expect("checked")).collect();
+        let agreed = self.agree(name, &ops, 0);
+        let ok = !agreed.ok || self.need_float(name, &ops[0]);
+        let names: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
+        let spans: Vec<&Sp> = xs.iter().map(|x| &x.sp).collect();
+        let dims = self.ruled(
+            rules::rope(
+                name,
+                (&names[0], &ops[0].ty.dims),
+                (&names[1], &ops[1].ty.dims),
+                (&names[2], &ops[2].ty.dims),
+            ),
+            &spans,
+        );
+        match (ok, dims) {
+            (true, Some(dims)) => self.push(
+                Op::Rope {
+                    x: ids[0],
+                    cos: ids[1],
+                    sin: ids[2],
                 },
                 Self::out_ty(&agreed, dims),
                 e,

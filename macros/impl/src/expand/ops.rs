@@ -339,6 +339,24 @@ impl FnGen<'_> {
                     }
                 }
             }
+            Op::Rope { x, cos, sin } => {
+                // `cos` and `sin` as the typed method takes them: of the
+                // shape types of `x`'s last two dims.
+                let tys = self.dim_tys(*x);
+                let last_two = tys[tys.len() - 2..].to_vec();
+                let table = |p: NodeId| {
+                    let r = self.reference(p);
+                    if self.dim_tys(p) == last_two {
+                        r
+                    } else {
+                        let s = shape_tokens(&last_two);
+                        quote!(&::core::clone::Clone::clone(#r).into_shape::<#s>()?)
+                    }
+                };
+                let xr = self.reference(*x);
+                let (c, s) = (table(*cos), table(*sin));
+                quote!(#xr.rope(#c, #s)?)
+            }
             Op::Cat { xs, dim } => {
                 // Pairwise: each step's shape type has the joined dim so far.
                 let first = self.tty(xs[0]).clone();
