@@ -273,6 +273,51 @@ pub fn cat_rows(unit: u32) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
+/// Name of [`attention`]`(dtype)`.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::builtin::attention_name(tensorfn_kernels::DTypeKind::BF16), "tf_attention_bf16");
+/// ```
+pub fn attention_name(dtype: DTypeKind) -> String {
+    format!("tf_attention_{dtype}")
+}
+
+/// Scaled dot-product attention over tensors of `dtype` (a float; `Err`
+/// otherwise), computed in f32 (f64 for f64) with an online softmax, one
+/// warp per query row and no row of scores stored.
+///
+/// The entry `NAME` takes 64-bit parameters, in order: `out`, `q`, `k`,
+/// `v`, `mask` (addresses), `l`, `s`, `e`, `ev` (the query count, key
+/// count and head dims, `e` and `ev` at most
+/// [`ATTENTION_MAX_HEAD`](crate::ptx::ATTENTION_MAX_HEAD)), the batch and
+/// row strides in elements of `q`, `k`, `v` (`qb, qr, kb, kr, vb, vr`;
+/// their last dims are contiguous), of the mask (`mb, mr`, and `mc`
+/// between keys; 0 for a broadcast dim), `mode` (0: no mask, 1: `bool`,
+/// true where the key takes part, 2: added to the scores, of `dtype`),
+/// `causal` (non-zero: query `i` sees keys `0..=i`) and `scale` (an f64).
+/// It writes the contiguous `[batch, l, ev]` output; a key whose score is
+/// `-inf` takes no part and a row without keys is 0. Launch with `block.x
+/// = BLOCK` (eight query rows a block), `grid.x = ceil(l / 8)` and
+/// `grid.y` = the batch.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::attention(DTypeKind::F16).unwrap();
+/// assert!(k.ptx.contains(".entry tf_attention_f16("));
+/// assert!(builtin::attention(DTypeKind::I32).is_err());
+/// ```
+pub fn attention(dtype: DTypeKind) -> Result<Kernel> {
+    if !dtype.is_float() {
+        return Err(Error::Unsupported {
+            kernel: "attention",
+            message: format!("attention needs a floating-point dtype, found {dtype}"),
+        });
+    }
+    let name = attention_name(dtype);
+    let ptx = ptx::attention(&name, dtype);
+    Ok(Kernel { name, ptx })
+}
+
 fn unsupported(kernel: &'static str, e: Error) -> Error {
     match e {
         Error::Type { message, .. } => Error::Unsupported { kernel, message },
@@ -414,6 +459,7 @@ pub fn all() -> Vec<Kernel> {
         for op in RowOp::ALL {
             out.extend(try_row(op, dtype).ok());
         }
+        out.extend(attention(dtype).ok());
     }
     out.extend(CAT_UNITS.iter().filter_map(|&u| cat_rows(u).ok()));
     out

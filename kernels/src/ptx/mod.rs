@@ -25,6 +25,7 @@
 //! # Ok::<(), tensorfn_kernels::Error>(())
 //! ```
 
+mod attention;
 mod body;
 mod concat;
 mod elementwise;
@@ -38,6 +39,7 @@ use crate::lower::lower;
 use crate::reduction::{ReduceSpec, RowSpec};
 
 pub use crate::target::{Target, HEADER};
+pub use attention::ATTENTION_MAX_HEAD;
 pub use concat::CAT_PARTS;
 pub use rows::SOFTMAX_REGISTER_COLS;
 
@@ -190,6 +192,15 @@ pub(crate) fn cat_rows(name: &str, unit: u32) -> String {
     module(
         &format!("{name}: concatenation of contiguous row blocks, {unit}-byte units"),
         &[concat::cat_rows_entry(name, unit)],
+    )
+}
+
+/// The module of the attention entry `name` over tensors of `dtype` (see
+/// [`builtin::attention`](crate::builtin::attention)).
+pub(crate) fn attention(name: &str, dtype: tensorfn_core::DTypeKind) -> String {
+    module(
+        &format!("{name}: scaled dot-product attention over {dtype}"),
+        &[attention::attention_entry(name, dtype)],
     )
 }
 

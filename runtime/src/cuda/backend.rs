@@ -551,46 +551,7 @@ impl Backend for CudaBackend {
         causal: bool,
         scale: f64,
     ) -> Result<CudaStorage<T>> {
-        self.ctx.bind()?;
-        // Through the host until the device kernel lands.
-        let host = |(x, l): (&CudaStorage<T>, &Layout)| -> Result<(Vec<T>, Layout)> {
-            Ok((self.download(x, l)?, Layout::contiguous(l.dims())))
-        };
-        let (hq, hk, hv) = (host(q)?, host(k)?, host(v)?);
-        let cpu = crate::cpu::CpuBackend;
-        let out = match mask {
-            None => cpu.attention(
-                (&hq.0, &hq.1),
-                (&hk.0, &hk.1),
-                (&hv.0, &hv.1),
-                None,
-                causal,
-                scale,
-            )?,
-            Some((AttnMask::Bool(m), l)) => {
-                let (hm, lm) = (self.download(m, l)?, Layout::contiguous(l.dims()));
-                cpu.attention(
-                    (&hq.0, &hq.1),
-                    (&hk.0, &hk.1),
-                    (&hv.0, &hv.1),
-                    Some((AttnMask::Bool(&hm), &lm)),
-                    causal,
-                    scale,
-                )?
-            }
-            Some((AttnMask::Add(m), l)) => {
-                let (hm, lm) = (self.download(m, l)?, Layout::contiguous(l.dims()));
-                cpu.attention(
-                    (&hq.0, &hq.1),
-                    (&hk.0, &hk.1),
-                    (&hv.0, &hv.1),
-                    Some((AttnMask::Add(&hm), &lm)),
-                    causal,
-                    scale,
-                )?
-            }
-        };
-        self.upload(Cow::Owned(out))
+        self.attention_gpu(q, k, v, mask, causal, scale)
     }
 
     fn row_op<T: FloatDType>(

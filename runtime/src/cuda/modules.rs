@@ -42,6 +42,8 @@ pub(crate) enum Builtin {
     Addcmul(DTypeKind),
     /// Concatenation of contiguous row blocks in units of this many bytes.
     CatRows(u32),
+    /// Scaled dot-product attention over tensors of this dtype.
+    Attention(DTypeKind),
 }
 
 impl Builtin {
@@ -51,7 +53,10 @@ impl Builtin {
         match self {
             Builtin::Unary(_, d) | Builtin::Binary(_, d) | Builtin::Addcmul(d) => d.size_bytes(),
             Builtin::Cast(a, b) => a.size_bytes().max(b.size_bytes()),
-            Builtin::Reduce(..) | Builtin::Row(..) | Builtin::CatRows(_) => 1,
+            Builtin::Reduce(..)
+            | Builtin::Row(..)
+            | Builtin::CatRows(_)
+            | Builtin::Attention(_) => 1,
         }
     }
 }
@@ -85,6 +90,7 @@ impl Builtin {
             Builtin::Reduce(op, t) => builtin::try_reduce(op, t),
             Builtin::Row(op, t) => builtin::try_row(op, t),
             Builtin::CatRows(unit) => builtin::cat_rows(unit),
+            Builtin::Attention(t) => builtin::attention(t),
             Builtin::Addcmul(t) => {
                 let name = format!("tf_addcmul_{t}");
                 addcmul_kernel(t)
