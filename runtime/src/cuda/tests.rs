@@ -1740,3 +1740,42 @@ fn attention_on_the_gpu_matches_the_cpu() {
         }
     }
 }
+
+/// Times causal bf16 attention at the benchmark's sizes (`cargo test
+/// attention_timing -- --ignored --nocapture`); `scripts/torch_attention.py`
+/// prints PyTorch's times for the same cases.
+#[test]
+#[ignore]
+fn attention_timing() {
+    use crate::device::Cuda;
+    use crate::ops::AttentionArgs;
+    use crate::shape::Dyn;
+    use crate::tensor::Tensor;
+    type D4 = (Dyn, Dyn, Dyn, Dyn);
+    let Some((_guard, be)) = gpu() else { return };
+    for [b, h, t, d] in [[8, 12, 1024, 64], [4, 16, 4096, 128], [1, 32, 8192, 128]] {
+        let dims = [b, h, t, d];
+        let q = Tensor::<Cuda, bf16, D4>::randn_dims(1, &dims).unwrap();
+        let k = Tensor::<Cuda, bf16, D4>::randn_dims(2, &dims).unwrap();
+        let v = Tensor::<Cuda, bf16, D4>::randn_dims(3, &dims).unwrap();
+        let run = || {
+            q.scaled_dot_product_attention(&k, &v, AttentionArgs::new().is_causal(true))
+                .unwrap()
+        };
+        drop(run());
+        be.synchronize().unwrap();
+        let reps = 3;
+        let start = std::time::Instant::now();
+        for _ in 0..reps {
+            drop(run());
+        }
+        be.synchronize().unwrap();
+        let s = start.elapsed().as_secs_f64() / reps as f64;
+        let flops = 4.0 * (b * h) as f64 * (t * t) as f64 * d as f64 / 2.0;
+        println!(
+            "attention causal bf16 B{b} H{h} T{t} D{d}: {:.3} ms, {:.2} TFLOP/s",
+            s * 1e3,
+            flops / s / 1e12
+        );
+    }
+}
