@@ -18,7 +18,7 @@ pub(crate) mod strided;
 pub(crate) mod typed;
 pub mod vmath;
 
-use crate::backend::{AttnMask, Backend, CopyTo, RowBlocks};
+use crate::backend::{AttnMask, AttnMaskArg, Backend, CopyTo, RowBlocks};
 use crate::dtype::{DType, FloatDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -286,7 +286,7 @@ impl Backend for CpuBackend {
         q: (&Vec<T>, &Layout),
         k: (&Vec<T>, &Layout),
         v: (&Vec<T>, &Layout),
-        mask: Option<(AttnMask<'_, Vec<bool>, Vec<T>>, &Layout)>,
+        mask: AttnMaskArg<'_, Vec<bool>, Vec<T>>,
         causal: bool,
         scale: f64,
     ) -> Result<Vec<T>> {

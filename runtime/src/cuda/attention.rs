@@ -7,7 +7,7 @@
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
 use super::modules::{Builtin, ModuleKey};
-use crate::backend::{AttnMask, Backend};
+use crate::backend::{AttnMask, AttnMaskArg, Backend};
 use crate::cpu::CpuBackend;
 use crate::dtype::{DType, FloatDType};
 use crate::error::{Error, Result};
@@ -46,7 +46,7 @@ impl CudaBackend {
         q: (&CudaStorage<T>, &Layout),
         k: (&CudaStorage<T>, &Layout),
         v: (&CudaStorage<T>, &Layout),
-        mask: Option<(AttnMask<'_, CudaStorage<bool>, CudaStorage<T>>, &Layout)>,
+        mask: AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
         causal: bool,
         scale: f64,
     ) -> Result<CudaStorage<T>> {
@@ -138,7 +138,7 @@ impl CudaBackend {
         q: (&CudaStorage<T>, &Layout),
         k: (&CudaStorage<T>, &Layout),
         v: (&CudaStorage<T>, &Layout),
-        mask: Option<(AttnMask<'_, CudaStorage<bool>, CudaStorage<T>>, &Layout)>,
+        mask: AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
         causal: bool,
         scale: f64,
     ) -> Result<CudaStorage<T>> {

@@ -10,7 +10,7 @@ use super::context::{context, Context};
 use super::error::driver;
 use super::handles::Epilogue;
 use super::modules::Builtin;
-use crate::backend::{AttnMask, Backend, RowBlocks};
+use crate::backend::{AttnMaskArg, Backend, RowBlocks};
 use crate::dtype::{DType, FloatDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -547,7 +547,7 @@ impl Backend for CudaBackend {
         q: (&CudaStorage<T>, &Layout),
         k: (&CudaStorage<T>, &Layout),
         v: (&CudaStorage<T>, &Layout),
-        mask: Option<(AttnMask<'_, CudaStorage<bool>, CudaStorage<T>>, &Layout)>,
+        mask: AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
         causal: bool,
         scale: f64,
     ) -> Result<CudaStorage<T>> {
