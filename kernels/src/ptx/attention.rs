@@ -328,3 +328,356 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
         body.finish()
     )
 }
+
+/// Head dims of the tensor-core attention entry.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::ptx::ATTENTION_MMA_HEADS, [64, 128]);
+/// ```
+pub const ATTENTION_MMA_HEADS: [usize; 2] = [64, 128];
+
+/// Query rows a block of the tensor-core entry handles: 16 per warp.
+pub const ATTENTION_MMA_ROWS: usize = 16 * WARPS;
+
+/// The parameters of the tensor-core entry, in order; each is 64 bits
+/// (`p_scale` is an f64).
+pub(crate) const MMA_PARAMS: [&str; 14] = [
+    "p_out", "p_q", "p_k", "p_v", "p_l", "p_s", "p_qb", "p_qr", "p_kb", "p_kr", "p_vb", "p_vr",
+    "p_causal", "p_scale",
+];
+
+/// Keys a step of the tensor-core entry takes.
+const MMA_KEYS: usize = 64;
+
+/// The tensor-core entry `name` (sm_80 and newer) over `dtype` (f16 or
+/// bf16) with head dim `d` (64 or 128, for both the queries and the
+/// values), no mask: each warp takes 16 query rows and walks the keys 64
+/// at a time, `S = Q K^T` and `O += P V` with `mma.sync.m16n8k16` (f32
+/// accumulation), the online softmax on the fragments of `S` in f32.
+pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> String {
+    let ht = if dtype == DTypeKind::F16 {
+        "f16"
+    } else {
+        "bf16"
+    };
+    let exp = {
+        let mut b = Builder::new();
+        let x = b.param(Ty::F32);
+        let e = mathfn::exp(&mut b, x);
+        b.finish(vec![e])
+    };
+    let (neg_inf, zero, one) = ("0fFF800000", "0f00000000", "0f3F800000");
+    let mut body = Body::for_target(crate::target::Target::Sm80);
+    let mut p = std::collections::HashMap::new();
+    for n in MMA_PARAMS {
+        if n == "p_scale" {
+            continue;
+        }
+        let r = body.reg(Class::B64);
+        body.op(format!("ld.param.u64 {r}, [{n}]"));
+        p.insert(n, r);
+    }
+    for n in ["p_out", "p_q", "p_k", "p_v"] {
+        body.op(format!("cvta.to.global.u64 {0}, {0}", p[n]));
+    }
+    let scale = body.reg(Class::F32);
+    {
+        let s64 = body.reg(Class::F64);
+        body.op(format!("ld.param.f64 {s64}, [p_scale]"));
+        body.op(format!("cvt.rn.f32.f64 {scale}, {s64}"));
+    }
+    let end = body.label("mma_end");
+    let (tid, lane, warp) = (
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+    );
+    body.op(format!("mov.u32 {tid}, %tid.x"));
+    body.op(format!("and.b32 {lane}, {tid}, 31"));
+    body.op(format!("shr.u32 {warp}, {tid}, 5"));
+    let (g32, t32) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("shr.u32 {g32}, {lane}, 2"));
+    body.op(format!("and.b32 {t32}, {lane}, 3"));
+    let (g, tg) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("cvt.u64.u32 {g}, {g32}"));
+    body.op(format!("cvt.u64.u32 {tg}, {t32}"));
+    let (cta, by) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("mov.u32 {cta}, %ctaid.x"));
+    body.op(format!("mov.u32 {by}, %ctaid.y"));
+    let b = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {b}, {by}"));
+    // The warp's first row r0, the thread's rows ra = r0 + g, rb = ra + 8.
+    let r0 = body.reg(Class::B64);
+    body.op(format!("mul.wide.u32 {r0}, {cta}, {ATTENTION_MMA_ROWS}"));
+    let w16 = body.reg(Class::B64);
+    body.op(format!("mul.wide.u32 {w16}, {warp}, 16"));
+    body.op(format!("add.u64 {r0}, {r0}, {w16}"));
+    let past = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {past}, {r0}, {}", p["p_l"]));
+    body.op(format!("@{past} bra.uni {end}"));
+    let (ra, rb) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("add.u64 {ra}, {r0}, {g}"));
+    body.op(format!("add.u64 {rb}, {ra}, 8"));
+    let lmax = body.reg(Class::B64);
+    body.op(format!("sub.u64 {lmax}, {}, 1", p["p_l"]));
+    // Byte address of element (row, 0) of batch b: base + (b*bs + row*rs) * 2.
+    let row_addr = |body: &mut Body, base: &str, bs: &str, row: &str, rs: &str| {
+        let off = body.reg(Class::B64);
+        body.op(format!("mul.lo.u64 {off}, {b}, {bs}"));
+        body.op(format!("mad.lo.u64 {off}, {row}, {rs}, {off}"));
+        let a = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {a}, {off}, 2, {base}"));
+        a
+    };
+    let tg4 = body.reg(Class::B64);
+    body.op(format!("shl.b64 {tg4}, {tg}, 2"));
+    // Q as A fragments: rows ra, rb (clamped below L), columns kc*16 + tig*2 (+8).
+    let mut qa: Vec<[String; 4]> = Vec::new();
+    {
+        let mut addr = Vec::new();
+        for r in [&ra, &rb] {
+            let rc = body.reg(Class::B64);
+            body.op(format!("min.u64 {rc}, {r}, {lmax}"));
+            let a = row_addr(&mut body, &p["p_q"], &p["p_qb"], &rc, &p["p_qr"]);
+            body.op(format!("add.u64 {a}, {a}, {tg4}"));
+            addr.push(a);
+        }
+        for kc in 0..d / 16 {
+            let regs = [0, 1, 2, 3].map(|_| body.reg(Class::B32));
+            for (x, (row, col)) in [(0, 0), (1, 0), (0, 8), (1, 8)].into_iter().enumerate() {
+                let off = (kc * 16 + col) * 2;
+                body.op(format!(
+                    "ld.global.nc.b32 {}, [{}+{off}]",
+                    regs[x], addr[row]
+                ));
+            }
+            qa.push(regs);
+        }
+    }
+    let nv = d / 8;
+    let o: Vec<[String; 4]> = (0..nv)
+        .map(|_| [0, 1, 2, 3].map(|_| body.reg(Class::F32)))
+        .collect();
+    for t in &o {
+        for r in t {
+            body.op(format!("mov.f32 {r}, {zero}"));
+        }
+    }
+    let (ma, mb, la, lb) = (
+        body.reg(Class::F32),
+        body.reg(Class::F32),
+        body.reg(Class::F32),
+        body.reg(Class::F32),
+    );
+    body.op(format!("mov.f32 {ma}, {neg_inf}"));
+    body.op(format!("mov.f32 {mb}, {neg_inf}"));
+    body.op(format!("mov.f32 {la}, {zero}"));
+    body.op(format!("mov.f32 {lb}, {zero}"));
+    // Keys 0..kend: under `causal`, up to the warp's last row.
+    let kend = body.reg(Class::B64);
+    body.op(format!("mov.u64 {kend}, {}", p["p_s"]));
+    let causal = body.reg(Class::Pred);
+    body.op(format!("setp.ne.u64 {causal}, {}, 0", p["p_causal"]));
+    let r16 = body.reg(Class::B64);
+    body.op(format!("add.u64 {r16}, {r0}, 16"));
+    body.op(format!("@{causal} min.u64 {kend}, {kend}, {r16}"));
+    let smax = body.reg(Class::B64);
+    body.op(format!("sub.u64 {smax}, {}, 1", p["p_s"]));
+    let j0 = body.reg(Class::B64);
+    body.op(format!("mov.u64 {j0}, 0"));
+    let (lp, done) = (body.label("mma_keys"), body.label("mma_keys_done"));
+    body.place(&lp);
+    let fin = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {fin}, {j0}, {kend}"));
+    body.op(format!("@{fin} bra.uni {done}"));
+    // S = Q K^T for 8 tiles of 8 keys.
+    let tiles = MMA_KEYS / 8;
+    let s: Vec<[String; 4]> = (0..tiles)
+        .map(|_| [0, 1, 2, 3].map(|_| body.reg(Class::F32)))
+        .collect();
+    for (nt, st) in s.iter().enumerate() {
+        let key = body.reg(Class::B64);
+        body.op(format!("add.u64 {key}, {j0}, {}", nt * 8));
+        body.op(format!("add.u64 {key}, {key}, {g}"));
+        body.op(format!("min.u64 {key}, {key}, {smax}"));
+        let a = row_addr(&mut body, &p["p_k"], &p["p_kb"], &key, &p["p_kr"]);
+        body.op(format!("add.u64 {a}, {a}, {tg4}"));
+        for r in st {
+            body.op(format!("mov.f32 {r}, {zero}"));
+        }
+        for (kc, q) in qa.iter().enumerate() {
+            let (b0, b1) = (body.reg(Class::B32), body.reg(Class::B32));
+            body.op(format!("ld.global.nc.b32 {b0}, [{a}+{}]", kc * 32));
+            body.op(format!("ld.global.nc.b32 {b1}, [{a}+{}]", kc * 32 + 16));
+            body.op(format!(
+                "mma.sync.aligned.m16n8k16.row.col.f32.{ht}.{ht}.f32 {{{0}, {1}, {2}, {3}}}, {{{4}, {5}, {6}, {7}}}, {{{b0}, {b1}}}, {{{0}, {1}, {2}, {3}}}",
+                st[0], st[1], st[2], st[3], q[0], q[1], q[2], q[3]
+            ));
+        }
+    }
+    // Scale; -inf past the keys and, under `causal`, past the row.
+    let col0 = body.reg(Class::B64);
+    body.op(format!("shl.b64 {col0}, {tg}, 1"));
+    body.op(format!("add.u64 {col0}, {col0}, {j0}"));
+    for (nt, st) in s.iter().enumerate() {
+        for (x, r) in st.iter().enumerate() {
+            body.op(format!("mul.rn.f32 {r}, {r}, {scale}"));
+            let key = body.reg(Class::B64);
+            body.op(format!("add.u64 {key}, {col0}, {}", nt * 8 + (x & 1)));
+            let (out, late) = (body.reg(Class::Pred), body.reg(Class::Pred));
+            body.op(format!("setp.ge.u64 {out}, {key}, {}", p["p_s"]));
+            let row = if x < 2 { &ra } else { &rb };
+            body.op(format!("setp.gt.u64 {late}, {key}, {row}"));
+            body.op(format!("and.pred {late}, {late}, {causal}"));
+            body.op(format!("or.pred {out}, {out}, {late}"));
+            body.op(format!("@{out} mov.f32 {r}, {neg_inf}"));
+        }
+    }
+    // The rows' new max (over the quad that shares a row) and the rescale.
+    for (half, (m, l)) in [(&ma, &la), (&mb, &lb)].into_iter().enumerate() {
+        let mx = body.reg(Class::F32);
+        body.op(format!("mov.f32 {mx}, {m}"));
+        for st in &s {
+            for x in [2 * half, 2 * half + 1] {
+                body.op(format!("max.f32 {mx}, {mx}, {}", st[x]));
+            }
+        }
+        for off in [1, 2] {
+            let o2 = body.reg(Class::F32);
+            body.op(format!("shfl.sync.bfly.b32 {o2}, {mx}, {off}, 31, -1"));
+            body.op(format!("max.f32 {mx}, {mx}, {o2}"));
+        }
+        let same = body.label("mma_same_max");
+        let grew = body.reg(Class::Pred);
+        body.op(format!("setp.neu.f32 {grew}, {mx}, {m}"));
+        body.op(format!("@!{grew} bra.uni {same}"));
+        let diff = body.reg(Class::F32);
+        body.op(format!("sub.rn.f32 {diff}, {m}, {mx}"));
+        let alpha = emit_program(&mut body, &exp, &[diff])[0].clone();
+        body.op(format!("mul.rn.f32 {l}, {l}, {alpha}"));
+        for t in &o {
+            for x in [2 * half, 2 * half + 1] {
+                body.op(format!("mul.rn.f32 {0}, {0}, {alpha}", t[x]));
+            }
+        }
+        body.op(format!("mov.f32 {m}, {mx}"));
+        body.place(&same);
+        // p = exp(s - m), 0 where s is -inf; the thread's part of the sum.
+        for st in &s {
+            for x in [2 * half, 2 * half + 1] {
+                let r = &st[x];
+                let masked = body.reg(Class::Pred);
+                body.op(format!("setp.eq.f32 {masked}, {r}, {neg_inf}"));
+                let dlt = body.reg(Class::F32);
+                body.op(format!("sub.rn.f32 {dlt}, {r}, {m}"));
+                let e = emit_program(&mut body, &exp, &[dlt])[0].clone();
+                body.op(format!("selp.f32 {r}, {zero}, {e}, {masked}"));
+                body.op(format!("add.rn.f32 {l}, {l}, {r}"));
+            }
+        }
+    }
+    // P as A fragments (two tiles of S make one 16-key chunk).
+    let pa: Vec<[String; 4]> = (0..MMA_KEYS / 16)
+        .map(|kc| {
+            let regs = [0, 1, 2, 3].map(|_| body.reg(Class::B32));
+            let (t0, t1) = (&s[2 * kc], &s[2 * kc + 1]);
+            for (x, (lo, hi)) in [
+                (&t0[0], &t0[1]),
+                (&t0[2], &t0[3]),
+                (&t1[0], &t1[1]),
+                (&t1[2], &t1[3]),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                body.op(format!("cvt.rn.{ht}x2.f32 {}, {hi}, {lo}", regs[x]));
+            }
+            regs
+        })
+        .collect();
+    // O += P V: B fragments of V (keys tig*2, +1, +8, +9 of each chunk,
+    // column g of each tile), 0 past the keys.
+    let mut vrow = Vec::new();
+    for kc in 0..MMA_KEYS / 16 {
+        for dk in [0, 1, 8, 9] {
+            let key = body.reg(Class::B64);
+            body.op(format!("add.u64 {key}, {col0}, {}", kc * 16 + dk));
+            let inside = body.reg(Class::Pred);
+            body.op(format!("setp.lt.u64 {inside}, {key}, {}", p["p_s"]));
+            body.op(format!("min.u64 {key}, {key}, {smax}"));
+            let a = row_addr(&mut body, &p["p_v"], &p["p_vb"], &key, &p["p_vr"]);
+            let g2 = body.reg(Class::B64);
+            body.op(format!("shl.b64 {g2}, {g}, 1"));
+            body.op(format!("add.u64 {a}, {a}, {g2}"));
+            vrow.push((a, inside));
+        }
+    }
+    for (nt, t) in o.iter().enumerate() {
+        for (kc, pk) in pa.iter().enumerate() {
+            let h: Vec<String> = (0..4)
+                .map(|x| {
+                    let (a, inside) = &vrow[kc * 4 + x];
+                    let r = body.reg(Class::B16);
+                    body.op(format!("ld.global.nc.b16 {r}, [{a}+{}]", nt * 16));
+                    body.op(format!("@!{inside} mov.b16 {r}, 0"));
+                    r
+                })
+                .collect();
+            let (b0, b1) = (body.reg(Class::B32), body.reg(Class::B32));
+            body.op(format!("mov.b32 {b0}, {{{}, {}}}", h[0], h[1]));
+            body.op(format!("mov.b32 {b1}, {{{}, {}}}", h[2], h[3]));
+            body.op(format!(
+                "mma.sync.aligned.m16n8k16.row.col.f32.{ht}.{ht}.f32 {{{0}, {1}, {2}, {3}}}, {{{4}, {5}, {6}, {7}}}, {{{b0}, {b1}}}, {{{0}, {1}, {2}, {3}}}",
+                t[0], t[1], t[2], t[3], pk[0], pk[1], pk[2], pk[3]
+            ));
+        }
+    }
+    body.op(format!("add.u64 {j0}, {j0}, {MMA_KEYS}"));
+    body.op(format!("bra.uni {lp}"));
+    body.place(&done);
+    // out = O / l (the quad's sum), 0 for a row without keys.
+    for (half, (row, l)) in [(&ra, &la), (&rb, &lb)].into_iter().enumerate() {
+        for off in [1, 2] {
+            let o2 = body.reg(Class::F32);
+            body.op(format!("shfl.sync.bfly.b32 {o2}, {l}, {off}, 31, -1"));
+            body.op(format!("add.rn.f32 {l}, {l}, {o2}"));
+        }
+        let inv = body.reg(Class::F32);
+        body.op(format!("div.rn.f32 {inv}, {one}, {l}"));
+        let empty = body.reg(Class::Pred);
+        body.op(format!("setp.eq.f32 {empty}, {l}, {zero}"));
+        body.op(format!("@{empty} mov.f32 {inv}, {zero}"));
+        let skip = body.label("mma_no_row");
+        let outside = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {outside}, {row}, {}", p["p_l"]));
+        body.op(format!("@{outside} bra {skip}"));
+        let orow = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {orow}, {b}, {}, {row}", p["p_l"]));
+        body.op(format!("mul.lo.u64 {orow}, {orow}, {}", d * 2));
+        body.op(format!("add.u64 {orow}, {orow}, {}", p["p_out"]));
+        body.op(format!("add.u64 {orow}, {orow}, {tg4}"));
+        for (nt, t) in o.iter().enumerate() {
+            let (x0, x1) = (body.reg(Class::F32), body.reg(Class::F32));
+            body.op(format!("mul.rn.f32 {x0}, {}, {inv}", t[2 * half]));
+            body.op(format!("mul.rn.f32 {x1}, {}, {inv}", t[2 * half + 1]));
+            let packed = body.reg(Class::B32);
+            body.op(format!("cvt.rn.{ht}x2.f32 {packed}, {x1}, {x0}"));
+            body.op(format!("st.global.b32 [{orow}+{}], {packed}", nt * 16));
+        }
+        body.place(&skip);
+    }
+    body.place(&end);
+    body.op("ret");
+    let params: Vec<String> = MMA_PARAMS
+        .iter()
+        .map(|n| {
+            let ty = if *n == "p_scale" { "f64" } else { "u64" };
+            format!("\t.param .{ty} {n}")
+        })
+        .collect();
+    format!(
+        ".visible .entry {name}(\n{}\n)\n{{\n{}}}\n",
+        params.join(",\n"),
+        body.finish()
+    )
+}

@@ -39,7 +39,7 @@ use crate::lower::lower;
 use crate::reduction::{ReduceSpec, RowSpec};
 
 pub use crate::target::{Target, HEADER};
-pub use attention::ATTENTION_MAX_HEAD;
+pub use attention::{ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS, ATTENTION_MMA_ROWS};
 pub use concat::CAT_PARTS;
 pub use rows::SOFTMAX_REGISTER_COLS;
 
@@ -201,6 +201,16 @@ pub(crate) fn attention(name: &str, dtype: tensorfn_core::DTypeKind) -> String {
     module(
         &format!("{name}: scaled dot-product attention over {dtype}"),
         &[attention::attention_entry(name, dtype)],
+    )
+}
+
+/// The module of the tensor-core attention entry `name` (sm_80 and newer;
+/// see [`builtin::attention_mma`](crate::builtin::attention_mma)).
+pub(crate) fn attention_mma(name: &str, dtype: tensorfn_core::DTypeKind, d: usize) -> String {
+    module_for(
+        Target::Sm80,
+        &format!("{name}: scaled dot-product attention over {dtype}, head dim {d}, with mma.sync"),
+        &[attention::attention_mma_entry(name, dtype, d)],
     )
 }
 

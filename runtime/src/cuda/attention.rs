@@ -14,7 +14,8 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
 use std::ffi::c_void;
-use tensorfn_kernels::ptx::ATTENTION_MAX_HEAD;
+use tensorfn_core::DTypeKind;
+use tensorfn_kernels::ptx::{Target, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS, ATTENTION_MMA_ROWS};
 
 const OP: &str = "scaled_dot_product_attention";
 
@@ -78,6 +79,9 @@ impl CudaBackend {
                 )));
             }
         }
+        if mask.is_none() && self.mma_fits::<T>([q.1, k.1, v.1], e, ev) {
+            return self.attention_mma::<T>(q, k, v, causal, scale);
+        }
         let out = ctx.storage::<T>(n)?;
         let size = std::mem::size_of::<T>() as u64;
         let (mode, mptr, mstrides, msize) = match &mask {
@@ -124,6 +128,72 @@ impl CudaBackend {
             ctx.launch_grid(
                 f,
                 &|| format!("{kernel:?} of {nb} x [{l}, {e}] queries against {s} keys"),
+                (blocks, nb as u32),
+                &mut params,
+            )?;
+        }
+        Ok(out)
+    }
+
+    /// Whether the tensor-core entry takes these operands: f16 or bf16 on
+    /// an sm_80+ device, one head dim of 64 or 128, 4-byte aligned rows.
+    fn mma_fits<T: FloatDType>(&self, layouts: [&Layout; 3], e: usize, ev: usize) -> bool {
+        matches!(T::KIND, DTypeKind::F16 | DTypeKind::BF16)
+            && e == ev
+            && ATTENTION_MMA_HEADS.contains(&e)
+            && self.ctx().target() == Target::Sm80
+            && layouts.iter().all(|l| {
+                let s = l.strides();
+                s[2] == 1 && s[0] % 2 == 0 && s[1] % 2 == 0 && l.offset() % 2 == 0
+            })
+    }
+
+    /// The tensor-core entry (see `mma_fits`).
+    fn attention_mma<T: FloatDType>(
+        &self,
+        q: (&CudaStorage<T>, &Layout),
+        k: (&CudaStorage<T>, &Layout),
+        v: (&CudaStorage<T>, &Layout),
+        causal: bool,
+        scale: f64,
+    ) -> Result<CudaStorage<T>> {
+        let ctx = self.ctx();
+        let (batch, l, d) = (q.1.dims()[0], q.1.dims()[1], q.1.dims()[2]);
+        let s = k.1.dims()[1];
+        let out = ctx.storage::<T>(batch * l * d)?;
+        let size = std::mem::size_of::<T>() as u64;
+        let kernel = Builtin::AttentionMma(T::KIND, d);
+        let f = ctx.function(ModuleKey::Builtin(kernel), "", || {
+            kernel.source(ctx.target())
+        })?;
+        let (qs, ks, vs) = (strides3(q.1), strides3(k.1), strides3(v.1));
+        let blocks = l.div_ceil(ATTENTION_MMA_ROWS) as u32;
+        for b0 in (0..batch).step_by(MAX_GRID_Y) {
+            let nb = (batch - b0).min(MAX_GRID_Y);
+            let b0 = b0 as u64;
+            let mut values: [u64; 14] = [
+                out.device_ptr() + b0 * (l * d) as u64 * size,
+                q.0.ptr_at(q.1.offset()) + b0 * qs[0] * size,
+                k.0.ptr_at(k.1.offset()) + b0 * ks[0] * size,
+                v.0.ptr_at(v.1.offset()) + b0 * vs[0] * size,
+                l as u64,
+                s as u64,
+                qs[0],
+                qs[1],
+                ks[0],
+                ks[1],
+                vs[0],
+                vs[1],
+                u64::from(causal),
+                scale.to_bits(),
+            ];
+            let mut params: Vec<*mut c_void> = values
+                .iter_mut()
+                .map(|v| v as *mut u64 as *mut c_void)
+                .collect();
+            ctx.launch_grid(
+                f,
+                &|| format!("{kernel:?} of {nb} x [{l}, {d}] queries against {s} keys"),
                 (blocks, nb as u32),
                 &mut params,
             )?;

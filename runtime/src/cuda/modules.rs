@@ -44,6 +44,8 @@ pub(crate) enum Builtin {
     CatRows(u32),
     /// Scaled dot-product attention over tensors of this dtype.
     Attention(DTypeKind),
+    /// Its tensor-core form (sm_80+) for f16/bf16 and a head dim.
+    AttentionMma(DTypeKind, usize),
 }
 
 impl Builtin {
@@ -56,7 +58,8 @@ impl Builtin {
             Builtin::Reduce(..)
             | Builtin::Row(..)
             | Builtin::CatRows(_)
-            | Builtin::Attention(_) => 1,
+            | Builtin::Attention(_)
+            | Builtin::AttentionMma(..) => 1,
         }
     }
 }
@@ -91,6 +94,7 @@ impl Builtin {
             Builtin::Row(op, t) => builtin::try_row(op, t),
             Builtin::CatRows(unit) => builtin::cat_rows(unit),
             Builtin::Attention(t) => builtin::attention(t),
+            Builtin::AttentionMma(t, d) => builtin::attention_mma(t, d),
             Builtin::Addcmul(t) => {
                 let name = format!("tf_addcmul_{t}");
                 addcmul_kernel(t)
