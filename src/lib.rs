@@ -453,7 +453,10 @@
 ///   ```
 /// * Bodies are `let` bindings and a result: `matmul`, `mm`, `bmm`, `dot`,
 ///   `addmm(bias, m1, m2, beta = .., alpha = ..)`, `cat([a, b], dim)`,
-///   `addcmul(input, t1, t2, value)`, the math functions (`relu sigmoid
+///   `addcmul(input, t1, t2, value)`, `scaled_dot_product_attention(q,
+///   k, v, attn_mask = m, is_causal = true, scale = s)` (PyTorch's, with a
+///   `bool` or additive mask; a row whose every key is masked is 0), the
+///   math functions (`relu sigmoid
 ///   tanh exp log sin cos sqrt rsqrt abs neg square recip gelu silu`, also
 ///   as methods), `maximum`, `minimum`, `pow`, `+ - * /` with PyTorch
 ///   broadcasting and with scalars, `x.reshape([..])` / `x.view([..])` (one

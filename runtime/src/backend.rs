@@ -84,6 +84,10 @@ pub(crate) enum AttnMask<'a, B, F> {
     Add(&'a F),
 }
 
+/// The optional mask argument of [`Backend::attention`], with its
+/// `[batch, L, S]` layout.
+pub(crate) type AttnMaskArg<'a, B, F> = Option<(AttnMask<'a, B, F>, &'a Layout)>;
+
 /// A backend: the CPU or one CUDA ordinal. It is the only code that
 /// knows which device it runs on; tensors, conversions and streams go
 /// through these methods.
@@ -261,7 +265,7 @@ pub(crate) trait Backend {
         q: (&Self::Buf<T>, &Layout),
         k: (&Self::Buf<T>, &Layout),
         v: (&Self::Buf<T>, &Layout),
-        mask: Option<(AttnMask<'_, Self::Buf<bool>, Self::Buf<T>>, &Layout)>,
+        mask: AttnMaskArg<'_, Self::Buf<bool>, Self::Buf<T>>,
         causal: bool,
         scale: f64,
     ) -> Result<Self::Buf<T>>;

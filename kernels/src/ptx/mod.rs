@@ -25,6 +25,7 @@
 //! # Ok::<(), tensorfn_kernels::Error>(())
 //! ```
 
+mod attention;
 mod body;
 mod concat;
 mod elementwise;
@@ -42,6 +43,7 @@ use crate::reduction::{ReduceSpec, RowSpec};
 use tensorfn_core::DTypeKind;
 
 pub use crate::target::{Target, HEADER};
+pub use attention::{ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS, ATTENTION_MMA_ROWS};
 pub use concat::CAT_PARTS;
 pub use rows::SOFTMAX_REGISTER_COLS;
 
@@ -227,6 +229,25 @@ pub(crate) fn gather(name: &str, unit: u32, index: DTypeKind) -> String {
     module(
         &format!("{name}: gather of {unit}-byte elements by {index} indices"),
         &[gather::gather_entry(name, unit, index)],
+    )
+}
+
+/// The module of the attention entry `name` over tensors of `dtype` (see
+/// [`builtin::attention`](crate::builtin::attention)).
+pub(crate) fn attention(name: &str, dtype: tensorfn_core::DTypeKind) -> String {
+    module(
+        &format!("{name}: scaled dot-product attention over {dtype}"),
+        &[attention::attention_entry(name, dtype)],
+    )
+}
+
+/// The module of the tensor-core attention entry `name` (sm_80 and newer;
+/// see [`builtin::attention_mma`](crate::builtin::attention_mma)).
+pub(crate) fn attention_mma(name: &str, dtype: tensorfn_core::DTypeKind, d: usize) -> String {
+    module_for(
+        Target::Sm80,
+        &format!("{name}: scaled dot-product attention over {dtype}, head dim {d}, with mma.sync"),
+        &[attention::attention_mma_entry(name, dtype, d)],
     )
 }
 

@@ -198,6 +198,29 @@ fn every_builtin_is_well_formed() {
             );
             check_body(&es[0]);
             check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_attention_mma_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].params.len(), super::attention::MMA_PARAMS.len());
+            check_body(&es[0]);
+            assert!(
+                es[0].body.contains("mma.sync.aligned.m16n8k16"),
+                "{}",
+                k.name
+            );
+            assert!(
+                k.ptx.starts_with(".version 7.0\n.target sm_80\n"),
+                "{}",
+                k.name
+            );
+            check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_attention_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].params.len(), super::attention::PARAMS.len());
+            check_body(&es[0]);
+            assert!(es[0].body.contains("shfl.sync.bfly.b32"), "{}", k.name);
+            check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_cat_rows_") {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 1, "{}", k.name);

@@ -21,7 +21,7 @@ pub(crate) mod strided;
 pub(crate) mod typed;
 pub mod vmath;
 
-use crate::backend::{AttnMask, Backend, CopyTo, Gathered, RowBlocks, Selected};
+use crate::backend::{AttnMask, AttnMaskArg, Backend, CopyTo, Gathered, RowBlocks, Selected};
 use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -322,7 +322,7 @@ impl Backend for CpuBackend {
         q: (&Vec<T>, &Layout),
         k: (&Vec<T>, &Layout),
         v: (&Vec<T>, &Layout),
-        mask: Option<(AttnMask<'_, Vec<bool>, Vec<T>>, &Layout)>,
+        mask: AttnMaskArg<'_, Vec<bool>, Vec<T>>,
         causal: bool,
         scale: f64,
     ) -> Result<Vec<T>> {

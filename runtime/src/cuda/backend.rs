@@ -10,7 +10,7 @@ use super::context::{context, Context};
 use super::error::driver;
 use super::handles::Epilogue;
 use super::modules::Builtin;
-use crate::backend::{AttnMask, Backend, Gathered, RowBlocks, Selected};
+use crate::backend::{AttnMaskArg, Backend, Gathered, RowBlocks, Selected};
 use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -558,50 +558,11 @@ impl Backend for CudaBackend {
         q: (&CudaStorage<T>, &Layout),
         k: (&CudaStorage<T>, &Layout),
         v: (&CudaStorage<T>, &Layout),
-        mask: Option<(AttnMask<'_, CudaStorage<bool>, CudaStorage<T>>, &Layout)>,
+        mask: AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
         causal: bool,
         scale: f64,
     ) -> Result<CudaStorage<T>> {
-        self.ctx.bind()?;
-        // Through the host until the device kernel lands.
-        let host = |(x, l): (&CudaStorage<T>, &Layout)| -> Result<(Vec<T>, Layout)> {
-            Ok((self.download(x, l)?, Layout::contiguous(l.dims())))
-        };
-        let (hq, hk, hv) = (host(q)?, host(k)?, host(v)?);
-        let cpu = crate::cpu::CpuBackend;
-        let out = match mask {
-            None => cpu.attention(
-                (&hq.0, &hq.1),
-                (&hk.0, &hk.1),
-                (&hv.0, &hv.1),
-                None,
-                causal,
-                scale,
-            )?,
-            Some((AttnMask::Bool(m), l)) => {
-                let (hm, lm) = (self.download(m, l)?, Layout::contiguous(l.dims()));
-                cpu.attention(
-                    (&hq.0, &hq.1),
-                    (&hk.0, &hk.1),
-                    (&hv.0, &hv.1),
-                    Some((AttnMask::Bool(&hm), &lm)),
-                    causal,
-                    scale,
-                )?
-            }
-            Some((AttnMask::Add(m), l)) => {
-                let (hm, lm) = (self.download(m, l)?, Layout::contiguous(l.dims()));
-                cpu.attention(
-                    (&hq.0, &hq.1),
-                    (&hk.0, &hk.1),
-                    (&hv.0, &hv.1),
-                    Some((AttnMask::Add(&hm), &lm)),
-                    causal,
-                    scale,
-                )?
-            }
-        };
-        self.upload(Cow::Owned(out))
+        self.attention_gpu(q, k, v, mask, causal, scale)
     }
 
     fn row_op<T: FloatDType>(

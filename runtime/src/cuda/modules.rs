@@ -48,6 +48,10 @@ pub(crate) enum Builtin {
     CatRows(u32),
     /// The gather of elements of this many bytes by indices of this dtype.
     Gather(u32, DTypeKind),
+    /// Scaled dot-product attention over tensors of this dtype.
+    Attention(DTypeKind),
+    /// Its tensor-core form (sm_80+) for f16/bf16 and a head dim.
+    AttentionMma(DTypeKind, usize),
 }
 
 impl Builtin {
@@ -62,7 +66,9 @@ impl Builtin {
             | Builtin::Norm(..)
             | Builtin::Rope(_)
             | Builtin::CatRows(_)
-            | Builtin::Gather(..) => 1,
+            | Builtin::Gather(..)
+            | Builtin::Attention(_)
+            | Builtin::AttentionMma(..) => 1,
         }
     }
 }
@@ -99,6 +105,8 @@ impl Builtin {
             Builtin::Rope(t) => builtin::try_rope(t),
             Builtin::CatRows(unit) => builtin::cat_rows(unit),
             Builtin::Gather(unit, index) => builtin::gather(unit, index),
+            Builtin::Attention(t) => builtin::attention(t),
+            Builtin::AttentionMma(t, d) => builtin::attention_mma(t, d),
             Builtin::Addcmul(t) => {
                 let name = format!("tf_addcmul_{t}");
                 addcmul_kernel(t)

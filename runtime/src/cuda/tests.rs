@@ -2048,3 +2048,212 @@ fn norm_bandwidth() {
     case::<bf16>(&be, 4096, 8192);
     case::<f32>(&be, 2048, 16384);
 }
+
+/// Attention problems on the GPU against the f64 reference: head dims 1
+/// to 256 (and one above, through the host), L != S, E != Ev, causal, a
+/// `bool` mask broadcast over the batch and a float mask with `-inf`,
+/// fully masked rows, NaN in a query, in every float dtype.
+#[test]
+fn attention_matches_the_reference() {
+    use crate::backend::AttnMask;
+    use crate::ops::attention_reference::{check, Case, TestMask};
+    let Some((_guard, be)) = gpu() else { return };
+    let mut rng = seed();
+    let mut cases = Vec::new();
+    for (dims, causal) in [
+        ([2, 3, 70, 70, 64, 64], true),
+        ([1, 2, 33, 130, 128, 128], false),
+        ([1, 2, 130, 33, 128, 128], true),
+        ([2, 1, 40, 90, 80, 80], false),
+        ([1, 1, 17, 23, 1, 3], true),
+        ([1, 1, 9, 300, 256, 200], false),
+        ([1, 1, 5, 7, 300, 8], false),
+        ([1, 2, 6, 0, 16, 16], false),
+    ] {
+        let mut c = Case::random(&mut rng, dims, 1.0);
+        c.causal = causal;
+        cases.push(c);
+    }
+    {
+        let mut c = Case::random(&mut rng, [2, 2, 37, 71, 64, 48], 1.0);
+        let mut bits: Vec<bool> = (0..37 * 71).map(|_| rng.uniform() < 0.6).collect();
+        bits[5 * 71..6 * 71].iter_mut().for_each(|x| *x = false);
+        c.mask = TestMask::Bool(bits, vec![37, 71]);
+        cases.push(c.clone());
+        let add: Vec<f64> = (0..4 * 37 * 71)
+            .map(|j| {
+                if j % 7 == 0 {
+                    f64::NEG_INFINITY
+                } else {
+                    rng.normal()
+                }
+            })
+            .collect();
+        c.mask = TestMask::Add(add, vec![2, 2, 37, 71]);
+        c.scale = Some(0.2);
+        c.q[3 * 64 + 5] = f64::NAN;
+        cases.push(c);
+    }
+    fn run<T: crate::dtype::FloatDType>(be: &CudaBackend, c: &Case, tol: f64) {
+        let c = c.clone().rounded(|x| T::from_f64(x).to_f64());
+        let [b, h, l, s, e, ev] = c.dims;
+        let n = b * h;
+        let cvt = |x: &[f64]| x.iter().map(|&v| T::from_f64(v)).collect::<Vec<T>>();
+        let (q, k, v) = (up(be, &cvt(&c.q)), up(be, &cvt(&c.k)), up(be, &cvt(&c.v)));
+        let (lq, lk, lv) = (
+            Layout::contiguous(&[n, l, e]),
+            Layout::contiguous(&[n, s, e]),
+            Layout::contiguous(&[n, s, ev]),
+        );
+        let ml = |d: &[usize]| {
+            if d.len() == 2 {
+                Layout::new(vec![n, l, s], vec![0, s, 1], 0)
+            } else {
+                Layout::contiguous(&[n, l, s])
+            }
+        };
+        let out = match &c.mask {
+            TestMask::None => {
+                be.attention((&q, &lq), (&k, &lk), (&v, &lv), None, c.causal, scale(&c))
+            }
+            TestMask::Bool(m, d) => {
+                let mb = up(be, m);
+                let l = ml(d);
+                be.attention(
+                    (&q, &lq),
+                    (&k, &lk),
+                    (&v, &lv),
+                    Some((AttnMask::Bool(&mb), &l)),
+                    c.causal,
+                    scale(&c),
+                )
+            }
+            TestMask::Add(m, d) => {
+                let mf = up(be, &cvt(m));
+                let l = ml(d);
+                be.attention(
+                    (&q, &lq),
+                    (&k, &lk),
+                    (&v, &lv),
+                    Some((AttnMask::Add(&mf), &l)),
+                    c.causal,
+                    scale(&c),
+                )
+            }
+        }
+        .expect("attention");
+        let got: Vec<f64> = down(&out, &[n, l, ev]).iter().map(|x| x.to_f64()).collect();
+        check(
+            &format!("{} {:?} causal {}", T::KIND, c.dims, c.causal),
+            &got,
+            &c.expected(),
+            tol,
+        );
+    }
+    fn scale(c: &Case) -> f64 {
+        let e = c.dims[4];
+        c.scale
+            .unwrap_or(if e == 0 { 0.0 } else { 1.0 / (e as f64).sqrt() })
+    }
+    for c in &cases {
+        run::<f32>(&be, c, 2e-5);
+        run::<f64>(&be, c, 1e-12);
+        run::<f16>(&be, c, 4e-3);
+        run::<bf16>(&be, c, 3e-2);
+    }
+}
+
+/// The typed API on the GPU gives the CPU's result: strided and broadcast
+/// operands, a batch above the grid's y limit, and launches with no query
+/// (L = 0), no key (S = 0, zeros) and an empty batch.
+#[test]
+fn attention_on_the_gpu_matches_the_cpu() {
+    use crate::device::{Cpu, Cuda};
+    use crate::ops::AttentionArgs;
+    use crate::shape::Dyn;
+    use crate::tensor::Tensor;
+    type D4 = (Dyn, Dyn, Dyn, Dyn);
+    let Some((_guard, _be)) = gpu() else { return };
+    let mut rng = seed();
+    let mut t = |d: &[usize]| {
+        let n: usize = d.iter().product();
+        Tensor::<Cpu, f32, D4>::from_vec_dims((0..n).map(|_| rng.normal() as f32).collect(), d)
+            .unwrap()
+    };
+    for (qd, kd, causal) in [
+        ([2, 9, 3, 16], [2, 1, 13, 16], true),
+        ([1, 70000, 1, 4], [1, 70000, 3, 4], false),
+        ([1, 2, 0, 8], [1, 2, 5, 8], false),
+        ([1, 2, 4, 8], [1, 2, 0, 8], true),
+        ([0, 2, 4, 8], [0, 2, 5, 8], false),
+    ] {
+        let (q, k) = (t(&qd), t(&kd));
+        // q as a transposed view: [B, L, H, E] read as [B, H, L, E].
+        let qt = q
+            .reshape_dims::<D4>(&[qd[0], qd[2], qd[1], qd[3]])
+            .unwrap()
+            .transpose::<D4>(1, 2)
+            .unwrap();
+        let cpu = qt
+            .scaled_dot_product_attention_dims::<D4>(&k, &k, AttentionArgs::new().is_causal(causal))
+            .unwrap();
+        let (qg, kg) = (
+            qt.to_device::<Cuda>().unwrap(),
+            k.to_device::<Cuda>().unwrap(),
+        );
+        let gpu = qg
+            .scaled_dot_product_attention_dims::<D4>(
+                &kg,
+                &kg,
+                AttentionArgs::new().is_causal(causal),
+            )
+            .unwrap();
+        assert_eq!(gpu.dims(), cpu.dims());
+        let (g, c) = (gpu.to_vec().unwrap(), cpu.to_vec().unwrap());
+        for (i, (a, b)) in g.iter().zip(&c).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                "{qd:?}: element {i} is {a}, the CPU's {b}"
+            );
+        }
+    }
+}
+
+/// Times causal bf16 attention at the benchmark's sizes (`cargo test
+/// attention_timing -- --ignored --nocapture`); `scripts/torch_attention.py`
+/// prints PyTorch's times for the same cases.
+#[test]
+#[ignore]
+fn attention_timing() {
+    use crate::device::Cuda;
+    use crate::ops::AttentionArgs;
+    use crate::shape::Dyn;
+    use crate::tensor::Tensor;
+    type D4 = (Dyn, Dyn, Dyn, Dyn);
+    let Some((_guard, be)) = gpu() else { return };
+    for [b, h, t, d] in [[8, 12, 1024, 64], [4, 16, 4096, 128], [1, 32, 8192, 128]] {
+        let dims = [b, h, t, d];
+        let q = Tensor::<Cuda, bf16, D4>::randn_dims(1, &dims).unwrap();
+        let k = Tensor::<Cuda, bf16, D4>::randn_dims(2, &dims).unwrap();
+        let v = Tensor::<Cuda, bf16, D4>::randn_dims(3, &dims).unwrap();
+        let run = || {
+            q.scaled_dot_product_attention(&k, &v, AttentionArgs::new().is_causal(true))
+                .unwrap()
+        };
+        drop(run());
+        be.synchronize().unwrap();
+        let reps = 3;
+        let start = std::time::Instant::now();
+        for _ in 0..reps {
+            drop(run());
+        }
+        be.synchronize().unwrap();
+        let s = start.elapsed().as_secs_f64() / reps as f64;
+        let flops = 4.0 * (b * h) as f64 * (t * t) as f64 * d as f64 / 2.0;
+        println!(
+            "attention causal bf16 B{b} H{h} T{t} D{d}: {:.3} ms, {:.2} TFLOP/s",
+            s * 1e3,
+            flops / s / 1e12
+        );
+    }
+}

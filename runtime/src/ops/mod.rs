@@ -8,7 +8,7 @@
 pub(crate) mod dispatch;
 
 mod addcmul;
-mod attention;
+pub(crate) mod attention;
 mod binary;
 mod cast;
 mod cat;
@@ -29,6 +29,8 @@ mod triangle;
 mod unary;
 mod view;
 
+#[cfg(test)]
+pub(crate) use attention::reference as attention_reference;
 pub use attention::{AttentionArgs, AttentionShape, AttnMaskDType};
 pub use binary::broadcast_dims;
 pub use index::RemoveDim;

@@ -205,10 +205,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             &[&xs[0].sp, &xs[1].sp, &xs[2].sp, mask_sp],
         );
         let scale = match a[5] {
-            Some(x) if !absent(&a[5]) => match self.scalar_operand(x, &ops[0], name) {
-                Some(id) => Some(Some(id)),
-                None => None,
-            },
+            Some(x) if !absent(&a[5]) => self.scalar_operand(x, &ops[0], name).map(Some),
             _ => Some(None),
         };
         match (ok, dims, causal, scale) {
