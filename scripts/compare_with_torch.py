@@ -51,6 +51,15 @@ def run(op, args, xs):
         return torch.softmax(xs[0], dim=args["dim"])
     if op == "log_softmax":
         return torch.log_softmax(xs[0], dim=args["dim"])
+    if op == "layer_norm":
+        return torch.nn.functional.layer_norm(xs[0], (xs[0].shape[-1],), xs[1], xs[2], args["eps"])
+    if op == "rms_norm":
+        return torch.nn.functional.rms_norm(xs[0], (xs[0].shape[-1],), xs[1], args["eps"])
+    if op == "rope":
+        # Hugging Face's Llama: x * cos + rotate_half(x) * sin.
+        x, cos, sin = xs
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
     if op == "sin_affine":
         return torch.sin(xs[0]) * 2 + 5
     if op == "gelu_tanh":

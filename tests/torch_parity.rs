@@ -1,5 +1,6 @@
 //! The cases PyTorch users compare first (`addmm`, `matmul`, batched
-//! products, `cat`, softmax, fused elementwise chains), per float dtype,
+//! products, `cat`, softmax, `layer_norm`, `rms_norm`, `rope`, fused
+//! elementwise chains), per float dtype,
 //! with fresh random inputs: computed on the GPU (and on the CPU), each
 //! checked here against an f64 reference.
 //!
@@ -389,6 +390,56 @@ fn softmaxes<G: Device, T: FloatDType>(rec: &mut Recorder) {
     rec.case("softmax", dt, &[ix], &oy, r#""dim":0"#);
 }
 
+fn norms<G: Device, T: FloatDType>(rec: &mut Recorder) {
+    use tensorfn_core::ops::NormOp;
+    let dt = T::KIND.name();
+    // A warp per row, a block per row, and a row past the registers; the
+    // inputs shifted so that the mean is far from 0.
+    for (rows, cols) in [(64, 768), (16, 4096), (3, 9000)] {
+        let (x, xv) = random::<G, T, M2>(&[rows, cols]);
+        let x = x.add_scalar(T::from_f64(3.0)).unwrap();
+        let xv: Vec<f64> = xv.iter().map(|v| T::from_f64(v + 3.0).to_f64()).collect();
+        let (w, wv) = random::<G, T, V>(&[cols]);
+        let (b, bv) = random::<G, T, V>(&[cols]);
+        for op in NormOp::ALL {
+            let eps = 1e-5;
+            let y = match op {
+                NormOp::LayerNorm => x.layer_norm(&w, &b, eps),
+                NormOp::RmsNorm => x.rms_norm(&w, Some(eps)),
+            }
+            .unwrap();
+            let want: Vec<f64> = xv
+                .chunks(cols)
+                .flat_map(|row| op.eval_f64(row, &wv, &bv, eps))
+                .collect();
+            check(op.name(), &y, &want, 8.0);
+            let mut inputs = vec![rec.array(&x), rec.array(&w)];
+            if op.has_bias() {
+                inputs.push(rec.array(&b));
+            }
+            let oy = rec.array(&y);
+            rec.case(op.name(), dt, &inputs, &oy, r#""eps":1e-5"#);
+        }
+    }
+    // Queries [B * H, T, D] with [T, D] tables.
+    let (x, xv) = random::<G, T, B3>(&[8, 16, 64]);
+    let (c, cv) = random::<G, T, M2>(&[16, 64]);
+    let (s, sv) = random::<G, T, M2>(&[16, 64]);
+    let y = x.rope(&c, &s).unwrap();
+    let want: Vec<f64> = xv
+        .chunks(64)
+        .enumerate()
+        .flat_map(|(r, row)| {
+            let p = (r % 16) * 64;
+            tensorfn_core::ops::rope::rope_f64(row, &cv[p..p + 64], &sv[p..p + 64])
+        })
+        .collect();
+    check("rope", &y, &want, 4.0);
+    let inputs = [rec.array(&x), rec.array(&c), rec.array(&s)];
+    let oy = rec.array(&y);
+    rec.case("rope", dt, &inputs, &oy, "");
+}
+
 /// The fused chains of the elementwise benchmarks, per device and dtype.
 trait Chains<G: Device>: FloatDType {
     fn sin_affine(x: &Tensor<G, Self, V>) -> Result<Tensor<G, Self, V>>;
@@ -502,6 +553,9 @@ where
     softmaxes::<G, f32>(&mut rec);
     softmaxes::<G, f16>(&mut rec);
     softmaxes::<G, bf16>(&mut rec);
+    norms::<G, f32>(&mut rec);
+    norms::<G, f16>(&mut rec);
+    norms::<G, bf16>(&mut rec);
     fused::<G, f32>(&mut rec);
     fused::<G, f16>(&mut rec);
     fused::<G, bf16>(&mut rec);

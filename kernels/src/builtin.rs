@@ -289,9 +289,9 @@ pub fn rope_name(dtype: DTypeKind) -> String {
 }
 
 /// Rotary position embedding (`rope`) of contiguous rows of `dtype`, in
-/// the Hugging Face Llama convention: the entry `NAME(out, in, cos, sin,
-/// pairs, positions, half)` (see `ptx::rope` for the parameters);
-/// `Err` unless `dtype` is a float.
+/// the Hugging Face Llama convention: the entries `NAME(out, in, cos, sin,
+/// pairs, positions, half)` and `NAME_v` (the same in groups of 16 bytes;
+/// see `ptx::rope` for the parameters); `Err` unless `dtype` is a float.
 ///
 /// ```
 /// use tensorfn_kernels::{builtin, DTypeKind};

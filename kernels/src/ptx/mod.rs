@@ -210,7 +210,10 @@ pub(crate) fn norm(name: &str, op: crate::ops::NormOp, dtype: tensorfn_core::DTy
 pub(crate) fn rope(name: &str, dtype: tensorfn_core::DTypeKind) -> String {
     module(
         &format!("{name}: rotary position embedding of rows of {dtype}"),
-        &[rope::rope_entry(name, dtype)],
+        &[
+            rope::rope_entry(name, dtype, 1),
+            rope::rope_entry(name, dtype, crate::norm::vector(dtype)),
+        ],
     )
 }
 

@@ -1,5 +1,7 @@
-//! The `rope` entry: rotary position embedding of contiguous rows, one
-//! thread per pair of elements `(j, j + D/2)` of a row, grid-stride.
+//! The `rope` entries: rotary position embedding of contiguous rows, one
+//! thread per pair of elements `(j, j + D/2)` of a row (`NAME`), or per
+//! [`vector`](crate::norm::vector) pairs side by side moved in 16-byte
+//! accesses (`NAME_v`), grid-stride.
 //!
 //! `NAME(.param .u64 out, .param .u64 in, .param .u64 cos, .param .u64
 //! sin, .param .u64 pairs, .param .u64 positions, .param .u64 half)`:
@@ -8,19 +10,22 @@
 //! position. For `x1 = in[r][j]`, `x2 = in[r][j + half]` and the
 //! position's `c1, c2, s1, s2` at the same columns, `out[r][j] = x1 c1 -
 //! x2 s1` and `out[r][j + half] = x2 c2 + x1 s2`, each product and the
-//! sum rounded once in f32 (f64 for f64), then to the dtype. Launch with
-//! `block.x = BLOCK` and any `grid.x`.
+//! sum rounded once in f32 (f64 for f64), then to the dtype. `NAME_v`
+//! counts `pairs` and `half` in groups of `vector` pairs, and needs every
+//! buffer 16-byte aligned (and `half` a multiple of `vector` elements).
+//! Launch with `block.x = BLOCK` and any `grid.x`.
 
 use super::body::{Body, Class};
 use super::inst::round_bf16;
-use super::memory::{load, store};
+use super::memory::{load, load_vector, store, store_vector};
 use crate::abi::BLOCK;
 use tensorfn_core::DTypeKind;
 
 const PARAMS: &str = "(\n\t.param .u64 p_out,\n\t.param .u64 p_in,\n\t.param .u64 p_cos,\n\t.param .u64 p_sin,\n\t.param .u64 p_pairs,\n\t.param .u64 p_positions,\n\t.param .u64 p_half\n)";
 
-/// The entry `name` over rows of `dtype`.
-pub(crate) fn rope_entry(name: &str, dtype: DTypeKind) -> String {
+/// The entry `name` over rows of `dtype`, `width` pairs a thread (1, or
+/// the 16-byte vector's elements for the entry `name_v`).
+pub(crate) fn rope_entry(name: &str, dtype: DTypeKind, width: usize) -> String {
     let mut body = Body::new();
     let param = |body: &mut Body, name: &str, global: bool| {
         let r = body.reg(Class::B64);
@@ -37,7 +42,7 @@ pub(crate) fn rope_entry(name: &str, dtype: DTypeKind) -> String {
     let pairs = param(&mut body, "p_pairs", false);
     let positions = param(&mut body, "p_positions", false);
     let half = param(&mut body, "p_half", false);
-    let size = dtype.size_bytes();
+    let size = dtype.size_bytes() * width;
     let wide = dtype == DTypeKind::F64;
     let a = if wide { "f64" } else { "f32" };
     let class = if wide { Class::F64 } else { Class::F32 };
@@ -97,32 +102,52 @@ pub(crate) fn rope_entry(name: &str, dtype: DTypeKind) -> String {
     let (ca1, ca2) = at(&mut body, &cos, &co);
     let (sa1, sa2) = at(&mut body, &sin, &co);
     let (oa1, oa2) = at(&mut body, &out, &xo);
-    let loads: Vec<String> = [&xa1, &xa2, &ca1, &ca2, &sa1, &sa2]
+    let loads: Vec<Vec<String>> = [&xa1, &xa2, &ca1, &ca2, &sa1, &sa2]
         .iter()
-        .map(|addr| load(&mut body, dtype, addr, true))
+        .map(|addr| match width {
+            1 => vec![load(&mut body, dtype, addr, true)],
+            w => load_vector(&mut body, dtype, w, addr, true),
+        })
         .collect();
-    let [x1, x2, c1, c2, s1, s2] = <[String; 6]>::try_from(loads).expect("six loads");
+    let [x1, x2, c1, c2, s1, s2] = <[Vec<String>; 6]>::try_from(loads).expect("six loads");
     let mul = |body: &mut Body, p: &str, q: &str| {
         let r = body.reg(class);
         body.op(format!("mul.rn.{a} {r}, {p}, {q}"));
         r
     };
-    let (p1, q1) = (mul(&mut body, &x1, &c1), mul(&mut body, &x2, &s1));
-    let y1 = body.reg(class);
-    body.op(format!("sub.rn.{a} {y1}, {p1}, {q1}"));
-    let (p2, q2) = (mul(&mut body, &x2, &c2), mul(&mut body, &x1, &s2));
-    let y2 = body.reg(class);
-    body.op(format!("add.rn.{a} {y2}, {p2}, {q2}"));
-    for (y, oa) in [(y1, oa1), (y2, oa2)] {
-        let y = if dtype == DTypeKind::BF16 {
+    let rounded = |body: &mut Body, y: String| {
+        if dtype == DTypeKind::BF16 {
             let d = body.reg(Class::F32);
-            let last = round_bf16(&mut body, &y, &d);
+            let last = round_bf16(body, &y, &d);
             body.op(last);
             d
         } else {
             y
-        };
-        store(&mut body, dtype, &oa, &y);
+        }
+    };
+    let mut y1s = Vec::with_capacity(width);
+    let mut y2s = Vec::with_capacity(width);
+    for k in 0..width {
+        let (p1, q1) = (
+            mul(&mut body, &x1[k], &c1[k]),
+            mul(&mut body, &x2[k], &s1[k]),
+        );
+        let y1 = body.reg(class);
+        body.op(format!("sub.rn.{a} {y1}, {p1}, {q1}"));
+        let (p2, q2) = (
+            mul(&mut body, &x2[k], &c2[k]),
+            mul(&mut body, &x1[k], &s2[k]),
+        );
+        let y2 = body.reg(class);
+        body.op(format!("add.rn.{a} {y2}, {p2}, {q2}"));
+        y1s.push(rounded(&mut body, y1));
+        y2s.push(rounded(&mut body, y2));
+    }
+    for (ys, oa) in [(y1s, oa1), (y2s, oa2)] {
+        match width {
+            1 => store(&mut body, dtype, &oa, &ys[0]),
+            _ => store_vector(&mut body, dtype, &oa, &ys),
+        }
     }
     // Carry the step into column, row and position.
     body.op(format!("add.u64 {i}, {i}, {step}"));
@@ -140,5 +165,9 @@ pub(crate) fn rope_entry(name: &str, dtype: DTypeKind) -> String {
     body.op(format!("bra.uni {lp}"));
     body.place(&end);
     body.op("ret");
-    format!(".visible .entry {name}{PARAMS}\n{{\n{}}}\n", body.finish())
+    let suffix = if width == 1 { "" } else { "_v" };
+    format!(
+        ".visible .entry {name}{suffix}{PARAMS}\n{{\n{}}}\n",
+        body.finish()
+    )
 }

@@ -229,11 +229,17 @@ fn every_builtin_is_well_formed() {
             check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_rope_") {
             let es = entries(&k.ptx);
-            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es.len(), 2, "{}", k.name);
             assert_eq!(es[0].name, k.name);
-            assert_eq!(es[0].params.len(), 7, "{}", k.name);
-            check_body(&es[0]);
-            assert!(es[0].body.contains("ld.global.nc"), "{}", k.name);
+            assert_eq!(es[1].name, format!("{}_v", k.name));
+            for e in &es {
+                assert_eq!(e.params.len(), 7, "{}", e.name);
+                check_body(e);
+                assert!(e.body.contains("ld.global.nc"), "{}", e.name);
+            }
+            // The vector entry moves 16 bytes per access.
+            assert_eq!(es[1].body.matches("ld.global.nc.v4.u32").count(), 6);
+            assert_eq!(es[1].body.matches("st.global.v4.u32").count(), 2);
             check_exact(&k.name, &k.ptx);
         } else if NormOp::ALL
             .iter()

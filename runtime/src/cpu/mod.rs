@@ -303,6 +303,13 @@ impl Backend for CpuBackend {
         bias: Option<(&Vec<T>, &Layout)>,
         eps: f64,
     ) -> Result<Vec<T>> {
+        if l.rank() == 0 {
+            return Err(Error::shape(
+                op.name(),
+                "an input of rank 1 or more",
+                "a scalar",
+            ));
+        }
         strided::check_extent(op.name(), l, x.len())?;
         strided::check_extent(op.name(), lw, w.len())?;
         if let Some((b, lb)) = bias {
@@ -360,6 +367,18 @@ impl Backend for CpuBackend {
         (c, lc): (&Vec<T>, &Layout),
         (s, ls): (&Vec<T>, &Layout),
     ) -> Result<Vec<T>> {
+        let rank = l.rank();
+        if rank < 2
+            || lc.dims() != &l.dims()[rank - 2..]
+            || ls.dims() != lc.dims()
+            || l.dims()[rank - 1] % 2 != 0
+        {
+            return Err(Error::shape(
+                "rope",
+                "input [.., T, D] with D even, cos and sin [T, D]",
+                format!("{:?}, {:?}, {:?}", l.dims(), lc.dims(), ls.dims()),
+            ));
+        }
         strided::check_extent("rope", l, x.len())?;
         strided::check_extent("rope", lc, c.len())?;
         strided::check_extent("rope", ls, s.len())?;

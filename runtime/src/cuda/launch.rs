@@ -252,13 +252,18 @@ impl Context {
         [input, cos, sin]: [u64; 3],
         (rows, positions, half): (usize, usize, usize),
     ) -> Result<()> {
-        let pairs = rows * half;
-        if pairs == 0 {
+        if rows * half == 0 {
             return Ok(());
         }
+        // 16 bytes of pairs a thread where every row, table and half of a
+        // row starts on a 16-byte boundary.
+        let w = tensorfn_kernels::norm::vector(dtype);
+        let vector = half % w == 0 && [out, input, cos, sin].iter().all(|p| p % 16 == 0);
+        let (suffix, half) = if vector { ("_v", half / w) } else { ("", half) };
+        let pairs = rows * half;
         let kernel = Builtin::Rope(dtype);
         let target = self.target();
-        let f = self.function(ModuleKey::Builtin(kernel), "", || kernel.source(target))?;
+        let f = self.function(ModuleKey::Builtin(kernel), suffix, || kernel.source(target))?;
         let mut values = [
             out,
             input,
@@ -275,7 +280,7 @@ impl Context {
         let grid = elementwise_grid(pairs, 0, self.sm_count);
         self.launch(
             f,
-            &|| format!("{kernel:?} over {rows} rows of {}", 2 * half),
+            &|| format!("{kernel:?}{suffix} over {rows} rows"),
             grid,
             &mut params,
         )
