@@ -30,6 +30,14 @@ tensor_fn! {
         (a, b)
     }
 
+    /// Generic over device and float dtype, with a float mask of `T`.
+    pub fn generic<D: Device, T: Float, const L: usize>(
+        q: &Tensor<D, T, [2, L, 8]>,
+        bias: &Tensor<D, T, [L, L]>,
+    ) -> Tensor<D, T, [2, L, 8]> {
+        scaled_dot_product_attention(q, q, q, attn_mask = bias)
+    }
+
     /// One key and value for every head (their head dim of 1 broadcasts).
     pub fn shared_kv<const B: usize>(
         q: &Tensor<Cpu, f64, [B, 4, 3, 8]>,
@@ -111,5 +119,18 @@ fn main() -> Result<()> {
         })
         .collect();
     assert_close("shared key and value", &f64s(&shared_kv(&q, &kv)?), &want, 1e-12);
+
+    let q = Tensor::<Cpu, f32, shape![2, 3, 8]>::randn(9)?;
+    let bias = Tensor::<Cpu, f32, shape![3, 3]>::randn(10)?;
+    let (qv, bv) = (f64s(&q), f64s(&bias));
+    let want: Vec<f64> = (0..2)
+        .flat_map(|b| {
+            let qs = &qv[b * 24..][..24];
+            reference(qs, qs, qs, (3, 3, 8, 8), scale, |i, j| Some(bv[i * 3 + j]))
+        })
+        .collect();
+    assert_close("generic, f32", &f64s(&generic(&q, &bias)?), &want, 1e-5);
+    let (qh, bh) = (q.cast::<bf16>()?, bias.cast::<bf16>()?);
+    assert_eq!(generic(&qh, &bh)?.shape(), &[2, 3, 8]);
     Ok(())
 }

@@ -337,6 +337,11 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
 pub const ATTENTION_MMA_HEADS: [usize; 2] = [64, 128];
 
 /// Query rows a block of the tensor-core entry handles: 16 per warp.
+///
+/// ```
+/// use tensorfn_kernels::{builtin::BLOCK, ptx::ATTENTION_MMA_ROWS};
+/// assert_eq!(ATTENTION_MMA_ROWS, 16 * BLOCK as usize / 32);
+/// ```
 pub const ATTENTION_MMA_ROWS: usize = 16 * WARPS;
 
 /// The parameters of the tensor-core entry, in order; each is 64 bits

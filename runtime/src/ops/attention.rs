@@ -6,11 +6,21 @@
 //! `L x S` scores.
 //!
 //! Rows whose every key is masked out give 0, as PyTorch 2.5 and later
-//! give on every path (the math path's `_safe_softmax` and the fused CUDA
-//! kernels; earlier versions gave NaN on the math path). A key whose score
-//! is `-inf` (masked by `attn_mask`, by `is_causal`, or `-inf` in a float
-//! mask) takes no part in its row, whatever its value holds. NaN in a
-//! score makes its row NaN.
+//! give on its math path (`_safe_softmax`; earlier versions gave NaN
+//! there) and with its memory-efficient CUDA kernel (PyTorch 2.11 on an
+//! H100, f32; the same version's bf16 CUDA path with a `bool` mask gives
+//! an average of the values instead, which is not followed). A key whose
+//! score is `-inf` (masked by `attn_mask`, by `is_causal`, or `-inf` in a
+//! float mask) takes no part in its row, whatever its value holds; on the
+//! GPU's tensor-core path (f16 and bf16, head dims 64 and 128, no mask,
+//! sm_80 and newer) a NaN in the value of a causally masked key within
+//! the diagonal's block of 64 keys reaches the row, as in PyTorch's fused
+//! kernels. NaN in a score makes its row NaN.
+//!
+//! On the GPU, f16 and bf16 attention without a mask, with a head dim of
+//! 64 or 128, runs on tensor cores on sm_80 and newer; everything else
+//! (sm_75, masks, other head dims up to 256) runs the f32-accumulating
+//! kernel, and head dims above 256 go through the host.
 
 use super::dispatch::dispatch;
 use super::matmul::{batch_strides, merged_stride};
