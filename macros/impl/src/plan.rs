@@ -470,7 +470,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     | Op::Cat { .. }
                     | Op::Embedding { .. }
                     | Op::Select { .. }
-                    | Op::Arange
+                    | Op::Arange { .. }
                     | Op::Triangle { .. } => (n, Some(bytes(g, n)), true, None),
                     Op::ToDevice(x, d) => {
                         if tensor_ty(g, *x).device == *d {
