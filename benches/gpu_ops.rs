@@ -1,15 +1,16 @@
 //! Memory-bound operations on the GPU: `cat` of 2 and 8 inputs along
-//! dim 1, and softmax over rows of 4096.
+//! dim 1, and softmax over rows of 4096; and causal bf16
+//! `scaled_dot_product_attention` of `[B, H, T, D]` tensors.
 //!
 //! Compare with `scripts/torch_baseline.py` (cases `cat2`, `cat8`,
-//! `softmax`) through `scripts/bench-report`.
+//! `softmax`, `attention`) through `scripts/bench-report`.
 //! Run: `cargo bench --bench gpu_ops -- --quick`.
 
 mod common;
 
 use common::*;
 use tensorfn::prelude::*;
-use tensorfn::FloatDType;
+use tensorfn::{AttentionArgs, FloatDType};
 
 type Matrix<T> = Tensor<Cuda, T, shape![_, _]>;
 
@@ -137,6 +138,71 @@ fn bench_softmax<T: FloatDType>(args: &Args, rows: usize) {
     }
 }
 
+/// `[B, H, T, D]` of the attention cases.
+fn attention_shapes(args: &Args) -> Vec<[usize; 4]> {
+    if args.quick {
+        vec![[8, 12, 1024, 64]]
+    } else {
+        vec![[8, 12, 1024, 64], [4, 16, 4096, 128], [1, 32, 8192, 128]]
+    }
+}
+
+fn bench_attention<T: FloatDType>(args: &Args, [b, h, t, d]: [usize; 4]) {
+    type Heads<T> = Tensor<Cuda, T, shape![_, _, _, _]>;
+    let plan = args.plan();
+    let dtype = dtype_name::<T>();
+    let es = std::mem::size_of::<T>();
+    let n = b * h * t * d;
+    // Causal: half the scores; two products of 2 * d flops each.
+    let case = Case::new(
+        "attention",
+        dtype,
+        format!("B{b}xH{h}xT{t}xD{d}"),
+        (4 * n * es) as u64,
+        (2 * b * h * t * t * d) as u64,
+    );
+    let run = || -> Result<(Timing, Check)> {
+        let host: Vec<Vec<T>> = (0..3).map(|s| random_vec::<T>(n, s, -2.0, 2.0)).collect();
+        let [q, k, v] =
+            [0, 1, 2].map(|s| Heads::<T>::from_vec_dims(host[s].clone(), &[b, h, t, d]));
+        let (q, k, v) = (q?, k?, v?);
+        let attend =
+            || q.scaled_dot_product_attention(&k, &v, AttentionArgs::new().is_causal(true));
+        let out = attend()?.to_vec()?;
+        // Three query rows of the first head against an f64 reference.
+        let (hq, hk, hv) = (f64s(&host[0]), f64s(&host[1]), f64s(&host[2]));
+        let scale = 1.0 / (d as f64).sqrt();
+        let check = check_pairs(
+            [0, t / 2, t - 1].into_iter().flat_map(|i| {
+                let s: Vec<f64> = (0..=i)
+                    .map(|j| (0..d).map(|c| hq[i * d + c] * hk[j * d + c]).sum::<f64>() * scale)
+                    .collect();
+                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                let want: Vec<f64> = (0..d)
+                    .map(|c| {
+                        s.iter()
+                            .enumerate()
+                            .map(|(j, x)| (x - m).exp() * hv[j * d + c])
+                            .sum::<f64>()
+                            / z
+                    })
+                    .collect();
+                (0..d)
+                    .map(|c| (out[i * d + c].to_f64(), want[c]))
+                    .collect::<Vec<_>>()
+            }),
+            matmul_tol(dtype),
+        );
+        let t = time_call(&plan, 1, |_| attend().map(drop), &sync_cuda)?;
+        Ok((t, check))
+    };
+    match run() {
+        Ok((t, check)) => case.emit("tensorfn", &t, Some(check)),
+        Err(e) => case.emit_error("tensorfn", &e),
+    }
+}
+
 fn main() {
     let args = Args::parse();
     emit_meta("gpu_ops", &args);
@@ -158,6 +224,11 @@ fn main() {
             bench_softmax::<f32>(&args, rows);
             bench_softmax::<f16>(&args, rows);
             bench_softmax::<bf16>(&args, rows);
+        }
+    }
+    if args.wants("attention") {
+        for shape in attention_shapes(&args) {
+            bench_attention::<bf16>(&args, shape);
         }
     }
 }

@@ -319,6 +319,29 @@ def cat_softmax(plan, gen, want, compile_too):
                 torch.cuda.empty_cache()
 
 
+# ------------------------------------------------------------ attention
+
+
+def attention_shapes(plan):
+    if plan.quick:
+        return [(8, 12, 1024, 64)]
+    return [(8, 12, 1024, 64), (4, 16, 4096, 128), (1, 32, 8192, 128)]
+
+
+def attention(plan, gen, want):
+    # Causal bf16 `scaled_dot_product_attention`, as benches/gpu_ops.rs.
+    if not want("attention"):
+        return
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    for b, h, t, d in attention_shapes(plan):
+        q, k, v = (rand((b, h, t, d), torch.bfloat16, gen) for _ in range(3))
+        measure(plan, "attention", "bf16", f"B{b}xH{h}xT{t}xD{d}", "torch_eager", 4 * q.numel() * 2,
+                2 * b * h * t * t * d, lambda i: sdpa(q, k, v, is_causal=True), 1)
+        log(f"attention bf16 B{b} H{h} T{t} D{d}")
+        del q, k, v
+        torch.cuda.empty_cache()
+
+
 # ------------------------------------------------------------ transfers
 
 
@@ -436,6 +459,7 @@ def main():
     elementwise(plan, gen, want, compile_too)
     matmul(plan, gen, want)
     cat_softmax(plan, gen, want, compile_too)
+    attention(plan, gen, want)
     transfers(plan, gen, want)
     mlp(plan, gen, want, compile_too)
     log(f"torch baseline done in {time.time() - t0:.0f} s")

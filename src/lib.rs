@@ -453,14 +453,20 @@
 ///   ```
 /// * Bodies are `let` bindings and a result: `matmul`, `mm`, `bmm`, `dot`,
 ///   `addmm(bias, m1, m2, beta = .., alpha = ..)`, `cat([a, b], dim)`,
-///   `addcmul(input, t1, t2, value)`, the math functions (`relu sigmoid
+///   `addcmul(input, t1, t2, value)`, `scaled_dot_product_attention(q,
+///   k, v, attn_mask = m, is_causal = true, scale = s)` (PyTorch's, with a
+///   `bool` or additive mask; a row whose every key is masked is 0), the
+///   math functions (`relu sigmoid
 ///   tanh exp log sin cos sqrt rsqrt abs neg square recip gelu silu`, also
 ///   as methods), `maximum`, `minimum`, `pow`, `+ - * /` with PyTorch
 ///   broadcasting and with scalars, `x.reshape([..])` / `x.view([..])` (one
 ///   `-1` allowed), `x.t()`, `x.permute([..])`, `x.transpose(a, b)`,
 ///   `x.narrow(dim, start, len)`, `x.sum(dim)`, `mean`, `max`, `min`,
 ///   `argmax`, `argmin` (`x.sum()` reduces everything), `x.softmax(dim)`,
-///   `x.log_softmax(dim)`, `x.logsumexp(dim)`, `x.cast::<T>()`,
+///   `x.log_softmax(dim)`, `x.logsumexp(dim)`, `layer_norm(x, weight,
+///   bias, eps = 1e-5)` and `rms_norm(x, weight, eps = None)` over the last
+///   dim (also as methods; one fused row kernel each), `rope(x, cos, sin)`
+///   (Hugging Face Llama's rotary embedding), `x.cast::<T>()`,
 ///   `x.to_device::<D>()`,
 ///   `embedding(ids, weight)`, `x.index_select(dim, index)`,
 ///   `x.gather(dim, index)` (`i64` or `i32` indices; one out of range is

@@ -16,7 +16,7 @@
 
 use tensorfn::prelude::*;
 use tensorfn::{DType, Shape};
-use tensorfn_core::ops::{self, OpKind, ReduceOp};
+use tensorfn_core::ops::{self, NormOp, OpKind, ReduceOp};
 
 /// A catalogue op walked here, with the forms its walk writes.
 struct Walked {
@@ -37,7 +37,9 @@ const fn walked(name: &'static str, function: bool, method: bool) -> Walked {
 /// ranks are those its shape rule accepts): comparisons, `where_`,
 /// `masked_fill`, `clamp` and `addcmul` at ranks 0-4 with broadcasting;
 /// reductions over everything at ranks 0-4 and along each dim at ranks
-/// 1-4; `softmax`, `log_softmax`, `logsumexp`, `cat`, `narrow` and
+/// 1-4; `layer_norm` and `rms_norm` over the last dim at ranks 1-4 (and
+/// in f32, f16 and bf16); `rope` at ranks 2-4 (and in f32, f16 and bf16);
+/// `softmax`, `log_softmax`, `logsumexp`, `cat`, `narrow` and
 /// `transpose` along
 /// each dim at ranks 1-4; `matmul` for every pair of ranks 1-4; `mm`,
 /// `bmm`, `dot` and `addmm` at their one rank (every bias shape);
@@ -62,9 +64,13 @@ const WALKED: &[Walked] = &[
     walked("min", false, true),
     walked("argmax", false, true),
     walked("argmin", false, true),
+    walked("var", false, true),
     walked("softmax", true, true),
     walked("log_softmax", true, true),
     walked("logsumexp", true, true),
+    walked("layer_norm", true, true),
+    walked("rms_norm", true, true),
+    walked("rope", true, false),
     walked("matmul", true, true),
     walked("mm", true, true),
     walked("bmm", true, true),
@@ -72,12 +78,16 @@ const WALKED: &[Walked] = &[
     walked("addmm", true, false),
     walked("addcmul", true, false),
     walked("cat", true, false),
+    walked("scaled_dot_product_attention", true, false),
     walked("reshape", false, true),
     walked("view", false, true),
     walked("reshape_unordered", false, true),
     walked("view_unordered", false, true),
     walked("unsqueeze", false, true),
     walked("squeeze", false, true),
+    walked("stack", true, false),
+    walked("expand", false, true),
+    walked("repeat_interleave", true, true),
     walked("t", false, true),
     walked("permute", false, true),
     walked("transpose", false, true),
@@ -3075,6 +3085,276 @@ fn unsqueeze_and_squeeze_at_every_rank() {
 }
 
 // ---------------------------------------------------------------------
+// stack, expand, repeat_interleave.
+// ---------------------------------------------------------------------
+
+/// Each element along `dim` repeated `r` times in place.
+fn repeat_ref(x: &[f64], d: &[usize], r: usize, dim: usize) -> Want {
+    let mut out = d.to_vec();
+    out[dim] *= r;
+    let vals = (0..numel(&out))
+        .map(|i| {
+            let mut ix = unravel(i, &out);
+            ix[dim] /= r;
+            x[ravel(&ix, d)]
+        })
+        .collect();
+    Want::bits(out, vals)
+}
+
+/// `x` broadcast to `out` (new dims lead).
+fn expand_ref(x: &[f64], d: &[usize], out: &[usize]) -> Want {
+    let lead = out.len() - d.len();
+    let vals = (0..numel(out))
+        .map(|i| {
+            let oi = unravel(i, out);
+            let ix: Vec<usize> = (0..d.len())
+                .map(|k| if d[k] == 1 { 0 } else { oi[k + lead] })
+                .collect();
+            x[ravel(&ix, d)]
+        })
+        .collect();
+    Want::bits(out.to_vec(), vals)
+}
+
+tensor_fn! {
+    fn stack_each(a: &Tensor<Cpu, f64, [A, B]>, b: &Tensor<Cpu, f64, [A, B]>, c: &Tensor<Cpu, f64, [A, B]>) -> (
+        Tensor<Cpu, f64, [3, A, B]>, Tensor<Cpu, f64, [A, 2, B]>, Tensor<Cpu, f64, [A, B, 3]>, Tensor<Cpu, f64, [A, B, 2]>,
+    ) {
+        (stack([a, b, c]), stack([a, b], 1), stack([a, b, c], dim = 2), stack([c, a], -1))
+    }
+    fn expand_each(x: &Tensor<Cpu, f64, [A, 1]>) -> (Tensor<Cpu, f64, [A, 4]>, Tensor<Cpu, f64, [2, A, 3]>) {
+        (x.expand([A, 4]), x.expand([2, -1, 3]))
+    }
+    fn repeat_each(x: &Tensor<Cpu, f64, [A, B, C]>) -> (
+        Tensor<Cpu, f64, [A * 2, B, C]>, Tensor<Cpu, f64, [A, B * 3, C]>, Tensor<Cpu, f64, [A, B, C * 2]>,
+        Tensor<Cpu, f64, [B, A * 2, C]>,
+    ) {
+        (
+            x.repeat_interleave(2, 0),
+            repeat_interleave(x, 3, 1),
+            x.repeat_interleave(repeats = 2, dim = -1),
+            x.permute([1, 0, 2]).repeat_interleave(2, 1),
+        )
+    }
+}
+
+/// `stack` along every new dim (negative and keyword forms too), with an
+/// empty dim, in the macro and the typed API; values bit for bit.
+#[test]
+fn stack_along_each_new_dim() {
+    let mut rng = Rng::new(601);
+    for (a, b) in [(2, 3), (1, 4), (0, 2)] {
+        let vs: Vec<Vec<f64>> = (0..3).map(|_| rng.values(a * b, SPECIAL)).collect();
+        let ts: Vec<Tensor<Cpu, f64, S2>> = vs.iter().map(|v| tensor(v, &[a, b])).collect();
+        // stack of k tensors along `dim`: the cat of each given a size-1 dim.
+        let want = |idx: &[usize], dim: usize| {
+            let mut one = vec![a, b];
+            one.insert(dim, 1);
+            let parts: Vec<(&[f64], &[usize])> =
+                idx.iter().map(|&i| (&vs[i][..], &one[..])).collect();
+            cat_ref(&parts, dim)
+        };
+        check_all(
+            &format!("stack of [{a}, {b}]"),
+            &stack_each(&ts[0], &ts[1], &ts[2]).unwrap().outs(),
+            &[
+                want(&[0, 1, 2], 0),
+                want(&[0, 1], 1),
+                want(&[0, 1, 2], 2),
+                want(&[2, 0], 2),
+            ],
+        );
+        for dim in 0..3 {
+            check(
+                &format!("typed stack({dim}) of [{a}, {b}]"),
+                &one(&Tensor::stack::<S3>(&[&ts[0], &ts[1], &ts[2]], dim).unwrap()),
+                &want(&[0, 1, 2], dim),
+            );
+        }
+        // A shape that differs is an `Err` naming the operand.
+        let other: Tensor<Cpu, f64, S2> = tensor(&vec![0.0; (a + 1) * b], &[a + 1, b]);
+        let e = Tensor::stack::<S3>(&[&ts[0], &other], 0).unwrap_err();
+        assert!(e.to_string().contains("tensors[1]"), "{e}");
+    }
+}
+
+/// `expand` of size-1 dims and new leading dims (`-1` keeping a dim), in
+/// the macro and the typed API.
+#[test]
+fn expand_to_new_and_size_one_dims() {
+    let mut rng = Rng::new(607);
+    for a in [3, 1, 0] {
+        let v = rng.values(a, SPECIAL);
+        let x: Tensor<Cpu, f64, shape![_, 1]> = tensor(&v, &[a, 1]);
+        check_all(
+            &format!("expand of [{a}, 1]"),
+            &expand_each(&x).unwrap().outs(),
+            &[
+                expand_ref(&v, &[a, 1], &[a, 4]),
+                expand_ref(&v, &[a, 1], &[2, a, 3]),
+            ],
+        );
+        check(
+            "typed expand",
+            &one(&x.expand::<S3>(&[2, a, 5]).unwrap()),
+            &expand_ref(&v, &[a, 1], &[2, a, 5]),
+        );
+        if a > 1 {
+            assert!(
+                x.expand::<S2>(&[a + 1, 2]).is_err(),
+                "expanding a dim of size {a}"
+            );
+        }
+    }
+}
+
+/// `repeat_interleave` along every dim of rank 3, function, method and
+/// keyword forms, of a permuted (strided) input, and with empty dims, in
+/// the macro and the typed API.
+#[test]
+fn repeat_interleave_along_each_dim() {
+    let mut rng = Rng::new(613);
+    for (a, b, c) in [(2, 3, 4), (1, 2, 1), (0, 3, 2), (2, 0, 3)] {
+        let d = [a, b, c];
+        let v = rng.values(a * b * c, SPECIAL);
+        let x: Tensor<Cpu, f64, S3> = tensor(&v, &d);
+        let permuted = permute_ref(&v, &d, &[1, 0, 2]);
+        check_all(
+            &format!("repeat_interleave of {d:?}"),
+            &repeat_each(&x).unwrap().outs(),
+            &[
+                repeat_ref(&v, &d, 2, 0),
+                repeat_ref(&v, &d, 3, 1),
+                repeat_ref(&v, &d, 2, 2),
+                repeat_ref(&permuted.vals, &permuted.dims, 2, 1),
+            ],
+        );
+        for (dim, r) in [(0, 3), (1, 2), (2, 1), (1, 0)] {
+            check(
+                &format!("typed repeat_interleave({r}, {dim}) of {d:?}"),
+                &one(&x.repeat_interleave::<S3>(r, dim).unwrap()),
+                &repeat_ref(&v, &d, r, dim),
+            );
+        }
+        assert!(x.repeat_interleave::<S3>(2, 3).is_err());
+    }
+}
+
+// ---------------------------------------------------------------------
+// keepdim and var.
+// ---------------------------------------------------------------------
+
+/// `var` of each lane along `dim` with PyTorch's divisor
+/// `max(0, n - correction)`, and a tolerance from the lane's scale.
+fn var_ref(x: &[f64], d: &[usize], dim: usize, correction: usize, keepdim: bool) -> Want {
+    let mut vals = Vec::new();
+    let mut tol = Vec::new();
+    for l in lanes(x, d, dim) {
+        let n = l.len() as f64;
+        let mean = l.iter().sum::<f64>() / n;
+        let ss: f64 = l.iter().map(|v| (v - mean) * (v - mean)).sum();
+        let v = ss / (l.len().saturating_sub(correction) as f64);
+        vals.push(v);
+        tol.push(1e-12 * (1.0 + v.abs() + l.iter().map(|v| v * v).sum::<f64>()));
+    }
+    let mut dims = d.to_vec();
+    if keepdim {
+        dims[dim] = 1;
+    } else {
+        dims.remove(dim);
+    }
+    Want { dims, vals, tol }
+}
+
+tensor_fn! {
+    fn keepdims(x: &Tensor<Cpu, f64, [A, B]>) -> (
+        Tensor<Cpu, f64, [A, 1]>, Tensor<Cpu, f64, [1, B]>, Tensor<Cpu, f64, [A, 1]>, Tensor<Cpu, i64, [A, 1]>,
+        Tensor<Cpu, f64, [1, 1]>,
+    ) {
+        (x.sum(1, keepdim = true), x.mean(dim = 0, keepdim = true), x.max(-1, true), x.argmax(1, keepdim = true), x.sum(keepdim = true))
+    }
+    fn vars(x: &Tensor<Cpu, f64, [4, 3]>) -> (
+        Tensor<Cpu, f64, [4]>, Tensor<Cpu, f64, [3]>, Tensor<Cpu, f64, [4, 1]>, Tensor<Cpu, f64, [1, 3]>,
+    ) {
+        (x.var(1), x.var(0, correction = 0), x.var(-1, keepdim = true), x.var(dim = 0, correction = 2, keepdim = true))
+    }
+    fn var_runtime(x: &Tensor<Cpu, f64, [A, B]>) -> Tensor<Cpu, f64, [A]> {
+        x.var(1, correction = 0)
+    }
+}
+
+/// `keepdim = true` on the reductions (positional and keyword, one dim
+/// and all), and `var` with each correction, static and run-time dims,
+/// against plain-loop references; the typed `var` too.
+#[test]
+fn keepdim_and_var() {
+    let mut rng = Rng::new(619);
+    for (a, b) in [(3, 4), (1, 5), (2, 0)] {
+        let v = rng.values(a * b, if b == 0 { &[] } else { &[0.0, -0.0] });
+        let x: Tensor<Cpu, f64, S2> = tensor(&v, &[a, b]);
+        let keep = |w: Option<Want>, dims: Vec<usize>| w.map(|w| Want { dims, ..w });
+        let mut wants = vec![
+            keep(
+                reduce_ref(ReduceOp::Sum, &v, &[a, b], Some(1), 1e-12),
+                vec![a, 1],
+            ),
+            keep(
+                reduce_ref(ReduceOp::Mean, &v, &[a, b], Some(0), 1e-12),
+                vec![1, b],
+            ),
+        ];
+        if b > 0 {
+            wants.push(keep(
+                reduce_ref(ReduceOp::Max, &v, &[a, b], Some(1), 1e-12),
+                vec![a, 1],
+            ));
+            wants.push(keep(
+                reduce_ref(ReduceOp::ArgMax, &v, &[a, b], Some(1), 1e-12),
+                vec![a, 1],
+            ));
+            wants.push(keep(
+                reduce_ref(ReduceOp::Sum, &v, &[a, b], None, 1e-12),
+                vec![1, 1],
+            ));
+            let wants: Vec<Want> = wants.into_iter().map(|w| w.expect("defined")).collect();
+            check_all(
+                &format!("keepdim of [{a}, {b}]"),
+                &keepdims(&x).unwrap().outs(),
+                &wants,
+            );
+        } else {
+            // max of an empty dim is an `Err`, as without keepdim.
+            assert!(keepdims(&x).is_err());
+        }
+        check(
+            &format!("var over a run-time dim of [{a}, {b}]"),
+            &one(&var_runtime(&x).unwrap()),
+            &var_ref(&v, &[a, b], 1, 0, false),
+        );
+        for c in [0, 1, 2] {
+            check(
+                &format!("typed var::<1>({c}) of [{a}, {b}]"),
+                &one(&x.var::<1>(c).unwrap()),
+                &var_ref(&v, &[a, b], 1, c, false),
+            );
+        }
+    }
+    let v = rng.values(12, SPECIAL);
+    let x: Tensor<Cpu, f64, shape![4, 3]> = tensor(&v, &[4, 3]);
+    check_all(
+        "var of [4, 3]",
+        &vars(&x).unwrap().outs(),
+        &[
+            var_ref(&v, &[4, 3], 1, 1, false),
+            var_ref(&v, &[4, 3], 0, 0, false),
+            var_ref(&v, &[4, 3], 1, 1, true),
+            var_ref(&v, &[4, 3], 0, 2, true),
+        ],
+    );
+}
+
+// ---------------------------------------------------------------------
 // embedding, index_select, gather, arange, tril, triu.
 // ---------------------------------------------------------------------
 
@@ -3651,4 +3931,609 @@ fn generic_embeddings_and_masks() {
     walk::<f64>();
     walk::<f16>();
     walk::<bf16>();
+}
+
+// ---------------------------------------------------------------------
+// layer_norm, rms_norm.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn norm1(x: &Tensor<Cpu, f64, [N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
+        Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>, Tensor<Cpu, f64, [N]>,
+    ) {
+        (layer_norm(x, w, b), x.layer_norm(w, b, eps = 1e-3), rms_norm(x, w, eps = None), x.rms_norm(w, eps = 1e-6))
+    }
+    fn norm2(x: &Tensor<Cpu, f64, [A, N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
+        Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>, Tensor<Cpu, f64, [A, N]>,
+    ) {
+        (layer_norm(x, w, b, 1e-3), x.layer_norm(weight = w, bias = b), rms_norm(x, w, eps = 1e-6), x.rms_norm(w))
+    }
+    fn norm3(x: &Tensor<Cpu, f64, [A, B, N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
+        Tensor<Cpu, f64, [A, B, N]>, Tensor<Cpu, f64, [A, B, N]>, Tensor<Cpu, f64, [A, B, N]>, Tensor<Cpu, f64, [A, B, N]>,
+    ) {
+        (x.layer_norm(w, b), layer_norm(input = x, weight = w, bias = b, eps = 1e-3), x.rms_norm(w, 1e-6), rms_norm(x, weight = w))
+    }
+    fn norm4(x: &Tensor<Cpu, f64, [A, B, C, N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> (
+        Tensor<Cpu, f64, [A, B, C, N]>, Tensor<Cpu, f64, [A, B, C, N]>, Tensor<Cpu, f64, [A, B, C, N]>, Tensor<Cpu, f64, [A, B, C, N]>,
+    ) {
+        (layer_norm(x, w, b), x.layer_norm(w, b, 1e-3), rms_norm(x, w, 1e-6), x.rms_norm(w))
+    }
+    fn norm_f32(x: &Tensor<Cpu, f32, [A, N]>, w: &Tensor<Cpu, f32, [N]>, b: &Tensor<Cpu, f32, [N]>) -> (Tensor<Cpu, f32, [A, N]>, Tensor<Cpu, f32, [A, N]>) {
+        (x.layer_norm(w, b), rms_norm(x, w, eps = 1e-6))
+    }
+    fn norm_f16(x: &Tensor<Cpu, f16, [A, N]>, w: &Tensor<Cpu, f16, [N]>, b: &Tensor<Cpu, f16, [N]>) -> (Tensor<Cpu, f16, [A, N]>, Tensor<Cpu, f16, [A, N]>) {
+        (x.layer_norm(w, b), rms_norm(x, w))
+    }
+    fn norm_bf16(x: &Tensor<Cpu, bf16, [A, N]>, w: &Tensor<Cpu, bf16, [N]>, b: &Tensor<Cpu, bf16, [N]>) -> (Tensor<Cpu, bf16, [A, N]>, Tensor<Cpu, bf16, [A, N]>) {
+        (layer_norm(x, w, b, eps = 1e-5), x.rms_norm(w, eps = 1e-6))
+    }
+    /// Static dims, a weight read as a `Const` against the input's own.
+    fn norm_static(x: &Tensor<Cpu, f32, [2, 3]>, w: &Tensor<Cpu, f32, [3]>, b: &Tensor<Cpu, f32, [3]>) -> Tensor<Cpu, f32, [2, 3]> {
+        layer_norm(x, w, b) + rms_norm(x, w)
+    }
+}
+
+/// `(op, eps)` of each result of `normN` (`None`: the op's default).
+const NORMS: [&[(NormOp, Option<f64>)]; 5] = {
+    use NormOp::{LayerNorm as L, RmsNorm as R};
+    [
+        &[],
+        &[(L, None), (L, Some(1e-3)), (R, None), (R, Some(1e-6))],
+        &[(L, Some(1e-3)), (L, None), (R, Some(1e-6)), (R, None)],
+        &[(L, None), (L, Some(1e-3)), (R, Some(1e-6)), (R, None)],
+        &[(L, None), (L, Some(1e-3)), (R, Some(1e-6)), (R, None)],
+    ]
+};
+
+/// `op` over the last dim of `x` (dims `d`), each row against the f64
+/// reference, within `rel` of the result's scale (`|w| + |b|` bounds a
+/// normalised element over `sqrt(len)`).
+fn norm_ref(op: NormOp, x: &[f64], d: &[usize], w: &[f64], b: &[f64], eps: f64, rel: f64) -> Want {
+    let len = *d.last().expect("rank 1 or more");
+    let mut vals = Vec::with_capacity(x.len());
+    let mut tol = Vec::with_capacity(x.len());
+    if len > 0 {
+        for row in x.chunks(len) {
+            vals.extend(op.eval_f64(row, w, b, eps));
+            let scale = (len as f64).sqrt();
+            tol.extend((0..len).map(|c| rel * (w[c].abs() * scale + b[c].abs() + 1.0)));
+        }
+    }
+    Want {
+        dims: d.to_vec(),
+        vals,
+        tol,
+    }
+}
+
+#[test]
+fn norms_over_the_last_dim_at_every_rank() {
+    let mut rng = Rng::new(707);
+    for round in 0..5 {
+        let d = match round {
+            0 | 1 => random_dims(&mut rng, 1, 6),
+            2 => empty_dims(&mut rng),
+            3 => random_dims(&mut rng, 1, 3),
+            // Long rows (the block path of the CUDA kernels; here the same
+            // loop) with a large mean.
+            _ => [
+                vec![],
+                vec![4100],
+                vec![2, 1500],
+                vec![1, 2, 700],
+                vec![1, 1, 2, 300],
+            ],
+        };
+        let special: &[f64] = if round == 4 { &[] } else { SPECIAL };
+        let (mut xv, x) = inputs_by_rank(&mut rng, &d, special);
+        if round == 4 {
+            for v in [&mut xv.1, &mut xv.2, &mut xv.3, &mut xv.4] {
+                v.iter_mut().for_each(|x| *x += 1000.0);
+            }
+        }
+        let x = if round == 4 {
+            (
+                x.0,
+                tensor(&xv.1, &d[1]),
+                tensor(&xv.2, &d[2]),
+                tensor(&xv.3, &d[3]),
+                tensor(&xv.4, &d[4]),
+            )
+        } else {
+            x
+        };
+        for r in 1..5 {
+            let n = d[r][r - 1];
+            let wv = rng.values(n, &[]);
+            let bv = rng.values(n, &[]);
+            let (w, b): (Tensor<Cpu, f64, S1>, Tensor<Cpu, f64, S1>) =
+                (tensor(&wv, &[n]), tensor(&bv, &[n]));
+            let v = [&xv.0, &xv.1, &xv.2, &xv.3, &xv.4][r];
+            let want: Vec<Want> = NORMS[r]
+                .iter()
+                .map(|&(op, eps)| {
+                    let eps = eps.unwrap_or(op.default_eps(tensorfn::DTypeKind::F64));
+                    norm_ref(op, v, &d[r], &wv, &bv, eps, 1e-12)
+                })
+                .collect();
+            let what = format!("norms at rank {r}, dims {:?}", d[r]);
+            let got = match r {
+                1 => norm1(&x.1, &w, &b).unwrap().outs(),
+                2 => norm2(&x.2, &w, &b).unwrap().outs(),
+                3 => norm3(&x.3, &w, &b).unwrap().outs(),
+                _ => norm4(&x.4, &w, &b).unwrap().outs(),
+            };
+            check_all(&what, &got, &want);
+            // The typed API.
+            let typed = match r {
+                1 => (
+                    x.1.layer_norm(&w, &b, 1e-3).unwrap().outs(),
+                    x.1.rms_norm(&w, None).unwrap().outs(),
+                ),
+                2 => (
+                    x.2.layer_norm(&w, &b, 1e-3).unwrap().outs(),
+                    x.2.rms_norm(&w, None).unwrap().outs(),
+                ),
+                3 => (
+                    x.3.layer_norm(&w, &b, 1e-3).unwrap().outs(),
+                    x.3.rms_norm(&w, None).unwrap().outs(),
+                ),
+                _ => (
+                    x.4.layer_norm(&w, &b, 1e-3).unwrap().outs(),
+                    x.4.rms_norm(&w, None).unwrap().outs(),
+                ),
+            };
+            let eps64 = NormOp::RmsNorm.default_eps(tensorfn::DTypeKind::F64);
+            check(
+                &format!("typed layer_norm, {what}"),
+                &typed.0[0],
+                &norm_ref(NormOp::LayerNorm, v, &d[r], &wv, &bv, 1e-3, 1e-12),
+            );
+            check(
+                &format!("typed rms_norm, {what}"),
+                &typed.1[0],
+                &norm_ref(NormOp::RmsNorm, v, &d[r], &wv, &bv, eps64, 1e-12),
+            );
+        }
+    }
+}
+
+#[test]
+fn norms_in_f32_f16_and_bf16() {
+    let mut rng = Rng::new(708);
+    for (a, n, shift) in [
+        (3, 1, 0.0),
+        (5, 7, 0.0),
+        (4, 64, 100.0),
+        (2, 1000, 0.0),
+        (2, 4096, 1000.0),
+    ] {
+        let d = [a, n];
+        let xv = rng.values(a * n, SPECIAL);
+        let xv: Vec<f64> = xv.iter().map(|v| v + shift).collect();
+        let wv = rng.values(n, &[]);
+        let bv = rng.values(n, &[]);
+        macro_rules! case {
+            ($t:ty, $f:ident, $rel:expr, $eps_l:expr, $eps_r:expr) => {{
+                let x: Tensor<Cpu, $t, S2> = tensor(&xv, &d);
+                let w: Tensor<Cpu, $t, S1> = tensor(&wv, &[n]);
+                let b: Tensor<Cpu, $t, S1> = tensor(&bv, &[n]);
+                // The references see the values as rounded to the dtype.
+                let r = |v: &[f64]| -> Vec<f64> {
+                    v.iter().map(|&x| <$t>::from_f64(x).to_f64()).collect()
+                };
+                let (xr, wr, br) = (r(&xv), r(&wv), r(&bv));
+                let want = [
+                    norm_ref(NormOp::LayerNorm, &xr, &d, &wr, &br, $eps_l, $rel),
+                    norm_ref(NormOp::RmsNorm, &xr, &d, &wr, &br, $eps_r, $rel),
+                ];
+                let what = format!("{} norms of [{a}, {n}] shifted by {shift}", stringify!($t));
+                check_all(&what, &$f(&x, &w, &b).unwrap().outs(), &want);
+                check(
+                    &format!("typed {what}"),
+                    &one(&x.layer_norm(&w, &b, $eps_l).unwrap()),
+                    &want[0],
+                );
+            }};
+        }
+        let f32_eps = NormOp::RmsNorm.default_eps(tensorfn::DTypeKind::F32);
+        case!(f32, norm_f32, 2e-6 * (1.0 + shift / 10.0), 1e-5, 1e-6);
+        case!(f16, norm_f16, 1e-3, 1e-5, f32_eps);
+        case!(bf16, norm_bf16, 8e-3, 1e-5, 1e-6);
+    }
+}
+
+#[test]
+fn norms_check_their_weights() {
+    // Static dims: the typed API fixes the weight's length in its type.
+    let x = Tensor::<Cpu, f32, shape![2, 3]>::from_vec(vec![1., 2., 3., 4., 5., 6.]).unwrap();
+    let w = Tensor::<Cpu, f32, shape![3]>::ones().unwrap();
+    let b = Tensor::<Cpu, f32, shape![3]>::zeros().unwrap();
+    let y = norm_static(&x, &w, &b).unwrap().to_vec().unwrap();
+    let l = 1.5f64.sqrt();
+    let r0 = (14.0f64 / 3.0).sqrt();
+    assert!((y[0] as f64 - (-l + 1.0 / r0)).abs() < 1e-5, "{y:?}");
+    // Run-time dims: a weight of another length is an `Err` naming it.
+    let x: Tensor<Cpu, f32, S2> = tensor(&[1.0; 6], &[2, 3]);
+    let w4: Tensor<Cpu, f32, S1> = tensor(&[1.0; 4], &[4]);
+    let w3: Tensor<Cpu, f32, S1> = tensor(&[1.0; 3], &[3]);
+    let e = x.layer_norm(&w3, &w4, 1e-5).unwrap_err().to_string();
+    assert!(
+        e.contains("`bias` must have shape [3]") && e.contains("[4]"),
+        "{e}"
+    );
+    let e = x.rms_norm(&w4, None).unwrap_err().to_string();
+    assert!(e.contains("`weight` must have shape [3]"), "{e}");
+    assert!(x.rms_norm(&w3, Some(-1.0)).is_err());
+    assert!(x.rms_norm(&w3, Some(f64::NAN)).is_err());
+    // Inside `tensor_fn!`, the dims are bound at entry: `N` of `w` is `x`'s.
+    let b4: Tensor<Cpu, f32, S1> = tensor(&[1.0; 4], &[4]);
+    let x32: Tensor<Cpu, f32, S2> = tensor(&[1.0; 6], &[2, 3]);
+    assert!(norm_f32(&x32, &w3, &b4).is_err());
+}
+
+// ---------------------------------------------------------------------
+// scaled_dot_product_attention at ranks 2 to 4, causal, with a bool and a
+// float mask, keyword arguments.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn sdpa2(q: &Tensor<Cpu, f64, [L, E]>, k: &Tensor<Cpu, f64, [S, E]>, v: &Tensor<Cpu, f64, [S, V]>) -> Tensor<Cpu, f64, [L, V]> {
+        scaled_dot_product_attention(q, k, v)
+    }
+    fn sdpa3(q: &Tensor<Cpu, f64, [B, L, E]>, k: &Tensor<Cpu, f64, [B, S, E]>, v: &Tensor<Cpu, f64, [B, S, V]>) -> Tensor<Cpu, f64, [B, L, V]> {
+        scaled_dot_product_attention(query = q, key = k, value = v, is_causal = true)
+    }
+    fn sdpa4(
+        q: &Tensor<Cpu, f64, [B, H, L, E]>,
+        k: &Tensor<Cpu, f64, [B, H, S, E]>,
+        v: &Tensor<Cpu, f64, [B, H, S, V]>,
+        keep: &Tensor<Cpu, bool, [L, S]>,
+        add: &Tensor<Cpu, f64, [B, 1, L, S]>,
+    ) -> (Tensor<Cpu, f64, [B, H, L, V]>, Tensor<Cpu, f64, [B, H, L, V]>) {
+        (
+            scaled_dot_product_attention(q, k, v, keep, scale = 0.5),
+            scaled_dot_product_attention(q, k, v, attn_mask = add),
+        )
+    }
+}
+
+/// Attention of `[.., L, E]`, `[.., S, E]`, `[.., S, V]` (equal batch
+/// dims) in plain loops; `add(batch, i, j)` is the mask, `None` for a key
+/// left out. A key scored `-inf` takes no part; a row without keys is 0.
+fn sdpa_ref(
+    (q, k, v): (&[f64], &[f64], &[f64]),
+    (qd, sd, vd): (&[usize], &[usize], &[usize]),
+    causal: bool,
+    scale: Option<f64>,
+    add: &dyn Fn(usize, usize, usize) -> Option<f64>,
+) -> Want {
+    let r = qd.len();
+    let (l, e, s, ev) = (qd[r - 2], qd[r - 1], sd[r - 2], vd[r - 1]);
+    let batch = numel(&qd[..r - 2]);
+    let scale = scale.unwrap_or(if e == 0 { 0.0 } else { 1.0 / (e as f64).sqrt() });
+    let mut out = vec![0.0; batch * l * ev];
+    for b in 0..batch {
+        for i in 0..l {
+            let sc: Vec<(usize, f64)> = (0..s)
+                .filter(|&j| !causal || j <= i)
+                .filter_map(|j| {
+                    let a = add(b, i, j)?;
+                    let d: f64 = (0..e)
+                        .map(|t| q[(b * l + i) * e + t] * k[(b * s + j) * e + t])
+                        .sum();
+                    Some((j, d * scale + a)).filter(|x| x.1 != f64::NEG_INFINITY)
+                })
+                .collect();
+            if sc.is_empty() {
+                continue;
+            }
+            let m = sc.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = sc.iter().map(|x| (x.1 - m).exp()).sum();
+            for c in 0..ev {
+                let o: f64 = sc
+                    .iter()
+                    .map(|&(j, x)| (x - m).exp() * v[(b * s + j) * ev + c])
+                    .sum();
+                out[(b * l + i) * ev + c] = o / z;
+            }
+        }
+    }
+    let mut dims = qd[..r - 1].to_vec();
+    dims.push(ev);
+    let tol = out.iter().map(|w| 1e-9 * (1.0 + w.abs())).collect();
+    Want {
+        dims,
+        vals: out,
+        tol,
+    }
+}
+
+#[test]
+fn attention_at_each_rank() {
+    let mut rng = Rng::new(907);
+    // Special values in round 0, empty dims in rounds 1 and 2.
+    for round in 0..6 {
+        let special: &[f64] = if round == 0 { SPECIAL } else { &[] };
+        let [b, h, l, s, e, ev] = match round {
+            1 => [2, 2, 0, 3, 4, 2],
+            2 => [1, 2, 3, 0, 2, 2],
+            _ => {
+                let d = rng.dims(6, 1, 5);
+                [d[0], d[1], d[2], d[3], d[4], d[5]]
+            }
+        };
+        let none = |_: usize, _: usize, _: usize| Some(0.0);
+        for (rank, batch) in [(2, vec![]), (3, vec![b]), (4, vec![b, h])] {
+            let with = |x: usize, y: usize| batch.iter().copied().chain([x, y]).collect::<Vec<_>>();
+            let (qd, kd, vd) = (with(l, e), with(s, e), with(s, ev));
+            let (qv, kv, vv) = (
+                rng.values(numel(&qd), special),
+                rng.values(numel(&kd), special),
+                rng.values(numel(&vd), special),
+            );
+            let ops = (&qv[..], &kv[..], &vv[..]);
+            let dims = (&qd[..], &kd[..], &vd[..]);
+            let what = format!("scaled_dot_product_attention of {qd:?}, {kd:?}, {vd:?}");
+            match rank {
+                2 => {
+                    let (q, k, v) = (
+                        tensor::<f64, S2>(&qv, &qd),
+                        tensor::<f64, S2>(&kv, &kd),
+                        tensor::<f64, S2>(&vv, &vd),
+                    );
+                    let want = sdpa_ref(ops, dims, false, None, &none);
+                    check(&what, &one(&sdpa2(&q, &k, &v).unwrap()), &want);
+                    let typed = q
+                        .scaled_dot_product_attention(&k, &v, tensorfn::AttentionArgs::new())
+                        .unwrap();
+                    check(&format!("typed {what}"), &one(&typed), &want);
+                }
+                3 => {
+                    let (q, k, v) = (
+                        tensor::<f64, S3>(&qv, &qd),
+                        tensor::<f64, S3>(&kv, &kd),
+                        tensor::<f64, S3>(&vv, &vd),
+                    );
+                    let want = sdpa_ref(ops, dims, true, None, &none);
+                    check(&what, &one(&sdpa3(&q, &k, &v).unwrap()), &want);
+                    let typed = q
+                        .scaled_dot_product_attention(
+                            &k,
+                            &v,
+                            tensorfn::AttentionArgs::new().is_causal(true),
+                        )
+                        .unwrap();
+                    check(&format!("typed {what}"), &one(&typed), &want);
+                }
+                _ => {
+                    let (q, k, v) = (
+                        tensor::<f64, S4>(&qv, &qd),
+                        tensor::<f64, S4>(&kv, &kd),
+                        tensor::<f64, S4>(&vv, &vd),
+                    );
+                    let keep: Vec<bool> = (0..l * s).map(|_| rng.below(3) != 0).collect();
+                    let addv = rng.values(b * l * s, special);
+                    let keep_t =
+                        Tensor::<Cpu, bool, S2>::from_vec_dims(keep.clone(), &[l, s]).unwrap();
+                    let add_t = tensor::<f64, shape![_, 1, _, _]>(&addv, &[b, 1, l, s]);
+                    let bool_mask = |_: usize, i: usize, j: usize| keep[i * s + j].then_some(0.0);
+                    let float_mask =
+                        |bh: usize, i: usize, j: usize| Some(addv[((bh / h) * l + i) * s + j]);
+                    let want = [
+                        sdpa_ref(ops, dims, false, Some(0.5), &bool_mask),
+                        sdpa_ref(ops, dims, false, None, &float_mask),
+                    ];
+                    check_all(
+                        &what,
+                        &sdpa4(&q, &k, &v, &keep_t, &add_t).unwrap().outs(),
+                        &want,
+                    );
+                    let typed = q
+                        .scaled_dot_product_attention(
+                            &k,
+                            &v,
+                            tensorfn::AttentionArgs::new().attn_mask(&add_t),
+                        )
+                        .unwrap();
+                    check(&format!("typed {what}"), &one(&typed), &want[1]);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Params)]
+struct Norms<D: Device, T: Float> {
+    weight: Tensor<D, T, shape![8]>,
+    bias: Tensor<D, T, shape![8]>,
+}
+
+tensor_fn! {
+    /// A function of the op's own name: its body reaches the op through
+    /// the method form (a call `layer_norm(..)` would be this function).
+    fn layer_norm<D: Device, T: Float, const S: usize>(x: &Tensor<D, T, [S, 8]>, p: &Norms<D, T>) -> Tensor<D, T, [S, 8]> {
+        x.layer_norm(p.weight, p.bias)
+    }
+    /// Generic over device and dtype, fused with elementwise work around it.
+    fn pre_norm<D: Device, T: Float, const S: usize>(x: &Tensor<D, T, [S, 8]>, p: &Norms<D, T>) -> Tensor<D, T, [S, 8]> {
+        x + rms_norm(layer_norm(x * 2.0, p), p.weight, eps = 1e-6) * 0.5
+    }
+}
+
+#[test]
+fn norms_in_generic_functions_with_parameter_structs() {
+    fn run<T: Float>(rel: f64) {
+        let mut rng = Rng::new(709);
+        let xv = rng.values(24, &[]);
+        let wv = rng.values(8, &[]);
+        let bv = rng.values(8, &[]);
+        let x: Tensor<Cpu, T, shape![3, 8]> = tensor(&xv, &[3, 8]);
+        let p = Norms::<Cpu, T> {
+            weight: tensor(&wv, &[8]),
+            bias: tensor(&bv, &[8]),
+        };
+        let r = |v: &[f64]| -> Vec<f64> { v.iter().map(|&x| T::from_f64(x).to_f64()).collect() };
+        let (xr, wr, br) = (r(&xv), r(&wv), r(&bv));
+        let y = pre_norm(&x, &p).unwrap().to_vec().unwrap();
+        for row in 0..3 {
+            let xs = &xr[row * 8..(row + 1) * 8];
+            let doubled: Vec<f64> = xs.iter().map(|v| v * 2.0).collect();
+            let l = NormOp::LayerNorm.eval_f64(&doubled, &wr, &br, 1e-5);
+            let n = NormOp::RmsNorm.eval_f64(&l, &wr, &[], 1e-6);
+            for c in 0..8 {
+                let want = xs[c] + n[c] * 0.5;
+                let got = y[row * 8 + c].to_f64();
+                assert!(
+                    (got - want).abs() <= rel * (1.0 + want.abs() * 4.0),
+                    "{got} vs {want}"
+                );
+            }
+        }
+    }
+    run::<f64>(1e-12);
+    run::<f32>(1e-5);
+    run::<f16>(1e-2);
+    run::<bf16>(6e-2);
+}
+
+// ---------------------------------------------------------------------
+// rope.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn rope2(x: &Tensor<Cpu, f64, [T, D]>, c: &Tensor<Cpu, f64, [T, D]>, s: &Tensor<Cpu, f64, [T, D]>) -> (Tensor<Cpu, f64, [T, D]>, Tensor<Cpu, f64, [T, D]>) {
+        (rope(x, c, s), rope(input = x, cos = c, sin = s))
+    }
+    fn rope3(x: &Tensor<Cpu, f64, [H, T, D]>, c: &Tensor<Cpu, f64, [T, D]>, s: &Tensor<Cpu, f64, [T, D]>) -> Tensor<Cpu, f64, [H, T, D]> {
+        rope(x, c, s)
+    }
+    fn rope4(x: &Tensor<Cpu, f64, [B, H, T, D]>, c: &Tensor<Cpu, f64, [T, D]>, s: &Tensor<Cpu, f64, [T, D]>) -> Tensor<Cpu, f64, [B, H, T, D]> {
+        rope(x, c, s)
+    }
+    /// Llama's use: queries `[B, T, H, D]` moved to `[B, H, T, D]` (a
+    /// strided view), rotated, in a 16-bit dtype.
+    fn rope_heads<T: Float>(q: &Tensor<Cpu, T, [B, S, H, 8]>, c: &Tensor<Cpu, T, [S, 8]>, s: &Tensor<Cpu, T, [S, 8]>) -> Tensor<Cpu, T, [B, H, S, 8]> {
+        rope(q.transpose(1, 2), c, s)
+    }
+}
+
+fn rope_ref(x: &[f64], d: &[usize], c: &[f64], s: &[f64], tol: f64) -> Want {
+    let (t, dd) = (d[d.len() - 2], d[d.len() - 1]);
+    let mut vals = Vec::with_capacity(x.len());
+    if dd > 0 {
+        for (r, row) in x.chunks(dd).enumerate() {
+            let p = (r % t) * dd;
+            vals.extend(tensorfn_core::ops::rope::rope_f64(
+                row,
+                &c[p..p + dd],
+                &s[p..p + dd],
+            ));
+        }
+    }
+    let tol = vals.iter().map(|v: &f64| tol * (1.0 + v.abs())).collect();
+    Want {
+        dims: d.to_vec(),
+        vals,
+        tol,
+    }
+}
+
+#[test]
+fn rope_at_every_rank() {
+    let mut rng = Rng::new(710);
+    for round in 0..4 {
+        let (t, half) = (1 + rng.below(5), rng.below(4) + usize::from(round != 2));
+        let d = 2 * half;
+        let lead = if round == 3 { 0 } else { 1 + rng.below(3) };
+        let dims = [vec![t, d], vec![lead, t, d], vec![2, lead, t, d]];
+        let cv = rng.values(t * d, &[]);
+        let sv = rng.values(t * d, &[]);
+        let (c, s): (Tensor<Cpu, f64, S2>, Tensor<Cpu, f64, S2>) =
+            (tensor(&cv, &[t, d]), tensor(&sv, &[t, d]));
+        let special = if round == 1 { SPECIAL } else { &[] };
+        let x2v = rng.values(numel(&dims[0]), special);
+        let x3v = rng.values(numel(&dims[1]), special);
+        let x4v = rng.values(numel(&dims[2]), special);
+        let x2: Tensor<Cpu, f64, S2> = tensor(&x2v, &dims[0]);
+        let x3: Tensor<Cpu, f64, S3> = tensor(&x3v, &dims[1]);
+        let x4: Tensor<Cpu, f64, S4> = tensor(&x4v, &dims[2]);
+        let w2 = rope_ref(&x2v, &dims[0], &cv, &sv, 1e-15);
+        check_all(
+            &format!("rope of {:?}", dims[0]),
+            &rope2(&x2, &c, &s).unwrap().outs(),
+            &[w2.clone(), w2.clone()],
+        );
+        let w3 = rope_ref(&x3v, &dims[1], &cv, &sv, 1e-15);
+        check(
+            &format!("rope of {:?}", dims[1]),
+            &one(&rope3(&x3, &c, &s).unwrap()),
+            &w3,
+        );
+        let w4 = rope_ref(&x4v, &dims[2], &cv, &sv, 1e-15);
+        check(
+            &format!("rope of {:?}", dims[2]),
+            &one(&rope4(&x4, &c, &s).unwrap()),
+            &w4,
+        );
+        check(
+            &format!("typed rope of {:?}", dims[0]),
+            &one(&x2.rope(&c, &s).unwrap()),
+            &w2,
+        );
+        check(
+            &format!("typed rope of {:?}", dims[1]),
+            &one(&x3.rope(&c, &s).unwrap()),
+            &w3,
+        );
+        check(
+            &format!("typed rope of {:?}", dims[2]),
+            &one(&x4.rope(&c, &s).unwrap()),
+            &w4,
+        );
+    }
+    // An odd last dim is an `Err` at run time (a `Dyn` dim).
+    let x: Tensor<Cpu, f64, S2> = tensor(&[1.0; 6], &[2, 3]);
+    let e = x.rope(&x, &x).unwrap_err().to_string();
+    assert!(e.contains("odd"), "{e}");
+    let c: Tensor<Cpu, f64, S2> = tensor(&[1.0; 4], &[1, 4]);
+    let x: Tensor<Cpu, f64, S2> = tensor(&[1.0; 8], &[2, 4]);
+    let e = x.rope(&c, &c).unwrap_err().to_string();
+    assert!(e.contains("`cos` must have shape [2, 4]"), "{e}");
+}
+
+#[test]
+fn rope_of_strided_queries_in_16_bit_dtypes() {
+    fn run<T: Float>(tol: f64) {
+        let mut rng = Rng::new(711);
+        let (b, s, h) = (2, 3, 4);
+        let qv = rng.values(b * s * h * 8, &[]);
+        let cv = rng.values(s * 8, &[]);
+        let sv = rng.values(s * 8, &[]);
+        let q: Tensor<Cpu, T, shape![_, _, _, 8]> = tensor(&qv, &[b, s, h, 8]);
+        let c: Tensor<Cpu, T, shape![_, 8]> = tensor(&cv, &[s, 8]);
+        let sn: Tensor<Cpu, T, shape![_, 8]> = tensor(&sv, &[s, 8]);
+        let r = |v: &[f64]| -> Vec<f64> { v.iter().map(|&x| T::from_f64(x).to_f64()).collect() };
+        let (qr, cr, sr) = (r(&qv), r(&cv), r(&sv));
+        // q.transpose(1, 2), row-major.
+        let mut moved = Vec::with_capacity(qr.len());
+        for bi in 0..b {
+            for hi in 0..h {
+                for si in 0..s {
+                    let at = ((bi * s + si) * h + hi) * 8;
+                    moved.extend_from_slice(&qr[at..at + 8]);
+                }
+            }
+        }
+        let want = rope_ref(&moved, &[b, h, s, 8], &cr, &sr, tol);
+        check(
+            &format!("rope of strided queries in {}", std::any::type_name::<T>()),
+            &one(&rope_heads(&q, &c, &sn).unwrap()),
+            &want,
+        );
+    }
+    run::<f64>(1e-15);
+    run::<f32>(1e-6);
+    run::<f16>(1e-3);
+    run::<bf16>(8e-3);
 }

@@ -680,6 +680,122 @@ pub fn cat<D: DimValue>(
     Ok(out)
 }
 
+/// `torch.nn.functional.scaled_dot_product_attention`: `query` is
+/// `[.., L, E]`, `key` `[.., S, E]`, `value` `[.., S, Ev]`, the result
+/// `[.., L, Ev]`; the leading dims broadcast as in `matmul`, and
+/// `attn_mask` (operand 3) broadcasts to `[.., L, S]` and cannot come
+/// with `is_causal` (PyTorch refuses the pair too).
+///
+/// ```
+/// use tensorfn_core::rules::attention;
+/// let q = ("q", &[2usize, 4, 10, 64][..]);
+/// let k = ("k", &[2usize, 4, 12, 64][..]);
+/// let v = ("v", &[2usize, 4, 12, 32][..]);
+/// assert_eq!(attention("sdpa", q, k, v, None, true).unwrap(), vec![2, 4, 10, 32]);
+/// let m = ("m", &[10usize, 12][..]);
+/// assert!(attention("sdpa", q, k, v, Some(m), false).is_ok());
+/// assert!(attention("sdpa", q, k, v, Some(m), true).is_err());
+/// let e = attention("sdpa", q, ("k", &[2, 4, 12, 32][..]), v, None, false).unwrap_err();
+/// assert_eq!(e.operand, 1);
+/// assert!(e.message.contains("E = 64") && e.message.contains("E = 32"));
+/// let e = attention("sdpa", q, k, v, Some(("m", &[12, 10][..])), false).unwrap_err();
+/// assert_eq!(e.operand, 3);
+/// ```
+pub fn attention<D: DimValue>(
+    op: &str,
+    query: Operand<'_, D>,
+    key: Operand<'_, D>,
+    value: Operand<'_, D>,
+    attn_mask: Option<Operand<'_, D>>,
+    is_causal: bool,
+) -> Result<Vec<D>, RuleError> {
+    if let (Some((mn, _)), true) = (attn_mask, is_causal) {
+        return err(
+            op,
+            3,
+            format!(
+                "`{op}` takes `attn_mask` or `is_causal = true`, not both (as in PyTorch): fold the causal mask into `{mn}` or drop `{mn}`"
+            ),
+        );
+    }
+    let what = ["[.., L, E]", "[.., S, E]", "[.., S, Ev]"];
+    for (i, (n, d)) in [query, key, value].into_iter().enumerate() {
+        if d.len() < 2 {
+            return err(
+                op,
+                i,
+                format!(
+                    "`{op}` needs `{n}` to be {} (at least 2-D), found shape {} ({})",
+                    what[i],
+                    fmt_dims(d),
+                    rank_word(d.len())
+                ),
+            );
+        }
+    }
+    let ((qn, qd), (kn, kd), (vn, vd)) = (query, key, value);
+    let (qr, kr, vr) = (qd.len(), kd.len(), vd.len());
+    if qd[qr - 1] != kd[kr - 1] {
+        return err(
+            op,
+            1,
+            format!(
+                "`{op}` needs the last dim of `{kn}` to equal the last dim of `{qn}` (the head dim E): `{qn}` is {} (E = {}) but `{kn}` is {} (E = {}); project both to one head dim",
+                fmt_dims(qd),
+                qd[qr - 1],
+                fmt_dims(kd),
+                kd[kr - 1]
+            ),
+        );
+    }
+    if kd[kr - 2] != vd[vr - 2] {
+        return err(
+            op,
+            2,
+            format!(
+                "`{op}` needs one value per key: `{kn}` is {} (S = {}) but `{vn}` is {} (S = {}); the second-to-last dims must be equal",
+                fmt_dims(kd),
+                kd[kr - 2],
+                fmt_dims(vd),
+                vd[vr - 2]
+            ),
+        );
+    }
+    let mut out = broadcast_implicit(
+        op,
+        &[
+            (qn, &qd[..qr - 2]),
+            (kn, &kd[..kr - 2]),
+            (vn, &vd[..vr - 2]),
+        ],
+    )?;
+    if let Some((mn, md)) = attn_mask {
+        let mut scores = out.clone();
+        scores.push(qd[qr - 2].clone());
+        scores.push(kd[kr - 2].clone());
+        let fits = md.len() <= scores.len()
+            && md
+                .iter()
+                .rev()
+                .zip(scores.iter().rev())
+                .all(|(d, t)| is_one(d) || d == t);
+        if !fits {
+            return err(
+                op,
+                3,
+                format!(
+                    "`{op}` cannot broadcast `{mn}` {} to the scores' shape {} (the queries of `{qn}` by the keys of `{kn}`): each dim of `{mn}`, aligned from the right, must equal the scores' or be 1",
+                    fmt_dims(md),
+                    fmt_dims(&scores)
+                ),
+            );
+        }
+    }
+    out.push(qd[qr - 2].clone());
+    out.push(vd[vr - 1].clone());
+    Ok(out)
+}
+
 /// `reshape`/`view`: the element count must not change.
 ///
 /// ```
@@ -734,6 +850,129 @@ pub fn unsqueeze<D: DimValue>(
     }
     let mut out = dims.to_vec();
     out.insert(dim, D::from_usize(1));
+    Ok(out)
+}
+
+/// `expand(size)`: a view with dims of size 1 (or new leading dims)
+/// repeated, PyTorch's `Tensor.expand`. `None` in `size` keeps the
+/// input's dim (PyTorch's `-1`); a dim that is not 1 keeps its size.
+///
+/// ```
+/// use tensorfn_core::rules::expand;
+/// assert_eq!(expand::<usize>("expand", ("x", &[3, 1]), &[Some(2), None, Some(4)]).unwrap(), vec![2, 3, 4]);
+/// let e = expand::<usize>("expand", ("x", &[3, 2]), &[Some(3), Some(4)]).unwrap_err();
+/// assert!(e.message.contains("dim 1 of `x` [3, 2] has size 2"), "{}", e.message);
+/// ```
+pub fn expand<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    size: &[Option<D>],
+) -> Result<Vec<D>, RuleError> {
+    let (name, dims) = x;
+    if size.len() < dims.len() {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` of `{name}` {} ({}) to {} dims: the size names every dim of `{name}` (new ones lead)",
+                fmt_dims(dims),
+                rank_word(dims.len()),
+                size.len()
+            ),
+        );
+    }
+    let lead = size.len() - dims.len();
+    let mut out = Vec::with_capacity(size.len());
+    for (k, s) in size.iter().enumerate() {
+        let old = k.checked_sub(lead).map(|i| &dims[i]);
+        match (s, old) {
+            (None, Some(d)) => out.push(d.clone()),
+            (None, None) => {
+                return err(op, 0, format!("`{op}` of `{name}`: `-1` at new leading dim {k} has no size to keep; name it"))
+            }
+            (Some(s), None) => out.push(s.clone()),
+            (Some(s), Some(d)) if d == s || is_one(d) => out.push(s.clone()),
+            (Some(s), Some(d)) => {
+                return err(
+                    op,
+                    0,
+                    format!(
+                        "`{op}` of `{name}` to size {s} at dim {k}, but dim {} of `{name}` {} has size {d}: only dims of size 1 expand (`repeat_interleave` or `cat` copy a dim several times)",
+                        k - lead,
+                        fmt_dims(dims)
+                    ),
+                )
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `repeat_interleave(repeats, dim)`: each element along `dim` repeated
+/// `repeats` times in place (`[a, b]` → `[a, a, b, b]`), the dim
+/// `repeats` times longer.
+///
+/// ```
+/// use tensorfn_core::rules::repeat_interleave;
+/// assert_eq!(repeat_interleave::<usize>("repeat_interleave", ("k", &[2, 4, 64]), &3, 0).unwrap(), vec![6, 4, 64]);
+/// assert!(repeat_interleave::<usize>("repeat_interleave", ("k", &[2]), &3, 1).is_err());
+/// ```
+pub fn repeat_interleave<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    repeats: &D,
+    dim: usize,
+) -> Result<Vec<D>, RuleError> {
+    let (name, dims) = x;
+    if dim >= dims.len() {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` along dim {dim}, but `{name}` has shape {} ({}): valid dims are 0..{}",
+                fmt_dims(dims),
+                rank_word(dims.len()),
+                dims.len()
+            ),
+        );
+    }
+    let mut out = dims.to_vec();
+    out[dim] = dims[dim].mul(repeats);
+    Ok(out)
+}
+
+/// `stack(tensors, dim)`: tensors of one shape joined along a new dim
+/// `dim` (`0..=rank`).
+///
+/// ```
+/// use tensorfn_core::rules::stack;
+/// assert_eq!(stack::<usize>("stack", &[("a", &[2, 3]), ("b", &[2, 3])], 1).unwrap(), vec![2, 2, 3]);
+/// let e = stack::<usize>("stack", &[("a", &[2, 3]), ("b", &[3, 2])], 0).unwrap_err();
+/// assert_eq!(e.operand, 1);
+/// ```
+pub fn stack<D: DimValue>(
+    op: &str,
+    operands: &[Operand<'_, D>],
+    dim: usize,
+) -> Result<Vec<D>, RuleError> {
+    let Some(&(first_name, first)) = operands.first() else {
+        return err(op, 0, format!("`{op}` needs at least one tensor"));
+    };
+    for (i, &(name, dims)) in operands.iter().enumerate().skip(1) {
+        if dims != first {
+            return err(
+                op,
+                i,
+                format!(
+                    "`{op}` needs tensors of one shape: `{first_name}` is {} and `{name}` is {}",
+                    fmt_dims(first),
+                    fmt_dims(dims)
+                ),
+            );
+        }
+    }
+    let mut out = unsqueeze(op, (first_name, first), dim)?;
+    out[dim] = D::from_usize(operands.len());
     Ok(out)
 }
 
@@ -1216,6 +1455,113 @@ pub fn triangle<D: DimValue>(op: &str, input: Operand<'_, D>) -> Result<Vec<D>, 
         );
     }
     Ok(dims.to_vec())
+}
+
+/// `layer_norm`/`rms_norm` over the last dim (PyTorch's
+/// `normalized_shape = (N,)`): `x` has at least one dim, and each of
+/// `params` (`weight`, then `bias`) has the shape `[N]`, `N` the last dim
+/// of `x`. The result has the dims of `x`. An error about `params[i]`
+/// names operand `i + 1`.
+///
+/// ```
+/// use tensorfn_core::rules::norm;
+/// let x: &[usize] = &[4, 768];
+/// assert_eq!(norm("layer_norm", ("x", x), &[("w", &[768]), ("b", &[768])]).unwrap(), vec![4, 768]);
+/// let e = norm("layer_norm", ("x", x), &[("w", &[768]), ("b", &[4, 768])]).unwrap_err();
+/// assert_eq!(e.operand, 2);
+/// assert!(e.message.contains("`b` must have shape [768] (the last dim of `x`), but has shape [4, 768]"));
+/// assert!(norm::<usize>("rms_norm", ("x", &[]), &[("w", &[1])]).is_err());
+/// ```
+pub fn norm<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    params: &[Operand<'_, D>],
+) -> Result<Vec<D>, RuleError> {
+    let (xn, xd) = x;
+    let Some(last) = xd.last() else {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` normalises over the last dim, but `{xn}` is a scalar (no dims): give it at least one dim, e.g. `.reshape([1])`"
+            ),
+        );
+    };
+    for (i, &(pn, pd)) in params.iter().enumerate() {
+        if pd.len() != 1 || pd[0] != *last {
+            return err(
+                op,
+                i + 1,
+                format!(
+                    "`{op}` normalises over the last dim of `{xn}` ({} of {}): `{pn}` must have shape [{last}] (the last dim of `{xn}`), but has shape {}",
+                    last,
+                    fmt_dims(xd),
+                    fmt_dims(pd)
+                ),
+            );
+        }
+    }
+    Ok(xd.to_vec())
+}
+
+/// `rope(input, cos, sin)`: `input` is `[.., T, D]` with `D` even, and
+/// `cos` and `sin` are `[T, D]` (broadcast over the leading dims). The
+/// result has the dims of `input`.
+///
+/// ```
+/// use tensorfn_core::rules::rope;
+/// let q: &[usize] = &[2, 12, 16, 64];
+/// assert_eq!(rope("rope", ("q", q), ("cos", &[16, 64]), ("sin", &[16, 64])).unwrap(), q.to_vec());
+/// let e = rope("rope", ("q", q), ("cos", &[16, 64]), ("sin", &[1, 16, 64])).unwrap_err();
+/// assert_eq!(e.operand, 2);
+/// assert!(e.message.contains("`sin` must have shape [16, 64]"));
+/// assert!(rope::<usize>("rope", ("q", &[16, 63]), ("c", &[16, 63]), ("s", &[16, 63])).is_err());
+/// ```
+pub fn rope<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    cos: Operand<'_, D>,
+    sin: Operand<'_, D>,
+) -> Result<Vec<D>, RuleError> {
+    let (xn, xd) = x;
+    if xd.len() < 2 {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` rotates the last dim of positions along the dim before it, but `{xn}` has shape {} ({}): give it dims `[.., T, D]`",
+                fmt_dims(xd),
+                rank_word(xd.len())
+            ),
+        );
+    }
+    let td = &xd[xd.len() - 2..];
+    if let Some(d) = td[1].to_usize() {
+        if d % 2 != 0 {
+            return err(
+                op,
+                0,
+                format!(
+                    "`{op}` rotates pairs of the last dim's two halves, but the last dim of `{xn}` is {d}, which is odd"
+                ),
+            );
+        }
+    }
+    for (i, (n, d)) in [cos, sin].into_iter().enumerate() {
+        if d != td {
+            return err(
+                op,
+                i + 1,
+                format!(
+                    "`{op}` takes one row of `{n}` per position: `{n}` must have shape {} (the last two dims of `{xn}`, {}), but has shape {}",
+                    fmt_dims(td),
+                    fmt_dims(xd),
+                    fmt_dims(d)
+                ),
+            );
+        }
+    }
+    Ok(xd.to_vec())
 }
 
 #[cfg(test)]

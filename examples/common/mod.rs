@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each example uses a part of it
 
+pub mod generate;
+
 use tensorfn::prelude::*;
 use tensorfn::{DType, Device, Shape};
 

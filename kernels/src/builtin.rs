@@ -28,7 +28,7 @@
 
 use crate::error::{Error, Result};
 use crate::ir::ElementwiseBuilder;
-use crate::ops::{BinaryOp, ReduceOp, RowOp, UnaryOp};
+use crate::ops::{BinaryOp, NormOp, ReduceOp, RowOp, UnaryOp};
 use crate::ptx::{self, Target};
 use crate::reduction::{reduce_spec, row_spec};
 use tensorfn_core::DTypeKind;
@@ -224,6 +224,94 @@ pub fn try_row(op: RowOp, dtype: DTypeKind) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
+/// Name of [`norm`]`(op, dtype)`: the prefix of its entries' names.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind, NormOp};
+/// assert_eq!(builtin::norm_name(NormOp::RmsNorm, DTypeKind::BF16), "tf_rms_norm_bf16");
+/// ```
+pub fn norm_name(op: NormOp, dtype: DTypeKind) -> String {
+    format!("tf_{}_{dtype}", op.name())
+}
+
+/// Normalisation `op` (`layer_norm`, `rms_norm`) over contiguous rows of
+/// `dtype`: a module with the entries `NAME_SUFFIX` of every
+/// [`NormEntry`](crate::norm::NormEntry) (see [`norm`](crate::norm) for
+/// which runs a row, and `ptx::norm` for the parameters); `Err` unless
+/// `dtype` is a float.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind, NormOp};
+/// let k = builtin::try_norm(NormOp::LayerNorm, DTypeKind::F16)?;
+/// assert!(k.ptx.contains(".entry tf_layer_norm_f16_warp_v("));
+/// assert!(k.ptx.contains(".entry tf_layer_norm_f16_long("));
+/// assert!(builtin::try_norm(NormOp::RmsNorm, DTypeKind::I32).is_err());
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn try_norm(op: NormOp, dtype: DTypeKind) -> Result<Kernel> {
+    if !dtype.is_float() {
+        return Err(Error::Unsupported {
+            kernel: "norm",
+            message: format!(
+                "{} over {} rows; normalisations take float dtypes",
+                op.name(),
+                dtype.name()
+            ),
+        });
+    }
+    let name = norm_name(op, dtype);
+    let ptx = ptx::norm(&name, op, dtype);
+    Ok(Kernel { name, ptx })
+}
+
+/// [`try_norm`] for a float dtype.
+///
+/// # Panics
+///
+/// Unless `dtype` is a float.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind, NormOp};
+/// let k = builtin::norm(NormOp::RmsNorm, DTypeKind::F32);
+/// assert!(k.ptx.contains(".entry tf_rms_norm_f32_block_v("));
+/// ```
+pub fn norm(op: NormOp, dtype: DTypeKind) -> Kernel {
+    expect_supported(try_norm(op, dtype))
+}
+
+/// Name of [`rope`]`(dtype)`.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::builtin::rope_name(tensorfn_kernels::DTypeKind::F16), "tf_rope_f16");
+/// ```
+pub fn rope_name(dtype: DTypeKind) -> String {
+    format!("tf_rope_{dtype}")
+}
+
+/// Rotary position embedding (`rope`) of contiguous rows of `dtype`, in
+/// the Hugging Face Llama convention: the entry `NAME(out, in, cos, sin,
+/// pairs, positions, half)` (see `ptx::rope` for the parameters);
+/// `Err` unless `dtype` is a float.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::try_rope(DTypeKind::BF16)?;
+/// assert!(k.ptx.contains(".entry tf_rope_bf16("));
+/// assert!(builtin::try_rope(DTypeKind::U8).is_err());
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn try_rope(dtype: DTypeKind) -> Result<Kernel> {
+    if !dtype.is_float() {
+        return Err(Error::Unsupported {
+            kernel: "rope",
+            message: format!("{} rows; rope takes float dtypes", dtype.name()),
+        });
+    }
+    let name = rope_name(dtype);
+    let ptx = ptx::rope(&name, dtype);
+    Ok(Kernel { name, ptx })
+}
+
 /// Name of [`cat_rows`]`(unit)`.
 ///
 /// ```
@@ -333,6 +421,104 @@ pub fn gather(unit: u32, index: DTypeKind) -> Result<Kernel> {
     }
     let name = gather_name(unit, index);
     let ptx = ptx::gather(&name, unit, index);
+    Ok(Kernel { name, ptx })
+}
+
+/// Name of [`attention`]`(dtype)`.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::builtin::attention_name(tensorfn_kernels::DTypeKind::BF16), "tf_attention_bf16");
+/// ```
+pub fn attention_name(dtype: DTypeKind) -> String {
+    format!("tf_attention_{dtype}")
+}
+
+/// Scaled dot-product attention over tensors of `dtype` (a float; `Err`
+/// otherwise), computed in f32 (f64 for f64) with an online softmax, one
+/// warp per query row and no row of scores stored.
+///
+/// The entry `NAME` takes 64-bit parameters, in order: `out`, `q`, `k`,
+/// `v`, `mask` (addresses), `l`, `s`, `e`, `ev` (the query count, key
+/// count and head dims, `e` and `ev` at most
+/// [`ATTENTION_MAX_HEAD`](crate::ptx::ATTENTION_MAX_HEAD)), the batch and
+/// row strides in elements of `q`, `k`, `v` (`qb, qr, kb, kr, vb, vr`;
+/// their last dims are contiguous), of the mask (`mb, mr`, and `mc`
+/// between keys; 0 for a broadcast dim), `mode` (0: no mask, 1: `bool`,
+/// true where the key takes part, 2: added to the scores, of `dtype`),
+/// `causal` (non-zero: query `i` sees keys `0..=i`) and `scale` (an f64).
+/// It writes the contiguous `[batch, l, ev]` output; a key whose score is
+/// `-inf` takes no part and a row without keys is 0. Launch with `block.x
+/// = BLOCK` (eight query rows a block), `grid.x = ceil(l / 8)` and
+/// `grid.y` = the batch.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::attention(DTypeKind::F16).unwrap();
+/// assert!(k.ptx.contains(".entry tf_attention_f16("));
+/// assert!(builtin::attention(DTypeKind::I32).is_err());
+/// ```
+pub fn attention(dtype: DTypeKind) -> Result<Kernel> {
+    if !dtype.is_float() {
+        return Err(Error::Unsupported {
+            kernel: "attention",
+            message: format!("attention needs a floating-point dtype, found {dtype}"),
+        });
+    }
+    let name = attention_name(dtype);
+    let ptx = ptx::attention(&name, dtype);
+    Ok(Kernel { name, ptx })
+}
+
+/// Name of [`attention_mma`]`(dtype, d)`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert_eq!(builtin::attention_mma_name(DTypeKind::BF16, 128), "tf_attention_mma_bf16_d128");
+/// ```
+pub fn attention_mma_name(dtype: DTypeKind, d: usize) -> String {
+    format!("tf_attention_mma_{dtype}_d{d}")
+}
+
+/// Scaled dot-product attention on tensor cores, for sm_80 and newer:
+/// `dtype` f16 or bf16, the head dim `d` of the queries, keys and values
+/// one of [`ATTENTION_MMA_HEADS`](crate::ptx::ATTENTION_MMA_HEADS), no
+/// mask; `Err` otherwise (older devices and the other cases take
+/// [`attention`], which runs on every device). Each warp takes 16 query
+/// rows and walks the keys 64 at a time: `S = Q K^T` and `O += P V` with
+/// `mma.sync.aligned.m16n8k16` (f32 accumulation, `P` rounded to `dtype`
+/// as FlashAttention does), the online softmax on the fragments in f32.
+///
+/// The entry takes 64-bit parameters, in order: `out`, `q`, `k`, `v`
+/// (addresses, 4-byte aligned), `l`, `s` (query and key counts), the batch
+/// and row strides in elements of `q`, `k`, `v` (`qb, qr, kb, kr, vb,
+/// vr`, even; their last dims contiguous), `causal` and `scale` (an f64),
+/// and writes the contiguous `[batch, l, d]` output. A key past the
+/// causal diagonal takes no part, but within the diagonal's block of 64
+/// keys a NaN in its value reaches the row (0 times NaN), as in fused
+/// kernels. Launch with `block.x = BLOCK`, `grid.x = ceil(l /`
+/// [`ATTENTION_MMA_ROWS`](crate::ptx::ATTENTION_MMA_ROWS)`)` and `grid.y`
+/// = the batch.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::attention_mma(DTypeKind::BF16, 64).unwrap();
+/// assert!(k.ptx.contains(".target sm_80"));
+/// assert!(k.ptx.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+/// assert!(builtin::attention_mma(DTypeKind::F32, 64).is_err());
+/// assert!(builtin::attention_mma(DTypeKind::F16, 80).is_err());
+/// ```
+pub fn attention_mma(dtype: DTypeKind, d: usize) -> Result<Kernel> {
+    if !matches!(dtype, DTypeKind::F16 | DTypeKind::BF16) || !ptx::ATTENTION_MMA_HEADS.contains(&d)
+    {
+        return Err(Error::Unsupported {
+            kernel: "attention_mma",
+            message: format!(
+                "tensor-core attention takes f16 or bf16 with a head dim of 64 or 128, found {dtype} with {d}"
+            ),
+        });
+    }
+    let name = attention_mma_name(dtype, d);
+    let ptx = ptx::attention_mma(&name, dtype, d);
     Ok(Kernel { name, ptx })
 }
 
@@ -476,6 +662,14 @@ pub fn all() -> Vec<Kernel> {
         }
         for op in RowOp::ALL {
             out.extend(try_row(op, dtype).ok());
+        }
+        for op in NormOp::ALL {
+            out.extend(try_norm(op, dtype).ok());
+        }
+        out.extend(try_rope(dtype).ok());
+        out.extend(attention(dtype).ok());
+        for d in ptx::ATTENTION_MMA_HEADS {
+            out.extend(attention_mma(dtype, d).ok());
         }
     }
     out.extend(CAT_UNITS.iter().filter_map(|&u| cat_rows(u).ok()));

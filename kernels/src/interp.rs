@@ -27,10 +27,14 @@
 
 pub(crate) mod eval;
 mod host;
+mod norm;
 mod reduce;
+mod rope;
 
 pub use host::{HostData, HostView};
+pub use norm::norm;
 pub use reduce::{reduce, row};
+pub use rope::rope;
 
 use crate::error::{Error, Result};
 use crate::ir::Kernel;

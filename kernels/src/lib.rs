@@ -117,6 +117,7 @@ pub mod interp;
 pub mod ir;
 mod lower;
 mod mathfn;
+pub mod norm;
 pub mod ops;
 mod prim;
 pub mod ptx;
@@ -127,7 +128,7 @@ mod target;
 mod test_support;
 
 pub use error::{Error, Result};
-pub use ops::{BinaryOp, CmpOp, ReduceOp, RowOp, RowShape, UnaryOp};
+pub use ops::{BinaryOp, CmpOp, NormOp, ReduceOp, RowOp, RowShape, UnaryOp};
 pub use tensorfn_core::DTypeKind;
 pub use tensorfn_core::{for_each_binary_op, for_each_unary_op};
 

@@ -13,4 +13,6 @@
 //! assert!((UnaryOp::Silu.eval_f64(x) - silu).abs() < 1e-15);
 //! ```
 
-pub use tensorfn_core::ops::{BinaryOp, CmpOp, ElemMath, ReduceOp, RowOp, RowShape, UnaryOp};
+pub use tensorfn_core::ops::{
+    BinaryOp, CmpOp, ElemMath, NormOp, ReduceOp, RowOp, RowShape, UnaryOp,
+};

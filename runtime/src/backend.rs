@@ -9,7 +9,7 @@ use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
-use tensorfn_kernels::{BinaryOp, FusedKernel, ReduceOp, RowOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, FusedKernel, NormOp, ReduceOp, RowOp, UnaryOp};
 
 /// One input of a [`RowBlocks`] plan: its buffer, the element where its
 /// data starts and how many elements it supplies to each output row.
@@ -74,6 +74,19 @@ pub(crate) struct Selected {
 
 /// A gather's buffer, or one of the indices that were out of range.
 pub(crate) type Gathered<B> = std::result::Result<B, i64>;
+
+/// The mask of [`Backend::attention`]: `bool` (true = the key takes part,
+/// as in PyTorch) or in the tensors' dtype (added to the scores).
+pub(crate) enum AttnMask<'a, B, F> {
+    /// A `bool` mask.
+    Bool(&'a B),
+    /// An additive mask.
+    Add(&'a F),
+}
+
+/// The optional mask argument of [`Backend::attention`], with its
+/// `[batch, L, S]` layout.
+pub(crate) type AttnMaskArg<'a, B, F> = Option<(AttnMask<'a, B, F>, &'a Layout)>;
 
 /// A backend: the CPU or one CUDA ordinal. It is the only code that
 /// knows which device it runs on; tensors, conversions and streams go
@@ -224,6 +237,47 @@ pub(crate) trait Backend {
         x: &Self::Buf<T>,
         l: &Layout,
         dim: usize,
+    ) -> Result<Self::Buf<T>>;
+
+    /// Normalisation `op` (`layer_norm`, `rms_norm`) over the last dim of
+    /// `x`, with `weight` (and `bias` for `layer_norm`) of that dim's
+    /// length, statistics accumulated in at least f32: a contiguous buffer
+    /// of `x`'s dims.
+    fn norm<T: FloatDType>(
+        &self,
+        op: NormOp,
+        x: (&Self::Buf<T>, &Layout),
+        weight: (&Self::Buf<T>, &Layout),
+        bias: Option<(&Self::Buf<T>, &Layout)>,
+        eps: f64,
+    ) -> Result<Self::Buf<T>>;
+
+    /// Scaled dot-product attention: `q` is `[batch, L, E]`, `k` is
+    /// `[batch, S, E]`, `v` is `[batch, S, Ev]` and the mask `[batch, L, S]`
+    /// (any strides, 0 for broadcast dims; the last dim of `q`, `k`, `v`
+    /// has stride 1). Each output row is the softmax-weighted sum of the
+    /// values of the keys whose score `scale * q.k + mask` is not `-inf`
+    /// (`causal`: keys `j <= i` only), 0 where there is none; computed in
+    /// at least f32. Returns a contiguous `[batch, L, Ev]` buffer.
+    #[allow(clippy::too_many_arguments)]
+    fn attention<T: FloatDType>(
+        &self,
+        q: (&Self::Buf<T>, &Layout),
+        k: (&Self::Buf<T>, &Layout),
+        v: (&Self::Buf<T>, &Layout),
+        mask: AttnMaskArg<'_, Self::Buf<bool>, Self::Buf<T>>,
+        causal: bool,
+        scale: f64,
+    ) -> Result<Self::Buf<T>>;
+
+    /// `rope` of `x` (`[.., T, D]`, `D` even) with `cos` and `sin`
+    /// (`[T, D]`), computed in at least f32: a contiguous buffer of `x`'s
+    /// dims.
+    fn rope<T: FloatDType>(
+        &self,
+        x: (&Self::Buf<T>, &Layout),
+        cos: (&Self::Buf<T>, &Layout),
+        sin: (&Self::Buf<T>, &Layout),
     ) -> Result<Self::Buf<T>>;
 
     /// Batched `alpha * a @ b + beta * bias`: `la` is `[batch, m, k]`, `lb`

@@ -77,12 +77,15 @@ macro_rules! op_enum {
 pub mod binary;
 pub mod erf_coeffs;
 pub mod math;
+pub mod norm;
 mod reduce_cmp;
+pub mod rope;
 pub mod rows;
 pub mod unary;
 
 pub use binary::BinaryOp;
 pub use math::ElemMath;
+pub use norm::NormOp;
 pub use reduce_cmp::{CmpOp, ReduceOp};
 pub use rows::{RowOp, RowShape};
 pub use unary::UnaryOp;
@@ -114,8 +117,14 @@ pub enum OpKind {
     Clamp,
     /// A reduction along one dim (or all of them).
     Reduce(ReduceOp),
+    /// `x.var(dim, correction, keepdim)`: a composite of reductions.
+    Var,
     /// A function of whole rows along a dim (`softmax`, ...).
     Row(RowOp),
+    /// A normalisation over the last dim (`layer_norm`, `rms_norm`).
+    Norm(NormOp),
+    /// `rope(input, cos, sin)`: rotary position embedding.
+    Rope,
     /// `matmul`, batched, broadcasting leading dims.
     MatMul,
     /// `mm`: two matrices.
@@ -130,6 +139,8 @@ pub enum OpKind {
     AddCmul,
     /// `cat([..], dim)`.
     Cat,
+    /// `scaled_dot_product_attention(query, key, value, attn_mask, is_causal, scale)`.
+    Attention,
     /// `reshape` (`view: false`) or `view`.
     Reshape {
         /// True for `view`.
@@ -142,6 +153,12 @@ pub enum OpKind {
     Unsqueeze,
     /// `squeeze(dim)`: a dim of size 1 removed.
     Squeeze,
+    /// `expand(size)`: dims of size 1 repeated, as a view.
+    Expand,
+    /// `repeat_interleave(repeats, dim)`: each element along `dim` repeated.
+    RepeatInterleave,
+    /// `stack([..], dim)`: tensors of one shape along a new dim.
+    Stack,
     /// `t`, `permute`, `transpose`.
     Reorder,
     /// `narrow(dim, start, length)`.
@@ -255,12 +272,20 @@ pub enum ShapeRule {
     AddMm,
     /// [`rules::cat`](crate::rules::cat).
     Cat,
+    /// [`rules::attention`](crate::rules::attention).
+    Attention,
     /// [`rules::reshape`](crate::rules::reshape).
     Reshape,
     /// [`rules::unsqueeze`](crate::rules::unsqueeze).
     Unsqueeze,
     /// [`rules::squeeze`](crate::rules::squeeze).
     Squeeze,
+    /// [`rules::expand`](crate::rules::expand).
+    Expand,
+    /// [`rules::repeat_interleave`](crate::rules::repeat_interleave).
+    RepeatInterleave,
+    /// [`rules::stack`](crate::rules::stack).
+    Stack,
     /// [`rules::permute`](crate::rules::permute), [`rules::t`](crate::rules::t), [`rules::transpose`](crate::rules::transpose).
     Reorder,
     /// [`rules::slice`](crate::rules::slice).
@@ -275,6 +300,10 @@ pub enum ShapeRule {
     Arange,
     /// [`rules::triangle`](crate::rules::triangle).
     Triangle,
+    /// [`rules::norm`](crate::rules::norm).
+    Norm,
+    /// [`rules::rope`](crate::rules::rope).
+    Rope,
 }
 
 /// The slot for an op's derivative rule.
@@ -497,6 +526,13 @@ const fn compare(name: &'static str, op: CmpOp, summary: &'static str) -> OpDef 
     )
 }
 
+/// A reduction's parameters: `dim` (none: every element) and `keepdim`.
+const REDUCE_PARAMS: &[Param] = &[
+    INPUT,
+    opt("dim", ParamKind::Dim, "None"),
+    opt("keepdim", SCALAR, "false"),
+];
+
 const fn reduce(
     name: &'static str,
     op: ReduceOp,
@@ -508,7 +544,7 @@ const fn reduce(
         OpKind::Reduce(op),
         false,
         true,
-        INPUT_DIM,
+        REDUCE_PARAMS,
         dtype,
         ShapeRule::Reduce,
         summary,
@@ -592,6 +628,21 @@ static EARLIER: &[OpDef] = &[
         DTypeRule::SameFloat,
         "Mean along `dim`.",
     ),
+    def(
+        "var",
+        OpKind::Var,
+        false,
+        true,
+        &[
+            INPUT,
+            opt("dim", ParamKind::Dim, "None"),
+            opt("correction", SCALAR, "1"),
+            opt("keepdim", SCALAR, "false"),
+        ],
+        DTypeRule::SameFloat,
+        ShapeRule::Reduce,
+        "Variance along `dim`: `sum((x - mean)^2) / (n - correction)` (Bessel's correction by default, as PyTorch).",
+    ),
     reduce(
         "max",
         ReduceOp::Max,
@@ -615,6 +666,45 @@ static EARLIER: &[OpDef] = &[
         ReduceOp::ArgMin,
         DTypeRule::Index,
         "Position of the first smallest element along `dim`.",
+    ),
+];
+
+/// The normalisations over the last dim and `rope`, after the row ops.
+static NORMS: &[OpDef] = &[
+    def(
+        "layer_norm",
+        OpKind::Norm(NormOp::LayerNorm),
+        true,
+        true,
+        &[
+            INPUT,
+            p("weight", TENSOR),
+            p("bias", TENSOR),
+            opt("eps", SCALAR, "1e-05"),
+        ],
+        DTypeRule::SameFloat,
+        ShapeRule::Norm,
+        "`(input - mean) / sqrt(var + eps) * weight + bias` over the last dim.",
+    ),
+    def(
+        "rms_norm",
+        OpKind::Norm(NormOp::RmsNorm),
+        true,
+        true,
+        &[INPUT, p("weight", TENSOR), opt("eps", SCALAR, "None")],
+        DTypeRule::SameFloat,
+        ShapeRule::Norm,
+        "`input / sqrt(mean(input^2) + eps) * weight` over the last dim.",
+    ),
+    def(
+        "rope",
+        OpKind::Rope,
+        true,
+        false,
+        &[INPUT, p("cos", TENSOR), p("sin", TENSOR)],
+        DTypeRule::SameFloat,
+        ShapeRule::Rope,
+        "`input * cos + rotate_half(input) * sin` (rotary position embedding, Hugging Face's Llama convention).",
     ),
 ];
 
@@ -701,6 +791,23 @@ static LATER: &[OpDef] = &[
         ShapeRule::Cat,
         "Joins tensors along `dim`.",
     ),
+    def(
+        "scaled_dot_product_attention",
+        OpKind::Attention,
+        true,
+        false,
+        &[
+            p("query", TENSOR),
+            p("key", TENSOR),
+            p("value", TENSOR),
+            opt("attn_mask", TENSOR, "None"),
+            opt("is_causal", SCALAR, "false"),
+            opt("scale", SCALAR, "None"),
+        ],
+        DTypeRule::SameFloat,
+        ShapeRule::Attention,
+        "`softmax(query @ key^T * scale + mask) @ value` (PyTorch's `scaled_dot_product_attention`).",
+    ),
     reshape(
         "reshape",
         false,
@@ -724,6 +831,36 @@ static LATER: &[OpDef] = &[
         true,
         true,
         "`view` to dims that need not keep the old dims' order (mixing them is meant).",
+    ),
+    def(
+        "stack",
+        OpKind::Stack,
+        true,
+        false,
+        &[p("tensors", ParamKind::Tensors), opt("dim", ParamKind::Dim, "0")],
+        DTypeRule::Same,
+        ShapeRule::Stack,
+        "Tensors of one shape joined along a new dim `dim`.",
+    ),
+    def(
+        "expand",
+        OpKind::Expand,
+        false,
+        true,
+        &[INPUT, p("size", ParamKind::Dims)],
+        DTypeRule::Same,
+        ShapeRule::Expand,
+        "A view with dims of size 1 repeated to `size` (`-1` keeps a dim), new dims leading.",
+    ),
+    def(
+        "repeat_interleave",
+        OpKind::RepeatInterleave,
+        true,
+        true,
+        &[INPUT, p("repeats", SCALAR), p("dim", ParamKind::Dim)],
+        DTypeRule::Same,
+        ShapeRule::RepeatInterleave,
+        "Each element along `dim` repeated `repeats` times in place (`[a, b]` to `[a, a, b, b]`).",
     ),
     def(
         "unsqueeze",
@@ -883,7 +1020,7 @@ static LATER: &[OpDef] = &[
 ];
 
 /// Every op of the catalogue: unary, binary, comparisons, selections and
-/// reductions, row ops, then the others.
+/// reductions, row ops, normalisations, then the others.
 ///
 /// ```
 /// use tensorfn_core::ops;
@@ -896,6 +1033,7 @@ pub fn all() -> impl Iterator<Item = &'static OpDef> {
         .chain(BINARY)
         .chain(EARLIER)
         .chain(ROWS)
+        .chain(NORMS)
         .chain(LATER)
 }
 

@@ -415,7 +415,7 @@ fn emit_inst(
 
 /// `d = x` rounded to the nearest bf16 (ties to even), as an f32; returns
 /// the last instruction.
-fn round_bf16(body: &mut Body, x: &str, d: &str) -> String {
+pub(super) fn round_bf16(body: &mut Body, x: &str, d: &str) -> String {
     match body.target() {
         // The high half is bf16(x), the low half bf16(0) = 0: the f32
         // holding the rounded value, in one instruction.

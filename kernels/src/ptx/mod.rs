@@ -25,12 +25,15 @@
 //! # Ok::<(), tensorfn_kernels::Error>(())
 //! ```
 
+mod attention;
 mod body;
 mod concat;
 mod elementwise;
 mod gather;
 mod inst;
 mod memory;
+mod norm;
+mod rope;
 mod rows;
 
 use crate::error::{Error, Result};
@@ -40,6 +43,7 @@ use crate::reduction::{ReduceSpec, RowSpec};
 use tensorfn_core::DTypeKind;
 
 pub use crate::target::{Target, HEADER};
+pub use attention::{ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS, ATTENTION_MMA_ROWS};
 pub use concat::CAT_PARTS;
 pub use rows::SOFTMAX_REGISTER_COLS;
 
@@ -186,6 +190,30 @@ pub(crate) fn row(name: &str, spec: &RowSpec) -> String {
     )
 }
 
+/// The module of normalisation `op` over rows of `dtype`: the entries
+/// `NAME_SUFFIX` of every [`NormEntry`](crate::norm::NormEntry).
+pub(crate) fn norm(name: &str, op: crate::ops::NormOp, dtype: tensorfn_core::DTypeKind) -> String {
+    let entries: Vec<String> = crate::norm::NormEntry::ALL
+        .iter()
+        .map(|&e| norm::norm_entry(name, op, dtype, e))
+        .collect();
+    module(
+        &format!(
+            "{name}: {} over rows of {dtype}",
+            op.name().replace('_', "-")
+        ),
+        &entries,
+    )
+}
+
+/// The module of the `rope` entry `name` over rows of `dtype`.
+pub(crate) fn rope(name: &str, dtype: tensorfn_core::DTypeKind) -> String {
+    module(
+        &format!("{name}: rotary position embedding of rows of {dtype}"),
+        &[rope::rope_entry(name, dtype)],
+    )
+}
+
 /// The module of the row-block concatenation entry `name` moving units of
 /// `unit` bytes (see [`builtin::cat_rows`](crate::builtin::cat_rows)).
 pub(crate) fn cat_rows(name: &str, unit: u32) -> String {
@@ -201,6 +229,25 @@ pub(crate) fn gather(name: &str, unit: u32, index: DTypeKind) -> String {
     module(
         &format!("{name}: gather of {unit}-byte elements by {index} indices"),
         &[gather::gather_entry(name, unit, index)],
+    )
+}
+
+/// The module of the attention entry `name` over tensors of `dtype` (see
+/// [`builtin::attention`](crate::builtin::attention)).
+pub(crate) fn attention(name: &str, dtype: tensorfn_core::DTypeKind) -> String {
+    module(
+        &format!("{name}: scaled dot-product attention over {dtype}"),
+        &[attention::attention_entry(name, dtype)],
+    )
+}
+
+/// The module of the tensor-core attention entry `name` (sm_80 and newer;
+/// see [`builtin::attention_mma`](crate::builtin::attention_mma)).
+pub(crate) fn attention_mma(name: &str, dtype: tensorfn_core::DTypeKind, d: usize) -> String {
+    module_for(
+        Target::Sm80,
+        &format!("{name}: scaled dot-product attention over {dtype}, head dim {d}, with mma.sync"),
+        &[attention::attention_mma_entry(name, dtype, d)],
     )
 }
 

@@ -6,7 +6,8 @@ use super::Target;
 use crate::abi::meta_bytes;
 use crate::builtin::{self, Kernel};
 use crate::ir::ElementwiseBuilder;
-use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
+use crate::norm::NormEntry;
+use crate::ops::{BinaryOp, CmpOp, NormOp, ReduceOp, RowOp, UnaryOp};
 use std::collections::{HashMap, HashSet};
 use tensorfn_core::DTypeKind;
 
@@ -197,12 +198,48 @@ fn every_builtin_is_well_formed() {
             );
             check_body(&es[0]);
             check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_attention_mma_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].params.len(), super::attention::MMA_PARAMS.len());
+            check_body(&es[0]);
+            assert!(
+                es[0].body.contains("mma.sync.aligned.m16n8k16"),
+                "{}",
+                k.name
+            );
+            assert!(
+                k.ptx.starts_with(".version 7.0\n.target sm_80\n"),
+                "{}",
+                k.name
+            );
+            check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_attention_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].params.len(), super::attention::PARAMS.len());
+            check_body(&es[0]);
+            assert!(es[0].body.contains("shfl.sync.bfly.b32"), "{}", k.name);
+            check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_cat_rows_") {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 1, "{}", k.name);
             assert_eq!(es[0].params.len(), 3 + 3 * builtin::CAT_PARTS);
             check_body(&es[0]);
             check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_rope_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].name, k.name);
+            assert_eq!(es[0].params.len(), 7, "{}", k.name);
+            check_body(&es[0]);
+            assert!(es[0].body.contains("ld.global.nc"), "{}", k.name);
+            check_exact(&k.name, &k.ptx);
+        } else if NormOp::ALL
+            .iter()
+            .any(|op| k.name.starts_with(&format!("tf_{}_", op.name())))
+        {
+            check_norm(k);
         } else {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 1, "{}", k.name);
@@ -255,6 +292,11 @@ fn every_builtin_is_well_formed() {
         let n = all.iter().filter(|k| k.name.starts_with(&prefix)).count();
         assert_eq!(n, 4, "{}: one kernel per float dtype", op.name());
     }
+    for op in NormOp::ALL {
+        let prefix = format!("tf_{}_", op.name());
+        let n = all.iter().filter(|k| k.name.starts_with(&prefix)).count();
+        assert_eq!(n, 4, "{}: one module per float dtype", op.name());
+    }
     let cat = all
         .iter()
         .filter(|k| k.name.starts_with("tf_cat_rows_"))
@@ -290,6 +332,73 @@ fn gather_checks_the_index_before_reading() {
                 "{}",
                 k.name
             );
+        }
+    }
+}
+
+/// A normalisation module: its five entries with the norm ABI, each
+/// reading through the read-only path, the block entries through shared
+/// memory and barriers, the vector entries 16 bytes at a time.
+fn check_norm(k: &Kernel) {
+    let es = entries(&k.ptx);
+    assert_eq!(es.len(), NormEntry::ALL.len(), "{}", k.name);
+    for (e, entry) in es.iter().zip(NormEntry::ALL) {
+        assert_eq!(e.name, format!("{}{}", k.name, entry.suffix()));
+        assert_eq!(
+            e.params,
+            [
+                ".param .u64 p_out",
+                ".param .u64 p_in",
+                ".param .u64 p_w",
+                ".param .u64 p_b",
+                ".param .u64 p_rows",
+                ".param .u64 p_cols",
+                ".param .f64 p_eps"
+            ]
+        );
+        check_body(e);
+        assert!(e.body.contains("shfl.sync.bfly.b32"), "{}", e.name);
+        assert!(e.body.contains("ld.global.nc"), "{}", e.name);
+        let block = !matches!(entry, NormEntry::Warp { .. });
+        assert_eq!(e.body.contains("bar.sync 0"), block, "{}", e.name);
+        let vector = matches!(
+            entry,
+            NormEntry::Warp { vector: true } | NormEntry::Block { vector: true }
+        );
+        assert_eq!(e.body.contains("ld.global.nc.v4.u32"), vector, "{}", e.name);
+        assert_eq!(e.body.contains("st.global.v4.u32"), vector, "{}", e.name);
+    }
+    check_exact(&k.name, &k.ptx);
+}
+
+/// A row of a normalisation is read from global memory once by the
+/// entries that keep it in registers: one load per access of the row,
+/// and as many of weight (and bias).
+#[test]
+fn norm_register_entries_read_each_row_once() {
+    for op in NormOp::ALL {
+        for dtype in [
+            DTypeKind::F32,
+            DTypeKind::F64,
+            DTypeKind::F16,
+            DTypeKind::BF16,
+        ] {
+            let k = builtin::norm(op, dtype);
+            for e in entries(&k.ptx) {
+                if e.name.ends_with("_long") {
+                    continue;
+                }
+                let vector = e.name.ends_with("_v");
+                let per = if vector {
+                    crate::norm::vector(dtype)
+                } else {
+                    1
+                };
+                let accesses = crate::norm::slots(dtype) / per;
+                let loads = e.body.matches("ld.global.nc").count();
+                let tensors = if op.has_bias() { 3 } else { 2 };
+                assert_eq!(loads, tensors * accesses, "{}", e.name);
+            }
         }
     }
 }

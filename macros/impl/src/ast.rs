@@ -663,6 +663,8 @@ pub enum ExprKind {
     Int(u64),
     /// A float literal.
     Float(f64),
+    /// `true` or `false` (a flag argument: `is_causal = true`).
+    Bool(bool),
     /// `-e`.
     Neg(Box<Expr>),
     /// `a op b`.
@@ -791,6 +793,7 @@ impl fmt::Display for Expr {
             ExprKind::Var(v) => write!(f, "{v}"),
             ExprKind::Item(p) => f.write_str(p),
             ExprKind::Int(n) => write!(f, "{n}"),
+            ExprKind::Bool(b) => write!(f, "{b}"),
             ExprKind::Float(x) => {
                 if x.fract() == 0.0 && x.abs() < 1e15 {
                     write!(f, "{x:.1}")

@@ -4,7 +4,7 @@
 use crate::ast::{Device, Dt, ScalarKind, Sp};
 use crate::shape::Dim;
 use std::fmt;
-use tensorfn_kernels::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, CmpOp, NormOp, ReduceOp, RowOp, UnaryOp};
 
 /// Index of a node in [`Graph::nodes`].
 pub type NodeId = usize;
@@ -166,6 +166,22 @@ pub enum Op {
         /// Scale of the product (scalar node).
         alpha: Option<NodeId>,
     },
+    /// `scaled_dot_product_attention(q, k, v, attn_mask = .., is_causal =
+    /// .., scale = ..)`.
+    Attention {
+        /// `[.., L, E]`.
+        q: NodeId,
+        /// `[.., S, E]`.
+        k: NodeId,
+        /// `[.., S, Ev]`.
+        v: NodeId,
+        /// `bool` or of the tensors' dtype, broadcast to `[.., L, S]`.
+        mask: Option<NodeId>,
+        /// Keys `j <= i` only.
+        causal: bool,
+        /// The factor of the scores (scalar node); `1 / sqrt(E)` if absent.
+        scale: Option<NodeId>,
+    },
     /// `x.reshape([..])` or `x.view([..])` (target dims in the node type).
     Reshape {
         /// The source.
@@ -173,6 +189,8 @@ pub enum Op {
         /// True for `view` (no copy; `Err` if not contiguous).
         view: bool,
     },
+    /// `x.expand([..])`: a broadcast view (target dims in the node type).
+    Expand(NodeId),
     /// `x.t()`.
     T(NodeId),
     /// `x.permute([..])`.
@@ -216,6 +234,29 @@ pub enum Op {
         x: NodeId,
         /// The normalised dim.
         dim: usize,
+    },
+    /// `layer_norm(x, weight, bias, eps)` or `rms_norm(x, weight, eps)`
+    /// over the last dim.
+    Norm {
+        /// The op.
+        op: NormOp,
+        /// The normalised tensor.
+        x: NodeId,
+        /// The scale, of the last dim's length.
+        weight: NodeId,
+        /// The shift (`layer_norm`), of the last dim's length.
+        bias: Option<NodeId>,
+        /// `eps` (scalar node), or the op's default.
+        eps: Option<NodeId>,
+    },
+    /// `rope(x, cos, sin)`: rotary position embedding.
+    Rope {
+        /// The rotated tensor, `[.., T, D]`.
+        x: NodeId,
+        /// `[T, D]`.
+        cos: NodeId,
+        /// `[T, D]`.
+        sin: NodeId,
     },
     /// `cat([..], dim)`.
     Cat {
@@ -325,6 +366,7 @@ impl Graph {
             Op::Select { x, index, .. } => vec![*x, *index],
             Op::Triangle { x, .. } => vec![*x],
             Op::Unary(_, a) | Op::Cast(a, _) | Op::T(a) | Op::ToDevice(a, _) => vec![*a],
+            Op::Expand(a) => vec![*a],
             Op::Permute(a, _) | Op::Transpose(a, ..) | Op::TupleGet(a, _) => vec![*a],
             Op::Binary(_, a, b)
             | Op::Compare(_, a, b)
@@ -372,6 +414,30 @@ impl Graph {
                 v
             }
             Op::Cat { xs, .. } => xs.clone(),
+            Op::Rope { x, cos, sin } => vec![*x, *cos, *sin],
+            Op::Norm {
+                x,
+                weight,
+                bias,
+                eps,
+                ..
+            } => {
+                let mut v = vec![*x, *weight];
+                v.extend(bias.iter().chain(eps.iter()));
+                v
+            }
+            Op::Attention {
+                q,
+                k,
+                v,
+                mask,
+                scale,
+                ..
+            } => {
+                let mut out = vec![*q, *k, *v];
+                out.extend(mask.iter().chain(scale.iter()));
+                out
+            }
         }
     }
 }

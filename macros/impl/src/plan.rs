@@ -462,15 +462,19 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     })
                 };
                 match &g.nodes[n].op {
-                    Op::MatMul(..) | Op::Bmm(..) | Op::Dot(..) | Op::AddMm { .. } => {
-                        (n, Some(bytes(g, n)), true, None)
-                    }
+                    Op::MatMul(..)
+                    | Op::Bmm(..)
+                    | Op::Dot(..)
+                    | Op::AddMm { .. }
+                    | Op::Attention { .. } => (n, Some(bytes(g, n)), true, None),
                     Op::Reduce { .. }
                     | Op::Row { .. }
                     | Op::Cat { .. }
+                    | Op::Norm { .. }
                     | Op::Embedding { .. }
                     | Op::Select { .. }
                     | Op::Arange { .. }
+                    | Op::Rope { .. }
                     | Op::Triangle { .. } => (n, Some(bytes(g, n)), true, None),
                     Op::ToDevice(x, d) => {
                         if tensor_ty(g, *x).device == *d {
@@ -487,7 +491,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                             (n, Some(bytes(g, n)), true, None)
                         }
                     }
-                    Op::T(x) | Op::Permute(x, _) | Op::Transpose(x, ..) => {
+                    Op::T(x) | Op::Permute(x, _) | Op::Transpose(x, ..) | Op::Expand(x) => {
                         (n, None, false, Some(*x))
                     }
                     Op::Narrow { x, dim, .. } => {

@@ -961,7 +961,11 @@ impl Walk<'_> {
             }
         }
         match &e.kind {
-            ExprKind::Var(_) | ExprKind::Item(_) | ExprKind::Int(_) | ExprKind::Float(_) => {}
+            ExprKind::Var(_)
+            | ExprKind::Item(_)
+            | ExprKind::Int(_)
+            | ExprKind::Float(_)
+            | ExprKind::Bool(_) => {}
             ExprKind::Neg(x) => self.walk(x),
             ExprKind::Binary(_, a, b) | ExprKind::Compare(_, a, b) => {
                 self.walk(a);
@@ -1192,7 +1196,11 @@ fn call_order(
 /// The names of the functions `e` calls.
 fn calls_in(e: &Expr, out: &mut Vec<String>) {
     match &e.kind {
-        ExprKind::Var(_) | ExprKind::Item(_) | ExprKind::Int(_) | ExprKind::Float(_) => {}
+        ExprKind::Var(_)
+        | ExprKind::Item(_)
+        | ExprKind::Int(_)
+        | ExprKind::Float(_)
+        | ExprKind::Bool(_) => {}
         ExprKind::Neg(x) => calls_in(x, out),
         ExprKind::Binary(_, a, b) | ExprKind::Compare(_, a, b) => {
             calls_in(a, out);

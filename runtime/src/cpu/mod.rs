@@ -1,6 +1,7 @@
 //! The CPU backend: loops over strided host buffers (vectorisable runs,
 //! rayon for large outputs) and `gemm` for matrix products.
 
+mod attention;
 pub(crate) mod blocks;
 pub(crate) mod buffer;
 pub(crate) mod copy;
@@ -8,8 +9,10 @@ pub(crate) mod elementwise;
 mod fused;
 pub(crate) mod gather;
 pub(crate) mod matmul;
+mod norm;
 mod par;
 pub(crate) mod reduce;
+mod rope;
 pub(crate) mod rows;
 pub(crate) mod scalar;
 pub(crate) mod simd;
@@ -18,12 +21,12 @@ pub(crate) mod strided;
 pub(crate) mod typed;
 pub mod vmath;
 
-use crate::backend::{Backend, CopyTo, Gathered, RowBlocks, Selected};
+use crate::backend::{AttnMask, AttnMaskArg, Backend, CopyTo, Gathered, RowBlocks, Selected};
 use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
-use tensorfn_kernels::{BinaryOp, ReduceOp, RowOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, NormOp, ReduceOp, RowOp, UnaryOp};
 use typed::{slice, vec, with_float_type, with_int_type, with_num_type};
 
 /// The host CPU as a [`Backend`].
@@ -290,6 +293,81 @@ impl Backend for CpuBackend {
     ) -> Result<Vec<T>> {
         strided::check_extent(op.name(), l, x.len())?;
         Ok(with_float_type!(T, U => vec(rows::row_op::<U>(op, slice(x), l, dim))))
+    }
+
+    fn norm<T: FloatDType>(
+        &self,
+        op: NormOp,
+        (x, l): (&Vec<T>, &Layout),
+        (w, lw): (&Vec<T>, &Layout),
+        bias: Option<(&Vec<T>, &Layout)>,
+        eps: f64,
+    ) -> Result<Vec<T>> {
+        strided::check_extent(op.name(), l, x.len())?;
+        strided::check_extent(op.name(), lw, w.len())?;
+        if let Some((b, lb)) = bias {
+            strided::check_extent(op.name(), lb, b.len())?;
+        }
+        Ok(with_float_type!(T, U => vec(norm::norm::<U>(
+            op,
+            (slice(x), l),
+            (slice(w), lw),
+            bias.map(|(b, lb)| (slice(b), lb)),
+            eps,
+        ))))
+    }
+
+    fn attention<T: FloatDType>(
+        &self,
+        q: (&Vec<T>, &Layout),
+        k: (&Vec<T>, &Layout),
+        v: (&Vec<T>, &Layout),
+        mask: AttnMaskArg<'_, Vec<bool>, Vec<T>>,
+        causal: bool,
+        scale: f64,
+    ) -> Result<Vec<T>> {
+        let op = "scaled_dot_product_attention";
+        for (x, l) in [q, k, v] {
+            strided::check_extent(op, l, x.len())?;
+        }
+        match &mask {
+            Some((AttnMask::Bool(m), l)) => strided::check_extent(op, l, m.len())?,
+            Some((AttnMask::Add(m), l)) => strided::check_extent(op, l, m.len())?,
+            None => {}
+        }
+        Ok(with_float_type!(T, U => {
+            fn v3<'a, T: 'static, U: 'static>((x, layout): (&'a Vec<T>, &'a Layout)) -> attention::View<'a, U> {
+                attention::View { data: slice::<T, U>(x), layout }
+            }
+            let mask = mask.map(|(m, l)| match m {
+                AttnMask::Bool(m) => (attention::Mask::Bool(&m[..]), l),
+                AttnMask::Add(m) => (attention::Mask::Add(slice::<T, U>(m)), l),
+            });
+            vec(attention::attention::<U>(
+                v3::<T, U>(q),
+                v3::<T, U>(k),
+                v3::<T, U>(v),
+                mask,
+                causal,
+                scale,
+            ))
+        }))
+    }
+
+    fn rope<T: FloatDType>(
+        &self,
+        (x, l): (&Vec<T>, &Layout),
+        (c, lc): (&Vec<T>, &Layout),
+        (s, ls): (&Vec<T>, &Layout),
+    ) -> Result<Vec<T>> {
+        strided::check_extent("rope", l, x.len())?;
+        strided::check_extent("rope", lc, c.len())?;
+        strided::check_extent("rope", ls, s.len())?;
+        Ok(with_float_type!(T, U => vec(rope::rope::<U>(
+            (slice(x), l),
+            (slice(c), lc),
+            (slice(s), ls),
+        ))))
     }
 
     fn matmul<T: FloatDType>(

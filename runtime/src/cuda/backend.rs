@@ -10,14 +10,14 @@ use super::context::{context, Context};
 use super::error::driver;
 use super::handles::Epilogue;
 use super::modules::Builtin;
-use crate::backend::{Backend, Gathered, RowBlocks, Selected};
+use crate::backend::{AttnMaskArg, Backend, Gathered, RowBlocks, Selected};
 use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use cudarc::driver::{result, sys};
 use std::borrow::Cow;
 use std::sync::Arc;
-use tensorfn_kernels::{BinaryOp, ReduceOp, RowOp, RowShape, UnaryOp};
+use tensorfn_kernels::{BinaryOp, NormOp, ReduceOp, RowOp, RowShape, UnaryOp};
 
 /// The CUDA backend for one ordinal.
 #[derive(Clone, Debug)]
@@ -553,6 +553,18 @@ impl Backend for CudaBackend {
         Ok(out)
     }
 
+    fn attention<T: FloatDType>(
+        &self,
+        q: (&CudaStorage<T>, &Layout),
+        k: (&CudaStorage<T>, &Layout),
+        v: (&CudaStorage<T>, &Layout),
+        mask: AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
+        causal: bool,
+        scale: f64,
+    ) -> Result<CudaStorage<T>> {
+        self.attention_gpu(q, k, v, mask, causal, scale)
+    }
+
     fn row_op<T: FloatDType>(
         &self,
         op: RowOp,
@@ -599,6 +611,89 @@ impl Backend for CudaBackend {
             inverse[p] = i;
         }
         self.contiguous(&out, &Layout::contiguous(&moved_dims).permute(&inverse))
+    }
+
+    fn norm<T: FloatDType>(
+        &self,
+        op: NormOp,
+        (x, l): (&CudaStorage<T>, &Layout),
+        (w, lw): (&CudaStorage<T>, &Layout),
+        bias: Option<(&CudaStorage<T>, &Layout)>,
+        eps: f64,
+    ) -> Result<CudaStorage<T>> {
+        self.ctx.bind()?;
+        let name = op.name();
+        if l.rank() == 0 {
+            return Err(Error::shape(name, "an input of rank 1 or more", "a scalar"));
+        }
+        check_extent(name, "input", x, l)?;
+        check_extent(name, "weight", w, lw)?;
+        if let Some((b, lb)) = bias {
+            check_extent(name, "bias", b, lb)?;
+        }
+        let dim = l.rank() - 1;
+        let cols = l.dims()[dim];
+        let n = l.numel();
+        let out = self.ctx.storage::<T>(n)?;
+        if n == 0 {
+            return Ok(out);
+        }
+        let (input, _copy) = self.rows_of(x, l, dim)?;
+        let (weight, _wcopy) = self.rows_of(w, lw, 0)?;
+        let (bias, _bcopy) = match bias {
+            Some((b, lb)) => self.rows_of(b, lb, 0)?,
+            None => (0, None),
+        };
+        self.ctx.builtin_norm(
+            (op, T::KIND),
+            out.device_ptr(),
+            input,
+            weight,
+            bias,
+            (n / cols, cols),
+            eps,
+        )?;
+        Ok(out)
+    }
+
+    fn rope<T: FloatDType>(
+        &self,
+        (x, l): (&CudaStorage<T>, &Layout),
+        (c, lc): (&CudaStorage<T>, &Layout),
+        (s, ls): (&CudaStorage<T>, &Layout),
+    ) -> Result<CudaStorage<T>> {
+        self.ctx.bind()?;
+        let rank = l.rank();
+        let fits = rank >= 2
+            && lc.dims() == &l.dims()[rank - 2..]
+            && ls.dims() == lc.dims()
+            && l.dims()[rank - 1] % 2 == 0;
+        if !fits {
+            return Err(Error::shape(
+                "rope",
+                "input [.., T, D] with D even, cos and sin [T, D]",
+                format!("{:?}, {:?}, {:?}", l.dims(), lc.dims(), ls.dims()),
+            ));
+        }
+        check_extent("rope", "input", x, l)?;
+        check_extent("rope", "cos", c, lc)?;
+        check_extent("rope", "sin", s, ls)?;
+        let n = l.numel();
+        let out = self.ctx.storage::<T>(n)?;
+        if n == 0 {
+            return Ok(out);
+        }
+        let (d, t) = (l.dims()[rank - 1], l.dims()[rank - 2]);
+        let (input, _copy) = self.rows_of(x, l, rank - 1)?;
+        let (cos, _ccopy) = self.rows_of(c, lc, 1)?;
+        let (sin, _scopy) = self.rows_of(s, ls, 1)?;
+        self.ctx.builtin_rope(
+            T::KIND,
+            out.device_ptr(),
+            [input, cos, sin],
+            (n / d, t, d / 2),
+        )?;
+        Ok(out)
     }
 
     fn matmul<T: FloatDType>(

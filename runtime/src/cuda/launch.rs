@@ -200,6 +200,87 @@ impl Context {
         )
     }
 
+    /// Runs the normalisation `op` over `rows` contiguous rows of `cols`
+    /// elements of dtype `dtype` at `input`, with `weight` and `bias`
+    /// (0 for `rms_norm`) of `cols` elements, into `out`: the entry
+    /// `tensorfn_kernels::norm::entry` picks for the row length and the
+    /// buffers' alignment.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn builtin_norm(
+        &self,
+        (op, dtype): (tensorfn_kernels::NormOp, tensorfn_core::DTypeKind),
+        out: u64,
+        input: u64,
+        weight: u64,
+        bias: u64,
+        (rows, cols): (usize, usize),
+        eps: f64,
+    ) -> Result<()> {
+        if rows == 0 || cols == 0 {
+            return Ok(());
+        }
+        let aligned = [out, input, weight, bias].iter().all(|p| p % 16 == 0);
+        let entry = tensorfn_kernels::norm::entry(dtype, cols, aligned);
+        let kernel = Builtin::Norm(op, dtype);
+        let target = self.target();
+        let f = self.function(ModuleKey::Builtin(kernel), entry.suffix(), || {
+            kernel.source(target)
+        })?;
+        let mut values = [out, input, weight, bias, rows as u64, cols as u64];
+        let mut eps = eps;
+        let mut params: Vec<*mut c_void> = values
+            .iter_mut()
+            .map(|v| v as *mut u64 as *mut c_void)
+            .collect();
+        params.push(&mut eps as *mut f64 as *mut c_void);
+        let grid = rows.div_ceil(entry.rows_per_block()).min(MAX_ROW_BLOCKS) as u32;
+        self.launch(
+            f,
+            &|| format!("{kernel:?}{} over {rows}x{cols}", entry.suffix()),
+            grid,
+            &mut params,
+        )
+    }
+
+    /// Runs `rope` over `rows` contiguous rows of `2 * half` elements of
+    /// dtype `dtype` at `input` (row `r` at position `r % positions`), with
+    /// `cos` and `sin` of `positions` rows, into `out`.
+    pub(crate) fn builtin_rope(
+        &self,
+        dtype: tensorfn_core::DTypeKind,
+        out: u64,
+        [input, cos, sin]: [u64; 3],
+        (rows, positions, half): (usize, usize, usize),
+    ) -> Result<()> {
+        let pairs = rows * half;
+        if pairs == 0 {
+            return Ok(());
+        }
+        let kernel = Builtin::Rope(dtype);
+        let target = self.target();
+        let f = self.function(ModuleKey::Builtin(kernel), "", || kernel.source(target))?;
+        let mut values = [
+            out,
+            input,
+            cos,
+            sin,
+            pairs as u64,
+            positions as u64,
+            half as u64,
+        ];
+        let mut params: Vec<*mut c_void> = values
+            .iter_mut()
+            .map(|v| v as *mut u64 as *mut c_void)
+            .collect();
+        let grid = elementwise_grid(pairs, 0, self.sm_count);
+        self.launch(
+            f,
+            &|| format!("{kernel:?} over {rows} rows of {}", 2 * half),
+            grid,
+            &mut params,
+        )
+    }
+
     /// [`rows`](Self::rows) for a built-in kernel.
     pub(crate) fn builtin_rows(
         &self,

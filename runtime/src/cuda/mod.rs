@@ -25,6 +25,7 @@
 //! - `fused`: launches of the elementwise kernels `tensor_fn!` generates.
 
 mod alloc;
+mod attention;
 mod backend;
 mod blas;
 mod concat;

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::ptx::Target;
-use tensorfn_kernels::{builtin, ir, ptx, BinaryOp, ReduceOp, RowOp, UnaryOp};
+use tensorfn_kernels::{builtin, ir, ptx, BinaryOp, NormOp, ReduceOp, RowOp, UnaryOp};
 
 /// Threads per block of every built-in and fused kernel.
 pub(crate) const BLOCK: u32 = builtin::BLOCK;
@@ -38,12 +38,20 @@ pub(crate) enum Builtin {
     Cast(DTypeKind, DTypeKind),
     Reduce(ReduceOp, DTypeKind),
     Row(RowOp, DTypeKind),
+    /// `layer_norm` / `rms_norm` over rows (entries by `tensorfn_kernels::norm`).
+    Norm(NormOp, DTypeKind),
+    /// `rope` of contiguous rows.
+    Rope(DTypeKind),
     /// `x + value * t1 * t2` over inputs `(x, t1, t2, value)`, rounded once.
     Addcmul(DTypeKind),
     /// Concatenation of contiguous row blocks in units of this many bytes.
     CatRows(u32),
     /// The gather of elements of this many bytes by indices of this dtype.
     Gather(u32, DTypeKind),
+    /// Scaled dot-product attention over tensors of this dtype.
+    Attention(DTypeKind),
+    /// Its tensor-core form (sm_80+) for f16/bf16 and a head dim.
+    AttentionMma(DTypeKind, usize),
 }
 
 impl Builtin {
@@ -53,7 +61,14 @@ impl Builtin {
         match self {
             Builtin::Unary(_, d) | Builtin::Binary(_, d) | Builtin::Addcmul(d) => d.size_bytes(),
             Builtin::Cast(a, b) => a.size_bytes().max(b.size_bytes()),
-            Builtin::Reduce(..) | Builtin::Row(..) | Builtin::CatRows(_) | Builtin::Gather(..) => 1,
+            Builtin::Reduce(..)
+            | Builtin::Row(..)
+            | Builtin::Norm(..)
+            | Builtin::Rope(_)
+            | Builtin::CatRows(_)
+            | Builtin::Gather(..)
+            | Builtin::Attention(_)
+            | Builtin::AttentionMma(..) => 1,
         }
     }
 }
@@ -86,8 +101,12 @@ impl Builtin {
             Builtin::Cast(from, to) => Ok(builtin::cast_for(from, to, target)),
             Builtin::Reduce(op, t) => builtin::try_reduce(op, t),
             Builtin::Row(op, t) => builtin::try_row(op, t),
+            Builtin::Norm(op, t) => builtin::try_norm(op, t),
+            Builtin::Rope(t) => builtin::try_rope(t),
             Builtin::CatRows(unit) => builtin::cat_rows(unit),
             Builtin::Gather(unit, index) => builtin::gather(unit, index),
+            Builtin::Attention(t) => builtin::attention(t),
+            Builtin::AttentionMma(t, d) => builtin::attention_mma(t, d),
             Builtin::Addcmul(t) => {
                 let name = format!("tf_addcmul_{t}");
                 addcmul_kernel(t)

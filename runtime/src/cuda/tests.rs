@@ -18,7 +18,7 @@ use crate::random::SplitMix64;
 use half::{bf16, f16};
 use std::sync::{Mutex, MutexGuard};
 use tensorfn_kernels::abi::FusedKernel;
-use tensorfn_kernels::{BinaryOp, ReduceOp, RowOp, RowShape, UnaryOp};
+use tensorfn_kernels::{BinaryOp, NormOp, ReduceOp, RowOp, RowShape, UnaryOp};
 
 /// The backend of cuda:0, with a lock that runs the GPU tests one at a
 /// time (they read the shared allocator's counters), or `None` after
@@ -595,6 +595,234 @@ fn reductions_of_empty_dims() {
         Err(Error::Shape { .. })
     ));
     assert_eq!(be.reduce(ReduceOp::Sum, &s, &l, 0).unwrap().len(), 0);
+}
+
+#[test]
+fn norms_match_the_interpreter_bit_for_bit_and_the_reference() {
+    use tensorfn_kernels::interp::{self, HostData};
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
+        // Every entry: a warp per row (1 to 1024), a block per row (to
+        // 8192; 4096 for f64), and past it; 16-byte accesses at offset 0,
+        // one element at a time at offset 3 (and for lengths that are not
+        // a multiple of 16 bytes).
+        for cols in [1, 31, 64, 768, 1000, 1025, 4096, 8192, 8200] {
+            for offset in [0, 3] {
+                for shift in [0.0, 100.0] {
+                    let rows = 5;
+                    let mut data: Vec<T> = random(rng, offset + rows * cols, -3.0, 3.0);
+                    for v in data.iter_mut() {
+                        *v = T::from_f64(v.to_f64() + shift);
+                    }
+                    if cols > 2 {
+                        // A NaN in row 1, an infinity in row 2.
+                        data[offset + cols + 1] = T::from_f64(f64::NAN);
+                        data[offset + 2 * cols + 2] = T::from_f64(f64::INFINITY);
+                    }
+                    let w: Vec<T> = random(rng, cols, -2.0, 2.0);
+                    let b: Vec<T> = random(rng, cols, -1.0, 1.0);
+                    let (s, sw, sb) = (up(be, &data), up(be, &w), up(be, &b));
+                    let l = Layout::new(vec![rows, cols], vec![cols, 1], offset);
+                    let lw = Layout::contiguous(&[cols]);
+                    let xs: Vec<f64> = data[offset..].iter().map(|v| v.to_f64()).collect();
+                    let wf: Vec<f64> = w.iter().map(|v| v.to_f64()).collect();
+                    let bf: Vec<f64> = b.iter().map(|v| v.to_f64()).collect();
+                    let host = HostData::from_f64(T::KIND, &xs);
+                    let (hw, hb) = (
+                        HostData::from_f64(T::KIND, &wf),
+                        HostData::from_f64(T::KIND, &bf),
+                    );
+                    for op in NormOp::ALL {
+                        let bias = op.has_bias().then_some((&sb, &lw));
+                        let eps = 1e-5;
+                        let got = down(
+                            &be.norm(op, (&s, &l), (&sw, &lw), bias, eps).unwrap(),
+                            &[rows, cols],
+                        );
+                        let hbias = op.has_bias().then_some(&hb);
+                        let exact =
+                            interp::norm(op, &host, &hw, hbias, rows, cols, eps, offset == 0)
+                                .unwrap()
+                                .to_f64_vec();
+                        let what = format!(
+                            "{} {} {rows}x{cols} offset {offset} shift {shift}",
+                            op.name(),
+                            T::KIND
+                        );
+                        for (i, (g, e)) in got.iter().zip(&exact).enumerate() {
+                            let g = g.to_f64();
+                            assert!(
+                                g.to_bits() == e.to_bits() || (g.is_nan() && e.is_nan()),
+                                "{what} [{i}]: GPU {g}, interpreter {e}"
+                            );
+                        }
+                        let mut want = Vec::with_capacity(rows * cols);
+                        for r in 0..rows {
+                            want.extend(op.eval_f64(&xs[r * cols..(r + 1) * cols], &wf, &bf, eps));
+                        }
+                        // Outputs are O(|w| + |b|): compare on that scale.
+                        let tol = 8.0 * eps_of(T::KIND) + 2e-6 * (cols as f64).sqrt();
+                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                            let g = g.to_f64();
+                            if w.is_nan() {
+                                assert!(g.is_nan(), "{what} [{i}]: got {g}, want NaN");
+                                continue;
+                            }
+                            assert!(
+                                (g - w).abs() <= tol * 4.0,
+                                "{what} [{i}]: got {g}, want {w}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    fn eps_of(t: DTypeKind) -> f64 {
+        eps(t)
+    }
+    check::<f32>(&be, &mut rng);
+    check::<f64>(&be, &mut rng);
+    check::<f16>(&be, &mut rng);
+    check::<bf16>(&be, &mut rng);
+}
+
+#[test]
+fn rope_matches_the_interpreter_bit_for_bit_and_the_reference() {
+    use tensorfn_core::ops::rope::rope_f64;
+    use tensorfn_kernels::interp::{self, HostData};
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
+        // Odd halves and position counts make the carried column and
+        // position wrap at every step; the long ones take several steps
+        // a thread.
+        for (lead, t, d) in [
+            (1, 1, 2),
+            (3, 7, 6),
+            (2, 5, 64),
+            (4, 33, 128),
+            (700, 9, 10),
+            (64, 129, 128),
+        ] {
+            let n = lead * t * d;
+            let x: Vec<T> = random(rng, n, -4.0, 4.0);
+            let c: Vec<T> = random(rng, t * d, -1.0, 1.0);
+            let s: Vec<T> = random(rng, t * d, -1.0, 1.0);
+            let (sx, sc, ss) = (up(be, &x), up(be, &c), up(be, &s));
+            let l = Layout::contiguous(&[lead, t, d]);
+            let lc = Layout::contiguous(&[t, d]);
+            let got = down(&be.rope((&sx, &l), (&sc, &lc), (&ss, &lc)).unwrap(), &[n]);
+            let f = |v: &[T]| -> Vec<f64> { v.iter().map(|x| x.to_f64()).collect() };
+            let (xf, cf, sf) = (f(&x), f(&c), f(&s));
+            let exact = interp::rope(
+                &HostData::from_f64(T::KIND, &xf),
+                &HostData::from_f64(T::KIND, &cf),
+                &HostData::from_f64(T::KIND, &sf),
+                lead * t,
+                t,
+                d,
+            )
+            .unwrap()
+            .to_f64_vec();
+            let what = format!("rope {} [{lead}, {t}, {d}]", T::KIND);
+            for (i, (g, e)) in got.iter().zip(&exact).enumerate() {
+                let g = g.to_f64();
+                assert!(
+                    g.to_bits() == e.to_bits(),
+                    "{what} [{i}]: GPU {g}, interpreter {e}"
+                );
+            }
+            let mut want = Vec::with_capacity(n);
+            for r in 0..lead * t {
+                let p = (r % t) * d;
+                want.extend(rope_f64(
+                    &xf[r * d..(r + 1) * d],
+                    &cf[p..p + d],
+                    &sf[p..p + d],
+                ));
+            }
+            assert_close(&what, &got, &want, 2.0 * eps(T::KIND), 8.0 * eps(T::KIND));
+        }
+        // A strided input (positions and heads swapped) is copied first.
+        let x: Vec<T> = random(rng, 2 * 3 * 4, -4.0, 4.0);
+        let c: Vec<T> = random(rng, 2 * 4, -1.0, 1.0);
+        let (sx, sc) = (up(be, &x), up(be, &c));
+        let l = Layout::contiguous(&[2, 3, 4]).permute(&[1, 0, 2]);
+        let lc = Layout::contiguous(&[2, 4]);
+        let got = down(&be.rope((&sx, &l), (&sc, &lc), (&sc, &lc)).unwrap(), &[24]);
+        let xs = be.contiguous(&sx, &l).unwrap();
+        let direct = down(
+            &be.rope(
+                (&xs, &Layout::contiguous(&[3, 2, 4])),
+                (&sc, &lc),
+                (&sc, &lc),
+            )
+            .unwrap(),
+            &[24],
+        );
+        assert!(got
+            .iter()
+            .zip(&direct)
+            .all(|(a, b)| a.to_f64().to_bits() == b.to_f64().to_bits()));
+        // An odd last dim is an `Err`.
+        let l = Layout::contiguous(&[4, 3]);
+        let lc = Layout::contiguous(&[4, 3]);
+        assert!(be.rope((&sx, &l), (&sx, &lc), (&sx, &lc)).is_err());
+    }
+    check::<f32>(&be, &mut rng);
+    check::<f64>(&be, &mut rng);
+    check::<f16>(&be, &mut rng);
+    check::<bf16>(&be, &mut rng);
+}
+
+#[test]
+fn norms_of_empty_inputs_and_strided_weights() {
+    let Some((_serial, be)) = gpu() else { return };
+    let w = up(&be, &[1.0f32, 0.0, 2.0, 0.0, 3.0, 0.0]);
+    let lw = Layout::contiguous(&[3, 2]).select(1, 0);
+    let x = up(&be, &[1.0f32, 2.0, 3.0]);
+    let y = be
+        .norm(
+            NormOp::RmsNorm,
+            (&x, &Layout::contiguous(&[3])),
+            (&w, &lw),
+            None,
+            0.0,
+        )
+        .unwrap();
+    let want = NormOp::RmsNorm.eval_f64(&[1.0, 2.0, 3.0], &[1.0, 2.0, 3.0], &[], 0.0);
+    assert_close(
+        "rms_norm, strided weight",
+        &down(&y, &[3]),
+        &want,
+        1e-6,
+        0.0,
+    );
+    let empty = up(&be, &[0.0f32; 1]);
+    let l = Layout::contiguous(&[0, 3]);
+    let y = be
+        .norm(
+            NormOp::LayerNorm,
+            (&empty, &l),
+            (&x, &Layout::contiguous(&[3])),
+            Some((&x, &Layout::contiguous(&[3]))),
+            1e-5,
+        )
+        .unwrap();
+    assert_eq!(y.len(), 0);
+    // A layout past its buffer is an `Err`, not a fault.
+    let l = Layout::contiguous(&[2, 3]);
+    assert!(be
+        .norm(
+            NormOp::RmsNorm,
+            (&x, &l),
+            (&x, &Layout::contiguous(&[3])),
+            None,
+            0.0
+        )
+        .is_err());
 }
 
 #[test]
@@ -1739,6 +1967,293 @@ fn tril_and_triu_match_the_cpu() {
         assert_eq!(
             gb.tril(0).unwrap().to_vec().unwrap(),
             b.tril(0).unwrap().to_vec().unwrap()
+        );
+    }
+}
+
+/// Effective bandwidth of the normalisations beside a copy of the same
+/// bytes (`cargo test -- --ignored norm_bandwidth --nocapture` on a GPU).
+#[test]
+#[ignore = "a measurement, not a check"]
+fn norm_bandwidth() {
+    let Some((_serial, be)) = gpu() else { return };
+    fn time(be: &CudaBackend, f: &mut dyn FnMut()) -> f64 {
+        for _ in 0..3 {
+            f();
+        }
+        be.synchronize().unwrap();
+        let reps = 20;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            f();
+        }
+        be.synchronize().unwrap();
+        t.elapsed().as_secs_f64() / reps as f64
+    }
+    fn case<T: crate::FloatDType>(be: &CudaBackend, rows: usize, cols: usize) {
+        let mut rng = seed();
+        let x = up(be, &random::<T>(&mut rng, rows * cols, -2.0, 2.0));
+        let w = up(be, &random::<T>(&mut rng, cols, -2.0, 2.0));
+        let b = up(be, &random::<T>(&mut rng, cols, -2.0, 2.0));
+        let l = Layout::contiguous(&[rows, cols]);
+        let lw = Layout::contiguous(&[cols]);
+        let bytes = 2.0 * (rows * cols * T::KIND.size_bytes()) as f64;
+        // A strided view's copy reads and writes the same bytes.
+        let copy = time(be, &mut || {
+            let _ = be.contiguous(&x, &l.permute(&[0, 1])).unwrap();
+        });
+        let lt = Layout::contiguous(&[rows * cols]);
+        let copy_strided = time(be, &mut || {
+            let _ = be.cast::<T, T>(&x, &lt).unwrap();
+        });
+        for op in NormOp::ALL {
+            let t = time(be, &mut || {
+                let bias = op.has_bias().then_some((&b, &lw));
+                let _ = be.norm(op, (&x, &l), (&w, &lw), bias, 1e-5).unwrap();
+            });
+            eprintln!(
+                "{} {} [{rows}, {cols}]: {:.1} us, {:.0} GB/s; copy {:.1} us ({:.0} GB/s), cast {:.1} us",
+                op.name(),
+                T::KIND,
+                t * 1e6,
+                bytes / t / 1e9,
+                copy * 1e6,
+                bytes / copy / 1e9,
+                copy_strided * 1e6
+            );
+        }
+    }
+    let rope_case = |b: usize, t: usize, d: usize| {
+        let mut rng = seed();
+        let n = b * t * d;
+        let x = up(&be, &random::<bf16>(&mut rng, n, -2.0, 2.0));
+        let c = up(&be, &random::<bf16>(&mut rng, t * d, -1.0, 1.0));
+        let l = Layout::contiguous(&[b, t, d]);
+        let lc = Layout::contiguous(&[t, d]);
+        let secs = time(&be, &mut || {
+            let _ = be.rope((&x, &l), (&c, &lc), (&c, &lc)).unwrap();
+        });
+        eprintln!(
+            "rope bf16 [{b}, {t}, {d}]: {:.1} us, {:.0} GB/s",
+            secs * 1e6,
+            (4 * n) as f64 / secs / 1e9
+        );
+    };
+    rope_case(8 * 32, 2048, 128);
+    rope_case(32, 4096, 64);
+    case::<f32>(&be, 16384, 4096);
+    case::<bf16>(&be, 8192, 768);
+    case::<f16>(&be, 8192, 768);
+    case::<f32>(&be, 8192, 768);
+    case::<bf16>(&be, 4096, 8192);
+    case::<f32>(&be, 2048, 16384);
+}
+
+/// Attention problems on the GPU against the f64 reference: head dims 1
+/// to 256 (and one above, through the host), L != S, E != Ev, causal, a
+/// `bool` mask broadcast over the batch and a float mask with `-inf`,
+/// fully masked rows, NaN in a query, in every float dtype.
+#[test]
+fn attention_matches_the_reference() {
+    use crate::backend::AttnMask;
+    use crate::ops::attention_reference::{check, Case, TestMask};
+    let Some((_guard, be)) = gpu() else { return };
+    let mut rng = seed();
+    let mut cases = Vec::new();
+    for (dims, causal) in [
+        ([2, 3, 70, 70, 64, 64], true),
+        ([1, 2, 33, 130, 128, 128], false),
+        ([1, 2, 130, 33, 128, 128], true),
+        ([2, 1, 40, 90, 80, 80], false),
+        ([1, 1, 17, 23, 1, 3], true),
+        ([1, 1, 9, 300, 256, 200], false),
+        ([1, 1, 5, 7, 300, 8], false),
+        ([1, 2, 6, 0, 16, 16], false),
+    ] {
+        let mut c = Case::random(&mut rng, dims, 1.0);
+        c.causal = causal;
+        cases.push(c);
+    }
+    {
+        let mut c = Case::random(&mut rng, [2, 2, 37, 71, 64, 48], 1.0);
+        let mut bits: Vec<bool> = (0..37 * 71).map(|_| rng.uniform() < 0.6).collect();
+        bits[5 * 71..6 * 71].iter_mut().for_each(|x| *x = false);
+        c.mask = TestMask::Bool(bits, vec![37, 71]);
+        cases.push(c.clone());
+        let add: Vec<f64> = (0..4 * 37 * 71)
+            .map(|j| {
+                if j % 7 == 0 {
+                    f64::NEG_INFINITY
+                } else {
+                    rng.normal()
+                }
+            })
+            .collect();
+        c.mask = TestMask::Add(add, vec![2, 2, 37, 71]);
+        c.scale = Some(0.2);
+        c.q[3 * 64 + 5] = f64::NAN;
+        cases.push(c);
+    }
+    fn run<T: crate::dtype::FloatDType>(be: &CudaBackend, c: &Case, tol: f64) {
+        let c = c.clone().rounded(|x| T::from_f64(x).to_f64());
+        let [b, h, l, s, e, ev] = c.dims;
+        let n = b * h;
+        let cvt = |x: &[f64]| x.iter().map(|&v| T::from_f64(v)).collect::<Vec<T>>();
+        let (q, k, v) = (up(be, &cvt(&c.q)), up(be, &cvt(&c.k)), up(be, &cvt(&c.v)));
+        let (lq, lk, lv) = (
+            Layout::contiguous(&[n, l, e]),
+            Layout::contiguous(&[n, s, e]),
+            Layout::contiguous(&[n, s, ev]),
+        );
+        let ml = |d: &[usize]| {
+            if d.len() == 2 {
+                Layout::new(vec![n, l, s], vec![0, s, 1], 0)
+            } else {
+                Layout::contiguous(&[n, l, s])
+            }
+        };
+        let out = match &c.mask {
+            TestMask::None => {
+                be.attention((&q, &lq), (&k, &lk), (&v, &lv), None, c.causal, scale(&c))
+            }
+            TestMask::Bool(m, d) => {
+                let mb = up(be, m);
+                let l = ml(d);
+                be.attention(
+                    (&q, &lq),
+                    (&k, &lk),
+                    (&v, &lv),
+                    Some((AttnMask::Bool(&mb), &l)),
+                    c.causal,
+                    scale(&c),
+                )
+            }
+            TestMask::Add(m, d) => {
+                let mf = up(be, &cvt(m));
+                let l = ml(d);
+                be.attention(
+                    (&q, &lq),
+                    (&k, &lk),
+                    (&v, &lv),
+                    Some((AttnMask::Add(&mf), &l)),
+                    c.causal,
+                    scale(&c),
+                )
+            }
+        }
+        .expect("attention");
+        let got: Vec<f64> = down(&out, &[n, l, ev]).iter().map(|x| x.to_f64()).collect();
+        check(
+            &format!("{} {:?} causal {}", T::KIND, c.dims, c.causal),
+            &got,
+            &c.expected(),
+            tol,
+        );
+    }
+    fn scale(c: &Case) -> f64 {
+        let e = c.dims[4];
+        c.scale
+            .unwrap_or(if e == 0 { 0.0 } else { 1.0 / (e as f64).sqrt() })
+    }
+    for c in &cases {
+        run::<f32>(&be, c, 2e-5);
+        run::<f64>(&be, c, 1e-12);
+        run::<f16>(&be, c, 4e-3);
+        run::<bf16>(&be, c, 3e-2);
+    }
+}
+
+/// The typed API on the GPU gives the CPU's result: strided and broadcast
+/// operands, a batch above the grid's y limit, and launches with no query
+/// (L = 0), no key (S = 0, zeros) and an empty batch.
+#[test]
+fn attention_on_the_gpu_matches_the_cpu() {
+    use crate::device::{Cpu, Cuda};
+    use crate::ops::AttentionArgs;
+    use crate::shape::Dyn;
+    use crate::tensor::Tensor;
+    type D4 = (Dyn, Dyn, Dyn, Dyn);
+    let Some((_guard, _be)) = gpu() else { return };
+    let mut rng = seed();
+    let mut t = |d: &[usize]| {
+        let n: usize = d.iter().product();
+        Tensor::<Cpu, f32, D4>::from_vec_dims((0..n).map(|_| rng.normal() as f32).collect(), d)
+            .unwrap()
+    };
+    for (qd, kd, causal) in [
+        ([2, 9, 3, 16], [2, 1, 13, 16], true),
+        ([1, 70000, 1, 4], [1, 70000, 3, 4], false),
+        ([1, 2, 0, 8], [1, 2, 5, 8], false),
+        ([1, 2, 4, 8], [1, 2, 0, 8], true),
+        ([0, 2, 4, 8], [0, 2, 5, 8], false),
+    ] {
+        let (q, k) = (t(&qd), t(&kd));
+        // q as a transposed view: [B, L, H, E] read as [B, H, L, E].
+        let qt = q
+            .reshape_dims::<D4>(&[qd[0], qd[2], qd[1], qd[3]])
+            .unwrap()
+            .transpose::<D4>(1, 2)
+            .unwrap();
+        let cpu = qt
+            .scaled_dot_product_attention_dims::<D4>(&k, &k, AttentionArgs::new().is_causal(causal))
+            .unwrap();
+        let (qg, kg) = (
+            qt.to_device::<Cuda>().unwrap(),
+            k.to_device::<Cuda>().unwrap(),
+        );
+        let gpu = qg
+            .scaled_dot_product_attention_dims::<D4>(
+                &kg,
+                &kg,
+                AttentionArgs::new().is_causal(causal),
+            )
+            .unwrap();
+        assert_eq!(gpu.dims(), cpu.dims());
+        let (g, c) = (gpu.to_vec().unwrap(), cpu.to_vec().unwrap());
+        for (i, (a, b)) in g.iter().zip(&c).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                "{qd:?}: element {i} is {a}, the CPU's {b}"
+            );
+        }
+    }
+}
+
+/// Times causal bf16 attention at the benchmark's sizes (`cargo test
+/// attention_timing -- --ignored --nocapture`); `scripts/torch_attention.py`
+/// prints PyTorch's times for the same cases.
+#[test]
+#[ignore]
+fn attention_timing() {
+    use crate::device::Cuda;
+    use crate::ops::AttentionArgs;
+    use crate::shape::Dyn;
+    use crate::tensor::Tensor;
+    type D4 = (Dyn, Dyn, Dyn, Dyn);
+    let Some((_guard, be)) = gpu() else { return };
+    for [b, h, t, d] in [[8, 12, 1024, 64], [4, 16, 4096, 128], [1, 32, 8192, 128]] {
+        let dims = [b, h, t, d];
+        let q = Tensor::<Cuda, bf16, D4>::randn_dims(1, &dims).unwrap();
+        let k = Tensor::<Cuda, bf16, D4>::randn_dims(2, &dims).unwrap();
+        let v = Tensor::<Cuda, bf16, D4>::randn_dims(3, &dims).unwrap();
+        let run = || {
+            q.scaled_dot_product_attention(&k, &v, AttentionArgs::new().is_causal(true))
+                .unwrap()
+        };
+        drop(run());
+        be.synchronize().unwrap();
+        let reps = 3;
+        let start = std::time::Instant::now();
+        for _ in 0..reps {
+            drop(run());
+        }
+        be.synchronize().unwrap();
+        let s = start.elapsed().as_secs_f64() / reps as f64;
+        let flops = 4.0 * (b * h) as f64 * (t * t) as f64 * d as f64 / 2.0;
+        println!(
+            "attention causal bf16 B{b} H{h} T{t} D{d}: {:.3} ms, {:.2} TFLOP/s",
+            s * 1e3,
+            flops / s / 1e12
         );
     }
 }

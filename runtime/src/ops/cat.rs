@@ -222,4 +222,47 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
             .collect();
         concat::<D, T, SO>(&parts, AXIS, &dims)
     }
+
+    /// Tensors of one shape joined along a new dim `dim` (`0..=rank`),
+    /// PyTorch's `torch.stack`.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let a = Tensor::<Cpu, i32, shape![2]>::from_vec(vec![1, 2]).unwrap();
+    /// let b = Tensor::<Cpu, i32, shape![2]>::from_vec(vec![3, 4]).unwrap();
+    /// let rows = Tensor::stack::<shape![2, 2]>(&[&a, &b], 0).unwrap();
+    /// assert_eq!(rows.to_vec().unwrap(), vec![1, 2, 3, 4]);
+    /// let cols = Tensor::stack::<shape![2, 2]>(&[&a, &b], 1).unwrap();
+    /// assert_eq!(cols.to_vec().unwrap(), vec![1, 3, 2, 4]);
+    /// assert!(Tensor::stack::<shape![2, 2]>(&[&a, &b], 2).is_err());
+    /// ```
+    pub fn stack<SO: Shape>(tensors: &[&Self], dim: usize) -> Result<Tensor<D, T, SO>> {
+        let names: Vec<String> = (0..tensors.len())
+            .map(|i| format!("tensors[{i}]"))
+            .collect();
+        let operands: Vec<(&str, &[usize])> = names
+            .iter()
+            .zip(tensors)
+            .map(|(n, t)| (n.as_str(), t.dims()))
+            .collect();
+        let dims = rules::stack("stack", &operands, dim)?;
+        check_result::<SO>("stack", &dims)?;
+        let mut one = dims.clone();
+        one[dim] = 1;
+        let layouts: Vec<Layout> = tensors
+            .iter()
+            .map(|t| {
+                t.layout
+                    .reshape(&one)
+                    .expect("a size-1 dim inserted is a view")
+            })
+            .collect();
+        let parts: Vec<(&Storage<T>, &Layout, usize)> = tensors
+            .iter()
+            .zip(&layouts)
+            .enumerate()
+            .map(|(i, (t, l))| (&*t.storage, l, i))
+            .collect();
+        concat::<D, T, SO>(&parts, dim, &dims)
+    }
 }

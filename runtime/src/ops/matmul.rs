@@ -141,7 +141,7 @@ fn matrix(l: &Layout, rhs: bool) -> ([usize; 2], [usize; 2]) {
 
 /// The strides of `l`'s batch dims (all but the last two) against the
 /// broadcast `batch`, right-aligned: 0 where `l` has no such dim or a 1.
-fn batch_strides(l: &Layout, batch: &[usize]) -> Vec<usize> {
+pub(super) fn batch_strides(l: &Layout, batch: &[usize]) -> Vec<usize> {
     let r = l.rank().saturating_sub(2);
     let (d, s) = (&l.dims()[..r], &l.strides()[..r]);
     let pad = batch.len() - r;
@@ -155,7 +155,7 @@ fn batch_strides(l: &Layout, batch: &[usize]) -> Vec<usize> {
 
 /// The single stride that walks `dims` (with `strides`) as one flat dim,
 /// if there is one; size-1 dims are skipped, all-size-1 dims give 0.
-fn merged_stride(dims: &[usize], strides: &[usize]) -> Option<usize> {
+pub(super) fn merged_stride(dims: &[usize], strides: &[usize]) -> Option<usize> {
     let mut walked = dims.iter().zip(strides).rev().filter(|(&d, _)| d != 1);
     let Some((&d0, &s0)) = walked.next() else {
         return Some(0);

@@ -8,6 +8,7 @@
 pub(crate) mod dispatch;
 
 mod addcmul;
+pub(crate) mod attention;
 mod binary;
 mod cast;
 mod cat;
@@ -17,19 +18,26 @@ mod index;
 mod inplace;
 mod into;
 mod matmul;
+mod norm;
 pub(crate) mod output;
 mod reduce;
 pub(crate) mod retype;
+mod rope;
 mod rows;
 mod select;
 mod triangle;
 mod unary;
 mod view;
 
+#[cfg(test)]
+pub(crate) use attention::reference as attention_reference;
+pub use attention::{AttentionArgs, AttentionShape, AttnMaskDType};
 pub use binary::broadcast_dims;
 pub use index::RemoveDim;
 pub use inplace::{AssignRhs, StaticShape};
 pub use matmul::{BiasFor, MatMulShape};
+pub use norm::LastDim;
+pub use rope::LastTwoDims;
 pub use select::where_;
 pub use view::Transpose2;
 

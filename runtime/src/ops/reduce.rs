@@ -228,6 +228,41 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
         reduce_dim(self, ReduceOp::Mean, DIM, false)
     }
 
+    /// Variance along dim `DIM`: `sum((x - mean)^2) / (n - correction)`,
+    /// PyTorch's `var(dim, correction=..)` (1: the sample variance, 0: the
+    /// population's). The divisor is `max(0, n - correction)`, as PyTorch's:
+    /// NaN for an empty dim.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f64, shape![2, 3]>::from_vec(vec![1., 2., 3., 2., 2., 2.]).unwrap();
+    /// assert_eq!(x.var::<1>(1).unwrap().to_vec().unwrap(), vec![1.0, 0.0]);
+    /// assert_eq!(x.var::<1>(0).unwrap().to_vec().unwrap(), vec![2.0 / 3.0, 0.0]);
+    /// ```
+    pub fn var<const DIM: usize>(&self, correction: usize) -> Result<Tensor<D, T, S::Output>>
+    where
+        S: RemoveDim<DIM>,
+    {
+        let dims = self.dims().to_vec();
+        // The mean with its dim kept, broadcast back over `self` (a view).
+        let kept = rules::reduce("var", ("self", &dims), DIM, true)?;
+        let mean = dispatch!(D, |be| be.wrap(be.reduce(
+            ReduceOp::Mean,
+            be.buf(&self.storage),
+            &self.layout,
+            DIM
+        )?));
+        let mean = Tensor::<D, T, S>::from_parts(
+            std::sync::Arc::new(mean),
+            Layout::contiguous(&kept).broadcast_to(&dims),
+        );
+        let dev = self.sub(&mean)?;
+        let squares: Tensor<D, T, S::Output> = dev.mul(&dev)?.sum::<DIM>()?;
+        // PyTorch divides by `max(0, n - correction)`: NaN for no elements.
+        let divisor = dims[DIM].saturating_sub(correction) as f64;
+        squares.mul_scalar(T::from_f64(1.0 / divisor))
+    }
+
     /// Mean of every element, as a 0-D tensor.
     ///
     /// ```

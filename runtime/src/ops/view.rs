@@ -287,6 +287,60 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
         output(storage, self.dims())
     }
 
+    /// Each element along `dim` repeated `repeats` times in place
+    /// (`[a, b]` → `[a, a, b, b]`), PyTorch's `repeat_interleave` with an
+    /// integer `repeats`: what grouped-query attention does to its key and
+    /// value heads. A copy.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, i32, shape![2, 2]>::from_vec(vec![1, 2, 3, 4]).unwrap();
+    /// let y = x.repeat_interleave::<shape![4, 2]>(2, 0).unwrap();
+    /// assert_eq!(y.to_vec().unwrap(), vec![1, 2, 1, 2, 3, 4, 3, 4]);
+    /// let z = x.repeat_interleave::<shape![2, 6]>(3, 1).unwrap();
+    /// assert_eq!(z.to_vec().unwrap(), vec![1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]);
+    /// assert!(x.repeat_interleave::<shape![4, 2]>(2, 2).is_err());
+    /// ```
+    pub fn repeat_interleave<SO: Shape>(
+        &self,
+        repeats: usize,
+        dim: usize,
+    ) -> Result<Tensor<D, T, SO>> {
+        let dims =
+            rules::repeat_interleave("repeat_interleave", ("self", self.dims()), &repeats, dim)?;
+        check_result::<SO>("repeat_interleave", &dims)?;
+        // [.., n, ..] as [.., n, 1, ..], broadcast to [.., n, repeats, ..]
+        // (a view), then copied in that order as [.., n * repeats, ..].
+        let mut wide = self.dims().to_vec();
+        wide.insert(dim + 1, 1);
+        let src = match self.layout.reshape(&wide) {
+            Some(_) => self.clone(),
+            None => self.contiguous()?,
+        };
+        let one = src
+            .layout
+            .reshape(&wide)
+            .expect("a row-major layout takes any dims of its size");
+        wide[dim + 1] = repeats;
+        let spread = one.broadcast_to(&wide);
+        let storage = dispatch!(D, |be| be
+            .wrap(be.contiguous(be.buf(&src.storage), &spread)?));
+        output(storage, &dims)
+    }
+
+    /// [`broadcast_to_dims`](Self::broadcast_to_dims) by PyTorch's name:
+    /// a view with dims of size 1 (and new leading dims) repeated.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![2, 1]>::from_vec(vec![1., 2.]).unwrap();
+    /// let y = x.expand::<shape![2, 3]>(&[2, 3]).unwrap();
+    /// assert_eq!(y.to_vec().unwrap(), vec![1., 1., 1., 2., 2., 2.]);
+    /// ```
+    pub fn expand<SO: Shape>(&self, dims: &[usize]) -> Result<Tensor<D, T, SO>> {
+        self.broadcast_to_dims(dims)
+    }
+
     /// A view broadcast to the static shape `SO` (PyTorch's `expand`): no
     /// copy, size-1 and missing leading dims repeat.
     ///

@@ -18,7 +18,7 @@
 mod mmap;
 mod safetensors;
 
-pub use self::safetensors::Loader;
+pub use self::safetensors::{LoadOptions, Loader};
 
 use crate::dtype::{DType, DTypeKind};
 use crate::{Device, Result, Shape, Tensor};
@@ -122,6 +122,38 @@ pub trait Params: Sized {
         let mut loader = file.loader()?;
         let params = Self::load_named("", &mut loader)?;
         loader.finish()?;
+        Ok(params)
+    }
+
+    /// Reads the parameters from a safetensors file written by another
+    /// library: under a prefix (Hugging Face's `GPT2LMHeadModel` stores the
+    /// GPT-2 body under `transformer.`), leaving the keys that
+    /// [`LoadOptions::ignore`] names (buffers such as `h.*.attn.bias`, a tied
+    /// `lm_head.weight`). Keys outside the prefix are left too; every other
+    /// check of [`Params::load_safetensors`] holds.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Cpu, LoadOptions, Params, Tensor, shape};
+    /// let dir = std::env::temp_dir().join(format!("tf_load_with_doc_{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let path = dir.join("m.safetensors");
+    /// // A file with keys "0", "1" and "2": read "0" and "1" under no prefix,
+    /// // leaving "2".
+    /// vec![Tensor::<Cpu, f32, shape![1]>::ones().unwrap(); 3].save_safetensors(&path).unwrap();
+    /// let opts = LoadOptions { prefix: "", ignore: &["2"] };
+    /// let two = <[Tensor<Cpu, f32, shape![1]>; 2]>::load_safetensors_with(&path, &opts).unwrap();
+    /// assert_eq!(two.len(), 2);
+    /// // Without `ignore`, the key left over is an error naming it.
+    /// let opts = LoadOptions { prefix: "", ignore: &[] };
+    /// let e = <[Tensor<Cpu, f32, shape![1]>; 2]>::load_safetensors_with(&path, &opts).unwrap_err();
+    /// assert!(e.to_string().contains("unexpected key `2`"), "{e}");
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
+    fn load_safetensors_with(path: impl AsRef<Path>, options: &LoadOptions<'_>) -> Result<Self> {
+        let file = safetensors::File::open(path.as_ref())?;
+        let mut loader = file.loader()?;
+        let params = Self::load_named(options.prefix, &mut loader)?;
+        loader.finish_with(options)?;
         Ok(params)
     }
 

@@ -54,6 +54,69 @@ pub struct Loader<'a> {
     taken: BTreeSet<String>,
 }
 
+/// Where a load reads in a file written by another library
+/// ([`Params::load_safetensors_with`](super::Params::load_safetensors_with)).
+///
+/// ```
+/// use tensorfn_runtime::LoadOptions;
+/// let hf = LoadOptions { prefix: "transformer", ignore: &["h.*.attn.bias", "lm_head.weight"] };
+/// assert!(hf.ignores("transformer.h.11.attn.bias"));
+/// assert!(hf.ignores("lm_head.weight"));
+/// assert!(!hf.ignores("transformer.h.0.attn.c_attn.bias"));
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadOptions<'a> {
+    /// The parameters' names are read as `prefix.name` (none if empty);
+    /// keys outside the prefix are left.
+    pub prefix: &'a str,
+    /// Keys left without an error, relative to the prefix (or whole, for a
+    /// key outside it); `*` stands for any run of characters
+    /// (`h.*.attn.bias`).
+    pub ignore: &'a [&'a str],
+}
+
+impl LoadOptions<'_> {
+    /// True if `key` is one the load leaves without an error.
+    pub fn ignores(&self, key: &str) -> bool {
+        let relative = match self.prefix {
+            "" => key,
+            p => key
+                .strip_prefix(p)
+                .and_then(|k| k.strip_prefix('.'))
+                .unwrap_or(key),
+        };
+        self.ignore
+            .iter()
+            .any(|pattern| wildcard(pattern, relative))
+    }
+
+    /// True if a key no parameter took is an error: inside the prefix and
+    /// not ignored.
+    fn checks(&self, key: &str) -> bool {
+        let inside = self.prefix.is_empty()
+            || key
+                .strip_prefix(self.prefix)
+                .is_some_and(|k| k.starts_with('.'));
+        inside && !self.ignores(key)
+    }
+}
+
+/// True if `text` matches `pattern`, where `*` matches any run of
+/// characters.
+fn wildcard(pattern: &str, text: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == text,
+        Some((head, rest)) => {
+            let Some(text) = text.strip_prefix(head) else {
+                return false;
+            };
+            (0..=text.len())
+                .filter(|&i| text.is_char_boundary(i))
+                .any(|i| wildcard(rest, &text[i..]))
+        }
+    }
+}
+
 /// The safetensors dtype of a tensorfn dtype.
 fn dtype_of(kind: DTypeKind) -> Dtype {
     match kind {
@@ -123,11 +186,17 @@ impl Loader<'_> {
 
     /// `Err` naming the keys no parameter took.
     pub fn finish(self) -> Result<()> {
+        self.finish_with(&LoadOptions::default())
+    }
+
+    /// `Err` naming the keys no parameter took, but those outside
+    /// `options.prefix` and those `options.ignore` names.
+    pub fn finish_with(self, options: &LoadOptions<'_>) -> Result<()> {
         let mut left: Vec<&str> = self
             .file
             .names()
             .into_iter()
-            .filter(|k| !self.taken.contains(*k))
+            .filter(|k| !self.taken.contains(*k) && options.checks(k))
             .collect();
         left.sort_unstable();
         match left.as_slice() {

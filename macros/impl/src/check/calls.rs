@@ -57,6 +57,8 @@ impl<'s, 'k> Checker<'s, 'k> {
             (OpKind::AddMm, _) => return self.addmm(args, e),
             (OpKind::AddCmul, _) => return self.addcmul(args, e),
             (OpKind::Cat, _) => return self.cat(args, e),
+            (OpKind::Stack, _) => return self.stack(args, e),
+            (OpKind::RepeatInterleave, _) => return self.repeat_interleave(recv, args, e),
             (
                 OpKind::Embedding
                 | OpKind::IndexSelect
@@ -65,11 +67,16 @@ impl<'s, 'k> Checker<'s, 'k> {
                 | OpKind::Triangle { .. },
                 _,
             ) => return self.indexing(def, recv, args, e),
+            (OpKind::Norm(op), _) => return self.norm(def, op, recv, args, e),
+            (OpKind::Attention, _) => return self.attention(def, args, e),
+            (OpKind::Rope, _) => return self.rope(def, args, e),
             (
                 OpKind::Reduce(_)
+                | OpKind::Var
                 | OpKind::Reshape { .. }
                 | OpKind::Unsqueeze
                 | OpKind::Squeeze
+                | OpKind::Expand
                 | OpKind::Reorder
                 | OpKind::Narrow
                 | OpKind::Cast
@@ -821,8 +828,10 @@ impl<'s, 'k> Checker<'s, 'k> {
                 self.reshape(name, (view, unordered), rid, o, args, e)
             }
             OpKind::Unsqueeze | OpKind::Squeeze => self.unsqueeze(name, rid, o, args, e),
+            OpKind::Expand => self.expand(rid, o, args, e),
             OpKind::Reorder => self.reorder(name, rid, o, args, e),
             OpKind::Reduce(_) => self.reduce(name, rid, o, args, e),
+            OpKind::Var => self.var(rid, o, args, e),
             OpKind::Narrow => self.narrow(rid, o, args, e),
             OpKind::Cast => {
                 if !args.is_empty() {

@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use tensorfn_core::ops::{self, Form, OpDef, OpKind, ParamKind};
 use tensorfn_core::{rules, DTypeKind, RuleError};
 use tensorfn_kernels::ir::Kernel;
-use tensorfn_kernels::{BinaryOp, CmpOp, ReduceOp, RowOp, RowShape, UnaryOp};
+use tensorfn_kernels::{BinaryOp, CmpOp, NormOp, ReduceOp, RowOp, RowShape, UnaryOp};
 
 mod calls;
 mod elementwise;
@@ -574,6 +574,13 @@ impl<'s, 'k> Checker<'s, 'k> {
                 Ty::Scalar(ScalarTy::FloatLit),
                 e,
             ),
+            ExprKind::Bool(b) => {
+                self.error(
+                    &e.sp,
+                    format!("`{b}` is a flag of an operation (`is_causal = {b}`), not a value: a `bool` tensor comes from a comparison (`x > 0.0`)"),
+                );
+                self.push(Op::Param(usize::MAX), Ty::Error, e)
+            }
             ExprKind::Neg(x) => {
                 let a = self.expr(x);
                 self.unary(UnaryOp::Neg, a, x, e)
@@ -710,6 +717,20 @@ impl<'s, 'k> Checker<'s, 'k> {
             },
             _ => {
                 self.error(&x.sp, format!("{what} is an integer literal"));
+                None
+            }
+        }
+    }
+
+    /// A flag argument (`keepdim = true`): `true` or `false`.
+    fn flag_arg(&mut self, x: &Expr, op: &str, flag: &str) -> Option<bool> {
+        match x.kind {
+            ExprKind::Bool(b) => Some(b),
+            _ => {
+                self.error(
+                    &x.sp,
+                    format!("`{op}` takes `true` or `false` for `{flag}`, found `{x}`"),
+                );
                 None
             }
         }

@@ -52,6 +52,197 @@ impl<'s, 'k> Checker<'s, 'k> {
         }
     }
 
+    /// `stack([a, b, ..], dim)`: tensors of one shape, each given a dim of
+    /// size 1 at `dim` (a view) and joined there by `cat`.
+    pub(super) fn stack(&mut self, args: &[Arg], e: &Expr) -> NodeId {
+        let Some(a) = self.bind_args("stack", args, &["tensors", "dim"], 1, e) else {
+            return self.error_node(e);
+        };
+        let list = a[0].expect("required");
+        let ExprKind::Array(xs) = &list.kind else {
+            self.error(
+                &list.sp,
+                "`stack` takes a list of tensors: `stack([a, b], dim)`",
+            );
+            return self.error_node(e);
+        };
+        if xs.is_empty() {
+            self.error(&list.sp, "`stack` needs at least one tensor");
+            return self.error_node(e);
+        }
+        let ids: Vec<NodeId> = xs.iter().map(|x| self.expr(x)).collect();
+        let ops: Vec<Option<Operand>> = ids
+            .iter()
+            .zip(xs)
+            .map(|(&id, x)| self.tensor(id, x, "stack"))
+            .collect();
+        if ops.iter().any(|o| o.is_none()) {
+            return self.error_node(e);
+        }
+        let ops: Vec<Operand> = ops.into_iter().map(|o| o.expect("checked")).collect();
+        let agreed = self.agree("stack", &ops, 0);
+        // The new dim may be the last: one more to choose from.
+        let dim =
+            match a[1] {
+                None => Some(0),
+                Some(d) => self.int_arg(d, "the dim of `stack`").and_then(|k| {
+                    match rules::normalize_dim(
+                        "stack",
+                        &xs[0].to_string(),
+                        k,
+                        ops[0].ty.dims.len() + 1,
+                    ) {
+                        Ok(d) => Some(d),
+                        Err(err) => {
+                            self.error(&d.sp, err.message);
+                            None
+                        }
+                    }
+                }),
+            };
+        let Some(dim) = dim else {
+            return self.error_node(e);
+        };
+        let names: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
+        let operands: Vec<(&str, &[Dim])> = names
+            .iter()
+            .zip(&ops)
+            .map(|(n, o)| (n.as_str(), &o.ty.dims[..]))
+            .collect();
+        let spans: Vec<&Sp> = xs.iter().map(|x| &x.sp).collect();
+        let Some(dims) = self.ruled(rules::stack("stack", &operands, dim), &spans) else {
+            return self.error_node(e);
+        };
+        let mut one = dims.clone();
+        one[dim] = Dim::constant(1);
+        let parts: Vec<NodeId> = ids
+            .iter()
+            .zip(&ops)
+            .zip(xs)
+            .map(|((&id, o), x)| {
+                let ty = Ty::Tensor(TensorTy {
+                    dims: one.clone(),
+                    ..o.ty.clone()
+                });
+                self.push(Op::Reshape { x: id, view: false }, ty, x)
+            })
+            .collect();
+        self.push(Op::Cat { xs: parts, dim }, Self::out_ty(&agreed, dims), e)
+    }
+
+    /// `x.expand([..])`: a view with dims of size 1 (and new leading dims)
+    /// repeated; `-1` keeps a dim.
+    pub(super) fn expand(&mut self, rid: NodeId, o: Operand<'_>, args: &[Arg], e: &Expr) -> NodeId {
+        let list: Vec<&Expr> = match args {
+            [Arg { name: None, value }] => match &value.kind {
+                ExprKind::Array(xs) => xs.iter().collect(),
+                _ => vec![value],
+            },
+            [] => {
+                self.error(&e.sp, "`expand` needs the new shape: `x.expand([..])`");
+                return self.error_node(e);
+            }
+            _ => args.iter().map(|a| &a.value).collect(),
+        };
+        let mut size = Vec::new();
+        for x in &list {
+            match self.target_dim(x) {
+                Some(d) => size.push(d),
+                None => return self.error_node(e),
+            }
+        }
+        match rules::expand("expand", (&o.ex.to_string(), &o.ty.dims), &size) {
+            Ok(dims) => self.push(Op::Expand(rid), Ty::Tensor(TensorTy { dims, ..o.ty }), e),
+            Err(err) => {
+                let sp = Sp::join(&list[0].sp, &list[list.len() - 1].sp);
+                self.error(&sp, err.message);
+                self.error_node(e)
+            }
+        }
+    }
+
+    /// `x.repeat_interleave(repeats, dim)` (also as a function): each
+    /// element along `dim` repeated in place. A dim of size 1 inserted after
+    /// `dim` (a view), broadcast to `repeats` (a view), then merged into
+    /// `dim` (the copy).
+    pub(super) fn repeat_interleave(
+        &mut self,
+        recv: Option<(&Expr, NodeId)>,
+        args: &[Arg],
+        e: &Expr,
+    ) -> NodeId {
+        let name = "repeat_interleave";
+        let names: &[&str] = match recv {
+            Some(_) => &["repeats", "dim"],
+            None => &["input", "repeats", "dim"],
+        };
+        let Some(a) = self.bind_args(name, args, names, names.len(), e) else {
+            return self.error_node(e);
+        };
+        let (x, rid) = match recv {
+            Some(r) => r,
+            None => {
+                let x = a[0].expect("required");
+                (x, self.expr(x))
+            }
+        };
+        let (rx, dx) = (
+            a[a.len() - 2].expect("required"),
+            a[a.len() - 1].expect("required"),
+        );
+        let Some(o) = self.tensor(rid, x, name) else {
+            return self.error_node(e);
+        };
+        let repeats = match self.target_dim(rx) {
+            Some(Some(r)) => r,
+            Some(None) => {
+                self.error(
+                    &rx.sp,
+                    "`repeats` is a count: a literal, a const generic or a dim name",
+                );
+                return self.error_node(e);
+            }
+            None => return self.error_node(e),
+        };
+        let Some(dim) = self.dim_arg(dx, name, &o) else {
+            return self.error_node(e);
+        };
+        let dims =
+            match rules::repeat_interleave(name, (&o.ex.to_string(), &o.ty.dims), &repeats, dim) {
+                Ok(dims) => dims,
+                Err(err) => {
+                    self.error(&dx.sp, err.message);
+                    return self.error_node(e);
+                }
+            };
+        let mut wide = o.ty.dims.clone();
+        wide.insert(dim + 1, Dim::constant(1));
+        let ty = |dims: Vec<Dim>| {
+            Ty::Tensor(TensorTy {
+                dims,
+                ..o.ty.clone()
+            })
+        };
+        let one = self.push(
+            Op::Reshape {
+                x: rid,
+                view: false,
+            },
+            ty(wide.clone()),
+            e,
+        );
+        wide[dim + 1] = repeats;
+        let spread = self.push(Op::Expand(one), ty(wide), e);
+        self.push(
+            Op::Reshape {
+                x: spread,
+                view: false,
+            },
+            ty(dims),
+            e,
+        )
+    }
+
     /// A row op of the table (`x.softmax(dim)`): a float tensor, a dim of
     /// it whose size is not 1, and the result's dims by the op's shape.
     pub(super) fn row_op(
@@ -86,6 +277,145 @@ impl<'s, 'k> Checker<'s, 'k> {
         };
         let ty = TensorTy { dims, ..o.ty };
         self.push(Op::Row { op, x: id, dim }, Ty::Tensor(ty), e)
+    }
+
+    /// `layer_norm(x, weight, bias, eps = 1e-5)` and `rms_norm(x, weight,
+    /// eps = None)`, or their method forms on `recv`: a float tensor of
+    /// rank 1 or more, and `weight` (and `bias`) of shape `[N]`, `N` its
+    /// last dim, on its device in its dtype; `eps` a scalar, not negative.
+    pub(super) fn norm(
+        &mut self,
+        def: &OpDef,
+        op: NormOp,
+        recv: Option<(&Expr, NodeId)>,
+        args: &[Arg],
+        e: &Expr,
+    ) -> NodeId {
+        let name = def.name;
+        let Some(a) = self.bind_op(def, recv.is_some(), args, e) else {
+            if recv.is_none() {
+                for x in args {
+                    self.expr(&x.value);
+                }
+            }
+            return self.error_node(e);
+        };
+        // The tensors in the catalogue's order (the receiver first), then eps.
+        let mut xs: Vec<&Expr> = Vec::new();
+        let mut ids: Vec<NodeId> = Vec::new();
+        if let Some((x, id)) = recv {
+            xs.push(x);
+            ids.push(id);
+        }
+        let tensors = if op.has_bias() { 3 } else { 2 };
+        let first = usize::from(recv.is_some());
+        for i in first..tensors {
+            let x = a[i - first].expect("required");
+            xs.push(x);
+            ids.push(self.expr(x));
+        }
+        // `eps = None` is PyTorch's way of asking for the default.
+        let eps_expr =
+            a[tensors - first].filter(|x| !matches!(&x.kind, ExprKind::Var(i) if i == "None"));
+        let ops: Vec<Option<Operand>> = (0..tensors)
+            .map(|i| self.tensor(ids[i], xs[i], name))
+            .collect();
+        if ops.iter().any(|o| o.is_none()) {
+            if let Some(x) = eps_expr {
+                self.expr(x);
+            }
+            return self.error_node(e);
+        }
+        let ops: Vec<Operand> = ops.into_iter().map(|o| o.expect("checked")).collect();
+        let agreed = self.agree(name, &ops, 0);
+        let ok = !agreed.ok || self.need_float(name, &ops[0]);
+        let names: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
+        let params: Vec<(&str, &[Dim])> = (1..tensors)
+            .map(|i| (names[i].as_str(), &ops[i].ty.dims[..]))
+            .collect();
+        let spans: Vec<&Sp> = xs.iter().map(|x| &x.sp).collect();
+        let dims = self.ruled(
+            rules::norm(name, (&names[0], &ops[0].ty.dims), &params),
+            &spans,
+        );
+        let eps = match eps_expr {
+            None => Ok(None),
+            Some(x) => match self.scalar_operand(x, &ops[0], name) {
+                Some(id) => match self.graph.nodes[id].op {
+                    Op::Lit { value, .. } if value.is_nan() || value < 0.0 => {
+                        let default = match op {
+                            NormOp::LayerNorm => "1e-5",
+                            NormOp::RmsNorm => "the machine epsilon of f32 (f64 for f64)",
+                        };
+                        self.error(
+                            &x.sp,
+                            format!("`eps = {x}` of `{name}` is negative: it is added to the {} under a square root, so it must be zero or positive; leave it out for PyTorch's default, {default}", match op {
+                                NormOp::LayerNorm => "variance",
+                                NormOp::RmsNorm => "mean of the squares",
+                            }),
+                        );
+                        Err(())
+                    }
+                    _ => Ok(Some(id)),
+                },
+                None => Err(()),
+            },
+        };
+        match (ok, dims, eps) {
+            (true, Some(dims), Ok(eps)) => self.push(
+                Op::Norm {
+                    op,
+                    x: ids[0],
+                    weight: ids[1],
+                    bias: op.has_bias().then(|| ids[2]),
+                    eps,
+                },
+                Self::out_ty(&agreed, dims),
+                e,
+            ),
+            _ => self.error_node(e),
+        }
+    }
+
+    /// `rope(input, cos, sin)`: a float `input` of dims `[.., T, D]` (`D`
+    /// even) and `cos`, `sin` of dims `[T, D]`, on its device in its dtype.
+    pub(super) fn rope(&mut self, def: &OpDef, args: &[Arg], e: &Expr) -> NodeId {
+        let name = def.name;
+        let Some(a) = self.bind_op(def, false, args, e) else {
+            return self.error_node(e);
+        };
+        let xs: Vec<&Expr> = a.iter().map(|x| x.expect("required")).collect();
+        let ids: Vec<NodeId> = xs.iter().map(|x| self.expr(x)).collect();
+        let ops: Vec<Option<Operand>> = (0..3).map(|i| self.tensor(ids[i], xs[i], name)).collect();
+        if ops.iter().any(|o| o.is_none()) {
+            return self.error_node(e);
+        }
+        let ops: Vec<Operand> = ops.into_iter().map(|o| o.expect("checked")).collect();
+        let agreed = self.agree(name, &ops, 0);
+        let ok = !agreed.ok || self.need_float(name, &ops[0]);
+        let names: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
+        let spans: Vec<&Sp> = xs.iter().map(|x| &x.sp).collect();
+        let dims = self.ruled(
+            rules::rope(
+                name,
+                (&names[0], &ops[0].ty.dims),
+                (&names[1], &ops[1].ty.dims),
+                (&names[2], &ops[2].ty.dims),
+            ),
+            &spans,
+        );
+        match (ok, dims) {
+            (true, Some(dims)) => self.push(
+                Op::Rope {
+                    x: ids[0],
+                    cos: ids[1],
+                    sin: ids[2],
+                },
+                Self::out_ty(&agreed, dims),
+                e,
+            ),
+            _ => self.error_node(e),
+        }
     }
 
     /// `x.t()`, `x.permute([..])`, `x.transpose(d0, d1)`: the same
@@ -335,8 +665,15 @@ impl<'s, 'k> Checker<'s, 'k> {
                 return self.binary(bop, (rid, o.ex), (iy, value), e);
             }
         }
-        let Some(a) = self.bind_args(name, args, &["dim"], 0, e) else {
+        let Some(a) = self.bind_args(name, args, &["dim", "keepdim"], 0, e) else {
             return self.error_node(e);
+        };
+        let keepdim = match a[1] {
+            None => false,
+            Some(k) => match self.flag_arg(k, name, "keepdim") {
+                Some(k) => k,
+                None => return self.error_node(e),
+            },
         };
         let ok = if op == ReduceOp::Mean {
             self.need_float(name, &o)
@@ -378,15 +715,160 @@ impl<'s, 'k> Checker<'s, 'k> {
         } else {
             o.ty.dtype
         };
-        self.push(
-            Op::Reduce { op, x: rid, dim },
+        let ty = |dims| {
             Ty::Tensor(TensorTy {
                 device: o.ty.device,
                 dtype,
                 dims,
-            }),
+            })
+        };
+        let reduced = self.push(Op::Reduce { op, x: rid, dim }, ty(dims), e);
+        match keepdim {
+            false => reduced,
+            true => self.keep_dims(reduced, &o, dim, ty, e),
+        }
+    }
+
+    /// A reduction's result with its reduced dims back as 1 (`keepdim =
+    /// true`): a view of the fresh result.
+    fn keep_dims(
+        &mut self,
+        reduced: NodeId,
+        o: &Operand<'_>,
+        dim: Option<usize>,
+        ty: impl Fn(Vec<Dim>) -> Ty,
+        e: &Expr,
+    ) -> NodeId {
+        let kept = match dim {
+            Some(d) => rules::reduce("keepdim", (&o.ex.to_string(), &o.ty.dims), d, true)
+                .expect("checked without keepdim"),
+            None => vec![Dim::constant(1); o.ty.dims.len()],
+        };
+        self.push(
+            Op::Reshape {
+                x: reduced,
+                view: true,
+            },
+            ty(kept),
             e,
         )
+    }
+
+    /// `x.var(dim, correction = 1, keepdim = false)`: the mean (its dim
+    /// kept), the squared deviations, their sum scaled by
+    /// `1 / (n - correction)`; every step a node the planner fuses.
+    pub(super) fn var(&mut self, rid: NodeId, o: Operand<'_>, args: &[Arg], e: &Expr) -> NodeId {
+        let name = "var";
+        let Some(a) = self.bind_args(name, args, &["dim", "correction", "keepdim"], 0, e) else {
+            return self.error_node(e);
+        };
+        if !self.need_float(name, &o) {
+            return self.error_node(e);
+        }
+        let dim = match a[0] {
+            None => None,
+            Some(d) => match self.dim_arg(d, name, &o) {
+                Some(d) => Some(d),
+                None => return self.error_node(e),
+            },
+        };
+        let correction = match a[1] {
+            None => 1,
+            Some(c) => match self.int_arg(c, "the `correction` of `var`") {
+                Some(c) if c >= 0 => c as usize,
+                Some(_) => {
+                    self.error(&c.sp, "`correction` is a count of at least 0 (1: the sample variance, 0: the population's)");
+                    return self.error_node(e);
+                }
+                None => return self.error_node(e),
+            },
+        };
+        let keepdim = match a[2] {
+            None => false,
+            Some(k) => match self.flag_arg(k, name, "keepdim") {
+                Some(k) => k,
+                None => return self.error_node(e),
+            },
+        };
+        let text = o.ex.to_string();
+        if let (Some(d), Some(x)) = (dim, a[0]) {
+            if let Err(err) = rules::reduce_size_one(name, (&text, &o.ty.dims), d) {
+                self.error(&x.sp, err.message);
+                return self.error_node(e);
+            }
+        }
+        // The count of reduced elements; a run-time one has no literal.
+        let n = match dim {
+            Some(d) => o.ty.dims[d].clone(),
+            None => numel(&o.ty.dims),
+        };
+        let scale = match n.as_constant() {
+            // PyTorch divides by `max(0, n - correction)`.
+            Some(n) => 1.0 / (n as f64 - correction as f64).max(0.0),
+            None if correction == 0 => 0.0,
+            None => {
+                let at = a[1].or(a[0]).map_or(&e.sp, |x| &x.sp);
+                self.error(
+                    at,
+                    format!("`var` with `correction = {correction}` over `{text}`'s dims {}: the count {n} is known only at run time; use `correction = 0` (the population variance, a mean) or a static dim", fmt_shape(&o.ty.dims)),
+                );
+                return self.error_node(e);
+            }
+        };
+        let reduced = match dim {
+            Some(d) => rules::reduce(name, (&text, &o.ty.dims), d, false).expect("dim checked"),
+            None => vec![],
+        };
+        let ty = |dims| {
+            Ty::Tensor(TensorTy {
+                dims,
+                ..o.ty.clone()
+            })
+        };
+        let mean = self.push(
+            Op::Reduce {
+                op: ReduceOp::Mean,
+                x: rid,
+                dim,
+            },
+            ty(reduced.clone()),
+            e,
+        );
+        let mean = self.keep_dims(mean, &o, dim, ty, e);
+        let dev = self.push(
+            Op::Binary(BinaryOp::Sub, rid, mean),
+            ty(o.ty.dims.clone()),
+            e,
+        );
+        let sq = self.push(
+            Op::Binary(BinaryOp::Mul, dev, dev),
+            ty(o.ty.dims.clone()),
+            e,
+        );
+        let (op, factor) = match n.as_constant() {
+            Some(_) => (ReduceOp::Sum, Some(scale)),
+            None => (ReduceOp::Mean, None),
+        };
+        let mut out = self.push(Op::Reduce { op, x: sq, dim }, ty(reduced), e);
+        if let Some(f) = factor {
+            let lit = self.push(
+                Op::Lit {
+                    value: f,
+                    int: false,
+                },
+                Ty::Scalar(ScalarTy::FloatLit),
+                e,
+            );
+            out = self.push(
+                Op::Binary(BinaryOp::Mul, out, lit),
+                self.graph.nodes[out].ty.clone(),
+                e,
+            );
+        }
+        match keepdim {
+            false => out,
+            true => self.keep_dims(out, &o, dim, ty, e),
+        }
     }
 
     pub(super) fn narrow(&mut self, rid: NodeId, o: Operand<'_>, args: &[Arg], e: &Expr) -> NodeId {

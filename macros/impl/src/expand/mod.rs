@@ -13,7 +13,7 @@ use quote::{format_ident, quote, quote_spanned};
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::ir::Kernel;
 use tensorfn_kernels::ptx::Target;
-use tensorfn_kernels::{ReduceOp, UnaryOp};
+use tensorfn_kernels::{NormOp, ReduceOp, UnaryOp};
 
 mod entry;
 mod items;

@@ -201,6 +201,30 @@ impl FnGen<'_> {
                     }
                 }
             }
+            Op::Attention {
+                q,
+                k,
+                v,
+                mask,
+                causal,
+                scale,
+            } => {
+                let (q, k, v) = (self.reference(*q), self.reference(*k), self.reference(*v));
+                let s = so();
+                let mut args = quote!(::tensorfn::AttentionArgs::new());
+                if let Some(m) = mask {
+                    let m = self.reference(*m);
+                    args = quote!(#args.attn_mask(#m));
+                }
+                if *causal {
+                    args = quote!(#args.is_causal(true));
+                }
+                if let Some(sc) = scale {
+                    let sc = self.scalar_as(*sc, DTypeKind::F64);
+                    args = quote!(#args.scale(#sc));
+                }
+                quote!(#q.scaled_dot_product_attention_dims::<#s>(#k, #v, #args)?)
+            }
             Op::Reshape { x, view } => {
                 let x = self.reference(*x);
                 let s = so();
@@ -218,6 +242,12 @@ impl FnGen<'_> {
                         quote!(#x.reshape_dims::<#s>(&#d)?)
                     }
                 }
+            }
+            Op::Expand(x) => {
+                let x = self.reference(*x);
+                let s = so();
+                let d = dims_array(&self.tty(n).dims, self.symbols());
+                quote!(#x.expand::<#s>(&#d)?)
             }
             Op::T(x) => {
                 let x = self.reference(*x);
@@ -268,6 +298,64 @@ impl FnGen<'_> {
                 let x = self.reference(*x);
                 let m = format_ident!("{}", op.name());
                 quote!(#x.#m::<#dim>()?)
+            }
+            Op::Norm {
+                op,
+                x,
+                weight,
+                bias,
+                eps,
+            } => {
+                // `weight` and `bias` as the typed method takes them: of
+                // the shape type of `x`'s last dim.
+                let last = self.dim_tys(*x).pop().expect("rank 1 or more");
+                let param = |p: NodeId| {
+                    let r = self.reference(p);
+                    if self.dim_tys(p) == [last.clone()] {
+                        r
+                    } else {
+                        let s = shape_tokens(std::slice::from_ref(&last));
+                        quote!(&::core::clone::Clone::clone(#r).into_shape::<#s>()?)
+                    }
+                };
+                let xr = self.reference(*x);
+                let w = param(*weight);
+                let eps = eps.map(|e| self.scalar_f64(e));
+                match op {
+                    NormOp::LayerNorm => {
+                        let b = param(bias.expect("layer_norm has a bias"));
+                        let eps = eps.unwrap_or_else(|| {
+                            let d = op.default_eps(DTypeKind::F32);
+                            quote!(#d)
+                        });
+                        quote!(#xr.layer_norm(#w, #b, #eps)?)
+                    }
+                    NormOp::RmsNorm => {
+                        let eps = match eps {
+                            Some(e) => quote!(::core::option::Option::Some(#e)),
+                            None => quote!(::core::option::Option::None),
+                        };
+                        quote!(#xr.rms_norm(#w, #eps)?)
+                    }
+                }
+            }
+            Op::Rope { x, cos, sin } => {
+                // `cos` and `sin` as the typed method takes them: of the
+                // shape types of `x`'s last two dims.
+                let tys = self.dim_tys(*x);
+                let last_two = tys[tys.len() - 2..].to_vec();
+                let table = |p: NodeId| {
+                    let r = self.reference(p);
+                    if self.dim_tys(p) == last_two {
+                        r
+                    } else {
+                        let s = shape_tokens(&last_two);
+                        quote!(&::core::clone::Clone::clone(#r).into_shape::<#s>()?)
+                    }
+                };
+                let xr = self.reference(*x);
+                let (c, s) = (table(*cos), table(*sin));
+                quote!(#xr.rope(#c, #s)?)
             }
             Op::Cat { xs, dim } => {
                 // Pairwise: each step's shape type has the joined dim so far.

@@ -1,0 +1,260 @@
+//! Generation shared by the language-model examples (`gpt2`, `llama`): the
+//! command line, the prompt's forward pass (timed, its logits written for
+//! the reference scripts), and greedy or top-k decoding with a key-value
+//! cache, in tokens per second.
+
+use super::AnyResult;
+use std::time::Instant;
+use tensorfn::prelude::*;
+
+/// A causal language model on `D` in `T`, as generation drives it.
+pub trait CausalLm<D: Device, T: Float> {
+    /// The keys and values of every layer so far.
+    type Cache;
+    /// The prompt's logits `[B, S, vocab]`, and the cache of its keys and
+    /// values.
+    fn prompt(
+        &self,
+        ids: &Tensor<D, i64, shape![_, _]>,
+    ) -> Result<(Tensor<D, T, shape![_, _, _]>, Self::Cache)>;
+    /// The logits `[B, 1, vocab]` of one more token per row, its keys and
+    /// values added to `cache`.
+    fn step(
+        &self,
+        ids: &Tensor<D, i64, shape![_, 1]>,
+        cache: &mut Self::Cache,
+    ) -> Result<Tensor<D, T, shape![_, 1, _]>>;
+}
+
+/// The options of a run (see each example's docs).
+pub struct Options {
+    /// A checkpoint to read; random weights when `None`.
+    pub weights: Option<std::path::PathBuf>,
+    /// The prompts of every row, one after the other.
+    pub tokens: Vec<i64>,
+    /// Rows.
+    pub batch: usize,
+    /// New tokens per row.
+    pub steps: usize,
+    /// Sample from the `top_k` largest logits; 0: greedy.
+    pub top_k: usize,
+    /// The sampler's seed (and the random weights').
+    pub seed: Option<u64>,
+    /// `f32`, `bf16` or `f16`.
+    pub dtype: String,
+    /// Layers of random weights.
+    pub layers: usize,
+    /// Run on the CPU even with a GPU.
+    pub cpu: bool,
+    /// Where to write the prompt's logits.
+    pub logits_out: Option<std::path::PathBuf>,
+    /// Check a random model against f64 on the host first.
+    pub check: bool,
+    /// Forward passes of the prompt to time.
+    pub bench: usize,
+}
+
+impl Options {
+    /// The defaults: 8 fixed prompt ids, one row, 16 greedy tokens in f32,
+    /// random weights of `layers` layers, checked.
+    pub fn new(layers: usize) -> Options {
+        Options {
+            weights: None,
+            tokens: vec![464, 2068, 7586, 21831, 18045, 625, 262, 16931],
+            batch: 1,
+            steps: 16,
+            top_k: 0,
+            seed: None,
+            dtype: "f32".into(),
+            layers,
+            cpu: false,
+            logits_out: None,
+            check: true,
+            bench: 0,
+        }
+    }
+
+    /// Reads the command line; `vocab` bounds `--prompt-len`'s ids, `layers`
+    /// is the default depth of random weights.
+    pub fn from_args(vocab: usize, layers: usize) -> AnyResult<Options> {
+        let mut o = Options::new(layers);
+        let mut prompt_len = None;
+        let mut args = std::env::args().skip(1);
+        while let Some(a) = args.next() {
+            let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
+            match a.as_str() {
+                "--weights" => o.weights = Some(value()?.into()),
+                "--tokens" => {
+                    o.tokens = value()?
+                        .split(',')
+                        .map(|t| t.trim().parse())
+                        .collect::<std::result::Result<_, _>>()?
+                }
+                "--batch" => o.batch = value()?.parse()?,
+                "--steps" => o.steps = value()?.parse()?,
+                "--top-k" => o.top_k = value()?.parse()?,
+                "--seed" => o.seed = Some(value()?.parse()?),
+                "--dtype" => o.dtype = value()?,
+                "--layers" => o.layers = value()?.parse()?,
+                "--logits-out" => o.logits_out = Some(value()?.into()),
+                "--cpu" => o.cpu = true,
+                "--no-check" => o.check = false,
+                "--prompt-len" => prompt_len = Some(value()?.parse::<usize>()?),
+                "--bench" => o.bench = value()?.parse()?,
+                other => {
+                    return Err(format!("unknown option {other} (see the example's docs)").into())
+                }
+            }
+        }
+        if let Some(t) = prompt_len {
+            o.tokens = (0..o.batch * t)
+                .map(|i| ((i * 7919 + 13) % vocab) as i64)
+                .collect();
+        }
+        Ok(o)
+    }
+
+    /// The prompt ids as `[batch, S]`.
+    pub fn prompt(&self) -> AnyResult<Tensor<Cpu, i64, shape![_, _]>> {
+        if self.batch == 0 || self.tokens.is_empty() || self.tokens.len() % self.batch != 0 {
+            return Err(format!(
+                "--tokens: {} ids do not make {} rows of one length",
+                self.tokens.len(),
+                self.batch
+            )
+            .into());
+        }
+        let s = self.tokens.len() / self.batch;
+        Ok(Tensor::from_vec_dims(
+            self.tokens.clone(),
+            &[self.batch, s],
+        )?)
+    }
+}
+
+/// The prompt's logits, as the reference scripts read them.
+#[derive(Params)]
+struct Logits {
+    logits: Tensor<Cpu, f32, shape![_, _]>,
+}
+
+/// The next token of each row from `[B, 1, vocab]` logits: the largest
+/// (on the device), or one of the `k` largest drawn by their softmax.
+pub fn next_tokens<D: Device, T: Float>(
+    logits: &Tensor<D, T, shape![_, 1, _]>,
+    k: usize,
+    rng: &mut u64,
+) -> Result<Vec<i64>> {
+    if k == 0 {
+        return logits.argmax::<2>()?.to_vec();
+    }
+    let vocab = logits.dims()[2];
+    let k = k.min(vocab);
+    let all: Vec<f64> = logits
+        .to_vec()?
+        .into_iter()
+        .map(tensorfn::DType::to_f64)
+        .collect();
+    Ok(all
+        .chunks(vocab)
+        .map(|row| {
+            let mut order: Vec<usize> = (0..vocab).collect();
+            order.select_nth_unstable_by(k - 1, |&a, &b| row[b].total_cmp(&row[a]));
+            let top = &order[..k];
+            let max = top
+                .iter()
+                .map(|&i| row[i])
+                .fold(f64::NEG_INFINITY, f64::max);
+            let weights: Vec<f64> = top.iter().map(|&i| (row[i] - max).exp()).collect();
+            let mut u = uniform(rng) * weights.iter().sum::<f64>();
+            for (&i, w) in top.iter().zip(&weights) {
+                if u < *w {
+                    return i as i64;
+                }
+                u -= w;
+            }
+            top[0] as i64
+        })
+        .collect())
+}
+
+/// A uniform draw in `[0, 1)` (SplitMix64).
+fn uniform(state: &mut u64) -> f64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Runs the prompt (timed with `--bench`, its logits written with
+/// `--logits-out`), then generates `o.steps` tokens per row; returns them.
+pub fn generate<D: Device, T: Float, M: CausalLm<D, T>>(
+    o: &Options,
+    model: &M,
+    context: usize,
+) -> AnyResult<Vec<Vec<i64>>> {
+    let ids = o.prompt()?.to_device::<D>()?;
+    let (b, s) = (ids.dims()[0], ids.dims()[1]);
+
+    let start = Instant::now();
+    let (all, mut cache) = model.prompt(&ids)?;
+    let vocab = all.dims()[2];
+    if let Some(path) = &o.logits_out {
+        let flat = all.cast::<f32>()?.to_cpu()?.reshape_dims(&[b * s, vocab])?;
+        Logits { logits: flat }.save_safetensors(path)?;
+        println!("wrote the prompt's logits to {}", path.display());
+    }
+    let last = all.narrow::<1, shape![_, 1, _]>(s - 1, 1)?;
+    let mut rng = o.seed.unwrap_or(0);
+    let mut next = next_tokens(&last, o.top_k, &mut rng)?;
+    tensorfn::synchronize::<D>()?;
+    let prompt_time = start.elapsed();
+    drop((all, last));
+
+    if o.bench > 0 {
+        let mut times = Vec::new();
+        for _ in 0..o.bench {
+            let start = Instant::now();
+            let (all, _) = model.prompt(&ids)?;
+            tensorfn::synchronize::<D>()?;
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+            drop(all);
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "forward [{b}, {s}] {}: median {:.3} ms, min {:.3} ms over {} runs",
+            T::KIND.name(),
+            times[times.len() / 2],
+            times[0],
+            times.len()
+        );
+    }
+
+    let mut out = vec![Vec::new(); b];
+    let start = Instant::now();
+    for _ in 0..o.steps {
+        for (row, t) in out.iter_mut().zip(&next) {
+            row.push(*t);
+        }
+        if s + out[0].len() >= context {
+            break;
+        }
+        let ids = Tensor::<Cpu, i64, shape![_, 1]>::from_vec_dims(next.clone(), &[b, 1])?
+            .to_device::<D>()?;
+        next = next_tokens(&model.step(&ids, &mut cache)?, o.top_k, &mut rng)?;
+    }
+    tensorfn::synchronize::<D>()?;
+    let gen_time = start.elapsed().as_secs_f64();
+    let tokens = out[0].len() * b;
+    println!(
+        "{} prompt tokens in {:.1} ms; {tokens} new tokens in {:.1} ms: {:.1} tokens/s ({}, {}, batch {b})",
+        b * s,
+        prompt_time.as_secs_f64() * 1e3,
+        gen_time * 1e3,
+        tokens as f64 / gen_time.max(1e-9),
+        std::any::type_name::<D>().rsplit("::").next().unwrap_or("?"),
+        T::KIND.name(),
+    );
+    Ok(out)
+}

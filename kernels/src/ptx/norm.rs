@@ -1,0 +1,693 @@
+//! The normalisation entries (`layer_norm`, `rms_norm`): one module per
+//! op and dtype holding the five entries of [`crate::norm`], each a
+//! fused row kernel that reads its row once, takes the statistics in
+//! registers (two passes over them for `layer_norm`: the mean, then the
+//! squares of the deviations from it) and writes the normalised row.
+//!
+//! Every entry is `NAME_SUFFIX(.param .u64 out, .param .u64 in, .param
+//! .u64 weight, .param .u64 bias, .param .u64 rows, .param .u64 cols,
+//! .param .f64 eps)` over `rows` contiguous rows of `cols` elements;
+//! `bias` is unused by `rms_norm`. Launch with `block.x = BLOCK` and
+//! `grid.x` blocks, each of which loops over the rows its
+//! [`rows_per_block`](crate::norm::NormEntry::rows_per_block) slots
+//! cover, `grid.x` blocks apart.
+
+use super::body::{Body, Class};
+use super::inst::round_bf16;
+use super::memory::{load, store};
+use crate::abi::BLOCK;
+use crate::norm::{self, NormEntry, WARPS};
+use crate::ops::NormOp;
+use tensorfn_core::DTypeKind;
+
+const PARAMS: &str = "(\n\t.param .u64 p_out,\n\t.param .u64 p_in,\n\t.param .u64 p_w,\n\t.param .u64 p_b,\n\t.param .u64 p_rows,\n\t.param .u64 p_cols,\n\t.param .f64 p_eps\n)";
+
+/// Bytes of shared memory per statistic: one value per warp.
+const REGION: usize = WARPS * 8;
+
+/// What every entry starts from.
+struct Gen {
+    op: NormOp,
+    dtype: DTypeKind,
+    /// Statistics in f64 (for f64), else f32.
+    wide: bool,
+    out: String,
+    input: String,
+    w: String,
+    b: String,
+    rows: String,
+    cols: String,
+    eps: String,
+    n: String,
+    tid: String,
+    lane: String,
+    warp: String,
+    smem: Option<String>,
+}
+
+impl Gen {
+    /// The PTX type of the statistics.
+    fn a(&self) -> &'static str {
+        if self.wide {
+            "f64"
+        } else {
+            "f32"
+        }
+    }
+
+    fn acc(&self, body: &mut Body) -> String {
+        body.reg(if self.wide { Class::F64 } else { Class::F32 })
+    }
+
+    fn zero(&self) -> &'static str {
+        if self.wide {
+            "0d0000000000000000"
+        } else {
+            "0f00000000"
+        }
+    }
+
+    fn one(&self) -> &'static str {
+        if self.wide {
+            "0d3FF0000000000000"
+        } else {
+            "0f3F800000"
+        }
+    }
+
+    fn new(body: &mut Body, op: NormOp, dtype: DTypeKind, shared: bool) -> Gen {
+        let param = |body: &mut Body, name: &str, global: bool| {
+            let r = body.reg(Class::B64);
+            body.op(format!("ld.param.u64 {r}, [{name}]"));
+            if global {
+                body.op(format!("cvta.to.global.u64 {r}, {r}"));
+            }
+            r
+        };
+        let out = param(body, "p_out", true);
+        let input = param(body, "p_in", true);
+        let w = param(body, "p_w", true);
+        let b = param(body, "p_b", true);
+        let rows = param(body, "p_rows", false);
+        let cols = param(body, "p_cols", false);
+        let wide = dtype == DTypeKind::F64;
+        let a = if wide { "f64" } else { "f32" };
+        let class = if wide { Class::F64 } else { Class::F32 };
+        let e64 = body.reg(Class::F64);
+        body.op(format!("ld.param.f64 {e64}, [p_eps]"));
+        let eps = if wide {
+            e64
+        } else {
+            let e = body.reg(Class::F32);
+            body.op(format!("cvt.rn.f32.f64 {e}, {e64}"));
+            e
+        };
+        let n = body.reg(class);
+        body.op(format!("cvt.rn.{a}.u64 {n}, {cols}"));
+        let tid = body.reg(Class::B32);
+        body.op(format!("mov.u32 {tid}, %tid.x"));
+        let lane = body.reg(Class::B32);
+        body.op(format!("and.b32 {lane}, {tid}, 31"));
+        let warp = body.reg(Class::B32);
+        body.op(format!("shr.u32 {warp}, {tid}, 5"));
+        let smem = shared.then(|| {
+            let s = body.reg(Class::B64);
+            body.op(format!("mov.u64 {s}, nsmem"));
+            s
+        });
+        Gen {
+            op,
+            dtype,
+            wide,
+            out,
+            input,
+            w,
+            b,
+            rows,
+            cols,
+            eps,
+            n,
+            tid,
+            lane,
+            warp,
+            smem,
+        }
+    }
+
+    /// The sum over the row's threads of each thread's `s`, in every
+    /// thread: a butterfly within the warp, then (for a block) the warps'
+    /// sums in order through shared memory `region`.
+    fn reduce(&self, body: &mut Body, s: &str, region: usize) -> String {
+        let a = self.a();
+        for off in [16, 8, 4, 2, 1] {
+            let o = self.acc(body);
+            if self.wide {
+                let lo = body.reg(Class::B32);
+                let hi = body.reg(Class::B32);
+                body.op(format!("mov.b64 {{{lo}, {hi}}}, {s}"));
+                body.op(format!("shfl.sync.bfly.b32 {lo}, {lo}, {off}, 31, -1"));
+                body.op(format!("shfl.sync.bfly.b32 {hi}, {hi}, {off}, 31, -1"));
+                body.op(format!("mov.b64 {o}, {{{lo}, {hi}}}"));
+            } else {
+                body.op(format!("shfl.sync.bfly.b32 {o}, {s}, {off}, 31, -1"));
+            }
+            body.op(format!("add.rn.{a} {s}, {s}, {o}"));
+        }
+        let Some(smem) = &self.smem else {
+            return s.to_string();
+        };
+        let lane0 = body.reg(Class::Pred);
+        body.op(format!("setp.eq.u32 {lane0}, {}, 0", self.lane));
+        let slot = body.reg(Class::B64);
+        body.op(format!("mul.wide.u32 {slot}, {}, 8", self.warp));
+        body.op(format!("add.u64 {slot}, {slot}, {smem}"));
+        body.op(format!(
+            "@{lane0} st.shared.{a} [{slot}+{}], {s}",
+            region * REGION
+        ));
+        body.op("bar.sync 0");
+        let total = self.acc(body);
+        body.op(format!(
+            "ld.shared.{a} {total}, [{smem}+{}]",
+            region * REGION
+        ));
+        for w in 1..WARPS {
+            let v = self.acc(body);
+            body.op(format!(
+                "ld.shared.{a} {v}, [{smem}+{}]",
+                region * REGION + 8 * w
+            ));
+            body.op(format!("add.rn.{a} {total}, {total}, {v}"));
+        }
+        total
+    }
+
+    /// `1 / sqrt(stat + eps)`.
+    fn inverse(&self, body: &mut Body, stat: &str) -> String {
+        let a = self.a();
+        let t = self.acc(body);
+        body.op(format!("add.rn.{a} {t}, {stat}, {}", self.eps));
+        body.op(format!("sqrt.rn.{a} {t}, {t}"));
+        let inv = self.acc(body);
+        body.op(format!("div.rn.{a} {inv}, {}, {t}", self.one()));
+        inv
+    }
+
+    /// `sum / n`, the mean of a row's sum.
+    fn mean(&self, body: &mut Body, sum: &str) -> String {
+        let m = self.acc(body);
+        body.op(format!("div.rn.{} {m}, {sum}, {}", self.a(), self.n));
+        m
+    }
+
+    /// The output of element `x` (already `x - mean` for `layer_norm`)
+    /// with its `w` (and `b`), rounded to the dtype (in register form).
+    fn output(&self, body: &mut Body, x: &str, inv: &str, w: &str, b: Option<&str>) -> String {
+        let a = self.a();
+        let y = self.acc(body);
+        body.op(format!("mul.rn.{a} {y}, {x}, {inv}"));
+        match b {
+            Some(b) => body.op(format!("fma.rn.{a} {y}, {y}, {w}, {b}")),
+            None => body.op(format!("mul.rn.{a} {y}, {y}, {w}")),
+        }
+        if self.dtype == DTypeKind::BF16 {
+            let d = body.reg(Class::F32);
+            let last = round_bf16(body, &y, &d);
+            body.op(last);
+            return d;
+        }
+        y
+    }
+
+    /// Loads one access of `width` elements at `[addr]` where `p` holds,
+    /// zeros elsewhere, as raw registers (converted by [`Gen::widen`]), so
+    /// that a thread issues all its loads before it waits for any.
+    fn load_raw(&self, body: &mut Body, width: usize, p: &str, addr: &str) -> Vec<String> {
+        if width > 1 {
+            let r: Vec<String> = (0..4).map(|_| body.reg(Class::B32)).collect();
+            for x in &r {
+                body.op(format!("mov.b32 {x}, 0"));
+            }
+            body.op(format!(
+                "@{p} ld.global.nc.v4.u32 {{{}}}, [{addr}]",
+                r.join(", ")
+            ));
+            return r;
+        }
+        let (class, init, ty) = match self.dtype {
+            DTypeKind::F32 => (Class::F32, "mov.f32", "f32"),
+            DTypeKind::F64 => (Class::F64, "mov.f64", "f64"),
+            DTypeKind::F16 => (Class::B16, "mov.b16", "b16"),
+            _ => (Class::B32, "mov.b32", "u16"),
+        };
+        let r = body.reg(class);
+        let zero = match self.dtype {
+            DTypeKind::F32 => "0f00000000",
+            DTypeKind::F64 => "0d0000000000000000",
+            _ => "0",
+        };
+        body.op(format!("{init} {r}, {zero}"));
+        body.op(format!("@{p} ld.global.nc.{ty} {r}, [{addr}]"));
+        vec![r]
+    }
+
+    /// The values of an access loaded by [`Gen::load_raw`], in the
+    /// precision of the statistics.
+    fn widen(&self, body: &mut Body, width: usize, raw: &[String]) -> Vec<String> {
+        let mut out = Vec::with_capacity(width);
+        match (self.dtype, width > 1) {
+            (DTypeKind::F32 | DTypeKind::F64, false) => out.push(raw[0].clone()),
+            (DTypeKind::F32, true) => {
+                for r in raw {
+                    let f = body.reg(Class::F32);
+                    body.op(format!("mov.b32 {f}, {r}"));
+                    out.push(f);
+                }
+            }
+            (DTypeKind::F64, true) => {
+                for pair in raw.chunks(2) {
+                    let d = body.reg(Class::F64);
+                    body.op(format!("mov.b64 {d}, {{{}, {}}}", pair[0], pair[1]));
+                    out.push(d);
+                }
+            }
+            (DTypeKind::F16, false) => {
+                let f = body.reg(Class::F32);
+                body.op(format!("cvt.f32.f16 {f}, {}", raw[0]));
+                out.push(f);
+            }
+            (DTypeKind::F16, true) => {
+                for r in raw {
+                    let lo = body.reg(Class::B16);
+                    let hi = body.reg(Class::B16);
+                    body.op(format!("mov.b32 {{{lo}, {hi}}}, {r}"));
+                    for h in [lo, hi] {
+                        let f = body.reg(Class::F32);
+                        body.op(format!("cvt.f32.f16 {f}, {h}"));
+                        out.push(f);
+                    }
+                }
+            }
+            (_, false) => {
+                let s = body.reg(Class::B32);
+                body.op(format!("shl.b32 {s}, {}, 16", raw[0]));
+                let f = body.reg(Class::F32);
+                body.op(format!("mov.b32 {f}, {s}"));
+                out.push(f);
+            }
+            (_, true) => {
+                for r in raw {
+                    let lo = body.reg(Class::B32);
+                    body.op(format!("shl.b32 {lo}, {r}, 16"));
+                    let hi = body.reg(Class::B32);
+                    body.op(format!("and.b32 {hi}, {r}, 0xFFFF0000"));
+                    for h in [lo, hi] {
+                        let f = body.reg(Class::F32);
+                        body.op(format!("mov.b32 {f}, {h}"));
+                        out.push(f);
+                    }
+                }
+            }
+        }
+        debug_assert_eq!(out.len(), width);
+        out
+    }
+
+    /// Stores `ys` (register form, rounded) as one access at `[addr]`
+    /// where `p` holds.
+    fn store_access(&self, body: &mut Body, p: &str, addr: &str, ys: &[String]) {
+        if ys.len() == 1 {
+            let y = &ys[0];
+            match self.dtype {
+                DTypeKind::F32 | DTypeKind::F64 => {
+                    body.op(format!("@{p} st.global.{} [{addr}], {y}", self.a()))
+                }
+                DTypeKind::F16 => {
+                    let h = body.reg(Class::B16);
+                    body.op(format!("cvt.rn.f16.f32 {h}, {y}"));
+                    body.op(format!("@{p} st.global.b16 [{addr}], {h}"));
+                }
+                _ => {
+                    let s = body.reg(Class::B32);
+                    body.op(format!("mov.b32 {s}, {y}"));
+                    body.op(format!("shr.u32 {s}, {s}, 16"));
+                    body.op(format!("@{p} st.global.u16 [{addr}], {s}"));
+                }
+            }
+            return;
+        }
+        let words: Vec<String> = match self.dtype {
+            DTypeKind::F32 => ys
+                .iter()
+                .map(|y| {
+                    let r = body.reg(Class::B32);
+                    body.op(format!("mov.b32 {r}, {y}"));
+                    r
+                })
+                .collect(),
+            DTypeKind::F64 => ys
+                .iter()
+                .flat_map(|y| {
+                    let lo = body.reg(Class::B32);
+                    let hi = body.reg(Class::B32);
+                    body.op(format!("mov.b64 {{{lo}, {hi}}}, {y}"));
+                    [lo, hi]
+                })
+                .collect(),
+            DTypeKind::F16 => ys
+                .chunks(2)
+                .map(|pair| {
+                    let lo = body.reg(Class::B16);
+                    let hi = body.reg(Class::B16);
+                    body.op(format!("cvt.rn.f16.f32 {lo}, {}", pair[0]));
+                    body.op(format!("cvt.rn.f16.f32 {hi}, {}", pair[1]));
+                    let r = body.reg(Class::B32);
+                    body.op(format!("mov.b32 {r}, {{{lo}, {hi}}}"));
+                    r
+                })
+                .collect(),
+            _ => ys
+                .chunks(2)
+                .map(|pair| {
+                    // The top halves of both (bytes 2, 3 of `lo`, then of
+                    // `hi`): the values are rounded to bf16 already.
+                    let lo = body.reg(Class::B32);
+                    body.op(format!("mov.b32 {lo}, {}", pair[0]));
+                    let hi = body.reg(Class::B32);
+                    body.op(format!("mov.b32 {hi}, {}", pair[1]));
+                    let r = body.reg(Class::B32);
+                    body.op(format!("prmt.b32 {r}, {lo}, {hi}, 0x7632"));
+                    r
+                })
+                .collect(),
+        };
+        body.op(format!(
+            "@{p} st.global.v4.u32 [{addr}], {{{}}}",
+            words.join(", ")
+        ));
+    }
+}
+
+/// This thread's accesses of a row held in registers: access `j` lies
+/// `j * step` bytes past the thread's first one (`first` bytes into the
+/// row), inside the row while `j * threads < rest`.
+struct Accesses {
+    width: usize,
+    count: usize,
+    threads: usize,
+    step: usize,
+    first: String,
+    rest: String,
+}
+
+impl Accesses {
+    fn new(body: &mut Body, g: &Gen, entry: NormEntry, t: &str) -> Accesses {
+        let width = entry.width(g.dtype);
+        let threads = entry.threads();
+        let bytes = width * g.dtype.size_bytes();
+        let rest = body.reg(Class::B64);
+        body.op(format!(
+            "shr.u64 {rest}, {}, {}",
+            g.cols,
+            width.trailing_zeros()
+        ));
+        body.op(format!("sub.s64 {rest}, {rest}, {t}"));
+        let first = body.reg(Class::B64);
+        body.op(format!("mul.lo.u64 {first}, {t}, {bytes}"));
+        Accesses {
+            width,
+            count: norm::slots(g.dtype) / width,
+            threads,
+            step: threads * bytes,
+            first,
+            rest,
+        }
+    }
+
+    /// Whether access `j` lies in the row (a fresh predicate: they are
+    /// recomputed where used rather than held across the row).
+    fn inside(&self, body: &mut Body, j: usize) -> String {
+        let p = body.reg(Class::Pred);
+        body.op(format!(
+            "setp.gt.s64 {p}, {}, {}",
+            self.rest,
+            j * self.threads
+        ));
+        p
+    }
+
+    /// The address of this thread's first access in the row at `base`.
+    fn base(&self, body: &mut Body, base: &str) -> String {
+        addr(body, base, &self.first)
+    }
+
+    fn at(&self, base: &str, j: usize) -> String {
+        format!("{base}+{}", j * self.step)
+    }
+}
+
+fn addr(body: &mut Body, base: &str, off: &str) -> String {
+    let a = body.reg(Class::B64);
+    body.op(format!("add.u64 {a}, {base}, {off}"));
+    a
+}
+
+/// One row kept in registers (the `warp` and `block` entries); `wb` holds
+/// the addresses of this thread's first access of `weight` and `bias`.
+fn row_in_registers(
+    body: &mut Body,
+    g: &Gen,
+    acc: &Accesses,
+    (wa, ba): (&str, &str),
+    xin: &str,
+    xout: &str,
+) {
+    let a = g.a();
+    let xa = acc.base(body, xin);
+    // Every load first, then the conversions.
+    let raws: Vec<Vec<String>> = (0..acc.count)
+        .map(|j| {
+            let p = acc.inside(body, j);
+            g.load_raw(body, acc.width, &p, &acc.at(&xa, j))
+        })
+        .collect();
+    let xs: Vec<Vec<String>> = raws.iter().map(|r| g.widen(body, acc.width, r)).collect();
+    let s = g.acc(body);
+    body.op(format!("mov.{a} {s}, {}", g.zero()));
+    let stat = match g.op {
+        NormOp::LayerNorm => {
+            for x in xs.iter().flatten() {
+                body.op(format!("add.rn.{a} {s}, {s}, {x}"));
+            }
+            let total = g.reduce(body, &s, 0);
+            let mean = g.mean(body, &total);
+            let q = g.acc(body);
+            body.op(format!("mov.{a} {q}, {}", g.zero()));
+            for (j, x) in xs.iter().enumerate() {
+                let p = acc.inside(body, j);
+                for x in x {
+                    body.op(format!("sub.rn.{a} {x}, {x}, {mean}"));
+                    // Slots past the row hold 0, not `0 - mean`.
+                    body.op(format!("@!{p} mov.{a} {x}, {}", g.zero()));
+                    body.op(format!("fma.rn.{a} {q}, {x}, {x}, {q}"));
+                }
+            }
+            let total = g.reduce(body, &q, 1);
+            g.mean(body, &total)
+        }
+        NormOp::RmsNorm => {
+            for x in xs.iter().flatten() {
+                body.op(format!("fma.rn.{a} {s}, {x}, {x}, {s}"));
+            }
+            let total = g.reduce(body, &s, 0);
+            g.mean(body, &total)
+        }
+    };
+    let inv = g.inverse(body, &stat);
+    let oa = acc.base(body, xout);
+    // Weights (and biases) a few accesses at a time: their loads in
+    // flight together, without holding a second row's worth of registers.
+    let bias = g.op.has_bias();
+    let group = (16 / (acc.width * if bias { 2 } else { 1 })).max(1);
+    let mut j0 = 0;
+    while j0 < acc.count {
+        let js: Vec<usize> = (j0..(j0 + group).min(acc.count)).collect();
+        let loaded: Vec<(Vec<String>, Option<Vec<String>>)> = js
+            .iter()
+            .map(|&j| {
+                let p = acc.inside(body, j);
+                let w = g.load_raw(body, acc.width, &p, &acc.at(wa, j));
+                let b = bias.then(|| g.load_raw(body, acc.width, &p, &acc.at(ba, j)));
+                (w, b)
+            })
+            .collect();
+        for (&j, (wr, br)) in js.iter().zip(&loaded) {
+            let ws = g.widen(body, acc.width, wr);
+            let bs = br.as_ref().map(|br| g.widen(body, acc.width, br));
+            let ys: Vec<String> = xs[j]
+                .iter()
+                .enumerate()
+                .map(|(k, x)| g.output(body, x, &inv, &ws[k], bs.as_ref().map(|b| b[k].as_str())))
+                .collect();
+            let p = acc.inside(body, j);
+            g.store_access(body, &p, &acc.at(&oa, j), &ys);
+        }
+        j0 += group;
+    }
+}
+
+/// A loop over this thread's columns of a long row: `col` from `tid` by
+/// `BLOCK`.
+fn col_loop(body: &mut Body, g: &Gen, inner: impl FnOnce(&mut Body, &str)) {
+    let col = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {col}, {}", g.tid));
+    let lp = body.label("col_loop");
+    let end = body.label("col_end");
+    body.place(&lp);
+    let done = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {done}, {col}, {}", g.cols));
+    body.op(format!("@{done} bra {end}"));
+    inner(body, &col);
+    body.op(format!("add.u64 {col}, {col}, {BLOCK}"));
+    body.op(format!("bra {lp}"));
+    body.place(&end);
+}
+
+fn elem(body: &mut Body, g: &Gen, base: &str, col: &str) -> String {
+    let a = body.reg(Class::B64);
+    body.op(format!(
+        "mad.lo.u64 {a}, {col}, {}, {base}",
+        g.dtype.size_bytes()
+    ));
+    a
+}
+
+/// One row of any length, read from global memory once per pass.
+fn long_row(body: &mut Body, g: &Gen, xin: &str, xout: &str) {
+    let a = g.a();
+    let dtype = g.dtype;
+    let s = g.acc(body);
+    body.op(format!("mov.{a} {s}, {}", g.zero()));
+    let mean = match g.op {
+        NormOp::LayerNorm => {
+            col_loop(body, g, |body, col| {
+                let at = elem(body, g, xin, col);
+                let x = load(body, dtype, &at, true);
+                body.op(format!("add.rn.{a} {s}, {s}, {x}"));
+            });
+            let total = g.reduce(body, &s, 0);
+            let mean = g.mean(body, &total);
+            body.op(format!("mov.{a} {s}, {}", g.zero()));
+            col_loop(body, g, |body, col| {
+                let at = elem(body, g, xin, col);
+                let x = load(body, dtype, &at, true);
+                let d = g.acc(body);
+                body.op(format!("sub.rn.{a} {d}, {x}, {mean}"));
+                body.op(format!("fma.rn.{a} {s}, {d}, {d}, {s}"));
+            });
+            Some(mean)
+        }
+        NormOp::RmsNorm => {
+            col_loop(body, g, |body, col| {
+                let at = elem(body, g, xin, col);
+                let x = load(body, dtype, &at, true);
+                body.op(format!("fma.rn.{a} {s}, {x}, {x}, {s}"));
+            });
+            None
+        }
+    };
+    let region = usize::from(mean.is_some());
+    let total = g.reduce(body, &s, region);
+    let stat = g.mean(body, &total);
+    let inv = g.inverse(body, &stat);
+    col_loop(body, g, |body, col| {
+        let at = elem(body, g, xin, col);
+        let x = load(body, dtype, &at, true);
+        let wa = elem(body, g, &g.w, col);
+        let w = load(body, dtype, &wa, true);
+        let b = g.op.has_bias().then(|| {
+            let ba = elem(body, g, &g.b, col);
+            load(body, dtype, &ba, true)
+        });
+        let d = match &mean {
+            Some(m) => {
+                let d = g.acc(body);
+                body.op(format!("sub.rn.{a} {d}, {x}, {m}"));
+                d
+            }
+            None => x,
+        };
+        let y = g.output(body, &d, &inv, &w, b.as_deref());
+        let oa = elem(body, g, xout, col);
+        store(body, dtype, &oa, &y);
+    });
+}
+
+/// The entry `NAME_SUFFIX` of `entry` for `op` over rows of `dtype`.
+pub(crate) fn norm_entry(name: &str, op: NormOp, dtype: DTypeKind, entry: NormEntry) -> String {
+    let mut body = Body::new();
+    let shared = !matches!(entry, NormEntry::Warp { .. });
+    if shared {
+        body.raw(format!(".shared .align 8 .b8 nsmem[{}];", 2 * REGION));
+    }
+    let g = Gen::new(&mut body, op, dtype, shared);
+    let ctaid = body.reg(Class::B64);
+    let c32 = body.reg(Class::B32);
+    body.op(format!("mov.u32 {c32}, %ctaid.x"));
+    body.op(format!("cvt.u64.u32 {ctaid}, {c32}"));
+    let nctaid = body.reg(Class::B64);
+    body.op(format!("mov.u32 {c32}, %nctaid.x"));
+    body.op(format!("cvt.u64.u32 {nctaid}, {c32}"));
+    let row = body.reg(Class::B64);
+    let step = body.reg(Class::B64);
+    let t = body.reg(Class::B64);
+    match entry {
+        NormEntry::Warp { .. } => {
+            let w = body.reg(Class::B64);
+            body.op(format!("cvt.u64.u32 {w}, {}", g.warp));
+            body.op(format!("mad.lo.u64 {row}, {ctaid}, {WARPS}, {w}"));
+            body.op(format!("mul.lo.u64 {step}, {nctaid}, {WARPS}"));
+            body.op(format!("cvt.u64.u32 {t}, {}", g.lane));
+        }
+        _ => {
+            body.op(format!("mov.u64 {row}, {ctaid}"));
+            body.op(format!("mov.u64 {step}, {nctaid}"));
+            body.op(format!("cvt.u64.u32 {t}, {}", g.tid));
+        }
+    }
+    let acc = (entry != NormEntry::Long).then(|| {
+        let acc = Accesses::new(&mut body, &g, entry, &t);
+        let wa = acc.base(&mut body, &g.w);
+        let ba = acc.base(&mut body, &g.b);
+        (acc, wa, ba)
+    });
+    let lp = body.label("row_loop");
+    let end = body.label("row_end");
+    body.place(&lp);
+    let done = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {done}, {row}, {}", g.rows));
+    // Uniform: a warp (or a block) works on one row at a time.
+    body.op(format!("@{done} bra.uni {end}"));
+    let off = body.reg(Class::B64);
+    body.op(format!("mul.lo.u64 {off}, {row}, {}", g.cols));
+    body.op(format!("mul.lo.u64 {off}, {off}, {}", dtype.size_bytes()));
+    let xin = addr(&mut body, &g.input, &off);
+    let xout = addr(&mut body, &g.out, &off);
+    match &acc {
+        Some((acc, wa, ba)) => row_in_registers(&mut body, &g, acc, (wa, ba), &xin, &xout),
+        None => long_row(&mut body, &g, &xin, &xout),
+    }
+    if shared {
+        // The next row's sums overwrite shared memory this row read.
+        body.op("bar.sync 0");
+    }
+    body.op(format!("add.u64 {row}, {row}, {step}"));
+    body.op(format!("bra.uni {lp}"));
+    body.place(&end);
+    body.op("ret");
+    format!(
+        ".visible .entry {name}{}{PARAMS}\n{{\n{}}}\n",
+        entry.suffix(),
+        body.finish()
+    )
+}

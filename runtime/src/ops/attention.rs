@@ -1,0 +1,815 @@
+//! `scaled_dot_product_attention`, PyTorch's
+//! `torch.nn.functional.scaled_dot_product_attention`: the shapes pair up
+//! in the types ([`AttentionShape`]), the optional arguments are an
+//! [`AttentionArgs`] (`attn_mask`, `is_causal`, `scale`), and both
+//! backends run it blocked with an online softmax, never holding the
+//! `L x S` scores.
+//!
+//! Rows whose every key is masked out give 0, as PyTorch 2.5 and later
+//! give on every path (the math path's `_safe_softmax` and the fused CUDA
+//! kernels; earlier versions gave NaN on the math path). A key whose score
+//! is `-inf` (masked by `attn_mask`, by `is_causal`, or `-inf` in a float
+//! mask) takes no part in its row, whatever its value holds. NaN in a
+//! score makes its row NaN.
+
+use super::dispatch::dispatch;
+use super::matmul::{batch_strides, merged_stride};
+use super::output::output;
+use crate::backend::AttnMask;
+use crate::device::Device;
+use crate::dtype::{DType, DTypeKind, FloatDType};
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::shape::{Dim, Shape};
+use crate::storage::Storage;
+use crate::tensor::Tensor;
+use std::any::Any;
+use std::marker::PhantomData;
+use tensorfn_core::rules;
+
+const OP: &str = "scaled_dot_product_attention";
+
+/// Shapes that `scaled_dot_product_attention` pairs: a query `(..B, L,
+/// E)`, a key `(..B, S, E)` and a value `(..B, S, Ev)` give `(..B, L,
+/// Ev)`, with zero to four batch dims `..B`, the same on all three. The
+/// shared `E`, `S` and batch dims are one type parameter each, so a
+/// mismatch between `Const` dims does not compile. Batch dims that
+/// broadcast (a `1` against a `B`, GQA-style shared keys) go through
+/// [`scaled_dot_product_attention_dims`](crate::Tensor::scaled_dot_product_attention_dims).
+///
+/// ```
+/// use tensorfn_runtime::{AttentionArgs, Tensor, Cpu, shape};
+/// let q = Tensor::<Cpu, f32, shape![2, 4, 8, 16]>::ones().unwrap();
+/// let k = Tensor::<Cpu, f32, shape![2, 4, 6, 16]>::ones().unwrap();
+/// let v = Tensor::<Cpu, f32, shape![2, 4, 6, 32]>::ones().unwrap();
+/// let y: Tensor<Cpu, f32, shape![2, 4, 8, 32]> =
+///     q.scaled_dot_product_attention(&k, &v, AttentionArgs::new()).unwrap();
+/// assert_eq!(y.to_vec().unwrap(), vec![1.0; 2 * 4 * 8 * 32]);
+/// ```
+///
+/// Head dims that differ do not compile:
+///
+/// ```compile_fail,E0277
+/// use tensorfn_runtime::{AttentionArgs, Tensor, Cpu, shape};
+/// let q = Tensor::<Cpu, f32, shape![8, 16]>::ones().unwrap();
+/// let k = Tensor::<Cpu, f32, shape![6, 32]>::ones().unwrap();
+/// let v = Tensor::<Cpu, f32, shape![6, 32]>::ones().unwrap();
+/// let _ = q.scaled_dot_product_attention(&k, &v, AttentionArgs::new());
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`scaled_dot_product_attention` cannot pair a `{Self}` query with a `{K}` key and a `{V}` value",
+    label = "the head dims, key counts or batch dims do not match",
+    note = "the query is (..B, L, E), the key (..B, S, E) and the value (..B, S, Ev): the query's and key's last dims are one dim E, the key's and value's second-to-last dims one dim S, and the batch dims ..B the same on all three",
+    note = "a `Dyn` dim pairs only with `Dyn` (convert with `.into_shape()`); batch dims that broadcast go through `scaled_dot_product_attention_dims::<Out>`"
+)]
+pub trait AttentionShape<K: Shape, V: Shape>: Shape {
+    /// The shape of the result.
+    type Output: Shape;
+}
+
+macro_rules! attention_shapes {
+    ($($b:ident),*) => {
+        impl<$($b: Dim,)* L: Dim, S: Dim, E: Dim, Ev: Dim>
+            AttentionShape<($($b,)* S, E), ($($b,)* S, Ev)> for ($($b,)* L, E)
+        {
+            type Output = ($($b,)* L, Ev);
+        }
+    };
+}
+attention_shapes!();
+attention_shapes!(B1);
+attention_shapes!(B1, B2);
+attention_shapes!(B1, B2, B3);
+attention_shapes!(B1, B2, B3, B4);
+
+/// The dtypes a mask of `scaled_dot_product_attention` on `T` tensors may
+/// have: `bool` (true where the key takes part) or `T` itself (added to
+/// the scores), as in PyTorch.
+///
+/// ```
+/// use tensorfn_runtime::{AttentionArgs, Tensor, Cpu, shape};
+/// let m = Tensor::<Cpu, bool, shape![4, 4]>::from_vec(vec![true; 16]).unwrap();
+/// let args = AttentionArgs::<Cpu, f32>::new().attn_mask(&m);
+/// # let _ = args;
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "a `{Self}` mask does not fit attention over `{T}` tensors",
+    label = "the mask is `bool` or the tensors' own dtype",
+    note = "cast it with `.cast::<bool>()` (true = takes part) or `.cast::<{T}>()` (added to the scores)"
+)]
+pub trait AttnMaskDType<T: FloatDType>: DType {}
+
+impl<T: FloatDType> AttnMaskDType<T> for T {}
+impl<T: FloatDType> AttnMaskDType<T> for bool {}
+
+/// A mask as given: its storage, `bool` or the tensors' dtype, and layout.
+enum MaskRef<'a, T: DType> {
+    Bool(&'a Storage<bool>),
+    Add(&'a Storage<T>),
+}
+
+/// The optional arguments of `scaled_dot_product_attention`, with
+/// PyTorch's names and defaults: no `attn_mask`, `is_causal = false`,
+/// `scale = 1 / sqrt(E)`.
+///
+/// ```
+/// use tensorfn_runtime::{AttentionArgs, Cpu};
+/// let args = AttentionArgs::<Cpu, f32>::new().is_causal(true).scale(0.125);
+/// # let _ = args;
+/// ```
+pub struct AttentionArgs<'a, D: Device, T: FloatDType> {
+    mask: Option<(MaskRef<'a, T>, &'a Layout)>,
+    is_causal: bool,
+    scale: Option<f64>,
+    _device: PhantomData<D>,
+}
+
+impl<D: Device, T: FloatDType> Default for AttentionArgs<'_, D, T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<'a, D: Device, T: FloatDType> AttentionArgs<'a, D, T> {
+    /// PyTorch's defaults: no mask, not causal, `scale = 1 / sqrt(E)`.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{AttentionArgs, Cpu};
+    /// let args: AttentionArgs<'_, Cpu, f32> = AttentionArgs::new();
+    /// # let _ = args;
+    /// ```
+    pub fn new() -> Self {
+        AttentionArgs {
+            mask: None,
+            is_causal: false,
+            scale: None,
+            _device: PhantomData,
+        }
+    }
+
+    /// `attn_mask`: `bool` (true where the key takes part) or of the
+    /// tensors' dtype (added to the scores), broadcast to `[.., L, S]`.
+    /// Not together with `is_causal(true)` (an `Err`, as in PyTorch).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{AttentionArgs, Tensor, Cpu, shape};
+    /// let q = Tensor::<Cpu, f32, shape![2, 4]>::from_vec(vec![1.0; 8]).unwrap();
+    /// let v = Tensor::<Cpu, f32, shape![2, 1]>::from_vec(vec![10.0, 20.0]).unwrap();
+    /// // The second query may not see the first key.
+    /// let m = Tensor::<Cpu, bool, shape![2, 2]>::from_vec(vec![true, true, false, true]).unwrap();
+    /// let y = q.scaled_dot_product_attention(&q, &v, AttentionArgs::new().attn_mask(&m)).unwrap();
+    /// assert_eq!(y.to_vec().unwrap(), vec![15.0, 20.0]);
+    /// ```
+    pub fn attn_mask<M: AttnMaskDType<T>, SM: Shape>(mut self, mask: &'a Tensor<D, M, SM>) -> Self {
+        let s: &dyn Any = &*mask.storage;
+        let m = if M::KIND == DTypeKind::Bool {
+            s.downcast_ref::<Storage<bool>>().map(MaskRef::Bool)
+        } else {
+            s.downcast_ref::<Storage<T>>().map(MaskRef::Add)
+        };
+        self.mask = Some((m.expect("AttnMaskDType admits bool and T"), &mask.layout));
+        self
+    }
+
+    /// `is_causal`: query `i` sees keys `0..=i` only (PyTorch's top-left
+    /// aligned `ones(L, S).tril()`).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{AttentionArgs, Tensor, Cpu, shape};
+    /// let q = Tensor::<Cpu, f32, shape![2, 4]>::from_vec(vec![1.0; 8]).unwrap();
+    /// let v = Tensor::<Cpu, f32, shape![2, 1]>::from_vec(vec![10.0, 20.0]).unwrap();
+    /// let y = q.scaled_dot_product_attention(&q, &v, AttentionArgs::new().is_causal(true)).unwrap();
+    /// assert_eq!(y.to_vec().unwrap(), vec![10.0, 15.0]);
+    /// ```
+    pub fn is_causal(mut self, is_causal: bool) -> Self {
+        self.is_causal = is_causal;
+        self
+    }
+
+    /// `scale`: the factor of `query @ key^T` (default `1 / sqrt(E)`).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{AttentionArgs, Tensor, Cpu, shape};
+    /// let q = Tensor::<Cpu, f32, shape![1, 1]>::from_vec(vec![1.0]).unwrap();
+    /// let k = Tensor::<Cpu, f32, shape![2, 1]>::from_vec(vec![0.0, 1.0]).unwrap();
+    /// let v = Tensor::<Cpu, f32, shape![2, 1]>::from_vec(vec![0.0, 1.0]).unwrap();
+    /// // scale 0: every key weighs the same
+    /// let y = q.scaled_dot_product_attention(&k, &v, AttentionArgs::new().scale(0.0)).unwrap();
+    /// assert_eq!(y.to_vec().unwrap(), vec![0.5]);
+    /// ```
+    pub fn scale(mut self, scale: f64) -> Self {
+        self.scale = Some(scale);
+        self
+    }
+}
+
+/// An operand as the backend takes it: a `[batch, rows, cols]` view over
+/// its own buffer, or over a contiguous copy of `copy` where its batch
+/// dims cannot be walked with one stride or its rows are not dense.
+fn flat(l: &Layout, batch: &[usize], dense_rows: bool) -> (Layout, Option<Layout>) {
+    let r = l.rank();
+    let (d, st) = (l.dims(), l.strides());
+    let m = [d[r - 2], d[r - 1]];
+    let mut s = [st[r - 2], st[r - 1]];
+    if m[1] <= 1 {
+        s[1] = 1;
+    }
+    let n: usize = batch.iter().product();
+    let bs = batch_strides(l, batch);
+    match merged_stride(batch, &bs) {
+        Some(b) if s[1] == 1 || !dense_rows => (
+            Layout::new(vec![n, m[0], m[1]], vec![b, s[0], s[1]], l.offset()),
+            None,
+        ),
+        _ => {
+            let dims: Vec<usize> = batch.iter().copied().chain(m).collect();
+            let strides: Vec<usize> = bs.iter().copied().chain(s).collect();
+            (
+                Layout::contiguous(&[n, m[0], m[1]]),
+                Some(Layout::new(dims, strides, l.offset())),
+            )
+        }
+    }
+}
+
+/// The attention of `q`, `k`, `v` with `args`, as a contiguous buffer of
+/// the dims the rule gives.
+fn attention<D: Device, T: FloatDType>(
+    q: &Tensor<D, T, impl Shape>,
+    k: &Tensor<D, T, impl Shape>,
+    v: &Tensor<D, T, impl Shape>,
+    args: &AttentionArgs<'_, D, T>,
+) -> Result<(Storage<T>, Vec<usize>)> {
+    let mask_dims = args.mask.as_ref().map(|(_, l)| ("attn_mask", l.dims()));
+    let dims = rules::attention(
+        OP,
+        ("query", q.dims()),
+        ("key", k.dims()),
+        ("value", v.dims()),
+        mask_dims,
+        args.is_causal,
+    )?;
+    let e = q.dims()[q.dims().len() - 1];
+    let scale = match args.scale {
+        Some(s) => s,
+        // No products to scale (PyTorch's `q @ k^T` of an empty head dim
+        // is 0, not 0 * inf).
+        None if e == 0 => 0.0,
+        None => 1.0 / (e as f64).sqrt(),
+    };
+    if !scale.is_finite() {
+        return Err(Error::shape(
+            OP,
+            "a finite `scale`",
+            format!("scale = {scale}"),
+        ));
+    }
+    let r = dims.len();
+    let batch = &dims[..r - 2];
+    let (l, s) = (dims[r - 2], k.dims()[k.dims().len() - 2]);
+    let mut scores: Vec<usize> = batch.to_vec();
+    scores.extend([l, s]);
+    let numel: usize = dims.iter().product();
+    let (lq, cq) = flat(&q.layout, batch, true);
+    let (lk, ck) = flat(&k.layout, batch, true);
+    let (lv, cv) = flat(&v.layout, batch, true);
+    let lm = args
+        .mask
+        .as_ref()
+        .map(|(_, ml)| flat(&ml.broadcast_to(&scores), batch, false));
+    let storage = dispatch!(D, |be| {
+        if numel == 0 {
+            be.wrap(be.alloc::<T>(0)?)
+        } else {
+            let side = |x: &Storage<T>, c: &Option<Layout>| -> Result<_> {
+                c.as_ref().map(|c| be.contiguous(be.buf(x), c)).transpose()
+            };
+            let (q_copy, k_copy, v_copy) = (
+                side(&q.storage, &cq)?,
+                side(&k.storage, &ck)?,
+                side(&v.storage, &cv)?,
+            );
+            let qb = q_copy.as_ref().unwrap_or(be.buf(&q.storage));
+            let kb = k_copy.as_ref().unwrap_or(be.buf(&k.storage));
+            let vb = v_copy.as_ref().unwrap_or(be.buf(&v.storage));
+            let (mb, mf) = match (&args.mask, &lm) {
+                (Some((MaskRef::Bool(m), _)), Some((_, Some(c)))) => {
+                    (Some(be.contiguous(be.buf(m), c)?), None)
+                }
+                (Some((MaskRef::Add(m), _)), Some((_, Some(c)))) => {
+                    (None, Some(be.contiguous(be.buf(m), c)?))
+                }
+                _ => (None, None),
+            };
+            let mask = match (&args.mask, &lm) {
+                (Some((MaskRef::Bool(m), _)), Some((l, _))) => {
+                    Some((AttnMask::Bool(mb.as_ref().unwrap_or(be.buf(m))), l))
+                }
+                (Some((MaskRef::Add(m), _)), Some((l, _))) => {
+                    Some((AttnMask::Add(mf.as_ref().unwrap_or(be.buf(m))), l))
+                }
+                _ => None,
+            };
+            be.wrap(be.attention((qb, &lq), (kb, &lk), (vb, &lv), mask, args.is_causal, scale)?)
+        }
+    });
+    Ok((storage, dims))
+}
+
+impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
+    /// Scaled dot-product attention, PyTorch's
+    /// `F.scaled_dot_product_attention(query, key, value, attn_mask=None,
+    /// is_causal=False, scale=None)` with `self` the query: `softmax(query
+    /// @ key^T * scale + mask) @ value` over the last two dims (see
+    /// [`AttentionShape`] for the shapes the types pair, and
+    /// [`AttentionArgs`] for the optional arguments). A row whose every
+    /// key is masked out is 0, as in PyTorch 2.5 and later.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{AttentionArgs, Tensor, Cpu, shape};
+    /// // [batch, heads, T, head dim]
+    /// let q = Tensor::<Cpu, f32, shape![1, 2, 3, 4]>::randn(1).unwrap();
+    /// let k = Tensor::<Cpu, f32, shape![1, 2, 3, 4]>::randn(2).unwrap();
+    /// let v = Tensor::<Cpu, f32, shape![1, 2, 3, 4]>::randn(3).unwrap();
+    /// let y = q.scaled_dot_product_attention(&k, &v, AttentionArgs::new().is_causal(true)).unwrap();
+    /// assert_eq!(y.shape(), &[1, 2, 3, 4]);
+    /// // the first query sees only the first key: its row is that value's
+    /// let (y, v) = (y.to_vec().unwrap(), v.to_vec().unwrap());
+    /// assert!((0..4).all(|i| (y[i] - v[i]).abs() < 1e-6));
+    /// ```
+    pub fn scaled_dot_product_attention<SK: Shape, SV: Shape>(
+        &self,
+        key: &Tensor<D, T, SK>,
+        value: &Tensor<D, T, SV>,
+        args: AttentionArgs<'_, D, T>,
+    ) -> Result<Tensor<D, T, S::Output>>
+    where
+        S: AttentionShape<SK, SV>,
+    {
+        self.scaled_dot_product_attention_dims(key, value, args)
+    }
+
+    /// [`scaled_dot_product_attention`](Self::scaled_dot_product_attention)
+    /// for any shapes the shared rule accepts: batch dims broadcast as in
+    /// `torch.matmul` (a key and value shared by every head), and the
+    /// result type `SO` checked at run time. `tensor_fn!` uses it.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{AttentionArgs, Tensor, Cpu, shape};
+    /// let q = Tensor::<Cpu, f32, shape![2, 3, 4, 8]>::ones().unwrap();
+    /// let kv = Tensor::<Cpu, f32, shape![2, 1, 5, 8]>::ones().unwrap();
+    /// let y = q
+    ///     .scaled_dot_product_attention_dims::<shape![2, 3, 4, 8]>(&kv, &kv, AttentionArgs::new())
+    ///     .unwrap();
+    /// assert_eq!(y.to_vec().unwrap(), vec![1.0; 2 * 3 * 4 * 8]);
+    /// // a key of another head dim is an `Err` naming it
+    /// let k = Tensor::<Cpu, f32, shape![2, 1, 5, 4]>::ones().unwrap();
+    /// let e = q.scaled_dot_product_attention_dims::<shape![2, 3, 4, 8]>(&k, &kv, AttentionArgs::new());
+    /// assert!(e.unwrap_err().to_string().contains("`key`"));
+    /// ```
+    pub fn scaled_dot_product_attention_dims<SO: Shape>(
+        &self,
+        key: &Tensor<D, T, impl Shape>,
+        value: &Tensor<D, T, impl Shape>,
+        args: AttentionArgs<'_, D, T>,
+    ) -> Result<Tensor<D, T, SO>> {
+        let (storage, dims) = attention(self, key, value, &args)?;
+        output(storage, &dims)
+    }
+}
+
+/// The f64 reference and the random cases shared by the CPU and GPU tests.
+#[cfg(test)]
+pub(crate) mod reference {
+    use crate::random::SplitMix64;
+
+    /// A mask of a test case, `[L, S]` or `[B, H, L, S]` (row-major).
+    #[derive(Clone, Debug)]
+    pub(crate) enum TestMask {
+        None,
+        Bool(Vec<bool>, Vec<usize>),
+        Add(Vec<f64>, Vec<usize>),
+    }
+
+    /// One attention problem: `[B, H, L, E]`, `[B, H, S, E]`, `[B, H, S, Ev]`.
+    #[derive(Clone, Debug)]
+    pub(crate) struct Case {
+        pub(crate) dims: [usize; 6],
+        pub(crate) q: Vec<f64>,
+        pub(crate) k: Vec<f64>,
+        pub(crate) v: Vec<f64>,
+        pub(crate) mask: TestMask,
+        pub(crate) causal: bool,
+        pub(crate) scale: Option<f64>,
+    }
+
+    impl Case {
+        /// Normal inputs of `[b, h, l, s, e, ev]`, scaled by `amp`.
+        pub(crate) fn random(rng: &mut SplitMix64, dims: [usize; 6], amp: f64) -> Case {
+            let [b, h, l, s, e, ev] = dims;
+            let mut draw = |n: usize| (0..n).map(|_| amp * rng.normal()).collect::<Vec<_>>();
+            Case {
+                dims,
+                q: draw(b * h * l * e),
+                k: draw(b * h * s * e),
+                v: draw(b * h * s * ev),
+                mask: TestMask::None,
+                causal: false,
+                scale: None,
+            }
+        }
+
+        pub(crate) fn q_dims(&self) -> Vec<usize> {
+            let [b, h, l, _, e, _] = self.dims;
+            vec![b, h, l, e]
+        }
+        pub(crate) fn k_dims(&self) -> Vec<usize> {
+            let [b, h, _, s, e, _] = self.dims;
+            vec![b, h, s, e]
+        }
+        pub(crate) fn v_dims(&self) -> Vec<usize> {
+            let [b, h, _, s, _, ev] = self.dims;
+            vec![b, h, s, ev]
+        }
+        pub(crate) fn out_dims(&self) -> Vec<usize> {
+            let [b, h, l, _, _, ev] = self.dims;
+            vec![b, h, l, ev]
+        }
+
+        /// Rounds the inputs through `round` (the dtype under test).
+        pub(crate) fn rounded(mut self, round: impl Fn(f64) -> f64) -> Case {
+            for x in self.q.iter_mut().chain(&mut self.k).chain(&mut self.v) {
+                *x = round(*x);
+            }
+            if let TestMask::Add(m, _) = &mut self.mask {
+                for x in m.iter_mut() {
+                    *x = round(*x);
+                }
+            }
+            self
+        }
+
+        /// The mask's value at (batch, head, i, j): `None` when it leaves
+        /// the key out.
+        fn mask_at(&self, bi: usize, hi: usize, i: usize, j: usize) -> Option<f64> {
+            let [_, h, l, s, _, _] = self.dims;
+            let idx = |d: &[usize]| {
+                if d.len() == 2 {
+                    i * s + j
+                } else {
+                    let pick = |x: usize, n: usize| if n == 1 { 0 } else { x };
+                    ((pick(bi, d[0]) * d[1] + pick(hi, d[1])) * l + i) * s + j
+                }
+            };
+            let _ = h;
+            match &self.mask {
+                TestMask::None => Some(0.0),
+                TestMask::Bool(m, d) => m[idx(d)].then_some(0.0),
+                TestMask::Add(m, d) => Some(m[idx(d)]),
+            }
+        }
+
+        /// Plain loops in f64: a key whose score is `-inf` takes no part;
+        /// a row without keys is 0.
+        pub(crate) fn expected(&self) -> Vec<f64> {
+            let [b, h, l, s, e, ev] = self.dims;
+            let scale = self
+                .scale
+                .unwrap_or(if e == 0 { 0.0 } else { 1.0 / (e as f64).sqrt() });
+            let mut out = vec![0.0; b * h * l * ev];
+            for bi in 0..b {
+                for hi in 0..h {
+                    let bh = bi * h + hi;
+                    for i in 0..l {
+                        let mut scores = Vec::new();
+                        for j in 0..s {
+                            if self.causal && j > i {
+                                continue;
+                            }
+                            let Some(add) = self.mask_at(bi, hi, i, j) else {
+                                continue;
+                            };
+                            let d: f64 = (0..e)
+                                .map(|t| {
+                                    self.q[(bh * l + i) * e + t] * self.k[(bh * s + j) * e + t]
+                                })
+                                .sum();
+                            let x = d * scale + add;
+                            if x != f64::NEG_INFINITY {
+                                scores.push((j, x));
+                            }
+                        }
+                        let m = scores.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
+                        let o = &mut out[(bh * l + i) * ev..(bh * l + i + 1) * ev];
+                        if scores.is_empty() {
+                            continue;
+                        }
+                        let mut sum = 0.0;
+                        for &(j, x) in &scores {
+                            let p = (x - m).exp();
+                            sum += p;
+                            for (c, oc) in o.iter_mut().enumerate() {
+                                *oc += p * self.v[(bh * s + j) * ev + c];
+                            }
+                        }
+                        for oc in o.iter_mut() {
+                            *oc /= sum;
+                        }
+                    }
+                }
+            }
+            out
+        }
+    }
+
+    /// Checks `got` against `want` within `tol` (absolute, NaN where NaN).
+    pub(crate) fn check(what: &str, got: &[f64], want: &[f64], tol: f64) {
+        assert_eq!(got.len(), want.len(), "{what}: length");
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            let ok = if w.is_nan() {
+                g.is_nan()
+            } else {
+                (g - w).abs() <= tol * (1.0 + w.abs())
+            };
+            assert!(
+                ok,
+                "{what}: element {i} is {g}, expected {w} (tolerance {tol})"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reference::{check, Case, TestMask};
+    use super::*;
+    use crate::device::Cpu;
+    use crate::random::SplitMix64;
+    use crate::shape::Dyn;
+    use half::{bf16, f16};
+
+    type D4 = (Dyn, Dyn, Dyn, Dyn);
+
+    fn seed() -> SplitMix64 {
+        // A different stream each run: the inputs must not be tuned to pass.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(7);
+        SplitMix64::new(t)
+    }
+
+    /// The tolerance of `T`: its roundoff of the result, and of the scores
+    /// and weights computed in f32 for the 16-bit dtypes.
+    fn tol<T: FloatDType>() -> f64 {
+        match T::KIND {
+            DTypeKind::F64 => 1e-12,
+            DTypeKind::F32 => 2e-5,
+            DTypeKind::F16 => 4e-3,
+            _ => 3e-2,
+        }
+    }
+
+    fn tensor<T: FloatDType>(x: &[f64], dims: &[usize]) -> Tensor<Cpu, T, D4> {
+        Tensor::from_vec_dims(x.iter().map(|&v| T::from_f64(v)).collect(), dims).unwrap()
+    }
+
+    /// Runs `c` through the typed API in `T` and checks it.
+    fn run<T: FloatDType>(c: &Case) {
+        run_tol::<T>(c, tol::<T>())
+    }
+
+    /// [`run`] within `tol`.
+    fn run_tol<T: FloatDType>(c: &Case, tol: f64) {
+        let c = c.clone().rounded(|x| T::from_f64(x).to_f64());
+        let (q, k, v) = (
+            tensor::<T>(&c.q, &c.q_dims()),
+            tensor::<T>(&c.k, &c.k_dims()),
+            tensor::<T>(&c.v, &c.v_dims()),
+        );
+        let (mb2, mb4, mf2, mf4);
+        let mut args = AttentionArgs::new().is_causal(c.causal);
+        if let Some(s) = c.scale {
+            args = args.scale(s);
+        }
+        match &c.mask {
+            TestMask::None => {}
+            TestMask::Bool(m, d) if d.len() == 2 => {
+                mb2 = Tensor::<Cpu, bool, (Dyn, Dyn)>::from_vec_dims(m.clone(), d).unwrap();
+                args = args.attn_mask(&mb2);
+            }
+            TestMask::Bool(m, d) => {
+                mb4 = Tensor::<Cpu, bool, D4>::from_vec_dims(m.clone(), d).unwrap();
+                args = args.attn_mask(&mb4);
+            }
+            TestMask::Add(m, d) => {
+                let m: Vec<T> = m.iter().map(|&x| T::from_f64(x)).collect();
+                if d.len() == 2 {
+                    mf2 = Tensor::<Cpu, T, (Dyn, Dyn)>::from_vec_dims(m, d).unwrap();
+                    args = args.attn_mask(&mf2);
+                } else {
+                    mf4 = Tensor::<Cpu, T, D4>::from_vec_dims(m, d).unwrap();
+                    args = args.attn_mask(&mf4);
+                }
+            }
+        }
+        let y: Tensor<Cpu, T, D4> = q.scaled_dot_product_attention(&k, &v, args).unwrap();
+        assert_eq!(y.dims(), &c.out_dims()[..]);
+        let got: Vec<f64> = y
+            .to_vec()
+            .unwrap()
+            .into_iter()
+            .map(|x| x.to_f64())
+            .collect();
+        let what = format!(
+            "{:?} dims {:?} causal {} mask {}",
+            T::KIND,
+            c.dims,
+            c.causal,
+            match &c.mask {
+                TestMask::None => "none",
+                TestMask::Bool(..) => "bool",
+                TestMask::Add(..) => "float",
+            }
+        );
+        check(&what, &got, &c.expected(), tol);
+    }
+
+    fn all_dtypes(c: &Case) {
+        run::<f32>(c);
+        run::<f64>(c);
+        run::<f16>(c);
+        run::<bf16>(c);
+    }
+
+    #[test]
+    fn random_shapes_every_dtype() {
+        let mut rng = seed();
+        for dims in [
+            [2, 3, 17, 17, 64, 64],
+            [1, 2, 40, 70, 80, 80],
+            [1, 1, 33, 130, 128, 16],
+            [2, 1, 70, 5, 1, 3],
+            [1, 2, 5, 9, 3, 1],
+        ] {
+            for causal in [false, true] {
+                let mut c = Case::random(&mut rng, dims, 1.0);
+                c.causal = causal;
+                all_dtypes(&c);
+            }
+        }
+    }
+
+    #[test]
+    fn masks_bool_and_float() {
+        let mut rng = seed();
+        let [b, h, l, s] = [2, 2, 37, 71];
+        for (i, dims) in [vec![l, s], vec![b, 1, l, s], vec![1, h, l, s]]
+            .into_iter()
+            .enumerate()
+        {
+            let n: usize = dims.iter().product();
+            let mut c = Case::random(&mut rng, [b, h, l, s, 24, 40], 1.0);
+            let mut bits: Vec<bool> = (0..n).map(|_| rng.uniform() < 0.7).collect();
+            // Row 3 sees no key at all: its output is 0.
+            for x in &mut bits[3 * s..4 * s] {
+                *x = false;
+            }
+            c.mask = TestMask::Bool(bits, dims.clone());
+            all_dtypes(&c);
+            let add: Vec<f64> = (0..n)
+                .map(|j| match (j % 11, i) {
+                    (0, _) => f64::NEG_INFINITY,
+                    _ => 2.0 * rng.normal(),
+                })
+                .collect();
+            c.mask = TestMask::Add(add, dims);
+            c.scale = Some(0.3);
+            all_dtypes(&c);
+        }
+    }
+
+    #[test]
+    fn fully_masked_rows_are_zero() {
+        let mut rng = seed();
+        let mut c = Case::random(&mut rng, [1, 1, 4, 6, 8, 8], 1.0);
+        c.mask = TestMask::Add(vec![f64::NEG_INFINITY; 24], vec![4, 6]);
+        let want = c.expected();
+        assert!(want.iter().all(|&x| x == 0.0));
+        all_dtypes(&c);
+        c.mask = TestMask::Bool(vec![false; 24], vec![4, 6]);
+        all_dtypes(&c);
+    }
+
+    #[test]
+    fn nan_and_large_scores() {
+        let mut rng = seed();
+        // Scores of thousands: the online softmax keeps them finite (an
+        // f32 score of 1000 is off by 1e-4, and so are its weights).
+        let c = Case::random(&mut rng, [1, 2, 50, 150, 16, 8], 12.0);
+        run_tol::<f32>(&c, 2e-3);
+        run::<f64>(&c);
+        let mut c = Case::random(&mut rng, [1, 1, 6, 70, 8, 4], 1.0);
+        c.q[2 * 8 + 1] = f64::NAN; // row 2 is NaN
+        c.v[65 * 4 + 2] = f64::NAN; // column 2 of every row that sees key 65
+        c.causal = true;
+        let want = c.expected();
+        assert!(want[2 * 4..3 * 4].iter().all(|x| x.is_nan()));
+        assert!(!want[0].is_nan());
+        all_dtypes(&c);
+        c.causal = false;
+        all_dtypes(&c);
+    }
+
+    #[test]
+    fn empty_dims() {
+        let mut rng = seed();
+        for dims in [
+            [1, 2, 0, 5, 8, 8],
+            [1, 2, 5, 0, 8, 8],
+            [0, 2, 5, 5, 8, 8],
+            [1, 1, 5, 5, 0, 4],
+            [1, 1, 5, 5, 4, 0],
+        ] {
+            for causal in [false, true] {
+                let mut c = Case::random(&mut rng, dims, 1.0);
+                c.causal = causal;
+                all_dtypes(&c);
+            }
+        }
+    }
+
+    #[test]
+    fn strided_and_broadcast_operands() {
+        let mut rng = seed();
+        // q transposed in place ([B, L, H, E] seen as [B, H, L, E]) and a
+        // key and value shared by every head.
+        let [b, h, l, s, e] = [2, 3, 9, 13, 16];
+        let qd: Vec<f64> = (0..b * l * h * e).map(|_| rng.normal()).collect();
+        let kd: Vec<f64> = (0..b * s * e).map(|_| rng.normal()).collect();
+        let vd: Vec<f64> = (0..b * s * e).map(|_| rng.normal()).collect();
+        let q = Tensor::<Cpu, f64, D4>::from_vec_dims(qd.clone(), &[b, l, h, e]).unwrap();
+        let q = q.transpose::<D4>(1, 2).unwrap();
+        let k = Tensor::<Cpu, f64, D4>::from_vec_dims(kd.clone(), &[b, 1, s, e]).unwrap();
+        let v = Tensor::<Cpu, f64, D4>::from_vec_dims(vd.clone(), &[b, 1, s, e]).unwrap();
+        let y = q
+            .scaled_dot_product_attention_dims::<D4>(&k, &v, AttentionArgs::new().is_causal(true))
+            .unwrap();
+        // The same problem written out densely.
+        let mut c = Case::random(&mut rng, [b, h, l, s, e, e], 1.0);
+        for bi in 0..b {
+            for hi in 0..h {
+                for i in 0..l {
+                    for t in 0..e {
+                        c.q[((bi * h + hi) * l + i) * e + t] = qd[((bi * l + i) * h + hi) * e + t];
+                    }
+                }
+                for j in 0..s * e {
+                    c.k[(bi * h + hi) * s * e + j] = kd[bi * s * e + j];
+                    c.v[(bi * h + hi) * s * e + j] = vd[bi * s * e + j];
+                }
+            }
+        }
+        c.causal = true;
+        check("strided", &y.to_vec().unwrap(), &c.expected(), 1e-12);
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        let q = Tensor::<Cpu, f32, D4>::zeros_dims(&[1, 2, 3, 8]).unwrap();
+        let k = Tensor::<Cpu, f32, D4>::zeros_dims(&[1, 2, 5, 4]).unwrap();
+        let v = Tensor::<Cpu, f32, D4>::zeros_dims(&[1, 2, 5, 4]).unwrap();
+        let e = q
+            .scaled_dot_product_attention_dims::<D4>(&k, &v, AttentionArgs::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`key`") && e.contains("E = 8") && e.contains("E = 4"),
+            "{e}"
+        );
+        let m = Tensor::<Cpu, bool, D4>::zeros_dims(&[1, 1, 3, 3]).unwrap();
+        let k = Tensor::<Cpu, f32, D4>::zeros_dims(&[1, 2, 5, 8]).unwrap();
+        let e = q
+            .scaled_dot_product_attention_dims::<D4>(&k, &v, AttentionArgs::new().attn_mask(&m))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`attn_mask`") && e.contains("[1, 2, 3, 5]"),
+            "{e}"
+        );
+        let m = Tensor::<Cpu, bool, D4>::zeros_dims(&[1, 1, 3, 5]).unwrap();
+        let e = q
+            .scaled_dot_product_attention_dims::<D4>(
+                &k,
+                &v,
+                AttentionArgs::new().attn_mask(&m).is_causal(true),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not both"), "{e}");
+        // A result type that does not fit is an `Err`, not a panic.
+        let bad =
+            q.scaled_dot_product_attention_dims::<(Dyn, Dyn, Dyn)>(&k, &v, AttentionArgs::new());
+        assert!(bad.is_err());
+    }
+}
