@@ -3481,6 +3481,10 @@ tensor_fn! {
     fn ranges(x: &Tensor<Cpu, f64, [N, M]>) -> (Tensor<Cpu, i64, [N]>, Tensor<Cpu, i64, [5]>, Tensor<Cpu, i64, [N * M]>, Tensor<Cpu, i64, [0]>) {
         (arange(N), arange(5), arange(end = N * M), arange(0))
     }
+    /// `arange(start, end)`.
+    fn spans(x: &Tensor<Cpu, f64, [N, M]>) -> (Tensor<Cpu, i64, [3]>, Tensor<Cpu, i64, [M]>, Tensor<Cpu, i64, [N]>, Tensor<Cpu, i64, [0]>) {
+        (arange(2, 5), arange(N, N + M), arange(start = 3, end = N + 3), arange(M, M))
+    }
     fn tri2(x: &Tensor<Cpu, f64, [A, B]>) -> (
         Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>,
     ) {
@@ -3769,6 +3773,13 @@ fn arange_of_dims_and_literals() {
             "arange",
             &ranges(&x).unwrap().outs(),
             &[r(n), r(5), r(n * m), r(0)],
+        );
+        let span =
+            |a: usize, b: usize| Want::exact(vec![b - a], (a..b).map(|i| i as f64).collect());
+        check_all(
+            "arange(start, end)",
+            &spans(&x).unwrap().outs(),
+            &[span(2, 5), span(n, n + m), span(3, n + 3), span(m, m)],
         );
     }
 }

@@ -22,7 +22,8 @@ tensor_fn! {
     }
 
     // A table that is not [V, E], an index that is not 1-D, one larger
-    // than the input off the gathered dim, and `tril` of a vector.
+    // than the input off the gathered dim, a backwards `arange`, and
+    // `tril` of a vector.
     fn shapes(
         ids: &Tensor<Cpu, i64, [8]>,
         table: &Tensor<Cpu, f32, [100]>,
@@ -34,6 +35,7 @@ tensor_fn! {
         let a = embedding(ids, table);
         let b = x.index_select(1, idx);
         let c = x.gather(1, big);
+        let d = arange(5, 2);
         v.tril()
     }
 }

@@ -171,7 +171,7 @@ pub enum OpKind {
     /// `gather(input, dim, index)`: along `dim`, the element each entry of
     /// `index` names.
     Gather,
-    /// `arange(end)`: `0, 1, .., end - 1` as `i64`.
+    /// `arange(end)` or `arange(start, end)`: `start, .., end - 1` as `i64`.
     Arange,
     /// `tril` (`upper: false`) or `triu` of the last two dims.
     Triangle {
@@ -965,7 +965,7 @@ static LATER: &[OpDef] = &[
         &[p("end", SCALAR)],
         DTypeRule::Index,
         ShapeRule::Arange,
-        "`0, 1, .., end - 1` as `i64`, on the function's device (`end` a dim or a literal).",
+        "`0, 1, .., end - 1` as `i64` (`arange(start, end)`: from `start`), on the function's device; `start` and `end` are dims or literals.",
     ),
     def(
         "tril",

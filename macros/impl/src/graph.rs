@@ -283,8 +283,11 @@ pub enum Op {
         /// True for `gather`.
         gather: bool,
     },
-    /// `arange(end)` (the length in the node type).
-    Arange,
+    /// `arange(start, end)` (the length in the node type).
+    Arange {
+        /// The first value.
+        start: Dim,
+    },
     /// `tril(x, diagonal)` or (`upper: true`) `triu(x, diagonal)`.
     Triangle {
         /// The source.
@@ -358,7 +361,7 @@ impl Graph {
     /// The operands of a node, in order.
     pub fn inputs(&self, id: NodeId) -> Vec<NodeId> {
         match &self.nodes[id].op {
-            Op::Param(_) | Op::Lit { .. } | Op::Arange => vec![],
+            Op::Param(_) | Op::Lit { .. } | Op::Arange { .. } => vec![],
             Op::Embedding { ids, weight } => vec![*ids, *weight],
             Op::Select { x, index, .. } => vec![*x, *index],
             Op::Triangle { x, .. } => vec![*x],

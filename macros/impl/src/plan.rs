@@ -473,7 +473,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     | Op::Norm { .. }
                     | Op::Embedding { .. }
                     | Op::Select { .. }
-                    | Op::Arange
+                    | Op::Arange { .. }
                     | Op::Rope { .. }
                     | Op::Triangle { .. } => (n, Some(bytes(g, n)), true, None),
                     Op::ToDevice(x, d) => {

@@ -14,6 +14,9 @@ impl<'s, 'k> Checker<'s, 'k> {
         e: &Expr,
     ) -> NodeId {
         let name = def.name;
+        if def.kind == OpKind::Arange {
+            return self.arange(args, e);
+        }
         let Some(a) = self.bind_op(def, recv.is_some(), args, e) else {
             return self.error_node(e);
         };
@@ -24,7 +27,6 @@ impl<'s, 'k> Checker<'s, 'k> {
         }
         xs.extend(a.iter().copied());
         match def.kind {
-            OpKind::Arange => self.arange(xs[0].expect("required"), e),
             OpKind::Triangle { upper } => {
                 let x = xs[0].expect("required");
                 let id = self.operand_node(recv, x);
@@ -187,9 +189,44 @@ impl<'s, 'k> Checker<'s, 'k> {
         false
     }
 
-    /// `arange(end)`: `[end]` of `i64` on the function's device (its
-    /// result's, else its first tensor parameter's).
-    fn arange(&mut self, end: &Expr, e: &Expr) -> NodeId {
+    /// `arange(end)` or `arange(start, end)` (also `start =`, `end =`):
+    /// `[end - start]` of `i64` on the function's device (its result's,
+    /// else its first tensor parameter's). `start` and `end` are dims
+    /// (literals, names, `+`/`*` of those) with `start <= end`.
+    fn arange(&mut self, args: &[Arg], e: &Expr) -> NodeId {
+        let usage =
+            "`arange` is `arange(end)` or `arange(start, end)`, each a literal or a dim name";
+        let (start, end) = match args {
+            [Arg { name: None, value }] => (None, value),
+            [Arg {
+                name: None,
+                value: s,
+            }, Arg {
+                name: None,
+                value: t,
+            }] => (Some(s), t),
+            _ => {
+                let mut start = None;
+                let mut end = None;
+                for a in args {
+                    match a.name.as_ref().map(|n| n.to_string()).as_deref() {
+                        Some("start") if start.is_none() => start = Some(&a.value),
+                        Some("end") if end.is_none() => end = Some(&a.value),
+                        _ => {
+                            self.error(&a.value.sp, usage);
+                            return self.error_node(e);
+                        }
+                    }
+                }
+                match end {
+                    Some(end) => (start, end),
+                    None => {
+                        self.error(&e.sp, usage);
+                        return self.error_node(e);
+                    }
+                }
+            }
+        };
         let device = self.sig.ret.first().map(|t| t.device).or_else(|| {
             self.sig.params.iter().find_map(|p| match p {
                 ParamSig::Tensor(t) => Some(t.device),
@@ -203,23 +240,41 @@ impl<'s, 'k> Checker<'s, 'k> {
             );
             return self.error_node(e);
         };
-        let dim = match self.target_dim(end) {
-            Some(Some(d)) => d,
+        let mut bound = |x: &Expr| match self.target_dim(x) {
+            Some(Some(d)) => Some(d),
             Some(None) => {
-                self.error(
-                    &end.sp,
-                    "`arange` needs its length: a literal or a dim name, not `-1`",
-                );
-                return self.error_node(e);
+                self.error(&x.sp, usage);
+                None
             }
-            None => return self.error_node(e),
+            None => None,
         };
+        let start_dim = match start {
+            Some(s) => bound(s),
+            None => Some(Dim::constant(0)),
+        };
+        let end_dim = bound(end);
+        let (Some(start_dim), Some(end_dim)) = (start_dim, end_dim) else {
+            return self.error_node(e);
+        };
+        let len = end_dim.sub(&start_dim);
+        if !len.is_non_negative() && len.as_constant() != Some(0) {
+            let msg = match len.as_constant() {
+                Some(n) => format!(
+                    "`arange({start_dim}, {end_dim})` would have {n} elements: `start` must not pass `end`"
+                ),
+                None => format!(
+                    "`arange({start_dim}, {end_dim})` has {len} elements, which `tensor_fn!` cannot show to be at least 0: write `end` as `start` plus a dim (`arange(S, S + K)` has K elements)"
+                ),
+            };
+            self.error(&e.sp, msg);
+            return self.error_node(e);
+        }
         self.push(
-            Op::Arange,
+            Op::Arange { start: start_dim },
             Ty::Tensor(TensorTy {
                 device,
                 dtype: Dt::Kind(DTypeKind::I64),
-                dims: vec![dim],
+                dims: vec![len],
             }),
             e,
         )

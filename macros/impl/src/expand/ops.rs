@@ -395,12 +395,13 @@ impl FnGen<'_> {
                     quote!(#x.index_select::<#dim, #s>(#i)?)
                 }
             }
-            Op::Arange => {
+            Op::Arange { start } => {
                 let t = self.tty(n);
                 let dev = device_tokens(t.device);
                 let dims = dims_array(&t.dims, self.symbols());
+                let first = dim_value(start, self.symbols());
                 let s = so();
-                quote!(::tensorfn::Tensor::<#dev, i64, #s>::arange_dims(0, 1, &#dims)?)
+                quote!(::tensorfn::Tensor::<#dev, i64, #s>::arange_dims((#first) as i64, 1, &#dims)?)
             }
             Op::Triangle { x, upper, diagonal } => {
                 let x = self.reference(*x);
