@@ -107,7 +107,7 @@ tensor_fn! {
         cos: &Tensor<D, T, [S, 64]>,
         sin: &Tensor<D, T, [S, 64]>,
     ) -> Tensor<D, T, [B, H, S, 64]> {
-        x * cos + cat([-x.narrow(3, 32, 32), x.narrow(3, 0, 32)], 3) * sin
+        rope(x, cos, sin)
     }
 
     /// Each of the 2 key-value heads shared by 4 query heads:
