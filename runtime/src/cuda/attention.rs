@@ -79,7 +79,7 @@ impl CudaBackend {
                 )));
             }
         }
-        if mask.is_none() && self.mma_fits::<T>([q.1, k.1, v.1], e, ev) {
+        if mask.is_none() && self.mma_fits::<T>([q, k, v], e, ev) {
             return self.attention_mma::<T>(q, k, v, causal, scale);
         }
         let out = ctx.storage::<T>(n)?;
@@ -136,15 +136,21 @@ impl CudaBackend {
     }
 
     /// Whether the tensor-core entry takes these operands: f16 or bf16 on
-    /// an sm_80+ device, one head dim of 64 or 128, 4-byte aligned rows.
-    fn mma_fits<T: FloatDType>(&self, layouts: [&Layout; 3], e: usize, ev: usize) -> bool {
+    /// an sm_80+ device, one head dim of 64 or 128, 16-byte aligned rows
+    /// (its copies into shared memory move 16 bytes at a time).
+    fn mma_fits<T: FloatDType>(
+        &self,
+        operands: [(&CudaStorage<T>, &Layout); 3],
+        e: usize,
+        ev: usize,
+    ) -> bool {
         matches!(T::KIND, DTypeKind::F16 | DTypeKind::BF16)
             && e == ev
             && ATTENTION_MMA_HEADS.contains(&e)
             && self.ctx().target() == Target::Sm80
-            && layouts.iter().all(|l| {
+            && operands.iter().all(|(x, l)| {
                 let s = l.strides();
-                s[2] == 1 && s[0] % 2 == 0 && s[1] % 2 == 0 && l.offset() % 2 == 0
+                s[2] == 1 && s[0] % 8 == 0 && s[1] % 8 == 0 && x.ptr_at(l.offset()) % 16 == 0
             })
     }
 

@@ -2069,6 +2069,9 @@ fn attention_matches_the_reference() {
         ([1, 1, 9, 300, 256, 200], false),
         ([1, 1, 5, 7, 300, 8], false),
         ([1, 2, 6, 0, 16, 16], false),
+        ([1, 2, 300, 260, 64, 64], true),
+        ([2, 1, 257, 700, 128, 128], false),
+        ([1, 1, 200, 450, 128, 128], true),
     ] {
         let mut c = Case::random(&mut rng, dims, 1.0);
         c.causal = causal;
@@ -2242,7 +2245,7 @@ fn attention_timing() {
         };
         drop(run());
         be.synchronize().unwrap();
-        let reps = 3;
+        let reps = 10;
         let start = std::time::Instant::now();
         for _ in 0..reps {
             drop(run());
