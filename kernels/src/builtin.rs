@@ -484,9 +484,9 @@ pub fn attention_mma_name(dtype: DTypeKind, d: usize) -> String {
 /// one of [`ATTENTION_MMA_HEADS`](crate::ptx::ATTENTION_MMA_HEADS), no
 /// mask; `Err` otherwise (older devices and the other cases take
 /// [`attention`], which runs on every device). It is a
-/// FlashAttention-2-style kernel: a block of eight warps owns
-/// [`ATTENTION_MMA_ROWS`](crate::ptx::ATTENTION_MMA_ROWS) query rows (16
-/// a warp, their `Q` fragments in registers) and walks the keys 64 at a
+/// FlashAttention-2-style kernel: a block of warps owns
+/// [`attention_mma_rows`](crate::ptx::attention_mma_rows)`(d)` query rows
+/// (16 a warp, their `Q` fragments in registers) and walks the keys 64 at a
 /// time, each tile of `K` and `V` copied into shared memory with 16-byte
 /// `cp.async` (overlapping the products) and read with `ldmatrix`; `S = Q
 /// K^T` and `O += P V` are `mma.sync.aligned.m16n8k16` with f32
@@ -509,9 +509,10 @@ pub fn attention_mma_name(dtype: DTypeKind, d: usize) -> String {
 /// `scale` (an f64), and writes the contiguous `[batch, l, d]` output. A
 /// key past the causal diagonal takes no part, but within the diagonal's
 /// tile of 64 keys a NaN in its value reaches the row (0 times NaN), as
-/// in fused kernels. Launch with `block.x = BLOCK`, `grid.x = ceil(l /`
-/// [`ATTENTION_MMA_ROWS`](crate::ptx::ATTENTION_MMA_ROWS)`)` and `grid.y`
-/// = the batch.
+/// in fused kernels. Launch with `block.x = 2 * rows`, `grid.x = ceil(l /
+/// rows)` where `rows =`
+/// [`attention_mma_rows`](crate::ptx::attention_mma_rows)`(d)`, and
+/// `grid.y` = the batch.
 ///
 /// ```
 /// use tensorfn_kernels::{builtin, DTypeKind};

@@ -336,12 +336,23 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
 /// ```
 pub const ATTENTION_MMA_HEADS: [usize; 2] = [64, 128];
 
-/// Query rows a block of the tensor-core entry handles: 16 per warp.
+/// Query rows a block of the tensor-core entry handles at head dim `d`:
+/// 16 per warp, eight warps at head dim 64 and four at 128 (whose
+/// registers allow two such blocks an SM). Its block has `2 *
+/// attention_mma_rows(d)` threads.
 ///
 /// ```
-/// assert_eq!(tensorfn_kernels::ptx::ATTENTION_MMA_ROWS, 128);
+/// use tensorfn_kernels::ptx::attention_mma_rows;
+/// assert_eq!(attention_mma_rows(64), 128);
+/// assert_eq!(attention_mma_rows(128), 64);
 /// ```
-pub const ATTENTION_MMA_ROWS: usize = 16 * WARPS;
+pub const fn attention_mma_rows(d: usize) -> usize {
+    if d > 64 {
+        16 * 4
+    } else {
+        16 * WARPS
+    }
+}
 
 /// The parameters of the tensor-core entry, in order; each is 64 bits
 /// (`p_scale` is an f64).
@@ -368,7 +379,7 @@ fn mma(body: &mut Body, ht: &str, acc: &[String; 4], a: &[String; 4], b: [&str; 
 /// The tensor-core entry `name` (sm_80 and newer) over `dtype` (f16 or
 /// bf16) with head dim `d` (64 or 128, for both the queries and the
 /// values), no mask, in the manner of FlashAttention-2: a block of
-/// [`WARPS`] warps owns [`ATTENTION_MMA_ROWS`] query rows, 16 per warp,
+/// warps owns [`attention_mma_rows`]`(d)` query rows, 16 per warp,
 /// whose `Q` fragments stay in registers. The block walks the keys in
 /// tiles of [`MMA_KEYS`]: each tile of `K` and `V` is copied into shared
 /// memory with 16-byte `cp.async` (rows swizzled: chunk `c` of row `r` at
@@ -390,7 +401,8 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
         "bf16"
     };
     let (neg_inf, zero, one) = ("0fFF800000", "0f00000000", "0f3F800000");
-    let threads = WARPS * 32;
+    let rows = attention_mma_rows(d);
+    let threads = 2 * rows;
     // Bytes of a row of 16-bit elements, its 16-byte chunks, the rows one
     // pass of the block's copies covers, the bytes of a tile.
     let row_bytes = d * 2;
@@ -400,7 +412,7 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     let tile_bytes = MMA_KEYS * row_bytes;
     let mut body = Body::for_target(crate::target::Target::Sm80);
     // K's tile then V's, contiguous: at the end the pair holds the
-    // block's 128 output rows.
+    // block's output rows (at most 128).
     body.raw(format!(
         ".shared .align 128 .b8 att_kv[{}];",
         2 * tile_bytes
@@ -458,9 +470,7 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     // The block's first row R0, the warp's r0, the thread's ra = r0 + g
     // and rb = ra + 8.
     let big_r0 = body.reg(Class::B64);
-    body.op(format!(
-        "mul.wide.u32 {big_r0}, {cta}, {ATTENTION_MMA_ROWS}"
-    ));
+    body.op(format!("mul.wide.u32 {big_r0}, {cta}, {rows}"));
     let r0 = body.reg(Class::B64);
     let w16 = body.reg(Class::B64);
     body.op(format!("mul.wide.u32 {w16}, {warp}, 16"));
@@ -477,7 +487,7 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     let kend = body.reg(Class::B64);
     body.op(format!("mov.u64 {kend}, {}", p["p_s"]));
     let rend = body.reg(Class::B64);
-    body.op(format!("add.u64 {rend}, {big_r0}, {ATTENTION_MMA_ROWS}"));
+    body.op(format!("add.u64 {rend}, {big_r0}, {rows}"));
     body.op(format!("@{causal} min.u64 {kend}, {kend}, {rend}"));
     let ntiles = body.reg(Class::B64);
     body.op(format!("add.u64 {ntiles}, {kend}, {}", MMA_KEYS - 1));

@@ -15,7 +15,7 @@ use crate::layout::Layout;
 use std::borrow::Cow;
 use std::ffi::c_void;
 use tensorfn_core::DTypeKind;
-use tensorfn_kernels::ptx::{Target, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS, ATTENTION_MMA_ROWS};
+use tensorfn_kernels::ptx::{attention_mma_rows, Target, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS};
 
 const OP: &str = "scaled_dot_product_attention";
 
@@ -173,7 +173,8 @@ impl CudaBackend {
             kernel.source(ctx.target())
         })?;
         let (qs, ks, vs) = (strides3(q.1), strides3(k.1), strides3(v.1));
-        let blocks = l.div_ceil(ATTENTION_MMA_ROWS) as u32;
+        let rows = attention_mma_rows(d);
+        let blocks = l.div_ceil(rows) as u32;
         for b0 in (0..batch).step_by(MAX_GRID_Y) {
             let nb = (batch - b0).min(MAX_GRID_Y);
             let b0 = b0 as u64;
@@ -197,10 +198,11 @@ impl CudaBackend {
                 .iter_mut()
                 .map(|v| v as *mut u64 as *mut c_void)
                 .collect();
-            ctx.launch_grid(
+            ctx.launch_grid_block(
                 f,
                 &|| format!("{kernel:?} of {nb} x [{l}, {d}] queries against {s} keys"),
                 (blocks, nb as u32),
+                2 * rows as u32,
                 &mut params,
             )?;
         }
