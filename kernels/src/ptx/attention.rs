@@ -573,9 +573,39 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     body.op(format!("shl.b64 {vr2}, {}, 1", p["p_vr"]));
     let smax = body.reg(Class::B64);
     body.op(format!("sub.u64 {smax}, {}, 1", p["p_s"]));
-    // Copies the tile of keys j0.. of one operand into shared memory;
-    // rows past the keys are zero-filled (from a clamped address).
-    let copy = |body: &mut Body, j0: &str, src: &str, rs2: &str, dst: &str| {
+    // The thread's first source rows and the bytes between its passes.
+    let (gk_row, gv_row) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("mad.lo.u64 {gk_row}, {crow64}, {kr2}, {gk}"));
+    body.op(format!("mad.lo.u64 {gv_row}, {crow64}, {vr2}, {gv}"));
+    let (kpass, vpass) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("mul.lo.u64 {kpass}, {kr2}, {pass_rows}"));
+    body.op(format!("mul.lo.u64 {vpass}, {vr2}, {pass_rows}"));
+    // Copies the tile of keys j0.. of one operand into shared memory: a
+    // whole tile straight, the last one with rows past the keys
+    // zero-filled (from a clamped address).
+    let copy = |body: &mut Body,
+                j0: &str,
+                (src, src_row, rs2, pass): (&str, &str, &str, &str),
+                dst: &str| {
+        let (partial, copied) = (body.label("mma_partial"), body.label("mma_copied"));
+        let end = body.reg(Class::B64);
+        body.op(format!("add.u64 {end}, {j0}, {MMA_KEYS}"));
+        let short = body.reg(Class::Pred);
+        body.op(format!("setp.gt.u64 {short}, {end}, {}", p["p_s"]));
+        body.op(format!("@{short} bra.uni {partial}"));
+        let a = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {a}, {j0}, {rs2}, {src_row}"));
+        for ps in 0..passes {
+            if ps > 0 {
+                body.op(format!("add.u64 {a}, {a}, {pass}"));
+            }
+            body.op(format!(
+                "cp.async.cg.shared.global [{dst}+{}], [{a}], 16",
+                ps * pass_rows * row_bytes
+            ));
+        }
+        body.op(format!("bra.uni {copied}"));
+        body.place(&partial);
         for ps in 0..passes {
             let key = body.reg(Class::B64);
             body.op(format!("add.u64 {key}, {j0}, {crow64}"));
@@ -594,7 +624,10 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
                 ps * pass_rows * row_bytes
             ));
         }
+        body.place(&copied);
     };
+    let kops = (gk.as_str(), gk_row.as_str(), kr2.as_str(), kpass.as_str());
+    let vops = (gv.as_str(), gv_row.as_str(), vr2.as_str(), vpass.as_str());
     // ldmatrix addresses. K (B of Q K^T, x4 = chunks 4q..4q+3 of keys
     // nt*8 + (lane & 7)): lane gives row lane & 7 of matrix lane >> 3.
     let (l7, l3) = (body.reg(Class::B32), body.reg(Class::B32));
@@ -653,13 +686,13 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     let none = body.reg(Class::Pred);
     body.op(format!("setp.eq.u64 {none}, {ntiles}, 0"));
     body.op(format!("@{none} bra.uni {done}"));
-    copy(&mut body, &j0, &gk, &kr2, &kslot);
+    copy(&mut body, &j0, kops, &kslot);
     body.op("cp.async.commit_group");
     body.place(&lp);
     // K(t) arrived everywhere; every warp is past P V(t - 1).
     body.op("cp.async.wait_group 0");
     body.op("bar.sync 0");
-    copy(&mut body, &j0, &gv, &vr2, &vslot);
+    copy(&mut body, &j0, vops, &vslot);
     body.op("cp.async.commit_group");
     // This warp's part of the tile: any keys, any mask.
     let skip = body.reg(Class::Pred);
@@ -708,7 +741,7 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
         body.op(format!("setp.ge.u64 {last}, {jt}, {ntiles}"));
         let no_copy = body.label("mma_no_copy");
         body.op(format!("@{last} bra.uni {no_copy}"));
-        copy(&mut body, &j0, &gk, &kr2, &kslot);
+        copy(&mut body, &j0, kops, &kslot);
         body.place(&no_copy);
         body.op("cp.async.commit_group");
     }
@@ -747,6 +780,7 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     }
     // The rows' new max (over the quad that shares a row), the rescale
     // by 2^(m_old - m_new), and P = 2^(S - m) (0 where S is -inf).
+    let mut alphas = Vec::new();
     for (half, (m, l)) in [(&ma, &la), (&mb, &lb)].into_iter().enumerate() {
         let mx = body.reg(Class::F32);
         body.op(format!("mov.f32 {mx}, {m}"));
@@ -770,11 +804,6 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
         body.op(format!("ex2.approx.ftz.f32 {alpha}, {alpha}"));
         body.op(format!("mov.f32 {m}, {mx}"));
         body.op(format!("mul.rn.f32 {l}, {l}, {alpha}"));
-        for t in &o {
-            for x in [2 * half, 2 * half + 1] {
-                body.op(format!("mul.rn.f32 {0}, {0}, {alpha}", t[x]));
-            }
-        }
         for st in &s {
             for x in [2 * half, 2 * half + 1] {
                 let r = &st[x];
@@ -783,6 +812,24 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
                 body.op(format!("add.rn.f32 {l}, {l}, {r}"));
             }
         }
+        alphas.push(alpha);
+    }
+    // O is rescaled unless no row's max grew anywhere in the warp.
+    {
+        let kept = body.reg(Class::Pred);
+        let kept_b = body.reg(Class::Pred);
+        body.op(format!("setp.eq.f32 {kept}, {}, {one}", alphas[0]));
+        body.op(format!("setp.eq.f32 {kept_b}, {}, {one}", alphas[1]));
+        body.op(format!("and.pred {kept}, {kept}, {kept_b}"));
+        body.op(format!("vote.sync.all.pred {kept}, {kept}, -1"));
+        let no_rescale = body.label("mma_no_rescale");
+        body.op(format!("@{kept} bra.uni {no_rescale}"));
+        for t in &o {
+            for (x, r) in t.iter().enumerate() {
+                body.op(format!("mul.rn.f32 {r}, {r}, {}", alphas[x / 2]));
+            }
+        }
+        body.place(&no_rescale);
     }
     body.place(&after_sm);
     // V(t) arrived everywhere (K(t + 1) may still be on its way).
