@@ -370,9 +370,21 @@ const LOG2_E: f64 = std::f64::consts::LOG2_E;
 
 /// Emits `mma.sync.m16n8k16` (f32 accumulation) on `acc` += `a` `b`.
 fn mma(body: &mut Body, ht: &str, acc: &[String; 4], a: &[String; 4], b: [&str; 2]) {
+    mma_from(body, ht, acc, a, b, acc);
+}
+
+/// Emits `mma.sync.m16n8k16` (f32 accumulation): `acc` = `a` `b` + `c`.
+fn mma_from(
+    body: &mut Body,
+    ht: &str,
+    acc: &[String; 4],
+    a: &[String; 4],
+    b: [&str; 2],
+    c: &[String; 4],
+) {
     body.op(format!(
-        "mma.sync.aligned.m16n8k16.row.col.f32.{ht}.{ht}.f32 {{{0}, {1}, {2}, {3}}}, {{{4}, {5}, {6}, {7}}}, {{{8}, {9}}}, {{{0}, {1}, {2}, {3}}}",
-        acc[0], acc[1], acc[2], acc[3], a[0], a[1], a[2], a[3], b[0], b[1]
+        "mma.sync.aligned.m16n8k16.row.col.f32.{ht}.{ht}.f32 {{{}, {}, {}, {}}}, {{{}, {}, {}, {}}}, {{{}, {}}}, {{{}, {}, {}, {}}}",
+        acc[0], acc[1], acc[2], acc[3], a[0], a[1], a[2], a[3], b[0], b[1], c[0], c[1], c[2], c[3]
     ));
 }
 
@@ -533,6 +545,26 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
             qa.push(regs);
         }
     }
+    // A negative scale is folded into Q (its sign bits flipped, exactly)
+    // so that the scale is positive and the max of the raw scores is the
+    // max of the scaled ones; a zero scale becomes 2^-126, which leaves
+    // every finite score's exponential at 1.
+    {
+        let neg = body.reg(Class::Pred);
+        body.op(format!("setp.lt.f32 {neg}, {sl2}, {zero}"));
+        for q in &qa {
+            for r in q {
+                body.op(format!("@{neg} xor.b32 {r}, {r}, 0x80008000"));
+            }
+        }
+        body.op(format!("abs.f32 {sl2}, {sl2}"));
+        let z = body.reg(Class::Pred);
+        body.op(format!("setp.eq.f32 {z}, {sl2}, {zero}"));
+        body.op(format!("@{z} mov.f32 {sl2}, 0f00800000"));
+    }
+    let zf = body.reg(Class::F32);
+    body.op(format!("mov.f32 {zf}, {zero}"));
+    let zq = [zf.clone(), zf.clone(), zf.clone(), zf];
     // Shared addresses: the tiles, the thread's copy slot (row tid /
     // chunks + pass * pass_rows, chunk tid % chunks, swizzled).
     let (sk, sv) = (body.reg(Class::B32), body.reg(Class::B32));
@@ -714,9 +746,6 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     let after_qk = body.label("mma_after_qk");
     body.op(format!("@{skip} bra.uni {after_qk}"));
     for (nt, st) in s.iter().enumerate() {
-        for r in st {
-            body.op(format!("mov.f32 {r}, {zero}"));
-        }
         for (q, ka) in kaddr.iter().enumerate() {
             let bf = [0, 1, 2, 3].map(|_| body.reg(Class::B32));
             body.op(format!(
@@ -727,7 +756,8 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
                 bf[3],
                 nt * 8 * row_bytes
             ));
-            mma(&mut body, ht, st, &qa[2 * q], [&bf[0], &bf[1]]);
+            let c = if q == 0 { &zq } else { st };
+            mma_from(&mut body, ht, st, &qa[2 * q], [&bf[0], &bf[1]], c);
             mma(&mut body, ht, st, &qa[2 * q + 1], [&bf[2], &bf[3]]);
         }
     }
@@ -749,12 +779,6 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     body.op(format!("sub.u64 {j0t}, {j0}, {MMA_KEYS}"));
     let after_sm = body.label("mma_after_softmax");
     body.op(format!("@{skip} bra.uni {after_sm}"));
-    // Scores in log2 units: S * scale * log2(e).
-    for st in &s {
-        for r in st {
-            body.op(format!("mul.rn.f32 {r}, {r}, {sl2}"));
-        }
-    }
     // -inf past the keys and, under `causal`, past the row (only on the
     // tiles that reach either).
     {
@@ -794,20 +818,24 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
             body.op(format!("shfl.sync.bfly.b32 {o2}, {mx}, {off}, 31, -1"));
             body.op(format!("max.f32 {mx}, {mx}, {o2}"));
         }
-        // A row without keys so far keeps m = -inf; it subtracts 0.
+        // In log2 units (times scale * log2(e)); a row without keys so
+        // far keeps m = -inf and subtracts 0.
         let mu = body.reg(Class::F32);
+        body.op(format!("mul.rn.f32 {mu}, {mx}, {sl2}"));
         let empty = body.reg(Class::Pred);
         body.op(format!("setp.eq.f32 {empty}, {mx}, {neg_inf}"));
-        body.op(format!("selp.f32 {mu}, {zero}, {mx}, {empty}"));
+        body.op(format!("@{empty} mov.f32 {mu}, {zero}"));
         let alpha = body.reg(Class::F32);
-        body.op(format!("sub.rn.f32 {alpha}, {m}, {mu}"));
+        body.op(format!("mul.rn.f32 {alpha}, {m}, {sl2}"));
+        body.op(format!("sub.rn.f32 {alpha}, {alpha}, {mu}"));
         body.op(format!("ex2.approx.ftz.f32 {alpha}, {alpha}"));
         body.op(format!("mov.f32 {m}, {mx}"));
         body.op(format!("mul.rn.f32 {l}, {l}, {alpha}"));
+        body.op(format!("neg.f32 {mu}, {mu}"));
         for st in &s {
             for x in [2 * half, 2 * half + 1] {
                 let r = &st[x];
-                body.op(format!("sub.rn.f32 {r}, {r}, {mu}"));
+                body.op(format!("fma.rn.f32 {r}, {r}, {sl2}, {mu}"));
                 body.op(format!("ex2.approx.ftz.f32 {r}, {r}"));
                 body.op(format!("add.rn.f32 {l}, {l}, {r}"));
             }

@@ -2077,6 +2077,13 @@ fn attention_matches_the_reference() {
         c.causal = causal;
         cases.push(c);
     }
+    // A negative and a zero scale on the tensor-core path.
+    for (scale, d) in [(-0.3, 64), (0.0, 128)] {
+        let mut c = Case::random(&mut rng, [1, 2, 100, 150, d, d], 1.0);
+        c.causal = true;
+        c.scale = Some(scale);
+        cases.push(c);
+    }
     {
         let mut c = Case::random(&mut rng, [2, 2, 37, 71, 64, 48], 1.0);
         let mut bits: Vec<bool> = (0..37 * 71).map(|_| rng.uniform() < 0.6).collect();
