@@ -2,7 +2,9 @@
 //! entry (one warp per query row, an online softmax over the keys, f32
 //! accumulation for the 16-bit dtypes), launched over batches of at most
 //! 65535 (the grid's y limit). Head dims above
-//! [`ATTENTION_MAX_HEAD`] go through the host.
+//! [`ATTENTION_MAX_HEAD`] go through the host. Without a mask, f16 and
+//! bf16 at head dim 64 or 128 with 16-byte aligned rows on sm_80+ take
+//! the FlashAttention-2-style tensor-core entry instead.
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
