@@ -483,21 +483,36 @@ pub fn attention_mma_name(dtype: DTypeKind, d: usize) -> String {
 /// `dtype` f16 or bf16, the head dim `d` of the queries, keys and values
 /// one of [`ATTENTION_MMA_HEADS`](crate::ptx::ATTENTION_MMA_HEADS), no
 /// mask; `Err` otherwise (older devices and the other cases take
-/// [`attention`], which runs on every device). Each warp takes 16 query
-/// rows and walks the keys 64 at a time: `S = Q K^T` and `O += P V` with
-/// `mma.sync.aligned.m16n8k16` (f32 accumulation, `P` rounded to `dtype`
-/// as FlashAttention does), the online softmax on the fragments in f32.
+/// [`attention`], which runs on every device). It is a
+/// FlashAttention-2-style kernel: a block of warps owns
+/// [`attention_mma_rows`](crate::ptx::attention_mma_rows)`(d)` query rows
+/// (16 a warp, their `Q` fragments in registers) and walks the keys 64 at a
+/// time, each tile of `K` and `V` copied into shared memory with 16-byte
+/// `cp.async` (overlapping the products) and read with `ldmatrix`; `S = Q
+/// K^T` and `O += P V` are `mma.sync.aligned.m16n8k16` with f32
+/// accumulation, `P` rounded to `dtype` in registers as FlashAttention
+/// does, the online softmax on the fragments in f32. Under `causal` only
+/// the diagonal tiles are masked and the tiles past a warp's rows are
+/// skipped.
+///
+/// Accuracy: the exponentials are `ex2.approx.ftz.f32` of `S * scale *
+/// log2(e)` (relative error about `2^-22`, results below `2^-126` flushed
+/// to 0), as in FlashAttention and PyTorch's fused kernels; with `P`
+/// rounded to `dtype`, the output's error is that of the dtype's roundoff
+/// (`f16`: about `1e-3`, `bf16`: about `1e-2`, relative to the values'
+/// magnitude).
 ///
 /// The entry takes 64-bit parameters, in order: `out`, `q`, `k`, `v`
-/// (addresses, 4-byte aligned), `l`, `s` (query and key counts), the batch
-/// and row strides in elements of `q`, `k`, `v` (`qb, qr, kb, kr, vb,
-/// vr`, even; their last dims contiguous), `causal` and `scale` (an f64),
-/// and writes the contiguous `[batch, l, d]` output. A key past the
-/// causal diagonal takes no part, but within the diagonal's block of 64
-/// keys a NaN in its value reaches the row (0 times NaN), as in fused
-/// kernels. Launch with `block.x = BLOCK`, `grid.x = ceil(l /`
-/// [`ATTENTION_MMA_ROWS`](crate::ptx::ATTENTION_MMA_ROWS)`)` and `grid.y`
-/// = the batch.
+/// (addresses, 16-byte aligned), `l`, `s` (query and key counts), the
+/// batch and row strides in elements of `q`, `k`, `v` (`qb, qr, kb, kr,
+/// vb, vr`, multiples of 8; their last dims contiguous), `causal` and
+/// `scale` (an f64), and writes the contiguous `[batch, l, d]` output. A
+/// key past the causal diagonal takes no part, but within the diagonal's
+/// tile of 64 keys a NaN in its value reaches the row (0 times NaN), as
+/// in fused kernels. Launch with `block.x = 2 * rows`, `grid.x = ceil(l /
+/// rows)` where `rows =`
+/// [`attention_mma_rows`](crate::ptx::attention_mma_rows)`(d)`, and
+/// `grid.y` = the batch.
 ///
 /// ```
 /// use tensorfn_kernels::{builtin, DTypeKind};

@@ -336,13 +336,23 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
 /// ```
 pub const ATTENTION_MMA_HEADS: [usize; 2] = [64, 128];
 
-/// Query rows a block of the tensor-core entry handles: 16 per warp.
+/// Query rows a block of the tensor-core entry handles at head dim `d`:
+/// 16 per warp, eight warps at head dim 64 and four at 128 (whose
+/// registers allow two such blocks an SM). Its block has `2 *
+/// attention_mma_rows(d)` threads.
 ///
 /// ```
-/// use tensorfn_kernels::{builtin::BLOCK, ptx::ATTENTION_MMA_ROWS};
-/// assert_eq!(ATTENTION_MMA_ROWS, 16 * BLOCK as usize / 32);
+/// use tensorfn_kernels::ptx::attention_mma_rows;
+/// assert_eq!(attention_mma_rows(64), 128);
+/// assert_eq!(attention_mma_rows(128), 64);
 /// ```
-pub const ATTENTION_MMA_ROWS: usize = 16 * WARPS;
+pub const fn attention_mma_rows(d: usize) -> usize {
+    if d > 64 {
+        16 * 4
+    } else {
+        16 * WARPS
+    }
+}
 
 /// The parameters of the tensor-core entry, in order; each is 64 bits
 /// (`p_scale` is an f64).
@@ -351,28 +361,74 @@ pub(crate) const MMA_PARAMS: [&str; 14] = [
     "p_causal", "p_scale",
 ];
 
-/// Keys a step of the tensor-core entry takes.
+/// Keys a step of the tensor-core entry takes (one tile of `K` and `V` in
+/// shared memory).
 const MMA_KEYS: usize = 64;
+
+/// `log2(e)`, which folds into the scale so that `exp(x) = 2^(x log2 e)`.
+const LOG2_E: f64 = std::f64::consts::LOG2_E;
+
+/// Emits `mma.sync.m16n8k16` (f32 accumulation) on `acc` += `a` `b`.
+fn mma(body: &mut Body, ht: &str, acc: &[String; 4], a: &[String; 4], b: [&str; 2]) {
+    mma_from(body, ht, acc, a, b, acc);
+}
+
+/// Emits `mma.sync.m16n8k16` (f32 accumulation): `acc` = `a` `b` + `c`.
+fn mma_from(
+    body: &mut Body,
+    ht: &str,
+    acc: &[String; 4],
+    a: &[String; 4],
+    b: [&str; 2],
+    c: &[String; 4],
+) {
+    body.op(format!(
+        "mma.sync.aligned.m16n8k16.row.col.f32.{ht}.{ht}.f32 {{{}, {}, {}, {}}}, {{{}, {}, {}, {}}}, {{{}, {}}}, {{{}, {}, {}, {}}}",
+        acc[0], acc[1], acc[2], acc[3], a[0], a[1], a[2], a[3], b[0], b[1], c[0], c[1], c[2], c[3]
+    ));
+}
 
 /// The tensor-core entry `name` (sm_80 and newer) over `dtype` (f16 or
 /// bf16) with head dim `d` (64 or 128, for both the queries and the
-/// values), no mask: each warp takes 16 query rows and walks the keys 64
-/// at a time, `S = Q K^T` and `O += P V` with `mma.sync.m16n8k16` (f32
-/// accumulation), the online softmax on the fragments of `S` in f32.
+/// values), no mask, in the manner of FlashAttention-2: a block of
+/// warps owns [`attention_mma_rows`]`(d)` query rows, 16 per warp,
+/// whose `Q` fragments stay in registers. The block walks the keys in
+/// tiles of [`MMA_KEYS`]: each tile of `K` and `V` is copied into shared
+/// memory with 16-byte `cp.async` (rows swizzled: chunk `c` of row `r` at
+/// `c ^ (r & 7)`, so `ldmatrix` reads without bank conflicts), `V`'s copy
+/// overlapping `S = Q K^T` and the next `K`'s overlapping the softmax and
+/// `O += P V`. Both products are `mma.sync.m16n8k16` with f32
+/// accumulation, their `B` fragments read with `ldmatrix` (`.trans` for
+/// `V`). The online softmax runs on the fragments of `S` in f32 with
+/// `ex2.approx.ftz` on `S * scale * log2(e)`; `P` is rounded to `dtype`
+/// in registers and is the `A` operand of `P V`. Masks (the keys' end,
+/// the causal diagonal) are applied only on the tiles that need them, and
+/// under `causal` a warp skips the tiles past its rows and blocks take
+/// the longest rows first. The output is normalised once and stored
+/// through shared memory with 16-byte stores.
 pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> String {
     let ht = if dtype == DTypeKind::F16 {
         "f16"
     } else {
         "bf16"
     };
-    let exp = {
-        let mut b = Builder::new();
-        let x = b.param(Ty::F32);
-        let e = mathfn::exp(&mut b, x);
-        b.finish(vec![e])
-    };
     let (neg_inf, zero, one) = ("0fFF800000", "0f00000000", "0f3F800000");
+    let rows = attention_mma_rows(d);
+    let threads = 2 * rows;
+    // Bytes of a row of 16-bit elements, its 16-byte chunks, the rows one
+    // pass of the block's copies covers, the bytes of a tile.
+    let row_bytes = d * 2;
+    let chunks = d / 8;
+    let pass_rows = threads / chunks;
+    let passes = MMA_KEYS / pass_rows;
+    let tile_bytes = MMA_KEYS * row_bytes;
     let mut body = Body::for_target(crate::target::Target::Sm80);
+    // K's tile then V's, contiguous: at the end the pair holds the
+    // block's output rows (at most 128).
+    body.raw(format!(
+        ".shared .align 128 .b8 att_kv[{}];",
+        2 * tile_bytes
+    ));
     let mut p = std::collections::HashMap::new();
     for n in MMA_PARAMS {
         if n == "p_scale" {
@@ -385,13 +441,16 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     for n in ["p_out", "p_q", "p_k", "p_v"] {
         body.op(format!("cvta.to.global.u64 {0}, {0}", p[n]));
     }
-    let scale = body.reg(Class::F32);
+    // scale * log2(e), in f32.
+    let sl2 = body.reg(Class::F32);
     {
         let s64 = body.reg(Class::F64);
         body.op(format!("ld.param.f64 {s64}, [p_scale]"));
-        body.op(format!("cvt.rn.f32.f64 {scale}, {s64}"));
+        let l2e = body.reg(Class::F64);
+        body.op(format!("mov.f64 {l2e}, 0d{:016X}", LOG2_E.to_bits()));
+        body.op(format!("mul.rn.f64 {s64}, {s64}, {l2e}"));
+        body.op(format!("cvt.rn.f32.f64 {sl2}, {s64}"));
     }
-    let end = body.label("mma_end");
     let (tid, lane, warp) = (
         body.reg(Class::B32),
         body.reg(Class::B32),
@@ -406,25 +465,52 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     let (g, tg) = (body.reg(Class::B64), body.reg(Class::B64));
     body.op(format!("cvt.u64.u32 {g}, {g32}"));
     body.op(format!("cvt.u64.u32 {tg}, {t32}"));
-    let (cta, by) = (body.reg(Class::B32), body.reg(Class::B32));
+    // Blocks in reverse order: under `causal` the last rows have the most
+    // keys, and they start first.
+    let (cta, ncta, by) = (
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+    );
     body.op(format!("mov.u32 {cta}, %ctaid.x"));
+    body.op(format!("mov.u32 {ncta}, %nctaid.x"));
+    body.op(format!("sub.u32 {cta}, {ncta}, {cta}"));
+    body.op(format!("sub.u32 {cta}, {cta}, 1"));
     body.op(format!("mov.u32 {by}, %ctaid.y"));
     let b = body.reg(Class::B64);
     body.op(format!("cvt.u64.u32 {b}, {by}"));
-    // The warp's first row r0, the thread's rows ra = r0 + g, rb = ra + 8.
+    // The block's first row R0, the warp's r0, the thread's ra = r0 + g
+    // and rb = ra + 8.
+    let big_r0 = body.reg(Class::B64);
+    body.op(format!("mul.wide.u32 {big_r0}, {cta}, {rows}"));
     let r0 = body.reg(Class::B64);
-    body.op(format!("mul.wide.u32 {r0}, {cta}, {ATTENTION_MMA_ROWS}"));
     let w16 = body.reg(Class::B64);
     body.op(format!("mul.wide.u32 {w16}, {warp}, 16"));
-    body.op(format!("add.u64 {r0}, {r0}, {w16}"));
-    let past = body.reg(Class::Pred);
-    body.op(format!("setp.ge.u64 {past}, {r0}, {}", p["p_l"]));
-    body.op(format!("@{past} bra.uni {end}"));
+    body.op(format!("add.u64 {r0}, {big_r0}, {w16}"));
     let (ra, rb) = (body.reg(Class::B64), body.reg(Class::B64));
     body.op(format!("add.u64 {ra}, {r0}, {g}"));
     body.op(format!("add.u64 {rb}, {ra}, 8"));
     let lmax = body.reg(Class::B64);
     body.op(format!("sub.u64 {lmax}, {}, 1", p["p_l"]));
+    let causal = body.reg(Class::Pred);
+    body.op(format!("setp.ne.u64 {causal}, {}, 0", p["p_causal"]));
+    // The block's keys 0..kend (under `causal`, up to its last row) in
+    // `tiles` tiles; the warp's keys 0..wend (0 for a warp past the rows).
+    let kend = body.reg(Class::B64);
+    body.op(format!("mov.u64 {kend}, {}", p["p_s"]));
+    let rend = body.reg(Class::B64);
+    body.op(format!("add.u64 {rend}, {big_r0}, {rows}"));
+    body.op(format!("@{causal} min.u64 {kend}, {kend}, {rend}"));
+    let ntiles = body.reg(Class::B64);
+    body.op(format!("add.u64 {ntiles}, {kend}, {}", MMA_KEYS - 1));
+    body.op(format!("shr.u64 {ntiles}, {ntiles}, 6"));
+    let wend = body.reg(Class::B64);
+    body.op(format!("mov.u64 {wend}, {}", p["p_s"]));
+    body.op(format!("add.u64 {rend}, {r0}, 16"));
+    body.op(format!("@{causal} min.u64 {wend}, {wend}, {rend}"));
+    let idle = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {idle}, {r0}, {}", p["p_l"]));
+    body.op(format!("@{idle} mov.u64 {wend}, 0"));
     // Byte address of element (row, 0) of batch b: base + (b*bs + row*rs) * 2.
     let row_addr = |body: &mut Body, base: &str, bs: &str, row: &str, rs: &str| {
         let off = body.reg(Class::B64);
@@ -436,7 +522,7 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     };
     let tg4 = body.reg(Class::B64);
     body.op(format!("shl.b64 {tg4}, {tg}, 2"));
-    // Q as A fragments: rows ra, rb (clamped below L), columns kc*16 + tig*2 (+8).
+    // Q as A fragments: rows ra, rb (clamped below L), columns kc*16 + tg*2 (+8).
     let mut qa: Vec<[String; 4]> = Vec::new();
     {
         let mut addr = Vec::new();
@@ -459,6 +545,153 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
             qa.push(regs);
         }
     }
+    // A negative scale is folded into Q (its sign bits flipped, exactly)
+    // so that the scale is positive and the max of the raw scores is the
+    // max of the scaled ones; a zero scale becomes 2^-126, which leaves
+    // every finite score's exponential at 1.
+    {
+        let neg = body.reg(Class::Pred);
+        body.op(format!("setp.lt.f32 {neg}, {sl2}, {zero}"));
+        for q in &qa {
+            for r in q {
+                body.op(format!("@{neg} xor.b32 {r}, {r}, 0x80008000"));
+            }
+        }
+        body.op(format!("abs.f32 {sl2}, {sl2}"));
+        let z = body.reg(Class::Pred);
+        body.op(format!("setp.eq.f32 {z}, {sl2}, {zero}"));
+        body.op(format!("@{z} mov.f32 {sl2}, 0f00800000"));
+    }
+    let zf = body.reg(Class::F32);
+    body.op(format!("mov.f32 {zf}, {zero}"));
+    let zq = [zf.clone(), zf.clone(), zf.clone(), zf];
+    // Shared addresses: the tiles, the thread's copy slot (row tid /
+    // chunks + pass * pass_rows, chunk tid % chunks, swizzled).
+    let (sk, sv) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("mov.u32 {sk}, att_kv"));
+    body.op(format!("add.u32 {sv}, {sk}, {tile_bytes}"));
+    let (crow, cchunk) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!(
+        "shr.u32 {crow}, {tid}, {}",
+        chunks.trailing_zeros()
+    ));
+    body.op(format!("and.b32 {cchunk}, {tid}, {}", chunks - 1));
+    // Swizzled byte offset of (row, chunk) in a tile.
+    let swz = |body: &mut Body, row: &str, chunk: &str| {
+        let (x, o) = (body.reg(Class::B32), body.reg(Class::B32));
+        body.op(format!("and.b32 {x}, {row}, 7"));
+        body.op(format!("xor.b32 {x}, {x}, {chunk}"));
+        body.op(format!("shl.b32 {x}, {x}, 4"));
+        body.op(format!("mad.lo.u32 {o}, {row}, {row_bytes}, {x}"));
+        o
+    };
+    let slot = swz(&mut body, &crow, &cchunk);
+    let (kslot, vslot) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("add.u32 {kslot}, {sk}, {slot}"));
+    body.op(format!("add.u32 {vslot}, {sv}, {slot}"));
+    // The global sources: batch b's rows, plus the thread's chunk.
+    let (crow64, cbytes) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("cvt.u64.u32 {crow64}, {crow}"));
+    body.op(format!("cvt.u64.u32 {cbytes}, {cchunk}"));
+    body.op(format!("shl.b64 {cbytes}, {cbytes}, 4"));
+    let zero64 = body.reg(Class::B64);
+    body.op(format!("mov.u64 {zero64}, 0"));
+    let gk = row_addr(&mut body, &p["p_k"], &p["p_kb"], &zero64, &p["p_kr"]);
+    body.op(format!("add.u64 {gk}, {gk}, {cbytes}"));
+    let gv = row_addr(&mut body, &p["p_v"], &p["p_vb"], &zero64, &p["p_vr"]);
+    body.op(format!("add.u64 {gv}, {gv}, {cbytes}"));
+    let (kr2, vr2) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("shl.b64 {kr2}, {}, 1", p["p_kr"]));
+    body.op(format!("shl.b64 {vr2}, {}, 1", p["p_vr"]));
+    let smax = body.reg(Class::B64);
+    body.op(format!("sub.u64 {smax}, {}, 1", p["p_s"]));
+    // The thread's first source rows and the bytes between its passes.
+    let (gk_row, gv_row) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("mad.lo.u64 {gk_row}, {crow64}, {kr2}, {gk}"));
+    body.op(format!("mad.lo.u64 {gv_row}, {crow64}, {vr2}, {gv}"));
+    let (kpass, vpass) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("mul.lo.u64 {kpass}, {kr2}, {pass_rows}"));
+    body.op(format!("mul.lo.u64 {vpass}, {vr2}, {pass_rows}"));
+    // Copies the tile of keys j0.. of one operand into shared memory: a
+    // whole tile straight, the last one with rows past the keys
+    // zero-filled (from a clamped address).
+    let copy = |body: &mut Body,
+                j0: &str,
+                (src, src_row, rs2, pass): (&str, &str, &str, &str),
+                dst: &str| {
+        let (partial, copied) = (body.label("mma_partial"), body.label("mma_copied"));
+        let end = body.reg(Class::B64);
+        body.op(format!("add.u64 {end}, {j0}, {MMA_KEYS}"));
+        let short = body.reg(Class::Pred);
+        body.op(format!("setp.gt.u64 {short}, {end}, {}", p["p_s"]));
+        body.op(format!("@{short} bra.uni {partial}"));
+        let a = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {a}, {j0}, {rs2}, {src_row}"));
+        for ps in 0..passes {
+            if ps > 0 {
+                body.op(format!("add.u64 {a}, {a}, {pass}"));
+            }
+            body.op(format!(
+                "cp.async.cg.shared.global [{dst}+{}], [{a}], 16",
+                ps * pass_rows * row_bytes
+            ));
+        }
+        body.op(format!("bra.uni {copied}"));
+        body.place(&partial);
+        for ps in 0..passes {
+            let key = body.reg(Class::B64);
+            body.op(format!("add.u64 {key}, {j0}, {crow64}"));
+            if ps > 0 {
+                body.op(format!("add.u64 {key}, {key}, {}", ps * pass_rows));
+            }
+            let inside = body.reg(Class::Pred);
+            body.op(format!("setp.lt.u64 {inside}, {key}, {}", p["p_s"]));
+            body.op(format!("min.u64 {key}, {key}, {smax}"));
+            let a = body.reg(Class::B64);
+            body.op(format!("mad.lo.u64 {a}, {key}, {rs2}, {src}"));
+            let n = body.reg(Class::B32);
+            body.op(format!("selp.u32 {n}, 16, 0, {inside}"));
+            body.op(format!(
+                "cp.async.cg.shared.global [{dst}+{}], [{a}], 16, {n}",
+                ps * pass_rows * row_bytes
+            ));
+        }
+        body.place(&copied);
+    };
+    let kops = (gk.as_str(), gk_row.as_str(), kr2.as_str(), kpass.as_str());
+    let vops = (gv.as_str(), gv_row.as_str(), vr2.as_str(), vpass.as_str());
+    // ldmatrix addresses. K (B of Q K^T, x4 = chunks 4q..4q+3 of keys
+    // nt*8 + (lane & 7)): lane gives row lane & 7 of matrix lane >> 3.
+    let (l7, l3) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("and.b32 {l7}, {lane}, 7"));
+    body.op(format!("shr.u32 {l3}, {lane}, 3"));
+    let kaddr: Vec<String> = (0..d / 32)
+        .map(|q| {
+            let c = body.reg(Class::B32);
+            body.op(format!("add.u32 {c}, {l3}, {}", 4 * q));
+            let o = swz(&mut body, &l7, &c);
+            body.op(format!("add.u32 {o}, {o}, {sk}"));
+            o
+        })
+        .collect();
+    // V (B of P V, x4.trans = keys +0..7 and +8..15 of chunk 2q, then of
+    // chunk 2q+1): lane gives key (lane >> 3 & 1) * 8 + (lane & 7), chunk
+    // 2q + (lane >> 4).
+    let vaddr: Vec<String> = {
+        let (vrow, vc) = (body.reg(Class::B32), body.reg(Class::B32));
+        body.op(format!("and.b32 {vrow}, {l3}, 1"));
+        body.op(format!("mad.lo.u32 {vrow}, {vrow}, 8, {l7}"));
+        body.op(format!("shr.u32 {vc}, {lane}, 4"));
+        (0..d / 16)
+            .map(|q| {
+                let c = body.reg(Class::B32);
+                body.op(format!("add.u32 {c}, {vc}, {}", 2 * q));
+                let o = swz(&mut body, &vrow, &c);
+                body.op(format!("add.u32 {o}, {o}, {sv}"));
+                o
+            })
+            .collect()
+    };
     let nv = d / 8;
     let o: Vec<[String; 4]> = (0..nv)
         .map(|_| [0, 1, 2, 3].map(|_| body.reg(Class::F32)))
@@ -478,67 +711,100 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     body.op(format!("mov.f32 {mb}, {neg_inf}"));
     body.op(format!("mov.f32 {la}, {zero}"));
     body.op(format!("mov.f32 {lb}, {zero}"));
-    // Keys 0..kend: under `causal`, up to the warp's last row.
-    let kend = body.reg(Class::B64);
-    body.op(format!("mov.u64 {kend}, {}", p["p_s"]));
-    let causal = body.reg(Class::Pred);
-    body.op(format!("setp.ne.u64 {causal}, {}, 0", p["p_causal"]));
-    let r16 = body.reg(Class::B64);
-    body.op(format!("add.u64 {r16}, {r0}, 16"));
-    body.op(format!("@{causal} min.u64 {kend}, {kend}, {r16}"));
-    let smax = body.reg(Class::B64);
-    body.op(format!("sub.u64 {smax}, {}, 1", p["p_s"]));
-    let j0 = body.reg(Class::B64);
+    let (j0, jt) = (body.reg(Class::B64), body.reg(Class::B64));
     body.op(format!("mov.u64 {j0}, 0"));
+    body.op(format!("mov.u64 {jt}, 0"));
     let (lp, done) = (body.label("mma_keys"), body.label("mma_keys_done"));
+    let none = body.reg(Class::Pred);
+    body.op(format!("setp.eq.u64 {none}, {ntiles}, 0"));
+    body.op(format!("@{none} bra.uni {done}"));
+    copy(&mut body, &j0, kops, &kslot);
+    body.op("cp.async.commit_group");
     body.place(&lp);
-    let fin = body.reg(Class::Pred);
-    body.op(format!("setp.ge.u64 {fin}, {j0}, {kend}"));
-    body.op(format!("@{fin} bra.uni {done}"));
+    // K(t) arrived everywhere; every warp is past P V(t - 1).
+    body.op("cp.async.wait_group 0");
+    body.op("bar.sync 0");
+    copy(&mut body, &j0, vops, &vslot);
+    body.op("cp.async.commit_group");
+    // This warp's part of the tile: any keys, any mask.
+    let skip = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {skip}, {j0}, {wend}"));
+    let jlast = body.reg(Class::B64);
+    body.op(format!("add.u64 {jlast}, {j0}, {}", MMA_KEYS));
+    let masked = body.reg(Class::Pred);
+    body.op(format!("setp.gt.u64 {masked}, {jlast}, {}", p["p_s"]));
+    let diag = body.reg(Class::Pred);
+    body.op(format!("add.u64 {jlast}, {j0}, {}", MMA_KEYS - 1));
+    body.op(format!("setp.gt.u64 {diag}, {jlast}, {r0}"));
+    body.op(format!("and.pred {diag}, {diag}, {causal}"));
+    body.op(format!("or.pred {masked}, {masked}, {diag}"));
     // S = Q K^T for 8 tiles of 8 keys.
-    let tiles = MMA_KEYS / 8;
-    let s: Vec<[String; 4]> = (0..tiles)
+    let tiles8 = MMA_KEYS / 8;
+    let s: Vec<[String; 4]> = (0..tiles8)
         .map(|_| [0, 1, 2, 3].map(|_| body.reg(Class::F32)))
         .collect();
+    let after_qk = body.label("mma_after_qk");
+    body.op(format!("@{skip} bra.uni {after_qk}"));
     for (nt, st) in s.iter().enumerate() {
-        let key = body.reg(Class::B64);
-        body.op(format!("add.u64 {key}, {j0}, {}", nt * 8));
-        body.op(format!("add.u64 {key}, {key}, {g}"));
-        body.op(format!("min.u64 {key}, {key}, {smax}"));
-        let a = row_addr(&mut body, &p["p_k"], &p["p_kb"], &key, &p["p_kr"]);
-        body.op(format!("add.u64 {a}, {a}, {tg4}"));
-        for r in st {
-            body.op(format!("mov.f32 {r}, {zero}"));
-        }
-        for (kc, q) in qa.iter().enumerate() {
-            let (b0, b1) = (body.reg(Class::B32), body.reg(Class::B32));
-            body.op(format!("ld.global.nc.b32 {b0}, [{a}+{}]", kc * 32));
-            body.op(format!("ld.global.nc.b32 {b1}, [{a}+{}]", kc * 32 + 16));
+        for (q, ka) in kaddr.iter().enumerate() {
+            let bf = [0, 1, 2, 3].map(|_| body.reg(Class::B32));
             body.op(format!(
-                "mma.sync.aligned.m16n8k16.row.col.f32.{ht}.{ht}.f32 {{{0}, {1}, {2}, {3}}}, {{{4}, {5}, {6}, {7}}}, {{{b0}, {b1}}}, {{{0}, {1}, {2}, {3}}}",
-                st[0], st[1], st[2], st[3], q[0], q[1], q[2], q[3]
+                "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{}, {}, {}, {}}}, [{ka}+{}]",
+                bf[0],
+                bf[1],
+                bf[2],
+                bf[3],
+                nt * 8 * row_bytes
             ));
+            let c = if q == 0 { &zq } else { st };
+            mma_from(&mut body, ht, st, &qa[2 * q], [&bf[0], &bf[1]], c);
+            mma(&mut body, ht, st, &qa[2 * q + 1], [&bf[2], &bf[3]]);
         }
     }
-    // Scale; -inf past the keys and, under `causal`, past the row.
-    let col0 = body.reg(Class::B64);
-    body.op(format!("shl.b64 {col0}, {tg}, 1"));
-    body.op(format!("add.u64 {col0}, {col0}, {j0}"));
-    for (nt, st) in s.iter().enumerate() {
-        for (x, r) in st.iter().enumerate() {
-            body.op(format!("mul.rn.f32 {r}, {r}, {scale}"));
-            let key = body.reg(Class::B64);
-            body.op(format!("add.u64 {key}, {col0}, {}", nt * 8 + (x & 1)));
-            let (out, late) = (body.reg(Class::Pred), body.reg(Class::Pred));
-            body.op(format!("setp.ge.u64 {out}, {key}, {}", p["p_s"]));
-            let row = if x < 2 { &ra } else { &rb };
-            body.op(format!("setp.gt.u64 {late}, {key}, {row}"));
-            body.op(format!("and.pred {late}, {late}, {causal}"));
-            body.op(format!("or.pred {out}, {out}, {late}"));
-            body.op(format!("@{out} mov.f32 {r}, {neg_inf}"));
-        }
+    body.place(&after_qk);
+    // Every warp is past K(t): the next tile's copy may start.
+    body.op("bar.sync 0");
+    body.op(format!("add.u64 {jt}, {jt}, 1"));
+    body.op(format!("add.u64 {j0}, {j0}, {MMA_KEYS}"));
+    {
+        let last = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {last}, {jt}, {ntiles}"));
+        let no_copy = body.label("mma_no_copy");
+        body.op(format!("@{last} bra.uni {no_copy}"));
+        copy(&mut body, &j0, kops, &kslot);
+        body.place(&no_copy);
+        body.op("cp.async.commit_group");
     }
-    // The rows' new max (over the quad that shares a row) and the rescale.
+    let j0t = body.reg(Class::B64);
+    body.op(format!("sub.u64 {j0t}, {j0}, {MMA_KEYS}"));
+    let after_sm = body.label("mma_after_softmax");
+    body.op(format!("@{skip} bra.uni {after_sm}"));
+    // -inf past the keys and, under `causal`, past the row (only on the
+    // tiles that reach either).
+    {
+        let unmasked = body.label("mma_unmasked");
+        body.op(format!("@!{masked} bra.uni {unmasked}"));
+        let col0 = body.reg(Class::B64);
+        body.op(format!("shl.b64 {col0}, {tg}, 1"));
+        body.op(format!("add.u64 {col0}, {col0}, {j0t}"));
+        for (nt, st) in s.iter().enumerate() {
+            for (x, r) in st.iter().enumerate() {
+                let key = body.reg(Class::B64);
+                body.op(format!("add.u64 {key}, {col0}, {}", nt * 8 + (x & 1)));
+                let (out, late) = (body.reg(Class::Pred), body.reg(Class::Pred));
+                body.op(format!("setp.ge.u64 {out}, {key}, {}", p["p_s"]));
+                let row = if x < 2 { &ra } else { &rb };
+                body.op(format!("setp.gt.u64 {late}, {key}, {row}"));
+                body.op(format!("and.pred {late}, {late}, {causal}"));
+                body.op(format!("or.pred {out}, {out}, {late}"));
+                body.op(format!("@{out} mov.f32 {r}, {neg_inf}"));
+            }
+        }
+        body.place(&unmasked);
+    }
+    // The rows' new max (over the quad that shares a row), the rescale
+    // by 2^(m_old - m_new), and P = 2^(S - m) (0 where S is -inf).
+    let mut alphas = Vec::new();
     for (half, (m, l)) in [(&ma, &la), (&mb, &lb)].into_iter().enumerate() {
         let mx = body.reg(Class::F32);
         body.op(format!("mov.f32 {mx}, {m}"));
@@ -552,36 +818,55 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
             body.op(format!("shfl.sync.bfly.b32 {o2}, {mx}, {off}, 31, -1"));
             body.op(format!("max.f32 {mx}, {mx}, {o2}"));
         }
-        let same = body.label("mma_same_max");
-        let grew = body.reg(Class::Pred);
-        body.op(format!("setp.neu.f32 {grew}, {mx}, {m}"));
-        body.op(format!("@!{grew} bra.uni {same}"));
-        let diff = body.reg(Class::F32);
-        body.op(format!("sub.rn.f32 {diff}, {m}, {mx}"));
-        let alpha = emit_program(&mut body, &exp, &[diff])[0].clone();
-        body.op(format!("mul.rn.f32 {l}, {l}, {alpha}"));
-        for t in &o {
-            for x in [2 * half, 2 * half + 1] {
-                body.op(format!("mul.rn.f32 {0}, {0}, {alpha}", t[x]));
-            }
-        }
+        // In log2 units (times scale * log2(e)); a row without keys so
+        // far keeps m = -inf and subtracts 0.
+        let mu = body.reg(Class::F32);
+        body.op(format!("mul.rn.f32 {mu}, {mx}, {sl2}"));
+        let empty = body.reg(Class::Pred);
+        body.op(format!("setp.eq.f32 {empty}, {mx}, {neg_inf}"));
+        body.op(format!("@{empty} mov.f32 {mu}, {zero}"));
+        let alpha = body.reg(Class::F32);
+        body.op(format!("mul.rn.f32 {alpha}, {m}, {sl2}"));
+        body.op(format!("sub.rn.f32 {alpha}, {alpha}, {mu}"));
+        body.op(format!("ex2.approx.ftz.f32 {alpha}, {alpha}"));
         body.op(format!("mov.f32 {m}, {mx}"));
-        body.place(&same);
-        // p = exp(s - m), 0 where s is -inf; the thread's part of the sum.
+        body.op(format!("mul.rn.f32 {l}, {l}, {alpha}"));
+        body.op(format!("neg.f32 {mu}, {mu}"));
         for st in &s {
             for x in [2 * half, 2 * half + 1] {
                 let r = &st[x];
-                let masked = body.reg(Class::Pred);
-                body.op(format!("setp.eq.f32 {masked}, {r}, {neg_inf}"));
-                let dlt = body.reg(Class::F32);
-                body.op(format!("sub.rn.f32 {dlt}, {r}, {m}"));
-                let e = emit_program(&mut body, &exp, &[dlt])[0].clone();
-                body.op(format!("selp.f32 {r}, {zero}, {e}, {masked}"));
+                body.op(format!("fma.rn.f32 {r}, {r}, {sl2}, {mu}"));
+                body.op(format!("ex2.approx.ftz.f32 {r}, {r}"));
                 body.op(format!("add.rn.f32 {l}, {l}, {r}"));
             }
         }
+        alphas.push(alpha);
     }
-    // P as A fragments (two tiles of S make one 16-key chunk).
+    // O is rescaled unless no row's max grew anywhere in the warp.
+    {
+        let kept = body.reg(Class::Pred);
+        let kept_b = body.reg(Class::Pred);
+        body.op(format!("setp.eq.f32 {kept}, {}, {one}", alphas[0]));
+        body.op(format!("setp.eq.f32 {kept_b}, {}, {one}", alphas[1]));
+        body.op(format!("and.pred {kept}, {kept}, {kept_b}"));
+        body.op(format!("vote.sync.all.pred {kept}, {kept}, -1"));
+        let no_rescale = body.label("mma_no_rescale");
+        body.op(format!("@{kept} bra.uni {no_rescale}"));
+        for t in &o {
+            for (x, r) in t.iter().enumerate() {
+                body.op(format!("mul.rn.f32 {r}, {r}, {}", alphas[x / 2]));
+            }
+        }
+        body.place(&no_rescale);
+    }
+    body.place(&after_sm);
+    // V(t) arrived everywhere (K(t + 1) may still be on its way).
+    body.op("cp.async.wait_group 1");
+    body.op("bar.sync 0");
+    let after_pv = body.label("mma_after_pv");
+    body.op(format!("@{skip} bra.uni {after_pv}"));
+    // P as A fragments (two tiles of S make one 16-key chunk), rounded
+    // to the dtype in registers.
     let pa: Vec<[String; 4]> = (0..MMA_KEYS / 16)
         .map(|kc| {
             let regs = [0, 1, 2, 3].map(|_| body.reg(Class::B32));
@@ -600,48 +885,38 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
             regs
         })
         .collect();
-    // O += P V: B fragments of V (keys tig*2, +1, +8, +9 of each chunk,
-    // column g of each tile), 0 past the keys.
-    let mut vrow = Vec::new();
-    for kc in 0..MMA_KEYS / 16 {
-        for dk in [0, 1, 8, 9] {
-            let key = body.reg(Class::B64);
-            body.op(format!("add.u64 {key}, {col0}, {}", kc * 16 + dk));
-            let inside = body.reg(Class::Pred);
-            body.op(format!("setp.lt.u64 {inside}, {key}, {}", p["p_s"]));
-            body.op(format!("min.u64 {key}, {key}, {smax}"));
-            let a = row_addr(&mut body, &p["p_v"], &p["p_vb"], &key, &p["p_vr"]);
-            let g2 = body.reg(Class::B64);
-            body.op(format!("shl.b64 {g2}, {g}, 1"));
-            body.op(format!("add.u64 {a}, {a}, {g2}"));
-            vrow.push((a, inside));
-        }
-    }
-    for (nt, t) in o.iter().enumerate() {
-        for (kc, pk) in pa.iter().enumerate() {
-            let h: Vec<String> = (0..4)
-                .map(|x| {
-                    let (a, inside) = &vrow[kc * 4 + x];
-                    let r = body.reg(Class::B16);
-                    body.op(format!("ld.global.nc.b16 {r}, [{a}+{}]", nt * 16));
-                    body.op(format!("@!{inside} mov.b16 {r}, 0"));
-                    r
-                })
-                .collect();
-            let (b0, b1) = (body.reg(Class::B32), body.reg(Class::B32));
-            body.op(format!("mov.b32 {b0}, {{{}, {}}}", h[0], h[1]));
-            body.op(format!("mov.b32 {b1}, {{{}, {}}}", h[2], h[3]));
+    // O += P V.
+    for (kc, pk) in pa.iter().enumerate() {
+        for (q, va) in vaddr.iter().enumerate() {
+            let bf = [0, 1, 2, 3].map(|_| body.reg(Class::B32));
             body.op(format!(
-                "mma.sync.aligned.m16n8k16.row.col.f32.{ht}.{ht}.f32 {{{0}, {1}, {2}, {3}}}, {{{4}, {5}, {6}, {7}}}, {{{b0}, {b1}}}, {{{0}, {1}, {2}, {3}}}",
-                t[0], t[1], t[2], t[3], pk[0], pk[1], pk[2], pk[3]
+                "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{{}, {}, {}, {}}}, [{va}+{}]",
+                bf[0],
+                bf[1],
+                bf[2],
+                bf[3],
+                kc * 16 * row_bytes
             ));
+            mma(&mut body, ht, &o[2 * q], pk, [&bf[0], &bf[1]]);
+            mma(&mut body, ht, &o[2 * q + 1], pk, [&bf[2], &bf[3]]);
         }
     }
-    body.op(format!("add.u64 {j0}, {j0}, {MMA_KEYS}"));
-    body.op(format!("bra.uni {lp}"));
+    body.place(&after_pv);
+    body.op(format!("setp.lt.u64 {none}, {jt}, {ntiles}"));
+    body.op(format!("@{none} bra.uni {lp}"));
     body.place(&done);
-    // out = O / l (the quad's sum), 0 for a row without keys.
-    for (half, (row, l)) in [(&ra, &la), (&rb, &lb)].into_iter().enumerate() {
+    // out = O / l (the quad's sum), 0 for a row without keys, rounded
+    // into the warp's 16 rows of shared memory (swizzled like the tiles),
+    // then stored 16 bytes at a time.
+    body.op("bar.sync 0");
+    let wbase = body.reg(Class::B32);
+    let tq4 = body.reg(Class::B32);
+    body.op(format!("shl.b32 {tq4}, {t32}, 2"));
+    body.op(format!(
+        "mad.lo.u32 {wbase}, {warp}, {}, {sk}",
+        16 * row_bytes
+    ));
+    for (half, l) in [&la, &lb].into_iter().enumerate() {
         for off in [1, 2] {
             let o2 = body.reg(Class::F32);
             body.op(format!("shfl.sync.bfly.b32 {o2}, {l}, {off}, 31, -1"));
@@ -652,26 +927,61 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
         let empty = body.reg(Class::Pred);
         body.op(format!("setp.eq.f32 {empty}, {l}, {zero}"));
         body.op(format!("@{empty} mov.f32 {inv}, {zero}"));
-        let skip = body.label("mma_no_row");
-        let outside = body.reg(Class::Pred);
-        body.op(format!("setp.ge.u64 {outside}, {row}, {}", p["p_l"]));
-        body.op(format!("@{outside} bra {skip}"));
-        let orow = body.reg(Class::B64);
-        body.op(format!("mad.lo.u64 {orow}, {b}, {}, {row}", p["p_l"]));
-        body.op(format!("mul.lo.u64 {orow}, {orow}, {}", d * 2));
-        body.op(format!("add.u64 {orow}, {orow}, {}", p["p_out"]));
-        body.op(format!("add.u64 {orow}, {orow}, {tg4}"));
+        // Row g (+8) of the warp's rows: row & 7 = g.
+        let srow = body.reg(Class::B32);
+        body.op(format!("add.u32 {srow}, {g32}, {}", 8 * half));
+        body.op(format!("mad.lo.u32 {srow}, {srow}, {row_bytes}, {wbase}"));
+        body.op(format!("add.u32 {srow}, {srow}, {tq4}"));
         for (nt, t) in o.iter().enumerate() {
             let (x0, x1) = (body.reg(Class::F32), body.reg(Class::F32));
             body.op(format!("mul.rn.f32 {x0}, {}, {inv}", t[2 * half]));
             body.op(format!("mul.rn.f32 {x1}, {}, {inv}", t[2 * half + 1]));
             let packed = body.reg(Class::B32);
             body.op(format!("cvt.rn.{ht}x2.f32 {packed}, {x1}, {x0}"));
-            body.op(format!("st.global.b32 [{orow}+{}], {packed}", nt * 16));
+            // Chunk nt of the row at nt ^ g.
+            let c = body.reg(Class::B32);
+            body.op(format!("xor.b32 {c}, {g32}, {nt}"));
+            body.op(format!("shl.b32 {c}, {c}, 4"));
+            body.op(format!("add.u32 {c}, {c}, {srow}"));
+            body.op(format!("st.shared.b32 [{c}], {packed}"));
         }
-        body.place(&skip);
     }
-    body.place(&end);
+    body.op("bar.warp.sync -1");
+    // Lane takes chunk lane % chunks of rows lane / chunks + k * 32 / chunks.
+    let (orow, oc) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!(
+        "shr.u32 {orow}, {lane}, {}",
+        chunks.trailing_zeros()
+    ));
+    body.op(format!("and.b32 {oc}, {lane}, {}", chunks - 1));
+    let step = 32 / chunks;
+    for it in 0..16 / step {
+        let row = body.reg(Class::B32);
+        body.op(format!("add.u32 {row}, {orow}, {}", it * step));
+        let sa = swz(&mut body, &row, &oc);
+        body.op(format!("add.u32 {sa}, {sa}, {wbase}"));
+        let v = [0, 1, 2, 3].map(|_| body.reg(Class::B32));
+        body.op(format!(
+            "ld.shared.v4.b32 {{{}, {}, {}, {}}}, [{sa}]",
+            v[0], v[1], v[2], v[3]
+        ));
+        let grow = body.reg(Class::B64);
+        body.op(format!("cvt.u64.u32 {grow}, {row}"));
+        body.op(format!("add.u64 {grow}, {grow}, {r0}"));
+        let outside = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {outside}, {grow}, {}", p["p_l"]));
+        let ga = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {ga}, {b}, {}, {grow}", p["p_l"]));
+        body.op(format!("mul.lo.u64 {ga}, {ga}, {row_bytes}"));
+        body.op(format!("add.u64 {ga}, {ga}, {}", p["p_out"]));
+        let oc64 = body.reg(Class::B64);
+        body.op(format!("cvt.u64.u32 {oc64}, {oc}"));
+        body.op(format!("mad.lo.u64 {ga}, {oc64}, 16, {ga}"));
+        body.op(format!(
+            "@!{outside} st.global.v4.b32 [{ga}], {{{}, {}, {}, {}}}",
+            v[0], v[1], v[2], v[3]
+        ));
+    }
     body.op("ret");
     let params: Vec<String> = MMA_PARAMS
         .iter()
@@ -680,8 +990,10 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
             format!("\t.param .{ty} {n}")
         })
         .collect();
+    // Two blocks an SM at head dim 64 (at most 128 registers a thread).
+    let bounds = if d == 64 { ".minnctapersm 2\n" } else { "" };
     format!(
-        ".visible .entry {name}(\n{}\n)\n{{\n{}}}\n",
+        ".visible .entry {name}(\n{}\n)\n.maxntid {threads}, 1, 1\n{bounds}{{\n{}}}\n",
         params.join(",\n"),
         body.finish()
     )

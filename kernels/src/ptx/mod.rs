@@ -43,7 +43,7 @@ use crate::reduction::{ReduceSpec, RowSpec};
 use tensorfn_core::DTypeKind;
 
 pub use crate::target::{Target, HEADER};
-pub use attention::{ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS, ATTENTION_MMA_ROWS};
+pub use attention::{attention_mma_rows, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS};
 pub use concat::CAT_PARTS;
 pub use rows::SOFTMAX_REGISTER_COLS;
 

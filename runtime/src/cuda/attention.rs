@@ -2,7 +2,9 @@
 //! entry (one warp per query row, an online softmax over the keys, f32
 //! accumulation for the 16-bit dtypes), launched over batches of at most
 //! 65535 (the grid's y limit). Head dims above
-//! [`ATTENTION_MAX_HEAD`] go through the host.
+//! [`ATTENTION_MAX_HEAD`] go through the host. Without a mask, f16 and
+//! bf16 at head dim 64 or 128 with 16-byte aligned rows on sm_80+ take
+//! the FlashAttention-2-style tensor-core entry instead.
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
@@ -15,7 +17,7 @@ use crate::layout::Layout;
 use std::borrow::Cow;
 use std::ffi::c_void;
 use tensorfn_core::DTypeKind;
-use tensorfn_kernels::ptx::{Target, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS, ATTENTION_MMA_ROWS};
+use tensorfn_kernels::ptx::{attention_mma_rows, Target, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS};
 
 const OP: &str = "scaled_dot_product_attention";
 
@@ -79,7 +81,7 @@ impl CudaBackend {
                 )));
             }
         }
-        if mask.is_none() && self.mma_fits::<T>([q.1, k.1, v.1], e, ev) {
+        if mask.is_none() && self.mma_fits::<T>([q, k, v], e, ev) {
             return self.attention_mma::<T>(q, k, v, causal, scale);
         }
         let out = ctx.storage::<T>(n)?;
@@ -136,15 +138,21 @@ impl CudaBackend {
     }
 
     /// Whether the tensor-core entry takes these operands: f16 or bf16 on
-    /// an sm_80+ device, one head dim of 64 or 128, 4-byte aligned rows.
-    fn mma_fits<T: FloatDType>(&self, layouts: [&Layout; 3], e: usize, ev: usize) -> bool {
+    /// an sm_80+ device, one head dim of 64 or 128, 16-byte aligned rows
+    /// (its copies into shared memory move 16 bytes at a time).
+    fn mma_fits<T: FloatDType>(
+        &self,
+        operands: [(&CudaStorage<T>, &Layout); 3],
+        e: usize,
+        ev: usize,
+    ) -> bool {
         matches!(T::KIND, DTypeKind::F16 | DTypeKind::BF16)
             && e == ev
             && ATTENTION_MMA_HEADS.contains(&e)
             && self.ctx().target() == Target::Sm80
-            && layouts.iter().all(|l| {
+            && operands.iter().all(|(x, l)| {
                 let s = l.strides();
-                s[2] == 1 && s[0] % 2 == 0 && s[1] % 2 == 0 && l.offset() % 2 == 0
+                s[2] == 1 && s[0] % 8 == 0 && s[1] % 8 == 0 && x.ptr_at(l.offset()) % 16 == 0
             })
     }
 
@@ -167,7 +175,8 @@ impl CudaBackend {
             kernel.source(ctx.target())
         })?;
         let (qs, ks, vs) = (strides3(q.1), strides3(k.1), strides3(v.1));
-        let blocks = l.div_ceil(ATTENTION_MMA_ROWS) as u32;
+        let rows = attention_mma_rows(d);
+        let blocks = l.div_ceil(rows) as u32;
         for b0 in (0..batch).step_by(MAX_GRID_Y) {
             let nb = (batch - b0).min(MAX_GRID_Y);
             let b0 = b0 as u64;
@@ -191,10 +200,11 @@ impl CudaBackend {
                 .iter_mut()
                 .map(|v| v as *mut u64 as *mut c_void)
                 .collect();
-            ctx.launch_grid(
+            ctx.launch_grid_block(
                 f,
                 &|| format!("{kernel:?} of {nb} x [{l}, {d}] queries against {s} keys"),
                 (blocks, nb as u32),
+                2 * rows as u32,
                 &mut params,
             )?;
         }

@@ -74,13 +74,26 @@ impl Context {
         &self,
         f: sys::CUfunction,
         what: &dyn Fn() -> String,
+        grid: (u32, u32),
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        self.launch_grid_block(f, what, grid, BLOCK, params)
+    }
+
+    /// Queues `f` on the stream with a 2-D grid of `block`-thread blocks
+    /// (for entries that declare another block size).
+    pub(crate) fn launch_grid_block(
+        &self,
+        f: sys::CUfunction,
+        what: &dyn Fn() -> String,
         (gx, gy): (u32, u32),
+        block: u32,
         params: &mut [*mut c_void],
     ) -> Result<()> {
         // SAFETY: the caller passes parameters matching the entry's ABI
         // (abi.rs, builtin.rs), pointing at live device memory of the
         // right size.
-        unsafe { result::launch_kernel(f, (gx, gy, 1), (BLOCK, 1, 1), 0, self.stream, params) }
+        unsafe { result::launch_kernel(f, (gx, gy, 1), (block, 1, 1), 0, self.stream, params) }
             .map_err(|e| driver(&format!("launching {}", what()), e))?;
         if sync_launches() {
             self.sync(&format!("kernel {}", what()))?;

@@ -2069,9 +2069,19 @@ fn attention_matches_the_reference() {
         ([1, 1, 9, 300, 256, 200], false),
         ([1, 1, 5, 7, 300, 8], false),
         ([1, 2, 6, 0, 16, 16], false),
+        ([1, 2, 300, 260, 64, 64], true),
+        ([2, 1, 257, 700, 128, 128], false),
+        ([1, 1, 200, 450, 128, 128], true),
     ] {
         let mut c = Case::random(&mut rng, dims, 1.0);
         c.causal = causal;
+        cases.push(c);
+    }
+    // A negative and a zero scale on the tensor-core path.
+    for (scale, d) in [(-0.3, 64), (0.0, 128)] {
+        let mut c = Case::random(&mut rng, [1, 2, 100, 150, d, d], 1.0);
+        c.causal = true;
+        c.scale = Some(scale);
         cases.push(c);
     }
     {
@@ -2242,7 +2252,7 @@ fn attention_timing() {
         };
         drop(run());
         be.synchronize().unwrap();
-        let reps = 3;
+        let reps = 10;
         let start = std::time::Instant::now();
         for _ in 0..reps {
             drop(run());
