@@ -249,13 +249,33 @@ impl Layout {
     }
 
     /// The same elements as `dims`, without a copy, when the layout allows
-    /// it (contiguous); `None` when a copy is needed. The element count is
-    /// not checked here: callers check it with
-    /// [`rules::reshape`](tensorfn_core::rules::reshape).
+    /// it; `None` when a copy is needed. As PyTorch's `view`: every run of
+    /// old dims that the new dims split or merge must be one strided block
+    /// (a row of a narrowed matrix splits into heads; the dims of a
+    /// transpose do not merge). The element count is not checked here:
+    /// callers check it with [`rules::reshape`](tensorfn_core::rules::reshape).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{shape, Cpu, Tensor};
+    /// // Columns 2..6 of an [8, 12] matrix, as [8, 2, 2]: a view.
+    /// let x = Tensor::<Cpu, f32, shape![8, 12]>::zeros().unwrap();
+    /// let cols = x.narrow::<1, shape![8, 4]>(2, 4).unwrap();
+    /// let heads = cols.view::<shape![8, 2, 2]>().unwrap();
+    /// assert_eq!(heads.layout().strides(), &[12, 2, 1]);
+    /// // A transpose's dims do not merge without a copy.
+    /// assert!(x.t().unwrap().view::<shape![96]>().is_err());
+    /// ```
     pub(crate) fn reshape(&self, dims: &[usize]) -> Option<Layout> {
-        self.is_contiguous().then(|| Layout {
+        if self.is_contiguous() {
+            return Some(Layout {
+                dims: dims.to_vec(),
+                strides: contiguous_strides(dims),
+                offset: self.offset,
+            });
+        }
+        view_strides(&self.dims, &self.strides, dims).map(|strides| Layout {
             dims: dims.to_vec(),
-            strides: contiguous_strides(dims),
+            strides,
             offset: self.offset,
         })
     }
@@ -272,6 +292,42 @@ impl Layout {
     pub fn offsets(&self) -> StridedOffsets<'_> {
         StridedOffsets::new(self)
     }
+}
+
+/// The strides of `new` over the elements of a layout `(dims, strides)` of
+/// the same count, without moving them, if there are any (PyTorch's
+/// `computeStride`): walking the old dims from the last, each run of dims
+/// that forms one strided block (each dim's stride the next one's times
+/// its size) must be covered exactly by a run of new dims.
+fn view_strides(dims: &[usize], strides: &[usize], new: &[usize]) -> Option<Vec<usize>> {
+    if dims.iter().product::<usize>() == 0 || dims.is_empty() {
+        return Some(contiguous_strides(new));
+    }
+    let mut out = vec![0; new.len()];
+    let mut view_d = new.len() as isize - 1;
+    let mut chunk_base = *strides.last().expect("a dim");
+    let (mut tensor_numel, mut view_numel) = (1usize, 1usize);
+    for d in (0..dims.len()).rev() {
+        tensor_numel *= dims[d];
+        let block_ends =
+            d == 0 || (dims[d - 1] != 1 && strides[d - 1] != tensor_numel * chunk_base);
+        if block_ends {
+            while view_d >= 0 && (view_numel < tensor_numel || new[view_d as usize] == 1) {
+                out[view_d as usize] = view_numel * chunk_base;
+                view_numel *= new[view_d as usize];
+                view_d -= 1;
+            }
+            if view_numel != tensor_numel {
+                return None;
+            }
+            if d > 0 {
+                chunk_base = strides[d - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    (view_d == -1).then_some(out)
 }
 
 /// Iterator over the storage index of each element of a [`Layout`], in
@@ -401,5 +457,72 @@ mod tests {
         assert_eq!(Layout::contiguous(&[4, 0]).slice(0, 2, 3).offset(), 0);
         assert_eq!(Layout::contiguous(&[4, 0]).select(0, 3).offset(), 0);
         assert_eq!(Layout::contiguous(&[4, 3]).slice(0, 4, 4).offset(), 0);
+    }
+
+    /// Every view `reshape` gives reads the elements in the order of the
+    /// layout it came from, over random permutes, slices and broadcasts
+    /// and random regroupings (and splits of a narrowed row into heads are
+    /// views, merges of a transpose's dims are not).
+    #[test]
+    fn reshaped_views_keep_the_element_order() {
+        let mut rng = crate::random::SplitMix64::new(7);
+        let mut below = |n: usize| (rng.next_u64() % n as u64) as usize;
+        let mut views = 0;
+        for _ in 0..3000 {
+            let rank = 1 + below(4);
+            let dims: Vec<usize> = (0..rank).map(|_| 1 + below(4)).collect();
+            let mut l = Layout::contiguous(&dims);
+            match below(4) {
+                0 => {
+                    let mut perm: Vec<usize> = (0..rank).collect();
+                    perm.rotate_left(below(rank));
+                    l = l.permute(&perm);
+                }
+                1 => {
+                    let d = below(rank);
+                    let start = below(l.dims()[d]);
+                    l = l.slice(d, start, l.dims()[d]);
+                }
+                2 => l = l.broadcast_to(&[2].iter().chain(l.dims()).copied().collect::<Vec<_>>()),
+                _ => {}
+            }
+            // A regrouping of the same count: merge or split neighbours.
+            let n: usize = l.dims().iter().product();
+            let mut new: Vec<usize> = Vec::new();
+            let mut left = n;
+            while left > 1 {
+                let f = (2..=left)
+                    .find(|f| left % f == 0 && below(2) == 0)
+                    .unwrap_or(left);
+                new.push(f);
+                left /= f;
+            }
+            if below(3) == 0 {
+                new.insert(below(new.len() + 1), 1);
+            }
+            if let Some(v) = l.reshape(&new) {
+                views += 1;
+                assert_eq!(v.dims(), &new[..]);
+                let want: Vec<usize> = l.offsets().collect();
+                let got: Vec<usize> = v.offsets().collect();
+                assert_eq!(
+                    got,
+                    want,
+                    "{:?}/{:?} as {new:?}: strides {:?}",
+                    l.dims(),
+                    l.strides(),
+                    v.strides()
+                );
+            }
+        }
+        assert!(views > 1000, "{views} views");
+        // The head split of a narrowed [tokens, 3 * 768] row is a view.
+        let q = Layout::contiguous(&[64, 2304]).slice(1, 768, 1536);
+        let heads = q.reshape(&[2, 32, 12, 64]).expect("a view");
+        assert_eq!(heads.strides(), &[32 * 2304, 2304, 64, 1]);
+        assert!(Layout::contiguous(&[3, 4])
+            .transpose(0, 1)
+            .reshape(&[12])
+            .is_none());
     }
 }

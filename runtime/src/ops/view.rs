@@ -136,7 +136,7 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
             Some(layout) => Ok(self.with_layout(layout)),
             None => Err(Error::shape(
                 "view",
-                "a contiguous tensor",
+                "a tensor whose dims split or merge without moving elements",
                 format!(
                     "a view of dims {:?} with strides {:?}; use `.reshape()` (which copies) or call `.contiguous()` first",
                     self.dims(),
