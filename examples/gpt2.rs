@@ -32,7 +32,7 @@
 
 mod common;
 
-use common::generate::{generate, CausalLm, Options};
+use common::generate::{generate, CausalLm, Logits3, Options};
 use common::{check_close, seed, to_f64, AnyResult, TempFile};
 use tensorfn::prelude::*;
 use tensorfn::{LoadOptions, Shape};
@@ -193,10 +193,7 @@ pub struct Cache<D: Device, T: Float> {
 impl<D: Device, T: Float> CausalLm<D, T> for Gpt2<D, T> {
     type Cache = Cache<D, T>;
 
-    fn prompt(
-        &self,
-        ids: &Tensor<D, i64, shape![_, _]>,
-    ) -> Result<(Tensor<D, T, shape![_, _, _]>, Cache<D, T>)> {
+    fn prompt(&self, ids: &Tensor<D, i64, shape![_, _]>) -> Result<(Logits3<D, T>, Cache<D, T>)> {
         let positions = positions(0, ids.dims()[1])?.to_device::<D>()?;
         let mut x = embed(ids, &positions, &self.wte, &self.wpe)?;
         let mut cache = Cache {

@@ -20,7 +20,7 @@
 
 mod common;
 
-use common::generate::{generate, CausalLm, Options};
+use common::generate::{generate, CausalLm, Logits3, Options};
 use common::{check_close, seed, to_f64, AnyResult, TempFile};
 use tensorfn::prelude::*;
 use tensorfn::Shape;
@@ -194,6 +194,9 @@ tensor_fn! {
     }
 }
 
+/// A `[T, 64]` table of the rotary embedding's cosines or sines.
+type Table<D, T> = Tensor<D, T, shape![_, 64]>;
+
 /// A `[B, 2, _, 64]` tensor of keys or values.
 type Heads<D, T> = Tensor<D, T, shape![_, 2, _, 64]>;
 
@@ -206,10 +209,7 @@ pub struct Cache<D: Device, T: Float> {
 /// The rotary embedding's cosines and sines at positions
 /// `start .. start + len`, `[len, 64]` each (each frequency twice, as
 /// Hugging Face's), computed in f64; an `Err` past the context.
-fn rotary<D: Device, T: Float>(
-    start: usize,
-    len: usize,
-) -> Result<(Tensor<D, T, shape![_, 64]>, Tensor<D, T, shape![_, 64]>)> {
+fn rotary<D: Device, T: Float>(start: usize, len: usize) -> Result<(Table<D, T>, Table<D, T>)> {
     if start + len > CTX {
         return Err(Error::shape(
             "llama positions",
@@ -218,7 +218,7 @@ fn rotary<D: Device, T: Float>(
         ));
     }
     let angle = |p: usize, i: usize| p as f64 * THETA.powf(-((2 * (i % 32)) as f64) / 64.0);
-    let table = |f: fn(f64) -> f64| -> Result<Tensor<D, T, shape![_, 64]>> {
+    let table = |f: fn(f64) -> f64| -> Result<Table<D, T>> {
         let v: Vec<f64> = (start..start + len)
             .flat_map(|p| (0..64).map(move |i| f(angle(p, i))))
             .collect();
@@ -232,10 +232,7 @@ fn rotary<D: Device, T: Float>(
 impl<D: Device, T: Float> CausalLm<D, T> for Llama<D, T> {
     type Cache = Cache<D, T>;
 
-    fn prompt(
-        &self,
-        ids: &Tensor<D, i64, shape![_, _]>,
-    ) -> Result<(Tensor<D, T, shape![_, _, _]>, Cache<D, T>)> {
+    fn prompt(&self, ids: &Tensor<D, i64, shape![_, _]>) -> Result<(Logits3<D, T>, Cache<D, T>)> {
         let (cos, sin) = rotary::<D, T>(0, ids.dims()[1])?;
         let mut x = embed(ids, &self.model.embed_tokens)?;
         let mut cache = Cache {

@@ -7,16 +7,16 @@ use super::AnyResult;
 use std::time::Instant;
 use tensorfn::prelude::*;
 
+/// Logits `[B, S, vocab]`.
+pub type Logits3<D, T> = Tensor<D, T, shape![_, _, _]>;
+
 /// A causal language model on `D` in `T`, as generation drives it.
 pub trait CausalLm<D: Device, T: Float> {
     /// The keys and values of every layer so far.
     type Cache;
     /// The prompt's logits `[B, S, vocab]`, and the cache of its keys and
     /// values.
-    fn prompt(
-        &self,
-        ids: &Tensor<D, i64, shape![_, _]>,
-    ) -> Result<(Tensor<D, T, shape![_, _, _]>, Self::Cache)>;
+    fn prompt(&self, ids: &Tensor<D, i64, shape![_, _]>) -> Result<(Logits3<D, T>, Self::Cache)>;
     /// The logits `[B, 1, vocab]` of one more token per row, its keys and
     /// values added to `cache`.
     fn step(
