@@ -32,8 +32,10 @@
 
 mod common;
 
-use common::generate::{generate, CausalLm, Logits3, Options};
-use common::{check_close, seed, to_f64, AnyResult, TempFile};
+use common::generate::{
+    check_against_f64, check_and_generate, generate, weights_file, CausalLm, Logits3, Options,
+};
+use common::{seed, AnyResult};
 use tensorfn::prelude::*;
 use tensorfn::{LoadOptions, Shape};
 
@@ -318,42 +320,6 @@ pub fn load(path: &std::path::Path) -> Result<Gpt2<Cpu, f32>> {
     }
 }
 
-/// The checks of a random model: the prompt's logits on `D` in f32 against
-/// the same functions in f64 on the host, and the cache against the
-/// prompt (the logits of a token generated with the cache equal those of
-/// the prompt that ends with it).
-fn check<D: Device>(model: &Gpt2<Cpu, f32>, tokens: &[i64]) -> AnyResult {
-    let s = tokens.len();
-    let ids = Tensor::<Cpu, i64, shape![_, _]>::from_vec_dims(tokens.to_vec(), &[1, s])?;
-    let on_device = model.to_device::<D>()?;
-    let (got, mut cache) = on_device.prompt(&ids.to_device::<D>()?)?;
-    let (want, _) = model.cast::<f64>()?.prompt(&ids)?;
-    check_close("prompt logits", &to_f64(&got)?, &to_f64(&want)?, 2e-3, 2e-3)?;
-
-    // The prompt without its last token, then that token through the cache.
-    let head =
-        Tensor::<Cpu, i64, shape![_, _]>::from_vec_dims(tokens[..s - 1].to_vec(), &[1, s - 1])?;
-    let (_, mut cache_head) = on_device.prompt(&head.to_device::<D>()?)?;
-    let last = Tensor::<Cpu, i64, shape![_, 1]>::from_vec_dims(vec![tokens[s - 1]], &[1, 1])?;
-    let stepped = on_device.step(&last.to_device::<D>()?, &mut cache_head)?;
-    let full_last = got.narrow::<1, shape![_, 1, _]>(s - 1, 1)?;
-    check_close(
-        "cached step",
-        &to_f64(&stepped)?,
-        &to_f64(&full_last)?,
-        1e-3,
-        1e-3,
-    )?;
-    // One more step from the full prompt's cache runs too.
-    let again = on_device.step(&last.to_device::<D>()?, &mut cache)?;
-    println!(
-        "cache of {} tokens, logits {:?}",
-        cache.k[0].dims()[2],
-        again.dims()
-    );
-    Ok(())
-}
-
 /// The test's run: a random model of `GPT2_LAYERS` blocks (default 2),
 /// checked, then a few greedy tokens.
 pub fn run<D: Device>() -> AnyResult {
@@ -362,9 +328,8 @@ pub fn run<D: Device>() -> AnyResult {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2);
-    let file = TempFile::new(&format!("tensorfn-gpt2-{seed}.safetensors"));
-    random(layers, seed)?.save_safetensors(&file.0)?;
-    let model = load(&file.0)?;
+    let (path, _file) = weights_file(None, "gpt2", (layers, seed), random)?;
+    let model = load(&path)?;
     println!(
         "loaded {} blocks, {} parameters",
         model.h.len(),
@@ -372,7 +337,7 @@ pub fn run<D: Device>() -> AnyResult {
     );
     let mut o = Options::new(layers);
     (o.steps, o.seed, o.top_k) = (4, Some(seed), 5);
-    check::<D>(&model, &o.tokens)?;
+    check_against_f64(&model.to_device::<D>()?, &model.cast::<f64>()?, &o.tokens)?;
     let out = generate::<D, f32, _>(&o, &model.to_device::<D>()?, CTX)?;
     println!("generated {:?}", out[0]);
     Ok(())
@@ -381,41 +346,13 @@ pub fn run<D: Device>() -> AnyResult {
 pub fn main() -> AnyResult {
     let o = Options::from_args(VOCAB, 12)?;
     let seed = o.seed.unwrap_or_else(seed);
-    let _file;
-    let model = match &o.weights {
-        Some(path) => load(path)?,
-        None => {
-            let file = TempFile::new(&format!("tensorfn-gpt2-{seed}.safetensors"));
-            random(o.layers, seed)?.save_safetensors(&file.0)?;
-            let model = load(&file.0)?;
-            _file = file;
-            model
-        }
-    };
+    let (path, _file) = weights_file(o.weights.as_ref(), "gpt2", (o.layers, seed), random)?;
+    let model = load(&path)?;
     println!(
         "GPT-2: {} blocks, {} parameters",
         model.h.len(),
         model.num_params()
     );
-    let gpu = !o.cpu && common::gpu_available()?;
-    if o.check && o.weights.is_none() {
-        match gpu {
-            true => check::<Cuda>(&model, &o.tokens)?,
-            false => check::<Cpu>(&model, &o.tokens)?,
-        }
-        println!("checked against f64 on the host");
-    }
-    let out = match (gpu, o.dtype.as_str()) {
-        (true, "f32") => generate::<Cuda, f32, _>(&o, &model.to_device()?, CTX)?,
-        (true, "bf16") => generate::<Cuda, bf16, _>(&o, &model.cast()?.to_device()?, CTX)?,
-        (true, "f16") => generate::<Cuda, f16, _>(&o, &model.cast()?.to_device()?, CTX)?,
-        (false, "f32") => generate::<Cpu, f32, _>(&o, &model, CTX)?,
-        (false, "bf16") => generate::<Cpu, bf16, _>(&o, &model.cast()?, CTX)?,
-        (false, "f16") => generate::<Cpu, f16, _>(&o, &model.cast()?, CTX)?,
-        (_, other) => return Err(format!("--dtype {other}: f32, bf16 or f16").into()),
-    };
-    for (i, row) in out.iter().enumerate() {
-        println!("row {i}: {row:?}");
-    }
+    check_and_generate!(o, model, CTX);
     Ok(())
 }

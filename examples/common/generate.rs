@@ -3,7 +3,8 @@
 //! the reference scripts), and greedy or top-k decoding with a key-value
 //! cache, in tokens per second.
 
-use super::AnyResult;
+use super::{check_close, to_f64, AnyResult, TempFile};
+use std::path::PathBuf;
 use std::time::Instant;
 use tensorfn::prelude::*;
 
@@ -258,3 +259,88 @@ pub fn generate<D: Device, T: Float, M: CausalLm<D, T>>(
     );
     Ok(out)
 }
+
+/// The file to load a model from: `weights`, or random weights of `layers`
+/// layers drawn by `random` and written to a temporary file (returned too,
+/// so that it lives until the load), read through the same loader.
+pub fn weights_file<P: Params>(
+    weights: Option<&PathBuf>,
+    name: &str,
+    (layers, seed): (usize, u64),
+    random: impl FnOnce(usize, u64) -> Result<P>,
+) -> AnyResult<(PathBuf, Option<TempFile>)> {
+    if let Some(path) = weights {
+        return Ok((path.clone(), None));
+    }
+    let file = TempFile::new(&format!("tensorfn-{name}-{seed}.safetensors"));
+    random(layers, seed)?.save_safetensors(&file.0)?;
+    Ok((file.0.clone(), Some(file)))
+}
+
+/// The checks of a model: the prompt's logits of `on_device` (f32)
+/// against `reference` (the same weights in f64 on the host), and the
+/// cache against the prompt (the logits of the last token stepped through
+/// the cache of the others equal the full prompt's).
+pub fn check_against_f64<D: Device, M: CausalLm<D, f32>, R: CausalLm<Cpu, f64>>(
+    on_device: &M,
+    reference: &R,
+    tokens: &[i64],
+) -> AnyResult {
+    let s = tokens.len();
+    let ids = Tensor::<Cpu, i64, shape![_, _]>::from_vec_dims(tokens.to_vec(), &[1, s])?;
+    let (got, mut cache) = on_device.prompt(&ids.to_device::<D>()?)?;
+    let (want, _) = reference.prompt(&ids)?;
+    check_close("prompt logits", &to_f64(&got)?, &to_f64(&want)?, 2e-3, 2e-3)?;
+
+    // The prompt without its last token, then that token through the cache.
+    let head =
+        Tensor::<Cpu, i64, shape![_, _]>::from_vec_dims(tokens[..s - 1].to_vec(), &[1, s - 1])?;
+    let (_, mut cache_head) = on_device.prompt(&head.to_device::<D>()?)?;
+    let last = Tensor::<Cpu, i64, shape![_, 1]>::from_vec_dims(vec![tokens[s - 1]], &[1, 1])?;
+    let stepped = on_device.step(&last.to_device::<D>()?, &mut cache_head)?;
+    let full_last = got.narrow::<1, shape![_, 1, _]>(s - 1, 1)?;
+    check_close(
+        "cached step",
+        &to_f64(&stepped)?,
+        &to_f64(&full_last)?,
+        1e-3,
+        1e-3,
+    )?;
+    // One more step from the full prompt's cache runs too.
+    let again = on_device.step(&last.to_device::<D>()?, &mut cache)?;
+    println!("one step past the prompt: logits {:?}", again.dims());
+    Ok(())
+}
+
+/// The command line's run of an example's model `$model` (loaded in f32 on
+/// the host): the check of random weights, then [`generate`] on the GPU
+/// (unless `--cpu` or there is none) in the dtype `--dtype` names.
+#[allow(unused_macros)] // the examples without a language model include this file too
+macro_rules! check_and_generate {
+    ($o:expr, $model:expr, $context:expr) => {{
+        let (o, model) = (&$o, &$model);
+        let gpu = !o.cpu && common::gpu_available()?;
+        if o.check && o.weights.is_none() {
+            let reference = model.cast::<f64>()?;
+            match gpu {
+                true => check_against_f64(&model.to_device::<Cuda>()?, &reference, &o.tokens)?,
+                false => check_against_f64(model, &reference, &o.tokens)?,
+            }
+            println!("checked against f64 on the host");
+        }
+        let out = match (gpu, o.dtype.as_str()) {
+            (true, "f32") => generate::<Cuda, f32, _>(o, &model.to_device()?, $context)?,
+            (true, "bf16") => generate::<Cuda, bf16, _>(o, &model.cast()?.to_device()?, $context)?,
+            (true, "f16") => generate::<Cuda, f16, _>(o, &model.cast()?.to_device()?, $context)?,
+            (false, "f32") => generate::<Cpu, f32, _>(o, model, $context)?,
+            (false, "bf16") => generate::<Cpu, bf16, _>(o, &model.cast()?, $context)?,
+            (false, "f16") => generate::<Cpu, f16, _>(o, &model.cast()?, $context)?,
+            (_, other) => return Err(format!("--dtype {other}: f32, bf16 or f16").into()),
+        };
+        for (i, row) in out.iter().enumerate() {
+            println!("row {i}: {row:?}");
+        }
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use check_and_generate;
