@@ -311,3 +311,16 @@ fn a_cast_keeps_the_fields_of_a_fixed_dtype() {
     let moved = h.to_device::<Cpu>().unwrap();
     assert_eq!(moved.norm.to_vec().unwrap(), m.norm.to_vec().unwrap());
 }
+
+#[test]
+fn zeros_like_keeps_every_name_shape_and_dtype() {
+    let m = model(2);
+    let z = m.zeros_like().unwrap();
+    let (a, b) = (contents(&m), contents(&z));
+    assert_eq!(a.len(), b.len());
+    for ((na, da, _), (nb, db, bytes)) in a.iter().zip(&b) {
+        assert_eq!((na, da), (nb, db));
+        assert!(bytes.iter().all(|&x| x == 0), "{nb} is not zero");
+    }
+    assert_eq!(z.num_params(), m.num_params());
+}

@@ -202,6 +202,10 @@ fn expand(d: &DeriveInput) -> syn::Result<TokenStream> {
         let (i, k) = (f.ident, &f.key);
         quote_spanned!(f.ty.span()=> #i: ::tensorfn::Params::load_named(&::tensorfn::params::join(prefix, #k), loader)?)
     });
+    let zeros = fs.iter().map(|f| {
+        let i = f.ident;
+        quote_spanned!(f.ty.span()=> #i: ::tensorfn::Params::zeros_like(&self.#i)?)
+    });
     let mut out = quote! {
         #[automatically_derived]
         impl #impl_g ::tensorfn::Params for #name #ty_g #where_c {
@@ -219,6 +223,10 @@ fn expand(d: &DeriveInput) -> syn::Result<TokenStream> {
                 loader: &mut ::tensorfn::params::Loader<'_>,
             ) -> ::tensorfn::Result<Self> {
                 ::core::result::Result::Ok(#name { #(#loads),* })
+            }
+
+            fn zeros_like(&self) -> ::tensorfn::Result<Self> {
+                ::core::result::Result::Ok(#name { #(#zeros),* })
             }
         }
     };

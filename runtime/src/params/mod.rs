@@ -97,6 +97,20 @@ pub trait Params: Sized {
     /// Reads every parameter under `prefix` from `loader`.
     fn load_named(prefix: &str, loader: &mut Loader<'_>) -> Result<Self>;
 
+    /// Parameters of the same type, shapes and device, every element zero:
+    /// the starting point of gradients and of optimizer state.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{shape, Cpu, Params, Tensor};
+    /// let w = Tensor::<Cpu, f32, shape![_, 3]>::ones_dims(&[2, 3]).unwrap();
+    /// let layers = vec![w.clone(), w];
+    /// let z = layers.zeros_like().unwrap();
+    /// assert_eq!(z.len(), 2);
+    /// assert_eq!(z[1].dims(), &[2, 3]);
+    /// assert_eq!(z[1].to_vec().unwrap(), vec![0.0; 6]);
+    /// ```
+    fn zeros_like(&self) -> Result<Self>;
+
     /// Calls `f` with the name and the tensor of every parameter.
     fn visit(&self, f: &mut dyn FnMut(&str, &dyn AnyTensor) -> Result<()>) -> Result<()> {
         self.visit_named("", f)
@@ -214,6 +228,10 @@ impl<D: Device, T: DType, S: Shape> Params for Tensor<D, T, S> {
         // Straight to `D`: the host copy moves into a CPU tensor.
         Tensor::from_host(data, &dims)
     }
+
+    fn zeros_like(&self) -> Result<Self> {
+        Tensor::zeros_dims(self.dims())
+    }
 }
 
 /// The items of an array or `Vec` under `prefix.0`, `prefix.1`, ...
@@ -245,6 +263,10 @@ impl<P: Params, const N: usize> Params for [P; N] {
             .try_into()
             .unwrap_or_else(|_| unreachable!("N items were read")))
     }
+
+    fn zeros_like(&self) -> Result<Self> {
+        try_map_array(self, P::zeros_like)
+    }
 }
 
 /// A `Vec` holds as many items as the file has: `prefix.0`, `prefix.1`, ...
@@ -268,5 +290,9 @@ impl<P: Params> Params for Vec<P> {
             items.push(P::load_named(&name, loader)?);
         }
         Ok(items)
+    }
+
+    fn zeros_like(&self) -> Result<Self> {
+        self.iter().map(P::zeros_like).collect()
     }
 }
