@@ -330,6 +330,71 @@ fn view_strides(dims: &[usize], strides: &[usize], new: &[usize]) -> Option<Vec<
     (view_d == -1).then_some(out)
 }
 
+/// The dims and per-operand strides of an elementwise walk with size-1
+/// dims dropped and neighbours merged wherever every operand steps over the
+/// pair as over one dim (`strides[d] == strides[d + 1] * dims[d + 1]` in
+/// each): the same elements in the same order, with fewer index divisions
+/// per element in the strided kernels.
+pub(crate) fn coalesce(dims: &[usize], strides: &[&[usize]]) -> (Vec<usize>, Vec<Vec<usize>>) {
+    let mut out_dims: Vec<usize> = Vec::with_capacity(dims.len());
+    let mut out_strides: Vec<Vec<usize>> = vec![Vec::with_capacity(dims.len()); strides.len()];
+    for (d, &n) in dims.iter().enumerate() {
+        if n == 1 {
+            continue;
+        }
+        let merges = !out_dims.is_empty()
+            && strides
+                .iter()
+                .zip(&out_strides)
+                .all(|(s, o)| *o.last().expect("a kept dim") == s[d] * n);
+        if merges {
+            *out_dims.last_mut().expect("a kept dim") *= n;
+            for (s, o) in strides.iter().zip(&mut out_strides) {
+                *o.last_mut().expect("a kept dim") = s[d];
+            }
+        } else {
+            out_dims.push(n);
+            for (s, o) in strides.iter().zip(&mut out_strides) {
+                o.push(s[d]);
+            }
+        }
+    }
+    (out_dims, out_strides)
+}
+
+/// The same walk over elements `k` times as wide: each run of `k`
+/// neighbours along the last dim becomes one element. `None` unless every
+/// operand steps by 1 along the last dim and by multiples of `k` along the
+/// others, and the last dim is a multiple of `k`. (Alignment of the base
+/// addresses is the caller's to check.)
+pub(crate) fn widen(
+    dims: &[usize],
+    strides: &[Vec<usize>],
+    k: usize,
+) -> Option<(Vec<usize>, Vec<Vec<usize>>)> {
+    let (&last, outer) = dims.split_last()?;
+    if last % k != 0 {
+        return None;
+    }
+    let fits = |s: &Vec<usize>| {
+        s.last() == Some(&1) && outer.iter().zip(s).all(|(&n, &st)| n == 1 || st % k == 0)
+    };
+    if !strides.iter().all(fits) {
+        return None;
+    }
+    let mut wide_dims = dims.to_vec();
+    *wide_dims.last_mut().expect("a dim") = last / k;
+    let wide_strides = strides
+        .iter()
+        .map(|s| {
+            let mut w: Vec<usize> = s.iter().map(|&st| st / k).collect();
+            *w.last_mut().expect("a dim") = 1;
+            w
+        })
+        .collect();
+    Some((wide_dims, wide_strides))
+}
+
 /// Iterator over the storage index of each element of a [`Layout`], in
 /// row-major order.
 ///
@@ -395,6 +460,66 @@ impl ExactSizeIterator for StridedOffsets<'_> {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every element's storage index, by walking `dims` with `strides`.
+    fn walk(dims: &[usize], strides: &[usize]) -> Vec<usize> {
+        Layout::new(dims.to_vec(), strides.to_vec(), 0)
+            .offsets()
+            .collect()
+    }
+
+    #[test]
+    fn coalesced_walks_visit_the_same_elements_in_order() {
+        // A head split: [B, H, T, D] read from [B, T, 3, H, D] against a
+        // contiguous output; size-1 dims and a broadcast dim mixed in.
+        let cases: Vec<(Vec<usize>, Vec<Vec<usize>>)> = vec![
+            (
+                vec![2, 3, 4, 8],
+                vec![vec![96, 32, 8, 1], vec![288, 8, 72, 1]],
+            ),
+            (vec![2, 1, 3, 4], vec![vec![12, 12, 4, 1], vec![0, 5, 4, 1]]),
+            (vec![5, 6], vec![vec![6, 1], vec![1, 5]]),
+            (vec![1, 1], vec![vec![1, 1], vec![7, 3]]),
+            (vec![4, 2, 2], vec![vec![4, 2, 1], vec![4, 2, 1]]),
+        ];
+        for (dims, strides) in cases {
+            let refs: Vec<&[usize]> = strides.iter().map(|s| &s[..]).collect();
+            let (cd, cs) = coalesce(&dims, &refs);
+            assert!(cd.len() <= dims.len());
+            for (s, c) in strides.iter().zip(&cs) {
+                assert_eq!(
+                    walk(&dims, s),
+                    walk(&cd, c),
+                    "{dims:?} {s:?} -> {cd:?} {c:?}"
+                );
+            }
+        }
+        let (d, s) = coalesce(&[4, 2, 2], &[&[4, 2, 1], &[4, 2, 1]]);
+        assert_eq!((d, s), (vec![16], vec![vec![1], vec![1]]));
+    }
+
+    #[test]
+    fn widened_walks_move_whole_runs_of_the_last_dim() {
+        let dims = vec![2, 3, 8];
+        let strides = vec![vec![24, 8, 1], vec![64, 16, 1]];
+        let (wd, ws) = widen(&dims, &strides, 4).unwrap();
+        assert_eq!(wd, vec![2, 3, 2]);
+        for (s, w) in strides.iter().zip(&ws) {
+            let wide: Vec<usize> = walk(&wd, w);
+            let narrow: Vec<usize> = walk(&dims, s);
+            let expanded: Vec<usize> = wide
+                .iter()
+                .flat_map(|&i| (0..4).map(move |j| 4 * i + j))
+                .collect();
+            assert_eq!(expanded, narrow);
+        }
+        // A last dim that is not a multiple, a strided last dim, an outer
+        // stride that is not a multiple: no widening.
+        assert!(widen(&[2, 6], &[vec![6, 1]], 4).is_none());
+        assert!(widen(&[2, 8], &[vec![16, 2]], 4).is_none());
+        assert!(widen(&[2, 8], &[vec![10, 1]], 4).is_none());
+        assert!(widen(&[], &[vec![]], 4).is_none());
+    }
 
     #[test]
     fn views_change_dims_strides_and_offset() {

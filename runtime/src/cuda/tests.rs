@@ -210,6 +210,56 @@ fn copy_into_writes_a_strided_destination() {
     ));
 }
 
+#[test]
+fn strided_copies_move_every_element_bit_for_bit_at_every_width() {
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    // Views of a [2, 5, 3, 4, 8] buffer (a batch of `qkv` rows: T = 5,
+    // three of H = 4 heads of D = 8): head splits as GPT-2 takes them
+    // (widened to 8-byte words), a narrowed last dim (4-byte words for
+    // 2-byte elements), an odd offset (no widening), a transpose of the
+    // last dim (element by element), and empty and 1-element views.
+    let base = Layout::contiguous(&[2, 5, 3, 4, 8]);
+    let views: Vec<Layout> = vec![
+        base.select(2, 1).transpose(1, 2),
+        base.select(2, 2).transpose(1, 2).slice(3, 2, 6),
+        base.select(2, 0).slice(3, 1, 8).transpose(1, 2),
+        base.select(2, 0).transpose(2, 3),
+        base.slice(1, 0, 0),
+        base.select(0, 1)
+            .select(0, 4)
+            .select(0, 2)
+            .select(0, 3)
+            .slice(0, 5, 6),
+    ];
+    fn check<T: DType>(be: &CudaBackend, rng: &mut SplitMix64, views: &[Layout]) {
+        let data: Vec<T> = random(rng, 2 * 5 * 3 * 4 * 8, -100.0, 100.0);
+        let s = up(be, &data);
+        for l in views {
+            let want: Vec<T> = l.offsets().map(|o| data[o]).collect();
+            let got = down(&be.contiguous(&s, l).unwrap(), l.dims());
+            let bits = |v: &[T]| v.iter().map(|x| format!("{x:?}")).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{:?} over {l:?}", T::KIND);
+            // And into a strided destination: the transpose of a buffer.
+            if l.rank() >= 2 {
+                let r = l.rank();
+                let mut dims = l.dims().to_vec();
+                dims.swap(r - 2, r - 1);
+                let ld = Layout::contiguous(&dims).transpose(r - 2, r - 1);
+                let mut d = be.full::<T>(ld.numel(), T::from_f64(0.0)).unwrap();
+                be.copy_into(&s, l, &mut d, &ld).unwrap();
+                let back = down(&be.contiguous(&d, &ld).unwrap(), l.dims());
+                assert_eq!(bits(&back), bits(&want), "{:?} into {ld:?}", T::KIND);
+            }
+        }
+    }
+    check::<bf16>(&be, &mut rng, &views);
+    check::<f16>(&be, &mut rng, &views);
+    check::<f32>(&be, &mut rng, &views);
+    check::<u8>(&be, &mut rng, &views);
+    check::<f64>(&be, &mut rng, &views);
+}
+
 fn unary_input(op: UnaryOp) -> (f64, f64) {
     op.test_domain()
 }
