@@ -43,6 +43,12 @@ use tensorfn::{LoadOptions, Shape};
 pub const VOCAB: usize = 50257;
 /// Positions GPT-2 has embeddings for.
 pub const CTX: usize = 1024;
+/// The vocabulary rounded up to a multiple of 64 for the output projection
+/// (llm.c's `padded_vocab_size`): logits rows of 50257 16-bit values start
+/// at 2-byte boundaries, which keeps cuBLASLt off its tensor-core kernels
+/// with 16-byte aligned rows; padded rows are aligned, and the extra
+/// columns (zero weights) are sliced off as a view.
+pub const VOCAB_PAD: usize = 50304;
 
 /// `LayerNorm(768)`: keys `weight`, `bias`.
 #[derive(Params)]
@@ -172,24 +178,27 @@ tensor_fn! {
         (finish(x, heads, p), k, v)
     }
 
-    /// The logits of every position: the final layer norm, then the token
-    /// embedding, transposed.
+    /// The logits of every position: the final layer norm, then the
+    /// output projection (`head`), its padding sliced off.
     pub fn logits<D: Device, T: Float>(
         x: &Tensor<D, T, [B, S, 768]>,
         ln_f: &LayerNorm<D, T>,
-        wte: &Embedding<D, T, VOCAB>,
-    ) -> Tensor<D, T, [B, S, VOCAB]> {
-        matmul(ln(x, ln_f).reshape([B * S, 768]), wte.weight.t()).reshape([B, S, VOCAB])
+        head: &Tensor<D, T, [VOCAB_PAD, 768]>,
+    ) -> Tensor<D, T, [B, S, 50257]> {
+        let padded = matmul(ln(x, ln_f).reshape([B * S, 768]), head.t());
+        padded.narrow(1, 0, 50257).reshape([B, S, 50257])
     }
 }
 
 /// A `[B, 12, _, 64]` tensor of keys or values.
 type Heads<D, T> = Tensor<D, T, shape![_, 12, _, 64]>;
 
-/// Every block's keys and values so far.
+/// Every block's keys and values so far, and the padded output
+/// projection (made once per prompt).
 pub struct Cache<D: Device, T: Float> {
     k: Vec<Heads<D, T>>,
     v: Vec<Heads<D, T>>,
+    head: Tensor<D, T, shape![VOCAB_PAD, 768]>,
 }
 
 impl<D: Device, T: Float> CausalLm<D, T> for Gpt2<D, T> {
@@ -198,9 +207,11 @@ impl<D: Device, T: Float> CausalLm<D, T> for Gpt2<D, T> {
     fn prompt(&self, ids: &Tensor<D, i64, shape![_, _]>) -> Result<(Logits3<D, T>, Cache<D, T>)> {
         let positions = positions(0, ids.dims()[1])?.to_device::<D>()?;
         let mut x = embed(ids, &positions, &self.wte, &self.wpe)?;
+        let zeros = Tensor::<D, T, shape![{ VOCAB_PAD - VOCAB }, 768]>::zeros()?;
         let mut cache = Cache {
             k: Vec::new(),
             v: Vec::new(),
+            head: self.wte.weight.cat::<0, _>(&zeros)?,
         };
         for b in &self.h {
             let (y, k, v) = block(&x, b)?;
@@ -208,7 +219,7 @@ impl<D: Device, T: Float> CausalLm<D, T> for Gpt2<D, T> {
             cache.k.push(k);
             cache.v.push(v);
         }
-        logits(&x, &self.ln_f, &self.wte)?
+        logits(&x, &self.ln_f, &cache.head)?
             .into_shape()
             .map(|l| (l, cache))
     }
@@ -228,7 +239,7 @@ impl<D: Device, T: Float> CausalLm<D, T> for Gpt2<D, T> {
             cache.k[i] = k.into_shape()?;
             cache.v[i] = v.into_shape()?;
         }
-        logits(&x.into_shape()?, &self.ln_f, &self.wte)?.into_shape()
+        logits(&x.into_shape()?, &self.ln_f, &cache.head)?.into_shape()
     }
 }
 
