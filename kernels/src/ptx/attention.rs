@@ -28,9 +28,16 @@ pub const ATTENTION_MAX_HEAD: usize = 256;
 const SLOTS: usize = ATTENTION_MAX_HEAD / 32;
 
 /// The parameters, in order; each is 64 bits (`p_scale` is an f64).
-pub(crate) const PARAMS: [&str; 21] = [
+///
+/// Batch `b` (`%ctaid.y + p_b0`) is `(b / p_nh, b % p_nh)` over two batch
+/// dims: each operand's batch stride `p_*b` is the outer dim's and `p_*h`
+/// the inner's (`p_nh = 1`, `p_*h = 0` for one batch dim), so heads split
+/// out of a `[B, T, 3, H, D]` projection are read in place. The output is
+/// contiguous `[batch, L, Ev]`.
+pub(crate) const PARAMS: [&str; 27] = [
     "p_out", "p_q", "p_k", "p_v", "p_mask", "p_l", "p_s", "p_e", "p_ev", "p_qb", "p_qr", "p_kb",
-    "p_kr", "p_vb", "p_vr", "p_mb", "p_mr", "p_mc", "p_mode", "p_causal", "p_scale",
+    "p_kr", "p_vb", "p_vr", "p_mb", "p_mr", "p_mc", "p_mode", "p_causal", "p_scale", "p_b0",
+    "p_nh", "p_qh", "p_kh", "p_vh", "p_mh",
 ];
 
 fn params() -> String {
@@ -42,6 +49,34 @@ fn params() -> String {
         })
         .collect();
     format!("(\n{}\n)", p.join(",\n"))
+}
+
+/// The element offset of batch `b` in each operand named in `ops` (`q`,
+/// `k`, `v`, `m` for the mask): `(b / p_nh) * p_Xb + (b % p_nh) * p_Xh`.
+fn batch_offsets(
+    body: &mut Body,
+    b: &str,
+    p: &std::collections::HashMap<&str, String>,
+    ops: &[&'static str],
+) -> std::collections::HashMap<&'static str, String> {
+    let (outer, inner) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("div.u64 {outer}, {b}, {}", p["p_nh"]));
+    body.op(format!("mul.lo.u64 {inner}, {outer}, {}", p["p_nh"]));
+    body.op(format!("sub.u64 {inner}, {b}, {inner}"));
+    ops.iter()
+        .map(|&x| {
+            let off = body.reg(Class::B64);
+            body.op(format!(
+                "mul.lo.u64 {off}, {outer}, {}",
+                p[format!("p_{x}b").as_str()]
+            ));
+            body.op(format!(
+                "mad.lo.u64 {off}, {inner}, {}, {off}",
+                p[format!("p_{x}h").as_str()]
+            ));
+            (x, off)
+        })
+        .collect()
 }
 
 /// PTX type suffix, register class and the bits of `-inf` and `0` of the
@@ -121,14 +156,16 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
     body.op(format!("add.u64 {i}, {i}, {w64}"));
     let b = body.reg(Class::B64);
     body.op(format!("cvt.u64.u32 {b}, {by}"));
+    body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
+    let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v", "m"]);
     let past = body.reg(Class::Pred);
     body.op(format!("setp.ge.u64 {past}, {i}, {}", p["p_l"]));
     body.op(format!("@{past} bra.uni {end}"));
-    // The start of row `r` of batch `b` of an operand: base + (b * bs + r * rs) * bytes.
-    let row_start = |body: &mut Body, base: &str, bs: &str, row: &str, rs: &str, bytes: usize| {
+    // The start of row `r` of an operand whose batch starts `boff`
+    // elements in: base + (boff + r * rs) * bytes.
+    let row_start = |body: &mut Body, base: &str, boff: &str, row: &str, rs: &str, bytes: usize| {
         let off = body.reg(Class::B64);
-        body.op(format!("mul.lo.u64 {off}, {b}, {bs}"));
-        body.op(format!("mad.lo.u64 {off}, {row}, {rs}, {off}"));
+        body.op(format!("mad.lo.u64 {off}, {row}, {rs}, {boff}"));
         let a = body.reg(Class::B64);
         body.op(format!("mad.lo.u64 {a}, {off}, {bytes}, {base}"));
         a
@@ -161,7 +198,7 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
         }
         body.place(&done);
     };
-    let q_row = row_start(&mut body, &p["p_q"], &p["p_qb"], &i, &p["p_qr"], size);
+    let q_row = row_start(&mut body, &p["p_q"], &boff["q"], &i, &p["p_qr"], size);
     let qv: Vec<String> = (0..SLOTS).map(|_| body.reg(class)).collect();
     let accs: Vec<String> = (0..SLOTS).map(|_| body.reg(class)).collect();
     for c in 0..SLOTS {
@@ -199,7 +236,7 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
     body.op(format!("setp.ge.u64 {fin}, {j}, {kend}"));
     body.op(format!("@{fin} bra.uni {done}"));
     // The score: the warp's sum of the lanes' products, times `scale`.
-    let k_row = row_start(&mut body, &p["p_k"], &p["p_kb"], &j, &p["p_kr"], size);
+    let k_row = row_start(&mut body, &p["p_k"], &boff["k"], &j, &p["p_kr"], size);
     let d = body.reg(class);
     body.op(format!("mov.{t} {d}, {zero}"));
     slots(&mut body, &p["p_e"], "att_dot", &mut |body, c| {
@@ -229,7 +266,7 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
     let not_bool = body.label("att_not_bool");
     body.op(format!("@!{is_bool} bra.uni {not_bool}"));
     {
-        let mrow = row_start(&mut body, &p["p_mask"], &p["p_mb"], &i, &p["p_mr"], 1);
+        let mrow = row_start(&mut body, &p["p_mask"], &boff["m"], &i, &p["p_mr"], 1);
         let a = body.reg(Class::B64);
         body.op(format!("mad.lo.u64 {a}, {j}, {}, {mrow}", p["p_mc"]));
         let keep = load(&mut body, DTypeKind::Bool, &a, true);
@@ -242,7 +279,7 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
         let mrow = row_start(
             &mut body,
             &p["p_mask"],
-            &p["p_mb"],
+            &boff["m"],
             &i,
             &p["p_mr"],
             mask_bytes,
@@ -281,7 +318,7 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
     body.op(format!("sub.rn.{t} {sd}, {s}, {m}"));
     let pw = emit_program(&mut body, &exp, &[sd])[0].clone();
     body.op(format!("add.rn.{t} {l}, {l}, {pw}"));
-    let v_row = row_start(&mut body, &p["p_v"], &p["p_vb"], &j, &p["p_vr"], size);
+    let v_row = row_start(&mut body, &p["p_v"], &boff["v"], &j, &p["p_vr"], size);
     slots(&mut body, &p["p_ev"], "att_acc", &mut |body, c| {
         let x = slot_load(body, &v_row, &p["p_ev"], c);
         body.op(format!("fma.rn.{t} {0}, {pw}, {x}, {0}", accs[c]));
@@ -356,9 +393,10 @@ pub const fn attention_mma_rows(d: usize) -> usize {
 
 /// The parameters of the tensor-core entry, in order; each is 64 bits
 /// (`p_scale` is an f64).
-pub(crate) const MMA_PARAMS: [&str; 14] = [
+/// (`p_b0`, `p_nh` and the inner batch strides `p_*h` as in [`PARAMS`].)
+pub(crate) const MMA_PARAMS: [&str; 19] = [
     "p_out", "p_q", "p_k", "p_v", "p_l", "p_s", "p_qb", "p_qr", "p_kb", "p_kr", "p_vb", "p_vr",
-    "p_causal", "p_scale",
+    "p_causal", "p_scale", "p_b0", "p_nh", "p_qh", "p_kh", "p_vh",
 ];
 
 /// Keys a step of the tensor-core entry takes (one tile of `K` and `V` in
@@ -479,6 +517,8 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     body.op(format!("mov.u32 {by}, %ctaid.y"));
     let b = body.reg(Class::B64);
     body.op(format!("cvt.u64.u32 {b}, {by}"));
+    body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
+    let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v"]);
     // The block's first row R0, the warp's r0, the thread's ra = r0 + g
     // and rb = ra + 8.
     let big_r0 = body.reg(Class::B64);
@@ -511,11 +551,11 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     let idle = body.reg(Class::Pred);
     body.op(format!("setp.ge.u64 {idle}, {r0}, {}", p["p_l"]));
     body.op(format!("@{idle} mov.u64 {wend}, 0"));
-    // Byte address of element (row, 0) of batch b: base + (b*bs + row*rs) * 2.
-    let row_addr = |body: &mut Body, base: &str, bs: &str, row: &str, rs: &str| {
+    // Byte address of element (row, 0) of an operand whose batch starts
+    // `boff` elements in: base + (boff + row*rs) * 2.
+    let row_addr = |body: &mut Body, base: &str, boff: &str, row: &str, rs: &str| {
         let off = body.reg(Class::B64);
-        body.op(format!("mul.lo.u64 {off}, {b}, {bs}"));
-        body.op(format!("mad.lo.u64 {off}, {row}, {rs}, {off}"));
+        body.op(format!("mad.lo.u64 {off}, {row}, {rs}, {boff}"));
         let a = body.reg(Class::B64);
         body.op(format!("mad.lo.u64 {a}, {off}, 2, {base}"));
         a
@@ -529,7 +569,7 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
         for r in [&ra, &rb] {
             let rc = body.reg(Class::B64);
             body.op(format!("min.u64 {rc}, {r}, {lmax}"));
-            let a = row_addr(&mut body, &p["p_q"], &p["p_qb"], &rc, &p["p_qr"]);
+            let a = row_addr(&mut body, &p["p_q"], &boff["q"], &rc, &p["p_qr"]);
             body.op(format!("add.u64 {a}, {a}, {tg4}"));
             addr.push(a);
         }
@@ -596,9 +636,9 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     body.op(format!("shl.b64 {cbytes}, {cbytes}, 4"));
     let zero64 = body.reg(Class::B64);
     body.op(format!("mov.u64 {zero64}, 0"));
-    let gk = row_addr(&mut body, &p["p_k"], &p["p_kb"], &zero64, &p["p_kr"]);
+    let gk = row_addr(&mut body, &p["p_k"], &boff["k"], &zero64, &p["p_kr"]);
     body.op(format!("add.u64 {gk}, {gk}, {cbytes}"));
-    let gv = row_addr(&mut body, &p["p_v"], &p["p_vb"], &zero64, &p["p_vr"]);
+    let gv = row_addr(&mut body, &p["p_v"], &boff["v"], &zero64, &p["p_vr"]);
     body.op(format!("add.u64 {gv}, {gv}, {cbytes}"));
     let (kr2, vr2) = (body.reg(Class::B64), body.reg(Class::B64));
     body.op(format!("shl.b64 {kr2}, {}, 1", p["p_kr"]));

@@ -31,15 +31,28 @@ pub(crate) struct View<'a, X> {
 }
 
 impl<X: Copy> View<'_, X> {
+    /// `[batch, rows, cols]` of a `[batch, rows, cols]` or `[outer, inner,
+    /// rows, cols]` view.
+    fn shape(&self) -> [usize; 3] {
+        let d = self.layout.dims();
+        let r = d.len();
+        [d[..r - 2].iter().product(), d[r - 2], d[r - 1]]
+    }
+
     #[inline(always)]
     fn at(&self, b: usize, i: usize, j: usize) -> X {
-        let s = self.layout.strides();
-        self.data[self.layout.offset() + b * s[0] + i * s[1] + j * s[2]]
+        let (d, s) = (self.layout.dims(), self.layout.strides());
+        let base = match s.len() {
+            4 => (b / d[1]) * s[0] + (b % d[1]) * s[1],
+            _ => b * s[0],
+        };
+        let r = s.len();
+        self.data[self.layout.offset() + base + i * s[r - 2] + j * s[r - 1]]
     }
 
     /// Rows `r0..r0 + n` of batch `b` as a dense `[n, cols]` block.
     fn rows<A>(&self, b: usize, r0: usize, n: usize, f: impl Fn(X) -> A) -> Vec<A> {
-        let cols = self.layout.dims()[2];
+        let [_, _, cols] = self.shape();
         let mut out = Vec::with_capacity(n * cols);
         for i in r0..r0 + n {
             out.extend((0..cols).map(|j| f(self.at(b, i, j))));
@@ -78,8 +91,8 @@ pub(crate) fn attention<U: CpuFloat>(
     causal: bool,
     scale: f64,
 ) -> Vec<U> {
-    let [batch, l, _] = dims3(q.layout);
-    let ev = v.layout.dims()[2];
+    let [batch, l, _] = q.shape();
+    let [_, _, ev] = v.shape();
     let zero = U::from_acc(<U::Acc as Real>::ZERO);
     let mut out = vec![zero; batch * l * ev];
     if out.is_empty() {
@@ -92,11 +105,6 @@ pub(crate) fn attention<U: CpuFloat>(
         })
     });
     out
-}
-
-fn dims3(l: &Layout) -> [usize; 3] {
-    let d = l.dims();
-    [d[0], d[1], d[2]]
 }
 
 /// The output rows `i0..` (as many as `out` holds) of batch `b`.
@@ -112,9 +120,9 @@ fn block<U: CpuFloat>(
     i0: usize,
     out: &mut [U],
 ) {
-    let e = q.layout.dims()[2];
-    let s = k.layout.dims()[1];
-    let ev = v.layout.dims()[2];
+    let [_, _, e] = q.shape();
+    let [_, s, _] = k.shape();
+    let [_, _, ev] = v.shape();
     let n = out.len() / ev;
     let neg_inf = <U::Acc as Real>::from_f64(f64::NEG_INFINITY);
     let (zero, one) = (<U::Acc as Real>::ZERO, <U::Acc as Real>::ONE);

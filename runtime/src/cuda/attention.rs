@@ -63,9 +63,9 @@ impl CudaBackend {
             Some((AttnMask::Add(m), l)) => check("attn_mask", m, l)?,
             None => {}
         }
-        let (qd, kd, vd) = (q.1.dims(), k.1.dims(), v.1.dims());
-        let (batch, l, e) = (qd[0], qd[1], qd[2]);
-        let (s, ev) = (kd[1], vd[2]);
+        let [batch, l, e] = shape3(q.1);
+        let [_, s, _] = shape3(k.1);
+        let [_, _, ev] = shape3(v.1);
         let n = batch * l * ev;
         if n == 0 {
             return ctx.storage::<T>(0);
@@ -74,54 +74,60 @@ impl CudaBackend {
             return self.attention_host(q, k, v, mask, causal, scale);
         }
         for (what, lt) in [("query", q.1), ("key", k.1), ("value", v.1)] {
-            if lt.dims()[2] > 1 && lt.strides()[2] != 1 {
+            let r = lt.rank();
+            if lt.dims()[r - 1] > 1 && lt.strides()[r - 1] != 1 {
                 return Err(Error::Index(format!(
                     "{OP}: `{what}` reaches the backend with a last-dim stride of {}",
-                    lt.strides()[2]
+                    lt.strides()[r - 1]
                 )));
             }
         }
+        let nh = inner_batch([q.1, k.1, v.1], mask.as_ref().map(|(_, l)| *l))?;
         if mask.is_none() && self.mma_fits::<T>([q, k, v], e, ev) {
-            return self.attention_mma::<T>(q, k, v, causal, scale);
+            return self.attention_mma::<T>(q, k, v, nh, causal, scale);
         }
         let out = ctx.storage::<T>(n)?;
-        let size = std::mem::size_of::<T>() as u64;
-        let (mode, mptr, mstrides, msize) = match &mask {
-            None => (0u64, out.device_ptr(), [0, 0, 0], 1),
-            Some((AttnMask::Bool(m), ml)) => (1, m.ptr_at(ml.offset()), strides3(ml), 1),
-            Some((AttnMask::Add(m), ml)) => (2, m.ptr_at(ml.offset()), strides3(ml), size),
+        let (mode, mptr, ms) = match &mask {
+            None => (0u64, out.device_ptr(), [0; 4]),
+            Some((AttnMask::Bool(m), ml)) => (1, m.ptr_at(ml.offset()), walk(ml, nh)),
+            Some((AttnMask::Add(m), ml)) => (2, m.ptr_at(ml.offset()), walk(ml, nh)),
         };
         let kernel = Builtin::Attention(T::KIND);
         let f = ctx.function(ModuleKey::Builtin(kernel), "", || {
             kernel.source(ctx.target())
         })?;
-        let (qs, ks, vs) = (strides3(q.1), strides3(k.1), strides3(v.1));
+        let (qs, ks, vs) = (walk(q.1, nh), walk(k.1, nh), walk(v.1, nh));
         let blocks = l.div_ceil(ROWS_PER_BLOCK) as u32;
         for b0 in (0..batch).step_by(MAX_GRID_Y) {
             let nb = (batch - b0).min(MAX_GRID_Y);
-            let b0 = b0 as u64;
-            let mut values: [u64; 21] = [
-                out.device_ptr() + b0 * (l * ev) as u64 * size,
-                q.0.ptr_at(q.1.offset()) + b0 * qs[0] * size,
-                k.0.ptr_at(k.1.offset()) + b0 * ks[0] * size,
-                v.0.ptr_at(v.1.offset()) + b0 * vs[0] * size,
-                mptr + b0 * mstrides[0] * msize,
+            let mut values: [u64; 27] = [
+                out.device_ptr(),
+                q.0.ptr_at(q.1.offset()),
+                k.0.ptr_at(k.1.offset()),
+                v.0.ptr_at(v.1.offset()),
+                mptr,
                 l as u64,
                 s as u64,
                 e as u64,
                 ev as u64,
                 qs[0],
-                qs[1],
+                qs[2],
                 ks[0],
-                ks[1],
+                ks[2],
                 vs[0],
-                vs[1],
-                mstrides[0],
-                mstrides[1],
-                mstrides[2],
+                vs[2],
+                ms[0],
+                ms[2],
+                ms[3],
                 mode,
                 u64::from(causal),
                 scale.to_bits(),
+                b0 as u64,
+                nh,
+                qs[1],
+                ks[1],
+                vs[1],
+                ms[1],
             ];
             let mut params: Vec<*mut c_void> = values
                 .iter_mut()
@@ -151,8 +157,8 @@ impl CudaBackend {
             && ATTENTION_MMA_HEADS.contains(&e)
             && self.ctx().target() == Target::Sm80
             && operands.iter().all(|(x, l)| {
-                let s = l.strides();
-                s[2] == 1 && s[0] % 8 == 0 && s[1] % 8 == 0 && x.ptr_at(l.offset()) % 16 == 0
+                let (last, outer) = l.strides().split_last().expect("a rank of 3 or 4");
+                *last == 1 && outer.iter().all(|s| s % 8 == 0) && x.ptr_at(l.offset()) % 16 == 0
             })
     }
 
@@ -162,39 +168,43 @@ impl CudaBackend {
         q: (&CudaStorage<T>, &Layout),
         k: (&CudaStorage<T>, &Layout),
         v: (&CudaStorage<T>, &Layout),
+        nh: u64,
         causal: bool,
         scale: f64,
     ) -> Result<CudaStorage<T>> {
         let ctx = self.ctx();
-        let (batch, l, d) = (q.1.dims()[0], q.1.dims()[1], q.1.dims()[2]);
-        let s = k.1.dims()[1];
+        let [batch, l, d] = shape3(q.1);
+        let [_, s, _] = shape3(k.1);
         let out = ctx.storage::<T>(batch * l * d)?;
-        let size = std::mem::size_of::<T>() as u64;
         let kernel = Builtin::AttentionMma(T::KIND, d);
         let f = ctx.function(ModuleKey::Builtin(kernel), "", || {
             kernel.source(ctx.target())
         })?;
-        let (qs, ks, vs) = (strides3(q.1), strides3(k.1), strides3(v.1));
+        let (qs, ks, vs) = (walk(q.1, nh), walk(k.1, nh), walk(v.1, nh));
         let rows = attention_mma_rows(d);
         let blocks = l.div_ceil(rows) as u32;
         for b0 in (0..batch).step_by(MAX_GRID_Y) {
             let nb = (batch - b0).min(MAX_GRID_Y);
-            let b0 = b0 as u64;
-            let mut values: [u64; 14] = [
-                out.device_ptr() + b0 * (l * d) as u64 * size,
-                q.0.ptr_at(q.1.offset()) + b0 * qs[0] * size,
-                k.0.ptr_at(k.1.offset()) + b0 * ks[0] * size,
-                v.0.ptr_at(v.1.offset()) + b0 * vs[0] * size,
+            let mut values: [u64; 19] = [
+                out.device_ptr(),
+                q.0.ptr_at(q.1.offset()),
+                k.0.ptr_at(k.1.offset()),
+                v.0.ptr_at(v.1.offset()),
                 l as u64,
                 s as u64,
                 qs[0],
-                qs[1],
+                qs[2],
                 ks[0],
-                ks[1],
+                ks[2],
                 vs[0],
-                vs[1],
+                vs[2],
                 u64::from(causal),
                 scale.to_bits(),
+                b0 as u64,
+                nh,
+                qs[1],
+                ks[1],
+                vs[1],
             ];
             let mut params: Vec<*mut c_void> = values
                 .iter_mut()
@@ -243,8 +253,43 @@ impl CudaBackend {
     }
 }
 
-/// The three strides of a `[batch, rows, cols]` layout, in elements.
-fn strides3(l: &Layout) -> [u64; 3] {
-    let s = l.strides();
-    [s[0] as u64, s[1] as u64, s[2] as u64]
+/// `[batch, rows, cols]` of a `[batch, rows, cols]` or `[outer, inner,
+/// rows, cols]` operand.
+fn shape3(l: &Layout) -> [usize; 3] {
+    let d = l.dims();
+    let r = d.len();
+    [d[..r - 2].iter().product(), d[r - 2], d[r - 1]]
+}
+
+/// The inner batch count the kernels split batches by: that of the
+/// operands of two batch dims (the same in all, as the caller splits
+/// them), 1 when none has two.
+fn inner_batch(ops: [&Layout; 3], mask: Option<&Layout>) -> Result<u64> {
+    let mut nh = None;
+    for l in ops.into_iter().chain(mask) {
+        if l.rank() == 4 {
+            match nh {
+                Some(n) if n != l.dims()[1] => {
+                    return Err(Error::Index(format!(
+                        "{OP}: operands split their batch into inner dims of {n} and {}",
+                        l.dims()[1]
+                    )))
+                }
+                _ => nh = Some(l.dims()[1]),
+            }
+        }
+    }
+    Ok(nh.unwrap_or(1).max(1) as u64)
+}
+
+/// The strides the kernels walk an operand by, in elements: the outer
+/// batch, inner batch, row and column strides, for batches split into
+/// `nh` inner ones (a single batch dim of stride `s` is `nh * s` and `s`).
+fn walk(l: &Layout, nh: u64) -> [u64; 4] {
+    let s: Vec<u64> = l.strides().iter().map(|&x| x as u64).collect();
+    match s[..] {
+        [b, r, c] => [nh * b, b, r, c],
+        [o, i, r, c] => [o, i, r, c],
+        _ => unreachable!("attention operands have 3 or 4 dims"),
+    }
 }

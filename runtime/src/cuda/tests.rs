@@ -2227,6 +2227,116 @@ fn attention_matches_the_reference() {
 /// operands, a batch above the grid's y limit, and launches with no query
 /// (L = 0), no key (S = 0, zeros) and an empty batch.
 #[test]
+fn attention_reads_heads_split_out_of_a_projection_in_place() {
+    use crate::device::{Cpu, Cuda};
+    use crate::ops::AttentionArgs;
+    use crate::shape::Dyn;
+    use crate::tensor::Tensor;
+    type D4 = (Dyn, Dyn, Dyn, Dyn);
+    type D5 = (Dyn, Dyn, Dyn, Dyn, Dyn);
+    let Some((_guard, _be)) = gpu() else { return };
+    let mut rng = seed();
+    // GPT-2's layout: one [B, T, 3, H, D] projection, q, k and v its
+    // thirds seen as [B, H, T, D] (batch dims B and H that no one stride
+    // walks): the tensor-core entry (bf16, D 64 and 128) and the f32
+    // entry (f32, and bf16 with a mask) against the CPU.
+    fn run<T: crate::FloatDType>(rng: &mut SplitMix64, [b, t, h, d]: [usize; 4], masked: bool) {
+        let n = b * t * 3 * h * d;
+        let data: Vec<T> = (0..n).map(|_| T::from_f64(rng.normal())).collect();
+        let qkv = Tensor::<Cpu, T, D5>::from_vec_dims(data, &[b, t, 3, h, d]).unwrap();
+        let part = |x: &Tensor<Cpu, T, D5>, i: usize| -> Tensor<Cpu, T, D4> {
+            x.narrow::<2, D5>(i, 1)
+                .unwrap()
+                .reshape_dims::<D4>(&[b, t, h, d])
+                .unwrap()
+                .transpose::<D4>(1, 2)
+                .unwrap()
+        };
+        let mask = Tensor::<Cpu, bool, (Dyn, Dyn)>::from_vec_dims(
+            (0..t * t).map(|i| i % 3 != 1).collect(),
+            &[t, t],
+        )
+        .unwrap();
+        let gq = qkv.to_device::<Cuda>().unwrap();
+        let (q, k, v) = (part(&qkv, 0), part(&qkv, 1), part(&qkv, 2));
+        let (qg, kg, vg) = (
+            part_gpu(&gq, 0, [b, t, h, d]),
+            part_gpu(&gq, 1, [b, t, h, d]),
+            part_gpu(&gq, 2, [b, t, h, d]),
+        );
+        let (cpu, gpu) = if masked {
+            let mg = mask.to_device::<Cuda>().unwrap();
+            (
+                q.scaled_dot_product_attention_dims::<D4>(
+                    &k,
+                    &v,
+                    AttentionArgs::new().attn_mask(&mask),
+                )
+                .unwrap(),
+                qg.scaled_dot_product_attention_dims::<D4>(
+                    &kg,
+                    &vg,
+                    AttentionArgs::new().attn_mask(&mg),
+                )
+                .unwrap()
+                .to_device::<Cpu>()
+                .unwrap(),
+            )
+        } else {
+            (
+                q.scaled_dot_product_attention_dims::<D4>(
+                    &k,
+                    &v,
+                    AttentionArgs::new().is_causal(true),
+                )
+                .unwrap(),
+                qg.scaled_dot_product_attention_dims::<D4>(
+                    &kg,
+                    &vg,
+                    AttentionArgs::new().is_causal(true),
+                )
+                .unwrap()
+                .to_device::<Cpu>()
+                .unwrap(),
+            )
+        };
+        let tol = if T::KIND == DTypeKind::F32 {
+            1e-5
+        } else {
+            2e-2
+        };
+        let (g, c) = (gpu.to_vec().unwrap(), cpu.to_vec().unwrap());
+        assert_eq!(gpu.dims(), cpu.dims());
+        for (i, (x, y)) in g.iter().zip(&c).enumerate() {
+            let (x, y) = (x.to_f64(), y.to_f64());
+            assert!(
+                (x - y).abs() <= tol * (1.0 + y.abs()),
+                "{:?} {:?} masked {masked}: element {i} is {x}, the CPU's {y}",
+                T::KIND,
+                [b, t, h, d]
+            );
+        }
+    }
+    fn part_gpu<T: crate::FloatDType>(
+        x: &Tensor<Cuda, T, D5>,
+        i: usize,
+        [b, t, h, d]: [usize; 4],
+    ) -> Tensor<Cuda, T, D4> {
+        x.narrow::<2, D5>(i, 1)
+            .unwrap()
+            .reshape_dims::<D4>(&[b, t, h, d])
+            .unwrap()
+            .transpose::<D4>(1, 2)
+            .unwrap()
+    }
+    run::<bf16>(&mut rng, [2, 70, 3, 64], false);
+    run::<bf16>(&mut rng, [3, 33, 2, 128], false);
+    run::<bf16>(&mut rng, [2, 40, 3, 64], true);
+    run::<f32>(&mut rng, [2, 37, 3, 16], false);
+    run::<f32>(&mut rng, [2, 37, 3, 16], true);
+}
+
+#[test]
 fn attention_on_the_gpu_matches_the_cpu() {
     use crate::device::{Cpu, Cuda};
     use crate::ops::AttentionArgs;

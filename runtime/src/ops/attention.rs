@@ -214,9 +214,17 @@ impl<'a, D: Device, T: FloatDType> AttentionArgs<'a, D, T> {
 }
 
 /// An operand as the backend takes it: a `[batch, rows, cols]` view over
-/// its own buffer, or over a contiguous copy of `copy` where its batch
-/// dims cannot be walked with one stride or its rows are not dense.
-fn flat(l: &Layout, batch: &[usize], dense_rows: bool) -> (Layout, Option<Layout>) {
+/// its own buffer when one stride walks its batch dims, an `[outer, inner,
+/// rows, cols]` view when the batch dims split at `split` into two that
+/// each take one stride (the heads of a `[B, T, 3, H, D]` projection seen
+/// as `[B, H, T, D]`), or a view over a contiguous copy of `copy` (its
+/// rows not dense, or its batch dims walked by neither).
+fn flat(
+    l: &Layout,
+    batch: &[usize],
+    split: Option<usize>,
+    dense_rows: bool,
+) -> (Layout, Option<Layout>) {
     let r = l.rank();
     let (d, st) = (l.dims(), l.strides());
     let m = [d[r - 2], d[r - 1]];
@@ -226,20 +234,54 @@ fn flat(l: &Layout, batch: &[usize], dense_rows: bool) -> (Layout, Option<Layout
     }
     let n: usize = batch.iter().product();
     let bs = batch_strides(l, batch);
-    match merged_stride(batch, &bs) {
-        Some(b) if s[1] == 1 || !dense_rows => (
+    let rows_ok = s[1] == 1 || !dense_rows;
+    if let (Some(b), true) = (merged_stride(batch, &bs), rows_ok) {
+        return (
             Layout::new(vec![n, m[0], m[1]], vec![b, s[0], s[1]], l.offset()),
             None,
-        ),
-        _ => {
-            let dims: Vec<usize> = batch.iter().copied().chain(m).collect();
-            let strides: Vec<usize> = bs.iter().copied().chain(s).collect();
-            (
-                Layout::contiguous(&[n, m[0], m[1]]),
-                Some(Layout::new(dims, strides, l.offset())),
-            )
+        );
+    }
+    if let Some(k) = split {
+        let (no, ni) = (batch[..k].iter().product(), batch[k..].iter().product());
+        let outer = merged_stride(&batch[..k], &bs[..k]);
+        let inner = merged_stride(&batch[k..], &bs[k..]);
+        if let (Some(so), Some(si), true) = (outer, inner, rows_ok) {
+            return (
+                Layout::new(
+                    vec![no, ni, m[0], m[1]],
+                    vec![so, si, s[0], s[1]],
+                    l.offset(),
+                ),
+                None,
+            );
         }
     }
+    let dims: Vec<usize> = batch.iter().copied().chain(m).collect();
+    let strides: Vec<usize> = bs.iter().copied().chain(s).collect();
+    (
+        Layout::contiguous(&[n, m[0], m[1]]),
+        Some(Layout::new(dims, strides, l.offset())),
+    )
+}
+
+/// Where the backend splits the batch dims of all operands in two (see
+/// [`flat`]): the first split at which every one of `ops` whose batch dims
+/// one stride cannot walk is walked by two; `None` when no operand needs
+/// it or no split serves them all (those are copied).
+fn batch_split(ops: &[&Layout], batch: &[usize]) -> Option<usize> {
+    let fits = |l: &Layout, k: usize| {
+        let bs = batch_strides(l, batch);
+        merged_stride(&batch[..k], &bs[..k]).is_some()
+            && merged_stride(&batch[k..], &bs[k..]).is_some()
+    };
+    let split: Vec<&&Layout> = ops
+        .iter()
+        .filter(|l| merged_stride(batch, &batch_strides(l, batch)).is_none())
+        .collect();
+    if split.is_empty() {
+        return None;
+    }
+    (1..batch.len()).find(|&k| split.iter().all(|l| fits(l, k)))
 }
 
 /// The attention of `q`, `k`, `v` with `args`, as a contiguous buffer of
@@ -280,13 +322,14 @@ fn attention<D: Device, T: FloatDType>(
     let mut scores: Vec<usize> = batch.to_vec();
     scores.extend([l, s]);
     let numel: usize = dims.iter().product();
-    let (lq, cq) = flat(&q.layout, batch, true);
-    let (lk, ck) = flat(&k.layout, batch, true);
-    let (lv, cv) = flat(&v.layout, batch, true);
+    let split = batch_split(&[&q.layout, &k.layout, &v.layout], batch);
+    let (lq, cq) = flat(&q.layout, batch, split, true);
+    let (lk, ck) = flat(&k.layout, batch, split, true);
+    let (lv, cv) = flat(&v.layout, batch, split, true);
     let lm = args
         .mask
         .as_ref()
-        .map(|(_, ml)| flat(&ml.broadcast_to(&scores), batch, false));
+        .map(|(_, ml)| flat(&ml.broadcast_to(&scores), batch, split, false));
     let storage = dispatch!(D, |be| {
         if numel == 0 {
             be.wrap(be.alloc::<T>(0)?)
