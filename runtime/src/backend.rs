@@ -255,10 +255,14 @@ pub(crate) trait Backend {
     /// Scaled dot-product attention: `q` is `[batch, L, E]`, `k` is
     /// `[batch, S, E]`, `v` is `[batch, S, Ev]` and the mask `[batch, L, S]`
     /// (any strides, 0 for broadcast dims; the last dim of `q`, `k`, `v`
-    /// has stride 1). Each output row is the softmax-weighted sum of the
+    /// has stride 1), each also as `[outer, inner, ..]` where its batch
+    /// takes two strides (the same split in all: `batch = outer * inner`).
+    /// Each output row is the softmax-weighted sum of the
     /// values of the keys whose score `scale * q.k + mask` is not `-inf`
     /// (`causal`: keys `j <= i` only), 0 where there is none; computed in
-    /// at least f32. Returns a contiguous `[batch, L, Ev]` buffer.
+    /// at least f32. Returns a buffer of the output's elements placed as
+    /// `out` says: `[batch, L, Ev]` or `[outer, inner, L, Ev]` with dense
+    /// columns, a permutation of a contiguous layout of those dims.
     #[allow(clippy::too_many_arguments)]
     fn attention<T: FloatDType>(
         &self,
@@ -268,6 +272,7 @@ pub(crate) trait Backend {
         mask: AttnMaskArg<'_, Self::Buf<bool>, Self::Buf<T>>,
         causal: bool,
         scale: f64,
+        out: &Layout,
     ) -> Result<Self::Buf<T>>;
 
     /// `rope` of `x` (`[.., T, D]`, `D` even) with `cos` and `sin`

@@ -32,12 +32,13 @@ const SLOTS: usize = ATTENTION_MAX_HEAD / 32;
 /// Batch `b` (`%ctaid.y + p_b0`) is `(b / p_nh, b % p_nh)` over two batch
 /// dims: each operand's batch stride `p_*b` is the outer dim's and `p_*h`
 /// the inner's (`p_nh = 1`, `p_*h = 0` for one batch dim), so heads split
-/// out of a `[B, T, 3, H, D]` projection are read in place. The output is
-/// contiguous `[batch, L, Ev]`.
-pub(crate) const PARAMS: [&str; 27] = [
+/// out of a `[B, T, 3, H, D]` projection are read in place. The output's
+/// strides are `p_ob`, `p_oh` and `p_or` (rows; columns are dense), so it
+/// can be written back in that order (`[B, L, H, Ev]`).
+pub(crate) const PARAMS: [&str; 30] = [
     "p_out", "p_q", "p_k", "p_v", "p_mask", "p_l", "p_s", "p_e", "p_ev", "p_qb", "p_qr", "p_kb",
     "p_kr", "p_vb", "p_vr", "p_mb", "p_mr", "p_mc", "p_mode", "p_causal", "p_scale", "p_b0",
-    "p_nh", "p_qh", "p_kh", "p_vh", "p_mh",
+    "p_nh", "p_qh", "p_kh", "p_vh", "p_mh", "p_ob", "p_oh", "p_or",
 ];
 
 fn params() -> String {
@@ -157,7 +158,7 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
     let b = body.reg(Class::B64);
     body.op(format!("cvt.u64.u32 {b}, {by}"));
     body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
-    let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v", "m"]);
+    let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v", "m", "o"]);
     let past = body.reg(Class::Pred);
     body.op(format!("setp.ge.u64 {past}, {i}, {}", p["p_l"]));
     body.op(format!("@{past} bra.uni {end}"));
@@ -339,8 +340,10 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
     body.op(format!("setp.eq.{t} {empty}, {l}, {zero}"));
     body.op(format!("@{empty} mov.{t} {inv}, {zero}"));
     let orow = body.reg(Class::B64);
-    body.op(format!("mad.lo.u64 {orow}, {b}, {}, {i}", p["p_l"]));
-    body.op(format!("mul.lo.u64 {orow}, {orow}, {}", p["p_ev"]));
+    body.op(format!(
+        "mad.lo.u64 {orow}, {i}, {}, {}",
+        p["p_or"], boff["o"]
+    ));
     body.op(format!("mad.lo.u64 {orow}, {orow}, {size}, {}", p["p_out"]));
     slots(&mut body, &p["p_ev"], "att_store", &mut |body, c| {
         let skip = body.label("att_no_store");
@@ -393,10 +396,11 @@ pub const fn attention_mma_rows(d: usize) -> usize {
 
 /// The parameters of the tensor-core entry, in order; each is 64 bits
 /// (`p_scale` is an f64).
-/// (`p_b0`, `p_nh` and the inner batch strides `p_*h` as in [`PARAMS`].)
-pub(crate) const MMA_PARAMS: [&str; 19] = [
+/// (`p_b0`, `p_nh`, the inner batch strides `p_*h` and the output's
+/// strides as in [`PARAMS`].)
+pub(crate) const MMA_PARAMS: [&str; 22] = [
     "p_out", "p_q", "p_k", "p_v", "p_l", "p_s", "p_qb", "p_qr", "p_kb", "p_kr", "p_vb", "p_vr",
-    "p_causal", "p_scale", "p_b0", "p_nh", "p_qh", "p_kh", "p_vh",
+    "p_causal", "p_scale", "p_b0", "p_nh", "p_qh", "p_kh", "p_vh", "p_ob", "p_oh", "p_or",
 ];
 
 /// Keys a step of the tensor-core entry takes (one tile of `K` and `V` in
@@ -518,7 +522,7 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     let b = body.reg(Class::B64);
     body.op(format!("cvt.u64.u32 {b}, {by}"));
     body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
-    let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v"]);
+    let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v", "o"]);
     // The block's first row R0, the warp's r0, the thread's ra = r0 + g
     // and rb = ra + 8.
     let big_r0 = body.reg(Class::B64);
@@ -1011,9 +1015,11 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
         let outside = body.reg(Class::Pred);
         body.op(format!("setp.ge.u64 {outside}, {grow}, {}", p["p_l"]));
         let ga = body.reg(Class::B64);
-        body.op(format!("mad.lo.u64 {ga}, {b}, {}, {grow}", p["p_l"]));
-        body.op(format!("mul.lo.u64 {ga}, {ga}, {row_bytes}"));
-        body.op(format!("add.u64 {ga}, {ga}, {}", p["p_out"]));
+        body.op(format!(
+            "mad.lo.u64 {ga}, {grow}, {}, {}",
+            p["p_or"], boff["o"]
+        ));
+        body.op(format!("mad.lo.u64 {ga}, {ga}, 2, {}", p["p_out"]));
         let oc64 = body.reg(Class::B64);
         body.op(format!("cvt.u64.u32 {oc64}, {oc}"));
         body.op(format!("mad.lo.u64 {ga}, {oc64}, 16, {ga}"));

@@ -332,6 +332,7 @@ impl Backend for CpuBackend {
         mask: AttnMaskArg<'_, Vec<bool>, Vec<T>>,
         causal: bool,
         scale: f64,
+        out: &Layout,
     ) -> Result<Vec<T>> {
         let op = "scaled_dot_product_attention";
         for (x, l) in [q, k, v] {
@@ -342,7 +343,7 @@ impl Backend for CpuBackend {
             Some((AttnMask::Add(m), l)) => strided::check_extent(op, l, m.len())?,
             None => {}
         }
-        Ok(with_float_type!(T, U => {
+        let dense: Vec<T> = with_float_type!(T, U => {
             fn v3<'a, T: 'static, U: 'static>((x, layout): (&'a Vec<T>, &'a Layout)) -> attention::View<'a, U> {
                 attention::View { data: slice::<T, U>(x), layout }
             }
@@ -358,7 +359,14 @@ impl Backend for CpuBackend {
                 causal,
                 scale,
             ))
-        }))
+        });
+        if out.is_contiguous() {
+            return Ok(dense);
+        }
+        // Placed as `out` asks (the order the operands' batches came in).
+        let mut placed = dense.clone();
+        self.copy_into(&dense, &Layout::contiguous(out.dims()), &mut placed, out)?;
+        Ok(placed)
     }
 
     fn rope<T: FloatDType>(

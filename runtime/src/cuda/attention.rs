@@ -52,6 +52,7 @@ impl CudaBackend {
         mask: AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
         causal: bool,
         scale: f64,
+        out_layout: &Layout,
     ) -> Result<CudaStorage<T>> {
         let ctx = self.ctx();
         ctx.bind()?;
@@ -71,7 +72,7 @@ impl CudaBackend {
             return ctx.storage::<T>(0);
         }
         if e > ATTENTION_MAX_HEAD || ev > ATTENTION_MAX_HEAD {
-            return self.attention_host(q, k, v, mask, causal, scale);
+            return self.attention_host(q, k, v, mask, causal, scale, out_layout);
         }
         for (what, lt) in [("query", q.1), ("key", k.1), ("value", v.1)] {
             let r = lt.rank();
@@ -82,9 +83,10 @@ impl CudaBackend {
                 )));
             }
         }
-        let nh = inner_batch([q.1, k.1, v.1], mask.as_ref().map(|(_, l)| *l))?;
+        let nh = inner_batch([q.1, k.1, v.1, out_layout], mask.as_ref().map(|(_, l)| *l))?;
+        let os = walk(out_layout, nh);
         if mask.is_none() && self.mma_fits::<T>([q, k, v], e, ev) {
-            return self.attention_mma::<T>(q, k, v, nh, causal, scale);
+            return self.attention_mma::<T>(q, k, v, (nh, os), causal, scale);
         }
         let out = ctx.storage::<T>(n)?;
         let (mode, mptr, ms) = match &mask {
@@ -100,7 +102,7 @@ impl CudaBackend {
         let blocks = l.div_ceil(ROWS_PER_BLOCK) as u32;
         for b0 in (0..batch).step_by(MAX_GRID_Y) {
             let nb = (batch - b0).min(MAX_GRID_Y);
-            let mut values: [u64; 27] = [
+            let mut values: [u64; 30] = [
                 out.device_ptr(),
                 q.0.ptr_at(q.1.offset()),
                 k.0.ptr_at(k.1.offset()),
@@ -128,6 +130,9 @@ impl CudaBackend {
                 ks[1],
                 vs[1],
                 ms[1],
+                os[0],
+                os[1],
+                os[2],
             ];
             let mut params: Vec<*mut c_void> = values
                 .iter_mut()
@@ -168,7 +173,7 @@ impl CudaBackend {
         q: (&CudaStorage<T>, &Layout),
         k: (&CudaStorage<T>, &Layout),
         v: (&CudaStorage<T>, &Layout),
-        nh: u64,
+        (nh, os): (u64, [u64; 4]),
         causal: bool,
         scale: f64,
     ) -> Result<CudaStorage<T>> {
@@ -185,7 +190,7 @@ impl CudaBackend {
         let blocks = l.div_ceil(rows) as u32;
         for b0 in (0..batch).step_by(MAX_GRID_Y) {
             let nb = (batch - b0).min(MAX_GRID_Y);
-            let mut values: [u64; 19] = [
+            let mut values: [u64; 22] = [
                 out.device_ptr(),
                 q.0.ptr_at(q.1.offset()),
                 k.0.ptr_at(k.1.offset()),
@@ -205,6 +210,9 @@ impl CudaBackend {
                 qs[1],
                 ks[1],
                 vs[1],
+                os[0],
+                os[1],
+                os[2],
             ];
             let mut params: Vec<*mut c_void> = values
                 .iter_mut()
@@ -231,6 +239,7 @@ impl CudaBackend {
         mask: AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
         causal: bool,
         scale: f64,
+        out: &Layout,
     ) -> Result<CudaStorage<T>> {
         let host = |(x, l): (&CudaStorage<T>, &Layout)| -> Result<(Vec<T>, Layout)> {
             Ok((self.download(x, l)?, Layout::contiguous(l.dims())))
@@ -239,14 +248,22 @@ impl CudaBackend {
         let (q, k, v) = ((&hq.0, &hq.1), (&hk.0, &hk.1), (&hv.0, &hv.1));
         let cpu = CpuBackend;
         let out = match mask {
-            None => cpu.attention(q, k, v, None, causal, scale)?,
+            None => cpu.attention(q, k, v, None, causal, scale, out)?,
             Some((AttnMask::Bool(m), l)) => {
                 let (hm, lm) = (self.download(m, l)?, Layout::contiguous(l.dims()));
-                cpu.attention(q, k, v, Some((AttnMask::Bool(&hm), &lm)), causal, scale)?
+                cpu.attention(
+                    q,
+                    k,
+                    v,
+                    Some((AttnMask::Bool(&hm), &lm)),
+                    causal,
+                    scale,
+                    out,
+                )?
             }
             Some((AttnMask::Add(m), l)) => {
                 let (hm, lm) = (self.download(m, l)?, Layout::contiguous(l.dims()));
-                cpu.attention(q, k, v, Some((AttnMask::Add(&hm), &lm)), causal, scale)?
+                cpu.attention(q, k, v, Some((AttnMask::Add(&hm), &lm)), causal, scale, out)?
             }
         };
         self.upload(Cow::Owned(out))
@@ -264,7 +281,7 @@ fn shape3(l: &Layout) -> [usize; 3] {
 /// The inner batch count the kernels split batches by: that of the
 /// operands of two batch dims (the same in all, as the caller splits
 /// them), 1 when none has two.
-fn inner_batch(ops: [&Layout; 3], mask: Option<&Layout>) -> Result<u64> {
+fn inner_batch(ops: [&Layout; 4], mask: Option<&Layout>) -> Result<u64> {
     let mut nh = None;
     for l in ops.into_iter().chain(mask) {
         if l.rank() == 4 {

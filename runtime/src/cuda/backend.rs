@@ -561,8 +561,9 @@ impl Backend for CudaBackend {
         mask: AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
         causal: bool,
         scale: f64,
+        out: &Layout,
     ) -> Result<CudaStorage<T>> {
-        self.attention_gpu(q, k, v, mask, causal, scale)
+        self.attention_gpu(q, k, v, mask, causal, scale, out)
     }
 
     fn row_op<T: FloatDType>(

@@ -2165,6 +2165,7 @@ fn attention_matches_the_reference() {
             Layout::contiguous(&[n, s, e]),
             Layout::contiguous(&[n, s, ev]),
         );
+        let lo = Layout::contiguous(&[n, l, ev]);
         let ml = |d: &[usize]| {
             if d.len() == 2 {
                 Layout::new(vec![n, l, s], vec![0, s, 1], 0)
@@ -2173,9 +2174,15 @@ fn attention_matches_the_reference() {
             }
         };
         let out = match &c.mask {
-            TestMask::None => {
-                be.attention((&q, &lq), (&k, &lk), (&v, &lv), None, c.causal, scale(&c))
-            }
+            TestMask::None => be.attention(
+                (&q, &lq),
+                (&k, &lk),
+                (&v, &lv),
+                None,
+                c.causal,
+                scale(&c),
+                &lo,
+            ),
             TestMask::Bool(m, d) => {
                 let mb = up(be, m);
                 let l = ml(d);
@@ -2186,6 +2193,7 @@ fn attention_matches_the_reference() {
                     Some((AttnMask::Bool(&mb), &l)),
                     c.causal,
                     scale(&c),
+                    &lo,
                 )
             }
             TestMask::Add(m, d) => {
@@ -2198,6 +2206,7 @@ fn attention_matches_the_reference() {
                     Some((AttnMask::Add(&mf), &l)),
                     c.causal,
                     scale(&c),
+                    &lo,
                 )
             }
         }

@@ -24,11 +24,12 @@
 
 use super::dispatch::dispatch;
 use super::matmul::{batch_strides, merged_stride};
-use super::output::output;
+use super::output::output_in;
 use crate::backend::AttnMask;
 use crate::device::Device;
 use crate::dtype::{DType, DTypeKind, FloatDType};
 use crate::error::{Error, Result};
+use crate::layout::contiguous_strides;
 use crate::layout::Layout;
 use crate::shape::{Dim, Shape};
 use crate::storage::Storage;
@@ -291,7 +292,7 @@ fn attention<D: Device, T: FloatDType>(
     k: &Tensor<D, T, impl Shape>,
     v: &Tensor<D, T, impl Shape>,
     args: &AttentionArgs<'_, D, T>,
-) -> Result<(Storage<T>, Vec<usize>)> {
+) -> Result<(Storage<T>, Layout)> {
     let mask_dims = args.mask.as_ref().map(|(_, l)| ("attn_mask", l.dims()));
     let dims = rules::attention(
         OP,
@@ -323,6 +324,7 @@ fn attention<D: Device, T: FloatDType>(
     scores.extend([l, s]);
     let numel: usize = dims.iter().product();
     let split = batch_split(&[&q.layout, &k.layout, &v.layout], batch);
+    let (placed, result) = output_order(&dims, split);
     let (lq, cq) = flat(&q.layout, batch, split, true);
     let (lk, ck) = flat(&k.layout, batch, split, true);
     let (lv, cv) = flat(&v.layout, batch, split, true);
@@ -363,10 +365,46 @@ fn attention<D: Device, T: FloatDType>(
                 }
                 _ => None,
             };
-            be.wrap(be.attention((qb, &lq), (kb, &lk), (vb, &lv), mask, args.is_causal, scale)?)
+            be.wrap(be.attention(
+                (qb, &lq),
+                (kb, &lk),
+                (vb, &lv),
+                mask,
+                args.is_causal,
+                scale,
+                &placed,
+            )?)
         }
     });
-    Ok((storage, dims))
+    Ok((storage, result))
+}
+
+/// Where the backend places the output `[..batch, L, Ev]` (`placed`, its
+/// backend form) and the result's layout over it: contiguous, or, when
+/// the batch dims split at `split` (the operands came as heads split out
+/// of a `[B, L, H, E]`-ordered projection), in the order `[..outer, L,
+/// ..inner, Ev]`, as PyTorch's fused attention returns it, so that
+/// merging the heads back (`transpose(1, 2).reshape([B, L, H * Ev])`) is a
+/// view instead of a copy.
+fn output_order(dims: &[usize], split: Option<usize>) -> (Layout, Layout) {
+    let r = dims.len();
+    let (batch, l, ev) = (&dims[..r - 2], dims[r - 2], dims[r - 1]);
+    let n: usize = batch.iter().product();
+    match split {
+        Some(k) => {
+            let (outer, inner) = (&batch[..k], &batch[k..]);
+            let (no, ni): (usize, usize) = (outer.iter().product(), inner.iter().product());
+            let placed = Layout::new(vec![no, ni, l, ev], vec![l * ni * ev, ev, ni * ev, 1], 0);
+            let mut strides: Vec<usize> = contiguous_strides(outer)
+                .into_iter()
+                .map(|s| s * l * ni * ev)
+                .collect();
+            strides.extend(contiguous_strides(inner).into_iter().map(|s| s * ev));
+            strides.extend([ni * ev, 1]);
+            (placed, Layout::new(dims.to_vec(), strides, 0))
+        }
+        None => (Layout::contiguous(&[n, l, ev]), Layout::contiguous(dims)),
+    }
 }
 
 impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
@@ -426,8 +464,8 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
         value: &Tensor<D, T, impl Shape>,
         args: AttentionArgs<'_, D, T>,
     ) -> Result<Tensor<D, T, SO>> {
-        let (storage, dims) = attention(self, key, value, &args)?;
-        output(storage, &dims)
+        let (storage, layout) = attention(self, key, value, &args)?;
+        output_in(storage, layout)
     }
 }
 

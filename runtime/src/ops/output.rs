@@ -23,6 +23,17 @@ pub(crate) fn output<D: Device, T: DType, S: Shape>(
     ))
 }
 
+/// A tensor viewing a fresh buffer through `layout` (a permutation of a
+/// contiguous layout: an op that writes its result in another order),
+/// checked against `S`.
+pub(crate) fn output_in<D: Device, T: DType, S: Shape>(
+    storage: Storage<T>,
+    layout: Layout,
+) -> Result<Tensor<D, T, S>> {
+    S::check(layout.dims())?;
+    Ok(Tensor::from_parts(Arc::new(storage), layout))
+}
+
 /// True when two positions of the view share one element (a broadcast
 /// dim), so the view cannot be written in place.
 pub(crate) fn overlaps(l: &Layout) -> bool {
