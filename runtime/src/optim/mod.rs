@@ -243,20 +243,31 @@ pub(crate) fn pair<'a>(
     grads: Vec<(String, &'a dyn AnyTensor)>,
     slots: &[Slot],
 ) -> Result<Vec<(&'a mut dyn AnyTensor, &'a dyn AnyTensor)>> {
-    let count = |what: &str, n: usize| {
-        invalid(
-            op,
-            format!(
-                "the optimizer was made for {} parameter tensors, {what} has {n}; make the optimizer for these parameters",
-                slots.len()
-            ),
-        )
-    };
-    if params.len() != slots.len() {
-        return Err(count("the parameters", params.len()));
-    }
-    if grads.len() != slots.len() {
-        return Err(count("the gradients", grads.len()));
+    // The first tensor one side lacks, by name: a `Vec` of another length.
+    for (what, names) in [
+        (
+            "parameters",
+            params.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        ),
+        ("gradients", grads.iter().map(|(n, _)| n).collect()),
+    ] {
+        if names.len() != slots.len() {
+            let detail = match slots.get(names.len()) {
+                Some(s) => format!("the {what} have no `{}`", s.name),
+                None => format!(
+                    "the {what} have `{}`, which the optimizer has not",
+                    names[slots.len()]
+                ),
+            };
+            return Err(invalid(
+                op,
+                format!(
+                    "{detail} ({} tensors where the optimizer was made for {}); pass parameters and gradients of the same dims as when it was made",
+                    names.len(),
+                    slots.len()
+                ),
+            ));
+        }
     }
     params
         .into_iter()

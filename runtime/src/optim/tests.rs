@@ -374,7 +374,7 @@ fn mismatched_params_are_errors_naming_them() {
     assert!(e.to_string().contains("gradient `1`"), "{e}");
     // A `Vec` of another length.
     let e = opt.step(&mut p, &tensors(&[vec![1.0; 2]])).unwrap_err();
-    assert!(e.to_string().contains("the gradients has 1"), "{e}");
+    assert!(e.to_string().contains("the gradients have no `1`"), "{e}");
     // Parameters that changed since the optimizer was made.
     let mut q = tensors::<f32>(&[vec![1.0; 2], vec![1.0; 5]]);
     let e = opt
