@@ -1,7 +1,8 @@
 //! AdamW: Adam with decoupled weight decay, as `torch.optim.AdamW`.
 
 use super::{
-    for_each_chunk, invalid, pair, slots, values, with_float, zeros, OptimFloat, Slot, Work,
+    cuda_step, for_each_chunk, invalid, pair, slots, values, with_float, zeros, OptimFloat, Slot,
+    Work,
 };
 use crate::dtype::{DType, DTypeKind};
 use crate::error::Result;
@@ -9,6 +10,7 @@ use crate::params::AnyTensor;
 use crate::Params;
 use std::marker::PhantomData;
 use std::path::Path;
+use tensorfn_kernels::optim::OptimKernel;
 
 /// The settings of [`AdamW`], with PyTorch's defaults.
 ///
@@ -130,7 +132,7 @@ impl AdamWConfig {
 /// assert!((v[0] - 0.9).abs() < 1e-5 && (v[1] - 2.1).abs() < 1e-5, "{v:?}");
 /// assert_eq!(opt.steps(), 1);
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct AdamW<P> {
     config: AdamWConfig,
     step: u64,
@@ -142,7 +144,7 @@ impl<P: Params> AdamW<P> {
     /// An optimizer for `params`, its state zero (and the master weights a
     /// copy of the parameters); an `Err` for settings PyTorch refuses
     /// (negative `lr`, `eps` or `weight_decay`, betas outside `[0, 1)`),
-    /// for parameters that are not floats, or on a GPU.
+    /// or for parameters that are not floats.
     ///
     /// ```
     /// use tensorfn_runtime::{Cpu, Tensor, shape};
@@ -194,6 +196,20 @@ impl<P: Params> AdamW<P> {
             maximize: c.maximize,
             amsgrad: c.amsgrad,
         };
+        let kernel = OptimKernel::AdamW {
+            amsgrad: c.amsgrad,
+            master: c.master_weights,
+        };
+        let hyper = [
+            h.decay,
+            1.0 - h.b1,
+            h.b2,
+            1.0 - h.b2,
+            h.bc2_sqrt,
+            h.eps,
+            h.step_size,
+        ];
+        let flags = c.maximize as u32;
         for kind in [
             DTypeKind::F32,
             DTypeKind::F64,
@@ -201,6 +217,11 @@ impl<P: Params> AdamW<P> {
             DTypeKind::BF16,
         ] {
             with_float!(kind, run(&mut pairs, &mut self.slots, &h), Ok(()))?;
+            with_float!(
+                kind,
+                cuda_step(&mut pairs, &mut self.slots, kernel, hyper, flags),
+                Ok(())
+            )?;
         }
         self.step = t;
         Ok(())
@@ -309,7 +330,7 @@ impl<P: Params> AdamW<P> {
 fn init(key: &str, t: &dyn AnyTensor) -> Result<super::Buf> {
     match key {
         "master" => values(t),
-        _ => Ok(zeros(t)),
+        _ => zeros(t),
     }
 }
 

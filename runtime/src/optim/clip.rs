@@ -1,11 +1,18 @@
 //! Gradient clipping by the total norm, as `torch.nn.utils.clip_grad_norm_`.
 
-use super::{host, host_mut, invalid, on_host, with_float, CHUNK};
+use super::{host, host_mut, invalid, with_float, CHUNK};
 use crate::cpu::par;
+use crate::cuda::optim::download_range;
+use crate::cuda::CudaBackend;
 use crate::dtype::DType;
+use crate::dtype::NumDType;
 use crate::error::Result;
+use crate::layout::Layout;
+use crate::ops::dispatch::Exec;
 use crate::params::AnyTensor;
+use crate::storage::Storage;
 use crate::Params;
+use tensorfn_kernels::BinaryOp;
 
 /// The options of [`clip_grad_norm_with`], with PyTorch's defaults.
 ///
@@ -40,7 +47,8 @@ impl Default for ClipOptions {
 /// gradient by `max_norm / (total + 1e-6)` when that is below 1. A NaN
 /// total makes every gradient NaN and an infinite one scales by 0, as in
 /// PyTorch; [`clip_grad_norm_with`] can refuse them instead. The norm is
-/// accumulated in f64.
+/// accumulated in f64 (on the host: GPU gradients are read back for it,
+/// then scaled on the GPU by the coefficient rounded to their dtype).
 ///
 /// ```
 /// use tensorfn_runtime::{Cpu, Tensor, shape};
@@ -84,11 +92,13 @@ pub fn clip_grad_norm_with<G: Params>(
     let mut ts = grads.tensors_mut();
     let mut total = 0.0f64;
     for (name, t) in &ts {
-        on_host(OP, name, &**t)?;
         let n = with_float!(
             t.dtype(),
             norm_part(&**t, p),
-            Err(crate::Error::float_only(OP, t.dtype()))
+            Err(crate::Error::float_only(
+                &format!("{OP}: gradient `{name}`"),
+                t.dtype()
+            ))
         )?;
         total = match p.is_infinite() {
             true => nan_max(total, n),
@@ -129,7 +139,14 @@ fn nan_max(a: f64, b: f64) -> f64 {
 fn norm_part<T: DType>(t: &dyn AnyTensor, p: f64) -> Result<f64> {
     let n = t.numel();
     let e = t.erased()?;
-    let x = host::<T>(&e, n).expect("checked on the host");
+    let copy;
+    let x = match e.storage.downcast_ref::<Storage<T>>() {
+        Some(Storage::Cuda(d)) => {
+            copy = download_range(d, e.offset, n)?;
+            &copy[..]
+        }
+        _ => host::<T>(&e, n).expect("host storage"),
+    };
     let mut parts = vec![0.0f64; n.div_ceil(CHUNK)];
     par::zip_chunks_mut(&mut parts, 1, x, CHUNK, &|o, xs| {
         o[0] = match p {
@@ -146,12 +163,21 @@ fn norm_part<T: DType>(t: &dyn AnyTensor, p: f64) -> Result<f64> {
 }
 
 /// Multiplies `t`'s elements by `coef` in place.
-fn scale<T: DType>(t: &mut dyn AnyTensor, coef: f64) -> Result<()> {
+fn scale<T: NumDType>(t: &mut dyn AnyTensor, coef: f64) -> Result<()> {
     let n = t.numel();
     if n == 0 {
         return Ok(());
     }
-    let x = host_mut::<T>(t.erased_mut()?, n).expect("checked on the host");
+    let e = t.erased_mut()?;
+    let off = e.offset;
+    if let Some(Storage::Cuda(d)) = e.storage.downcast_mut::<Storage<T>>() {
+        // The coefficient rounded to the gradients' dtype, as PyTorch's
+        // `mul_` by a tensor of their dtype.
+        let be = CudaBackend::on(d.context().clone());
+        let l = Layout::new(vec![n], vec![1], off);
+        return be.binary_scalar_assign(BinaryOp::Mul, d, &l, T::from_f64(coef));
+    }
+    let x = host_mut::<T>(t.erased_mut()?, n).expect("host storage");
     par::chunks_mut(x, CHUNK, &|_, xs| {
         for v in xs {
             *v = T::from_f64(v.to_f64() * coef);

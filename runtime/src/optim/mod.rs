@@ -23,8 +23,11 @@
 //! assert!(p[0].to_vec().unwrap()[0] < 1.0);
 //! ```
 //!
-//! Steps run on the CPU as one parallel loop over chunks of every tensor
-//! of a dtype. Parameters on a GPU are an `Err` for now.
+//! A step is one pass over every tensor of a dtype: on the CPU a parallel
+//! loop over chunks of all of them, on a GPU one launch of a multi-tensor
+//! kernel walking a device table of chunk records (the layout is in
+//! DEVELOPERS.md, "Optimizers"). The optimizer's state lives on the
+//! parameters' device.
 
 mod adamw;
 mod clip;
@@ -38,19 +41,25 @@ pub use clip::{clip_grad_norm, clip_grad_norm_with, ClipOptions};
 pub use schedule::{CosineWithWarmup, LrSchedule, StepLr};
 pub use sgd::{Sgd, SgdConfig};
 
+use crate::backend::Backend;
 use crate::cpu::par;
+use crate::cuda::optim::{download_range, upload_like};
+use crate::cuda::{CudaBackend, CudaStorage};
+use crate::dtype::FloatDType;
 use crate::dtype::{DType, DTypeKind};
 use crate::error::{Error, Result};
+use crate::layout::Layout;
 use crate::params::safetensors as st;
 use crate::params::{AnyTensor, ErasedMut, ErasedRef};
 use crate::storage::Storage;
 use crate::{bf16, f16, DeviceKind};
 use std::path::Path;
+use tensorfn_kernels::optim::{OptimKernel, OPTIM_CHUNK, OPTIM_HYPER, OPTIM_RECORD_WORDS};
 
 /// Elements per work item of the parallel loop: large enough that the
 /// per-item cost vanishes, small enough that a few large tensors still
 /// spread over every core.
-const CHUNK: usize = 1 << 15;
+const CHUNK: usize = OPTIM_CHUNK;
 
 /// An `Err` for argument `what` of `op`.
 pub(crate) fn invalid(op: &str, message: impl Into<String>) -> Error {
@@ -60,15 +69,29 @@ pub(crate) fn invalid(op: &str, message: impl Into<String>) -> Error {
     }
 }
 
-/// A state buffer: f32 for f32, f16 and bf16 parameters, f64 for f64.
-#[derive(Clone, Debug, PartialEq)]
+/// A state buffer: f32 for f32, f16 and bf16 parameters, f64 for f64;
+/// in host memory or on the parameter's GPU.
+#[derive(Debug)]
 pub(crate) enum Buf {
     F32(Vec<f32>),
     F64(Vec<f64>),
+    Cuda32(CudaStorage<f32>),
+    Cuda64(CudaStorage<f64>),
+}
+
+impl Buf {
+    /// The device address of element `i` of a GPU buffer.
+    fn device_ptr(&self, i: usize) -> u64 {
+        match self {
+            Buf::Cuda32(s) => s.ptr_at(i),
+            Buf::Cuda64(s) => s.ptr_at(i),
+            Buf::F32(_) | Buf::F64(_) => unreachable!("a GPU parameter's state is on its GPU"),
+        }
+    }
 }
 
 /// The dtypes an optimizer updates, with the dtype of their state.
-pub(crate) trait OptimFloat: DType {
+pub(crate) trait OptimFloat: FloatDType {
     /// The dtype of the state (moments, master weights).
     type Acc: AccFloat;
 }
@@ -89,27 +112,34 @@ impl OptimFloat for bf16 {
 pub(crate) trait AccFloat: DType {
     fn slice(b: &mut Buf) -> &mut [Self];
     fn buf(v: Vec<Self>) -> Buf;
+    fn device(s: CudaStorage<Self>) -> Buf;
 }
 impl AccFloat for f32 {
     fn slice(b: &mut Buf) -> &mut [f32] {
         match b {
             Buf::F32(v) => v,
-            Buf::F64(_) => unreachable!("f32 state of a 32- or 16-bit parameter"),
+            _ => unreachable!("host f32 state of a 32- or 16-bit parameter"),
         }
     }
     fn buf(v: Vec<f32>) -> Buf {
         Buf::F32(v)
+    }
+    fn device(s: CudaStorage<f32>) -> Buf {
+        Buf::Cuda32(s)
     }
 }
 impl AccFloat for f64 {
     fn slice(b: &mut Buf) -> &mut [f64] {
         match b {
             Buf::F64(v) => v,
-            Buf::F32(_) => unreachable!("f64 state of an f64 parameter"),
+            _ => unreachable!("host f64 state of an f64 parameter"),
         }
     }
     fn buf(v: Vec<f64>) -> Buf {
         Buf::F64(v)
+    }
+    fn device(s: CudaStorage<f64>) -> Buf {
+        Buf::Cuda64(s)
     }
 }
 
@@ -131,9 +161,10 @@ pub(crate) use with_float;
 /// One parameter's state: its name, dims and dtype when the optimizer
 /// was made, and its buffers by key (`exp_avg`, ...), each as many
 /// elements as the parameter.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct Slot {
     pub(crate) name: String,
+    pub(crate) device: DeviceKind,
     pub(crate) dims: Vec<usize>,
     pub(crate) dtype: DTypeKind,
     pub(crate) bufs: Vec<(&'static str, Buf)>,
@@ -171,12 +202,12 @@ pub(crate) fn slots<P: crate::Params>(
                     ),
                 });
             }
-            on_host(op, &name, t)?;
             let bufs = keys(dtype)
                 .into_iter()
                 .map(|k| Ok((k, init(k, t)?)))
                 .collect::<Result<_>>()?;
             Ok(Slot {
+                device: t.device(),
                 dims: t.dims(),
                 name,
                 dtype,
@@ -186,35 +217,39 @@ pub(crate) fn slots<P: crate::Params>(
         .collect()
 }
 
-/// Zeros in the state dtype of `t`.
-pub(crate) fn zeros(t: &dyn AnyTensor) -> Buf {
-    match t.dtype() {
-        DTypeKind::F64 => Buf::F64(vec![0.0; t.numel()]),
-        _ => Buf::F32(vec![0.0; t.numel()]),
-    }
+/// Zeros in the state dtype of `t`, on its device.
+pub(crate) fn zeros(t: &dyn AnyTensor) -> Result<Buf> {
+    let n = t.numel();
+    Ok(match (t.device(), t.dtype()) {
+        (DeviceKind::Cpu, DTypeKind::F64) => Buf::F64(vec![0.0; n]),
+        (DeviceKind::Cpu, _) => Buf::F32(vec![0.0; n]),
+        (DeviceKind::Cuda(o), DTypeKind::F64) => {
+            Buf::Cuda64(CudaBackend::for_ordinal(o)?.full(n, 0.0)?)
+        }
+        (DeviceKind::Cuda(o), _) => Buf::Cuda32(CudaBackend::for_ordinal(o)?.full(n, 0.0)?),
+    })
 }
 
-/// `t`'s values in its state dtype (f32 master weights).
+/// `t`'s values in its state dtype (f32 master weights), on its device.
 pub(crate) fn values(t: &dyn AnyTensor) -> Result<Buf> {
     fn read<T: OptimFloat>(t: &dyn AnyTensor) -> Result<Buf> {
+        let n = t.numel();
         let e = t.erased()?;
-        let x = host::<T>(&e, t.numel()).expect("checked on the host");
+        let s = e
+            .storage
+            .downcast_ref::<Storage<T>>()
+            .expect("the tensor's dtype");
+        if let Storage::Cuda(s) = s {
+            let be = CudaBackend::on(s.context().clone());
+            let l = Layout::new(vec![n], vec![1], e.offset);
+            return Ok(<T::Acc as AccFloat>::device(be.cast::<T, T::Acc>(s, &l)?));
+        }
+        let x = host::<T>(&e, n).expect("host storage");
         Ok(<T::Acc as AccFloat>::buf(
             x.iter().map(|v| T::Acc::from_f64(v.to_f64())).collect(),
         ))
     }
     with_float!(t.dtype(), read(t), unreachable!("float parameters"))
-}
-
-/// `Err` unless `t` is in host memory.
-fn on_host(op: &str, name: &str, t: &dyn AnyTensor) -> Result<()> {
-    match t.device() {
-        DeviceKind::Cpu => Ok(()),
-        d => Err(invalid(
-            op,
-            format!("parameter `{name}` is on {d}: optimizer steps run on the CPU for now; move the parameters with `.to_device::<Cpu>()`"),
-        )),
-    }
 }
 
 /// The host elements of a gradient.
@@ -285,6 +320,14 @@ pub(crate) fn pair<'a>(
                     ));
                 }
             }
+            for (what, name, d) in [("parameter", &pn, p.device()), ("gradient", &gn, g.device())] {
+                if d != s.device {
+                    return Err(invalid(
+                        op,
+                        format!("{what} `{name}` is on {d}, the optimizer's state on {}: make the optimizer after moving the parameters", s.device),
+                    ));
+                }
+            }
             if p.dims() != s.dims || p.dtype() != s.dtype {
                 return Err(Error::shape(
                     format!("{op}: parameter `{pn}`"),
@@ -299,8 +342,6 @@ pub(crate) fn pair<'a>(
                     format!("{:?}", g.dims()),
                 ));
             }
-            on_host(op, &pn, &*p)?;
-            on_host(op, &gn, g)?;
             Ok((p, g))
         })
         .collect()
@@ -324,7 +365,7 @@ pub(crate) fn for_each_chunk<T: OptimFloat>(
     let mut grads = Vec::new();
     let mut params = Vec::new();
     for ((p, g), s) in pairs.iter_mut().zip(slots.iter_mut()) {
-        if s.dtype == T::KIND && s.numel() > 0 {
+        if s.dtype == T::KIND && s.device == DeviceKind::Cpu && s.numel() > 0 {
             grads.push(g.erased()?);
             params.push((p.erased_mut()?, s));
         }
@@ -361,9 +402,12 @@ pub(crate) fn save(path: &Path, step: u64, slots: &[Slot]) -> Result<()> {
     )];
     for s in slots {
         for (key, b) in &s.bufs {
+            let n = s.numel();
             let (kind, bytes) = match b {
                 Buf::F32(v) => (DTypeKind::F32, st::le_bytes(v)),
                 Buf::F64(v) => (DTypeKind::F64, st::le_bytes(v)),
+                Buf::Cuda32(d) => (DTypeKind::F32, st::le_bytes(&download_range(d, 0, n)?)),
+                Buf::Cuda64(d) => (DTypeKind::F64, st::le_bytes(&download_range(d, 0, n)?)),
             };
             tensors.push((format!("{key}.{}", s.name), kind, s.dims.clone(), bytes));
         }
@@ -384,10 +428,72 @@ pub(crate) fn load(path: &Path, slots: &mut [Slot]) -> Result<u64> {
             *b = match b {
                 Buf::F32(_) => Buf::F32(loader.take_dims(&name, &s.dims)?),
                 Buf::F64(_) => Buf::F64(loader.take_dims(&name, &s.dims)?),
+                Buf::Cuda32(d) => {
+                    Buf::Cuda32(upload_like(d, &loader.take_dims::<f32>(&name, &s.dims)?)?)
+                }
+                Buf::Cuda64(d) => {
+                    Buf::Cuda64(upload_like(d, &loader.take_dims::<f64>(&name, &s.dims)?)?)
+                }
             };
         }
     }
     loader.finish()?;
     u64::try_from(step)
         .map_err(|_| Error::Load(format!("{}: a step count of {step}", path.display())))
+}
+
+/// Runs `kernel` on every GPU parameter of dtype `T` in `pairs`: one
+/// table of chunk records and one launch per GPU.
+pub(crate) fn cuda_step<T: OptimFloat>(
+    pairs: &mut [(&mut dyn AnyTensor, &dyn AnyTensor)],
+    slots: &mut [Slot],
+    kernel: OptimKernel,
+    hyper: [f64; OPTIM_HYPER],
+    flags: u32,
+) -> Result<()> {
+    // Per ordinal: the records, and the gradients kept alive until queued.
+    let mut groups: Vec<(usize, Vec<i64>, Vec<ErasedRef>)> = Vec::new();
+    for ((p, g), s) in pairs.iter_mut().zip(slots.iter_mut()) {
+        let DeviceKind::Cuda(ord) = s.device else {
+            continue;
+        };
+        let n = s.numel();
+        if s.dtype != T::KIND || n == 0 {
+            continue;
+        }
+        let ge = g.erased()?;
+        let gp = match ge.storage.downcast_ref::<Storage<T>>() {
+            Some(Storage::Cuda(d)) => d.ptr_at(ge.offset),
+            _ => unreachable!("a GPU gradient of the parameter's dtype"),
+        };
+        let pe = p.erased_mut()?;
+        let pp = match pe.storage.downcast_mut::<Storage<T>>() {
+            Some(Storage::Cuda(d)) => d.ptr_at(pe.offset),
+            _ => unreachable!("a GPU parameter of its dtype"),
+        };
+        let at = match groups.iter().position(|g| g.0 == ord) {
+            Some(i) => i,
+            None => {
+                groups.push((ord, Vec::new(), Vec::new()));
+                groups.len() - 1
+            }
+        };
+        let psize = std::mem::size_of::<T>();
+        let records = &mut groups[at].1;
+        for start in (0..n).step_by(CHUNK) {
+            let mut r = [0i64; OPTIM_RECORD_WORDS];
+            r[0] = (pp + (start * psize) as u64) as i64;
+            r[1] = (gp + (start * psize) as u64) as i64;
+            for (k, (_, b)) in s.bufs.iter().enumerate() {
+                r[2 + k] = b.device_ptr(start) as i64;
+            }
+            r[6] = CHUNK.min(n - start) as i64;
+            records.extend_from_slice(&r);
+        }
+        groups[at].2.push(ge);
+    }
+    for (ord, records, _grads) in groups {
+        CudaBackend::for_ordinal(ord)?.optim_step(kernel, T::KIND, &records, hyper, flags)?;
+    }
+    Ok(())
 }

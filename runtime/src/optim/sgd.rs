@@ -1,12 +1,15 @@
 //! Stochastic gradient descent with momentum, as `torch.optim.SGD`.
 
-use super::{for_each_chunk, invalid, pair, slots, with_float, zeros, OptimFloat, Slot, Work};
+use super::{
+    cuda_step, for_each_chunk, invalid, pair, slots, with_float, zeros, OptimFloat, Slot, Work,
+};
 use crate::dtype::{DType, DTypeKind};
 use crate::error::Result;
 use crate::params::AnyTensor;
 use crate::Params;
 use std::marker::PhantomData;
 use std::path::Path;
+use tensorfn_kernels::optim::OptimKernel;
 
 /// The settings of [`Sgd`], with PyTorch's defaults.
 ///
@@ -111,7 +114,7 @@ impl SgdConfig {
 /// // Nesterov momentum without momentum is refused, as in PyTorch.
 /// assert!(Sgd::new(&p, SgdConfig { nesterov: true, ..Default::default() }).is_err());
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Sgd<P> {
     config: SgdConfig,
     step: u64,
@@ -122,8 +125,8 @@ pub struct Sgd<P> {
 impl<P: Params> Sgd<P> {
     /// An optimizer for `params`; an `Err` for settings PyTorch refuses
     /// (negative `lr`, `momentum` or `weight_decay`; `nesterov` without
-    /// momentum or with dampening), for parameters that are not floats,
-    /// or on a GPU.
+    /// momentum or with dampening), or for parameters that are not
+    /// floats.
     ///
     /// ```
     /// use tensorfn_runtime::{Cpu, Tensor, shape};
@@ -134,7 +137,7 @@ impl<P: Params> Sgd<P> {
     /// ```
     pub fn new(params: &P, config: SgdConfig) -> Result<Self> {
         config.check()?;
-        let slots = slots("SGD", params, &|_| config.keys(), &|_, t| Ok(zeros(t)))?;
+        let slots = slots("SGD", params, &|_| config.keys(), &|_, t| zeros(t))?;
         Ok(Sgd {
             config,
             step: 0,
@@ -173,6 +176,22 @@ impl<P: Params> Sgd<P> {
             maximize: c.maximize,
             first: self.step == 0,
         };
+        let kernel = OptimKernel::Sgd {
+            momentum: c.momentum != 0.0,
+        };
+        let hyper = [
+            c.lr,
+            c.momentum,
+            1.0 - c.dampening,
+            c.weight_decay,
+            0.0,
+            0.0,
+            0.0,
+        ];
+        let flags = c.maximize as u32
+            | (c.nesterov as u32) << 1
+            | (h.first as u32) << 2
+            | ((c.weight_decay != 0.0) as u32) << 3;
         for kind in [
             DTypeKind::F32,
             DTypeKind::F64,
@@ -180,6 +199,11 @@ impl<P: Params> Sgd<P> {
             DTypeKind::BF16,
         ] {
             with_float!(kind, run(&mut pairs, &mut self.slots, &h), Ok(()))?;
+            with_float!(
+                kind,
+                cuda_step(&mut pairs, &mut self.slots, kernel, hyper, flags),
+                Ok(())
+            )?;
         }
         self.step += 1;
         Ok(())

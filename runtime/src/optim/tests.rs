@@ -3,10 +3,11 @@
 //! cases.
 
 use super::*;
-use crate::{shape, Cpu, Params, Tensor};
+use crate::{shape, Cpu, Cuda, Device, Params, Tensor};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 type V<T> = Vec<Tensor<Cpu, T, shape![_]>>;
+type VD<D, T> = Vec<Tensor<D, T, shape![_]>>;
 
 /// A seed that differs from run to run (printed by failing asserts).
 fn fresh_seed() -> u64 {
@@ -39,6 +40,10 @@ impl Rng {
 const SIZES: [usize; 4] = [0, 7, CHUNK + 13, 300];
 
 fn tensors<T: DType>(vals: &[Vec<f64>]) -> V<T> {
+    tensors_on::<Cpu, T>(vals)
+}
+
+fn tensors_on<D: Device, T: DType>(vals: &[Vec<f64>]) -> VD<D, T> {
     vals.iter()
         .map(|v| {
             Tensor::from_vec_dims(v.iter().map(|&x| T::from_f64(x)).collect(), &[v.len()]).unwrap()
@@ -46,7 +51,7 @@ fn tensors<T: DType>(vals: &[Vec<f64>]) -> V<T> {
         .collect()
 }
 
-fn read<T: DType>(p: &V<T>) -> Vec<Vec<f64>> {
+fn read<D: Device, T: DType>(p: &VD<D, T>) -> Vec<Vec<f64>> {
     p.iter()
         .map(|t| t.to_vec().unwrap().iter().map(|x| x.to_f64()).collect())
         .collect()
@@ -144,24 +149,24 @@ fn tol<T: DType>(steps: usize, master: bool) -> f64 {
     }
 }
 
-fn adamw_case<T: DType>(c: AdamWConfig, seed: u64) {
+fn adamw_case<D: Device, T: DType>(c: AdamWConfig, seed: u64) {
     let mut rng = Rng(seed);
     let init: Vec<Vec<f64>> = SIZES.iter().map(|&n| rng.vec(n)).collect();
-    let mut p = tensors::<T>(&init);
+    let mut p = tensors_on::<D, T>(&init);
     let mut want = rounded::<T>(&init);
     let mut refs: Vec<RefAdamW> = SIZES.iter().map(|&n| RefAdamW::new(n)).collect();
     let mut opt = AdamW::new(&p, c).unwrap();
     let steps = 5;
     for t in 1..=steps {
         let g: Vec<Vec<f64>> = rounded::<T>(&SIZES.iter().map(|&n| rng.vec(n)).collect::<Vec<_>>());
-        opt.step(&mut p, &tensors::<T>(&g)).unwrap();
+        opt.step(&mut p, &tensors_on::<D, T>(&g)).unwrap();
         for ((r, w), g) in refs.iter_mut().zip(&mut want).zip(&g) {
             r.step(&c, t, w, g);
         }
     }
     let master = c.master_weights && matches!(T::KIND, DTypeKind::F16 | DTypeKind::BF16);
     close(
-        &format!("AdamW {:?} {c:?} seed {seed}", T::KIND),
+        &format!("AdamW {} {:?} {c:?} seed {seed}", D::KIND, T::KIND),
         &read(&p),
         &want,
         tol::<T>(steps as usize, master),
@@ -169,14 +174,14 @@ fn adamw_case<T: DType>(c: AdamWConfig, seed: u64) {
     assert_eq!(opt.steps(), steps);
 }
 
-fn adamw_all<T: DType>() {
+fn adamw_all<D: Device, T: DType>() {
     let seed = fresh_seed();
     let base = AdamWConfig {
         lr: 1e-2,
         ..Default::default()
     };
-    adamw_case::<T>(base, seed);
-    adamw_case::<T>(
+    adamw_case::<D, T>(base, seed);
+    adamw_case::<D, T>(
         AdamWConfig {
             weight_decay: 0.1,
             amsgrad: true,
@@ -187,7 +192,7 @@ fn adamw_all<T: DType>() {
         },
         seed ^ 1,
     );
-    adamw_case::<T>(
+    adamw_case::<D, T>(
         AdamWConfig {
             master_weights: false,
             weight_decay: 0.0,
@@ -199,22 +204,22 @@ fn adamw_all<T: DType>() {
 
 #[test]
 fn adamw_matches_reference_f32() {
-    adamw_all::<f32>();
+    adamw_all::<Cpu, f32>();
 }
 
 #[test]
 fn adamw_matches_reference_f64() {
-    adamw_all::<f64>();
+    adamw_all::<Cpu, f64>();
 }
 
 #[test]
 fn adamw_matches_reference_f16() {
-    adamw_all::<half::f16>();
+    adamw_all::<Cpu, half::f16>();
 }
 
 #[test]
 fn adamw_matches_reference_bf16() {
-    adamw_all::<half::bf16>();
+    adamw_all::<Cpu, half::bf16>();
 }
 
 /// Master weights keep updates below a bf16 step: without them the
@@ -249,37 +254,37 @@ fn adamw_master_weights_accumulate_small_updates() {
     }
 }
 
-fn sgd_case<T: DType>(c: SgdConfig, seed: u64) {
+fn sgd_case<D: Device, T: DType>(c: SgdConfig, seed: u64) {
     let mut rng = Rng(seed);
     let init: Vec<Vec<f64>> = SIZES.iter().map(|&n| rng.vec(n)).collect();
-    let mut p = tensors::<T>(&init);
+    let mut p = tensors_on::<D, T>(&init);
     let mut want = rounded::<T>(&init);
     let mut bufs: Vec<Vec<f64>> = SIZES.iter().map(|&n| vec![0.0; n]).collect();
     let mut opt = Sgd::new(&p, c).unwrap();
     let steps = 5;
     for t in 0..steps {
         let g = rounded::<T>(&SIZES.iter().map(|&n| rng.vec(n)).collect::<Vec<_>>());
-        opt.step(&mut p, &tensors::<T>(&g)).unwrap();
+        opt.step(&mut p, &tensors_on::<D, T>(&g)).unwrap();
         for ((b, w), g) in bufs.iter_mut().zip(&mut want).zip(&g) {
             ref_sgd(&c, t == 0, b, w, g);
         }
     }
     close(
-        &format!("SGD {:?} {c:?} seed {seed}", T::KIND),
+        &format!("SGD {} {:?} {c:?} seed {seed}", D::KIND, T::KIND),
         &read(&p),
         &want,
         tol::<T>(steps, false),
     );
 }
 
-fn sgd_all<T: DType>() {
+fn sgd_all<D: Device, T: DType>() {
     let seed = fresh_seed();
     let base = SgdConfig {
         lr: 0.05,
         ..Default::default()
     };
-    sgd_case::<T>(base, seed);
-    sgd_case::<T>(
+    sgd_case::<D, T>(base, seed);
+    sgd_case::<D, T>(
         SgdConfig {
             momentum: 0.9,
             dampening: 0.1,
@@ -288,7 +293,7 @@ fn sgd_all<T: DType>() {
         },
         seed ^ 1,
     );
-    sgd_case::<T>(
+    sgd_case::<D, T>(
         SgdConfig {
             momentum: 0.9,
             nesterov: true,
@@ -301,22 +306,22 @@ fn sgd_all<T: DType>() {
 
 #[test]
 fn sgd_matches_reference_f32() {
-    sgd_all::<f32>();
+    sgd_all::<Cpu, f32>();
 }
 
 #[test]
 fn sgd_matches_reference_f64() {
-    sgd_all::<f64>();
+    sgd_all::<Cpu, f64>();
 }
 
 #[test]
 fn sgd_matches_reference_f16() {
-    sgd_all::<half::f16>();
+    sgd_all::<Cpu, half::f16>();
 }
 
 #[test]
 fn sgd_matches_reference_bf16() {
-    sgd_all::<half::bf16>();
+    sgd_all::<Cpu, half::bf16>();
 }
 
 #[test]
@@ -547,12 +552,12 @@ fn sgd_resume_is_bit_exact() {
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
 
-fn clip_case<T: DType>(seed: u64) {
+fn clip_case<D: Device, T: DType>(seed: u64) {
     let mut rng = Rng(seed);
     let vals = rounded::<T>(&SIZES.iter().map(|&n| rng.vec(n)).collect::<Vec<_>>());
     let total: f64 = vals.iter().flatten().map(|x| x * x).sum::<f64>().sqrt();
     // Below the norm: scaled.
-    let mut g = tensors::<T>(&vals);
+    let mut g = tensors_on::<D, T>(&vals);
     let got = clip_grad_norm(&mut g, 1.0).unwrap();
     assert!((got - total).abs() <= 1e-9 * total, "{got} vs {total}");
     let coef = 1.0 / (total + 1e-6);
@@ -567,7 +572,7 @@ fn clip_case<T: DType>(seed: u64) {
         tol::<T>(1, false),
     );
     // Above it: unchanged.
-    let mut g = tensors::<T>(&vals);
+    let mut g = tensors_on::<D, T>(&vals);
     clip_grad_norm(&mut g, total * 2.0).unwrap();
     assert_eq!(read(&g), vals);
 }
@@ -575,10 +580,10 @@ fn clip_case<T: DType>(seed: u64) {
 #[test]
 fn clip_grad_norm_matches_reference() {
     let seed = fresh_seed();
-    clip_case::<f32>(seed);
-    clip_case::<f64>(seed);
-    clip_case::<half::f16>(seed);
-    clip_case::<half::bf16>(seed);
+    clip_case::<Cpu, f32>(seed);
+    clip_case::<Cpu, f64>(seed);
+    clip_case::<Cpu, half::f16>(seed);
+    clip_case::<Cpu, half::bf16>(seed);
 }
 
 #[test]
@@ -635,4 +640,147 @@ fn schedules() {
     };
     let lrs: Vec<f64> = (0..5).map(|t| s.lr_at(1.0, t)).collect();
     assert_eq!(lrs, vec![1.0, 1.0, 0.5, 0.5, 0.25]);
+}
+
+/// True when a GPU is present; otherwise prints why the test skips.
+fn gpu() -> bool {
+    match Tensor::<Cuda, f32, shape![1]>::zeros() {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("skipping: no CUDA device ({e})");
+            false
+        }
+    }
+}
+
+/// The multi-tensor kernels against the f64 references, as the CPU loop
+/// is checked: every dtype, several settings, tensors of several chunks.
+#[test]
+fn cuda_optimizers_match_reference() {
+    if !gpu() {
+        return;
+    }
+    adamw_all::<Cuda, f32>();
+    adamw_all::<Cuda, f64>();
+    adamw_all::<Cuda, half::f16>();
+    adamw_all::<Cuda, half::bf16>();
+    sgd_all::<Cuda, f32>();
+    sgd_all::<Cuda, f64>();
+    sgd_all::<Cuda, half::f16>();
+    sgd_all::<Cuda, half::bf16>();
+}
+
+/// The GPU and the CPU agree, the GPU computing in f32: within a few f32
+/// ulps for f32 parameters, one rounding for bf16 ones.
+#[test]
+fn cuda_optimizers_match_cpu() {
+    if !gpu() {
+        return;
+    }
+    let seed = fresh_seed();
+    let mut rng = Rng(seed);
+    let init: Vec<Vec<f64>> = SIZES.iter().map(|&n| rng.vec(n)).collect();
+    let grads: Vec<Vec<Vec<f64>>> = (0..4)
+        .map(|_| SIZES.iter().map(|&n| rng.vec(n)).collect())
+        .collect();
+    let c = AdamWConfig {
+        lr: 1e-2,
+        weight_decay: 0.1,
+        amsgrad: true,
+        ..Default::default()
+    };
+    let mut pc = tensors_on::<Cpu, half::bf16>(&init);
+    let mut pg = tensors_on::<Cuda, half::bf16>(&init);
+    let mut oc = AdamW::new(&pc, c).unwrap();
+    let mut og = AdamW::new(&pg, c).unwrap();
+    for g in &grads {
+        oc.step(&mut pc, &tensors_on(g)).unwrap();
+        og.step(&mut pg, &tensors_on(g)).unwrap();
+    }
+    close(
+        &format!("AdamW bf16 GPU vs CPU seed {seed}"),
+        &read(&pg),
+        &read(&pc),
+        8e-3,
+    );
+    let c = SgdConfig {
+        lr: 0.05,
+        momentum: 0.9,
+        nesterov: true,
+        weight_decay: 0.01,
+        ..Default::default()
+    };
+    let mut pc = tensors_on::<Cpu, f32>(&init);
+    let mut pg = tensors_on::<Cuda, f32>(&init);
+    let mut oc = Sgd::new(&pc, c).unwrap();
+    let mut og = Sgd::new(&pg, c).unwrap();
+    for g in &grads {
+        oc.step(&mut pc, &tensors_on(g)).unwrap();
+        og.step(&mut pg, &tensors_on(g)).unwrap();
+    }
+    close(
+        &format!("SGD f32 GPU vs CPU seed {seed}"),
+        &read(&pg),
+        &read(&pc),
+        1e-6,
+    );
+}
+
+/// NaN gradients, zero gradients and empty tensors on the GPU; state saved
+/// from the GPU and restored onto it continues bit for bit; clipping.
+#[test]
+fn cuda_optimizer_edges_resume_and_clip() {
+    if !gpu() {
+        return;
+    }
+    let mut p = tensors_on::<Cuda, f32>(&[vec![1.0, 1.0], vec![], vec![2.0]]);
+    let g = tensors_on::<Cuda, f32>(&[vec![f64::NAN, 1.0], vec![], vec![0.0]]);
+    let mut opt = AdamW::new(
+        &p,
+        AdamWConfig {
+            lr: 0.1,
+            weight_decay: 0.5,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    opt.step(&mut p, &g).unwrap();
+    let v = read(&p);
+    assert!(v[0][0].is_nan() && v[0][1].is_finite(), "{v:?}");
+    assert_eq!(v[2][0], (2.0f32 * 0.95f32) as f64);
+
+    let seed = fresh_seed();
+    let mut rng = Rng(seed);
+    let c = AdamWConfig {
+        lr: 1e-2,
+        ..Default::default()
+    };
+    let init: Vec<Vec<f64>> = [5, CHUNK + 3].iter().map(|&n| rng.vec(n)).collect();
+    let grads: Vec<VD<Cuda, half::bf16>> = (0..6)
+        .map(|_| tensors_on(&[rng.vec(5), rng.vec(CHUNK + 3)]))
+        .collect();
+    let mut a = tensors_on::<Cuda, half::bf16>(&init);
+    let mut opt = AdamW::new(&a, c).unwrap();
+    for g in &grads {
+        opt.step(&mut a, g).unwrap();
+    }
+    let mut b = tensors_on::<Cuda, half::bf16>(&init);
+    let mut opt = AdamW::new(&b, c).unwrap();
+    for g in &grads[..3] {
+        opt.step(&mut b, g).unwrap();
+    }
+    let path = temp("cuda_adamw");
+    opt.save_safetensors(&path).unwrap();
+    let mut opt = AdamW::load_safetensors(&path, &b, c).unwrap();
+    for g in &grads[3..] {
+        opt.step(&mut b, g).unwrap();
+    }
+    assert_eq!(read(&a), read(&b), "seed {seed}");
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+
+    clip_case::<Cuda, f32>(seed);
+    clip_case::<Cuda, half::bf16>(seed);
+    let mut g = tensors_on::<Cuda, f32>(&[vec![f64::NAN, 1.0]]);
+    assert!(clip_grad_norm(&mut g, 1.0).unwrap().is_nan());
+    assert!(read(&g)[0].iter().all(|x| x.is_nan()));
 }
