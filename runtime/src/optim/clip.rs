@@ -54,7 +54,7 @@ impl Default for ClipOptions {
 /// use tensorfn_runtime::{Cpu, Tensor, shape};
 /// use tensorfn_runtime::optim::clip_grad_norm;
 /// let mut g = [Tensor::<Cpu, f32, shape![2]>::from_vec(vec![3.0, 0.0]).unwrap(),
-///              Tensor::<Cpu, f32, shape![1]>::from_vec(vec![4.0]).unwrap()];
+///              Tensor::<Cpu, f32, shape![2]>::from_vec(vec![0.0, 4.0]).unwrap()];
 /// let total = clip_grad_norm(&mut g, 1.0).unwrap();
 /// assert_eq!(total, 5.0);
 /// let v = g[0].to_vec().unwrap();
