@@ -61,13 +61,13 @@ impl AdamWConfig {
     /// `Err` for the values PyTorch refuses.
     fn check(&self) -> Result<()> {
         let op = "AdamW";
-        if !(self.lr >= 0.0) {
+        if self.lr.is_nan() || self.lr < 0.0 {
             return Err(invalid(
                 op,
                 format!("invalid learning rate `lr = {}`: use a value >= 0", self.lr),
             ));
         }
-        if !(self.eps >= 0.0) {
+        if self.eps.is_nan() || self.eps < 0.0 {
             return Err(invalid(
                 op,
                 format!("invalid `eps = {}`: use a value >= 0", self.eps),
@@ -81,7 +81,7 @@ impl AdamWConfig {
                 ));
             }
         }
-        if !(self.weight_decay >= 0.0) {
+        if self.weight_decay.is_nan() || self.weight_decay < 0.0 {
             return Err(invalid(
                 op,
                 format!(

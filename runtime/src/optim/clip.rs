@@ -83,7 +83,7 @@ pub fn clip_grad_norm_with<G: Params>(
 ) -> Result<f64> {
     const OP: &str = "clip_grad_norm";
     let p = options.norm_type;
-    if !(p > 0.0) {
+    if p.is_nan() || p <= 0.0 {
         return Err(invalid(
             OP,
             format!("invalid `norm_type = {p}`: use a value > 0 or f64::INFINITY"),

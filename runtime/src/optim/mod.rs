@@ -355,12 +355,15 @@ pub(crate) struct Work<'a, T, A> {
     pub(crate) bufs: Vec<&'a mut [A]>,
 }
 
+/// The update of one chunk of a parameter of dtype `T`.
+pub(crate) type ChunkFn<'f, T> = dyn Fn(&mut Work<'_, T, <T as OptimFloat>::Acc>) + Sync + 'f;
+
 /// Runs `f` over chunks of every parameter of dtype `T` in `pairs`, in
 /// parallel: one loop for all the tensors of a dtype.
 pub(crate) fn for_each_chunk<T: OptimFloat>(
     pairs: &mut [(&mut dyn AnyTensor, &dyn AnyTensor)],
     slots: &mut [Slot],
-    f: &(dyn Fn(&mut Work<'_, T, T::Acc>) + Sync),
+    f: &ChunkFn<'_, T>,
 ) -> Result<()> {
     let mut grads = Vec::new();
     let mut params = Vec::new();

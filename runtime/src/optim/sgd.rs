@@ -52,19 +52,19 @@ impl SgdConfig {
     /// `Err` for the values PyTorch refuses.
     fn check(&self) -> Result<()> {
         let op = "SGD";
-        if !(self.lr >= 0.0) {
+        if self.lr.is_nan() || self.lr < 0.0 {
             return Err(invalid(
                 op,
                 format!("invalid learning rate `lr = {}`: use a value >= 0", self.lr),
             ));
         }
-        if !(self.momentum >= 0.0) {
+        if self.momentum.is_nan() || self.momentum < 0.0 {
             return Err(invalid(
                 op,
                 format!("invalid `momentum = {}`: use a value >= 0", self.momentum),
             ));
         }
-        if !(self.weight_decay >= 0.0) {
+        if self.weight_decay.is_nan() || self.weight_decay < 0.0 {
             return Err(invalid(
                 op,
                 format!(
