@@ -19,6 +19,10 @@ use tensorfn_core::DTypeKind;
 
 /// `u64` words of one chunk record: parameter, gradient, four state
 /// buffers, element count, padding.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::optim::OPTIM_RECORD_WORDS * 8, 64); // bytes
+/// ```
 pub const OPTIM_RECORD_WORDS: usize = 8;
 
 /// Word of the element count in a record.
@@ -26,6 +30,10 @@ const COUNT_WORD: usize = 6;
 
 /// The `f64` hyperparameters every optimizer entry takes after the table
 /// and the record count (see [`OptimKernel`] for what each means).
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::optim::OPTIM_HYPER, 7);
+/// ```
 pub const OPTIM_HYPER: usize = 7;
 
 fn params() -> String {

@@ -315,6 +315,20 @@ impl<P: Params> AdamW<P> {
     /// wrote: continuing from it gives the same numbers, bit for bit, as
     /// not stopping. A missing, mis-shaped or extra key is an `Err` naming
     /// it (state saved with `amsgrad` read without it, for instance).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Cpu, Tensor, shape};
+    /// use tensorfn_runtime::optim::{AdamW, AdamWConfig};
+    /// let dir = std::env::temp_dir().join(format!("tf_adamw_load_doc_{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let path = dir.join("opt.safetensors");
+    /// let p = [Tensor::<Cpu, f32, shape![2]>::ones().unwrap()];
+    /// AdamW::new(&p, AdamWConfig::default()).unwrap().save_safetensors(&path).unwrap();
+    /// let amsgrad = AdamWConfig { amsgrad: true, ..Default::default() };
+    /// let e = AdamW::load_safetensors(&path, &p, amsgrad).unwrap_err();
+    /// assert!(e.to_string().contains("max_exp_avg_sq.0"), "{e}");
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
     pub fn load_safetensors(
         path: impl AsRef<Path>,
         params: &P,

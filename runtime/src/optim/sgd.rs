@@ -285,6 +285,22 @@ impl<P: Params> Sgd<P> {
     /// An optimizer for `params` with the state [`save_safetensors`](Self::save_safetensors)
     /// wrote: continuing from it gives the same numbers, bit for bit, as
     /// not stopping. A missing, mis-shaped or extra key is an `Err` naming it.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Cpu, Tensor, shape};
+    /// use tensorfn_runtime::optim::{Sgd, SgdConfig};
+    /// let dir = std::env::temp_dir().join(format!("tf_sgd_load_doc_{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let path = dir.join("opt.safetensors");
+    /// let p = [Tensor::<Cpu, f32, shape![2]>::ones().unwrap()];
+    /// let cfg = SgdConfig { momentum: 0.9, ..Default::default() };
+    /// Sgd::new(&p, cfg).unwrap().save_safetensors(&path).unwrap();
+    /// // Parameters of other dims do not fit the saved state.
+    /// let q = [Tensor::<Cpu, f32, shape![3]>::ones().unwrap()];
+    /// let e = Sgd::load_safetensors(&path, &q, cfg).unwrap_err();
+    /// assert!(e.to_string().contains("momentum_buffer.0"), "{e}");
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
     pub fn load_safetensors(path: impl AsRef<Path>, params: &P, config: SgdConfig) -> Result<Self> {
         let mut opt = Self::new(params, config)?;
         opt.step = super::load(path.as_ref(), &mut opt.slots)?;

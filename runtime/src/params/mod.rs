@@ -48,10 +48,11 @@ pub struct ErasedMut<'a> {
 /// gives for each name.
 ///
 /// ```
-/// use tensorfn_runtime::{AnyTensor, Cpu, DTypeKind, Tensor, shape};
+/// use tensorfn_runtime::{AnyTensor, Cpu, DeviceKind, DTypeKind, Tensor, shape};
 /// let t = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
 /// let any: &dyn AnyTensor = &t;
 /// assert_eq!((any.dtype(), any.dims()), (DTypeKind::F32, vec![2, 3]));
+/// assert_eq!(any.device(), DeviceKind::Cpu);
 /// assert_eq!(any.to_le_bytes().unwrap().len(), 24);
 /// ```
 pub trait AnyTensor {
@@ -172,10 +173,28 @@ pub trait Params: Sized {
     /// declaration order, each name prefixed by `prefix` and a dot: the
     /// tensors of several values of one parameter type (parameters,
     /// gradients) side by side. See [`Params::tensors`].
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Cpu, Params, Tensor, shape};
+    /// let w = Tensor::<Cpu, f32, shape![2]>::ones().unwrap();
+    /// let layers = vec![[w.clone(), w]];
+    /// let mut out = Vec::new();
+    /// layers.collect_named("h", &mut out);
+    /// let names: Vec<&str> = out.iter().map(|(n, _)| n.as_str()).collect();
+    /// assert_eq!(names, ["h.0.0", "h.0.1"]);
+    /// ```
     fn collect_named<'a>(&'a self, prefix: &str, out: &mut Vec<(String, &'a dyn AnyTensor)>);
 
     /// [`collect_named`](Params::collect_named) for writing: how an
     /// optimizer updates the tensors in place. See [`Params::tensors_mut`].
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Cpu, Params, Tensor, shape};
+    /// let mut w = [Tensor::<Cpu, f32, shape![3]>::ones().unwrap()];
+    /// let mut out = Vec::new();
+    /// w.collect_named_mut("", &mut out);
+    /// assert_eq!((out[0].0.as_str(), out[0].1.dims()), ("0", vec![3]));
+    /// ```
     fn collect_named_mut<'a>(
         &'a mut self,
         prefix: &str,
