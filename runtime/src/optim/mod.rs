@@ -1,4 +1,4 @@
-//! Optimizers over [`Params`]: [`Sgd`] and [`AdamW`] with PyTorch's
+//! Optimizers over [`Params`](crate::Params): [`Sgd`] and [`AdamW`] with PyTorch's
 //! formulas and defaults, [`clip_grad_norm`], and learning-rate schedules
 //! ([`CosineWithWarmup`], [`StepLr`]).
 //!
