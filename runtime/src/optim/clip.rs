@@ -1,10 +1,12 @@
 //! Gradient clipping by the total norm, as `torch.nn.utils.clip_grad_norm_`.
 
+use super::OptimFloat;
 use super::{host, host_mut, invalid, with_float, CHUNK};
+use crate::backend::Backend;
 use crate::cpu::par;
 use crate::cuda::optim::download_range;
 use crate::cuda::CudaBackend;
-use crate::dtype::DType;
+use crate::cuda::CudaStorage;
 use crate::dtype::NumDType;
 use crate::error::Result;
 use crate::layout::Layout;
@@ -12,7 +14,7 @@ use crate::ops::dispatch::Exec;
 use crate::params::AnyTensor;
 use crate::storage::Storage;
 use crate::Params;
-use tensorfn_kernels::BinaryOp;
+use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
 
 /// The options of [`clip_grad_norm_with`], with PyTorch's defaults.
 ///
@@ -47,8 +49,10 @@ impl Default for ClipOptions {
 /// gradient by `max_norm / (total + 1e-6)` when that is below 1. A NaN
 /// total makes every gradient NaN and an infinite one scales by 0, as in
 /// PyTorch; [`clip_grad_norm_with`] can refuse them instead. The norm is
-/// accumulated in f64 (on the host: GPU gradients are read back for it,
-/// then scaled on the GPU by the coefficient rounded to their dtype).
+/// accumulated in f64 over per-tensor parts (on a GPU each tensor's part
+/// is reduced there in f32, f64 for f64, and only that value is read
+/// back; the gradients are then scaled there by the coefficient rounded
+/// to their dtype).
 ///
 /// ```
 /// use tensorfn_runtime::{Cpu, Tensor, shape};
@@ -136,11 +140,18 @@ fn nan_max(a: f64, b: f64) -> f64 {
 
 /// The sum of `|x|^p` of `t`'s elements (their largest `|x|` for
 /// `p = inf`).
-fn norm_part<T: DType>(t: &dyn AnyTensor, p: f64) -> Result<f64> {
+fn norm_part<T: OptimFloat>(t: &dyn AnyTensor, p: f64) -> Result<f64> {
     let n = t.numel();
     let e = t.erased()?;
     let copy;
     let x = match e.storage.downcast_ref::<Storage<T>>() {
+        Some(Storage::Cuda(d)) if n > 0 && (p == 1.0 || p == 2.0 || p == f64::INFINITY) => {
+            // On the device, in f32 (f64 for f64), as PyTorch's per-tensor
+            // norms: only the one value comes back.
+            let be = CudaBackend::on(d.context().clone());
+            let acc = be.cast::<T, T::Acc>(d, &Layout::new(vec![n], vec![1], e.offset))?;
+            return device_part(&be, &acc, n, p);
+        }
         Some(Storage::Cuda(d)) => {
             copy = download_range(d, e.offset, n)?;
             &copy[..]
@@ -160,6 +171,21 @@ fn norm_part<T: DType>(t: &dyn AnyTensor, p: f64) -> Result<f64> {
         f64::INFINITY => parts.into_iter().fold(0.0, nan_max),
         _ => parts.into_iter().sum(),
     })
+}
+
+/// [`norm_part`] of the `n` elements of GPU buffer `x`, for `p` = 1, 2
+/// or inf: `|x|` or `x^2` elementwise, summed (or the largest, which
+/// propagates NaN) by the reduction kernel.
+fn device_part<A: NumDType>(be: &CudaBackend, x: &CudaStorage<A>, n: usize, p: f64) -> Result<f64> {
+    let l = Layout::contiguous(&[n]);
+    let (op, red) = match p {
+        2.0 => (UnaryOp::Square, ReduceOp::Sum),
+        1.0 => (UnaryOp::Abs, ReduceOp::Sum),
+        _ => (UnaryOp::Abs, ReduceOp::Max),
+    };
+    let y = be.unary(op, x, &l)?;
+    let r = be.reduce(red, &y, &l, 0)?;
+    Ok(download_range(&r, 0, 1)?[0].to_f64())
 }
 
 /// Multiplies `t`'s elements by `coef` in place.

@@ -109,7 +109,7 @@ impl OptimFloat for bf16 {
 }
 
 /// The dtypes of state buffers.
-pub(crate) trait AccFloat: DType {
+pub(crate) trait AccFloat: FloatDType {
     fn slice(b: &mut Buf) -> &mut [Self];
     fn buf(v: Vec<Self>) -> Buf;
     fn device(s: CudaStorage<Self>) -> Buf;
