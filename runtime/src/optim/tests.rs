@@ -789,3 +789,30 @@ fn cuda_optimizer_edges_resume_and_clip() {
     assert!(clip_grad_norm(&mut g, 1.0).unwrap().is_nan());
     assert!(read(&g)[0].iter().all(|x| x.is_nan()));
 }
+
+/// An infinite gradient gives NaN in AdamW (`inf / inf`) and an infinite
+/// step in SGD, as in PyTorch; a zero update keeps the sign of -0.
+#[test]
+fn infinite_grads_and_signed_zeros() {
+    let mut p = tensors::<f32>(&[vec![1.0, -0.0]]);
+    let g = tensors::<f32>(&[vec![f64::INFINITY, 0.0]]);
+    let mut opt = AdamW::new(
+        &p,
+        AdamWConfig {
+            weight_decay: 0.0,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    opt.step(&mut p, &g).unwrap();
+    let v = read(&p)[0].clone();
+    assert!(v[0].is_nan(), "{v:?}");
+    assert!(v[1] == 0.0 && v[1].is_sign_negative(), "{v:?}");
+    let mut p = tensors::<f64>(&[vec![1.0, -0.0]]);
+    let mut opt = Sgd::new(&p, SgdConfig::default()).unwrap();
+    opt.step(&mut p, &tensors(&[vec![f64::INFINITY, 0.0]]))
+        .unwrap();
+    let v = read(&p)[0].clone();
+    assert_eq!(v[0], f64::NEG_INFINITY);
+    assert!(v[1] == 0.0 && v[1].is_sign_negative(), "{v:?}");
+}
