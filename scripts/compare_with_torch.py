@@ -9,7 +9,10 @@ taken against the float64 result, relative to its largest value. A case
 passes when our error is at most twice PyTorch's plus the dtype's unit
 roundoff u, times sqrt(K) for products with K-term dot products (their
 usual error bound; which of two correct summation orders PyTorch's and our
-cuBLAS calls pick is not ours to match). `cat` must be exact. The largest
+cuBLAS calls pick is not ours to match) and times K for K optimizer steps
+(`torch.optim.AdamW` and `SGD` with momentum, run from the same parameter
+and per-step gradients; the parameter is rounded once a step). `cat` must
+be exact. The largest
 difference from PyTorch's same-dtype result is printed too.
 
 Usage: compare_with_torch.py DIR [DIR ...]   (each DIR holds manifest.jsonl)
@@ -67,6 +70,21 @@ def run(op, args, xs):
     if op == "chain6":
         x, y = xs
         return torch.tanh(torch.sigmoid(x * y + 1.0) * x) - y
+    if op in ("adamw", "sgd"):
+        # xs[0]: the parameter; xs[1]: one gradient per step, stacked.
+        p = xs[0].clone().requires_grad_(True)
+        if op == "adamw":
+            opt = torch.optim.AdamW([p], lr=args["lr"], betas=(args["beta1"], args["beta2"]),
+                                    eps=args["eps"], weight_decay=args["weight_decay"],
+                                    amsgrad=args["amsgrad"])
+        else:
+            opt = torch.optim.SGD([p], lr=args["lr"], momentum=args["momentum"],
+                                  dampening=args["dampening"], weight_decay=args["weight_decay"],
+                                  nesterov=args["nesterov"])
+        for g in xs[1]:
+            p.grad = g.clone()
+            opt.step()
+        return p.detach()
     raise ValueError(f"unknown op {op}")
 
 
@@ -83,6 +101,9 @@ def slack(op, inputs):
     if op in ("matmul", "matmul_nt", "bmm", "addmm"):
         a = inputs[1] if op == "addmm" else inputs[0]
         return 2.0 * math.sqrt(a["shape"][-1])
+    if op in ("adamw", "sgd"):
+        # One rounding of the parameter per step.
+        return 2.0 * inputs[1]["shape"][0]
     return 2.0
 
 

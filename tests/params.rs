@@ -324,3 +324,59 @@ fn zeros_like_keeps_every_name_shape_and_dtype() {
     }
     assert_eq!(z.num_params(), m.num_params());
 }
+
+/// An optimizer pairs the tensors of a derived struct with its gradients
+/// by name; its state is saved under `{buffer}.{name}`, and gradients
+/// whose `Dyn` dims or `Vec` length differ are errors naming the tensor.
+#[test]
+fn optimizers_step_derived_structs_by_name() {
+    let mut p = model(2);
+    let before = contents(&p);
+    let grads = p.zeros_like().unwrap();
+    let mut opt = AdamW::new(
+        &p,
+        AdamWConfig {
+            lr: 0.1,
+            weight_decay: 0.5,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    opt.step(&mut p, &grads).unwrap();
+    // Zero gradients: only the decoupled decay, 0.95 of every element.
+    let (w0, w1) = (before[1].2.clone(), p.h[0].attn.weight.to_vec().unwrap());
+    let w0: Vec<f32> = w0
+        .chunks(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    for (a, b) in w0.iter().zip(&w1) {
+        assert_eq!((*a as f64 * 0.95) as f32, *b);
+    }
+    let path = scratch("adamw_state.safetensors");
+    opt.save_safetensors(&path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut keys: Vec<String> = file.names().into_iter().map(String::from).collect();
+    keys.sort();
+    assert!(
+        keys.contains(&"exp_avg.h.0.c_attn.weight".to_string()),
+        "{keys:?}"
+    );
+    assert!(
+        keys.contains(&"exp_avg_sq.h.1.ln.1".to_string()),
+        "{keys:?}"
+    );
+    assert!(keys.contains(&"step".to_string()), "{keys:?}");
+    assert_eq!(keys.len(), 1 + 2 * before.len());
+
+    let short = model(1).zeros_like().unwrap();
+    let e = opt.step(&mut p, &short).unwrap_err();
+    assert!(e.to_string().contains("no `h.1.c_attn.weight`"), "{e}");
+    let mut g = grads.zeros_like().unwrap();
+    g.wte = Tensor::zeros_dims(&[6, 3]).unwrap();
+    let e = opt.step(&mut p, &g).unwrap_err();
+    assert!(e.to_string().contains("gradient `wte`"), "{e}");
+    let mut sgd = Sgd::new(&p, SgdConfig::default()).unwrap();
+    sgd.step(&mut p, &grads).unwrap();
+    assert!(tensorfn::clip_grad_norm(&mut g, 1.0).unwrap() == 0.0);
+}

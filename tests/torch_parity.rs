@@ -1,6 +1,6 @@
 //! The cases PyTorch users compare first (`addmm`, `matmul`, batched
 //! products, `cat`, softmax, `layer_norm`, `rms_norm`, `rope`, fused
-//! elementwise chains), per float dtype,
+//! elementwise chains, a few AdamW and SGD steps), per float dtype,
 //! with fresh random inputs: computed on the GPU (and on the CPU), each
 //! checked here against an f64 reference.
 //!
@@ -536,6 +536,83 @@ fn fused<G: Device, T: Chains<G>>(rec: &mut Recorder) {
     rec.case("chain6", dt, &[ix, iy], &oz, "");
 }
 
+/// A few AdamW and SGD-with-momentum steps on one parameter tensor, from
+/// the same parameters and gradients as `torch.optim.AdamW` / `SGD` get.
+fn optimizers<G: Device, T: FloatDType>(rec: &mut Recorder) {
+    let dt = T::KIND.name();
+    let (n, steps) = (40_000, 5);
+    let (p0, p0v) = random::<G, T, V>(&[n]);
+    let grads: Vec<(Tensor<G, T, V>, Vec<f64>)> =
+        (0..steps).map(|_| random::<G, T, V>(&[n])).collect();
+    let all: Vec<T> = grads
+        .iter()
+        .flat_map(|(_, v)| v.iter().map(|&x| T::from_f64(x)))
+        .collect();
+    let stacked = Tensor::<Cpu, T, M2>::from_vec_dims(all, &[steps, n])
+        .unwrap()
+        .to_device::<G>()
+        .unwrap();
+
+    let c = AdamWConfig {
+        lr: 1e-2,
+        weight_decay: 0.1,
+        ..Default::default()
+    };
+    let mut p = p0.clone();
+    let mut opt = AdamW::new(&p, c).unwrap();
+    for (g, _) in &grads {
+        opt.step(&mut p, g).unwrap();
+    }
+    let (mut want, mut m, mut v) = (p0v.clone(), vec![0.0; n], vec![0.0; n]);
+    for (t, (_, g)) in grads.iter().enumerate() {
+        let t = (t + 1) as f64;
+        let (b1, b2) = c.betas;
+        for i in 0..n {
+            want[i] *= 1.0 - c.lr * c.weight_decay;
+            m[i] = b1 * m[i] + (1.0 - b1) * g[i];
+            v[i] = b2 * v[i] + (1.0 - b2) * g[i] * g[i];
+            let denom = v[i].sqrt() / (1.0 - b2.powf(t)).sqrt() + c.eps;
+            want[i] -= c.lr / (1.0 - b1.powf(t)) * m[i] / denom;
+        }
+    }
+    // f32 state and master weights: a few roundings of the result.
+    check("AdamW, 5 steps", &p, &want, 8.0);
+    let (ip, ig, op) = (rec.array(&p0), rec.array(&stacked), rec.array(&p));
+    let args = format!(
+        r#""lr":{:?},"beta1":{:?},"beta2":{:?},"eps":{:?},"weight_decay":{:?},"amsgrad":false"#,
+        c.lr, c.betas.0, c.betas.1, c.eps, c.weight_decay
+    );
+    rec.case("adamw", dt, &[ip, ig], &op, &args);
+
+    let c = SgdConfig {
+        lr: 0.1,
+        momentum: 0.9,
+        weight_decay: 0.01,
+        ..Default::default()
+    };
+    let mut p = p0.clone();
+    let mut opt = Sgd::new(&p, c).unwrap();
+    for (g, _) in &grads {
+        opt.step(&mut p, g).unwrap();
+    }
+    let (mut want, mut buf) = (p0v.clone(), vec![0.0; n]);
+    for (t, (_, g)) in grads.iter().enumerate() {
+        for i in 0..n {
+            let d = g[i] + c.weight_decay * want[i];
+            buf[i] = if t == 0 { d } else { c.momentum * buf[i] + d };
+            want[i] -= c.lr * buf[i];
+        }
+    }
+    // The parameter is rounded to its dtype every step.
+    check("SGD with momentum, 5 steps", &p, &want, 8.0);
+    let (ip, ig, op) = (rec.array(&p0), rec.array(&stacked), rec.array(&p));
+    let args = format!(
+        r#""lr":{:?},"momentum":{:?},"dampening":0.0,"weight_decay":{:?},"nesterov":false"#,
+        c.lr, c.momentum, c.weight_decay
+    );
+    rec.case("sgd", dt, &[ip, ig], &op, &args);
+}
+
 fn all_cases<G: Device>(device: &str)
 where
     f32: Chains<G>,
@@ -559,6 +636,10 @@ where
     fused::<G, f32>(&mut rec);
     fused::<G, f16>(&mut rec);
     fused::<G, bf16>(&mut rec);
+    optimizers::<G, f64>(&mut rec);
+    optimizers::<G, f32>(&mut rec);
+    optimizers::<G, f16>(&mut rec);
+    optimizers::<G, bf16>(&mut rec);
 }
 
 #[test]

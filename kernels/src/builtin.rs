@@ -363,6 +363,42 @@ pub fn cat_rows(unit: u32) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
+/// The multi-tensor optimizer update `kernel` over parameters of `dtype`
+/// (a float): one launch updates every chunk of every tensor of that
+/// dtype. `Err` for other dtypes.
+///
+/// The entry `NAME(.param .u64 table, .param .u64 records, .param .f64
+/// h0, ..., h6, .param .u32 flags)` reads `records` chunk records of
+/// [`OPTIM_RECORD_WORDS`](crate::optim::OPTIM_RECORD_WORDS) `u64` words at
+/// `table` (device memory): the addresses of the chunk's first parameter,
+/// gradient and state elements (as many as
+/// [`OptimKernel::state_buffers`](crate::optim::OptimKernel::state_buffers)),
+/// and at word 6 its element count. The hyperparameters and flags are
+/// those [`OptimKernel`](crate::optim::OptimKernel) lists. Launch with
+/// `block.x = BLOCK` and any `grid.x` (blocks stride over the records).
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// use tensorfn_kernels::optim::OptimKernel;
+/// let k = builtin::optim(OptimKernel::AdamW { amsgrad: false, master: true }, DTypeKind::BF16).unwrap();
+/// assert!(k.ptx.contains(".entry tf_adamw_master_bf16("));
+/// assert!(builtin::optim(OptimKernel::Sgd { momentum: true }, DTypeKind::I32).is_err());
+/// ```
+pub fn optim(kernel: crate::optim::OptimKernel, dtype: DTypeKind) -> Result<Kernel> {
+    if !dtype.is_float() {
+        return Err(Error::Unsupported {
+            kernel: "optim",
+            message: format!(
+                "{} parameters; optimizers update float dtypes",
+                dtype.name()
+            ),
+        });
+    }
+    let name = kernel.name(dtype);
+    let ptx = ptx::optim(&name, kernel, dtype);
+    Ok(Kernel { name, ptx })
+}
+
 /// Name of [`gather`]`(unit, index)`.
 ///
 /// ```
@@ -685,6 +721,13 @@ pub fn all() -> Vec<Kernel> {
         out.extend(attention(dtype).ok());
         for d in ptx::ATTENTION_MMA_HEADS {
             out.extend(attention_mma(dtype, d).ok());
+        }
+        for k in crate::optim::OptimKernel::ALL {
+            // Master weights only for 16-bit parameters.
+            let half = matches!(dtype, DTypeKind::F16 | DTypeKind::BF16);
+            if half || !matches!(k, crate::optim::OptimKernel::AdamW { master: true, .. }) {
+                out.extend(optim(k, dtype).ok());
+            }
         }
     }
     out.extend(CAT_UNITS.iter().filter_map(|&u| cat_rows(u).ok()));

@@ -119,6 +119,7 @@ mod lower;
 mod mathfn;
 pub mod norm;
 pub mod ops;
+pub mod optim;
 mod prim;
 pub mod ptx;
 mod reduction;

@@ -109,6 +109,15 @@ pub enum Error {
     /// a file that is not safetensors.
     #[error("loading parameters: {0}")]
     Load(String),
+    /// An argument outside what the operation accepts (a negative
+    /// learning rate, `nesterov` without momentum).
+    #[error("{op}: {message}")]
+    InvalidArgument {
+        /// The operation.
+        op: String,
+        /// Which argument, its value, and the fix.
+        message: String,
+    },
 }
 
 /// `Result` with tensorfn's [`Error`].

@@ -22,6 +22,7 @@ mod host;
 pub mod interop;
 pub mod layout;
 pub mod ops;
+pub mod optim;
 pub mod params;
 mod random;
 pub mod shape;
@@ -48,6 +49,10 @@ pub use ops::{
     broadcast_dims, AssignRhs, AttentionArgs, AttentionShape, AttnMaskDType, BiasFor, LastDim,
     LastTwoDims, MatMulShape, RemoveDim, StaticShape, Transpose2,
 };
+pub use optim::{
+    clip_grad_norm, clip_grad_norm_with, AdamW, AdamWConfig, ClipOptions, CosineWithWarmup,
+    LrSchedule, Sgd, SgdConfig, StepLr,
+};
 pub use params::{AnyTensor, LoadOptions, Params};
 pub use shape::{Const, Dim, Dyn, Shape, MAX_RANK};
 pub use stream::{stream_map, ChunkShape, StreamMap, StreamStats};
@@ -68,7 +73,7 @@ pub mod __private {
 /// Everything a program using tensors needs in scope.
 pub mod prelude {
     pub use crate::{
-        bf16, f16, shape, Const, Cpu, Cuda, DType, Device, Dyn, Error, Float, Params, Result,
-        Tensor,
+        bf16, f16, shape, AdamW, AdamWConfig, Const, Cpu, Cuda, DType, Device, Dyn, Error, Float,
+        LrSchedule, Params, Result, Sgd, SgdConfig, Tensor,
     };
 }

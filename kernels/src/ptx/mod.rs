@@ -33,6 +33,7 @@ mod gather;
 mod inst;
 mod memory;
 mod norm;
+mod optim;
 mod rope;
 mod rows;
 
@@ -45,6 +46,7 @@ use tensorfn_core::DTypeKind;
 pub use crate::target::{Target, HEADER};
 pub use attention::{attention_mma_rows, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS};
 pub use concat::CAT_PARTS;
+pub use optim::{OPTIM_HYPER, OPTIM_RECORD_WORDS};
 pub use rows::SOFTMAX_REGISTER_COLS;
 
 /// Checks that `name` can name PTX entries (`[A-Za-z_][A-Za-z0-9_]*`).
@@ -223,6 +225,15 @@ pub(crate) fn cat_rows(name: &str, unit: u32) -> String {
     module(
         &format!("{name}: concatenation of contiguous row blocks, {unit}-byte units"),
         &[concat::cat_rows_entry(name, unit)],
+    )
+}
+
+/// The module of the multi-tensor optimizer entry `name` (see
+/// [`builtin::optim`](crate::builtin::optim)).
+pub(crate) fn optim(name: &str, kernel: crate::optim::OptimKernel, dtype: DTypeKind) -> String {
+    module(
+        &format!("{name}: {kernel:?} over chunks of {dtype} parameters"),
+        &[optim::optim_entry(name, kernel, dtype)],
     )
 }
 

@@ -235,6 +235,13 @@ fn every_builtin_is_well_formed() {
             assert_eq!(es[0].params.len(), 3 + 3 * builtin::CAT_PARTS);
             check_body(&es[0]);
             check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_adamw") || k.name.starts_with("tf_sgd") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].name, k.name);
+            assert_eq!(es[0].params.len(), 3 + super::OPTIM_HYPER, "{}", k.name);
+            check_body(&es[0]);
+            check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_rope_") {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 2, "{}", k.name);
@@ -321,6 +328,13 @@ fn every_builtin_is_well_formed() {
         .filter(|k| k.name.starts_with("tf_gather_"))
         .count();
     assert_eq!(gather, 2 * builtin::GATHER_UNITS.len());
+    // AdamW: 4 variants for f16 and bf16, 2 (no master weights) for f32
+    // and f64; SGD: 2 per float dtype.
+    let optim = all
+        .iter()
+        .filter(|k| k.name.starts_with("tf_adamw") || k.name.starts_with("tf_sgd"))
+        .count();
+    assert_eq!(optim, 4 + 4 + 2 + 2 + 2 * 4);
 }
 
 /// An index outside the table is never an address: the gather entries

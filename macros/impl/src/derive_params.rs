@@ -206,6 +206,14 @@ fn expand(d: &DeriveInput) -> syn::Result<TokenStream> {
         let i = f.ident;
         quote_spanned!(f.ty.span()=> #i: ::tensorfn::Params::zeros_like(&self.#i)?)
     });
+    let collects = fs.iter().map(|f| {
+        let (i, k) = (f.ident, &f.key);
+        quote_spanned!(f.ty.span()=> ::tensorfn::Params::collect_named(&self.#i, &::tensorfn::params::join(prefix, #k), out);)
+    });
+    let collects_mut = fs.iter().map(|f| {
+        let (i, k) = (f.ident, &f.key);
+        quote_spanned!(f.ty.span()=> ::tensorfn::Params::collect_named_mut(&mut self.#i, &::tensorfn::params::join(prefix, #k), out);)
+    });
     let mut out = quote! {
         #[automatically_derived]
         impl #impl_g ::tensorfn::Params for #name #ty_g #where_c {
@@ -227,6 +235,22 @@ fn expand(d: &DeriveInput) -> syn::Result<TokenStream> {
 
             fn zeros_like(&self) -> ::tensorfn::Result<Self> {
                 ::core::result::Result::Ok(#name { #(#zeros),* })
+            }
+
+            fn collect_named<'__a>(
+                &'__a self,
+                prefix: &str,
+                out: &mut ::std::vec::Vec<(::std::string::String, &'__a dyn ::tensorfn::AnyTensor)>,
+            ) {
+                #(#collects)*
+            }
+
+            fn collect_named_mut<'__a>(
+                &'__a mut self,
+                prefix: &str,
+                out: &mut ::std::vec::Vec<(::std::string::String, &'__a mut dyn ::tensorfn::AnyTensor)>,
+            ) {
+                #(#collects_mut)*
             }
         }
     };

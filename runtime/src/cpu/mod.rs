@@ -10,7 +10,7 @@ mod fused;
 pub(crate) mod gather;
 pub(crate) mod matmul;
 mod norm;
-mod par;
+pub(crate) mod par;
 pub(crate) mod reduce;
 mod rope;
 pub(crate) mod rows;

@@ -45,3 +45,8 @@ pub(crate) fn per_row_mut<O: Send, I: Sync>(
         .with_min_len(min)
         .for_each(|(o, row)| f(o, row));
 }
+
+/// `f(item)` for each element of `items`, on rayon's pool.
+pub(crate) fn for_each_mut<W: Send>(items: &mut [W], f: &(dyn Fn(&mut W) + Sync)) {
+    items.par_iter_mut().for_each(f);
+}

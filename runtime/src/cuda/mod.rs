@@ -39,6 +39,7 @@ mod handles;
 mod launch;
 mod lt;
 mod modules;
+pub(crate) mod optim;
 mod overlap;
 mod pinned;
 mod pool;

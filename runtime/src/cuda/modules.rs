@@ -52,6 +52,8 @@ pub(crate) enum Builtin {
     Attention(DTypeKind),
     /// Its tensor-core form (sm_80+) for f16/bf16 and a head dim.
     AttentionMma(DTypeKind, usize),
+    /// A multi-tensor optimizer update over parameters of this dtype.
+    Optim(tensorfn_kernels::optim::OptimKernel, DTypeKind),
 }
 
 impl Builtin {
@@ -68,7 +70,8 @@ impl Builtin {
             | Builtin::CatRows(_)
             | Builtin::Gather(..)
             | Builtin::Attention(_)
-            | Builtin::AttentionMma(..) => 1,
+            | Builtin::AttentionMma(..)
+            | Builtin::Optim(..) => 1,
         }
     }
 }
@@ -107,6 +110,7 @@ impl Builtin {
             Builtin::Gather(unit, index) => builtin::gather(unit, index),
             Builtin::Attention(t) => builtin::attention(t),
             Builtin::AttentionMma(t, d) => builtin::attention_mma(t, d),
+            Builtin::Optim(k, t) => builtin::optim(k, t),
             Builtin::Addcmul(t) => {
                 let name = format!("tf_addcmul_{t}");
                 addcmul_kernel(t)

@@ -16,22 +16,43 @@
 //! ```
 
 mod mmap;
-mod safetensors;
+pub(crate) mod safetensors;
 
 pub use self::safetensors::{LoadOptions, Loader};
 
 use crate::dtype::{DType, DTypeKind};
-use crate::{Device, Result, Shape, Tensor};
+use crate::storage::Storage;
+use crate::{Device, DeviceKind, Result, Shape, Tensor};
+use std::any::Any;
 use std::path::Path;
+use std::sync::Arc;
+
+/// A tensor's elements seen without their dtype, contiguous from
+/// `offset`: what an optimizer reads a gradient through. Not a stable API.
+#[doc(hidden)]
+pub struct ErasedRef {
+    pub(crate) storage: Arc<dyn Any + Send + Sync>,
+    pub(crate) offset: usize,
+}
+
+/// A tensor's unshared elements seen without their dtype, contiguous
+/// from `offset`: what an optimizer updates a parameter through. Not a
+/// stable API.
+#[doc(hidden)]
+pub struct ErasedMut<'a> {
+    pub(crate) storage: &'a mut dyn Any,
+    pub(crate) offset: usize,
+}
 
 /// A tensor of a parameter struct seen without its type: what a visit
 /// gives for each name.
 ///
 /// ```
-/// use tensorfn_runtime::{AnyTensor, Cpu, DTypeKind, Tensor, shape};
+/// use tensorfn_runtime::{AnyTensor, Cpu, DeviceKind, DTypeKind, Tensor, shape};
 /// let t = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
 /// let any: &dyn AnyTensor = &t;
 /// assert_eq!((any.dtype(), any.dims()), (DTypeKind::F32, vec![2, 3]));
+/// assert_eq!(any.device(), DeviceKind::Cpu);
 /// assert_eq!(any.to_le_bytes().unwrap().len(), 24);
 /// ```
 pub trait AnyTensor {
@@ -46,6 +67,16 @@ pub trait AnyTensor {
     /// The elements in row-major order as little-endian bytes (copied to
     /// the host), as a safetensors file stores them.
     fn to_le_bytes(&self) -> Result<Vec<u8>>;
+    /// The device holding the elements.
+    fn device(&self) -> DeviceKind;
+    /// The elements, contiguous (a strided view is copied first).
+    #[doc(hidden)]
+    fn erased(&self) -> Result<ErasedRef>;
+    /// The elements for writing in place, contiguous and unshared (a
+    /// shared or strided tensor gets a buffer of its own first, as any
+    /// in-place write does).
+    #[doc(hidden)]
+    fn erased_mut(&mut self) -> Result<ErasedMut<'_>>;
 }
 
 impl<D: Device, T: DType, S: Shape> AnyTensor for Tensor<D, T, S> {
@@ -59,6 +90,33 @@ impl<D: Device, T: DType, S: Shape> AnyTensor for Tensor<D, T, S> {
 
     fn to_le_bytes(&self) -> Result<Vec<u8>> {
         Ok(safetensors::le_bytes(&self.to_vec()?))
+    }
+
+    fn device(&self) -> DeviceKind {
+        D::KIND
+    }
+
+    fn erased(&self) -> Result<ErasedRef> {
+        let t = match self.is_contiguous() {
+            true => self.clone(),
+            false => self.contiguous()?,
+        };
+        let storage: Arc<Storage<T>> = t.storage;
+        Ok(ErasedRef {
+            storage,
+            offset: t.layout.offset(),
+        })
+    }
+
+    fn erased_mut(&mut self) -> Result<ErasedMut<'_>> {
+        if !self.is_contiguous() {
+            *self = self.contiguous()?;
+        }
+        let (storage, layout) = self.make_unique()?;
+        Ok(ErasedMut {
+            offset: layout.offset(),
+            storage,
+        })
     }
 }
 
@@ -110,6 +168,68 @@ pub trait Params: Sized {
     /// assert_eq!(z[1].to_vec().unwrap(), vec![0.0; 6]);
     /// ```
     fn zeros_like(&self) -> Result<Self>;
+
+    /// Appends the full name and the tensor of every parameter, in
+    /// declaration order, each name prefixed by `prefix` and a dot: the
+    /// tensors of several values of one parameter type (parameters,
+    /// gradients) side by side. See [`Params::tensors`].
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Cpu, Params, Tensor, shape};
+    /// let w = Tensor::<Cpu, f32, shape![2]>::ones().unwrap();
+    /// let layers = vec![[w.clone(), w]];
+    /// let mut out = Vec::new();
+    /// layers.collect_named("h", &mut out);
+    /// let names: Vec<&str> = out.iter().map(|(n, _)| n.as_str()).collect();
+    /// assert_eq!(names, ["h.0.0", "h.0.1"]);
+    /// ```
+    fn collect_named<'a>(&'a self, prefix: &str, out: &mut Vec<(String, &'a dyn AnyTensor)>);
+
+    /// [`collect_named`](Params::collect_named) for writing: how an
+    /// optimizer updates the tensors in place. See [`Params::tensors_mut`].
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Cpu, Params, Tensor, shape};
+    /// let mut w = [Tensor::<Cpu, f32, shape![3]>::ones().unwrap()];
+    /// let mut out = Vec::new();
+    /// w.collect_named_mut("", &mut out);
+    /// assert_eq!((out[0].0.as_str(), out[0].1.dims()), ("0", vec![3]));
+    /// ```
+    fn collect_named_mut<'a>(
+        &'a mut self,
+        prefix: &str,
+        out: &mut Vec<(String, &'a mut dyn AnyTensor)>,
+    );
+
+    /// The name and the tensor of every parameter, in declaration order.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Cpu, Params, Tensor, shape};
+    /// let p = [Tensor::<Cpu, f32, shape![2]>::ones().unwrap(), Tensor::zeros().unwrap()];
+    /// let names: Vec<String> = p.tensors().into_iter().map(|(n, _)| n).collect();
+    /// assert_eq!(names, ["0", "1"]);
+    /// ```
+    fn tensors(&self) -> Vec<(String, &dyn AnyTensor)> {
+        let mut out = Vec::new();
+        self.collect_named("", &mut out);
+        out
+    }
+
+    /// The name and the tensor of every parameter for writing, in
+    /// declaration order (an optimizer pairs them with the gradients'
+    /// [`tensors`](Params::tensors)).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Cpu, DTypeKind, Params, Tensor, shape};
+    /// let mut p = vec![Tensor::<Cpu, f32, shape![2]>::ones().unwrap()];
+    /// let ts = p.tensors_mut();
+    /// assert_eq!((ts[0].0.as_str(), ts[0].1.dtype()), ("0", DTypeKind::F32));
+    /// ```
+    fn tensors_mut(&mut self) -> Vec<(String, &mut dyn AnyTensor)> {
+        let mut out = Vec::new();
+        self.collect_named_mut("", &mut out);
+        out
+    }
 
     /// Calls `f` with the name and the tensor of every parameter.
     fn visit(&self, f: &mut dyn FnMut(&str, &dyn AnyTensor) -> Result<()>) -> Result<()> {
@@ -232,6 +352,18 @@ impl<D: Device, T: DType, S: Shape> Params for Tensor<D, T, S> {
     fn zeros_like(&self) -> Result<Self> {
         Tensor::zeros_dims(self.dims())
     }
+
+    fn collect_named<'a>(&'a self, prefix: &str, out: &mut Vec<(String, &'a dyn AnyTensor)>) {
+        out.push((prefix.to_string(), self));
+    }
+
+    fn collect_named_mut<'a>(
+        &'a mut self,
+        prefix: &str,
+        out: &mut Vec<(String, &'a mut dyn AnyTensor)>,
+    ) {
+        out.push((prefix.to_string(), self));
+    }
 }
 
 /// The items of an array or `Vec` under `prefix.0`, `prefix.1`, ...
@@ -244,6 +376,28 @@ fn visit_items<P: Params>(
         .iter()
         .enumerate()
         .try_for_each(|(i, p)| p.visit_named(&join(prefix, &i.to_string()), f))
+}
+
+/// The tensors of the items of an array or `Vec` under `prefix.0`, ...
+fn collect_items<'a, P: Params>(
+    items: &'a [P],
+    prefix: &str,
+    out: &mut Vec<(String, &'a dyn AnyTensor)>,
+) {
+    for (i, p) in items.iter().enumerate() {
+        p.collect_named(&join(prefix, &i.to_string()), out);
+    }
+}
+
+/// [`collect_items`] for writing.
+fn collect_items_mut<'a, P: Params>(
+    items: &'a mut [P],
+    prefix: &str,
+    out: &mut Vec<(String, &'a mut dyn AnyTensor)>,
+) {
+    for (i, p) in items.iter_mut().enumerate() {
+        p.collect_named_mut(&join(prefix, &i.to_string()), out);
+    }
 }
 
 impl<P: Params, const N: usize> Params for [P; N] {
@@ -266,6 +420,18 @@ impl<P: Params, const N: usize> Params for [P; N] {
 
     fn zeros_like(&self) -> Result<Self> {
         try_map_array(self, P::zeros_like)
+    }
+
+    fn collect_named<'a>(&'a self, prefix: &str, out: &mut Vec<(String, &'a dyn AnyTensor)>) {
+        collect_items(self, prefix, out)
+    }
+
+    fn collect_named_mut<'a>(
+        &'a mut self,
+        prefix: &str,
+        out: &mut Vec<(String, &'a mut dyn AnyTensor)>,
+    ) {
+        collect_items_mut(self, prefix, out)
     }
 }
 
@@ -294,5 +460,17 @@ impl<P: Params> Params for Vec<P> {
 
     fn zeros_like(&self) -> Result<Self> {
         self.iter().map(P::zeros_like).collect()
+    }
+
+    fn collect_named<'a>(&'a self, prefix: &str, out: &mut Vec<(String, &'a dyn AnyTensor)>) {
+        collect_items(self, prefix, out)
+    }
+
+    fn collect_named_mut<'a>(
+        &'a mut self,
+        prefix: &str,
+        out: &mut Vec<(String, &'a mut dyn AnyTensor)>,
+    ) {
+        collect_items_mut(self, prefix, out)
     }
 }

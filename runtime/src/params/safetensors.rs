@@ -9,13 +9,13 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 /// An open file (memory-mapped).
-pub(super) struct File {
+pub(crate) struct File {
     path: String,
     mapped: Mapped,
 }
 
 impl File {
-    pub(super) fn open(path: &Path) -> Result<File> {
+    pub(crate) fn open(path: &Path) -> Result<File> {
         Ok(File {
             path: path.display().to_string(),
             mapped: Mapped::open(path)?,
@@ -24,7 +24,7 @@ impl File {
 
     /// A loader over the file's tensors; a file that is not safetensors
     /// (or is truncated) is an `Err` naming it.
-    pub(super) fn loader(&self) -> Result<Loader<'_>> {
+    pub(crate) fn loader(&self) -> Result<Loader<'_>> {
         let file = SafeTensors::deserialize(self.mapped.bytes())
             .map_err(|e| Error::Load(format!("{}: not a safetensors file ({e})", self.path)))?;
         Ok(Loader {
@@ -184,6 +184,29 @@ impl Loader<'_> {
         Ok((data, dims))
     }
 
+    /// The elements of tensor `name`, checked against dtype `T` and `dims`
+    /// (for tensors whose shape is known only at run time: optimizer state).
+    pub(crate) fn take_dims<T: DType>(&mut self, name: &str, dims: &[usize]) -> Result<Vec<T>> {
+        let view = self.file.tensor(name).map_err(|_| {
+            Error::Load(format!(
+                "{}: missing key `{name}` (a {} {dims:?} tensor)",
+                self.path,
+                T::KIND.name(),
+            ))
+        })?;
+        let want = dtype_of(T::KIND);
+        if view.dtype() != want || view.shape() != dims {
+            return Err(Error::shape(
+                format!("loading `{name}` from {}", self.path),
+                format!("a {want:?} {dims:?} tensor"),
+                format!("a {:?} {:?} tensor", view.dtype(), view.shape()),
+            ));
+        }
+        let data = from_le_bytes::<T>(name, view.data())?;
+        self.taken.insert(name.to_string());
+        Ok(data)
+    }
+
     /// `Err` naming the keys no parameter took.
     pub fn finish(self) -> Result<()> {
         self.finish_with(&LoadOptions::default())
@@ -219,7 +242,7 @@ impl Loader<'_> {
 }
 
 /// Elements as the little-endian bytes a file stores.
-pub(super) fn le_bytes<T: DType>(data: &[T]) -> Vec<u8> {
+pub(crate) fn le_bytes<T: DType>(data: &[T]) -> Vec<u8> {
     let size = std::mem::size_of::<T>();
     let mut out = Vec::with_capacity(std::mem::size_of_val(data));
     for v in data {
@@ -263,7 +286,7 @@ fn from_le_bytes<T: DType>(name: &str, bytes: &[u8]) -> Result<Vec<T>> {
 }
 
 /// Writes `(name, dtype, dims, bytes)` tensors to `path`.
-pub(super) fn save(
+pub(crate) fn save(
     path: &Path,
     tensors: Vec<(String, DTypeKind, Vec<usize>, Vec<u8>)>,
 ) -> Result<()> {

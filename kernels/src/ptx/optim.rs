@@ -1,0 +1,308 @@
+//! The multi-tensor optimizer entries: one launch updates every tensor of
+//! one dtype. The host writes a table of chunk records, one per chunk of
+//! at most a few tens of thousands of elements of one tensor; block `b`
+//! takes records `b, b + nctaid.x, ...` and its threads stride over the
+//! chunk's elements. A record is [`OPTIM_RECORD_WORDS`] `u64` words:
+//! the addresses of the chunk's first parameter, gradient and state
+//! elements (state buffers the variant does not use are 0), then its
+//! element count.
+//!
+//! The update is computed in f32 (f64 for f64 parameters), the state is
+//! f32 (f64), and the parameter is rounded to its dtype once, from the
+//! f32 result (or the f32 master weight) to nearest even.
+
+use super::body::{Body, Class};
+use super::inst::round_bf16;
+use super::memory::{load, store};
+use crate::optim::OptimKernel;
+use tensorfn_core::DTypeKind;
+
+/// `u64` words of one chunk record: parameter, gradient, four state
+/// buffers, element count, padding.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::optim::OPTIM_RECORD_WORDS * 8, 64); // bytes
+/// ```
+pub const OPTIM_RECORD_WORDS: usize = 8;
+
+/// Word of the element count in a record.
+const COUNT_WORD: usize = 6;
+
+/// The `f64` hyperparameters every optimizer entry takes after the table
+/// and the record count (see [`OptimKernel`] for what each means).
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::optim::OPTIM_HYPER, 7);
+/// ```
+pub const OPTIM_HYPER: usize = 7;
+
+fn params() -> String {
+    let mut p = vec![
+        "\t.param .u64 p_table".to_string(),
+        "\t.param .u64 p_records".to_string(),
+    ];
+    for k in 0..OPTIM_HYPER {
+        p.push(format!("\t.param .f64 p_h{k}"));
+    }
+    p.push("\t.param .u32 p_flags".to_string());
+    format!("(\n{}\n)", p.join(",\n"))
+}
+
+/// Arithmetic in the compute type of an entry (`f32` or `f64`), every
+/// operation correctly rounded and never contracted.
+struct Math<'a> {
+    body: &'a mut Body,
+    /// `f32` or `f64`.
+    ty: &'static str,
+    class: Class,
+}
+
+impl Math<'_> {
+    fn bin(&mut self, op: &str, a: &str, b: &str) -> String {
+        let d = self.body.reg(self.class);
+        let rn = if op == "max" { "" } else { ".rn" };
+        self.body.op(format!("{op}{rn}.{} {d}, {a}, {b}", self.ty));
+        d
+    }
+    fn add(&mut self, a: &str, b: &str) -> String {
+        self.bin("add", a, b)
+    }
+    fn sub(&mut self, a: &str, b: &str) -> String {
+        self.bin("sub", a, b)
+    }
+    fn mul(&mut self, a: &str, b: &str) -> String {
+        self.bin("mul", a, b)
+    }
+    fn div(&mut self, a: &str, b: &str) -> String {
+        self.bin("div", a, b)
+    }
+    fn sqrt(&mut self, a: &str) -> String {
+        let d = self.body.reg(self.class);
+        self.body.op(format!("sqrt.rn.{} {d}, {a}", self.ty));
+        d
+    }
+    /// `torch.maximum`: NaN when either is NaN.
+    fn max_nan(&mut self, a: &str, b: &str) -> String {
+        let m = self.bin("max", a, b);
+        let nan = self.add(a, b);
+        let p = self.body.reg(Class::Pred);
+        self.body.op(format!("setp.nan.{} {p}, {a}, {b}", self.ty));
+        let d = self.body.reg(self.class);
+        self.body
+            .op(format!("selp.{} {d}, {nan}, {m}, {p}", self.ty));
+        d
+    }
+    /// `p ? a : b`.
+    fn select(&mut self, p: &str, a: &str, b: &str) -> String {
+        let d = self.body.reg(self.class);
+        self.body.op(format!("selp.{} {d}, {a}, {b}, {p}", self.ty));
+        d
+    }
+}
+
+/// The element at `base + i * size`, for `i` in `idx`.
+fn addr(body: &mut Body, base: &str, idx: &str, size: u32) -> String {
+    let a = body.reg(Class::B64);
+    body.op(format!("mad.lo.u64 {a}, {idx}, {size}, {base}"));
+    a
+}
+
+/// Predicate: bit `bit` of `flags` is set.
+fn flag(body: &mut Body, flags: &str, bit: u32) -> String {
+    let b = body.reg(Class::B32);
+    body.op(format!("and.b32 {b}, {flags}, {}", 1u32 << bit));
+    let p = body.reg(Class::Pred);
+    body.op(format!("setp.ne.u32 {p}, {b}, 0"));
+    p
+}
+
+/// Stores compute-type value `x` as parameter dtype `dtype`, rounded to
+/// nearest even.
+fn store_param(body: &mut Body, dtype: DTypeKind, at: &str, x: &str) {
+    match dtype {
+        DTypeKind::BF16 => {
+            let r = body.reg(Class::F32);
+            let last = round_bf16(body, x, &r);
+            body.op(last);
+            store(body, dtype, at, &r);
+        }
+        // `store` rounds f16 with `cvt.rn.f16.f32`.
+        _ => store(body, dtype, at, x),
+    }
+}
+
+/// The entry `name` of optimizer `kernel` over parameters of `dtype`.
+pub(crate) fn optim_entry(name: &str, kernel: OptimKernel, dtype: DTypeKind) -> String {
+    let mut body = Body::new();
+    let (ty, class, state, ssize) = match dtype {
+        DTypeKind::F64 => ("f64", Class::F64, DTypeKind::F64, 8u32),
+        _ => ("f32", Class::F32, DTypeKind::F32, 4u32),
+    };
+    let psize = dtype.size_bytes() as u32;
+    let table = body.reg(Class::B64);
+    body.op(format!("ld.param.u64 {table}, [p_table]"));
+    body.op(format!("cvta.to.global.u64 {table}, {table}"));
+    let records = body.reg(Class::B64);
+    body.op(format!("ld.param.u64 {records}, [p_records]"));
+    let mut h = Vec::new();
+    for k in 0..OPTIM_HYPER {
+        let d = body.reg(Class::F64);
+        body.op(format!("ld.param.f64 {d}, [p_h{k}]"));
+        if class == Class::F32 {
+            let f = body.reg(Class::F32);
+            body.op(format!("cvt.rn.f32.f64 {f}, {d}"));
+            h.push(f);
+        } else {
+            h.push(d);
+        }
+    }
+    let flags = body.reg(Class::B32);
+    body.op(format!("ld.param.u32 {flags}, [p_flags]"));
+    let maximize = flag(&mut body, &flags, 0);
+    let (c, nc, t, nt) = (
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+    );
+    body.op(format!("mov.u32 {c}, %ctaid.x"));
+    body.op(format!("mov.u32 {nc}, %nctaid.x"));
+    body.op(format!("mov.u32 {t}, %tid.x"));
+    body.op(format!("mov.u32 {nt}, %ntid.x"));
+    let rec = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {rec}, {c}"));
+    let (step_rec, tid, step_i) = (
+        body.reg(Class::B64),
+        body.reg(Class::B64),
+        body.reg(Class::B64),
+    );
+    body.op(format!("cvt.u64.u32 {step_rec}, {nc}"));
+    body.op(format!("cvt.u64.u32 {tid}, {t}"));
+    body.op(format!("cvt.u64.u32 {step_i}, {nt}"));
+
+    let end = body.label("optim_end");
+    let next = body.label("optim_next");
+    let rec_loop = body.label("optim_records");
+    body.place(&rec_loop);
+    let done = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {done}, {rec}, {records}"));
+    body.op(format!("@{done} bra {end}"));
+    let at = body.reg(Class::B64);
+    body.op(format!(
+        "mad.lo.u64 {at}, {rec}, {}, {table}",
+        8 * OPTIM_RECORD_WORDS
+    ));
+    let word = |body: &mut Body, w: usize| {
+        let r = body.reg(Class::B64);
+        body.op(format!("ld.global.nc.u64 {r}, [{at}+{}]", 8 * w));
+        r
+    };
+    let bufs = kernel.state_buffers(dtype);
+    let mut ptrs = Vec::new();
+    for w in 0..2 + bufs {
+        let r = word(&mut body, w);
+        body.op(format!("cvta.to.global.u64 {r}, {r}"));
+        ptrs.push(r);
+    }
+    let n = word(&mut body, COUNT_WORD);
+    let i = body.reg(Class::B64);
+    body.op(format!("mov.u64 {i}, {tid}"));
+    let elem = body.label("optim_elements");
+    body.place(&elem);
+    let out = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {out}, {i}, {n}"));
+    body.op(format!("@{out} bra {next}"));
+
+    let pa = addr(&mut body, &ptrs[0], &i, psize);
+    let ga = addr(&mut body, &ptrs[1], &i, psize);
+    let sa: Vec<String> = ptrs[2..]
+        .iter()
+        .map(|p| addr(&mut body, p, &i, ssize))
+        .collect();
+    let g = load(&mut body, dtype, &ga, true);
+    let mut m = Math {
+        body: &mut body,
+        ty,
+        class,
+    };
+    let neg = m.body.reg(class);
+    m.body.op(format!("neg.{ty} {neg}, {g}"));
+    let g = m.select(&maximize, &neg, &g);
+    match kernel {
+        OptimKernel::AdamW { amsgrad, master } => {
+            let master = master && matches!(dtype, DTypeKind::F16 | DTypeKind::BF16);
+            // h: decay, 1 - beta1, beta2, 1 - beta2, sqrt(1 - beta2^t), eps, lr / (1 - beta1^t).
+            let x = match master {
+                true => load(m.body, state, &sa[bufs - 1], false),
+                false => load(m.body, dtype, &pa, false),
+            };
+            let x = m.mul(&x, &h[0]);
+            let mo = load(m.body, state, &sa[0], false);
+            let d = m.sub(&g, &mo);
+            let d = m.mul(&h[1], &d);
+            let mo = m.add(&mo, &d);
+            store(m.body, state, &sa[0], &mo);
+            let v = load(m.body, state, &sa[1], false);
+            let v = m.mul(&v, &h[2]);
+            let gg = m.mul(&g, &g);
+            let gg = m.mul(&h[3], &gg);
+            let v = m.add(&v, &gg);
+            store(m.body, state, &sa[1], &v);
+            let second = match amsgrad {
+                true => {
+                    let vm = load(m.body, state, &sa[2], false);
+                    let vm = m.max_nan(&vm, &v);
+                    store(m.body, state, &sa[2], &vm);
+                    vm
+                }
+                false => v,
+            };
+            let s = m.sqrt(&second);
+            let s = m.div(&s, &h[4]);
+            let denom = m.add(&s, &h[5]);
+            let u = m.div(&mo, &denom);
+            let u = m.mul(&h[6], &u);
+            let x = m.sub(&x, &u);
+            if master {
+                store(m.body, state, &sa[bufs - 1], &x);
+            }
+            store_param(m.body, dtype, &pa, &x);
+        }
+        OptimKernel::Sgd { momentum } => {
+            // h: lr, momentum, 1 - dampening, weight_decay;
+            // flags: 1 nesterov, 2 first step, 3 weight decay.
+            let x = load(m.body, dtype, &pa, false);
+            let decay = flag(m.body, &flags, 3);
+            let wx = m.mul(&h[3], &x);
+            let gd = m.add(&g, &wx);
+            let mut g = m.select(&decay, &gd, &g);
+            if momentum {
+                let (nesterov, first) = (flag(m.body, &flags, 1), flag(m.body, &flags, 2));
+                let b = load(m.body, state, &sa[0], false);
+                let b = m.mul(&h[1], &b);
+                let dg = m.mul(&h[2], &g);
+                let b = m.add(&b, &dg);
+                let b = m.select(&first, &g, &b);
+                store(m.body, state, &sa[0], &b);
+                let mb = m.mul(&h[1], &b);
+                let gn = m.add(&g, &mb);
+                g = m.select(&nesterov, &gn, &b);
+            }
+            let u = m.mul(&h[0], &g);
+            let x = m.sub(&x, &u);
+            store_param(m.body, dtype, &pa, &x);
+        }
+    }
+    body.op(format!("add.u64 {i}, {i}, {step_i}"));
+    body.op(format!("bra.uni {elem}"));
+    body.place(&next);
+    body.op(format!("add.u64 {rec}, {rec}, {step_rec}"));
+    body.op(format!("bra.uni {rec_loop}"));
+    body.place(&end);
+    body.op("ret");
+    format!(
+        ".visible .entry {name}{}\n{{\n{}}}\n",
+        params(),
+        body.finish()
+    )
+}

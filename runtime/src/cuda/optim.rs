@@ -1,0 +1,78 @@
+//! The multi-tensor optimizer launch: one table of chunk records uploaded
+//! and one launch per dtype group, whatever the number of tensors (see
+//! `tensorfn_kernels::builtin::optim` for the record layout).
+
+use super::alloc::CudaStorage;
+use super::backend::CudaBackend;
+use super::modules::{Builtin, ModuleKey};
+use super::transfer::{download, upload_to};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::layout::Layout;
+use std::ffi::c_void;
+use tensorfn_core::DTypeKind;
+use tensorfn_kernels::optim::{OptimKernel, OPTIM_HYPER, OPTIM_RECORD_WORDS};
+
+/// Blocks per multiprocessor of an optimizer launch: enough resident
+/// blocks to hide memory latency; the blocks stride over the records.
+const BLOCKS_PER_SM: usize = 8;
+
+impl CudaBackend {
+    /// Runs `kernel` over parameters of `dtype` described by `records`
+    /// ([`OPTIM_RECORD_WORDS`] words each, addresses on this device), with
+    /// hyperparameters `hyper` and `flags`. Queued on the stream.
+    pub(crate) fn optim_step(
+        &self,
+        kernel: OptimKernel,
+        dtype: DTypeKind,
+        records: &[i64],
+        hyper: [f64; OPTIM_HYPER],
+        flags: u32,
+    ) -> Result<()> {
+        let count = records.len() / OPTIM_RECORD_WORDS;
+        if count == 0 {
+            return Ok(());
+        }
+        let ctx = self.ctx();
+        ctx.bind()?;
+        let key = Builtin::Optim(kernel, dtype);
+        let f = ctx.function(ModuleKey::Builtin(key), "", || key.source(ctx.target()))?;
+        // Freed after the launch: the allocator hands it out again only
+        // to work queued later on the same stream.
+        let table = upload_to(ctx, records)?;
+        let mut ptr = table.device_ptr();
+        let mut n = count as u64;
+        let mut h = hyper;
+        let mut flags = flags;
+        let mut params: Vec<*mut c_void> = vec![
+            &mut ptr as *mut u64 as *mut c_void,
+            &mut n as *mut u64 as *mut c_void,
+        ];
+        params.extend(h.iter_mut().map(|v| v as *mut f64 as *mut c_void));
+        params.push(&mut flags as *mut u32 as *mut c_void);
+        let blocks = count.min(ctx.sm_count * BLOCKS_PER_SM).max(1) as u32;
+        ctx.launch_grid(
+            f,
+            &|| format!("{kernel:?} over {count} chunks of {dtype} parameters"),
+            (blocks, 1),
+            &mut params,
+        )
+    }
+}
+
+/// The `n` elements of `s` from `offset`, on the host.
+pub(crate) fn download_range<T: DType>(
+    s: &CudaStorage<T>,
+    offset: usize,
+    n: usize,
+) -> Result<Vec<T>> {
+    download(s, &Layout::new(vec![n], vec![1], offset))
+}
+
+/// `data` in new storage of `s`'s device.
+pub(crate) fn upload_like<T: DType, U: DType>(
+    s: &CudaStorage<U>,
+    data: &[T],
+) -> Result<CudaStorage<T>> {
+    upload_to(s.context(), data)
+}
