@@ -300,22 +300,23 @@ pub(crate) trait Backend {
         beta: T,
     ) -> Result<Self::Buf<T>>;
 
-    /// `relu(`[`matmul`](Self::matmul)`)`. By default two passes; a backend
-    /// with a fused epilogue does it in the product.
+    /// `act(`[`matmul`](Self::matmul)`)` for an activation `act` (`Relu`,
+    /// `Gelu`). By default two passes; a backend with a fused epilogue
+    /// applies it in the product.
     #[allow(clippy::too_many_arguments)]
-    fn matmul_relu<T: FloatDType>(
+    fn matmul_act<T: FloatDType>(
         &self,
         a: &Self::Buf<T>,
         la: &Layout,
         b: &Self::Buf<T>,
         lb: &Layout,
         bias: Option<(&Self::Buf<T>, &Layout)>,
-        alpha: T,
-        beta: T,
+        (alpha, beta): (T, T),
+        act: UnaryOp,
     ) -> Result<Self::Buf<T>> {
         let out = self.matmul(a, la, b, lb, bias, alpha, beta)?;
         let dims = [la.dims()[0], la.dims()[1], lb.dims()[2]];
-        self.unary(UnaryOp::Relu, &out, &Layout::contiguous(&dims))
+        self.unary(act, &out, &Layout::contiguous(&dims))
     }
 }
 

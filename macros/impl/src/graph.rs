@@ -166,6 +166,19 @@ pub enum Op {
         /// Scale of the product (scalar node).
         alpha: Option<NodeId>,
     },
+    /// `act(addmm(bias, m1, m2))` with the activation in the product's
+    /// epilogue: not written by users, folded by the planner
+    /// ([`fold_activations`](crate::plan::fold_activations)).
+    AddMmAct {
+        /// Broadcast to the product.
+        bias: NodeId,
+        /// Left matrix.
+        m1: NodeId,
+        /// Right matrix.
+        m2: NodeId,
+        /// `Relu` or `Gelu`.
+        act: UnaryOp,
+    },
     /// `scaled_dot_product_attention(q, k, v, attn_mask = .., is_causal =
     /// .., scale = ..)`.
     Attention {
@@ -376,6 +389,7 @@ impl Graph {
                 vec![*a, *b]
             }
             Op::Where(c, a, b) => vec![*c, *a, *b],
+            Op::AddMmAct { bias, m1, m2, .. } => vec![*bias, *m1, *m2],
             Op::AddCmul {
                 input,
                 t1,

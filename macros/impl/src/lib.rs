@@ -212,7 +212,8 @@ fn plan_rec(
     // stays unknown.
     let mut out = Vec::new();
     for inst in instance::instances(&f.sig.type_params) {
-        let g = inst.apply(f);
+        let mut g = inst.apply(f);
+        plan::fold_activations(&mut g);
         let p = plan::plan(&g, programs, peaks);
         out.push(Planned {
             instance: inst,

@@ -18,7 +18,7 @@ use crate::shape::{numel, Dim};
 use std::collections::HashMap;
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel, Value};
-use tensorfn_kernels::BinaryOp;
+use tensorfn_kernels::{BinaryOp, UnaryOp};
 
 /// The most tensor inputs one fused kernel takes (`fused1`..`fused8`).
 pub const MAX_FUSED_INPUTS: usize = 8;
@@ -100,6 +100,67 @@ fn tensor_ty(g: &Graph, n: NodeId) -> &TensorTy {
     match &g.nodes[n].ty {
         Ty::Tensor(t) => t,
         other => unreachable!("node {n} is not a tensor: {other:?}"),
+    }
+}
+
+/// Folds an activation into the product it reads, where the product has
+/// no other use: `relu(addmm(b, x, w))` of any float dtype and
+/// `gelu(addmm(b, x, w))` (the tanh form) of f16 and bf16 become one
+/// [`Op::AddMmAct`], which the GPU runs in cuBLASLt's epilogue instead of
+/// writing the product and reading it back. ReLU is exact either way; the
+/// epilogue's GELU is applied to the f32 accumulator before rounding,
+/// which is not bit for bit the separate kernel's result, so f32 and f64
+/// keep the separate kernel (their GELU stays the one the parity checks
+/// hold against PyTorch).
+///
+/// ```
+/// let a = tensorfn_macros_impl::analyse_tokens(quote::quote! {
+///     fn up(x: &Tensor<Cuda, bf16, [8, 64]>, w: &Tensor<Cuda, bf16, [64, 32]>,
+///           b: &Tensor<Cuda, bf16, [32]>) -> Tensor<Cuda, bf16, [8, 32]> {
+///         gelu(addmm(b, x, w))
+///     }
+/// }).unwrap();
+/// let p = &a.planned[0].as_ref().unwrap()[0];
+/// let last = *p.f.ret.last().unwrap();
+/// assert!(matches!(p.f.graph.nodes[last].op, tensorfn_macros_impl::graph::Op::AddMmAct { .. }));
+/// ```
+pub fn fold_activations(f: &mut CheckedFn) {
+    let n = f.graph.nodes.len();
+    let mut uses = vec![0usize; n];
+    for id in 0..n {
+        for i in f.graph.inputs(id) {
+            uses[i] += 1;
+        }
+    }
+    for &r in &f.ret {
+        uses[r] += 1;
+    }
+    for id in 0..n {
+        let Op::Unary(act, a) = f.graph.nodes[id].op else {
+            continue;
+        };
+        let Some(t) = f.graph.nodes[a].ty.tensor() else {
+            continue;
+        };
+        let folds = match act {
+            UnaryOp::Relu => t.dtype.kind().is_float(),
+            UnaryOp::Gelu => matches!(t.dtype.kind(), DTypeKind::F16 | DTypeKind::BF16),
+            _ => false,
+        };
+        if !folds || uses[a] != 1 || !matches!(f.graph.nodes[id].ty, Ty::Tensor(_)) {
+            continue;
+        }
+        if let Op::AddMm {
+            bias,
+            m1,
+            m2,
+            beta: None,
+            alpha: None,
+        } = f.graph.nodes[a].op
+        {
+            f.graph.nodes[id].op = Op::AddMmAct { bias, m1, m2, act };
+            uses[a] = 0;
+        }
     }
 }
 
@@ -466,6 +527,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     | Op::Bmm(..)
                     | Op::Dot(..)
                     | Op::AddMm { .. }
+                    | Op::AddMmAct { .. }
                     | Op::Attention { .. } => (n, Some(bytes(g, n)), true, None),
                     Op::Reduce { .. }
                     | Op::Row { .. }

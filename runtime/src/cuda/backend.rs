@@ -90,7 +90,7 @@ impl CudaBackend {
         alpha: T,
         beta: T,
     ) -> Result<CudaStorage<T>> {
-        self.matmul_relu(a, la, b, lb, Some(bias), alpha, beta)
+        self.matmul_act(a, la, b, lb, Some(bias), (alpha, beta), UnaryOp::Relu)
     }
 
     /// `x + value * t1 * t2` (equal dims) in one kernel that rounds once,
@@ -716,24 +716,34 @@ impl Backend for CudaBackend {
         self.gemm(a, la, b, lb, bias, alpha, beta, Epilogue::None)
     }
 
-    /// In one cuBLASLt call when the bias is one value per output column
-    /// (a linear layer), else a product followed by a ReLU kernel.
-    fn matmul_relu<T: FloatDType>(
+    /// ReLU and GELU in one cuBLASLt call (with a bias of one value per
+    /// output column: a linear layer), else a product followed by the
+    /// activation's kernel.
+    fn matmul_act<T: FloatDType>(
         &self,
         a: &CudaStorage<T>,
         la: &Layout,
         b: &CudaStorage<T>,
         lb: &Layout,
         bias: Option<(&CudaStorage<T>, &Layout)>,
-        alpha: T,
-        beta: T,
+        (alpha, beta): (T, T),
+        act: UnaryOp,
     ) -> Result<CudaStorage<T>> {
+        let epilogue = match act {
+            UnaryOp::Relu => Epilogue::Relu,
+            UnaryOp::Gelu => Epilogue::Gelu,
+            _ => {
+                let out = self.matmul(a, la, b, lb, bias, alpha, beta)?;
+                let dims = [la.dims()[0], la.dims()[1], lb.dims()[2]];
+                return self.unary(act, &out, &Layout::contiguous(&dims));
+            }
+        };
         self.ctx.bind()?;
         if let Some((bs, bl)) = bias {
-            check_extent("addmm_relu", "bias", bs, bl)?;
+            check_extent("addmm", "bias", bs, bl)?;
         }
-        check_extent("addmm_relu", "mat1", a, la)?;
-        check_extent("addmm_relu", "mat2", b, lb)?;
-        self.gemm(a, la, b, lb, bias, alpha, beta, Epilogue::Relu)
+        check_extent("addmm", "mat1", a, la)?;
+        check_extent("addmm", "mat2", b, lb)?;
+        self.gemm(a, la, b, lb, bias, alpha, beta, epilogue)
     }
 }

@@ -387,6 +387,7 @@ fn matmul<T: FloatDType>(
     match epilogue {
         Epilogue::None => Ok(out),
         Epilogue::Relu => be.unary(UnaryOp::Relu, &out, &out_layout),
+        Epilogue::Gelu => be.unary(UnaryOp::Gelu, &out, &out_layout),
     }
 }
 
@@ -408,6 +409,7 @@ fn empty_product<T: FloatDType>(
     match epilogue {
         Epilogue::None => Ok(out),
         Epilogue::Relu => be.unary(UnaryOp::Relu, &out, out_layout),
+        Epilogue::Gelu => be.unary(UnaryOp::Gelu, &out, out_layout),
     }
 }
 

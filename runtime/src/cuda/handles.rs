@@ -21,6 +21,9 @@ pub(crate) enum Epilogue {
     None,
     /// `max(x, 0)`.
     Relu,
+    /// GELU, tanh form (`gelu`; cuBLASLt's `GELU` epilogue), applied to
+    /// the accumulator before it is rounded.
+    Gelu,
 }
 
 /// The form of a bias added by cuBLASLt (`lt::Addend`), without its

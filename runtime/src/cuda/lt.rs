@@ -378,8 +378,10 @@ fn descriptors<T: DType>(p: &Product<'_, T>) -> Result<Descriptors> {
     let epi = match (p.addend, p.epilogue) {
         (Addend::Columns(_), Epilogue::None) => E::CUBLASLT_EPILOGUE_BIAS,
         (Addend::Columns(_), Epilogue::Relu) => E::CUBLASLT_EPILOGUE_RELU_BIAS,
+        (Addend::Columns(_), Epilogue::Gelu) => E::CUBLASLT_EPILOGUE_GELU_BIAS,
         (_, Epilogue::None) => E::CUBLASLT_EPILOGUE_DEFAULT,
         (_, Epilogue::Relu) => E::CUBLASLT_EPILOGUE_RELU,
+        (_, Epilogue::Gelu) => E::CUBLASLT_EPILOGUE_GELU,
     };
     let set = |attr, ptr: *const c_void, size| {
         // SAFETY: `ptr` points at `size` bytes of the attribute's type.

@@ -211,6 +211,71 @@ fn copy_into_writes_a_strided_destination() {
 }
 
 #[test]
+fn products_with_an_activation_in_the_epilogue_match_f64() {
+    use crate::device::{Cpu, Cuda};
+    use crate::shape::Dyn;
+    use crate::tensor::Tensor;
+    type M = (Dyn, Dyn);
+    let Some((_guard, _be)) = gpu() else { return };
+    let mut rng = seed();
+    // A linear layer with its activation: the GELU (tanh form) and ReLU
+    // epilogues of cuBLASLt (bias per column), and a full-matrix bias
+    // (the product then the activation's kernel), against f64.
+    fn run<T: crate::FloatDType>(rng: &mut SplitMix64, act: UnaryOp, full_bias: bool) {
+        let (m, k, n) = (67, 128, 96);
+        let x: Vec<T> = random(rng, m * k, -1.0, 1.0);
+        let w: Vec<T> = random(rng, k * n, -0.2, 0.2);
+        let nb = if full_bias { m * n } else { n };
+        let b: Vec<T> = random(rng, nb, -1.0, 1.0);
+        let xt = Tensor::<Cpu, T, M>::from_vec_dims(x.clone(), &[m, k]).unwrap();
+        let wt = Tensor::<Cpu, T, M>::from_vec_dims(w.clone(), &[k, n]).unwrap();
+        let gpu = if full_bias {
+            let bt = Tensor::<Cpu, T, M>::from_vec_dims(b.clone(), &[m, n]).unwrap();
+            Tensor::addmm_act(
+                &bt.to_device::<Cuda>().unwrap(),
+                &xt.to_device::<Cuda>().unwrap(),
+                &wt.to_device::<Cuda>().unwrap(),
+                act,
+            )
+        } else {
+            let bt = Tensor::<Cpu, T, (Dyn,)>::from_vec_dims(b.clone(), &[n]).unwrap();
+            Tensor::addmm_act(
+                &bt.to_device::<Cuda>().unwrap(),
+                &xt.to_device::<Cuda>().unwrap(),
+                &wt.to_device::<Cuda>().unwrap(),
+                act,
+            )
+        }
+        .unwrap()
+        .to_vec()
+        .unwrap();
+        let tol = eps(T::KIND).max(1e-6) * 4.0;
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = b[if full_bias { i * n + j } else { j }].to_f64();
+                for t in 0..k {
+                    acc += x[i * k + t].to_f64() * w[t * n + j].to_f64();
+                }
+                let want = act.eval_f64(acc);
+                let got = gpu[i * n + j].to_f64();
+                assert!(
+                    (got - want).abs() <= tol * (1.0 + want.abs()) + 1e-5,
+                    "{:?} {act:?} full bias {full_bias}: ({i}, {j}) is {got}, f64 gives {want}",
+                    T::KIND
+                );
+            }
+        }
+    }
+    for act in [UnaryOp::Gelu, UnaryOp::Relu] {
+        for full in [false, true] {
+            run::<bf16>(&mut rng, act, full);
+            run::<f16>(&mut rng, act, full);
+            run::<f32>(&mut rng, act, full);
+        }
+    }
+}
+
+#[test]
 fn strided_copies_move_every_element_bit_for_bit_at_every_width() {
     let Some((_serial, be)) = gpu() else { return };
     let mut rng = seed();

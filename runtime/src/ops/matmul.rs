@@ -13,6 +13,7 @@ use crate::shape::{Dim, Shape};
 use crate::storage::Storage;
 use crate::tensor::Tensor;
 use tensorfn_core::rules;
+use tensorfn_kernels::UnaryOp;
 
 /// Shapes that `matmul` pairs, and the shape of their product.
 ///
@@ -239,7 +240,7 @@ fn plan(a: &Layout, b: &Layout, bias: bool) -> Operands {
     }
 }
 
-/// `alpha * a @ b + beta * bias`, followed by a ReLU when `relu`, as a
+/// `alpha * a @ b + beta * bias`, followed by the activation `act`, as a
 /// contiguous buffer of the dims the caller's rule computed (a bias comes
 /// only with 2-D operands).
 fn product<D: Device, T: FloatDType>(
@@ -248,7 +249,7 @@ fn product<D: Device, T: FloatDType>(
     bias: Option<&Tensor<D, T, impl Shape>>,
     alpha: T,
     beta: T,
-    relu: bool,
+    act: Option<UnaryOp>,
 ) -> Result<Storage<T>> {
     if a.layout.rank() == 0 || b.layout.rank() == 0 {
         return Err(Error::shape(
@@ -287,10 +288,9 @@ fn product<D: Device, T: FloatDType>(
         let b_copy = copy_b.map(|l| be.contiguous(b, &l)).transpose()?;
         let (a, b) = (a_copy.as_ref().unwrap_or(a), b_copy.as_ref().unwrap_or(b));
         let bias = bias.zip(lc.as_ref()).map(|(c, l)| (be.buf(&c.storage), l));
-        be.wrap(if relu {
-            be.matmul_relu(a, &la, b, &lb, bias, alpha, beta)?
-        } else {
-            be.matmul(a, &la, b, &lb, bias, alpha, beta)?
+        be.wrap(match act {
+            Some(act) => be.matmul_act(a, &la, b, &lb, bias, (alpha, beta), act)?,
+            None => be.matmul(a, &la, b, &lb, bias, alpha, beta)?,
         })
     }))
 }
@@ -303,7 +303,7 @@ fn plain_product<D: Device, T: FloatDType>(
     a: &Tensor<D, T, impl Shape>,
     b: &Tensor<D, T, impl Shape>,
 ) -> Result<Storage<T>> {
-    product(a, b, None::<&NoBias<D, T>>, T::one(), T::zero(), false)
+    product(a, b, None::<&NoBias<D, T>>, T::one(), T::zero(), None)
 }
 
 impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
@@ -423,7 +423,7 @@ impl<D: Device, T: FloatDType, M: Dim, N: Dim> Tensor<D, T, (M, N)> {
             ("mat1", m1.dims()),
             ("mat2", m2.dims()),
         )?;
-        let storage = product(m1, m2, Some(bias), alpha, beta, false)?;
+        let storage = product(m1, m2, Some(bias), alpha, beta, None)?;
         output(storage, &dims)
     }
 
@@ -451,7 +451,7 @@ impl<D: Device, T: FloatDType, M: Dim, N: Dim> Tensor<D, T, (M, N)> {
             ("mat2", m2.dims()),
         )?;
         rules::same_shape("addmm_into", ("result", &dims[..]), ("out", out.dims()))?;
-        let storage = product(m1, m2, Some(bias), T::one(), T::one(), false)?;
+        let storage = product(m1, m2, Some(bias), T::one(), T::one(), None)?;
         out.overwrite_with(storage)
     }
 }
@@ -516,7 +516,40 @@ impl<D: Device, T: FloatDType, M: Dim, N: Dim> Tensor<D, T, (M, N)> {
             ("mat1", m1.dims()),
             ("mat2", m2.dims()),
         )?;
-        let storage = product(m1, m2, Some(bias), T::one(), T::one(), true)?;
+        let storage = product(m1, m2, Some(bias), T::one(), T::one(), Some(UnaryOp::Relu))?;
+        output(storage, &dims)
+    }
+
+    /// `act(bias + m1 @ m2)` for an activation `act` (`Relu` or `Gelu`,
+    /// tanh form), as one call: on the GPU a bias of shape `(N,)` and the
+    /// activation run in the cuBLASLt product's epilogue, which applies it
+    /// to the accumulator before rounding (other activations take a second
+    /// kernel). `tensor_fn!` plans `gelu(addmm(..))` of 16-bit floats and
+    /// `relu(addmm(..))` into it.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape, __private::UnaryOp};
+    /// let b = Tensor::<Cpu, f32, shape![2]>::from_vec(vec![-10., 1.]).unwrap();
+    /// let x = Tensor::<Cpu, f32, shape![1, 2]>::from_vec(vec![1., 2.]).unwrap();
+    /// let w = Tensor::<Cpu, f32, shape![2, 2]>::from_vec(vec![1., 0., 0., 1.]).unwrap();
+    /// let y = Tensor::addmm_act(&b, &x, &w, UnaryOp::Gelu).unwrap();
+    /// let want = Tensor::addmm(&b, &x, &w).unwrap().gelu().unwrap();
+    /// assert_eq!(y.to_vec().unwrap(), want.to_vec().unwrap());
+    /// ```
+    #[doc(hidden)]
+    pub fn addmm_act<K: Dim>(
+        bias: &Tensor<D, T, impl BiasFor<(M, N)>>,
+        m1: &Tensor<D, T, (M, K)>,
+        m2: &Tensor<D, T, (K, N)>,
+        act: UnaryOp,
+    ) -> Result<Self> {
+        let dims = rules::addmm(
+            "addmm",
+            ("bias", bias.dims()),
+            ("mat1", m1.dims()),
+            ("mat2", m2.dims()),
+        )?;
+        let storage = product(m1, m2, Some(bias), T::one(), T::one(), Some(act))?;
         output(storage, &dims)
     }
 }

@@ -27,6 +27,23 @@ pub fn kernel_name(fn_name: &str, kernel: &Kernel) -> String {
 }
 
 impl FnGen<'_> {
+    /// The bias of the product node `n` as `addmm` takes it: as it is when
+    /// it is a scalar, a row of the product's columns or of its dims,
+    /// else broadcast to the product.
+    fn bias_for(&self, n: NodeId, bias: NodeId) -> TokenStream {
+        let out = &self.tty(n).dims;
+        let bd = &self.tty(bias).dims;
+        let direct = bd.is_empty() || (bd.len() == 1 && bd[0] == out[1]) || bd == out;
+        let b = self.reference(bias);
+        if direct {
+            b
+        } else {
+            let dims = dims_array(out, self.symbols());
+            let s = self.shape_of(n);
+            quote!(&#b.broadcast_to_dims::<#s>(&#dims)?)
+        }
+    }
+
     pub(super) fn step(&mut self, s: &Step) -> TokenStream {
         match s {
             Step::Drop(n) => {
@@ -166,6 +183,20 @@ impl FnGen<'_> {
                 let (a, b) = (self.reference(*a), self.reference(*b));
                 quote!(#a.dot(#b)?)
             }
+            Op::AddMmAct { bias, m1, m2, act } => {
+                let bias_expr = self.bias_for(n, *bias);
+                let (m1, m2) = (self.reference(*m1), self.reference(*m2));
+                let act = match act {
+                    UnaryOp::Relu => quote!(Relu),
+                    _ => quote!(Gelu),
+                };
+                quote!(::tensorfn::Tensor::addmm_act(
+                    #bias_expr,
+                    #m1,
+                    #m2,
+                    ::tensorfn::__private::UnaryOp::#act
+                )?)
+            }
             Op::AddMm {
                 bias,
                 m1,
@@ -173,17 +204,7 @@ impl FnGen<'_> {
                 beta,
                 alpha,
             } => {
-                let out = &self.tty(n).dims;
-                let bd = &self.tty(*bias).dims;
-                let direct = bd.is_empty() || (bd.len() == 1 && bd[0] == out[1]) || bd == out;
-                let b = self.reference(*bias);
-                let bias_expr = if direct {
-                    b
-                } else {
-                    let dims = dims_array(out, self.symbols());
-                    let s = so();
-                    quote!(&#b.broadcast_to_dims::<#s>(&#dims)?)
-                };
+                let bias_expr = self.bias_for(n, *bias);
                 let (m1, m2) = (self.reference(*m1), self.reference(*m2));
                 match (beta, alpha) {
                     (None, None) => quote!(::tensorfn::Tensor::addmm(#bias_expr, #m1, #m2)?),
