@@ -13,12 +13,22 @@
 //! a generic function and a const generic dim from it, as it did from a
 //! concrete type. All of it is resolved at compile time: the parameter is
 //! the caller's own reference, seen under the parameter's type.
+//!
+//! ```
+//! use tensorfn_runtime::{Tensor, TensorArg, Cpu, Dyn, shape};
+//! let x = Tensor::<Cpu, f32, shape![_]>::zeros_dims(&[3])?;
+//! let r = &x;
+//! let y: &Tensor<Cpu, f32, (Dyn,)> = TensorArg::tensor(&r)?;
+//! assert!(std::ptr::eq(y, &x));
+//! # Ok::<(), tensorfn_runtime::Error>(())
+//! ```
 
 use crate::device::Device;
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::shape::{Const, Dyn, Shape};
 use crate::tensor::Tensor;
+use std::any::TypeId;
 
 /// A tensor argument that fits a parameter `&Tensor<D, T, S>` of a
 /// function written with `tensor_fn!`: the tensor itself, or a reference
@@ -87,9 +97,7 @@ where
 {
     #[inline(always)]
     fn tensor(&self) -> Result<&Tensor<D, T, S>> {
-        // The same type (the bounds above hold only for equal sides), so
-        // the downcast is a comparison of two constants, folded away.
-        crate::ops::retype::retype_struct(self)
+        same_type(self)
     }
 }
 
@@ -97,6 +105,24 @@ impl<D: Device, T: DType, S: Shape, X: TensorArg<D, T, S>> TensorArg<D, T, S> fo
     #[inline(always)]
     fn tensor(&self) -> Result<&Tensor<D, T, S>> {
         (**self).tensor()
+    }
+}
+
+/// `a` as a `B`, which the bounds of [`TensorArg`] proved to be `A`
+/// itself: the comparison of two constant `TypeId`s, folded away (no
+/// `dyn Any`, no copy); `Err` where they differ, never a wrong cast.
+#[inline(always)]
+fn same_type<A: 'static, B: 'static>(a: &A) -> Result<&B> {
+    if TypeId::of::<A>() == TypeId::of::<B>() {
+        // SAFETY: `A` and `B` are the same type, so the reference is one
+        // to a `B`, with the same lifetime.
+        Ok(unsafe { &*(a as *const A).cast::<B>() })
+    } else {
+        Err(Error::DType {
+            op: "tensor_fn".into(),
+            expected: std::any::type_name::<B>().into(),
+            found: std::any::type_name::<A>().into(),
+        })
     }
 }
 
