@@ -566,11 +566,11 @@
 /// }
 /// ```
 ///
-/// A CPU tensor passed to a function that takes a GPU one is a type error
-/// from rustc (expected `&Tensor<Cuda, f32, (Const<2>, Const<3>)>`, found
-/// `&Tensor<Cpu, ..>`):
+/// A CPU tensor passed to a function that takes a GPU one (`` this tensor
+/// is on `Cpu` where the parameter takes `Cuda` ``, with the fix:
+/// `` move it first: `.to_device::<Cuda>()?` ``):
 ///
-/// ```compile_fail,E0308
+/// ```compile_fail,E0277
 /// use tensorfn::prelude::*;
 /// tensor_fn! {
 ///     fn double(x: &Tensor<Cuda, f32, [2, 3]>) -> Tensor<Cuda, f32, [2, 3]> { x * 2.0 }
@@ -582,18 +582,18 @@
 /// }
 /// ```
 ///
-/// The generated signatures are concrete types so that rustc infers an
-/// argument's type from them (`double(&Tensor::ones()?)`). Parameters
-/// taken through traits with `#[diagnostic::on_unimplemented]` messages
-/// would lose that: rustc either cannot infer the argument ("type
-/// annotations needed") or, where one implementation fits, infers it
-/// before checking the argument and reports the same mismatch. rustc's
-/// message names the part that differs: a dim (`` expected `784`, found
-/// `3` ``), the rank (a tuple of 2 elements against 1), the device
-/// ordinal (`` expected `0`, found `1` `` for `Cuda` against `Cuda<1>`), the
-/// dtype. Dims the function takes at run time are `Dyn`: a tensor with a
-/// static shape is passed as `x.into_shape::<shape![_, _]>()?`, or the
-/// name is made a `const` item (`{M}`) so that the types agree.
+/// A generated function takes a tensor parameter as `&impl
+/// TensorArg<D, T, S>` ([`TensorArg`](crate::TensorArg)), whose bounds
+/// compare the argument with the parameter part by part, so that a call
+/// with another tensor names what differs: the device (`Cuda<1>` against
+/// `Cuda`, `.to_device`), the dtype (`.cast`), the rank (1 against 2), a
+/// dim (3 against 784), or a static dim against a run-time one
+/// (`.into_shape`). The argument's type is still inferred from the
+/// parameter (`double(&Tensor::ones()?)`, `f(&x.cast()?)`), and so are a
+/// generic function's device, dtype and const generics. Dims the function
+/// takes at run time are `Dyn`: a tensor with a static shape is passed as
+/// `x.into_shape::<shape![_, _]>()?`, or the name is made a `const` item
+/// (`{M}`) so that the types agree.
 ///
 /// # At run time
 ///

@@ -179,3 +179,32 @@ impl std::fmt::Debug for Error {
         std::fmt::Display::fmt(self, f)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a program prints when its `fn main() -> Result<()>` fails: std
+    /// writes `Error: ` and the error's `Debug`, which is the sentence.
+    #[test]
+    fn failing_main_prints_the_message() {
+        if std::env::var_os("TENSORFN_FAILING_MAIN").is_some() {
+            let main: Result<()> = Err(Error::shape("load", "784 columns", "785 columns"));
+            std::process::Termination::report(main);
+            std::process::exit(1);
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "error::tests::failing_main_prints_the_message"])
+            .args(["--nocapture", "--test-threads=1"])
+            .env("TENSORFN_FAILING_MAIN", "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("Error: load: expected 784 columns, found 785 columns\n"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("Shape {"), "{stderr}");
+        assert_eq!(out.status.code(), Some(1));
+    }
+}

@@ -11,6 +11,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod arg;
 mod backend;
 pub(crate) mod cpu;
 pub(crate) mod cuda;
@@ -30,6 +31,7 @@ mod storage;
 pub mod stream;
 pub mod tensor;
 
+pub use arg::TensorArg;
 pub use cpu::buffer::cpu_empty_cache;
 pub use cuda::{
     allow_tf32, cuda_device_count, cuda_empty_cache, cuda_memory_stats, cuda_reserve,

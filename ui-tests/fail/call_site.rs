@@ -1,9 +1,11 @@
-// Calls of generated functions with the wrong tensor: rustc's own type
-// errors at the call (E0308), since the generated signatures are concrete
-// types. Each names the expected and found `Tensor` type with the part that
-// differs: the device (`Cuda<1>` against `Cuda`), the dtype, a dim
-// (`784` against `3`), the rank, and a static shape where the function
-// takes run-time dims. The fixes are in `pass/call_site.rs`.
+// Calls of generated functions with the wrong tensor. A generated
+// function takes its tensors as `&impl TensorArg<D, T, S>`, whose bounds
+// compare the argument with the parameter part by part, so each error
+// names what differs, in numbers where it can, and the conversion that
+// fixes it: the dtype (`.cast`), a dim (3 against 784), the rank (1
+// against 2), the GPU (`Cuda<1>` against `Cuda`, `.to_device`), and a
+// static dim where the function takes a run-time one or the reverse
+// (`.into_shape`). The fixes are in `pass/call_site.rs`.
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -33,5 +35,7 @@ fn main() -> Result<()> {
     // with `into_shape` (or `M` marked `{M}` as a `const` item).
     let static_shape = Tensor::<Cpu, f64, shape![5, 2]>::zeros()?;
     let _ = rows(&static_shape)?;
+    let run_time = Tensor::<Cpu, f32, shape![_, _]>::zeros_dims(&[2, 784])?;
+    let _ = logits(&run_time)?;
     Ok(())
 }

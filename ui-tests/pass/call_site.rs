@@ -18,6 +18,14 @@ tensor_fn! {
     pub fn rows(x: &Tensor<Cpu, f64, [M, H]>) -> Tensor<Cpu, f64, [M]> {
         x.sum(1)
     }
+
+    pub fn scale<D: Device, T: Float, const B: usize>(x: &Tensor<D, T, [B, 3]>) -> Tensor<D, T, [B]> {
+        twice(x).mean(1)
+    }
+
+    fn twice<D: Device, T: Float, const B: usize>(x: &Tensor<D, T, [B, 3]>) -> Tensor<D, T, [B, 3]> {
+        x + x
+    }
 }
 
 fn main() -> Result<()> {
@@ -41,5 +49,22 @@ fn main() -> Result<()> {
     let s = Tensor::<Cpu, f64, shape![5, 2]>::ones()?;
     let y = rows(&s.into_shape::<shape![_, _]>()?)?;
     assert_eq!(y.to_vec()?, vec![2.0; 5]);
+
+    let d = Tensor::<Cpu, f32, shape![_, _]>::zeros_dims(&[2, 784])?;
+    let y = logits(&d.into_shape::<shape![_, 784]>()?)?;
+    assert_eq!(y.dims(), [2]);
+
+    // Parameters are `&impl TensorArg<..>`: a reference to a reference
+    // fits, an argument built in place and a conversion whose target the
+    // call decides are inferred, and so are the device, dtype and const
+    // generics of a generic function.
+    let r = &x.cast::<f32>()?;
+    assert_eq!(logits(&r)?.dims(), [2]);
+    assert_eq!(logits(&Tensor::zeros_dims(&[3, 784])?)?.dims(), [3]);
+    assert_eq!(logits(&x.cast()?)?.dims(), [2]);
+    let y = scale(&Tensor::<Cpu, f64, shape![4, 3]>::ones()?)?;
+    assert_eq!(y.to_vec()?, vec![2.0; 4]);
+    let y = scale::<Cpu, f32, 2>(&Tensor::ones()?)?;
+    assert_eq!(y.to_vec()?, vec![2.0; 2]);
     Ok(())
 }

@@ -97,7 +97,11 @@ fn used_fields_are_bound_once_and_typed_from_the_written_arguments() {
     })
     .to_string();
     assert!(!out.contains("compile_error"), "{out}");
-    assert!(out.contains("fn f (x : & :: tensorfn :: Tensor"), "{out}");
+    assert!(
+        out.contains("fn f (x : & impl :: tensorfn :: TensorArg <"),
+        "{out}"
+    );
+    assert!(out.contains("let x : & :: tensorfn :: Tensor <"), "{out}");
     assert!(out.contains("s : & Stack"), "{out}");
     assert_eq!(
         out.matches("let __tf_field_s_h_1__b1 = & s . h [1] . b1 ;")

@@ -263,9 +263,10 @@ pub fn tensor_fn(
         .filter(|(_, p)| !matches!(p.ty, ParamTy::Field(_)))
         .map(|(i, p)| {
             let n = &p.name;
-            let t = param_type_tokens(p, &f.sig, i);
+            let t = param_sig_tokens(p, &f.sig, i);
             quote!(#n: #t)
         });
+    let bindings = param_bindings(ast, &f.sig);
     let ret = return_tokens(&f.sig);
     let memory = memory::memory_module(ast, &f.sig, instances);
     let errors = crate::combine(errors).map(|e| e.to_compile_error());
@@ -274,6 +275,7 @@ pub fn tensor_fn(
         #(#attrs)*
         #[allow(clippy::let_and_return, clippy::redundant_clone, clippy::needless_borrow, clippy::needless_return, clippy::needless_question_mark)]
         #vis fn #name #generics (#(#params),*) -> ::tensorfn::Result<#ret> {
+            #bindings
             #(#bodies)*
             #fallback
         }

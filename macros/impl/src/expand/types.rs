@@ -204,6 +204,42 @@ pub(super) fn param_type_tokens(p: &crate::ast::Param, sig: &Signature, i: usize
     }
 }
 
+/// The type of a parameter in the generated signature: a tensor is taken
+/// as `&impl TensorArg<D, T, S>` (see `tensorfn_runtime::arg`), so that a
+/// call with another tensor is an error naming the part that differs; the
+/// body sees it under [`param_type_tokens`].
+pub(super) fn param_sig_tokens(p: &crate::ast::Param, sig: &Signature, i: usize) -> TokenStream {
+    match (&p.ty, &sig.params[i]) {
+        (ParamTy::Tensor(ast), ParamSig::Tensor(t)) => {
+            let d = device_tokens(t.device);
+            let dt = dt_tokens(t.dtype);
+            let s = shape_tokens(&sig.symbols.dim_tys(&t.dims));
+            let sp = ast.sp.span();
+            quote_spanned!(sp=> &impl ::tensorfn::TensorArg<#d, #dt, #s>)
+        }
+        _ => param_type_tokens(p, sig, i),
+    }
+}
+
+/// `let x: &Tensor<D, T, S> = TensorArg::tensor(x)?;` for each tensor in
+/// the signature: the argument under the parameter's own type.
+pub(super) fn param_bindings(ast: &TensorFn, sig: &Signature) -> TokenStream {
+    let mut out = TokenStream::new();
+    for (i, p) in ast.params.iter().enumerate() {
+        let (ParamTy::Tensor(_), ParamSig::Tensor(t)) = (&p.ty, &sig.params[i]) else {
+            continue;
+        };
+        let n = &p.name;
+        let (d, dt) = (device_tokens(t.device), dt_tokens(t.dtype));
+        let s = shape_tokens(&sig.symbols.dim_tys(&t.dims));
+        out.extend(quote! {
+            let #n: &::tensorfn::Tensor<#d, #dt, #s> =
+                ::tensorfn::TensorArg::<#d, #dt, #s>::tensor(#n)?;
+        });
+    }
+    out
+}
+
 pub(super) fn scalar_type_tokens(k: ScalarKind) -> TokenStream {
     match k {
         ScalarKind::Usize => quote!(usize),
