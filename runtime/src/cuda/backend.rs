@@ -657,6 +657,36 @@ impl Backend for CudaBackend {
         Ok(out)
     }
 
+    fn norm_backward<T: FloatDType>(
+        &self,
+        op: NormOp,
+        (x, l): (&CudaStorage<T>, &Layout),
+        (w, lw): (&CudaStorage<T>, &Layout),
+        (g, lg): (&CudaStorage<T>, &Layout),
+        eps: f64,
+    ) -> Result<(CudaStorage<T>, CudaStorage<T>, Option<CudaStorage<T>>)> {
+        // The rows go through the CPU kernel and back: the same numbers
+        // as the CPU, without device kernels of their own yet.
+        self.ctx.bind()?;
+        let name = op.name();
+        check_extent(name, "input", x, l)?;
+        check_extent(name, "weight", w, lw)?;
+        check_extent(name, "grad_output", g, lg)?;
+        let host = |s: &CudaStorage<T>, l: &Layout| -> Result<(Vec<T>, Layout)> {
+            Ok((self.download_host(s, l)?, Layout::contiguous(l.dims())))
+        };
+        let (x, l) = host(x, l)?;
+        let (w, lw) = host(w, lw)?;
+        let (g, lg) = host(g, lg)?;
+        let (dx, dw, db) =
+            crate::cpu::CpuBackend.norm_backward(op, (&x, &l), (&w, &lw), (&g, &lg), eps)?;
+        Ok((
+            self.upload_host(&dx)?,
+            self.upload_host(&dw)?,
+            db.map(|db| self.upload_host(&db)).transpose()?,
+        ))
+    }
+
     fn rope<T: FloatDType>(
         &self,
         (x, l): (&CudaStorage<T>, &Layout),
