@@ -665,26 +665,59 @@ impl Backend for CudaBackend {
         (g, lg): (&CudaStorage<T>, &Layout),
         eps: f64,
     ) -> Result<(CudaStorage<T>, CudaStorage<T>, Option<CudaStorage<T>>)> {
-        // The rows go through the CPU kernel and back: the same numbers
-        // as the CPU, without device kernels of their own yet.
         self.ctx.bind()?;
         let name = op.name();
+        if l.rank() == 0 || lg.dims() != l.dims() || lw.dims() != [l.dims()[l.rank() - 1]] {
+            return Err(Error::shape(
+                name,
+                "an input of rank 1 or more, a weight of its last dim and a grad_output of its dims",
+                format!("{:?}, {:?}, {:?}", l.dims(), lw.dims(), lg.dims()),
+            ));
+        }
         check_extent(name, "input", x, l)?;
         check_extent(name, "weight", w, lw)?;
         check_extent(name, "grad_output", g, lg)?;
-        let host = |s: &CudaStorage<T>, l: &Layout| -> Result<(Vec<T>, Layout)> {
-            Ok((self.download_host(s, l)?, Layout::contiguous(l.dims())))
+        let dim = l.rank() - 1;
+        let cols = l.dims()[dim];
+        let n = l.numel();
+        let rows = if cols == 0 { 0 } else { n / cols };
+        let dx = self.ctx.storage::<T>(n)?;
+        let dw = self.ctx.storage::<T>(cols)?;
+        let db = op
+            .has_bias()
+            .then(|| self.ctx.storage::<T>(cols))
+            .transpose()?;
+        if cols == 0 {
+            return Ok((dx, dw, db));
+        }
+        // No rows: only the zero sums of `dweight` and `dbias` to write.
+        let ((input, _copy), (grad, _gcopy)) = if rows == 0 {
+            ((0, None), (0, None))
+        } else {
+            (self.rows_of(x, l, dim)?, self.rows_of(g, lg, dim)?)
         };
-        let (x, l) = host(x, l)?;
-        let (w, lw) = host(w, lw)?;
-        let (g, lg) = host(g, lg)?;
-        let (dx, dw, db) =
-            crate::cpu::CpuBackend.norm_backward(op, (&x, &l), (&w, &lw), (&g, &lg), eps)?;
-        Ok((
-            self.upload_host(&dx)?,
-            self.upload_host(&dw)?,
-            db.map(|db| self.upload_host(&db)).transpose()?,
-        ))
+        let (weight, _wcopy) = self.rows_of(w, lw, 0)?;
+        // Partial sums in the statistics' precision: f64 for f64, else f32.
+        let wide = if T::KIND == tensorfn_core::DTypeKind::F64 {
+            2
+        } else {
+            1
+        };
+        let blocks = super::context::Context::norm_backward_blocks(rows);
+        let part = self.ctx.storage::<f32>(blocks * 2 * cols * wide)?;
+        self.ctx.builtin_norm_backward(
+            (op, T::KIND),
+            (
+                dx.device_ptr(),
+                dw.device_ptr(),
+                db.as_ref().map_or(0, |b| b.device_ptr()),
+            ),
+            [input, weight, grad],
+            part.device_ptr(),
+            (rows, cols),
+            eps,
+        )?;
+        Ok((dx, dw, db))
     }
 
     fn rope<T: FloatDType>(
