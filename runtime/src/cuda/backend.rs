@@ -680,7 +680,7 @@ impl Backend for CudaBackend {
         let dim = l.rank() - 1;
         let cols = l.dims()[dim];
         let n = l.numel();
-        let rows = if cols == 0 { 0 } else { n / cols };
+        let rows = n.checked_div(cols).unwrap_or(0);
         let dx = self.ctx.storage::<T>(n)?;
         let dw = self.ctx.storage::<T>(cols)?;
         let db = op

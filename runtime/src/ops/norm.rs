@@ -161,6 +161,7 @@ impl<D: Device, T: FloatDType, S: LastDim> Tensor<D, T, S> {
     /// let want = (1. - 3. * 7. / 25.) / r;
     /// assert!((dx.to_vec().unwrap()[0] - want).abs() < 1e-15);
     /// ```
+    #[allow(clippy::type_complexity)]
     pub fn rms_norm_backward(
         &self,
         weight: &Tensor<D, T, (S::Last,)>,
