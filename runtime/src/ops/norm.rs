@@ -161,6 +161,18 @@ impl<D: Device, T: FloatDType, S: LastDim> Tensor<D, T, S> {
     /// let want = (1. - 3. * 7. / 25.) / r;
     /// assert!((dx.to_vec().unwrap()[0] - want).abs() < 1e-15);
     /// ```
+    ///
+    /// A `grad_output` whose `Dyn` dims differ from the input's is an
+    /// `Err` naming it:
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![_, 2]>::from_vec_dims(vec![1.; 6], &[3, 2]).unwrap();
+    /// let w = Tensor::<Cpu, f32, shape![2]>::ones().unwrap();
+    /// let dy = Tensor::<Cpu, f32, shape![_, 2]>::from_vec_dims(vec![1.; 4], &[2, 2]).unwrap();
+    /// let e = x.rms_norm_backward(&w, &dy, None).unwrap_err();
+    /// assert!(e.to_string().contains("grad_output"), "{e}");
+    /// ```
     #[allow(clippy::type_complexity)]
     pub fn rms_norm_backward(
         &self,
