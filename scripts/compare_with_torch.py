@@ -58,6 +58,17 @@ def run(op, args, xs):
         return torch.nn.functional.layer_norm(xs[0], (xs[0].shape[-1],), xs[1], xs[2], args["eps"])
     if op == "rms_norm":
         return torch.nn.functional.rms_norm(xs[0], (xs[0].shape[-1],), xs[1], args["eps"])
+    if op in ("layer_norm_backward", "rms_norm_backward"):
+        # xs: input, weight, (bias,) grad_output; args["grad"] picks one of
+        # the gradients autograd gives.
+        params = [x.clone().requires_grad_(True) for x in xs[:-1]]
+        x = params[0]
+        if op == "layer_norm_backward":
+            y = torch.nn.functional.layer_norm(x, (x.shape[-1],), params[1], params[2], args["eps"])
+        else:
+            y = torch.nn.functional.rms_norm(x, (x.shape[-1],), params[1], args["eps"])
+        grads = torch.autograd.grad(y, params, xs[-1])
+        return grads[["dx", "dweight", "dbias"].index(args["grad"])]
     if op == "rope":
         # Hugging Face's Llama: x * cos + rotate_half(x) * sin.
         x, cos, sin = xs
@@ -96,8 +107,12 @@ def load(folder, spec, device):
     return t.reshape(spec["shape"]).to(device)
 
 
-def slack(op, inputs):
+def slack(op, inputs, args):
     """How many units of roundoff a correct result may be off by."""
+    if op in ("layer_norm_backward", "rms_norm_backward"):
+        # dx sums over a row, dweight and dbias over the rows.
+        rows, cols = inputs[0]["shape"]
+        return 2.0 * math.sqrt(cols if args["grad"] == "dx" else rows)
     if op in ("matmul", "matmul_nt", "bmm", "addmm"):
         a = inputs[1] if op == "addmm" else inputs[0]
         return 2.0 * math.sqrt(a["shape"][-1])
@@ -134,7 +149,7 @@ def compare(folder, device):
         ours_err = max_rel(ours, ref, scale)
         torch_err = max_rel(native, ref, scale)
         vs_torch = max_rel(ours, native.double(), scale)
-        allowed = 2 * torch_err + EPS[dt] * slack(op, case["inputs"])
+        allowed = 2 * torch_err + EPS[dt] * slack(op, case["inputs"], args)
         ok = ours_err <= allowed if op != "cat" else ours_err == 0.0
         failures += not ok
         shapes = "x".join(str(tuple(s["shape"])) for s in case["inputs"])

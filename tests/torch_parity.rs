@@ -536,6 +536,71 @@ fn fused<G: Device, T: Chains<G>>(rec: &mut Recorder) {
     rec.case("chain6", dt, &[ix, iy], &oz, "");
 }
 
+/// The gradients of `layer_norm` and `rms_norm` (`dx`, `dweight`,
+/// `dbias`), each a case against `torch.autograd.grad` of `F.layer_norm` /
+/// `F.rms_norm` for the same `grad_output`.
+fn norm_backwards<G: Device, T: FloatDType>(rec: &mut Recorder) {
+    use tensorfn_core::ops::NormOp;
+    let dt = T::KIND.name();
+    let exact = |v: &[f64], dims: &[usize]| {
+        Tensor::<Cpu, f64, M2>::from_vec_dims(v.to_vec(), dims).unwrap()
+    };
+    // A warp per row and a row past the registers, the mean far from 0.
+    for (rows, cols) in [(64, 768), (3, 9000)] {
+        let (x, xv) = random::<G, T, M2>(&[rows, cols]);
+        let x = x.add_scalar(T::from_f64(3.0)).unwrap();
+        let xv: Vec<f64> = xv.iter().map(|v| T::from_f64(v + 3.0).to_f64()).collect();
+        let (w, wv) = random::<G, T, V>(&[cols]);
+        let (b, _) = random::<G, T, V>(&[cols]);
+        let (g, gv) = random::<G, T, M2>(&[rows, cols]);
+        let (x64, g64) = (exact(&xv, &[rows, cols]), exact(&gv, &[rows, cols]));
+        let w64 = Tensor::<Cpu, f64, V>::from_vec_dims(wv.clone(), &[cols]).unwrap();
+        for op in NormOp::ALL {
+            let eps = 1e-5;
+            let (got, want) = match op {
+                NormOp::LayerNorm => {
+                    let (dx, dw, db) = x.layer_norm_backward(&w, &g, eps).unwrap();
+                    let (ex, ew, eb) = x64.layer_norm_backward(&w64, &g64, eps).unwrap();
+                    (
+                        vec![dx.reshape_dims::<V>(&[rows * cols]).unwrap(), dw, db],
+                        vec![
+                            ex.to_vec().unwrap(),
+                            ew.to_vec().unwrap(),
+                            eb.to_vec().unwrap(),
+                        ],
+                    )
+                }
+                NormOp::RmsNorm => {
+                    let (dx, dw) = x.rms_norm_backward(&w, &g, Some(eps)).unwrap();
+                    let (ex, ew) = x64.rms_norm_backward(&w64, &g64, Some(eps)).unwrap();
+                    (
+                        vec![dx.reshape_dims::<V>(&[rows * cols]).unwrap(), dw],
+                        vec![ex.to_vec().unwrap(), ew.to_vec().unwrap()],
+                    )
+                }
+            };
+            let mut inputs = vec![rec.array(&x), rec.array(&w)];
+            if op.has_bias() {
+                inputs.push(rec.array(&b));
+            }
+            inputs.push(rec.array(&g));
+            let name = format!("{}_backward", op.name());
+            for ((t, e), grad) in got.iter().zip(&want).zip(["dx", "dweight", "dbias"]) {
+                // `dx` sums over a row, `dweight` and `dbias` over the rows.
+                let terms = if grad == "dx" { cols } else { rows };
+                check(&format!("{name} {grad}"), t, e, 8.0 + (terms as f64).sqrt());
+                let out = if grad == "dx" {
+                    rec.array(&t.reshape_dims::<M2>(&[rows, cols]).unwrap())
+                } else {
+                    rec.array(t)
+                };
+                let args = format!(r#""eps":1e-5,"grad":"{grad}""#);
+                rec.case(&name, dt, &inputs, &out, &args);
+            }
+        }
+    }
+}
+
 /// A few AdamW and SGD-with-momentum steps on one parameter tensor, from
 /// the same parameters and gradients as `torch.optim.AdamW` / `SGD` get.
 fn optimizers<G: Device, T: FloatDType>(rec: &mut Recorder) {
@@ -633,6 +698,10 @@ where
     norms::<G, f32>(&mut rec);
     norms::<G, f16>(&mut rec);
     norms::<G, bf16>(&mut rec);
+    norm_backwards::<G, f64>(&mut rec);
+    norm_backwards::<G, f32>(&mut rec);
+    norm_backwards::<G, f16>(&mut rec);
+    norm_backwards::<G, bf16>(&mut rec);
     fused::<G, f32>(&mut rec);
     fused::<G, f16>(&mut rec);
     fused::<G, bf16>(&mut rec);

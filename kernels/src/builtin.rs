@@ -279,6 +279,67 @@ pub fn norm(op: NormOp, dtype: DTypeKind) -> Kernel {
     expect_supported(try_norm(op, dtype))
 }
 
+/// Name of [`norm_backward`]`(op, dtype)`: the prefix of its entries'
+/// names.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind, NormOp};
+/// assert_eq!(
+///     builtin::norm_backward_name(NormOp::RmsNorm, DTypeKind::BF16),
+///     "tf_norm_backward_rms_norm_bf16"
+/// );
+/// ```
+pub fn norm_backward_name(op: NormOp, dtype: DTypeKind) -> String {
+    format!("tf_norm_backward_{}_{dtype}", op.name())
+}
+
+/// The gradients of normalisation `op` over contiguous rows of `dtype`: a
+/// module with the entries `NAME_dx` (one block per row: the row's
+/// statistics recomputed from the input, its `dx`, and per-block partial
+/// sums of `dweight` and `dbias`) and `NAME_sum` (those partial sums added
+/// in block order, one thread per column: no atomics); see
+/// `ptx::norm_backward` for the parameters. `Err` unless `dtype` is a
+/// float.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind, NormOp};
+/// let k = builtin::try_norm_backward(NormOp::LayerNorm, DTypeKind::F16)?;
+/// assert!(k.ptx.contains(".entry tf_norm_backward_layer_norm_f16_dx("));
+/// assert!(k.ptx.contains(".entry tf_norm_backward_layer_norm_f16_sum("));
+/// assert!(builtin::try_norm_backward(NormOp::RmsNorm, DTypeKind::I32).is_err());
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn try_norm_backward(op: NormOp, dtype: DTypeKind) -> Result<Kernel> {
+    if !dtype.is_float() {
+        return Err(Error::Unsupported {
+            kernel: "norm_backward",
+            message: format!(
+                "{} gradients over {} rows; normalisations take float dtypes",
+                op.name(),
+                dtype.name()
+            ),
+        });
+    }
+    let name = norm_backward_name(op, dtype);
+    let ptx = ptx::norm_backward(&name, op, dtype);
+    Ok(Kernel { name, ptx })
+}
+
+/// [`try_norm_backward`] for a float dtype.
+///
+/// # Panics
+///
+/// Unless `dtype` is a float.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind, NormOp};
+/// let k = builtin::norm_backward(NormOp::RmsNorm, DTypeKind::F32);
+/// assert!(k.ptx.contains(".entry tf_norm_backward_rms_norm_f32_dx("));
+/// ```
+pub fn norm_backward(op: NormOp, dtype: DTypeKind) -> Kernel {
+    expect_supported(try_norm_backward(op, dtype))
+}
+
 /// Name of [`rope`]`(dtype)`.
 ///
 /// ```
@@ -716,6 +777,7 @@ pub fn all() -> Vec<Kernel> {
         }
         for op in NormOp::ALL {
             out.extend(try_norm(op, dtype).ok());
+            out.extend(try_norm_backward(op, dtype).ok());
         }
         out.extend(try_rope(dtype).ok());
         out.extend(attention(dtype).ok());

@@ -252,6 +252,23 @@ pub(crate) trait Backend {
         eps: f64,
     ) -> Result<Self::Buf<T>>;
 
+    /// The gradients of normalisation `op` over the last dim of `x` with
+    /// `weight` of that dim's length, for `grad_output` of `x`'s dims:
+    /// `(dx, dweight, dbias)`, `dx` a contiguous buffer of `x`'s dims,
+    /// `dweight` and `dbias` (`layer_norm` only, else `None`) of the last
+    /// dim's length. The row statistics are recomputed from `x` in at
+    /// least f32, as the forward takes them; the column sums behind
+    /// `dweight`/`dbias` are deterministic (no atomics).
+    #[allow(clippy::type_complexity)]
+    fn norm_backward<T: FloatDType>(
+        &self,
+        op: NormOp,
+        x: (&Self::Buf<T>, &Layout),
+        weight: (&Self::Buf<T>, &Layout),
+        grad_output: (&Self::Buf<T>, &Layout),
+        eps: f64,
+    ) -> Result<(Self::Buf<T>, Self::Buf<T>, Option<Self::Buf<T>>)>;
+
     /// Scaled dot-product attention: `q` is `[batch, L, E]`, `k` is
     /// `[batch, S, E]`, `v` is `[batch, S, Ev]` and the mask `[batch, L, S]`
     /// (any strides, 0 for broadcast dims; the last dim of `q`, `k`, `v`

@@ -208,6 +208,23 @@ pub(crate) fn norm(name: &str, op: crate::ops::NormOp, dtype: tensorfn_core::DTy
     )
 }
 
+/// The module of the backward of normalisation `op` over rows of
+/// `dtype`: the entries `NAME_dx` and `NAME_sum` (see
+/// `norm::norm_backward_entries`).
+pub(crate) fn norm_backward(
+    name: &str,
+    op: crate::ops::NormOp,
+    dtype: tensorfn_core::DTypeKind,
+) -> String {
+    module(
+        &format!(
+            "{name}: the gradients of {} over rows of {dtype}",
+            op.name().replace('_', "-")
+        ),
+        &norm::norm_backward_entries(name, op, dtype),
+    )
+}
+
 /// The module of the `rope` entry `name` over rows of `dtype`.
 pub(crate) fn rope(name: &str, dtype: tensorfn_core::DTypeKind) -> String {
     module(

@@ -76,6 +76,18 @@ impl Gen {
     }
 
     fn new(body: &mut Body, op: NormOp, dtype: DTypeKind, shared: bool) -> Gen {
+        Gen::with_fourth(body, op, dtype, shared, "p_b")
+    }
+
+    /// [`Gen::new`] with the fourth pointer (`b`) read from parameter
+    /// `fourth`: the backward entries take the output's gradient there.
+    fn with_fourth(
+        body: &mut Body,
+        op: NormOp,
+        dtype: DTypeKind,
+        shared: bool,
+        fourth: &str,
+    ) -> Gen {
         let param = |body: &mut Body, name: &str, global: bool| {
             let r = body.reg(Class::B64);
             body.op(format!("ld.param.u64 {r}, [{name}]"));
@@ -87,7 +99,7 @@ impl Gen {
         let out = param(body, "p_out", true);
         let input = param(body, "p_in", true);
         let w = param(body, "p_w", true);
-        let b = param(body, "p_b", true);
+        let b = param(body, fourth, true);
         let rows = param(body, "p_rows", false);
         let cols = param(body, "p_cols", false);
         let wide = dtype == DTypeKind::F64;
@@ -210,6 +222,12 @@ impl Gen {
             Some(b) => body.op(format!("fma.rn.{a} {y}, {y}, {w}, {b}")),
             None => body.op(format!("mul.rn.{a} {y}, {y}, {w}")),
         }
+        self.round(body, y)
+    }
+
+    /// `y` rounded to the dtype (in register form): to bf16 for bf16,
+    /// else as it is (the stores of the other dtypes round).
+    fn round(&self, body: &mut Body, y: String) -> String {
         if self.dtype == DTypeKind::BF16 {
             let d = body.reg(Class::F32);
             let last = round_bf16(body, &y, &d);
@@ -688,6 +706,298 @@ pub(crate) fn norm_entry(name: &str, op: NormOp, dtype: DTypeKind, entry: NormEn
     format!(
         ".visible .entry {name}{}{PARAMS}\n{{\n{}}}\n",
         entry.suffix(),
+        body.finish()
+    )
+}
+
+const BACKWARD_PARAMS: &str = "(\n\t.param .u64 p_out,\n\t.param .u64 p_in,\n\t.param .u64 p_w,\n\t.param .u64 p_g,\n\t.param .u64 p_rows,\n\t.param .u64 p_cols,\n\t.param .f64 p_eps,\n\t.param .u64 p_part\n)";
+
+const SUM_PARAMS: &str = "(\n\t.param .u64 p_dw,\n\t.param .u64 p_db,\n\t.param .u64 p_part,\n\t.param .u64 p_blocks,\n\t.param .u64 p_cols\n)";
+
+/// The entries of the backward of `op` over rows of `dtype`:
+///
+/// - `NAME_dx(.param .u64 out, .param .u64 in, .param .u64 weight,
+///   .param .u64 grad, .param .u64 rows, .param .u64 cols, .param .f64
+///   eps, .param .u64 part)`: `BLOCK` threads per block, `grid.x` blocks,
+///   block `k` taking rows `k, k + grid.x, ..`; each row's statistics are
+///   recomputed from `in` (as the forward takes them, in f32 or f64),
+///   its `dx` written to `out`, and its `grad * xhat` (and `grad` for
+///   `layer_norm`) added to the block's partial sums `part[k][0][col]`
+///   (and `part[k][1][col]`), `2 * cols` values of the statistics' type
+///   per block, each column owned by one thread: no atomics.
+/// - `NAME_sum(.param .u64 dweight, .param .u64 dbias, .param .u64 part,
+///   .param .u64 blocks, .param .u64 cols)`: one thread per column
+///   (`BLOCK` per block) adds the `blocks` partial sums in block order and
+///   writes `dweight` (and `dbias`) rounded to the dtype; the same bits
+///   from run to run.
+pub(crate) fn norm_backward_entries(name: &str, op: NormOp, dtype: DTypeKind) -> Vec<String> {
+    vec![backward_dx(name, op, dtype), backward_sum(name, op, dtype)]
+}
+
+fn backward_dx(name: &str, op: NormOp, dtype: DTypeKind) -> String {
+    let mut body = Body::new();
+    // Four statistics per row: the mean (or the mean square), the
+    // variance, the means of `g * w * xhat` and of `g * w`.
+    body.raw(format!(".shared .align 8 .b8 nsmem[{}];", 4 * REGION));
+    let g = Gen::with_fourth(&mut body, op, dtype, true, "p_g");
+    let a = g.a();
+    let abytes = if g.wide { 8 } else { 4 };
+    let bias = op.has_bias();
+    let part = body.reg(Class::B64);
+    body.op(format!("ld.param.u64 {part}, [p_part]"));
+    body.op(format!("cvta.to.global.u64 {part}, {part}"));
+    let c32 = body.reg(Class::B32);
+    let ctaid = body.reg(Class::B64);
+    body.op(format!("mov.u32 {c32}, %ctaid.x"));
+    body.op(format!("cvt.u64.u32 {ctaid}, {c32}"));
+    let step = body.reg(Class::B64);
+    body.op(format!("mov.u32 {c32}, %nctaid.x"));
+    body.op(format!("cvt.u64.u32 {step}, {c32}"));
+    // This block's partial sums, zeroed: dweight's, then dbias's.
+    let pdw = body.reg(Class::B64);
+    body.op(format!("mul.lo.u64 {pdw}, {ctaid}, {}", g.cols));
+    body.op(format!("mul.lo.u64 {pdw}, {pdw}, {}", 2 * abytes));
+    body.op(format!("add.u64 {pdw}, {pdw}, {part}"));
+    let pdb = body.reg(Class::B64);
+    body.op(format!("mad.lo.u64 {pdb}, {}, {abytes}, {pdw}", g.cols));
+    let zero = g.zero();
+    col_loop(&mut body, &g, |body, col| {
+        let at = part_elem(body, &pdw, col, abytes);
+        body.op(format!("st.global.{a} [{at}], {zero}"));
+        if bias {
+            let at = part_elem(body, &pdb, col, abytes);
+            body.op(format!("st.global.{a} [{at}], {zero}"));
+        }
+    });
+    let row = body.reg(Class::B64);
+    body.op(format!("mov.u64 {row}, {ctaid}"));
+    let lp = body.label("row_loop");
+    let end = body.label("row_end");
+    body.place(&lp);
+    let done = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {done}, {row}, {}", g.rows));
+    body.op(format!("@{done} bra.uni {end}"));
+    let off = body.reg(Class::B64);
+    body.op(format!("mul.lo.u64 {off}, {row}, {}", g.cols));
+    body.op(format!("mul.lo.u64 {off}, {off}, {}", dtype.size_bytes()));
+    let xin = addr(&mut body, &g.input, &off);
+    let gin = addr(&mut body, &g.b, &off);
+    let xout = addr(&mut body, &g.out, &off);
+    backward_row(&mut body, &g, (&xin, &gin, &xout), (&pdw, &pdb), abytes);
+    // The next row's sums overwrite shared memory this row read.
+    body.op("bar.sync 0");
+    body.op(format!("add.u64 {row}, {row}, {step}"));
+    body.op(format!("bra.uni {lp}"));
+    body.place(&end);
+    body.op("ret");
+    format!(
+        ".visible .entry {name}_dx{BACKWARD_PARAMS}\n{{\n{}}}\n",
+        body.finish()
+    )
+}
+
+/// The address of column `col` of the partial sums at `base`.
+fn part_elem(body: &mut Body, base: &str, col: &str, abytes: usize) -> String {
+    let a = body.reg(Class::B64);
+    body.op(format!("mad.lo.u64 {a}, {col}, {abytes}, {base}"));
+    a
+}
+
+/// One row of the backward, from global memory: the statistics (one pass
+/// each), the means of `g * w * xhat` and `g * w` with the partial sums,
+/// then `dx = (g * w - mean(g * w) - xhat * mean(g * w * xhat)) * inv`
+/// (without the `mean(g * w)` term for `rms_norm`), rounded as the CPU
+/// rounds it.
+fn backward_row(
+    body: &mut Body,
+    g: &Gen,
+    (xin, gin, xout): (&str, &str, &str),
+    (pdw, pdb): (&str, &str),
+    abytes: usize,
+) {
+    let a = g.a();
+    let dtype = g.dtype;
+    let layer = g.op == NormOp::LayerNorm;
+    let s = g.acc(body);
+    body.op(format!("mov.{a} {s}, {}", g.zero()));
+    let (mean, stat) = if layer {
+        col_loop(body, g, |body, col| {
+            let at = elem(body, g, xin, col);
+            let x = load(body, dtype, &at, true);
+            body.op(format!("add.rn.{a} {s}, {s}, {x}"));
+        });
+        let total = g.reduce(body, &s, 0);
+        let mean = g.mean(body, &total);
+        let q = g.acc(body);
+        body.op(format!("mov.{a} {q}, {}", g.zero()));
+        col_loop(body, g, |body, col| {
+            let at = elem(body, g, xin, col);
+            let x = load(body, dtype, &at, true);
+            let d = g.acc(body);
+            body.op(format!("sub.rn.{a} {d}, {x}, {mean}"));
+            body.op(format!("fma.rn.{a} {q}, {d}, {d}, {q}"));
+        });
+        let total = g.reduce(body, &q, 1);
+        (Some(mean), g.mean(body, &total))
+    } else {
+        col_loop(body, g, |body, col| {
+            let at = elem(body, g, xin, col);
+            let x = load(body, dtype, &at, true);
+            body.op(format!("fma.rn.{a} {s}, {x}, {x}, {s}"));
+        });
+        let total = g.reduce(body, &s, 0);
+        (None, g.mean(body, &total))
+    };
+    let inv = g.inverse(body, &stat);
+    // (xhat, g, g * w) of a column.
+    let column = |body: &mut Body, col: &str| -> (String, String, String) {
+        let at = elem(body, g, xin, col);
+        let x = load(body, dtype, &at, true);
+        let h = g.acc(body);
+        match &mean {
+            Some(m) => {
+                body.op(format!("sub.rn.{a} {h}, {x}, {m}"));
+                body.op(format!("mul.rn.{a} {h}, {h}, {inv}"));
+            }
+            None => body.op(format!("mul.rn.{a} {h}, {x}, {inv}")),
+        }
+        let ga = elem(body, g, gin, col);
+        let gr = load(body, dtype, &ga, true);
+        let wa = elem(body, g, &g.w, col);
+        let w = load(body, dtype, &wa, true);
+        let gw = g.acc(body);
+        body.op(format!("mul.rn.{a} {gw}, {gr}, {w}"));
+        (h, gr, gw)
+    };
+    let sgx = g.acc(body);
+    body.op(format!("mov.{a} {sgx}, {}", g.zero()));
+    let sg = g.acc(body);
+    body.op(format!("mov.{a} {sg}, {}", g.zero()));
+    col_loop(body, g, |body, col| {
+        let (h, gr, gw) = column(body, col);
+        body.op(format!("fma.rn.{a} {sgx}, {gw}, {h}, {sgx}"));
+        let pa = part_elem(body, pdw, col, abytes);
+        let v = g.acc(body);
+        body.op(format!("ld.global.{a} {v}, [{pa}]"));
+        body.op(format!("fma.rn.{a} {v}, {gr}, {h}, {v}"));
+        body.op(format!("st.global.{a} [{pa}], {v}"));
+        if layer {
+            body.op(format!("add.rn.{a} {sg}, {sg}, {gw}"));
+            let pa = part_elem(body, pdb, col, abytes);
+            let v = g.acc(body);
+            body.op(format!("ld.global.{a} {v}, [{pa}]"));
+            body.op(format!("add.rn.{a} {v}, {v}, {gr}"));
+            body.op(format!("st.global.{a} [{pa}], {v}"));
+        }
+    });
+    let total = g.reduce(body, &sgx, 2);
+    let mean_gx = g.mean(body, &total);
+    let mean_g = layer.then(|| {
+        let total = g.reduce(body, &sg, 3);
+        g.mean(body, &total)
+    });
+    col_loop(body, g, |body, col| {
+        let (h, _, gw) = column(body, col);
+        let t = g.acc(body);
+        match &mean_g {
+            Some(m) => body.op(format!("sub.rn.{a} {t}, {gw}, {m}")),
+            None => body.op(format!("mov.{a} {t}, {gw}")),
+        }
+        let u = g.acc(body);
+        body.op(format!("mul.rn.{a} {u}, {h}, {mean_gx}"));
+        body.op(format!("sub.rn.{a} {t}, {t}, {u}"));
+        body.op(format!("mul.rn.{a} {t}, {t}, {inv}"));
+        let y = g.round(body, t);
+        let oa = elem(body, g, xout, col);
+        store(body, dtype, &oa, &y);
+    });
+}
+
+fn backward_sum(name: &str, op: NormOp, dtype: DTypeKind) -> String {
+    let mut body = Body::new();
+    let wide = dtype == DTypeKind::F64;
+    let (a, class, abytes, zero) = if wide {
+        ("f64", Class::F64, 8, "0d0000000000000000")
+    } else {
+        ("f32", Class::F32, 4, "0f00000000")
+    };
+    let param = |body: &mut Body, name: &str, global: bool| {
+        let r = body.reg(Class::B64);
+        body.op(format!("ld.param.u64 {r}, [{name}]"));
+        if global {
+            body.op(format!("cvta.to.global.u64 {r}, {r}"));
+        }
+        r
+    };
+    let dw = param(&mut body, "p_dw", true);
+    let db = param(&mut body, "p_db", op.has_bias());
+    let part = param(&mut body, "p_part", true);
+    let blocks = param(&mut body, "p_blocks", false);
+    let cols = param(&mut body, "p_cols", false);
+    let c32 = body.reg(Class::B32);
+    let col = body.reg(Class::B64);
+    body.op(format!("mov.u32 {c32}, %ctaid.x"));
+    body.op(format!("mul.wide.u32 {col}, {c32}, {BLOCK}"));
+    let t = body.reg(Class::B64);
+    body.op(format!("mov.u32 {c32}, %tid.x"));
+    body.op(format!("cvt.u64.u32 {t}, {c32}"));
+    body.op(format!("add.u64 {col}, {col}, {t}"));
+    let end = body.label("sum_end");
+    let out = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {out}, {col}, {cols}"));
+    body.op(format!("@{out} bra {end}"));
+    // From part[0][0][col], `2 * cols` values per block.
+    let stride = body.reg(Class::B64);
+    body.op(format!("mul.lo.u64 {stride}, {cols}, {}", 2 * abytes));
+    let first = body.reg(Class::B64);
+    body.op(format!("mad.lo.u64 {first}, {col}, {abytes}, {part}"));
+    let targets: Vec<(String, usize)> = if op.has_bias() {
+        vec![(dw, 0), (db, 1)]
+    } else {
+        vec![(dw, 0)]
+    };
+    for (dst, which) in targets {
+        let p = body.reg(Class::B64);
+        body.op(format!("mov.u64 {p}, {first}"));
+        if which == 1 {
+            body.op(format!("mad.lo.u64 {p}, {cols}, {abytes}, {p}"));
+        }
+        let s = body.reg(class);
+        body.op(format!("mov.{a} {s}, {zero}"));
+        let k = body.reg(Class::B64);
+        body.op(format!("mov.u64 {k}, 0"));
+        let lp = body.label("block_loop");
+        let done_l = body.label("block_end");
+        body.place(&lp);
+        let done = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {done}, {k}, {blocks}"));
+        body.op(format!("@{done} bra {done_l}"));
+        let v = body.reg(class);
+        body.op(format!("ld.global.{a} {v}, [{p}]"));
+        body.op(format!("add.rn.{a} {s}, {s}, {v}"));
+        body.op(format!("add.u64 {p}, {p}, {stride}"));
+        body.op(format!("add.u64 {k}, {k}, 1"));
+        body.op(format!("bra {lp}"));
+        body.place(&done_l);
+        let y = if dtype == DTypeKind::BF16 {
+            let d = body.reg(Class::F32);
+            let last = round_bf16(&mut body, &s, &d);
+            body.op(last);
+            d
+        } else {
+            s
+        };
+        let oa = body.reg(Class::B64);
+        body.op(format!(
+            "mad.lo.u64 {oa}, {col}, {}, {dst}",
+            dtype.size_bytes()
+        ));
+        store(&mut body, dtype, &oa, &y);
+    }
+    body.place(&end);
+    body.op("ret");
+    format!(
+        ".visible .entry {name}_sum{SUM_PARAMS}\n{{\n{}}}\n",
         body.finish()
     )
 }

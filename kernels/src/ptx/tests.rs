@@ -256,6 +256,8 @@ fn every_builtin_is_well_formed() {
             assert_eq!(es[1].body.matches("ld.global.nc.v4.u32").count(), 6);
             assert_eq!(es[1].body.matches("st.global.v4.u32").count(), 2);
             check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_norm_backward_") {
+            check_norm_backward(k);
         } else if NormOp::ALL
             .iter()
             .any(|op| k.name.starts_with(&format!("tf_{}_", op.name())))
@@ -395,6 +397,47 @@ fn check_norm(k: &Kernel) {
         );
         assert_eq!(e.body.contains("ld.global.nc.v4.u32"), vector, "{}", e.name);
         assert_eq!(e.body.contains("st.global.v4.u32"), vector, "{}", e.name);
+    }
+    check_exact(&k.name, &k.ptx);
+}
+
+/// A normalisation's backward: the `dx` entry (block reductions through
+/// shared memory, read-only loads, partial sums written without atomics)
+/// and the `sum` entry adding them.
+fn check_norm_backward(k: &Kernel) {
+    let es = entries(&k.ptx);
+    assert_eq!(es.len(), 2, "{}", k.name);
+    assert_eq!(es[0].name, format!("{}_dx", k.name));
+    assert_eq!(
+        es[0].params,
+        [
+            ".param .u64 p_out",
+            ".param .u64 p_in",
+            ".param .u64 p_w",
+            ".param .u64 p_g",
+            ".param .u64 p_rows",
+            ".param .u64 p_cols",
+            ".param .f64 p_eps",
+            ".param .u64 p_part"
+        ]
+    );
+    assert!(es[0].body.contains("shfl.sync.bfly.b32"), "{}", k.name);
+    assert!(es[0].body.contains("bar.sync 0"), "{}", k.name);
+    assert!(es[0].body.contains("ld.global.nc"), "{}", k.name);
+    assert_eq!(es[1].name, format!("{}_sum", k.name));
+    assert_eq!(
+        es[1].params,
+        [
+            ".param .u64 p_dw",
+            ".param .u64 p_db",
+            ".param .u64 p_part",
+            ".param .u64 p_blocks",
+            ".param .u64 p_cols"
+        ]
+    );
+    for e in &es {
+        check_body(e);
+        assert!(!e.body.contains("atom."), "{}: atomics", e.name);
     }
     check_exact(&k.name, &k.ptx);
 }

@@ -324,6 +324,32 @@ impl Backend for CpuBackend {
         ))))
     }
 
+    fn norm_backward<T: FloatDType>(
+        &self,
+        op: NormOp,
+        (x, l): (&Vec<T>, &Layout),
+        (w, lw): (&Vec<T>, &Layout),
+        (g, lg): (&Vec<T>, &Layout),
+        eps: f64,
+    ) -> Result<(Vec<T>, Vec<T>, Option<Vec<T>>)> {
+        let name = op.name();
+        if l.rank() == 0 || lg.dims() != l.dims() || lw.dims() != [l.dims()[l.rank() - 1]] {
+            return Err(Error::shape(
+                name,
+                "an input of rank 1 or more, a weight of its last dim and a grad_output of its dims",
+                format!("{:?}, {:?}, {:?}", l.dims(), lw.dims(), lg.dims()),
+            ));
+        }
+        strided::check_extent(name, l, x.len())?;
+        strided::check_extent(name, lw, w.len())?;
+        strided::check_extent(name, lg, g.len())?;
+        Ok(with_float_type!(T, U => {
+            let (dx, dw, db) =
+                norm::norm_backward::<U>(op, (slice(x), l), (slice(w), lw), (slice(g), lg), eps);
+            (vec(dx), vec(dw), db.map(vec))
+        }))
+    }
+
     fn attention<T: FloatDType>(
         &self,
         q: (&Vec<T>, &Layout),

@@ -657,6 +657,69 @@ impl Backend for CudaBackend {
         Ok(out)
     }
 
+    fn norm_backward<T: FloatDType>(
+        &self,
+        op: NormOp,
+        (x, l): (&CudaStorage<T>, &Layout),
+        (w, lw): (&CudaStorage<T>, &Layout),
+        (g, lg): (&CudaStorage<T>, &Layout),
+        eps: f64,
+    ) -> Result<(CudaStorage<T>, CudaStorage<T>, Option<CudaStorage<T>>)> {
+        self.ctx.bind()?;
+        let name = op.name();
+        if l.rank() == 0 || lg.dims() != l.dims() || lw.dims() != [l.dims()[l.rank() - 1]] {
+            return Err(Error::shape(
+                name,
+                "an input of rank 1 or more, a weight of its last dim and a grad_output of its dims",
+                format!("{:?}, {:?}, {:?}", l.dims(), lw.dims(), lg.dims()),
+            ));
+        }
+        check_extent(name, "input", x, l)?;
+        check_extent(name, "weight", w, lw)?;
+        check_extent(name, "grad_output", g, lg)?;
+        let dim = l.rank() - 1;
+        let cols = l.dims()[dim];
+        let n = l.numel();
+        let rows = n.checked_div(cols).unwrap_or(0);
+        let dx = self.ctx.storage::<T>(n)?;
+        let dw = self.ctx.storage::<T>(cols)?;
+        let db = op
+            .has_bias()
+            .then(|| self.ctx.storage::<T>(cols))
+            .transpose()?;
+        if cols == 0 {
+            return Ok((dx, dw, db));
+        }
+        // No rows: only the zero sums of `dweight` and `dbias` to write.
+        let ((input, _copy), (grad, _gcopy)) = if rows == 0 {
+            ((0, None), (0, None))
+        } else {
+            (self.rows_of(x, l, dim)?, self.rows_of(g, lg, dim)?)
+        };
+        let (weight, _wcopy) = self.rows_of(w, lw, 0)?;
+        // Partial sums in the statistics' precision: f64 for f64, else f32.
+        let wide = if T::KIND == tensorfn_core::DTypeKind::F64 {
+            2
+        } else {
+            1
+        };
+        let blocks = super::context::Context::norm_backward_blocks(rows);
+        let part = self.ctx.storage::<f32>(blocks * 2 * cols * wide)?;
+        self.ctx.builtin_norm_backward(
+            (op, T::KIND),
+            (
+                dx.device_ptr(),
+                dw.device_ptr(),
+                db.as_ref().map_or(0, |b| b.device_ptr()),
+            ),
+            [input, weight, grad],
+            part.device_ptr(),
+            (rows, cols),
+            eps,
+        )?;
+        Ok((dx, dw, db))
+    }
+
     fn rope<T: FloatDType>(
         &self,
         (x, l): (&CudaStorage<T>, &Layout),

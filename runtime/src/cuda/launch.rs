@@ -298,6 +298,76 @@ impl Context {
         )
     }
 
+    /// The blocks of the backward of a normalisation: at most this many,
+    /// each keeping `2 * cols` partial sums (8192-element rows: 16 MiB of
+    /// f32 for 256 blocks), about two per SM of the largest GPUs.
+    pub(crate) const NORM_BACKWARD_BLOCKS: usize = 256;
+
+    /// Runs the backward of normalisation `op` over `rows` contiguous rows
+    /// of `cols` elements: `dx` into `dx`, `dweight` (and `dbias` for
+    /// `layer_norm`, else `0`) through `part`, scratch space of
+    /// `blocks * 2 * cols` values of the statistics' type (f64 for f64,
+    /// else f32) where `blocks` is [`Self::norm_backward_blocks`].
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn builtin_norm_backward(
+        &self,
+        (op, dtype): (tensorfn_kernels::NormOp, tensorfn_core::DTypeKind),
+        (dx, dw, db): (u64, u64, u64),
+        [input, weight, grad]: [u64; 3],
+        part: u64,
+        (rows, cols): (usize, usize),
+        eps: f64,
+    ) -> Result<()> {
+        if cols == 0 {
+            return Ok(());
+        }
+        let kernel = Builtin::NormBackward(op, dtype);
+        let target = self.target();
+        let blocks = Self::norm_backward_blocks(rows);
+        if rows > 0 {
+            let f = self.function(ModuleKey::Builtin(kernel), "_dx", || kernel.source(target))?;
+            let mut values = [dx, input, weight, grad, rows as u64, cols as u64];
+            let mut eps = eps;
+            let mut part_v = part;
+            let mut params: Vec<*mut c_void> = values
+                .iter_mut()
+                .map(|v| v as *mut u64 as *mut c_void)
+                .collect();
+            params.push(&mut eps as *mut f64 as *mut c_void);
+            params.push(&mut part_v as *mut u64 as *mut c_void);
+            self.launch(
+                f,
+                &|| format!("{kernel:?}_dx over {rows}x{cols}"),
+                blocks as u32,
+                &mut params,
+            )?;
+        }
+        let f = self.function(ModuleKey::Builtin(kernel), "_sum", || kernel.source(target))?;
+        // No rows: the sums over no blocks are 0.
+        let mut values = [
+            dw,
+            db,
+            part,
+            if rows > 0 { blocks as u64 } else { 0 },
+            cols as u64,
+        ];
+        let mut params: Vec<*mut c_void> = values
+            .iter_mut()
+            .map(|v| v as *mut u64 as *mut c_void)
+            .collect();
+        self.launch(
+            f,
+            &|| format!("{kernel:?}_sum over {cols} columns"),
+            cols.div_ceil(BLOCK as usize) as u32,
+            &mut params,
+        )
+    }
+
+    /// The blocks [`Self::builtin_norm_backward`] launches for `rows`.
+    pub(crate) fn norm_backward_blocks(rows: usize) -> usize {
+        rows.clamp(1, Self::NORM_BACKWARD_BLOCKS)
+    }
+
     /// Runs `rope` over `rows` contiguous rows of `2 * half` elements of
     /// dtype `dtype` at `input` (row `r` at position `r % positions`), with
     /// `cos` and `sin` of `positions` rows, into `out`.

@@ -40,6 +40,8 @@ pub(crate) enum Builtin {
     Row(RowOp, DTypeKind),
     /// `layer_norm` / `rms_norm` over rows (entries by `tensorfn_kernels::norm`).
     Norm(NormOp, DTypeKind),
+    /// The gradients of `layer_norm` / `rms_norm` (entries `_dx`, `_sum`).
+    NormBackward(NormOp, DTypeKind),
     /// `rope` of contiguous rows.
     Rope(DTypeKind),
     /// `x + value * t1 * t2` over inputs `(x, t1, t2, value)`, rounded once.
@@ -66,6 +68,7 @@ impl Builtin {
             Builtin::Reduce(..)
             | Builtin::Row(..)
             | Builtin::Norm(..)
+            | Builtin::NormBackward(..)
             | Builtin::Rope(_)
             | Builtin::CatRows(_)
             | Builtin::Gather(..)
@@ -105,6 +108,7 @@ impl Builtin {
             Builtin::Reduce(op, t) => builtin::try_reduce(op, t),
             Builtin::Row(op, t) => builtin::try_row(op, t),
             Builtin::Norm(op, t) => builtin::try_norm(op, t),
+            Builtin::NormBackward(op, t) => builtin::try_norm_backward(op, t),
             Builtin::Rope(t) => builtin::try_rope(t),
             Builtin::CatRows(unit) => builtin::cat_rows(unit),
             Builtin::Gather(unit, index) => builtin::gather(unit, index),

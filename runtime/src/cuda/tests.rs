@@ -941,6 +941,70 @@ fn norms_of_empty_inputs_and_strided_weights() {
 }
 
 #[test]
+fn norm_backward_matches_the_cpu() {
+    use crate::cpu::CpuBackend;
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64, tol: f64) {
+        // Rows of one element, of a warp, past a block; fewer rows than
+        // blocks and more (the partial sums of several rows per block); a
+        // view at an offset; no rows.
+        for (rows, cols) in [(3, 1), (5, 31), (7, 768), (300, 1000), (2, 8200), (0, 5)] {
+            for offset in [0, 3] {
+                let n = rows * cols;
+                let x: Vec<T> = random(rng, offset + n, -3.0, 3.0);
+                let w: Vec<T> = random(rng, cols, -2.0, 2.0);
+                let g: Vec<T> = random(rng, offset + n, -1.0, 1.0);
+                let l = Layout::new(vec![rows, cols], vec![cols, 1], offset);
+                let lw = Layout::contiguous(&[cols]);
+                for op in NormOp::ALL {
+                    let what = format!("{} {} {rows}x{cols} offset {offset}", op.name(), T::KIND);
+                    let run = || {
+                        let (sx, sw, sg) = (up(be, &x), up(be, &w), up(be, &g));
+                        let (dx, dw, db) = be
+                            .norm_backward(op, (&sx, &l), (&sw, &lw), (&sg, &l), 1e-5)
+                            .unwrap();
+                        (
+                            down(&dx, &[n]),
+                            down(&dw, &[cols]),
+                            db.map(|d| down(&d, &[cols])),
+                        )
+                    };
+                    let (dx, dw, db) = run();
+                    // The same bits from run to run: no atomics.
+                    let again = run();
+                    let bits = |v: &[T]| v.iter().map(|v| v.to_f64().to_bits()).collect::<Vec<_>>();
+                    assert!(
+                        bits(&dx) == bits(&again.0) && bits(&dw) == bits(&again.1),
+                        "{what}"
+                    );
+                    let (ex, ew, eb) = CpuBackend
+                        .norm_backward(op, (&x, &l), (&w, &lw), (&g, &l), 1e-5)
+                        .unwrap();
+                    let f = |v: &[T]| v.iter().map(|v| v.to_f64()).collect::<Vec<f64>>();
+                    let scale = |v: &[f64]| v.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+                    let (ex, ew) = (f(&ex), f(&ew));
+                    assert_close(&format!("{what} dx"), &dx, &ex, 0.0, tol * scale(&ex));
+                    // Column sums over `rows` terms, added in another order.
+                    let sum_tol = tol * scale(&ew) * (rows.max(1) as f64).sqrt();
+                    assert_close(&format!("{what} dweight"), &dw, &ew, 0.0, sum_tol);
+                    assert_eq!(db.is_some(), op.has_bias(), "{what}");
+                    if let (Some(db), Some(eb)) = (db, eb) {
+                        let eb = f(&eb);
+                        let sum_tol = tol * scale(&eb) * (rows.max(1) as f64).sqrt();
+                        assert_close(&format!("{what} dbias"), &db, &eb, 0.0, sum_tol);
+                    }
+                }
+            }
+        }
+    }
+    check::<f32>(&be, &mut rng, 1e-4);
+    check::<f64>(&be, &mut rng, 1e-10);
+    check::<f16>(&be, &mut rng, 2e-2);
+    check::<bf16>(&be, &mut rng, 1e-1);
+}
+
+#[test]
 fn row_ops_match_the_interpreter_bit_for_bit() {
     use tensorfn_kernels::interp::{row, HostData};
     let Some((_serial, be)) = gpu() else { return };

@@ -100,6 +100,140 @@ impl<D: Device, T: FloatDType, S: LastDim> Tensor<D, T, S> {
         self.norm(NormOp::RmsNorm, weight, None, eps)
     }
 
+    /// The gradients of [`layer_norm`](Self::layer_norm) for the output's
+    /// gradient `grad_output`: `(dx, dweight, dbias)`, as PyTorch's
+    /// autograd gives them for `F.layer_norm(x, (N,), weight, bias, eps)`
+    /// (the bias does not enter them, so it is not an argument). Each row's
+    /// mean and inverse deviation are recomputed from `x` inside the
+    /// kernel, in f32 for f16/bf16 (f64 for f64), rather than saved by the
+    /// forward: a row is read once either way and the statistics cost a
+    /// few operations per element on data already in registers, while
+    /// saving them would make the forward write two more tensors and every
+    /// caller carry them. `dx` is one pass per row; `dweight` and `dbias`
+    /// are column sums over the rows, added per group of rows and then
+    /// group by group in order, so they are the same from run to run.
+    /// `grad_output` has the input's dims; a `Dyn` dim that differs is an
+    /// `Err` naming it.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f64, shape![2, 2]>::from_vec(vec![1., 3., 0., 4.]).unwrap();
+    /// let w = Tensor::<Cpu, f64, shape![2]>::from_vec(vec![1., 2.]).unwrap();
+    /// let dy = Tensor::<Cpu, f64, shape![2, 2]>::from_vec(vec![1., 0., 1., 1.]).unwrap();
+    /// let (dx, dw, db) = x.layer_norm_backward(&w, &dy, 0.0).unwrap();
+    /// // Rows of two normalise to -1, 1 whatever their values (eps = 0),
+    /// // so their `dx` is 0.
+    /// assert_eq!(db.to_vec().unwrap(), [2., 1.]);
+    /// assert_eq!(dw.to_vec().unwrap(), [-2., 1.]);
+    /// assert_eq!(dx.to_vec().unwrap()[2..], [0., 0.]);
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn layer_norm_backward(
+        &self,
+        weight: &Tensor<D, T, (S::Last,)>,
+        grad_output: &Self,
+        eps: f64,
+    ) -> Result<(Self, Tensor<D, T, (S::Last,)>, Tensor<D, T, (S::Last,)>)> {
+        let (dx, dw, db) = self.norm_backward(NormOp::LayerNorm, weight, grad_output, eps)?;
+        let db =
+            db.ok_or_else(|| Error::shape("layer_norm_backward", "a bias gradient", "none"))?;
+        Ok((dx, dw, db))
+    }
+
+    /// The gradients of [`rms_norm`](Self::rms_norm) for the output's
+    /// gradient `grad_output`: `(dx, dweight)`, as PyTorch's autograd
+    /// gives them for `F.rms_norm(x, (N,), weight, eps)`, with the same
+    /// `eps = None` rule as the forward ([`NormOp::default_eps`]). Each
+    /// row's inverse root mean square is recomputed from `x` inside the
+    /// kernel (see [`layer_norm_backward`](Self::layer_norm_backward) for
+    /// why nothing is saved); `dweight` is a deterministic column sum.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f64, shape![1, 2]>::from_vec(vec![3., 4.]).unwrap();
+    /// let w = Tensor::<Cpu, f64, shape![2]>::from_vec(vec![1., 1.]).unwrap();
+    /// let dy = Tensor::<Cpu, f64, shape![1, 2]>::from_vec(vec![1., 1.]).unwrap();
+    /// let (dx, dw) = x.rms_norm_backward(&w, &dy, Some(0.0)).unwrap();
+    /// let r = 12.5f64.sqrt(); // the row's root mean square
+    /// let dw = dw.to_vec().unwrap();
+    /// assert!((dw[0] - 3. / r).abs() < 1e-15 && (dw[1] - 4. / r).abs() < 1e-15);
+    /// // d/dx0 of (x0 + x1) / r: (1 - x0 * (x0 + x1) / (2 r^2)) / r
+    /// let want = (1. - 3. * 7. / 25.) / r;
+    /// assert!((dx.to_vec().unwrap()[0] - want).abs() < 1e-15);
+    /// ```
+    ///
+    /// A `grad_output` whose `Dyn` dims differ from the input's is an
+    /// `Err` naming it:
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![_, 2]>::from_vec_dims(vec![1.; 6], &[3, 2]).unwrap();
+    /// let w = Tensor::<Cpu, f32, shape![2]>::ones().unwrap();
+    /// let dy = Tensor::<Cpu, f32, shape![_, 2]>::from_vec_dims(vec![1.; 4], &[2, 2]).unwrap();
+    /// let e = x.rms_norm_backward(&w, &dy, None).unwrap_err();
+    /// assert!(e.to_string().contains("grad_output"), "{e}");
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn rms_norm_backward(
+        &self,
+        weight: &Tensor<D, T, (S::Last,)>,
+        grad_output: &Self,
+        eps: Option<f64>,
+    ) -> Result<(Self, Tensor<D, T, (S::Last,)>)> {
+        let eps = eps.unwrap_or(NormOp::RmsNorm.default_eps(T::KIND));
+        let (dx, dw, _) = self.norm_backward(NormOp::RmsNorm, weight, grad_output, eps)?;
+        Ok((dx, dw))
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn norm_backward(
+        &self,
+        op: NormOp,
+        weight: &Tensor<D, T, (S::Last,)>,
+        grad_output: &Self,
+        eps: f64,
+    ) -> Result<(
+        Self,
+        Tensor<D, T, (S::Last,)>,
+        Option<Tensor<D, T, (S::Last,)>>,
+    )> {
+        let name = match op {
+            NormOp::LayerNorm => "layer_norm_backward",
+            NormOp::RmsNorm => "rms_norm_backward",
+        };
+        let dims = rules::norm(name, ("input", self.dims()), &[("weight", weight.dims())])?;
+        if grad_output.dims() != self.dims() {
+            return Err(Error::shape(
+                name,
+                format!("`grad_output` of the input's dims {:?}", self.dims()),
+                format!("{:?}", grad_output.dims()),
+            ));
+        }
+        if eps.is_nan() || eps < 0.0 {
+            return Err(Error::shape(
+                name,
+                "`eps` zero or positive",
+                format!("eps = {eps}"),
+            ));
+        }
+        let last = [dims[dims.len() - 1]];
+        let (dx, dw, db) = dispatch!(D, |be| {
+            let (dx, dw, db) = be.norm_backward(
+                op,
+                (be.buf(&self.storage), &self.layout),
+                (be.buf(&weight.storage), &weight.layout),
+                (be.buf(&grad_output.storage), &grad_output.layout),
+                eps,
+            )?;
+            (be.wrap(dx), be.wrap(dw), db.map(|db| be.wrap(db)))
+        });
+        Ok((
+            output(dx, &dims)?,
+            output(dw, &last)?,
+            db.map(|db| output(db, &last)).transpose()?,
+        ))
+    }
+
     fn norm(
         &self,
         op: NormOp,
