@@ -109,3 +109,130 @@ unary_cases! {
     u_trunc: trunc in (-3.0, 3.0);
     u_sign: sign in (-3.0, 3.0);
 }
+
+/// The gradients `value_and_grad` gives, flattened.
+trait Flat {
+    fn flat(&self) -> Vec<Vec<f64>>;
+}
+
+impl<S: Shape> Flat for Tensor<Cpu, f64, S> {
+    fn flat(&self) -> Vec<Vec<f64>> {
+        vec![value(self)]
+    }
+}
+
+impl<A: Flat, B: Flat> Flat for (A, B) {
+    fn flat(&self) -> Vec<Vec<f64>> {
+        let mut v = self.0.flat();
+        v.extend(self.1.flat());
+        v
+    }
+}
+
+impl<A: Flat, B: Flat, C: Flat> Flat for (A, B, C) {
+    fn flat(&self) -> Vec<Vec<f64>> {
+        let mut v = self.0.flat();
+        v.extend(self.1.flat());
+        v.extend(self.2.flat());
+        v
+    }
+}
+
+/// A `#[grad]` function of every parameter, and a test comparing its
+/// gradients with finite differences on three seeds.
+macro_rules! fd_case {
+    ($test:ident: fn $name:ident($($p:ident: [$($d:literal),*] in ($lo:expr, $hi:expr)),+) { $($body:tt)* }) => {
+        tensor_fn! {
+            #[grad($($p),+)]
+            fn $name($($p: &Tensor<Cpu, f64, [$($d),*]>),+) -> Tensor<Cpu, f64, []> { $($body)* }
+        }
+
+        #[test]
+        fn $test() {
+            for seed in 0..3u64 {
+                let mut k = 0u64;
+                let inputs: Vec<Vec<f64>> = vec![$({
+                    k += 1;
+                    rand_vec(1 $(* $d)*, seed * 31 + k, $lo, $hi)
+                }),+];
+                let eval = |xs: &[Vec<f64>]| -> f64 {
+                    let mut it = xs.iter();
+                    $(let $p = tensor::<shape![$($d),*]>(it.next().unwrap());)+
+                    value(&$name($(&$p),+).unwrap())[0]
+                };
+                let (v, grads) = {
+                    let mut it = inputs.iter();
+                    $(let $p = tensor::<shape![$($d),*]>(it.next().unwrap());)+
+                    let (v, g) = $name::value_and_grad($(&$p),+).unwrap();
+                    (value(&v)[0], g.flat())
+                };
+                assert_eq!(v, eval(&inputs), "{}: value", stringify!($name));
+                for (i, g) in grads.iter().enumerate() {
+                    check_fd(
+                        &format!("{} (operand {i}, seed {seed})", stringify!($name)),
+                        &inputs[i],
+                        g,
+                        |xi| {
+                            let mut xs = inputs.clone();
+                            xs[i] = xi.to_vec();
+                            eval(&xs)
+                        },
+                        1e-6,
+                    );
+                }
+            }
+        }
+    };
+}
+
+// Binary ops, with broadcasting both ways and scalars.
+fd_case!(add_broadcast: fn b_add(x: [3, 4] in (-2.0, 2.0), y: [4] in (-2.0, 2.0)) { sin(x + y).sum() });
+fd_case!(sub_broadcast: fn b_sub(x: [3, 1] in (-2.0, 2.0), y: [3, 4] in (-2.0, 2.0)) { sin(x - y).sum() });
+fd_case!(mul_broadcast: fn b_mul(x: [2, 3, 4] in (-2.0, 2.0), y: [3, 1] in (-2.0, 2.0)) { sin(x * y).sum() });
+fd_case!(div_broadcast: fn b_div(x: [3, 4] in (-2.0, 2.0), y: [1, 4] in (0.5, 2.0)) { sin(x / y).sum() });
+fd_case!(maximum_minimum: fn b_maxmin(x: [3, 4] in (-2.0, 2.0), y: [4] in (-2.0, 2.0)) {
+    (sin(maximum(x, y)) + cos(minimum(x, y))).sum()
+});
+fd_case!(pow_tensor: fn b_pow(x: [3, 4] in (0.5, 2.0), y: [3, 4] in (-1.5, 1.5)) { pow(x, y).sum() });
+fd_case!(scalars: fn b_scalars(x: [3, 4] in (0.5, 2.0)) { sin(x * 2.0 - 1.0 / x + 0.5).sum() });
+fd_case!(leaky_relu_elu: fn b_leaky(x: [3, 4] in (-2.0, 2.0)) { (sin(leaky_relu(x, 0.2)) + sin(elu(x))).sum() });
+fd_case!(addcmul_rule: fn b_addcmul(x: [3, 4] in (-2.0, 2.0), a: [1, 4] in (-2.0, 2.0), b: [3, 1] in (-2.0, 2.0)) {
+    sin(addcmul(x, a, b, 0.5)).sum()
+});
+fd_case!(where_branches: fn s_where(x: [3, 4] in (-2.0, 2.0), y: [3, 4] in (-2.0, 2.0)) {
+    sin(where_(x.gt(y), x * x, y * 3.0)).sum()
+});
+fd_case!(masked_fill_rule: fn s_masked(x: [3, 4] in (-2.0, 2.0)) { sin(x.masked_fill(x.gt(0.5), 2.0) * x).sum() });
+
+// Products.
+fd_case!(matmul_2d: fn m_mm(x: [3, 4] in (-1.0, 1.0), y: [4, 5] in (-1.0, 1.0)) { sin(matmul(x, y)).sum() });
+fd_case!(matmul_batched: fn m_bmm_b(x: [2, 3, 4] in (-1.0, 1.0), y: [4, 5] in (-1.0, 1.0)) { sin(matmul(x, y)).sum() });
+fd_case!(bmm_rule: fn m_bmm(x: [2, 3, 4] in (-1.0, 1.0), y: [2, 4, 5] in (-1.0, 1.0)) { sin(bmm(x, y)).sum() });
+fd_case!(dot_rule: fn m_dot(x: [4] in (-1.0, 1.0), y: [4] in (-1.0, 1.0)) { sin(dot(x, y)) });
+fd_case!(addmm_rule: fn m_addmm(b: [5] in (-1.0, 1.0), x: [3, 4] in (-1.0, 1.0), y: [4, 5] in (-1.0, 1.0)) {
+    sin(addmm(b, x, y, beta = 0.5, alpha = 2.0)).sum()
+});
+
+// Views.
+fd_case!(t_reshape: fn v_t(x: [3, 4] in (-2.0, 2.0), w: [2, 6] in (-1.0, 1.0)) { (sin(x.t()).reshape([2, 6]) * w).sum() });
+fd_case!(permute_transpose: fn v_perm(x: [2, 3, 4] in (-2.0, 2.0), w: [4, 3, 2] in (-1.0, 1.0)) {
+    (sin(x.permute([2, 1, 0])) * w + cos(x.transpose(0, 2)) * w).sum()
+});
+fd_case!(expand_rule: fn v_expand(x: [3, 1] in (-2.0, 2.0), w: [2, 3, 4] in (-1.0, 1.0)) { (x.expand([2, 3, 4]) * w).sum() });
+fd_case!(narrow_rule: fn v_narrow(x: [3, 5] in (-2.0, 2.0)) { sin(x.narrow(1, 1, 3)).sum() });
+
+// Reductions.
+fd_case!(sum_mean_dims: fn r_sum(x: [3, 4] in (-2.0, 2.0)) {
+    (sin(x.sum(1)).sum() + cos(x.mean(0)).sum() + sin(x.mean()) + sin(x.sum(0, keepdim = true) * x).sum())
+});
+fd_case!(max_min_dim: fn r_max(x: [3, 4] in (-2.0, 2.0)) { (sin(x.max(1)).sum() + cos(x.min(0)).sum()) });
+fd_case!(max_all: fn r_max_all(x: [3, 4] in (-2.0, 2.0)) { sin(x.max()) + x.min() * 2.0 });
+
+// Row ops.
+fd_case!(softmax_rule: fn w_softmax(x: [3, 4] in (-2.0, 2.0), w: [3, 4] in (-1.0, 1.0)) { (x.softmax(1) * w).sum() + (x.softmax(0) * w).sum() });
+fd_case!(log_softmax_rule: fn w_lsm(x: [3, 4] in (-2.0, 2.0), w: [3, 4] in (-1.0, 1.0)) { (x.log_softmax(1) * w).sum() });
+fd_case!(logsumexp_rule: fn w_lse(x: [3, 4] in (-2.0, 2.0)) { sin(x.logsumexp(1)).sum() + x.logsumexp(0).sum() });
+
+// Joins.
+fd_case!(cat_rule: fn j_cat(x: [3, 2] in (-2.0, 2.0), y: [3, 4] in (-2.0, 2.0), w: [3, 6] in (-1.0, 1.0)) { (cat([x, y], 1) * w).sum() });
+fd_case!(stack_rule: fn j_stack(x: [3, 4] in (-2.0, 2.0), y: [3, 4] in (-2.0, 2.0), w: [3, 2, 4] in (-1.0, 1.0)) { (stack([x, y], 1) * w).sum() });
