@@ -236,3 +236,141 @@ fd_case!(logsumexp_rule: fn w_lse(x: [3, 4] in (-2.0, 2.0)) { sin(x.logsumexp(1)
 // Joins.
 fd_case!(cat_rule: fn j_cat(x: [3, 2] in (-2.0, 2.0), y: [3, 4] in (-2.0, 2.0), w: [3, 6] in (-1.0, 1.0)) { (cat([x, y], 1) * w).sum() });
 fd_case!(stack_rule: fn j_stack(x: [3, 4] in (-2.0, 2.0), y: [3, 4] in (-2.0, 2.0), w: [3, 2, 4] in (-1.0, 1.0)) { (stack([x, y], 1) * w).sum() });
+
+#[derive(Params)]
+struct Mlp<D: Device, T: Float> {
+    w1: Tensor<D, T, shape![4, 8]>,
+    b1: Tensor<D, T, shape![8]>,
+    w2: Tensor<D, T, shape![8, 3]>,
+    b2: Tensor<D, T, shape![3]>,
+    unused: Tensor<D, T, shape![2]>,
+}
+
+tensor_fn! {
+    /// A dtype- and device-generic loss over a parameter struct.
+    #[grad(p)]
+    fn mlp_loss<D: Device, T: Float, const B: usize>(
+        x: &Tensor<D, T, [B, 4]>,
+        p: &Mlp<D, T>,
+    ) -> Tensor<D, T, []> {
+        let h = tanh(addmm(p.b1, x, p.w1));
+        addmm(p.b2, h, p.w2).log_softmax(1).mean()
+    }
+
+    /// Gradients of a tensor and a struct, in `#[grad]` order.
+    #[grad(p, x)]
+    fn mlp_both(x: &Tensor<Cpu, f64, [2, 4]>, p: &Mlp<Cpu, f64>) -> Tensor<Cpu, f64, []> {
+        let h = tanh(addmm(p.b1, x, p.w1));
+        (addmm(p.b2, h, p.w2) * 0.5).logsumexp(1).sum()
+    }
+}
+
+fn mlp_from(v: &[Vec<f64>]) -> Mlp<Cpu, f64> {
+    Mlp {
+        w1: tensor(&v[0]),
+        b1: tensor(&v[1]),
+        w2: tensor(&v[2]),
+        b2: tensor(&v[3]),
+        unused: tensor(&v[4]),
+    }
+}
+
+fn mlp_flat(p: &Mlp<Cpu, f64>) -> Vec<Vec<f64>> {
+    vec![
+        value(&p.w1),
+        value(&p.b1),
+        value(&p.w2),
+        value(&p.b2),
+        value(&p.unused),
+    ]
+}
+
+#[test]
+fn parameter_struct_gradients() {
+    let sizes = [32, 8, 24, 3, 2];
+    for seed in 0..3u64 {
+        let pv: Vec<Vec<f64>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| rand_vec(n, seed * 7 + k as u64, -1.0, 1.0))
+            .collect();
+        let xv = rand_vec(20, seed + 50, -2.0, 2.0);
+        let x = tensor::<shape![5, 4]>(&xv);
+        let (v, g) = mlp_loss::value_and_grad(&x, &mlp_from(&pv)).unwrap();
+        assert_eq!(value(&v), value(&mlp_loss(&x, &mlp_from(&pv)).unwrap()));
+        let g = mlp_flat(&g);
+        assert_eq!(g[4], vec![0.0, 0.0], "a field the loss does not read");
+        for f in 0..4 {
+            check_fd(
+                &format!("mlp field {f}"),
+                &pv[f],
+                &g[f],
+                |xi| {
+                    let mut q = pv.clone();
+                    q[f] = xi.to_vec();
+                    value(&mlp_loss(&x, &mlp_from(&q)).unwrap())[0]
+                },
+                1e-6,
+            );
+        }
+        // Two parameters: the struct's gradient first, as written.
+        let x2v = rand_vec(8, seed + 60, -2.0, 2.0);
+        let x2 = tensor::<shape![2, 4]>(&x2v);
+        let (_, (gp, gx)) = mlp_both::value_and_grad(&x2, &mlp_from(&pv)).unwrap();
+        check_fd(
+            "mlp_both x",
+            &x2v,
+            &value(&gx),
+            |xi| value(&mlp_both(&tensor(xi), &mlp_from(&pv)).unwrap())[0],
+            1e-6,
+        );
+        check_fd(
+            "mlp_both w2",
+            &pv[2],
+            &value(&gp.w2),
+            |xi| {
+                let mut q = pv.clone();
+                q[2] = xi.to_vec();
+                value(&mlp_both(&x2, &mlp_from(&q)).unwrap())[0]
+            },
+            1e-6,
+        );
+    }
+}
+
+#[test]
+fn f32_and_16_bit_instances_agree_with_f64() {
+    let sizes = [32, 8, 24, 3, 2];
+    let pv: Vec<Vec<f64>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| rand_vec(n, 90 + k as u64, -1.0, 1.0))
+        .collect();
+    let xv = rand_vec(20, 99, -2.0, 2.0);
+    let x = tensor::<shape![5, 4]>(&xv);
+    let p = mlp_from(&pv);
+    let (_, want) = mlp_loss::value_and_grad(&x, &p).unwrap();
+    let want = mlp_flat(&want);
+    fn check<T: Float + Into<f64>>(
+        x: &Tensor<Cpu, f64, shape![5, 4]>,
+        p: &Mlp<Cpu, f64>,
+        want: &[Vec<f64>],
+        tol: f64,
+    ) {
+        let (_, g) =
+            mlp_loss::value_and_grad(&x.cast::<T>().unwrap(), &p.cast::<T>().unwrap()).unwrap();
+        let got = [value(&g.w1), value(&g.b1), value(&g.w2), value(&g.b2)];
+        for (f, (a, b)) in got.iter().zip(want).enumerate() {
+            for (i, (a, b)) in a.iter().zip(b).enumerate() {
+                assert!(
+                    (a - b).abs() <= tol,
+                    "{}: field {f}[{i}]: {a} vs {b}",
+                    T::KIND
+                );
+            }
+        }
+    }
+    check::<f32>(&x, &p, &want, 1e-5);
+    check::<f16>(&x, &p, &want, 2e-2);
+    check::<bf16>(&x, &p, &want, 1e-1);
+}
