@@ -141,6 +141,15 @@ pub fn derive(
     // Every differentiated parameter must reach the result.
     for ((i, fields), name) in targets.iter().zip(names) {
         if !fields.iter().any(|&n| d.live[n]) {
+            if let Some((blocker, why)) = d.blocked(fields) {
+                let text = d.g.nodes[blocker].text.clone();
+                let sp = d.g.nodes[blocker].sp.clone();
+                errors.push(sp.error(format!(
+                    "`{text}`: {why}, and it is the only path from `{name}` to the result of the `#[grad]` function `{}`, so `{name}` would get no gradient; remove `{name}` from `#[grad(..)]`, or let the result depend on `{name}` through differentiable ops",
+                    ast.name
+                )));
+                continue;
+            }
             errors.push(syn::Error::new(
                 name.span(),
                 format!(
@@ -227,6 +236,8 @@ struct Deriver {
     live: Vec<bool>,
     /// The gradient of each forward node so far.
     adj: Vec<Option<NodeId>>,
+    /// The result.
+    ret: NodeId,
     errors: Vec<syn::Error>,
 }
 
@@ -247,26 +258,26 @@ fn carries(op: &Op, k: usize) -> bool {
 /// The op as its error messages name it.
 fn op_name(op: &Op) -> String {
     match op {
-        Op::Unary(u, _) => u.name().to_string(),
-        Op::Binary(b, ..) => b.name().to_string(),
+        Op::Unary(u, _) => format!("`{}`", u.name()),
+        Op::Binary(b, ..) => format!("`{}`", b.name()),
         Op::Compare(c, ..) => format!("the comparison `{}`", c.symbol()),
-        Op::Reduce { op, .. } => op.name().to_string(),
-        Op::Row { op, .. } => op.name().to_string(),
-        Op::Norm { op, .. } => op.name().to_string(),
-        Op::Cast(..) => "cast".into(),
+        Op::Reduce { op, .. } => format!("`{}`", op.name()),
+        Op::Row { op, .. } => format!("`{}`", op.name()),
+        Op::Norm { op, .. } => format!("`{}`", op.name()),
+        Op::Cast(..) => "the cast".into(),
         Op::Kernel { .. } => "a `#[kernel]` function".into(),
-        Op::Call { .. } => "a call".into(),
+        Op::Call { .. } => "the call".into(),
         Op::External { .. } => "a function outside `tensor_fn!`".into(),
-        Op::Attention { .. } => "scaled_dot_product_attention".into(),
-        Op::Rope { .. } => "rope".into(),
-        Op::Embedding { .. } => "embedding".into(),
-        Op::Select { gather: true, .. } => "gather".into(),
-        Op::Select { .. } => "index_select".into(),
-        Op::Triangle { upper: true, .. } => "triu".into(),
-        Op::Triangle { .. } => "tril".into(),
-        Op::Narrow { .. } => "narrow".into(),
+        Op::Attention { .. } => "`scaled_dot_product_attention`".into(),
+        Op::Rope { .. } => "`rope`".into(),
+        Op::Embedding { .. } => "`embedding`".into(),
+        Op::Select { gather: true, .. } => "`gather`".into(),
+        Op::Select { .. } => "`index_select`".into(),
+        Op::Triangle { upper: true, .. } => "`triu`".into(),
+        Op::Triangle { .. } => "`tril`".into(),
+        Op::Narrow { .. } => "`narrow`".into(),
         Op::Index { .. } => "indexing".into(),
-        Op::Cat { .. } => "cat".into(),
+        Op::Cat { .. } => "`cat`".into(),
         _ => "this op".into(),
     }
 }
@@ -296,25 +307,16 @@ impl Deriver {
             from: vec![None; n],
             live: vec![false; n],
             adj: vec![None; n],
+            ret: f.ret[0],
             errors: Vec::new(),
         }
-        .with_ret(f.ret[0])
-    }
-
-    fn with_ret(mut self, r: NodeId) -> Self {
-        self.live[r] = true;
-        self
     }
 
     /// Marks what needs a gradient (forward from the parameters) and
     /// what the result depends on (backward from it).
     fn mark(&mut self, targets: &[NodeId]) {
         let n = self.live.len();
-        let r = self
-            .live
-            .iter()
-            .position(|&l| l)
-            .expect("the result is live");
+        let r = self.ret;
         for &t in targets {
             self.needs[t] = true;
             self.from[t] = Some(t);
@@ -349,6 +351,57 @@ impl Deriver {
             }
         }
         self.live = live;
+    }
+
+    /// Where the result depends on `sources` only through operands that
+    /// carry no gradient: the first such op and why.
+    fn blocked(&self, sources: &[NodeId]) -> Option<(NodeId, String)> {
+        let n = self.live.len();
+        // Everything reached from the sources, through any operand.
+        let mut reach = vec![false; n];
+        for &s in sources {
+            reach[s] = true;
+        }
+        for id in 0..n {
+            if self.g.inputs(id).iter().any(|&i| reach[i]) {
+                reach[id] = true;
+            }
+        }
+        let r = self.ret;
+        if !reach[r] {
+            return None;
+        }
+        let mut on_path = vec![false; n];
+        on_path[r] = true;
+        for id in (0..n).rev() {
+            if on_path[id] {
+                for i in self.g.inputs(id) {
+                    if reach[i] {
+                        on_path[i] = true;
+                    }
+                }
+            }
+        }
+        (0..n).filter(|&id| on_path[id]).find_map(|id| {
+            let op = &self.g.nodes[id].op;
+            let ins = self.g.inputs(id);
+            ins.iter()
+                .enumerate()
+                .any(|(k, &i)| on_path[i] && !carries(op, k))
+                .then(|| {
+                    let why = match op {
+                        Op::Compare(..) => {
+                            "a comparison gives a `bool` tensor, which carries no gradient"
+                                .to_string()
+                        }
+                        Op::Where(..) => {
+                            "the condition of `where_` carries no gradient".to_string()
+                        }
+                        _ => "an index carries no gradient".to_string(),
+                    };
+                    (id, why)
+                })
+        })
     }
 
     fn tt(&self, n: NodeId) -> TensorTy {
@@ -638,13 +691,13 @@ impl Deriver {
                     let p = self.param_name(i);
                     let what = match &self.g.nodes[i].op {
                         Op::Cast(..) => "this cast to an integer type".to_string(),
-                        op => format!("`{}`", op_name(op)),
+                        op => op_name(op),
                     };
                     let text = self.g.nodes[i].text.clone();
                     self.error(
                         i,
                         format!(
-                            "`{text}` has no gradient: {what} gives a `{}` tensor, which is not differentiable, on the path from `{p}` to the result of the `#[grad]` function; compute it from a value that does not need a gradient, or remove `{p}` from `#[grad(..)]`",
+                            "`{text}` has no gradient: {what} gives `{}` values, which are not differentiable, on the path from `{p}` to the result of the `#[grad]` function; compute it from a value that does not need a gradient, or remove `{p}` from `#[grad(..)]`",
                             self.tt(i).dtype
                         ),
                     );
@@ -667,7 +720,7 @@ impl Deriver {
                     self.error(
                         n,
                         format!(
-                            "`{name}` in `{text}` {why}, and it lies on the path from `{p}` to the result of the `#[grad]` function; remove `{p}` from `#[grad(..)]` or compute this from values that need no gradient"
+                            "`{text}`: {name} {why}, and it lies on the path from `{p}` to the result of the `#[grad]` function; remove `{p}` from `#[grad(..)]` or compute this from values that need no gradient"
                         ),
                     );
                 }
