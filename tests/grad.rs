@@ -374,3 +374,46 @@ fn f32_and_16_bit_instances_agree_with_f64() {
     check::<f16>(&x, &p, &want, 2e-2);
     check::<bf16>(&x, &p, &want, 1e-1);
 }
+
+tensor_fn! {
+    fn mlp_logits<D: Device, T: Float, const B: usize>(
+        x: &Tensor<D, T, [B, 4]>,
+        p: &Mlp<D, T>,
+    ) -> Tensor<D, T, [B, 3]> {
+        let h = tanh(addmm(p.b1, x, p.w1));
+        addmm(p.b2, h, p.w2)
+    }
+
+    /// The loss through a call: the callee's body is differentiated at
+    /// the call.
+    #[grad(p)]
+    fn call_loss<D: Device, T: Float, const B: usize>(
+        x: &Tensor<D, T, [B, 4]>,
+        p: &Mlp<D, T>,
+    ) -> Tensor<D, T, []> {
+        mlp_logits(x, p).log_softmax(1).mean()
+    }
+}
+
+#[test]
+fn gradients_through_calls() {
+    let sizes = [32, 8, 24, 3, 2];
+    let pv: Vec<Vec<f64>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| rand_vec(n, 70 + k as u64, -1.0, 1.0))
+        .collect();
+    let x = tensor::<shape![5, 4]>(&rand_vec(20, 79, -2.0, 2.0));
+    let (v, g) = call_loss::value_and_grad(&x, &mlp_from(&pv)).unwrap();
+    let (w, h) = mlp_loss::value_and_grad(&x, &mlp_from(&pv)).unwrap();
+    assert_eq!(value(&v), value(&w));
+    assert_eq!(mlp_flat(&g), mlp_flat(&h));
+    let (_, g32) = call_loss::value_and_grad(
+        &x.cast::<f32>().unwrap(),
+        &mlp_from(&pv).cast::<f32>().unwrap(),
+    )
+    .unwrap();
+    for (a, b) in value(&g32.w1).iter().zip(&value(&h.w1)) {
+        assert!((a - b).abs() < 1e-5);
+    }
+}

@@ -57,7 +57,10 @@ pub fn derive(
     ast: &TensorFn,
     f: &CheckedFn,
     names: &[syn::Ident],
+    checked: &[Option<CheckedFn>],
 ) -> Result<Joint, Vec<syn::Error>> {
+    let inlined = inline_calls(f, checked, 0);
+    let f = &inlined;
     let mut errors = Vec::new();
     // The result: one 0-d float tensor.
     let ok_ret = f.ret.len() == 1
@@ -1311,5 +1314,242 @@ impl Deriver {
             #[allow(unreachable_patterns)]
             _ => return Err("has no derivative rule".into()),
         })
+    }
+}
+
+/// `op` with every operand `n` replaced by `m(n)`.
+fn map_op(op: &Op, m: &dyn Fn(NodeId) -> NodeId) -> Op {
+    let ia = |a: &IndexArg| match a {
+        IndexArg::Node(n) => IndexArg::Node(m(*n)),
+        c => c.clone(),
+    };
+    let mut op = op.clone();
+    match &mut op {
+        Op::Param(_) | Op::Lit { .. } | Op::Arange { .. } => {}
+        Op::Unary(_, a) | Op::Cast(a, _) | Op::T(a) | Op::ToDevice(a, _) | Op::Expand(a) => {
+            *a = m(*a)
+        }
+        Op::Permute(a, _) | Op::Transpose(a, ..) | Op::TupleGet(a, _) => *a = m(*a),
+        Op::Binary(_, a, b)
+        | Op::Compare(_, a, b)
+        | Op::MatMul(a, b)
+        | Op::Bmm(a, b)
+        | Op::Dot(a, b) => {
+            *a = m(*a);
+            *b = m(*b);
+        }
+        Op::Where(c, a, b) => {
+            *c = m(*c);
+            *a = m(*a);
+            *b = m(*b);
+        }
+        Op::AddCmul {
+            input,
+            t1,
+            t2,
+            value,
+        } => {
+            for x in [input, t1, t2, value] {
+                *x = m(*x);
+            }
+        }
+        Op::Kernel { args, .. } | Op::Call { args, .. } | Op::External { args, .. } => {
+            for a in args {
+                *a = m(*a);
+            }
+        }
+        Op::AddMm {
+            bias,
+            m1,
+            m2,
+            beta,
+            alpha,
+        } => {
+            for x in [bias, m1, m2] {
+                *x = m(*x);
+            }
+            for x in [beta, alpha].into_iter().flatten() {
+                *x = m(*x);
+            }
+        }
+        Op::Attention {
+            q,
+            k,
+            v,
+            mask,
+            scale,
+            ..
+        } => {
+            for x in [q, k, v] {
+                *x = m(*x);
+            }
+            for x in [mask, scale].into_iter().flatten() {
+                *x = m(*x);
+            }
+        }
+        Op::Reshape { x, .. }
+        | Op::Reduce { x, .. }
+        | Op::Row { x, .. }
+        | Op::Triangle { x, .. } => *x = m(*x),
+        Op::Narrow { x, start, len, .. } => {
+            *x = m(*x);
+            *start = ia(start);
+            *len = ia(len);
+        }
+        Op::Index { x, index, .. } => {
+            *x = m(*x);
+            *index = ia(index);
+        }
+        Op::Norm {
+            x,
+            weight,
+            bias,
+            eps,
+            ..
+        } => {
+            *x = m(*x);
+            *weight = m(*weight);
+            for y in [bias, eps].into_iter().flatten() {
+                *y = m(*y);
+            }
+        }
+        Op::Rope { x, cos, sin } => {
+            for y in [x, cos, sin] {
+                *y = m(*y);
+            }
+        }
+        Op::Cat { xs, .. } => {
+            for x in xs {
+                *x = m(*x);
+            }
+        }
+        Op::Embedding { ids, weight } => {
+            *ids = m(*ids);
+            *weight = m(*weight);
+        }
+        Op::Select { x, index, .. } => {
+            *x = m(*x);
+            *index = m(*index);
+        }
+    }
+    op
+}
+
+/// `f` with every call to a function of the invocation replaced by the
+/// callee's body (its symbols, device and dtype parameters bound as at
+/// the call), so that the backward passes through it.
+fn inline_calls(f: &CheckedFn, checked: &[Option<CheckedFn>], depth: usize) -> CheckedFn {
+    let mut g = Graph::default();
+    let mut map: Vec<NodeId> = Vec::with_capacity(f.graph.nodes.len());
+    let mut tuples: std::collections::HashMap<NodeId, Vec<NodeId>> = Default::default();
+    for (id, node) in f.graph.nodes.iter().enumerate() {
+        let callee = match &node.op {
+            Op::Call { callee, .. } if depth < 64 => checked.get(*callee).and_then(|c| c.as_ref()),
+            _ => None,
+        };
+        if let (
+            Some(c),
+            Op::Call {
+                args,
+                bindings,
+                dtypes,
+                ..
+            },
+        ) = (callee, &node.op)
+        {
+            let c = inline_calls(c, checked, depth + 1);
+            let args: Vec<NodeId> = args.iter().map(|&a| map[a]).collect();
+            let bind: std::collections::HashMap<&str, &Dim> =
+                bindings.iter().map(|(s, d)| (s.as_str(), d)).collect();
+            let mut devs: std::collections::HashMap<crate::ast::Name, crate::ast::Device> =
+                Default::default();
+            let mut dts: std::collections::HashMap<crate::ast::Name, Dt> = Default::default();
+            for (i, p) in c.sig.params.iter().enumerate() {
+                if let (ParamSig::Tensor(t), Some(Ty::Tensor(a))) =
+                    (p, args.get(i).and_then(|&a| g.nodes.get(a)).map(|n| &n.ty))
+                {
+                    if let crate::ast::Device::Param(n) = t.device {
+                        devs.entry(n).or_insert(a.device);
+                    }
+                    if let Dt::Param(n, _) = t.dtype {
+                        dts.entry(n).or_insert(a.dtype);
+                    }
+                }
+            }
+            let dtype_params = c
+                .sig
+                .type_params
+                .iter()
+                .filter(|p| matches!(p.kind, crate::ast::TypeParamKind::DType(_)));
+            for (p, d) in dtype_params.zip(dtypes) {
+                dts.insert(p.name, *d);
+            }
+            let dim = |d: &Dim| {
+                d.substitute(&|s| bind.get(s).map(|&d| d.clone()))
+                    .unwrap_or_else(|| d.clone())
+            };
+            let dev = |d: crate::ast::Device| match d {
+                crate::ast::Device::Param(n) => devs.get(&n).copied().unwrap_or(d),
+                d => d,
+            };
+            let dt = |d: Dt| match d {
+                Dt::Param(n, _) => dts.get(&n).copied().unwrap_or(d),
+                d => d,
+            };
+            let tensor = |t: &TensorTy| TensorTy {
+                device: dev(t.device),
+                dtype: dt(t.dtype),
+                dims: t.dims.iter().map(&dim).collect(),
+            };
+            let mut cmap: Vec<NodeId> = Vec::with_capacity(c.graph.nodes.len());
+            for cn in &c.graph.nodes {
+                if let Op::Param(i) = cn.op {
+                    cmap.push(args.get(i).copied().unwrap_or(usize::MAX));
+                    continue;
+                }
+                let mut op = map_op(&cn.op, &|n| cmap[n]);
+                match &mut op {
+                    Op::Cast(_, d) => *d = dt(*d),
+                    Op::ToDevice(_, d) => *d = dev(*d),
+                    Op::Arange { start } => *start = dim(start),
+                    _ => {}
+                }
+                let ty = match &cn.ty {
+                    Ty::Tensor(t) => Ty::Tensor(tensor(t)),
+                    Ty::Tuple(ts) => Ty::Tuple(ts.iter().map(&tensor).collect()),
+                    t => t.clone(),
+                };
+                let id = g.push(Node {
+                    op,
+                    ty,
+                    sp: cn.sp.clone(),
+                    text: cn.text.clone(),
+                });
+                cmap.push(id);
+            }
+            let rets: Vec<NodeId> = c.ret.iter().map(|&r| cmap[r]).collect();
+            if let Ty::Tuple(_) = node.ty {
+                tuples.insert(id, rets);
+                map.push(usize::MAX);
+            } else {
+                map.push(rets[0]);
+            }
+            continue;
+        }
+        if let Op::TupleGet(x, k) = node.op {
+            if let Some(rets) = tuples.get(&x) {
+                map.push(rets[k]);
+                continue;
+            }
+        }
+        let op = map_op(&node.op, &|n| map[n]);
+        let new = g.push(Node { op, ..node.clone() });
+        map.push(new);
+    }
+    CheckedFn {
+        sig: f.sig.clone(),
+        graph: g,
+        params: f.params.iter().map(|&p| map[p]).collect(),
+        ret: f.ret.iter().map(|&r| map[r]).collect(),
     }
 }

@@ -183,7 +183,7 @@ fn analyse<'a>(input: &'a ast::Input, field_errors: &mut [Vec<syn::Error>]) -> I
             joints.push(None);
             continue;
         };
-        match grad::derive(f, c, names) {
+        match grad::derive(f, c, names, &checked) {
             Ok(joint) => {
                 let planned = instance::instances(&joint.f.sig.type_params)
                     .into_iter()
