@@ -417,3 +417,106 @@ fn gradients_through_calls() {
         assert!((a - b).abs() < 1e-5);
     }
 }
+
+tensor_fn! {
+    /// Rules with their own runtime calls (reductions, row ops, `cat`,
+    /// transposed products, expands) on any device.
+    #[grad(x, w)]
+    fn mixed<D: Device, T: Float>(
+        x: &Tensor<D, T, [6, 5]>,
+        w: &Tensor<D, T, [5, 3]>,
+    ) -> Tensor<D, T, []> {
+        let y = matmul(x, w);
+        let z = cat([y.softmax(1), y.log_softmax(0), y.t().reshape([6, 3])], 1);
+        (z * z).sum() + y.max(1).sum() + y.logsumexp(0).mean() + maximum(y, y * 0.5).mean()
+    }
+}
+
+fn close(what: &str, a: &[f64], b: &[f64], tol: f64) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!(
+            (x - y).abs() <= tol * x.abs().max(1.0),
+            "{what}[{i}]: cpu {x}, gpu {y}"
+        );
+    }
+}
+
+#[test]
+fn mixed_rules_against_finite_differences() {
+    let xv = rand_vec(30, 5, -1.0, 1.0);
+    let wv = rand_vec(15, 6, -1.0, 1.0);
+    let (x, w) = (tensor::<shape![6, 5]>(&xv), tensor::<shape![5, 3]>(&wv));
+    let (_, (gx, gw)) = mixed::value_and_grad(&x, &w).unwrap();
+    check_fd(
+        "mixed x",
+        &xv,
+        &value(&gx),
+        |xi| value(&mixed(&tensor(xi), &w).unwrap())[0],
+        1e-6,
+    );
+    check_fd(
+        "mixed w",
+        &wv,
+        &value(&gw),
+        |wi| value(&mixed(&x, &tensor(wi)).unwrap())[0],
+        1e-6,
+    );
+}
+
+#[test]
+fn gpu_gradients_match_the_cpu() {
+    let probe = Tensor::<Cpu, f32, shape![1]>::ones().unwrap();
+    if let Err(e) = probe.to_device::<Cuda>() {
+        eprintln!("skipping: no CUDA device ({e})");
+        return;
+    }
+    let sizes = [32, 8, 24, 3, 2];
+    let pv: Vec<Vec<f64>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| rand_vec(n, 40 + k as u64, -1.0, 1.0))
+        .collect();
+    let p = mlp_from(&pv);
+    let x = tensor::<shape![5, 4]>(&rand_vec(20, 49, -2.0, 2.0));
+    let (v, g) = mlp_loss::value_and_grad(&x, &p).unwrap();
+    let (want_v, want) = (value(&v), mlp_flat(&g));
+    // f64 and f32 on the GPU against the f64 CPU gradients.
+    let (gv, gg) = mlp_loss::value_and_grad(
+        &x.to_device::<Cuda>().unwrap(),
+        &p.to_device::<Cuda>().unwrap(),
+    )
+    .unwrap();
+    close(
+        "mlp value f64",
+        &want_v,
+        &value(&gv.to_cpu().unwrap()),
+        1e-12,
+    );
+    let got = mlp_flat(&gg.to_device::<Cpu>().unwrap());
+    for f in 0..5 {
+        close(&format!("mlp f64 field {f}"), &want[f], &got[f], 1e-12);
+    }
+    let (_, g32) = mlp_loss::value_and_grad(
+        &x.cast::<f32>().unwrap().to_device::<Cuda>().unwrap(),
+        &p.cast::<f32>().unwrap().to_device::<Cuda>().unwrap(),
+    )
+    .unwrap();
+    let g32 = g32.to_device::<Cpu>().unwrap().cast::<f64>().unwrap();
+    let got = mlp_flat(&g32);
+    for f in 0..5 {
+        close(&format!("mlp f32 field {f}"), &want[f], &got[f], 1e-5);
+    }
+    let (x, w) = (
+        tensor::<shape![6, 5]>(&rand_vec(30, 1, -1.0, 1.0)),
+        tensor::<shape![5, 3]>(&rand_vec(15, 2, -1.0, 1.0)),
+    );
+    let (_, (cx, cw)) = mixed::value_and_grad(&x, &w).unwrap();
+    let (_, (gx, gw)) = mixed::value_and_grad(
+        &x.to_device::<Cuda>().unwrap(),
+        &w.to_device::<Cuda>().unwrap(),
+    )
+    .unwrap();
+    close("mixed x", &value(&cx), &value(&gx.to_cpu().unwrap()), 1e-12);
+    close("mixed w", &value(&cw), &value(&gw.to_cpu().unwrap()), 1e-12);
+}
