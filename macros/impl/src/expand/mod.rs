@@ -402,7 +402,7 @@ fn fn_item(
     let errors = crate::combine(errors).map(|e| e.to_compile_error());
     quote! {
         #errors
-        #[allow(clippy::let_and_return, clippy::redundant_clone, clippy::needless_borrow, clippy::needless_return, clippy::needless_question_mark)]
+        #[allow(clippy::let_and_return, clippy::redundant_clone, clippy::needless_borrow, clippy::needless_return, clippy::needless_question_mark, clippy::approx_constant)]
         #head #generics (#(#params),*) -> ::tensorfn::Result<#ret> {
             #(#bodies)*
             #fallback
