@@ -520,3 +520,39 @@ fn gpu_gradients_match_the_cpu() {
     close("mixed x", &value(&cx), &value(&gx.to_cpu().unwrap()), 1e-12);
     close("mixed w", &value(&cw), &value(&gw.to_cpu().unwrap()), 1e-12);
 }
+
+tensor_fn! {
+    /// Run-time dims: means and broadcasts whose counts are known only
+    /// when the function runs.
+    #[grad(x, b)]
+    fn dyn_dims(x: &Tensor<Cpu, f64, [N, 3]>, b: &Tensor<Cpu, f64, [3]>) -> Tensor<Cpu, f64, []> {
+        sin(x + b).mean(0).sum() + cos(x).mean() + (x * b).sum(1).mean()
+    }
+}
+
+#[test]
+fn run_time_dims() {
+    for n in [1usize, 4] {
+        let xv = rand_vec(n * 3, n as u64, -2.0, 2.0);
+        let bv = rand_vec(3, 9, -2.0, 2.0);
+        let xt = |v: &[f64]| {
+            Tensor::<Cpu, f64, shape![_, 3]>::from_vec_dims(v.to_vec(), &[n, 3]).unwrap()
+        };
+        let b = tensor::<shape![3]>(&bv);
+        let (_, (gx, gb)) = dyn_dims::value_and_grad(&xt(&xv), &b).unwrap();
+        check_fd(
+            "dyn x",
+            &xv,
+            &value(&gx),
+            |xi| value(&dyn_dims(&xt(xi), &b).unwrap())[0],
+            1e-6,
+        );
+        check_fd(
+            "dyn b",
+            &bv,
+            &value(&gb),
+            |bi| value(&dyn_dims(&xt(&xv), &tensor(bi)).unwrap())[0],
+            1e-6,
+        );
+    }
+}
