@@ -544,16 +544,18 @@
 /// Which ops have a derivative is the catalogue's
 /// (`tensorfn_core::ops::Derivative`). An op without one on the path from
 /// a differentiated parameter to the result (`argmax`, a cast to an
-/// integer type, a `#[kernel]`, and for now `layer_norm`, `rms_norm`,
-/// `rope`, `scaled_dot_product_attention`, `embedding`, `index_select`
-/// and `gather`) is a compile error on the op naming the parameter, as is
+/// integer type, a `#[kernel]`, and for now `rope`,
+/// `scaled_dot_product_attention`, `embedding`, `index_select` and
+/// `gather`) is a compile error on the op naming the parameter, as is
 /// a `#[grad]` parameter the result does not depend on, or a comparison as
 /// the only path to it (a comparison used as a mask beside a
 /// differentiable path is fine). `max(dim)` and `min(dim)` give the whole
 /// gradient to the index they return; `max()` and `min()` share it evenly
 /// among the elements equal to the result, and `maximum`/`minimum` halve
 /// it on ties, as PyTorch does; `floor`, `round`, `sign` and the other
-/// piecewise-constant ops pass a zero gradient.
+/// piecewise-constant ops pass a zero gradient. `layer_norm` and
+/// `rms_norm` recompute their statistics in the backward (over a last dim
+/// known at compile time).
 ///
 /// # Errors at compile time
 ///

@@ -556,3 +556,12 @@ fn run_time_dims() {
         );
     }
 }
+
+// Norms (a composite backward: the statistics recomputed from the input).
+fd_case!(layer_norm_rule: fn n_ln(x: [3, 5] in (-2.0, 2.0), w: [5] in (-1.5, 1.5), b: [5] in (-1.0, 1.0)) {
+    sin(layer_norm(x, w, b, 1e-5)).sum()
+});
+fd_case!(layer_norm_default_eps: fn n_ln_d(x: [2, 3, 4] in (-2.0, 2.0), w: [4] in (-1.5, 1.5), b: [4] in (-1.0, 1.0)) {
+    sin(layer_norm(x, w, b)).sum()
+});
+fd_case!(rms_norm_rule: fn n_rms(x: [3, 5] in (-2.0, 2.0), w: [5] in (-1.5, 1.5)) { sin(rms_norm(x, w, 1e-6)).sum() });

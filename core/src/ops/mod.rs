@@ -334,8 +334,7 @@ const fn derivative_of(kind: OpKind) -> Derivative {
     match kind {
         OpKind::Compare(_) | OpKind::Arange => Derivative::None,
         OpKind::Reduce(ReduceOp::ArgMax | ReduceOp::ArgMin) => Derivative::None,
-        OpKind::Norm(_)
-        | OpKind::Rope
+        OpKind::Rope
         | OpKind::Attention
         | OpKind::Embedding
         | OpKind::IndexSelect

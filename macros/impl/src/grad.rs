@@ -20,7 +20,7 @@ use crate::graph::*;
 use crate::shape::{numel, Dim};
 use crate::sig::ParamSig;
 use tensorfn_core::DTypeKind;
-use tensorfn_kernels::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, CmpOp, NormOp, ReduceOp, RowOp, UnaryOp};
 
 /// What `value_and_grad` gives back for one `#[grad]` parameter.
 #[derive(Clone, Debug)]
@@ -1033,11 +1033,71 @@ impl Deriver {
                         .into(),
                 )
             }
-            Op::Norm { .. }
-            | Op::Rope { .. }
-            | Op::Attention { .. }
-            | Op::Embedding { .. }
-            | Op::Select { .. } => return Err("has no derivative rule yet".into()),
+            Op::Norm {
+                op: nop,
+                x,
+                weight,
+                bias,
+                eps,
+            } => {
+                // Composite: the statistics recomputed from `x`, then
+                // PyTorch's formulas over the last dim.
+                let xd = self.dims(x);
+                let last = xd.len() - 1;
+                let Some(count) = xd[last].as_constant() else {
+                    return Err(
+                        "has no derivative rule yet for a last dim known only at run time".into(),
+                    );
+                };
+                let inv_n = 1.0 / count as f64;
+                let eps = match eps {
+                    Some(e) => e,
+                    None => {
+                        let k = match self.tt(x).dtype {
+                            Dt::Kind(k) => k,
+                            // A dtype parameter: f32's default, which the
+                            // 16-bit dtypes share.
+                            _ => DTypeKind::F32,
+                        };
+                        self.lit(nop.default_eps(k), x)
+                    }
+                };
+                let xc = match nop {
+                    NormOp::LayerNorm => {
+                        let s = self.sum_keep(x, last);
+                        let mu = self.mul_lit(s, inv_n);
+                        self.bin(BinaryOp::Sub, x, mu)
+                    }
+                    NormOp::RmsNorm => x,
+                };
+                let sq = self.mul(xc, xc);
+                let ss = self.sum_keep(sq, last);
+                let stat = self.mul_lit(ss, inv_n);
+                let se = self.bin(BinaryOp::Add, stat, eps);
+                let r = self.un(UnaryOp::Rsqrt, se);
+                let xhat = self.mul(xc, r);
+                let gw = self.mul(g, xhat);
+                let gh = self.mul(g, weight);
+                let ghx = self.mul(gh, xhat);
+                let s2 = self.sum_keep(ghx, last);
+                let m2 = self.mul_lit(s2, inv_n);
+                let t = self.mul(xhat, m2);
+                let mut inner = self.bin(BinaryOp::Sub, gh, t);
+                if nop == NormOp::LayerNorm {
+                    let s1 = self.sum_keep(gh, last);
+                    let m1 = self.mul_lit(s1, inv_n);
+                    inner = self.bin(BinaryOp::Sub, inner, m1);
+                }
+                let gx = self.mul(r, inner);
+                let mut out = vec![(x, gx), (weight, gw)];
+                if let Some(b) = bias {
+                    out.push((b, g));
+                }
+                out
+            }
+            Op::Rope { .. } | Op::Attention { .. } | Op::Embedding { .. } | Op::Select { .. } => {
+                return Err("has no derivative rule yet".into())
+            }
             Op::External { .. } => {
                 return Err("is opaque to `tensor_fn!`, which cannot differentiate it".into())
             }

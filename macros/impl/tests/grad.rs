@@ -41,9 +41,9 @@ fn ops_without_a_derivative_are_errors_naming_the_parameter() {
             ", c: &Tensor<Cpu, f32, [4, 4]>",
         ),
         (
-            "rms_norm",
-            "rms_norm(x, w, 1e-5).sum()",
-            ", w: &Tensor<Cpu, f32, [4]>",
+            "embedding",
+            "embedding(ids, x).sum()",
+            ", ids: &Tensor<Cpu, i64, [2]>",
         ),
         ("argmax", "x.argmax(1).cast::<f32>().sum()", ""),
     ];
