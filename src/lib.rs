@@ -544,7 +544,7 @@
 /// Which ops have a derivative is the catalogue's
 /// (`tensorfn_core::ops::Derivative`). An op without one on the path from
 /// a differentiated parameter to the result (`argmax`, a cast to an
-/// integer type, a `#[kernel]`, and for now `rope`,
+/// integer type, a `#[kernel]`, and for now
 /// `scaled_dot_product_attention`, `embedding`, `index_select` and
 /// `gather`) is a compile error on the op naming the parameter, as is
 /// a `#[grad]` parameter the result does not depend on, or a comparison as

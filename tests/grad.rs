@@ -565,3 +565,6 @@ fd_case!(layer_norm_default_eps: fn n_ln_d(x: [2, 3, 4] in (-2.0, 2.0), w: [4] i
     sin(layer_norm(x, w, b)).sum()
 });
 fd_case!(rms_norm_rule: fn n_rms(x: [3, 5] in (-2.0, 2.0), w: [5] in (-1.5, 1.5)) { sin(rms_norm(x, w, 1e-6)).sum() });
+fd_case!(rope_rule: fn n_rope(x: [2, 3, 4] in (-2.0, 2.0), c: [3, 4] in (-1.0, 1.0), s: [3, 4] in (-1.0, 1.0)) {
+    sin(rope(x, c, s)).sum()
+});

@@ -1095,7 +1095,33 @@ impl Deriver {
                 }
                 out
             }
-            Op::Rope { .. } | Op::Attention { .. } | Op::Embedding { .. } | Op::Select { .. } => {
+            Op::Rope { x, cos, sin } => {
+                // y = x cos + rotate_half(x) sin, rotate_half(x) =
+                // cat(-x2, x1); its transpose takes u to cat(u2, -u1).
+                let xd = self.dims(x);
+                let last = xd.len() - 1;
+                let Some(d) = xd[last].as_constant() else {
+                    return Err(
+                        "has no derivative rule yet for a last dim known only at run time".into(),
+                    );
+                };
+                let h = (d / 2) as usize;
+                let u = self.mul(g, sin);
+                let u1 = self.slice(u, last, 0, h);
+                let u2 = self.slice(u, last, h, h);
+                let nu1 = self.un(UnaryOp::Neg, u1);
+                let rot_t = self.join(vec![u2, nu1], last, u);
+                let gc = self.mul(g, cos);
+                let gx = self.bin(BinaryOp::Add, gc, rot_t);
+                let x1 = self.slice(x, last, 0, h);
+                let x2 = self.slice(x, last, h, h);
+                let nx2 = self.un(UnaryOp::Neg, x2);
+                let rot = self.join(vec![nx2, x1], last, x);
+                let gcos = self.mul(g, x);
+                let gsin = self.mul(g, rot);
+                vec![(x, gx), (cos, gcos), (sin, gsin)]
+            }
+            Op::Attention { .. } | Op::Embedding { .. } | Op::Select { .. } => {
                 return Err("has no derivative rule yet".into())
             }
             Op::External { .. } => {
@@ -1106,6 +1132,29 @@ impl Deriver {
                 return Err("has no derivative rule".into())
             }
         })
+    }
+
+    /// `a.narrow(dim, start, len)`.
+    fn slice(&mut self, a: NodeId, dim: usize, start: usize, len: usize) -> NodeId {
+        let mut ty = self.tt(a);
+        ty.dims[dim] = Dim::constant(len as i64);
+        self.tensor(
+            Op::Narrow {
+                x: a,
+                dim,
+                start: IndexArg::Const(start),
+                len: IndexArg::Const(len),
+            },
+            ty,
+            a,
+        )
+    }
+
+    /// `cat(xs, dim)`, typed like `like`.
+    fn join(&mut self, xs: Vec<NodeId>, dim: usize, like: NodeId) -> NodeId {
+        let mut ty = self.tt(xs[0]);
+        ty.dims[dim] = self.dims(like)[dim].clone();
+        self.tensor(Op::Cat { xs, dim }, ty, like)
     }
 
     fn bmm(&mut self, a: NodeId, b: NodeId, like: NodeId) -> NodeId {
