@@ -487,6 +487,76 @@
 ///   parameter). Parameters are not
 ///   counted; a `reshape` of a parameter counts as a copy.
 ///
+/// # Gradients: `#[grad(p, ..)]`
+///
+/// `#[grad(p)]` on a function whose result is a 0-d float tensor (a loss)
+/// derives its reverse-mode derivative at compile time:
+/// `name::value_and_grad(args..)` takes the function's arguments and
+/// returns `(value, grads)`, each gradient typed like its parameter: a
+/// tensor for a tensor parameter, a struct of the same type for a
+/// `#[derive(Params)]` struct (the fields the result does not read are
+/// zero), and a tuple in the written order for `#[grad(a, b)]`. The
+/// backward is made of the same nodes as the forward (elementwise rules
+/// fuse into the generated kernels, products run as matrix products with
+/// transposes) and passes through calls to the other functions of the
+/// invocation. A gradient flowing into a broadcast operand is summed back
+/// to its dims, as PyTorch does.
+///
+/// ```
+/// use tensorfn::prelude::*;
+///
+/// #[derive(Params)]
+/// pub struct Linear<D: Device, T: Float> {
+///     pub w: Tensor<D, T, shape![3, 2]>,
+///     pub b: Tensor<D, T, shape![2]>,
+/// }
+///
+/// tensor_fn! {
+///     /// Mean squared error of a linear model.
+///     #[grad(p)]
+///     pub fn mse<D: Device, T: Float, const B: usize>(
+///         x: &Tensor<D, T, [B, 3]>,
+///         y: &Tensor<D, T, [B, 2]>,
+///         p: &Linear<D, T>,
+///     ) -> Tensor<D, T, []> {
+///         let e = addmm(p.b, x, p.w) - y;
+///         (e * e).mean()
+///     }
+/// }
+///
+/// fn main() -> Result<()> {
+///     let x = Tensor::<Cpu, f32, shape![4, 3]>::randn(1)?;
+///     let y = Tensor::<Cpu, f32, shape![4, 2]>::zeros()?;
+///     let p = Linear { w: Tensor::zeros()?, b: Tensor::from_vec(vec![1.0, -2.0])? };
+///     let (loss, grads) = mse::value_and_grad(&x, &y, &p)?; // grads: Linear<Cpu, f32>
+///     assert_eq!(loss.to_vec()?, vec![2.5]); // (1 + 4) / 2
+///     // d/db of the mean of b^2 over 4 rows and 2 columns: 2 b / 2.
+///     assert_eq!(grads.b.to_vec()?, vec![1.0, -2.0]);
+///     Ok(())
+/// }
+/// ```
+///
+/// `value_and_grad` lives in a module named after the function, which
+/// sees the items of the enclosing module (`use super::*`): a `#[grad]`
+/// function and the structs it takes are written at module level, not
+/// inside a function body.
+///
+/// Which ops have a derivative is the catalogue's
+/// (`tensorfn_core::ops::Derivative`). An op without one on the path from
+/// a differentiated parameter to the result (`argmax`, a cast to an
+/// integer type, a `#[kernel]`, and for now
+/// `scaled_dot_product_attention`, `embedding`, `index_select` and
+/// `gather`) is a compile error on the op naming the parameter, as is
+/// a `#[grad]` parameter the result does not depend on, or a comparison as
+/// the only path to it (a comparison used as a mask beside a
+/// differentiable path is fine). `max(dim)` and `min(dim)` give the whole
+/// gradient to the index they return; `max()` and `min()` share it evenly
+/// among the elements equal to the result, and `maximum`/`minimum` halve
+/// it on ties, as PyTorch does; `floor`, `round`, `sign` and the other
+/// piecewise-constant ops pass a zero gradient. `layer_norm` and
+/// `rms_norm` recompute their statistics in the backward (over a last dim
+/// known at compile time).
+///
 /// # Errors at compile time
 ///
 /// Mistakes are reported by the macro, in `cargo check`, on the operand,

@@ -306,19 +306,39 @@ pub enum ShapeRule {
     Rope,
 }
 
-/// The slot for an op's derivative rule.
+/// Whether an op has a derivative: the macro's `#[grad]` follows it
+/// (`macros/impl/src/grad.rs` holds the rule of every op marked
+/// [`Rule`](Derivative::Rule), written with the graph's own ops).
 ///
 /// ```
 /// use tensorfn_core::ops::{self, Derivative};
-/// assert_eq!(ops::function("relu").unwrap().derivative, Derivative::Pending);
+/// assert_eq!(ops::function("relu").unwrap().derivative, Derivative::Rule);
+/// assert_eq!(ops::method("argmax").unwrap().derivative, Derivative::None);
+/// assert_eq!(ops::function("embedding").unwrap().derivative, Derivative::Pending);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Derivative {
+    /// Differentiable: `#[grad]` passes through it.
+    Rule,
     /// Not written yet: differentiating through the op is a compile error.
     Pending,
-    /// Not differentiable (comparisons, `argmax`): a compile error on the
-    /// path to a differentiated parameter.
+    /// Not differentiable (comparisons, `argmax`, `arange`): a compile
+    /// error on the path to a differentiated parameter; a comparison used
+    /// as a mask (`where_`'s condition) is fine.
     None,
+}
+
+/// The derivative of each kind of op (the row ops' come from their
+/// table).
+const fn derivative_of(kind: OpKind) -> Derivative {
+    match kind {
+        OpKind::Compare(_) | OpKind::Arange => Derivative::None,
+        OpKind::Reduce(ReduceOp::ArgMax | ReduceOp::ArgMin) => Derivative::None,
+        OpKind::Attention | OpKind::Embedding | OpKind::IndexSelect | OpKind::Gather => {
+            Derivative::Pending
+        }
+        _ => Derivative::Rule,
+    }
 }
 
 /// One op of the catalogue.
@@ -435,7 +455,7 @@ const fn def(
         params,
         dtype,
         shape,
-        derivative: Derivative::Pending,
+        derivative: derivative_of(kind),
         summary,
     }
 }

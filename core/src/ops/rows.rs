@@ -45,7 +45,7 @@ macro_rules! for_each_row_op {
                     let s = $crate::ops::rows::exp_sum(row, m);
                     row.iter().map(|v| (v - m).exp() / s).collect()
                 },
-                derivative: Pending,
+                derivative: Rule,
             }
             /// `x - log(sum(exp(x)))` along `dim`.
             LogSoftmax => log_softmax {
@@ -56,7 +56,7 @@ macro_rules! for_each_row_op {
                     let ls = $crate::ops::rows::exp_sum(row, m).ln();
                     row.iter().map(|v| (v - m) - ls).collect()
                 },
-                derivative: Pending,
+                derivative: Rule,
             }
             /// `log(sum(exp(x)))` along `dim`, which is removed (PyTorch's
             /// `logsumexp` with `keepdim=False`): `-inf` for an empty or an
@@ -71,7 +71,7 @@ macro_rules! for_each_row_op {
                     let shift = if m.is_infinite() { 0.0 } else { m };
                     vec![$crate::ops::rows::exp_sum(row, shift).ln() + shift]
                 },
-                derivative: Pending,
+                derivative: Rule,
             }
         }
     };
@@ -185,7 +185,7 @@ macro_rules! define_row_op {
             ///
             /// ```
             /// use tensorfn_core::ops::{Derivative, RowOp};
-            /// assert_eq!(RowOp::Softmax.derivative(), Derivative::Pending);
+            /// assert_eq!(RowOp::Softmax.derivative(), Derivative::Rule);
             /// ```
             pub const fn derivative(self) -> Derivative {
                 match self {

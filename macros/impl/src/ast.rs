@@ -137,6 +137,9 @@ pub struct TensorFn {
     /// The parameter structs the body passes to functions of the
     /// invocation (`layer_norm(x, p.ln_1)`), found by [`crate::structs`].
     pub struct_args: Vec<StructArgAst>,
+    /// `#[grad(p, ..)]`: the parameters whose gradient
+    /// `name::value_and_grad` returns, in order (see [`crate::grad`]).
+    pub grad: Option<Vec<syn::Ident>>,
 }
 
 impl TensorFn {

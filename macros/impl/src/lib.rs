@@ -35,6 +35,7 @@ pub mod ast;
 pub mod check;
 pub mod derive_params;
 pub mod expand;
+pub mod grad;
 pub mod graph;
 pub mod instance;
 pub mod kernel;
@@ -90,6 +91,8 @@ struct Invocation<'a> {
     sigs: Vec<Option<sig::Signature>>,
     checked: Vec<Option<check::CheckedFn>>,
     planned: Vec<Option<Vec<Planned>>>,
+    /// The joint function of each `#[grad]` function, with its instances.
+    joints: Vec<Option<(grad::Joint, Vec<Planned>)>>,
     errors: Vec<syn::Error>,
 }
 
@@ -174,6 +177,34 @@ fn analyse<'a>(input: &'a ast::Input, field_errors: &mut [Vec<syn::Error>]) -> I
             &mut peaks,
         );
     }
+    let mut joints = Vec::new();
+    for (i, f) in fns.iter().enumerate() {
+        let (Some(names), Some(c)) = (&f.grad, &checked[i]) else {
+            joints.push(None);
+            continue;
+        };
+        match grad::derive(f, c, names, &checked) {
+            Ok(joint) => {
+                let planned = instance::instances(&joint.f.sig.type_params)
+                    .into_iter()
+                    .map(|inst| {
+                        let g = inst.apply(&joint.f);
+                        let p = plan::plan(&g, &kernel_programs, &peaks);
+                        Planned {
+                            instance: inst,
+                            f: g,
+                            plan: p,
+                        }
+                    })
+                    .collect();
+                joints.push(Some((joint, planned)));
+            }
+            Err(es) => {
+                errors.extend(es);
+                joints.push(None);
+            }
+        }
+    }
     Invocation {
         fns,
         kernels,
@@ -181,6 +212,7 @@ fn analyse<'a>(input: &'a ast::Input, field_errors: &mut [Vec<syn::Error>]) -> I
         sigs,
         checked,
         planned,
+        joints,
         errors,
     }
 }
@@ -344,7 +376,13 @@ fn expand_stage(
     }
     for (i, f) in inv.fns.iter().enumerate() {
         out.extend(match (&inv.checked[i], &inv.planned[i]) {
-            (Some(c), Some(p)) => expand::tensor_fn(&ctx, f, c, p),
+            (Some(c), Some(p)) => expand::tensor_fn_with_grad(
+                &ctx,
+                f,
+                c,
+                p,
+                inv.joints[i].as_ref().map(|(j, p)| (j, p.as_slice())),
+            ),
             _ => expand::stub_fn(f),
         });
     }

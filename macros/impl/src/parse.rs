@@ -87,10 +87,46 @@ fn is_kernel_attr(a: &syn::Attribute) -> bool {
     a.path().is_ident("kernel")
 }
 
+/// The names of `#[grad(a, b)]`, taken out of `attrs` (an error for a
+/// second one or one without names).
+fn take_grad_attr(attrs: &mut Vec<syn::Attribute>) -> syn::Result<Option<Vec<syn::Ident>>> {
+    let mut out: Option<Vec<syn::Ident>> = None;
+    let mut err = None;
+    attrs.retain(|a| {
+        if !a.path().is_ident("grad") {
+            return true;
+        }
+        let names = a.parse_args_with(
+            syn::punctuated::Punctuated::<syn::Ident, Token![,]>::parse_separated_nonempty,
+        );
+        match names {
+            Ok(_) if out.is_some() => {
+                err = Some(syn::Error::new_spanned(
+                    a,
+                    "a second `#[grad(..)]`: name every parameter in one, `#[grad(a, b)]`",
+                ))
+            }
+            Ok(n) => out = Some(n.into_iter().collect()),
+            Err(_) => {
+                err = Some(syn::Error::new_spanned(
+                    a,
+                    "`#[grad(..)]` names the parameters to differentiate: `#[grad(p)]` or `#[grad(w, b)]`",
+                ))
+            }
+        }
+        false
+    });
+    match err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
 fn parse_item(input: ParseStream) -> syn::Result<Item> {
     let mut attrs = input.call(syn::Attribute::parse_outer)?;
     let kernel = attrs.iter().any(is_kernel_attr);
     attrs.retain(|a| !is_kernel_attr(a));
+    let grad = take_grad_attr(&mut attrs)?;
     let vis: syn::Visibility = input.parse()?;
     if !input.peek(Token![fn]) {
         return Err(input.error(
@@ -102,7 +138,9 @@ fn parse_item(input: ParseStream) -> syn::Result<Item> {
     if kernel {
         parse_kernel(input, attrs, vis, name).map(Item::Kernel)
     } else {
-        parse_tensor_fn(input, attrs, vis, name).map(Item::Fn)
+        let mut f = parse_tensor_fn(input, attrs, vis, name)?;
+        f.grad = grad;
+        Ok(Item::Fn(f))
     }
 }
 
@@ -266,6 +304,7 @@ fn parse_tensor_fn(
         ret,
         body,
         struct_args: Vec::new(),
+        grad: None,
     })
 }
 

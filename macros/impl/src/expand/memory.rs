@@ -8,13 +8,32 @@ pub(super) fn memory_module(
     ast: &TensorFn,
     sig: &Signature,
     instances: &[crate::Planned],
+    extra: TokenStream,
 ) -> TokenStream {
+    let vis = &ast.vis;
+    let name = &ast.name;
+    // `extra` (`value_and_grad`) alone: the module without the plan.
+    let only_extra = || -> TokenStream {
+        if extra.is_empty() {
+            return quote!();
+        }
+        let doc = format!(" The gradients of [`{name}`](fn@{name}).");
+        quote! {
+            #[doc = #doc]
+            #[allow(non_snake_case)]
+            #vis mod #name {
+                #[allow(unused_imports)]
+                use super::*;
+                #extra
+            }
+        }
+    };
     let Some(cands) = instances
         .iter()
         .map(|p| p.plan.peak.as_ref())
         .collect::<Option<Vec<&Vec<Dim>>>>()
     else {
-        return quote!();
+        return only_extra();
     };
     let runtime = sig
         .symbols
@@ -22,10 +41,8 @@ pub(super) fn memory_module(
         .values()
         .any(|k| matches!(k, SymKind::Runtime(_)));
     if runtime {
-        return quote!();
+        return only_extra();
     }
-    let vis = &ast.vis;
-    let name = &ast.name;
     let doc = format!(
         " The static memory plan of [`{name}`](fn@{name}): the most bytes its intermediate tensors occupy at once (parameters not counted; results counted until returned)."
     );
@@ -60,7 +77,7 @@ pub(super) fn memory_module(
             peak
         }}
     };
-    let import = match items {
+    let import = match items || !extra.is_empty() {
         true => quote!(
             #[allow(unused_imports)]
             use super::*;
@@ -120,6 +137,7 @@ pub(super) fn memory_module(
         #vis mod #name {
             #import
             #item
+            #extra
         }
     }
 }

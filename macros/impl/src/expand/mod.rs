@@ -189,6 +189,142 @@ pub fn tensor_fn(
     f: &CheckedFn,
     instances: &[crate::Planned],
 ) -> TokenStream {
+    tensor_fn_with_grad(ctx, ast, f, instances, None)
+}
+
+/// [`tensor_fn`] and, for a `#[grad]` function, its joint function
+/// ([`crate::grad`]) as `name::value_and_grad` beside it.
+pub fn tensor_fn_with_grad(
+    ctx: &Ctx<'_>,
+    ast: &TensorFn,
+    f: &CheckedFn,
+    instances: &[crate::Planned],
+    grad: Option<(&crate::grad::Joint, &[crate::Planned])>,
+) -> TokenStream {
+    let name = &ast.name;
+    let attrs = &ast.attrs;
+    let vis = &ast.vis;
+    let ret = return_tokens(&f.sig);
+    let item = fn_item(
+        ctx,
+        ast,
+        f,
+        instances,
+        quote!(#(#attrs)* #vis fn #name),
+        ret,
+        None,
+    );
+    let extra = match grad {
+        Some((joint, planned)) => grad_item(ctx, ast, joint, planned),
+        None => quote!(),
+    };
+    let memory = memory::memory_module(ast, &f.sig, instances, extra);
+    items::respan(
+        quote!(#item #memory),
+        &items::item_spans(ast, &f.sig.symbols),
+    )
+}
+
+/// `pub fn value_and_grad(..)`: the joint function's body, its results
+/// gathered as `(value, grads)` with each gradient typed like its
+/// parameter.
+fn grad_item(
+    ctx: &Ctx<'_>,
+    ast: &TensorFn,
+    joint: &crate::grad::Joint,
+    planned: &[crate::Planned],
+) -> TokenStream {
+    use crate::grad::GradOut;
+    let f = &joint.f;
+    let tys: Vec<TokenStream> = f
+        .sig
+        .ret
+        .iter()
+        .map(|t| tensor_tokens(t.device, t.dtype, &f.sig.symbols.dim_tys(&t.dims)))
+        .collect();
+    let rs: Vec<proc_macro2::Ident> = (0..f.ret.len())
+        .map(|k| format_ident!("__r{}", k))
+        .collect();
+    let mut grad_tys = Vec::new();
+    let mut grads = Vec::new();
+    for out in &joint.outs {
+        match out {
+            GradOut::Tensor { ret } => {
+                grad_tys.push(tys[*ret].clone());
+                let r = &rs[*ret];
+                grads.push(quote!(#r));
+            }
+            GradOut::Struct { param, fields } => {
+                let p = &ast.params[*param];
+                let ParamTy::Struct(s) = &p.ty else {
+                    unreachable!("a struct gradient is of a struct parameter")
+                };
+                let ty = &s.ty;
+                grad_tys.push(quote!(#ty));
+                let n = &p.name;
+                let sets = fields.iter().map(|(suffix, r)| {
+                    let path: TokenStream = suffix.parse().unwrap_or_default();
+                    let r = &rs[*r];
+                    quote!(__g #path = #r;)
+                });
+                grads.push(quote!({
+                    let mut __g: #ty = ::tensorfn::Params::zeros_like(#n)?;
+                    #(#sets)*
+                    __g
+                }));
+            }
+        }
+    }
+    let (grad_ty, grad_value) = if grads.len() == 1 {
+        (grad_tys[0].clone(), grads[0].clone())
+    } else {
+        (quote!((#(#grad_tys,)*)), quote!((#(#grads,)*)))
+    };
+    let value_ty = &tys[0];
+    let r0 = rs[0].clone();
+    let wrap = move |result: TokenStream| -> TokenStream {
+        quote!({
+            let (#(#rs,)*) = #result;
+            (#r0, #grad_value)
+        })
+    };
+    let doc = format!(
+        " The value of [`{}`](fn@super::{}) and its gradients with respect to its `#[grad]` parameters, typed like them (a parameter struct's fields the result does not depend on are zero).",
+        ast.name, ast.name
+    );
+    // Seen from the module's parent as the function is.
+    let vis = match &ast.vis {
+        syn::Visibility::Public(_) => quote!(pub),
+        syn::Visibility::Inherited => quote!(pub(super)),
+        syn::Visibility::Restricted(_) => quote!(pub(crate)),
+    };
+    fn_item(
+        ctx,
+        ast,
+        f,
+        planned,
+        quote!(#[doc = #doc] #vis fn value_and_grad),
+        quote!((#value_ty, #grad_ty)),
+        Some(&wrap),
+    )
+}
+
+/// The function item: `head` (attributes, visibility, `fn name`), the
+/// parameters as written, `ret`, and one body per instance; `wrap` turns
+/// the results' expression into the returned value.
+fn fn_item(
+    ctx: &Ctx<'_>,
+    ast: &TensorFn,
+    f: &CheckedFn,
+    instances: &[crate::Planned],
+    head: TokenStream,
+    ret: TokenStream,
+    wrap: Option<&dyn Fn(TokenStream) -> TokenStream>,
+) -> TokenStream {
+    let wrap = |t: TokenStream| match wrap {
+        Some(w) => w(t),
+        None => t,
+    };
     let mut errors = Vec::new();
     let mut bodies = Vec::new();
     for p in instances {
@@ -203,7 +339,7 @@ pub fn tensor_fn(
         let entry = gen.entry();
         let steps: Vec<TokenStream> = p.plan.steps.iter().map(|s| gen.step(s)).collect();
         if p.instance.is_plain() {
-            let result = gen.result(&[]);
+            let result = wrap(gen.result(&[]));
             bodies.push(quote! {
                 #entry
                 #(#steps)*
@@ -219,7 +355,7 @@ pub fn tensor_fn(
                 .iter()
                 .map(|t| matches!(t.dtype, Dt::Param(..)))
                 .collect();
-            let result = gen.result(&generic_ret);
+            let result = wrap(gen.result(&generic_ret));
             let retyped = ast.params.iter().enumerate().filter_map(|(i, par)| {
                 let ParamSig::Tensor(t) = &f.sig.params[i] else {
                     return None;
@@ -251,9 +387,6 @@ pub fn tensor_fn(
         let name = f.sig.name.clone();
         quote!(::core::result::Result::Err(::tensorfn::__private::no_body::<#t>(#name)))
     });
-    let attrs = &ast.attrs;
-    let vis = &ast.vis;
-    let name = &ast.name;
     let generics = generics_tokens(&ast.type_params, &ast.generics);
     // Fields of parameter structs are bound at entry, not passed.
     let params = ast
@@ -267,21 +400,16 @@ pub fn tensor_fn(
             quote!(#n: #t)
         });
     let bindings = param_bindings(ast, &f.sig);
-    let ret = return_tokens(&f.sig);
-    let memory = memory::memory_module(ast, &f.sig, instances);
     let errors = crate::combine(errors).map(|e| e.to_compile_error());
-    let out = quote! {
+    quote! {
         #errors
-        #(#attrs)*
-        #[allow(clippy::let_and_return, clippy::redundant_clone, clippy::needless_borrow, clippy::needless_return, clippy::needless_question_mark)]
-        #vis fn #name #generics (#(#params),*) -> ::tensorfn::Result<#ret> {
+        #[allow(clippy::let_and_return, clippy::redundant_clone, clippy::needless_borrow, clippy::needless_return, clippy::needless_question_mark, clippy::approx_constant)]
+        #head #generics (#(#params),*) -> ::tensorfn::Result<#ret> {
             #bindings
             #(#bodies)*
             #fallback
         }
-        #memory
-    };
-    items::respan(out, &items::item_spans(ast, &f.sig.symbols))
+    }
 }
 
 /// A `#[kernel]` as a plain Rust scalar function.

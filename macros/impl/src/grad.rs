@@ -1,0 +1,1672 @@
+//! Reverse-mode differentiation of a checked function, at compile time.
+//!
+//! `#[grad(p, ..)]` on a tensor function asks for `name::value_and_grad`.
+//! [`derive`] appends the backward pass to a copy of the checked graph:
+//! from the result (a 0-d float tensor, seeded with one) back to the
+//! differentiated parameters, each node's rule emits ordinary graph nodes
+//! (elementwise ops, products, views, reductions), so the joint graph is
+//! planned and expanded like any function: elementwise backward chains
+//! fuse into the generated kernels, products go to the matrix-product
+//! calls. Which ops have a rule is stated by the catalogue
+//! (`tensorfn_core::ops::Derivative`); the rules themselves are
+//! [`Deriver::rule`]'s arms, one per op.
+//!
+//! A gradient flowing into a broadcast operand is summed back to that
+//! operand's dims (leading dims, and dims of size 1).
+
+use crate::ast::{Dt, ParamTy, TensorFn};
+use crate::check::CheckedFn;
+use crate::graph::*;
+use crate::shape::{numel, Dim};
+use crate::sig::ParamSig;
+use tensorfn_core::DTypeKind;
+use tensorfn_kernels::{BinaryOp, CmpOp, NormOp, ReduceOp, RowOp, UnaryOp};
+
+/// What `value_and_grad` gives back for one `#[grad]` parameter.
+#[derive(Clone, Debug)]
+pub enum GradOut {
+    /// A tensor parameter: result `ret` of the joint function.
+    Tensor {
+        /// The joint function's result index.
+        ret: usize,
+    },
+    /// A parameter struct: `p.zeros_like()` with each field the result
+    /// depends on replaced.
+    Struct {
+        /// The parameter's index.
+        param: usize,
+        /// The field's path after the parameter (`.w1`, `.h[3].w`) and
+        /// the joint function's result index.
+        fields: Vec<(String, usize)>,
+    },
+}
+
+/// The joint function: its results are the value, then the gradients
+/// [`GradOut`] names.
+#[derive(Debug)]
+pub struct Joint {
+    /// The checked function computing `(value, grads..)`.
+    pub f: CheckedFn,
+    /// One entry per `#[grad]` name, in order.
+    pub outs: Vec<GradOut>,
+}
+
+/// Derives the joint function of `f` for the parameters `names`, or the
+/// errors that stop it (each spanned on what the user wrote).
+pub fn derive(
+    ast: &TensorFn,
+    f: &CheckedFn,
+    names: &[syn::Ident],
+    checked: &[Option<CheckedFn>],
+) -> Result<Joint, Vec<syn::Error>> {
+    let inlined = inline_calls(f, checked, 0);
+    let f = &inlined;
+    let mut errors = Vec::new();
+    // The result: one 0-d float tensor.
+    let ok_ret = f.ret.len() == 1
+        && matches!(&f.graph.nodes[f.ret[0]].ty, Ty::Tensor(t) if t.dims.is_empty() && t.dtype.is_float());
+    if !ok_ret {
+        let found: Vec<String> = f.sig.ret.iter().map(|t| t.to_string()).collect();
+        let found = if f.sig.tuple {
+            format!("({})", found.join(", "))
+        } else {
+            found.join(", ")
+        };
+        errors.push(ast.ret.sp.error(format!(
+            "`#[grad]` differentiates a scalar loss: the result must be a 0-d float tensor, `Tensor<D, f32, []>`, but `{}` returns `{found}`; reduce it first (`.sum()`, `.mean()`), as PyTorch's `backward()` needs",
+            ast.name
+        )));
+    }
+    // The differentiated parameters: the written ones and, for a struct,
+    // the fields the body uses.
+    let mut targets: Vec<(usize, Vec<usize>)> = Vec::new();
+    for name in names {
+        let Some(i) = ast
+            .params
+            .iter()
+            .position(|p| p.name == *name && !matches!(p.ty, ParamTy::Field(_)))
+        else {
+            let list: Vec<String> = ast
+                .params
+                .iter()
+                .filter(|p| !matches!(p.ty, ParamTy::Field(_)))
+                .map(|p| format!("`{}`", p.name))
+                .collect();
+            errors.push(syn::Error::new(
+                name.span(),
+                format!(
+                    "`#[grad({name})]`: `{}` has no parameter `{name}`; its parameters are {}",
+                    ast.name,
+                    list.join(", ")
+                ),
+            ));
+            continue;
+        };
+        if targets.iter().any(|(j, _)| *j == i) {
+            errors.push(syn::Error::new(
+                name.span(),
+                format!("`{name}` is named twice in `#[grad(..)]`"),
+            ));
+            continue;
+        }
+        match &f.sig.params[i] {
+            ParamSig::Tensor(t) if !t.dtype.is_float() => errors.push(syn::Error::new(
+                name.span(),
+                format!("`#[grad({name})]`: `{name}` is a `{}` tensor, and only float tensors have gradients", t.dtype),
+            )),
+            ParamSig::Tensor(_) => targets.push((i, vec![f.params[i]])),
+            ParamSig::Scalar(k) => errors.push(syn::Error::new(
+                name.span(),
+                format!("`#[grad({name})]`: `{name}` is a scalar ({k}); gradients are taken for tensors and parameter structs"),
+            )),
+            ParamSig::Struct(_) => {
+                let fields: Vec<usize> = f
+                    .sig
+                    .field_paths
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, fp)| fp.as_ref().is_some_and(|fp| fp.root == i))
+                    .map(|(j, _)| f.params[j])
+                    .collect();
+                targets.push((i, fields));
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let mut d = Deriver::new(f);
+    let all: Vec<NodeId> = targets
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .collect();
+    d.mark(&all);
+    // Every differentiated parameter must reach the result.
+    for ((i, fields), name) in targets.iter().zip(names) {
+        if !fields.iter().any(|&n| d.live[n]) {
+            if let Some((blocker, why)) = d.blocked(fields) {
+                let text = d.g.nodes[blocker].text.clone();
+                let sp = d.g.nodes[blocker].sp.clone();
+                errors.push(sp.error(format!(
+                    "`{text}`: {why}, and it is the only path from `{name}` to the result of the `#[grad]` function `{}`, so `{name}` would get no gradient; remove `{name}` from `#[grad(..)]`, or let the result depend on `{name}` through differentiable ops",
+                    ast.name
+                )));
+                continue;
+            }
+            errors.push(syn::Error::new(
+                name.span(),
+                format!(
+                    "`#[grad({name})]`: the result of `{}` does not depend on `{name}`{}, so its gradient would be zero; remove it from `#[grad(..)]`",
+                    ast.name,
+                    if matches!(f.sig.params[*i], ParamSig::Struct(_)) { " (on none of its fields)" } else { "" }
+                ),
+            ));
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    d.backward(f.ret[0]);
+    if !d.errors.is_empty() {
+        return Err(d.errors);
+    }
+    // The results: the value, then the gradients.
+    let mut ret = vec![f.ret[0]];
+    let mut rtys = vec![f.sig.ret[0].clone()];
+    let mut outs = Vec::new();
+    for (i, fields) in &targets {
+        let mut grad_of = |d: &mut Deriver, n: NodeId| -> NodeId {
+            let g = match d.adj[n] {
+                Some(g) => g,
+                None => d.zeros(&d.tt(n), n),
+            };
+            ret.push(g);
+            rtys.push(d.tt(n));
+            ret.len() - 1
+        };
+        match &f.sig.params[*i] {
+            ParamSig::Struct(_) => {
+                let mut out = Vec::new();
+                for &n in fields {
+                    if d.adj[n].is_none() {
+                        continue;
+                    }
+                    let Op::Param(j) = d.g.nodes[n].op else {
+                        unreachable!()
+                    };
+                    let suffix = f.sig.field_paths[j]
+                        .as_ref()
+                        .map(|p| p.suffix.clone())
+                        .unwrap_or_default();
+                    out.push((suffix, grad_of(&mut d, n)));
+                }
+                outs.push(GradOut::Struct {
+                    param: *i,
+                    fields: out,
+                });
+            }
+            _ => {
+                let r = grad_of(&mut d, fields[0]);
+                outs.push(GradOut::Tensor { ret: r });
+            }
+        }
+    }
+    let mut sig = f.sig.clone();
+    sig.ret = rtys;
+    sig.tuple = true;
+    Ok(Joint {
+        f: CheckedFn {
+            sig,
+            graph: d.g,
+            params: f.params.clone(),
+            ret,
+        },
+        outs,
+    })
+}
+
+/// Builds the backward nodes.
+struct Deriver {
+    g: Graph,
+    /// Nodes that depend on a differentiated parameter through operands
+    /// that carry gradients.
+    needs: Vec<bool>,
+    /// The differentiated parameter a needing node depends on (for
+    /// messages).
+    from: Vec<Option<NodeId>>,
+    /// Nodes the result depends on through such operands, among those
+    /// that need a gradient.
+    live: Vec<bool>,
+    /// The gradient of each forward node so far.
+    adj: Vec<Option<NodeId>>,
+    /// The result.
+    ret: NodeId,
+    errors: Vec<syn::Error>,
+}
+
+/// Whether operand `k` of `op` carries a gradient: not a comparison's,
+/// nor a `where_`'s condition, nor an index.
+fn carries(op: &Op, k: usize) -> bool {
+    match op {
+        Op::Compare(..) | Op::Arange { .. } => false,
+        Op::Where(..) => k > 0,
+        Op::Select { .. } | Op::Embedding { .. } => {
+            k == 0 || matches!(op, Op::Embedding { .. }) && k == 1
+        }
+        Op::Narrow { .. } | Op::Index { .. } => k == 0,
+        _ => true,
+    }
+}
+
+/// The op as its error messages name it.
+fn op_name(op: &Op) -> String {
+    match op {
+        Op::Unary(u, _) => format!("`{}`", u.name()),
+        Op::Binary(b, ..) => format!("`{}`", b.name()),
+        Op::Compare(c, ..) => format!("the comparison `{}`", c.symbol()),
+        Op::Reduce { op, .. } => format!("`{}`", op.name()),
+        Op::Row { op, .. } => format!("`{}`", op.name()),
+        Op::Norm { op, .. } => format!("`{}`", op.name()),
+        Op::Cast(..) => "the cast".into(),
+        Op::Kernel { .. } => "a `#[kernel]` function".into(),
+        Op::Call { .. } => "the call".into(),
+        Op::External { .. } => "a function outside `tensor_fn!`".into(),
+        Op::Attention { .. } => "`scaled_dot_product_attention`".into(),
+        Op::Rope { .. } => "`rope`".into(),
+        Op::Embedding { .. } => "`embedding`".into(),
+        Op::Select { gather: true, .. } => "`gather`".into(),
+        Op::Select { .. } => "`index_select`".into(),
+        Op::Triangle { upper: true, .. } => "`triu`".into(),
+        Op::Triangle { .. } => "`tril`".into(),
+        Op::Narrow { .. } => "`narrow`".into(),
+        Op::Index { .. } => "indexing".into(),
+        Op::Cat { .. } => "`cat`".into(),
+        _ => "this op".into(),
+    }
+}
+
+fn broadcast(a: &[Dim], b: &[Dim]) -> Vec<Dim> {
+    let n = a.len().max(b.len());
+    (0..n)
+        .map(|k| {
+            let x = (k + a.len()).checked_sub(n).map(|i| &a[i]);
+            let y = (k + b.len()).checked_sub(n).map(|i| &b[i]);
+            match (x, y) {
+                (Some(x), Some(y)) if x.as_constant() == Some(1) => y.clone(),
+                (Some(x), _) => x.clone(),
+                (None, Some(y)) => y.clone(),
+                (None, None) => unreachable!(),
+            }
+        })
+        .collect()
+}
+
+impl Deriver {
+    fn new(f: &CheckedFn) -> Self {
+        let n = f.graph.nodes.len();
+        Deriver {
+            g: f.graph.clone(),
+            needs: vec![false; n],
+            from: vec![None; n],
+            live: vec![false; n],
+            adj: vec![None; n],
+            ret: f.ret[0],
+            errors: Vec::new(),
+        }
+    }
+
+    /// Marks what needs a gradient (forward from the parameters) and
+    /// what the result depends on (backward from it).
+    fn mark(&mut self, targets: &[NodeId]) {
+        let n = self.live.len();
+        let r = self.ret;
+        for &t in targets {
+            self.needs[t] = true;
+            self.from[t] = Some(t);
+        }
+        for id in 0..n {
+            if self.needs[id] {
+                continue;
+            }
+            let ins = self.g.inputs(id);
+            for (k, &i) in ins.iter().enumerate() {
+                if self.needs[i]
+                    && carries(&self.g.nodes[id].op, k)
+                    && !matches!(self.g.nodes[id].ty, Ty::Scalar(_))
+                {
+                    self.needs[id] = true;
+                    self.from[id] = self.from[i];
+                    break;
+                }
+            }
+        }
+        let mut live = vec![false; n];
+        live[r] = self.needs[r];
+        for id in (0..n).rev() {
+            if !live[id] {
+                continue;
+            }
+            let ins = self.g.inputs(id);
+            for (k, &i) in ins.iter().enumerate() {
+                if self.needs[i] && carries(&self.g.nodes[id].op, k) {
+                    live[i] = true;
+                }
+            }
+        }
+        self.live = live;
+    }
+
+    /// Where the result depends on `sources` only through operands that
+    /// carry no gradient: the first such op and why.
+    fn blocked(&self, sources: &[NodeId]) -> Option<(NodeId, String)> {
+        let n = self.live.len();
+        // Everything reached from the sources, through any operand.
+        let mut reach = vec![false; n];
+        for &s in sources {
+            reach[s] = true;
+        }
+        for id in 0..n {
+            if self.g.inputs(id).iter().any(|&i| reach[i]) {
+                reach[id] = true;
+            }
+        }
+        let r = self.ret;
+        if !reach[r] {
+            return None;
+        }
+        let mut on_path = vec![false; n];
+        on_path[r] = true;
+        for id in (0..n).rev() {
+            if on_path[id] {
+                for i in self.g.inputs(id) {
+                    if reach[i] {
+                        on_path[i] = true;
+                    }
+                }
+            }
+        }
+        (0..n).filter(|&id| on_path[id]).find_map(|id| {
+            let op = &self.g.nodes[id].op;
+            let ins = self.g.inputs(id);
+            ins.iter()
+                .enumerate()
+                .any(|(k, &i)| on_path[i] && !carries(op, k))
+                .then(|| {
+                    let why = match op {
+                        Op::Compare(..) => {
+                            "a comparison gives a `bool` tensor, which carries no gradient"
+                                .to_string()
+                        }
+                        Op::Where(..) => {
+                            "the condition of `where_` carries no gradient".to_string()
+                        }
+                        _ => "an index carries no gradient".to_string(),
+                    };
+                    (id, why)
+                })
+        })
+    }
+
+    fn tt(&self, n: NodeId) -> TensorTy {
+        match &self.g.nodes[n].ty {
+            Ty::Tensor(t) => t.clone(),
+            other => unreachable!("node {n} is not a tensor: {other:?}"),
+        }
+    }
+
+    fn is_tensor(&self, n: NodeId) -> bool {
+        matches!(self.g.nodes[n].ty, Ty::Tensor(_))
+    }
+
+    fn dims(&self, n: NodeId) -> Vec<Dim> {
+        self.g.nodes[n]
+            .ty
+            .tensor()
+            .map(|t| t.dims.clone())
+            .unwrap_or_default()
+    }
+
+    fn push(&mut self, op: Op, ty: Ty, like: NodeId) -> NodeId {
+        let node = &self.g.nodes[like];
+        let (sp, text) = (node.sp.clone(), format!("the gradient of `{}`", node.text));
+        self.g.push(Node { op, ty, sp, text })
+    }
+
+    fn tensor(&mut self, op: Op, ty: TensorTy, like: NodeId) -> NodeId {
+        self.push(op, Ty::Tensor(ty), like)
+    }
+
+    fn lit(&mut self, value: f64, like: NodeId) -> NodeId {
+        self.push(
+            Op::Lit { value, int: false },
+            Ty::Scalar(ScalarTy::FloatLit),
+            like,
+        )
+    }
+
+    /// The type of an elementwise result of these operands, with `dtype`
+    /// (the first tensor's where `None`).
+    fn elem_ty(&self, ops: &[NodeId], dtype: Option<Dt>) -> TensorTy {
+        let mut dims: Vec<Dim> = Vec::new();
+        let mut first: Option<TensorTy> = None;
+        for &o in ops {
+            if let Ty::Tensor(t) = &self.g.nodes[o].ty {
+                dims = broadcast(&dims, &t.dims);
+                if first.is_none() {
+                    first = Some(t.clone());
+                }
+            }
+        }
+        let first = first.expect("an elementwise op has a tensor operand");
+        TensorTy {
+            device: first.device,
+            dtype: dtype.unwrap_or(first.dtype),
+            dims,
+        }
+    }
+
+    fn un(&mut self, op: UnaryOp, a: NodeId) -> NodeId {
+        let ty = self.elem_ty(&[a], None);
+        self.tensor(Op::Unary(op, a), ty, a)
+    }
+
+    fn bin(&mut self, op: BinaryOp, a: NodeId, b: NodeId) -> NodeId {
+        let ty = self.elem_ty(&[a, b], None);
+        self.tensor(Op::Binary(op, a, b), ty, a)
+    }
+
+    fn mul(&mut self, a: NodeId, b: NodeId) -> NodeId {
+        self.bin(BinaryOp::Mul, a, b)
+    }
+
+    fn mul_lit(&mut self, a: NodeId, v: f64) -> NodeId {
+        let l = self.lit(v, a);
+        self.mul(a, l)
+    }
+
+    fn cmp(&mut self, op: CmpOp, a: NodeId, b: NodeId) -> NodeId {
+        let ty = self.elem_ty(&[a, b], Some(Dt::Kind(DTypeKind::Bool)));
+        self.tensor(Op::Compare(op, a, b), ty, a)
+    }
+
+    fn cmp_lit(&mut self, op: CmpOp, a: NodeId, v: f64) -> NodeId {
+        let l = self.lit(v, a);
+        self.cmp(op, a, l)
+    }
+
+    /// `where_(c, a, b)`, typed like `like` where both branches are
+    /// scalars.
+    fn select(&mut self, c: NodeId, a: NodeId, b: NodeId, dtype: Dt) -> NodeId {
+        let ty = self.elem_ty(&[c, a, b], Some(dtype));
+        self.tensor(Op::Where(c, a, b), ty, c)
+    }
+
+    /// `g` where `c`, else zero.
+    fn masked(&mut self, c: NodeId, g: NodeId) -> NodeId {
+        let z = self.lit(0.0, g);
+        let dt = self.tt(g).dtype;
+        self.select(c, g, z, dt)
+    }
+
+    fn reshape(&mut self, a: NodeId, dims: Vec<Dim>) -> NodeId {
+        if self.dims(a) == dims {
+            return a;
+        }
+        let ty = TensorTy { dims, ..self.tt(a) };
+        self.tensor(Op::Reshape { x: a, view: false }, ty, a)
+    }
+
+    fn expand(&mut self, a: NodeId, dims: Vec<Dim>) -> NodeId {
+        if self.dims(a) == dims {
+            return a;
+        }
+        let ty = TensorTy { dims, ..self.tt(a) };
+        self.tensor(Op::Expand(a), ty, a)
+    }
+
+    fn reduce(&mut self, op: ReduceOp, a: NodeId, dim: Option<usize>) -> NodeId {
+        let mut ty = self.tt(a);
+        match dim {
+            Some(d) => {
+                ty.dims.remove(d);
+            }
+            None => ty.dims.clear(),
+        }
+        if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
+            ty.dtype = Dt::Kind(DTypeKind::I64);
+        }
+        self.tensor(Op::Reduce { op, x: a, dim }, ty, a)
+    }
+
+    /// `a.sum(d, keepdim = true)`.
+    fn sum_keep(&mut self, a: NodeId, d: usize) -> NodeId {
+        let dims = self.dims(a);
+        let s = self.reduce(ReduceOp::Sum, a, Some(d));
+        let mut keep = dims;
+        keep[d] = Dim::constant(1);
+        self.reshape(s, keep)
+    }
+
+    fn cast(&mut self, a: NodeId, dtype: Dt) -> NodeId {
+        let ty = TensorTy {
+            dtype,
+            ..self.tt(a)
+        };
+        self.tensor(Op::Cast(a, dtype), ty, a)
+    }
+
+    /// A tensor of `ty` filled with `value`: a 0-d `arange`, cast and
+    /// expanded (a view).
+    fn full(&mut self, ty: &TensorTy, value: i64, like: NodeId) -> NodeId {
+        let a = self.tensor(
+            Op::Arange {
+                start: Dim::constant(value),
+            },
+            TensorTy {
+                device: ty.device,
+                dtype: Dt::Kind(DTypeKind::I64),
+                dims: vec![],
+            },
+            like,
+        );
+        let c = self.cast(a, ty.dtype);
+        self.expand(c, ty.dims.clone())
+    }
+
+    fn zeros(&mut self, ty: &TensorTy, like: NodeId) -> NodeId {
+        self.full(ty, 0, like)
+    }
+
+    fn matmul(&mut self, a: NodeId, b: NodeId, like: NodeId) -> NodeId {
+        let (x, y) = (self.dims(a), self.dims(b));
+        let dims = match (x.len(), y.len()) {
+            (1, 1) => vec![],
+            (1, _) => {
+                let mut d = y[..y.len() - 2].to_vec();
+                d.push(y[y.len() - 1].clone());
+                d
+            }
+            (_, 1) => x[..x.len() - 1].to_vec(),
+            _ => {
+                let mut d = broadcast(&x[..x.len() - 2], &y[..y.len() - 2]);
+                d.push(x[x.len() - 2].clone());
+                d.push(y[y.len() - 1].clone());
+                d
+            }
+        };
+        let ty = TensorTy { dims, ..self.tt(a) };
+        self.tensor(Op::MatMul(a, b), ty, like)
+    }
+
+    /// The last two dims swapped.
+    fn mt(&mut self, a: NodeId) -> NodeId {
+        let mut ty = self.tt(a);
+        let r = ty.dims.len();
+        ty.dims.swap(r - 2, r - 1);
+        if r == 2 {
+            self.tensor(Op::T(a), ty, a)
+        } else {
+            self.tensor(Op::Transpose(a, r - 2, r - 1), ty, a)
+        }
+    }
+
+    /// `g` summed back to `dims` (the operand of a broadcast).
+    fn unbroadcast(&mut self, mut g: NodeId, dims: &[Dim]) -> NodeId {
+        while self.dims(g).len() > dims.len() {
+            g = self.reduce(ReduceOp::Sum, g, Some(0));
+        }
+        let gd = self.dims(g);
+        for (k, d) in dims.iter().enumerate() {
+            if d.as_constant() == Some(1) && gd[k].as_constant() != Some(1) {
+                g = self.sum_keep(g, k);
+            }
+        }
+        g
+    }
+
+    /// Adds `g` to the gradient of `n`.
+    fn accumulate(&mut self, n: NodeId, g: NodeId) {
+        if !self.live[n] || !self.is_tensor(n) {
+            return;
+        }
+        let dims = self.dims(n);
+        let mut g = g;
+        if self.dims(g) != dims {
+            g = self.unbroadcast(g, &dims);
+            if self.dims(g) != dims {
+                // A size-1 dim written as a symbol that is 1 at run time:
+                // the view gives it back its written dims.
+                g = self.reshape(g, dims.clone());
+            }
+        }
+        if self.tt(g).device != self.tt(n).device {
+            let dev = self.tt(n).device;
+            let ty = TensorTy {
+                device: dev,
+                ..self.tt(g)
+            };
+            g = self.tensor(Op::ToDevice(g, dev), ty, n);
+        }
+        self.adj[n] = Some(match self.adj[n] {
+            Some(a) => self.bin(BinaryOp::Add, a, g),
+            None => g,
+        });
+    }
+
+    fn error(&mut self, n: NodeId, msg: String) {
+        let sp = self.g.nodes[n].sp.clone();
+        self.errors.push(sp.error(msg));
+    }
+
+    fn param_name(&self, n: NodeId) -> String {
+        match self.from[n] {
+            Some(p) => self.g.nodes[p].text.clone(),
+            None => "a differentiated parameter".into(),
+        }
+    }
+
+    /// The backward pass from the 0-d result `r`.
+    fn backward(&mut self, r: NodeId) {
+        let fwd = self.g.nodes.len();
+        let ty = self.tt(r);
+        let seed = self.full(&ty, 1, r);
+        self.adj[r] = Some(seed);
+        for n in (0..fwd).rev() {
+            let Some(g) = self.adj[n] else { continue };
+            let op = self.g.nodes[n].op.clone();
+            if let Op::Param(_) = op {
+                continue;
+            }
+            // The operands that need a gradient from here.
+            let needing: Vec<(usize, NodeId)> = self
+                .g
+                .inputs(n)
+                .into_iter()
+                .enumerate()
+                .filter(|&(k, i)| self.live[i] && carries(&op, k))
+                .collect();
+            if needing.is_empty() {
+                continue;
+            }
+            let mut bad = false;
+            for &(_, i) in &needing {
+                if self.is_tensor(i) && !self.tt(i).dtype.is_float() {
+                    let p = self.param_name(i);
+                    let what = match &self.g.nodes[i].op {
+                        Op::Cast(..) => "this cast to an integer type".to_string(),
+                        op => op_name(op),
+                    };
+                    let text = self.g.nodes[i].text.clone();
+                    self.error(
+                        i,
+                        format!(
+                            "`{text}` has no gradient: {what} gives `{}` values, which are not differentiable, on the path from `{p}` to the result of the `#[grad]` function; compute it from a value that does not need a gradient, or remove `{p}` from `#[grad(..)]`",
+                            self.tt(i).dtype
+                        ),
+                    );
+                    bad = true;
+                }
+            }
+            if bad {
+                continue;
+            }
+            match self.rule(n, &op, g) {
+                Ok(grads) => {
+                    for (i, gi) in grads {
+                        self.accumulate(i, gi);
+                    }
+                }
+                Err(why) => {
+                    let p = self.param_name(needing[0].1);
+                    let text = self.g.nodes[n].text.clone();
+                    let name = op_name(&op);
+                    self.error(
+                        n,
+                        format!(
+                            "`{text}`: {name} {why}, and it lies on the path from `{p}` to the result of the `#[grad]` function; remove `{p}` from `#[grad(..)]` or compute this from values that need no gradient"
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    /// The gradients of node `n`'s operands given its gradient `g`, each
+    /// with the dims of the node (broadcast operands are summed back by
+    /// [`Self::accumulate`]), or why there is none.
+    fn rule(&mut self, n: NodeId, op: &Op, g: NodeId) -> Result<Vec<(NodeId, NodeId)>, String> {
+        let y = n;
+        Ok(match *op {
+            Op::Unary(u, x) => match self.unary(u, x, y, g) {
+                Some(gx) => vec![(x, gx)],
+                // Piecewise constant: zero wherever it is defined, as PyTorch.
+                None if matches!(
+                    u,
+                    UnaryOp::Trunc
+                        | UnaryOp::Round
+                        | UnaryOp::Floor
+                        | UnaryOp::Ceil
+                        | UnaryOp::Sign
+                ) =>
+                {
+                    vec![]
+                }
+                None => return Err("has no derivative rule".into()),
+            },
+            Op::Binary(b, x1, x2) => self.binary(b, x1, x2, y, g)?,
+            Op::Where(c, a, b) => {
+                let z = self.lit(0.0, g);
+                let dt = self.tt(g).dtype;
+                let ga = self.select(c, g, z, dt);
+                let gb = self.select(c, z, g, dt);
+                vec![(a, ga), (b, gb)]
+            }
+            Op::Cast(x, to) => {
+                let from = self.tt(x).dtype;
+                if !to.is_float() {
+                    return Err(format!("casts to `{to}`, which has no gradient"));
+                }
+                let gx = if from == to { g } else { self.cast(g, from) };
+                vec![(x, gx)]
+            }
+            Op::AddCmul {
+                input,
+                t1,
+                t2,
+                value,
+            } => {
+                let v1 = self.mul(g, value);
+                let g1 = self.mul(v1, t2);
+                let g2 = self.mul(v1, t1);
+                vec![(input, g), (t1, g1), (t2, g2)]
+            }
+            Op::MatMul(a, b) => {
+                let (ra, rb) = (self.dims(a).len(), self.dims(b).len());
+                match (ra, rb) {
+                    (1, 1) => {
+                        let (ga, gb) = (self.mul(g, b), self.mul(g, a));
+                        vec![(a, ga), (b, gb)]
+                    }
+                    (1, _) | (_, 1) => return Err("has no derivative rule for a vector operand yet (write the vector as a `[1, K]` or `[K, 1]` matrix)".into()),
+                    _ => {
+                        let bt = self.mt(b);
+                        let ga = self.matmul(g, bt, a);
+                        let at = self.mt(a);
+                        let gb = self.matmul(at, g, b);
+                        vec![(a, ga), (b, gb)]
+                    }
+                }
+            }
+            Op::Bmm(a, b) => {
+                let bt = self.mt(b);
+                let ga = self.bmm(g, bt, a);
+                let at = self.mt(a);
+                let gb = self.bmm(at, g, b);
+                vec![(a, ga), (b, gb)]
+            }
+            Op::Dot(a, b) => {
+                let (ga, gb) = (self.mul(g, b), self.mul(g, a));
+                vec![(a, ga), (b, gb)]
+            }
+            // Folded by the planner after differentiation: never in a
+            // checked body.
+            Op::AddMmAct { .. } => return Err("a product with a folded activation".into()),
+            Op::AddMm {
+                bias,
+                m1,
+                m2,
+                beta,
+                alpha,
+            } => {
+                let gbias = match beta {
+                    Some(s) => self.mul(g, s),
+                    None => g,
+                };
+                let gs = match alpha {
+                    Some(s) => self.mul(g, s),
+                    None => g,
+                };
+                let m2t = self.mt(m2);
+                let g1 = self.matmul(gs, m2t, m1);
+                let m1t = self.mt(m1);
+                let g2 = self.matmul(m1t, gs, m2);
+                vec![(bias, gbias), (m1, g1), (m2, g2)]
+            }
+            Op::Reshape { x, .. } => {
+                let d = self.dims(x);
+                vec![(x, self.reshape(g, d))]
+            }
+            // Summed back to the operand's dims by `accumulate`.
+            Op::Expand(x) => vec![(x, g)],
+            Op::T(x) => {
+                let ty = self.tt(x);
+                vec![(x, self.tensor(Op::T(g), ty, x))]
+            }
+            Op::Transpose(x, d0, d1) => {
+                let ty = self.tt(x);
+                vec![(x, self.tensor(Op::Transpose(g, d0, d1), ty, x))]
+            }
+            Op::Permute(x, ref perm) => {
+                let mut inv = vec![0; perm.len()];
+                for (k, &p) in perm.iter().enumerate() {
+                    inv[p] = k;
+                }
+                let ty = self.tt(x);
+                vec![(x, self.tensor(Op::Permute(g, inv), ty, x))]
+            }
+            Op::ToDevice(x, _) => vec![(x, g)],
+            Op::Reduce { op: r, x, dim } => {
+                let xd = self.dims(x);
+                // The gradient with the reduced dim kept, broadcastable
+                // against `x`.
+                let (gk, yk) = match dim {
+                    Some(d) => {
+                        let mut keep = xd.clone();
+                        keep[d] = Dim::constant(1);
+                        (self.reshape(g, keep.clone()), self.reshape(y, keep))
+                    }
+                    None => (g, y),
+                };
+                match r {
+                    ReduceOp::Sum => vec![(x, self.expand(gk, xd))],
+                    ReduceOp::Mean => {
+                        let count = match dim {
+                            Some(d) => xd[d].clone(),
+                            None => numel(&xd),
+                        };
+                        let scaled = match count.as_constant() {
+                            Some(c) => self.mul_lit(gk, 1.0 / c as f64),
+                            None => {
+                                // The count as a tensor: ones summed.
+                                let ty = self.tt(x);
+                                let ones = self.full(&ty, 1, x);
+                                let c = match dim {
+                                    Some(d) => self.sum_keep(ones, d),
+                                    None => self.reduce(ReduceOp::Sum, ones, None),
+                                };
+                                self.bin(BinaryOp::Div, gk, c)
+                            }
+                        };
+                        vec![(x, self.expand(scaled, xd))]
+                    }
+                    ReduceOp::Max | ReduceOp::Min => match dim {
+                        // PyTorch: the whole gradient to the index
+                        // `max(dim)` returns (the first of ties).
+                        Some(d) => {
+                            let arg = if r == ReduceOp::Max {
+                                ReduceOp::ArgMax
+                            } else {
+                                ReduceOp::ArgMin
+                            };
+                            let idx = self.reduce(arg, x, Some(d));
+                            let mut keep = xd.clone();
+                            keep[d] = Dim::constant(1);
+                            let idx = self.reshape(idx, keep);
+                            let tx = self.tt(x);
+                            let ar = self.tensor(
+                                Op::Arange {
+                                    start: Dim::constant(0),
+                                },
+                                TensorTy {
+                                    device: tx.device,
+                                    dtype: Dt::Kind(DTypeKind::I64),
+                                    dims: vec![xd[d].clone()],
+                                },
+                                x,
+                            );
+                            let mut along = vec![Dim::constant(1); xd.len() - d];
+                            along[0] = xd[d].clone();
+                            let ar = self.reshape(ar, along);
+                            let hit = self.cmp(CmpOp::Eq, ar, idx);
+                            let ge = self.expand(gk, xd);
+                            vec![(x, self.masked(hit, ge))]
+                        }
+                        // PyTorch: evenly among the elements equal to
+                        // the result.
+                        None => {
+                            let hit = self.cmp(CmpOp::Eq, x, yk);
+                            let dt = self.tt(x).dtype;
+                            let f = self.cast(hit, dt);
+                            let count = self.reduce(ReduceOp::Sum, f, None);
+                            let share = self.bin(BinaryOp::Div, gk, count);
+                            vec![(x, self.masked(hit, share))]
+                        }
+                    },
+                    ReduceOp::ArgMax | ReduceOp::ArgMin => {
+                        return Err("gives indices, which have no gradient".into())
+                    }
+                }
+            }
+            Op::Row { op: r, x, dim } => match r {
+                RowOp::Softmax => {
+                    let gy = self.mul(g, y);
+                    let s = self.sum_keep(gy, dim);
+                    let d = self.bin(BinaryOp::Sub, g, s);
+                    vec![(x, self.mul(y, d))]
+                }
+                RowOp::LogSoftmax => {
+                    let s = self.sum_keep(g, dim);
+                    let p = self.un(UnaryOp::Exp, y);
+                    let ps = self.mul(p, s);
+                    vec![(x, self.bin(BinaryOp::Sub, g, ps))]
+                }
+                RowOp::LogSumExp => {
+                    let mut keep = self.dims(x);
+                    keep[dim] = Dim::constant(1);
+                    let gk = self.reshape(g, keep.clone());
+                    let yk = self.reshape(y, keep);
+                    let dx = self.bin(BinaryOp::Sub, x, yk);
+                    let p = self.un(UnaryOp::Exp, dx);
+                    vec![(x, self.mul(gk, p))]
+                }
+            },
+            Op::Cat { ref xs, dim } => {
+                let mut out = Vec::new();
+                let mut start = Dim::constant(0);
+                for &xi in xs {
+                    let len = self.dims(xi)[dim].clone();
+                    let (Some(s), Some(l)) = (start.as_constant(), len.as_constant()) else {
+                        return Err("has no derivative rule yet for operands whose length along the joined dim is known only at run time".into());
+                    };
+                    let ty = self.tt(xi);
+                    let gi = self.tensor(
+                        Op::Narrow {
+                            x: g,
+                            dim,
+                            start: IndexArg::Const(s as usize),
+                            len: IndexArg::Const(l as usize),
+                        },
+                        ty,
+                        xi,
+                    );
+                    out.push((xi, gi));
+                    start = start.add(&len);
+                }
+                out
+            }
+            Op::Narrow {
+                x,
+                dim,
+                ref start,
+                ref len,
+            } => {
+                let xd = self.dims(x);
+                let (IndexArg::Const(s), IndexArg::Const(l), Some(total)) =
+                    (start, len, xd[dim].as_constant())
+                else {
+                    return Err(
+                        "has no derivative rule yet for a run-time start, length or dim".into(),
+                    );
+                };
+                vec![(x, self.pad(g, x, dim, *s, *l, total as usize))]
+            }
+            Op::Index { x, dim, ref index } => {
+                let xd = self.dims(x);
+                let (IndexArg::Const(i), Some(total)) = (index, xd[dim].as_constant()) else {
+                    return Err("has no derivative rule yet for a run-time index or dim".into());
+                };
+                let mut keep = xd.clone();
+                keep[dim] = Dim::constant(1);
+                let gk = self.reshape(g, keep);
+                vec![(x, self.pad(gk, x, dim, *i, 1, total as usize))]
+            }
+            Op::Triangle { x, upper, diagonal } => {
+                let ty = self.tt(x);
+                vec![(
+                    x,
+                    self.tensor(
+                        Op::Triangle {
+                            x: g,
+                            upper,
+                            diagonal,
+                        },
+                        ty,
+                        x,
+                    ),
+                )]
+            }
+            Op::Call { .. } => {
+                return Err(
+                    "is not differentiated yet: write the callee's body in this function".into(),
+                )
+            }
+            Op::Kernel { .. } => {
+                return Err(
+                    "has no derivative rule: `#[kernel]` functions are not differentiated yet"
+                        .into(),
+                )
+            }
+            Op::Norm {
+                op: nop,
+                x,
+                weight,
+                bias,
+                eps,
+            } => {
+                // Composite: the statistics recomputed from `x`, then
+                // PyTorch's formulas over the last dim.
+                let xd = self.dims(x);
+                let last = xd.len() - 1;
+                let Some(count) = xd[last].as_constant() else {
+                    return Err(
+                        "has no derivative rule yet for a last dim known only at run time".into(),
+                    );
+                };
+                let inv_n = 1.0 / count as f64;
+                let eps = match eps {
+                    Some(e) => e,
+                    None => {
+                        let k = match self.tt(x).dtype {
+                            Dt::Kind(k) => k,
+                            // A dtype parameter: f32's default, which the
+                            // 16-bit dtypes share.
+                            _ => DTypeKind::F32,
+                        };
+                        self.lit(nop.default_eps(k), x)
+                    }
+                };
+                let xc = match nop {
+                    NormOp::LayerNorm => {
+                        let s = self.sum_keep(x, last);
+                        let mu = self.mul_lit(s, inv_n);
+                        self.bin(BinaryOp::Sub, x, mu)
+                    }
+                    NormOp::RmsNorm => x,
+                };
+                let sq = self.mul(xc, xc);
+                let ss = self.sum_keep(sq, last);
+                let stat = self.mul_lit(ss, inv_n);
+                let se = self.bin(BinaryOp::Add, stat, eps);
+                let r = self.un(UnaryOp::Rsqrt, se);
+                let xhat = self.mul(xc, r);
+                let gw = self.mul(g, xhat);
+                let gh = self.mul(g, weight);
+                let ghx = self.mul(gh, xhat);
+                let s2 = self.sum_keep(ghx, last);
+                let m2 = self.mul_lit(s2, inv_n);
+                let t = self.mul(xhat, m2);
+                let mut inner = self.bin(BinaryOp::Sub, gh, t);
+                if nop == NormOp::LayerNorm {
+                    let s1 = self.sum_keep(gh, last);
+                    let m1 = self.mul_lit(s1, inv_n);
+                    inner = self.bin(BinaryOp::Sub, inner, m1);
+                }
+                let gx = self.mul(r, inner);
+                let mut out = vec![(x, gx), (weight, gw)];
+                if let Some(b) = bias {
+                    out.push((b, g));
+                }
+                out
+            }
+            Op::Rope { x, cos, sin } => {
+                // y = x cos + rotate_half(x) sin, rotate_half(x) =
+                // cat(-x2, x1); its transpose takes u to cat(u2, -u1).
+                let xd = self.dims(x);
+                let last = xd.len() - 1;
+                let Some(d) = xd[last].as_constant() else {
+                    return Err(
+                        "has no derivative rule yet for a last dim known only at run time".into(),
+                    );
+                };
+                let h = (d / 2) as usize;
+                let u = self.mul(g, sin);
+                let u1 = self.slice(u, last, 0, h);
+                let u2 = self.slice(u, last, h, h);
+                let nu1 = self.un(UnaryOp::Neg, u1);
+                let rot_t = self.join(vec![u2, nu1], last, u);
+                let gc = self.mul(g, cos);
+                let gx = self.bin(BinaryOp::Add, gc, rot_t);
+                let x1 = self.slice(x, last, 0, h);
+                let x2 = self.slice(x, last, h, h);
+                let nx2 = self.un(UnaryOp::Neg, x2);
+                let rot = self.join(vec![nx2, x1], last, x);
+                let gcos = self.mul(g, x);
+                let gsin = self.mul(g, rot);
+                vec![(x, gx), (cos, gcos), (sin, gsin)]
+            }
+            Op::Attention { .. } | Op::Embedding { .. } | Op::Select { .. } => {
+                return Err("has no derivative rule yet".into())
+            }
+            Op::External { .. } => {
+                return Err("is opaque to `tensor_fn!`, which cannot differentiate it".into())
+            }
+            Op::Compare(..) | Op::Arange { .. } => return Err("has no gradient".into()),
+            Op::TupleGet(..) | Op::Param(_) | Op::Lit { .. } => {
+                return Err("has no derivative rule".into())
+            }
+        })
+    }
+
+    /// `a.narrow(dim, start, len)`.
+    fn slice(&mut self, a: NodeId, dim: usize, start: usize, len: usize) -> NodeId {
+        let mut ty = self.tt(a);
+        ty.dims[dim] = Dim::constant(len as i64);
+        self.tensor(
+            Op::Narrow {
+                x: a,
+                dim,
+                start: IndexArg::Const(start),
+                len: IndexArg::Const(len),
+            },
+            ty,
+            a,
+        )
+    }
+
+    /// `cat(xs, dim)`, typed like `like`.
+    fn join(&mut self, xs: Vec<NodeId>, dim: usize, like: NodeId) -> NodeId {
+        let mut ty = self.tt(xs[0]);
+        ty.dims[dim] = self.dims(like)[dim].clone();
+        self.tensor(Op::Cat { xs, dim }, ty, like)
+    }
+
+    fn bmm(&mut self, a: NodeId, b: NodeId, like: NodeId) -> NodeId {
+        let (x, y) = (self.dims(a), self.dims(b));
+        let ty = TensorTy {
+            dims: vec![x[0].clone(), x[1].clone(), y[2].clone()],
+            ..self.tt(a)
+        };
+        self.tensor(Op::Bmm(a, b), ty, like)
+    }
+
+    /// `g` (the slice `start..start + len` of `x` along `dim`) placed
+    /// among zeros: the gradient of `x`.
+    fn pad(
+        &mut self,
+        g: NodeId,
+        x: NodeId,
+        dim: usize,
+        start: usize,
+        len: usize,
+        total: usize,
+    ) -> NodeId {
+        let mut parts = Vec::new();
+        let ty = self.tt(x);
+        for (s, l) in [(0, start), (start, len), (start + len, total - start - len)] {
+            if l == 0 {
+                continue;
+            }
+            if s == start && l == len {
+                parts.push(g);
+            } else {
+                let mut t = ty.clone();
+                t.dims[dim] = Dim::constant(l as i64);
+                parts.push(self.zeros(&t, x));
+            }
+        }
+        if parts.len() == 1 {
+            return parts[0];
+        }
+        self.tensor(Op::Cat { xs: parts, dim }, ty, x)
+    }
+
+    /// The derivative of a unary op times `g` (`None` for an op whose
+    /// derivative is zero wherever it is defined, or that has none).
+    fn unary(&mut self, u: UnaryOp, x: NodeId, y: NodeId, g: NodeId) -> Option<NodeId> {
+        use std::f64::consts::{FRAC_1_SQRT_2, PI};
+        Some(match u {
+            UnaryOp::Neg => self.un(UnaryOp::Neg, g),
+            UnaryOp::Abs => {
+                let s = self.un(UnaryOp::Sign, x);
+                self.mul(g, s)
+            }
+            UnaryOp::Relu => {
+                let pos = self.cmp_lit(CmpOp::Gt, x, 0.0);
+                self.masked(pos, g)
+            }
+            UnaryOp::Sigmoid => {
+                let one = self.lit(1.0, y);
+                let q = self.bin(BinaryOp::Sub, one, y);
+                let d = self.mul(y, q);
+                self.mul(g, d)
+            }
+            UnaryOp::Tanh => {
+                let one = self.lit(1.0, y);
+                let yy = self.mul(y, y);
+                let d = self.bin(BinaryOp::Sub, one, yy);
+                self.mul(g, d)
+            }
+            UnaryOp::Exp => self.mul(g, y),
+            UnaryOp::Expm1 => {
+                let one = self.lit(1.0, y);
+                let d = self.bin(BinaryOp::Add, y, one);
+                self.mul(g, d)
+            }
+            UnaryOp::Log => self.bin(BinaryOp::Div, g, x),
+            UnaryOp::Log1p => {
+                let one = self.lit(1.0, x);
+                let d = self.bin(BinaryOp::Add, x, one);
+                self.bin(BinaryOp::Div, g, d)
+            }
+            UnaryOp::Sin => {
+                let c = self.un(UnaryOp::Cos, x);
+                self.mul(g, c)
+            }
+            UnaryOp::Cos => {
+                let s = self.un(UnaryOp::Sin, x);
+                let gs = self.mul(g, s);
+                self.un(UnaryOp::Neg, gs)
+            }
+            UnaryOp::Sqrt => {
+                let h = self.mul_lit(g, 0.5);
+                self.bin(BinaryOp::Div, h, y)
+            }
+            UnaryOp::Rsqrt => {
+                let yy = self.mul(y, y);
+                let y3 = self.mul(yy, y);
+                let h = self.mul_lit(g, -0.5);
+                self.mul(h, y3)
+            }
+            UnaryOp::Square => {
+                let x2 = self.mul_lit(x, 2.0);
+                self.mul(g, x2)
+            }
+            UnaryOp::Recip => {
+                let yy = self.mul(y, y);
+                let d = self.un(UnaryOp::Neg, yy);
+                self.mul(g, d)
+            }
+            UnaryOp::Gelu => {
+                // u = c (x + k x^3), t = tanh(u):
+                // 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 k x^2).
+                let c = (2.0 / PI).sqrt();
+                let k = 0.044715;
+                let xx = self.mul(x, x);
+                let x3 = self.mul(xx, x);
+                let kx3 = self.mul_lit(x3, k);
+                let inner = self.bin(BinaryOp::Add, x, kx3);
+                let u = self.mul_lit(inner, c);
+                let t = self.un(UnaryOp::Tanh, u);
+                let one = self.lit(1.0, x);
+                let a = self.bin(BinaryOp::Add, one, t);
+                let a = self.mul_lit(a, 0.5);
+                let tt = self.mul(t, t);
+                let one2 = self.lit(1.0, x);
+                let sech2 = self.bin(BinaryOp::Sub, one2, tt);
+                let kxx = self.mul_lit(xx, 3.0 * k * c);
+                let cc = self.lit(c, x);
+                let du = self.bin(BinaryOp::Add, kxx, cc);
+                let hx = self.mul_lit(x, 0.5);
+                let b = self.mul(hx, sech2);
+                let b = self.mul(b, du);
+                let d = self.bin(BinaryOp::Add, a, b);
+                self.mul(g, d)
+            }
+            UnaryOp::GeluErf => {
+                // Phi(x) + x phi(x).
+                let xs = self.mul_lit(x, FRAC_1_SQRT_2);
+                let e = self.un(UnaryOp::Erf, xs);
+                let one = self.lit(1.0, x);
+                let cdf = self.bin(BinaryOp::Add, one, e);
+                let cdf = self.mul_lit(cdf, 0.5);
+                let xx = self.mul(x, x);
+                let m = self.mul_lit(xx, -0.5);
+                let pdf = self.un(UnaryOp::Exp, m);
+                let pdf = self.mul_lit(pdf, 1.0 / (2.0 * PI).sqrt());
+                let xp = self.mul(x, pdf);
+                let d = self.bin(BinaryOp::Add, cdf, xp);
+                self.mul(g, d)
+            }
+            UnaryOp::Silu => {
+                // s (1 + x (1 - s)).
+                let s = self.un(UnaryOp::Sigmoid, x);
+                let one = self.lit(1.0, x);
+                let q = self.bin(BinaryOp::Sub, one, s);
+                let xq = self.mul(x, q);
+                let one2 = self.lit(1.0, x);
+                let r = self.bin(BinaryOp::Add, one2, xq);
+                let d = self.mul(s, r);
+                self.mul(g, d)
+            }
+            UnaryOp::Erf | UnaryOp::Erfc => {
+                let xx = self.mul(x, x);
+                let m = self.un(UnaryOp::Neg, xx);
+                let e = self.un(UnaryOp::Exp, m);
+                let c = 2.0 / PI.sqrt();
+                let d = self.mul_lit(e, if u == UnaryOp::Erf { c } else { -c });
+                self.mul(g, d)
+            }
+            UnaryOp::Softplus => {
+                // PyTorch: 1 above the threshold 20, sigmoid(x) below.
+                let s = self.un(UnaryOp::Sigmoid, x);
+                let gs = self.mul(g, s);
+                let above = self.cmp_lit(CmpOp::Gt, x, 20.0);
+                let dt = self.tt(g).dtype;
+                self.select(above, g, gs, dt)
+            }
+            _ => return None,
+        })
+    }
+
+    fn binary(
+        &mut self,
+        b: BinaryOp,
+        x1: NodeId,
+        x2: NodeId,
+        y: NodeId,
+        g: NodeId,
+    ) -> Result<Vec<(NodeId, NodeId)>, String> {
+        let dt = self.tt(g).dtype;
+        Ok(match b {
+            BinaryOp::Add => vec![(x1, g), (x2, g)],
+            BinaryOp::Sub => {
+                let n = self.un(UnaryOp::Neg, g);
+                vec![(x1, g), (x2, n)]
+            }
+            BinaryOp::Mul => {
+                let (g1, g2) = (self.mul(g, x2), self.mul(g, x1));
+                vec![(x1, g1), (x2, g2)]
+            }
+            BinaryOp::Div => {
+                // PyTorch: -g a / (b b).
+                let g1 = self.bin(BinaryOp::Div, g, x2);
+                let bb = self.mul(x2, x2);
+                let ab = self.bin(BinaryOp::Div, x1, bb);
+                let gab = self.mul(g, ab);
+                let g2 = self.un(UnaryOp::Neg, gab);
+                vec![(x1, g1), (x2, g2)]
+            }
+            BinaryOp::Max | BinaryOp::Min => {
+                // PyTorch: to the larger (smaller) operand, halved on ties.
+                let wins = if b == BinaryOp::Max {
+                    CmpOp::Gt
+                } else {
+                    CmpOp::Lt
+                };
+                let half = self.mul_lit(g, 0.5);
+                let tie = self.cmp(CmpOp::Eq, x1, x2);
+                let z = self.lit(0.0, g);
+                let shared = self.select(tie, half, z, dt);
+                let w1 = self.cmp(wins, x1, x2);
+                let g1 = self.select(w1, g, shared, dt);
+                let w2 = self.cmp(wins, x2, x1);
+                let g2 = self.select(w2, g, shared, dt);
+                vec![(x1, g1), (x2, g2)]
+            }
+            BinaryOp::Pow => {
+                // PyTorch: g b a^(b - 1), zero where b == 0; g y ln(a),
+                // zero where a == 0 (and b >= 0).
+                let one = self.lit(1.0, x2);
+                let bm1 = self.bin(BinaryOp::Sub, x2, one);
+                let p = self.bin(BinaryOp::Pow, x1, bm1);
+                let bp = self.mul(x2, p);
+                let d1 = self.mul(g, bp);
+                let b0 = self.cmp_lit(CmpOp::Eq, x2, 0.0);
+                let z = self.lit(0.0, g);
+                let g1 = self.select(b0, z, d1, dt);
+                let l = self.un(UnaryOp::Log, x1);
+                let yl = self.mul(y, l);
+                let d2 = self.mul(g, yl);
+                let a0 = self.cmp_lit(CmpOp::Eq, x1, 0.0);
+                let z2 = self.lit(0.0, g);
+                let g2 = self.select(a0, z2, d2, dt);
+                vec![(x1, g1), (x2, g2)]
+            }
+            BinaryOp::LeakyRelu => {
+                let pos = self.cmp_lit(CmpOp::Gt, x1, 0.0);
+                let gs = self.mul(g, x2);
+                let g1 = self.select(pos, g, gs, dt);
+                let gx = self.mul(g, x1);
+                let z = self.lit(0.0, g);
+                let g2 = self.select(pos, z, gx, dt);
+                vec![(x1, g1), (x2, g2)]
+            }
+            BinaryOp::Elu => {
+                // Below zero: g (y + alpha) for x, g expm1(x) for alpha.
+                let pos = self.cmp_lit(CmpOp::Gt, x1, 0.0);
+                let ya = self.bin(BinaryOp::Add, y, x2);
+                let gya = self.mul(g, ya);
+                let g1 = self.select(pos, g, gya, dt);
+                let e = self.un(UnaryOp::Expm1, x1);
+                let ge = self.mul(g, e);
+                let z = self.lit(0.0, g);
+                let g2 = self.select(pos, z, ge, dt);
+                vec![(x1, g1), (x2, g2)]
+            }
+            #[allow(unreachable_patterns)]
+            _ => return Err("has no derivative rule".into()),
+        })
+    }
+}
+
+/// `op` with every operand `n` replaced by `m(n)`.
+fn map_op(op: &Op, m: &dyn Fn(NodeId) -> NodeId) -> Op {
+    let ia = |a: &IndexArg| match a {
+        IndexArg::Node(n) => IndexArg::Node(m(*n)),
+        c => c.clone(),
+    };
+    let mut op = op.clone();
+    match &mut op {
+        Op::Param(_) | Op::Lit { .. } | Op::Arange { .. } => {}
+        Op::Unary(_, a) | Op::Cast(a, _) | Op::T(a) | Op::ToDevice(a, _) | Op::Expand(a) => {
+            *a = m(*a)
+        }
+        Op::Permute(a, _) | Op::Transpose(a, ..) | Op::TupleGet(a, _) => *a = m(*a),
+        Op::Binary(_, a, b)
+        | Op::Compare(_, a, b)
+        | Op::MatMul(a, b)
+        | Op::Bmm(a, b)
+        | Op::Dot(a, b) => {
+            *a = m(*a);
+            *b = m(*b);
+        }
+        Op::Where(c, a, b) => {
+            *c = m(*c);
+            *a = m(*a);
+            *b = m(*b);
+        }
+        Op::AddCmul {
+            input,
+            t1,
+            t2,
+            value,
+        } => {
+            for x in [input, t1, t2, value] {
+                *x = m(*x);
+            }
+        }
+        Op::Kernel { args, .. } | Op::Call { args, .. } | Op::External { args, .. } => {
+            for a in args {
+                *a = m(*a);
+            }
+        }
+        Op::AddMmAct { bias, m1, m2, .. } => {
+            for x in [bias, m1, m2] {
+                *x = m(*x);
+            }
+        }
+        Op::AddMm {
+            bias,
+            m1,
+            m2,
+            beta,
+            alpha,
+        } => {
+            for x in [bias, m1, m2] {
+                *x = m(*x);
+            }
+            for x in [beta, alpha].into_iter().flatten() {
+                *x = m(*x);
+            }
+        }
+        Op::Attention {
+            q,
+            k,
+            v,
+            mask,
+            scale,
+            ..
+        } => {
+            for x in [q, k, v] {
+                *x = m(*x);
+            }
+            for x in [mask, scale].into_iter().flatten() {
+                *x = m(*x);
+            }
+        }
+        Op::Reshape { x, .. }
+        | Op::Reduce { x, .. }
+        | Op::Row { x, .. }
+        | Op::Triangle { x, .. } => *x = m(*x),
+        Op::Narrow { x, start, len, .. } => {
+            *x = m(*x);
+            *start = ia(start);
+            *len = ia(len);
+        }
+        Op::Index { x, index, .. } => {
+            *x = m(*x);
+            *index = ia(index);
+        }
+        Op::Norm {
+            x,
+            weight,
+            bias,
+            eps,
+            ..
+        } => {
+            *x = m(*x);
+            *weight = m(*weight);
+            for y in [bias, eps].into_iter().flatten() {
+                *y = m(*y);
+            }
+        }
+        Op::Rope { x, cos, sin } => {
+            for y in [x, cos, sin] {
+                *y = m(*y);
+            }
+        }
+        Op::Cat { xs, .. } => {
+            for x in xs {
+                *x = m(*x);
+            }
+        }
+        Op::Embedding { ids, weight } => {
+            *ids = m(*ids);
+            *weight = m(*weight);
+        }
+        Op::Select { x, index, .. } => {
+            *x = m(*x);
+            *index = m(*index);
+        }
+    }
+    op
+}
+
+/// `f` with every call to a function of the invocation replaced by the
+/// callee's body (its symbols, device and dtype parameters bound as at
+/// the call), so that the backward passes through it.
+fn inline_calls(f: &CheckedFn, checked: &[Option<CheckedFn>], depth: usize) -> CheckedFn {
+    let mut g = Graph::default();
+    let mut map: Vec<NodeId> = Vec::with_capacity(f.graph.nodes.len());
+    let mut tuples: std::collections::HashMap<NodeId, Vec<NodeId>> = Default::default();
+    for (id, node) in f.graph.nodes.iter().enumerate() {
+        let callee = match &node.op {
+            Op::Call { callee, .. } if depth < 64 => checked.get(*callee).and_then(|c| c.as_ref()),
+            _ => None,
+        };
+        if let (
+            Some(c),
+            Op::Call {
+                args,
+                bindings,
+                dtypes,
+                ..
+            },
+        ) = (callee, &node.op)
+        {
+            let c = inline_calls(c, checked, depth + 1);
+            let args: Vec<NodeId> = args.iter().map(|&a| map[a]).collect();
+            let bind: std::collections::HashMap<&str, &Dim> =
+                bindings.iter().map(|(s, d)| (s.as_str(), d)).collect();
+            let mut devs: std::collections::HashMap<crate::ast::Name, crate::ast::Device> =
+                Default::default();
+            let mut dts: std::collections::HashMap<crate::ast::Name, Dt> = Default::default();
+            for (i, p) in c.sig.params.iter().enumerate() {
+                if let (ParamSig::Tensor(t), Some(Ty::Tensor(a))) =
+                    (p, args.get(i).and_then(|&a| g.nodes.get(a)).map(|n| &n.ty))
+                {
+                    if let crate::ast::Device::Param(n) = t.device {
+                        devs.entry(n).or_insert(a.device);
+                    }
+                    if let Dt::Param(n, _) = t.dtype {
+                        dts.entry(n).or_insert(a.dtype);
+                    }
+                }
+            }
+            let dtype_params = c
+                .sig
+                .type_params
+                .iter()
+                .filter(|p| matches!(p.kind, crate::ast::TypeParamKind::DType(_)));
+            for (p, d) in dtype_params.zip(dtypes) {
+                dts.insert(p.name, *d);
+            }
+            let dim = |d: &Dim| {
+                d.substitute(&|s| bind.get(s).map(|&d| d.clone()))
+                    .unwrap_or_else(|| d.clone())
+            };
+            let dev = |d: crate::ast::Device| match d {
+                crate::ast::Device::Param(n) => devs.get(&n).copied().unwrap_or(d),
+                d => d,
+            };
+            let dt = |d: Dt| match d {
+                Dt::Param(n, _) => dts.get(&n).copied().unwrap_or(d),
+                d => d,
+            };
+            let tensor = |t: &TensorTy| TensorTy {
+                device: dev(t.device),
+                dtype: dt(t.dtype),
+                dims: t.dims.iter().map(&dim).collect(),
+            };
+            let mut cmap: Vec<NodeId> = Vec::with_capacity(c.graph.nodes.len());
+            for cn in &c.graph.nodes {
+                if let Op::Param(i) = cn.op {
+                    cmap.push(args.get(i).copied().unwrap_or(usize::MAX));
+                    continue;
+                }
+                let mut op = map_op(&cn.op, &|n| cmap[n]);
+                match &mut op {
+                    Op::Cast(_, d) => *d = dt(*d),
+                    Op::ToDevice(_, d) => *d = dev(*d),
+                    Op::Arange { start } => *start = dim(start),
+                    _ => {}
+                }
+                let ty = match &cn.ty {
+                    Ty::Tensor(t) => Ty::Tensor(tensor(t)),
+                    Ty::Tuple(ts) => Ty::Tuple(ts.iter().map(&tensor).collect()),
+                    t => t.clone(),
+                };
+                let id = g.push(Node {
+                    op,
+                    ty,
+                    sp: cn.sp.clone(),
+                    text: cn.text.clone(),
+                });
+                cmap.push(id);
+            }
+            let rets: Vec<NodeId> = c.ret.iter().map(|&r| cmap[r]).collect();
+            if let Ty::Tuple(_) = node.ty {
+                tuples.insert(id, rets);
+                map.push(usize::MAX);
+            } else {
+                map.push(rets[0]);
+            }
+            continue;
+        }
+        if let Op::TupleGet(x, k) = node.op {
+            if let Some(rets) = tuples.get(&x) {
+                map.push(rets[k]);
+                continue;
+            }
+        }
+        let op = map_op(&node.op, &|n| map[n]);
+        let new = g.push(Node { op, ..node.clone() });
+        map.push(new);
+    }
+    CheckedFn {
+        sig: f.sig.clone(),
+        graph: g,
+        params: f.params.iter().map(|&p| map[p]).collect(),
+        ret: f.ret.iter().map(|&r| map[r]).collect(),
+    }
+}

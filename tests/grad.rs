@@ -1,0 +1,570 @@
+//! `#[grad]`: every derivative rule of `tensor_fn!` against `f64` central
+//! finite differences, on seeded random inputs (a few seeds per case),
+//! through `name::value_and_grad`; broadcasting, scalar operands,
+//! parameter structs, dtype-generic functions and a few `f32` cases with
+//! a looser tolerance.
+
+use tensorfn::prelude::*;
+use tensorfn::{DType, Shape};
+
+/// Uniform values in `lo..hi` from a seeded LCG.
+fn rand_vec(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let u = (s >> 11) as f64 / (1u64 << 53) as f64;
+            lo + (hi - lo) * u
+        })
+        .collect()
+}
+
+fn tensor<S: Shape>(v: &[f64]) -> Tensor<Cpu, f64, S> {
+    Tensor::from_vec(v.to_vec()).unwrap()
+}
+
+fn value<T: DType + Into<f64>, S: Shape>(t: &Tensor<Cpu, T, S>) -> Vec<f64> {
+    t.to_vec().unwrap().into_iter().map(Into::into).collect()
+}
+
+/// Compares `grad` with the central differences of `f` at `x`.
+fn check_fd(what: &str, x: &[f64], grad: &[f64], f: impl Fn(&[f64]) -> f64, tol: f64) {
+    assert_eq!(x.len(), grad.len(), "{what}: gradient length");
+    for i in 0..x.len() {
+        let h = 1e-6 * x[i].abs().max(1.0);
+        let mut xp = x.to_vec();
+        xp[i] += h;
+        let mut xm = x.to_vec();
+        xm[i] -= h;
+        let want = (f(&xp) - f(&xm)) / (2.0 * h);
+        let err = (grad[i] - want).abs();
+        assert!(
+            err <= tol * want.abs().max(1.0),
+            "{what}: d/dx[{i}] is {}, finite differences give {want} (x = {:?})",
+            grad[i],
+            x
+        );
+    }
+}
+
+macro_rules! unary_cases {
+    ($($name:ident: $op:ident in ($lo:expr, $hi:expr);)*) => {
+        $(
+            tensor_fn! {
+                #[grad(x)]
+                fn $name(x: &Tensor<Cpu, f64, [3, 4]>, w: &Tensor<Cpu, f64, [3, 4]>) -> Tensor<Cpu, f64, []> {
+                    ($op(x) * w).sum()
+                }
+            }
+        )*
+
+        #[test]
+        fn unary_ops_against_finite_differences() {
+            $(
+                for seed in 0..3u64 {
+                    let x0 = rand_vec(12, seed, $lo, $hi);
+                    let w0 = rand_vec(12, seed + 100, -1.0, 1.0);
+                    let (x, w) = (tensor::<shape![3, 4]>(&x0), tensor::<shape![3, 4]>(&w0));
+                    let (v, g) = $name::value_and_grad(&x, &w).unwrap();
+                    let direct = value(&$name(&x, &w).unwrap());
+                    assert_eq!(value(&v), direct, "{}: value", stringify!($op));
+                    check_fd(stringify!($op), &x0, &value(&g), |xs| {
+                        value(&$name(&tensor(xs), &w).unwrap())[0]
+                    }, 1e-6);
+                }
+            )*
+        }
+    };
+}
+
+unary_cases! {
+    u_neg: neg in (-2.0, 2.0);
+    u_abs: abs in (-2.0, 2.0);
+    u_relu: relu in (-2.0, 2.0);
+    u_sigmoid: sigmoid in (-4.0, 4.0);
+    u_tanh: tanh in (-3.0, 3.0);
+    u_exp: exp in (-2.0, 2.0);
+    u_log: log in (0.2, 3.0);
+    u_sin: sin in (-3.0, 3.0);
+    u_cos: cos in (-3.0, 3.0);
+    u_sqrt: sqrt in (0.2, 3.0);
+    u_rsqrt: rsqrt in (0.2, 3.0);
+    u_square: square in (-2.0, 2.0);
+    u_recip: recip in (0.3, 3.0);
+    u_gelu: gelu in (-4.0, 4.0);
+    u_gelu_erf: gelu_erf in (-4.0, 4.0);
+    u_silu: silu in (-5.0, 5.0);
+    u_erf: erf in (-2.0, 2.0);
+    u_erfc: erfc in (-2.0, 2.0);
+    u_expm1: expm1 in (-2.0, 2.0);
+    u_log1p: log1p in (-0.5, 3.0);
+    u_softplus: softplus in (-5.0, 5.0);
+    u_floor: floor in (-3.0, 3.0);
+    u_ceil: ceil in (-3.0, 3.0);
+    u_round: round in (-3.0, 3.0);
+    u_trunc: trunc in (-3.0, 3.0);
+    u_sign: sign in (-3.0, 3.0);
+}
+
+/// The gradients `value_and_grad` gives, flattened.
+trait Flat {
+    fn flat(&self) -> Vec<Vec<f64>>;
+}
+
+impl<S: Shape> Flat for Tensor<Cpu, f64, S> {
+    fn flat(&self) -> Vec<Vec<f64>> {
+        vec![value(self)]
+    }
+}
+
+impl<A: Flat, B: Flat> Flat for (A, B) {
+    fn flat(&self) -> Vec<Vec<f64>> {
+        let mut v = self.0.flat();
+        v.extend(self.1.flat());
+        v
+    }
+}
+
+impl<A: Flat, B: Flat, C: Flat> Flat for (A, B, C) {
+    fn flat(&self) -> Vec<Vec<f64>> {
+        let mut v = self.0.flat();
+        v.extend(self.1.flat());
+        v.extend(self.2.flat());
+        v
+    }
+}
+
+/// A `#[grad]` function of every parameter, and a test comparing its
+/// gradients with finite differences on three seeds.
+macro_rules! fd_case {
+    ($test:ident: fn $name:ident($($p:ident: [$($d:literal),*] in ($lo:expr, $hi:expr)),+) { $($body:tt)* }) => {
+        tensor_fn! {
+            #[grad($($p),+)]
+            fn $name($($p: &Tensor<Cpu, f64, [$($d),*]>),+) -> Tensor<Cpu, f64, []> { $($body)* }
+        }
+
+        #[test]
+        fn $test() {
+            for seed in 0..3u64 {
+                let mut k = 0u64;
+                let inputs: Vec<Vec<f64>> = vec![$({
+                    k += 1;
+                    rand_vec(1 $(* $d)*, seed * 31 + k, $lo, $hi)
+                }),+];
+                let eval = |xs: &[Vec<f64>]| -> f64 {
+                    let mut it = xs.iter();
+                    $(let $p = tensor::<shape![$($d),*]>(it.next().unwrap());)+
+                    value(&$name($(&$p),+).unwrap())[0]
+                };
+                let (v, grads) = {
+                    let mut it = inputs.iter();
+                    $(let $p = tensor::<shape![$($d),*]>(it.next().unwrap());)+
+                    let (v, g) = $name::value_and_grad($(&$p),+).unwrap();
+                    (value(&v)[0], g.flat())
+                };
+                assert_eq!(v, eval(&inputs), "{}: value", stringify!($name));
+                for (i, g) in grads.iter().enumerate() {
+                    check_fd(
+                        &format!("{} (operand {i}, seed {seed})", stringify!($name)),
+                        &inputs[i],
+                        g,
+                        |xi| {
+                            let mut xs = inputs.clone();
+                            xs[i] = xi.to_vec();
+                            eval(&xs)
+                        },
+                        1e-6,
+                    );
+                }
+            }
+        }
+    };
+}
+
+// Binary ops, with broadcasting both ways and scalars.
+fd_case!(add_broadcast: fn b_add(x: [3, 4] in (-2.0, 2.0), y: [4] in (-2.0, 2.0)) { sin(x + y).sum() });
+fd_case!(sub_broadcast: fn b_sub(x: [3, 1] in (-2.0, 2.0), y: [3, 4] in (-2.0, 2.0)) { sin(x - y).sum() });
+fd_case!(mul_broadcast: fn b_mul(x: [2, 3, 4] in (-2.0, 2.0), y: [3, 1] in (-2.0, 2.0)) { sin(x * y).sum() });
+fd_case!(div_broadcast: fn b_div(x: [3, 4] in (-2.0, 2.0), y: [1, 4] in (0.5, 2.0)) { sin(x / y).sum() });
+fd_case!(maximum_minimum: fn b_maxmin(x: [3, 4] in (-2.0, 2.0), y: [4] in (-2.0, 2.0)) {
+    (sin(maximum(x, y)) + cos(minimum(x, y))).sum()
+});
+fd_case!(pow_tensor: fn b_pow(x: [3, 4] in (0.5, 2.0), y: [3, 4] in (-1.5, 1.5)) { pow(x, y).sum() });
+fd_case!(scalars: fn b_scalars(x: [3, 4] in (0.5, 2.0)) { sin(x * 2.0 - 1.0 / x + 0.5).sum() });
+fd_case!(leaky_relu_elu: fn b_leaky(x: [3, 4] in (-2.0, 2.0)) { (sin(leaky_relu(x, 0.2)) + sin(elu(x))).sum() });
+fd_case!(addcmul_rule: fn b_addcmul(x: [3, 4] in (-2.0, 2.0), a: [1, 4] in (-2.0, 2.0), b: [3, 1] in (-2.0, 2.0)) {
+    sin(addcmul(x, a, b, 0.5)).sum()
+});
+fd_case!(where_branches: fn s_where(x: [3, 4] in (-2.0, 2.0), y: [3, 4] in (-2.0, 2.0)) {
+    sin(where_(x.gt(y), x * x, y * 3.0)).sum()
+});
+fd_case!(masked_fill_rule: fn s_masked(x: [3, 4] in (-2.0, 2.0)) { sin(x.masked_fill(x.gt(0.5), 2.0) * x).sum() });
+
+// Products.
+fd_case!(matmul_2d: fn m_mm(x: [3, 4] in (-1.0, 1.0), y: [4, 5] in (-1.0, 1.0)) { sin(matmul(x, y)).sum() });
+fd_case!(matmul_batched: fn m_bmm_b(x: [2, 3, 4] in (-1.0, 1.0), y: [4, 5] in (-1.0, 1.0)) { sin(matmul(x, y)).sum() });
+fd_case!(bmm_rule: fn m_bmm(x: [2, 3, 4] in (-1.0, 1.0), y: [2, 4, 5] in (-1.0, 1.0)) { sin(bmm(x, y)).sum() });
+fd_case!(dot_rule: fn m_dot(x: [4] in (-1.0, 1.0), y: [4] in (-1.0, 1.0)) { sin(dot(x, y)) });
+fd_case!(addmm_rule: fn m_addmm(b: [5] in (-1.0, 1.0), x: [3, 4] in (-1.0, 1.0), y: [4, 5] in (-1.0, 1.0)) {
+    sin(addmm(b, x, y, beta = 0.5, alpha = 2.0)).sum()
+});
+
+// Views.
+fd_case!(t_reshape: fn v_t(x: [3, 4] in (-2.0, 2.0), w: [2, 6] in (-1.0, 1.0)) { (sin(x.t()).reshape([2, 6]) * w).sum() });
+fd_case!(permute_transpose: fn v_perm(x: [2, 3, 4] in (-2.0, 2.0), w: [4, 3, 2] in (-1.0, 1.0)) {
+    (sin(x.permute([2, 1, 0])) * w + cos(x.transpose(0, 2)) * w).sum()
+});
+fd_case!(expand_rule: fn v_expand(x: [3, 1] in (-2.0, 2.0), w: [2, 3, 4] in (-1.0, 1.0)) { (x.expand([2, 3, 4]) * w).sum() });
+fd_case!(narrow_rule: fn v_narrow(x: [3, 5] in (-2.0, 2.0)) { sin(x.narrow(1, 1, 3)).sum() });
+
+// Reductions.
+fd_case!(sum_mean_dims: fn r_sum(x: [3, 4] in (-2.0, 2.0)) {
+    (sin(x.sum(1)).sum() + cos(x.mean(0)).sum() + sin(x.mean()) + sin(x.sum(0, keepdim = true) * x).sum())
+});
+fd_case!(max_min_dim: fn r_max(x: [3, 4] in (-2.0, 2.0)) { (sin(x.max(1)).sum() + cos(x.min(0)).sum()) });
+fd_case!(max_all: fn r_max_all(x: [3, 4] in (-2.0, 2.0)) { sin(x.max()) + x.min() * 2.0 });
+
+// Row ops.
+fd_case!(softmax_rule: fn w_softmax(x: [3, 4] in (-2.0, 2.0), w: [3, 4] in (-1.0, 1.0)) { (x.softmax(1) * w).sum() + (x.softmax(0) * w).sum() });
+fd_case!(log_softmax_rule: fn w_lsm(x: [3, 4] in (-2.0, 2.0), w: [3, 4] in (-1.0, 1.0)) { (x.log_softmax(1) * w).sum() });
+fd_case!(logsumexp_rule: fn w_lse(x: [3, 4] in (-2.0, 2.0)) { sin(x.logsumexp(1)).sum() + x.logsumexp(0).sum() });
+
+// Joins.
+fd_case!(cat_rule: fn j_cat(x: [3, 2] in (-2.0, 2.0), y: [3, 4] in (-2.0, 2.0), w: [3, 6] in (-1.0, 1.0)) { (cat([x, y], 1) * w).sum() });
+fd_case!(stack_rule: fn j_stack(x: [3, 4] in (-2.0, 2.0), y: [3, 4] in (-2.0, 2.0), w: [3, 2, 4] in (-1.0, 1.0)) { (stack([x, y], 1) * w).sum() });
+
+#[derive(Params)]
+struct Mlp<D: Device, T: Float> {
+    w1: Tensor<D, T, shape![4, 8]>,
+    b1: Tensor<D, T, shape![8]>,
+    w2: Tensor<D, T, shape![8, 3]>,
+    b2: Tensor<D, T, shape![3]>,
+    unused: Tensor<D, T, shape![2]>,
+}
+
+tensor_fn! {
+    /// A dtype- and device-generic loss over a parameter struct.
+    #[grad(p)]
+    fn mlp_loss<D: Device, T: Float, const B: usize>(
+        x: &Tensor<D, T, [B, 4]>,
+        p: &Mlp<D, T>,
+    ) -> Tensor<D, T, []> {
+        let h = tanh(addmm(p.b1, x, p.w1));
+        addmm(p.b2, h, p.w2).log_softmax(1).mean()
+    }
+
+    /// Gradients of a tensor and a struct, in `#[grad]` order.
+    #[grad(p, x)]
+    fn mlp_both(x: &Tensor<Cpu, f64, [2, 4]>, p: &Mlp<Cpu, f64>) -> Tensor<Cpu, f64, []> {
+        let h = tanh(addmm(p.b1, x, p.w1));
+        (addmm(p.b2, h, p.w2) * 0.5).logsumexp(1).sum()
+    }
+}
+
+fn mlp_from(v: &[Vec<f64>]) -> Mlp<Cpu, f64> {
+    Mlp {
+        w1: tensor(&v[0]),
+        b1: tensor(&v[1]),
+        w2: tensor(&v[2]),
+        b2: tensor(&v[3]),
+        unused: tensor(&v[4]),
+    }
+}
+
+fn mlp_flat(p: &Mlp<Cpu, f64>) -> Vec<Vec<f64>> {
+    vec![
+        value(&p.w1),
+        value(&p.b1),
+        value(&p.w2),
+        value(&p.b2),
+        value(&p.unused),
+    ]
+}
+
+#[test]
+fn parameter_struct_gradients() {
+    let sizes = [32, 8, 24, 3, 2];
+    for seed in 0..3u64 {
+        let pv: Vec<Vec<f64>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| rand_vec(n, seed * 7 + k as u64, -1.0, 1.0))
+            .collect();
+        let xv = rand_vec(20, seed + 50, -2.0, 2.0);
+        let x = tensor::<shape![5, 4]>(&xv);
+        let (v, g) = mlp_loss::value_and_grad(&x, &mlp_from(&pv)).unwrap();
+        assert_eq!(value(&v), value(&mlp_loss(&x, &mlp_from(&pv)).unwrap()));
+        let g = mlp_flat(&g);
+        assert_eq!(g[4], vec![0.0, 0.0], "a field the loss does not read");
+        for f in 0..4 {
+            check_fd(
+                &format!("mlp field {f}"),
+                &pv[f],
+                &g[f],
+                |xi| {
+                    let mut q = pv.clone();
+                    q[f] = xi.to_vec();
+                    value(&mlp_loss(&x, &mlp_from(&q)).unwrap())[0]
+                },
+                1e-6,
+            );
+        }
+        // Two parameters: the struct's gradient first, as written.
+        let x2v = rand_vec(8, seed + 60, -2.0, 2.0);
+        let x2 = tensor::<shape![2, 4]>(&x2v);
+        let (_, (gp, gx)) = mlp_both::value_and_grad(&x2, &mlp_from(&pv)).unwrap();
+        check_fd(
+            "mlp_both x",
+            &x2v,
+            &value(&gx),
+            |xi| value(&mlp_both(&tensor(xi), &mlp_from(&pv)).unwrap())[0],
+            1e-6,
+        );
+        check_fd(
+            "mlp_both w2",
+            &pv[2],
+            &value(&gp.w2),
+            |xi| {
+                let mut q = pv.clone();
+                q[2] = xi.to_vec();
+                value(&mlp_both(&x2, &mlp_from(&q)).unwrap())[0]
+            },
+            1e-6,
+        );
+    }
+}
+
+#[test]
+fn f32_and_16_bit_instances_agree_with_f64() {
+    let sizes = [32, 8, 24, 3, 2];
+    let pv: Vec<Vec<f64>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| rand_vec(n, 90 + k as u64, -1.0, 1.0))
+        .collect();
+    let xv = rand_vec(20, 99, -2.0, 2.0);
+    let x = tensor::<shape![5, 4]>(&xv);
+    let p = mlp_from(&pv);
+    let (_, want) = mlp_loss::value_and_grad(&x, &p).unwrap();
+    let want = mlp_flat(&want);
+    fn check<T: Float + Into<f64>>(
+        x: &Tensor<Cpu, f64, shape![5, 4]>,
+        p: &Mlp<Cpu, f64>,
+        want: &[Vec<f64>],
+        tol: f64,
+    ) {
+        let (_, g) =
+            mlp_loss::value_and_grad(&x.cast::<T>().unwrap(), &p.cast::<T>().unwrap()).unwrap();
+        let got = [value(&g.w1), value(&g.b1), value(&g.w2), value(&g.b2)];
+        for (f, (a, b)) in got.iter().zip(want).enumerate() {
+            for (i, (a, b)) in a.iter().zip(b).enumerate() {
+                assert!(
+                    (a - b).abs() <= tol,
+                    "{}: field {f}[{i}]: {a} vs {b}",
+                    T::KIND
+                );
+            }
+        }
+    }
+    check::<f32>(&x, &p, &want, 1e-5);
+    check::<f16>(&x, &p, &want, 2e-2);
+    check::<bf16>(&x, &p, &want, 1e-1);
+}
+
+tensor_fn! {
+    fn mlp_logits<D: Device, T: Float, const B: usize>(
+        x: &Tensor<D, T, [B, 4]>,
+        p: &Mlp<D, T>,
+    ) -> Tensor<D, T, [B, 3]> {
+        let h = tanh(addmm(p.b1, x, p.w1));
+        addmm(p.b2, h, p.w2)
+    }
+
+    /// The loss through a call: the callee's body is differentiated at
+    /// the call.
+    #[grad(p)]
+    fn call_loss<D: Device, T: Float, const B: usize>(
+        x: &Tensor<D, T, [B, 4]>,
+        p: &Mlp<D, T>,
+    ) -> Tensor<D, T, []> {
+        mlp_logits(x, p).log_softmax(1).mean()
+    }
+}
+
+#[test]
+fn gradients_through_calls() {
+    let sizes = [32, 8, 24, 3, 2];
+    let pv: Vec<Vec<f64>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| rand_vec(n, 70 + k as u64, -1.0, 1.0))
+        .collect();
+    let x = tensor::<shape![5, 4]>(&rand_vec(20, 79, -2.0, 2.0));
+    let (v, g) = call_loss::value_and_grad(&x, &mlp_from(&pv)).unwrap();
+    let (w, h) = mlp_loss::value_and_grad(&x, &mlp_from(&pv)).unwrap();
+    assert_eq!(value(&v), value(&w));
+    assert_eq!(mlp_flat(&g), mlp_flat(&h));
+    let (_, g32) = call_loss::value_and_grad(
+        &x.cast::<f32>().unwrap(),
+        &mlp_from(&pv).cast::<f32>().unwrap(),
+    )
+    .unwrap();
+    for (a, b) in value(&g32.w1).iter().zip(&value(&h.w1)) {
+        assert!((a - b).abs() < 1e-5);
+    }
+}
+
+tensor_fn! {
+    /// Rules with their own runtime calls (reductions, row ops, `cat`,
+    /// transposed products, expands) on any device.
+    #[grad(x, w)]
+    fn mixed<D: Device, T: Float>(
+        x: &Tensor<D, T, [6, 5]>,
+        w: &Tensor<D, T, [5, 3]>,
+    ) -> Tensor<D, T, []> {
+        let y = matmul(x, w);
+        let z = cat([y.softmax(1), y.log_softmax(0), y.t().reshape([6, 3])], 1);
+        (z * z).sum() + y.max(1).sum() + y.logsumexp(0).mean() + maximum(y, y * 0.5).mean()
+    }
+}
+
+fn close(what: &str, a: &[f64], b: &[f64], tol: f64) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!(
+            (x - y).abs() <= tol * x.abs().max(1.0),
+            "{what}[{i}]: cpu {x}, gpu {y}"
+        );
+    }
+}
+
+#[test]
+fn mixed_rules_against_finite_differences() {
+    let xv = rand_vec(30, 5, -1.0, 1.0);
+    let wv = rand_vec(15, 6, -1.0, 1.0);
+    let (x, w) = (tensor::<shape![6, 5]>(&xv), tensor::<shape![5, 3]>(&wv));
+    let (_, (gx, gw)) = mixed::value_and_grad(&x, &w).unwrap();
+    check_fd(
+        "mixed x",
+        &xv,
+        &value(&gx),
+        |xi| value(&mixed(&tensor(xi), &w).unwrap())[0],
+        1e-6,
+    );
+    check_fd(
+        "mixed w",
+        &wv,
+        &value(&gw),
+        |wi| value(&mixed(&x, &tensor(wi)).unwrap())[0],
+        1e-6,
+    );
+}
+
+#[test]
+fn gpu_gradients_match_the_cpu() {
+    let probe = Tensor::<Cpu, f32, shape![1]>::ones().unwrap();
+    if let Err(e) = probe.to_device::<Cuda>() {
+        eprintln!("skipping: no CUDA device ({e})");
+        return;
+    }
+    let sizes = [32, 8, 24, 3, 2];
+    let pv: Vec<Vec<f64>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| rand_vec(n, 40 + k as u64, -1.0, 1.0))
+        .collect();
+    let p = mlp_from(&pv);
+    let x = tensor::<shape![5, 4]>(&rand_vec(20, 49, -2.0, 2.0));
+    let (v, g) = mlp_loss::value_and_grad(&x, &p).unwrap();
+    let (want_v, want) = (value(&v), mlp_flat(&g));
+    // f64 and f32 on the GPU against the f64 CPU gradients.
+    let (gv, gg) = mlp_loss::value_and_grad(
+        &x.to_device::<Cuda>().unwrap(),
+        &p.to_device::<Cuda>().unwrap(),
+    )
+    .unwrap();
+    close(
+        "mlp value f64",
+        &want_v,
+        &value(&gv.to_cpu().unwrap()),
+        1e-12,
+    );
+    let got = mlp_flat(&gg.to_device::<Cpu>().unwrap());
+    for f in 0..5 {
+        close(&format!("mlp f64 field {f}"), &want[f], &got[f], 1e-12);
+    }
+    let (_, g32) = mlp_loss::value_and_grad(
+        &x.cast::<f32>().unwrap().to_device::<Cuda>().unwrap(),
+        &p.cast::<f32>().unwrap().to_device::<Cuda>().unwrap(),
+    )
+    .unwrap();
+    let g32 = g32.to_device::<Cpu>().unwrap().cast::<f64>().unwrap();
+    let got = mlp_flat(&g32);
+    for f in 0..5 {
+        close(&format!("mlp f32 field {f}"), &want[f], &got[f], 1e-5);
+    }
+    let (x, w) = (
+        tensor::<shape![6, 5]>(&rand_vec(30, 1, -1.0, 1.0)),
+        tensor::<shape![5, 3]>(&rand_vec(15, 2, -1.0, 1.0)),
+    );
+    let (_, (cx, cw)) = mixed::value_and_grad(&x, &w).unwrap();
+    let (_, (gx, gw)) = mixed::value_and_grad(
+        &x.to_device::<Cuda>().unwrap(),
+        &w.to_device::<Cuda>().unwrap(),
+    )
+    .unwrap();
+    close("mixed x", &value(&cx), &value(&gx.to_cpu().unwrap()), 1e-12);
+    close("mixed w", &value(&cw), &value(&gw.to_cpu().unwrap()), 1e-12);
+}
+
+tensor_fn! {
+    /// Run-time dims: means and broadcasts whose counts are known only
+    /// when the function runs.
+    #[grad(x, b)]
+    fn dyn_dims(x: &Tensor<Cpu, f64, [N, 3]>, b: &Tensor<Cpu, f64, [3]>) -> Tensor<Cpu, f64, []> {
+        sin(x + b).mean(0).sum() + cos(x).mean() + (x * b).sum(1).mean()
+    }
+}
+
+#[test]
+fn run_time_dims() {
+    for n in [1usize, 4] {
+        let xv = rand_vec(n * 3, n as u64, -2.0, 2.0);
+        let bv = rand_vec(3, 9, -2.0, 2.0);
+        let xt = |v: &[f64]| {
+            Tensor::<Cpu, f64, shape![_, 3]>::from_vec_dims(v.to_vec(), &[n, 3]).unwrap()
+        };
+        let b = tensor::<shape![3]>(&bv);
+        let (_, (gx, gb)) = dyn_dims::value_and_grad(&xt(&xv), &b).unwrap();
+        check_fd(
+            "dyn x",
+            &xv,
+            &value(&gx),
+            |xi| value(&dyn_dims(&xt(xi), &b).unwrap())[0],
+            1e-6,
+        );
+        check_fd(
+            "dyn b",
+            &bv,
+            &value(&gb),
+            |bi| value(&dyn_dims(&xt(&xv), &tensor(bi)).unwrap())[0],
+            1e-6,
+        );
+    }
+}
+
+// Norms (a composite backward: the statistics recomputed from the input).
+fd_case!(layer_norm_rule: fn n_ln(x: [3, 5] in (-2.0, 2.0), w: [5] in (-1.5, 1.5), b: [5] in (-1.0, 1.0)) {
+    sin(layer_norm(x, w, b, 1e-5)).sum()
+});
+fd_case!(layer_norm_default_eps: fn n_ln_d(x: [2, 3, 4] in (-2.0, 2.0), w: [4] in (-1.5, 1.5), b: [4] in (-1.0, 1.0)) {
+    sin(layer_norm(x, w, b)).sum()
+});
+fd_case!(rms_norm_rule: fn n_rms(x: [3, 5] in (-2.0, 2.0), w: [5] in (-1.5, 1.5)) { sin(rms_norm(x, w, 1e-6)).sum() });
+fd_case!(rope_rule: fn n_rope(x: [2, 3, 4] in (-2.0, 2.0), c: [3, 4] in (-1.0, 1.0), s: [3, 4] in (-1.0, 1.0)) {
+    sin(rope(x, c, s)).sum()
+});
