@@ -312,6 +312,44 @@ pub fn try_rope(dtype: DTypeKind) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
+/// Name of [`cross_entropy`]`(dtype, index)`, its forward entry (the
+/// backward entry is `NAME_backward`).
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert_eq!(builtin::cross_entropy_name(DTypeKind::BF16, DTypeKind::I64), "tf_cross_entropy_bf16_i64");
+/// ```
+pub fn cross_entropy_name(dtype: DTypeKind, index: DTypeKind) -> String {
+    format!("tf_cross_entropy_{dtype}_{index}")
+}
+
+/// `cross_entropy` of contiguous rows of logits of `dtype` against
+/// targets of `index` (`I32` or `I64`), and its backward: a module with
+/// the entries `NAME` and `NAME_backward` (see `ptx::xent` for the
+/// parameters), one block per row, accumulating in f32 (f64 for f64);
+/// `Err` unless `dtype` is a float and `index` an index dtype.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::cross_entropy(DTypeKind::F16, DTypeKind::I32)?;
+/// assert!(k.ptx.contains(".entry tf_cross_entropy_f16_i32("));
+/// assert!(k.ptx.contains(".entry tf_cross_entropy_f16_i32_backward("));
+/// assert!(builtin::cross_entropy(DTypeKind::I32, DTypeKind::I64).is_err());
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn cross_entropy(dtype: DTypeKind, index: DTypeKind) -> Result<Kernel> {
+    if !matches!(index, DTypeKind::I32 | DTypeKind::I64) {
+        return Err(Error::Unsupported {
+            kernel: "cross_entropy",
+            message: format!("{} targets; class indices are i64 or i32", index.name()),
+        });
+    }
+    let spec = row_spec(RowOp::LogSoftmax, dtype)?;
+    let name = cross_entropy_name(dtype, index);
+    let ptx = ptx::cross_entropy(&name, &spec, index);
+    Ok(Kernel { name, ptx })
+}
+
 /// Name of [`cat_rows`]`(unit)`.
 ///
 /// ```
@@ -682,6 +720,9 @@ pub fn all() -> Vec<Kernel> {
             out.extend(try_norm(op, dtype).ok());
         }
         out.extend(try_rope(dtype).ok());
+        for index in [DTypeKind::I64, DTypeKind::I32] {
+            out.extend(cross_entropy(dtype, index).ok());
+        }
         out.extend(attention(dtype).ok());
         for d in ptx::ATTENTION_MMA_HEADS {
             out.extend(attention_mma(dtype, d).ok());

@@ -35,6 +35,7 @@ mod memory;
 mod norm;
 mod rope;
 mod rows;
+mod xent;
 
 use crate::error::{Error, Result};
 use crate::ir::Kernel;
@@ -213,6 +214,22 @@ pub(crate) fn rope(name: &str, dtype: tensorfn_core::DTypeKind) -> String {
         &[
             rope::rope_entry(name, dtype, 1),
             rope::rope_entry(name, dtype, crate::norm::vector(dtype)),
+        ],
+    )
+}
+
+/// The module of `cross_entropy` over rows of `spec.dtype` with targets
+/// of `index`: the forward entry `name` and the backward entry
+/// `name_backward` (see `ptx::xent` for the parameters).
+pub(crate) fn cross_entropy(name: &str, spec: &RowSpec, index: DTypeKind) -> String {
+    module(
+        &format!(
+            "{name}: cross-entropy and its backward over rows of {} with {index} targets",
+            spec.dtype
+        ),
+        &[
+            xent::forward_entry(name, spec, index),
+            xent::backward_entry(&format!("{name}_backward"), spec, index),
         ],
     )
 }

@@ -235,6 +235,22 @@ fn every_builtin_is_well_formed() {
             assert_eq!(es[0].params.len(), 3 + 3 * builtin::CAT_PARTS);
             check_body(&es[0]);
             check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_cross_entropy_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 2, "{}", k.name);
+            assert_eq!(es[0].name, k.name);
+            assert_eq!(es[1].name, format!("{}_backward", k.name));
+            assert_eq!(es[0].params.len(), 9, "{}", k.name);
+            assert_eq!(es[1].params.len(), 12, "{}", k.name);
+            for e in &es {
+                check_body(e);
+                assert!(e.body.contains("shfl.sync.bfly.b32"), "{}", e.name);
+                assert!(e.body.contains("bar.sync 0"), "{}", e.name);
+            }
+            // A bad target is flagged, never read through.
+            assert!(es[0].body.contains("atom.global.exch.b64"), "{}", k.name);
+            assert!(es[1].body.contains("atom.global.exch.b64"), "{}", k.name);
+            check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_rope_") {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 2, "{}", k.name);

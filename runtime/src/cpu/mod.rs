@@ -20,12 +20,16 @@ pub(crate) mod softmax;
 pub(crate) mod strided;
 pub(crate) mod typed;
 pub mod vmath;
+mod xent;
 
-use crate::backend::{AttnMask, AttnMaskArg, Backend, CopyTo, Gathered, RowBlocks, Selected};
+use crate::backend::{
+    xent_layouts, AttnMask, AttnMaskArg, Backend, CopyTo, Gathered, RowBlocks, Selected,
+};
 use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
+use tensorfn_core::ops::xent::{CrossEntropyArgs, Reduction};
 use tensorfn_kernels::{BinaryOp, NormOp, ReduceOp, RowOp, UnaryOp};
 use typed::{slice, vec, with_float_type, with_int_type, with_num_type};
 
@@ -282,6 +286,46 @@ impl Backend for CpuBackend {
         li: &Layout,
     ) -> Result<Gathered<Vec<T>>> {
         gather::gather(x, lx, sel, idx, li)
+    }
+
+    fn cross_entropy<T: FloatDType, I: IndexDType>(
+        &self,
+        (x, lx): (&Vec<T>, &Layout),
+        (t, lt): (&Vec<I>, &Layout),
+        args: CrossEntropyArgs,
+    ) -> Result<Gathered<Vec<T>>> {
+        xent_layouts("cross_entropy", (x.len(), lx), (t.len(), lt), None)?;
+        Ok(with_float_type!(T, U => xent::cross_entropy::<U, I>(
+            (slice(x), lx),
+            (t, lt),
+            args
+        )
+        .map(vec)))
+    }
+
+    fn cross_entropy_backward<T: FloatDType, I: IndexDType>(
+        &self,
+        (x, lx): (&Vec<T>, &Layout),
+        (t, lt): (&Vec<I>, &Layout),
+        (g, lg): (&Vec<T>, &Layout),
+        args: CrossEntropyArgs,
+    ) -> Result<Gathered<Vec<T>>> {
+        let per_row = args.reduction == Reduction::None;
+        xent_layouts(
+            "cross_entropy_backward",
+            (x.len(), lx),
+            (t.len(), lt),
+            Some((g.len(), lg, per_row)),
+        )?;
+        Ok(
+            with_float_type!(T, U => xent::cross_entropy_backward::<U, I>(
+            (slice(x), lx),
+            (t, lt),
+            (slice(g), lg),
+            args
+        )
+        .map(vec)),
+        )
     }
 
     fn row_op<T: FloatDType>(

@@ -45,6 +45,7 @@ mod pool;
 mod staging;
 mod transfer;
 mod tune;
+mod xent;
 
 #[cfg(test)]
 mod tests;

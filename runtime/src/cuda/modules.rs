@@ -52,6 +52,9 @@ pub(crate) enum Builtin {
     Attention(DTypeKind),
     /// Its tensor-core form (sm_80+) for f16/bf16 and a head dim.
     AttentionMma(DTypeKind, usize),
+    /// `cross_entropy` and its backward over rows of logits of this dtype
+    /// with targets of this index dtype.
+    CrossEntropy(DTypeKind, DTypeKind),
 }
 
 impl Builtin {
@@ -68,7 +71,8 @@ impl Builtin {
             | Builtin::CatRows(_)
             | Builtin::Gather(..)
             | Builtin::Attention(_)
-            | Builtin::AttentionMma(..) => 1,
+            | Builtin::AttentionMma(..)
+            | Builtin::CrossEntropy(..) => 1,
         }
     }
 }
@@ -107,6 +111,7 @@ impl Builtin {
             Builtin::Gather(unit, index) => builtin::gather(unit, index),
             Builtin::Attention(t) => builtin::attention(t),
             Builtin::AttentionMma(t, d) => builtin::attention_mma(t, d),
+            Builtin::CrossEntropy(t, index) => builtin::cross_entropy(t, index),
             Builtin::Addcmul(t) => {
                 let name = format!("tf_addcmul_{t}");
                 addcmul_kernel(t)

@@ -28,6 +28,7 @@ mod select;
 mod triangle;
 mod unary;
 mod view;
+mod xent;
 
 #[cfg(test)]
 pub(crate) use attention::reference as attention_reference;
