@@ -265,6 +265,19 @@ pub enum Op {
         /// The joined dim.
         dim: usize,
     },
+    /// `cross_entropy(x, target, ..)`.
+    CrossEntropy {
+        /// The logits, `[N, C]`.
+        x: NodeId,
+        /// The class indices, `[N]` (`i64` or `i32`).
+        target: NodeId,
+        /// `reduction`, as PyTorch names it.
+        reduction: &'static str,
+        /// `ignore_index`.
+        ignore_index: i64,
+        /// `label_smoothing`.
+        label_smoothing: f64,
+    },
     /// `embedding(ids, weight)`.
     Embedding {
         /// The ids (`i64` or `i32`).
@@ -363,6 +376,7 @@ impl Graph {
         match &self.nodes[id].op {
             Op::Param(_) | Op::Lit { .. } | Op::Arange { .. } => vec![],
             Op::Embedding { ids, weight } => vec![*ids, *weight],
+            Op::CrossEntropy { x, target, .. } => vec![*x, *target],
             Op::Select { x, index, .. } => vec![*x, *index],
             Op::Triangle { x, .. } => vec![*x],
             Op::Unary(_, a) | Op::Cast(a, _) | Op::T(a) | Op::ToDevice(a, _) => vec![*a],

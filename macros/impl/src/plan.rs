@@ -472,6 +472,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     | Op::Cat { .. }
                     | Op::Norm { .. }
                     | Op::Embedding { .. }
+                    | Op::CrossEntropy { .. }
                     | Op::Select { .. }
                     | Op::Arange { .. }
                     | Op::Rope { .. }

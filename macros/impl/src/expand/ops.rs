@@ -376,6 +376,36 @@ impl FnGen<'_> {
                 }
                 acc
             }
+            Op::CrossEntropy {
+                x,
+                target,
+                reduction,
+                ignore_index,
+                label_smoothing,
+            } => {
+                // The target as the typed method takes it: of the type of
+                // the logits' first dim.
+                let rows = vec![self.dim_tys(*x)[0].clone()];
+                let tr = self.reference(*target);
+                let t = if self.dim_tys(*target) == rows {
+                    tr
+                } else {
+                    let s = shape_tokens(&rows);
+                    quote!(&::core::clone::Clone::clone(#tr).into_shape::<#s>()?)
+                };
+                let xr = self.reference(*x);
+                let s = so();
+                let red = match *reduction {
+                    "sum" => quote!(Sum),
+                    "none" => quote!(None),
+                    _ => quote!(Mean),
+                };
+                quote!(#xr.cross_entropy::<#s, _>(#t, ::tensorfn::CrossEntropyArgs {
+                    reduction: ::tensorfn::Reduction::#red,
+                    ignore_index: #ignore_index,
+                    label_smoothing: #label_smoothing,
+                })?)
+            }
             Op::Embedding { ids, weight } => {
                 let (ids, w) = (self.reference(*ids), self.reference(*weight));
                 let s = so();
