@@ -4620,7 +4620,7 @@ fn cross_entropy_in_every_form() {
         check_or_err(
             &format!("{what}, none"),
             xent_rows(&x, &y32),
-            &[rows.clone()],
+            std::slice::from_ref(&rows),
         );
         // The typed API.
         let args = CrossEntropyArgs {

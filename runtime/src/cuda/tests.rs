@@ -2401,7 +2401,7 @@ fn cross_entropy_matches_the_cpu() {
                 "edges: GPU {got:?}, CPU {want:?}"
             );
         }
-        for bad in [2i64, -1, 1 << 40] {
+        for bad in [2i64, -1, 1 << 20] {
             let t: Vec<I> = [0, bad, 0, 0].iter().map(|&k| I::from_i64(k)).collect();
             let bad = I::from_i64(bad).to_i64();
             let gt = up(be, &t);
