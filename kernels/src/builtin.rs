@@ -350,6 +350,33 @@ pub fn cross_entropy(dtype: DTypeKind, index: DTypeKind) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
+/// Name of [`topk`]`(dtype)`.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::builtin::topk_name(tensorfn_kernels::DTypeKind::F32), "tf_topk_f32");
+/// ```
+pub fn topk_name(dtype: DTypeKind) -> String {
+    format!("tf_topk_{dtype}")
+}
+
+/// `topk` along contiguous rows of `dtype`, largest first: the entry
+/// `NAME(out, in, rows, cols, idx, k)` (see `ptx::topk`), `k` passes of a
+/// block-wide arg-max per row; `Err` for `bool`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::topk(DTypeKind::BF16)?;
+/// assert!(k.ptx.contains(".entry tf_topk_bf16("));
+/// assert!(builtin::topk(DTypeKind::Bool).is_err());
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn topk(dtype: DTypeKind) -> Result<Kernel> {
+    let spec = reduce_spec(ReduceOp::ArgMax, dtype)?;
+    let name = topk_name(dtype);
+    let ptx = ptx::topk(&name, &spec);
+    Ok(Kernel { name, ptx })
+}
+
 /// Name of [`cat_rows`]`(unit)`.
 ///
 /// ```
@@ -723,6 +750,7 @@ pub fn all() -> Vec<Kernel> {
         for index in [DTypeKind::I64, DTypeKind::I32] {
             out.extend(cross_entropy(dtype, index).ok());
         }
+        out.extend(topk(dtype).ok());
         out.extend(attention(dtype).ok());
         for d in ptx::ATTENTION_MMA_HEADS {
             out.extend(attention_mma(dtype, d).ok());

@@ -297,6 +297,17 @@ pub(crate) trait Backend {
         args: CrossEntropyArgs,
     ) -> Result<Gathered<Self::Buf<T>>>;
 
+    /// The `k` largest elements of each row along the last dim of `l`
+    /// (NaN largest, ties by lower index), sorted, and their positions:
+    /// contiguous buffers of `l`'s dims with the last one `k` (`k` at most
+    /// that dim).
+    fn topk<T: NumDType>(
+        &self,
+        x: &Self::Buf<T>,
+        l: &Layout,
+        k: usize,
+    ) -> Result<(Self::Buf<T>, Self::Buf<i64>)>;
+
     /// Row op `op` (`softmax`, ...) along `dim`, computed in at least f32:
     /// a contiguous buffer of `l`'s dims, or of `l`'s dims without `dim`
     /// for an op that removes it ([`RowOp::shape`]).

@@ -35,6 +35,7 @@ mod memory;
 mod norm;
 mod rope;
 mod rows;
+mod topk;
 mod xent;
 
 use crate::error::{Error, Result};
@@ -231,6 +232,15 @@ pub(crate) fn cross_entropy(name: &str, spec: &RowSpec, index: DTypeKind) -> Str
             xent::forward_entry(name, spec, index),
             xent::backward_entry(&format!("{name}_backward"), spec, index),
         ],
+    )
+}
+
+/// The module of the `topk` entry `name` over rows of `spec.dtype`
+/// (`spec` is `argmax`'s; see `ptx::topk` for the parameters).
+pub(crate) fn topk(name: &str, spec: &ReduceSpec) -> String {
+    module(
+        &format!("{name}: top-k along rows of {}", spec.dtype),
+        &[topk::topk_entry(name, spec)],
     )
 }
 

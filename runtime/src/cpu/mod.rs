@@ -18,6 +18,7 @@ pub(crate) mod scalar;
 pub(crate) mod simd;
 pub(crate) mod softmax;
 pub(crate) mod strided;
+mod topk;
 pub(crate) mod typed;
 pub mod vmath;
 mod xent;
@@ -286,6 +287,11 @@ impl Backend for CpuBackend {
         li: &Layout,
     ) -> Result<Gathered<Vec<T>>> {
         gather::gather(x, lx, sel, idx, li)
+    }
+
+    fn topk<T: NumDType>(&self, x: &Vec<T>, l: &Layout, k: usize) -> Result<(Vec<T>, Vec<i64>)> {
+        strided::check_extent("topk", l, x.len())?;
+        topk::topk(x, l, k)
     }
 
     fn cross_entropy<T: FloatDType, I: IndexDType>(

@@ -520,6 +520,15 @@ impl Backend for CudaBackend {
         self.gather_gpu(x, lx, sel, idx, li)
     }
 
+    fn topk<T: NumDType>(
+        &self,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        k: usize,
+    ) -> Result<(CudaStorage<T>, CudaStorage<i64>)> {
+        self.topk_gpu(x, l, k)
+    }
+
     fn cross_entropy<T: FloatDType, I: IndexDType>(
         &self,
         x: (&CudaStorage<T>, &Layout),

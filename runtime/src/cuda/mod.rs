@@ -43,6 +43,7 @@ mod overlap;
 mod pinned;
 mod pool;
 mod staging;
+mod topk;
 mod transfer;
 mod tune;
 mod xent;

@@ -55,6 +55,8 @@ pub(crate) enum Builtin {
     /// `cross_entropy` and its backward over rows of logits of this dtype
     /// with targets of this index dtype.
     CrossEntropy(DTypeKind, DTypeKind),
+    /// `topk` along contiguous rows of this dtype.
+    TopK(DTypeKind),
 }
 
 impl Builtin {
@@ -72,7 +74,8 @@ impl Builtin {
             | Builtin::Gather(..)
             | Builtin::Attention(_)
             | Builtin::AttentionMma(..)
-            | Builtin::CrossEntropy(..) => 1,
+            | Builtin::CrossEntropy(..)
+            | Builtin::TopK(_) => 1,
         }
     }
 }
@@ -112,6 +115,7 @@ impl Builtin {
             Builtin::Attention(t) => builtin::attention(t),
             Builtin::AttentionMma(t, d) => builtin::attention_mma(t, d),
             Builtin::CrossEntropy(t, index) => builtin::cross_entropy(t, index),
+            Builtin::TopK(t) => builtin::topk(t),
             Builtin::Addcmul(t) => {
                 let name = format!("tf_addcmul_{t}");
                 addcmul_kernel(t)

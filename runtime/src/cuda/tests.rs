@@ -2428,3 +2428,59 @@ fn cross_entropy_matches_the_cpu() {
     check::<bf16, i32>(&be, &mut rng, 1e-2);
     check::<f32, i32>(&be, &mut rng, 1e-5);
 }
+
+/// `topk` on the GPU against the CPU backend: every numeric dtype, rows
+/// of few distinct values (ties), NaN and ±inf, GPT-2's vocabulary with a
+/// sampling `k`, strided rows, `k` of 0 and of the whole row.
+#[test]
+fn topk_matches_the_cpu() {
+    use crate::cpu::CpuBackend;
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::NumDType>(be: &CudaBackend, rng: &mut SplitMix64, specials: bool) {
+        for (rows, cols, k) in [
+            (1, 1, 1),
+            (3, 7, 3),
+            (5, 300, 300),
+            (4, 1000, 17),
+            (2, 50257, 50),
+            (0, 5, 2),
+            (3, 4, 0),
+        ] {
+            let mut x: Vec<T> = (0..rows * cols)
+                .map(|_| T::from_f64((rng.uniform() * 9.0).floor() - 4.0))
+                .collect();
+            if specials && rows * cols > 8 {
+                x[2] = T::from_f64(f64::NAN);
+                x[5] = T::from_f64(f64::INFINITY);
+                x[7] = T::from_f64(f64::NEG_INFINITY);
+            }
+            // The rows also as the columns of a [cols, rows] buffer.
+            let xt: Vec<T> = (0..cols * rows)
+                .map(|i| x[(i % rows) * cols + i / rows])
+                .collect();
+            let l = Layout::contiguous(&[rows, cols]);
+            let lt = Layout::contiguous(&[cols, rows]).transpose(0, 1);
+            let (wv, wi) = CpuBackend.topk(&x, &l, k).unwrap();
+            for (buf, lay) in [(up(be, &x), &l), (up(be, &xt), &lt)] {
+                let (v, i) = be.topk(&buf, lay, k).unwrap();
+                let what = format!("topk {} [{rows}, {cols}] k={k}", T::KIND);
+                assert_eq!(down(&i, &[rows * k]), wi, "{what}");
+                let v = down(&v, &[rows * k]);
+                for (g, w) in v.iter().zip(&wv) {
+                    let (g, w) = (g.to_f64(), w.to_f64());
+                    assert!(
+                        g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                        "{what}: {g} against {w}"
+                    );
+                }
+            }
+        }
+    }
+    check::<f32>(&be, &mut rng, true);
+    check::<f64>(&be, &mut rng, true);
+    check::<f16>(&be, &mut rng, true);
+    check::<bf16>(&be, &mut rng, true);
+    check::<i64>(&be, &mut rng, false);
+    check::<i32>(&be, &mut rng, false);
+}

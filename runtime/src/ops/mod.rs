@@ -25,6 +25,7 @@ pub(crate) mod retype;
 mod rope;
 mod rows;
 mod select;
+mod topk;
 mod triangle;
 mod unary;
 mod view;
