@@ -27,7 +27,7 @@ fn order<T: DType>(a: (T, usize), b: (T, usize)) -> Ordering {
 /// See `Backend::topk`.
 pub(crate) fn topk<T: DType>(x: &[T], l: &Layout, k: usize) -> Result<(Vec<T>, Vec<i64>)> {
     let cols = l.dims().last().copied().unwrap_or(1);
-    let rows = if cols == 0 { 0 } else { l.numel() / cols };
+    let rows = l.numel().checked_div(cols).unwrap_or(0);
     let dense = contiguous(x, l);
     let mut idx = vec![0i64; rows * k];
     let pick = |r: usize, out: &mut [i64]| {

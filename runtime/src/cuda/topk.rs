@@ -40,7 +40,7 @@ impl CudaBackend {
                 x.len()
             )));
         }
-        let rows = if cols == 0 { 0 } else { l.numel() / cols };
+        let rows = l.numel().checked_div(cols).unwrap_or(0);
         let values = ctx.storage::<T>(rows * k)?;
         let idx = ctx.storage::<i64>(rows * k)?;
         if rows * k == 0 {
