@@ -377,6 +377,38 @@ pub fn topk(dtype: DTypeKind) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
+/// Name of [`cumsum`]`(dtype)`.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::builtin::cumsum_name(tensorfn_kernels::DTypeKind::I32), "tf_cumsum_i32");
+/// ```
+pub fn cumsum_name(dtype: DTypeKind) -> String {
+    format!("tf_cumsum_{dtype}")
+}
+
+/// `cumsum` along contiguous rows of `dtype` (floats into their dtype,
+/// accumulated in f32 or f64; `i32`, `i64`, `u8` into `i64`, as
+/// PyTorch's): the entry `NAME(out, in, rows, cols)`, one thread per row;
+/// `Err` for `bool`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert!(builtin::cumsum(DTypeKind::F16)?.ptx.contains(".entry tf_cumsum_f16("));
+/// assert!(builtin::cumsum(DTypeKind::Bool).is_err());
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn cumsum(dtype: DTypeKind) -> Result<Kernel> {
+    if dtype == DTypeKind::Bool {
+        return Err(Error::Unsupported {
+            kernel: "cumsum",
+            message: "bool rows; cast to i64 first".to_string(),
+        });
+    }
+    let name = cumsum_name(dtype);
+    let ptx = ptx::cumsum(&name, dtype);
+    Ok(Kernel { name, ptx })
+}
+
 /// Name of [`cat_rows`]`(unit)`.
 ///
 /// ```
@@ -751,6 +783,7 @@ pub fn all() -> Vec<Kernel> {
             out.extend(cross_entropy(dtype, index).ok());
         }
         out.extend(topk(dtype).ok());
+        out.extend(cumsum(dtype).ok());
         out.extend(attention(dtype).ok());
         for d in ptx::ATTENTION_MMA_HEADS {
             out.extend(attention_mma(dtype, d).ok());

@@ -117,6 +117,24 @@ pub(crate) fn xent_layouts(
     Ok(())
 }
 
+/// Checks `cumsum`'s dtypes (`U` is `T` for a float, `i64` for an
+/// integer) and `dim` against `l`.
+pub(crate) fn cumsum_fits<T: NumDType, U: NumDType>(l: &Layout, dim: usize) -> Result<()> {
+    let want = if T::KIND.is_float() {
+        T::KIND
+    } else {
+        tensorfn_core::DTypeKind::I64
+    };
+    if U::KIND != want || dim >= l.rank().max(1) {
+        return Err(Error::shape(
+            "cumsum",
+            format!("a dim below the rank and a {want} result"),
+            format!("dim {dim} of {:?} into {}", l.dims(), U::KIND),
+        ));
+    }
+    Ok(())
+}
+
 /// The mask of [`Backend::attention`]: `bool` (true = the key takes part,
 /// as in PyTorch) or in the tensors' dtype (added to the scores).
 pub(crate) enum AttnMask<'a, B, F> {
@@ -307,6 +325,16 @@ pub(crate) trait Backend {
         l: &Layout,
         k: usize,
     ) -> Result<(Self::Buf<T>, Self::Buf<i64>)>;
+
+    /// The cumulative sum along `dim`: a contiguous buffer of `l`'s dims
+    /// of `U`, which is `T` for a float (accumulated in f32, f64 for f64)
+    /// and `i64` for an integer dtype (as PyTorch's).
+    fn cumsum<T: NumDType, U: NumDType>(
+        &self,
+        x: &Self::Buf<T>,
+        l: &Layout,
+        dim: usize,
+    ) -> Result<Self::Buf<U>>;
 
     /// Row op `op` (`softmax`, ...) along `dim`, computed in at least f32:
     /// a contiguous buffer of `l`'s dims, or of `l`'s dims without `dim`

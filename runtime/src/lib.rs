@@ -45,8 +45,8 @@ pub use interop::NdShape;
 pub use layout::Layout;
 pub use ops::dispatch::synchronize;
 pub use ops::{
-    broadcast_dims, AssignRhs, AttentionArgs, AttentionShape, AttnMaskDType, BiasFor, LastDim,
-    LastTwoDims, MatMulShape, RemoveDim, StaticShape, Transpose2,
+    broadcast_dims, AssignRhs, AttentionArgs, AttentionShape, AttnMaskDType, BiasFor, CumsumDType,
+    LastDim, LastTwoDims, MatMulShape, RemoveDim, StaticShape, Transpose2,
 };
 pub use params::{AnyTensor, LoadOptions, Params};
 pub use shape::{Const, Dim, Dyn, Shape, MAX_RANK};

@@ -28,6 +28,7 @@
 mod attention;
 mod body;
 mod concat;
+mod cumsum;
 mod elementwise;
 mod gather;
 mod inst;
@@ -241,6 +242,15 @@ pub(crate) fn topk(name: &str, spec: &ReduceSpec) -> String {
     module(
         &format!("{name}: top-k along rows of {}", spec.dtype),
         &[topk::topk_entry(name, spec)],
+    )
+}
+
+/// The module of the `cumsum` entry `name` over rows of `dtype` (see
+/// `ptx::cumsum` for the parameters).
+pub(crate) fn cumsum(name: &str, dtype: DTypeKind) -> String {
+    module(
+        &format!("{name}: cumulative sum along rows of {dtype}"),
+        &[cumsum::cumsum_entry(name, dtype)],
     )
 }
 

@@ -235,6 +235,13 @@ fn every_builtin_is_well_formed() {
             assert_eq!(es[0].params.len(), 3 + 3 * builtin::CAT_PARTS);
             check_body(&es[0]);
             check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_cumsum_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].name, k.name);
+            assert_eq!(es[0].params.len(), 4, "{}", k.name);
+            check_body(&es[0]);
+            check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_topk_") {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 1, "{}", k.name);

@@ -5,6 +5,7 @@ mod attention;
 pub(crate) mod blocks;
 pub(crate) mod buffer;
 pub(crate) mod copy;
+mod cumsum;
 pub(crate) mod elementwise;
 mod fused;
 pub(crate) mod gather;
@@ -287,6 +288,17 @@ impl Backend for CpuBackend {
         li: &Layout,
     ) -> Result<Gathered<Vec<T>>> {
         gather::gather(x, lx, sel, idx, li)
+    }
+
+    fn cumsum<T: NumDType, U: NumDType>(
+        &self,
+        x: &Vec<T>,
+        l: &Layout,
+        dim: usize,
+    ) -> Result<Vec<U>> {
+        strided::check_extent("cumsum", l, x.len())?;
+        crate::backend::cumsum_fits::<T, U>(l, dim)?;
+        Ok(cumsum::cumsum(x, l, dim))
     }
 
     fn topk<T: NumDType>(&self, x: &Vec<T>, l: &Layout, k: usize) -> Result<(Vec<T>, Vec<i64>)> {

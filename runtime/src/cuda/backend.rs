@@ -520,6 +520,15 @@ impl Backend for CudaBackend {
         self.gather_gpu(x, lx, sel, idx, li)
     }
 
+    fn cumsum<T: NumDType, U: NumDType>(
+        &self,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        dim: usize,
+    ) -> Result<CudaStorage<U>> {
+        self.cumsum_gpu(x, l, dim)
+    }
+
     fn topk<T: NumDType>(
         &self,
         x: &CudaStorage<T>,

@@ -30,6 +30,7 @@ mod backend;
 mod blas;
 mod concat;
 mod context;
+mod cumsum;
 mod error;
 mod event;
 mod fused;

@@ -57,6 +57,8 @@ pub(crate) enum Builtin {
     CrossEntropy(DTypeKind, DTypeKind),
     /// `topk` along contiguous rows of this dtype.
     TopK(DTypeKind),
+    /// `cumsum` along contiguous rows of this dtype.
+    Cumsum(DTypeKind),
 }
 
 impl Builtin {
@@ -75,7 +77,8 @@ impl Builtin {
             | Builtin::Attention(_)
             | Builtin::AttentionMma(..)
             | Builtin::CrossEntropy(..)
-            | Builtin::TopK(_) => 1,
+            | Builtin::TopK(_)
+            | Builtin::Cumsum(_) => 1,
         }
     }
 }
@@ -116,6 +119,7 @@ impl Builtin {
             Builtin::AttentionMma(t, d) => builtin::attention_mma(t, d),
             Builtin::CrossEntropy(t, index) => builtin::cross_entropy(t, index),
             Builtin::TopK(t) => builtin::topk(t),
+            Builtin::Cumsum(t) => builtin::cumsum(t),
             Builtin::Addcmul(t) => {
                 let name = format!("tf_addcmul_{t}");
                 addcmul_kernel(t)

@@ -2484,3 +2484,50 @@ fn topk_matches_the_cpu() {
     check::<i64>(&be, &mut rng, false);
     check::<i32>(&be, &mut rng, false);
 }
+
+/// `cumsum` on the GPU against the CPU backend along every dim of a 3-D
+/// tensor (and a strided view), floats bit for bit (both add in order in
+/// f32 or f64), integers into `i64`.
+#[test]
+fn cumsum_matches_the_cpu() {
+    use crate::cpu::CpuBackend;
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::NumDType, U: crate::NumDType>(be: &CudaBackend, rng: &mut SplitMix64) {
+        for dims in [
+            [3usize, 4, 5],
+            [1, 1, 1],
+            [2, 0, 3],
+            [700, 3, 2],
+            [2, 3, 3000],
+        ] {
+            let n: usize = dims.iter().product();
+            let x: Vec<T> = random(rng, n, -8.0, 8.0);
+            let l = Layout::contiguous(&dims);
+            let gx = up(be, &x);
+            for (lay, what) in [(l.clone(), "contiguous"), (l.transpose(0, 2), "transposed")] {
+                for dim in 0..3 {
+                    let want: Vec<U> = CpuBackend.cumsum(&x, &lay, dim).unwrap();
+                    let got = be.cumsum::<T, U>(&gx, &lay, dim).unwrap();
+                    let got = down(&got, &[n]);
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            g.to_f64().to_bits() == w.to_f64().to_bits(),
+                            "cumsum {} {what} {dims:?} dim {dim} [{i}]: GPU {}, CPU {}",
+                            T::KIND,
+                            g.to_f64(),
+                            w.to_f64()
+                        );
+                    }
+                }
+            }
+        }
+    }
+    check::<f32, f32>(&be, &mut rng);
+    check::<f64, f64>(&be, &mut rng);
+    check::<f16, f16>(&be, &mut rng);
+    check::<bf16, bf16>(&be, &mut rng);
+    check::<i32, i64>(&be, &mut rng);
+    check::<i64, i64>(&be, &mut rng);
+    check::<u8, i64>(&be, &mut rng);
+}
