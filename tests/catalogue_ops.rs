@@ -48,6 +48,7 @@ const fn walked(name: &'static str, function: bool, method: bool) -> Walked {
 /// of table, both index dtypes, no ids, an empty table), `index_select`
 /// and `gather` along each dim at ranks 1-4, `arange` of dims and
 /// literals, `tril` and `triu` at ranks 2-4 (every dtype, causal masks);
+/// `cumsum` along each dim at ranks 1-3 (f64 and `i32` into `i64`);
 /// `cross_entropy` of `[N, C]` logits (every keyword, both index dtypes,
 /// fused with its neighbours, f32, no rows, one class, a bad target).
 const WALKED: &[Walked] = &[
@@ -97,6 +98,7 @@ const WALKED: &[Walked] = &[
     walked("embedding", true, false),
     walked("index_select", true, true),
     walked("gather", true, true),
+    walked("cumsum", true, true),
     walked("cross_entropy", true, false),
     walked("arange", true, false),
     walked("tril", true, true),
@@ -4645,5 +4647,73 @@ fn cross_entropy_in_every_form() {
             });
         let x32: Tensor<Cpu, f32, S2> = tensor(&xv, &[n, c]);
         check_or_err(&format!("fused {what}"), xent_fused(&x32, &y), &[fused]);
+    }
+}
+
+// ---------------------------------------------------------------------
+// cumsum.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn cumsum1(x: &Tensor<Cpu, f64, [A]>) -> (Tensor<Cpu, f64, [A]>, Tensor<Cpu, f64, [A]>) {
+        (cumsum(x, 0), x.cumsum(-1))
+    }
+    fn cumsum2(x: &Tensor<Cpu, f64, [A, B]>) -> (Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>) {
+        (cumsum(x, 0), x.cumsum(-1), cumsum(input = x, dim = 1) * 1.0)
+    }
+    fn cumsum3(x: &Tensor<Cpu, i32, [A, B, C]>) -> (Tensor<Cpu, i64, [A, B, C]>, Tensor<Cpu, i64, [A, B, C]>, Tensor<Cpu, i64, [A, B, C]>) {
+        (x.cumsum(0), x.cumsum(1), cumsum(x, 2))
+    }
+}
+
+/// `cumsum` along `dim` by plain loops.
+fn cumsum_ref(x: &[f64], d: &[usize], dim: usize) -> Want {
+    let mut out = x.to_vec();
+    let stride: usize = d[dim + 1..].iter().product();
+    for i in 0..out.len() {
+        if (i / stride) % d[dim] > 0 {
+            out[i] = out[i - stride] + x[i];
+        }
+    }
+    Want::exact(d.to_vec(), out)
+}
+
+#[test]
+fn cumsum_along_each_dim() {
+    let mut rng = Rng::new(5150);
+    for round in 0..4 {
+        let d = if round == 3 {
+            empty_dims(&mut rng)
+        } else {
+            random_dims(&mut rng, 1, 5)
+        };
+        // Small integers, so sums are exact in f64 and i32.
+        let ints = |rng: &mut Rng, n: usize| -> Vec<f64> {
+            (0..n).map(|_| rng.below(9) as f64 - 4.0).collect()
+        };
+        let x1 = ints(&mut rng, numel(&d[1]));
+        let x2 = ints(&mut rng, numel(&d[2]));
+        let x3 = ints(&mut rng, numel(&d[3]));
+        let t1: Tensor<Cpu, f64, S1> = tensor(&x1, &d[1]);
+        let t2: Tensor<Cpu, f64, S2> = tensor(&x2, &d[2]);
+        let t3: Tensor<Cpu, i32, S3> = tensor(&x3, &d[3]);
+        let what = |r: usize| format!("cumsum at rank {r}, dims {:?}", d[r]);
+        let w1 = cumsum_ref(&x1, &d[1], 0);
+        check_or_err(&what(1), cumsum1(&t1), &[Some(w1.clone()), Some(w1)]);
+        let (a, b) = (cumsum_ref(&x2, &d[2], 0), cumsum_ref(&x2, &d[2], 1));
+        check_or_err(
+            &what(2),
+            cumsum2(&t2),
+            &[Some(a.clone()), Some(b.clone()), Some(b)],
+        );
+        let w3: Vec<Option<Want>> = (0..3).map(|k| Some(cumsum_ref(&x3, &d[3], k))).collect();
+        check_or_err(&what(3), cumsum3(&t3), &w3);
+        // The typed API.
+        check_or_err(&format!("typed {}", what(2)), t2.cumsum::<0>(), &[Some(a)]);
+        check_or_err(
+            &format!("typed {}", what(3)),
+            t3.cumsum::<1>(),
+            &[w3[1].clone()],
+        );
     }
 }

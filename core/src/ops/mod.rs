@@ -175,6 +175,8 @@ pub enum OpKind {
     /// `cross_entropy(input, target, ..)`: the loss of class logits
     /// against class indices.
     CrossEntropy,
+    /// `cumsum(input, dim)`: the cumulative sum along `dim`.
+    Cumsum,
     /// `arange(end)` or `arange(start, end)`: `start, .., end - 1` as `i64`.
     Arange,
     /// `tril` (`upper: false`) or `triu` of the last two dims.
@@ -244,6 +246,9 @@ pub enum DTypeRule {
     Bool,
     /// `i64` positions.
     Index,
+    /// The input's dtype for a float, `i64` for an integer (`cumsum`, as
+    /// PyTorch's).
+    FloatOrI64,
     /// The dtype named by the call (`cast::<T>()`).
     Named,
 }
@@ -962,6 +967,16 @@ static LATER: &[OpDef] = &[
         DTypeRule::Same,
         ShapeRule::Gather,
         "Along `dim`, the element each entry of `index` (`i64` or `i32`, `input`'s rank) names.",
+    ),
+    def(
+        "cumsum",
+        OpKind::Cumsum,
+        true,
+        true,
+        INPUT_DIM,
+        DTypeRule::FloatOrI64,
+        ShapeRule::Same,
+        "Cumulative sum along `dim` (floats keep their dtype, integers sum into `i64`, as PyTorch's).",
     ),
     def(
         "cross_entropy",

@@ -265,6 +265,13 @@ pub enum Op {
         /// The joined dim.
         dim: usize,
     },
+    /// `cumsum(x, dim)`.
+    Cumsum {
+        /// The summed tensor.
+        x: NodeId,
+        /// The dim summed along.
+        dim: usize,
+    },
     /// `cross_entropy(x, target, ..)`.
     CrossEntropy {
         /// The logits, `[N, C]`.
@@ -377,6 +384,7 @@ impl Graph {
             Op::Param(_) | Op::Lit { .. } | Op::Arange { .. } => vec![],
             Op::Embedding { ids, weight } => vec![*ids, *weight],
             Op::CrossEntropy { x, target, .. } => vec![*x, *target],
+            Op::Cumsum { x, .. } => vec![*x],
             Op::Select { x, index, .. } => vec![*x, *index],
             Op::Triangle { x, .. } => vec![*x],
             Op::Unary(_, a) | Op::Cast(a, _) | Op::T(a) | Op::ToDevice(a, _) => vec![*a],

@@ -473,6 +473,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     | Op::Norm { .. }
                     | Op::Embedding { .. }
                     | Op::CrossEntropy { .. }
+                    | Op::Cumsum { .. }
                     | Op::Select { .. }
                     | Op::Arange { .. }
                     | Op::Rope { .. }

@@ -62,6 +62,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             (
                 OpKind::Embedding
                 | OpKind::CrossEntropy
+                | OpKind::Cumsum
                 | OpKind::IndexSelect
                 | OpKind::Gather
                 | OpKind::Arange

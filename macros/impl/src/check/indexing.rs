@@ -83,6 +83,37 @@ impl<'s, 'k> Checker<'s, 'k> {
                 }
             }
             OpKind::CrossEntropy => self.cross_entropy(def, recv, &xs, e),
+            OpKind::Cumsum => {
+                let (x_ex, d_ex) = (xs[0].expect("required"), xs[1].expect("required"));
+                let x = self.operand_node(recv, x_ex);
+                let Some(o) = self.tensor(x, x_ex, name) else {
+                    return self.error_node(e);
+                };
+                let Some(dim) = self.dim_arg(d_ex, name, &o) else {
+                    return self.error_node(e);
+                };
+                let dtype = match o.ty.dtype {
+                    Dt::Kind(k) if k.is_float() => Dt::Kind(k),
+                    Dt::Kind(DTypeKind::I32 | DTypeKind::I64 | DTypeKind::U8) => {
+                        Dt::Kind(DTypeKind::I64)
+                    }
+                    dt => {
+                        self.error(
+                            &x_ex.sp,
+                            format!(
+                                "`{name}` sums a float dtype into itself and an integer one into `i64`, but `{x_ex}` is {dt}: give it a concrete dtype, or cast it with `{}.cast::<i64>()`",
+                                x_ex.receiver_text()
+                            ),
+                        );
+                        return self.error_node(e);
+                    }
+                };
+                self.push(
+                    Op::Cumsum { x, dim },
+                    Ty::Tensor(TensorTy { dtype, ..o.ty }),
+                    e,
+                )
+            }
             _ => {
                 // index_select and gather: (input, dim, index).
                 let gather = def.kind == OpKind::Gather;

@@ -376,6 +376,10 @@ impl FnGen<'_> {
                 }
                 acc
             }
+            Op::Cumsum { x, dim } => {
+                let x = self.reference(*x);
+                quote!(#x.cumsum::<#dim>()?)
+            }
             Op::CrossEntropy {
                 x,
                 target,
