@@ -470,7 +470,11 @@
 ///   `x.to_device::<D>()`,
 ///   `embedding(ids, weight)`, `x.index_select(dim, index)`,
 ///   `x.gather(dim, index)` (`i64` or `i32` indices; one out of range is
-///   an `Err`), `arange(N)`, `arange(start, end)` (`i64`),
+///   an `Err`), `cross_entropy(logits, target, ignore_index = -100,
+///   reduction = "mean", label_smoothing = 0.0)` (PyTorch's, one fused
+///   row kernel; a target out of range is an `Err`), `cumsum(x, dim)`
+///   (also a method; integers sum into `i64`), `arange(N)`,
+///   `arange(start, end)` (`i64`),
 ///   `x.tril(diagonal = 0)`, `x.triu(..)`,
 ///   `x.to_cpu()`, indexing `x[i]`, `x[i, j]` (constant or `usize`),
 ///   calls to the other functions and kernels of the invocation, and calls

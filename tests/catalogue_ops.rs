@@ -47,7 +47,10 @@ const fn walked(name: &'static str, function: bool, method: bool) -> Walked {
 /// 0-4; `t` at ranks 0-2; `embedding` of ids of ranks 0-3 (every dtype
 /// of table, both index dtypes, no ids, an empty table), `index_select`
 /// and `gather` along each dim at ranks 1-4, `arange` of dims and
-/// literals, `tril` and `triu` at ranks 2-4 (every dtype, causal masks).
+/// literals, `tril` and `triu` at ranks 2-4 (every dtype, causal masks);
+/// `cumsum` along each dim at ranks 1-3 (f64 and `i32` into `i64`);
+/// `cross_entropy` of `[N, C]` logits (every keyword, both index dtypes,
+/// fused with its neighbours, f32, no rows, one class, a bad target).
 const WALKED: &[Walked] = &[
     walked("eq", true, true),
     walked("ne", true, true),
@@ -95,6 +98,8 @@ const WALKED: &[Walked] = &[
     walked("embedding", true, false),
     walked("index_select", true, true),
     walked("gather", true, true),
+    walked("cumsum", true, true),
+    walked("cross_entropy", true, false),
     walked("arange", true, false),
     walked("tril", true, true),
     walked("triu", true, true),
@@ -4536,4 +4541,179 @@ fn rope_of_strided_queries_in_16_bit_dtypes() {
     run::<f32>(1e-6);
     run::<f16>(1e-3);
     run::<bf16>(8e-3);
+}
+
+// ---------------------------------------------------------------------
+// cross_entropy.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn xent_reduced(x: &Tensor<Cpu, f64, [N, C]>, y: &Tensor<Cpu, i64, [N]>) -> (
+        Tensor<Cpu, f64, []>, Tensor<Cpu, f64, []>, Tensor<Cpu, f64, []>, Tensor<Cpu, f64, []>,
+    ) {
+        (
+            cross_entropy(x, y),
+            cross_entropy(x, y, reduction = "sum"),
+            cross_entropy(x, y, ignore_index = 1, label_smoothing = 0.25),
+            cross_entropy(input = x, target = y, reduction = "mean", label_smoothing = 1),
+        )
+    }
+    fn xent_rows(x: &Tensor<Cpu, f64, [N, C]>, y: &Tensor<Cpu, i32, [N]>) -> Tensor<Cpu, f64, [N]> {
+        cross_entropy(x, y, -100, "none", 0.1)
+    }
+    fn xent_fused(x: &Tensor<Cpu, f32, [N, C]>, y: &Tensor<Cpu, i64, [N]>) -> Tensor<Cpu, f32, []> {
+        cross_entropy(x * 2.0 + 1.0, y, ignore_index = 0) * 0.5
+    }
+}
+
+/// `cross_entropy` of `x` (`[n, c]`) against `t` by the catalogue's f64
+/// reference, as a `Want` (`None`: a bad target, an `Err`).
+fn xent_ref(
+    x: &[f64],
+    c: usize,
+    t: &[i64],
+    reduction: &str,
+    ignore: i64,
+    s: f64,
+    tol: f64,
+) -> Option<Want> {
+    use tensorfn_core::ops::xent::{cross_entropy_f64, Reduction};
+    let r = Reduction::from_name(reduction).unwrap();
+    let v = cross_entropy_f64(x, c, t, r, ignore, s).ok()?;
+    let dims = if r == Reduction::None {
+        vec![t.len()]
+    } else {
+        vec![]
+    };
+    let tol = v.iter().map(|w| tol * w.abs().max(1.0)).collect();
+    Some(Want { dims, vals: v, tol })
+}
+
+#[test]
+fn cross_entropy_in_every_form() {
+    use tensorfn::{CrossEntropyArgs, Reduction};
+    let mut rng = Rng::new(4242);
+    for (round, &(n, c)) in [(5, 7), (1, 1), (0, 4), (9, 30), (3, 2), (6, 5)]
+        .iter()
+        .enumerate()
+    {
+        // Special values in the fourth round; a target past the classes
+        // in the last.
+        let special: &[f64] = if round == 3 { SPECIAL } else { &[] };
+        let xv = rng.values(n * c, special);
+        let mut t: Vec<i64> = (0..n).map(|_| rng.below(c) as i64).collect();
+        if round == 5 {
+            t[2] = c as i64;
+        }
+        let x: Tensor<Cpu, f64, S2> = tensor(&xv, &[n, c]);
+        let y: Tensor<Cpu, i64, S1> =
+            tensor(&t.iter().map(|&k| k as f64).collect::<Vec<_>>(), &[n]);
+        let y32: Tensor<Cpu, i32, S1> = y.cast().unwrap();
+        let what = format!("cross_entropy [{n}, {c}] round {round}");
+        let tol = 1e-13;
+        let refs = [
+            xent_ref(&xv, c, &t, "mean", -100, 0.0, tol),
+            xent_ref(&xv, c, &t, "sum", -100, 0.0, tol),
+            xent_ref(&xv, c, &t, "mean", 1, 0.25, tol),
+            xent_ref(&xv, c, &t, "mean", -100, 1.0, tol),
+        ];
+        check_or_err(&what, xent_reduced(&x, &y), &refs);
+        let rows = xent_ref(&xv, c, &t, "none", -100, 0.1, tol);
+        check_or_err(
+            &format!("{what}, none"),
+            xent_rows(&x, &y32),
+            std::slice::from_ref(&rows),
+        );
+        // The typed API.
+        let args = CrossEntropyArgs {
+            reduction: Reduction::None,
+            label_smoothing: 0.1,
+            ..Default::default()
+        };
+        check_or_err(
+            &format!("typed {what}"),
+            x.cross_entropy::<S1, _>(&y32, args),
+            &[rows],
+        );
+        // Fused with its neighbours, in f32.
+        let x2: Vec<f64> = round32(&xv)
+            .iter()
+            .map(|&v| (v as f32 * 2.0 + 1.0) as f64)
+            .collect();
+        let fused =
+            xent_ref(&x2, c, &t, "mean", 0, 0.0, 4.0 * EPS32 * c.max(1) as f64).map(|mut w| {
+                w.vals = w.vals.iter().map(|v| (*v as f32 * 0.5) as f64).collect();
+                w
+            });
+        let x32: Tensor<Cpu, f32, S2> = tensor(&xv, &[n, c]);
+        check_or_err(&format!("fused {what}"), xent_fused(&x32, &y), &[fused]);
+    }
+}
+
+// ---------------------------------------------------------------------
+// cumsum.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn cumsum1(x: &Tensor<Cpu, f64, [A]>) -> (Tensor<Cpu, f64, [A]>, Tensor<Cpu, f64, [A]>) {
+        (cumsum(x, 0), x.cumsum(-1))
+    }
+    fn cumsum2(x: &Tensor<Cpu, f64, [A, B]>) -> (Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>) {
+        (cumsum(x, 0), x.cumsum(-1), cumsum(input = x, dim = 1) * 1.0)
+    }
+    fn cumsum3(x: &Tensor<Cpu, i32, [A, B, C]>) -> (Tensor<Cpu, i64, [A, B, C]>, Tensor<Cpu, i64, [A, B, C]>, Tensor<Cpu, i64, [A, B, C]>) {
+        (x.cumsum(0), x.cumsum(1), cumsum(x, 2))
+    }
+}
+
+/// `cumsum` along `dim` by plain loops.
+fn cumsum_ref(x: &[f64], d: &[usize], dim: usize) -> Want {
+    let mut out = x.to_vec();
+    let stride: usize = d[dim + 1..].iter().product();
+    for i in 0..out.len() {
+        if (i / stride) % d[dim] > 0 {
+            out[i] = out[i - stride] + x[i];
+        }
+    }
+    Want::exact(d.to_vec(), out)
+}
+
+#[test]
+fn cumsum_along_each_dim() {
+    let mut rng = Rng::new(5150);
+    for round in 0..4 {
+        let d = if round == 3 {
+            empty_dims(&mut rng)
+        } else {
+            random_dims(&mut rng, 1, 5)
+        };
+        // Small integers, so sums are exact in f64 and i32.
+        let ints = |rng: &mut Rng, n: usize| -> Vec<f64> {
+            (0..n).map(|_| rng.below(9) as f64 - 4.0).collect()
+        };
+        let x1 = ints(&mut rng, numel(&d[1]));
+        let x2 = ints(&mut rng, numel(&d[2]));
+        let x3 = ints(&mut rng, numel(&d[3]));
+        let t1: Tensor<Cpu, f64, S1> = tensor(&x1, &d[1]);
+        let t2: Tensor<Cpu, f64, S2> = tensor(&x2, &d[2]);
+        let t3: Tensor<Cpu, i32, S3> = tensor(&x3, &d[3]);
+        let what = |r: usize| format!("cumsum at rank {r}, dims {:?}", d[r]);
+        let w1 = cumsum_ref(&x1, &d[1], 0);
+        check_or_err(&what(1), cumsum1(&t1), &[Some(w1.clone()), Some(w1)]);
+        let (a, b) = (cumsum_ref(&x2, &d[2], 0), cumsum_ref(&x2, &d[2], 1));
+        check_or_err(
+            &what(2),
+            cumsum2(&t2),
+            &[Some(a.clone()), Some(b.clone()), Some(b)],
+        );
+        let w3: Vec<Option<Want>> = (0..3).map(|k| Some(cumsum_ref(&x3, &d[3], k))).collect();
+        check_or_err(&what(3), cumsum3(&t3), &w3);
+        // The typed API.
+        check_or_err(&format!("typed {}", what(2)), t2.cumsum::<0>(), &[Some(a)]);
+        check_or_err(
+            &format!("typed {}", what(3)),
+            t3.cumsum::<1>(),
+            &[w3[1].clone()],
+        );
+    }
 }

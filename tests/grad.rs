@@ -568,3 +568,74 @@ fd_case!(rms_norm_rule: fn n_rms(x: [3, 5] in (-2.0, 2.0), w: [5] in (-1.5, 1.5)
 fd_case!(rope_rule: fn n_rope(x: [2, 3, 4] in (-2.0, 2.0), c: [3, 4] in (-1.0, 1.0), s: [3, 4] in (-1.0, 1.0)) {
     sin(rope(x, c, s)).sum()
 });
+
+tensor_fn! {
+    #[grad(x)]
+    fn xent_mean(x: &Tensor<Cpu, f64, [5, 7]>, y: &Tensor<Cpu, i64, [5]>) -> Tensor<Cpu, f64, []> {
+        cross_entropy(x, y)
+    }
+
+    #[grad(x)]
+    fn xent_smoothed_sum(x: &Tensor<Cpu, f64, [5, 7]>, y: &Tensor<Cpu, i64, [5]>) -> Tensor<Cpu, f64, []> {
+        cross_entropy(x, y, reduction = "sum", label_smoothing = 0.2, ignore_index = 3)
+    }
+
+    #[grad(x)]
+    fn xent_rows(x: &Tensor<Cpu, f64, [5, 7]>, y: &Tensor<Cpu, i64, [5]>, w: &Tensor<Cpu, f64, [5]>) -> Tensor<Cpu, f64, []> {
+        (cross_entropy(x, y, reduction = "none") * w).sum()
+    }
+
+    #[grad(x)]
+    fn running(x: &Tensor<Cpu, f64, [3, 6]>, w: &Tensor<Cpu, f64, [3, 6]>) -> Tensor<Cpu, f64, []> {
+        (cumsum(x, 1) * w).sum() + (x.cumsum(0) * w).sum()
+    }
+}
+
+#[test]
+fn cross_entropy_and_cumsum_against_finite_differences() {
+    for seed in 0..3u64 {
+        let x0 = rand_vec(35, seed, -3.0, 3.0);
+        let ids: Vec<i64> = rand_vec(5, seed + 7, 0.0, 7.0)
+            .iter()
+            .map(|v| *v as i64)
+            .collect();
+        let y = Tensor::<Cpu, i64, shape![5]>::from_vec(ids).unwrap();
+        let w0 = rand_vec(5, seed + 9, -1.0, 1.0);
+        let w = tensor::<shape![5]>(&w0);
+        let x = tensor::<shape![5, 7]>(&x0);
+        let (_, g) = xent_mean::value_and_grad(&x, &y).unwrap();
+        check_fd(
+            "cross_entropy mean",
+            &x0,
+            &value(&g),
+            |xs| value(&xent_mean(&tensor(xs), &y).unwrap())[0],
+            1e-6,
+        );
+        let (_, g) = xent_smoothed_sum::value_and_grad(&x, &y).unwrap();
+        check_fd(
+            "cross_entropy smoothed sum",
+            &x0,
+            &value(&g),
+            |xs| value(&xent_smoothed_sum(&tensor(xs), &y).unwrap())[0],
+            1e-6,
+        );
+        let (_, g) = xent_rows::value_and_grad(&x, &y, &w).unwrap();
+        check_fd(
+            "cross_entropy none",
+            &x0,
+            &value(&g),
+            |xs| value(&xent_rows(&tensor(xs), &y, &w).unwrap())[0],
+            1e-6,
+        );
+        let c0 = rand_vec(18, seed + 3, -2.0, 2.0);
+        let cw = tensor::<shape![3, 6]>(&rand_vec(18, seed + 4, -1.0, 1.0));
+        let (_, g) = running::value_and_grad(&tensor::<shape![3, 6]>(&c0), &cw).unwrap();
+        check_fd(
+            "cumsum",
+            &c0,
+            &value(&g),
+            |xs| value(&running(&tensor(xs), &cw).unwrap())[0],
+            1e-6,
+        );
+    }
+}

@@ -1434,6 +1434,64 @@ pub fn gather<D: DimValue>(
     Ok(idims.to_vec())
 }
 
+/// `cross_entropy(input, target)`: class logits `input` `[N, C]` and
+/// class indices `target` `[N]`; the result is `[N]` for
+/// `reduction = "none"` (`per_row`), else a scalar. (PyTorch's K-dim form,
+/// `[N, C, d..]` against `[N, d..]`, is written by moving the classes
+/// last and merging the rest: `x.permute([0, 2, 1]).reshape([N * d, C])`.)
+/// The targets' values are checked when they are read (`0 <= t < C`, or
+/// `ignore_index`).
+///
+/// ```
+/// use tensorfn_core::rules::cross_entropy;
+/// assert_eq!(cross_entropy::<usize>("cross_entropy", ("x", &[4, 10]), ("y", &[4]), false).unwrap(), Vec::<usize>::new());
+/// assert_eq!(cross_entropy::<usize>("cross_entropy", ("x", &[4, 10]), ("y", &[4]), true).unwrap(), vec![4]);
+/// let e = cross_entropy::<usize>("cross_entropy", ("x", &[4, 10]), ("y", &[5]), false).unwrap_err();
+/// assert_eq!(e.operand, 1);
+/// assert!(e.message.contains("one class index per row of `x`"));
+/// ```
+pub fn cross_entropy<D: DimValue>(
+    op: &str,
+    input: Operand<'_, D>,
+    target: Operand<'_, D>,
+    per_row: bool,
+) -> Result<Vec<D>, RuleError> {
+    let ((name, dims), (tname, tdims)) = (input, target);
+    if dims.len() != 2 {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` takes class logits [N, C] (one row of C class scores per sample), but `{name}` has shape {} ({}): {}",
+                fmt_dims(dims),
+                rank_word(dims.len()),
+                if dims.len() > 2 {
+                    "move the classes last and merge the other dims into rows, `.permute(..).reshape([N, C])`"
+                } else {
+                    "give it a dim of samples, `.unsqueeze(0)`"
+                }
+            ),
+        );
+    }
+    if tdims.len() != 1 || tdims[0] != dims[0] {
+        return err(
+            op,
+            1,
+            format!(
+                "`{tname}` must have shape [{}] (one class index per row of `{name}`, {}), but has shape {}",
+                dims[0],
+                fmt_dims(dims),
+                fmt_dims(tdims)
+            ),
+        );
+    }
+    Ok(if per_row {
+        vec![dims[0].clone()]
+    } else {
+        Vec::new()
+    })
+}
+
 /// `tril`/`triu` of `input`: the last two dims are the matrices, so the
 /// rank must be at least 2; the result has `input`'s dims.
 ///

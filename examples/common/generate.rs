@@ -140,7 +140,8 @@ struct Logits {
 }
 
 /// The next token of each row from `[B, 1, vocab]` logits: the largest
-/// (on the device), or one of the `k` largest drawn by their softmax.
+/// (on the device), or one of the `k` largest (`topk`, on the device)
+/// drawn by their softmax.
 pub fn next_tokens<D: Device, T: Float>(
     logits: &Tensor<D, T, shape![_, 1, _]>,
     k: usize,
@@ -151,30 +152,28 @@ pub fn next_tokens<D: Device, T: Float>(
     }
     let vocab = logits.dims()[2];
     let k = k.min(vocab);
-    let all: Vec<f64> = logits
+    // The k largest of each row, sorted, on the device.
+    let (values, indices) = logits.topk::<shape![_, 1, _]>(k)?;
+    let values: Vec<f64> = values
         .to_vec()?
         .into_iter()
         .map(tensorfn::DType::to_f64)
         .collect();
-    Ok(all
-        .chunks(vocab)
-        .map(|row| {
-            let mut order: Vec<usize> = (0..vocab).collect();
-            order.select_nth_unstable_by(k - 1, |&a, &b| row[b].total_cmp(&row[a]));
-            let top = &order[..k];
-            let max = top
-                .iter()
-                .map(|&i| row[i])
-                .fold(f64::NEG_INFINITY, f64::max);
-            let weights: Vec<f64> = top.iter().map(|&i| (row[i] - max).exp()).collect();
+    let indices = indices.to_vec()?;
+    Ok(values
+        .chunks(k)
+        .zip(indices.chunks(k))
+        .map(|(top, ids)| {
+            let max = top[0];
+            let weights: Vec<f64> = top.iter().map(|&v| (v - max).exp()).collect();
             let mut u = uniform(rng) * weights.iter().sum::<f64>();
-            for (&i, w) in top.iter().zip(&weights) {
+            for (&i, w) in ids.iter().zip(&weights) {
                 if u < *w {
-                    return i as i64;
+                    return i;
                 }
                 u -= w;
             }
-            top[0] as i64
+            ids[0]
         })
         .collect())
 }

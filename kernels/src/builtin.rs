@@ -373,6 +373,103 @@ pub fn try_rope(dtype: DTypeKind) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
+/// Name of [`cross_entropy`]`(dtype, index)`, its forward entry (the
+/// backward entry is `NAME_backward`).
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert_eq!(builtin::cross_entropy_name(DTypeKind::BF16, DTypeKind::I64), "tf_cross_entropy_bf16_i64");
+/// ```
+pub fn cross_entropy_name(dtype: DTypeKind, index: DTypeKind) -> String {
+    format!("tf_cross_entropy_{dtype}_{index}")
+}
+
+/// `cross_entropy` of contiguous rows of logits of `dtype` against
+/// targets of `index` (`I32` or `I64`), and its backward: a module with
+/// the entries `NAME` and `NAME_backward` (see `ptx::xent` for the
+/// parameters), one block per row, accumulating in f32 (f64 for f64);
+/// `Err` unless `dtype` is a float and `index` an index dtype.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::cross_entropy(DTypeKind::F16, DTypeKind::I32)?;
+/// assert!(k.ptx.contains(".entry tf_cross_entropy_f16_i32("));
+/// assert!(k.ptx.contains(".entry tf_cross_entropy_f16_i32_backward("));
+/// assert!(builtin::cross_entropy(DTypeKind::I32, DTypeKind::I64).is_err());
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn cross_entropy(dtype: DTypeKind, index: DTypeKind) -> Result<Kernel> {
+    if !matches!(index, DTypeKind::I32 | DTypeKind::I64) {
+        return Err(Error::Unsupported {
+            kernel: "cross_entropy",
+            message: format!("{} targets; class indices are i64 or i32", index.name()),
+        });
+    }
+    let spec = row_spec(RowOp::LogSoftmax, dtype)?;
+    let name = cross_entropy_name(dtype, index);
+    let ptx = ptx::cross_entropy(&name, &spec, index);
+    Ok(Kernel { name, ptx })
+}
+
+/// Name of [`topk`]`(dtype)`.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::builtin::topk_name(tensorfn_kernels::DTypeKind::F32), "tf_topk_f32");
+/// ```
+pub fn topk_name(dtype: DTypeKind) -> String {
+    format!("tf_topk_{dtype}")
+}
+
+/// `topk` along contiguous rows of `dtype`, largest first: the entry
+/// `NAME(out, in, rows, cols, idx, k)` (see `ptx::topk`), `k` passes of a
+/// block-wide arg-max per row; `Err` for `bool`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::topk(DTypeKind::BF16)?;
+/// assert!(k.ptx.contains(".entry tf_topk_bf16("));
+/// assert!(builtin::topk(DTypeKind::Bool).is_err());
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn topk(dtype: DTypeKind) -> Result<Kernel> {
+    let spec = reduce_spec(ReduceOp::ArgMax, dtype)?;
+    let name = topk_name(dtype);
+    let ptx = ptx::topk(&name, &spec);
+    Ok(Kernel { name, ptx })
+}
+
+/// Name of [`cumsum`]`(dtype)`.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::builtin::cumsum_name(tensorfn_kernels::DTypeKind::I32), "tf_cumsum_i32");
+/// ```
+pub fn cumsum_name(dtype: DTypeKind) -> String {
+    format!("tf_cumsum_{dtype}")
+}
+
+/// `cumsum` along contiguous rows of `dtype` (floats into their dtype,
+/// accumulated in f32 or f64; `i32`, `i64`, `u8` into `i64`, as
+/// PyTorch's): the entry `NAME(out, in, rows, cols)`, one thread per row;
+/// `Err` for `bool`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert!(builtin::cumsum(DTypeKind::F16)?.ptx.contains(".entry tf_cumsum_f16("));
+/// assert!(builtin::cumsum(DTypeKind::Bool).is_err());
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn cumsum(dtype: DTypeKind) -> Result<Kernel> {
+    if dtype == DTypeKind::Bool {
+        return Err(Error::Unsupported {
+            kernel: "cumsum",
+            message: "bool rows; cast to i64 first".to_string(),
+        });
+    }
+    let name = cumsum_name(dtype);
+    let ptx = ptx::cumsum(&name, dtype);
+    Ok(Kernel { name, ptx })
+}
+
 /// Name of [`cat_rows`]`(unit)`.
 ///
 /// ```
@@ -780,6 +877,11 @@ pub fn all() -> Vec<Kernel> {
             out.extend(try_norm_backward(op, dtype).ok());
         }
         out.extend(try_rope(dtype).ok());
+        for index in [DTypeKind::I64, DTypeKind::I32] {
+            out.extend(cross_entropy(dtype, index).ok());
+        }
+        out.extend(topk(dtype).ok());
+        out.extend(cumsum(dtype).ok());
         out.extend(attention(dtype).ok());
         for d in ptx::ATTENTION_MMA_HEADS {
             out.extend(attention_mma(dtype, d).ok());

@@ -9,6 +9,7 @@ use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
+use tensorfn_core::ops::xent::CrossEntropyArgs;
 use tensorfn_kernels::{BinaryOp, FusedKernel, NormOp, ReduceOp, RowOp, UnaryOp};
 
 /// One input of a [`RowBlocks`] plan: its buffer, the element where its
@@ -74,6 +75,65 @@ pub(crate) struct Selected {
 
 /// A gather's buffer, or one of the indices that were out of range.
 pub(crate) type Gathered<B> = std::result::Result<B, i64>;
+
+/// Checks the views of [`Backend::cross_entropy`] and its backward
+/// (each a `(buffer length, layout)`): `x` is `[N, C]`, `t` is `[N]`, and
+/// `grad` (with whether it is per row) is `[N]` or a scalar; each stays
+/// inside its buffer.
+pub(crate) fn xent_layouts(
+    op: &str,
+    (xn, lx): (usize, &Layout),
+    (tn, lt): (usize, &Layout),
+    grad: Option<(usize, &Layout, bool)>,
+) -> Result<()> {
+    let fits = lx.rank() == 2
+        && lt.dims() == &lx.dims()[..1]
+        && grad.is_none_or(|(_, lg, per_row)| {
+            lg.dims() == if per_row { &lx.dims()[..1] } else { &[][..] }
+        });
+    if !fits {
+        return Err(Error::shape(
+            op,
+            "logits [N, C], targets [N] and a grad of [N] (reduction none) or a scalar",
+            format!(
+                "{:?}, {:?}{}",
+                lx.dims(),
+                lt.dims(),
+                grad.map_or(String::new(), |(_, lg, _)| format!(", {:?}", lg.dims()))
+            ),
+        ));
+    }
+    let views = [Some((xn, lx)), Some((tn, lt)), grad.map(|(n, l, _)| (n, l))];
+    for (n, l) in views.into_iter().flatten() {
+        if l.numel() > 0 && l.storage_extent() > n {
+            return Err(Error::Index(format!(
+                "{op}: internal view {:?} (strides {:?}, offset {}) reaches past a buffer of {n} elements",
+                l.dims(),
+                l.strides(),
+                l.offset()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks `cumsum`'s dtypes (`U` is `T` for a float, `i64` for an
+/// integer) and `dim` against `l`.
+pub(crate) fn cumsum_fits<T: NumDType, U: NumDType>(l: &Layout, dim: usize) -> Result<()> {
+    let want = if T::KIND.is_float() {
+        T::KIND
+    } else {
+        tensorfn_core::DTypeKind::I64
+    };
+    if U::KIND != want || dim >= l.rank().max(1) {
+        return Err(Error::shape(
+            "cumsum",
+            format!("a dim below the rank and a {want} result"),
+            format!("dim {dim} of {:?} into {}", l.dims(), U::KIND),
+        ));
+    }
+    Ok(())
+}
 
 /// The mask of [`Backend::attention`]: `bool` (true = the key takes part,
 /// as in PyTorch) or in the tensors' dtype (added to the scores).
@@ -227,6 +287,54 @@ pub(crate) trait Backend {
         idx: &Self::Buf<I>,
         li: &Layout,
     ) -> Result<Gathered<Self::Buf<T>>>;
+
+    /// `cross_entropy` of the logits `x` (`[N, C]`) against the class
+    /// indices `t` (`[N]`), fused: per row the max, the log-sum-exp and
+    /// the target's logit (and the row's sum for label smoothing),
+    /// accumulated in at least f32, then the reduction. A contiguous `[N]`
+    /// buffer (`Reduction::None`) or one value. A target outside `0..C`
+    /// that is not `ignore_index` is never read through: `Ok(Err(t))`.
+    fn cross_entropy<T: FloatDType, I: IndexDType>(
+        &self,
+        x: (&Self::Buf<T>, &Layout),
+        t: (&Self::Buf<I>, &Layout),
+        args: CrossEntropyArgs,
+    ) -> Result<Gathered<Self::Buf<T>>>;
+
+    /// The gradient of [`Backend::cross_entropy`] with respect to `x`, in
+    /// one pass over the rows: `(softmax(x) - (1 - s) * onehot(t) - s / C)
+    /// * g` per row, `g` the row's `grad` (`[N]` for `Reduction::None`,
+    /// else one value, divided by the number of rows not ignored for
+    /// `Mean`); 0 on ignored rows. A contiguous `[N, C]` buffer, or
+    /// `Ok(Err(t))` as the forward.
+    fn cross_entropy_backward<T: FloatDType, I: IndexDType>(
+        &self,
+        x: (&Self::Buf<T>, &Layout),
+        t: (&Self::Buf<I>, &Layout),
+        grad: (&Self::Buf<T>, &Layout),
+        args: CrossEntropyArgs,
+    ) -> Result<Gathered<Self::Buf<T>>>;
+
+    /// The `k` largest elements of each row along the last dim of `l`
+    /// (NaN largest, ties by lower index), sorted, and their positions:
+    /// contiguous buffers of `l`'s dims with the last one `k` (`k` at most
+    /// that dim).
+    fn topk<T: NumDType>(
+        &self,
+        x: &Self::Buf<T>,
+        l: &Layout,
+        k: usize,
+    ) -> Result<(Self::Buf<T>, Self::Buf<i64>)>;
+
+    /// The cumulative sum along `dim`: a contiguous buffer of `l`'s dims
+    /// of `U`, which is `T` for a float (accumulated in f32, f64 for f64)
+    /// and `i64` for an integer dtype (as PyTorch's).
+    fn cumsum<T: NumDType, U: NumDType>(
+        &self,
+        x: &Self::Buf<T>,
+        l: &Layout,
+        dim: usize,
+    ) -> Result<Self::Buf<U>>;
 
     /// Row op `op` (`softmax`, ...) along `dim`, computed in at least f32:
     /// a contiguous buffer of `l`'s dims, or of `l`'s dims without `dim`

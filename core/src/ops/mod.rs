@@ -82,6 +82,7 @@ mod reduce_cmp;
 pub mod rope;
 pub mod rows;
 pub mod unary;
+pub mod xent;
 
 pub use binary::BinaryOp;
 pub use math::ElemMath;
@@ -171,6 +172,11 @@ pub enum OpKind {
     /// `gather(input, dim, index)`: along `dim`, the element each entry of
     /// `index` names.
     Gather,
+    /// `cross_entropy(input, target, ..)`: the loss of class logits
+    /// against class indices.
+    CrossEntropy,
+    /// `cumsum(input, dim)`: the cumulative sum along `dim`.
+    Cumsum,
     /// `arange(end)` or `arange(start, end)`: `start, .., end - 1` as `i64`.
     Arange,
     /// `tril` (`upper: false`) or `triu` of the last two dims.
@@ -240,6 +246,9 @@ pub enum DTypeRule {
     Bool,
     /// `i64` positions.
     Index,
+    /// The input's dtype for a float, `i64` for an integer (`cumsum`, as
+    /// PyTorch's).
+    FloatOrI64,
     /// The dtype named by the call (`cast::<T>()`).
     Named,
 }
@@ -296,6 +305,8 @@ pub enum ShapeRule {
     IndexSelect,
     /// [`rules::gather`](crate::rules::gather).
     Gather,
+    /// [`rules::cross_entropy`](crate::rules::cross_entropy).
+    CrossEntropy,
     /// `[end]`.
     Arange,
     /// [`rules::triangle`](crate::rules::triangle).
@@ -976,6 +987,32 @@ static LATER: &[OpDef] = &[
         DTypeRule::Same,
         ShapeRule::Gather,
         "Along `dim`, the element each entry of `index` (`i64` or `i32`, `input`'s rank) names.",
+    ),
+    def(
+        "cumsum",
+        OpKind::Cumsum,
+        true,
+        true,
+        INPUT_DIM,
+        DTypeRule::FloatOrI64,
+        ShapeRule::Same,
+        "Cumulative sum along `dim` (floats keep their dtype, integers sum into `i64`, as PyTorch's).",
+    ),
+    def(
+        "cross_entropy",
+        OpKind::CrossEntropy,
+        true,
+        false,
+        &[
+            INPUT,
+            p("target", TENSOR),
+            opt("ignore_index", SCALAR, "-100"),
+            opt("reduction", SCALAR, "'mean'"),
+            opt("label_smoothing", SCALAR, "0.0"),
+        ],
+        DTypeRule::SameFloat,
+        ShapeRule::CrossEntropy,
+        "`log_softmax` loss of class logits `input` [N, C] against class indices `target` [N] (`i64` or `i32`), fused with its reduction (PyTorch's `F.cross_entropy`; the backward is the runtime's `cross_entropy_backward`).",
     ),
     def(
         "arange",

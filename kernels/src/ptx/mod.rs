@@ -28,6 +28,7 @@
 mod attention;
 mod body;
 mod concat;
+mod cumsum;
 mod elementwise;
 mod gather;
 mod inst;
@@ -36,6 +37,8 @@ mod norm;
 mod optim;
 mod rope;
 mod rows;
+mod topk;
+mod xent;
 
 use crate::error::{Error, Result};
 use crate::ir::Kernel;
@@ -233,6 +236,40 @@ pub(crate) fn rope(name: &str, dtype: tensorfn_core::DTypeKind) -> String {
             rope::rope_entry(name, dtype, 1),
             rope::rope_entry(name, dtype, crate::norm::vector(dtype)),
         ],
+    )
+}
+
+/// The module of `cross_entropy` over rows of `spec.dtype` with targets
+/// of `index`: the forward entry `name` and the backward entry
+/// `name_backward` (see `ptx::xent` for the parameters).
+pub(crate) fn cross_entropy(name: &str, spec: &RowSpec, index: DTypeKind) -> String {
+    module(
+        &format!(
+            "{name}: cross-entropy and its backward over rows of {} with {index} targets",
+            spec.dtype
+        ),
+        &[
+            xent::forward_entry(name, spec, index),
+            xent::backward_entry(&format!("{name}_backward"), spec, index),
+        ],
+    )
+}
+
+/// The module of the `topk` entry `name` over rows of `spec.dtype`
+/// (`spec` is `argmax`'s; see `ptx::topk` for the parameters).
+pub(crate) fn topk(name: &str, spec: &ReduceSpec) -> String {
+    module(
+        &format!("{name}: top-k along rows of {}", spec.dtype),
+        &[topk::topk_entry(name, spec)],
+    )
+}
+
+/// The module of the `cumsum` entry `name` over rows of `dtype` (see
+/// `ptx::cumsum` for the parameters).
+pub(crate) fn cumsum(name: &str, dtype: DTypeKind) -> String {
+    module(
+        &format!("{name}: cumulative sum along rows of {dtype}"),
+        &[cumsum::cumsum_entry(name, dtype)],
     )
 }
 

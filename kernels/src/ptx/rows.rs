@@ -19,20 +19,20 @@ const PARAMS: &str =
     "(\n\t.param .u64 p_out,\n\t.param .u64 p_in,\n\t.param .u64 p_rows,\n\t.param .u64 p_cols\n)";
 
 /// Registers and values every row kernel starts from.
-struct Frame {
-    out: String,
-    input: String,
-    rows: String,
-    cols: String,
+pub(super) struct Frame {
+    pub(super) out: String,
+    pub(super) input: String,
+    pub(super) rows: String,
+    pub(super) cols: String,
     tid: String,
     lane: String,
     warp: String,
     smem: String,
-    is_lane0: String,
-    is_warp0: String,
+    pub(super) is_lane0: String,
+    pub(super) is_warp0: String,
 }
 
-fn frame(body: &mut Body) -> Frame {
+pub(super) fn frame(body: &mut Body) -> Frame {
     body.raw(format!(
         ".shared .align 16 .b8 smem[{}];",
         SLOT * (WARPS + 1)
@@ -86,7 +86,7 @@ fn mem_ty(ty: Ty) -> &'static str {
     }
 }
 
-fn mov_ty(ty: Ty) -> &'static str {
+pub(super) fn mov_ty(ty: Ty) -> &'static str {
     match ty {
         Ty::F32 => "f32",
         Ty::F64 => "f64",
@@ -97,14 +97,14 @@ fn mov_ty(ty: Ty) -> &'static str {
 }
 
 /// Sets `state` to `identity`.
-fn set_identity(body: &mut Body, state: &[(String, Ty)], identity: &[u64]) {
+pub(super) fn set_identity(body: &mut Body, state: &[(String, Ty)], identity: &[u64]) {
     for ((r, ty), &bits) in state.iter().zip(identity) {
         body.op(format!("mov.{} {r}, {}", mov_ty(*ty), immediate(*ty, bits)));
     }
 }
 
 /// `state = prog(state, other)`.
-fn combine(body: &mut Body, prog: &Program, state: &[(String, Ty)], other: &[String]) {
+pub(super) fn combine(body: &mut Body, prog: &Program, state: &[(String, Ty)], other: &[String]) {
     let mut args: Vec<String> = state.iter().map(|(r, _)| r.clone()).collect();
     args.extend(other.iter().cloned());
     let res = emit_program(body, prog, &args);
@@ -148,7 +148,7 @@ fn butterfly(body: &mut Body, prog: &Program, state: &[(String, Ty)]) {
 /// warp 0 holds the result (other threads hold partial values). Ends with
 /// every thread past a barrier, so shared memory may be reused after the
 /// caller's next barrier.
-fn block_reduce(
+pub(super) fn block_reduce(
     body: &mut Body,
     f: &Frame,
     prog: &Program,
@@ -190,7 +190,7 @@ fn block_reduce(
 
 /// Lane 0 of warp 0 publishes `value`; after the barrier every thread
 /// reads it back into `value`.
-fn broadcast(body: &mut Body, f: &Frame, value: &str, ty: Ty) {
+pub(super) fn broadcast(body: &mut Body, f: &Frame, value: &str, ty: Ty) {
     let both = body.reg(Class::Pred);
     body.op(format!("and.pred {both}, {}, {}", f.is_lane0, f.is_warp0));
     let at = SLOT * WARPS;
@@ -208,7 +208,7 @@ fn broadcast(body: &mut Body, f: &Frame, value: &str, ty: Ty) {
 }
 
 /// Loop over the block's rows: `row` runs from `ctaid.x` by `nctaid.x`.
-fn row_loop(body: &mut Body, f: &Frame, inner: impl FnOnce(&mut Body, &str)) {
+pub(super) fn row_loop(body: &mut Body, f: &Frame, inner: impl FnOnce(&mut Body, &str)) {
     let row = body.reg(Class::B64);
     let ctaid = body.reg(Class::B32);
     body.op(format!("mov.u32 {ctaid}, %ctaid.x"));
@@ -233,7 +233,7 @@ fn row_loop(body: &mut Body, f: &Frame, inner: impl FnOnce(&mut Body, &str)) {
 }
 
 /// Loop over this thread's columns of a row: `col` from `tid` by BLOCK.
-fn col_loop(body: &mut Body, f: &Frame, inner: impl FnOnce(&mut Body, &str)) {
+pub(super) fn col_loop(body: &mut Body, f: &Frame, inner: impl FnOnce(&mut Body, &str)) {
     let col = body.reg(Class::B64);
     body.op(format!("cvt.u64.u32 {col}, {}", f.tid));
     let lp = body.label("col_loop");
@@ -249,7 +249,7 @@ fn col_loop(body: &mut Body, f: &Frame, inner: impl FnOnce(&mut Body, &str)) {
 }
 
 /// Address of element `col` of the row starting at `row_base`.
-fn elem_addr(body: &mut Body, row_base: &str, col: &str, dtype: DTypeKind) -> String {
+pub(super) fn elem_addr(body: &mut Body, row_base: &str, col: &str, dtype: DTypeKind) -> String {
     let a = body.reg(Class::B64);
     body.op(format!(
         "mad.lo.u64 {a}, {col}, {}, {row_base}",
@@ -258,7 +258,13 @@ fn elem_addr(body: &mut Body, row_base: &str, col: &str, dtype: DTypeKind) -> St
     a
 }
 
-fn row_base(body: &mut Body, base: &str, row: &str, cols: &str, dtype: DTypeKind) -> String {
+pub(super) fn row_base(
+    body: &mut Body,
+    base: &str,
+    row: &str,
+    cols: &str,
+    dtype: DTypeKind,
+) -> String {
     let r = body.reg(Class::B64);
     body.op(format!("mul.lo.u64 {r}, {row}, {cols}"));
     body.op(format!(

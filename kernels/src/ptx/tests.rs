@@ -242,6 +242,37 @@ fn every_builtin_is_well_formed() {
             assert_eq!(es[0].params.len(), 3 + super::OPTIM_HYPER, "{}", k.name);
             check_body(&es[0]);
             check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_cumsum_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].name, k.name);
+            assert_eq!(es[0].params.len(), 4, "{}", k.name);
+            check_body(&es[0]);
+            check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_topk_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].name, k.name);
+            assert_eq!(es[0].params.len(), 6, "{}", k.name);
+            check_body(&es[0]);
+            assert!(es[0].body.contains("shfl.sync.bfly.b32"), "{}", k.name);
+            check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_cross_entropy_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 2, "{}", k.name);
+            assert_eq!(es[0].name, k.name);
+            assert_eq!(es[1].name, format!("{}_backward", k.name));
+            assert_eq!(es[0].params.len(), 9, "{}", k.name);
+            assert_eq!(es[1].params.len(), 12, "{}", k.name);
+            for e in &es {
+                check_body(e);
+                assert!(e.body.contains("shfl.sync.bfly.b32"), "{}", e.name);
+                assert!(e.body.contains("bar.sync 0"), "{}", e.name);
+            }
+            // A bad target is flagged, never read through.
+            assert!(es[0].body.contains("atom.global.exch.b64"), "{}", k.name);
+            assert!(es[1].body.contains("atom.global.exch.b64"), "{}", k.name);
+            check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_rope_") {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 2, "{}", k.name);

@@ -668,6 +668,8 @@ pub enum ExprKind {
     Float(f64),
     /// `true` or `false` (a flag argument: `is_causal = true`).
     Bool(bool),
+    /// A string literal (a named choice: `reduction = "sum"`).
+    Str(String),
     /// `-e`.
     Neg(Box<Expr>),
     /// `a op b`.
@@ -797,6 +799,7 @@ impl fmt::Display for Expr {
             ExprKind::Item(p) => f.write_str(p),
             ExprKind::Int(n) => write!(f, "{n}"),
             ExprKind::Bool(b) => write!(f, "{b}"),
+            ExprKind::Str(s) => write!(f, "{s:?}"),
             ExprKind::Float(x) => {
                 if x.fract() == 0.0 && x.abs() < 1e15 {
                     write!(f, "{x:.1}")

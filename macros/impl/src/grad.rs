@@ -281,6 +281,8 @@ fn op_name(op: &Op) -> String {
         Op::Narrow { .. } => "`narrow`".into(),
         Op::Index { .. } => "indexing".into(),
         Op::Cat { .. } => "`cat`".into(),
+        Op::CrossEntropy { .. } => "`cross_entropy`".into(),
+        Op::Cumsum { .. } => "`cumsum`".into(),
         _ => "this op".into(),
     }
 }
@@ -807,6 +809,41 @@ impl Deriver {
             Op::Dot(a, b) => {
                 let (ga, gb) = (self.mul(g, b), self.mul(g, a));
                 vec![(a, ga), (b, gb)]
+            }
+            Op::CrossEntropy {
+                x,
+                target,
+                reduction,
+                ignore_index,
+                label_smoothing,
+            } => {
+                let gx = self.tensor(
+                    Op::CrossEntropyBackward {
+                        x,
+                        target,
+                        grad: g,
+                        reduction,
+                        ignore_index,
+                        label_smoothing,
+                    },
+                    self.tt(x),
+                    n,
+                );
+                vec![(x, gx)]
+            }
+            // y_i = x_0 + .. + x_i: dx_j = g_j + .. + g_last = sum(g) - cumsum(g)_j + g_j.
+            Op::Cumsum { dim, x } => {
+                if !self.tt(x).dtype.is_float() {
+                    return Err("an integer `cumsum`".into());
+                }
+                let total = self.sum_keep(g, dim);
+                let run = self.tensor(Op::Cumsum { x: g, dim }, self.tt(g), n);
+                let rest = self.bin(BinaryOp::Sub, total, run);
+                let gx = self.bin(BinaryOp::Add, rest, g);
+                vec![(x, gx)]
+            }
+            Op::CrossEntropyBackward { .. } => {
+                return Err("the gradient of `cross_entropy` (no second derivative)".into())
             }
             // Folded by the planner after differentiation: never in a
             // checked body.
@@ -1475,6 +1512,18 @@ fn map_op(op: &Op, m: &dyn Fn(NodeId) -> NodeId) -> Op {
                 *x = m(*x);
             }
         }
+        Op::CrossEntropy { x, target, .. } => {
+            *x = m(*x);
+            *target = m(*target);
+        }
+        Op::CrossEntropyBackward {
+            x, target, grad, ..
+        } => {
+            for a in [x, target, grad] {
+                *a = m(*a);
+            }
+        }
+        Op::Cumsum { x, .. } => *x = m(*x),
         Op::AddMm {
             bias,
             m1,

@@ -278,6 +278,43 @@ pub enum Op {
         /// The joined dim.
         dim: usize,
     },
+    /// `cumsum(x, dim)`.
+    Cumsum {
+        /// The summed tensor.
+        x: NodeId,
+        /// The dim summed along.
+        dim: usize,
+    },
+    /// `cross_entropy(x, target, ..)`.
+    CrossEntropy {
+        /// The logits, `[N, C]`.
+        x: NodeId,
+        /// The class indices, `[N]` (`i64` or `i32`).
+        target: NodeId,
+        /// `reduction`, as PyTorch names it.
+        reduction: &'static str,
+        /// `ignore_index`.
+        ignore_index: i64,
+        /// `label_smoothing`.
+        label_smoothing: f64,
+    },
+    /// The gradient of `cross_entropy` with respect to its logits, given
+    /// the gradient of its result (written by `#[grad]`, not by users):
+    /// the fused `cross_entropy_backward`.
+    CrossEntropyBackward {
+        /// The logits, `[N, C]`.
+        x: NodeId,
+        /// The class indices, `[N]`.
+        target: NodeId,
+        /// The gradient of the loss: `[]`, or `[N]` for `reduction = "none"`.
+        grad: NodeId,
+        /// `reduction`, as PyTorch names it.
+        reduction: &'static str,
+        /// `ignore_index`.
+        ignore_index: i64,
+        /// `label_smoothing`.
+        label_smoothing: f64,
+    },
     /// `embedding(ids, weight)`.
     Embedding {
         /// The ids (`i64` or `i32`).
@@ -376,6 +413,11 @@ impl Graph {
         match &self.nodes[id].op {
             Op::Param(_) | Op::Lit { .. } | Op::Arange { .. } => vec![],
             Op::Embedding { ids, weight } => vec![*ids, *weight],
+            Op::CrossEntropy { x, target, .. } => vec![*x, *target],
+            Op::CrossEntropyBackward {
+                x, target, grad, ..
+            } => vec![*x, *target, *grad],
+            Op::Cumsum { x, .. } => vec![*x],
             Op::Select { x, index, .. } => vec![*x, *index],
             Op::Triangle { x, .. } => vec![*x],
             Op::Unary(_, a) | Op::Cast(a, _) | Op::T(a) | Op::ToDevice(a, _) => vec![*a],

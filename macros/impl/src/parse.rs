@@ -625,6 +625,7 @@ pub fn expr(e: &syn::Expr) -> syn::Result<Expr> {
             syn::Lit::Int(i) => ExprKind::Int(i.base10_parse()?),
             syn::Lit::Float(f) => ExprKind::Float(f.base10_parse()?),
             syn::Lit::Bool(b) => ExprKind::Bool(b.value),
+            syn::Lit::Str(s) => ExprKind::Str(s.value()),
             _ => return Err(unsupported(e, "this literal")),
         },
         E::Paren(p) => return expr(&p.expr),

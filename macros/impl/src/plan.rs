@@ -534,6 +534,9 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     | Op::Cat { .. }
                     | Op::Norm { .. }
                     | Op::Embedding { .. }
+                    | Op::CrossEntropy { .. }
+                    | Op::CrossEntropyBackward { .. }
+                    | Op::Cumsum { .. }
                     | Op::Select { .. }
                     | Op::Arange { .. }
                     | Op::Rope { .. }

@@ -965,7 +965,8 @@ impl Walk<'_> {
             | ExprKind::Item(_)
             | ExprKind::Int(_)
             | ExprKind::Float(_)
-            | ExprKind::Bool(_) => {}
+            | ExprKind::Bool(_)
+            | ExprKind::Str(_) => {}
             ExprKind::Neg(x) => self.walk(x),
             ExprKind::Binary(_, a, b) | ExprKind::Compare(_, a, b) => {
                 self.walk(a);
@@ -1200,7 +1201,8 @@ fn calls_in(e: &Expr, out: &mut Vec<String>) {
         | ExprKind::Item(_)
         | ExprKind::Int(_)
         | ExprKind::Float(_)
-        | ExprKind::Bool(_) => {}
+        | ExprKind::Bool(_)
+        | ExprKind::Str(_) => {}
         ExprKind::Neg(x) => calls_in(x, out),
         ExprKind::Binary(_, a, b) | ExprKind::Compare(_, a, b) => {
             calls_in(a, out);

@@ -5,6 +5,7 @@ mod attention;
 pub(crate) mod blocks;
 pub(crate) mod buffer;
 pub(crate) mod copy;
+mod cumsum;
 pub(crate) mod elementwise;
 mod fused;
 pub(crate) mod gather;
@@ -18,14 +19,19 @@ pub(crate) mod scalar;
 pub(crate) mod simd;
 pub(crate) mod softmax;
 pub(crate) mod strided;
+mod topk;
 pub(crate) mod typed;
 pub mod vmath;
+mod xent;
 
-use crate::backend::{AttnMask, AttnMaskArg, Backend, CopyTo, Gathered, RowBlocks, Selected};
+use crate::backend::{
+    xent_layouts, AttnMask, AttnMaskArg, Backend, CopyTo, Gathered, RowBlocks, Selected,
+};
 use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
+use tensorfn_core::ops::xent::{CrossEntropyArgs, Reduction};
 use tensorfn_kernels::{BinaryOp, NormOp, ReduceOp, RowOp, UnaryOp};
 use typed::{slice, vec, with_float_type, with_int_type, with_num_type};
 
@@ -282,6 +288,62 @@ impl Backend for CpuBackend {
         li: &Layout,
     ) -> Result<Gathered<Vec<T>>> {
         gather::gather(x, lx, sel, idx, li)
+    }
+
+    fn cumsum<T: NumDType, U: NumDType>(
+        &self,
+        x: &Vec<T>,
+        l: &Layout,
+        dim: usize,
+    ) -> Result<Vec<U>> {
+        strided::check_extent("cumsum", l, x.len())?;
+        crate::backend::cumsum_fits::<T, U>(l, dim)?;
+        Ok(cumsum::cumsum(x, l, dim))
+    }
+
+    fn topk<T: NumDType>(&self, x: &Vec<T>, l: &Layout, k: usize) -> Result<(Vec<T>, Vec<i64>)> {
+        strided::check_extent("topk", l, x.len())?;
+        topk::topk(x, l, k)
+    }
+
+    fn cross_entropy<T: FloatDType, I: IndexDType>(
+        &self,
+        (x, lx): (&Vec<T>, &Layout),
+        (t, lt): (&Vec<I>, &Layout),
+        args: CrossEntropyArgs,
+    ) -> Result<Gathered<Vec<T>>> {
+        xent_layouts("cross_entropy", (x.len(), lx), (t.len(), lt), None)?;
+        Ok(with_float_type!(T, U => xent::cross_entropy::<U, I>(
+            (slice(x), lx),
+            (t, lt),
+            args
+        )
+        .map(vec)))
+    }
+
+    fn cross_entropy_backward<T: FloatDType, I: IndexDType>(
+        &self,
+        (x, lx): (&Vec<T>, &Layout),
+        (t, lt): (&Vec<I>, &Layout),
+        (g, lg): (&Vec<T>, &Layout),
+        args: CrossEntropyArgs,
+    ) -> Result<Gathered<Vec<T>>> {
+        let per_row = args.reduction == Reduction::None;
+        xent_layouts(
+            "cross_entropy_backward",
+            (x.len(), lx),
+            (t.len(), lt),
+            Some((g.len(), lg, per_row)),
+        )?;
+        Ok(
+            with_float_type!(T, U => xent::cross_entropy_backward::<U, I>(
+            (slice(x), lx),
+            (t, lt),
+            (slice(g), lg),
+            args
+        )
+        .map(vec)),
+        )
     }
 
     fn row_op<T: FloatDType>(

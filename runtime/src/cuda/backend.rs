@@ -17,6 +17,7 @@ use crate::layout::Layout;
 use cudarc::driver::{result, sys};
 use std::borrow::Cow;
 use std::sync::Arc;
+use tensorfn_core::ops::xent::CrossEntropyArgs;
 use tensorfn_kernels::{BinaryOp, NormOp, ReduceOp, RowOp, RowShape, UnaryOp};
 
 /// The CUDA backend for one ordinal.
@@ -175,7 +176,7 @@ impl CudaBackend {
 
     /// Rows of `cols` elements along `dim`, contiguous: the input itself
     /// when `dim` is already last and contiguous, else a permuted copy.
-    fn rows_of<T: DType>(
+    pub(crate) fn rows_of<T: DType>(
         &self,
         x: &CudaStorage<T>,
         l: &Layout,
@@ -517,6 +518,43 @@ impl Backend for CudaBackend {
         li: &Layout,
     ) -> Result<Gathered<CudaStorage<T>>> {
         self.gather_gpu(x, lx, sel, idx, li)
+    }
+
+    fn cumsum<T: NumDType, U: NumDType>(
+        &self,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        dim: usize,
+    ) -> Result<CudaStorage<U>> {
+        self.cumsum_gpu(x, l, dim)
+    }
+
+    fn topk<T: NumDType>(
+        &self,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        k: usize,
+    ) -> Result<(CudaStorage<T>, CudaStorage<i64>)> {
+        self.topk_gpu(x, l, k)
+    }
+
+    fn cross_entropy<T: FloatDType, I: IndexDType>(
+        &self,
+        x: (&CudaStorage<T>, &Layout),
+        t: (&CudaStorage<I>, &Layout),
+        args: CrossEntropyArgs,
+    ) -> Result<Gathered<CudaStorage<T>>> {
+        self.cross_entropy_gpu(x, t, None, args)
+    }
+
+    fn cross_entropy_backward<T: FloatDType, I: IndexDType>(
+        &self,
+        x: (&CudaStorage<T>, &Layout),
+        t: (&CudaStorage<I>, &Layout),
+        grad: (&CudaStorage<T>, &Layout),
+        args: CrossEntropyArgs,
+    ) -> Result<Gathered<CudaStorage<T>>> {
+        self.cross_entropy_gpu(x, t, Some(grad), args)
     }
 
     fn arg_reduce<T: NumDType>(

@@ -30,6 +30,7 @@ mod backend;
 mod blas;
 mod concat;
 mod context;
+mod cumsum;
 mod error;
 mod event;
 mod fused;
@@ -44,8 +45,10 @@ mod overlap;
 mod pinned;
 mod pool;
 mod staging;
+mod topk;
 mod transfer;
 mod tune;
+mod xent;
 
 #[cfg(test)]
 mod tests;

@@ -56,6 +56,13 @@ pub(crate) enum Builtin {
     AttentionMma(DTypeKind, usize),
     /// A multi-tensor optimizer update over parameters of this dtype.
     Optim(tensorfn_kernels::optim::OptimKernel, DTypeKind),
+    /// `cross_entropy` and its backward over rows of logits of this dtype
+    /// with targets of this index dtype.
+    CrossEntropy(DTypeKind, DTypeKind),
+    /// `topk` along contiguous rows of this dtype.
+    TopK(DTypeKind),
+    /// `cumsum` along contiguous rows of this dtype.
+    Cumsum(DTypeKind),
 }
 
 impl Builtin {
@@ -74,7 +81,10 @@ impl Builtin {
             | Builtin::Gather(..)
             | Builtin::Attention(_)
             | Builtin::AttentionMma(..)
-            | Builtin::Optim(..) => 1,
+            | Builtin::Optim(..)
+            | Builtin::CrossEntropy(..)
+            | Builtin::TopK(_)
+            | Builtin::Cumsum(_) => 1,
         }
     }
 }
@@ -115,6 +125,9 @@ impl Builtin {
             Builtin::Attention(t) => builtin::attention(t),
             Builtin::AttentionMma(t, d) => builtin::attention_mma(t, d),
             Builtin::Optim(k, t) => builtin::optim(k, t),
+            Builtin::CrossEntropy(t, index) => builtin::cross_entropy(t, index),
+            Builtin::TopK(t) => builtin::topk(t),
+            Builtin::Cumsum(t) => builtin::cumsum(t),
             Builtin::Addcmul(t) => {
                 let name = format!("tf_addcmul_{t}");
                 addcmul_kernel(t)

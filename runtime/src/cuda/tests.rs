@@ -2565,3 +2565,267 @@ fn attention_timing() {
         );
     }
 }
+
+/// `cross_entropy` and its backward on the GPU against the CPU backend
+/// (itself tested against the f64 reference and finite differences), in
+/// every float dtype with `i64` and `i32` targets, every reduction, label
+/// smoothing and ignored rows, rows up to GPT-2's vocabulary, strided
+/// logits, edge values and bad targets.
+#[test]
+fn cross_entropy_matches_the_cpu() {
+    use crate::cpu::CpuBackend;
+    use tensorfn_core::ops::xent::{CrossEntropyArgs, Reduction};
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType, I: crate::dtype::IndexDType>(
+        be: &CudaBackend,
+        rng: &mut SplitMix64,
+        tol: f64,
+    ) {
+        let cpu = CpuBackend;
+        let close = |g: f64, w: f64| {
+            (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * w.abs().max(1.0)
+        };
+        for (n, c) in [
+            (1, 1),
+            (7, 13),
+            (33, 300),
+            (5, 1000),
+            (3, 50257),
+            (0, 5),
+            (3, 0),
+        ] {
+            for (ignore, s) in [(-100i64, 0.0), (2, 0.1)] {
+                let mut x: Vec<T> = random(rng, n * c, -6.0, 6.0);
+                if n * c > 4 {
+                    x[1] = T::from_f64(f64::NEG_INFINITY);
+                }
+                let t: Vec<I> = (0..n)
+                    .map(|r| {
+                        if r % 4 == 3 {
+                            I::from_i64(ignore)
+                        } else {
+                            I::from_i64((rng.uniform() * c as f64) as i64 % c.max(1) as i64)
+                        }
+                    })
+                    .map(|k| if c == 0 { I::from_i64(ignore) } else { k })
+                    .collect();
+                // The logits as the transpose of a [C, N] buffer too.
+                let xt: Vec<T> = (0..c * n).map(|i| x[(i % n) * c + i / n]).collect();
+                let lx = Layout::contiguous(&[n, c]);
+                let lxt = Layout::contiguous(&[c, n]).transpose(0, 1);
+                let lt = Layout::contiguous(&[n]);
+                let (gx, gxt, gt) = (up(be, &x), up(be, &xt), up(be, &t));
+                for reduction in Reduction::ALL {
+                    let args = CrossEntropyArgs {
+                        reduction,
+                        ignore_index: ignore,
+                        label_smoothing: s,
+                    };
+                    let what = format!("{} {} [{n}, {c}] {reduction:?} s={s}", T::KIND, I::KIND);
+                    let want = cpu
+                        .cross_entropy((&x, &lx), (&t, &lt), args)
+                        .unwrap()
+                        .unwrap();
+                    for (buf, l) in [(&gx, &lx), (&gxt, &lxt)] {
+                        let got = be
+                            .cross_entropy((buf, l), (&gt, &lt), args)
+                            .unwrap()
+                            .unwrap();
+                        let got = down(&got, &[want.len()]);
+                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                            assert!(
+                                close(g.to_f64(), w.to_f64()),
+                                "{what} [{i}]: GPU {g:?}, CPU {w:?}"
+                            );
+                        }
+                    }
+                    let gd: Vec<T> = random(
+                        rng,
+                        if reduction == Reduction::None { n } else { 1 },
+                        -2.0,
+                        2.0,
+                    );
+                    let gdims = if reduction == Reduction::None {
+                        vec![n]
+                    } else {
+                        vec![]
+                    };
+                    let lg = Layout::contiguous(&gdims);
+                    let want = cpu
+                        .cross_entropy_backward((&x, &lx), (&t, &lt), (&gd, &lg), args)
+                        .unwrap()
+                        .unwrap();
+                    let ggd = up(be, &gd);
+                    let got = be
+                        .cross_entropy_backward((&gxt, &lxt), (&gt, &lt), (&ggd, &lg), args)
+                        .unwrap()
+                        .unwrap();
+                    let got = down(&got, &[n * c]);
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            close(g.to_f64(), w.to_f64()),
+                            "backward {what} [{i}]: GPU {g:?}, CPU {w:?}"
+                        );
+                    }
+                }
+            }
+        }
+        // Edges: +inf, all -inf and NaN rows give NaN; a bad target is an
+        // Err, never read through.
+        let inf = f64::INFINITY;
+        let x: Vec<T> = [inf, 0.0, -inf, -inf, f64::NAN, 1.0, 0.0, -0.0]
+            .iter()
+            .map(|&v| T::from_f64(v))
+            .collect();
+        let t: Vec<I> = [1, 0, 1, 0].iter().map(|&k| I::from_i64(k)).collect();
+        let (lx, lt) = (Layout::contiguous(&[4, 2]), Layout::contiguous(&[4]));
+        let args = CrossEntropyArgs {
+            reduction: Reduction::None,
+            ..Default::default()
+        };
+        let want = cpu
+            .cross_entropy((&x, &lx), (&t, &lt), args)
+            .unwrap()
+            .unwrap();
+        let got = be
+            .cross_entropy((&up(be, &x), &lx), (&up(be, &t), &lt), args)
+            .unwrap()
+            .unwrap();
+        let got = down(&got, &[4]);
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                close(g.to_f64(), w.to_f64()),
+                "edges: GPU {got:?}, CPU {want:?}"
+            );
+        }
+        for bad in [2i64, -1, 1 << 20] {
+            let t: Vec<I> = [0, bad, 0, 0].iter().map(|&k| I::from_i64(k)).collect();
+            let bad = I::from_i64(bad).to_i64();
+            let gt = up(be, &t);
+            let gx = up(be, &x);
+            let got = be
+                .cross_entropy((&gx, &lx), (&gt, &lt), Default::default())
+                .unwrap();
+            assert_eq!(got.err(), Some(bad), "{} {}", T::KIND, I::KIND);
+            let one = up(be, &[T::from_f64(1.0)]);
+            let got = be
+                .cross_entropy_backward(
+                    (&gx, &lx),
+                    (&gt, &lt),
+                    (&one, &Layout::contiguous(&[])),
+                    Default::default(),
+                )
+                .unwrap();
+            assert_eq!(got.err(), Some(bad), "backward {} {}", T::KIND, I::KIND);
+        }
+    }
+    check::<f32, i64>(&be, &mut rng, 1e-5);
+    check::<f64, i32>(&be, &mut rng, 1e-12);
+    check::<f16, i64>(&be, &mut rng, 2e-3);
+    check::<bf16, i32>(&be, &mut rng, 1e-2);
+    check::<f32, i32>(&be, &mut rng, 1e-5);
+}
+
+/// `topk` on the GPU against the CPU backend: every numeric dtype, rows
+/// of few distinct values (ties), NaN and ±inf, GPT-2's vocabulary with a
+/// sampling `k`, strided rows, `k` of 0 and of the whole row.
+#[test]
+fn topk_matches_the_cpu() {
+    use crate::cpu::CpuBackend;
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::NumDType>(be: &CudaBackend, rng: &mut SplitMix64, specials: bool) {
+        for (rows, cols, k) in [
+            (1, 1, 1),
+            (3, 7, 3),
+            (5, 300, 300),
+            (4, 1000, 17),
+            (2, 50257, 50),
+            (0, 5, 2),
+            (3, 4, 0),
+        ] {
+            let mut x: Vec<T> = (0..rows * cols)
+                .map(|_| T::from_f64((rng.uniform() * 9.0).floor() - 4.0))
+                .collect();
+            if specials && rows * cols > 8 {
+                x[2] = T::from_f64(f64::NAN);
+                x[5] = T::from_f64(f64::INFINITY);
+                x[7] = T::from_f64(f64::NEG_INFINITY);
+            }
+            // The rows also as the columns of a [cols, rows] buffer.
+            let xt: Vec<T> = (0..cols * rows)
+                .map(|i| x[(i % rows) * cols + i / rows])
+                .collect();
+            let l = Layout::contiguous(&[rows, cols]);
+            let lt = Layout::contiguous(&[cols, rows]).transpose(0, 1);
+            let (wv, wi) = CpuBackend.topk(&x, &l, k).unwrap();
+            for (buf, lay) in [(up(be, &x), &l), (up(be, &xt), &lt)] {
+                let (v, i) = be.topk(&buf, lay, k).unwrap();
+                let what = format!("topk {} [{rows}, {cols}] k={k}", T::KIND);
+                assert_eq!(down(&i, &[rows * k]), wi, "{what}");
+                let v = down(&v, &[rows * k]);
+                for (g, w) in v.iter().zip(&wv) {
+                    let (g, w) = (g.to_f64(), w.to_f64());
+                    assert!(
+                        g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                        "{what}: {g} against {w}"
+                    );
+                }
+            }
+        }
+    }
+    check::<f32>(&be, &mut rng, true);
+    check::<f64>(&be, &mut rng, true);
+    check::<f16>(&be, &mut rng, true);
+    check::<bf16>(&be, &mut rng, true);
+    check::<i64>(&be, &mut rng, false);
+    check::<i32>(&be, &mut rng, false);
+}
+
+/// `cumsum` on the GPU against the CPU backend along every dim of a 3-D
+/// tensor (and a strided view), floats bit for bit (both add in order in
+/// f32 or f64), integers into `i64`.
+#[test]
+fn cumsum_matches_the_cpu() {
+    use crate::cpu::CpuBackend;
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::NumDType, U: crate::NumDType>(be: &CudaBackend, rng: &mut SplitMix64) {
+        for dims in [
+            [3usize, 4, 5],
+            [1, 1, 1],
+            [2, 0, 3],
+            [700, 3, 2],
+            [2, 3, 3000],
+        ] {
+            let n: usize = dims.iter().product();
+            let x: Vec<T> = random(rng, n, -8.0, 8.0);
+            let l = Layout::contiguous(&dims);
+            let gx = up(be, &x);
+            for (lay, what) in [(l.clone(), "contiguous"), (l.transpose(0, 2), "transposed")] {
+                for dim in 0..3 {
+                    let want: Vec<U> = CpuBackend.cumsum(&x, &lay, dim).unwrap();
+                    let got = be.cumsum::<T, U>(&gx, &lay, dim).unwrap();
+                    let got = down(&got, &[n]);
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            g.to_f64().to_bits() == w.to_f64().to_bits(),
+                            "cumsum {} {what} {dims:?} dim {dim} [{i}]: GPU {}, CPU {}",
+                            T::KIND,
+                            g.to_f64(),
+                            w.to_f64()
+                        );
+                    }
+                }
+            }
+        }
+    }
+    check::<f32, f32>(&be, &mut rng);
+    check::<f64, f64>(&be, &mut rng);
+    check::<f16, f16>(&be, &mut rng);
+    check::<bf16, bf16>(&be, &mut rng);
+    check::<i32, i64>(&be, &mut rng);
+    check::<i64, i64>(&be, &mut rng);
+    check::<u8, i64>(&be, &mut rng);
+}

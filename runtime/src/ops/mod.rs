@@ -12,6 +12,7 @@ pub(crate) mod attention;
 mod binary;
 mod cast;
 mod cat;
+mod cumsum;
 pub(crate) mod fused;
 mod gather;
 mod index;
@@ -25,14 +26,17 @@ pub(crate) mod retype;
 mod rope;
 mod rows;
 mod select;
+mod topk;
 mod triangle;
 mod unary;
 mod view;
+mod xent;
 
 #[cfg(test)]
 pub(crate) use attention::reference as attention_reference;
 pub use attention::{AttentionArgs, AttentionShape, AttnMaskDType};
 pub use binary::broadcast_dims;
+pub use cumsum::CumsumDType;
 pub use index::RemoveDim;
 pub use inplace::{AssignRhs, StaticShape};
 pub use matmul::{BiasFor, MatMulShape};

@@ -61,6 +61,8 @@ impl<'s, 'k> Checker<'s, 'k> {
             (OpKind::RepeatInterleave, _) => return self.repeat_interleave(recv, args, e),
             (
                 OpKind::Embedding
+                | OpKind::CrossEntropy
+                | OpKind::Cumsum
                 | OpKind::IndexSelect
                 | OpKind::Gather
                 | OpKind::Arange

@@ -2,6 +2,7 @@
 //! `arange`, `tril` and `triu`.
 
 use super::*;
+use tensorfn_core::ops::xent::{Reduction, DEFAULT_IGNORE_INDEX};
 
 impl<'s, 'k> Checker<'s, 'k> {
     /// A call of one of this file's ops, as a function (`recv` is `None`)
@@ -81,6 +82,38 @@ impl<'s, 'k> Checker<'s, 'k> {
                     _ => self.error_node(e),
                 }
             }
+            OpKind::CrossEntropy => self.cross_entropy(def, recv, &xs, e),
+            OpKind::Cumsum => {
+                let (x_ex, d_ex) = (xs[0].expect("required"), xs[1].expect("required"));
+                let x = self.operand_node(recv, x_ex);
+                let Some(o) = self.tensor(x, x_ex, name) else {
+                    return self.error_node(e);
+                };
+                let Some(dim) = self.dim_arg(d_ex, name, &o) else {
+                    return self.error_node(e);
+                };
+                let dtype = match o.ty.dtype {
+                    Dt::Kind(k) if k.is_float() => Dt::Kind(k),
+                    Dt::Kind(DTypeKind::I32 | DTypeKind::I64 | DTypeKind::U8) => {
+                        Dt::Kind(DTypeKind::I64)
+                    }
+                    dt => {
+                        self.error(
+                            &x_ex.sp,
+                            format!(
+                                "`{name}` sums a float dtype into itself and an integer one into `i64`, but `{x_ex}` is {dt}: give it a concrete dtype, or cast it with `{}.cast::<i64>()`",
+                                x_ex.receiver_text()
+                            ),
+                        );
+                        return self.error_node(e);
+                    }
+                };
+                self.push(
+                    Op::Cumsum { x, dim },
+                    Ty::Tensor(TensorTy { dtype, ..o.ty }),
+                    e,
+                )
+            }
             _ => {
                 // index_select and gather: (input, dim, index).
                 let gather = def.kind == OpKind::Gather;
@@ -134,6 +167,96 @@ impl<'s, 'k> Checker<'s, 'k> {
                     _ => self.error_node(e),
                 }
             }
+        }
+    }
+
+    /// `cross_entropy(input, target, ignore_index = -100, reduction =
+    /// "mean", label_smoothing = 0.0)`: float logits `[N, C]`, `i64` or
+    /// `i32` targets `[N]` on their device, literal keywords.
+    fn cross_entropy(
+        &mut self,
+        def: &'static OpDef,
+        recv: Option<(&Expr, NodeId)>,
+        xs: &[Option<&Expr>],
+        e: &Expr,
+    ) -> NodeId {
+        let name = def.name;
+        let (x_ex, t_ex) = (xs[0].expect("required"), xs[1].expect("required"));
+        let x = self.operand_node(recv, x_ex);
+        let target = self.expr(t_ex);
+        let (Some(ox), Some(ot)) = (self.tensor(x, x_ex, name), self.tensor(target, t_ex, name))
+        else {
+            return self.error_node(e);
+        };
+        let mut ok = self.need_float(name, &ox);
+        ok &= self.index_dtype(name, "target", &ot);
+        ok &= self.same_device(name, &ox, &ot);
+        let ignore_index = match xs[2] {
+            None => DEFAULT_IGNORE_INDEX,
+            Some(v) => match self.int_arg(v, &format!("the `ignore_index` of `{name}`")) {
+                Some(k) => k as i64,
+                None => {
+                    ok = false;
+                    DEFAULT_IGNORE_INDEX
+                }
+            },
+        };
+        let reduction = match xs[3] {
+            None => Reduction::Mean,
+            Some(v) => match &v.kind {
+                ExprKind::Str(r) if Reduction::from_name(r).is_some() => {
+                    Reduction::from_name(r).expect("checked")
+                }
+                _ => {
+                    self.error(
+                        &v.sp,
+                        format!("`{name}` takes `reduction = \"mean\"`, `\"sum\"` or `\"none\"` (one loss per row), found `{v}`"),
+                    );
+                    ok = false;
+                    Reduction::Mean
+                }
+            },
+        };
+        let label_smoothing = match xs[4] {
+            None => 0.0,
+            Some(v) => {
+                let s = match v.kind {
+                    ExprKind::Float(s) => Some(s),
+                    ExprKind::Int(n) => Some(n as f64),
+                    _ => None,
+                };
+                match s {
+                    Some(s) if (0.0..=1.0).contains(&s) => s,
+                    _ => {
+                        self.error(
+                            &v.sp,
+                            format!("`{name}` takes a literal between 0.0 and 1.0 for `label_smoothing` (the share of the target spread over every class), found `{v}`"),
+                        );
+                        ok = false;
+                        0.0
+                    }
+                }
+            }
+        };
+        let rule = rules::cross_entropy(
+            name,
+            (&x_ex.to_string(), &ox.ty.dims),
+            (&t_ex.to_string(), &ot.ty.dims),
+            reduction == Reduction::None,
+        );
+        match self.ruled(rule, &[&x_ex.sp, &t_ex.sp]) {
+            Some(dims) if ok => self.push(
+                Op::CrossEntropy {
+                    x,
+                    target,
+                    reduction: reduction.name(),
+                    ignore_index,
+                    label_smoothing,
+                },
+                Ty::Tensor(TensorTy { dims, ..ox.ty }),
+                e,
+            ),
+            _ => self.error_node(e),
         }
     }
 

@@ -581,6 +581,13 @@ impl<'s, 'k> Checker<'s, 'k> {
                 );
                 self.push(Op::Param(usize::MAX), Ty::Error, e)
             }
+            ExprKind::Str(s) => {
+                self.error(
+                    &e.sp,
+                    format!("{s:?} is a choice of an operation (`reduction = {s:?}`), not a value"),
+                );
+                self.push(Op::Param(usize::MAX), Ty::Error, e)
+            }
             ExprKind::Neg(x) => {
                 let a = self.expr(x);
                 self.unary(UnaryOp::Neg, a, x, e)

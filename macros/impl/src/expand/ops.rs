@@ -26,7 +26,34 @@ pub fn kernel_name(fn_name: &str, kernel: &Kernel) -> String {
     format!("tf_{clean}_{:016x}", kernel.fingerprint())
 }
 
+/// `CrossEntropyArgs { .. }` of a `cross_entropy` node's options.
+fn xent_args(reduction: &str, ignore_index: i64, label_smoothing: f64) -> TokenStream {
+    let red = match reduction {
+        "sum" => quote!(Sum),
+        "none" => quote!(None),
+        _ => quote!(Mean),
+    };
+    quote!(::tensorfn::CrossEntropyArgs {
+        reduction: ::tensorfn::Reduction::#red,
+        ignore_index: #ignore_index,
+        label_smoothing: #label_smoothing,
+    })
+}
+
 impl FnGen<'_> {
+    /// The target of `cross_entropy` of logits `x` as the typed methods
+    /// take it: of the type of the logits' first dim.
+    fn rows_target(&self, x: NodeId, target: NodeId) -> TokenStream {
+        let rows = vec![self.dim_tys(x)[0].clone()];
+        let tr = self.reference(target);
+        if self.dim_tys(target) == rows {
+            tr
+        } else {
+            let s = shape_tokens(&rows);
+            quote!(&::core::clone::Clone::clone(#tr).into_shape::<#s>()?)
+        }
+    }
+
     /// The bias of the product node `n` as `addmm` takes it: as it is when
     /// it is a scalar, a row of the product's columns or of its dims,
     /// else broadcast to the product.
@@ -396,6 +423,35 @@ impl FnGen<'_> {
                     };
                 }
                 acc
+            }
+            Op::Cumsum { x, dim } => {
+                let x = self.reference(*x);
+                quote!(#x.cumsum::<#dim>()?)
+            }
+            Op::CrossEntropy {
+                x,
+                target,
+                reduction,
+                ignore_index,
+                label_smoothing,
+            } => {
+                let (xr, t) = (self.reference(*x), self.rows_target(*x, *target));
+                let s = so();
+                let args = xent_args(reduction, *ignore_index, *label_smoothing);
+                quote!(#xr.cross_entropy::<#s, _>(#t, #args)?)
+            }
+            Op::CrossEntropyBackward {
+                x,
+                target,
+                grad,
+                reduction,
+                ignore_index,
+                label_smoothing,
+            } => {
+                let (xr, t) = (self.reference(*x), self.rows_target(*x, *target));
+                let g = self.reference(*grad);
+                let args = xent_args(reduction, *ignore_index, *label_smoothing);
+                quote!(#xr.cross_entropy_backward(#t, #g, #args)?)
             }
             Op::Embedding { ids, weight } => {
                 let (ids, w) = (self.reference(*ids), self.reference(*weight));

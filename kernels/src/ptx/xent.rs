@@ -1,0 +1,328 @@
+//! `cross_entropy` and its backward: one block per row (grid-stride over
+//! rows), the row's max, then the sum of `exp(x - max)` and of `x`, each a
+//! per-thread fold and a block reduction (the log-softmax row kernel's
+//! pieces, [`RowSpec`]), so `lse = max + log(sum)` as PyTorch's
+//! `log_softmax` computes it, in f32 (f64 for f64).
+//!
+//! The forward's first thread then reads the row's target and stores the
+//! row's loss as `f64` in `out[row]` (0 for an ignored row), counting the
+//! rows not ignored in `flag[2]`; the backward writes
+//! `(exp(x - lse) - s / C - (1 - s) * [c == t]) * g` over the row, `g`
+//! being `grad[row * gstride] * scale`, and zeros on an ignored row. A
+//! target outside `0..C` that is not `ignore_index` is never read
+//! through: `flag[0]` is set to 1 and `flag[1]` to the target, as the
+//! gather kernel does.
+//!
+//! Parameters: `out, in, rows, cols, target, tstride, flag, ignore,
+//! smoothing` (the last an `f64`), and for the backward also `grad,
+//! gstride, scale` (an `f64`).
+
+use super::body::{Body, Class};
+use super::inst::emit_program;
+use super::memory::{load, store};
+use super::rows::{
+    block_reduce, broadcast, col_loop, combine, elem_addr, frame, mov_ty, row_base, row_loop,
+    set_identity, Frame,
+};
+use crate::prim::Ty;
+use crate::reduction::{float_bits, RowSpec};
+use tensorfn_core::DTypeKind;
+
+fn params(backward: bool) -> String {
+    let mut p = vec![
+        ".param .u64 p_out",
+        ".param .u64 p_in",
+        ".param .u64 p_rows",
+        ".param .u64 p_cols",
+        ".param .u64 p_tgt",
+        ".param .u64 p_tstride",
+        ".param .u64 p_flag",
+        ".param .u64 p_ignore",
+        ".param .f64 p_smooth",
+    ];
+    if backward {
+        p.extend([
+            ".param .u64 p_grad",
+            ".param .u64 p_gstride",
+            ".param .f64 p_scale",
+        ]);
+    }
+    format!("(\n\t{}\n)", p.join(",\n\t"))
+}
+
+/// The `.f32`/`.f64` suffix of `acc`.
+fn fty(acc: Ty) -> &'static str {
+    if acc == Ty::F64 {
+        "f64"
+    } else {
+        "f32"
+    }
+}
+
+/// An `f64` parameter in `acc`.
+fn f64_param(body: &mut Body, name: &str, acc: Ty) -> String {
+    let d = body.reg(Class::F64);
+    body.op(format!("ld.param.f64 {d}, [{name}]"));
+    if acc == Ty::F64 {
+        return d;
+    }
+    let r = body.reg_ty(acc);
+    body.op(format!("cvt.rn.f32.f64 {r}, {d}"));
+    r
+}
+
+fn u64_param(body: &mut Body, name: &str, global: bool) -> String {
+    let r = body.reg(Class::B64);
+    body.op(format!("ld.param.u64 {r}, [{name}]"));
+    if global {
+        body.op(format!("cvta.to.global.u64 {r}, {r}"));
+    }
+    r
+}
+
+/// The target of `row` as a signed 64-bit value.
+fn target(body: &mut Body, tgt: &str, tstride: &str, row: &str, index: DTypeKind) -> String {
+    let off = body.reg(Class::B64);
+    body.op(format!("mul.lo.u64 {off}, {row}, {tstride}"));
+    let addr = body.reg(Class::B64);
+    body.op(format!(
+        "mad.lo.u64 {addr}, {off}, {}, {tgt}",
+        index.size_bytes()
+    ));
+    let k = body.reg(Class::B64);
+    if index == DTypeKind::I32 {
+        let k32 = body.reg(Class::B32);
+        body.op(format!("ld.global.nc.u32 {k32}, [{addr}]"));
+        body.op(format!("cvt.s64.s32 {k}, {k32}"));
+    } else {
+        body.op(format!("ld.global.nc.u64 {k}, [{addr}]"));
+    }
+    k
+}
+
+/// The row's `lse` (all threads) and, in the block's first thread, the
+/// sum of its logits.
+fn row_stats(body: &mut Body, f: &Frame, spec: &RowSpec, base: &str) -> (String, String) {
+    let acc = spec.acc;
+    let dtype = spec.dtype;
+    let ninf = [float_bits(acc, f64::NEG_INFINITY)];
+    let nzero = [float_bits(acc, -0.0)];
+    // max
+    let state = vec![(body.reg_ty(acc), acc)];
+    set_identity(body, &state, &ninf);
+    col_loop(body, f, |body, col| {
+        let a = elem_addr(body, base, col, dtype);
+        let x = load(body, dtype, &a, true);
+        combine(body, &spec.max, &state, &[x]);
+    });
+    block_reduce(body, f, &spec.max, &state, &ninf);
+    let m = body.reg_ty(acc);
+    body.op(format!("mov.{} {m}, {}", mov_ty(acc), state[0].0));
+    broadcast(body, f, &m, acc);
+    body.op("bar.sync 0");
+    // sums of exp(x - max) and of x
+    let s = vec![(body.reg_ty(acc), acc)];
+    let sx = vec![(body.reg_ty(acc), acc)];
+    set_identity(body, &s, &nzero);
+    set_identity(body, &sx, &nzero);
+    col_loop(body, f, |body, col| {
+        let a = elem_addr(body, base, col, dtype);
+        let x = load(body, dtype, &a, true);
+        let e = emit_program(body, &spec.exp_shift, &[x.clone(), m.clone()]);
+        combine(body, &spec.sum, &s, &e);
+        combine(body, &spec.sum, &sx, &[x]);
+    });
+    block_reduce(body, f, &spec.sum, &s, &nzero);
+    body.op("bar.sync 0");
+    block_reduce(body, f, &spec.sum, &sx, &nzero);
+    let ls = emit_program(body, &spec.row_log, &[s[0].0.clone()]);
+    let lse = body.reg_ty(acc);
+    body.op(format!("add.rn.{} {lse}, {m}, {}", fty(acc), ls[0]));
+    broadcast(body, f, &lse, acc);
+    (lse, sx[0].0.clone())
+}
+
+/// Sets the flag to the bad target `k`.
+fn flag_bad(body: &mut Body, flag: &str, k: &str) {
+    let one = body.reg(Class::B64);
+    body.op(format!("mov.u64 {one}, 1"));
+    body.op(format!("st.global.u64 [{flag}], {one}"));
+    let old = body.reg(Class::B64);
+    body.op(format!("atom.global.exch.b64 {old}, [{flag}+8], {k}"));
+}
+
+/// `(ignored, bad)` predicates of the target `k`.
+fn classify(body: &mut Body, k: &str, ignore: &str, cols: &str) -> (String, String) {
+    let ign = body.reg(Class::Pred);
+    body.op(format!("setp.eq.s64 {ign}, {k}, {ignore}"));
+    let (neg, big) = (body.reg(Class::Pred), body.reg(Class::Pred));
+    body.op(format!("setp.lt.s64 {neg}, {k}, 0"));
+    body.op(format!("setp.ge.u64 {big}, {k}, {cols}"));
+    body.op(format!("or.pred {big}, {big}, {neg}"));
+    let bad = body.reg(Class::Pred);
+    body.op(format!("not.pred {ign}, {ign}"));
+    body.op(format!("and.pred {bad}, {big}, {ign}"));
+    body.op(format!("not.pred {ign}, {ign}"));
+    (ign, bad)
+}
+
+/// `cols` as a value of `acc`.
+fn cols_value(body: &mut Body, cols: &str, acc: Ty) -> String {
+    let c = body.reg_ty(acc);
+    body.op(format!("cvt.rn.{}.u64 {c}, {cols}", fty(acc)));
+    c
+}
+
+/// The forward entry `name` over rows of `spec.dtype` with targets of
+/// `index` (`I32` or `I64`).
+pub(crate) fn forward_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> String {
+    let mut body = Body::new();
+    let f = frame(&mut body);
+    let acc = spec.acc;
+    let ft = fty(acc);
+    let tgt = u64_param(&mut body, "p_tgt", true);
+    let tstride = u64_param(&mut body, "p_tstride", false);
+    let flag = u64_param(&mut body, "p_flag", true);
+    let ignore = u64_param(&mut body, "p_ignore", false);
+    let smooth = f64_param(&mut body, "p_smooth", acc);
+    let smoothing = body.reg(Class::Pred);
+    body.op(format!(
+        "setp.ne.{ft} {smoothing}, {smooth}, {}",
+        super::inst::immediate(acc, float_bits(acc, 0.0))
+    ));
+    row_loop(&mut body, &f, |body, row| {
+        let base = row_base(body, &f.input, row, &f.cols, spec.dtype);
+        let (lse, sx) = row_stats(body, &f, spec, &base);
+        let first = body.reg(Class::Pred);
+        body.op(format!("and.pred {first}, {}, {}", f.is_lane0, f.is_warp0));
+        let skip = body.label("xent_not_first");
+        body.op(format!("@!{first} bra {skip}"));
+        let k = target(body, &tgt, &tstride, row, index);
+        let (ign, bad) = classify(body, &k, &ignore, &f.cols);
+        let loss = body.reg_ty(acc);
+        body.op(format!(
+            "mov.{ft} {loss}, {}",
+            super::inst::immediate(acc, float_bits(acc, 0.0))
+        ));
+        let store_l = body.label("xent_store");
+        body.op(format!("@{ign} bra {store_l}"));
+        let ok = body.label("xent_in_range");
+        body.op(format!("@!{bad} bra {ok}"));
+        flag_bad(body, &flag, &k);
+        body.op(format!("bra.uni {store_l}"));
+        body.place(&ok);
+        let old = body.reg(Class::B64);
+        body.op(format!("atom.global.add.u64 {old}, [{flag}+16], 1"));
+        let a = elem_addr(body, &base, &k, spec.dtype);
+        let xt = load(body, spec.dtype, &a, true);
+        body.op(format!("sub.rn.{ft} {loss}, {lse}, {xt}"));
+        body.op(format!("@!{smoothing} bra {store_l}"));
+        // (1 - s) * nll + s / C * (C * lse - sum(x))
+        let c = cols_value(body, &f.cols, acc);
+        let smooth_loss = body.reg_ty(acc);
+        body.op(format!("mul.rn.{ft} {smooth_loss}, {c}, {lse}"));
+        body.op(format!("sub.rn.{ft} {smooth_loss}, {smooth_loss}, {sx}"));
+        let spread = body.reg_ty(acc);
+        body.op(format!("div.rn.{ft} {spread}, {smooth}, {c}"));
+        let keep = body.reg_ty(acc);
+        body.op(format!(
+            "sub.rn.{ft} {keep}, {}, {smooth}",
+            super::inst::immediate(acc, float_bits(acc, 1.0))
+        ));
+        body.op(format!("mul.rn.{ft} {loss}, {keep}, {loss}"));
+        body.op(format!(
+            "mul.rn.{ft} {smooth_loss}, {spread}, {smooth_loss}"
+        ));
+        body.op(format!("add.rn.{ft} {loss}, {loss}, {smooth_loss}"));
+        body.place(&store_l);
+        let wide = if acc == Ty::F64 {
+            loss
+        } else {
+            let w = body.reg(Class::F64);
+            body.op(format!("cvt.f64.f32 {w}, {loss}"));
+            w
+        };
+        let oaddr = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {oaddr}, {row}, 8, {}", f.out));
+        body.op(format!("st.global.f64 [{oaddr}], {wide}"));
+        body.place(&skip);
+    });
+    format!(
+        ".visible .entry {name}{}\n{{\n{}}}\n",
+        params(false),
+        body.finish()
+    )
+}
+
+/// The backward entry `name` over rows of `spec.dtype` with targets of
+/// `index`.
+pub(crate) fn backward_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> String {
+    let mut body = Body::new();
+    let f = frame(&mut body);
+    let acc = spec.acc;
+    let ft = fty(acc);
+    let dtype = spec.dtype;
+    let tgt = u64_param(&mut body, "p_tgt", true);
+    let tstride = u64_param(&mut body, "p_tstride", false);
+    let flag = u64_param(&mut body, "p_flag", true);
+    let ignore = u64_param(&mut body, "p_ignore", false);
+    let smooth = f64_param(&mut body, "p_smooth", acc);
+    let grad = u64_param(&mut body, "p_grad", true);
+    let gstride = u64_param(&mut body, "p_gstride", false);
+    let scale = f64_param(&mut body, "p_scale", acc);
+    let c = cols_value(&mut body, &f.cols, acc);
+    let spread = body.reg_ty(acc);
+    body.op(format!("div.rn.{ft} {spread}, {smooth}, {c}"));
+    let keep = body.reg_ty(acc);
+    body.op(format!(
+        "sub.rn.{ft} {keep}, {}, {smooth}",
+        super::inst::immediate(acc, float_bits(acc, 1.0))
+    ));
+    let zero = super::inst::immediate(acc, float_bits(acc, 0.0));
+    row_loop(&mut body, &f, |body, row| {
+        let base = row_base(body, &f.input, row, &f.cols, dtype);
+        let obase = row_base(body, &f.out, row, &f.cols, dtype);
+        let (lse, _) = row_stats(body, &f, spec, &base);
+        // Every thread reads the target (one address, cached).
+        let k = target(body, &tgt, &tstride, row, index);
+        let (ign, bad) = classify(body, &k, &ignore, &f.cols);
+        let first = body.reg(Class::Pred);
+        body.op(format!("and.pred {first}, {}, {}", f.is_lane0, f.is_warp0));
+        body.op(format!("and.pred {first}, {first}, {bad}"));
+        let flagged = body.label("xent_flagged");
+        body.op(format!("@!{first} bra {flagged}"));
+        flag_bad(body, &flag, &k);
+        body.place(&flagged);
+        let off = body.reg(Class::Pred);
+        body.op(format!("or.pred {off}, {ign}, {bad}"));
+        // g = grad[row * gstride] * scale, 0 on a row left out.
+        let gaddr = body.reg(Class::B64);
+        body.op(format!("mul.lo.u64 {gaddr}, {row}, {gstride}"));
+        body.op(format!(
+            "mad.lo.u64 {gaddr}, {gaddr}, {}, {grad}",
+            dtype.size_bytes()
+        ));
+        let g = load(body, dtype, &gaddr, true);
+        let gs = body.reg_ty(acc);
+        body.op(format!("mul.rn.{ft} {gs}, {g}, {scale}"));
+        col_loop(body, &f, |body, col| {
+            let a = elem_addr(body, &base, col, dtype);
+            let x = load(body, dtype, &a, true);
+            let e = emit_program(body, &spec.exp_shift, &[x, lse.clone()]);
+            let p = body.reg_ty(acc);
+            body.op(format!("sub.rn.{ft} {p}, {}, {spread}", e[0]));
+            let hit = body.reg(Class::Pred);
+            body.op(format!("setp.eq.u64 {hit}, {col}, {k}"));
+            body.op(format!("@{hit} sub.rn.{ft} {p}, {p}, {keep}"));
+            body.op(format!("mul.rn.{ft} {p}, {p}, {gs}"));
+            body.op(format!("@{off} mov.{ft} {p}, {zero}"));
+            let oa = elem_addr(body, &obase, col, dtype);
+            store(body, dtype, &oa, &p);
+        });
+    });
+    format!(
+        ".visible .entry {name}{}\n{{\n{}}}\n",
+        params(true),
+        body.finish()
+    )
+}
