@@ -41,6 +41,7 @@ examples!(
     gpt2_blocks = "../examples/gpt2_blocks.rs",
     gpt2 = "../examples/gpt2.rs",
     llama = "../examples/llama.rs",
+    train_mlp = "../examples/train_mlp.rs",
     addmm_device_and_dtype = "../examples/addmm_device_and_dtype.rs",
     cuda_crash_causes = "../examples/cuda_crash_causes.rs",
     cat_errors = "../examples/cat_errors.rs",
