@@ -251,7 +251,7 @@ fn fell(losses: &[f64]) -> AnyResult {
     let tail = &losses[losses.len().saturating_sub(20)..];
     let last = tail.iter().sum::<f64>() / tail.len().max(1) as f64;
     if let Some(&first) = losses.first() {
-        if !(last < 0.5 * first) {
+        if last.is_nan() || last >= 0.5 * first {
             return Err(format!(
                 "the loss did not fall: {first:.4} at first, {last:.4} at the end"
             )
