@@ -201,7 +201,8 @@ impl<const I: usize, const N: usize> ParamSize<I, N, N> for Check {}
 #[diagnostic::on_unimplemented(
     message = "dim {I} of this tensor is static ({F}) where the parameter's is a run-time dim",
     label = "dim {I} is `Const<{F}>`, expected `Dyn`",
-    note = "make it a run-time dim first: `.into_shape::<shape![..]>()?` with `_` at dim {I}"
+    note = "make it a run-time dim first: `.into_shape::<shape![..]>()?` with `_` at dim {I}",
+    note = "if the function's shape names a `const` item there with one letter (`M`), mark it `{{M}}` so that it is static: one letter alone is a run-time dim"
 )]
 pub trait StaticForRuntime<const I: usize, const F: usize> {}
 

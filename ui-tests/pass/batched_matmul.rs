@@ -1,7 +1,8 @@
 //! Batched `matmul` over several leading dims inside `tensor_fn!`: the
 //! attention scores `q @ k^T` of `[B, heads, T, d]` tensors, per-head
-//! weights broadcast over the batch, and a batch of 1 broadcast against
-//! B, each against an f64 reference.
+//! weights broadcast over the batch, a batch of 1 broadcast against B, and
+//! `[1, 64, 1] @ [B, 1, T]` (an outer product per batch element, as rotary
+//! embeddings build), each against an f64 reference.
 #[path = "common/mod.rs"]
 mod common;
 use common::*;
@@ -24,6 +25,14 @@ tensor_fn! {
         w1: &Tensor<Cpu, f64, [1, 4, 8, 5]>,
     ) -> (Tensor<Cpu, f64, [B, 4, 3, 5]>, Tensor<Cpu, f64, [B, 4, 3, 5]>) {
         (x.matmul(w), matmul(x, w1))
+    }
+
+    /// A batch of 1 against B with a size-1 inner dim: `[B, 64, T]`.
+    pub fn outer<const B: usize, const T: usize>(
+        freq: &Tensor<Cpu, f64, [1, 64, 1]>,
+        pos: &Tensor<Cpu, f64, [B, 1, T]>,
+    ) -> Tensor<Cpu, f64, [B, 64, T]> {
+        matmul(freq, pos)
     }
 }
 
@@ -54,5 +63,13 @@ fn main() -> Result<()> {
         .collect();
     assert_close("x @ w, w per head", &f64s(&a), &want, 1e-12);
     assert_close("x @ w1, batch 1", &f64s(&b), &want, 1e-12);
+
+    let freq = Tensor::<Cpu, f64, shape![1, 64, 1]>::randn(8)?;
+    let pos = Tensor::<Cpu, f64, shape![2, 1, 3]>::randn(9)?;
+    let (fv, pv) = (f64s(&freq), f64s(&pos));
+    let want: Vec<f64> = (0..2 * 64 * 3)
+        .map(|i| fv[i / 3 % 64] * pv[i / (64 * 3) * 3 + i % 3])
+        .collect();
+    assert_close("[1, 64, 1] @ [B, 1, T]", &f64s(&outer(&freq, &pos)?), &want, 0.0);
     Ok(())
 }
