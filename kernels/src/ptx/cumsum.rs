@@ -1,10 +1,11 @@
 //! `cumsum` along contiguous rows: one thread per row (grid-stride over
 //! rows) adding the row's elements in order, floats in f32 (f64 for f64)
-//! rounded to the output at each step, integers in `i64` (the output is
+//! with each running sum rounded (to nearest even) to the output, integers in `i64` (the output is
 //! `i64`, as PyTorch's). Parameters: `out, in, rows, cols`.
 
 use super::body::{Body, Class};
 use super::elementwise::grid_stride;
+use super::inst::round_bf16;
 use super::memory::{load, store};
 use tensorfn_core::DTypeKind;
 
@@ -88,7 +89,16 @@ pub(crate) fn cumsum_entry(name: &str, dtype: DTypeKind) -> String {
         "mad.lo.u64 {oa}, {at}, {}, {out}",
         out_dtype.size_bytes()
     ));
-    store(&mut body, out_dtype, &oa, &acc);
+    // The store narrows a bf16 by keeping its top half: round to nearest
+    // even first (f16's conversion rounds by itself), as the CPU does.
+    if out_dtype == DTypeKind::BF16 {
+        let r = body.reg(Class::F32);
+        let last = round_bf16(&mut body, &acc, &r);
+        body.op(last);
+        store(&mut body, out_dtype, &oa, &r);
+    } else {
+        store(&mut body, out_dtype, &oa, &acc);
+    }
     body.op(format!("add.u64 {col}, {col}, 1"));
     body.op(format!("bra.uni {cl}"));
     body.place(&cend);
