@@ -177,8 +177,40 @@ macro_rules! float_dtype {
 }
 float_dtype!(f32, F32, |v| v as f32, |s| s as f64);
 float_dtype!(f64, F64, |v| v, |s| s);
-float_dtype!(f16, F16, |v| f16::from_f64(v), |s| s.to_f64());
-float_dtype!(bf16, BF16, |v| bf16::from_f64(v), |s| s.to_f64());
+float_dtype!(f16, F16, |v| f16::from_f32(f32_round_to_odd(v)), |s| s
+    .to_f64());
+float_dtype!(bf16, BF16, |v| bf16::from_f32(f32_round_to_odd(v)), |s| s
+    .to_f64());
+
+/// `v` rounded to f32 toward zero, with the last bit set when that drops
+/// anything (rounding to odd): rounding the result to a float of at most
+/// 21 significant bits (f16, bf16) gives what rounding `v` itself to
+/// nearest even gives. `half`'s own `from_f64` drops the low 32 bits of
+/// `v` before it rounds, so a value just past a tie rounds as the tie
+/// (an f32 sum of bf16 values converted through f64 came out one bf16
+/// ulp below the GPU's correctly rounded result).
+///
+/// ```
+/// use tensorfn_runtime::{bf16, DType};
+/// // 158.5 is a tie between the bf16 values 158 and 159; just above it
+/// // (in the f32 bits that `half` drops) is 159.
+/// let above = f64::from(158.5f32 + 158.5f32 * f32::EPSILON);
+/// assert_eq!(bf16::from_f64(above), bf16::from_f32(158.0)); // half: as the tie
+/// assert_eq!(<bf16 as DType>::from_f64(above), bf16::from_f32(159.0));
+/// assert_eq!(<bf16 as DType>::from_f64(158.5), bf16::from_f32(158.0)); // ties to even
+/// ```
+fn f32_round_to_odd(v: f64) -> f32 {
+    let f = v as f32;
+    if !f.is_finite() || f as f64 == v {
+        return f;
+    }
+    let mut bits = f.to_bits();
+    if (f as f64).abs() > v.abs() {
+        // One step toward zero: the magnitude's encoding is monotonic.
+        bits -= 1;
+    }
+    f32::from_bits(bits | 1)
+}
 
 impl sealed::Sealed for bool {}
 impl DType for bool {
