@@ -510,14 +510,7 @@ impl<D: Device, T: FloatDType, M: Dim, N: Dim> Tensor<D, T, (M, N)> {
         m1: &Tensor<D, T, (M, K)>,
         m2: &Tensor<D, T, (K, N)>,
     ) -> Result<Self> {
-        let dims = rules::addmm(
-            "addmm",
-            ("bias", bias.dims()),
-            ("mat1", m1.dims()),
-            ("mat2", m2.dims()),
-        )?;
-        let storage = product(m1, m2, Some(bias), T::one(), T::one(), Some(UnaryOp::Relu))?;
-        output(storage, &dims)
+        Self::addmm_act(bias, m1, m2, UnaryOp::Relu)
     }
 
     /// `act(bias + m1 @ m2)` for an activation `act` (`Relu` or `Gelu`,
