@@ -317,12 +317,13 @@ impl Drop for Cudnn {
     }
 }
 
-/// A handle on `ctx`'s stream.
-fn create_cudnn(ctx: &Context) -> std::result::Result<Cudnn, String> {
-    library().as_ref().map_err(|reason| {
-        notice(reason);
-        reason.clone()
-    })?;
+/// A handle on `ctx`'s stream, from `library` (the process's
+/// [`library()`]; tests pass one that failed to load).
+fn create_cudnn(
+    ctx: &Context,
+    library: &std::result::Result<Library, String>,
+) -> std::result::Result<Cudnn, String> {
+    library.as_ref().map_err(Clone::clone)?;
     let made = guard("creating a cuDNN handle", || {
         ctx.bind()?;
         let handle = dr::create_handle().map_err(|e| status("cudnnCreate", e.0, "the handle"))?;
@@ -338,27 +339,24 @@ fn create_cudnn(ctx: &Context) -> std::result::Result<Cudnn, String> {
             plans: Mutex::new(Plans::default()),
         })
     });
-    made.map_err(|e| {
-        let reason = match e {
-            Error::CudaUnavailable { reason } => reason,
-            other => other.to_string(),
-        };
-        notice(&reason);
-        reason
+    made.map_err(|e| match e {
+        Error::CudaUnavailable { reason } => reason,
+        other => other.to_string(),
     })
 }
 
 impl Context {
     /// The cuDNN handle of this context, created on the first
     /// convolution; `Err` is why cuDNN cannot be used (the caller falls
-    /// back). A handle that could not be created is tried again next time
-    /// (the library's absence is settled once per process).
+    /// back; the first such reason of the process is printed as the
+    /// notice). A handle that could not be created is tried again next
+    /// time (the library's absence is settled once per process).
     pub(crate) fn cudnn(&self) -> std::result::Result<Arc<Cudnn>, String> {
         let mut slot = lock(&self.cudnn);
         if let Some(d) = &*slot {
             return Ok(d.clone());
         }
-        let d = Arc::new(create_cudnn(self)?);
+        let d = Arc::new(create_cudnn(self, library()).inspect_err(|reason| notice(reason))?);
         *slot = Some(d.clone());
         Ok(d)
     }
@@ -387,6 +385,26 @@ fn unsupported(s: dnn::cudnnStatus_t) -> bool {
         )
 }
 
+#[cfg(test)]
+thread_local! {
+    static TURNED_OFF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with every cuDNN entry point falling back on this thread, so
+/// a test can run the built-in kernels on a machine that has cuDNN (and
+/// compare them with cuDNN's results).
+#[cfg(test)]
+pub(crate) fn without_cudnn<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            TURNED_OFF.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(TURNED_OFF.with(|c| c.replace(true)));
+    f()
+}
+
 /// Runs one cuDNN entry point: checks the problem, gets the handle (or
 /// why not), and turns a panic inside cudarc into a fallback.
 fn run(
@@ -396,6 +414,12 @@ fn run(
 ) -> Result<Outcome> {
     if let Some(reason) = p.check()? {
         return Ok(Outcome::Fallback(reason));
+    }
+    #[cfg(test)]
+    if TURNED_OFF.with(|c| c.get()) {
+        return Ok(Outcome::Fallback(
+            "cuDNN is turned off on this thread".into(),
+        ));
     }
     let dnn = match ctx.cudnn() {
         Ok(d) => d,

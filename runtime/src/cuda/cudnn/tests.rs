@@ -599,6 +599,37 @@ fn a_missing_library_is_a_reason_not_a_panic() {
 }
 
 #[test]
+fn a_bogus_library_falls_back_on_a_gpu() {
+    let Some((_serial, be)) = gpu() else { return };
+    let bogus = load(&["libtensorfn_no_such_cudnn.so.9".to_string()]);
+    let reason = create_cudnn(be.ctx(), &bogus).err().expect("no handle");
+    assert!(reason.contains("libtensorfn_no_such_cudnn"), "{reason}");
+    // Turned off, every entry point falls back before touching a pointer.
+    let p = problem(
+        DTypeKind::F32,
+        [1, 2, 4, 4],
+        [3, 3, 3],
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        1,
+        false,
+    );
+    let ctx = be.ctx();
+    without_cudnn(|| {
+        let outs = [
+            conv_forward(ctx, &p, 0, 0, 0, Some(0), 0.0),
+            conv_backward_data(ctx, &p, 0, 0, 0, 0.0),
+            conv_backward_filter(ctx, &p, 0, 0, 0, 1.0),
+            conv_backward_bias(ctx, &p, 0, 0, 0.0),
+        ];
+        for out in outs {
+            assert!(matches!(out, Ok(Outcome::Fallback(_))), "{out:?}");
+        }
+    });
+}
+
+#[test]
 fn versions_read_as_releases() {
     assert_eq!(version_text(90100), "9.1.0");
     assert_eq!(version_text(91002), "9.10.2");
