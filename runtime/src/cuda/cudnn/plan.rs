@@ -63,6 +63,25 @@ impl TensorDesc {
     }
 }
 
+/// `strides` with those of size-1 dims replaced by what a packed tensor
+/// in NCHW (or NHWC) order would have there. Such a stride addresses
+/// nothing, but cuDNN reads the layout from the strides: an NHWC tensor
+/// with one channel (channel stride 1, like its width) or a batch of one
+/// with any batch stride could otherwise be read as another layout or
+/// as overlapping. PyTorch does the same (`fixSizeOneDimStride`).
+fn unit_strides(dims: [usize; 4], mut strides: [usize; 4], nhwc: bool) -> [usize; 4] {
+    let order = if nhwc { [1, 3, 2, 0] } else { [3, 2, 1, 0] };
+    let mut next = 1;
+    for d in order {
+        if dims[d] == 1 {
+            strides[d] = next;
+        } else {
+            next = strides[d] * dims[d];
+        }
+    }
+    strides
+}
+
 /// A filter descriptor, destroyed on drop.
 struct FilterDesc(dnn::cudnnFilterDescriptor_t);
 
@@ -250,10 +269,12 @@ struct Plan {
 impl Plan {
     fn new(p: &ConvProblem) -> Result<Plan, Call> {
         let t = data_type(p.dtype);
+        let nhwc = p.w_layout == FilterLayout::Krsc;
+        let desc = |dims, strides| TensorDesc::new(t, dims, unit_strides(dims, strides, nhwc));
         Ok(Plan {
-            x: TensorDesc::new(t, [p.n, p.c_in, p.h, p.w], p.x_strides)?,
-            y: TensorDesc::new(t, p.y_dims(), p.y_strides)?,
-            bias: TensorDesc::new(t, [1, p.c_out, 1, 1], [p.c_out, 1, 1, 1])?,
+            x: desc([p.n, p.c_in, p.h, p.w], p.x_strides)?,
+            y: desc(p.y_dims(), p.y_strides)?,
+            bias: desc([1, p.c_out, 1, 1], [p.c_out, 1, 1, 1])?,
             w: FilterDesc::new(t, p.w_layout, p.w_dims())?,
             conv: ConvDesc::new(p)?,
             forward: None,
@@ -709,5 +730,42 @@ impl Plans {
             Ok(()) => Ok(Outcome::Done),
             Err(call) => call.outcome(p),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unit_strides;
+
+    #[test]
+    fn size_one_dims_get_packed_strides() {
+        // NHWC with one channel: the channel stride is the innermost.
+        assert_eq!(
+            unit_strides([2, 1, 4, 5], [20, 1, 5, 1], true),
+            [20, 1, 5, 1]
+        );
+        assert_eq!(
+            unit_strides([2, 1, 4, 5], [20, 20, 5, 1], true),
+            [20, 1, 5, 1]
+        );
+        // A batch of one keeps no odd batch stride.
+        assert_eq!(
+            unit_strides([1, 3, 4, 5], [999, 20, 5, 1], false),
+            [60, 20, 5, 1]
+        );
+        // NHWC 1x1 spatial: h and w strides follow the channels.
+        assert_eq!(unit_strides([2, 8, 1, 1], [8, 1, 8, 8], true), [8, 1, 8, 8]);
+        assert_eq!(unit_strides([2, 8, 1, 1], [8, 1, 0, 0], true), [8, 1, 8, 8]);
+        // Padded rows are kept.
+        assert_eq!(
+            unit_strides([2, 3, 6, 7], [200, 60, 10, 1], false),
+            [200, 60, 10, 1]
+        );
+        // The bias, [1, c, 1, 1].
+        assert_eq!(unit_strides([1, 6, 1, 1], [6, 1, 1, 1], true), [6, 1, 6, 6]);
+        assert_eq!(
+            unit_strides([1, 6, 1, 1], [6, 1, 1, 1], false),
+            [6, 1, 1, 1]
+        );
     }
 }
