@@ -432,25 +432,35 @@ fn run(
     }
 }
 
-/// `y = conv(x, w) + beta * y`, then `y += bias` (`[c_out]`) when given.
-///
-/// The bias is a second call (`cudnnAddTensor`), not cuDNN's fused
-/// `cudnnConvolutionBiasActivationForward`: without an activation that
-/// call only runs the implicit-precomputed-GEMM algorithm, so fusing would
-/// give up the algorithm the heuristics pick.
-#[allow(clippy::too_many_arguments)]
+/// `y = conv(x, w) + beta * y`.
 pub(crate) fn conv_forward(
     ctx: &Context,
     p: &ConvProblem,
     x: u64,
     w: u64,
     y: u64,
-    bias: Option<u64>,
     beta: f64,
 ) -> Result<Outcome> {
     run(ctx, p, |dnn| {
         let mut plans = lock(&dnn.plans);
-        plans.forward(ctx, dnn.handle, p, x, w, y, bias, beta)
+        plans.forward(ctx, dnn.handle, p, x, w, y, beta)
+    })
+}
+
+/// `y += bias` (`[c_out]`, broadcast over `n`, `oh`, `ow`), after
+/// [`conv_forward`]. On `Fallback` nothing was written and the caller
+/// adds the bias itself.
+///
+/// The bias is a second call (`cudnnAddTensor`), not cuDNN's fused
+/// `cudnnConvolutionBiasActivationForward`: without an activation that
+/// call only runs the implicit-precomputed-GEMM algorithm, so fusing would
+/// give up the algorithm the heuristics pick. It is its own entry point so
+/// that a dtype cuDNN adds no bias in falls back alone, after the
+/// convolution has run.
+pub(crate) fn conv_add_bias(ctx: &Context, p: &ConvProblem, bias: u64, y: u64) -> Result<Outcome> {
+    run(ctx, p, |dnn| {
+        let mut plans = lock(&dnn.plans);
+        plans.add_bias(dnn.handle, p, bias, y)
     })
 }
 

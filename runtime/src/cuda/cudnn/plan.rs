@@ -638,14 +638,23 @@ impl Plans {
         x: u64,
         w: u64,
         y: u64,
-        bias: Option<u64>,
         beta: f64,
     ) -> Result<Outcome> {
-        let done = self.execute(ctx, h, p, Direction::Forward, [x, w, y], beta)?;
-        let Some(bias) = bias.filter(|_| done == Outcome::Done) else {
-            return Ok(done);
+        self.execute(ctx, h, p, Direction::Forward, [x, w, y], beta)
+    }
+
+    /// See [`super::conv_add_bias`].
+    pub(crate) fn add_bias(
+        &mut self,
+        h: dnn::cudnnHandle_t,
+        p: &ConvProblem,
+        bias: u64,
+        y: u64,
+    ) -> Result<Outcome> {
+        let plan = match self.plan(p) {
+            Ok(plan) => plan,
+            Err(outcome) => return outcome,
         };
-        let plan = self.map.get(p).expect("planned above");
         let one = Scale::new(p.dtype, 1.0);
         // SAFETY: the descriptors are alive; `bias` holds `c_out` values
         // and `y` the output; the call only queues work.
@@ -662,9 +671,7 @@ impl Plans {
         };
         match check("cudnnAddTensor", s) {
             Ok(()) => Ok(Outcome::Done),
-            // The convolution is queued and `y` written: the bias cannot
-            // fall back alone, so any failure is an error.
-            Err(call) => Err(status(call.0, call.1, &p.describe())),
+            Err(call) => call.outcome(p),
         }
     }
 
