@@ -11,7 +11,9 @@
 //! convolution descriptors, `cudnnGetConvolution*Algorithm_v7`,
 //! `cudnnGetConvolution*WorkspaceSize`, `cudnnConvolutionForward`,
 //! `cudnnConvolutionBackwardData`, `cudnnConvolutionBackwardFilter`,
-//! `cudnnConvolutionBackwardBias` and `cudnnAddTensor`.
+//! `cudnnConvolutionBackwardBias` and `cudnnAddTensor`; and to open it,
+//! `cudnnGetVersion`, `cudnnOpsVersionCheck`, `cudnnCnnVersionCheck`,
+//! `cudnnCreate`, `cudnnSetStream` and `cudnnDestroy`.
 //!
 //! Where cuDNN cannot be used (no library, a version other than 9, a
 //! sub-library that does not load, a handle that cannot be created, or a
@@ -236,8 +238,9 @@ fn opens(name: &str) -> bool {
 
 /// Opens cuDNN: the first of `candidates` the loader finds, then its
 /// version (9.x, the headers cudarc binds) and its sub-libraries
-/// (`cudnn*VersionCheck`, which fail when `libcudnn_cnn` and friends are
-/// missing or from another release). `Err` is the reason, for the notice.
+/// (`cudnnOpsVersionCheck`, `cudnnCnnVersionCheck`, which fail when
+/// `libcudnn_ops` or `libcudnn_cnn` is missing or from another release).
+/// `Err` is the reason, for the notice.
 ///
 /// cudarc opens the first of its own candidates, which the process passes
 /// here, so what is checked is what runs.
@@ -257,13 +260,19 @@ pub(crate) fn load(candidates: &[String]) -> std::result::Result<Library, String
                 version_text(version)
             )));
         }
-        dr::version_check().map_err(|e| {
-            super::error::unavailable(format!(
-                "{file} (cuDNN {}) cannot open its sub-libraries: {:?}",
+        // The two sub-libraries convolutions use; `libcudnn_adv` (RNNs,
+        // attention) may be left out of an installation.
+        // SAFETY: plain queries of the loaded library.
+        let checks = unsafe { [dnn::cudnnOpsVersionCheck(), dnn::cudnnCnnVersionCheck()] };
+        if let Some(s) = checks
+            .into_iter()
+            .find(|s| *s != dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS)
+        {
+            return Err(super::error::unavailable(format!(
+                "{file} (cuDNN {}) cannot open libcudnn_ops or libcudnn_cnn: {s:?}",
                 version_text(version),
-                e.0
-            ))
-        })?;
+            )));
+        }
         Ok(version)
     });
     match checked {
