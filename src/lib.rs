@@ -166,7 +166,8 @@
 //! dims that do not fit, [`Error::Index`] for an index past the end,
 //! [`Error::CudaUnavailable`] without a usable GPU, [`Error::OutOfMemory`]
 //! with the bytes requested, free and total (every later operation still
-//! works), [`Error::Cublas`] and [`Error::Driver`] for the GPU libraries.
+//! works), [`Error::Cublas`], [`Error::Cudnn`] and [`Error::Driver`] for the
+//! GPU libraries.
 //! Each message says which operand is wrong and how to fix it.
 //!
 //! ```

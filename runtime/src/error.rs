@@ -82,6 +82,17 @@ pub enum Error {
         /// The operand shapes, for the report.
         shapes: String,
     },
+    /// A cuDNN call returned an error status (one that is not "not
+    /// supported": those fall back to the built-in kernels).
+    #[error("cuDNN {op} failed with {status} for {problem}")]
+    Cudnn {
+        /// The cuDNN routine.
+        op: String,
+        /// The status the library returned.
+        status: String,
+        /// The convolution: shapes, strides, dtype.
+        problem: String,
+    },
     /// The CUDA driver returned an error.
     #[error("CUDA driver error in {op}: {message}")]
     Driver {

@@ -5,6 +5,7 @@
 //! it is queued, so a block freed by one operation can be handed to the
 //! next without waiting for the device.
 
+use super::cudnn::Cudnn;
 pub(crate) use super::error::lock;
 use super::error::{driver, guard, unavailable};
 use super::handles::Blas;
@@ -18,7 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 /// The driver state of one device: its context, its stream and what is
 /// cached for it (memory blocks, pinned staging buffers, PTX modules,
-/// cuBLAS handles).
+/// cuBLAS and cuDNN handles).
 pub(crate) struct Context {
     pub(crate) ordinal: usize,
     /// The device's name, for messages.
@@ -35,6 +36,9 @@ pub(crate) struct Context {
     pub(crate) staging: Mutex<Option<Staging>>,
     pub(crate) modules: Mutex<ModuleCache>,
     pub(crate) blas: Mutex<Option<Arc<Blas>>>,
+    /// The cuDNN handle and its convolution plans, made on the first
+    /// convolution (`None` until then, and where cuDNN cannot be used).
+    pub(crate) cudnn: Mutex<Option<Arc<Cudnn>>>,
 }
 
 // SAFETY: the raw handles are plain driver handles, valid from any thread
@@ -162,6 +166,7 @@ impl Context {
                 staging: Mutex::new(None),
                 modules: Mutex::new(ModuleCache::default()),
                 blas: Mutex::new(None),
+                cudnn: Mutex::new(None),
             })
         })
     }

@@ -15,6 +15,9 @@
 //! - `launch`: PTX modules (built-in and `tensor_fn!`-generated) and launches.
 //! - `blas`: cuBLAS matrix products, and the choice between cuBLAS and cuBLASLt.
 //! - `lt`: cuBLASLt products, planned and autotuned once per shape.
+//! - `cudnn`: convolutions through cuDNN, opened at run time, with one
+//!   plan (descriptors, ranked algorithms) per problem; `Fallback` where
+//!   cuDNN is missing or does not support the problem.
 //! - `backend`: the `Backend` primitives.
 //! - `error`: driver and cuBLAS statuses as `Error`s, and locks that
 //!   survive a panic.
@@ -30,6 +33,10 @@ mod backend;
 mod blas;
 mod concat;
 mod context;
+// Called by the convolution ops, which fall back to the built-in kernels
+// on `Outcome::Fallback`.
+#[allow(dead_code)]
+pub(crate) mod cudnn;
 mod cumsum;
 mod error;
 mod event;

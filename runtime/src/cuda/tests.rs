@@ -23,7 +23,7 @@ use tensorfn_kernels::{BinaryOp, NormOp, ReduceOp, RowOp, RowShape, UnaryOp};
 /// The backend of cuda:0, with a lock that runs the GPU tests one at a
 /// time (they read the shared allocator's counters), or `None` after
 /// printing why the test skips.
-fn gpu() -> Option<(MutexGuard<'static, ()>, CudaBackend)> {
+pub(super) fn gpu() -> Option<(MutexGuard<'static, ()>, CudaBackend)> {
     static SERIAL: Mutex<()> = Mutex::new(());
     match CudaBackend::for_ordinal(0) {
         Ok(b) => Some((SERIAL.lock().unwrap_or_else(|p| p.into_inner()), b)),
@@ -35,13 +35,13 @@ fn gpu() -> Option<(MutexGuard<'static, ()>, CudaBackend)> {
 }
 
 /// Fresh uniform values in `[lo, hi)` as `T` (integers truncated).
-fn random<T: DType>(rng: &mut SplitMix64, n: usize, lo: f64, hi: f64) -> Vec<T> {
+pub(super) fn random<T: DType>(rng: &mut SplitMix64, n: usize, lo: f64, hi: f64) -> Vec<T> {
     (0..n)
         .map(|_| T::from_f64(lo + (hi - lo) * rng.uniform()))
         .collect()
 }
 
-fn seed() -> SplitMix64 {
+pub(super) fn seed() -> SplitMix64 {
     // A different stream each run: the inputs must not be tuned to pass.
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -50,16 +50,16 @@ fn seed() -> SplitMix64 {
     SplitMix64::new(t)
 }
 
-fn up<T: DType>(be: &CudaBackend, data: &[T]) -> CudaStorage<T> {
+pub(super) fn up<T: DType>(be: &CudaBackend, data: &[T]) -> CudaStorage<T> {
     upload_to(be.ctx(), data).expect("upload")
 }
 
-fn down<T: DType>(s: &CudaStorage<T>, dims: &[usize]) -> Vec<T> {
+pub(super) fn down<T: DType>(s: &CudaStorage<T>, dims: &[usize]) -> Vec<T> {
     download(s, &Layout::contiguous(dims)).expect("download")
 }
 
 /// Relative precision of a dtype, for tolerances.
-fn eps(t: DTypeKind) -> f64 {
+pub(super) fn eps(t: DTypeKind) -> f64 {
     match t {
         DTypeKind::F64 => 1e-15,
         DTypeKind::F32 => 1.2e-7,

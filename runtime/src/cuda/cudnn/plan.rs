@@ -1,0 +1,778 @@
+//! The plan cache: descriptors and algorithms per [`ConvProblem`].
+//!
+//! A plan holds the tensor, filter and convolution descriptors of one
+//! problem, built on its first call, and for each direction (forward,
+//! backward data, backward filter) the algorithms cuDNN's heuristics
+//! rank, chosen on the first call in that direction. Later calls with the
+//! same problem make no descriptor and ask no heuristic.
+//!
+//! The algorithm comes from `cudnnGetConvolution*Algorithm_v7`, cuDNN's
+//! heuristics, not from `cudnnFind*`, which times every algorithm on the
+//! device: timing needs scratch copies of the outputs (the backward-filter
+//! search overwrites `dw`, so an accumulating call would need a copy),
+//! synchronises the stream, takes tens of milliseconds per shape, and
+//! picks differently from run to run where two algorithms are close. The
+//! heuristics return the algorithms ranked by expected speed; the first
+//! whose workspace fits [`workspace_limit`] and can be allocated runs,
+//! and the next ones are kept for when the allocation fails or the call
+//! says it does not support the problem after all.
+
+use super::{status, unsupported, ConvProblem, FilterLayout, Outcome};
+use crate::cuda::context::Context;
+use crate::error::{Error, Result};
+use cudarc::cudnn::sys as dnn;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use tensorfn_core::DTypeKind;
+
+/// Most workspace bytes an algorithm may ask for: an eighth of the
+/// device, at most 2 GiB, at least 64 MiB. Faster algorithms (FFT,
+/// Winograd) trade workspace for speed; past this the next one ranked
+/// runs instead.
+pub(crate) fn workspace_limit(total_memory: usize) -> usize {
+    (total_memory / 8).clamp(64 << 20, 2 << 30)
+}
+
+/// A tensor descriptor, destroyed on drop.
+struct TensorDesc(dnn::cudnnTensorDescriptor_t);
+
+impl Drop for TensorDesc {
+    fn drop(&mut self) {
+        // SAFETY: created once in `TensorDesc::new`, destroyed once here.
+        unsafe {
+            let _ = dnn::cudnnDestroyTensorDescriptor(self.0);
+        }
+    }
+}
+
+impl TensorDesc {
+    fn new(t: dnn::cudnnDataType_t, dims: [usize; 4], strides: [usize; 4]) -> Result<Self, Call> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        check("cudnnCreateTensorDescriptor", unsafe {
+            dnn::cudnnCreateTensorDescriptor(&mut raw)
+        })?;
+        let d = TensorDesc(raw);
+        let dims = dims.map(|v| v as i32);
+        let strides = strides.map(|v| v as i32);
+        // SAFETY: `d` was just created; the arrays hold 4 values.
+        check("cudnnSetTensorNdDescriptor", unsafe {
+            dnn::cudnnSetTensorNdDescriptor(d.0, t, 4, dims.as_ptr(), strides.as_ptr())
+        })?;
+        Ok(d)
+    }
+}
+
+/// `strides` with those of size-1 dims replaced by what a packed tensor
+/// in NCHW (or NHWC) order would have there. Such a stride addresses
+/// nothing, but cuDNN reads the layout from the strides: an NHWC tensor
+/// with one channel (channel stride 1, like its width) or a batch of one
+/// with any batch stride could otherwise be read as another layout or
+/// as overlapping. PyTorch does the same (`fixSizeOneDimStride`).
+fn unit_strides(dims: [usize; 4], mut strides: [usize; 4], nhwc: bool) -> [usize; 4] {
+    let order = if nhwc { [1, 3, 2, 0] } else { [3, 2, 1, 0] };
+    let mut next = 1;
+    for d in order {
+        if dims[d] == 1 {
+            strides[d] = next;
+        } else {
+            next = strides[d] * dims[d];
+        }
+    }
+    strides
+}
+
+/// A filter descriptor, destroyed on drop.
+struct FilterDesc(dnn::cudnnFilterDescriptor_t);
+
+impl Drop for FilterDesc {
+    fn drop(&mut self) {
+        // SAFETY: created once in `FilterDesc::new`, destroyed once here.
+        unsafe {
+            let _ = dnn::cudnnDestroyFilterDescriptor(self.0);
+        }
+    }
+}
+
+impl FilterDesc {
+    fn new(t: dnn::cudnnDataType_t, layout: FilterLayout, dims: [usize; 4]) -> Result<Self, Call> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        check("cudnnCreateFilterDescriptor", unsafe {
+            dnn::cudnnCreateFilterDescriptor(&mut raw)
+        })?;
+        let d = FilterDesc(raw);
+        let format = match layout {
+            FilterLayout::Kcrs => dnn::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+            FilterLayout::Krsc => dnn::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC,
+        };
+        // Dims in KCRS order whatever the format.
+        let dims = dims.map(|v| v as i32);
+        // SAFETY: `d` was just created; the array holds 4 values.
+        check("cudnnSetFilterNdDescriptor", unsafe {
+            dnn::cudnnSetFilterNdDescriptor(d.0, t, format, 4, dims.as_ptr())
+        })?;
+        Ok(d)
+    }
+}
+
+/// A convolution descriptor, destroyed on drop.
+struct ConvDesc(dnn::cudnnConvolutionDescriptor_t);
+
+impl Drop for ConvDesc {
+    fn drop(&mut self) {
+        // SAFETY: created once in `ConvDesc::new`, destroyed once here.
+        unsafe {
+            let _ = dnn::cudnnDestroyConvolutionDescriptor(self.0);
+        }
+    }
+}
+
+impl ConvDesc {
+    fn new(p: &ConvProblem) -> Result<Self, Call> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        check("cudnnCreateConvolutionDescriptor", unsafe {
+            dnn::cudnnCreateConvolutionDescriptor(&mut raw)
+        })?;
+        let d = ConvDesc(raw);
+        let pad = p.pad.map(|v| v as i32);
+        let stride = p.stride.map(|v| v as i32);
+        let dilation = p.dilation.map(|v| v as i32);
+        // SAFETY: `d` was just created; the arrays hold 2 values.
+        unsafe {
+            check(
+                "cudnnSetConvolutionNdDescriptor",
+                dnn::cudnnSetConvolutionNdDescriptor(
+                    d.0,
+                    2,
+                    pad.as_ptr(),
+                    stride.as_ptr(),
+                    dilation.as_ptr(),
+                    dnn::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+                    compute_type(p.dtype),
+                ),
+            )?;
+            check(
+                "cudnnSetConvolutionGroupCount",
+                dnn::cudnnSetConvolutionGroupCount(d.0, p.groups as i32),
+            )?;
+        }
+        d.set_math(base_math(p))?;
+        Ok(d)
+    }
+
+    fn set_math(&self, math: dnn::cudnnMathType_t) -> Result<(), Call> {
+        // SAFETY: the descriptor is alive; the plans' lock is held.
+        check("cudnnSetConvolutionMathType", unsafe {
+            dnn::cudnnSetConvolutionMathType(self.0, math)
+        })
+    }
+}
+
+/// A failed cuDNN call: the routine and its status.
+pub(crate) struct Call(&'static str, dnn::cudnnStatus_t);
+
+fn check(op: &'static str, s: dnn::cudnnStatus_t) -> Result<(), Call> {
+    if s == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(Call(op, s))
+    }
+}
+
+impl Call {
+    /// A fallback where cuDNN does not support the problem, else an error.
+    fn outcome(self, p: &ConvProblem) -> Result<Outcome> {
+        if unsupported(self.1) {
+            Ok(Outcome::Fallback(format!(
+                "cuDNN does not support {} ({} returned {:?})",
+                p.describe(),
+                self.0,
+                self.1
+            )))
+        } else {
+            Err(status(self.0, self.1, &p.describe()))
+        }
+    }
+}
+
+fn data_type(t: DTypeKind) -> dnn::cudnnDataType_t {
+    use dnn::cudnnDataType_t as D;
+    match t {
+        DTypeKind::F64 => D::CUDNN_DATA_DOUBLE,
+        DTypeKind::F16 => D::CUDNN_DATA_HALF,
+        DTypeKind::BF16 => D::CUDNN_DATA_BFLOAT16,
+        _ => D::CUDNN_DATA_FLOAT,
+    }
+}
+
+/// The accumulator: f64 for f64, f32 for the rest (cuDNN's "pseudo half"
+/// configurations for f16 and bf16).
+fn compute_type(t: DTypeKind) -> dnn::cudnnDataType_t {
+    match t {
+        DTypeKind::F64 => dnn::cudnnDataType_t::CUDNN_DATA_DOUBLE,
+        _ => dnn::cudnnDataType_t::CUDNN_DATA_FLOAT,
+    }
+}
+
+/// The math type the heuristics are asked with: tensor cores for f16 and
+/// bf16; cuDNN's default for f32, which lets TF32 tensor cores in, or FMA
+/// when TF32 is off; the default for f64.
+fn base_math(p: &ConvProblem) -> dnn::cudnnMathType_t {
+    use dnn::cudnnMathType_t as M;
+    match p.dtype {
+        DTypeKind::F16 | DTypeKind::BF16 => M::CUDNN_TENSOR_OP_MATH,
+        DTypeKind::F32 if !p.tf32 => M::CUDNN_FMA_MATH,
+        _ => M::CUDNN_DEFAULT_MATH,
+    }
+}
+
+/// The direction of a call, which picks the heuristic and the routine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Direction {
+    Forward,
+    BackwardData,
+    BackwardFilter,
+}
+
+/// An algorithm of one direction.
+#[derive(Clone, Copy, Debug)]
+enum Algo {
+    Forward(dnn::cudnnConvolutionFwdAlgo_t),
+    BackwardData(dnn::cudnnConvolutionBwdDataAlgo_t),
+    BackwardFilter(dnn::cudnnConvolutionBwdFilterAlgo_t),
+}
+
+/// One ranked algorithm: what to set and how much workspace it takes.
+#[derive(Clone, Copy, Debug)]
+struct Choice {
+    algo: Algo,
+    math: dnn::cudnnMathType_t,
+    workspace: usize,
+}
+
+/// The descriptors of one problem and the algorithms chosen for it.
+struct Plan {
+    x: TensorDesc,
+    y: TensorDesc,
+    bias: TensorDesc,
+    w: FilterDesc,
+    conv: ConvDesc,
+    /// Ranked algorithms per direction (`None`: not asked yet; empty:
+    /// none fits, the caller falls back).
+    forward: Option<Vec<Choice>>,
+    backward_data: Option<Vec<Choice>>,
+    backward_filter: Option<Vec<Choice>>,
+}
+
+impl Plan {
+    fn new(p: &ConvProblem) -> Result<Plan, Call> {
+        let t = data_type(p.dtype);
+        let nhwc = p.w_layout == FilterLayout::Krsc;
+        let desc = |dims, strides| TensorDesc::new(t, dims, unit_strides(dims, strides, nhwc));
+        Ok(Plan {
+            x: desc([p.n, p.c_in, p.h, p.w], p.x_strides)?,
+            y: desc(p.y_dims(), p.y_strides)?,
+            bias: desc([1, p.c_out, 1, 1], [p.c_out, 1, 1, 1])?,
+            w: FilterDesc::new(t, p.w_layout, p.w_dims())?,
+            conv: ConvDesc::new(p)?,
+            forward: None,
+            backward_data: None,
+            backward_filter: None,
+        })
+    }
+
+    /// Asks the heuristics for `dir`'s algorithms, best first, and the
+    /// workspace of each; keeps those that fit `limit`.
+    fn rank(
+        &self,
+        h: dnn::cudnnHandle_t,
+        p: &ConvProblem,
+        dir: Direction,
+        limit: usize,
+    ) -> Result<Vec<Choice>, Call> {
+        let (x, y, w, c) = (self.x.0, self.y.0, self.w.0, self.conv.0);
+        let mut max = 0i32;
+        let mut got = 0i32;
+        // (algorithm, status, math type) of each result.
+        let mut ranked: Vec<(Algo, dnn::cudnnStatus_t, dnn::cudnnMathType_t)> = Vec::new();
+        self.conv.set_math(base_math(p))?;
+        // SAFETY: the descriptors are alive; each result array holds
+        // `max` entries, zero-initialised (every field's enum has a
+        // variant 0), and cuDNN writes at most `max`.
+        unsafe {
+            match dir {
+                Direction::Forward => {
+                    check(
+                        "cudnnGetConvolutionForwardAlgorithmMaxCount",
+                        dnn::cudnnGetConvolutionForwardAlgorithmMaxCount(h, &mut max),
+                    )?;
+                    let mut perf = vec![
+                        std::mem::zeroed::<dnn::cudnnConvolutionFwdAlgoPerf_t>();
+                        max.max(1) as usize
+                    ];
+                    check(
+                        "cudnnGetConvolutionForwardAlgorithm_v7",
+                        dnn::cudnnGetConvolutionForwardAlgorithm_v7(
+                            h,
+                            x,
+                            w,
+                            c,
+                            y,
+                            max,
+                            &mut got,
+                            perf.as_mut_ptr(),
+                        ),
+                    )?;
+                    ranked.extend(
+                        perf.iter()
+                            .take(got.max(0) as usize)
+                            .map(|r| (Algo::Forward(r.algo), r.status, r.mathType)),
+                    );
+                }
+                Direction::BackwardData => {
+                    check(
+                        "cudnnGetConvolutionBackwardDataAlgorithmMaxCount",
+                        dnn::cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &mut max),
+                    )?;
+                    let mut perf = vec![
+                        std::mem::zeroed::<dnn::cudnnConvolutionBwdDataAlgoPerf_t>();
+                        max.max(1) as usize
+                    ];
+                    check(
+                        "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+                        dnn::cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                            h,
+                            w,
+                            y,
+                            c,
+                            x,
+                            max,
+                            &mut got,
+                            perf.as_mut_ptr(),
+                        ),
+                    )?;
+                    ranked.extend(
+                        perf.iter()
+                            .take(got.max(0) as usize)
+                            .map(|r| (Algo::BackwardData(r.algo), r.status, r.mathType)),
+                    );
+                }
+                Direction::BackwardFilter => {
+                    check(
+                        "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount",
+                        dnn::cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &mut max),
+                    )?;
+                    let mut perf = vec![
+                        std::mem::zeroed::<dnn::cudnnConvolutionBwdFilterAlgoPerf_t>(
+                        );
+                        max.max(1) as usize
+                    ];
+                    check(
+                        "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
+                        dnn::cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                            h,
+                            x,
+                            y,
+                            c,
+                            w,
+                            max,
+                            &mut got,
+                            perf.as_mut_ptr(),
+                        ),
+                    )?;
+                    ranked.extend(
+                        perf.iter()
+                            .take(got.max(0) as usize)
+                            .map(|r| (Algo::BackwardFilter(r.algo), r.status, r.mathType)),
+                    );
+                }
+            }
+        }
+        let mut choices = Vec::new();
+        for (algo, st, math) in ranked {
+            if st != dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+                continue;
+            }
+            // TF32 off means FMA whatever the algorithm was ranked with,
+            // as PyTorch does.
+            let math = if p.dtype == DTypeKind::F32 && !p.tf32 {
+                dnn::cudnnMathType_t::CUDNN_FMA_MATH
+            } else {
+                math
+            };
+            self.conv.set_math(math)?;
+            let mut bytes = 0usize;
+            // SAFETY: as above; `bytes` is a local.
+            let s = unsafe {
+                match algo {
+                    Algo::Forward(a) => {
+                        dnn::cudnnGetConvolutionForwardWorkspaceSize(h, x, w, c, y, a, &mut bytes)
+                    }
+                    Algo::BackwardData(a) => dnn::cudnnGetConvolutionBackwardDataWorkspaceSize(
+                        h, w, y, c, x, a, &mut bytes,
+                    ),
+                    Algo::BackwardFilter(a) => dnn::cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                        h, x, y, c, w, a, &mut bytes,
+                    ),
+                }
+            };
+            if s == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && bytes <= limit {
+                choices.push(Choice {
+                    algo,
+                    math,
+                    workspace: bytes,
+                });
+            }
+        }
+        Ok(choices)
+    }
+}
+
+/// The scaling factors of a call: `f64` for f64 data, `f32` otherwise,
+/// as cuDNN reads them.
+enum Scale {
+    F32(f32),
+    F64(f64),
+}
+
+impl Scale {
+    fn new(t: DTypeKind, v: f64) -> Scale {
+        if t == DTypeKind::F64 {
+            Scale::F64(v)
+        } else {
+            Scale::F32(v as f32)
+        }
+    }
+
+    fn ptr(&self) -> *const c_void {
+        match self {
+            Scale::F32(v) => v as *const f32 as *const c_void,
+            Scale::F64(v) => v as *const f64 as *const c_void,
+        }
+    }
+}
+
+/// The plans of one context, by problem.
+#[derive(Default)]
+pub(crate) struct Plans {
+    map: HashMap<ConvProblem, Plan>,
+    /// Plans built so far (descriptor sets made).
+    pub(crate) built: usize,
+    /// Heuristic queries made so far (one per problem and direction).
+    pub(crate) ranked: usize,
+}
+
+impl Plans {
+    /// How many problems have a plan.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The plan of `p`, built on first use; `Err` is the outcome to
+    /// return (a fallback or an error).
+    fn plan(&mut self, p: &ConvProblem) -> Result<&mut Plan, Result<Outcome>> {
+        if !self.map.contains_key(p) {
+            let plan = Plan::new(p).map_err(|call| call.outcome(p))?;
+            self.built += 1;
+            self.map.insert(*p, plan);
+        }
+        Ok(self.map.get_mut(p).expect("inserted above"))
+    }
+
+    /// The ranked algorithms of `p` in `dir`, asked of the heuristics on
+    /// the first call only.
+    fn choices(
+        &mut self,
+        h: dnn::cudnnHandle_t,
+        p: &ConvProblem,
+        dir: Direction,
+        limit: usize,
+    ) -> Result<Vec<Choice>, Result<Outcome>> {
+        let plan = self.plan(p)?;
+        let slot = match dir {
+            Direction::Forward => &plan.forward,
+            Direction::BackwardData => &plan.backward_data,
+            Direction::BackwardFilter => &plan.backward_filter,
+        };
+        if let Some(c) = slot {
+            return Ok(c.clone());
+        }
+        let c = plan
+            .rank(h, p, dir, limit)
+            .map_err(|call| call.outcome(p))?;
+        match dir {
+            Direction::Forward => plan.forward = Some(c.clone()),
+            Direction::BackwardData => plan.backward_data = Some(c.clone()),
+            Direction::BackwardFilter => plan.backward_filter = Some(c.clone()),
+        }
+        self.ranked += 1;
+        Ok(c)
+    }
+
+    /// Plans and queues one direction: ranks its algorithms once, then
+    /// tries them best first, each with a workspace from the context's
+    /// pool. `ptrs` are the three operands in the order of `dir`'s
+    /// routine: forward `[x, w, y]`, backward data `[dy, w, dx]`,
+    /// backward filter `[x, dy, dw]`.
+    fn execute(
+        &mut self,
+        ctx: &Context,
+        h: dnn::cudnnHandle_t,
+        p: &ConvProblem,
+        dir: Direction,
+        [a, b, out]: [u64; 3],
+        beta: f64,
+    ) -> Result<Outcome> {
+        let limit = workspace_limit(ctx.total_memory);
+        let choices = match self.choices(h, p, dir, limit) {
+            Ok(c) => c,
+            Err(outcome) => return outcome,
+        };
+        if choices.is_empty() {
+            return Ok(Outcome::Fallback(format!(
+                "cuDNN has no algorithm for {} within {} MiB of workspace",
+                p.describe(),
+                limit >> 20
+            )));
+        }
+        let plan = self.map.get(p).expect("planned above");
+        let (x, y, w, c) = (plan.x.0, plan.y.0, plan.w.0, plan.conv.0);
+        let alpha = Scale::new(p.dtype, 1.0);
+        let beta = Scale::new(p.dtype, beta);
+        let (a, b, out) = (a as *const c_void, b as *const c_void, out as *mut c_void);
+        for (i, choice) in choices.iter().enumerate() {
+            let last = i + 1 == choices.len();
+            let block = match ctx.alloc(choice.workspace) {
+                Ok(block) => block,
+                Err(Error::OutOfMemory { .. }) if !last => continue,
+                Err(e) => return Err(e),
+            };
+            let ws = block.ptr as *mut c_void;
+            let bytes = choice.workspace;
+            let queued = plan.conv.set_math(choice.math).and_then(|()| {
+                // SAFETY: the descriptors are alive and describe the
+                // operands the caller passed; the workspace holds `bytes`;
+                // the scaling factors outlive the call, which only queues
+                // work on the context's stream.
+                unsafe {
+                    match choice.algo {
+                        Algo::Forward(algo) => check(
+                            "cudnnConvolutionForward",
+                            dnn::cudnnConvolutionForward(
+                                h,
+                                alpha.ptr(),
+                                x,
+                                a,
+                                w,
+                                b,
+                                c,
+                                algo,
+                                ws,
+                                bytes,
+                                beta.ptr(),
+                                y,
+                                out,
+                            ),
+                        ),
+                        Algo::BackwardData(algo) => check(
+                            "cudnnConvolutionBackwardData",
+                            dnn::cudnnConvolutionBackwardData(
+                                h,
+                                alpha.ptr(),
+                                w,
+                                b,
+                                y,
+                                a,
+                                c,
+                                algo,
+                                ws,
+                                bytes,
+                                beta.ptr(),
+                                x,
+                                out,
+                            ),
+                        ),
+                        Algo::BackwardFilter(algo) => check(
+                            "cudnnConvolutionBackwardFilter",
+                            dnn::cudnnConvolutionBackwardFilter(
+                                h,
+                                alpha.ptr(),
+                                x,
+                                a,
+                                y,
+                                b,
+                                c,
+                                algo,
+                                ws,
+                                bytes,
+                                beta.ptr(),
+                                w,
+                                out,
+                            ),
+                        ),
+                    }
+                }
+            });
+            // The stream runs the queued call before any later use of the
+            // block, so it can go back to the pool at once.
+            ctx.release(block);
+            match queued {
+                Ok(()) => return Ok(Outcome::Done),
+                Err(call) if unsupported(call.1) && !last => continue,
+                Err(call) => return call.outcome(p),
+            }
+        }
+        unreachable!("the last choice returns")
+    }
+
+    /// See [`super::conv_forward`].
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn forward(
+        &mut self,
+        ctx: &Context,
+        h: dnn::cudnnHandle_t,
+        p: &ConvProblem,
+        x: u64,
+        w: u64,
+        y: u64,
+        beta: f64,
+    ) -> Result<Outcome> {
+        self.execute(ctx, h, p, Direction::Forward, [x, w, y], beta)
+    }
+
+    /// See [`super::conv_add_bias`].
+    pub(crate) fn add_bias(
+        &mut self,
+        h: dnn::cudnnHandle_t,
+        p: &ConvProblem,
+        bias: u64,
+        y: u64,
+    ) -> Result<Outcome> {
+        let plan = match self.plan(p) {
+            Ok(plan) => plan,
+            Err(outcome) => return outcome,
+        };
+        let one = Scale::new(p.dtype, 1.0);
+        // SAFETY: the descriptors are alive; `bias` holds `c_out` values
+        // and `y` the output; the call only queues work.
+        let s = unsafe {
+            dnn::cudnnAddTensor(
+                h,
+                one.ptr(),
+                plan.bias.0,
+                bias as *const c_void,
+                one.ptr(),
+                plan.y.0,
+                y as *mut c_void,
+            )
+        };
+        match check("cudnnAddTensor", s) {
+            Ok(()) => Ok(Outcome::Done),
+            Err(call) => call.outcome(p),
+        }
+    }
+
+    /// See [`super::conv_backward_data`].
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn backward_data(
+        &mut self,
+        ctx: &Context,
+        h: dnn::cudnnHandle_t,
+        p: &ConvProblem,
+        dy: u64,
+        w: u64,
+        dx: u64,
+        beta: f64,
+    ) -> Result<Outcome> {
+        self.execute(ctx, h, p, Direction::BackwardData, [dy, w, dx], beta)
+    }
+
+    /// See [`super::conv_backward_filter`].
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn backward_filter(
+        &mut self,
+        ctx: &Context,
+        h: dnn::cudnnHandle_t,
+        p: &ConvProblem,
+        x: u64,
+        dy: u64,
+        dw: u64,
+        beta: f64,
+    ) -> Result<Outcome> {
+        self.execute(ctx, h, p, Direction::BackwardFilter, [x, dy, dw], beta)
+    }
+
+    /// See [`super::conv_backward_bias`].
+    pub(crate) fn backward_bias(
+        &mut self,
+        h: dnn::cudnnHandle_t,
+        p: &ConvProblem,
+        dy: u64,
+        db: u64,
+        beta: f64,
+    ) -> Result<Outcome> {
+        let plan = match self.plan(p) {
+            Ok(plan) => plan,
+            Err(outcome) => return outcome,
+        };
+        let alpha = Scale::new(p.dtype, 1.0);
+        let beta = Scale::new(p.dtype, beta);
+        // SAFETY: the descriptors are alive; `dy` is the output's
+        // gradient and `db` holds `c_out` values; the call only queues.
+        let s = unsafe {
+            dnn::cudnnConvolutionBackwardBias(
+                h,
+                alpha.ptr(),
+                plan.y.0,
+                dy as *const c_void,
+                beta.ptr(),
+                plan.bias.0,
+                db as *mut c_void,
+            )
+        };
+        match check("cudnnConvolutionBackwardBias", s) {
+            Ok(()) => Ok(Outcome::Done),
+            Err(call) => call.outcome(p),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unit_strides;
+
+    #[test]
+    fn size_one_dims_get_packed_strides() {
+        // NHWC with one channel: the channel stride is the innermost.
+        assert_eq!(
+            unit_strides([2, 1, 4, 5], [20, 1, 5, 1], true),
+            [20, 1, 5, 1]
+        );
+        assert_eq!(
+            unit_strides([2, 1, 4, 5], [20, 20, 5, 1], true),
+            [20, 1, 5, 1]
+        );
+        // A batch of one keeps no odd batch stride.
+        assert_eq!(
+            unit_strides([1, 3, 4, 5], [999, 20, 5, 1], false),
+            [60, 20, 5, 1]
+        );
+        // NHWC 1x1 spatial: h and w strides follow the channels.
+        assert_eq!(unit_strides([2, 8, 1, 1], [8, 1, 8, 8], true), [8, 1, 8, 8]);
+        assert_eq!(unit_strides([2, 8, 1, 1], [8, 1, 0, 0], true), [8, 1, 8, 8]);
+        // Padded rows are kept.
+        assert_eq!(
+            unit_strides([2, 3, 6, 7], [200, 60, 10, 1], false),
+            [200, 60, 10, 1]
+        );
+        // The bias, [1, c, 1, 1].
+        assert_eq!(unit_strides([1, 6, 1, 1], [6, 1, 1, 1], true), [6, 1, 6, 6]);
+        assert_eq!(
+            unit_strides([1, 6, 1, 1], [6, 1, 1, 1], false),
+            [6, 1, 1, 1]
+        );
+    }
+}
