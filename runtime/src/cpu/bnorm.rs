@@ -7,6 +7,7 @@
 
 use super::copy::gather;
 use super::reduce::pairwise_sum;
+use super::strided::PAR_THRESHOLD;
 use crate::dtype::DType;
 use crate::layout::Layout;
 
@@ -51,6 +52,32 @@ fn to_nc<T: Copy>(cm: &[T], [n, c, s]: [usize; 3]) -> Vec<T> {
     out
 }
 
+/// `f(channel, its m outputs)` for each of `c` channels of the
+/// channel-major `out`, on the rayon pool for large inputs; the results
+/// in channel order.
+fn per_channel_mut<T: Send, R: Send>(
+    out: &mut [T],
+    c: usize,
+    m: usize,
+    f: impl Fn(usize, &mut [T]) -> R + Sync,
+) -> Vec<R> {
+    use rayon::prelude::*;
+    if m == 0 {
+        return (0..c).map(|ch| f(ch, &mut [])).collect();
+    }
+    if out.len() >= PAR_THRESHOLD && c > 1 {
+        out.par_chunks_mut(m)
+            .enumerate()
+            .map(|(ch, o)| f(ch, o))
+            .collect()
+    } else {
+        out.chunks_mut(m)
+            .enumerate()
+            .map(|(ch, o)| f(ch, o))
+            .collect()
+    }
+}
+
 /// The forward of `batch_norm`: the output (contiguous, `x`'s dims) and,
 /// in training with running statistics, their updated values
 /// (`(1 - momentum) * running + momentum * batch`, the variance's batch
@@ -73,21 +100,16 @@ pub(crate) fn batch_norm<T: DType>(
     let rm = per_channel(running.map(|(m, _)| m));
     let rv = per_channel(running.map(|(_, v)| v));
     let mut out = vec![T::from_f64(0.0); xc.len()];
-    let mut new_mean = Vec::with_capacity(c);
-    let mut new_var = Vec::with_capacity(c);
-    for ch in 0..c {
+    // Each channel: its statistics (the batch's in training), then its
+    // elements normalised; returns the batch mean and biased variance.
+    let channel = |ch: usize, out: &mut [T]| -> (f64, f64) {
         let xs = &xc[ch * m..(ch + 1) * m];
+        let batch = if training { stats(xs) } else { (f64::NAN, f64::NAN) };
+        // The running statistics exist in inference (checked by the ops
+        // layer).
         let (mean, var) = if training {
-            let (mean, var) = stats(xs);
-            if let (Some(rm), Some(rv)) = (&rm, &rv) {
-                let unbiased = var * m as f64 / (m as f64 - 1.0);
-                new_mean.push(T::from_f64((1.0 - momentum) * rm[ch] + momentum * mean));
-                new_var.push(T::from_f64((1.0 - momentum) * rv[ch] + momentum * unbiased));
-            }
-            (mean, var)
+            batch
         } else {
-            // The running statistics exist in inference (checked by the
-            // ops layer).
             (
                 rm.as_ref().map_or(0.0, |v| v[ch]),
                 rv.as_ref().map_or(1.0, |v| v[ch]),
@@ -95,8 +117,19 @@ pub(crate) fn batch_norm<T: DType>(
         };
         let scale = w.as_ref().map_or(1.0, |w| w[ch]) / (var + eps).sqrt();
         let shift = b.as_ref().map_or(0.0, |b| b[ch]);
-        for (o, &v) in out[ch * m..(ch + 1) * m].iter_mut().zip(xs) {
+        for (o, &v) in out.iter_mut().zip(xs) {
             *o = T::from_f64((v.to_f64() - mean) * scale + shift);
+        }
+        batch
+    };
+    let batch = per_channel_mut(&mut out, c, m, channel);
+    let mut new_mean = Vec::with_capacity(c);
+    let mut new_var = Vec::with_capacity(c);
+    if let (true, Some(rm), Some(rv)) = (training, &rm, &rv) {
+        let unbias = m as f64 / (m as f64 - 1.0);
+        for (ch, (mean, var)) in batch.into_iter().enumerate() {
+            new_mean.push(T::from_f64((1.0 - momentum) * rm[ch] + momentum * mean));
+            new_var.push(T::from_f64((1.0 - momentum) * rv[ch] + momentum * var * unbias));
         }
     }
     let updated = (training && running.is_some() && m > 0).then_some((new_mean, new_var));
@@ -127,16 +160,10 @@ pub(crate) fn batch_norm_backward<T: DType>(
     let rm = per_channel(running.map(|(m, _)| m));
     let rv = per_channel(running.map(|(_, v)| v));
     let mut dx = vec![T::from_f64(0.0); xc.len()];
-    let mut dw = Vec::with_capacity(c);
-    let mut db = Vec::with_capacity(c);
-    for ch in 0..c {
+    // Each channel: its `dx`, and its `(dweight, dbias)`.
+    let channel = |ch: usize, out: &mut [T]| -> (f64, f64) {
         let xs = &xc[ch * m..(ch + 1) * m];
         let gs = &gc[ch * m..(ch + 1) * m];
-        if m == 0 {
-            dw.push(T::from_f64(0.0));
-            db.push(T::from_f64(0.0));
-            continue;
-        }
         let (mean, var) = if training {
             stats(xs)
         } else {
@@ -146,27 +173,31 @@ pub(crate) fn batch_norm_backward<T: DType>(
             )
         };
         let invstd = 1.0 / (var + eps).sqrt();
-        let wc = w.as_ref().map_or(1.0, |w| w[ch]);
-        let idx: Vec<usize> = (0..m).collect();
-        let sum_g = pairwise_sum(&idx, |i| gs[i].to_f64());
-        let sum_gxhat = pairwise_sum(&idx, |i| gs[i].to_f64() * (xs[i].to_f64() - mean)) * invstd;
-        dw.push(T::from_f64(sum_gxhat));
-        db.push(T::from_f64(sum_g));
-        let out = &mut dx[ch * m..(ch + 1) * m];
+        let k = w.as_ref().map_or(1.0, |w| w[ch]) * invstd;
+        let sum_g = pairwise_sum(gs, |g: T| g.to_f64());
+        let pairs: Vec<(T, T)> = xs.iter().copied().zip(gs.iter().copied()).collect();
+        let sum_gxhat =
+            pairwise_sum(&pairs, |(x, g): (T, T)| g.to_f64() * (x.to_f64() - mean)) * invstd;
         if training {
-            let k = wc * invstd;
             let (mg, mgx) = (sum_g / m as f64, sum_gxhat / m as f64);
             for ((o, &xv), &gv) in out.iter_mut().zip(xs).zip(gs) {
                 let xhat = (xv.to_f64() - mean) * invstd;
                 *o = T::from_f64(k * (gv.to_f64() - mg - xhat * mgx));
             }
         } else {
-            let k = wc * invstd;
             for (o, &gv) in out.iter_mut().zip(gs) {
                 *o = T::from_f64(gv.to_f64() * k);
             }
         }
-    }
+        (sum_gxhat, sum_g)
+    };
+    let sums = if m == 0 {
+        vec![(0.0, 0.0); c]
+    } else {
+        per_channel_mut(&mut dx, c, m, channel)
+    };
+    let dw = sums.iter().map(|&(w, _)| T::from_f64(w)).collect();
+    let db = sums.iter().map(|&(_, b)| T::from_f64(b)).collect();
     (to_nc(&dx, [n, c, s]), dw, db)
 }
 

@@ -239,6 +239,55 @@ impl<D: Device, T: FloatDType, C: Dim> BatchNorm<D, T, C> {
     }
 }
 
+impl<D: Device, T: FloatDType, C: Dim> BatchNorm<D, T, C> {
+    /// The module on device `D2`, its buffers included (a clone on the
+    /// same device); what `#[derive(Params)]`'s `to_device` calls for a
+    /// field of this type.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{params::BatchNorm, Cpu, Const};
+    /// let bn = BatchNorm::<Cpu, f32, Const<2>>::new().unwrap();
+    /// assert_eq!(bn.to_device::<Cpu>().unwrap().stats().running_var.to_vec().unwrap(), [1.0; 2]);
+    /// ```
+    pub fn to_device<D2: Device>(&self) -> Result<BatchNorm<D2, T, C>> {
+        let s = self.stats();
+        Ok(BatchNorm {
+            weight: self.weight.to_device()?,
+            bias: self.bias.to_device()?,
+            stats: RwLock::new(RunningStats {
+                running_mean: s.running_mean.to_device()?,
+                running_var: s.running_var.to_device()?,
+                num_batches_tracked: s.num_batches_tracked,
+            }),
+            momentum: self.momentum,
+            eps: self.eps,
+        })
+    }
+
+    /// The module in dtype `T2`, its buffers included; what
+    /// `#[derive(Params)]`'s `cast` calls for a field of this type.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{params::BatchNorm, Cpu, Const};
+    /// let bn = BatchNorm::<Cpu, f32, Const<2>>::new().unwrap();
+    /// assert_eq!(bn.cast::<f64>().unwrap().weight.to_vec().unwrap(), [1.0f64; 2]);
+    /// ```
+    pub fn cast<T2: FloatDType>(&self) -> Result<BatchNorm<D, T2, C>> {
+        let s = self.stats();
+        Ok(BatchNorm {
+            weight: self.weight.cast()?,
+            bias: self.bias.cast()?,
+            stats: RwLock::new(RunningStats {
+                running_mean: s.running_mean.cast()?,
+                running_var: s.running_var.cast()?,
+                num_batches_tracked: s.num_batches_tracked,
+            }),
+            momentum: self.momentum,
+            eps: self.eps,
+        })
+    }
+}
+
 impl<D: Device, T: FloatDType, C: Dim> Params for BatchNorm<D, T, C> {
     fn visit_named(
         &self,
@@ -301,5 +350,109 @@ impl<D: Device, T: FloatDType, C: Dim> Params for BatchNorm<D, T, C> {
     ) {
         out.push((join(prefix, "weight"), &mut self.weight));
         out.push((join(prefix, "bias"), &mut self.bias));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shape::{Const, Dyn};
+
+    type Bn = BatchNorm<Cpu, f64, Const<3>>;
+
+    #[test]
+    fn running_statistics_follow_pytorchs_updates_over_several_steps() {
+        for momentum in [Some(0.1), Some(0.5), None] {
+            let mut bn = Bn::new().unwrap();
+            bn.momentum = momentum;
+            let (mut em, mut ev) = (vec![0.0; 3], vec![1.0; 3]);
+            for step in 1..=4u64 {
+                // [N = 2, C = 3, L = 2], channel c of step s: c * s + 0, 1, 2, 4 scaled by s.
+                let vals: Vec<f64> = (0..12)
+                    .map(|i| {
+                        let (n, c, l) = (i / 6, (i / 2) % 3, i % 2);
+                        (c as f64 + 1.0) * step as f64 + [0.0, 1.0, 2.0, 4.0][n * 2 + l] * step as f64
+                    })
+                    .collect();
+                let x = Tensor::<Cpu, f64, (Dyn, Const<3>, Dyn)>::from_vec_dims(vals.clone(), &[2, 3, 2]).unwrap();
+                bn.forward(&x, true).unwrap();
+                let f = momentum.unwrap_or(1.0 / step as f64);
+                for c in 0..3 {
+                    let xs: Vec<f64> = (0..12).filter(|i| (i / 2) % 3 == c).map(|i| vals[i]).collect();
+                    let mean = xs.iter().sum::<f64>() / 4.0;
+                    let var = xs.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 3.0;
+                    em[c] = (1.0 - f) * em[c] + f * mean;
+                    ev[c] = (1.0 - f) * ev[c] + f * var;
+                }
+                let s = bn.stats();
+                assert_eq!(s.num_batches_tracked, step as i64);
+                for (g, e) in s.running_mean.to_vec().unwrap().iter().zip(&em) {
+                    assert!((g - e).abs() < 1e-12, "{momentum:?} step {step}: {g} vs {e}");
+                }
+                for (g, e) in s.running_var.to_vec().unwrap().iter().zip(&ev) {
+                    assert!((g - e).abs() < 1e-12, "{momentum:?} step {step}: {g} vs {e}");
+                }
+            }
+            // Inference leaves them and the count alone.
+            let before = bn.stats();
+            let x = Tensor::<Cpu, f64, (Dyn, Const<3>)>::ones_dims(&[5, 3]).unwrap();
+            bn.forward(&x, false).unwrap();
+            let after = bn.stats();
+            assert_eq!(after.num_batches_tracked, before.num_batches_tracked);
+            assert_eq!(after.running_var.to_vec().unwrap(), before.running_var.to_vec().unwrap());
+        }
+    }
+
+    #[test]
+    fn saved_and_loaded_under_torchvisions_names_and_invisible_to_optimizers() {
+        let bn = Bn::new().unwrap();
+        let x = Tensor::<Cpu, f64, (Const<4>, Const<3>)>::from_vec((0..12).map(f64::from).collect()).unwrap();
+        bn.forward(&x, true).unwrap();
+        let layers = vec![bn.clone(), bn];
+        let mut names = Vec::new();
+        layers
+            .visit(&mut |n, t| {
+                names.push(format!("{n} {} {:?}", t.dtype().name(), t.dims()));
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(
+            &names[..5],
+            [
+                "0.weight f64 [3]",
+                "0.bias f64 [3]",
+                "0.running_mean f64 [3]",
+                "0.running_var f64 [3]",
+                "0.num_batches_tracked i64 []"
+            ]
+        );
+        let trained: Vec<String> = layers.tensors().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(trained, ["0.weight", "0.bias", "1.weight", "1.bias"]);
+        let dir = std::env::temp_dir().join(format!("tf_bn_{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bn.safetensors");
+        layers.save_safetensors(&path).unwrap();
+        let back = Vec::<Bn>::load_safetensors(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(back.len(), 2);
+        let (s, t) = (back[1].stats(), layers[1].stats());
+        assert_eq!(s.num_batches_tracked, 1);
+        assert_eq!(s.running_mean.to_vec().unwrap(), t.running_mean.to_vec().unwrap());
+        assert_eq!(s.running_var.to_vec().unwrap(), t.running_var.to_vec().unwrap());
+        let z = back.zeros_like().unwrap();
+        assert_eq!(z[0].weight.to_vec().unwrap(), [0.0; 3]);
+    }
+
+    #[test]
+    fn mismatched_inputs_are_errors_naming_the_operand() {
+        let bn = BatchNorm::<Cpu, f32, Dyn>::with_channels(3).unwrap();
+        let x = Tensor::<Cpu, f32, (Dyn, Dyn)>::ones_dims(&[2, 4]).unwrap();
+        let e = bn.forward(&x, true).unwrap_err().to_string();
+        assert!(e.contains("running_mean") && e.contains("[4]"), "{e}");
+        let one = Tensor::<Cpu, f32, (Dyn, Dyn)>::ones_dims(&[1, 3]).unwrap();
+        let e = bn.forward(&one, true).unwrap_err().to_string();
+        assert!(e.contains("more than 1 value per channel"), "{e}");
+        assert!(bn.forward(&one, false).is_ok());
+        assert!(BatchNorm::<Cpu, f32, Dyn>::new().is_err());
     }
 }
