@@ -396,15 +396,17 @@ fn batch_norm_fields_use_torchvisions_buffer_names() {
         conv1: Tensor::ones().unwrap(),
         bn1: tensorfn::params::BatchNorm::new().unwrap(),
     };
-    let x = Tensor::<Cpu, f32, shape![3, 4, 2, 2]>::from_vec((0..48).map(|v| v as f32).collect()).unwrap();
+    let x = Tensor::<Cpu, f32, shape![3, 4, 2, 2]>::from_vec((0..48).map(|v| v as f32).collect())
+        .unwrap();
     p.bn1.forward(&x, true).unwrap();
     let layers = vec![p];
     let mut names = Vec::new();
-    layers.visit(&mut |n, _| {
-        names.push(n.to_string());
-        Ok(())
-    })
-    .unwrap();
+    layers
+        .visit(&mut |n, _| {
+            names.push(n.to_string());
+            Ok(())
+        })
+        .unwrap();
     assert_eq!(
         names,
         [
@@ -423,7 +425,10 @@ fn batch_norm_fields_use_torchvisions_buffer_names() {
     let back = Vec::<ConvBlock<Cpu, f32>>::load_safetensors(&path).unwrap();
     let (s, t) = (back[0].bn1.stats(), layers[0].bn1.stats());
     assert_eq!(s.num_batches_tracked, 1);
-    assert_eq!(s.running_mean.to_vec().unwrap(), t.running_mean.to_vec().unwrap());
+    assert_eq!(
+        s.running_mean.to_vec().unwrap(),
+        t.running_mean.to_vec().unwrap()
+    );
     let as_f64 = back[0].cast::<f64>().unwrap();
     assert_eq!(as_f64.bn1.stats().num_batches_tracked, 1);
 }

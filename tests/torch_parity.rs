@@ -638,14 +638,40 @@ fn batch_norms<G: Device, T: FloatDType>(rec: &mut Recorder) {
             .batch_norm(Some(&mut m), Some(&mut v), Some(&wt), Some(&b), args)
             .unwrap();
         let e = x64
-            .batch_norm(Some(&mut m64), Some(&mut v64_), Some(&w64), Some(&b64), args)
+            .batch_norm(
+                Some(&mut m64),
+                Some(&mut v64_),
+                Some(&w64),
+                Some(&b64),
+                args,
+            )
             .unwrap();
-        let inputs = [rec.array(&x), rec.array(&rm), rec.array(&rv), rec.array(&wt), rec.array(&b)];
+        let inputs = [
+            rec.array(&x),
+            rec.array(&rm),
+            rec.array(&rv),
+            rec.array(&wt),
+            rec.array(&b),
+        ];
         let what = format!("batch_norm training {training}");
         check(&what, &flat(&y), &e.to_vec().unwrap(), k);
-        check(&format!("{what} running_mean"), &m, &m64.to_vec().unwrap(), k);
-        check(&format!("{what} running_var"), &v, &v64_.to_vec().unwrap(), k);
-        for (out, name) in [(rec.array(&y), "y"), (rec.array(&m), "running_mean"), (rec.array(&v), "running_var")] {
+        check(
+            &format!("{what} running_mean"),
+            &m,
+            &m64.to_vec().unwrap(),
+            k,
+        );
+        check(
+            &format!("{what} running_var"),
+            &v,
+            &v64_.to_vec().unwrap(),
+            k,
+        );
+        for (out, name) in [
+            (rec.array(&y), "y"),
+            (rec.array(&m), "running_mean"),
+            (rec.array(&v), "running_var"),
+        ] {
             let a = format!(r#""training":{training},"momentum":0.1,"eps":1e-5,"out":"{name}""#);
             rec.case("batch_norm", dt, &inputs, &out, &a);
         }
@@ -660,7 +686,11 @@ fn batch_norms<G: Device, T: FloatDType>(rec: &mut Recorder) {
         check(&format!("{what} dbias"), &db, &eb.to_vec().unwrap(), k);
         let mut inputs = inputs.to_vec();
         inputs.push(rec.array(&g));
-        for (out, grad) in [(rec.array(&dx), "dx"), (rec.array(&dw), "dweight"), (rec.array(&db), "dbias")] {
+        for (out, grad) in [
+            (rec.array(&dx), "dx"),
+            (rec.array(&dw), "dweight"),
+            (rec.array(&db), "dbias"),
+        ] {
             let a = format!(r#""training":{training},"momentum":0.1,"eps":1e-5,"grad":"{grad}""#);
             rec.case("batch_norm_backward", dt, &inputs, &out, &a);
         }

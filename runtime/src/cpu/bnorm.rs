@@ -104,7 +104,11 @@ pub(crate) fn batch_norm<T: DType>(
     // elements normalised; returns the batch mean and biased variance.
     let channel = |ch: usize, out: &mut [T]| -> (f64, f64) {
         let xs = &xc[ch * m..(ch + 1) * m];
-        let batch = if training { stats(xs) } else { (f64::NAN, f64::NAN) };
+        let batch = if training {
+            stats(xs)
+        } else {
+            (f64::NAN, f64::NAN)
+        };
         // The running statistics exist in inference (checked by the ops
         // layer).
         let (mean, var) = if training {
@@ -129,7 +133,9 @@ pub(crate) fn batch_norm<T: DType>(
         let unbias = m as f64 / (m as f64 - 1.0);
         for (ch, (mean, var)) in batch.into_iter().enumerate() {
             new_mean.push(T::from_f64((1.0 - momentum) * rm[ch] + momentum * mean));
-            new_var.push(T::from_f64((1.0 - momentum) * rv[ch] + momentum * var * unbias));
+            new_var.push(T::from_f64(
+                (1.0 - momentum) * rv[ch] + momentum * var * unbias,
+            ));
         }
     }
     let updated = (training && running.is_some() && m > 0).then_some((new_mean, new_var));
@@ -247,10 +253,15 @@ mod tests {
             let var = sq / m;
             means.push(mean);
             vars.push(var);
-            let (mu, v) = if training { (mean, var) } else { (rm[ch], rv[ch]) };
+            let (mu, v) = if training {
+                (mean, var)
+            } else {
+                (rm[ch], rv[ch])
+            };
             for i in 0..n {
                 for j in 0..s {
-                    y[(i * c + ch) * s + j] = (at(i, ch, j) - mu) / (v + eps).sqrt() * w[ch] + b[ch];
+                    y[(i * c + ch) * s + j] =
+                        (at(i, ch, j) - mu) / (v + eps).sqrt() * w[ch] + b[ch];
                 }
             }
         }
@@ -312,7 +323,10 @@ mod tests {
                 let ty = std::any::type_name::<U>();
                 for (i, (g, e)) in back(&y).iter().zip(&want.y).enumerate() {
                     let ok = (g - e).abs() <= tol * e.abs().max(1.0) || (g.is_nan() && e.is_nan());
-                    assert!(ok, "{ty} {dims:?} shift {shift} training {training} at {i}: {g} vs {e}");
+                    assert!(
+                        ok,
+                        "{ty} {dims:?} shift {shift} training {training} at {i}: {g} vs {e}"
+                    );
                 }
                 assert_eq!(updated.is_some(), training && n * s > 0);
                 if let Some((m, v)) = updated {
@@ -321,8 +335,14 @@ mod tests {
                         let em = 0.9 * rmf[ch] + 0.1 * want.mean[ch];
                         let ev = 0.9 * rvf[ch] + 0.1 * want.var[ch] * k;
                         let (gm, gv) = (m[ch].to_f64(), v[ch].to_f64());
-                        assert!((gm - em).abs() <= tol * em.abs().max(1.0), "{ty} mean {gm} vs {em}");
-                        assert!((gv - ev).abs() <= tol * ev.abs().max(1.0), "{ty} var {gv} vs {ev}");
+                        assert!(
+                            (gm - em).abs() <= tol * em.abs().max(1.0),
+                            "{ty} mean {gm} vs {em}"
+                        );
+                        assert!(
+                            (gv - ev).abs() <= tol * ev.abs().max(1.0),
+                            "{ty} var {gv} vs {ev}"
+                        );
                     }
                 }
             }
@@ -331,7 +351,14 @@ mod tests {
 
     #[test]
     fn forward_matches_the_reference_in_every_dtype() {
-        let shapes = [[4, 3, 1], [1, 2, 9], [3, 5, 7], [2, 4, 33], [0, 3, 4], [5, 2, 0]];
+        let shapes = [
+            [4, 3, 1],
+            [1, 2, 9],
+            [3, 5, 7],
+            [2, 4, 33],
+            [0, 3, 4],
+            [5, 2, 0],
+        ];
         for (k, dims) in shapes.into_iter().enumerate() {
             let seed = 7 + k as u64;
             check_forward::<f64>(dims, 0.0, 1e-12, seed);
@@ -355,7 +382,15 @@ mod tests {
         let lc = Layout::contiguous(&[2]);
         let b = [0.5f32, -1.0];
         let x = [3.0f32, 3.0, 1.0, f32::NAN, 3.0, 3.0, 2.0, 0.0];
-        let (y, upd) = batch_norm((&x[..], &l), None, Some((&b[..], &lc)), None, true, 0.1, 1e-5);
+        let (y, upd) = batch_norm(
+            (&x[..], &l),
+            None,
+            Some((&b[..], &lc)),
+            None,
+            true,
+            0.1,
+            1e-5,
+        );
         assert_eq!(&y[..2], &[0.5, 0.5]);
         assert!(y[2..4].iter().chain(&y[6..]).all(|v| v.is_nan()), "{y:?}");
         assert!(upd.is_none());
@@ -373,7 +408,10 @@ mod tests {
         );
         let (m, v) = upd.unwrap();
         assert!(m[0].is_infinite() && v[0].is_nan(), "{m:?} {v:?}");
-        assert!((m[1] - 0.025).abs() < 1e-8 && (v[1] - 0.925).abs() < 1e-7, "{m:?} {v:?}");
+        assert!(
+            (m[1] - 0.025).abs() < 1e-8 && (v[1] - 0.925).abs() < 1e-7,
+            "{m:?} {v:?}"
+        );
         // Inference is per element: an infinity stays there.
         let (y, _) = batch_norm(
             (&x[..], &l),
@@ -389,14 +427,26 @@ mod tests {
 
     /// The training loss `sum(y * r)` for fixed random `r`, in f64.
     #[allow(clippy::too_many_arguments)]
-    fn loss(x: &[f64], dims: [usize; 3], w: &[f64], b: &[f64], rm: &[f64], rv: &[f64], r: &[f64], training: bool) -> f64 {
+    fn loss(
+        x: &[f64],
+        dims: [usize; 3],
+        w: &[f64],
+        b: &[f64],
+        rm: &[f64],
+        rv: &[f64],
+        r: &[f64],
+        training: bool,
+    ) -> f64 {
         let y = reference(x, dims, w, b, rm, rv, training, 1e-5).y;
         y.iter().zip(r).map(|(y, r)| y * r).sum()
     }
 
     #[test]
     fn backward_matches_central_differences() {
-        for (k, dims) in [[3, 2, 4], [1, 3, 5], [6, 1, 1], [2, 2, 3]].into_iter().enumerate() {
+        for (k, dims) in [[3, 2, 4], [1, 3, 5], [6, 1, 1], [2, 2, 3]]
+            .into_iter()
+            .enumerate()
+        {
             let [n, c, s] = dims;
             let mut rng = SplitMix64::new(100 + k as u64);
             let x = draw(&mut rng, n * c * s, 1.0, 0.5);
@@ -424,7 +474,10 @@ mod tests {
                     (f(&p) - f(&m)) / (2.0 * h)
                 };
                 let close = |g: f64, e: f64, what: &str| {
-                    assert!((g - e).abs() <= 1e-6 * e.abs().max(1.0), "{dims:?} {training} {what}: {g} vs {e}");
+                    assert!(
+                        (g - e).abs() <= 1e-6 * e.abs().max(1.0),
+                        "{dims:?} {training} {what}: {g} vs {e}"
+                    );
                 };
                 for i in 0..x.len() {
                     let e = fd(&x, i, &|x| loss(x, dims, &w, &b, &rm, &rv, &r, training));
@@ -443,8 +496,7 @@ mod tests {
     #[test]
     fn backward_of_an_empty_batch_is_zero() {
         let l = Layout::contiguous(&[0, 2, 3]);
-        let (dx, dw, db) =
-            batch_norm_backward::<f32>((&[], &l), None, None, (&[], &l), true, 1e-5);
+        let (dx, dw, db) = batch_norm_backward::<f32>((&[], &l), None, None, (&[], &l), true, 1e-5);
         assert!(dx.is_empty());
         assert_eq!((dw, db), (vec![0.0; 2], vec![0.0; 2]));
     }

@@ -425,7 +425,11 @@ impl Backend for CpuBackend {
     ) -> Result<(Vec<T>, Option<(Vec<T>, Vec<T>)>)> {
         let name = "batch_norm";
         if l.rank() < 2 {
-            return Err(Error::shape(name, "an input of rank 2 or more", format!("{:?}", l.dims())));
+            return Err(Error::shape(
+                name,
+                "an input of rank 2 or more",
+                format!("{:?}", l.dims()),
+            ));
         }
         strided::check_extent(name, l, x.len())?;
         for (v, lv) in [weight, bias, running.map(|r| r.0), running.map(|r| r.1)]

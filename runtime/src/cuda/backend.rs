@@ -604,7 +604,11 @@ impl Backend for CudaBackend {
         self.ctx.bind()?;
         let name = "batch_norm";
         if l.rank() < 2 {
-            return Err(Error::shape(name, "an input of rank 2 or more", format!("{:?}", l.dims())));
+            return Err(Error::shape(
+                name,
+                "an input of rank 2 or more",
+                format!("{:?}", l.dims()),
+            ));
         }
         check_extent(name, "input", x, l)?;
         let host = HostOperands::new(self, name, [weight, bias], running)?;

@@ -1025,9 +1025,19 @@ fn batch_norm_matches_the_cpu_in_both_modes_and_layouts() {
             let nhwc = Layout::contiguous(&[n, s, c]).permute(&[0, 2, 1]);
             for l in [nchw, nhwc] {
                 for training in [true, false] {
-                    let what = format!("batch_norm {} {n}x{c}x{s} {:?} training {training}", T::KIND, l.strides());
-                    let (sx, sg, sw, sb, srm, srv) =
-                        (up(be, &x), up(be, &g), up(be, &w), up(be, &b), up(be, &rm), up(be, &rv));
+                    let what = format!(
+                        "batch_norm {} {n}x{c}x{s} {:?} training {training}",
+                        T::KIND,
+                        l.strides()
+                    );
+                    let (sx, sg, sw, sb, srm, srv) = (
+                        up(be, &x),
+                        up(be, &g),
+                        up(be, &w),
+                        up(be, &b),
+                        up(be, &rm),
+                        up(be, &rv),
+                    );
                     let (y, upd) = be
                         .batch_norm(
                             (&sx, &l),
@@ -1054,8 +1064,20 @@ fn batch_norm_matches_the_cpu_in_both_modes_and_layouts() {
                     assert_close(&what, &down(&y, &[numel]), &f(&ey), tol, tol);
                     assert_eq!(upd.is_some(), eupd.is_some(), "{what}");
                     if let (Some((m, v)), Some((em, ev))) = (upd, eupd) {
-                        assert_close(&format!("{what} running_mean"), &down(&m, &[c]), &f(&em), tol, tol);
-                        assert_close(&format!("{what} running_var"), &down(&v, &[c]), &f(&ev), tol, tol);
+                        assert_close(
+                            &format!("{what} running_mean"),
+                            &down(&m, &[c]),
+                            &f(&em),
+                            tol,
+                            tol,
+                        );
+                        assert_close(
+                            &format!("{what} running_var"),
+                            &down(&v, &[c]),
+                            &f(&ev),
+                            tol,
+                            tol,
+                        );
                     }
                     let (dx, dw, db) = be
                         .batch_norm_backward(
@@ -1078,9 +1100,27 @@ fn batch_norm_matches_the_cpu_in_both_modes_and_layouts() {
                         )
                         .unwrap();
                     let sum_tol = tol * ((n * s).max(1) as f64).sqrt();
-                    assert_close(&format!("{what} dx"), &down(&dx, &[numel]), &f(&ex), tol, tol);
-                    assert_close(&format!("{what} dweight"), &down(&dw, &[c]), &f(&ew), tol, sum_tol);
-                    assert_close(&format!("{what} dbias"), &down(&db, &[c]), &f(&eb), tol, sum_tol);
+                    assert_close(
+                        &format!("{what} dx"),
+                        &down(&dx, &[numel]),
+                        &f(&ex),
+                        tol,
+                        tol,
+                    );
+                    assert_close(
+                        &format!("{what} dweight"),
+                        &down(&dw, &[c]),
+                        &f(&ew),
+                        tol,
+                        sum_tol,
+                    );
+                    assert_close(
+                        &format!("{what} dbias"),
+                        &down(&db, &[c]),
+                        &f(&eb),
+                        tol,
+                        sum_tol,
+                    );
                 }
             }
         }

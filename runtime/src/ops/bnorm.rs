@@ -274,8 +274,7 @@ impl<D: Device, T: FloatDType, S: ChannelDim> Tensor<D, T, S> {
         args: BatchNormArgs,
     ) -> Result<(Self, PerChannel<D, T, S>, PerChannel<D, T, S>)> {
         args.check()?;
-        let dims =
-            self.batch_norm_dims(running_mean, running_var, weight, None, args.training)?;
+        let dims = self.batch_norm_dims(running_mean, running_var, weight, None, args.training)?;
         if grad_output.dims() != self.dims() {
             return Err(Error::shape(
                 "batch_norm_backward",

@@ -308,7 +308,8 @@ impl<D: Device, T: FloatDType, C: Dim> Params for BatchNorm<D, T, C> {
         let bias = Tensor::load_named(&join(prefix, "bias"), loader)?;
         let running_mean = Tensor::load_named(&join(prefix, "running_mean"), loader)?;
         let running_var = Tensor::load_named(&join(prefix, "running_var"), loader)?;
-        let count = <Tensor<Cpu, i64, ()>>::load_named(&join(prefix, "num_batches_tracked"), loader)?;
+        let count =
+            <Tensor<Cpu, i64, ()>>::load_named(&join(prefix, "num_batches_tracked"), loader)?;
         Ok(BatchNorm {
             weight,
             bias,
@@ -371,14 +372,22 @@ mod tests {
                 let vals: Vec<f64> = (0..12)
                     .map(|i| {
                         let (n, c, l) = (i / 6, (i / 2) % 3, i % 2);
-                        (c as f64 + 1.0) * step as f64 + [0.0, 1.0, 2.0, 4.0][n * 2 + l] * step as f64
+                        (c as f64 + 1.0) * step as f64
+                            + [0.0, 1.0, 2.0, 4.0][n * 2 + l] * step as f64
                     })
                     .collect();
-                let x = Tensor::<Cpu, f64, (Dyn, Const<3>, Dyn)>::from_vec_dims(vals.clone(), &[2, 3, 2]).unwrap();
+                let x = Tensor::<Cpu, f64, (Dyn, Const<3>, Dyn)>::from_vec_dims(
+                    vals.clone(),
+                    &[2, 3, 2],
+                )
+                .unwrap();
                 bn.forward(&x, true).unwrap();
                 let f = momentum.unwrap_or(1.0 / step as f64);
                 for c in 0..3 {
-                    let xs: Vec<f64> = (0..12).filter(|i| (i / 2) % 3 == c).map(|i| vals[i]).collect();
+                    let xs: Vec<f64> = (0..12)
+                        .filter(|i| (i / 2) % 3 == c)
+                        .map(|i| vals[i])
+                        .collect();
                     let mean = xs.iter().sum::<f64>() / 4.0;
                     let var = xs.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 3.0;
                     em[c] = (1.0 - f) * em[c] + f * mean;
@@ -387,10 +396,16 @@ mod tests {
                 let s = bn.stats();
                 assert_eq!(s.num_batches_tracked, step as i64);
                 for (g, e) in s.running_mean.to_vec().unwrap().iter().zip(&em) {
-                    assert!((g - e).abs() < 1e-12, "{momentum:?} step {step}: {g} vs {e}");
+                    assert!(
+                        (g - e).abs() < 1e-12,
+                        "{momentum:?} step {step}: {g} vs {e}"
+                    );
                 }
                 for (g, e) in s.running_var.to_vec().unwrap().iter().zip(&ev) {
-                    assert!((g - e).abs() < 1e-12, "{momentum:?} step {step}: {g} vs {e}");
+                    assert!(
+                        (g - e).abs() < 1e-12,
+                        "{momentum:?} step {step}: {g} vs {e}"
+                    );
                 }
             }
             // Inference leaves them and the count alone.
@@ -399,14 +414,19 @@ mod tests {
             bn.forward(&x, false).unwrap();
             let after = bn.stats();
             assert_eq!(after.num_batches_tracked, before.num_batches_tracked);
-            assert_eq!(after.running_var.to_vec().unwrap(), before.running_var.to_vec().unwrap());
+            assert_eq!(
+                after.running_var.to_vec().unwrap(),
+                before.running_var.to_vec().unwrap()
+            );
         }
     }
 
     #[test]
     fn saved_and_loaded_under_torchvisions_names_and_invisible_to_optimizers() {
         let bn = Bn::new().unwrap();
-        let x = Tensor::<Cpu, f64, (Const<4>, Const<3>)>::from_vec((0..12).map(f64::from).collect()).unwrap();
+        let x =
+            Tensor::<Cpu, f64, (Const<4>, Const<3>)>::from_vec((0..12).map(f64::from).collect())
+                .unwrap();
         bn.forward(&x, true).unwrap();
         let layers = vec![bn.clone(), bn];
         let mut names = Vec::new();
@@ -437,8 +457,14 @@ mod tests {
         assert_eq!(back.len(), 2);
         let (s, t) = (back[1].stats(), layers[1].stats());
         assert_eq!(s.num_batches_tracked, 1);
-        assert_eq!(s.running_mean.to_vec().unwrap(), t.running_mean.to_vec().unwrap());
-        assert_eq!(s.running_var.to_vec().unwrap(), t.running_var.to_vec().unwrap());
+        assert_eq!(
+            s.running_mean.to_vec().unwrap(),
+            t.running_mean.to_vec().unwrap()
+        );
+        assert_eq!(
+            s.running_var.to_vec().unwrap(),
+            t.running_var.to_vec().unwrap()
+        );
         let z = back.zeros_like().unwrap();
         assert_eq!(z[0].weight.to_vec().unwrap(), [0.0; 3]);
     }
