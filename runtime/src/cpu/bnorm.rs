@@ -479,9 +479,9 @@ mod tests {
                         "{dims:?} {training} {what}: {g} vs {e}"
                     );
                 };
-                for i in 0..x.len() {
+                for (i, &g) in dx.iter().enumerate() {
                     let e = fd(&x, i, &|x| loss(x, dims, &w, &b, &rm, &rv, &r, training));
-                    close(dx[i], e, &format!("dx[{i}]"));
+                    close(g, e, &format!("dx[{i}]"));
                 }
                 for ch in 0..c {
                     let e = fd(&w, ch, &|w| loss(&x, dims, w, &b, &rm, &rv, &r, training));
