@@ -69,6 +69,21 @@ def run(op, args, xs):
             y = torch.nn.functional.rms_norm(x, (x.shape[-1],), params[1], args["eps"])
         grads = torch.autograd.grad(y, params, xs[-1])
         return grads[["dx", "dweight", "dbias"].index(args["grad"])]
+    if op == "batch_norm":
+        # xs: input, running_mean, running_var, weight, bias; args["out"]
+        # picks the output or a running statistic after the update.
+        x, rm, rv, w, b = xs
+        rm, rv = rm.clone(), rv.clone()
+        y = torch.nn.functional.batch_norm(x, rm, rv, w, b, args["training"], args["momentum"], args["eps"])
+        return {"y": y, "running_mean": rm, "running_var": rv}[args["out"]]
+    if op == "batch_norm_backward":
+        # xs: input, running_mean, running_var, weight, bias, grad_output.
+        x, rm, rv, w, b, g = xs
+        params = [t.clone().requires_grad_(True) for t in (x, w, b)]
+        y = torch.nn.functional.batch_norm(params[0], rm.clone(), rv.clone(), params[1], params[2],
+                                           args["training"], args["momentum"], args["eps"])
+        grads = torch.autograd.grad(y, params, g)
+        return grads[["dx", "dweight", "dbias"].index(args["grad"])]
     if op == "rope":
         # Hugging Face's Llama: x * cos + rotate_half(x) * sin.
         x, cos, sin = xs
@@ -113,6 +128,10 @@ def slack(op, inputs, args):
         # dx sums over a row, dweight and dbias over the rows.
         rows, cols = inputs[0]["shape"]
         return 2.0 * math.sqrt(cols if args["grad"] == "dx" else rows)
+    if op in ("batch_norm", "batch_norm_backward"):
+        # Per-channel sums over N * H * W elements.
+        n, _, *spatial = inputs[0]["shape"]
+        return 2.0 * math.sqrt(n * math.prod(spatial))
     if op in ("matmul", "matmul_nt", "bmm", "addmm"):
         a = inputs[1] if op == "addmm" else inputs[0]
         return 2.0 * math.sqrt(a["shape"][-1])

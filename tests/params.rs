@@ -380,3 +380,55 @@ fn optimizers_step_derived_structs_by_name() {
     sgd.step(&mut p, &grads).unwrap();
     assert!(tensorfn::clip_grad_norm(&mut g, 1.0).unwrap() == 0.0);
 }
+
+/// A torchvision-style block: a `BatchNorm` field is saved and loaded under
+/// PyTorch's buffer names, converted with the struct, and left out of
+/// the tensors gradients and optimizers walk.
+#[derive(Params)]
+struct ConvBlock<D: Device, T: Float> {
+    conv1: Tensor<D, T, shape![4, 2]>,
+    bn1: tensorfn::params::BatchNorm<D, T, Const<4>>,
+}
+
+#[test]
+fn batch_norm_fields_use_torchvisions_buffer_names() {
+    let p = ConvBlock::<Cpu, f32> {
+        conv1: Tensor::ones().unwrap(),
+        bn1: tensorfn::params::BatchNorm::new().unwrap(),
+    };
+    let x = Tensor::<Cpu, f32, shape![3, 4, 2, 2]>::from_vec((0..48).map(|v| v as f32).collect())
+        .unwrap();
+    p.bn1.forward(&x, true).unwrap();
+    let layers = vec![p];
+    let mut names = Vec::new();
+    layers
+        .visit(&mut |n, _| {
+            names.push(n.to_string());
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(
+        names,
+        [
+            "0.conv1",
+            "0.bn1.weight",
+            "0.bn1.bias",
+            "0.bn1.running_mean",
+            "0.bn1.running_var",
+            "0.bn1.num_batches_tracked"
+        ]
+    );
+    let trained: Vec<String> = layers.tensors().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(trained, ["0.conv1", "0.bn1.weight", "0.bn1.bias"]);
+    let path = scratch("bn_block.safetensors");
+    layers.save_safetensors(&path).unwrap();
+    let back = Vec::<ConvBlock<Cpu, f32>>::load_safetensors(&path).unwrap();
+    let (s, t) = (back[0].bn1.stats(), layers[0].bn1.stats());
+    assert_eq!(s.num_batches_tracked, 1);
+    assert_eq!(
+        s.running_mean.to_vec().unwrap(),
+        t.running_mean.to_vec().unwrap()
+    );
+    let as_f64 = back[0].cast::<f64>().unwrap();
+    assert_eq!(as_f64.bn1.stats().num_batches_tracked, 1);
+}

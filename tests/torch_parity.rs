@@ -16,7 +16,7 @@ use common::matmul_f64;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use tensorfn::prelude::*;
-use tensorfn::{BiasFor, DType, Device, DeviceKind, FloatDType, Shape};
+use tensorfn::{BatchNormArgs, BiasFor, DType, Device, DeviceKind, FloatDType, Shape};
 
 type V = shape![_];
 type M2 = shape![_, _];
@@ -601,6 +601,102 @@ fn norm_backwards<G: Device, T: FloatDType>(rec: &mut Recorder) {
     }
 }
 
+/// `batch_norm` over `[N, C, H, W]`, in training (the running statistics
+/// updated: their new values are cases too) and in inference, and its
+/// gradients (`dx`, `dweight`, `dbias`) in both modes, against the f64
+/// CPU run and `F.batch_norm` / `torch.autograd.grad` on the same inputs.
+fn batch_norms<G: Device, T: FloatDType>(rec: &mut Recorder) {
+    let dt = T::KIND.name();
+    let (n, c, h, w) = (8, 16, 7, 7);
+    let dims = [n, c, h, w];
+    let (x, xv) = random::<G, T, B4>(&dims);
+    // The mean far from 0, where a one-pass variance loses digits.
+    let x = x.add_scalar(T::from_f64(3.0)).unwrap();
+    let xv: Vec<f64> = xv.iter().map(|v| T::from_f64(v + 3.0).to_f64()).collect();
+    let (g, gv) = random::<G, T, B4>(&dims);
+    let (wt, wv) = random::<G, T, V>(&[c]);
+    let (b, bv) = random::<G, T, V>(&[c]);
+    let (rm, rmv) = random::<G, T, V>(&[c]);
+    let (rv, rvv) = random::<G, T, V>(&[c]);
+    let rv = rv.add_scalar(T::from_f64(2.0)).unwrap();
+    let rvv: Vec<f64> = rvv.iter().map(|v| T::from_f64(v + 2.0).to_f64()).collect();
+    let x64 = Tensor::<Cpu, f64, B4>::from_vec_dims(xv, &dims).unwrap();
+    let g64 = Tensor::<Cpu, f64, B4>::from_vec_dims(gv, &dims).unwrap();
+    let v64 = |v: &[f64]| Tensor::<Cpu, f64, V>::from_vec_dims(v.to_vec(), &[c]).unwrap();
+    let (w64, b64) = (v64(&wv), v64(&bv));
+    let flat = |t: &Tensor<G, T, B4>| t.reshape_dims::<V>(&[n * c * h * w]).unwrap();
+    // Sums over N * H * W per channel.
+    let k = 8.0 + ((n * h * w) as f64).sqrt();
+    for training in [true, false] {
+        let args = BatchNormArgs {
+            training,
+            ..BatchNormArgs::default()
+        };
+        let (mut m, mut v) = (rm.clone(), rv.clone());
+        let (mut m64, mut v64_) = (v64(&rmv), v64(&rvv));
+        let y = x
+            .batch_norm(Some(&mut m), Some(&mut v), Some(&wt), Some(&b), args)
+            .unwrap();
+        let e = x64
+            .batch_norm(
+                Some(&mut m64),
+                Some(&mut v64_),
+                Some(&w64),
+                Some(&b64),
+                args,
+            )
+            .unwrap();
+        let inputs = [
+            rec.array(&x),
+            rec.array(&rm),
+            rec.array(&rv),
+            rec.array(&wt),
+            rec.array(&b),
+        ];
+        let what = format!("batch_norm training {training}");
+        check(&what, &flat(&y), &e.to_vec().unwrap(), k);
+        check(
+            &format!("{what} running_mean"),
+            &m,
+            &m64.to_vec().unwrap(),
+            k,
+        );
+        check(
+            &format!("{what} running_var"),
+            &v,
+            &v64_.to_vec().unwrap(),
+            k,
+        );
+        for (out, name) in [
+            (rec.array(&y), "y"),
+            (rec.array(&m), "running_mean"),
+            (rec.array(&v), "running_var"),
+        ] {
+            let a = format!(r#""training":{training},"momentum":0.1,"eps":1e-5,"out":"{name}""#);
+            rec.case("batch_norm", dt, &inputs, &out, &a);
+        }
+        let (dx, dw, db) = x
+            .batch_norm_backward(Some(&rm), Some(&rv), Some(&wt), &g, args)
+            .unwrap();
+        let (ex, ew, eb) = x64
+            .batch_norm_backward(Some(&v64(&rmv)), Some(&v64(&rvv)), Some(&w64), &g64, args)
+            .unwrap();
+        check(&format!("{what} dx"), &flat(&dx), &ex.to_vec().unwrap(), k);
+        check(&format!("{what} dweight"), &dw, &ew.to_vec().unwrap(), k);
+        check(&format!("{what} dbias"), &db, &eb.to_vec().unwrap(), k);
+        let mut inputs = inputs.to_vec();
+        inputs.push(rec.array(&g));
+        for (out, grad) in [
+            (rec.array(&dx), "dx"),
+            (rec.array(&dw), "dweight"),
+            (rec.array(&db), "dbias"),
+        ] {
+            let a = format!(r#""training":{training},"momentum":0.1,"eps":1e-5,"grad":"{grad}""#);
+            rec.case("batch_norm_backward", dt, &inputs, &out, &a);
+        }
+    }
+}
+
 /// A few AdamW and SGD-with-momentum steps on one parameter tensor, from
 /// the same parameters and gradients as `torch.optim.AdamW` / `SGD` get.
 fn optimizers<G: Device, T: FloatDType>(rec: &mut Recorder) {
@@ -702,6 +798,10 @@ where
     norm_backwards::<G, f32>(&mut rec);
     norm_backwards::<G, f16>(&mut rec);
     norm_backwards::<G, bf16>(&mut rec);
+    batch_norms::<G, f64>(&mut rec);
+    batch_norms::<G, f32>(&mut rec);
+    batch_norms::<G, f16>(&mut rec);
+    batch_norms::<G, bf16>(&mut rec);
     fused::<G, f32>(&mut rec);
     fused::<G, f16>(&mut rec);
     fused::<G, bf16>(&mut rec);

@@ -1562,6 +1562,56 @@ pub fn norm<D: DimValue>(
     Ok(xd.to_vec())
 }
 
+/// `batch_norm` per channel, PyTorch's `F.batch_norm(input, running_mean,
+/// running_var, weight, bias, ..)`: `input` is `[N, C, *]` (at least two
+/// dims: `[N, C]`, `[N, C, L]`, `[N, C, H, W]`), and each of `params`
+/// (the running statistics, the weight and the bias the call gives) has
+/// the shape `[C]`, `C` the dim 1 of `input`. The result has the dims of
+/// `input`. An error about `params[i]` names operand `i + 1`.
+///
+/// ```
+/// use tensorfn_core::rules::batch_norm;
+/// let x: &[usize] = &[8, 64, 56, 56];
+/// assert_eq!(batch_norm("batch_norm", ("x", x), &[("w", &[64])]).unwrap(), x.to_vec());
+/// let e = batch_norm("batch_norm", ("x", x), &[("w", &[64]), ("b", &[32])]).unwrap_err();
+/// assert_eq!(e.operand, 2);
+/// assert!(e.message.contains("`b` must have shape [64]"), "{}", e.message);
+/// let e = batch_norm::<usize>("batch_norm", ("x", &[64]), &[]).unwrap_err();
+/// assert!(e.message.contains("at least 2 dims"), "{}", e.message);
+/// ```
+pub fn batch_norm<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    params: &[Operand<'_, D>],
+) -> Result<Vec<D>, RuleError> {
+    let (xn, xd) = x;
+    if xd.len() < 2 {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` normalises each channel (dim 1) of an input [N, C, *], so `{xn}` must have at least 2 dims, found shape {}: for a single sample add the batch dim, e.g. `.unsqueeze(0)`",
+                fmt_dims(xd)
+            ),
+        );
+    }
+    let c = &xd[1];
+    for (i, &(pn, pd)) in params.iter().enumerate() {
+        if pd.len() != 1 || pd[0] != *c {
+            return err(
+                op,
+                i + 1,
+                format!(
+                    "`{op}` has one statistic per channel of `{xn}` (dim 1, {c} of {}): `{pn}` must have shape [{c}], but has shape {}",
+                    fmt_dims(xd),
+                    fmt_dims(pd)
+                ),
+            );
+        }
+    }
+    Ok(xd.to_vec())
+}
+
 /// `rope(input, cos, sin)`: `input` is `[.., T, D]` with `D` even, and
 /// `cos` and `sin` are `[T, D]` (broadcast over the leading dims). The
 /// result has the dims of `input`.

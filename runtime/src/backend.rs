@@ -377,6 +377,45 @@ pub(crate) trait Backend {
         eps: f64,
     ) -> Result<(Self::Buf<T>, Self::Buf<T>, Option<Self::Buf<T>>)>;
 
+    /// `batch_norm` of `x` (`[N, C, *]`, any strides, so NCHW and
+    /// channels-last memory alike) per channel, dim 1, with optional
+    /// `weight`/`bias` of `[C]` and the running `(mean, var)` of `[C]`.
+    /// In training the channel's batch mean and biased variance normalise
+    /// and, with running statistics, their updated values come back
+    /// (`(1 - momentum) * running + momentum * batch`, the variance
+    /// unbiased); in inference the running statistics normalise (the ops
+    /// layer checks that they are given). Statistics in at least f32, no
+    /// atomics: the same bits every run. Returns the output (contiguous,
+    /// `x`'s dims) and the updated `(mean, var)`, `None` outside training,
+    /// without running statistics, or for an empty batch.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn batch_norm<T: FloatDType>(
+        &self,
+        x: (&Self::Buf<T>, &Layout),
+        weight: Option<(&Self::Buf<T>, &Layout)>,
+        bias: Option<(&Self::Buf<T>, &Layout)>,
+        running: Option<((&Self::Buf<T>, &Layout), (&Self::Buf<T>, &Layout))>,
+        training: bool,
+        momentum: f64,
+        eps: f64,
+    ) -> Result<(Self::Buf<T>, Option<(Self::Buf<T>, Self::Buf<T>)>)>;
+
+    /// The gradients of [`Backend::batch_norm`] for `grad_output` of `x`'s
+    /// dims: `(dx, dweight, dbias)`, `dx` contiguous of `x`'s dims,
+    /// `dweight`/`dbias` of `[C]` (a missing weight counts as 1). In
+    /// training the batch statistics are recomputed from `x`; in inference
+    /// the running ones (given) are constants.
+    #[allow(clippy::type_complexity)]
+    fn batch_norm_backward<T: FloatDType>(
+        &self,
+        x: (&Self::Buf<T>, &Layout),
+        weight: Option<(&Self::Buf<T>, &Layout)>,
+        running: Option<((&Self::Buf<T>, &Layout), (&Self::Buf<T>, &Layout))>,
+        grad_output: (&Self::Buf<T>, &Layout),
+        training: bool,
+        eps: f64,
+    ) -> Result<(Self::Buf<T>, Self::Buf<T>, Self::Buf<T>)>;
+
     /// Scaled dot-product attention: `q` is `[batch, L, E]`, `k` is
     /// `[batch, S, E]`, `v` is `[batch, S, Ev]` and the mask `[batch, L, S]`
     /// (any strides, 0 for broadcast dims; the last dim of `q`, `k`, `v`

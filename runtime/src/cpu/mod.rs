@@ -3,6 +3,7 @@
 
 mod attention;
 pub(crate) mod blocks;
+pub(crate) mod bnorm;
 pub(crate) mod buffer;
 pub(crate) mod copy;
 mod cumsum;
@@ -410,6 +411,83 @@ impl Backend for CpuBackend {
                 norm::norm_backward::<U>(op, (slice(x), l), (slice(w), lw), (slice(g), lg), eps);
             (vec(dx), vec(dw), db.map(vec))
         }))
+    }
+
+    fn batch_norm<T: FloatDType>(
+        &self,
+        (x, l): (&Vec<T>, &Layout),
+        weight: Option<(&Vec<T>, &Layout)>,
+        bias: Option<(&Vec<T>, &Layout)>,
+        running: Option<((&Vec<T>, &Layout), (&Vec<T>, &Layout))>,
+        training: bool,
+        momentum: f64,
+        eps: f64,
+    ) -> Result<(Vec<T>, Option<(Vec<T>, Vec<T>)>)> {
+        let name = "batch_norm";
+        if l.rank() < 2 {
+            return Err(Error::shape(
+                name,
+                "an input of rank 2 or more",
+                format!("{:?}", l.dims()),
+            ));
+        }
+        strided::check_extent(name, l, x.len())?;
+        for (v, lv) in [weight, bias, running.map(|r| r.0), running.map(|r| r.1)]
+            .into_iter()
+            .flatten()
+        {
+            strided::check_extent(name, lv, v.len())?;
+        }
+        fn s<'a, T>((v, lv): (&'a Vec<T>, &'a Layout)) -> (&'a [T], &'a Layout) {
+            (v, lv)
+        }
+        Ok(bnorm::batch_norm(
+            (x, l),
+            weight.map(s),
+            bias.map(s),
+            running.map(|(m, v)| (s(m), s(v))),
+            training,
+            momentum,
+            eps,
+        ))
+    }
+
+    fn batch_norm_backward<T: FloatDType>(
+        &self,
+        (x, l): (&Vec<T>, &Layout),
+        weight: Option<(&Vec<T>, &Layout)>,
+        running: Option<((&Vec<T>, &Layout), (&Vec<T>, &Layout))>,
+        (g, lg): (&Vec<T>, &Layout),
+        training: bool,
+        eps: f64,
+    ) -> Result<(Vec<T>, Vec<T>, Vec<T>)> {
+        let name = "batch_norm_backward";
+        if l.rank() < 2 || lg.dims() != l.dims() {
+            return Err(Error::shape(
+                name,
+                "an input of rank 2 or more and a grad_output of its dims",
+                format!("{:?}, {:?}", l.dims(), lg.dims()),
+            ));
+        }
+        strided::check_extent(name, l, x.len())?;
+        strided::check_extent(name, lg, g.len())?;
+        for (v, lv) in [weight, running.map(|r| r.0), running.map(|r| r.1)]
+            .into_iter()
+            .flatten()
+        {
+            strided::check_extent(name, lv, v.len())?;
+        }
+        fn s<'a, T>((v, lv): (&'a Vec<T>, &'a Layout)) -> (&'a [T], &'a Layout) {
+            (v, lv)
+        }
+        Ok(bnorm::batch_norm_backward(
+            (x, l),
+            weight.map(s),
+            running.map(|(m, v)| (s(m), s(v))),
+            (g, lg),
+            training,
+            eps,
+        ))
     }
 
     fn attention<T: FloatDType>(

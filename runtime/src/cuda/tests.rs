@@ -1005,6 +1005,137 @@ fn norm_backward_matches_the_cpu() {
 }
 
 #[test]
+fn batch_norm_matches_the_cpu_in_both_modes_and_layouts() {
+    use crate::cpu::CpuBackend;
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64, tol: f64) {
+        // [N, C, S]: N = 1 with S > 1, S = 1 ([N, C]), a wide channel, an
+        // empty batch; NCHW and channels-last memory.
+        for (n, c, s) in [(1, 3, 17), (9, 4, 1), (4, 2, 3000), (0, 3, 5)] {
+            let numel = n * c * s;
+            let x: Vec<T> = random(rng, numel, -3.0, 5.0);
+            let g: Vec<T> = random(rng, numel, -1.0, 1.0);
+            let w: Vec<T> = random(rng, c, -2.0, 2.0);
+            let b: Vec<T> = random(rng, c, -2.0, 2.0);
+            let rm: Vec<T> = random(rng, c, -1.0, 1.0);
+            let rv: Vec<T> = random(rng, c, 0.5, 2.0);
+            let lc = Layout::contiguous(&[c]);
+            let nchw = Layout::contiguous(&[n, c, s]);
+            let nhwc = Layout::contiguous(&[n, s, c]).permute(&[0, 2, 1]);
+            for l in [nchw, nhwc] {
+                for training in [true, false] {
+                    let what = format!(
+                        "batch_norm {} {n}x{c}x{s} {:?} training {training}",
+                        T::KIND,
+                        l.strides()
+                    );
+                    let (sx, sg, sw, sb, srm, srv) = (
+                        up(be, &x),
+                        up(be, &g),
+                        up(be, &w),
+                        up(be, &b),
+                        up(be, &rm),
+                        up(be, &rv),
+                    );
+                    let (y, upd) = be
+                        .batch_norm(
+                            (&sx, &l),
+                            Some((&sw, &lc)),
+                            Some((&sb, &lc)),
+                            Some(((&srm, &lc), (&srv, &lc))),
+                            training,
+                            0.1,
+                            1e-5,
+                        )
+                        .unwrap();
+                    let (ey, eupd) = CpuBackend
+                        .batch_norm(
+                            (&x, &l),
+                            Some((&w, &lc)),
+                            Some((&b, &lc)),
+                            Some(((&rm, &lc), (&rv, &lc))),
+                            training,
+                            0.1,
+                            1e-5,
+                        )
+                        .unwrap();
+                    let f = |v: &[T]| v.iter().map(|v| v.to_f64()).collect::<Vec<f64>>();
+                    assert_close(&what, &down(&y, &[numel]), &f(&ey), tol, tol);
+                    assert_eq!(upd.is_some(), eupd.is_some(), "{what}");
+                    if let (Some((m, v)), Some((em, ev))) = (upd, eupd) {
+                        assert_close(
+                            &format!("{what} running_mean"),
+                            &down(&m, &[c]),
+                            &f(&em),
+                            tol,
+                            tol,
+                        );
+                        assert_close(
+                            &format!("{what} running_var"),
+                            &down(&v, &[c]),
+                            &f(&ev),
+                            tol,
+                            tol,
+                        );
+                    }
+                    let (dx, dw, db) = be
+                        .batch_norm_backward(
+                            (&sx, &l),
+                            Some((&sw, &lc)),
+                            Some(((&srm, &lc), (&srv, &lc))),
+                            (&sg, &nchw_of(&l)),
+                            training,
+                            1e-5,
+                        )
+                        .unwrap();
+                    let (ex, ew, eb) = CpuBackend
+                        .batch_norm_backward(
+                            (&x, &l),
+                            Some((&w, &lc)),
+                            Some(((&rm, &lc), (&rv, &lc))),
+                            (&g, &nchw_of(&l)),
+                            training,
+                            1e-5,
+                        )
+                        .unwrap();
+                    let sum_tol = tol * ((n * s).max(1) as f64).sqrt();
+                    assert_close(
+                        &format!("{what} dx"),
+                        &down(&dx, &[numel]),
+                        &f(&ex),
+                        tol,
+                        tol,
+                    );
+                    assert_close(
+                        &format!("{what} dweight"),
+                        &down(&dw, &[c]),
+                        &f(&ew),
+                        tol,
+                        sum_tol,
+                    );
+                    assert_close(
+                        &format!("{what} dbias"),
+                        &down(&db, &[c]),
+                        &f(&eb),
+                        tol,
+                        sum_tol,
+                    );
+                }
+            }
+        }
+    }
+    /// The dense layout of `l`'s dims (the gradient's).
+    fn nchw_of(l: &Layout) -> Layout {
+        Layout::contiguous(l.dims())
+    }
+    check::<f32>(&be, &mut rng, 1e-5);
+    check::<f64>(&be, &mut rng, 1e-12);
+    check::<f16>(&be, &mut rng, 2e-3);
+    check::<bf16>(&be, &mut rng, 1e-2);
+}
+
+#[test]
 fn row_ops_match_the_interpreter_bit_for_bit() {
     use tensorfn_kernels::interp::{row, HostData};
     let Some((_serial, be)) = gpu() else { return };

@@ -15,9 +15,11 @@
 //! assert_eq!(layers.num_params(), 12);
 //! ```
 
+mod batch_norm;
 mod mmap;
 pub(crate) mod safetensors;
 
+pub use self::batch_norm::{BatchNorm, RunningStats};
 pub use self::safetensors::{LoadOptions, Loader};
 
 use crate::dtype::{DType, DTypeKind};
