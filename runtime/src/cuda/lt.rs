@@ -64,6 +64,11 @@ static AUTOTUNE: Switch = Switch::new("TENSORFN_MATMUL_AUTOTUNE");
 /// last bits; turn it off for a choice that depends on the shape alone.
 /// A plan already made keeps its algorithm.
 ///
+/// The same switch decides whether a convolution of a new shape run
+/// through cuDNN times cuDNN's candidate algorithms (as PyTorch's
+/// `torch.backends.cudnn.benchmark = True`) or takes its heuristic's
+/// first choice.
+///
 /// ```
 /// use tensorfn_runtime::{matmul_autotune, set_matmul_autotune};
 /// set_matmul_autotune(false);

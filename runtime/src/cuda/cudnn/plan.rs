@@ -6,19 +6,32 @@
 //! rank, chosen on the first call in that direction. Later calls with the
 //! same problem make no descriptor and ask no heuristic.
 //!
-//! The algorithm comes from `cudnnGetConvolution*Algorithm_v7`, cuDNN's
-//! heuristics, not from `cudnnFind*`, which times every algorithm on the
-//! device: timing needs scratch copies of the outputs (the backward-filter
-//! search overwrites `dw`, so an accumulating call would need a copy),
-//! synchronises the stream, takes tens of milliseconds per shape, and
-//! picks differently from run to run where two algorithms are close. The
-//! heuristics return the algorithms ranked by expected speed; the first
-//! whose workspace fits [`workspace_limit`] and can be allocated runs,
-//! and the next ones are kept for when the allocation fails or the call
-//! says it does not support the problem after all.
+//! The candidates come from `cudnnGetConvolution*Algorithm_v7`, cuDNN's
+//! heuristics, ranked by expected speed; those whose workspace fits
+//! [`workspace_limit`] are kept. The heuristic's ranking is a prediction,
+//! and for common shapes (a bf16 3x3 convolution, say) another of its
+//! candidates runs faster. So, as PyTorch does with
+//! `torch.backends.cudnn.benchmark = True`, the first call in a direction
+//! times the candidates on the device with the project's own tuner
+//! ([`fastest`], the policy cuBLASLt products follow: the heuristic's
+//! choice stays unless another is clearly faster) and the plan keeps the
+//! winner first. The same switch as the products' turns it off
+//! ([`crate::set_matmul_autotune`], `TENSORFN_MATMUL_AUTOTUNE=0`); then
+//! the heuristic's first choice runs. Timing is done here rather than
+//! with `cudnnFind*`, which would time every algorithm (workspace-hungry
+//! ones included), write the caller's outputs (the backward-filter search
+//! overwrites `dw`, wrong for an accumulating call) and pick differently
+//! from run to run where two algorithms are close; [`fastest`] times only
+//! the ranked candidates that fit, into a scratch output where the call
+//! accumulates (`beta != 0`), and keeps the default unless beaten by a
+//! margin. The candidates after the chosen one are kept for when the
+//! workspace cannot be allocated or the call says it does not support
+//! the problem after all.
 
 use super::{status, unsupported, ConvProblem, FilterLayout, Outcome};
 use crate::cuda::context::Context;
+use crate::cuda::lt::matmul_autotune;
+use crate::cuda::tune::{fastest, Timing};
 use crate::error::{Error, Result};
 use cudarc::cudnn::sys as dnn;
 use std::collections::HashMap;
@@ -31,6 +44,48 @@ use tensorfn_core::DTypeKind;
 /// runs instead.
 pub(crate) fn workspace_limit(total_memory: usize) -> usize {
     (total_memory / 8).clamp(64 << 20, 2 << 30)
+}
+
+/// How candidate algorithms are timed: the cuBLASLt products' policy.
+/// Convolutions whose heuristic choice runs shorter than 25 µs are not
+/// timed (launch-bound, and timing on operands hot in cache picks slower
+/// algorithms as often as faster ones); another candidate replaces the
+/// heuristic's choice only when 3% faster.
+const TIMING: Timing = Timing {
+    span_ms: 0.5,
+    slack: 1.25,
+    shortest_ms: 0.025,
+    rounds: 3,
+    min_gain: 1.03,
+};
+
+#[cfg(test)]
+thread_local! {
+    static UNTIMED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with new plans on this thread taking the heuristic's first
+/// choice untimed, so a test can compare it with the timed one without
+/// touching the process-wide switch.
+#[cfg(test)]
+pub(crate) fn untimed<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            UNTIMED.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(UNTIMED.with(|c| c.replace(true)));
+    f()
+}
+
+/// Whether a new plan times its candidates (the products' switch).
+fn timing_on() -> bool {
+    #[cfg(test)]
+    if UNTIMED.with(|c| c.get()) {
+        return false;
+    }
+    matmul_autotune()
 }
 
 /// A tensor descriptor, destroyed on drop.
@@ -230,7 +285,7 @@ fn base_math(p: &ConvProblem) -> dnn::cudnnMathType_t {
 
 /// The direction of a call, which picks the heuristic and the routine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Direction {
+pub(crate) enum Direction {
     Forward,
     BackwardData,
     BackwardFilter,
@@ -242,6 +297,41 @@ enum Algo {
     Forward(dnn::cudnnConvolutionFwdAlgo_t),
     BackwardData(dnn::cudnnConvolutionBwdDataAlgo_t),
     BackwardFilter(dnn::cudnnConvolutionBwdFilterAlgo_t),
+}
+
+impl Algo {
+    /// cuDNN's number for the algorithm (`CUDNN_CONVOLUTION_*_ALGO_*`).
+    fn id(self) -> i32 {
+        match self {
+            Algo::Forward(a) => a as i32,
+            Algo::BackwardData(a) => a as i32,
+            Algo::BackwardFilter(a) => a as i32,
+        }
+    }
+}
+
+/// The algorithms of one direction of a plan.
+#[derive(Clone, Debug)]
+struct Ranked {
+    /// The candidates that fit, the one to run first: the timed winner
+    /// when timing ran, else the heuristic's order.
+    choices: Vec<Choice>,
+    /// The heuristic's order of the same candidates, for reports.
+    heuristic: Vec<Algo>,
+    /// Whether the candidates were timed.
+    timed: bool,
+}
+
+/// What a plan chose in one direction, for tests and timing reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) struct Chosen {
+    /// The candidates' algorithm ids in the heuristic's order.
+    pub(crate) heuristic: Vec<i32>,
+    /// The id of the algorithm that runs first.
+    pub(crate) chosen: i32,
+    /// Whether the candidates were timed.
+    pub(crate) timed: bool,
 }
 
 /// One ranked algorithm: what to set and how much workspace it takes.
@@ -259,11 +349,11 @@ struct Plan {
     bias: TensorDesc,
     w: FilterDesc,
     conv: ConvDesc,
-    /// Ranked algorithms per direction (`None`: not asked yet; empty:
-    /// none fits, the caller falls back).
-    forward: Option<Vec<Choice>>,
-    backward_data: Option<Vec<Choice>>,
-    backward_filter: Option<Vec<Choice>>,
+    /// Ranked algorithms per direction (`None`: not asked yet; no
+    /// choices: none fits, the caller falls back).
+    forward: Option<Ranked>,
+    backward_data: Option<Ranked>,
+    backward_filter: Option<Ranked>,
 }
 
 impl Plan {
@@ -428,6 +518,170 @@ impl Plan {
         }
         Ok(choices)
     }
+
+    fn slot(&self, dir: Direction) -> Option<&Ranked> {
+        match dir {
+            Direction::Forward => self.forward.as_ref(),
+            Direction::BackwardData => self.backward_data.as_ref(),
+            Direction::BackwardFilter => self.backward_filter.as_ref(),
+        }
+    }
+
+    /// Queues `choice` on the handle's stream with the operands `[a, b,
+    /// out]` in the order of its routine and a workspace at `ws` of at
+    /// least `choice.workspace` bytes.
+    fn launch(
+        &self,
+        h: dnn::cudnnHandle_t,
+        choice: &Choice,
+        [a, b, out]: [u64; 3],
+        alpha: &Scale,
+        beta: &Scale,
+        ws: u64,
+    ) -> Result<(), Call> {
+        let (x, y, w, c) = (self.x.0, self.y.0, self.w.0, self.conv.0);
+        let (a, b, out) = (a as *const c_void, b as *const c_void, out as *mut c_void);
+        let (ws, bytes) = (ws as *mut c_void, choice.workspace);
+        self.conv.set_math(choice.math)?;
+        // SAFETY: the descriptors are alive and describe the operands the
+        // caller passed; the workspace holds `bytes`; the scaling factors
+        // outlive the call, which only queues work on the handle's stream.
+        unsafe {
+            match choice.algo {
+                Algo::Forward(algo) => check(
+                    "cudnnConvolutionForward",
+                    dnn::cudnnConvolutionForward(
+                        h,
+                        alpha.ptr(),
+                        x,
+                        a,
+                        w,
+                        b,
+                        c,
+                        algo,
+                        ws,
+                        bytes,
+                        beta.ptr(),
+                        y,
+                        out,
+                    ),
+                ),
+                Algo::BackwardData(algo) => check(
+                    "cudnnConvolutionBackwardData",
+                    dnn::cudnnConvolutionBackwardData(
+                        h,
+                        alpha.ptr(),
+                        w,
+                        b,
+                        y,
+                        a,
+                        c,
+                        algo,
+                        ws,
+                        bytes,
+                        beta.ptr(),
+                        x,
+                        out,
+                    ),
+                ),
+                Algo::BackwardFilter(algo) => check(
+                    "cudnnConvolutionBackwardFilter",
+                    dnn::cudnnConvolutionBackwardFilter(
+                        h,
+                        alpha.ptr(),
+                        x,
+                        a,
+                        y,
+                        b,
+                        c,
+                        algo,
+                        ws,
+                        bytes,
+                        beta.ptr(),
+                        w,
+                        out,
+                    ),
+                ),
+            }
+        }
+    }
+
+    /// The index of the fastest of `choices` (all of one direction),
+    /// timed with [`fastest`] on the context's stream; `None` (keep the
+    /// heuristic's order) when the workspace or scratch output cannot be
+    /// allocated.
+    ///
+    /// The inputs are the call's own. The output is the call's own where
+    /// `beta` is 0 (the call overwrites it anyway), and a scratch buffer of
+    /// the same extent otherwise: an accumulating call (`dw += ...` with
+    /// beta 1) must add once, and timing runs each candidate many times.
+    fn time(
+        &self,
+        ctx: &Context,
+        h: dnn::cudnnHandle_t,
+        p: &ConvProblem,
+        choices: &[Choice],
+        [a, b, out]: [u64; 3],
+        beta: f64,
+    ) -> Result<Option<usize>> {
+        let bytes = choices.iter().map(|c| c.workspace).max().unwrap_or(0);
+        let ws = match ctx.alloc(bytes) {
+            Ok(block) => block,
+            Err(Error::OutOfMemory { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let scratch = if beta == 0.0 {
+            None
+        } else {
+            match ctx.alloc(self.out_bytes(p, choices[0].algo)) {
+                Ok(block) => Some(block),
+                Err(Error::OutOfMemory { .. }) => {
+                    ctx.release(ws);
+                    return Ok(None);
+                }
+                Err(e) => {
+                    ctx.release(ws);
+                    return Err(e);
+                }
+            }
+        };
+        let out = scratch.as_ref().map_or(out, |s| s.ptr);
+        let alpha = Scale::new(p.dtype, 1.0);
+        let beta = Scale::new(p.dtype, beta);
+        let launch = |c: &Choice| {
+            self.launch(h, c, [a, b, out], &alpha, &beta, ws.ptr)
+                .is_ok()
+        };
+        let winner = fastest(ctx, choices, &TIMING, launch);
+        // Stream order: the timed runs finish before the blocks are reused.
+        ctx.release(ws);
+        if let Some(s) = scratch {
+            ctx.release(s);
+        }
+        winner.map(Some)
+    }
+
+    /// Bytes the output of `algo`'s direction spans, as its descriptor
+    /// addresses it.
+    fn out_bytes(&self, p: &ConvProblem, algo: Algo) -> usize {
+        let nhwc = p.w_layout == FilterLayout::Krsc;
+        let (dims, strides) = match algo {
+            Algo::Forward(_) => (p.y_dims(), p.y_strides),
+            Algo::BackwardData(_) => ([p.n, p.c_in, p.h, p.w], p.x_strides),
+            Algo::BackwardFilter(_) => {
+                let n = p.w_dims().iter().product::<usize>();
+                return n * p.dtype.size_bytes();
+            }
+        };
+        let strides = unit_strides(dims, strides, nhwc);
+        let span = dims
+            .iter()
+            .zip(strides)
+            .map(|(d, s)| d.saturating_sub(1) * s)
+            .sum::<usize>()
+            + 1;
+        span * p.dtype.size_bytes()
+    }
 }
 
 /// The scaling factors of a call: `f64` for f64 data, `f32` otherwise,
@@ -462,6 +716,10 @@ pub(crate) struct Plans {
     pub(crate) built: usize,
     /// Heuristic queries made so far (one per problem and direction).
     pub(crate) ranked: usize,
+    /// Candidate timings made so far (at most one per problem and
+    /// direction; none with timing off or a single candidate).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) timed: usize,
 }
 
 impl Plans {
@@ -482,40 +740,74 @@ impl Plans {
         Ok(self.map.get_mut(p).expect("inserted above"))
     }
 
-    /// The ranked algorithms of `p` in `dir`, asked of the heuristics on
-    /// the first call only.
+    /// The ranked algorithms of `p` in `dir`, asked of the heuristics
+    /// and (with timing on) timed on the first call only, on that call's
+    /// operands `ptrs` (see [`Plans::execute`]).
+    #[allow(clippy::too_many_arguments)]
     fn choices(
         &mut self,
+        ctx: &Context,
         h: dnn::cudnnHandle_t,
         p: &ConvProblem,
         dir: Direction,
         limit: usize,
+        ptrs: [u64; 3],
+        beta: f64,
     ) -> Result<Vec<Choice>, Result<Outcome>> {
         let plan = self.plan(p)?;
-        let slot = match dir {
-            Direction::Forward => &plan.forward,
-            Direction::BackwardData => &plan.backward_data,
-            Direction::BackwardFilter => &plan.backward_filter,
-        };
-        if let Some(c) = slot {
-            return Ok(c.clone());
+        if let Some(r) = plan.slot(dir) {
+            return Ok(r.choices.clone());
         }
-        let c = plan
+        let mut choices = plan
             .rank(h, p, dir, limit)
             .map_err(|call| call.outcome(p))?;
+        let heuristic = choices.iter().map(|c| c.algo).collect();
+        let timed = choices.len() > 1 && timing_on();
+        if timed {
+            // Timing holds the plans' lock: other convolutions on this
+            // context wait for it, once per problem and direction.
+            if let Some(i) = plan.time(ctx, h, p, &choices, ptrs, beta).map_err(Err)? {
+                let winner = choices.remove(i);
+                choices.insert(0, winner);
+            }
+            self.timed += 1;
+        }
+        let ranked = Ranked {
+            choices: choices.clone(),
+            heuristic,
+            timed,
+        };
+        let plan = self.map.get_mut(p).expect("planned above");
         match dir {
-            Direction::Forward => plan.forward = Some(c.clone()),
-            Direction::BackwardData => plan.backward_data = Some(c.clone()),
-            Direction::BackwardFilter => plan.backward_filter = Some(c.clone()),
+            Direction::Forward => plan.forward = Some(ranked),
+            Direction::BackwardData => plan.backward_data = Some(ranked),
+            Direction::BackwardFilter => plan.backward_filter = Some(ranked),
         }
         self.ranked += 1;
-        Ok(c)
+        Ok(choices)
     }
 
-    /// Plans and queues one direction: ranks its algorithms once, then
-    /// tries them best first, each with a workspace from the context's
-    /// pool. `ptrs` are the three operands in the order of `dir`'s
-    /// routine: forward `[x, w, y]`, backward data `[dy, w, dx]`,
+    /// What `p`'s plan chose in `dir`, if it has run in that direction.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn chosen(&self, p: &ConvProblem, dir: Direction) -> Option<Chosen> {
+        let r = self.map.get(p)?.slot(dir)?;
+        Some(Chosen {
+            heuristic: r.heuristic.iter().map(|a| a.id()).collect(),
+            chosen: r.choices.first()?.algo.id(),
+            timed: r.timed,
+        })
+    }
+
+    /// Drops `p`'s plan, so the next call plans (and times) it afresh.
+    #[cfg(test)]
+    pub(crate) fn forget(&mut self, p: &ConvProblem) {
+        self.map.remove(p);
+    }
+
+    /// Plans and queues one direction: ranks (and times) its algorithms
+    /// once, then tries them in that order, each with a workspace from
+    /// the context's pool. `ptrs` are the three operands in the order of
+    /// `dir`'s routine: forward `[x, w, y]`, backward data `[dy, w, dx]`,
     /// backward filter `[x, dy, dw]`.
     fn execute(
         &mut self,
@@ -523,11 +815,11 @@ impl Plans {
         h: dnn::cudnnHandle_t,
         p: &ConvProblem,
         dir: Direction,
-        [a, b, out]: [u64; 3],
+        ptrs: [u64; 3],
         beta: f64,
     ) -> Result<Outcome> {
         let limit = workspace_limit(ctx.total_memory);
-        let choices = match self.choices(h, p, dir, limit) {
+        let choices = match self.choices(ctx, h, p, dir, limit, ptrs, beta) {
             Ok(c) => c,
             Err(outcome) => return outcome,
         };
@@ -539,10 +831,8 @@ impl Plans {
             )));
         }
         let plan = self.map.get(p).expect("planned above");
-        let (x, y, w, c) = (plan.x.0, plan.y.0, plan.w.0, plan.conv.0);
         let alpha = Scale::new(p.dtype, 1.0);
         let beta = Scale::new(p.dtype, beta);
-        let (a, b, out) = (a as *const c_void, b as *const c_void, out as *mut c_void);
         for (i, choice) in choices.iter().enumerate() {
             let last = i + 1 == choices.len();
             let block = match ctx.alloc(choice.workspace) {
@@ -550,72 +840,7 @@ impl Plans {
                 Err(Error::OutOfMemory { .. }) if !last => continue,
                 Err(e) => return Err(e),
             };
-            let ws = block.ptr as *mut c_void;
-            let bytes = choice.workspace;
-            let queued = plan.conv.set_math(choice.math).and_then(|()| {
-                // SAFETY: the descriptors are alive and describe the
-                // operands the caller passed; the workspace holds `bytes`;
-                // the scaling factors outlive the call, which only queues
-                // work on the context's stream.
-                unsafe {
-                    match choice.algo {
-                        Algo::Forward(algo) => check(
-                            "cudnnConvolutionForward",
-                            dnn::cudnnConvolutionForward(
-                                h,
-                                alpha.ptr(),
-                                x,
-                                a,
-                                w,
-                                b,
-                                c,
-                                algo,
-                                ws,
-                                bytes,
-                                beta.ptr(),
-                                y,
-                                out,
-                            ),
-                        ),
-                        Algo::BackwardData(algo) => check(
-                            "cudnnConvolutionBackwardData",
-                            dnn::cudnnConvolutionBackwardData(
-                                h,
-                                alpha.ptr(),
-                                w,
-                                b,
-                                y,
-                                a,
-                                c,
-                                algo,
-                                ws,
-                                bytes,
-                                beta.ptr(),
-                                x,
-                                out,
-                            ),
-                        ),
-                        Algo::BackwardFilter(algo) => check(
-                            "cudnnConvolutionBackwardFilter",
-                            dnn::cudnnConvolutionBackwardFilter(
-                                h,
-                                alpha.ptr(),
-                                x,
-                                a,
-                                y,
-                                b,
-                                c,
-                                algo,
-                                ws,
-                                bytes,
-                                beta.ptr(),
-                                w,
-                                out,
-                            ),
-                        ),
-                    }
-                }
-            });
+            let queued = plan.launch(h, choice, ptrs, &alpha, &beta, block.ptr);
             // The stream runs the queued call before any later use of the
             // block, so it can go back to the pool at once.
             ctx.release(block);

@@ -3,7 +3,7 @@
 //! without a device; where the device has no cuDNN they check that every
 //! entry point falls back instead of failing.
 
-use super::plan::workspace_limit;
+use super::plan::{untimed, workspace_limit, Direction};
 use super::*;
 use crate::cuda::alloc::CudaStorage;
 use crate::cuda::backend::CudaBackend;
@@ -273,6 +273,131 @@ fn check_problem<T: DType>(
         tolerance(T::KIND, per_w),
     );
     Ok(())
+}
+
+/// A plan's first call times cuDNN's candidates (with autotuning on):
+/// the algorithm kept is one of the heuristic's candidates and gives the
+/// heuristic choice's numbers in all three directions; the accumulating
+/// backward filter adds into `dw` once (the timed runs write a scratch
+/// buffer); a second call times nothing.
+#[test]
+fn timed_choice_is_a_candidate_with_the_same_numbers() {
+    let Some((_serial, be)) = gpu_with_cudnn() else {
+        return;
+    };
+    if !crate::cuda::lt::matmul_autotune() {
+        eprintln!("skipping: autotuning is turned off");
+        return;
+    }
+    type T = bf16;
+    let mut rng = seed();
+    let ctx = be.ctx();
+    let dnn = ctx.cudnn().expect("cuDNN loaded above");
+    // Long enough (tens of µs) that the tuner does not skip it.
+    let p = problem(
+        DTypeKind::BF16,
+        [32, 64, 56, 56],
+        [64, 3, 3],
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        1,
+        true,
+    );
+    let x_dims = [p.n, p.c_in, p.h, p.w];
+    let (w_dims, y_dims, ws) = (p.w_dims(), p.y_dims(), w_strides(&p));
+    let x: Vec<T> = random(&mut rng, span(x_dims, p.x_strides), -1.0, 1.0);
+    let w: Vec<T> = random(&mut rng, span(w_dims, ws), -1.0, 1.0);
+    let dy: Vec<T> = random(&mut rng, span(y_dims, p.y_strides), -1.0, 1.0);
+    let dw0: Vec<T> = random(&mut rng, span(w_dims, ws), -1.0, 1.0);
+    let (xd, wd, dyd) = (up(&be, &x), up(&be, &w), up(&be, &dy));
+    let (xp, wp, dyp) = (xd.device_ptr(), wd.device_ptr(), dyd.device_ptr());
+    let dirs = [
+        Direction::Forward,
+        Direction::BackwardData,
+        Direction::BackwardFilter,
+    ];
+    // The three directions on fresh outputs (dw accumulating onto dw0):
+    // their results and what the plan chose in each.
+    let run_all = || {
+        lock(&dnn.plans).forget(&p);
+        let yd = filled::<T>(&be, span(y_dims, p.y_strides), 7.0);
+        let dxd = filled::<T>(&be, span(x_dims, p.x_strides), 7.0);
+        let dwd = up(&be, &dw0);
+        let done = |o: Result<Outcome>, what: &str| {
+            assert_eq!(o.expect(what), Outcome::Done, "{what}");
+        };
+        done(
+            conv_forward(ctx, &p, xp, wp, yd.device_ptr(), 0.0),
+            "forward",
+        );
+        done(
+            conv_backward_data(ctx, &p, dyp, wp, dxd.device_ptr(), 0.0),
+            "backward data",
+        );
+        done(
+            conv_backward_filter(ctx, &p, xp, dyp, dwd.device_ptr(), 1.0),
+            "backward filter",
+        );
+        let read = |s: &CudaStorage<T>, dims: [usize; 4], strides: [usize; 4]| {
+            logical(&down(s, &[s.len()]), dims, strides)
+        };
+        let plans = lock(&dnn.plans);
+        let chosen = dirs.map(|d| plans.chosen(&p, d).expect("ran"));
+        (
+            [
+                read(&yd, y_dims, p.y_strides),
+                read(&dxd, x_dims, p.x_strides),
+                read(&dwd, w_dims, ws),
+            ],
+            chosen,
+        )
+    };
+    let timed_before = lock(&dnn.plans).timed;
+    let (got, chosen) = run_all();
+    let timed_after = lock(&dnn.plans).timed;
+    let expect_timed = chosen.iter().filter(|c| c.heuristic.len() > 1).count();
+    assert_eq!(
+        timed_after - timed_before,
+        expect_timed,
+        "each direction with several candidates is timed once"
+    );
+    for (d, c) in dirs.iter().zip(&chosen) {
+        assert!(
+            c.heuristic.contains(&c.chosen),
+            "{d:?}: algorithm {} is not among the candidates {:?}",
+            c.chosen,
+            c.heuristic
+        );
+        assert_eq!(c.timed, c.heuristic.len() > 1, "{d:?}");
+        eprintln!("{d:?}: heuristic {:?}, kept {}", c.heuristic, c.chosen);
+    }
+    // A second call of the same problem reuses the choice, untimed.
+    let yd = filled::<T>(&be, span(y_dims, p.y_strides), 0.0);
+    let out = conv_forward(ctx, &p, xp, wp, yd.device_ptr(), 0.0).expect("forward");
+    assert_eq!(out, Outcome::Done);
+    assert_eq!(lock(&dnn.plans).timed, timed_after, "the second call times");
+    assert_eq!(
+        lock(&dnn.plans).chosen(&p, Direction::Forward),
+        Some(chosen[0].clone())
+    );
+    // The heuristic's own first choices, untimed.
+    let (want, heuristic) = untimed(run_all);
+    for (c, h) in chosen.iter().zip(&heuristic) {
+        assert!(!h.timed);
+        assert_eq!(h.chosen, h.heuristic[0]);
+        assert_eq!(h.heuristic, c.heuristic, "the same candidates");
+    }
+    let terms = [
+        w_dims[1] * w_dims[2] * w_dims[3],
+        p.c_out / p.groups * p.kh * p.kw,
+        p.n * y_dims[2] * y_dims[3] + 1,
+    ];
+    for ((d, (g, w)), n) in dirs.iter().zip(got.iter().zip(&want)).zip(terms) {
+        // Each is within the tolerance of the exact result.
+        let (rtol, atol) = tolerance(T::KIND, n);
+        assert_close(&format!("{d:?}"), g, w, (2.0 * rtol, 2.0 * atol));
+    }
 }
 
 /// The backend of cuda:0 when it has cuDNN; `None` after printing why
@@ -780,23 +905,46 @@ fn time_forward() {
             );
             assert_eq!(out.expect("forward"), Outcome::Done, "{name}");
         };
-        for _ in 0..5 {
-            run();
+        let dnn = ctx.cudnn().expect("cuDNN loaded above");
+        // Plans `p` afresh (timed or not), then times 50 calls with the
+        // chosen algorithm: its id and ms per call.
+        let measure = |timed: bool| {
+            lock(&dnn.plans).forget(&p);
+            let go = || {
+                for _ in 0..5 {
+                    run();
+                }
+                let (start, end) = (Event::timing().unwrap(), Event::timing().unwrap());
+                let iters = 50;
+                start.record(ctx.stream).unwrap();
+                for _ in 0..iters {
+                    run();
+                }
+                end.record(ctx.stream).unwrap();
+                end.synchronize("timing").unwrap();
+                end.elapsed_ms(&start).unwrap() as f64 / iters as f64
+            };
+            let ms = if timed { go() } else { untimed(go) };
+            let chosen = lock(&dnn.plans)
+                .chosen(&p, Direction::Forward)
+                .expect("the forward ran");
+            (chosen, ms)
+        };
+        let (heuristic, ms_h) = measure(false);
+        let (timed, ms) = measure(true);
+        if !timed.timed {
+            println!("  (candidates not timed: autotuning off or one candidate)");
         }
-        let (start, end) = (Event::timing().unwrap(), Event::timing().unwrap());
-        let iters = 50;
-        start.record(ctx.stream).unwrap();
-        for _ in 0..iters {
-            run();
-        }
-        end.record(ctx.stream).unwrap();
-        end.synchronize("timing").unwrap();
-        let ms = end.elapsed_ms(&start).unwrap() as f64 / iters as f64;
         let flops =
             2.0 * p.y_dims().iter().product::<usize>() as f64 * (p.c_in * p.kh * p.kw) as f64;
         println!(
-            "cudnn conv2d {name}: {ms:.4} ms, {:.1} TFLOP/s",
-            flops / ms / 1e9
+            "cudnn conv2d {name}: heuristic algo {} {ms_h:.4} ms; timed algo {} {ms:.4} ms \
+             ({:.2}x), {:.1} TFLOP/s; candidates {:?}",
+            heuristic.chosen,
+            timed.chosen,
+            ms_h / ms,
+            flops / ms / 1e9,
+            timed.heuristic,
         );
     }
 }
