@@ -2,7 +2,8 @@
 //! finite differences, on seeded random inputs (a few seeds per case),
 //! through `name::value_and_grad`; broadcasting, scalar operands,
 //! parameter structs, dtype-generic functions and a few `f32` cases with
-//! a looser tolerance.
+//! a looser tolerance; `name::vjp` of layers with a tensor result, and a
+//! chain of layers by hand against the gradient of the composed loss.
 
 use tensorfn::prelude::*;
 use tensorfn::{DType, Shape};

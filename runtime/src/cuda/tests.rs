@@ -2854,8 +2854,10 @@ fn params_accumulate_on_the_gpu() {
         ga.accumulate(&up(&b)).unwrap();
         let got = ga[0].to_vec().unwrap();
         let mut want = vec![Tensor::<Cpu, T, (Dyn,)>::from_vec_dims(a.clone(), &[n]).unwrap()];
-        want.accumulate(&vec![Tensor::<Cpu, T, (Dyn,)>::from_vec_dims(b, &[n]).unwrap()])
-            .unwrap();
+        want.accumulate(&vec![
+            Tensor::<Cpu, T, (Dyn,)>::from_vec_dims(b, &[n]).unwrap()
+        ])
+        .unwrap();
         assert_eq!(got, want[0].to_vec().unwrap(), "{}", T::KIND);
         // Dims that differ: an `Err`, the GPU tensor unchanged.
         let short = vec![Tensor::<Cpu, T, (Dyn,)>::zeros_dims(&[2])

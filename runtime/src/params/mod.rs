@@ -583,12 +583,19 @@ mod accumulate_tests {
 
     #[test]
     fn adds_every_dtype_and_names_the_parameter_on_a_mismatch() {
-        let mut a = vec![Tensor::<Cpu, f32, shape![3]>::from_vec(vec![1.0, -0.0, f32::INFINITY]).unwrap()];
+        let mut a =
+            vec![Tensor::<Cpu, f32, shape![3]>::from_vec(vec![1.0, -0.0, f32::INFINITY]).unwrap()];
         let b = vec![Tensor::<Cpu, f32, shape![3]>::from_vec(vec![0.5, 0.0, 1.0]).unwrap()];
         a.accumulate(&b).unwrap();
         assert_eq!(a[0].to_vec().unwrap(), vec![1.5, 0.0, f32::INFINITY]);
 
-        let mut h = [Tensor::<Cpu, crate::bf16, shape![2]>::from_vec(vec![crate::bf16::from_f32(1.0); 2]).unwrap()];
+        let mut h = [Tensor::<Cpu, crate::bf16, shape![2]>::from_vec(vec![
+            crate::bf16::from_f32(
+                1.0
+            );
+            2
+        ])
+        .unwrap()];
         h.accumulate(&h.clone()).unwrap();
         assert_eq!(h[0].to_vec().unwrap(), vec![crate::bf16::from_f32(2.0); 2]);
 
@@ -601,7 +608,10 @@ mod accumulate_tests {
         let mut d = vec![Tensor::<Cpu, f32, (Dyn,)>::zeros_dims(&[3]).unwrap()];
         let one = vec![Tensor::<Cpu, f32, (Dyn,)>::ones_dims(&[1]).unwrap()];
         let e = d.accumulate(&one).unwrap_err().to_string();
-        assert!(e.contains("parameter `0`") && e.contains("[3]") && e.contains("[1]"), "{e}");
+        assert!(
+            e.contains("parameter `0`") && e.contains("[3]") && e.contains("[1]"),
+            "{e}"
+        );
         assert_eq!(d[0].to_vec().unwrap(), vec![0.0; 3], "unchanged");
     }
 
@@ -613,7 +623,8 @@ mod accumulate_tests {
         assert_eq!(g.to_vec().unwrap(), vec![2.0, 4.0]);
         assert_eq!(w.to_vec().unwrap(), vec![1.0, 2.0], "copy on write");
         // A transposed view accumulates element by element.
-        let m = Tensor::<Cpu, f64, shape![2, 3]>::from_vec((0..6).map(f64::from).collect()).unwrap();
+        let m =
+            Tensor::<Cpu, f64, shape![2, 3]>::from_vec((0..6).map(f64::from).collect()).unwrap();
         let mut t = m.t().unwrap();
         t.accumulate(&m.t().unwrap()).unwrap();
         assert_eq!(t.to_vec().unwrap(), vec![0.0, 6.0, 2.0, 8.0, 4.0, 10.0]);
