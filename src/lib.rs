@@ -541,7 +541,75 @@
 /// }
 /// ```
 ///
-/// `value_and_grad` lives in a module named after the function, which
+/// On a function whose result is a float tensor of any shape (a layer),
+/// `#[grad(x, p)]` gives `name::vjp(args.., grad_output)`: the
+/// vector-Jacobian product, as PyTorch's `torch.autograd.grad(y, (x, p),
+/// grad_output)`. `grad_output` is the gradient of a loss with respect to
+/// the result, typed like it (device, dtype and shape); `vjp` returns the
+/// value and the gradients of that loss as `value_and_grad` does. It is
+/// how a model whose layers are a `Vec` (which a `tensor_fn!`, having no
+/// loops, cannot run as one function) trains: forward through the layers
+/// keeping each one's input, then backward in reverse, each `vjp` giving
+/// the gradient of its input to the layer below and of its parameters.
+/// A weight used by several layers (tied embeddings) gets the sum of its
+/// gradients through [`Params::accumulate`]. A loss gets `vjp` too (with
+/// a 0-d `grad_output`; a seed of one gives `value_and_grad`'s
+/// gradients). A tuple result is a compile error: `vjp` takes one
+/// `grad_output`.
+///
+/// ```
+/// use tensorfn::prelude::*;
+///
+/// #[derive(Params)]
+/// pub struct Dense<D: Device, T: Float> {
+///     pub w: Tensor<D, T, shape![3, 3]>,
+///     pub b: Tensor<D, T, shape![3]>,
+/// }
+///
+/// tensor_fn! {
+///     /// One layer of a deep model.
+///     #[grad(x, p)]
+///     pub fn dense<const B: usize>(
+///         x: &Tensor<Cpu, f32, [B, 3]>,
+///         p: &Dense<Cpu, f32>,
+///     ) -> Tensor<Cpu, f32, [B, 3]> {
+///         tanh(addmm(p.b, x, p.w))
+///     }
+/// }
+///
+/// fn main() -> Result<()> {
+///     let layers = vec![
+///         Dense { w: Tensor::<Cpu, f32, shape![3, 3]>::randn(1)?, b: Tensor::zeros()? },
+///         Dense { w: Tensor::<Cpu, f32, shape![3, 3]>::randn(2)?, b: Tensor::zeros()? },
+///     ];
+///     let x = Tensor::<Cpu, f32, shape![4, 3]>::randn(3)?;
+///     // Forward, keeping each layer's input.
+///     let mut inputs = vec![x];
+///     for p in &layers {
+///         let y = dense(inputs.last().unwrap(), p)?;
+///         inputs.push(y);
+///     }
+///     let y = inputs.pop().unwrap();
+///     // The loss `(y * y).sum() / 2` has gradient `y` at the top.
+///     let mut grad = y;
+///     let mut grads = Vec::new();
+///     for (p, input) in layers.iter().zip(&inputs).rev() {
+///         let (_, (grad_x, grad_p)) = dense::vjp(input, p, &grad)?;
+///         grads.push(grad_p); // grad_p: Dense<Cpu, f32>
+///         grad = grad_x; // the gradient of the layer below's result
+///     }
+///     grads.reverse();
+///     assert_eq!(grads[0].w.dims(), &[3, 3]);
+///     assert_eq!(grad.dims(), &[4, 3]); // the gradient of `x`
+///     // Tied weights: the gradients of one parameter added up.
+///     let mut total = grads[0].zeros_like()?;
+///     total.accumulate(&grads[0])?;
+///     total.accumulate(&grads[1])?;
+///     Ok(())
+/// }
+/// ```
+///
+/// `value_and_grad` and `vjp` live in a module named after the function, which
 /// sees the items of the enclosing module (`use super::*`): a `#[grad]`
 /// function and the structs it takes are written at module level, not
 /// inside a function body.

@@ -2,7 +2,8 @@
 //! finite differences, on seeded random inputs (a few seeds per case),
 //! through `name::value_and_grad`; broadcasting, scalar operands,
 //! parameter structs, dtype-generic functions and a few `f32` cases with
-//! a looser tolerance.
+//! a looser tolerance; `name::vjp` of layers with a tensor result, and a
+//! chain of layers by hand against the gradient of the composed loss.
 
 use tensorfn::prelude::*;
 use tensorfn::{DType, Shape};
@@ -637,5 +638,244 @@ fn cross_entropy_and_cumsum_against_finite_differences() {
             |xs| value(&running(&tensor(xs), &cw).unwrap())[0],
             1e-6,
         );
+    }
+}
+
+// `vjp`: functions with a tensor result, the backward seeded with
+// `grad_output`, against the finite differences of
+// `sum(f(..) * grad_output)`.
+
+#[derive(Params)]
+struct Lin<D: Device, T: Float> {
+    w: Tensor<D, T, shape![4, 3]>,
+    b: Tensor<D, T, shape![3]>,
+}
+
+#[derive(Params)]
+struct Block<D: Device, T: Float> {
+    ln_w: Tensor<D, T, shape![8]>,
+    ln_b: Tensor<D, T, shape![8]>,
+    fc: Tensor<D, T, shape![8, 16]>,
+    fc_b: Tensor<D, T, shape![16]>,
+    proj: Tensor<D, T, shape![16, 8]>,
+    proj_b: Tensor<D, T, shape![8]>,
+}
+
+#[derive(Params)]
+struct Dense<D: Device, T: Float> {
+    w: Tensor<D, T, shape![4, 4]>,
+    b: Tensor<D, T, shape![4]>,
+}
+
+tensor_fn! {
+    /// A linear layer, generic over its batch.
+    #[grad(x, p)]
+    fn linear<const B: usize>(x: &Tensor<Cpu, f64, [B, 4]>, p: &Lin<Cpu, f64>) -> Tensor<Cpu, f64, [B, 3]> {
+        addmm(p.b, x, p.w)
+    }
+
+    /// A pre-norm residual MLP block, as in a transformer.
+    #[grad(x, p)]
+    fn block(x: &Tensor<Cpu, f64, [2, 3, 8]>, p: &Block<Cpu, f64>) -> Tensor<Cpu, f64, [2, 3, 8]> {
+        let h = layer_norm(x, p.ln_w, p.ln_b, 1e-5);
+        let h = gelu(matmul(h, p.fc) + p.fc_b);
+        x + matmul(h, p.proj) + p.proj_b
+    }
+
+    /// A broadcast operand: one scale per column.
+    #[grad(x, s)]
+    fn scaled(x: &Tensor<Cpu, f64, [3, 4]>, s: &Tensor<Cpu, f64, [4]>) -> Tensor<Cpu, f64, [3, 4]> {
+        tanh(x * s)
+    }
+
+    /// One layer of a chain.
+    #[grad(x, p)]
+    fn dense(x: &Tensor<Cpu, f64, [5, 4]>, p: &Dense<Cpu, f64>) -> Tensor<Cpu, f64, [5, 4]> {
+        tanh(addmm(p.b, x, p.w))
+    }
+
+    /// Two layers and a loss in one function.
+    #[grad(x, p1, p2)]
+    fn two_layers(x: &Tensor<Cpu, f64, [5, 4]>, p1: &Dense<Cpu, f64>, p2: &Dense<Cpu, f64>) -> Tensor<Cpu, f64, []> {
+        let y = dense(dense(x, p1), p2);
+        (y * y).sum() * 0.5
+    }
+
+    /// A loss: `vjp` with a 0-d `grad_output` agrees with `value_and_grad`.
+    #[grad(x)]
+    fn loss(x: &Tensor<Cpu, f64, [3, 4]>) -> Tensor<Cpu, f64, []> {
+        sin(x).sum()
+    }
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Checks each gradient `grads[i]` of `sum(f(inputs) * go)` against
+/// central finite differences of `f` at `inputs[i]`.
+fn check_vjp(
+    what: &str,
+    inputs: &[Vec<f64>],
+    grads: &[Vec<f64>],
+    go: &[f64],
+    f: impl Fn(&[Vec<f64>]) -> Vec<f64>,
+) {
+    for (i, g) in grads.iter().enumerate() {
+        check_fd(
+            &format!("{what} (operand {i})"),
+            &inputs[i],
+            g,
+            |xi| {
+                let mut xs = inputs.to_vec();
+                xs[i] = xi.to_vec();
+                dot(&f(&xs), go)
+            },
+            1e-6,
+        );
+    }
+}
+
+#[test]
+fn vjp_linear_layer() {
+    for seed in 0..3u64 {
+        let inputs = vec![
+            rand_vec(20, seed, -2.0, 2.0),
+            rand_vec(12, seed + 10, -1.0, 1.0),
+            rand_vec(3, seed + 20, -1.0, 1.0),
+        ];
+        let go = rand_vec(15, seed + 30, -1.0, 1.0);
+        let f = |v: &[Vec<f64>]| {
+            let p = Lin {
+                w: tensor(&v[1]),
+                b: tensor(&v[2]),
+            };
+            value(&linear(&tensor::<shape![5, 4]>(&v[0]), &p).unwrap())
+        };
+        let p = Lin {
+            w: tensor(&inputs[1]),
+            b: tensor(&inputs[2]),
+        };
+        let x = tensor::<shape![5, 4]>(&inputs[0]);
+        let (y, (gx, gp)) = linear::vjp(&x, &p, &tensor(&go)).unwrap();
+        assert_eq!(value(&y), f(&inputs), "value");
+        let grads = [value(&gx), value(&gp.w), value(&gp.b)];
+        check_vjp("linear", &inputs, &grads, &go, f);
+    }
+}
+
+#[test]
+fn vjp_layer_norm_mlp_block() {
+    let sizes = [48, 8, 8, 128, 16, 128, 8];
+    for seed in 0..3u64 {
+        let inputs: Vec<Vec<f64>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| rand_vec(n, seed * 13 + k as u64, -1.0, 1.0))
+            .collect();
+        let go = rand_vec(48, seed + 40, -1.0, 1.0);
+        let params = |v: &[Vec<f64>]| Block {
+            ln_w: tensor(&v[1]),
+            ln_b: tensor(&v[2]),
+            fc: tensor(&v[3]),
+            fc_b: tensor(&v[4]),
+            proj: tensor(&v[5]),
+            proj_b: tensor(&v[6]),
+        };
+        let f = |v: &[Vec<f64>]| value(&block(&tensor(&v[0]), &params(v)).unwrap());
+        let x = tensor::<shape![2, 3, 8]>(&inputs[0]);
+        let (y, (gx, gp)) = block::vjp(&x, &params(&inputs), &tensor(&go)).unwrap();
+        assert_eq!(value(&y), f(&inputs), "value");
+        let grads = [
+            value(&gx),
+            value(&gp.ln_w),
+            value(&gp.ln_b),
+            value(&gp.fc),
+            value(&gp.fc_b),
+            value(&gp.proj),
+            value(&gp.proj_b),
+        ];
+        check_vjp("block", &inputs, &grads, &go, f);
+    }
+}
+
+#[test]
+fn vjp_broadcast_operand() {
+    for seed in 0..3u64 {
+        let inputs = vec![
+            rand_vec(12, seed, -2.0, 2.0),
+            rand_vec(4, seed + 10, -1.5, 1.5),
+        ];
+        let go = rand_vec(12, seed + 20, -1.0, 1.0);
+        let f = |v: &[Vec<f64>]| value(&scaled(&tensor(&v[0]), &tensor(&v[1])).unwrap());
+        let (y, (gx, gs)) =
+            scaled::vjp(&tensor(&inputs[0]), &tensor(&inputs[1]), &tensor(&go)).unwrap();
+        assert_eq!(value(&y), f(&inputs), "value");
+        assert_eq!(gs.dims(), &[4], "summed back to the operand's dims");
+        check_vjp("scaled", &inputs, &[value(&gx), value(&gs)], &go, f);
+    }
+}
+
+#[test]
+fn vjp_of_a_loss_agrees_with_value_and_grad() {
+    let x = tensor::<shape![3, 4]>(&rand_vec(12, 5, -2.0, 2.0));
+    let (v, g) = loss::value_and_grad(&x).unwrap();
+    let one = tensor::<shape![]>(&[1.0]);
+    let (v1, g1) = loss::vjp(&x, &one).unwrap();
+    assert_eq!(value(&v), value(&v1));
+    assert_eq!(value(&g), value(&g1));
+    // A seed of 2 doubles the gradient.
+    let (_, g2) = loss::vjp(&x, &tensor::<shape![]>(&[2.0])).unwrap();
+    let twice: Vec<f64> = value(&g).iter().map(|g| 2.0 * g).collect();
+    assert_eq!(value(&g2), twice);
+}
+
+/// Layer by layer, as a model whose layers are a `Vec` trains: the
+/// forward keeps each layer's input, the backward goes through the layers
+/// in reverse, each `vjp` giving the gradient of its input to the layer
+/// below.
+#[test]
+fn vjp_chain_equals_the_composed_gradient() {
+    for seed in 0..3u64 {
+        let dense_p = |k: u64| Dense {
+            w: tensor(&rand_vec(16, seed * 5 + k, -1.0, 1.0)),
+            b: tensor(&rand_vec(4, seed * 5 + k + 100, -0.5, 0.5)),
+        };
+        let layers = [dense_p(1), dense_p(2)];
+        let x = tensor::<shape![5, 4]>(&rand_vec(20, seed + 70, -2.0, 2.0));
+        let (want_loss, (want_gx, want_g1, want_g2)) =
+            two_layers::value_and_grad(&x, &layers[0], &layers[1]).unwrap();
+
+        // Forward, keeping each layer's input.
+        let mut inputs = vec![x.clone()];
+        for p in &layers {
+            let y = dense(inputs.last().unwrap(), p).unwrap();
+            inputs.push(y);
+        }
+        let y = inputs.pop().unwrap();
+        // d(0.5 sum(y^2))/dy = y.
+        let loss = value(&y).iter().map(|v| 0.5 * v * v).sum::<f64>();
+        let mut g = y;
+        let mut grads = Vec::new();
+        for (p, input) in layers.iter().zip(&inputs).rev() {
+            let (_, (gx, gp)) = dense::vjp(input, p, &g).unwrap();
+            grads.push(gp);
+            g = gx;
+        }
+        grads.reverse();
+        let close = |what: &str, a: &[f64], b: &[f64]| {
+            for (x, y) in a.iter().zip(b) {
+                assert!(
+                    (x - y).abs() <= 1e-12 * y.abs().max(1.0),
+                    "{what}: {a:?} vs {b:?}"
+                );
+            }
+        };
+        close("loss", &[loss], &value(&want_loss));
+        close("x", &value(&g), &value(&want_gx));
+        close("layer 0 w", &value(&grads[0].w), &value(&want_g1.w));
+        close("layer 0 b", &value(&grads[0].b), &value(&want_g1.b));
+        close("layer 1 w", &value(&grads[1].w), &value(&want_g2.w));
+        close("layer 1 b", &value(&grads[1].b), &value(&want_g2.b));
     }
 }

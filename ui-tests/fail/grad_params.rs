@@ -1,5 +1,6 @@
 // `#[grad]` names: a parameter the result does not depend on, an unknown
-// name, an integer tensor, a scalar; and a result that is not a 0-d loss.
+// name, an integer tensor, a scalar. (A result that is not a 0-d loss
+// gives `name::vjp`: see `grad_vjp.rs`.)
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -11,11 +12,6 @@ tensor_fn! {
     #[grad(weight, ids, scale)]
     fn names(x: &Tensor<Cpu, f32, [4, 3]>, ids: &Tensor<Cpu, i64, [4]>, scale: f32) -> Tensor<Cpu, f32, []> {
         (x * scale).sum() + ids.cast::<f32>().sum()
-    }
-
-    #[grad(x)]
-    fn not_a_loss(x: &Tensor<Cpu, f32, [4, 3]>) -> Tensor<Cpu, f32, [4]> {
-        x.sum(1)
     }
 }
 

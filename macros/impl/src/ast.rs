@@ -116,7 +116,7 @@ pub enum Item {
 }
 
 /// `fn name<D: Device, T: Float, const B: usize>(params) -> Ret { body }`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct TensorFn {
     /// Doc comments and other attributes, passed through.
     pub attrs: Vec<syn::Attribute>,
@@ -152,7 +152,7 @@ impl TensorFn {
 }
 
 /// A parameter: a tensor reference or a scalar.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Param {
     /// Its name.
     pub name: syn::Ident,
@@ -161,7 +161,7 @@ pub struct Param {
 }
 
 /// The type of a parameter.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum ParamTy {
     /// `&Tensor<Device, DType, [dims]>`.
     Tensor(TensorTyAst),
@@ -482,7 +482,7 @@ pub struct TensorTyAst {
 }
 
 /// The declared result: one tensor or a tuple of them.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ReturnTy {
     /// The tensors, in order.
     pub tensors: Vec<TensorTyAst>,
@@ -577,7 +577,7 @@ impl fmt::Display for DimExpr {
 }
 
 /// A function body: `let` statements and a result expression.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Body {
     /// The `let`s in order.
     pub stmts: Vec<Let>,
@@ -586,7 +586,7 @@ pub struct Body {
 }
 
 /// `let pat (: Tensor<..>)? = init;`
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Let {
     /// The names bound.
     pub pat: Pat,
@@ -597,7 +597,7 @@ pub struct Let {
 }
 
 /// A `let` pattern.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Pat {
     /// `name` (or `_`).
     Ident(syn::Ident),

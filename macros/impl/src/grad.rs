@@ -13,6 +13,11 @@
 //!
 //! A gradient flowing into a broadcast operand is summed back to that
 //! operand's dims (leading dims, and dims of size 1).
+//!
+//! A function whose result is a float tensor of any shape gets
+//! `name::vjp(args.., grad_output)` (a 0-d one as well as
+//! `value_and_grad`): [`vjp_ast`] appends the parameter `grad_output`,
+//! typed like the result, and [`derive_vjp`] seeds the backward with it.
 
 use crate::ast::{Dt, ParamTy, TensorFn};
 use crate::check::CheckedFn;
@@ -22,7 +27,8 @@ use crate::sig::ParamSig;
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::{BinaryOp, CmpOp, NormOp, ReduceOp, RowOp, UnaryOp};
 
-/// What `value_and_grad` gives back for one `#[grad]` parameter.
+/// What `value_and_grad` (or `vjp`) gives back for one `#[grad]`
+/// parameter.
 #[derive(Clone, Debug)]
 pub enum GradOut {
     /// A tensor parameter: result `ret` of the joint function.
@@ -51,6 +57,44 @@ pub struct Joint {
     pub outs: Vec<GradOut>,
 }
 
+/// The name of the parameter `name::vjp` takes after the function's own:
+/// the gradient of the result, as PyTorch's `autograd.grad` calls it.
+pub const GRAD_OUTPUT: &str = "grad_output";
+
+/// Whether `f`'s result is one 0-d float tensor (a loss), whose `#[grad]`
+/// gives `name::value_and_grad` as well as `name::vjp`.
+pub fn scalar_result(f: &CheckedFn) -> bool {
+    f.ret.len() == 1
+        && matches!(&f.graph.nodes[f.ret[0]].ty, Ty::Tensor(t) if t.dims.is_empty() && t.dtype.is_float())
+}
+
+/// The function `name::vjp` computes the value of: `ast` with the
+/// parameter [`GRAD_OUTPUT`] appended, typed like the result (one tensor:
+/// a tuple result is an error spanned on it).
+pub fn vjp_ast(ast: &TensorFn) -> Result<TensorFn, syn::Error> {
+    if ast.ret.tuple || ast.ret.tensors.len() != 1 {
+        return Err(ast.ret.sp.error(format!(
+            "`#[grad]` on `{}`, whose result is not a 0-d loss, gives `{}::vjp(args.., grad_output)`, which takes the gradient of one tensor result, but `{}` returns a tuple; return one tensor (write a function per result, or `cat` them), or reduce the result to a 0-d loss for `value_and_grad`",
+            ast.name, ast.name, ast.name
+        )));
+    }
+    if let Some(p) = ast.params.iter().find(|p| p.name == GRAD_OUTPUT) {
+        return Err(syn::Error::new(
+            p.name.span(),
+            format!(
+                "`#[grad]` on `{}` gives `{}::vjp(args.., grad_output)`, whose last parameter is `grad_output`; rename this parameter",
+                ast.name, ast.name
+            ),
+        ));
+    }
+    let mut f = ast.clone();
+    f.params.push(crate::ast::Param {
+        name: syn::Ident::new(GRAD_OUTPUT, ast.ret.sp.span()),
+        ty: ParamTy::Tensor(ast.ret.tensors[0].clone()),
+    });
+    Ok(f)
+}
+
 /// Derives the joint function of `f` for the parameters `names`, or the
 /// errors that stop it (each spanned on what the user wrote).
 pub fn derive(
@@ -59,12 +103,46 @@ pub fn derive(
     names: &[syn::Ident],
     checked: &[Option<CheckedFn>],
 ) -> Result<Joint, Vec<syn::Error>> {
+    derive_seeded(ast, f, names, checked, None)
+}
+
+/// The joint function of `name::vjp`: `f` and `ast` as [`vjp_ast`] gives
+/// them, the backward seeded with their last parameter, [`GRAD_OUTPUT`].
+pub fn derive_vjp(
+    ast: &TensorFn,
+    f: &CheckedFn,
+    names: &[syn::Ident],
+    checked: &[Option<CheckedFn>],
+) -> Result<Joint, Vec<syn::Error>> {
+    derive_seeded(ast, f, names, checked, Some(ast.params.len() - 1))
+}
+
+/// [`derive`] from a 0-d result seeded with one (`seed` `None`), or from
+/// a tensor result seeded with parameter `seed`.
+fn derive_seeded(
+    ast: &TensorFn,
+    f: &CheckedFn,
+    names: &[syn::Ident],
+    checked: &[Option<CheckedFn>],
+    seed: Option<usize>,
+) -> Result<Joint, Vec<syn::Error>> {
     let inlined = inline_calls(f, checked, 0);
     let f = &inlined;
     let mut errors = Vec::new();
+    if seed.is_some() {
+        // The result: one float tensor.
+        let ret = f.ret.first().map(|&r| &f.graph.nodes[r].ty);
+        if let Some(Ty::Tensor(t)) = ret.filter(|_| f.ret.len() == 1) {
+            if !t.dtype.is_float() {
+                errors.push(ast.ret.sp.error(format!(
+                    "`#[grad]` on `{}` gives `{}::vjp(args.., grad_output)`, but its result is a `{}` tensor, which has no gradient; return a float tensor",
+                    ast.name, ast.name, t.dtype
+                )));
+            }
+        }
+    }
     // The result: one 0-d float tensor.
-    let ok_ret = f.ret.len() == 1
-        && matches!(&f.graph.nodes[f.ret[0]].ty, Ty::Tensor(t) if t.dims.is_empty() && t.dtype.is_float());
+    let ok_ret = seed.is_some() || scalar_result(f);
     if !ok_ret {
         let found: Vec<String> = f.sig.ret.iter().map(|t| t.to_string()).collect();
         let found = if f.sig.tuple {
@@ -81,15 +159,23 @@ pub fn derive(
     // the fields the body uses.
     let mut targets: Vec<(usize, Vec<usize>)> = Vec::new();
     for name in names {
+        let user = |(i, p): &(usize, &crate::ast::Param)| {
+            !matches!(p.ty, ParamTy::Field(_)) && Some(*i) != seed
+        };
         let Some(i) = ast
             .params
             .iter()
-            .position(|p| p.name == *name && !matches!(p.ty, ParamTy::Field(_)))
+            .enumerate()
+            .filter(user)
+            .find(|(_, p)| p.name == *name)
+            .map(|(i, _)| i)
         else {
             let list: Vec<String> = ast
                 .params
                 .iter()
-                .filter(|p| !matches!(p.ty, ParamTy::Field(_)))
+                .enumerate()
+                .filter(user)
+                .map(|(_, p)| p)
                 .map(|p| format!("`{}`", p.name))
                 .collect();
             errors.push(syn::Error::new(
@@ -166,7 +252,7 @@ pub fn derive(
     if !errors.is_empty() {
         return Err(errors);
     }
-    d.backward(f.ret[0]);
+    d.backward(f.ret[0], seed.map(|i| f.params[i]));
     if !d.errors.is_empty() {
         return Err(d.errors);
     }
@@ -667,11 +753,15 @@ impl Deriver {
         }
     }
 
-    /// The backward pass from the 0-d result `r`.
-    fn backward(&mut self, r: NodeId) {
+    /// The backward pass from the result `r`, seeded with `seed` (the
+    /// gradient of the result, of its type), or with one for a 0-d one.
+    fn backward(&mut self, r: NodeId, seed: Option<NodeId>) {
         let fwd = self.g.nodes.len();
         let ty = self.tt(r);
-        let seed = self.full(&ty, 1, r);
+        let seed = match seed {
+            Some(s) => s,
+            None => self.full(&ty, 1, r),
+        };
         self.adj[r] = Some(seed);
         for n in (0..fwd).rev() {
             let Some(g) = self.adj[n] else { continue };

@@ -93,6 +93,9 @@ struct Invocation<'a> {
     planned: Vec<Option<Vec<Planned>>>,
     /// The joint function of each `#[grad]` function, with its instances.
     joints: Vec<Option<(grad::Joint, Vec<Planned>)>>,
+    /// The joint function of each `#[grad]` function's `vjp`, with the
+    /// function it is the value of ([`grad::vjp_ast`]) and its instances.
+    vjps: Vec<Option<(TensorFn, grad::Joint, Vec<Planned>)>>,
     errors: Vec<syn::Error>,
 }
 
@@ -177,31 +180,60 @@ fn analyse<'a>(input: &'a ast::Input, field_errors: &mut [Vec<syn::Error>]) -> I
             &mut peaks,
         );
     }
+    let plan_joint = |joint: &grad::Joint| -> Vec<Planned> {
+        instance::instances(&joint.f.sig.type_params)
+            .into_iter()
+            .map(|inst| {
+                let g = inst.apply(&joint.f);
+                let p = plan::plan(&g, &kernel_programs, &peaks);
+                Planned {
+                    instance: inst,
+                    f: g,
+                    plan: p,
+                }
+            })
+            .collect()
+    };
     let mut joints = Vec::new();
+    let mut vjps = Vec::new();
     for (i, f) in fns.iter().enumerate() {
         let (Some(names), Some(c)) = (&f.grad, &checked[i]) else {
             joints.push(None);
+            vjps.push(None);
             continue;
         };
-        match grad::derive(f, c, names, &checked) {
-            Ok(joint) => {
-                let planned = instance::instances(&joint.f.sig.type_params)
-                    .into_iter()
-                    .map(|inst| {
-                        let g = inst.apply(&joint.f);
-                        let p = plan::plan(&g, &kernel_programs, &peaks);
-                        Planned {
-                            instance: inst,
-                            f: g,
-                            plan: p,
-                        }
-                    })
-                    .collect();
-                joints.push(Some((joint, planned)));
+        // A loss gets `value_and_grad` and `vjp`, a tensor result `vjp`.
+        if grad::scalar_result(c) {
+            match grad::derive(f, c, names, &checked) {
+                Ok(joint) => {
+                    let planned = plan_joint(&joint);
+                    joints.push(Some((joint, planned)));
+                }
+                Err(es) => {
+                    errors.extend(es);
+                    joints.push(None);
+                    vjps.push(None);
+                    continue;
+                }
+            }
+        } else {
+            joints.push(None);
+        }
+        let vjp = grad::vjp_ast(f).map_err(|e| vec![e]).and_then(|vf| {
+            let mut vsigs = sigs.clone();
+            vsigs[i] = Some(sig::signature(&vf)?);
+            let vc = check::check_fn(&vf, i, &vsigs, &ksigs)?;
+            let joint = grad::derive_vjp(&vf, &vc, names, &checked)?;
+            Ok((vf, joint))
+        });
+        match vjp {
+            Ok((vf, joint)) => {
+                let planned = plan_joint(&joint);
+                vjps.push(Some((vf, joint, planned)));
             }
             Err(es) => {
                 errors.extend(es);
-                joints.push(None);
+                vjps.push(None);
             }
         }
     }
@@ -213,6 +245,7 @@ fn analyse<'a>(input: &'a ast::Input, field_errors: &mut [Vec<syn::Error>]) -> I
         checked,
         planned,
         joints,
+        vjps,
         errors,
     }
 }
@@ -382,6 +415,7 @@ fn expand_stage(
                 c,
                 p,
                 inv.joints[i].as_ref().map(|(j, p)| (j, p.as_slice())),
+                inv.vjps[i].as_ref().map(|(vf, j, p)| (vf, j, p.as_slice())),
             ),
             _ => expand::stub_fn(f),
         });

@@ -2960,3 +2960,46 @@ fn cumsum_matches_the_cpu() {
     check::<i64, i64>(&be, &mut rng);
     check::<u8, i64>(&be, &mut rng);
 }
+
+#[test]
+fn params_accumulate_on_the_gpu() {
+    use crate::device::{Cpu, Cuda};
+    use crate::shape::Dyn;
+    use crate::tensor::Tensor;
+    use crate::Params;
+    let Some((_guard, _be)) = gpu() else { return };
+    let mut rng = seed();
+    // Gradient structs summed on the GPU (tied weights), every float
+    // dtype, against the host's sum of the same values.
+    fn run<T: crate::FloatDType>(rng: &mut SplitMix64) {
+        let n = 1000;
+        let a: Vec<T> = random(rng, n, -4.0, 4.0);
+        let b: Vec<T> = random(rng, n, -4.0, 4.0);
+        let up = |v: &Vec<T>| {
+            vec![Tensor::<Cpu, T, (Dyn,)>::from_vec_dims(v.clone(), &[n])
+                .unwrap()
+                .to_device::<Cuda>()
+                .unwrap()]
+        };
+        let mut ga = up(&a);
+        ga.accumulate(&up(&b)).unwrap();
+        let got = ga[0].to_vec().unwrap();
+        let mut want = vec![Tensor::<Cpu, T, (Dyn,)>::from_vec_dims(a.clone(), &[n]).unwrap()];
+        want.accumulate(&vec![
+            Tensor::<Cpu, T, (Dyn,)>::from_vec_dims(b, &[n]).unwrap()
+        ])
+        .unwrap();
+        assert_eq!(got, want[0].to_vec().unwrap(), "{}", T::KIND);
+        // Dims that differ: an `Err`, the GPU tensor unchanged.
+        let short = vec![Tensor::<Cpu, T, (Dyn,)>::zeros_dims(&[2])
+            .unwrap()
+            .to_device::<Cuda>()
+            .unwrap()];
+        assert!(ga.accumulate(&short).is_err());
+        assert_eq!(ga[0].to_vec().unwrap(), got);
+    }
+    run::<f32>(&mut rng);
+    run::<f64>(&mut rng);
+    run::<f16>(&mut rng);
+    run::<bf16>(&mut rng);
+}

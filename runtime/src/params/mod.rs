@@ -79,6 +79,13 @@ pub trait AnyTensor {
     /// in-place write does).
     #[doc(hidden)]
     fn erased_mut(&mut self) -> Result<ErasedMut<'_>>;
+    /// The tensor as `Any`, for [`AnyTensor::add_from`].
+    #[doc(hidden)]
+    fn as_any(&self) -> &dyn Any;
+    /// Adds `other`, a tensor of the same type and dims, in place (what
+    /// [`Params::accumulate`] does for each tensor).
+    #[doc(hidden)]
+    fn add_from(&mut self, other: &dyn AnyTensor) -> Result<()>;
 }
 
 impl<D: Device, T: DType, S: Shape> AnyTensor for Tensor<D, T, S> {
@@ -119,6 +126,59 @@ impl<D: Device, T: DType, S: Shape> AnyTensor for Tensor<D, T, S> {
             offset: layout.offset(),
             storage,
         })
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn add_from(&mut self, other: &dyn AnyTensor) -> Result<()> {
+        let Some(other) = other.as_any().downcast_ref::<Self>() else {
+            return Err(accumulate_error(format!(
+                "a `{}` tensor on {:?} cannot take a `{}` tensor on {:?}",
+                T::KIND,
+                D::KIND,
+                other.dtype(),
+                other.device()
+            )));
+        };
+        if self.dims() != other.dims() {
+            return Err(accumulate_error(format!(
+                "dims {:?} cannot take dims {:?}",
+                self.dims(),
+                other.dims()
+            )));
+        }
+        /// `a += b` under the numeric dtype `U`, which is `T`.
+        fn add<D: Device, T: DType, U: crate::dtype::NumDType, S: Shape>(
+            a: &mut Tensor<D, T, S>,
+            b: &Tensor<D, T, S>,
+        ) -> Result<()> {
+            let a = (a as &mut dyn Any)
+                .downcast_mut::<Tensor<D, U, S>>()
+                .expect("`U` is `T`");
+            a.add_(crate::ops::retype::retype_ref(b)?)
+        }
+        match T::KIND {
+            DTypeKind::F32 => add::<D, T, f32, S>(self, other),
+            DTypeKind::F64 => add::<D, T, f64, S>(self, other),
+            DTypeKind::F16 => add::<D, T, crate::f16, S>(self, other),
+            DTypeKind::BF16 => add::<D, T, crate::bf16, S>(self, other),
+            DTypeKind::I32 => add::<D, T, i32, S>(self, other),
+            DTypeKind::I64 => add::<D, T, i64, S>(self, other),
+            DTypeKind::U8 => add::<D, T, u8, S>(self, other),
+            DTypeKind::Bool => Err(accumulate_error(
+                "`bool` tensors cannot be added; keep them out of gradients".into(),
+            )),
+        }
+    }
+}
+
+/// An `Err` of [`Params::accumulate`].
+fn accumulate_error(message: String) -> crate::Error {
+    crate::Error::InvalidArgument {
+        op: "accumulate".into(),
+        message,
     }
 }
 
@@ -231,6 +291,48 @@ pub trait Params: Sized {
         let mut out = Vec::new();
         self.collect_named_mut("", &mut out);
         out
+    }
+
+    /// Adds `other`, a value of the same type (gradients), tensor by
+    /// tensor in place, on the tensors' device: how the gradients of a
+    /// parameter used in several places are summed, such as a weight tied
+    /// between two layers whose `vjp`s each give a gradient struct, or the
+    /// gradients of several micro-batches. Dims that differ (possible with
+    /// `Dyn` dims or `Vec`s of different lengths) are an `Err` naming the
+    /// parameter.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Cpu, Params, Tensor, shape};
+    /// let g1 = vec![Tensor::<Cpu, f32, shape![2]>::from_vec(vec![1.0, 2.0]).unwrap()];
+    /// let g2 = vec![Tensor::<Cpu, f32, shape![2]>::from_vec(vec![0.5, -2.0]).unwrap()];
+    /// let mut total = g1.zeros_like().unwrap();
+    /// total.accumulate(&g1).unwrap();
+    /// total.accumulate(&g2).unwrap();
+    /// assert_eq!(total[0].to_vec().unwrap(), vec![1.5, 0.0]);
+    /// // A `Vec` of another length is an `Err`.
+    /// let e = total.accumulate(&vec![]).unwrap_err();
+    /// assert!(e.to_string().contains("1 tensors"), "{e}");
+    /// ```
+    fn accumulate(&mut self, other: &Self) -> Result<()> {
+        let theirs = other.tensors();
+        let mut mine = self.tensors_mut();
+        if mine.len() != theirs.len() {
+            return Err(accumulate_error(format!(
+                "the parameters have {} tensors and the value added {}",
+                mine.len(),
+                theirs.len()
+            )));
+        }
+        for ((name, a), (_, b)) in mine.iter_mut().zip(theirs) {
+            a.add_from(b).map_err(|e| match e {
+                crate::Error::InvalidArgument { op, message } => crate::Error::InvalidArgument {
+                    op,
+                    message: format!("parameter `{name}`: {message}"),
+                },
+                e => e,
+            })?;
+        }
+        Ok(())
     }
 
     /// Calls `f` with the name and the tensor of every parameter.
@@ -474,5 +576,59 @@ impl<P: Params> Params for Vec<P> {
         out: &mut Vec<(String, &'a mut dyn AnyTensor)>,
     ) {
         collect_items_mut(self, prefix, out)
+    }
+}
+
+#[cfg(test)]
+mod accumulate_tests {
+    use crate::{shape, Cpu, Dyn, Params, Tensor};
+
+    #[test]
+    fn adds_every_dtype_and_names_the_parameter_on_a_mismatch() {
+        let mut a =
+            vec![Tensor::<Cpu, f32, shape![3]>::from_vec(vec![1.0, -0.0, f32::INFINITY]).unwrap()];
+        let b = vec![Tensor::<Cpu, f32, shape![3]>::from_vec(vec![0.5, 0.0, 1.0]).unwrap()];
+        a.accumulate(&b).unwrap();
+        assert_eq!(a[0].to_vec().unwrap(), vec![1.5, 0.0, f32::INFINITY]);
+
+        let mut h = [Tensor::<Cpu, crate::bf16, shape![2]>::from_vec(vec![
+            crate::bf16::from_f32(
+                1.0
+            );
+            2
+        ])
+        .unwrap()];
+        h.accumulate(&h.clone()).unwrap();
+        assert_eq!(h[0].to_vec().unwrap(), vec![crate::bf16::from_f32(2.0); 2]);
+
+        let mut i = vec![Tensor::<Cpu, i64, shape![2]>::from_vec(vec![1, 2]).unwrap()];
+        i.accumulate(&i.clone()).unwrap();
+        assert_eq!(i[0].to_vec().unwrap(), vec![2, 4]);
+
+        // `Dyn` dims that differ: an `Err` naming the parameter, not a
+        // broadcast.
+        let mut d = vec![Tensor::<Cpu, f32, (Dyn,)>::zeros_dims(&[3]).unwrap()];
+        let one = vec![Tensor::<Cpu, f32, (Dyn,)>::ones_dims(&[1]).unwrap()];
+        let e = d.accumulate(&one).unwrap_err().to_string();
+        assert!(
+            e.contains("parameter `0`") && e.contains("[3]") && e.contains("[1]"),
+            "{e}"
+        );
+        assert_eq!(d[0].to_vec().unwrap(), vec![0.0; 3], "unchanged");
+    }
+
+    #[test]
+    fn a_shared_tensor_is_not_changed() {
+        let w = Tensor::<Cpu, f64, shape![2]>::from_vec(vec![1.0, 2.0]).unwrap();
+        let mut g = w.clone();
+        g.accumulate(&w).unwrap();
+        assert_eq!(g.to_vec().unwrap(), vec![2.0, 4.0]);
+        assert_eq!(w.to_vec().unwrap(), vec![1.0, 2.0], "copy on write");
+        // A transposed view accumulates element by element.
+        let m =
+            Tensor::<Cpu, f64, shape![2, 3]>::from_vec((0..6).map(f64::from).collect()).unwrap();
+        let mut t = m.t().unwrap();
+        t.accumulate(&m.t().unwrap()).unwrap();
+        assert_eq!(t.to_vec().unwrap(), vec![0.0, 6.0, 2.0, 8.0, 4.0, 10.0]);
     }
 }

@@ -12,7 +12,7 @@ pub(super) fn memory_module(
 ) -> TokenStream {
     let vis = &ast.vis;
     let name = &ast.name;
-    // `extra` (`value_and_grad`) alone: the module without the plan.
+    // `extra` (`value_and_grad`, `vjp`) alone: the module without the plan.
     let only_extra = || -> TokenStream {
         if extra.is_empty() {
             return quote!();

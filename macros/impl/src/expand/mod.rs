@@ -189,17 +189,20 @@ pub fn tensor_fn(
     f: &CheckedFn,
     instances: &[crate::Planned],
 ) -> TokenStream {
-    tensor_fn_with_grad(ctx, ast, f, instances, None)
+    tensor_fn_with_grad(ctx, ast, f, instances, None, None)
 }
 
-/// [`tensor_fn`] and, for a `#[grad]` function, its joint function
-/// ([`crate::grad`]) as `name::value_and_grad` beside it.
+/// [`tensor_fn`] and, for a `#[grad]` function, its joint functions
+/// ([`crate::grad`]) beside it: `name::value_and_grad` (`grad`, for a 0-d
+/// result) and `name::vjp` (`vjp`: the function with its `grad_output`
+/// parameter, [`crate::grad::vjp_ast`], and its joint function).
 pub fn tensor_fn_with_grad(
     ctx: &Ctx<'_>,
     ast: &TensorFn,
     f: &CheckedFn,
     instances: &[crate::Planned],
     grad: Option<(&crate::grad::Joint, &[crate::Planned])>,
+    vjp: Option<(&TensorFn, &crate::grad::Joint, &[crate::Planned])>,
 ) -> TokenStream {
     let name = &ast.name;
     let attrs = &ast.attrs;
@@ -214,10 +217,23 @@ pub fn tensor_fn_with_grad(
         ret,
         None,
     );
-    let extra = match grad {
-        Some((joint, planned)) => grad_item(ctx, ast, joint, planned),
+    let mut extra = match grad {
+        Some((joint, planned)) => {
+            let doc = format!(
+                " The value of [`{}`](fn@super::{}) and its gradients with respect to its `#[grad]` parameters, typed like them (a parameter struct's fields the result does not depend on are zero).",
+                ast.name, ast.name
+            );
+            grad_item(ctx, ast, joint, planned, quote!(value_and_grad), &doc)
+        }
         None => quote!(),
     };
+    if let Some((vast, joint, planned)) = vjp {
+        let doc = format!(
+            " The value of [`{}`](fn@super::{}) and the vector-Jacobian products of `grad_output` (the gradient of a loss with respect to the result, typed like it) with respect to its `#[grad]` parameters: the gradients of the loss, typed like the parameters (a parameter struct's fields the result does not depend on are zero), as PyTorch's `torch.autograd.grad(y, params, grad_output)` gives them.",
+            ast.name, ast.name
+        );
+        extra.extend(grad_item(ctx, vast, joint, planned, quote!(vjp), &doc));
+    }
     let memory = memory::memory_module(ast, &f.sig, instances, extra);
     items::respan(
         quote!(#item #memory),
@@ -225,14 +241,16 @@ pub fn tensor_fn_with_grad(
     )
 }
 
-/// `pub fn value_and_grad(..)`: the joint function's body, its results
-/// gathered as `(value, grads)` with each gradient typed like its
-/// parameter.
+/// `pub fn value_and_grad(..)` or `pub fn vjp(..)` (`name`): the joint
+/// function's body, its results gathered as `(value, grads)` with each
+/// gradient typed like its parameter.
 fn grad_item(
     ctx: &Ctx<'_>,
     ast: &TensorFn,
     joint: &crate::grad::Joint,
     planned: &[crate::Planned],
+    name: TokenStream,
+    doc: &str,
 ) -> TokenStream {
     use crate::grad::GradOut;
     let f = &joint.f;
@@ -288,10 +306,6 @@ fn grad_item(
             (#r0, #grad_value)
         })
     };
-    let doc = format!(
-        " The value of [`{}`](fn@super::{}) and its gradients with respect to its `#[grad]` parameters, typed like them (a parameter struct's fields the result does not depend on are zero).",
-        ast.name, ast.name
-    );
     // Seen from the module's parent as the function is.
     let vis = match &ast.vis {
         syn::Visibility::Public(_) => quote!(pub),
@@ -303,7 +317,8 @@ fn grad_item(
         ast,
         f,
         planned,
-        quote!(#[doc = #doc] #vis fn value_and_grad),
+        // `vjp`'s `grad_output` goes unread where every gradient is zero.
+        quote!(#[doc = #doc] #[allow(unused_variables)] #vis fn #name),
         quote!((#value_ty, #grad_ty)),
         Some(&wrap),
     )
