@@ -4807,8 +4807,17 @@ fn batch_norm_at_every_rank() {
         let wv = rng.values(c, &[]);
         let bv = rng.values(c, &[]);
         let st = (&mv[..], &vv[..]);
-        let (m, v, w, b): (Tensor<Cpu, f64, S1>, Tensor<Cpu, f64, S1>, Tensor<Cpu, f64, S1>, Tensor<Cpu, f64, S1>) =
-            (tensor(&mv, &[c]), tensor(&vv, &[c]), tensor(&wv, &[c]), tensor(&bv, &[c]));
+        let (m, v, w, b): (
+            Tensor<Cpu, f64, S1>,
+            Tensor<Cpu, f64, S1>,
+            Tensor<Cpu, f64, S1>,
+            Tensor<Cpu, f64, S1>,
+        ) = (
+            tensor(&mv, &[c]),
+            tensor(&vv, &[c]),
+            tensor(&wv, &[c]),
+            tensor(&bv, &[c]),
+        );
         let (w_, b_) = (Some(&wv[..]), Some(&bv[..]));
         let tol = 1e-12;
 
@@ -4852,15 +4861,47 @@ fn batch_norm_at_every_rank() {
         );
 
         // f32 against the f64 reference of the f32-rounded inputs.
-        let (x4r, mr, vr, wr, br) = (round32(&x4v), round32(&mv), round32(&vv), round32(&wv), round32(&bv));
+        let (x4r, mr, vr, wr, br) = (
+            round32(&x4v),
+            round32(&mv),
+            round32(&vv),
+            round32(&wv),
+            round32(&bv),
+        );
         let f = |v: &[f64], d: &[usize]| tensor::<f32, S1>(v, d);
         let x32: Tensor<Cpu, f32, S4> = tensor(&x4r, &d4);
         check_all(
             &format!("f32 batch_norm of {d4:?}"),
-            &bn_f32(&x32, &f(&mr, &[c]), &f(&vr, &[c]), &f(&wr, &[c]), &f(&br, &[c])).unwrap().outs(),
+            &bn_f32(
+                &x32,
+                &f(&mr, &[c]),
+                &f(&vr, &[c]),
+                &f(&wr, &[c]),
+                &f(&br, &[c]),
+            )
+            .unwrap()
+            .outs(),
             &[
-                batch_norm_ref(&x4r, &d4, (&mr, &vr), Some(&wr), Some(&br), false, 1e-5, 1e-5),
-                batch_norm_ref(&x4r, &d4, (&mr, &vr), Some(&wr), Some(&br), true, 1e-5, 1e-5),
+                batch_norm_ref(
+                    &x4r,
+                    &d4,
+                    (&mr, &vr),
+                    Some(&wr),
+                    Some(&br),
+                    false,
+                    1e-5,
+                    1e-5,
+                ),
+                batch_norm_ref(
+                    &x4r,
+                    &d4,
+                    (&mr, &vr),
+                    Some(&wr),
+                    Some(&br),
+                    true,
+                    1e-5,
+                    1e-5,
+                ),
             ],
         );
     }

@@ -400,7 +400,11 @@ impl<'s, 'k> Checker<'s, 'k> {
         let is_none = |x: &&Expr| matches!(&x.kind, ExprKind::Var(i) if i == "None");
         // The tensors given: input, running_mean, running_var, then the
         // weight and the bias unless left out or `None`.
-        let mut xs: Vec<&Expr> = vec![a[0].expect("required"), a[1].expect("required"), a[2].expect("required")];
+        let mut xs: Vec<&Expr> = vec![
+            a[0].expect("required"),
+            a[1].expect("required"),
+            a[2].expect("required"),
+        ];
         let weight = a[3].filter(|x| !is_none(x));
         let bias = a[4].filter(|x| !is_none(x));
         xs.extend(weight);
@@ -456,7 +460,12 @@ impl<'s, 'k> Checker<'s, 'k> {
             return self.error_node(e);
         };
         let out = Self::out_ty(&agreed, dims.clone());
-        let ty = |d: Vec<Dim>| Ty::Tensor(TensorTy { dims: d, ..ops[0].ty.clone() });
+        let ty = |d: Vec<Dim>| {
+            Ty::Tensor(TensorTy {
+                dims: d,
+                ..ops[0].ty.clone()
+            })
+        };
         let c = dims[1].clone();
         // `[C, 1, ..]`: a statistic per channel against `[N, C, ..]`.
         let mut col = vec![c.clone()];
