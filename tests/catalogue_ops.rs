@@ -4807,17 +4807,8 @@ fn batch_norm_at_every_rank() {
         let wv = rng.values(c, &[]);
         let bv = rng.values(c, &[]);
         let st = (&mv[..], &vv[..]);
-        let (m, v, w, b): (
-            Tensor<Cpu, f64, S1>,
-            Tensor<Cpu, f64, S1>,
-            Tensor<Cpu, f64, S1>,
-            Tensor<Cpu, f64, S1>,
-        ) = (
-            tensor(&mv, &[c]),
-            tensor(&vv, &[c]),
-            tensor(&wv, &[c]),
-            tensor(&bv, &[c]),
-        );
+        let col = |v: &[f64]| tensor::<f64, S1>(v, &[c]);
+        let (m, v, w, b) = (col(&mv), col(&vv), col(&wv), col(&bv));
         let (w_, b_) = (Some(&wv[..]), Some(&bv[..]));
         let tol = 1e-12;
 
