@@ -39,6 +39,8 @@ const fn walked(name: &'static str, function: bool, method: bool) -> Walked {
 /// reductions over everything at ranks 0-4 and along each dim at ranks
 /// 1-4; `layer_norm` and `rms_norm` over the last dim at ranks 1-4 (and
 /// in f32, f16 and bf16); `rope` at ranks 2-4 (and in f32, f16 and bf16);
+/// `batch_norm` at ranks 2-4, inference and training, with and without
+/// weight and bias (and in f32);
 /// `softmax`, `log_softmax`, `logsumexp`, `cat`, `narrow` and
 /// `transpose` along
 /// each dim at ranks 1-4; `matmul` for every pair of ranks 1-4; `mm`,
@@ -74,6 +76,7 @@ const WALKED: &[Walked] = &[
     walked("layer_norm", true, true),
     walked("rms_norm", true, true),
     walked("rope", true, false),
+    walked("batch_norm", true, false),
     walked("matmul", true, true),
     walked("mm", true, true),
     walked("bmm", true, true),
@@ -4714,6 +4717,183 @@ fn cumsum_along_each_dim() {
             &format!("typed {}", what(3)),
             t3.cumsum::<1>(),
             &[w3[1].clone()],
+        );
+    }
+}
+
+// ---------------------------------------------------------------------
+// batch_norm.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn bn2(x: &Tensor<Cpu, f64, [N, C]>, m: &Tensor<Cpu, f64, [C]>, v: &Tensor<Cpu, f64, [C]>, w: &Tensor<Cpu, f64, [C]>, b: &Tensor<Cpu, f64, [C]>) -> (Tensor<Cpu, f64, [N, C]>, Tensor<Cpu, f64, [N, C]>, Tensor<Cpu, f64, [N, C]>) {
+        (
+            batch_norm(x, m, v, w, b),
+            batch_norm(x, m, v, w, b, training = true),
+            batch_norm(x, m, v, None, None, true, 0.1, 1e-3),
+        )
+    }
+    fn bn3(x: &Tensor<Cpu, f64, [N, C, L]>, m: &Tensor<Cpu, f64, [C]>, v: &Tensor<Cpu, f64, [C]>, w: &Tensor<Cpu, f64, [C]>, b: &Tensor<Cpu, f64, [C]>) -> (Tensor<Cpu, f64, [N, C, L]>, Tensor<Cpu, f64, [N, C, L]>, Tensor<Cpu, f64, [N, C, L]>) {
+        (
+            batch_norm(x, m, v, bias = b),
+            batch_norm(input = x, running_mean = m, running_var = v, weight = w, bias = b, training = true, momentum = 0.1, eps = 1e-3),
+            batch_norm(x, m, v, w, training = false, eps = 1e-3),
+        )
+    }
+    /// Fused with its neighbours: a ReLU after, a scale before.
+    fn bn4(x: &Tensor<Cpu, f64, [N, C, H, W]>, m: &Tensor<Cpu, f64, [C]>, v: &Tensor<Cpu, f64, [C]>, w: &Tensor<Cpu, f64, [C]>, b: &Tensor<Cpu, f64, [C]>) -> (Tensor<Cpu, f64, [N, C, H, W]>, Tensor<Cpu, f64, [N, C, H, W]>, Tensor<Cpu, f64, [N, C, H, W]>) {
+        (
+            batch_norm(x, m, v, w, b),
+            batch_norm(x, m, v, w, b, true),
+            relu(batch_norm(x * 2.0, m, v, w, b, true)),
+        )
+    }
+    fn bn_f32(x: &Tensor<Cpu, f32, [N, C, H, W]>, m: &Tensor<Cpu, f32, [C]>, v: &Tensor<Cpu, f32, [C]>, w: &Tensor<Cpu, f32, [C]>, b: &Tensor<Cpu, f32, [C]>) -> (Tensor<Cpu, f32, [N, C, H, W]>, Tensor<Cpu, f32, [N, C, H, W]>) {
+        (batch_norm(x, m, v, w, b), batch_norm(x, m, v, w, b, training = true))
+    }
+}
+
+/// `F.batch_norm` in f64: per channel (dim 1) the running statistics, or
+/// with `training` the batch's mean and biased variance; then
+/// `relu` if asked.
+#[allow(clippy::too_many_arguments)]
+fn batch_norm_ref(
+    x: &[f64],
+    d: &[usize],
+    stats: (&[f64], &[f64]),
+    w: Option<&[f64]>,
+    b: Option<&[f64]>,
+    training: bool,
+    eps: f64,
+    tol: f64,
+) -> Want {
+    let c = d[1];
+    let inner: usize = d[2..].iter().product();
+    let mut vals = vec![0.0; x.len()];
+    for ch in 0..c {
+        let idx: Vec<usize> = (0..d[0])
+            .flat_map(|n| (0..inner).map(move |i| (n * c + ch) * inner + i))
+            .collect();
+        let (mean, var) = if training {
+            let k = idx.len() as f64;
+            let mean = idx.iter().map(|&i| x[i]).sum::<f64>() / k;
+            let var = idx.iter().map(|&i| (x[i] - mean).powi(2)).sum::<f64>() / k;
+            (mean, var)
+        } else {
+            (stats.0[ch], stats.1[ch])
+        };
+        for &i in &idx {
+            let y = (x[i] - mean) / (var + eps).sqrt();
+            vals[i] = y * w.map_or(1.0, |w| w[ch]) + b.map_or(0.0, |b| b[ch]);
+        }
+    }
+    let tol = vals.iter().map(|v| tol * (1.0 + v.abs())).collect();
+    Want {
+        dims: d.to_vec(),
+        vals,
+        tol,
+    }
+}
+
+#[test]
+fn batch_norm_at_every_rank() {
+    let mut rng = Rng::new(720);
+    for round in 0..4 {
+        let c = 1 + rng.below(4);
+        // N = 1 with several elements per channel in one round.
+        let n = if round == 1 { 1 } else { 2 + rng.below(3) };
+        let mv = rng.values(c, &[]);
+        let vv: Vec<f64> = rng.values(c, &[]).iter().map(|v| v.abs() + 0.5).collect();
+        let wv = rng.values(c, &[]);
+        let bv = rng.values(c, &[]);
+        let st = (&mv[..], &vv[..]);
+        let col = |v: &[f64]| tensor::<f64, S1>(v, &[c]);
+        let (m, v, w, b) = (col(&mv), col(&vv), col(&wv), col(&bv));
+        let (w_, b_) = (Some(&wv[..]), Some(&bv[..]));
+        let tol = 1e-12;
+
+        let d2 = [n + usize::from(round == 1), c];
+        let (x2v, x2) = input::<S2>(&mut rng, &d2, &[]);
+        check_all(
+            &format!("batch_norm of {d2:?}"),
+            &bn2(&x2, &m, &v, &w, &b).unwrap().outs(),
+            &[
+                batch_norm_ref(&x2v, &d2, st, w_, b_, false, 1e-5, tol),
+                batch_norm_ref(&x2v, &d2, st, w_, b_, true, 1e-5, tol),
+                batch_norm_ref(&x2v, &d2, st, None, None, true, 1e-3, tol),
+            ],
+        );
+
+        let d3 = [n, c, 1 + rng.below(4)];
+        let (x3v, x3) = input::<S3>(&mut rng, &d3, &[]);
+        check_all(
+            &format!("batch_norm of {d3:?}"),
+            &bn3(&x3, &m, &v, &w, &b).unwrap().outs(),
+            &[
+                batch_norm_ref(&x3v, &d3, st, None, b_, false, 1e-5, tol),
+                batch_norm_ref(&x3v, &d3, st, w_, b_, true, 1e-3, tol),
+                batch_norm_ref(&x3v, &d3, st, w_, None, false, 1e-3, tol),
+            ],
+        );
+
+        let d4 = [n, c, 1 + rng.below(3), 1 + rng.below(3)];
+        let (x4v, x4) = input::<S4>(&mut rng, &d4, &[]);
+        let x4v2: Vec<f64> = x4v.iter().map(|v| v * 2.0).collect();
+        let mut relu_want = batch_norm_ref(&x4v2, &d4, st, w_, b_, true, 1e-5, tol);
+        relu_want.vals.iter_mut().for_each(|v| *v = v.max(0.0));
+        check_all(
+            &format!("batch_norm of {d4:?}"),
+            &bn4(&x4, &m, &v, &w, &b).unwrap().outs(),
+            &[
+                batch_norm_ref(&x4v, &d4, st, w_, b_, false, 1e-5, tol),
+                batch_norm_ref(&x4v, &d4, st, w_, b_, true, 1e-5, tol),
+                relu_want,
+            ],
+        );
+
+        // f32 against the f64 reference of the f32-rounded inputs.
+        let (x4r, mr, vr, wr, br) = (
+            round32(&x4v),
+            round32(&mv),
+            round32(&vv),
+            round32(&wv),
+            round32(&bv),
+        );
+        let f = |v: &[f64], d: &[usize]| tensor::<f32, S1>(v, d);
+        let x32: Tensor<Cpu, f32, S4> = tensor(&x4r, &d4);
+        check_all(
+            &format!("f32 batch_norm of {d4:?}"),
+            &bn_f32(
+                &x32,
+                &f(&mr, &[c]),
+                &f(&vr, &[c]),
+                &f(&wr, &[c]),
+                &f(&br, &[c]),
+            )
+            .unwrap()
+            .outs(),
+            &[
+                batch_norm_ref(
+                    &x4r,
+                    &d4,
+                    (&mr, &vr),
+                    Some(&wr),
+                    Some(&br),
+                    false,
+                    1e-5,
+                    1e-5,
+                ),
+                batch_norm_ref(
+                    &x4r,
+                    &d4,
+                    (&mr, &vr),
+                    Some(&wr),
+                    Some(&br),
+                    true,
+                    1e-5,
+                    1e-5,
+                ),
+            ],
         );
     }
 }

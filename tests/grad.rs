@@ -566,6 +566,19 @@ fd_case!(layer_norm_default_eps: fn n_ln_d(x: [2, 3, 4] in (-2.0, 2.0), w: [4] i
     sin(layer_norm(x, w, b)).sum()
 });
 fd_case!(rms_norm_rule: fn n_rms(x: [3, 5] in (-2.0, 2.0), w: [5] in (-1.5, 1.5)) { sin(rms_norm(x, w, 1e-6)).sum() });
+// batch_norm: a composite of reductions and elementwise ops, so its
+// gradients come from theirs. Training mode normalises with the batch's
+// statistics (the running ones, here derived from `w`, are unused);
+// inference mode with the running statistics, which get gradients too.
+fd_case!(batch_norm_training: fn n_bn(x: [3, 2, 4] in (-2.0, 2.0), w: [2] in (-1.5, 1.5), b: [2] in (-1.0, 1.0)) {
+    sin(batch_norm(x, w * 0.0, w * 0.0 + 1.0, w, b, training = true)).sum()
+});
+fd_case!(batch_norm_training_2d: fn n_bn4(x: [2, 3, 2, 2] in (-2.0, 2.0), w: [3] in (-1.5, 1.5), b: [3] in (-1.0, 1.0)) {
+    sin(batch_norm(x, w * 0.0, w * 0.0 + 1.0, w, b, true, 0.1, 1e-3)).sum()
+});
+fd_case!(batch_norm_inference: fn n_bn_eval(x: [3, 2] in (-2.0, 2.0), v: [2] in (0.5, 2.0), w: [2] in (-1.5, 1.5)) {
+    sin(batch_norm(x, w * 0.5, v, w, w + 1.0)).sum()
+});
 fd_case!(rope_rule: fn n_rope(x: [2, 3, 4] in (-2.0, 2.0), c: [3, 4] in (-1.0, 1.0), s: [3, 4] in (-1.0, 1.0)) {
     sin(rope(x, c, s)).sum()
 });

@@ -124,6 +124,10 @@ pub enum OpKind {
     Row(RowOp),
     /// A normalisation over the last dim (`layer_norm`, `rms_norm`).
     Norm(NormOp),
+    /// `batch_norm(input, running_mean, running_var, weight, bias,
+    /// training, momentum, eps)`: per channel (dim 1), a composite of
+    /// reductions and elementwise ops.
+    BatchNorm,
     /// `rope(input, cos, sin)`: rotary position embedding.
     Rope,
     /// `matmul`, batched, broadcasting leading dims.
@@ -315,6 +319,8 @@ pub enum ShapeRule {
     Norm,
     /// [`rules::rope`](crate::rules::rope).
     Rope,
+    /// [`rules::batch_norm`](crate::rules::batch_norm).
+    BatchNorm,
 }
 
 /// Whether an op has a derivative: the macro's `#[grad]` follows it
@@ -726,6 +732,25 @@ static NORMS: &[OpDef] = &[
         DTypeRule::SameFloat,
         ShapeRule::Norm,
         "`input / sqrt(mean(input^2) + eps) * weight` over the last dim.",
+    ),
+    def(
+        "batch_norm",
+        OpKind::BatchNorm,
+        true,
+        false,
+        &[
+            INPUT,
+            p("running_mean", TENSOR),
+            p("running_var", TENSOR),
+            opt("weight", TENSOR, "None"),
+            opt("bias", TENSOR, "None"),
+            opt("training", SCALAR, "false"),
+            opt("momentum", SCALAR, "0.1"),
+            opt("eps", SCALAR, "1e-05"),
+        ],
+        DTypeRule::SameFloat,
+        ShapeRule::BatchNorm,
+        "`(input - mean) / sqrt(var + eps) * weight + bias` per channel (dim 1): the running statistics, or with `training = true` the batch's (biased variance); the running statistics are not updated inside a `tensor_fn!` (see `BatchNorm`).",
     ),
     def(
         "rope",

@@ -203,6 +203,35 @@ impl<D: Device, T: FloatDType, C: Dim> BatchNorm<D, T, C> {
         Ok(y)
     }
 
+    /// Updates the running statistics with the batch `x`'s (momentum, the
+    /// unbiased variance, `num_batches_tracked` counted) as a training
+    /// [`forward`](Self::forward) does, discarding its output: the step a
+    /// training loop takes beside a `tensor_fn!` that calls
+    /// `batch_norm(x, running_mean, running_var, weight, bias, training =
+    /// true)`. A generated function is pure (its parameters arrive as
+    /// `&Params`, its tensors are values), so it normalises with the batch
+    /// statistics and differentiates through them, and the buffers are
+    /// updated here, outside it, with the same input.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{params::BatchNorm, Cpu, Const, Tensor, shape};
+    /// let bn = BatchNorm::<Cpu, f64, Const<1>>::new().unwrap();
+    /// let x = Tensor::<Cpu, f64, shape![2, 1]>::from_vec(vec![1., 3.]).unwrap();
+    /// // y = my_tensor_fn(&x, &s.running_mean, &s.running_var, &bn.weight, &bn.bias)?; then:
+    /// bn.update_running_stats(&x).unwrap();
+    /// let s = bn.stats();
+    /// // 0.9 * 0 + 0.1 * 2, and 0.9 * 1 + 0.1 * 2 (the unbiased variance of [1, 3]).
+    /// assert!((s.running_mean.to_vec().unwrap()[0] - 0.2).abs() < 1e-15);
+    /// assert!((s.running_var.to_vec().unwrap()[0] - 1.1).abs() < 1e-15);
+    /// assert_eq!(s.num_batches_tracked, 1);
+    /// ```
+    pub fn update_running_stats<S: ChannelDim<Channel = C>>(
+        &self,
+        x: &Tensor<D, T, S>,
+    ) -> Result<()> {
+        self.forward(x, true).map(drop)
+    }
+
     /// The gradients of [`forward`](Self::forward) for the output's
     /// gradient: `(grad_input, grad_weight, grad_bias)`
     /// ([`Tensor::batch_norm_backward`] with this module's statistics).

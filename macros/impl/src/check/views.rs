@@ -377,6 +377,159 @@ impl<'s, 'k> Checker<'s, 'k> {
         }
     }
 
+    /// `batch_norm(input, running_mean, running_var, weight = None, bias =
+    /// None, training = false, momentum = 0.1, eps = 1e-5)`, PyTorch's
+    /// `F.batch_norm`: a composite of graph ops, so the planner fuses it
+    /// and `#[grad]` differentiates it through its parts. The statistics
+    /// are `[C]` (`C` is `input`'s dim 1), broadcast as `[C, 1, ..]`:
+    /// inference normalises with the running statistics (an affine per
+    /// channel); `training = true` with the batch's mean and biased
+    /// variance over every dim but 1 (means over one dim at a time, the
+    /// counts being equal). The running statistics are not updated here
+    /// (a generated function is pure; `momentum` is accepted for
+    /// PyTorch's argument order): `BatchNorm::update_running_stats` does
+    /// it outside.
+    pub(super) fn batch_norm(&mut self, def: &OpDef, args: &[Arg], e: &Expr) -> NodeId {
+        let name = def.name;
+        let Some(a) = self.bind_op(def, false, args, e) else {
+            for x in args {
+                self.expr(&x.value);
+            }
+            return self.error_node(e);
+        };
+        let is_none = |x: &&Expr| matches!(&x.kind, ExprKind::Var(i) if i == "None");
+        // The tensors given: input, running_mean, running_var, then the
+        // weight and the bias unless left out or `None`.
+        let mut xs: Vec<&Expr> = vec![
+            a[0].expect("required"),
+            a[1].expect("required"),
+            a[2].expect("required"),
+        ];
+        let weight = a[3].filter(|x| !is_none(x));
+        let bias = a[4].filter(|x| !is_none(x));
+        xs.extend(weight);
+        xs.extend(bias);
+        let ids: Vec<NodeId> = xs.iter().map(|x| self.expr(x)).collect();
+        let training = match a[5] {
+            None => Some(false),
+            Some(t) => self.flag_arg(t, name, "training"),
+        };
+        if let Some(m) = a[6].filter(|x| !is_none(x)) {
+            // Read for its errors only: the update happens outside.
+            self.expr(m);
+        }
+        let ops: Vec<Option<Operand>> = (0..xs.len())
+            .map(|i| self.tensor(ids[i], xs[i], name))
+            .collect();
+        let eps_expr = a[7].filter(|x| !is_none(x));
+        if ops.iter().any(|o| o.is_none()) {
+            if let Some(x) = eps_expr {
+                self.expr(x);
+            }
+            return self.error_node(e);
+        }
+        let ops: Vec<Operand> = ops.into_iter().map(|o| o.expect("checked")).collect();
+        let agreed = self.agree(name, &ops, 0);
+        let ok = !agreed.ok || self.need_float(name, &ops[0]);
+        let names: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
+        let params: Vec<(&str, &[Dim])> = (1..xs.len())
+            .map(|i| (names[i].as_str(), &ops[i].ty.dims[..]))
+            .collect();
+        let spans: Vec<&Sp> = xs.iter().map(|x| &x.sp).collect();
+        let dims = self.ruled(
+            rules::batch_norm(name, (&names[0], &ops[0].ty.dims), &params),
+            &spans,
+        );
+        let eps = match eps_expr {
+            None => Some(None),
+            Some(x) => match self.scalar_operand(x, &ops[0], name) {
+                Some(id) => match self.graph.nodes[id].op {
+                    Op::Lit { value, .. } if value.is_nan() || value < 0.0 => {
+                        self.error(
+                            &x.sp,
+                            format!("`eps = {x}` of `{name}` is negative: it is added to the variance under a square root, so it must be zero or positive; leave it out for PyTorch's default, 1e-5"),
+                        );
+                        None
+                    }
+                    _ => Some(Some(id)),
+                },
+                None => None,
+            },
+        };
+        let (true, Some(dims), Some(eps), Some(training)) = (ok, dims, eps, training) else {
+            return self.error_node(e);
+        };
+        let out = Self::out_ty(&agreed, dims.clone());
+        let ty = |d: Vec<Dim>| {
+            Ty::Tensor(TensorTy {
+                dims: d,
+                ..ops[0].ty.clone()
+            })
+        };
+        let c = dims[1].clone();
+        // `[C, 1, ..]`: a statistic per channel against `[N, C, ..]`.
+        let mut col = vec![c.clone()];
+        col.extend((2..dims.len()).map(|_| Dim::constant(1)));
+        let x = ids[0];
+        let per_channel = |me: &mut Self, id: NodeId| {
+            me.push(Op::Reshape { x: id, view: false }, ty(col.clone()), e)
+        };
+        // The mean over every dim but 1, one dim at a time from the last.
+        let channel_mean = |me: &mut Self, id: NodeId| {
+            let mut cur = id;
+            let mut d = dims.clone();
+            for dim in (2..dims.len()).rev().chain([0]) {
+                d.remove(dim);
+                cur = me.push(
+                    Op::Reduce {
+                        op: ReduceOp::Mean,
+                        x: cur,
+                        dim: Some(dim),
+                    },
+                    ty(d.clone()),
+                    e,
+                );
+            }
+            cur
+        };
+        let (dev, var) = if training {
+            let mean = channel_mean(self, x);
+            let mean = per_channel(self, mean);
+            let dev = self.push(Op::Binary(BinaryOp::Sub, x, mean), out.clone(), e);
+            let sq = self.push(Op::Binary(BinaryOp::Mul, dev, dev), out.clone(), e);
+            let var = channel_mean(self, sq);
+            (dev, per_channel(self, var))
+        } else {
+            let mean = per_channel(self, ids[1]);
+            let dev = self.push(Op::Binary(BinaryOp::Sub, x, mean), out.clone(), e);
+            (dev, per_channel(self, ids[2]))
+        };
+        let eps = match eps {
+            Some(id) => id,
+            None => self.push(
+                Op::Lit {
+                    value: 1e-5,
+                    int: false,
+                },
+                Ty::Scalar(ScalarTy::FloatLit),
+                e,
+            ),
+        };
+        let var_ty = self.graph.nodes[var].ty.clone();
+        let shifted = self.push(Op::Binary(BinaryOp::Add, var, eps), var_ty.clone(), e);
+        let rstd = self.push(Op::Unary(UnaryOp::Rsqrt, shifted), var_ty, e);
+        let mut y = self.push(Op::Binary(BinaryOp::Mul, dev, rstd), out.clone(), e);
+        if weight.is_some() {
+            let w = per_channel(self, ids[3]);
+            y = self.push(Op::Binary(BinaryOp::Mul, y, w), out.clone(), e);
+        }
+        if bias.is_some() {
+            let b = per_channel(self, ids[xs.len() - 1]);
+            y = self.push(Op::Binary(BinaryOp::Add, y, b), out, e);
+        }
+        y
+    }
+
     /// `rope(input, cos, sin)`: a float `input` of dims `[.., T, D]` (`D`
     /// even) and `cos`, `sin` of dims `[T, D]`, on its device in its dtype.
     pub(super) fn rope(&mut self, def: &OpDef, args: &[Arg], e: &Expr) -> NodeId {
