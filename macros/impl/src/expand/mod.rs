@@ -418,7 +418,9 @@ fn fn_item(
     let errors = crate::combine(errors).map(|e| e.to_compile_error());
     quote! {
         #errors
-        #[allow(clippy::let_and_return, clippy::redundant_clone, clippy::needless_borrow, clippy::needless_return, clippy::needless_question_mark, clippy::approx_constant)]
+        // A parameter can go unread by design: `batch_norm`'s running
+        // statistics in training, which PyTorch's signature still takes.
+        #[allow(unused_variables, clippy::let_and_return, clippy::redundant_clone, clippy::needless_borrow, clippy::needless_return, clippy::needless_question_mark, clippy::approx_constant)]
         #head #generics (#(#params),*) -> ::tensorfn::Result<#ret> {
             #bindings
             #(#bodies)*
