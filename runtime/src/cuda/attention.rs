@@ -229,6 +229,107 @@ impl CudaBackend {
         Ok(out)
     }
 
+    /// See `Backend::attention_lse`: through the host for now (the CPU's
+    /// blocked forward), so that the gradient runs on every device.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn attention_lse_gpu<T: FloatDType>(
+        &self,
+        q: (&CudaStorage<T>, &Layout),
+        k: (&CudaStorage<T>, &Layout),
+        v: (&CudaStorage<T>, &Layout),
+        mask: AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
+        causal: bool,
+        scale: f64,
+        out: &Layout,
+    ) -> Result<(CudaStorage<T>, CudaStorage<f32>)> {
+        self.ctx().bind()?;
+        for (what, x) in [("query", q), ("key", k), ("value", v)] {
+            check(what, x.0, x.1)?;
+        }
+        let host = |(x, l): (&CudaStorage<T>, &Layout)| -> Result<(Vec<T>, Layout)> {
+            Ok((self.download(x, l)?, Layout::contiguous(l.dims())))
+        };
+        let (hq, hk, hv) = (host(q)?, host(k)?, host(v)?);
+        let (q, k, v) = ((&hq.0, &hq.1), (&hk.0, &hk.1), (&hv.0, &hv.1));
+        let cpu = CpuBackend;
+        let (o, lse) = match mask {
+            None => cpu.attention_lse(q, k, v, None, causal, scale, out)?,
+            Some((AttnMask::Bool(m), l)) => {
+                let (hm, lm) = (self.download(m, l)?, Layout::contiguous(l.dims()));
+                cpu.attention_lse(
+                    q,
+                    k,
+                    v,
+                    Some((AttnMask::Bool(&hm), &lm)),
+                    causal,
+                    scale,
+                    out,
+                )?
+            }
+            Some((AttnMask::Add(m), l)) => {
+                let (hm, lm) = (self.download(m, l)?, Layout::contiguous(l.dims()));
+                cpu.attention_lse(q, k, v, Some((AttnMask::Add(&hm), &lm)), causal, scale, out)?
+            }
+        };
+        Ok((self.upload(Cow::Owned(o))?, self.upload(Cow::Owned(lse))?))
+    }
+
+    /// See `Backend::attention_backward`: through the host for now (the
+    /// CPU's blocked backward).
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    pub(crate) fn attention_backward_gpu<T: FloatDType>(
+        &self,
+        q: (&CudaStorage<T>, &Layout),
+        k: (&CudaStorage<T>, &Layout),
+        v: (&CudaStorage<T>, &Layout),
+        o: (&CudaStorage<T>, &Layout),
+        g: (&CudaStorage<T>, &Layout),
+        lse: Option<&CudaStorage<f32>>,
+        mask: AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
+        causal: bool,
+        scale: f64,
+    ) -> Result<(CudaStorage<T>, CudaStorage<T>, CudaStorage<T>)> {
+        self.ctx().bind()?;
+        for (what, x) in [
+            ("query", q),
+            ("key", k),
+            ("value", v),
+            ("out", o),
+            ("grad_out", g),
+        ] {
+            check(what, x.0, x.1)?;
+        }
+        let host = |(x, l): (&CudaStorage<T>, &Layout)| -> Result<(Vec<T>, Layout)> {
+            Ok((self.download(x, l)?, Layout::contiguous(l.dims())))
+        };
+        let (hq, hk, hv, ho, hg) = (host(q)?, host(k)?, host(v)?, host(o)?, host(g)?);
+        let hl = match lse {
+            Some(x) => Some(self.download(x, &Layout::contiguous(&[x.len()]))?),
+            None => None,
+        };
+        let (q, k, v) = ((&hq.0, &hq.1), (&hk.0, &hk.1), (&hv.0, &hv.1));
+        let (o, g) = ((&ho.0, &ho.1), (&hg.0, &hg.1));
+        let cpu = CpuBackend;
+        let (dq, dk, dv) = match mask {
+            None => cpu.attention_backward(q, k, v, o, g, hl.as_ref(), None, causal, scale)?,
+            Some((AttnMask::Bool(m), l)) => {
+                let (hm, lm) = (self.download(m, l)?, Layout::contiguous(l.dims()));
+                let m = Some((AttnMask::Bool(&hm), &lm));
+                cpu.attention_backward(q, k, v, o, g, hl.as_ref(), m, causal, scale)?
+            }
+            Some((AttnMask::Add(m), l)) => {
+                let (hm, lm) = (self.download(m, l)?, Layout::contiguous(l.dims()));
+                let m = Some((AttnMask::Add(&hm), &lm));
+                cpu.attention_backward(q, k, v, o, g, hl.as_ref(), m, causal, scale)?
+            }
+        };
+        Ok((
+            self.upload(Cow::Owned(dq))?,
+            self.upload(Cow::Owned(dk))?,
+            self.upload(Cow::Owned(dv))?,
+        ))
+    }
+
     /// Attention through the host (head dims the kernel does not take).
     #[allow(clippy::too_many_arguments)]
     fn attention_host<T: FloatDType>(
