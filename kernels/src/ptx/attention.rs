@@ -34,11 +34,14 @@ const SLOTS: usize = ATTENTION_MAX_HEAD / 32;
 /// the inner's (`p_nh = 1`, `p_*h = 0` for one batch dim), so heads split
 /// out of a `[B, T, 3, H, D]` projection are read in place. The output's
 /// strides are `p_ob`, `p_oh` and `p_or` (rows; columns are dense), so it
-/// can be written back in that order (`[B, L, H, Ev]`).
-pub(crate) const PARAMS: [&str; 30] = [
+/// can be written back in that order (`[B, L, H, Ev]`). `p_lse`, when
+/// not 0, is where the rows' log-sum-exps go (contiguous `[batch, L]`
+/// f32, `-inf` for a row without keys); the plain forward passes 0 and
+/// writes none.
+pub(crate) const PARAMS: [&str; 31] = [
     "p_out", "p_q", "p_k", "p_v", "p_mask", "p_l", "p_s", "p_e", "p_ev", "p_qb", "p_qr", "p_kb",
     "p_kr", "p_vb", "p_vr", "p_mb", "p_mr", "p_mc", "p_mode", "p_causal", "p_scale", "p_b0",
-    "p_nh", "p_qh", "p_kh", "p_vh", "p_mh", "p_ob", "p_oh", "p_or",
+    "p_nh", "p_qh", "p_kh", "p_vh", "p_mh", "p_ob", "p_oh", "p_or", "p_lse",
 ];
 
 fn params() -> String {
@@ -113,6 +116,12 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
             _ => x,
         };
         b.finish(vec![r])
+    };
+    let log = {
+        let mut b = Builder::new();
+        let x = b.param(acc);
+        let y = mathfn::log(&mut b, x);
+        b.finish(vec![y])
     };
     let mut body = Body::new();
     let mut p = std::collections::HashMap::new();
@@ -339,6 +348,34 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
     let empty = body.reg(Class::Pred);
     body.op(format!("setp.eq.{t} {empty}, {l}, {zero}"));
     body.op(format!("@{empty} mov.{t} {inv}, {zero}"));
+    // The row's log-sum-exp, m + ln(l), when asked for (lane 0 writes).
+    {
+        let skip = body.label("att_no_lse");
+        let none = body.reg(Class::Pred);
+        body.op(format!("setp.eq.u64 {none}, {}, 0", p["p_lse"]));
+        body.op(format!("@{none} bra.uni {skip}"));
+        let not0 = body.reg(Class::Pred);
+        body.op(format!("setp.ne.u32 {not0}, {lane32}, 0"));
+        body.op(format!("@{not0} bra {skip}"));
+        let ln = emit_program(&mut body, &log, &[l.clone()])[0].clone();
+        let x = body.reg(class);
+        body.op(format!("add.rn.{t} {x}, {m}, {ln}"));
+        body.op(format!("@{empty} mov.{t} {x}, {neg_inf}"));
+        let x32 = if acc == Ty::F64 {
+            let r = body.reg(Class::F32);
+            body.op(format!("cvt.rn.f32.f64 {r}, {x}"));
+            r
+        } else {
+            x
+        };
+        let base = body.reg(Class::B64);
+        body.op(format!("cvta.to.global.u64 {base}, {}", p["p_lse"]));
+        let a = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {a}, {b}, {}, {i}", p["p_l"]));
+        body.op(format!("mad.lo.u64 {a}, {a}, 4, {base}"));
+        body.op(format!("st.global.f32 [{a}], {x32}"));
+        body.place(&skip);
+    }
     let orow = body.reg(Class::B64);
     body.op(format!(
         "mad.lo.u64 {orow}, {i}, {}, {}",

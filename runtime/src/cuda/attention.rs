@@ -54,6 +54,24 @@ impl CudaBackend {
         scale: f64,
         out_layout: &Layout,
     ) -> Result<CudaStorage<T>> {
+        self.attention_launch(q, k, v, mask, causal, scale, out_layout, None)
+    }
+
+    /// [`Self::attention_gpu`], with the rows' log-sum-exps written to
+    /// `lse` (`[batch, L]` f32) when given: then always the f32 entry (the
+    /// tensor-core one writes none).
+    #[allow(clippy::too_many_arguments)]
+    fn attention_launch<T: FloatDType>(
+        &self,
+        q: (&CudaStorage<T>, &Layout),
+        k: (&CudaStorage<T>, &Layout),
+        v: (&CudaStorage<T>, &Layout),
+        mask: AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
+        causal: bool,
+        scale: f64,
+        out_layout: &Layout,
+        lse: Option<&CudaStorage<f32>>,
+    ) -> Result<CudaStorage<T>> {
         let ctx = self.ctx();
         ctx.bind()?;
         check("query", q.0, q.1)?;
@@ -85,7 +103,7 @@ impl CudaBackend {
         }
         let nh = inner_batch([q.1, k.1, v.1, out_layout], mask.as_ref().map(|(_, l)| *l))?;
         let os = walk(out_layout, nh);
-        if mask.is_none() && self.mma_fits::<T>([q, k, v], e, ev) {
+        if mask.is_none() && lse.is_none() && self.mma_fits::<T>([q, k, v], e, ev) {
             return self.attention_mma::<T>(q, k, v, (nh, os), causal, scale);
         }
         let out = ctx.storage::<T>(n)?;
@@ -102,7 +120,7 @@ impl CudaBackend {
         let blocks = l.div_ceil(ROWS_PER_BLOCK) as u32;
         for b0 in (0..batch).step_by(MAX_GRID_Y) {
             let nb = (batch - b0).min(MAX_GRID_Y);
-            let mut values: [u64; 30] = [
+            let mut values: [u64; 31] = [
                 out.device_ptr(),
                 q.0.ptr_at(q.1.offset()),
                 k.0.ptr_at(k.1.offset()),
@@ -133,6 +151,7 @@ impl CudaBackend {
                 os[0],
                 os[1],
                 os[2],
+                lse.map_or(0, |x| x.device_ptr()),
             ];
             let mut params: Vec<*mut c_void> = values
                 .iter_mut()
@@ -229,8 +248,9 @@ impl CudaBackend {
         Ok(out)
     }
 
-    /// See `Backend::attention_lse`: through the host for now (the CPU's
-    /// blocked forward), so that the gradient runs on every device.
+    /// See `Backend::attention_lse`: the f32-accumulating entry with its
+    /// log-sum-exp output (head dims above [`ATTENTION_MAX_HEAD`], and
+    /// outputs without elements, through the host).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn attention_lse_gpu<T: FloatDType>(
         &self,
@@ -245,6 +265,13 @@ impl CudaBackend {
         self.ctx().bind()?;
         for (what, x) in [("query", q), ("key", k), ("value", v)] {
             check(what, x.0, x.1)?;
+        }
+        let [batch, l, e] = shape3(q.1);
+        let [_, _, ev] = shape3(v.1);
+        if e <= ATTENTION_MAX_HEAD && ev <= ATTENTION_MAX_HEAD && batch * l * ev > 0 {
+            let lse = self.ctx().storage::<f32>(batch * l)?;
+            let o = self.attention_launch(q, k, v, mask, causal, scale, out, Some(&lse))?;
+            return Ok((o, lse));
         }
         let host = |(x, l): (&CudaStorage<T>, &Layout)| -> Result<(Vec<T>, Layout)> {
             Ok((self.download(x, l)?, Layout::contiguous(l.dims())))

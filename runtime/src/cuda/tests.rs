@@ -2681,6 +2681,51 @@ fn attention_timing() {
     }
 }
 
+/// Times the causal bf16 attention backward at the target's size (`cargo
+/// test attention_backward_timing -- --ignored --nocapture`);
+/// `scripts/torch_attention.py` prints PyTorch's time for the same case.
+#[test]
+#[ignore]
+fn attention_backward_timing() {
+    use crate::device::Cuda;
+    use crate::ops::AttentionArgs;
+    use crate::shape::Dyn;
+    use crate::tensor::Tensor;
+    type D4 = (Dyn, Dyn, Dyn, Dyn);
+    type D3 = (Dyn, Dyn, Dyn);
+    let Some((_guard, be)) = gpu() else { return };
+    for [b, h, t, d] in [[4, 16, 4096, 128]] {
+        let dims = [b, h, t, d];
+        let q = Tensor::<Cuda, bf16, D4>::randn_dims(1, &dims).unwrap();
+        let k = Tensor::<Cuda, bf16, D4>::randn_dims(2, &dims).unwrap();
+        let v = Tensor::<Cuda, bf16, D4>::randn_dims(3, &dims).unwrap();
+        let g = Tensor::<Cuda, bf16, D4>::randn_dims(4, &dims).unwrap();
+        let args = || AttentionArgs::new().is_causal(true);
+        let (y, lse) = q
+            .scaled_dot_product_attention_with_lse_dims::<D4, D3>(&k, &v, args())
+            .unwrap();
+        let run = || {
+            q.scaled_dot_product_attention_backward_dims(&k, &v, &y, &g, &lse, args())
+                .unwrap()
+        };
+        drop(run());
+        be.synchronize().unwrap();
+        let reps = 3;
+        let start = std::time::Instant::now();
+        for _ in 0..reps {
+            drop(run());
+        }
+        be.synchronize().unwrap();
+        let s = start.elapsed().as_secs_f64() / reps as f64;
+        let flops = 2.5 * 4.0 * (b * h) as f64 * (t * t) as f64 * d as f64 / 2.0;
+        println!(
+            "attention backward causal bf16 B{b} H{h} T{t} D{d}: {:.3} ms, {:.2} TFLOP/s",
+            s * 1e3,
+            flops / s / 1e12
+        );
+    }
+}
+
 /// `cross_entropy` and its backward on the GPU against the CPU backend
 /// (itself tested against the f64 reference and finite differences), in
 /// every float dtype with `i64` and `i32` targets, every reduction, label
