@@ -357,7 +357,7 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
         let not0 = body.reg(Class::Pred);
         body.op(format!("setp.ne.u32 {not0}, {lane32}, 0"));
         body.op(format!("@{not0} bra {skip}"));
-        let ln = emit_program(&mut body, &log, &[l.clone()])[0].clone();
+        let ln = emit_program(&mut body, &log, std::slice::from_ref(&l))[0].clone();
         let x = body.reg(class);
         body.op(format!("add.rn.{t} {x}, {m}, {ln}"));
         body.op(format!("@{empty} mov.{t} {x}, {neg_inf}"));

@@ -592,7 +592,10 @@ fn attention_backward<D: Device, T: FloatDType>(
             }
             done.push((be.wrap(buf), Layout::contiguous(to)));
         }
-        let [a, b, c]: [(Storage<T>, Layout); 3] = done.try_into().ok().expect("three gradients");
+        let mut it = done.into_iter();
+        let (Some(a), Some(b), Some(c)) = (it.next(), it.next(), it.next()) else {
+            unreachable!("three gradients")
+        };
         [a, b, c]
     });
     Ok(grads)
