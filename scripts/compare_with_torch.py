@@ -84,6 +84,13 @@ def run(op, args, xs):
                                            args["training"], args["momentum"], args["eps"])
         grads = torch.autograd.grad(y, params, g)
         return grads[["dx", "dweight", "dbias"].index(args["grad"])]
+    if op == "attention_backward":
+        # xs: query, key, value, grad_output; args["grad"] picks one of the
+        # gradients autograd gives.
+        params = [x.clone().requires_grad_(True) for x in xs[:-1]]
+        y = torch.nn.functional.scaled_dot_product_attention(*params, is_causal=args["causal"])
+        grads = torch.autograd.grad(y, params, xs[-1])
+        return grads[["dq", "dk", "dv"].index(args["grad"])]
     if op == "rope":
         # Hugging Face's Llama: x * cos + rotate_half(x) * sin.
         x, cos, sin = xs
@@ -132,6 +139,11 @@ def slack(op, inputs, args):
         # Per-channel sums over N * H * W elements.
         n, _, *spatial = inputs[0]["shape"]
         return 2.0 * math.sqrt(n * math.prod(spatial))
+    if op == "attention_backward":
+        # Sums over the keys (dq) or the queries (dk, dv), and the head dim.
+        _, _, l, e = inputs[0]["shape"]
+        s = inputs[1]["shape"][2]
+        return 2.0 * math.sqrt(max(l, s) + e)
     if op in ("matmul", "matmul_nt", "bmm", "addmm"):
         a = inputs[1] if op == "addmm" else inputs[0]
         return 2.0 * math.sqrt(a["shape"][-1])

@@ -892,3 +892,10 @@ fn vjp_chain_equals_the_composed_gradient() {
         close("layer 1 b", &value(&grads[1].b), &value(&want_g2.b));
     }
 }
+// Attention: one fused backward from the log-sum-exps the forward saves.
+fd_case!(attention_causal_rule: fn n_attn_causal(q: [2, 3, 4] in (-1.5, 1.5), k: [2, 5, 4] in (-1.5, 1.5), v: [2, 5, 6] in (-1.5, 1.5)) {
+    sin(scaled_dot_product_attention(q, k, v, is_causal = true)).sum()
+});
+fd_case!(attention_scaled_rule: fn n_attn_scaled(q: [1, 2, 4, 8] in (-1.5, 1.5), k: [1, 2, 3, 8] in (-1.5, 1.5), v: [1, 2, 3, 2] in (-1.5, 1.5)) {
+    (scaled_dot_product_attention(q, k, v, scale = 0.7) * q.narrow(3, 0, 2)).sum()
+});

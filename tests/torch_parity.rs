@@ -693,6 +693,58 @@ fn batch_norms<G: Device, T: FloatDType>(rec: &mut Recorder) {
         ] {
             let a = format!(r#""training":{training},"momentum":0.1,"eps":1e-5,"grad":"{grad}""#);
             rec.case("batch_norm_backward", dt, &inputs, &out, &a);
+/// The gradients of `scaled_dot_product_attention` (`dq`, `dk`, `dv`),
+/// causal and not, `L != S`, lengths that are not multiples of a block,
+/// each a case against `torch.autograd.grad` of
+/// `F.scaled_dot_product_attention` for the same `grad_output`.
+fn attention_backwards<G: Device, T: FloatDType>(rec: &mut Recorder) {
+    let dt = T::KIND.name();
+    let exact = |v: &[f64], dims: &[usize]| {
+        Tensor::<Cpu, f64, B4>::from_vec_dims(v.to_vec(), dims).unwrap()
+    };
+    for ([b, h, l, s, e], causal) in [([1, 2, 77, 77, 64], true), ([2, 2, 45, 93, 128], false)] {
+        let (q, qv) = random::<G, T, B4>(&[b, h, l, e]);
+        let (k, kv) = random::<G, T, B4>(&[b, h, s, e]);
+        let (v, vv) = random::<G, T, B4>(&[b, h, s, e]);
+        let (g, gv) = random::<G, T, B4>(&[b, h, l, e]);
+        let args = || tensorfn::AttentionArgs::new().is_causal(causal);
+        let (y, lse) = q
+            .scaled_dot_product_attention_with_lse_dims::<B4, B3>(&k, &v, args())
+            .unwrap();
+        let got = q
+            .scaled_dot_product_attention_backward_dims(&k, &v, &y, &g, &lse, args())
+            .unwrap();
+        let (q64, k64, v64, g64) = (
+            exact(&qv, &[b, h, l, e]),
+            exact(&kv, &[b, h, s, e]),
+            exact(&vv, &[b, h, s, e]),
+            exact(&gv, &[b, h, l, e]),
+        );
+        let args64 = || tensorfn::AttentionArgs::new().is_causal(causal);
+        let (y64, lse64) = q64
+            .scaled_dot_product_attention_with_lse_dims::<B4, B3>(&k64, &v64, args64())
+            .unwrap();
+        let want = q64
+            .scaled_dot_product_attention_backward_dims(&k64, &v64, &y64, &g64, &lse64, args64())
+            .unwrap();
+        let inputs = vec![rec.array(&q), rec.array(&k), rec.array(&v), rec.array(&g)];
+        for (t, e64, grad) in [
+            (&got.0, &want.0, "dq"),
+            (&got.1, &want.1, "dk"),
+            (&got.2, &want.2, "dv"),
+        ] {
+            // Each gradient sums over the keys or the queries; the 16-bit
+            // output and gradient round `D = dO . O` too.
+            let terms = l.max(s) + e;
+            check(
+                &format!("attention_backward {grad}"),
+                t,
+                &e64.to_vec().unwrap(),
+                8.0 + (terms as f64).sqrt(),
+            );
+            let out = rec.array(t);
+            let args = format!(r#""causal":{causal},"grad":"{grad}""#);
+            rec.case("attention_backward", dt, &inputs, &out, &args);
         }
     }
 }
@@ -802,6 +854,10 @@ where
     batch_norms::<G, f32>(&mut rec);
     batch_norms::<G, f16>(&mut rec);
     batch_norms::<G, bf16>(&mut rec);
+    attention_backwards::<G, f64>(&mut rec);
+    attention_backwards::<G, f32>(&mut rec);
+    attention_backwards::<G, f16>(&mut rec);
+    attention_backwards::<G, bf16>(&mut rec);
     fused::<G, f32>(&mut rec);
     fused::<G, f16>(&mut rec);
     fused::<G, bf16>(&mut rec);

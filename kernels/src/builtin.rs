@@ -663,6 +663,55 @@ pub fn attention(dtype: DTypeKind) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
+/// Name of [`attention_backward`]`(dtype, keys)`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert_eq!(builtin::attention_backward_name(DTypeKind::BF16, false), "tf_attention_bwd_q_bf16");
+/// assert_eq!(builtin::attention_backward_name(DTypeKind::BF16, true), "tf_attention_bwd_kv_bf16");
+/// ```
+pub fn attention_backward_name(dtype: DTypeKind, keys: bool) -> String {
+    let which = if keys { "kv" } else { "q" };
+    format!("tf_attention_bwd_{which}_{dtype}")
+}
+
+/// The backward of [`attention`] over tensors of `dtype` (a float; `Err`
+/// otherwise), in FlashAttention-2's two passes, each computed in f32
+/// (f64 for f64) with one warp per row as the forward, the weights
+/// recomputed from the forward's log-sum-exps: with `keys` false a warp
+/// per query row `i` writes `D_i = dO_i . O_i` and `dQ_i`; with `keys`
+/// true, launched after it, a warp per key row `j` writes `dK_j` and
+/// `dV_j`. Each gradient row is one warp's sum in a fixed order (no
+/// atomics: the same bits every run).
+///
+/// The entry `NAME` takes 64-bit parameters, in order: `dq`, `dk`, `dv`
+/// (contiguous `[batch, l, e]`, `[batch, s, e]`, `[batch, s, ev]`
+/// outputs), `delta` (`[batch, l]`, f32 or f64 for f64: written by the
+/// query entry, read by the key entry), `lse` (the forward's `[batch,
+/// l]` f32 log-sum-exps), `o`, `g` (the output and its gradient,
+/// contiguous `[batch, l, ev]`), then `q`, `k`, `v`, `mask` and the
+/// rest as [`attention`] takes them, from `l` on. Launch with `block.x =
+/// BLOCK`, `grid.x = ceil(rows / 8)` (rows: `l` for the query entry, `s`
+/// for the key entry) and `grid.y` = the batch.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::attention_backward(DTypeKind::F32, true).unwrap();
+/// assert!(k.ptx.contains(".entry tf_attention_bwd_kv_f32("));
+/// assert!(builtin::attention_backward(DTypeKind::I64, false).is_err());
+/// ```
+pub fn attention_backward(dtype: DTypeKind, keys: bool) -> Result<Kernel> {
+    if !dtype.is_float() {
+        return Err(Error::Unsupported {
+            kernel: "attention_backward",
+            message: format!("attention needs a floating-point dtype, found {dtype}"),
+        });
+    }
+    let name = attention_backward_name(dtype, keys);
+    let ptx = ptx::attention_backward(&name, dtype, keys);
+    Ok(Kernel { name, ptx })
+}
+
 /// Name of [`attention_mma`]`(dtype, d)`.
 ///
 /// ```
@@ -883,6 +932,9 @@ pub fn all() -> Vec<Kernel> {
         out.extend(topk(dtype).ok());
         out.extend(cumsum(dtype).ok());
         out.extend(attention(dtype).ok());
+        for keys in [false, true] {
+            out.extend(attention_backward(dtype, keys).ok());
+        }
         for d in ptx::ATTENTION_MMA_HEADS {
             out.extend(attention_mma(dtype, d).ok());
         }

@@ -439,6 +439,46 @@ pub(crate) trait Backend {
         out: &Layout,
     ) -> Result<Self::Buf<T>>;
 
+    /// [`Backend::attention`] that also returns the log-sum-exp of each
+    /// row's scores (`scale * q.k + mask`, natural log), a contiguous
+    /// `[batch, L]` f32 buffer (`-inf` for a row without keys): what
+    /// [`Backend::attention_backward`] needs to recompute the weights.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_lse<T: FloatDType>(
+        &self,
+        q: (&Self::Buf<T>, &Layout),
+        k: (&Self::Buf<T>, &Layout),
+        v: (&Self::Buf<T>, &Layout),
+        mask: AttnMaskArg<'_, Self::Buf<bool>, Self::Buf<T>>,
+        causal: bool,
+        scale: f64,
+        out: &Layout,
+    ) -> Result<(Self::Buf<T>, Self::Buf<f32>)>;
+
+    /// The gradients of [`Backend::attention`] with respect to `q`, `k`
+    /// and `v`, given its output `out` and the output's gradient
+    /// `grad_out` (both `[batch, L, Ev]` or `[outer, inner, L, Ev]`, any
+    /// strides with dense columns) and the `[batch, L]` log-sum-exps of
+    /// [`Backend::attention_lse`] (recomputed when `None`), the other
+    /// arguments as the forward took them: contiguous `[batch, L, E]`,
+    /// `[batch, S, E]` and `[batch, S, Ev]` buffers, one batch per batch
+    /// of the output (an operand broadcast over batches is summed back by
+    /// the caller). Computed in at least f32; rows without keys have zero
+    /// gradients.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn attention_backward<T: FloatDType>(
+        &self,
+        q: (&Self::Buf<T>, &Layout),
+        k: (&Self::Buf<T>, &Layout),
+        v: (&Self::Buf<T>, &Layout),
+        out: (&Self::Buf<T>, &Layout),
+        grad_out: (&Self::Buf<T>, &Layout),
+        lse: Option<&Self::Buf<f32>>,
+        mask: AttnMaskArg<'_, Self::Buf<bool>, Self::Buf<T>>,
+        causal: bool,
+        scale: f64,
+    ) -> Result<(Self::Buf<T>, Self::Buf<T>, Self::Buf<T>)>;
+
     /// `rope` of `x` (`[.., T, D]`, `D` even) with `cos` and `sin`
     /// (`[T, D]`), computed in at least f32: a contiguous buffer of `x`'s
     /// dims.

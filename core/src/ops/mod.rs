@@ -351,9 +351,7 @@ const fn derivative_of(kind: OpKind) -> Derivative {
     match kind {
         OpKind::Compare(_) | OpKind::Arange => Derivative::None,
         OpKind::Reduce(ReduceOp::ArgMax | ReduceOp::ArgMin) => Derivative::None,
-        OpKind::Attention | OpKind::Embedding | OpKind::IndexSelect | OpKind::Gather => {
-            Derivative::Pending
-        }
+        OpKind::Embedding | OpKind::IndexSelect | OpKind::Gather => Derivative::Pending,
         _ => Derivative::Rule,
     }
 }

@@ -34,11 +34,14 @@ const SLOTS: usize = ATTENTION_MAX_HEAD / 32;
 /// the inner's (`p_nh = 1`, `p_*h = 0` for one batch dim), so heads split
 /// out of a `[B, T, 3, H, D]` projection are read in place. The output's
 /// strides are `p_ob`, `p_oh` and `p_or` (rows; columns are dense), so it
-/// can be written back in that order (`[B, L, H, Ev]`).
-pub(crate) const PARAMS: [&str; 30] = [
+/// can be written back in that order (`[B, L, H, Ev]`). `p_lse`, when
+/// not 0, is where the rows' log-sum-exps go (contiguous `[batch, L]`
+/// f32, `-inf` for a row without keys); the plain forward passes 0 and
+/// writes none.
+pub(crate) const PARAMS: [&str; 31] = [
     "p_out", "p_q", "p_k", "p_v", "p_mask", "p_l", "p_s", "p_e", "p_ev", "p_qb", "p_qr", "p_kb",
     "p_kr", "p_vb", "p_vr", "p_mb", "p_mr", "p_mc", "p_mode", "p_causal", "p_scale", "p_b0",
-    "p_nh", "p_qh", "p_kh", "p_vh", "p_mh", "p_ob", "p_oh", "p_or",
+    "p_nh", "p_qh", "p_kh", "p_vh", "p_mh", "p_ob", "p_oh", "p_or", "p_lse",
 ];
 
 fn params() -> String {
@@ -113,6 +116,12 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
             _ => x,
         };
         b.finish(vec![r])
+    };
+    let log = {
+        let mut b = Builder::new();
+        let x = b.param(acc);
+        let y = mathfn::log(&mut b, x);
+        b.finish(vec![y])
     };
     let mut body = Body::new();
     let mut p = std::collections::HashMap::new();
@@ -339,6 +348,34 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
     let empty = body.reg(Class::Pred);
     body.op(format!("setp.eq.{t} {empty}, {l}, {zero}"));
     body.op(format!("@{empty} mov.{t} {inv}, {zero}"));
+    // The row's log-sum-exp, m + ln(l), when asked for (lane 0 writes).
+    {
+        let skip = body.label("att_no_lse");
+        let none = body.reg(Class::Pred);
+        body.op(format!("setp.eq.u64 {none}, {}, 0", p["p_lse"]));
+        body.op(format!("@{none} bra.uni {skip}"));
+        let not0 = body.reg(Class::Pred);
+        body.op(format!("setp.ne.u32 {not0}, {lane32}, 0"));
+        body.op(format!("@{not0} bra {skip}"));
+        let ln = emit_program(&mut body, &log, std::slice::from_ref(&l))[0].clone();
+        let x = body.reg(class);
+        body.op(format!("add.rn.{t} {x}, {m}, {ln}"));
+        body.op(format!("@{empty} mov.{t} {x}, {neg_inf}"));
+        let x32 = if acc == Ty::F64 {
+            let r = body.reg(Class::F32);
+            body.op(format!("cvt.rn.f32.f64 {r}, {x}"));
+            r
+        } else {
+            x
+        };
+        let base = body.reg(Class::B64);
+        body.op(format!("cvta.to.global.u64 {base}, {}", p["p_lse"]));
+        let a = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {a}, {b}, {}, {i}", p["p_l"]));
+        body.op(format!("mad.lo.u64 {a}, {a}, 4, {base}"));
+        body.op(format!("st.global.f32 [{a}], {x32}"));
+        body.place(&skip);
+    }
     let orow = body.reg(Class::B64);
     body.op(format!(
         "mad.lo.u64 {orow}, {i}, {}, {}",
@@ -365,6 +402,430 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
     format!(
         ".visible .entry {name}{}\n{{\n{}}}\n",
         params(),
+        body.finish()
+    )
+}
+
+/// The parameters of the backward entries, in order; each is 64 bits
+/// (`p_scale` is an f64). `p_dq`, `p_dk`, `p_dv` are the contiguous
+/// gradients, `p_delta` the rows' `D_i = dO_i . O_i` (f32, f64 for f64;
+/// the query entry writes it, the key entry reads it), `p_lse` the
+/// forward's f32 log-sum-exps and `p_o`, `p_g` the output and its
+/// gradient, contiguous `[batch, l, ev]`; the rest as in [`PARAMS`].
+pub(crate) const BWD_PARAMS: [&str; 33] = [
+    "p_dq", "p_dk", "p_dv", "p_delta", "p_lse", "p_o", "p_g", "p_q", "p_k", "p_v", "p_mask", "p_l",
+    "p_s", "p_e", "p_ev", "p_qb", "p_qr", "p_kb", "p_kr", "p_vb", "p_vr", "p_mb", "p_mr", "p_mc",
+    "p_mode", "p_causal", "p_scale", "p_b0", "p_nh", "p_qh", "p_kh", "p_vh", "p_mh",
+];
+
+/// The backward entry `name` over tensors of `dtype` (a float), the
+/// structure of [`attention_entry`]: one warp per row, lane `t` holding
+/// elements `t, t + 32, ..` of the row's vectors, dot products summed
+/// across the warp. With `keys` false a warp owns query row `i`: it
+/// writes `D_i = dO_i . O_i` and `dQ_i = scale * sum_j dS_ij K_j`; with
+/// `keys` true a warp owns key row `j` and writes `dV_j = sum_i P_ij dO_i`
+/// and `dK_j = scale * sum_i dS_ij Q_i`, reading the `D_i` the query
+/// entry wrote (launched first). `P_ij = exp(S_ij - lse_i)` and `dS_ij =
+/// P_ij (dO_i . V_j - D_i)`, recomputed from the scores; a key scored
+/// `-inf` takes no part. Each gradient row is summed by one warp in a
+/// fixed order: no atomics, the same bits every run.
+pub(crate) fn attention_backward_entry(name: &str, dtype: DTypeKind, keys: bool) -> String {
+    let acc = Ty::of(dtype);
+    let (t, class, neg_inf, zero) = acc_of(acc);
+    let acc_kind = if acc == Ty::F64 {
+        DTypeKind::F64
+    } else {
+        DTypeKind::F32
+    };
+    let acc_bytes = acc_kind.size_bytes();
+    let size = dtype.size_bytes();
+    let exp = {
+        let mut b = Builder::new();
+        let x = b.param(acc);
+        let e = mathfn::exp(&mut b, x);
+        b.finish(vec![e])
+    };
+    let out_round = {
+        let mut b = Builder::new();
+        let x = b.param(acc);
+        let r = match dtype {
+            DTypeKind::F16 | DTypeKind::BF16 => round_to(&mut b, x, dtype),
+            _ => x,
+        };
+        b.finish(vec![r])
+    };
+    let mut body = Body::new();
+    let mut p = std::collections::HashMap::new();
+    for n in BWD_PARAMS {
+        if n == "p_scale" {
+            continue;
+        }
+        let r = body.reg(Class::B64);
+        body.op(format!("ld.param.u64 {r}, [{n}]"));
+        p.insert(n, r);
+    }
+    for n in [
+        "p_dq", "p_dk", "p_dv", "p_delta", "p_lse", "p_o", "p_g", "p_q", "p_k", "p_v", "p_mask",
+    ] {
+        body.op(format!("cvta.to.global.u64 {0}, {0}", p[n]));
+    }
+    let scale = body.reg(class);
+    if acc == Ty::F64 {
+        body.op(format!("ld.param.f64 {scale}, [p_scale]"));
+    } else {
+        let s64 = body.reg(Class::F64);
+        body.op(format!("ld.param.f64 {s64}, [p_scale]"));
+        body.op(format!("cvt.rn.f32.f64 {scale}, {s64}"));
+    }
+    let end = body.label("attb_end");
+    let (tid, lane32, warp32) = (
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+    );
+    body.op(format!("mov.u32 {tid}, %tid.x"));
+    body.op(format!("and.b32 {lane32}, {tid}, 31"));
+    body.op(format!("shr.u32 {warp32}, {tid}, 5"));
+    let (cta, by) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("mov.u32 {cta}, %ctaid.x"));
+    body.op(format!("mov.u32 {by}, %ctaid.y"));
+    let lane = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {lane}, {lane32}"));
+    // The warp's row: a query (`keys` false) or a key.
+    let row = body.reg(Class::B64);
+    body.op(format!("mul.wide.u32 {row}, {cta}, {WARPS}"));
+    let w64 = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {w64}, {warp32}"));
+    body.op(format!("add.u64 {row}, {row}, {w64}"));
+    let b = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {b}, {by}"));
+    body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
+    let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v", "m"]);
+    let past = body.reg(Class::Pred);
+    let rows = if keys { &p["p_s"] } else { &p["p_l"] };
+    body.op(format!("setp.ge.u64 {past}, {row}, {rows}"));
+    body.op(format!("@{past} bra.uni {end}"));
+    let row_start = |body: &mut Body, base: &str, boff: &str, row: &str, rs: &str, bytes: usize| {
+        let off = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {off}, {row}, {rs}, {boff}"));
+        let a = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {a}, {off}, {bytes}, {base}"));
+        a
+    };
+    // Row `r` of a contiguous `[batch, rows, n]` operand at `base`:
+    // base + ((b * rows + r) * n) * bytes.
+    let dense_row = |body: &mut Body, base: &str, rows: &str, r: &str, n: &str, bytes: usize| {
+        let off = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {off}, {b}, {rows}, {r}"));
+        body.op(format!("mul.lo.u64 {off}, {off}, {n}"));
+        let a = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {a}, {off}, {bytes}, {base}"));
+        a
+    };
+    let slot_load = |body: &mut Body, row: &str, n: &str, c: usize| {
+        let col = body.reg(Class::B64);
+        body.op(format!("add.u64 {col}, {lane}, {}", 32 * c));
+        let inside = body.reg(Class::Pred);
+        body.op(format!("setp.lt.u64 {inside}, {col}, {n}"));
+        body.op(format!("selp.u64 {col}, {col}, 0, {inside}"));
+        let a = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {a}, {col}, {size}, {row}"));
+        let x = load(body, dtype, &a, true);
+        let r = body.reg(class);
+        body.op(format!("selp.{t} {r}, {x}, {zero}, {inside}"));
+        r
+    };
+    let slots = |body: &mut Body, n: &str, what: &str, inner: &mut dyn FnMut(&mut Body, usize)| {
+        let done = body.label(&format!("{what}_done"));
+        for c in 0..SLOTS {
+            let none = body.reg(Class::Pred);
+            body.op(format!("setp.le.u64 {none}, {n}, {}", 32 * c));
+            body.op(format!("@{none} bra.uni {done}"));
+            inner(body, c);
+        }
+        body.place(&done);
+    };
+    // The warp's sum of `d` in every lane.
+    let warp_sum = |body: &mut Body, d: &str| {
+        for off in [16, 8, 4, 2, 1] {
+            let o = if acc == Ty::F64 {
+                let (lo, hi) = (body.reg(Class::B32), body.reg(Class::B32));
+                body.op(format!("mov.b64 {{{lo}, {hi}}}, {d}"));
+                body.op(format!("shfl.sync.bfly.b32 {lo}, {lo}, {off}, 31, -1"));
+                body.op(format!("shfl.sync.bfly.b32 {hi}, {hi}, {off}, 31, -1"));
+                let o = body.reg(class);
+                body.op(format!("mov.b64 {o}, {{{lo}, {hi}}}"));
+                o
+            } else {
+                let o = body.reg(class);
+                body.op(format!("shfl.sync.bfly.b32 {o}, {d}, {off}, 31, -1"));
+                o
+            };
+            body.op(format!("add.rn.{t} {d}, {d}, {o}"));
+        }
+    };
+    // `n` registers of the computation type, zeroed.
+    let zeros = |body: &mut Body| -> Vec<String> {
+        (0..SLOTS)
+            .map(|_| {
+                let r = body.reg(class);
+                body.op(format!("mov.{t} {r}, {zero}"));
+                r
+            })
+            .collect()
+    };
+    let mask_bytes = if dtype == DTypeKind::F64 { 8 } else { size };
+    let (is_bool, is_add) = (body.reg(Class::Pred), body.reg(Class::Pred));
+    body.op(format!("setp.eq.u64 {is_bool}, {}, 1", p["p_mode"]));
+    body.op(format!("setp.eq.u64 {is_add}, {}, 2", p["p_mode"]));
+    let causal = body.reg(Class::Pred);
+    body.op(format!("setp.ne.u64 {causal}, {}, 0", p["p_causal"]));
+    // The score of query `i` (its elements `qv`) against key `j` (`kv`):
+    // scale * q.k plus the mask, `-inf` where the key is left out.
+    let score = |body: &mut Body, i: &str, j: &str, qv: &[String], kv: &[String]| -> String {
+        let d = body.reg(class);
+        body.op(format!("mov.{t} {d}, {zero}"));
+        slots(body, &p["p_e"], "attb_dot", &mut |body, c| {
+            body.op(format!("fma.rn.{t} {d}, {}, {}, {d}", qv[c], kv[c]));
+        });
+        warp_sum(body, &d);
+        let s = body.reg(class);
+        body.op(format!("mul.rn.{t} {s}, {d}, {scale}"));
+        let not_bool = body.label("attb_not_bool");
+        body.op(format!("@!{is_bool} bra.uni {not_bool}"));
+        {
+            let mrow = row_start(body, &p["p_mask"], &boff["m"], i, &p["p_mr"], 1);
+            let a = body.reg(Class::B64);
+            body.op(format!("mad.lo.u64 {a}, {j}, {}, {mrow}", p["p_mc"]));
+            let keep = load(body, DTypeKind::Bool, &a, true);
+            body.op(format!("@!{keep} mov.{t} {s}, {neg_inf}"));
+        }
+        body.place(&not_bool);
+        let not_add = body.label("attb_not_add");
+        body.op(format!("@!{is_add} bra.uni {not_add}"));
+        {
+            let mrow = row_start(body, &p["p_mask"], &boff["m"], i, &p["p_mr"], mask_bytes);
+            let jc = body.reg(Class::B64);
+            body.op(format!("mul.lo.u64 {jc}, {j}, {}", p["p_mc"]));
+            let a = body.reg(Class::B64);
+            body.op(format!("mad.lo.u64 {a}, {jc}, {mask_bytes}, {mrow}"));
+            let x = load(body, dtype, &a, true);
+            body.op(format!("add.rn.{t} {s}, {s}, {x}"));
+        }
+        body.place(&not_add);
+        s
+    };
+    // Element `i` of batch `b` of a contiguous `[batch, l]` statistic.
+    let stat_addr = |body: &mut Body, base: &str, i: &str, bytes: usize| {
+        let off = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {off}, {b}, {}, {i}", p["p_l"]));
+        let a = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {a}, {off}, {bytes}, {base}"));
+        a
+    };
+    let load_lse = |body: &mut Body, i: &str| {
+        let a = stat_addr(body, &p["p_lse"], i, 4);
+        let x = load(body, DTypeKind::F32, &a, true);
+        if acc == Ty::F64 {
+            let r = body.reg(class);
+            body.op(format!("cvt.f64.f32 {r}, {x}"));
+            r
+        } else {
+            x
+        }
+    };
+    // Stores `scale_by * acc[c]` (or `acc[c]`), rounded to the dtype, to
+    // a row of `n` elements at `row`.
+    let store_row =
+        |body: &mut Body, row: &str, n: &str, accs: &[String], by: Option<&str>, what: &str| {
+            slots(body, n, what, &mut |body, c| {
+                let skip = body.label("attb_no_store");
+                let col = body.reg(Class::B64);
+                body.op(format!("add.u64 {col}, {lane}, {}", 32 * c));
+                let outside = body.reg(Class::Pred);
+                body.op(format!("setp.ge.u64 {outside}, {col}, {n}"));
+                body.op(format!("@{outside} bra {skip}"));
+                let r = match by {
+                    Some(f) => {
+                        let r = body.reg(class);
+                        body.op(format!("mul.rn.{t} {r}, {}, {f}", accs[c]));
+                        r
+                    }
+                    None => accs[c].clone(),
+                };
+                let r = emit_program(body, &out_round, &[r])[0].clone();
+                let a = body.reg(Class::B64);
+                body.op(format!("mad.lo.u64 {a}, {col}, {size}, {row}"));
+                store(body, dtype, &a, &r);
+                body.place(&skip);
+            });
+        };
+    let vec_load = |body: &mut Body, regs: &[String], row: &str, n: &str, what: &str| {
+        slots(body, n, what, &mut |body, c| {
+            let x = slot_load(body, row, n, c);
+            body.op(format!("mov.{t} {}, {x}", regs[c]));
+        });
+    };
+    if !keys {
+        let i = &row;
+        let q_row = row_start(&mut body, &p["p_q"], &boff["q"], i, &p["p_qr"], size);
+        let qv = zeros(&mut body);
+        vec_load(&mut body, &qv, &q_row, &p["p_e"], "attb_q");
+        let g_row = dense_row(&mut body, &p["p_g"], &p["p_l"], i, &p["p_ev"], size);
+        let o_row = dense_row(&mut body, &p["p_o"], &p["p_l"], i, &p["p_ev"], size);
+        let gv = zeros(&mut body);
+        vec_load(&mut body, &gv, &g_row, &p["p_ev"], "attb_g");
+        // D_i = dO_i . O_i, written once for the key entry.
+        let dd = body.reg(class);
+        body.op(format!("mov.{t} {dd}, {zero}"));
+        slots(&mut body, &p["p_ev"], "attb_delta", &mut |body, c| {
+            let x = slot_load(body, &o_row, &p["p_ev"], c);
+            body.op(format!("fma.rn.{t} {dd}, {}, {x}, {dd}", gv[c]));
+        });
+        warp_sum(&mut body, &dd);
+        {
+            let skip = body.label("attb_no_delta");
+            let not0 = body.reg(Class::Pred);
+            body.op(format!("setp.ne.u32 {not0}, {lane32}, 0"));
+            body.op(format!("@{not0} bra {skip}"));
+            let a = stat_addr(&mut body, &p["p_delta"], i, acc_bytes);
+            store(&mut body, acc_kind, &a, &dd);
+            body.place(&skip);
+        }
+        let lse = load_lse(&mut body, i);
+        let dq = zeros(&mut body);
+        let kend = body.reg(Class::B64);
+        body.op(format!("mov.u64 {kend}, {}", p["p_s"]));
+        let i1 = body.reg(Class::B64);
+        body.op(format!("add.u64 {i1}, {i}, 1"));
+        body.op(format!("@{causal} min.u64 {kend}, {kend}, {i1}"));
+        let j = body.reg(Class::B64);
+        body.op(format!("mov.u64 {j}, 0"));
+        let (lp, next, done) = (
+            body.label("attb_key"),
+            body.label("attb_next"),
+            body.label("attb_keys_done"),
+        );
+        body.place(&lp);
+        let fin = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {fin}, {j}, {kend}"));
+        body.op(format!("@{fin} bra.uni {done}"));
+        let k_row = row_start(&mut body, &p["p_k"], &boff["k"], &j, &p["p_kr"], size);
+        let kx = zeros(&mut body);
+        vec_load(&mut body, &kx, &k_row, &p["p_e"], "attb_k");
+        let s = score(&mut body, i, &j, &qv, &kx);
+        let out_of = body.reg(Class::Pred);
+        body.op(format!("setp.eq.{t} {out_of}, {s}, {neg_inf}"));
+        body.op(format!("@{out_of} bra.uni {next}"));
+        let sd = body.reg(class);
+        body.op(format!("sub.rn.{t} {sd}, {s}, {lse}"));
+        let pw = emit_program(&mut body, &exp, &[sd])[0].clone();
+        let v_row = row_start(&mut body, &p["p_v"], &boff["v"], &j, &p["p_vr"], size);
+        let dp = body.reg(class);
+        body.op(format!("mov.{t} {dp}, {zero}"));
+        slots(&mut body, &p["p_ev"], "attb_dp", &mut |body, c| {
+            let x = slot_load(body, &v_row, &p["p_ev"], c);
+            body.op(format!("fma.rn.{t} {dp}, {}, {x}, {dp}", gv[c]));
+        });
+        warp_sum(&mut body, &dp);
+        let ds = body.reg(class);
+        body.op(format!("sub.rn.{t} {ds}, {dp}, {dd}"));
+        body.op(format!("mul.rn.{t} {ds}, {ds}, {pw}"));
+        slots(&mut body, &p["p_e"], "attb_dq", &mut |body, c| {
+            body.op(format!("fma.rn.{t} {0}, {ds}, {1}, {0}", dq[c], kx[c]));
+        });
+        body.place(&next);
+        body.op(format!("add.u64 {j}, {j}, 1"));
+        body.op(format!("bra.uni {lp}"));
+        body.place(&done);
+        let dq_row = dense_row(&mut body, &p["p_dq"], &p["p_l"], i, &p["p_e"], size);
+        store_row(
+            &mut body,
+            &dq_row,
+            &p["p_e"],
+            &dq,
+            Some(&scale),
+            "attb_store_dq",
+        );
+    } else {
+        let j = &row;
+        let k_row = row_start(&mut body, &p["p_k"], &boff["k"], j, &p["p_kr"], size);
+        let kx = zeros(&mut body);
+        vec_load(&mut body, &kx, &k_row, &p["p_e"], "attb_k");
+        let v_row = row_start(&mut body, &p["p_v"], &boff["v"], j, &p["p_vr"], size);
+        let vx = zeros(&mut body);
+        vec_load(&mut body, &vx, &v_row, &p["p_ev"], "attb_v");
+        let (dk, dv) = (zeros(&mut body), zeros(&mut body));
+        // Queries j.. under `causal` (those before see no key past them).
+        let i = body.reg(Class::B64);
+        body.op(format!("mov.u64 {i}, 0"));
+        body.op(format!("@{causal} mov.u64 {i}, {j}"));
+        let (lp, next, done) = (
+            body.label("attb_query"),
+            body.label("attb_qnext"),
+            body.label("attb_queries_done"),
+        );
+        body.place(&lp);
+        let fin = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {fin}, {i}, {}", p["p_l"]));
+        body.op(format!("@{fin} bra.uni {done}"));
+        let q_row = row_start(&mut body, &p["p_q"], &boff["q"], &i, &p["p_qr"], size);
+        let qx = zeros(&mut body);
+        vec_load(&mut body, &qx, &q_row, &p["p_e"], "attb_qi");
+        let s = score(&mut body, &i, j, &qx, &kx);
+        let out_of = body.reg(Class::Pred);
+        body.op(format!("setp.eq.{t} {out_of}, {s}, {neg_inf}"));
+        body.op(format!("@{out_of} bra.uni {next}"));
+        let lse = load_lse(&mut body, &i);
+        let da = stat_addr(&mut body, &p["p_delta"], &i, acc_bytes);
+        let dd = load(&mut body, acc_kind, &da, true);
+        let sd = body.reg(class);
+        body.op(format!("sub.rn.{t} {sd}, {s}, {lse}"));
+        let pw = emit_program(&mut body, &exp, &[sd])[0].clone();
+        let g_row = dense_row(&mut body, &p["p_g"], &p["p_l"], &i, &p["p_ev"], size);
+        let gx = zeros(&mut body);
+        vec_load(&mut body, &gx, &g_row, &p["p_ev"], "attb_gi");
+        let dp = body.reg(class);
+        body.op(format!("mov.{t} {dp}, {zero}"));
+        slots(&mut body, &p["p_ev"], "attb_dpk", &mut |body, c| {
+            body.op(format!("fma.rn.{t} {dp}, {}, {}, {dp}", gx[c], vx[c]));
+            body.op(format!("fma.rn.{t} {0}, {pw}, {1}, {0}", dv[c], gx[c]));
+        });
+        warp_sum(&mut body, &dp);
+        let ds = body.reg(class);
+        body.op(format!("sub.rn.{t} {ds}, {dp}, {dd}"));
+        body.op(format!("mul.rn.{t} {ds}, {ds}, {pw}"));
+        slots(&mut body, &p["p_e"], "attb_dk", &mut |body, c| {
+            body.op(format!("fma.rn.{t} {0}, {ds}, {1}, {0}", dk[c], qx[c]));
+        });
+        body.place(&next);
+        body.op(format!("add.u64 {i}, {i}, 1"));
+        body.op(format!("bra.uni {lp}"));
+        body.place(&done);
+        let dk_row = dense_row(&mut body, &p["p_dk"], &p["p_s"], j, &p["p_e"], size);
+        store_row(
+            &mut body,
+            &dk_row,
+            &p["p_e"],
+            &dk,
+            Some(&scale),
+            "attb_store_dk",
+        );
+        let dv_row = dense_row(&mut body, &p["p_dv"], &p["p_s"], j, &p["p_ev"], size);
+        store_row(&mut body, &dv_row, &p["p_ev"], &dv, None, "attb_store_dv");
+    }
+    body.place(&end);
+    body.op("ret");
+    let params: Vec<String> = BWD_PARAMS
+        .iter()
+        .map(|n| {
+            let ty = if *n == "p_scale" { "f64" } else { "u64" };
+            format!("\t.param .{ty} {n}")
+        })
+        .collect();
+    format!(
+        ".visible .entry {name}(\n{}\n)\n{{\n{}}}\n",
+        params.join(",\n"),
         body.finish()
     )
 }

@@ -309,6 +309,21 @@ pub(crate) fn attention(name: &str, dtype: tensorfn_core::DTypeKind) -> String {
     )
 }
 
+/// The module of the attention backward entry `name` over tensors of
+/// `dtype`, per query row or, with `keys`, per key row (see
+/// [`builtin::attention_backward`](crate::builtin::attention_backward)).
+pub(crate) fn attention_backward(
+    name: &str,
+    dtype: tensorfn_core::DTypeKind,
+    keys: bool,
+) -> String {
+    let what = if keys { "dK and dV" } else { "D and dQ" };
+    module(
+        &format!("{name}: scaled dot-product attention backward ({what}) over {dtype}"),
+        &[attention::attention_backward_entry(name, dtype, keys)],
+    )
+}
+
 /// The module of the tensor-core attention entry `name` (sm_80 and newer;
 /// see [`builtin::attention_mma`](crate::builtin::attention_mma)).
 pub(crate) fn attention_mma(name: &str, dtype: tensorfn_core::DTypeKind, d: usize) -> String {

@@ -222,6 +222,14 @@ fn every_builtin_is_well_formed() {
             // Exact but for the exponentials of the softmax, which are
             // `ex2.approx.ftz` as in FlashAttention.
             check_exact(&k.name, &k.ptx.replace("ex2.approx.ftz.f32", "ex2.f32"));
+        } else if k.name.starts_with("tf_attention_bwd_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].params.len(), super::attention::BWD_PARAMS.len());
+            check_body(&es[0]);
+            assert!(es[0].body.contains("shfl.sync.bfly.b32"), "{}", k.name);
+            assert!(!es[0].body.contains("atom."), "{}: no atomics", k.name);
+            check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_attention_") {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 1, "{}", k.name);

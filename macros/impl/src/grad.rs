@@ -1251,7 +1251,48 @@ impl Deriver {
                 let gsin = self.mul(g, rot);
                 vec![(x, gx), (cos, gcos), (sin, gsin)]
             }
-            Op::Attention { .. } | Op::Embedding { .. } | Op::Select { .. } => {
+            Op::Attention {
+                q,
+                k,
+                v,
+                mask,
+                causal,
+                scale,
+            } => {
+                if let Some(m) = mask {
+                    if self.live[m] && self.is_tensor(m) {
+                        return Err("has no derivative rule yet for an `attn_mask` that depends on a differentiated parameter".into());
+                    }
+                }
+                // One fused backward for all three, from the log-sum-exps
+                // the forward saves (see the expansion of `Attention`).
+                let tys = [self.tt(q), self.tt(k), self.tt(v)];
+                let b = self.push(
+                    Op::AttentionBackward {
+                        q,
+                        k,
+                        v,
+                        out: n,
+                        grad: g,
+                        mask,
+                        causal,
+                        scale,
+                    },
+                    Ty::Tuple(tys.to_vec()),
+                    n,
+                );
+                let [tq, tk, tv] = tys;
+                let gq = self.tensor(Op::TupleGet(b, 0), tq, q);
+                let gk = self.tensor(Op::TupleGet(b, 1), tk, k);
+                let gv = self.tensor(Op::TupleGet(b, 2), tv, v);
+                vec![(q, gq), (k, gk), (v, gv)]
+            }
+            Op::AttentionBackward { .. } => {
+                return Err(
+                    "the gradient of `scaled_dot_product_attention` (no second derivative)".into(),
+                )
+            }
+            Op::Embedding { .. } | Op::Select { .. } => {
                 return Err("has no derivative rule yet".into())
             }
             Op::External { .. } => {
@@ -1611,6 +1652,23 @@ fn map_op(op: &Op, m: &dyn Fn(NodeId) -> NodeId) -> Op {
         } => {
             for a in [x, target, grad] {
                 *a = m(*a);
+            }
+        }
+        Op::AttentionBackward {
+            q,
+            k,
+            v,
+            out,
+            grad,
+            mask,
+            scale,
+            ..
+        } => {
+            for x in [q, k, v, out, grad] {
+                *x = m(*x);
+            }
+            for x in [mask, scale].into_iter().flatten() {
+                *x = m(*x);
             }
         }
         Op::Cumsum { x, .. } => *x = m(*x),

@@ -315,6 +315,30 @@ pub enum Op {
         /// `label_smoothing`.
         label_smoothing: f64,
     },
+    /// The gradients of an [`Op::Attention`] node `out` with respect to
+    /// its query, key and value, given the gradient of its result
+    /// (written by `#[grad]`, not by users): a tuple of three tensors of
+    /// `q`'s, `k`'s and `v`'s types, from the fused
+    /// `scaled_dot_product_attention_backward` and the log-sum-exps that
+    /// the forward `out` saves for it.
+    AttentionBackward {
+        /// `[.., L, E]`.
+        q: NodeId,
+        /// `[.., S, E]`.
+        k: NodeId,
+        /// `[.., S, Ev]`.
+        v: NodeId,
+        /// The forward's [`Op::Attention`] node.
+        out: NodeId,
+        /// The gradient of `out`.
+        grad: NodeId,
+        /// As the forward took it.
+        mask: Option<NodeId>,
+        /// As the forward took it.
+        causal: bool,
+        /// As the forward took it.
+        scale: Option<NodeId>,
+    },
     /// `embedding(ids, weight)`.
     Embedding {
         /// The ids (`i64` or `i32`).
@@ -417,6 +441,20 @@ impl Graph {
             Op::CrossEntropyBackward {
                 x, target, grad, ..
             } => vec![*x, *target, *grad],
+            Op::AttentionBackward {
+                q,
+                k,
+                v,
+                out,
+                grad,
+                mask,
+                scale,
+                ..
+            } => {
+                let mut r = vec![*q, *k, *v, *out, *grad];
+                r.extend(mask.iter().chain(scale.iter()));
+                r
+            }
             Op::Cumsum { x, .. } => vec![*x],
             Op::Select { x, index, .. } => vec![*x, *index],
             Op::Triangle { x, .. } => vec![*x],

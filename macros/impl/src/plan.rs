@@ -598,6 +598,18 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                         };
                         (n, Some(total), true, None)
                     }
+                    Op::AttentionBackward { .. } => {
+                        let total = match &g.nodes[n].ty {
+                            Ty::Tuple(ts) => ts.iter().fold(Dim::constant(0), |a, t| {
+                                a.add(
+                                    &numel(&t.dims)
+                                        .mul(&Dim::constant(t.dtype.kind().size_bytes() as i64)),
+                                )
+                            }),
+                            _ => bytes(g, n),
+                        };
+                        (n, Some(total), true, None)
+                    }
                     Op::External { .. } => {
                         peak_known = false;
                         (n, Some(bytes(g, n)), true, None)

@@ -500,8 +500,38 @@ impl Backend for CpuBackend {
         scale: f64,
         out: &Layout,
     ) -> Result<Vec<T>> {
+        Ok(self
+            .attention_any(q, k, v, mask, causal, scale, out, false)?
+            .0)
+    }
+
+    fn attention_lse<T: FloatDType>(
+        &self,
+        q: (&Vec<T>, &Layout),
+        k: (&Vec<T>, &Layout),
+        v: (&Vec<T>, &Layout),
+        mask: AttnMaskArg<'_, Vec<bool>, Vec<T>>,
+        causal: bool,
+        scale: f64,
+        out: &Layout,
+    ) -> Result<(Vec<T>, Vec<f32>)> {
+        self.attention_any(q, k, v, mask, causal, scale, out, true)
+    }
+
+    fn attention_backward<T: FloatDType>(
+        &self,
+        q: (&Vec<T>, &Layout),
+        k: (&Vec<T>, &Layout),
+        v: (&Vec<T>, &Layout),
+        o: (&Vec<T>, &Layout),
+        g: (&Vec<T>, &Layout),
+        lse: Option<&Vec<f32>>,
+        mask: AttnMaskArg<'_, Vec<bool>, Vec<T>>,
+        causal: bool,
+        scale: f64,
+    ) -> Result<(Vec<T>, Vec<T>, Vec<T>)> {
         let op = "scaled_dot_product_attention";
-        for (x, l) in [q, k, v] {
+        for (x, l) in [q, k, v, o, g] {
             strided::check_extent(op, l, x.len())?;
         }
         match &mask {
@@ -509,7 +539,20 @@ impl Backend for CpuBackend {
             Some((AttnMask::Add(m), l)) => strided::check_extent(op, l, m.len())?,
             None => {}
         }
-        let dense: Vec<T> = with_float_type!(T, U => {
+        let rows = |l: &Layout| -> usize {
+            let d = l.dims();
+            d[..d.len() - 1].iter().product()
+        };
+        if let Some(x) = lse {
+            if x.len() != rows(q.1) {
+                return Err(Error::shape(
+                    op,
+                    format!("a log-sum-exp of {} rows (batch x L)", rows(q.1)),
+                    format!("{} elements", x.len()),
+                ));
+            }
+        }
+        Ok(with_float_type!(T, U => {
             fn v3<'a, T: 'static, U: 'static>((x, layout): (&'a Vec<T>, &'a Layout)) -> attention::View<'a, U> {
                 attention::View { data: slice::<T, U>(x), layout }
             }
@@ -517,22 +560,19 @@ impl Backend for CpuBackend {
                 AttnMask::Bool(m) => (attention::Mask::Bool(&m[..]), l),
                 AttnMask::Add(m) => (attention::Mask::Add(slice::<T, U>(m)), l),
             });
-            vec(attention::attention::<U>(
+            let (dq, dk, dv) = attention::attention_backward::<U>(
                 v3::<T, U>(q),
                 v3::<T, U>(k),
                 v3::<T, U>(v),
+                v3::<T, U>(o),
+                v3::<T, U>(g),
+                lse.map(|x| &x[..]),
                 mask,
                 causal,
                 scale,
-            ))
-        });
-        if out.is_contiguous() {
-            return Ok(dense);
-        }
-        // Placed as `out` asks (the order the operands' batches came in).
-        let mut placed = dense.clone();
-        self.copy_into(&dense, &Layout::contiguous(out.dims()), &mut placed, out)?;
-        Ok(placed)
+            );
+            (vec(dq), vec(dk), vec(dv))
+        }))
     }
 
     fn rope<T: FloatDType>(
@@ -586,5 +626,58 @@ impl Backend for CpuBackend {
             alpha,
             beta,
         )
+    }
+}
+
+impl CpuBackend {
+    /// [`Backend::attention`], with the rows' log-sum-exps when `want_lse`
+    /// (an empty buffer otherwise).
+    #[allow(clippy::too_many_arguments)]
+    fn attention_any<T: FloatDType>(
+        &self,
+        q: (&Vec<T>, &Layout),
+        k: (&Vec<T>, &Layout),
+        v: (&Vec<T>, &Layout),
+        mask: AttnMaskArg<'_, Vec<bool>, Vec<T>>,
+        causal: bool,
+        scale: f64,
+        out: &Layout,
+        want_lse: bool,
+    ) -> Result<(Vec<T>, Vec<f32>)> {
+        let op = "scaled_dot_product_attention";
+        for (x, l) in [q, k, v] {
+            strided::check_extent(op, l, x.len())?;
+        }
+        match &mask {
+            Some((AttnMask::Bool(m), l)) => strided::check_extent(op, l, m.len())?,
+            Some((AttnMask::Add(m), l)) => strided::check_extent(op, l, m.len())?,
+            None => {}
+        }
+        let (dense, lse): (Vec<T>, Vec<f32>) = with_float_type!(T, U => {
+            fn v3<'a, T: 'static, U: 'static>((x, layout): (&'a Vec<T>, &'a Layout)) -> attention::View<'a, U> {
+                attention::View { data: slice::<T, U>(x), layout }
+            }
+            let mask = mask.map(|(m, l)| match m {
+                AttnMask::Bool(m) => (attention::Mask::Bool(&m[..]), l),
+                AttnMask::Add(m) => (attention::Mask::Add(slice::<T, U>(m)), l),
+            });
+            let (o, lse) = attention::attention::<U>(
+                v3::<T, U>(q),
+                v3::<T, U>(k),
+                v3::<T, U>(v),
+                mask,
+                causal,
+                scale,
+                want_lse,
+            );
+            (vec(o), lse)
+        });
+        if out.is_contiguous() {
+            return Ok((dense, lse));
+        }
+        // Placed as `out` asks (the order the operands' batches came in).
+        let mut placed = dense.clone();
+        self.copy_into(&dense, &Layout::contiguous(out.dims()), &mut placed, out)?;
+        Ok((placed, lse))
     }
 }

@@ -82,6 +82,8 @@ pub trait Real:
     fn from_f64(v: f64) -> Self;
     /// `n` as this precision.
     fn from_usize(n: usize) -> Self;
+    /// The value as an `f64` (exact).
+    fn as_f64(self) -> f64;
     /// `e^x`.
     fn exp(self) -> Self;
     /// Natural logarithm.
@@ -119,6 +121,10 @@ macro_rules! real {
             #[inline]
             fn from_usize(n: usize) -> Self {
                 n as $t
+            }
+            #[inline]
+            fn as_f64(self) -> f64 {
+                self as f64
             }
             #[inline(always)]
             fn exp(self) -> Self {

@@ -54,6 +54,24 @@ impl CudaBackend {
         scale: f64,
         out_layout: &Layout,
     ) -> Result<CudaStorage<T>> {
+        self.attention_launch(q, k, v, mask, causal, scale, out_layout, None)
+    }
+
+    /// [`Self::attention_gpu`], with the rows' log-sum-exps written to
+    /// `lse` (`[batch, L]` f32) when given: then always the f32 entry (the
+    /// tensor-core one writes none).
+    #[allow(clippy::too_many_arguments)]
+    fn attention_launch<T: FloatDType>(
+        &self,
+        q: (&CudaStorage<T>, &Layout),
+        k: (&CudaStorage<T>, &Layout),
+        v: (&CudaStorage<T>, &Layout),
+        mask: AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
+        causal: bool,
+        scale: f64,
+        out_layout: &Layout,
+        lse: Option<&CudaStorage<f32>>,
+    ) -> Result<CudaStorage<T>> {
         let ctx = self.ctx();
         ctx.bind()?;
         check("query", q.0, q.1)?;
@@ -85,7 +103,7 @@ impl CudaBackend {
         }
         let nh = inner_batch([q.1, k.1, v.1, out_layout], mask.as_ref().map(|(_, l)| *l))?;
         let os = walk(out_layout, nh);
-        if mask.is_none() && self.mma_fits::<T>([q, k, v], e, ev) {
+        if mask.is_none() && lse.is_none() && self.mma_fits::<T>([q, k, v], e, ev) {
             return self.attention_mma::<T>(q, k, v, (nh, os), causal, scale);
         }
         let out = ctx.storage::<T>(n)?;
@@ -102,7 +120,7 @@ impl CudaBackend {
         let blocks = l.div_ceil(ROWS_PER_BLOCK) as u32;
         for b0 in (0..batch).step_by(MAX_GRID_Y) {
             let nb = (batch - b0).min(MAX_GRID_Y);
-            let mut values: [u64; 30] = [
+            let mut values: [u64; 31] = [
                 out.device_ptr(),
                 q.0.ptr_at(q.1.offset()),
                 k.0.ptr_at(k.1.offset()),
@@ -133,6 +151,7 @@ impl CudaBackend {
                 os[0],
                 os[1],
                 os[2],
+                lse.map_or(0, |x| x.device_ptr()),
             ];
             let mut params: Vec<*mut c_void> = values
                 .iter_mut()
@@ -227,6 +246,252 @@ impl CudaBackend {
             )?;
         }
         Ok(out)
+    }
+
+    /// See `Backend::attention_lse`: the f32-accumulating entry with its
+    /// log-sum-exp output (head dims above [`ATTENTION_MAX_HEAD`], and
+    /// outputs without elements, through the host).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn attention_lse_gpu<T: FloatDType>(
+        &self,
+        q: (&CudaStorage<T>, &Layout),
+        k: (&CudaStorage<T>, &Layout),
+        v: (&CudaStorage<T>, &Layout),
+        mask: AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
+        causal: bool,
+        scale: f64,
+        out: &Layout,
+    ) -> Result<(CudaStorage<T>, CudaStorage<f32>)> {
+        self.ctx().bind()?;
+        for (what, x) in [("query", q), ("key", k), ("value", v)] {
+            check(what, x.0, x.1)?;
+        }
+        let [batch, l, e] = shape3(q.1);
+        let [_, _, ev] = shape3(v.1);
+        if e <= ATTENTION_MAX_HEAD && ev <= ATTENTION_MAX_HEAD && batch * l * ev > 0 {
+            let lse = self.ctx().storage::<f32>(batch * l)?;
+            let o = self.attention_launch(q, k, v, mask, causal, scale, out, Some(&lse))?;
+            return Ok((o, lse));
+        }
+        let host = |(x, l): (&CudaStorage<T>, &Layout)| -> Result<(Vec<T>, Layout)> {
+            Ok((self.download(x, l)?, Layout::contiguous(l.dims())))
+        };
+        let (hq, hk, hv) = (host(q)?, host(k)?, host(v)?);
+        let (q, k, v) = ((&hq.0, &hq.1), (&hk.0, &hk.1), (&hv.0, &hv.1));
+        let cpu = CpuBackend;
+        let (o, lse) = match mask {
+            None => cpu.attention_lse(q, k, v, None, causal, scale, out)?,
+            Some((AttnMask::Bool(m), l)) => {
+                let (hm, lm) = (self.download(m, l)?, Layout::contiguous(l.dims()));
+                cpu.attention_lse(
+                    q,
+                    k,
+                    v,
+                    Some((AttnMask::Bool(&hm), &lm)),
+                    causal,
+                    scale,
+                    out,
+                )?
+            }
+            Some((AttnMask::Add(m), l)) => {
+                let (hm, lm) = (self.download(m, l)?, Layout::contiguous(l.dims()));
+                cpu.attention_lse(q, k, v, Some((AttnMask::Add(&hm), &lm)), causal, scale, out)?
+            }
+        };
+        Ok((self.upload(Cow::Owned(o))?, self.upload(Cow::Owned(lse))?))
+    }
+
+    /// See `Backend::attention_backward`: the kernels crate's two backward
+    /// entries (a warp per query row for `D` and `dQ`, then a warp per key
+    /// row for `dK` and `dV`, f32 accumulation for the 16-bit dtypes),
+    /// launched over batches of at most 65535; without saved log-sum-exps
+    /// or with head dims above [`ATTENTION_MAX_HEAD`], through the host.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    pub(crate) fn attention_backward_gpu<T: FloatDType>(
+        &self,
+        q: (&CudaStorage<T>, &Layout),
+        k: (&CudaStorage<T>, &Layout),
+        v: (&CudaStorage<T>, &Layout),
+        o: (&CudaStorage<T>, &Layout),
+        g: (&CudaStorage<T>, &Layout),
+        lse: Option<&CudaStorage<f32>>,
+        mask: AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
+        causal: bool,
+        scale: f64,
+    ) -> Result<(CudaStorage<T>, CudaStorage<T>, CudaStorage<T>)> {
+        let ctx = self.ctx();
+        ctx.bind()?;
+        for (what, x) in [
+            ("query", q),
+            ("key", k),
+            ("value", v),
+            ("out", o),
+            ("grad_out", g),
+        ] {
+            check(what, x.0, x.1)?;
+        }
+        match &mask {
+            Some((AttnMask::Bool(m), l)) => check("attn_mask", m, l)?,
+            Some((AttnMask::Add(m), l)) => check("attn_mask", m, l)?,
+            None => {}
+        }
+        let [batch, l, e] = shape3(q.1);
+        let [_, s, _] = shape3(k.1);
+        let [_, _, ev] = shape3(v.1);
+        let Some(lse) = lse else {
+            return self.attention_backward_host(q, k, v, o, g, None, mask, causal, scale);
+        };
+        if e > ATTENTION_MAX_HEAD || ev > ATTENTION_MAX_HEAD {
+            return self.attention_backward_host(q, k, v, o, g, Some(lse), mask, causal, scale);
+        }
+        if lse.len() < batch * l {
+            return Err(Error::Index(format!(
+                "{OP}: a log-sum-exp buffer of {} elements for {batch} x {l} rows",
+                lse.len()
+            )));
+        }
+        for (what, lt) in [("query", q.1), ("key", k.1), ("value", v.1)] {
+            let r = lt.rank();
+            if lt.dims()[r - 1] > 1 && lt.strides()[r - 1] != 1 {
+                return Err(Error::Index(format!(
+                    "{OP}: `{what}` reaches the backend with a last-dim stride of {}",
+                    lt.strides()[r - 1]
+                )));
+            }
+        }
+        let (dq, dk, dv) = (
+            ctx.storage::<T>(batch * l * e)?,
+            ctx.storage::<T>(batch * s * e)?,
+            ctx.storage::<T>(batch * s * ev)?,
+        );
+        if batch == 0 || (l == 0 && s == 0) {
+            return Ok((dq, dk, dv));
+        }
+        // The output and its gradient as contiguous `[batch, l, ev]`.
+        let dense = |x: (&CudaStorage<T>, &Layout)| -> Result<Option<CudaStorage<T>>> {
+            if x.1.is_contiguous() && x.1.offset() == 0 {
+                Ok(None)
+            } else {
+                Ok(Some(self.contiguous(x.0, x.1)?))
+            }
+        };
+        let (oc, gc) = (dense(o)?, dense(g)?);
+        let (ob, gb) = (oc.as_ref().unwrap_or(o.0), gc.as_ref().unwrap_or(g.0));
+        let acc_bytes = if T::KIND == DTypeKind::F64 { 8 } else { 4 };
+        let delta = ctx.storage::<u8>((batch * l * acc_bytes).max(1))?;
+        let nh = inner_batch([q.1, k.1, v.1, o.1], mask.as_ref().map(|(_, l)| *l))?;
+        let (mode, mptr, ms) = match &mask {
+            None => (0u64, dq.device_ptr(), [0; 4]),
+            Some((AttnMask::Bool(m), ml)) => (1, m.ptr_at(ml.offset()), walk(ml, nh)),
+            Some((AttnMask::Add(m), ml)) => (2, m.ptr_at(ml.offset()), walk(ml, nh)),
+        };
+        let (qs, ks, vs) = (walk(q.1, nh), walk(k.1, nh), walk(v.1, nh));
+        // The query entry first: the key entry reads its `D`.
+        for (keys, rows) in [(false, l), (true, s)] {
+            if rows == 0 {
+                continue;
+            }
+            let kernel = Builtin::AttentionBackward(T::KIND, keys);
+            let f = ctx.function(ModuleKey::Builtin(kernel), "", || {
+                kernel.source(ctx.target())
+            })?;
+            let blocks = rows.div_ceil(ROWS_PER_BLOCK) as u32;
+            for b0 in (0..batch).step_by(MAX_GRID_Y) {
+                let nb = (batch - b0).min(MAX_GRID_Y);
+                let mut values: [u64; 33] = [
+                    dq.device_ptr(),
+                    dk.device_ptr(),
+                    dv.device_ptr(),
+                    delta.device_ptr(),
+                    lse.device_ptr(),
+                    ob.device_ptr(),
+                    gb.device_ptr(),
+                    q.0.ptr_at(q.1.offset()),
+                    k.0.ptr_at(k.1.offset()),
+                    v.0.ptr_at(v.1.offset()),
+                    mptr,
+                    l as u64,
+                    s as u64,
+                    e as u64,
+                    ev as u64,
+                    qs[0],
+                    qs[2],
+                    ks[0],
+                    ks[2],
+                    vs[0],
+                    vs[2],
+                    ms[0],
+                    ms[2],
+                    ms[3],
+                    mode,
+                    u64::from(causal),
+                    scale.to_bits(),
+                    b0 as u64,
+                    nh,
+                    qs[1],
+                    ks[1],
+                    vs[1],
+                    ms[1],
+                ];
+                let mut params: Vec<*mut c_void> = values
+                    .iter_mut()
+                    .map(|v| v as *mut u64 as *mut c_void)
+                    .collect();
+                ctx.launch_grid(
+                    f,
+                    &|| format!("{kernel:?} of {nb} x [{l}, {e}] queries against {s} keys"),
+                    (blocks, nb as u32),
+                    &mut params,
+                )?;
+            }
+        }
+        Ok((dq, dk, dv))
+    }
+
+    /// [`Self::attention_backward_gpu`] through the host (the CPU's
+    /// blocked backward).
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn attention_backward_host<T: FloatDType>(
+        &self,
+        q: (&CudaStorage<T>, &Layout),
+        k: (&CudaStorage<T>, &Layout),
+        v: (&CudaStorage<T>, &Layout),
+        o: (&CudaStorage<T>, &Layout),
+        g: (&CudaStorage<T>, &Layout),
+        lse: Option<&CudaStorage<f32>>,
+        mask: AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
+        causal: bool,
+        scale: f64,
+    ) -> Result<(CudaStorage<T>, CudaStorage<T>, CudaStorage<T>)> {
+        let host = |(x, l): (&CudaStorage<T>, &Layout)| -> Result<(Vec<T>, Layout)> {
+            Ok((self.download(x, l)?, Layout::contiguous(l.dims())))
+        };
+        let (hq, hk, hv, ho, hg) = (host(q)?, host(k)?, host(v)?, host(o)?, host(g)?);
+        let hl = match lse {
+            Some(x) => Some(self.download(x, &Layout::contiguous(&[x.len()]))?),
+            None => None,
+        };
+        let (q, k, v) = ((&hq.0, &hq.1), (&hk.0, &hk.1), (&hv.0, &hv.1));
+        let (o, g) = ((&ho.0, &ho.1), (&hg.0, &hg.1));
+        let cpu = CpuBackend;
+        let (dq, dk, dv) = match mask {
+            None => cpu.attention_backward(q, k, v, o, g, hl.as_ref(), None, causal, scale)?,
+            Some((AttnMask::Bool(m), l)) => {
+                let (hm, lm) = (self.download(m, l)?, Layout::contiguous(l.dims()));
+                let m = Some((AttnMask::Bool(&hm), &lm));
+                cpu.attention_backward(q, k, v, o, g, hl.as_ref(), m, causal, scale)?
+            }
+            Some((AttnMask::Add(m), l)) => {
+                let (hm, lm) = (self.download(m, l)?, Layout::contiguous(l.dims()));
+                let m = Some((AttnMask::Add(&hm), &lm));
+                cpu.attention_backward(q, k, v, o, g, hl.as_ref(), m, causal, scale)?
+            }
+        };
+        Ok((
+            self.upload(Cow::Owned(dq))?,
+            self.upload(Cow::Owned(dk))?,
+            self.upload(Cow::Owned(dv))?,
+        ))
     }
 
     /// Attention through the host (head dims the kernel does not take).

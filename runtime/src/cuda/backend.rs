@@ -681,6 +681,34 @@ impl Backend for CudaBackend {
         self.attention_gpu(q, k, v, mask, causal, scale, out)
     }
 
+    fn attention_lse<T: FloatDType>(
+        &self,
+        q: (&CudaStorage<T>, &Layout),
+        k: (&CudaStorage<T>, &Layout),
+        v: (&CudaStorage<T>, &Layout),
+        mask: AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
+        causal: bool,
+        scale: f64,
+        out: &Layout,
+    ) -> Result<(CudaStorage<T>, CudaStorage<f32>)> {
+        self.attention_lse_gpu(q, k, v, mask, causal, scale, out)
+    }
+
+    fn attention_backward<T: FloatDType>(
+        &self,
+        q: (&CudaStorage<T>, &Layout),
+        k: (&CudaStorage<T>, &Layout),
+        v: (&CudaStorage<T>, &Layout),
+        out: (&CudaStorage<T>, &Layout),
+        grad_out: (&CudaStorage<T>, &Layout),
+        lse: Option<&CudaStorage<f32>>,
+        mask: AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
+        causal: bool,
+        scale: f64,
+    ) -> Result<(CudaStorage<T>, CudaStorage<T>, CudaStorage<T>)> {
+        self.attention_backward_gpu(q, k, v, out, grad_out, lse, mask, causal, scale)
+    }
+
     fn row_op<T: FloatDType>(
         &self,
         op: RowOp,

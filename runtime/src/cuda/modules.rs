@@ -54,6 +54,9 @@ pub(crate) enum Builtin {
     Attention(DTypeKind),
     /// Its tensor-core form (sm_80+) for f16/bf16 and a head dim.
     AttentionMma(DTypeKind, usize),
+    /// Its backward over tensors of this dtype: per query row (`false`:
+    /// `D` and `dQ`) or per key row (`true`: `dK` and `dV`).
+    AttentionBackward(DTypeKind, bool),
     /// A multi-tensor optimizer update over parameters of this dtype.
     Optim(tensorfn_kernels::optim::OptimKernel, DTypeKind),
     /// `cross_entropy` and its backward over rows of logits of this dtype
@@ -81,6 +84,7 @@ impl Builtin {
             | Builtin::Gather(..)
             | Builtin::Attention(_)
             | Builtin::AttentionMma(..)
+            | Builtin::AttentionBackward(..)
             | Builtin::Optim(..)
             | Builtin::CrossEntropy(..)
             | Builtin::TopK(_)
@@ -124,6 +128,7 @@ impl Builtin {
             Builtin::Gather(unit, index) => builtin::gather(unit, index),
             Builtin::Attention(t) => builtin::attention(t),
             Builtin::AttentionMma(t, d) => builtin::attention_mma(t, d),
+            Builtin::AttentionBackward(t, keys) => builtin::attention_backward(t, keys),
             Builtin::Optim(k, t) => builtin::optim(k, t),
             Builtin::CrossEntropy(t, index) => builtin::cross_entropy(t, index),
             Builtin::TopK(t) => builtin::topk(t),

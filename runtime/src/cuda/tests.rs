@@ -2658,6 +2658,121 @@ fn attention_on_the_gpu_matches_the_cpu() {
     }
 }
 
+/// The attention backward and the forward's log-sum-exps on the GPU
+/// against the CPU's (itself checked against f64 finite differences), in
+/// every float dtype, head dims 64 and 128 and a small one, causal and
+/// not, lengths that are not multiples of any block size, a mask with a
+/// row of no keys, and a key shared by the heads.
+#[test]
+fn attention_backward_matches_the_cpu() {
+    use crate::device::{Cpu, Cuda};
+    use crate::ops::AttentionArgs;
+    use crate::shape::Dyn;
+    use crate::tensor::Tensor;
+    type D4 = (Dyn, Dyn, Dyn, Dyn);
+    type D3 = (Dyn, Dyn, Dyn);
+    let Some((_guard, _be)) = gpu() else { return };
+    let mut rng = seed();
+    fn run<T: crate::FloatDType>(
+        rng: &mut SplitMix64,
+        qd: [usize; 4],
+        kd: [usize; 4],
+        ev: usize,
+        causal: bool,
+        mask: bool,
+    ) {
+        let mut t = |d: &[usize]| {
+            let n: usize = d.iter().product();
+            Tensor::<Cpu, T, D4>::from_vec_dims(
+                (0..n).map(|_| T::from_f64(rng.normal())).collect(),
+                d,
+            )
+            .unwrap()
+        };
+        let vd = [kd[0], kd[1], kd[2], ev];
+        let od = [qd[0], qd[1], qd[2], ev];
+        let (q, k, v, g) = (t(&qd), t(&kd), t(&vd), t(&od));
+        let (l, s) = (qd[2], kd[2]);
+        let bits: Vec<bool> = (0..l * s).map(|i| i / s != 1 && i % 3 != 0).collect();
+        let m = Tensor::<Cpu, bool, (Dyn, Dyn)>::from_vec_dims(bits, &[l, s]).unwrap();
+        let mg = m.to_device::<Cuda>().unwrap();
+        let args_c = || {
+            let a = AttentionArgs::<Cpu, T>::new().is_causal(causal);
+            if mask {
+                a.attn_mask(&m)
+            } else {
+                a
+            }
+        };
+        let args_g = || {
+            let a = AttentionArgs::<Cuda, T>::new().is_causal(causal);
+            if mask {
+                a.attn_mask(&mg)
+            } else {
+                a
+            }
+        };
+        let (y, lse) = q
+            .scaled_dot_product_attention_with_lse_dims::<D4, D3>(&k, &v, args_c())
+            .unwrap();
+        let want = q
+            .scaled_dot_product_attention_backward_dims(&k, &v, &y, &g, &lse, args_c())
+            .unwrap();
+        let dev = |x: &Tensor<Cpu, T, D4>| x.to_device::<Cuda>().unwrap();
+        let (qg, kg, vg, gg) = (dev(&q), dev(&k), dev(&v), dev(&g));
+        let (yg, lg) = qg
+            .scaled_dot_product_attention_with_lse_dims::<D4, D3>(&kg, &vg, args_g())
+            .unwrap();
+        let what = format!(
+            "{:?} q {qd:?} k {kd:?} ev {ev} causal {causal} mask {mask}",
+            T::KIND
+        );
+        let tol = match T::KIND {
+            DTypeKind::F64 => 1e-9,
+            DTypeKind::F32 => 1e-4,
+            DTypeKind::F16 => 1e-2,
+            _ => 5e-2,
+        };
+        let close = |name: &str, a: Vec<f64>, b: Vec<f64>| {
+            assert_eq!(a.len(), b.len(), "{what}: {name} length");
+            for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+                let ok = (x - y).abs() <= tol * (1.0 + y.abs()) || (x.is_infinite() && x == y);
+                assert!(ok, "{what}: {name}[{i}] is {x} on the GPU, {y} on the CPU");
+            }
+        };
+        let f = |x: &Tensor<Cpu, T, D4>| -> Vec<f64> {
+            x.to_vec()
+                .unwrap()
+                .into_iter()
+                .map(|v| v.to_f64())
+                .collect()
+        };
+        let lv = |x: Vec<f32>| -> Vec<f64> { x.into_iter().map(f64::from).collect() };
+        close("lse", lv(lg.to_vec().unwrap()), lv(lse.to_vec().unwrap()));
+        // The backward from the GPU's own forward.
+        let (dq, dk, dv) = qg
+            .scaled_dot_product_attention_backward_dims(&kg, &vg, &yg, &gg, &lg, args_g())
+            .unwrap();
+        let host = |x: Tensor<Cuda, T, D4>| f(&x.to_device::<Cpu>().unwrap());
+        close("out", host(yg), f(&y));
+        close("dq", host(dq), f(&want.0));
+        close("dk", host(dk), f(&want.1));
+        close("dv", host(dv), f(&want.2));
+    }
+    for causal in [false, true] {
+        for d in [64, 128] {
+            run::<f16>(&mut rng, [2, 3, 77, d], [2, 3, 77, d], d, causal, false);
+            run::<bf16>(&mut rng, [2, 3, 77, d], [2, 3, 77, d], d, causal, false);
+            run::<f32>(&mut rng, [1, 2, 45, d], [1, 2, 93, d], d, causal, false);
+            run::<f64>(&mut rng, [1, 2, 45, d], [1, 2, 45, d], d, causal, false);
+        }
+        run::<bf16>(&mut rng, [1, 4, 130, 64], [1, 1, 70, 64], 64, causal, false);
+        run::<f32>(&mut rng, [2, 2, 33, 16], [2, 2, 20, 16], 24, causal, false);
+    }
+    run::<f32>(&mut rng, [1, 2, 37, 64], [1, 2, 50, 64], 64, false, true);
+    run::<bf16>(&mut rng, [1, 2, 37, 128], [1, 2, 50, 128], 128, false, true);
+}
+
 /// Times causal bf16 attention at the benchmark's sizes (`cargo test
 /// attention_timing -- --ignored --nocapture`); `scripts/torch_attention.py`
 /// prints PyTorch's times for the same cases.
@@ -2691,6 +2806,51 @@ fn attention_timing() {
         let flops = 4.0 * (b * h) as f64 * (t * t) as f64 * d as f64 / 2.0;
         println!(
             "attention causal bf16 B{b} H{h} T{t} D{d}: {:.3} ms, {:.2} TFLOP/s",
+            s * 1e3,
+            flops / s / 1e12
+        );
+    }
+}
+
+/// Times the causal bf16 attention backward at the target's size (`cargo
+/// test attention_backward_timing -- --ignored --nocapture`);
+/// `scripts/torch_attention.py` prints PyTorch's time for the same case.
+#[test]
+#[ignore]
+fn attention_backward_timing() {
+    use crate::device::Cuda;
+    use crate::ops::AttentionArgs;
+    use crate::shape::Dyn;
+    use crate::tensor::Tensor;
+    type D4 = (Dyn, Dyn, Dyn, Dyn);
+    type D3 = (Dyn, Dyn, Dyn);
+    let Some((_guard, be)) = gpu() else { return };
+    for [b, h, t, d] in [[4, 16, 4096, 128]] {
+        let dims = [b, h, t, d];
+        let q = Tensor::<Cuda, bf16, D4>::randn_dims(1, &dims).unwrap();
+        let k = Tensor::<Cuda, bf16, D4>::randn_dims(2, &dims).unwrap();
+        let v = Tensor::<Cuda, bf16, D4>::randn_dims(3, &dims).unwrap();
+        let g = Tensor::<Cuda, bf16, D4>::randn_dims(4, &dims).unwrap();
+        let args = || AttentionArgs::new().is_causal(true);
+        let (y, lse) = q
+            .scaled_dot_product_attention_with_lse_dims::<D4, D3>(&k, &v, args())
+            .unwrap();
+        let run = || {
+            q.scaled_dot_product_attention_backward_dims(&k, &v, &y, &g, &lse, args())
+                .unwrap()
+        };
+        drop(run());
+        be.synchronize().unwrap();
+        let reps = 3;
+        let start = std::time::Instant::now();
+        for _ in 0..reps {
+            drop(run());
+        }
+        be.synchronize().unwrap();
+        let s = start.elapsed().as_secs_f64() / reps as f64;
+        let flops = 2.5 * 4.0 * (b * h) as f64 * (t * t) as f64 * d as f64 / 2.0;
+        println!(
+            "attention backward causal bf16 B{b} H{h} T{t} D{d}: {:.3} ms, {:.2} TFLOP/s",
             s * 1e3,
             flops / s / 1e12
         );

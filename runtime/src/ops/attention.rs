@@ -37,6 +37,7 @@ use crate::tensor::Tensor;
 use std::any::Any;
 use std::marker::PhantomData;
 use tensorfn_core::rules;
+use tensorfn_kernels::ReduceOp;
 
 const OP: &str = "scaled_dot_product_attention";
 
@@ -76,6 +77,8 @@ const OP: &str = "scaled_dot_product_attention";
 pub trait AttentionShape<K: Shape, V: Shape>: Shape {
     /// The shape of the result.
     type Output: Shape;
+    /// The shape of the rows' log-sum-exps, `(..B, L)`.
+    type Lse: Shape;
 }
 
 macro_rules! attention_shapes {
@@ -84,6 +87,7 @@ macro_rules! attention_shapes {
             AttentionShape<($($b,)* S, E), ($($b,)* S, Ev)> for ($($b,)* L, E)
         {
             type Output = ($($b,)* L, Ev);
+            type Lse = ($($b,)* L,);
         }
     };
 }
@@ -285,24 +289,10 @@ fn batch_split(ops: &[&Layout], batch: &[usize]) -> Option<usize> {
     (1..batch.len()).find(|&k| split.iter().all(|l| fits(l, k)))
 }
 
-/// The attention of `q`, `k`, `v` with `args`, as a contiguous buffer of
-/// the dims the rule gives.
-fn attention<D: Device, T: FloatDType>(
-    q: &Tensor<D, T, impl Shape>,
-    k: &Tensor<D, T, impl Shape>,
-    v: &Tensor<D, T, impl Shape>,
-    args: &AttentionArgs<'_, D, T>,
-) -> Result<(Storage<T>, Layout)> {
-    let mask_dims = args.mask.as_ref().map(|(_, l)| ("attn_mask", l.dims()));
-    let dims = rules::attention(
-        OP,
-        ("query", q.dims()),
-        ("key", k.dims()),
-        ("value", v.dims()),
-        mask_dims,
-        args.is_causal,
-    )?;
-    let e = q.dims()[q.dims().len() - 1];
+/// The factor of the scores: `args`' `scale`, else `1 / sqrt(E)` of the
+/// query dims `qd`; an `Err` unless finite.
+fn scale_of<D: Device, T: FloatDType>(qd: &[usize], args: &AttentionArgs<'_, D, T>) -> Result<f64> {
+    let e = qd[qd.len() - 1];
     let scale = match args.scale {
         Some(s) => s,
         // No products to scale (PyTorch's `q @ k^T` of an empty head dim
@@ -317,6 +307,30 @@ fn attention<D: Device, T: FloatDType>(
             format!("scale = {scale}"),
         ));
     }
+    Ok(scale)
+}
+
+/// The attention of `q`, `k`, `v` with `args`, as a buffer of the dims
+/// the rule gives and its layout, and with `want_lse` the rows'
+/// contiguous `[..batch, L]` f32 log-sum-exps.
+#[allow(clippy::type_complexity)]
+fn attention<D: Device, T: FloatDType>(
+    q: &Tensor<D, T, impl Shape>,
+    k: &Tensor<D, T, impl Shape>,
+    v: &Tensor<D, T, impl Shape>,
+    args: &AttentionArgs<'_, D, T>,
+    want_lse: bool,
+) -> Result<(Storage<T>, Layout, Option<(Storage<f32>, Layout)>)> {
+    let mask_dims = args.mask.as_ref().map(|(_, l)| ("attn_mask", l.dims()));
+    let dims = rules::attention(
+        OP,
+        ("query", q.dims()),
+        ("key", k.dims()),
+        ("value", v.dims()),
+        mask_dims,
+        args.is_causal,
+    )?;
+    let scale = scale_of(q.dims(), args)?;
     let r = dims.len();
     let batch = &dims[..r - 2];
     let (l, s) = (dims[r - 2], k.dims()[k.dims().len() - 2]);
@@ -332,9 +346,16 @@ fn attention<D: Device, T: FloatDType>(
         .mask
         .as_ref()
         .map(|(_, ml)| flat(&ml.broadcast_to(&scores), batch, split, false));
-    let storage = dispatch!(D, |be| {
-        if numel == 0 {
-            be.wrap(be.alloc::<T>(0)?)
+    let lse_dims = &dims[..r - 1];
+    let lse_numel: usize = lse_dims.iter().product();
+    let (storage, lse) = dispatch!(D, |be| {
+        if numel == 0 && !(want_lse && lse_numel > 0) {
+            let lse = if want_lse {
+                Some(be.wrap(be.alloc::<f32>(0)?))
+            } else {
+                None
+            };
+            (be.wrap(be.alloc::<T>(0)?), lse)
         } else {
             let side = |x: &Storage<T>, c: &Option<Layout>| -> Result<_> {
                 c.as_ref().map(|c| be.contiguous(be.buf(x), c)).transpose()
@@ -365,18 +386,36 @@ fn attention<D: Device, T: FloatDType>(
                 }
                 _ => None,
             };
-            be.wrap(be.attention(
-                (qb, &lq),
-                (kb, &lk),
-                (vb, &lv),
-                mask,
-                args.is_causal,
-                scale,
-                &placed,
-            )?)
+            if want_lse {
+                let (o, lse) = be.attention_lse(
+                    (qb, &lq),
+                    (kb, &lk),
+                    (vb, &lv),
+                    mask,
+                    args.is_causal,
+                    scale,
+                    &placed,
+                )?;
+                (be.wrap(o), Some(be.wrap(lse)))
+            } else {
+                let o = be.attention(
+                    (qb, &lq),
+                    (kb, &lk),
+                    (vb, &lv),
+                    mask,
+                    args.is_causal,
+                    scale,
+                    &placed,
+                )?;
+                (be.wrap(o), None)
+            }
         }
     });
-    Ok((storage, result))
+    Ok((
+        storage,
+        result,
+        lse.map(|x| (x, Layout::contiguous(lse_dims))),
+    ))
 }
 
 /// Where the backend places the output `[..batch, L, Ev]` (`placed`, its
@@ -405,6 +444,161 @@ fn output_order(dims: &[usize], split: Option<usize>) -> (Layout, Layout) {
         }
         None => (Layout::contiguous(&[n, l, ev]), Layout::contiguous(dims)),
     }
+}
+
+/// The gradients of the attention of `q`, `k`, `v` with `args` with
+/// respect to each, given its output `out`, the output's gradient `grad`
+/// and the forward's log-sum-exps `lse` (`[..batch, L]` f32): buffers and
+/// layouts of `q`'s, `k`'s and `v`'s dims (a gradient of an operand
+/// broadcast over batch dims summed back over them).
+#[allow(clippy::type_complexity)]
+fn attention_backward<D: Device, T: FloatDType>(
+    q: &Tensor<D, T, impl Shape>,
+    k: &Tensor<D, T, impl Shape>,
+    v: &Tensor<D, T, impl Shape>,
+    out: &Tensor<D, T, impl Shape>,
+    grad: &Tensor<D, T, impl Shape>,
+    lse: Option<&Tensor<D, f32, impl Shape>>,
+    args: &AttentionArgs<'_, D, T>,
+) -> Result<[(Storage<T>, Layout); 3]> {
+    let mask_dims = args.mask.as_ref().map(|(_, l)| ("attn_mask", l.dims()));
+    let dims = rules::attention(
+        OP,
+        ("query", q.dims()),
+        ("key", k.dims()),
+        ("value", v.dims()),
+        mask_dims,
+        args.is_causal,
+    )?;
+    let scale = scale_of(q.dims(), args)?;
+    for (name, t) in [("out", out.dims()), ("grad_out", grad.dims())] {
+        if t != &dims[..] {
+            return Err(Error::shape(
+                OP,
+                format!("`{name}` of the attention's output dims {dims:?}"),
+                format!("`{name}` of dims {t:?}"),
+            ));
+        }
+    }
+    let r = dims.len();
+    let batch = &dims[..r - 2];
+    if let Some(x) = lse {
+        if x.dims() != &dims[..r - 1] {
+            return Err(Error::shape(
+                OP,
+                format!("`lse` of dims {:?} ([..batch, L])", &dims[..r - 1]),
+                format!("`lse` of dims {:?}", x.dims()),
+            ));
+        }
+    }
+    let (l, s) = (dims[r - 2], k.dims()[k.dims().len() - 2]);
+    let (e, ev) = (q.dims()[q.dims().len() - 1], dims[r - 1]);
+    let mut scores: Vec<usize> = batch.to_vec();
+    scores.extend([l, s]);
+    let split = batch_split(
+        &[&q.layout, &k.layout, &v.layout, &out.layout, &grad.layout],
+        batch,
+    );
+    let (lq, cq) = flat(&q.layout, batch, split, true);
+    let (lk, ck) = flat(&k.layout, batch, split, true);
+    let (lv, cv) = flat(&v.layout, batch, split, true);
+    let (lo, co) = flat(&out.layout, batch, split, true);
+    let (lg, cg) = flat(&grad.layout, batch, split, true);
+    let lm = args
+        .mask
+        .as_ref()
+        .map(|(_, ml)| flat(&ml.broadcast_to(&scores), batch, split, false));
+    // Each gradient over the output's batch dims, then summed back to its
+    // operand's dims.
+    let full = |rows: usize, cols: usize| -> Vec<usize> {
+        batch.iter().copied().chain([rows, cols]).collect()
+    };
+    let targets = [
+        (full(l, e), q.dims().to_vec()),
+        (full(s, e), k.dims().to_vec()),
+        (full(s, ev), v.dims().to_vec()),
+    ];
+    let grads = dispatch!(D, |be| {
+        let side = |x: &Storage<T>, c: &Option<Layout>| -> Result<_> {
+            c.as_ref().map(|c| be.contiguous(be.buf(x), c)).transpose()
+        };
+        let copies = [
+            side(&q.storage, &cq)?,
+            side(&k.storage, &ck)?,
+            side(&v.storage, &cv)?,
+            side(&out.storage, &co)?,
+            side(&grad.storage, &cg)?,
+        ];
+        let stores: [&Storage<T>; 5] = [
+            &q.storage,
+            &k.storage,
+            &v.storage,
+            &out.storage,
+            &grad.storage,
+        ];
+        let bufs: Vec<_> = copies
+            .iter()
+            .zip(stores)
+            .map(|(c, x)| c.as_ref().unwrap_or(be.buf(x)))
+            .collect();
+        let lse_copy = match lse {
+            Some(x) if !(x.layout.is_contiguous() && x.layout.offset() == 0) => {
+                Some(be.contiguous(be.buf(&x.storage), &x.layout)?)
+            }
+            _ => None,
+        };
+        let lse_buf = lse.map(|x| lse_copy.as_ref().unwrap_or(be.buf(&x.storage)));
+        let (mb, mf) = match (&args.mask, &lm) {
+            (Some((MaskRef::Bool(m), _)), Some((_, Some(c)))) => {
+                (Some(be.contiguous(be.buf(m), c)?), None)
+            }
+            (Some((MaskRef::Add(m), _)), Some((_, Some(c)))) => {
+                (None, Some(be.contiguous(be.buf(m), c)?))
+            }
+            _ => (None, None),
+        };
+        let mask = match (&args.mask, &lm) {
+            (Some((MaskRef::Bool(m), _)), Some((l, _))) => {
+                Some((AttnMask::Bool(mb.as_ref().unwrap_or(be.buf(m))), l))
+            }
+            (Some((MaskRef::Add(m), _)), Some((l, _))) => {
+                Some((AttnMask::Add(mf.as_ref().unwrap_or(be.buf(m))), l))
+            }
+            _ => None,
+        };
+        let (dq, dk, dv) = be.attention_backward(
+            (bufs[0], &lq),
+            (bufs[1], &lk),
+            (bufs[2], &lv),
+            (bufs[3], &lo),
+            (bufs[4], &lg),
+            lse_buf,
+            mask,
+            args.is_causal,
+            scale,
+        )?;
+        let mut done = Vec::with_capacity(3);
+        for (buf, (from, to)) in [dq, dk, dv].into_iter().zip(&targets) {
+            // Sum away the batch dims the operand broadcasts over, the
+            // last first so that the earlier ones keep their places.
+            let (mut buf, mut cur) = (buf, from.clone());
+            let lead = from.len() - to.len();
+            for d in (0..batch.len()).rev() {
+                let own = d.checked_sub(lead).map(|i| to[i]);
+                if own != Some(cur[d]) {
+                    buf = be.reduce(ReduceOp::Sum, &buf, &Layout::contiguous(&cur), d)?;
+                    cur.remove(d);
+                }
+            }
+            done.push((be.wrap(buf), Layout::contiguous(to)));
+        }
+        let mut it = done.into_iter();
+        let (Some(a), Some(b), Some(c)) = (it.next(), it.next(), it.next()) else {
+            unreachable!("three gradients")
+        };
+        [a, b, c]
+    });
+    Ok(grads)
 }
 
 impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
@@ -464,8 +658,165 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
         value: &Tensor<D, T, impl Shape>,
         args: AttentionArgs<'_, D, T>,
     ) -> Result<Tensor<D, T, SO>> {
-        let (storage, layout) = attention(self, key, value, &args)?;
+        let (storage, layout, _) = attention(self, key, value, &args, false)?;
         output_in(storage, layout)
+    }
+
+    /// [`scaled_dot_product_attention`](Self::scaled_dot_product_attention)
+    /// that also returns the log-sum-exp of each row's scores (`scale *
+    /// query @ key^T + mask`, natural log), `(..B, L)` in f32 whatever
+    /// the tensors' dtype (`-inf` for a row whose every key is masked):
+    /// what a training step saves for
+    /// [`scaled_dot_product_attention_backward`](Self::scaled_dot_product_attention_backward),
+    /// as PyTorch's fused kernels save `logsumexp`. The plain forward
+    /// does not compute it.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{AttentionArgs, Tensor, Cpu, shape};
+    /// let q = Tensor::<Cpu, f32, shape![1, 1]>::from_vec(vec![1.0]).unwrap();
+    /// let k = Tensor::<Cpu, f32, shape![2, 1]>::from_vec(vec![0.0, 0.0]).unwrap();
+    /// let v = Tensor::<Cpu, f32, shape![2, 1]>::from_vec(vec![1.0, 3.0]).unwrap();
+    /// let (y, lse) = q.scaled_dot_product_attention_with_lse(&k, &v, AttentionArgs::new()).unwrap();
+    /// assert_eq!(y.to_vec().unwrap(), vec![2.0]);
+    /// // two scores of 0: log(e^0 + e^0)
+    /// assert!((lse.to_vec().unwrap()[0] - 2f32.ln()).abs() < 1e-6);
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn scaled_dot_product_attention_with_lse<SK: Shape, SV: Shape>(
+        &self,
+        key: &Tensor<D, T, SK>,
+        value: &Tensor<D, T, SV>,
+        args: AttentionArgs<'_, D, T>,
+    ) -> Result<(Tensor<D, T, S::Output>, Tensor<D, f32, S::Lse>)>
+    where
+        S: AttentionShape<SK, SV>,
+    {
+        self.scaled_dot_product_attention_with_lse_dims(key, value, args)
+    }
+
+    /// [`scaled_dot_product_attention_with_lse`](Self::scaled_dot_product_attention_with_lse)
+    /// for any shapes the shared rule accepts, the result types `SO` and
+    /// `SL` checked at run time. `tensor_fn!`'s `#[grad]` uses it.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{AttentionArgs, Tensor, Cpu, shape};
+    /// let q = Tensor::<Cpu, f32, shape![2, 3, 4, 8]>::ones().unwrap();
+    /// let kv = Tensor::<Cpu, f32, shape![2, 1, 5, 8]>::ones().unwrap();
+    /// let (y, lse) = q
+    ///     .scaled_dot_product_attention_with_lse_dims::<shape![2, 3, 4, 8], shape![2, 3, 4]>(
+    ///         &kv,
+    ///         &kv,
+    ///         AttentionArgs::new(),
+    ///     )
+    ///     .unwrap();
+    /// assert_eq!(y.dims(), &[2, 3, 4, 8]);
+    /// assert_eq!(lse.dims(), &[2, 3, 4]);
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn scaled_dot_product_attention_with_lse_dims<SO: Shape, SL: Shape>(
+        &self,
+        key: &Tensor<D, T, impl Shape>,
+        value: &Tensor<D, T, impl Shape>,
+        args: AttentionArgs<'_, D, T>,
+    ) -> Result<(Tensor<D, T, SO>, Tensor<D, f32, SL>)> {
+        let (storage, layout, lse) = attention(self, key, value, &args, true)?;
+        let (ls, ll) = lse.expect("asked for the log-sum-exps");
+        Ok((output_in(storage, layout)?, output_in(ls, ll)?))
+    }
+
+    /// The gradients of
+    /// [`scaled_dot_product_attention`](Self::scaled_dot_product_attention)
+    /// (with `self` the query) with respect to the query, key and value,
+    /// given its output `out`, the gradient of a loss with respect to it
+    /// `grad_out`, and the log-sum-exps `lse` that
+    /// [`scaled_dot_product_attention_with_lse`](Self::scaled_dot_product_attention_with_lse)
+    /// returned with `out`; `args` as the forward took them. PyTorch's
+    /// `torch.autograd.grad` of `F.scaled_dot_product_attention`, in
+    /// FlashAttention-2's order: the weights are recomputed block by block
+    /// from `lse`, never held as an `L x S` matrix, and accumulated in at
+    /// least f32 (the weights in f32 even for f64 tensors, as `lse` is).
+    /// A row whose every key is masked has zero gradients; a key or value
+    /// shared by several batches gets the sum of their gradients. The mask
+    /// gets none.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{AttentionArgs, Tensor, Cpu, shape};
+    /// let q = Tensor::<Cpu, f64, shape![1, 2, 3, 4]>::randn(1).unwrap();
+    /// let k = Tensor::<Cpu, f64, shape![1, 2, 5, 4]>::randn(2).unwrap();
+    /// let v = Tensor::<Cpu, f64, shape![1, 2, 5, 6]>::randn(3).unwrap();
+    /// let args = || AttentionArgs::new().is_causal(true);
+    /// let (y, lse) = q.scaled_dot_product_attention_with_lse(&k, &v, args()).unwrap();
+    /// // the loss y.sum(): its gradient with respect to y is all ones
+    /// let g = Tensor::<Cpu, f64, shape![1, 2, 3, 6]>::ones().unwrap();
+    /// let (dq, dk, dv) = q
+    ///     .scaled_dot_product_attention_backward(&k, &v, &y, &g, &lse, args())
+    ///     .unwrap();
+    /// assert_eq!((dq.dims(), dk.dims(), dv.dims()), (&[1, 2, 3, 4][..], &[1, 2, 5, 4][..], &[1, 2, 5, 6][..]));
+    /// // each query's weights sum to one, so each row of dv sums to what
+    /// // the queries gave that key, and all of dv sums to the 2 x 3 rows
+    /// // times 6 columns
+    /// let total: f64 = dv.to_vec().unwrap().iter().sum();
+    /// assert!((total - 36.0).abs() < 1e-5);
+    /// // keys past the last query (3, 4) take no part under `is_causal`
+    /// let dk = dk.to_vec().unwrap();
+    /// assert!(dk[3 * 4..5 * 4].iter().all(|&x| x == 0.0));
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn scaled_dot_product_attention_backward<SK: Shape, SV: Shape>(
+        &self,
+        key: &Tensor<D, T, SK>,
+        value: &Tensor<D, T, SV>,
+        out: &Tensor<D, T, S::Output>,
+        grad_out: &Tensor<D, T, S::Output>,
+        lse: &Tensor<D, f32, S::Lse>,
+        args: AttentionArgs<'_, D, T>,
+    ) -> Result<(Tensor<D, T, S>, Tensor<D, T, SK>, Tensor<D, T, SV>)>
+    where
+        S: AttentionShape<SK, SV>,
+    {
+        self.scaled_dot_product_attention_backward_dims(key, value, out, grad_out, lse, args)
+    }
+
+    /// [`scaled_dot_product_attention_backward`](Self::scaled_dot_product_attention_backward)
+    /// for any shapes the shared rule accepts (batch dims that broadcast:
+    /// the gradient of a shared key is summed over the batches sharing
+    /// it); `out`, `grad_out` and `lse` are checked against the rule's
+    /// dims at run time, an `Err` naming the one that does not fit.
+    /// `tensor_fn!`'s `#[grad]` uses it.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{AttentionArgs, Tensor, Cpu, shape};
+    /// let q = Tensor::<Cpu, f32, shape![2, 3, 4, 8]>::randn(1).unwrap();
+    /// let kv = Tensor::<Cpu, f32, shape![2, 1, 5, 8]>::randn(2).unwrap();
+    /// let (y, lse) = q
+    ///     .scaled_dot_product_attention_with_lse_dims::<shape![2, 3, 4, 8], shape![2, 3, 4]>(
+    ///         &kv,
+    ///         &kv,
+    ///         AttentionArgs::new(),
+    ///     )
+    ///     .unwrap();
+    /// let (dq, dk, dv) = q
+    ///     .scaled_dot_product_attention_backward_dims(&kv, &kv, &y, &y, &lse, AttentionArgs::new())
+    ///     .unwrap();
+    /// // the shared key's gradient is summed over the 3 heads
+    /// assert_eq!((dq.dims(), dk.dims(), dv.dims()), (&[2, 3, 4, 8][..], &[2, 1, 5, 8][..], &[2, 1, 5, 8][..]));
+    /// // an `out` of other dims is an `Err` naming it
+    /// let e = q.scaled_dot_product_attention_backward_dims(&kv, &kv, &q.narrow::<2, shape![2, 3, 2, 8]>(0, 2).unwrap(), &y, &lse, AttentionArgs::new());
+    /// assert!(e.unwrap_err().to_string().contains("`out`"));
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn scaled_dot_product_attention_backward_dims<SK: Shape, SV: Shape>(
+        &self,
+        key: &Tensor<D, T, SK>,
+        value: &Tensor<D, T, SV>,
+        out: &Tensor<D, T, impl Shape>,
+        grad_out: &Tensor<D, T, impl Shape>,
+        lse: &Tensor<D, f32, impl Shape>,
+        args: AttentionArgs<'_, D, T>,
+    ) -> Result<(Tensor<D, T, S>, Tensor<D, T, SK>, Tensor<D, T, SV>)> {
+        let [(a, la), (b, lb), (c, lc)] =
+            attention_backward(self, key, value, out, grad_out, Some(lse), &args)?;
+        Ok((output_in(a, la)?, output_in(b, lb)?, output_in(c, lc)?))
     }
 }
 
@@ -607,6 +958,36 @@ pub(crate) mod reference {
                             *oc /= sum;
                         }
                     }
+                }
+            }
+            out
+        }
+    }
+
+    impl Case {
+        /// `sum(out * w)` of the f64 forward.
+        pub(crate) fn loss(&self, w: &[f64]) -> f64 {
+            self.expected().iter().zip(w).map(|(a, b)| a * b).sum()
+        }
+
+        /// The gradients of [`Case::loss`] with respect to `q`, `k` and
+        /// `v` by f64 central differences.
+        pub(crate) fn finite_differences(&self, w: &[f64]) -> [Vec<f64>; 3] {
+            let mut out: [Vec<f64>; 3] = Default::default();
+            for (which, o) in out.iter_mut().enumerate() {
+                let n = [&self.q, &self.k, &self.v][which].len();
+                for i in 0..n {
+                    let mut c = self.clone();
+                    let x = [&c.q, &c.k, &c.v][which][i];
+                    let h = 1e-5 * (1.0 + x.abs());
+                    let mut at = |d: f64| {
+                        let t = [&mut c.q, &mut c.k, &mut c.v];
+                        let [a, b, e] = t;
+                        [a, b, e][which][i] = x + d;
+                        c.loss(w)
+                    };
+                    let (up, down) = (at(h), at(-h));
+                    o.push((up - down) / (2.0 * h));
                 }
             }
             out
@@ -863,6 +1244,325 @@ mod tests {
         }
         c.causal = true;
         check("strided", &y.to_vec().unwrap(), &c.expected(), 1e-12);
+    }
+
+    /// The tolerance of `T`'s gradients.
+    fn grad_tol<T: FloatDType>() -> f64 {
+        match T::KIND {
+            DTypeKind::F64 => 1e-6,
+            DTypeKind::F32 => 1e-4,
+            DTypeKind::F16 => 1e-2,
+            _ => 6e-2,
+        }
+    }
+
+    /// The forward with its log-sum-exps and the backward of `c` in `T`
+    /// for `grad_out = w`, checked against f64 finite differences
+    /// (computed on the inputs rounded to `T`) within `tol`.
+    fn run_backward<T: FloatDType>(c: &Case, w: &[f64], tol: f64) {
+        let round = |x: f64| T::from_f64(x).to_f64();
+        let c = c.clone().rounded(round);
+        let w: Vec<f64> = w.iter().map(|&x| round(x)).collect();
+        let want = c.finite_differences(&w);
+        let (q, k, v) = (
+            tensor::<T>(&c.q, &c.q_dims()),
+            tensor::<T>(&c.k, &c.k_dims()),
+            tensor::<T>(&c.v, &c.v_dims()),
+        );
+        let (mb, mf);
+        let args = || {
+            let mut a = AttentionArgs::new().is_causal(c.causal);
+            if let Some(s) = c.scale {
+                a = a.scale(s);
+            }
+            a
+        };
+        let mut a1 = args();
+        let mut a2 = args();
+        match &c.mask {
+            TestMask::None => {}
+            TestMask::Bool(m, d) => {
+                mb = Tensor::<Cpu, bool, D4>::from_vec_dims(m.clone(), &pad4(d)).unwrap();
+                a1 = a1.attn_mask(&mb);
+                a2 = a2.attn_mask(&mb);
+            }
+            TestMask::Add(m, d) => {
+                let m: Vec<T> = m.iter().map(|&x| T::from_f64(x)).collect();
+                mf = Tensor::<Cpu, T, D4>::from_vec_dims(m, &pad4(d)).unwrap();
+                a1 = a1.attn_mask(&mf);
+                a2 = a2.attn_mask(&mf);
+            }
+        }
+        let (y, lse) = q
+            .scaled_dot_product_attention_with_lse_dims::<D4, (Dyn, Dyn, Dyn)>(&k, &v, a1)
+            .unwrap();
+        let g = tensor::<T>(&w, &c.out_dims());
+        let (dq, dk, dv) = q
+            .scaled_dot_product_attention_backward_dims(&k, &v, &y, &g, &lse, a2)
+            .unwrap();
+        for (name, got, want) in [
+            ("dq", dq, &want[0]),
+            ("dk", dk, &want[1]),
+            ("dv", dv, &want[2]),
+        ] {
+            let got: Vec<f64> = got
+                .to_vec()
+                .unwrap()
+                .into_iter()
+                .map(|x| x.to_f64())
+                .collect();
+            let what = format!("{name} {:?} dims {:?} causal {}", T::KIND, c.dims, c.causal);
+            check(&what, &got, want, tol);
+        }
+    }
+
+    /// `[L, S]` mask dims as `[1, 1, L, S]`.
+    fn pad4(d: &[usize]) -> Vec<usize> {
+        let mut v = vec![1; 4 - d.len()];
+        v.extend(d);
+        v
+    }
+
+    fn backward_all_dtypes(c: &Case, w: &[f64]) {
+        run_backward::<f64>(c, w, grad_tol::<f64>());
+        run_backward::<f32>(c, w, grad_tol::<f32>());
+        run_backward::<f16>(c, w, grad_tol::<f16>());
+        run_backward::<bf16>(c, w, grad_tol::<bf16>());
+    }
+
+    fn weights(rng: &mut SplitMix64, c: &Case) -> Vec<f64> {
+        (0..c.out_dims().iter().product::<usize>())
+            .map(|_| rng.normal())
+            .collect()
+    }
+
+    #[test]
+    fn backward_matches_finite_differences() {
+        let mut rng = seed();
+        for dims in [
+            [1, 2, 5, 7, 16, 16],
+            [2, 1, 9, 4, 16, 8],
+            [1, 1, 3, 4, 64, 64],
+            [1, 1, 2, 3, 128, 128],
+            [1, 1, 70, 3, 2, 3],
+        ] {
+            for causal in [false, true] {
+                let mut c = Case::random(&mut rng, dims, 1.0);
+                c.causal = causal;
+                let w = weights(&mut rng, &c);
+                backward_all_dtypes(&c, &w);
+            }
+        }
+    }
+
+    #[test]
+    fn backward_tiny_and_large_scores() {
+        let mut rng = seed();
+        let c = Case::random(&mut rng, [1, 1, 6, 9, 16, 8], 1e-3);
+        let w = weights(&mut rng, &c);
+        backward_all_dtypes(&c, &w);
+        // Scores in the hundreds: the weights are near one-hot. The
+        // f32 log-sum-exp carries a relative error of 1e-7 of its size.
+        let mut c = Case::random(&mut rng, [1, 1, 6, 9, 16, 8], 6.0);
+        c.causal = true;
+        let w = weights(&mut rng, &c);
+        run_backward::<f64>(&c, &w, 1e-4);
+        run_backward::<f32>(&c, &w, 2e-3);
+    }
+
+    #[test]
+    fn backward_masks_and_fully_masked_rows() {
+        let mut rng = seed();
+        let [b, h, l, s] = [1, 2, 6, 9];
+        for dims in [vec![l, s], vec![1, h, l, s]] {
+            let n: usize = dims.iter().product();
+            let mut c = Case::random(&mut rng, [b, h, l, s, 8, 8], 1.0);
+            let mut bits: Vec<bool> = (0..n).map(|_| rng.uniform() < 0.7).collect();
+            // Row 2 sees no key: zero gradients, no NaN.
+            for x in &mut bits[2 * s..3 * s] {
+                *x = false;
+            }
+            c.mask = TestMask::Bool(bits, dims.clone());
+            let w = weights(&mut rng, &c);
+            backward_all_dtypes(&c, &w);
+            let add: Vec<f64> = (0..n)
+                .map(|j| match j % 7 {
+                    0 => f64::NEG_INFINITY,
+                    _ => rng.normal(),
+                })
+                .collect();
+            let mut add = add;
+            for x in &mut add[4 * s..5 * s] {
+                *x = f64::NEG_INFINITY;
+            }
+            c.mask = TestMask::Add(add, dims);
+            c.scale = Some(0.4);
+            backward_all_dtypes(&c, &w);
+        }
+    }
+
+    #[test]
+    fn backward_empty_dims() {
+        let mut rng = seed();
+        for dims in [
+            [1, 2, 0, 5, 8, 8],
+            [1, 2, 5, 0, 8, 8],
+            [0, 2, 5, 5, 8, 8],
+            [1, 1, 5, 5, 0, 4],
+            [1, 1, 5, 5, 4, 0],
+        ] {
+            for causal in [false, true] {
+                let mut c = Case::random(&mut rng, dims, 1.0);
+                c.causal = causal;
+                let w = weights(&mut rng, &c);
+                backward_all_dtypes(&c, &w);
+            }
+        }
+    }
+
+    #[test]
+    fn backward_of_a_shared_key_sums_over_heads() {
+        let mut rng = seed();
+        let [b, h, l, s, e] = [2, 3, 5, 6, 8];
+        let mut c = Case::random(&mut rng, [b, h, l, s, e, e], 1.0);
+        // One key and value per batch, seen by every head.
+        for bi in 0..b {
+            for hi in 1..h {
+                for j in 0..s * e {
+                    c.k[(bi * h + hi) * s * e + j] = c.k[bi * h * s * e + j];
+                    c.v[(bi * h + hi) * s * e + j] = c.v[bi * h * s * e + j];
+                }
+            }
+        }
+        c.causal = true;
+        let w = weights(&mut rng, &c);
+        let want = c.finite_differences(&w);
+        let head0 = |x: &[f64]| -> Vec<f64> {
+            (0..b)
+                .flat_map(|bi| x[bi * h * s * e..(bi * h + 1) * s * e].to_vec())
+                .collect()
+        };
+        let sum_heads = |x: &[f64]| -> Vec<f64> {
+            (0..b * s * e)
+                .map(|i| {
+                    let (bi, r) = (i / (s * e), i % (s * e));
+                    (0..h).map(|hi| x[(bi * h + hi) * s * e + r]).sum()
+                })
+                .collect()
+        };
+        let q = tensor::<f64>(&c.q, &c.q_dims());
+        let k = tensor::<f64>(&head0(&c.k), &[b, 1, s, e]);
+        let v = tensor::<f64>(&head0(&c.v), &[b, 1, s, e]);
+        let args = || AttentionArgs::new().is_causal(true);
+        let (y, lse) = q
+            .scaled_dot_product_attention_with_lse_dims::<D4, (Dyn, Dyn, Dyn)>(&k, &v, args())
+            .unwrap();
+        let g = tensor::<f64>(&w, &c.out_dims());
+        let (dq, dk, dv) = q
+            .scaled_dot_product_attention_backward_dims(&k, &v, &y, &g, &lse, args())
+            .unwrap();
+        assert_eq!(dk.dims(), &[b, 1, s, e]);
+        check("dq", &dq.to_vec().unwrap(), &want[0], 1e-6);
+        check("dk", &dk.to_vec().unwrap(), &sum_heads(&want[1]), 1e-6);
+        check("dv", &dv.to_vec().unwrap(), &sum_heads(&want[2]), 1e-6);
+    }
+
+    #[test]
+    fn lse_is_the_rows_log_sum_exp() {
+        let mut rng = seed();
+        let mut c = Case::random(&mut rng, [1, 2, 40, 70, 16, 8], 1.0);
+        c.causal = true;
+        let q = tensor::<f64>(&c.q, &c.q_dims());
+        let k = tensor::<f64>(&c.k, &c.k_dims());
+        let v = tensor::<f64>(&c.v, &c.v_dims());
+        let (y, lse) = q
+            .scaled_dot_product_attention_with_lse_dims::<D4, (Dyn, Dyn, Dyn)>(
+                &k,
+                &v,
+                AttentionArgs::new().is_causal(true),
+            )
+            .unwrap();
+        check("out", &y.to_vec().unwrap(), &c.expected(), 1e-12);
+        let lse = lse.to_vec().unwrap();
+        let scale = 1.0 / 4.0;
+        for bh in 0..2 {
+            for i in 0..40 {
+                let sc: Vec<f64> = (0..=i)
+                    .map(|j| {
+                        (0..16)
+                            .map(|t| c.q[(bh * 40 + i) * 16 + t] * c.k[(bh * 70 + j) * 16 + t])
+                            .sum::<f64>()
+                            * scale
+                    })
+                    .collect();
+                let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let want = m + sc.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
+                let got = f64::from(lse[bh * 40 + i]);
+                assert!(
+                    (got - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                    "{got} vs {want}"
+                );
+            }
+        }
+        // A row without keys: -inf.
+        let m = Tensor::<Cpu, bool, (Dyn, Dyn)>::from_vec_dims(vec![false; 40 * 70], &[40, 70])
+            .unwrap();
+        let (_, lse) = q
+            .scaled_dot_product_attention_with_lse_dims::<D4, (Dyn, Dyn, Dyn)>(
+                &k,
+                &v,
+                AttentionArgs::new().attn_mask(&m),
+            )
+            .unwrap();
+        assert!(lse
+            .to_vec()
+            .unwrap()
+            .iter()
+            .all(|&x| x == f32::NEG_INFINITY));
+    }
+
+    #[test]
+    fn backward_bad_arguments_are_errors() {
+        let q = Tensor::<Cpu, f32, D4>::zeros_dims(&[1, 2, 3, 8]).unwrap();
+        let k = Tensor::<Cpu, f32, D4>::zeros_dims(&[1, 2, 5, 8]).unwrap();
+        let (y, lse) = q
+            .scaled_dot_product_attention_with_lse_dims::<D4, (Dyn, Dyn, Dyn)>(
+                &k,
+                &k,
+                AttentionArgs::new(),
+            )
+            .unwrap();
+        let bad = Tensor::<Cpu, f32, D4>::zeros_dims(&[1, 2, 4, 8]).unwrap();
+        let e = q
+            .scaled_dot_product_attention_backward_dims(
+                &k,
+                &k,
+                &y,
+                &bad,
+                &lse,
+                AttentionArgs::new(),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`grad_out`"), "{e}");
+        let bad_lse = Tensor::<Cpu, f32, (Dyn, Dyn)>::zeros_dims(&[2, 3]).unwrap();
+        let e = q
+            .scaled_dot_product_attention_backward_dims(
+                &k,
+                &k,
+                &y,
+                &y,
+                &bad_lse,
+                AttentionArgs::new(),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`lse`"), "{e}");
+        let e = q
+            .scaled_dot_product_attention_backward_dims(&k, &q, &y, &y, &lse, AttentionArgs::new())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`value`"), "{e}");
     }
 
     #[test]

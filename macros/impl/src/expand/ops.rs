@@ -40,7 +40,47 @@ fn xent_args(reduction: &str, ignore_index: i64, label_smoothing: f64) -> TokenS
     })
 }
 
+/// The variable holding the log-sum-exps that attention node `n` saves
+/// for its backward.
+fn lse_var(n: NodeId) -> proc_macro2::Ident {
+    quote::format_ident!("__lse{}", n)
+}
+
 impl FnGen<'_> {
+    /// Whether attention node `n` is differentiated: its forward then
+    /// also returns the rows' log-sum-exps, which the backward reads
+    /// instead of recomputing them.
+    fn saves_lse(&self, n: NodeId) -> bool {
+        matches!(self.g().nodes[n].op, Op::Attention { .. })
+            && self
+                .g()
+                .nodes
+                .iter()
+                .any(|x| matches!(x.op, Op::AttentionBackward { out, .. } if out == n))
+    }
+
+    /// The `AttentionArgs` of an attention node's optional arguments.
+    fn attention_args(
+        &self,
+        mask: Option<NodeId>,
+        causal: bool,
+        scale: Option<NodeId>,
+    ) -> TokenStream {
+        let mut args = quote!(::tensorfn::AttentionArgs::new());
+        if let Some(m) = mask {
+            let m = self.reference(m);
+            args = quote!(#args.attn_mask(#m));
+        }
+        if causal {
+            args = quote!(#args.is_causal(true));
+        }
+        if let Some(sc) = scale {
+            let sc = self.scalar_as(sc, DTypeKind::F64);
+            args = quote!(#args.scale(#sc));
+        }
+        args
+    }
+
     /// The target of `cross_entropy` of logits `x` as the typed methods
     /// take it: of the type of the logits' first dim.
     fn rows_target(&self, x: NodeId, target: NodeId) -> TokenStream {
@@ -81,9 +121,27 @@ impl FnGen<'_> {
             Step::Op(n) => {
                 let n = *n;
                 let v = var(n);
+                if let Op::AttentionBackward { out, .. } = self.g().nodes[n].op {
+                    // The forward's log-sum-exps are used once: here.
+                    let value = self.op(n);
+                    let lse = lse_var(out);
+                    return quote!(let #v = #value; ::core::mem::drop(#lse););
+                }
                 if let Ty::Tuple(_) = self.g().nodes[n].ty {
                     let value = self.op(n);
                     return quote!(let #v = #value;);
+                }
+                if self.saves_lse(n) {
+                    // The forward of a differentiated attention: its
+                    // result and the rows' log-sum-exps for the backward.
+                    let ty = self.type_of(n);
+                    let t = self.tty(n);
+                    let dims = self.dim_tys(n);
+                    let lse_ty =
+                        tensor_tokens(t.device, Dt::Kind(DTypeKind::F32), &dims[..dims.len() - 1]);
+                    let value = self.op(n);
+                    let lse = lse_var(n);
+                    return quote!(let (#v, #lse): (#ty, #lse_ty) = #value;);
                 }
                 let ty = self.type_of(n);
                 let value = self.op(n);
@@ -259,19 +317,30 @@ impl FnGen<'_> {
             } => {
                 let (q, k, v) = (self.reference(*q), self.reference(*k), self.reference(*v));
                 let s = so();
-                let mut args = quote!(::tensorfn::AttentionArgs::new());
-                if let Some(m) = mask {
-                    let m = self.reference(*m);
-                    args = quote!(#args.attn_mask(#m));
+                let args = self.attention_args(*mask, *causal, *scale);
+                if self.saves_lse(n) {
+                    let dims = self.dim_tys(n);
+                    let ls = shape_tokens(&dims[..dims.len() - 1]);
+                    quote!(#q.scaled_dot_product_attention_with_lse_dims::<#s, #ls>(#k, #v, #args)?)
+                } else {
+                    quote!(#q.scaled_dot_product_attention_dims::<#s>(#k, #v, #args)?)
                 }
-                if *causal {
-                    args = quote!(#args.is_causal(true));
-                }
-                if let Some(sc) = scale {
-                    let sc = self.scalar_as(*sc, DTypeKind::F64);
-                    args = quote!(#args.scale(#sc));
-                }
-                quote!(#q.scaled_dot_product_attention_dims::<#s>(#k, #v, #args)?)
+            }
+            Op::AttentionBackward {
+                q,
+                k,
+                v,
+                out,
+                grad,
+                mask,
+                causal,
+                scale,
+            } => {
+                let (q, k, v) = (self.reference(*q), self.reference(*k), self.reference(*v));
+                let (o, g) = (self.reference(*out), self.reference(*grad));
+                let lse = lse_var(*out);
+                let args = self.attention_args(*mask, *causal, *scale);
+                quote!(#q.scaled_dot_product_attention_backward_dims(#k, #v, #o, #g, &#lse, #args)?)
             }
             Op::Reshape { x, view } => {
                 let x = self.reference(*x);
@@ -587,7 +656,10 @@ impl FnGen<'_> {
                 let t = var(*x);
                 let idx = syn::Index::from(*i);
                 let Op::Call { ret_tys, .. } = &g.nodes[*x].op else {
-                    unreachable!("tuples come from calls")
+                    // The gradients of an attention: typed like its
+                    // operands' values, retyped to this node's shape.
+                    let s = so();
+                    return quote!(#t.#idx.into_shape::<#s>()?);
                 };
                 if self.dim_tys(n) == ret_tys[*i] {
                     quote!(#t.#idx)
