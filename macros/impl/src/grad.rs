@@ -283,6 +283,7 @@ fn op_name(op: &Op) -> String {
         Op::Cat { .. } => "`cat`".into(),
         Op::CrossEntropy { .. } => "`cross_entropy`".into(),
         Op::Cumsum { .. } => "`cumsum`".into(),
+        Op::Pool { pool, .. } => format!("`{}`", pool.kind.name()),
         _ => "this op".into(),
     }
 }
@@ -844,6 +845,18 @@ impl Deriver {
             }
             Op::CrossEntropyBackward { .. } => {
                 return Err("the gradient of `cross_entropy` (no second derivative)".into())
+            }
+            // The windows recomputed from `x`; max sends each gradient to
+            // its window's argmax (the first largest, as PyTorch).
+            Op::Pool { x, pool } => {
+                let gx = self.tensor(Op::PoolBackward { x, grad: g, pool }, self.tt(x), n);
+                vec![(x, gx)]
+            }
+            Op::PoolBackward { pool, .. } => {
+                return Err(format!(
+                    "the gradient of `{}` (no second derivative)",
+                    pool.kind.name()
+                ))
             }
             // Folded by the planner after differentiation: never in a
             // checked body.
@@ -1523,7 +1536,11 @@ fn map_op(op: &Op, m: &dyn Fn(NodeId) -> NodeId) -> Op {
                 *a = m(*a);
             }
         }
-        Op::Cumsum { x, .. } => *x = m(*x),
+        Op::Cumsum { x, .. } | Op::Pool { x, .. } => *x = m(*x),
+        Op::PoolBackward { x, grad, .. } => {
+            *x = m(*x);
+            *grad = m(*grad);
+        }
         Op::AddMm {
             bias,
             m1,

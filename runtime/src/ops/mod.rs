@@ -21,6 +21,7 @@ mod into;
 mod matmul;
 mod norm;
 pub(crate) mod output;
+mod pool;
 mod reduce;
 pub(crate) mod retype;
 mod rope;

@@ -72,6 +72,8 @@ impl<'s, 'k> Checker<'s, 'k> {
             (OpKind::Norm(op), _) => return self.norm(def, op, recv, args, e),
             (OpKind::Attention, _) => return self.attention(def, args, e),
             (OpKind::Rope, _) => return self.rope(def, args, e),
+            (OpKind::Pool(kind), _) => return self.pool(def, kind, args, e),
+            (OpKind::Flatten, _) => return self.flatten(def, recv, args, e),
             (
                 OpKind::Reduce(_)
                 | OpKind::Var

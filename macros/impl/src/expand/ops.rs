@@ -40,6 +40,43 @@ fn xent_args(reduction: &str, ignore_index: i64, label_smoothing: f64) -> TokenS
     })
 }
 
+/// The `Pool2d { .. }` of a pooling node's options.
+fn pool_args(p: &tensorfn_core::ops::pool::Pool2d) -> TokenStream {
+    use tensorfn_core::ops::pool::PoolKind;
+    let kind = match p.kind {
+        PoolKind::Max => quote!(Max),
+        PoolKind::Avg => quote!(Avg),
+        PoolKind::AdaptiveAvg => quote!(AdaptiveAvg),
+    };
+    let pair = |v: [usize; 2]| {
+        let [a, b] = v;
+        quote!([#a, #b])
+    };
+    let (k, s, pd, d, o) = (
+        pair(p.kernel_size),
+        pair(p.stride),
+        pair(p.padding),
+        pair(p.dilation),
+        pair(p.output_size),
+    );
+    let (ceil, cip) = (p.ceil_mode, p.count_include_pad);
+    let div = match p.divisor_override {
+        Some(d) => quote!(::core::option::Option::Some(#d)),
+        None => quote!(::core::option::Option::None),
+    };
+    quote!(::tensorfn::Pool2d {
+        kind: ::tensorfn::PoolKind::#kind,
+        kernel_size: #k,
+        stride: #s,
+        padding: #pd,
+        dilation: #d,
+        ceil_mode: #ceil,
+        count_include_pad: #cip,
+        divisor_override: #div,
+        output_size: #o,
+    })
+}
+
 impl FnGen<'_> {
     /// The target of `cross_entropy` of logits `x` as the typed methods
     /// take it: of the type of the logits' first dim.
@@ -427,6 +464,17 @@ impl FnGen<'_> {
             Op::Cumsum { x, dim } => {
                 let x = self.reference(*x);
                 quote!(#x.cumsum::<#dim>()?)
+            }
+            Op::Pool { x, pool } => {
+                let x = self.reference(*x);
+                let s = so();
+                let args = pool_args(pool);
+                quote!(#x.pool2d::<#s>(#args)?)
+            }
+            Op::PoolBackward { x, grad, pool } => {
+                let (x, g) = (self.reference(*x), self.reference(*grad));
+                let args = pool_args(pool);
+                quote!(#x.pool2d_backward(#g, #args)?)
             }
             Op::CrossEntropy {
                 x,
