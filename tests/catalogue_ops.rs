@@ -53,7 +53,8 @@ const fn walked(name: &'static str, function: bool, method: bool) -> Walked {
 /// fused with its neighbours, f32, no rows, one class, a bad target);
 /// `max_pool2d`, `avg_pool2d` and `adaptive_avg_pool2d` at ranks 3 and 4
 /// with every option (NaN, ±inf, -0, no batch, f32); `flatten` at ranks 0
-/// and 3 (defaults, keywords, negative dims, a permuted view).
+/// and 3 (defaults, keywords, negative dims, a permuted view); `dropout`
+/// at rank 2 (every keyword, a seed parameter, its statistics).
 const WALKED: &[Walked] = &[
     walked("eq", true, true),
     walked("ne", true, true),
@@ -107,6 +108,7 @@ const WALKED: &[Walked] = &[
     walked("avg_pool2d", true, false),
     walked("adaptive_avg_pool2d", true, false),
     walked("flatten", true, true),
+    walked("dropout", true, true),
     walked("arange", true, false),
     walked("tril", true, true),
     walked("triu", true, true),
@@ -4994,4 +4996,83 @@ fn flatten_merges_dims_in_order() {
         flatten0(&s),
         &[Some(Want::bits(vec![1], vec![2.5]))],
     );
+}
+
+// ---------------------------------------------------------------------
+// dropout.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn dropouts(x: &Tensor<Cpu, f64, [A, B]>, seed: usize) -> (
+        Tensor<Cpu, f64, [A, B]>,
+        Tensor<Cpu, f64, [A, B]>,
+        Tensor<Cpu, f64, [A, B]>,
+        Tensor<Cpu, f64, [A, B]>,
+        Tensor<Cpu, f64, [A, B]>,
+    ) {
+        (
+            dropout(x, seed = seed),
+            x.dropout(p = 0.25, seed = seed),
+            dropout(x, 0.25, training = false),
+            dropout(input = x, p = 1.0, training = true, seed = 7),
+            x.t().dropout(0.0).t(),
+        )
+    }
+}
+
+/// `dropout` of row-major `x` with the catalogue's mask.
+fn dropout_ref(x: &[f64], d: &[usize], p: f64, seed: u64) -> Want {
+    use tensorfn_core::ops::dropout::{keep, scale};
+    let vals = x
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v * if keep(seed, i as u64, p) {
+                scale(p)
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    Want::bits(d.to_vec(), vals)
+}
+
+#[test]
+fn dropout_by_seed() {
+    let mut rng = Rng::new(99);
+    for round in 0..4 {
+        let d = if round == 3 {
+            vec![0, 3]
+        } else {
+            rng.dims(2, 1, 40)
+        };
+        let x = rng.values(numel(&d), &[f64::NAN, f64::INFINITY, -0.0]);
+        let t: Tensor<Cpu, f64, S2> = tensor(&x, &d);
+        let seed = 1000 + round;
+        let want = [
+            Some(dropout_ref(&x, &d, 0.5, seed as u64)),
+            Some(dropout_ref(&x, &d, 0.25, seed as u64)),
+            Some(Want::bits(d.clone(), x.clone())),
+            Some(dropout_ref(&x, &d, 1.0, 7)),
+            Some(Want::bits(d.clone(), x.clone())),
+        ];
+        check_or_err(&format!("dropout of {d:?}"), dropouts(&t, seed), &want);
+        check_or_err(
+            &format!("typed dropout of {d:?}"),
+            t.dropout(0.25, true, seed),
+            &[want[1].clone()],
+        );
+    }
+    // The fraction kept, over many elements and seeds.
+    let ones = Tensor::<Cpu, f32, shape![100_000]>::ones().unwrap();
+    for (p, seed) in [(0.1, 1), (0.5, 2), (0.9, 3)] {
+        let y = ones.dropout(p, true, seed).unwrap().to_vec().unwrap();
+        let kept = y.iter().filter(|&&v| v != 0.0).count() as f64 / 1e5;
+        assert!((kept - (1.0 - p)).abs() < 0.01, "p = {p}: kept {kept}");
+        let s = (1.0 / (1.0 - p)) as f32;
+        assert!(y.iter().all(|&v| v == 0.0 || v == s));
+        // Another seed, another mask.
+        let z = ones.dropout(p, true, seed + 100).unwrap().to_vec().unwrap();
+        assert_ne!(y, z);
+    }
 }

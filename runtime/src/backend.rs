@@ -337,6 +337,18 @@ pub(crate) trait Backend {
         dim: usize,
     ) -> Result<Self::Buf<U>>;
 
+    /// Seeded `dropout`: element `i` of `l`'s row-major order times
+    /// `1 / (1 - p)` when `tensorfn_core::ops::dropout::keep(seed, i, p)`,
+    /// else times 0 (products in f64, rounded once): a contiguous buffer
+    /// of `l`'s dims, the same bits on every backend.
+    fn dropout<T: FloatDType>(
+        &self,
+        x: &Self::Buf<T>,
+        l: &Layout,
+        p: f64,
+        seed: u64,
+    ) -> Result<Self::Buf<T>>;
+
     /// Pooling `pool` over the last two dims of `l` (rank 3 or 4, any
     /// strides) into `out` (`[OH, OW]`, from the shape rule), windows
     /// summed in f64: a contiguous buffer of `l`'s leading dims and `out`.

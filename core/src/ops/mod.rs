@@ -75,6 +75,7 @@ macro_rules! op_enum {
 }
 
 pub mod binary;
+pub mod dropout;
 pub mod erf_coeffs;
 pub mod math;
 pub mod norm;
@@ -182,6 +183,10 @@ pub enum OpKind {
     /// `max_pool2d`, `avg_pool2d`, `adaptive_avg_pool2d` over the last two
     /// dims of `[N, C, H, W]` or `[C, H, W]`.
     Pool(PoolKind),
+    /// `dropout(input, p, training, seed)`: elements zeroed with
+    /// probability `p` by a mask hashed from `seed`, the others scaled by
+    /// `1 / (1 - p)`.
+    Dropout,
     /// `flatten(input, start_dim, end_dim)`: dims `start_dim..=end_dim`
     /// merged into one (a view where the layout allows).
     Flatten,
@@ -811,6 +816,21 @@ static POOLS: &[OpDef] = &[
         DTypeRule::Same,
         ShapeRule::Flatten,
         "Dims `start_dim..=end_dim` merged into one (a view when the layout allows; `nn.Flatten` is `start_dim = 1`).",
+    ),
+    def(
+        "dropout",
+        OpKind::Dropout,
+        true,
+        true,
+        &[
+            INPUT,
+            opt("p", SCALAR, "0.5"),
+            opt("training", SCALAR, "true"),
+            opt("seed", SCALAR, "None"),
+        ],
+        DTypeRule::SameFloat,
+        ShapeRule::Same,
+        "Each element zeroed with probability `p` and the others scaled by `1 / (1 - p)` when `training`, by a mask hashed from the `usize` `seed` and the element's position (the same on every device; the identity when not `training`).",
     ),
 ];
 

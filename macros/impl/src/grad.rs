@@ -253,7 +253,7 @@ fn carries(op: &Op, k: usize) -> bool {
         Op::Select { .. } | Op::Embedding { .. } => {
             k == 0 || matches!(op, Op::Embedding { .. }) && k == 1
         }
-        Op::Narrow { .. } | Op::Index { .. } => k == 0,
+        Op::Narrow { .. } | Op::Index { .. } | Op::Dropout { .. } => k == 0,
         _ => true,
     }
 }
@@ -284,6 +284,7 @@ fn op_name(op: &Op) -> String {
         Op::CrossEntropy { .. } => "`cross_entropy`".into(),
         Op::Cumsum { .. } => "`cumsum`".into(),
         Op::Pool { pool, .. } => format!("`{}`", pool.kind.name()),
+        Op::Dropout { .. } => "`dropout`".into(),
         _ => "this op".into(),
     }
 }
@@ -850,6 +851,13 @@ impl Deriver {
             // its window's argmax (the first largest, as PyTorch).
             Op::Pool { x, pool } => {
                 let gx = self.tensor(Op::PoolBackward { x, grad: g, pool }, self.tt(x), n);
+                vec![(x, gx)]
+            }
+            // Linear in `x`: the same mask (drawn again from the seed and
+            // the positions) and scale applied to the gradient.
+            Op::Dropout { x, p, ref seed } => {
+                let seed = seed.clone();
+                let gx = self.tensor(Op::Dropout { x: g, p, seed }, self.tt(x), n);
                 vec![(x, gx)]
             }
             Op::PoolBackward { pool, .. } => {
@@ -1582,6 +1590,10 @@ fn map_op(op: &Op, m: &dyn Fn(NodeId) -> NodeId) -> Op {
         Op::Index { x, index, .. } => {
             *x = m(*x);
             *index = ia(index);
+        }
+        Op::Dropout { x, seed, .. } => {
+            *x = m(*x);
+            *seed = ia(seed);
         }
         Op::Norm {
             x,

@@ -304,6 +304,16 @@ pub enum Op {
         /// The pooling and its options.
         pool: tensorfn_core::ops::pool::Pool2d,
     },
+    /// `dropout(x, p, seed = seed)` in training (the mask hashed from the
+    /// seed and each element's position).
+    Dropout {
+        /// The input.
+        x: NodeId,
+        /// The probability of dropping, in (0, 1].
+        p: f64,
+        /// The seed.
+        seed: IndexArg,
+    },
     /// `cross_entropy(x, target, ..)`.
     CrossEntropy {
         /// The logits, `[N, C]`.
@@ -438,6 +448,13 @@ impl Graph {
             } => vec![*x, *target, *grad],
             Op::Cumsum { x, .. } | Op::Pool { x, .. } => vec![*x],
             Op::PoolBackward { x, grad, .. } => vec![*x, *grad],
+            Op::Dropout { x, seed, .. } => {
+                let mut v = vec![*x];
+                if let IndexArg::Node(n) = seed {
+                    v.push(*n);
+                }
+                v
+            }
             Op::Select { x, index, .. } => vec![*x, *index],
             Op::Triangle { x, .. } => vec![*x],
             Op::Unary(_, a) | Op::Cast(a, _) | Op::T(a) | Op::ToDevice(a, _) => vec![*a],

@@ -539,6 +539,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     | Op::Cumsum { .. }
                     | Op::Pool { .. }
                     | Op::PoolBackward { .. }
+                    | Op::Dropout { .. }
                     | Op::Select { .. }
                     | Op::Arange { .. }
                     | Op::Rope { .. }

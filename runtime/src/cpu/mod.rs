@@ -6,6 +6,7 @@ pub(crate) mod blocks;
 pub(crate) mod buffer;
 pub(crate) mod copy;
 mod cumsum;
+pub(crate) mod dropout;
 pub(crate) mod elementwise;
 mod fused;
 pub(crate) mod gather;
@@ -346,6 +347,11 @@ impl Backend for CpuBackend {
         )
         .map(vec)),
         )
+    }
+
+    fn dropout<T: FloatDType>(&self, x: &Vec<T>, l: &Layout, p: f64, seed: u64) -> Result<Vec<T>> {
+        strided::check_extent("dropout", l, x.len())?;
+        Ok(dropout::dropout(x, l, p, seed))
     }
 
     fn pool2d<T: FloatDType>(

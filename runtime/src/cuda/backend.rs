@@ -539,6 +539,16 @@ impl Backend for CudaBackend {
         self.topk_gpu(x, l, k)
     }
 
+    fn dropout<T: FloatDType>(
+        &self,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        p: f64,
+        seed: u64,
+    ) -> Result<CudaStorage<T>> {
+        self.dropout_gpu(x, l, p, seed)
+    }
+
     fn pool2d<T: FloatDType>(
         &self,
         x: &CudaStorage<T>,

@@ -28,6 +28,21 @@ impl CudaBackend {
         self.upload(Cow::Owned(y))
     }
 
+    /// See `Backend::dropout`: the CPU's loop on a host copy for now (a
+    /// kernel hashing each position is to replace it), so both devices
+    /// draw the same mask.
+    pub(crate) fn dropout_gpu<T: FloatDType>(
+        &self,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        p: f64,
+        seed: u64,
+    ) -> Result<CudaStorage<T>> {
+        let host = self.download(x, l)?;
+        let y = crate::cpu::dropout::dropout(&host, &Layout::contiguous(l.dims()), p, seed);
+        self.upload(Cow::Owned(y))
+    }
+
     /// See `Backend::pool2d_backward`.
     pub(crate) fn pool2d_backward_gpu<T: FloatDType>(
         &self,

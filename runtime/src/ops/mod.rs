@@ -13,6 +13,7 @@ mod binary;
 mod cast;
 mod cat;
 mod cumsum;
+mod dropout;
 pub(crate) mod fused;
 mod gather;
 mod index;

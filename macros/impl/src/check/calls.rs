@@ -74,6 +74,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             (OpKind::Rope, _) => return self.rope(def, args, e),
             (OpKind::Pool(kind), _) => return self.pool(def, kind, args, e),
             (OpKind::Flatten, _) => return self.flatten(def, recv, args, e),
+            (OpKind::Dropout, _) => return self.dropout(def, recv, args, e),
             (
                 OpKind::Reduce(_)
                 | OpKind::Var

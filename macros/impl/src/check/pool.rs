@@ -1,5 +1,6 @@
-//! Pooling over the last two dims (`max_pool2d`, `avg_pool2d`,
-//! `adaptive_avg_pool2d`) and `flatten`.
+//! The layers of a conv-net around its products: pooling over the last
+//! two dims (`max_pool2d`, `avg_pool2d`, `adaptive_avg_pool2d`),
+//! `flatten` and seeded `dropout`.
 
 use super::*;
 use tensorfn_core::ops::pool::{Pool2d, PoolKind};
@@ -191,5 +192,94 @@ impl<'s, 'k> Checker<'s, 'k> {
             ),
             None => self.error_node(e),
         }
+    }
+
+    /// `dropout(x, p = 0.5, training = true, seed = s)` (`x.dropout(..)`):
+    /// a float tensor, `p` a literal in [0, 1], `training` a literal flag
+    /// and `seed` a `usize` (a literal or a `usize` parameter) when
+    /// anything is dropped. Not training, or `p = 0`, is `x` itself.
+    pub(super) fn dropout(
+        &mut self,
+        def: &'static OpDef,
+        recv: Option<(&Expr, NodeId)>,
+        args: &[Arg],
+        e: &Expr,
+    ) -> NodeId {
+        let name = def.name;
+        let Some(a) = self.bind_op(def, recv.is_some(), args, e) else {
+            return self.error_node(e);
+        };
+        let mut xs: Vec<Option<&Expr>> = Vec::with_capacity(def.params.len());
+        if let Some((r, _)) = recv {
+            xs.push(Some(r));
+        }
+        xs.extend(a.iter().copied());
+        let x_ex = xs[0].expect("required");
+        let x = match recv {
+            Some((_, id)) => id,
+            None => self.expr(x_ex),
+        };
+        let Some(o) = self.tensor(x, x_ex, name) else {
+            return self.error_node(e);
+        };
+        let mut ok = self.need_float(name, &o);
+        let p = match xs[1] {
+            None => 0.5,
+            Some(v) => {
+                let lit = match v.kind {
+                    ExprKind::Float(f) => Some(f),
+                    ExprKind::Int(n) => Some(n as f64),
+                    ExprKind::Neg(ref inner) => match inner.kind {
+                        ExprKind::Float(f) => Some(-f),
+                        ExprKind::Int(n) => Some(-(n as f64)),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                match lit {
+                    Some(p) if (0.0..=1.0).contains(&p) => p,
+                    Some(p) => {
+                        self.error(
+                            &v.sp,
+                            format!("`{name}` drops each element with probability `p`, which must be in [0, 1], found {p}: write e.g. `p = 0.1`"),
+                        );
+                        ok = false;
+                        0.0
+                    }
+                    None => {
+                        self.error(
+                            &v.sp,
+                            format!("`{name}` takes a literal probability for `p` (e.g. `p = 0.1`), found `{v}`"),
+                        );
+                        ok = false;
+                        0.0
+                    }
+                }
+            }
+        };
+        let training = match xs[2] {
+            None => true,
+            Some(v) => self.flag_arg(v, name, "training").unwrap_or_else(|| {
+                ok = false;
+                true
+            }),
+        };
+        if !ok {
+            return self.error_node(e);
+        }
+        if !training || p == 0.0 {
+            return x;
+        }
+        let Some(seed_ex) = xs[3] else {
+            self.error(
+                &e.sp,
+                format!("`{name}` draws its mask from `seed`, a `usize` (a literal or a `usize` parameter), and none was given: add `seed = seed` and pass a new seed each step (the backward draws the same mask from it)"),
+            );
+            return self.error_node(e);
+        };
+        let Some(seed) = self.index_arg(seed_ex, &format!("the `seed` of `{name}`")) else {
+            return self.error_node(e);
+        };
+        self.push(Op::Dropout { x, p, seed }, Ty::Tensor(o.ty), e)
     }
 }

@@ -471,6 +471,11 @@ impl FnGen<'_> {
                 let args = pool_args(pool);
                 quote!(#x.pool2d::<#s>(#args)?)
             }
+            Op::Dropout { x, p, seed } => {
+                let x = self.reference(*x);
+                let seed = self.index_arg(seed);
+                quote!(#x.dropout(#p, true, #seed)?)
+            }
             Op::PoolBackward { x, grad, pool } => {
                 let (x, g) = (self.reference(*x), self.reference(*grad));
                 let args = pool_args(pool);
