@@ -657,3 +657,8 @@ fd_case!(adaptive_avg_pool2d_grad: fn g_adaptive_pool(x: [1, 2, 5, 7] in (-2.0, 
 fd_case!(flatten_grad: fn g_flatten(x: [2, 3, 4] in (-2.0, 2.0), w: [12, 5] in (-1.0, 1.0)) {
     sin(matmul(flatten(x, 1), w)).sum() + sin(x.permute([2, 0, 1]).flatten(1)).sum()
 });
+
+// `dropout`'s gradient is the same mask, drawn again from the seed.
+fd_case!(dropout_grad: fn g_dropout(x: [7, 9] in (-2.0, 2.0)) {
+    sin(dropout(x, p = 0.3, seed = 11)).sum() + x.dropout(0.6, seed = 12).exp().sum()
+});
