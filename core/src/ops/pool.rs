@@ -226,16 +226,14 @@ impl Pool2d {
         let name = self.kind.name();
         let err = |dim: usize, message: String| Err(PoolError { dim, message });
         if self.kind == PoolKind::AdaptiveAvg {
-            for a in 0..2 {
-                if self.output_size[a] == 0 {
-                    return err(
-                        a,
-                        format!(
-                            "`{name}` got an `output_size` of 0 for {}: give each at least 1",
-                            AXES[a]
-                        ),
-                    );
-                }
+            if let Some(a) = self.output_size.iter().position(|&o| o == 0) {
+                return err(
+                    a,
+                    format!(
+                        "`{name}` got an `output_size` of 0 for {}: give each at least 1",
+                        AXES[a]
+                    ),
+                );
             }
             return Ok(self.output_size);
         }
