@@ -91,6 +91,23 @@ def run(op, args, xs):
         y = torch.nn.functional.scaled_dot_product_attention(*params, is_causal=args["causal"])
         grads = torch.autograd.grad(y, params, xs[-1])
         return grads[["dq", "dk", "dv"].index(args["grad"])]
+    if op in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
+              "max_pool2d_backward", "avg_pool2d_backward", "adaptive_avg_pool2d_backward"):
+        F = torch.nn.functional
+        base = op.removesuffix("_backward")
+        x = xs[0].clone().requires_grad_(True)
+        if base == "max_pool2d":
+            y = F.max_pool2d(x, args["kernel_size"], args["stride"], args["padding"],
+                             args["dilation"], ceil_mode=args["ceil_mode"])
+        elif base == "avg_pool2d":
+            y = F.avg_pool2d(x, args["kernel_size"], args["stride"], args["padding"],
+                             ceil_mode=args["ceil_mode"], count_include_pad=args["count_include_pad"],
+                             divisor_override=args["divisor_override"])
+        else:
+            y = F.adaptive_avg_pool2d(x, args["output_size"])
+        if op == base:
+            return y.detach()
+        return torch.autograd.grad(y, [x], xs[1])[0]
     if op == "rope":
         # Hugging Face's Llama: x * cos + rotate_half(x) * sin.
         x, cos, sin = xs

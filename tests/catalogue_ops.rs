@@ -52,7 +52,11 @@ const fn walked(name: &'static str, function: bool, method: bool) -> Walked {
 /// literals, `tril` and `triu` at ranks 2-4 (every dtype, causal masks);
 /// `cumsum` along each dim at ranks 1-3 (f64 and `i32` into `i64`);
 /// `cross_entropy` of `[N, C]` logits (every keyword, both index dtypes,
-/// fused with its neighbours, f32, no rows, one class, a bad target).
+/// fused with its neighbours, f32, no rows, one class, a bad target);
+/// `max_pool2d`, `avg_pool2d` and `adaptive_avg_pool2d` at ranks 3 and 4
+/// with every option (NaN, ±inf, -0, no batch, f32); `flatten` at ranks 0
+/// and 3 (defaults, keywords, negative dims, a permuted view); `dropout`
+/// at rank 2 (every keyword, a seed parameter, its statistics).
 const WALKED: &[Walked] = &[
     walked("eq", true, true),
     walked("ne", true, true),
@@ -103,6 +107,11 @@ const WALKED: &[Walked] = &[
     walked("gather", true, true),
     walked("cumsum", true, true),
     walked("cross_entropy", true, false),
+    walked("max_pool2d", true, false),
+    walked("avg_pool2d", true, false),
+    walked("adaptive_avg_pool2d", true, false),
+    walked("flatten", true, true),
+    walked("dropout", true, true),
     walked("arange", true, false),
     walked("tril", true, true),
     walked("triu", true, true),
@@ -4795,6 +4804,240 @@ fn batch_norm_ref(
     }
 }
 
+// ---------------------------------------------------------------------
+// max_pool2d, avg_pool2d, adaptive_avg_pool2d.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn pools4(x: &Tensor<Cpu, f64, [N, C, 7, 6]>) -> (
+        Tensor<Cpu, f64, [N, C, 3, 3]>,
+        Tensor<Cpu, f64, [N, C, 4, 4]>,
+        Tensor<Cpu, f64, [N, C, 5, 4]>,
+        Tensor<Cpu, f64, [N, C, 4, 3]>,
+        Tensor<Cpu, f64, [N, C, 4, 4]>,
+        Tensor<Cpu, f64, [N, C, 3, 3]>,
+        Tensor<Cpu, f64, [N, C, 3, 4]>,
+        Tensor<Cpu, f64, [N, C, 1, 1]>,
+    ) {
+        (
+            max_pool2d(x, 2),
+            max_pool2d(x, kernel_size = 3, stride = 2, padding = 1, ceil_mode = true),
+            max_pool2d(x, [2, 3], stride = 1, dilation = (2, 1)),
+            avg_pool2d(x, 3, stride = 2, padding = 1),
+            avg_pool2d(input = x, kernel_size = 3, stride = 2, padding = 1, ceil_mode = true, count_include_pad = false),
+            avg_pool2d(x, 2, divisor_override = 3),
+            adaptive_avg_pool2d(x, [3, 4]),
+            adaptive_avg_pool2d(x, output_size = 1),
+        )
+    }
+    fn pools3(x: &Tensor<Cpu, f64, [C, 7, 6]>) -> (Tensor<Cpu, f64, [C, 3, 3]>, Tensor<Cpu, f64, [C, 5, 5]>) {
+        (max_pool2d(x, 2), adaptive_avg_pool2d(x, 5))
+    }
+}
+
+/// The options of `pools4`'s results, in order.
+fn pools4_options() -> Vec<tensorfn::Pool2d> {
+    use tensorfn::Pool2d;
+    vec![
+        Pool2d::max(2),
+        Pool2d::max(3).stride(2).padding(1).ceil_mode(true),
+        Pool2d::max([2, 3]).stride(1).dilation([2, 1]),
+        Pool2d::avg(3).stride(2).padding(1),
+        Pool2d::avg(3)
+            .stride(2)
+            .padding(1)
+            .ceil_mode(true)
+            .count_include_pad(false),
+        Pool2d::avg(2).divisor_override(3),
+        Pool2d::adaptive_avg([3, 4]),
+        Pool2d::adaptive_avg(1),
+    ]
+}
+
+/// A pooling of row-major `x` (leading dims, then `[H, W]`) by plain
+/// loops over each window's taps, as PyTorch's CPU loops define it.
+fn pool_ref(p: &tensorfn::Pool2d, x: &[f64], d: &[usize], out: [usize; 2]) -> Want {
+    use tensorfn::PoolKind;
+    let r = d.len();
+    let (h, w) = (d[r - 2] as i64, d[r - 1] as i64);
+    let planes: usize = d[..r - 2].iter().product();
+    let mut vals = Vec::new();
+    let mut tol = Vec::new();
+    for pl in 0..planes {
+        let at = |i: i64, j: i64| x[pl * (h * w) as usize + (i * w + j) as usize];
+        for oh in 0..out[0] as i64 {
+            for ow in 0..out[1] as i64 {
+                let (v, n) = match p.kind {
+                    PoolKind::Max => {
+                        let mut best = f64::NEG_INFINITY;
+                        for a in 0..p.kernel_size[0] as i64 {
+                            for b in 0..p.kernel_size[1] as i64 {
+                                let i = oh * p.stride[0] as i64 - p.padding[0] as i64
+                                    + a * p.dilation[0] as i64;
+                                let j = ow * p.stride[1] as i64 - p.padding[1] as i64
+                                    + b * p.dilation[1] as i64;
+                                if (0..h).contains(&i) && (0..w).contains(&j) {
+                                    let v = at(i, j);
+                                    if v > best || v.is_nan() {
+                                        best = v;
+                                    }
+                                }
+                            }
+                        }
+                        (best, 0)
+                    }
+                    PoolKind::Avg => {
+                        let (s, pd, k) = (p.stride, p.padding, p.kernel_size);
+                        let i0 = oh * s[0] as i64 - pd[0] as i64;
+                        let j0 = ow * s[1] as i64 - pd[1] as i64;
+                        let i1 = (i0 + k[0] as i64).min(h + pd[0] as i64);
+                        let j1 = (j0 + k[1] as i64).min(w + pd[1] as i64);
+                        let full = (i1 - i0) * (j1 - j0);
+                        let (i0, j0, i1, j1) = (i0.max(0), j0.max(0), i1.min(h), j1.min(w));
+                        let mut sum = 0.0;
+                        for i in i0..i1 {
+                            for j in j0..j1 {
+                                sum += at(i, j);
+                            }
+                        }
+                        let div = match p.divisor_override {
+                            Some(dv) => dv as i64,
+                            None if p.count_include_pad => full,
+                            None => (i1 - i0) * (j1 - j0),
+                        };
+                        (sum / div as f64, ((i1 - i0) * (j1 - j0)) as usize)
+                    }
+                    PoolKind::AdaptiveAvg => {
+                        let (i0, i1) = (
+                            oh * h / out[0] as i64,
+                            ((oh + 1) * h + out[0] as i64 - 1) / out[0] as i64,
+                        );
+                        let (j0, j1) = (
+                            ow * w / out[1] as i64,
+                            ((ow + 1) * w + out[1] as i64 - 1) / out[1] as i64,
+                        );
+                        let mut sum = 0.0;
+                        for i in i0..i1 {
+                            for j in j0..j1 {
+                                sum += at(i, j);
+                            }
+                        }
+                        (
+                            sum / ((i1 - i0) * (j1 - j0)) as f64,
+                            ((i1 - i0) * (j1 - j0)) as usize,
+                        )
+                    }
+                };
+                tol.push(if n == 0 { -1.0 } else { 1e-14 * n as f64 * 4.0 });
+                vals.push(v);
+            }
+        }
+    }
+    let mut dims = d[..r - 2].to_vec();
+    dims.extend(out);
+    Want { dims, vals, tol }
+}
+
+#[test]
+fn pools_of_every_option() {
+    let special = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0];
+    let mut rng = Rng::new(2424);
+    let outs4 = [
+        [3, 3],
+        [4, 4],
+        [5, 4],
+        [4, 3],
+        [4, 4],
+        [3, 3],
+        [3, 4],
+        [1, 1],
+    ];
+    for round in 0..5 {
+        let (n, c) = if round == 4 {
+            (0, 2)
+        } else {
+            (1 + rng.below(3), 1 + rng.below(3))
+        };
+        // Rounds 0 and 1 without special values (sums of finite numbers).
+        let sp: &[f64] = if round < 2 { &[] } else { &special };
+        let d4 = vec![n, c, 7, 6];
+        let x4 = rng.values(numel(&d4), sp);
+        let t4: Tensor<Cpu, f64, S4> = tensor(&x4, &d4);
+        let t4s: Tensor<Cpu, f64, shape![_, _, 7, 6]> = tensor(&x4, &d4);
+        let what = format!("pools of {d4:?}");
+        let want: Vec<Option<Want>> = pools4_options()
+            .iter()
+            .zip(outs4)
+            .map(|(p, o)| Some(pool_ref(p, &x4, &d4, o)))
+            .collect();
+        check_or_err(&what, pools4(&t4s), &want);
+        // The typed API, each option set.
+        for (i, (p, o)) in pools4_options().into_iter().zip(outs4).enumerate() {
+            check_or_err(
+                &format!("typed {what} ({i}: {p:?})"),
+                t4.pool2d::<S4>(p),
+                &[want[i].clone()],
+            );
+            let _ = o;
+        }
+        let d3 = vec![c, 7, 6];
+        let x3 = rng.values(numel(&d3), sp);
+        let t3: Tensor<Cpu, f64, shape![_, 7, 6]> = tensor(&x3, &d3);
+        let w3 = [
+            Some(pool_ref(&tensorfn::Pool2d::max(2), &x3, &d3, [3, 3])),
+            Some(pool_ref(
+                &tensorfn::Pool2d::adaptive_avg(5),
+                &x3,
+                &d3,
+                [5, 5],
+            )),
+        ];
+        check_or_err(&format!("pools of {d3:?}"), pools3(&t3), &w3);
+        // f32 through the typed API: the f64 reference rounded once.
+        let t32: Tensor<Cpu, f32, S4> = tensor(&x4, &d4);
+        let p = tensorfn::Pool2d::avg(3).stride(2).padding(1);
+        let x32: Vec<f64> = x4.iter().map(|&v| v as f32 as f64).collect();
+        let mut w = pool_ref(&p, &x32, &d4, [4, 3]);
+        w.tol = w.vals.iter().map(|v| v.abs() * 2f64.powi(-23)).collect();
+        check_or_err(
+            &format!("typed f32 {what}"),
+            t32.pool2d::<S4>(p),
+            &[Some(w)],
+        );
+    }
+    // Options that do not fit are an `Err` in the typed API.
+    let t: Tensor<Cpu, f64, S4> = tensor(&[0.0; 16], &[1, 1, 4, 4]);
+    assert!(t.pool2d::<S4>(tensorfn::Pool2d::max(5)).is_err());
+    assert!(t.pool2d::<S4>(tensorfn::Pool2d::max(2).padding(2)).is_err());
+    assert!(t.pool2d::<S4>(tensorfn::Pool2d::avg(0)).is_err());
+    assert!(t.pool2d::<S4>(tensorfn::Pool2d::adaptive_avg(0)).is_err());
+}
+
+// ---------------------------------------------------------------------
+// flatten.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn flatten3(x: &Tensor<Cpu, f64, [A, B, C]>) -> (
+        Tensor<Cpu, f64, [A * B * C]>,
+        Tensor<Cpu, f64, [A, B * C]>,
+        Tensor<Cpu, f64, [A * B, C]>,
+        Tensor<Cpu, f64, [C, A * B]>,
+        Tensor<Cpu, f64, [A, B, C]>,
+    ) {
+        (
+            flatten(x),
+            x.flatten(1),
+            flatten(x, start_dim = 0, end_dim = -2),
+            x.permute([2, 0, 1]).flatten(1),
+            x.flatten(1, 1),
+        )
+    }
+    fn flatten0(x: &Tensor<Cpu, f64, []>) -> Tensor<Cpu, f64, [1]> {
+        x.flatten()
+    }
+}
+
 #[test]
 fn batch_norm_at_every_rank() {
     let mut rng = Rng::new(720);
@@ -4895,5 +5138,121 @@ fn batch_norm_at_every_rank() {
                 ),
             ],
         );
+    }
+}
+
+#[test]
+fn flatten_merges_dims_in_order() {
+    let mut rng = Rng::new(77);
+    for round in 0..3 {
+        let d = if round == 2 {
+            vec![2, 0, 3]
+        } else {
+            rng.dims(3, 1, 4)
+        };
+        let x = rng.values(numel(&d), &[f64::NAN, -0.0]);
+        let t: Tensor<Cpu, f64, S3> = tensor(&x, &d);
+        let (a, b, c) = (d[0], d[1], d[2]);
+        let mut moved = Vec::new();
+        for k in 0..c {
+            for i in 0..a {
+                for j in 0..b {
+                    moved.push(x[(i * b + j) * c + k]);
+                }
+            }
+        }
+        let want = [
+            Some(Want::bits(vec![a * b * c], x.clone())),
+            Some(Want::bits(vec![a, b * c], x.clone())),
+            Some(Want::bits(vec![a * b, c], x.clone())),
+            Some(Want::bits(vec![c, a * b], moved)),
+            Some(Want::bits(d.clone(), x.clone())),
+        ];
+        check_or_err(&format!("flatten of {d:?}"), flatten3(&t), &want);
+    }
+    let s: Tensor<Cpu, f64, S0> = tensor(&[2.5], &[]);
+    check_or_err(
+        "flatten of a scalar",
+        flatten0(&s),
+        &[Some(Want::bits(vec![1], vec![2.5]))],
+    );
+}
+
+// ---------------------------------------------------------------------
+// dropout.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn dropouts(x: &Tensor<Cpu, f64, [A, B]>, seed: usize) -> (
+        Tensor<Cpu, f64, [A, B]>,
+        Tensor<Cpu, f64, [A, B]>,
+        Tensor<Cpu, f64, [A, B]>,
+        Tensor<Cpu, f64, [A, B]>,
+        Tensor<Cpu, f64, [A, B]>,
+    ) {
+        (
+            dropout(x, seed = seed),
+            x.dropout(p = 0.25, seed = seed),
+            dropout(x, 0.25, training = false),
+            dropout(input = x, p = 1.0, training = true, seed = 7),
+            x.t().dropout(0.0).t(),
+        )
+    }
+}
+
+/// `dropout` of row-major `x` with the catalogue's mask.
+fn dropout_ref(x: &[f64], d: &[usize], p: f64, seed: u64) -> Want {
+    use tensorfn_core::ops::dropout::{keep, scale};
+    let vals = x
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v * if keep(seed, i as u64, p) {
+                scale(p)
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    Want::bits(d.to_vec(), vals)
+}
+
+#[test]
+fn dropout_by_seed() {
+    let mut rng = Rng::new(99);
+    for round in 0..4 {
+        let d = if round == 3 {
+            vec![0, 3]
+        } else {
+            rng.dims(2, 1, 40)
+        };
+        let x = rng.values(numel(&d), &[f64::NAN, f64::INFINITY, -0.0]);
+        let t: Tensor<Cpu, f64, S2> = tensor(&x, &d);
+        let seed = 1000 + round;
+        let want = [
+            Some(dropout_ref(&x, &d, 0.5, seed as u64)),
+            Some(dropout_ref(&x, &d, 0.25, seed as u64)),
+            Some(Want::bits(d.clone(), x.clone())),
+            Some(dropout_ref(&x, &d, 1.0, 7)),
+            Some(Want::bits(d.clone(), x.clone())),
+        ];
+        check_or_err(&format!("dropout of {d:?}"), dropouts(&t, seed), &want);
+        check_or_err(
+            &format!("typed dropout of {d:?}"),
+            t.dropout(0.25, true, seed),
+            &[want[1].clone()],
+        );
+    }
+    // The fraction kept, over many elements and seeds.
+    let ones = Tensor::<Cpu, f32, shape![100_000]>::ones().unwrap();
+    for (p, seed) in [(0.1, 1), (0.5, 2), (0.9, 3)] {
+        let y = ones.dropout(p, true, seed).unwrap().to_vec().unwrap();
+        let kept = y.iter().filter(|&&v| v != 0.0).count() as f64 / 1e5;
+        assert!((kept - (1.0 - p)).abs() < 0.01, "p = {p}: kept {kept}");
+        let s = (1.0 / (1.0 - p)) as f32;
+        assert!(y.iter().all(|&v| v == 0.0 || v == s));
+        // Another seed, another mask.
+        let z = ones.dropout(p, true, seed + 100).unwrap().to_vec().unwrap();
+        assert_ne!(y, z);
     }
 }

@@ -899,3 +899,26 @@ fd_case!(attention_causal_rule: fn n_attn_causal(q: [2, 3, 4] in (-1.5, 1.5), k:
 fd_case!(attention_scaled_rule: fn n_attn_scaled(q: [1, 2, 4, 8] in (-1.5, 1.5), k: [1, 2, 3, 8] in (-1.5, 1.5), v: [1, 2, 3, 2] in (-1.5, 1.5)) {
     (scaled_dot_product_attention(q, k, v, scale = 0.7) * q.narrow(3, 0, 2)).sum()
 });
+
+// Pooling: max sends each gradient to its window's largest element (random
+// inputs have no ties), the averages spread it over the window.
+fd_case!(max_pool2d_grad: fn g_max_pool(x: [2, 2, 5, 6] in (-2.0, 2.0)) {
+    sin(max_pool2d(x, 3, stride = 2, padding = 1, ceil_mode = true)).sum()
+        + (max_pool2d(x, [2, 3], dilation = 2, stride = 1) * 0.5).exp().sum()
+});
+fd_case!(avg_pool2d_grad: fn g_avg_pool(x: [2, 5, 6] in (-2.0, 2.0)) {
+    sin(avg_pool2d(x, 3, stride = 2, padding = 1)).sum()
+        + sin(avg_pool2d(x, 2, ceil_mode = true, count_include_pad = false)).sum()
+        + avg_pool2d(x, 2, divisor_override = 3).exp().sum()
+});
+fd_case!(adaptive_avg_pool2d_grad: fn g_adaptive_pool(x: [1, 2, 5, 7] in (-2.0, 2.0)) {
+    sin(adaptive_avg_pool2d(x, [3, 4])).sum() + adaptive_avg_pool2d(x, 1).exp().sum()
+});
+fd_case!(flatten_grad: fn g_flatten(x: [2, 3, 4] in (-2.0, 2.0), w: [12, 5] in (-1.0, 1.0)) {
+    sin(matmul(flatten(x, 1), w)).sum() + sin(x.permute([2, 0, 1]).flatten(1)).sum()
+});
+
+// `dropout`'s gradient is the same mask, drawn again from the seed.
+fd_case!(dropout_grad: fn g_dropout(x: [7, 9] in (-2.0, 2.0)) {
+    sin(dropout(x, p = 0.3, seed = 11)).sum() + x.dropout(0.6, seed = 12).exp().sum()
+});

@@ -693,6 +693,10 @@ fn batch_norms<G: Device, T: FloatDType>(rec: &mut Recorder) {
         ] {
             let a = format!(r#""training":{training},"momentum":0.1,"eps":1e-5,"grad":"{grad}""#);
             rec.case("batch_norm_backward", dt, &inputs, &out, &a);
+        }
+    }
+}
+
 /// The gradients of `scaled_dot_product_attention` (`dq`, `dk`, `dv`),
 /// causal and not, `L != S`, lengths that are not multiples of a block,
 /// each a case against `torch.autograd.grad` of
@@ -746,6 +750,65 @@ fn attention_backwards<G: Device, T: FloatDType>(rec: &mut Recorder) {
             let args = format!(r#""causal":{causal},"grad":"{grad}""#);
             rec.case("attention_backward", dt, &inputs, &out, &args);
         }
+    }
+}
+
+/// `max_pool2d`, `avg_pool2d` and `adaptive_avg_pool2d` and their input
+/// gradients, against the f64 pooling (and, in PyTorch, `F.max_pool2d`,
+/// ... and `torch.autograd.grad` for the same `grad_output`). `dropout` is
+/// not compared: its masks are drawn by its own generator, not PyTorch's.
+fn pools<G: Device, T: FloatDType>(rec: &mut Recorder) {
+    use tensorfn::{Pool2d, PoolKind};
+    let dt = T::KIND.name();
+    let dims = [2usize, 3, 11, 10];
+    let (x, xv) = random::<G, T, B4>(&dims);
+    let x64 = Tensor::<Cpu, f64, B4>::from_vec_dims(xv, &dims).unwrap();
+    for p in [
+        Pool2d::max(2),
+        Pool2d::max(3).stride(2).padding(1).ceil_mode(true),
+        Pool2d::max([3, 2]).stride(1).dilation([2, 3]),
+        Pool2d::avg(3).stride(2).padding(1),
+        Pool2d::avg(3)
+            .stride(2)
+            .padding(1)
+            .ceil_mode(true)
+            .count_include_pad(false),
+        Pool2d::avg(2).divisor_override(3),
+        Pool2d::adaptive_avg([4, 3]),
+        Pool2d::adaptive_avg(1),
+    ] {
+        let name = p.kind.name();
+        let y = x.pool2d::<B4>(p).unwrap();
+        let want = x64.pool2d::<B4>(p).unwrap();
+        check(name, &y, &want.to_vec().unwrap(), 2.0);
+        let (g, gv) = random::<G, T, B4>(y.dims());
+        let g64 = Tensor::<Cpu, f64, B4>::from_vec_dims(gv, y.dims()).unwrap();
+        let dx = x.pool2d_backward(&g, p).unwrap();
+        let want_dx = x64.pool2d_backward(&g64, p).unwrap();
+        check(
+            &format!("{name}_backward"),
+            &dx,
+            &want_dx.to_vec().unwrap(),
+            4.0,
+        );
+        let pair = |v: [usize; 2]| format!("[{},{}]", v[0], v[1]);
+        let args = match p.kind {
+            PoolKind::AdaptiveAvg => format!(r#""output_size":{}"#, pair(p.output_size)),
+            _ => format!(
+                r#""kernel_size":{},"stride":{},"padding":{},"dilation":{},"ceil_mode":{},"count_include_pad":{},"divisor_override":{}"#,
+                pair(p.kernel_size),
+                pair(p.stride),
+                pair(p.padding),
+                pair(p.dilation),
+                p.ceil_mode,
+                p.count_include_pad,
+                p.divisor_override
+                    .map_or("null".to_string(), |d| d.to_string())
+            ),
+        };
+        let (xa, ya, ga, da) = (rec.array(&x), rec.array(&y), rec.array(&g), rec.array(&dx));
+        rec.case(name, dt, std::slice::from_ref(&xa), &ya, &args);
+        rec.case(&format!("{name}_backward"), dt, &[xa, ga], &da, &args);
     }
 }
 
@@ -858,6 +921,10 @@ where
     attention_backwards::<G, f32>(&mut rec);
     attention_backwards::<G, f16>(&mut rec);
     attention_backwards::<G, bf16>(&mut rec);
+    pools::<G, f64>(&mut rec);
+    pools::<G, f32>(&mut rec);
+    pools::<G, f16>(&mut rec);
+    pools::<G, bf16>(&mut rec);
     fused::<G, f32>(&mut rec);
     fused::<G, f16>(&mut rec);
     fused::<G, bf16>(&mut rec);

@@ -1672,6 +1672,125 @@ pub fn rope<D: DimValue>(
     Ok(xd.to_vec())
 }
 
+/// The pooling ops (`max_pool2d`, `avg_pool2d`, `adaptive_avg_pool2d`)
+/// over the last two dims of `x`, `[N, C, H, W]` or `[C, H, W]`: the
+/// leading dims kept, `H` and `W` replaced by the output size that
+/// [`Pool2d::output_dims`](crate::ops::pool::Pool2d::output_dims) computes
+/// (its error names the dim and how its size was computed). `H` and `W`
+/// must be known numbers, except for `adaptive_avg_pool2d`, whose output
+/// size does not depend on them.
+///
+/// ```
+/// use tensorfn_core::ops::pool::Pool2d;
+/// use tensorfn_core::rules::pool2d;
+/// let p = Pool2d::max(2);
+/// assert_eq!(pool2d("max_pool2d", ("x", &[8usize, 16, 10, 10][..]), &p).unwrap(), vec![8, 16, 5, 5]);
+/// let e = pool2d("max_pool2d", ("x", &[16usize, 10][..]), &p).unwrap_err();
+/// assert!(e.message.contains("[N, C, H, W] or [C, H, W]"), "{e}");
+/// let e = pool2d("max_pool2d", ("x", &[1usize, 1, 1, 5][..]), &p).unwrap_err();
+/// assert!(e.message.contains("dim 2 of `x`"), "{e}");
+/// ```
+pub fn pool2d<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    pool: &crate::ops::pool::Pool2d,
+) -> Result<Vec<D>, RuleError> {
+    use crate::ops::pool::PoolKind;
+    let (name, dims) = x;
+    let rank = dims.len();
+    if !(3..=4).contains(&rank) {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` pools the last two dims of [N, C, H, W] or [C, H, W], but `{name}` has shape {} ({}): reshape it to 3 or 4 dims",
+                fmt_dims(dims),
+                rank_word(rank)
+            ),
+        );
+    }
+    let mut out = dims[..rank - 2].to_vec();
+    if pool.kind == PoolKind::AdaptiveAvg {
+        let o = pool.output_dims([1, 1]).map_err(|e| RuleError {
+            op: op.to_string(),
+            operand: 0,
+            message: e.message,
+        })?;
+        out.extend(o.iter().map(|&n| D::from_usize(n)));
+        return Ok(out);
+    }
+    let mut hw = [0; 2];
+    for a in 0..2 {
+        let d = &dims[rank - 2 + a];
+        match d.to_usize() {
+            Some(n) => hw[a] = n,
+            None => {
+                return err(
+                    op,
+                    0,
+                    format!(
+                        "`{op}` computes its output size from dim {} of `{name}` ({}), which is `{d}`, not a number: give `{name}` a literal or `const` size there",
+                        rank - 2 + a,
+                        fmt_dims(dims)
+                    ),
+                )
+            }
+        }
+    }
+    match pool.output_dims(hw) {
+        Ok(o) => {
+            out.extend(o.iter().map(|&n| D::from_usize(n)));
+            Ok(out)
+        }
+        Err(e) => err(
+            op,
+            0,
+            format!(
+                "{} (dim {} of `{name}` {})",
+                e.message,
+                rank - 2 + e.dim,
+                fmt_dims(dims)
+            ),
+        ),
+    }
+}
+
+/// `flatten(x, start_dim, end_dim)` (dims already normalised, `start <=
+/// end`): dims `start..=end` of `x` merged into their product. A scalar
+/// flattens to one dim of 1, as PyTorch.
+///
+/// ```
+/// use tensorfn_core::rules::flatten;
+/// assert_eq!(flatten("flatten", ("x", &[8usize, 16, 5, 5][..]), 1, 3).unwrap(), vec![8, 400]);
+/// assert_eq!(flatten("flatten", ("x", &[2usize, 3][..]), 0, 1).unwrap(), vec![6]);
+/// assert!(flatten("flatten", ("x", &[2usize, 3][..]), 1, 0).is_err());
+/// ```
+pub fn flatten<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    start: usize,
+    end: usize,
+) -> Result<Vec<D>, RuleError> {
+    let (name, dims) = x;
+    if dims.is_empty() {
+        return Ok(vec![D::from_usize(1)]);
+    }
+    if start > end {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` of `{name}` ({}) got `start_dim` {start} after `end_dim` {end}: `start_dim` must come first",
+                fmt_dims(dims)
+            ),
+        );
+    }
+    let mut out = dims[..start].to_vec();
+    out.push(numel(&dims[start..=end]));
+    out.extend_from_slice(&dims[end + 1..]);
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

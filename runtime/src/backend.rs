@@ -9,6 +9,7 @@ use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
+use tensorfn_core::ops::pool::Pool2d;
 use tensorfn_core::ops::xent::CrossEntropyArgs;
 use tensorfn_kernels::{BinaryOp, FusedKernel, NormOp, ReduceOp, RowOp, UnaryOp};
 
@@ -335,6 +336,39 @@ pub(crate) trait Backend {
         l: &Layout,
         dim: usize,
     ) -> Result<Self::Buf<U>>;
+
+    /// Seeded `dropout`: element `i` of `l`'s row-major order times
+    /// `1 / (1 - p)` when `tensorfn_core::ops::dropout::keep(seed, i, p)`,
+    /// else times 0 (products in f64, rounded once): a contiguous buffer
+    /// of `l`'s dims, the same bits on every backend.
+    fn dropout<T: FloatDType>(
+        &self,
+        x: &Self::Buf<T>,
+        l: &Layout,
+        p: f64,
+        seed: u64,
+    ) -> Result<Self::Buf<T>>;
+
+    /// Pooling `pool` over the last two dims of `l` (rank 3 or 4, any
+    /// strides) into `out` (`[OH, OW]`, from the shape rule), windows
+    /// summed in f64: a contiguous buffer of `l`'s leading dims and `out`.
+    fn pool2d<T: FloatDType>(
+        &self,
+        x: &Self::Buf<T>,
+        l: &Layout,
+        pool: &Pool2d,
+        out: [usize; 2],
+    ) -> Result<Self::Buf<T>>;
+
+    /// The gradient of [`Backend::pool2d`] with respect to `x`, for `grad`
+    /// of the result's dims: a contiguous buffer of `x`'s dims, the
+    /// windows (and max's argmax) recomputed from `x`.
+    fn pool2d_backward<T: FloatDType>(
+        &self,
+        x: (&Self::Buf<T>, &Layout),
+        grad: (&Self::Buf<T>, &Layout),
+        pool: &Pool2d,
+    ) -> Result<Self::Buf<T>>;
 
     /// Row op `op` (`softmax`, ...) along `dim`, computed in at least f32:
     /// a contiguous buffer of `l`'s dims, or of `l`'s dims without `dim`

@@ -75,9 +75,11 @@ macro_rules! op_enum {
 }
 
 pub mod binary;
+pub mod dropout;
 pub mod erf_coeffs;
 pub mod math;
 pub mod norm;
+pub mod pool;
 mod reduce_cmp;
 pub mod rope;
 pub mod rows;
@@ -87,6 +89,7 @@ pub mod xent;
 pub use binary::BinaryOp;
 pub use math::ElemMath;
 pub use norm::NormOp;
+pub use pool::PoolKind;
 pub use reduce_cmp::{CmpOp, ReduceOp};
 pub use rows::{RowOp, RowShape};
 pub use unary::UnaryOp;
@@ -181,6 +184,16 @@ pub enum OpKind {
     CrossEntropy,
     /// `cumsum(input, dim)`: the cumulative sum along `dim`.
     Cumsum,
+    /// `max_pool2d`, `avg_pool2d`, `adaptive_avg_pool2d` over the last two
+    /// dims of `[N, C, H, W]` or `[C, H, W]`.
+    Pool(PoolKind),
+    /// `dropout(input, p, training, seed)`: elements zeroed with
+    /// probability `p` by a mask hashed from `seed`, the others scaled by
+    /// `1 / (1 - p)`.
+    Dropout,
+    /// `flatten(input, start_dim, end_dim)`: dims `start_dim..=end_dim`
+    /// merged into one (a view where the layout allows).
+    Flatten,
     /// `arange(end)` or `arange(start, end)`: `start, .., end - 1` as `i64`.
     Arange,
     /// `tril` (`upper: false`) or `triu` of the last two dims.
@@ -321,6 +334,10 @@ pub enum ShapeRule {
     Rope,
     /// [`rules::batch_norm`](crate::rules::batch_norm).
     BatchNorm,
+    /// [`rules::pool2d`](crate::rules::pool2d).
+    Pool,
+    /// [`rules::flatten`](crate::rules::flatten).
+    Flatten,
 }
 
 /// Whether an op has a derivative: the macro's `#[grad]` follows it
@@ -762,6 +779,84 @@ static NORMS: &[OpDef] = &[
     ),
 ];
 
+/// The pooling ops over the last two dims, after the normalisations.
+static POOLS: &[OpDef] = &[
+    def(
+        "max_pool2d",
+        OpKind::Pool(PoolKind::Max),
+        true,
+        false,
+        &[
+            INPUT,
+            p("kernel_size", ParamKind::Dims),
+            opt("stride", ParamKind::Dims, "None"),
+            opt("padding", ParamKind::Dims, "0"),
+            opt("dilation", ParamKind::Dims, "1"),
+            opt("ceil_mode", SCALAR, "false"),
+        ],
+        DTypeRule::SameFloat,
+        ShapeRule::Pool,
+        "The largest element of each `kernel_size` window of the last two dims (NaN if the window has one), windows `stride` apart (`kernel_size` by default), `padding` of -inf, taps `dilation` apart.",
+    ),
+    def(
+        "avg_pool2d",
+        OpKind::Pool(PoolKind::Avg),
+        true,
+        false,
+        &[
+            INPUT,
+            p("kernel_size", ParamKind::Dims),
+            opt("stride", ParamKind::Dims, "None"),
+            opt("padding", ParamKind::Dims, "0"),
+            opt("ceil_mode", SCALAR, "false"),
+            opt("count_include_pad", SCALAR, "true"),
+            opt("divisor_override", SCALAR, "None"),
+        ],
+        DTypeRule::SameFloat,
+        ShapeRule::Pool,
+        "The mean of each `kernel_size` window of the last two dims, windows `stride` apart (`kernel_size` by default), `padding` of zeros counted in the divisor when `count_include_pad`.",
+    ),
+    def(
+        "adaptive_avg_pool2d",
+        OpKind::Pool(PoolKind::AdaptiveAvg),
+        true,
+        false,
+        &[INPUT, p("output_size", ParamKind::Dims)],
+        DTypeRule::SameFloat,
+        ShapeRule::Pool,
+        "The mean of windows that tile the last two dims into `output_size` (`floor(i * H / out)` to `ceil((i + 1) * H / out)`, as PyTorch).",
+    ),
+    def(
+        "flatten",
+        OpKind::Flatten,
+        true,
+        true,
+        &[
+            INPUT,
+            opt("start_dim", ParamKind::Dim, "0"),
+            opt("end_dim", ParamKind::Dim, "-1"),
+        ],
+        DTypeRule::Same,
+        ShapeRule::Flatten,
+        "Dims `start_dim..=end_dim` merged into one (a view when the layout allows; `nn.Flatten` is `start_dim = 1`).",
+    ),
+    def(
+        "dropout",
+        OpKind::Dropout,
+        true,
+        true,
+        &[
+            INPUT,
+            opt("p", SCALAR, "0.5"),
+            opt("training", SCALAR, "true"),
+            opt("seed", SCALAR, "None"),
+        ],
+        DTypeRule::SameFloat,
+        ShapeRule::Same,
+        "Each element zeroed with probability `p` and the others scaled by `1 / (1 - p)` when `training`, by a mask hashed from the `usize` `seed` and the element's position (the same on every device; the identity when not `training`).",
+    ),
+];
+
 /// Every op after the row ops: products, `cat`, views and conversions.
 static LATER: &[OpDef] = &[
     def(
@@ -1114,6 +1209,7 @@ pub fn all() -> impl Iterator<Item = &'static OpDef> {
         .chain(EARLIER)
         .chain(ROWS)
         .chain(NORMS)
+        .chain(POOLS)
         .chain(LATER)
 }
 

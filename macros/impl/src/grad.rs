@@ -339,7 +339,7 @@ fn carries(op: &Op, k: usize) -> bool {
         Op::Select { .. } | Op::Embedding { .. } => {
             k == 0 || matches!(op, Op::Embedding { .. }) && k == 1
         }
-        Op::Narrow { .. } | Op::Index { .. } => k == 0,
+        Op::Narrow { .. } | Op::Index { .. } | Op::Dropout { .. } => k == 0,
         _ => true,
     }
 }
@@ -369,6 +369,8 @@ fn op_name(op: &Op) -> String {
         Op::Cat { .. } => "`cat`".into(),
         Op::CrossEntropy { .. } => "`cross_entropy`".into(),
         Op::Cumsum { .. } => "`cumsum`".into(),
+        Op::Pool { pool, .. } => format!("`{}`", pool.kind.name()),
+        Op::Dropout { .. } => "`dropout`".into(),
         _ => "this op".into(),
     }
 }
@@ -934,6 +936,25 @@ impl Deriver {
             }
             Op::CrossEntropyBackward { .. } => {
                 return Err("the gradient of `cross_entropy` (no second derivative)".into())
+            }
+            // The windows recomputed from `x`; max sends each gradient to
+            // its window's argmax (the first largest, as PyTorch).
+            Op::Pool { x, pool } => {
+                let gx = self.tensor(Op::PoolBackward { x, grad: g, pool }, self.tt(x), n);
+                vec![(x, gx)]
+            }
+            // Linear in `x`: the same mask (drawn again from the seed and
+            // the positions) and scale applied to the gradient.
+            Op::Dropout { x, p, ref seed } => {
+                let seed = seed.clone();
+                let gx = self.tensor(Op::Dropout { x: g, p, seed }, self.tt(x), n);
+                vec![(x, gx)]
+            }
+            Op::PoolBackward { pool, .. } => {
+                return Err(format!(
+                    "the gradient of `{}` (no second derivative)",
+                    pool.kind.name()
+                ))
             }
             // Folded by the planner after differentiation: never in a
             // checked body.
@@ -1671,7 +1692,11 @@ fn map_op(op: &Op, m: &dyn Fn(NodeId) -> NodeId) -> Op {
                 *x = m(*x);
             }
         }
-        Op::Cumsum { x, .. } => *x = m(*x),
+        Op::Cumsum { x, .. } | Op::Pool { x, .. } => *x = m(*x),
+        Op::PoolBackward { x, grad, .. } => {
+            *x = m(*x);
+            *grad = m(*grad);
+        }
         Op::AddMm {
             bias,
             m1,
@@ -1713,6 +1738,10 @@ fn map_op(op: &Op, m: &dyn Fn(NodeId) -> NodeId) -> Op {
         Op::Index { x, index, .. } => {
             *x = m(*x);
             *index = ia(index);
+        }
+        Op::Dropout { x, seed, .. } => {
+            *x = m(*x);
+            *seed = ia(seed);
         }
         Op::Norm {
             x,

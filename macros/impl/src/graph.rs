@@ -285,6 +285,35 @@ pub enum Op {
         /// The dim summed along.
         dim: usize,
     },
+    /// `max_pool2d`, `avg_pool2d` or `adaptive_avg_pool2d` of `x` (the
+    /// kind and options in `pool`).
+    Pool {
+        /// The pooled tensor, `[N, C, H, W]` or `[C, H, W]`.
+        x: NodeId,
+        /// The pooling and its options.
+        pool: tensorfn_core::ops::pool::Pool2d,
+    },
+    /// The gradient of a pooling with respect to its input `x`, given the
+    /// gradient of its result (written by `#[grad]`, not by users): the
+    /// windows recomputed from `x` (max: its argmax).
+    PoolBackward {
+        /// The pooled tensor.
+        x: NodeId,
+        /// The gradient of the pooling's result.
+        grad: NodeId,
+        /// The pooling and its options.
+        pool: tensorfn_core::ops::pool::Pool2d,
+    },
+    /// `dropout(x, p, seed = seed)` in training (the mask hashed from the
+    /// seed and each element's position).
+    Dropout {
+        /// The input.
+        x: NodeId,
+        /// The probability of dropping, in (0, 1].
+        p: f64,
+        /// The seed.
+        seed: IndexArg,
+    },
     /// `cross_entropy(x, target, ..)`.
     CrossEntropy {
         /// The logits, `[N, C]`.
@@ -455,7 +484,15 @@ impl Graph {
                 r.extend(mask.iter().chain(scale.iter()));
                 r
             }
-            Op::Cumsum { x, .. } => vec![*x],
+            Op::Cumsum { x, .. } | Op::Pool { x, .. } => vec![*x],
+            Op::PoolBackward { x, grad, .. } => vec![*x, *grad],
+            Op::Dropout { x, seed, .. } => {
+                let mut v = vec![*x];
+                if let IndexArg::Node(n) = seed {
+                    v.push(*n);
+                }
+                v
+            }
             Op::Select { x, index, .. } => vec![*x, *index],
             Op::Triangle { x, .. } => vec![*x],
             Op::Unary(_, a) | Op::Cast(a, _) | Op::T(a) | Op::ToDevice(a, _) => vec![*a],

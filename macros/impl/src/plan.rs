@@ -537,6 +537,9 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     | Op::CrossEntropy { .. }
                     | Op::CrossEntropyBackward { .. }
                     | Op::Cumsum { .. }
+                    | Op::Pool { .. }
+                    | Op::PoolBackward { .. }
+                    | Op::Dropout { .. }
                     | Op::Select { .. }
                     | Op::Arange { .. }
                     | Op::Rope { .. }

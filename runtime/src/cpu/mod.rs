@@ -7,12 +7,14 @@ pub(crate) mod bnorm;
 pub(crate) mod buffer;
 pub(crate) mod copy;
 mod cumsum;
+pub(crate) mod dropout;
 pub(crate) mod elementwise;
 mod fused;
 pub(crate) mod gather;
 pub(crate) mod matmul;
 mod norm;
 pub(crate) mod par;
+pub(crate) mod pool;
 pub(crate) mod reduce;
 mod rope;
 pub(crate) mod rows;
@@ -32,6 +34,7 @@ use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
+use tensorfn_core::ops::pool::Pool2d;
 use tensorfn_core::ops::xent::{CrossEntropyArgs, Reduction};
 use tensorfn_kernels::{BinaryOp, NormOp, ReduceOp, RowOp, UnaryOp};
 use typed::{slice, vec, with_float_type, with_int_type, with_num_type};
@@ -345,6 +348,33 @@ impl Backend for CpuBackend {
         )
         .map(vec)),
         )
+    }
+
+    fn dropout<T: FloatDType>(&self, x: &Vec<T>, l: &Layout, p: f64, seed: u64) -> Result<Vec<T>> {
+        strided::check_extent("dropout", l, x.len())?;
+        Ok(dropout::dropout(x, l, p, seed))
+    }
+
+    fn pool2d<T: FloatDType>(
+        &self,
+        x: &Vec<T>,
+        l: &Layout,
+        pool: &Pool2d,
+        out: [usize; 2],
+    ) -> Result<Vec<T>> {
+        strided::check_extent(pool.kind.name(), l, x.len())?;
+        Ok(pool::pool2d(x, l, pool, out))
+    }
+
+    fn pool2d_backward<T: FloatDType>(
+        &self,
+        (x, lx): (&Vec<T>, &Layout),
+        (g, lg): (&Vec<T>, &Layout),
+        pool: &Pool2d,
+    ) -> Result<Vec<T>> {
+        strided::check_extent(pool.kind.name(), lx, x.len())?;
+        strided::check_extent(pool.kind.name(), lg, g.len())?;
+        Ok(pool::pool2d_backward((x, lx), (g, lg), pool))
     }
 
     fn row_op<T: FloatDType>(

@@ -17,6 +17,7 @@ use crate::layout::Layout;
 use cudarc::driver::{result, sys};
 use std::borrow::Cow;
 use std::sync::Arc;
+use tensorfn_core::ops::pool::Pool2d;
 use tensorfn_core::ops::xent::CrossEntropyArgs;
 use tensorfn_kernels::{BinaryOp, NormOp, ReduceOp, RowOp, RowShape, UnaryOp};
 
@@ -536,6 +537,35 @@ impl Backend for CudaBackend {
         k: usize,
     ) -> Result<(CudaStorage<T>, CudaStorage<i64>)> {
         self.topk_gpu(x, l, k)
+    }
+
+    fn dropout<T: FloatDType>(
+        &self,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        p: f64,
+        seed: u64,
+    ) -> Result<CudaStorage<T>> {
+        self.dropout_gpu(x, l, p, seed)
+    }
+
+    fn pool2d<T: FloatDType>(
+        &self,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        pool: &Pool2d,
+        out: [usize; 2],
+    ) -> Result<CudaStorage<T>> {
+        self.pool2d_gpu(x, l, pool, out)
+    }
+
+    fn pool2d_backward<T: FloatDType>(
+        &self,
+        x: (&CudaStorage<T>, &Layout),
+        grad: (&CudaStorage<T>, &Layout),
+        pool: &Pool2d,
+    ) -> Result<CudaStorage<T>> {
+        self.pool2d_backward_gpu(x, grad, pool)
     }
 
     fn cross_entropy<T: FloatDType, I: IndexDType>(

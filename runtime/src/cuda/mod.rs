@@ -51,6 +51,7 @@ pub(crate) mod optim;
 mod overlap;
 mod pinned;
 mod pool;
+mod pool2d;
 mod staging;
 mod topk;
 mod transfer;

@@ -3163,3 +3163,76 @@ fn params_accumulate_on_the_gpu() {
     run::<f16>(&mut rng);
     run::<bf16>(&mut rng);
 }
+
+/// Pooling, its gradient and `dropout` on the GPU against the CPU backend,
+/// bit for bit, on contiguous inputs and channels-last views, in every
+/// float dtype (the dropout masks must be the same).
+#[test]
+fn pools_and_dropout_match_the_cpu() {
+    use crate::cpu::CpuBackend;
+    use tensorfn_core::ops::pool::Pool2d;
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
+        let same = |what: &str, got: &[T], want: &[T]| {
+            assert_eq!(got.len(), want.len(), "{what}");
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    g.to_f64().to_bits() == w.to_f64().to_bits(),
+                    "{what} {} [{i}]: GPU {}, CPU {}",
+                    T::KIND,
+                    g.to_f64(),
+                    w.to_f64()
+                );
+            }
+        };
+        for dims in [[2usize, 3, 9, 8], [0, 3, 5, 5], [1, 1, 7, 7]] {
+            let n: usize = dims.iter().product();
+            let x: Vec<T> = random(rng, n, -8.0, 8.0);
+            let gx = up(be, &x);
+            // A channels-last buffer viewed as [N, C, H, W].
+            let nhwc =
+                Layout::contiguous(&[dims[0], dims[2], dims[3], dims[1]]).permute(&[0, 3, 1, 2]);
+            for lay in [Layout::contiguous(&dims), nhwc] {
+                for p in [
+                    Pool2d::max(2),
+                    Pool2d::max(3).stride(2).padding(1).ceil_mode(true),
+                    Pool2d::avg(3).stride(2).padding(1).count_include_pad(false),
+                    Pool2d::adaptive_avg([3, 2]),
+                ] {
+                    let out = p.output_dims([dims[2], dims[3]]).unwrap();
+                    let want = CpuBackend.pool2d(&x, &lay, &p, out).unwrap();
+                    let got = be.pool2d::<T>(&gx, &lay, &p, out).unwrap();
+                    same(
+                        &format!("{p:?} {dims:?}"),
+                        &down(&got, &[want.len()]),
+                        &want,
+                    );
+                    let g: Vec<T> = random(rng, want.len(), -1.0, 1.0);
+                    let gl = Layout::contiguous(&[dims[0], dims[1], out[0], out[1]]);
+                    let gg = up(be, &g);
+                    let want = CpuBackend
+                        .pool2d_backward((&x, &lay), (&g, &gl), &p)
+                        .unwrap();
+                    let got = be
+                        .pool2d_backward::<T>((&gx, &lay), (&gg, &gl), &p)
+                        .unwrap();
+                    same(
+                        &format!("backward {p:?} {dims:?}"),
+                        &down(&got, &[n]),
+                        &want,
+                    );
+                }
+                for (p, s) in [(0.1, 3u64), (0.5, 4), (1.0, 5)] {
+                    let want = CpuBackend.dropout(&x, &lay, p, s).unwrap();
+                    let got = be.dropout::<T>(&gx, &lay, p, s).unwrap();
+                    same(&format!("dropout {p} {dims:?}"), &down(&got, &[n]), &want);
+                }
+            }
+        }
+    }
+    check::<f32>(&be, &mut rng);
+    check::<f64>(&be, &mut rng);
+    check::<f16>(&be, &mut rng);
+    check::<bf16>(&be, &mut rng);
+}

@@ -102,6 +102,38 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
         output(storage, dims)
     }
 
+    /// PyTorch's `torch.flatten(self, start_dim, end_dim)` (what
+    /// `flatten(x, start_dim, end_dim)` of `tensor_fn!` runs; the plain
+    /// [`flatten`](Self::flatten) merges every dim): dims
+    /// `start_dim..=end_dim` (negative counts from the end) merged into
+    /// one, a view when the layout allows and a copy otherwise; the result
+    /// type `SO` is annotated or inferred. `nn.Flatten` is `start_dim = 1,
+    /// end_dim = -1` (a batch of feature maps to a batch of rows). Dims out
+    /// of range, `start_dim` after `end_dim` or a result type that does not
+    /// fit are an `Err`.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![8, 16, 5, 5]>::zeros().unwrap();
+    /// let rows: Tensor<Cpu, f32, shape![8, 400]> = x.flatten_range(1, -1).unwrap(); // nn.Flatten()
+    /// assert_eq!(rows.shape(), &[8, 400]);
+    /// let all: Tensor<Cpu, f32, shape![3200]> = x.flatten_range(0, -1).unwrap();
+    /// assert_eq!(all.shape(), &[3200]);
+    /// assert!(x.flatten_range::<shape![8, 256]>(1, -1).is_err());
+    /// ```
+    pub fn flatten_range<SO: Shape>(
+        &self,
+        start_dim: isize,
+        end_dim: isize,
+    ) -> Result<Tensor<D, T, SO>> {
+        let r = self.dims().len();
+        let start = rules::normalize_dim("flatten", "self", start_dim, r)?;
+        let end = rules::normalize_dim("flatten", "self", end_dim, r)?;
+        let dims = rules::flatten("flatten", ("self", self.dims()), start, end)?;
+        check_result::<SO>("flatten", &dims)?;
+        self.reshape_dims(&dims)
+    }
+
     /// Like [`reshape`](Self::reshape) but never copies: `Err` for a
     /// non-contiguous tensor, like PyTorch's `view`.
     ///

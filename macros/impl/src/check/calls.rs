@@ -73,6 +73,9 @@ impl<'s, 'k> Checker<'s, 'k> {
             (OpKind::Attention, _) => return self.attention(def, args, e),
             (OpKind::Rope, _) => return self.rope(def, args, e),
             (OpKind::BatchNorm, _) => return self.batch_norm(def, args, e),
+            (OpKind::Pool(kind), _) => return self.pool(def, kind, args, e),
+            (OpKind::Flatten, _) => return self.flatten(def, recv, args, e),
+            (OpKind::Dropout, _) => return self.dropout(def, recv, args, e),
             (
                 OpKind::Reduce(_)
                 | OpKind::Var

@@ -21,6 +21,7 @@ mod calls;
 mod elementwise;
 mod indexing;
 mod linalg;
+mod pool;
 mod views;
 
 /// A checked tensor function.

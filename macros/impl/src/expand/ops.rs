@@ -46,6 +46,43 @@ fn lse_var(n: NodeId) -> proc_macro2::Ident {
     quote::format_ident!("__lse{}", n)
 }
 
+/// The `Pool2d { .. }` of a pooling node's options.
+fn pool_args(p: &tensorfn_core::ops::pool::Pool2d) -> TokenStream {
+    use tensorfn_core::ops::pool::PoolKind;
+    let kind = match p.kind {
+        PoolKind::Max => quote!(Max),
+        PoolKind::Avg => quote!(Avg),
+        PoolKind::AdaptiveAvg => quote!(AdaptiveAvg),
+    };
+    let pair = |v: [usize; 2]| {
+        let [a, b] = v;
+        quote!([#a, #b])
+    };
+    let (k, s, pd, d, o) = (
+        pair(p.kernel_size),
+        pair(p.stride),
+        pair(p.padding),
+        pair(p.dilation),
+        pair(p.output_size),
+    );
+    let (ceil, cip) = (p.ceil_mode, p.count_include_pad);
+    let div = match p.divisor_override {
+        Some(d) => quote!(::core::option::Option::Some(#d)),
+        None => quote!(::core::option::Option::None),
+    };
+    quote!(::tensorfn::Pool2d {
+        kind: ::tensorfn::PoolKind::#kind,
+        kernel_size: #k,
+        stride: #s,
+        padding: #pd,
+        dilation: #d,
+        ceil_mode: #ceil,
+        count_include_pad: #cip,
+        divisor_override: #div,
+        output_size: #o,
+    })
+}
+
 impl FnGen<'_> {
     /// Whether attention node `n` is differentiated: its forward then
     /// also returns the rows' log-sum-exps, which the backward reads
@@ -496,6 +533,22 @@ impl FnGen<'_> {
             Op::Cumsum { x, dim } => {
                 let x = self.reference(*x);
                 quote!(#x.cumsum::<#dim>()?)
+            }
+            Op::Pool { x, pool } => {
+                let x = self.reference(*x);
+                let s = so();
+                let args = pool_args(pool);
+                quote!(#x.pool2d::<#s>(#args)?)
+            }
+            Op::Dropout { x, p, seed } => {
+                let x = self.reference(*x);
+                let seed = self.index_arg(seed);
+                quote!(#x.dropout(#p, true, #seed)?)
+            }
+            Op::PoolBackward { x, grad, pool } => {
+                let (x, g) = (self.reference(*x), self.reference(*grad));
+                let args = pool_args(pool);
+                quote!(#x.pool2d_backward(#g, #args)?)
             }
             Op::CrossEntropy {
                 x,
