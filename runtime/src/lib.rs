@@ -48,8 +48,8 @@ pub use interop::NdShape;
 pub use layout::Layout;
 pub use ops::dispatch::synchronize;
 pub use ops::{
-    broadcast_dims, AssignRhs, AttentionArgs, AttentionShape, AttnMaskDType, BiasFor, CumsumDType,
-    LastDim, LastTwoDims, MatMulShape, RemoveDim, StaticShape, Transpose2,
+    broadcast_dims, AssignRhs, AttentionArgs, AttentionShape, AttnMaskDType, BiasFor, Conv1dArgs,
+    ConvArgs, CumsumDType, LastDim, LastTwoDims, MatMulShape, RemoveDim, StaticShape, Transpose2,
 };
 pub use optim::{
     clip_grad_norm, clip_grad_norm_with, AdamW, AdamWConfig, ClipOptions, CosineWithWarmup,

@@ -537,6 +537,8 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     | Op::CrossEntropy { .. }
                     | Op::CrossEntropyBackward { .. }
                     | Op::Cumsum { .. }
+                    | Op::Conv { .. }
+                    | Op::ConvBackward { .. }
                     | Op::Select { .. }
                     | Op::Arange { .. }
                     | Op::Rope { .. }

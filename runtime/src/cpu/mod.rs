@@ -4,6 +4,7 @@
 mod attention;
 pub(crate) mod blocks;
 pub(crate) mod buffer;
+pub(crate) mod conv;
 pub(crate) mod copy;
 mod cumsum;
 pub(crate) mod elementwise;

@@ -72,6 +72,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             (OpKind::Norm(op), _) => return self.norm(def, op, recv, args, e),
             (OpKind::Attention, _) => return self.attention(def, args, e),
             (OpKind::Rope, _) => return self.rope(def, args, e),
+            (OpKind::Conv { spatial }, _) => return self.conv(def, spatial, args, e),
             (
                 OpKind::Reduce(_)
                 | OpKind::Var
