@@ -136,17 +136,18 @@ pub fn conv2d_f64(
                         for u in 0..kh {
                             let hy =
                                 (i * a.stride[0] + u * a.dilation[0]) as i64 - a.padding[0] as i64;
-                            if hy < 0 || hy >= h as i64 {
-                                continue;
-                            }
+                            // A tap in the padding reads a zero (which
+                            // an infinite weight turns into NaN).
+                            let hin = hy >= 0 && hy < h as i64;
                             for v in 0..kw {
                                 let wx = (j * a.stride[1] + v * a.dilation[1]) as i64
                                     - a.padding[1] as i64;
-                                if wx < 0 || wx >= wi as i64 {
-                                    continue;
-                                }
-                                s += x[((b * c + cin) * h + hy as usize) * wi + wx as usize]
-                                    * w[((o * cg + ci) * kh + u) * kw + v];
+                                let xv = if hin && wx >= 0 && wx < wi as i64 {
+                                    x[((b * c + cin) * h + hy as usize) * wi + wx as usize]
+                                } else {
+                                    0.0
+                                };
+                                s += xv * w[((o * cg + ci) * kh + u) * kw + v];
                             }
                         }
                     }
