@@ -1680,7 +1680,7 @@ pub fn conv<D: DimValue>(
     let rank = 2 + spatial;
     if dims.len() != rank {
         let fix = if dims.len() + 1 == rank {
-            format!("give it a batch dim of 1 with `.unsqueeze(0)`")
+            "give it a batch dim of 1 with `.unsqueeze(0)`".to_string()
         } else {
             format!("reshape it to {rank} dims")
         };
@@ -1775,7 +1775,7 @@ pub fn conv<D: DimValue>(
                 Err(num) => {
                     let value = num.div_euclid(s as i64) + 1;
                     let span = d * kv.saturating_sub(1) + 1;
-                    let need = (span.saturating_sub(hv) + 1) / 2;
+                    let need = span.saturating_sub(hv).div_ceil(2);
                     let fix = if kv == 0 {
                         format!("a kernel has at least one tap: `{wname}`'s dim {} is 0", 2 + i)
                     } else {

@@ -260,6 +260,7 @@ impl<D: Device, T: FloatDType, N: Dim, C: Dim, H: Dim, W: Dim> Tensor<D, T, (N, 
     /// let g = Tensor::<Cpu, f32, shape![2, 1, 1, 1]>::ones().unwrap();
     /// assert_eq!(x.conv2d_backward_weight(&w, &g, Default::default()).unwrap().to_vec().unwrap(), vec![3.]);
     /// ```
+    #[allow(clippy::type_complexity)]
     pub fn conv2d_backward_weight<SG: Shape, CO: Dim, CG: Dim, KH: Dim, KW: Dim>(
         &self,
         weight: &Tensor<D, T, (CO, CG, KH, KW)>,
@@ -355,6 +356,7 @@ impl<D: Device, T: FloatDType, N: Dim, C: Dim, L: Dim> Tensor<D, T, (N, C, L)> {
     /// let g = Tensor::<Cpu, f32, shape![1, 1, 2]>::ones().unwrap();
     /// assert_eq!(x.conv1d_backward_weight(&w, &g, Default::default()).unwrap().to_vec().unwrap(), vec![3.]);
     /// ```
+    #[allow(clippy::type_complexity)]
     pub fn conv1d_backward_weight<SG: Shape, CO: Dim, CG: Dim, K: Dim>(
         &self,
         weight: &Tensor<D, T, (CO, CG, K)>,
