@@ -177,7 +177,7 @@ impl<D: Device, T: FloatDType, N: Dim, C: Dim, H: Dim, W: Dim> Tensor<D, T, (N, 
     ///
     /// ```
     /// use tensorfn_runtime::{Tensor, Cpu, shape, ConvArgs};
-    /// let x = Tensor::<Cpu, f32, shape![1, 1, 3, 3]>::arange(0, 1).unwrap().cast::<f32>().unwrap();
+    /// let x = Tensor::<Cpu, f32, shape![1, 1, 3, 3]>::from_vec((0..9).map(|v| v as f32).collect()).unwrap();
     /// let w = Tensor::<Cpu, f32, shape![1, 1, 2, 2]>::ones().unwrap();
     /// let b = Tensor::<Cpu, f32, shape![1]>::from_vec(vec![0.5]).unwrap();
     /// let y: Tensor<Cpu, f32, shape![1, 1, 2, 2]> = x.conv2d(&w, Some(&b), ConvArgs::default()).unwrap();
