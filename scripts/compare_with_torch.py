@@ -108,6 +108,19 @@ def run(op, args, xs):
         if op == base:
             return y.detach()
         return torch.autograd.grad(y, [x], xs[1])[0]
+    if op == "conv2d":
+        return torch.nn.functional.conv2d(xs[0], xs[1], xs[2], stride=tuple(args["stride"]),
+                                          padding=tuple(args["padding"]),
+                                          dilation=tuple(args["dilation"]), groups=args["groups"])
+    if op == "conv2d_backward":
+        # xs: input, weight, bias, grad_output; args["grad"] picks one of
+        # the gradients autograd gives.
+        params = [x.clone().requires_grad_(True) for x in xs[:-1]]
+        y = torch.nn.functional.conv2d(*params, stride=tuple(args["stride"]),
+                                       padding=tuple(args["padding"]),
+                                       dilation=tuple(args["dilation"]), groups=args["groups"])
+        grads = torch.autograd.grad(y, params, xs[-1])
+        return grads[["dx", "dweight", "dbias"].index(args["grad"])]
     if op == "rope":
         # Hugging Face's Llama: x * cos + rotate_half(x) * sin.
         x, cos, sin = xs
@@ -161,6 +174,12 @@ def slack(op, inputs, args):
         _, _, l, e = inputs[0]["shape"]
         s = inputs[1]["shape"][2]
         return 2.0 * math.sqrt(max(l, s) + e)
+    if op in ("conv2d", "conv2d_backward"):
+        # A sum over the kernel's taps (dx, dweight and dbias over more).
+        n, _, h, w = inputs[0]["shape"]
+        co, cg, kh, kw = inputs[1]["shape"]
+        terms = {"dx": co * kh * kw, "dweight": n * h * w, "dbias": n * h * w}
+        return 2.0 * math.sqrt(terms.get(args.get("grad"), cg * kh * kw))
     if op in ("matmul", "matmul_nt", "bmm", "addmm"):
         a = inputs[1] if op == "addmm" else inputs[0]
         return 2.0 * math.sqrt(a["shape"][-1])

@@ -57,6 +57,9 @@ const fn walked(name: &'static str, function: bool, method: bool) -> Walked {
 /// with every option (NaN, ±inf, -0, no batch, f32); `flatten` at ranks 0
 /// and 3 (defaults, keywords, negative dims, a permuted view); `dropout`
 /// at rank 2 (every keyword, a seed parameter, its statistics).
+/// `conv2d` and `conv1d` over random shapes and options (stride, padding,
+/// dilation, groups, depthwise, no bias, 1x1, kernel = input, no images,
+/// a channels-last input), in every float dtype.
 const WALKED: &[Walked] = &[
     walked("eq", true, true),
     walked("ne", true, true),
@@ -112,6 +115,8 @@ const WALKED: &[Walked] = &[
     walked("adaptive_avg_pool2d", true, false),
     walked("flatten", true, true),
     walked("dropout", true, true),
+    walked("conv1d", true, false),
+    walked("conv2d", true, false),
     walked("arange", true, false),
     walked("tril", true, true),
     walked("triu", true, true),
@@ -5038,6 +5043,74 @@ tensor_fn! {
     }
 }
 
+// ---------------------------------------------------------------------
+// conv2d and conv1d.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn conv_forms(
+        x: &Tensor<Cpu, f64, [2, 4, 6, 5]>,
+        w: &Tensor<Cpu, f64, [6, 2, 3, 2]>,
+        b: &Tensor<Cpu, f64, [6]>,
+    ) -> (Tensor<Cpu, f64, [2, 6, 3, 7]>, Tensor<Cpu, f64, [2, 6, 4, 4]>) {
+        (
+            conv2d(x, w, b, stride = (2, 1), padding = (1, 2), dilation = (1, 2), groups = 2),
+            conv2d(input = x, weight = w, groups = 2, padding = "valid"),
+        )
+    }
+    fn conv1d_forms(
+        x: &Tensor<Cpu, f64, [3, 2, 9]>,
+        w: &Tensor<Cpu, f64, [4, 2, 3]>,
+        b: &Tensor<Cpu, f64, [4]>,
+    ) -> (Tensor<Cpu, f64, [3, 4, 4]>, Tensor<Cpu, f64, [3, 4, 9]>) {
+        (
+            conv1d(x, w, stride = 2, padding = 1, dilation = 2),
+            conv1d(x, w, b, padding = "same") * 1.0,
+        )
+    }
+    fn conv_channels_last(
+        x: &Tensor<Cpu, f32, [2, 5, 5, 3]>,
+        w: &Tensor<Cpu, f32, [4, 3, 3, 3]>,
+    ) -> Tensor<Cpu, f32, [2, 4, 3, 3]> {
+        conv2d(x.permute([0, 3, 1, 2]), w, stride = 2, padding = 1)
+    }
+}
+
+/// `conv2d` by the catalogue's f64 direct convolution, with a tolerance
+/// per element of `eps` times the sum of the magnitudes of its terms.
+fn conv_ref(
+    x: &[f64],
+    xd: &[usize],
+    w: &[f64],
+    wd: &[usize],
+    b: Option<&[f64]>,
+    a: &tensorfn::ConvArgs,
+    eps: f64,
+) -> Want {
+    use tensorfn_core::ops::conv::conv2d_f64;
+    let d4 = |d: &[usize]| -> [usize; 4] {
+        if d.len() == 3 {
+            [d[0], d[1], 1, d[2]]
+        } else {
+            [d[0], d[1], d[2], d[3]]
+        }
+    };
+    let (y, yd) = conv2d_f64(x, d4(xd), w, d4(wd), b, a);
+    let abs = |v: &[f64]| v.iter().map(|x| x.abs()).collect::<Vec<_>>();
+    let bm = b.map(abs);
+    let (mag, _) = conv2d_f64(&abs(x), d4(xd), &abs(w), d4(wd), bm.as_deref(), a);
+    let dims = if xd.len() == 3 {
+        vec![yd[0], yd[1], yd[3]]
+    } else {
+        yd.to_vec()
+    };
+    Want {
+        dims,
+        vals: y,
+        tol: mag.iter().map(|m| eps * m).collect(),
+    }
+}
+
 #[test]
 fn batch_norm_at_every_rank() {
     let mut rng = Rng::new(720);
@@ -5255,4 +5328,219 @@ fn dropout_by_seed() {
         let z = ones.dropout(p, true, seed + 100).unwrap().to_vec().unwrap();
         assert_ne!(y, z);
     }
+}
+
+#[test]
+fn conv_in_every_form() {
+    use tensorfn::{Conv1dArgs, ConvArgs};
+    let mut rng = Rng::new(777);
+    for round in 0..3 {
+        let special: &[f64] = if round == 2 { SPECIAL } else { &[] };
+        let (xv, x) = input::<shape![2, 4, 6, 5]>(&mut rng, &[2, 4, 6, 5], special);
+        let (wv, w) = input::<shape![6, 2, 3, 2]>(&mut rng, &[6, 2, 3, 2], special);
+        let (bv, b) = input::<shape![6]>(&mut rng, &[6], &[]);
+        let a = ConvArgs {
+            stride: [2, 1],
+            padding: [1, 2],
+            dilation: [1, 2],
+            groups: 2,
+        };
+        let want = [
+            conv_ref(&xv, &[2, 4, 6, 5], &wv, &[6, 2, 3, 2], Some(&bv), &a, 1e-14),
+            conv_ref(
+                &xv,
+                &[2, 4, 6, 5],
+                &wv,
+                &[6, 2, 3, 2],
+                None,
+                &ConvArgs {
+                    groups: 2,
+                    ..Default::default()
+                },
+                1e-14,
+            ),
+        ];
+        check_all(
+            &format!("conv2d forms round {round}"),
+            &conv_forms(&x, &w, &b).unwrap().outs(),
+            &want,
+        );
+        let (xv, x) = input::<shape![3, 2, 9]>(&mut rng, &[3, 2, 9], special);
+        let (wv, w) = input::<shape![4, 2, 3]>(&mut rng, &[4, 2, 3], special);
+        let (bv, b) = input::<shape![4]>(&mut rng, &[4], &[]);
+        let want = [
+            conv_ref(
+                &xv,
+                &[3, 2, 9],
+                &wv,
+                &[4, 2, 3],
+                None,
+                &ConvArgs::conv1d(2, 1, 2, 1),
+                1e-14,
+            ),
+            conv_ref(
+                &xv,
+                &[3, 2, 9],
+                &wv,
+                &[4, 2, 3],
+                Some(&bv),
+                &ConvArgs::conv1d(1, 1, 1, 1),
+                1e-14,
+            ),
+        ];
+        check_all(
+            &format!("conv1d forms round {round}"),
+            &conv1d_forms(&x, &w, &b).unwrap().outs(),
+            &want,
+        );
+        let y: Tensor<Cpu, f64, S3> = x
+            .conv1d(
+                &w,
+                Some(&b),
+                Conv1dArgs {
+                    padding: 1,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        check(&format!("typed conv1d round {round}"), &one(&y), &want[1]);
+    }
+    // A channels-last input: NHWC memory seen as NCHW.
+    let xv = round32(&rng.values(2 * 5 * 5 * 3, &[]));
+    let wv = round32(&rng.values(4 * 27, &[]));
+    let x: Tensor<Cpu, f32, shape![2, 5, 5, 3]> = tensor(&xv, &[2, 5, 5, 3]);
+    let w: Tensor<Cpu, f32, shape![4, 3, 3, 3]> = tensor(&wv, &[4, 3, 3, 3]);
+    let mut nchw = vec![0.0; xv.len()];
+    for (i, v) in xv.iter().enumerate() {
+        let [n, h, ww, c] = [i / 75, i / 15 % 5, i / 3 % 5, i % 3];
+        nchw[((n * 3 + c) * 5 + h) * 5 + ww] = *v;
+    }
+    let a = ConvArgs {
+        stride: [2, 2],
+        padding: [1, 1],
+        ..Default::default()
+    };
+    let want = conv_ref(
+        &nchw,
+        &[2, 3, 5, 5],
+        &wv,
+        &[4, 3, 3, 3],
+        None,
+        &a,
+        4.0 * 27.0 * EPS32,
+    );
+    check(
+        "conv2d of a channels-last view",
+        &one(&conv_channels_last(&x, &w).unwrap()),
+        &want,
+    );
+}
+
+/// Random shapes and options through the typed API, in every float dtype.
+fn conv_random<T: tensorfn::FloatDType>(seed: u64, eps_acc: f64, eps_out: f64) {
+    use tensorfn::ConvArgs;
+    let mut rng = Rng::new(seed);
+    for round in 0..40 {
+        let g = 1 + rng.below(3);
+        let (cg, og) = (1 + rng.below(3), 1 + rng.below(3));
+        // Depthwise every fifth round.
+        let (cg, og) = if round % 5 == 0 { (1, 1) } else { (cg, og) };
+        let n = [0, 1, 2, 3][rng.below(4)];
+        let k = [1 + rng.below(3), 1 + rng.below(3)];
+        let stride = [1 + rng.below(3), 1 + rng.below(3)];
+        let padding = [rng.below(3), rng.below(3)];
+        let dilation = [1 + rng.below(2), 1 + rng.below(2)];
+        // Sizes from the kernel's span minus the padding upwards (the
+        // kernel as large as the padded input in some rounds).
+        let hw: Vec<usize> = (0..2)
+            .map(|i| {
+                let span = dilation[i] * (k[i] - 1) + 1;
+                (span.saturating_sub(2 * padding[i])).max(1) + rng.below(4)
+            })
+            .collect();
+        let xd = [n, g * cg, hw[0], hw[1]];
+        let wd = [g * og, cg, k[0], k[1]];
+        let special: &[f64] = if round % 7 == 3 { SPECIAL } else { &[] };
+        let round_t =
+            |v: Vec<f64>| -> Vec<f64> { v.iter().map(|&x| T::from_f64(x).to_f64()).collect() };
+        let xv = round_t(rng.values(numel(&xd), special));
+        let wv = round_t(rng.values(numel(&wd), &[]));
+        let bias = rng.below(2) == 0;
+        let bv = round_t(rng.values(wd[0], &[]));
+        let a = ConvArgs {
+            stride,
+            padding,
+            dilation,
+            groups: g,
+        };
+        let x: Tensor<Cpu, T, S4> = tensor(&xv, &xd);
+        let w: Tensor<Cpu, T, S4> = tensor(&wv, &wd);
+        let b: Tensor<Cpu, T, S1> = tensor(&bv, &[wd[0]]);
+        let terms = (cg * k[0] * k[1] + 2) as f64;
+        let mut want = conv_ref(
+            &xv,
+            &xd,
+            &wv,
+            &wd,
+            bias.then_some(&bv[..]),
+            &a,
+            terms * eps_acc + 2.0 * eps_out,
+        );
+        let what = format!(
+            "conv2d {} round {round}: x {xd:?} w {wd:?} {a:?} bias {bias}",
+            T::KIND.name()
+        );
+        let y = x.conv2d::<S4, _, _, _, _>(&w, bias.then_some(&b), a);
+        // A result past the 16-bit range is infinite, as the dtype rounds it.
+        want.vals = want.vals.iter().map(|&v| T::from_f64(v).to_f64()).collect();
+        check_or_err(&what, y, &[Some(want)]);
+    }
+}
+
+#[test]
+fn conv_random_shapes_in_every_dtype() {
+    conv_random::<f64>(1, EPS, EPS);
+    conv_random::<f32>(2, EPS32, EPS32);
+    conv_random::<tensorfn::f16>(3, EPS32, 1.0 / 1024.0);
+    conv_random::<tensorfn::bf16>(4, EPS32, 1.0 / 128.0);
+}
+
+#[test]
+fn conv_shape_errors_are_errs() {
+    use tensorfn::ConvArgs;
+    let x = Tensor::<Cpu, f32, S4>::zeros_dims(&[1, 4, 5, 5]).unwrap();
+    let w = Tensor::<Cpu, f32, S4>::zeros_dims(&[2, 3, 3, 3]).unwrap();
+    let e = x
+        .conv2d::<S4, _, _, _, _>(&w, None, ConvArgs::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("input channels per group"), "{e}");
+    let w = Tensor::<Cpu, f32, S4>::zeros_dims(&[2, 4, 6, 3]).unwrap();
+    let e = x
+        .conv2d::<S4, _, _, _, _>(&w, None, ConvArgs::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("output height of `input` is (5 + 2·0 - 1·(6-1) - 1)/1 + 1 = 0"),
+        "{e}"
+    );
+    let w = Tensor::<Cpu, f32, S4>::zeros_dims(&[2, 4, 3, 3]).unwrap();
+    let e = x
+        .conv2d::<S4, _, _, _, _>(
+            &w,
+            None,
+            ConvArgs {
+                stride: [0, 1],
+                ..Default::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`stride` must be at least 1"), "{e}");
+    let b = Tensor::<Cpu, f32, S1>::zeros_dims(&[3]).unwrap();
+    let e = x
+        .conv2d::<S4, _, _, _, _>(&w, Some(&b), ConvArgs::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("one bias per output channel"), "{e}");
 }

@@ -922,3 +922,15 @@ fd_case!(flatten_grad: fn g_flatten(x: [2, 3, 4] in (-2.0, 2.0), w: [12, 5] in (
 fd_case!(dropout_grad: fn g_dropout(x: [7, 9] in (-2.0, 2.0)) {
     sin(dropout(x, p = 0.3, seed = 11)).sum() + x.dropout(0.6, seed = 12).exp().sum()
 });
+
+// Convolutions: the input's, weight's and bias's gradients, with stride,
+// padding, dilation and groups.
+fd_case!(conv2d_rule: fn c_conv2d(x: [2, 4, 5, 6] in (-2.0, 2.0), w: [6, 2, 3, 2] in (-1.0, 1.0), b: [6] in (-1.0, 1.0)) {
+    sin(conv2d(x, w, b, stride = (2, 1), padding = (1, 2), dilation = (1, 2), groups = 2)).sum()
+});
+fd_case!(conv2d_depthwise_rule: fn c_conv2d_dw(x: [1, 3, 4, 4] in (-2.0, 2.0), w: [3, 1, 3, 3] in (-1.0, 1.0)) {
+    sin(conv2d(x, w, padding = "same", groups = 3)).sum()
+});
+fd_case!(conv1d_rule: fn c_conv1d(x: [2, 2, 7] in (-2.0, 2.0), w: [3, 2, 3] in (-1.0, 1.0), b: [3] in (-1.0, 1.0)) {
+    sin(conv1d(x, w, b, stride = 2, padding = 1, dilation = 2)).sum()
+});

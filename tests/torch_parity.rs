@@ -1,5 +1,5 @@
 //! The cases PyTorch users compare first (`addmm`, `matmul`, batched
-//! products, `cat`, softmax, `layer_norm`, `rms_norm`, `rope`, fused
+//! products, `cat`, softmax, `layer_norm`, `rms_norm`, `rope`, `conv2d`, fused
 //! elementwise chains, a few AdamW and SGD steps), per float dtype,
 //! with fresh random inputs: computed on the GPU (and on the CPU), each
 //! checked here against an f64 reference.
@@ -889,6 +889,97 @@ fn optimizers<G: Device, T: FloatDType>(rec: &mut Recorder) {
     rec.case("sgd", dt, &[ip, ig], &op, &args);
 }
 
+/// `conv2d` (stride, padding, dilation, groups, a bias) and its three
+/// gradients, each a case against `F.conv2d` and `torch.autograd.grad` of
+/// it for the same `grad_output`.
+fn convs<G: Device, T: FloatDType>(rec: &mut Recorder) {
+    use tensorfn::ConvArgs;
+    type S4 = shape![_, _, _, _];
+    let dt = T::KIND.name();
+    let exact4 = |v: &[f64], dims: &[usize]| {
+        Tensor::<Cpu, f64, S4>::from_vec_dims(v.to_vec(), dims).unwrap()
+    };
+    // A ResNet-like 3x3 with groups, and a strided, dilated 5x3.
+    let cases = [
+        (
+            [4, 16, 14, 14],
+            [32, 8, 3, 3],
+            ConvArgs {
+                padding: [1, 1],
+                groups: 2,
+                ..Default::default()
+            },
+        ),
+        (
+            [2, 3, 17, 12],
+            [8, 3, 5, 3],
+            ConvArgs {
+                stride: [2, 1],
+                padding: [2, 0],
+                dilation: [1, 2],
+                groups: 1,
+            },
+        ),
+    ];
+    for (xd, wd, a) in cases {
+        let (x, xv) = random::<G, T, S4>(&xd);
+        let (w, wv) = random::<G, T, S4>(&wd);
+        let (b, bv) = random::<G, T, V>(&[wd[0]]);
+        let (x64, w64) = (exact4(&xv, &xd), exact4(&wv, &wd));
+        let b64 = Tensor::<Cpu, f64, V>::from_vec_dims(bv, &[wd[0]]).unwrap();
+        let y = x.conv2d::<S4, _, _, _, _>(&w, Some(&b), a).unwrap();
+        let want: Tensor<Cpu, f64, S4> = x64.conv2d(&w64, Some(&b64), a).unwrap();
+        let terms = (wd[1] * wd[2] * wd[3]) as f64;
+        check("conv2d", &y, &want.to_vec().unwrap(), 8.0 + terms.sqrt());
+        let args = format!(
+            r#""stride":{:?},"padding":{:?},"dilation":{:?},"groups":{}"#,
+            a.stride, a.padding, a.dilation, a.groups
+        );
+        let inputs = [rec.array(&x), rec.array(&w), rec.array(&b)];
+        let out = rec.array(&y);
+        rec.case("conv2d", dt, &inputs, &out, &args);
+        let (g, gv) = random::<G, T, S4>(y.dims());
+        let g64 = exact4(&gv, y.dims());
+        let (dx, dw, db) = x.conv2d_backward(&w, &g, a).unwrap();
+        let (ex, ew, eb) = x64.conv2d_backward(&w64, &g64, a).unwrap();
+        let inputs = [rec.array(&x), rec.array(&w), rec.array(&b), rec.array(&g)];
+        let per_out = (y.dims()[0] * y.dims()[2] * y.dims()[3]) as f64;
+        let dxv = dx.reshape_dims::<V>(&[dx.dims().iter().product()]).unwrap();
+        let dwv = dw.reshape_dims::<V>(&[dw.dims().iter().product()]).unwrap();
+        check(
+            "conv2d_backward dx",
+            &dxv,
+            &ex.to_vec().unwrap(),
+            8.0 + (wd[0] as f64 * terms).sqrt(),
+        );
+        check(
+            "conv2d_backward dweight",
+            &dwv,
+            &ew.to_vec().unwrap(),
+            8.0 + per_out.sqrt(),
+        );
+        check(
+            "conv2d_backward dbias",
+            &db,
+            &eb.to_vec().unwrap(),
+            8.0 + per_out.sqrt(),
+        );
+        for (out, grad) in [
+            (rec.array(&dx), "dx"),
+            (rec.array(&dw), "dweight"),
+            (rec.array(&db), "dbias"),
+        ] {
+            rec.case(
+                "conv2d_backward",
+                dt,
+                &inputs,
+                &out,
+                &format!(r#"{args},"grad":"{grad}""#),
+            );
+        }
+    }
+}
+
 fn all_cases<G: Device>(device: &str)
 where
     f32: Chains<G>,
@@ -925,6 +1016,10 @@ where
     pools::<G, f32>(&mut rec);
     pools::<G, f16>(&mut rec);
     pools::<G, bf16>(&mut rec);
+    convs::<G, f64>(&mut rec);
+    convs::<G, f32>(&mut rec);
+    convs::<G, f16>(&mut rec);
+    convs::<G, bf16>(&mut rec);
     fused::<G, f32>(&mut rec);
     fused::<G, f16>(&mut rec);
     fused::<G, bf16>(&mut rec);

@@ -13,6 +13,7 @@
 //! assert!(err.to_string().contains("equal lengths"));
 //! ```
 
+use crate::ops::conv::{out_size, ConvArgs};
 use crate::ops::RowOp;
 use std::fmt;
 
@@ -33,6 +34,21 @@ pub trait DimValue: Clone + PartialEq + fmt::Display {
     fn add(&self, other: &Self) -> Self;
     /// The product of two dims (element counts).
     fn mul(&self, other: &Self) -> Self;
+    /// A convolution's output size along a dim of this size with a kernel
+    /// of `kernel` taps, `(self + 2p - d(k-1) - 1) / s + 1`, when one of
+    /// them is not a known number: `Some` when the result is a size for
+    /// every value of the symbols (a polynomial), else `None` (the default:
+    /// the rules compute known sizes themselves).
+    fn conv_out(
+        &self,
+        kernel: &Self,
+        padding: usize,
+        stride: usize,
+        dilation: usize,
+    ) -> Option<Self> {
+        let _ = (kernel, padding, stride, dilation);
+        None
+    }
 }
 
 impl DimValue for usize {
@@ -1788,6 +1804,181 @@ pub fn flatten<D: DimValue>(
     let mut out = dims[..start].to_vec();
     out.push(numel(&dims[start..=end]));
     out.extend_from_slice(&dims[end + 1..]);
+    Ok(out)
+}
+
+/// `conv2d(input, weight, bias)` (`spatial = 2`) or `conv1d` (`spatial =
+/// 1`), PyTorch's `F.conv2d`/`F.conv1d`: `input` is `[N, C_in, H, W]`
+/// (`[N, C_in, L]`), `weight` `[C_out, C_in / groups, kH, kW]` (`[C_out,
+/// C_in / groups, k]`) and `bias` `[C_out]`; the result is `[N, C_out, OH,
+/// OW]` with each output size `(H + 2p - d(k-1) - 1) / s + 1`, at least 1.
+/// The options are `args`' (a `conv1d` reads their width entries).
+///
+/// ```
+/// use tensorfn_core::ops::conv::ConvArgs;
+/// use tensorfn_core::rules::conv;
+/// let a = ConvArgs { stride: [2, 2], padding: [3, 3], ..Default::default() };
+/// let out = conv::<usize>("conv2d", ("x", &[8, 3, 224, 224]), ("w", &[64, 3, 7, 7]), None, &a, 2);
+/// assert_eq!(out.unwrap(), vec![8, 64, 112, 112]);
+/// let e = conv::<usize>("conv2d", ("x", &[1, 3, 5, 5]), ("w", &[4, 3, 7, 7]), None, &ConvArgs::default(), 2).unwrap_err();
+/// assert!(e.message.contains("output height of `x` is (5 + 2·0 - 1·(7-1) - 1)/1 + 1 = -1"));
+/// let e = conv::<usize>("conv2d", ("x", &[1, 4, 5, 5]), ("w", &[4, 3, 3, 3]), None, &ConvArgs::default(), 2).unwrap_err();
+/// assert_eq!(e.operand, 1);
+/// ```
+pub fn conv<D: DimValue>(
+    op: &str,
+    input: Operand<'_, D>,
+    weight: Operand<'_, D>,
+    bias: Option<Operand<'_, D>>,
+    args: &ConvArgs,
+    spatial: usize,
+) -> Result<Vec<D>, RuleError> {
+    let ((name, dims), (wname, wdims)) = (input, weight);
+    if let Err(m) = args.check(op) {
+        return err(op, 0, m);
+    }
+    let (layout, wlayout, names): (&str, &str, &[&str]) = if spatial == 1 {
+        ("[N, C_in, L]", "[C_out, C_in / groups, kL]", &["length"])
+    } else {
+        (
+            "[N, C_in, H, W]",
+            "[C_out, C_in / groups, kH, kW]",
+            &["height", "width"],
+        )
+    };
+    let rank = 2 + spatial;
+    if dims.len() != rank {
+        let fix = if dims.len() + 1 == rank {
+            "give it a batch dim of 1 with `.unsqueeze(0)`".to_string()
+        } else {
+            format!("reshape it to {rank} dims")
+        };
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` takes `{name}` as {layout} ({rank}-D), but `{name}` has shape {} ({}): {fix}",
+                fmt_dims(dims),
+                rank_word(dims.len())
+            ),
+        );
+    }
+    if wdims.len() != rank {
+        return err(
+            op,
+            1,
+            format!(
+                "`{op}` takes `{wname}` as {wlayout} ({rank}-D), but `{wname}` has shape {} ({}): a {} kernel has {rank} dims",
+                fmt_dims(wdims),
+                rank_word(wdims.len()),
+                if spatial == 1 { "1-D" } else { "2-D" }
+            ),
+        );
+    }
+    let g = args.groups;
+    let (cin, cout) = (&dims[1], &wdims[0]);
+    for (what, c, i) in [("C_in", cin, 0), ("C_out", cout, 1)] {
+        if let Some(c) = c.to_usize() {
+            if c % g != 0 {
+                let owner = if i == 0 { name } else { wname };
+                return err(
+                    op,
+                    i,
+                    format!(
+                        "`groups = {g}` splits the channels into {g} groups, but {what} is {c} (dim {} of `{owner}`), which {g} does not divide: choose `groups` dividing both C_in and C_out",
+                        if i == 0 { 1 } else { 0 }
+                    ),
+                );
+            }
+        }
+    }
+    let want = wdims[1].mul(&D::from_usize(g));
+    if want != *cin {
+        let per = if g == 1 {
+            String::new()
+        } else {
+            format!(" × groups ({g}) = {want}")
+        };
+        return err(
+            op,
+            1,
+            format!(
+                "`{wname}` has {} input channels per group (dim 1 of {}){per}, but `{name}` has C_in = {cin} (dim 1 of {}): give `{wname}` shape {}",
+                wdims[1],
+                fmt_dims(wdims),
+                fmt_dims(dims),
+                {
+                    let mut w: Vec<String> = wdims.iter().map(|d| d.to_string()).collect();
+                    w[1] = match cin.to_usize() {
+                        Some(c) => (c / g).to_string(),
+                        None if g == 1 => cin.to_string(),
+                        None => format!("{cin} / {g}"),
+                    };
+                    format!("[{}]", w.join(", "))
+                }
+            ),
+        );
+    }
+    if let Some((bname, bdims)) = bias {
+        if bdims.len() != 1 || bdims[0] != *cout {
+            return err(
+                op,
+                2,
+                format!(
+                    "`{bname}` must have shape [{cout}] (one bias per output channel, C_out = dim 0 of `{wname}` {}), but has shape {}",
+                    fmt_dims(wdims),
+                    fmt_dims(bdims)
+                ),
+            );
+        }
+    }
+    let mut out = vec![dims[0].clone(), cout.clone()];
+    for i in 0..spatial {
+        let a = 2 - spatial + i;
+        let (p, s, d) = (args.padding[a], args.stride[a], args.dilation[a]);
+        let (h, k) = (&dims[2 + i], &wdims[2 + i]);
+        let formula = format!("({h} + 2·{p} - {d}·({k}-1) - 1)/{s} + 1");
+        match (h.to_usize(), k.to_usize()) {
+            (Some(hv), Some(kv)) => match out_size(hv, kv, p, s, d) {
+                Ok(o) => out.push(D::from_usize(o)),
+                Err(num) => {
+                    let value = num.div_euclid(s as i64) + 1;
+                    let span = d * kv.saturating_sub(1) + 1;
+                    let need = span.saturating_sub(hv).div_ceil(2);
+                    let fix = if kv == 0 {
+                        format!("a kernel has at least one tap: `{wname}`'s dim {} is 0", 2 + i)
+                    } else {
+                        format!(
+                            "a {kv}-tap kernel with dilation {d} spans {span}; use a smaller kernel or dilation, or `padding` of at least {need}"
+                        )
+                    };
+                    return err(
+                        op,
+                        0,
+                        format!(
+                            "the output {} of `{name}` is {formula} = {value}, but it must be at least 1 (`{name}` has shape {}, `{wname}` {}): {fix}",
+                            names[i],
+                            fmt_dims(dims),
+                            fmt_dims(wdims)
+                        ),
+                    );
+                }
+            },
+            _ => match h.conv_out(k, p, s, d) {
+                Some(o) => out.push(o),
+                None => {
+                    return err(
+                        op,
+                        0,
+                        format!(
+                            "the output {} of `{name}` is {formula}, which is not a whole size for every {h}: give `{name}` a concrete {}, or use `stride = 1`",
+                            names[i], names[i]
+                        ),
+                    )
+                }
+            },
+        }
+    }
     Ok(out)
 }
 

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
 use tensorfn_core::ops::pool::Pool2d;
+use tensorfn_core::ops::conv::ConvArgs;
 use tensorfn_core::ops::xent::CrossEntropyArgs;
 use tensorfn_kernels::{BinaryOp, FusedKernel, NormOp, ReduceOp, RowOp, UnaryOp};
 
@@ -449,6 +450,57 @@ pub(crate) trait Backend {
         training: bool,
         eps: f64,
     ) -> Result<(Self::Buf<T>, Self::Buf<T>, Self::Buf<T>)>;
+
+    /// `conv2d` of `x` (`[N, C_in, H, W]`, any strides) with `w` (`[C_out,
+    /// C_in / groups, kH, kW]`) plus the optional `bias` (`[C_out]`), the
+    /// shapes already checked by `rules::conv`: a contiguous `[N, C_out,
+    /// OH, OW]` buffer, sums accumulated in at least f32. By default
+    /// through the host (the CPU's im2col and `gemm`), for a backend
+    /// without a kernel of its own.
+    fn conv2d<T: FloatDType>(
+        &self,
+        x: (&Self::Buf<T>, &Layout),
+        w: (&Self::Buf<T>, &Layout),
+        bias: Option<(&Self::Buf<T>, &Layout)>,
+        args: &ConvArgs,
+    ) -> Result<Self::Buf<T>> {
+        let (hx, hw) = (self.download(x.0, x.1)?, self.download(w.0, w.1)?);
+        let hb = bias.map(|(b, lb)| self.download(b, lb)).transpose()?;
+        let (lx, lw) = (
+            Layout::contiguous(x.1.dims()),
+            Layout::contiguous(w.1.dims()),
+        );
+        let lb = bias.map(|(_, lb)| Layout::contiguous(lb.dims()));
+        let out =
+            crate::cpu::conv::conv2d((&hx, &lx), (&hw, &lw), hb.as_deref().zip(lb.as_ref()), args)?;
+        self.upload(Cow::Owned(out))
+    }
+
+    /// The gradient of [`Backend::conv2d`] with respect to `x` (`input:
+    /// true`, a contiguous buffer of `x`'s dims) or `w` (of `w`'s dims),
+    /// given `grad` of the output's dims (any strides). By default
+    /// through the host, as the forward.
+    fn conv2d_backward<T: FloatDType>(
+        &self,
+        x: (&Self::Buf<T>, &Layout),
+        w: (&Self::Buf<T>, &Layout),
+        grad: (&Self::Buf<T>, &Layout),
+        args: &ConvArgs,
+        input: bool,
+    ) -> Result<Self::Buf<T>> {
+        let hx = self.download(x.0, x.1)?;
+        let hw = self.download(w.0, w.1)?;
+        let hg = self.download(grad.0, grad.1)?;
+        let c = |l: &Layout| Layout::contiguous(l.dims());
+        let out = crate::cpu::conv::conv2d_backward(
+            (&hx, &c(x.1)),
+            (&hw, &c(w.1)),
+            (&hg, &c(grad.1)),
+            args,
+            input,
+        )?;
+        self.upload(Cow::Owned(out))
+    }
 
     /// Scaled dot-product attention: `q` is `[batch, L, E]`, `k` is
     /// `[batch, S, E]`, `v` is `[batch, S, Ev]` and the mask `[batch, L, S]`

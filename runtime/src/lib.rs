@@ -49,8 +49,8 @@ pub use layout::Layout;
 pub use ops::dispatch::synchronize;
 pub use ops::{
     broadcast_dims, AssignRhs, AttentionArgs, AttentionShape, AttnMaskDType, BatchNormArgs,
-    BiasFor, ChannelDim, CumsumDType, LastDim, LastTwoDims, MatMulShape, RemoveDim, StaticShape,
-    Transpose2,
+    BiasFor, ChannelDim, Conv1dArgs, ConvArgs, CumsumDType, LastDim, LastTwoDims, MatMulShape,
+    RemoveDim, StaticShape, Transpose2,
 };
 pub use optim::{
     clip_grad_norm, clip_grad_norm_with, AdamW, AdamWConfig, ClipOptions, CosineWithWarmup,

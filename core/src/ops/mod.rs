@@ -76,6 +76,7 @@ macro_rules! op_enum {
 
 pub mod binary;
 pub mod dropout;
+pub mod conv;
 pub mod erf_coeffs;
 pub mod math;
 pub mod norm;
@@ -194,6 +195,12 @@ pub enum OpKind {
     /// `flatten(input, start_dim, end_dim)`: dims `start_dim..=end_dim`
     /// merged into one (a view where the layout allows).
     Flatten,
+    /// `conv2d(input, weight, bias, stride, padding, dilation, groups)`
+    /// (`spatial: 2`) or `conv1d` (`spatial: 1`).
+    Conv {
+        /// The number of spatial dims.
+        spatial: usize,
+    },
     /// `arange(end)` or `arange(start, end)`: `start, .., end - 1` as `i64`.
     Arange,
     /// `tril` (`upper: false`) or `triu` of the last two dims.
@@ -324,6 +331,8 @@ pub enum ShapeRule {
     Gather,
     /// [`rules::cross_entropy`](crate::rules::cross_entropy).
     CrossEntropy,
+    /// [`rules::conv`](crate::rules::conv).
+    Conv,
     /// `[end]`.
     Arange,
     /// [`rules::triangle`](crate::rules::triangle).
@@ -465,6 +474,31 @@ const fn opt(name: &'static str, kind: ParamKind, default: &'static str) -> Para
 }
 
 const INPUT: Param = p("input", ParamKind::Tensor);
+
+/// `conv1d`/`conv2d`: PyTorch's parameters (`stride`, `padding` and
+/// `dilation` an int or, for `conv2d`, a pair `(h, w)`).
+const CONV_PARAMS: &[Param] = &[
+    INPUT,
+    p("weight", ParamKind::Tensor),
+    opt("bias", ParamKind::Tensor, "None"),
+    opt("stride", ParamKind::Scalar, "1"),
+    opt("padding", ParamKind::Scalar, "0"),
+    opt("dilation", ParamKind::Scalar, "1"),
+    opt("groups", ParamKind::Scalar, "1"),
+];
+
+const fn conv(name: &'static str, spatial: usize, summary: &'static str) -> OpDef {
+    def(
+        name,
+        OpKind::Conv { spatial },
+        true,
+        false,
+        CONV_PARAMS,
+        DTypeRule::SameFloat,
+        ShapeRule::Conv,
+        summary,
+    )
+}
 const INPUT_DIM: &[Param] = &[INPUT, p("dim", ParamKind::Dim)];
 const OTHER: Param = p("other", ParamKind::TensorOrScalar);
 
@@ -1131,6 +1165,16 @@ static LATER: &[OpDef] = &[
         DTypeRule::SameFloat,
         ShapeRule::CrossEntropy,
         "`log_softmax` loss of class logits `input` [N, C] against class indices `target` [N] (`i64` or `i32`), fused with its reduction (PyTorch's `F.cross_entropy`; the backward is the runtime's `cross_entropy_backward`).",
+    ),
+    conv(
+        "conv1d",
+        1,
+        "1-D convolution of `input` [N, C_in, L] with `weight` [C_out, C_in / groups, kL] plus `bias` [C_out] (PyTorch's `F.conv1d`).",
+    ),
+    conv(
+        "conv2d",
+        2,
+        "2-D convolution of `input` [N, C_in, H, W] with `weight` [C_out, C_in / groups, kH, kW] plus `bias` [C_out] (PyTorch's `F.conv2d`); each output size is `(H + 2p - d(k-1) - 1) / s + 1`.",
     ),
     def(
         "arange",

@@ -371,6 +371,8 @@ fn op_name(op: &Op) -> String {
         Op::Cumsum { .. } => "`cumsum`".into(),
         Op::Pool { pool, .. } => format!("`{}`", pool.kind.name()),
         Op::Dropout { .. } => "`dropout`".into(),
+        Op::Conv { spatial: 1, .. } => "`conv1d`".into(),
+        Op::Conv { .. } => "`conv2d`".into(),
         _ => "this op".into(),
     }
 }
@@ -933,6 +935,46 @@ impl Deriver {
                 let rest = self.bin(BinaryOp::Sub, total, run);
                 let gx = self.bin(BinaryOp::Add, rest, g);
                 vec![(x, gx)]
+            }
+            // PyTorch's `convolution_backward`: the input's gradient is the
+            // transposed convolution of `g`, the weight's the correlation
+            // of the input with `g`, the bias's `g` summed over all but the
+            // channels.
+            Op::Conv {
+                x,
+                weight,
+                bias,
+                args,
+                spatial,
+            } => {
+                let back = |this: &mut Self, input: bool| {
+                    let like = if input { x } else { weight };
+                    this.tensor(
+                        Op::ConvBackward {
+                            x,
+                            weight,
+                            grad: g,
+                            args,
+                            spatial,
+                            input,
+                        },
+                        this.tt(like),
+                        n,
+                    )
+                };
+                let mut out = vec![(x, back(self, true)), (weight, back(self, false))];
+                if let Some(b) = bias {
+                    let mut gb = g;
+                    for d in (2..2 + spatial).rev() {
+                        gb = self.reduce(ReduceOp::Sum, gb, Some(d));
+                    }
+                    gb = self.reduce(ReduceOp::Sum, gb, Some(0));
+                    out.push((b, gb));
+                }
+                out
+            }
+            Op::ConvBackward { .. } => {
+                return Err("the gradient of a convolution (no second derivative)".into())
             }
             Op::CrossEntropyBackward { .. } => {
                 return Err("the gradient of `cross_entropy` (no second derivative)".into())
@@ -1696,6 +1738,22 @@ fn map_op(op: &Op, m: &dyn Fn(NodeId) -> NodeId) -> Op {
         Op::PoolBackward { x, grad, .. } => {
             *x = m(*x);
             *grad = m(*grad);
+        }
+        Op::Conv {
+            x, weight, bias, ..
+        } => {
+            *x = m(*x);
+            *weight = m(*weight);
+            if let Some(b) = bias {
+                *b = m(*b);
+            }
+        }
+        Op::ConvBackward {
+            x, weight, grad, ..
+        } => {
+            for a in [x, weight, grad] {
+                *a = m(*a);
+            }
         }
         Op::AddMm {
             bias,

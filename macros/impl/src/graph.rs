@@ -4,6 +4,7 @@
 use crate::ast::{Device, Dt, ScalarKind, Sp};
 use crate::shape::Dim;
 use std::fmt;
+use tensorfn_core::ops::conv::ConvArgs;
 use tensorfn_kernels::{BinaryOp, CmpOp, NormOp, ReduceOp, RowOp, UnaryOp};
 
 /// Index of a node in [`Graph::nodes`].
@@ -368,6 +369,37 @@ pub enum Op {
         /// As the forward took it.
         scale: Option<NodeId>,
     },
+    /// `conv2d(x, weight, bias, ..)` (`spatial: 2`) or `conv1d`.
+    Conv {
+        /// The input, `[N, C_in, H, W]` (`[N, C_in, L]`).
+        x: NodeId,
+        /// `[C_out, C_in / groups, kH, kW]` (`[C_out, C_in / groups, kL]`).
+        weight: NodeId,
+        /// `[C_out]`.
+        bias: Option<NodeId>,
+        /// The options.
+        args: ConvArgs,
+        /// The number of spatial dims.
+        spatial: usize,
+    },
+    /// A gradient of a convolution (written by `#[grad]`, not by users):
+    /// with respect to its input (`input: true`, of `x`'s shape) or its
+    /// weight (of `weight`'s shape), given the gradient `grad` of its
+    /// result.
+    ConvBackward {
+        /// The convolution's input.
+        x: NodeId,
+        /// Its weight.
+        weight: NodeId,
+        /// The gradient of its result.
+        grad: NodeId,
+        /// The options.
+        args: ConvArgs,
+        /// The number of spatial dims.
+        spatial: usize,
+        /// True for the input's gradient, false for the weight's.
+        input: bool,
+    },
     /// `embedding(ids, weight)`.
     Embedding {
         /// The ids (`i64` or `i32`).
@@ -493,6 +525,16 @@ impl Graph {
                 }
                 v
             }
+            Op::Conv {
+                x, weight, bias, ..
+            } => {
+                let mut v = vec![*x, *weight];
+                v.extend(bias.iter());
+                v
+            }
+            Op::ConvBackward {
+                x, weight, grad, ..
+            } => vec![*x, *weight, *grad],
             Op::Select { x, index, .. } => vec![*x, *index],
             Op::Triangle { x, .. } => vec![*x],
             Op::Unary(_, a) | Op::Cast(a, _) | Op::T(a) | Op::ToDevice(a, _) => vec![*a],

@@ -540,6 +540,8 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     | Op::Pool { .. }
                     | Op::PoolBackward { .. }
                     | Op::Dropout { .. }
+                    | Op::Conv { .. }
+                    | Op::ConvBackward { .. }
                     | Op::Select { .. }
                     | Op::Arange { .. }
                     | Op::Rope { .. }

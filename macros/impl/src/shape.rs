@@ -251,6 +251,23 @@ impl DimValue for Dim {
         }
         out
     }
+
+    fn conv_out(
+        &self,
+        kernel: &Self,
+        padding: usize,
+        stride: usize,
+        dilation: usize,
+    ) -> Option<Self> {
+        // `self + 2p - d(k-1) - 1`, divided by the stride when every
+        // coefficient is a multiple of it (else no one polynomial).
+        let c = |n: usize| i64::try_from(n).ok();
+        let num = self
+            .add(&Dim::constant(2 * c(padding)? + c(dilation)? - 1))
+            .sub(&kernel.scale(c(dilation)?));
+        let q = num.div_exact(&Dim::constant(c(stride)?))?;
+        Some(q.add(&Dim::constant(1)))
+    }
 }
 
 impl Dim {

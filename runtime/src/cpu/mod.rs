@@ -5,6 +5,7 @@ mod attention;
 pub(crate) mod blocks;
 pub(crate) mod bnorm;
 pub(crate) mod buffer;
+pub(crate) mod conv;
 pub(crate) mod copy;
 mod cumsum;
 pub(crate) mod dropout;

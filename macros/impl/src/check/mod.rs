@@ -18,6 +18,7 @@ use tensorfn_kernels::ir::Kernel;
 use tensorfn_kernels::{BinaryOp, CmpOp, NormOp, ReduceOp, RowOp, RowShape, UnaryOp};
 
 mod calls;
+mod conv;
 mod elementwise;
 mod indexing;
 mod linalg;

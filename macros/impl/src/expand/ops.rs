@@ -1,6 +1,7 @@
 //! One step of a plan: a fused kernel or a runtime call.
 
 use super::*;
+use tensorfn_core::ops::conv::ConvArgs;
 
 /// A stable kernel entry prefix: the function and the program's
 /// [`fingerprint`](Kernel::fingerprint) (equal programs get equal names and
@@ -81,6 +82,24 @@ fn pool_args(p: &tensorfn_core::ops::pool::Pool2d) -> TokenStream {
         divisor_override: #div,
         output_size: #o,
     })
+}
+
+/// The typed API's options of a convolution node: `ConvArgs { .. }`, or
+/// `Conv1dArgs { .. }` (the width's entries) for `conv1d`.
+fn conv_args(a: &ConvArgs, spatial: usize) -> TokenStream {
+    let (s, p, d, g) = (a.stride, a.padding, a.dilation, a.groups);
+    if spatial == 1 {
+        let (s, p, d) = (s[1], p[1], d[1]);
+        quote!(::tensorfn::Conv1dArgs { stride: #s, padding: #p, dilation: #d, groups: #g })
+    } else {
+        let ([s0, s1], [p0, p1], [d0, d1]) = (s, p, d);
+        quote!(::tensorfn::ConvArgs {
+            stride: [#s0, #s1],
+            padding: [#p0, #p1],
+            dilation: [#d0, #d1],
+            groups: #g,
+        })
+    }
 }
 
 impl FnGen<'_> {
@@ -574,6 +593,53 @@ impl FnGen<'_> {
                 let g = self.reference(*grad);
                 let args = xent_args(reduction, *ignore_index, *label_smoothing);
                 quote!(#xr.cross_entropy_backward(#t, #g, #args)?)
+            }
+            Op::Conv {
+                x,
+                weight,
+                bias,
+                args,
+                spatial,
+            } => {
+                let (xr, wr) = (self.reference(*x), self.reference(*weight));
+                // The bias as the typed method takes it: of the type of
+                // the weight's first dim.
+                let b = match bias {
+                    Some(b) => {
+                        let co = vec![self.dim_tys(*weight)[0].clone()];
+                        let r = self.reference(*b);
+                        let r = if self.dim_tys(*b) == co {
+                            r
+                        } else {
+                            let s = shape_tokens(&co);
+                            quote!(&::core::clone::Clone::clone(#r).into_shape::<#s>()?)
+                        };
+                        quote!(::core::option::Option::Some(#r))
+                    }
+                    None => quote!(::core::option::Option::None),
+                };
+                let s = so();
+                let a = conv_args(args, *spatial);
+                let m = format_ident!("conv{}d", spatial);
+                quote!({
+                    let y: ::tensorfn::Tensor<_, _, #s> = #xr.#m(#wr, #b, #a)?;
+                    y
+                })
+            }
+            Op::ConvBackward {
+                x,
+                weight,
+                grad,
+                args,
+                spatial,
+                input,
+            } => {
+                let (xr, wr) = (self.reference(*x), self.reference(*weight));
+                let g = self.reference(*grad);
+                let a = conv_args(args, *spatial);
+                let which = if *input { "input" } else { "weight" };
+                let m = format_ident!("conv{}d_backward_{}", spatial, which);
+                quote!(#xr.#m(#wr, #g, #a)?)
             }
             Op::Embedding { ids, weight } => {
                 let (ids, w) = (self.reference(*ids), self.reference(*weight));
