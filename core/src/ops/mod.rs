@@ -172,6 +172,12 @@ pub enum OpKind {
     /// `gather(input, dim, index)`: along `dim`, the element each entry of
     /// `index` names.
     Gather,
+    /// `index_add(input, dim, index, source, alpha)`: entries of `source`
+    /// added at the positions along `dim` that the 1-D `index` lists.
+    IndexAdd,
+    /// `scatter_add(input, dim, index, src)`: each entry of `src` added at
+    /// the position along `dim` that `index` names.
+    ScatterAdd,
     /// `cross_entropy(input, target, ..)`: the loss of class logits
     /// against class indices.
     CrossEntropy,
@@ -305,6 +311,10 @@ pub enum ShapeRule {
     IndexSelect,
     /// [`rules::gather`](crate::rules::gather).
     Gather,
+    /// [`rules::index_add`](crate::rules::index_add).
+    IndexAdd,
+    /// [`rules::scatter_add`](crate::rules::scatter_add).
+    ScatterAdd,
     /// [`rules::cross_entropy`](crate::rules::cross_entropy).
     CrossEntropy,
     /// `[end]`.
@@ -987,6 +997,37 @@ static LATER: &[OpDef] = &[
         DTypeRule::Same,
         ShapeRule::Gather,
         "Along `dim`, the element each entry of `index` (`i64` or `i32`, `input`'s rank) names.",
+    ),
+    def(
+        "index_add",
+        OpKind::IndexAdd,
+        true,
+        true,
+        &[
+            INPUT,
+            p("dim", ParamKind::Dim),
+            p("index", TENSOR),
+            p("source", TENSOR),
+            opt("alpha", SCALAR, "1"),
+        ],
+        DTypeRule::SameFloat,
+        ShapeRule::IndexAdd,
+        "`input` with `alpha * source`'s entries along `dim` added at the positions the 1-D `index` (`i64` or `i32`) lists, repeats summed.",
+    ),
+    def(
+        "scatter_add",
+        OpKind::ScatterAdd,
+        true,
+        true,
+        &[
+            INPUT,
+            p("dim", ParamKind::Dim),
+            p("index", TENSOR),
+            p("src", TENSOR),
+        ],
+        DTypeRule::SameFloat,
+        ShapeRule::ScatterAdd,
+        "`input` with each entry of `src` added, along `dim`, at the position `index` (`i64` or `i32`) names, repeats summed.",
     ),
     def(
         "cumsum",
