@@ -335,7 +335,8 @@ pub enum ShapeRule {
 /// use tensorfn_core::ops::{self, Derivative};
 /// assert_eq!(ops::function("relu").unwrap().derivative, Derivative::Rule);
 /// assert_eq!(ops::method("argmax").unwrap().derivative, Derivative::None);
-/// assert_eq!(ops::function("embedding").unwrap().derivative, Derivative::Pending);
+/// assert_eq!(ops::function("embedding").unwrap().derivative, Derivative::Rule);
+/// assert_eq!(ops::function("scaled_dot_product_attention").unwrap().derivative, Derivative::Pending);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Derivative {
@@ -355,9 +356,7 @@ const fn derivative_of(kind: OpKind) -> Derivative {
     match kind {
         OpKind::Compare(_) | OpKind::Arange => Derivative::None,
         OpKind::Reduce(ReduceOp::ArgMax | ReduceOp::ArgMin) => Derivative::None,
-        OpKind::Attention | OpKind::Embedding | OpKind::IndexSelect | OpKind::Gather => {
-            Derivative::Pending
-        }
+        OpKind::Attention => Derivative::Pending,
         _ => Derivative::Rule,
     }
 }

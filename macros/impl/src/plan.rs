@@ -538,6 +538,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     | Op::CrossEntropyBackward { .. }
                     | Op::Cumsum { .. }
                     | Op::Select { .. }
+                    | Op::ScatterAdd { .. }
                     | Op::Arange { .. }
                     | Op::Rope { .. }
                     | Op::Triangle { .. } => (n, Some(bytes(g, n)), true, None),

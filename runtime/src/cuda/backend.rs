@@ -538,6 +538,18 @@ impl Backend for CudaBackend {
         self.topk_gpu(x, l, k)
     }
 
+    fn scatter_add<T: FloatDType, I: IndexDType>(
+        &self,
+        out: &mut CudaStorage<T>,
+        lo: &Layout,
+        sel: Selected,
+        src: (&CudaStorage<T>, &Layout),
+        idx: (&CudaStorage<I>, &Layout),
+        alpha: f64,
+    ) -> Result<Gathered<()>> {
+        self.scatter_add_gpu(out, lo, sel, src, idx, alpha)
+    }
+
     fn cross_entropy<T: FloatDType, I: IndexDType>(
         &self,
         x: (&CudaStorage<T>, &Layout),

@@ -44,6 +44,7 @@ pub(crate) mod optim;
 mod overlap;
 mod pinned;
 mod pool;
+mod scatter;
 mod staging;
 mod topk;
 mod transfer;
