@@ -1226,22 +1226,21 @@ impl Deriver {
                     src,
                 );
                 let want = self.dims(src);
-                for d in 0..want.len() {
+                for (d, wd) in want.iter().enumerate() {
                     let have = self.dims(gs)[d].clone();
-                    if have == want[d] {
+                    if have == *wd {
                         continue;
                     }
-                    let (Some(h), Some(w)) = (have.as_constant(), want[d].as_constant()) else {
+                    let (Some(h), Some(w)) = (have.as_constant(), wd.as_constant()) else {
                         return Err(format!(
-                            "reaches `src` through an index whose dim {d} ({have}) may be smaller than `src`'s ({}), which the gradient needs known",
-                            want[d]
+                            "reaches `src` through an index whose dim {d} ({have}) may be smaller than `src`'s ({wd}), which the gradient needs known"
                         ));
                     };
                     let mut zt = self.tt(gs);
                     zt.dims[d] = Dim::constant(w - h);
                     let z = self.zeros(&zt, src);
                     let mut ct = self.tt(gs);
-                    ct.dims[d] = want[d].clone();
+                    ct.dims[d] = wd.clone();
                     gs = self.tensor(
                         Op::Cat {
                             xs: vec![gs, z],
