@@ -4867,6 +4867,7 @@ fn scatter_add_along_each_dim() {
     for round in 0..8 {
         let d = random_dims(&mut rng, 1, 4);
         let (xv, x) = inputs_by_rank(&mut rng, &d, SPECIAL);
+        let v = [&xv.0, &xv.1, &xv.2, &xv.3, &xv.4];
         for r in 1..4 {
             // Index dims at most the input's (round 5: an empty one);
             // `src` one larger along every dim in odd rounds.
@@ -4884,7 +4885,7 @@ fn scatter_add_along_each_dim() {
             }
             let refs: Vec<Option<Want>> = GATHER_DIMS[r]
                 .iter()
-                .map(|&dim| scatter_add_ref(&xv_of(&xv, r), &d[r], pos(dim, r), &idx, &id, &s, &sd))
+                .map(|&dim| scatter_add_ref(v[r], &d[r], pos(dim, r), &idx, &id, &s, &sd))
                 .collect();
             let what = format!("scatter_add by {id:?} into {:?} from {sd:?}", d[r]);
             match r {
@@ -4913,10 +4914,6 @@ fn scatter_add_along_each_dim() {
             }
         }
     }
-}
-
-fn xv_of(xv: &(Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>), r: usize) -> Vec<f64> {
-    [&xv.0, &xv.1, &xv.2, &xv.3, &xv.4][r].clone()
 }
 
 /// `index_add` with many repeats (an embedding's gradient) in every float
