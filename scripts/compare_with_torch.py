@@ -126,6 +126,16 @@ def run(op, args, xs):
         x, cos, sin = xs
         half = x.shape[-1] // 2
         return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+    if op == "index_add":
+        # xs: input, index (exact small integers), source.
+        return xs[0].index_add(args["dim"], xs[1].long(), xs[2], alpha=args["alpha"])
+    if op == "scatter_add":
+        return xs[0].scatter_add(args["dim"], xs[1].long(), xs[2])
+    if op == "embedding_backward":
+        # xs: ids, the table, the gradient of the lookup's result.
+        w = xs[1].clone().requires_grad_(True)
+        y = torch.nn.functional.embedding(xs[0].long(), w)
+        return torch.autograd.grad(y, w, xs[2])[0]
     if op == "sin_affine":
         return torch.sin(xs[0]) * 2 + 5
     if op == "gelu_tanh":
@@ -183,6 +193,12 @@ def slack(op, inputs, args):
     if op in ("matmul", "matmul_nt", "bmm", "addmm"):
         a = inputs[1] if op == "addmm" else inputs[0]
         return 2.0 * math.sqrt(a["shape"][-1])
+    if op in ("index_add", "scatter_add", "embedding_backward"):
+        # Repeated indices: a sum of (index entries / targets) terms each.
+        idx = inputs[0] if op == "embedding_backward" else inputs[1]
+        count = math.prod(idx["shape"])
+        targets = inputs[1]["shape"][0] if op == "embedding_backward" else inputs[0]["shape"][args["dim"]]
+        return 2.0 + 2.0 * count / max(targets, 1)
     if op in ("adamw", "sgd"):
         # One rounding of the parameter per step.
         return 2.0 * inputs[1]["shape"][0]

@@ -470,8 +470,9 @@
 ///   (Hugging Face Llama's rotary embedding), `x.cast::<T>()`,
 ///   `x.to_device::<D>()`,
 ///   `embedding(ids, weight)`, `x.index_select(dim, index)`,
-///   `x.gather(dim, index)` (`i64` or `i32` indices; one out of range is
-///   an `Err`), `cross_entropy(logits, target, ignore_index = -100,
+///   `x.gather(dim, index)`, `x.index_add(dim, index, source, alpha = 1)`,
+///   `x.scatter_add(dim, index, src)` (`i64` or `i32` indices; one out of
+///   range is an `Err`; repeated indices add up), `cross_entropy(logits, target, ignore_index = -100,
 ///   reduction = "mean", label_smoothing = 0.0)` (PyTorch's, one fused
 ///   row kernel; a target out of range is an `Err`), `cumsum(x, dim)`
 ///   (also a method; integers sum into `i64`), `arange(N)`,
@@ -618,8 +619,7 @@
 /// (`tensorfn_core::ops::Derivative`). An op without one on the path from
 /// a differentiated parameter to the result (`argmax`, a cast to an
 /// integer type, a `#[kernel]`, and for now
-/// `scaled_dot_product_attention`, `embedding`, `index_select` and
-/// `gather`) is a compile error on the op naming the parameter, as is
+/// `scaled_dot_product_attention`) is a compile error on the op naming the parameter, as is
 /// a `#[grad]` parameter the result does not depend on, or a comparison as
 /// the only path to it (a comparison used as a mask beside a
 /// differentiable path is fine). `max(dim)` and `min(dim)` give the whole

@@ -15,7 +15,7 @@
 //! it, so a new op needs its walk here.
 
 use tensorfn::prelude::*;
-use tensorfn::{DType, Shape};
+use tensorfn::{DType, FloatDType, Shape};
 use tensorfn_core::ops::{self, NormOp, OpKind, ReduceOp};
 
 /// A catalogue op walked here, with the forms its walk writes.
@@ -48,7 +48,9 @@ const fn walked(name: &'static str, function: bool, method: bool) -> Walked {
 /// `reshape`, `view`, `permute`, `cast`, `to_device` and `to_cpu` at ranks
 /// 0-4; `t` at ranks 0-2; `embedding` of ids of ranks 0-3 (every dtype
 /// of table, both index dtypes, no ids, an empty table), `index_select`
-/// and `gather` along each dim at ranks 1-4, `arange` of dims and
+/// and `gather` along each dim at ranks 1-4, `index_add` and
+/// `scatter_add` along each dim at ranks 1-3 (repeated indices, NaN and
+/// ±inf sources, no indices, f32, f16 and bf16), `arange` of dims and
 /// literals, `tril` and `triu` at ranks 2-4 (every dtype, causal masks);
 /// `cumsum` along each dim at ranks 1-3 (f64 and `i32` into `i64`);
 /// `cross_entropy` of `[N, C]` logits (every keyword, both index dtypes,
@@ -108,6 +110,8 @@ const WALKED: &[Walked] = &[
     walked("embedding", true, false),
     walked("index_select", true, true),
     walked("gather", true, true),
+    walked("index_add", true, true),
+    walked("scatter_add", true, true),
     walked("cumsum", true, true),
     walked("cross_entropy", true, false),
     walked("max_pool2d", true, false),
@@ -5111,6 +5115,78 @@ fn conv_ref(
     }
 }
 
+// ---------------------------------------------------------------------
+// index_add, scatter_add.
+// ---------------------------------------------------------------------
+
+/// `index_add` by plain loops (in `source`'s row-major order, as the CPU
+/// adds): `None` when an index is outside `0..d[dim]`.
+fn index_add_ref(
+    x: &[f64],
+    d: &[usize],
+    dim: usize,
+    idx: &[i64],
+    s: &[f64],
+    alpha: f64,
+) -> Option<Want> {
+    if idx.iter().any(|&k| k < 0 || k as usize >= d[dim]) {
+        return None;
+    }
+    let mut sd = d.to_vec();
+    sd[dim] = idx.len();
+    let mut out = x.to_vec();
+    for (i, &v) in s.iter().enumerate() {
+        let mut ix = unravel(i, &sd);
+        ix[dim] = idx[ix[dim]] as usize;
+        out[ravel(&ix, d)] += alpha * v;
+    }
+    Some(Want::bits(d.to_vec(), out))
+}
+
+/// `scatter_add` by plain loops over `index` (`id`) reading `src` (`sd`).
+fn scatter_add_ref(
+    x: &[f64],
+    d: &[usize],
+    dim: usize,
+    idx: &[i64],
+    id: &[usize],
+    s: &[f64],
+    sd: &[usize],
+) -> Option<Want> {
+    if idx.iter().any(|&k| k < 0 || k as usize >= d[dim]) {
+        return None;
+    }
+    let mut out = x.to_vec();
+    for (i, &k) in idx.iter().enumerate() {
+        let mut ix = unravel(i, id);
+        let v = s[ravel(&ix, sd)];
+        ix[dim] = k as usize;
+        out[ravel(&ix, d)] += v;
+    }
+    Some(Want::bits(d.to_vec(), out))
+}
+
+tensor_fn! {
+    fn iadd1(x: &Tensor<Cpu, f64, [A]>, i: &Tensor<Cpu, i64, [K]>, s: &Tensor<Cpu, f64, [K]>) -> (Tensor<Cpu, f64, [A]>, Tensor<Cpu, f64, [A]>) {
+        (index_add(x, 0, i, s), x.index_add(-1, i, s, alpha = -2.0))
+    }
+    fn iadd2(x: &Tensor<Cpu, f64, [A, B]>, i: &Tensor<Cpu, i32, [K]>, s0: &Tensor<Cpu, f64, [K, B]>, s1: &Tensor<Cpu, f64, [A, K]>) -> (Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>) {
+        (x.index_add(0, i, s0), index_add(x, 1, i, s1, alpha = 0.5), x.index_add(dim = -1, index = i, source = s1, alpha = 3))
+    }
+    fn iadd3(x: &Tensor<Cpu, f64, [A, B, C]>, i: &Tensor<Cpu, i64, [K]>, s: &Tensor<Cpu, f64, [A, K, C]>) -> Tensor<Cpu, f64, [A, B, C]> {
+        x.index_add(1, i, s, alpha = 0.25)
+    }
+    fn sadd1(x: &Tensor<Cpu, f64, [A]>, i: &Tensor<Cpu, i64, [K]>, s: &Tensor<Cpu, f64, [M]>) -> (Tensor<Cpu, f64, [A]>, Tensor<Cpu, f64, [A]>) {
+        (scatter_add(x, 0, i, s), x.scatter_add(-1, i, s))
+    }
+    fn sadd2(x: &Tensor<Cpu, f64, [A, B]>, i: &Tensor<Cpu, i32, [P, Q]>, s: &Tensor<Cpu, f64, [M, N]>) -> (Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>, Tensor<Cpu, f64, [A, B]>) {
+        (x.scatter_add(0, i, s), scatter_add(x, 1, i, s), x.scatter_add(dim = -1, index = i, src = s))
+    }
+    fn sadd3(x: &Tensor<Cpu, f64, [A, B, C]>, i: &Tensor<Cpu, i64, [P, Q, R]>, s: &Tensor<Cpu, f64, [P, Q, R]>) -> (Tensor<Cpu, f64, [A, B, C]>, Tensor<Cpu, f64, [A, B, C]>, Tensor<Cpu, f64, [A, B, C]>) {
+        (x.scatter_add(0, i, s), x.scatter_add(1, i, s), scatter_add(x, 2, i, s))
+    }
+}
+
 #[test]
 fn batch_norm_at_every_rank() {
     let mut rng = Rng::new(720);
@@ -5543,4 +5619,169 @@ fn conv_shape_errors_are_errs() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("one bias per output channel"), "{e}");
+}
+
+#[test]
+fn index_add_along_each_dim() {
+    let mut rng = Rng::new(853);
+    for round in 0..8 {
+        let d = random_dims(&mut rng, 1, 4);
+        let (xv, x) = inputs_by_rank(&mut rng, &d, SPECIAL);
+        // Round 5 has no indices, round 7 one out of range.
+        let k = if round == 5 { 0 } else { 1 + rng.below(6) };
+        let src = |rng: &mut Rng, dims: &[usize], dim: usize| {
+            let mut sd = dims.to_vec();
+            sd[dim] = k;
+            let v = rng.values(numel(&sd), SPECIAL);
+            (v, sd)
+        };
+        let idx_for = |rng: &mut Rng, n: usize| {
+            let mut idx = indices(rng, k, n);
+            if round == 7 {
+                idx[k - 1] = if k % 2 == 0 { -1 } else { n as i64 };
+            }
+            idx
+        };
+        // Rank 1.
+        let idx = idx_for(&mut rng, d[1][0]);
+        let (s, sd) = src(&mut rng, &d[1], 0);
+        let st: Tensor<Cpu, f64, S1> = tensor(&s, &sd);
+        let refs = [
+            index_add_ref(&xv.1, &d[1], 0, &idx, &s, 1.0),
+            index_add_ref(&xv.1, &d[1], 0, &idx, &s, -2.0),
+        ];
+        let what = format!("index_add by {idx:?} at rank 1, dims {:?}", d[1]);
+        check_or_err(&what, iadd1(&x.1, &ids_tensor(&idx, &[k]), &st), &refs);
+        check_or_err(
+            &format!("typed {what}"),
+            x.1.index_add::<0>(&ids_tensor::<i32, S1>(&idx, &[k]), &st, 1.0),
+            &refs[..1],
+        );
+        // Rank 2: dims 0 and 1 (the index valid for both).
+        let idx = idx_for(&mut rng, d[2][0].min(d[2][1]));
+        let (s0, sd0) = src(&mut rng, &d[2], 0);
+        let (s1, sd1) = src(&mut rng, &d[2], 1);
+        let (t0, t1): (Tensor<Cpu, f64, S2>, Tensor<Cpu, f64, S2>) =
+            (tensor(&s0, &sd0), tensor(&s1, &sd1));
+        let refs = [
+            index_add_ref(&xv.2, &d[2], 0, &idx, &s0, 1.0),
+            index_add_ref(&xv.2, &d[2], 1, &idx, &s1, 0.5),
+            index_add_ref(&xv.2, &d[2], 1, &idx, &s1, 3.0),
+        ];
+        let what = format!("index_add by {idx:?} at rank 2, dims {:?}", d[2]);
+        check_or_err(&what, iadd2(&x.2, &ids_tensor(&idx, &[k]), &t0, &t1), &refs);
+        check_or_err(
+            &format!("typed {what}"),
+            x.2.index_add::<1>(&ids_tensor::<i64, S1>(&idx, &[k]), &t1, 0.5),
+            &refs[1..2],
+        );
+        // Rank 3: dim 1, in place too.
+        let idx = idx_for(&mut rng, d[3][1]);
+        let (s, sd) = src(&mut rng, &d[3], 1);
+        let st: Tensor<Cpu, f64, S3> = tensor(&s, &sd);
+        let want = [index_add_ref(&xv.3, &d[3], 1, &idx, &s, 0.25)];
+        let what = format!("index_add by {idx:?} at rank 3, dims {:?}", d[3]);
+        check_or_err(&what, iadd3(&x.3, &ids_tensor(&idx, &[k]), &st), &want);
+        let mut y = x.3.clone();
+        let r = y.index_add_::<1>(&ids_tensor::<i64, S1>(&idx, &[k]), &st, 0.25);
+        check_or_err(&format!("in place {what}"), r.map(|()| y), &want);
+    }
+}
+
+#[test]
+fn scatter_add_along_each_dim() {
+    let mut rng = Rng::new(857);
+    for round in 0..8 {
+        let d = random_dims(&mut rng, 1, 4);
+        let (xv, x) = inputs_by_rank(&mut rng, &d, SPECIAL);
+        let v = [&xv.0, &xv.1, &xv.2, &xv.3, &xv.4];
+        for r in 1..4 {
+            // Index dims at most the input's (round 5: an empty one);
+            // `src` one larger along every dim in odd rounds.
+            let mut id: Vec<usize> = d[r].iter().map(|&n| 1 + rng.below(n)).collect();
+            if round == 5 {
+                id[0] = 0;
+            }
+            let sd: Vec<usize> = id.iter().map(|&n| n + round % 2).collect();
+            let s = rng.values(numel(&sd), SPECIAL);
+            let least = *d[r].iter().min().unwrap();
+            let mut idx = indices(&mut rng, numel(&id), least);
+            if round == 7 {
+                let k = rng.below(idx.len());
+                idx[k] = if r % 2 == 0 { -1 } else { 99 };
+            }
+            let refs: Vec<Option<Want>> = GATHER_DIMS[r]
+                .iter()
+                .map(|&dim| scatter_add_ref(v[r], &d[r], pos(dim, r), &idx, &id, &s, &sd))
+                .collect();
+            let what = format!("scatter_add by {id:?} into {:?} from {sd:?}", d[r]);
+            match r {
+                1 => {
+                    let st: Tensor<Cpu, f64, S1> = tensor(&s, &sd);
+                    check_or_err(&what, sadd1(&x.1, &ids_tensor(&idx, &id), &st), &refs);
+                    let t = x.1.scatter_add::<0>(&ids_tensor::<i32, S1>(&idx, &id), &st);
+                    check_or_err(&format!("typed {what}"), t, &refs[..1]);
+                }
+                2 => {
+                    let st: Tensor<Cpu, f64, S2> = tensor(&s, &sd);
+                    check_or_err(&what, sadd2(&x.2, &ids_tensor(&idx, &id), &st), &refs);
+                    let t = x.2.scatter_add::<1>(&ids_tensor::<i64, S2>(&idx, &id), &st);
+                    check_or_err(&format!("typed {what}"), t, &refs[1..2]);
+                }
+                _ => {
+                    if round % 2 == 1 {
+                        continue; // sadd3 takes `src` of the index's dims
+                    }
+                    let st: Tensor<Cpu, f64, S3> = tensor(&s, &sd);
+                    check_or_err(&what, sadd3(&x.3, &ids_tensor(&idx, &id), &st), &refs);
+                    let mut y = x.3.clone();
+                    let t = y.scatter_add_::<2>(&ids_tensor::<i32, S3>(&idx, &id), &st);
+                    check_or_err(&format!("in place {what}"), t.map(|()| y), &refs[2..3]);
+                }
+            }
+        }
+    }
+}
+
+/// `index_add` with many repeats (an embedding's gradient) in every float
+/// dtype against an `f64` reference: f16 and bf16 accumulate in f32 and
+/// round once, so they are within one rounding of the exact sum.
+#[test]
+fn index_add_of_every_float_dtype() {
+    fn walk<T: FloatDType>(ulp: f64) {
+        let mut rng = Rng::new(859);
+        let (v, c, n) = (5, 3, 40);
+        let xv = rng.values(v * c, &[]);
+        let x: Tensor<Cpu, T, shape![5, 3]> = tensor(&xv, &[v, c]);
+        let sv = rng.values(n * c, &[]);
+        let s: Tensor<Cpu, T, shape![40, 3]> = tensor(&sv, &[n, c]);
+        let stored = |t: Vec<T>| -> Vec<f64> { t.iter().map(|x| x.to_f64()).collect() };
+        let (xs, ss) = (stored(x.to_vec().unwrap()), stored(s.to_vec().unwrap()));
+        let idx = indices(&mut rng, n, v);
+        let got = x
+            .index_add::<0>(&ids_tensor::<i64, shape![40]>(&idx, &[n]), &s, 1.0)
+            .unwrap();
+        let mut want = xs.clone();
+        let mut mag: Vec<f64> = xs.iter().map(|a| a.abs()).collect();
+        for (j, &k) in idx.iter().enumerate() {
+            for e in 0..c {
+                want[k as usize * c + e] += ss[j * c + e];
+                mag[k as usize * c + e] += ss[j * c + e].abs();
+            }
+        }
+        let tol = mag.iter().map(|m| m * ulp).collect();
+        check(
+            &format!("index_add of {}", T::KIND.name()),
+            &one(&got),
+            &Want {
+                dims: vec![v, c],
+                vals: want,
+                tol,
+            },
+        );
+    }
+    walk::<f64>(1e-15);
+    walk::<f32>(4e-7 * 8.0);
+    walk::<f16>(1.0 / 1024.0);
+    walk::<bf16>(1.0 / 128.0);
 }

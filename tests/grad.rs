@@ -749,6 +749,139 @@ fn check_vjp(
     }
 }
 
+tensor_fn! {
+    #[grad(w)]
+    fn emb(ids: &Tensor<Cpu, i64, [2, 5]>, w: &Tensor<Cpu, f64, [4, 3]>, u: &Tensor<Cpu, f64, [2, 5, 3]>) -> Tensor<Cpu, f64, []> {
+        (sin(embedding(ids, w)) * u).sum()
+    }
+
+    #[grad(x)]
+    fn picked(x: &Tensor<Cpu, f64, [3, 4]>, idx: &Tensor<Cpu, i64, [6]>, j: &Tensor<Cpu, i64, [6]>, u: &Tensor<Cpu, f64, [3, 6]>, v: &Tensor<Cpu, f64, [6, 4]>) -> Tensor<Cpu, f64, []> {
+        (sin(x.index_select(-1, idx)) * u).sum() + (x.index_select(0, j) * v).sum()
+    }
+
+    #[grad(x)]
+    fn gathered(x: &Tensor<Cpu, f64, [3, 4]>, idx: &Tensor<Cpu, i32, [3, 5]>, i0: &Tensor<Cpu, i32, [2, 4]>, u: &Tensor<Cpu, f64, [3, 5]>) -> Tensor<Cpu, f64, []> {
+        (sin(gather(x, 1, idx)) * u).sum() + cos(x.gather(-2, i0)).sum()
+    }
+
+    #[grad(x, s)]
+    fn added(x: &Tensor<Cpu, f64, [4, 3]>, idx: &Tensor<Cpu, i64, [5]>, s: &Tensor<Cpu, f64, [5, 3]>, u: &Tensor<Cpu, f64, [4, 3]>) -> Tensor<Cpu, f64, []> {
+        (sin(x.index_add(0, idx, s, alpha = 0.5)) * u).sum() + cos(index_add(x, 0, idx, s * s)).sum()
+    }
+
+    #[grad(x, s)]
+    fn scattered(x: &Tensor<Cpu, f64, [3, 4]>, idx: &Tensor<Cpu, i64, [2, 3]>, s: &Tensor<Cpu, f64, [3, 5]>, u: &Tensor<Cpu, f64, [3, 4]>) -> Tensor<Cpu, f64, []> {
+        (sin(x.scatter_add(1, idx, s)) * u).sum()
+    }
+}
+
+/// Integer indices in `0..n` (repeats likely), from a seed.
+fn rand_ids(len: usize, seed: u64, n: usize) -> Vec<i64> {
+    rand_vec(len, seed, 0.0, n as f64)
+        .iter()
+        .map(|v| (*v as i64).min(n as i64 - 1))
+        .collect()
+}
+
+#[test]
+fn index_ops_against_finite_differences() {
+    for seed in 0..3u64 {
+        // embedding: 10 ids into 4 rows, so rows repeat.
+        let ids0 = rand_ids(10, seed + 1, 4);
+        assert!((0..4).any(|r| ids0.iter().filter(|&&i| i == r).count() > 1));
+        let ids = Tensor::<Cpu, i64, shape![2, 5]>::from_vec(ids0).unwrap();
+        let w0 = rand_vec(12, seed + 2, -2.0, 2.0);
+        let u = tensor::<shape![2, 5, 3]>(&rand_vec(30, seed + 3, -1.0, 1.0));
+        let (_, g) = emb::value_and_grad(&ids, &tensor(&w0), &u).unwrap();
+        check_fd(
+            "embedding",
+            &w0,
+            &value(&g),
+            |ws| value(&emb(&ids, &tensor(ws), &u).unwrap())[0],
+            1e-6,
+        );
+
+        let x0 = rand_vec(12, seed + 4, -2.0, 2.0);
+        let idx = Tensor::<Cpu, i64, shape![6]>::from_vec(rand_ids(6, seed + 5, 4)).unwrap();
+        let j = Tensor::<Cpu, i64, shape![6]>::from_vec(rand_ids(6, seed + 18, 3)).unwrap();
+        let u = tensor::<shape![3, 6]>(&rand_vec(18, seed + 6, -1.0, 1.0));
+        let v = tensor::<shape![6, 4]>(&rand_vec(24, seed + 7, -1.0, 1.0));
+        let (_, g) = picked::value_and_grad(&tensor(&x0), &idx, &j, &u, &v).unwrap();
+        check_fd(
+            "index_select",
+            &x0,
+            &value(&g),
+            |xs| value(&picked(&tensor(xs), &idx, &j, &u, &v).unwrap())[0],
+            1e-6,
+        );
+
+        let gi: Vec<i32> = rand_ids(15, seed + 8, 4)
+            .iter()
+            .map(|&k| k as i32)
+            .collect();
+        let idx = Tensor::<Cpu, i32, shape![3, 5]>::from_vec(gi).unwrap();
+        let i0: Vec<i32> = rand_ids(8, seed + 9, 3).iter().map(|&k| k as i32).collect();
+        let i0 = Tensor::<Cpu, i32, shape![2, 4]>::from_vec(i0).unwrap();
+        let u = tensor::<shape![3, 5]>(&rand_vec(15, seed + 10, -1.0, 1.0));
+        let (_, g) = gathered::value_and_grad(&tensor(&x0), &idx, &i0, &u).unwrap();
+        check_fd(
+            "gather",
+            &x0,
+            &value(&g),
+            |xs| value(&gathered(&tensor(xs), &idx, &i0, &u).unwrap())[0],
+            1e-6,
+        );
+
+        let a0 = rand_vec(12, seed + 11, -2.0, 2.0);
+        let s0 = rand_vec(15, seed + 12, -2.0, 2.0);
+        let idx = Tensor::<Cpu, i64, shape![5]>::from_vec(rand_ids(5, seed + 13, 4)).unwrap();
+        let u = tensor::<shape![4, 3]>(&rand_vec(12, seed + 14, -1.0, 1.0));
+        let (_, g) = added::value_and_grad(&tensor(&a0), &idx, &tensor(&s0), &u).unwrap();
+        let (gx, gs) = {
+            let f = g.flat();
+            (f[0].clone(), f[1].clone())
+        };
+        check_fd(
+            "index_add (x)",
+            &a0,
+            &gx,
+            |xs| value(&added(&tensor(xs), &idx, &tensor(&s0), &u).unwrap())[0],
+            1e-6,
+        );
+        check_fd(
+            "index_add (source)",
+            &s0,
+            &gs,
+            |ss| value(&added(&tensor(&a0), &idx, &tensor(ss), &u).unwrap())[0],
+            1e-6,
+        );
+
+        let s0 = rand_vec(15, seed + 15, -2.0, 2.0);
+        let idx = Tensor::<Cpu, i64, shape![2, 3]>::from_vec(rand_ids(6, seed + 16, 4)).unwrap();
+        let u = tensor::<shape![3, 4]>(&rand_vec(12, seed + 17, -1.0, 1.0));
+        let (_, g) = scattered::value_and_grad(&tensor(&x0), &idx, &tensor(&s0), &u).unwrap();
+        let (gx, gs) = {
+            let f = g.flat();
+            (f[0].clone(), f[1].clone())
+        };
+        check_fd(
+            "scatter_add (x)",
+            &x0,
+            &gx,
+            |xs| value(&scattered(&tensor(xs), &idx, &tensor(&s0), &u).unwrap())[0],
+            1e-6,
+        );
+        check_fd(
+            "scatter_add (src)",
+            &s0,
+            &gs,
+            |ss| value(&scattered(&tensor(&x0), &idx, &tensor(ss), &u).unwrap())[0],
+            1e-6,
+        );
+    }
+}
+
 #[test]
 fn vjp_linear_layer() {
     for seed in 0..3u64 {

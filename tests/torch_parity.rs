@@ -812,6 +812,75 @@ fn pools<G: Device, T: FloatDType>(rec: &mut Recorder) {
     }
 }
 
+/// `index_add`, `scatter_add` and `embedding`'s gradient (the
+/// `index_add` of the gradient rows into zeros that `#[grad]` derives),
+/// with many repeated indices, against f64 sums.
+fn index_adds<G: Device, T: FloatDType>(rec: &mut Recorder) {
+    let dt = T::KIND.name();
+    // Indices as exact small integers (every float dtype holds them).
+    let ids = |n: usize, below: usize| -> (Vec<i64>, Vec<f64>) {
+        let (u, _) = random::<Cpu, f64, V>(&[n]);
+        let k: Vec<i64> = u
+            .to_vec()
+            .unwrap()
+            .iter()
+            .map(|&v| (((v + 1.0) / 2.0 * below as f64) as i64).min(below as i64 - 1))
+            .collect();
+        let f = k.iter().map(|&i| i as f64).collect();
+        (k, f)
+    };
+    let (rows, cols, n) = (48, 64, 700);
+    let (x, xv) = random::<G, T, M2>(&[rows, cols]);
+    let (src, sv) = random::<G, T, M2>(&[n, cols]);
+    let (k, kf) = ids(n, rows);
+    let idx = Tensor::<Cpu, i64, V>::from_vec_dims(k.clone(), &[n])
+        .unwrap()
+        .to_device::<G>()
+        .unwrap();
+    let idx_f = Tensor::<Cpu, f64, V>::from_vec_dims(kf, &[n]).unwrap();
+    // index_add along dim 0 with alpha, and the embedding gradient.
+    let got = x.index_add::<0>(&idx, &src, 0.5).unwrap();
+    let mut want = xv.clone();
+    let mut grad = vec![0.0; rows * cols];
+    for (j, &r) in k.iter().enumerate() {
+        for c in 0..cols {
+            want[r as usize * cols + c] += 0.5 * sv[j * cols + c];
+            grad[r as usize * cols + c] += sv[j * cols + c];
+        }
+    }
+    let terms = (n / rows) as f64;
+    check("index_add", &got, &want, 4.0 + terms);
+    let inputs = [rec.array(&x), rec.array(&idx_f), rec.array(&src)];
+    let out = rec.array(&got);
+    rec.case("index_add", dt, &inputs, &out, r#""dim":0,"alpha":0.5"#);
+    let zeros = Tensor::<G, T, M2>::zeros_dims(&[rows, cols]).unwrap();
+    let got = zeros.index_add::<0>(&idx, &src, 1.0).unwrap();
+    check("embedding gradient", &got, &grad, 4.0 + terms);
+    let ids_2d = idx_f.reshape_dims::<M2>(&[7, n / 7]).unwrap();
+    let g3 = src.reshape_dims::<B3>(&[7, n / 7, cols]).unwrap();
+    let inputs = [rec.array(&ids_2d), rec.array(&x), rec.array(&g3)];
+    let out = rec.array(&got);
+    rec.case("embedding_backward", dt, &inputs, &out, "");
+    // scatter_add along dim 1: an index narrower than `src`.
+    let (k, kf) = ids(rows * 100, cols);
+    let (src, sv) = random::<G, T, M2>(&[rows, 120]);
+    let idx = Tensor::<Cpu, i64, M2>::from_vec_dims(k.clone(), &[rows, 100])
+        .unwrap()
+        .to_device::<G>()
+        .unwrap();
+    let idx_f = Tensor::<Cpu, f64, M2>::from_vec_dims(kf, &[rows, 100]).unwrap();
+    let got = x.scatter_add::<1>(&idx, &src).unwrap();
+    let mut want = xv.clone();
+    for (p, &c) in k.iter().enumerate() {
+        let (r, j) = (p / 100, p % 100);
+        want[r * cols + c as usize] += sv[r * 120 + j];
+    }
+    check("scatter_add", &got, &want, 4.0 + 100.0 / cols as f64);
+    let inputs = [rec.array(&x), rec.array(&idx_f), rec.array(&src)];
+    let out = rec.array(&got);
+    rec.case("scatter_add", dt, &inputs, &out, r#""dim":1"#);
+}
+
 /// A few AdamW and SGD-with-momentum steps on one parameter tensor, from
 /// the same parameters and gradients as `torch.optim.AdamW` / `SGD` get.
 fn optimizers<G: Device, T: FloatDType>(rec: &mut Recorder) {
@@ -1023,6 +1092,10 @@ where
     fused::<G, f32>(&mut rec);
     fused::<G, f16>(&mut rec);
     fused::<G, bf16>(&mut rec);
+    index_adds::<G, f64>(&mut rec);
+    index_adds::<G, f32>(&mut rec);
+    index_adds::<G, f16>(&mut rec);
+    index_adds::<G, bf16>(&mut rec);
     optimizers::<G, f64>(&mut rec);
     optimizers::<G, f32>(&mut rec);
     optimizers::<G, f16>(&mut rec);

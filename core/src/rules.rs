@@ -1450,6 +1450,128 @@ pub fn gather<D: DimValue>(
     Ok(idims.to_vec())
 }
 
+/// `index_add(input, dim, index, source)` (PyTorch's
+/// `Tensor.index_add`): `index` is a 1-D list of positions along `dim`,
+/// `source` has `input`'s dims except along `dim`, where it has one entry
+/// per index; entry `j` of `source` along `dim` is added at position
+/// `index[j]` of the result, which has `input`'s dims. The indices'
+/// values are checked when they are read.
+///
+/// ```
+/// use tensorfn_core::rules::index_add;
+/// assert_eq!(index_add::<usize>("index_add", ("x", &[4, 5]), 0, ("idx", &[3]), ("src", &[3, 5])).unwrap(), vec![4, 5]);
+/// let e = index_add::<usize>("index_add", ("x", &[4, 5]), 0, ("idx", &[3]), ("src", &[2, 5])).unwrap_err();
+/// assert!(e.message.contains("dim 0 of `src` is 2 but `idx` has 3 entries"));
+/// assert_eq!(e.operand, 3);
+/// assert!(index_add::<usize>("index_add", ("x", &[4, 5]), 0, ("idx", &[3, 1]), ("src", &[3, 5])).is_err());
+/// ```
+pub fn index_add<D: DimValue>(
+    op: &str,
+    input: Operand<'_, D>,
+    dim: usize,
+    index: Operand<'_, D>,
+    source: Operand<'_, D>,
+) -> Result<Vec<D>, RuleError> {
+    let ((name, dims), (iname, idims), (sname, sdims)) = (input, index, source);
+    if idims.len() != 1 {
+        return err(
+            op,
+            2,
+            format!(
+                "`{iname}` must be 1-D (a list of positions along dim {dim}), found shape {}; flatten it with `.reshape([-1])`",
+                fmt_dims(idims)
+            ),
+        );
+    }
+    no_dim_to_pick(op, name, dims, dim)?;
+    if sdims.len() != dims.len() {
+        return err(
+            op,
+            3,
+            format!(
+                "`{sname}` must have the rank of `{name}` ({} dims), found shape {} against {}",
+                dims.len(),
+                fmt_dims(sdims),
+                fmt_dims(dims)
+            ),
+        );
+    }
+    for (d, (a, s)) in dims.iter().zip(sdims).enumerate() {
+        if d == dim && *s != idims[0] {
+            return err(
+                op,
+                3,
+                format!(
+                    "dim {dim} of `{sname}` is {s} but `{iname}` has {} entries: `{sname}` needs one entry along dim {dim} per index",
+                    idims[0]
+                ),
+            );
+        }
+        if d != dim && a != s {
+            return err(
+                op,
+                3,
+                format!(
+                    "dim {d} of `{sname}` is {s} but dim {d} of `{name}` is {a}: off dim {dim}, `{sname}` must have `{name}`'s dims"
+                ),
+            );
+        }
+    }
+    Ok(dims.to_vec())
+}
+
+/// `scatter_add(input, dim, index, src)` (PyTorch's
+/// `Tensor.scatter_add`): `index` and `src` have `input`'s rank; each of
+/// `index`'s dims is at most `src`'s, and off `dim` at most `input`'s
+/// (PyTorch's rule). `src[c]` is added at `c` with its dim `dim` replaced
+/// by `index[c]`, for every position `c` of `index`; the result has
+/// `input`'s dims.
+///
+/// ```
+/// use tensorfn_core::rules::scatter_add;
+/// assert_eq!(scatter_add::<usize>("scatter_add", ("x", &[4, 5]), 1, ("idx", &[3, 7]), ("src", &[3, 7])).unwrap(), vec![4, 5]);
+/// let e = scatter_add::<usize>("scatter_add", ("x", &[4, 5]), 1, ("idx", &[6, 2]), ("src", &[6, 2])).unwrap_err();
+/// assert!(e.message.contains("dim 0 of `idx` is 6"));
+/// let e = scatter_add::<usize>("scatter_add", ("x", &[4, 5]), 1, ("idx", &[3, 2]), ("src", &[2, 2])).unwrap_err();
+/// assert_eq!(e.operand, 3);
+/// ```
+pub fn scatter_add<D: DimValue>(
+    op: &str,
+    input: Operand<'_, D>,
+    dim: usize,
+    index: Operand<'_, D>,
+    src: Operand<'_, D>,
+) -> Result<Vec<D>, RuleError> {
+    let ((name, dims), (iname, idims), (sname, sdims)) = (input, index, src);
+    gather(op, (name, dims), dim, (iname, idims))?;
+    if sdims.len() != idims.len() {
+        return err(
+            op,
+            3,
+            format!(
+                "`{sname}` must have the rank of `{iname}` ({} dims), found shape {} against {}",
+                idims.len(),
+                fmt_dims(sdims),
+                fmt_dims(idims)
+            ),
+        );
+    }
+    for (d, (i, s)) in idims.iter().zip(sdims).enumerate() {
+        if let (Some(i), Some(s)) = (i.to_usize(), s.to_usize()) {
+            if i > s {
+                return err(
+                    op,
+                    3,
+                    format!(
+                        "dim {d} of `{iname}` is {i} but dim {d} of `{sname}` is {s}: `{iname}` may not be larger than `{sname}` (one value of `{sname}` per index)"
+                    ),
+                );
+            }
+        }
+    }
+    Ok(dims.to_vec())
+}
+
 /// `cross_entropy(input, target)`: class logits `input` `[N, C]` and
 /// class indices `target` `[N]`; the result is `[N]` for
 /// `reduction = "none"` (`per_row`), else a scalar. (PyTorch's K-dim form,

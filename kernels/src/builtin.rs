@@ -618,6 +618,60 @@ pub fn gather(unit: u32, index: DTypeKind) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
+/// Name of [`scatter_add`]`(dtype, index)`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert_eq!(builtin::scatter_add_name(DTypeKind::BF16, DTypeKind::I64), "tf_scatter_add_bf16_i64");
+/// ```
+pub fn scatter_add_name(dtype: DTypeKind, index: DTypeKind) -> String {
+    format!("tf_scatter_add_{dtype}_{index}")
+}
+
+/// The scatter-add behind `index_add`, `scatter_add` and the gradients
+/// of `embedding`, `index_select` and `gather`: `dtype` (a float) sources
+/// added at `index` (`I64` or `I32`) indices into an accumulator of f32
+/// (f64 for `F64` sources); `Err` for other dtypes.
+///
+/// The entry `NAME(.param .u64 acc, .param .u64 src, .param .u64 idx,
+/// .param .u64 flag, .param .u64 n, .param .u64 sel_stride, .param .u64
+/// sel_size, .param .f64 alpha, .param .align 8 .b8 meta[META_BYTES(2)])`
+/// computes, for every `i < n` with coordinates `c` over the dims of
+/// `meta` (an [`abi::StridedMeta`](crate::abi::StridedMeta) of the
+/// positions' dims, the accumulator's strides, then the strides of `src`
+/// and of `idx`): `k = idx[c . idx_strides]` and `acc[c . acc_strides + k
+/// * sel_stride] += alpha * src[c . src_strides]`, an atomic add (repeated
+/// indices sum in any order). An index outside `0..sel_size` is never
+/// used as an address: the `u64` `flag[0]` becomes 1 and `flag[1]` one
+/// such index (as `i64`). Launch with `block.x = BLOCK`, any `grid.x`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::scatter_add(DTypeKind::F16, DTypeKind::I32).unwrap();
+/// assert!(k.ptx.contains(".entry tf_scatter_add_f16_i32("));
+/// assert!(k.ptx.contains("red.global.add.f32"));
+/// assert!(builtin::scatter_add(DTypeKind::F64, DTypeKind::I64).unwrap().ptx.contains("red.global.add.f64"));
+/// assert!(builtin::scatter_add(DTypeKind::I32, DTypeKind::I64).is_err());
+/// assert!(builtin::scatter_add(DTypeKind::F32, DTypeKind::F32).is_err());
+/// ```
+pub fn scatter_add(dtype: DTypeKind, index: DTypeKind) -> Result<Kernel> {
+    if !dtype.is_float() {
+        return Err(Error::Unsupported {
+            kernel: "scatter_add",
+            message: format!("{dtype} values; scatter-add is for f32, f64, f16 and bf16"),
+        });
+    }
+    if !matches!(index, DTypeKind::I64 | DTypeKind::I32) {
+        return Err(Error::Unsupported {
+            kernel: "scatter_add",
+            message: format!("{index} indices; indices are i64 or i32"),
+        });
+    }
+    let name = scatter_add_name(dtype, index);
+    let ptx = ptx::scatter_add(&name, dtype, index);
+    Ok(Kernel { name, ptx })
+}
+
 /// Name of [`attention`]`(dtype)`.
 ///
 /// ```
@@ -949,6 +1003,16 @@ pub fn all() -> Vec<Kernel> {
     out.extend(CAT_UNITS.iter().filter_map(|&u| cat_rows(u).ok()));
     for index in [DTypeKind::I64, DTypeKind::I32] {
         out.extend(GATHER_UNITS.iter().filter_map(|&u| gather(u, index).ok()));
+        out.extend(
+            [
+                DTypeKind::F32,
+                DTypeKind::F64,
+                DTypeKind::F16,
+                DTypeKind::BF16,
+            ]
+            .iter()
+            .filter_map(|&d| scatter_add(d, index).ok()),
+        );
     }
     out
 }

@@ -290,6 +290,25 @@ pub(crate) trait Backend {
         li: &Layout,
     ) -> Result<Gathered<Self::Buf<T>>>;
 
+    /// The scatter-add behind `index_add`, `scatter_add` and the
+    /// gradients of `embedding`, `index_select` and `gather`: for every
+    /// position `p` of `lo`'s dims (`ls` and `li` have the same dims),
+    /// `out[lo(p) + k * sel.stride] += alpha * src[ls(p)]` with
+    /// `k = idx[li(p)]`. Every index is checked before `out` is written;
+    /// one outside `0..sel.size` gives `Ok(Err(k))` and leaves `out` as
+    /// it was. f16 and bf16 accumulate in f32 and round once; repeated
+    /// indices are summed in an unspecified order on the GPU (atomic adds).
+    #[allow(clippy::too_many_arguments)]
+    fn scatter_add<T: FloatDType, I: IndexDType>(
+        &self,
+        out: &mut Self::Buf<T>,
+        lo: &Layout,
+        sel: Selected,
+        src: (&Self::Buf<T>, &Layout),
+        idx: (&Self::Buf<I>, &Layout),
+        alpha: f64,
+    ) -> Result<Gathered<()>>;
+
     /// `cross_entropy` of the logits `x` (`[N, C]`) against the class
     /// indices `t` (`[N]`), fused: per row the max, the log-sum-exp and
     /// the target's logit (and the row's sum for label smoothing),

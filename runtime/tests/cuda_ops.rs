@@ -655,6 +655,114 @@ fn bool_tensors_travel_as_bytes_on<G: Device>() {
     );
 }
 
+/// Indices in `0..below` on both devices (`i64` or `i32`), with repeats.
+fn index_pair<G: Device, I: DType, S: Shape>(
+    dims: &[usize],
+    below: usize,
+) -> (Tensor<Cpu, I, S>, Tensor<G, I, S>) {
+    let (u, _) = pair::<Cpu, f64, S>(dims, 0.0, below as f64);
+    let ids: Vec<I> = u
+        .to_vec()
+        .unwrap()
+        .iter()
+        .map(|&v| I::from_f64((v.floor()).min(below as f64 - 1.0)))
+        .collect();
+    let c = Tensor::<Cpu, I, S>::from_vec_dims(ids, dims).unwrap();
+    let g = c.to_device::<G>().unwrap();
+    (c, g)
+}
+
+/// `index_add` and `scatter_add`: the GPU's atomic adds sum repeats in
+/// another order than the CPU, so f32 and f64 agree within a few
+/// roundings per repeat; f16 and bf16 accumulate in f32 on both and round
+/// once, so they agree within a rounding.
+fn scatters<G: Device, T: FloatDType>() {
+    let k = if T::KIND.size_bytes() == 2 { 1.0 } else { 64.0 };
+    // An embedding's gradient: 1000 ids into 37 rows of 70.
+    let (v, c, n) = (37, 70, 1000);
+    let (cx, gx) = pair::<G, T, D2>(&[v, c], -1.0, 1.0);
+    let (cs, gs) = pair::<G, T, D2>(&[n, c], -1.0, 1.0);
+    let (ci, gi) = index_pair::<G, i64, shape![_]>(&[n], v);
+    same(
+        "index_add along dim 0",
+        gx.index_add::<0>(&gi, &gs, 1.0),
+        cx.index_add::<0>(&ci, &cs, 1.0),
+        k,
+    );
+    let zc = Tensor::<Cpu, T, D2>::zeros_dims(&[v, c]).unwrap();
+    let zg = zc.to_device::<G>().unwrap();
+    same(
+        "index_add into zeros",
+        zg.index_add::<0>(&gi, &gs, 1.0),
+        zc.index_add::<0>(&ci, &cs, 1.0),
+        k,
+    );
+    // Along dim 1 by i32 indices, a transposed (strided) source, alpha.
+    let (ci, gi) = index_pair::<G, i32, shape![_]>(&[90], c);
+    let (cst, gst) = pair::<G, T, D2>(&[90, v], -2.0, 2.0);
+    same(
+        "index_add along dim 1 of a transposed source",
+        gx.index_add::<1>(&gi, &gst.t().unwrap(), -0.5),
+        cx.index_add::<1>(&ci, &cst.t().unwrap(), -0.5),
+        k,
+    );
+    // scatter_add along each dim, an index smaller than `src`.
+    let (ci, gi) = index_pair::<G, i64, D2>(&[300, 50], v);
+    same(
+        "scatter_add along dim 0",
+        gx.scatter_add::<0>(&gi, &gs),
+        cx.scatter_add::<0>(&ci, &cs),
+        k,
+    );
+    let (ci, gi) = index_pair::<G, i32, D2>(&[20, 200], c);
+    same(
+        "scatter_add along dim 1",
+        gx.scatter_add::<1>(&gi, &gs.t().unwrap()),
+        cx.scatter_add::<1>(&ci, &cs.t().unwrap()),
+        k,
+    );
+    // No indices: a copy.
+    let (ci, gi) = index_pair::<G, i64, shape![_]>(&[0], v);
+    let (ce, ge) = pair::<G, T, D2>(&[0, c], -1.0, 1.0);
+    same(
+        "index_add of nothing",
+        gx.index_add::<0>(&gi, &ge, 1.0),
+        cx.index_add::<0>(&ci, &ce, 1.0),
+        0.0,
+    );
+    // An index out of range is an Err naming it, never an access.
+    let bad = Tensor::<Cpu, i64, shape![_]>::from_vec_dims(vec![0, v as i64, 1], &[3])
+        .unwrap()
+        .to_device::<G>()
+        .unwrap();
+    let (_, g3) = pair::<G, T, D2>(&[3, c], -1.0, 1.0);
+    let e = gx.index_add::<0>(&bad, &g3, 1.0).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("index {v} in `index` is out of range")),
+        "{e}"
+    );
+    let neg = Tensor::<Cpu, i32, D2>::from_vec_dims(vec![-1], &[1, 1])
+        .unwrap()
+        .to_device::<G>()
+        .unwrap();
+    let e = gx.scatter_add::<1>(&neg, &g3).unwrap_err().to_string();
+    assert!(e.contains("index -1 in `index`"), "{e}");
+}
+
+#[test]
+fn index_add_and_scatter_add_match_the_cpu() {
+    if has_gpu() {
+        index_add_and_scatter_add_match_the_cpu_on::<Cuda>();
+    }
+}
+
+fn index_add_and_scatter_add_match_the_cpu_on<G: Device>() {
+    scatters::<G, f32>();
+    scatters::<G, f64>();
+    scatters::<G, f16>();
+    scatters::<G, bf16>();
+}
+
 /// The comparisons above, run with the CPU standing in for the GPU: checks
 /// the tests' own logic on machines without one (every difference is 0).
 #[test]
@@ -665,5 +773,6 @@ fn test_logic_holds_with_the_cpu_as_the_device() {
     matrix_products_match_the_cpu_on::<Cpu>();
     views_and_copies_match_the_cpu_on::<Cpu>();
     cat_matches_the_cpu_on::<Cpu>();
+    index_add_and_scatter_add_match_the_cpu_on::<Cpu>();
     bool_tensors_travel_as_bytes_on::<Cpu>();
 }

@@ -180,6 +180,12 @@ pub enum OpKind {
     /// `gather(input, dim, index)`: along `dim`, the element each entry of
     /// `index` names.
     Gather,
+    /// `index_add(input, dim, index, source, alpha)`: entries of `source`
+    /// added at the positions along `dim` that the 1-D `index` lists.
+    IndexAdd,
+    /// `scatter_add(input, dim, index, src)`: each entry of `src` added at
+    /// the position along `dim` that `index` names.
+    ScatterAdd,
     /// `cross_entropy(input, target, ..)`: the loss of class logits
     /// against class indices.
     CrossEntropy,
@@ -329,6 +335,10 @@ pub enum ShapeRule {
     IndexSelect,
     /// [`rules::gather`](crate::rules::gather).
     Gather,
+    /// [`rules::index_add`](crate::rules::index_add).
+    IndexAdd,
+    /// [`rules::scatter_add`](crate::rules::scatter_add).
+    ScatterAdd,
     /// [`rules::cross_entropy`](crate::rules::cross_entropy).
     CrossEntropy,
     /// [`rules::conv`](crate::rules::conv).
@@ -357,7 +367,8 @@ pub enum ShapeRule {
 /// use tensorfn_core::ops::{self, Derivative};
 /// assert_eq!(ops::function("relu").unwrap().derivative, Derivative::Rule);
 /// assert_eq!(ops::method("argmax").unwrap().derivative, Derivative::None);
-/// assert_eq!(ops::function("embedding").unwrap().derivative, Derivative::Pending);
+/// assert_eq!(ops::function("embedding").unwrap().derivative, Derivative::Rule);
+/// assert_eq!(ops::function("scaled_dot_product_attention").unwrap().derivative, Derivative::Pending);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Derivative {
@@ -377,7 +388,6 @@ const fn derivative_of(kind: OpKind) -> Derivative {
     match kind {
         OpKind::Compare(_) | OpKind::Arange => Derivative::None,
         OpKind::Reduce(ReduceOp::ArgMax | ReduceOp::ArgMin) => Derivative::None,
-        OpKind::Embedding | OpKind::IndexSelect | OpKind::Gather => Derivative::Pending,
         _ => Derivative::Rule,
     }
 }
@@ -1139,6 +1149,37 @@ static LATER: &[OpDef] = &[
         DTypeRule::Same,
         ShapeRule::Gather,
         "Along `dim`, the element each entry of `index` (`i64` or `i32`, `input`'s rank) names.",
+    ),
+    def(
+        "index_add",
+        OpKind::IndexAdd,
+        true,
+        true,
+        &[
+            INPUT,
+            p("dim", ParamKind::Dim),
+            p("index", TENSOR),
+            p("source", TENSOR),
+            opt("alpha", SCALAR, "1"),
+        ],
+        DTypeRule::SameFloat,
+        ShapeRule::IndexAdd,
+        "`input` with `alpha * source`'s entries along `dim` added at the positions the 1-D `index` (`i64` or `i32`) lists, repeats summed.",
+    ),
+    def(
+        "scatter_add",
+        OpKind::ScatterAdd,
+        true,
+        true,
+        &[
+            INPUT,
+            p("dim", ParamKind::Dim),
+            p("index", TENSOR),
+            p("src", TENSOR),
+        ],
+        DTypeRule::SameFloat,
+        ShapeRule::ScatterAdd,
+        "`input` with each entry of `src` added, along `dim`, at the position `index` (`i64` or `i32`) names, repeats summed.",
     ),
     def(
         "cumsum",

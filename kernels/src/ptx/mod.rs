@@ -37,6 +37,7 @@ mod norm;
 mod optim;
 mod rope;
 mod rows;
+mod scatter;
 mod topk;
 mod xent;
 
@@ -297,6 +298,15 @@ pub(crate) fn gather(name: &str, unit: u32, index: DTypeKind) -> String {
     module(
         &format!("{name}: gather of {unit}-byte elements by {index} indices"),
         &[gather::gather_entry(name, unit, index)],
+    )
+}
+
+/// The module of the scatter-add entry `name` adding `dtype` sources at
+/// `index` indices (see [`builtin::scatter_add`](crate::builtin::scatter_add)).
+pub(crate) fn scatter_add(name: &str, dtype: DTypeKind, index: DTypeKind) -> String {
+    module(
+        &format!("{name}: scatter-add of {dtype} values by {index} indices"),
+        &[scatter::scatter_add_entry(name, dtype, index)],
     )
 }
 

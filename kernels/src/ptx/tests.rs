@@ -198,6 +198,17 @@ fn every_builtin_is_well_formed() {
             );
             check_body(&es[0]);
             check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_scatter_add_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].name, k.name);
+            assert_eq!(es[0].params.len(), 9, "{}", k.name);
+            assert_eq!(
+                es[0].params[8],
+                format!(".param .align 8 .b8 p_meta[{}]", meta_bytes(2))
+            );
+            check_body(&es[0]);
+            check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_attention_mma_") {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 1, "{}", k.name);
@@ -369,6 +380,11 @@ fn every_builtin_is_well_formed() {
         .filter(|k| k.name.starts_with("tf_gather_"))
         .count();
     assert_eq!(gather, 2 * builtin::GATHER_UNITS.len());
+    let scatter = all
+        .iter()
+        .filter(|k| k.name.starts_with("tf_scatter_add_"))
+        .count();
+    assert_eq!(scatter, 2 * 4, "one per float dtype and index dtype");
     // AdamW: 4 variants for f16 and bf16, 2 (no master weights) for f32
     // and f64; SGD: 2 per float dtype.
     let optim = all
@@ -398,6 +414,40 @@ fn gather_checks_the_index_before_reading() {
             assert_eq!(src_loads.len(), 2, "{}", k.name);
             assert!(
                 src_loads[0] < check && check < skip && skip < src_loads[1],
+                "{}",
+                k.name
+            );
+        }
+    }
+}
+
+/// An index outside the accumulator is never an address: the scatter-add
+/// entries compare it (signed, so negatives too) before the source load
+/// and the one atomic add.
+#[test]
+fn scatter_add_checks_the_index_before_adding() {
+    for index in [DTypeKind::I64, DTypeKind::I32] {
+        for dtype in [
+            DTypeKind::F32,
+            DTypeKind::F64,
+            DTypeKind::F16,
+            DTypeKind::BF16,
+        ] {
+            let k = builtin::scatter_add(dtype, index).unwrap();
+            let body = &entries(&k.ptx)[0].body;
+            let check = body.find("setp.lt.s64").expect("sign check");
+            let skip = body
+                .find("scatter_in_range")
+                .expect("the branch past the error path");
+            let loads: Vec<usize> = body
+                .match_indices("ld.global.nc.")
+                .map(|(i, _)| i)
+                .collect();
+            assert_eq!(loads.len(), 2, "{}", k.name);
+            let add = body.find("red.global.add.").expect("the atomic add");
+            assert_eq!(body.matches("red.global.add.").count(), 1, "{}", k.name);
+            assert!(
+                loads[0] < check && check < skip && skip < loads[1] && loads[1] < add,
                 "{}",
                 k.name
             );

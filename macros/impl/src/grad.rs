@@ -339,6 +339,7 @@ fn carries(op: &Op, k: usize) -> bool {
         Op::Select { .. } | Op::Embedding { .. } => {
             k == 0 || matches!(op, Op::Embedding { .. }) && k == 1
         }
+        Op::ScatterAdd { .. } => k != 1,
         Op::Narrow { .. } | Op::Index { .. } | Op::Dropout { .. } => k == 0,
         _ => true,
     }
@@ -362,6 +363,10 @@ fn op_name(op: &Op) -> String {
         Op::Embedding { .. } => "`embedding`".into(),
         Op::Select { gather: true, .. } => "`gather`".into(),
         Op::Select { .. } => "`index_select`".into(),
+        Op::ScatterAdd {
+            index_add: true, ..
+        } => "`index_add`".into(),
+        Op::ScatterAdd { .. } => "`scatter_add`".into(),
         Op::Triangle { upper: true, .. } => "`triu`".into(),
         Op::Triangle { .. } => "`tril`".into(),
         Op::Narrow { .. } => "`narrow`".into(),
@@ -1355,8 +1360,93 @@ impl Deriver {
                     "the gradient of `scaled_dot_product_attention` (no second derivative)".into(),
                 )
             }
-            Op::Embedding { .. } | Op::Select { .. } => {
-                return Err("has no derivative rule yet".into())
+            // The rows of `weight` that ids picked get their gradients
+            // summed (repeated ids add up): `zeros(weight).index_add(0,
+            // ids.flatten(), g.reshape([-1, E]))`.
+            Op::Embedding { ids, weight } => {
+                let wt = self.tt(weight);
+                let e = wt.dims[1].clone();
+                let n = self
+                    .dims(ids)
+                    .iter()
+                    .fold(Dim::constant(1), |a, d| a.mul(d));
+                let flat = self.reshape(ids, vec![n.clone()]);
+                let rows = self.reshape(g, vec![n, e]);
+                let z = self.zeros(&wt, weight);
+                let gw = self.scatter(z, 0, flat, rows, 1.0, true);
+                vec![(weight, gw)]
+            }
+            // The inverse of the gather: `index_select`'s gradient is an
+            // `index_add` into zeros, `gather`'s a `scatter_add`.
+            Op::Select {
+                x,
+                dim,
+                index,
+                gather,
+            } => {
+                let xt = self.tt(x);
+                let z = self.zeros(&xt, x);
+                let gx = self.scatter(z, dim, index, g, 1.0, !gather);
+                vec![(x, gx)]
+            }
+            // `x` passes `g` through; `src` gets `g` gathered back from
+            // where its values went (times `alpha`), and zero where
+            // `index` does not reach (a `src` larger than `index`).
+            Op::ScatterAdd {
+                x,
+                dim,
+                index,
+                src,
+                alpha,
+                index_add,
+            } => {
+                let mut ty = self.tt(g);
+                ty.dims = if index_add {
+                    let mut d = ty.dims.clone();
+                    d[dim] = self.dims(index)[0].clone();
+                    d
+                } else {
+                    self.dims(index)
+                };
+                let mut gs = self.tensor(
+                    Op::Select {
+                        x: g,
+                        dim,
+                        index,
+                        gather: !index_add,
+                    },
+                    ty,
+                    src,
+                );
+                let want = self.dims(src);
+                for (d, wd) in want.iter().enumerate() {
+                    let have = self.dims(gs)[d].clone();
+                    if have == *wd {
+                        continue;
+                    }
+                    let (Some(h), Some(w)) = (have.as_constant(), wd.as_constant()) else {
+                        return Err(format!(
+                            "reaches `src` through an index whose dim {d} ({have}) may be smaller than `src`'s ({wd}), which the gradient needs known"
+                        ));
+                    };
+                    let mut zt = self.tt(gs);
+                    zt.dims[d] = Dim::constant(w - h);
+                    let z = self.zeros(&zt, src);
+                    let mut ct = self.tt(gs);
+                    ct.dims[d] = wd.clone();
+                    gs = self.tensor(
+                        Op::Cat {
+                            xs: vec![gs, z],
+                            dim: d,
+                        },
+                        ct,
+                        src,
+                    );
+                }
+                if alpha != 1.0 {
+                    gs = self.mul_lit(gs, alpha);
+                }
+                vec![(x, g), (src, gs)]
             }
             Op::External { .. } => {
                 return Err("is opaque to `tensor_fn!`, which cannot differentiate it".into())
@@ -1366,6 +1456,32 @@ impl Deriver {
                 return Err("has no derivative rule".into())
             }
         })
+    }
+
+    /// `x.index_add(dim, index, src, alpha)` (`index_add`) or
+    /// `x.scatter_add(dim, index, src)`: `x`'s type.
+    fn scatter(
+        &mut self,
+        x: NodeId,
+        dim: usize,
+        index: NodeId,
+        src: NodeId,
+        alpha: f64,
+        index_add: bool,
+    ) -> NodeId {
+        let ty = self.tt(x);
+        self.tensor(
+            Op::ScatterAdd {
+                x,
+                dim,
+                index,
+                src,
+                alpha,
+                index_add,
+            },
+            ty,
+            src,
+        )
     }
 
     /// `a.narrow(dim, start, len)`.
@@ -1831,6 +1947,11 @@ fn map_op(op: &Op, m: &dyn Fn(NodeId) -> NodeId) -> Op {
         Op::Select { x, index, .. } => {
             *x = m(*x);
             *index = m(*index);
+        }
+        Op::ScatterAdd { x, index, src, .. } => {
+            *x = m(*x);
+            *index = m(*index);
+            *src = m(*src);
         }
     }
     op

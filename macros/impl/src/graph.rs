@@ -418,6 +418,22 @@ pub enum Op {
         /// True for `gather`.
         gather: bool,
     },
+    /// `index_add(x, dim, index, src, alpha)` or (`index_add: false`)
+    /// `scatter_add(x, dim, index, src)`.
+    ScatterAdd {
+        /// The input added to.
+        x: NodeId,
+        /// The dim the indices pick along.
+        dim: usize,
+        /// The index tensor (`i64` or `i32`).
+        index: NodeId,
+        /// The values added.
+        src: NodeId,
+        /// The scale of `src` (1 for `scatter_add`).
+        alpha: f64,
+        /// True for `index_add` (a 1-D index).
+        index_add: bool,
+    },
     /// `arange(start, end)` (the length in the node type).
     Arange {
         /// The first value.
@@ -536,6 +552,7 @@ impl Graph {
                 x, weight, grad, ..
             } => vec![*x, *weight, *grad],
             Op::Select { x, index, .. } => vec![*x, *index],
+            Op::ScatterAdd { x, index, src, .. } => vec![*x, *index, *src],
             Op::Triangle { x, .. } => vec![*x],
             Op::Unary(_, a) | Op::Cast(a, _) | Op::T(a) | Op::ToDevice(a, _) => vec![*a],
             Op::Expand(a) => vec![*a],

@@ -543,6 +543,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     | Op::Conv { .. }
                     | Op::ConvBackward { .. }
                     | Op::Select { .. }
+                    | Op::ScatterAdd { .. }
                     | Op::Arange { .. }
                     | Op::Rope { .. }
                     | Op::Triangle { .. } => (n, Some(bytes(g, n)), true, None),

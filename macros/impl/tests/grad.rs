@@ -36,14 +36,9 @@ fn every_elementwise_and_row_op_marked_rule_is_differentiated() {
 fn ops_without_a_derivative_are_errors_naming_the_parameter() {
     let cases = [
         (
-            "gather",
-            "gather(x, 1, ids).sum()",
-            ", ids: &Tensor<Cpu, i64, [4, 4]>",
-        ),
-        (
-            "embedding",
-            "embedding(ids, x).sum()",
-            ", ids: &Tensor<Cpu, i64, [2]>",
+            "scaled_dot_product_attention",
+            "scaled_dot_product_attention(x, x, x).sum()",
+            "",
         ),
         ("argmax", "x.argmax(1).cast::<f32>().sum()", ""),
     ];
@@ -55,5 +50,35 @@ fn ops_without_a_derivative_are_errors_naming_the_parameter() {
             errors.iter().any(|e| e.contains(name) && e.contains("`x`")),
             "{name}: {errors:?}"
         );
+    }
+}
+
+#[test]
+fn the_index_ops_are_differentiated() {
+    let cases = [
+        (
+            "gather(x, 1, ids).sum()",
+            ", ids: &Tensor<Cpu, i64, [4, 4]>",
+        ),
+        (
+            "embedding(ids, x).sum()",
+            ", ids: &Tensor<Cpu, i64, [2, 3]>",
+        ),
+        (
+            "x.index_select(-1, ids).sum()",
+            ", ids: &Tensor<Cpu, i32, [6]>",
+        ),
+        (
+            "x.index_add(0, ids, x * 2.0, alpha = 3).sum()",
+            ", ids: &Tensor<Cpu, i64, [4]>",
+        ),
+        (
+            "x.scatter_add(1, ids, x).sum()",
+            ", ids: &Tensor<Cpu, i64, [4, 2]>",
+        ),
+    ];
+    for (body, params) in cases {
+        let errors = errors_of(body, params);
+        assert!(errors.is_empty(), "{body}: {errors:?}");
     }
 }

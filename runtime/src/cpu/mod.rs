@@ -20,6 +20,7 @@ pub(crate) mod reduce;
 mod rope;
 pub(crate) mod rows;
 pub(crate) mod scalar;
+mod scatter;
 pub(crate) mod simd;
 pub(crate) mod softmax;
 pub(crate) mod strided;
@@ -309,6 +310,18 @@ impl Backend for CpuBackend {
     fn topk<T: NumDType>(&self, x: &Vec<T>, l: &Layout, k: usize) -> Result<(Vec<T>, Vec<i64>)> {
         strided::check_extent("topk", l, x.len())?;
         topk::topk(x, l, k)
+    }
+
+    fn scatter_add<T: FloatDType, I: IndexDType>(
+        &self,
+        out: &mut Vec<T>,
+        lo: &Layout,
+        sel: Selected,
+        src: (&Vec<T>, &Layout),
+        idx: (&Vec<I>, &Layout),
+        alpha: f64,
+    ) -> Result<Gathered<()>> {
+        scatter::scatter_add(out, lo, sel, (src.0, src.1), (idx.0, idx.1), alpha)
     }
 
     fn cross_entropy<T: FloatDType, I: IndexDType>(

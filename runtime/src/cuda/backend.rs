@@ -568,6 +568,18 @@ impl Backend for CudaBackend {
         self.pool2d_backward_gpu(x, grad, pool)
     }
 
+    fn scatter_add<T: FloatDType, I: IndexDType>(
+        &self,
+        out: &mut CudaStorage<T>,
+        lo: &Layout,
+        sel: Selected,
+        src: (&CudaStorage<T>, &Layout),
+        idx: (&CudaStorage<I>, &Layout),
+        alpha: f64,
+    ) -> Result<Gathered<()>> {
+        self.scatter_add_gpu(out, lo, sel, src, idx, alpha)
+    }
+
     fn cross_entropy<T: FloatDType, I: IndexDType>(
         &self,
         x: (&CudaStorage<T>, &Layout),

@@ -52,6 +52,7 @@ mod overlap;
 mod pinned;
 mod pool;
 mod pool2d;
+mod scatter;
 mod staging;
 mod topk;
 mod transfer;

@@ -50,6 +50,8 @@ pub(crate) enum Builtin {
     CatRows(u32),
     /// The gather of elements of this many bytes by indices of this dtype.
     Gather(u32, DTypeKind),
+    /// The scatter-add of values of this dtype by indices of this dtype.
+    ScatterAdd(DTypeKind, DTypeKind),
     /// Scaled dot-product attention over tensors of this dtype.
     Attention(DTypeKind),
     /// Its tensor-core form (sm_80+) for f16/bf16 and a head dim.
@@ -82,6 +84,7 @@ impl Builtin {
             | Builtin::Rope(_)
             | Builtin::CatRows(_)
             | Builtin::Gather(..)
+            | Builtin::ScatterAdd(..)
             | Builtin::Attention(_)
             | Builtin::AttentionMma(..)
             | Builtin::AttentionBackward(..)
@@ -126,6 +129,7 @@ impl Builtin {
             Builtin::Rope(t) => builtin::try_rope(t),
             Builtin::CatRows(unit) => builtin::cat_rows(unit),
             Builtin::Gather(unit, index) => builtin::gather(unit, index),
+            Builtin::ScatterAdd(t, index) => builtin::scatter_add(t, index),
             Builtin::Attention(t) => builtin::attention(t),
             Builtin::AttentionMma(t, d) => builtin::attention_mma(t, d),
             Builtin::AttentionBackward(t, keys) => builtin::attention_backward(t, keys),

@@ -16,10 +16,10 @@ use crate::shape::{Shape, MAX_RANK};
 use crate::tensor::Tensor;
 use tensorfn_core::rules;
 
-type Dims = (usize, [Option<usize>; MAX_RANK]);
+pub(super) type Dims = (usize, [Option<usize>; MAX_RANK]);
 
 /// Two static dims that differ (a `Dyn` one is checked at run time).
-const fn differ(a: Option<usize>, b: Option<usize>) -> bool {
+pub(super) const fn differ(a: Option<usize>, b: Option<usize>) -> bool {
     matches!((a, b), (Some(a), Some(b)) if a != b)
 }
 
@@ -82,7 +82,7 @@ const fn embedding_fits(input: Dims, weight: Dims, out: Dims) -> bool {
 }
 
 /// The `Err` of an index `k` out of `0..size`.
-fn out_of_range(op: &str, operand: &str, k: i64, target: String, size: usize) -> Error {
+pub(super) fn out_of_range(op: &str, operand: &str, k: i64, target: String, size: usize) -> Error {
     let valid = if size == 0 {
         "it is empty, so no index is valid".to_string()
     } else {

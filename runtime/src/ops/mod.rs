@@ -29,6 +29,7 @@ mod reduce;
 pub(crate) mod retype;
 mod rope;
 mod rows;
+mod scatter;
 mod select;
 mod topk;
 mod triangle;

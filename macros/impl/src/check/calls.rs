@@ -65,6 +65,8 @@ impl<'s, 'k> Checker<'s, 'k> {
                 | OpKind::Cumsum
                 | OpKind::IndexSelect
                 | OpKind::Gather
+                | OpKind::IndexAdd
+                | OpKind::ScatterAdd
                 | OpKind::Arange
                 | OpKind::Triangle { .. },
                 _,

@@ -1,5 +1,5 @@
 //! Indexing and mask creation: `embedding`, `index_select`, `gather`,
-//! `arange`, `tril` and `triu`.
+//! `index_add`, `scatter_add`, `arange`, `tril` and `triu`.
 
 use super::*;
 use tensorfn_core::ops::xent::{Reduction, DEFAULT_IGNORE_INDEX};
@@ -82,6 +82,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                     _ => self.error_node(e),
                 }
             }
+            OpKind::IndexAdd | OpKind::ScatterAdd => self.scatter_add(def, recv, &xs, e),
             OpKind::CrossEntropy => self.cross_entropy(def, recv, &xs, e),
             OpKind::Cumsum => {
                 let (x_ex, d_ex) = (xs[0].expect("required"), xs[1].expect("required"));
@@ -266,6 +267,114 @@ impl<'s, 'k> Checker<'s, 'k> {
         match recv {
             Some((_, id)) => id,
             None => self.expr(x),
+        }
+    }
+
+    /// `index_add(input, dim, index, source, alpha = 1)` and
+    /// `scatter_add(input, dim, index, src)`: a float `input`, `i64` or
+    /// `i32` indices and values of `input`'s dtype, all on one device;
+    /// `alpha` a literal.
+    fn scatter_add(
+        &mut self,
+        def: &'static OpDef,
+        recv: Option<(&Expr, NodeId)>,
+        xs: &[Option<&Expr>],
+        e: &Expr,
+    ) -> NodeId {
+        let name = def.name;
+        let index_add = def.kind == OpKind::IndexAdd;
+        let (x_ex, d_ex, i_ex, s_ex) = (
+            xs[0].expect("required"),
+            xs[1].expect("required"),
+            xs[2].expect("required"),
+            xs[3].expect("required"),
+        );
+        let x = self.operand_node(recv, x_ex);
+        let idx = self.expr(i_ex);
+        let src = self.expr(s_ex);
+        let (Some(ox), Some(oi), Some(os)) = (
+            self.tensor(x, x_ex, name),
+            self.tensor(idx, i_ex, name),
+            self.tensor(src, s_ex, name),
+        ) else {
+            return self.error_node(e);
+        };
+        let Some(dim) = self.dim_arg(d_ex, name, &ox) else {
+            return self.error_node(e);
+        };
+        let mut ok = self.need_float(name, &ox);
+        ok &= self.index_dtype(name, "index", &oi);
+        ok &= self.same_device(name, &ox, &oi);
+        ok &= self.same_device(name, &ox, &os);
+        let param = if index_add { "source" } else { "src" };
+        if ok && os.ty.dtype != ox.ty.dtype {
+            self.error(
+                &s_ex.sp,
+                format!(
+                    "`{name}` adds `{param}` into `{x_ex}`, which is {}, but `{s_ex}` is {}: cast it with `{}.cast::<{}>()`",
+                    ox.ty.dtype,
+                    os.ty.dtype,
+                    s_ex.receiver_text(),
+                    ox.ty.dtype
+                ),
+            );
+            ok = false;
+        }
+        let alpha = match xs.get(4).copied().flatten() {
+            None => 1.0,
+            Some(v) => {
+                let a = match &v.kind {
+                    ExprKind::Float(a) => Some(*a),
+                    ExprKind::Int(n) => Some(*n as f64),
+                    ExprKind::Neg(inner) => match inner.kind {
+                        ExprKind::Float(a) => Some(-a),
+                        ExprKind::Int(n) => Some(-(n as f64)),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                match a {
+                    Some(a) if a.is_finite() => a,
+                    _ => {
+                        self.error(
+                            &v.sp,
+                            format!("`{name}` takes a finite number literal for `alpha` (the scale of `source`), found `{v}`"),
+                        );
+                        ok = false;
+                        1.0
+                    }
+                }
+            }
+        };
+        let operands = (
+            (x_ex.to_string(), &ox.ty.dims),
+            (i_ex.to_string(), &oi.ty.dims),
+            (s_ex.to_string(), &os.ty.dims),
+        );
+        let (xo, io, so) = (
+            (operands.0 .0.as_str(), operands.0 .1.as_slice()),
+            (operands.1 .0.as_str(), operands.1 .1.as_slice()),
+            (operands.2 .0.as_str(), operands.2 .1.as_slice()),
+        );
+        let rule = if index_add {
+            rules::index_add(name, xo, dim, io, so)
+        } else {
+            rules::scatter_add(name, xo, dim, io, so)
+        };
+        match self.ruled(rule, &[&x_ex.sp, &d_ex.sp, &i_ex.sp, &s_ex.sp]) {
+            Some(dims) if ok => self.push(
+                Op::ScatterAdd {
+                    x,
+                    dim,
+                    index: idx,
+                    src,
+                    alpha,
+                    index_add,
+                },
+                Ty::Tensor(TensorTy { dims, ..ox.ty }),
+                e,
+            ),
+            _ => self.error_node(e),
         }
     }
 

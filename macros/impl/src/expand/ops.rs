@@ -660,6 +660,25 @@ impl FnGen<'_> {
                     quote!(#x.index_select::<#dim, #s>(#i)?)
                 }
             }
+            Op::ScatterAdd {
+                x,
+                dim,
+                index,
+                src,
+                alpha,
+                index_add,
+            } => {
+                let (x, i, s) = (
+                    self.reference(*x),
+                    self.reference(*index),
+                    self.reference(*src),
+                );
+                if *index_add {
+                    quote!(#x.index_add::<#dim>(#i, #s, #alpha)?)
+                } else {
+                    quote!(#x.scatter_add::<#dim>(#i, #s)?)
+                }
+            }
             Op::Arange { start } => {
                 let t = self.tty(n);
                 let dev = device_tokens(t.device);
