@@ -9,8 +9,8 @@ use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
-use tensorfn_core::ops::pool::Pool2d;
 use tensorfn_core::ops::conv::ConvArgs;
+use tensorfn_core::ops::pool::Pool2d;
 use tensorfn_core::ops::xent::CrossEntropyArgs;
 use tensorfn_kernels::{BinaryOp, FusedKernel, NormOp, ReduceOp, RowOp, UnaryOp};
 

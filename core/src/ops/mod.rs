@@ -75,8 +75,8 @@ macro_rules! op_enum {
 }
 
 pub mod binary;
-pub mod dropout;
 pub mod conv;
+pub mod dropout;
 pub mod erf_coeffs;
 pub mod math;
 pub mod norm;
