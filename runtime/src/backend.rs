@@ -483,16 +483,7 @@ pub(crate) trait Backend {
         bias: Option<(&Self::Buf<T>, &Layout)>,
         args: &ConvArgs,
     ) -> Result<Self::Buf<T>> {
-        let (hx, hw) = (self.download(x.0, x.1)?, self.download(w.0, w.1)?);
-        let hb = bias.map(|(b, lb)| self.download(b, lb)).transpose()?;
-        let (lx, lw) = (
-            Layout::contiguous(x.1.dims()),
-            Layout::contiguous(w.1.dims()),
-        );
-        let lb = bias.map(|(_, lb)| Layout::contiguous(lb.dims()));
-        let out =
-            crate::cpu::conv::conv2d((&hx, &lx), (&hw, &lw), hb.as_deref().zip(lb.as_ref()), args)?;
-        self.upload(Cow::Owned(out))
+        conv2d_on_host(self, x, w, bias, args)
     }
 
     /// The gradient of [`Backend::conv2d`] with respect to `x` (`input:
@@ -507,18 +498,7 @@ pub(crate) trait Backend {
         args: &ConvArgs,
         input: bool,
     ) -> Result<Self::Buf<T>> {
-        let hx = self.download(x.0, x.1)?;
-        let hw = self.download(w.0, w.1)?;
-        let hg = self.download(grad.0, grad.1)?;
-        let c = |l: &Layout| Layout::contiguous(l.dims());
-        let out = crate::cpu::conv::conv2d_backward(
-            (&hx, &c(x.1)),
-            (&hw, &c(w.1)),
-            (&hg, &c(grad.1)),
-            args,
-            input,
-        )?;
-        self.upload(Cow::Owned(out))
+        conv2d_backward_on_host(self, x, w, grad, args, input)
     }
 
     /// Scaled dot-product attention: `q` is `[batch, L, E]`, `k` is
@@ -652,4 +632,50 @@ pub(crate) trait CopyTo<B: Backend>: Backend {
 pub(crate) trait FusedArgs<B: Backend + ?Sized, O: DType> {
     /// Runs the group into a new contiguous buffer of `out_dims`.
     fn launch(self, be: &B, kernel: &'static FusedKernel, out_dims: &[usize]) -> Result<B::Buf<O>>;
+}
+
+/// [`Backend::conv2d`] through the host: the operands downloaded, the
+/// CPU's im2col and `gemm`, the result uploaded. The default for a backend
+/// without a kernel of its own, and the GPU's where cuDNN does not run the
+/// problem.
+pub(crate) fn conv2d_on_host<B: Backend + ?Sized, T: FloatDType>(
+    be: &B,
+    x: (&B::Buf<T>, &Layout),
+    w: (&B::Buf<T>, &Layout),
+    bias: Option<(&B::Buf<T>, &Layout)>,
+    args: &ConvArgs,
+) -> Result<B::Buf<T>> {
+    let (hx, hw) = (be.download(x.0, x.1)?, be.download(w.0, w.1)?);
+    let hb = bias.map(|(b, lb)| be.download(b, lb)).transpose()?;
+    let (lx, lw) = (
+        Layout::contiguous(x.1.dims()),
+        Layout::contiguous(w.1.dims()),
+    );
+    let lb = bias.map(|(_, lb)| Layout::contiguous(lb.dims()));
+    let out =
+        crate::cpu::conv::conv2d((&hx, &lx), (&hw, &lw), hb.as_deref().zip(lb.as_ref()), args)?;
+    be.upload(Cow::Owned(out))
+}
+
+/// [`Backend::conv2d_backward`] through the host, as [`conv2d_on_host`].
+pub(crate) fn conv2d_backward_on_host<B: Backend + ?Sized, T: FloatDType>(
+    be: &B,
+    x: (&B::Buf<T>, &Layout),
+    w: (&B::Buf<T>, &Layout),
+    grad: (&B::Buf<T>, &Layout),
+    args: &ConvArgs,
+    input: bool,
+) -> Result<B::Buf<T>> {
+    let hx = be.download(x.0, x.1)?;
+    let hw = be.download(w.0, w.1)?;
+    let hg = be.download(grad.0, grad.1)?;
+    let c = |l: &Layout| Layout::contiguous(l.dims());
+    let out = crate::cpu::conv::conv2d_backward(
+        (&hx, &c(x.1)),
+        (&hw, &c(w.1)),
+        (&hg, &c(grad.1)),
+        args,
+        input,
+    )?;
+    be.upload(Cow::Owned(out))
 }

@@ -17,6 +17,7 @@ use crate::layout::Layout;
 use cudarc::driver::{result, sys};
 use std::borrow::Cow;
 use std::sync::Arc;
+use tensorfn_core::ops::conv::ConvArgs;
 use tensorfn_core::ops::pool::Pool2d;
 use tensorfn_core::ops::xent::CrossEntropyArgs;
 use tensorfn_kernels::{BinaryOp, NormOp, ReduceOp, RowOp, RowShape, UnaryOp};
@@ -547,6 +548,27 @@ impl Backend for CudaBackend {
         seed: u64,
     ) -> Result<CudaStorage<T>> {
         self.dropout_gpu(x, l, p, seed)
+    }
+
+    fn conv2d<T: FloatDType>(
+        &self,
+        x: (&CudaStorage<T>, &Layout),
+        w: (&CudaStorage<T>, &Layout),
+        bias: Option<(&CudaStorage<T>, &Layout)>,
+        args: &ConvArgs,
+    ) -> Result<CudaStorage<T>> {
+        self.conv2d_gpu(x, w, bias, args)
+    }
+
+    fn conv2d_backward<T: FloatDType>(
+        &self,
+        x: (&CudaStorage<T>, &Layout),
+        w: (&CudaStorage<T>, &Layout),
+        grad: (&CudaStorage<T>, &Layout),
+        args: &ConvArgs,
+        input: bool,
+    ) -> Result<CudaStorage<T>> {
+        self.conv2d_backward_gpu(x, w, grad, args, input)
     }
 
     fn pool2d<T: FloatDType>(

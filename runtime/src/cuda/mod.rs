@@ -33,6 +33,7 @@ mod backend;
 mod blas;
 mod concat;
 mod context;
+mod conv;
 // Called by the convolution ops, which fall back to the built-in kernels
 // on `Outcome::Fallback`.
 #[allow(dead_code)]

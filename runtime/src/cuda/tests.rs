@@ -3236,3 +3236,131 @@ fn pools_and_dropout_match_the_cpu() {
     check::<f16>(&be, &mut rng);
     check::<bf16>(&be, &mut rng);
 }
+
+/// `conv2d` and both its gradients on the GPU (cuDNN, or the host path
+/// where cuDNN does not run a problem) against the CPU's im2col and
+/// `gemm`: NCHW and channels-last inputs and filters, a bias, stride,
+/// padding, dilation, groups and depthwise, an empty batch, in every float
+/// dtype (16-bit within a few roundings of the sums' size).
+#[test]
+fn conv2d_and_its_gradients_match_the_cpu() {
+    use crate::cpu::CpuBackend;
+    use tensorfn_core::ops::conv::ConvArgs;
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64, tol: f64) {
+        let close = |what: &str, got: &[T], want: &[T], terms: usize| {
+            assert_eq!(got.len(), want.len(), "{what}");
+            let bound = tol * (terms as f64).sqrt();
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                let (g, w) = (g.to_f64(), w.to_f64());
+                assert!(
+                    (g - w).abs() <= bound * (1.0 + w.abs()),
+                    "{what} {} [{i}]: GPU {g}, CPU {w}",
+                    T::KIND
+                );
+            }
+        };
+        let cases: [([usize; 4], [usize; 4], ConvArgs); 5] = [
+            (
+                [2, 4, 9, 8],
+                [6, 4, 3, 3],
+                ConvArgs {
+                    padding: [1, 1],
+                    ..Default::default()
+                },
+            ),
+            (
+                [1, 3, 11, 13],
+                [4, 3, 3, 2],
+                ConvArgs {
+                    stride: [2, 1],
+                    padding: [1, 0],
+                    dilation: [1, 2],
+                    groups: 1,
+                },
+            ),
+            (
+                [2, 6, 8, 8],
+                [9, 2, 3, 3],
+                ConvArgs {
+                    padding: [1, 1],
+                    groups: 3,
+                    ..Default::default()
+                },
+            ),
+            (
+                [2, 8, 10, 9],
+                [8, 1, 3, 3],
+                ConvArgs {
+                    padding: [1, 1],
+                    groups: 8,
+                    ..Default::default()
+                },
+            ),
+            ([0, 3, 5, 5], [4, 3, 1, 1], ConvArgs::default()),
+        ];
+        for (xd, wd, args) in cases {
+            let x: Vec<T> = random(rng, xd.iter().product(), -1.0, 1.0);
+            let w: Vec<T> = random(rng, wd.iter().product(), -1.0, 1.0);
+            let b: Vec<T> = random(rng, wd[0], -1.0, 1.0);
+            let (gx, gw, gb) = (up(be, &x), up(be, &w), up(be, &b));
+            let nhwc = |d: [usize; 4]| {
+                Layout::contiguous(&[d[0], d[2], d[3], d[1]]).permute(&[0, 3, 1, 2])
+            };
+            let lb = Layout::contiguous(&[wd[0]]);
+            let terms = wd[1] * wd[2] * wd[3];
+            for (lx, lw) in [
+                (Layout::contiguous(&xd), Layout::contiguous(&wd)),
+                (nhwc(xd), nhwc(wd)),
+            ] {
+                let what = format!("{xd:?} * {wd:?} {args:?} strides {:?}", lx.strides());
+                let want = CpuBackend
+                    .conv2d((&x, &lx), (&w, &lw), Some((&b, &lb)), &args)
+                    .unwrap();
+                let got = be
+                    .conv2d::<T>((&gx, &lx), (&gw, &lw), Some((&gb, &lb)), &args)
+                    .unwrap();
+                close(
+                    &format!("conv2d {what}"),
+                    &down(&got, &[want.len()]),
+                    &want,
+                    terms,
+                );
+                let yd = [xd[0], wd[0], 0, 0];
+                let oh = |i: usize| {
+                    (xd[2 + i] + 2 * args.padding[i] - args.dilation[i] * (wd[2 + i] - 1) - 1)
+                        / args.stride[i]
+                        + 1
+                };
+                let yd = [yd[0], yd[1], oh(0), oh(1)];
+                let gl = Layout::contiguous(&yd);
+                let g: Vec<T> = random(rng, gl.numel(), -1.0, 1.0);
+                let gg = up(be, &g);
+                for input in [true, false] {
+                    let want = CpuBackend
+                        .conv2d_backward((&x, &lx), (&w, &lw), (&g, &gl), &args, input)
+                        .unwrap();
+                    let got = be
+                        .conv2d_backward::<T>((&gx, &lx), (&gw, &lw), (&gg, &gl), &args, input)
+                        .unwrap();
+                    let terms = if input {
+                        wd[0] * wd[2] * wd[3]
+                    } else {
+                        yd[0] * yd[2] * yd[3]
+                    };
+                    close(
+                        &format!("conv2d_backward (input {input}) {what}"),
+                        &down(&got, &[want.len()]),
+                        &want,
+                        terms.max(1),
+                    );
+                }
+            }
+        }
+    }
+    check::<f32>(&be, &mut rng, 4e-7);
+    check::<f64>(&be, &mut rng, 1e-15);
+    check::<f16>(&be, &mut rng, 2e-3);
+    check::<bf16>(&be, &mut rng, 1.6e-2);
+}

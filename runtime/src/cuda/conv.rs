@@ -1,0 +1,185 @@
+//! `conv2d` and its gradients on the GPU: cuDNN where it runs the
+//! problem, the host's im2col and `gemm` otherwise (cuDNN missing, or a
+//! problem it does not support, such as an empty one).
+//!
+//! The activations go to cuDNN with their own strides, so an NCHW tensor
+//! and a channels-last view of NHWC memory take the same call; the filter
+//! is read as PyTorch's `[C_out, C_in / groups, kH, kW]` or as its
+//! channels-last permutation without a copy (any other strides are made
+//! contiguous first). Results are contiguous NCHW, as the `Backend`
+//! contract says.
+
+use super::alloc::CudaStorage;
+use super::backend::CudaBackend;
+use super::cudnn::{self, ConvProblem, FilterLayout, Outcome};
+use crate::backend::{conv2d_backward_on_host, conv2d_on_host};
+use crate::dtype::FloatDType;
+use crate::error::Result;
+use crate::layout::Layout;
+use tensorfn_core::ops::conv::ConvArgs;
+
+/// A filter as cuDNN reads it: the address of its first element, how it
+/// is laid out, and the contiguous copy that address is in, if one was
+/// made (kept alive while cuDNN reads it).
+struct Filter<T: FloatDType> {
+    _copy: Option<CudaStorage<T>>,
+    ptr: u64,
+    layout: FilterLayout,
+}
+
+impl CudaBackend {
+    /// `w` in a layout cuDNN takes: as it is when row-major KCRS or KRSC,
+    /// else a contiguous copy.
+    fn filter<T: FloatDType>(&self, w: (&CudaStorage<T>, &Layout)) -> Result<Filter<T>> {
+        let (buf, l) = w;
+        let d = l.dims();
+        let krsc = [d[2] * d[3] * d[1], 1, d[3] * d[1], d[1]];
+        let layout = if l.is_contiguous() {
+            Some(FilterLayout::Kcrs)
+        } else if l.strides() == krsc {
+            Some(FilterLayout::Krsc)
+        } else {
+            None
+        };
+        Ok(match layout {
+            Some(layout) => Filter {
+                _copy: None,
+                ptr: buf.ptr_at(l.offset()),
+                layout,
+            },
+            None => {
+                let c = crate::backend::Backend::contiguous(self, buf, l)?;
+                Filter {
+                    ptr: c.device_ptr(),
+                    _copy: Some(c),
+                    layout: FilterLayout::Kcrs,
+                }
+            }
+        })
+    }
+
+    /// The cuDNN problem of `x` (`[N, C_in, H, W]`, its strides), a filter
+    /// of `w_dims` and an output with `y_strides`.
+    fn problem<T: FloatDType>(
+        x: &Layout,
+        w_dims: &[usize],
+        w_layout: FilterLayout,
+        y_strides: [usize; 4],
+        args: &ConvArgs,
+    ) -> ConvProblem {
+        let (xd, xs) = (x.dims(), x.strides());
+        ConvProblem {
+            n: xd[0],
+            c_in: xd[1],
+            h: xd[2],
+            w: xd[3],
+            c_out: w_dims[0],
+            kh: w_dims[2],
+            kw: w_dims[3],
+            pad: args.padding,
+            stride: args.stride,
+            dilation: args.dilation,
+            groups: args.groups,
+            x_strides: [xs[0], xs[1], xs[2], xs[3]],
+            y_strides,
+            w_layout,
+            dtype: T::KIND,
+            // As f32 products: exact unless TF32 is allowed.
+            tf32: super::blas::allow_tf32(),
+        }
+    }
+
+    /// [`Backend::conv2d`](crate::backend::Backend::conv2d) on the GPU.
+    pub(crate) fn conv2d_gpu<T: FloatDType>(
+        &self,
+        x: (&CudaStorage<T>, &Layout),
+        w: (&CudaStorage<T>, &Layout),
+        bias: Option<(&CudaStorage<T>, &Layout)>,
+        args: &ConvArgs,
+    ) -> Result<CudaStorage<T>> {
+        self.ctx().bind()?;
+        let f = self.filter(w)?;
+        let y_dims = {
+            let p = Self::problem::<T>(x.1, w.1.dims(), f.layout, [0; 4], args);
+            p.y_dims()
+        };
+        let y_layout = Layout::contiguous(&y_dims);
+        let ys = y_layout.strides();
+        let p = Self::problem::<T>(
+            x.1,
+            w.1.dims(),
+            f.layout,
+            [ys[0], ys[1], ys[2], ys[3]],
+            args,
+        );
+        let y = self.ctx().storage::<T>(y_layout.numel())?;
+        let xp = x.0.ptr_at(x.1.offset());
+        if cudnn::conv_forward(self.ctx(), &p, xp, f.ptr, y.device_ptr(), 0.0)? != Outcome::Done {
+            return conv2d_on_host(self, x, w, bias, args);
+        }
+        if let Some((b, lb)) = bias {
+            let copy = match lb.is_contiguous() {
+                true => None,
+                false => Some(crate::backend::Backend::contiguous(self, b, lb)?),
+            };
+            let bp = copy
+                .as_ref()
+                .map_or_else(|| b.ptr_at(lb.offset()), |c| c.device_ptr());
+            if cudnn::conv_add_bias(self.ctx(), &p, bp, y.device_ptr())? != Outcome::Done {
+                return conv2d_on_host(self, x, w, bias, args);
+            }
+        }
+        Ok(y)
+    }
+
+    /// [`Backend::conv2d_backward`](crate::backend::Backend::conv2d_backward)
+    /// on the GPU.
+    pub(crate) fn conv2d_backward_gpu<T: FloatDType>(
+        &self,
+        x: (&CudaStorage<T>, &Layout),
+        w: (&CudaStorage<T>, &Layout),
+        grad: (&CudaStorage<T>, &Layout),
+        args: &ConvArgs,
+        input: bool,
+    ) -> Result<CudaStorage<T>> {
+        self.ctx().bind()?;
+        let gs = grad.1.strides();
+        let gp = grad.0.ptr_at(grad.1.offset());
+        let xp = x.0.ptr_at(x.1.offset());
+        let fallback = if input {
+            // dx: contiguous NCHW, read by cuDNN with the strides it is
+            // given for x, so the problem's x is the contiguous layout.
+            let f = self.filter(w)?;
+            let dx_layout = Layout::contiguous(x.1.dims());
+            let p = Self::problem::<T>(
+                &dx_layout,
+                w.1.dims(),
+                f.layout,
+                [gs[0], gs[1], gs[2], gs[3]],
+                args,
+            );
+            let dx = self.ctx().storage::<T>(dx_layout.numel())?;
+            match cudnn::conv_backward_data(self.ctx(), &p, gp, f.ptr, dx.device_ptr(), 0.0)? {
+                Outcome::Done => return Ok(dx),
+                Outcome::Fallback(why) => why,
+            }
+        } else {
+            // dw: contiguous KCRS.
+            let p = Self::problem::<T>(
+                x.1,
+                w.1.dims(),
+                FilterLayout::Kcrs,
+                [gs[0], gs[1], gs[2], gs[3]],
+                args,
+            );
+            let dw = self.ctx().storage::<T>(w.1.numel())?;
+            match cudnn::conv_backward_filter(self.ctx(), &p, xp, gp, dw.device_ptr(), 0.0)? {
+                Outcome::Done => return Ok(dw),
+                Outcome::Fallback(why) => why,
+            }
+        };
+        // `why` says what cuDNN lacks; the host path runs every problem.
+        let _ = fallback;
+        conv2d_backward_on_host(self, x, w, grad, args, input)
+    }
+}
