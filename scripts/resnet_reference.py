@@ -22,6 +22,7 @@
         `torch.compile`, and prints one `name ms` line per case.
 """
 import argparse
+import os
 import sys
 
 import torch
@@ -41,6 +42,7 @@ def model_from(dir_, classes):
 
 def write(args):
     torch.manual_seed(args.seed)
+    os.makedirs(args.dir, exist_ok=True)
     model = resnet18(weights=None, num_classes=args.classes).eval()
     with torch.no_grad():
         for name, m in model.named_modules():

@@ -368,13 +368,15 @@ pub enum ShapeRule {
 /// assert_eq!(ops::function("relu").unwrap().derivative, Derivative::Rule);
 /// assert_eq!(ops::method("argmax").unwrap().derivative, Derivative::None);
 /// assert_eq!(ops::function("embedding").unwrap().derivative, Derivative::Rule);
-/// assert_eq!(ops::function("scaled_dot_product_attention").unwrap().derivative, Derivative::Pending);
+/// assert_eq!(ops::function("scaled_dot_product_attention").unwrap().derivative, Derivative::Rule);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Derivative {
     /// Differentiable: `#[grad]` passes through it.
     Rule,
-    /// Not written yet: differentiating through the op is a compile error.
+    /// Not written yet: differentiating through the op is a compile error
+    /// (no op of the catalogue is left in this state; a new op may start
+    /// in it).
     Pending,
     /// Not differentiable (comparisons, `argmax`, `arange`): a compile
     /// error on the path to a differentiated parameter; a comparison used
