@@ -99,19 +99,10 @@ impl CudaBackend {
     ) -> Result<CudaStorage<T>> {
         self.ctx().bind()?;
         let f = self.filter(w)?;
-        let y_dims = {
-            let p = Self::problem::<T>(x.1, w.1.dims(), f.layout, [0; 4], args);
-            p.y_dims()
-        };
-        let y_layout = Layout::contiguous(&y_dims);
+        let mut p = Self::problem::<T>(x.1, w.1.dims(), f.layout, [0; 4], args);
+        let y_layout = Layout::contiguous(&p.y_dims());
         let ys = y_layout.strides();
-        let p = Self::problem::<T>(
-            x.1,
-            w.1.dims(),
-            f.layout,
-            [ys[0], ys[1], ys[2], ys[3]],
-            args,
-        );
+        p.y_strides = [ys[0], ys[1], ys[2], ys[3]];
         let y = self.ctx().storage::<T>(y_layout.numel())?;
         let xp = x.0.ptr_at(x.1.offset());
         if cudnn::conv_forward(self.ctx(), &p, xp, f.ptr, y.device_ptr(), 0.0)? != Outcome::Done {
@@ -146,7 +137,7 @@ impl CudaBackend {
         let gs = grad.1.strides();
         let gp = grad.0.ptr_at(grad.1.offset());
         let xp = x.0.ptr_at(x.1.offset());
-        let fallback = if input {
+        let done = if input {
             // dx: contiguous NCHW, read by cuDNN with the strides it is
             // given for x, so the problem's x is the contiguous layout.
             let f = self.filter(w)?;
@@ -159,10 +150,9 @@ impl CudaBackend {
                 args,
             );
             let dx = self.ctx().storage::<T>(dx_layout.numel())?;
-            match cudnn::conv_backward_data(self.ctx(), &p, gp, f.ptr, dx.device_ptr(), 0.0)? {
-                Outcome::Done => return Ok(dx),
-                Outcome::Fallback(why) => why,
-            }
+            let outcome =
+                cudnn::conv_backward_data(self.ctx(), &p, gp, f.ptr, dx.device_ptr(), 0.0)?;
+            (outcome == Outcome::Done).then_some(dx)
         } else {
             // dw: contiguous KCRS.
             let p = Self::problem::<T>(
@@ -173,13 +163,14 @@ impl CudaBackend {
                 args,
             );
             let dw = self.ctx().storage::<T>(w.1.numel())?;
-            match cudnn::conv_backward_filter(self.ctx(), &p, xp, gp, dw.device_ptr(), 0.0)? {
-                Outcome::Done => return Ok(dw),
-                Outcome::Fallback(why) => why,
-            }
+            let outcome =
+                cudnn::conv_backward_filter(self.ctx(), &p, xp, gp, dw.device_ptr(), 0.0)?;
+            (outcome == Outcome::Done).then_some(dw)
         };
-        // `why` says what cuDNN lacks; the host path runs every problem.
-        let _ = fallback;
-        conv2d_backward_on_host(self, x, w, grad, args, input)
+        match done {
+            Some(out) => Ok(out),
+            // cuDNN did not run it; the host path runs every problem.
+            None => conv2d_backward_on_host(self, x, w, grad, args, input),
+        }
     }
 }

@@ -17,7 +17,7 @@ use super::alloc::CudaStorage;
 use super::context::Context;
 use super::error::{cublas, lock};
 use super::handles::{AddendForm, Blas, Descriptors, Epilogue, Plan, PlanKey, WORKSPACE_BYTES};
-use super::tune::{fastest, Switch, Timing};
+use super::tune::{fastest, Switch, LIBRARY_TIMING};
 use crate::dtype::DType;
 use crate::error::Result;
 use cudarc::cublaslt::result as ltr;
@@ -32,21 +32,6 @@ const CANDIDATES: usize = 8;
 /// Plans kept per context; past this many shapes the cache starts over,
 /// so a program with ever-new shapes does not grow it without bound.
 const MAX_PLANS: usize = 4096;
-
-/// How candidates are timed: the products whose heuristic choice runs
-/// shorter than 25 µs are not timed (at a few µs they are bound by launch
-/// and by operands hot in cache, and timing picked slower kernels for them
-/// as often as faster ones); another candidate replaces the heuristic's
-/// first choice only when 3% faster, since the operands are hot in cache
-/// while they are timed, which favours some kernels by a few per cent over
-/// the same product on operands fresh from memory.
-const TIMING: Timing = Timing {
-    span_ms: 0.5,
-    slack: 1.25,
-    shortest_ms: 0.025,
-    rounds: 3,
-    min_gain: 1.03,
-};
 
 static AUTOTUNE: Switch = Switch::new("TENSORFN_MATMUL_AUTOTUNE");
 
@@ -359,7 +344,7 @@ fn make_plan<T: DType>(
         _ => {
             let launch =
                 |algo: &lt::cublasLtMatmulAlgo_t| run(blas, handle, ctx, p, &desc, algo).is_ok();
-            candidates[fastest(ctx, &candidates, &TIMING, launch)?]
+            candidates[fastest(ctx, &candidates, &LIBRARY_TIMING, launch)?]
         }
     };
     Ok(Some(Plan { desc, algo }))

@@ -24,6 +24,22 @@ pub(crate) struct Timing {
     pub(crate) min_gain: f32,
 }
 
+/// How a library's candidate algorithms for one problem are timed
+/// (cuBLASLt's for a product shape, cuDNN's for a convolution): work whose
+/// heuristic choice runs shorter than 25 µs is not timed (at a few µs it
+/// is bound by launch and by operands hot in cache, and timing picked
+/// slower algorithms as often as faster ones); another candidate replaces
+/// the heuristic's first choice only when 3% faster, since the operands
+/// are hot in cache while they are timed, which favours some kernels by a
+/// few per cent over the same work on operands fresh from memory.
+pub(crate) const LIBRARY_TIMING: Timing = Timing {
+    span_ms: 0.5,
+    slack: 1.25,
+    shortest_ms: 0.025,
+    rounds: 3,
+    min_gain: 1.03,
+};
+
 /// The index of the fastest of `candidates`, timed on the context's
 /// stream. `launch` queues one run of a candidate and says whether it
 /// could (one that cannot is skipped).

@@ -31,7 +31,7 @@
 use super::{status, unsupported, ConvProblem, FilterLayout, Outcome};
 use crate::cuda::context::Context;
 use crate::cuda::lt::matmul_autotune;
-use crate::cuda::tune::{fastest, Timing};
+use crate::cuda::tune::{fastest, LIBRARY_TIMING};
 use crate::error::{Error, Result};
 use cudarc::cudnn::sys as dnn;
 use std::collections::HashMap;
@@ -45,19 +45,6 @@ use tensorfn_core::DTypeKind;
 pub(crate) fn workspace_limit(total_memory: usize) -> usize {
     (total_memory / 8).clamp(64 << 20, 2 << 30)
 }
-
-/// How candidate algorithms are timed: the cuBLASLt products' policy.
-/// Convolutions whose heuristic choice runs shorter than 25 µs are not
-/// timed (launch-bound, and timing on operands hot in cache picks slower
-/// algorithms as often as faster ones); another candidate replaces the
-/// heuristic's choice only when 3% faster.
-const TIMING: Timing = Timing {
-    span_ms: 0.5,
-    slack: 1.25,
-    shortest_ms: 0.025,
-    rounds: 3,
-    min_gain: 1.03,
-};
 
 #[cfg(test)]
 thread_local! {
@@ -652,7 +639,7 @@ impl Plan {
             self.launch(h, c, [a, b, out], &alpha, &beta, ws.ptr)
                 .is_ok()
         };
-        let winner = fastest(ctx, choices, &TIMING, launch);
+        let winner = fastest(ctx, choices, &LIBRARY_TIMING, launch);
         // Stream order: the timed runs finish before the blocks are reused.
         ctx.release(ws);
         if let Some(s) = scratch {
