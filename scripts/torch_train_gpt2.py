@@ -25,7 +25,9 @@ softmax, as in nanoGPT) and `hf` (50257, the checkpoint's), or `both`.
         [--batch 8] [--seq 1024] [--steps 20] [--warmup 5] [--clip 0] [--json]
 
 `--clip 1.0` adds global-norm clipping (`clip_grad_norm_`, foreach), which
-llm.c always does. `--json` also prints one JSON object per mode.
+llm.c always does. `--act gelu_pytorch_tanh` swaps GPT-2's `gelu_new`
+(the same tanh GELU written as several elementwise ops, each a kernel in
+eager mode) for `F.gelu(approximate="tanh")`, one kernel. `--json` also prints one JSON object per mode.
 
     python3 torch_train_gpt2.py write DIR [--vocab 50257] [--layers 12]
         [--batch 8] [--seq 1024] [--seed 0]
@@ -49,19 +51,19 @@ HF_VOCAB = 50257
 PADDED_VOCAB = 50304
 
 
-def gpt2_config(vocab, layers=12):
+def gpt2_config(vocab, layers=12, act="gelu_new"):
     from transformers import GPT2Config
 
     # No dropout: nanoGPT and llm.c train GPT-2 124M without it.
     return GPT2Config(vocab_size=vocab, n_positions=1024, n_embd=768, n_layer=layers, n_head=12,
-                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function=act)
 
 
-def build_model(vocab, layers=12, attn="sdpa"):
+def build_model(vocab, layers=12, attn="sdpa", act="gelu_new"):
     """A random-init GPT2LMHeadModel in f32 with the given attention implementation."""
     from transformers import GPT2LMHeadModel
 
-    cfg = gpt2_config(vocab, layers)
+    cfg = gpt2_config(vocab, layers, act)
     try:
         return GPT2LMHeadModel._from_config(cfg, attn_implementation=attn)
     except TypeError:
@@ -97,7 +99,7 @@ def adamw(model):
 
 def bench_mode(mode, vocab, args):
     torch.manual_seed(0)
-    model = build_model(vocab).cuda().train()
+    model = build_model(vocab, act=args.act).cuda().train()
     step_fn = LossModel(model)
     if mode == "compile":
         step_fn = torch.compile(step_fn)
@@ -138,9 +140,10 @@ def bench_mode(mode, vocab, args):
     med = times[len(times) // 2]
     res = {
         "case": "gpt2_train_step", "impl": f"torch_{mode}", "vocab": vocab, "batch": args.batch,
-        "seq": args.seq, "clip": args.clip, "median_ms": round(med, 3), "min_ms": round(times[0], 3),
+        "seq": args.seq, "clip": args.clip, "act": args.act,
+        "median_ms": round(med, 3), "min_ms": round(times[0], 3),
         "tokens_per_s": round(args.batch * args.seq / med * 1e3), "peak_bytes": peak,
-        "warmup_s": round(warm_s, 1), "loss_first": round(first_loss, 4), "loss_last": round(last_loss, 4),
+        "warmup_s": round(warm_s, 1), "loss_after_warmup": round(first_loss, 4), "loss_last": round(last_loss, 4),
     }
     del step_fn, model, opt, batches, loss
     gc.collect()
@@ -158,6 +161,8 @@ def bench(argv):
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--clip", type=float, default=0.0, help="global-norm clipping (0: none)")
+    ap.add_argument("--act", default="gelu_new",
+                    help="GPT-2's gelu_new (tanh GELU in several elementwise ops) or gelu_pytorch_tanh (one kernel)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -177,10 +182,10 @@ def bench(argv):
                 print(f"torch gpt2 train step {mode} vocab {vocab}: FAILED: {type(e).__name__}: {e}")
                 continue
             print(f"torch gpt2 train step [{args.batch}, {args.seq}] {mode} vocab {vocab}"
-                  f"{' clip' if args.clip > 0 else ''}: median {r['median_ms']:.2f} ms "
+                  f"{' clip' if args.clip > 0 else ''}{'' if args.act == 'gelu_new' else ' ' + args.act}: median {r['median_ms']:.2f} ms "
                   f"(min {r['min_ms']:.2f}), {r['tokens_per_s'] / 1e3:.0f}k tok/s, "
                   f"peak {r['peak_bytes'] / 2**30:.2f} GiB, warm-up {r['warmup_s']} s, "
-                  f"loss {r['loss_first']:.3f} -> {r['loss_last']:.3f}")
+                  f"loss {r['loss_after_warmup']:.3f} -> {r['loss_last']:.3f}")
             if args.json:
                 print(json.dumps(r))
             sys.stdout.flush()
