@@ -181,8 +181,9 @@ def bench(argv):
                 failed = True
                 print(f"torch gpt2 train step {mode} vocab {vocab}: FAILED: {type(e).__name__}: {e}")
                 continue
-            print(f"torch gpt2 train step [{args.batch}, {args.seq}] {mode} vocab {vocab}"
-                  f"{' clip' if args.clip > 0 else ''}{'' if args.act == 'gelu_new' else ' ' + args.act}: median {r['median_ms']:.2f} ms "
+            variant = (" clip" if args.clip > 0 else "") + ("" if args.act == "gelu_new" else " " + args.act)
+            print(f"torch gpt2 train step [{args.batch}, {args.seq}] {mode} vocab {vocab}{variant}: "
+                  f"median {r['median_ms']:.2f} ms "
                   f"(min {r['min_ms']:.2f}), {r['tokens_per_s'] / 1e3:.0f}k tok/s, "
                   f"peak {r['peak_bytes'] / 2**30:.2f} GiB, warm-up {r['warmup_s']} s, "
                   f"loss {r['loss_after_warmup']:.3f} -> {r['loss_last']:.3f}")
