@@ -188,6 +188,9 @@ macro_rules! group {
         }
         impl<T: DType, S: Shape, $(const $o: usize),+> sealed::Replicas
             for ($(Tensor<Cuda<$o>, T, S>,)+) {}
+        // Not listed in the error of a tuple that is not `Replicas`: the
+        // trait's own message says what to pass.
+        #[diagnostic::do_not_recommend]
         impl<T: DType, S: Shape, $(const $o: usize),+> Replicas<($(Cuda<$o>,)+)>
             for ($(Tensor<Cuda<$o>, T, S>,)+)
         {
