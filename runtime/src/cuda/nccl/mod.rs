@@ -156,14 +156,14 @@ pub(crate) fn load(names: &[&str]) -> Result<Api> {
         }
     };
     macro_rules! f {
-        ($name:literal) => {{
+        ($ty:ty, $name:literal) => {{
             let p = sym($name)?;
             // SAFETY: the symbol is NCCL's function of that name, whose C
-            // signature the field's type spells.
-            unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+            // signature `$ty` spells.
+            unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
         }};
     }
-    let get_version: GetVersion = f!("ncclGetVersion");
+    let get_version = f!(GetVersion, "ncclGetVersion");
     let mut version = 0;
     // SAFETY: writes one int.
     let s = unsafe { get_version(&mut version) };
@@ -177,20 +177,20 @@ pub(crate) fn load(names: &[&str]) -> Result<Api> {
     Ok(Api {
         file: file.to_string(),
         version,
-        get_unique_id: f!("ncclGetUniqueId"),
-        init_rank_config: f!("ncclCommInitRankConfig"),
-        get_async_error: f!("ncclCommGetAsyncError"),
-        abort: f!("ncclCommAbort"),
-        finalize: f!("ncclCommFinalize"),
-        destroy: f!("ncclCommDestroy"),
-        error_string: f!("ncclGetErrorString"),
-        last_error: f!("ncclGetLastError"),
-        group_start: f!("ncclGroupStart"),
-        group_end: f!("ncclGroupEnd"),
-        all_reduce: f!("ncclAllReduce"),
-        all_gather: f!("ncclAllGather"),
-        reduce_scatter: f!("ncclReduceScatter"),
-        broadcast: f!("ncclBroadcast"),
+        get_unique_id: f!(GetUniqueId, "ncclGetUniqueId"),
+        init_rank_config: f!(InitRankConfig, "ncclCommInitRankConfig"),
+        get_async_error: f!(CommStatus, "ncclCommGetAsyncError"),
+        abort: f!(CommOp, "ncclCommAbort"),
+        finalize: f!(CommOp, "ncclCommFinalize"),
+        destroy: f!(CommOp, "ncclCommDestroy"),
+        error_string: f!(ErrorString, "ncclGetErrorString"),
+        last_error: f!(LastError, "ncclGetLastError"),
+        group_start: f!(Group, "ncclGroupStart"),
+        group_end: f!(Group, "ncclGroupEnd"),
+        all_reduce: f!(AllReduce, "ncclAllReduce"),
+        all_gather: f!(AllGather, "ncclAllGather"),
+        reduce_scatter: f!(ReduceScatter, "ncclReduceScatter"),
+        broadcast: f!(Broadcast, "ncclBroadcast"),
     })
 }
 
