@@ -93,6 +93,24 @@ pub enum Error {
         /// The convolution: shapes, strides, dtype.
         problem: String,
     },
+    /// NCCL, which the collectives need, cannot be opened.
+    #[error("NCCL is unavailable: {reason}")]
+    NcclUnavailable {
+        /// Why, and how to install it.
+        reason: String,
+    },
+    /// An NCCL call failed, reported an asynchronous error (a peer gone, a
+    /// mismatched call), or did not finish within the communicator's
+    /// timeout (`status` is then `"timeout"`); the communicator is aborted.
+    #[error("NCCL {op} failed with {status}: {message}")]
+    Nccl {
+        /// The NCCL routine.
+        op: String,
+        /// `ncclResult_t`'s name, `"timeout"` or `"aborted"`.
+        status: String,
+        /// NCCL's description and its last message.
+        message: String,
+    },
     /// The CUDA driver returned an error.
     #[error("CUDA driver error in {op}: {message}")]
     Driver {

@@ -13,6 +13,7 @@
 
 pub mod arg;
 mod backend;
+pub mod collective;
 pub(crate) mod cpu;
 pub(crate) mod cuda;
 pub mod device;

@@ -48,6 +48,7 @@ mod handles;
 mod launch;
 mod lt;
 mod modules;
+pub(crate) mod nccl;
 pub(crate) mod optim;
 mod overlap;
 mod pinned;

@@ -19,9 +19,10 @@ use crate::cpu::CpuBackend;
 use crate::dtype::{DType, DTypeKind};
 use crate::error::Result;
 use crate::layout::Layout;
-use cudarc::driver::result;
+use cudarc::driver::{result, sys};
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The raw bytes of a slice of dtype values (every dtype is plain data
 /// without padding).
@@ -242,8 +243,10 @@ fn copy_to_context<T: DType>(
     dst.bind()?;
     let out = dst.storage::<T>(layout.numel())?;
     if bytes > 0 {
+        enable_peer_access(&src, &dst);
         // SAFETY: both ranges are live allocations of `bytes` bytes; the
-        // driver stages through the host when peer access is off.
+        // copy goes over NVLink or PCIe where peer access is on, and the
+        // driver stages it through the host otherwise.
         unsafe {
             result::memcpy_peer_async(dst.raw, out.device_ptr(), src.raw, ptr, bytes, dst.stream)
         }
@@ -253,6 +256,41 @@ fn copy_to_context<T: DType>(
         dst.sync("copying between GPUs")?;
     }
     Ok(out)
+}
+
+/// Turns on peer access between the two devices, both ways, where
+/// `cuDeviceCanAccessPeer` says they have it (once per pair), so that
+/// `cuMemcpyPeerAsync` copies directly between them instead of through the
+/// host. Leaves `dst` bound. Where it cannot be turned on, copies still
+/// work, staged by the driver.
+fn enable_peer_access(src: &Context, dst: &Context) {
+    static DONE: OnceLock<Mutex<HashSet<(usize, usize)>>> = OnceLock::new();
+    let mut done = lock(DONE.get_or_init(Default::default));
+    for (from, to) in [(dst, src), (src, dst)] {
+        if !done.insert((from.ordinal, to.ordinal)) {
+            continue;
+        }
+        let mut can = 0;
+        // SAFETY: plain queries of two valid ordinals, then enabling
+        // access from the current context `from` to `to`'s; "already
+        // enabled" is success.
+        unsafe {
+            let (Ok(a), Ok(b)) = (
+                result::device::get(from.ordinal as i32),
+                result::device::get(to.ordinal as i32),
+            ) else {
+                continue;
+            };
+            if sys::cuDeviceCanAccessPeer(&mut can, a, b) != sys::CUresult::CUDA_SUCCESS || can == 0
+            {
+                continue;
+            }
+            if from.bind().is_ok() {
+                let _ = sys::cuCtxEnablePeerAccess(to.raw, 0);
+            }
+        }
+    }
+    let _ = dst.bind();
 }
 
 impl CudaBackend {
