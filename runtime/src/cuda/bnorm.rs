@@ -69,6 +69,12 @@ fn channel_operand<T: FloatDType>(
     Ok(ptr)
 }
 
+/// The kernels' flag word: bit `i` set when `bits[i]` (training, a
+/// weight, a bias, running statistics).
+fn flags(bits: &[bool]) -> u64 {
+    bits.iter().enumerate().map(|(i, &b)| (b as u64) << i).sum()
+}
+
 /// `(N, C, S)` of `[N, C, *]`.
 fn ncs(name: &str, l: &Layout) -> Result<[usize; 3]> {
     let d = l.dims();
@@ -143,10 +149,7 @@ impl CudaBackend {
             return Ok((out, updated));
         }
         let (xs, xp, _copy) = as_ncs(self, x, l, [n, c, s])?;
-        let flags = training as u64
-            | (w != 0) as u64 * 2
-            | (b != 0) as u64 * 4
-            | running.is_some() as u64 * 8;
+        let flags = flags(&[training, w != 0, b != 0, running.is_some()]);
         let (nm, nv) = updated
             .as_ref()
             .map_or((0, 0), |(a, b)| (a.device_ptr(), b.device_ptr()));
@@ -207,7 +210,7 @@ impl CudaBackend {
         let (dw, db) = (ctx.storage::<T>(c)?, ctx.storage::<T>(c)?);
         let (xs, xp, _xcopy) = as_ncs(self, x, l, [n, c, s])?;
         let (gs, gp, _gcopy) = as_ncs(self, g, lg, [n, c, s])?;
-        let flags = training as u64 | (w != 0) as u64 * 2 | running.is_some() as u64 * 8;
+        let flags = flags(&[training, w != 0, false, running.is_some()]);
         let mut ptrs = [
             dx.device_ptr(),
             dw.device_ptr(),
