@@ -26,7 +26,7 @@
 use super::body::{Body, Class};
 use super::inst::round_bf16;
 use super::memory::{load, store};
-use super::pool::from_f64;
+use super::pool::{from_f64, udivrem};
 use crate::abi::BLOCK;
 use tensorfn_core::DTypeKind;
 
@@ -86,10 +86,7 @@ impl Ctx {
         let p = body.reg(Class::Pred);
         body.op(format!("setp.ge.u64 {p}, {j}, {}", self.m));
         body.op(format!("@{p} bra {end}"));
-        let n = body.reg(Class::B64);
-        body.op(format!("div.u64 {n}, {j}, {}", self.s));
-        let s = body.reg(Class::B64);
-        body.op(format!("rem.u64 {s}, {j}, {}", self.s));
+        let (n, s) = udivrem(body, &j, &self.s);
         inner(body, &n, &s);
         body.op(format!("add.u64 {j}, {j}, {}", self.ntid));
         body.op(format!("bra.uni {top}"));

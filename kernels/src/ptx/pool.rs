@@ -64,6 +64,41 @@ fn op64(body: &mut Body, op: &str, a: &str, b: &str) -> String {
     r
 }
 
+/// `a / b` and `a % b` of non-negative 64-bit `a` and positive `b`: one
+/// 32-bit division when both fit in 32 bits (the GPU divides 64-bit
+/// integers in software, several times slower), else the 64-bit one.
+pub(super) fn udivrem(body: &mut Body, a: &str, b: &str) -> (String, String) {
+    let (q, r) = (body.reg(Class::B64), body.reg(Class::B64));
+    let t = op64(body, "or.b64", a, b);
+    body.op(format!("shr.u64 {t}, {t}, 32"));
+    let fits = body.reg(Class::Pred);
+    body.op(format!("setp.eq.u64 {fits}, {t}, 0"));
+    let wide = body.label("div_wide");
+    let done = body.label("div_done");
+    body.op(format!("@!{fits} bra {wide}"));
+    let (a32, b32, q32) = (
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+    );
+    body.op(format!("cvt.u32.u64 {a32}, {a}"));
+    body.op(format!("cvt.u32.u64 {b32}, {b}"));
+    body.op(format!("div.u32 {q32}, {a32}, {b32}"));
+    body.op(format!("cvt.u64.u32 {q}, {q32}"));
+    body.op(format!("bra.uni {done}"));
+    body.place(&wide);
+    body.op(format!("div.u64 {q}, {a}, {b}"));
+    body.place(&done);
+    body.op(format!("mul.lo.u64 {r}, {q}, {b}"));
+    body.op(format!("sub.u64 {r}, {a}, {r}"));
+    (q, r)
+}
+
+/// `a / b` of non-negative `a` and positive `b` (see [`udivrem`]).
+fn udiv(body: &mut Body, a: &str, b: &str) -> String {
+    udivrem(body, a, b).0
+}
+
 /// The f64 `v` in the register form [`store`] takes for `dtype`, rounded
 /// once: f32 directly; f16/bf16 through an f32 rounded to odd (toward
 /// zero, the last bit set when inexact), so the second rounding is exact.
@@ -130,12 +165,12 @@ fn taps(body: &mut Body, kind: PoolKind, a: &Axis, o: &str) -> (String, String, 
     match kind {
         PoolKind::AdaptiveAvg => {
             let on = op64(body, "mul.lo.s64", o, &a.n);
-            let start = op64(body, "div.s64", &on, &a.out);
+            let start = udiv(body, &on, &a.out);
             let o1 = op64(body, "add.s64", o, "1");
             let e = op64(body, "mul.lo.s64", &o1, &a.n);
             let e = op64(body, "add.s64", &e, &a.out);
             let e = op64(body, "sub.s64", &e, "1");
-            let end = op64(body, "div.s64", &e, &a.out);
+            let end = udiv(body, &e, &a.out);
             let span = op64(body, "sub.s64", &end, &start);
             let one = body.reg(Class::B64);
             body.op(format!("mov.u64 {one}, 1"));
@@ -155,7 +190,7 @@ fn taps(body: &mut Body, kind: PoolKind, a: &Axis, o: &str) -> (String, String, 
             let neg = op64(body, "max.s64", &neg, "0");
             let up = op64(body, "add.s64", &neg, &a.d);
             let up = op64(body, "sub.s64", &up, "1");
-            let steps = op64(body, "div.s64", &up, &a.d);
+            let steps = udiv(body, &up, &a.d);
             let first = body.reg(Class::B64);
             body.op(format!("mad.lo.s64 {first}, {steps}, {}, {start}", a.d));
             let end = op64(body, "max.s64", &end, &first);
@@ -335,12 +370,9 @@ fn grid_loop(body: &mut Body, total: &str, inner: impl FnOnce(&mut Body, &str)) 
 
 /// `i`'s coordinates in `[N, C, A, B]` (row-major): `(n, c, a, b)`.
 fn split4(body: &mut Body, i: &str, c: &str, a: &str, b: &str) -> [String; 4] {
-    let ib = op64(body, "rem.u64", i, b);
-    let t = op64(body, "div.u64", i, b);
-    let ia = op64(body, "rem.u64", &t, a);
-    let t = op64(body, "div.u64", &t, a);
-    let ic = op64(body, "rem.u64", &t, c);
-    let n = op64(body, "div.u64", &t, c);
+    let (t, ib) = udivrem(body, i, b);
+    let (t, ia) = udivrem(body, &t, a);
+    let (n, ic) = udivrem(body, &t, c);
     [n, ic, ia, ib]
 }
 
@@ -495,12 +527,12 @@ fn candidates(body: &mut Body, kind: PoolKind, a: &Axis, i: &str) -> (String, St
         PoolKind::AdaptiveAvg => {
             // floor(i * out / n) ..= ceil((i + 1) * out / n) - 1.
             let lo = op64(body, "mul.lo.s64", i, &a.out);
-            let lo = op64(body, "div.s64", &lo, &a.n);
+            let lo = udiv(body, &lo, &a.n);
             let i1 = op64(body, "add.s64", i, "1");
             let hi = op64(body, "mul.lo.s64", &i1, &a.out);
             let hi = op64(body, "add.s64", &hi, &a.n);
             let hi = op64(body, "sub.s64", &hi, "1");
-            let hi = op64(body, "div.s64", &hi, &a.n);
+            let hi = udiv(body, &hi, &a.n);
             let hi = op64(body, "min.s64", &hi, &a.out);
             (lo, hi)
         }
@@ -513,8 +545,8 @@ fn candidates(body: &mut Body, kind: PoolKind, a: &Axis, i: &str) -> (String, St
             let num = op64(body, "max.s64", &num, "0");
             let num = op64(body, "add.s64", &num, &a.s);
             let num = op64(body, "sub.s64", &num, "1");
-            let lo = op64(body, "div.s64", &num, &a.s);
-            let hi = op64(body, "div.s64", &ip, &a.s);
+            let lo = udiv(body, &num, &a.s);
+            let hi = udiv(body, &ip, &a.s);
             let hi = op64(body, "add.s64", &hi, "1");
             let hi = op64(body, "min.s64", &hi, &a.out);
             (lo, hi)

@@ -3443,6 +3443,81 @@ fn batch_norm_keeps_large_offsets_and_odd_ranks() {
     }
 }
 
+/// Times ResNet-18's pools (bf16, batch 64, channels-last as cuDNN gives
+/// them), their gradients, a training-mode `batch_norm` forward and
+/// backward and `dropout`; prints one line per case.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn pool_and_batch_norm_timing() {
+    use tensorfn_core::ops::pool::Pool2d;
+    let Some((_serial, be)) = gpu() else { return };
+    fn time(be: &CudaBackend, f: &mut dyn FnMut()) -> f64 {
+        for _ in 0..3 {
+            f();
+        }
+        be.synchronize().unwrap();
+        let reps = 20;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            f();
+        }
+        be.synchronize().unwrap();
+        t.elapsed().as_secs_f64() * 1e3 / reps as f64
+    }
+    let mut rng = seed();
+    for (what, [n, c, h, w], p) in [
+        (
+            "max_pool2d 3/2/1",
+            [64, 64, 112, 112],
+            Pool2d::max(3).stride(2).padding(1),
+        ),
+        (
+            "adaptive_avg_pool2d 1",
+            [64, 512, 7, 7],
+            Pool2d::adaptive_avg(1),
+        ),
+    ] {
+        let x = up(&be, &random::<bf16>(&mut rng, n * c * h * w, -2.0, 2.0));
+        let l = Layout::contiguous(&[n, h, w, c]).permute(&[0, 3, 1, 2]);
+        let out = p.output_dims([h, w]).unwrap();
+        let ms = time(&be, &mut || {
+            be.pool2d::<bf16>(&x, &l, &p, out).unwrap();
+        });
+        let g = up(
+            &be,
+            &random::<bf16>(&mut rng, n * c * out[0] * out[1], -1.0, 1.0),
+        );
+        let lg = Layout::contiguous(&[n, c, out[0], out[1]]);
+        let bms = time(&be, &mut || {
+            be.pool2d_backward::<bf16>((&x, &l), (&g, &lg), &p).unwrap();
+        });
+        println!(
+            "{what} bf16 {:?}: forward {ms:.4} ms, backward {bms:.4} ms",
+            [n, c, h, w]
+        );
+    }
+    let [n, c, h, w] = [64, 64, 56, 56];
+    let x = up(&be, &random::<bf16>(&mut rng, n * c * h * w, -2.0, 2.0));
+    let l = Layout::contiguous(&[n, h, w, c]).permute(&[0, 3, 1, 2]);
+    let ms = time(&be, &mut || {
+        be.batch_norm::<bf16>((&x, &l), None, None, None, true, 0.1, 1e-5)
+            .unwrap();
+    });
+    let bms = time(&be, &mut || {
+        be.batch_norm_backward::<bf16>((&x, &l), None, None, (&x, &l), true, 1e-5)
+            .unwrap();
+    });
+    println!(
+        "batch_norm training bf16 {:?}: forward {ms:.4} ms, backward {bms:.4} ms",
+        [n, c, h, w]
+    );
+    let ms = time(&be, &mut || {
+        be.dropout::<bf16>(&x, &Layout::contiguous(&[n * c * h * w]), 0.1, 7)
+            .unwrap();
+    });
+    println!("dropout bf16 {} elements: {ms:.4} ms", n * c * h * w);
+}
+
 /// `conv2d` and both its gradients on the GPU (cuDNN, or the host path
 /// where cuDNN does not run a problem) against the CPU's im2col and
 /// `gemm`: NCHW and channels-last inputs and filters, a bias, stride,
