@@ -470,6 +470,103 @@ pub fn cumsum(dtype: DTypeKind) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
+fn float_only(kernel: &'static str, dtype: DTypeKind) -> Result<()> {
+    if dtype.is_float() {
+        Ok(())
+    } else {
+        Err(Error::Unsupported {
+            kernel,
+            message: format!("{dtype} elements; it takes floats"),
+        })
+    }
+}
+
+/// Name of [`pool2d`]`(dtype)`.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::builtin::pool2d_name(tensorfn_kernels::DTypeKind::BF16), "tf_pool2d_bf16");
+/// ```
+pub fn pool2d_name(dtype: DTypeKind) -> String {
+    format!("tf_pool2d_{dtype}")
+}
+
+/// 2-D pooling of a float `dtype` over `[N, C, H, W]` read through any
+/// strides: entries `NAME_max`, `NAME_avg`, `NAME_adaptive` (`out, x,
+/// meta`: one thread per output element) and their `_backward` (`dx, x,
+/// g, meta`: one thread per input element, gathering the windows that
+/// cover it, no atomics), `meta` being [`ptx::POOL_META_WORDS`] words.
+/// Sums in f64 in the reference's order: the CPU's bits in every dtype.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::pool2d(DTypeKind::F16)?;
+/// assert!(k.ptx.contains(".entry tf_pool2d_f16_max("));
+/// assert!(k.ptx.contains(".entry tf_pool2d_f16_adaptive_backward("));
+/// assert!(builtin::pool2d(DTypeKind::I32).is_err());
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn pool2d(dtype: DTypeKind) -> Result<Kernel> {
+    float_only("pool2d", dtype)?;
+    let name = pool2d_name(dtype);
+    let ptx = ptx::pool2d(&name, dtype);
+    Ok(Kernel { name, ptx })
+}
+
+/// Name of [`dropout`]`(dtype)`.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::builtin::dropout_name(tensorfn_kernels::DTypeKind::F32), "tf_dropout_f32");
+/// ```
+pub fn dropout_name(dtype: DTypeKind) -> String {
+    format!("tf_dropout_{dtype}")
+}
+
+/// Seeded `dropout` of contiguous float `dtype` elements: the entry
+/// `NAME(out, x, n, mixed_seed, cut, scale)` keeps element `i` when
+/// `tensorfn_core::ops::dropout::bits(seed, i) >= cut`, the mask of every
+/// other back-end, and scales it in f64.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert!(builtin::dropout(DTypeKind::BF16)?.ptx.contains(".entry tf_dropout_bf16("));
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn dropout(dtype: DTypeKind) -> Result<Kernel> {
+    float_only("dropout", dtype)?;
+    let name = dropout_name(dtype);
+    let ptx = ptx::dropout(&name, dtype);
+    Ok(Kernel { name, ptx })
+}
+
+/// Name of [`batch_norm`]`(dtype)`.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::builtin::batch_norm_name(tensorfn_kernels::DTypeKind::F64), "tf_batch_norm_f64");
+/// ```
+pub fn batch_norm_name(dtype: DTypeKind) -> String {
+    format!("tf_batch_norm_{dtype}")
+}
+
+/// `batch_norm` of a float `dtype` over the channels of `[N, C, S]` read
+/// through any strides, one block of [`BLOCK`] threads per channel:
+/// entries `NAME` (statistics, the normalised output, the running
+/// statistics' update) and `NAME_backward` (`dx`, `dweight`, `dbias`);
+/// see the PTX module's comment for the parameters.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::batch_norm(DTypeKind::F32)?;
+/// assert!(k.ptx.contains(".entry tf_batch_norm_f32("));
+/// assert!(k.ptx.contains(".entry tf_batch_norm_f32_backward("));
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn batch_norm(dtype: DTypeKind) -> Result<Kernel> {
+    float_only("batch_norm", dtype)?;
+    let name = batch_norm_name(dtype);
+    let ptx = ptx::batch_norm(&name, dtype);
+    Ok(Kernel { name, ptx })
+}
+
 /// Name of [`cat_rows`]`(unit)`.
 ///
 /// ```
@@ -985,6 +1082,9 @@ pub fn all() -> Vec<Kernel> {
         }
         out.extend(topk(dtype).ok());
         out.extend(cumsum(dtype).ok());
+        out.extend(pool2d(dtype).ok());
+        out.extend(dropout(dtype).ok());
+        out.extend(batch_norm(dtype).ok());
         out.extend(attention(dtype).ok());
         for keys in [false, true] {
             out.extend(attention_backward(dtype, keys).ok());

@@ -26,6 +26,7 @@
 //! ```
 
 mod attention;
+mod bnorm;
 mod body;
 mod concat;
 mod cumsum;
@@ -35,6 +36,7 @@ mod inst;
 mod memory;
 mod norm;
 mod optim;
+mod pool;
 mod rope;
 mod rows;
 mod scatter;
@@ -49,8 +51,10 @@ use tensorfn_core::DTypeKind;
 
 pub use crate::target::{Target, HEADER};
 pub use attention::{attention_mma_rows, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS};
+pub use bnorm::{BATCH_NORM_BACKWARD_META_WORDS, BATCH_NORM_META_WORDS};
 pub use concat::CAT_PARTS;
 pub use optim::{OPTIM_HYPER, OPTIM_RECORD_WORDS};
+pub use pool::POOL_META_WORDS;
 pub use rows::SOFTMAX_REGISTER_COLS;
 
 /// Checks that `name` can name PTX entries (`[A-Za-z_][A-Za-z0-9_]*`).
@@ -271,6 +275,39 @@ pub(crate) fn cumsum(name: &str, dtype: DTypeKind) -> String {
     module(
         &format!("{name}: cumulative sum along rows of {dtype}"),
         &[cumsum::cumsum_entry(name, dtype)],
+    )
+}
+
+/// The module of the pooling entries `NAME_{max,avg,adaptive}` and their
+/// `_backward` over `dtype` (see `builtin::pool2d`).
+pub(crate) fn pool2d(name: &str, dtype: DTypeKind) -> String {
+    use tensorfn_core::ops::pool::PoolKind;
+    let mut entries = Vec::new();
+    for kind in [PoolKind::Max, PoolKind::Avg, PoolKind::AdaptiveAvg] {
+        for backward in [false, true] {
+            entries.push(pool::pool_entry(name, dtype, kind, backward));
+        }
+    }
+    module(&format!("{name}: 2-D pooling of {dtype}"), &entries)
+}
+
+/// The module of the `dropout` entry `name` over `dtype`.
+pub(crate) fn dropout(name: &str, dtype: DTypeKind) -> String {
+    module(
+        &format!("{name}: seeded dropout of {dtype}"),
+        &[pool::dropout_entry(name, dtype)],
+    )
+}
+
+/// The module of the `batch_norm` entries `name` and `name_backward`
+/// over `dtype`.
+pub(crate) fn batch_norm(name: &str, dtype: DTypeKind) -> String {
+    module(
+        &format!("{name}: batch_norm of {dtype}"),
+        &[
+            bnorm::batch_norm_entry(name, dtype),
+            bnorm::batch_norm_backward_entry(name, dtype),
+        ],
     )
 }
 

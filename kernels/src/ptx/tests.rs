@@ -261,6 +261,45 @@ fn every_builtin_is_well_formed() {
             assert_eq!(es[0].params.len(), 3 + super::OPTIM_HYPER, "{}", k.name);
             check_body(&es[0]);
             check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_pool2d_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 6, "{}", k.name);
+            for kind in ["max", "avg", "adaptive"] {
+                for (bwd, params) in [("", 3), ("_backward", 4)] {
+                    let e = es
+                        .iter()
+                        .find(|e| e.name == format!("{}_{kind}{bwd}", k.name))
+                        .unwrap_or_else(|| panic!("{}: no {kind}{bwd}", k.name));
+                    assert_eq!(e.params.len(), params, "{}", e.name);
+                    assert_eq!(
+                        e.params[params - 1],
+                        format!(".param .align 8 .b8 p_meta[{}]", 8 * super::POOL_META_WORDS)
+                    );
+                    check_body(e);
+                    assert!(!e.body.contains("atom."), "{}: no atomics", e.name);
+                }
+            }
+            check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_dropout_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].name, k.name);
+            assert_eq!(es[0].params.len(), 6, "{}", k.name);
+            check_body(&es[0]);
+            check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_batch_norm_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 2, "{}", k.name);
+            assert_eq!(es[0].name, k.name);
+            assert_eq!(es[1].name, format!("{}_backward", k.name));
+            assert_eq!(es[0].params.len(), 9, "{}", k.name);
+            assert_eq!(es[1].params.len(), 9, "{}", k.name);
+            for e in &es {
+                check_body(e);
+                assert!(e.body.contains("bar.sync 0"), "{}", e.name);
+                assert!(!e.body.contains("atom."), "{}: no atomics", e.name);
+            }
+            check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_cumsum_") {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 1, "{}", k.name);

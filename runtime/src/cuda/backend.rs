@@ -29,7 +29,12 @@ pub(crate) struct CudaBackend {
 }
 
 /// `Err(Index)` unless every element `l` selects lies inside `s`.
-fn check_extent<T: DType>(op: &str, operand: &str, s: &CudaStorage<T>, l: &Layout) -> Result<()> {
+pub(super) fn check_extent<T: DType>(
+    op: &str,
+    operand: &str,
+    s: &CudaStorage<T>,
+    l: &Layout,
+) -> Result<()> {
     let extent = l.storage_extent();
     if extent > s.len() {
         return Err(Error::Index(format!(
@@ -657,7 +662,7 @@ impl Backend for CudaBackend {
 
     fn batch_norm<T: FloatDType>(
         &self,
-        (x, l): (&CudaStorage<T>, &Layout),
+        x: (&CudaStorage<T>, &Layout),
         weight: Option<(&CudaStorage<T>, &Layout)>,
         bias: Option<(&CudaStorage<T>, &Layout)>,
         running: Option<((&CudaStorage<T>, &Layout), (&CudaStorage<T>, &Layout))>,
@@ -665,71 +670,19 @@ impl Backend for CudaBackend {
         momentum: f64,
         eps: f64,
     ) -> Result<(CudaStorage<T>, Option<(CudaStorage<T>, CudaStorage<T>)>)> {
-        self.ctx.bind()?;
-        let name = "batch_norm";
-        if l.rank() < 2 {
-            return Err(Error::shape(
-                name,
-                "an input of rank 2 or more",
-                format!("{:?}", l.dims()),
-            ));
-        }
-        check_extent(name, "input", x, l)?;
-        let host = HostOperands::new(self, name, [weight, bias], running)?;
-        let xh = self.download_host(x, l)?;
-        let (out, updated) = crate::cpu::bnorm::batch_norm(
-            (&xh, &Layout::contiguous(l.dims())),
-            host.get(0),
-            host.get(1),
-            host.running(),
-            training,
-            momentum,
-            eps,
-        );
-        let updated = match updated {
-            Some((m, v)) => Some((self.upload_host(&m)?, self.upload_host(&v)?)),
-            None => None,
-        };
-        Ok((self.upload_host(&out)?, updated))
+        self.batch_norm_gpu(x, weight, bias, running, training, momentum, eps)
     }
 
     fn batch_norm_backward<T: FloatDType>(
         &self,
-        (x, l): (&CudaStorage<T>, &Layout),
+        x: (&CudaStorage<T>, &Layout),
         weight: Option<(&CudaStorage<T>, &Layout)>,
         running: Option<((&CudaStorage<T>, &Layout), (&CudaStorage<T>, &Layout))>,
-        (g, lg): (&CudaStorage<T>, &Layout),
+        grad: (&CudaStorage<T>, &Layout),
         training: bool,
         eps: f64,
     ) -> Result<(CudaStorage<T>, CudaStorage<T>, CudaStorage<T>)> {
-        self.ctx.bind()?;
-        let name = "batch_norm_backward";
-        if l.rank() < 2 || lg.dims() != l.dims() {
-            return Err(Error::shape(
-                name,
-                "an input of rank 2 or more and a grad_output of its dims",
-                format!("{:?}, {:?}", l.dims(), lg.dims()),
-            ));
-        }
-        check_extent(name, "input", x, l)?;
-        check_extent(name, "grad_output", g, lg)?;
-        let host = HostOperands::new(self, name, [weight, None], running)?;
-        let xh = self.download_host(x, l)?;
-        let gh = self.download_host(g, lg)?;
-        let dense = Layout::contiguous(l.dims());
-        let (dx, dw, db) = crate::cpu::bnorm::batch_norm_backward(
-            (&xh, &dense),
-            host.get(0),
-            host.running(),
-            (&gh, &dense),
-            training,
-            eps,
-        );
-        Ok((
-            self.upload_host(&dx)?,
-            self.upload_host(&dw)?,
-            self.upload_host(&db)?,
-        ))
+        self.batch_norm_backward_gpu(x, weight, running, grad, training, eps)
     }
 
     fn attention<T: FloatDType>(
@@ -1015,46 +968,5 @@ impl Backend for CudaBackend {
         check_extent("addmm", "mat1", a, la)?;
         check_extent("addmm", "mat2", b, lb)?;
         self.gemm(a, la, b, lb, bias, alpha, beta, epilogue)
-    }
-}
-
-/// The `[C]` operands of `batch_norm` on the host, for the statistics
-/// pass that runs there: two optional ones (`weight`, `bias`) and the
-/// optional running `(mean, var)`, each downloaded dense.
-struct HostOperands<T> {
-    vals: [Option<(Vec<T>, Layout)>; 4],
-}
-
-impl<T: DType> HostOperands<T> {
-    #[allow(clippy::type_complexity)]
-    fn new(
-        be: &CudaBackend,
-        name: &str,
-        pair: [Option<(&CudaStorage<T>, &Layout)>; 2],
-        running: Option<((&CudaStorage<T>, &Layout), (&CudaStorage<T>, &Layout))>,
-    ) -> Result<Self> {
-        let all = [pair[0], pair[1], running.map(|r| r.0), running.map(|r| r.1)];
-        let mut vals = [None, None, None, None];
-        for (slot, (v, operand)) in vals.iter_mut().zip(all.into_iter().zip([
-            "weight",
-            "bias",
-            "running_mean",
-            "running_var",
-        ])) {
-            if let Some((b, lb)) = v {
-                check_extent(name, operand, b, lb)?;
-                *slot = Some((be.download_host(b, lb)?, Layout::contiguous(lb.dims())));
-            }
-        }
-        Ok(HostOperands { vals })
-    }
-
-    fn get(&self, i: usize) -> Option<(&[T], &Layout)> {
-        self.vals[i].as_ref().map(|(v, l)| (v.as_slice(), l))
-    }
-
-    #[allow(clippy::type_complexity)]
-    fn running(&self) -> Option<((&[T], &Layout), (&[T], &Layout))> {
-        Some((self.get(2)?, self.get(3)?))
     }
 }

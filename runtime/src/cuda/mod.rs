@@ -31,6 +31,7 @@ mod alloc;
 mod attention;
 mod backend;
 mod blas;
+mod bnorm;
 mod concat;
 mod context;
 mod conv;

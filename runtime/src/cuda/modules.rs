@@ -68,6 +68,12 @@ pub(crate) enum Builtin {
     TopK(DTypeKind),
     /// `cumsum` along contiguous rows of this dtype.
     Cumsum(DTypeKind),
+    /// 2-D pooling and its gradients over this dtype.
+    Pool2d(DTypeKind),
+    /// Seeded `dropout` of this dtype.
+    Dropout(DTypeKind),
+    /// `batch_norm` and its backward over this dtype.
+    BatchNorm(DTypeKind),
 }
 
 impl Builtin {
@@ -91,7 +97,10 @@ impl Builtin {
             | Builtin::Optim(..)
             | Builtin::CrossEntropy(..)
             | Builtin::TopK(_)
-            | Builtin::Cumsum(_) => 1,
+            | Builtin::Cumsum(_)
+            | Builtin::Pool2d(_)
+            | Builtin::Dropout(_)
+            | Builtin::BatchNorm(_) => 1,
         }
     }
 }
@@ -137,6 +146,9 @@ impl Builtin {
             Builtin::CrossEntropy(t, index) => builtin::cross_entropy(t, index),
             Builtin::TopK(t) => builtin::topk(t),
             Builtin::Cumsum(t) => builtin::cumsum(t),
+            Builtin::Pool2d(t) => builtin::pool2d(t),
+            Builtin::Dropout(t) => builtin::dropout(t),
+            Builtin::BatchNorm(t) => builtin::batch_norm(t),
             Builtin::Addcmul(t) => {
                 let name = format!("tf_addcmul_{t}");
                 addcmul_kernel(t)

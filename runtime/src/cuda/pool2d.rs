@@ -1,20 +1,148 @@
-//! 2-D pooling on the GPU (`max_pool2d`, `avg_pool2d`, `adaptive_avg_pool2d`).
-//!
-//! For now the planes go through host memory and the CPU's loop (the
-//! catalogue's reference, so both devices give the same bits); a PTX
-//! kernel of one thread per output element is to replace it.
+//! 2-D pooling (`max_pool2d`, `avg_pool2d`, `adaptive_avg_pool2d`), its
+//! gradient and seeded `dropout` on the GPU: the kernels crate's built-in
+//! kernels (`tensorfn_kernels::builtin::pool2d`, `dropout`), which follow
+//! the catalogue's reference exactly, so both devices give the same bits.
+//! Pooling reads its input through the view's strides (channels-last
+//! activations need no copy).
 
 use super::alloc::CudaStorage;
-use super::backend::CudaBackend;
+use super::backend::{check_extent, CudaBackend};
+use super::modules::{Builtin, ModuleKey};
 use crate::backend::Backend;
-use crate::cpu::pool;
 use crate::dtype::FloatDType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::layout::Layout;
-use std::borrow::Cow;
-use tensorfn_core::ops::pool::Pool2d;
+use std::ffi::c_void;
+use tensorfn_core::ops::dropout::{mix, scale, threshold};
+use tensorfn_core::ops::pool::{Pool2d, PoolKind};
+use tensorfn_kernels::builtin::BLOCK;
+use tensorfn_kernels::ptx::POOL_META_WORDS;
+
+/// Blocks of a grid-stride launch over `n` elements.
+fn blocks(n: usize) -> u32 {
+    n.div_ceil(BLOCK as usize).clamp(1, 1 << 20) as u32
+}
+
+/// `l` (`[N, C, H, W]`, `[C, H, W]` or more leading dims) as a view of
+/// four dims: its dims, strides and offset, and the copy it reads from
+/// when the leading dims do not fold into two (`None`: `x` itself).
+#[allow(clippy::type_complexity)]
+fn as_nchw<T: FloatDType>(
+    be: &CudaBackend,
+    x: &CudaStorage<T>,
+    l: &Layout,
+) -> Result<([usize; 4], [usize; 4], usize, Option<CudaStorage<T>>)> {
+    let (d, s) = (l.dims(), l.strides());
+    match l.rank() {
+        4 => Ok((
+            [d[0], d[1], d[2], d[3]],
+            [s[0], s[1], s[2], s[3]],
+            l.offset(),
+            None,
+        )),
+        3 => Ok((
+            [1, d[0], d[1], d[2]],
+            [0, s[0], s[1], s[2]],
+            l.offset(),
+            None,
+        )),
+        r if r > 4 => {
+            let copy = be.contiguous(x, l)?;
+            let (h, w) = (d[r - 2], d[r - 1]);
+            let lead: usize = d[..r - 2].iter().product();
+            Ok(([1, lead, h, w], [0, h * w, w, 1], 0, Some(copy)))
+        }
+        _ => Err(Error::shape(
+            "pool2d",
+            "an input of rank 3 or more",
+            format!("{:?}", d),
+        )),
+    }
+}
+
+fn suffix(kind: PoolKind, backward: bool) -> &'static str {
+    match (kind, backward) {
+        (PoolKind::Max, false) => "_max",
+        (PoolKind::Avg, false) => "_avg",
+        (PoolKind::AdaptiveAvg, false) => "_adaptive",
+        (PoolKind::Max, true) => "_max_backward",
+        (PoolKind::Avg, true) => "_avg_backward",
+        (PoolKind::AdaptiveAvg, true) => "_adaptive_backward",
+    }
+}
+
+/// The pooling kernels' `meta` words.
+fn meta(
+    total: usize,
+    dims: [usize; 4],
+    out: [usize; 2],
+    xs: [usize; 4],
+    p: &Pool2d,
+    gs: [usize; 4],
+) -> [u64; POOL_META_WORDS] {
+    let mut m = [0u64; POOL_META_WORDS];
+    let words = [
+        total,
+        dims[1],
+        dims[2],
+        dims[3],
+        out[0],
+        out[1],
+        xs[0],
+        xs[1],
+        xs[2],
+        xs[3],
+        p.kernel_size[0],
+        p.kernel_size[1],
+        p.stride[0],
+        p.stride[1],
+        p.padding[0],
+        p.padding[1],
+        p.dilation[0],
+        p.dilation[1],
+        p.count_include_pad as usize,
+        p.divisor_override.unwrap_or(0),
+        gs[0],
+        gs[1],
+        gs[2],
+        gs[3],
+    ];
+    for (m, w) in m.iter_mut().zip(words) {
+        *m = w as u64;
+    }
+    m
+}
 
 impl CudaBackend {
+    /// Launches pooling entry `kind` (`backward`) of `T` over `total`
+    /// threads with pointers `ptrs` and `meta`.
+    fn launch_pool<T: FloatDType>(
+        &self,
+        kind: PoolKind,
+        backward: bool,
+        total: usize,
+        ptrs: &[u64],
+        meta: &mut [u64; POOL_META_WORDS],
+    ) -> Result<()> {
+        let ctx = self.ctx();
+        let kernel = Builtin::Pool2d(T::KIND);
+        let f = ctx.function(ModuleKey::Builtin(kernel), suffix(kind, backward), || {
+            kernel.source(ctx.target())
+        })?;
+        let mut ptrs = ptrs.to_vec();
+        let mut params: Vec<*mut c_void> = ptrs
+            .iter_mut()
+            .map(|v| v as *mut u64 as *mut c_void)
+            .collect();
+        params.push(meta.as_mut_ptr() as *mut c_void);
+        ctx.launch_grid(
+            f,
+            &|| format!("{kernel:?} {kind:?} backward {backward} over {total}"),
+            (blocks(total), 1),
+            &mut params,
+        )
+    }
+
     /// See `Backend::pool2d`.
     pub(crate) fn pool2d_gpu<T: FloatDType>(
         &self,
@@ -23,24 +151,19 @@ impl CudaBackend {
         p: &Pool2d,
         out: [usize; 2],
     ) -> Result<CudaStorage<T>> {
-        let host = self.download(x, l)?;
-        let y = pool::pool2d(&host, &Layout::contiguous(l.dims()), p, out);
-        self.upload(Cow::Owned(y))
-    }
-
-    /// See `Backend::dropout`: the CPU's loop on a host copy for now (a
-    /// kernel hashing each position is to replace it), so both devices
-    /// draw the same mask.
-    pub(crate) fn dropout_gpu<T: FloatDType>(
-        &self,
-        x: &CudaStorage<T>,
-        l: &Layout,
-        p: f64,
-        seed: u64,
-    ) -> Result<CudaStorage<T>> {
-        let host = self.download(x, l)?;
-        let y = crate::cpu::dropout::dropout(&host, &Layout::contiguous(l.dims()), p, seed);
-        self.upload(Cow::Owned(y))
+        let ctx = self.ctx();
+        ctx.bind()?;
+        check_extent("pool2d", "input", x, l)?;
+        let (dims, strides, offset, copy) = as_nchw(self, x, l)?;
+        let total = dims[0] * dims[1] * out[0] * out[1];
+        let y = ctx.storage::<T>(total)?;
+        if total == 0 {
+            return Ok(y);
+        }
+        let src = copy.as_ref().unwrap_or(x).ptr_at(offset);
+        let mut m = meta(total, dims, out, strides, p, [0; 4]);
+        self.launch_pool::<T>(p.kind, false, total, &[y.device_ptr(), src], &mut m)?;
+        Ok(y)
     }
 
     /// See `Backend::pool2d_backward`.
@@ -50,13 +173,71 @@ impl CudaBackend {
         (g, lg): (&CudaStorage<T>, &Layout),
         p: &Pool2d,
     ) -> Result<CudaStorage<T>> {
-        let hx = self.download(x, lx)?;
-        let hg = self.download(g, lg)?;
-        let dx = pool::pool2d_backward(
-            (&hx, &Layout::contiguous(lx.dims())),
-            (&hg, &Layout::contiguous(lg.dims())),
-            p,
-        );
-        self.upload(Cow::Owned(dx))
+        let ctx = self.ctx();
+        ctx.bind()?;
+        check_extent("pool2d_backward", "input", x, lx)?;
+        check_extent("pool2d_backward", "grad_output", g, lg)?;
+        let (dims, xs, xoff, xcopy) = as_nchw(self, x, lx)?;
+        let (gdims, gs, goff, gcopy) = as_nchw(self, g, lg)?;
+        if gdims[..2] != dims[..2] {
+            return Err(Error::shape(
+                "pool2d_backward",
+                format!(
+                    "a grad_output with the input's leading dims {:?}",
+                    lx.dims()
+                ),
+                format!("{:?}", lg.dims()),
+            ));
+        }
+        let total = dims.iter().product();
+        let dx = ctx.storage::<T>(total)?;
+        if total == 0 {
+            return Ok(dx);
+        }
+        // An empty output leaves every window list empty: zeros.
+        let out = [gdims[2], gdims[3]];
+        let xp = xcopy.as_ref().unwrap_or(x).ptr_at(xoff);
+        let gp = gcopy.as_ref().unwrap_or(g).ptr_at(goff);
+        let mut m = meta(total, dims, out, xs, p, gs);
+        self.launch_pool::<T>(p.kind, true, total, &[dx.device_ptr(), xp, gp], &mut m)?;
+        Ok(dx)
+    }
+
+    /// See `Backend::dropout`: the mask of `tensorfn_core::ops::dropout`
+    /// drawn on the device, the same bits as the CPU's.
+    pub(crate) fn dropout_gpu<T: FloatDType>(
+        &self,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        p: f64,
+        seed: u64,
+    ) -> Result<CudaStorage<T>> {
+        let ctx = self.ctx();
+        ctx.bind()?;
+        check_extent("dropout", "input", x, l)?;
+        let n = l.numel();
+        let y = ctx.storage::<T>(n)?;
+        if n == 0 {
+            return Ok(y);
+        }
+        let (src, _copy) = super::transfer::contiguous_ptr(x, l)?;
+        let kernel = Builtin::Dropout(T::KIND);
+        let f = ctx.function(ModuleKey::Builtin(kernel), "", || {
+            kernel.source(ctx.target())
+        })?;
+        let mut words: [u64; 5] = [y.device_ptr(), src, n as u64, mix(seed), threshold(p)];
+        let mut s = scale(p);
+        let mut params: Vec<*mut c_void> = words
+            .iter_mut()
+            .map(|v| v as *mut u64 as *mut c_void)
+            .collect();
+        params.push(&mut s as *mut f64 as *mut c_void);
+        ctx.launch_grid(
+            f,
+            &|| format!("{kernel:?} over {n}"),
+            (blocks(n), 1),
+            &mut params,
+        )?;
+        Ok(y)
     }
 }

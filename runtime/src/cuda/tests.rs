@@ -3237,6 +3237,287 @@ fn pools_and_dropout_match_the_cpu() {
     check::<bf16>(&be, &mut rng);
 }
 
+/// Bit-for-bit equality, any NaN matching any NaN.
+fn same_bits<T: DType>(what: &str, got: &[T], want: &[T]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let (g, w) = (g.to_f64(), w.to_f64());
+        assert!(
+            g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+            "{what} {} [{i}]: GPU {g}, CPU {w}",
+            T::KIND
+        );
+    }
+}
+
+/// The pooling kernels against the CPU reference on random shapes and
+/// options (padding, dilation, `ceil_mode`, `count_include_pad`,
+/// `divisor_override`, adaptive sizes above and below the input's), on
+/// contiguous, channels-last and offset/sliced views, with NaN, ±inf and
+/// ±0 among the values, empty batches, in every float dtype; the
+/// gradients through a strided `grad_output` too.
+#[test]
+fn pools_match_the_cpu_on_random_options_views_and_edge_values() {
+    use crate::cpu::CpuBackend;
+    use tensorfn_core::ops::pool::Pool2d;
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn pick(rng: &mut SplitMix64, lo: usize, hi: usize) -> usize {
+        lo + (rng.uniform() * (hi - lo + 1) as f64) as usize % (hi - lo + 1)
+    }
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
+        let mut cases = 0;
+        while cases < 24 {
+            let dims = [
+                pick(rng, 0, 3),
+                pick(rng, 1, 4),
+                pick(rng, 1, 11),
+                pick(rng, 1, 11),
+            ];
+            let k = [pick(rng, 1, 4), pick(rng, 1, 4)];
+            let p = match pick(rng, 0, 2) {
+                0 => Pool2d::max(k)
+                    .stride([pick(rng, 1, 3), pick(rng, 1, 3)])
+                    .padding([pick(rng, 0, k[0] / 2), pick(rng, 0, k[1] / 2)])
+                    .dilation([pick(rng, 1, 2), pick(rng, 1, 2)])
+                    .ceil_mode(pick(rng, 0, 1) == 1),
+                1 => {
+                    let p = Pool2d::avg(k)
+                        .stride([pick(rng, 1, 3), pick(rng, 1, 3)])
+                        .padding([pick(rng, 0, k[0] / 2), pick(rng, 0, k[1] / 2)])
+                        .ceil_mode(pick(rng, 0, 1) == 1)
+                        .count_include_pad(pick(rng, 0, 1) == 1);
+                    if pick(rng, 0, 3) == 0 {
+                        p.divisor_override(pick(rng, 1, 7))
+                    } else {
+                        p
+                    }
+                }
+                _ => Pool2d::adaptive_avg([pick(rng, 1, 13), pick(rng, 1, 13)]),
+            };
+            let Ok(out) = p.output_dims([dims[2], dims[3]]) else {
+                continue;
+            };
+            cases += 1;
+            let [n, c, h, w] = dims;
+            // A buffer of [n, c, h + 1, w + 2] with room for an offset view.
+            let big = [n, c, h + 1, w + 2];
+            let len: usize = big.iter().product::<usize>() + 3;
+            let mut x: Vec<T> = random(rng, len, -4.0, 4.0);
+            for v in x.iter_mut() {
+                let e = match pick(rng, 0, 30) {
+                    0 => f64::NAN,
+                    1 => f64::INFINITY,
+                    2 => f64::NEG_INFINITY,
+                    3 => -0.0,
+                    4 => 0.0,
+                    _ => continue,
+                };
+                *v = T::from_f64(e);
+            }
+            let gx = up(be, &x);
+            let bs = crate::layout::contiguous_strides(&big);
+            let sliced = Layout::new(dims.to_vec(), bs.clone(), 3 + bs[2] + 1);
+            let nhwc = Layout::contiguous(&[n, h, w, c]).permute(&[0, 3, 1, 2]);
+            for lay in [Layout::contiguous(&dims), nhwc, sliced] {
+                let what = format!("{p:?} {dims:?} {:?}+{}", lay.strides(), lay.offset());
+                let want = CpuBackend.pool2d(&x, &lay, &p, out).unwrap();
+                let got = be.pool2d::<T>(&gx, &lay, &p, out).unwrap();
+                same_bits(&what, &down(&got, &[want.len()]), &want);
+                // grad_output stored channels-last.
+                let g: Vec<T> = random(rng, want.len(), -1.0, 1.0);
+                let gl = Layout::contiguous(&[n, out[0], out[1], c]).permute(&[0, 3, 1, 2]);
+                let gg = up(be, &g);
+                let want = CpuBackend
+                    .pool2d_backward((&x, &lay), (&g, &gl), &p)
+                    .unwrap();
+                let got = be
+                    .pool2d_backward::<T>((&gx, &lay), (&gg, &gl), &p)
+                    .unwrap();
+                same_bits(
+                    &format!("backward {what}"),
+                    &down(&got, &[want.len()]),
+                    &want,
+                );
+            }
+        }
+    }
+    check::<f32>(&be, &mut rng);
+    check::<f64>(&be, &mut rng);
+    check::<f16>(&be, &mut rng);
+    check::<bf16>(&be, &mut rng);
+}
+
+/// The GPU's dropout mask is the CPU's bit for bit (a large transposed
+/// view, so every index's hash is drawn), and its values too.
+#[test]
+fn dropout_masks_equal_the_cpu_on_large_views() {
+    use crate::cpu::CpuBackend;
+    use tensorfn_core::ops::dropout::keep;
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
+        let (r, c) = (301, 257);
+        let x: Vec<T> = random(rng, r * c, 0.5, 4.0);
+        let gx = up(be, &x);
+        let lay = Layout::contiguous(&[r, c]).permute(&[1, 0]);
+        for p in [0.0, 0.3, 0.9] {
+            let seed = (rng.uniform() * 1e12) as u64;
+            let want = CpuBackend.dropout(&x, &lay, p, seed).unwrap();
+            let got = down(&be.dropout::<T>(&gx, &lay, p, seed).unwrap(), &[r * c]);
+            same_bits(&format!("dropout {p} seed {seed}"), &got, &want);
+            for (i, v) in got.iter().enumerate() {
+                assert_eq!(v.to_f64() != 0.0, keep(seed, i as u64, p), "mask [{i}]");
+            }
+        }
+    }
+    check::<f32>(&be, &mut rng);
+    check::<f64>(&be, &mut rng);
+    check::<f16>(&be, &mut rng);
+    check::<bf16>(&be, &mut rng);
+}
+
+/// `batch_norm` on the GPU keeps the variance of channels far from zero
+/// (two passes, no cancellation), gives a NaN channel NaN statistics, and
+/// handles rank 2 and rank 5 inputs and an empty channel dim.
+#[test]
+fn batch_norm_keeps_large_offsets_and_odd_ranks() {
+    use crate::cpu::CpuBackend;
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    for dims in [
+        vec![16, 3, 40],
+        vec![64, 5],
+        vec![2, 3, 4, 5, 6],
+        vec![3, 0, 4],
+    ] {
+        let numel: usize = dims.iter().product();
+        let c = dims[1];
+        let mut x: Vec<f32> = random(&mut rng, numel, 1e4, 1e4 + 3.0);
+        if numel > 0 {
+            x[numel / 2] = f32::NAN;
+        }
+        let rm: Vec<f32> = random(&mut rng, c, -1.0, 1.0);
+        let rv: Vec<f32> = random(&mut rng, c, 0.5, 2.0);
+        let (l, lc) = (Layout::contiguous(&dims), Layout::contiguous(&[c]));
+        let (sx, srm, srv) = (up(&be, &x), up(&be, &rm), up(&be, &rv));
+        let (y, upd) = be
+            .batch_norm(
+                (&sx, &l),
+                None,
+                None,
+                Some(((&srm, &lc), (&srv, &lc))),
+                true,
+                0.1,
+                1e-5,
+            )
+            .unwrap();
+        let (ey, eupd) = CpuBackend
+            .batch_norm(
+                (&x, &l),
+                None,
+                None,
+                Some(((&rm, &lc), (&rv, &lc))),
+                true,
+                0.1,
+                1e-5,
+            )
+            .unwrap();
+        let f = |v: &[f32]| v.iter().map(|&v| v as f64).collect::<Vec<f64>>();
+        let what = format!("batch_norm {dims:?}");
+        assert_close(&what, &down(&y, &[numel]), &f(&ey), 1e-3, 1e-3);
+        let ((m, v), (em, ev)) = (upd.unwrap(), eupd.unwrap());
+        assert_close(&what, &down(&m, &[c]), &f(&em), 1e-5, 1e-5);
+        assert_close(&what, &down(&v, &[c]), &f(&ev), 1e-3, 1e-3);
+        let g: Vec<f32> = random(&mut rng, numel, -1.0, 1.0);
+        let sg = up(&be, &g);
+        let (dx, dw, db) = be
+            .batch_norm_backward((&sx, &l), None, None, (&sg, &l), true, 1e-5)
+            .unwrap();
+        let (ex, ew, eb) = CpuBackend
+            .batch_norm_backward((&x, &l), None, None, (&g, &l), true, 1e-5)
+            .unwrap();
+        assert_close(&what, &down(&dx, &[numel]), &f(&ex), 1e-3, 1e-3);
+        assert_close(&what, &down(&dw, &[c]), &f(&ew), 1e-3, 1e-2);
+        assert_close(&what, &down(&db, &[c]), &f(&eb), 1e-3, 1e-2);
+    }
+}
+
+/// Times ResNet-18's pools (bf16, batch 64, channels-last as cuDNN gives
+/// them), their gradients, a training-mode `batch_norm` forward and
+/// backward and `dropout`; prints one line per case.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn pool_and_batch_norm_timing() {
+    use tensorfn_core::ops::pool::Pool2d;
+    let Some((_serial, be)) = gpu() else { return };
+    fn time(be: &CudaBackend, f: &mut dyn FnMut()) -> f64 {
+        for _ in 0..3 {
+            f();
+        }
+        be.synchronize().unwrap();
+        let reps = 20;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            f();
+        }
+        be.synchronize().unwrap();
+        t.elapsed().as_secs_f64() * 1e3 / reps as f64
+    }
+    let mut rng = seed();
+    for (what, [n, c, h, w], p) in [
+        (
+            "max_pool2d 3/2/1",
+            [64, 64, 112, 112],
+            Pool2d::max(3).stride(2).padding(1),
+        ),
+        (
+            "adaptive_avg_pool2d 1",
+            [64, 512, 7, 7],
+            Pool2d::adaptive_avg(1),
+        ),
+    ] {
+        let x = up(&be, &random::<bf16>(&mut rng, n * c * h * w, -2.0, 2.0));
+        let l = Layout::contiguous(&[n, h, w, c]).permute(&[0, 3, 1, 2]);
+        let out = p.output_dims([h, w]).unwrap();
+        let ms = time(&be, &mut || {
+            be.pool2d::<bf16>(&x, &l, &p, out).unwrap();
+        });
+        let g = up(
+            &be,
+            &random::<bf16>(&mut rng, n * c * out[0] * out[1], -1.0, 1.0),
+        );
+        let lg = Layout::contiguous(&[n, c, out[0], out[1]]);
+        let bms = time(&be, &mut || {
+            be.pool2d_backward::<bf16>((&x, &l), (&g, &lg), &p).unwrap();
+        });
+        println!(
+            "{what} bf16 {:?}: forward {ms:.4} ms, backward {bms:.4} ms",
+            [n, c, h, w]
+        );
+    }
+    let [n, c, h, w] = [64, 64, 56, 56];
+    let x = up(&be, &random::<bf16>(&mut rng, n * c * h * w, -2.0, 2.0));
+    let l = Layout::contiguous(&[n, h, w, c]).permute(&[0, 3, 1, 2]);
+    let ms = time(&be, &mut || {
+        be.batch_norm::<bf16>((&x, &l), None, None, None, true, 0.1, 1e-5)
+            .unwrap();
+    });
+    let bms = time(&be, &mut || {
+        be.batch_norm_backward::<bf16>((&x, &l), None, None, (&x, &l), true, 1e-5)
+            .unwrap();
+    });
+    println!(
+        "batch_norm training bf16 {:?}: forward {ms:.4} ms, backward {bms:.4} ms",
+        [n, c, h, w]
+    );
+    let ms = time(&be, &mut || {
+        be.dropout::<bf16>(&x, &Layout::contiguous(&[n * c * h * w]), 0.1, 7)
+            .unwrap();
+    });
+    println!("dropout bf16 {} elements: {ms:.4} ms", n * c * h * w);
+}
+
 /// `conv2d` and both its gradients on the GPU (cuDNN, or the host path
 /// where cuDNN does not run a problem) against the CPU's im2col and
 /// `gemm`: NCHW and channels-last inputs and filters, a bias, stride,

@@ -1,0 +1,240 @@
+//! `batch_norm` and its backward on the GPU: one launch of the kernels
+//! crate's per-channel kernel (`tensorfn_kernels::builtin::batch_norm`, a
+//! block per channel: the statistics by two passes, then the normalised
+//! output or the gradients), reading `[N, C, *]` through its strides as
+//! `[N, C, S]` (NCHW and channels-last views alike, no copy).
+
+use super::alloc::CudaStorage;
+use super::backend::{check_extent, CudaBackend};
+use super::modules::{Builtin, ModuleKey};
+use super::transfer::contiguous_ptr;
+use crate::backend::Backend;
+use crate::dtype::FloatDType;
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use std::borrow::Cow;
+use std::ffi::c_void;
+use tensorfn_kernels::builtin::BLOCK;
+use tensorfn_kernels::ptx::{BATCH_NORM_BACKWARD_META_WORDS, BATCH_NORM_META_WORDS};
+
+type Operand<'a, T> = Option<(&'a CudaStorage<T>, &'a Layout)>;
+#[allow(clippy::type_complexity)]
+type Running<'a, T> = Option<(
+    (&'a CudaStorage<T>, &'a Layout),
+    (&'a CudaStorage<T>, &'a Layout),
+)>;
+
+/// `l` (`[N, C, *]`) viewed as `[N, C, S]`: the strides, the address of
+/// its first element and the copy it reads from when the trailing dims do
+/// not fold into one.
+fn as_ncs<T: FloatDType>(
+    be: &CudaBackend,
+    x: &CudaStorage<T>,
+    l: &Layout,
+    [n, c, s]: [usize; 3],
+) -> Result<([u64; 3], u64, Option<CudaStorage<T>>)> {
+    if let Some(v) = l.reshape(&[n, c, s]) {
+        let st = v.strides();
+        return Ok((
+            [st[0] as u64, st[1] as u64, st[2] as u64],
+            x.ptr_at(v.offset()),
+            None,
+        ));
+    }
+    let copy = be.contiguous(x, l)?;
+    let ptr = copy.device_ptr();
+    Ok(([(c * s) as u64, s as u64, 1], ptr, Some(copy)))
+}
+
+/// The `[C]` operand's address (a dense copy when strided), after checking
+/// its dims; 0 when absent.
+fn channel_operand<T: FloatDType>(
+    name: &str,
+    operand: &str,
+    v: Operand<'_, T>,
+    c: usize,
+    keep: &mut Vec<CudaStorage<T>>,
+) -> Result<u64> {
+    let Some((b, l)) = v else { return Ok(0) };
+    if l.dims() != [c] {
+        return Err(Error::shape(
+            name,
+            format!("`{operand}` of [{c}] (the input's channels)"),
+            format!("{:?}", l.dims()),
+        ));
+    }
+    check_extent(name, operand, b, l)?;
+    let (ptr, copy) = contiguous_ptr(b, l)?;
+    keep.extend(copy);
+    Ok(ptr)
+}
+
+/// The kernels' flag word: bit `i` set when `bits[i]` (training, a
+/// weight, a bias, running statistics).
+fn flags(bits: &[bool]) -> u64 {
+    bits.iter().enumerate().map(|(i, &b)| (b as u64) << i).sum()
+}
+
+/// `(N, C, S)` of `[N, C, *]`.
+fn ncs(name: &str, l: &Layout) -> Result<[usize; 3]> {
+    let d = l.dims();
+    if d.len() < 2 {
+        return Err(Error::shape(
+            name,
+            "an input of rank 2 or more",
+            format!("{d:?}"),
+        ));
+    }
+    Ok([d[0], d[1], d[2..].iter().product()])
+}
+
+impl CudaBackend {
+    fn launch_batch_norm<T: FloatDType>(
+        &self,
+        suffix: &'static str,
+        c: usize,
+        ptrs: &mut [u64],
+        meta: &mut [u64],
+    ) -> Result<()> {
+        let ctx = self.ctx();
+        let kernel = Builtin::BatchNorm(T::KIND);
+        let f = ctx.function(ModuleKey::Builtin(kernel), suffix, || {
+            kernel.source(ctx.target())
+        })?;
+        let mut params: Vec<*mut c_void> = ptrs
+            .iter_mut()
+            .map(|v| v as *mut u64 as *mut c_void)
+            .collect();
+        params.push(meta.as_mut_ptr() as *mut c_void);
+        ctx.launch_grid_block(
+            f,
+            &|| format!("{kernel:?}{suffix} over {c} channels"),
+            (c.min(65_535) as u32, 1),
+            BLOCK,
+            &mut params,
+        )
+    }
+
+    /// See `Backend::batch_norm`.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    pub(crate) fn batch_norm_gpu<T: FloatDType>(
+        &self,
+        (x, l): (&CudaStorage<T>, &Layout),
+        weight: Operand<'_, T>,
+        bias: Operand<'_, T>,
+        running: Running<'_, T>,
+        training: bool,
+        momentum: f64,
+        eps: f64,
+    ) -> Result<(CudaStorage<T>, Option<(CudaStorage<T>, CudaStorage<T>)>)> {
+        let ctx = self.ctx();
+        ctx.bind()?;
+        let name = "batch_norm";
+        let [n, c, s] = ncs(name, l)?;
+        check_extent(name, "input", x, l)?;
+        let mut keep = Vec::new();
+        let w = channel_operand(name, "weight", weight, c, &mut keep)?;
+        let b = channel_operand(name, "bias", bias, c, &mut keep)?;
+        let rm = channel_operand(name, "running_mean", running.map(|r| r.0), c, &mut keep)?;
+        let rv = channel_operand(name, "running_var", running.map(|r| r.1), c, &mut keep)?;
+        let m = n * s;
+        let out = ctx.storage::<T>(n * c * s)?;
+        let update = training && running.is_some() && m > 0;
+        let updated = if update {
+            Some((ctx.storage::<T>(c)?, ctx.storage::<T>(c)?))
+        } else {
+            None
+        };
+        if m == 0 || c == 0 {
+            return Ok((out, updated));
+        }
+        let (xs, xp, _copy) = as_ncs(self, x, l, [n, c, s])?;
+        let flags = flags(&[training, w != 0, b != 0, running.is_some()]);
+        let (nm, nv) = updated
+            .as_ref()
+            .map_or((0, 0), |(a, b)| (a.device_ptr(), b.device_ptr()));
+        let mut ptrs = [out.device_ptr(), xp, w, b, rm, rv, nm, nv];
+        let mut meta: [u64; BATCH_NORM_META_WORDS] = [
+            n as u64,
+            c as u64,
+            s as u64,
+            xs[0],
+            xs[1],
+            xs[2],
+            flags,
+            momentum.to_bits(),
+            eps.to_bits(),
+        ];
+        self.launch_batch_norm::<T>("", c, &mut ptrs, &mut meta)?;
+        Ok((out, updated))
+    }
+
+    /// See `Backend::batch_norm_backward`.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn batch_norm_backward_gpu<T: FloatDType>(
+        &self,
+        (x, l): (&CudaStorage<T>, &Layout),
+        weight: Operand<'_, T>,
+        running: Running<'_, T>,
+        (g, lg): (&CudaStorage<T>, &Layout),
+        training: bool,
+        eps: f64,
+    ) -> Result<(CudaStorage<T>, CudaStorage<T>, CudaStorage<T>)> {
+        let ctx = self.ctx();
+        ctx.bind()?;
+        let name = "batch_norm_backward";
+        let [n, c, s] = ncs(name, l)?;
+        if lg.dims() != l.dims() {
+            return Err(Error::shape(
+                name,
+                "an input of rank 2 or more and a grad_output of its dims",
+                format!("{:?}, {:?}", l.dims(), lg.dims()),
+            ));
+        }
+        check_extent(name, "input", x, l)?;
+        check_extent(name, "grad_output", g, lg)?;
+        let mut keep = Vec::new();
+        let w = channel_operand(name, "weight", weight, c, &mut keep)?;
+        let rm = channel_operand(name, "running_mean", running.map(|r| r.0), c, &mut keep)?;
+        let rv = channel_operand(name, "running_var", running.map(|r| r.1), c, &mut keep)?;
+        let m = n * s;
+        if m == 0 || c == 0 {
+            let zeros = vec![T::from_f64(0.0); c];
+            return Ok((
+                ctx.storage::<T>(n * c * s)?,
+                self.upload(Cow::Borrowed(&zeros[..]))?,
+                self.upload(Cow::Owned(zeros))?,
+            ));
+        }
+        let dx = ctx.storage::<T>(n * c * s)?;
+        let (dw, db) = (ctx.storage::<T>(c)?, ctx.storage::<T>(c)?);
+        let (xs, xp, _xcopy) = as_ncs(self, x, l, [n, c, s])?;
+        let (gs, gp, _gcopy) = as_ncs(self, g, lg, [n, c, s])?;
+        let flags = flags(&[training, w != 0, false, running.is_some()]);
+        let mut ptrs = [
+            dx.device_ptr(),
+            dw.device_ptr(),
+            db.device_ptr(),
+            xp,
+            gp,
+            w,
+            rm,
+            rv,
+        ];
+        let mut meta: [u64; BATCH_NORM_BACKWARD_META_WORDS] = [
+            n as u64,
+            c as u64,
+            s as u64,
+            xs[0],
+            xs[1],
+            xs[2],
+            flags,
+            eps.to_bits(),
+            gs[0],
+            gs[1],
+            gs[2],
+        ];
+        self.launch_batch_norm::<T>("_backward", c, &mut ptrs, &mut meta)?;
+        Ok((dx, dw, db))
+    }
+}
