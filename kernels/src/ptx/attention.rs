@@ -57,7 +57,7 @@ fn params() -> String {
 
 /// The element offset of batch `b` in each operand named in `ops` (`q`,
 /// `k`, `v`, `m` for the mask): `(b / p_nh) * p_Xb + (b % p_nh) * p_Xh`.
-fn batch_offsets(
+pub(super) fn batch_offsets(
     body: &mut Body,
     b: &str,
     p: &std::collections::HashMap<&str, String>,
@@ -869,15 +869,15 @@ pub(crate) const MMA_PARAMS: [&str; 22] = [
 const MMA_KEYS: usize = 64;
 
 /// `log2(e)`, which folds into the scale so that `exp(x) = 2^(x log2 e)`.
-const LOG2_E: f64 = std::f64::consts::LOG2_E;
+pub(super) const LOG2_E: f64 = std::f64::consts::LOG2_E;
 
 /// Emits `mma.sync.m16n8k16` (f32 accumulation) on `acc` += `a` `b`.
-fn mma(body: &mut Body, ht: &str, acc: &[String; 4], a: &[String; 4], b: [&str; 2]) {
+pub(super) fn mma(body: &mut Body, ht: &str, acc: &[String; 4], a: &[String; 4], b: [&str; 2]) {
     mma_from(body, ht, acc, a, b, acc);
 }
 
 /// Emits `mma.sync.m16n8k16` (f32 accumulation): `acc` = `a` `b` + `c`.
-fn mma_from(
+pub(super) fn mma_from(
     body: &mut Body,
     ht: &str,
     acc: &[String; 4],
