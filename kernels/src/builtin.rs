@@ -742,7 +742,7 @@ pub fn attention_backward_name(dtype: DTypeKind, keys: bool) -> String {
 /// (contiguous `[batch, l, e]`, `[batch, s, e]`, `[batch, s, ev]`
 /// outputs), `delta` (`[batch, l]`, f32 or f64 for f64: written by the
 /// query entry, read by the key entry), `lse` (the forward's `[batch,
-/// l]` f32 log-sum-exps), `o`, `g` (the output and its gradient,
+/// l]` log-sum-exps, f32 or f64 for f64), `o`, `g` (the output and its gradient,
 /// contiguous `[batch, l, ev]`), then `q`, `k`, `v`, `mask` and the
 /// rest as [`attention`] takes them, from `l` on. Launch with `block.x =
 /// BLOCK`, `grid.x = ceil(rows / 8)` (rows: `l` for the query entry, `s`
@@ -872,7 +872,10 @@ pub fn attention_mma_backward_name(dtype: DTypeKind, d: usize) -> String {
 ///   d]`; the rest as [`attention_mma`] takes them. Launch with `block.x
 ///   =` [`MMA_BWD_THREADS`](crate::ptx::MMA_BWD_THREADS), `grid.x =
 ///   ceil(s /` [`MMA_BWD_KEYS`](crate::ptx::MMA_BWD_KEYS)`)`, `grid.y` the
-///   batch.
+///   batch, and
+///   [`attention_mma_backward_shared`](crate::ptx::attention_mma_backward_shared)`(d)`
+///   bytes of dynamic shared memory (more than 48 KiB: the function's
+///   limit must be raised first).
 ///
 /// Accuracy: `P` is `ex2.approx.ftz.f32` and `P` and `dS` are rounded to
 /// `dtype` before their products, as in FlashAttention; the additions

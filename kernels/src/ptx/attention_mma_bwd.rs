@@ -2,10 +2,11 @@
 //! [`builtin::attention_mma_backward`](crate::builtin::attention_mma_backward),
 //! in the manner of FlashAttention-2 (sm_80 and newer, f16 and bf16, head
 //! dims 64 and 128): a preprocessing entry writes `D_i = dO_i . O_i`, then
-//! a block of four warps owns [`MMA_BWD_KEYS`] keys (16 a warp), their
-//! tiles of `K` and `V` resident in shared memory, and walks the query
-//! blocks (under `causal`, only those at or after its keys). Per block of
-//! queries it recomputes `S^T = K Q^T`, `P^T = 2^(S^T scale log2(e) - lse
+//! a block of eight warps owns [`MMA_BWD_KEYS`] keys (16 a warp), their
+//! tiles of `K` and `V` resident in (dynamic) shared memory, and walks the
+//! query blocks (under `causal`, only those at or after its keys), the
+//! next block's `Q` and `dO` copied with `cp.async` into a second buffer
+//! while the current one is used. Per block of queries it recomputes `S^T = K Q^T`, `P^T = 2^(S^T scale log2(e) - lse
 //! log2(e))`, accumulates `dV += P^T dO` and `dK += dS^T Q` in registers
 //! (`dP^T = V dO^T`, `dS = P (dP - D) scale`), and adds `dQ += dS K`
 //! into an f32 buffer with `red.global.add.f32`; every product is
@@ -17,25 +18,40 @@ use super::body::{Body, Class};
 use crate::target::Target;
 use tensorfn_core::DTypeKind;
 
-/// Keys a block of the tensor-core backward owns (16 a warp, four warps).
+/// Keys a block of the tensor-core backward owns (16 a warp, eight
+/// warps).
 ///
 /// ```
-/// assert_eq!(tensorfn_kernels::ptx::MMA_BWD_KEYS, 64);
+/// assert_eq!(tensorfn_kernels::ptx::MMA_BWD_KEYS, 128);
 /// ```
-pub const MMA_BWD_KEYS: usize = 64;
+pub const MMA_BWD_KEYS: usize = 128;
 
 /// Threads of a block of either backward entry.
-pub const MMA_BWD_THREADS: usize = 128;
+pub const MMA_BWD_THREADS: usize = 256;
 
-/// Query rows a step of the backward takes at head dim `d` (the tiles of
-/// `Q` and `dO` and the resident `K` and `V` fit in 48 KiB of shared
-/// memory).
+/// Warps of a block.
+const WARPS: usize = MMA_BWD_THREADS / 32;
+
+/// Query rows a step of the backward takes at head dim `d`.
 const fn query_rows(d: usize) -> usize {
     if d > 64 {
         32
     } else {
         64
     }
+}
+
+/// Bytes of dynamic shared memory the main entry takes at head dim `d`:
+/// the resident tiles of `K` and `V`, and two of `Q` and `dO` (the next
+/// block's copied while the current one is used).
+///
+/// ```
+/// use tensorfn_kernels::ptx::attention_mma_backward_shared;
+/// assert_eq!(attention_mma_backward_shared(128), 96 * 1024);
+/// assert_eq!(attention_mma_backward_shared(64), 64 * 1024);
+/// ```
+pub const fn attention_mma_backward_shared(d: usize) -> usize {
+    2 * MMA_BWD_KEYS * 2 * d + 2 * 2 * query_rows(d) * 2 * d
 }
 
 /// The parameters of the main entry, in order; each is 64 bits (`p_scale`
@@ -175,13 +191,10 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
     let pass_rows = threads / chunks;
     let kv_bytes = MMA_BWD_KEYS * row_bytes;
     let qt_bytes = br * row_bytes;
-    // dS^T: [keys][br queries] 16-bit, in the tile of dO once it is used.
+    // dS^T: [keys][br queries] 16-bit, over the tiles of Q and dO once
+    // they are used (MMA_BWD_KEYS * br * 2 <= 2 * br * row_bytes).
     let ds_row = br * 2;
     let mut body = Body::for_target(Target::Sm80);
-    body.raw(format!(
-        ".shared .align 128 .b8 bwd_smem[{}];",
-        2 * kv_bytes + 2 * qt_bytes
-    ));
     let mut p = std::collections::HashMap::new();
     for n in MMA_BWD_PARAMS {
         if n == "p_scale" {
@@ -246,17 +259,20 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
     body.op(format!("add.u64 {kb}, {ka}, 8"));
     let causal = body.reg(Class::Pred);
     body.op(format!("setp.ne.u64 {causal}, {}, 0", p["p_causal"]));
-    // Shared memory: K, V, Q, dO (dS^T).
-    let (sk, sv, sq, sg) = (
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-    );
-    body.op(format!("mov.u32 {sk}, bwd_smem"));
+    // Shared memory: K, V, then two buffers of Q and dO (dS^T).
+    let (sk, sv) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("mov.u32 {sk}, {name}_smem"));
     body.op(format!("add.u32 {sv}, {sk}, {kv_bytes}"));
-    body.op(format!("add.u32 {sq}, {sv}, {kv_bytes}"));
-    body.op(format!("add.u32 {sg}, {sq}, {qt_bytes}"));
+    let tile_q = |buf: usize| 2 * kv_bytes + buf * 2 * qt_bytes;
+    let tile_g = |buf: usize| tile_q(buf) + qt_bytes;
+    let (sq, sg): (Vec<String>, Vec<String>) = (0..2)
+        .map(|buf| {
+            let (q, g) = (body.reg(Class::B32), body.reg(Class::B32));
+            body.op(format!("add.u32 {q}, {sk}, {}", tile_q(buf)));
+            body.op(format!("add.u32 {g}, {sk}, {}", tile_g(buf)));
+            (q, g)
+        })
+        .unzip();
     // Swizzled byte offset of (row, chunk) in a tile: chunk c of row r at
     // c ^ (r & 7).
     let swz = |body: &mut Body, row: &str, chunk: &str| {
@@ -383,8 +399,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
             o
         })
         .collect();
-    // The tiles' offsets from K's.
-    let (tv, tq, tg_) = (kv_bytes, 2 * kv_bytes, 2 * kv_bytes + qt_bytes);
+    let tv = kv_bytes;
     let ldm = |body: &mut Body, trans: bool, addr: &str, off: usize| -> [String; 4] {
         let r = [0, 1, 2, 3].map(|_| body.reg(Class::B32));
         let t = if trans { ".trans" } else { "" };
@@ -407,14 +422,15 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
         }
         body.op(format!("xor.b32 {x}, {x}, {chunk}"));
         body.op(format!("shl.b32 {x}, {x}, 4"));
+        // Relative to K's tile: add the Q tile's offset.
         let o = body.reg(Class::B32);
         body.op(format!("mad.lo.u32 {o}, {row}, {ds_row}, {x}"));
-        body.op(format!("add.u32 {o}, {o}, {sg}"));
+        body.op(format!("add.u32 {o}, {o}, {sk}"));
         o
     };
     // The warp's share of dQ: query rows 16 rg.., n-tiles part * nq..
     let rgroups = br / 16;
-    let splits = 4 / rgroups;
+    let splits = WARPS / rgroups;
     let nq = d / 8 / splits;
     let (rg, part) = (body.reg(Class::B32), body.reg(Class::B32));
     body.op(format!("rem.u32 {rg}, {warp}, {rgroups}"));
@@ -480,250 +496,273 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
     }
     let lmax = body.reg(Class::B64);
     body.op(format!("sub.u64 {lmax}, {}, 1", p["p_l"]));
-    body.place(&lp);
-    // Every warp is past the last block's tiles.
-    body.op("bar.sync 0");
-    copy(&mut body, br, &i0, &p["p_l"], (&gqb, &qr2), &sq);
-    copy(&mut body, br, &i0, &p["p_l"], (&gob, &gr2), &sg);
+    // The first block's Q and dO into buffer 0.
+    copy(&mut body, br, &i0, &p["p_l"], (&gqb, &qr2), &sq[0]);
+    copy(&mut body, br, &i0, &p["p_l"], (&gob, &gr2), &sg[0]);
     body.op("cp.async.commit_group");
-    body.op("cp.async.wait_group 0");
-    body.op("bar.sync 0");
     let nts = br / 8;
-    // X^T = A_w B^T for the warp's 16 keys (A: K or V) against the
-    // block's queries (B: Q or dO), n-tiles of 8 queries.
-    let product_t = |body: &mut Body, ta: usize, tb: usize| -> Vec<[String; 4]> {
-        let s: Vec<[String; 4]> = (0..nts)
-            .map(|_| [0, 1, 2, 3].map(|_| body.reg(Class::F32)))
-            .collect();
-        for q in 0..d / 32 {
-            let aa = [0, 1].map(|x| {
-                let a = body.reg(Class::B32);
-                body.op(format!("add.u32 {a}, {}, {wofs}", bt_addr[2 * q + x]));
-                a
-            });
-            let a0 = ldm(body, false, &aa[0], ta);
-            let a1 = ldm(body, false, &aa[1], ta);
-            for (nt, st) in s.iter().enumerate() {
-                let bf = ldm(body, false, &bn_addr[q], tb + nt * 8 * row_bytes);
-                let c = if q == 0 { &zq } else { st };
-                mma_from(body, ht, st, &a0, [&bf[0], &bf[1]], c);
-                mma(body, ht, st, &a1, [&bf[2], &bf[3]]);
-            }
+    body.place(&lp);
+    // The loop body twice, once per buffer.
+    for buf in 0..2 {
+        let (tq, tg_) = (tile_q(buf), tile_g(buf));
+        // Every warp is past the last block (its tiles in the other buffer):
+        // the next block's copy may start there.
+        body.op("bar.sync 0");
+        {
+            let next = body.reg(Class::B64);
+            body.op(format!("add.u64 {next}, {i0}, {br}"));
+            let last = body.reg(Class::Pred);
+            body.op(format!("setp.ge.u64 {last}, {next}, {}", p["p_l"]));
+            let no_copy = body.label("bwd_no_copy");
+            body.op(format!("@{last} bra.uni {no_copy}"));
+            copy(&mut body, br, &next, &p["p_l"], (&gqb, &qr2), &sq[1 - buf]);
+            copy(&mut body, br, &next, &p["p_l"], (&gob, &gr2), &sg[1 - buf]);
+            body.place(&no_copy);
+            body.op("cp.async.commit_group");
         }
-        s
-    };
-    let s = product_t(&mut body, 0, tq);
-    // The queries of the thread's columns (clamped below l), their
-    // -lse log2(e) and D.
-    let (mls, dcol): (Vec<String>, Vec<String>) = {
-        let mut mls = Vec::new();
-        let mut ds = Vec::new();
-        let c0 = body.reg(Class::B64);
-        body.op(format!("shl.b64 {c0}, {tg}, 1"));
-        body.op(format!("add.u64 {c0}, {c0}, {i0}"));
-        for nt in 0..nts {
-            for x in 0..2 {
-                let qi = body.reg(Class::B64);
-                body.op(format!("add.u64 {qi}, {c0}, {}", nt * 8 + x));
-                body.op(format!("min.u64 {qi}, {qi}, {lmax}"));
-                body.op(format!("add.u64 {qi}, {qi}, {bl}"));
-                let (al, ad) = (body.reg(Class::B64), body.reg(Class::B64));
-                body.op(format!("mad.lo.u64 {al}, {qi}, 4, {}", p["p_lse"]));
-                body.op(format!("mad.lo.u64 {ad}, {qi}, 4, {}", p["p_delta"]));
-                let (m, dd) = (body.reg(Class::F32), body.reg(Class::F32));
-                body.op(format!("ld.global.nc.f32 {m}, [{al}]"));
-                body.op(format!("ld.global.f32 {dd}, [{ad}]"));
-                let inf = body.reg(Class::Pred);
-                body.op(format!("setp.eq.f32 {inf}, {m}, {neg_inf}"));
-                body.op(format!("mul.rn.f32 {m}, {m}, {nl2e}"));
-                body.op(format!("@{inf} mov.f32 {m}, {zero}"));
-                mls.push(m);
-                ds.push(dd);
-            }
-        }
-        (mls, ds)
-    };
-    // P^T = 2^(S^T scale log2(e) - lse log2(e)), 0 past the queries, past
-    // the keys and, under `causal`, for a key past its query (only on the
-    // blocks that reach any of those).
-    {
-        let edge = body.reg(Class::Pred);
-        let t = body.reg(Class::B64);
-        body.op(format!("add.u64 {t}, {i0}, {br}"));
-        body.op(format!("setp.gt.u64 {edge}, {t}, {}", p["p_l"]));
-        let e2 = body.reg(Class::Pred);
-        body.op(format!("add.u64 {t}, {j0}, {MMA_BWD_KEYS}"));
-        body.op(format!("setp.gt.u64 {e2}, {t}, {}", p["p_s"]));
-        body.op(format!("or.pred {edge}, {edge}, {e2}"));
-        body.op(format!("add.u64 {t}, {j0}, {}", MMA_BWD_KEYS - 1));
-        body.op(format!("setp.gt.u64 {e2}, {t}, {i0}"));
-        body.op(format!("and.pred {e2}, {e2}, {causal}"));
-        body.op(format!("or.pred {edge}, {edge}, {e2}"));
-        for (nt, st) in s.iter().enumerate() {
-            for (x, r) in st.iter().enumerate() {
-                body.op(format!(
-                    "fma.rn.f32 {r}, {r}, {sl2}, {}",
-                    mls[2 * nt + (x & 1)]
-                ));
-            }
-        }
-        let inner = body.label("bwd_inner");
-        body.op(format!("@!{edge} bra.uni {inner}"));
-        let c0 = body.reg(Class::B64);
-        body.op(format!("shl.b64 {c0}, {tg}, 1"));
-        body.op(format!("add.u64 {c0}, {c0}, {i0}"));
-        for (nt, st) in s.iter().enumerate() {
-            for (x, r) in st.iter().enumerate() {
-                let qi = body.reg(Class::B64);
-                body.op(format!("add.u64 {qi}, {c0}, {}", nt * 8 + (x & 1)));
-                let key = if x < 2 { &ka } else { &kb };
-                let (out, late) = (body.reg(Class::Pred), body.reg(Class::Pred));
-                body.op(format!("setp.ge.u64 {out}, {qi}, {}", p["p_l"]));
-                body.op(format!("setp.ge.u64 {late}, {key}, {}", p["p_s"]));
-                body.op(format!("or.pred {out}, {out}, {late}"));
-                body.op(format!("setp.gt.u64 {late}, {key}, {qi}"));
-                body.op(format!("and.pred {late}, {late}, {causal}"));
-                body.op(format!("or.pred {out}, {out}, {late}"));
-                body.op(format!("@{out} mov.f32 {r}, {neg_inf}"));
-            }
-        }
-        body.place(&inner);
-        for st in &s {
-            for r in st {
-                body.op(format!("ex2.approx.ftz.f32 {r}, {r}"));
-            }
-        }
-    }
-    // Packs the f32 fragments of X^T (keys x queries) as A fragments
-    // (two n-tiles make a 16-query chunk), rounded to the dtype.
-    let pack = |body: &mut Body, x: &[[String; 4]]| -> Vec<[String; 4]> {
-        (0..nts / 2)
-            .map(|kc| {
-                let regs = [0, 1, 2, 3].map(|_| body.reg(Class::B32));
-                let (t0, t1) = (&x[2 * kc], &x[2 * kc + 1]);
-                for (i, (lo, hi)) in [
-                    (&t0[0], &t0[1]),
-                    (&t0[2], &t0[3]),
-                    (&t1[0], &t1[1]),
-                    (&t1[2], &t1[3]),
-                ]
-                .into_iter()
-                .enumerate()
-                {
-                    body.op(format!("cvt.rn.{ht}x2.f32 {}, {hi}, {lo}", regs[i]));
+        // This block's tiles arrived everywhere.
+        body.op("cp.async.wait_group 1");
+        body.op("bar.sync 0");
+        // X^T = A_w B^T for the warp's 16 keys (A: K or V) against the
+        // block's queries (B: Q or dO), n-tiles of 8 queries.
+        let product_t = |body: &mut Body, ta: usize, tb: usize| -> Vec<[String; 4]> {
+            let s: Vec<[String; 4]> = (0..nts)
+                .map(|_| [0, 1, 2, 3].map(|_| body.reg(Class::F32)))
+                .collect();
+            for q in 0..d / 32 {
+                let aa = [0, 1].map(|x| {
+                    let a = body.reg(Class::B32);
+                    body.op(format!("add.u32 {a}, {}, {wofs}", bt_addr[2 * q + x]));
+                    a
+                });
+                let a0 = ldm(body, false, &aa[0], ta);
+                let a1 = ldm(body, false, &aa[1], ta);
+                for (nt, st) in s.iter().enumerate() {
+                    let bf = ldm(body, false, &bn_addr[q], tb + nt * 8 * row_bytes);
+                    let c = if q == 0 { &zq } else { st };
+                    mma_from(body, ht, st, &a0, [&bf[0], &bf[1]], c);
+                    mma(body, ht, st, &a1, [&bf[2], &bf[3]]);
                 }
-                regs
-            })
-            .collect()
-    };
-    // acc += X (keys x queries, A fragments) Y (queries x d, a row-major
-    // tile read with x4.trans).
-    let accumulate = |body: &mut Body, acc: &[[String; 4]], xa: &[[String; 4]], ty: usize| {
-        for (kc, xk) in xa.iter().enumerate() {
-            for (q, ya) in bt_addr.iter().enumerate() {
-                let bf = ldm(body, true, ya, ty + kc * 16 * row_bytes);
-                mma(body, ht, &acc[2 * q], xk, [&bf[0], &bf[1]]);
-                mma(body, ht, &acc[2 * q + 1], xk, [&bf[2], &bf[3]]);
             }
-        }
-    };
-    let pa = pack(&mut body, &s);
-    // dV += P^T dO.
-    accumulate(&mut body, &dv, &pa, tg_);
-    // dP^T = V dO^T, then dS^T = P^T (dP^T - D) scale.
-    let dp = product_t(&mut body, tv, tg_);
-    for (nt, (pt, st)) in dp.iter().zip(&s).enumerate() {
-        for (x, r) in pt.iter().enumerate() {
-            body.op(format!("sub.rn.f32 {r}, {r}, {}", dcol[2 * nt + (x & 1)]));
-            body.op(format!("mul.rn.f32 {r}, {r}, {}", st[x]));
-            body.op(format!("mul.rn.f32 {r}, {r}, {scale}"));
-        }
-    }
-    let dsa = pack(&mut body, &dp);
-    // dK += dS^T Q.
-    accumulate(&mut body, &dk, &dsa, tq);
-    // dS^T into dO's tile once every warp is past it.
-    body.op("bar.sync 0");
-    {
-        // Key rows 16 warp + g (+8), chunk nt, byte 4 tg within it.
-        let tq4 = body.reg(Class::B32);
-        body.op(format!("shl.b32 {tq4}, {t32}, 2"));
-        let mut st = Vec::new();
-        for half in 0..2 {
-            let r = body.reg(Class::B32);
-            body.op(format!("mad.lo.u32 {r}, {warp}, 16, {g32}"));
-            body.op(format!("add.u32 {r}, {r}, {}", 8 * half));
+            s
+        };
+        let s = product_t(&mut body, 0, tq);
+        // The queries of the thread's columns (clamped below l), their
+        // -lse log2(e) and D.
+        let (mls, dcol): (Vec<String>, Vec<String>) = {
+            let mut mls = Vec::new();
+            let mut ds = Vec::new();
+            let c0 = body.reg(Class::B64);
+            body.op(format!("shl.b64 {c0}, {tg}, 1"));
+            body.op(format!("add.u64 {c0}, {c0}, {i0}"));
             for nt in 0..nts {
-                let c = body.reg(Class::B32);
-                body.op(format!("mov.u32 {c}, {nt}"));
-                let o = ds_swz(&mut body, &r, &c);
-                body.op(format!("add.u32 {o}, {o}, {tq4}"));
-                st.push(o);
-            }
-        }
-        for (kc, regs) in dsa.iter().enumerate() {
-            for (i, r) in regs.iter().enumerate() {
-                // regs: (row g, n-tile 2kc), (row g+8, 2kc), (g, 2kc+1),
-                // (g+8, 2kc+1).
-                let (half, nt) = (i & 1, 2 * kc + i / 2);
-                body.op(format!("st.shared.b32 [{}], {r}", st[half * nts + nt]));
-            }
-        }
-    }
-    body.op("bar.sync 0");
-    // dQ (the warp's share) = dS K, added into the f32 buffer.
-    {
-        let dq = new_acc(&mut body, nq);
-        for kc in 0..MMA_BWD_KEYS / 16 {
-            let af = ldm(&mut body, true, &dsa_addr, kc * 16 * ds_row);
-            for q in 0..nq / 2 {
-                // n-tiles part * nq + 2q (+1): chunk pair part * nq / 2 + q
-                // of K's tile, chosen per warp.
-                let addr = body.reg(Class::B32);
-                body.op(format!("mov.u32 {addr}, {}", bt_addr[q]));
-                if splits > 1 {
-                    let other = body.reg(Class::Pred);
-                    body.op(format!("setp.ne.u32 {other}, {part}, 0"));
-                    body.op(format!("@{other} mov.u32 {addr}, {}", bt_addr[nq / 2 + q]));
-                }
-                let bf = ldm(&mut body, true, &addr, kc * 16 * row_bytes);
-                mma(&mut body, ht, &dq[2 * q], &af, [&bf[0], &bf[1]]);
-                mma(&mut body, ht, &dq[2 * q + 1], &af, [&bf[2], &bf[3]]);
-            }
-        }
-        for half in 0..2 {
-            let qi = body.reg(Class::B64);
-            body.op(format!("add.u64 {qi}, {qrow0}, {i0}"));
-            if half == 1 {
-                body.op(format!("add.u64 {qi}, {qi}, 8"));
-            }
-            let skip = body.label("bwd_dq_skip");
-            let out = body.reg(Class::Pred);
-            body.op(format!("setp.ge.u64 {out}, {qi}, {}", p["p_l"]));
-            body.op(format!("@{out} bra {skip}"));
-            let a = body.reg(Class::B64);
-            body.op(format!("add.u64 {a}, {qi}, {bl}"));
-            body.op(format!("mul.lo.u64 {a}, {a}, {d}"));
-            body.op(format!("add.u64 {a}, {a}, {qcol}"));
-            body.op(format!("mad.lo.u64 {a}, {a}, 4, {}", p["p_dqa"]));
-            for (nt, t) in dq.iter().enumerate() {
                 for x in 0..2 {
+                    let qi = body.reg(Class::B64);
+                    body.op(format!("add.u64 {qi}, {c0}, {}", nt * 8 + x));
+                    body.op(format!("min.u64 {qi}, {qi}, {lmax}"));
+                    body.op(format!("add.u64 {qi}, {qi}, {bl}"));
+                    let (al, ad) = (body.reg(Class::B64), body.reg(Class::B64));
+                    body.op(format!("mad.lo.u64 {al}, {qi}, 4, {}", p["p_lse"]));
+                    body.op(format!("mad.lo.u64 {ad}, {qi}, 4, {}", p["p_delta"]));
+                    let (m, dd) = (body.reg(Class::F32), body.reg(Class::F32));
+                    body.op(format!("ld.global.nc.f32 {m}, [{al}]"));
+                    body.op(format!("ld.global.f32 {dd}, [{ad}]"));
+                    let inf = body.reg(Class::Pred);
+                    body.op(format!("setp.eq.f32 {inf}, {m}, {neg_inf}"));
+                    body.op(format!("mul.rn.f32 {m}, {m}, {nl2e}"));
+                    body.op(format!("@{inf} mov.f32 {m}, {zero}"));
+                    mls.push(m);
+                    ds.push(dd);
+                }
+            }
+            (mls, ds)
+        };
+        // P^T = 2^(S^T scale log2(e) - lse log2(e)), 0 past the queries, past
+        // the keys and, under `causal`, for a key past its query (only on the
+        // blocks that reach any of those).
+        {
+            let edge = body.reg(Class::Pred);
+            let t = body.reg(Class::B64);
+            body.op(format!("add.u64 {t}, {i0}, {br}"));
+            body.op(format!("setp.gt.u64 {edge}, {t}, {}", p["p_l"]));
+            let e2 = body.reg(Class::Pred);
+            body.op(format!("add.u64 {t}, {j0}, {MMA_BWD_KEYS}"));
+            body.op(format!("setp.gt.u64 {e2}, {t}, {}", p["p_s"]));
+            body.op(format!("or.pred {edge}, {edge}, {e2}"));
+            body.op(format!("add.u64 {t}, {j0}, {}", MMA_BWD_KEYS - 1));
+            body.op(format!("setp.gt.u64 {e2}, {t}, {i0}"));
+            body.op(format!("and.pred {e2}, {e2}, {causal}"));
+            body.op(format!("or.pred {edge}, {edge}, {e2}"));
+            for (nt, st) in s.iter().enumerate() {
+                for (x, r) in st.iter().enumerate() {
                     body.op(format!(
-                        "red.global.add.f32 [{a}+{}], {}",
-                        (nt * 8 + x) * 4,
-                        t[2 * half + x]
+                        "fma.rn.f32 {r}, {r}, {sl2}, {}",
+                        mls[2 * nt + (x & 1)]
                     ));
                 }
             }
-            body.place(&skip);
+            let inner = body.label("bwd_inner");
+            body.op(format!("@!{edge} bra.uni {inner}"));
+            let c0 = body.reg(Class::B64);
+            body.op(format!("shl.b64 {c0}, {tg}, 1"));
+            body.op(format!("add.u64 {c0}, {c0}, {i0}"));
+            for (nt, st) in s.iter().enumerate() {
+                for (x, r) in st.iter().enumerate() {
+                    let qi = body.reg(Class::B64);
+                    body.op(format!("add.u64 {qi}, {c0}, {}", nt * 8 + (x & 1)));
+                    let key = if x < 2 { &ka } else { &kb };
+                    let (out, late) = (body.reg(Class::Pred), body.reg(Class::Pred));
+                    body.op(format!("setp.ge.u64 {out}, {qi}, {}", p["p_l"]));
+                    body.op(format!("setp.ge.u64 {late}, {key}, {}", p["p_s"]));
+                    body.op(format!("or.pred {out}, {out}, {late}"));
+                    body.op(format!("setp.gt.u64 {late}, {key}, {qi}"));
+                    body.op(format!("and.pred {late}, {late}, {causal}"));
+                    body.op(format!("or.pred {out}, {out}, {late}"));
+                    body.op(format!("@{out} mov.f32 {r}, {neg_inf}"));
+                }
+            }
+            body.place(&inner);
+            for st in &s {
+                for r in st {
+                    body.op(format!("ex2.approx.ftz.f32 {r}, {r}"));
+                }
+            }
+        }
+        // Packs the f32 fragments of X^T (keys x queries) as A fragments
+        // (two n-tiles make a 16-query chunk), rounded to the dtype.
+        let pack = |body: &mut Body, x: &[[String; 4]]| -> Vec<[String; 4]> {
+            (0..nts / 2)
+                .map(|kc| {
+                    let regs = [0, 1, 2, 3].map(|_| body.reg(Class::B32));
+                    let (t0, t1) = (&x[2 * kc], &x[2 * kc + 1]);
+                    for (i, (lo, hi)) in [
+                        (&t0[0], &t0[1]),
+                        (&t0[2], &t0[3]),
+                        (&t1[0], &t1[1]),
+                        (&t1[2], &t1[3]),
+                    ]
+                    .into_iter()
+                    .enumerate()
+                    {
+                        body.op(format!("cvt.rn.{ht}x2.f32 {}, {hi}, {lo}", regs[i]));
+                    }
+                    regs
+                })
+                .collect()
+        };
+        // acc += X (keys x queries, A fragments) Y (queries x d, a row-major
+        // tile read with x4.trans).
+        let accumulate = |body: &mut Body, acc: &[[String; 4]], xa: &[[String; 4]], ty: usize| {
+            for (kc, xk) in xa.iter().enumerate() {
+                for (q, ya) in bt_addr.iter().enumerate() {
+                    let bf = ldm(body, true, ya, ty + kc * 16 * row_bytes);
+                    mma(body, ht, &acc[2 * q], xk, [&bf[0], &bf[1]]);
+                    mma(body, ht, &acc[2 * q + 1], xk, [&bf[2], &bf[3]]);
+                }
+            }
+        };
+        let pa = pack(&mut body, &s);
+        // dV += P^T dO.
+        accumulate(&mut body, &dv, &pa, tg_);
+        // dP^T = V dO^T, then dS^T = P^T (dP^T - D) scale.
+        let dp = product_t(&mut body, tv, tg_);
+        for (nt, (pt, st)) in dp.iter().zip(&s).enumerate() {
+            for (x, r) in pt.iter().enumerate() {
+                body.op(format!("sub.rn.f32 {r}, {r}, {}", dcol[2 * nt + (x & 1)]));
+                body.op(format!("mul.rn.f32 {r}, {r}, {}", st[x]));
+                body.op(format!("mul.rn.f32 {r}, {r}, {scale}"));
+            }
+        }
+        let dsa = pack(&mut body, &dp);
+        // dK += dS^T Q.
+        accumulate(&mut body, &dk, &dsa, tq);
+        // dS^T over the tiles of Q and dO once every warp is past them.
+        body.op("bar.sync 0");
+        {
+            // Key rows 16 warp + g (+8), chunk nt, byte 4 tg within it.
+            let tq4 = body.reg(Class::B32);
+            body.op(format!("shl.b32 {tq4}, {t32}, 2"));
+            let mut st = Vec::new();
+            for half in 0..2 {
+                let r = body.reg(Class::B32);
+                body.op(format!("mad.lo.u32 {r}, {warp}, 16, {g32}"));
+                body.op(format!("add.u32 {r}, {r}, {}", 8 * half));
+                for nt in 0..nts {
+                    let c = body.reg(Class::B32);
+                    body.op(format!("mov.u32 {c}, {nt}"));
+                    let o = ds_swz(&mut body, &r, &c);
+                    body.op(format!("add.u32 {o}, {o}, {tq4}"));
+                    st.push(o);
+                }
+            }
+            for (kc, regs) in dsa.iter().enumerate() {
+                for (i, r) in regs.iter().enumerate() {
+                    // regs: (row g, n-tile 2kc), (row g+8, 2kc), (g, 2kc+1),
+                    // (g+8, 2kc+1).
+                    let (half, nt) = (i & 1, 2 * kc + i / 2);
+                    body.op(format!("st.shared.b32 [{}+{tq}], {r}", st[half * nts + nt]));
+                }
+            }
+        }
+        body.op("bar.sync 0");
+        // dQ (the warp's share) = dS K, added into the f32 buffer.
+        {
+            let dq = new_acc(&mut body, nq);
+            for kc in 0..MMA_BWD_KEYS / 16 {
+                let af = ldm(&mut body, true, &dsa_addr, tq + kc * 16 * ds_row);
+                for q in 0..nq / 2 {
+                    // n-tiles part * nq + 2q (+1): chunk pair part * nq / 2 + q
+                    // of K's tile, chosen per warp.
+                    let addr = body.reg(Class::B32);
+                    body.op(format!("mov.u32 {addr}, {}", bt_addr[q]));
+                    for x in 1..splits {
+                        let this = body.reg(Class::Pred);
+                        body.op(format!("setp.eq.u32 {this}, {part}, {x}"));
+                        body.op(format!(
+                            "@{this} mov.u32 {addr}, {}",
+                            bt_addr[x * nq / 2 + q]
+                        ));
+                    }
+                    let bf = ldm(&mut body, true, &addr, kc * 16 * row_bytes);
+                    mma(&mut body, ht, &dq[2 * q], &af, [&bf[0], &bf[1]]);
+                    mma(&mut body, ht, &dq[2 * q + 1], &af, [&bf[2], &bf[3]]);
+                }
+            }
+            for half in 0..2 {
+                let qi = body.reg(Class::B64);
+                body.op(format!("add.u64 {qi}, {qrow0}, {i0}"));
+                if half == 1 {
+                    body.op(format!("add.u64 {qi}, {qi}, 8"));
+                }
+                let skip = body.label("bwd_dq_skip");
+                let out = body.reg(Class::Pred);
+                body.op(format!("setp.ge.u64 {out}, {qi}, {}", p["p_l"]));
+                body.op(format!("@{out} bra {skip}"));
+                let a = body.reg(Class::B64);
+                body.op(format!("add.u64 {a}, {qi}, {bl}"));
+                body.op(format!("mul.lo.u64 {a}, {a}, {d}"));
+                body.op(format!("add.u64 {a}, {a}, {qcol}"));
+                body.op(format!("mad.lo.u64 {a}, {a}, 4, {}", p["p_dqa"]));
+                for (nt, t) in dq.iter().enumerate() {
+                    for x in 0..2 {
+                        body.op(format!(
+                            "red.global.add.f32 [{a}+{}], {}",
+                            (nt * 8 + x) * 4,
+                            t[2 * half + x]
+                        ));
+                    }
+                }
+                body.place(&skip);
+            }
+        }
+        body.op(format!("add.u64 {i0}, {i0}, {br}"));
+        {
+            let fin = body.reg(Class::Pred);
+            body.op(format!("setp.ge.u64 {fin}, {i0}, {}", p["p_l"]));
+            body.op(format!("@{fin} bra.uni {done}"));
         }
     }
-    body.op(format!("add.u64 {i0}, {i0}, {br}"));
-    {
-        let more = body.reg(Class::Pred);
-        body.op(format!("setp.lt.u64 {more}, {i0}, {}", p["p_l"]));
-        body.op(format!("@{more} bra.uni {lp}"));
-    }
+    body.op(format!("bra.uni {lp}"));
     body.place(&done);
     body.op("cp.async.wait_group 0");
     // dK and dV, rounded, stored a pair at a time (rows past s left out).
@@ -762,8 +801,11 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
             format!("\t.param .{ty} {n}")
         })
         .collect();
+    // Dynamic shared memory (more than the 48 KiB a static array may
+    // take: `attention_mma_backward_shared(d)` bytes), declared at module
+    // scope.
     format!(
-        ".visible .entry {name}(\n{}\n)\n.maxntid {threads}, 1, 1\n{{\n{}}}\n",
+        ".extern .shared .align 128 .b8 {name}_smem[];\n\n.visible .entry {name}(\n{}\n)\n.maxntid {threads}, 1, 1\n{{\n{}}}\n",
         params.join(",\n"),
         body.finish()
     )

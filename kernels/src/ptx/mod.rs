@@ -50,7 +50,7 @@ use tensorfn_core::DTypeKind;
 
 pub use crate::target::{Target, HEADER};
 pub use attention::{attention_mma_rows, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS};
-pub use attention_mma_bwd::{MMA_BWD_KEYS, MMA_BWD_THREADS};
+pub use attention_mma_bwd::{attention_mma_backward_shared, MMA_BWD_KEYS, MMA_BWD_THREADS};
 pub use concat::CAT_PARTS;
 pub use optim::{OPTIM_HYPER, OPTIM_RECORD_WORDS};
 pub use rows::SOFTMAX_REGISTER_COLS;

@@ -18,8 +18,8 @@ use std::borrow::Cow;
 use std::ffi::c_void;
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::ptx::{
-    attention_mma_rows, Target, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS, MMA_BWD_KEYS,
-    MMA_BWD_THREADS,
+    attention_mma_backward_shared, attention_mma_rows, Target, ATTENTION_MAX_HEAD,
+    ATTENTION_MMA_HEADS, MMA_BWD_KEYS, MMA_BWD_THREADS,
 };
 
 const OP: &str = "scaled_dot_product_attention";
@@ -61,8 +61,8 @@ impl CudaBackend {
     }
 
     /// [`Self::attention_gpu`], with the rows' log-sum-exps written to
-    /// `lse` (`[batch, L]` f32) when given: then always the f32 entry (the
-    /// tensor-core one writes none).
+    /// the device address `lse` (`[batch, L]`, f32, f64 for f64) when
+    /// given: then always the f32 entry (the tensor-core one writes none).
     #[allow(clippy::too_many_arguments)]
     fn attention_launch<T: FloatDType>(
         &self,
@@ -73,7 +73,7 @@ impl CudaBackend {
         causal: bool,
         scale: f64,
         out_layout: &Layout,
-        lse: Option<&CudaStorage<f32>>,
+        lse: Option<u64>,
     ) -> Result<CudaStorage<T>> {
         let ctx = self.ctx();
         ctx.bind()?;
@@ -154,7 +154,7 @@ impl CudaBackend {
                 os[0],
                 os[1],
                 os[2],
-                lse.map_or(0, |x| x.device_ptr()),
+                lse.unwrap_or(0),
             ];
             let mut params: Vec<*mut c_void> = values
                 .iter_mut()
@@ -272,8 +272,25 @@ impl CudaBackend {
         let [batch, l, e] = shape3(q.1);
         let [_, _, ev] = shape3(v.1);
         if e <= ATTENTION_MAX_HEAD && ev <= ATTENTION_MAX_HEAD && batch * l * ev > 0 {
+            if T::KIND == DTypeKind::F64 {
+                // The kernel writes f64 log-sum-exps for f64.
+                let wide = self.ctx().storage::<f64>(batch * l)?;
+                let o = self.attention_launch(
+                    q,
+                    k,
+                    v,
+                    mask,
+                    causal,
+                    scale,
+                    out,
+                    Some(wide.device_ptr()),
+                )?;
+                let lse = self.cast::<f64, f32>(&wide, &Layout::contiguous(&[batch * l]))?;
+                return Ok((o, lse));
+            }
             let lse = self.ctx().storage::<f32>(batch * l)?;
-            let o = self.attention_launch(q, k, v, mask, causal, scale, out, Some(&lse))?;
+            let o =
+                self.attention_launch(q, k, v, mask, causal, scale, out, Some(lse.device_ptr()))?;
             return Ok((o, lse));
         }
         let host = |(x, l): (&CudaStorage<T>, &Layout)| -> Result<(Vec<T>, Layout)> {
@@ -345,18 +362,35 @@ impl CudaBackend {
         let [batch, l, e] = shape3(q.1);
         let [_, s, _] = shape3(k.1);
         let [_, _, ev] = shape3(v.1);
-        let Some(lse) = lse else {
-            return self.attention_backward_host(q, k, v, o, g, None, mask, causal, scale);
+        if let Some(x) = lse {
+            if x.len() < batch * l {
+                return Err(Error::Index(format!(
+                    "{OP}: a log-sum-exp buffer of {} elements for {batch} x {l} rows",
+                    x.len()
+                )));
+            }
+        }
+        let fits = e <= ATTENTION_MAX_HEAD && ev <= ATTENTION_MAX_HEAD;
+        // f64: the log-sum-exps recomputed in f64 by the forward entry
+        // (the saved ones are f32, which would leave the gradients only
+        // about 1e-7 accurate).
+        let wide = T::KIND == DTypeKind::F64 && fits && batch * l * ev > 0;
+        let (lse, _wide) = match lse {
+            _ if wide => {
+                let w = ctx.storage::<f64>(batch * l)?;
+                let m = match &mask {
+                    None => None,
+                    Some((AttnMask::Bool(m), ml)) => Some((AttnMask::Bool(*m), *ml)),
+                    Some((AttnMask::Add(m), ml)) => Some((AttnMask::Add(*m), *ml)),
+                };
+                let dense = Layout::contiguous(o.1.dims());
+                let _ =
+                    self.attention_launch(q, k, v, m, causal, scale, &dense, Some(w.device_ptr()))?;
+                (w.device_ptr(), Some(w))
+            }
+            Some(x) if fits && T::KIND != DTypeKind::F64 => (x.device_ptr(), None),
+            _ => return self.attention_backward_host(q, k, v, o, g, lse, mask, causal, scale),
         };
-        if e > ATTENTION_MAX_HEAD || ev > ATTENTION_MAX_HEAD {
-            return self.attention_backward_host(q, k, v, o, g, Some(lse), mask, causal, scale);
-        }
-        if lse.len() < batch * l {
-            return Err(Error::Index(format!(
-                "{OP}: a log-sum-exp buffer of {} elements for {batch} x {l} rows",
-                lse.len()
-            )));
-        }
         for (what, lt) in [("query", q.1), ("key", k.1), ("value", v.1)] {
             let r = lt.rank();
             if lt.dims()[r - 1] > 1 && lt.strides()[r - 1] != 1 {
@@ -413,7 +447,7 @@ impl CudaBackend {
                     dk.device_ptr(),
                     dv.device_ptr(),
                     delta.device_ptr(),
-                    lse.device_ptr(),
+                    lse,
                     ob.device_ptr(),
                     gb.device_ptr(),
                     q.0.ptr_at(q.1.offset()),
@@ -459,7 +493,7 @@ impl CudaBackend {
     }
 
     /// The tensor-core backward (see `mma_fits`), FlashAttention-2's: the
-    /// preprocessing entry writes `D_i = dO_i . O_i`, then a block per 64
+    /// preprocessing entry writes `D_i = dO_i . O_i`, then a block per 128
     /// keys writes their `dK` and `dV` and adds `dQ` into a zeroed f32
     /// buffer with atomics, cast to the dtype at the end. (A deterministic
     /// `dQ` would take a second pass over the keys per query block, which
@@ -472,7 +506,7 @@ impl CudaBackend {
         v: (&CudaStorage<T>, &Layout),
         o: (&CudaStorage<T>, &Layout),
         g: (&CudaStorage<T>, &Layout),
-        lse: &CudaStorage<f32>,
+        lse: u64,
         causal: bool,
         scale: f64,
     ) -> Result<(CudaStorage<T>, CudaStorage<T>, CudaStorage<T>)> {
@@ -537,7 +571,7 @@ impl CudaBackend {
                 dk.device_ptr(),
                 dv.device_ptr(),
                 delta.device_ptr(),
-                lse.device_ptr(),
+                lse,
                 gb.device_ptr(),
                 q.0.ptr_at(q.1.offset()),
                 k.0.ptr_at(k.1.offset()),
@@ -562,11 +596,12 @@ impl CudaBackend {
                 .iter_mut()
                 .map(|v| v as *mut u64 as *mut c_void)
                 .collect();
-            ctx.launch_grid_block(
+            ctx.launch_grid_block_shared(
                 f,
                 &|| format!("{kernel:?} of {nb} x [{l}, {d}] queries against {s} keys"),
                 (blocks, nb as u32),
                 MMA_BWD_THREADS as u32,
+                attention_mma_backward_shared(d) as u32,
                 &mut params,
             )?;
         }
