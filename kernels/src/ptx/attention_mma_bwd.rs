@@ -42,16 +42,16 @@ const fn query_rows(d: usize) -> usize {
 }
 
 /// Bytes of dynamic shared memory the main entry takes at head dim `d`:
-/// the resident tiles of `K` and `V`, and two of `Q` and `dO` (the next
-/// block's copied while the current one is used).
+/// the resident tiles of `K` and `V`, two of `Q` and `dO` (the next
+/// block's copied while the current one is used) and one of `dS^T`.
 ///
 /// ```
 /// use tensorfn_kernels::ptx::attention_mma_backward_shared;
-/// assert_eq!(attention_mma_backward_shared(128), 96 * 1024);
-/// assert_eq!(attention_mma_backward_shared(64), 64 * 1024);
+/// assert_eq!(attention_mma_backward_shared(128), 104 * 1024);
+/// assert_eq!(attention_mma_backward_shared(64), 80 * 1024);
 /// ```
 pub const fn attention_mma_backward_shared(d: usize) -> usize {
-    2 * MMA_BWD_KEYS * 2 * d + 2 * 2 * query_rows(d) * 2 * d
+    2 * MMA_BWD_KEYS * 2 * d + 2 * 2 * query_rows(d) * 2 * d + MMA_BWD_KEYS * query_rows(d) * 2
 }
 
 /// The parameters of the main entry, in order; each is 64 bits (`p_scale`
@@ -191,8 +191,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
     let pass_rows = threads / chunks;
     let kv_bytes = MMA_BWD_KEYS * row_bytes;
     let qt_bytes = br * row_bytes;
-    // dS^T: [keys][br queries] 16-bit, over the tiles of Q and dO once
-    // they are used (MMA_BWD_KEYS * br * 2 <= 2 * br * row_bytes).
+    // dS^T: [keys][br queries] 16-bit, in its own tile after the buffers.
     let ds_row = br * 2;
     let mut body = Body::for_target(Target::Sm80);
     let mut p = std::collections::HashMap::new();
@@ -265,6 +264,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
     body.op(format!("add.u32 {sv}, {sk}, {kv_bytes}"));
     let tile_q = |buf: usize| 2 * kv_bytes + buf * 2 * qt_bytes;
     let tile_g = |buf: usize| tile_q(buf) + qt_bytes;
+    let tile_ds = tile_q(2);
     let (sq, sg): (Vec<String>, Vec<String>) = (0..2)
         .map(|buf| {
             let (q, g) = (body.reg(Class::B32), body.reg(Class::B32));
@@ -422,7 +422,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
         }
         body.op(format!("xor.b32 {x}, {x}, {chunk}"));
         body.op(format!("shl.b32 {x}, {x}, 4"));
-        // Relative to K's tile: add the Q tile's offset.
+        // Relative to K's tile: add dS^T's offset.
         let o = body.reg(Class::B32);
         body.op(format!("mad.lo.u32 {o}, {row}, {ds_row}, {x}"));
         body.op(format!("add.u32 {o}, {o}, {sk}"));
@@ -676,8 +676,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
         let dsa = pack(&mut body, &dp);
         // dK += dS^T Q.
         accumulate(&mut body, &dk, &dsa, tq);
-        // dS^T over the tiles of Q and dO once every warp is past them.
-        body.op("bar.sync 0");
+        // dS^T into its tile (every warp is past the last block's dQ).
         {
             // Key rows 16 warp + g (+8), chunk nt, byte 4 tg within it.
             let tq4 = body.reg(Class::B32);
@@ -700,7 +699,10 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
                     // regs: (row g, n-tile 2kc), (row g+8, 2kc), (g, 2kc+1),
                     // (g+8, 2kc+1).
                     let (half, nt) = (i & 1, 2 * kc + i / 2);
-                    body.op(format!("st.shared.b32 [{}+{tq}], {r}", st[half * nts + nt]));
+                    body.op(format!(
+                        "st.shared.b32 [{}+{tile_ds}], {r}",
+                        st[half * nts + nt]
+                    ));
                 }
             }
         }
@@ -709,7 +711,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
         {
             let dq = new_acc(&mut body, nq);
             for kc in 0..MMA_BWD_KEYS / 16 {
-                let af = ldm(&mut body, true, &dsa_addr, tq + kc * 16 * ds_row);
+                let af = ldm(&mut body, true, &dsa_addr, tile_ds + kc * 16 * ds_row);
                 for q in 0..nq / 2 {
                     // n-tiles part * nq + 2q (+1): chunk pair part * nq / 2 + q
                     // of K's tile, chosen per warp.
