@@ -839,7 +839,7 @@ pub fn attention_backward_name(dtype: DTypeKind, keys: bool) -> String {
 /// (contiguous `[batch, l, e]`, `[batch, s, e]`, `[batch, s, ev]`
 /// outputs), `delta` (`[batch, l]`, f32 or f64 for f64: written by the
 /// query entry, read by the key entry), `lse` (the forward's `[batch,
-/// l]` f32 log-sum-exps), `o`, `g` (the output and its gradient,
+/// l]` log-sum-exps, f32 or f64 for f64), `o`, `g` (the output and its gradient,
 /// contiguous `[batch, l, ev]`), then `q`, `k`, `v`, `mask` and the
 /// rest as [`attention`] takes them, from `l` on. Launch with `block.x =
 /// BLOCK`, `grid.x = ceil(rows / 8)` (rows: `l` for the query entry, `s`
@@ -928,6 +928,76 @@ pub fn attention_mma(dtype: DTypeKind, d: usize) -> Result<Kernel> {
     }
     let name = attention_mma_name(dtype, d);
     let ptx = ptx::attention_mma(&name, dtype, d);
+    Ok(Kernel { name, ptx })
+}
+
+/// Name of [`attention_mma_backward`]`(dtype, d)` (its main entry; the
+/// preprocessing entry is this name with `_delta` appended).
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert_eq!(
+///     builtin::attention_mma_backward_name(DTypeKind::BF16, 128),
+///     "tf_attention_mma_bwd_bf16_d128"
+/// );
+/// ```
+pub fn attention_mma_backward_name(dtype: DTypeKind, d: usize) -> String {
+    format!("tf_attention_mma_bwd_{dtype}_d{d}")
+}
+
+/// The backward of [`attention_mma`] on tensor cores, for sm_80 and newer
+/// (`dtype` f16 or bf16, head dim `d` one of
+/// [`ATTENTION_MMA_HEADS`](crate::ptx::ATTENTION_MMA_HEADS), no mask;
+/// `Err` otherwise: older devices and the other cases take
+/// [`attention_backward`]), FlashAttention-2's algorithm. The module has
+/// two entries:
+///
+/// - `NAME_delta(delta, o, g, rows)`: `delta[i] = sum_c g[i, c] o[i, c]`
+///   in f32 over contiguous `[rows, d]` `o` and `g`; launch with `block.x
+///   =` [`MMA_BWD_THREADS`](crate::ptx::MMA_BWD_THREADS) and `grid.x =
+///   ceil(rows / 4)` (a warp per row);
+/// - `NAME(dqa, dk, dv, delta, lse, g, q, k, v, l, s, qb, qr, kb, kr, vb,
+///   vr, causal, scale, b0, nh, qh, kh, vh)`: a block owns
+///   [`MMA_BWD_KEYS`](crate::ptx::MMA_BWD_KEYS) keys, their `K` and `V`
+///   resident in shared memory, and walks the blocks of queries (under
+///   `causal` only those at or after its keys), recomputing `S = Q K^T`
+///   and `P = exp(S scale - lse)` from the forward's f32 log-sum-exps
+///   `lse`; it writes `dK` and `dV` (contiguous `[batch, s, d]`, f32
+///   accumulation) and adds `dQ` into the zeroed f32 buffer `dqa`
+///   (contiguous `[batch, l, d]`) with `red.global.add.f32`, which the
+///   caller casts. `g` is the output's gradient, contiguous `[batch, l,
+///   d]`; the rest as [`attention_mma`] takes them. Launch with `block.x
+///   =` [`MMA_BWD_THREADS`](crate::ptx::MMA_BWD_THREADS), `grid.x =
+///   ceil(s /` [`MMA_BWD_KEYS`](crate::ptx::MMA_BWD_KEYS)`)`, `grid.y` the
+///   batch, and
+///   [`attention_mma_backward_shared`](crate::ptx::attention_mma_backward_shared)`(d)`
+///   bytes of dynamic shared memory (more than 48 KiB: the function's
+///   limit must be raised first).
+///
+/// Accuracy: `P` is `ex2.approx.ftz.f32` and `P` and `dS` are rounded to
+/// `dtype` before their products, as in FlashAttention; the additions
+/// into `dQ` come in no fixed order, so its last bits may differ between
+/// runs.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::attention_mma_backward(DTypeKind::BF16, 128).unwrap();
+/// assert!(k.ptx.contains(".entry tf_attention_mma_bwd_bf16_d128("));
+/// assert!(k.ptx.contains(".entry tf_attention_mma_bwd_bf16_d128_delta("));
+/// assert!(builtin::attention_mma_backward(DTypeKind::F32, 64).is_err());
+/// ```
+pub fn attention_mma_backward(dtype: DTypeKind, d: usize) -> Result<Kernel> {
+    if !matches!(dtype, DTypeKind::F16 | DTypeKind::BF16) || !ptx::ATTENTION_MMA_HEADS.contains(&d)
+    {
+        return Err(Error::Unsupported {
+            kernel: "attention_mma_backward",
+            message: format!(
+                "the tensor-core attention backward takes f16 or bf16 with a head dim of 64 or 128, found {dtype} with {d}"
+            ),
+        });
+    }
+    let name = attention_mma_backward_name(dtype, d);
+    let ptx = ptx::attention_mma_backward(&name, dtype, d);
     Ok(Kernel { name, ptx })
 }
 
@@ -1091,6 +1161,7 @@ pub fn all() -> Vec<Kernel> {
         }
         for d in ptx::ATTENTION_MMA_HEADS {
             out.extend(attention_mma(dtype, d).ok());
+            out.extend(attention_mma_backward(dtype, d).ok());
         }
         for k in crate::optim::OptimKernel::ALL {
             // Master weights only for 16-bit parameters.

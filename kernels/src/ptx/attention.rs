@@ -36,8 +36,8 @@ const SLOTS: usize = ATTENTION_MAX_HEAD / 32;
 /// strides are `p_ob`, `p_oh` and `p_or` (rows; columns are dense), so it
 /// can be written back in that order (`[B, L, H, Ev]`). `p_lse`, when
 /// not 0, is where the rows' log-sum-exps go (contiguous `[batch, L]`
-/// f32, `-inf` for a row without keys); the plain forward passes 0 and
-/// writes none.
+/// f32, f64 for f64, `-inf` for a row without keys); the plain forward
+/// passes 0 and writes none.
 pub(crate) const PARAMS: [&str; 31] = [
     "p_out", "p_q", "p_k", "p_v", "p_mask", "p_l", "p_s", "p_e", "p_ev", "p_qb", "p_qr", "p_kb",
     "p_kr", "p_vb", "p_vr", "p_mb", "p_mr", "p_mc", "p_mode", "p_causal", "p_scale", "p_b0",
@@ -57,7 +57,7 @@ fn params() -> String {
 
 /// The element offset of batch `b` in each operand named in `ops` (`q`,
 /// `k`, `v`, `m` for the mask): `(b / p_nh) * p_Xb + (b % p_nh) * p_Xh`.
-fn batch_offsets(
+pub(super) fn batch_offsets(
     body: &mut Body,
     b: &str,
     p: &std::collections::HashMap<&str, String>,
@@ -361,19 +361,13 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
         let x = body.reg(class);
         body.op(format!("add.rn.{t} {x}, {m}, {ln}"));
         body.op(format!("@{empty} mov.{t} {x}, {neg_inf}"));
-        let x32 = if acc == Ty::F64 {
-            let r = body.reg(Class::F32);
-            body.op(format!("cvt.rn.f32.f64 {r}, {x}"));
-            r
-        } else {
-            x
-        };
         let base = body.reg(Class::B64);
         body.op(format!("cvta.to.global.u64 {base}, {}", p["p_lse"]));
         let a = body.reg(Class::B64);
         body.op(format!("mad.lo.u64 {a}, {b}, {}, {i}", p["p_l"]));
-        body.op(format!("mad.lo.u64 {a}, {a}, 4, {base}"));
-        body.op(format!("st.global.f32 [{a}], {x32}"));
+        let bytes = if acc == Ty::F64 { 8 } else { 4 };
+        body.op(format!("mad.lo.u64 {a}, {a}, {bytes}, {base}"));
+        body.op(format!("st.global.{t} [{a}], {x}"));
         body.place(&skip);
     }
     let orow = body.reg(Class::B64);
@@ -410,7 +404,7 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
 /// (`p_scale` is an f64). `p_dq`, `p_dk`, `p_dv` are the contiguous
 /// gradients, `p_delta` the rows' `D_i = dO_i . O_i` (f32, f64 for f64;
 /// the query entry writes it, the key entry reads it), `p_lse` the
-/// forward's f32 log-sum-exps and `p_o`, `p_g` the output and its
+/// forward's log-sum-exps (f32, f64 for f64) and `p_o`, `p_g` the output and its
 /// gradient, contiguous `[batch, l, ev]`; the rest as in [`PARAMS`].
 pub(crate) const BWD_PARAMS: [&str; 33] = [
     "p_dq", "p_dk", "p_dv", "p_delta", "p_lse", "p_o", "p_g", "p_q", "p_k", "p_v", "p_mask", "p_l",
@@ -624,14 +618,12 @@ pub(crate) fn attention_backward_entry(name: &str, dtype: DTypeKind, keys: bool)
         a
     };
     let load_lse = |body: &mut Body, i: &str| {
-        let a = stat_addr(body, &p["p_lse"], i, 4);
-        let x = load(body, DTypeKind::F32, &a, true);
         if acc == Ty::F64 {
-            let r = body.reg(class);
-            body.op(format!("cvt.f64.f32 {r}, {x}"));
-            r
+            let a = stat_addr(body, &p["p_lse"], i, 8);
+            load(body, DTypeKind::F64, &a, true)
         } else {
-            x
+            let a = stat_addr(body, &p["p_lse"], i, 4);
+            load(body, DTypeKind::F32, &a, true)
         }
     };
     // Stores `scale_by * acc[c]` (or `acc[c]`), rounded to the dtype, to
@@ -869,15 +861,15 @@ pub(crate) const MMA_PARAMS: [&str; 22] = [
 const MMA_KEYS: usize = 64;
 
 /// `log2(e)`, which folds into the scale so that `exp(x) = 2^(x log2 e)`.
-const LOG2_E: f64 = std::f64::consts::LOG2_E;
+pub(super) const LOG2_E: f64 = std::f64::consts::LOG2_E;
 
 /// Emits `mma.sync.m16n8k16` (f32 accumulation) on `acc` += `a` `b`.
-fn mma(body: &mut Body, ht: &str, acc: &[String; 4], a: &[String; 4], b: [&str; 2]) {
+pub(super) fn mma(body: &mut Body, ht: &str, acc: &[String; 4], a: &[String; 4], b: [&str; 2]) {
     mma_from(body, ht, acc, a, b, acc);
 }
 
 /// Emits `mma.sync.m16n8k16` (f32 accumulation): `acc` = `a` `b` + `c`.
-fn mma_from(
+pub(super) fn mma_from(
     body: &mut Body,
     ht: &str,
     acc: &[String; 4],

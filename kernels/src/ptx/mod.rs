@@ -26,6 +26,7 @@
 //! ```
 
 mod attention;
+mod attention_mma_bwd;
 mod bnorm;
 mod body;
 mod concat;
@@ -51,6 +52,7 @@ use tensorfn_core::DTypeKind;
 
 pub use crate::target::{Target, HEADER};
 pub use attention::{attention_mma_rows, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS};
+pub use attention_mma_bwd::{attention_mma_backward_shared, MMA_BWD_KEYS, MMA_BWD_THREADS};
 pub use bnorm::{BATCH_NORM_BACKWARD_META_WORDS, BATCH_NORM_META_WORDS};
 pub use concat::CAT_PARTS;
 pub use optim::{OPTIM_HYPER, OPTIM_RECORD_WORDS};
@@ -378,6 +380,25 @@ pub(crate) fn attention_mma(name: &str, dtype: tensorfn_core::DTypeKind, d: usiz
         Target::Sm80,
         &format!("{name}: scaled dot-product attention over {dtype}, head dim {d}, with mma.sync"),
         &[attention::attention_mma_entry(name, dtype, d)],
+    )
+}
+
+/// The module of the tensor-core attention backward `name` (sm_80 and
+/// newer; see
+/// [`builtin::attention_mma_backward`](crate::builtin::attention_mma_backward)):
+/// the main entry `name` and the preprocessing one `name_delta`.
+pub(crate) fn attention_mma_backward(
+    name: &str,
+    dtype: tensorfn_core::DTypeKind,
+    d: usize,
+) -> String {
+    module_for(
+        Target::Sm80,
+        &format!("{name}: scaled dot-product attention backward over {dtype}, head dim {d}, with mma.sync"),
+        &[
+            attention_mma_bwd::attention_mma_bwd_entry(name, dtype, d),
+            attention_mma_bwd::attention_mma_bwd_delta_entry(&format!("{name}_delta"), dtype, d),
+        ],
     )
 }
 

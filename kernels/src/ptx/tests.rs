@@ -209,6 +209,38 @@ fn every_builtin_is_well_formed() {
             );
             check_body(&es[0]);
             check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_attention_mma_bwd_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 2, "{}", k.name);
+            assert_eq!(es[0].name, k.name);
+            assert_eq!(es[1].name, format!("{}_delta", k.name));
+            assert_eq!(
+                es[0].params.len(),
+                super::attention_mma_bwd::MMA_BWD_PARAMS.len()
+            );
+            assert_eq!(
+                es[1].params.len(),
+                super::attention_mma_bwd::MMA_BWD_DELTA_PARAMS.len()
+            );
+            for e in &es {
+                check_body(e);
+            }
+            assert!(
+                k.ptx.starts_with(".version 7.0\n.target sm_80\n"),
+                "{}",
+                k.name
+            );
+            for op in [
+                "mma.sync.aligned.m16n8k16",
+                "cp.async.cg.shared.global",
+                "ldmatrix.sync.aligned.m8n8.x4.trans",
+                "red.global.add.f32",
+            ] {
+                assert!(es[0].body.contains(op), "{}: no {op}", k.name);
+            }
+            // Exact but for the exponentials, `ex2.approx.ftz` as in
+            // FlashAttention.
+            check_exact(&k.name, &k.ptx.replace("ex2.approx.ftz.f32", "ex2.f32"));
         } else if k.name.starts_with("tf_attention_mma_") {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 1, "{}", k.name);

@@ -610,7 +610,8 @@ impl Backend for CpuBackend {
                 v3::<T, U>(v),
                 v3::<T, U>(o),
                 v3::<T, U>(g),
-                lse.map(|x| &x[..]),
+                // f64 recomputes them in f64: the saved ones are f32.
+                lse.filter(|_| T::KIND != tensorfn_core::DTypeKind::F64).map(|x| &x[..]),
                 mask,
                 causal,
                 scale,

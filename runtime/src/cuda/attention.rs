@@ -17,7 +17,10 @@ use crate::layout::Layout;
 use std::borrow::Cow;
 use std::ffi::c_void;
 use tensorfn_core::DTypeKind;
-use tensorfn_kernels::ptx::{attention_mma_rows, Target, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS};
+use tensorfn_kernels::ptx::{
+    attention_mma_backward_shared, attention_mma_rows, Target, ATTENTION_MAX_HEAD,
+    ATTENTION_MMA_HEADS, MMA_BWD_KEYS, MMA_BWD_THREADS,
+};
 
 const OP: &str = "scaled_dot_product_attention";
 
@@ -58,8 +61,8 @@ impl CudaBackend {
     }
 
     /// [`Self::attention_gpu`], with the rows' log-sum-exps written to
-    /// `lse` (`[batch, L]` f32) when given: then always the f32 entry (the
-    /// tensor-core one writes none).
+    /// the device address `lse` (`[batch, L]`, f32, f64 for f64) when
+    /// given: then always the f32 entry (the tensor-core one writes none).
     #[allow(clippy::too_many_arguments)]
     fn attention_launch<T: FloatDType>(
         &self,
@@ -70,7 +73,7 @@ impl CudaBackend {
         causal: bool,
         scale: f64,
         out_layout: &Layout,
-        lse: Option<&CudaStorage<f32>>,
+        lse: Option<u64>,
     ) -> Result<CudaStorage<T>> {
         let ctx = self.ctx();
         ctx.bind()?;
@@ -151,7 +154,7 @@ impl CudaBackend {
                 os[0],
                 os[1],
                 os[2],
-                lse.map_or(0, |x| x.device_ptr()),
+                lse.unwrap_or(0),
             ];
             let mut params: Vec<*mut c_void> = values
                 .iter_mut()
@@ -269,8 +272,25 @@ impl CudaBackend {
         let [batch, l, e] = shape3(q.1);
         let [_, _, ev] = shape3(v.1);
         if e <= ATTENTION_MAX_HEAD && ev <= ATTENTION_MAX_HEAD && batch * l * ev > 0 {
+            if T::KIND == DTypeKind::F64 {
+                // The kernel writes f64 log-sum-exps for f64.
+                let wide = self.ctx().storage::<f64>(batch * l)?;
+                let o = self.attention_launch(
+                    q,
+                    k,
+                    v,
+                    mask,
+                    causal,
+                    scale,
+                    out,
+                    Some(wide.device_ptr()),
+                )?;
+                let lse = self.cast::<f64, f32>(&wide, &Layout::contiguous(&[batch * l]))?;
+                return Ok((o, lse));
+            }
             let lse = self.ctx().storage::<f32>(batch * l)?;
-            let o = self.attention_launch(q, k, v, mask, causal, scale, out, Some(&lse))?;
+            let o =
+                self.attention_launch(q, k, v, mask, causal, scale, out, Some(lse.device_ptr()))?;
             return Ok((o, lse));
         }
         let host = |(x, l): (&CudaStorage<T>, &Layout)| -> Result<(Vec<T>, Layout)> {
@@ -301,11 +321,15 @@ impl CudaBackend {
         Ok((self.upload(Cow::Owned(o))?, self.upload(Cow::Owned(lse))?))
     }
 
-    /// See `Backend::attention_backward`: the kernels crate's two backward
-    /// entries (a warp per query row for `D` and `dQ`, then a warp per key
-    /// row for `dK` and `dV`, f32 accumulation for the 16-bit dtypes),
-    /// launched over batches of at most 65535; without saved log-sum-exps
-    /// or with head dims above [`ATTENTION_MAX_HEAD`], through the host.
+    /// See `Backend::attention_backward`: without a mask, f16 and bf16 at
+    /// head dim 64 or 128 with 16-byte aligned rows on sm_80+ take the
+    /// FlashAttention-2-style tensor-core entries (see
+    /// `attention_backward_mma`); the rest (every dtype, masks, sm_75) the
+    /// kernels crate's two f32-accumulating backward entries (a warp per
+    /// query row for `D` and `dQ`, then a warp per key row for `dK` and
+    /// `dV`), launched over batches of at most 65535; without saved
+    /// log-sum-exps or with head dims above [`ATTENTION_MAX_HEAD`], through
+    /// the host.
     #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     pub(crate) fn attention_backward_gpu<T: FloatDType>(
         &self,
@@ -338,18 +362,35 @@ impl CudaBackend {
         let [batch, l, e] = shape3(q.1);
         let [_, s, _] = shape3(k.1);
         let [_, _, ev] = shape3(v.1);
-        let Some(lse) = lse else {
-            return self.attention_backward_host(q, k, v, o, g, None, mask, causal, scale);
+        if let Some(x) = lse {
+            if x.len() < batch * l {
+                return Err(Error::Index(format!(
+                    "{OP}: a log-sum-exp buffer of {} elements for {batch} x {l} rows",
+                    x.len()
+                )));
+            }
+        }
+        let fits = e <= ATTENTION_MAX_HEAD && ev <= ATTENTION_MAX_HEAD;
+        // f64: the log-sum-exps recomputed in f64 by the forward entry
+        // (the saved ones are f32, which would leave the gradients only
+        // about 1e-7 accurate).
+        let wide = T::KIND == DTypeKind::F64 && fits && batch * l * ev > 0;
+        let (lse, _wide) = match lse {
+            _ if wide => {
+                let w = ctx.storage::<f64>(batch * l)?;
+                let m = match &mask {
+                    None => None,
+                    Some((AttnMask::Bool(m), ml)) => Some((AttnMask::Bool(*m), *ml)),
+                    Some((AttnMask::Add(m), ml)) => Some((AttnMask::Add(*m), *ml)),
+                };
+                let dense = Layout::contiguous(o.1.dims());
+                let _ =
+                    self.attention_launch(q, k, v, m, causal, scale, &dense, Some(w.device_ptr()))?;
+                (w.device_ptr(), Some(w))
+            }
+            Some(x) if fits && T::KIND != DTypeKind::F64 => (x.device_ptr(), None),
+            _ => return self.attention_backward_host(q, k, v, o, g, lse, mask, causal, scale),
         };
-        if e > ATTENTION_MAX_HEAD || ev > ATTENTION_MAX_HEAD {
-            return self.attention_backward_host(q, k, v, o, g, Some(lse), mask, causal, scale);
-        }
-        if lse.len() < batch * l {
-            return Err(Error::Index(format!(
-                "{OP}: a log-sum-exp buffer of {} elements for {batch} x {l} rows",
-                lse.len()
-            )));
-        }
         for (what, lt) in [("query", q.1), ("key", k.1), ("value", v.1)] {
             let r = lt.rank();
             if lt.dims()[r - 1] > 1 && lt.strides()[r - 1] != 1 {
@@ -358,6 +399,9 @@ impl CudaBackend {
                     lt.strides()[r - 1]
                 )));
             }
+        }
+        if mask.is_none() && batch > 0 && l > 0 && s > 0 && self.mma_fits::<T>([q, k, v], e, ev) {
+            return self.attention_backward_mma(q, k, v, o, g, lse, causal, scale);
         }
         let (dq, dk, dv) = (
             ctx.storage::<T>(batch * l * e)?,
@@ -403,7 +447,7 @@ impl CudaBackend {
                     dk.device_ptr(),
                     dv.device_ptr(),
                     delta.device_ptr(),
-                    lse.device_ptr(),
+                    lse,
                     ob.device_ptr(),
                     gb.device_ptr(),
                     q.0.ptr_at(q.1.offset()),
@@ -445,6 +489,123 @@ impl CudaBackend {
                 )?;
             }
         }
+        Ok((dq, dk, dv))
+    }
+
+    /// The tensor-core backward (see `mma_fits`), FlashAttention-2's: the
+    /// preprocessing entry writes `D_i = dO_i . O_i`, then a block per 128
+    /// keys writes their `dK` and `dV` and adds `dQ` into a zeroed f32
+    /// buffer with atomics, cast to the dtype at the end. (A deterministic
+    /// `dQ` would take a second pass over the keys per query block, which
+    /// recomputes `S` and `dP`: about 40% more products.)
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn attention_backward_mma<T: FloatDType>(
+        &self,
+        q: (&CudaStorage<T>, &Layout),
+        k: (&CudaStorage<T>, &Layout),
+        v: (&CudaStorage<T>, &Layout),
+        o: (&CudaStorage<T>, &Layout),
+        g: (&CudaStorage<T>, &Layout),
+        lse: u64,
+        causal: bool,
+        scale: f64,
+    ) -> Result<(CudaStorage<T>, CudaStorage<T>, CudaStorage<T>)> {
+        let ctx = self.ctx();
+        let [batch, l, d] = shape3(q.1);
+        let [_, s, _] = shape3(k.1);
+        // The output and its gradient as contiguous `[batch, l, d]`.
+        let dense = |x: (&CudaStorage<T>, &Layout)| -> Result<Option<CudaStorage<T>>> {
+            if x.1.is_contiguous() && x.1.offset() == 0 {
+                Ok(None)
+            } else {
+                Ok(Some(self.contiguous(x.0, x.1)?))
+            }
+        };
+        let (oc, gc) = (dense(o)?, dense(g)?);
+        let (ob, gb) = (oc.as_ref().unwrap_or(o.0), gc.as_ref().unwrap_or(g.0));
+        let nh = inner_batch([q.1, k.1, v.1, o.1], None)?;
+        let (qs, ks, vs) = (walk(q.1, nh), walk(k.1, nh), walk(v.1, nh));
+        let kernel = Builtin::AttentionMmaBackward(T::KIND, d);
+        let f = ctx.function(ModuleKey::Builtin(kernel), "", || {
+            kernel.source(ctx.target())
+        })?;
+        let fd = ctx.function(ModuleKey::Builtin(kernel), "_delta", || {
+            kernel.source(ctx.target())
+        })?;
+        let rows = batch * l;
+        let delta = ctx.storage::<f32>(rows)?;
+        let dqa = ctx.storage::<f32>(rows * d)?;
+        self.memset32(dqa.device_ptr(), 0, rows * d)?;
+        let (dk, dv) = (
+            ctx.storage::<T>(batch * s * d)?,
+            ctx.storage::<T>(batch * s * d)?,
+        );
+        // A warp per row; grids of at most 2^31 - 1 blocks.
+        let warps = MMA_BWD_THREADS / 32;
+        let step = i32::MAX as usize * warps;
+        for r0 in (0..rows).step_by(step) {
+            let n = (rows - r0).min(step);
+            let mut values: [u64; 4] = [
+                delta.device_ptr() + 4 * r0 as u64,
+                ob.device_ptr() + (2 * r0 * d) as u64,
+                gb.device_ptr() + (2 * r0 * d) as u64,
+                n as u64,
+            ];
+            let mut params: Vec<*mut c_void> = values
+                .iter_mut()
+                .map(|v| v as *mut u64 as *mut c_void)
+                .collect();
+            ctx.launch_grid_block(
+                fd,
+                &|| format!("{kernel:?} (D) of {n} rows"),
+                (n.div_ceil(warps) as u32, 1),
+                MMA_BWD_THREADS as u32,
+                &mut params,
+            )?;
+        }
+        let blocks = s.div_ceil(MMA_BWD_KEYS) as u32;
+        for b0 in (0..batch).step_by(MAX_GRID_Y) {
+            let nb = (batch - b0).min(MAX_GRID_Y);
+            let mut values: [u64; 24] = [
+                dqa.device_ptr(),
+                dk.device_ptr(),
+                dv.device_ptr(),
+                delta.device_ptr(),
+                lse,
+                gb.device_ptr(),
+                q.0.ptr_at(q.1.offset()),
+                k.0.ptr_at(k.1.offset()),
+                v.0.ptr_at(v.1.offset()),
+                l as u64,
+                s as u64,
+                qs[0],
+                qs[2],
+                ks[0],
+                ks[2],
+                vs[0],
+                vs[2],
+                u64::from(causal),
+                scale.to_bits(),
+                b0 as u64,
+                nh,
+                qs[1],
+                ks[1],
+                vs[1],
+            ];
+            let mut params: Vec<*mut c_void> = values
+                .iter_mut()
+                .map(|v| v as *mut u64 as *mut c_void)
+                .collect();
+            ctx.launch_grid_block_shared(
+                f,
+                &|| format!("{kernel:?} of {nb} x [{l}, {d}] queries against {s} keys"),
+                (blocks, nb as u32),
+                MMA_BWD_THREADS as u32,
+                attention_mma_backward_shared(d) as u32,
+                &mut params,
+            )?;
+        }
+        let dq = self.cast::<f32, T>(&dqa, &Layout::contiguous(&[rows * d]))?;
         Ok((dq, dk, dv))
     }
 

@@ -152,7 +152,7 @@ impl CudaBackend {
         Ok(out)
     }
 
-    fn memset32(&self, ptr: u64, value: u32, n: usize) -> Result<()> {
+    pub(crate) fn memset32(&self, ptr: u64, value: u32, n: usize) -> Result<()> {
         // SAFETY: the caller owns `n` 32-bit words at `ptr`.
         unsafe { sys::cuMemsetD32Async(ptr, value, n, self.ctx.stream) }
             .result()

@@ -89,11 +89,38 @@ impl Context {
         block: u32,
         params: &mut [*mut c_void],
     ) -> Result<()> {
+        self.launch_grid_block_shared(f, what, (gx, gy), block, 0, params)
+    }
+
+    /// [`Self::launch_grid_block`] with `shared` bytes of dynamic shared
+    /// memory (an entry may take more than the default 48 KiB).
+    pub(crate) fn launch_grid_block_shared(
+        &self,
+        f: sys::CUfunction,
+        what: &dyn Fn() -> String,
+        (gx, gy): (u32, u32),
+        block: u32,
+        shared: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        if shared > 48 * 1024 {
+            // SAFETY: `f` is a loaded function.
+            unsafe {
+                result::function::set_function_attribute(
+                    f,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared as i32,
+                )
+            }
+            .map_err(|e| driver(&format!("giving {} its shared memory", what()), e))?;
+        }
         // SAFETY: the caller passes parameters matching the entry's ABI
         // (abi.rs, builtin.rs), pointing at live device memory of the
         // right size.
-        unsafe { result::launch_kernel(f, (gx, gy, 1), (block, 1, 1), 0, self.stream, params) }
-            .map_err(|e| driver(&format!("launching {}", what()), e))?;
+        unsafe {
+            result::launch_kernel(f, (gx, gy, 1), (block, 1, 1), shared, self.stream, params)
+        }
+        .map_err(|e| driver(&format!("launching {}", what()), e))?;
         if sync_launches() {
             self.sync(&format!("kernel {}", what()))?;
         }

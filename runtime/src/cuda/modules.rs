@@ -56,6 +56,8 @@ pub(crate) enum Builtin {
     Attention(DTypeKind),
     /// Its tensor-core form (sm_80+) for f16/bf16 and a head dim.
     AttentionMma(DTypeKind, usize),
+    /// The tensor-core backward (sm_80+) for f16/bf16 and a head dim.
+    AttentionMmaBackward(DTypeKind, usize),
     /// Its backward over tensors of this dtype: per query row (`false`:
     /// `D` and `dQ`) or per key row (`true`: `dK` and `dV`).
     AttentionBackward(DTypeKind, bool),
@@ -93,6 +95,7 @@ impl Builtin {
             | Builtin::ScatterAdd(..)
             | Builtin::Attention(_)
             | Builtin::AttentionMma(..)
+            | Builtin::AttentionMmaBackward(..)
             | Builtin::AttentionBackward(..)
             | Builtin::Optim(..)
             | Builtin::CrossEntropy(..)
@@ -141,6 +144,7 @@ impl Builtin {
             Builtin::ScatterAdd(t, index) => builtin::scatter_add(t, index),
             Builtin::Attention(t) => builtin::attention(t),
             Builtin::AttentionMma(t, d) => builtin::attention_mma(t, d),
+            Builtin::AttentionMmaBackward(t, d) => builtin::attention_mma_backward(t, d),
             Builtin::AttentionBackward(t, keys) => builtin::attention_backward(t, keys),
             Builtin::Optim(k, t) => builtin::optim(k, t),
             Builtin::CrossEntropy(t, index) => builtin::cross_entropy(t, index),

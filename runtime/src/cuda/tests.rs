@@ -2728,7 +2728,7 @@ fn attention_backward_matches_the_cpu() {
             T::KIND
         );
         let tol = match T::KIND {
-            DTypeKind::F64 => 1e-9,
+            DTypeKind::F64 => 1e-11,
             DTypeKind::F32 => 1e-4,
             DTypeKind::F16 => 1e-2,
             _ => 5e-2,
@@ -2771,6 +2771,104 @@ fn attention_backward_matches_the_cpu() {
     }
     run::<f32>(&mut rng, [1, 2, 37, 64], [1, 2, 50, 64], 64, false, true);
     run::<bf16>(&mut rng, [1, 2, 37, 128], [1, 2, 50, 128], 128, false, true);
+}
+
+/// The tensor-core attention backward (f16 and bf16, head dims 64 and
+/// 128, sm_80+) against the f64 backward of the same (rounded) inputs:
+/// causal and not, lengths that are not multiples of its blocks (128 keys,
+/// 32 or 64 queries), more queries than keys and fewer, more heads than
+/// the device has SMs, and heads read in place from `[B, T, H, D]`
+/// tensors (a packed projection's layout). Within the dtype's roundoff:
+/// `P` and `dS` are rounded to it before their products.
+#[test]
+fn attention_mma_backward_matches_f64() {
+    use crate::device::{Cpu, Cuda};
+    use crate::ops::AttentionArgs;
+    use crate::shape::Dyn;
+    use crate::tensor::Tensor;
+    type D4 = (Dyn, Dyn, Dyn, Dyn);
+    type D3 = (Dyn, Dyn, Dyn);
+    let Some((_guard, _be)) = gpu() else { return };
+    let mut rng = seed();
+    fn run<T: crate::FloatDType>(rng: &mut SplitMix64, [b, h, l, s, d]: [usize; 5], causal: bool) {
+        // [B, T, H, D] on the device, read as [B, H, T, D].
+        let mut t = |n: usize| {
+            let dims = [b, n, h, d];
+            let x = Tensor::<Cpu, T, D4>::from_vec_dims(
+                (0..dims.iter().product())
+                    .map(|_| T::from_f64(rng.normal()))
+                    .collect(),
+                &dims,
+            )
+            .unwrap();
+            let g = x
+                .to_device::<Cuda>()
+                .unwrap()
+                .transpose::<D4>(1, 2)
+                .unwrap();
+            (x.transpose::<D4>(1, 2).unwrap(), g)
+        };
+        let ((q, qg), (k, kg), (v, vg), (go, gg)) = (t(l), t(s), t(s), t(l));
+        let wide = |x: &Tensor<Cpu, T, D4>| x.cast::<f64>().unwrap();
+        let args = || AttentionArgs::<Cpu, f64>::new().is_causal(causal);
+        let (q64, k64, v64, g64) = (wide(&q), wide(&k), wide(&v), wide(&go));
+        let (y64, lse64) = q64
+            .scaled_dot_product_attention_with_lse_dims::<D4, D3>(&k64, &v64, args())
+            .unwrap();
+        let want = q64
+            .scaled_dot_product_attention_backward_dims(&k64, &v64, &y64, &g64, &lse64, args())
+            .unwrap();
+        let args_g = || AttentionArgs::<Cuda, T>::new().is_causal(causal);
+        let (yg, lg) = qg
+            .scaled_dot_product_attention_with_lse_dims::<D4, D3>(&kg, &vg, args_g())
+            .unwrap();
+        let (dq, dk, dv) = qg
+            .scaled_dot_product_attention_backward_dims(&kg, &vg, &yg, &gg, &lg, args_g())
+            .unwrap();
+        let tol = if T::KIND == DTypeKind::F16 {
+            4e-3
+        } else {
+            3e-2
+        };
+        let what = format!("{:?} [{b}, {h}, {l}, {s}, {d}] causal {causal}", T::KIND);
+        for (name, got, want) in [
+            ("dq", dq, &want.0),
+            ("dk", dk, &want.1),
+            ("dv", dv, &want.2),
+        ] {
+            let got: Vec<f64> = got
+                .to_device::<Cpu>()
+                .unwrap()
+                .to_vec()
+                .unwrap()
+                .into_iter()
+                .map(|x| x.to_f64())
+                .collect();
+            let want = want.to_vec().unwrap();
+            assert_eq!(got.len(), want.len(), "{what}: {name}");
+            let top = want.iter().fold(0f64, |m, x| m.max(x.abs()));
+            let mut worst = 0f64;
+            for (i, (x, y)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (x - y).abs() <= tol * (top + y.abs()),
+                    "{what}: {name}[{i}] is {x}, the f64 backward's {y} (largest {top})"
+                );
+                worst = worst.max((x - y).abs() / top);
+            }
+            println!("{what}: {name} worst error {worst:.2e} of the largest");
+        }
+    }
+    for causal in [false, true] {
+        for d in [64, 128] {
+            run::<bf16>(&mut rng, [2, 3, 100, 100, d], causal);
+            run::<f16>(&mut rng, [2, 3, 100, 100, d], causal);
+            run::<bf16>(&mut rng, [1, 2, 130, 77, d], causal);
+            run::<f16>(&mut rng, [1, 2, 45, 150, d], causal);
+        }
+        // More heads than SMs.
+        run::<bf16>(&mut rng, [3, 50, 65, 65, 64], causal);
+        run::<f16>(&mut rng, [2, 80, 33, 33, 128], causal);
+    }
 }
 
 /// Times causal bf16 attention at the benchmark's sizes (`cargo test

@@ -734,7 +734,8 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
     /// `torch.autograd.grad` of `F.scaled_dot_product_attention`, in
     /// FlashAttention-2's order: the weights are recomputed block by block
     /// from `lse`, never held as an `L x S` matrix, and accumulated in at
-    /// least f32 (the weights in f32 even for f64 tensors, as `lse` is).
+    /// least f32 (for f64 tensors everything is f64: their log-sum-exps
+    /// are recomputed in f64, as the saved `lse` is f32).
     /// A row whose every key is masked has zero gradients; a key or value
     /// shared by several batches gets the sum of their gradients. The mask
     /// gets none.
@@ -756,7 +757,7 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
     /// // the queries gave that key, and all of dv sums to the 2 x 3 rows
     /// // times 6 columns
     /// let total: f64 = dv.to_vec().unwrap().iter().sum();
-    /// assert!((total - 36.0).abs() < 1e-5);
+    /// assert!((total - 36.0).abs() < 1e-12);
     /// // keys past the last query (3, 4) take no part under `is_causal`
     /// let dk = dk.to_vec().unwrap();
     /// assert!(dk[3 * 4..5 * 4].iter().all(|&x| x == 0.0));
@@ -1362,12 +1363,52 @@ mod tests {
         let w = weights(&mut rng, &c);
         backward_all_dtypes(&c, &w);
         // Scores in the hundreds: the weights are near one-hot. The
-        // f32 log-sum-exp carries a relative error of 1e-7 of its size.
+        // f32 log-sum-exp carries a relative error of 1e-7 of its size
+        // (f64 recomputes its own).
         let mut c = Case::random(&mut rng, [1, 1, 6, 9, 16, 8], 6.0);
         c.causal = true;
         let w = weights(&mut rng, &c);
-        run_backward::<f64>(&c, &w, 1e-4);
+        run_backward::<f64>(&c, &w, grad_tol::<f64>());
         run_backward::<f32>(&c, &w, 2e-3);
+    }
+
+    /// The f64 backward to f64's roundoff, with scores in the hundreds
+    /// (where an f32 log-sum-exp is off by about 1e-5): each query's
+    /// weights sum to one, so the rows of `dV` sum to those of `dO`.
+    #[test]
+    fn backward_f64_weights_sum_to_one() {
+        let mut rng = seed();
+        for causal in [false, true] {
+            let (b, h, l, s, e, ev) = (2, 3, 37, 41, 16, 8);
+            let mut t = |d: &[usize], by: f64| {
+                let n: usize = d.iter().product();
+                Tensor::<Cpu, f64, D4>::from_vec_dims(
+                    (0..n).map(|_| by * rng.normal()).collect(),
+                    d,
+                )
+                .unwrap()
+            };
+            let (q, k) = (t(&[b, h, l, e], 6.0), t(&[b, h, s, e], 6.0));
+            let (v, g) = (t(&[b, h, s, ev], 1.0), t(&[b, h, l, ev], 1.0));
+            let args = || AttentionArgs::new().is_causal(causal);
+            let (y, lse) = q
+                .scaled_dot_product_attention_with_lse_dims::<D4, (Dyn, Dyn, Dyn)>(&k, &v, args())
+                .unwrap();
+            let (_, _, dv) = q
+                .scaled_dot_product_attention_backward_dims(&k, &v, &y, &g, &lse, args())
+                .unwrap();
+            let (dv, g) = (dv.to_vec().unwrap(), g.to_vec().unwrap());
+            for bh in 0..b * h {
+                for c in 0..ev {
+                    let got: f64 = (0..s).map(|j| dv[(bh * s + j) * ev + c]).sum();
+                    let want: f64 = (0..l).map(|i| g[(bh * l + i) * ev + c]).sum();
+                    assert!(
+                        (got - want).abs() <= 1e-12 * (1.0 + want.abs()),
+                        "causal {causal}: column {c} of dV sums to {got}, dO's to {want}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
