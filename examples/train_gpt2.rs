@@ -11,7 +11,7 @@
 //! cargo run --release --example train_gpt2                       # ~1 min on a CPU
 //! cargo run --release --example train_gpt2 -- --steps 2000 --layers 6 --width 384 --heads 6 \
 //!     --ctx 256 --batch 32 --device cuda
-//! cargo run --release --example train_gpt2 -- --resume ckpt --steps 600   # go on from a checkpoint
+//! cargo run --release --example train_gpt2 -- --resume train_gpt2_ckpt --steps 400   # go on from a checkpoint
 //! cargo run --release --example train_gpt2 -- --bench --device cuda       # one GPT-2 124M step, timed
 //! ```
 //!
@@ -24,9 +24,9 @@
 //! generated text (`--temperature`, `--top-k`, `--seed`).
 //!
 //! Options: `--layers L` (4), `--width C` (128), `--heads H` (4), `--ctx T`
-//! (64), `--batch B` (16), `--steps N` (300), `--lr LR` (3e-3),
+//! (64), `--batch B` (16), `--steps N` (200), `--lr LR` (3e-3),
 //! `--warmup N` (steps/10), `--weight-decay W` (0.1), `--clip X` (1.0),
-//! `--eval-every N` (50), `--device cpu|cuda` (cuda when present),
+//! `--eval-every N` (40), `--device cpu|cuda` (cuda when present),
 //! `--dtype f32|bf16` (bf16 on the GPU, f32 on the CPU), `--seed S`,
 //! `--save DIR` (`train_gpt2_ckpt`), `--resume DIR`, `--stop-after N`
 //! (stop and save after `N` steps, the schedule still planned for
@@ -677,13 +677,13 @@ impl Default for Options {
                 vocab: 0,
             },
             batch: 16,
-            steps: 300,
+            steps: 200,
             stop_after: None,
             lr: 3e-3,
             warmup: None,
             weight_decay: 0.1,
             clip: 1.0,
-            eval_every: 50,
+            eval_every: 40,
             eval_batches: 4,
             device: None,
             dtype: None,
@@ -1107,8 +1107,19 @@ pub fn bench<D: Device, T: Float>(o: &Options) -> AnyResult<f64> {
     let (mut m, c) = model_for::<D, T>(o)?;
     let (b, s) = (o.batch, o.model.ctx.min(c.ctx));
     println!(
-        "bench: GPT-2 of {} layers, width {}, {} heads, vocabulary {} (projection padded to {}): {} parameters; B {b}, T {s}, {} on {}, AdamW with f32 master weights",
-        c.layers, c.width, c.heads, c.vocab, c.vocab.next_multiple_of(64), m.num_params(), T::KIND.name(), D::KIND
+        "bench: GPT-2 of {} layers, width {}, {} heads, vocabulary {}{}: {} parameters; B {b}, T {s}, {} on {}, AdamW{}",
+        c.layers,
+        c.width,
+        c.heads,
+        c.vocab,
+        match D::IS_CPU {
+            true => String::new(),
+            false => format!(" (projection padded to {})", c.vocab.next_multiple_of(64)),
+        },
+        m.num_params(),
+        T::KIND.name(),
+        D::KIND,
+        if T::KIND.size_bytes() == 2 { " with f32 master weights" } else { "" }
     );
     let mut opt = optimizer(&m, o, None)?;
     let inputs = Inputs::<D, T>::new(s, &c, !D::IS_CPU)?;
