@@ -54,6 +54,9 @@
 //!   tied `lm_head`'s part too, `wpe.weight`, `h.0.ln_1.weight`, ...,
 //!   `ln_f.bias`). It computes in `--dtype` (f32 unless given).
 
+// `block` takes its twelve parameters as tensors (see below).
+#![allow(clippy::too_many_arguments)]
+
 mod common;
 
 use common::AnyResult;
@@ -220,6 +223,10 @@ tensor_fn! {
 type Ids<D> = Tensor<D, i64, shape![_, _]>;
 /// Hidden states `[B, S, C]`.
 type Hidden<D, T> = Tensor<D, T, shape![_, _, _]>;
+/// The input of every block, kept for the backward.
+type Kept<D, T> = Vec<Hidden<D, T>>;
+/// A loss.
+type Loss<D, T> = Tensor<D, T, shape![]>;
 
 /// The sizes of a model.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -447,7 +454,7 @@ fn forward<D: Device, T: Float>(
     ids: &Ids<D>,
     positions: &Tensor<D, i64, shape![_]>,
     keep: bool,
-) -> Result<(Hidden<D, T>, Vec<Hidden<D, T>>)> {
+) -> Result<(Hidden<D, T>, Kept<D, T>)> {
     let mut x = embed(ids, positions, &m.wte.weight, &m.wpe.weight)?;
     let mut kept = Vec::new();
     for b in &m.h {
@@ -493,7 +500,7 @@ pub fn loss_and_grads<D: Device, T: Float>(
     ids: &Ids<D>,
     targets: &Ids<D>,
     inputs: &Inputs<D, T>,
-) -> Result<(Tensor<D, T, shape![]>, Gpt2<D, T>)> {
+) -> Result<(Loss<D, T>, Gpt2<D, T>)> {
     let (x, kept) = forward(m, heads, ids, &inputs.positions, true)?;
     let head = inputs.head(&m.wte.weight)?;
     let (value, (mut g, ln_w, ln_b, head)) = head_loss::value_and_grad(
