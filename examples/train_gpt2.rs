@@ -20,7 +20,8 @@
 //! `--eval-every` steps, writes the train and validation losses to
 //! `--plot FILE` (an SVG), a checkpoint to `--save DIR` (`model.safetensors`
 //! with the model's Hugging Face names, `optim.safetensors` with AdamW's
-//! moments, master weights and step count) and, at the end, a sample of
+//! moments, master weights and step count, and `losses.txt` for the curve
+//! of a resumed run) and, at the end, a sample of
 //! generated text (`--temperature`, `--top-k`, `--seed`).
 //!
 //! Options: `--layers L` (4), `--width C` (128), `--heads H` (4), `--ctx T`
@@ -787,8 +788,10 @@ impl Options {
 }
 
 /// What a training run gives back.
+#[derive(Default)]
 pub struct Report {
-    /// `(step, loss)` of every step taken.
+    /// `(step, loss)` of every step taken (with a resumed run's earlier
+    /// steps when its checkpoint has them).
     pub train: Vec<(usize, f64)>,
     /// `(step, loss)` of every evaluation on held-out text.
     pub val: Vec<(usize, f64)>,
@@ -838,14 +841,50 @@ fn optimizer<D: Device, T: Float>(
     Ok(opt.without_weight_decay(|_, dims| dims.len() < 2))
 }
 
-/// Writes the model (Hugging Face's names) and the optimizer's state
-/// (moments, master weights, step count) to `dir`.
-fn save<D: Device, T: Float>(dir: &Path, m: &Gpt2<D, T>, opt: &AdamW<Gpt2<D, T>>) -> AnyResult {
+/// Writes the model (Hugging Face's names), the optimizer's state
+/// (moments, master weights, step count) and the losses so far (for the
+/// loss curve of a resumed run, `losses.txt`) to `dir`.
+fn save<D: Device, T: Float>(
+    dir: &Path,
+    m: &Gpt2<D, T>,
+    opt: &AdamW<Gpt2<D, T>>,
+    report: &Report,
+) -> AnyResult {
     std::fs::create_dir_all(dir)?;
     m.to_device::<Cpu>()?
         .save_safetensors(dir.join("model.safetensors"))?;
     opt.save_safetensors(dir.join("optim.safetensors"))?;
+    let mut text = String::new();
+    for (what, points) in [("train", &report.train), ("val", &report.val)] {
+        for (step, l) in points {
+            text += &format!("{what} {step} {l:e}\n");
+        }
+    }
+    std::fs::write(dir.join("losses.txt"), text)?;
     Ok(())
+}
+
+/// The losses of the steps before `start` that `save` wrote to `dir`
+/// (none when the file is absent).
+fn saved_losses(dir: &Path, start: usize) -> Report {
+    let mut r = Report::default();
+    let text = std::fs::read_to_string(dir.join("losses.txt")).unwrap_or_default();
+    for line in text.lines() {
+        let mut f = line.split(' ');
+        let (Some(what), Some(Ok(step)), Some(Ok(l))) = (
+            f.next(),
+            f.next().map(str::parse::<usize>),
+            f.next().map(str::parse::<f64>),
+        ) else {
+            continue;
+        };
+        match what {
+            "train" if step < start => r.train.push((step, l)),
+            "val" if step <= start => r.val.push((step, l)),
+            _ => {}
+        }
+    }
+    r
 }
 
 /// Trains on `data` as `o` says; returns the losses and a sample.
@@ -897,10 +936,10 @@ pub fn train<D: Device, T: Float>(o: &Options, data: &Data) -> AnyResult<Report>
         total_steps: o.steps as u64,
         min_lr: o.lr / 10.0,
     };
-    let mut report = Report {
-        train: Vec::new(),
-        val: Vec::new(),
-        sample: String::new(),
+    // A resumed run's curve starts with the losses before it.
+    let mut report = match &o.resume {
+        Some(dir) => saved_losses(dir, start),
+        None => Report::default(),
     };
     let started = Instant::now();
     let mut last_print = 0.0;
@@ -942,7 +981,7 @@ pub fn train<D: Device, T: Float>(o: &Options, data: &Data) -> AnyResult<Report>
                 ""
             );
             if let Some(dir) = &o.save {
-                save(dir, &m, &opt)?;
+                save(dir, &m, &opt, &report)?;
             }
         }
     }
@@ -953,7 +992,7 @@ pub fn train<D: Device, T: Float>(o: &Options, data: &Data) -> AnyResult<Report>
         ((stop - start) * o.batch * c.ctx) as f64 / secs.max(1e-9)
     );
     if let Some(dir) = &o.save {
-        save(dir, &m, &opt)?;
+        save(dir, &m, &opt, &report)?;
         println!(
             "checkpoint in {} (--resume {} goes on from it)",
             dir.display(),
@@ -1643,7 +1682,14 @@ pub fn run<D: Device>() -> AnyResult {
     // On the GPU the embedding's gradient is summed with atomic adds, in
     // no fixed order.
     let tol = if D::IS_CPU { 0.0 } else { 1e-4 };
-    for (&(s, a), &(t, b)) in resumed.train.iter().zip(&whole.train[4..]) {
+    if resumed.train.len() != 8 || !resumed.train[..4].iter().map(|p| p.0).eq(0..4) {
+        return Err(format!(
+            "the resumed run's curve lacks the steps before it: {:?}",
+            resumed.train
+        )
+        .into());
+    }
+    for (&(s, a), &(t, b)) in resumed.train[4..].iter().zip(&whole.train[4..]) {
         if s != t || (a - b).abs() > tol * b.abs() {
             return Err(format!(
                 "resumed at step 4: step {s} loss {a}, without stopping step {t} loss {b}"
