@@ -44,6 +44,7 @@ examples!(
     train_mlp = "../examples/train_mlp.rs",
     resnet18 = "../examples/resnet18.rs",
     train_convnet = "../examples/train_convnet.rs",
+    train_gpt2 = "../examples/train_gpt2.rs",
     addmm_device_and_dtype = "../examples/addmm_device_and_dtype.rs",
     cuda_crash_causes = "../examples/cuda_crash_causes.rs",
     cat_errors = "../examples/cat_errors.rs",

@@ -1067,3 +1067,65 @@ fd_case!(conv2d_depthwise_rule: fn c_conv2d_dw(x: [1, 3, 4, 4] in (-2.0, 2.0), w
 fd_case!(conv1d_rule: fn c_conv1d(x: [2, 2, 7] in (-2.0, 2.0), w: [3, 2, 3] in (-1.0, 1.0), b: [3] in (-1.0, 1.0)) {
     sin(conv1d(x, w, b, stride = 2, padding = 1, dilation = 2)).sum()
 });
+
+// The norms over a last dim known only at run time: the rule divides by
+// the size counted at run time.
+tensor_fn! {
+    #[grad(x, w, b)]
+    fn ln_runtime(x: &Tensor<Cpu, f64, [R, N]>, w: &Tensor<Cpu, f64, [N]>, b: &Tensor<Cpu, f64, [N]>) -> Tensor<Cpu, f64, [R, N]> {
+        layer_norm(x, w, b, 1e-5)
+    }
+
+    #[grad(x, w)]
+    fn rms_runtime(x: &Tensor<Cpu, f64, [R, N]>, w: &Tensor<Cpu, f64, [N]>) -> Tensor<Cpu, f64, [R, N]> {
+        rms_norm(x, w, 1e-6)
+    }
+}
+
+#[test]
+fn vjp_norms_over_a_run_time_dim() {
+    type M = shape![_, _];
+    type V = shape![_];
+    let m = |v: &[f64], n: usize| {
+        Tensor::<Cpu, f64, M>::from_vec_dims(v.to_vec(), &[v.len() / n, n]).unwrap()
+    };
+    let vec = |v: &[f64]| Tensor::<Cpu, f64, V>::from_vec_dims(v.to_vec(), &[v.len()]).unwrap();
+    for (seed, n) in [(0u64, 5usize), (1, 7), (2, 1)] {
+        let inputs = vec![
+            rand_vec(3 * n, seed, -2.0, 2.0),
+            rand_vec(n, seed + 10, -1.5, 1.5),
+            rand_vec(n, seed + 20, -1.0, 1.0),
+        ];
+        let go = rand_vec(3 * n, seed + 30, -1.0, 1.0);
+        let f =
+            |v: &[Vec<f64>]| value(&ln_runtime(&m(&v[0], n), &vec(&v[1]), &vec(&v[2])).unwrap());
+        let (y, (gx, gw, gb)) = ln_runtime::vjp(
+            &m(&inputs[0], n),
+            &vec(&inputs[1]),
+            &vec(&inputs[2]),
+            &m(&go, n),
+        )
+        .unwrap();
+        assert_eq!(value(&y), f(&inputs), "layer_norm value");
+        check_vjp(
+            "layer_norm, run-time N",
+            &inputs,
+            &[value(&gx), value(&gw), value(&gb)],
+            &go,
+            f,
+        );
+
+        let inputs = &inputs[..2];
+        let f = |v: &[Vec<f64>]| value(&rms_runtime(&m(&v[0], n), &vec(&v[1])).unwrap());
+        let (y, (gx, gw)) =
+            rms_runtime::vjp(&m(&inputs[0], n), &vec(&inputs[1]), &m(&go, n)).unwrap();
+        assert_eq!(value(&y), f(inputs), "rms_norm value");
+        check_vjp(
+            "rms_norm, run-time N",
+            inputs,
+            &[value(&gx), value(&gw)],
+            &go,
+            f,
+        );
+    }
+}

@@ -1242,12 +1242,31 @@ impl Deriver {
                 // PyTorch's formulas over the last dim.
                 let xd = self.dims(x);
                 let last = xd.len() - 1;
-                let Some(count) = xd[last].as_constant() else {
-                    return Err(
-                        "has no derivative rule yet for a last dim known only at run time".into(),
-                    );
+                // A mean over the last dim divides by its size: a literal
+                // when it is static, else the size counted at run time
+                // (ones summed, `[1]`), as `mean`'s own rule does.
+                #[derive(Clone, Copy)]
+                enum Size {
+                    /// `1 / n` for a static size `n`.
+                    Static(f64),
+                    /// The size as a `[1]` tensor.
+                    Counted(NodeId),
+                }
+                let size = match xd[last].as_constant() {
+                    Some(n) => Size::Static(1.0 / n as f64),
+                    None => {
+                        let ty = TensorTy {
+                            dims: vec![xd[last].clone()],
+                            ..self.tt(x)
+                        };
+                        let ones = self.full(&ty, 1, x);
+                        Size::Counted(self.sum_keep(ones, 0))
+                    }
                 };
-                let inv_n = 1.0 / count as f64;
+                let mean = |d: &mut Self, sum: NodeId| match size {
+                    Size::Static(inv_n) => d.mul_lit(sum, inv_n),
+                    Size::Counted(n) => d.bin(BinaryOp::Div, sum, n),
+                };
                 let eps = match eps {
                     Some(e) => e,
                     None => {
@@ -1263,14 +1282,14 @@ impl Deriver {
                 let xc = match nop {
                     NormOp::LayerNorm => {
                         let s = self.sum_keep(x, last);
-                        let mu = self.mul_lit(s, inv_n);
+                        let mu = mean(self, s);
                         self.bin(BinaryOp::Sub, x, mu)
                     }
                     NormOp::RmsNorm => x,
                 };
                 let sq = self.mul(xc, xc);
                 let ss = self.sum_keep(sq, last);
-                let stat = self.mul_lit(ss, inv_n);
+                let stat = mean(self, ss);
                 let se = self.bin(BinaryOp::Add, stat, eps);
                 let r = self.un(UnaryOp::Rsqrt, se);
                 let xhat = self.mul(xc, r);
@@ -1278,12 +1297,12 @@ impl Deriver {
                 let gh = self.mul(g, weight);
                 let ghx = self.mul(gh, xhat);
                 let s2 = self.sum_keep(ghx, last);
-                let m2 = self.mul_lit(s2, inv_n);
+                let m2 = mean(self, s2);
                 let t = self.mul(xhat, m2);
                 let mut inner = self.bin(BinaryOp::Sub, gh, t);
                 if nop == NormOp::LayerNorm {
                     let s1 = self.sum_keep(gh, last);
-                    let m1 = self.mul_lit(s1, inv_n);
+                    let m1 = mean(self, s1);
                     inner = self.bin(BinaryOp::Sub, inner, m1);
                 }
                 let gx = self.mul(r, inner);

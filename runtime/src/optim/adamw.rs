@@ -137,6 +137,8 @@ pub struct AdamW<P> {
     config: AdamWConfig,
     step: u64,
     slots: Vec<Slot>,
+    /// Per slot: whether the weight decay applies to it.
+    decayed: Vec<bool>,
     _params: PhantomData<fn(&P)>,
 }
 
@@ -159,9 +161,38 @@ impl<P: Params> AdamW<P> {
         Ok(AdamW {
             config,
             step: 0,
+            decayed: vec![true; slots.len()],
             slots,
             _params: PhantomData,
         })
+    }
+
+    /// Leaves the parameters for which `skip(name, dims)` is true out of
+    /// the weight decay (their moments and update are unchanged), as a
+    /// PyTorch parameter group with `weight_decay = 0.0`. GPT-2's training
+    /// decays the matrices and embeddings but not the biases and norms:
+    /// `skip` is then `|_, dims| dims.len() < 2`. Each call replaces the
+    /// previous choice; the choice is not part of the saved state, so make
+    /// it again after [`load_safetensors`](Self::load_safetensors). A step
+    /// with both groups runs the update once per group.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Cpu, Tensor, shape};
+    /// use tensorfn_runtime::optim::{AdamW, AdamWConfig};
+    /// // Two parameters, keys "0" and "1".
+    /// let mut p = vec![Tensor::<Cpu, f32, shape![_]>::ones_dims(&[2]).unwrap(); 2];
+    /// let g = vec![Tensor::<Cpu, f32, shape![_]>::zeros_dims(&[2]).unwrap(); 2];
+    /// let cfg = AdamWConfig { lr: 0.1, weight_decay: 0.5, ..Default::default() };
+    /// let mut opt = AdamW::new(&p, cfg).unwrap().without_weight_decay(|name, _| name == "1");
+    /// opt.step(&mut p, &g).unwrap();
+    /// // With zero gradients only the decay moves a parameter: the first
+    /// // by `1 - lr * weight_decay`, the second not at all.
+    /// assert_eq!(p[0].to_vec().unwrap(), vec![0.95; 2]);
+    /// assert_eq!(p[1].to_vec().unwrap(), vec![1.0; 2]);
+    /// ```
+    pub fn without_weight_decay(mut self, skip: impl Fn(&str, &[usize]) -> bool) -> Self {
+        self.decayed = self.slots.iter().map(|s| !skip(&s.name, &s.dims)).collect();
+        self
     }
 
     /// One step: updates `params` in place from `grads` (the same type,
@@ -178,50 +209,43 @@ impl<P: Params> AdamW<P> {
     /// assert!(e.to_string().contains("gradient `0`"), "{e}");
     /// ```
     pub fn step(&mut self, params: &mut P, grads: &P) -> Result<()> {
-        let mut pairs = pair(
+        let pairs = pair(
             "AdamW.step",
             params.tensors_mut(),
             grads.tensors(),
             &self.slots,
         )?;
         let t = self.step + 1;
-        let c = self.config;
-        let h = Hyper {
-            b1: c.betas.0,
-            b2: c.betas.1,
-            eps: c.eps,
-            decay: 1.0 - c.lr * c.weight_decay,
-            step_size: c.lr / (1.0 - c.betas.0.powf(t as f64)),
-            bc2_sqrt: (1.0 - c.betas.1.powf(t as f64)).sqrt(),
-            maximize: c.maximize,
-            amsgrad: c.amsgrad,
-        };
-        let kernel = OptimKernel::AdamW {
-            amsgrad: c.amsgrad,
-            master: c.master_weights,
-        };
-        let hyper = [
-            h.decay,
-            1.0 - h.b1,
-            h.b2,
-            1.0 - h.b2,
-            h.bc2_sqrt,
-            h.eps,
-            h.step_size,
-        ];
-        let flags = c.maximize as u32;
-        for kind in [
-            DTypeKind::F32,
-            DTypeKind::F64,
-            DTypeKind::F16,
-            DTypeKind::BF16,
-        ] {
-            with_float!(kind, run(&mut pairs, &mut self.slots, &h), Ok(()))?;
-            with_float!(
-                kind,
-                cuda_step(&mut pairs, &mut self.slots, kernel, hyper, flags),
-                Ok(())
-            )?;
+        if self.decayed.iter().all(|&d| d) {
+            let mut pairs = pairs;
+            update(&self.config, t, true, &mut pairs, &mut self.slots)?;
+        } else {
+            // One update per group: the slots are taken out, split by
+            // group in order, and put back in their places whatever the
+            // outcome.
+            let slots = std::mem::take(&mut self.slots);
+            let n = slots.len();
+            let mut groups: [(Vec<usize>, Vec<_>, Vec<Slot>); 2] = Default::default();
+            for (i, (pr, s)) in pairs.into_iter().zip(slots).enumerate() {
+                let g = &mut groups[usize::from(!self.decayed[i])];
+                g.0.push(i);
+                g.1.push(pr);
+                g.2.push(s);
+            }
+            let mut result = Ok(());
+            for (decay, g) in [true, false].into_iter().zip(groups.iter_mut()) {
+                if result.is_ok() && !g.1.is_empty() {
+                    result = update(&self.config, t, decay, &mut g.1, &mut g.2);
+                }
+            }
+            let mut back: Vec<Option<Slot>> = (0..n).map(|_| None).collect();
+            for (idx, _, ss) in groups {
+                for (i, s) in idx.into_iter().zip(ss) {
+                    back[i] = Some(s);
+                }
+            }
+            self.slots = back.into_iter().flatten().collect();
+            result?;
         }
         self.step = t;
         Ok(())
@@ -338,6 +362,52 @@ impl<P: Params> AdamW<P> {
         opt.step = super::load(path.as_ref(), &mut opt.slots)?;
         Ok(opt)
     }
+}
+
+/// One step of AdamW, the `t`-th, over `pairs` and their `slots`, with
+/// the weight decay or without it.
+fn update(
+    c: &AdamWConfig,
+    t: u64,
+    decay: bool,
+    pairs: &mut [(&mut dyn AnyTensor, &dyn AnyTensor)],
+    slots: &mut [Slot],
+) -> Result<()> {
+    let weight_decay = if decay { c.weight_decay } else { 0.0 };
+    let h = Hyper {
+        b1: c.betas.0,
+        b2: c.betas.1,
+        eps: c.eps,
+        decay: 1.0 - c.lr * weight_decay,
+        step_size: c.lr / (1.0 - c.betas.0.powf(t as f64)),
+        bc2_sqrt: (1.0 - c.betas.1.powf(t as f64)).sqrt(),
+        maximize: c.maximize,
+        amsgrad: c.amsgrad,
+    };
+    let kernel = OptimKernel::AdamW {
+        amsgrad: c.amsgrad,
+        master: c.master_weights,
+    };
+    let hyper = [
+        h.decay,
+        1.0 - h.b1,
+        h.b2,
+        1.0 - h.b2,
+        h.bc2_sqrt,
+        h.eps,
+        h.step_size,
+    ];
+    let flags = c.maximize as u32;
+    for kind in [
+        DTypeKind::F32,
+        DTypeKind::F64,
+        DTypeKind::F16,
+        DTypeKind::BF16,
+    ] {
+        with_float!(kind, run(pairs, slots, &h), Ok(()))?;
+        with_float!(kind, cuda_step(pairs, slots, kernel, hyper, flags), Ok(()))?;
+    }
+    Ok(())
 }
 
 /// Initial state: zero moments, master weights copied from the parameter.

@@ -816,3 +816,71 @@ fn infinite_grads_and_signed_zeros() {
     assert_eq!(v[0], f64::NEG_INFINITY);
     assert!(v[1] == 0.0 && v[1].is_sign_negative(), "{v:?}");
 }
+
+/// `without_weight_decay`: the parameters left out step as an optimizer
+/// with `weight_decay = 0` would, the others as one with the decay, bit
+/// for bit, across a save and load (where the choice is made again).
+fn adamw_without_decay_case<D: Device, T: DType>(seed: u64) {
+    let mut rng = Rng(seed);
+    let sizes = [5, CHUNK + 3, 0, 9];
+    let init: Vec<Vec<f64>> = sizes.iter().map(|&n| rng.vec(n)).collect();
+    let grads: Vec<Vec<Vec<f64>>> = (0..3)
+        .map(|_| sizes.iter().map(|&n| rng.vec(n)).collect())
+        .collect();
+    let c = AdamWConfig {
+        lr: 0.05,
+        weight_decay: 0.3,
+        ..Default::default()
+    };
+    let skip = |name: &str, _: &[usize]| name == "1" || name == "3";
+    let mut all = tensors_on::<D, T>(&init);
+    let mut opt = AdamW::new(&all, c).unwrap().without_weight_decay(skip);
+    let pick = |v: &[Vec<f64>], odd: usize| -> Vec<Vec<f64>> {
+        v.iter().skip(odd).step_by(2).cloned().collect()
+    };
+    let mut even = tensors_on::<D, T>(&pick(&init, 0));
+    let mut odd = tensors_on::<D, T>(&pick(&init, 1));
+    let mut opt_even = AdamW::new(&even, c).unwrap();
+    let no_decay = AdamWConfig {
+        weight_decay: 0.0,
+        ..c
+    };
+    let mut opt_odd = AdamW::new(&odd, no_decay).unwrap();
+    let path = temp(&format!("adamw_groups_{seed}.safetensors"));
+    for (i, g) in grads.iter().enumerate() {
+        if i == 2 {
+            opt.save_safetensors(&path).unwrap();
+            opt = AdamW::load_safetensors(&path, &all, c)
+                .unwrap()
+                .without_weight_decay(skip);
+        }
+        opt.step(&mut all, &tensors_on::<D, T>(g)).unwrap();
+        opt_even
+            .step(&mut even, &tensors_on::<D, T>(&pick(g, 0)))
+            .unwrap();
+        opt_odd
+            .step(&mut odd, &tensors_on::<D, T>(&pick(g, 1)))
+            .unwrap();
+    }
+    let got = read(&all);
+    assert_eq!(pick(&got, 0), read(&even), "seed {seed}: decayed group");
+    assert_eq!(pick(&got, 1), read(&odd), "seed {seed}: group left out");
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn adamw_without_weight_decay_groups() {
+    let seed = fresh_seed();
+    adamw_without_decay_case::<Cpu, f32>(seed);
+    adamw_without_decay_case::<Cpu, half::bf16>(seed);
+}
+
+#[test]
+fn cuda_adamw_without_weight_decay_groups() {
+    if !gpu() {
+        return;
+    }
+    let seed = fresh_seed();
+    adamw_without_decay_case::<Cuda, f32>(seed);
+    adamw_without_decay_case::<Cuda, half::bf16>(seed);
+}
