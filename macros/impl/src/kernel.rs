@@ -7,13 +7,26 @@
 //! (both branches are evaluated, then one is selected), `as` casts, the
 //! math functions of `tensorfn_kernels::UnaryOp` written as functions
 //! (`tanh(x)`) or methods (`x.tanh()`, also `x.ln()`), `max`/`min`/`pow`
-//! (`x.max(y)`, `x.powf(y)`), and calls to other kernels of the invocation.
+//! (`x.max(y)`, `x.powf(y)`), the constants `PI`, `E`, `INFINITY` and `NAN`,
+//! and calls to other kernels of the invocation.
+//!
+//! A row kernel (a parameter or the result is a `Row<T>`) is the same
+//! body over rows of the last dim: a `Row` parameter is the row's element
+//! at each column, a scalar parameter one value for every row, and
+//! `sum(e)`, `max(e)`, `min(e)`, `mean(e)` (or `e.sum()`, ..) of a row
+//! expression `e` are per-row values (each a [`RowStat`], a pass over the
+//! row), which later expressions use like scalars. Rows of `f16` and
+//! `bf16` are computed in `f32` and rounded once at the result. The body
+//! builds one element program; each reduction's argument is that program
+//! up to it (a clone of the builder), its result a new input, so every
+//! statistic sees the parameters and the statistics before it.
 
 use crate::ast::KernelFn;
 use crate::plan::constant;
 use std::collections::HashMap;
 use tensorfn_core::DTypeKind;
-use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel, Value};
+use tensorfn_kernels::ir::{ElementwiseBuilder, Inst, Kernel, Value};
+use tensorfn_kernels::rowkernel::{compute_dtype, RowParam, RowProgram, RowReduce, RowStat};
 use tensorfn_kernels::{BinaryOp, CmpOp, UnaryOp};
 
 /// A value while building: a literal whose type comes from its use, or
@@ -28,17 +41,47 @@ enum V {
 /// any order, but not recursively). Returns one program per kernel, `None`
 /// where the kernel has an error (reported in the errors).
 pub fn build_kernels(kernels: &[&KernelFn]) -> (Vec<Option<Kernel>>, Vec<syn::Error>) {
+    let (irs, _, errors) = build_all(kernels);
+    (irs, errors)
+}
+
+/// [`build_kernels`] with the row kernels' programs: `None` in the first
+/// list for a row kernel, in the second for a scalar one (and for either
+/// with errors).
+pub fn build_all(
+    kernels: &[&KernelFn],
+) -> (Vec<Option<Kernel>>, Vec<Option<RowProgram>>, Vec<syn::Error>) {
     let mut l = KernelBuilder {
         kernels,
         done: vec![None; kernels.len()],
         state: vec![State::Todo; kernels.len()],
         errors: Vec::new(),
     };
+    let mut rows = Vec::new();
     for i in 0..kernels.len() {
-        let _ = l.get(i);
+        if kernels[i].is_row() {
+            l.state[i] = State::Done;
+            l.done[i] = Some(None);
+            match KernelBody::new(&mut l, kernels[i]).run_rows() {
+                Ok(p) => rows.push(Some(p)),
+                Err(e) => {
+                    l.errors.push(e);
+                    rows.push(None);
+                }
+            }
+        } else {
+            let _ = l.get(i);
+            rows.push(None);
+        }
     }
     let irs = l.done.into_iter().map(|d| d.flatten()).collect();
-    (irs, l.errors)
+    (irs, rows, l.errors)
+}
+
+/// The program of row kernel `k` alone (calls to the scalar kernels of
+/// `kernels` inlined); its errors were reported by [`build_all`].
+pub fn build_row(kernels: &[&KernelFn], k: usize) -> Option<RowProgram> {
+    build_all(kernels).1.swap_remove(k)
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -88,6 +131,18 @@ struct KernelBody<'l, 'a> {
     /// Reuses identical instructions, as the fused groups' builder does.
     b: ElementwiseBuilder,
     scopes: Vec<HashMap<String, V>>,
+    /// The row kernel's state (`None` for a scalar kernel).
+    row: Option<RowState>,
+}
+
+/// What a row kernel's body has built so far.
+struct RowState {
+    /// The rows' dtype.
+    dtype: DTypeKind,
+    /// The input indices of the `Row` parameters.
+    row_inputs: Vec<usize>,
+    /// The statistics so far.
+    stats: Vec<RowStat>,
 }
 
 fn err(t: &impl quote::ToTokens, m: impl std::fmt::Display) -> syn::Error {
@@ -98,16 +153,164 @@ impl<'l, 'a> KernelBody<'l, 'a> {
     fn new(builder: &'l mut KernelBuilder<'a>, kernel: &'a KernelFn) -> Self {
         let mut b = ElementwiseBuilder::with_cse();
         let mut scope = HashMap::new();
-        for (name, d, _) in &kernel.params {
+        let row = kernel.is_row().then(|| RowState {
+            dtype: kernel.ret.0,
+            row_inputs: Vec::new(),
+            stats: Vec::new(),
+        });
+        for (i, (name, d, _)) in kernel.params.iter().enumerate() {
             let v = b.input(*d);
-            scope.insert(name.to_string(), V::Typed(v, *d));
+            let c = compute_dtype(*d);
+            let v = if kernel.rows[i] && c != *d {
+                V::Typed(b.cast(v, c), c)
+            } else {
+                V::Typed(v, *d)
+            };
+            scope.insert(name.to_string(), v);
         }
-        KernelBody {
+        let mut body = KernelBody {
             builder,
             kernel,
             b,
             scopes: vec![scope],
+            row,
+        };
+        if let Some(r) = &mut body.row {
+            r.row_inputs = (0..kernel.params.len()).filter(|&i| kernel.rows[i]).collect();
         }
+        body
+    }
+
+    /// Whether `v` depends on a `Row` parameter (else it is one value per
+    /// row).
+    fn is_row_value(&self, v: V) -> bool {
+        let (V::Typed(v, _), Some(r)) = (v, &self.row) else {
+            return false;
+        };
+        let Ok(k) = self.b.clone().output(v) else {
+            return false;
+        };
+        let insts = k.insts();
+        let mut live = vec![false; insts.len()];
+        live[k.output().index()] = true;
+        for i in (0..insts.len()).rev() {
+            if !live[i] {
+                continue;
+            }
+            if let Inst::Input { index, .. } = insts[i] {
+                if r.row_inputs.contains(&index) {
+                    return true;
+                }
+            }
+            for o in insts[i].operands() {
+                live[o.index()] = true;
+            }
+        }
+        false
+    }
+
+    /// Checks a row kernel's signature and builds its program.
+    fn run_rows(mut self) -> syn::Result<RowProgram> {
+        let k = self.kernel;
+        let dtype = k.ret.0;
+        let first_row = k.rows.iter().position(|&r| r).ok_or_else(|| {
+            err(
+                &k.name,
+                format!("`{}` returns a `Row` but takes none: give it a `Row<{dtype}>` parameter", k.name),
+            )
+        })?;
+        let row_dtype = k.params[first_row].1;
+        let mut params = Vec::new();
+        for (i, (name, d, sp)) in k.params.iter().enumerate() {
+            if k.rows[i] {
+                if *d != row_dtype {
+                    return Err(sp.error(format!(
+                        "`{name}` is a `Row<{d}>` where `{}` is a `Row<{row_dtype}>`: the rows of a row kernel share one dtype",
+                        k.params[first_row].0
+                    )));
+                }
+                params.push(RowParam::Row);
+            } else {
+                if !matches!(d, DTypeKind::F32 | DTypeKind::F64 | DTypeKind::I32 | DTypeKind::I64) {
+                    return Err(sp.error(format!(
+                        "a row kernel's scalar parameter is f32, f64, i32 or i64 (rows of f16 and bf16 compute in f32): declare `{name}: f32`"
+                    )));
+                }
+                params.push(RowParam::Scalar(*d));
+            }
+        }
+        let shape = if k.ret_row { "Row<" } else { "" };
+        let close = if k.ret_row { ">" } else { "" };
+        if dtype != row_dtype {
+            return Err(k.ret.1.error(format!(
+                "the rows are {row_dtype}: declare the result `{shape}{row_dtype}{close}`"
+            )));
+        }
+        let c = compute_dtype(dtype);
+        let body = &k.body;
+        let v = self.block(body, Some(c))?;
+        if !k.ret_row && self.is_row_value(v) {
+            return Err(err(
+                &tail(body),
+                format!(
+                    "this is a row, but `{}` returns one value per row (`-> {dtype}`): reduce it (`sum(..)`, `mean(..)`, `max(..)`, `min(..)`) or declare `-> Row<{dtype}>`",
+                    k.name
+                ),
+            ));
+        }
+        let out = self.materialise(v, c, &tail(body))?;
+        let out = if c != dtype {
+            self.b.cast(out, dtype)
+        } else {
+            out
+        };
+        let name = &k.name;
+        let output = self
+            .b
+            .output(out)
+            .map_err(|e| err(name, format!("`{name}` computes an ill-typed program: {e}")))?;
+        let stats = self.row.expect("a row kernel").stats;
+        Ok(RowProgram {
+            dtype,
+            params,
+            stats,
+            output,
+            per_row: !k.ret_row,
+        })
+    }
+
+    /// `reduce(arg)` in a row kernel: a new statistic.
+    fn reduction(&mut self, reduce: RowReduce, arg: &syn::Expr, at: &syn::Expr) -> syn::Result<V> {
+        let c = compute_dtype(self.row.as_ref().expect("a row kernel").dtype);
+        let v = self.expr(arg, Some(c))?;
+        let r = reduce.name();
+        if !self.is_row_value(v) {
+            return Err(err(
+                arg,
+                format!(
+                    "`{r}` reduces a row, and `{}` is one value per row: reduce an expression of a `Row` parameter",
+                    quote::ToTokens::to_token_stream(arg)
+                ),
+            ));
+        }
+        let V::Typed(x, d) = v else { unreachable!("a row value is typed") };
+        if d != c {
+            return Err(err(
+                arg,
+                format!("`{r}` of {d} in a row kernel computing in {c}: convert with `as {c}`"),
+            ));
+        }
+        let name = &self.kernel.name;
+        let program = self.b.clone().output(x).map_err(|e| {
+            err(at, format!("`{name}` computes an ill-typed program: {e}"))
+        })?;
+        let s = self.b.input(c);
+        self.row
+            .as_mut()
+            .expect("a row kernel")
+            .stats
+            .push(RowStat { reduce, program });
+        Ok(V::Typed(s, c))
     }
 
     fn run(mut self) -> syn::Result<Kernel> {
@@ -393,6 +596,17 @@ impl<'l, 'a> KernelBody<'l, 'a> {
         if let Some(k) = self.builder.find(name) {
             return self.call_kernel(k, args, at);
         }
+        if let Some(reduce) = RowReduce::from_name(name) {
+            if args.len() == 1 {
+                if self.row.is_none() {
+                    return Err(err(
+                        at,
+                        format!("`{name}` reduces a row: it is for row kernels (`x: Row<f32>`), where this kernel takes single elements"),
+                    ));
+                }
+                return self.reduction(reduce, args[0], at);
+            }
+        }
         let arity = |n: usize| -> syn::Result<()> {
             if args.len() == n {
                 Ok(())
@@ -451,6 +665,15 @@ impl<'l, 'a> KernelBody<'l, 'a> {
 
     fn call_kernel(&mut self, k: usize, args: &[&syn::Expr], at: &syn::Expr) -> syn::Result<V> {
         let callee = self.builder.kernels[k];
+        if callee.is_row() {
+            return Err(err(
+                at,
+                format!(
+                    "`{}` is a row kernel: call it from a `tensor_fn`, not from a kernel",
+                    callee.name
+                ),
+            ));
+        }
         if args.len() != callee.params.len() {
             return Err(err(
                 at,
@@ -481,10 +704,20 @@ impl<'l, 'a> KernelBody<'l, 'a> {
     }
 }
 
+/// The expression a block ends with, for spans.
+fn tail(b: &syn::Block) -> proc_macro2::TokenStream {
+    match b.stmts.last() {
+        Some(syn::Stmt::Expr(e, None)) => quote::ToTokens::to_token_stream(e),
+        _ => quote::ToTokens::to_token_stream(b),
+    }
+}
+
 fn float_const(name: &str) -> Option<f64> {
     match name {
         "PI" => Some(std::f64::consts::PI),
         "E" => Some(std::f64::consts::E),
+        "INFINITY" => Some(f64::INFINITY),
+        "NAN" => Some(f64::NAN),
         _ => None,
     }
 }
