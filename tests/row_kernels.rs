@@ -71,6 +71,25 @@ tensor_fn! {
     fn spreads(x: &Tensor<Cpu, f64, [A, B, N]>) -> Tensor<Cpu, f64, [A, B]> {
         spread(x)
     }
+
+    fn gpu_ln32(x: &Tensor<Cuda, f32, [R, N]>, w: &Tensor<Cuda, f32, [N]>, b: &Tensor<Cuda, f32, [N]>) -> Tensor<Cuda, f32, [R, N]> {
+        my_layer_norm(x, w, b, 1e-5)
+    }
+    fn gpu_ln64(x: &Tensor<Cuda, f64, [R, N]>, w: &Tensor<Cuda, f64, [N]>, b: &Tensor<Cuda, f64, [N]>) -> Tensor<Cuda, f64, [R, N]> {
+        my_layer_norm64(x, w, b, 1e-5)
+    }
+    fn gpu_ln16(x: &Tensor<Cuda, f16, [R, N]>, w: &Tensor<Cuda, f16, [N]>, b: &Tensor<Cuda, f16, [N]>) -> Tensor<Cuda, f16, [R, N]> {
+        my_layer_norm16(x, w, b, 1e-5)
+    }
+    fn gpu_lnbf16(x: &Tensor<Cuda, bf16, [R, N]>, w: &Tensor<Cuda, bf16, [N]>, b: &Tensor<Cuda, bf16, [N]>) -> Tensor<Cuda, bf16, [R, N]> {
+        my_layer_norm_bf16(x, w, b, 1e-5)
+    }
+    fn gpu_rms_plus_one(x: &Tensor<Cuda, bf16, [B, T, N]>, w: &Tensor<Cuda, bf16, [N]>) -> Tensor<Cuda, bf16, [B, T, N]> {
+        my_rms_norm(x, w, 1e-6) + 1.0
+    }
+    fn gpu_lse(x: &Tensor<Cuda, f32, [R, N]>) -> Tensor<Cuda, f32, [R]> {
+        my_logsumexp(x)
+    }
 }
 
 fn close(got: &[f64], want: &[f64], tol: f64, what: &str) {
@@ -103,7 +122,7 @@ fn rows(r: usize, n: usize, seed: u64) -> Vec<f64> {
 }
 
 macro_rules! layer_norm_case {
-    ($name:ident, $t:ty, $f:ident, $tol:expr) => {
+    ($name:ident, $t:ty, $f:ident, $g:ident, $tol:expr) => {
         #[test]
         fn $name() {
             for (r, n, seed) in [(6usize, 33usize, 1u64), (5, 768, 2), (4, 1, 3), (3, 0, 4), (0, 5, 5)] {
@@ -117,15 +136,23 @@ macro_rules! layer_norm_case {
                 let got = $f(&x, &w, &b).unwrap();
                 let builtin = x.layer_norm(&w, &b, 1e-5).unwrap();
                 close(&f64s(&got), &f64s(&builtin), $tol, concat!(stringify!($name), " vs layer_norm"));
+                // The same kernel's PTX on the GPU, where there is one.
+                let Ok(gx) = x.to_device::<Cuda>() else {
+                    eprintln!("skipping the GPU part: no CUDA device");
+                    continue;
+                };
+                let (gw, gb) = (w.to_device::<Cuda>().unwrap(), b.to_device::<Cuda>().unwrap());
+                let on_gpu = $g(&gx, &gw, &gb).unwrap().to_device::<Cpu>().unwrap();
+                close(&f64s(&on_gpu), &f64s(&builtin), $tol, concat!(stringify!($name), " on the GPU vs layer_norm"));
             }
         }
     };
 }
 
-layer_norm_case!(layer_norm_f32, f32, ln32, 1e-5);
-layer_norm_case!(layer_norm_f64, f64, ln64, 1e-12);
-layer_norm_case!(layer_norm_f16, f16, ln16, 2e-3);
-layer_norm_case!(layer_norm_bf16, bf16, lnbf16, 1.6e-2);
+layer_norm_case!(layer_norm_f32, f32, ln32, gpu_ln32, 1e-5);
+layer_norm_case!(layer_norm_f64, f64, ln64, gpu_ln64, 1e-12);
+layer_norm_case!(layer_norm_f16, f16, ln16, gpu_ln16, 2e-3);
+layer_norm_case!(layer_norm_bf16, bf16, lnbf16, gpu_lnbf16, 1.6e-2);
 
 #[test]
 fn rms_norm_broadcasts_its_weight_and_fuses_a_consumer() {
@@ -136,6 +163,12 @@ fn rms_norm_broadcasts_its_weight_and_fuses_a_consumer() {
     let builtin = x.rms_norm(&w, Some(1e-6)).unwrap();
     let want: Vec<f64> = f64s(&builtin).iter().map(|v| bf16::from_f64(v + 1.0).to_f64()).collect();
     close(&f64s(&got), &want, 1.6e-2, "rms_norm + 1");
+    let Ok(gx) = x.to_device::<Cuda>() else {
+        eprintln!("skipping the GPU part: no CUDA device");
+        return;
+    };
+    let on_gpu = gpu_rms_plus_one(&gx, &w.to_device::<Cuda>().unwrap()).unwrap();
+    close(&f64s(&on_gpu.to_device::<Cpu>().unwrap()), &want, 1.6e-2, "rms_norm + 1 on the GPU");
 }
 
 #[test]
@@ -147,6 +180,10 @@ fn per_row_results() {
     let got = lse(&x).unwrap();
     let want = x.logsumexp::<1>().unwrap();
     close(&f64s(&got), &f64s(&want), 1e-6, "logsumexp");
+    if let Ok(gx) = x.to_device::<Cuda>() {
+        let on_gpu = gpu_lse(&gx).unwrap().to_device::<Cpu>().unwrap();
+        close(&f64s(&on_gpu), &f64s(&want), 1e-6, "logsumexp on the GPU");
+    }
 
     let x = Tensor::<Cpu, f64, shape![_, _, _]>::randn_dims(10, &[2, 3, 7]).unwrap();
     let got = spreads(&x).unwrap();

@@ -281,3 +281,79 @@ pub struct RowKernelDef {
     /// One value per row (a `T` result) rather than a row.
     pub per_row: bool,
 }
+
+/// Normalisation `op` over rows of `dtype` written as a row program, as a
+/// user writes it in `tensor_fn!`: parameters `x`, `weight`, (`bias`,)
+/// rows, and `eps` of the compute dtype.
+///
+/// ```text
+/// layer_norm: mean = mean(x); var = mean((x - mean) * (x - mean));
+///             (x - mean) * (1 / sqrt(var + eps)) * weight + bias
+/// rms_norm:   x * (1 / sqrt(mean(x * x) + eps)) * weight
+/// ```
+///
+/// ```
+/// use tensorfn_kernels::rowkernel::norm_program;
+/// use tensorfn_kernels::{DTypeKind, NormOp};
+/// let p = norm_program(NormOp::LayerNorm, DTypeKind::F64);
+/// let y = p.eval_row(&[&[1.0, 3.0], &[1.0, 1.0], &[0.0, 0.5]], &[0.0]);
+/// assert_eq!(y, vec![-1.0, 1.5]);
+/// ```
+pub fn norm_program(op: crate::ops::NormOp, dtype: DTypeKind) -> RowProgram {
+    let c = compute_dtype(dtype);
+    let mut b = ElementwiseBuilder::new();
+    let widen = |b: &mut ElementwiseBuilder, v| if c != dtype { b.cast(v, c) } else { v };
+    let x = b.input(dtype);
+    let x = widen(&mut b, x);
+    let w = b.input(dtype);
+    let w = widen(&mut b, w);
+    let bias = op.has_bias().then(|| {
+        let v = b.input(dtype);
+        widen(&mut b, v)
+    });
+    let eps = b.input(c);
+    let mut stats = Vec::new();
+    let mut stat = |b: &mut ElementwiseBuilder, reduce, v| {
+        let program = b.clone().output(v).expect("a well-typed statistic");
+        stats.push(RowStat { reduce, program });
+        b.input(c)
+    };
+    let centred = match bias {
+        Some(_) => {
+            let mean = stat(&mut b, RowReduce::Mean, x);
+            let d = b.binary(BinaryOp::Sub, x, mean);
+            let sq = b.binary(BinaryOp::Mul, d, d);
+            let var = stat(&mut b, RowReduce::Mean, sq);
+            (d, var)
+        }
+        None => {
+            let sq = b.binary(BinaryOp::Mul, x, x);
+            let ms = stat(&mut b, RowReduce::Mean, sq);
+            (x, ms)
+        }
+    };
+    let (d, s) = centred;
+    let one = b.constant(1.0, c);
+    let se = b.binary(BinaryOp::Add, s, eps);
+    let root = b.unary(crate::ops::UnaryOp::Sqrt, se);
+    let inv = b.binary(BinaryOp::Div, one, root);
+    let y = b.binary(BinaryOp::Mul, d, inv);
+    let y = b.binary(BinaryOp::Mul, y, w);
+    let y = match bias {
+        Some(bv) => b.binary(BinaryOp::Add, y, bv),
+        None => y,
+    };
+    let y = if c != dtype { b.cast(y, dtype) } else { y };
+    let mut params = vec![RowParam::Row, RowParam::Row];
+    if op.has_bias() {
+        params.push(RowParam::Row);
+    }
+    params.push(RowParam::Scalar(c));
+    RowProgram {
+        dtype,
+        params,
+        stats,
+        output: b.output(y).expect("a well-typed norm"),
+        per_row: false,
+    }
+}

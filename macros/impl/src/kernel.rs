@@ -834,4 +834,76 @@ mod tests {
         assert!(msgs[4].contains("`foo` is not a kernel"), "{msgs:?}");
         assert!(msgs[5].contains("float literal where i32"), "{msgs:?}");
     }
+
+    fn build_rows(ts: proc_macro2::TokenStream) -> (Vec<Option<RowProgram>>, Vec<String>) {
+        let input = crate::parse::parse_input(ts).unwrap();
+        let ks: Vec<&KernelFn> = input
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Kernel(k) => Some(k),
+                _ => None,
+            })
+            .collect();
+        let (_, rows, errs) = build_all(&ks);
+        (rows, errs.iter().map(|e| e.to_string()).collect())
+    }
+
+    #[test]
+    fn a_users_layer_norm_is_the_catalogues() {
+        let (rows, errs) = build_rows(quote! {
+            #[kernel]
+            fn sq(x: f32) -> f32 { x * x }
+            #[kernel]
+            fn ln(x: Row<bf16>, w: Row<bf16>, b: Row<bf16>, eps: f32) -> Row<bf16> {
+                let m = mean(x);
+                let var = mean(sq(x - m));
+                (x - m) * (1.0 / sqrt(var + eps)) * w + b
+            }
+        });
+        assert!(errs.is_empty(), "{errs:?}");
+        let p = rows[1].as_ref().unwrap();
+        assert_eq!(p.stats.len(), 2);
+        let want = tensorfn_kernels::rowkernel::norm_program(
+            tensorfn_kernels::NormOp::LayerNorm,
+            DTypeKind::BF16,
+        );
+        let (x, w, b) = ([1.0, -2.0, 0.5], [1.0, 0.5, 2.0], [0.0, 0.25, -1.0]);
+        assert_eq!(p.eval_row(&[&x, &w, &b], &[1e-5]), want.eval_row(&[&x, &w, &b], &[1e-5]));
+        let text = tensorfn_kernels::ptx::row_kernel(p, "tf_rows_ln").unwrap();
+        assert!(text.contains(".visible .entry tf_rows_ln("));
+        if let Ok(dir) = std::env::var("TENSORFN_DUMP_ROW_PTX") {
+            std::fs::write(format!("{dir}/tf_rows_ln.ptx"), text).unwrap();
+        }
+    }
+
+    #[test]
+    fn row_kernel_errors_say_what_to_change() {
+        let (_, errs) = build_rows(quote! {
+            #[kernel]
+            fn a(x: Row<f32>) -> f32 { x * 2.0 }
+            #[kernel]
+            fn b(x: Row<f32>) -> Row<f32> { let s = sum(x); x / sum(s) }
+            #[kernel]
+            fn c(x: Row<f32>, y: Row<f64>) -> Row<f32> { x }
+            #[kernel]
+            fn d(x: f32) -> f32 { sum(x) }
+            #[kernel]
+            fn e(x: Row<f32>) -> Row<f64> { x }
+            #[kernel]
+            fn f(x: Row<f16>, eps: f16) -> Row<f16> { x }
+            #[kernel]
+            fn g(x: Row<f32>) -> Row<f32> { x }
+            #[kernel]
+            fn h(x: f32) -> f32 { g(x) }
+        });
+        assert_eq!(errs.len(), 7, "{errs:?}");
+        assert!(errs[0].contains("this is a row, but `a` returns one value per row"), "{errs:?}");
+        assert!(errs[1].contains("`sum` reduces a row, and `s` is one value per row"), "{errs:?}");
+        assert!(errs[2].contains("share one dtype"), "{errs:?}");
+        assert!(errs[3].contains("it is for row kernels"), "{errs:?}");
+        assert!(errs[4].contains("declare the result `Row<f32>`"), "{errs:?}");
+        assert!(errs[5].contains("declare `eps: f32`"), "{errs:?}");
+        assert!(errs[6].contains("`g` is a row kernel"), "{errs:?}");
+    }
 }
