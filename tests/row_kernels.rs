@@ -95,15 +95,17 @@ tensor_fn! {
 fn close(got: &[f64], want: &[f64], tol: f64, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: lengths");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let ok = (g.is_nan() && w.is_nan())
-            || g == w
-            || (g - w).abs() <= tol * (1.0 + w.abs());
+        let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * (1.0 + w.abs());
         assert!(ok, "{what}[{i}]: got {g}, want {w}");
     }
 }
 
 fn f64s<T: DType, S: tensorfn::Shape>(t: &Tensor<Cpu, T, S>) -> Vec<f64> {
-    t.to_vec().unwrap().into_iter().map(|v| v.to_f64()).collect()
+    t.to_vec()
+        .unwrap()
+        .into_iter()
+        .map(|v| v.to_f64())
+        .collect()
 }
 
 /// Rows of random values, then rows with NaN, ±inf and ±0.
@@ -125,9 +127,17 @@ macro_rules! layer_norm_case {
     ($name:ident, $t:ty, $f:ident, $g:ident, $tol:expr) => {
         #[test]
         fn $name() {
-            for (r, n, seed) in [(6usize, 33usize, 1u64), (5, 768, 2), (4, 1, 3), (3, 0, 4), (0, 5, 5)] {
+            for (r, n, seed) in [
+                (6usize, 33usize, 1u64),
+                (5, 768, 2),
+                (4, 1, 3),
+                (3, 0, 4),
+                (0, 5, 5),
+            ] {
                 let xv = rows(r, n, seed);
-                let conv = |v: &[f64]| -> Vec<$t> { v.iter().map(|&a| <$t as DType>::from_f64(a)).collect() };
+                let conv = |v: &[f64]| -> Vec<$t> {
+                    v.iter().map(|&a| <$t as DType>::from_f64(a)).collect()
+                };
                 let x = Tensor::<Cpu, $t, shape![_, _]>::from_vec_dims(conv(&xv), &[r, n]).unwrap();
                 let wv: Vec<f64> = (0..n).map(|j| 0.5 + (j % 7) as f64 * 0.25).collect();
                 let bv: Vec<f64> = (0..n).map(|j| (j % 5) as f64 * 0.1 - 0.2).collect();
@@ -135,15 +145,28 @@ macro_rules! layer_norm_case {
                 let b = Tensor::<Cpu, $t, shape![_]>::from_vec_dims(conv(&bv), &[n]).unwrap();
                 let got = $f(&x, &w, &b).unwrap();
                 let builtin = x.layer_norm(&w, &b, 1e-5).unwrap();
-                close(&f64s(&got), &f64s(&builtin), $tol, concat!(stringify!($name), " vs layer_norm"));
+                close(
+                    &f64s(&got),
+                    &f64s(&builtin),
+                    $tol,
+                    concat!(stringify!($name), " vs layer_norm"),
+                );
                 // The same kernel's PTX on the GPU, where there is one.
                 let Ok(gx) = x.to_device::<Cuda>() else {
                     eprintln!("skipping the GPU part: no CUDA device");
                     continue;
                 };
-                let (gw, gb) = (w.to_device::<Cuda>().unwrap(), b.to_device::<Cuda>().unwrap());
+                let (gw, gb) = (
+                    w.to_device::<Cuda>().unwrap(),
+                    b.to_device::<Cuda>().unwrap(),
+                );
                 let on_gpu = $g(&gx, &gw, &gb).unwrap().to_device::<Cpu>().unwrap();
-                close(&f64s(&on_gpu), &f64s(&builtin), $tol, concat!(stringify!($name), " on the GPU vs layer_norm"));
+                close(
+                    &f64s(&on_gpu),
+                    &f64s(&builtin),
+                    $tol,
+                    concat!(stringify!($name), " on the GPU vs layer_norm"),
+                );
             }
         }
     };
@@ -161,14 +184,22 @@ fn rms_norm_broadcasts_its_weight_and_fuses_a_consumer() {
     let w = Tensor::<Cpu, bf16, shape![_]>::randn_dims(8, &[n]).unwrap();
     let got = rms_plus_one(&x, &w).unwrap();
     let builtin = x.rms_norm(&w, Some(1e-6)).unwrap();
-    let want: Vec<f64> = f64s(&builtin).iter().map(|v| bf16::from_f64(v + 1.0).to_f64()).collect();
+    let want: Vec<f64> = f64s(&builtin)
+        .iter()
+        .map(|v| bf16::from_f64(v + 1.0).to_f64())
+        .collect();
     close(&f64s(&got), &want, 1.6e-2, "rms_norm + 1");
     let Ok(gx) = x.to_device::<Cuda>() else {
         eprintln!("skipping the GPU part: no CUDA device");
         return;
     };
     let on_gpu = gpu_rms_plus_one(&gx, &w.to_device::<Cuda>().unwrap()).unwrap();
-    close(&f64s(&on_gpu.to_device::<Cpu>().unwrap()), &want, 1.6e-2, "rms_norm + 1 on the GPU");
+    close(
+        &f64s(&on_gpu.to_device::<Cpu>().unwrap()),
+        &want,
+        1.6e-2,
+        "rms_norm + 1 on the GPU",
+    );
 }
 
 #[test]
@@ -176,7 +207,11 @@ fn per_row_results() {
     let (r, n) = (5, 40);
     let mut xv = rows(r, n, 9);
     xv[4 * n..].iter_mut().for_each(|v| *v = f64::NEG_INFINITY);
-    let x = Tensor::<Cpu, f32, shape![_, _]>::from_vec_dims(xv.iter().map(|&v| v as f32).collect(), &[r, n]).unwrap();
+    let x = Tensor::<Cpu, f32, shape![_, _]>::from_vec_dims(
+        xv.iter().map(|&v| v as f32).collect(),
+        &[r, n],
+    )
+    .unwrap();
     let got = lse(&x).unwrap();
     let want = x.logsumexp::<1>().unwrap();
     close(&f64s(&got), &f64s(&want), 1e-6, "logsumexp");
@@ -190,10 +225,17 @@ fn per_row_results() {
     let v = x.to_vec().unwrap();
     let want: Vec<f64> = v
         .chunks(7)
-        .map(|r| r.iter().cloned().fold(f64::MIN, f64::max) - r.iter().cloned().fold(f64::MAX, f64::min))
+        .map(|r| {
+            r.iter().cloned().fold(f64::MIN, f64::max) - r.iter().cloned().fold(f64::MAX, f64::min)
+        })
         .collect();
     close(&f64s(&got), &want, 0.0, "spread");
     // Empty rows: max of nothing is -inf, min +inf.
     let e = Tensor::<Cpu, f64, shape![_, _, _]>::zeros_dims(&[2, 1, 0]).unwrap();
-    assert!(spreads(&e).unwrap().to_vec().unwrap().iter().all(|v| *v == f64::NEG_INFINITY));
+    assert!(spreads(&e)
+        .unwrap()
+        .to_vec()
+        .unwrap()
+        .iter()
+        .all(|v| *v == f64::NEG_INFINITY));
 }

@@ -972,7 +972,11 @@ fn row_kernels_are_well_formed() {
                 stats * if dtype == DTypeKind::F64 { 10 } else { 5 },
                 "{name}: a butterfly per statistic"
             );
-            assert_eq!(es[0].body.matches("bar.sync 0").count(), stats + 1, "{name}");
+            assert_eq!(
+                es[0].body.matches("bar.sync 0").count(),
+                stats + 1,
+                "{name}"
+            );
             assert!(es[0].body.contains("ld.global.nc"), "{name}");
         }
     }

@@ -50,7 +50,11 @@ pub fn build_kernels(kernels: &[&KernelFn]) -> (Vec<Option<Kernel>>, Vec<syn::Er
 /// with errors).
 pub fn build_all(
     kernels: &[&KernelFn],
-) -> (Vec<Option<Kernel>>, Vec<Option<RowProgram>>, Vec<syn::Error>) {
+) -> (
+    Vec<Option<Kernel>>,
+    Vec<Option<RowProgram>>,
+    Vec<syn::Error>,
+) {
     let mut l = KernelBuilder {
         kernels,
         done: vec![None; kernels.len()],
@@ -176,7 +180,9 @@ impl<'l, 'a> KernelBody<'l, 'a> {
             row,
         };
         if let Some(r) = &mut body.row {
-            r.row_inputs = (0..kernel.params.len()).filter(|&i| kernel.rows[i]).collect();
+            r.row_inputs = (0..kernel.params.len())
+                .filter(|&i| kernel.rows[i])
+                .collect();
         }
         body
     }
@@ -216,7 +222,10 @@ impl<'l, 'a> KernelBody<'l, 'a> {
         let first_row = k.rows.iter().position(|&r| r).ok_or_else(|| {
             err(
                 &k.name,
-                format!("`{}` returns a `Row` but takes none: give it a `Row<{dtype}>` parameter", k.name),
+                format!(
+                    "`{}` returns a `Row` but takes none: give it a `Row<{dtype}>` parameter",
+                    k.name
+                ),
             )
         })?;
         let row_dtype = k.params[first_row].1;
@@ -231,7 +240,10 @@ impl<'l, 'a> KernelBody<'l, 'a> {
                 }
                 params.push(RowParam::Row);
             } else {
-                if !matches!(d, DTypeKind::F32 | DTypeKind::F64 | DTypeKind::I32 | DTypeKind::I64) {
+                if !matches!(
+                    d,
+                    DTypeKind::F32 | DTypeKind::F64 | DTypeKind::I32 | DTypeKind::I64
+                ) {
                     return Err(sp.error(format!(
                         "a row kernel's scalar parameter is f32, f64, i32 or i64 (rows of f16 and bf16 compute in f32): declare `{name}: f32`"
                     )));
@@ -293,7 +305,9 @@ impl<'l, 'a> KernelBody<'l, 'a> {
                 ),
             ));
         }
-        let V::Typed(x, d) = v else { unreachable!("a row value is typed") };
+        let V::Typed(x, d) = v else {
+            unreachable!("a row value is typed")
+        };
         if d != c {
             return Err(err(
                 arg,
@@ -301,9 +315,11 @@ impl<'l, 'a> KernelBody<'l, 'a> {
             ));
         }
         let name = &self.kernel.name;
-        let program = self.b.clone().output(x).map_err(|e| {
-            err(at, format!("`{name}` computes an ill-typed program: {e}"))
-        })?;
+        let program = self
+            .b
+            .clone()
+            .output(x)
+            .map_err(|e| err(at, format!("`{name}` computes an ill-typed program: {e}")))?;
         let s = self.b.input(c);
         self.row
             .as_mut()
@@ -869,7 +885,10 @@ mod tests {
             DTypeKind::BF16,
         );
         let (x, w, b) = ([1.0, -2.0, 0.5], [1.0, 0.5, 2.0], [0.0, 0.25, -1.0]);
-        assert_eq!(p.eval_row(&[&x, &w, &b], &[1e-5]), want.eval_row(&[&x, &w, &b], &[1e-5]));
+        assert_eq!(
+            p.eval_row(&[&x, &w, &b], &[1e-5]),
+            want.eval_row(&[&x, &w, &b], &[1e-5])
+        );
         let text = tensorfn_kernels::ptx::row_kernel(p, "tf_rows_ln").unwrap();
         assert!(text.contains(".visible .entry tf_rows_ln("));
         if let Ok(dir) = std::env::var("TENSORFN_DUMP_ROW_PTX") {
@@ -898,11 +917,20 @@ mod tests {
             fn h(x: f32) -> f32 { g(x) }
         });
         assert_eq!(errs.len(), 7, "{errs:?}");
-        assert!(errs[0].contains("this is a row, but `a` returns one value per row"), "{errs:?}");
-        assert!(errs[1].contains("`sum` reduces a row, and `s` is one value per row"), "{errs:?}");
+        assert!(
+            errs[0].contains("this is a row, but `a` returns one value per row"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[1].contains("`sum` reduces a row, and `s` is one value per row"),
+            "{errs:?}"
+        );
         assert!(errs[2].contains("share one dtype"), "{errs:?}");
         assert!(errs[3].contains("it is for row kernels"), "{errs:?}");
-        assert!(errs[4].contains("declare the result `Row<f32>`"), "{errs:?}");
+        assert!(
+            errs[4].contains("declare the result `Row<f32>`"),
+            "{errs:?}"
+        );
         assert!(errs[5].contains("declare `eps: f32`"), "{errs:?}");
         assert!(errs[6].contains("`g` is a row kernel"), "{errs:?}");
     }

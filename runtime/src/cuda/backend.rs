@@ -888,12 +888,14 @@ impl Backend for CudaBackend {
                 ));
             }
         }
-        let f = self.ctx.function(super::modules::ModuleKey::Fused(kernel.name), "", || {
-            Ok(super::modules::KernelSource {
-                name: kernel.name.to_string(),
-                ptx: kernel.ptx.to_string(),
-            })
-        })?;
+        let f = self
+            .ctx
+            .function(super::modules::ModuleKey::Fused(kernel.name), "", || {
+                Ok(super::modules::KernelSource {
+                    name: kernel.name.to_string(),
+                    ptx: kernel.ptx.to_string(),
+                })
+            })?;
         let mut words: Vec<u64> = vec![out.device_ptr()];
         words.extend(inputs.iter().map(|(b, _)| b.device_ptr()));
         words.extend(inputs.iter().map(|(_, s)| *s as u64));

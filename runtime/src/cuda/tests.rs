@@ -3410,14 +3410,22 @@ fn row_kernels_match_the_builtin_norms() {
                 let l = Layout::contiguous(&[rows, cols]);
                 let lw = Layout::contiguous(&[cols]);
                 let want = CpuBackend
-                    .norm(op, (&x, &l), (&w, &lw), op.has_bias().then_some((&b, &lw)), epsilon)
+                    .norm(
+                        op,
+                        (&x, &l),
+                        (&w, &lw),
+                        op.has_bias().then_some((&b, &lw)),
+                        epsilon,
+                    )
                     .unwrap();
                 let what = format!("{} {} {rows}x{cols}", op.name(), T::KIND);
                 let tol = 4.0 * eps(T::KIND) + 1e-6;
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                     let (g, w) = (g.to_f64(), w.to_f64());
                     assert!(
-                        (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * (1.0 + w.abs()),
+                        (g.is_nan() && w.is_nan())
+                            || g == w
+                            || (g - w).abs() <= tol * (1.0 + w.abs()),
                         "{what} [{i}]: row kernel {g}, built-in {w}"
                     );
                 }
