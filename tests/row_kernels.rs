@@ -116,8 +116,8 @@ fn rows(r: usize, n: usize, seed: u64) -> Vec<f64> {
         v[n] = f64::NAN;
         v[2 * n] = f64::INFINITY;
         v[3 * n + 1] = f64::NEG_INFINITY;
-        for j in 0..n {
-            v[j] = if j % 2 == 0 { 0.0 } else { -0.0 };
+        for (j, x) in v[..n].iter_mut().enumerate() {
+            *x = if j % 2 == 0 { 0.0 } else { -0.0 };
         }
     }
     v

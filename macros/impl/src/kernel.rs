@@ -62,11 +62,11 @@ pub fn build_all(
         errors: Vec::new(),
     };
     let mut rows = Vec::new();
-    for i in 0..kernels.len() {
-        if kernels[i].is_row() {
+    for (i, k) in kernels.iter().enumerate() {
+        if k.is_row() {
             l.state[i] = State::Done;
             l.done[i] = Some(None);
-            match KernelBody::new(&mut l, kernels[i]).run_rows() {
+            match KernelBody::new(&mut l, k).run_rows() {
                 Ok(p) => rows.push(Some(p)),
                 Err(e) => {
                     l.errors.push(e);
