@@ -264,7 +264,8 @@ impl Inst {
     /// let x = k.input(DTypeKind::F32);
     /// let y = k.binary(BinaryOp::Add, x, x);
     /// let kernel = k.output(y)?;
-    /// assert_eq!(kernel.insts()[1].operands(), vec![x, x]);
+    /// let operands: Vec<usize> = kernel.insts()[1].operands().iter().map(|v| v.index()).collect();
+    /// assert_eq!(operands, vec![x.index(), x.index()]);
     /// # Ok::<(), tensorfn_kernels::Error>(())
     /// ```
     pub fn operands(&self) -> Vec<Value> {
