@@ -525,7 +525,9 @@
 /// and its result are materialised (elementwise neighbours fuse into
 /// kernels of their own), and it has no derivative yet: under
 /// `#[grad(..)]` it is a compile error when a differentiated parameter
-/// reaches it.
+/// reaches it. It is called from the functions of its invocation only: no
+/// Rust function of its name is emitted (a scalar kernel is also a plain
+/// `fn`).
 ///
 /// ```
 /// use tensorfn::prelude::*;
