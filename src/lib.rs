@@ -493,6 +493,88 @@
 ///   parameter). Parameters are not
 ///   counted; a `reshape` of a parameter counts as a copy.
 ///
+/// # Row kernels: `#[kernel]` over `Row<T>`
+///
+/// A `#[kernel]` whose parameters (or result) are `Row<T>` works on whole
+/// rows of the last dim, the way the built-in norms do:
+///
+/// * A `Row<T>` parameter is a row: in the body, the row's element at each
+///   column. Its argument is a tensor whose last dim is the row; every row
+///   argument has the same row length (the first one's: a mismatch is a
+///   compile error on the argument), and their leading dims broadcast as
+///   PyTorch's do, so a `[N]` weight is one row for every row of a
+///   `[B, T, N]` input. Rows are f32, f64, f16 or bf16, all of one dtype.
+/// * A scalar parameter (`eps: f32`; f32, f64, i32 or i64) is one value for
+///   every row; its argument is a literal or a scalar parameter.
+/// * `sum(e)`, `mean(e)`, `max(e)`, `min(e)` (or `e.sum()`, ..) of a row
+///   expression `e` are per-row values, usable like scalars in what
+///   follows, including in later reductions (`mean((x - mean(x)) * ..)`).
+///   `max(a, b)` with two arguments stays the elementwise maximum.
+///   `max` and `min` propagate NaN; over an empty row `sum` is 0, `mean`
+///   NaN, `max` -inf and `min` +inf.
+/// * `-> Row<T>` writes a row per row (the result has the argument's dims);
+///   `-> T` one value per row (the last dim removed), which must be a
+///   per-row value: returning a row there is a compile error.
+/// * Everything else is the scalar kernel's body (`let`, arithmetic, `if`,
+///   casts, math functions, calls to scalar kernels). Rows of f16 and bf16
+///   compute in f32 and are rounded once when stored.
+///
+/// A call is one kernel: a block of threads per row on the GPU (a pass
+/// over the row per reduction, the partial results combined as the
+/// built-in norms combine theirs), a loop per row on the CPU. Its inputs
+/// and its result are materialised (elementwise neighbours fuse into
+/// kernels of their own), and it has no derivative yet: under
+/// `#[grad(..)]` it is a compile error when a differentiated parameter
+/// reaches it. It is called from the functions of its invocation only: no
+/// Rust function of its name is emitted (a scalar kernel is also a plain
+/// `fn`).
+///
+/// ```
+/// use tensorfn::prelude::*;
+///
+/// tensor_fn! {
+///     /// Llama's RMS norm, written by hand.
+///     #[kernel]
+///     pub fn my_rms_norm(x: Row<f32>, w: Row<f32>, eps: f32) -> Row<f32> {
+///         let ms = mean(x * x);
+///         x * rsqrt(ms + eps) * w
+///     }
+///
+///     /// `layer_norm`: the variance depends on the mean.
+///     #[kernel]
+///     pub fn my_layer_norm(x: Row<f32>, w: Row<f32>, b: Row<f32>, eps: f32) -> Row<f32> {
+///         let m = mean(x);
+///         let var = mean((x - m) * (x - m));
+///         (x - m) / sqrt(var + eps) * w + b
+///     }
+///
+///     /// One value per row.
+///     #[kernel]
+///     pub fn row_range(x: Row<f32>) -> f32 {
+///         max(x) - min(x)
+///     }
+///
+///     pub fn block<const B: usize>(x: &Tensor<Cpu, f32, [B, 8]>, w: &Tensor<Cpu, f32, [8]>, b: &Tensor<Cpu, f32, [8]>) -> Tensor<Cpu, f32, [B, 8]> {
+///         my_rms_norm(x, w, 1e-6) + my_layer_norm(x, w, b, 1e-5)
+///     }
+///
+///     pub fn ranges<const B: usize>(x: &Tensor<Cpu, f32, [B, 8]>) -> Tensor<Cpu, f32, [B]> {
+///         row_range(x)
+///     }
+/// }
+///
+/// let x = Tensor::<Cpu, f32, shape![3, 8]>::randn(0)?;
+/// let w = Tensor::<Cpu, f32, shape![8]>::randn(1)?;
+/// let b = Tensor::<Cpu, f32, shape![8]>::randn(2)?;
+/// let y = block(&x, &w, &b)?;
+/// let (rms, ln) = (x.rms_norm(&w, Some(1e-6))?, x.layer_norm(&w, &b, 1e-5)?);
+/// for ((a, r), l) in y.to_vec()?.iter().zip(rms.to_vec()?).zip(ln.to_vec()?) {
+///     assert!((a - (r + l)).abs() < 1e-4);
+/// }
+/// assert!(ranges(&x)?.to_vec()?.iter().all(|r| *r >= 0.0));
+/// # Ok::<(), tensorfn::Error>(())
+/// ```
+///
 /// # Gradients: `#[grad(p, ..)]`
 ///
 /// `#[grad(p)]` on a function whose result is a 0-d float tensor (a loss)

@@ -256,7 +256,19 @@ pub enum Inst {
 }
 
 impl Inst {
-    fn operands(&self) -> Vec<Value> {
+    /// The values the instruction reads.
+    ///
+    /// ```
+    /// use tensorfn_kernels::{ir::ElementwiseBuilder, BinaryOp, DTypeKind};
+    /// let mut k = ElementwiseBuilder::new();
+    /// let x = k.input(DTypeKind::F32);
+    /// let y = k.binary(BinaryOp::Add, x, x);
+    /// let kernel = k.output(y)?;
+    /// let operands: Vec<usize> = kernel.insts()[1].operands().iter().map(|v| v.index()).collect();
+    /// assert_eq!(operands, vec![x.index(), x.index()]);
+    /// # Ok::<(), tensorfn_kernels::Error>(())
+    /// ```
+    pub fn operands(&self) -> Vec<Value> {
         match *self {
             Inst::Input { .. } | Inst::Const { .. } => vec![],
             Inst::Unary { x, .. } | Inst::Cast { x, .. } => vec![x],
@@ -320,7 +332,7 @@ static NEXT_BUILDER: AtomicU32 = AtomicU32::new(1);
 /// assert_eq!(kernel.inputs().len(), 2);
 /// # Ok::<(), tensorfn_kernels::Error>(())
 /// ```
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct ElementwiseBuilder {
     id: u32,
     inputs: Vec<DTypeKind>,

@@ -124,6 +124,7 @@ mod prim;
 pub mod ptx;
 mod reduction;
 mod round;
+pub mod rowkernel;
 mod target;
 #[cfg(test)]
 mod test_support;

@@ -414,6 +414,21 @@ pub(crate) trait Backend {
         eps: f64,
     ) -> Result<Self::Buf<T>>;
 
+    /// A row kernel `tensor_fn!` generated, over `rows` rows of `cols`
+    /// elements: each input a contiguous buffer whose row `r` starts at
+    /// element `r * step` (`step` is `cols`, or 0 for one row every row
+    /// reads), `scalars` its scalar arguments; a contiguous buffer of
+    /// `rows * cols` elements (`rows` for a per-row result). The CPU runs
+    /// `cpu` per row, CUDA the kernel's PTX.
+    fn row_kernel<T: FloatDType>(
+        &self,
+        kernel: &'static tensorfn_kernels::rowkernel::RowKernelDef,
+        inputs: &[(&Self::Buf<T>, usize)],
+        scalars: &[f64],
+        shape: (usize, usize),
+        cpu: &crate::ops::rowkernel::RowCpu<'_, T>,
+    ) -> Result<Self::Buf<T>>;
+
     /// The gradients of normalisation `op` over the last dim of `x` with
     /// `weight` of that dim's length, for `grad_output` of `x`'s dims:
     /// `(dx, dweight, dbias)`, `dx` a contiguous buffer of `x`'s dims,

@@ -73,6 +73,8 @@ pub mod __private {
     pub use crate::dtype::Is;
     pub use crate::ops::fused::{fused1, fused2, fused3, fused4, fused5, fused6, fused7, fused8};
     pub use crate::ops::retype::{no_body, retype, retype_ref, retype_struct};
+    pub use crate::ops::rowkernel::{row_arg, row_kernel, RowArg, RowCpu};
+    pub use tensorfn_kernels::rowkernel::RowKernelDef;
     pub use tensorfn_kernels::{BinaryOp, UnaryOp};
 }
 

@@ -1,5 +1,5 @@
 //! Writes every built-in kernel and a representative set of fused kernels
-//! as `.ptx` files into the directory given as the only argument, for
+//! and row kernels as `.ptx` files into the directory given as the only argument, for
 //! checking with `ptxas` (see `.ci/ptxas-check`). Kernels whose sm_80 text
 //! differs (they round to `bf16`) are also written as `NAME.sm_80.ptx`.
 //!
@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel};
 use tensorfn_kernels::ptx::Target;
-use tensorfn_kernels::{builtin, ptx, BinaryOp, CmpOp, DTypeKind, UnaryOp};
+use tensorfn_kernels::rowkernel::{self, RowParam, RowProgram, RowReduce, RowStat};
+use tensorfn_kernels::{builtin, ptx, BinaryOp, CmpOp, DTypeKind, NormOp, UnaryOp};
 
 /// `sin(x) * 2 + 5`
 fn sin_mul_add(dtype: DTypeKind) -> tensorfn_kernels::Result<Kernel> {
@@ -167,6 +168,60 @@ fn fused() -> tensorfn_kernels::Result<Vec<(String, Kernel)>> {
     Ok(v)
 }
 
+/// `log(sum(exp(x - max(x)))) + max(x) + k`, one value per row, with an
+/// `i32` scalar `k`: a per-row result, three reductions' worth of passes.
+fn row_logsumexp(dtype: DTypeKind) -> tensorfn_kernels::Result<RowProgram> {
+    let c = rowkernel::compute_dtype(dtype);
+    let mut b = ElementwiseBuilder::new();
+    let x0 = b.input(dtype);
+    let x = if c != dtype { b.cast(x0, c) } else { x0 };
+    let k = b.input(DTypeKind::I32);
+    let max = RowStat {
+        reduce: RowReduce::Max,
+        program: b.clone().output(x)?,
+    };
+    let m = b.input(c);
+    let d = b.binary(BinaryOp::Sub, x, m);
+    let e = b.unary(UnaryOp::Exp, d);
+    let sum = RowStat {
+        reduce: RowReduce::Sum,
+        program: b.clone().output(e)?,
+    };
+    let s = b.input(c);
+    let l = b.unary(UnaryOp::Log, s);
+    let l = b.binary(BinaryOp::Add, l, m);
+    let kf = b.cast(k, c);
+    let y = b.binary(BinaryOp::Add, l, kf);
+    let y = if c != dtype { b.cast(y, dtype) } else { y };
+    Ok(RowProgram {
+        dtype,
+        params: vec![RowParam::Row, RowParam::Scalar(DTypeKind::I32)],
+        stats: vec![max, sum],
+        output: b.output(y)?,
+        per_row: true,
+    })
+}
+
+/// Row kernels as `tensor_fn!` writes them (`#[kernel]` over `Row<T>`).
+fn row_programs() -> tensorfn_kernels::Result<Vec<(String, RowProgram)>> {
+    let mut v = Vec::new();
+    for d in [
+        DTypeKind::F32,
+        DTypeKind::F16,
+        DTypeKind::BF16,
+        DTypeKind::F64,
+    ] {
+        for op in [NormOp::LayerNorm, NormOp::RmsNorm] {
+            v.push((
+                format!("tf_example_rows_{}_{d}", op.name()),
+                rowkernel::norm_program(op, d),
+            ));
+        }
+        v.push((format!("tf_example_rows_logsumexp_{d}"), row_logsumexp(d)?));
+    }
+    Ok(v)
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> Result<(), String> {
     let path: PathBuf = dir.join(format!("{name}.ptx"));
     std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
@@ -193,6 +248,11 @@ fn run(dir: &Path) -> Result<usize, String> {
             write(dir, &format!("{name}.sm_80"), &text)?;
             count += 1;
         }
+    }
+    for (name, prog) in row_programs().map_err(|e| e.to_string())? {
+        let text = ptx::row_kernel(&prog, &name).map_err(|e| e.to_string())?;
+        write(dir, &name, &text)?;
+        count += 1;
     }
     Ok(count)
 }

@@ -13,7 +13,7 @@ use std::fmt::Write;
 use tensorfn_core::DTypeKind;
 
 /// Which inputs the program reads (unused ones are never loaded).
-fn used_inputs(prog: &Program) -> Vec<bool> {
+pub(super) fn used_inputs(prog: &Program) -> Vec<bool> {
     let live = prog.live();
     let mut used = vec![false; prog.params.len()];
     for (i, inst) in prog.insts.iter().enumerate() {

@@ -39,6 +39,7 @@ mod norm;
 mod optim;
 mod pool;
 mod rope;
+mod rowkernel;
 mod rows;
 mod scatter;
 mod topk;
@@ -182,6 +183,39 @@ pub fn differs_on(kernel: &Kernel, target: Target) -> bool {
                 .any(|(inst, &l)| l && inst.op == crate::prim::Op::RoundBf16)
         }
     }
+}
+
+/// The PTX module of a row kernel written in `tensor_fn!`: one entry
+/// `name`, launched with `block.x = BLOCK` (see
+/// [`rowkernel`](crate::rowkernel)).
+///
+/// ```
+/// use tensorfn_kernels::ir::ElementwiseBuilder;
+/// use tensorfn_kernels::rowkernel::{RowParam, RowProgram, RowReduce, RowStat};
+/// use tensorfn_kernels::{ptx, DTypeKind::F32};
+/// let mut b = ElementwiseBuilder::new();
+/// let x = b.input(F32);
+/// let stat = b.clone().output(x)?;
+/// let m = b.input(F32);
+/// let y = b.binary(tensorfn_kernels::BinaryOp::Sub, x, m);
+/// let prog = RowProgram {
+///     dtype: F32,
+///     params: vec![RowParam::Row],
+///     stats: vec![RowStat { reduce: RowReduce::Max, program: stat }],
+///     output: b.output(y)?,
+///     per_row: false,
+/// };
+/// let text = ptx::row_kernel(&prog, "shift")?;
+/// assert!(text.contains(".visible .entry shift("));
+/// assert!(text.contains("shfl.sync.bfly.b32"));
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn row_kernel(prog: &crate::rowkernel::RowProgram, name: &str) -> Result<String> {
+    check_name(name)?;
+    Ok(module(
+        &format!("{name}: row kernel over rows of {}", prog.dtype),
+        &[rowkernel::row_kernel_entry(name, prog)],
+    ))
 }
 
 /// The module of a row reduction entry `name`.

@@ -23,7 +23,7 @@ use tensorfn_core::DTypeKind;
 const PARAMS: &str = "(\n\t.param .u64 p_out,\n\t.param .u64 p_in,\n\t.param .u64 p_w,\n\t.param .u64 p_b,\n\t.param .u64 p_rows,\n\t.param .u64 p_cols,\n\t.param .f64 p_eps\n)";
 
 /// Bytes of shared memory per statistic: one value per warp.
-const REGION: usize = WARPS * 8;
+pub(super) const REGION: usize = WARPS * 8;
 
 /// What every entry starts from.
 struct Gen {
@@ -147,51 +147,17 @@ impl Gen {
     }
 
     /// The sum over the row's threads of each thread's `s`, in every
-    /// thread: a butterfly within the warp, then (for a block) the warps'
-    /// sums in order through shared memory `region`.
+    /// thread (see [`reduce_threads`]), through shared memory `region`.
     fn reduce(&self, body: &mut Body, s: &str, region: usize) -> String {
-        let a = self.a();
-        for off in [16, 8, 4, 2, 1] {
-            let o = self.acc(body);
-            if self.wide {
-                let lo = body.reg(Class::B32);
-                let hi = body.reg(Class::B32);
-                body.op(format!("mov.b64 {{{lo}, {hi}}}, {s}"));
-                body.op(format!("shfl.sync.bfly.b32 {lo}, {lo}, {off}, 31, -1"));
-                body.op(format!("shfl.sync.bfly.b32 {hi}, {hi}, {off}, 31, -1"));
-                body.op(format!("mov.b64 {o}, {{{lo}, {hi}}}"));
-            } else {
-                body.op(format!("shfl.sync.bfly.b32 {o}, {s}, {off}, 31, -1"));
-            }
-            body.op(format!("add.rn.{a} {s}, {s}, {o}"));
-        }
-        let Some(smem) = &self.smem else {
-            return s.to_string();
+        let threads = Threads {
+            lane: &self.lane,
+            warp: &self.warp,
+            smem: self.smem.as_deref(),
         };
-        let lane0 = body.reg(Class::Pred);
-        body.op(format!("setp.eq.u32 {lane0}, {}, 0", self.lane));
-        let slot = body.reg(Class::B64);
-        body.op(format!("mul.wide.u32 {slot}, {}, 8", self.warp));
-        body.op(format!("add.u64 {slot}, {slot}, {smem}"));
-        body.op(format!(
-            "@{lane0} st.shared.{a} [{slot}+{}], {s}",
-            region * REGION
-        ));
-        body.op("bar.sync 0");
-        let total = self.acc(body);
-        body.op(format!(
-            "ld.shared.{a} {total}, [{smem}+{}]",
-            region * REGION
-        ));
-        for w in 1..WARPS {
-            let v = self.acc(body);
-            body.op(format!(
-                "ld.shared.{a} {v}, [{smem}+{}]",
-                region * REGION + 8 * w
-            ));
-            body.op(format!("add.rn.{a} {total}, {total}, {v}"));
-        }
-        total
+        let a = self.a();
+        reduce_threads(body, &threads, s, self.wide, region, &mut |body, d, o| {
+            body.op(format!("add.rn.{a} {d}, {d}, {o}"))
+        })
     }
 
     /// `1 / sqrt(stat + eps)`.
@@ -406,6 +372,76 @@ impl Gen {
     }
 }
 
+/// The threads of a row that [`reduce_threads`] combines: this thread's
+/// lane and warp, and the shared memory of a block (`None` for a warp
+/// per row).
+pub(super) struct Threads<'a> {
+    pub(super) lane: &'a str,
+    pub(super) warp: &'a str,
+    pub(super) smem: Option<&'a str>,
+}
+
+/// Combines each thread's `s` over the row's threads, the result in every
+/// thread: a butterfly within the warp, then (for a block) the warps'
+/// results in order through shared memory `region` (of [`REGION`] bytes;
+/// two regions used in turn need no barrier between them). `combine(body,
+/// d, o)` writes `d ⊕ o` into `d`; `wide` is for 64-bit values.
+pub(super) fn reduce_threads(
+    body: &mut Body,
+    t: &Threads<'_>,
+    s: &str,
+    wide: bool,
+    region: usize,
+    combine: &mut dyn FnMut(&mut Body, &str, &str),
+) -> String {
+    let (a, class) = if wide {
+        ("f64", Class::F64)
+    } else {
+        ("f32", Class::F32)
+    };
+    for off in [16, 8, 4, 2, 1] {
+        let o = body.reg(class);
+        if wide {
+            let lo = body.reg(Class::B32);
+            let hi = body.reg(Class::B32);
+            body.op(format!("mov.b64 {{{lo}, {hi}}}, {s}"));
+            body.op(format!("shfl.sync.bfly.b32 {lo}, {lo}, {off}, 31, -1"));
+            body.op(format!("shfl.sync.bfly.b32 {hi}, {hi}, {off}, 31, -1"));
+            body.op(format!("mov.b64 {o}, {{{lo}, {hi}}}"));
+        } else {
+            body.op(format!("shfl.sync.bfly.b32 {o}, {s}, {off}, 31, -1"));
+        }
+        combine(body, s, &o);
+    }
+    let Some(smem) = t.smem else {
+        return s.to_string();
+    };
+    let lane0 = body.reg(Class::Pred);
+    body.op(format!("setp.eq.u32 {lane0}, {}, 0", t.lane));
+    let slot = body.reg(Class::B64);
+    body.op(format!("mul.wide.u32 {slot}, {}, 8", t.warp));
+    body.op(format!("add.u64 {slot}, {slot}, {smem}"));
+    body.op(format!(
+        "@{lane0} st.shared.{a} [{slot}+{}], {s}",
+        region * REGION
+    ));
+    body.op("bar.sync 0");
+    let total = body.reg(class);
+    body.op(format!(
+        "ld.shared.{a} {total}, [{smem}+{}]",
+        region * REGION
+    ));
+    for w in 1..WARPS {
+        let v = body.reg(class);
+        body.op(format!(
+            "ld.shared.{a} {v}, [{smem}+{}]",
+            region * REGION + 8 * w
+        ));
+        combine(body, &total, &v);
+    }
+    total
+}
+
 /// This thread's accesses of a row held in registers: access `j` lies
 /// `j * step` bytes past the thread's first one (`first` bytes into the
 /// row), inside the row while `j * threads < rest`.
@@ -557,13 +593,24 @@ fn row_in_registers(
 /// A loop over this thread's columns of a long row: `col` from `tid` by
 /// `BLOCK`.
 fn col_loop(body: &mut Body, g: &Gen, inner: impl FnOnce(&mut Body, &str)) {
+    cols_of_thread(body, &g.tid, &g.cols, inner)
+}
+
+/// A loop over thread `tid`'s columns of a row of `cols` columns: `col`
+/// from `tid` by `BLOCK`.
+pub(super) fn cols_of_thread(
+    body: &mut Body,
+    tid: &str,
+    cols: &str,
+    inner: impl FnOnce(&mut Body, &str),
+) {
     let col = body.reg(Class::B64);
-    body.op(format!("cvt.u64.u32 {col}, {}", g.tid));
+    body.op(format!("cvt.u64.u32 {col}, {tid}"));
     let lp = body.label("col_loop");
     let end = body.label("col_end");
     body.place(&lp);
     let done = body.reg(Class::Pred);
-    body.op(format!("setp.ge.u64 {done}, {col}, {}", g.cols));
+    body.op(format!("setp.ge.u64 {done}, {col}, {cols}"));
     body.op(format!("@{done} bra {end}"));
     inner(body, &col);
     body.op(format!("add.u64 {col}, {col}, {BLOCK}"));

@@ -1007,3 +1007,48 @@ fn kernels_without_bf16_rounding_have_one_text() {
     let e = k.unary(UnaryOp::Exp, y);
     assert!(!super::differs_on(&k.output(e).unwrap(), Target::Sm80));
 }
+
+/// Row kernels written in `tensor_fn!`: one entry with an input and a
+/// row step per row parameter, then rows, cols and an `f64` per scalar;
+/// a block reduction (butterfly and shared memory) per statistic, exact
+/// arithmetic only.
+#[test]
+fn row_kernels_are_well_formed() {
+    use crate::rowkernel::norm_program;
+    for dtype in [
+        DTypeKind::F32,
+        DTypeKind::F64,
+        DTypeKind::F16,
+        DTypeKind::BF16,
+    ] {
+        for op in [NormOp::LayerNorm, NormOp::RmsNorm] {
+            let prog = norm_program(op, dtype);
+            let name = format!("tf_rows_{}_{dtype}", op.name());
+            let ptx = super::row_kernel(&prog, &name).unwrap();
+            let es = entries(&ptx);
+            assert_eq!(es.len(), 1, "{name}");
+            let rows = if op.has_bias() { 3 } else { 2 };
+            let mut want = vec![".param .u64 p_out".to_string()];
+            want.extend((0..rows).map(|k| format!(".param .u64 p_in{k}")));
+            want.extend((0..rows).map(|k| format!(".param .u64 p_step{k}")));
+            want.push(".param .u64 p_rows".into());
+            want.push(".param .u64 p_cols".into());
+            want.push(".param .f64 p_s0".into());
+            assert_eq!(es[0].params, want, "{name}");
+            check_body(&es[0]);
+            check_exact(&name, &ptx);
+            let stats = if op.has_bias() { 2 } else { 1 };
+            assert_eq!(
+                es[0].body.matches("shfl.sync.bfly.b32").count(),
+                stats * if dtype == DTypeKind::F64 { 10 } else { 5 },
+                "{name}: a butterfly per statistic"
+            );
+            assert_eq!(
+                es[0].body.matches("bar.sync 0").count(),
+                stats + 1,
+                "{name}"
+            );
+            assert!(es[0].body.contains("ld.global.nc"), "{name}");
+        }
+    }
+}

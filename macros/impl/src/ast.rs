@@ -873,7 +873,8 @@ impl fmt::Display for Expr {
     }
 }
 
-/// `#[kernel] fn name(x: f32, ..) -> f32 { scalar body }`.
+/// `#[kernel] fn name(x: f32, ..) -> f32 { scalar body }`, or a row
+/// kernel `#[kernel] fn name(x: Row<f32>, eps: f32) -> Row<f32> { .. }`.
 #[derive(Debug)]
 pub struct KernelFn {
     /// Attributes other than `#[kernel]`, passed through.
@@ -882,10 +883,23 @@ pub struct KernelFn {
     pub vis: syn::Visibility,
     /// The name.
     pub name: syn::Ident,
-    /// Scalar parameters.
+    /// Parameters: elements (`x: f32`), or rows (`x: Row<f32>`) where
+    /// [`rows`](Self::rows) says so.
     pub params: Vec<(syn::Ident, DTypeKind, Sp)>,
+    /// Per parameter, whether it is a `Row<T>` (a row kernel's row).
+    pub rows: Vec<bool>,
     /// The result dtype.
     pub ret: (DTypeKind, Sp),
+    /// Whether the result is a `Row<T>`.
+    pub ret_row: bool,
     /// The scalar body (checked and lowered by `kernel`).
     pub body: syn::Block,
+}
+
+impl KernelFn {
+    /// Whether this is a row kernel: a parameter or the result is a
+    /// `Row<T>`.
+    pub fn is_row(&self) -> bool {
+        self.ret_row || self.rows.iter().any(|&r| r)
+    }
 }

@@ -356,6 +356,7 @@ fn op_name(op: &Op) -> String {
         Op::Norm { op, .. } => format!("`{}`", op.name()),
         Op::Cast(..) => "the cast".into(),
         Op::Kernel { .. } => "a `#[kernel]` function".into(),
+        Op::RowKernel { .. } => "a row `#[kernel]`".into(),
         Op::Call { .. } => "the call".into(),
         Op::External { .. } => "a function outside `tensor_fn!`".into(),
         Op::Attention { .. } => "`scaled_dot_product_attention`".into(),
@@ -1231,6 +1232,12 @@ impl Deriver {
                         .into(),
                 )
             }
+            Op::RowKernel { .. } => {
+                return Err(
+                    "has no derivative rule: row kernels are not differentiated yet (write the norm with the catalogue's ops, such as `layer_norm`, `mean` and `rsqrt`, to differentiate it)"
+                        .into(),
+                )
+            }
             Op::Norm {
                 op: nop,
                 x,
@@ -1831,7 +1838,10 @@ fn map_op(op: &Op, m: &dyn Fn(NodeId) -> NodeId) -> Op {
                 *x = m(*x);
             }
         }
-        Op::Kernel { args, .. } | Op::Call { args, .. } | Op::External { args, .. } => {
+        Op::Kernel { args, .. }
+        | Op::RowKernel { args, .. }
+        | Op::Call { args, .. }
+        | Op::External { args, .. } => {
             for a in args {
                 *a = m(*a);
             }

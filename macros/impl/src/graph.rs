@@ -148,6 +148,14 @@ pub enum Op {
         /// One node per kernel parameter.
         args: Vec<NodeId>,
     },
+    /// A row kernel (a `#[kernel]` over `Row<T>` parameters) applied to
+    /// the rows of the last dim.
+    RowKernel {
+        /// Index in the invocation's kernels.
+        kernel: usize,
+        /// One node per kernel parameter (tensors for rows, scalars).
+        args: Vec<NodeId>,
+    },
     /// `matmul(a, b)`.
     MatMul(NodeId, NodeId),
     /// `bmm(a, b)`.
@@ -572,9 +580,10 @@ impl Graph {
                 t2,
                 value,
             } => vec![*input, *t1, *t2, *value],
-            Op::Kernel { args, .. } | Op::Call { args, .. } | Op::External { args, .. } => {
-                args.clone()
-            }
+            Op::Kernel { args, .. }
+            | Op::RowKernel { args, .. }
+            | Op::Call { args, .. }
+            | Op::External { args, .. } => args.clone(),
             Op::AddMm {
                 bias,
                 m1,

@@ -7,13 +7,26 @@
 //! (both branches are evaluated, then one is selected), `as` casts, the
 //! math functions of `tensorfn_kernels::UnaryOp` written as functions
 //! (`tanh(x)`) or methods (`x.tanh()`, also `x.ln()`), `max`/`min`/`pow`
-//! (`x.max(y)`, `x.powf(y)`), and calls to other kernels of the invocation.
+//! (`x.max(y)`, `x.powf(y)`), the constants `PI`, `E`, `INFINITY` and `NAN`,
+//! and calls to other kernels of the invocation.
+//!
+//! A row kernel (a parameter or the result is a `Row<T>`) is the same
+//! body over rows of the last dim: a `Row` parameter is the row's element
+//! at each column, a scalar parameter one value for every row, and
+//! `sum(e)`, `max(e)`, `min(e)`, `mean(e)` (or `e.sum()`, ..) of a row
+//! expression `e` are per-row values (each a [`RowStat`], a pass over the
+//! row), which later expressions use like scalars. Rows of `f16` and
+//! `bf16` are computed in `f32` and rounded once at the result. The body
+//! builds one element program; each reduction's argument is that program
+//! up to it (a clone of the builder), its result a new input, so every
+//! statistic sees the parameters and the statistics before it.
 
 use crate::ast::KernelFn;
 use crate::plan::constant;
 use std::collections::HashMap;
 use tensorfn_core::DTypeKind;
-use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel, Value};
+use tensorfn_kernels::ir::{ElementwiseBuilder, Inst, Kernel, Value};
+use tensorfn_kernels::rowkernel::{compute_dtype, RowParam, RowProgram, RowReduce, RowStat};
 use tensorfn_kernels::{BinaryOp, CmpOp, UnaryOp};
 
 /// A value while building: a literal whose type comes from its use, or
@@ -28,17 +41,51 @@ enum V {
 /// any order, but not recursively). Returns one program per kernel, `None`
 /// where the kernel has an error (reported in the errors).
 pub fn build_kernels(kernels: &[&KernelFn]) -> (Vec<Option<Kernel>>, Vec<syn::Error>) {
+    let (irs, _, errors) = build_all(kernels);
+    (irs, errors)
+}
+
+/// [`build_kernels`] with the row kernels' programs: `None` in the first
+/// list for a row kernel, in the second for a scalar one (and for either
+/// with errors).
+pub fn build_all(
+    kernels: &[&KernelFn],
+) -> (
+    Vec<Option<Kernel>>,
+    Vec<Option<RowProgram>>,
+    Vec<syn::Error>,
+) {
     let mut l = KernelBuilder {
         kernels,
         done: vec![None; kernels.len()],
         state: vec![State::Todo; kernels.len()],
         errors: Vec::new(),
     };
-    for i in 0..kernels.len() {
-        let _ = l.get(i);
+    let mut rows = Vec::new();
+    for (i, k) in kernels.iter().enumerate() {
+        if k.is_row() {
+            l.state[i] = State::Done;
+            l.done[i] = Some(None);
+            match KernelBody::new(&mut l, k).run_rows() {
+                Ok(p) => rows.push(Some(p)),
+                Err(e) => {
+                    l.errors.push(e);
+                    rows.push(None);
+                }
+            }
+        } else {
+            let _ = l.get(i);
+            rows.push(None);
+        }
     }
     let irs = l.done.into_iter().map(|d| d.flatten()).collect();
-    (irs, l.errors)
+    (irs, rows, l.errors)
+}
+
+/// The program of row kernel `k` alone (calls to the scalar kernels of
+/// `kernels` inlined); its errors were reported by [`build_all`].
+pub fn build_row(kernels: &[&KernelFn], k: usize) -> Option<RowProgram> {
+    build_all(kernels).1.swap_remove(k)
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -88,6 +135,18 @@ struct KernelBody<'l, 'a> {
     /// Reuses identical instructions, as the fused groups' builder does.
     b: ElementwiseBuilder,
     scopes: Vec<HashMap<String, V>>,
+    /// The row kernel's state (`None` for a scalar kernel).
+    row: Option<RowState>,
+}
+
+/// What a row kernel's body has built so far.
+struct RowState {
+    /// The rows' dtype.
+    dtype: DTypeKind,
+    /// The input indices of the `Row` parameters.
+    row_inputs: Vec<usize>,
+    /// The statistics so far.
+    stats: Vec<RowStat>,
 }
 
 fn err(t: &impl quote::ToTokens, m: impl std::fmt::Display) -> syn::Error {
@@ -98,16 +157,176 @@ impl<'l, 'a> KernelBody<'l, 'a> {
     fn new(builder: &'l mut KernelBuilder<'a>, kernel: &'a KernelFn) -> Self {
         let mut b = ElementwiseBuilder::with_cse();
         let mut scope = HashMap::new();
-        for (name, d, _) in &kernel.params {
+        let row = kernel.is_row().then(|| RowState {
+            dtype: kernel.ret.0,
+            row_inputs: Vec::new(),
+            stats: Vec::new(),
+        });
+        for (i, (name, d, _)) in kernel.params.iter().enumerate() {
             let v = b.input(*d);
-            scope.insert(name.to_string(), V::Typed(v, *d));
+            let c = compute_dtype(*d);
+            let v = if kernel.rows[i] && c != *d {
+                V::Typed(b.cast(v, c), c)
+            } else {
+                V::Typed(v, *d)
+            };
+            scope.insert(name.to_string(), v);
         }
-        KernelBody {
+        let mut body = KernelBody {
             builder,
             kernel,
             b,
             scopes: vec![scope],
+            row,
+        };
+        if let Some(r) = &mut body.row {
+            r.row_inputs = (0..kernel.params.len())
+                .filter(|&i| kernel.rows[i])
+                .collect();
         }
+        body
+    }
+
+    /// Whether `v` depends on a `Row` parameter (else it is one value per
+    /// row).
+    fn is_row_value(&self, v: V) -> bool {
+        let (V::Typed(v, _), Some(r)) = (v, &self.row) else {
+            return false;
+        };
+        let Ok(k) = self.b.clone().output(v) else {
+            return false;
+        };
+        let insts = k.insts();
+        let mut live = vec![false; insts.len()];
+        live[k.output().index()] = true;
+        for i in (0..insts.len()).rev() {
+            if !live[i] {
+                continue;
+            }
+            if let Inst::Input { index, .. } = insts[i] {
+                if r.row_inputs.contains(&index) {
+                    return true;
+                }
+            }
+            for o in insts[i].operands() {
+                live[o.index()] = true;
+            }
+        }
+        false
+    }
+
+    /// Checks a row kernel's signature and builds its program.
+    fn run_rows(mut self) -> syn::Result<RowProgram> {
+        let k = self.kernel;
+        let dtype = k.ret.0;
+        let first_row = k.rows.iter().position(|&r| r).ok_or_else(|| {
+            err(
+                &k.name,
+                format!(
+                    "`{}` returns a `Row` but takes none: give it a `Row<{dtype}>` parameter",
+                    k.name
+                ),
+            )
+        })?;
+        let row_dtype = k.params[first_row].1;
+        let mut params = Vec::new();
+        for (i, (name, d, sp)) in k.params.iter().enumerate() {
+            if k.rows[i] {
+                if *d != row_dtype {
+                    return Err(sp.error(format!(
+                        "`{name}` is a `Row<{d}>` where `{}` is a `Row<{row_dtype}>`: the rows of a row kernel share one dtype",
+                        k.params[first_row].0
+                    )));
+                }
+                params.push(RowParam::Row);
+            } else {
+                if !matches!(
+                    d,
+                    DTypeKind::F32 | DTypeKind::F64 | DTypeKind::I32 | DTypeKind::I64
+                ) {
+                    return Err(sp.error(format!(
+                        "a row kernel's scalar parameter is f32, f64, i32 or i64 (rows of f16 and bf16 compute in f32): declare `{name}: f32`"
+                    )));
+                }
+                params.push(RowParam::Scalar(*d));
+            }
+        }
+        let shape = if k.ret_row { "Row<" } else { "" };
+        let close = if k.ret_row { ">" } else { "" };
+        if dtype != row_dtype {
+            return Err(k.ret.1.error(format!(
+                "the rows are {row_dtype}: declare the result `{shape}{row_dtype}{close}`"
+            )));
+        }
+        let c = compute_dtype(dtype);
+        let body = &k.body;
+        let v = self.block(body, Some(c))?;
+        if !k.ret_row && self.is_row_value(v) {
+            return Err(err(
+                &tail(body),
+                format!(
+                    "this is a row, but `{}` returns one value per row (`-> {dtype}`): reduce it (`sum(..)`, `mean(..)`, `max(..)`, `min(..)`) or declare `-> Row<{dtype}>`",
+                    k.name
+                ),
+            ));
+        }
+        let out = self.materialise(v, c, &tail(body))?;
+        let out = if c != dtype {
+            self.b.cast(out, dtype)
+        } else {
+            out
+        };
+        let name = &k.name;
+        let output = self
+            .b
+            .output(out)
+            .map_err(|e| err(name, format!("`{name}` computes an ill-typed program: {e}")))?;
+        let stats = self.row.expect("a row kernel").stats;
+        Ok(RowProgram {
+            dtype,
+            params,
+            stats,
+            output,
+            per_row: !k.ret_row,
+        })
+    }
+
+    /// `reduce(arg)` in a row kernel: a new statistic.
+    fn reduction(&mut self, reduce: RowReduce, arg: &syn::Expr, at: &syn::Expr) -> syn::Result<V> {
+        let c = compute_dtype(self.row.as_ref().expect("a row kernel").dtype);
+        let v = self.expr(arg, Some(c))?;
+        let r = reduce.name();
+        if !self.is_row_value(v) {
+            return Err(err(
+                arg,
+                format!(
+                    "`{r}` reduces a row, and `{}` is one value per row: reduce an expression of a `Row` parameter",
+                    quote::ToTokens::to_token_stream(arg)
+                ),
+            ));
+        }
+        let V::Typed(x, d) = v else {
+            unreachable!("a row value is typed")
+        };
+        if d != c {
+            return Err(err(
+                arg,
+                format!("`{r}` of {d} in a row kernel computing in {c}: convert with `as {c}`"),
+            ));
+        }
+        let name = &self.kernel.name;
+        let program = self
+            .b
+            .clone()
+            .output(x)
+            .map_err(|e| err(at, format!("`{name}` computes an ill-typed program: {e}")))?;
+        let s = self.b.input(c);
+        self.row
+            .as_mut()
+            .expect("a row kernel")
+            .stats
+            .push(RowStat { reduce, program });
+        Ok(V::Typed(s, c))
     }
 
     fn run(mut self) -> syn::Result<Kernel> {
@@ -393,6 +612,17 @@ impl<'l, 'a> KernelBody<'l, 'a> {
         if let Some(k) = self.builder.find(name) {
             return self.call_kernel(k, args, at);
         }
+        if let Some(reduce) = RowReduce::from_name(name) {
+            if args.len() == 1 {
+                if self.row.is_none() {
+                    return Err(err(
+                        at,
+                        format!("`{name}` reduces a row: it is for row kernels (`x: Row<f32>`), where this kernel takes single elements"),
+                    ));
+                }
+                return self.reduction(reduce, args[0], at);
+            }
+        }
         let arity = |n: usize| -> syn::Result<()> {
             if args.len() == n {
                 Ok(())
@@ -451,6 +681,15 @@ impl<'l, 'a> KernelBody<'l, 'a> {
 
     fn call_kernel(&mut self, k: usize, args: &[&syn::Expr], at: &syn::Expr) -> syn::Result<V> {
         let callee = self.builder.kernels[k];
+        if callee.is_row() {
+            return Err(err(
+                at,
+                format!(
+                    "`{}` is a row kernel: call it from a `tensor_fn`, not from a kernel",
+                    callee.name
+                ),
+            ));
+        }
         if args.len() != callee.params.len() {
             return Err(err(
                 at,
@@ -481,10 +720,20 @@ impl<'l, 'a> KernelBody<'l, 'a> {
     }
 }
 
+/// The expression a block ends with, for spans.
+fn tail(b: &syn::Block) -> proc_macro2::TokenStream {
+    match b.stmts.last() {
+        Some(syn::Stmt::Expr(e, None)) => quote::ToTokens::to_token_stream(e),
+        _ => quote::ToTokens::to_token_stream(b),
+    }
+}
+
 fn float_const(name: &str) -> Option<f64> {
     match name {
         "PI" => Some(std::f64::consts::PI),
         "E" => Some(std::f64::consts::E),
+        "INFINITY" => Some(f64::INFINITY),
+        "NAN" => Some(f64::NAN),
         _ => None,
     }
 }
@@ -600,5 +849,89 @@ mod tests {
         assert!(msgs[3].contains("calls itself"), "{msgs:?}");
         assert!(msgs[4].contains("`foo` is not a kernel"), "{msgs:?}");
         assert!(msgs[5].contains("float literal where i32"), "{msgs:?}");
+    }
+
+    fn build_rows(ts: proc_macro2::TokenStream) -> (Vec<Option<RowProgram>>, Vec<String>) {
+        let input = crate::parse::parse_input(ts).unwrap();
+        let ks: Vec<&KernelFn> = input
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Kernel(k) => Some(k),
+                _ => None,
+            })
+            .collect();
+        let (_, rows, errs) = build_all(&ks);
+        (rows, errs.iter().map(|e| e.to_string()).collect())
+    }
+
+    #[test]
+    fn a_users_layer_norm_is_the_catalogues() {
+        let (rows, errs) = build_rows(quote! {
+            #[kernel]
+            fn sq(x: f32) -> f32 { x * x }
+            #[kernel]
+            fn ln(x: Row<bf16>, w: Row<bf16>, b: Row<bf16>, eps: f32) -> Row<bf16> {
+                let m = mean(x);
+                let var = mean(sq(x - m));
+                (x - m) * (1.0 / sqrt(var + eps)) * w + b
+            }
+        });
+        assert!(errs.is_empty(), "{errs:?}");
+        let p = rows[1].as_ref().unwrap();
+        assert_eq!(p.stats.len(), 2);
+        let want = tensorfn_kernels::rowkernel::norm_program(
+            tensorfn_kernels::NormOp::LayerNorm,
+            DTypeKind::BF16,
+        );
+        let (x, w, b) = ([1.0, -2.0, 0.5], [1.0, 0.5, 2.0], [0.0, 0.25, -1.0]);
+        assert_eq!(
+            p.eval_row(&[&x, &w, &b], &[1e-5]),
+            want.eval_row(&[&x, &w, &b], &[1e-5])
+        );
+        let text = tensorfn_kernels::ptx::row_kernel(p, "tf_rows_ln").unwrap();
+        assert!(text.contains(".visible .entry tf_rows_ln("));
+        if let Ok(dir) = std::env::var("TENSORFN_DUMP_ROW_PTX") {
+            std::fs::write(format!("{dir}/tf_rows_ln.ptx"), text).unwrap();
+        }
+    }
+
+    #[test]
+    fn row_kernel_errors_say_what_to_change() {
+        let (_, errs) = build_rows(quote! {
+            #[kernel]
+            fn a(x: Row<f32>) -> f32 { x * 2.0 }
+            #[kernel]
+            fn b(x: Row<f32>) -> Row<f32> { let s = sum(x); x / sum(s) }
+            #[kernel]
+            fn c(x: Row<f32>, y: Row<f64>) -> Row<f32> { x }
+            #[kernel]
+            fn d(x: f32) -> f32 { sum(x) }
+            #[kernel]
+            fn e(x: Row<f32>) -> Row<f64> { x }
+            #[kernel]
+            fn f(x: Row<f16>, eps: f16) -> Row<f16> { x }
+            #[kernel]
+            fn g(x: Row<f32>) -> Row<f32> { x }
+            #[kernel]
+            fn h(x: f32) -> f32 { g(x) }
+        });
+        assert_eq!(errs.len(), 7, "{errs:?}");
+        assert!(
+            errs[0].contains("this is a row, but `a` returns one value per row"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[1].contains("`sum` reduces a row, and `s` is one value per row"),
+            "{errs:?}"
+        );
+        assert!(errs[2].contains("share one dtype"), "{errs:?}");
+        assert!(errs[3].contains("it is for row kernels"), "{errs:?}");
+        assert!(
+            errs[4].contains("declare the result `Row<f32>`"),
+            "{errs:?}"
+        );
+        assert!(errs[5].contains("declare `eps: f32`"), "{errs:?}");
+        assert!(errs[6].contains("`g` is a row kernel"), "{errs:?}");
     }
 }

@@ -118,7 +118,7 @@ fn analyse<'a>(input: &'a ast::Input, field_errors: &mut [Vec<syn::Error>]) -> I
             ));
         }
     }
-    let (kernel_programs, kernel_errors) = kernel::build_kernels(&kernels);
+    let (kernel_programs, row_programs, kernel_errors) = kernel::build_all(&kernels);
     errors.extend(kernel_errors);
     let sigs: Vec<Option<sig::Signature>> = fns
         .iter()
@@ -133,9 +133,11 @@ fn analyse<'a>(input: &'a ast::Input, field_errors: &mut [Vec<syn::Error>]) -> I
     let ksigs: Vec<check::KernelSig> = kernels
         .iter()
         .zip(&kernel_programs)
-        .map(|(k, program)| check::KernelSig {
+        .zip(&row_programs)
+        .map(|((k, program), row)| check::KernelSig {
             ast: k,
             program: program.clone(),
+            row: row.clone(),
         })
         .collect();
     let mut checked = Vec::new();
@@ -403,6 +405,8 @@ fn expand_stage(
     let mut out = TokenStream::new();
     for (k, program) in inv.kernels.iter().zip(&inv.kernel_programs) {
         out.extend(match program {
+            // A row kernel runs inside the functions that call it.
+            _ if k.is_row() => TokenStream::new(),
             Some(program) => expand::kernel_fn(k, program),
             None => expand::stub_kernel(k),
         });

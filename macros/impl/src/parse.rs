@@ -768,19 +768,34 @@ fn parse_kernel(
     let content;
     parenthesized!(content in input);
     let mut params = Vec::new();
+    let mut rows = Vec::new();
     while !content.is_empty() {
         let pname: syn::Ident = content.parse()?;
         content.parse::<Token![:]>()?;
         let ty: syn::Type = content.parse()?;
         let sp = Sp::of(&ty);
-        match scalar_kind(&ty) {
-            Some(ScalarKind::DType(d)) if d != DTypeKind::Bool => params.push((pname, d, sp)),
-            _ => {
-                return Err(syn::Error::new_spanned(
-                    &ty,
-                    "a `#[kernel]` parameter is one element: f32, f64, f16, bf16, i32, i64 or u8",
-                ))
+        if let Some(row) = row_type(&ty) {
+            match row {
+                Some(d) if d.is_float() => params.push((pname, d, sp)),
+                _ => {
+                    return Err(syn::Error::new_spanned(
+                        &ty,
+                        "a row is of floats: `Row<f32>`, `Row<f64>`, `Row<f16>` or `Row<bf16>`",
+                    ))
+                }
             }
+            rows.push(true);
+        } else {
+            match scalar_kind(&ty) {
+                Some(ScalarKind::DType(d)) if d != DTypeKind::Bool => params.push((pname, d, sp)),
+                _ => {
+                    return Err(syn::Error::new_spanned(
+                        &ty,
+                        "a `#[kernel]` parameter is one element (f32, f64, f16, bf16, i32, i64 or u8) or a row (`Row<f32>`)",
+                    ))
+                }
+            }
+            rows.push(false);
         }
         if content.is_empty() {
             break;
@@ -798,23 +813,53 @@ fn parse_kernel(
     }
     input.parse::<Token![->]>()?;
     let ty: syn::Type = input.parse()?;
-    let ret =
-        match scalar_kind(&ty) {
-            Some(ScalarKind::DType(d)) => (d, Sp::of(&ty)),
-            _ => return Err(syn::Error::new_spanned(
+    let (ret, ret_row) = match (row_type(&ty), scalar_kind(&ty)) {
+        (Some(Some(d)), _) if d.is_float() => ((d, Sp::of(&ty)), true),
+        (Some(_), _) => {
+            return Err(syn::Error::new_spanned(
                 &ty,
-                "a `#[kernel]` fn returns one element: f32, f64, f16, bf16, i32, i64, u8 or bool",
-            )),
-        };
+                "a row is of floats: `Row<f32>`, `Row<f64>`, `Row<f16>` or `Row<bf16>`",
+            ))
+        }
+        (None, Some(ScalarKind::DType(d))) => ((d, Sp::of(&ty)), false),
+        _ => {
+            return Err(syn::Error::new_spanned(
+                &ty,
+                "a `#[kernel]` fn returns one element (f32, f64, f16, bf16, i32, i64, u8 or bool) or a row (`Row<f32>`)",
+            ))
+        }
+    };
     let body: syn::Block = input.parse()?;
     Ok(KernelFn {
         attrs,
         vis,
         name,
         params,
+        rows,
         ret,
+        ret_row,
         body,
     })
+}
+
+/// `Some(dtype)` for `Row<dtype>` (`Some(None)` for a `Row` of something
+/// else), `None` for any other type.
+fn row_type(ty: &syn::Type) -> Option<Option<DTypeKind>> {
+    let syn::Type::Path(p) = ty else { return None };
+    let seg = p.path.segments.last()?;
+    if seg.ident != "Row" || p.path.segments.len() != 1 {
+        return None;
+    }
+    let syn::PathArguments::AngleBracketed(args) = &seg.arguments else {
+        return Some(None);
+    };
+    match args.args.iter().collect::<Vec<_>>()[..] {
+        [syn::GenericArgument::Type(t)] => Some(match scalar_kind(t) {
+            Some(ScalarKind::DType(d)) => Some(d),
+            _ => None,
+        }),
+        _ => Some(None),
+    }
 }
 
 #[cfg(test)]

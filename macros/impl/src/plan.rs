@@ -533,6 +533,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     | Op::Row { .. }
                     | Op::Cat { .. }
                     | Op::Norm { .. }
+                    | Op::RowKernel { .. }
                     | Op::Embedding { .. }
                     | Op::CrossEntropy { .. }
                     | Op::CrossEntropyBackward { .. }

@@ -431,6 +431,35 @@ impl Backend for CpuBackend {
         ))))
     }
 
+    fn row_kernel<T: FloatDType>(
+        &self,
+        kernel: &'static tensorfn_kernels::rowkernel::RowKernelDef,
+        inputs: &[(&Vec<T>, usize)],
+        scalars: &[f64],
+        (rows, cols): (usize, usize),
+        cpu: &crate::ops::rowkernel::RowCpu<'_, T>,
+    ) -> Result<Vec<T>> {
+        let width = if kernel.per_row { 1 } else { cols };
+        let mut out = vec![T::default(); rows * width];
+        if rows == 0 || width == 0 {
+            return Ok(out);
+        }
+        // Rows in chunks of about 4096 elements, each a task.
+        let per_task = (4096 / cols.max(1)).max(1);
+        par::chunks_mut(&mut out, per_task * width, &|i, part| {
+            let mut ins: Vec<&[T]> = Vec::with_capacity(inputs.len());
+            for (k, o) in part.chunks_mut(width).enumerate() {
+                let r = i * per_task + k;
+                ins.clear();
+                for (buf, step) in inputs {
+                    ins.push(&buf[r * step..r * step + cols]);
+                }
+                cpu(&ins, scalars, o);
+            }
+        });
+        Ok(out)
+    }
+
     fn norm_backward<T: FloatDType>(
         &self,
         op: NormOp,

@@ -817,6 +817,63 @@ impl Backend for CudaBackend {
         Ok(out)
     }
 
+    fn row_kernel<T: FloatDType>(
+        &self,
+        kernel: &'static tensorfn_kernels::rowkernel::RowKernelDef,
+        inputs: &[(&CudaStorage<T>, usize)],
+        scalars: &[f64],
+        (rows, cols): (usize, usize),
+        _cpu: &crate::ops::rowkernel::RowCpu<'_, T>,
+    ) -> Result<CudaStorage<T>> {
+        self.ctx.bind()?;
+        let width = if kernel.per_row { 1 } else { cols };
+        let out = self.ctx.storage::<T>(rows * width)?;
+        if rows == 0 || width == 0 {
+            return Ok(out);
+        }
+        for (k, (buf, step)) in inputs.iter().enumerate() {
+            let need = if *step == 0 { cols } else { rows * cols };
+            if buf.len() < need {
+                return Err(Error::shape(
+                    kernel.name,
+                    format!("row argument {k} of {need} elements"),
+                    format!("{} elements", buf.len()),
+                ));
+            }
+        }
+        let f = self
+            .ctx
+            .function(super::modules::ModuleKey::Fused(kernel.name), "", || {
+                Ok(super::modules::KernelSource {
+                    name: kernel.name.to_string(),
+                    ptx: kernel.ptx.to_string(),
+                })
+            })?;
+        let mut words: Vec<u64> = vec![out.device_ptr()];
+        words.extend(inputs.iter().map(|(b, _)| b.device_ptr()));
+        words.extend(inputs.iter().map(|(_, s)| *s as u64));
+        words.push(rows as u64);
+        words.push(cols as u64);
+        let mut values: Vec<f64> = scalars.to_vec();
+        let mut params: Vec<*mut std::ffi::c_void> = words
+            .iter_mut()
+            .map(|v| v as *mut u64 as *mut std::ffi::c_void)
+            .collect();
+        params.extend(
+            values
+                .iter_mut()
+                .map(|v| v as *mut f64 as *mut std::ffi::c_void),
+        );
+        let grid = rows.min(65_535) as u32;
+        self.ctx.launch_grid(
+            f,
+            &|| format!("row kernel {} over {rows}x{cols}", kernel.name),
+            (grid, 1),
+            &mut params,
+        )?;
+        Ok(out)
+    }
+
     fn norm_backward<T: FloatDType>(
         &self,
         op: NormOp,

@@ -3743,3 +3743,87 @@ fn conv2d_and_its_gradients_match_the_cpu() {
     check::<f16>(&be, &mut rng, 2e-3);
     check::<bf16>(&be, &mut rng, 1.6e-2);
 }
+
+/// Row kernels written in `tensor_fn!` (here the catalogue's norms written
+/// as row programs, as a user writes them): the GPU entry against the
+/// built-in norm on the CPU, a broadcast weight (step 0) and a per-row
+/// weight, NaN and infinite rows, one-element and empty rows, and a
+/// per-row result.
+#[test]
+fn row_kernels_match_the_builtin_norms() {
+    use crate::cpu::CpuBackend;
+    use tensorfn_kernels::rowkernel::{norm_program, RowKernelDef};
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
+        for op in NormOp::ALL {
+            let prog = norm_program(op, T::KIND);
+            let name = format!("tf_rows_test_{}_{}", op.name(), T::KIND);
+            let ptx = tensorfn_kernels::ptx::row_kernel(&prog, &name).unwrap();
+            let def: &'static RowKernelDef = Box::leak(Box::new(RowKernelDef {
+                name: Box::leak(name.into_boxed_str()),
+                ptx: Box::leak(ptx.into_boxed_str()),
+                per_row: false,
+            }));
+            for cols in [0, 1, 33, 768, 4100] {
+                let rows = 6;
+                let mut x: Vec<T> = random(rng, rows * cols, -3.0, 3.0);
+                if cols > 2 {
+                    x[cols + 1] = T::from_f64(f64::NAN);
+                    x[2 * cols] = T::from_f64(f64::INFINITY);
+                    x[3 * cols + 2] = T::from_f64(f64::NEG_INFINITY);
+                }
+                let w: Vec<T> = random(rng, cols, -2.0, 2.0);
+                let b: Vec<T> = random(rng, cols, -1.0, 1.0);
+                let epsilon = 1e-5;
+                let (sx, sw, sb) = (up(be, &x), up(be, &w), up(be, &b));
+                let mut inputs = vec![(&sx, cols), (&sw, 0)];
+                if op.has_bias() {
+                    inputs.push((&sb, 0));
+                }
+                let none = |_: &[&[T]], _: &[f64], _: &mut [T]| {};
+                let got = be
+                    .row_kernel(def, &inputs, &[epsilon], (rows, cols), &none)
+                    .unwrap();
+                let got = down(&got, &[rows, cols]);
+                let l = Layout::contiguous(&[rows, cols]);
+                let lw = Layout::contiguous(&[cols]);
+                let want = CpuBackend
+                    .norm(
+                        op,
+                        (&x, &l),
+                        (&w, &lw),
+                        op.has_bias().then_some((&b, &lw)),
+                        epsilon,
+                    )
+                    .unwrap();
+                let what = format!("{} {} {rows}x{cols}", op.name(), T::KIND);
+                let tol = 4.0 * eps(T::KIND) + 1e-6;
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let (g, w) = (g.to_f64(), w.to_f64());
+                    assert!(
+                        (g.is_nan() && w.is_nan())
+                            || g == w
+                            || (g - w).abs() <= tol * (1.0 + w.abs()),
+                        "{what} [{i}]: row kernel {g}, built-in {w}"
+                    );
+                }
+                // A weight per row (step `cols`) equals the broadcast one.
+                let wr: Vec<T> = (0..rows).flat_map(|_| w.iter().copied()).collect();
+                let swr = up(be, &wr);
+                inputs[1] = (&swr, cols);
+                let again = be
+                    .row_kernel(def, &inputs, &[epsilon], (rows, cols), &none)
+                    .unwrap();
+                let again = down(&again, &[rows, cols]);
+                for (g, a) in got.iter().zip(&again) {
+                    assert!(g.to_f64().to_bits() == a.to_f64().to_bits() || g.to_f64().is_nan());
+                }
+            }
+        }
+    }
+    check::<f32>(&be, &mut rng);
+    check::<f64>(&be, &mut rng);
+    check::<f16>(&be, &mut rng);
+    check::<bf16>(&be, &mut rng);
+}

@@ -28,6 +28,7 @@ mod pool;
 mod reduce;
 pub(crate) mod retype;
 mod rope;
+pub(crate) mod rowkernel;
 mod rows;
 mod scatter;
 mod select;

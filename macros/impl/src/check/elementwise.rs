@@ -494,6 +494,9 @@ impl<'s, 'k> Checker<'s, 'k> {
     }
 
     pub(super) fn kernel_call(&mut self, k: usize, args: &[Arg], e: &Expr) -> NodeId {
+        if self.kernels[k].ast.is_row() {
+            return self.row_kernel_call(k, args, e);
+        }
         let kernel = self.kernels[k].ast;
         let name = kernel.name.to_string();
         let pnames: Vec<String> = kernel.params.iter().map(|p| p.0.to_string()).collect();
@@ -604,6 +607,163 @@ impl<'s, 'k> Checker<'s, 'k> {
             Ty::Tensor(TensorTy {
                 device: dev,
                 dtype: Dt::Kind(ret),
+                dims,
+            }),
+            e,
+        )
+    }
+}
+
+impl Checker<'_, '_> {
+    /// A call to a row kernel: its `Row` arguments are tensors whose last
+    /// dims are the rows (one length for all, the first row argument's),
+    /// their leading dims broadcast together (`[N]` is one row for every
+    /// row); its scalar arguments are scalars. The result has the
+    /// broadcast leading dims, then the row for a `Row` result.
+    fn row_kernel_call(&mut self, k: usize, args: &[Arg], e: &Expr) -> NodeId {
+        let kernel = self.kernels[k].ast;
+        let name = kernel.name.to_string();
+        let pnames: Vec<String> = kernel.params.iter().map(|p| p.0.to_string()).collect();
+        let pref: Vec<&str> = pnames.iter().map(|s| s.as_str()).collect();
+        let Some(a) = self.bind_args(&name, args, &pref, pref.len(), e) else {
+            return self.error_node(e);
+        };
+        let xs: Vec<&Expr> = a.iter().map(|x| x.expect("required")).collect();
+        let ids: Vec<NodeId> = xs.iter().map(|x| self.expr(x)).collect();
+        let mut ok = self.kernels[k].row.is_some();
+        let mut rows: Vec<Operand> = Vec::new();
+        for (i, (&id, x)) in ids.iter().zip(&xs).enumerate() {
+            let want = kernel.params[i].1;
+            let pname = &pnames[i];
+            if kernel.rows[i] {
+                match self.ty(id).clone() {
+                    Ty::Error => ok = false,
+                    Ty::Tensor(t) => {
+                        if t.dtype != Dt::Kind(want) {
+                            self.error(
+                                &x.sp,
+                                format!(
+                                    "`{x}` is {} but `{name}` takes rows of {want} for `{pname}`: cast with `{}.cast::<{want}>()`",
+                                    t.dtype,
+                                    x.receiver_text()
+                                ),
+                            );
+                            ok = false;
+                        }
+                        if t.dims.is_empty() {
+                            self.error(
+                                &x.sp,
+                                format!("`{x}` is a 0-d tensor, but `{pname}` of `{name}` is a row of its last dim: pass a tensor of rank 1 or more"),
+                            );
+                            ok = false;
+                            continue;
+                        }
+                        rows.push(Operand { id, ex: x, ty: t });
+                    }
+                    other => {
+                        let what = match other {
+                            Ty::Scalar(s) => format!("a scalar ({s})"),
+                            _ => "a tuple".to_string(),
+                        };
+                        self.error(
+                            &x.sp,
+                            format!("`{pname}` of `{name}` is a `Row<{want}>`: pass a tensor, whose rows are its last dim; `{x}` is {what}"),
+                        );
+                        ok = false;
+                    }
+                }
+            } else {
+                match self.ty(id).clone() {
+                    Ty::Error => ok = false,
+                    Ty::Scalar(s) => {
+                        let fits = match s {
+                            ScalarTy::FloatLit => want.is_float(),
+                            ScalarTy::IntLit => true,
+                            ScalarTy::Of(ScalarKind::DType(d)) => d == want,
+                            ScalarTy::Of(ScalarKind::Usize) => !want.is_float(),
+                        };
+                        if !fits {
+                            self.error(
+                                &x.sp,
+                                format!("`{name}` takes {want} for `{pname}`, `{x}` is {s}"),
+                            );
+                            ok = false;
+                        }
+                    }
+                    _ => {
+                        self.error(
+                            &x.sp,
+                            format!("`{pname}` of `{name}` is one {want} for every row: pass a scalar (a literal or a scalar parameter), not `{x}`"),
+                        );
+                        ok = false;
+                    }
+                }
+            }
+        }
+        if rows.is_empty() {
+            return self.error_node(e);
+        }
+        let devices: Vec<Device> = rows.iter().map(|o| o.ty.device).collect();
+        let dev = pick(&devices, 0, |d| d != Device::Cpu);
+        for o in &rows {
+            if o.ty.device != dev {
+                self.error(
+                    &o.ex.sp,
+                    format!(
+                        "`{}` is on {} but `{name}` runs on {dev}: move it with `{}.to_device::<{dev}>()`",
+                        o.ex,
+                        o.ty.device,
+                        o.ex.receiver_text()
+                    ),
+                );
+                ok = false;
+            }
+        }
+        // One row length: the first row argument's.
+        let first = &rows[0];
+        let n = first.ty.dims.last().expect("rank 1 or more").clone();
+        for o in &rows[1..] {
+            let m = o.ty.dims.last().expect("rank 1 or more");
+            if *m != n {
+                self.error(
+                    &o.ex.sp,
+                    format!(
+                        "the rows of `{}` have {m} elements where those of `{}` have {n}: the `Row` arguments of `{name}` share their last dim (`{}` is {}, `{}` is {})",
+                        o.ex,
+                        first.ex,
+                        o.ex,
+                        crate::shape::fmt_shape(&o.ty.dims),
+                        first.ex,
+                        crate::shape::fmt_shape(&first.ty.dims),
+                    ),
+                );
+                ok = false;
+            }
+        }
+        let names: Vec<String> = rows.iter().map(|o| o.ex.to_string()).collect();
+        let leading: Vec<(&str, &[Dim])> = names
+            .iter()
+            .zip(&rows)
+            .map(|(nm, o)| (nm.as_str(), &o.ty.dims[..o.ty.dims.len() - 1]))
+            .collect();
+        let spans: Vec<&Sp> = rows.iter().map(|o| &o.ex.sp).collect();
+        let Some(mut dims) = self.ruled(rules::broadcast(&name, &leading), &spans) else {
+            return self.error_node(e);
+        };
+        if !ok {
+            return self.error_node(e);
+        }
+        if kernel.ret_row {
+            dims.push(n);
+        }
+        self.push(
+            Op::RowKernel {
+                kernel: k,
+                args: ids,
+            },
+            Ty::Tensor(TensorTy {
+                device: dev,
+                dtype: Dt::Kind(kernel.ret.0),
                 dims,
             }),
             e,

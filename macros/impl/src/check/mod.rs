@@ -42,8 +42,11 @@ pub struct CheckedFn {
 pub struct KernelSig<'a> {
     /// The kernel as written.
     pub ast: &'a KernelFn,
-    /// Its element program (`None` if it has errors).
+    /// Its element program (`None` if it has errors or is a row kernel).
     pub program: Option<Kernel>,
+    /// A row kernel's program (`None` if it has errors or is a scalar
+    /// kernel).
+    pub row: Option<tensorfn_kernels::rowkernel::RowProgram>,
 }
 
 /// Checks one function body against all signatures of the invocation.

@@ -19,12 +19,14 @@ mod entry;
 mod items;
 mod memory;
 mod ops;
+mod rows;
 pub mod rust_code;
 mod scalars;
 mod stubs;
 mod types;
 
 pub use ops::kernel_name;
+pub use rows::row_kernel_name;
 pub use stubs::{stub_fn, stub_kernel};
 use types::*;
 pub use types::{device_tokens, dim_value, dtype_tokens, shape_tokens};

@@ -806,6 +806,7 @@ impl FnGen<'_> {
                     quote!(#t.#idx.into_shape::<#s>()?)
                 }
             }
+            Op::RowKernel { kernel, args } => self.row_kernel(n, *kernel, args),
             other => unreachable!("not a runtime call: {other:?}"),
         }
     }
