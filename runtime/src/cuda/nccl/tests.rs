@@ -225,3 +225,60 @@ fn copies_between_two_gpus_use_peer_access() {
     let back = y.to_device::<Cuda<0>>().unwrap();
     assert_eq!(back.to_vec().unwrap(), vec![1., 4., 2., 5., 3., 6.]);
 }
+
+#[test]
+fn collectives_in_flight_overlap_compute_and_are_waited_on_later() {
+    let Some((_serial, comm)) = comm() else {
+        return;
+    };
+    let mut rng = seed();
+    let host: Vec<Vec<f32>> = (0..6).map(|i| values(&mut rng, 1000 + 37 * i)).collect();
+    let tensors: Vec<Tensor<Cuda<0>, f32, shape![_]>> = host
+        .iter()
+        .map(|h| Tensor::from_vec_dims(h.clone(), &[h.len()]).unwrap())
+        .collect();
+    // Shared tensors (a clone kept here) are reduced out of place; the
+    // others in place. Compute queued after the starts runs meanwhile.
+    let kept = tensors[0].clone();
+    let mut pending = Vec::new();
+    for (i, t) in tensors.into_iter().enumerate() {
+        let op = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max][i % 3];
+        pending.push(comm.all_reduce_async((t,), op).unwrap());
+    }
+    let busy = Tensor::<Cuda<0>, f32, shape![_]>::ones_dims(&[1 << 20]).unwrap();
+    let busy = (busy.clone() + busy).unwrap();
+    // A start whose tensor is dropped by the caller keeps it alive.
+    let gather = {
+        let x = Tensor::<Cuda<0>, f32, shape![_]>::from_vec_dims(host[1].clone(), &[host[1].len()])
+            .unwrap();
+        comm.all_gather_async::<shape![_], _>(&(x,)).unwrap()
+    };
+    let bcast = comm.broadcast_async(&(kept.clone(),), 0).unwrap();
+    // One dropped without waiting: the drop waits.
+    drop(
+        comm.all_reduce_async((kept.clone(),), ReduceOp::Sum)
+            .unwrap(),
+    );
+    for (i, p) in pending.into_iter().enumerate().rev() {
+        let (y,) = p.wait().unwrap();
+        same(
+            &y.to_vec().unwrap(),
+            &host[i],
+            &format!("async all_reduce {i}"),
+        );
+    }
+    let (g,) = gather.wait().unwrap();
+    same(&g.to_vec().unwrap(), &host[1], "async all_gather");
+    let (b,) = bcast.wait().unwrap();
+    same(&b.to_vec().unwrap(), &host[0], "async broadcast");
+    same(&kept.to_vec().unwrap(), &host[0], "the shared input");
+    assert_eq!(busy.to_vec().unwrap()[0], 2.0);
+    // Empty tensors queue nothing and are done at once.
+    let e = Tensor::<Cuda<0>, f32, shape![_]>::zeros_dims(&[0]).unwrap();
+    let p = comm.all_reduce_async((e,), ReduceOp::Sum).unwrap();
+    assert!(p.is_done().unwrap());
+    assert_eq!(p.wait().unwrap().0.dims(), &[0]);
+    // Errors are returned before anything is queued.
+    let b = Tensor::<Cuda<0>, bool, shape![1]>::from_vec(vec![true]).unwrap();
+    assert!(comm.all_reduce_async((b,), ReduceOp::Mean).is_err());
+}
