@@ -47,6 +47,10 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod dp;
+
+pub use dp::{GradBuckets, ParamReplicas, Reduced, Ticket, DEFAULT_BUCKET_BYTES};
+
 mod sealed {
     pub trait Group {}
     pub trait World {}

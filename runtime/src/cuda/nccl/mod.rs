@@ -37,6 +37,7 @@
 mod tests;
 
 use super::context::{context, lock, Context};
+pub(crate) use super::context::{context as device, Context as Ctx};
 use super::event::Event;
 use super::overlap::Stream as CommStream;
 use crate::error::{Error, Result};
@@ -863,4 +864,51 @@ impl Comms {
             keep,
         )
     }
+}
+
+/// One buffer of a batched call: device address, element count and
+/// `ncclDataType_t`.
+pub(crate) type Buffer = (u64, usize, c_int);
+
+impl Comms {
+    /// Starts one in-place `ncclBroadcast` from rank `root` per buffer of
+    /// each member (`bufs[i]`, the same counts and dtypes on every
+    /// member), all in one group.
+    pub(crate) fn broadcast_each(
+        &self,
+        bufs: &[Vec<Buffer>],
+        root: usize,
+        keep: Vec<Box<dyn Any>>,
+    ) -> Result<Flight<'_>> {
+        let f = self.api.broadcast;
+        self.start(
+            "ncclBroadcast",
+            &|i, comm, stream| {
+                for &(p, count, dtype) in &bufs[i] {
+                    // SAFETY: each buffer holds `count` elements on member
+                    // i's device, alive until the flight is waited on.
+                    let s = unsafe { f(p as _, p as _, count, dtype, root as c_int, comm, stream) };
+                    if s != SUCCESS && s != IN_PROGRESS {
+                        return s;
+                    }
+                }
+                SUCCESS
+            },
+            keep,
+        )
+    }
+}
+
+/// Queues a copy of `bytes` from `src` to `dst`, both on `ctx`'s device,
+/// on its stream (ordered with the kernels that wrote `src` and read
+/// `dst` later).
+pub(crate) fn copy_on(ctx: &Arc<Context>, dst: u64, src: u64, bytes: usize) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    ctx.bind()?;
+    // SAFETY: both ranges hold `bytes` bytes on the bound device, alive
+    // until the stream has run the copy (the callers keep them).
+    unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, ctx.stream) }
+        .map_err(|e| super::error::driver("cuMemcpyDtoDAsync", e))
 }
