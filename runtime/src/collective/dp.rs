@@ -108,12 +108,15 @@ fn cuda_slice(storage: &dyn Any, kind: DTypeKind, offset: usize, numel: usize) -
     }
 }
 
+/// A tensor's name, dtype, dims and device.
+pub(crate) type Described = (String, DTypeKind, Vec<usize>, DeviceKind);
+
 /// Checks that every device's tensors have device 0's names, dtypes and
 /// dims and lie on their device; gives device 0's `(name, dtype, dims)`.
 pub(crate) fn check_replicas(
     op: &str,
     ordinals: &[usize],
-    lists: &[Vec<(String, DTypeKind, Vec<usize>, DeviceKind)>],
+    lists: &[Vec<Described>],
 ) -> Result<Vec<(String, DTypeKind, Vec<usize>)>> {
     let bad = |message: String| Error::InvalidArgument {
         op: op.to_string(),
@@ -151,15 +154,13 @@ pub(crate) fn check_replicas(
         .collect())
 }
 
-fn describe(list: &[(String, &dyn AnyTensor)]) -> Vec<(String, DTypeKind, Vec<usize>, DeviceKind)> {
+fn describe(list: &[(String, &dyn AnyTensor)]) -> Vec<Described> {
     list.iter()
         .map(|(n, t)| (n.clone(), t.dtype(), t.dims(), t.device()))
         .collect()
 }
 
-fn describe_mut(
-    list: &[(String, &mut dyn AnyTensor)],
-) -> Vec<(String, DTypeKind, Vec<usize>, DeviceKind)> {
+fn describe_mut(list: &[(String, &mut dyn AnyTensor)]) -> Vec<Described> {
     list.iter()
         .map(|(n, t)| (n.clone(), t.dtype(), t.dims(), t.device()))
         .collect()
@@ -438,6 +439,8 @@ pub struct GradBuckets<'c, G: DeviceGroup, W: World = Local> {
     comm: &'c Comm<G, W>,
     plan: BucketPlan,
     slots: Vec<Slot>,
+    /// Tells this bucketer's tickets from another's.
+    owner: u64,
 }
 
 impl<G: DeviceGroup, W: World> std::fmt::Debug for GradBuckets<'_, G, W> {
@@ -460,6 +463,7 @@ impl<G: DeviceGroup, W: World> std::fmt::Debug for GradBuckets<'_, G, W> {
 /// ```
 #[must_use = "the reduced value is taken back with its ticket"]
 pub struct Ticket<P> {
+    owner: u64,
     index: usize,
     _marker: PhantomData<fn() -> P>,
 }
@@ -485,6 +489,7 @@ impl<P> std::fmt::Debug for Ticket<P> {
 /// # Ok(()) }
 /// ```
 pub struct Reduced {
+    owner: u64,
     values: Vec<Option<Box<dyn Any>>>,
 }
 
@@ -512,14 +517,13 @@ impl Reduced {
     /// # Ok(()) }
     /// ```
     pub fn take<P: 'static>(&mut self, ticket: Ticket<P>) -> Result<P> {
-        let value = self
-            .values
-            .get_mut(ticket.index)
-            .and_then(Option::take)
+        let value = (ticket.owner == self.owner)
+            .then(|| self.values.get_mut(ticket.index).and_then(Option::take))
+            .flatten()
             .ok_or_else(|| Error::InvalidArgument {
                 op: "Reduced::take".into(),
                 message: format!(
-                    "no value for ticket {}: it is from another `GradBuckets`",
+                    "no value for ticket {}: it is from another `GradBuckets`, or taken already",
                     ticket.index
                 ),
             })?;
@@ -554,6 +558,10 @@ impl<'c, G: DeviceGroup, W: World> GradBuckets<'c, G, W> {
             comm,
             plan: BucketPlan::new(bucket_bytes),
             slots: Vec::new(),
+            owner: {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            },
         }
     }
 
@@ -655,6 +663,7 @@ impl<'c, G: DeviceGroup, W: World> GradBuckets<'c, G, W> {
             places,
         });
         Ok(Ticket {
+            owner: self.owner,
             index: self.slots.len() - 1,
             _marker: PhantomData,
         })
@@ -748,6 +757,9 @@ impl<'c, G: DeviceGroup, W: World> GradBuckets<'c, G, W> {
         }
         // The buckets' buffers go back to the allocator on the devices'
         // streams, after the copies just queued.
-        Ok(Reduced { values })
+        Ok(Reduced {
+            owner: self.owner,
+            values,
+        })
     }
 }

@@ -392,3 +392,20 @@ fn parameters_are_broadcast_in_place_from_rank_0() {
     let e = comm.broadcast_params(&mut host).unwrap_err();
     assert!(e.to_string().contains("cuda:0"), "{e}");
 }
+
+#[test]
+fn tickets_belong_to_their_buckets() {
+    let Some((_serial, comm)) = comm() else {
+        return;
+    };
+    let mut a = comm.grad_buckets();
+    let mut b = comm.grad_buckets();
+    let one = || (Tensor::<Cuda<0>, f32, shape![2]>::ones().unwrap(),);
+    let ta = a.push(one()).unwrap();
+    let tb = b.push(one()).unwrap();
+    let mut ra = a.finish().unwrap();
+    let mut rb = b.finish().unwrap();
+    assert!(ra.take(tb).is_err());
+    assert_eq!(ra.take(ta).unwrap().0.to_vec().unwrap(), vec![1.0; 2]);
+    let _ = &mut rb;
+}
