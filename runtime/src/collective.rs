@@ -15,6 +15,8 @@
 //! | `reduce_scatter_tensor(out, t)`       | [`Comm::reduce_scatter`] (along dim 0)     |
 //! | `broadcast(t, src)`                   | [`Comm::broadcast`]                        |
 //! | `async_op=True`, `work.wait()`        | [`Comm::all_reduce_async`], [`Pending::wait`] |
+//! | DDP's initial broadcast of the module | [`Comm::broadcast_params`]                 |
+//! | DDP's gradient buckets (`bucket_cap_mb`) | [`GradBuckets`], [`Comm::grad_buckets`] |
 //! | `init_process_group` with a store     | [`NcclId`] + [`Comm::from_rank`]           |
 //!
 //! Each collective has a form that does not wait, `*_async`, returning a

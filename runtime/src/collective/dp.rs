@@ -251,7 +251,13 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
     }
 }
 
-/// PyTorch DDP's `bucket_cap_mb = 25`.
+/// The bytes of a [`GradBuckets`] bucket unless told otherwise: PyTorch
+/// DDP's `bucket_cap_mb = 25`.
+///
+/// ```
+/// use tensorfn_runtime::collective::DEFAULT_BUCKET_BYTES;
+/// assert_eq!(DEFAULT_BUCKET_BYTES, 25 * 1024 * 1024);
+/// ```
 pub const DEFAULT_BUCKET_BYTES: usize = 25 << 20;
 
 /// Where [`BucketPlan::place`] put a tensor.
