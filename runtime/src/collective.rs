@@ -14,7 +14,16 @@
 //! | `all_gather_into_tensor(out, t)`      | [`Comm::all_gather`] (along dim 0)         |
 //! | `reduce_scatter_tensor(out, t)`       | [`Comm::reduce_scatter`] (along dim 0)     |
 //! | `broadcast(t, src)`                   | [`Comm::broadcast`]                        |
+//! | `async_op=True`, `work.wait()`        | [`Comm::all_reduce_async`], [`Pending::wait`] |
+//! | DDP's initial broadcast of the module | [`Comm::broadcast_params`]                 |
+//! | DDP's gradient buckets (`bucket_cap_mb`) | [`GradBuckets`], [`Comm::grad_buckets`] |
 //! | `init_process_group` with a store     | [`NcclId`] + [`Comm::from_rank`]           |
+//!
+//! Each collective has a form that does not wait, `*_async`, returning a
+//! [`Pending`] handle: the work is queued on a communication stream per
+//! GPU, after every kernel already queued there, and the GPUs keep
+//! computing (a backward pass, say) while it runs; [`Pending::wait`]
+//! gives the result. The plain forms are the same call, waited on.
 //!
 //! Every call waits until the GPUs have done the work, within the
 //! communicator's timeout ([`Comm::set_timeout`], 5 minutes by default):
@@ -27,7 +36,7 @@
 //! `NCCL_NVLS_ENABLE=0` is set before the first communicator unless the
 //! environment already sets it.
 
-use crate::cuda::nccl::{self, red, Comms, DEFAULT_TIMEOUT};
+use crate::cuda::nccl::{self, red, Comms, Flight, DEFAULT_TIMEOUT};
 use crate::cuda::{contiguous_ptr, CudaStorage};
 use crate::device::Cuda;
 use crate::dtype::{DType, DTypeKind};
@@ -39,6 +48,10 @@ use crate::tensor::Tensor;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
+
+mod dp;
+
+pub use dp::{GradBuckets, ParamReplicas, Reduced, Ticket, DEFAULT_BUCKET_BYTES};
 
 mod sealed {
     pub trait Group {}
@@ -562,17 +575,97 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
     /// # Ok(()) }
     /// ```
     pub fn all_reduce<R: Replicas<G>>(&self, x: &R, op: ReduceOp) -> Result<R> {
+        self.start_all_reduce("all_reduce", x, op)?.wait()
+    }
+
+    /// [`all_reduce`](Self::all_reduce) without waiting: queues the
+    /// reduction after the work already queued on each GPU and returns at
+    /// once; [`Pending::wait`] gives the result (the timeout counts from
+    /// this call). The tensors are taken and reduced in place where each
+    /// is contiguous and not shared (PyTorch's `all_reduce(t,
+    /// async_op=True)`), into new buffers otherwise.
+    ///
+    /// ```
+    /// use tensorfn_runtime::collective::{Comm, ReduceOp};
+    /// use tensorfn_runtime::{shape, Cuda, Tensor};
+    /// # fn main() -> tensorfn_runtime::Result<()> {
+    /// let Ok(comm) = Comm::<(Cuda<0>,)>::new() else { return Ok(()) };
+    /// let g = Tensor::<Cuda<0>, f32, shape![3]>::from_vec(vec![1.0, 2.0, 3.0])?;
+    /// let pending = comm.all_reduce_async((g,), ReduceOp::Mean)?;
+    /// // ... more work queued on the GPU runs meanwhile ...
+    /// let (g,) = pending.wait()?;
+    /// assert_eq!(g.to_vec()?, vec![1.0, 2.0, 3.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn all_reduce_async<R: Replicas<G>>(&self, x: R, op: ReduceOp) -> Result<Pending<'_, R>> {
         let parts = x.__parts();
-        let dims = same_dims("all_reduce", &parts)?;
-        let dtype = reduce_dtype::<R::Elem>("all_reduce", op)?;
+        // The tuple holds one reference; `parts` the other.
+        let owned = parts
+            .iter()
+            .all(|p| p.layout.is_contiguous() && Arc::strong_count(&p.storage) == 2);
+        if !owned {
+            drop(parts);
+            return self.start_all_reduce("all_reduce_async", &x, op);
+        }
+        let flight = self.start_in_place("all_reduce_async", &parts, op)?;
+        drop(parts);
+        Ok(Pending {
+            flight,
+            value: Some(x),
+        })
+    }
+
+    /// The out-of-place reduction, started.
+    fn start_all_reduce<R: Replicas<G>>(
+        &self,
+        name: &str,
+        x: &R,
+        op: ReduceOp,
+    ) -> Result<Pending<'_, R>> {
+        let parts = x.__parts();
+        let dims = same_dims(name, &parts)?;
+        let dtype = reduce_dtype::<R::Elem>(name, op)?;
         let n = numel(&dims);
         let inputs = contiguous(&parts)?;
         let outs = outputs::<R::Elem>(&parts, n)?;
-        if n > 0 {
+        let flight = if n > 0 {
             let bufs = pairs(&inputs, &outs);
-            self.comms.all_reduce(&bufs, n, dtype, op.nccl())?;
+            Some(
+                self.comms
+                    .all_reduce(&bufs, n, dtype, op.nccl(), keep(parts, inputs))?,
+            )
+        } else {
+            None
+        };
+        Ok(Pending {
+            flight,
+            value: Some(R::__from_parts(wrap(outs, &dims))),
+        })
+    }
+
+    /// The reduction in place over contiguous unshared `parts`, started.
+    fn start_in_place<T: DType>(
+        &self,
+        name: &str,
+        parts: &[Part<T>],
+        op: ReduceOp,
+    ) -> Result<Option<Flight<'_>>> {
+        let dims = same_dims(name, parts)?;
+        let dtype = reduce_dtype::<T>(name, op)?;
+        let n = numel(&dims);
+        if n == 0 {
+            return Ok(None);
         }
-        Ok(R::__from_parts(wrap(outs, &dims)))
+        let bufs: Vec<(u64, u64)> = parts
+            .iter()
+            .map(|p| {
+                let ptr = p.cuda().ptr_at(p.layout.offset());
+                (ptr, ptr)
+            })
+            .collect();
+        self.comms
+            .all_reduce(&bufs, n, dtype, op.nccl(), Vec::new())
+            .map(Some)
     }
 
     /// [`all_reduce`](Self::all_reduce) in place: each tensor takes the
@@ -590,29 +683,22 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
     /// # Ok(()) }
     /// ```
     pub fn all_reduce_<R: Replicas<G>>(&self, x: &mut R, op: ReduceOp) -> Result<()> {
-        let mut parts = x.__parts();
-        let dims = same_dims("all_reduce_", &parts)?;
-        let dtype = reduce_dtype::<R::Elem>("all_reduce_", op)?;
-        let n = numel(&dims);
+        let parts = x.__parts();
+        same_dims("all_reduce_", &parts)?;
+        reduce_dtype::<R::Elem>("all_reduce_", op)?;
         // The tuple holds one reference; `parts` the other.
         let owned = parts
-            .iter_mut()
+            .iter()
             .all(|p| p.layout.is_contiguous() && Arc::strong_count(&p.storage) == 2);
         if !owned {
+            drop(parts);
             *x = self.all_reduce(x, op)?;
             return Ok(());
         }
-        if n > 0 {
-            let bufs: Vec<(u64, u64)> = parts
-                .iter()
-                .map(|p| {
-                    let ptr = p.cuda().ptr_at(p.layout.offset());
-                    (ptr, ptr)
-                })
-                .collect();
-            self.comms.all_reduce(&bufs, n, dtype, op.nccl())?;
+        match self.start_in_place("all_reduce_", &parts, op)? {
+            Some(flight) => flight.wait(),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Every rank's tensor, concatenated along dim 0 in rank order, on
@@ -647,18 +733,68 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
                 "all_gather: the output's dim 0 must be N times the input's (N: the GPUs of the group)"
             );
         };
+        self.start_all_gather::<S2, R>(x)?.wait()
+    }
+
+    /// [`all_gather`](Self::all_gather) without waiting: returns at once
+    /// with a [`Pending`] result (see [`all_reduce_async`](Self::all_reduce_async)).
+    ///
+    /// ```
+    /// use tensorfn_runtime::collective::Comm;
+    /// use tensorfn_runtime::{shape, Cuda, Tensor};
+    /// # fn main() -> tensorfn_runtime::Result<()> {
+    /// let Ok(comm) = Comm::<(Cuda<0>,)>::new() else { return Ok(()) };
+    /// let x = Tensor::<Cuda<0>, i32, shape![2]>::from_vec(vec![5, 6])?;
+    /// let (all,) = comm.all_gather_async::<shape![2], _>(&(x,))?.wait()?;
+    /// assert_eq!(all.to_vec()?, vec![5, 6]);
+    /// # Ok(()) }
+    /// ```
+    pub fn all_gather_async<S2: Shape, R: Replicas<G>>(
+        &self,
+        x: &R,
+    ) -> Result<Pending<'_, R::With<S2>>> {
+        const {
+            let c = static_shard::<R::Shape, S2>(true, W::ONE_PROCESS, G::N);
+            assert!(
+                c != BAD_RANK,
+                "all_gather: the output must have the input's rank, at least 1"
+            );
+            assert!(
+                c != BAD_TAIL,
+                "all_gather: the output's dims after dim 0 must be the input's"
+            );
+            assert!(
+                c != BAD_DIM0,
+                "all_gather: the output's dim 0 must be N times the input's (N: the GPUs of the group)"
+            );
+        };
+        self.start_all_gather::<S2, R>(x)
+    }
+
+    fn start_all_gather<S2: Shape, R: Replicas<G>>(
+        &self,
+        x: &R,
+    ) -> Result<Pending<'_, R::With<S2>>> {
         let parts = x.__parts();
         let dims = same_dims("all_gather", &parts)?;
         let out_dims = shard_dims::<S2>("all_gather", &dims, self.world(), true)?;
         let n = numel(&dims);
         let inputs = contiguous(&parts)?;
         let outs = outputs::<R::Elem>(&parts, numel(&out_dims))?;
-        if n > 0 {
+        let flight = if n > 0 {
             let bufs = pairs(&inputs, &outs);
             let dtype = nccl::data_type(R::Elem::KIND);
-            self.comms.all_gather(&bufs, n, dtype)?;
-        }
-        Ok(R::With::<S2>::__from_parts(wrap(outs, &out_dims)))
+            Some(
+                self.comms
+                    .all_gather(&bufs, n, dtype, keep(parts, inputs))?,
+            )
+        } else {
+            None
+        };
+        Ok(Pending {
+            flight,
+            value: Some(R::With::<S2>::__from_parts(wrap(outs, &out_dims))),
+        })
     }
 
     /// The reduction over every rank, split along dim 0: rank r keeps the
@@ -702,6 +838,55 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
                 "reduce_scatter: the output's dim 0 must be the input's divided by N (N: the GPUs of the group)"
             );
         };
+        self.start_reduce_scatter::<S2, R>(x, op)?.wait()
+    }
+
+    /// [`reduce_scatter`](Self::reduce_scatter) without waiting: returns
+    /// at once with a [`Pending`] result (see
+    /// [`all_reduce_async`](Self::all_reduce_async)).
+    ///
+    /// ```
+    /// use tensorfn_runtime::collective::{Comm, ReduceOp};
+    /// use tensorfn_runtime::{shape, Cuda, Tensor};
+    /// # fn main() -> tensorfn_runtime::Result<()> {
+    /// let Ok(comm) = Comm::<(Cuda<0>,)>::new() else { return Ok(()) };
+    /// let x = Tensor::<Cuda<0>, f64, shape![2]>::from_vec(vec![0.5, 1.5])?;
+    /// let (mine,) = comm.reduce_scatter_async::<shape![2], _>(&(x,), ReduceOp::Sum)?.wait()?;
+    /// assert_eq!(mine.to_vec()?, vec![0.5, 1.5]);
+    /// # Ok(()) }
+    /// ```
+    pub fn reduce_scatter_async<S2: Shape, R: Replicas<G>>(
+        &self,
+        x: &R,
+        op: ReduceOp,
+    ) -> Result<Pending<'_, R::With<S2>>> {
+        const {
+            let c = static_shard::<R::Shape, S2>(false, W::ONE_PROCESS, G::N);
+            assert!(
+                c != BAD_RANK,
+                "reduce_scatter: the output must have the input's rank, at least 1"
+            );
+            assert!(
+                c != BAD_TAIL,
+                "reduce_scatter: the output's dims after dim 0 must be the input's"
+            );
+            assert!(
+                c != NOT_DIVISIBLE,
+                "reduce_scatter: the input's dim 0 does not divide by N (N: the GPUs of the group)"
+            );
+            assert!(
+                c != BAD_DIM0,
+                "reduce_scatter: the output's dim 0 must be the input's divided by N (N: the GPUs of the group)"
+            );
+        };
+        self.start_reduce_scatter::<S2, R>(x, op)
+    }
+
+    fn start_reduce_scatter<S2: Shape, R: Replicas<G>>(
+        &self,
+        x: &R,
+        op: ReduceOp,
+    ) -> Result<Pending<'_, R::With<S2>>> {
         let parts = x.__parts();
         let dims = same_dims("reduce_scatter", &parts)?;
         let dtype = reduce_dtype::<R::Elem>("reduce_scatter", op)?;
@@ -709,11 +894,19 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
         let count = numel(&out_dims);
         let inputs = contiguous(&parts)?;
         let outs = outputs::<R::Elem>(&parts, count)?;
-        if count > 0 {
+        let flight = if count > 0 {
             let bufs = pairs(&inputs, &outs);
-            self.comms.reduce_scatter(&bufs, count, dtype, op.nccl())?;
-        }
-        Ok(R::With::<S2>::__from_parts(wrap(outs, &out_dims)))
+            Some(
+                self.comms
+                    .reduce_scatter(&bufs, count, dtype, op.nccl(), keep(parts, inputs))?,
+            )
+        } else {
+            None
+        };
+        Ok(Pending {
+            flight,
+            value: Some(R::With::<S2>::__from_parts(wrap(outs, &out_dims))),
+        })
     }
 
     /// Rank `root`'s tensor on every device (new tensors): PyTorch's
@@ -731,6 +924,25 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
     /// # Ok(()) }
     /// ```
     pub fn broadcast<R: Replicas<G>>(&self, x: &R, root: usize) -> Result<R> {
+        self.broadcast_async(x, root)?.wait()
+    }
+
+    /// [`broadcast`](Self::broadcast) without waiting: returns at once
+    /// with a [`Pending`] result (see
+    /// [`all_reduce_async`](Self::all_reduce_async)).
+    ///
+    /// ```
+    /// use tensorfn_runtime::collective::Comm;
+    /// use tensorfn_runtime::{shape, Cuda, Tensor};
+    /// # fn main() -> tensorfn_runtime::Result<()> {
+    /// let Ok(comm) = Comm::<(Cuda<0>,)>::new() else { return Ok(()) };
+    /// let w = Tensor::<Cuda<0>, f32, shape![2]>::from_vec(vec![1.0, -1.0])?;
+    /// let pending = comm.broadcast_async(&(w,), 0)?;
+    /// let (w,) = pending.wait()?;
+    /// assert_eq!(w.to_vec()?, vec![1.0, -1.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn broadcast_async<R: Replicas<G>>(&self, x: &R, root: usize) -> Result<Pending<'_, R>> {
         if root >= self.world() {
             return Err(Error::InvalidArgument {
                 op: "broadcast".into(),
@@ -745,13 +957,114 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
         let n = numel(&dims);
         let inputs = contiguous(&parts)?;
         let outs = outputs::<R::Elem>(&parts, n)?;
-        if n > 0 {
+        let flight = if n > 0 {
             let bufs = pairs(&inputs, &outs);
             let dtype = nccl::data_type(R::Elem::KIND);
-            self.comms.broadcast(&bufs, n, dtype, root)?;
-        }
-        Ok(R::__from_parts(wrap(outs, &dims)))
+            Some(
+                self.comms
+                    .broadcast(&bufs, n, dtype, root, keep(parts, inputs))?,
+            )
+        } else {
+            None
+        };
+        Ok(Pending {
+            flight,
+            value: Some(R::__from_parts(wrap(outs, &dims))),
+        })
     }
+}
+
+/// A collective queued on the GPUs and not yet waited on, from the
+/// `*_async` methods of [`Comm`] (PyTorch's `Work` of `async_op=True`):
+/// [`wait`](Self::wait) gives its result. The timeout counts from the
+/// call that started it; a collective that does not finish in time, or
+/// fails, aborts the communicator and `wait` returns the `Err`. Dropping
+/// a `Pending` waits too (ignoring the result), so buffers are never
+/// freed while NCCL still uses them.
+///
+/// ```
+/// use tensorfn_runtime::collective::{Comm, ReduceOp};
+/// use tensorfn_runtime::{shape, Cuda, Tensor};
+/// # fn main() -> tensorfn_runtime::Result<()> {
+/// let Ok(comm) = Comm::<(Cuda<0>,)>::new() else { return Ok(()) };
+/// let a = Tensor::<Cuda<0>, f32, shape![2]>::from_vec(vec![1.0, 2.0])?;
+/// let b = Tensor::<Cuda<0>, f32, shape![3]>::from_vec(vec![3.0, 4.0, 5.0])?;
+/// // Two reductions in flight at once, waited on in order.
+/// let pa = comm.all_reduce_async((a,), ReduceOp::Sum)?;
+/// let pb = comm.all_reduce_async((b,), ReduceOp::Sum)?;
+/// let ((a,), (b,)) = (pa.wait()?, pb.wait()?);
+/// assert_eq!((a.to_vec()?, b.to_vec()?), (vec![1.0, 2.0], vec![3.0, 4.0, 5.0]));
+/// # Ok(()) }
+/// ```
+#[must_use = "a collective's result is only there after `wait`"]
+pub struct Pending<'c, R> {
+    // Dropped first: waits before `value`'s buffers are released.
+    flight: Option<Flight<'c>>,
+    value: Option<R>,
+}
+
+impl<R> std::fmt::Debug for Pending<'_, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("queued", &self.flight.is_some())
+            .finish()
+    }
+}
+
+impl<R> Pending<'_, R> {
+    /// Waits until the GPUs have done the collective and returns its
+    /// result; `Err` (and the communicator aborted) on an NCCL error or
+    /// after the communicator's timeout.
+    ///
+    /// ```
+    /// use tensorfn_runtime::collective::{Comm, ReduceOp};
+    /// use tensorfn_runtime::{shape, Cuda, Tensor};
+    /// # fn main() -> tensorfn_runtime::Result<()> {
+    /// let Ok(comm) = Comm::<(Cuda<0>,)>::new() else { return Ok(()) };
+    /// let x = Tensor::<Cuda<0>, i64, shape![1]>::from_vec(vec![7])?;
+    /// let (y,) = comm.all_reduce_async((x,), ReduceOp::Max)?.wait()?;
+    /// assert_eq!(y.to_vec()?, vec![7]);
+    /// # Ok(()) }
+    /// ```
+    pub fn wait(mut self) -> Result<R> {
+        if let Some(flight) = self.flight.take() {
+            flight.wait()?;
+        }
+        Ok(self
+            .value
+            .take()
+            .expect("a pending collective's value is taken once"))
+    }
+
+    /// Whether the collective has finished, without blocking (PyTorch's
+    /// `Work.is_completed()`); `Err` (and the communicator aborted) on an
+    /// NCCL error.
+    ///
+    /// ```
+    /// use tensorfn_runtime::collective::{Comm, ReduceOp};
+    /// use tensorfn_runtime::{shape, Cuda, Tensor};
+    /// # fn main() -> tensorfn_runtime::Result<()> {
+    /// let Ok(comm) = Comm::<(Cuda<0>,)>::new() else { return Ok(()) };
+    /// let x = Tensor::<Cuda<0>, f32, shape![4]>::ones()?;
+    /// let p = comm.all_reduce_async((x,), ReduceOp::Sum)?;
+    /// while !p.is_done()? {
+    ///     std::thread::yield_now();
+    /// }
+    /// assert_eq!(p.wait()?.0.to_vec()?, vec![1.0; 4]);
+    /// # Ok(()) }
+    /// ```
+    pub fn is_done(&self) -> Result<bool> {
+        match &self.flight {
+            Some(f) => f.is_done(),
+            None => Ok(true),
+        }
+    }
+}
+
+/// What a flight keeps alive: the input tensors and their contiguous
+/// copies.
+fn keep<T: DType>(parts: Vec<Part<T>>, inputs: Vec<Input<T>>) -> Vec<Box<dyn std::any::Any>> {
+    vec![Box::new(parts), Box::new(inputs)]
 }
 
 /// The dims every tensor of the tuple has; `Err` naming the tensor whose

@@ -177,3 +177,130 @@ fn sums_of_bools_are_refused() {
     assert!(reduce_dtype::<bool>("all_reduce", ReduceOp::Max).is_ok());
     assert!(reduce_dtype::<f32>("all_reduce", ReduceOp::Mean).is_ok());
 }
+
+/// A fresh random stream each run, its seed printed for a rerun.
+fn fresh() -> crate::random::SplitMix64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(7);
+    eprintln!("seed {t}");
+    crate::random::SplitMix64::new(t)
+}
+
+#[test]
+fn the_bucket_plan_packs_tensors_in_push_order_by_dtype() {
+    use dp::BucketPlan;
+    let mut rng = fresh();
+    let kinds = [DTypeKind::F32, DTypeKind::BF16, DTypeKind::F64];
+    for _ in 0..50 {
+        let bytes = 1 + (rng.next_u64() % 4096) as usize;
+        let mut plan = BucketPlan::new(bytes);
+        // (dtype, numel, placement) in push order, and the buckets
+        // started, in order.
+        let mut pushed = Vec::new();
+        let mut started = Vec::new();
+        let n = (rng.next_u64() % 60) as usize;
+        for _ in 0..n {
+            let dtype = kinds[(rng.next_u64() % 3) as usize];
+            let numel = match rng.next_u64() % 8 {
+                0 => 0,
+                1 => (rng.next_u64() % 4096) as usize, // often larger than a bucket
+                _ => (rng.next_u64() % 64) as usize,
+            };
+            let p = plan.place(dtype, numel);
+            started.extend(p.closed_before);
+            if p.full {
+                started.extend(p.bucket);
+            }
+            pushed.push((dtype, numel, p));
+        }
+        started.extend(plan.flush());
+        // Every bucket is started exactly once, each after it opened.
+        let mut sorted = started.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..plan.buckets.len()).collect::<Vec<_>>());
+        assert!(plan.buckets.iter().all(|b| b.closed));
+        for (b, bucket) in plan.buckets.iter().enumerate() {
+            let cap = (bytes / bucket.dtype.size_bytes()).max(1);
+            let members: Vec<_> = pushed
+                .iter()
+                .filter(|(_, _, p)| p.bucket == Some(b))
+                .collect();
+            assert!(!members.is_empty(), "bucket {b} is empty");
+            // One dtype, tensors back to back in push order from 0.
+            let mut offset = 0;
+            for (dtype, numel, p) in &members {
+                assert_eq!(*dtype, bucket.dtype);
+                assert_eq!(p.offset, offset, "bucket {b}");
+                offset += numel;
+            }
+            assert_eq!(offset, bucket.len);
+            assert!(members[0].2.opened);
+            assert!(members[1..].iter().all(|(_, _, p)| !p.opened));
+            // Never more than the size, unless one tensor alone is larger.
+            assert_eq!(bucket.capacity, cap.max(members[0].1));
+            assert!(bucket.len <= bucket.capacity);
+            if members.len() > 1 {
+                assert!(bucket.len <= cap, "bucket {b}: {} > {cap}", bucket.len);
+            }
+        }
+        for (i, (dtype, numel, p)) in pushed.iter().enumerate() {
+            if *numel == 0 {
+                assert_eq!(p.bucket, None);
+                continue;
+            }
+            let b = p.bucket.unwrap();
+            let cap = (bytes / dtype.size_bytes()).max(1);
+            // A bucket fills when it reaches the size.
+            assert_eq!(p.full, p.offset + numel >= cap);
+            // A bucket closed before a tensor is the previous one of its
+            // dtype, and the tensor did not fit in it.
+            if let Some(c) = p.closed_before {
+                let prev = &plan.buckets[c];
+                assert_eq!(prev.dtype, *dtype);
+                assert!(prev.len + numel > prev.capacity);
+                assert!(c < b && p.opened);
+            }
+            // Buckets of a dtype open in push order.
+            for (d2, n2, q) in &pushed[..i] {
+                if d2 == dtype && *n2 > 0 {
+                    assert!(q.bucket.unwrap() <= b);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn replicas_must_agree_across_devices() {
+    let ok = vec![
+        (
+            "w".to_string(),
+            DTypeKind::F32,
+            vec![2, 3],
+            crate::DeviceKind::Cuda(0),
+        ),
+        (
+            "b".to_string(),
+            DTypeKind::F32,
+            vec![3],
+            crate::DeviceKind::Cuda(0),
+        ),
+    ];
+    let mut other = ok.clone();
+    for t in &mut other {
+        t.3 = crate::DeviceKind::Cuda(1);
+    }
+    assert!(dp::check_replicas("t", &[0, 1], &[ok.clone(), other.clone()]).is_ok());
+    let mut bad = other.clone();
+    bad[1].2 = vec![4];
+    let e = dp::check_replicas("t", &[0, 1], &[ok.clone(), bad]).unwrap_err();
+    assert!(e.to_string().contains("`b` of device 1"), "{e}");
+    let mut cpu = other.clone();
+    cpu[0].3 = crate::DeviceKind::Cpu;
+    let e = dp::check_replicas("t", &[0, 1], &[ok.clone(), cpu]).unwrap_err();
+    assert!(e.to_string().contains("cuda:1"), "{e}");
+    let e = dp::check_replicas("t", &[0, 1], &[ok, other[..1].to_vec()]).unwrap_err();
+    assert!(e.to_string().contains("1 tensors"), "{e}");
+}

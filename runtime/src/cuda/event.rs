@@ -44,6 +44,17 @@ impl Event {
         .map_err(|e| driver("cuStreamWaitEvent", e))
     }
 
+    /// Whether the last record has happened, without blocking; `Err` on a
+    /// fault of the work before it.
+    pub(crate) fn query(&self, op: &str) -> Result<bool> {
+        // SAFETY: the event is alive.
+        match unsafe { sys::cuEventQuery(self.0) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            other => Err(driver(op, cudarc::driver::DriverError(other))),
+        }
+    }
+
     /// Blocks the host until the last record has happened.
     pub(crate) fn synchronize(&self, op: &str) -> Result<()> {
         // SAFETY: the event is alive.

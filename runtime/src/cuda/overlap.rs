@@ -32,16 +32,16 @@ use cudarc::driver::{result, sys};
 use std::sync::Arc;
 
 /// A non-blocking stream, destroyed on drop after draining.
-struct Stream(sys::CUstream);
+pub(crate) struct Stream(pub(crate) sys::CUstream);
 
 impl Stream {
-    fn new() -> Result<Stream> {
+    pub(crate) fn new() -> Result<Stream> {
         result::stream::create(result::stream::StreamKind::NonBlocking)
             .map(Stream)
             .map_err(|e| driver("cuStreamCreate (copy stream)", e))
     }
 
-    fn synchronize(&self, op: &str) -> Result<()> {
+    pub(crate) fn synchronize(&self, op: &str) -> Result<()> {
         // SAFETY: the stream is alive.
         unsafe { result::stream::synchronize(self.0) }.map_err(|e| driver(op, e))
     }

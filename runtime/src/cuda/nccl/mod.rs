@@ -21,15 +21,28 @@
 //! communicator's timeout passes; then every communicator of the group is
 //! aborted (`ncclCommAbort`) and the call returns `Err`. A collective never
 //! hangs the process on a peer that went away.
+//!
+//! Collectives run on a communication stream per device, not on the
+//! context's stream: [`Comms::start`] records an event on the context's
+//! stream (after every kernel that wrote the inputs) and makes the
+//! communication stream wait for it, queues the NCCL calls, records a
+//! second event after them and returns a [`Flight`] at once, so the
+//! device keeps computing while the collective runs. [`Flight::wait`]
+//! polls that event and the communicators' errors within the timeout;
+//! the buffers the collective touches are kept alive by the flight until
+//! then (dropping a flight waits too), so the context's stream-ordered
+//! allocator never hands them out while NCCL still uses them.
 
 #[cfg(test)]
 mod tests;
 
 use super::context::{context, lock, Context};
-use super::error::driver;
+pub(crate) use super::context::{context as device, Context as Ctx};
+use super::event::Event;
+use super::overlap::Stream as CommStream;
 use crate::error::{Error, Result};
-use cudarc::driver::sys as cu;
 use cudarc::nccl::sys as nc;
+use std::any::Any;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -323,6 +336,8 @@ struct State {
 struct Member {
     comm: nc::ncclComm_t,
     ctx: Arc<Context>,
+    /// The stream NCCL runs on, beside the context's.
+    stream: CommStream,
 }
 
 // SAFETY: the communicators are only used with `state` locked; the
@@ -384,17 +399,28 @@ impl Comms {
             }
             Ok(())
         });
-        let comms = Comms {
-            api,
-            members: raw
-                .iter()
-                .zip(&ctxs)
-                .filter(|(c, _)| !c.is_null())
-                .map(|(&comm, ctx)| Member {
+        let mut members = Vec::new();
+        let mut streams = Ok(());
+        for (&comm, ctx) in raw.iter().zip(&ctxs).filter(|(c, _)| !c.is_null()) {
+            let stream = ctx.bind().and_then(|()| CommStream::new());
+            match stream {
+                Ok(stream) => members.push(Member {
                     comm,
                     ctx: ctx.clone(),
-                })
-                .collect(),
+                    stream,
+                }),
+                Err(e) => {
+                    // Not a member: abort it here, the others below.
+                    // SAFETY: a communicator made above, never used after.
+                    unsafe { (api.abort)(comm) };
+                    streams = Err(e);
+                }
+            }
+        }
+        let made = made.and(streams);
+        let comms = Comms {
+            api,
+            members,
             world,
             first_rank,
             serial: Mutex::new(()),
@@ -517,9 +543,16 @@ impl Comms {
     }
 
     /// Queues one call per local device in one NCCL group (`call` gets the
-    /// member's index, communicator and stream), then waits until NCCL has
-    /// queued them and the devices have run them, within the timeout.
-    pub(crate) fn run(&self, op: &str, call: Call<'_>) -> Result<()> {
+    /// member's index, communicator and stream) on the communication
+    /// streams, after the work already queued on the devices' own streams,
+    /// and returns without waiting for it; `keep` (the buffers the calls
+    /// read and write) lives until the flight is waited on or dropped.
+    pub(crate) fn start(
+        &self,
+        op: &str,
+        call: Call<'_>,
+        keep: Vec<Box<dyn Any>>,
+    ) -> Result<Flight<'_>> {
         let _serial = lock(&self.serial);
         let state = lock(&self.state);
         if let Some(reason) = &state.aborted {
@@ -533,10 +566,18 @@ impl Comms {
         }
         let deadline = Instant::now() + state.timeout;
         drop(state);
+        // The communication streams wait for what the devices queued so
+        // far (the kernels that wrote the inputs, the allocations).
+        for m in &self.members {
+            m.ctx.bind()?;
+            let before = Event::new()?;
+            before.record(m.ctx.stream)?;
+            before.wait_on(m.stream.0)?;
+        }
         let queued = self.api.group(op, || {
             for (i, m) in self.members.iter().enumerate() {
                 m.ctx.bind()?;
-                let s = call(i, m.comm, m.ctx.stream as Stream);
+                let s = call(i, m.comm, m.stream.0 as Stream);
                 if s != SUCCESS && s != IN_PROGRESS {
                     return Err(self.api.error(op, s, m.comm));
                 }
@@ -547,24 +588,100 @@ impl Comms {
             self.abort(e.to_string());
             return Err(e);
         }
+        // Non-blocking communicators may still be queueing the calls.
         self.until_ready(op, deadline)?;
-        // The work is on the streams: wait for it, still watching for
-        // asynchronous errors (a peer that went away).
-        self.poll(op, deadline, || {
-            if !self.ready(op)? {
-                return Ok(false);
-            }
-            for m in &self.members {
-                m.ctx.bind()?;
-                // SAFETY: a query of the context's own stream.
-                match unsafe { cu::cuStreamQuery(m.ctx.stream) } {
-                    cu::CUresult::CUDA_SUCCESS => {}
-                    cu::CUresult::CUDA_ERROR_NOT_READY => return Ok(false),
-                    other => return Err(driver(op, cudarc::driver::DriverError(other))),
+        let mut done = Vec::with_capacity(self.members.len());
+        for m in &self.members {
+            let recorded = m.ctx.bind().and_then(|()| {
+                let e = Event::new()?;
+                e.record(m.stream.0)?;
+                Ok(e)
+            });
+            match recorded {
+                Ok(e) => done.push(e),
+                Err(e) => {
+                    self.abort(e.to_string());
+                    return Err(e);
                 }
             }
-            Ok(true)
+        }
+        Ok(Flight {
+            comms: self,
+            op: op.to_string(),
+            deadline,
+            done,
+            keep,
+            waited: false,
         })
+    }
+}
+
+/// A collective queued by [`Comms::start`] and not yet waited on.
+pub(crate) struct Flight<'c> {
+    comms: &'c Comms,
+    op: String,
+    deadline: Instant,
+    /// One per member, recorded on its communication stream after the
+    /// NCCL calls.
+    done: Vec<Event>,
+    keep: Vec<Box<dyn Any>>,
+    waited: bool,
+}
+
+impl Flight<'_> {
+    /// Whether the devices have finished the collective, without
+    /// blocking; `Err` (and the communicators aborted) on an
+    /// asynchronous error.
+    pub(crate) fn is_done(&self) -> Result<bool> {
+        let r = self.done_now();
+        if let Err(e) = &r {
+            self.comms.abort(e.to_string());
+        }
+        r
+    }
+
+    fn done_now(&self) -> Result<bool> {
+        if !self.comms.ready(&self.op)? {
+            return Ok(false);
+        }
+        for (m, e) in self.comms.members.iter().zip(&self.done) {
+            m.ctx.bind()?;
+            if !e.query(&self.op)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Polls until the devices have finished the collective; an error or
+    /// the communicator's timeout (counted from the start) aborts every
+    /// communicator of the group and returns `Err`.
+    pub(crate) fn wait(mut self) -> Result<()> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        if self.waited {
+            return Ok(());
+        }
+        self.waited = true;
+        let r = self.comms.poll(&self.op, self.deadline, || self.done_now());
+        if r.is_err() {
+            // Aborting stops NCCL's kernels; the buffers may be freed
+            // once the streams have drained.
+            for m in &self.comms.members {
+                let _ = m.ctx.bind();
+                let _ = m.stream.synchronize("ncclCommAbort");
+            }
+        }
+        self.keep.clear();
+        r
+    }
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        let _ = self.finish();
     }
 }
 
@@ -662,63 +779,136 @@ pub(crate) mod red {
 }
 
 impl Comms {
-    /// `ncclAllReduce` of `count` elements per member, `bufs[i] = (send,
-    /// recv)` (equal for in place).
+    /// Starts `ncclAllReduce` of `count` elements per member, `bufs[i] =
+    /// (send, recv)` (equal for in place); `keep` holds them alive.
     pub(crate) fn all_reduce(
         &self,
         bufs: &[(u64, u64)],
         count: usize,
         dtype: c_int,
         op: c_int,
-    ) -> Result<()> {
+        keep: Vec<Box<dyn Any>>,
+    ) -> Result<Flight<'_>> {
         let f = self.api.all_reduce;
-        self.run("ncclAllReduce", &|i, comm, stream| {
-            let (s, r) = bufs[i];
-            // SAFETY: both buffers hold `count` elements on member i's
-            // device, alive until `run` returns (it waits for the work).
-            unsafe { f(s as _, r as _, count, dtype, op, comm, stream) }
-        })
+        self.start(
+            "ncclAllReduce",
+            &|i, comm, stream| {
+                let (s, r) = bufs[i];
+                // SAFETY: both buffers hold `count` elements on member i's
+                // device, kept alive by the flight until the work is done.
+                unsafe { f(s as _, r as _, count, dtype, op, comm, stream) }
+            },
+            keep,
+        )
     }
 
-    /// `ncclAllGather`: `count` elements in, `count × world` out.
-    pub(crate) fn all_gather(&self, bufs: &[(u64, u64)], count: usize, dtype: c_int) -> Result<()> {
+    /// Starts `ncclAllGather`: `count` elements in, `count × world` out.
+    pub(crate) fn all_gather(
+        &self,
+        bufs: &[(u64, u64)],
+        count: usize,
+        dtype: c_int,
+        keep: Vec<Box<dyn Any>>,
+    ) -> Result<Flight<'_>> {
         let f = self.api.all_gather;
-        self.run("ncclAllGather", &|i, comm, stream| {
-            let (s, r) = bufs[i];
-            // SAFETY: as in `all_reduce`, with `count × world` out.
-            unsafe { f(s as _, r as _, count, dtype, comm, stream) }
-        })
+        self.start(
+            "ncclAllGather",
+            &|i, comm, stream| {
+                let (s, r) = bufs[i];
+                // SAFETY: as in `all_reduce`, with `count × world` out.
+                unsafe { f(s as _, r as _, count, dtype, comm, stream) }
+            },
+            keep,
+        )
     }
 
-    /// `ncclReduceScatter`: `count × world` elements in, `count` out.
+    /// Starts `ncclReduceScatter`: `count × world` elements in, `count`
+    /// out.
     pub(crate) fn reduce_scatter(
         &self,
         bufs: &[(u64, u64)],
         count: usize,
         dtype: c_int,
         op: c_int,
-    ) -> Result<()> {
+        keep: Vec<Box<dyn Any>>,
+    ) -> Result<Flight<'_>> {
         let f = self.api.reduce_scatter;
-        self.run("ncclReduceScatter", &|i, comm, stream| {
-            let (s, r) = bufs[i];
-            // SAFETY: as in `all_reduce`, with `count × world` in.
-            unsafe { f(s as _, r as _, count, dtype, op, comm, stream) }
-        })
+        self.start(
+            "ncclReduceScatter",
+            &|i, comm, stream| {
+                let (s, r) = bufs[i];
+                // SAFETY: as in `all_reduce`, with `count × world` in.
+                unsafe { f(s as _, r as _, count, dtype, op, comm, stream) }
+            },
+            keep,
+        )
     }
 
-    /// `ncclBroadcast` of `count` elements from rank `root`.
+    /// Starts `ncclBroadcast` of `count` elements from rank `root`.
     pub(crate) fn broadcast(
         &self,
         bufs: &[(u64, u64)],
         count: usize,
         dtype: c_int,
         root: usize,
-    ) -> Result<()> {
+        keep: Vec<Box<dyn Any>>,
+    ) -> Result<Flight<'_>> {
         let f = self.api.broadcast;
-        self.run("ncclBroadcast", &|i, comm, stream| {
-            let (s, r) = bufs[i];
-            // SAFETY: as in `all_reduce`.
-            unsafe { f(s as _, r as _, count, dtype, root as c_int, comm, stream) }
-        })
+        self.start(
+            "ncclBroadcast",
+            &|i, comm, stream| {
+                let (s, r) = bufs[i];
+                // SAFETY: as in `all_reduce`.
+                unsafe { f(s as _, r as _, count, dtype, root as c_int, comm, stream) }
+            },
+            keep,
+        )
     }
+}
+
+/// One buffer of a batched call: device address, element count and
+/// `ncclDataType_t`.
+pub(crate) type Buffer = (u64, usize, c_int);
+
+impl Comms {
+    /// Starts one in-place `ncclBroadcast` from rank `root` per buffer of
+    /// each member (`bufs[i]`, the same counts and dtypes on every
+    /// member), all in one group.
+    pub(crate) fn broadcast_each(
+        &self,
+        bufs: &[Vec<Buffer>],
+        root: usize,
+        keep: Vec<Box<dyn Any>>,
+    ) -> Result<Flight<'_>> {
+        let f = self.api.broadcast;
+        self.start(
+            "ncclBroadcast",
+            &|i, comm, stream| {
+                for &(p, count, dtype) in &bufs[i] {
+                    // SAFETY: each buffer holds `count` elements on member
+                    // i's device, alive until the flight is waited on.
+                    let s = unsafe { f(p as _, p as _, count, dtype, root as c_int, comm, stream) };
+                    if s != SUCCESS && s != IN_PROGRESS {
+                        return s;
+                    }
+                }
+                SUCCESS
+            },
+            keep,
+        )
+    }
+}
+
+/// Queues a copy of `bytes` from `src` to `dst`, both on `ctx`'s device,
+/// on its stream (ordered with the kernels that wrote `src` and read
+/// `dst` later).
+pub(crate) fn copy_on(ctx: &Arc<Context>, dst: u64, src: u64, bytes: usize) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    ctx.bind()?;
+    // SAFETY: both ranges hold `bytes` bytes on the bound device, alive
+    // until the stream has run the copy (the callers keep them).
+    unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, ctx.stream) }
+        .map_err(|e| super::error::driver("cuMemcpyDtoDAsync", e))
 }

@@ -225,3 +225,187 @@ fn copies_between_two_gpus_use_peer_access() {
     let back = y.to_device::<Cuda<0>>().unwrap();
     assert_eq!(back.to_vec().unwrap(), vec![1., 4., 2., 5., 3., 6.]);
 }
+
+#[test]
+fn collectives_in_flight_overlap_compute_and_are_waited_on_later() {
+    let Some((_serial, comm)) = comm() else {
+        return;
+    };
+    let mut rng = seed();
+    let host: Vec<Vec<f32>> = (0..6).map(|i| values(&mut rng, 1000 + 37 * i)).collect();
+    let tensors: Vec<Tensor<Cuda<0>, f32, shape![_]>> = host
+        .iter()
+        .map(|h| Tensor::from_vec_dims(h.clone(), &[h.len()]).unwrap())
+        .collect();
+    // Shared tensors (a clone kept here) are reduced out of place; the
+    // others in place. Compute queued after the starts runs meanwhile.
+    let kept = tensors[0].clone();
+    let mut pending = Vec::new();
+    for (i, t) in tensors.into_iter().enumerate() {
+        let op = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max][i % 3];
+        pending.push(comm.all_reduce_async((t,), op).unwrap());
+    }
+    let busy = Tensor::<Cuda<0>, f32, shape![_]>::ones_dims(&[1 << 20]).unwrap();
+    let busy = (busy.clone() + busy).unwrap();
+    // A start whose tensor is dropped by the caller keeps it alive.
+    let gather = {
+        let x = Tensor::<Cuda<0>, f32, shape![_]>::from_vec_dims(host[1].clone(), &[host[1].len()])
+            .unwrap();
+        comm.all_gather_async::<shape![_], _>(&(x,)).unwrap()
+    };
+    let bcast = comm.broadcast_async(&(kept.clone(),), 0).unwrap();
+    // One dropped without waiting: the drop waits.
+    drop(
+        comm.all_reduce_async((kept.clone(),), ReduceOp::Sum)
+            .unwrap(),
+    );
+    for (i, p) in pending.into_iter().enumerate().rev() {
+        let (y,) = p.wait().unwrap();
+        same(
+            &y.to_vec().unwrap(),
+            &host[i],
+            &format!("async all_reduce {i}"),
+        );
+    }
+    let (g,) = gather.wait().unwrap();
+    same(&g.to_vec().unwrap(), &host[1], "async all_gather");
+    let (b,) = bcast.wait().unwrap();
+    same(&b.to_vec().unwrap(), &host[0], "async broadcast");
+    same(&kept.to_vec().unwrap(), &host[0], "the shared input");
+    assert_eq!(busy.to_vec().unwrap()[0], 2.0);
+    // Empty tensors queue nothing and are done at once.
+    let e = Tensor::<Cuda<0>, f32, shape![_]>::zeros_dims(&[0]).unwrap();
+    let p = comm.all_reduce_async((e,), ReduceOp::Sum).unwrap();
+    assert!(p.is_done().unwrap());
+    assert_eq!(p.wait().unwrap().0.dims(), &[0]);
+    // Errors are returned before anything is queued.
+    let b = Tensor::<Cuda<0>, bool, shape![1]>::from_vec(vec![true]).unwrap();
+    assert!(comm.all_reduce_async((b,), ReduceOp::Mean).is_err());
+}
+
+#[test]
+fn gradient_buckets_of_one_rank_give_back_the_gradients() {
+    use crate::collective::GradBuckets;
+    let Some((_serial, comm)) = comm() else {
+        return;
+    };
+    let mut rng = seed();
+    for bytes in [64usize, 1000, 1 << 16, 25 << 20] {
+        let mut buckets = GradBuckets::new(&comm, bytes);
+        // Per-block gradients of three dtypes and random sizes, pushed as
+        // a per-layer backward would give them; one a strided view.
+        let mut expect32 = Vec::new();
+        let mut tickets32 = Vec::new();
+        let mut expect16 = Vec::new();
+        let mut tickets16 = Vec::new();
+        for block in 0..5 {
+            let n = (rng.next_u64() % 700) as usize;
+            let h: Vec<f32> = values(&mut rng, n * 2);
+            let w =
+                Tensor::<Cuda<0>, f32, shape![_, 2]>::from_vec_dims(h.clone(), &[n, 2]).unwrap();
+            let b: Vec<f32> = values(&mut rng, 3);
+            let bias = Tensor::<Cuda<0>, f32, shape![3]>::from_vec(b.clone()).unwrap();
+            let t = if block == 2 {
+                // A strided view of the same values.
+                let wt = w.t().unwrap().contiguous().unwrap().t().unwrap();
+                assert!(!wt.is_contiguous() || n < 2);
+                [wt, w]
+            } else {
+                [w.clone(), w]
+            };
+            tickets32.push((buckets.push((t,)).unwrap(), buckets.push((bias,)).unwrap()));
+            expect32.push((h, b));
+            let m = (rng.next_u64() % 300) as usize;
+            let hb: Vec<bf16> = values(&mut rng, m);
+            let g = Tensor::<Cuda<0>, bf16, shape![_]>::from_vec_dims(hb.clone(), &[m]).unwrap();
+            tickets16.push(buckets.push((g,)).unwrap());
+            expect16.push(hb);
+        }
+        let d = Tensor::<Cuda<0>, f64, shape![4]>::from_vec(vec![0.25, -0.0, 1e300, -3.0]).unwrap();
+        let t64 = buckets.push(([d],)).unwrap();
+        let mut reduced = buckets.finish().unwrap();
+        // Taken back in another order than pushed.
+        let ([d],) = reduced.take(t64).unwrap();
+        same(&d.to_vec().unwrap(), &[0.25, -0.0, 1e300, -3.0], "f64");
+        for (t, h) in tickets16.into_iter().zip(&expect16).rev() {
+            let (g,) = reduced.take(t).unwrap();
+            same(&g.to_vec().unwrap(), h, &format!("bf16 bytes={bytes}"));
+        }
+        for ((t, tb), (h, b)) in tickets32.into_iter().zip(&expect32) {
+            let (ws,) = reduced.take(t).unwrap();
+            let (bias,) = reduced.take(tb).unwrap();
+            for w in &ws {
+                same(
+                    &w.to_vec().unwrap(),
+                    h,
+                    &format!("f32 weight bytes={bytes}"),
+                );
+            }
+            same(
+                &bias.to_vec().unwrap(),
+                b,
+                &format!("f32 bias bytes={bytes}"),
+            );
+        }
+    }
+    // Integer and host tensors are refused, naming the tensor.
+    let mut buckets = comm.grad_buckets();
+    let i = Tensor::<Cuda<0>, i32, shape![2]>::ones().unwrap();
+    assert!(matches!(buckets.push((vec![i],)), Err(Error::DType { .. })));
+    let c = Tensor::<Cpu, f32, shape![2]>::ones().unwrap();
+    let e = buckets.push((vec![c],)).unwrap_err();
+    assert!(e.to_string().contains("`0`"), "{e}");
+    // Dropped without finishing: the reductions in flight are waited on.
+    let mut buckets = GradBuckets::new(&comm, 8);
+    let _ = buckets
+        .push((Tensor::<Cuda<0>, f32, shape![16]>::ones().unwrap(),))
+        .unwrap();
+    drop(buckets);
+}
+
+#[test]
+fn parameters_are_broadcast_in_place_from_rank_0() {
+    let Some((_serial, comm)) = comm() else {
+        return;
+    };
+    let mut rng = seed();
+    let h: Vec<f32> = values(&mut rng, 12);
+    let hb: Vec<bf16> = values(&mut rng, 5);
+    let w = Tensor::<Cuda<0>, f32, shape![3, 4]>::from_vec(h.clone()).unwrap();
+    let shared = w.clone();
+    let b = Tensor::<Cuda<0>, bf16, shape![_]>::from_vec_dims(hb.clone(), &[5]).unwrap();
+    let e = Tensor::<Cuda<0>, f32, shape![_]>::zeros_dims(&[0]).unwrap();
+    let mut replicas = (w,);
+    comm.broadcast_params(&mut replicas).unwrap();
+    let (w,) = replicas;
+    let mut replicas = (vec![b],);
+    comm.broadcast_params(&mut replicas).unwrap();
+    let (b,) = replicas;
+    let mut replicas = ([e],);
+    comm.broadcast_params(&mut replicas).unwrap();
+    let ([e],) = replicas;
+    same(&w.to_vec().unwrap(), &h, "weight");
+    same(&b[0].to_vec().unwrap(), &hb, "bias");
+    assert_eq!(e.dims(), &[0]);
+    same(&shared.to_vec().unwrap(), &h, "the shared tensor");
+    let mut host = (vec![Tensor::<Cpu, f32, shape![2]>::ones().unwrap()],);
+    let e = comm.broadcast_params(&mut host).unwrap_err();
+    assert!(e.to_string().contains("cuda:0"), "{e}");
+}
+
+#[test]
+fn tickets_belong_to_their_buckets() {
+    let Some((_serial, comm)) = comm() else {
+        return;
+    };
+    let mut a = comm.grad_buckets();
+    let mut b = comm.grad_buckets();
+    let one = || (Tensor::<Cuda<0>, f32, shape![2]>::ones().unwrap(),);
+    let ta = a.push(one()).unwrap();
+    let tb = b.push(one()).unwrap();
+    let mut ra = a.finish().unwrap();
+    let mut rb = b.finish().unwrap();
+    assert!(ra.take(tb).is_err());
+    assert_eq!(ra.take(ta).unwrap().0.to_vec().unwrap(), vec![1.0; 2]);
+    let _ = &mut rb;
+}
