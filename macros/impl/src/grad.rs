@@ -1326,6 +1326,7 @@ impl Deriver {
                 mask,
                 causal,
                 scale,
+                gqa,
             } => {
                 if let Some(m) = mask {
                     if self.live[m] && self.is_tensor(m) {
@@ -1345,6 +1346,7 @@ impl Deriver {
                         mask,
                         causal,
                         scale,
+                        gqa,
                     },
                     Ty::Tuple(tys.to_vec()),
                     n,
