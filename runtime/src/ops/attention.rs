@@ -1,7 +1,8 @@
 //! `scaled_dot_product_attention`, PyTorch's
 //! `torch.nn.functional.scaled_dot_product_attention`: the shapes pair up
 //! in the types ([`AttentionShape`]), the optional arguments are an
-//! [`AttentionArgs`] (`attn_mask`, `is_causal`, `scale`), and both
+//! [`AttentionArgs`] (`attn_mask`, `is_causal`, `scale`, `enable_gqa` for
+//! keys and values of fewer heads than the query), and both
 //! backends run it blocked with an online softmax, never holding the
 //! `L x S` scores.
 //!
