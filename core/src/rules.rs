@@ -843,9 +843,9 @@ pub fn attention<D: DimValue>(
             })
         };
         if !enable_gqa && (divides(&kh) || divides(&vh)) {
-            e.message.push_str(&format!(
-                "; for grouped-query attention (groups of query heads sharing a key and value head) pass `enable_gqa = true`"
-            ));
+            e.message.push_str(
+                "; for grouped-query attention (groups of query heads sharing a key and value head) pass `enable_gqa = true`",
+            );
         }
         e
     })?;
