@@ -808,9 +808,10 @@ pub fn attention<D: DimValue>(
                     op,
                     2,
                     format!(
-                        "`{op}` with `enable_gqa = true` needs as many heads (dim -3) in `{vn}` as in `{kn}`: `{kn}` is {} ({k} heads) but `{vn}` is {}",
+                        "`{op}` with `enable_gqa = true` needs as many heads (dim -3) in `{vn}` as in `{kn}`: `{kn}` is {} ({k} heads) but `{vn}` is {} ({} heads)",
                         fmt_dims(kd),
-                        fmt_dims(vd)
+                        fmt_dims(vd),
+                        vh.as_ref().map_or("no".to_string(), |h| h.to_string())
                     ),
                 );
             }
@@ -832,23 +833,30 @@ pub fn attention<D: DimValue>(
             vd_b[nv - 1] = q.clone();
         }
     }
-    let mut out = broadcast_implicit(
-        op,
-        &[(qn, &qd[..qr - 2]), (kn, &kd_b), (vn, &vd_b)],
-    )
-    .map_err(|mut e| {
-        let divides = |h: &Option<D>| {
-            grouped(h).is_some_and(|k| {
-                matches!((qh.as_ref().and_then(D::to_usize), k.to_usize()), (Some(a), Some(b)) if b > 0 && a % b == 0)
-            })
-        };
-        if !enable_gqa && (divides(&kh) || divides(&vh)) {
-            e.message.push_str(
-                "; for grouped-query attention (groups of query heads sharing a key and value head) pass `enable_gqa = true`",
-            );
+    if !enable_gqa {
+        // Fewer key or value heads that divide the query's: the grouped
+        // case, named as such.
+        for (i, (n, d, h)) in [(kn, kd, &kh), (vn, vd, &vh)].into_iter().enumerate() {
+            let (Some(q), Some(k)) = (&qh, grouped(h)) else {
+                continue;
+            };
+            if let (Some(a), Some(b)) = (q.to_usize(), k.to_usize()) {
+                if b > 0 && a % b == 0 {
+                    return err(
+                        op,
+                        i + 1,
+                        format!(
+                            "`{op}` needs as many heads (dim -3) in `{n}` as in `{qn}`, or 1: `{qn}` is {} ({a} heads) but `{n}` is {} ({b} heads); for grouped-query attention (each key and value head shared by {} query heads) pass `enable_gqa = true`",
+                            fmt_dims(qd),
+                            fmt_dims(d),
+                            a / b
+                        ),
+                    );
+                }
+            }
         }
-        e
-    })?;
+    }
+    let mut out = broadcast_implicit(op, &[(qn, &qd[..qr - 2]), (kn, &kd_b), (vn, &vd_b)])?;
     if let Some((mn, md)) = attn_mask {
         let mut scores = out.clone();
         scores.push(qd[qr - 2].clone());
