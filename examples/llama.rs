@@ -112,14 +112,6 @@ tensor_fn! {
         rope(x, cos, sin)
     }
 
-    /// Each of the 2 key-value heads shared by 4 query heads:
-    /// `repeat_interleave(4, dim = 1)`.
-    pub fn repeat_kv<D: Device, T: Float>(
-        x: &Tensor<D, T, [B, 2, S, 64]>,
-    ) -> Tensor<D, T, [B, 8, S, 64]> {
-        x.repeat_interleave(4, 1)
-    }
-
     /// The rotated queries `[B, 8, S, 64]` and keys `[B, 2, S, 64]`, and
     /// the values `[B, 2, S, 64]` of a layer.
     pub fn qkv<D: Device, T: Float>(
@@ -159,7 +151,8 @@ tensor_fn! {
         p: &Layer<D, T>,
     ) -> (Tensor<D, T, [B, S, 512]>, Tensor<D, T, [B, 2, S, 64]>, Tensor<D, T, [B, 2, S, 64]>) {
         let (q, k, v) = qkv(x, cos, sin, p);
-        let heads = scaled_dot_product_attention(q, repeat_kv(k), repeat_kv(v), is_causal = true);
+        // Each of the 2 key-value heads serves 4 query heads.
+        let heads = scaled_dot_product_attention(q, k, v, is_causal = true, enable_gqa = true);
         (finish(x, heads, p), k, v)
     }
 
@@ -175,7 +168,7 @@ tensor_fn! {
         let (q, k, v) = qkv(x, cos, sin, p);
         let k = cat([k_past, k], 2);
         let v = cat([v_past, v], 2);
-        let heads = scaled_dot_product_attention(q, repeat_kv(k), repeat_kv(v));
+        let heads = scaled_dot_product_attention(q, k, v, enable_gqa = true);
         (finish(x, heads, p), k, v)
     }
 

@@ -84,11 +84,17 @@ def run(op, args, xs):
                                            args["training"], args["momentum"], args["eps"])
         grads = torch.autograd.grad(y, params, g)
         return grads[["dx", "dweight", "dbias"].index(args["grad"])]
+    if op == "attention":
+        # xs: query, key, value (keys and values of fewer heads under
+        # enable_gqa).
+        return torch.nn.functional.scaled_dot_product_attention(
+            *xs, is_causal=args["causal"], enable_gqa=args.get("enable_gqa", False))
     if op == "attention_backward":
         # xs: query, key, value, grad_output; args["grad"] picks one of the
         # gradients autograd gives.
         params = [x.clone().requires_grad_(True) for x in xs[:-1]]
-        y = torch.nn.functional.scaled_dot_product_attention(*params, is_causal=args["causal"])
+        y = torch.nn.functional.scaled_dot_product_attention(
+            *params, is_causal=args["causal"], enable_gqa=args.get("enable_gqa", False))
         grads = torch.autograd.grad(y, params, xs[-1])
         return grads[["dq", "dk", "dv"].index(args["grad"])]
     if op in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
@@ -181,11 +187,18 @@ def slack(op, inputs, args):
         # Per-channel sums over N * H * W elements.
         n, _, *spatial = inputs[0]["shape"]
         return 2.0 * math.sqrt(n * math.prod(spatial))
-    if op == "attention_backward":
-        # Sums over the keys (dq) or the queries (dk, dv), and the head dim.
+    if op == "attention":
+        # A sum over the keys and one over the head dim.
         _, _, l, e = inputs[0]["shape"]
         s = inputs[1]["shape"][2]
         return 2.0 * math.sqrt(max(l, s) + e)
+    if op == "attention_backward":
+        # Sums over the keys (dq) or the queries (dk, dv), and the head dim;
+        # under enable_gqa dk and dv also sum over each group of heads.
+        _, h, l, e = inputs[0]["shape"]
+        s = inputs[1]["shape"][2]
+        group = h // inputs[1]["shape"][1] if args.get("enable_gqa") else 1
+        return 2.0 * math.sqrt((max(l, s) + e) * group)
     if op in ("conv2d", "conv2d_backward"):
         # A sum over the kernel's taps (dx, dweight and dbias over more).
         n, _, h, w = inputs[0]["shape"]

@@ -50,6 +50,14 @@ def main():
         s = median_seconds(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
         flops = 4 * b * h * t * t * d / 2
         print(f"attention causal bf16 B{b} H{h} T{t} D{d}: {s * 1e3:.3f} ms, {flops / s / 1e12:.2f} TFLOP/s")
+    # Grouped-query attention (8 key and value heads for 32 query heads).
+    for b, h, hkv, t, d in [(1, 32, 8, 8192, 128), (4, 16, 4, 4096, 128)]:
+        q = torch.randn(b, h, t, d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(b, hkv, t, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        s = median_seconds(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+        flops = 4 * b * h * t * t * d / 2
+        print(f"attention causal bf16 enable_gqa B{b} H{h} Hkv{hkv} T{t} D{d}: {s * 1e3:.3f} ms, "
+              f"{flops / s / 1e12:.2f} TFLOP/s")
     # The backward alone (`attention_backward_timing`): the gradients of
     # q, k, v from a saved forward, as a training step runs it.
     for b, h, t, d in [(4, 16, 4096, 128)]:

@@ -753,6 +753,102 @@ fn attention_backwards<G: Device, T: FloatDType>(rec: &mut Recorder) {
     }
 }
 
+/// Grouped-query `scaled_dot_product_attention` (`enable_gqa`: keys and
+/// values of fewer heads than the query), forward and gradients, causal
+/// and not, head dims 64 and 128 (the GPU's tensor-core path in f16 and
+/// bf16), against the f64 attention of keys and values repeated per
+/// group here and `F.scaled_dot_product_attention(.., enable_gqa=True)`
+/// in PyTorch.
+fn grouped_attentions<G: Device, T: FloatDType>(rec: &mut Recorder) {
+    let dt = T::KIND.name();
+    let exact = |v: &[f64], dims: &[usize]| {
+        Tensor::<Cpu, f64, B4>::from_vec_dims(v.to_vec(), dims).unwrap()
+    };
+    for ([b, h, hkv, l, s, e], causal) in [
+        ([1, 8, 2, 77, 77, 64], true),
+        ([2, 6, 3, 45, 93, 128], false),
+        ([1, 4, 1, 33, 40, 64], true),
+    ] {
+        let (q, qv) = random::<G, T, B4>(&[b, h, l, e]);
+        let (k, kv) = random::<G, T, B4>(&[b, hkv, s, e]);
+        let (v, vv) = random::<G, T, B4>(&[b, hkv, s, e]);
+        let (g, gv) = random::<G, T, B4>(&[b, h, l, e]);
+        let args = || {
+            tensorfn::AttentionArgs::new()
+                .is_causal(causal)
+                .enable_gqa(true)
+        };
+        let y = q
+            .scaled_dot_product_attention_dims::<B4>(&k, &v, args())
+            .unwrap();
+        let (y2, lse) = q
+            .scaled_dot_product_attention_with_lse_dims::<B4, B3>(&k, &v, args())
+            .unwrap();
+        let grads = q
+            .scaled_dot_product_attention_backward_dims(&k, &v, &y2, &g, &lse, args())
+            .unwrap();
+        // The reference: each key and value head repeated for its group.
+        let (q64, g64) = (exact(&qv, &[b, h, l, e]), exact(&gv, &[b, h, l, e]));
+        let rep = |x: &[f64]| {
+            exact(x, &[b, hkv, s, e])
+                .repeat_interleave::<B4>(h / hkv, 1)
+                .unwrap()
+        };
+        let (k64, v64) = (rep(&kv), rep(&vv));
+        let args64 = || tensorfn::AttentionArgs::new().is_causal(causal);
+        let (y64, lse64) = q64
+            .scaled_dot_product_attention_with_lse_dims::<B4, B3>(&k64, &v64, args64())
+            .unwrap();
+        let (dq64, dk64, dv64) = q64
+            .scaled_dot_product_attention_backward_dims(&k64, &v64, &y64, &g64, &lse64, args64())
+            .unwrap();
+        // The repeated heads' gradients summed over each group.
+        let group_sum = |x: Tensor<Cpu, f64, B4>| -> Vec<f64> {
+            let x = x.to_vec().unwrap();
+            let per = s * e;
+            let mut out = vec![0.0; b * hkv * per];
+            for bi in 0..b {
+                for hi in 0..h {
+                    let (src, dst) = ((bi * h + hi) * per, (bi * hkv + hi / (h / hkv)) * per);
+                    for t in 0..per {
+                        out[dst + t] += x[src + t];
+                    }
+                }
+            }
+            out
+        };
+        let want = y64.to_vec().unwrap();
+        check("attention enable_gqa", &y, &want, 8.0);
+        check("attention enable_gqa (with lse)", &y2, &want, 8.0);
+        let inputs = vec![rec.array(&q), rec.array(&k), rec.array(&v)];
+        let out = rec.array(&y);
+        rec.case(
+            "attention",
+            dt,
+            &inputs,
+            &out,
+            &format!(r#""causal":{causal},"enable_gqa":true"#),
+        );
+        let inputs = vec![rec.array(&q), rec.array(&k), rec.array(&v), rec.array(&g)];
+        let terms = (l.max(s) + e) as f64 * (h / hkv) as f64;
+        for (t, e64, grad) in [
+            (&grads.0, dq64.to_vec().unwrap(), "dq"),
+            (&grads.1, group_sum(dk64), "dk"),
+            (&grads.2, group_sum(dv64), "dv"),
+        ] {
+            check(
+                &format!("attention_backward enable_gqa {grad}"),
+                t,
+                &e64,
+                8.0 + terms.sqrt(),
+            );
+            let out = rec.array(t);
+            let args = format!(r#""causal":{causal},"enable_gqa":true,"grad":"{grad}""#);
+            rec.case("attention_backward", dt, &inputs, &out, &args);
+        }
+    }
+}
+
 /// `max_pool2d`, `avg_pool2d` and `adaptive_avg_pool2d` and their input
 /// gradients, against the f64 pooling (and, in PyTorch, `F.max_pool2d`,
 /// ... and `torch.autograd.grad` for the same `grad_output`). `dropout` is
@@ -1081,6 +1177,10 @@ where
     attention_backwards::<G, f32>(&mut rec);
     attention_backwards::<G, f16>(&mut rec);
     attention_backwards::<G, bf16>(&mut rec);
+    grouped_attentions::<G, f64>(&mut rec);
+    grouped_attentions::<G, f32>(&mut rec);
+    grouped_attentions::<G, f16>(&mut rec);
+    grouped_attentions::<G, bf16>(&mut rec);
     pools::<G, f64>(&mut rec);
     pools::<G, f32>(&mut rec);
     pools::<G, f16>(&mut rec);

@@ -700,22 +700,35 @@ pub fn cat<D: DimValue>(
 /// `[.., L, E]`, `key` `[.., S, E]`, `value` `[.., S, Ev]`, the result
 /// `[.., L, Ev]`; the leading dims broadcast as in `matmul`, and
 /// `attn_mask` (operand 3) broadcasts to `[.., L, S]` and cannot come
-/// with `is_causal` (PyTorch refuses the pair too).
+/// with `is_causal` (PyTorch refuses the pair too). With `enable_gqa`
+/// (grouped-query attention), `key` and `value` may hold fewer heads
+/// (dim -3, `Hkv`) than `query` (`H`) when `H` is a multiple of `Hkv`:
+/// query head `h` reads key and value head `h / (H / Hkv)`, as PyTorch's
+/// `enable_gqa=True` does.
 ///
 /// ```
 /// use tensorfn_core::rules::attention;
 /// let q = ("q", &[2usize, 4, 10, 64][..]);
 /// let k = ("k", &[2usize, 4, 12, 64][..]);
 /// let v = ("v", &[2usize, 4, 12, 32][..]);
-/// assert_eq!(attention("sdpa", q, k, v, None, true).unwrap(), vec![2, 4, 10, 32]);
+/// assert_eq!(attention("sdpa", q, k, v, None, true, false).unwrap(), vec![2, 4, 10, 32]);
 /// let m = ("m", &[10usize, 12][..]);
-/// assert!(attention("sdpa", q, k, v, Some(m), false).is_ok());
-/// assert!(attention("sdpa", q, k, v, Some(m), true).is_err());
-/// let e = attention("sdpa", q, ("k", &[2, 4, 12, 32][..]), v, None, false).unwrap_err();
+/// assert!(attention("sdpa", q, k, v, Some(m), false, false).is_ok());
+/// assert!(attention("sdpa", q, k, v, Some(m), true, false).is_err());
+/// let e = attention("sdpa", q, ("k", &[2, 4, 12, 32][..]), v, None, false, false).unwrap_err();
 /// assert_eq!(e.operand, 1);
 /// assert!(e.message.contains("E = 64") && e.message.contains("E = 32"));
-/// let e = attention("sdpa", q, k, v, Some(("m", &[12, 10][..])), false).unwrap_err();
+/// let e = attention("sdpa", q, k, v, Some(("m", &[12, 10][..])), false, false).unwrap_err();
 /// assert_eq!(e.operand, 3);
+/// // grouped-query attention: 4 query heads share 2 key and value heads
+/// let (k2, v2) = (("k", &[2usize, 2, 12, 64][..]), ("v", &[2usize, 2, 12, 32][..]));
+/// assert_eq!(attention("sdpa", q, k2, v2, None, true, true).unwrap(), vec![2, 4, 10, 32]);
+/// let e = attention("sdpa", q, k2, v2, None, true, false).unwrap_err();
+/// assert!(e.message.contains("enable_gqa = true"));
+/// let (k3, v3) = (("k", &[2usize, 3, 12, 64][..]), ("v", &[2usize, 3, 12, 32][..]));
+/// let e = attention("sdpa", q, k3, v3, None, true, true).unwrap_err();
+/// assert_eq!(e.operand, 1);
+/// assert!(e.message.contains("multiple"));
 /// ```
 pub fn attention<D: DimValue>(
     op: &str,
@@ -724,6 +737,7 @@ pub fn attention<D: DimValue>(
     value: Operand<'_, D>,
     attn_mask: Option<Operand<'_, D>>,
     is_causal: bool,
+    enable_gqa: bool,
 ) -> Result<Vec<D>, RuleError> {
     if let (Some((mn, _)), true) = (attn_mask, is_causal) {
         return err(
@@ -777,14 +791,72 @@ pub fn attention<D: DimValue>(
             ),
         );
     }
-    let mut out = broadcast_implicit(
-        op,
-        &[
-            (qn, &qd[..qr - 2]),
-            (kn, &kd[..kr - 2]),
-            (vn, &vd[..vr - 2]),
-        ],
-    )?;
+    // The heads (dim -3) of each operand that has them.
+    let heads = |d: &[D]| (d.len() >= 3).then(|| d[d.len() - 3].clone());
+    let (qh, kh, vh) = (heads(qd), heads(kd), heads(vd));
+    let grouped = |h: &Option<D>| match (&qh, h) {
+        (Some(q), Some(k)) if q != k && !is_one(k) => Some(k.clone()),
+        _ => None,
+    };
+    // Under `enable_gqa`, keys and values of fewer heads are read as
+    // `H / Hkv` copies of each (`repeat_interleave` on dim -3).
+    let (mut kd_b, mut vd_b) = (kd[..kr - 2].to_vec(), vd[..vr - 2].to_vec());
+    if enable_gqa {
+        if let (Some(q), Some(k)) = (&qh, grouped(&kh)) {
+            if vh.as_ref() != Some(&k) {
+                return err(
+                    op,
+                    2,
+                    format!(
+                        "`{op}` with `enable_gqa = true` needs as many heads (dim -3) in `{vn}` as in `{kn}`: `{kn}` is {} ({k} heads) but `{vn}` is {} ({} heads)",
+                        fmt_dims(kd),
+                        fmt_dims(vd),
+                        vh.as_ref().map_or("no".to_string(), |h| h.to_string())
+                    ),
+                );
+            }
+            if let (Some(a), Some(b)) = (q.to_usize(), k.to_usize()) {
+                if b == 0 || a % b != 0 {
+                    return err(
+                        op,
+                        1,
+                        format!(
+                            "`{op}` with `enable_gqa = true` needs the query heads (dim -3) to be a multiple of the key heads: `{qn}` is {} ({a} heads) but `{kn}` is {} ({b} heads); give `{kn}` and `{vn}` a number of heads that divides {a}",
+                            fmt_dims(qd),
+                            fmt_dims(kd)
+                        ),
+                    );
+                }
+            }
+            let (nk, nv) = (kd_b.len(), vd_b.len());
+            kd_b[nk - 1] = q.clone();
+            vd_b[nv - 1] = q.clone();
+        }
+    }
+    if !enable_gqa {
+        // Fewer key or value heads that divide the query's: the grouped
+        // case, named as such.
+        for (i, (n, d, h)) in [(kn, kd, &kh), (vn, vd, &vh)].into_iter().enumerate() {
+            let (Some(q), Some(k)) = (&qh, grouped(h)) else {
+                continue;
+            };
+            if let (Some(a), Some(b)) = (q.to_usize(), k.to_usize()) {
+                if b > 0 && a % b == 0 {
+                    return err(
+                        op,
+                        i + 1,
+                        format!(
+                            "`{op}` needs as many heads (dim -3) in `{n}` as in `{qn}`, or 1: `{qn}` is {} ({a} heads) but `{n}` is {} ({b} heads); for grouped-query attention (each key and value head shared by {} query heads) pass `enable_gqa = true`",
+                            fmt_dims(qd),
+                            fmt_dims(d),
+                            a / b
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    let mut out = broadcast_implicit(op, &[(qn, &qd[..qr - 2]), (kn, &kd_b), (vn, &vd_b)])?;
     if let Some((mn, md)) = attn_mask {
         let mut scores = out.clone();
         scores.push(qd[qr - 2].clone());

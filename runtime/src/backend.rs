@@ -521,6 +521,9 @@ pub(crate) trait Backend {
     /// (any strides, 0 for broadcast dims; the last dim of `q`, `k`, `v`
     /// has stride 1), each also as `[outer, inner, ..]` where its batch
     /// takes two strides (the same split in all: `batch = outer * inner`).
+    /// Grouped-query attention: `k` and `v` as `[outer, inner / g, S, ..]`
+    /// beside a `[outer, inner, L, E]` query, query batch `(o, h)` reading
+    /// key and value batch `(o, h / g)`.
     /// Each output row is the softmax-weighted sum of the
     /// values of the keys whose score `scale * q.k + mask` is not `-inf`
     /// (`causal`: keys `j <= i` only), 0 where there is none; computed in

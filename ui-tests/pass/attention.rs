@@ -1,6 +1,7 @@
 //! `scaled_dot_product_attention` inside `tensor_fn!`: causal self-attention
 //! of `[B, heads, T, d]` tensors, a `bool` and a float mask, a key and value
-//! shared by every head, and `scale =`, each against an f64 reference.
+//! shared by every head, grouped-query attention (`enable_gqa = true`) and
+//! `scale =`, each against an f64 reference.
 #[path = "common/mod.rs"]
 mod common;
 use common::*;
@@ -44,6 +45,16 @@ tensor_fn! {
         kv: &Tensor<Cpu, f64, [B, 1, 5, 8]>,
     ) -> Tensor<Cpu, f64, [B, 4, 3, 8]> {
         scaled_dot_product_attention(q, kv, kv * 2.0, attn_mask = None, is_causal = false)
+    }
+
+    /// Grouped-query attention: 6 query heads, 2 key and value heads, each
+    /// serving 3 of them.
+    pub fn grouped<const B: usize, const T: usize>(
+        q: &Tensor<Cpu, f64, [B, 6, T, 8]>,
+        k: &Tensor<Cpu, f64, [B, 2, T, 8]>,
+        v: &Tensor<Cpu, f64, [B, 2, T, 4]>,
+    ) -> Tensor<Cpu, f64, [B, 6, T, 4]> {
+        scaled_dot_product_attention(q, k, v, is_causal = true, enable_gqa = true)
     }
 }
 
@@ -119,6 +130,21 @@ fn main() -> Result<()> {
         })
         .collect();
     assert_close("shared key and value", &f64s(&shared_kv(&q, &kv)?), &want, 1e-12);
+
+    let q = Tensor::<Cpu, f64, shape![2, 6, 5, 8]>::randn(11)?;
+    let k = Tensor::<Cpu, f64, shape![2, 2, 5, 8]>::randn(12)?;
+    let v = Tensor::<Cpu, f64, shape![2, 2, 5, 4]>::randn(13)?;
+    let (qv, kv, vv) = (f64s(&q), f64s(&k), f64s(&v));
+    let want: Vec<f64> = (0..12)
+        .flat_map(|bh| {
+            // batch bh / 6, query head bh % 6, key and value head (bh % 6) / 3
+            let kh = (bh / 6) * 2 + (bh % 6) / 3;
+            reference(&qv[bh * 40..][..40], &kv[kh * 40..][..40], &vv[kh * 20..][..20], (5, 5, 8, 4), scale, |i, j| {
+                (j <= i).then_some(0.0)
+            })
+        })
+        .collect();
+    assert_close("grouped-query", &f64s(&grouped(&q, &k, &v)?), &want, 1e-12);
 
     let q = Tensor::<Cpu, f32, shape![2, 3, 8]>::randn(9)?;
     let bias = Tensor::<Cpu, f32, shape![3, 3]>::randn(10)?;

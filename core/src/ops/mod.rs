@@ -148,7 +148,7 @@ pub enum OpKind {
     AddCmul,
     /// `cat([..], dim)`.
     Cat,
-    /// `scaled_dot_product_attention(query, key, value, attn_mask, is_causal, scale)`.
+    /// `scaled_dot_product_attention(query, key, value, attn_mask, is_causal, scale, enable_gqa)`.
     Attention,
     /// `reshape` (`view: false`) or `view`.
     Reshape {
@@ -998,6 +998,7 @@ static LATER: &[OpDef] = &[
             opt("attn_mask", TENSOR, "None"),
             opt("is_causal", SCALAR, "false"),
             opt("scale", SCALAR, "None"),
+            opt("enable_gqa", SCALAR, "false"),
         ],
         DTypeRule::SameFloat,
         ShapeRule::Attention,

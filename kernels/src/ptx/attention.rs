@@ -37,11 +37,13 @@ const SLOTS: usize = ATTENTION_MAX_HEAD / 32;
 /// can be written back in that order (`[B, L, H, Ev]`). `p_lse`, when
 /// not 0, is where the rows' log-sum-exps go (contiguous `[batch, L]`
 /// f32, f64 for f64, `-inf` for a row without keys); the plain forward
-/// passes 0 and writes none.
-pub(crate) const PARAMS: [&str; 31] = [
+/// passes 0 and writes none. `p_g` is the query heads a key and value head
+/// serves (grouped-query attention; 1 otherwise): inner batch `h` reads the
+/// key and value at inner batch `h / p_g`.
+pub(crate) const PARAMS: [&str; 32] = [
     "p_out", "p_q", "p_k", "p_v", "p_mask", "p_l", "p_s", "p_e", "p_ev", "p_qb", "p_qr", "p_kb",
     "p_kr", "p_vb", "p_vr", "p_mb", "p_mr", "p_mc", "p_mode", "p_causal", "p_scale", "p_b0",
-    "p_nh", "p_qh", "p_kh", "p_vh", "p_mh", "p_ob", "p_oh", "p_or", "p_lse",
+    "p_nh", "p_qh", "p_kh", "p_vh", "p_mh", "p_ob", "p_oh", "p_or", "p_lse", "p_g",
 ];
 
 fn params() -> String {
@@ -56,7 +58,9 @@ fn params() -> String {
 }
 
 /// The element offset of batch `b` in each operand named in `ops` (`q`,
-/// `k`, `v`, `m` for the mask): `(b / p_nh) * p_Xb + (b % p_nh) * p_Xh`.
+/// `k`, `v`, `m` for the mask): `(b / p_nh) * p_Xb + (b % p_nh) * p_Xh`,
+/// and for `k` and `v`, where the entry takes `p_g` (grouped-query
+/// attention), `(b % p_nh) / p_g` in place of `b % p_nh`.
 pub(super) fn batch_offsets(
     body: &mut Body,
     b: &str,
@@ -67,6 +71,11 @@ pub(super) fn batch_offsets(
     body.op(format!("div.u64 {outer}, {b}, {}", p["p_nh"]));
     body.op(format!("mul.lo.u64 {inner}, {outer}, {}", p["p_nh"]));
     body.op(format!("sub.u64 {inner}, {b}, {inner}"));
+    let kv_inner = p.get("p_g").map(|g| {
+        let r = body.reg(Class::B64);
+        body.op(format!("div.u64 {r}, {inner}, {g}"));
+        r
+    });
     ops.iter()
         .map(|&x| {
             let off = body.reg(Class::B64);
@@ -74,6 +83,10 @@ pub(super) fn batch_offsets(
                 "mul.lo.u64 {off}, {outer}, {}",
                 p[format!("p_{x}b").as_str()]
             ));
+            let inner = match (&kv_inner, x) {
+                (Some(r), "k" | "v") => r,
+                _ => &inner,
+            };
             body.op(format!(
                 "mad.lo.u64 {off}, {inner}, {}, {off}",
                 p[format!("p_{x}h").as_str()]
@@ -404,10 +417,10 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
 /// (`p_scale` is an f64). `p_dq`, `p_dk`, `p_dv` are the contiguous
 /// gradients, `p_delta` the rows' `D_i = dO_i . O_i` (f32, f64 for f64;
 /// the query entry writes it, the key entry reads it), `p_lse` the
-/// forward's log-sum-exps (f32, f64 for f64) and `p_o`, `p_g` the output and its
+/// forward's log-sum-exps (f32, f64 for f64) and `p_o`, `p_go` the output and its
 /// gradient, contiguous `[batch, l, ev]`; the rest as in [`PARAMS`].
 pub(crate) const BWD_PARAMS: [&str; 33] = [
-    "p_dq", "p_dk", "p_dv", "p_delta", "p_lse", "p_o", "p_g", "p_q", "p_k", "p_v", "p_mask", "p_l",
+    "p_dq", "p_dk", "p_dv", "p_delta", "p_lse", "p_o", "p_go", "p_q", "p_k", "p_v", "p_mask", "p_l",
     "p_s", "p_e", "p_ev", "p_qb", "p_qr", "p_kb", "p_kr", "p_vb", "p_vr", "p_mb", "p_mr", "p_mc",
     "p_mode", "p_causal", "p_scale", "p_b0", "p_nh", "p_qh", "p_kh", "p_vh", "p_mh",
 ];
@@ -459,7 +472,7 @@ pub(crate) fn attention_backward_entry(name: &str, dtype: DTypeKind, keys: bool)
         p.insert(n, r);
     }
     for n in [
-        "p_dq", "p_dk", "p_dv", "p_delta", "p_lse", "p_o", "p_g", "p_q", "p_k", "p_v", "p_mask",
+        "p_dq", "p_dk", "p_dv", "p_delta", "p_lse", "p_o", "p_go", "p_q", "p_k", "p_v", "p_mask",
     ] {
         body.op(format!("cvta.to.global.u64 {0}, {0}", p[n]));
     }
@@ -663,7 +676,7 @@ pub(crate) fn attention_backward_entry(name: &str, dtype: DTypeKind, keys: bool)
         let q_row = row_start(&mut body, &p["p_q"], &boff["q"], i, &p["p_qr"], size);
         let qv = zeros(&mut body);
         vec_load(&mut body, &qv, &q_row, &p["p_e"], "attb_q");
-        let g_row = dense_row(&mut body, &p["p_g"], &p["p_l"], i, &p["p_ev"], size);
+        let g_row = dense_row(&mut body, &p["p_go"], &p["p_l"], i, &p["p_ev"], size);
         let o_row = dense_row(&mut body, &p["p_o"], &p["p_l"], i, &p["p_ev"], size);
         let gv = zeros(&mut body);
         vec_load(&mut body, &gv, &g_row, &p["p_ev"], "attb_g");
@@ -774,7 +787,7 @@ pub(crate) fn attention_backward_entry(name: &str, dtype: DTypeKind, keys: bool)
         let sd = body.reg(class);
         body.op(format!("sub.rn.{t} {sd}, {s}, {lse}"));
         let pw = emit_program(&mut body, &exp, &[sd])[0].clone();
-        let g_row = dense_row(&mut body, &p["p_g"], &p["p_l"], &i, &p["p_ev"], size);
+        let g_row = dense_row(&mut body, &p["p_go"], &p["p_l"], &i, &p["p_ev"], size);
         let gx = zeros(&mut body);
         vec_load(&mut body, &gx, &g_row, &p["p_ev"], "attb_gi");
         let dp = body.reg(class);
@@ -849,11 +862,11 @@ pub const fn attention_mma_rows(d: usize) -> usize {
 
 /// The parameters of the tensor-core entry, in order; each is 64 bits
 /// (`p_scale` is an f64).
-/// (`p_b0`, `p_nh`, the inner batch strides `p_*h` and the output's
-/// strides as in [`PARAMS`].)
-pub(crate) const MMA_PARAMS: [&str; 22] = [
+/// (`p_b0`, `p_nh`, the inner batch strides `p_*h`, the output's
+/// strides and the group `p_g` as in [`PARAMS`].)
+pub(crate) const MMA_PARAMS: [&str; 23] = [
     "p_out", "p_q", "p_k", "p_v", "p_l", "p_s", "p_qb", "p_qr", "p_kb", "p_kr", "p_vb", "p_vr",
-    "p_causal", "p_scale", "p_b0", "p_nh", "p_qh", "p_kh", "p_vh", "p_ob", "p_oh", "p_or",
+    "p_causal", "p_scale", "p_b0", "p_nh", "p_qh", "p_kh", "p_vh", "p_ob", "p_oh", "p_or", "p_g",
 ];
 
 /// Keys a step of the tensor-core entry takes (one tile of `K` and `V` in

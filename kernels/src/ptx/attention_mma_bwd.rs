@@ -58,18 +58,18 @@ pub const fn attention_mma_backward_shared(d: usize) -> usize {
 /// is an f64). `p_dqa` is the f32 `[batch, l, d]` buffer `dQ` is added
 /// into (zeroed by the caller), `p_dk` and `p_dv` the contiguous `[batch,
 /// s, d]` gradients, `p_delta` and `p_lse` the rows' `D_i` and the
-/// forward's log-sum-exps (f32, contiguous `[batch, l]`), `p_g` the
+/// forward's log-sum-exps (f32, contiguous `[batch, l]`), `p_go` the
 /// output's gradient (contiguous `[batch, l, d]`); the rest as in the
 /// forward's tensor-core entry.
 pub(crate) const MMA_BWD_PARAMS: [&str; 24] = [
-    "p_dqa", "p_dk", "p_dv", "p_delta", "p_lse", "p_g", "p_q", "p_k", "p_v", "p_l", "p_s", "p_qb",
+    "p_dqa", "p_dk", "p_dv", "p_delta", "p_lse", "p_go", "p_q", "p_k", "p_v", "p_l", "p_s", "p_qb",
     "p_qr", "p_kb", "p_kr", "p_vb", "p_vr", "p_causal", "p_scale", "p_b0", "p_nh", "p_qh", "p_kh",
     "p_vh",
 ];
 
 /// The parameters of the preprocessing entry: `D` (f32, `rows`), the
 /// output and its gradient (contiguous `[rows, d]`), the row count.
-pub(crate) const MMA_BWD_DELTA_PARAMS: [&str; 4] = ["p_delta", "p_o", "p_g", "p_rows"];
+pub(crate) const MMA_BWD_DELTA_PARAMS: [&str; 4] = ["p_delta", "p_o", "p_go", "p_rows"];
 
 fn half_type(dtype: DTypeKind) -> &'static str {
     if dtype == DTypeKind::F16 {
@@ -107,7 +107,7 @@ pub(crate) fn attention_mma_bwd_delta_entry(name: &str, dtype: DTypeKind, d: usi
         body.op(format!("ld.param.u64 {r}, [{n}]"));
         p.insert(n, r);
     }
-    for n in ["p_delta", "p_o", "p_g"] {
+    for n in ["p_delta", "p_o", "p_go"] {
         body.op(format!("cvta.to.global.u64 {0}, {0}", p[n]));
     }
     let end = body.label("delta_end");
@@ -140,7 +140,7 @@ pub(crate) fn attention_mma_bwd_delta_entry(name: &str, dtype: DTypeKind, d: usi
     body.op(format!("add.u64 {off}, {off}, {l64}"));
     let (ao, ag) = (body.reg(Class::B64), body.reg(Class::B64));
     body.op(format!("add.u64 {ao}, {}, {off}", p["p_o"]));
-    body.op(format!("add.u64 {ag}, {}, {off}", p["p_g"]));
+    body.op(format!("add.u64 {ag}, {}, {off}", p["p_go"]));
     let acc = body.reg(Class::F32);
     body.op(format!("mov.f32 {acc}, 0f00000000"));
     for k in 0..d / 64 {
@@ -204,7 +204,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
         p.insert(n, r);
     }
     for n in [
-        "p_dqa", "p_dk", "p_dv", "p_delta", "p_lse", "p_g", "p_q", "p_k", "p_v",
+        "p_dqa", "p_dk", "p_dv", "p_delta", "p_lse", "p_go", "p_q", "p_k", "p_v",
     ] {
         body.op(format!("cvta.to.global.u64 {0}, {0}", p[n]));
     }
@@ -309,7 +309,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
     let gqb = base(&mut body, &p["p_q"], &boff["q"]);
     let gob = body.reg(Class::B64);
     body.op(format!("mul.lo.u64 {gob}, {bl}, {d}"));
-    let gob = base(&mut body, &p["p_g"], &gob);
+    let gob = base(&mut body, &p["p_go"], &gob);
     let stride2 = |body: &mut Body, rs: &str| {
         let r = body.reg(Class::B64);
         body.op(format!("shl.b64 {r}, {rs}, 1"));

@@ -1352,6 +1352,7 @@ impl Deriver {
                 mask,
                 causal,
                 scale,
+                gqa,
             } => {
                 if let Some(m) = mask {
                     if self.live[m] && self.is_tensor(m) {
@@ -1371,6 +1372,7 @@ impl Deriver {
                         mask,
                         causal,
                         scale,
+                        gqa,
                     },
                     Ty::Tuple(tys.to_vec()),
                     n,

@@ -189,7 +189,7 @@ pub enum Op {
         act: UnaryOp,
     },
     /// `scaled_dot_product_attention(q, k, v, attn_mask = .., is_causal =
-    /// .., scale = ..)`.
+    /// .., scale = .., enable_gqa = ..)`.
     Attention {
         /// `[.., L, E]`.
         q: NodeId,
@@ -201,6 +201,9 @@ pub enum Op {
         mask: Option<NodeId>,
         /// Keys `j <= i` only.
         causal: bool,
+        /// `enable_gqa = true`: keys and values of fewer heads, each
+        /// shared by a group of query heads.
+        gqa: bool,
         /// The factor of the scores (scalar node); `1 / sqrt(E)` if absent.
         scale: Option<NodeId>,
     },
@@ -376,6 +379,8 @@ pub enum Op {
         causal: bool,
         /// As the forward took it.
         scale: Option<NodeId>,
+        /// As the forward took it.
+        gqa: bool,
     },
     /// `conv2d(x, weight, bias, ..)` (`spatial: 2`) or `conv1d`.
     Conv {

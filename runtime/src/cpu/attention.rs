@@ -61,6 +61,20 @@ impl<X: Copy> View<'_, X> {
     }
 }
 
+/// The batch of a key or value `kv` that query batch `b` of `q` reads:
+/// `b` itself, or under grouped-query attention (`q` `[outer, inner, ..]`,
+/// `kv` `[outer, inner / g, ..]`) batch `(b / inner, b % inner / g)`.
+#[inline(always)]
+fn kv_batch<X, Y>(q: &View<'_, X>, kv: &View<'_, Y>, b: usize) -> usize {
+    let (qd, kd) = (q.layout.dims(), kv.layout.dims());
+    if qd.len() == 4 && kd.len() == 4 && qd[1] != kd[1] && kd[1] > 0 {
+        let (inner, kinner) = (qd[1], kd[1]);
+        (b / inner) * kinner + (b % inner) / (inner / kinner)
+    } else {
+        b
+    }
+}
+
 /// `a . b` with eight partial sums, so that the loop vectorises.
 #[inline(always)]
 fn dot<A: Real>(a: &[A], b: &[A]) -> A {
@@ -149,10 +163,11 @@ fn block<U: CpuFloat>(
     // Keys past the last query's own position are masked for every row
     // of the block under `causal`.
     let end = if causal { s.min(i0 + n) } else { s };
+    let (kb, vb) = (kv_batch(&q, &k, b), kv_batch(&q, &v, b));
     for j0 in (0..end).step_by(BK) {
         let nb = BK.min(end - j0);
-        let ka = k.rows(b, j0, nb, U::to_acc);
-        let va = v.rows(b, j0, nb, U::to_acc);
+        let ka = k.rows(kb, j0, nb, U::to_acc);
+        let va = v.rows(vb, j0, nb, U::to_acc);
         for r in 0..n {
             let i = i0 + r;
             let srow = &mut sc[r * BK..r * BK + nb];

@@ -104,10 +104,11 @@ impl CudaBackend {
                 )));
             }
         }
-        let nh = inner_batch([q.1, k.1, v.1, out_layout], mask.as_ref().map(|(_, l)| *l))?;
+        let (nh, group) =
+            forward_batches(q.1, k.1, v.1, out_layout, mask.as_ref().map(|(_, l)| *l))?;
         let os = walk(out_layout, nh);
         if mask.is_none() && lse.is_none() && self.mma_fits::<T>([q, k, v], e, ev) {
-            return self.attention_mma::<T>(q, k, v, (nh, os), causal, scale);
+            return self.attention_mma::<T>(q, k, v, (nh, group, os), causal, scale);
         }
         let out = ctx.storage::<T>(n)?;
         let (mode, mptr, ms) = match &mask {
@@ -123,7 +124,7 @@ impl CudaBackend {
         let blocks = l.div_ceil(ROWS_PER_BLOCK) as u32;
         for b0 in (0..batch).step_by(MAX_GRID_Y) {
             let nb = (batch - b0).min(MAX_GRID_Y);
-            let mut values: [u64; 31] = [
+            let mut values: [u64; 32] = [
                 out.device_ptr(),
                 q.0.ptr_at(q.1.offset()),
                 k.0.ptr_at(k.1.offset()),
@@ -155,6 +156,7 @@ impl CudaBackend {
                 os[1],
                 os[2],
                 lse.unwrap_or(0),
+                group,
             ];
             let mut params: Vec<*mut c_void> = values
                 .iter_mut()
@@ -195,7 +197,7 @@ impl CudaBackend {
         q: (&CudaStorage<T>, &Layout),
         k: (&CudaStorage<T>, &Layout),
         v: (&CudaStorage<T>, &Layout),
-        (nh, os): (u64, [u64; 4]),
+        (nh, group, os): (u64, u64, [u64; 4]),
         causal: bool,
         scale: f64,
     ) -> Result<CudaStorage<T>> {
@@ -212,7 +214,7 @@ impl CudaBackend {
         let blocks = l.div_ceil(rows) as u32;
         for b0 in (0..batch).step_by(MAX_GRID_Y) {
             let nb = (batch - b0).min(MAX_GRID_Y);
-            let mut values: [u64; 22] = [
+            let mut values: [u64; 23] = [
                 out.device_ptr(),
                 q.0.ptr_at(q.1.offset()),
                 k.0.ptr_at(k.1.offset()),
@@ -235,6 +237,7 @@ impl CudaBackend {
                 os[0],
                 os[1],
                 os[2],
+                group,
             ];
             let mut params: Vec<*mut c_void> = values
                 .iter_mut()
@@ -723,6 +726,32 @@ fn inner_batch(ops: [&Layout; 4], mask: Option<&Layout>) -> Result<u64> {
         }
     }
     Ok(nh.unwrap_or(1).max(1) as u64)
+}
+
+/// The inner batch count of the forward entries and the query heads each
+/// key and value head serves: 1 unless the key and value split their
+/// batch into fewer inner batches than the query (grouped-query
+/// attention), which must divide the query's.
+fn forward_batches(
+    q: &Layout,
+    k: &Layout,
+    v: &Layout,
+    out: &Layout,
+    mask: Option<&Layout>,
+) -> Result<(u64, u64)> {
+    if !(q.rank() == 4 && k.rank() == 4 && k.dims()[1] != q.dims()[1]) {
+        return Ok((inner_batch([q, k, v, out], mask)?, 1));
+    }
+    let nh = inner_batch([q, q, out, q], mask)?;
+    let kh = k.dims()[1] as u64;
+    if kh == 0 || v.rank() != 4 || v.dims()[1] as u64 != kh || nh % kh != 0 {
+        return Err(Error::Index(format!(
+            "{OP}: `key` and `value` split their batch into inner dims of {} and {} beside the query's {nh}: grouped-query attention needs one count that divides it",
+            k.dims()[1],
+            v.dims()[v.rank().saturating_sub(3)]
+        )));
+    }
+    Ok((nh, nh / kh))
 }
 
 /// The strides the kernels walk an operand by, in elements: the outer

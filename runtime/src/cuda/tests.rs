@@ -2658,6 +2658,151 @@ fn attention_on_the_gpu_matches_the_cpu() {
     }
 }
 
+/// Grouped-query attention (`enable_gqa`, keys and values of fewer heads)
+/// on the GPU against the CPU's (itself checked against f64): the
+/// tensor-core entry (f16, bf16 at head dims 64 and 128), the f32 entry
+/// (f32, a mask, the log-sum-exps, head dim 40), a query read in place as
+/// heads split out of `[B, L, H, E]`, and the backward (dK and dV summed
+/// over each group).
+#[test]
+fn attention_grouped_query_on_the_gpu_matches_the_cpu() {
+    use crate::device::{Cpu, Cuda};
+    use crate::dtype::FloatDType;
+    use crate::ops::AttentionArgs;
+    use crate::shape::Dyn;
+    use crate::tensor::Tensor;
+    type D4 = (Dyn, Dyn, Dyn, Dyn);
+    type D3 = (Dyn, Dyn, Dyn);
+    let Some((_guard, _be)) = gpu() else { return };
+    let mut rng = seed();
+    fn close<T: FloatDType>(what: &str, g: &[T], c: &[T], tol: f64) {
+        assert_eq!(g.len(), c.len(), "{what}: length");
+        for (i, (a, b)) in g.iter().zip(c).enumerate() {
+            let (a, b) = (a.to_f64(), b.to_f64());
+            assert!(
+                (a - b).abs() <= tol * (1.0 + b.abs()),
+                "{what}: element {i} is {a}, the CPU's {b}"
+            );
+        }
+    }
+    fn run<T: FloatDType>(
+        rng: &mut SplitMix64,
+        [b, h, hkv, l, s, e]: [usize; 6],
+        causal: bool,
+        transposed: bool,
+        masked: bool,
+        tol: f64,
+    ) {
+        let mut t = |d: &[usize]| {
+            let n: usize = d.iter().product();
+            Tensor::<Cpu, T, D4>::from_vec_dims(
+                (0..n).map(|_| T::from_f64(rng.normal())).collect(),
+                d,
+            )
+            .unwrap()
+        };
+        let q = if transposed {
+            t(&[b, l, h, e]).transpose::<D4>(1, 2).unwrap()
+        } else {
+            t(&[b, h, l, e])
+        };
+        let (k, v, g) = (t(&[b, hkv, s, e]), t(&[b, hkv, s, e]), t(&[b, h, l, e]));
+        let bits: Vec<bool> = (0..l * s).map(|i| i % 7 != 3).collect();
+        let mask = Tensor::<Cpu, bool, (Dyn, Dyn)>::from_vec_dims(bits, &[l, s]).unwrap();
+        let maskg = mask.to_device::<Cuda>().unwrap();
+        let what = format!(
+            "{:?} {:?} causal {causal} transposed {transposed} masked {masked}",
+            T::KIND,
+            [b, h, hkv, l, s, e]
+        );
+        let cpu_args = || {
+            let a = AttentionArgs::<Cpu, T>::new().enable_gqa(true);
+            if masked {
+                a.attn_mask(&mask)
+            } else {
+                a.is_causal(causal)
+            }
+        };
+        let gpu_args = || {
+            let a = AttentionArgs::<Cuda, T>::new().enable_gqa(true);
+            if masked {
+                a.attn_mask(&maskg)
+            } else {
+                a.is_causal(causal)
+            }
+        };
+        let (qg, kg, vg, gg) = (
+            q.to_device::<Cuda>().unwrap(),
+            k.to_device::<Cuda>().unwrap(),
+            v.to_device::<Cuda>().unwrap(),
+            g.to_device::<Cuda>().unwrap(),
+        );
+        let cpu = q
+            .scaled_dot_product_attention_dims::<D4>(&k, &v, cpu_args())
+            .unwrap();
+        let gpu = qg
+            .scaled_dot_product_attention_dims::<D4>(&kg, &vg, gpu_args())
+            .unwrap();
+        assert_eq!(gpu.dims(), &[b, h, l, e]);
+        close(&what, &gpu.to_vec().unwrap(), &cpu.to_vec().unwrap(), tol);
+        let (yc, lc) = q
+            .scaled_dot_product_attention_with_lse_dims::<D4, D3>(&k, &v, cpu_args())
+            .unwrap();
+        let (yg, lg) = qg
+            .scaled_dot_product_attention_with_lse_dims::<D4, D3>(&kg, &vg, gpu_args())
+            .unwrap();
+        close(
+            &format!("{what} (with lse)"),
+            &yg.to_vec().unwrap(),
+            &yc.to_vec().unwrap(),
+            tol,
+        );
+        close(
+            &format!("{what} lse"),
+            &lg.to_vec().unwrap(),
+            &lc.to_vec().unwrap(),
+            1e-4,
+        );
+        let dc = q
+            .scaled_dot_product_attention_backward_dims(&k, &v, &yc, &g, &lc, cpu_args())
+            .unwrap();
+        let dg = qg
+            .scaled_dot_product_attention_backward_dims(&kg, &vg, &yg, &gg, &lg, gpu_args())
+            .unwrap();
+        assert_eq!(
+            (dg.1.dims(), dg.2.dims()),
+            (&[b, hkv, s, e][..], &[b, hkv, s, e][..])
+        );
+        // The gradients sum over the keys or queries and the group: a
+        // 16-bit output rounds differently on the two devices.
+        let gt = tol * 4.0;
+        close(
+            &format!("{what} dq"),
+            &dg.0.to_vec().unwrap(),
+            &dc.0.to_vec().unwrap(),
+            gt,
+        );
+        close(
+            &format!("{what} dk"),
+            &dg.1.to_vec().unwrap(),
+            &dc.1.to_vec().unwrap(),
+            gt,
+        );
+        close(
+            &format!("{what} dv"),
+            &dg.2.to_vec().unwrap(),
+            &dc.2.to_vec().unwrap(),
+            gt,
+        );
+    }
+    run::<bf16>(&mut rng, [2, 8, 2, 70, 70, 64], true, false, false, 3e-2);
+    run::<bf16>(&mut rng, [1, 6, 3, 33, 90, 128], false, true, false, 3e-2);
+    run::<f16>(&mut rng, [2, 4, 2, 129, 129, 128], true, true, false, 4e-3);
+    run::<f32>(&mut rng, [2, 6, 2, 37, 41, 40], true, false, false, 1e-5);
+    run::<f32>(&mut rng, [1, 4, 2, 37, 41, 64], false, true, true, 1e-5);
+    run::<bf16>(&mut rng, [1, 4, 1, 65, 65, 64], true, false, false, 3e-2);
+}
+
 /// The attention backward and the forward's log-sum-exps on the GPU
 /// against the CPU's (itself checked against f64 finite differences), in
 /// every float dtype, head dims 64 and 128 and a small one, causal and
@@ -2904,6 +3049,32 @@ fn attention_timing() {
         let flops = 4.0 * (b * h) as f64 * (t * t) as f64 * d as f64 / 2.0;
         println!(
             "attention causal bf16 B{b} H{h} T{t} D{d}: {:.3} ms, {:.2} TFLOP/s",
+            s * 1e3,
+            flops / s / 1e12
+        );
+    }
+    // Grouped-query attention: 8 key and value heads for 32 query heads.
+    for [b, h, hkv, t, d] in [[1, 32, 8, 8192, 128], [4, 16, 4, 4096, 128]] {
+        let q = Tensor::<Cuda, bf16, D4>::randn_dims(1, &[b, h, t, d]).unwrap();
+        let k = Tensor::<Cuda, bf16, D4>::randn_dims(2, &[b, hkv, t, d]).unwrap();
+        let v = Tensor::<Cuda, bf16, D4>::randn_dims(3, &[b, hkv, t, d]).unwrap();
+        let args = || AttentionArgs::new().is_causal(true).enable_gqa(true);
+        let run = || {
+            q.scaled_dot_product_attention_dims::<D4>(&k, &v, args())
+                .unwrap()
+        };
+        drop(run());
+        be.synchronize().unwrap();
+        let reps = 10;
+        let start = std::time::Instant::now();
+        for _ in 0..reps {
+            drop(run());
+        }
+        be.synchronize().unwrap();
+        let s = start.elapsed().as_secs_f64() / reps as f64;
+        let flops = 4.0 * (b * h) as f64 * (t * t) as f64 * d as f64 / 2.0;
+        println!(
+            "attention causal bf16 enable_gqa B{b} H{h} Hkv{hkv} T{t} D{d}: {:.3} ms, {:.2} TFLOP/s",
             s * 1e3,
             flops / s / 1e12
         );

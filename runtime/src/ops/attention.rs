@@ -1,7 +1,8 @@
 //! `scaled_dot_product_attention`, PyTorch's
 //! `torch.nn.functional.scaled_dot_product_attention`: the shapes pair up
 //! in the types ([`AttentionShape`]), the optional arguments are an
-//! [`AttentionArgs`] (`attn_mask`, `is_causal`, `scale`), and both
+//! [`AttentionArgs`] (`attn_mask`, `is_causal`, `scale`, `enable_gqa` for
+//! keys and values of fewer heads than the query), and both
 //! backends run it blocked with an online softmax, never holding the
 //! `L x S` scores.
 //!
@@ -136,6 +137,7 @@ pub struct AttentionArgs<'a, D: Device, T: FloatDType> {
     mask: Option<(MaskRef<'a, T>, &'a Layout)>,
     is_causal: bool,
     scale: Option<f64>,
+    enable_gqa: bool,
     _device: PhantomData<D>,
 }
 
@@ -158,6 +160,7 @@ impl<'a, D: Device, T: FloatDType> AttentionArgs<'a, D, T> {
             mask: None,
             is_causal: false,
             scale: None,
+            enable_gqa: false,
             _device: PhantomData,
         }
     }
@@ -216,6 +219,36 @@ impl<'a, D: Device, T: FloatDType> AttentionArgs<'a, D, T> {
         self.scale = Some(scale);
         self
     }
+
+    /// `enable_gqa`: grouped-query attention, as PyTorch's
+    /// `enable_gqa=True`. The key and value may hold fewer heads (dim -3,
+    /// `Hkv`) than the query (`H`), `H` a multiple of `Hkv`: query head
+    /// `h` reads key and value head `h / (H / Hkv)`, without copying them
+    /// (`repeat_interleave(H / Hkv, dim = -3)` of the key and value gives
+    /// the same result). The shapes are checked at run time: use the
+    /// `_dims` forms ([`scaled_dot_product_attention_dims`](Tensor::scaled_dot_product_attention_dims)
+    /// and the like), or `tensor_fn!`, which checks them when it builds.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{AttentionArgs, Tensor, Cpu, shape};
+    /// // 4 query heads, 2 key and value heads: heads 0, 1 read kv head 0
+    /// let q = Tensor::<Cpu, f32, shape![1, 4, 3, 8]>::randn(1).unwrap();
+    /// let k = Tensor::<Cpu, f32, shape![1, 2, 5, 8]>::randn(2).unwrap();
+    /// let v = Tensor::<Cpu, f32, shape![1, 2, 5, 8]>::randn(3).unwrap();
+    /// let args = || AttentionArgs::new().is_causal(true).enable_gqa(true);
+    /// let y = q.scaled_dot_product_attention_dims::<shape![1, 4, 3, 8]>(&k, &v, args()).unwrap();
+    /// let k4 = k.repeat_interleave::<shape![1, 4, 5, 8]>(2, 1).unwrap();
+    /// let v4 = v.repeat_interleave::<shape![1, 4, 5, 8]>(2, 1).unwrap();
+    /// let want = q.scaled_dot_product_attention_dims::<shape![1, 4, 3, 8]>(&k4, &v4, AttentionArgs::new().is_causal(true)).unwrap();
+    /// assert_eq!(y.to_vec().unwrap(), want.to_vec().unwrap());
+    /// // without it, heads that differ are an `Err` that names the key
+    /// let e = q.scaled_dot_product_attention_dims::<shape![1, 4, 3, 8]>(&k, &v, AttentionArgs::new());
+    /// assert!(e.unwrap_err().to_string().contains("enable_gqa"));
+    /// ```
+    pub fn enable_gqa(mut self, enable_gqa: bool) -> Self {
+        self.enable_gqa = enable_gqa;
+        self
+    }
 }
 
 /// An operand as the backend takes it: a `[batch, rows, cols]` view over
@@ -267,6 +300,33 @@ fn flat(
         Layout::contiguous(&[n, m[0], m[1]]),
         Some(Layout::new(dims, strides, l.offset())),
     )
+}
+
+/// [`flat`] as an `[outer, inner, rows, cols]` view split at `at` (a
+/// `[batch, ..]` one, whose batch stride walks both, written as such).
+fn flat_at(l: &Layout, batch: &[usize], at: usize) -> (Layout, Option<Layout>) {
+    let (f, copy) = flat(l, batch, Some(at), true);
+    if f.rank() == 4 {
+        return (f, copy);
+    }
+    let ni: usize = batch[at..].iter().product();
+    let (d, st) = (f.dims(), f.strides());
+    (
+        Layout::new(
+            vec![d[0] / ni.max(1), ni, d[1], d[2]],
+            vec![st[0] * ni, st[0], st[1], st[2]],
+            f.offset(),
+        ),
+        copy,
+    )
+}
+
+/// The heads (dim -3) of a key of dims `kd` when they differ from those of
+/// the attention's output `dims` and are not 1 (which broadcasts): the
+/// grouped-query case the rule admitted under `enable_gqa`.
+fn kv_heads(dims: &[usize], kd: &[usize]) -> Option<usize> {
+    let (r, kr) = (dims.len(), kd.len());
+    (r >= 3 && kr >= 3 && kd[kr - 3] != dims[r - 3] && kd[kr - 3] != 1).then(|| kd[kr - 3])
 }
 
 /// Where the backend splits the batch dims of all operands in two (see
@@ -329,6 +389,7 @@ fn attention<D: Device, T: FloatDType>(
         ("value", v.dims()),
         mask_dims,
         args.is_causal,
+        args.enable_gqa,
     )?;
     let scale = scale_of(q.dims(), args)?;
     let r = dims.len();
@@ -337,11 +398,49 @@ fn attention<D: Device, T: FloatDType>(
     let mut scores: Vec<usize> = batch.to_vec();
     scores.extend([l, s]);
     let numel: usize = dims.iter().product();
-    let split = batch_split(&[&q.layout, &k.layout, &v.layout], batch);
-    let (placed, result) = output_order(&dims, split);
-    let (lq, cq) = flat(&q.layout, batch, split, true);
-    let (lk, ck) = flat(&k.layout, batch, split, true);
-    let (lv, cv) = flat(&v.layout, batch, split, true);
+    let (split, placed, result, (lq, cq), (lk, ck), (lv, cv)) =
+        if let Some(hkv) = kv_heads(&dims, k.dims()) {
+            // Grouped-query attention: every operand split before the heads,
+            // the key's and value's `Hkv` heads each read by `H / Hkv`
+            // query heads.
+            let at = batch.len() - 1;
+            let kv = |x: &Layout| {
+                let mut to = batch.to_vec();
+                to[at] = hkv;
+                let kvb = to.clone();
+                let r = x.rank();
+                to.extend_from_slice(&x.dims()[r - 2..]);
+                flat_at(&x.broadcast_to(&to), &kvb, at)
+            };
+            let (placed, result) = if batch_split(&[&q.layout], batch) == Some(at) {
+                output_order(&dims, Some(at))
+            } else {
+                let (no, ni) = (batch[..at].iter().product(), batch[at]);
+                (
+                    Layout::contiguous(&[no, ni, dims[r - 2], dims[r - 1]]),
+                    Layout::contiguous(&dims),
+                )
+            };
+            (
+                Some(at),
+                placed,
+                result,
+                flat_at(&q.layout, batch, at),
+                kv(&k.layout),
+                kv(&v.layout),
+            )
+        } else {
+            let split = batch_split(&[&q.layout, &k.layout, &v.layout], batch);
+            let (placed, result) = output_order(&dims, split);
+            (
+                split,
+                placed,
+                result,
+                flat(&q.layout, batch, split, true),
+                flat(&k.layout, batch, split, true),
+                flat(&v.layout, batch, split, true),
+            )
+        };
     let lm = args
         .mask
         .as_ref()
@@ -461,6 +560,8 @@ fn attention_backward<D: Device, T: FloatDType>(
     lse: Option<&Tensor<D, f32, impl Shape>>,
     args: &AttentionArgs<'_, D, T>,
 ) -> Result<[(Storage<T>, Layout); 3]> {
+    let mask = args.mask.as_ref().map(|(m, l)| (m, (*l).clone()));
+    let lse = lse.map(Part::of);
     let mask_dims = args.mask.as_ref().map(|(_, l)| ("attn_mask", l.dims()));
     let dims = rules::attention(
         OP,
@@ -469,9 +570,146 @@ fn attention_backward<D: Device, T: FloatDType>(
         ("value", v.dims()),
         mask_dims,
         args.is_causal,
+        args.enable_gqa,
     )?;
-    let scale = scale_of(q.dims(), args)?;
-    for (name, t) in [("out", out.dims()), ("grad_out", grad.dims())] {
+    let (q, k, v, out, grad) = (
+        Part::of(q),
+        Part::of(k),
+        Part::of(v),
+        Part::of(out),
+        Part::of(grad),
+    );
+    let Some(hkv) = kv_heads(&dims, k.layout.dims()) else {
+        return backward_parts(q, k, v, out, grad, lse, mask, args);
+    };
+    let r = dims.len();
+    let given = [
+        ("out", out.layout.dims(), &dims[..]),
+        ("grad_out", grad.layout.dims(), &dims[..]),
+        (
+            "lse",
+            lse.as_ref().map_or(&dims[..r - 1], |x| x.layout.dims()),
+            &dims[..r - 1],
+        ),
+    ];
+    if let Some((name, t, want)) = given.into_iter().find(|(_, t, want)| t != want) {
+        return Err(Error::shape(
+            OP,
+            format!("`{name}` of dims {want:?} (the attention's output dims)"),
+            format!("`{name}` of dims {t:?}"),
+        ));
+    }
+    // Grouped-query attention as broadcasting: the query's `H` heads (and
+    // the output's, the gradient's, the log-sum-exps') split into `[Hkv,
+    // g]`, the key's and value's `Hkv` heads given a dim of 1 that
+    // broadcasts over the `g` query heads of their group, so that their
+    // gradients are summed over the group.
+    let g = dims[r - 3] / hkv;
+    let (qd, kd, vd) = (
+        q.layout.dims().to_vec(),
+        k.layout.dims().to_vec(),
+        v.layout.dims().to_vec(),
+    );
+    let lse = lse.map(|x| {
+        let at = x.layout.rank() - 2;
+        x.split_heads(at, hkv, g)
+    });
+    let mask = mask.map(|(m, l)| {
+        let mut scores = dims[..r - 1].to_vec();
+        scores.push(kd[kd.len() - 2]);
+        let b = l.broadcast_to(&scores);
+        let (mut d, mut st) = (b.dims().to_vec(), b.strides().to_vec());
+        d[r - 3] = hkv;
+        d.insert(r - 2, g);
+        st.insert(r - 2, st[r - 3]);
+        st[r - 3] *= g;
+        (m, Layout::new(d, st, b.offset()))
+    });
+    let [dq, dk, dv] = backward_parts(
+        q.split_heads(qd.len() - 3, hkv, g),
+        k.unit_group(),
+        v.unit_group(),
+        out.split_heads(r - 3, hkv, g),
+        grad.split_heads(r - 3, hkv, g),
+        lse,
+        mask,
+        args,
+    )?;
+    Ok([
+        (dq.0, Layout::contiguous(&qd)),
+        (dk.0, Layout::contiguous(&kd)),
+        (dv.0, Layout::contiguous(&vd)),
+    ])
+}
+
+/// A tensor's storage and layout.
+struct Part<'a, T: DType> {
+    storage: &'a Storage<T>,
+    layout: Layout,
+}
+
+impl<'a, T: DType> Part<'a, T> {
+    fn of<D: Device>(x: &'a Tensor<D, T, impl Shape>) -> Self {
+        Part {
+            storage: &x.storage,
+            layout: x.layout.clone(),
+        }
+    }
+
+    /// Dim `at` (the heads, `hkv * g`) split into `[hkv, g]`.
+    fn split_heads(self, at: usize, hkv: usize, g: usize) -> Self {
+        let l = &self.layout;
+        let (mut d, mut st) = (l.dims().to_vec(), l.strides().to_vec());
+        d[at] = hkv;
+        d.insert(at + 1, g);
+        st.insert(at + 1, st[at]);
+        st[at] *= g;
+        Part {
+            storage: self.storage,
+            layout: Layout::new(d, st, l.offset()),
+        }
+    }
+
+    /// A dim of 1 inserted after the heads (dim -3): the group that
+    /// broadcasts over the query heads sharing them.
+    fn unit_group(self) -> Self {
+        let l = &self.layout;
+        let at = l.rank() - 2;
+        let (mut d, mut st) = (l.dims().to_vec(), l.strides().to_vec());
+        d.insert(at, 1);
+        st.insert(at, 0);
+        Part {
+            storage: self.storage,
+            layout: Layout::new(d, st, l.offset()),
+        }
+    }
+}
+
+/// [`attention_backward`] of operands whose batch dims broadcast to the
+/// output's (no grouped heads).
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
+fn backward_parts<D: Device, T: FloatDType>(
+    q: Part<'_, T>,
+    k: Part<'_, T>,
+    v: Part<'_, T>,
+    out: Part<'_, T>,
+    grad: Part<'_, T>,
+    lse: Option<Part<'_, f32>>,
+    mask: Option<(&MaskRef<'_, T>, Layout)>,
+    args: &AttentionArgs<'_, D, T>,
+) -> Result<[(Storage<T>, Layout); 3]> {
+    let mask_dims = mask.as_ref().map(|(_, l)| ("attn_mask", l.dims()));
+    let dims = rules::attention(
+        OP,
+        ("query", q.layout.dims()),
+        ("key", k.layout.dims()),
+        ("value", v.layout.dims()),
+        mask_dims,
+        args.is_causal,
+        args.enable_gqa,
+    )?;
+    let scale = scale_of(q.layout.dims(), args)?;
+    for (name, t) in [("out", out.layout.dims()), ("grad_out", grad.layout.dims())] {
         if t != &dims[..] {
             return Err(Error::shape(
                 OP,
@@ -482,17 +720,17 @@ fn attention_backward<D: Device, T: FloatDType>(
     }
     let r = dims.len();
     let batch = &dims[..r - 2];
-    if let Some(x) = lse {
-        if x.dims() != &dims[..r - 1] {
+    if let Some(x) = &lse {
+        if x.layout.dims() != &dims[..r - 1] {
             return Err(Error::shape(
                 OP,
                 format!("`lse` of dims {:?} ([..batch, L])", &dims[..r - 1]),
-                format!("`lse` of dims {:?}", x.dims()),
+                format!("`lse` of dims {:?}", x.layout.dims()),
             ));
         }
     }
-    let (l, s) = (dims[r - 2], k.dims()[k.dims().len() - 2]);
-    let (e, ev) = (q.dims()[q.dims().len() - 1], dims[r - 1]);
+    let (l, s) = (dims[r - 2], k.layout.dims()[k.layout.dims().len() - 2]);
+    let (e, ev) = (q.layout.dims()[q.layout.dims().len() - 1], dims[r - 1]);
     let mut scores: Vec<usize> = batch.to_vec();
     scores.extend([l, s]);
     let split = batch_split(
@@ -504,8 +742,7 @@ fn attention_backward<D: Device, T: FloatDType>(
     let (lv, cv) = flat(&v.layout, batch, split, true);
     let (lo, co) = flat(&out.layout, batch, split, true);
     let (lg, cg) = flat(&grad.layout, batch, split, true);
-    let lm = args
-        .mask
+    let lm = mask
         .as_ref()
         .map(|(_, ml)| flat(&ml.broadcast_to(&scores), batch, split, false));
     // Each gradient over the output's batch dims, then summed back to its
@@ -514,41 +751,37 @@ fn attention_backward<D: Device, T: FloatDType>(
         batch.iter().copied().chain([rows, cols]).collect()
     };
     let targets = [
-        (full(l, e), q.dims().to_vec()),
-        (full(s, e), k.dims().to_vec()),
-        (full(s, ev), v.dims().to_vec()),
+        (full(l, e), q.layout.dims().to_vec()),
+        (full(s, e), k.layout.dims().to_vec()),
+        (full(s, ev), v.layout.dims().to_vec()),
     ];
     let grads = dispatch!(D, |be| {
         let side = |x: &Storage<T>, c: &Option<Layout>| -> Result<_> {
             c.as_ref().map(|c| be.contiguous(be.buf(x), c)).transpose()
         };
         let copies = [
-            side(&q.storage, &cq)?,
-            side(&k.storage, &ck)?,
-            side(&v.storage, &cv)?,
-            side(&out.storage, &co)?,
-            side(&grad.storage, &cg)?,
+            side(q.storage, &cq)?,
+            side(k.storage, &ck)?,
+            side(v.storage, &cv)?,
+            side(out.storage, &co)?,
+            side(grad.storage, &cg)?,
         ];
-        let stores: [&Storage<T>; 5] = [
-            &q.storage,
-            &k.storage,
-            &v.storage,
-            &out.storage,
-            &grad.storage,
-        ];
+        let stores: [&Storage<T>; 5] = [q.storage, k.storage, v.storage, out.storage, grad.storage];
         let bufs: Vec<_> = copies
             .iter()
             .zip(stores)
             .map(|(c, x)| c.as_ref().unwrap_or(be.buf(x)))
             .collect();
-        let lse_copy = match lse {
+        let lse_copy = match &lse {
             Some(x) if !(x.layout.is_contiguous() && x.layout.offset() == 0) => {
-                Some(be.contiguous(be.buf(&x.storage), &x.layout)?)
+                Some(be.contiguous(be.buf(x.storage), &x.layout)?)
             }
             _ => None,
         };
-        let lse_buf = lse.map(|x| lse_copy.as_ref().unwrap_or(be.buf(&x.storage)));
-        let (mb, mf) = match (&args.mask, &lm) {
+        let lse_buf = lse
+            .as_ref()
+            .map(|x| lse_copy.as_ref().unwrap_or(be.buf(x.storage)));
+        let (mb, mf) = match (&mask, &lm) {
             (Some((MaskRef::Bool(m), _)), Some((_, Some(c)))) => {
                 (Some(be.contiguous(be.buf(m), c)?), None)
             }
@@ -557,7 +790,7 @@ fn attention_backward<D: Device, T: FloatDType>(
             }
             _ => (None, None),
         };
-        let mask = match (&args.mask, &lm) {
+        let mask = match (&mask, &lm) {
             (Some((MaskRef::Bool(m), _)), Some((l, _))) => {
                 Some((AttnMask::Bool(mb.as_ref().unwrap_or(be.buf(m))), l))
             }
@@ -834,10 +1067,12 @@ pub(crate) mod reference {
         Add(Vec<f64>, Vec<usize>),
     }
 
-    /// One attention problem: `[B, H, L, E]`, `[B, H, S, E]`, `[B, H, S, Ev]`.
+    /// One attention problem: `[B, H, L, E]`, `[B, Hkv, S, E]`, `[B, Hkv,
+    /// S, Ev]` (`Hkv = H` but under grouped-query attention).
     #[derive(Clone, Debug)]
     pub(crate) struct Case {
         pub(crate) dims: [usize; 6],
+        pub(crate) hkv: usize,
         pub(crate) q: Vec<f64>,
         pub(crate) k: Vec<f64>,
         pub(crate) v: Vec<f64>,
@@ -853,6 +1088,7 @@ pub(crate) mod reference {
             let mut draw = |n: usize| (0..n).map(|_| amp * rng.normal()).collect::<Vec<_>>();
             Case {
                 dims,
+                hkv: h,
                 q: draw(b * h * l * e),
                 k: draw(b * h * s * e),
                 v: draw(b * h * s * ev),
@@ -862,17 +1098,33 @@ pub(crate) mod reference {
             }
         }
 
+        /// [`Case::random`] with `hkv` key and value heads (grouped-query
+        /// attention: `H` a multiple of `hkv`).
+        pub(crate) fn random_gqa(
+            rng: &mut SplitMix64,
+            dims: [usize; 6],
+            hkv: usize,
+            amp: f64,
+        ) -> Case {
+            let [b, _, _, s, e, ev] = dims;
+            let mut c = Case::random(rng, dims, amp);
+            c.hkv = hkv;
+            c.k.truncate(b * hkv * s * e);
+            c.v.truncate(b * hkv * s * ev);
+            c
+        }
+
         pub(crate) fn q_dims(&self) -> Vec<usize> {
             let [b, h, l, _, e, _] = self.dims;
             vec![b, h, l, e]
         }
         pub(crate) fn k_dims(&self) -> Vec<usize> {
-            let [b, h, _, s, e, _] = self.dims;
-            vec![b, h, s, e]
+            let [b, _, _, s, e, _] = self.dims;
+            vec![b, self.hkv, s, e]
         }
         pub(crate) fn v_dims(&self) -> Vec<usize> {
-            let [b, h, _, s, _, ev] = self.dims;
-            vec![b, h, s, ev]
+            let [b, _, _, s, _, ev] = self.dims;
+            vec![b, self.hkv, s, ev]
         }
         pub(crate) fn out_dims(&self) -> Vec<usize> {
             let [b, h, l, _, _, ev] = self.dims;
@@ -923,6 +1175,8 @@ pub(crate) mod reference {
             for bi in 0..b {
                 for hi in 0..h {
                     let bh = bi * h + hi;
+                    // The key and value head of query head `hi`.
+                    let kh = bi * self.hkv + hi / (h / self.hkv.max(1)).max(1);
                     for i in 0..l {
                         let mut scores = Vec::new();
                         for j in 0..s {
@@ -934,7 +1188,7 @@ pub(crate) mod reference {
                             };
                             let d: f64 = (0..e)
                                 .map(|t| {
-                                    self.q[(bh * l + i) * e + t] * self.k[(bh * s + j) * e + t]
+                                    self.q[(bh * l + i) * e + t] * self.k[(kh * s + j) * e + t]
                                 })
                                 .sum();
                             let x = d * scale + add;
@@ -952,7 +1206,7 @@ pub(crate) mod reference {
                             let p = (x - m).exp();
                             sum += p;
                             for (c, oc) in o.iter_mut().enumerate() {
-                                *oc += p * self.v[(bh * s + j) * ev + c];
+                                *oc += p * self.v[(kh * s + j) * ev + c];
                             }
                         }
                         for oc in o.iter_mut() {
@@ -1061,7 +1315,9 @@ mod tests {
             tensor::<T>(&c.v, &c.v_dims()),
         );
         let (mb2, mb4, mf2, mf4);
-        let mut args = AttentionArgs::new().is_causal(c.causal);
+        let mut args = AttentionArgs::new()
+            .is_causal(c.causal)
+            .enable_gqa(c.hkv != c.dims[1]);
         if let Some(s) = c.scale {
             args = args.scale(s);
         }
@@ -1272,7 +1528,9 @@ mod tests {
         );
         let (mb, mf);
         let args = || {
-            let mut a = AttentionArgs::new().is_causal(c.causal);
+            let mut a = AttentionArgs::new()
+                .is_causal(c.causal)
+                .enable_gqa(c.hkv != c.dims[1]);
             if let Some(s) = c.scale {
                 a = a.scale(s);
             }
@@ -1354,6 +1612,80 @@ mod tests {
                 backward_all_dtypes(&c, &w);
             }
         }
+    }
+
+    #[test]
+    fn grouped_query_attention_every_dtype() {
+        let mut rng = seed();
+        for (dims, hkv) in [
+            ([2, 8, 17, 23, 16, 16], 2),
+            ([1, 6, 40, 70, 64, 64], 3),
+            ([2, 4, 9, 9, 8, 5], 1),
+            ([1, 4, 33, 130, 128, 128], 2),
+        ] {
+            for causal in [false, true] {
+                let mut c = Case::random_gqa(&mut rng, dims, hkv, 1.0);
+                c.causal = causal;
+                all_dtypes(&c);
+            }
+        }
+        // with a float mask over every head, and empty key sets
+        let mut c = Case::random_gqa(&mut rng, [1, 4, 5, 7, 8, 8], 2, 1.0);
+        let n = 4 * 5 * 7;
+        let mut m: Vec<f64> = (0..n).map(|_| rng.normal()).collect();
+        for x in &mut m[7..14] {
+            *x = f64::NEG_INFINITY;
+        }
+        c.mask = TestMask::Add(m, vec![1, 4, 5, 7]);
+        all_dtypes(&c);
+        let c = Case::random_gqa(&mut rng, [1, 4, 5, 0, 8, 8], 2, 1.0);
+        all_dtypes(&c);
+    }
+
+    #[test]
+    fn grouped_query_attention_shapes_are_checked() {
+        let q = Tensor::<Cpu, f32, D4>::zeros_dims(&[1, 6, 3, 8]).unwrap();
+        let k = Tensor::<Cpu, f32, D4>::zeros_dims(&[1, 4, 5, 8]).unwrap();
+        let v = Tensor::<Cpu, f32, D4>::zeros_dims(&[1, 2, 5, 8]).unwrap();
+        let args = || AttentionArgs::new().enable_gqa(true);
+        let e = q.scaled_dot_product_attention_dims::<D4>(&k, &k, args());
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("multiple") && e.contains("`key`"), "{e}");
+        let e = q.scaled_dot_product_attention_dims::<D4>(&v, &k, args());
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("`value`"), "{e}");
+        let e = q.scaled_dot_product_attention_dims::<D4>(&v, &v, AttentionArgs::new());
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("enable_gqa = true"), "{e}");
+        let y = q
+            .scaled_dot_product_attention_dims::<D4>(&v, &v, args())
+            .unwrap();
+        assert_eq!(y.dims(), &[1, 6, 3, 8]);
+    }
+
+    #[test]
+    fn grouped_query_attention_backward_sums_over_the_group() {
+        let mut rng = seed();
+        for (dims, hkv) in [
+            ([1, 4, 5, 7, 16, 16], 2),
+            ([2, 6, 9, 4, 8, 8], 3),
+            ([1, 4, 3, 3, 4, 4], 1),
+        ] {
+            for causal in [false, true] {
+                let mut c = Case::random_gqa(&mut rng, dims, hkv, 1.0);
+                c.causal = causal;
+                let w = weights(&mut rng, &c);
+                backward_all_dtypes(&c, &w);
+            }
+        }
+        let mut c = Case::random_gqa(&mut rng, [1, 4, 6, 9, 8, 8], 2, 1.0);
+        let mut bits: Vec<bool> = (0..6 * 9).map(|_| rng.uniform() < 0.7).collect();
+        for x in &mut bits[2 * 9..3 * 9] {
+            *x = false;
+        }
+        c.mask = TestMask::Bool(bits, vec![6, 9]);
+        let w = weights(&mut rng, &c);
+        backward_all_dtypes(&c, &w);
     }
 
     #[test]

@@ -113,8 +113,9 @@ impl<'s, 'k> Checker<'s, 'k> {
     }
 
     /// `scaled_dot_product_attention(query, key, value, attn_mask = m,
-    /// is_causal = true, scale = s)`: float tensors on one device, a mask
-    /// that is `bool` or of their dtype, a literal flag, a scalar scale.
+    /// is_causal = true, scale = s, enable_gqa = true)`: float tensors on
+    /// one device, a mask that is `bool` or of their dtype, literal flags,
+    /// a scalar scale.
     pub(super) fn attention(&mut self, def: &'static OpDef, args: &[Arg], e: &Expr) -> NodeId {
         let name = def.name;
         let Some(a) = self.bind_op(def, false, args, e) else {
@@ -138,19 +139,21 @@ impl<'s, 'k> Checker<'s, 'k> {
             }
             _ => None,
         };
-        let causal = match a[4] {
+        let mut flag = |at: usize, what: &str| match a[at] {
             None => Some(false),
             Some(x) => match &x.kind {
                 ExprKind::Bool(b) => Some(*b),
                 _ => {
                     self.error(
                         &x.sp,
-                        format!("`{name}` takes `true` or `false` for `is_causal`, found `{x}`"),
+                        format!("`{name}` takes `true` or `false` for `{what}`, found `{x}`"),
                     );
                     None
                 }
             },
         };
+        let causal = flag(4, "is_causal");
+        let gqa = flag(6, "enable_gqa");
         if ops.iter().any(|o| o.is_none()) || mask.as_ref().is_some_and(|m| m.2.is_none()) {
             return self.error_node(e);
         }
@@ -201,6 +204,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                 (&names[2], &ops[2].ty.dims),
                 mask_name.as_deref().zip(mask_dims.as_deref()),
                 causal.unwrap_or(false),
+                gqa.unwrap_or(false),
             ),
             &[&xs[0].sp, &xs[1].sp, &xs[2].sp, mask_sp],
         );
@@ -208,8 +212,8 @@ impl<'s, 'k> Checker<'s, 'k> {
             Some(x) if !absent(&a[5]) => self.scalar_operand(x, &ops[0], name).map(Some),
             _ => Some(None),
         };
-        match (ok, dims, causal, scale) {
-            (true, Some(dims), Some(causal), Some(scale)) => self.push(
+        match (ok, dims, causal, scale, gqa) {
+            (true, Some(dims), Some(causal), Some(scale), Some(gqa)) => self.push(
                 Op::Attention {
                     q: ids[0],
                     k: ids[1],
@@ -217,6 +221,7 @@ impl<'s, 'k> Checker<'s, 'k> {
                     mask: mask.map(|m| m.1),
                     causal,
                     scale,
+                    gqa,
                 },
                 Self::out_ty(&agreed, dims),
                 e,

@@ -121,8 +121,12 @@ impl FnGen<'_> {
         mask: Option<NodeId>,
         causal: bool,
         scale: Option<NodeId>,
+        gqa: bool,
     ) -> TokenStream {
         let mut args = quote!(::tensorfn::AttentionArgs::new());
+        if gqa {
+            args = quote!(#args.enable_gqa(true));
+        }
         if let Some(m) = mask {
             let m = self.reference(m);
             args = quote!(#args.attn_mask(#m));
@@ -370,10 +374,11 @@ impl FnGen<'_> {
                 mask,
                 causal,
                 scale,
+                gqa,
             } => {
                 let (q, k, v) = (self.reference(*q), self.reference(*k), self.reference(*v));
                 let s = so();
-                let args = self.attention_args(*mask, *causal, *scale);
+                let args = self.attention_args(*mask, *causal, *scale, *gqa);
                 if self.saves_lse(n) {
                     let dims = self.dim_tys(n);
                     let ls = shape_tokens(&dims[..dims.len() - 1]);
@@ -391,11 +396,12 @@ impl FnGen<'_> {
                 mask,
                 causal,
                 scale,
+                gqa,
             } => {
                 let (q, k, v) = (self.reference(*q), self.reference(*k), self.reference(*v));
                 let (o, g) = (self.reference(*out), self.reference(*grad));
                 let lse = lse_var(*out);
-                let args = self.attention_args(*mask, *causal, *scale);
+                let args = self.attention_args(*mask, *causal, *scale, *gqa);
                 quote!(#q.scaled_dot_product_attention_backward_dims(#k, #v, #o, #g, &#lse, #args)?)
             }
             Op::Reshape { x, view } => {
