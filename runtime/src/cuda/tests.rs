@@ -3253,9 +3253,10 @@ fn same_bits<T: DType>(what: &str, got: &[T], want: &[T]) {
 /// The pooling kernels against the CPU reference on random shapes and
 /// options (padding, dilation, `ceil_mode`, `count_include_pad`,
 /// `divisor_override`, adaptive sizes above and below the input's), on
-/// contiguous, channels-last and offset/sliced views, with NaN, ±inf and
-/// ±0 among the values, empty batches, in every float dtype; the
-/// gradients through a strided `grad_output` too.
+/// contiguous, channels-last and offset/sliced views (both thread orders
+/// of the kernels), with NaN, ±inf and ±0 among the values, empty
+/// batches, in every float dtype; the gradients through a channels-last
+/// or contiguous `grad_output` too.
 #[test]
 fn pools_match_the_cpu_on_random_options_views_and_edge_values() {
     use crate::cpu::CpuBackend;
@@ -3319,14 +3320,22 @@ fn pools_match_the_cpu_on_random_options_views_and_edge_values() {
             let bs = crate::layout::contiguous_strides(&big);
             let sliced = Layout::new(dims.to_vec(), bs.clone(), 3 + bs[2] + 1);
             let nhwc = Layout::contiguous(&[n, h, w, c]).permute(&[0, 3, 1, 2]);
-            for lay in [Layout::contiguous(&dims), nhwc, sliced] {
+            for (j, lay) in [Layout::contiguous(&dims), nhwc, sliced]
+                .into_iter()
+                .enumerate()
+            {
                 let what = format!("{p:?} {dims:?} {:?}+{}", lay.strides(), lay.offset());
                 let want = CpuBackend.pool2d(&x, &lay, &p, out).unwrap();
                 let got = be.pool2d::<T>(&gx, &lay, &p, out).unwrap();
                 same_bits(&what, &down(&got, &[want.len()]), &want);
-                // grad_output stored channels-last.
+                // grad_output stored channels-last, or contiguous beside the
+                // channels-last input: both thread orders of the gradient.
                 let g: Vec<T> = random(rng, want.len(), -1.0, 1.0);
-                let gl = Layout::contiguous(&[n, out[0], out[1], c]).permute(&[0, 3, 1, 2]);
+                let gl = if j == 1 {
+                    Layout::contiguous(&[n, c, out[0], out[1]])
+                } else {
+                    Layout::contiguous(&[n, out[0], out[1], c]).permute(&[0, 3, 1, 2])
+                };
                 let gg = up(be, &g);
                 let want = CpuBackend
                     .pool2d_backward((&x, &lay), (&g, &gl), &p)
