@@ -3388,7 +3388,8 @@ fn dropout_masks_equal_the_cpu_on_large_views() {
 
 /// `batch_norm` on the GPU keeps the variance of channels far from zero
 /// (two passes, no cancellation), gives a NaN channel NaN statistics, and
-/// handles rank 2 and rank 5 inputs and an empty channel dim.
+/// handles rank 2 and rank 5 inputs and an empty channel dim, with each
+/// channel in one block or split over several (the same bits every run).
 #[test]
 fn batch_norm_keeps_large_offsets_and_odd_ranks() {
     use crate::cpu::CpuBackend;
@@ -3399,6 +3400,7 @@ fn batch_norm_keeps_large_offsets_and_odd_ranks() {
         vec![64, 5],
         vec![2, 3, 4, 5, 6],
         vec![3, 0, 4],
+        vec![8, 2, 60, 50],
     ] {
         let numel: usize = dims.iter().product();
         let c = dims[1];
@@ -3435,6 +3437,12 @@ fn batch_norm_keeps_large_offsets_and_odd_ranks() {
         let f = |v: &[f32]| v.iter().map(|&v| v as f64).collect::<Vec<f64>>();
         let what = format!("batch_norm {dims:?}");
         assert_close(&what, &down(&y, &[numel]), &f(&ey), 1e-3, 1e-3);
+        // The same bits on a second run (channels split over blocks add
+        // their partial sums in a fixed order).
+        let (again, _) = be
+            .batch_norm((&sx, &l), None, None, None, true, 0.1, 1e-5)
+            .unwrap();
+        same_bits(&what, &down(&again, &[numel]), &down(&y, &[numel]));
         let ((m, v), (em, ev)) = (upd.unwrap(), eupd.unwrap());
         assert_close(&what, &down(&m, &[c]), &f(&em), 1e-5, 1e-5);
         assert_close(&what, &down(&v, &[c]), &f(&ev), 1e-3, 1e-3);
@@ -3453,8 +3461,10 @@ fn batch_norm_keeps_large_offsets_and_odd_ranks() {
 }
 
 /// Times ResNet-18's pools (bf16, batch 64, channels-last as cuDNN gives
-/// them), their gradients, a training-mode `batch_norm` forward and
-/// backward and `dropout`; prints one line per case.
+/// them, so the kernels run channel-fastest, and NCHW), their gradients,
+/// training-mode `batch_norm` forward and backward with 64 channels (each
+/// split over several blocks) and 512, and `dropout`; prints one line per
+/// case.
 #[test]
 #[ignore = "a measurement, not a check"]
 fn pool_and_batch_norm_timing() {
@@ -3487,39 +3497,53 @@ fn pool_and_batch_norm_timing() {
         ),
     ] {
         let x = up(&be, &random::<bf16>(&mut rng, n * c * h * w, -2.0, 2.0));
-        let l = Layout::contiguous(&[n, h, w, c]).permute(&[0, 3, 1, 2]);
         let out = p.output_dims([h, w]).unwrap();
-        let ms = time(&be, &mut || {
-            be.pool2d::<bf16>(&x, &l, &p, out).unwrap();
-        });
         let g = up(
             &be,
             &random::<bf16>(&mut rng, n * c * out[0] * out[1], -1.0, 1.0),
         );
-        let lg = Layout::contiguous(&[n, c, out[0], out[1]]);
+        for (layout, l, lg) in [
+            (
+                "channels-last",
+                Layout::contiguous(&[n, h, w, c]).permute(&[0, 3, 1, 2]),
+                Layout::contiguous(&[n, out[0], out[1], c]).permute(&[0, 3, 1, 2]),
+            ),
+            (
+                "NCHW",
+                Layout::contiguous(&[n, c, h, w]),
+                Layout::contiguous(&[n, c, out[0], out[1]]),
+            ),
+        ] {
+            let ms = time(&be, &mut || {
+                be.pool2d::<bf16>(&x, &l, &p, out).unwrap();
+            });
+            let bms = time(&be, &mut || {
+                be.pool2d_backward::<bf16>((&x, &l), (&g, &lg), &p).unwrap();
+            });
+            println!(
+                "{what} bf16 {:?} {layout}: forward {ms:.4} ms, backward {bms:.4} ms",
+                [n, c, h, w]
+            );
+        }
+    }
+    for [n, c, h, w] in [[64, 64, 56, 56], [64, 512, 7, 7]] {
+        let x = up(&be, &random::<bf16>(&mut rng, n * c * h * w, -2.0, 2.0));
+        let l = Layout::contiguous(&[n, h, w, c]).permute(&[0, 3, 1, 2]);
+        let ms = time(&be, &mut || {
+            be.batch_norm::<bf16>((&x, &l), None, None, None, true, 0.1, 1e-5)
+                .unwrap();
+        });
         let bms = time(&be, &mut || {
-            be.pool2d_backward::<bf16>((&x, &l), (&g, &lg), &p).unwrap();
+            be.batch_norm_backward::<bf16>((&x, &l), None, None, (&x, &l), true, 1e-5)
+                .unwrap();
         });
         println!(
-            "{what} bf16 {:?}: forward {ms:.4} ms, backward {bms:.4} ms",
+            "batch_norm training bf16 {:?} channels-last: forward {ms:.4} ms, backward {bms:.4} ms",
             [n, c, h, w]
         );
     }
     let [n, c, h, w] = [64, 64, 56, 56];
     let x = up(&be, &random::<bf16>(&mut rng, n * c * h * w, -2.0, 2.0));
-    let l = Layout::contiguous(&[n, h, w, c]).permute(&[0, 3, 1, 2]);
-    let ms = time(&be, &mut || {
-        be.batch_norm::<bf16>((&x, &l), None, None, None, true, 0.1, 1e-5)
-            .unwrap();
-    });
-    let bms = time(&be, &mut || {
-        be.batch_norm_backward::<bf16>((&x, &l), None, None, (&x, &l), true, 1e-5)
-            .unwrap();
-    });
-    println!(
-        "batch_norm training bf16 {:?}: forward {ms:.4} ms, backward {bms:.4} ms",
-        [n, c, h, w]
-    );
     let ms = time(&be, &mut || {
         be.dropout::<bf16>(&x, &Layout::contiguous(&[n * c * h * w]), 0.1, 7)
             .unwrap();
