@@ -548,16 +548,20 @@ pub fn batch_norm_name(dtype: DTypeKind) -> String {
 }
 
 /// `batch_norm` of a float `dtype` over the channels of `[N, C, S]` read
-/// through any strides, one block of [`BLOCK`] threads per channel:
-/// entries `NAME` (statistics, the normalised output, the running
-/// statistics' update) and `NAME_backward` (`dx`, `dweight`, `dbias`);
-/// see the PTX module's comment for the parameters.
+/// through any strides, blocks of [`BLOCK`] threads over the channels
+/// (`grid.x`) and parts of each channel (`grid.y`): entries `NAME`
+/// (statistics, the normalised output, the running statistics' update)
+/// and `NAME_backward` (`dx`, `dweight`, `dbias`), and with several parts
+/// the partial sums first (`NAME_stats_sum`, `NAME_stats_dev`,
+/// `NAME_backward_sums`); see the PTX module's comment for the
+/// parameters.
 ///
 /// ```
 /// use tensorfn_kernels::{builtin, DTypeKind};
 /// let k = builtin::batch_norm(DTypeKind::F32)?;
 /// assert!(k.ptx.contains(".entry tf_batch_norm_f32("));
 /// assert!(k.ptx.contains(".entry tf_batch_norm_f32_backward("));
+/// assert!(k.ptx.contains(".entry tf_batch_norm_f32_stats_sum("));
 /// # Ok::<(), tensorfn_kernels::Error>(())
 /// ```
 pub fn batch_norm(dtype: DTypeKind) -> Result<Kernel> {

@@ -335,15 +335,20 @@ pub(crate) fn dropout(name: &str, dtype: DTypeKind) -> String {
     )
 }
 
-/// The module of the `batch_norm` entries `name` and `name_backward`
-/// over `dtype`.
+/// The module of the `batch_norm` entries `name`, `name_backward` and the
+/// partial sums of split channels (`name_stats_sum`, `name_stats_dev`,
+/// `name_backward_sums`) over `dtype`.
 pub(crate) fn batch_norm(name: &str, dtype: DTypeKind) -> String {
     module(
         &format!("{name}: batch_norm of {dtype}"),
         &[
-            bnorm::batch_norm_entry(name, dtype),
-            bnorm::batch_norm_backward_entry(name, dtype),
-        ],
+            vec![
+                bnorm::batch_norm_entry(name, dtype),
+                bnorm::batch_norm_backward_entry(name, dtype),
+            ],
+            bnorm::batch_norm_partial_entries(name, dtype),
+        ]
+        .concat(),
     )
 }
 

@@ -15,10 +15,16 @@
 //!   largest tap it is, recomputed from `x`): no atomics, the same bits
 //!   every run; `dx` contiguous `[N, C, H, W]`.
 //!
+//! Threads walk the elements in `[N, C, H, W]` order, or channel-fastest
+//! (`[N, H, W, C]`) when the `channels_last` word is set, so that on
+//! channels-last inputs neighbouring threads read neighbouring channels;
+//! each thread's arithmetic, hence the result, is the same either way.
+//!
 //! `KIND` is `max`, `avg` or `adaptive`; `meta` is [`POOL_META_WORDS`]
 //! 64-bit words: `total, C, H, W, OH, OW`, `x`'s strides `(n, c, h, w)`,
 //! `kernel_size (h, w)`, `stride`, `padding`, `dilation`,
-//! `count_include_pad`, `divisor_override` (0: none), `g`'s strides.
+//! `count_include_pad`, `divisor_override` (0: none), `g`'s strides,
+//! `channels_last` (0: the `[N, C, H, W]` thread order).
 //!
 //! `dropout`'s entry `NAME(out, x, n, mixed_seed, cut, scale)` keeps
 //! element `i` of the contiguous `x` when `bits(seed, i) >= cut`
@@ -33,7 +39,7 @@ use tensorfn_core::ops::pool::PoolKind;
 use tensorfn_core::DTypeKind;
 
 /// 64-bit words of a pooling entry's `meta` parameter.
-pub const POOL_META_WORDS: usize = 24;
+pub const POOL_META_WORDS: usize = 25;
 
 /// The entry-name suffix of a pooling kind.
 pub(crate) fn kind_suffix(kind: PoolKind) -> &'static str {
@@ -376,6 +382,37 @@ fn split4(body: &mut Body, i: &str, c: &str, a: &str, b: &str) -> [String; 4] {
     [n, ic, ia, ib]
 }
 
+/// Thread `i`'s element of `[N, C, A, B]`, `(n, c, a, b)`, in the thread
+/// order `cl` selects (non-zero: channel-fastest, `[N, A, B, C]`), and its
+/// offset in the contiguous `[N, C, A, B]` output.
+fn coords(body: &mut Body, i: &str, c: &str, a: &str, b: &str, cl: &str) -> ([String; 4], String) {
+    let regs: [String; 4] = std::array::from_fn(|_| body.reg(Class::B64));
+    let p = body.reg(Class::Pred);
+    body.op(format!("setp.eq.u64 {p}, {cl}, 0"));
+    let nchw = body.label("order_nchw");
+    let done = body.label("order_done");
+    body.op(format!("@{p} bra {nchw}"));
+    let (t, ic) = udivrem(body, i, c);
+    let (t, ib) = udivrem(body, &t, b);
+    let (n, ia) = udivrem(body, &t, a);
+    for (r, v) in regs.iter().zip([n, ic, ia, ib]) {
+        body.op(format!("mov.u64 {r}, {v}"));
+    }
+    body.op(format!("bra.uni {done}"));
+    body.place(&nchw);
+    let split = split4(body, i, c, a, b);
+    for (r, v) in regs.iter().zip(split) {
+        body.op(format!("mov.u64 {r}, {v}"));
+    }
+    body.place(&done);
+    let [n, ic, ia, ib] = &regs;
+    let o = op64(body, "mul.lo.u64", n, c);
+    body.op(format!("add.u64 {o}, {o}, {ic}"));
+    body.op(format!("mad.lo.u64 {o}, {o}, {a}, {ia}"));
+    body.op(format!("mad.lo.u64 {o}, {o}, {b}, {ib}"));
+    (regs, o)
+}
+
 /// The pooling entry `NAME_KIND` (forward) or `NAME_KIND_backward` over
 /// `dtype`.
 pub(crate) fn pool_entry(name: &str, dtype: DTypeKind, kind: PoolKind, backward: bool) -> String {
@@ -406,9 +443,10 @@ pub(crate) fn pool_entry(name: &str, dtype: DTypeKind, kind: PoolKind, backward:
     };
     let (cip, over) = (&m[18], &m[19]);
     let (gn, gc, gh, gw) = (&m[20], &m[21], &m[22], &m[23]);
+    let cl = &m[24];
     grid_loop(&mut body, total, |body, i| {
         if !backward {
-            let [n_, c_, oh_, ow_] = split4(body, i, c, oh, ow);
+            let ([n_, c_, oh_, ow_], o) = coords(body, i, c, oh, ow, cl);
             let base = op64(body, "mul.lo.s64", &n_, sn);
             body.op(format!("mad.lo.s64 {base}, {c_}, {sc}, {base}"));
             let win = window(body, kind, &ah, &aw, &oh_, &ow_);
@@ -441,13 +479,13 @@ pub(crate) fn pool_entry(name: &str, dtype: DTypeKind, kind: PoolKind, backward:
             let v = from_f64(body, dtype, &result);
             let a = body.reg(Class::B64);
             body.op(format!(
-                "mad.lo.u64 {a}, {i}, {}, {out}",
+                "mad.lo.u64 {a}, {o}, {}, {out}",
                 dtype.size_bytes()
             ));
             store(body, dtype, &a, &v);
         } else {
             let g = g.as_deref().expect("backward reads g");
-            let [n_, c_, ih, iw] = split4(body, i, c, h, w);
+            let ([n_, c_, ih, iw], o) = coords(body, i, c, h, w, cl);
             let base = op64(body, "mul.lo.s64", &n_, sn);
             body.op(format!("mad.lo.s64 {base}, {c_}, {sc}, {base}"));
             let gbase = op64(body, "mul.lo.s64", &n_, gn);
@@ -504,7 +542,7 @@ pub(crate) fn pool_entry(name: &str, dtype: DTypeKind, kind: PoolKind, backward:
             let v = from_f64(body, dtype, &acc);
             let a = body.reg(Class::B64);
             body.op(format!(
-                "mad.lo.u64 {a}, {i}, {}, {out}",
+                "mad.lo.u64 {a}, {o}, {}, {out}",
                 dtype.size_bytes()
             ));
             store(body, dtype, &a, &v);

@@ -321,11 +321,18 @@ fn every_builtin_is_well_formed() {
             check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_batch_norm_") {
             let es = entries(&k.ptx);
-            assert_eq!(es.len(), 2, "{}", k.name);
+            assert_eq!(es.len(), 5, "{}", k.name);
             assert_eq!(es[0].name, k.name);
             assert_eq!(es[1].name, format!("{}_backward", k.name));
-            assert_eq!(es[0].params.len(), 9, "{}", k.name);
-            assert_eq!(es[1].params.len(), 9, "{}", k.name);
+            assert_eq!(es[0].params.len(), 10, "{}", k.name);
+            assert_eq!(es[1].params.len(), 10, "{}", k.name);
+            for (e, suffix) in es[2..]
+                .iter()
+                .zip(["_stats_sum", "_stats_dev", "_backward_sums"])
+            {
+                assert_eq!(e.name, format!("{}{suffix}", k.name));
+                assert_eq!(e.params.len(), 5, "{}", e.name);
+            }
             for e in &es {
                 check_body(e);
                 assert!(e.body.contains("bar.sync 0"), "{}", e.name);

@@ -1,8 +1,12 @@
-//! `batch_norm` and its backward on the GPU: one launch of the kernels
-//! crate's per-channel kernel (`tensorfn_kernels::builtin::batch_norm`, a
-//! block per channel: the statistics by two passes, then the normalised
-//! output or the gradients), reading `[N, C, *]` through its strides as
-//! `[N, C, S]` (NCHW and channels-last views alike, no copy).
+//! `batch_norm` and its backward on the GPU: the kernels crate's
+//! per-channel kernel (`tensorfn_kernels::builtin::batch_norm`: the
+//! statistics by two passes, then the normalised output or the
+//! gradients), reading `[N, C, *]` through its strides as `[N, C, S]`
+//! (NCHW and channels-last views alike, no copy). Many channels take a
+//! block each, one launch; fewer channels than multiprocessors split each
+//! channel over several blocks, whose partial sums a first launch or two
+//! write to a scratch and the main launch adds in a fixed order (the same
+//! bits every run on a given GPU).
 
 use super::alloc::CudaStorage;
 use super::backend::{check_extent, CudaBackend};
@@ -88,11 +92,37 @@ fn ncs(name: &str, l: &Layout) -> Result<[usize; 3]> {
     Ok([d[0], d[1], d[2..].iter().product()])
 }
 
+/// The parts each channel's `m` elements are split into: 1 when the
+/// channels fill the GPU's `sm_count` multiprocessors, else enough for
+/// about four blocks per multiprocessor, each with at least a block's
+/// worth of elements.
+fn parts(c: usize, m: usize, sm_count: usize) -> usize {
+    if c >= sm_count {
+        return 1;
+    }
+    (4 * sm_count)
+        .div_ceil(c.max(1))
+        .min(m.div_ceil(BLOCK as usize))
+        .clamp(1, 65_535)
+}
+
+/// The partial sums' scratch for `parts` parts of `c` channels (`None`
+/// with one part) and its address (0 without).
+fn scratch(be: &CudaBackend, c: usize, parts: usize) -> Result<(Option<CudaStorage<f64>>, u64)> {
+    if parts <= 1 {
+        return Ok((None, 0));
+    }
+    // Four sums per (channel, part), f64-sized so f32 sums fit too.
+    let ws = be.ctx().storage::<f64>(4 * c * parts)?;
+    let p = ws.device_ptr();
+    Ok((Some(ws), p))
+}
+
 impl CudaBackend {
     fn launch_batch_norm<T: FloatDType>(
         &self,
         suffix: &'static str,
-        c: usize,
+        (c, parts): (usize, usize),
         ptrs: &mut [u64],
         meta: &mut [u64],
     ) -> Result<()> {
@@ -108,8 +138,8 @@ impl CudaBackend {
         params.push(meta.as_mut_ptr() as *mut c_void);
         ctx.launch_grid_block(
             f,
-            &|| format!("{kernel:?}{suffix} over {c} channels"),
-            (c.min(65_535) as u32, 1),
+            &|| format!("{kernel:?}{suffix} over {c} channels in {parts} parts"),
+            (c.min(65_535) as u32, parts as u32),
             BLOCK,
             &mut params,
         )
@@ -153,7 +183,18 @@ impl CudaBackend {
         let (nm, nv) = updated
             .as_ref()
             .map_or((0, 0), |(a, b)| (a.device_ptr(), b.device_ptr()));
-        let mut ptrs = [out.device_ptr(), xp, w, b, rm, rv, nm, nv];
+        let parts = parts(c, m, ctx.sm_count);
+        let (_ws, wsp) = scratch(self, c, parts)?;
+        if parts > 1 && training {
+            let mut pm: [u64; BATCH_NORM_BACKWARD_META_WORDS] = [
+                n as u64, c as u64, s as u64, xs[0], xs[1], xs[2], flags, 0, 0, 0, 0,
+            ];
+            for suffix in ["_stats_sum", "_stats_dev"] {
+                let mut pp = [xp, 0, rm, wsp];
+                self.launch_batch_norm::<T>(suffix, (c, parts), &mut pp, &mut pm)?;
+            }
+        }
+        let mut ptrs = [out.device_ptr(), xp, w, b, rm, rv, nm, nv, wsp];
         let mut meta: [u64; BATCH_NORM_META_WORDS] = [
             n as u64,
             c as u64,
@@ -165,7 +206,7 @@ impl CudaBackend {
             momentum.to_bits(),
             eps.to_bits(),
         ];
-        self.launch_batch_norm::<T>("", c, &mut ptrs, &mut meta)?;
+        self.launch_batch_norm::<T>("", (c, parts), &mut ptrs, &mut meta)?;
         Ok((out, updated))
     }
 
@@ -211,6 +252,8 @@ impl CudaBackend {
         let (xs, xp, _xcopy) = as_ncs(self, x, l, [n, c, s])?;
         let (gs, gp, _gcopy) = as_ncs(self, g, lg, [n, c, s])?;
         let flags = flags(&[training, w != 0, false, running.is_some()]);
+        let parts = parts(c, m, ctx.sm_count);
+        let (_ws, wsp) = scratch(self, c, parts)?;
         let mut ptrs = [
             dx.device_ptr(),
             dw.device_ptr(),
@@ -220,6 +263,7 @@ impl CudaBackend {
             w,
             rm,
             rv,
+            wsp,
         ];
         let mut meta: [u64; BATCH_NORM_BACKWARD_META_WORDS] = [
             n as u64,
@@ -234,7 +278,18 @@ impl CudaBackend {
             gs[1],
             gs[2],
         ];
-        self.launch_batch_norm::<T>("_backward", c, &mut ptrs, &mut meta)?;
+        if parts > 1 {
+            let stages: &[&'static str] = if training {
+                &["_stats_sum", "_backward_sums"]
+            } else {
+                &["_backward_sums"]
+            };
+            for &suffix in stages {
+                let mut pp = [xp, gp, rm, wsp];
+                self.launch_batch_norm::<T>(suffix, (c, parts), &mut pp, &mut meta)?;
+            }
+        }
+        self.launch_batch_norm::<T>("_backward", (c, parts), &mut ptrs, &mut meta)?;
         Ok((dx, dw, db))
     }
 }

@@ -71,7 +71,15 @@ fn suffix(kind: PoolKind, backward: bool) -> &'static str {
     }
 }
 
-/// The pooling kernels' `meta` words.
+/// Whether a `[N, C, H, W]` view with strides `s` stores its channels
+/// fastest (channels-last, as cuDNN's activations come): the kernels then
+/// map neighbouring threads to neighbouring channels.
+fn channels_last(dims: [usize; 4], s: [usize; 4]) -> bool {
+    dims[1] > 1 && s[1] < s[2] && s[1] < s[3]
+}
+
+/// The pooling kernels' `meta` words; `cl` picks the channel-fastest
+/// thread order.
 fn meta(
     total: usize,
     dims: [usize; 4],
@@ -79,6 +87,7 @@ fn meta(
     xs: [usize; 4],
     p: &Pool2d,
     gs: [usize; 4],
+    cl: bool,
 ) -> [u64; POOL_META_WORDS] {
     let mut m = [0u64; POOL_META_WORDS];
     let words = [
@@ -106,6 +115,7 @@ fn meta(
         gs[1],
         gs[2],
         gs[3],
+        cl as usize,
     ];
     for (m, w) in m.iter_mut().zip(words) {
         *m = w as u64;
@@ -161,7 +171,8 @@ impl CudaBackend {
             return Ok(y);
         }
         let src = copy.as_ref().unwrap_or(x).ptr_at(offset);
-        let mut m = meta(total, dims, out, strides, p, [0; 4]);
+        let cl = channels_last(dims, strides);
+        let mut m = meta(total, dims, out, strides, p, [0; 4], cl);
         self.launch_pool::<T>(p.kind, false, total, &[y.device_ptr(), src], &mut m)?;
         Ok(y)
     }
@@ -198,7 +209,9 @@ impl CudaBackend {
         let out = [gdims[2], gdims[3]];
         let xp = xcopy.as_ref().unwrap_or(x).ptr_at(xoff);
         let gp = gcopy.as_ref().unwrap_or(g).ptr_at(goff);
-        let mut m = meta(total, dims, out, xs, p, gs);
+        // Max reads `x` most, the averages only `grad_output`.
+        let cl = channels_last(gdims, gs) || (p.kind == PoolKind::Max && channels_last(dims, xs));
+        let mut m = meta(total, dims, out, xs, p, gs, cl);
         self.launch_pool::<T>(p.kind, true, total, &[dx.device_ptr(), xp, gp], &mut m)?;
         Ok(dx)
     }

@@ -3522,9 +3522,10 @@ fn same_bits<T: DType>(what: &str, got: &[T], want: &[T]) {
 /// The pooling kernels against the CPU reference on random shapes and
 /// options (padding, dilation, `ceil_mode`, `count_include_pad`,
 /// `divisor_override`, adaptive sizes above and below the input's), on
-/// contiguous, channels-last and offset/sliced views, with NaN, ±inf and
-/// ±0 among the values, empty batches, in every float dtype; the
-/// gradients through a strided `grad_output` too.
+/// contiguous, channels-last and offset/sliced views (both thread orders
+/// of the kernels), with NaN, ±inf and ±0 among the values, empty
+/// batches, in every float dtype; the gradients through a channels-last
+/// or contiguous `grad_output` too.
 #[test]
 fn pools_match_the_cpu_on_random_options_views_and_edge_values() {
     use crate::cpu::CpuBackend;
@@ -3588,14 +3589,22 @@ fn pools_match_the_cpu_on_random_options_views_and_edge_values() {
             let bs = crate::layout::contiguous_strides(&big);
             let sliced = Layout::new(dims.to_vec(), bs.clone(), 3 + bs[2] + 1);
             let nhwc = Layout::contiguous(&[n, h, w, c]).permute(&[0, 3, 1, 2]);
-            for lay in [Layout::contiguous(&dims), nhwc, sliced] {
+            for (j, lay) in [Layout::contiguous(&dims), nhwc, sliced]
+                .into_iter()
+                .enumerate()
+            {
                 let what = format!("{p:?} {dims:?} {:?}+{}", lay.strides(), lay.offset());
                 let want = CpuBackend.pool2d(&x, &lay, &p, out).unwrap();
                 let got = be.pool2d::<T>(&gx, &lay, &p, out).unwrap();
                 same_bits(&what, &down(&got, &[want.len()]), &want);
-                // grad_output stored channels-last.
+                // grad_output stored channels-last, or contiguous beside the
+                // channels-last input: both thread orders of the gradient.
                 let g: Vec<T> = random(rng, want.len(), -1.0, 1.0);
-                let gl = Layout::contiguous(&[n, out[0], out[1], c]).permute(&[0, 3, 1, 2]);
+                let gl = if j == 1 {
+                    Layout::contiguous(&[n, c, out[0], out[1]])
+                } else {
+                    Layout::contiguous(&[n, out[0], out[1], c]).permute(&[0, 3, 1, 2])
+                };
                 let gg = up(be, &g);
                 let want = CpuBackend
                     .pool2d_backward((&x, &lay), (&g, &gl), &p)
@@ -3648,7 +3657,8 @@ fn dropout_masks_equal_the_cpu_on_large_views() {
 
 /// `batch_norm` on the GPU keeps the variance of channels far from zero
 /// (two passes, no cancellation), gives a NaN channel NaN statistics, and
-/// handles rank 2 and rank 5 inputs and an empty channel dim.
+/// handles rank 2 and rank 5 inputs and an empty channel dim, with each
+/// channel in one block or split over several (the same bits every run).
 #[test]
 fn batch_norm_keeps_large_offsets_and_odd_ranks() {
     use crate::cpu::CpuBackend;
@@ -3659,6 +3669,7 @@ fn batch_norm_keeps_large_offsets_and_odd_ranks() {
         vec![64, 5],
         vec![2, 3, 4, 5, 6],
         vec![3, 0, 4],
+        vec![8, 2, 60, 50],
     ] {
         let numel: usize = dims.iter().product();
         let c = dims[1];
@@ -3695,6 +3706,12 @@ fn batch_norm_keeps_large_offsets_and_odd_ranks() {
         let f = |v: &[f32]| v.iter().map(|&v| v as f64).collect::<Vec<f64>>();
         let what = format!("batch_norm {dims:?}");
         assert_close(&what, &down(&y, &[numel]), &f(&ey), 1e-3, 1e-3);
+        // The same bits on a second run (channels split over blocks add
+        // their partial sums in a fixed order).
+        let (again, _) = be
+            .batch_norm((&sx, &l), None, None, None, true, 0.1, 1e-5)
+            .unwrap();
+        same_bits(&what, &down(&again, &[numel]), &down(&y, &[numel]));
         let ((m, v), (em, ev)) = (upd.unwrap(), eupd.unwrap());
         assert_close(&what, &down(&m, &[c]), &f(&em), 1e-5, 1e-5);
         assert_close(&what, &down(&v, &[c]), &f(&ev), 1e-3, 1e-3);
@@ -3713,8 +3730,10 @@ fn batch_norm_keeps_large_offsets_and_odd_ranks() {
 }
 
 /// Times ResNet-18's pools (bf16, batch 64, channels-last as cuDNN gives
-/// them), their gradients, a training-mode `batch_norm` forward and
-/// backward and `dropout`; prints one line per case.
+/// them, so the kernels run channel-fastest, and NCHW), their gradients,
+/// training-mode `batch_norm` forward and backward with 64 channels (each
+/// split over several blocks) and 512, and `dropout`; prints one line per
+/// case.
 #[test]
 #[ignore = "a measurement, not a check"]
 fn pool_and_batch_norm_timing() {
@@ -3747,39 +3766,53 @@ fn pool_and_batch_norm_timing() {
         ),
     ] {
         let x = up(&be, &random::<bf16>(&mut rng, n * c * h * w, -2.0, 2.0));
-        let l = Layout::contiguous(&[n, h, w, c]).permute(&[0, 3, 1, 2]);
         let out = p.output_dims([h, w]).unwrap();
-        let ms = time(&be, &mut || {
-            be.pool2d::<bf16>(&x, &l, &p, out).unwrap();
-        });
         let g = up(
             &be,
             &random::<bf16>(&mut rng, n * c * out[0] * out[1], -1.0, 1.0),
         );
-        let lg = Layout::contiguous(&[n, c, out[0], out[1]]);
+        for (layout, l, lg) in [
+            (
+                "channels-last",
+                Layout::contiguous(&[n, h, w, c]).permute(&[0, 3, 1, 2]),
+                Layout::contiguous(&[n, out[0], out[1], c]).permute(&[0, 3, 1, 2]),
+            ),
+            (
+                "NCHW",
+                Layout::contiguous(&[n, c, h, w]),
+                Layout::contiguous(&[n, c, out[0], out[1]]),
+            ),
+        ] {
+            let ms = time(&be, &mut || {
+                be.pool2d::<bf16>(&x, &l, &p, out).unwrap();
+            });
+            let bms = time(&be, &mut || {
+                be.pool2d_backward::<bf16>((&x, &l), (&g, &lg), &p).unwrap();
+            });
+            println!(
+                "{what} bf16 {:?} {layout}: forward {ms:.4} ms, backward {bms:.4} ms",
+                [n, c, h, w]
+            );
+        }
+    }
+    for [n, c, h, w] in [[64, 64, 56, 56], [64, 512, 7, 7]] {
+        let x = up(&be, &random::<bf16>(&mut rng, n * c * h * w, -2.0, 2.0));
+        let l = Layout::contiguous(&[n, h, w, c]).permute(&[0, 3, 1, 2]);
+        let ms = time(&be, &mut || {
+            be.batch_norm::<bf16>((&x, &l), None, None, None, true, 0.1, 1e-5)
+                .unwrap();
+        });
         let bms = time(&be, &mut || {
-            be.pool2d_backward::<bf16>((&x, &l), (&g, &lg), &p).unwrap();
+            be.batch_norm_backward::<bf16>((&x, &l), None, None, (&x, &l), true, 1e-5)
+                .unwrap();
         });
         println!(
-            "{what} bf16 {:?}: forward {ms:.4} ms, backward {bms:.4} ms",
+            "batch_norm training bf16 {:?} channels-last: forward {ms:.4} ms, backward {bms:.4} ms",
             [n, c, h, w]
         );
     }
     let [n, c, h, w] = [64, 64, 56, 56];
     let x = up(&be, &random::<bf16>(&mut rng, n * c * h * w, -2.0, 2.0));
-    let l = Layout::contiguous(&[n, h, w, c]).permute(&[0, 3, 1, 2]);
-    let ms = time(&be, &mut || {
-        be.batch_norm::<bf16>((&x, &l), None, None, None, true, 0.1, 1e-5)
-            .unwrap();
-    });
-    let bms = time(&be, &mut || {
-        be.batch_norm_backward::<bf16>((&x, &l), None, None, (&x, &l), true, 1e-5)
-            .unwrap();
-    });
-    println!(
-        "batch_norm training bf16 {:?}: forward {ms:.4} ms, backward {bms:.4} ms",
-        [n, c, h, w]
-    );
     let ms = time(&be, &mut || {
         be.dropout::<bf16>(&x, &Layout::contiguous(&[n * c * h * w]), 0.1, 7)
             .unwrap();
