@@ -198,7 +198,11 @@ pub(crate) fn optim_entry(name: &str, kernel: OptimKernel, dtype: DTypeKind) -> 
     };
     // SquareSum: this thread's part of the sum of squares.
     let part = body.reg(class);
-    body.op(format!("mov.{ty} {part}, 0d{}", if class == Class::F32 { "00000000" } else { "0000000000000000" }));
+    let zero = match class {
+        Class::F32 => "0f00000000",
+        _ => "0d0000000000000000",
+    };
+    body.op(format!("mov.{ty} {part}, {zero}"));
     let (c, nc, t, nt) = (
         body.reg(Class::B32),
         body.reg(Class::B32),
