@@ -296,7 +296,12 @@ fn every_builtin_is_well_formed() {
             assert_eq!(es[0].params.len(), 5 + super::OPTIM_HYPER, "{}", k.name);
             // Only the sum of squares adds atomically (once per warp).
             let atomic = k.name.starts_with("tf_grad_square_sum_");
-            assert_eq!(es[0].body.contains("atom.global.add.f64"), atomic, "{}", k.name);
+            assert_eq!(
+                es[0].body.contains("atom.global.add.f64"),
+                atomic,
+                "{}",
+                k.name
+            );
             check_body(&es[0]);
             check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_pool2d_") {

@@ -450,7 +450,11 @@ fn update(
         DTypeKind::BF16,
     ] {
         with_float!(kind, run(pairs, slots, &h), Ok(()))?;
-        with_float!(kind, cuda_step(pairs, slots, kernel, hyper, flags, clip), Ok(()))?;
+        with_float!(
+            kind,
+            cuda_step(pairs, slots, kernel, hyper, flags, clip),
+            Ok(())
+        )?;
     }
     Ok(())
 }

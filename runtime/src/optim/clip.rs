@@ -2,21 +2,21 @@
 
 use super::OptimFloat;
 use super::{host, host_mut, invalid, with_float, Clip, CHUNK};
-use crate::dtype::DTypeKind;
-use crate::DeviceKind;
-use tensorfn_kernels::optim::{OptimKernel, OPTIM_HYPER, OPTIM_RECORD_WORDS};
 use crate::backend::Backend;
 use crate::cpu::par;
 use crate::cuda::optim::download_range;
 use crate::cuda::CudaBackend;
 use crate::cuda::CudaStorage;
+use crate::dtype::DTypeKind;
 use crate::dtype::NumDType;
 use crate::error::Result;
 use crate::layout::Layout;
 use crate::ops::dispatch::Exec;
 use crate::params::AnyTensor;
 use crate::storage::Storage;
+use crate::DeviceKind;
 use crate::Params;
+use tensorfn_kernels::optim::{OptimKernel, OPTIM_HYPER, OPTIM_RECORD_WORDS};
 use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
 
 /// The options of [`clip_grad_norm_with`], with PyTorch's defaults.
@@ -281,7 +281,12 @@ pub(crate) fn plan<G: Params>(op: &str, grads: &G, max_norm: f64) -> Result<(Cli
         if devices.all(|d| d == DeviceKind::Cuda(ord)) {
             let be = CudaBackend::for_ordinal(ord)?;
             let sum: CudaStorage<f64> = be.full(1, 0.0)?;
-            for kind in [DTypeKind::F32, DTypeKind::F64, DTypeKind::F16, DTypeKind::BF16] {
+            for kind in [
+                DTypeKind::F32,
+                DTypeKind::F64,
+                DTypeKind::F16,
+                DTypeKind::BF16,
+            ] {
                 with_float!(kind, square_sum(&be, &ts, &sum), Ok(()))?;
             }
             let clip = Clip::Device {

@@ -675,8 +675,18 @@ fn clipped_step_case<D: Device, T: DType>(seed: u64) {
             ob.step(&mut b, &h).unwrap();
             od.step(&mut d, &h).unwrap();
         }
-        close(&format!("{what}: AdamW"), &read(&a), &read(&b), tol::<T>(6, false));
-        close(&format!("{what}: SGD"), &read(&c), &read(&d), tol::<T>(6, false));
+        close(
+            &format!("{what}: AdamW"),
+            &read(&a),
+            &read(&b),
+            tol::<T>(6, false),
+        );
+        close(
+            &format!("{what}: SGD"),
+            &read(&c),
+            &read(&d),
+            tol::<T>(6, false),
+        );
     }
 }
 
@@ -701,8 +711,17 @@ fn clipped_step_nonfinite<D: Device>() {
     let mut p = tensors_on::<D, f32>(&[vec![1.0, 1.0], vec![2.0]]);
     let g = tensors_on::<D, f32>(&[vec![f64::NAN, 1.0], vec![3.0]]);
     let mut opt = AdamW::new(&p, c).unwrap();
-    assert!(opt.step_clipped(&mut p, &g, 1.0).unwrap().value().unwrap().is_nan());
-    assert!(read(&p).iter().flatten().all(|x| x.is_nan()), "{:?}", read(&p));
+    assert!(opt
+        .step_clipped(&mut p, &g, 1.0)
+        .unwrap()
+        .value()
+        .unwrap()
+        .is_nan());
+    assert!(
+        read(&p).iter().flatten().all(|x| x.is_nan()),
+        "{:?}",
+        read(&p)
+    );
     let mut p = tensors_on::<D, f32>(&[vec![1.0, 1.0], vec![2.0]]);
     let g = tensors_on::<D, f32>(&[vec![f64::INFINITY, 1.0], vec![-3.0]]);
     let mut opt = AdamW::new(&p, c).unwrap();
@@ -710,12 +729,18 @@ fn clipped_step_nonfinite<D: Device>() {
     assert_eq!(n, f64::INFINITY);
     let v = read(&p);
     assert!(v[0][0].is_nan(), "{v:?}");
-    assert_eq!((v[0][1], v[1][0]), (0.95f32 as f64, (2.0f32 * 0.95f32) as f64));
+    assert_eq!(
+        (v[0][1], v[1][0]),
+        (0.95f32 as f64, (2.0f32 * 0.95f32) as f64)
+    );
     // No elements: a norm of 0, nothing scaled.
     let mut p = tensors_on::<D, f32>(&[vec![]]);
     let mut opt = Sgd::new(&p, SgdConfig::default()).unwrap();
     let g = tensors_on::<D, f32>(&[vec![]]);
-    assert_eq!(opt.step_clipped(&mut p, &g, 1.0).unwrap().value().unwrap(), 0.0);
+    assert_eq!(
+        opt.step_clipped(&mut p, &g, 1.0).unwrap().value().unwrap(),
+        0.0
+    );
 }
 
 #[test]
