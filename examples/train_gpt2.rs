@@ -63,7 +63,7 @@ mod common;
 use common::AnyResult;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use tensorfn::optim::{clip_grad_norm, CosineWithWarmup};
+use tensorfn::optim::CosineWithWarmup;
 use tensorfn::prelude::*;
 use tensorfn::LoadOptions;
 
@@ -951,11 +951,12 @@ pub fn train<D: Device, T: Float>(o: &Options, data: &Data) -> AnyResult<Report>
             c.ctx,
             o.seed.wrapping_add(step as u64 * 7919),
         )?;
-        let (value, mut grads) = loss_and_grads(&m, c.heads, &x, &y, &inputs)?;
-        clip_grad_norm(&mut grads, o.clip)?;
+        let (value, grads) = loss_and_grads(&m, c.heads, &x, &y, &inputs)?;
         let lr = schedule.lr_at(o.lr, step as u64);
         opt.set_lr(lr);
-        opt.step(&mut m, &grads)?;
+        // Clipped inside the step: on a GPU the norm and the clip
+        // coefficient stay on the device (no sync).
+        opt.step_clipped(&mut m, &grads, o.clip)?;
         let l = value.to_vec()?[0].to_f64();
         report.train.push((step, l));
         let secs = t0.elapsed().as_secs_f64();
@@ -1179,9 +1180,8 @@ pub fn bench<D: Device, T: Float>(o: &Options) -> AnyResult<f64> {
     for i in 0..o.steps + 2 {
         tensorfn::synchronize::<D>()?;
         let t0 = Instant::now();
-        let (value, mut grads) = loss_and_grads(&m, c.heads, &x, &y, &inputs)?;
-        clip_grad_norm(&mut grads, o.clip)?;
-        opt.step(&mut m, &grads)?;
+        let (value, grads) = loss_and_grads(&m, c.heads, &x, &y, &inputs)?;
+        opt.step_clipped(&mut m, &grads, o.clip)?;
         drop(grads);
         tensorfn::synchronize::<D>()?;
         let secs = t0.elapsed().as_secs_f64();

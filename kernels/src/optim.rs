@@ -23,6 +23,14 @@ pub const OPTIM_CHUNK: usize = 1 << 15;
 /// `weight_decay`; bits 0 `maximize`, 1 `nesterov`, 2 the first step (the
 /// momentum buffer starts as the gradient), 3 a nonzero weight decay.
 ///
+/// Every entry also takes `p_norm_sq` (`u64`) and `p_clip` (`f64`): the
+/// updates multiply each gradient by a clip coefficient, `p_clip` itself
+/// when `p_norm_sq` is 0, else `min(1, p_clip / (sqrt(s) + 1e-6))` with
+/// `s` the `f64` at device address `p_norm_sq` (NaN stays NaN, as
+/// `clip_grad_norm_`), so clipping needs no host round trip.
+/// [`OptimKernel::SquareSum`] adds the sum of the squares of the
+/// gradients of its records to the `f64` at `p_norm_sq`.
+///
 /// ```
 /// use tensorfn_kernels::optim::OptimKernel;
 /// use tensorfn_kernels::DTypeKind;
@@ -48,11 +56,16 @@ pub enum OptimKernel {
         /// A momentum buffer.
         momentum: bool,
     },
+    /// No update: the sum of `g * g` over the gradients of the records
+    /// (per thread in f32, f64 for f64 gradients), added atomically in
+    /// f64 to the value at `p_norm_sq`. The total of a global-norm
+    /// clipping, summed on the device.
+    SquareSum,
 }
 
 impl OptimKernel {
     /// Every variant.
-    pub const ALL: [OptimKernel; 6] = [
+    pub const ALL: [OptimKernel; 7] = [
         OptimKernel::AdamW {
             amsgrad: false,
             master: false,
@@ -71,6 +84,7 @@ impl OptimKernel {
         },
         OptimKernel::Sgd { momentum: false },
         OptimKernel::Sgd { momentum: true },
+        OptimKernel::SquareSum,
     ];
 
     /// The state buffers of a parameter of `dtype`, in record order.
@@ -81,6 +95,7 @@ impl OptimKernel {
                 2 + amsgrad as usize + (master && half) as usize
             }
             OptimKernel::Sgd { momentum } => momentum as usize,
+            OptimKernel::SquareSum => 0,
         }
     }
 
@@ -95,6 +110,7 @@ impl OptimKernel {
             OptimKernel::Sgd { momentum } => {
                 format!("tf_sgd{}_{dtype}", if momentum { "_momentum" } else { "" })
             }
+            OptimKernel::SquareSum => format!("tf_grad_square_sum_{dtype}"),
         }
     }
 }

@@ -45,6 +45,8 @@ fn params() -> String {
         p.push(format!("\t.param .f64 p_h{k}"));
     }
     p.push("\t.param .u32 p_flags".to_string());
+    p.push("\t.param .u64 p_norm_sq".to_string());
+    p.push("\t.param .f64 p_clip".to_string());
     format!("(\n{}\n)", p.join(",\n"))
 }
 
@@ -159,6 +161,48 @@ pub(crate) fn optim_entry(name: &str, kernel: OptimKernel, dtype: DTypeKind) -> 
     let flags = body.reg(Class::B32);
     body.op(format!("ld.param.u32 {flags}, [p_flags]"));
     let maximize = flag(&mut body, &flags, 0);
+    let square_sum = kernel == OptimKernel::SquareSum;
+    let norm_sq = body.reg(Class::B64);
+    body.op(format!("ld.param.u64 {norm_sq}, [p_norm_sq]"));
+    // The clip coefficient of the updates: `p_clip`, or computed from the
+    // squared total norm on the device.
+    let coef = body.reg(Class::F64);
+    body.op(format!("ld.param.f64 {coef}, [p_clip]"));
+    if !square_sum {
+        let have = body.label("optim_coef");
+        let none = body.reg(Class::Pred);
+        body.op(format!("setp.eq.u64 {none}, {norm_sq}, 0"));
+        body.op(format!("@{none} bra {have}"));
+        let a = body.reg(Class::B64);
+        body.op(format!("cvta.to.global.u64 {a}, {norm_sq}"));
+        let s = body.reg(Class::F64);
+        body.op(format!("ld.global.f64 {s}, [{a}]"));
+        body.op(format!("sqrt.rn.f64 {s}, {s}"));
+        // + 1e-6, then `clamp(max=1)`, which keeps NaN.
+        body.op(format!("add.rn.f64 {s}, {s}, 0d{:016X}", 1e-6f64.to_bits()));
+        body.op(format!("div.rn.f64 {s}, {coef}, {s}"));
+        let m = body.reg(Class::F64);
+        body.op(format!("min.f64 {m}, {s}, 0d{:016X}", 1f64.to_bits()));
+        let nan = body.reg(Class::Pred);
+        body.op(format!("setp.nan.f64 {nan}, {s}, {s}"));
+        body.op(format!("selp.f64 {coef}, {s}, {m}, {nan}"));
+        body.place(&have);
+    }
+    let coef = match class {
+        Class::F32 => {
+            let f = body.reg(Class::F32);
+            body.op(format!("cvt.rn.f32.f64 {f}, {coef}"));
+            f
+        }
+        _ => coef,
+    };
+    // SquareSum: this thread's part of the sum of squares.
+    let part = body.reg(class);
+    let zero = match class {
+        Class::F32 => "0f00000000",
+        _ => "0d0000000000000000",
+    };
+    body.op(format!("mov.{ty} {part}, {zero}"));
     let (c, nc, t, nt) = (
         body.reg(Class::B32),
         body.reg(Class::B32),
@@ -220,6 +264,17 @@ pub(crate) fn optim_entry(name: &str, kernel: OptimKernel, dtype: DTypeKind) -> 
         .map(|p| addr(&mut body, p, &i, ssize))
         .collect();
     let g = load(&mut body, dtype, &ga, true);
+    if square_sum {
+        body.op(format!("fma.rn.{ty} {part}, {g}, {g}, {part}"));
+    }
+    let g = match square_sum {
+        true => g,
+        false => {
+            let d = body.reg(class);
+            body.op(format!("mul.rn.{ty} {d}, {g}, {coef}"));
+            d
+        }
+    };
     let mut m = Math {
         body: &mut body,
         ty,
@@ -292,6 +347,7 @@ pub(crate) fn optim_entry(name: &str, kernel: OptimKernel, dtype: DTypeKind) -> 
             let x = m.sub(&x, &u);
             store_param(m.body, dtype, &pa, &x);
         }
+        OptimKernel::SquareSum => {}
     }
     body.op(format!("add.u64 {i}, {i}, {step_i}"));
     body.op(format!("bra.uni {elem}"));
@@ -299,6 +355,35 @@ pub(crate) fn optim_entry(name: &str, kernel: OptimKernel, dtype: DTypeKind) -> 
     body.op(format!("add.u64 {rec}, {rec}, {step_rec}"));
     body.op(format!("bra.uni {rec_loop}"));
     body.place(&end);
+    if square_sum {
+        // The warp's parts summed in f64 by shuffles, and one atomic add
+        // per warp.
+        let d = match class {
+            Class::F32 => {
+                let d = body.reg(Class::F64);
+                body.op(format!("cvt.f64.f32 {d}, {part}"));
+                d
+            }
+            _ => part,
+        };
+        for off in [16, 8, 4, 2, 1] {
+            let (lo, hi) = (body.reg(Class::B32), body.reg(Class::B32));
+            body.op(format!("mov.b64 {{{lo}, {hi}}}, {d}"));
+            body.op(format!("shfl.sync.bfly.b32 {lo}, {lo}, {off}, 31, -1"));
+            body.op(format!("shfl.sync.bfly.b32 {hi}, {hi}, {off}, 31, -1"));
+            let o = body.reg(Class::F64);
+            body.op(format!("mov.b64 {o}, {{{lo}, {hi}}}"));
+            body.op(format!("add.rn.f64 {d}, {d}, {o}"));
+        }
+        let lane = body.reg(Class::B32);
+        body.op(format!("and.b32 {lane}, {t}, 31"));
+        let skip = body.reg(Class::Pred);
+        body.op(format!("setp.ne.u32 {skip}, {lane}, 0"));
+        let a = body.reg(Class::B64);
+        body.op(format!("cvta.to.global.u64 {a}, {norm_sq}"));
+        let old = body.reg(Class::F64);
+        body.op(format!("@!{skip} atom.global.add.f64 {old}, [{a}], {d}"));
+    }
     body.op("ret");
     format!(
         ".visible .entry {name}{}\n{{\n{}}}\n",

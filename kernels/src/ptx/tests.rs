@@ -286,11 +286,22 @@ fn every_builtin_is_well_formed() {
             assert_eq!(es[0].params.len(), 3 + 3 * builtin::CAT_PARTS);
             check_body(&es[0]);
             check_exact(&k.name, &k.ptx);
-        } else if k.name.starts_with("tf_adamw") || k.name.starts_with("tf_sgd") {
+        } else if k.name.starts_with("tf_adamw")
+            || k.name.starts_with("tf_sgd")
+            || k.name.starts_with("tf_grad_square_sum_")
+        {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 1, "{}", k.name);
             assert_eq!(es[0].name, k.name);
-            assert_eq!(es[0].params.len(), 3 + super::OPTIM_HYPER, "{}", k.name);
+            assert_eq!(es[0].params.len(), 5 + super::OPTIM_HYPER, "{}", k.name);
+            // Only the sum of squares adds atomically (once per warp).
+            let atomic = k.name.starts_with("tf_grad_square_sum_");
+            assert_eq!(
+                es[0].body.contains("atom.global.add.f64"),
+                atomic,
+                "{}",
+                k.name
+            );
             check_body(&es[0]);
             check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_pool2d_") {
@@ -470,6 +481,11 @@ fn every_builtin_is_well_formed() {
         .filter(|k| k.name.starts_with("tf_adamw") || k.name.starts_with("tf_sgd"))
         .count();
     assert_eq!(optim, 4 + 4 + 2 + 2 + 2 * 4);
+    let square_sum = all
+        .iter()
+        .filter(|k| k.name.starts_with("tf_grad_square_sum_"))
+        .count();
+    assert_eq!(square_sum, 4, "one per float dtype");
 }
 
 /// An index outside the table is never an address: the gather entries

@@ -20,7 +20,9 @@ const BLOCKS_PER_SM: usize = 8;
 impl CudaBackend {
     /// Runs `kernel` over parameters of `dtype` described by `records`
     /// ([`OPTIM_RECORD_WORDS`] words each, addresses on this device), with
-    /// hyperparameters `hyper` and `flags`. Queued on the stream.
+    /// hyperparameters `hyper` and `flags`, and the clip operands
+    /// `(p_norm_sq, p_clip)` (`(0, 1.0)`: no clipping; see
+    /// [`OptimKernel`]). Queued on the stream.
     pub(crate) fn optim_step(
         &self,
         kernel: OptimKernel,
@@ -28,6 +30,7 @@ impl CudaBackend {
         records: &[i64],
         hyper: [f64; OPTIM_HYPER],
         flags: u32,
+        (norm_sq, clip): (u64, f64),
     ) -> Result<()> {
         let count = records.len() / OPTIM_RECORD_WORDS;
         if count == 0 {
@@ -50,6 +53,9 @@ impl CudaBackend {
         ];
         params.extend(h.iter_mut().map(|v| v as *mut f64 as *mut c_void));
         params.push(&mut flags as *mut u32 as *mut c_void);
+        let (mut norm_sq, mut clip) = (norm_sq, clip);
+        params.push(&mut norm_sq as *mut u64 as *mut c_void);
+        params.push(&mut clip as *mut f64 as *mut c_void);
         let blocks = count.min(ctx.sm_count * BLOCKS_PER_SM).max(1) as u32;
         ctx.launch_grid(
             f,

@@ -1,8 +1,8 @@
 //! AdamW: Adam with decoupled weight decay, as `torch.optim.AdamW`.
 
 use super::{
-    cuda_step, for_each_chunk, invalid, pair, slots, values, with_float, zeros, OptimFloat, Slot,
-    Work,
+    cuda_step, for_each_chunk, invalid, pair, slots, values, with_float, zeros, Clip, GradNorm,
+    OptimFloat, Slot, Work,
 };
 use crate::dtype::{DType, DTypeKind};
 use crate::error::Result;
@@ -209,16 +209,59 @@ impl<P: Params> AdamW<P> {
     /// assert!(e.to_string().contains("gradient `0`"), "{e}");
     /// ```
     pub fn step(&mut self, params: &mut P, grads: &P) -> Result<()> {
-        let pairs = pair(
-            "AdamW.step",
-            params.tensors_mut(),
-            grads.tensors(),
-            &self.slots,
-        )?;
+        self.step_impl("AdamW.step", params, grads, None)
+            .map(|_| ())
+    }
+
+    /// [`step`](Self::step) with the gradients clipped to a total 2-norm
+    /// of at most `max_norm`, as `clip_grad_norm_(grads, max_norm)`
+    /// before `step()` in PyTorch (a NaN total makes the update NaN, an
+    /// infinite one zeroes the gradients: `error_if_nonfinite=False`),
+    /// without changing `grads`. When every gradient is on one GPU, the
+    /// squared norms are summed there by one multi-tensor launch per dtype
+    /// and the update kernels read the clip coefficient
+    /// `min(1, max_norm / (norm + 1e-6))` from device memory: the step
+    /// never waits for the GPU. The returned [`GradNorm`] reads the total
+    /// norm back only when asked (one sync then). On the GPU the sum of
+    /// squares is added atomically, so its last bits may differ between
+    /// runs; elsewhere the norm is [`clip_grad_norm`](super::clip_grad_norm)'s,
+    /// and the coefficient scales the gradients in f64 (f32 on a GPU)
+    /// instead of being rounded into them first.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Cpu, Tensor, shape};
+    /// use tensorfn_runtime::optim::{AdamW, AdamWConfig};
+    /// let mut p = [Tensor::<Cpu, f32, shape![2]>::zeros().unwrap()];
+    /// let g = [Tensor::<Cpu, f32, shape![2]>::from_vec(vec![30.0, 40.0]).unwrap()];
+    /// let mut opt = AdamW::new(&p, AdamWConfig::default()).unwrap();
+    /// let norm = opt.step_clipped(&mut p, &g, 1.0).unwrap();
+    /// assert_eq!(norm.value().unwrap(), 50.0);
+    /// assert_eq!(g[0].to_vec().unwrap(), vec![30.0, 40.0]); // left as they are
+    /// ```
+    pub fn step_clipped(&mut self, params: &mut P, grads: &P, max_norm: f64) -> Result<GradNorm> {
+        self.step_impl("AdamW.step_clipped", params, grads, Some(max_norm))
+            .map(|n| n.expect("a clipped step measures the norm"))
+    }
+
+    fn step_impl(
+        &mut self,
+        op: &str,
+        params: &mut P,
+        grads: &P,
+        max_norm: Option<f64>,
+    ) -> Result<Option<GradNorm>> {
+        let pairs = pair(op, params.tensors_mut(), grads.tensors(), &self.slots)?;
+        let (clip, norm) = match max_norm {
+            None => (Clip::Coef(1.0), None),
+            Some(m) => {
+                let (c, n) = super::clip::plan(op, grads, m)?;
+                (c, Some(n))
+            }
+        };
         let t = self.step + 1;
         if self.decayed.iter().all(|&d| d) {
             let mut pairs = pairs;
-            update(&self.config, t, true, &mut pairs, &mut self.slots)?;
+            update(&self.config, t, true, &mut pairs, &mut self.slots, clip)?;
         } else {
             // One update per group: the slots are taken out, split by
             // group in order, and put back in their places whatever the
@@ -235,7 +278,7 @@ impl<P: Params> AdamW<P> {
             let mut result = Ok(());
             for (decay, g) in [true, false].into_iter().zip(groups.iter_mut()) {
                 if result.is_ok() && !g.1.is_empty() {
-                    result = update(&self.config, t, decay, &mut g.1, &mut g.2);
+                    result = update(&self.config, t, decay, &mut g.1, &mut g.2, clip);
                 }
             }
             let mut back: Vec<Option<Slot>> = (0..n).map(|_| None).collect();
@@ -248,7 +291,7 @@ impl<P: Params> AdamW<P> {
             result?;
         }
         self.step = t;
-        Ok(())
+        Ok(norm)
     }
 
     /// The learning rate of the next step.
@@ -372,6 +415,7 @@ fn update(
     decay: bool,
     pairs: &mut [(&mut dyn AnyTensor, &dyn AnyTensor)],
     slots: &mut [Slot],
+    clip: Clip,
 ) -> Result<()> {
     let weight_decay = if decay { c.weight_decay } else { 0.0 };
     let h = Hyper {
@@ -383,6 +427,7 @@ fn update(
         bc2_sqrt: (1.0 - c.betas.1.powf(t as f64)).sqrt(),
         maximize: c.maximize,
         amsgrad: c.amsgrad,
+        gscale: clip.host(),
     };
     let kernel = OptimKernel::AdamW {
         amsgrad: c.amsgrad,
@@ -405,7 +450,11 @@ fn update(
         DTypeKind::BF16,
     ] {
         with_float!(kind, run(pairs, slots, &h), Ok(()))?;
-        with_float!(kind, cuda_step(pairs, slots, kernel, hyper, flags), Ok(()))?;
+        with_float!(
+            kind,
+            cuda_step(pairs, slots, kernel, hyper, flags, clip),
+            Ok(())
+        )?;
     }
     Ok(())
 }
@@ -428,6 +477,8 @@ struct Hyper {
     bc2_sqrt: f64,
     maximize: bool,
     amsgrad: bool,
+    /// The clip coefficient of the gradients.
+    gscale: f64,
 }
 
 fn run<T: OptimFloat>(
@@ -453,7 +504,7 @@ fn chunk<T: OptimFloat>(w: &mut Work<'_, T, T::Acc>, h: &Hyper) {
     };
     let mut master = rest.first_mut();
     for i in 0..p.len() {
-        let grad = g[i].to_f64();
+        let grad = g[i].to_f64() * h.gscale;
         let grad = if h.maximize { -grad } else { grad };
         let x = match &master {
             Some(w) => w[i].to_f64(),

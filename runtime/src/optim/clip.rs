@@ -1,19 +1,22 @@
 //! Gradient clipping by the total norm, as `torch.nn.utils.clip_grad_norm_`.
 
 use super::OptimFloat;
-use super::{host, host_mut, invalid, with_float, CHUNK};
+use super::{host, host_mut, invalid, with_float, Clip, CHUNK};
 use crate::backend::Backend;
 use crate::cpu::par;
 use crate::cuda::optim::download_range;
 use crate::cuda::CudaBackend;
 use crate::cuda::CudaStorage;
+use crate::dtype::DTypeKind;
 use crate::dtype::NumDType;
 use crate::error::Result;
 use crate::layout::Layout;
 use crate::ops::dispatch::Exec;
 use crate::params::AnyTensor;
 use crate::storage::Storage;
+use crate::DeviceKind;
 use crate::Params;
+use tensorfn_kernels::optim::{OptimKernel, OPTIM_HYPER, OPTIM_RECORD_WORDS};
 use tensorfn_kernels::{BinaryOp, ReduceOp, UnaryOp};
 
 /// The options of [`clip_grad_norm_with`], with PyTorch's defaults.
@@ -210,4 +213,143 @@ fn scale<T: NumDType>(t: &mut dyn AnyTensor, coef: f64) -> Result<()> {
         }
     });
     Ok(())
+}
+
+/// The total 2-norm of the gradients of a clipped optimizer step
+/// ([`AdamW::step_clipped`](super::AdamW::step_clipped),
+/// [`Sgd::step_clipped`](super::Sgd::step_clipped)). When the gradients
+/// are on one GPU it is still there: [`value`](Self::value) reads it back
+/// (one sync, waiting for the work queued so far), so a training loop
+/// that reads it only every few steps never waits otherwise.
+///
+/// ```
+/// use tensorfn_runtime::{Cpu, Tensor, shape};
+/// use tensorfn_runtime::optim::{Sgd, SgdConfig};
+/// let mut p = [Tensor::<Cpu, f32, shape![1]>::zeros().unwrap()];
+/// let g = [Tensor::<Cpu, f32, shape![1]>::from_vec(vec![f32::NAN]).unwrap()];
+/// let mut opt = Sgd::new(&p, SgdConfig::default()).unwrap();
+/// assert!(opt.step_clipped(&mut p, &g, 1.0).unwrap().value().unwrap().is_nan());
+/// ```
+pub struct GradNorm(Norm);
+
+enum Norm {
+    Host(f64),
+    /// The sum of the squares, on the device.
+    Device(CudaStorage<f64>),
+}
+
+impl std::fmt::Debug for GradNorm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Norm::Host(v) => write!(f, "GradNorm({v})"),
+            Norm::Device(_) => write!(f, "GradNorm(on the device)"),
+        }
+    }
+}
+
+impl GradNorm {
+    /// The total 2-norm (NaN or infinite when a gradient is); on a GPU one
+    /// sync.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Cpu, Tensor, shape};
+    /// use tensorfn_runtime::optim::{AdamW, AdamWConfig};
+    /// let mut p = [Tensor::<Cpu, f32, shape![1]>::zeros().unwrap()];
+    /// let g = [Tensor::<Cpu, f32, shape![1]>::from_vec(vec![-0.5]).unwrap()];
+    /// let mut opt = AdamW::new(&p, AdamWConfig::default()).unwrap();
+    /// assert_eq!(opt.step_clipped(&mut p, &g, 1.0).unwrap().value().unwrap(), 0.5);
+    /// ```
+    pub fn value(&self) -> Result<f64> {
+        match &self.0 {
+            Norm::Host(v) => Ok(*v),
+            Norm::Device(s) => Ok(download_range(s, 0, 1)?[0].sqrt()),
+        }
+    }
+}
+
+/// The clip coefficient of `grads` for `max_norm`, and their total norm:
+/// summed on the device when every nonempty gradient is on one GPU
+/// (nothing waits), else [`clip_grad_norm`]'s total, read back.
+pub(crate) fn plan<G: Params>(op: &str, grads: &G, max_norm: f64) -> Result<(Clip, GradNorm)> {
+    let ts = grads.tensors();
+    let mut devices = ts
+        .iter()
+        .filter(|(_, t)| t.numel() > 0)
+        .map(|(_, t)| t.device());
+    let first = devices.next();
+    if let Some(DeviceKind::Cuda(ord)) = first {
+        if devices.all(|d| d == DeviceKind::Cuda(ord)) {
+            let be = CudaBackend::for_ordinal(ord)?;
+            let sum: CudaStorage<f64> = be.full(1, 0.0)?;
+            for kind in [
+                DTypeKind::F32,
+                DTypeKind::F64,
+                DTypeKind::F16,
+                DTypeKind::BF16,
+            ] {
+                with_float!(kind, square_sum(&be, &ts, &sum), Ok(()))?;
+            }
+            let clip = Clip::Device {
+                norm_sq: sum.ptr_at(0),
+                max_norm,
+            };
+            return Ok((clip, GradNorm(Norm::Device(sum))));
+        }
+    }
+    let mut total = 0.0f64;
+    for (name, t) in &ts {
+        total += with_float!(
+            t.dtype(),
+            norm_part(&**t, 2.0),
+            Err(crate::Error::float_only(
+                &format!("{op}: gradient `{name}`"),
+                t.dtype()
+            ))
+        )?;
+    }
+    let total = total.sqrt();
+    let coef = max_norm / (total + 1e-6);
+    // `clamp(max=1.0)`: NaN stays NaN.
+    let coef = if coef.is_nan() { coef } else { coef.min(1.0) };
+    Ok((Clip::Coef(coef), GradNorm(Norm::Host(total))))
+}
+
+/// Adds the squares of the GPU gradients of dtype `T` in `ts` to `sum`:
+/// one launch of the multi-tensor sum over their chunks.
+fn square_sum<T: OptimFloat>(
+    be: &CudaBackend,
+    ts: &[(String, &dyn AnyTensor)],
+    sum: &CudaStorage<f64>,
+) -> Result<()> {
+    let mut records = Vec::new();
+    // Kept alive until the launch is queued.
+    let mut keep = Vec::new();
+    for (_, t) in ts {
+        let n = t.numel();
+        if t.dtype() != T::KIND || n == 0 {
+            continue;
+        }
+        let e = t.erased()?;
+        let gp = match e.storage.downcast_ref::<Storage<T>>() {
+            Some(Storage::Cuda(d)) => d.ptr_at(e.offset),
+            _ => unreachable!("a GPU gradient of its dtype"),
+        };
+        let size = std::mem::size_of::<T>();
+        for start in (0..n).step_by(CHUNK) {
+            let mut r = [0i64; OPTIM_RECORD_WORDS];
+            r[0] = (gp + (start * size) as u64) as i64;
+            r[1] = r[0];
+            r[6] = CHUNK.min(n - start) as i64;
+            records.extend_from_slice(&r);
+        }
+        keep.push(e);
+    }
+    be.optim_step(
+        OptimKernel::SquareSum,
+        T::KIND,
+        &records,
+        [0.0; OPTIM_HYPER],
+        0,
+        (sum.ptr_at(0), 0.0),
+    )
 }

@@ -37,7 +37,7 @@ mod sgd;
 mod tests;
 
 pub use adamw::{AdamW, AdamWConfig};
-pub use clip::{clip_grad_norm, clip_grad_norm_with, ClipOptions};
+pub use clip::{clip_grad_norm, clip_grad_norm_with, ClipOptions, GradNorm};
 pub use schedule::{CosineWithWarmup, LrSchedule, StepLr};
 pub use sgd::{Sgd, SgdConfig};
 
@@ -445,14 +445,43 @@ pub(crate) fn load(path: &Path, slots: &mut [Slot]) -> Result<u64> {
         .map_err(|_| Error::Load(format!("{}: a step count of {step}", path.display())))
 }
 
+/// How a step scales the gradients: by a coefficient (1.0: not at all),
+/// or by the clip coefficient `min(1, max_norm / (sqrt(s) + 1e-6))` of
+/// the squared total norm `s` the GPU summed at device address `norm_sq`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Clip {
+    Coef(f64),
+    Device { norm_sq: u64, max_norm: f64 },
+}
+
+impl Clip {
+    /// The coefficient of the gradients in host memory.
+    pub(crate) fn host(self) -> f64 {
+        match self {
+            Clip::Coef(c) => c,
+            Clip::Device { .. } => 1.0,
+        }
+    }
+
+    /// The kernels' `(p_norm_sq, p_clip)`.
+    fn device(self) -> (u64, f64) {
+        match self {
+            Clip::Coef(c) => (0, c),
+            Clip::Device { norm_sq, max_norm } => (norm_sq, max_norm),
+        }
+    }
+}
+
 /// Runs `kernel` on every GPU parameter of dtype `T` in `pairs`: one
-/// table of chunk records and one launch per GPU.
+/// table of chunk records and one launch per GPU; the gradients scaled
+/// as `clip` says.
 pub(crate) fn cuda_step<T: OptimFloat>(
     pairs: &mut [(&mut dyn AnyTensor, &dyn AnyTensor)],
     slots: &mut [Slot],
     kernel: OptimKernel,
     hyper: [f64; OPTIM_HYPER],
     flags: u32,
+    clip: Clip,
 ) -> Result<()> {
     // Per ordinal: the records, and the gradients kept alive until queued.
     let mut groups: Vec<(usize, Vec<i64>, Vec<ErasedRef>)> = Vec::new();
@@ -496,7 +525,14 @@ pub(crate) fn cuda_step<T: OptimFloat>(
         groups[at].2.push(ge);
     }
     for (ord, records, _grads) in groups {
-        CudaBackend::for_ordinal(ord)?.optim_step(kernel, T::KIND, &records, hyper, flags)?;
+        CudaBackend::for_ordinal(ord)?.optim_step(
+            kernel,
+            T::KIND,
+            &records,
+            hyper,
+            flags,
+            clip.device(),
+        )?;
     }
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! Stochastic gradient descent with momentum, as `torch.optim.SGD`.
 
 use super::{
-    cuda_step, for_each_chunk, invalid, pair, slots, with_float, zeros, OptimFloat, Slot, Work,
+    cuda_step, for_each_chunk, invalid, pair, slots, with_float, zeros, Clip, GradNorm, OptimFloat,
+    Slot, Work,
 };
 use crate::dtype::{DType, DTypeKind};
 use crate::error::Result;
@@ -160,12 +161,45 @@ impl<P: Params> Sgd<P> {
     /// assert_eq!(p[0].to_vec().unwrap(), vec![0.5]);
     /// ```
     pub fn step(&mut self, params: &mut P, grads: &P) -> Result<()> {
-        let mut pairs = pair(
-            "SGD.step",
-            params.tensors_mut(),
-            grads.tensors(),
-            &self.slots,
-        )?;
+        self.step_impl("SGD.step", params, grads, None).map(|_| ())
+    }
+
+    /// [`step`](Self::step) with the gradients clipped to a total 2-norm
+    /// of at most `max_norm`, without changing `grads`, as
+    /// [`AdamW::step_clipped`](super::AdamW::step_clipped): on one GPU the
+    /// norm is summed and the clip coefficient computed there, and the
+    /// returned [`GradNorm`] syncs only when read.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Cpu, Tensor, shape};
+    /// use tensorfn_runtime::optim::{Sgd, SgdConfig};
+    /// let mut p = [Tensor::<Cpu, f64, shape![2]>::zeros().unwrap()];
+    /// let g = [Tensor::<Cpu, f64, shape![2]>::from_vec(vec![3.0, 4.0]).unwrap()];
+    /// let mut opt = Sgd::new(&p, SgdConfig { lr: 1.0, ..Default::default() }).unwrap();
+    /// assert_eq!(opt.step_clipped(&mut p, &g, 1.0).unwrap().value().unwrap(), 5.0);
+    /// let v = p[0].to_vec().unwrap();
+    /// assert!((v[0] + 0.6).abs() < 1e-6 && (v[1] + 0.8).abs() < 1e-6, "{v:?}");
+    /// ```
+    pub fn step_clipped(&mut self, params: &mut P, grads: &P, max_norm: f64) -> Result<GradNorm> {
+        self.step_impl("SGD.step_clipped", params, grads, Some(max_norm))
+            .map(|n| n.expect("a clipped step measures the norm"))
+    }
+
+    fn step_impl(
+        &mut self,
+        op: &str,
+        params: &mut P,
+        grads: &P,
+        max_norm: Option<f64>,
+    ) -> Result<Option<GradNorm>> {
+        let mut pairs = pair(op, params.tensors_mut(), grads.tensors(), &self.slots)?;
+        let (clip, norm) = match max_norm {
+            None => (Clip::Coef(1.0), None),
+            Some(m) => {
+                let (c, n) = super::clip::plan(op, grads, m)?;
+                (c, Some(n))
+            }
+        };
         let c = self.config;
         let h = Hyper {
             lr: c.lr,
@@ -175,6 +209,7 @@ impl<P: Params> Sgd<P> {
             nesterov: c.nesterov,
             maximize: c.maximize,
             first: self.step == 0,
+            gscale: clip.host(),
         };
         let kernel = OptimKernel::Sgd {
             momentum: c.momentum != 0.0,
@@ -201,12 +236,12 @@ impl<P: Params> Sgd<P> {
             with_float!(kind, run(&mut pairs, &mut self.slots, &h), Ok(()))?;
             with_float!(
                 kind,
-                cuda_step(&mut pairs, &mut self.slots, kernel, hyper, flags),
+                cuda_step(&mut pairs, &mut self.slots, kernel, hyper, flags, clip),
                 Ok(())
             )?;
         }
         self.step += 1;
-        Ok(())
+        Ok(norm)
     }
 
     /// The learning rate of the next step.
@@ -318,6 +353,8 @@ struct Hyper {
     maximize: bool,
     /// The momentum buffer starts as the gradient.
     first: bool,
+    /// The clip coefficient of the gradients.
+    gscale: f64,
 }
 
 fn run<T: OptimFloat>(
@@ -333,7 +370,7 @@ fn chunk<T: OptimFloat>(w: &mut Work<'_, T, T::Acc>, h: &Hyper) {
     let mut buf = bufs.first_mut();
     for i in 0..p.len() {
         let x = p[i].to_f64();
-        let mut d = g[i].to_f64();
+        let mut d = g[i].to_f64() * h.gscale;
         if h.maximize {
             d = -d;
         }

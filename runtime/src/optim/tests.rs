@@ -626,6 +626,128 @@ fn clip_grad_norm_nonfinite() {
     assert_eq!(clip_grad_norm_with(&mut g, 8.0, l1).unwrap(), 4.0);
 }
 
+/// `step_clipped` against `clip_grad_norm` then `step` on the CPU, three
+/// steps of AdamW (with weight decay) and SGD (with momentum): clipping
+/// (a `max_norm` below the total) and not (above it); the gradients are
+/// left as they are and the returned norm is the total.
+fn clipped_step_case<D: Device, T: DType>(seed: u64) {
+    let mut rng = Rng(seed);
+    let init = rounded::<T>(&SIZES.iter().map(|&n| rng.vec(n)).collect::<Vec<_>>());
+    let grads: Vec<Vec<Vec<f64>>> = (0..3)
+        .map(|_| rounded::<T>(&SIZES.iter().map(|&n| rng.vec(n)).collect::<Vec<_>>()))
+        .collect();
+    let what = format!("step_clipped {:?} on {:?} seed {seed}", T::KIND, D::KIND);
+    // The GPU sums the squares in f32 (f64 for f64) per thread.
+    let rel = match (D::KIND, T::KIND) {
+        (crate::DeviceKind::Cuda(_), k) if k != DTypeKind::F64 => 1e-5,
+        _ => 1e-9,
+    };
+    for scale in [0.5, 2.0] {
+        let adamw = AdamWConfig {
+            lr: 1e-2,
+            weight_decay: 0.1,
+            ..Default::default()
+        };
+        let sgd = SgdConfig {
+            lr: 0.1,
+            momentum: 0.9,
+            ..Default::default()
+        };
+        let (mut a, mut b) = (tensors_on::<D, T>(&init), tensors::<T>(&init));
+        let (mut c, mut d) = (tensors_on::<D, T>(&init), tensors::<T>(&init));
+        let mut oa = AdamW::new(&a, adamw).unwrap();
+        let mut ob = AdamW::new(&b, adamw).unwrap();
+        let mut oc = Sgd::new(&c, sgd).unwrap();
+        let mut od = Sgd::new(&d, sgd).unwrap();
+        for gv in &grads {
+            let total: f64 = gv.iter().flatten().map(|x| x * x).sum::<f64>().sqrt();
+            let max_norm = scale * total;
+            let g = tensors_on::<D, T>(gv);
+            let na = oa.step_clipped(&mut a, &g, max_norm).unwrap();
+            let nc = oc.step_clipped(&mut c, &g, max_norm).unwrap();
+            assert_eq!(read(&g), *gv, "{what}: the gradients are left as they are");
+            for n in [na, nc] {
+                let n = n.value().unwrap();
+                assert!((n - total).abs() <= rel * total, "{what}: {n} vs {total}");
+            }
+            let mut h = tensors::<T>(gv);
+            clip_grad_norm(&mut h, max_norm).unwrap();
+            ob.step(&mut b, &h).unwrap();
+            od.step(&mut d, &h).unwrap();
+        }
+        close(
+            &format!("{what}: AdamW"),
+            &read(&a),
+            &read(&b),
+            tol::<T>(6, false),
+        );
+        close(
+            &format!("{what}: SGD"),
+            &read(&c),
+            &read(&d),
+            tol::<T>(6, false),
+        );
+    }
+}
+
+#[test]
+fn clipped_steps_match_clip_then_step() {
+    let seed = fresh_seed();
+    clipped_step_case::<Cpu, f32>(seed);
+    clipped_step_case::<Cpu, f64>(seed);
+    clipped_step_case::<Cpu, half::f16>(seed);
+    clipped_step_case::<Cpu, half::bf16>(seed);
+}
+
+/// `clip_grad_norm_`'s non-finite totals in a clipped step: NaN makes
+/// every parameter NaN; inf scales by 0, so the infinite element's update
+/// is NaN and the others only decay.
+fn clipped_step_nonfinite<D: Device>() {
+    let c = AdamWConfig {
+        lr: 0.1,
+        weight_decay: 0.5,
+        ..Default::default()
+    };
+    let mut p = tensors_on::<D, f32>(&[vec![1.0, 1.0], vec![2.0]]);
+    let g = tensors_on::<D, f32>(&[vec![f64::NAN, 1.0], vec![3.0]]);
+    let mut opt = AdamW::new(&p, c).unwrap();
+    assert!(opt
+        .step_clipped(&mut p, &g, 1.0)
+        .unwrap()
+        .value()
+        .unwrap()
+        .is_nan());
+    assert!(
+        read(&p).iter().flatten().all(|x| x.is_nan()),
+        "{:?}",
+        read(&p)
+    );
+    let mut p = tensors_on::<D, f32>(&[vec![1.0, 1.0], vec![2.0]]);
+    let g = tensors_on::<D, f32>(&[vec![f64::INFINITY, 1.0], vec![-3.0]]);
+    let mut opt = AdamW::new(&p, c).unwrap();
+    let n = opt.step_clipped(&mut p, &g, 1.0).unwrap().value().unwrap();
+    assert_eq!(n, f64::INFINITY);
+    let v = read(&p);
+    assert!(v[0][0].is_nan(), "{v:?}");
+    assert_eq!(
+        (v[0][1], v[1][0]),
+        (0.95f32 as f64, (2.0f32 * 0.95f32) as f64)
+    );
+    // No elements: a norm of 0, nothing scaled.
+    let mut p = tensors_on::<D, f32>(&[vec![]]);
+    let mut opt = Sgd::new(&p, SgdConfig::default()).unwrap();
+    let g = tensors_on::<D, f32>(&[vec![]]);
+    assert_eq!(
+        opt.step_clipped(&mut p, &g, 1.0).unwrap().value().unwrap(),
+        0.0
+    );
+}
+
+#[test]
+fn clipped_step_nonfinite_totals() {
+    clipped_step_nonfinite::<Cpu>();
+}
+
 #[test]
 fn schedules() {
     let s = CosineWithWarmup {
@@ -785,6 +907,12 @@ fn cuda_optimizer_edges_resume_and_clip() {
 
     clip_case::<Cuda, f32>(seed);
     clip_case::<Cuda, half::bf16>(seed);
+    // Clipping inside the step: the norm summed and the coefficient
+    // computed on the GPU, against the CPU's clip then step.
+    clipped_step_case::<Cuda, f32>(seed);
+    clipped_step_case::<Cuda, half::bf16>(seed);
+    clipped_step_case::<Cuda, f64>(seed);
+    clipped_step_nonfinite::<Cuda>();
     let mut g = tensors_on::<Cuda, f32>(&[vec![f64::NAN, 1.0]]);
     assert!(clip_grad_norm(&mut g, 1.0).unwrap().is_nan());
     assert!(read(&g)[0].iter().all(|x| x.is_nan()));
