@@ -205,6 +205,11 @@ def slack(op, inputs, args):
         co, cg, kh, kw = inputs[1]["shape"]
         terms = {"dx": co * kh * kw, "dweight": n * h * w, "dbias": n * h * w}
         return 2.0 * math.sqrt(terms.get(args.get("grad"), cg * kh * kw))
+    if op in ("avg_pool2d", "avg_pool2d_backward", "adaptive_avg_pool2d", "adaptive_avg_pool2d_backward"):
+        # A sum over each window, at most the whole plane (the summation
+        # order is ours, not PyTorch's).
+        h, w = inputs[0]["shape"][-2:]
+        return 2.0 * math.sqrt(h * w)
     if op in ("matmul", "matmul_nt", "bmm", "addmm"):
         a = inputs[1] if op == "addmm" else inputs[0]
         return 2.0 * math.sqrt(a["shape"][-1])

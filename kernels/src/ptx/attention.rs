@@ -420,9 +420,9 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
 /// forward's log-sum-exps (f32, f64 for f64) and `p_o`, `p_go` the output and its
 /// gradient, contiguous `[batch, l, ev]`; the rest as in [`PARAMS`].
 pub(crate) const BWD_PARAMS: [&str; 33] = [
-    "p_dq", "p_dk", "p_dv", "p_delta", "p_lse", "p_o", "p_go", "p_q", "p_k", "p_v", "p_mask", "p_l",
-    "p_s", "p_e", "p_ev", "p_qb", "p_qr", "p_kb", "p_kr", "p_vb", "p_vr", "p_mb", "p_mr", "p_mc",
-    "p_mode", "p_causal", "p_scale", "p_b0", "p_nh", "p_qh", "p_kh", "p_vh", "p_mh",
+    "p_dq", "p_dk", "p_dv", "p_delta", "p_lse", "p_o", "p_go", "p_q", "p_k", "p_v", "p_mask",
+    "p_l", "p_s", "p_e", "p_ev", "p_qb", "p_qr", "p_kb", "p_kr", "p_vb", "p_vr", "p_mb", "p_mr",
+    "p_mc", "p_mode", "p_causal", "p_scale", "p_b0", "p_nh", "p_qh", "p_kh", "p_vh", "p_mh",
 ];
 
 /// The backward entry `name` over tensors of `dtype` (a float), the
