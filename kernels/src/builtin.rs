@@ -512,6 +512,38 @@ pub fn pool2d(dtype: DTypeKind) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
+/// Name of [`conv2d`]`(dtype)`.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::builtin::conv2d_name(tensorfn_kernels::DTypeKind::F16), "tf_conv2d_f16");
+/// ```
+pub fn conv2d_name(dtype: DTypeKind) -> String {
+    format!("tf_conv2d_{dtype}")
+}
+
+/// The column kernels of the built-in 2-D convolution over a float
+/// `dtype` (the matrix products are cuBLAS's): `NAME_im2col(cols, x,
+/// meta)` copies the taps of `[N, C, H, W]` (any strides) into contiguous
+/// `[N, C * kH * kW, OH * OW]` columns, and `NAME_col2im(dx, cols, meta)`
+/// gathers, for each element of a contiguous `dx`, the column entries of
+/// the taps that read it (no atomics; sums in f64, one rounding), `meta`
+/// being [`ptx::CONV_META_WORDS`] words.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::conv2d(DTypeKind::BF16)?;
+/// assert!(k.ptx.contains(".entry tf_conv2d_bf16_im2col("));
+/// assert!(k.ptx.contains(".entry tf_conv2d_bf16_col2im("));
+/// assert!(builtin::conv2d(DTypeKind::I64).is_err());
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn conv2d(dtype: DTypeKind) -> Result<Kernel> {
+    float_only("conv2d", dtype)?;
+    let name = conv2d_name(dtype);
+    let ptx = ptx::conv2d(&name, dtype);
+    Ok(Kernel { name, ptx })
+}
+
 /// Name of [`dropout`]`(dtype)`.
 ///
 /// ```
@@ -1158,6 +1190,7 @@ pub fn all() -> Vec<Kernel> {
         out.extend(cumsum(dtype).ok());
         out.extend(pool2d(dtype).ok());
         out.extend(dropout(dtype).ok());
+        out.extend(conv2d(dtype).ok());
         out.extend(batch_norm(dtype).ok());
         out.extend(attention(dtype).ok());
         for keys in [false, true] {

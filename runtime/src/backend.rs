@@ -654,8 +654,7 @@ pub(crate) trait FusedArgs<B: Backend + ?Sized, O: DType> {
 
 /// [`Backend::conv2d`] through the host: the operands downloaded, the
 /// CPU's im2col and `gemm`, the result uploaded. The default for a backend
-/// without a kernel of its own, and the GPU's where cuDNN does not run the
-/// problem.
+/// without a kernel of its own.
 pub(crate) fn conv2d_on_host<B: Backend + ?Sized, T: FloatDType>(
     be: &B,
     x: (&B::Buf<T>, &Layout),

@@ -30,6 +30,7 @@ mod attention_mma_bwd;
 mod bnorm;
 mod body;
 mod concat;
+mod conv;
 mod cumsum;
 mod elementwise;
 mod gather;
@@ -56,6 +57,7 @@ pub use attention::{attention_mma_rows, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS}
 pub use attention_mma_bwd::{attention_mma_backward_shared, MMA_BWD_KEYS, MMA_BWD_THREADS};
 pub use bnorm::{BATCH_NORM_BACKWARD_META_WORDS, BATCH_NORM_META_WORDS};
 pub use concat::CAT_PARTS;
+pub use conv::CONV_META_WORDS;
 pub use optim::{OPTIM_HYPER, OPTIM_RECORD_WORDS};
 pub use pool::POOL_META_WORDS;
 pub use rows::SOFTMAX_REGISTER_COLS;
@@ -327,6 +329,18 @@ pub(crate) fn pool2d(name: &str, dtype: DTypeKind) -> String {
     module(&format!("{name}: 2-D pooling of {dtype}"), &entries)
 }
 
+/// The module of the built-in convolution's column entries
+/// `NAME_im2col` and `NAME_col2im` over `dtype` (see `builtin::conv2d`).
+pub(crate) fn conv2d(name: &str, dtype: DTypeKind) -> String {
+    module(
+        &format!("{name}: im2col and col2im of {dtype}"),
+        &[
+            conv::im2col_entry(name, dtype),
+            conv::col2im_entry(name, dtype),
+        ],
+    )
+}
+
 /// The module of the `dropout` entry `name` over `dtype`.
 pub(crate) fn dropout(name: &str, dtype: DTypeKind) -> String {
     module(
@@ -441,6 +455,8 @@ pub(crate) fn attention_mma_backward(
     )
 }
 
+#[cfg(test)]
+mod conv_tests;
 #[cfg(test)]
 mod staging_tests;
 #[cfg(test)]

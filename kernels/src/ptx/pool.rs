@@ -50,21 +50,21 @@ pub(crate) fn kind_suffix(kind: PoolKind) -> &'static str {
     }
 }
 
-fn global_ptr(body: &mut Body, p: &str) -> String {
+pub(super) fn global_ptr(body: &mut Body, p: &str) -> String {
     let r = body.reg(Class::B64);
     body.op(format!("ld.param.u64 {r}, [{p}]"));
     body.op(format!("cvta.to.global.u64 {r}, {r}"));
     r
 }
 
-fn meta_word(body: &mut Body, i: usize) -> String {
+pub(super) fn meta_word(body: &mut Body, i: usize) -> String {
     let r = body.reg(Class::B64);
     body.op(format!("ld.param.u64 {r}, [p_meta+{}]", 8 * i));
     r
 }
 
 /// `a op b` into a fresh 64-bit register.
-fn op64(body: &mut Body, op: &str, a: &str, b: &str) -> String {
+pub(super) fn op64(body: &mut Body, op: &str, a: &str, b: &str) -> String {
     let r = body.reg(Class::B64);
     body.op(format!("{op} {r}, {a}, {b}"));
     r
@@ -358,7 +358,7 @@ fn pool_params(backward: bool) -> String {
 
 /// The grid-stride loop over `total` elements; `inner(body, index)` emits
 /// one element's work.
-fn grid_loop(body: &mut Body, total: &str, inner: impl FnOnce(&mut Body, &str)) {
+pub(super) fn grid_loop(body: &mut Body, total: &str, inner: impl FnOnce(&mut Body, &str)) {
     let (first, stride) = grid_stride(body);
     let i = body.reg(Class::B64);
     body.op(format!("mov.u64 {i}, {first}"));

@@ -323,6 +323,19 @@ fn every_builtin_is_well_formed() {
                 }
             }
             check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_conv2d_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 2, "{}", k.name);
+            for (e, suffix) in es.iter().zip(["im2col", "col2im"]) {
+                assert_eq!(e.name, format!("{}_{suffix}", k.name));
+                assert_eq!(
+                    e.params[2],
+                    format!(".param .align 8 .b8 p_meta[{}]", 8 * super::CONV_META_WORDS)
+                );
+                check_body(e);
+                assert!(!e.body.contains("atom."), "{}: no atomics", e.name);
+            }
+            check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_dropout_") {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 1, "{}", k.name);

@@ -336,18 +336,44 @@ fn matmul<T: FloatDType>(
         }
         None => T::zero(),
     };
-    let scale = Scale::new(alpha, beta);
+    strided_batched(
+        &blas,
+        &a_op,
+        &b_op,
+        (batch, m, k, n),
+        Scale::new(alpha, beta),
+        out.device_ptr(),
+        &shapes,
+    )?;
+    match epilogue {
+        Epilogue::None => Ok(out),
+        Epilogue::Relu => be.unary(UnaryOp::Relu, &out, &out_layout),
+        Epilogue::Gelu => be.unary(UnaryOp::Gelu, &out, &out_layout),
+    }
+}
+
+/// `out = alpha * a @ b + beta * out` through cuBLAS's strided batched
+/// product (no algorithm choice to time, so `out` may be read): `out` is
+/// `batch` contiguous row-major `m x n` matrices at that device address.
+fn strided_batched<T: FloatDType>(
+    blas: &Blas,
+    a_op: &Operand<T>,
+    b_op: &Operand<T>,
+    (batch, m, k, n): (usize, usize, usize, usize),
+    scale: Scale,
+    out_ptr: u64,
+    shapes: &str,
+) -> Result<()> {
     let (alpha_ptr, beta_ptr) = scale.ptrs();
     let dt = data_type(T::KIND);
     let (n32, m32, k32) = (
-        to_i32(n, "n", &shapes)?,
-        to_i32(m, "m", &shapes)?,
-        to_i32(k, "k", &shapes)?,
+        to_i32(n, "n", shapes)?,
+        to_i32(m, "m", shapes)?,
+        to_i32(k, "k", shapes)?,
     );
-    let lda = to_i32(b_op.ld, "the leading dimension of b", &shapes)?;
-    let ldb = to_i32(a_op.ld, "the leading dimension of a", &shapes)?;
-    let batch32 = to_i32(batch, "batch", &shapes)?;
-    let out_ptr = out.device_ptr();
+    let lda = to_i32(b_op.ld, "the leading dimension of b", shapes)?;
+    let ldb = to_i32(a_op.ld, "the leading dimension of a", shapes)?;
+    let batch32 = to_i32(batch, "batch", shapes)?;
     let _queue = lock(&blas.queue);
     guard("calling cuBLAS", || {
         // Cᵀ (n x m) = Bᵀ (n x k) · Aᵀ (k x m), all column-major.
@@ -382,13 +408,76 @@ fn matmul<T: FloatDType>(
             )
         }
         .result()
-        .map_err(|e| cublas("cublasGemmStridedBatchedEx", e.0, shapes.clone()))
-    })?;
-    match epilogue {
-        Epilogue::None => Ok(out),
-        Epilogue::Relu => be.unary(UnaryOp::Relu, &out, &out_layout),
-        Epilogue::Gelu => be.unary(UnaryOp::Gelu, &out, &out_layout),
+        .map_err(|e| cublas("cublasGemmStridedBatchedEx", e.0, shapes.to_string()))
+    })
+}
+
+/// Batched `alpha * a @ b + beta * out` written into `batch * m * n`
+/// contiguous elements at device address `out` (which the caller keeps
+/// alive), `la` and `lb` as for `Backend::matmul` with `k > 0`. A product
+/// that only writes (`beta = 0`) runs through cuBLASLt with its tuned plan;
+/// one that adds to `out` runs through cuBLAS, whose call reads `out` once.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_into<T: FloatDType>(
+    be: &CudaBackend,
+    (a, la): (&CudaStorage<T>, &Layout),
+    (b, lb): (&CudaStorage<T>, &Layout),
+    out: u64,
+    alpha: T,
+    beta: T,
+) -> Result<()> {
+    let shapes = describe(la, lb, T::KIND);
+    if la.rank() != 3
+        || lb.rank() != 3
+        || la.dims()[0] != lb.dims()[0]
+        || la.dims()[2] != lb.dims()[1]
+        || la.dims()[2] == 0
+    {
+        return Err(Error::shape(
+            "matmul on the GPU",
+            "a [batch, m, k] and b [batch, k, n] with k > 0",
+            shapes,
+        ));
     }
+    let (batch, m, k, n) = (la.dims()[0], la.dims()[1], la.dims()[2], lb.dims()[2]);
+    if batch * m * n == 0 {
+        return Ok(());
+    }
+    let ctx = be.ctx();
+    let blas = ctx.blas()?;
+    let a_op = operand(be, a, la)?;
+    let b_op = operand(be, b, lb)?;
+    let writes_only = beta.to_f64() == 0.0;
+    if let Some(handle) = blas
+        .lt
+        .filter(|_| writes_only && batch <= i32::MAX as usize)
+    {
+        let product = Product {
+            a: &a_op,
+            b: &b_op,
+            dims: (batch, m, k, n),
+            addend: Addend::Nothing,
+            out,
+            scale: Scale::new(alpha, T::zero()),
+            epilogue: Epilogue::None,
+            tf32: allow_tf32(),
+            shapes: &shapes,
+        };
+        if guard("calling cuBLASLt", || {
+            ltm::matmul(&blas, handle, ctx, &product)
+        })? {
+            return Ok(());
+        }
+    }
+    strided_batched(
+        &blas,
+        &a_op,
+        &b_op,
+        (batch, m, k, n),
+        Scale::new(alpha, beta),
+        out,
+        &shapes,
+    )
 }
 
 /// A product over an empty `k`: `beta * bias` (or zeros), then the epilogue.

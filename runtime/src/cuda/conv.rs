@@ -1,6 +1,7 @@
 //! `conv2d` and its gradients on the GPU: cuDNN where it runs the
-//! problem, the host's im2col and `gemm` otherwise (cuDNN missing, or a
-//! problem it does not support, such as an empty one).
+//! problem, the built-in kernels otherwise (`im2col.rs`: cuDNN missing,
+//! turned off with [`set_cudnn_enabled`], or a problem it does not
+//! support, such as an empty one).
 //!
 //! The activations go to cuDNN with their own strides, so an NCHW tensor
 //! and a channels-last view of NHWC memory take the same call; the filter
@@ -12,11 +13,40 @@
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
 use super::cudnn::{self, ConvProblem, FilterLayout, Outcome};
-use crate::backend::{conv2d_backward_on_host, conv2d_on_host};
+use super::tune::Switch;
 use crate::dtype::FloatDType;
 use crate::error::Result;
 use crate::layout::Layout;
 use tensorfn_core::ops::conv::ConvArgs;
+
+static CUDNN: Switch = Switch::new("TENSORFN_CUDNN");
+
+/// Whether GPU convolutions try cuDNN first (`true`, the default) or
+/// always run the built-in kernels (im2col and cuBLAS on the GPU), as on
+/// a machine without cuDNN. The environment variable `TENSORFN_CUDNN=0`
+/// turns cuDNN off until this is called.
+///
+/// ```
+/// use tensorfn_runtime::{cudnn_enabled, set_cudnn_enabled};
+/// set_cudnn_enabled(false);
+/// assert!(!cudnn_enabled());
+/// set_cudnn_enabled(true);
+/// assert!(cudnn_enabled());
+/// ```
+pub fn set_cudnn_enabled(on: bool) {
+    CUDNN.set(on);
+}
+
+/// Whether GPU convolutions try cuDNN first (see [`set_cudnn_enabled`]).
+///
+/// ```
+/// // On unless the program or TENSORFN_CUDNN=0 turns it off.
+/// let on = tensorfn_runtime::cudnn_enabled();
+/// assert_eq!(on, std::env::var("TENSORFN_CUDNN").map_or(true, |v| v.trim() != "0"));
+/// ```
+pub fn cudnn_enabled() -> bool {
+    CUDNN.get()
+}
 
 /// A filter as cuDNN reads it: the address of its first element, how it
 /// is laid out, and the contiguous copy that address is in, if one was
@@ -98,6 +128,9 @@ impl CudaBackend {
         args: &ConvArgs,
     ) -> Result<CudaStorage<T>> {
         self.ctx().bind()?;
+        if !cudnn_enabled() {
+            return self.conv2d_builtin(x, w, bias, args);
+        }
         let f = self.filter(w)?;
         let mut p = Self::problem::<T>(x.1, w.1.dims(), f.layout, [0; 4], args);
         let y_layout = Layout::contiguous(&p.y_dims());
@@ -106,7 +139,7 @@ impl CudaBackend {
         let y = self.ctx().storage::<T>(y_layout.numel())?;
         let xp = x.0.ptr_at(x.1.offset());
         if cudnn::conv_forward(self.ctx(), &p, xp, f.ptr, y.device_ptr(), 0.0)? != Outcome::Done {
-            return conv2d_on_host(self, x, w, bias, args);
+            return self.conv2d_builtin(x, w, bias, args);
         }
         if let Some((b, lb)) = bias {
             let copy = match lb.is_contiguous() {
@@ -117,7 +150,7 @@ impl CudaBackend {
                 .as_ref()
                 .map_or_else(|| b.ptr_at(lb.offset()), |c| c.device_ptr());
             if cudnn::conv_add_bias(self.ctx(), &p, bp, y.device_ptr())? != Outcome::Done {
-                return conv2d_on_host(self, x, w, bias, args);
+                return self.conv2d_builtin(x, w, bias, args);
             }
         }
         Ok(y)
@@ -134,6 +167,9 @@ impl CudaBackend {
         input: bool,
     ) -> Result<CudaStorage<T>> {
         self.ctx().bind()?;
+        if !cudnn_enabled() {
+            return self.conv2d_backward_builtin(x, w, grad, args, input);
+        }
         let gs = grad.1.strides();
         let gp = grad.0.ptr_at(grad.1.offset());
         let xp = x.0.ptr_at(x.1.offset());
@@ -169,8 +205,8 @@ impl CudaBackend {
         };
         match done {
             Some(out) => Ok(out),
-            // cuDNN did not run it; the host path runs every problem.
-            None => conv2d_backward_on_host(self, x, w, grad, args, input),
+            // cuDNN did not run it; the built-in kernels run every problem.
+            None => self.conv2d_backward_builtin(x, w, grad, args, input),
         }
     }
 }

@@ -74,6 +74,8 @@ pub(crate) enum Builtin {
     Pool2d(DTypeKind),
     /// Seeded `dropout` of this dtype.
     Dropout(DTypeKind),
+    /// The built-in convolution's `im2col` and `col2im` over this dtype.
+    Conv2d(DTypeKind),
     /// `batch_norm` and its backward over this dtype.
     BatchNorm(DTypeKind),
 }
@@ -103,6 +105,7 @@ impl Builtin {
             | Builtin::Cumsum(_)
             | Builtin::Pool2d(_)
             | Builtin::Dropout(_)
+            | Builtin::Conv2d(_)
             | Builtin::BatchNorm(_) => 1,
         }
     }
@@ -152,6 +155,7 @@ impl Builtin {
             Builtin::Cumsum(t) => builtin::cumsum(t),
             Builtin::Pool2d(t) => builtin::pool2d(t),
             Builtin::Dropout(t) => builtin::dropout(t),
+            Builtin::Conv2d(t) => builtin::conv2d(t),
             Builtin::BatchNorm(t) => builtin::batch_norm(t),
             Builtin::Addcmul(t) => {
                 let name = format!("tf_addcmul_{t}");

@@ -19,7 +19,7 @@ use tensorfn_kernels::builtin::BLOCK;
 use tensorfn_kernels::ptx::POOL_META_WORDS;
 
 /// Blocks of a grid-stride launch over `n` elements.
-fn blocks(n: usize) -> u32 {
+pub(super) fn blocks(n: usize) -> u32 {
     n.div_ceil(BLOCK as usize).clamp(1, 1 << 20) as u32
 }
 

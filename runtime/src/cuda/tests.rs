@@ -3820,7 +3820,7 @@ fn pool_and_batch_norm_timing() {
     println!("dropout bf16 {} elements: {ms:.4} ms", n * c * h * w);
 }
 
-/// `conv2d` and both its gradients on the GPU (cuDNN, or the host path
+/// `conv2d` and both its gradients on the GPU (cuDNN, or the built-in kernels
 /// where cuDNN does not run a problem) against the CPU's im2col and
 /// `gemm`: NCHW and channels-last inputs and filters, a bias, stride,
 /// padding, dilation, groups and depthwise, an empty batch, in every float
@@ -3946,6 +3946,254 @@ fn conv2d_and_its_gradients_match_the_cpu() {
     check::<f64>(&be, &mut rng, 1e-15);
     check::<f16>(&be, &mut rng, 2e-3);
     check::<bf16>(&be, &mut rng, 1.6e-2);
+}
+
+/// The built-in convolution (`im2col`, cuBLAS, `col2im`; cuDNN turned off
+/// on this thread) and both its gradients against the CPU for random
+/// shapes: stride, padding, dilation, groups and depthwise, NCHW and
+/// channels-last inputs, filters and output gradients, an empty batch,
+/// one image per chunk of columns as well as the whole batch, NaN and
+/// infinities in the input, in every float dtype.
+#[test]
+fn builtin_conv2d_matches_the_cpu() {
+    use super::im2col::COLUMN_LIMIT;
+    use crate::cpu::CpuBackend;
+    use tensorfn_core::ops::conv::{out_size, ConvArgs};
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn pick(rng: &mut SplitMix64, lo: usize, hi: usize) -> usize {
+        lo + (rng.next_u64() % (hi - lo + 1) as u64) as usize
+    }
+    /// A NaN where the CPU has one, the same infinity, else within
+    /// `tol * sqrt(terms)` relative to `1 + |want|`.
+    fn close<T: crate::FloatDType>(what: &str, got: &[T], want: &[T], tol: f64, terms: usize) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        let bound = tol * (terms.max(1) as f64).sqrt();
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            let (g, w) = (g.to_f64(), w.to_f64());
+            let ok = if w.is_nan() || w.is_infinite() {
+                g.is_nan() == w.is_nan() && (w.is_nan() || g == w)
+            } else {
+                (g - w).abs() <= bound * (1.0 + w.abs())
+            };
+            assert!(ok, "{what} {} [{i}]: GPU {g}, CPU {w}", T::KIND);
+        }
+    }
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64, tol: f64) {
+        for case in 0..12 {
+            let groups = match case % 4 {
+                0 => 1,
+                1 => pick(rng, 2, 3),
+                _ => pick(rng, 1, 4),
+            };
+            let depthwise = case % 4 == 3;
+            let cg = if depthwise { 1 } else { pick(rng, 1, 3) };
+            let kg = if depthwise { 1 } else { pick(rng, 1, 3) };
+            let args = ConvArgs {
+                stride: [pick(rng, 1, 3), pick(rng, 1, 2)],
+                padding: [pick(rng, 0, 2), pick(rng, 0, 1)],
+                dilation: [pick(rng, 1, 2), pick(rng, 1, 2)],
+                groups,
+            };
+            let n = if case == 5 { 0 } else { pick(rng, 1, 3) };
+            let wd = [groups * kg, cg, pick(rng, 1, 3), pick(rng, 1, 3)];
+            // Large enough for one window: (k - 1) * d + 1 - 2 * pad.
+            let reach = |i: usize| (wd[2 + i] - 1) * args.dilation[i] + 1;
+            let xd = [
+                n,
+                groups * cg,
+                reach(0) + pick(rng, 0, 6),
+                reach(1) + pick(rng, 0, 6),
+            ];
+            let axis = |i: usize| {
+                out_size(
+                    xd[2 + i],
+                    wd[2 + i],
+                    args.padding[i],
+                    args.stride[i],
+                    args.dilation[i],
+                )
+                .unwrap()
+            };
+            let yd = [n, wd[0], axis(0), axis(1)];
+            let mut x: Vec<T> = random(rng, xd.iter().product(), -1.0, 1.0);
+            let len = x.len();
+            if case == 7 && len > 3 {
+                x[0] = T::from_f64(f64::NAN);
+                x[len / 2] = T::from_f64(f64::INFINITY);
+                x[len - 1] = T::from_f64(f64::NEG_INFINITY);
+            }
+            let w: Vec<T> = random(rng, wd.iter().product(), -1.0, 1.0);
+            let b: Vec<T> = random(rng, wd[0], -1.0, 1.0);
+            let g: Vec<T> = random(rng, yd.iter().product(), -1.0, 1.0);
+            let (gx, gw, gb, gg) = (up(be, &x), up(be, &w), up(be, &b), up(be, &g));
+            let nhwc = |d: [usize; 4]| {
+                Layout::contiguous(&[d[0], d[2], d[3], d[1]]).permute(&[0, 3, 1, 2])
+            };
+            let lb = Layout::contiguous(&[wd[0]]);
+            for (lx, lw, lg) in [
+                (
+                    Layout::contiguous(&xd),
+                    Layout::contiguous(&wd),
+                    Layout::contiguous(&yd),
+                ),
+                (nhwc(xd), nhwc(wd), nhwc(yd)),
+            ] {
+                // The CPU reads the same elements through the same views.
+                let want_y = CpuBackend
+                    .conv2d((&x, &lx), (&w, &lw), Some((&b, &lb)), &args)
+                    .unwrap();
+                let want_nb = CpuBackend
+                    .conv2d((&x, &lx), (&w, &lw), None, &args)
+                    .unwrap();
+                let want_dx = CpuBackend
+                    .conv2d_backward((&x, &lx), (&w, &lw), (&g, &lg), &args, true)
+                    .unwrap();
+                let want_dw = CpuBackend
+                    .conv2d_backward((&x, &lx), (&w, &lw), (&g, &lg), &args, false)
+                    .unwrap();
+                for limit in [usize::MAX, 1] {
+                    COLUMN_LIMIT.with(|c| c.set(limit));
+                    let what = format!(
+                        "{xd:?} * {wd:?} {args:?} x strides {:?} chunk limit {limit}",
+                        lx.strides()
+                    );
+                    let (y, ynb, dx, dw) = super::cudnn::without_cudnn(|| {
+                        (
+                            be.conv2d::<T>((&gx, &lx), (&gw, &lw), Some((&gb, &lb)), &args)
+                                .unwrap(),
+                            be.conv2d::<T>((&gx, &lx), (&gw, &lw), None, &args).unwrap(),
+                            be.conv2d_backward::<T>(
+                                (&gx, &lx),
+                                (&gw, &lw),
+                                (&gg, &lg),
+                                &args,
+                                true,
+                            )
+                            .unwrap(),
+                            be.conv2d_backward::<T>(
+                                (&gx, &lx),
+                                (&gw, &lw),
+                                (&gg, &lg),
+                                &args,
+                                false,
+                            )
+                            .unwrap(),
+                        )
+                    });
+                    let taps = wd[1] * wd[2] * wd[3];
+                    close(
+                        &format!("conv2d {what}"),
+                        &down(&y, &[want_y.len()]),
+                        &want_y,
+                        tol,
+                        taps,
+                    );
+                    close(
+                        &format!("conv2d (no bias) {what}"),
+                        &down(&ynb, &[want_nb.len()]),
+                        &want_nb,
+                        tol,
+                        taps,
+                    );
+                    let terms = wd[0] / groups * wd[2] * wd[3];
+                    close(
+                        &format!("dx {what}"),
+                        &down(&dx, &[want_dx.len()]),
+                        &want_dx,
+                        tol,
+                        terms,
+                    );
+                    let terms = n * yd[2] * yd[3];
+                    close(
+                        &format!("dw {what}"),
+                        &down(&dw, &[want_dw.len()]),
+                        &want_dw,
+                        tol,
+                        terms,
+                    );
+                }
+                COLUMN_LIMIT.with(|c| c.set(super::im2col::COLUMN_BYTES));
+            }
+        }
+    }
+    check::<f32>(&be, &mut rng, 4e-7);
+    check::<f64>(&be, &mut rng, 1e-15);
+    check::<f16>(&be, &mut rng, 2e-3);
+    check::<bf16>(&be, &mut rng, 1.6e-2);
+}
+
+/// Times the built-in convolution against cuDNN on ResNet's `N32 64->64
+/// 56x56 3x3` (padding 1) in bf16, NCHW and channels-last: forward, `dx`
+/// and `dw`; prints one line per case.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn builtin_conv2d_timing() {
+    use tensorfn_core::ops::conv::ConvArgs;
+    let Some((_serial, be)) = gpu() else { return };
+    fn time(be: &CudaBackend, f: &mut dyn FnMut()) -> f64 {
+        for _ in 0..3 {
+            f();
+        }
+        be.synchronize().unwrap();
+        let reps = 20;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            f();
+        }
+        be.synchronize().unwrap();
+        t.elapsed().as_secs_f64() * 1e3 / reps as f64
+    }
+    let mut rng = seed();
+    let (xd, wd) = ([32, 64, 56, 56], [64, 64, 3, 3]);
+    let args = ConvArgs {
+        padding: [1, 1],
+        ..Default::default()
+    };
+    let x = up(
+        &be,
+        &random::<bf16>(&mut rng, xd.iter().product(), -1.0, 1.0),
+    );
+    let w = up(
+        &be,
+        &random::<bf16>(&mut rng, wd.iter().product(), -0.1, 0.1),
+    );
+    let g = up(
+        &be,
+        &random::<bf16>(&mut rng, xd.iter().product(), -1.0, 1.0),
+    );
+    let nhwc = |d: [usize; 4]| Layout::contiguous(&[d[0], d[2], d[3], d[1]]).permute(&[0, 3, 1, 2]);
+    for (layout, lx, lw) in [
+        ("NCHW", Layout::contiguous(&xd), Layout::contiguous(&wd)),
+        ("channels-last", nhwc(xd), nhwc(wd)),
+    ] {
+        let lg = lx.clone();
+        for builtin in [false, true] {
+            let run = |f: &mut dyn FnMut()| {
+                if builtin {
+                    super::cudnn::without_cudnn(|| time(&be, f))
+                } else {
+                    time(&be, f)
+                }
+            };
+            let fwd = run(&mut || {
+                be.conv2d::<bf16>((&x, &lx), (&w, &lw), None, &args)
+                    .unwrap();
+            });
+            let dx = run(&mut || {
+                be.conv2d_backward::<bf16>((&x, &lx), (&w, &lw), (&g, &lg), &args, true)
+                    .unwrap();
+            });
+            let dw = run(&mut || {
+                be.conv2d_backward::<bf16>((&x, &lx), (&w, &lw), (&g, &lg), &args, false)
+                    .unwrap();
+            });
+            let path = if builtin { "built-in" } else { "cuDNN" };
+            println!(
+                "conv2d bf16 {xd:?} * {wd:?} {layout} {path}: forward {fwd:.4} ms, dx {dx:.4} ms, dw {dw:.4} ms"
+            );
+        }
+    }
 }
 
 /// Row kernels written in `tensor_fn!` (here the catalogue's norms written

@@ -295,7 +295,9 @@ pub(crate) fn library() -> &'static std::result::Result<Library, String> {
 
 /// The line printed when cuDNN cannot be used.
 pub(crate) fn notice_text(reason: &str) -> String {
-    format!("tensorfn: cuDNN not found ({reason}); convolutions use the built-in kernels")
+    format!(
+        "tensorfn: cuDNN not found ({reason}); convolutions run on the built-in GPU kernels (im2col and cuBLAS)"
+    )
 }
 
 /// Prints [`notice_text`] the first time a process finds cuDNN unusable.

@@ -726,7 +726,7 @@ fn a_missing_library_is_a_reason_not_a_panic() {
     let line = notice_text(&reason);
     assert!(line.starts_with("tensorfn: cuDNN not found ("), "{line}");
     assert!(
-        line.ends_with("); convolutions use the built-in kernels"),
+        line.ends_with("); convolutions run on the built-in GPU kernels (im2col and cuBLAS)"),
         "{line}"
     );
     assert!(!line.contains('\n'));
