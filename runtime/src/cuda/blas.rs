@@ -417,7 +417,6 @@ fn strided_batched<T: FloatDType>(
 /// alive), `la` and `lb` as for `Backend::matmul` with `k > 0`. A product
 /// that only writes (`beta = 0`) runs through cuBLASLt with its tuned plan;
 /// one that adds to `out` runs through cuBLAS, whose call reads `out` once.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_into<T: FloatDType>(
     be: &CudaBackend,
     (a, la): (&CudaStorage<T>, &Layout),
