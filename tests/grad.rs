@@ -566,6 +566,28 @@ fd_case!(layer_norm_default_eps: fn n_ln_d(x: [2, 3, 4] in (-2.0, 2.0), w: [4] i
     sin(layer_norm(x, w, b)).sum()
 });
 fd_case!(rms_norm_rule: fn n_rms(x: [3, 5] in (-2.0, 2.0), w: [5] in (-1.5, 1.5)) { sin(rms_norm(x, w, 1e-6)).sum() });
+// The norms' edge cases through the fused backward: rows of one element
+// (layer_norm's normalised value is 0 whatever `x`, so `dx` and `dweight`
+// are 0), no rows at all (every gradient 0), and rows far from 0 (the
+// statistics recomputed from `x` must not lose the row's spread).
+fd_case!(layer_norm_width_1: fn n_ln_w1(x: [4, 1] in (-2.0, 2.0), w: [1] in (-1.5, 1.5), b: [1] in (-1.0, 1.0)) {
+    sin(layer_norm(x, w, b, 1e-5)).sum()
+});
+fd_case!(rms_norm_width_1: fn n_rms_w1(x: [4, 1] in (-0.01, 0.01), w: [1] in (-1.5, 1.5)) {
+    sin(rms_norm(x, w, 1e-4)).sum()
+});
+fd_case!(layer_norm_empty_batch: fn n_ln_e(x: [0, 4] in (-2.0, 2.0), w: [4] in (-1.5, 1.5), b: [4] in (-1.0, 1.0)) {
+    sin(layer_norm(x, w, b, 1e-5)).sum() + w.sum()
+});
+fd_case!(rms_norm_empty_batch: fn n_rms_e(x: [2, 0, 3] in (-2.0, 2.0), w: [3] in (-1.5, 1.5)) {
+    sin(rms_norm(x, w)).sum() + w.sum()
+});
+fd_case!(layer_norm_large: fn n_ln_big(x: [3, 6] in (990.0, 1010.0), w: [6] in (-1.5, 1.5), b: [6] in (-1.0, 1.0)) {
+    sin(layer_norm(x, w, b, 1e-5)).sum()
+});
+fd_case!(rms_norm_large: fn n_rms_big(x: [3, 6] in (-1e4, 1e4), w: [6] in (-1.5, 1.5)) {
+    sin(rms_norm(x, w, 1e-6)).sum()
+});
 // batch_norm: a composite of reductions and elementwise ops, so its
 // gradients come from theirs. Training mode normalises with the batch's
 // statistics (the running ones, here derived from `w`, are unused);
@@ -1128,4 +1150,105 @@ fn vjp_norms_over_a_run_time_dim() {
             f,
         );
     }
+}
+
+// `recompute = true`: the elementwise values the backward reads (here
+// `tanh(a)`, `sigmoid(a)` and their product) are computed again in the
+// backward from the kept product `a`, instead of kept from the forward.
+macro_rules! gated_mlp {
+    ($name:ident, $($recompute:tt)*) => {
+        tensor_fn! {
+            #[grad(w1, w2, ln_w $($recompute)*)]
+            fn $name(
+                x: &Tensor<Cpu, f32, [16, 8]>,
+                ln_w: &Tensor<Cpu, f32, [8]>,
+                w1: &Tensor<Cpu, f32, [8, 32]>,
+                w2: &Tensor<Cpu, f32, [32, 8]>,
+            ) -> Tensor<Cpu, f32, []> {
+                let a = rms_norm(x, ln_w, 1e-5).matmul(w1);
+                let h = tanh(a) * sigmoid(a);
+                let y = h.matmul(w2);
+                (y * y).mean()
+            }
+        }
+    };
+}
+gated_mlp!(gated_kept,);
+gated_mlp!(gated_recomputed, , recompute = true);
+gated_mlp!(gated_kept_explicitly, , recompute = false);
+
+#[test]
+fn recompute_gives_the_same_bits_in_less_memory() {
+    let t = |n: usize, seed: u64| -> Vec<f32> {
+        rand_vec(n, seed, -1.5, 1.5)
+            .into_iter()
+            .map(|v| v as f32)
+            .collect()
+    };
+    for seed in 0..3u64 {
+        let x = Tensor::<Cpu, f32, shape![16, 8]>::from_vec(t(128, seed * 7 + 1)).unwrap();
+        let ln_w = Tensor::<Cpu, f32, shape![8]>::from_vec(t(8, seed * 7 + 2)).unwrap();
+        let w1 = Tensor::<Cpu, f32, shape![8, 32]>::from_vec(t(256, seed * 7 + 3)).unwrap();
+        let w2 = Tensor::<Cpu, f32, shape![32, 8]>::from_vec(t(256, seed * 7 + 4)).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let (v0, (a0, b0, c0)) = gated_kept::value_and_grad(&x, &ln_w, &w1, &w2).unwrap();
+        let (v1, (a1, b1, c1)) = gated_recomputed::value_and_grad(&x, &ln_w, &w1, &w2).unwrap();
+        assert_eq!(bits(&v0.to_vec().unwrap()), bits(&v1.to_vec().unwrap()));
+        assert_eq!(
+            bits(&a0.to_vec().unwrap()),
+            bits(&a1.to_vec().unwrap()),
+            "dw1"
+        );
+        assert_eq!(
+            bits(&b0.to_vec().unwrap()),
+            bits(&b1.to_vec().unwrap()),
+            "dw2"
+        );
+        assert_eq!(
+            bits(&c0.to_vec().unwrap()),
+            bits(&c1.to_vec().unwrap()),
+            "dln_w"
+        );
+    }
+    // The forward is the same function either way.
+    assert_eq!(gated_kept::PEAK_BYTES, gated_recomputed::PEAK_BYTES);
+    assert_eq!(
+        gated_kept::GRAD_PEAK_BYTES,
+        gated_kept_explicitly::GRAD_PEAK_BYTES
+    );
+    // Kept: `a`, `tanh(a)`, `sigmoid(a)` and `h` (2 KiB each) all live into
+    // the backward; recomputed: `a` alone.
+    assert!(
+        gated_recomputed::GRAD_PEAK_BYTES < gated_kept::GRAD_PEAK_BYTES,
+        "{} vs {}",
+        gated_recomputed::GRAD_PEAK_BYTES,
+        gated_kept::GRAD_PEAK_BYTES
+    );
+    assert!(gated_kept::GRAD_PEAK_BYTES > gated_kept::PEAK_BYTES);
+    assert!(gated_kept::VJP_PEAK_BYTES > gated_kept::PEAK_BYTES);
+}
+
+// `GRAD_PEAK_BYTES` of a step small enough to count by hand: the forward's
+// `x * x` (16 bytes) and the loss (4 bytes), then the backward's one
+// fused kernel writing `2 x` times the seed (16 bytes), with the loss
+// returned: 4 + 16 at the end, while `x * x` (dead after the sum) is
+// gone; the peak is 16 + 4 when the sum runs.
+tensor_fn! {
+    #[grad(x)]
+    fn square_sum(x: &Tensor<Cpu, f32, [4]>) -> Tensor<Cpu, f32, []> {
+        (x * x).sum()
+    }
+
+    #[grad(x)]
+    fn square_sum_generic<const N: usize>(x: &Tensor<Cpu, f32, [N]>) -> Tensor<Cpu, f32, []> {
+        (x * x).sum()
+    }
+}
+
+#[test]
+fn grad_peak_bytes_counts_the_joint_graph() {
+    assert_eq!(square_sum::PEAK_BYTES, 20);
+    assert_eq!(square_sum::GRAD_PEAK_BYTES, 20);
+    assert_eq!(square_sum_generic::peak_bytes::<4>(), 20);
+    assert_eq!(square_sum_generic::grad_peak_bytes::<4>(), 20);
 }
