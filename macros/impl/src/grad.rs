@@ -25,7 +25,7 @@ use crate::graph::*;
 use crate::shape::{numel, Dim};
 use crate::sig::ParamSig;
 use tensorfn_core::DTypeKind;
-use tensorfn_kernels::{BinaryOp, CmpOp, NormOp, ReduceOp, RowOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 
 /// What `value_and_grad` (or `vjp`) gives back for one `#[grad]`
 /// parameter.
@@ -322,8 +322,10 @@ fn derive_seeded(
 /// fused into the backward's own kernels. What stays alive between the
 /// two passes is then the inputs and the values of the other ops
 /// (products, reductions, norms, ...), from which the elementwise chains
-/// start. The copies run the same operations on the same values, so the
-/// gradients are the same bits. `ret` is renumbered to the new graph.
+/// start. Each backward node gets copies of its own (the same value read
+/// by several nodes of one backward kernel is computed in it once per
+/// reader). The copies run the same operations on the same values, so
+/// the gradients are the same bits. `ret` is renumbered to the new graph.
 fn recompute_elementwise(g: &Graph, forward: usize, ret: &mut [NodeId]) -> Graph {
     struct Again<'a> {
         g: &'a Graph,
@@ -371,6 +373,10 @@ fn recompute_elementwise(g: &Graph, forward: usize, ret: &mut [NodeId]) -> Graph
     // Where each backward node went.
     let mut moved: Vec<NodeId> = (0..g.nodes.len()).collect();
     for n in forward..g.nodes.len() {
+        // Copies of its own: a copy whose only user is `n` fuses into
+        // `n`'s kernel, where one shared by several backward kernels
+        // would be materialised and kept between them.
+        a.copy.clear();
         for i in g.inputs(n) {
             if i < forward {
                 a.again(i);
