@@ -61,11 +61,13 @@ fn dx_row(x: &[f64], w: &[f64], g: &[f64], eps: f64) -> Vec<f64> {
 }
 
 type Grads<T> = (Rows<T>, Row<T>, Row<T>);
+/// A function computing [`Grads`] from `x`, `weight` and `grad_output`.
+type Backward<T> = fn(&Rows<T>, &Row<T>, &Rows<T>) -> Result<Grads<T>>;
 
 fn bench_layer_norm<T: FloatDType>(
     args: &Args,
     (rows, cols): (usize, usize),
-    composite: fn(&Rows<T>, &Row<T>, &Rows<T>) -> Result<Grads<T>>,
+    composite: Backward<T>,
 ) {
     let plan = args.plan();
     let dtype = dtype_name::<T>();
