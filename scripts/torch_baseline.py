@@ -342,6 +342,50 @@ def attention(plan, gen, want):
         torch.cuda.empty_cache()
 
 
+# -------------------------------------------------- layer_norm backward
+
+
+def norm_backward(plan, gen, want):
+    # `layer_norm`'s backward alone (`torch.autograd.grad` through a kept
+    # graph: LayerNormBackward, dx, dweight and dbias), as
+    # benches/gpu_norm_backward.rs; and the peak memory of its static
+    # training step `block_loss` (forward and backward) as
+    # torch.cuda.max_memory_allocated measures it above the inputs.
+    if want("layer_norm_bwd"):
+        for dname, rows, cols in (("bf16", 8192, 768), ("f32", 16384, 4096)):
+            dt = DTYPES[dname]
+            es = torch.tensor([], dtype=dt).element_size()
+            sets = min(16, n_sets(2 * rows * cols * es))
+            w = rand((cols,), dt, gen, 0.5, 1.5).requires_grad_()
+            b = torch.zeros(cols, dtype=dt, device="cuda", requires_grad=True)
+            xs = [rand((rows, cols), dt, gen).requires_grad_() for _ in range(sets)]
+            gs = [rand((rows, cols), dt, gen, -1.0, 1.0) for _ in range(sets)]
+            ys = [F.layer_norm(x, (cols,), w, b, 1e-5) for x in xs]
+            measure(plan, "layer_norm_bwd", dname, f"{rows}x{cols}", "torch_eager",
+                    3 * rows * cols * es, 10 * rows * cols,
+                    lambda i: torch.autograd.grad(ys[i], (xs[i], w, b), gs[i], retain_graph=True), sets)
+            log(f"layer_norm_bwd {dname} {rows}x{cols}")
+            del w, b, xs, gs, ys
+            torch.cuda.empty_cache()
+    if want("grad_peak"):
+        f = lambda *s: rand(s, torch.float32, gen, -1.0, 1.0)
+        x = f(1024, 512)
+        ln_w, ln_b, w1, w2 = (t.requires_grad_() for t in (f(512), f(512), f(512, 2048), f(2048, 512)))
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        h = F.layer_norm(x, (512,), ln_w, ln_b, 1e-5)
+        a = F.gelu(h @ w1)
+        y = x + a @ w2
+        loss = (y * y).mean()
+        grads = torch.autograd.grad(loss, (w1, w2, ln_w, ln_b))
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - before
+        emit("grad_peak", "f32", "block_1024x512x2048", "torch_eager", measured_peak_bytes=peak,
+             loss=loss.item())
+        del h, a, y, loss, grads
+
+
 # ------------------------------------------------------------ transfers
 
 
@@ -460,6 +504,7 @@ def main():
     matmul(plan, gen, want)
     cat_softmax(plan, gen, want, compile_too)
     attention(plan, gen, want)
+    norm_backward(plan, gen, want)
     transfers(plan, gen, want)
     mlp(plan, gen, want, compile_too)
     log(f"torch baseline done in {time.time() - t0:.0f} s")

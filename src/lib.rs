@@ -709,8 +709,51 @@
 /// among the elements equal to the result, and `maximum`/`minimum` halve
 /// it on ties, as PyTorch does; `floor`, `round`, `sign` and the other
 /// piecewise-constant ops pass a zero gradient. `layer_norm` and
-/// `rms_norm` recompute their statistics in the backward (over a last dim
-/// known at compile time).
+/// `rms_norm` have one fused backward each (`layer_norm_backward`,
+/// `rms_norm_backward`), which recomputes the rows' statistics from the
+/// input, so the forward saves nothing for them.
+///
+/// ## What a training step keeps, and its `GRAD_PEAK_BYTES`
+///
+/// The joint function (forward, then backward) keeps every value the
+/// backward reads alive from the forward until its last backward use: the
+/// inputs of products and of the other non-elementwise ops, and the
+/// elementwise values the rules read (`tanh`'s and `sigmoid`'s results,
+/// a product's operands, ...); a value read by both passes is computed
+/// once. `#[grad(p, .., recompute = true)]` keeps only the inputs and the
+/// values of non-elementwise ops (products, reductions, norms,
+/// attention): each elementwise value the backward reads is computed again
+/// in the backward, from those, fused into the backward's own kernels. The
+/// gradients are the same bits; the step does more elementwise work and
+/// holds less memory.
+///
+/// With static dims the function's module states the peak of both passes
+/// as they run: `name::GRAD_PEAK_BYTES` for `value_and_grad` and
+/// `name::VJP_PEAK_BYTES` for `vjp` (`grad_peak_bytes::<..>()` and
+/// `vjp_peak_bytes::<..>()` with generics), counted as `PEAK_BYTES` is
+/// (parameters and `grad_output` not counted; the value and the gradients
+/// counted until returned; scratch space inside a kernel or a library call
+/// not counted). On a GPU the caching allocator's peak over one call,
+/// rounded to its size classes, is that figure.
+///
+/// ```
+/// use tensorfn::prelude::*;
+/// tensor_fn! {
+///     #[grad(w)]
+///     fn kept(x: &Tensor<Cpu, f32, [64, 16]>, w: &Tensor<Cpu, f32, [16, 64]>) -> Tensor<Cpu, f32, []> {
+///         let a = x.matmul(w);
+///         (tanh(a) * sigmoid(a)).sum()
+///     }
+///
+///     #[grad(w, recompute = true)]
+///     fn recomputed(x: &Tensor<Cpu, f32, [64, 16]>, w: &Tensor<Cpu, f32, [16, 64]>) -> Tensor<Cpu, f32, []> {
+///         let a = x.matmul(w);
+///         (tanh(a) * sigmoid(a)).sum()
+///     }
+/// }
+/// assert!(kept::GRAD_PEAK_BYTES > kept::PEAK_BYTES);
+/// assert!(recomputed::GRAD_PEAK_BYTES < kept::GRAD_PEAK_BYTES);
+/// ```
 ///
 /// # Errors at compile time
 ///

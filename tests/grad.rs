@@ -566,6 +566,28 @@ fd_case!(layer_norm_default_eps: fn n_ln_d(x: [2, 3, 4] in (-2.0, 2.0), w: [4] i
     sin(layer_norm(x, w, b)).sum()
 });
 fd_case!(rms_norm_rule: fn n_rms(x: [3, 5] in (-2.0, 2.0), w: [5] in (-1.5, 1.5)) { sin(rms_norm(x, w, 1e-6)).sum() });
+// The norms' edge cases through the fused backward: rows of one element
+// (layer_norm's normalised value is 0 whatever `x`, so `dx` and `dweight`
+// are 0), no rows at all (every gradient 0), and rows far from 0 (the
+// statistics recomputed from `x` must not lose the row's spread).
+fd_case!(layer_norm_width_1: fn n_ln_w1(x: [4, 1] in (-2.0, 2.0), w: [1] in (-1.5, 1.5), b: [1] in (-1.0, 1.0)) {
+    sin(layer_norm(x, w, b, 1e-5)).sum()
+});
+fd_case!(rms_norm_width_1: fn n_rms_w1(x: [4, 1] in (-0.01, 0.01), w: [1] in (-1.5, 1.5)) {
+    sin(rms_norm(x, w, 1e-4)).sum()
+});
+fd_case!(layer_norm_empty_batch: fn n_ln_e(x: [0, 4] in (-2.0, 2.0), w: [4] in (-1.5, 1.5), b: [4] in (-1.0, 1.0)) {
+    sin(layer_norm(x, w, b, 1e-5)).sum() + w.sum()
+});
+fd_case!(rms_norm_empty_batch: fn n_rms_e(x: [2, 0, 3] in (-2.0, 2.0), w: [3] in (-1.5, 1.5)) {
+    sin(rms_norm(x, w)).sum() + w.sum()
+});
+fd_case!(layer_norm_large: fn n_ln_big(x: [3, 6] in (990.0, 1010.0), w: [6] in (-1.5, 1.5), b: [6] in (-1.0, 1.0)) {
+    sin(layer_norm(x, w, b, 1e-5)).sum()
+});
+fd_case!(rms_norm_large: fn n_rms_big(x: [3, 6] in (-1e4, 1e4), w: [6] in (-1.5, 1.5)) {
+    sin(rms_norm(x, w, 1e-6)).sum()
+});
 // batch_norm: a composite of reductions and elementwise ops, so its
 // gradients come from theirs. Training mode normalises with the batch's
 // statistics (the running ones, here derived from `w`, are unused);

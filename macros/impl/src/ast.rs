@@ -140,6 +140,10 @@ pub struct TensorFn {
     /// `#[grad(p, ..)]`: the parameters whose gradient
     /// `name::value_and_grad` returns, in order (see [`crate::grad`]).
     pub grad: Option<Vec<syn::Ident>>,
+    /// `#[grad(.., recompute = true)]`: the joint function keeps only the
+    /// function's inputs and the values of non-elementwise ops for the
+    /// backward, and computes the elementwise values it reads again.
+    pub recompute: bool,
 }
 
 impl TensorFn {

@@ -25,7 +25,7 @@ use crate::graph::*;
 use crate::shape::{numel, Dim};
 use crate::sig::ParamSig;
 use tensorfn_core::DTypeKind;
-use tensorfn_kernels::{BinaryOp, CmpOp, NormOp, ReduceOp, RowOp, UnaryOp};
+use tensorfn_kernels::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 
 /// What `value_and_grad` (or `vjp`) gives back for one `#[grad]`
 /// parameter.
@@ -300,15 +300,101 @@ fn derive_seeded(
     let mut sig = f.sig.clone();
     sig.ret = rtys;
     sig.tuple = true;
+    let graph = match ast.recompute {
+        true => recompute_elementwise(&d.g, f.graph.nodes.len(), &mut ret),
+        false => d.g,
+    };
     Ok(Joint {
         f: CheckedFn {
             sig,
-            graph: d.g,
+            graph,
             params: f.params.clone(),
             ret,
         },
         outs,
     })
+}
+
+/// The joint graph of `#[grad(.., recompute = true)]`: every elementwise
+/// value of the forward (nodes `..forward`) that a backward node reads is
+/// computed again just before that node, from the same operands, so the
+/// forward's copy dies with its last forward use and the backward's is
+/// fused into the backward's own kernels. What stays alive between the
+/// two passes is then the inputs and the values of the other ops
+/// (products, reductions, norms, ...), from which the elementwise chains
+/// start. Each backward node gets copies of its own (the same value read
+/// by several nodes of one backward kernel is computed in it once per
+/// reader). The copies run the same operations on the same values, so
+/// the gradients are the same bits. `ret` is renumbered to the new graph.
+fn recompute_elementwise(g: &Graph, forward: usize, ret: &mut [NodeId]) -> Graph {
+    struct Again<'a> {
+        g: &'a Graph,
+        forward: usize,
+        out: Graph,
+        /// A forward node's copy in `out`.
+        copy: std::collections::HashMap<NodeId, NodeId>,
+    }
+    impl Again<'_> {
+        fn recomputed(&self, n: NodeId) -> bool {
+            n < self.forward && crate::plan::is_elementwise(self.g, n)
+        }
+        /// The copy of forward node `n` (made with the copies of its
+        /// elementwise operands), or `n` itself for a kept value.
+        fn again(&mut self, n: NodeId) -> NodeId {
+            if !self.recomputed(n) {
+                return n;
+            }
+            if let Some(&c) = self.copy.get(&n) {
+                return c;
+            }
+            let operands: Vec<NodeId> = self.g.inputs(n);
+            for i in operands {
+                self.again(i);
+            }
+            let op = map_op(&self.g.nodes[n].op, &|i| {
+                self.copy.get(&i).copied().unwrap_or(i)
+            });
+            let c = self.out.push(Node {
+                op,
+                ..self.g.nodes[n].clone()
+            });
+            self.copy.insert(n, c);
+            c
+        }
+    }
+    let mut a = Again {
+        g,
+        forward,
+        out: Graph {
+            nodes: g.nodes[..forward].to_vec(),
+        },
+        copy: Default::default(),
+    };
+    // Where each backward node went.
+    let mut moved: Vec<NodeId> = (0..g.nodes.len()).collect();
+    for n in forward..g.nodes.len() {
+        // Copies of its own: a copy whose only user is `n` fuses into
+        // `n`'s kernel, where one shared by several backward kernels
+        // would be materialised and kept between them.
+        a.copy.clear();
+        for i in g.inputs(n) {
+            if i < forward {
+                a.again(i);
+            }
+        }
+        let op = map_op(&g.nodes[n].op, &|i| match i < forward {
+            true => a.copy.get(&i).copied().unwrap_or(i),
+            false => moved[i],
+        });
+        moved[n] = a.out.push(Node {
+            op,
+            ..g.nodes[n].clone()
+        });
+    }
+    for r in ret.iter_mut() {
+        *r = moved[*r];
+    }
+    a.out
 }
 
 /// Builds the backward nodes.
@@ -1245,79 +1331,36 @@ impl Deriver {
                 bias,
                 eps,
             } => {
-                // Composite: the statistics recomputed from `x`, then
-                // PyTorch's formulas over the last dim.
-                let xd = self.dims(x);
-                let last = xd.len() - 1;
-                // A mean over the last dim divides by its size: a literal
-                // when it is static, else the size counted at run time
-                // (ones summed, `[1]`), as `mean`'s own rule does.
-                #[derive(Clone, Copy)]
-                enum Size {
-                    /// `1 / n` for a static size `n`.
-                    Static(f64),
-                    /// The size as a `[1]` tensor.
-                    Counted(NodeId),
-                }
-                let size = match xd[last].as_constant() {
-                    Some(n) => Size::Static(1.0 / n as f64),
-                    None => {
-                        let ty = TensorTy {
-                            dims: vec![xd[last].clone()],
-                            ..self.tt(x)
-                        };
-                        let ones = self.full(&ty, 1, x);
-                        Size::Counted(self.sum_keep(ones, 0))
-                    }
-                };
-                let mean = |d: &mut Self, sum: NodeId| match size {
-                    Size::Static(inv_n) => d.mul_lit(sum, inv_n),
-                    Size::Counted(n) => d.bin(BinaryOp::Div, sum, n),
-                };
-                let eps = match eps {
-                    Some(e) => e,
-                    None => {
-                        let k = match self.tt(x).dtype {
-                            Dt::Kind(k) => k,
-                            // A dtype parameter: f32's default, which the
-                            // 16-bit dtypes share.
-                            _ => DTypeKind::F32,
-                        };
-                        self.lit(nop.default_eps(k), x)
-                    }
-                };
-                let xc = match nop {
-                    NormOp::LayerNorm => {
-                        let s = self.sum_keep(x, last);
-                        let mu = mean(self, s);
-                        self.bin(BinaryOp::Sub, x, mu)
-                    }
-                    NormOp::RmsNorm => x,
-                };
-                let sq = self.mul(xc, xc);
-                let ss = self.sum_keep(sq, last);
-                let stat = mean(self, ss);
-                let se = self.bin(BinaryOp::Add, stat, eps);
-                let r = self.un(UnaryOp::Rsqrt, se);
-                let xhat = self.mul(xc, r);
-                let gw = self.mul(g, xhat);
-                let gh = self.mul(g, weight);
-                let ghx = self.mul(gh, xhat);
-                let s2 = self.sum_keep(ghx, last);
-                let m2 = mean(self, s2);
-                let t = self.mul(xhat, m2);
-                let mut inner = self.bin(BinaryOp::Sub, gh, t);
-                if nop == NormOp::LayerNorm {
-                    let s1 = self.sum_keep(gh, last);
-                    let m1 = mean(self, s1);
-                    inner = self.bin(BinaryOp::Sub, inner, m1);
-                }
-                let gx = self.mul(r, inner);
+                // One fused backward for the input, the weight and the
+                // bias: `norm_backward` recomputes the rows' statistics
+                // from `x`, so the forward saves nothing for it.
+                let mut tys = vec![self.tt(x), self.tt(weight)];
+                tys.extend(bias.map(|b| self.tt(b)));
+                let b = self.push(
+                    Op::NormBackward {
+                        op: nop,
+                        x,
+                        weight,
+                        grad: g,
+                        eps,
+                    },
+                    Ty::Tuple(tys.clone()),
+                    n,
+                );
+                let gx = self.tensor(Op::TupleGet(b, 0), tys[0].clone(), x);
+                let gw = self.tensor(Op::TupleGet(b, 1), tys[1].clone(), weight);
                 let mut out = vec![(x, gx), (weight, gw)];
-                if let Some(b) = bias {
-                    out.push((b, g));
+                if let Some(bias) = bias {
+                    let gb = self.tensor(Op::TupleGet(b, 2), tys[2].clone(), bias);
+                    out.push((bias, gb));
                 }
                 out
+            }
+            Op::NormBackward { op, .. } => {
+                return Err(format!(
+                    "the gradient of `{}` (no second derivative)",
+                    op.name()
+                ))
             }
             Op::Rope { x, cos, sin } => {
                 // y = x cos + rotate_half(x) sin, rotate_half(x) =
@@ -1964,6 +2007,20 @@ fn map_op(op: &Op, m: &dyn Fn(NodeId) -> NodeId) -> Op {
         Op::Rope { x, cos, sin } => {
             for y in [x, cos, sin] {
                 *y = m(*y);
+            }
+        }
+        Op::NormBackward {
+            x,
+            weight,
+            grad,
+            eps,
+            ..
+        } => {
+            for y in [x, weight, grad] {
+                *y = m(*y);
+            }
+            if let Some(e) = eps {
+                *e = m(*e);
             }
         }
         Op::Cat { xs, .. } => {

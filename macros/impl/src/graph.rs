@@ -274,6 +274,24 @@ pub enum Op {
         /// `eps` (scalar node), or the op's default.
         eps: Option<NodeId>,
     },
+    /// The gradients of an [`Op::Norm`] with respect to its input, weight
+    /// and (`layer_norm`) bias, given the gradient of its result (written
+    /// by `#[grad]`, not by users): a tuple of `x`'s, `weight`'s and
+    /// (`layer_norm`) `weight`'s types again, from the fused
+    /// `layer_norm_backward` / `rms_norm_backward`, which recompute the
+    /// rows' statistics from `x` (the forward saves nothing for them).
+    NormBackward {
+        /// The op.
+        op: NormOp,
+        /// The forward's input.
+        x: NodeId,
+        /// The forward's scale.
+        weight: NodeId,
+        /// The gradient of the forward's result.
+        grad: NodeId,
+        /// As the forward took it.
+        eps: Option<NodeId>,
+    },
     /// `rope(x, cos, sin)`: rotary position embedding.
     Rope {
         /// The rotated tensor, `[.., T, D]`.
@@ -619,6 +637,17 @@ impl Graph {
             }
             Op::Cat { xs, .. } => xs.clone(),
             Op::Rope { x, cos, sin } => vec![*x, *cos, *sin],
+            Op::NormBackward {
+                x,
+                weight,
+                grad,
+                eps,
+                ..
+            } => {
+                let mut v = vec![*x, *weight, *grad];
+                v.extend(eps.iter());
+                v
+            }
             Op::Norm {
                 x,
                 weight,

@@ -87,26 +87,85 @@ fn is_kernel_attr(a: &syn::Attribute) -> bool {
     a.path().is_ident("kernel")
 }
 
-/// The names of `#[grad(a, b)]`, taken out of `attrs` (an error for a
-/// second one or one without names).
-fn take_grad_attr(attrs: &mut Vec<syn::Attribute>) -> syn::Result<Option<Vec<syn::Ident>>> {
-    let mut out: Option<Vec<syn::Ident>> = None;
+/// One argument of `#[grad(..)]`: a parameter's name, or an option
+/// `name = value`.
+enum GradArg {
+    Name(syn::Ident),
+    Option(syn::Ident, syn::Expr),
+}
+
+impl Parse for GradArg {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let name: syn::Ident = input.parse()?;
+        if input.peek(Token![=]) {
+            input.parse::<Token![=]>()?;
+            return Ok(GradArg::Option(name, input.parse()?));
+        }
+        Ok(GradArg::Name(name))
+    }
+}
+
+/// What `#[grad(..)]` says: the parameters' names and whether the
+/// backward recomputes elementwise values (`recompute = true`).
+type GradAttr = (Vec<syn::Ident>, bool);
+
+/// The names and options of `#[grad(a, b, recompute = true)]`, taken out
+/// of `attrs` (an error for a second one, one without names, or an
+/// unknown option or value).
+fn take_grad_attr(attrs: &mut Vec<syn::Attribute>) -> syn::Result<Option<GradAttr>> {
+    let mut out: Option<GradAttr> = None;
     let mut err = None;
     attrs.retain(|a| {
         if !a.path().is_ident("grad") {
             return true;
         }
-        let names = a.parse_args_with(
-            syn::punctuated::Punctuated::<syn::Ident, Token![,]>::parse_separated_nonempty,
-        );
-        match names {
+        let args =
+            a.parse_args_with(Punctuated::<GradArg, Token![,]>::parse_separated_nonempty);
+        match args {
             Ok(_) if out.is_some() => {
                 err = Some(syn::Error::new_spanned(
                     a,
                     "a second `#[grad(..)]`: name every parameter in one, `#[grad(a, b)]`",
                 ))
             }
-            Ok(n) => out = Some(n.into_iter().collect()),
+            Ok(args) => {
+                let (mut names, mut recompute) = (Vec::new(), false);
+                for arg in args {
+                    match arg {
+                        GradArg::Name(n) => names.push(n),
+                        GradArg::Option(k, v) if k == "recompute" => match &v {
+                            syn::Expr::Lit(syn::ExprLit {
+                                lit: syn::Lit::Bool(b),
+                                ..
+                            }) => recompute = b.value,
+                            _ => {
+                                err = Some(syn::Error::new_spanned(
+                                    &v,
+                                    format!(
+                                        "`recompute` takes `true` or `false`, but found `{}`; write `recompute = true` to recompute the elementwise values the backward reads instead of keeping them",
+                                        quote::quote!(#v)
+                                    ),
+                                ));
+                            }
+                        },
+                        GradArg::Option(k, _) => {
+                            err = Some(syn::Error::new_spanned(
+                                &k,
+                                format!(
+                                    "`#[grad(..)]` has no option `{k}`: its only option is `recompute = true`; the other arguments name parameters"
+                                ),
+                            ));
+                        }
+                    }
+                }
+                if names.is_empty() && err.is_none() {
+                    err = Some(syn::Error::new_spanned(
+                        a,
+                        "`#[grad(..)]` names the parameters to differentiate: `#[grad(p)]` or `#[grad(w, b)]`",
+                    ));
+                }
+                out = Some((names, recompute));
+            }
             Err(_) => {
                 err = Some(syn::Error::new_spanned(
                     a,
@@ -139,7 +198,10 @@ fn parse_item(input: ParseStream) -> syn::Result<Item> {
         parse_kernel(input, attrs, vis, name).map(Item::Kernel)
     } else {
         let mut f = parse_tensor_fn(input, attrs, vis, name)?;
-        f.grad = grad;
+        if let Some((names, recompute)) = grad {
+            f.grad = Some(names);
+            f.recompute = recompute;
+        }
         Ok(Item::Fn(f))
     }
 }
@@ -305,6 +367,7 @@ fn parse_tensor_fn(
         body,
         struct_args: Vec::new(),
         grad: None,
+        recompute: false,
     })
 }
 

@@ -78,7 +78,9 @@ pub struct Plan {
 /// functions.
 pub type Peaks = std::collections::HashMap<(usize, Vec<DTypeKind>), Option<Vec<Dim>>>;
 
-fn is_elementwise(g: &Graph, n: NodeId) -> bool {
+/// Whether node `n` is a tensor computed by a generated elementwise
+/// kernel (fused with its neighbours).
+pub(crate) fn is_elementwise(g: &Graph, n: NodeId) -> bool {
     matches!(g.nodes[n].ty, Ty::Tensor(_))
         && matches!(
             g.nodes[n].op,
@@ -605,7 +607,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                         };
                         (n, Some(total), true, None)
                     }
-                    Op::AttentionBackward { .. } => {
+                    Op::AttentionBackward { .. } | Op::NormBackward { .. } => {
                         let total = match &g.nodes[n].ty {
                             Ty::Tuple(ts) => ts.iter().fold(Dim::constant(0), |a, t| {
                                 a.add(

@@ -2,23 +2,47 @@
 
 use super::*;
 
+/// One peak the module states: the plan of the function itself, or of a
+/// joint function (`value_and_grad`, `vjp`) planned beside it.
+pub(super) struct Peak<'a> {
+    /// The planned instances.
+    pub instances: &'a [crate::Planned],
+    /// The name of the constant (`PEAK_BYTES`) ...
+    pub konst: &'static str,
+    /// ... and of the `const fn` for generics (`peak_bytes`).
+    pub func: &'static str,
+    /// What it measures, for its doc (`one call of `f``).
+    pub what: String,
+}
+
 /// `mod name { pub const PEAK_BYTES: usize = ..; }` (or `peak_bytes::<..>()`
-/// for const generics) when every dim is static.
+/// for const generics) when every dim is static, with
+/// `GRAD_PEAK_BYTES` / `VJP_PEAK_BYTES` beside it for a `#[grad]`
+/// function.
 pub(super) fn memory_module(
     ast: &TensorFn,
     sig: &Signature,
-    instances: &[crate::Planned],
+    peaks: &[Peak<'_>],
     extra: TokenStream,
 ) -> TokenStream {
     let vis = &ast.vis;
     let name = &ast.name;
-    // `extra` (`value_and_grad`, `vjp`) alone: the module without the plan.
-    let only_extra = || -> TokenStream {
+    let runtime = sig
+        .symbols
+        .map
+        .values()
+        .any(|k| matches!(k, SymKind::Runtime(_)));
+    let items: Vec<TokenStream> = match runtime {
+        true => vec![],
+        false => peaks.iter().filter_map(|p| peak_item(sig, p)).collect(),
+    };
+    if items.is_empty() {
+        // `extra` (`value_and_grad`, `vjp`) alone: the module without the plan.
         if extra.is_empty() {
             return quote!();
         }
         let doc = format!(" The gradients of [`{name}`](fn@{name}).");
-        quote! {
+        return quote! {
             #[doc = #doc]
             #[allow(non_snake_case)]
             #vis mod #name {
@@ -26,26 +50,38 @@ pub(super) fn memory_module(
                 use super::*;
                 #extra
             }
-        }
-    };
-    let Some(cands) = instances
-        .iter()
-        .map(|p| p.plan.peak.as_ref())
-        .collect::<Option<Vec<&Vec<Dim>>>>()
-    else {
-        return only_extra();
-    };
-    let runtime = sig
-        .symbols
-        .map
-        .values()
-        .any(|k| matches!(k, SymKind::Runtime(_)));
-    if runtime {
-        return only_extra();
+        };
     }
     let doc = format!(
         " The static memory plan of [`{name}`](fn@{name}): the most bytes its intermediate tensors occupy at once (parameters not counted; results counted until returned)."
     );
+    let const_items = sig.symbols.map.values().any(|k| *k == SymKind::ConstItem);
+    let import = match const_items || !extra.is_empty() {
+        true => quote!(
+            #[allow(unused_imports)]
+            use super::*;
+        ),
+        false => quote!(),
+    };
+    quote! {
+        #[doc = #doc]
+        #[allow(non_snake_case)]
+        #vis mod #name {
+            #import
+            #(#items)*
+            #extra
+        }
+    }
+}
+
+/// The item stating one peak, `None` when a plan's peak is unknown (a
+/// call to a function outside the invocation, recursion).
+fn peak_item(sig: &Signature, peak: &Peak<'_>) -> Option<TokenStream> {
+    let instances = peak.instances;
+    let cands = instances
+        .iter()
+        .map(|p| p.plan.peak.as_ref())
+        .collect::<Option<Vec<&Vec<Dim>>>>()?;
     // The plan's `const` items, seen from the module inside this one.
     let items = sig.symbols.map.values().any(|k| *k == SymKind::ConstItem);
     let nested = |s: &str| -> Option<Dim> {
@@ -77,13 +113,6 @@ pub(super) fn memory_module(
             peak
         }}
     };
-    let import = match items || !extra.is_empty() {
-        true => quote!(
-            #[allow(unused_imports)]
-            use super::*;
-        ),
-        false => quote!(),
-    };
     let dtype_params: Vec<&crate::ast::TypeParam> = sig
         .type_params
         .iter()
@@ -92,7 +121,7 @@ pub(super) fn memory_module(
     // The item: a literal when every candidate is one, a constant the
     // compiler computes from the `const` items, or a `const fn` of the
     // const generics and dtype parameters.
-    let item = if sig.generics.is_empty() && dtype_params.is_empty() {
+    Some(if sig.generics.is_empty() && dtype_params.is_empty() {
         let value = match items {
             false => {
                 let peak = cands[0].iter().filter_map(|d| d.as_constant()).max();
@@ -101,10 +130,11 @@ pub(super) fn memory_module(
             }
             true => peak_of(cands[0]),
         };
-        let item_doc = format!(" Peak bytes of live intermediates in one call of `{name}`.");
+        let item_doc = format!(" Peak bytes of live intermediates in {}.", peak.what);
+        let konst = format_ident!("{}", peak.konst);
         quote! {
             #[doc = #item_doc]
-            pub const PEAK_BYTES: usize = #value;
+            pub const #konst: usize = #value;
         }
     } else {
         let generics = sig.generics.iter().map(|g| format_ident!("{}", g));
@@ -117,27 +147,20 @@ pub(super) fn memory_module(
         } else {
             let arms = instances.iter().zip(&cands).map(|(p, c)| {
                 let cond = instance_condition(&p.instance);
-                let peak = peak_of(c);
-                quote!(if #cond { return #peak; })
+                let value = peak_of(c);
+                quote!(if #cond { return #value; })
             });
             quote!({ #(#arms)* 0 })
         };
         let item_doc = format!(
-            " Peak bytes of live intermediates in one call of `{name}` with these generics."
+            " Peak bytes of live intermediates in {} with these generics.",
+            peak.what
         );
+        let func = format_ident!("{}", peak.func);
         quote! {
             #[doc = #item_doc]
-            pub const fn peak_bytes<#(#types: ::tensorfn::DType,)* #(const #generics: usize),*>() -> usize
+            pub const fn #func<#(#types: ::tensorfn::DType,)* #(const #generics: usize),*>() -> usize
                 #body
         }
-    };
-    quote! {
-        #[doc = #doc]
-        #[allow(non_snake_case)]
-        #vis mod #name {
-            #import
-            #item
-            #extra
-        }
-    }
+    })
 }

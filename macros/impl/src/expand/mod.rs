@@ -236,7 +236,33 @@ pub fn tensor_fn_with_grad(
         );
         extra.extend(grad_item(ctx, vast, joint, planned, quote!(vjp), &doc));
     }
-    let memory = memory::memory_module(ast, &f.sig, instances, extra);
+    let mut peaks = vec![memory::Peak {
+        instances,
+        konst: "PEAK_BYTES",
+        func: "peak_bytes",
+        what: format!("one call of `{name}`"),
+    }];
+    if let Some((_, planned)) = grad {
+        peaks.push(memory::Peak {
+            instances: planned,
+            konst: "GRAD_PEAK_BYTES",
+            func: "grad_peak_bytes",
+            what: format!(
+                "one call of `{name}::value_and_grad` (the forward and the backward, as they run)"
+            ),
+        });
+    }
+    if let Some((_, _, planned)) = vjp {
+        peaks.push(memory::Peak {
+            instances: planned,
+            konst: "VJP_PEAK_BYTES",
+            func: "vjp_peak_bytes",
+            what: format!(
+                "one call of `{name}::vjp` (the forward and the backward, as they run; `grad_output` not counted)"
+            ),
+        });
+    }
+    let memory = memory::memory_module(ast, &f.sig, &peaks, extra);
     items::respan(
         quote!(#item #memory),
         &items::item_spans(ast, &f.sig.symbols),

@@ -115,6 +115,36 @@ impl FnGen<'_> {
                 .any(|x| matches!(x.op, Op::AttentionBackward { out, .. } if out == n))
     }
 
+    /// A norm's `weight` or `bias` as the typed methods take it: of the
+    /// shape type of `x`'s last dim.
+    fn norm_param(&self, x: NodeId, p: NodeId) -> TokenStream {
+        let last = self.dim_tys(x).pop().expect("rank 1 or more");
+        let r = self.reference(p);
+        if self.dim_tys(p) == [last.clone()] {
+            r
+        } else {
+            let s = shape_tokens(std::slice::from_ref(&last));
+            quote!(&::core::clone::Clone::clone(#r).into_shape::<#s>()?)
+        }
+    }
+
+    /// A norm's `eps` as the typed methods (forward and backward) take
+    /// it: an `f64` for `layer_norm` (f32's default when not given), an
+    /// `Option<f64>` for `rms_norm` (`None`: the dtype's default).
+    fn norm_eps(&self, op: NormOp, eps: Option<NodeId>) -> TokenStream {
+        let eps = eps.map(|e| self.scalar_f64(e));
+        match op {
+            NormOp::LayerNorm => eps.unwrap_or_else(|| {
+                let d = op.default_eps(DTypeKind::F32);
+                quote!(#d)
+            }),
+            NormOp::RmsNorm => match eps {
+                Some(e) => quote!(::core::option::Option::Some(#e)),
+                None => quote!(::core::option::Option::None),
+            },
+        }
+    }
+
     /// The `AttentionArgs` of an attention node's optional arguments.
     fn attention_args(
         &self,
@@ -485,38 +515,37 @@ impl FnGen<'_> {
                 bias,
                 eps,
             } => {
-                // `weight` and `bias` as the typed method takes them: of
-                // the shape type of `x`'s last dim.
-                let last = self.dim_tys(*x).pop().expect("rank 1 or more");
-                let param = |p: NodeId| {
-                    let r = self.reference(p);
-                    if self.dim_tys(p) == [last.clone()] {
-                        r
-                    } else {
-                        let s = shape_tokens(std::slice::from_ref(&last));
-                        quote!(&::core::clone::Clone::clone(#r).into_shape::<#s>()?)
-                    }
-                };
                 let xr = self.reference(*x);
-                let w = param(*weight);
-                let eps = eps.map(|e| self.scalar_f64(e));
+                let w = self.norm_param(*x, *weight);
+                let eps = self.norm_eps(*op, *eps);
                 match op {
                     NormOp::LayerNorm => {
-                        let b = param(bias.expect("layer_norm has a bias"));
-                        let eps = eps.unwrap_or_else(|| {
-                            let d = op.default_eps(DTypeKind::F32);
-                            quote!(#d)
-                        });
+                        let b = self.norm_param(*x, bias.expect("layer_norm has a bias"));
                         quote!(#xr.layer_norm(#w, #b, #eps)?)
                     }
-                    NormOp::RmsNorm => {
-                        let eps = match eps {
-                            Some(e) => quote!(::core::option::Option::Some(#e)),
-                            None => quote!(::core::option::Option::None),
-                        };
-                        quote!(#xr.rms_norm(#w, #eps)?)
-                    }
+                    NormOp::RmsNorm => quote!(#xr.rms_norm(#w, #eps)?),
                 }
+            }
+            Op::NormBackward {
+                op,
+                x,
+                weight,
+                grad,
+                eps,
+            } => {
+                // `grad` as the typed method takes it: of `x`'s type.
+                let xr = self.reference(*x);
+                let w = self.norm_param(*x, *weight);
+                let gr = self.reference(*grad);
+                let gr = if self.dim_tys(*grad) == self.dim_tys(*x) {
+                    gr
+                } else {
+                    let s = shape_tokens(&self.dim_tys(*x));
+                    quote!(&::core::clone::Clone::clone(#gr).into_shape::<#s>()?)
+                };
+                let eps = self.norm_eps(*op, *eps);
+                let m = format_ident!("{}_backward", op.name());
+                quote!(#xr.#m(#w, #gr, #eps)?)
             }
             Op::Rope { x, cos, sin } => {
                 // `cos` and `sin` as the typed method takes them: of the
@@ -800,7 +829,7 @@ impl FnGen<'_> {
                 let t = var(*x);
                 let idx = syn::Index::from(*i);
                 let Op::Call { ret_tys, .. } = &g.nodes[*x].op else {
-                    // The gradients of an attention: typed like its
+                    // The gradients of an attention or a norm: typed like its
                     // operands' values, retyped to this node's shape.
                     let s = so();
                     return quote!(#t.#idx.into_shape::<#s>()?);
