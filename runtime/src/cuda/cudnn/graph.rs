@@ -240,9 +240,9 @@ impl Engines {
     /// Why no engine runs the graph, where that is so.
     pub(crate) fn reason(&self) -> Option<String> {
         match (&self.reason, self.engines.is_empty()) {
-            (Some(r), _) => Some(r.clone()),
+            (_, false) => None,
+            (Some(r), true) => Some(r.clone()),
             (None, true) => Some("no engine configuration fits".into()),
-            (None, false) => None,
         }
     }
 
@@ -403,11 +403,20 @@ fn heuristics(graph: &Desc, mode: dnn::cudnnBackendHeurMode_t) -> Result<Vec<Des
         &[mode],
     )?;
     let heur = heur.finalize()?;
-    let count = heur.get::<dnn::cudnnBackendDescriptor_t>(
-        A::CUDNN_ATTR_ENGINEHEUR_RESULTS,
-        T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-        &mut [],
-    )?;
+    // How many: a null array of zero elements, as cuDNN's frontend asks.
+    let mut count = 0i64;
+    // SAFETY: the descriptor is finalized; cuDNN writes only the count.
+    check("cudnnBackendGetAttribute", unsafe {
+        dnn::cudnnBackendGetAttribute(
+            heur.0,
+            A::CUDNN_ATTR_ENGINEHEUR_RESULTS,
+            T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+            0,
+            &mut count,
+            std::ptr::null_mut(),
+        )
+    })?;
+    let count = count.max(0) as usize;
     let configs = (0..count)
         .map(|_| Desc::new(D::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))
         .collect::<Result<Vec<_>, _>>()?;
@@ -439,7 +448,9 @@ fn engine_of(config: &Desc) -> Result<(i64, Vec<u32>), Call> {
         T::CUDNN_TYPE_INT64,
         &mut id,
     )?;
-    let mut notes = [u32::MAX; 16];
+    // Exactly the count the library knows, as the frontend asks.
+    let mut notes =
+        [u32::MAX; dnn::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_TYPE_COUNT as usize];
     let n = engine.get(
         A::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
         T::CUDNN_TYPE_NUMERICAL_NOTE,
@@ -448,9 +459,9 @@ fn engine_of(config: &Desc) -> Result<(i64, Vec<u32>), Call> {
     Ok((id[0], notes[..n.min(notes.len())].to_vec()))
 }
 
-/// Whether an engine with `notes` computes `p` as the legacy path does:
-/// exact f32 takes no tensor cores (which would be TF32); no dtype takes
-/// inputs converted to a narrower type or sums in reduced precision.
+/// Whether an engine with `notes` computes `p` as the legacy path does,
+/// the filter PyTorch applies: exact f32 takes no tensor cores (which
+/// would be TF32); no dtype takes inputs converted to a narrower type.
 fn numerics_fit(p: &ConvProblem, notes: &[u32]) -> bool {
     use dnn::cudnnBackendNumericalNote_t as N;
     let exact_f32 = p.dtype == DTypeKind::F32 && !p.tf32;
@@ -459,7 +470,6 @@ fn numerics_fit(p: &ConvProblem, notes: &[u32]) -> bool {
             !exact_f32
         } else {
             n != N::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS as u32
-                && n != N::CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION as u32
         }
     })
 }
@@ -499,34 +509,47 @@ pub(crate) fn build(
     let parts = operation_graph(h, p, key, x_strides, y_strides)?;
     let graph = parts.last().expect("the graph comes last");
     let mut engines = Vec::new();
+    // Why configurations were passed over, for the declined graph's
+    // reason (a mode with nothing, a configuration that does not
+    // finalize here, or numerics or workspace that do not fit, are no
+    // fault: the next one, or the legacy path, runs).
+    let mut skipped = Vec::new();
     for mode in [
         dnn::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A,
         dnn::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_FALLBACK,
     ] {
-        // A mode that has nothing for the graph is no fault.
-        let Ok(configs) = heuristics(graph, mode) else {
-            continue;
+        let configs = match heuristics(graph, mode) {
+            Ok(c) => c,
+            Err(call) => {
+                skipped.push(format!("{mode:?}: {} returned {:?}", call.0, call.1));
+                continue;
+            }
         };
+        skipped.push(format!("{mode:?}: {} configurations", configs.len()));
         for config in configs {
             if engines.len() == MAX_ENGINES {
                 break;
             }
-            let Ok((id, notes)) = engine_of(&config) else {
-                continue;
+            let (id, notes) = match engine_of(&config) {
+                Ok(e) => e,
+                Err(call) => {
+                    skipped.push(format!("engine: {} returned {:?}", call.0, call.1));
+                    continue;
+                }
             };
             if !numerics_fit(p, &notes) {
+                skipped.push(format!("engine {id}: notes {notes:?}"));
                 continue;
             }
-            // A configuration cuDNN cannot finalize here is skipped.
-            if let Ok((plan, workspace)) = execution_plan(h, &config) {
-                if workspace <= limit {
-                    engines.push(Engine {
-                        plan,
-                        _config: config,
-                        workspace,
-                        id,
-                    });
-                }
+            match execution_plan(h, &config) {
+                Ok((plan, workspace)) if workspace <= limit => engines.push(Engine {
+                    plan,
+                    _config: config,
+                    workspace,
+                    id,
+                }),
+                Ok((_, workspace)) => skipped.push(format!("engine {id}: {workspace} bytes")),
+                Err(call) => skipped.push(format!("engine {id}: {} returned {:?}", call.0, call.1)),
             }
         }
         if !engines.is_empty() {
@@ -539,7 +562,7 @@ pub(crate) fn build(
         _graph: parts,
         heuristic,
         timed: false,
-        reason: None,
+        reason: (!skipped.is_empty()).then(|| skipped.join("; ")),
     })
 }
 
@@ -697,7 +720,7 @@ mod tests {
         assert!(numerics_fit(&p, &tc));
         p.dtype = DTypeKind::BF16;
         assert!(numerics_fit(&p, &tc));
-        assert!(!numerics_fit(
+        assert!(numerics_fit(
             &p,
             &[N::CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION as u32]
         ));
