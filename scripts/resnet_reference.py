@@ -16,8 +16,9 @@
         tensorfn's largest error against float64 is more than twice
         PyTorch's plus the dtype's roundoff of the largest logit.
 
-    resnet_reference.py bench [--batch 64] [--iters 50]
-        Times, on the GPU, PyTorch's `conv2d` on the issue's cases and the
+    resnet_reference.py bench [--batch 64] [--iters 50] [--eager-only]
+        Times, on the GPU, PyTorch's `conv2d` on the issue's cases (the
+        3x3 ones also backward, data and filter apart) and the
         whole ResNet-18 forward (bf16, channels-last, eval), eager and
         `torch.compile`, and prints one `name ms` line per case.
 """
@@ -113,10 +114,19 @@ def bench(args):
         w = torch.randn(ws, device="cuda", dtype=dt).contiguous(memory_format=cl)
         ms = timed(lambda: F.conv2d(x, w, stride=stride, padding=pad), args.iters)
         print(f"{name} {ms:.4f}")
+        if ws[2] == 3:
+            # The backward passes alone, as autograd calls them.
+            g = F.conv2d(x, w, stride=stride, padding=pad).contiguous(memory_format=cl)
+            for part, mask in (("bwd_data", [True, False, False]), ("bwd_filter", [False, True, False])):
+                bwd = lambda: torch.ops.aten.convolution_backward(
+                    g, x, w, None, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1, mask)
+                print(f"{name}_{part} {timed(bwd, args.iters):.4f}")
     model = resnet18(weights=None).eval().cuda().to(torch.bfloat16).to(memory_format=cl)
     x = torch.randn(args.batch, 3, 224, 224, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=cl)
     with torch.no_grad():
         print(f"resnet18_bf16_b{args.batch}_eager {timed(lambda: model(x), args.iters):.4f}")
+        if args.eager_only:
+            return
         compiled = torch.compile(model)
         print(f"resnet18_bf16_b{args.batch}_compile {timed(lambda: compiled(x), args.iters):.4f}")
 
@@ -135,6 +145,7 @@ def main():
     b = sub.add_parser("bench")
     b.add_argument("--batch", type=int, default=64)
     b.add_argument("--iters", type=int, default=50)
+    b.add_argument("--eager-only", action="store_true", help="skip torch.compile")
     args = ap.parse_args()
     {"write": write, "compare": compare, "bench": bench}[args.cmd](args)
 

@@ -30,6 +30,7 @@
 //! switch) the first call in a direction times cuDNN's candidates and
 //! keeps the fastest.
 
+mod graph;
 mod plan;
 #[cfg(test)]
 mod tests;

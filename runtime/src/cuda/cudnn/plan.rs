@@ -28,6 +28,7 @@
 //! workspace cannot be allocated or the call says it does not support
 //! the problem after all.
 
+use super::graph::{self, Engines, Key};
 use super::{status, unsupported, ConvProblem, FilterLayout, Outcome};
 use crate::cuda::context::Context;
 use crate::cuda::lt::matmul_autotune;
@@ -213,9 +214,9 @@ impl ConvDesc {
 }
 
 /// A failed cuDNN call: the routine and its status.
-pub(crate) struct Call(&'static str, dnn::cudnnStatus_t);
+pub(crate) struct Call(pub(super) &'static str, pub(super) dnn::cudnnStatus_t);
 
-fn check(op: &'static str, s: dnn::cudnnStatus_t) -> Result<(), Call> {
+pub(super) fn check(op: &'static str, s: dnn::cudnnStatus_t) -> Result<(), Call> {
     if s == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
         Ok(())
     } else {
@@ -239,7 +240,7 @@ impl Call {
     }
 }
 
-fn data_type(t: DTypeKind) -> dnn::cudnnDataType_t {
+pub(super) fn data_type(t: DTypeKind) -> dnn::cudnnDataType_t {
     use dnn::cudnnDataType_t as D;
     match t {
         DTypeKind::F64 => D::CUDNN_DATA_DOUBLE,
@@ -251,7 +252,7 @@ fn data_type(t: DTypeKind) -> dnn::cudnnDataType_t {
 
 /// The accumulator: f64 for f64, f32 for the rest (cuDNN's "pseudo half"
 /// configurations for f16 and bf16).
-fn compute_type(t: DTypeKind) -> dnn::cudnnDataType_t {
+pub(super) fn compute_type(t: DTypeKind) -> dnn::cudnnDataType_t {
     match t {
         DTypeKind::F64 => dnn::cudnnDataType_t::CUDNN_DATA_DOUBLE,
         _ => dnn::cudnnDataType_t::CUDNN_DATA_FLOAT,
@@ -271,7 +272,7 @@ fn base_math(p: &ConvProblem) -> dnn::cudnnMathType_t {
 }
 
 /// The direction of a call, which picks the heuristic and the routine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Direction {
     Forward,
     BackwardData,
@@ -287,6 +288,14 @@ enum Algo {
 }
 
 impl Algo {
+    fn direction(self) -> Direction {
+        match self {
+            Algo::Forward(_) => Direction::Forward,
+            Algo::BackwardData(_) => Direction::BackwardData,
+            Algo::BackwardFilter(_) => Direction::BackwardFilter,
+        }
+    }
+
     /// cuDNN's number for the algorithm (`CUDNN_CONVOLUTION_*_ALGO_*`).
     fn id(self) -> i32 {
         match self {
@@ -319,6 +328,9 @@ pub(crate) struct Chosen {
     pub(crate) chosen: i32,
     /// Whether the candidates were timed.
     pub(crate) timed: bool,
+    /// Whether they are engines of a backend graph ([`graph`]) rather
+    /// than legacy algorithms.
+    pub(crate) graph: bool,
 }
 
 /// One ranked algorithm: what to set and how much workspace it takes.
@@ -341,6 +353,10 @@ struct Plan {
     forward: Option<Ranked>,
     backward_data: Option<Ranked>,
     backward_filter: Option<Ranked>,
+    /// The backend graphs built so far, by direction, `beta` and
+    /// alignment; an empty one means no engine takes it and the legacy
+    /// algorithms run.
+    graphs: HashMap<Key, Engines>,
 }
 
 impl Plan {
@@ -357,6 +373,7 @@ impl Plan {
             forward: None,
             backward_data: None,
             backward_filter: None,
+            graphs: HashMap::new(),
         })
     }
 
@@ -620,7 +637,7 @@ impl Plan {
         let scratch = if beta == 0.0 {
             None
         } else {
-            match ctx.alloc(self.out_bytes(p, choices[0].algo)) {
+            match ctx.alloc(out_bytes(p, choices[0].algo.direction())) {
                 Ok(block) => Some(block),
                 Err(Error::OutOfMemory { .. }) => {
                     ctx.release(ws);
@@ -647,28 +664,27 @@ impl Plan {
         }
         winner.map(Some)
     }
+}
 
-    /// Bytes the output of `algo`'s direction spans, as its descriptor
-    /// addresses it.
-    fn out_bytes(&self, p: &ConvProblem, algo: Algo) -> usize {
-        let nhwc = p.w_layout == FilterLayout::Krsc;
-        let (dims, strides) = match algo {
-            Algo::Forward(_) => (p.y_dims(), p.y_strides),
-            Algo::BackwardData(_) => ([p.n, p.c_in, p.h, p.w], p.x_strides),
-            Algo::BackwardFilter(_) => {
-                let n = p.w_dims().iter().product::<usize>();
-                return n * p.dtype.size_bytes();
-            }
-        };
-        let strides = unit_strides(dims, strides, nhwc);
-        let span = dims
-            .iter()
-            .zip(strides)
-            .map(|(d, s)| d.saturating_sub(1) * s)
-            .sum::<usize>()
-            + 1;
-        span * p.dtype.size_bytes()
-    }
+/// Bytes the output of `dir` spans, as its descriptor addresses it.
+fn out_bytes(p: &ConvProblem, dir: Direction) -> usize {
+    let nhwc = p.w_layout == FilterLayout::Krsc;
+    let (dims, strides) = match dir {
+        Direction::Forward => (p.y_dims(), p.y_strides),
+        Direction::BackwardData => ([p.n, p.c_in, p.h, p.w], p.x_strides),
+        Direction::BackwardFilter => {
+            let n = p.w_dims().iter().product::<usize>();
+            return n * p.dtype.size_bytes();
+        }
+    };
+    let strides = unit_strides(dims, strides, nhwc);
+    let span = dims
+        .iter()
+        .zip(strides)
+        .map(|(d, s)| d.saturating_sub(1) * s)
+        .sum::<usize>()
+        + 1;
+    span * p.dtype.size_bytes()
 }
 
 /// The scaling factors of a call: `f64` for f64 data, `f32` otherwise,
@@ -776,13 +792,90 @@ impl Plans {
 
     /// What `p`'s plan chose in `dir`, if it has run in that direction.
     #[cfg_attr(not(test), allow(dead_code))]
+    /// The engines of a graph that ran come first (any `beta` and
+    /// alignment, the most aligned first).
     pub(crate) fn chosen(&self, p: &ConvProblem, dir: Direction) -> Option<Chosen> {
-        let r = self.map.get(p)?.slot(dir)?;
+        let plan = self.map.get(p)?;
+        let mut graphs: Vec<_> = plan
+            .graphs
+            .iter()
+            .filter(|(k, e)| k.dir == dir && !e.is_empty())
+            .collect();
+        graphs.sort_by_key(|(k, _)| std::cmp::Reverse(k.align));
+        if let Some((_, e)) = graphs.first() {
+            return e.chosen();
+        }
+        let r = plan.slot(dir)?;
         Some(Chosen {
             heuristic: r.heuristic.iter().map(|a| a.id()).collect(),
             chosen: r.choices.first()?.algo.id(),
             timed: r.timed,
+            graph: false,
         })
+    }
+
+    /// Why `p`'s graphs in `dir` have no engine, where one has none.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn graph_declined(&self, p: &ConvProblem, dir: Direction) -> Option<String> {
+        let plan = self.map.get(p)?;
+        plan.graphs
+            .iter()
+            .filter(|(k, e)| k.dir == dir && e.is_empty())
+            .find_map(|(_, e)| e.reason())
+    }
+
+    /// Runs `dir` on `p` as a backend graph ([`graph`]): builds the graph
+    /// of this `beta` and alignment on first use (ranking, finalizing and,
+    /// with timing on, timing its engines), then queues its first engine.
+    /// `Ok(false)`: no engine takes it, the legacy algorithms run.
+    #[allow(clippy::too_many_arguments)]
+    fn run_graph(
+        &mut self,
+        ctx: &Context,
+        h: dnn::cudnnHandle_t,
+        p: &ConvProblem,
+        dir: Direction,
+        ptrs: [u64; 3],
+        beta: f64,
+        limit: usize,
+    ) -> Result<bool> {
+        if !graph::enabled() {
+            return Ok(false);
+        }
+        let key = Key {
+            dir,
+            beta: beta.to_bits(),
+            align: graph::alignment(ptrs, p.dtype),
+        };
+        let Ok(plan) = self.plan(p) else {
+            return Ok(false);
+        };
+        if !plan.graphs.contains_key(&key) {
+            let nhwc = p.w_layout == FilterLayout::Krsc;
+            let xs = unit_strides([p.n, p.c_in, p.h, p.w], p.x_strides, nhwc);
+            let ys = unit_strides(p.y_dims(), p.y_strides, nhwc);
+            // Any failure to build the graph leaves the legacy path, which
+            // reports what it cannot do itself.
+            let mut engines = graph::build(h, p, key, xs, ys, limit).unwrap_or_else(|call| {
+                Engines::declined(format!("{} returned {:?}", call.0, call.1))
+            });
+            let timed = engines.len() > 1 && timing_on();
+            if timed {
+                let ops = graph::operands(dir, ptrs);
+                let out = graph::output(dir);
+                engines.time(ctx, h, ops, out, out_bytes(p, dir), beta)?;
+            }
+            let plan = self.map.get_mut(p).expect("planned above");
+            plan.graphs.insert(key, engines);
+            self.ranked += 1;
+            self.timed += usize::from(timed);
+        }
+        let engines = &self.map[p].graphs[&key];
+        match engines.run(ctx, h, graph::operands(dir, ptrs)) {
+            Ok(done) => Ok(done),
+            Err(Ok(call)) => Err(status(call.0, call.1, &p.describe())),
+            Err(Err(e)) => Err(e),
+        }
     }
 
     /// Drops `p`'s plan, so the next call plans (and times) it afresh.
@@ -806,6 +899,9 @@ impl Plans {
         beta: f64,
     ) -> Result<Outcome> {
         let limit = workspace_limit(ctx.total_memory);
+        if self.run_graph(ctx, h, p, dir, ptrs, beta, limit)? {
+            return Ok(Outcome::Done);
+        }
         let choices = match self.choices(ctx, h, p, dir, limit, ptrs, beta) {
             Ok(c) => c,
             Err(outcome) => return outcome,
