@@ -1341,8 +1341,8 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
                 .collect();
             for nt in 0..tiles8 {
                 let bf = ldmatrix_x4(&mut body, false, ka, (c * chunk + nt * 8) * row_bytes);
-                for (m, [qa0, qa1]) in qf.iter().enumerate() {
-                    let st = &s[m][nt];
+                for (sm, [qa0, qa1]) in s.iter().zip(&qf) {
+                    let st = &sm[nt];
                     let from = if q == 0 { &zq } else { st };
                     mma_from(&mut body, ht, st, qa0, [&bf[0], &bf[1]], from);
                     mma(&mut body, ht, st, qa1, [&bf[2], &bf[3]]);
@@ -1470,15 +1470,9 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
         for kc in 0..chunk / 16 {
             for (q, va) in vaddr.iter().enumerate() {
                 let bf = ldmatrix_x4(&mut body, true, va, (c * chunk + kc * 16) * row_bytes);
-                for m in 0..mtiles {
-                    mma(&mut body, ht, &o[m][2 * q], &pa[m][kc], [&bf[0], &bf[1]]);
-                    mma(
-                        &mut body,
-                        ht,
-                        &o[m][2 * q + 1],
-                        &pa[m][kc],
-                        [&bf[2], &bf[3]],
-                    );
+                for (om, pm) in o.iter().zip(&pa) {
+                    mma(&mut body, ht, &om[2 * q], &pm[kc], [&bf[0], &bf[1]]);
+                    mma(&mut body, ht, &om[2 * q + 1], &pm[kc], [&bf[2], &bf[3]]);
                 }
             }
         }
