@@ -916,8 +916,8 @@ pub fn attention_mma_name(dtype: DTypeKind, d: usize) -> String {
 /// [`attention`], which runs on every device). It is a
 /// FlashAttention-2-style kernel: a block of warps owns
 /// [`attention_mma_rows`](crate::ptx::attention_mma_rows)`(d)` query rows
-/// (16 a warp, their `Q` fragments in registers) and walks the keys 64 at a
-/// time, each tile of `K` and `V` copied into shared memory with 16-byte
+/// (16 a warp at head dim 64, 32 at 128, their `Q` fragments in
+/// registers) and walks the keys 64 at a time, each tile of `K` and `V` copied into shared memory with 16-byte
 /// `cp.async` (overlapping the products) and read with `ldmatrix`; `S = Q
 /// K^T` and `O += P V` are `mma.sync.aligned.m16n8k16` with f32
 /// accumulation, `P` rounded to `dtype` in registers as FlashAttention
@@ -938,9 +938,10 @@ pub fn attention_mma_name(dtype: DTypeKind, d: usize) -> String {
 /// vb, vr`, multiples of 8; their last dims contiguous), `causal` and
 /// `scale` (an f64), and writes the contiguous `[batch, l, d]` output. A
 /// key past the causal diagonal takes no part, but within the diagonal's
-/// tile of 64 keys a NaN in its value reaches the row (0 times NaN), as
-/// in fused kernels. Launch with `block.x = 2 * rows`, `grid.x = ceil(l /
-/// rows)` where `rows =`
+/// step of keys a NaN in its value reaches the row (0 times NaN), as
+/// in fused kernels. Launch with `block.x =`
+/// [`attention_mma_threads`](crate::ptx::attention_mma_threads)`(d)`,
+/// `grid.x = ceil(l / rows)` where `rows =`
 /// [`attention_mma_rows`](crate::ptx::attention_mma_rows)`(d)`, and
 /// `grid.y` = the batch.
 ///

@@ -11,6 +11,10 @@
 use super::body::{Body, Class};
 use super::inst::emit_program;
 use super::memory::{load, store};
+use super::mma_tile::{
+    entry_params, half_type, lanes, ldmatrix_x4, load_params, mma, mma_from, pack_a, scale_log2,
+    swizzle, Lanes,
+};
 use crate::lower::round_to;
 use crate::mathfn;
 use crate::prim::{Builder, Ty};
@@ -47,14 +51,7 @@ pub(crate) const PARAMS: [&str; 32] = [
 ];
 
 fn params() -> String {
-    let p: Vec<String> = PARAMS
-        .iter()
-        .map(|n| {
-            let ty = if *n == "p_scale" { "f64" } else { "u64" };
-            format!("\t.param .{ty} {n}")
-        })
-        .collect();
-    format!("(\n{}\n)", p.join(",\n"))
+    format!("(\n{}\n)", entry_params(&PARAMS))
 }
 
 /// The element offset of batch `b` in each operand named in `ops` (`q`,
@@ -821,16 +818,9 @@ pub(crate) fn attention_backward_entry(name: &str, dtype: DTypeKind, keys: bool)
     }
     body.place(&end);
     body.op("ret");
-    let params: Vec<String> = BWD_PARAMS
-        .iter()
-        .map(|n| {
-            let ty = if *n == "p_scale" { "f64" } else { "u64" };
-            format!("\t.param .{ty} {n}")
-        })
-        .collect();
     format!(
         ".visible .entry {name}(\n{}\n)\n{{\n{}}}\n",
-        params.join(",\n"),
+        entry_params(&BWD_PARAMS),
         body.finish()
     )
 }
@@ -842,22 +832,71 @@ pub(crate) fn attention_backward_entry(name: &str, dtype: DTypeKind, keys: bool)
 /// ```
 pub const ATTENTION_MMA_HEADS: [usize; 2] = [64, 128];
 
+/// How the tensor-core entry splits its work at one head dim: warps a
+/// block, 16-row tiles of queries a warp (the last `qshared` of them
+/// read their `Q` fragments from shared memory, the others keep them in
+/// registers), keys a tile of `K` and `V` in shared memory and keys a
+/// step of `S = Q K^T` (a part of the tile).
+struct MmaShape {
+    warps: usize,
+    mtiles: usize,
+    qshared: usize,
+    tile: usize,
+    chunk: usize,
+}
+
+/// At head dim 64, eight warps of 16 rows and whole 64-key tiles; at 128,
+/// four warps of 32 rows (as FlashAttention-2 takes at that head dim):
+/// each fragment of `K` and `V` read from shared memory feeds both of the
+/// warp's row tiles, halving that traffic per product. Registers do not
+/// hold both tiles' `Q` next to their `O` (`ptxas -v` at sm_90: about
+/// 900 bytes spilled with `Q` in registers, 250 with one tile's `Q` in
+/// shared memory, none with both), so `Q` is read from shared memory, and
+/// the tiles of `K` and `V` are 32 keys so that `Q`, `K` and `V` fit the
+/// 48 KiB of static shared memory.
+const fn mma_shape(d: usize) -> MmaShape {
+    if d > 64 {
+        MmaShape {
+            warps: 4,
+            mtiles: 2,
+            qshared: 2,
+            tile: 32,
+            chunk: 32,
+        }
+    } else {
+        MmaShape {
+            warps: WARPS,
+            mtiles: 1,
+            qshared: 0,
+            tile: 64,
+            chunk: 64,
+        }
+    }
+}
+
 /// Query rows a block of the tensor-core entry handles at head dim `d`:
-/// 16 per warp, eight warps at head dim 64 and four at 128 (whose
-/// registers allow two such blocks an SM). Its block has `2 *
-/// attention_mma_rows(d)` threads.
+/// eight warps of 16 rows at head dim 64, four warps of 32 rows at 128.
+/// Its block has [`attention_mma_threads`]`(d)` threads.
 ///
 /// ```
 /// use tensorfn_kernels::ptx::attention_mma_rows;
 /// assert_eq!(attention_mma_rows(64), 128);
-/// assert_eq!(attention_mma_rows(128), 64);
+/// assert_eq!(attention_mma_rows(128), 128);
 /// ```
 pub const fn attention_mma_rows(d: usize) -> usize {
-    if d > 64 {
-        16 * 4
-    } else {
-        16 * WARPS
-    }
+    let s = mma_shape(d);
+    16 * s.mtiles * s.warps
+}
+
+/// Threads a block of the tensor-core entry takes at head dim `d`.
+///
+/// ```
+/// use tensorfn_kernels::ptx::attention_mma_threads;
+/// assert_eq!(attention_mma_threads(64), 256);
+/// assert_eq!(attention_mma_threads(128), 128);
+/// ```
+pub const fn attention_mma_threads(d: usize) -> usize {
+    32 * mma_shape(d).warps
 }
 
 /// The parameters of the tensor-core entry, in order; each is 64 bits
@@ -869,110 +908,70 @@ pub(crate) const MMA_PARAMS: [&str; 23] = [
     "p_causal", "p_scale", "p_b0", "p_nh", "p_qh", "p_kh", "p_vh", "p_ob", "p_oh", "p_or", "p_g",
 ];
 
-/// Keys a step of the tensor-core entry takes (one tile of `K` and `V` in
-/// shared memory).
-const MMA_KEYS: usize = 64;
-
-/// `log2(e)`, which folds into the scale so that `exp(x) = 2^(x log2 e)`.
-pub(super) const LOG2_E: f64 = std::f64::consts::LOG2_E;
-
-/// Emits `mma.sync.m16n8k16` (f32 accumulation) on `acc` += `a` `b`.
-pub(super) fn mma(body: &mut Body, ht: &str, acc: &[String; 4], a: &[String; 4], b: [&str; 2]) {
-    mma_from(body, ht, acc, a, b, acc);
-}
-
-/// Emits `mma.sync.m16n8k16` (f32 accumulation): `acc` = `a` `b` + `c`.
-pub(super) fn mma_from(
-    body: &mut Body,
-    ht: &str,
-    acc: &[String; 4],
-    a: &[String; 4],
-    b: [&str; 2],
-    c: &[String; 4],
-) {
-    body.op(format!(
-        "mma.sync.aligned.m16n8k16.row.col.f32.{ht}.{ht}.f32 {{{}, {}, {}, {}}}, {{{}, {}, {}, {}}}, {{{}, {}}}, {{{}, {}, {}, {}}}",
-        acc[0], acc[1], acc[2], acc[3], a[0], a[1], a[2], a[3], b[0], b[1], c[0], c[1], c[2], c[3]
-    ));
-}
-
 /// The tensor-core entry `name` (sm_80 and newer) over `dtype` (f16 or
 /// bf16) with head dim `d` (64 or 128, for both the queries and the
 /// values), no mask, in the manner of FlashAttention-2: a block of
-/// warps owns [`attention_mma_rows`]`(d)` query rows, 16 per warp,
-/// whose `Q` fragments stay in registers. The block walks the keys in
-/// tiles of [`MMA_KEYS`]: each tile of `K` and `V` is copied into shared
-/// memory with 16-byte `cp.async` (rows swizzled: chunk `c` of row `r` at
-/// `c ^ (r & 7)`, so `ldmatrix` reads without bank conflicts), `V`'s copy
-/// overlapping `S = Q K^T` and the next `K`'s overlapping the softmax and
-/// `O += P V`. Both products are `mma.sync.m16n8k16` with f32
-/// accumulation, their `B` fragments read with `ldmatrix` (`.trans` for
-/// `V`). The online softmax runs on the fragments of `S` in f32 with
-/// `ex2.approx.ftz` on `S * scale * log2(e)`; `P` is rounded to `dtype`
-/// in registers and is the `A` operand of `P V`. Masks (the keys' end,
-/// the causal diagonal) are applied only on the tiles that need them, and
-/// under `causal` a warp skips the tiles past its rows and blocks take
-/// the longest rows first. The output is normalised once and stored
-/// through shared memory with 16-byte stores.
+/// warps owns [`attention_mma_rows`]`(d)` query rows, in tiles of 16 rows
+/// (one or two a warp, see [`mma_shape`]) whose `Q` fragments stay in
+/// registers. The block walks the keys in tiles (64 keys): each
+/// tile of `K` and `V` is copied into shared memory with 16-byte
+/// `cp.async` (rows swizzled: chunk `c` of row `r` at `c ^ (r & 7)`, so
+/// `ldmatrix` reads without bank conflicts), `V`'s copy overlapping `S =
+/// Q K^T` and the next `K`'s overlapping the softmax and `O += P V`. Both
+/// products are `mma.sync.m16n8k16` with f32 accumulation, their `B`
+/// fragments read with `ldmatrix` (`.trans` for `V`) and used by every
+/// row tile of the warp. The online softmax runs on the fragments of `S`
+/// in f32 with `ex2.approx.ftz` on `S * scale * log2(e)`; `P` is rounded
+/// to `dtype` in registers and is the `A` operand of `P V`. Masks (the
+/// keys' end, the causal diagonal) are applied only on the steps that
+/// need them, and under `causal` a warp skips the keys past its rows and
+/// blocks take the longest rows first. The output is normalised once and
+/// stored through shared memory with 16-byte stores.
 pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> String {
-    let ht = if dtype == DTypeKind::F16 {
-        "f16"
-    } else {
-        "bf16"
-    };
+    let ht = half_type(dtype);
     let (neg_inf, zero, one) = ("0fFF800000", "0f00000000", "0f3F800000");
+    let MmaShape {
+        mtiles,
+        qshared,
+        tile,
+        chunk,
+        ..
+    } = mma_shape(d);
+    // Row tiles a warp keeps `Q` of in registers.
+    let qreg = mtiles - qshared;
     let rows = attention_mma_rows(d);
-    let threads = 2 * rows;
+    let threads = attention_mma_threads(d);
+    // Rows a warp owns.
+    let wrows = 16 * mtiles;
     // Bytes of a row of 16-bit elements, its 16-byte chunks, the rows one
     // pass of the block's copies covers, the bytes of a tile.
     let row_bytes = d * 2;
     let chunks = d / 8;
     let pass_rows = threads / chunks;
-    let passes = MMA_KEYS / pass_rows;
-    let tile_bytes = MMA_KEYS * row_bytes;
+    let passes = tile / pass_rows;
+    let tile_bytes = tile * row_bytes;
+    // The row tiles whose `Q` is read from shared memory, after the tiles
+    // of `K` and `V`: `qshared` tiles of 16 rows a warp.
+    let wq_bytes = qshared * 16 * row_bytes;
+    let q_bytes = threads / 32 * wq_bytes;
     let mut body = Body::for_target(crate::target::Target::Sm80);
-    // K's tile then V's, contiguous: at the end the pair holds the
-    // block's output rows (at most 128).
+    // K's tile, V's, then the warps' shared `Q` rows, contiguous: at the
+    // end the space holds the block's output rows.
     body.raw(format!(
         ".shared .align 128 .b8 att_kv[{}];",
-        2 * tile_bytes
+        (2 * tile_bytes + q_bytes).max(rows * row_bytes)
     ));
-    let mut p = std::collections::HashMap::new();
-    for n in MMA_PARAMS {
-        if n == "p_scale" {
-            continue;
-        }
-        let r = body.reg(Class::B64);
-        body.op(format!("ld.param.u64 {r}, [{n}]"));
-        p.insert(n, r);
-    }
-    for n in ["p_out", "p_q", "p_k", "p_v"] {
-        body.op(format!("cvta.to.global.u64 {0}, {0}", p[n]));
-    }
-    // scale * log2(e), in f32.
-    let sl2 = body.reg(Class::F32);
-    {
-        let s64 = body.reg(Class::F64);
-        body.op(format!("ld.param.f64 {s64}, [p_scale]"));
-        let l2e = body.reg(Class::F64);
-        body.op(format!("mov.f64 {l2e}, 0d{:016X}", LOG2_E.to_bits()));
-        body.op(format!("mul.rn.f64 {s64}, {s64}, {l2e}"));
-        body.op(format!("cvt.rn.f32.f64 {sl2}, {s64}"));
-    }
-    let (tid, lane, warp) = (
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-    );
-    body.op(format!("mov.u32 {tid}, %tid.x"));
-    body.op(format!("and.b32 {lane}, {tid}, 31"));
-    body.op(format!("shr.u32 {warp}, {tid}, 5"));
-    let (g32, t32) = (body.reg(Class::B32), body.reg(Class::B32));
-    body.op(format!("shr.u32 {g32}, {lane}, 2"));
-    body.op(format!("and.b32 {t32}, {lane}, 3"));
-    let (g, tg) = (body.reg(Class::B64), body.reg(Class::B64));
-    body.op(format!("cvt.u64.u32 {g}, {g32}"));
-    body.op(format!("cvt.u64.u32 {tg}, {t32}"));
+    let p = load_params(&mut body, &MMA_PARAMS, &["p_out", "p_q", "p_k", "p_v"]);
+    let sl2 = scale_log2(&mut body);
+    let Lanes {
+        tid,
+        lane,
+        warp,
+        g32,
+        t32,
+        g,
+        tg,
+    } = lanes(&mut body);
     // Blocks in reverse order: under `causal` the last rows have the most
     // keys, and they start first.
     let (cta, ncta, by) = (
@@ -989,17 +988,25 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     body.op(format!("cvt.u64.u32 {b}, {by}"));
     body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
     let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v", "o"]);
-    // The block's first row R0, the warp's r0, the thread's ra = r0 + g
-    // and rb = ra + 8.
+    // The block's first row R0, the warp's r0; the thread's rows of row
+    // tile m are r0 + 16 m + g (`ra[m]`) and 8 more (`rb[m]`).
     let big_r0 = body.reg(Class::B64);
     body.op(format!("mul.wide.u32 {big_r0}, {cta}, {rows}"));
     let r0 = body.reg(Class::B64);
-    let w16 = body.reg(Class::B64);
-    body.op(format!("mul.wide.u32 {w16}, {warp}, 16"));
-    body.op(format!("add.u64 {r0}, {big_r0}, {w16}"));
-    let (ra, rb) = (body.reg(Class::B64), body.reg(Class::B64));
-    body.op(format!("add.u64 {ra}, {r0}, {g}"));
-    body.op(format!("add.u64 {rb}, {ra}, 8"));
+    let wr = body.reg(Class::B64);
+    body.op(format!("mul.wide.u32 {wr}, {warp}, {wrows}"));
+    body.op(format!("add.u64 {r0}, {big_r0}, {wr}"));
+    let (ra, rb): (Vec<String>, Vec<String>) = (0..mtiles)
+        .map(|m| {
+            let (a, b) = (body.reg(Class::B64), body.reg(Class::B64));
+            body.op(format!("add.u64 {a}, {r0}, {g}"));
+            if m > 0 {
+                body.op(format!("add.u64 {a}, {a}, {}", 16 * m));
+            }
+            body.op(format!("add.u64 {b}, {a}, 8"));
+            (a, b)
+        })
+        .unzip();
     let lmax = body.reg(Class::B64);
     body.op(format!("sub.u64 {lmax}, {}, 1", p["p_l"]));
     let causal = body.reg(Class::Pred);
@@ -1012,11 +1019,14 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     body.op(format!("add.u64 {rend}, {big_r0}, {rows}"));
     body.op(format!("@{causal} min.u64 {kend}, {kend}, {rend}"));
     let ntiles = body.reg(Class::B64);
-    body.op(format!("add.u64 {ntiles}, {kend}, {}", MMA_KEYS - 1));
-    body.op(format!("shr.u64 {ntiles}, {ntiles}, 6"));
+    body.op(format!("add.u64 {ntiles}, {kend}, {}", tile - 1));
+    body.op(format!(
+        "shr.u64 {ntiles}, {ntiles}, {}",
+        tile.trailing_zeros()
+    ));
     let wend = body.reg(Class::B64);
     body.op(format!("mov.u64 {wend}, {}", p["p_s"]));
-    body.op(format!("add.u64 {rend}, {r0}, 16"));
+    body.op(format!("add.u64 {rend}, {r0}, {wrows}"));
     body.op(format!("@{causal} min.u64 {wend}, {wend}, {rend}"));
     let idle = body.reg(Class::Pred);
     body.op(format!("setp.ge.u64 {idle}, {r0}, {}", p["p_l"]));
@@ -1032,17 +1042,19 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     };
     let tg4 = body.reg(Class::B64);
     body.op(format!("shl.b64 {tg4}, {tg}, 2"));
-    // Q as A fragments: rows ra, rb (clamped below L), columns kc*16 + tg*2 (+8).
-    let mut qa: Vec<[String; 4]> = Vec::new();
-    {
+    // Q as A fragments of the tiles held in registers, `qa[m][kc]`: rows
+    // ra[m], rb[m] (clamped below L), columns kc*16 + tg*2 (+8).
+    let mut qa: Vec<Vec<[String; 4]>> = Vec::new();
+    for m in 0..qreg {
         let mut addr = Vec::new();
-        for r in [&ra, &rb] {
+        for r in [&ra[m], &rb[m]] {
             let rc = body.reg(Class::B64);
             body.op(format!("min.u64 {rc}, {r}, {lmax}"));
             let a = row_addr(&mut body, &p["p_q"], &boff["q"], &rc, &p["p_qr"]);
             body.op(format!("add.u64 {a}, {a}, {tg4}"));
             addr.push(a);
         }
+        let mut frags = Vec::new();
         for kc in 0..d / 16 {
             let regs = [0, 1, 2, 3].map(|_| body.reg(Class::B32));
             for (x, (row, col)) in [(0, 0), (1, 0), (0, 8), (1, 8)].into_iter().enumerate() {
@@ -1052,20 +1064,20 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
                     regs[x], addr[row]
                 ));
             }
-            qa.push(regs);
+            frags.push(regs);
         }
+        qa.push(frags);
     }
     // A negative scale is folded into Q (its sign bits flipped, exactly)
     // so that the scale is positive and the max of the raw scores is the
     // max of the scaled ones; a zero scale becomes 2^-126, which leaves
-    // every finite score's exponential at 1.
+    // every finite score's exponential at 1. (Fragments read from shared
+    // memory flip theirs as they are read.)
+    let neg = body.reg(Class::Pred);
+    body.op(format!("setp.lt.f32 {neg}, {sl2}, {zero}"));
     {
-        let neg = body.reg(Class::Pred);
-        body.op(format!("setp.lt.f32 {neg}, {sl2}, {zero}"));
-        for q in &qa {
-            for r in q {
-                body.op(format!("@{neg} xor.b32 {r}, {r}, 0x80008000"));
-            }
+        for r in qa.iter().flatten().flatten() {
+            body.op(format!("@{neg} xor.b32 {r}, {r}, 0x80008000"));
         }
         body.op(format!("abs.f32 {sl2}, {sl2}"));
         let z = body.reg(Class::Pred);
@@ -1086,15 +1098,7 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
         chunks.trailing_zeros()
     ));
     body.op(format!("and.b32 {cchunk}, {tid}, {}", chunks - 1));
-    // Swizzled byte offset of (row, chunk) in a tile.
-    let swz = |body: &mut Body, row: &str, chunk: &str| {
-        let (x, o) = (body.reg(Class::B32), body.reg(Class::B32));
-        body.op(format!("and.b32 {x}, {row}, 7"));
-        body.op(format!("xor.b32 {x}, {x}, {chunk}"));
-        body.op(format!("shl.b32 {x}, {x}, 4"));
-        body.op(format!("mad.lo.u32 {o}, {row}, {row_bytes}, {x}"));
-        o
-    };
+    let swz = |body: &mut Body, row: &str, chunk: &str| swizzle(body, row, chunk, row_bytes);
     let slot = swz(&mut body, &crow, &cchunk);
     let (kslot, vslot) = (body.reg(Class::B32), body.reg(Class::B32));
     body.op(format!("add.u32 {kslot}, {sk}, {slot}"));
@@ -1131,7 +1135,7 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
                 dst: &str| {
         let (partial, copied) = (body.label("mma_partial"), body.label("mma_copied"));
         let end = body.reg(Class::B64);
-        body.op(format!("add.u64 {end}, {j0}, {MMA_KEYS}"));
+        body.op(format!("add.u64 {end}, {j0}, {tile}"));
         let short = body.reg(Class::Pred);
         body.op(format!("setp.gt.u64 {short}, {end}, {}", p["p_s"]));
         body.op(format!("@{short} bra.uni {partial}"));
@@ -1202,25 +1206,47 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
             })
             .collect()
     };
+    // Q of the tiles read from shared memory (A of Q K^T, x4 = rows +0..7
+    // and +8..15 of chunk 2kc, then of chunk 2kc+1): lane gives row (lane
+    // >> 3 & 1) * 8 + (lane & 7) at `qrow`, the swizzled chunk at `qx ^
+    // 32 kc` bytes (the row's low bits are lane & 7 in every tile).
+    let qw = body.reg(Class::B32);
+    body.op(format!(
+        "mad.lo.u32 {qw}, {warp}, {wq_bytes}, {}",
+        2 * tile_bytes
+    ));
+    body.op(format!("add.u32 {qw}, {qw}, {sk}"));
+    let (qrow, qx) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("and.b32 {qrow}, {l3}, 1"));
+    body.op(format!("mad.lo.u32 {qrow}, {qrow}, 8, {l7}"));
+    body.op(format!("mad.lo.u32 {qrow}, {qrow}, {row_bytes}, {qw}"));
+    body.op(format!("shr.u32 {qx}, {lane}, 4"));
+    body.op(format!("xor.b32 {qx}, {qx}, {l7}"));
+    body.op(format!("shl.b32 {qx}, {qx}, 4"));
+    // O as C fragments, `o[m][nt]` (8 columns a tile); the running max
+    // and sum of each of the thread's rows, `ml[m][half]` (row ra[m] for
+    // half 0, rb[m] for 1).
     let nv = d / 8;
-    let o: Vec<[String; 4]> = (0..nv)
-        .map(|_| [0, 1, 2, 3].map(|_| body.reg(Class::F32)))
+    let o: Vec<Vec<[String; 4]>> = (0..mtiles)
+        .map(|_| {
+            (0..nv)
+                .map(|_| [0, 1, 2, 3].map(|_| body.reg(Class::F32)))
+                .collect()
+        })
         .collect();
-    for t in &o {
-        for r in t {
-            body.op(format!("mov.f32 {r}, {zero}"));
-        }
+    for r in o.iter().flatten().flatten() {
+        body.op(format!("mov.f32 {r}, {zero}"));
     }
-    let (ma, mb, la, lb) = (
-        body.reg(Class::F32),
-        body.reg(Class::F32),
-        body.reg(Class::F32),
-        body.reg(Class::F32),
-    );
-    body.op(format!("mov.f32 {ma}, {neg_inf}"));
-    body.op(format!("mov.f32 {mb}, {neg_inf}"));
-    body.op(format!("mov.f32 {la}, {zero}"));
-    body.op(format!("mov.f32 {lb}, {zero}"));
+    let ml: Vec<[(String, String); 2]> = (0..mtiles)
+        .map(|_| {
+            [0, 1].map(|_| {
+                let (m, l) = (body.reg(Class::F32), body.reg(Class::F32));
+                body.op(format!("mov.f32 {m}, {neg_inf}"));
+                body.op(format!("mov.f32 {l}, {zero}"));
+                (m, l)
+            })
+        })
+        .collect();
     let (j0, jt) = (body.reg(Class::B64), body.reg(Class::B64));
     body.op(format!("mov.u64 {j0}, 0"));
     body.op(format!("mov.u64 {jt}, 0"));
@@ -1228,6 +1254,35 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     let none = body.reg(Class::Pred);
     body.op(format!("setp.eq.u64 {none}, {ntiles}, 0"));
     body.op(format!("@{none} bra.uni {done}"));
+    // The warp copies the rows of its shared `Q` tiles (rows r0 + 16 qreg
+    // on, clamped below L; lane: chunk lane % chunks of rows lane /
+    // chunks + k * 32 / chunks), waited for with K(0).
+    if qshared > 0 {
+        let (lrow, lc) = (body.reg(Class::B32), body.reg(Class::B32));
+        body.op(format!(
+            "shr.u32 {lrow}, {lane}, {}",
+            chunks.trailing_zeros()
+        ));
+        body.op(format!("and.b32 {lc}, {lane}, {}", chunks - 1));
+        let lc16 = body.reg(Class::B64);
+        body.op(format!("cvt.u64.u32 {lc16}, {lc}"));
+        body.op(format!("shl.b64 {lc16}, {lc16}, 4"));
+        let step = 32 / chunks;
+        for it in 0..16 * qshared / step {
+            let row = body.reg(Class::B32);
+            body.op(format!("add.u32 {row}, {lrow}, {}", it * step));
+            let sa = swz(&mut body, &row, &lc);
+            body.op(format!("add.u32 {sa}, {sa}, {qw}"));
+            let grow = body.reg(Class::B64);
+            body.op(format!("cvt.u64.u32 {grow}, {row}"));
+            body.op(format!("add.u64 {grow}, {grow}, {r0}"));
+            body.op(format!("add.u64 {grow}, {grow}, {}", 16 * qreg));
+            body.op(format!("min.u64 {grow}, {grow}, {lmax}"));
+            let ga = row_addr(&mut body, &p["p_q"], &boff["q"], &grow, &p["p_qr"]);
+            body.op(format!("add.u64 {ga}, {ga}, {lc16}"));
+            body.op(format!("cp.async.cg.shared.global [{sa}], [{ga}], 16"));
+        }
+    }
     copy(&mut body, &j0, kops, &kslot);
     body.op("cp.async.commit_group");
     body.place(&lp);
@@ -1236,187 +1291,198 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     body.op("bar.sync 0");
     copy(&mut body, &j0, vops, &vslot);
     body.op("cp.async.commit_group");
-    // This warp's part of the tile: any keys, any mask.
-    let skip = body.reg(Class::Pred);
-    body.op(format!("setp.ge.u64 {skip}, {j0}, {wend}"));
-    let jlast = body.reg(Class::B64);
-    body.op(format!("add.u64 {jlast}, {j0}, {}", MMA_KEYS));
-    let masked = body.reg(Class::Pred);
-    body.op(format!("setp.gt.u64 {masked}, {jlast}, {}", p["p_s"]));
-    let diag = body.reg(Class::Pred);
-    body.op(format!("add.u64 {jlast}, {j0}, {}", MMA_KEYS - 1));
-    body.op(format!("setp.gt.u64 {diag}, {jlast}, {r0}"));
-    body.op(format!("and.pred {diag}, {diag}, {causal}"));
-    body.op(format!("or.pred {masked}, {masked}, {diag}"));
-    // S = Q K^T for 8 tiles of 8 keys.
-    let tiles8 = MMA_KEYS / 8;
-    let s: Vec<[String; 4]> = (0..tiles8)
-        .map(|_| [0, 1, 2, 3].map(|_| body.reg(Class::F32)))
-        .collect();
-    let after_qk = body.label("mma_after_qk");
-    body.op(format!("@{skip} bra.uni {after_qk}"));
-    for (nt, st) in s.iter().enumerate() {
+    let steps = tile / chunk;
+    for c in 0..steps {
+        let last = c + 1 == steps;
+        // The step's keys jc..jc + chunk: this warp's part of the tile?
+        // Any keys past the end or the diagonal?
+        let jc = body.reg(Class::B64);
+        body.op(format!("add.u64 {jc}, {j0}, {}", c * chunk));
+        let skip = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {skip}, {jc}, {wend}"));
+        let jlast = body.reg(Class::B64);
+        body.op(format!("add.u64 {jlast}, {jc}, {chunk}"));
+        let masked = body.reg(Class::Pred);
+        body.op(format!("setp.gt.u64 {masked}, {jlast}, {}", p["p_s"]));
+        let diag = body.reg(Class::Pred);
+        body.op(format!("add.u64 {jlast}, {jc}, {}", chunk - 1));
+        body.op(format!("setp.gt.u64 {diag}, {jlast}, {r0}"));
+        body.op(format!("and.pred {diag}, {diag}, {causal}"));
+        body.op(format!("or.pred {masked}, {masked}, {diag}"));
+        // S = Q K^T for the step's tiles of 8 keys, `s[m][nt]`.
+        let tiles8 = chunk / 8;
+        let s: Vec<Vec<[String; 4]>> = (0..mtiles)
+            .map(|_| {
+                (0..tiles8)
+                    .map(|_| [0, 1, 2, 3].map(|_| body.reg(Class::F32)))
+                    .collect()
+            })
+            .collect();
+        let after_qk = body.label("mma_after_qk");
+        body.op(format!("@{skip} bra.uni {after_qk}"));
         for (q, ka) in kaddr.iter().enumerate() {
-            let bf = [0, 1, 2, 3].map(|_| body.reg(Class::B32));
-            body.op(format!(
-                "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{}, {}, {}, {}}}, [{ka}+{}]",
-                bf[0],
-                bf[1],
-                bf[2],
-                bf[3],
-                nt * 8 * row_bytes
-            ));
-            let c = if q == 0 { &zq } else { st };
-            mma_from(&mut body, ht, st, &qa[2 * q], [&bf[0], &bf[1]], c);
-            mma(&mut body, ht, st, &qa[2 * q + 1], [&bf[2], &bf[3]]);
-        }
-    }
-    body.place(&after_qk);
-    // Every warp is past K(t): the next tile's copy may start.
-    body.op("bar.sync 0");
-    body.op(format!("add.u64 {jt}, {jt}, 1"));
-    body.op(format!("add.u64 {j0}, {j0}, {MMA_KEYS}"));
-    {
-        let last = body.reg(Class::Pred);
-        body.op(format!("setp.ge.u64 {last}, {jt}, {ntiles}"));
-        let no_copy = body.label("mma_no_copy");
-        body.op(format!("@{last} bra.uni {no_copy}"));
-        copy(&mut body, &j0, kops, &kslot);
-        body.place(&no_copy);
-        body.op("cp.async.commit_group");
-    }
-    let j0t = body.reg(Class::B64);
-    body.op(format!("sub.u64 {j0t}, {j0}, {MMA_KEYS}"));
-    let after_sm = body.label("mma_after_softmax");
-    body.op(format!("@{skip} bra.uni {after_sm}"));
-    // -inf past the keys and, under `causal`, past the row (only on the
-    // tiles that reach either).
-    {
-        let unmasked = body.label("mma_unmasked");
-        body.op(format!("@!{masked} bra.uni {unmasked}"));
-        let col0 = body.reg(Class::B64);
-        body.op(format!("shl.b64 {col0}, {tg}, 1"));
-        body.op(format!("add.u64 {col0}, {col0}, {j0t}"));
-        for (nt, st) in s.iter().enumerate() {
-            for (x, r) in st.iter().enumerate() {
-                let key = body.reg(Class::B64);
-                body.op(format!("add.u64 {key}, {col0}, {}", nt * 8 + (x & 1)));
-                let (out, late) = (body.reg(Class::Pred), body.reg(Class::Pred));
-                body.op(format!("setp.ge.u64 {out}, {key}, {}", p["p_s"]));
-                let row = if x < 2 { &ra } else { &rb };
-                body.op(format!("setp.gt.u64 {late}, {key}, {row}"));
-                body.op(format!("and.pred {late}, {late}, {causal}"));
-                body.op(format!("or.pred {out}, {out}, {late}"));
-                body.op(format!("@{out} mov.f32 {r}, {neg_inf}"));
+            // The row tiles' Q fragments of columns 32q..32q+31, `qf[m]`.
+            let qf: Vec<[[String; 4]; 2]> = (0..mtiles)
+                .map(|m| {
+                    if m < qreg {
+                        return [qa[m][2 * q].clone(), qa[m][2 * q + 1].clone()];
+                    }
+                    [2 * q, 2 * q + 1].map(|kc| {
+                        let a = body.reg(Class::B32);
+                        body.op(format!("xor.b32 {a}, {qx}, {}", 32 * kc));
+                        body.op(format!("add.u32 {a}, {a}, {qrow}"));
+                        let f = ldmatrix_x4(&mut body, false, &a, (m - qreg) * 16 * row_bytes);
+                        for r in &f {
+                            body.op(format!("@{neg} xor.b32 {r}, {r}, 0x80008000"));
+                        }
+                        f
+                    })
+                })
+                .collect();
+            for nt in 0..tiles8 {
+                let bf = ldmatrix_x4(&mut body, false, ka, (c * chunk + nt * 8) * row_bytes);
+                for (sm, [qa0, qa1]) in s.iter().zip(&qf) {
+                    let st = &sm[nt];
+                    let from = if q == 0 { &zq } else { st };
+                    mma_from(&mut body, ht, st, qa0, [&bf[0], &bf[1]], from);
+                    mma(&mut body, ht, st, qa1, [&bf[2], &bf[3]]);
+                }
             }
         }
-        body.place(&unmasked);
-    }
-    // The rows' new max (over the quad that shares a row), the rescale
-    // by 2^(m_old - m_new), and P = 2^(S - m) (0 where S is -inf).
-    let mut alphas = Vec::new();
-    for (half, (m, l)) in [(&ma, &la), (&mb, &lb)].into_iter().enumerate() {
-        let mx = body.reg(Class::F32);
-        body.op(format!("mov.f32 {mx}, {m}"));
-        for st in &s {
-            for x in [2 * half, 2 * half + 1] {
-                body.op(format!("max.f32 {mx}, {mx}, {}", st[x]));
+        body.place(&after_qk);
+        if last {
+            // Every warp is past K(t): the next tile's copy may start.
+            body.op("bar.sync 0");
+            body.op(format!("add.u64 {jt}, {jt}, 1"));
+            body.op(format!("add.u64 {j0}, {j0}, {tile}"));
+            let end = body.reg(Class::Pred);
+            body.op(format!("setp.ge.u64 {end}, {jt}, {ntiles}"));
+            let no_copy = body.label("mma_no_copy");
+            body.op(format!("@{end} bra.uni {no_copy}"));
+            copy(&mut body, &j0, kops, &kslot);
+            body.place(&no_copy);
+            body.op("cp.async.commit_group");
+        }
+        let after_sm = body.label("mma_after_softmax");
+        body.op(format!("@{skip} bra.uni {after_sm}"));
+        // -inf past the keys and, under `causal`, past the row (only on the
+        // steps that reach either).
+        {
+            let unmasked = body.label("mma_unmasked");
+            body.op(format!("@!{masked} bra.uni {unmasked}"));
+            let col0 = body.reg(Class::B64);
+            body.op(format!("shl.b64 {col0}, {tg}, 1"));
+            body.op(format!("add.u64 {col0}, {col0}, {jc}"));
+            for m in 0..mtiles {
+                for (nt, st) in s[m].iter().enumerate() {
+                    for (x, r) in st.iter().enumerate() {
+                        let key = body.reg(Class::B64);
+                        body.op(format!("add.u64 {key}, {col0}, {}", nt * 8 + (x & 1)));
+                        let (out, late) = (body.reg(Class::Pred), body.reg(Class::Pred));
+                        body.op(format!("setp.ge.u64 {out}, {key}, {}", p["p_s"]));
+                        let row = if x < 2 { &ra[m] } else { &rb[m] };
+                        body.op(format!("setp.gt.u64 {late}, {key}, {row}"));
+                        body.op(format!("and.pred {late}, {late}, {causal}"));
+                        body.op(format!("or.pred {out}, {out}, {late}"));
+                        body.op(format!("@{out} mov.f32 {r}, {neg_inf}"));
+                    }
+                }
+            }
+            body.place(&unmasked);
+        }
+        // The rows' new max (over the quad that shares a row), the rescale
+        // by 2^(m_old - m_new), and P = 2^(S - m) (0 where S is -inf).
+        let mut alphas = Vec::new();
+        for m in 0..mtiles {
+            let mut pair = Vec::new();
+            for (half, (mx_old, l)) in ml[m].iter().enumerate() {
+                let mx = body.reg(Class::F32);
+                body.op(format!("mov.f32 {mx}, {mx_old}"));
+                for st in &s[m] {
+                    for x in [2 * half, 2 * half + 1] {
+                        body.op(format!("max.f32 {mx}, {mx}, {}", st[x]));
+                    }
+                }
+                for off in [1, 2] {
+                    let o2 = body.reg(Class::F32);
+                    body.op(format!("shfl.sync.bfly.b32 {o2}, {mx}, {off}, 31, -1"));
+                    body.op(format!("max.f32 {mx}, {mx}, {o2}"));
+                }
+                // In log2 units (times scale * log2(e)); a row without keys so
+                // far keeps m = -inf and subtracts 0.
+                let mu = body.reg(Class::F32);
+                body.op(format!("mul.rn.f32 {mu}, {mx}, {sl2}"));
+                let empty = body.reg(Class::Pred);
+                body.op(format!("setp.eq.f32 {empty}, {mx}, {neg_inf}"));
+                body.op(format!("@{empty} mov.f32 {mu}, {zero}"));
+                let alpha = body.reg(Class::F32);
+                body.op(format!("mul.rn.f32 {alpha}, {mx_old}, {sl2}"));
+                body.op(format!("sub.rn.f32 {alpha}, {alpha}, {mu}"));
+                body.op(format!("ex2.approx.ftz.f32 {alpha}, {alpha}"));
+                body.op(format!("mov.f32 {mx_old}, {mx}"));
+                body.op(format!("mul.rn.f32 {l}, {l}, {alpha}"));
+                body.op(format!("neg.f32 {mu}, {mu}"));
+                for st in &s[m] {
+                    for x in [2 * half, 2 * half + 1] {
+                        let r = &st[x];
+                        body.op(format!("fma.rn.f32 {r}, {r}, {sl2}, {mu}"));
+                        body.op(format!("ex2.approx.ftz.f32 {r}, {r}"));
+                        body.op(format!("add.rn.f32 {l}, {l}, {r}"));
+                    }
+                }
+                pair.push(alpha);
+            }
+            alphas.push(pair);
+        }
+        // O is rescaled unless no row's max grew anywhere in the warp.
+        {
+            let kept = body.reg(Class::Pred);
+            body.op(format!("setp.eq.f32 {kept}, {}, {one}", alphas[0][0]));
+            for a in alphas.iter().flatten().skip(1) {
+                let k = body.reg(Class::Pred);
+                body.op(format!("setp.eq.f32 {k}, {a}, {one}"));
+                body.op(format!("and.pred {kept}, {kept}, {k}"));
+            }
+            body.op(format!("vote.sync.all.pred {kept}, {kept}, -1"));
+            let no_rescale = body.label("mma_no_rescale");
+            body.op(format!("@{kept} bra.uni {no_rescale}"));
+            for (m, om) in o.iter().enumerate() {
+                for t in om {
+                    for (x, r) in t.iter().enumerate() {
+                        body.op(format!("mul.rn.f32 {r}, {r}, {}", alphas[m][x / 2]));
+                    }
+                }
+            }
+            body.place(&no_rescale);
+        }
+        body.place(&after_sm);
+        if c == 0 {
+            // V(t) arrived everywhere (K(t + 1) may still be on its way).
+            body.op(format!("cp.async.wait_group {}", u32::from(last)));
+            body.op("bar.sync 0");
+        }
+        let after_pv = body.label("mma_after_pv");
+        body.op(format!("@{skip} bra.uni {after_pv}"));
+        // P as A fragments (two tiles of S make one 16-key chunk), rounded
+        // to the dtype in registers, `pa[m][kc]`.
+        let pa: Vec<Vec<[String; 4]>> = s.iter().map(|sm| pack_a(&mut body, ht, sm)).collect();
+        // O += P V.
+        for kc in 0..chunk / 16 {
+            for (q, va) in vaddr.iter().enumerate() {
+                let bf = ldmatrix_x4(&mut body, true, va, (c * chunk + kc * 16) * row_bytes);
+                for (om, pm) in o.iter().zip(&pa) {
+                    mma(&mut body, ht, &om[2 * q], &pm[kc], [&bf[0], &bf[1]]);
+                    mma(&mut body, ht, &om[2 * q + 1], &pm[kc], [&bf[2], &bf[3]]);
+                }
             }
         }
-        for off in [1, 2] {
-            let o2 = body.reg(Class::F32);
-            body.op(format!("shfl.sync.bfly.b32 {o2}, {mx}, {off}, 31, -1"));
-            body.op(format!("max.f32 {mx}, {mx}, {o2}"));
-        }
-        // In log2 units (times scale * log2(e)); a row without keys so
-        // far keeps m = -inf and subtracts 0.
-        let mu = body.reg(Class::F32);
-        body.op(format!("mul.rn.f32 {mu}, {mx}, {sl2}"));
-        let empty = body.reg(Class::Pred);
-        body.op(format!("setp.eq.f32 {empty}, {mx}, {neg_inf}"));
-        body.op(format!("@{empty} mov.f32 {mu}, {zero}"));
-        let alpha = body.reg(Class::F32);
-        body.op(format!("mul.rn.f32 {alpha}, {m}, {sl2}"));
-        body.op(format!("sub.rn.f32 {alpha}, {alpha}, {mu}"));
-        body.op(format!("ex2.approx.ftz.f32 {alpha}, {alpha}"));
-        body.op(format!("mov.f32 {m}, {mx}"));
-        body.op(format!("mul.rn.f32 {l}, {l}, {alpha}"));
-        body.op(format!("neg.f32 {mu}, {mu}"));
-        for st in &s {
-            for x in [2 * half, 2 * half + 1] {
-                let r = &st[x];
-                body.op(format!("fma.rn.f32 {r}, {r}, {sl2}, {mu}"));
-                body.op(format!("ex2.approx.ftz.f32 {r}, {r}"));
-                body.op(format!("add.rn.f32 {l}, {l}, {r}"));
-            }
-        }
-        alphas.push(alpha);
+        body.place(&after_pv);
     }
-    // O is rescaled unless no row's max grew anywhere in the warp.
-    {
-        let kept = body.reg(Class::Pred);
-        let kept_b = body.reg(Class::Pred);
-        body.op(format!("setp.eq.f32 {kept}, {}, {one}", alphas[0]));
-        body.op(format!("setp.eq.f32 {kept_b}, {}, {one}", alphas[1]));
-        body.op(format!("and.pred {kept}, {kept}, {kept_b}"));
-        body.op(format!("vote.sync.all.pred {kept}, {kept}, -1"));
-        let no_rescale = body.label("mma_no_rescale");
-        body.op(format!("@{kept} bra.uni {no_rescale}"));
-        for t in &o {
-            for (x, r) in t.iter().enumerate() {
-                body.op(format!("mul.rn.f32 {r}, {r}, {}", alphas[x / 2]));
-            }
-        }
-        body.place(&no_rescale);
-    }
-    body.place(&after_sm);
-    // V(t) arrived everywhere (K(t + 1) may still be on its way).
-    body.op("cp.async.wait_group 1");
-    body.op("bar.sync 0");
-    let after_pv = body.label("mma_after_pv");
-    body.op(format!("@{skip} bra.uni {after_pv}"));
-    // P as A fragments (two tiles of S make one 16-key chunk), rounded
-    // to the dtype in registers.
-    let pa: Vec<[String; 4]> = (0..MMA_KEYS / 16)
-        .map(|kc| {
-            let regs = [0, 1, 2, 3].map(|_| body.reg(Class::B32));
-            let (t0, t1) = (&s[2 * kc], &s[2 * kc + 1]);
-            for (x, (lo, hi)) in [
-                (&t0[0], &t0[1]),
-                (&t0[2], &t0[3]),
-                (&t1[0], &t1[1]),
-                (&t1[2], &t1[3]),
-            ]
-            .into_iter()
-            .enumerate()
-            {
-                body.op(format!("cvt.rn.{ht}x2.f32 {}, {hi}, {lo}", regs[x]));
-            }
-            regs
-        })
-        .collect();
-    // O += P V.
-    for (kc, pk) in pa.iter().enumerate() {
-        for (q, va) in vaddr.iter().enumerate() {
-            let bf = [0, 1, 2, 3].map(|_| body.reg(Class::B32));
-            body.op(format!(
-                "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{{}, {}, {}, {}}}, [{va}+{}]",
-                bf[0],
-                bf[1],
-                bf[2],
-                bf[3],
-                kc * 16 * row_bytes
-            ));
-            mma(&mut body, ht, &o[2 * q], pk, [&bf[0], &bf[1]]);
-            mma(&mut body, ht, &o[2 * q + 1], pk, [&bf[2], &bf[3]]);
-        }
-    }
-    body.place(&after_pv);
     body.op(format!("setp.lt.u64 {none}, {jt}, {ntiles}"));
     body.op(format!("@{none} bra.uni {lp}"));
     body.place(&done);
     // out = O / l (the quad's sum), 0 for a row without keys, rounded
-    // into the warp's 16 rows of shared memory (swizzled like the tiles),
+    // into the warp's rows of shared memory (swizzled like the tiles),
     // then stored 16 bytes at a time.
     body.op("bar.sync 0");
     let wbase = body.reg(Class::B32);
@@ -1424,36 +1490,38 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     body.op(format!("shl.b32 {tq4}, {t32}, 2"));
     body.op(format!(
         "mad.lo.u32 {wbase}, {warp}, {}, {sk}",
-        16 * row_bytes
+        wrows * row_bytes
     ));
-    for (half, l) in [&la, &lb].into_iter().enumerate() {
-        for off in [1, 2] {
-            let o2 = body.reg(Class::F32);
-            body.op(format!("shfl.sync.bfly.b32 {o2}, {l}, {off}, 31, -1"));
-            body.op(format!("add.rn.f32 {l}, {l}, {o2}"));
-        }
-        let inv = body.reg(Class::F32);
-        body.op(format!("div.rn.f32 {inv}, {one}, {l}"));
-        let empty = body.reg(Class::Pred);
-        body.op(format!("setp.eq.f32 {empty}, {l}, {zero}"));
-        body.op(format!("@{empty} mov.f32 {inv}, {zero}"));
-        // Row g (+8) of the warp's rows: row & 7 = g.
-        let srow = body.reg(Class::B32);
-        body.op(format!("add.u32 {srow}, {g32}, {}", 8 * half));
-        body.op(format!("mad.lo.u32 {srow}, {srow}, {row_bytes}, {wbase}"));
-        body.op(format!("add.u32 {srow}, {srow}, {tq4}"));
-        for (nt, t) in o.iter().enumerate() {
-            let (x0, x1) = (body.reg(Class::F32), body.reg(Class::F32));
-            body.op(format!("mul.rn.f32 {x0}, {}, {inv}", t[2 * half]));
-            body.op(format!("mul.rn.f32 {x1}, {}, {inv}", t[2 * half + 1]));
-            let packed = body.reg(Class::B32);
-            body.op(format!("cvt.rn.{ht}x2.f32 {packed}, {x1}, {x0}"));
-            // Chunk nt of the row at nt ^ g.
-            let c = body.reg(Class::B32);
-            body.op(format!("xor.b32 {c}, {g32}, {nt}"));
-            body.op(format!("shl.b32 {c}, {c}, 4"));
-            body.op(format!("add.u32 {c}, {c}, {srow}"));
-            body.op(format!("st.shared.b32 [{c}], {packed}"));
+    for (m, om) in o.iter().enumerate() {
+        for (half, (_, l)) in ml[m].iter().enumerate() {
+            for off in [1, 2] {
+                let o2 = body.reg(Class::F32);
+                body.op(format!("shfl.sync.bfly.b32 {o2}, {l}, {off}, 31, -1"));
+                body.op(format!("add.rn.f32 {l}, {l}, {o2}"));
+            }
+            let inv = body.reg(Class::F32);
+            body.op(format!("div.rn.f32 {inv}, {one}, {l}"));
+            let empty = body.reg(Class::Pred);
+            body.op(format!("setp.eq.f32 {empty}, {l}, {zero}"));
+            body.op(format!("@{empty} mov.f32 {inv}, {zero}"));
+            // Row 16 m + 8 half + g of the warp's rows: row & 7 = g.
+            let srow = body.reg(Class::B32);
+            body.op(format!("add.u32 {srow}, {g32}, {}", 16 * m + 8 * half));
+            body.op(format!("mad.lo.u32 {srow}, {srow}, {row_bytes}, {wbase}"));
+            body.op(format!("add.u32 {srow}, {srow}, {tq4}"));
+            for (nt, t) in om.iter().enumerate() {
+                let (x0, x1) = (body.reg(Class::F32), body.reg(Class::F32));
+                body.op(format!("mul.rn.f32 {x0}, {}, {inv}", t[2 * half]));
+                body.op(format!("mul.rn.f32 {x1}, {}, {inv}", t[2 * half + 1]));
+                let packed = body.reg(Class::B32);
+                body.op(format!("cvt.rn.{ht}x2.f32 {packed}, {x1}, {x0}"));
+                // Chunk nt of the row at nt ^ g.
+                let c = body.reg(Class::B32);
+                body.op(format!("xor.b32 {c}, {g32}, {nt}"));
+                body.op(format!("shl.b32 {c}, {c}, 4"));
+                body.op(format!("add.u32 {c}, {c}, {srow}"));
+                body.op(format!("st.shared.b32 [{c}], {packed}"));
+            }
         }
     }
     body.op("bar.warp.sync -1");
@@ -1465,7 +1533,7 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
     ));
     body.op(format!("and.b32 {oc}, {lane}, {}", chunks - 1));
     let step = 32 / chunks;
-    for it in 0..16 / step {
+    for it in 0..wrows / step {
         let row = body.reg(Class::B32);
         body.op(format!("add.u32 {row}, {orow}, {}", it * step));
         let sa = swz(&mut body, &row, &oc);
@@ -1495,18 +1563,11 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
         ));
     }
     body.op("ret");
-    let params: Vec<String> = MMA_PARAMS
-        .iter()
-        .map(|n| {
-            let ty = if *n == "p_scale" { "f64" } else { "u64" };
-            format!("\t.param .{ty} {n}")
-        })
-        .collect();
     // Two blocks an SM at head dim 64 (at most 128 registers a thread).
     let bounds = if d == 64 { ".minnctapersm 2\n" } else { "" };
     format!(
         ".visible .entry {name}(\n{}\n)\n.maxntid {threads}, 1, 1\n{bounds}{{\n{}}}\n",
-        params.join(",\n"),
+        entry_params(&MMA_PARAMS),
         body.finish()
     )
 }

@@ -13,8 +13,12 @@
 //! `mma.sync.m16n8k16` with f32 accumulation, its fragments read from
 //! swizzled shared memory with `ldmatrix`.
 
-use super::attention::{batch_offsets, mma, mma_from, LOG2_E};
+use super::attention::batch_offsets;
 use super::body::{Body, Class};
+use super::mma_tile::{
+    entry_params, half_type, lanes, ldmatrix_x4, load_params, mma, mma_from, pack_a, scale_log2,
+    swizzle, Lanes, LOG2_E,
+};
 use crate::target::Target;
 use tensorfn_core::DTypeKind;
 
@@ -71,14 +75,6 @@ pub(crate) const MMA_BWD_PARAMS: [&str; 24] = [
 /// output and its gradient (contiguous `[rows, d]`), the row count.
 pub(crate) const MMA_BWD_DELTA_PARAMS: [&str; 4] = ["p_delta", "p_o", "p_go", "p_rows"];
 
-fn half_type(dtype: DTypeKind) -> &'static str {
-    if dtype == DTypeKind::F16 {
-        "f16"
-    } else {
-        "bf16"
-    }
-}
-
 /// The two 16-bit halves of `x` as f32 (`lo`, `hi`).
 fn unpack(body: &mut Body, dtype: DTypeKind, x: &str) -> [String; 2] {
     let (lo, hi) = (body.reg(Class::F32), body.reg(Class::F32));
@@ -101,15 +97,11 @@ fn unpack(body: &mut Body, dtype: DTypeKind, x: &str) -> [String; 2] {
 /// (`d` 16-bit elements), `D_i = sum_c dO_ic O_ic` in f32.
 pub(crate) fn attention_mma_bwd_delta_entry(name: &str, dtype: DTypeKind, d: usize) -> String {
     let mut body = Body::for_target(Target::Sm80);
-    let mut p = std::collections::HashMap::new();
-    for n in MMA_BWD_DELTA_PARAMS {
-        let r = body.reg(Class::B64);
-        body.op(format!("ld.param.u64 {r}, [{n}]"));
-        p.insert(n, r);
-    }
-    for n in ["p_delta", "p_o", "p_go"] {
-        body.op(format!("cvta.to.global.u64 {0}, {0}", p[n]));
-    }
+    let p = load_params(
+        &mut body,
+        &MMA_BWD_DELTA_PARAMS,
+        &["p_delta", "p_o", "p_go"],
+    );
     let end = body.label("delta_end");
     let (tid, lane, warp, cta) = (
         body.reg(Class::B32),
@@ -166,13 +158,9 @@ pub(crate) fn attention_mma_bwd_delta_entry(name: &str, dtype: DTypeKind, d: usi
     body.op(format!("st.global.f32 [{a}], {acc}"));
     body.place(&end);
     body.op("ret");
-    let params: Vec<String> = MMA_BWD_DELTA_PARAMS
-        .iter()
-        .map(|n| format!("\t.param .u64 {n}"))
-        .collect();
     format!(
         ".visible .entry {name}(\n{}\n)\n.maxntid {MMA_BWD_THREADS}, 1, 1\n{{\n{}}}\n",
-        params.join(",\n"),
+        entry_params(&MMA_BWD_DELTA_PARAMS),
         body.finish()
     )
 }
@@ -194,46 +182,31 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
     // dS^T: [keys][br queries] 16-bit, in its own tile after the buffers.
     let ds_row = br * 2;
     let mut body = Body::for_target(Target::Sm80);
-    let mut p = std::collections::HashMap::new();
-    for n in MMA_BWD_PARAMS {
-        if n == "p_scale" {
-            continue;
-        }
-        let r = body.reg(Class::B64);
-        body.op(format!("ld.param.u64 {r}, [{n}]"));
-        p.insert(n, r);
-    }
-    for n in [
-        "p_dqa", "p_dk", "p_dv", "p_delta", "p_lse", "p_go", "p_q", "p_k", "p_v",
-    ] {
-        body.op(format!("cvta.to.global.u64 {0}, {0}", p[n]));
-    }
+    let p = load_params(
+        &mut body,
+        &MMA_BWD_PARAMS,
+        &[
+            "p_dqa", "p_dk", "p_dv", "p_delta", "p_lse", "p_go", "p_q", "p_k", "p_v",
+        ],
+    );
     // scale and scale * log2(e), in f32; -log2(e).
-    let (scale, sl2) = (body.reg(Class::F32), body.reg(Class::F32));
+    let sl2 = scale_log2(&mut body);
+    let scale = body.reg(Class::F32);
     {
         let s64 = body.reg(Class::F64);
         body.op(format!("ld.param.f64 {s64}, [p_scale]"));
         body.op(format!("cvt.rn.f32.f64 {scale}, {s64}"));
-        let l2e = body.reg(Class::F64);
-        body.op(format!("mov.f64 {l2e}, 0d{:016X}", LOG2_E.to_bits()));
-        body.op(format!("mul.rn.f64 {s64}, {s64}, {l2e}"));
-        body.op(format!("cvt.rn.f32.f64 {sl2}, {s64}"));
     }
     let nl2e = format!("0f{:08X}", (-LOG2_E as f32).to_bits());
-    let (tid, lane, warp) = (
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-    );
-    body.op(format!("mov.u32 {tid}, %tid.x"));
-    body.op(format!("and.b32 {lane}, {tid}, 31"));
-    body.op(format!("shr.u32 {warp}, {tid}, 5"));
-    let (g32, t32) = (body.reg(Class::B32), body.reg(Class::B32));
-    body.op(format!("shr.u32 {g32}, {lane}, 2"));
-    body.op(format!("and.b32 {t32}, {lane}, 3"));
-    let (g, tg) = (body.reg(Class::B64), body.reg(Class::B64));
-    body.op(format!("cvt.u64.u32 {g}, {g32}"));
-    body.op(format!("cvt.u64.u32 {tg}, {t32}"));
+    let Lanes {
+        tid,
+        lane,
+        warp,
+        g32,
+        t32,
+        g,
+        tg,
+    } = lanes(&mut body);
     let (cta, by) = (body.reg(Class::B32), body.reg(Class::B32));
     body.op(format!("mov.u32 {cta}, %ctaid.x"));
     body.op(format!("mov.u32 {by}, %ctaid.y"));
@@ -275,14 +248,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
         .unzip();
     // Swizzled byte offset of (row, chunk) in a tile: chunk c of row r at
     // c ^ (r & 7).
-    let swz = |body: &mut Body, row: &str, chunk: &str| {
-        let (x, o) = (body.reg(Class::B32), body.reg(Class::B32));
-        body.op(format!("and.b32 {x}, {row}, 7"));
-        body.op(format!("xor.b32 {x}, {x}, {chunk}"));
-        body.op(format!("shl.b32 {x}, {x}, 4"));
-        body.op(format!("mad.lo.u32 {o}, {row}, {row_bytes}, {x}"));
-        o
-    };
+    let swz = |body: &mut Body, row: &str, chunk: &str| swizzle(body, row, chunk, row_bytes);
     // The thread's copy slot: row tid / chunks (+ pass * pass_rows), chunk
     // tid % chunks.
     let (crow, cchunk) = (body.reg(Class::B32), body.reg(Class::B32));
@@ -400,15 +366,6 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
         })
         .collect();
     let tv = kv_bytes;
-    let ldm = |body: &mut Body, trans: bool, addr: &str, off: usize| -> [String; 4] {
-        let r = [0, 1, 2, 3].map(|_| body.reg(Class::B32));
-        let t = if trans { ".trans" } else { "" };
-        body.op(format!(
-            "ldmatrix.sync.aligned.m8n8.x4{t}.shared.b16 {{{}, {}, {}, {}}}, [{addr}+{off}]",
-            r[0], r[1], r[2], r[3]
-        ));
-        r
-    };
     // dS^T's swizzle: chunk c of key row r at c ^ (r & 7) with 8 chunks a
     // row, c ^ (r >> 1 & 3) with 4.
     let ds_chunks = br / 8;
@@ -535,10 +492,10 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
                     body.op(format!("add.u32 {a}, {}, {wofs}", bt_addr[2 * q + x]));
                     a
                 });
-                let a0 = ldm(body, false, &aa[0], ta);
-                let a1 = ldm(body, false, &aa[1], ta);
+                let a0 = ldmatrix_x4(body, false, &aa[0], ta);
+                let a1 = ldmatrix_x4(body, false, &aa[1], ta);
                 for (nt, st) in s.iter().enumerate() {
-                    let bf = ldm(body, false, &bn_addr[q], tb + nt * 8 * row_bytes);
+                    let bf = ldmatrix_x4(body, false, &bn_addr[q], tb + nt * 8 * row_bytes);
                     let c = if q == 0 { &zq } else { st };
                     mma_from(body, ht, st, &a0, [&bf[0], &bf[1]], c);
                     mma(body, ht, st, &a1, [&bf[2], &bf[3]]);
@@ -630,38 +587,18 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
         }
         // Packs the f32 fragments of X^T (keys x queries) as A fragments
         // (two n-tiles make a 16-query chunk), rounded to the dtype.
-        let pack = |body: &mut Body, x: &[[String; 4]]| -> Vec<[String; 4]> {
-            (0..nts / 2)
-                .map(|kc| {
-                    let regs = [0, 1, 2, 3].map(|_| body.reg(Class::B32));
-                    let (t0, t1) = (&x[2 * kc], &x[2 * kc + 1]);
-                    for (i, (lo, hi)) in [
-                        (&t0[0], &t0[1]),
-                        (&t0[2], &t0[3]),
-                        (&t1[0], &t1[1]),
-                        (&t1[2], &t1[3]),
-                    ]
-                    .into_iter()
-                    .enumerate()
-                    {
-                        body.op(format!("cvt.rn.{ht}x2.f32 {}, {hi}, {lo}", regs[i]));
-                    }
-                    regs
-                })
-                .collect()
-        };
         // acc += X (keys x queries, A fragments) Y (queries x d, a row-major
         // tile read with x4.trans).
         let accumulate = |body: &mut Body, acc: &[[String; 4]], xa: &[[String; 4]], ty: usize| {
             for (kc, xk) in xa.iter().enumerate() {
                 for (q, ya) in bt_addr.iter().enumerate() {
-                    let bf = ldm(body, true, ya, ty + kc * 16 * row_bytes);
+                    let bf = ldmatrix_x4(body, true, ya, ty + kc * 16 * row_bytes);
                     mma(body, ht, &acc[2 * q], xk, [&bf[0], &bf[1]]);
                     mma(body, ht, &acc[2 * q + 1], xk, [&bf[2], &bf[3]]);
                 }
             }
         };
-        let pa = pack(&mut body, &s);
+        let pa = pack_a(&mut body, ht, &s);
         // dV += P^T dO.
         accumulate(&mut body, &dv, &pa, tg_);
         // dP^T = V dO^T, then dS^T = P^T (dP^T - D) scale.
@@ -673,7 +610,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
                 body.op(format!("mul.rn.f32 {r}, {r}, {scale}"));
             }
         }
-        let dsa = pack(&mut body, &dp);
+        let dsa = pack_a(&mut body, ht, &dp);
         // dK += dS^T Q.
         accumulate(&mut body, &dk, &dsa, tq);
         // dS^T into its tile (every warp is past the last block's dQ).
@@ -711,7 +648,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
         {
             let dq = new_acc(&mut body, nq);
             for kc in 0..MMA_BWD_KEYS / 16 {
-                let af = ldm(&mut body, true, &dsa_addr, tile_ds + kc * 16 * ds_row);
+                let af = ldmatrix_x4(&mut body, true, &dsa_addr, tile_ds + kc * 16 * ds_row);
                 for q in 0..nq / 2 {
                     // n-tiles part * nq + 2q (+1): chunk pair part * nq / 2 + q
                     // of K's tile, chosen per warp.
@@ -725,7 +662,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
                             bt_addr[x * nq / 2 + q]
                         ));
                     }
-                    let bf = ldm(&mut body, true, &addr, kc * 16 * row_bytes);
+                    let bf = ldmatrix_x4(&mut body, true, &addr, kc * 16 * row_bytes);
                     mma(&mut body, ht, &dq[2 * q], &af, [&bf[0], &bf[1]]);
                     mma(&mut body, ht, &dq[2 * q + 1], &af, [&bf[2], &bf[3]]);
                 }
@@ -796,19 +733,12 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
         body.place(&skip);
     }
     body.op("ret");
-    let params: Vec<String> = MMA_BWD_PARAMS
-        .iter()
-        .map(|n| {
-            let ty = if *n == "p_scale" { "f64" } else { "u64" };
-            format!("\t.param .{ty} {n}")
-        })
-        .collect();
     // Dynamic shared memory (more than the 48 KiB a static array may
     // take: `attention_mma_backward_shared(d)` bytes), declared at module
     // scope.
     format!(
         ".extern .shared .align 128 .b8 {name}_smem[];\n\n.visible .entry {name}(\n{}\n)\n.maxntid {threads}, 1, 1\n{{\n{}}}\n",
-        params.join(",\n"),
+        entry_params(&MMA_BWD_PARAMS),
         body.finish()
     )
 }

@@ -36,6 +36,7 @@ mod elementwise;
 mod gather;
 mod inst;
 mod memory;
+mod mma_tile;
 mod norm;
 mod optim;
 mod pool;
@@ -53,7 +54,9 @@ use crate::reduction::{ReduceSpec, RowSpec};
 use tensorfn_core::DTypeKind;
 
 pub use crate::target::{Target, HEADER};
-pub use attention::{attention_mma_rows, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS};
+pub use attention::{
+    attention_mma_rows, attention_mma_threads, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS,
+};
 pub use attention_mma_bwd::{attention_mma_backward_shared, MMA_BWD_KEYS, MMA_BWD_THREADS};
 pub use bnorm::{BATCH_NORM_BACKWARD_META_WORDS, BATCH_NORM_META_WORDS};
 pub use concat::CAT_PARTS;

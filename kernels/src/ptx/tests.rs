@@ -262,6 +262,28 @@ fn every_builtin_is_well_formed() {
             ] {
                 assert!(es[0].body.contains(op), "{}: no {op}", k.name);
             }
+            // Blocks of `attention_mma_threads(d)` threads, whose tiles fit
+            // the 48 KiB of static shared memory.
+            let d: usize = k
+                .name
+                .rsplit("_d")
+                .next()
+                .and_then(|x| x.parse().ok())
+                .expect("a head dim in the name");
+            let threads = super::attention_mma_threads(d);
+            assert!(
+                k.ptx.contains(&format!(".maxntid {threads}, 1, 1")),
+                "{}",
+                k.name
+            );
+            let shared: usize = k
+                .ptx
+                .split("att_kv[")
+                .nth(1)
+                .and_then(|x| x.split(']').next())
+                .and_then(|x| x.parse().ok())
+                .expect("a shared tile");
+            assert!(shared <= 48 * 1024, "{}: {shared} bytes", k.name);
             // Exact but for the exponentials of the softmax, which are
             // `ex2.approx.ftz` as in FlashAttention.
             check_exact(&k.name, &k.ptx.replace("ex2.approx.ftz.f32", "ex2.f32"));

@@ -8,18 +8,17 @@
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
-use super::modules::{Builtin, ModuleKey};
+use super::modules::{Builtin, ModuleKey, BLOCK};
 use crate::backend::{AttnMask, AttnMaskArg, Backend};
 use crate::cpu::CpuBackend;
 use crate::dtype::{DType, FloatDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
-use std::ffi::c_void;
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::ptx::{
-    attention_mma_backward_shared, attention_mma_rows, Target, ATTENTION_MAX_HEAD,
-    ATTENTION_MMA_HEADS, MMA_BWD_KEYS, MMA_BWD_THREADS,
+    attention_mma_backward_shared, attention_mma_rows, attention_mma_threads, Target,
+    ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS, MMA_BWD_KEYS, MMA_BWD_THREADS,
 };
 
 const OP: &str = "scaled_dot_product_attention";
@@ -158,15 +157,13 @@ impl CudaBackend {
                 lse.unwrap_or(0),
                 group,
             ];
-            let mut params: Vec<*mut c_void> = values
-                .iter_mut()
-                .map(|v| v as *mut u64 as *mut c_void)
-                .collect();
-            ctx.launch_grid(
+            ctx.launch_u64s(
                 f,
                 &|| format!("{kernel:?} of {nb} x [{l}, {e}] queries against {s} keys"),
                 (blocks, nb as u32),
-                &mut params,
+                BLOCK,
+                0,
+                &mut values,
             )?;
         }
         Ok(out)
@@ -239,16 +236,13 @@ impl CudaBackend {
                 os[2],
                 group,
             ];
-            let mut params: Vec<*mut c_void> = values
-                .iter_mut()
-                .map(|v| v as *mut u64 as *mut c_void)
-                .collect();
-            ctx.launch_grid_block(
+            ctx.launch_u64s(
                 f,
                 &|| format!("{kernel:?} of {nb} x [{l}, {d}] queries against {s} keys"),
                 (blocks, nb as u32),
-                2 * rows as u32,
-                &mut params,
+                attention_mma_threads(d) as u32,
+                0,
+                &mut values,
             )?;
         }
         Ok(out)
@@ -480,15 +474,13 @@ impl CudaBackend {
                     vs[1],
                     ms[1],
                 ];
-                let mut params: Vec<*mut c_void> = values
-                    .iter_mut()
-                    .map(|v| v as *mut u64 as *mut c_void)
-                    .collect();
-                ctx.launch_grid(
+                ctx.launch_u64s(
                     f,
                     &|| format!("{kernel:?} of {nb} x [{l}, {e}] queries against {s} keys"),
                     (blocks, nb as u32),
-                    &mut params,
+                    BLOCK,
+                    0,
+                    &mut values,
                 )?;
             }
         }
@@ -554,16 +546,13 @@ impl CudaBackend {
                 gb.device_ptr() + (2 * r0 * d) as u64,
                 n as u64,
             ];
-            let mut params: Vec<*mut c_void> = values
-                .iter_mut()
-                .map(|v| v as *mut u64 as *mut c_void)
-                .collect();
-            ctx.launch_grid_block(
+            ctx.launch_u64s(
                 fd,
                 &|| format!("{kernel:?} (D) of {n} rows"),
                 (n.div_ceil(warps) as u32, 1),
                 MMA_BWD_THREADS as u32,
-                &mut params,
+                0,
+                &mut values,
             )?;
         }
         let blocks = s.div_ceil(MMA_BWD_KEYS) as u32;
@@ -595,17 +584,13 @@ impl CudaBackend {
                 ks[1],
                 vs[1],
             ];
-            let mut params: Vec<*mut c_void> = values
-                .iter_mut()
-                .map(|v| v as *mut u64 as *mut c_void)
-                .collect();
-            ctx.launch_grid_block_shared(
+            ctx.launch_u64s(
                 f,
                 &|| format!("{kernel:?} of {nb} x [{l}, {d}] queries against {s} keys"),
                 (blocks, nb as u32),
                 MMA_BWD_THREADS as u32,
                 attention_mma_backward_shared(d) as u32,
-                &mut params,
+                &mut values,
             )?;
         }
         let dq = self.cast::<f32, T>(&dqa, &Layout::contiguous(&[rows * d]))?;

@@ -127,6 +127,25 @@ impl Context {
         Ok(())
     }
 
+    /// [`Self::launch_grid_block_shared`] for an entry whose parameters
+    /// are all 64 bits (addresses, counts, strides, an f64's bits):
+    /// `values` in the entry's order.
+    pub(crate) fn launch_u64s(
+        &self,
+        f: sys::CUfunction,
+        what: &dyn Fn() -> String,
+        grid: (u32, u32),
+        block: u32,
+        shared: u32,
+        values: &mut [u64],
+    ) -> Result<()> {
+        let mut params: Vec<*mut c_void> = values
+            .iter_mut()
+            .map(|v| v as *mut u64 as *mut c_void)
+            .collect();
+        self.launch_grid_block_shared(f, what, grid, block, shared, &mut params)
+    }
+
     /// Runs an elementwise kernel (`NAME_contig` / `NAME_strided`, see
     /// `tensorfn_kernels::abi`) writing `out` (address at its offset, and
     /// its layout) from `inputs` (addresses at their offsets, layouts with

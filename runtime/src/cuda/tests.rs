@@ -2382,6 +2382,10 @@ fn attention_matches_the_reference() {
         ([1, 2, 300, 260, 64, 64], true),
         ([2, 1, 257, 700, 128, 128], false),
         ([1, 1, 200, 450, 128, 128], true),
+        // Head dim 128 over several blocks of 128 rows, the last partial.
+        ([1, 2, 333, 333, 128, 128], true),
+        ([2, 1, 161, 100, 128, 128], false),
+        ([1, 1, 300, 129, 128, 128], true),
     ] {
         let mut c = Case::random(&mut rng, dims, 1.0);
         c.causal = causal;
