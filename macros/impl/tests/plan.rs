@@ -228,8 +228,8 @@ fn elementwise_neighbours_fold_into_a_row_kernel() {
         #[kernel]
         fn rms(x: Row<f32>, w: Row<f32>, eps: f32) -> Row<f32> { x * rsqrt(mean(x * x) + eps) * w }
         fn f(x: &Tensor<Cpu, f32, [4, 8]>, r: &Tensor<Cpu, f32, [4, 8]>, w: &Tensor<Cpu, f32, [8]>,
-             g: &Tensor<Cpu, f32, [4, 8]>, s: f32) -> Tensor<Cpu, f32, [4, 8]> {
-            let m = matmul(x, w.reshape::<[8, 1]>());
+             g: &Tensor<Cpu, f32, [4, 8]>, v: &Tensor<Cpu, f32, [8, 8]>, s: f32) -> Tensor<Cpu, f32, [4, 8]> {
+            let m = matmul(x, v);
             rms(x + r * s, w, 1e-6) * g + m
         }
     });
