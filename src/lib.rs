@@ -519,15 +519,22 @@
 ///   casts, math functions, calls to scalar kernels). Rows of f16 and bf16
 ///   compute in f32 and are rounded once when stored.
 ///
-/// A call is one kernel: a block of threads per row on the GPU (a pass
-/// over the row per reduction, the partial results combined as the
-/// built-in norms combine theirs), a loop per row on the CPU. Its inputs
-/// and its result are materialised (elementwise neighbours fuse into
-/// kernels of their own), and it has no derivative yet: under
-/// `#[grad(..)]` it is a compile error when a differentiated parameter
-/// reaches it. It is called from the functions of its invocation only: no
-/// Rust function of its name is emitted (a scalar kernel is also a plain
-/// `fn`).
+/// A call is one kernel, run as the built-in norms run: on the GPU a row
+/// up to 1024 elements (512 in f64) is held in the registers of a warp,
+/// up to 8192 (4096) in those of a block, read once with 16-byte accesses
+/// where the rows are aligned, each reduction computed from the registers;
+/// longer rows take a pass over memory per reduction. On the CPU it is a
+/// loop per row. Its elementwise neighbours fold into it: an elementwise
+/// expression used only as a row argument (`my_rms_norm(x + residual, ..)`)
+/// is computed as the row is loaded, and an elementwise expression of the
+/// result of the same dims (`my_rms_norm(..) * gate + 1.0`, where the
+/// result is read nowhere else) before the row is stored, so neither is
+/// written to memory; the other operands of those expressions are rows of
+/// the kernel's dtype (of its row length) or scalars. It has no derivative
+/// yet: under `#[grad(..)]` it is a compile error when a differentiated
+/// parameter reaches it. It is called from the functions of its
+/// invocation only: no Rust function of its name is emitted (a scalar
+/// kernel is also a plain `fn`).
 ///
 /// ```
 /// use tensorfn::prelude::*;
@@ -561,6 +568,12 @@
 ///     pub fn ranges<const B: usize>(x: &Tensor<Cpu, f32, [B, 8]>) -> Tensor<Cpu, f32, [B]> {
 ///         row_range(x)
 ///     }
+///
+///     /// One kernel: the sum as the rows are loaded, the gate before
+///     /// they are stored.
+///     pub fn residual_norm<const B: usize>(x: &Tensor<Cpu, f32, [B, 8]>, r: &Tensor<Cpu, f32, [B, 8]>, w: &Tensor<Cpu, f32, [8]>, g: &Tensor<Cpu, f32, [B, 8]>) -> Tensor<Cpu, f32, [B, 8]> {
+///         my_rms_norm(x + r, w, 1e-6) * g
+///     }
 /// }
 ///
 /// let x = Tensor::<Cpu, f32, shape![3, 8]>::randn(0)?;
@@ -572,6 +585,12 @@
 ///     assert!((a - (r + l)).abs() < 1e-4);
 /// }
 /// assert!(ranges(&x)?.to_vec()?.iter().all(|r| *r >= 0.0));
+/// let r = Tensor::<Cpu, f32, shape![3, 8]>::randn(3)?;
+/// let g = Tensor::<Cpu, f32, shape![3, 8]>::randn(4)?;
+/// let want = x.add(&r)?.rms_norm(&w, Some(1e-6))?.mul(&g)?;
+/// for (a, b) in residual_norm(&x, &r, &w, &g)?.to_vec()?.iter().zip(want.to_vec()?) {
+///     assert!((a - b).abs() < 1e-4);
+/// }
 /// # Ok::<(), tensorfn::Error>(())
 /// ```
 ///

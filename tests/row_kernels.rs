@@ -90,6 +90,46 @@ tensor_fn! {
     fn gpu_lse(x: &Tensor<Cuda, f32, [R, N]>) -> Tensor<Cuda, f32, [R]> {
         my_logsumexp(x)
     }
+
+    // A residual sum folded into the loads and a gate into the stores,
+    // against the same three steps each materialised by a function of
+    // its own.
+    fn fused_block(x: &Tensor<Cpu, bf16, [B, T, N]>, r: &Tensor<Cpu, bf16, [B, T, N]>, w: &Tensor<Cpu, bf16, [N]>, g: &Tensor<Cpu, bf16, [B, T, N]>) -> Tensor<Cpu, bf16, [B, T, N]> {
+        my_rms_norm(x + r * 0.5, w, 1e-6) * g + 1.0
+    }
+    fn step_sum(x: &Tensor<Cpu, bf16, [B, T, N]>, r: &Tensor<Cpu, bf16, [B, T, N]>) -> Tensor<Cpu, bf16, [B, T, N]> {
+        x + r * 0.5
+    }
+    fn step_norm(h: &Tensor<Cpu, bf16, [B, T, N]>, w: &Tensor<Cpu, bf16, [N]>) -> Tensor<Cpu, bf16, [B, T, N]> {
+        my_rms_norm(h, w, 1e-6)
+    }
+    fn step_gate(y: &Tensor<Cpu, bf16, [B, T, N]>, g: &Tensor<Cpu, bf16, [B, T, N]>) -> Tensor<Cpu, bf16, [B, T, N]> {
+        y * g + 1.0
+    }
+    fn fused_ln(x: &Tensor<Cpu, f32, [R, N]>, r: &Tensor<Cpu, f32, [R, N]>, w: &Tensor<Cpu, f32, [N]>, b: &Tensor<Cpu, f32, [N]>, s: f32) -> Tensor<Cpu, f32, [R, N]> {
+        relu(my_layer_norm(exp(x) - r * s, w, b, 1e-5)) + w
+    }
+    fn step_ln_in(x: &Tensor<Cpu, f32, [R, N]>, r: &Tensor<Cpu, f32, [R, N]>, s: f32) -> Tensor<Cpu, f32, [R, N]> {
+        exp(x) - r * s
+    }
+    fn step_ln(h: &Tensor<Cpu, f32, [R, N]>, w: &Tensor<Cpu, f32, [N]>, b: &Tensor<Cpu, f32, [N]>) -> Tensor<Cpu, f32, [R, N]> {
+        my_layer_norm(h, w, b, 1e-5)
+    }
+    fn step_ln_out(y: &Tensor<Cpu, f32, [R, N]>, w: &Tensor<Cpu, f32, [N]>) -> Tensor<Cpu, f32, [R, N]> {
+        relu(y) + w
+    }
+    // Read twice: the sum is materialised, the norm runs unfused.
+    fn shared_input(x: &Tensor<Cpu, f32, [R, N]>, w: &Tensor<Cpu, f32, [N]>, b: &Tensor<Cpu, f32, [N]>) -> (Tensor<Cpu, f32, [R, N]>, Tensor<Cpu, f32, [R, N]>) {
+        let h = x + 1.0;
+        (my_layer_norm(h, w, b, 1e-5), h * 2.0)
+    }
+
+    fn gpu_fused_block(x: &Tensor<Cuda, bf16, [B, T, N]>, r: &Tensor<Cuda, bf16, [B, T, N]>, w: &Tensor<Cuda, bf16, [N]>, g: &Tensor<Cuda, bf16, [B, T, N]>) -> Tensor<Cuda, bf16, [B, T, N]> {
+        my_rms_norm(x + r * 0.5, w, 1e-6) * g + 1.0
+    }
+    fn gpu_fused_ln(x: &Tensor<Cuda, f32, [R, N]>, r: &Tensor<Cuda, f32, [R, N]>, w: &Tensor<Cuda, f32, [N]>, b: &Tensor<Cuda, f32, [N]>, s: f32) -> Tensor<Cuda, f32, [R, N]> {
+        relu(my_layer_norm(exp(x) - r * s, w, b, 1e-5)) + w
+    }
 }
 
 fn close(got: &[f64], want: &[f64], tol: f64, what: &str) {
@@ -238,4 +278,86 @@ fn per_row_results() {
         .unwrap()
         .iter()
         .all(|v| *v == f64::NEG_INFINITY));
+}
+
+fn bits<T: DType, S: tensorfn::Shape>(t: &Tensor<Cpu, T, S>) -> Vec<u64> {
+    f64s(t).iter().map(|v| v.to_bits()).collect()
+}
+
+/// Elementwise producers folded into a row kernel's loads and consumers
+/// into its stores give, on the CPU, the bits of the unfused steps; on a
+/// GPU (rows for a warp, for a block and longer) the same values within
+/// the rounding of a different order of summation.
+#[test]
+fn fused_neighbours_match_the_unfused_steps() {
+    for (b, t, n) in [(2, 3, 64), (1, 4, 1), (2, 2, 3000), (1, 2, 9000), (2, 1, 0)] {
+        let mut xv = rows(b * t, n, 11);
+        xv.truncate(b * t * n);
+        let x = Tensor::<Cpu, bf16, shape![_, _, _]>::from_vec_dims(
+            xv.iter().map(|&v| bf16::from_f64(v)).collect(),
+            &[b, t, n],
+        )
+        .unwrap();
+        let r = Tensor::<Cpu, bf16, shape![_, _, _]>::randn_dims(12, &[b, t, n]).unwrap();
+        let w = Tensor::<Cpu, bf16, shape![_]>::randn_dims(13, &[n]).unwrap();
+        let g = Tensor::<Cpu, bf16, shape![_, _, _]>::randn_dims(14, &[b, t, n]).unwrap();
+        let got = fused_block(&x, &r, &w, &g).unwrap();
+        let h = step_sum(&x, &r).unwrap();
+        let want = step_gate(&step_norm(&h, &w).unwrap(), &g).unwrap();
+        assert_eq!(bits(&got), bits(&want), "rms_norm block [{b}, {t}, {n}]");
+        if let Ok(gx) = x.to_device::<Cuda>() {
+            let up = |v: &Tensor<Cpu, bf16, _>| v.to_device::<Cuda>().unwrap();
+            let on_gpu = gpu_fused_block(&gx, &up(&r), &w.to_device::<Cuda>().unwrap(), &up(&g))
+                .unwrap()
+                .to_device::<Cpu>()
+                .unwrap();
+            // Two bf16 roundings after the norm's own (the product, the sum).
+            close(
+                &f64s(&on_gpu),
+                &f64s(&want),
+                3.2e-2,
+                "rms_norm block on the GPU",
+            );
+        }
+    }
+    for (rr, n) in [(5, 40), (3, 1), (4, 2048), (2, 5000), (3, 0)] {
+        let mut xv = rows(rr, n, 15);
+        xv.truncate(rr * n);
+        let x = Tensor::<Cpu, f32, shape![_, _]>::from_vec_dims(
+            xv.iter().map(|&v| v as f32).collect(),
+            &[rr, n],
+        )
+        .unwrap();
+        let r = Tensor::<Cpu, f32, shape![_, _]>::randn_dims(16, &[rr, n]).unwrap();
+        let w = Tensor::<Cpu, f32, shape![_]>::randn_dims(17, &[n]).unwrap();
+        let bias = Tensor::<Cpu, f32, shape![_]>::randn_dims(18, &[n]).unwrap();
+        let got = fused_ln(&x, &r, &w, &bias, 0.25).unwrap();
+        let h = step_ln_in(&x, &r, 0.25).unwrap();
+        let want = step_ln_out(&step_ln(&h, &w, &bias).unwrap(), &w).unwrap();
+        assert_eq!(bits(&got), bits(&want), "layer_norm [{rr}, {n}]");
+        if let Ok(gx) = x.to_device::<Cuda>() {
+            let up = |v: &Tensor<Cpu, f32, _>| v.to_device::<Cuda>().unwrap();
+            let (gw, gb) = (
+                w.to_device::<Cuda>().unwrap(),
+                bias.to_device::<Cuda>().unwrap(),
+            );
+            let on_gpu = gpu_fused_ln(&gx, &up(&r), &gw, &gb, 0.25)
+                .unwrap()
+                .to_device::<Cpu>()
+                .unwrap();
+            close(&f64s(&on_gpu), &f64s(&want), 1e-4, "layer_norm on the GPU");
+        } else {
+            eprintln!("skipping the GPU part: no CUDA device");
+        }
+    }
+    // A producer read elsewhere too stays materialised; the results agree.
+    let x = Tensor::<Cpu, f32, shape![_, _]>::randn_dims(19, &[3, 16]).unwrap();
+    let w = Tensor::<Cpu, f32, shape![_]>::randn_dims(20, &[16]).unwrap();
+    let bias = Tensor::<Cpu, f32, shape![_]>::randn_dims(21, &[16]).unwrap();
+    let (y, h2) = shared_input(&x, &w, &bias).unwrap();
+    let mut plus = x.clone();
+    plus.add_scalar_(1.0).unwrap();
+    assert_eq!(bits(&y), bits(&step_ln(&plus, &w, &bias).unwrap()));
+    plus.mul_scalar_(2.0).unwrap();
+    assert_eq!(bits(&h2), bits(&plus));
 }

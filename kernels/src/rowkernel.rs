@@ -17,10 +17,14 @@
 //! statistic and intermediate in `f32`, rounded once when stored), those
 //! of `f32` in `f32` and of `f64` in `f64`: the built-in norms' precision.
 //! The GPU runs a program as [`ptx::row_kernel`](crate::ptx::row_kernel)
-//! writes it (a block per row, a pass over the row per statistic, the
-//! threads' partial results combined as the built-in norm kernels
-//! combine theirs); the CPU runs the Rust loop `tensor_fn!` prints from
-//! the same programs.
+//! writes it, with the built-in norms' row strategies (a row held in the
+//! registers of a warp or a block and read once, or a pass over a long
+//! row per statistic; the threads' partial results combined as the
+//! built-in norm kernels combine theirs); the CPU runs the Rust loop
+//! `tensor_fn!` prints from the same programs. Elementwise work around a
+//! row kernel folds into its program
+//! ([`fuse_producer`](RowProgram::fuse_producer),
+//! [`fuse_consumer`](RowProgram::fuse_consumer)).
 //!
 //! ```
 //! use tensorfn_kernels::ir::ElementwiseBuilder;
@@ -44,8 +48,9 @@
 //! # Ok::<(), tensorfn_kernels::Error>(())
 //! ```
 
-use crate::ir::{ElementwiseBuilder, Kernel};
+use crate::ir::{ElementwiseBuilder, Kernel, Value};
 use crate::ops::BinaryOp;
+use crate::{Error, Result};
 use tensorfn_core::DTypeKind;
 
 /// A reduction over a row.
@@ -355,5 +360,206 @@ pub fn norm_program(op: crate::ops::NormOp, dtype: DTypeKind) -> RowProgram {
         stats,
         output: b.output(y).expect("a well-typed norm"),
         per_row: false,
+    }
+}
+
+/// The element program over inputs of `dtypes` whose result
+/// `f(builder, inputs)` gives.
+fn build(
+    dtypes: &[DTypeKind],
+    f: impl FnOnce(&mut ElementwiseBuilder, &[Value]) -> Value,
+) -> Result<Kernel> {
+    let mut b = ElementwiseBuilder::new();
+    let inputs: Vec<Value> = dtypes.iter().map(|&d| b.input(d)).collect();
+    let y = f(&mut b, &inputs);
+    b.output(y)
+}
+
+/// `kernel` over new inputs of `dtypes`: `args(builder, inputs)` gives
+/// the values its own inputs take.
+fn remap(
+    kernel: &Kernel,
+    dtypes: &[DTypeKind],
+    args: impl FnOnce(&mut ElementwiseBuilder, &[Value]) -> Vec<Value>,
+) -> Result<Kernel> {
+    build(dtypes, |b, v| {
+        let a = args(b, v);
+        b.inline(kernel, &a)
+    })
+}
+
+impl RowProgram {
+    /// The parameters' dtypes as the element programs see them: a row's
+    /// is the program's dtype.
+    fn param_dtypes(&self, params: &[RowParam]) -> Vec<DTypeKind> {
+        params
+            .iter()
+            .map(|p| match p {
+                RowParam::Row => self.dtype,
+                RowParam::Scalar(d) => *d,
+            })
+            .collect()
+    }
+
+    /// Every element program with the parameters `params` in place of the
+    /// old ones: `args(builder, new params)` gives the old parameters'
+    /// values (the statistics follow either way).
+    fn map_params(
+        &self,
+        params: Vec<RowParam>,
+        args: &dyn Fn(&mut ElementwiseBuilder, &[Value]) -> Vec<Value>,
+    ) -> Result<RowProgram> {
+        let c = self.compute_dtype();
+        let mut dtypes = self.param_dtypes(&params);
+        let old = self.params.len();
+        let new = params.len();
+        let mut stats = Vec::with_capacity(self.stats.len());
+        for st in &self.stats {
+            let program = remap(&st.program, &dtypes, |b, v| {
+                let mut a = args(b, &v[..new]);
+                a.extend_from_slice(&v[new..]);
+                a
+            })?;
+            stats.push(RowStat {
+                reduce: st.reduce,
+                program,
+            });
+            dtypes.push(c);
+        }
+        debug_assert_eq!(self.output.inputs().len(), old + self.stats.len());
+        let output = remap(&self.output, &dtypes, |b, v| {
+            let mut a = args(b, &v[..new]);
+            a.extend_from_slice(&v[new..]);
+            a
+        })?;
+        Ok(RowProgram {
+            dtype: self.dtype,
+            params,
+            stats,
+            output,
+            per_row: self.per_row,
+        })
+    }
+
+    /// The program with row parameter `param` (its place among all the
+    /// parameters) computed by the elementwise `producer` from new
+    /// parameters `inputs` (rows of the program's dtype and scalars, in
+    /// `producer`'s input order), which take its place: the producer runs
+    /// as the row is loaded, and its result is never stored.
+    ///
+    /// ```
+    /// use tensorfn_kernels::ir::ElementwiseBuilder;
+    /// use tensorfn_kernels::rowkernel::{norm_program, RowParam};
+    /// use tensorfn_kernels::{BinaryOp, DTypeKind::F64, NormOp};
+    /// // rms_norm(x + r, w, eps)
+    /// let mut b = ElementwiseBuilder::new();
+    /// let (x, r) = (b.input(F64), b.input(F64));
+    /// let s = b.binary(BinaryOp::Add, x, r);
+    /// let add = b.output(s)?;
+    /// let p = norm_program(NormOp::RmsNorm, F64);
+    /// let fused = p.fuse_producer(0, &add, &[RowParam::Row, RowParam::Row])?;
+    /// assert_eq!(fused.params.len(), 4);
+    /// let want = p.eval_row(&[&[4.0, 0.0], &[1.0, 1.0]], &[0.0]);
+    /// assert_eq!(fused.eval_row(&[&[1.0, 0.0], &[3.0, 0.0], &[1.0, 1.0]], &[0.0]), want);
+    /// # Ok::<(), tensorfn_kernels::Error>(())
+    /// ```
+    pub fn fuse_producer(
+        &self,
+        param: usize,
+        producer: &Kernel,
+        inputs: &[RowParam],
+    ) -> Result<RowProgram> {
+        if self.params.get(param) != Some(&RowParam::Row)
+            || producer.output_dtype() != self.dtype
+            || producer.inputs() != self.param_dtypes(inputs).as_slice()
+        {
+            return Err(Error::Unsupported {
+                kernel: "row",
+                message: format!(
+                "a producer of {} from {:?} cannot feed row parameter {param} of a row kernel over {} with parameters {:?}",
+                producer.output_dtype(),
+                producer.inputs(),
+                self.dtype,
+                self.params
+                ),
+            });
+        }
+        let mut params = self.params[..param].to_vec();
+        params.extend_from_slice(inputs);
+        params.extend_from_slice(&self.params[param + 1..]);
+        let k = inputs.len();
+        self.map_params(params, &|b, v| {
+            let x = b.inline(producer, &v[param..param + k]);
+            let mut a = v[..param].to_vec();
+            a.push(x);
+            a.extend_from_slice(&v[param + k..]);
+            a
+        })
+    }
+
+    /// The program with its result passed through the elementwise
+    /// `consumer` as input `at`, its other inputs new parameters
+    /// `inputs` (in `consumer`'s input order, without `at`) after the
+    /// old ones: the consumer runs before the row is stored, and the row
+    /// kernel's own result is never stored.
+    ///
+    /// ```
+    /// use tensorfn_kernels::ir::ElementwiseBuilder;
+    /// use tensorfn_kernels::rowkernel::{norm_program, RowParam};
+    /// use tensorfn_kernels::{BinaryOp, DTypeKind::F64, NormOp};
+    /// // rms_norm(x, w, eps) * g
+    /// let mut b = ElementwiseBuilder::new();
+    /// let (y, g) = (b.input(F64), b.input(F64));
+    /// let s = b.binary(BinaryOp::Mul, y, g);
+    /// let mul = b.output(s)?;
+    /// let p = norm_program(NormOp::RmsNorm, F64);
+    /// let fused = p.fuse_consumer(&mul, 0, &[RowParam::Row])?;
+    /// let y = p.eval_row(&[&[4.0, 0.0], &[1.0, 1.0]], &[0.0]);
+    /// let got = fused.eval_row(&[&[4.0, 0.0], &[1.0, 1.0], &[2.0, 3.0]], &[0.0]);
+    /// assert_eq!(got, vec![y[0] * 2.0, y[1] * 3.0]);
+    /// # Ok::<(), tensorfn_kernels::Error>(())
+    /// ```
+    pub fn fuse_consumer(
+        &self,
+        consumer: &Kernel,
+        at: usize,
+        inputs: &[RowParam],
+    ) -> Result<RowProgram> {
+        let mut want = self.param_dtypes(inputs);
+        if at <= want.len() {
+            want.insert(at, self.dtype);
+        }
+        if self.per_row
+            || consumer.output_dtype() != self.dtype
+            || consumer.inputs() != want.as_slice()
+        {
+            return Err(Error::Unsupported {
+                kernel: "row",
+                message: format!(
+                "a consumer from {:?} to {} cannot take the result of a row kernel over {} as its input {at}{}",
+                consumer.inputs(),
+                consumer.output_dtype(),
+                self.dtype,
+                if self.per_row { " (one value per row)" } else { "" }
+                ),
+            });
+        }
+        let old = self.params.len();
+        let mut params = self.params.clone();
+        params.extend_from_slice(inputs);
+        // The statistics ignore the new parameters.
+        let mut out = self.map_params(params.clone(), &|_, v| v[..old].to_vec())?;
+        let mut dtypes = self.param_dtypes(&params);
+        dtypes.extend(self.stats.iter().map(|_| self.compute_dtype()));
+        let new = params.len();
+        out.output = build(&dtypes, |b, v| {
+            let mut a = v[..old].to_vec();
+            a.extend_from_slice(&v[new..]);
+            let y = b.inline(&self.output, &a);
+            let mut c = v[old..new].to_vec();
+            c.insert(at, y);
+            b.inline(consumer, &c)
+        })?;
+        Ok(out)
     }
 }

@@ -190,9 +190,10 @@ pub fn differs_on(kernel: &Kernel, target: Target) -> bool {
     }
 }
 
-/// The PTX module of a row kernel written in `tensor_fn!`: one entry
-/// `name`, launched with `block.x = BLOCK` (see
-/// [`rowkernel`](crate::rowkernel)).
+/// The PTX module of a row kernel written in `tensor_fn!`: the entries
+/// `NAME_SUFFIX` of every [`NormEntry`](crate::norm::NormEntry), the
+/// built-in norms' row strategies, launched as those are (see
+/// [`rowkernel`](crate::rowkernel) and [`norm::entry`](crate::norm::entry)).
 ///
 /// ```
 /// use tensorfn_kernels::ir::ElementwiseBuilder;
@@ -211,7 +212,8 @@ pub fn differs_on(kernel: &Kernel, target: Target) -> bool {
 ///     per_row: false,
 /// };
 /// let text = ptx::row_kernel(&prog, "shift")?;
-/// assert!(text.contains(".visible .entry shift("));
+/// assert!(text.contains(".visible .entry shift_warp_v("));
+/// assert!(text.contains(".visible .entry shift_long("));
 /// assert!(text.contains("shfl.sync.bfly.b32"));
 /// # Ok::<(), tensorfn_kernels::Error>(())
 /// ```
@@ -219,7 +221,7 @@ pub fn row_kernel(prog: &crate::rowkernel::RowProgram, name: &str) -> Result<Str
     check_name(name)?;
     Ok(module(
         &format!("{name}: row kernel over rows of {}", prog.dtype),
-        &[rowkernel::row_kernel_entry(name, prog)],
+        &rowkernel::row_kernel_entries(name, prog),
     ))
 }
 

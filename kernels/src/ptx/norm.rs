@@ -202,174 +202,185 @@ impl Gen {
         }
         y
     }
+}
 
-    /// Loads one access of `width` elements at `[addr]` where `p` holds,
-    /// zeros elsewhere, as raw registers (converted by [`Gen::widen`]), so
-    /// that a thread issues all its loads before it waits for any.
-    fn load_raw(&self, body: &mut Body, width: usize, p: &str, addr: &str) -> Vec<String> {
-        if width > 1 {
-            let r: Vec<String> = (0..4).map(|_| body.reg(Class::B32)).collect();
-            for x in &r {
-                body.op(format!("mov.b32 {x}, 0"));
-            }
-            body.op(format!(
-                "@{p} ld.global.nc.v4.u32 {{{}}}, [{addr}]",
-                r.join(", ")
-            ));
-            return r;
+/// Loads one access of `width` elements at `[addr]` where `p` holds,
+/// zeros elsewhere, as raw registers (converted by [`widen`]), so
+/// that a thread issues all its loads before it waits for any.
+pub(super) fn load_raw(
+    body: &mut Body,
+    dtype: DTypeKind,
+    width: usize,
+    p: &str,
+    addr: &str,
+) -> Vec<String> {
+    if width > 1 {
+        let r: Vec<String> = (0..4).map(|_| body.reg(Class::B32)).collect();
+        for x in &r {
+            body.op(format!("mov.b32 {x}, 0"));
         }
-        let (class, init, ty) = match self.dtype {
-            DTypeKind::F32 => (Class::F32, "mov.f32", "f32"),
-            DTypeKind::F64 => (Class::F64, "mov.f64", "f64"),
-            DTypeKind::F16 => (Class::B16, "mov.b16", "b16"),
-            _ => (Class::B32, "mov.b32", "u16"),
-        };
-        let r = body.reg(class);
-        let zero = match self.dtype {
-            DTypeKind::F32 => "0f00000000",
-            DTypeKind::F64 => "0d0000000000000000",
-            _ => "0",
-        };
-        body.op(format!("{init} {r}, {zero}"));
-        body.op(format!("@{p} ld.global.nc.{ty} {r}, [{addr}]"));
-        vec![r]
+        body.op(format!(
+            "@{p} ld.global.nc.v4.u32 {{{}}}, [{addr}]",
+            r.join(", ")
+        ));
+        return r;
     }
+    let (class, init, ty) = match dtype {
+        DTypeKind::F32 => (Class::F32, "mov.f32", "f32"),
+        DTypeKind::F64 => (Class::F64, "mov.f64", "f64"),
+        DTypeKind::F16 => (Class::B16, "mov.b16", "b16"),
+        _ => (Class::B32, "mov.b32", "u16"),
+    };
+    let r = body.reg(class);
+    let zero = match dtype {
+        DTypeKind::F32 => "0f00000000",
+        DTypeKind::F64 => "0d0000000000000000",
+        _ => "0",
+    };
+    body.op(format!("{init} {r}, {zero}"));
+    body.op(format!("@{p} ld.global.nc.{ty} {r}, [{addr}]"));
+    vec![r]
+}
 
-    /// The values of an access loaded by [`Gen::load_raw`], in the
-    /// precision of the statistics.
-    fn widen(&self, body: &mut Body, width: usize, raw: &[String]) -> Vec<String> {
-        let mut out = Vec::with_capacity(width);
-        match (self.dtype, width > 1) {
-            (DTypeKind::F32 | DTypeKind::F64, false) => out.push(raw[0].clone()),
-            (DTypeKind::F32, true) => {
-                for r in raw {
+/// The values of an access loaded by [`load_raw`], in the
+/// precision of the statistics.
+pub(super) fn widen(
+    body: &mut Body,
+    dtype: DTypeKind,
+    width: usize,
+    raw: &[String],
+) -> Vec<String> {
+    let mut out = Vec::with_capacity(width);
+    match (dtype, width > 1) {
+        (DTypeKind::F32 | DTypeKind::F64, false) => out.push(raw[0].clone()),
+        (DTypeKind::F32, true) => {
+            for r in raw {
+                let f = body.reg(Class::F32);
+                body.op(format!("mov.b32 {f}, {r}"));
+                out.push(f);
+            }
+        }
+        (DTypeKind::F64, true) => {
+            for pair in raw.chunks(2) {
+                let d = body.reg(Class::F64);
+                body.op(format!("mov.b64 {d}, {{{}, {}}}", pair[0], pair[1]));
+                out.push(d);
+            }
+        }
+        (DTypeKind::F16, false) => {
+            let f = body.reg(Class::F32);
+            body.op(format!("cvt.f32.f16 {f}, {}", raw[0]));
+            out.push(f);
+        }
+        (DTypeKind::F16, true) => {
+            for r in raw {
+                let lo = body.reg(Class::B16);
+                let hi = body.reg(Class::B16);
+                body.op(format!("mov.b32 {{{lo}, {hi}}}, {r}"));
+                for h in [lo, hi] {
                     let f = body.reg(Class::F32);
-                    body.op(format!("mov.b32 {f}, {r}"));
+                    body.op(format!("cvt.f32.f16 {f}, {h}"));
                     out.push(f);
                 }
             }
-            (DTypeKind::F64, true) => {
-                for pair in raw.chunks(2) {
-                    let d = body.reg(Class::F64);
-                    body.op(format!("mov.b64 {d}, {{{}, {}}}", pair[0], pair[1]));
-                    out.push(d);
-                }
-            }
-            (DTypeKind::F16, false) => {
-                let f = body.reg(Class::F32);
-                body.op(format!("cvt.f32.f16 {f}, {}", raw[0]));
-                out.push(f);
-            }
-            (DTypeKind::F16, true) => {
-                for r in raw {
-                    let lo = body.reg(Class::B16);
-                    let hi = body.reg(Class::B16);
-                    body.op(format!("mov.b32 {{{lo}, {hi}}}, {r}"));
-                    for h in [lo, hi] {
-                        let f = body.reg(Class::F32);
-                        body.op(format!("cvt.f32.f16 {f}, {h}"));
-                        out.push(f);
-                    }
-                }
-            }
-            (_, false) => {
-                let s = body.reg(Class::B32);
-                body.op(format!("shl.b32 {s}, {}, 16", raw[0]));
-                let f = body.reg(Class::F32);
-                body.op(format!("mov.b32 {f}, {s}"));
-                out.push(f);
-            }
-            (_, true) => {
-                for r in raw {
-                    let lo = body.reg(Class::B32);
-                    body.op(format!("shl.b32 {lo}, {r}, 16"));
-                    let hi = body.reg(Class::B32);
-                    body.op(format!("and.b32 {hi}, {r}, 0xFFFF0000"));
-                    for h in [lo, hi] {
-                        let f = body.reg(Class::F32);
-                        body.op(format!("mov.b32 {f}, {h}"));
-                        out.push(f);
-                    }
+        }
+        (_, false) => {
+            let s = body.reg(Class::B32);
+            body.op(format!("shl.b32 {s}, {}, 16", raw[0]));
+            let f = body.reg(Class::F32);
+            body.op(format!("mov.b32 {f}, {s}"));
+            out.push(f);
+        }
+        (_, true) => {
+            for r in raw {
+                let lo = body.reg(Class::B32);
+                body.op(format!("shl.b32 {lo}, {r}, 16"));
+                let hi = body.reg(Class::B32);
+                body.op(format!("and.b32 {hi}, {r}, 0xFFFF0000"));
+                for h in [lo, hi] {
+                    let f = body.reg(Class::F32);
+                    body.op(format!("mov.b32 {f}, {h}"));
+                    out.push(f);
                 }
             }
         }
-        debug_assert_eq!(out.len(), width);
-        out
     }
+    debug_assert_eq!(out.len(), width);
+    out
+}
 
-    /// Stores `ys` (register form, rounded) as one access at `[addr]`
-    /// where `p` holds.
-    fn store_access(&self, body: &mut Body, p: &str, addr: &str, ys: &[String]) {
-        if ys.len() == 1 {
-            let y = &ys[0];
-            match self.dtype {
-                DTypeKind::F32 | DTypeKind::F64 => {
-                    body.op(format!("@{p} st.global.{} [{addr}], {y}", self.a()))
-                }
-                DTypeKind::F16 => {
-                    let h = body.reg(Class::B16);
-                    body.op(format!("cvt.rn.f16.f32 {h}, {y}"));
-                    body.op(format!("@{p} st.global.b16 [{addr}], {h}"));
-                }
-                _ => {
-                    let s = body.reg(Class::B32);
-                    body.op(format!("mov.b32 {s}, {y}"));
-                    body.op(format!("shr.u32 {s}, {s}, 16"));
-                    body.op(format!("@{p} st.global.u16 [{addr}], {s}"));
-                }
+/// Stores `ys` (register form, rounded) as one access at `[addr]`
+/// where `p` holds.
+pub(super) fn store_access(body: &mut Body, dtype: DTypeKind, p: &str, addr: &str, ys: &[String]) {
+    if ys.len() == 1 {
+        let y = &ys[0];
+        match dtype {
+            DTypeKind::F32 | DTypeKind::F64 => {
+                body.op(format!("@{p} st.global.{} [{addr}], {y}", dtype.name()))
             }
-            return;
+            DTypeKind::F16 => {
+                let h = body.reg(Class::B16);
+                body.op(format!("cvt.rn.f16.f32 {h}, {y}"));
+                body.op(format!("@{p} st.global.b16 [{addr}], {h}"));
+            }
+            _ => {
+                let s = body.reg(Class::B32);
+                body.op(format!("mov.b32 {s}, {y}"));
+                body.op(format!("shr.u32 {s}, {s}, 16"));
+                body.op(format!("@{p} st.global.u16 [{addr}], {s}"));
+            }
         }
-        let words: Vec<String> = match self.dtype {
-            DTypeKind::F32 => ys
-                .iter()
-                .map(|y| {
-                    let r = body.reg(Class::B32);
-                    body.op(format!("mov.b32 {r}, {y}"));
-                    r
-                })
-                .collect(),
-            DTypeKind::F64 => ys
-                .iter()
-                .flat_map(|y| {
-                    let lo = body.reg(Class::B32);
-                    let hi = body.reg(Class::B32);
-                    body.op(format!("mov.b64 {{{lo}, {hi}}}, {y}"));
-                    [lo, hi]
-                })
-                .collect(),
-            DTypeKind::F16 => ys
-                .chunks(2)
-                .map(|pair| {
-                    let lo = body.reg(Class::B16);
-                    let hi = body.reg(Class::B16);
-                    body.op(format!("cvt.rn.f16.f32 {lo}, {}", pair[0]));
-                    body.op(format!("cvt.rn.f16.f32 {hi}, {}", pair[1]));
-                    let r = body.reg(Class::B32);
-                    body.op(format!("mov.b32 {r}, {{{lo}, {hi}}}"));
-                    r
-                })
-                .collect(),
-            _ => ys
-                .chunks(2)
-                .map(|pair| {
-                    // The top halves of both (bytes 2, 3 of `lo`, then of
-                    // `hi`): the values are rounded to bf16 already.
-                    let lo = body.reg(Class::B32);
-                    body.op(format!("mov.b32 {lo}, {}", pair[0]));
-                    let hi = body.reg(Class::B32);
-                    body.op(format!("mov.b32 {hi}, {}", pair[1]));
-                    let r = body.reg(Class::B32);
-                    body.op(format!("prmt.b32 {r}, {lo}, {hi}, 0x7632"));
-                    r
-                })
-                .collect(),
-        };
-        body.op(format!(
-            "@{p} st.global.v4.u32 [{addr}], {{{}}}",
-            words.join(", ")
-        ));
+        return;
     }
+    let words: Vec<String> = match dtype {
+        DTypeKind::F32 => ys
+            .iter()
+            .map(|y| {
+                let r = body.reg(Class::B32);
+                body.op(format!("mov.b32 {r}, {y}"));
+                r
+            })
+            .collect(),
+        DTypeKind::F64 => ys
+            .iter()
+            .flat_map(|y| {
+                let lo = body.reg(Class::B32);
+                let hi = body.reg(Class::B32);
+                body.op(format!("mov.b64 {{{lo}, {hi}}}, {y}"));
+                [lo, hi]
+            })
+            .collect(),
+        DTypeKind::F16 => ys
+            .chunks(2)
+            .map(|pair| {
+                let lo = body.reg(Class::B16);
+                let hi = body.reg(Class::B16);
+                body.op(format!("cvt.rn.f16.f32 {lo}, {}", pair[0]));
+                body.op(format!("cvt.rn.f16.f32 {hi}, {}", pair[1]));
+                let r = body.reg(Class::B32);
+                body.op(format!("mov.b32 {r}, {{{lo}, {hi}}}"));
+                r
+            })
+            .collect(),
+        _ => ys
+            .chunks(2)
+            .map(|pair| {
+                // The top halves of both (bytes 2, 3 of `lo`, then of
+                // `hi`): the values are rounded to bf16 already.
+                let lo = body.reg(Class::B32);
+                body.op(format!("mov.b32 {lo}, {}", pair[0]));
+                let hi = body.reg(Class::B32);
+                body.op(format!("mov.b32 {hi}, {}", pair[1]));
+                let r = body.reg(Class::B32);
+                body.op(format!("prmt.b32 {r}, {lo}, {hi}, 0x7632"));
+                r
+            })
+            .collect(),
+    };
+    body.op(format!(
+        "@{p} st.global.v4.u32 [{addr}], {{{}}}",
+        words.join(", ")
+    ));
 }
 
 /// The threads of a row that [`reduce_threads`] combines: this thread's
@@ -445,9 +456,9 @@ pub(super) fn reduce_threads(
 /// This thread's accesses of a row held in registers: access `j` lies
 /// `j * step` bytes past the thread's first one (`first` bytes into the
 /// row), inside the row while `j * threads < rest`.
-struct Accesses {
-    width: usize,
-    count: usize,
+pub(super) struct Accesses {
+    pub(super) width: usize,
+    pub(super) count: usize,
     threads: usize,
     step: usize,
     first: String,
@@ -455,14 +466,21 @@ struct Accesses {
 }
 
 impl Accesses {
-    fn new(body: &mut Body, g: &Gen, entry: NormEntry, t: &str) -> Accesses {
-        let width = entry.width(g.dtype);
+    /// Thread `t`'s accesses of a row of `cols` (a register) elements of
+    /// `dtype` in `entry` (a register-resident one).
+    pub(super) fn new(
+        body: &mut Body,
+        dtype: DTypeKind,
+        cols: &str,
+        entry: NormEntry,
+        t: &str,
+    ) -> Accesses {
+        let width = entry.width(dtype);
         let threads = entry.threads();
-        let bytes = width * g.dtype.size_bytes();
+        let bytes = width * dtype.size_bytes();
         let rest = body.reg(Class::B64);
         body.op(format!(
-            "shr.u64 {rest}, {}, {}",
-            g.cols,
+            "shr.u64 {rest}, {cols}, {}",
             width.trailing_zeros()
         ));
         body.op(format!("sub.s64 {rest}, {rest}, {t}"));
@@ -470,7 +488,7 @@ impl Accesses {
         body.op(format!("mul.lo.u64 {first}, {t}, {bytes}"));
         Accesses {
             width,
-            count: norm::slots(g.dtype) / width,
+            count: norm::slots(dtype) / width,
             threads,
             step: threads * bytes,
             first,
@@ -480,7 +498,7 @@ impl Accesses {
 
     /// Whether access `j` lies in the row (a fresh predicate: they are
     /// recomputed where used rather than held across the row).
-    fn inside(&self, body: &mut Body, j: usize) -> String {
+    pub(super) fn inside(&self, body: &mut Body, j: usize) -> String {
         let p = body.reg(Class::Pred);
         body.op(format!(
             "setp.gt.s64 {p}, {}, {}",
@@ -491,16 +509,16 @@ impl Accesses {
     }
 
     /// The address of this thread's first access in the row at `base`.
-    fn base(&self, body: &mut Body, base: &str) -> String {
+    pub(super) fn base(&self, body: &mut Body, base: &str) -> String {
         addr(body, base, &self.first)
     }
 
-    fn at(&self, base: &str, j: usize) -> String {
+    pub(super) fn at(&self, base: &str, j: usize) -> String {
         format!("{base}+{}", j * self.step)
     }
 }
 
-fn addr(body: &mut Body, base: &str, off: &str) -> String {
+pub(super) fn addr(body: &mut Body, base: &str, off: &str) -> String {
     let a = body.reg(Class::B64);
     body.op(format!("add.u64 {a}, {base}, {off}"));
     a
@@ -522,10 +540,13 @@ fn row_in_registers(
     let raws: Vec<Vec<String>> = (0..acc.count)
         .map(|j| {
             let p = acc.inside(body, j);
-            g.load_raw(body, acc.width, &p, &acc.at(&xa, j))
+            load_raw(body, g.dtype, acc.width, &p, &acc.at(&xa, j))
         })
         .collect();
-    let xs: Vec<Vec<String>> = raws.iter().map(|r| g.widen(body, acc.width, r)).collect();
+    let xs: Vec<Vec<String>> = raws
+        .iter()
+        .map(|r| widen(body, g.dtype, acc.width, r))
+        .collect();
     let s = g.acc(body);
     body.op(format!("mov.{a} {s}, {}", g.zero()));
     let stat = match g.op {
@@ -570,21 +591,21 @@ fn row_in_registers(
             .iter()
             .map(|&j| {
                 let p = acc.inside(body, j);
-                let w = g.load_raw(body, acc.width, &p, &acc.at(wa, j));
-                let b = bias.then(|| g.load_raw(body, acc.width, &p, &acc.at(ba, j)));
+                let w = load_raw(body, g.dtype, acc.width, &p, &acc.at(wa, j));
+                let b = bias.then(|| load_raw(body, g.dtype, acc.width, &p, &acc.at(ba, j)));
                 (w, b)
             })
             .collect();
         for (&j, (wr, br)) in js.iter().zip(&loaded) {
-            let ws = g.widen(body, acc.width, wr);
-            let bs = br.as_ref().map(|br| g.widen(body, acc.width, br));
+            let ws = widen(body, g.dtype, acc.width, wr);
+            let bs = br.as_ref().map(|br| widen(body, g.dtype, acc.width, br));
             let ys: Vec<String> = xs[j]
                 .iter()
                 .enumerate()
                 .map(|(k, x)| g.output(body, x, &inv, &ws[k], bs.as_ref().map(|b| b[k].as_str())))
                 .collect();
             let p = acc.inside(body, j);
-            g.store_access(body, &p, &acc.at(&oa, j), &ys);
+            store_access(body, g.dtype, &p, &acc.at(&oa, j), &ys);
         }
         j0 += group;
     }
@@ -721,7 +742,7 @@ pub(crate) fn norm_entry(name: &str, op: NormOp, dtype: DTypeKind, entry: NormEn
         }
     }
     let acc = (entry != NormEntry::Long).then(|| {
-        let acc = Accesses::new(&mut body, &g, entry, &t);
+        let acc = Accesses::new(&mut body, g.dtype, &g.cols, entry, &t);
         let wa = acc.base(&mut body, &g.w);
         let ba = acc.base(&mut body, &g.b);
         (acc, wa, ba)

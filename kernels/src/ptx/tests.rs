@@ -1066,12 +1066,15 @@ fn kernels_without_bf16_rounding_have_one_text() {
     assert!(!super::differs_on(&k.output(e).unwrap(), Target::Sm80));
 }
 
-/// Row kernels written in `tensor_fn!`: one entry with an input and a
-/// row step per row parameter, then rows, cols and an `f64` per scalar;
-/// a block reduction (butterfly and shared memory) per statistic, exact
-/// arithmetic only.
+/// Row kernels written in `tensor_fn!`: an entry per row strategy of
+/// the built-in norms, each with an input and a row step per row
+/// parameter, then rows, cols and an `f64` per scalar; a reduction per
+/// statistic (a butterfly, and shared memory in a block), exact
+/// arithmetic only; the register entries read each row once, with
+/// 16-byte accesses in the `_v` ones.
 #[test]
 fn row_kernels_are_well_formed() {
+    use crate::norm::NormEntry;
     use crate::rowkernel::norm_program;
     for dtype in [
         DTypeKind::F32,
@@ -1083,8 +1086,9 @@ fn row_kernels_are_well_formed() {
             let prog = norm_program(op, dtype);
             let name = format!("tf_rows_{}_{dtype}", op.name());
             let ptx = super::row_kernel(&prog, &name).unwrap();
+            check_exact(&name, &ptx);
             let es = entries(&ptx);
-            assert_eq!(es.len(), 1, "{name}");
+            assert_eq!(es.len(), NormEntry::ALL.len(), "{name}");
             let rows = if op.has_bias() { 3 } else { 2 };
             let mut want = vec![".param .u64 p_out".to_string()];
             want.extend((0..rows).map(|k| format!(".param .u64 p_in{k}")));
@@ -1092,21 +1096,36 @@ fn row_kernels_are_well_formed() {
             want.push(".param .u64 p_rows".into());
             want.push(".param .u64 p_cols".into());
             want.push(".param .f64 p_s0".into());
-            assert_eq!(es[0].params, want, "{name}");
-            check_body(&es[0]);
-            check_exact(&name, &ptx);
             let stats = if op.has_bias() { 2 } else { 1 };
-            assert_eq!(
-                es[0].body.matches("shfl.sync.bfly.b32").count(),
-                stats * if dtype == DTypeKind::F64 { 10 } else { 5 },
-                "{name}: a butterfly per statistic"
-            );
-            assert_eq!(
-                es[0].body.matches("bar.sync 0").count(),
-                stats + 1,
-                "{name}"
-            );
-            assert!(es[0].body.contains("ld.global.nc"), "{name}");
+            for (e, entry) in es.iter().zip(NormEntry::ALL) {
+                let what = format!("{name}{}", entry.suffix());
+                assert_eq!(e.name, what);
+                assert_eq!(e.params, want, "{what}");
+                check_body(e);
+                assert_eq!(
+                    e.body.matches("shfl.sync.bfly.b32").count(),
+                    stats * if dtype == DTypeKind::F64 { 10 } else { 5 },
+                    "{what}: a butterfly per statistic"
+                );
+                let block = !matches!(entry, NormEntry::Warp { .. });
+                assert_eq!(
+                    e.body.matches("bar.sync 0").count(),
+                    if block { stats + 1 } else { 0 },
+                    "{what}"
+                );
+                let loads = e.body.matches("ld.global.nc").count();
+                let vector = e.body.matches("ld.global.nc.v4.u32").count();
+                match entry {
+                    NormEntry::Long => assert_eq!(vector, 0, "{what}"),
+                    // `x` once, `weight` (and `bias`) once, 16 bytes at a time.
+                    NormEntry::Warp { vector: true } | NormEntry::Block { vector: true } => {
+                        let per_row = crate::norm::slots(dtype) / crate::norm::vector(dtype);
+                        assert_eq!(vector, per_row * rows, "{what}");
+                        assert_eq!(loads, vector, "{what}");
+                    }
+                    _ => assert_eq!(loads, crate::norm::slots(dtype) * rows, "{what}"),
+                }
+            }
         }
     }
 }

@@ -52,11 +52,36 @@ pub struct FusedGroup {
     pub kernel: Result<Kernel, tensorfn_kernels::Error>,
 }
 
+/// A row kernel (`Op::RowKernel`) with the elementwise work around it
+/// folded in: groups computing its row arguments run as each row is
+/// loaded, and a group reading its result runs before each row is
+/// stored, so neither the arguments nor the row kernel's own result are
+/// written to memory.
+#[derive(Clone, Debug)]
+pub struct RowStep {
+    /// The row kernel node.
+    pub node: NodeId,
+    /// Groups computing row arguments, each with its argument's index.
+    pub producers: Vec<(usize, FusedGroup)>,
+    /// The group reading the result (its only reader); its value is the
+    /// step's.
+    pub consumer: Option<FusedGroup>,
+}
+
+impl RowStep {
+    /// The node whose value the step writes.
+    pub fn out(&self) -> NodeId {
+        self.consumer.as_ref().map_or(self.node, |c| c.out)
+    }
+}
+
 /// One step of the plan.
 #[derive(Clone, Debug)]
 pub enum Step {
     /// A fused elementwise kernel.
     Fused(FusedGroup),
+    /// A row kernel and the elementwise work folded into it.
+    Rows(RowStep),
     /// A node computed by one runtime call.
     Op(NodeId),
     /// The last use of a variable has passed.
@@ -432,10 +457,108 @@ struct Storage {
     contiguous: bool,
 }
 
+/// Whether group `gr` can run inside a row kernel over rows of `cols`
+/// elements of `dtype`: a well-typed program whose tensors are rows of
+/// that dtype and length, and whose scalars a row kernel's scalar
+/// parameters carry.
+fn row_foldable(g: &Graph, gr: &FusedGroup, dtype: DTypeKind, cols: &Dim) -> bool {
+    gr.kernel.is_ok()
+        && tensor_ty(g, gr.out).dtype.kind() == dtype
+        && gr.inputs.iter().all(|i| match i {
+            GroupInput::Tensor(n) => {
+                let t = tensor_ty(g, *n);
+                t.dtype.kind() == dtype && t.dims.last() == Some(cols)
+            }
+            GroupInput::Scalar { dtype, .. } => matches!(
+                dtype,
+                DTypeKind::F32 | DTypeKind::F64 | DTypeKind::I32 | DTypeKind::I64
+            ),
+        })
+}
+
+/// The row kernels with elementwise groups folded in ([`RowStep`]), by
+/// the node at whose place each runs (the consumer's, which follows
+/// every value it reads); the groups folded are taken out of `by_root`.
+fn row_steps(
+    f: &CheckedFn,
+    live: &[bool],
+    by_root: &mut HashMap<NodeId, FusedGroup>,
+) -> HashMap<NodeId, RowStep> {
+    let g = &f.graph;
+    let n = g.nodes.len();
+    let mut users: Vec<Vec<NodeId>> = vec![Vec::new(); n];
+    for id in (0..n).filter(|&id| live[id]) {
+        for i in g.inputs(id) {
+            users[i].push(id);
+        }
+    }
+    let only_use = |x: NodeId, by: NodeId| users[x] == [by] && !f.ret.contains(&x);
+    let mut out = HashMap::new();
+    for rk in (0..n).filter(|&id| live[id]) {
+        let Op::RowKernel { args, .. } = &g.nodes[rk].op else {
+            continue;
+        };
+        let Ty::Tensor(t) = &g.nodes[rk].ty else {
+            continue;
+        };
+        let dtype = t.dtype.kind();
+        let rows: Vec<(usize, NodeId)> = args
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|&(_, a)| !is_scalar(g, a))
+            .collect();
+        let Some(cols) = rows
+            .first()
+            .and_then(|&(_, a)| tensor_ty(g, a).dims.last().cloned())
+        else {
+            continue;
+        };
+        let mut producers = Vec::new();
+        for &(i, a) in &rows {
+            let fits = by_root
+                .get(&a)
+                .is_some_and(|gr| only_use(a, rk) && row_foldable(g, gr, dtype, &cols));
+            if fits {
+                producers.push((i, by_root.remove(&a).expect("the group just found")));
+            }
+        }
+        // A result per column (a per-row result drops the rows' dim) read
+        // by one group alone, of the result's dims.
+        let rank = rows.iter().map(|&(_, a)| tensor_ty(g, a).dims.len()).max();
+        let per_column = Some(t.dims.len()) == rank;
+        let reader = (per_column && !f.ret.contains(&rk))
+            .then(|| {
+                by_root.values().find(|gr| {
+                    gr.inputs.contains(&GroupInput::Tensor(rk))
+                        && users[rk].iter().all(|u| gr.members.contains(u))
+                        && tensor_ty(g, gr.out).dims == t.dims
+                        && row_foldable(g, gr, dtype, &cols)
+                })
+            })
+            .flatten()
+            .map(|gr| gr.out);
+        let consumer = reader.map(|c| by_root.remove(&c).expect("the group just found"));
+        if producers.is_empty() && consumer.is_none() {
+            continue;
+        }
+        let step = RowStep {
+            node: rk,
+            producers,
+            consumer,
+        };
+        out.insert(step.out(), step);
+    }
+    out
+}
+
 fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks) -> Plan {
     let g = &f.graph;
     let mut by_root: HashMap<NodeId, FusedGroup> =
         groups.into_iter().map(|gr| (gr.out, gr)).collect();
+    let mut rows = row_steps(f, live, &mut by_root);
+    // Row kernels that run at their consumer's place.
+    let moved: Vec<NodeId> = rows.values().map(|r| r.node).collect();
     let mut steps: Vec<Step> = Vec::new();
     let mut step_of: HashMap<NodeId, usize> = HashMap::new();
     for (id, _) in live.iter().enumerate().filter(|(_, &l)| l) {
@@ -443,6 +566,14 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
             continue;
         }
         if let Op::Param(_) = g.nodes[id].op {
+            continue;
+        }
+        if let Some(r) = rows.remove(&id) {
+            step_of.insert(id, steps.len());
+            steps.push(Step::Rows(r));
+            continue;
+        }
+        if moved.contains(&id) {
             continue;
         }
         if is_elementwise(g, id) {
@@ -472,6 +603,22 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                 .into_iter()
                 .filter(|&i| !is_scalar(g, i))
                 .collect(),
+            Step::Rows(r) => {
+                let folded: Vec<NodeId> = r.producers.iter().map(|(_, p)| p.out).collect();
+                let mut v: Vec<NodeId> = g
+                    .inputs(r.node)
+                    .into_iter()
+                    .filter(|&i| !is_scalar(g, i) && !folded.contains(&i))
+                    .collect();
+                let groups = r.producers.iter().map(|(_, p)| p).chain(&r.consumer);
+                for gr in groups {
+                    v.extend(gr.inputs.iter().filter_map(|i| match i {
+                        GroupInput::Tensor(n) if *n != r.node => Some(*n),
+                        _ => None,
+                    }));
+                }
+                v
+            }
             Step::Drop(_) => vec![],
         }
     };
@@ -516,6 +663,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                 (gr.out, Some(bytes(g, gr.out).add(&scalars)), true, None)
             }
             Step::Drop(_) => continue,
+            Step::Rows(r) => (r.out(), Some(bytes(g, r.out())), true, None),
             Step::Op(n) => {
                 let n = *n;
                 let src = |x: NodeId| {

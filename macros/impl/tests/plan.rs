@@ -211,3 +211,60 @@ fn values_the_results_do_not_need_are_not_computed() {
     assert_eq!(g.len(), 1);
     assert_eq!(g[0].members.len(), 2);
 }
+
+fn row_steps(p: &Plan) -> Vec<&tensorfn_macros_impl::plan::RowStep> {
+    p.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Rows(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn elementwise_neighbours_fold_into_a_row_kernel() {
+    let (p, c) = plan(quote! {
+        #[kernel]
+        fn rms(x: Row<f32>, w: Row<f32>, eps: f32) -> Row<f32> { x * rsqrt(mean(x * x) + eps) * w }
+        fn f(x: &Tensor<Cpu, f32, [4, 8]>, r: &Tensor<Cpu, f32, [4, 8]>, w: &Tensor<Cpu, f32, [8]>,
+             g: &Tensor<Cpu, f32, [4, 8]>, v: &Tensor<Cpu, f32, [8, 8]>, s: f32) -> Tensor<Cpu, f32, [4, 8]> {
+            let m = matmul(x, v);
+            rms(x + r * s, w, 1e-6) * g + m
+        }
+    });
+    // The matmul, then one step for the sum, the norm and the gate.
+    assert!(fused(&p).is_empty(), "{:?}", p.steps);
+    let rows = row_steps(&p);
+    assert_eq!(rows.len(), 1, "{:?}", p.steps);
+    let r = rows[0];
+    assert_eq!(r.producers.len(), 1);
+    assert_eq!(r.producers[0].0, 0);
+    assert_eq!(r.producers[0].1.inputs.len(), 3);
+    let consumer = r.consumer.as_ref().expect("the gate folded in");
+    assert_eq!(consumer.inputs.len(), 3, "{consumer:?}");
+    assert_eq!(Some(&r.out()), c.ret.last());
+    // The row step runs after the matmul its consumer reads.
+    let at = |want: &dyn Fn(&Step) -> bool| p.steps.iter().position(want).unwrap();
+    assert!(at(&|s| matches!(s, Step::Op(_))) < at(&|s| matches!(s, Step::Rows(_))));
+}
+
+#[test]
+fn row_kernel_neighbours_read_elsewhere_stay_apart() {
+    let (p, _) = plan(quote! {
+        #[kernel]
+        fn rms(x: Row<f32>, w: Row<f32>, eps: f32) -> Row<f32> { x * rsqrt(mean(x * x) + eps) * w }
+        #[kernel]
+        fn total(x: Row<f32>) -> f32 { sum(x) }
+        fn f(x: &Tensor<Cpu, f32, [4, 8]>, w: &Tensor<Cpu, f32, [8]>, b: &Tensor<Cpu, f16, [4, 8]>)
+            -> (Tensor<Cpu, f32, [4, 8]>, Tensor<Cpu, f32, [4, 8]>, Tensor<Cpu, f32, [4]>) {
+            let h = x + 1.0;
+            let y = rms(h, w, 1e-6);
+            // A row of another dtype, and a per-row result: not folded.
+            (y, h * 2.0, total(x * b.cast::<f32>()) * 3.0)
+        }
+    });
+    // `h`, `h * 2`, the product of mixed dtypes and the scaled totals.
+    assert_eq!(fused(&p).len(), 4, "{:?}", p.steps);
+    assert!(row_steps(&p).is_empty(), "{:?}", p.steps);
+}

@@ -841,14 +841,23 @@ impl Backend for CudaBackend {
                 ));
             }
         }
-        let f = self
-            .ctx
-            .function(super::modules::ModuleKey::Fused(kernel.name), "", || {
+        // The built-in norms' choice of strategy: the row in registers
+        // when it fits, 16-byte accesses when every row starts on a
+        // 16-byte boundary.
+        let aligned = std::iter::once(out.device_ptr())
+            .chain(inputs.iter().map(|(b, _)| b.device_ptr()))
+            .all(|p| p % 16 == 0);
+        let entry = tensorfn_kernels::norm::entry(T::KIND, cols, aligned);
+        let f = self.ctx.function(
+            super::modules::ModuleKey::Fused(kernel.name),
+            entry.suffix(),
+            || {
                 Ok(super::modules::KernelSource {
                     name: kernel.name.to_string(),
                     ptx: kernel.ptx.to_string(),
                 })
-            })?;
+            },
+        )?;
         let mut words: Vec<u64> = vec![out.device_ptr()];
         words.extend(inputs.iter().map(|(b, _)| b.device_ptr()));
         words.extend(inputs.iter().map(|(_, s)| *s as u64));
@@ -864,10 +873,16 @@ impl Backend for CudaBackend {
                 .iter_mut()
                 .map(|v| v as *mut f64 as *mut std::ffi::c_void),
         );
-        let grid = rows.min(65_535) as u32;
+        let grid = rows.div_ceil(entry.rows_per_block()).min(65_535) as u32;
         self.ctx.launch_grid(
             f,
-            &|| format!("row kernel {} over {rows}x{cols}", kernel.name),
+            &|| {
+                format!(
+                    "row kernel {}{} over {rows}x{cols}",
+                    kernel.name,
+                    entry.suffix()
+                )
+            },
             (grid, 1),
             &mut params,
         )?;

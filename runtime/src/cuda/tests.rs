@@ -2321,17 +2321,49 @@ fn norm_bandwidth() {
                 let bias = op.has_bias().then_some((&b, &lw));
                 let _ = be.norm(op, (&x, &l), (&w, &lw), bias, 1e-5).unwrap();
             });
+            // The same norm written as a row kernel, as a user writes it.
+            let def = norm_row_kernel(op, T::KIND);
+            let mut inputs = vec![(&x, cols), (&w, 0)];
+            if op.has_bias() {
+                inputs.push((&b, 0));
+            }
+            let none = |_: &[&[T]], _: &[f64], _: &mut [T]| {};
+            let rk = time(be, &mut || {
+                let _ = be
+                    .row_kernel(def, &inputs, &[1e-5], (rows, cols), &none)
+                    .unwrap();
+            });
             eprintln!(
-                "{} {} [{rows}, {cols}]: {:.1} us, {:.0} GB/s; copy {:.1} us ({:.0} GB/s), cast {:.1} us",
+                "{} {} [{rows}, {cols}]: {:.1} us, {:.0} GB/s; row kernel {:.1} us ({:.0} GB/s); copy {:.1} us ({:.0} GB/s), cast {:.1} us",
                 op.name(),
                 T::KIND,
                 t * 1e6,
                 bytes / t / 1e9,
+                rk * 1e6,
+                bytes / rk / 1e9,
                 copy * 1e6,
                 bytes / copy / 1e9,
                 copy_strided * 1e6
             );
         }
+        // A residual block in one pass: the sum folded into the loads,
+        // the gate into the stores.
+        let r = up(be, &random::<T>(&mut rng, rows * cols, -2.0, 2.0));
+        let g = up(be, &random::<T>(&mut rng, rows * cols, -2.0, 2.0));
+        let def = residual_rms_gate(T::KIND);
+        let inputs = [(&x, cols), (&r, cols), (&w, 0), (&g, cols)];
+        let none = |_: &[&[T]], _: &[f64], _: &mut [T]| {};
+        let fused = time(be, &mut || {
+            let _ = be
+                .row_kernel(def, &inputs, &[1e-5], (rows, cols), &none)
+                .unwrap();
+        });
+        eprintln!(
+            "residual_rms_gate {} [{rows}, {cols}]: fused row kernel {:.1} us ({:.0} GB/s over 4 reads and a write)",
+            T::KIND,
+            fused * 1e6,
+            2.5 * bytes / fused / 1e9
+        );
     }
     let rope_case = |b: usize, t: usize, d: usize| {
         let mut rng = seed();
@@ -4200,28 +4232,68 @@ fn builtin_conv2d_timing() {
     }
 }
 
+/// Normalisation `op` over rows of `dtype` as a row kernel
+/// ([`norm_program`](tensorfn_kernels::rowkernel::norm_program)), as
+/// `tensor_fn!` emits a user's.
+fn norm_row_kernel(
+    op: NormOp,
+    dtype: tensorfn_core::DTypeKind,
+) -> &'static tensorfn_kernels::rowkernel::RowKernelDef {
+    let prog = tensorfn_kernels::rowkernel::norm_program(op, dtype);
+    row_kernel_def(&prog, format!("tf_rows_test_{}_{dtype}", op.name()))
+}
+
+/// `rms_norm(x + r, w, eps) * g` as one row kernel over the rows of `x`,
+/// `r`, `w` and `g` (in that order), as `tensor_fn!` folds the sum into
+/// the loads and the product into the stores.
+fn residual_rms_gate(
+    dtype: tensorfn_core::DTypeKind,
+) -> &'static tensorfn_kernels::rowkernel::RowKernelDef {
+    use tensorfn_kernels::ir::ElementwiseBuilder;
+    use tensorfn_kernels::rowkernel::{norm_program, RowParam};
+    use tensorfn_kernels::BinaryOp;
+    let binary = |op| {
+        let mut b = ElementwiseBuilder::new();
+        let (x, y) = (b.input(dtype), b.input(dtype));
+        let z = b.binary(op, x, y);
+        b.output(z).unwrap()
+    };
+    let prog = norm_program(NormOp::RmsNorm, dtype)
+        .fuse_producer(0, &binary(BinaryOp::Add), &[RowParam::Row, RowParam::Row])
+        .unwrap()
+        .fuse_consumer(&binary(BinaryOp::Mul), 0, &[RowParam::Row])
+        .unwrap();
+    row_kernel_def(&prog, format!("tf_rows_test_residual_{dtype}"))
+}
+
+/// `prog`'s module as `tensor_fn!` emits it, named `name`.
+fn row_kernel_def(
+    prog: &tensorfn_kernels::rowkernel::RowProgram,
+    name: String,
+) -> &'static tensorfn_kernels::rowkernel::RowKernelDef {
+    let ptx = tensorfn_kernels::ptx::row_kernel(prog, &name).unwrap();
+    Box::leak(Box::new(tensorfn_kernels::rowkernel::RowKernelDef {
+        name: Box::leak(name.into_boxed_str()),
+        ptx: Box::leak(ptx.into_boxed_str()),
+        per_row: false,
+    }))
+}
+
 /// Row kernels written in `tensor_fn!` (here the catalogue's norms written
 /// as row programs, as a user writes them): the GPU entry against the
 /// built-in norm on the CPU, a broadcast weight (step 0) and a per-row
-/// weight, NaN and infinite rows, one-element and empty rows, and a
-/// per-row result.
+/// weight, NaN and infinite rows, one-element and empty rows, and rows
+/// for every entry (a warp's and a block's from registers, with 16-byte
+/// and one-element accesses, and the long one).
 #[test]
 fn row_kernels_match_the_builtin_norms() {
     use crate::cpu::CpuBackend;
-    use tensorfn_kernels::rowkernel::{norm_program, RowKernelDef};
     let Some((_serial, be)) = gpu() else { return };
     let mut rng = seed();
     fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
         for op in NormOp::ALL {
-            let prog = norm_program(op, T::KIND);
-            let name = format!("tf_rows_test_{}_{}", op.name(), T::KIND);
-            let ptx = tensorfn_kernels::ptx::row_kernel(&prog, &name).unwrap();
-            let def: &'static RowKernelDef = Box::leak(Box::new(RowKernelDef {
-                name: Box::leak(name.into_boxed_str()),
-                ptx: Box::leak(ptx.into_boxed_str()),
-                per_row: false,
-            }));
-            for cols in [0, 1, 33, 768, 4100] {
+            let def = norm_row_kernel(op, T::KIND);
+            for cols in [0, 1, 33, 768, 2048, 4100, 9000] {
                 let rows = 6;
                 let mut x: Vec<T> = random(rng, rows * cols, -3.0, 3.0);
                 if cols > 2 {
@@ -4274,6 +4346,42 @@ fn row_kernels_match_the_builtin_norms() {
                 let again = down(&again, &[rows, cols]);
                 for (g, a) in got.iter().zip(&again) {
                     assert!(g.to_f64().to_bits() == a.to_f64().to_bits() || g.to_f64().is_nan());
+                }
+                if op != NormOp::RmsNorm {
+                    continue;
+                }
+                // With a residual sum folded into the loads and a gate
+                // into the stores: the three steps on the CPU.
+                let r: Vec<T> = random(rng, rows * cols, -3.0, 3.0);
+                let gate: Vec<T> = random(rng, rows * cols, -2.0, 2.0);
+                let (sr, sg) = (up(be, &r), up(be, &gate));
+                let inputs = [(&sx, cols), (&sr, cols), (&sw, 0), (&sg, cols)];
+                let fused = be
+                    .row_kernel(
+                        residual_rms_gate(T::KIND),
+                        &inputs,
+                        &[epsilon],
+                        (rows, cols),
+                        &none,
+                    )
+                    .unwrap();
+                let fused = down(&fused, &[rows, cols]);
+                let h: Vec<T> = x
+                    .iter()
+                    .zip(&r)
+                    .map(|(a, b)| T::from_f64(a.to_f64() + b.to_f64()))
+                    .collect();
+                let y = CpuBackend
+                    .norm(op, (&h, &l), (&w, &lw), None, epsilon)
+                    .unwrap();
+                for (i, (f, (y, g))) in fused.iter().zip(y.iter().zip(&gate)).enumerate() {
+                    let (f, w) = (f.to_f64(), T::from_f64(y.to_f64() * g.to_f64()).to_f64());
+                    assert!(
+                        (f.is_nan() && w.is_nan())
+                            || f == w
+                            || (f - w).abs() <= 2.0 * tol * (1.0 + w.abs()),
+                        "{what} [{i}]: residual block {f}, steps {w}"
+                    );
                 }
             }
         }

@@ -208,6 +208,7 @@ impl FnGen<'_> {
                 quote!(::core::mem::drop(#v);)
             }
             Step::Fused(gr) => self.fused(gr),
+            Step::Rows(r) => self.row_step(r),
             Step::Op(n) => {
                 let n = *n;
                 let v = var(n);

@@ -1,9 +1,33 @@
 //! A call to a row kernel (`Op::RowKernel`): the program's PTX in a
 //! static, and the CPU's loop over a row printed from the same element
-//! programs ([`rust_code::emit_rust`]), one pass per statistic.
+//! programs ([`rust_code::emit_rust`]), one pass per statistic. A
+//! [`RowStep`] folds its elementwise neighbours into the program first
+//! ([`RowProgram::fuse_producer`], [`RowProgram::fuse_consumer`]), so the
+//! PTX and the CPU loop both run them.
 
 use super::*;
+use crate::plan::{FusedGroup, GroupInput, RowStep};
 use tensorfn_kernels::rowkernel::{RowParam, RowProgram, RowReduce};
+
+/// Where a parameter of a (fused) row program comes from.
+#[derive(Clone, Copy)]
+enum Source {
+    /// The rows of a tensor node.
+    Rows(NodeId),
+    /// A scalar node.
+    Scalar(NodeId),
+}
+
+/// A fused group's inputs as row-program parameters and their sources.
+fn group_params(gr: &FusedGroup) -> (Vec<RowParam>, Vec<Source>) {
+    gr.inputs
+        .iter()
+        .map(|i| match i {
+            GroupInput::Tensor(n) => (RowParam::Row, Source::Rows(*n)),
+            GroupInput::Scalar { node, dtype } => (RowParam::Scalar(*dtype), Source::Scalar(*node)),
+        })
+        .unzip()
+}
 
 /// A stable entry name for row kernel `kernel` with program `prog`: the
 /// kernel's name and a hash of its programs (equal programs share their
@@ -147,12 +171,87 @@ fn cpu_fn(prog: &RowProgram, name: &syn::Ident) -> TokenStream {
 impl FnGen<'_> {
     /// The expression computing row kernel `kernel` on `args` (node `n`).
     pub(super) fn row_kernel(&self, n: NodeId, kernel: usize, args: &[NodeId]) -> TokenStream {
+        let step = RowStep {
+            node: n,
+            producers: Vec::new(),
+            consumer: None,
+        };
+        self.row_call(&step, kernel, args)
+    }
+
+    /// The statement binding the value of row step `r`.
+    pub(super) fn row_step(&self, r: &RowStep) -> TokenStream {
+        let Op::RowKernel { kernel, args } = &self.g().nodes[r.node].op else {
+            unreachable!("a row step of a row kernel")
+        };
+        let (kernel, args) = (*kernel, args.clone());
+        let out = r.out();
+        let v = var(out);
+        let ty = self.type_of(out);
+        let value = self.row_call(r, kernel, &args);
+        quote!(let #v: #ty = #value;)
+    }
+
+    /// The expression computing row step `r` of row kernel `kernel` on
+    /// `args`.
+    fn row_call(&self, r: &RowStep, kernel: usize, args: &[NodeId]) -> TokenStream {
         let k = self.ctx.kernels[kernel];
-        let Some(prog) = crate::kernel::build_row(self.ctx.kernels, kernel) else {
+        let Some(mut prog) = crate::kernel::build_row(self.ctx.kernels, kernel) else {
             // Its errors stop the build.
             return quote!(::core::unreachable!());
         };
-        let t = self.tty(n).clone();
+        let mut sources: Vec<Source> = args
+            .iter()
+            .zip(&k.rows)
+            .map(|(&a, &row)| {
+                if row {
+                    Source::Rows(a)
+                } else {
+                    Source::Scalar(a)
+                }
+            })
+            .collect();
+        // Last argument first: the earlier ones keep their places.
+        let mut producers: Vec<&(usize, FusedGroup)> = r.producers.iter().collect();
+        producers.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
+        let mut fused = Ok(());
+        for (i, gr) in producers {
+            let (params, srcs) = group_params(gr);
+            fused = gr
+                .kernel
+                .clone()
+                .and_then(|p| prog.fuse_producer(*i, &p, &params))
+                .map(|p| {
+                    prog = p;
+                    sources.splice(*i..=*i, srcs);
+                });
+            if fused.is_err() {
+                break;
+            }
+        }
+        if let (Ok(()), Some(gr)) = (&fused, &r.consumer) {
+            let at = gr
+                .inputs
+                .iter()
+                .position(|i| *i == GroupInput::Tensor(r.node))
+                .expect("the consumer reads the row kernel");
+            let mut others = gr.clone();
+            others.inputs.remove(at);
+            let (params, srcs) = group_params(&others);
+            fused = gr
+                .kernel
+                .clone()
+                .and_then(|c| prog.fuse_consumer(&c, at, &params))
+                .map(|p| {
+                    prog = p;
+                    sources.extend(srcs);
+                });
+        }
+        if let Err(e) = fused {
+            let msg = format!("internal error of `tensor_fn!`: row kernel `{}` could not take in its elementwise neighbours: {e}", k.name);
+            return quote!(::core::compile_error!(#msg));
+        }
+        let t = self.tty(r.out()).clone();
         let name = row_kernel_name(&k.name.to_string(), &prog);
         let ptx = if t.device == Device::Cpu {
             String::new()
@@ -166,20 +265,22 @@ impl FnGen<'_> {
             }
         };
         let per_row = prog.per_row;
-        let rows: Vec<TokenStream> = args
+        let rows: Vec<TokenStream> = sources
             .iter()
-            .zip(&k.rows)
-            .filter(|(_, &r)| r)
-            .map(|(&a, _)| {
-                let r = self.reference(a);
-                quote!(::tensorfn::__private::row_arg(#r))
+            .filter_map(|s| match s {
+                Source::Rows(a) => {
+                    let r = self.reference(*a);
+                    Some(quote!(::tensorfn::__private::row_arg(#r)))
+                }
+                Source::Scalar(_) => None,
             })
             .collect();
-        let scalars: Vec<TokenStream> = args
+        let scalars: Vec<TokenStream> = sources
             .iter()
-            .zip(&k.rows)
-            .filter(|(_, &r)| !r)
-            .map(|(&a, _)| self.scalar_f64(a))
+            .filter_map(|s| match s {
+                Source::Scalar(a) => Some(self.scalar_f64(*a)),
+                Source::Rows(_) => None,
+            })
             .collect();
         let dims = dims_array(&t.dims, self.symbols());
         let f = format_ident!("__tf_row_cpu");
