@@ -570,6 +570,34 @@ pub fn dropout(dtype: DTypeKind) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
+/// Name of [`multinomial`]`(dtype)`.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::builtin::multinomial_name(tensorfn_kernels::DTypeKind::F32), "tf_multinomial_f32");
+/// ```
+pub fn multinomial_name(dtype: DTypeKind) -> String {
+    format!("tf_multinomial_{dtype}")
+}
+
+/// Seeded `multinomial` draws from contiguous rows of float `dtype`
+/// weights: the entry `NAME(out, x, scratch, status, rows, cols, n,
+/// replacement, mixed_seed)`, one thread per row following the runtime's
+/// CPU procedure in f64 step for step (the same indices from the same
+/// seed), faulty rows reported through `status` (see `ptx::multinomial`).
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert!(builtin::multinomial(DTypeKind::BF16)?.ptx.contains(".entry tf_multinomial_bf16("));
+/// assert!(builtin::multinomial(DTypeKind::I64).is_err());
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn multinomial(dtype: DTypeKind) -> Result<Kernel> {
+    float_only("multinomial", dtype)?;
+    let name = multinomial_name(dtype);
+    let ptx = ptx::multinomial(&name, dtype);
+    Ok(Kernel { name, ptx })
+}
+
 /// Name of [`batch_norm`]`(dtype)`.
 ///
 /// ```
@@ -1191,6 +1219,7 @@ pub fn all() -> Vec<Kernel> {
         out.extend(cumsum(dtype).ok());
         out.extend(pool2d(dtype).ok());
         out.extend(dropout(dtype).ok());
+        out.extend(multinomial(dtype).ok());
         out.extend(conv2d(dtype).ok());
         out.extend(batch_norm(dtype).ok());
         out.extend(attention(dtype).ok());

@@ -369,6 +369,21 @@ pub(crate) trait Backend {
         seed: u64,
     ) -> Result<Self::Buf<T>>;
 
+    /// Seeded `multinomial`: `num_samples` categories drawn from each row
+    /// of weights along the last dim of `l` (`num_samples` at most that
+    /// dim without `replacement`), by `cpu::multinomial`'s procedure so
+    /// every backend draws the same indices: a contiguous `i64` buffer of
+    /// `l`'s dims with the last one `num_samples`, or the worst row's
+    /// fault as `multinomial_fault`'s `Err`.
+    fn multinomial<T: FloatDType>(
+        &self,
+        x: &Self::Buf<T>,
+        l: &Layout,
+        num_samples: usize,
+        replacement: bool,
+        seed: u64,
+    ) -> Result<Self::Buf<i64>>;
+
     /// Pooling `pool` over the last two dims of `l` (rank 3 or 4, any
     /// strides) into `out` (`[OH, OW]`, from the shape rule), windows
     /// summed in f64: a contiguous buffer of `l`'s leading dims and `out`.
@@ -695,4 +710,47 @@ pub(crate) fn conv2d_backward_on_host<B: Backend + ?Sized, T: FloatDType>(
         input,
     )?;
     be.upload(Cow::Owned(out))
+}
+
+/// What makes a row of `multinomial`'s weights unusable, worst last (the
+/// backends report the worst over all rows; the GPU kernel writes these
+/// codes, 0 meaning none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum MultinomialFault {
+    /// Fewer positive weights than draws without replacement.
+    TooFew = 1,
+    /// Every weight zero.
+    ZeroSum = 2,
+    /// A negative, NaN or infinite weight, or a total past f64's range.
+    Weight = 3,
+}
+
+impl MultinomialFault {
+    /// The fault of a kernel's code, `None` for 0.
+    pub(crate) fn from_code(code: u32) -> Option<Self> {
+        match code {
+            0 => None,
+            1 => Some(Self::TooFew),
+            2 => Some(Self::ZeroSum),
+            _ => Some(Self::Weight),
+        }
+    }
+}
+
+/// The `Err` of a `multinomial` fault, naming the operand.
+pub(crate) fn multinomial_fault(f: MultinomialFault) -> Error {
+    let found = match f {
+        MultinomialFault::TooFew => {
+            "a row of `probs` with fewer positive weights than `num_samples` (drawn without replacement)"
+        }
+        MultinomialFault::ZeroSum => "a row of `probs` whose weights are all zero",
+        MultinomialFault::Weight => {
+            "a negative, NaN or infinite weight in `probs` (or a row summing past f64's range)"
+        }
+    };
+    Error::shape(
+        "multinomial",
+        "rows of `probs` of finite non-negative weights with a positive sum",
+        found,
+    )
 }

@@ -37,6 +37,7 @@ mod gather;
 mod inst;
 mod memory;
 mod mma_tile;
+mod multinomial;
 mod norm;
 mod optim;
 mod pool;
@@ -351,6 +352,15 @@ pub(crate) fn dropout(name: &str, dtype: DTypeKind) -> String {
     module(
         &format!("{name}: seeded dropout of {dtype}"),
         &[pool::dropout_entry(name, dtype)],
+    )
+}
+
+/// The module of the seeded `multinomial` entry `name` over rows of
+/// `dtype` (see `ptx::multinomial` for the parameters).
+pub(crate) fn multinomial(name: &str, dtype: DTypeKind) -> String {
+    module(
+        &format!("{name}: seeded multinomial draws from rows of {dtype}"),
+        &[multinomial::multinomial_entry(name, dtype)],
     )
 }
 

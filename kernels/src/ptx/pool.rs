@@ -593,7 +593,7 @@ fn candidates(body: &mut Body, kind: PoolKind, a: &Axis, i: &str) -> (String, St
 }
 
 /// `tensorfn_core::ops::dropout::mix` of `z` in place.
-fn mix(body: &mut Body, z: &str) {
+pub(super) fn mix(body: &mut Body, z: &str) {
     let t = body.reg(Class::B64);
     for (shift, mul) in [
         (30, Some(0xbf58_476d_1ce4_e5b9u64)),

@@ -365,6 +365,14 @@ fn every_builtin_is_well_formed() {
             assert_eq!(es[0].params.len(), 6, "{}", k.name);
             check_body(&es[0]);
             check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_multinomial_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].name, k.name);
+            assert_eq!(es[0].params.len(), 9, "{}", k.name);
+            check_body(&es[0]);
+            assert!(es[0].body.contains("atom.global.max.u32"), "{}", k.name);
+            check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_batch_norm_") {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 5, "{}", k.name);

@@ -13,6 +13,7 @@ pub(crate) mod elementwise;
 mod fused;
 pub(crate) mod gather;
 pub(crate) mod matmul;
+mod multinomial;
 mod norm;
 pub(crate) mod par;
 pub(crate) mod pool;
@@ -305,6 +306,19 @@ impl Backend for CpuBackend {
         strided::check_extent("cumsum", l, x.len())?;
         crate::backend::cumsum_fits::<T, U>(l, dim)?;
         Ok(cumsum::cumsum(x, l, dim))
+    }
+
+    fn multinomial<T: FloatDType>(
+        &self,
+        x: &Vec<T>,
+        l: &Layout,
+        num_samples: usize,
+        replacement: bool,
+        seed: u64,
+    ) -> Result<Vec<i64>> {
+        strided::check_extent("multinomial", l, x.len())?;
+        multinomial::multinomial(x, l, num_samples, replacement, seed)
+            .map_err(crate::backend::multinomial_fault)
     }
 
     fn topk<T: NumDType>(&self, x: &Vec<T>, l: &Layout, k: usize) -> Result<(Vec<T>, Vec<i64>)> {

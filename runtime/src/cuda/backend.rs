@@ -545,6 +545,17 @@ impl Backend for CudaBackend {
         self.topk_gpu(x, l, k)
     }
 
+    fn multinomial<T: FloatDType>(
+        &self,
+        x: &CudaStorage<T>,
+        l: &Layout,
+        num_samples: usize,
+        replacement: bool,
+        seed: u64,
+    ) -> Result<CudaStorage<i64>> {
+        self.multinomial_gpu(x, l, num_samples, replacement, seed)
+    }
+
     fn dropout<T: FloatDType>(
         &self,
         x: &CudaStorage<T>,

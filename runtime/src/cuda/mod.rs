@@ -50,6 +50,7 @@ mod im2col;
 mod launch;
 mod lt;
 mod modules;
+mod multinomial;
 pub(crate) mod nccl;
 pub(crate) mod optim;
 mod overlap;

@@ -74,6 +74,8 @@ pub(crate) enum Builtin {
     Pool2d(DTypeKind),
     /// Seeded `dropout` of this dtype.
     Dropout(DTypeKind),
+    /// Seeded `multinomial` draws from rows of this dtype.
+    Multinomial(DTypeKind),
     /// The built-in convolution's `im2col` and `col2im` over this dtype.
     Conv2d(DTypeKind),
     /// `batch_norm` and its backward over this dtype.
@@ -105,6 +107,7 @@ impl Builtin {
             | Builtin::Cumsum(_)
             | Builtin::Pool2d(_)
             | Builtin::Dropout(_)
+            | Builtin::Multinomial(_)
             | Builtin::Conv2d(_)
             | Builtin::BatchNorm(_) => 1,
         }
@@ -155,6 +158,7 @@ impl Builtin {
             Builtin::Cumsum(t) => builtin::cumsum(t),
             Builtin::Pool2d(t) => builtin::pool2d(t),
             Builtin::Dropout(t) => builtin::dropout(t),
+            Builtin::Multinomial(t) => builtin::multinomial(t),
             Builtin::Conv2d(t) => builtin::conv2d(t),
             Builtin::BatchNorm(t) => builtin::batch_norm(t),
             Builtin::Addcmul(t) => {

@@ -3542,6 +3542,67 @@ fn pools_and_dropout_match_the_cpu() {
     check::<bf16>(&be, &mut rng);
 }
 
+/// `multinomial` on the GPU against the CPU backend: the same indices
+/// from the same seed, with and without replacement, on zero weights,
+/// a transposed view and every float dtype; and the same faults.
+#[test]
+fn multinomial_matches_the_cpu() {
+    use crate::cpu::CpuBackend;
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
+        for (rows, cols, n) in [(1, 1, 1), (7, 5, 3), (300, 129, 16), (2, 50_257, 1)] {
+            // Weights in [0, 4), about a quarter of them exactly 0.
+            let x: Vec<T> = random::<f64>(rng, rows * cols, -1.0, 3.0)
+                .into_iter()
+                .map(|v| T::from_f64(v.max(0.0)))
+                .collect();
+            let gx = up(be, &x);
+            let views = [
+                Layout::contiguous(&[rows, cols]),
+                Layout::contiguous(&[cols, rows]).permute(&[1, 0]),
+            ];
+            for l in views {
+                for (replacement, s) in [(true, 3u64), (false, 4)] {
+                    let want = CpuBackend.multinomial(&x, &l, n, replacement, s);
+                    let got = be.multinomial::<T>(&gx, &l, n, replacement, s);
+                    let what = format!("{} [{rows}, {cols}] n={n} {replacement}", T::KIND);
+                    match (got, want) {
+                        (Ok(g), Ok(w)) => assert_eq!(down(&g, &[rows * n]), w, "{what}"),
+                        (Err(g), Err(w)) => assert_eq!(g.to_string(), w.to_string(), "{what}"),
+                        (g, w) => {
+                            panic!("{what}: GPU {:?}, CPU {:?}", g.map(|_| ()), w.map(|_| ()))
+                        }
+                    }
+                }
+            }
+        }
+        for bad in [-1.0, f64::NAN, f64::INFINITY, 0.0] {
+            let x = vec![
+                T::from_f64(1.0),
+                T::from_f64(2.0),
+                T::from_f64(bad),
+                T::from_f64(0.0),
+            ];
+            let x = if bad == 0.0 {
+                vec![T::from_f64(0.0); 4]
+            } else {
+                x
+            };
+            let l = Layout::contiguous(&[2, 2]);
+            let want = CpuBackend.multinomial(&x, &l, 1, true, 1).unwrap_err();
+            let got = be
+                .multinomial::<T>(&up(be, &x), &l, 1, true, 1)
+                .unwrap_err();
+            assert_eq!(got.to_string(), want.to_string());
+        }
+    }
+    check::<f32>(&be, &mut rng);
+    check::<f64>(&be, &mut rng);
+    check::<f16>(&be, &mut rng);
+    check::<bf16>(&be, &mut rng);
+}
+
 /// Bit-for-bit equality, any NaN matching any NaN.
 fn same_bits<T: DType>(what: &str, got: &[T], want: &[T]) {
     assert_eq!(got.len(), want.len(), "{what}: length");

@@ -22,6 +22,7 @@ mod index;
 mod inplace;
 mod into;
 mod matmul;
+mod multinomial;
 mod norm;
 pub(crate) mod output;
 mod pool;
