@@ -36,7 +36,7 @@
 //! `NCCL_NVLS_ENABLE=0` is set before the first communicator unless the
 //! environment already sets it.
 
-use crate::cuda::nccl::{self, red, Comms, Flight, DEFAULT_TIMEOUT};
+use crate::cuda::nccl::{self, red, Collective, Comms, Flight, DEFAULT_TIMEOUT};
 use crate::cuda::{contiguous_ptr, CudaStorage};
 use crate::device::Cuda;
 use crate::dtype::{DType, DTypeKind};
@@ -630,10 +630,13 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
         let outs = outputs::<R::Elem>(&parts, n)?;
         let flight = if n > 0 {
             let bufs = pairs(&inputs, &outs);
-            Some(
-                self.comms
-                    .all_reduce(&bufs, n, dtype, op.nccl(), keep(parts, inputs))?,
-            )
+            Some(self.comms.launch(
+                Collective::AllReduce(op.nccl()),
+                &bufs,
+                n,
+                dtype,
+                keep(parts, inputs),
+            )?)
         } else {
             None
         };
@@ -664,7 +667,13 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
             })
             .collect();
         self.comms
-            .all_reduce(&bufs, n, dtype, op.nccl(), Vec::new())
+            .launch(
+                Collective::AllReduce(op.nccl()),
+                &bufs,
+                n,
+                dtype,
+                Vec::new(),
+            )
             .map(Some)
     }
 
@@ -718,21 +727,7 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
     /// # Ok(()) }
     /// ```
     pub fn all_gather<S2: Shape, R: Replicas<G>>(&self, x: &R) -> Result<R::With<S2>> {
-        const {
-            let c = static_shard::<R::Shape, S2>(true, W::ONE_PROCESS, G::N);
-            assert!(
-                c != BAD_RANK,
-                "all_gather: the output must have the input's rank, at least 1"
-            );
-            assert!(
-                c != BAD_TAIL,
-                "all_gather: the output's dims after dim 0 must be the input's"
-            );
-            assert!(
-                c != BAD_DIM0,
-                "all_gather: the output's dim 0 must be N times the input's (N: the GPUs of the group)"
-            );
-        };
+        const { gather_rule(static_shard::<R::Shape, S2>(true, W::ONE_PROCESS, G::N)) };
         self.start_all_gather::<S2, R>(x)?.wait()
     }
 
@@ -753,21 +748,7 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
         &self,
         x: &R,
     ) -> Result<Pending<'_, R::With<S2>>> {
-        const {
-            let c = static_shard::<R::Shape, S2>(true, W::ONE_PROCESS, G::N);
-            assert!(
-                c != BAD_RANK,
-                "all_gather: the output must have the input's rank, at least 1"
-            );
-            assert!(
-                c != BAD_TAIL,
-                "all_gather: the output's dims after dim 0 must be the input's"
-            );
-            assert!(
-                c != BAD_DIM0,
-                "all_gather: the output's dim 0 must be N times the input's (N: the GPUs of the group)"
-            );
-        };
+        const { gather_rule(static_shard::<R::Shape, S2>(true, W::ONE_PROCESS, G::N)) };
         self.start_all_gather::<S2, R>(x)
     }
 
@@ -786,7 +767,7 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
             let dtype = nccl::data_type(R::Elem::KIND);
             Some(
                 self.comms
-                    .all_gather(&bufs, n, dtype, keep(parts, inputs))?,
+                    .launch(Collective::AllGather, &bufs, n, dtype, keep(parts, inputs))?,
             )
         } else {
             None
@@ -819,25 +800,7 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
         x: &R,
         op: ReduceOp,
     ) -> Result<R::With<S2>> {
-        const {
-            let c = static_shard::<R::Shape, S2>(false, W::ONE_PROCESS, G::N);
-            assert!(
-                c != BAD_RANK,
-                "reduce_scatter: the output must have the input's rank, at least 1"
-            );
-            assert!(
-                c != BAD_TAIL,
-                "reduce_scatter: the output's dims after dim 0 must be the input's"
-            );
-            assert!(
-                c != NOT_DIVISIBLE,
-                "reduce_scatter: the input's dim 0 does not divide by N (N: the GPUs of the group)"
-            );
-            assert!(
-                c != BAD_DIM0,
-                "reduce_scatter: the output's dim 0 must be the input's divided by N (N: the GPUs of the group)"
-            );
-        };
+        const { scatter_rule(static_shard::<R::Shape, S2>(false, W::ONE_PROCESS, G::N)) };
         self.start_reduce_scatter::<S2, R>(x, op)?.wait()
     }
 
@@ -860,25 +823,7 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
         x: &R,
         op: ReduceOp,
     ) -> Result<Pending<'_, R::With<S2>>> {
-        const {
-            let c = static_shard::<R::Shape, S2>(false, W::ONE_PROCESS, G::N);
-            assert!(
-                c != BAD_RANK,
-                "reduce_scatter: the output must have the input's rank, at least 1"
-            );
-            assert!(
-                c != BAD_TAIL,
-                "reduce_scatter: the output's dims after dim 0 must be the input's"
-            );
-            assert!(
-                c != NOT_DIVISIBLE,
-                "reduce_scatter: the input's dim 0 does not divide by N (N: the GPUs of the group)"
-            );
-            assert!(
-                c != BAD_DIM0,
-                "reduce_scatter: the output's dim 0 must be the input's divided by N (N: the GPUs of the group)"
-            );
-        };
+        const { scatter_rule(static_shard::<R::Shape, S2>(false, W::ONE_PROCESS, G::N)) };
         self.start_reduce_scatter::<S2, R>(x, op)
     }
 
@@ -896,10 +841,13 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
         let outs = outputs::<R::Elem>(&parts, count)?;
         let flight = if count > 0 {
             let bufs = pairs(&inputs, &outs);
-            Some(
-                self.comms
-                    .reduce_scatter(&bufs, count, dtype, op.nccl(), keep(parts, inputs))?,
-            )
+            Some(self.comms.launch(
+                Collective::ReduceScatter(op.nccl()),
+                &bufs,
+                count,
+                dtype,
+                keep(parts, inputs),
+            )?)
         } else {
             None
         };
@@ -960,10 +908,13 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
         let flight = if n > 0 {
             let bufs = pairs(&inputs, &outs);
             let dtype = nccl::data_type(R::Elem::KIND);
-            Some(
-                self.comms
-                    .broadcast(&bufs, n, dtype, root, keep(parts, inputs))?,
-            )
+            Some(self.comms.launch(
+                Collective::Broadcast(root),
+                &bufs,
+                n,
+                dtype,
+                keep(parts, inputs),
+            )?)
         } else {
             None
         };
@@ -1164,6 +1115,45 @@ const fn static_shard<S: Shape, S2: Shape>(gather: bool, one_process: bool, n: u
         one_process,
         n,
     )
+}
+
+/// `all_gather`'s compile-time rule on a [`static_shard`] verdict. Each
+/// of its forms asserts it in a `const` block of its own (rather than the
+/// waiting form calling the other), so that the error is reported at the
+/// caller's line.
+const fn gather_rule(c: u8) {
+    assert!(
+        c != BAD_RANK,
+        "all_gather: the output must have the input's rank, at least 1"
+    );
+    assert!(
+        c != BAD_TAIL,
+        "all_gather: the output's dims after dim 0 must be the input's"
+    );
+    assert!(
+        c != BAD_DIM0,
+        "all_gather: the output's dim 0 must be N times the input's (N: the GPUs of the group)"
+    );
+}
+
+/// `reduce_scatter`'s compile-time rule, as [`gather_rule`].
+const fn scatter_rule(c: u8) {
+    assert!(
+        c != BAD_RANK,
+        "reduce_scatter: the output must have the input's rank, at least 1"
+    );
+    assert!(
+        c != BAD_TAIL,
+        "reduce_scatter: the output's dims after dim 0 must be the input's"
+    );
+    assert!(
+        c != NOT_DIVISIBLE,
+        "reduce_scatter: the input's dim 0 does not divide by N (N: the GPUs of the group)"
+    );
+    assert!(
+        c != BAD_DIM0,
+        "reduce_scatter: the output's dim 0 must be the input's divided by N (N: the GPUs of the group)"
+    );
 }
 
 /// [`static_shard`] on the dims.
