@@ -528,20 +528,23 @@ pub fn loss_and_grads<D: Device, T: Float>(
     Ok((value, grads))
 }
 
-/// The start of the backward: the loss of the last hidden states `x`,
-/// their gradient, `ln_f`'s gradients and the head's part of `wte`'s
-/// gradient (the padding rows left out).
+/// What the head's backward gives: the loss, the gradient of the last
+/// hidden states, `ln_f`'s gradients and the head's part of `wte`'s.
+type HeadGrads<D, T> = (
+    Loss<D, T>,
+    Hidden<D, T>,
+    LayerNorm<D, T>,
+    Tensor<D, T, shape![_, _]>,
+);
+
+/// The start of the backward from the last hidden states `x` (the
+/// padding rows of the head's gradient left out of `wte`'s).
 fn head_backward<D: Device, T: Float>(
     m: &Gpt2<D, T>,
     x: &Hidden<D, T>,
     targets: &Ids<D>,
     inputs: &Inputs<D, T>,
-) -> Result<(
-    Loss<D, T>,
-    Hidden<D, T>,
-    LayerNorm<D, T>,
-    Tensor<D, T, shape![_, _]>,
-)> {
+) -> Result<HeadGrads<D, T>> {
     let head = inputs.head(&m.wte.weight)?;
     let (value, (g, weight, bias, head)) = head_loss::value_and_grad(
         x,

@@ -78,7 +78,8 @@ fn same_training(
         return Err(format!("{what}: {} steps, the reference {}", a.len(), b.len()).into());
     }
     for (&(s, x), &(t, y)) in a.iter().zip(b) {
-        if s != t || !((x - y).abs() <= rtol * y.abs()) {
+        let close = (x - y).abs() <= rtol * y.abs();
+        if s != t || !close {
             return Err(
                 format!("{what}: step {s} loss {x}, the reference's step {t} loss {y}").into(),
             );
@@ -92,7 +93,8 @@ fn same_training(
             .map(|(p, q)| (*p as f64 - *q as f64).powi(2))
             .sum();
         let norm: f64 = y.iter().map(|q| (*q as f64).powi(2)).sum();
-        if !(diff.sqrt() <= rtol * norm.sqrt().max(1e-12)) {
+        let close = diff.sqrt() <= rtol * norm.sqrt().max(1e-12);
+        if !close {
             return Err(format!(
                 "{what}: `{name}` is {:.3e} away from the reference's (norm {:.3e})",
                 diff.sqrt(),

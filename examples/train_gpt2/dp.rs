@@ -173,7 +173,7 @@ impl<D: Device, T: Float> Rank<D, T> {
     /// The embedding's backward, which ends the pass: the loss and the
     /// gradients of `wte` (the head's and the embedding's parts) and
     /// `wpe`.
-    fn embed(&self, pass: Pass<D, T>) -> Result<(Loss<D, T>, [Embedding<D, T>; 2])> {
+    fn embed(&self, pass: Pass<D, T>) -> Result<(Loss<D, T>, EmbeddingGrads<D, T>)> {
         let m = &self.model;
         let (_, (wte_in, wpe)) = embed::vjp(
             &pass.ids,
@@ -197,7 +197,7 @@ impl<D: Device, T: Float> Rank<D, T> {
         &mut self,
         ln_f: LayerNorm<D, T>,
         mut blocks: Vec<Block<D, T>>,
-        [wte, wpe]: [Embedding<D, T>; 2],
+        [wte, wpe]: EmbeddingGrads<D, T>,
         lr: f64,
         clip: f64,
     ) -> Result<()> {
@@ -213,6 +213,9 @@ impl<D: Device, T: Float> Rank<D, T> {
         Ok(())
     }
 }
+
+/// `wte`'s and `wpe`'s gradients.
+type EmbeddingGrads<D, T> = [Embedding<D, T>; 2];
 
 /// Rank `rank`'s rows of the global batch `ids` on `D`: the `rank`-th of
 /// `ranks` equal slices along dim 0.
@@ -299,7 +302,7 @@ macro_rules! group {
             type Passes = ($(Pass<Cuda<$o>, T>,)+);
             type Norms = ($(LayerNorm<Cuda<$o>, T>,)+);
             type Blocks = ($(Block<Cuda<$o>, T>,)+);
-            type Embeddings = ($([Embedding<Cuda<$o>, T>; 2],)+);
+            type Embeddings = ($(EmbeddingGrads<Cuda<$o>, T>,)+);
             type Losses = ($(Loss<Cuda<$o>, T>,)+);
 
             fn models(host: &Gpt2<Cpu, T>) -> Result<Self::Models> {

@@ -727,7 +727,21 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
     /// # Ok(()) }
     /// ```
     pub fn all_gather<S2: Shape, R: Replicas<G>>(&self, x: &R) -> Result<R::With<S2>> {
-        const { gather_rule(static_shard::<R::Shape, S2>(true, W::ONE_PROCESS, G::N)) };
+        const {
+            let c = static_shard::<R::Shape, S2>(true, W::ONE_PROCESS, G::N);
+            assert!(
+                c != BAD_RANK,
+                "all_gather: the output must have the input's rank, at least 1"
+            );
+            assert!(
+                c != BAD_TAIL,
+                "all_gather: the output's dims after dim 0 must be the input's"
+            );
+            assert!(
+                c != BAD_DIM0,
+                "all_gather: the output's dim 0 must be N times the input's (N: the GPUs of the group)"
+            );
+        };
         self.start_all_gather::<S2, R>(x)?.wait()
     }
 
@@ -748,7 +762,21 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
         &self,
         x: &R,
     ) -> Result<Pending<'_, R::With<S2>>> {
-        const { gather_rule(static_shard::<R::Shape, S2>(true, W::ONE_PROCESS, G::N)) };
+        const {
+            let c = static_shard::<R::Shape, S2>(true, W::ONE_PROCESS, G::N);
+            assert!(
+                c != BAD_RANK,
+                "all_gather: the output must have the input's rank, at least 1"
+            );
+            assert!(
+                c != BAD_TAIL,
+                "all_gather: the output's dims after dim 0 must be the input's"
+            );
+            assert!(
+                c != BAD_DIM0,
+                "all_gather: the output's dim 0 must be N times the input's (N: the GPUs of the group)"
+            );
+        };
         self.start_all_gather::<S2, R>(x)
     }
 
@@ -800,7 +828,25 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
         x: &R,
         op: ReduceOp,
     ) -> Result<R::With<S2>> {
-        const { scatter_rule(static_shard::<R::Shape, S2>(false, W::ONE_PROCESS, G::N)) };
+        const {
+            let c = static_shard::<R::Shape, S2>(false, W::ONE_PROCESS, G::N);
+            assert!(
+                c != BAD_RANK,
+                "reduce_scatter: the output must have the input's rank, at least 1"
+            );
+            assert!(
+                c != BAD_TAIL,
+                "reduce_scatter: the output's dims after dim 0 must be the input's"
+            );
+            assert!(
+                c != NOT_DIVISIBLE,
+                "reduce_scatter: the input's dim 0 does not divide by N (N: the GPUs of the group)"
+            );
+            assert!(
+                c != BAD_DIM0,
+                "reduce_scatter: the output's dim 0 must be the input's divided by N (N: the GPUs of the group)"
+            );
+        };
         self.start_reduce_scatter::<S2, R>(x, op)?.wait()
     }
 
@@ -823,7 +869,25 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
         x: &R,
         op: ReduceOp,
     ) -> Result<Pending<'_, R::With<S2>>> {
-        const { scatter_rule(static_shard::<R::Shape, S2>(false, W::ONE_PROCESS, G::N)) };
+        const {
+            let c = static_shard::<R::Shape, S2>(false, W::ONE_PROCESS, G::N);
+            assert!(
+                c != BAD_RANK,
+                "reduce_scatter: the output must have the input's rank, at least 1"
+            );
+            assert!(
+                c != BAD_TAIL,
+                "reduce_scatter: the output's dims after dim 0 must be the input's"
+            );
+            assert!(
+                c != NOT_DIVISIBLE,
+                "reduce_scatter: the input's dim 0 does not divide by N (N: the GPUs of the group)"
+            );
+            assert!(
+                c != BAD_DIM0,
+                "reduce_scatter: the output's dim 0 must be the input's divided by N (N: the GPUs of the group)"
+            );
+        };
         self.start_reduce_scatter::<S2, R>(x, op)
     }
 
@@ -1115,45 +1179,6 @@ const fn static_shard<S: Shape, S2: Shape>(gather: bool, one_process: bool, n: u
         one_process,
         n,
     )
-}
-
-/// `all_gather`'s compile-time rule on a [`static_shard`] verdict. Each
-/// of its forms asserts it in a `const` block of its own (rather than the
-/// waiting form calling the other), so that the error is reported at the
-/// caller's line.
-const fn gather_rule(c: u8) {
-    assert!(
-        c != BAD_RANK,
-        "all_gather: the output must have the input's rank, at least 1"
-    );
-    assert!(
-        c != BAD_TAIL,
-        "all_gather: the output's dims after dim 0 must be the input's"
-    );
-    assert!(
-        c != BAD_DIM0,
-        "all_gather: the output's dim 0 must be N times the input's (N: the GPUs of the group)"
-    );
-}
-
-/// `reduce_scatter`'s compile-time rule, as [`gather_rule`].
-const fn scatter_rule(c: u8) {
-    assert!(
-        c != BAD_RANK,
-        "reduce_scatter: the output must have the input's rank, at least 1"
-    );
-    assert!(
-        c != BAD_TAIL,
-        "reduce_scatter: the output's dims after dim 0 must be the input's"
-    );
-    assert!(
-        c != NOT_DIVISIBLE,
-        "reduce_scatter: the input's dim 0 does not divide by N (N: the GPUs of the group)"
-    );
-    assert!(
-        c != BAD_DIM0,
-        "reduce_scatter: the output's dim 0 must be the input's divided by N (N: the GPUs of the group)"
-    );
 }
 
 /// [`static_shard`] on the dims.
