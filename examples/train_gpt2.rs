@@ -13,6 +13,7 @@
 //!     --ctx 256 --batch 32 --device cuda
 //! cargo run --release --example train_gpt2 -- --resume train_gpt2_ckpt --steps 400   # go on from a checkpoint
 //! cargo run --release --example train_gpt2 -- --bench --device cuda       # one GPT-2 124M step, timed
+//! cargo run --release --example train_gpt2 -- --bench --gpus 2            # the same, data-parallel
 //! ```
 //!
 //! It prints a progress line (step, loss, tokens per second, learning
@@ -33,7 +34,9 @@
 //! (stop and save after `N` steps, the schedule still planned for
 //! `--steps`: training in several sittings), `--plot FILE`
 //! (`train_gpt2_loss.svg`), `--sample N` (characters, 300),
-//! `--temperature X` (0.8), `--top-k K` (20).
+//! `--temperature X` (0.8), `--top-k K` (20), `--gpus N` (data-parallel
+//! over cuda:0 to cuda:N-1, N = 1, 2, 4 or 8: `--batch` is the global
+//! batch, split among the GPUs; with `--bench`, `--batch` is per GPU).
 //!
 //! GPT-2 124M (12 layers, 768 wide, 12 heads, vocabulary 50257 with the
 //! output projection padded to 50304 rows as the `gpt2` example does,
@@ -59,6 +62,9 @@
 #![allow(clippy::too_many_arguments)]
 
 mod common;
+// `--gpus N`: the data-parallel driver.
+#[path = "train_gpt2/dp.rs"]
+pub mod dp;
 
 use common::AnyResult;
 use std::path::{Path, PathBuf};
@@ -503,74 +509,11 @@ pub fn loss_and_grads<D: Device, T: Float>(
     inputs: &Inputs<D, T>,
 ) -> Result<(Loss<D, T>, Gpt2<D, T>)> {
     let (x, kept) = forward(m, heads, ids, &inputs.positions, true)?;
-    let head = inputs.head(&m.wte.weight)?;
-    let (value, (mut g, ln_w, ln_b, head)) = head_loss::value_and_grad(
-        &x,
-        targets,
-        &m.ln_f.weight,
-        &m.ln_f.bias,
-        &head,
-        &inputs.mask,
-    )?;
-    // The padding rows' gradient is zero: `wte`'s is the rest.
-    let mut wte = match &inputs.pad {
-        Some(_) => head
-            .narrow::<0, shape![_, _]>(0, m.wte.weight.dims()[0])?
-            .contiguous()?,
-        None => head,
-    };
+    let (value, mut g, ln_f, mut wte) = head_backward(m, &x, targets, inputs)?;
     let mut h = Vec::with_capacity(m.h.len());
     for (b, x) in m.h.iter().zip(&kept).rev() {
-        let hd = x.dims()[2] / heads;
-        let (_, grads) = block::vjp(
-            x,
-            heads,
-            hd,
-            &b.ln_1.weight,
-            &b.ln_1.bias,
-            &b.attn.c_attn.weight,
-            &b.attn.c_attn.bias,
-            &b.attn.c_proj.weight,
-            &b.attn.c_proj.bias,
-            &b.ln_2.weight,
-            &b.ln_2.bias,
-            &b.mlp.c_fc.weight,
-            &b.mlp.c_fc.bias,
-            &b.mlp.c_proj.weight,
-            &b.mlp.c_proj.bias,
-            &g,
-        )?;
-        let (gx, l1w, l1b, aw, ab, apw, apb, l2w, l2b, fw, fb, pw, pb) = grads;
-        h.push(Block {
-            ln_1: LayerNorm {
-                weight: l1w,
-                bias: l1b,
-            },
-            attn: Attention {
-                c_attn: Conv1D {
-                    weight: aw,
-                    bias: ab,
-                },
-                c_proj: Conv1D {
-                    weight: apw,
-                    bias: apb,
-                },
-            },
-            ln_2: LayerNorm {
-                weight: l2w,
-                bias: l2b,
-            },
-            mlp: Mlp {
-                c_fc: Conv1D {
-                    weight: fw,
-                    bias: fb,
-                },
-                c_proj: Conv1D {
-                    weight: pw,
-                    bias: pb,
-                },
-            },
-        });
+        let (gx, grads) = block_backward(b, x, heads, &g)?;
+        h.push(grads);
         g = gx;
     }
     h.reverse();
@@ -580,12 +523,106 @@ pub fn loss_and_grads<D: Device, T: Float>(
         wte: Embedding { weight: wte },
         wpe: Embedding { weight: wpe },
         h,
-        ln_f: LayerNorm {
-            weight: ln_w,
-            bias: ln_b,
-        },
+        ln_f,
     };
     Ok((value, grads))
+}
+
+/// What the head's backward gives: the loss, the gradient of the last
+/// hidden states, `ln_f`'s gradients and the head's part of `wte`'s.
+type HeadGrads<D, T> = (
+    Loss<D, T>,
+    Hidden<D, T>,
+    LayerNorm<D, T>,
+    Tensor<D, T, shape![_, _]>,
+);
+
+/// The start of the backward from the last hidden states `x` (the
+/// padding rows of the head's gradient left out of `wte`'s).
+fn head_backward<D: Device, T: Float>(
+    m: &Gpt2<D, T>,
+    x: &Hidden<D, T>,
+    targets: &Ids<D>,
+    inputs: &Inputs<D, T>,
+) -> Result<HeadGrads<D, T>> {
+    let head = inputs.head(&m.wte.weight)?;
+    let (value, (g, weight, bias, head)) = head_loss::value_and_grad(
+        x,
+        targets,
+        &m.ln_f.weight,
+        &m.ln_f.bias,
+        &head,
+        &inputs.mask,
+    )?;
+    // The padding rows' gradient is zero: `wte`'s is the rest.
+    let wte = match &inputs.pad {
+        Some(_) => head
+            .narrow::<0, shape![_, _]>(0, m.wte.weight.dims()[0])?
+            .contiguous()?,
+        None => head,
+    };
+    Ok((value, g, LayerNorm { weight, bias }, wte))
+}
+
+/// One block's backward from the gradient `g` of its output and its
+/// input `x`: the gradient of its input and its parameters' gradients.
+fn block_backward<D: Device, T: Float>(
+    b: &Block<D, T>,
+    x: &Hidden<D, T>,
+    heads: usize,
+    g: &Hidden<D, T>,
+) -> Result<(Hidden<D, T>, Block<D, T>)> {
+    let hd = x.dims()[2] / heads;
+    let (_, grads) = block::vjp(
+        x,
+        heads,
+        hd,
+        &b.ln_1.weight,
+        &b.ln_1.bias,
+        &b.attn.c_attn.weight,
+        &b.attn.c_attn.bias,
+        &b.attn.c_proj.weight,
+        &b.attn.c_proj.bias,
+        &b.ln_2.weight,
+        &b.ln_2.bias,
+        &b.mlp.c_fc.weight,
+        &b.mlp.c_fc.bias,
+        &b.mlp.c_proj.weight,
+        &b.mlp.c_proj.bias,
+        g,
+    )?;
+    let (gx, l1w, l1b, aw, ab, apw, apb, l2w, l2b, fw, fb, pw, pb) = grads;
+    let block = Block {
+        ln_1: LayerNorm {
+            weight: l1w,
+            bias: l1b,
+        },
+        attn: Attention {
+            c_attn: Conv1D {
+                weight: aw,
+                bias: ab,
+            },
+            c_proj: Conv1D {
+                weight: apw,
+                bias: apb,
+            },
+        },
+        ln_2: LayerNorm {
+            weight: l2w,
+            bias: l2b,
+        },
+        mlp: Mlp {
+            c_fc: Conv1D {
+                weight: fw,
+                bias: fb,
+            },
+            c_proj: Conv1D {
+                weight: pw,
+                bias: pb,
+            },
+        },
+    };
+    Ok((gx, block))
 }
 
 /// The text as character ids: the vocabulary is the text's characters in
@@ -670,6 +707,8 @@ pub struct Options {
     pub weights: Option<PathBuf>,
     pub grads_out: Option<PathBuf>,
     pub tokens: Option<PathBuf>,
+    /// `--gpus N`: data-parallel over cuda:0 to cuda:N-1 (see [`dp`]).
+    pub gpus: Option<usize>,
     /// Prints the progress line.
     pub verbose: bool,
 }
@@ -706,6 +745,7 @@ impl Default for Options {
             weights: None,
             grads_out: None,
             tokens: None,
+            gpus: None,
             verbose: true,
         }
     }
@@ -744,6 +784,7 @@ impl Options {
                 "--weights" => o.weights = Some(value()?.into()),
                 "--grads-out" => o.grads_out = Some(value()?.into()),
                 "--tokens" => o.tokens = Some(value()?.into()),
+                "--gpus" => o.gpus = Some(value()?.parse()?),
                 other => {
                     return Err(format!("unknown option {other} (see the example's docs)").into())
                 }
@@ -1309,6 +1350,9 @@ fn fell(r: &Report) -> AnyResult {
 
 pub fn main() -> AnyResult {
     let o = Options::from_args()?;
+    if let Some(gpus) = o.gpus {
+        return dp::main(&o, gpus);
+    }
     let gpu = match o.device.as_deref() {
         Some("cpu") => false,
         Some("cuda") => true,

@@ -36,7 +36,7 @@
 //! `NCCL_NVLS_ENABLE=0` is set before the first communicator unless the
 //! environment already sets it.
 
-use crate::cuda::nccl::{self, red, Comms, Flight, DEFAULT_TIMEOUT};
+use crate::cuda::nccl::{self, red, Collective, Comms, Flight, DEFAULT_TIMEOUT};
 use crate::cuda::{contiguous_ptr, CudaStorage};
 use crate::device::Cuda;
 use crate::dtype::{DType, DTypeKind};
@@ -630,10 +630,13 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
         let outs = outputs::<R::Elem>(&parts, n)?;
         let flight = if n > 0 {
             let bufs = pairs(&inputs, &outs);
-            Some(
-                self.comms
-                    .all_reduce(&bufs, n, dtype, op.nccl(), keep(parts, inputs))?,
-            )
+            Some(self.comms.launch(
+                Collective::AllReduce(op.nccl()),
+                &bufs,
+                n,
+                dtype,
+                keep(parts, inputs),
+            )?)
         } else {
             None
         };
@@ -664,7 +667,13 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
             })
             .collect();
         self.comms
-            .all_reduce(&bufs, n, dtype, op.nccl(), Vec::new())
+            .launch(
+                Collective::AllReduce(op.nccl()),
+                &bufs,
+                n,
+                dtype,
+                Vec::new(),
+            )
             .map(Some)
     }
 
@@ -786,7 +795,7 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
             let dtype = nccl::data_type(R::Elem::KIND);
             Some(
                 self.comms
-                    .all_gather(&bufs, n, dtype, keep(parts, inputs))?,
+                    .launch(Collective::AllGather, &bufs, n, dtype, keep(parts, inputs))?,
             )
         } else {
             None
@@ -896,10 +905,13 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
         let outs = outputs::<R::Elem>(&parts, count)?;
         let flight = if count > 0 {
             let bufs = pairs(&inputs, &outs);
-            Some(
-                self.comms
-                    .reduce_scatter(&bufs, count, dtype, op.nccl(), keep(parts, inputs))?,
-            )
+            Some(self.comms.launch(
+                Collective::ReduceScatter(op.nccl()),
+                &bufs,
+                count,
+                dtype,
+                keep(parts, inputs),
+            )?)
         } else {
             None
         };
@@ -960,10 +972,13 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
         let flight = if n > 0 {
             let bufs = pairs(&inputs, &outs);
             let dtype = nccl::data_type(R::Elem::KIND);
-            Some(
-                self.comms
-                    .broadcast(&bufs, n, dtype, root, keep(parts, inputs))?,
-            )
+            Some(self.comms.launch(
+                Collective::Broadcast(root),
+                &bufs,
+                n,
+                dtype,
+                keep(parts, inputs),
+            )?)
         } else {
             None
         };

@@ -4,7 +4,7 @@
 //! ([`GradBuckets`]), as PyTorch's `DistributedDataParallel` does.
 
 use super::{Comm, DeviceGroup, Local, ReduceOp, World};
-use crate::cuda::nccl::{self, copy_on, Buffer, Flight};
+use crate::cuda::nccl::{self, copy_on, Buffer, Collective, Flight};
 use crate::cuda::CudaStorage;
 use crate::dtype::DTypeKind;
 use crate::error::{Error, Result};
@@ -707,11 +707,11 @@ impl<'c, G: DeviceGroup, W: World> GradBuckets<'c, G, W> {
             .iter()
             .map(|s| (s.device_ptr(), s.device_ptr()))
             .collect();
-        let flight = self.comm.comms.all_reduce(
+        let flight = self.comm.comms.launch(
+            Collective::AllReduce(ReduceOp::Mean.nccl()),
             &bufs,
             len,
             nccl::data_type(bucket.dtype),
-            ReduceOp::Mean.nccl(),
             Vec::new(),
         )?;
         bucket.flight = Some(flight);

@@ -778,88 +778,93 @@ pub(crate) mod red {
     pub(crate) const AVG: c_int = R::ncclAvg as c_int;
 }
 
+/// Which collective [`Comms::launch`] issues, with what it needs besides
+/// the buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Collective {
+    /// `ncclAllReduce` with an `ncclRedOp_t` ([`red`]): `count` elements
+    /// in and out.
+    AllReduce(c_int),
+    /// `ncclAllGather`: `count` elements in, `count × world` out.
+    AllGather,
+    /// `ncclReduceScatter` with an `ncclRedOp_t`: `count × world` in,
+    /// `count` out.
+    ReduceScatter(c_int),
+    /// `ncclBroadcast` of `count` elements from this rank.
+    Broadcast(usize),
+}
+
+impl Collective {
+    /// NCCL's name of the call, for errors.
+    fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce(_) => "ncclAllReduce",
+            Collective::AllGather => "ncclAllGather",
+            Collective::ReduceScatter(_) => "ncclReduceScatter",
+            Collective::Broadcast(_) => "ncclBroadcast",
+        }
+    }
+}
+
+impl Api {
+    /// Queues `what` on one communicator and stream.
+    ///
+    /// # Safety
+    ///
+    /// `send` and `recv` hold the elements `what` reads and writes
+    /// (`count`, or `count × world` as [`Collective`] says) on the
+    /// communicator's device, alive until the stream has run the call.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn issue(
+        &self,
+        what: Collective,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: c_int,
+        comm: nc::ncclComm_t,
+        stream: Stream,
+    ) -> Status {
+        let (s, r) = (send as *const c_void, recv as *mut c_void);
+        // SAFETY: the caller's contract.
+        unsafe {
+            match what {
+                Collective::AllReduce(op) => {
+                    (self.all_reduce)(s, r, count, dtype, op, comm, stream)
+                }
+                Collective::AllGather => (self.all_gather)(s, r, count, dtype, comm, stream),
+                Collective::ReduceScatter(op) => {
+                    (self.reduce_scatter)(s, r, count, dtype, op, comm, stream)
+                }
+                Collective::Broadcast(root) => {
+                    (self.broadcast)(s, r, count, dtype, root as c_int, comm, stream)
+                }
+            }
+        }
+    }
+}
+
 impl Comms {
-    /// Starts `ncclAllReduce` of `count` elements per member, `bufs[i] =
-    /// (send, recv)` (equal for in place); `keep` holds them alive.
-    pub(crate) fn all_reduce(
+    /// Starts `what` over the members, `bufs[i] = (send, recv)` on member
+    /// `i` (equal for in place), `count` elements as [`Collective`] says;
+    /// `keep` holds the buffers alive until the flight is waited on.
+    pub(crate) fn launch(
         &self,
-        bufs: &[(u64, u64)],
-        count: usize,
-        dtype: c_int,
-        op: c_int,
-        keep: Vec<Box<dyn Any>>,
-    ) -> Result<Flight<'_>> {
-        let f = self.api.all_reduce;
-        self.start(
-            "ncclAllReduce",
-            &|i, comm, stream| {
-                let (s, r) = bufs[i];
-                // SAFETY: both buffers hold `count` elements on member i's
-                // device, kept alive by the flight until the work is done.
-                unsafe { f(s as _, r as _, count, dtype, op, comm, stream) }
-            },
-            keep,
-        )
-    }
-
-    /// Starts `ncclAllGather`: `count` elements in, `count × world` out.
-    pub(crate) fn all_gather(
-        &self,
+        what: Collective,
         bufs: &[(u64, u64)],
         count: usize,
         dtype: c_int,
         keep: Vec<Box<dyn Any>>,
     ) -> Result<Flight<'_>> {
-        let f = self.api.all_gather;
+        let api = self.api;
         self.start(
-            "ncclAllGather",
+            what.name(),
             &|i, comm, stream| {
                 let (s, r) = bufs[i];
-                // SAFETY: as in `all_reduce`, with `count × world` out.
-                unsafe { f(s as _, r as _, count, dtype, comm, stream) }
-            },
-            keep,
-        )
-    }
-
-    /// Starts `ncclReduceScatter`: `count × world` elements in, `count`
-    /// out.
-    pub(crate) fn reduce_scatter(
-        &self,
-        bufs: &[(u64, u64)],
-        count: usize,
-        dtype: c_int,
-        op: c_int,
-        keep: Vec<Box<dyn Any>>,
-    ) -> Result<Flight<'_>> {
-        let f = self.api.reduce_scatter;
-        self.start(
-            "ncclReduceScatter",
-            &|i, comm, stream| {
-                let (s, r) = bufs[i];
-                // SAFETY: as in `all_reduce`, with `count × world` in.
-                unsafe { f(s as _, r as _, count, dtype, op, comm, stream) }
-            },
-            keep,
-        )
-    }
-
-    /// Starts `ncclBroadcast` of `count` elements from rank `root`.
-    pub(crate) fn broadcast(
-        &self,
-        bufs: &[(u64, u64)],
-        count: usize,
-        dtype: c_int,
-        root: usize,
-        keep: Vec<Box<dyn Any>>,
-    ) -> Result<Flight<'_>> {
-        let f = self.api.broadcast;
-        self.start(
-            "ncclBroadcast",
-            &|i, comm, stream| {
-                let (s, r) = bufs[i];
-                // SAFETY: as in `all_reduce`.
-                unsafe { f(s as _, r as _, count, dtype, root as c_int, comm, stream) }
+                // SAFETY: the callers pass buffers of member i's device
+                // sized for `what`, kept alive by the flight until the
+                // work is done.
+                unsafe { api.issue(what, s, r, count, dtype, comm, stream) }
             },
             keep,
         )
@@ -880,14 +885,14 @@ impl Comms {
         root: usize,
         keep: Vec<Box<dyn Any>>,
     ) -> Result<Flight<'_>> {
-        let f = self.api.broadcast;
+        let (api, what) = (self.api, Collective::Broadcast(root));
         self.start(
-            "ncclBroadcast",
+            what.name(),
             &|i, comm, stream| {
                 for &(p, count, dtype) in &bufs[i] {
                     // SAFETY: each buffer holds `count` elements on member
                     // i's device, alive until the flight is waited on.
-                    let s = unsafe { f(p as _, p as _, count, dtype, root as c_int, comm, stream) };
+                    let s = unsafe { api.issue(what, p, p, count, dtype, comm, stream) };
                     if s != SUCCESS && s != IN_PROGRESS {
                         return s;
                     }

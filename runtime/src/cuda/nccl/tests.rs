@@ -213,6 +213,47 @@ fn a_peer_that_never_joins_times_out_instead_of_hanging() {
 }
 
 #[test]
+fn counts_that_differ_between_ranks_end_in_an_error_not_a_hang() {
+    let Some((_serial, _)) = comm() else { return };
+    if crate::cuda_device_count().unwrap_or(0) < 2 {
+        eprintln!("skipping: one GPU (a world of two ranks needs two)");
+        return;
+    }
+    // Two processes' ranks, here two threads: rank 0 reduces 4 elements
+    // where rank 1 reduces 2^20. NCCL does not compare the counts; rank
+    // 1 waits for data that never comes, so its timeout must end it.
+    let id = NcclId::new().unwrap();
+    let start = Instant::now();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| -> crate::Result<()> {
+            let comm = Comm::<(Cuda<0>,), Ranks>::from_rank(&id, 0, 2)?;
+            comm.set_timeout(Duration::from_secs(5));
+            let x = Tensor::<Cuda<0>, f32, shape![_]>::zeros_dims(&[4])?;
+            comm.all_reduce(&(x,), ReduceOp::Sum).map(|_| ())
+        });
+        let b = s.spawn(|| -> crate::Result<()> {
+            let comm = Comm::<(Cuda<1>,), Ranks>::from_rank(&id, 1, 2)?;
+            comm.set_timeout(Duration::from_secs(5));
+            let x = Tensor::<Cuda<1>, f32, shape![_]>::zeros_dims(&[1 << 20])?;
+            comm.all_reduce(&(x,), ReduceOp::Sum).map(|_| ())
+        });
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let e = b.expect_err("rank 1 reduced 2^20 elements against rank 0's 4");
+    assert!(matches!(e, Error::Nccl { .. }), "{e}");
+    // Rank 0 may finish with wrong values or time out too; either way it
+    // returns.
+    if let Err(e) = a {
+        assert!(matches!(e, Error::Nccl { .. }), "{e}");
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
 fn copies_between_two_gpus_use_peer_access() {
     let Some((_serial, _)) = gpu() else { return };
     if crate::cuda_device_count().unwrap_or(0) < 2 {
