@@ -384,6 +384,7 @@ fn matmul<T: FloatDType>(
         .result()
         .map_err(|e| cublas("cublasGemmStridedBatchedEx", e.0, shapes.clone()))
     })?;
+    super::counters::add(super::Count::LibraryCall, 1);
     match epilogue {
         Epilogue::None => Ok(out),
         Epilogue::Relu => be.unary(UnaryOp::Relu, &out, &out_layout),

@@ -2976,6 +2976,17 @@ fn attention_mma_backward_matches_f64() {
             3e-2
         };
         let what = format!("{:?} [{b}, {h}, {l}, {s}, {d}] causal {causal}", T::KIND);
+        // The tensor-core forward's log-sum-exps: its inputs are exact in
+        // f64, its sums f32 with a 2^x and log2 of about 2^-22.
+        let got = lg.to_device::<Cpu>().unwrap().to_vec().unwrap();
+        let want_lse = lse64.to_vec().unwrap();
+        assert_eq!(got.len(), want_lse.len(), "{what}: lse");
+        for (i, (x, y)) in got.iter().zip(&want_lse).enumerate() {
+            assert!(
+                (*x as f64 - y).abs() <= 1e-5 * (8.0 + y.abs()),
+                "{what}: lse[{i}] is {x}, the f64 forward's {y}"
+            );
+        }
         for (name, got, want) in [
             ("dq", dq, &want.0),
             ("dk", dk, &want.1),
