@@ -507,6 +507,11 @@ impl Backend for CudaBackend {
                 )),
             };
         }
+        if op == ReduceOp::Sum {
+            if let Some(out) = self.column_sum(x, l, dim)? {
+                return Ok(out);
+            }
+        }
         let (input, _copy) = self.rows_of(x, l, dim)?;
         let out = self.ctx.storage::<T>(rows)?;
         self.ctx.builtin_rows(

@@ -32,6 +32,7 @@ mod attention;
 mod backend;
 mod blas;
 mod bnorm;
+mod colsum;
 mod concat;
 mod context;
 mod conv;
