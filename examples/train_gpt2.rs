@@ -46,6 +46,13 @@
 //!   tokens and randomly initialised weights (bf16, AdamW with f32 master
 //!   weights): 2 warm-up steps, then the median of `N` (10) steps timed
 //!   between synchronisations, tokens per second and the allocator's peak.
+//! - `--profile` (implies `--bench`): then 3 more steps with a
+//!   synchronisation after each phase (forward, head and loss, the head's
+//!   gradient slice, each block's `vjp`, the embedding's `vjp`, `wte`'s
+//!   two gradients added, clipping and AdamW, AdamW alone), printing the
+//!   last one's time per phase and, on a GPU, its kernel launches,
+//!   library calls, allocations (cache hits and `cuMemAlloc`s), copies
+//!   and host waits (`tensorfn::cuda_counters`).
 //! - `--weights FILE.safetensors`: starts from a checkpoint with Hugging
 //!   Face's names (as `GPT2LMHeadModel.save_pretrained` writes it, keys
 //!   under `transformer.`, or without the prefix).
@@ -221,7 +228,11 @@ tensor_fn! {
         head: &Tensor<D, T, [V, C]>,
         mask: &Tensor<D, T, [V]>,
     ) -> Tensor<D, T, []> {
-        let logits = logits(x, ln_w, ln_b, head) + mask;
+        // The mask is the product's bias: the matrix product adds it as
+        // it writes the logits (cuBLASLt's epilogue on the GPU) instead
+        // of a second pass over all `B * S * V` of them.
+        let h = layer_norm(x, ln_w, ln_b, 1e-5).reshape([B * S, C]);
+        let logits = addmm(mask, h, head.t());
         cross_entropy(logits, targets.reshape([B * S]), ignore_index = -100)
     }
 }
@@ -508,17 +519,34 @@ pub fn loss_and_grads<D: Device, T: Float>(
     targets: &Ids<D>,
     inputs: &Inputs<D, T>,
 ) -> Result<(Loss<D, T>, Gpt2<D, T>)> {
+    loss_and_grads_phased(m, heads, ids, targets, inputs, &mut Phases::off())
+}
+
+/// [`loss_and_grads`], marking the end of each phase in `phases`.
+fn loss_and_grads_phased<D: Device, T: Float>(
+    m: &Gpt2<D, T>,
+    heads: usize,
+    ids: &Ids<D>,
+    targets: &Ids<D>,
+    inputs: &Inputs<D, T>,
+    phases: &mut Phases,
+) -> Result<(Loss<D, T>, Gpt2<D, T>)> {
     let (x, kept) = forward(m, heads, ids, &inputs.positions, true)?;
+    phases.mark::<D>(|| "forward (embedding and blocks)".into())?;
     let (value, mut g, ln_f, mut wte) = head_backward(m, &x, targets, inputs)?;
+    phases.mark::<D>(|| "head, loss and head gradient".into())?;
     let mut h = Vec::with_capacity(m.h.len());
-    for (b, x) in m.h.iter().zip(&kept).rev() {
+    for (i, (b, x)) in m.h.iter().zip(&kept).enumerate().rev() {
         let (gx, grads) = block_backward(b, x, heads, &g)?;
         h.push(grads);
         g = gx;
+        phases.mark::<D>(|| format!("block {i} vjp"))?;
     }
     h.reverse();
     let (_, (wte_in, wpe)) = embed::vjp(ids, &inputs.positions, &m.wte.weight, &m.wpe.weight, &g)?;
+    phases.mark::<D>(|| "embedding vjp".into())?;
     wte.accumulate(&wte_in)?;
+    phases.mark::<D>(|| "wte: head + embedding gradients".into())?;
     let grads = Gpt2 {
         wte: Embedding { weight: wte },
         wpe: Embedding { weight: wpe },
@@ -704,6 +732,8 @@ pub struct Options {
     pub temperature: f64,
     pub top_k: usize,
     pub bench: bool,
+    /// With `bench`: time and count each phase of a few more steps.
+    pub profile: bool,
     pub weights: Option<PathBuf>,
     pub grads_out: Option<PathBuf>,
     pub tokens: Option<PathBuf>,
@@ -742,6 +772,7 @@ impl Default for Options {
             temperature: 0.8,
             top_k: 20,
             bench: false,
+            profile: false,
             weights: None,
             grads_out: None,
             tokens: None,
@@ -781,6 +812,7 @@ impl Options {
                 "--temperature" => o.temperature = value()?.parse()?,
                 "--top-k" => o.top_k = value()?.parse()?,
                 "--bench" => o.bench = true,
+                "--profile" => (o.bench, o.profile) = (true, true),
                 "--weights" => o.weights = Some(value()?.into()),
                 "--grads-out" => o.grads_out = Some(value()?.into()),
                 "--tokens" => o.tokens = Some(value()?.into()),
@@ -1188,6 +1220,150 @@ fn model_for<D: Device, T: Float>(o: &Options) -> AnyResult<(Gpt2<D, T>, Config)
     Ok((m.cast::<T>()?.to_device::<D>()?, c))
 }
 
+/// The time and the CUDA work of each phase of a step (`--profile`): a
+/// mark synchronises the device and closes the phase since the last one.
+/// The counters and the host's time are read before that
+/// synchronisation, so a phase's own host waits are its own, not the
+/// profiler's, and a phase whose host time is close to its whole time is
+/// bound by the host's queuing, not by the device.
+pub struct Phases {
+    on: bool,
+    last: Instant,
+    counted: tensorfn::CudaCounters,
+    /// `(phase, seconds, seconds on the host before the wait, CUDA work)`
+    /// in order.
+    pub rows: Vec<(String, f64, f64, tensorfn::CudaCounters)>,
+}
+
+impl Phases {
+    /// Marks that do nothing (an ordinary step).
+    fn off() -> Phases {
+        Phases {
+            on: false,
+            last: Instant::now(),
+            counted: Default::default(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Starts the first phase now, after the device's queued work.
+    fn start<D: Device>() -> Result<Phases> {
+        tensorfn::synchronize::<D>()?;
+        Ok(Phases {
+            on: true,
+            last: Instant::now(),
+            counted: tensorfn::cuda_counters(),
+            rows: Vec::new(),
+        })
+    }
+
+    /// Ends the phase `name` once the device has done its work.
+    fn mark<D: Device>(&mut self, name: impl FnOnce() -> String) -> Result<()> {
+        if !self.on {
+            return Ok(());
+        }
+        let work = tensorfn::cuda_counters().since(&self.counted);
+        let host = self.last.elapsed().as_secs_f64();
+        tensorfn::synchronize::<D>()?;
+        let now = Instant::now();
+        self.rows
+            .push((name(), (now - self.last).as_secs_f64(), host, work));
+        self.last = now;
+        self.counted = tensorfn::cuda_counters();
+        Ok(())
+    }
+
+    /// The rows as a table, with a total.
+    fn print(&self, gpu: bool) {
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        println!(
+            "{:<36} {:>8} {:>8}{}",
+            "phase",
+            "ms",
+            "host ms",
+            match gpu {
+                true => "  launches  lib  allocs (cuMemAlloc)  to GPU (MiB)  to host (MiB)  GPU copies (MiB)  waits",
+                false => "",
+            }
+        );
+        let mut total = (0.0, 0.0, tensorfn::CudaCounters::default());
+        for (_, secs, host, w) in &self.rows {
+            total.0 += secs;
+            total.1 += host;
+            let t = &mut total.2;
+            t.launches += w.launches;
+            t.library_calls += w.library_calls;
+            t.allocations += w.allocations;
+            t.device_allocations += w.device_allocations;
+            t.host_to_device += w.host_to_device;
+            t.host_to_device_bytes += w.host_to_device_bytes;
+            t.device_to_host += w.device_to_host;
+            t.device_to_host_bytes += w.device_to_host_bytes;
+            t.device_to_device += w.device_to_device;
+            t.device_to_device_bytes += w.device_to_device_bytes;
+            t.syncs += w.syncs;
+        }
+        let total = ("total".to_string(), total.0, total.1, total.2);
+        for (name, secs, host, w) in self.rows.iter().chain([&total]) {
+            print!("{name:<36} {:>8.2} {:>8.2}", 1e3 * secs, 1e3 * host);
+            if gpu {
+                print!(
+                    "  {:>8}  {:>3}  {:>6} ({:>3})        {:>3} ({:>7.2})  {:>3} ({:>7.2})  {:>4} ({:>8.1})  {:>5}",
+                    w.launches,
+                    w.library_calls,
+                    w.allocations,
+                    w.device_allocations,
+                    w.host_to_device,
+                    mib(w.host_to_device_bytes),
+                    w.device_to_host,
+                    mib(w.device_to_host_bytes),
+                    w.device_to_device,
+                    mib(w.device_to_device_bytes),
+                    w.syncs
+                );
+            }
+            println!();
+        }
+    }
+}
+
+/// `--profile`: three steps with a mark after each phase, then one
+/// AdamW step without clipping (what clipping adds is the difference);
+/// prints the last clipped step's phases.
+fn profile<D: Device, T: Float>(
+    m: &mut Gpt2<D, T>,
+    opt: &mut AdamW<Gpt2<D, T>>,
+    heads: usize,
+    (x, y): (&Ids<D>, &Ids<D>),
+    inputs: &Inputs<D, T>,
+    clip: f64,
+) -> Result<()> {
+    let mut last = Phases::off();
+    for _ in 0..3 {
+        let mut phases = Phases::start::<D>()?;
+        let (_, grads) = loss_and_grads_phased(m, heads, x, y, inputs, &mut phases)?;
+        opt.step_clipped(m, &grads, clip)?;
+        phases.mark::<D>(|| "clipping and AdamW (step_clipped)".into())?;
+        drop(grads);
+        phases.mark::<D>(|| "gradients freed".into())?;
+        last = phases;
+    }
+    let (_, grads) = loss_and_grads(m, heads, x, y, inputs)?;
+    let mut alone = Phases::start::<D>()?;
+    opt.step(m, &grads)?;
+    alone.mark::<D>(|| "AdamW alone (step, not in the total)".into())?;
+    println!("phases of one step, each ended by a synchronisation:");
+    last.print(!D::IS_CPU);
+    let (name, secs, _, w) = &alone.rows[0];
+    println!(
+        "{name}: {:.2} ms, {} launches, {} allocations",
+        1e3 * secs,
+        w.launches,
+        w.allocations
+    );
+    Ok(())
+}
+
 /// `--bench`: warm-up steps, then the median of `o.steps` training steps
 /// (forward, backward, clipping, AdamW), each timed between
 /// synchronisations, on random tokens.
@@ -1218,12 +1394,15 @@ pub fn bench<D: Device, T: Float>(o: &Options) -> AnyResult<f64> {
     };
     let (x, y) = (tokens()?, tokens()?);
     let mut times = Vec::new();
+    let mut work = tensorfn::CudaCounters::default();
     for i in 0..o.steps + 2 {
         tensorfn::synchronize::<D>()?;
         let t0 = Instant::now();
+        let before = tensorfn::cuda_counters();
         let (value, grads) = loss_and_grads(&m, c.heads, &x, &y, &inputs)?;
         opt.step_clipped(&mut m, &grads, o.clip)?;
         drop(grads);
+        work = tensorfn::cuda_counters().since(&before);
         tensorfn::synchronize::<D>()?;
         let secs = t0.elapsed().as_secs_f64();
         let l = value.to_vec()?[0].to_f64();
@@ -1245,6 +1424,20 @@ pub fn bench<D: Device, T: Float>(o: &Options) -> AnyResult<f64> {
         (b * s) as f64 / median
     );
     if !D::IS_CPU {
+        println!(
+            "last step: {} kernel launches, {} library calls, {} allocations ({} cuMemAlloc), {} copies to the GPU ({} bytes), {} to the host ({} bytes), {} on the GPU ({} bytes), {} host waits",
+            work.launches,
+            work.library_calls,
+            work.allocations,
+            work.device_allocations,
+            work.host_to_device,
+            work.host_to_device_bytes,
+            work.device_to_host,
+            work.device_to_host_bytes,
+            work.device_to_device,
+            work.device_to_device_bytes,
+            work.syncs
+        );
         if let Ok(stats) = tensorfn::cuda_memory_stats(0) {
             println!(
                 "peak allocated {:.1} MiB ({:.1} MiB cached now)",
@@ -1252,6 +1445,9 @@ pub fn bench<D: Device, T: Float>(o: &Options) -> AnyResult<f64> {
                 stats.cached_bytes as f64 / (1 << 20) as f64
             );
         }
+    }
+    if o.profile {
+        profile(&mut m, &mut opt, c.heads, (&x, &y), &inputs, o.clip)?;
     }
     Ok(median)
 }

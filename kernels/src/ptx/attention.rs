@@ -903,9 +903,12 @@ pub const fn attention_mma_threads(d: usize) -> usize {
 /// (`p_scale` is an f64).
 /// (`p_b0`, `p_nh`, the inner batch strides `p_*h`, the output's
 /// strides and the group `p_g` as in [`PARAMS`].)
-pub(crate) const MMA_PARAMS: [&str; 23] = [
+/// `p_lse`, when not 0, is the address of the rows' log-sum-exps (`[B,
+/// L]` f32, as the f32 entry's `p_lse`), which a backward reads.
+pub(crate) const MMA_PARAMS: [&str; 24] = [
     "p_out", "p_q", "p_k", "p_v", "p_l", "p_s", "p_qb", "p_qr", "p_kb", "p_kr", "p_vb", "p_vr",
     "p_causal", "p_scale", "p_b0", "p_nh", "p_qh", "p_kh", "p_vh", "p_ob", "p_oh", "p_or", "p_g",
+    "p_lse",
 ];
 
 /// The tensor-core entry `name` (sm_80 and newer) over `dtype` (f16 or
@@ -926,7 +929,10 @@ pub(crate) const MMA_PARAMS: [&str; 23] = [
 /// keys' end, the causal diagonal) are applied only on the steps that
 /// need them, and under `causal` a warp skips the keys past its rows and
 /// blocks take the longest rows first. The output is normalised once and
-/// stored through shared memory with 16-byte stores.
+/// stored through shared memory with 16-byte stores. With `p_lse`, lane
+/// 0 of each quad also writes its two rows' log-sum-exps, `ln 2 (m scale
+/// log2(e) + log2(l))` from the running max and sum (`-inf` for a row
+/// without keys), so that a backward needs no second forward.
 pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> String {
     let ht = half_type(dtype);
     let (neg_inf, zero, one) = ("0fFF800000", "0f00000000", "0f3F800000");
@@ -1492,8 +1498,21 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
         "mad.lo.u32 {wbase}, {warp}, {}, {sk}",
         wrows * row_bytes
     ));
+    // The log-sum-exps: skipped without `p_lse` and on lanes 1-3 of a
+    // quad (all four hold the row's sums); batch b's rows start at b L.
+    let (no_lse, lse_base) = (body.reg(Class::Pred), body.reg(Class::B64));
+    {
+        let not_first = body.reg(Class::Pred);
+        body.op(format!("setp.eq.u64 {no_lse}, {}, 0", p["p_lse"]));
+        body.op(format!("setp.ne.u32 {not_first}, {t32}, 0"));
+        body.op(format!("or.pred {no_lse}, {no_lse}, {not_first}"));
+        let bl = body.reg(Class::B64);
+        body.op(format!("mul.lo.u64 {bl}, {b}, {}", p["p_l"]));
+        body.op(format!("cvta.to.global.u64 {lse_base}, {}", p["p_lse"]));
+        body.op(format!("mad.lo.u64 {lse_base}, {bl}, 4, {lse_base}"));
+    }
     for (m, om) in o.iter().enumerate() {
-        for (half, (_, l)) in ml[m].iter().enumerate() {
+        for (half, (mx, l)) in ml[m].iter().enumerate() {
             for off in [1, 2] {
                 let o2 = body.reg(Class::F32);
                 body.op(format!("shfl.sync.bfly.b32 {o2}, {l}, {off}, 31, -1"));
@@ -1504,6 +1523,27 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
             let empty = body.reg(Class::Pred);
             body.op(format!("setp.eq.f32 {empty}, {l}, {zero}"));
             body.op(format!("@{empty} mov.f32 {inv}, {zero}"));
+            {
+                // The loop's P are 2^(S sl2 - m sl2), with m sl2 rounded as
+                // here, so log2 of their sum plus m sl2 is the log-sum-exp
+                // in log2 units.
+                let row = if half == 0 { &ra[m] } else { &rb[m] };
+                let skip = body.reg(Class::Pred);
+                body.op(format!("setp.ge.u64 {skip}, {row}, {}", p["p_l"]));
+                body.op(format!("or.pred {skip}, {skip}, {no_lse}"));
+                let (x, lg) = (body.reg(Class::F32), body.reg(Class::F32));
+                body.op(format!("mul.rn.f32 {x}, {mx}, {sl2}"));
+                body.op(format!("lg2.approx.f32 {lg}, {l}"));
+                body.op(format!("add.rn.f32 {x}, {x}, {lg}"));
+                body.op(format!(
+                    "mul.rn.f32 {x}, {x}, 0f{:08X}",
+                    std::f32::consts::LN_2.to_bits()
+                ));
+                body.op(format!("@{empty} mov.f32 {x}, {neg_inf}"));
+                let a = body.reg(Class::B64);
+                body.op(format!("mad.lo.u64 {a}, {row}, 4, {lse_base}"));
+                body.op(format!("@!{skip} st.global.f32 [{a}], {x}"));
+            }
             // Row 16 m + 8 half + g of the warp's rows: row & 7 = g.
             let srow = body.reg(Class::B32);
             body.op(format!("add.u32 {srow}, {g32}, {}", 16 * m + 8 * half));

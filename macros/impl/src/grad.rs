@@ -796,7 +796,20 @@ impl Deriver {
 
     /// `g` summed back to `dims` (the operand of a broadcast).
     fn unbroadcast(&mut self, mut g: NodeId, dims: &[Dim]) -> NodeId {
-        while self.dims(g).len() > dims.len() {
+        let extra = self.dims(g).len().saturating_sub(dims.len());
+        if extra > 1 {
+            // The leading dims merged into one (a view of a contiguous
+            // gradient), summed by one reduction: summing them one at a
+            // time made the first pass a reduction over rows of `B`
+            // elements (a layer norm's `[B, S, C]` gradient), far slower
+            // than one over `B * S` rows.
+            let gd = self.dims(g);
+            let merged = std::iter::once(numel(&gd[..extra]))
+                .chain(gd[extra..].iter().cloned())
+                .collect();
+            g = self.reshape(g, merged);
+        }
+        if extra > 0 {
             g = self.reduce(ReduceOp::Sum, g, Some(0));
         }
         let gd = self.dims(g);

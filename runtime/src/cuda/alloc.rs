@@ -59,6 +59,7 @@ impl Context {
             // Can never fit: report it without flushing the cache.
             return Err(self.out_of_memory(bytes));
         }
+        super::counters::add(super::Count::Allocation, 1);
         let mut a = lock(&self.alloc);
         if let Some(block) = a.take_cached(size).or_else(|| a.take_reserved(bytes)) {
             a.note_in_use(block);
@@ -79,6 +80,7 @@ impl Context {
             Err(Some(e)) => return Err(e),
         };
         a.device_allocs += 1;
+        super::counters::add(super::Count::DeviceAllocation, 1);
         a.note_in_use(block);
         Ok(block)
     }

@@ -61,7 +61,8 @@ impl CudaBackend {
 
     /// [`Self::attention_gpu`], with the rows' log-sum-exps written to
     /// the device address `lse` (`[batch, L]`, f32, f64 for f64) when
-    /// given: then always the f32 entry (the tensor-core one writes none).
+    /// given, by the tensor-core entry where it fits (see `mma_fits`),
+    /// else by the f32-accumulating one.
     #[allow(clippy::too_many_arguments)]
     fn attention_launch<T: FloatDType>(
         &self,
@@ -106,8 +107,8 @@ impl CudaBackend {
         let (nh, group) =
             forward_batches(q.1, k.1, v.1, out_layout, mask.as_ref().map(|(_, l)| *l))?;
         let os = walk(out_layout, nh);
-        if mask.is_none() && lse.is_none() && self.mma_fits::<T>([q, k, v], e, ev) {
-            return self.attention_mma::<T>(q, k, v, (nh, group, os), causal, scale);
+        if mask.is_none() && self.mma_fits::<T>([q, k, v], e, ev) {
+            return self.attention_mma::<T>(q, k, v, (nh, group, os), causal, scale, lse);
         }
         let out = ctx.storage::<T>(n)?;
         let (mode, mptr, ms) = match &mask {
@@ -188,7 +189,9 @@ impl CudaBackend {
             })
     }
 
-    /// The tensor-core entry (see `mma_fits`).
+    /// The tensor-core entry (see `mma_fits`), writing the f32
+    /// log-sum-exps to `lse` when given.
+    #[allow(clippy::too_many_arguments)]
     fn attention_mma<T: FloatDType>(
         &self,
         q: (&CudaStorage<T>, &Layout),
@@ -197,6 +200,7 @@ impl CudaBackend {
         (nh, group, os): (u64, u64, [u64; 4]),
         causal: bool,
         scale: f64,
+        lse: Option<u64>,
     ) -> Result<CudaStorage<T>> {
         let ctx = self.ctx();
         let [batch, l, d] = shape3(q.1);
@@ -211,7 +215,7 @@ impl CudaBackend {
         let blocks = l.div_ceil(rows) as u32;
         for b0 in (0..batch).step_by(MAX_GRID_Y) {
             let nb = (batch - b0).min(MAX_GRID_Y);
-            let mut values: [u64; 23] = [
+            let mut values: [u64; 24] = [
                 out.device_ptr(),
                 q.0.ptr_at(q.1.offset()),
                 k.0.ptr_at(k.1.offset()),
@@ -235,6 +239,7 @@ impl CudaBackend {
                 os[1],
                 os[2],
                 group,
+                lse.unwrap_or(0),
             ];
             ctx.launch_u64s(
                 f,

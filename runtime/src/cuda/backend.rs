@@ -10,6 +10,7 @@ use super::context::{context, Context};
 use super::error::driver;
 use super::handles::Epilogue;
 use super::modules::Builtin;
+use super::Count;
 use crate::backend::{AttnMaskArg, Backend, Gathered, RowBlocks, Selected};
 use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
 use crate::error::{Error, Result};
@@ -349,6 +350,7 @@ impl Backend for CudaBackend {
                 )
             }
             .map_err(|e| driver("cuMemcpyDtoDAsync", e))?;
+            super::counters::copy(Count::DeviceToDevice, Count::DeviceToDeviceBytes, bytes);
         } else {
             self.ctx.builtin_elementwise(
                 Builtin::Cast(T::KIND, T::KIND),
@@ -376,6 +378,7 @@ impl Backend for CudaBackend {
         }
         if ls.is_contiguous() && ld.is_contiguous() {
             let bytes = n * std::mem::size_of::<T>();
+            super::counters::copy(Count::DeviceToDevice, Count::DeviceToDeviceBytes, bytes);
             // SAFETY: both ranges hold `bytes` bytes (extents checked).
             unsafe {
                 result::memcpy_dtod_async(
@@ -503,6 +506,11 @@ impl Backend for CudaBackend {
                     format!("dims {:?}", l.dims()),
                 )),
             };
+        }
+        if op == ReduceOp::Sum {
+            if let Some(out) = self.column_sum(x, l, dim)? {
+                return Ok(out);
+            }
         }
         let (input, _copy) = self.rows_of(x, l, dim)?;
         let out = self.ctx.storage::<T>(rows)?;

@@ -409,7 +409,9 @@ fn strided_batched<T: FloatDType>(
         }
         .result()
         .map_err(|e| cublas("cublasGemmStridedBatchedEx", e.0, shapes.to_string()))
-    })
+    })?;
+    super::counters::add(super::Count::LibraryCall, 1);
+    Ok(())
 }
 
 /// Batched `alpha * a @ b + beta * out` written into `batch * m * n`

@@ -187,6 +187,7 @@ impl Context {
     /// Waits for all work queued on the stream; a kernel fault that
     /// happened earlier surfaces here, named after `op`.
     pub(crate) fn sync(&self, op: &str) -> Result<()> {
+        super::counters::add(super::Count::Sync, 1);
         // SAFETY: the stream lives as long as the context.
         unsafe { result::stream::synchronize(self.stream) }
             .map_err(|e| driver(&format!("{op} (waiting for queued GPU work)"), e))

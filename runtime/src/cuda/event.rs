@@ -57,6 +57,7 @@ impl Event {
 
     /// Blocks the host until the last record has happened.
     pub(crate) fn synchronize(&self, op: &str) -> Result<()> {
+        super::counters::add(super::Count::Sync, 1);
         // SAFETY: the event is alive.
         unsafe { result::event::synchronize(self.0) }.map_err(|e| driver(op, e))
     }

@@ -121,6 +121,7 @@ impl Context {
             result::launch_kernel(f, (gx, gy, 1), (block, 1, 1), shared, self.stream, params)
         }
         .map_err(|e| driver(&format!("launching {}", what()), e))?;
+        super::counters::add(super::Count::Launch, 1);
         if sync_launches() {
             self.sync(&format!("kernel {}", what()))?;
         }

@@ -274,6 +274,7 @@ pub(crate) fn matmul<T: DType>(
         return Ok(false);
     };
     run(blas, handle, ctx, p, &plan.desc, &plan.algo).map_err(|e| p.err("cublasLtMatmul", e))?;
+    super::counters::add(super::Count::LibraryCall, 1);
     Ok(true)
 }
 

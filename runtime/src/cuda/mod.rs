@@ -32,9 +32,11 @@ mod attention;
 mod backend;
 mod blas;
 mod bnorm;
+mod colsum;
 mod concat;
 mod context;
 mod conv;
+mod counters;
 // Called by the convolution ops, which fall back to the built-in kernels
 // on `Outcome::Fallback`.
 #[allow(dead_code)]
@@ -75,6 +77,8 @@ pub(crate) use backend::CudaBackend;
 pub use blas::{allow_tf32, set_allow_tf32};
 pub use context::cuda_device_count;
 pub use conv::{cudnn_enabled, set_cudnn_enabled};
+pub(crate) use counters::Count;
+pub use counters::CudaCounters;
 pub use grid::{elementwise_autotune, set_elementwise_autotune};
 pub use lt::{matmul_autotune, set_matmul_autotune};
 pub(crate) use overlap::Overlap;
@@ -92,6 +96,22 @@ pub(crate) use transfer::contiguous_ptr;
 /// ```
 pub fn cuda_memory_stats(ordinal: usize) -> Result<CudaMemoryStats> {
     Ok(context::context(ordinal)?.memory_stats())
+}
+
+/// What the CUDA backend has queued and waited for since the process
+/// started, on every device: kernel launches, library calls, allocations
+/// (cache hits and `cuMemAlloc`s), copies between host and device with
+/// their bytes, and host waits. Subtract two readings
+/// ([`CudaCounters::since`]) to count one step of a loop; all zero when no
+/// GPU was used.
+///
+/// ```
+/// use tensorfn_runtime::cuda_counters;
+/// let c = cuda_counters();
+/// assert!(c.device_allocations <= c.allocations);
+/// ```
+pub fn cuda_counters() -> CudaCounters {
+    counters::read()
 }
 
 /// Returns every cached, unused block of cuda:`ordinal` to the driver,

@@ -609,6 +609,51 @@ fn lanes<T: DType>(data: &[T], l: &Layout, dim: usize) -> Vec<Vec<f64>> {
     vals.chunks(cols).map(|c| c.to_vec()).collect()
 }
 
+/// 16-bit sums over a leading dim (bias and norm gradients) run as a
+/// product with a ones row (`colsum.rs`): one rounding of an f32 sum, at
+/// an offset, with zeros, infinities and NaN passed through.
+#[test]
+fn leading_dim_sums_of_16_bit_floats_match_f64() {
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
+        let (rows, cols, at) = (4099, 37, 5);
+        let mut data: Vec<T> = random(rng, at + rows * cols, -4.0, 4.0);
+        // Column 0 all -0 (sums to a zero), 1 holds +inf, 2 both
+        // infinities (NaN), 3 a NaN.
+        for r in 0..rows {
+            data[at + r * cols] = T::from_f64(-0.0);
+        }
+        data[at + 7 * cols + 1] = T::from_f64(f64::INFINITY);
+        data[at + 9 * cols + 2] = T::from_f64(f64::INFINITY);
+        data[at + 11 * cols + 2] = T::from_f64(f64::NEG_INFINITY);
+        data[at + 3 * cols + 3] = T::from_f64(f64::NAN);
+        let l = Layout::new(vec![1, rows, cols], vec![rows * cols, cols, 1], at);
+        let s = up(be, &data);
+        let got = down(&be.reduce(ReduceOp::Sum, &s, &l, 1).unwrap(), &[cols]);
+        for c in 0..cols {
+            let col: Vec<f64> = (0..rows)
+                .map(|r| data[at + r * cols + c].to_f64())
+                .collect();
+            let want = col.iter().sum::<f64>();
+            let top = col.iter().map(|x| x.abs()).sum::<f64>();
+            let g = got[c].to_f64();
+            let what = format!("{:?} column {c}: {g}, f64 {want}", T::KIND);
+            match c {
+                0 => assert_eq!(g, 0.0, "{what}"),
+                1 => assert_eq!(g, f64::INFINITY, "{what}"),
+                2 | 3 => assert!(g.is_nan(), "{what}"),
+                _ => assert!(
+                    (g - want).abs() <= eps(T::KIND) * want.abs() + 1e-6 * top,
+                    "{what}"
+                ),
+            }
+        }
+    }
+    check::<bf16>(&be, &mut rng);
+    check::<f16>(&be, &mut rng);
+}
+
 #[test]
 fn reductions_along_every_dim() {
     let Some((_serial, be)) = gpu() else { return };
@@ -3012,6 +3057,18 @@ fn attention_mma_backward_matches_f64() {
             3e-2
         };
         let what = format!("{:?} [{b}, {h}, {l}, {s}, {d}] causal {causal}", T::KIND);
+        // The tensor-core forward's log-sum-exps against the f64 forward's
+        // (stored as f32): its sums are f32, its 2^x and log2 good to
+        // about 2^-22.
+        let got = lg.to_device::<Cpu>().unwrap().to_vec().unwrap();
+        let want_lse = lse64.to_vec().unwrap();
+        assert_eq!(got.len(), want_lse.len(), "{what}: lse");
+        for (i, (x, y)) in got.iter().zip(&want_lse).enumerate() {
+            assert!(
+                (f64::from(*x) - f64::from(*y)).abs() <= 1e-5 * (8.0 + f64::from(y.abs())),
+                "{what}: lse[{i}] is {x}, the f64 forward's {y}"
+            );
+        }
         for (name, got, want) in [
             ("dq", dq, &want.0),
             ("dk", dk, &want.1),

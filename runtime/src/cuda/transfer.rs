@@ -11,6 +11,7 @@
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
 use super::context::Context;
+use super::counters::{self, Count};
 use super::error::{driver, lock};
 use super::staging::{Staging, HALF_BYTES};
 use crate::backend::{Backend, CopyTo};
@@ -44,6 +45,7 @@ impl Context {
     /// Queues a copy of `src` to device address `dst`. Returns once every
     /// byte is in pinned memory; the device finishes in stream order.
     pub(crate) fn copy_htod(&self, src: &[u8], dst: u64) -> Result<()> {
+        counters::copy(Count::HostToDevice, Count::HostToDeviceBytes, src.len());
         self.with_staging(|st| {
             for (i, chunk) in src.chunks(HALF_BYTES).enumerate() {
                 let h = i % 2;
@@ -66,6 +68,7 @@ impl Context {
     /// Copies `len` bytes from device address `src` into `dst`, waiting for
     /// all queued work first (it is queued before the copy).
     pub(crate) fn copy_dtoh(&self, src: u64, dst: &mut [u8]) -> Result<()> {
+        counters::copy(Count::DeviceToHost, Count::DeviceToHostBytes, dst.len());
         let chunks: Vec<(usize, usize)> = (0..dst.len())
             .step_by(HALF_BYTES)
             .map(|start| (start, HALF_BYTES.min(dst.len() - start)))
@@ -90,6 +93,7 @@ impl Context {
                     issue(st, i + 1)?;
                 }
                 let h = i % 2;
+                counters::add(Count::Sync, 1);
                 // SAFETY: the event of this half was recorded after its copy.
                 unsafe { result::event::synchronize(st.events[h]) }
                     .map_err(|e| driver("copying GPU memory to the host", e))?;
@@ -157,6 +161,11 @@ fn upload_pinned<T: DType>(ctx: &Arc<Context>, data: &[T]) -> Result<CudaStorage
         // and borrowed until the stream has drained below.
         unsafe { result::memcpy_htod_async(storage.device_ptr(), data, ctx.stream) }
             .map_err(|e| driver("cuMemcpyHtoDAsync (from a pinned host tensor)", e))?;
+        counters::copy(
+            Count::HostToDevice,
+            Count::HostToDeviceBytes,
+            std::mem::size_of_val(data),
+        );
         ctx.sync("copying a pinned host tensor to the GPU")?;
     }
     Ok(storage)
@@ -194,6 +203,7 @@ fn download_into<T: DType>(
         // many bytes of live device memory (`_copy` keeps a temporary).
         unsafe { result::memcpy_dtoh_async(bytes, ptr, ctx.stream) }
             .map_err(|e| driver("cuMemcpyDtoHAsync (into a pinned host tensor)", e))?;
+        counters::copy(Count::DeviceToHost, Count::DeviceToHostBytes, bytes.len());
         return ctx.sync("copying GPU memory into a pinned host tensor");
     }
     ctx.copy_dtoh(ptr, bytes_of_mut(dst))
@@ -235,6 +245,7 @@ fn copy_to_context<T: DType>(
             // SAFETY: both ranges are live allocations of `bytes` bytes.
             unsafe { result::memcpy_dtod_async(out.device_ptr(), ptr, bytes, src.stream) }
                 .map_err(|e| driver("cuMemcpyDtoDAsync", e))?;
+            counters::copy(Count::DeviceToDevice, Count::DeviceToDeviceBytes, bytes);
         }
         return Ok(out);
     }

@@ -924,6 +924,7 @@ impl Plans {
                 Err(e) => return Err(e),
             };
             let queued = plan.launch(h, choice, ptrs, &alpha, &beta, block.ptr);
+            crate::cuda::counters::add(crate::cuda::Count::LibraryCall, 1);
             // The stream runs the queued call before any later use of the
             // block, so it can go back to the pool at once.
             ctx.release(block);
