@@ -35,8 +35,9 @@
 //! `--steps`: training in several sittings), `--plot FILE`
 //! (`train_gpt2_loss.svg`), `--sample N` (characters, 300),
 //! `--temperature X` (0.8), `--top-k K` (20), `--gpus N` (data-parallel
-//! over cuda:0 to cuda:N-1, N = 1, 2, 4 or 8: `--batch` is the global
-//! batch, split among the GPUs; with `--bench`, `--batch` is per GPU).
+//! over cuda:0 to cuda:N-1, N = 1 or 2, and 4 or 8 when built with
+//! `--features many-gpus`: `--batch` is the global batch, split among the
+//! GPUs; with `--bench`, `--batch` is per GPU).
 //!
 //! GPT-2 124M (12 layers, 768 wide, 12 heads, vocabulary 50257 with the
 //! output projection padded to 50304 rows as the `gpt2` example does,

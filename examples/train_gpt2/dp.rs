@@ -74,7 +74,9 @@ fn on_gpus<T: Float>(o: &Options, gpus: usize) -> AnyResult {
     match gpus {
         1 => on::<(Cuda<0>,), T>(o),
         2 => on::<(Cuda<0>, Cuda<1>), T>(o),
+        #[cfg(feature = "many-gpus")]
         4 => on::<(Cuda<0>, Cuda<1>, Cuda<2>, Cuda<3>), T>(o),
+        #[cfg(feature = "many-gpus")]
         8 => on::<
             (
                 Cuda<0>,
@@ -88,6 +90,14 @@ fn on_gpus<T: Float>(o: &Options, gpus: usize) -> AnyResult {
             ),
             T,
         >(o),
+        // Every group size is the whole model compiled once more per
+        // device type (`Cuda<2>` to `Cuda<7>`): the larger groups are
+        // opt-in, so the default build stays as fast as one of two GPUs.
+        #[cfg(not(feature = "many-gpus"))]
+        4 | 8 => Err(format!(
+            "--gpus {gpus}: this build has groups of 1 and 2 GPUs; build the example with `--features many-gpus` for 4 and 8"
+        )
+        .into()),
         n => Err(format!("--gpus {n}: pass 1, 2, 4 or 8").into()),
     }
 }
