@@ -890,7 +890,14 @@ mod tests {
             want.eval_row(&[&x, &w, &b], &[1e-5])
         );
         let text = tensorfn_kernels::ptx::row_kernel(p, "tf_rows_ln").unwrap();
-        assert!(text.contains(".visible .entry tf_rows_ln("));
+        // The built-in norms' strategies: a warp's and a block's rows in
+        // registers (16-byte and one-element accesses), and the long form.
+        for entry in ["warp_v", "warp_s", "block_v", "block_s", "long"] {
+            assert!(
+                text.contains(&format!(".visible .entry tf_rows_ln_{entry}(")),
+                "no entry {entry}"
+            );
+        }
         if let Ok(dir) = std::env::var("TENSORFN_DUMP_ROW_PTX") {
             std::fs::write(format!("{dir}/tf_rows_ln.ptx"), text).unwrap();
         }
