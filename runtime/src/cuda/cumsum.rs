@@ -9,7 +9,6 @@ use crate::backend::{cumsum_fits, Backend};
 use crate::dtype::NumDType;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use std::ffi::c_void;
 
 impl CudaBackend {
     /// See `Backend::cumsum`.
@@ -50,17 +49,15 @@ impl CudaBackend {
             kernel.source(ctx.target())
         })?;
         let mut words: [u64; 4] = [out.device_ptr(), input, rows as u64, cols as u64];
-        let mut params: Vec<*mut c_void> = words
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
-            .collect();
-        let block = tensorfn_kernels::abi::BLOCK as usize;
-        let grid = rows.div_ceil(block).min(65_535) as u32;
-        ctx.launch_grid(
+        let block = tensorfn_kernels::abi::BLOCK;
+        let grid = rows.div_ceil(block as usize).min(65_535) as u32;
+        ctx.launch_u64s(
             f,
             &|| format!("{kernel:?} over {rows}x{cols}"),
             (grid, 1),
-            &mut params,
+            block,
+            0,
+            &mut words,
         )?;
         let rank = l.rank();
         if dim == rank - 1 {

@@ -10,7 +10,6 @@ use crate::backend::{multinomial_fault, Backend, MultinomialFault};
 use crate::dtype::FloatDType;
 use crate::error::Result;
 use crate::layout::Layout;
-use std::ffi::c_void;
 use tensorfn_core::ops::dropout::mix;
 
 impl CudaBackend {
@@ -51,17 +50,15 @@ impl CudaBackend {
             replacement as u64,
             mix(seed),
         ];
-        let mut params: Vec<*mut c_void> = words
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
-            .collect();
-        let block = tensorfn_kernels::abi::BLOCK as usize;
-        let grid = rows.div_ceil(block).min(65_535) as u32;
-        ctx.launch_grid(
+        let block = tensorfn_kernels::abi::BLOCK;
+        let grid = rows.div_ceil(block as usize).min(65_535) as u32;
+        ctx.launch_u64s(
             f,
             &|| format!("{kernel:?} of {num_samples} over {rows}x{cols}"),
             (grid, 1),
-            &mut params,
+            block,
+            0,
+            &mut words,
         )?;
         let code = self.download(&status, &Layout::contiguous(&[1]))?[0];
         match MultinomialFault::from_code(code as u32) {
