@@ -1151,3 +1151,124 @@ fn vjp_norms_over_a_run_time_dim() {
         );
     }
 }
+
+tensor_fn! {
+    /// `narrow` at a run-time start (its gradient an `index_add` at the
+    /// slice's positions).
+    #[grad(x)]
+    fn rt_narrow(x: &Tensor<Cpu, f64, [4, 6]>, s: usize, w: &Tensor<Cpu, f64, [4, 3]>) -> Tensor<Cpu, f64, []> {
+        (sin(x.narrow(1, s, 3)) * w).sum()
+    }
+
+    /// A run-time start and length (the length a `usize` parameter, so
+    /// a dim of the slice).
+    #[grad(x)]
+    fn rt_narrow_len(x: &Tensor<Cpu, f64, [5, 4]>, s: usize, l: usize) -> Tensor<Cpu, f64, []> {
+        sin(x.narrow(0, s, l)).sum() + cos(x.narrow(0, 1, l)).sum()
+    }
+
+    /// Run-time indices, one and two deep.
+    #[grad(x)]
+    fn rt_index(x: &Tensor<Cpu, f64, [4, 3]>, i: usize, j: usize, w: &Tensor<Cpu, f64, [3]>) -> Tensor<Cpu, f64, []> {
+        (sin(x[i]) * w).sum() + cos(x[j, 2]) * 3.0
+    }
+
+    /// Literal slices and indices of a dim known only at run time.
+    #[grad(x)]
+    fn rt_dim_slices(x: &Tensor<Cpu, f64, [N, 3]>) -> Tensor<Cpu, f64, []> {
+        sin(x.narrow(0, 1, 2)).sum() + cos(x[0]).sum() + x.narrow(1, 2, 1).sum()
+    }
+
+    /// `cat` of operands whose lengths along the joined dim are run-time
+    /// dims (the third operand's offset is `N + M`).
+    #[grad(x, y)]
+    fn rt_cat(x: &Tensor<Cpu, f64, [N, 3]>, y: &Tensor<Cpu, f64, [M, 3]>, w: &Tensor<Cpu, f64, [3]>) -> Tensor<Cpu, f64, []> {
+        (sin(cat([x, y, x * 2.0], 0)) * w).sum() + (cos(cat([x, y], 0)) * w).sum()
+    }
+}
+
+#[test]
+fn run_time_slices_indices_and_joins() {
+    for seed in 0..3u64 {
+        let x0 = rand_vec(24, seed + 40, -2.0, 2.0);
+        let w = tensor::<shape![4, 3]>(&rand_vec(12, seed + 41, -1.0, 1.0));
+        // Every start the slice fits at, the ends included.
+        for s in 0..=3 {
+            let (_, g) = rt_narrow::value_and_grad(&tensor(&x0), s, &w).unwrap();
+            check_fd(
+                &format!("narrow at run-time start {s}"),
+                &x0,
+                &value(&g),
+                |xs| value(&rt_narrow(&tensor(xs), s, &w).unwrap())[0],
+                1e-6,
+            );
+        }
+        // A start past the end is the forward's `Err`, not a panic.
+        assert!(rt_narrow::value_and_grad(&tensor(&x0), 4, &w).is_err());
+
+        let x1 = rand_vec(20, seed + 42, -2.0, 2.0);
+        for (s, l) in [(0, 0), (0, 4), (2, 3), (4, 1), (1, 2)] {
+            let (_, g) = rt_narrow_len::value_and_grad(&tensor(&x1), s, l).unwrap();
+            check_fd(
+                &format!("narrow at run-time start {s}, length {l}"),
+                &x1,
+                &value(&g),
+                |xs| value(&rt_narrow_len(&tensor(xs), s, l).unwrap())[0],
+                1e-6,
+            );
+        }
+
+        let x2 = rand_vec(12, seed + 43, -2.0, 2.0);
+        let w3 = tensor::<shape![3]>(&rand_vec(3, seed + 44, -1.0, 1.0));
+        for (i, j) in [(0, 0), (3, 1), (2, 2), (1, 3)] {
+            let (_, g) = rt_index::value_and_grad(&tensor(&x2), i, j, &w3).unwrap();
+            check_fd(
+                &format!("run-time index [{i}], [{j}, 2]"),
+                &x2,
+                &value(&g),
+                |xs| value(&rt_index(&tensor(xs), i, j, &w3).unwrap())[0],
+                1e-6,
+            );
+        }
+        assert!(rt_index::value_and_grad(&tensor(&x2), 4, 0, &w3).is_err());
+
+        let dyn_x = |v: &[f64], n: usize| {
+            Tensor::<Cpu, f64, shape![_, 3]>::from_vec_dims(v.to_vec(), &[n, 3]).unwrap()
+        };
+        for n in [3usize, 5] {
+            let xv = rand_vec(n * 3, seed + 45, -2.0, 2.0);
+            let (_, g) = rt_dim_slices::value_and_grad(&dyn_x(&xv, n)).unwrap();
+            check_fd(
+                &format!("literal slices of a run-time dim {n}"),
+                &xv,
+                &value(&g),
+                |xs| value(&rt_dim_slices(&dyn_x(xs, n)).unwrap())[0],
+                1e-6,
+            );
+        }
+
+        // Joined lengths 0, 1 and 4 (an empty operand included).
+        for (n, m) in [(2usize, 0usize), (1, 4), (0, 3)] {
+            let (xv, yv) = (
+                rand_vec(n * 3, seed + 46, -2.0, 2.0),
+                rand_vec(m * 3, seed + 47, -2.0, 2.0),
+            );
+            let (_, (gx, gy)) =
+                rt_cat::value_and_grad(&dyn_x(&xv, n), &dyn_x(&yv, m), &w3).unwrap();
+            check_fd(
+                &format!("cat of run-time lengths {n} and {m}: x"),
+                &xv,
+                &value(&gx),
+                |xs| value(&rt_cat(&dyn_x(xs, n), &dyn_x(&yv, m), &w3).unwrap())[0],
+                1e-6,
+            );
+            check_fd(
+                &format!("cat of run-time lengths {n} and {m}: y"),
+                &yv,
+                &value(&gy),
+                |ys| value(&rt_cat(&dyn_x(&xv, n), &dyn_x(ys, m), &w3).unwrap())[0],
+                1e-6,
+            );
+        }
+    }
+}

@@ -1197,18 +1197,7 @@ impl Deriver {
                             let mut keep = xd.clone();
                             keep[d] = Dim::constant(1);
                             let idx = self.reshape(idx, keep);
-                            let tx = self.tt(x);
-                            let ar = self.tensor(
-                                Op::Arange {
-                                    start: Dim::constant(0),
-                                },
-                                TensorTy {
-                                    device: tx.device,
-                                    dtype: Dt::Kind(DTypeKind::I64),
-                                    dims: vec![xd[d].clone()],
-                                },
-                                x,
-                            );
+                            let ar = self.positions(Dim::constant(0), xd[d].clone(), None, x);
                             let mut along = vec![Dim::constant(1); xd.len() - d];
                             along[0] = xd[d].clone();
                             let ar = self.reshape(ar, along);
@@ -1260,50 +1249,52 @@ impl Deriver {
                 let mut start = Dim::constant(0);
                 for &xi in xs {
                     let len = self.dims(xi)[dim].clone();
-                    let (Some(s), Some(l)) = (start.as_constant(), len.as_constant()) else {
-                        return Err("has no derivative rule yet for operands whose length along the joined dim is known only at run time".into());
-                    };
                     let ty = self.tt(xi);
-                    let gi = self.tensor(
-                        Op::Narrow {
-                            x: g,
-                            dim,
-                            start: IndexArg::Const(s as usize),
-                            len: IndexArg::Const(l as usize),
-                        },
-                        ty,
-                        xi,
-                    );
+                    let gi = match (start.as_constant(), len.as_constant()) {
+                        (Some(s), Some(l)) => self.tensor(
+                            Op::Narrow {
+                                x: g,
+                                dim,
+                                start: IndexArg::Const(s as usize),
+                                len: IndexArg::Const(l as usize),
+                            },
+                            ty,
+                            xi,
+                        ),
+                        // An offset or length known only at run time is
+                        // a dim (a sum of the operands' sizes), not a
+                        // scalar node `narrow` could take: its positions
+                        // are an `arange` from it, gathered.
+                        _ => {
+                            let at = self.positions(start.clone(), len.clone(), None, xi);
+                            self.tensor(
+                                Op::Select {
+                                    x: g,
+                                    dim,
+                                    index: at,
+                                    gather: false,
+                                },
+                                ty,
+                                xi,
+                            )
+                        }
+                    };
                     out.push((xi, gi));
                     start = start.add(&len);
                 }
                 out
             }
             Op::Narrow {
-                x,
-                dim,
-                ref start,
-                ref len,
+                x, dim, ref start, ..
             } => {
-                let xd = self.dims(x);
-                let (IndexArg::Const(s), IndexArg::Const(l), Some(total)) =
-                    (start, len, xd[dim].as_constant())
-                else {
-                    return Err(
-                        "has no derivative rule yet for a run-time start, length or dim".into(),
-                    );
-                };
-                vec![(x, self.pad(g, x, dim, *s, *l, total as usize))]
+                let len = self.dims(n)[dim].clone();
+                vec![(x, self.unslice(g, x, dim, start, len))]
             }
             Op::Index { x, dim, ref index } => {
-                let xd = self.dims(x);
-                let (IndexArg::Const(i), Some(total)) = (index, xd[dim].as_constant()) else {
-                    return Err("has no derivative rule yet for a run-time index or dim".into());
-                };
-                let mut keep = xd.clone();
+                let mut keep = self.dims(x);
                 keep[dim] = Dim::constant(1);
                 let gk = self.reshape(g, keep);
-                vec![(x, self.pad(gk, x, dim, *i, 1, total as usize))]
+                vec![(x, self.unslice(gk, x, dim, index, Dim::constant(1)))]
             }
             Op::Triangle { x, upper, diagonal } => {
                 let ty = self.tt(x);
@@ -1600,35 +1591,60 @@ impl Deriver {
         self.tensor(Op::Bmm(a, b), ty, like)
     }
 
-    /// `g` (the slice `start..start + len` of `x` along `dim`) placed
-    /// among zeros: the gradient of `x`.
-    fn pad(
-        &mut self,
-        g: NodeId,
-        x: NodeId,
-        dim: usize,
-        start: usize,
-        len: usize,
-        total: usize,
-    ) -> NodeId {
-        let mut parts = Vec::new();
+    /// The transpose of `x.narrow(dim, start, len)`: `g` (the slice)
+    /// placed into zeros of `x`'s type at `start` along `dim`. With
+    /// every size and the start literal, a `cat` of `g` between zero
+    /// blocks; else an `index_add` of `g` at the slice's positions into
+    /// zeros (a start computed at run time cannot size a zero block).
+    fn unslice(&mut self, g: NodeId, x: NodeId, dim: usize, start: &IndexArg, len: Dim) -> NodeId {
         let ty = self.tt(x);
-        for (s, l) in [(0, start), (start, len), (start + len, total - start - len)] {
-            if l == 0 {
-                continue;
+        let total = ty.dims[dim].clone();
+        if let (IndexArg::Const(s), Some(l), Some(t)) =
+            (start, len.as_constant(), total.as_constant())
+        {
+            let (s, l) = (*s as i64, l);
+            let mut parts = Vec::new();
+            for (at, size) in [(0, s), (s, l), (s + l, t - s - l)] {
+                if size == 0 {
+                    continue;
+                }
+                if at == s && size == l {
+                    parts.push(g);
+                } else {
+                    let mut t = ty.clone();
+                    t.dims[dim] = Dim::constant(size);
+                    parts.push(self.zeros(&t, x));
+                }
             }
-            if s == start && l == len {
-                parts.push(g);
-            } else {
-                let mut t = ty.clone();
-                t.dims[dim] = Dim::constant(l as i64);
-                parts.push(self.zeros(&t, x));
-            }
+            return match parts.len() {
+                // An empty dim: nothing to place.
+                0 => self.zeros(&ty, x),
+                1 => parts[0],
+                _ => self.tensor(Op::Cat { xs: parts, dim }, ty, x),
+            };
         }
-        if parts.len() == 1 {
-            return parts[0];
+        let at = match start {
+            IndexArg::Const(s) => self.positions(Dim::constant(*s as i64), len, None, x),
+            IndexArg::Node(s) => self.positions(Dim::constant(0), len, Some(*s), x),
+        };
+        let z = self.zeros(&ty, x);
+        self.scatter(z, dim, at, g, 1.0, true)
+    }
+
+    /// The `i64` positions `first + offset ..` (`len` of them) on
+    /// `like`'s device: an `arange`, plus the run-time `offset` (a
+    /// `usize` scalar node) where there is one.
+    fn positions(&mut self, first: Dim, len: Dim, offset: Option<NodeId>, like: NodeId) -> NodeId {
+        let ty = TensorTy {
+            device: self.tt(like).device,
+            dtype: Dt::Kind(DTypeKind::I64),
+            dims: vec![len],
+        };
+        let at = self.tensor(Op::Arange { start: first }, ty, like);
+        match offset {
+            Some(o) => self.bin(BinaryOp::Add, at, o),
+            None => at,
         }
-        self.tensor(Op::Cat { xs: parts, dim }, ty, x)
     }
 
     /// The derivative of a unary op times `g` (`None` for an op whose
