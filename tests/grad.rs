@@ -1272,3 +1272,218 @@ fn run_time_slices_indices_and_joins() {
         }
     }
 }
+
+tensor_fn! {
+    /// PyTorch's K-dimensional `cross_entropy`: classes in dim 1.
+    #[grad(x)]
+    fn xent_kdim_mean(x: &Tensor<Cpu, f64, [N, C, H, W]>, y: &Tensor<Cpu, i64, [N, H, W]>) -> Tensor<Cpu, f64, []> {
+        cross_entropy(x, y, ignore_index = 1)
+    }
+
+    #[grad(x)]
+    fn xent_kdim_sum(x: &Tensor<Cpu, f64, [N, C, H, W]>, y: &Tensor<Cpu, i64, [N, H, W]>) -> Tensor<Cpu, f64, []> {
+        cross_entropy(x, y, reduction = "sum", label_smoothing = 0.3, ignore_index = 1)
+    }
+
+    #[grad(x)]
+    fn xent_kdim_none(x: &Tensor<Cpu, f64, [N, C, H, W]>, y: &Tensor<Cpu, i64, [N, H, W]>, w: &Tensor<Cpu, f64, [N, H, W]>) -> Tensor<Cpu, f64, []> {
+        (cross_entropy(x, y, reduction = "none", ignore_index = 1) * w).sum()
+    }
+
+    fn xent_kdim_rows(x: &Tensor<Cpu, f64, [N, C, H, W]>, y: &Tensor<Cpu, i64, [N, H, W]>) -> Tensor<Cpu, f64, [N, H, W]> {
+        cross_entropy(x, y, reduction = "none", label_smoothing = 0.1, ignore_index = 1)
+    }
+
+    fn xent_kdim_gpu(x: &Tensor<Cuda, f32, [N, C, L]>, y: &Tensor<Cuda, i64, [N, L]>) -> Tensor<Cuda, f32, [N, L]> {
+        cross_entropy(x, y, reduction = "none", label_smoothing = 0.2, ignore_index = 0)
+    }
+
+    #[grad(x)]
+    fn xent_kdim_gpu_mean(x: &Tensor<Cuda, f32, [N, C, L]>, y: &Tensor<Cuda, i64, [N, L]>) -> Tensor<Cuda, f32, []> {
+        cross_entropy(x, y, ignore_index = 0)
+    }
+
+    #[grad(x)]
+    fn xent_kdim_cpu_mean(x: &Tensor<Cpu, f32, [N, C, L]>, y: &Tensor<Cpu, i64, [N, L]>) -> Tensor<Cpu, f32, []> {
+        cross_entropy(x, y, ignore_index = 0)
+    }
+}
+
+/// `[N, C, d..]` logits (row-major) moved to rows of classes,
+/// `[N * d.., C]`, as the f64 reference takes them.
+fn classes_last(x: &[f64], n: usize, c: usize, d: usize) -> Vec<f64> {
+    let mut out = vec![0.0; x.len()];
+    for i in 0..n {
+        for k in 0..c {
+            for j in 0..d {
+                out[(i * d + j) * c + k] = x[(i * c + k) * d + j];
+            }
+        }
+    }
+    out
+}
+
+/// The same numbers whether they are NaN or not.
+fn same(what: &str, got: &[f64], want: &[f64], tol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * w.abs().max(1.0);
+        assert!(ok, "{what}: [{i}] is {g}, the f64 reference gives {w}");
+    }
+}
+
+#[test]
+fn cross_entropy_over_extra_dims() {
+    use tensorfn_core::ops::xent::{cross_entropy_f64, Reduction};
+    type X = Tensor<Cpu, f64, shape![_, _, _, _]>;
+    type Y = Tensor<Cpu, i64, shape![_, _, _]>;
+    // Shapes [N, C, H, W]: empty batch, empty spatial dim, one class.
+    for (seed, [n, c, h, w]) in [
+        [2, 4, 3, 2],
+        [1, 3, 1, 5],
+        [0, 3, 2, 2],
+        [2, 3, 0, 2],
+        [3, 1, 2, 1],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let seed = seed as u64;
+        let d = h * w;
+        let mut x0 = rand_vec(n * c * d, seed + 60, -3.0, 3.0);
+        if x0.len() > 4 {
+            x0[3] = f64::NEG_INFINITY;
+        }
+        let ids = rand_ids(n * d, seed + 61, c);
+        for all_ignored in [false, true] {
+            let ids: Vec<i64> = if all_ignored {
+                vec![1; n * d]
+            } else {
+                ids.clone()
+            };
+            let x = X::from_vec_dims(x0.clone(), &[n, c, h, w]).unwrap();
+            let y = Y::from_vec_dims(ids.clone(), &[n, h, w]).unwrap();
+            let rows = classes_last(&x0, n, c, d);
+            let reference = |r: Reduction, s: f64| {
+                // Classes outside 0..C besides the ignored 1 are not drawn.
+                cross_entropy_f64(&rows, c, &ids, r, 1, s).unwrap()
+            };
+            let what = format!("[{n}, {c}, {h}, {w}], all ignored: {all_ignored}");
+            same(
+                &format!("mean {what}"),
+                &value(&xent_kdim_mean(&x, &y).unwrap()),
+                &reference(Reduction::Mean, 0.0),
+                1e-12,
+            );
+            same(
+                &format!("sum {what}"),
+                &value(&xent_kdim_sum(&x, &y).unwrap()),
+                &reference(Reduction::Sum, 0.3),
+                1e-12,
+            );
+            let per: Tensor<Cpu, f64, shape![_, _, _]> = xent_kdim_rows(&x, &y).unwrap();
+            assert_eq!(per.dims(), &[n, h, w]);
+            same(
+                &format!("none {what}"),
+                &value(&per),
+                &reference(Reduction::None, 0.1),
+                1e-12,
+            );
+            if all_ignored && n * d > 0 {
+                assert!(value(&xent_kdim_mean(&x, &y).unwrap())[0].is_nan());
+            }
+        }
+    }
+    // Gradients by finite differences (finite logits; some targets
+    // ignored; a mean, a smoothed sum and per-position weights).
+    for seed in 0..3u64 {
+        let (n, c, h, w) = (2, 3, 2, 2);
+        let x0 = rand_vec(n * c * h * w, seed + 70, -3.0, 3.0);
+        let y = Y::from_vec_dims(rand_ids(n * h * w, seed + 71, c), &[n, h, w]).unwrap();
+        let wv = Tensor::<Cpu, f64, shape![_, _, _]>::from_vec_dims(
+            rand_vec(n * h * w, seed + 72, -1.0, 1.0),
+            &[n, h, w],
+        )
+        .unwrap();
+        let xt = |v: &[f64]| X::from_vec_dims(v.to_vec(), &[n, c, h, w]).unwrap();
+        let (_, g) = xent_kdim_mean::value_and_grad(&xt(&x0), &y).unwrap();
+        check_fd(
+            "K-dim cross_entropy mean",
+            &x0,
+            &value(&g),
+            |xs| value(&xent_kdim_mean(&xt(xs), &y).unwrap())[0],
+            1e-6,
+        );
+        let (_, g) = xent_kdim_sum::value_and_grad(&xt(&x0), &y).unwrap();
+        check_fd(
+            "K-dim cross_entropy smoothed sum",
+            &x0,
+            &value(&g),
+            |xs| value(&xent_kdim_sum(&xt(xs), &y).unwrap())[0],
+            1e-6,
+        );
+        let (_, g) = xent_kdim_none::value_and_grad(&xt(&x0), &y, &wv).unwrap();
+        check_fd(
+            "K-dim cross_entropy none",
+            &x0,
+            &value(&g),
+            |xs| value(&xent_kdim_none(&xt(xs), &y, &wv).unwrap())[0],
+            1e-6,
+        );
+    }
+    // A target outside the classes is the forward's `Err`.
+    let x = X::from_vec_dims(vec![0.0; 8], &[1, 2, 2, 2]).unwrap();
+    let y = Y::from_vec_dims(vec![0, 5, 0, 0], &[1, 2, 2]).unwrap();
+    assert!(xent_kdim_mean(&x, &y).is_err());
+}
+
+#[test]
+fn cross_entropy_over_extra_dims_gpu_matches_the_cpu() {
+    let probe = Tensor::<Cpu, f32, shape![1]>::ones().unwrap();
+    if let Err(e) = probe.to_device::<Cuda>() {
+        eprintln!("skipping: no CUDA device ({e})");
+        return;
+    }
+    use tensorfn_core::ops::xent::{cross_entropy_f64, Reduction};
+    for (seed, (n, c, l)) in [(3, 5, 7), (2, 33, 130), (0, 4, 3), (2, 4, 0)]
+        .into_iter()
+        .enumerate()
+    {
+        let x0: Vec<f32> = rand_vec(n * c * l, seed as u64 + 80, -4.0, 4.0)
+            .into_iter()
+            .map(|v| v as f32)
+            .collect();
+        let ids = rand_ids(n * l, seed as u64 + 81, c);
+        let x = Tensor::<Cpu, f32, shape![_, _, _]>::from_vec_dims(x0.clone(), &[n, c, l])
+            .unwrap()
+            .to_device::<Cuda>()
+            .unwrap();
+        let y = Tensor::<Cpu, i64, shape![_, _]>::from_vec_dims(ids.clone(), &[n, l])
+            .unwrap()
+            .to_device::<Cuda>()
+            .unwrap();
+        let rows = classes_last(&x0.iter().map(|&v| v as f64).collect::<Vec<_>>(), n, c, l);
+        let want = cross_entropy_f64(&rows, c, &ids, Reduction::None, 0, 0.2).unwrap();
+        let got = value(&xent_kdim_gpu(&x, &y).unwrap().to_cpu().unwrap());
+        same(&format!("GPU [{n}, {c}, {l}] none"), &got, &want, 1e-5);
+        let (v, g) = xent_kdim_gpu_mean::value_and_grad(&x, &y).unwrap();
+        let want = cross_entropy_f64(&rows, c, &ids, Reduction::Mean, 0, 0.0).unwrap();
+        same(
+            &format!("GPU [{n}, {c}, {l}] mean"),
+            &value(&v.to_cpu().unwrap()),
+            &want,
+            1e-5,
+        );
+        let (_, gc) = xent_kdim_cpu_mean::value_and_grad(
+            &x.to_device::<Cpu>().unwrap(),
+            &y.to_device::<Cpu>().unwrap(),
+        )
+        .unwrap();
+        same(
+            &format!("GPU [{n}, {c}, {l}] gradient"),
+            &value(&g.to_cpu().unwrap()),
+            &value(&gc),
+            1e-5,
+        );
+    }
+}

@@ -1645,20 +1645,22 @@ pub fn scatter_add<D: DimValue>(
 }
 
 /// `cross_entropy(input, target)`: class logits `input` `[N, C]` and
-/// class indices `target` `[N]`; the result is `[N]` for
-/// `reduction = "none"` (`per_row`), else a scalar. (PyTorch's K-dim form,
-/// `[N, C, d..]` against `[N, d..]`, is written by moving the classes
-/// last and merging the rest: `x.permute([0, 2, 1]).reshape([N * d, C])`.)
-/// The targets' values are checked when they are read (`0 <= t < C`, or
-/// `ignore_index`).
+/// class indices `target` `[N]`, or PyTorch's K-dimensional form, logits
+/// `[N, C, d1, .., dk]` (the classes in dim 1) against targets
+/// `[N, d1, .., dk]`; the result is the targets' shape for
+/// `reduction = "none"` (`per_row`), else a scalar. The targets' values
+/// are checked when they are read (`0 <= t < C`, or `ignore_index`).
 ///
 /// ```
 /// use tensorfn_core::rules::cross_entropy;
 /// assert_eq!(cross_entropy::<usize>("cross_entropy", ("x", &[4, 10]), ("y", &[4]), false).unwrap(), Vec::<usize>::new());
 /// assert_eq!(cross_entropy::<usize>("cross_entropy", ("x", &[4, 10]), ("y", &[4]), true).unwrap(), vec![4]);
+/// assert_eq!(cross_entropy::<usize>("cross_entropy", ("x", &[4, 10, 5, 6]), ("y", &[4, 5, 6]), true).unwrap(), vec![4, 5, 6]);
 /// let e = cross_entropy::<usize>("cross_entropy", ("x", &[4, 10]), ("y", &[5]), false).unwrap_err();
 /// assert_eq!(e.operand, 1);
 /// assert!(e.message.contains("one class index per row of `x`"));
+/// let e = cross_entropy::<usize>("cross_entropy", ("x", &[4, 10, 5]), ("y", &[4, 6]), false).unwrap_err();
+/// assert!(e.message.contains("dim 1 of `y` is 6 but must equal dim 2 of `x` (5)"));
 /// ```
 pub fn cross_entropy<D: DimValue>(
     op: &str,
@@ -1667,39 +1669,59 @@ pub fn cross_entropy<D: DimValue>(
     per_row: bool,
 ) -> Result<Vec<D>, RuleError> {
     let ((name, dims), (tname, tdims)) = (input, target);
-    if dims.len() != 2 {
+    if dims.len() < 2 {
         return err(
             op,
             0,
             format!(
-                "`{op}` takes class logits [N, C] (one row of C class scores per sample), but `{name}` has shape {} ({}): {}",
+                "`{op}` takes class logits [N, C] (one row of C class scores per sample) or [N, C, d1, .., dk] (classes in dim 1), but `{name}` has shape {} ({}): give it a dim of samples, `.unsqueeze(0)`",
                 fmt_dims(dims),
                 rank_word(dims.len()),
-                if dims.len() > 2 {
-                    "move the classes last and merge the other dims into rows, `.permute(..).reshape([N, C])`"
-                } else {
-                    "give it a dim of samples, `.unsqueeze(0)`"
-                }
             ),
         );
     }
-    if tdims.len() != 1 || tdims[0] != dims[0] {
+    // The targets' shape: the logits' without the class dim.
+    let mut want = vec![dims[0].clone()];
+    want.extend(dims[2..].iter().cloned());
+    let what = if dims.len() == 2 {
+        format!("one class index per row of `{name}`, {}", fmt_dims(dims))
+    } else {
+        format!(
+            "one class index per position of `{name}`, {}, whose classes are dim 1",
+            fmt_dims(dims)
+        )
+    };
+    if tdims.len() != want.len() {
         return err(
             op,
             1,
             format!(
-                "`{tname}` must have shape [{}] (one class index per row of `{name}`, {}), but has shape {}",
-                dims[0],
-                fmt_dims(dims),
+                "`{tname}` must have shape {} ({what}), but has shape {}",
+                fmt_dims(&want),
                 fmt_dims(tdims)
             ),
         );
     }
-    Ok(if per_row {
-        vec![dims[0].clone()]
-    } else {
-        Vec::new()
-    })
+    if let Some(k) = (0..want.len()).find(|&k| tdims[k] != want[k]) {
+        let message = if dims.len() == 2 {
+            format!(
+                "`{tname}` must have shape {} ({what}), but has shape {}",
+                fmt_dims(&want),
+                fmt_dims(tdims)
+            )
+        } else {
+            format!(
+                "dim {k} of `{tname}` is {} but must equal dim {} of `{name}` ({}): `{tname}` must have shape {} ({what}), but has shape {}",
+                tdims[k],
+                if k == 0 { 0 } else { k + 1 },
+                want[k],
+                fmt_dims(&want),
+                fmt_dims(tdims)
+            )
+        };
+        return err(op, 1, message);
+    }
+    Ok(if per_row { want } else { Vec::new() })
 }
 
 /// `tril`/`triu` of `input`: the last two dims are the matrices, so the

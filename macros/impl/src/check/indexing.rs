@@ -245,20 +245,97 @@ impl<'s, 'k> Checker<'s, 'k> {
             (&t_ex.to_string(), &ot.ty.dims),
             reduction == Reduction::None,
         );
-        match self.ruled(rule, &[&x_ex.sp, &t_ex.sp]) {
-            Some(dims) if ok => self.push(
-                Op::CrossEntropy {
-                    x,
-                    target,
-                    reduction: reduction.name(),
-                    ignore_index,
-                    label_smoothing,
+        let Some(dims) = self.ruled(rule, &[&x_ex.sp, &t_ex.sp]) else {
+            return self.error_node(e);
+        };
+        if !ok {
+            return self.error_node(e);
+        }
+        let k_dim = ox.ty.dims.len() > 2;
+        let (x, target) = match k_dim {
+            true => self.xent_rows(x, &ox.ty, target, &ot.ty, e),
+            false => (x, target),
+        };
+        let rows = match &self.graph.nodes[target].ty {
+            Ty::Tensor(t) => t.dims.clone(),
+            _ => unreachable!("checked a tensor"),
+        };
+        let per_row = reduction == Reduction::None;
+        let loss = self.push(
+            Op::CrossEntropy {
+                x,
+                target,
+                reduction: reduction.name(),
+                ignore_index,
+                label_smoothing,
+            },
+            Ty::Tensor(TensorTy {
+                dims: if per_row { rows } else { Vec::new() },
+                ..ox.ty.clone()
+            }),
+            e,
+        );
+        match per_row && k_dim {
+            true => self.push(
+                Op::Reshape {
+                    x: loss,
+                    view: false,
                 },
                 Ty::Tensor(TensorTy { dims, ..ox.ty }),
                 e,
             ),
-            _ => self.error_node(e),
+            false => loss,
         }
+    }
+
+    /// PyTorch's K-dimensional `cross_entropy`, logits `[N, C, d1, ..,
+    /// dk]` against targets `[N, d1, .., dk]`, as the row kernels take
+    /// it: the classes moved last and the other dims merged into rows,
+    /// `x.permute([0, 2, .., k + 1, 1]).reshape([N * d1 * .. * dk, C])`
+    /// (one copy of the logits, as the kernels read rows of contiguous
+    /// classes), and the targets flattened (a view).
+    fn xent_rows(
+        &mut self,
+        x: NodeId,
+        xt: &TensorTy,
+        target: NodeId,
+        tt: &TensorTy,
+        e: &Expr,
+    ) -> (NodeId, NodeId) {
+        let rank = xt.dims.len();
+        let mut perm: Vec<usize> = vec![0];
+        perm.extend(2..rank);
+        perm.push(1);
+        let moved: Vec<Dim> = perm.iter().map(|&d| xt.dims[d].clone()).collect();
+        let rows = numel(&tt.dims);
+        let px = self.push(
+            Op::Permute(x, perm),
+            Ty::Tensor(TensorTy {
+                dims: moved,
+                ..xt.clone()
+            }),
+            e,
+        );
+        let rx = self.push(
+            Op::Reshape { x: px, view: false },
+            Ty::Tensor(TensorTy {
+                dims: vec![rows.clone(), xt.dims[1].clone()],
+                ..xt.clone()
+            }),
+            e,
+        );
+        let rt = self.push(
+            Op::Reshape {
+                x: target,
+                view: false,
+            },
+            Ty::Tensor(TensorTy {
+                dims: vec![rows],
+                ..tt.clone()
+            }),
+            e,
+        );
+        (rx, rt)
     }
 
     /// The node of the first operand: the receiver of a method, else the
