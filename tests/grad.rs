@@ -221,6 +221,10 @@ fd_case!(permute_transpose: fn v_perm(x: [2, 3, 4] in (-2.0, 2.0), w: [4, 3, 2] 
 });
 fd_case!(expand_rule: fn v_expand(x: [3, 1] in (-2.0, 2.0), w: [2, 3, 4] in (-1.0, 1.0)) { (x.expand([2, 3, 4]) * w).sum() });
 fd_case!(narrow_rule: fn v_narrow(x: [3, 5] in (-2.0, 2.0)) { sin(x.narrow(1, 1, 3)).sum() });
+// An empty slice of an empty dim: nothing to place back.
+fd_case!(narrow_empty_dim: fn v_narrow_e(x: [3, 0] in (-2.0, 2.0), w: [3] in (-1.0, 1.0)) {
+    sin(x.narrow(1, 0, 0)).sum() + (x.sum(1) * w).sum() + sin(w).sum()
+});
 
 // Reductions.
 fd_case!(sum_mean_dims: fn r_sum(x: [3, 4] in (-2.0, 2.0)) {
