@@ -1208,7 +1208,7 @@ static LATER: &[OpDef] = &[
         ],
         DTypeRule::SameFloat,
         ShapeRule::CrossEntropy,
-        "`log_softmax` loss of class logits `input` [N, C] against class indices `target` [N] (`i64` or `i32`), fused with its reduction (PyTorch's `F.cross_entropy`; the backward is the runtime's `cross_entropy_backward`).",
+        "`log_softmax` loss of class logits `input` [N, C] against class indices `target` [N] (`i64` or `i32`), or PyTorch's K-dimensional form, `input` [N, C, d1, .., dk] (classes in dim 1) against `target` [N, d1, .., dk], fused with its reduction (PyTorch's `F.cross_entropy`; the backward is the runtime's `cross_entropy_backward`).",
     ),
     conv(
         "conv1d",

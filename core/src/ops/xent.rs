@@ -1,5 +1,7 @@
 //! `cross_entropy(input, target)`, PyTorch's `F.cross_entropy` over class
-//! logits `[N, C]` and class indices `[N]`: per row `lse(x) - x[t]`, with
+//! logits `[N, C]` and class indices `[N]` (a `tensor_fn!` takes PyTorch's
+//! K-dimensional form too, `[N, C, d..]` against `[N, d..]`, as rows of
+//! classes): per row `lse(x) - x[t]`, with
 //! PyTorch's `ignore_index`, `reduction` and `label_smoothing`. Its
 //! backward, `(softmax(x) - smoothed one-hot) * grad`, is a kernel of its
 //! own too (the runtime's `cross_entropy_backward`).
