@@ -313,10 +313,10 @@ fn chain_of_pullbacks_is_the_chain_of_vjps() {
 #[test]
 fn pullback_bytes() {
     assert_eq!(scaled::PULLBACK_BYTES, 3 * 4 * 8);
-    assert!(block::PULLBACK_BYTES > 2 * 3 * 8 * 8);
-    assert!(block::PULLBACK_BYTES <= block::VJP_PEAK_BYTES);
-    assert!(block_recomputed::PULLBACK_BYTES < block::PULLBACK_BYTES);
+    const { assert!(block::PULLBACK_BYTES > 2 * 3 * 8 * 8) };
+    const { assert!(block::PULLBACK_BYTES <= block::VJP_PEAK_BYTES) };
+    const { assert!(block_recomputed::PULLBACK_BYTES < block::PULLBACK_BYTES) };
     assert_eq!(linear::pullback_bytes::<f32, 5>(), 5 * 3 * 4);
     assert_eq!(linear::pullback_bytes::<f64, 5>(), 5 * 3 * 8);
-    assert!(loss::PULLBACK_BYTES <= loss::VJP_PEAK_BYTES);
+    const { assert!(loss::PULLBACK_BYTES <= loss::VJP_PEAK_BYTES) };
 }
