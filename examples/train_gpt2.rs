@@ -1,7 +1,8 @@
 //! Trains a GPT-2 (Hugging Face's `GPT2LMHeadModel` layout and names) at
 //! character level on tiny Shakespeare, shipped in `examples/data/`.
 //! Every gradient comes from `#[grad]`: one block's backward is derived by
-//! the macro and the blocks are chained with their `vjp`s. AdamW (weight
+//! the macro and the blocks are chained through their pullbacks
+//! (`block::forward`, then `Pullback::backward` in reverse). AdamW (weight
 //! decay on the matrices and embeddings only, as GPT-2's training), a
 //! cosine schedule with warmup and global-norm clipping come from the
 //! library. On the GPU the model computes in bf16 and AdamW keeps f32
@@ -34,7 +35,9 @@
 //! (stop and save after `N` steps, the schedule still planned for
 //! `--steps`: training in several sittings), `--plot FILE`
 //! (`train_gpt2_loss.svg`), `--sample N` (characters, 300),
-//! `--temperature X` (0.8), `--top-k K` (20), `--gpus N` (data-parallel
+//! `--temperature X` (0.8), `--top-k K` (20), `--recompute-blocks` (keep
+//! each block's input rather than its pullback and run its forward again
+//! in the backward: less memory, one more forward), `--gpus N` (data-parallel
 //! over cuda:0 to cuda:N-1, N = 1 or 2, and 4 or 8 when built with
 //! `--features many-gpus`: `--batch` is the global batch, split among the
 //! GPUs; with `--bench`, `--batch` is per GPU).
@@ -49,7 +52,7 @@
 //!   between synchronisations, tokens per second and the allocator's peak.
 //! - `--profile` (implies `--bench`): then 3 more steps with a
 //!   synchronisation after each phase (forward, head and loss, the head's
-//!   gradient slice, each block's `vjp`, the embedding's `vjp`, `wte`'s
+//!   gradient slice, each block's backward, the embedding's `vjp`, `wte`'s
 //!   two gradients added, clipping and AdamW, AdamW alone), printing the
 //!   last one's time per phase and, on a GPU, its kernel launches,
 //!   library calls, allocations (cache hits and `cuMemAlloc`s), copies
@@ -144,18 +147,22 @@ pub struct Gpt2<D: Device, T: Float> {
 // heads need, and the names tie every operand's dims together, checked
 // when a function is entered.
 //
-// Why a `vjp` per block rather than one `#[grad]` function over the whole
-// model: a `tensor_fn!` body has no loops, so it cannot run a number of
-// blocks known only at run time. The step therefore runs the embedding,
-// each block and the head as separate `#[grad]` functions, keeps each
-// block's input, and goes back through them in reverse with `vjp`, each
-// giving its parameters' gradients and the gradient of its input for the
-// block below; the tied `wte` gets the sum of the embedding's and the
-// head's gradients (`Params::accumulate`). A block's `vjp` runs its
-// forward again (the macro saves what its backward needs inside one
-// call), so a step costs one more forward of the blocks than a single
-// `#[grad]` function would, and keeps only the blocks' inputs between the
-// forward and the backward, like activation checkpointing.
+// Why a backward per block rather than one `#[grad]` function over the
+// whole model: a `tensor_fn!` body has no loops, so it cannot run a
+// number of blocks known only at run time. The step therefore runs the
+// embedding, each block and the head as separate `#[grad]` functions.
+// Each block runs `block::forward`, which returns its output and a
+// `block::Pullback` holding what its backward reads; the step goes back
+// through the pullbacks in reverse, each giving its parameters' gradients
+// and the gradient of its input for the block below; the tied `wte` gets
+// the sum of the embedding's and the head's gradients
+// (`Params::accumulate`). Every block's forward runs once, as in one
+// `#[grad]` function over the model, and the memory between the passes is
+// the blocks' `PULLBACK_BYTES` (their intermediates). `--recompute-blocks`
+// keeps only each block's input instead and calls its `vjp`, which runs
+// the block's forward again before its backward: one more forward of the
+// blocks per step, for the memory of the inputs alone, like activation
+// checkpointing. Both give the same bits.
 tensor_fn! {
     /// Token plus position embeddings.
     #[grad(wte, wpe)]
@@ -242,8 +249,30 @@ tensor_fn! {
 type Ids<D> = Tensor<D, i64, shape![_, _]>;
 /// Hidden states `[B, S, C]`.
 type Hidden<D, T> = Tensor<D, T, shape![_, _, _]>;
-/// The input of every block, kept for the backward.
-type Kept<D, T> = Vec<Hidden<D, T>>;
+/// What the forward keeps for the blocks' backward, in block order.
+enum Kept<D: Device, T: Float> {
+    /// Each block's input (`--recompute-blocks`, or nothing kept).
+    Inputs(Vec<Hidden<D, T>>),
+    /// Each block's pullback.
+    Pullbacks(Vec<block::Pullback<'static, D, T>>),
+}
+/// The gradients `block::vjp` and `block::Pullback::backward` give: the
+/// input's, then each parameter's in the order `block` takes them.
+type BlockGrads<D, T> = (
+    Hidden<D, T>,
+    Tensor<D, T, shape![_]>,
+    Tensor<D, T, shape![_]>,
+    Tensor<D, T, shape![_, _]>,
+    Tensor<D, T, shape![_]>,
+    Tensor<D, T, shape![_, _]>,
+    Tensor<D, T, shape![_]>,
+    Tensor<D, T, shape![_]>,
+    Tensor<D, T, shape![_]>,
+    Tensor<D, T, shape![_, _]>,
+    Tensor<D, T, shape![_]>,
+    Tensor<D, T, shape![_, _]>,
+    Tensor<D, T, shape![_]>,
+);
 /// A loss.
 type Loss<D, T> = Tensor<D, T, shape![]>;
 
@@ -400,6 +429,10 @@ pub struct Inputs<D: Device, T: Float> {
     pad: Option<Tensor<D, T, shape![_, _]>>,
     /// 0 for each token of the vocabulary, `-inf` for each padding row.
     mask: Tensor<D, T, shape![_]>,
+    /// What the forward of a training step keeps for the blocks'
+    /// backward: their pullbacks, or their inputs with
+    /// `--recompute-blocks`.
+    keep: Keep,
 }
 
 impl<D: Device, T: Float> Inputs<D, T> {
@@ -422,7 +455,21 @@ impl<D: Device, T: Float> Inputs<D, T> {
             },
             mask: Tensor::<Cpu, T, shape![_]>::from_vec_dims(mask, &[c.vocab + rows])?
                 .to_device::<D>()?,
+            keep: Keep::Pullbacks,
         })
+    }
+
+    /// With `recompute`, a training step keeps only each block's input
+    /// and its backward (`block::vjp`) runs the block's forward again:
+    /// less memory between the passes, one more forward of every block
+    /// (`--recompute-blocks`). Without, the forward runs once and keeps
+    /// each block's `block::Pullback`.
+    pub fn recompute_blocks(mut self, recompute: bool) -> Self {
+        self.keep = match recompute {
+            true => Keep::Inputs,
+            false => Keep::Pullbacks,
+        };
+        self
     }
 
     /// The output projection: `wte`, padded.
@@ -439,51 +486,123 @@ fn positions<D: Device>(s: usize) -> Result<Tensor<D, i64, shape![_]>> {
     Tensor::<Cpu, i64, shape![_]>::from_vec_dims((0..s as i64).collect(), &[s])?.to_device::<D>()
 }
 
+/// Calls `$f` (`block`, `block::forward` or `block::vjp`) with the input
+/// `$x` of block `$b`, its head counts and parameters, and (for `vjp`)
+/// the gradient `$g` of its output.
+macro_rules! with_block {
+    ($f:path, $x:expr, $b:expr, $heads:expr $(, $g:expr)?) => {{
+        let (x, b, heads): (&Hidden<_, _>, &Block<_, _>, usize) = ($x, $b, $heads);
+        let hd = x.dims()[2] / heads;
+        $f(
+            x,
+            heads,
+            hd,
+            &b.ln_1.weight,
+            &b.ln_1.bias,
+            &b.attn.c_attn.weight,
+            &b.attn.c_attn.bias,
+            &b.attn.c_proj.weight,
+            &b.attn.c_proj.bias,
+            &b.ln_2.weight,
+            &b.ln_2.bias,
+            &b.mlp.c_fc.weight,
+            &b.mlp.c_fc.bias,
+            &b.mlp.c_proj.weight,
+            &b.mlp.c_proj.bias,
+            $($g,)?
+        )
+    }};
+}
+
 /// One block, forward.
 fn block_forward<D: Device, T: Float>(
     x: &Hidden<D, T>,
     b: &Block<D, T>,
     heads: usize,
 ) -> Result<Hidden<D, T>> {
-    let hd = x.dims()[2] / heads;
-    block(
-        x,
-        heads,
-        hd,
-        &b.ln_1.weight,
-        &b.ln_1.bias,
-        &b.attn.c_attn.weight,
-        &b.attn.c_attn.bias,
-        &b.attn.c_proj.weight,
-        &b.attn.c_proj.bias,
-        &b.ln_2.weight,
-        &b.ln_2.bias,
-        &b.mlp.c_fc.weight,
-        &b.mlp.c_fc.bias,
-        &b.mlp.c_proj.weight,
-        &b.mlp.c_proj.bias,
-    )
+    with_block!(block, x, b, heads)
 }
 
-/// The hidden states after the last block (before `ln_f`), and, with
-/// `keep`, the input of every block.
+/// What the forward keeps for the blocks' backward.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Keep {
+    /// Nothing: no backward follows.
+    Nothing,
+    /// Each block's input; its backward (`vjp`) runs its forward again
+    /// (`--recompute-blocks`).
+    Inputs,
+    /// Each block's pullback: the forward runs once.
+    Pullbacks,
+}
+
+/// The hidden states after the last block (before `ln_f`), and what
+/// `keep` asks for.
 fn forward<D: Device, T: Float>(
     m: &Gpt2<D, T>,
     heads: usize,
     ids: &Ids<D>,
     positions: &Tensor<D, i64, shape![_]>,
-    keep: bool,
+    keep: Keep,
 ) -> Result<(Hidden<D, T>, Kept<D, T>)> {
     let mut x = embed(ids, positions, &m.wte.weight, &m.wpe.weight)?;
-    let mut kept = Vec::new();
+    let mut kept = match keep {
+        Keep::Pullbacks => Kept::Pullbacks(Vec::with_capacity(m.h.len())),
+        _ => Kept::Inputs(Vec::with_capacity(m.h.len())),
+    };
     for b in &m.h {
-        let y = block_forward(&x, b, heads)?;
-        if keep {
-            kept.push(x);
+        match &mut kept {
+            Kept::Pullbacks(pullbacks) => {
+                let (y, pullback) = with_block!(block::forward, &x, b, heads)?;
+                pullbacks.push(pullback);
+                x = y;
+            }
+            Kept::Inputs(inputs) => {
+                let y = block_forward(&x, b, heads)?;
+                if keep == Keep::Inputs {
+                    inputs.push(x);
+                }
+                x = y;
+            }
         }
-        x = y;
     }
     Ok((x, kept))
+}
+
+impl<D: Device, T: Float> Kept<D, T> {
+    /// The backward of block `l` (the last not yet gone back through,
+    /// `b`) from the gradient `g` of its output: the gradient of its
+    /// input and its parameters' gradients. What was kept for it is
+    /// freed.
+    /// How many blocks have something kept.
+    fn len(&self) -> usize {
+        match self {
+            Kept::Inputs(v) => v.len(),
+            Kept::Pullbacks(v) => v.len(),
+        }
+    }
+
+    fn block_backward(
+        &mut self,
+        l: usize,
+        b: &Block<D, T>,
+        heads: usize,
+        g: &Hidden<D, T>,
+    ) -> Result<(Hidden<D, T>, Block<D, T>)> {
+        let missing = || Error::InvalidArgument {
+            op: "train_gpt2".into(),
+            message: format!("nothing was kept for block {l}'s backward"),
+        };
+        match self {
+            Kept::Inputs(inputs) => {
+                let x = inputs.pop().ok_or_else(missing)?;
+                block_grads(with_block!(block::vjp, &x, b, heads, g)?.1)
+            }
+            Kept::Pullbacks(pullbacks) => {
+                let pullback = pullbacks.pop().ok_or_else(missing)?;
+                block_grads(pullback.backward(g)?)
+            }
+        }
+    }
 }
 
 /// The mean loss of `ids` predicting `targets` (`-100` ignored), without
@@ -495,7 +614,7 @@ pub fn loss<D: Device, T: Float>(
     targets: &Ids<D>,
     inputs: &Inputs<D, T>,
 ) -> Result<f64> {
-    let (x, _) = forward(m, heads, ids, &inputs.positions, false)?;
+    let (x, _) = forward(m, heads, ids, &inputs.positions, Keep::Nothing)?;
     let head = inputs.head(&m.wte.weight)?;
     let l = head_loss(
         &x,
@@ -509,9 +628,10 @@ pub fn loss<D: Device, T: Float>(
 }
 
 /// The loss and the gradient of every parameter (a `Gpt2` of the same
-/// dims): the forward keeps each block's input, the head's
-/// `value_and_grad` starts the backward, each block's `vjp` continues it
-/// in reverse, and the embedding's `vjp` ends it; `wte`'s gradient is the
+/// dims): the forward keeps each block's pullback (or input, with
+/// `--recompute-blocks`), the head's `value_and_grad` starts the
+/// backward, each block's pullback (or `vjp`) continues it in reverse,
+/// and the embedding's `vjp` ends it; `wte`'s gradient is the
 /// sum of the head's and the embedding's.
 pub fn loss_and_grads<D: Device, T: Float>(
     m: &Gpt2<D, T>,
@@ -532,16 +652,16 @@ fn loss_and_grads_phased<D: Device, T: Float>(
     inputs: &Inputs<D, T>,
     phases: &mut Phases,
 ) -> Result<(Loss<D, T>, Gpt2<D, T>)> {
-    let (x, kept) = forward(m, heads, ids, &inputs.positions, true)?;
+    let (x, mut kept) = forward(m, heads, ids, &inputs.positions, inputs.keep)?;
     phases.mark::<D>(|| "forward (embedding and blocks)".into())?;
     let (value, mut g, ln_f, mut wte) = head_backward(m, &x, targets, inputs)?;
     phases.mark::<D>(|| "head, loss and head gradient".into())?;
     let mut h = Vec::with_capacity(m.h.len());
-    for (i, (b, x)) in m.h.iter().zip(&kept).enumerate().rev() {
-        let (gx, grads) = block_backward(b, x, heads, &g)?;
+    for (i, b) in m.h.iter().enumerate().rev() {
+        let (gx, grads) = kept.block_backward(i, b, heads, &g)?;
         h.push(grads);
         g = gx;
-        phases.mark::<D>(|| format!("block {i} vjp"))?;
+        phases.mark::<D>(|| format!("block {i} backward"))?;
     }
     h.reverse();
     let (_, (wte_in, wpe)) = embed::vjp(ids, &inputs.positions, &m.wte.weight, &m.wpe.weight, &g)?;
@@ -593,33 +713,11 @@ fn head_backward<D: Device, T: Float>(
     Ok((value, g, LayerNorm { weight, bias }, wte))
 }
 
-/// One block's backward from the gradient `g` of its output and its
-/// input `x`: the gradient of its input and its parameters' gradients.
-fn block_backward<D: Device, T: Float>(
-    b: &Block<D, T>,
-    x: &Hidden<D, T>,
-    heads: usize,
-    g: &Hidden<D, T>,
+/// The gradients of a block's `vjp` or pullback: the gradient of its
+/// input and its parameters' gradients as a `Block`.
+fn block_grads<D: Device, T: Float>(
+    grads: BlockGrads<D, T>,
 ) -> Result<(Hidden<D, T>, Block<D, T>)> {
-    let hd = x.dims()[2] / heads;
-    let (_, grads) = block::vjp(
-        x,
-        heads,
-        hd,
-        &b.ln_1.weight,
-        &b.ln_1.bias,
-        &b.attn.c_attn.weight,
-        &b.attn.c_attn.bias,
-        &b.attn.c_proj.weight,
-        &b.attn.c_proj.bias,
-        &b.ln_2.weight,
-        &b.ln_2.bias,
-        &b.mlp.c_fc.weight,
-        &b.mlp.c_fc.bias,
-        &b.mlp.c_proj.weight,
-        &b.mlp.c_proj.bias,
-        g,
-    )?;
     let (gx, l1w, l1b, aw, ab, apw, apb, l2w, l2b, fw, fb, pw, pb) = grads;
     let block = Block {
         ln_1: LayerNorm {
@@ -740,6 +838,9 @@ pub struct Options {
     pub tokens: Option<PathBuf>,
     /// `--gpus N`: data-parallel over cuda:0 to cuda:N-1 (see [`dp`]).
     pub gpus: Option<usize>,
+    /// `--recompute-blocks`: keep each block's input rather than its
+    /// pullback, and run its forward again in the backward.
+    pub recompute_blocks: bool,
     /// Prints the progress line.
     pub verbose: bool,
 }
@@ -778,6 +879,7 @@ impl Default for Options {
             grads_out: None,
             tokens: None,
             gpus: None,
+            recompute_blocks: false,
             verbose: true,
         }
     }
@@ -818,6 +920,7 @@ impl Options {
                 "--grads-out" => o.grads_out = Some(value()?.into()),
                 "--tokens" => o.tokens = Some(value()?.into()),
                 "--gpus" => o.gpus = Some(value()?.parse()?),
+                "--recompute-blocks" => o.recompute_blocks = true,
                 other => {
                     return Err(format!("unknown option {other} (see the example's docs)").into())
                 }
@@ -1004,7 +1107,7 @@ pub fn train<D: Device, T: Float>(o: &Options, data: &Data) -> AnyResult<Report>
         o.batch,
         o.steps
     );
-    let inputs = Inputs::<D, T>::new(c.ctx, &c, !D::IS_CPU)?;
+    let inputs = Inputs::<D, T>::new(c.ctx, &c, !D::IS_CPU)?.recompute_blocks(o.recompute_blocks);
     let schedule = CosineWithWarmup {
         warmup_steps: o.warmup() as u64,
         total_steps: o.steps as u64,
@@ -1102,7 +1205,7 @@ fn sample<D: Device, T: Float>(m: &Gpt2<D, T>, o: &Options, data: &Data) -> Resu
         let s = window.len();
         let x = Tensor::<Cpu, i64, shape![_, _]>::from_vec_dims(window.to_vec(), &[1, s])?
             .to_device::<D>()?;
-        let (h, _) = forward(m, c.heads, &x, &positions(s)?, false)?;
+        let (h, _) = forward(m, c.heads, &x, &positions(s)?, Keep::Nothing)?;
         let all = logits(&h, &m.ln_f.weight, &m.ln_f.bias, &m.wte.weight)?.to_vec()?;
         let row: Vec<f64> = all[(s - 1) * c.vocab..]
             .iter()
@@ -1387,7 +1490,7 @@ pub fn bench<D: Device, T: Float>(o: &Options) -> AnyResult<f64> {
         if T::KIND.size_bytes() == 2 { " with f32 master weights" } else { "" }
     );
     let mut opt = optimizer(&m, o, None)?;
-    let inputs = Inputs::<D, T>::new(s, &c, !D::IS_CPU)?;
+    let inputs = Inputs::<D, T>::new(s, &c, !D::IS_CPU)?.recompute_blocks(o.recompute_blocks);
     let mut rng = Lcg::new(o.seed);
     let mut tokens = || -> Result<Ids<D>> {
         let v = (0..b * s).map(|_| rng.below(c.vocab) as i64).collect();
@@ -1478,7 +1581,7 @@ pub fn grads_out<D: Device, T: Float>(o: &Options, tokens: &Path, out: &Path) ->
     let ids = t.input_ids.to_device::<D>()?;
     let targets =
         Tensor::<Cpu, i64, shape![_, _]>::from_vec_dims(targets, &[b, s])?.to_device::<D>()?;
-    let inputs = Inputs::<D, T>::new(s, &c, !D::IS_CPU)?;
+    let inputs = Inputs::<D, T>::new(s, &c, !D::IS_CPU)?.recompute_blocks(o.recompute_blocks);
     let (value, grads) = loss_and_grads(&m, c.heads, &ids, &targets, &inputs)?;
     let l = value.to_vec()?[0].to_f64();
     let grads = grads.to_device::<Cpu>()?.cast::<f32>()?;
@@ -1715,9 +1818,10 @@ fn check_block_gradients(seed: u64) -> AnyResult {
     Ok(())
 }
 
-/// The whole model's gradients (the chained `vjp`s, the tied `wte`) in
-/// f64 against finite differences of the loss at some elements, and the
-/// padded head against the plain one.
+/// The whole model's gradients (the chained pullbacks, the tied `wte`)
+/// in f64 against finite differences of the loss at some elements, the
+/// padded head against the plain one, and `--recompute-blocks` (the
+/// chained `vjp`s) against the pullbacks, bit for bit.
 fn check_model_gradients(seed: u64) -> AnyResult {
     let c = Config {
         layers: 2,
@@ -1763,6 +1867,18 @@ fn check_model_gradients(seed: u64) -> AnyResult {
     )?;
     for (a, b) in gp.wte.weight.to_vec()?.iter().zip(g.wte.weight.to_vec()?) {
         close("padded head's wte gradient", *a, b, 1e-10, 1e-14)?;
+    }
+    // `--recompute-blocks` (each block's `vjp` from its kept input) gives
+    // the bits of the pullbacks the step keeps by default.
+    let recomputing = Inputs::<Cpu, f64>::new(s, &c, false)?.recompute_blocks(true);
+    let (lr, gr) = loss_and_grads(&m, c.heads, &ids, &targets, &recomputing)?;
+    if lr.to_vec()? != l.to_vec()? {
+        return Err("--recompute-blocks changes the loss".into());
+    }
+    for ((name, a), (_, b)) in gr.tensors().into_iter().zip(g.tensors()) {
+        if a.to_le_bytes()? != b.to_le_bytes()? {
+            return Err(format!("--recompute-blocks changes the gradient of {name}").into());
+        }
     }
     let h = 1e-5;
     let mut n = 0;

@@ -711,7 +711,77 @@
 /// }
 /// ```
 ///
-/// `value_and_grad` and `vjp` live in a module named after the function, which
+/// `vjp` runs the layer's forward again before its backward, so the loop
+/// above runs every forward twice. `name::forward(args..)` runs it once:
+/// it returns the value and a `name::Pullback` holding what the backward
+/// reads (the intermediate values, moved in, handles to the tensor
+/// arguments it reads, and the parameter structs, borrowed for its
+/// lifetime `'a`); `pullback.backward(&grad_output)` returns the
+/// gradients `vjp` returns, as JAX's `y, f_vjp = jax.vjp(f, x)` then
+/// `f_vjp(dy)`. The two calls run the steps of `vjp`'s joint function in
+/// its order, cut where the backward starts (the first step reading
+/// `grad_output`), so the value and the gradients are the same bits as
+/// `vjp`'s. A chain keeps one pullback per layer instead of one input per
+/// layer: more memory (each layer's intermediates, `recompute = true`
+/// keeping fewer, as below), one forward less. With static dims
+/// `name::PULLBACK_BYTES` (`pullback_bytes::<..>()` with generics) states
+/// the bytes a pullback keeps, and `VJP_PEAK_BYTES` is the peak of
+/// `forward` and `backward` too.
+///
+/// ```
+/// use tensorfn::prelude::*;
+///
+/// #[derive(Params)]
+/// pub struct Dense<D: Device, T: Float> {
+///     pub w: Tensor<D, T, shape![3, 3]>,
+///     pub b: Tensor<D, T, shape![3]>,
+/// }
+///
+/// tensor_fn! {
+///     #[grad(x, p)]
+///     pub fn dense<const B: usize>(
+///         x: &Tensor<Cpu, f32, [B, 3]>,
+///         p: &Dense<Cpu, f32>,
+///     ) -> Tensor<Cpu, f32, [B, 3]> {
+///         tanh(addmm(p.b, x, p.w))
+///     }
+/// }
+///
+/// fn main() -> Result<()> {
+///     let layers = vec![
+///         Dense { w: Tensor::<Cpu, f32, shape![3, 3]>::randn(1)?, b: Tensor::zeros()? },
+///         Dense { w: Tensor::<Cpu, f32, shape![3, 3]>::randn(2)?, b: Tensor::zeros()? },
+///     ];
+///     let x = Tensor::<Cpu, f32, shape![4, 3]>::randn(3)?;
+///     // Forward once, keeping each layer's pullback.
+///     let mut y = x.clone();
+///     let mut pullbacks = Vec::new();
+///     for p in &layers {
+///         let (out, pullback) = dense::forward(&y, p)?;
+///         pullbacks.push(pullback); // dense::Pullback<'_, 4>
+///         y = out;
+///     }
+///     // The loss `(y * y).sum() / 2` has gradient `y` at the top.
+///     let mut grad = y;
+///     let mut grads = Vec::new();
+///     for pullback in pullbacks.into_iter().rev() {
+///         let (grad_x, grad_p) = pullback.backward(&grad)?;
+///         grads.push(grad_p);
+///         grad = grad_x;
+///     }
+///     grads.reverse();
+///     // The same bits as `vjp`, which runs the forward again.
+///     let h = dense(&x, &layers[0])?;
+///     let (_, (_, want)) = dense::vjp(&h, &layers[1], &dense(&h, &layers[1])?)?;
+///     assert_eq!(grads[1].w.to_vec()?, want.w.to_vec()?);
+///     assert_eq!(grad.dims(), &[4, 3]);
+///     // The pullback keeps `tanh`'s result (its backward reads it).
+///     assert_eq!(dense::pullback_bytes::<4>(), 4 * 3 * 4);
+///     Ok(())
+/// }
+/// ```
+///
+/// `value_and_grad`, `vjp`, `forward` and `Pullback` live in a module named after the function, which
 /// sees the items of the enclosing module (`use super::*`): a `#[grad]`
 /// function and the structs it takes are written at module level, not
 /// inside a function body.

@@ -99,6 +99,19 @@ fn recompute_gives_the_same_bits_in_less_memory() {
     assert!(gated_kept::VJP_PEAK_BYTES > gated_kept::PEAK_BYTES);
 }
 
+// What a pullback keeps between `forward` and `backward`: the values the
+// backward reads, alive across the cut. Both keep the norm's result,
+// which `w1`'s gradient reads, and `y` (512 bytes each); recomputed: the
+// product `a` (2 KiB), from which the backward computes the rest again;
+// kept: `tanh(a)`, `sigmoid(a)` and `h` (2 KiB each) instead, whose rules
+// need no `a`.
+#[test]
+fn pullback_keeps_what_the_backward_reads() {
+    assert_eq!(gated_recomputed::PULLBACK_BYTES, 2048 + 512 + 512);
+    assert_eq!(gated_kept::PULLBACK_BYTES, 3 * 2048 + 512 + 512);
+    assert!(gated_kept::PULLBACK_BYTES <= gated_kept::VJP_PEAK_BYTES);
+}
+
 // `GRAD_PEAK_BYTES` of a small step, static and generic: at least the
 // forward's peak, and the same for the generic one at `N = 4`.
 tensor_fn! {

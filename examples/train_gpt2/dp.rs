@@ -139,7 +139,7 @@ impl<D: Device, T: Float> Rank<D, T> {
         // The optimizer copies its f32 master weights from the replica,
         // so it is made after the broadcast.
         let opt = optimizer(&model, o, resume)?;
-        let inputs = Inputs::new(c.ctx, c, true)?;
+        let inputs = Inputs::new(c.ctx, c, true)?.recompute_blocks(o.recompute_blocks);
         Ok(Rank { model, opt, inputs })
     }
 
@@ -155,7 +155,13 @@ impl<D: Device, T: Float> Rank<D, T> {
     ) -> Result<(Pass<D, T>, LayerNorm<D, T>)> {
         let ids = micro_batch::<D>(x, rank, ranks)?;
         let targets = micro_batch::<D>(y, rank, ranks)?;
-        let (h, kept) = forward(&self.model, heads, &ids, &self.inputs.positions, true)?;
+        let (h, kept) = forward(
+            &self.model,
+            heads,
+            &ids,
+            &self.inputs.positions,
+            self.inputs.keep,
+        )?;
         let (loss, g, ln_f, wte) = head_backward(&self.model, &h, &targets, &self.inputs)?;
         let pass = Pass {
             ids,
@@ -168,14 +174,12 @@ impl<D: Device, T: Float> Rank<D, T> {
     }
 
     /// Block `l`'s backward (the last block not yet gone back through):
-    /// its parameters' gradients; its input is freed.
+    /// its parameters' gradients; what the forward kept for it is freed.
     fn block(&self, pass: &mut Pass<D, T>, l: usize, heads: usize) -> Result<Block<D, T>> {
         debug_assert_eq!(l + 1, pass.kept.len());
-        let x = pass.kept.pop().ok_or_else(|| Error::InvalidArgument {
-            op: "train_gpt2 --gpus".into(),
-            message: format!("block {l}'s input was not kept"),
-        })?;
-        let (gx, grads) = block_backward(&self.model.h[l], &x, heads, &pass.g)?;
+        let (gx, grads) = pass
+            .kept
+            .block_backward(l, &self.model.h[l], heads, &pass.g)?;
         pass.g = gx;
         Ok(grads)
     }

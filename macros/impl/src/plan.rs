@@ -96,6 +96,12 @@ pub struct Plan {
     /// Peak bytes of live intermediates, as the maximum of these
     /// candidates (`None` when a call outside the invocation hides it).
     pub peak: Option<Vec<Dim>>,
+    /// Each buffer the steps allocate: the node that allocated it, and
+    /// its bytes.
+    pub buffers: Vec<(NodeId, Dim)>,
+    /// The buffer each materialised node lives in (views share their
+    /// source's); parameters have none.
+    pub root_of: HashMap<NodeId, NodeId>,
 }
 
 /// The peak candidates of every function instance planned so far, by the
@@ -587,41 +593,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
         steps.push(Step::Op(id));
     }
 
-    // Which materialised nodes each step reads.
-    let reads = |s: &Step| -> Vec<NodeId> {
-        match s {
-            Step::Fused(gr) => gr
-                .inputs
-                .iter()
-                .filter_map(|i| match i {
-                    GroupInput::Tensor(n) => Some(*n),
-                    GroupInput::Scalar { .. } => None,
-                })
-                .collect(),
-            Step::Op(n) => g
-                .inputs(*n)
-                .into_iter()
-                .filter(|&i| !is_scalar(g, i))
-                .collect(),
-            Step::Rows(r) => {
-                let folded: Vec<NodeId> = r.producers.iter().map(|(_, p)| p.out).collect();
-                let mut v: Vec<NodeId> = g
-                    .inputs(r.node)
-                    .into_iter()
-                    .filter(|&i| !is_scalar(g, i) && !folded.contains(&i))
-                    .collect();
-                let groups = r.producers.iter().map(|(_, p)| p).chain(&r.consumer);
-                for gr in groups {
-                    v.extend(gr.inputs.iter().filter_map(|i| match i {
-                        GroupInput::Tensor(n) if *n != r.node => Some(*n),
-                        _ => None,
-                    }));
-                }
-                v
-            }
-            Step::Drop(_) => vec![],
-        }
-    };
+    let reads = |s: &Step| step_reads(g, s);
     let mut last_use: HashMap<NodeId, usize> = HashMap::new();
     for (i, s) in steps.iter().enumerate() {
         for r in reads(s) {
@@ -846,7 +818,54 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
             }
         }
     }
-    Plan { steps: out, peak }
+    let root_of = storage
+        .iter()
+        .filter_map(|(&n, s)| Some((n, s.root?)))
+        .collect();
+    let buffers = buffers.into_iter().map(|(r, b, _)| (r, b)).collect();
+    Plan {
+        steps: out,
+        peak,
+        buffers,
+        root_of,
+    }
+}
+
+/// The materialised nodes step `s` reads (scalars and values folded
+/// into it not counted).
+pub(crate) fn step_reads(g: &Graph, s: &Step) -> Vec<NodeId> {
+    match s {
+        Step::Fused(gr) => gr
+            .inputs
+            .iter()
+            .filter_map(|i| match i {
+                GroupInput::Tensor(n) => Some(*n),
+                GroupInput::Scalar { .. } => None,
+            })
+            .collect(),
+        Step::Op(n) => g
+            .inputs(*n)
+            .into_iter()
+            .filter(|&i| !is_scalar(g, i))
+            .collect(),
+        Step::Rows(r) => {
+            let folded: Vec<NodeId> = r.producers.iter().map(|(_, p)| p.out).collect();
+            let mut v: Vec<NodeId> = g
+                .inputs(r.node)
+                .into_iter()
+                .filter(|&i| !is_scalar(g, i) && !folded.contains(&i))
+                .collect();
+            let groups = r.producers.iter().map(|(_, p)| p).chain(&r.consumer);
+            for gr in groups {
+                v.extend(gr.inputs.iter().filter_map(|i| match i {
+                    GroupInput::Tensor(n) if *n != r.node => Some(*n),
+                    _ => None,
+                }));
+            }
+            v
+        }
+        Step::Drop(_) => vec![],
+    }
 }
 
 fn f_sig_of(peaks: &Peaks, callee: usize, dtypes: &[crate::ast::Dt]) -> Option<Vec<Dim>> {

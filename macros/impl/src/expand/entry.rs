@@ -4,7 +4,11 @@
 use super::*;
 
 impl FnGen<'_> {
-    pub(super) fn entry(&self) -> TokenStream {
+    /// The entry: fields of parameter structs bound, run-time dims bound,
+    /// parameter dims checked. The checks of parameter `skip` are left out: the forward of a
+    /// split `vjp` runs before `grad_output` is given (its pullback checks
+    /// it, [`FnGen::checks_of`]).
+    pub(super) fn entry(&self, skip: Option<usize>) -> TokenStream {
         let sig = &self.f.sig;
         let mut out = TokenStream::new();
         // The fields of parameter structs the body uses, first: run-time
@@ -87,7 +91,20 @@ impl FnGen<'_> {
             };
             out.extend(quote!(let #v: usize = #value;));
         }
-        for c in &sig.entry_checks {
+        out.extend(self.checks(&|i| Some(i) != skip));
+        out
+    }
+
+    /// The entry checks of parameter `param` alone.
+    pub(super) fn checks_of(&self, param: usize) -> TokenStream {
+        self.checks(&|i| i == param)
+    }
+
+    /// The entry checks of the parameters `which` accepts.
+    fn checks(&self, which: &dyn Fn(usize) -> bool) -> TokenStream {
+        let sig = &self.f.sig;
+        let mut out = TokenStream::new();
+        for c in sig.entry_checks.iter().filter(|c| which(c.param)) {
             let p = &self.ast.params[c.param].name;
             let dim = c.dim;
             let expected = dim_value(&c.expected, self.symbols());

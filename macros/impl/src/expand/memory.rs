@@ -2,11 +2,15 @@
 
 use super::*;
 
-/// One peak the module states: the plan of the function itself, or of a
-/// joint function (`value_and_grad`, `vjp`) planned beside it.
+/// One figure the module states: the peak of the function itself, or of
+/// a joint function (`value_and_grad`, `vjp`) planned beside it, or the
+/// bytes a `Pullback` keeps.
 pub(super) struct Peak<'a> {
     /// The planned instances.
     pub instances: &'a [crate::Planned],
+    /// Each instance's candidates: the bytes stated are their maximum
+    /// (`None` where unknown).
+    pub cands: Vec<Option<Vec<Dim>>>,
     /// The name of the constant (`PEAK_BYTES`) ...
     pub konst: &'static str,
     /// ... and of the `const fn` for generics (`peak_bytes`).
@@ -78,9 +82,10 @@ pub(super) fn memory_module(
 /// call to a function outside the invocation, recursion).
 fn peak_item(sig: &Signature, peak: &Peak<'_>) -> Option<TokenStream> {
     let instances = peak.instances;
-    let cands = instances
+    let cands = peak
+        .cands
         .iter()
-        .map(|p| p.plan.peak.as_ref())
+        .map(|c| c.as_ref())
         .collect::<Option<Vec<&Vec<Dim>>>>()?;
     // The plan's `const` items, seen from the module inside this one.
     let items = sig.symbols.map.values().any(|k| *k == SymKind::ConstItem);

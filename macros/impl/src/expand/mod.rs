@@ -19,6 +19,7 @@ mod entry;
 mod items;
 mod memory;
 mod ops;
+mod pullback;
 mod rows;
 pub mod rust_code;
 mod scalars;
@@ -148,6 +149,17 @@ impl FnGen<'_> {
     /// The result expression; `retype[k]`: result `k` is given back
     /// under the function's dtype parameter.
     fn result(&mut self, retype: &[bool]) -> TokenStream {
+        let parts = self.result_parts(retype);
+        if self.f.sig.tuple {
+            quote!((#(#parts,)*))
+        } else {
+            let p = &parts[0];
+            quote!(#p)
+        }
+    }
+
+    /// One expression per result, as [`FnGen::result`] gathers them.
+    fn result_parts(&mut self, retype: &[bool]) -> Vec<TokenStream> {
         let mut parts = Vec::new();
         let rets = self.f.ret.clone();
         for (k, &r) in rets.iter().enumerate() {
@@ -172,12 +184,7 @@ impl FnGen<'_> {
                 _ => value,
             });
         }
-        if self.f.sig.tuple {
-            quote!((#(#parts,)*))
-        } else {
-            let p = &parts[0];
-            quote!(#p)
-        }
+        parts
     }
 }
 
@@ -217,7 +224,7 @@ pub fn tensor_fn_with_grad(
         instances,
         quote!(#(#attrs)* #vis fn #name),
         ret,
-        None,
+        Form::Whole(None),
     );
     let mut extra = match grad {
         Some((joint, planned)) => {
@@ -235,9 +242,14 @@ pub fn tensor_fn_with_grad(
             ast.name, ast.name
         );
         extra.extend(grad_item(ctx, vast, joint, planned, quote!(vjp), &doc));
+        extra.extend(pullback::split_items(ctx, vast, joint, planned, name));
     }
+    let peak_of = |planned: &[crate::Planned]| -> Vec<Option<Vec<crate::shape::Dim>>> {
+        planned.iter().map(|p| p.plan.peak.clone()).collect()
+    };
     let mut peaks = vec![memory::Peak {
         instances,
+        cands: peak_of(instances),
         konst: "PEAK_BYTES",
         func: "peak_bytes",
         what: format!("one call of `{name}`"),
@@ -245,6 +257,7 @@ pub fn tensor_fn_with_grad(
     if let Some((_, planned)) = grad {
         peaks.push(memory::Peak {
             instances: planned,
+            cands: peak_of(planned),
             konst: "GRAD_PEAK_BYTES",
             func: "grad_peak_bytes",
             what: format!(
@@ -252,13 +265,27 @@ pub fn tensor_fn_with_grad(
             ),
         });
     }
-    if let Some((_, _, planned)) = vjp {
+    if let Some((vast, _, planned)) = vjp {
         peaks.push(memory::Peak {
             instances: planned,
+            cands: peak_of(planned),
             konst: "VJP_PEAK_BYTES",
             func: "vjp_peak_bytes",
             what: format!(
-                "one call of `{name}::vjp` (the forward and the backward, as they run; `grad_output` not counted)"
+                "one call of `{name}::vjp`, or of `{name}::forward` and its `Pullback::backward` (the forward and the backward, as they run; `grad_output` not counted)"
+            ),
+        });
+        let grad_output = vast.params.len() - 1;
+        peaks.push(memory::Peak {
+            instances: planned,
+            cands: planned
+                .iter()
+                .map(|p| Some(pullback::pullback_bytes(p, grad_output)))
+                .collect(),
+            konst: "PULLBACK_BYTES",
+            func: "pullback_bytes",
+            what: format!(
+                "a `{name}::Pullback` between `{name}::forward` and its `backward` (the intermediates it keeps; the value `forward` returns not counted unless the backward reads it)"
             ),
         });
     }
@@ -267,6 +294,86 @@ pub fn tensor_fn_with_grad(
         quote!(#item #memory),
         &items::item_spans(ast, &f.sig.symbols),
     )
+}
+
+/// The results of a joint function as `value_and_grad` and `vjp` give
+/// them back.
+struct GradResults {
+    /// The value's type.
+    value_ty: TokenStream,
+    /// The gradients' type: one parameter's, or a tuple of them.
+    grad_ty: TokenStream,
+    /// The names the joint function's results are bound to, in order.
+    rs: Vec<proc_macro2::Ident>,
+    /// The gradients, from the bound results, each typed like its
+    /// parameter.
+    grads: TokenStream,
+    /// The visibility of the items, seen from the module's parent as the
+    /// function is.
+    vis: TokenStream,
+}
+
+impl GradResults {
+    fn new(ast: &TensorFn, joint: &crate::grad::Joint) -> GradResults {
+        use crate::grad::GradOut;
+        let f = &joint.f;
+        let tys: Vec<TokenStream> = f
+            .sig
+            .ret
+            .iter()
+            .map(|t| tensor_tokens(t.device, t.dtype, &f.sig.symbols.dim_tys(&t.dims)))
+            .collect();
+        let rs: Vec<proc_macro2::Ident> = (0..f.ret.len())
+            .map(|k| format_ident!("__r{}", k))
+            .collect();
+        let mut grad_tys = Vec::new();
+        let mut grads = Vec::new();
+        for out in &joint.outs {
+            match out {
+                GradOut::Tensor { ret } => {
+                    grad_tys.push(tys[*ret].clone());
+                    let r = &rs[*ret];
+                    grads.push(quote!(#r));
+                }
+                GradOut::Struct { param, fields } => {
+                    let p = &ast.params[*param];
+                    let ParamTy::Struct(s) = &p.ty else {
+                        unreachable!("a struct gradient is of a struct parameter")
+                    };
+                    let ty = &s.ty;
+                    grad_tys.push(quote!(#ty));
+                    let n = &p.name;
+                    let sets = fields.iter().map(|(suffix, r)| {
+                        let path: TokenStream = suffix.parse().unwrap_or_default();
+                        let r = &rs[*r];
+                        quote!(__g #path = #r;)
+                    });
+                    grads.push(quote!({
+                        let mut __g: #ty = ::tensorfn::Params::zeros_like(#n)?;
+                        #(#sets)*
+                        __g
+                    }));
+                }
+            }
+        }
+        let (grad_ty, grads) = if grads.len() == 1 {
+            (grad_tys[0].clone(), grads[0].clone())
+        } else {
+            (quote!((#(#grad_tys,)*)), quote!((#(#grads,)*)))
+        };
+        let vis = match &ast.vis {
+            syn::Visibility::Public(_) => quote!(pub),
+            syn::Visibility::Inherited => quote!(pub(super)),
+            syn::Visibility::Restricted(_) => quote!(pub(crate)),
+        };
+        GradResults {
+            value_ty: tys[0].clone(),
+            grad_ty,
+            rs,
+            grads,
+            vis,
+        }
+    }
 }
 
 /// `pub fn value_and_grad(..)` or `pub fn vjp(..)` (`name`): the joint
@@ -280,81 +387,45 @@ fn grad_item(
     name: TokenStream,
     doc: &str,
 ) -> TokenStream {
-    use crate::grad::GradOut;
-    let f = &joint.f;
-    let tys: Vec<TokenStream> = f
-        .sig
-        .ret
-        .iter()
-        .map(|t| tensor_tokens(t.device, t.dtype, &f.sig.symbols.dim_tys(&t.dims)))
-        .collect();
-    let rs: Vec<proc_macro2::Ident> = (0..f.ret.len())
-        .map(|k| format_ident!("__r{}", k))
-        .collect();
-    let mut grad_tys = Vec::new();
-    let mut grads = Vec::new();
-    for out in &joint.outs {
-        match out {
-            GradOut::Tensor { ret } => {
-                grad_tys.push(tys[*ret].clone());
-                let r = &rs[*ret];
-                grads.push(quote!(#r));
-            }
-            GradOut::Struct { param, fields } => {
-                let p = &ast.params[*param];
-                let ParamTy::Struct(s) = &p.ty else {
-                    unreachable!("a struct gradient is of a struct parameter")
-                };
-                let ty = &s.ty;
-                grad_tys.push(quote!(#ty));
-                let n = &p.name;
-                let sets = fields.iter().map(|(suffix, r)| {
-                    let path: TokenStream = suffix.parse().unwrap_or_default();
-                    let r = &rs[*r];
-                    quote!(__g #path = #r;)
-                });
-                grads.push(quote!({
-                    let mut __g: #ty = ::tensorfn::Params::zeros_like(#n)?;
-                    #(#sets)*
-                    __g
-                }));
-            }
-        }
-    }
-    let (grad_ty, grad_value) = if grads.len() == 1 {
-        (grad_tys[0].clone(), grads[0].clone())
-    } else {
-        (quote!((#(#grad_tys,)*)), quote!((#(#grads,)*)))
-    };
-    let value_ty = &tys[0];
+    let GradResults {
+        value_ty,
+        grad_ty,
+        rs,
+        grads,
+        vis,
+    } = GradResults::new(ast, joint);
     let r0 = rs[0].clone();
     let wrap = move |result: TokenStream| -> TokenStream {
         quote!({
             let (#(#rs,)*) = #result;
-            (#r0, #grad_value)
+            (#r0, #grads)
         })
-    };
-    // Seen from the module's parent as the function is.
-    let vis = match &ast.vis {
-        syn::Visibility::Public(_) => quote!(pub),
-        syn::Visibility::Inherited => quote!(pub(super)),
-        syn::Visibility::Restricted(_) => quote!(pub(crate)),
     };
     fn_item(
         ctx,
         ast,
-        f,
+        &joint.f,
         planned,
         // `vjp`'s `grad_output` goes unread where every gradient is zero.
         quote!(#[doc = #doc] #[allow(unused_variables)] #vis fn #name),
         quote!((#value_ty, #grad_ty)),
-        Some(&wrap),
+        Form::Whole(Some(&wrap)),
     )
 }
 
+/// What [`fn_item`] makes of a plan.
+enum Form<'w> {
+    /// One function running every step; `wrap` turns the results'
+    /// expression into the returned value.
+    Whole(Option<&'w dyn Fn(TokenStream) -> TokenStream>),
+    /// `name::forward`: the steps before the backward starts, then a
+    /// `Pullback` running the rest ([`pullback`]).
+    Split(&'w pullback::Split),
+}
+
 /// The function item: `head` (attributes, visibility, `fn name`), the
-/// parameters as written, `ret`, and one body per instance; `wrap` turns
-/// the results' expression into the returned value.
+/// parameters as written (less `grad_output` for [`Form::Split`]), `ret`,
+/// and one body per instance.
 fn fn_item(
     ctx: &Ctx<'_>,
     ast: &TensorFn,
@@ -362,11 +433,11 @@ fn fn_item(
     instances: &[crate::Planned],
     head: TokenStream,
     ret: TokenStream,
-    wrap: Option<&dyn Fn(TokenStream) -> TokenStream>,
+    form: Form<'_>,
 ) -> TokenStream {
-    let wrap = |t: TokenStream| match wrap {
-        Some(w) => w(t),
-        None => t,
+    let omitted = match &form {
+        Form::Whole(_) => None,
+        Form::Split(split) => Some(split.grad_output),
     };
     let mut errors = Vec::new();
     let mut bodies = Vec::new();
@@ -379,43 +450,67 @@ fn fn_item(
             kernels: std::collections::HashMap::new(),
             errors: Vec::new(),
         };
-        let entry = gen.entry();
-        let steps: Vec<TokenStream> = p.plan.steps.iter().map(|s| gen.step(s)).collect();
-        if p.instance.is_plain() {
-            let result = wrap(gen.result(&[]));
-            bodies.push(quote! {
-                #entry
-                #(#steps)*
-                ::core::result::Result::Ok(#result)
-            });
-        } else {
-            // Tensors of a dtype parameter are seen under this instance's
-            // dtype (after the entry binds the fields of parameter
-            // structs), and the results given back under the parameter.
-            let generic_ret: Vec<bool> = f
+        let entry = gen.entry(omitted);
+        // Tensors of a dtype parameter are seen under this instance's
+        // dtype (after the entry binds the fields of parameter structs),
+        // and the results given back under the parameter.
+        let generic_ret: Vec<bool> = match p.instance.is_plain() {
+            true => vec![],
+            false => f
                 .sig
                 .ret
                 .iter()
                 .map(|t| matches!(t.dtype, Dt::Param(..)))
-                .collect();
-            let result = wrap(gen.result(&generic_ret));
-            let retyped = ast.params.iter().enumerate().filter_map(|(i, par)| {
-                let ParamSig::Tensor(t) = &f.sig.params[i] else {
-                    return None;
+                .collect(),
+        };
+        let mut retyped: Vec<(usize, TokenStream)> = Vec::new();
+        for (i, par) in ast.params.iter().enumerate() {
+            let ParamSig::Tensor(t) = &f.sig.params[i] else {
+                continue;
+            };
+            if p.instance.is_plain() || !matches!(t.dtype, Dt::Param(..)) {
+                continue;
+            }
+            let n = &par.name;
+            let ty = param_type_tokens(par, &p.f.sig, i);
+            retyped.push((
+                i,
+                quote!(let #n: #ty = ::tensorfn::__private::retype_ref(#n)?;),
+            ));
+        }
+        let (steps, result) = match &form {
+            Form::Whole(wrap) => {
+                let steps: Vec<TokenStream> = p.plan.steps.iter().map(|s| gen.step(s)).collect();
+                let result = gen.result(&generic_ret);
+                let result = match wrap {
+                    Some(w) => w(result),
+                    None => result,
                 };
-                if !matches!(t.dtype, Dt::Param(..)) {
-                    return None;
-                }
-                let n = &par.name;
-                let ty = param_type_tokens(par, &p.f.sig, i);
-                Some(quote!(let #n: #ty = ::tensorfn::__private::retype_ref(#n)?;))
+                (quote!(#(#steps)*), result)
+            }
+            Form::Split(split) => {
+                let (retyped_out, rest): (Vec<_>, Vec<_>) = retyped
+                    .drain(..)
+                    .partition(|(i, _)| *i == split.grad_output);
+                retyped = rest;
+                let retype_out: TokenStream = retyped_out.into_iter().map(|(_, t)| t).collect();
+                gen.split_body(&p.plan, split, &generic_ret, retype_out)
+            }
+        };
+        let retyped = retyped.iter().map(|(_, t)| t);
+        if p.instance.is_plain() {
+            bodies.push(quote! {
+                #entry
+                #steps
+                ::core::result::Result::Ok(#result)
             });
+        } else {
             let cond = instance_condition(&p.instance);
             bodies.push(quote! {
                 if #cond {
                     #entry
                     #(#retyped)*
-                    #(#steps)*
+                    #steps
                     return ::core::result::Result::Ok(#result);
                 }
             });
@@ -430,19 +525,27 @@ fn fn_item(
         let name = f.sig.name.clone();
         quote!(::core::result::Result::Err(::tensorfn::__private::no_body::<#t>(#name)))
     });
-    let generics = generics_tokens(&ast.type_params, &ast.generics);
+    // The split form's borrows of its arguments live in its `Pullback`.
+    let lifetime = omitted.map(|_| pullback::lifetime());
+    let generics = generics_with_lifetime(&ast.type_params, &ast.generics, lifetime.as_ref());
     // Fields of parameter structs are bound at entry, not passed.
     let params = ast
         .params
         .iter()
         .enumerate()
-        .filter(|(_, p)| !matches!(p.ty, ParamTy::Field(_)))
+        .filter(|(i, p)| !matches!(p.ty, ParamTy::Field(_)) && Some(*i) != omitted)
         .map(|(i, p)| {
             let n = &p.name;
             let t = param_sig_tokens(p, &f.sig, i);
+            // A struct parameter stays borrowed by the pullback; a tensor
+            // one is kept as a handle where the backward reads it.
+            let t = match &lifetime {
+                Some(l) if matches!(p.ty, ParamTy::Struct(_)) => pullback::borrowed_for(t, l),
+                _ => t,
+            };
             quote!(#n: #t)
         });
-    let bindings = param_bindings(ast, &f.sig);
+    let bindings = param_bindings(ast, &f.sig, &|i| Some(i) != omitted);
     let errors = crate::combine(errors).map(|e| e.to_compile_error());
     quote! {
         #errors

@@ -52,10 +52,21 @@ pub(super) fn generics_tokens(
     types: &[crate::ast::TypeParam],
     consts: &[syn::Ident],
 ) -> TokenStream {
+    generics_with_lifetime(types, consts, None)
+}
+
+/// [`generics_tokens`] led by `lifetime` where one is given
+/// (`<'a, D: ::tensorfn::Device>`).
+pub(super) fn generics_with_lifetime(
+    types: &[crate::ast::TypeParam],
+    consts: &[syn::Ident],
+    lifetime: Option<&syn::Lifetime>,
+) -> TokenStream {
     use crate::ast::{Bound, TypeParamKind};
-    if types.is_empty() && consts.is_empty() {
+    if types.is_empty() && consts.is_empty() && lifetime.is_none() {
         return quote!();
     }
+    let lifetime = lifetime.map(|l| quote!(#l,));
     let types = types.iter().map(|p| {
         let sp = p.sp.span();
         let n = proc_macro2::Ident::new(&p.name.to_string(), sp);
@@ -69,7 +80,7 @@ pub(super) fn generics_tokens(
         };
         quote_spanned!(sp=> #n: #bound)
     });
-    quote!(<#(#types,)* #(const #consts: usize),*>)
+    quote!(<#lifetime #(#types,)* #(const #consts: usize),*>)
 }
 
 pub(super) fn dtype_kind_tokens(d: DTypeKind) -> TokenStream {
@@ -222,10 +233,15 @@ pub(super) fn param_sig_tokens(p: &crate::ast::Param, sig: &Signature, i: usize)
 }
 
 /// `let x: &Tensor<D, T, S> = TensorArg::tensor(x)?;` for each tensor in
-/// the signature: the argument under the parameter's own type.
-pub(super) fn param_bindings(ast: &TensorFn, sig: &Signature) -> TokenStream {
+/// the signature that `which` accepts (by index): the argument under the
+/// parameter's own type.
+pub(super) fn param_bindings(
+    ast: &TensorFn,
+    sig: &Signature,
+    which: &dyn Fn(usize) -> bool,
+) -> TokenStream {
     let mut out = TokenStream::new();
-    for (i, p) in ast.params.iter().enumerate() {
+    for (i, p) in ast.params.iter().enumerate().filter(|(i, _)| which(*i)) {
         let (ParamTy::Tensor(_), ParamSig::Tensor(t)) = (&p.ty, &sig.params[i]) else {
             continue;
         };
