@@ -789,10 +789,9 @@
 /// Which ops have a derivative is the catalogue's
 /// (`tensorfn_core::ops::Derivative`). An op without one on the path from
 /// a differentiated parameter to the result (`argmax`, a cast to an
-/// integer type, a `#[kernel]`, and for now
-/// `scaled_dot_product_attention`) is a compile error on the op naming the parameter, as is
-/// a `#[grad]` parameter the result does not depend on, or a comparison as
-/// the only path to it (a comparison used as a mask beside a
+/// integer type, a `#[kernel]`) is a compile error on the op naming the
+/// parameter, as is a `#[grad]` parameter the result does not depend on,
+/// or a comparison as the only path to it (a comparison used as a mask beside a
 /// differentiable path is fine). `max(dim)` and `min(dim)` give the whole
 /// gradient to the index they return; `max()` and `min()` share it evenly
 /// among the elements equal to the result, and `maximum`/`minimum` halve
@@ -801,6 +800,9 @@
 /// `rms_norm` have one fused backward each (`layer_norm_backward`,
 /// `rms_norm_backward`), which recomputes the rows' statistics from the
 /// input, so the forward saves nothing for them.
+/// `scaled_dot_product_attention` has one fused backward too (the forward
+/// saves its rows' log-sum-exps); its gradient has no derivative of its
+/// own, so differentiating through it a second time is a compile error.
 ///
 /// ## What a training step keeps, and its `GRAD_PEAK_BYTES`
 ///

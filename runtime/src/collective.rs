@@ -459,12 +459,7 @@ impl<G: DeviceGroup> Comm<G, Local> {
     /// let _ = Comm::<(Cuda<0>, Cuda<0>)>::new();
     /// ```
     pub fn new() -> Result<Self> {
-        const {
-            assert!(
-                distinct(G::ORDINALS),
-                "a device group lists each GPU once: two of its ordinals are the same"
-            )
-        };
+        const { check_group(G::ORDINALS) };
         let id = nccl::api()?.unique_id()?;
         Ok(Comm {
             comms: Comms::new(G::ORDINALS, id, 0, G::N, DEFAULT_TIMEOUT)?,
@@ -491,12 +486,7 @@ impl<G: DeviceGroup> Comm<G, Ranks> {
     /// }
     /// ```
     pub fn from_rank(id: &NcclId, rank: usize, world: usize) -> Result<Self> {
-        const {
-            assert!(
-                distinct(G::ORDINALS),
-                "a device group lists each GPU once: two of its ordinals are the same"
-            )
-        };
+        const { check_group(G::ORDINALS) };
         nccl::api()?;
         Ok(Comm {
             comms: Comms::new(G::ORDINALS, id.0, rank, world, DEFAULT_TIMEOUT)?,
@@ -727,21 +717,7 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
     /// # Ok(()) }
     /// ```
     pub fn all_gather<S2: Shape, R: Replicas<G>>(&self, x: &R) -> Result<R::With<S2>> {
-        const {
-            let c = static_shard::<R::Shape, S2>(true, W::ONE_PROCESS, G::N);
-            assert!(
-                c != BAD_RANK,
-                "all_gather: the output must have the input's rank, at least 1"
-            );
-            assert!(
-                c != BAD_TAIL,
-                "all_gather: the output's dims after dim 0 must be the input's"
-            );
-            assert!(
-                c != BAD_DIM0,
-                "all_gather: the output's dim 0 must be N times the input's (N: the GPUs of the group)"
-            );
-        };
+        const { check_gather::<R::Shape, S2>(W::ONE_PROCESS, G::N) };
         self.start_all_gather::<S2, R>(x)?.wait()
     }
 
@@ -762,21 +738,7 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
         &self,
         x: &R,
     ) -> Result<Pending<'_, R::With<S2>>> {
-        const {
-            let c = static_shard::<R::Shape, S2>(true, W::ONE_PROCESS, G::N);
-            assert!(
-                c != BAD_RANK,
-                "all_gather: the output must have the input's rank, at least 1"
-            );
-            assert!(
-                c != BAD_TAIL,
-                "all_gather: the output's dims after dim 0 must be the input's"
-            );
-            assert!(
-                c != BAD_DIM0,
-                "all_gather: the output's dim 0 must be N times the input's (N: the GPUs of the group)"
-            );
-        };
+        const { check_gather::<R::Shape, S2>(W::ONE_PROCESS, G::N) };
         self.start_all_gather::<S2, R>(x)
     }
 
@@ -828,25 +790,7 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
         x: &R,
         op: ReduceOp,
     ) -> Result<R::With<S2>> {
-        const {
-            let c = static_shard::<R::Shape, S2>(false, W::ONE_PROCESS, G::N);
-            assert!(
-                c != BAD_RANK,
-                "reduce_scatter: the output must have the input's rank, at least 1"
-            );
-            assert!(
-                c != BAD_TAIL,
-                "reduce_scatter: the output's dims after dim 0 must be the input's"
-            );
-            assert!(
-                c != NOT_DIVISIBLE,
-                "reduce_scatter: the input's dim 0 does not divide by N (N: the GPUs of the group)"
-            );
-            assert!(
-                c != BAD_DIM0,
-                "reduce_scatter: the output's dim 0 must be the input's divided by N (N: the GPUs of the group)"
-            );
-        };
+        const { check_scatter::<R::Shape, S2>(W::ONE_PROCESS, G::N) };
         self.start_reduce_scatter::<S2, R>(x, op)?.wait()
     }
 
@@ -869,25 +813,7 @@ impl<G: DeviceGroup, W: World> Comm<G, W> {
         x: &R,
         op: ReduceOp,
     ) -> Result<Pending<'_, R::With<S2>>> {
-        const {
-            let c = static_shard::<R::Shape, S2>(false, W::ONE_PROCESS, G::N);
-            assert!(
-                c != BAD_RANK,
-                "reduce_scatter: the output must have the input's rank, at least 1"
-            );
-            assert!(
-                c != BAD_TAIL,
-                "reduce_scatter: the output's dims after dim 0 must be the input's"
-            );
-            assert!(
-                c != NOT_DIVISIBLE,
-                "reduce_scatter: the input's dim 0 does not divide by N (N: the GPUs of the group)"
-            );
-            assert!(
-                c != BAD_DIM0,
-                "reduce_scatter: the output's dim 0 must be the input's divided by N (N: the GPUs of the group)"
-            );
-        };
+        const { check_scatter::<R::Shape, S2>(W::ONE_PROCESS, G::N) };
         self.start_reduce_scatter::<S2, R>(x, op)
     }
 
@@ -1165,6 +1091,55 @@ const BAD_RANK: u8 = 1;
 const BAD_TAIL: u8 = 2;
 const BAD_DIM0: u8 = 3;
 const NOT_DIVISIBLE: u8 = 4;
+
+/// The compile-time check of a device group, shared by the constructors:
+/// a panic here is a compile error at the caller.
+const fn check_group(ordinals: &[usize]) {
+    assert!(
+        distinct(ordinals),
+        "a device group lists each GPU once: two of its ordinals are the same"
+    )
+}
+
+/// The compile-time check of `all_gather` and its `_async` twin from `S`
+/// to `S2` (a panic here is a compile error at the caller; a const panic
+/// cannot format, so each collective has its own messages).
+const fn check_gather<S: Shape, S2: Shape>(one_process: bool, n: usize) {
+    let c = static_shard::<S, S2>(true, one_process, n);
+    assert!(
+        c != BAD_RANK,
+        "all_gather: the output must have the input's rank, at least 1"
+    );
+    assert!(
+        c != BAD_TAIL,
+        "all_gather: the output's dims after dim 0 must be the input's"
+    );
+    assert!(
+        c != BAD_DIM0,
+        "all_gather: the output's dim 0 must be N times the input's (N: the GPUs of the group)"
+    );
+}
+
+/// [`check_gather`] for `reduce_scatter` and its `_async` twin.
+const fn check_scatter<S: Shape, S2: Shape>(one_process: bool, n: usize) {
+    let c = static_shard::<S, S2>(false, one_process, n);
+    assert!(
+        c != BAD_RANK,
+        "reduce_scatter: the output must have the input's rank, at least 1"
+    );
+    assert!(
+        c != BAD_TAIL,
+        "reduce_scatter: the output's dims after dim 0 must be the input's"
+    );
+    assert!(
+        c != NOT_DIVISIBLE,
+        "reduce_scatter: the input's dim 0 does not divide by N (N: the GPUs of the group)"
+    );
+    assert!(
+        c != BAD_DIM0,
+        "reduce_scatter: the output's dim 0 must be the input's divided by N (N: the GPUs of the group)"
+    );
+}
 
 /// The compile-time check of a gather or scatter between shape types:
 /// what can be told from their `Const` dims (and `n` GPUs when the whole

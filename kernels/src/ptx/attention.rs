@@ -58,6 +58,49 @@ fn params() -> String {
 /// `k`, `v`, `m` for the mask): `(b / p_nh) * p_Xb + (b % p_nh) * p_Xh`,
 /// and for `k` and `v`, where the entry takes `p_g` (grouped-query
 /// attention), `(b % p_nh) / p_g` in place of `b % p_nh`.
+/// `p_scale` in the accumulator's type (`class`, `acc`).
+fn load_scale(body: &mut Body, class: Class, acc: Ty) -> String {
+    let scale = body.reg(class);
+    if acc == Ty::F64 {
+        body.op(format!("ld.param.f64 {scale}, [p_scale]"));
+    } else {
+        let s64 = body.reg(Class::F64);
+        body.op(format!("ld.param.f64 {s64}, [p_scale]"));
+        body.op(format!("cvt.rn.f32.f64 {scale}, {s64}"));
+    }
+    scale
+}
+
+/// The thread's lane (32 and 64 bits), its warp's row (`ctaid.x * WARPS + warp`) and its
+/// batch (`ctaid.y + p_b0`), in 64 bits: one row per warp.
+fn warp_row(
+    body: &mut Body,
+    p: &std::collections::HashMap<&str, String>,
+) -> (String, String, String, String) {
+    let (tid, lane32, warp32) = (
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+    );
+    body.op(format!("mov.u32 {tid}, %tid.x"));
+    body.op(format!("and.b32 {lane32}, {tid}, 31"));
+    body.op(format!("shr.u32 {warp32}, {tid}, 5"));
+    let (cta, by) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("mov.u32 {cta}, %ctaid.x"));
+    body.op(format!("mov.u32 {by}, %ctaid.y"));
+    let lane = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {lane}, {lane32}"));
+    let row = body.reg(Class::B64);
+    body.op(format!("mul.wide.u32 {row}, {cta}, {WARPS}"));
+    let w64 = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {w64}, {warp32}"));
+    body.op(format!("add.u64 {row}, {row}, {w64}"));
+    let b = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {b}, {by}"));
+    body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
+    (lane32, lane, row, b)
+}
+
 pub(super) fn batch_offsets(
     body: &mut Body,
     b: &str,
@@ -134,49 +177,12 @@ pub(crate) fn attention_entry(name: &str, dtype: DTypeKind) -> String {
         b.finish(vec![y])
     };
     let mut body = Body::new();
-    let mut p = std::collections::HashMap::new();
-    for n in PARAMS {
-        if n == "p_scale" {
-            continue;
-        }
-        let r = body.reg(Class::B64);
-        body.op(format!("ld.param.u64 {r}, [{n}]"));
-        p.insert(n, r);
-    }
-    for n in ["p_out", "p_q", "p_k", "p_v", "p_mask"] {
-        body.op(format!("cvta.to.global.u64 {0}, {0}", p[n]));
-    }
-    let scale = body.reg(class);
-    if acc == Ty::F64 {
-        body.op(format!("ld.param.f64 {scale}, [p_scale]"));
-    } else {
-        let s64 = body.reg(Class::F64);
-        body.op(format!("ld.param.f64 {s64}, [p_scale]"));
-        body.op(format!("cvt.rn.f32.f64 {scale}, {s64}"));
-    }
+    let globals = ["p_out", "p_q", "p_k", "p_v", "p_mask"];
+    let p = load_params(&mut body, &PARAMS, &globals);
+    let scale = load_scale(&mut body, class, acc);
     let end = body.label("att_end");
-    // lane, warp, query row i, batch b.
-    let (tid, lane32, warp32) = (
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-    );
-    body.op(format!("mov.u32 {tid}, %tid.x"));
-    body.op(format!("and.b32 {lane32}, {tid}, 31"));
-    body.op(format!("shr.u32 {warp32}, {tid}, 5"));
-    let (cta, by) = (body.reg(Class::B32), body.reg(Class::B32));
-    body.op(format!("mov.u32 {cta}, %ctaid.x"));
-    body.op(format!("mov.u32 {by}, %ctaid.y"));
-    let lane = body.reg(Class::B64);
-    body.op(format!("cvt.u64.u32 {lane}, {lane32}"));
-    let i = body.reg(Class::B64);
-    body.op(format!("mul.wide.u32 {i}, {cta}, {WARPS}"));
-    let w64 = body.reg(Class::B64);
-    body.op(format!("cvt.u64.u32 {w64}, {warp32}"));
-    body.op(format!("add.u64 {i}, {i}, {w64}"));
-    let b = body.reg(Class::B64);
-    body.op(format!("cvt.u64.u32 {b}, {by}"));
-    body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
+    // lane, query row i, batch b.
+    let (lane32, lane, i, b) = warp_row(&mut body, &p);
     let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v", "m", "o"]);
     let past = body.reg(Class::Pred);
     body.op(format!("setp.ge.u64 {past}, {i}, {}", p["p_l"]));
@@ -459,51 +465,14 @@ pub(crate) fn attention_backward_entry(name: &str, dtype: DTypeKind, keys: bool)
         b.finish(vec![r])
     };
     let mut body = Body::new();
-    let mut p = std::collections::HashMap::new();
-    for n in BWD_PARAMS {
-        if n == "p_scale" {
-            continue;
-        }
-        let r = body.reg(Class::B64);
-        body.op(format!("ld.param.u64 {r}, [{n}]"));
-        p.insert(n, r);
-    }
-    for n in [
+    let globals = [
         "p_dq", "p_dk", "p_dv", "p_delta", "p_lse", "p_o", "p_go", "p_q", "p_k", "p_v", "p_mask",
-    ] {
-        body.op(format!("cvta.to.global.u64 {0}, {0}", p[n]));
-    }
-    let scale = body.reg(class);
-    if acc == Ty::F64 {
-        body.op(format!("ld.param.f64 {scale}, [p_scale]"));
-    } else {
-        let s64 = body.reg(Class::F64);
-        body.op(format!("ld.param.f64 {s64}, [p_scale]"));
-        body.op(format!("cvt.rn.f32.f64 {scale}, {s64}"));
-    }
+    ];
+    let p = load_params(&mut body, &BWD_PARAMS, &globals);
+    let scale = load_scale(&mut body, class, acc);
     let end = body.label("attb_end");
-    let (tid, lane32, warp32) = (
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-    );
-    body.op(format!("mov.u32 {tid}, %tid.x"));
-    body.op(format!("and.b32 {lane32}, {tid}, 31"));
-    body.op(format!("shr.u32 {warp32}, {tid}, 5"));
-    let (cta, by) = (body.reg(Class::B32), body.reg(Class::B32));
-    body.op(format!("mov.u32 {cta}, %ctaid.x"));
-    body.op(format!("mov.u32 {by}, %ctaid.y"));
-    let lane = body.reg(Class::B64);
-    body.op(format!("cvt.u64.u32 {lane}, {lane32}"));
     // The warp's row: a query (`keys` false) or a key.
-    let row = body.reg(Class::B64);
-    body.op(format!("mul.wide.u32 {row}, {cta}, {WARPS}"));
-    let w64 = body.reg(Class::B64);
-    body.op(format!("cvt.u64.u32 {w64}, {warp32}"));
-    body.op(format!("add.u64 {row}, {row}, {w64}"));
-    let b = body.reg(Class::B64);
-    body.op(format!("cvt.u64.u32 {b}, {by}"));
-    body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
+    let (lane32, lane, row, b) = warp_row(&mut body, &p);
     let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v", "m"]);
     let past = body.reg(Class::Pred);
     let rows = if keys { &p["p_s"] } else { &p["p_l"] };

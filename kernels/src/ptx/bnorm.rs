@@ -70,6 +70,24 @@ fn global_ptr(body: &mut Body, p: &str) -> String {
     r
 }
 
+/// The text of entry `name`: the 64-bit pointer parameters `names`, then
+/// `meta` of `meta_words` words, around `body`.
+fn entry_text(name: &str, names: &[&str], meta_words: usize, body: Body) -> String {
+    let params = names
+        .iter()
+        .map(|p| format!(".param .u64 {p}"))
+        .chain(std::iter::once(format!(
+            ".param .align 8 .b8 p_meta[{}]",
+            8 * meta_words
+        )))
+        .collect::<Vec<_>>();
+    format!(
+        ".visible .entry {name}(\n\t{}\n)\n{{\n{}}}\n",
+        params.join(",\n\t"),
+        body.finish()
+    )
+}
+
 /// Which partial sums a `NAME_stats_*`/`NAME_backward_sums` entry writes.
 #[derive(Clone, Copy, PartialEq)]
 enum Stage {
@@ -108,6 +126,18 @@ struct Ctx {
 }
 
 impl Ctx {
+    /// `eps` in the sums' type from the meta word of its f64 bits.
+    fn eps(&self, body: &mut Body, word: &str) -> String {
+        let eps64 = body.reg(Class::F64);
+        body.op(format!("mov.b64 {eps64}, {word}"));
+        if self.ty == "f64" {
+            return eps64;
+        }
+        let e = body.reg(Class::F32);
+        body.op(format!("cvt.rn.f32.f64 {e}, {eps64}"));
+        e
+    }
+
     /// Emits a loop over the channel's elements `j` (this thread's share
     /// of the block's range): `inner(body, n, s)` with `j = n * S + s`.
     fn elements(&self, body: &mut Body, inner: impl FnOnce(&mut Body, &str, &str)) {
@@ -535,8 +565,7 @@ pub(crate) fn batch_norm_entry(name: &str, dtype: DTypeKind) -> String {
     let names = [
         "p_out", "p_x", "p_w", "p_b", "p_rm", "p_rv", "p_nm", "p_nv", "p_ws",
     ];
-    let ptrs: Vec<String> = names.iter().map(|p| global_ptr(&mut body, p)).collect();
-    let [out, x, w, b, rm, rv, nm, nv, ws] = <[String; 9]>::try_from(ptrs).expect("nine pointers");
+    let [out, x, w, b, rm, rv, nm, nv, ws] = names.map(|p| global_ptr(&mut body, p));
     channels(
         &mut body,
         dtype,
@@ -547,15 +576,7 @@ pub(crate) fn batch_norm_entry(name: &str, dtype: DTypeKind) -> String {
             let flags = &meta[6];
             let st = [meta[3].as_str(), meta[4].as_str(), meta[5].as_str()];
             let (mean, var) = cx.stats(body, flags, &x, st, ch, &rm, &rv);
-            let eps64 = body.reg(Class::F64);
-            body.op(format!("mov.b64 {eps64}, {}", meta[8]));
-            let eps = if ty == "f64" {
-                eps64.clone()
-            } else {
-                let e = body.reg(Class::F32);
-                body.op(format!("cvt.rn.f32.f64 {e}, {eps64}"));
-                e
-            };
+            let eps = cx.eps(body, &meta[8]);
             let wv = cx.optional(body, flags, 2, &w, ch, 1.0);
             let shift = cx.optional(body, flags, 4, &b, ch, 0.0);
             let scale = body.reg(cx.class);
@@ -633,19 +654,7 @@ pub(crate) fn batch_norm_entry(name: &str, dtype: DTypeKind) -> String {
         },
     );
     body.op("ret");
-    let params = names
-        .iter()
-        .map(|p| format!(".param .u64 {p}"))
-        .chain(std::iter::once(format!(
-            ".param .align 8 .b8 p_meta[{}]",
-            8 * BATCH_NORM_META_WORDS
-        )))
-        .collect::<Vec<_>>();
-    format!(
-        ".visible .entry {name}(\n\t{}\n)\n{{\n{}}}\n",
-        params.join(",\n\t"),
-        body.finish()
-    )
+    entry_text(name, &names, BATCH_NORM_META_WORDS, body)
 }
 
 /// The backward entry `NAME_backward` over `dtype`.
@@ -654,8 +663,7 @@ pub(crate) fn batch_norm_backward_entry(name: &str, dtype: DTypeKind) -> String 
     let names = [
         "p_dx", "p_dw", "p_db", "p_x", "p_g", "p_w", "p_rm", "p_rv", "p_ws",
     ];
-    let ptrs: Vec<String> = names.iter().map(|p| global_ptr(&mut body, p)).collect();
-    let [dx, dw, db, x, g, w, rm, rv, ws] = <[String; 9]>::try_from(ptrs).expect("nine pointers");
+    let [dx, dw, db, x, g, w, rm, rv, ws] = names.map(|p| global_ptr(&mut body, p));
     channels(
         &mut body,
         dtype,
@@ -667,15 +675,7 @@ pub(crate) fn batch_norm_backward_entry(name: &str, dtype: DTypeKind) -> String 
             let st = [meta[3].as_str(), meta[4].as_str(), meta[5].as_str()];
             let gst = [meta[8].as_str(), meta[9].as_str(), meta[10].as_str()];
             let (mean, var) = cx.stats(body, flags, &x, st, ch, &rm, &rv);
-            let eps64 = body.reg(Class::F64);
-            body.op(format!("mov.b64 {eps64}, {}", meta[7]));
-            let eps = if ty == "f64" {
-                eps64.clone()
-            } else {
-                let e = body.reg(Class::F32);
-                body.op(format!("cvt.rn.f32.f64 {e}, {eps64}"));
-                e
-            };
+            let eps = cx.eps(body, &meta[7]);
             let invstd = body.reg(cx.class);
             body.op(format!("add.rn.{ty} {invstd}, {var}, {eps}"));
             body.op(format!("sqrt.rn.{ty} {invstd}, {invstd}"));
@@ -743,18 +743,11 @@ pub(crate) fn batch_norm_backward_entry(name: &str, dtype: DTypeKind) -> String 
         },
     );
     body.op("ret");
-    let params = names
-        .iter()
-        .map(|p| format!(".param .u64 {p}"))
-        .chain(std::iter::once(format!(
-            ".param .align 8 .b8 p_meta[{}]",
-            8 * BATCH_NORM_BACKWARD_META_WORDS
-        )))
-        .collect::<Vec<_>>();
-    format!(
-        ".visible .entry {name}_backward(\n\t{}\n)\n{{\n{}}}\n",
-        params.join(",\n\t"),
-        body.finish()
+    entry_text(
+        &format!("{name}_backward"),
+        &names,
+        BATCH_NORM_BACKWARD_META_WORDS,
+        body,
     )
 }
 
@@ -764,8 +757,7 @@ pub(crate) fn batch_norm_backward_entry(name: &str, dtype: DTypeKind) -> String 
 fn batch_norm_partial_entry(name: &str, dtype: DTypeKind, stage: Stage) -> String {
     let mut body = Body::new();
     let names = ["p_x", "p_g", "p_rm", "p_ws"];
-    let ptrs: Vec<String> = names.iter().map(|p| global_ptr(&mut body, p)).collect();
-    let [x, g, rm, ws] = <[String; 4]>::try_from(ptrs).expect("four pointers");
+    let [x, g, rm, ws] = names.map(|p| global_ptr(&mut body, p));
     channels(
         &mut body,
         dtype,
@@ -827,18 +819,11 @@ fn batch_norm_partial_entry(name: &str, dtype: DTypeKind, stage: Stage) -> Strin
         Stage::Dev => "_stats_dev",
         Stage::Grad => "_backward_sums",
     };
-    let params = names
-        .iter()
-        .map(|p| format!(".param .u64 {p}"))
-        .chain(std::iter::once(format!(
-            ".param .align 8 .b8 p_meta[{}]",
-            8 * BATCH_NORM_BACKWARD_META_WORDS
-        )))
-        .collect::<Vec<_>>();
-    format!(
-        ".visible .entry {name}{suffix}(\n\t{}\n)\n{{\n{}}}\n",
-        params.join(",\n\t"),
-        body.finish()
+    entry_text(
+        &format!("{name}{suffix}"),
+        &names,
+        BATCH_NORM_BACKWARD_META_WORDS,
+        body,
     )
 }
 

@@ -24,38 +24,92 @@ use tensorfn_core::DTypeKind;
 /// 64-bit words of a column kernel's `meta` parameter.
 pub const CONV_META_WORDS: usize = 18;
 
-/// The meta words by name.
-struct Meta {
-    total: String,
-    c: String,
-    h: String,
-    w: String,
-    kh: String,
-    kw: String,
-    oh: String,
-    ow: String,
-    xs: [String; 4],
-    stride: [String; 2],
-    pad: [String; 2],
-    dil: [String; 2],
+/// A column kernel's `meta` words by name: the one statement of their
+/// order, for the runtime that writes them (`ConvMeta<usize>`) and the
+/// entries that read them into registers (`ConvMeta<String>`).
+///
+/// ```
+/// use tensorfn_kernels::ptx::{ConvMeta, CONV_META_WORDS};
+/// let words: [usize; CONV_META_WORDS] = std::array::from_fn(|i| i);
+/// let m = ConvMeta::from_words(words);
+/// assert_eq!((m.total, m.oh, m.x_strides[3], m.dilation[1]), (0, 6, 11, 17));
+/// assert_eq!(m.words(), words);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvMeta<T> {
+    /// Elements the launch covers (column elements for `im2col`, input
+    /// elements for `col2im`).
+    pub total: T,
+    /// Input channels.
+    pub c: T,
+    /// Input height.
+    pub h: T,
+    /// Input width.
+    pub w: T,
+    /// Filter height.
+    pub kh: T,
+    /// Filter width.
+    pub kw: T,
+    /// Output height.
+    pub oh: T,
+    /// Output width.
+    pub ow: T,
+    /// The input's strides `(n, c, h, w)` in elements (unused by `col2im`).
+    pub x_strides: [T; 4],
+    /// The step between windows along `(h, w)`.
+    pub stride: [T; 2],
+    /// Zeros on both sides along `(h, w)`.
+    pub padding: [T; 2],
+    /// The step between taps along `(h, w)`.
+    pub dilation: [T; 2],
 }
 
-fn read_meta(body: &mut Body) -> Meta {
-    let m: Vec<String> = (0..CONV_META_WORDS).map(|i| meta_word(body, i)).collect();
-    Meta {
-        total: m[0].clone(),
-        c: m[1].clone(),
-        h: m[2].clone(),
-        w: m[3].clone(),
-        kh: m[4].clone(),
-        kw: m[5].clone(),
-        oh: m[6].clone(),
-        ow: m[7].clone(),
-        xs: [m[8].clone(), m[9].clone(), m[10].clone(), m[11].clone()],
-        stride: [m[12].clone(), m[13].clone()],
-        pad: [m[14].clone(), m[15].clone()],
-        dil: [m[16].clone(), m[17].clone()],
+impl<T> ConvMeta<T> {
+    /// The fields from the words in the entries' order.
+    pub fn from_words(words: [T; CONV_META_WORDS]) -> Self {
+        let [total, c, h, w, kh, kw, oh, ow, xn, xc, xh, xw, sh, sw, ph, pw, dh, dw] = words;
+        ConvMeta {
+            total,
+            c,
+            h,
+            w,
+            kh,
+            kw,
+            oh,
+            ow,
+            x_strides: [xn, xc, xh, xw],
+            stride: [sh, sw],
+            padding: [ph, pw],
+            dilation: [dh, dw],
+        }
     }
+
+    /// The words in the entries' order (the inverse of
+    /// [`from_words`](Self::from_words)).
+    pub fn words(self) -> [T; CONV_META_WORDS] {
+        let ConvMeta {
+            total,
+            c,
+            h,
+            w,
+            kh,
+            kw,
+            oh,
+            ow,
+            x_strides: [xn, xc, xh, xw],
+            stride: [sh, sw],
+            padding: [ph, pw],
+            dilation: [dh, dw],
+        } = self;
+        [
+            total, c, h, w, kh, kw, oh, ow, xn, xc, xh, xw, sh, sw, ph, pw, dh, dw,
+        ]
+    }
+}
+
+/// The meta words in registers, loaded in word order.
+fn read_meta(body: &mut Body) -> ConvMeta<String> {
+    ConvMeta::from_words(std::array::from_fn(|i| meta_word(body, i)))
 }
 
 /// What both entries read before their loop: the two pointers, the meta
@@ -63,7 +117,7 @@ fn read_meta(body: &mut Body) -> Meta {
 struct Frame {
     out: String,
     input: String,
-    m: Meta,
+    m: ConvMeta<String>,
     /// Output positions per image.
     p: String,
     /// Taps per channel.
@@ -149,20 +203,20 @@ pub(crate) fn im2col_entry(name: &str, dtype: DTypeKind) -> String {
         let (oh, ow) = udivrem(body, &pos, &m.ow);
         // ih = oh * stride - pad + r * dilation, and the same along w.
         let ih = op64(body, "mul.lo.s64", &oh, &m.stride[0]);
-        body.op(format!("sub.s64 {ih}, {ih}, {}", m.pad[0]));
-        body.op(format!("mad.lo.s64 {ih}, {r}, {}, {ih}", m.dil[0]));
+        body.op(format!("sub.s64 {ih}, {ih}, {}", m.padding[0]));
+        body.op(format!("mad.lo.s64 {ih}, {r}, {}, {ih}", m.dilation[0]));
         let iw = op64(body, "mul.lo.s64", &ow, &m.stride[1]);
-        body.op(format!("sub.s64 {iw}, {iw}, {}", m.pad[1]));
-        body.op(format!("mad.lo.s64 {iw}, {s}, {}, {iw}", m.dil[1]));
+        body.op(format!("sub.s64 {iw}, {iw}, {}", m.padding[1]));
+        body.op(format!("mad.lo.s64 {iw}, {s}, {}, {iw}", m.dilation[1]));
         let ok = inside(body, &ih, &m.h);
         let okw = inside(body, &iw, &m.w);
         body.op(format!("and.pred {ok}, {ok}, {okw}"));
         let v = body.reg(bits_class(dtype));
         body.op(format!("mov.{} {v}, 0", bits_ty(dtype)));
-        let off = op64(body, "mul.lo.s64", &n, &m.xs[0]);
-        body.op(format!("mad.lo.s64 {off}, {c}, {}, {off}", m.xs[1]));
-        body.op(format!("mad.lo.s64 {off}, {ih}, {}, {off}", m.xs[2]));
-        body.op(format!("mad.lo.s64 {off}, {iw}, {}, {off}", m.xs[3]));
+        let off = op64(body, "mul.lo.s64", &n, &m.x_strides[0]);
+        body.op(format!("mad.lo.s64 {off}, {c}, {}, {off}", m.x_strides[1]));
+        body.op(format!("mad.lo.s64 {off}, {ih}, {}, {off}", m.x_strides[2]));
+        body.op(format!("mad.lo.s64 {off}, {iw}, {}, {off}", m.x_strides[3]));
         let a = body.reg(Class::B64);
         body.op(format!("mad.lo.s64 {a}, {off}, {size}, {x}"));
         body.op(format!("@{ok} ld.global.nc.{} {v}, [{a}]", bits_ty(dtype)));
@@ -237,8 +291,8 @@ pub(crate) fn col2im_entry(name: &str, dtype: DTypeKind) -> String {
         body.op(format!("mad.lo.u64 {base}, {c}, {kk}, {base}"));
         let acc = body.reg(Class::F64);
         body.op(format!("mov.f64 {acc}, 0d0000000000000000"));
-        let axis_h = (&*m.stride[0], &*m.pad[0], &*m.dil[0], &*m.oh);
-        let axis_w = (&*m.stride[1], &*m.pad[1], &*m.dil[1], &*m.ow);
+        let axis_h = (&*m.stride[0], &*m.padding[0], &*m.dilation[0], &*m.oh);
+        let axis_w = (&*m.stride[1], &*m.padding[1], &*m.dilation[1], &*m.ow);
         count_loop(body, &m.kh, "col2im_r", |body, r| {
             let (oh, okh) = reader(body, &ih, r, axis_h);
             let skip_row = body.label("col2im_r_skip");

@@ -345,29 +345,24 @@ impl Case {
         }
     }
 
-    fn meta(&self, total: usize, xs: [usize; 4]) -> Vec<u64> {
-        let words = [
+    fn meta(&self, total: usize, x_strides: [usize; 4]) -> Vec<u64> {
+        super::ConvMeta {
             total,
-            self.c,
-            self.h,
-            self.w,
-            self.k[0],
-            self.k[1],
-            self.out[0],
-            self.out[1],
-            xs[0],
-            xs[1],
-            xs[2],
-            xs[3],
-            self.stride[0],
-            self.stride[1],
-            self.pad[0],
-            self.pad[1],
-            self.dil[0],
-            self.dil[1],
-        ];
-        assert_eq!(words.len(), super::CONV_META_WORDS);
-        words.iter().map(|&w| w as u64).collect()
+            c: self.c,
+            h: self.h,
+            w: self.w,
+            kh: self.k[0],
+            kw: self.k[1],
+            oh: self.out[0],
+            ow: self.out[1],
+            x_strides,
+            stride: self.stride,
+            padding: self.pad,
+            dilation: self.dil,
+        }
+        .words()
+        .map(|w| w as u64)
+        .to_vec()
     }
 
     /// The input position tap `(r, s)` of output `(oh, ow)` reads, if any.

@@ -78,6 +78,67 @@ fn prologue(body: &mut Body, used: &[bool]) -> Prologue {
     }
 }
 
+/// The registers a strided entry walks a flat index's coordinates with:
+/// the `MAX_RANK` dims, the predicates "dim `d` is 1" for `d` in
+/// `1..MAX_RANK` (those dims are skipped), and the predicate that every
+/// index fits in 32 bits (a 32-bit division then stands in for the 64-bit
+/// one).
+pub(crate) struct Coords<'a> {
+    pub(crate) dims: &'a [String],
+    pub(crate) unit: &'a [String],
+    pub(crate) small: &'a str,
+}
+
+impl Coords<'_> {
+    /// Emits the walk over the coordinates of the flat index in `rem`
+    /// (consumed), innermost dim first, adding each coordinate times
+    /// `strides[d]` to `offset` for every `(offset, strides)` of `terms`;
+    /// `prefix` starts the labels' names.
+    pub(crate) fn emit(
+        &self,
+        body: &mut Body,
+        prefix: &str,
+        rem: &str,
+        terms: &[(&String, &Vec<String>)],
+    ) {
+        let Coords { dims, unit, small } = *self;
+        let (q, c) = (body.reg(Class::B64), body.reg(Class::B64));
+        let (q32, r32, d32) = (
+            body.reg(Class::B32),
+            body.reg(Class::B32),
+            body.reg(Class::B32),
+        );
+        for d in (0..MAX_RANK).rev() {
+            let skip = body.label(&format!("{prefix}dim_skip"));
+            if d > 0 {
+                body.op(format!("@{} bra {skip}", unit[d - 1]));
+                let div64 = body.label(&format!("{prefix}div64"));
+                let divided = body.label(&format!("{prefix}divided"));
+                body.op(format!("@!{small} bra {div64}"));
+                body.op(format!("cvt.u32.u64 {r32}, {rem}"));
+                body.op(format!("cvt.u32.u64 {d32}, {}", dims[d]));
+                body.op(format!("div.u32 {q32}, {r32}, {d32}"));
+                body.op(format!("cvt.u64.u32 {q}, {q32}"));
+                body.op(format!("bra.uni {divided}"));
+                body.place(&div64);
+                body.op(format!("div.u64 {q}, {rem}, {}", dims[d]));
+                body.place(&divided);
+                body.op(format!("mul.lo.u64 {c}, {q}, {}", dims[d]));
+                body.op(format!("sub.u64 {c}, {rem}, {c}"));
+                body.op(format!("mov.u64 {rem}, {q}"));
+            } else {
+                body.op(format!("mov.u64 {c}, {rem}"));
+            }
+            for (off, strides) in terms {
+                body.op(format!("mad.lo.u64 {off}, {c}, {}, {off}", strides[d]));
+            }
+            if d > 0 {
+                body.place(&skip);
+            }
+        }
+    }
+}
+
 /// `ctaid.x * ntid.x + tid.x` and `nctaid.x * ntid.x`, in 64 bits.
 pub(crate) fn grid_stride(body: &mut Body) -> (String, String) {
     let ctaid = body.reg(Class::B32);
@@ -292,45 +353,20 @@ pub(crate) fn strided_entry(
             })
         })
         .collect();
-    let q = body.reg(Class::B64);
-    let c = body.reg(Class::B64);
-    let q32 = body.reg(Class::B32);
-    let r32 = body.reg(Class::B32);
-    let d32 = body.reg(Class::B32);
-    for d in (0..MAX_RANK).rev() {
-        let skip = body.label("dim_skip");
-        if d > 0 {
-            body.op(format!("@{} bra {skip}", unit[d - 1]));
-            let div64 = body.label("div64");
-            let divided = body.label("divided");
-            body.op(format!("@!{small} bra {div64}"));
-            body.op(format!("cvt.u32.u64 {r32}, {rem}"));
-            body.op(format!("cvt.u32.u64 {d32}, {}", dims[d]));
-            body.op(format!("div.u32 {q32}, {r32}, {d32}"));
-            body.op(format!("cvt.u64.u32 {q}, {q32}"));
-            body.op(format!("bra.uni {divided}"));
-            body.place(&div64);
-            body.op(format!("div.u64 {q}, {rem}, {}", dims[d]));
-            body.place(&divided);
-            body.op(format!("mul.lo.u64 {c}, {q}, {}", dims[d]));
-            body.op(format!("sub.u64 {c}, {rem}, {c}"));
-            body.op(format!("mov.u64 {rem}, {q}"));
-        } else {
-            body.op(format!("mov.u64 {c}, {rem}"));
-        }
-        body.op(format!(
-            "mad.lo.u64 {out_off}, {c}, {}, {out_off}",
-            out_strides[d]
-        ));
-        for (off, st) in in_offs.iter().zip(&in_strides) {
-            if let (Some(off), Some(st)) = (off, st) {
-                body.op(format!("mad.lo.u64 {off}, {c}, {}, {off}", st[d]));
-            }
-        }
-        if d > 0 {
-            body.place(&skip);
-        }
-    }
+    let terms: Vec<(&String, &Vec<String>)> = std::iter::once((&out_off, &out_strides))
+        .chain(
+            in_offs
+                .iter()
+                .zip(&in_strides)
+                .filter_map(|(off, st)| off.as_ref().zip(st.as_ref())),
+        )
+        .collect();
+    let walk = Coords {
+        dims: &dims,
+        unit: &unit,
+        small: &small,
+    };
+    walk.emit(&mut body, "", &rem, &terms);
     let mut args = Vec::new();
     for (k, (base, off)) in pro.ins.iter().zip(&in_offs).enumerate() {
         let (Some(base), Some(off)) = (base, off) else {

@@ -8,7 +8,7 @@
 //! move as units of their size (1, 2, 4 or 8 bytes), whatever their dtype.
 
 use super::body::{Body, Class};
-use super::elementwise::grid_stride;
+use super::elementwise::{grid_stride, Coords};
 use crate::abi::{meta_bytes, MAX_RANK};
 use tensorfn_core::DTypeKind;
 
@@ -90,39 +90,17 @@ pub(crate) fn gather_entry(name: &str, unit: u32, index: DTypeKind) -> String {
     let (so, io) = (body.reg(Class::B64), body.reg(Class::B64));
     body.op(format!("mov.u64 {so}, 0"));
     body.op(format!("mov.u64 {io}, 0"));
-    let (q, c) = (body.reg(Class::B64), body.reg(Class::B64));
-    let (q32, r32, d32) = (
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-        body.reg(Class::B32),
+    let walk = Coords {
+        dims: &dims,
+        unit: &unit_dim,
+        small: &small,
+    };
+    walk.emit(
+        &mut body,
+        "gather_",
+        &rem,
+        &[(&so, &src_strides), (&io, &idx_strides)],
     );
-    for d in (0..MAX_RANK).rev() {
-        let skip = body.label("gather_dim_skip");
-        if d > 0 {
-            body.op(format!("@{} bra {skip}", unit_dim[d - 1]));
-            let div64 = body.label("gather_div64");
-            let divided = body.label("gather_divided");
-            body.op(format!("@!{small} bra {div64}"));
-            body.op(format!("cvt.u32.u64 {r32}, {rem}"));
-            body.op(format!("cvt.u32.u64 {d32}, {}", dims[d]));
-            body.op(format!("div.u32 {q32}, {r32}, {d32}"));
-            body.op(format!("cvt.u64.u32 {q}, {q32}"));
-            body.op(format!("bra.uni {divided}"));
-            body.place(&div64);
-            body.op(format!("div.u64 {q}, {rem}, {}", dims[d]));
-            body.place(&divided);
-            body.op(format!("mul.lo.u64 {c}, {q}, {}", dims[d]));
-            body.op(format!("sub.u64 {c}, {rem}, {c}"));
-            body.op(format!("mov.u64 {rem}, {q}"));
-        } else {
-            body.op(format!("mov.u64 {c}, {rem}"));
-        }
-        body.op(format!("mad.lo.u64 {so}, {c}, {}, {so}", src_strides[d]));
-        body.op(format!("mad.lo.u64 {io}, {c}, {}, {io}", idx_strides[d]));
-        if d > 0 {
-            body.place(&skip);
-        }
-    }
 
     // The index, as a signed 64-bit value.
     let k = body.reg(Class::B64);

@@ -61,7 +61,7 @@ pub use attention::{
 pub use attention_mma_bwd::{attention_mma_backward_shared, MMA_BWD_KEYS, MMA_BWD_THREADS};
 pub use bnorm::{BATCH_NORM_BACKWARD_META_WORDS, BATCH_NORM_META_WORDS};
 pub use concat::CAT_PARTS;
-pub use conv::CONV_META_WORDS;
+pub use conv::{ConvMeta, CONV_META_WORDS};
 pub use optim::{OPTIM_HYPER, OPTIM_RECORD_WORDS};
 pub use pool::POOL_META_WORDS;
 pub use rows::SOFTMAX_REGISTER_COLS;

@@ -10,7 +10,7 @@
 //! `flag[1]` to one such `k`, which the runtime turns into an error.
 
 use super::body::{Body, Class};
-use super::elementwise::grid_stride;
+use super::elementwise::{grid_stride, Coords};
 use crate::abi::{meta_bytes, MAX_RANK};
 use tensorfn_core::DTypeKind;
 
@@ -114,40 +114,21 @@ pub(crate) fn scatter_add_entry(name: &str, dtype: DTypeKind, index: DTypeKind) 
     for r in [&ao, &so, &io] {
         body.op(format!("mov.u64 {r}, 0"));
     }
-    let (q, c) = (body.reg(Class::B64), body.reg(Class::B64));
-    let (q32, r32, d32) = (
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-        body.reg(Class::B32),
+    let walk = Coords {
+        dims: &dims,
+        unit: &unit_dim,
+        small: &small,
+    };
+    walk.emit(
+        &mut body,
+        "scatter_",
+        &rem,
+        &[
+            (&ao, &acc_strides),
+            (&so, &src_strides),
+            (&io, &idx_strides),
+        ],
     );
-    for d in (0..MAX_RANK).rev() {
-        let skip = body.label("scatter_dim_skip");
-        if d > 0 {
-            body.op(format!("@{} bra {skip}", unit_dim[d - 1]));
-            let div64 = body.label("scatter_div64");
-            let divided = body.label("scatter_divided");
-            body.op(format!("@!{small} bra {div64}"));
-            body.op(format!("cvt.u32.u64 {r32}, {rem}"));
-            body.op(format!("cvt.u32.u64 {d32}, {}", dims[d]));
-            body.op(format!("div.u32 {q32}, {r32}, {d32}"));
-            body.op(format!("cvt.u64.u32 {q}, {q32}"));
-            body.op(format!("bra.uni {divided}"));
-            body.place(&div64);
-            body.op(format!("div.u64 {q}, {rem}, {}", dims[d]));
-            body.place(&divided);
-            body.op(format!("mul.lo.u64 {c}, {q}, {}", dims[d]));
-            body.op(format!("sub.u64 {c}, {rem}, {c}"));
-            body.op(format!("mov.u64 {rem}, {q}"));
-        } else {
-            body.op(format!("mov.u64 {c}, {rem}"));
-        }
-        body.op(format!("mad.lo.u64 {ao}, {c}, {}, {ao}", acc_strides[d]));
-        body.op(format!("mad.lo.u64 {so}, {c}, {}, {so}", src_strides[d]));
-        body.op(format!("mad.lo.u64 {io}, {c}, {}, {io}", idx_strides[d]));
-        if d > 0 {
-            body.place(&skip);
-        }
-    }
 
     // The index, as a signed 64-bit value.
     let k = body.reg(Class::B64);

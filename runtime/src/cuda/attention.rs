@@ -95,15 +95,7 @@ impl CudaBackend {
         if e > ATTENTION_MAX_HEAD || ev > ATTENTION_MAX_HEAD {
             return self.attention_host(q, k, v, mask, causal, scale, out_layout);
         }
-        for (what, lt) in [("query", q.1), ("key", k.1), ("value", v.1)] {
-            let r = lt.rank();
-            if lt.dims()[r - 1] > 1 && lt.strides()[r - 1] != 1 {
-                return Err(Error::Index(format!(
-                    "{OP}: `{what}` reaches the backend with a last-dim stride of {}",
-                    lt.strides()[r - 1]
-                )));
-            }
-        }
+        unit_last_strides([q.1, k.1, v.1])?;
         let (nh, group) =
             forward_batches(q.1, k.1, v.1, out_layout, mask.as_ref().map(|(_, l)| *l))?;
         let os = walk(out_layout, nh);
@@ -111,53 +103,18 @@ impl CudaBackend {
             return self.attention_mma::<T>(q, k, v, (nh, group, os), causal, scale, lse);
         }
         let out = ctx.storage::<T>(n)?;
-        let (mode, mptr, ms) = match &mask {
-            None => (0u64, out.device_ptr(), [0; 4]),
-            Some((AttnMask::Bool(m), ml)) => (1, m.ptr_at(ml.offset()), walk(ml, nh)),
-            Some((AttnMask::Add(m), ml)) => (2, m.ptr_at(ml.offset()), walk(ml, nh)),
-        };
+        let shared = Shared::new([q, k, v], &mask, out.device_ptr(), nh);
         let kernel = Builtin::Attention(T::KIND);
         let f = ctx.function(ModuleKey::Builtin(kernel), "", || {
             kernel.source(ctx.target())
         })?;
-        let (qs, ks, vs) = (walk(q.1, nh), walk(k.1, nh), walk(v.1, nh));
         let blocks = l.div_ceil(ROWS_PER_BLOCK) as u32;
         for b0 in (0..batch).step_by(MAX_GRID_Y) {
             let nb = (batch - b0).min(MAX_GRID_Y);
-            let mut values: [u64; 32] = [
-                out.device_ptr(),
-                q.0.ptr_at(q.1.offset()),
-                k.0.ptr_at(k.1.offset()),
-                v.0.ptr_at(v.1.offset()),
-                mptr,
-                l as u64,
-                s as u64,
-                e as u64,
-                ev as u64,
-                qs[0],
-                qs[2],
-                ks[0],
-                ks[2],
-                vs[0],
-                vs[2],
-                ms[0],
-                ms[2],
-                ms[3],
-                mode,
-                u64::from(causal),
-                scale.to_bits(),
-                b0 as u64,
-                nh,
-                qs[1],
-                ks[1],
-                vs[1],
-                ms[1],
-                os[0],
-                os[1],
-                os[2],
-                lse.unwrap_or(0),
-                group,
-            ];
+            let mut values: Vec<u64> = std::iter::once(out.device_ptr())
+                .chain(shared.words([l, s, e, ev], (causal, scale), b0))
+                .chain([os[0], os[1], os[2], lse.unwrap_or(0), group])
+                .collect();
             ctx.launch_u64s(
                 f,
                 &|| format!("{kernel:?} of {nb} x [{l}, {e}] queries against {s} keys"),
@@ -393,15 +350,7 @@ impl CudaBackend {
             Some(x) if fits && T::KIND != DTypeKind::F64 => (x.device_ptr(), None),
             _ => return self.attention_backward_host(q, k, v, o, g, lse, mask, causal, scale),
         };
-        for (what, lt) in [("query", q.1), ("key", k.1), ("value", v.1)] {
-            let r = lt.rank();
-            if lt.dims()[r - 1] > 1 && lt.strides()[r - 1] != 1 {
-                return Err(Error::Index(format!(
-                    "{OP}: `{what}` reaches the backend with a last-dim stride of {}",
-                    lt.strides()[r - 1]
-                )));
-            }
-        }
+        unit_last_strides([q.1, k.1, v.1])?;
         if mask.is_none() && batch > 0 && l > 0 && s > 0 && self.mma_fits::<T>([q, k, v], e, ev) {
             return self.attention_backward_mma(q, k, v, o, g, lse, causal, scale);
         }
@@ -426,12 +375,7 @@ impl CudaBackend {
         let acc_bytes = if T::KIND == DTypeKind::F64 { 8 } else { 4 };
         let delta = ctx.storage::<u8>((batch * l * acc_bytes).max(1))?;
         let nh = inner_batch([q.1, k.1, v.1, o.1], mask.as_ref().map(|(_, l)| *l))?;
-        let (mode, mptr, ms) = match &mask {
-            None => (0u64, dq.device_ptr(), [0; 4]),
-            Some((AttnMask::Bool(m), ml)) => (1, m.ptr_at(ml.offset()), walk(ml, nh)),
-            Some((AttnMask::Add(m), ml)) => (2, m.ptr_at(ml.offset()), walk(ml, nh)),
-        };
-        let (qs, ks, vs) = (walk(q.1, nh), walk(k.1, nh), walk(v.1, nh));
+        let shared = Shared::new([q, k, v], &mask, dq.device_ptr(), nh);
         // The query entry first: the key entry reads its `D`.
         for (keys, rows) in [(false, l), (true, s)] {
             if rows == 0 {
@@ -444,7 +388,7 @@ impl CudaBackend {
             let blocks = rows.div_ceil(ROWS_PER_BLOCK) as u32;
             for b0 in (0..batch).step_by(MAX_GRID_Y) {
                 let nb = (batch - b0).min(MAX_GRID_Y);
-                let mut values: [u64; 33] = [
+                let mut values: Vec<u64> = [
                     dq.device_ptr(),
                     dk.device_ptr(),
                     dv.device_ptr(),
@@ -452,33 +396,10 @@ impl CudaBackend {
                     lse,
                     ob.device_ptr(),
                     gb.device_ptr(),
-                    q.0.ptr_at(q.1.offset()),
-                    k.0.ptr_at(k.1.offset()),
-                    v.0.ptr_at(v.1.offset()),
-                    mptr,
-                    l as u64,
-                    s as u64,
-                    e as u64,
-                    ev as u64,
-                    qs[0],
-                    qs[2],
-                    ks[0],
-                    ks[2],
-                    vs[0],
-                    vs[2],
-                    ms[0],
-                    ms[2],
-                    ms[3],
-                    mode,
-                    u64::from(causal),
-                    scale.to_bits(),
-                    b0 as u64,
-                    nh,
-                    qs[1],
-                    ks[1],
-                    vs[1],
-                    ms[1],
-                ];
+                ]
+                .into_iter()
+                .chain(shared.words([l, s, e, ev], (causal, scale), b0))
+                .collect();
                 ctx.launch_u64s(
                     f,
                     &|| format!("{kernel:?} of {nb} x [{l}, {e}] queries against {s} keys"),
@@ -747,6 +668,95 @@ fn forward_batches(
 /// The strides the kernels walk an operand by, in elements: the outer
 /// batch, inner batch, row and column strides, for batches split into
 /// `nh` inner ones (a single batch dim of stride `s` is `nh * s` and `s`).
+/// `Err` naming the first of query, key and value (`ops`) whose last dim
+/// is not contiguous: the entries read a row's elements one after another.
+fn unit_last_strides(ops: [&Layout; 3]) -> Result<()> {
+    for (what, lt) in ["query", "key", "value"].into_iter().zip(ops) {
+        let r = lt.rank();
+        if lt.dims()[r - 1] > 1 && lt.strides()[r - 1] != 1 {
+            return Err(Error::Index(format!(
+                "{OP}: `{what}` reaches the backend with a last-dim stride of {}",
+                lt.strides()[r - 1]
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What the forward and backward entries' parameters share (from `p_q`
+/// to `p_ms1` in `PARAMS` and `BWD_PARAMS`): the operands' addresses and
+/// walks, and the mask's mode (0 none, 1 bool, 2 additive).
+struct Shared {
+    ptrs: [u64; 4],
+    walks: [[u64; 4]; 4],
+    mode: u64,
+    nh: u64,
+}
+
+impl Shared {
+    /// `q`, `k`, `v` and `mask` over `nh` inner batches; `fallback` stands
+    /// in for the address of an absent mask (never read).
+    fn new<T: FloatDType>(
+        [q, k, v]: [(&CudaStorage<T>, &Layout); 3],
+        mask: &AttnMaskArg<'_, CudaStorage<bool>, CudaStorage<T>>,
+        fallback: u64,
+        nh: u64,
+    ) -> Shared {
+        let (mode, mptr, ms) = match mask {
+            None => (0u64, fallback, [0; 4]),
+            Some((AttnMask::Bool(m), ml)) => (1, m.ptr_at(ml.offset()), walk(ml, nh)),
+            Some((AttnMask::Add(m), ml)) => (2, m.ptr_at(ml.offset()), walk(ml, nh)),
+        };
+        Shared {
+            ptrs: [
+                q.0.ptr_at(q.1.offset()),
+                k.0.ptr_at(k.1.offset()),
+                v.0.ptr_at(v.1.offset()),
+                mptr,
+            ],
+            walks: [walk(q.1, nh), walk(k.1, nh), walk(v.1, nh), ms],
+            mode,
+            nh,
+        }
+    }
+
+    /// The shared words in the entries' order, for sizes `[l, s, e, ev]`
+    /// and the launch of batches from `b0`.
+    fn words(&self, sizes: [usize; 4], (causal, scale): (bool, f64), b0: usize) -> [u64; 26] {
+        let [qs, ks, vs, ms] = self.walks;
+        let [l, s, e, ev] = sizes.map(|x| x as u64);
+        let [qp, kp, vp, mp] = self.ptrs;
+        [
+            qp,
+            kp,
+            vp,
+            mp,
+            l,
+            s,
+            e,
+            ev,
+            qs[0],
+            qs[2],
+            ks[0],
+            ks[2],
+            vs[0],
+            vs[2],
+            ms[0],
+            ms[2],
+            ms[3],
+            self.mode,
+            u64::from(causal),
+            scale.to_bits(),
+            b0 as u64,
+            self.nh,
+            qs[1],
+            ks[1],
+            vs[1],
+            ms[1],
+        ]
+    }
+}
+
 fn walk(l: &Layout, nh: u64) -> [u64; 4] {
     let s: Vec<u64> = l.strides().iter().map(|&x| x as u64).collect();
     match s[..] {

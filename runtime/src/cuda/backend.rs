@@ -882,18 +882,9 @@ impl Backend for CudaBackend {
         words.extend(inputs.iter().map(|(_, s)| *s as u64));
         words.push(rows as u64);
         words.push(cols as u64);
-        let mut values: Vec<f64> = scalars.to_vec();
-        let mut params: Vec<*mut std::ffi::c_void> = words
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut std::ffi::c_void)
-            .collect();
-        params.extend(
-            values
-                .iter_mut()
-                .map(|v| v as *mut f64 as *mut std::ffi::c_void),
-        );
+        words.extend(scalars.iter().map(|v| v.to_bits()));
         let grid = rows.div_ceil(entry.rows_per_block()).min(65_535) as u32;
-        self.ctx.launch_grid(
+        self.ctx.launch_u64s(
             f,
             &|| {
                 format!(
@@ -903,7 +894,9 @@ impl Backend for CudaBackend {
                 )
             },
             (grid, 1),
-            &mut params,
+            super::modules::BLOCK,
+            0,
+            &mut words,
         )?;
         Ok(out)
     }

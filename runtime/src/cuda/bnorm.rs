@@ -17,7 +17,6 @@ use crate::dtype::FloatDType;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use std::borrow::Cow;
-use std::ffi::c_void;
 use tensorfn_kernels::builtin::BLOCK;
 use tensorfn_kernels::ptx::{BATCH_NORM_BACKWARD_META_WORDS, BATCH_NORM_META_WORDS};
 
@@ -124,25 +123,43 @@ impl CudaBackend {
         suffix: &'static str,
         (c, parts): (usize, usize),
         ptrs: &mut [u64],
-        meta: &mut [u64],
+        meta: &[u64],
     ) -> Result<()> {
         let ctx = self.ctx();
         let kernel = Builtin::BatchNorm(T::KIND);
         let f = ctx.function(ModuleKey::Builtin(kernel), suffix, || {
             kernel.source(ctx.target())
         })?;
-        let mut params: Vec<*mut c_void> = ptrs
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
-            .collect();
-        params.push(meta.as_mut_ptr() as *mut c_void);
-        ctx.launch_grid_block(
+        ctx.launch_u64s_meta(
             f,
             &|| format!("{kernel:?}{suffix} over {c} channels in {parts} parts"),
             (c.min(65_535) as u32, parts as u32),
             BLOCK,
-            &mut params,
+            0,
+            ptrs,
+            meta,
         )
+    }
+
+    /// The partial-sums launches of channels split into `parts` parts
+    /// (nothing with one part): each of `stages` in order, with the
+    /// pointers `[x, grad_output, running_mean, scratch]` (0 where unused)
+    /// and the backward's `meta` words.
+    fn partial_sums<T: FloatDType>(
+        &self,
+        stages: &[&'static str],
+        (c, parts): (usize, usize),
+        ptrs: [u64; 4],
+        meta: &[u64; BATCH_NORM_BACKWARD_META_WORDS],
+    ) -> Result<()> {
+        if parts <= 1 {
+            return Ok(());
+        }
+        for &suffix in stages {
+            let mut pp = ptrs;
+            self.launch_batch_norm::<T>(suffix, (c, parts), &mut pp, meta)?;
+        }
+        Ok(())
     }
 
     /// See `Backend::batch_norm`.
@@ -185,17 +202,15 @@ impl CudaBackend {
             .map_or((0, 0), |(a, b)| (a.device_ptr(), b.device_ptr()));
         let parts = parts(c, m, ctx.sm_count);
         let (_ws, wsp) = scratch(self, c, parts)?;
-        if parts > 1 && training {
-            let mut pm: [u64; BATCH_NORM_BACKWARD_META_WORDS] = [
+        if training {
+            let pm: [u64; BATCH_NORM_BACKWARD_META_WORDS] = [
                 n as u64, c as u64, s as u64, xs[0], xs[1], xs[2], flags, 0, 0, 0, 0,
             ];
-            for suffix in ["_stats_sum", "_stats_dev"] {
-                let mut pp = [xp, 0, rm, wsp];
-                self.launch_batch_norm::<T>(suffix, (c, parts), &mut pp, &mut pm)?;
-            }
+            let stages = ["_stats_sum", "_stats_dev"];
+            self.partial_sums::<T>(&stages, (c, parts), [xp, 0, rm, wsp], &pm)?;
         }
         let mut ptrs = [out.device_ptr(), xp, w, b, rm, rv, nm, nv, wsp];
-        let mut meta: [u64; BATCH_NORM_META_WORDS] = [
+        let meta: [u64; BATCH_NORM_META_WORDS] = [
             n as u64,
             c as u64,
             s as u64,
@@ -206,7 +221,7 @@ impl CudaBackend {
             momentum.to_bits(),
             eps.to_bits(),
         ];
-        self.launch_batch_norm::<T>("", (c, parts), &mut ptrs, &mut meta)?;
+        self.launch_batch_norm::<T>("", (c, parts), &mut ptrs, &meta)?;
         Ok((out, updated))
     }
 
@@ -265,7 +280,7 @@ impl CudaBackend {
             rv,
             wsp,
         ];
-        let mut meta: [u64; BATCH_NORM_BACKWARD_META_WORDS] = [
+        let meta: [u64; BATCH_NORM_BACKWARD_META_WORDS] = [
             n as u64,
             c as u64,
             s as u64,
@@ -278,18 +293,13 @@ impl CudaBackend {
             gs[1],
             gs[2],
         ];
-        if parts > 1 {
-            let stages: &[&'static str] = if training {
-                &["_stats_sum", "_backward_sums"]
-            } else {
-                &["_backward_sums"]
-            };
-            for &suffix in stages {
-                let mut pp = [xp, gp, rm, wsp];
-                self.launch_batch_norm::<T>(suffix, (c, parts), &mut pp, &mut meta)?;
-            }
-        }
-        self.launch_batch_norm::<T>("_backward", (c, parts), &mut ptrs, &mut meta)?;
+        let stages: &[&'static str] = if training {
+            &["_stats_sum", "_backward_sums"]
+        } else {
+            &["_backward_sums"]
+        };
+        self.partial_sums::<T>(stages, (c, parts), [xp, gp, rm, wsp], &meta)?;
+        self.launch_batch_norm::<T>("_backward", (c, parts), &mut ptrs, &meta)?;
         Ok((dx, dw, db))
     }
 }

@@ -5,11 +5,10 @@
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
 use super::grid::grid;
-use super::modules::{Builtin, GridRule, ModuleKey};
+use super::modules::{Builtin, GridRule, ModuleKey, BLOCK};
 use crate::backend::RowBlocks;
 use crate::dtype::DType;
 use crate::error::Result;
-use std::ffi::c_void;
 use tensorfn_kernels::builtin::{CAT_PARTS, CAT_UNITS};
 
 /// The widest unit of [`CAT_UNITS`] dividing every value.
@@ -72,11 +71,7 @@ impl CudaBackend {
                 .max()
                 .unwrap_or(0);
             let gx = grid(GridRule::Capped, most as usize, ctx.sm_count, group.len());
-            let mut params: Vec<*mut c_void> = values
-                .iter_mut()
-                .map(|v| v as *mut u64 as *mut c_void)
-                .collect();
-            ctx.launch_grid(
+            ctx.launch_u64s(
                 f,
                 &|| {
                     format!(
@@ -87,7 +82,9 @@ impl CudaBackend {
                     )
                 },
                 (gx, group.len() as u32),
-                &mut params,
+                BLOCK,
+                0,
+                &mut values,
             )?;
         }
         Ok(out)

@@ -6,13 +6,12 @@
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
 use super::grid::grid;
-use super::modules::{Builtin, GridRule, ModuleKey};
+use super::modules::{Builtin, GridRule, ModuleKey, BLOCK};
 use crate::backend::{Backend, Gathered, Selected};
 use crate::cpu::gather::check_extents;
 use crate::dtype::{DType, IndexDType};
 use crate::error::Result;
 use crate::layout::{contiguous_strides, Layout};
-use std::ffi::c_void;
 use tensorfn_kernels::abi::StridedMeta;
 
 impl CudaBackend {
@@ -54,17 +53,15 @@ impl CudaBackend {
             sel.stride as u64,
             sel.size as u64,
         ];
-        let mut params: Vec<*mut c_void> = values
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
-            .collect();
-        params.push(meta.words().as_ptr() as *mut c_void);
         let gx = grid(GridRule::Capped, n, ctx.sm_count, 1);
-        ctx.launch_grid(
+        ctx.launch_u64s_meta(
             f,
             &|| format!("{kernel:?} of {n} elements"),
             (gx, 1),
-            &mut params,
+            BLOCK,
+            0,
+            &mut values,
+            meta.words(),
         )?;
         let flag = self.download_host(&flag, &Layout::contiguous(&[2]))?;
         if flag[0] != 0 {

@@ -21,15 +21,14 @@
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
 use super::blas::gemm_into;
-use super::modules::{Builtin, ModuleKey};
+use super::modules::{Builtin, ModuleKey, BLOCK};
 use super::pool2d::blocks;
 use crate::backend::Backend;
 use crate::dtype::FloatDType;
 use crate::error::Result;
 use crate::layout::Layout;
-use std::ffi::c_void;
 use tensorfn_core::ops::conv::{out_size, ConvArgs};
-use tensorfn_kernels::ptx::CONV_META_WORDS;
+use tensorfn_kernels::ptx::{ConvMeta, CONV_META_WORDS};
 
 /// The most bytes of columns one call keeps at a time.
 pub(crate) const COLUMN_BYTES: usize = 256 << 20;
@@ -113,27 +112,22 @@ impl Geometry {
     /// The column kernels' `meta` words for `images` images of `x` with
     /// strides `xs` (`col2im` does not read them).
     fn meta(&self, total: usize, xs: [usize; 4], a: &ConvArgs) -> [u64; CONV_META_WORDS] {
-        let words = [
+        ConvMeta {
             total,
-            self.c_in,
-            self.h,
-            self.w,
-            self.kh,
-            self.kw,
-            self.oh,
-            self.ow,
-            xs[0],
-            xs[1],
-            xs[2],
-            xs[3],
-            a.stride[0],
-            a.stride[1],
-            a.padding[0],
-            a.padding[1],
-            a.dilation[0],
-            a.dilation[1],
-        ];
-        words.map(|w| w as u64)
+            c: self.c_in,
+            h: self.h,
+            w: self.w,
+            kh: self.kh,
+            kw: self.kw,
+            oh: self.oh,
+            ow: self.ow,
+            x_strides: xs,
+            stride: a.stride,
+            padding: a.padding,
+            dilation: a.dilation,
+        }
+        .words()
+        .map(|w| w as u64)
     }
 }
 
@@ -156,7 +150,7 @@ impl CudaBackend {
         &self,
         entry: &'static str,
         (out, input): (u64, u64),
-        meta: &mut [u64; CONV_META_WORDS],
+        meta: &[u64; CONV_META_WORDS],
     ) -> Result<()> {
         let ctx = self.ctx();
         let kernel = Builtin::Conv2d(T::KIND);
@@ -164,17 +158,14 @@ impl CudaBackend {
             kernel.source(ctx.target())
         })?;
         let total = meta[0] as usize;
-        let (mut out, mut input) = (out, input);
-        let mut params: Vec<*mut c_void> = vec![
-            &mut out as *mut u64 as *mut c_void,
-            &mut input as *mut u64 as *mut c_void,
-            meta.as_mut_ptr() as *mut c_void,
-        ];
-        ctx.launch_grid(
+        ctx.launch_u64s_meta(
             f,
             &|| format!("{kernel:?}{entry} over {total}"),
             (blocks(total), 1),
-            &mut params,
+            BLOCK,
+            0,
+            &mut [out, input],
+            meta,
         )
     }
 
@@ -190,9 +181,9 @@ impl CudaBackend {
         let s = lx.strides();
         let xs = [s[0], s[1], s[2], s[3]];
         let total = images * g.rows() * g.positions();
-        let mut meta = g.meta(total, xs, a);
+        let meta = g.meta(total, xs, a);
         let src = x.ptr_at(lx.offset() + first * xs[0]);
-        self.launch_cols::<T>("_im2col", (cols.device_ptr(), src), &mut meta)
+        self.launch_cols::<T>("_im2col", (cols.device_ptr(), src), &meta)
     }
 
     /// The built-in [`Backend::conv2d`]: see the module's comment.
@@ -317,9 +308,9 @@ impl CudaBackend {
                     }
                 }
                 let image = g.c_in * g.h * g.w;
-                let mut meta = g.meta(images * image, [0; 4], args);
+                let meta = g.meta(images * image, [0; 4], args);
                 let dst = out.ptr_at(first * image);
-                self.launch_cols::<T>("_col2im", (dst, cols.device_ptr()), &mut meta)?;
+                self.launch_cols::<T>("_col2im", (dst, cols.device_ptr()), &meta)?;
             } else {
                 // dw[g] += dy[n, g] · cols[n, g]ᵀ, image by image.
                 self.im2col(x, &g, args, (first, images), &cols)?;

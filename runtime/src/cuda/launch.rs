@@ -45,6 +45,17 @@ fn sync_launches() -> bool {
     })
 }
 
+/// The driver's parameter list for an entry whose parameters are all 64
+/// bits: the address of each of `values`, in the entry's order. The
+/// driver copies each parameter's declared size from its address, so an
+/// f64 passes as its `to_bits` with the same bits.
+fn u64_params(values: &mut [u64]) -> Vec<*mut c_void> {
+    values
+        .iter_mut()
+        .map(|v| v as *mut u64 as *mut c_void)
+        .collect()
+}
+
 impl Context {
     /// Entry `prefix + suffix` of the module `key`, loading the module the
     /// first time.
@@ -140,10 +151,27 @@ impl Context {
         shared: u32,
         values: &mut [u64],
     ) -> Result<()> {
-        let mut params: Vec<*mut c_void> = values
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
-            .collect();
+        let mut params = u64_params(values);
+        self.launch_grid_block_shared(f, what, grid, block, shared, &mut params)
+    }
+
+    /// [`Self::launch_u64s`] for an entry whose last parameter is a
+    /// struct passed by value (a `StridedMeta`, a kernel's meta words),
+    /// after the 64-bit `values`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn launch_u64s_meta(
+        &self,
+        f: sys::CUfunction,
+        what: &dyn Fn() -> String,
+        grid: (u32, u32),
+        block: u32,
+        shared: u32,
+        values: &mut [u64],
+        meta: &[u64],
+    ) -> Result<()> {
+        let mut params = u64_params(values);
+        // The driver only reads the struct's bytes from this address.
+        params.push(meta.as_ptr() as *mut c_void);
         self.launch_grid_block_shared(f, what, grid, block, shared, &mut params)
     }
 
@@ -192,10 +220,7 @@ impl Context {
             let ins: Vec<&[usize]> = strides[1..].iter().map(|s| &s[..]).collect();
             StridedMeta::new(&dims, &strides[0], &ins)
         });
-        let mut params: Vec<*mut c_void> = values
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
-            .collect();
+        let mut params = u64_params(&mut values);
         if let Some(meta) = &meta {
             params.push(meta.words().as_ptr() as *mut c_void);
         }
@@ -267,17 +292,15 @@ impl Context {
             return Ok(());
         }
         let mut values = [out, input, rows as u64, cols as u64];
-        let mut params: Vec<*mut c_void> = values
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
-            .collect();
         let f = self.function(key, "", source)?;
         let grid = rows.min(MAX_ROW_BLOCKS) as u32;
-        self.launch(
+        self.launch_u64s(
             f,
             &|| format!("{key:?} over {rows}x{cols}"),
-            grid,
-            &mut params,
+            (grid, 1),
+            BLOCK,
+            0,
+            &mut values,
         )
     }
 
@@ -329,19 +352,23 @@ impl Context {
         let f = self.function(ModuleKey::Builtin(kernel), entry.suffix(), || {
             kernel.source(target)
         })?;
-        let mut values = [out, input, weight, bias, rows as u64, cols as u64];
-        let mut eps = eps;
-        let mut params: Vec<*mut c_void> = values
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
-            .collect();
-        params.push(&mut eps as *mut f64 as *mut c_void);
+        let mut values = [
+            out,
+            input,
+            weight,
+            bias,
+            rows as u64,
+            cols as u64,
+            eps.to_bits(),
+        ];
         let grid = rows.div_ceil(entry.rows_per_block()).min(MAX_ROW_BLOCKS) as u32;
-        self.launch(
+        self.launch_u64s(
             f,
             &|| format!("{kernel:?}{} over {rows}x{cols}", entry.suffix()),
-            grid,
-            &mut params,
+            (grid, 1),
+            BLOCK,
+            0,
+            &mut values,
         )
     }
 
@@ -373,20 +400,23 @@ impl Context {
         let blocks = Self::norm_backward_blocks(rows);
         if rows > 0 {
             let f = self.function(ModuleKey::Builtin(kernel), "_dx", || kernel.source(target))?;
-            let mut values = [dx, input, weight, grad, rows as u64, cols as u64];
-            let mut eps = eps;
-            let mut part_v = part;
-            let mut params: Vec<*mut c_void> = values
-                .iter_mut()
-                .map(|v| v as *mut u64 as *mut c_void)
-                .collect();
-            params.push(&mut eps as *mut f64 as *mut c_void);
-            params.push(&mut part_v as *mut u64 as *mut c_void);
-            self.launch(
+            let mut values = [
+                dx,
+                input,
+                weight,
+                grad,
+                rows as u64,
+                cols as u64,
+                eps.to_bits(),
+                part,
+            ];
+            self.launch_u64s(
                 f,
                 &|| format!("{kernel:?}_dx over {rows}x{cols}"),
-                blocks as u32,
-                &mut params,
+                (blocks as u32, 1),
+                BLOCK,
+                0,
+                &mut values,
             )?;
         }
         let f = self.function(ModuleKey::Builtin(kernel), "_sum", || kernel.source(target))?;
@@ -398,15 +428,13 @@ impl Context {
             if rows > 0 { blocks as u64 } else { 0 },
             cols as u64,
         ];
-        let mut params: Vec<*mut c_void> = values
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
-            .collect();
-        self.launch(
+        self.launch_u64s(
             f,
             &|| format!("{kernel:?}_sum over {cols} columns"),
-            cols.div_ceil(BLOCK as usize) as u32,
-            &mut params,
+            (cols.div_ceil(BLOCK as usize) as u32, 1),
+            BLOCK,
+            0,
+            &mut values,
         )
     }
 
@@ -446,16 +474,14 @@ impl Context {
             positions as u64,
             half as u64,
         ];
-        let mut params: Vec<*mut c_void> = values
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
-            .collect();
         let grid = elementwise_grid(pairs, 0, self.sm_count);
-        self.launch(
+        self.launch_u64s(
             f,
             &|| format!("{kernel:?}{suffix} over {rows} rows"),
-            grid,
-            &mut params,
+            (grid, 1),
+            BLOCK,
+            0,
+            &mut values,
         )
     }
 

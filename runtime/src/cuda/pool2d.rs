@@ -12,7 +12,6 @@ use crate::backend::Backend;
 use crate::dtype::FloatDType;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use std::ffi::c_void;
 use tensorfn_core::ops::dropout::{mix, scale, threshold};
 use tensorfn_core::ops::pool::{Pool2d, PoolKind};
 use tensorfn_kernels::builtin::BLOCK;
@@ -140,16 +139,14 @@ impl CudaBackend {
             kernel.source(ctx.target())
         })?;
         let mut ptrs = ptrs.to_vec();
-        let mut params: Vec<*mut c_void> = ptrs
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
-            .collect();
-        params.push(meta.as_mut_ptr() as *mut c_void);
-        ctx.launch_grid(
+        ctx.launch_u64s_meta(
             f,
             &|| format!("{kernel:?} {kind:?} backward {backward} over {total}"),
             (blocks(total), 1),
-            &mut params,
+            BLOCK,
+            0,
+            &mut ptrs,
+            meta,
         )
     }
 
@@ -238,18 +235,21 @@ impl CudaBackend {
         let f = ctx.function(ModuleKey::Builtin(kernel), "", || {
             kernel.source(ctx.target())
         })?;
-        let mut words: [u64; 5] = [y.device_ptr(), src, n as u64, mix(seed), threshold(p)];
-        let mut s = scale(p);
-        let mut params: Vec<*mut c_void> = words
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
-            .collect();
-        params.push(&mut s as *mut f64 as *mut c_void);
-        ctx.launch_grid(
+        let mut words: [u64; 6] = [
+            y.device_ptr(),
+            src,
+            n as u64,
+            mix(seed),
+            threshold(p),
+            scale(p).to_bits(),
+        ];
+        ctx.launch_u64s(
             f,
             &|| format!("{kernel:?} over {n}"),
             (blocks(n), 1),
-            &mut params,
+            BLOCK,
+            0,
+            &mut words,
         )?;
         Ok(y)
     }

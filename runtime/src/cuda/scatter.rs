@@ -8,13 +8,12 @@
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
 use super::grid::grid;
-use super::modules::{Builtin, GridRule, ModuleKey};
+use super::modules::{Builtin, GridRule, ModuleKey, BLOCK};
 use crate::backend::{Backend, Gathered, Selected};
 use crate::cpu::gather::check_extents;
 use crate::dtype::{FloatDType, IndexDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use std::ffi::c_void;
 use tensorfn_kernels::abi::StridedMeta;
 
 impl CudaBackend {
@@ -67,7 +66,7 @@ impl CudaBackend {
         } else {
             std::mem::size_of::<T>() as u64
         };
-        let mut values: [u64; 7] = [
+        let mut values: [u64; 8] = [
             acc_ptr + lo.offset() as u64 * acc_bytes,
             src.ptr_at(ls.offset()),
             idx.ptr_at(li.offset()),
@@ -75,20 +74,17 @@ impl CudaBackend {
             n as u64,
             sel.stride as u64,
             sel.size as u64,
+            alpha.to_bits(),
         ];
-        let mut alpha = alpha;
-        let mut params: Vec<*mut c_void> = values
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
-            .collect();
-        params.push(&mut alpha as *mut f64 as *mut c_void);
-        params.push(meta.words().as_ptr() as *mut c_void);
         let gx = grid(GridRule::Capped, n, ctx.sm_count, 1);
-        ctx.launch_grid(
+        ctx.launch_u64s_meta(
             f,
             &|| format!("{kernel:?} of {n} elements"),
             (gx, 1),
-            &mut params,
+            BLOCK,
+            0,
+            &mut values,
+            meta.words(),
         )?;
         let flag = self.download_host(&flag, &Layout::contiguous(&[2]))?;
         if flag[0] != 0 {

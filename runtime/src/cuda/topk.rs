@@ -4,11 +4,10 @@
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
-use super::modules::{Builtin, ModuleKey};
+use super::modules::{Builtin, ModuleKey, BLOCK};
 use crate::dtype::NumDType;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use std::ffi::c_void;
 
 /// Blocks of a row launch at most (one row per block, grid-stride).
 const MAX_ROW_BLOCKS: usize = 65_535;
@@ -64,16 +63,14 @@ impl CudaBackend {
             idx.device_ptr(),
             k as u64,
         ];
-        let mut params: Vec<*mut c_void> = words
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
-            .collect();
         let grid = rows.min(MAX_ROW_BLOCKS) as u32;
-        ctx.launch_grid(
+        ctx.launch_u64s(
             f,
             &|| format!("{kernel:?} k={k} over {rows}x{cols}"),
             (grid, 1),
-            &mut params,
+            BLOCK,
+            0,
+            &mut words,
         )?;
         Ok((values, idx))
     }
