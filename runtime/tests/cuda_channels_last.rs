@@ -62,11 +62,9 @@ fn conv_case<T: FloatDType>(tol: f64) {
     };
     let want: Tensor<Cpu, f64, Y> = x.conv2d(&w, Some(&b), args).unwrap();
     let want = want.to_vec().unwrap();
-    let (xg, wg, bg): (
-        Tensor<Cuda, T, X>,
-        Tensor<Cuda, T, W>,
-        Tensor<Cuda, T, shape![32]>,
-    ) = (dev(&x), dev(&w), dev(&b));
+    let xg: Tensor<Cuda, T, X> = dev(&x);
+    let wg: Tensor<Cuda, T, W> = dev(&w);
+    let bg: Tensor<Cuda, T, shape![32]> = dev(&b);
     let (xl, wl) = (
         xg.contiguous_channels_last().unwrap(),
         wg.contiguous_channels_last().unwrap(),
@@ -115,10 +113,8 @@ fn pools_keep_channels_last_with_the_same_bits() {
     let xg = x.cast::<bf16>().unwrap().to_device::<Cuda>().unwrap();
     let xl = xg.contiguous_channels_last().unwrap();
     let m = Pool2d::max(3).stride(2).padding(1);
-    let (a, b): (
-        Tensor<Cuda, bf16, shape![3, 24, 8, 7]>,
-        Tensor<Cuda, bf16, shape![3, 24, 8, 7]>,
-    ) = (xg.pool2d(m).unwrap(), xl.pool2d(m).unwrap());
+    let a: Tensor<Cuda, bf16, shape![3, 24, 8, 7]> = xg.pool2d(m).unwrap();
+    let b: Tensor<Cuda, bf16, shape![3, 24, 8, 7]> = xl.pool2d(m).unwrap();
     assert!(channels_last(&b) && a.is_contiguous());
     assert_eq!(b.layout().strides(), &[1344, 1, 168, 24]);
     assert_eq!(bits(&a), bits(&b), "max_pool2d");
@@ -126,28 +122,16 @@ fn pools_keep_channels_last_with_the_same_bits() {
     let cpu: Vec<u16> = cpu.to_vec().unwrap().iter().map(|v| v.to_bits()).collect();
     assert_eq!(bits(&b), cpu, "max_pool2d against the CPU");
     let v = Pool2d::avg(2).stride(2).padding(1);
-    let (a, b): (
-        Tensor<Cuda, bf16, shape![3, 24, 8, 7]>,
-        Tensor<Cuda, bf16, shape![3, 24, 8, 7]>,
-    ) = (xg.pool2d(v).unwrap(), xl.pool2d(v).unwrap());
+    let a: Tensor<Cuda, bf16, shape![3, 24, 8, 7]> = xg.pool2d(v).unwrap();
+    let b: Tensor<Cuda, bf16, shape![3, 24, 8, 7]> = xl.pool2d(v).unwrap();
     assert!(channels_last(&b));
     assert_eq!(bits(&a), bits(&b), "avg_pool2d");
-    let (a, b): (
-        Tensor<Cuda, bf16, shape![3, 24, 1, 1]>,
-        Tensor<Cuda, bf16, shape![3, 24, 1, 1]>,
-    ) = (
-        xg.adaptive_avg_pool2d(1).unwrap(),
-        xl.adaptive_avg_pool2d(1).unwrap(),
-    );
+    let a: Tensor<Cuda, bf16, shape![3, 24, 1, 1]> = xg.adaptive_avg_pool2d(1).unwrap();
+    let b: Tensor<Cuda, bf16, shape![3, 24, 1, 1]> = xl.adaptive_avg_pool2d(1).unwrap();
     assert!(b.is_contiguous(), "[N, C, 1, 1] is both orders");
     assert_eq!(bits(&a), bits(&b), "adaptive_avg_pool2d");
-    let (a, b): (
-        Tensor<Cuda, bf16, shape![3, 24, 4, 3]>,
-        Tensor<Cuda, bf16, shape![3, 24, 4, 3]>,
-    ) = (
-        xg.adaptive_avg_pool2d([4, 3]).unwrap(),
-        xl.adaptive_avg_pool2d([4, 3]).unwrap(),
-    );
+    let a: Tensor<Cuda, bf16, shape![3, 24, 4, 3]> = xg.adaptive_avg_pool2d([4, 3]).unwrap();
+    let b: Tensor<Cuda, bf16, shape![3, 24, 4, 3]> = xl.adaptive_avg_pool2d([4, 3]).unwrap();
     assert!(channels_last(&b));
     assert_eq!(bits(&a), bits(&b), "adaptive_avg_pool2d 4x3");
 }
@@ -160,11 +144,9 @@ fn elementwise_and_batch_norm_accept_and_keep_channels_last() {
     type S = shape![4, 16, 9, 11];
     let (x, r) = (rand::<S>(), rand::<S>());
     let s = rand::<shape![1, 16, 1, 1]>();
-    let (xg, rg, sg): (
-        Tensor<Cuda, f32, S>,
-        Tensor<Cuda, f32, S>,
-        Tensor<Cuda, f32, shape![1, 16, 1, 1]>,
-    ) = (dev(&x), dev(&r), dev(&s));
+    let xg: Tensor<Cuda, f32, S> = dev(&x);
+    let rg: Tensor<Cuda, f32, S> = dev(&r);
+    let sg: Tensor<Cuda, f32, shape![1, 16, 1, 1]> = dev(&s);
     let (xl, rl) = (
         xg.contiguous_channels_last().unwrap(),
         rg.contiguous_channels_last().unwrap(),

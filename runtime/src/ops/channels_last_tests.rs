@@ -159,27 +159,18 @@ fn pools_on_channels_last_input_match_and_stay_channels_last() {
         }
     };
     let m = Pool2d::max(3).stride(2).padding(1);
-    let (a, b): (
-        Tensor<Cpu, f64, shape![2, 3, 4, 3]>,
-        Tensor<Cpu, f64, shape![2, 3, 4, 3]>,
-    ) = (x.pool2d(m).unwrap(), xc.pool2d(m).unwrap());
+    let a: Tensor<Cpu, f64, shape![2, 3, 4, 3]> = x.pool2d(m).unwrap();
+    let b: Tensor<Cpu, f64, shape![2, 3, 4, 3]> = xc.pool2d(m).unwrap();
     assert!(b.layout().is_channels_last() && !b.is_contiguous());
     assert!(a.to_vec().unwrap()[2].is_nan(), "NaN wins its window");
     check(a.to_vec().unwrap(), b.to_vec().unwrap(), "max_pool2d");
     let v = Pool2d::avg(2).stride(2).padding(1);
-    let (a, b): (
-        Tensor<Cpu, f64, shape![2, 3, 4, 4]>,
-        Tensor<Cpu, f64, shape![2, 3, 4, 4]>,
-    ) = (x.pool2d(v).unwrap(), xc.pool2d(v).unwrap());
+    let a: Tensor<Cpu, f64, shape![2, 3, 4, 4]> = x.pool2d(v).unwrap();
+    let b: Tensor<Cpu, f64, shape![2, 3, 4, 4]> = xc.pool2d(v).unwrap();
     assert_eq!(b.layout().strides(), &[48, 1, 12, 3]);
     check(a.to_vec().unwrap(), b.to_vec().unwrap(), "avg_pool2d");
-    let (a, b): (
-        Tensor<Cpu, f64, shape![2, 3, 1, 1]>,
-        Tensor<Cpu, f64, shape![2, 3, 1, 1]>,
-    ) = (
-        x.adaptive_avg_pool2d(1).unwrap(),
-        xc.adaptive_avg_pool2d(1).unwrap(),
-    );
+    let a: Tensor<Cpu, f64, shape![2, 3, 1, 1]> = x.adaptive_avg_pool2d(1).unwrap();
+    let b: Tensor<Cpu, f64, shape![2, 3, 1, 1]> = xc.adaptive_avg_pool2d(1).unwrap();
     // `[N, C, 1, 1]` is both orders: row-major, so `flatten` is a view.
     assert!(b.is_contiguous());
     check(
