@@ -19,7 +19,19 @@
 //! `resnet_reference.py compare DIR FILE` checks against torchvision.
 //! Options: `--batch N` (2), `--dtype f32|bf16`, `--cpu`, `--seed S`,
 //! `--no-check` (skip the f64 check on the host), `--bench N` (time N
-//! forwards after a warm-up).
+//! forwards after a warm-up), `--layout nchw|nhwc` (the memory order of
+//! the images and the convolution weights: `nhwc` is PyTorch's
+//! `channels_last`, the default on the GPU, where cuDNN's convolution
+//! engines run it fastest; every layer then keeps it; `nchw` is the
+//! default on the CPU).
+//!
+//! Asking for channels-last is one call per tensor; the shapes stay
+//! `[N, C, H, W]`, only the strides change:
+//!
+//! ```ignore
+//! let x = x.contiguous_channels_last()?; // NHWC memory
+//! let y = conv2d(x, w, ..);              // channels-last too
+//! ```
 
 mod common;
 
@@ -27,7 +39,7 @@ use common::{check_close, gpu_available, seed, to_f64, AnyResult, TempFile};
 use std::path::PathBuf;
 use std::time::Instant;
 use tensorfn::prelude::*;
-use tensorfn::{Float, Shape};
+use tensorfn::{DeviceKind, Float, Shape};
 
 /// Image classes (ImageNet's).
 pub const CLASSES: usize = 1000;
@@ -326,6 +338,38 @@ struct Dump<D: Device, T: Float> {
     logits: Tensor<D, T, shape![_, CLASSES]>,
 }
 
+/// Every convolution weight of `m` stored channels-last (`[O, I, K, K]`
+/// as `[O, K, K, I]` memory), as PyTorch's `model.to(memory_format=
+/// torch.channels_last)`: the filter order cuDNN takes with NHWC images.
+fn weights_channels_last<D: Device, T: Float>(m: &mut ResNet18<D, T>) -> Result<()> {
+    fn conv<D: Device, T: Float, const O: usize, const I: usize, const K: usize>(
+        c: &mut Conv<D, T, O, I, K>,
+    ) -> Result<()> {
+        c.weight = c.weight.contiguous_channels_last()?;
+        Ok(())
+    }
+    fn basic<D: Device, T: Float, const C: usize>(b: &mut Basic<D, T, C>) -> Result<()> {
+        conv(&mut b.conv1)?;
+        conv(&mut b.conv2)
+    }
+    fn down<D: Device, T: Float, const I: usize, const O: usize>(
+        b: &mut Down<D, T, I, O>,
+    ) -> Result<()> {
+        conv(&mut b.conv1)?;
+        conv(&mut b.conv2)?;
+        conv(&mut b.downsample.conv)
+    }
+    conv(&mut m.conv1)?;
+    basic(&mut m.layer1.b0)?;
+    basic(&mut m.layer1.b1)?;
+    down(&mut m.layer2.b0)?;
+    basic(&mut m.layer2.b1)?;
+    down(&mut m.layer3.b0)?;
+    basic(&mut m.layer3.b1)?;
+    down(&mut m.layer4.b0)?;
+    basic(&mut m.layer4.b1)
+}
+
 /// Command-line options.
 struct Options {
     weights: Option<PathBuf>,
@@ -336,6 +380,9 @@ struct Options {
     check: bool,
     bench: usize,
     dump: Option<PathBuf>,
+    /// `Some(true)`: channels-last images and weights; `None`: the
+    /// device's default (channels-last on the GPU).
+    nhwc: Option<bool>,
 }
 
 impl Options {
@@ -349,6 +396,7 @@ impl Options {
             check: true,
             bench: 0,
             dump: None,
+            nhwc: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
@@ -362,6 +410,13 @@ impl Options {
                 "--dump" => o.dump = Some(value()?.into()),
                 "--cpu" => o.cpu = true,
                 "--no-check" => o.check = false,
+                "--layout" => {
+                    o.nhwc = match value()?.as_str() {
+                        "nchw" => Some(false),
+                        "nhwc" => Some(true),
+                        v => return Err(format!("--layout is nchw or nhwc, not {v}").into()),
+                    }
+                }
                 _ => {
                     return Err(format!("unknown option {a}; see the example's doc comment").into())
                 }
@@ -392,15 +447,21 @@ fn run_on<D: Device, T: Float>(
     model: &ResNet18<Cpu, f32>,
     x: &Images<Cpu, f32>,
 ) -> AnyResult {
-    let m = model.cast::<T>()?.to_device::<D>()?;
-    let xd = x.cast::<T>()?.to_device::<D>()?;
+    let mut m = model.cast::<T>()?.to_device::<D>()?;
+    let mut xd = x.cast::<T>()?.to_device::<D>()?;
+    let nhwc = o.nhwc.unwrap_or(D::KIND != DeviceKind::Cpu);
+    if nhwc {
+        xd = xd.contiguous_channels_last()?;
+        weights_channels_last(&mut m)?;
+    }
     let logits = forward(&xd, &m)?;
     let got = to_f64(&logits)?;
     println!(
-        "logits [{}, {CLASSES}] on {} in {}: first {:?}",
+        "logits [{}, {CLASSES}] on {} in {} ({}): first {:?}",
         o.batch,
         D::KIND,
         o.dtype,
+        if nhwc { "nhwc" } else { "nchw" },
         &got[..4.min(got.len())]
     );
     if o.check {
@@ -427,9 +488,10 @@ fn run_on<D: Device, T: Float>(
         tensorfn::synchronize::<D>()?;
         let ms = start.elapsed().as_secs_f64() * 1e3 / o.bench as f64;
         println!(
-            "forward batch {} {}: {ms:.3} ms ({:.0} images/s)",
+            "forward batch {} {} {}: {ms:.3} ms ({:.0} images/s)",
             o.batch,
             o.dtype,
+            if nhwc { "nhwc" } else { "nchw" },
             o.batch as f64 * 1e3 / ms
         );
     }
@@ -447,6 +509,7 @@ pub fn run<D: Device>() -> AnyResult {
         check: true,
         bench: 0,
         dump: None,
+        nhwc: None,
     };
     let (model, _file) = load(&o)?;
     let x = Images::<Cpu, f32>::randn_dims(o.seed, &[1, 3, 224, 224])?;

@@ -386,7 +386,9 @@ pub(crate) trait Backend {
 
     /// Pooling `pool` over the last two dims of `l` (rank 3 or 4, any
     /// strides) into `out` (`[OH, OW]`, from the shape rule), windows
-    /// summed in f64: a contiguous buffer of `l`'s leading dims and `out`.
+    /// summed in f64: a buffer of `l`'s leading dims and `out`, laid out
+    /// as [`Layout::result_like`] says (channels-last for a channels-last
+    /// input, else contiguous).
     fn pool2d<T: FloatDType>(
         &self,
         x: &Self::Buf<T>,
@@ -502,8 +504,10 @@ pub(crate) trait Backend {
 
     /// `conv2d` of `x` (`[N, C_in, H, W]`, any strides) with `w` (`[C_out,
     /// C_in / groups, kH, kW]`) plus the optional `bias` (`[C_out]`), the
-    /// shapes already checked by `rules::conv`: a contiguous `[N, C_out,
-    /// OH, OW]` buffer, sums accumulated in at least f32. By default
+    /// shapes already checked by `rules::conv`: an `[N, C_out, OH, OW]`
+    /// buffer laid out as `x`'s [`Layout::result_like`] says
+    /// (channels-last for a channels-last `x`, else contiguous), sums
+    /// accumulated in at least f32. By default
     /// through the host (the CPU's im2col and `gemm`), for a backend
     /// without a kernel of its own.
     fn conv2d<T: FloatDType>(
@@ -686,7 +690,36 @@ pub(crate) fn conv2d_on_host<B: Backend + ?Sized, T: FloatDType>(
     let lb = bias.map(|(_, lb)| Layout::contiguous(lb.dims()));
     let out =
         crate::cpu::conv::conv2d((&hx, &lx), (&hw, &lw), hb.as_deref().zip(lb.as_ref()), args)?;
-    be.upload(Cow::Owned(out))
+    let y = x.1.result_like(&conv2d_dims(x.1, w.1, args));
+    in_layout(be, be.upload(Cow::Owned(out))?, &y)
+}
+
+/// The `[N, C_out, OH, OW]` dims of [`Backend::conv2d`]'s result (the
+/// shapes already checked).
+pub(crate) fn conv2d_dims(x: &Layout, w: &Layout, args: &ConvArgs) -> [usize; 4] {
+    let (xd, wd) = (x.dims(), w.dims());
+    let out = |i: usize| {
+        (xd[2 + i] + 2 * args.padding[i] - args.dilation[i] * (wd[2 + i] - 1) - 1) / args.stride[i]
+            + 1
+    };
+    [xd[0], wd[0], out(0), out(1)]
+}
+
+/// `buf`, a contiguous result of `y`'s dims, in `y`'s order (`y` a
+/// permutation of a contiguous layout, e.g. channels-last): itself where
+/// `y` is contiguous, else a reordered copy. For results a kernel writes
+/// row-major only.
+pub(crate) fn in_layout<B: Backend + ?Sized, T: DType>(
+    be: &B,
+    buf: B::Buf<T>,
+    y: &Layout,
+) -> Result<B::Buf<T>> {
+    if y.is_contiguous() {
+        return Ok(buf);
+    }
+    let mut out = be.alloc::<T>(y.numel())?;
+    be.copy_into(&buf, &Layout::contiguous(y.dims()), &mut out, y)?;
+    Ok(out)
 }
 
 /// [`Backend::conv2d_backward`] through the host, as [`conv2d_on_host`].

@@ -40,7 +40,84 @@ pub fn contiguous_strides(dims: &[usize]) -> Vec<usize> {
     strides
 }
 
+/// The strides of `[N, C, H, W]` `dims` stored channels-last (NHWC
+/// memory seen as NCHW, PyTorch's `torch.channels_last`): channels
+/// fastest, then the width, the height and the batch.
+///
+/// ```
+/// use tensorfn_runtime::layout::channels_last_strides;
+/// assert_eq!(channels_last_strides([2, 3, 4, 5]), [60, 1, 15, 3]);
+/// ```
+pub fn channels_last_strides(dims: [usize; 4]) -> [usize; 4] {
+    let [_, c, h, w] = dims.map(|d| d.max(1));
+    [h * w * c, 1, w * c, c]
+}
+
 impl Layout {
+    /// A channels-last layout of `[N, C, H, W]` `dims` (see
+    /// [`channels_last_strides`]) starting at offset 0.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// let l = Layout::channels_last([2, 3, 4, 5]);
+    /// assert_eq!((l.dims(), l.strides()), (&[2, 3, 4, 5][..], &[60, 1, 15, 3][..]));
+    /// assert!(l.is_channels_last() && !l.is_contiguous());
+    /// ```
+    pub fn channels_last(dims: [usize; 4]) -> Self {
+        Layout {
+            dims: dims.to_vec(),
+            strides: channels_last_strides(dims).to_vec(),
+            offset: 0,
+        }
+    }
+
+    /// Whether this is a 4-D layout whose memory is channels-last (gap-free
+    /// NHWC, any offset), as PyTorch's
+    /// `is_contiguous(memory_format=torch.channels_last)`: the strides of
+    /// size-1 dims do not matter, so `[N, C, 1, 1]` or `C = 1` can be both
+    /// contiguous and channels-last.
+    ///
+    /// ```
+    /// use tensorfn_runtime::Layout;
+    /// assert!(Layout::channels_last([2, 3, 4, 5]).is_channels_last());
+    /// assert!(!Layout::contiguous(&[2, 3, 4, 5]).is_channels_last());
+    /// assert!(Layout::contiguous(&[2, 3, 1, 1]).is_channels_last());
+    /// assert!(!Layout::contiguous(&[2, 3, 4]).is_channels_last());
+    /// ```
+    pub fn is_channels_last(&self) -> bool {
+        let Ok(dims) = <[usize; 4]>::try_from(self.dims.as_slice()) else {
+            return false;
+        };
+        if dims.contains(&0) {
+            return true;
+        }
+        let want = channels_last_strides(dims);
+        dims.iter()
+            .zip(&self.strides)
+            .zip(want)
+            .all(|((&d, &s), w)| d == 1 || s == w)
+    }
+
+    /// Whether a result computed from an input of this layout is written
+    /// channels-last: it is channels-last and not also contiguous (a
+    /// tensor that is both, as `[N, C, 1, 1]`, stays row-major), as
+    /// PyTorch's `suggest_memory_format`.
+    pub(crate) fn prefers_channels_last(&self) -> bool {
+        self.is_channels_last() && !self.is_contiguous()
+    }
+
+    /// The layout of a fresh result of `dims` computed from an input of
+    /// this layout (a convolution's, a pooling's): channels-last where
+    /// [`Layout::prefers_channels_last`] and `dims` are 4-D, else
+    /// row-major. Backends write such results in this order and the ops
+    /// view them through it.
+    pub(crate) fn result_like(&self, dims: &[usize]) -> Layout {
+        match <[usize; 4]>::try_from(dims) {
+            Ok(d) if self.prefers_channels_last() => Layout::channels_last(d),
+            _ => Layout::contiguous(dims),
+        }
+    }
+
     /// A row-major layout starting at offset 0.
     ///
     /// ```

@@ -19,12 +19,15 @@
 //! (`[N, H, W, C]`) when the `channels_last` word is set, so that on
 //! channels-last inputs neighbouring threads read neighbouring channels;
 //! each thread's arithmetic, hence the result, is the same either way.
+//! The forward's word 2 also writes `out` channels-last (thread `i`
+//! writes element `i` of `[N, OH, OW, C]`).
 //!
 //! `KIND` is `max`, `avg` or `adaptive`; `meta` is [`POOL_META_WORDS`]
 //! 64-bit words: `total, C, H, W, OH, OW`, `x`'s strides `(n, c, h, w)`,
 //! `kernel_size (h, w)`, `stride`, `padding`, `dilation`,
 //! `count_include_pad`, `divisor_override` (0: none), `g`'s strides,
-//! `channels_last` (0: the `[N, C, H, W]` thread order).
+//! `channels_last` (0: the `[N, C, H, W]` thread order; 1: channel
+//! fastest; 2: channel fastest, a channels-last `out`).
 //!
 //! `dropout`'s entry `NAME(out, x, n, mixed_seed, cut, scale)` keeps
 //! element `i` of the contiguous `x` when `bits(seed, i) >= cut`
@@ -447,6 +450,10 @@ pub(crate) fn pool_entry(name: &str, dtype: DTypeKind, kind: PoolKind, backward:
     grid_loop(&mut body, total, |body, i| {
         if !backward {
             let ([n_, c_, oh_, ow_], o) = coords(body, i, c, oh, ow, cl);
+            // A channels-last output: the thread order is its own.
+            let nhwc = body.reg(Class::Pred);
+            body.op(format!("setp.eq.u64 {nhwc}, {cl}, 2"));
+            body.op(format!("@{nhwc} mov.u64 {o}, {i}"));
             let base = op64(body, "mul.lo.s64", &n_, sn);
             body.op(format!("mad.lo.s64 {base}, {c_}, {sc}, {base}"));
             let win = window(body, kind, &ah, &aw, &oh_, &ow_);

@@ -391,7 +391,11 @@ impl Backend for CpuBackend {
         out: [usize; 2],
     ) -> Result<Vec<T>> {
         strided::check_extent(pool.kind.name(), l, x.len())?;
-        Ok(pool::pool2d(x, l, pool, out))
+        let y = pool::pool2d(x, l, pool, out);
+        let mut dims = l.dims().to_vec();
+        let r = dims.len();
+        dims[r - 2..].copy_from_slice(&out);
+        crate::backend::in_layout(self, y, &l.result_like(&dims))
     }
 
     fn pool2d_backward<T: FloatDType>(

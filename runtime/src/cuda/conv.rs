@@ -7,13 +7,15 @@
 //! and a channels-last view of NHWC memory take the same call; the filter
 //! is read as PyTorch's `[C_out, C_in / groups, kH, kW]` or as its
 //! channels-last permutation without a copy (any other strides are made
-//! contiguous first). Results are contiguous NCHW, as the `Backend`
-//! contract says.
+//! contiguous first). The forward writes its result channels-last when
+//! the input is (cuDNN's engines run NHWC fastest), else contiguous, as
+//! the `Backend` contract says; the gradients are contiguous NCHW.
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
 use super::cudnn::{self, ConvProblem, FilterLayout, Outcome};
 use super::tune::Switch;
+use crate::backend::{conv2d_dims, in_layout};
 use crate::dtype::FloatDType;
 use crate::error::Result;
 use crate::layout::Layout;
@@ -128,18 +130,20 @@ impl CudaBackend {
         args: &ConvArgs,
     ) -> Result<CudaStorage<T>> {
         self.ctx().bind()?;
+        let y_layout = x.1.result_like(&conv2d_dims(x.1, w.1, args));
+        // The built-in kernels write row-major, then reorder.
+        let builtin = || in_layout(self, self.conv2d_builtin(x, w, bias, args)?, &y_layout);
         if !cudnn_enabled() {
-            return self.conv2d_builtin(x, w, bias, args);
+            return builtin();
         }
         let f = self.filter(w)?;
         let mut p = Self::problem::<T>(x.1, w.1.dims(), f.layout, [0; 4], args);
-        let y_layout = Layout::contiguous(&p.y_dims());
         let ys = y_layout.strides();
         p.y_strides = [ys[0], ys[1], ys[2], ys[3]];
         let y = self.ctx().storage::<T>(y_layout.numel())?;
         let xp = x.0.ptr_at(x.1.offset());
         if cudnn::conv_forward(self.ctx(), &p, xp, f.ptr, y.device_ptr(), 0.0)? != Outcome::Done {
-            return self.conv2d_builtin(x, w, bias, args);
+            return builtin();
         }
         if let Some((b, lb)) = bias {
             let copy = match lb.is_contiguous() {
@@ -150,7 +154,7 @@ impl CudaBackend {
                 .as_ref()
                 .map_or_else(|| b.ptr_at(lb.offset()), |c| c.device_ptr());
             if cudnn::conv_add_bias(self.ctx(), &p, bp, y.device_ptr())? != Outcome::Done {
-                return self.conv2d_builtin(x, w, bias, args);
+                return builtin();
             }
         }
         Ok(y)

@@ -77,8 +77,12 @@ fn channels_last(dims: [usize; 4], s: [usize; 4]) -> bool {
     dims[1] > 1 && s[1] < s[2] && s[1] < s[3]
 }
 
+/// The `channels_last` meta word that also writes the output
+/// channels-last (1: channel-fastest threads, contiguous output).
+const ORDER_NHWC_OUT: usize = 2;
+
 /// The pooling kernels' `meta` words; `cl` picks the channel-fastest
-/// thread order.
+/// thread order (1) and the channels-last output ([`ORDER_NHWC_OUT`]).
 fn meta(
     total: usize,
     dims: [usize; 4],
@@ -86,7 +90,7 @@ fn meta(
     xs: [usize; 4],
     p: &Pool2d,
     gs: [usize; 4],
-    cl: bool,
+    cl: usize,
 ) -> [u64; POOL_META_WORDS] {
     let mut m = [0u64; POOL_META_WORDS];
     let words = [
@@ -114,7 +118,7 @@ fn meta(
         gs[1],
         gs[2],
         gs[3],
-        cl as usize,
+        cl,
     ];
     for (m, w) in m.iter_mut().zip(words) {
         *m = w as u64;
@@ -168,7 +172,12 @@ impl CudaBackend {
             return Ok(y);
         }
         let src = copy.as_ref().unwrap_or(x).ptr_at(offset);
-        let cl = channels_last(dims, strides);
+        // A channels-last input's result is written channels-last
+        // (`Backend::pool2d`): thread `i` writes element `i` of NHWC.
+        let cl = match l.prefers_channels_last() {
+            true => ORDER_NHWC_OUT,
+            false => usize::from(channels_last(dims, strides)),
+        };
         let mut m = meta(total, dims, out, strides, p, [0; 4], cl);
         self.launch_pool::<T>(p.kind, false, total, &[y.device_ptr(), src], &mut m)?;
         Ok(y)
@@ -208,7 +217,7 @@ impl CudaBackend {
         let gp = gcopy.as_ref().unwrap_or(g).ptr_at(goff);
         // Max reads `x` most, the averages only `grad_output`.
         let cl = channels_last(gdims, gs) || (p.kind == PoolKind::Max && channels_last(dims, xs));
-        let mut m = meta(total, dims, out, xs, p, gs, cl);
+        let mut m = meta(total, dims, out, xs, p, gs, usize::from(cl));
         self.launch_pool::<T>(p.kind, true, total, &[dx.device_ptr(), xp, gp], &mut m)?;
         Ok(dx)
     }

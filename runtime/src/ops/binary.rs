@@ -3,7 +3,8 @@
 
 use super::check_result;
 use super::dispatch::dispatch;
-use super::output::output;
+use super::order::ChannelsLast;
+use super::output::output_in;
 use crate::device::Device;
 use crate::dtype::{FloatDType, NumDType};
 use crate::error::Result;
@@ -42,8 +43,12 @@ pub(crate) fn broadcast_binary<D: Device, T: NumDType, SO: Shape>(
 ) -> Result<Tensor<D, T, SO>> {
     let dims = rules::broadcast(op.name(), &[("self", a.dims()), ("other", b.dims())])?;
     check_result::<SO>(op.name(), &dims)?;
-    let la = a.layout.broadcast_to(&dims);
-    let lb = b.layout.broadcast_to(&dims);
+    let (mut la, mut lb) = (a.layout.broadcast_to(&dims), b.layout.broadcast_to(&dims));
+    // A channels-last operand gives a channels-last result.
+    let order = ChannelsLast::pick(&dims, &[&la, &lb]);
+    if let Some(o) = order {
+        (la, lb) = (o.apply(&la), o.apply(&lb));
+    }
     let storage = dispatch!(D, |be| be.wrap(be.binary(
         op,
         be.buf(&a.storage),
@@ -51,7 +56,7 @@ pub(crate) fn broadcast_binary<D: Device, T: NumDType, SO: Shape>(
         be.buf(&b.storage),
         &lb
     )?));
-    output(storage, &dims)
+    output_in(storage, ChannelsLast::result(order, &dims))
 }
 
 /// `op(x, s)`, or `op(s, x)` when `scalar_first`.
@@ -61,14 +66,16 @@ pub(crate) fn scalar_binary<D: Device, T: NumDType, S: Shape>(
     s: T,
     scalar_first: bool,
 ) -> Result<Tensor<D, T, S>> {
+    let order = ChannelsLast::pick(x.dims(), &[&x.layout]);
+    let l = order.map_or_else(|| x.layout.clone(), |o| o.apply(&x.layout));
     let storage = dispatch!(D, |be| be.wrap(be.binary_scalar(
         op,
         be.buf(&x.storage),
-        &x.layout,
+        &l,
         s,
         scalar_first
     )?));
-    output(storage, x.dims())
+    output_in(storage, ChannelsLast::result(order, x.dims()))
 }
 
 macro_rules! same_shape_ops {

@@ -4,7 +4,7 @@
 //! height of 1 (a view, no copy).
 
 use super::dispatch::dispatch;
-use super::output::output;
+use super::output::{output, output_in};
 use crate::device::Device;
 use crate::dtype::FloatDType;
 use crate::error::{Error, Result};
@@ -69,7 +69,8 @@ fn args_check(op: &str, args: &ConvArgs) -> Result<()> {
         .map_err(|m| Error::shape(op, "`stride`, `dilation` and `groups` of at least 1", m))
 }
 
-/// The forward of either op: the result's storage and dims.
+/// The forward of either op: the result's storage and layout (the
+/// backend's order: channels-last for a channels-last input).
 fn forward<D: Device, T: FloatDType, SX: Shape, SW: Shape, SB: Shape>(
     op: &str,
     x: &Tensor<D, T, SX>,
@@ -77,7 +78,7 @@ fn forward<D: Device, T: FloatDType, SX: Shape, SW: Shape, SB: Shape>(
     bias: Option<&Tensor<D, T, SB>>,
     args: &ConvArgs,
     spatial: usize,
-) -> Result<(Storage<T>, Vec<usize>)> {
+) -> Result<(Storage<T>, Layout)> {
     args_check(op, args)?;
     let dims = rules::conv(
         op,
@@ -94,7 +95,16 @@ fn forward<D: Device, T: FloatDType, SX: Shape, SW: Shape, SB: Shape>(
         bias.map(|b| (be.buf(&b.storage), &b.layout)),
         args,
     )?));
-    Ok((storage, dims))
+    let mut y = lx.result_like(&crate::backend::conv2d_dims(&lx, &lw, args));
+    if spatial == 1 {
+        // Without the height of 1 `as_4d` added.
+        let (mut d, mut st) = (y.dims().to_vec(), y.strides().to_vec());
+        d.remove(2);
+        st.remove(2);
+        y = Layout::new(d, st, 0);
+    }
+    debug_assert_eq!(y.dims(), dims.as_slice());
+    Ok((storage, y))
 }
 
 /// One gradient of either op (`input`: the input's, else the weight's).
@@ -171,7 +181,10 @@ impl<D: Device, T: FloatDType, N: Dim, C: Dim, H: Dim, W: Dim> Tensor<D, T, (N, 
     /// `weight` or `groups`, or a bias of another length is an `Err`
     /// naming the operand and how the size was computed.
     ///
-    /// Any strides (a channels-last view too). Sums accumulate in f32
+    /// Any strides. A channels-last input (NHWC memory, e.g. from
+    /// [`contiguous_channels_last`](Tensor::contiguous_channels_last))
+    /// gives a channels-last result, as PyTorch's `channels_last` memory
+    /// format; any other input a contiguous one. Sums accumulate in f32
     /// for f16 and bf16 (f64 for f64). On the CPU: im2col, then one
     /// `gemm` per image batched over the groups.
     ///
@@ -195,8 +208,8 @@ impl<D: Device, T: FloatDType, N: Dim, C: Dim, H: Dim, W: Dim> Tensor<D, T, (N, 
         bias: Option<&Tensor<D, T, (CO,)>>,
         args: ConvArgs,
     ) -> Result<Tensor<D, T, SO>> {
-        let (storage, dims) = forward("conv2d", self, weight, bias, &args, 2)?;
-        output(storage, &dims)
+        let (storage, layout) = forward("conv2d", self, weight, bias, &args, 2)?;
+        output_in(storage, layout)
     }
 
     /// The gradients of [`conv2d`](Self::conv2d) for the gradient
@@ -299,8 +312,8 @@ impl<D: Device, T: FloatDType, N: Dim, C: Dim, L: Dim> Tensor<D, T, (N, C, L)> {
         bias: Option<&Tensor<D, T, (CO,)>>,
         args: Conv1dArgs,
     ) -> Result<Tensor<D, T, SO>> {
-        let (storage, dims) = forward("conv1d", self, weight, bias, &args.into(), 1)?;
-        output(storage, &dims)
+        let (storage, layout) = forward("conv1d", self, weight, bias, &args.into(), 1)?;
+        output_in(storage, layout)
     }
 
     /// The gradients of [`conv1d`](Self::conv1d): `(grad_input,

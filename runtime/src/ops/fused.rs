@@ -4,7 +4,8 @@
 
 use super::check_result;
 use super::dispatch::dispatch;
-use super::output::output;
+use super::order::ChannelsLast;
+use super::output::output_in;
 use crate::cpu::blocks::Lanes;
 use crate::device::Device;
 use crate::dtype::DType;
@@ -42,13 +43,23 @@ macro_rules! fused_fn {
             cpu: impl Fn(&mut Lanes, $($X),+) -> O + Sync + Send,
         ) -> Result<Tensor<D, O, SO>> {
             check_result::<SO>(kernel.name, out_dims)?;
-            let layouts = [$(broadcast_input(kernel, $i, &$x.layout, out_dims)?),+];
+            let mut layouts = [$(broadcast_input(kernel, $i, &$x.layout, out_dims)?),+];
+            // A channels-last operand gives a channels-last result: the
+            // kernel runs over every operand seen as `[N, H, W, C]`.
+            let order = ChannelsLast::pick(out_dims, &[$(&layouts[$i]),+]);
+            let run_dims = match order {
+                Some(o) => {
+                    layouts = layouts.map(|l| o.apply(&l));
+                    std::borrow::Cow::Owned(o.dims(out_dims))
+                }
+                None => std::borrow::Cow::Borrowed(out_dims),
+            };
             let storage = dispatch!(D, |be| be.wrap(be.fused_launch(
                 kernel,
                 (cpu, ($((be.buf(&$x.storage), &layouts[$i]),)+)),
-                out_dims
+                &run_dims
             )?));
-            output(storage, out_dims)
+            output_in(storage, ChannelsLast::result(order, out_dims))
         }
     };
 }

@@ -13,6 +13,8 @@ mod binary;
 mod bnorm;
 mod cast;
 mod cat;
+#[cfg(test)]
+mod channels_last_tests;
 mod conv;
 mod cumsum;
 mod dropout;
@@ -24,6 +26,7 @@ mod into;
 mod matmul;
 mod multinomial;
 mod norm;
+mod order;
 pub(crate) mod output;
 mod pool;
 mod reduce;

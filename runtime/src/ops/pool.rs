@@ -4,7 +4,7 @@
 
 use super::check_result;
 use super::dispatch::dispatch;
-use super::output::output;
+use super::output::{output, output_in};
 use crate::device::Device;
 use crate::dtype::FloatDType;
 use crate::error::{Error, Result};
@@ -42,7 +42,8 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
     /// type `SO` is annotated or inferred. A result rank or leading dim
     /// that cannot fit fails to build; options that do not fit the input
     /// (an output size below 1, `padding` over half the window) and a
-    /// result type that does not fit the output size are an `Err`.
+    /// result type that does not fit the output size are an `Err`. A
+    /// channels-last input gives a channels-last result (else contiguous).
     ///
     /// ```
     /// use tensorfn_runtime::{Tensor, Cpu, Pool2d, shape};
@@ -71,7 +72,8 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
             &pool,
             hw
         )?));
-        output(storage, &dims)
+        // The backend writes a channels-last input's result channels-last.
+        output_in(storage, self.layout.result_like(&dims))
     }
 
     /// `max_pool2d(self, kernel_size)` (stride `kernel_size`, no padding):

@@ -1,7 +1,8 @@
 //! Functions of one element: `neg`, `relu`, `exp`, `gelu`, ...
 
 use super::dispatch::dispatch;
-use super::output::output;
+use super::order::ChannelsLast;
+use super::output::output_in;
 use crate::device::Device;
 use crate::dtype::{FloatDType, NumDType};
 use crate::error::{Error, Result};
@@ -25,12 +26,11 @@ impl<D: Device, T: NumDType, S: Shape> Tensor<D, T, S> {
         if op.needs_float() && !T::KIND.is_float() {
             return Err(Error::float_only(op.name(), T::KIND));
         }
-        let storage = dispatch!(D, |be| be.wrap(be.unary(
-            op,
-            be.buf(&self.storage),
-            &self.layout
-        )?));
-        output(storage, self.dims())
+        // A channels-last input gives a channels-last result.
+        let order = ChannelsLast::pick(self.dims(), &[&self.layout]);
+        let l = order.map_or_else(|| self.layout.clone(), |o| o.apply(&self.layout));
+        let storage = dispatch!(D, |be| be.wrap(be.unary(op, be.buf(&self.storage), &l)?));
+        output_in(storage, ChannelsLast::result(order, self.dims()))
     }
 }
 

@@ -2,7 +2,7 @@
 //! otherwise.
 
 use super::dispatch::dispatch;
-use super::output::output;
+use super::output::{output, output_in};
 use super::{check_result, static_dims};
 use crate::device::Device;
 use crate::dtype::DType;
@@ -317,6 +317,48 @@ impl<D: Device, T: DType, S: Shape> Tensor<D, T, S> {
         let storage = dispatch!(D, |be| be
             .wrap(be.contiguous(be.buf(&self.storage), &self.layout)?));
         output(storage, self.dims())
+    }
+
+    /// A copy of an `[N, C, H, W]` tensor stored channels-last (NHWC
+    /// memory, PyTorch's `x.contiguous(memory_format=torch.channels_last)`),
+    /// or the tensor itself when it already is. The shape stays
+    /// `[N, C, H, W]`: only the strides differ. Convolutions, pools and
+    /// elementwise ops keep channels-last inputs channels-last, which is
+    /// the order cuDNN's convolution engines run fastest on the GPU;
+    /// [`contiguous`](Self::contiguous) goes back to row-major. A tensor
+    /// of another rank is an `Err`.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![1, 2, 1, 3]>::from_vec(vec![0., 1., 2., 3., 4., 5.]).unwrap();
+    /// let y = x.contiguous_channels_last().unwrap();
+    /// assert_eq!(y.layout().strides(), &[6, 1, 6, 2]);
+    /// assert!(y.layout().is_channels_last());
+    /// assert_eq!(y.to_vec().unwrap(), x.to_vec().unwrap()); // the same values
+    /// // Elementwise results keep the memory order.
+    /// assert!(y.mul_scalar(2.0).unwrap().layout().is_channels_last());
+    /// assert!(y.contiguous().unwrap().is_contiguous());
+    /// let m = Tensor::<Cpu, f32, shape![2, 3]>::zeros().unwrap();
+    /// assert!(m.contiguous_channels_last().is_err());
+    /// ```
+    pub fn contiguous_channels_last(&self) -> Result<Self> {
+        let Ok(dims) = <[usize; 4]>::try_from(self.dims()) else {
+            return Err(Error::shape(
+                "contiguous_channels_last",
+                "`self` of 4 dims, [N, C, H, W]",
+                format!("{} dims {:?}", self.dims().len(), self.dims()),
+            ));
+        };
+        if self.layout.is_channels_last() {
+            return Ok(self.clone());
+        }
+        let y = Layout::channels_last(dims);
+        let storage = dispatch!(D, |be| {
+            let mut out = be.alloc::<T>(y.numel())?;
+            be.copy_into(be.buf(&self.storage), &self.layout, &mut out, &y)?;
+            be.wrap(out)
+        });
+        output_in(storage, y)
     }
 
     /// Each element along `dim` repeated `repeats` times in place

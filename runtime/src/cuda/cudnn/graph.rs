@@ -647,6 +647,21 @@ impl Engines {
         Ok(())
     }
 
+    /// The workspace the first engine takes (0 when there is none).
+    pub(crate) fn first_workspace(&self) -> usize {
+        self.engines.first().map_or(0, |e| e.workspace)
+    }
+
+    /// Queues the first engine with the operands `ptrs` and a workspace
+    /// at `ws` of at least [`Engines::first_workspace`] bytes; `false`
+    /// when there is none or it declines (for timing it against the
+    /// legacy algorithms).
+    pub(crate) fn launch_first(&self, h: dnn::cudnnHandle_t, ptrs: [u64; 3], ws: u64) -> bool {
+        self.engines
+            .first()
+            .is_some_and(|e| launch(h, &e.plan, ptrs, ws).is_ok())
+    }
+
     /// Runs the first engine that can, each with a workspace from the
     /// context's pool; `Ok(false)` when none could (every one out of
     /// memory or declining), and the caller takes the legacy path.

@@ -35,7 +35,7 @@ use crate::cuda::lt::matmul_autotune;
 use crate::cuda::tune::{fastest, LIBRARY_TIMING};
 use crate::error::{Error, Result};
 use cudarc::cudnn::sys as dnn;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use tensorfn_core::DTypeKind;
 
@@ -357,6 +357,10 @@ struct Plan {
     /// alignment; an empty one means no engine takes it and the legacy
     /// algorithms run.
     graphs: HashMap<Key, Engines>,
+    /// The graphs whose fastest engine lost to the fastest legacy
+    /// algorithm when both were timed on the first call: the legacy
+    /// algorithms run them.
+    legacy_faster: HashSet<Key>,
 }
 
 impl Plan {
@@ -374,6 +378,7 @@ impl Plan {
             backward_data: None,
             backward_filter: None,
             graphs: HashMap::new(),
+            legacy_faster: HashSet::new(),
         })
     }
 
@@ -666,6 +671,12 @@ impl Plan {
     }
 }
 
+/// Whether a graph's engines are settled enough to race the legacy
+/// algorithms: timed among themselves, or a single one.
+fn timed_or_single(timed: bool, engines: &Engines) -> bool {
+    timed || engines.len() == 1
+}
+
 /// Bytes the output of `dir` spans, as its descriptor addresses it.
 fn out_bytes(p: &ConvProblem, dir: Direction) -> usize {
     let nhwc = p.w_layout == FilterLayout::Krsc;
@@ -799,7 +810,7 @@ impl Plans {
         let mut graphs: Vec<_> = plan
             .graphs
             .iter()
-            .filter(|(k, e)| k.dir == dir && !e.is_empty())
+            .filter(|(k, e)| k.dir == dir && !e.is_empty() && !plan.legacy_faster.contains(k))
             .collect();
         graphs.sort_by_key(|(k, _)| std::cmp::Reverse(k.align));
         if let Some((_, e)) = graphs.first() {
@@ -869,6 +880,15 @@ impl Plans {
             plan.graphs.insert(key, engines);
             self.ranked += 1;
             self.timed += usize::from(timed);
+            if timed_or_single(timed, &self.map[p].graphs[&key])
+                && self.legacy_beats_graph(ctx, h, p, dir, key, ptrs, beta, limit)?
+            {
+                let plan = self.map.get_mut(p).expect("planned above");
+                plan.legacy_faster.insert(key);
+            }
+        }
+        if self.map[p].legacy_faster.contains(&key) {
+            return Ok(false);
         }
         let engines = &self.map[p].graphs[&key];
         match engines.run(ctx, h, graph::operands(dir, ptrs)) {
@@ -876,6 +896,83 @@ impl Plans {
             Err(Ok(call)) => Err(status(call.0, call.1, &p.describe())),
             Err(Err(e)) => Err(e),
         }
+    }
+
+    /// Whether the fastest legacy algorithm of `p` in `dir` (ranked and
+    /// timed by [`Plans::choices`]) beats the graph's fastest engine for
+    /// `key`, timed against each other on the call's operands (into a
+    /// scratch output where `beta` is not 0). The graph's engines leave
+    /// out TF32 for exact f32, where a legacy algorithm can be the faster;
+    /// comparing both keeps a problem from running slower than the legacy
+    /// path alone. `false` with timing off, without a legacy candidate or
+    /// without the memory to time them.
+    #[allow(clippy::too_many_arguments)]
+    fn legacy_beats_graph(
+        &mut self,
+        ctx: &Context,
+        h: dnn::cudnnHandle_t,
+        p: &ConvProblem,
+        dir: Direction,
+        key: Key,
+        ptrs: [u64; 3],
+        beta: f64,
+        limit: usize,
+    ) -> Result<bool> {
+        if !timing_on() {
+            return Ok(false);
+        }
+        // Counted as part of the graph's one timing.
+        let timed = self.timed;
+        let choices = self.choices(ctx, h, p, dir, limit, ptrs, beta);
+        self.timed = timed;
+        let Ok(choices) = choices else {
+            return Ok(false);
+        };
+        let Some(legacy) = choices.first() else {
+            return Ok(false);
+        };
+        let plan = &self.map[p];
+        let engines = &plan.graphs[&key];
+        let bytes = engines.first_workspace().max(legacy.workspace);
+        let ws = match ctx.alloc(bytes) {
+            Ok(block) => block,
+            Err(Error::OutOfMemory { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let scratch = if beta == 0.0 {
+            None
+        } else {
+            match ctx.alloc(out_bytes(p, dir)) {
+                Ok(block) => Some(block),
+                Err(e) => {
+                    ctx.release(ws);
+                    return match e {
+                        Error::OutOfMemory { .. } => Ok(false),
+                        e => Err(e),
+                    };
+                }
+            }
+        };
+        // The legacy routine writes its third operand; the graph's
+        // operands are the same pointers in its own order.
+        let mut own = ptrs;
+        if let Some(s) = &scratch {
+            own[2] = s.ptr;
+        }
+        let (alpha, beta) = (Scale::new(p.dtype, 1.0), Scale::new(p.dtype, beta));
+        let winner = fastest(ctx, &[false, true], &LIBRARY_TIMING, |&is_legacy| {
+            if is_legacy {
+                plan.launch(h, legacy, own, &alpha, &beta, ws.ptr).is_ok()
+            } else {
+                engines.launch_first(h, graph::operands(dir, own), ws.ptr)
+            }
+        });
+        // Stream order: the timed runs finish before the blocks are reused.
+        ctx.release(ws);
+        if let Some(s) = scratch {
+            ctx.release(s);
+        }
+        Ok(winner? == 1)
     }
 
     /// Drops `p`'s plan, so the next call plans (and times) it afresh.

@@ -1,0 +1,247 @@
+//! Channels-last inputs on the CPU: convolutions, pools and elementwise
+//! ops give the values of the same inputs stored row-major (against f64
+//! references where there is arithmetic), and keep the channels-last
+//! order in their results.
+
+use crate::{shape, BatchNormArgs, ConvArgs, Cpu, Pool2d, Tensor};
+use tensorfn_kernels::UnaryOp;
+
+/// Deterministic values in `[-1, 1)` (a 64-bit LCG), a fresh stream per seed.
+fn values(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// PyTorch's `F.conv2d` in f64, directly from its definition.
+fn conv_ref(
+    x: &[f64],
+    xd: [usize; 4],
+    w: &[f64],
+    wd: [usize; 4],
+    b: &[f64],
+    a: &ConvArgs,
+) -> Vec<f64> {
+    let [n, c, h, wi] = xd;
+    let [k, cg, kh, kw] = wd;
+    let oh = (h + 2 * a.padding[0] - a.dilation[0] * (kh - 1) - 1) / a.stride[0] + 1;
+    let ow = (wi + 2 * a.padding[1] - a.dilation[1] * (kw - 1) - 1) / a.stride[1] + 1;
+    let kg = k / a.groups;
+    let mut y = vec![0.0; n * k * oh * ow];
+    for (i, out) in y.iter_mut().enumerate() {
+        let (img, o, r, q) = (i / (k * oh * ow), i / (oh * ow) % k, i / ow % oh, i % ow);
+        let g = o / kg;
+        let mut acc = b[o];
+        for ci in 0..cg {
+            for u in 0..kh {
+                for v in 0..kw {
+                    let yy = (r * a.stride[0] + u * a.dilation[0]) as isize - a.padding[0] as isize;
+                    let xx = (q * a.stride[1] + v * a.dilation[1]) as isize - a.padding[1] as isize;
+                    if yy < 0 || xx < 0 || yy as usize >= h || xx as usize >= wi {
+                        continue;
+                    }
+                    let xi = ((img * c + g * cg + ci) * h + yy as usize) * wi + xx as usize;
+                    acc += x[xi] * w[((o * cg + ci) * kh + u) * kw + v];
+                }
+            }
+        }
+        *out = acc;
+    }
+    y
+}
+
+#[test]
+fn conv2d_on_channels_last_input_matches_and_stays_channels_last() {
+    type X = shape![2, 4, 5, 6];
+    type W = shape![6, 2, 3, 3];
+    let (xv, wv, bv) = (values(240, 1), values(108, 2), values(6, 3));
+    let x = Tensor::<Cpu, f64, X>::from_vec(xv.clone()).unwrap();
+    let w = Tensor::<Cpu, f64, W>::from_vec(wv.clone()).unwrap();
+    let b = Tensor::<Cpu, f64, shape![6]>::from_vec(bv.clone()).unwrap();
+    let a = args();
+    let want = conv_ref(&xv, [2, 4, 5, 6], &wv, [6, 2, 3, 3], &bv, &a);
+    let xc = x.contiguous_channels_last().unwrap();
+    assert_eq!(xc.layout().strides(), &[120, 1, 24, 4]);
+    // OH = (5 + 2 - 2 - 1) / 2 + 1 = 3, OW = (6 + 4 - 4 - 1) + 1 = 6.
+    let y: Tensor<Cpu, f64, shape![2, 6, 3, 6]> = x.conv2d(&w, Some(&b), a).unwrap();
+    let yc: Tensor<Cpu, f64, shape![2, 6, 3, 6]> = xc.conv2d(&w, Some(&b), a).unwrap();
+    assert!(y.is_contiguous());
+    assert_eq!(
+        yc.layout().strides(),
+        &[108, 1, 36, 6],
+        "channels-last result"
+    );
+    let (got, got_cl) = (y.to_vec().unwrap(), yc.to_vec().unwrap());
+    assert_eq!(got, got_cl, "the same values in either order");
+    for (i, (g, r)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (g - r).abs() <= 1e-12 * (1.0 + r.abs()),
+            "element {i}: {g} against {r}"
+        );
+    }
+    // f32 with NaN and infinities: the same bits either way.
+    let mut v32: Vec<f32> = xv.iter().map(|&v| v as f32).collect();
+    v32[7] = f32::NAN;
+    v32[100] = f32::INFINITY;
+    v32[101] = -0.0;
+    let x32 = Tensor::<Cpu, f32, X>::from_vec(v32).unwrap();
+    let w32 = Tensor::<Cpu, f32, W>::from_vec(wv.iter().map(|&v| v as f32).collect()).unwrap();
+    let a: Tensor<Cpu, f32, shape![2, 6, 3, 6]> = x32.conv2d(&w32, None, args()).unwrap();
+    let c: Tensor<Cpu, f32, shape![2, 6, 3, 6]> = x32
+        .contiguous_channels_last()
+        .unwrap()
+        .conv2d(&w32, None, args())
+        .unwrap();
+    let bits = |t: &Tensor<Cpu, f32, shape![2, 6, 3, 6]>| {
+        t.to_vec()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(bits(&a), bits(&c));
+    assert!(a.to_vec().unwrap().iter().any(|v| v.is_nan()));
+}
+
+/// Strided, padded, dilated and grouped: every option the layouts meet.
+fn args() -> ConvArgs {
+    ConvArgs {
+        stride: [2, 1],
+        padding: [1, 2],
+        dilation: [1, 2],
+        groups: 2,
+    }
+}
+
+#[test]
+fn conv1d_on_a_channel_fastest_input_keeps_its_order() {
+    // [N, C, L] stored as [N, L, C].
+    let xv = values(2 * 3 * 7, 4);
+    let x = Tensor::<Cpu, f64, shape![2, 3, 7]>::from_vec(xv).unwrap();
+    let xl = x
+        .permute::<shape![2, 7, 3]>(&[0, 2, 1])
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .permute::<shape![2, 3, 7]>(&[0, 2, 1])
+        .unwrap();
+    let w = Tensor::<Cpu, f64, shape![4, 3, 2]>::from_vec(values(24, 5)).unwrap();
+    let y: Tensor<Cpu, f64, shape![2, 4, 6]> = x.conv1d(&w, None, Default::default()).unwrap();
+    let yl: Tensor<Cpu, f64, shape![2, 4, 6]> = xl.conv1d(&w, None, Default::default()).unwrap();
+    assert_eq!(yl.layout().strides(), &[24, 1, 4]);
+    assert_eq!(y.to_vec().unwrap(), yl.to_vec().unwrap());
+}
+
+#[test]
+fn pools_on_channels_last_input_match_and_stay_channels_last() {
+    let mut xv = values(2 * 3 * 7 * 6, 6);
+    xv[5] = f64::NAN;
+    xv[40] = f64::NEG_INFINITY;
+    xv[41] = -0.0;
+    let x = Tensor::<Cpu, f64, shape![2, 3, 7, 6]>::from_vec(xv).unwrap();
+    let xc = x.contiguous_channels_last().unwrap();
+    // Each kind, with the result dims spelled out.
+    let check = |a: Vec<f64>, b: Vec<f64>, what: &str| {
+        assert_eq!(a.len(), b.len());
+        for (i, (u, v)) in a.iter().zip(&b).enumerate() {
+            assert!(
+                u.to_bits() == v.to_bits(),
+                "{what} element {i}: {u} against {v}"
+            );
+        }
+    };
+    let m = Pool2d::max(3).stride(2).padding(1);
+    let a: Tensor<Cpu, f64, shape![2, 3, 4, 3]> = x.pool2d(m).unwrap();
+    let b: Tensor<Cpu, f64, shape![2, 3, 4, 3]> = xc.pool2d(m).unwrap();
+    assert!(b.layout().is_channels_last() && !b.is_contiguous());
+    assert!(a.to_vec().unwrap()[2].is_nan(), "NaN wins its window");
+    check(a.to_vec().unwrap(), b.to_vec().unwrap(), "max_pool2d");
+    let v = Pool2d::avg(2).stride(2).padding(1);
+    let a: Tensor<Cpu, f64, shape![2, 3, 4, 4]> = x.pool2d(v).unwrap();
+    let b: Tensor<Cpu, f64, shape![2, 3, 4, 4]> = xc.pool2d(v).unwrap();
+    assert_eq!(b.layout().strides(), &[48, 1, 12, 3]);
+    check(a.to_vec().unwrap(), b.to_vec().unwrap(), "avg_pool2d");
+    let a: Tensor<Cpu, f64, shape![2, 3, 1, 1]> = x.adaptive_avg_pool2d(1).unwrap();
+    let b: Tensor<Cpu, f64, shape![2, 3, 1, 1]> = xc.adaptive_avg_pool2d(1).unwrap();
+    // `[N, C, 1, 1]` is both orders: row-major, so `flatten` is a view.
+    assert!(b.is_contiguous());
+    check(
+        a.to_vec().unwrap(),
+        b.to_vec().unwrap(),
+        "adaptive_avg_pool2d",
+    );
+    // An empty batch.
+    let e = Tensor::<Cpu, f64, shape![0, 3, 7, 6]>::zeros().unwrap();
+    let r: Tensor<Cpu, f64, shape![0, 3, 3, 3]> =
+        e.contiguous_channels_last().unwrap().max_pool2d(2).unwrap();
+    assert!(r.to_vec().unwrap().is_empty());
+}
+
+#[test]
+fn elementwise_ops_and_batch_norm_keep_channels_last() {
+    let x = Tensor::<Cpu, f64, shape![2, 3, 4, 5]>::from_vec(values(120, 7)).unwrap();
+    let r = Tensor::<Cpu, f64, shape![2, 3, 4, 5]>::from_vec(values(120, 8)).unwrap();
+    let scale = Tensor::<Cpu, f64, shape![1, 3, 1, 1]>::from_vec(values(3, 9)).unwrap();
+    let (xc, rc) = (
+        x.contiguous_channels_last().unwrap(),
+        r.contiguous_channels_last().unwrap(),
+    );
+    let cl = |t: &Tensor<Cpu, f64, shape![2, 3, 4, 5]>| {
+        t.layout().is_channels_last() && !t.is_contiguous()
+    };
+    // relu(x * scale + r), the residual block's tail, in both orders.
+    let run = |x: &Tensor<Cpu, f64, shape![2, 3, 4, 5]>,
+               r: &Tensor<Cpu, f64, shape![2, 3, 4, 5]>| {
+        let h: Tensor<Cpu, f64, shape![2, 3, 4, 5]> = x.mul_broadcast(&scale).unwrap();
+        let h = h.add(r).unwrap();
+        (h.unary(UnaryOp::Relu).unwrap(), h.mul_scalar(2.0).unwrap())
+    };
+    let (a, a2) = run(&x, &r);
+    let (b, b2) = run(&xc, &rc);
+    assert!(cl(&b) && cl(&b2) && a.is_contiguous());
+    let (xv, rv, sv) = (
+        x.to_vec().unwrap(),
+        r.to_vec().unwrap(),
+        scale.to_vec().unwrap(),
+    );
+    let want: Vec<f64> = (0..120)
+        .map(|i| (xv[i] * sv[i / 20 % 3] + rv[i]).max(0.0))
+        .collect();
+    assert_eq!(a.to_vec().unwrap(), want);
+    assert_eq!(b.to_vec().unwrap(), want);
+    assert_eq!(a2.to_vec().unwrap(), b2.to_vec().unwrap());
+    // The first operand of the full shape sets the order.
+    let mixed = x.add(&rc).unwrap();
+    assert!(mixed.is_contiguous());
+    assert_eq!(
+        mixed.to_vec().unwrap(),
+        rc.add(&x).unwrap().to_vec().unwrap()
+    );
+    assert!(cl(&rc.add(&x).unwrap()));
+    // batch_norm accepts channels-last input in both modes.
+    let mean = Tensor::<Cpu, f64, shape![3]>::from_vec(values(3, 10)).unwrap();
+    let var = Tensor::<Cpu, f64, shape![3]>::from_vec(vec![0.5, 1.0, 2.0]).unwrap();
+    for args in [BatchNormArgs::eval(), BatchNormArgs::train()] {
+        let (mut m1, mut v1, mut m2, mut v2) =
+            (mean.clone(), var.clone(), mean.clone(), var.clone());
+        let a = x
+            .batch_norm(Some(&mut m1), Some(&mut v1), None, None, args)
+            .unwrap();
+        let b = xc
+            .batch_norm(Some(&mut m2), Some(&mut v2), None, None, args)
+            .unwrap();
+        let (a, b) = (a.to_vec().unwrap(), b.to_vec().unwrap());
+        for (u, v) in a.iter().zip(&b) {
+            assert!((u - v).abs() <= 1e-12, "{args:?}: {u} against {v}");
+        }
+        assert_eq!(m1.to_vec().unwrap().len(), m2.to_vec().unwrap().len());
+    }
+}
