@@ -148,6 +148,37 @@ fn transfers_round_trip_every_dtype() {
     assert_eq!(down(&up(&be, &bools), &[4097]), bools);
 }
 
+/// Small uploads through the staging ring, queued back to back without
+/// a read in between, several rings' worth (so it comes round and waits),
+/// with the ring's largest size, one byte past it (the halves), empty
+/// ones and a large one in between: every buffer holds its own bytes.
+#[test]
+fn small_uploads_through_the_ring_keep_their_bytes() {
+    use super::staging::{RING_BYTES, SMALL_BYTES};
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    let mut sizes: Vec<usize> = vec![1, SMALL_BYTES, SMALL_BYTES + 1, 0, 3, 17];
+    let mut total = 0;
+    while total < 3 * RING_BYTES {
+        let n = 1 + (rng.uniform() * (SMALL_BYTES / 8) as f64) as usize;
+        total += n;
+        sizes.push(n);
+    }
+    sizes.insert(sizes.len() / 2, 3 << 20);
+    let mut kept = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let data: Vec<u8> = random(&mut rng, n, 0.0, 256.0);
+        kept.push((i, up(&be, &data), data));
+    }
+    for (i, s, data) in &kept {
+        assert!(
+            down(s, &[data.len()]) == *data,
+            "upload {i} of {} bytes",
+            data.len()
+        );
+    }
+}
+
 #[test]
 fn downloads_of_views_match_the_host() {
     let Some((_serial, be)) = gpu() else { return };
