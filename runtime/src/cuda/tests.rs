@@ -3504,6 +3504,49 @@ fn cross_entropy_backward_row_copy_matches_the_global_pass() {
     check::<f64>(&be, &mut rng, 1e-12);
 }
 
+/// The cross-entropy backward over GPT-2's training logits (8192 x 50304
+/// bf16): rows kept in shared memory (aligned) against the global passes
+/// (the same rows one element into their buffer). Each call includes the
+/// read-back of its bad-target flag. Prints the mean ms of each.
+#[test]
+#[ignore = "timing on the GPU machine"]
+fn cross_entropy_backward_timing() {
+    use tensorfn_core::ops::xent::{CrossEntropyArgs, Reduction};
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    let (n, c) = (8192, 50304);
+    let mut x: Vec<bf16> = random(&mut rng, n * c + 1, -4.0, 4.0);
+    x[0] = bf16::from_f64(0.0);
+    let t: Vec<i64> = (0..n).map(|r| (r * 7919 % c) as i64).collect();
+    let (gx, gt) = (up(&be, &x), up(&be, &t));
+    let g = up(&be, &[bf16::from_f64(1.0)]);
+    let args = CrossEntropyArgs {
+        reduction: Reduction::Sum,
+        ..Default::default()
+    };
+    let (lt, lg) = (Layout::contiguous(&[n]), Layout::contiguous(&[]));
+    for (what, offset) in [("row in shared memory", 0), ("global passes", 1)] {
+        let lx = Layout::new(vec![n, c], vec![c, 1], offset);
+        let mut run = || {
+            be.cross_entropy_backward((&gx, &lx), (&gt, &lt), (&g, &lg), args)
+                .unwrap()
+                .unwrap();
+        };
+        for _ in 0..3 {
+            run();
+        }
+        be.synchronize().unwrap();
+        let reps = 20;
+        let start = std::time::Instant::now();
+        for _ in 0..reps {
+            run();
+        }
+        be.synchronize().unwrap();
+        let ms = start.elapsed().as_secs_f64() * 1e3 / reps as f64;
+        println!("cross_entropy_backward bf16 [{n}, {c}], {what}: {ms:.3} ms");
+    }
+}
+
 /// `topk` on the GPU against the CPU backend: every numeric dtype, rows
 /// of few distinct values (ties), NaN and ±inf, GPT-2's vocabulary with a
 /// sampling `k`, strided rows, `k` of 0 and of the whole row.
