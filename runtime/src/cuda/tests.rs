@@ -3527,7 +3527,7 @@ fn cross_entropy_backward_timing() {
     let (lt, lg) = (Layout::contiguous(&[n]), Layout::contiguous(&[]));
     for (what, offset) in [("row in shared memory", 0), ("global passes", 1)] {
         let lx = Layout::new(vec![n, c], vec![c, 1], offset);
-        let mut run = || {
+        let run = || {
             be.cross_entropy_backward((&gx, &lx), (&gt, &lt), (&g, &lg), args)
                 .unwrap()
                 .unwrap();
