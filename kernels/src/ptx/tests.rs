@@ -421,7 +421,18 @@ fn every_builtin_is_well_formed() {
             assert_eq!(es[0].name, k.name);
             assert_eq!(es[1].name, format!("{}_backward", k.name));
             assert_eq!(es[0].params.len(), 9, "{}", k.name);
-            assert_eq!(es[1].params.len(), 12, "{}", k.name);
+            assert_eq!(es[1].params.len(), 13, "{}", k.name);
+            // The backward's row copy: 16-byte chunks into its shared row.
+            assert!(es[1].body.contains("ld.global.nc.v4.u32"), "{}", k.name);
+            assert!(es[1].body.contains("st.shared.v4.u32"), "{}", k.name);
+            assert!(
+                k.ptx.contains(&format!(
+                    ".extern .shared .align 16 .b8 {}_backward_row[];",
+                    k.name
+                )),
+                "{}",
+                k.name
+            );
             for e in &es {
                 check_body(e);
                 assert!(e.body.contains("shfl.sync.bfly.b32"), "{}", e.name);

@@ -13,13 +13,23 @@
 //! through: `flag[0]` is set to 1 and `flag[1]` to the target, as the
 //! gather kernel does.
 //!
+//! The backward reads the logits from global memory once when the host
+//! sets `cache`: the block copies its row into dynamic shared memory
+//! (`NAME_row`, `cols * size` bytes, 16-byte chunks, several loads in
+//! flight per thread) while it takes the row's max, and the sum pass and
+//! the gradient pass read that copy. Each thread still folds the same
+//! columns in the same order as the uncached passes, so both give the
+//! same bits. The host sets `cache` only where the row fits the block's
+//! shared memory and its bytes are a multiple of 16 at a 16-byte aligned
+//! address.
+//!
 //! Parameters: `out, in, rows, cols, target, tstride, flag, ignore,
 //! smoothing` (the last an `f64`), and for the backward also `grad,
-//! gstride, scale` (an `f64`).
+//! gstride, scale` (an `f64`) and `cache`.
 
 use super::body::{Body, Class};
 use super::inst::emit_program;
-use super::memory::{load, store};
+use super::memory::{load, store, widen_half};
 use super::rows::{
     block_reduce, broadcast, col_loop, combine, elem_addr, frame, mov_ty, row_base, row_loop,
     set_identity, Frame,
@@ -45,6 +55,7 @@ fn params(backward: bool) -> String {
             ".param .u64 p_grad",
             ".param .u64 p_gstride",
             ".param .f64 p_scale",
+            ".param .u64 p_cache",
         ]);
     }
     format!("(\n\t{}\n)", p.join(",\n\t"))
@@ -100,9 +111,182 @@ fn target(body: &mut Body, tgt: &str, tstride: &str, row: &str, index: DTypeKind
     k
 }
 
+/// The backward's copy of its row in shared memory: `cached` is true
+/// when the host asked for it, `srow` is the copy's shared address.
+struct RowCache {
+    cached: String,
+    srow: String,
+}
+
+/// Loaded elements per thread in flight in the copy into shared memory.
+const COPY_UNROLL: u32 = 4;
+
+/// Element `col` of the row at `base` (global) or of its shared copy.
+fn load_x(
+    body: &mut Body,
+    dtype: DTypeKind,
+    base: &str,
+    col: &str,
+    cache: Option<&RowCache>,
+) -> String {
+    let ga = elem_addr(body, base, col, dtype);
+    let Some(c) = cache else {
+        return load(body, dtype, &ga, true);
+    };
+    let sa = elem_addr(body, &c.srow, col, dtype);
+    let (class, ty) = match dtype {
+        DTypeKind::F16 => (Class::B16, "b16"),
+        DTypeKind::BF16 => (Class::B32, "u16"),
+        DTypeKind::F32 => (Class::F32, "f32"),
+        _ => (Class::F64, "f64"),
+    };
+    let r = body.reg(class);
+    body.op(format!("@{} ld.shared.{ty} {r}, [{sa}]", c.cached));
+    body.op(format!("@!{} ld.global.nc.{ty} {r}, [{ga}]", c.cached));
+    match dtype {
+        DTypeKind::F16 | DTypeKind::BF16 => widen_half(body, dtype, &r),
+        _ => r,
+    }
+}
+
+/// The bits of four 32-bit words of `dtype` elements that are all `-inf`
+/// (the max's identity, for chunks past the row's end).
+fn neg_inf_words(dtype: DTypeKind) -> [u32; 4] {
+    match dtype {
+        DTypeKind::F16 => [0xFC00_FC00; 4],
+        DTypeKind::BF16 => [0xFF80_FF80; 4],
+        DTypeKind::F32 => [0xFF80_0000; 4],
+        _ => [0, 0xFFF0_0000, 0, 0xFFF0_0000],
+    }
+}
+
+/// The `acc` values of the elements packed in `words` (16 bytes).
+fn unpack(body: &mut Body, dtype: DTypeKind, words: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    match dtype {
+        DTypeKind::F16 => {
+            for w in words {
+                let (lo, hi) = (body.reg(Class::B16), body.reg(Class::B16));
+                body.op(format!("mov.b32 {{{lo}, {hi}}}, {w}"));
+                for h in [lo, hi] {
+                    let f = body.reg(Class::F32);
+                    body.op(format!("cvt.f32.f16 {f}, {h}"));
+                    out.push(f);
+                }
+            }
+        }
+        DTypeKind::BF16 => {
+            for w in words {
+                let (lo, hi) = (body.reg(Class::B32), body.reg(Class::B32));
+                body.op(format!("shl.b32 {lo}, {w}, 16"));
+                body.op(format!("and.b32 {hi}, {w}, -65536"));
+                for b in [lo, hi] {
+                    let f = body.reg(Class::F32);
+                    body.op(format!("mov.b32 {f}, {b}"));
+                    out.push(f);
+                }
+            }
+        }
+        DTypeKind::F32 => {
+            for w in words {
+                let f = body.reg(Class::F32);
+                body.op(format!("mov.b32 {f}, {w}"));
+                out.push(f);
+            }
+        }
+        _ => {
+            for pair in words.chunks(2) {
+                let d = body.reg(Class::F64);
+                body.op(format!("mov.b64 {d}, {{{}, {}}}", pair[0], pair[1]));
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+/// Copies the row at `base` into shared memory at `srow` in 16-byte
+/// chunks (`COPY_UNROLL` loads in flight per thread), folding every
+/// element into the max `state`.
+fn copy_row_max(
+    body: &mut Body,
+    f: &Frame,
+    spec: &RowSpec,
+    base: &str,
+    srow: &str,
+    state: &[(String, Ty)],
+) {
+    let dtype = spec.dtype;
+    let chunks = body.reg(Class::B64);
+    body.op(format!(
+        "mul.lo.u64 {chunks}, {}, {}",
+        f.cols,
+        dtype.size_bytes()
+    ));
+    body.op(format!("shr.u64 {chunks}, {chunks}, 4"));
+    let c = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {c}, %tid.x"));
+    let lp = body.label("xent_copy");
+    let end = body.label("xent_copy_end");
+    body.place(&lp);
+    let done = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {done}, {c}, {chunks}"));
+    body.op(format!("@{done} bra {end}"));
+    let identity = neg_inf_words(dtype);
+    let mut loaded = Vec::new();
+    for u in 0..COPY_UNROLL {
+        let cu = body.reg(Class::B64);
+        body.op(format!("add.u64 {cu}, {c}, {}", u * crate::abi::BLOCK));
+        let ok = body.reg(Class::Pred);
+        body.op(format!("setp.lt.u64 {ok}, {cu}, {chunks}"));
+        let off = body.reg(Class::B64);
+        body.op(format!("shl.b64 {off}, {cu}, 4"));
+        let (ga, sa) = (body.reg(Class::B64), body.reg(Class::B64));
+        body.op(format!("add.u64 {ga}, {base}, {off}"));
+        body.op(format!("add.u64 {sa}, {srow}, {off}"));
+        let words: Vec<String> = identity
+            .iter()
+            .map(|&bits| {
+                let w = body.reg(Class::B32);
+                body.op(format!("mov.b32 {w}, {bits}"));
+                w
+            })
+            .collect();
+        body.op(format!(
+            "@{ok} ld.global.nc.v4.u32 {{{}}}, [{ga}]",
+            words.join(", ")
+        ));
+        loaded.push((ok, sa, words));
+    }
+    for (ok, sa, words) in &loaded {
+        body.op(format!(
+            "@{ok} st.shared.v4.u32 [{sa}], {{{}}}",
+            words.join(", ")
+        ));
+    }
+    for (_, _, words) in &loaded {
+        for x in unpack(body, dtype, words) {
+            combine(body, &spec.max, state, &[x]);
+        }
+    }
+    body.op(format!(
+        "add.u64 {c}, {c}, {}",
+        COPY_UNROLL * crate::abi::BLOCK
+    ));
+    body.op(format!("bra.uni {lp}"));
+    body.place(&end);
+}
+
 /// The row's `lse` (all threads) and, in the block's first thread, the
-/// sum of its logits.
-fn row_stats(body: &mut Body, f: &Frame, spec: &RowSpec, base: &str) -> (String, String) {
+/// sum of its logits; with `cache`, the row is copied into shared memory
+/// first when asked and the sums read that copy.
+fn row_stats(
+    body: &mut Body,
+    f: &Frame,
+    spec: &RowSpec,
+    base: &str,
+    cache: Option<&RowCache>,
+) -> (String, String) {
     let acc = spec.acc;
     let dtype = spec.dtype;
     let ninf = [float_bits(acc, f64::NEG_INFINITY)];
@@ -110,11 +294,20 @@ fn row_stats(body: &mut Body, f: &Frame, spec: &RowSpec, base: &str) -> (String,
     // max
     let state = vec![(body.reg_ty(acc), acc)];
     set_identity(body, &state, &ninf);
+    let max_done = body.label("xent_max_done");
+    if let Some(c) = cache {
+        let global = body.label("xent_max_global");
+        body.op(format!("@!{} bra.uni {global}", c.cached));
+        copy_row_max(body, f, spec, base, &c.srow, &state);
+        body.op(format!("bra.uni {max_done}"));
+        body.place(&global);
+    }
     col_loop(body, f, |body, col| {
         let a = elem_addr(body, base, col, dtype);
         let x = load(body, dtype, &a, true);
         combine(body, &spec.max, &state, &[x]);
     });
+    body.place(&max_done);
     block_reduce(body, f, &spec.max, &state, &ninf);
     let m = body.reg_ty(acc);
     body.op(format!("mov.{} {m}, {}", mov_ty(acc), state[0].0));
@@ -126,8 +319,7 @@ fn row_stats(body: &mut Body, f: &Frame, spec: &RowSpec, base: &str) -> (String,
     set_identity(body, &s, &nzero);
     set_identity(body, &sx, &nzero);
     col_loop(body, f, |body, col| {
-        let a = elem_addr(body, base, col, dtype);
-        let x = load(body, dtype, &a, true);
+        let x = load_x(body, dtype, base, col, cache);
         let e = emit_program(body, &spec.exp_shift, &[x.clone(), m.clone()]);
         combine(body, &spec.sum, &s, &e);
         combine(body, &spec.sum, &sx, &[x]);
@@ -192,7 +384,7 @@ pub(crate) fn forward_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> Str
     ));
     row_loop(&mut body, &f, |body, row| {
         let base = row_base(body, &f.input, row, &f.cols, spec.dtype);
-        let (lse, sx) = row_stats(body, &f, spec, &base);
+        let (lse, sx) = row_stats(body, &f, spec, &base, None);
         let first = body.reg(Class::Pred);
         body.op(format!("and.pred {first}, {}, {}", f.is_lane0, f.is_warp0));
         let skip = body.label("xent_not_first");
@@ -270,6 +462,12 @@ pub(crate) fn backward_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> St
     let grad = u64_param(&mut body, "p_grad", true);
     let gstride = u64_param(&mut body, "p_gstride", false);
     let scale = f64_param(&mut body, "p_scale", acc);
+    let cache_flag = u64_param(&mut body, "p_cache", false);
+    let cached = body.reg(Class::Pred);
+    body.op(format!("setp.ne.u64 {cached}, {cache_flag}, 0"));
+    let srow = body.reg(Class::B64);
+    body.op(format!("mov.u64 {srow}, {name}_row"));
+    let cache = RowCache { cached, srow };
     let c = cols_value(&mut body, &f.cols, acc);
     let spread = body.reg_ty(acc);
     body.op(format!("div.rn.{ft} {spread}, {smooth}, {c}"));
@@ -282,7 +480,7 @@ pub(crate) fn backward_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> St
     row_loop(&mut body, &f, |body, row| {
         let base = row_base(body, &f.input, row, &f.cols, dtype);
         let obase = row_base(body, &f.out, row, &f.cols, dtype);
-        let (lse, _) = row_stats(body, &f, spec, &base);
+        let (lse, _) = row_stats(body, &f, spec, &base, Some(&cache));
         // Every thread reads the target (one address, cached).
         let k = target(body, &tgt, &tstride, row, index);
         let (ign, bad) = classify(body, &k, &ignore, &f.cols);
@@ -306,8 +504,7 @@ pub(crate) fn backward_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> St
         let gs = body.reg_ty(acc);
         body.op(format!("mul.rn.{ft} {gs}, {g}, {scale}"));
         col_loop(body, &f, |body, col| {
-            let a = elem_addr(body, &base, col, dtype);
-            let x = load(body, dtype, &a, true);
+            let x = load_x(body, dtype, &base, col, Some(&cache));
             let e = emit_program(body, &spec.exp_shift, &[x, lse.clone()]);
             let p = body.reg_ty(acc);
             body.op(format!("sub.rn.{ft} {p}, {}, {spread}", e[0]));
@@ -321,7 +518,7 @@ pub(crate) fn backward_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> St
         });
     });
     format!(
-        ".visible .entry {name}{}\n{{\n{}}}\n",
+        ".extern .shared .align 16 .b8 {name}_row[];\n\n.visible .entry {name}{}\n{{\n{}}}\n",
         params(true),
         body.finish()
     )

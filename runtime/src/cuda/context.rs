@@ -30,6 +30,9 @@ pub(crate) struct Context {
     pub(crate) sm_count: usize,
     /// Compute capability `(major, minor)`, which picks the PTX target.
     pub(crate) compute_capability: (u32, u32),
+    /// Most dynamic shared memory one block may opt into, in bytes (a
+    /// cross-entropy backward keeps its row there when it fits).
+    pub(crate) shared_per_block: usize,
     pub(crate) raw: sys::CUcontext,
     pub(crate) stream: sys::CUstream,
     pub(crate) alloc: Mutex<CachingAllocator>,
@@ -154,12 +157,16 @@ impl Context {
                 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR as MINOR,
             };
             let compute_capability = (attribute(MAJOR)?, attribute(MINOR)?);
+            let shared_per_block = attribute(
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )? as usize;
             Ok(Context {
                 ordinal,
                 name,
                 total_memory,
                 sm_count,
                 compute_capability,
+                shared_per_block,
                 raw,
                 stream,
                 alloc: Mutex::new(CachingAllocator::default()),

@@ -6,14 +6,15 @@
 //! DMA engine moves one half, the CPU fills or drains the other. An event
 //! per half says when the device is done with it, so an upload returns as
 //! soon as its bytes are in pinned memory; a download waits for its last
-//! chunk before handing the data over.
+//! chunk before handing the data over. Small uploads go through the ring
+//! of `staging` instead, which waits only when it comes round.
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
 use super::context::Context;
 use super::counters::{self, Count};
 use super::error::{driver, lock};
-use super::staging::{Staging, HALF_BYTES};
+use super::staging::{Staging, HALF_BYTES, SMALL_BYTES};
 use crate::backend::{Backend, CopyTo};
 use crate::cpu::copy::{gather, parallel_copy};
 use crate::cpu::CpuBackend;
@@ -47,6 +48,9 @@ impl Context {
     pub(crate) fn copy_htod(&self, src: &[u8], dst: u64) -> Result<()> {
         counters::copy(Count::HostToDevice, Count::HostToDeviceBytes, src.len());
         self.with_staging(|st| {
+            if !src.is_empty() && src.len() <= SMALL_BYTES {
+                return st.upload_small(src, dst, self.stream);
+            }
             for (i, chunk) in src.chunks(HALF_BYTES).enumerate() {
                 let h = i % 2;
                 st.wait(h)?;

@@ -4,11 +4,13 @@
 //! bad one in a flag buffer, read back after the launch. The forward
 //! writes one `f64` loss per row and counts the rows not ignored; the
 //! reduction is the runtime's sum over those `N` values (in `f64`),
-//! divided by the count for the mean.
+//! divided by the count for the mean. The backward keeps each row in
+//! shared memory where it fits (`row_bytes`), so it reads the logits
+//! once and writes the gradient once.
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
-use super::modules::{Builtin, ModuleKey};
+use super::modules::{Builtin, ModuleKey, BLOCK};
 use crate::backend::{xent_layouts, Backend, Gathered};
 use crate::dtype::{FloatDType, IndexDType};
 use crate::error::Result;
@@ -19,6 +21,24 @@ use tensorfn_kernels::{BinaryOp, ReduceOp};
 
 /// Blocks of a row launch at most (one row per block, grid-stride).
 const MAX_ROW_BLOCKS: usize = 65_535;
+
+/// Shared memory the backward's blocks leave for their own reductions
+/// (the row kernels' static slots, with room to spare).
+const STATIC_SHARED: usize = 1024;
+
+/// The dynamic shared memory of a backward block that keeps its row of
+/// `cols` elements of `size` bytes at `input` (so the logits are read
+/// from global memory once), or 0 where the row does not fit `limit`
+/// bytes or its copy's 16-byte chunks would not line up.
+fn row_bytes(cols: usize, size: usize, input: u64, limit: usize) -> usize {
+    let bytes = cols * size;
+    let fits = bytes + STATIC_SHARED <= limit;
+    if fits && bytes % 16 == 0 && input % 16 == 0 {
+        bytes
+    } else {
+        0
+    }
+}
 
 impl CudaBackend {
     /// See `Backend::cross_entropy` (`grad: None`) and
@@ -84,6 +104,11 @@ impl CudaBackend {
         } else {
             (None, Some(ctx.storage::<f64>(n)?))
         };
+        let shared = if grad.is_some() {
+            row_bytes(c, T::KIND.size_bytes(), input, ctx.shared_per_block)
+        } else {
+            0
+        };
         let mut values: Vec<u64> = vec![
             match (&out, &losses) {
                 (Some(o), _) => o.device_ptr(),
@@ -109,17 +134,21 @@ impl CudaBackend {
                 g.ptr_at(lg.offset()),
                 if per_row { lg.strides()[0] as u64 } else { 0 },
                 scale.to_bits(),
+                u64::from(shared > 0),
             ]);
         }
+
         let mut params: Vec<*mut c_void> = values
             .iter_mut()
             .map(|v| v as *mut u64 as *mut c_void)
             .collect();
         let grid = n.min(MAX_ROW_BLOCKS) as u32;
-        ctx.launch_grid(
+        ctx.launch_grid_block_shared(
             f,
             &|| format!("{kernel:?}{suffix} over {n}x{c}"),
             (grid, 1),
+            BLOCK,
+            shared as u32,
             &mut params,
         )?;
         let flag = self.download_host(&flag, &Layout::contiguous(&[3]))?;
