@@ -78,6 +78,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             (OpKind::Pool(kind), _) => return self.pool(def, kind, args, e),
             (OpKind::Flatten, _) => return self.flatten(def, recv, args, e),
             (OpKind::Dropout, _) => return self.dropout(def, recv, args, e),
+            (OpKind::TopK | OpKind::Multinomial, _) => return self.sampling(def, recv, args, e),
             (OpKind::Conv { spatial }, _) => return self.conv(def, spatial, args, e),
             (
                 OpKind::Reduce(_)

@@ -23,6 +23,7 @@ mod elementwise;
 mod indexing;
 mod linalg;
 mod pool;
+mod sampling;
 mod views;
 
 /// A checked tensor function.
