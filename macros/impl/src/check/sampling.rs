@@ -13,20 +13,11 @@ impl<'s, 'k> Checker<'s, 'k> {
         args: &[Arg],
         e: &Expr,
     ) -> NodeId {
-        let Some(a) = self.bind_op(def, recv.is_some(), args, e) else {
+        let Some(xs) = self.bind_with_receiver(def, recv, args, e) else {
             return self.error_node(e);
         };
-        // The arguments in the catalogue's order, the receiver first.
-        let mut xs: Vec<Option<&Expr>> = Vec::with_capacity(def.params.len());
-        if let Some((r, _)) = recv {
-            xs.push(Some(r));
-        }
-        xs.extend(a.iter().copied());
         let x_ex = xs[0].expect("required");
-        let x = match recv {
-            Some((_, id)) => id,
-            None => self.expr(x_ex),
-        };
+        let x = self.operand_node(recv, x_ex);
         let Some(o) = self.tensor(x, x_ex, def.name) else {
             return self.error_node(e);
         };
@@ -144,27 +135,5 @@ impl<'s, 'k> Checker<'s, 'k> {
             }),
             e,
         )
-    }
-
-    /// A count that becomes a dim of the result (`k`, `num_samples`): a
-    /// literal or a `usize` parameter, with the dim it gives.
-    fn size_arg(&mut self, x: &Expr, op: &str, what: &str) -> Option<(IndexArg, Dim)> {
-        let arg = self.index_arg(x, &format!("the `{what}` of `{op}`"))?;
-        let dim = match &arg {
-            IndexArg::Const(n) => Dim::constant(*n as i64),
-            IndexArg::Node(id) => match self.graph.nodes[*id].op {
-                Op::Param(j) if sig_scalar_is_symbol(self.sig, j) => {
-                    Dim::sym(&self.sig.param_names[j])
-                }
-                _ => {
-                    self.error(
-                        &x.sp,
-                        format!("the `{what}` of `{op}` is a literal or a `usize` parameter (it becomes a dim of the result), found `{x}`"),
-                    );
-                    return None;
-                }
-            },
-        };
-        Some((arg, dim))
     }
 }
