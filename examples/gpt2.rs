@@ -22,7 +22,8 @@
 //! Options: `--weights FILE`, `--tokens IDS` (comma-separated, the
 //! prompts of the `--batch` rows one after the other, default 8 fixed ids),
 //! `--batch B`, `--steps N`
-//! (new tokens, default 16), `--top-k K` (0: greedy), `--seed S`,
+//! (new tokens, default 16), `--top-k K` (0: greedy; tokens are chosen
+//! on the device either way), `--seed S`,
 //! `--dtype f32|bf16|f16`, `--layers L` (random weights only, default 12),
 //! `--cpu`, `--logits-out FILE` (the prompt's logits, `[B * T, 50257]`,
 //! f32), `--no-check` (skip the f64 check of a random model),

@@ -1192,12 +1192,19 @@ pub fn train<D: Device, T: Float>(o: &Options, data: &Data) -> AnyResult<Report>
 }
 
 /// `o.sample` characters generated after a newline: each from the last
-/// row's logits divided by the temperature, among the `top_k` largest,
-/// drawn with a generator seeded by `o.seed`. The whole window is run
+/// row's logits divided by the temperature, among the `top_k` largest
+/// (all for 0), drawn on the model's device with seeds from `o.seed`
+/// (only the chosen id comes back to the host). The whole window is run
 /// again for every character (no key-value cache: the context is short).
 fn sample<D: Device, T: Float>(m: &Gpt2<D, T>, o: &Options, data: &Data) -> Result<String> {
     let c = o.model;
-    let mut rng = Lcg::new(o.seed ^ 0x5a3b);
+    let mut seeds = o.seed ^ 0x5a3b;
+    let k = if o.top_k == 0 {
+        c.vocab
+    } else {
+        o.top_k.min(c.vocab)
+    };
+    let temperature = o.temperature.max(1e-6) as f32;
     let start = data.chars.binary_search(&'\n').unwrap_or(0) as i64;
     let mut ids = vec![start];
     for _ in 0..o.sample {
@@ -1206,34 +1213,13 @@ fn sample<D: Device, T: Float>(m: &Gpt2<D, T>, o: &Options, data: &Data) -> Resu
         let x = Tensor::<Cpu, i64, shape![_, _]>::from_vec_dims(window.to_vec(), &[1, s])?
             .to_device::<D>()?;
         let (h, _) = forward(m, c.heads, &x, &positions(s)?, Keep::Nothing)?;
-        let all = logits(&h, &m.ln_f.weight, &m.ln_f.bias, &m.wte.weight)?.to_vec()?;
-        let row: Vec<f64> = all[(s - 1) * c.vocab..]
-            .iter()
-            .map(|v| v.to_f64() / o.temperature.max(1e-6))
-            .collect();
-        ids.push(top_k_draw(&row, o.top_k, &mut rng) as i64);
+        let all = logits(&h, &m.ln_f.weight, &m.ln_f.bias, &m.wte.weight)?;
+        let last = all.narrow::<0, shape![_, _]>(s - 1, 1)?;
+        let seed = common::generate::next_seed(&mut seeds);
+        let next = common::generate::sample_top_k(&last, k, temperature, seed)?;
+        ids.push(next.to_vec()?[0]);
     }
     Ok(ids[1..].iter().map(|&i| data.chars[i as usize]).collect())
-}
-
-/// A draw from the softmax of the `k` largest of `row` (all for `k = 0`).
-fn top_k_draw(row: &[f64], k: usize, rng: &mut Lcg) -> usize {
-    let mut order: Vec<usize> = (0..row.len()).collect();
-    order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
-    let keep = if k == 0 { row.len() } else { k.min(row.len()) };
-    let top = row[order[0]];
-    let weights: Vec<f64> = order[..keep]
-        .iter()
-        .map(|&i| (row[i] - top).exp())
-        .collect();
-    let mut u = rng.uniform() * weights.iter().sum::<f64>();
-    for (w, &i) in weights.iter().zip(&order) {
-        if u < *w {
-            return i;
-        }
-        u -= w;
-    }
-    order[keep - 1]
 }
 
 /// The loss curve as an SVG: the training loss of every step (light)

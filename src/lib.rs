@@ -475,7 +475,12 @@
 ///   range is an `Err`; repeated indices add up), `cross_entropy(logits, target, ignore_index = -100,
 ///   reduction = "mean", label_smoothing = 0.0)` (PyTorch's, one fused
 ///   row kernel; a target out of range is an `Err`), `cumsum(x, dim)`
-///   (also a method; integers sum into `i64`), `arange(N)`,
+///   (also a method; integers sum into `i64`), `topk(x, k, dim = -1)`
+///   (a tuple `(values, indices)`, PyTorch's order: NaN largest, ties by
+///   position; `let (v, i) = x.topk(k);`), `multinomial(probs,
+///   num_samples, replacement = false, seed = seed)` (`i64` draws from the
+///   weights along the last dim, the same for a seed on every device),
+///   `arange(N)`,
 ///   `arange(start, end)` (`i64`),
 ///   `x.tril(diagonal = 0)`, `x.triu(..)`,
 ///   `x.to_cpu()`, indexing `x[i]`, `x[i, j]` (constant or `usize`),

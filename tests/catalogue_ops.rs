@@ -53,6 +53,11 @@ const fn walked(name: &'static str, function: bool, method: bool) -> Walked {
 /// ±inf sources, no indices, f32, f16 and bf16), `arange` of dims and
 /// literals, `tril` and `triu` at ranks 2-4 (every dtype, causal masks);
 /// `cumsum` along each dim at ranks 1-3 (f64 and `i32` into `i64`);
+/// `topk` along each dim at ranks 1-3 (every `k` from 0 to past the dim,
+/// ties, NaN and ±inf, empty dims, f32 and `i32`, keywords, fused
+/// neighbours); `multinomial` at ranks 1 and 2 against the typed API and
+/// the weights (zero weights never drawn, draws without replacement
+/// distinct, bad weights and counts an `Err`);
 /// `cross_entropy` of `[N, C]` logits (every keyword, both index dtypes,
 /// fused with its neighbours, f32, no rows, one class, a bad target);
 /// `max_pool2d`, `avg_pool2d` and `adaptive_avg_pool2d` at ranks 3 and 4
@@ -119,6 +124,8 @@ const WALKED: &[Walked] = &[
     walked("adaptive_avg_pool2d", true, false),
     walked("flatten", true, true),
     walked("dropout", true, true),
+    walked("topk", true, true),
+    walked("multinomial", true, true),
     walked("conv1d", true, false),
     walked("conv2d", true, false),
     walked("arange", true, false),
@@ -5784,4 +5791,370 @@ fn index_add_of_every_float_dtype() {
     walk::<f32>(4e-7 * 8.0);
     walk::<f16>(1.0 / 1024.0);
     walk::<bf16>(1.0 / 128.0);
+}
+
+// ---------------------------------------------------------------------
+// topk and multinomial.
+// ---------------------------------------------------------------------
+
+tensor_fn! {
+    fn topk1(x: &Tensor<Cpu, f64, [A]>, k: usize) -> (Tensor<Cpu, f64, [k]>, Tensor<Cpu, i64, [k]>) {
+        topk(x, k)
+    }
+    fn topk2(x: &Tensor<Cpu, f64, [A, B]>, k: usize) -> (
+        Tensor<Cpu, f64, [k, B]>, Tensor<Cpu, i64, [k, B]>,
+        Tensor<Cpu, f64, [A, k]>, Tensor<Cpu, i64, [A, k]>,
+        Tensor<Cpu, f64, [A, k]>, Tensor<Cpu, i64, [A, k]>,
+    ) {
+        let (v0, i0) = x.topk(k, 0);
+        let (v1, i1) = topk(input = x, k = k, dim = -1, largest = true, sorted = false);
+        let (v2, i2) = x.topk(k, sorted = true);
+        (v0, i0, v1, i1, v2, i2)
+    }
+    fn topk3(x: &Tensor<Cpu, f64, [A, B, C]>, k: usize) -> (
+        Tensor<Cpu, f64, [k, B, C]>, Tensor<Cpu, i64, [k, B, C]>,
+        Tensor<Cpu, f64, [A, k, C]>, Tensor<Cpu, i64, [A, k, C]>,
+        Tensor<Cpu, f64, [A, B, k]>, Tensor<Cpu, i64, [A, B, k]>,
+    ) {
+        let (v0, i0) = topk(x, k, 0);
+        let (v1, i1) = x.topk(k, -2);
+        let (v2, i2) = x.topk(k, dim = 2);
+        (v0, i0, v1, i1, v2, i2)
+    }
+    /// A literal `k` in f32, between elementwise neighbours.
+    fn topk_f32(x: &Tensor<Cpu, f32, [A, 6]>) -> (Tensor<Cpu, f32, [A, 2]>, Tensor<Cpu, i64, [A, 2]>) {
+        let (v, i) = (x * 2.0).topk(2);
+        (v + 1.0, i)
+    }
+    /// Integers keep their dtype; `k` equal to the dim.
+    fn topk_i32(x: &Tensor<Cpu, i32, [A, 4]>) -> (Tensor<Cpu, i32, [A, 4]>, Tensor<Cpu, i64, [A, 4]>) {
+        topk(x, 4)
+    }
+}
+
+/// `topk` along `dim` by a sort of each lane's `(value, position)` pairs:
+/// NaN largest, equal values in order of position.
+fn topk_ref(x: &[f64], d: &[usize], dim: usize, k: usize) -> Option<(Want, Want)> {
+    if k > d[dim] {
+        return None;
+    }
+    let mut out = d.to_vec();
+    out[dim] = k;
+    let (mut vals, mut idx) = (Vec::new(), Vec::new());
+    for lane in lanes(x, d, dim) {
+        let mut p: Vec<usize> = (0..lane.len()).collect();
+        let key = |i: usize| {
+            if lane[i].is_nan() {
+                f64::INFINITY
+            } else {
+                lane[i]
+            }
+        };
+        p.sort_by(|&a, &b| {
+            lane[b]
+                .is_nan()
+                .cmp(&lane[a].is_nan())
+                .then(key(b).partial_cmp(&key(a)).unwrap())
+                .then(a.cmp(&b))
+        });
+        vals.push(p[..k].iter().map(|&i| lane[i]).collect::<Vec<_>>());
+        idx.push(p[..k].iter().map(|&i| i as f64).collect::<Vec<_>>());
+    }
+    Some((
+        Want::bits(out.clone(), unlanes(&vals, &out, dim)),
+        Want::exact(out.clone(), unlanes(&idx, &out, dim)),
+    ))
+}
+
+/// The references of `topk` along each of `dims`, flattened as the
+/// functions return them (every one `None` when one is: the call errs).
+fn topk_wants(x: &[f64], d: &[usize], dims: &[usize], k: usize) -> Vec<Option<Want>> {
+    let r: Option<Vec<(Want, Want)>> = dims.iter().map(|&m| topk_ref(x, d, m, k)).collect();
+    match r {
+        Some(r) => r
+            .into_iter()
+            .flat_map(|(v, i)| [Some(v), Some(i)])
+            .collect(),
+        None => vec![None; 2 * dims.len()],
+    }
+}
+
+#[test]
+fn topk_along_each_dim() {
+    let mut rng = Rng::new(4242);
+    for round in 0..6 {
+        let d = if round == 5 {
+            empty_dims(&mut rng)
+        } else {
+            random_dims(&mut rng, 1, 6)
+        };
+        let (xv, x) = inputs_by_rank(&mut rng, &d, SPECIAL);
+        // Every `k` from 0 to one past the largest dim.
+        for k in 0..=6 {
+            let what = |r: usize| format!("topk k = {k} at rank {r}, dims {:?}", d[r]);
+            check_or_err(&what(1), topk1(&x.1, k), &topk_wants(&xv.1, &d[1], &[0], k));
+            check_or_err(
+                &what(2),
+                topk2(&x.2, k),
+                &topk_wants(&xv.2, &d[2], &[0, 1, 1], k),
+            );
+            check_or_err(
+                &what(3),
+                topk3(&x.3, k),
+                &topk_wants(&xv.3, &d[3], &[0, 1, 2], k),
+            );
+            // The typed API, along the last dim.
+            check_or_err(
+                &format!("typed {}", what(3)),
+                x.3.topk::<S3>(k),
+                &topk_wants(&xv.3, &d[3], &[2], k),
+            );
+        }
+    }
+    // f32 between elementwise ops, and integers, on fresh values.
+    for rows in [0, 1, 5] {
+        // Values of f32, so doubling them is exact; the `+ 1` rounds in f32.
+        let v: Vec<f64> = rng
+            .values(rows * 6, SPECIAL)
+            .iter()
+            .map(|&a| a as f32 as f64)
+            .collect();
+        let t: Tensor<Cpu, f32, shape![_, 6]> = tensor(&v, &[rows, 6]);
+        let doubled: Vec<f64> = v.iter().map(|&a| a * 2.0).collect();
+        let (mut wv, wi) = topk_ref(&doubled, &[rows, 6], 1, 2).unwrap();
+        wv.vals
+            .iter_mut()
+            .for_each(|a| *a = (*a as f32 + 1.0) as f64);
+        check_or_err("topk f32", topk_f32(&t), &[Some(wv), Some(wi)]);
+        let ints: Vec<f64> = (0..rows * 4).map(|_| rng.below(5) as f64 - 2.0).collect();
+        let t: Tensor<Cpu, i32, shape![_, 4]> = tensor(&ints, &[rows, 4]);
+        let (wv, wi) = topk_ref(&ints, &[rows, 4], 1, 4).unwrap();
+        check_or_err("topk i32", topk_i32(&t), &[Some(wv), Some(wi)]);
+    }
+}
+
+tensor_fn! {
+    fn draws1(p: &Tensor<Cpu, f64, [K]>, n: usize, seed: usize) -> (Tensor<Cpu, i64, [n]>, Tensor<Cpu, i64, [n]>) {
+        (multinomial(p, n, true, seed), p.multinomial(n, seed = seed))
+    }
+    fn draws2(p: &Tensor<Cpu, f64, [A, K]>, n: usize, seed: usize) -> (Tensor<Cpu, i64, [A, n]>, Tensor<Cpu, i64, [A, n]>) {
+        (
+            multinomial(input = p, num_samples = n, replacement = true, seed = seed),
+            p.multinomial(n, replacement = false, seed = seed),
+        )
+    }
+    /// Sampling's pipeline: weights from logits, one draw per row.
+    fn draw_softmax(logits: &Tensor<Cpu, f32, [A, 5]>, seed: usize) -> Tensor<Cpu, i64, [A, 1]> {
+        multinomial(softmax(logits * 0.5, -1), 1, seed = seed)
+    }
+}
+
+#[test]
+fn multinomial_matches_the_typed_api_and_the_weights() {
+    let mut rng = Rng::new(77);
+    for round in 0..8 {
+        let (a, k) = (rng.below(4) + usize::from(round > 0), rng.below(6) + 1);
+        // Weights with zeros among them, at least one positive per row.
+        let mut w: Vec<f64> = (0..a * k)
+            .map(|_| {
+                if rng.below(3) == 0 {
+                    0.0
+                } else {
+                    rng.below(100) as f64 / 7.0
+                }
+            })
+            .collect();
+        for r in 0..a {
+            w[r * k + rng.below(k)] = 1.5;
+        }
+        let p1: Tensor<Cpu, f64, S1> = tensor(&w[..k.min(w.len())], &[k.min(w.len())]);
+        let p2: Tensor<Cpu, f64, S2> = tensor(&w, &[a, k]);
+        let positive = |row: &[f64]| row.iter().filter(|&&v| v > 0.0).count();
+        for n in [1, 2, k, k + 3] {
+            let seed = rng.below(1000);
+            let what = format!("multinomial of [{a}, {k}], {n} draws, seed {seed}");
+            let with = p2
+                .multinomial::<S2>(n, true, seed)
+                .unwrap()
+                .to_vec()
+                .unwrap();
+            let without = p2.multinomial::<S2>(n, false, seed);
+            match draws2(&p2, n, seed) {
+                Ok((x, y)) => {
+                    assert_eq!(x.to_vec().unwrap(), with, "{what}");
+                    assert_eq!(
+                        y.to_vec().unwrap(),
+                        without.unwrap().to_vec().unwrap(),
+                        "{what}"
+                    );
+                    let y = y.to_vec().unwrap();
+                    for (r, (dx, dy)) in with.chunks(n).zip(y.chunks(n)).enumerate() {
+                        let row = &w[r * k..(r + 1) * k];
+                        for &c in dx.iter().chain(dy) {
+                            assert!(row[c as usize] > 0.0, "{what}: drew weight 0 at {c}");
+                        }
+                        let mut u = dy.to_vec();
+                        u.sort();
+                        u.dedup();
+                        assert_eq!(u.len(), n, "{what}: {dy:?} repeats without replacement");
+                    }
+                }
+                Err(e) => {
+                    // Without replacement, more draws than positive weights.
+                    assert!(
+                        a > 0 && (0..a).any(|r| positive(&w[r * k..(r + 1) * k]) < n),
+                        "{what}: {e}"
+                    );
+                    assert!(without.is_err(), "{what}");
+                }
+            }
+            if a > 0 {
+                let typed = p1
+                    .multinomial::<S1>(n, true, seed)
+                    .unwrap()
+                    .to_vec()
+                    .unwrap();
+                match draws1(&p1, n, seed) {
+                    Ok((x, y)) => {
+                        assert_eq!(x.to_vec().unwrap(), typed, "{what} (rank 1)");
+                        let typed = p1.multinomial::<S1>(n, false, seed).unwrap();
+                        assert_eq!(
+                            y.to_vec().unwrap(),
+                            typed.to_vec().unwrap(),
+                            "{what} (rank 1)"
+                        );
+                    }
+                    Err(e) => assert!(n > positive(&w[..k]), "{what} (rank 1): {e}"),
+                }
+            }
+        }
+    }
+    // Bad weights and counts are an `Err`, never a panic.
+    let bad = |v: Vec<f64>, n: usize| {
+        let t: Tensor<Cpu, f64, S2> = tensor(&v, &[2, 3]);
+        draws2(&t, n, 1).is_err()
+    };
+    for b in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0] {
+        assert!(bad(vec![1.0, 2.0, 3.0, 1.0, b, 1.0], 1), "weight {b}");
+    }
+    assert!(
+        bad(vec![1.0, 2.0, 3.0, 0.0, 0.0, -0.0], 1),
+        "a row of zeros"
+    );
+    assert!(bad(vec![1.0; 6], 0), "no draws");
+    assert!(bad(vec![1.0; 6], 4), "4 draws of 3 without replacement");
+    let t: Tensor<Cpu, f64, S2> = tensor(&[], &[2, 0]);
+    assert!(draws2(&t, 1, 1).is_err(), "no categories");
+}
+
+#[test]
+fn multinomial_of_softmax_follows_the_probabilities() {
+    // One row of logits repeated: the draws' counts against the f64
+    // softmax (chi-square at p = 0.001 with 4 degrees of freedom).
+    let logits = [1.0, -0.5, 2.0, f64::NEG_INFINITY, 0.25];
+    let rows = 20_000;
+    let v: Vec<f64> = (0..rows).flat_map(|_| logits).collect();
+    let t: Tensor<Cpu, f32, shape![_, 5]> = tensor(&v, &[rows, 5]);
+    let draws = draw_softmax(&t, 12345).unwrap().to_vec().unwrap();
+    let e: Vec<f64> = logits.iter().map(|&l| (0.5 * l).exp()).collect();
+    let total: f64 = e.iter().sum();
+    let mut counts = [0usize; 5];
+    for &c in &draws {
+        counts[c as usize] += 1;
+    }
+    assert_eq!(counts[3], 0, "a -inf logit drawn");
+    let chi2: f64 = (0..5)
+        .filter(|&c| e[c] > 0.0)
+        .map(|c| {
+            let want = e[c] / total * rows as f64;
+            (counts[c] as f64 - want).powi(2) / want
+        })
+        .sum();
+    assert!(
+        chi2 < 16.27,
+        "chi-square {chi2} with 3 degrees of freedom, counts {counts:?}"
+    );
+    assert_eq!(draw_softmax(&t, 12345).unwrap().to_vec().unwrap(), draws);
+    assert_ne!(draw_softmax(&t, 12346).unwrap().to_vec().unwrap(), draws);
+}
+
+tensor_fn! {
+    /// Sampling's ops on any device: `topk` along the rows and the
+    /// columns, and draws with and without replacement.
+    fn sampling_on<D: Device>(logits: &Tensor<D, f32, [B, V]>, p: &Tensor<D, f32, [B, V]>, k: usize, seed: usize) -> (
+        Tensor<D, f32, [B, k]>, Tensor<D, i64, [B, k]>,
+        Tensor<D, f32, [2, V]>, Tensor<D, i64, [2, V]>,
+        Tensor<D, i64, [B, 5]>, Tensor<D, i64, [B, 3]>,
+    ) {
+        let (v, i) = topk(logits, k);
+        let (cv, ci) = logits.topk(2, 0);
+        (v, i, cv, ci, multinomial(p, 5, true, seed), p.multinomial(3, seed = seed))
+    }
+}
+
+#[test]
+fn sampling_on_the_gpu_matches_the_cpu() {
+    let mut rng = Rng::new(31337);
+    let (b, v) = (3, 1000);
+    // Few distinct logits (ties), NaN and ±inf among them.
+    let logits: Vec<f64> = rng
+        .values(b * v, SPECIAL)
+        .iter()
+        .map(|&x| (x * 4.0).round())
+        .collect();
+    let p: Vec<f64> = (0..b * v)
+        .map(|i| {
+            if i % v == 7 || rng.below(4) > 0 {
+                rng.below(100) as f64 / 8.0 + 0.5
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let lc: Tensor<Cpu, f32, S2> = tensor(&logits, &[b, v]);
+    let pc: Tensor<Cpu, f32, S2> = tensor(&p, &[b, v]);
+    let cpu = sampling_on(&lc, &pc, 50, 9).unwrap();
+    let (vw, iw) = topk_ref(&logits, &[b, v], 1, 50).unwrap();
+    check_all("topk on the CPU", &cpu.0.outs(), &[vw]);
+    check_all("topk on the CPU", &cpu.1.outs(), &[iw]);
+    let Ok(lg) = lc.to_device::<Cuda>() else {
+        eprintln!("skipping the GPU part: no CUDA device");
+        return;
+    };
+    let pg = pc.to_device::<Cuda>().unwrap();
+    let gpu = sampling_on(&lg, &pg, 50, 9).unwrap();
+    let bits = |x: Vec<f32>| x.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    assert_eq!(
+        bits(gpu.0.to_vec().unwrap()),
+        bits(cpu.0.to_vec().unwrap()),
+        "topk values"
+    );
+    assert_eq!(
+        gpu.1.to_vec().unwrap(),
+        cpu.1.to_vec().unwrap(),
+        "topk indices"
+    );
+    assert_eq!(
+        bits(gpu.2.to_vec().unwrap()),
+        bits(cpu.2.to_vec().unwrap()),
+        "topk along dim 0"
+    );
+    assert_eq!(
+        gpu.3.to_vec().unwrap(),
+        cpu.3.to_vec().unwrap(),
+        "topk along dim 0"
+    );
+    assert_eq!(
+        gpu.4.to_vec().unwrap(),
+        cpu.4.to_vec().unwrap(),
+        "draws with replacement"
+    );
+    assert_eq!(
+        gpu.5.to_vec().unwrap(),
+        cpu.5.to_vec().unwrap(),
+        "draws without"
+    );
+    // A `k` past the dim is the same `Err` on both devices.
+    let e = sampling_on(&lg, &pg, v + 1, 9).unwrap_err().to_string();
+    assert_eq!(e, sampling_on(&lc, &pc, v + 1, 9).unwrap_err().to_string());
 }

@@ -1288,6 +1288,108 @@ pub fn reduce<D: DimValue>(
     Ok(out)
 }
 
+/// `topk(x, k, dim)`: the `k` largest (or smallest) elements along `dim`
+/// and their positions; the result (values and indices alike) has the
+/// dims of `x` with `dim` of size `k`. A `k` larger than the dim is an
+/// error (where both are known: the macro checks static sizes, the
+/// runtime every call).
+///
+/// ```
+/// use tensorfn_core::rules::topk;
+/// assert_eq!(topk::<usize>("topk", ("logits", &[4, 50257]), 1, &40).unwrap(), vec![4, 40]);
+/// assert_eq!(topk::<usize>("topk", ("x", &[3, 0]), 1, &0).unwrap(), vec![3, 0]);
+/// let e = topk::<usize>("topk", ("x", &[4, 10]), 1, &11).unwrap_err();
+/// assert!(e.message.contains("`k` at most 10"), "{e}");
+/// assert!(topk::<usize>("topk", ("x", &[]), 0, &1).is_err());
+/// ```
+pub fn topk<D: DimValue>(
+    op: &str,
+    x: Operand<'_, D>,
+    dim: usize,
+    k: &D,
+) -> Result<Vec<D>, RuleError> {
+    reduce(op, x, dim, false)?;
+    let (name, dims) = x;
+    if let (Some(size), Some(kn)) = (dims[dim].to_usize(), k.to_usize()) {
+        if kn > size {
+            return err(
+                op,
+                0,
+                format!(
+                    "`{op}` picks `k` elements along dim {dim} of `{name}`, so `k` at most {size} (the size of that dim), found k = {kn}: pass a `k` of at most {size}, or pick along another dim"
+                ),
+            );
+        }
+    }
+    let mut out = dims.to_vec();
+    out[dim] = k.clone();
+    Ok(out)
+}
+
+/// `multinomial(probs, num_samples, replacement)`: `probs` is `[.., K]`,
+/// `K` categories of weights along the last dim; the result holds
+/// `num_samples` category indices per row, `[.., num_samples]`. `K` must
+/// be 1 or more, `num_samples` 1 or more, and without replacement at most
+/// `K` (where the sizes are known: the macro checks static sizes, the
+/// runtime every call).
+///
+/// ```
+/// use tensorfn_core::rules::multinomial;
+/// assert_eq!(multinomial::<usize>("multinomial", ("probs", &[4, 10]), &1, false).unwrap(), vec![4, 1]);
+/// assert_eq!(multinomial::<usize>("multinomial", ("probs", &[10]), &20, true).unwrap(), vec![20]);
+/// let e = multinomial::<usize>("multinomial", ("probs", &[4, 10]), &11, false).unwrap_err();
+/// assert!(e.message.contains("`num_samples` at most 10"), "{e}");
+/// assert!(multinomial::<usize>("multinomial", ("probs", &[4, 10]), &0, true).is_err());
+/// assert!(multinomial::<usize>("multinomial", ("probs", &[4, 0]), &1, true).is_err());
+/// assert!(multinomial::<usize>("multinomial", ("probs", &[]), &1, true).is_err());
+/// ```
+pub fn multinomial<D: DimValue>(
+    op: &str,
+    probs: Operand<'_, D>,
+    num_samples: &D,
+    replacement: bool,
+) -> Result<Vec<D>, RuleError> {
+    let (name, dims) = probs;
+    let Some(last) = dims.last() else {
+        return err(
+            op,
+            0,
+            format!("`{op}` draws categories along the last dim of `{name}`, which must have at least one dim, but it is a scalar (shape [])"),
+        );
+    };
+    if last.to_usize() == Some(0) {
+        return err(
+            op,
+            0,
+            format!(
+                "`{op}` draws from the categories along the last dim of `{name}`, which must be 1 or more, but its shape is {}",
+                fmt_dims(dims)
+            ),
+        );
+    }
+    if num_samples.to_usize() == Some(0) {
+        return err(
+            op,
+            0,
+            format!("`{op}` draws `num_samples` of 1 or more, found num_samples = 0"),
+        );
+    }
+    if let (false, Some(k), Some(n)) = (replacement, last.to_usize(), num_samples.to_usize()) {
+        if n > k {
+            return err(
+                op,
+                0,
+                format!(
+                    "`{op}` without replacement draws each of the {k} categories of `{name}` at most once, so `num_samples` at most {k}, found num_samples = {n}: pass `replacement = true` to draw more"
+                ),
+            );
+        }
+    }
+    let mut out = dims.to_vec();
+    *out.last_mut().expect("rank 1 or more") = num_samples.clone();
+    Ok(out)
+}
+
 /// Indexing `x[.., index, ..]` along `dim`: the dim disappears; an index
 /// past the end is an error (never an illegal memory access).
 ///

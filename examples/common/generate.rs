@@ -1,7 +1,8 @@
 //! Generation shared by the language-model examples (`gpt2`, `llama`): the
 //! command line, the prompt's forward pass (timed, its logits written for
 //! the reference scripts), and greedy or top-k decoding with a key-value
-//! cache, in tokens per second.
+//! cache, in tokens per second. Choosing each token runs on the model's
+//! device ([`next_tokens`]); only the chosen ids come back to the host.
 
 use super::{check_close, to_f64, AnyResult, TempFile};
 use std::path::PathBuf;
@@ -139,52 +140,56 @@ struct Logits {
     logits: Tensor<Cpu, f32, shape![_, _]>,
 }
 
-/// The next token of each row from `[B, 1, vocab]` logits: the largest
-/// (on the device), or one of the `k` largest (`topk`, on the device)
-/// drawn by their softmax.
+tensor_fn! {
+    /// One token per row drawn from the softmax at `temperature` of the
+    /// row's `k` largest logits, as ids `[B, 1]`, with `seed` (the same
+    /// draws on every device): top-k, softmax and the draw all run on the
+    /// logits' device.
+    pub fn sample_top_k<D: Device, T: Float>(
+        logits: &Tensor<D, T, [B, V]>,
+        k: usize,
+        temperature: f32,
+        seed: usize,
+    ) -> Tensor<D, i64, [B, 1]> {
+        let (values, indices) = topk(logits, k);
+        let probs = softmax(values.cast::<f32>() / temperature, -1);
+        gather(indices, 1, multinomial(probs, 1, seed = seed))
+    }
+
+    /// The id of each row's largest logit (the first of equals), `[B, 1]`.
+    pub fn greedy<D: Device, T: Float>(logits: &Tensor<D, T, [B, V]>) -> Tensor<D, i64, [B, 1]> {
+        logits.argmax(-1, keepdim = true)
+    }
+}
+
+/// The next token of each row from `[B, 1, vocab]` logits, on their
+/// device: the largest for `k = 0`, else one of the `k` largest drawn by
+/// their softmax with the next seed of `rng`. The ids stay on the device
+/// for the next step; only they (8 bytes a row) are copied to the host.
 pub fn next_tokens<D: Device, T: Float>(
     logits: &Tensor<D, T, shape![_, 1, _]>,
     k: usize,
     rng: &mut u64,
-) -> Result<Vec<i64>> {
-    if k == 0 {
-        return logits.argmax::<2>()?.to_vec();
-    }
-    let vocab = logits.dims()[2];
-    let k = k.min(vocab);
-    // The k largest of each row, sorted, on the device.
-    let (values, indices) = logits.topk::<shape![_, 1, _]>(k)?;
-    let values: Vec<f64> = values
-        .to_vec()?
-        .into_iter()
-        .map(tensorfn::DType::to_f64)
-        .collect();
-    let indices = indices.to_vec()?;
-    Ok(values
-        .chunks(k)
-        .zip(indices.chunks(k))
-        .map(|(top, ids)| {
-            let max = top[0];
-            let weights: Vec<f64> = top.iter().map(|&v| (v - max).exp()).collect();
-            let mut u = uniform(rng) * weights.iter().sum::<f64>();
-            for (&i, w) in ids.iter().zip(&weights) {
-                if u < *w {
-                    return i;
-                }
-                u -= w;
-            }
-            ids[0]
-        })
-        .collect())
+) -> Result<(Tensor<D, i64, shape![_, 1]>, Vec<i64>)> {
+    let (b, vocab) = (logits.dims()[0], logits.dims()[2]);
+    let rows = logits.reshape_dims::<shape![_, _]>(&[b, vocab])?;
+    let ids = if k == 0 {
+        greedy(&rows)?
+    } else {
+        sample_top_k(&rows, k.min(vocab), 1.0, next_seed(rng))?
+    };
+    let host = ids.to_vec()?;
+    Ok((ids, host))
 }
 
-/// A uniform draw in `[0, 1)` (SplitMix64).
-fn uniform(state: &mut u64) -> f64 {
+/// The next seed of a SplitMix64 stream (one per step, so each step draws
+/// anew).
+pub fn next_seed(state: &mut u64) -> usize {
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    (z ^ (z >> 31)) as usize
 }
 
 /// Runs the prompt (timed with `--bench`, its logits written with
@@ -207,7 +212,7 @@ pub fn generate<D: Device, T: Float, M: CausalLm<D, T>>(
     }
     let last = all.narrow::<1, shape![_, 1, _]>(s - 1, 1)?;
     let mut rng = o.seed.unwrap_or(0);
-    let mut next = next_tokens(&last, o.top_k, &mut rng)?;
+    let (mut next_ids, mut next) = next_tokens(&last, o.top_k, &mut rng)?;
     tensorfn::synchronize::<D>()?;
     let prompt_time = start.elapsed();
     drop((all, last));
@@ -240,9 +245,7 @@ pub fn generate<D: Device, T: Float, M: CausalLm<D, T>>(
         if s + out[0].len() >= context {
             break;
         }
-        let ids = Tensor::<Cpu, i64, shape![_, 1]>::from_vec_dims(next.clone(), &[b, 1])?
-            .to_device::<D>()?;
-        next = next_tokens(&model.step(&ids, &mut cache)?, o.top_k, &mut rng)?;
+        (next_ids, next) = next_tokens(&model.step(&next_ids, &mut cache)?, o.top_k, &mut rng)?;
     }
     tensorfn::synchronize::<D>()?;
     let gen_time = start.elapsed().as_secs_f64();

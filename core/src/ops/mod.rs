@@ -191,6 +191,12 @@ pub enum OpKind {
     CrossEntropy,
     /// `cumsum(input, dim)`: the cumulative sum along `dim`.
     Cumsum,
+    /// `topk(input, k, dim, largest, sorted)`: the `k` largest elements
+    /// along `dim` and their positions, a tuple `(values, indices)`.
+    TopK,
+    /// `multinomial(input, num_samples, replacement, seed)`: category
+    /// indices drawn from rows of weights along the last dim.
+    Multinomial,
     /// `max_pool2d`, `avg_pool2d`, `adaptive_avg_pool2d` over the last two
     /// dims of `[N, C, H, W]` or `[C, H, W]`.
     Pool(PoolKind),
@@ -341,6 +347,10 @@ pub enum ShapeRule {
     ScatterAdd,
     /// [`rules::cross_entropy`](crate::rules::cross_entropy).
     CrossEntropy,
+    /// [`rules::topk`](crate::rules::topk).
+    TopK,
+    /// [`rules::multinomial`](crate::rules::multinomial).
+    Multinomial,
     /// [`rules::conv`](crate::rules::conv).
     Conv,
     /// `[end]`.
@@ -388,7 +398,12 @@ pub enum Derivative {
 /// table).
 const fn derivative_of(kind: OpKind) -> Derivative {
     match kind {
-        OpKind::Compare(_) | OpKind::Arange => Derivative::None,
+        // A draw has no gradient; `topk`'s values would pass theirs to
+        // the picked positions, but its result is a tuple, which `#[grad]`
+        // does not follow yet.
+        OpKind::Compare(_) | OpKind::Arange | OpKind::TopK | OpKind::Multinomial => {
+            Derivative::None
+        }
         OpKind::Reduce(ReduceOp::ArgMax | ReduceOp::ArgMin) => Derivative::None,
         _ => Derivative::Rule,
     }
@@ -900,6 +915,37 @@ static POOLS: &[OpDef] = &[
         DTypeRule::SameFloat,
         ShapeRule::Same,
         "Each element zeroed with probability `p` and the others scaled by `1 / (1 - p)` when `training`, by a mask hashed from the `usize` `seed` and the element's position (the same on every device; the identity when not `training`).",
+    ),
+    def(
+        "topk",
+        OpKind::TopK,
+        true,
+        true,
+        &[
+            INPUT,
+            p("k", SCALAR),
+            opt("dim", ParamKind::Dim, "-1"),
+            opt("largest", SCALAR, "true"),
+            opt("sorted", SCALAR, "true"),
+        ],
+        DTypeRule::Same,
+        ShapeRule::TopK,
+        "The `k` largest elements along `dim`, largest first, and their positions (`i64`): a tuple `(values, indices)` as `torch.topk` (NaN counts as largest; ties in order of position).",
+    ),
+    def(
+        "multinomial",
+        OpKind::Multinomial,
+        true,
+        true,
+        &[
+            INPUT,
+            p("num_samples", SCALAR),
+            opt("replacement", SCALAR, "false"),
+            opt("seed", SCALAR, "None"),
+        ],
+        DTypeRule::Index,
+        ShapeRule::Multinomial,
+        "`num_samples` category indices (`i64`) per row drawn from the non-negative weights along the last dim, with or without `replacement`, by a generator hashed from the `usize` `seed` and the draw's position (the same on every device).",
     ),
 ];
 

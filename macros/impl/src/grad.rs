@@ -427,6 +427,7 @@ fn carries(op: &Op, k: usize) -> bool {
         }
         Op::ScatterAdd { .. } => k != 1,
         Op::Narrow { .. } | Op::Index { .. } | Op::Dropout { .. } => k == 0,
+        Op::TopK { .. } | Op::Multinomial { .. } => k == 0,
         _ => true,
     }
 }
@@ -463,6 +464,8 @@ fn op_name(op: &Op) -> String {
         Op::Cumsum { .. } => "`cumsum`".into(),
         Op::Pool { pool, .. } => format!("`{}`", pool.kind.name()),
         Op::Dropout { .. } => "`dropout`".into(),
+        Op::TopK { .. } => "`topk`".into(),
+        Op::Multinomial { .. } => "`multinomial`".into(),
         Op::Conv { spatial: 1, .. } => "`conv1d`".into(),
         Op::Conv { .. } => "`conv2d`".into(),
         _ => "this op".into(),
@@ -1527,6 +1530,13 @@ impl Deriver {
                 return Err("is opaque to `tensor_fn!`, which cannot differentiate it".into())
             }
             Op::Compare(..) | Op::Arange { .. } => return Err("has no gradient".into()),
+            Op::Multinomial { .. } => return Err("draws indices and has no gradient".into()),
+            Op::TopK { .. } => {
+                return Err("is not differentiable yet (its values' gradient would go to the picked positions): take the values as `gather(x, dim, indices)` of its indices, which is".into())
+            }
+            Op::TupleGet(t, _) if matches!(self.g.nodes[t].op, Op::TopK { .. }) => {
+                return Err("comes from `topk`, which is not differentiable yet (its values' gradient would go to the picked positions): take the values as `gather(x, dim, indices)` of its indices, which is".into())
+            }
             Op::TupleGet(..) | Op::Param(_) | Op::Lit { .. } => {
                 return Err("has no derivative rule".into())
             }
@@ -2018,6 +2028,20 @@ fn map_op(op: &Op, m: &dyn Fn(NodeId) -> NodeId) -> Op {
         }
         Op::Dropout { x, seed, .. } => {
             *x = m(*x);
+            *seed = ia(seed);
+        }
+        Op::TopK { x, k, .. } => {
+            *x = m(*x);
+            *k = ia(k);
+        }
+        Op::Multinomial {
+            x,
+            num_samples,
+            seed,
+            ..
+        } => {
+            *x = m(*x);
+            *num_samples = ia(num_samples);
             *seed = ia(seed);
         }
         Op::Norm {

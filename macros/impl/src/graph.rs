@@ -465,6 +465,28 @@ pub enum Op {
         /// True for `index_add` (a 1-D index).
         index_add: bool,
     },
+    /// `topk(x, k, dim)`: a tuple of the `k` largest elements along `dim`
+    /// and their `i64` positions.
+    TopK {
+        /// The source.
+        x: NodeId,
+        /// How many (the picked dim's size in the node type).
+        k: IndexArg,
+        /// The dim picked along.
+        dim: usize,
+    },
+    /// `multinomial(x, num_samples, replacement, seed)`: `i64` category
+    /// indices drawn from the weights along the last dim.
+    Multinomial {
+        /// The weights.
+        x: NodeId,
+        /// Draws per row (the last dim's size in the node type).
+        num_samples: IndexArg,
+        /// True to draw with replacement.
+        replacement: bool,
+        /// The generator's seed.
+        seed: IndexArg,
+    },
     /// `arange(start, end)` (the length in the node type).
     Arange {
         /// The first value.
@@ -565,6 +587,27 @@ impl Graph {
             }
             Op::Cumsum { x, .. } | Op::Pool { x, .. } => vec![*x],
             Op::PoolBackward { x, grad, .. } => vec![*x, *grad],
+            Op::TopK { x, k, .. } => {
+                let mut v = vec![*x];
+                if let IndexArg::Node(n) = k {
+                    v.push(*n);
+                }
+                v
+            }
+            Op::Multinomial {
+                x,
+                num_samples,
+                seed,
+                ..
+            } => {
+                let mut v = vec![*x];
+                for a in [num_samples, seed] {
+                    if let IndexArg::Node(n) = a {
+                        v.push(*n);
+                    }
+                }
+                v
+            }
             Op::Dropout { x, seed, .. } => {
                 let mut v = vec![*x];
                 if let IndexArg::Node(n) = seed {

@@ -663,6 +663,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     | Op::Pool { .. }
                     | Op::PoolBackward { .. }
                     | Op::Dropout { .. }
+                    | Op::Multinomial { .. }
                     | Op::Conv { .. }
                     | Op::ConvBackward { .. }
                     | Op::Select { .. }
@@ -727,7 +728,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                         };
                         (n, Some(total), true, None)
                     }
-                    Op::AttentionBackward { .. } | Op::NormBackward { .. } => {
+                    Op::AttentionBackward { .. } | Op::NormBackward { .. } | Op::TopK { .. } => {
                         let total = match &g.nodes[n].ty {
                             Ty::Tuple(ts) => ts.iter().fold(Dim::constant(0), |a, t| {
                                 a.add(

@@ -5,9 +5,10 @@ use super::dispatch::dispatch;
 use super::output::output;
 use crate::device::Device;
 use crate::dtype::FloatDType;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::shape::Shape;
 use crate::tensor::Tensor;
+use tensorfn_core::rules;
 
 impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
     /// PyTorch's `torch.multinomial(probs, num_samples, replacement)`,
@@ -44,38 +45,12 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
         replacement: bool,
         seed: usize,
     ) -> Result<Tensor<D, i64, SO>> {
-        let Some(&k) = self.dims().last() else {
-            return Err(Error::shape(
-                "multinomial",
-                "`probs` of rank 1 or more (categories along the last dim)",
-                "a scalar",
-            ));
-        };
-        if k == 0 {
-            return Err(Error::shape(
-                "multinomial",
-                "`probs` with at least one category in its last dim",
-                format!("dims {:?}", self.dims()),
-            ));
-        }
-        if num_samples == 0 {
-            return Err(Error::shape(
-                "multinomial",
-                "`num_samples` of 1 or more",
-                "num_samples = 0",
-            ));
-        }
-        if !replacement && num_samples > k {
-            return Err(Error::shape(
-                "multinomial",
-                format!(
-                    "`num_samples` at most {k}, the categories of `probs`, without replacement"
-                ),
-                format!("num_samples = {num_samples}; pass `replacement = true` to draw more"),
-            ));
-        }
-        let mut dims = self.dims().to_vec();
-        *dims.last_mut().expect("rank 1 or more") = num_samples;
+        let dims = rules::multinomial(
+            "multinomial",
+            ("probs", self.dims()),
+            &num_samples,
+            replacement,
+        )?;
         SO::check(&dims)?;
         let storage = dispatch!(D, |be| be.wrap(be.multinomial::<T>(
             be.buf(&self.storage),

@@ -5,9 +5,10 @@ use super::dispatch::dispatch;
 use super::output::output;
 use crate::device::Device;
 use crate::dtype::NumDType;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::shape::Shape;
 use crate::tensor::Tensor;
+use tensorfn_core::rules;
 
 impl<D: Device, T: NumDType, S: Shape> Tensor<D, T, S> {
     /// The `k` largest elements along the last dim and their positions
@@ -36,22 +37,8 @@ impl<D: Device, T: NumDType, S: Shape> Tensor<D, T, S> {
     /// ```
     #[allow(clippy::type_complexity)]
     pub fn topk<SO: Shape>(&self, k: usize) -> Result<(Tensor<D, T, SO>, Tensor<D, i64, SO>)> {
-        let Some(&last) = self.dims().last() else {
-            return Err(Error::shape(
-                "topk",
-                "`input` of rank 1 or more (topk runs along the last dim)",
-                "a scalar",
-            ));
-        };
-        if k > last {
-            return Err(Error::shape(
-                "topk",
-                format!("`k` at most {last}, the size of the last dim of `input`"),
-                format!("k = {k}"),
-            ));
-        }
-        let mut dims = self.dims().to_vec();
-        *dims.last_mut().expect("rank 1 or more") = k;
+        let last = self.dims().len().saturating_sub(1);
+        let dims = rules::topk("topk", ("input", self.dims()), last, &k)?;
         SO::check(&dims)?;
         let (values, indices) = dispatch!(D, |be| {
             let (v, i) = be.topk(be.buf(&self.storage), &self.layout, k)?;

@@ -78,6 +78,7 @@ impl<'s, 'k> Checker<'s, 'k> {
             (OpKind::Pool(kind), _) => return self.pool(def, kind, args, e),
             (OpKind::Flatten, _) => return self.flatten(def, recv, args, e),
             (OpKind::Dropout, _) => return self.dropout(def, recv, args, e),
+            (OpKind::TopK | OpKind::Multinomial, _) => return self.sampling(def, recv, args, e),
             (OpKind::Conv { spatial }, _) => return self.conv(def, spatial, args, e),
             (
                 OpKind::Reduce(_)
@@ -173,6 +174,33 @@ impl<'s, 'k> Checker<'s, 'k> {
         let names: Vec<&str> = params.iter().map(|p| p.name).collect();
         let required = params.iter().filter(|p| p.default.is_none()).count();
         self.bind_args(def.name, args, &names, required, e)
+    }
+
+    /// The arguments of `def` in the catalogue's order, the receiver of a
+    /// method first (each `None` where an optional one was not given).
+    pub(super) fn bind_with_receiver<'e>(
+        &mut self,
+        def: &OpDef,
+        recv: Option<(&'e Expr, NodeId)>,
+        args: &'e [Arg],
+        e: &Expr,
+    ) -> Option<Vec<Option<&'e Expr>>> {
+        let a = self.bind_op(def, recv.is_some(), args, e)?;
+        let mut xs: Vec<Option<&Expr>> = Vec::with_capacity(def.params.len());
+        if let Some((r, _)) = recv {
+            xs.push(Some(r));
+        }
+        xs.extend(a);
+        Some(xs)
+    }
+
+    /// The node of an op's first operand: the receiver of a method, else
+    /// the expression `x` evaluated.
+    pub(super) fn operand_node(&mut self, recv: Option<(&Expr, NodeId)>, x: &Expr) -> NodeId {
+        match recv {
+            Some((_, id)) => id,
+            None => self.expr(x),
+        }
     }
 
     /// The default of parameter `i` of `def`, as a literal node.

@@ -18,15 +18,9 @@ impl<'s, 'k> Checker<'s, 'k> {
         if def.kind == OpKind::Arange {
             return self.arange(args, e);
         }
-        let Some(a) = self.bind_op(def, recv.is_some(), args, e) else {
+        let Some(xs) = self.bind_with_receiver(def, recv, args, e) else {
             return self.error_node(e);
         };
-        // The arguments in the catalogue's order, the receiver first.
-        let mut xs: Vec<Option<&Expr>> = Vec::with_capacity(def.params.len());
-        if let Some((r, _)) = recv {
-            xs.push(Some(r));
-        }
-        xs.extend(a.iter().copied());
         match def.kind {
             OpKind::Triangle { upper } => {
                 let x = xs[0].expect("required");
@@ -340,13 +334,6 @@ impl<'s, 'k> Checker<'s, 'k> {
 
     /// The node of the first operand: the receiver of a method, else the
     /// first argument, evaluated.
-    fn operand_node(&mut self, recv: Option<(&Expr, NodeId)>, x: &Expr) -> NodeId {
-        match recv {
-            Some((_, id)) => id,
-            None => self.expr(x),
-        }
-    }
-
     /// `index_add(input, dim, index, source, alpha = 1)` and
     /// `scatter_add(input, dim, index, src)`: a float `input`, `i64` or
     /// `i32` indices and values of `input`'s dtype, all on one device;

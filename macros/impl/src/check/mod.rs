@@ -23,6 +23,7 @@ mod elementwise;
 mod indexing;
 mod linalg;
 mod pool;
+mod sampling;
 mod views;
 
 /// A checked tensor function.
@@ -757,6 +758,29 @@ impl<'s, 'k> Checker<'s, 'k> {
                 None
             }
         }
+    }
+
+    /// A count that becomes a dim of the result (`k`, `num_samples`,
+    /// `narrow`'s `length`): a
+    /// literal or a `usize` parameter, with the dim it gives.
+    fn size_arg(&mut self, x: &Expr, op: &str, what: &str) -> Option<(IndexArg, Dim)> {
+        let arg = self.index_arg(x, &format!("the `{what}` of `{op}`"))?;
+        let dim = match &arg {
+            IndexArg::Const(n) => Dim::constant(*n as i64),
+            IndexArg::Node(id) => match self.graph.nodes[*id].op {
+                Op::Param(j) if sig_scalar_is_symbol(self.sig, j) => {
+                    Dim::sym(&self.sig.param_names[j])
+                }
+                _ => {
+                    self.error(
+                        &x.sp,
+                        format!("the `{what}` of `{op}` is a literal or a `usize` parameter (it becomes a dim of the result), found `{x}`"),
+                    );
+                    return None;
+                }
+            },
+        };
+        Some((arg, dim))
     }
 
     /// A scalar argument that must be a `usize` at run time (an index, a

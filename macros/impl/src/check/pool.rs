@@ -153,19 +153,11 @@ impl<'s, 'k> Checker<'s, 'k> {
         e: &Expr,
     ) -> NodeId {
         let name = def.name;
-        let Some(a) = self.bind_op(def, recv.is_some(), args, e) else {
+        let Some(xs) = self.bind_with_receiver(def, recv, args, e) else {
             return self.error_node(e);
         };
-        let mut xs: Vec<Option<&Expr>> = Vec::with_capacity(def.params.len());
-        if let Some((r, _)) = recv {
-            xs.push(Some(r));
-        }
-        xs.extend(a.iter().copied());
         let x_ex = xs[0].expect("required");
-        let x = match recv {
-            Some((_, id)) => id,
-            None => self.expr(x_ex),
-        };
+        let x = self.operand_node(recv, x_ex);
         let Some(o) = self.tensor(x, x_ex, name) else {
             return self.error_node(e);
         };
@@ -206,19 +198,11 @@ impl<'s, 'k> Checker<'s, 'k> {
         e: &Expr,
     ) -> NodeId {
         let name = def.name;
-        let Some(a) = self.bind_op(def, recv.is_some(), args, e) else {
+        let Some(xs) = self.bind_with_receiver(def, recv, args, e) else {
             return self.error_node(e);
         };
-        let mut xs: Vec<Option<&Expr>> = Vec::with_capacity(def.params.len());
-        if let Some((r, _)) = recv {
-            xs.push(Some(r));
-        }
-        xs.extend(a.iter().copied());
         let x_ex = xs[0].expect("required");
-        let x = match recv {
-            Some((_, id)) => id,
-            None => self.expr(x_ex),
-        };
+        let x = self.operand_node(recv, x_ex);
         let Some(o) = self.tensor(x, x_ex, name) else {
             return self.error_node(e);
         };

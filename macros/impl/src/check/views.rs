@@ -1035,21 +1035,9 @@ impl<'s, 'k> Checker<'s, 'k> {
         );
         let dim = self.dim_arg(dx, "narrow", &o);
         let start = self.index_arg(sx, "the start of `narrow`");
-        let len = self.index_arg(lx, "the length of `narrow`");
-        let (Some(dim), Some(start), Some(len)) = (dim, start, len) else {
+        let len = self.size_arg(lx, "narrow", "length");
+        let (Some(dim), Some(start), Some((len, len_dim))) = (dim, start, len) else {
             return self.error_node(e);
-        };
-        let len_dim = match &len {
-            IndexArg::Const(n) => Dim::constant(*n as i64),
-            IndexArg::Node(id) => match self.graph.nodes[*id].op {
-                Op::Param(j) if sig_scalar_is_symbol(self.sig, j) => {
-                    Dim::sym(&self.sig.param_names[j])
-                }
-                _ => {
-                    self.error(&lx.sp, "the length of `narrow` is a literal or a `usize` parameter (it becomes a dim)");
-                    return self.error_node(e);
-                }
-            },
         };
         if let (IndexArg::Const(s), IndexArg::Const(l)) = (&start, &len) {
             if let Err(err) =

@@ -595,6 +595,18 @@ impl FnGen<'_> {
                 let args = pool_args(pool);
                 quote!(#x.pool2d::<#s>(#args)?)
             }
+            Op::TopK { x, k, dim } => self.topk(n, *x, k, *dim),
+            Op::Multinomial {
+                x,
+                num_samples,
+                replacement,
+                seed,
+            } => {
+                let x = self.reference(*x);
+                let s = so();
+                let (k, seed) = (self.index_arg(num_samples), self.index_arg(seed));
+                quote!(#x.multinomial::<#s>(#k, #replacement, #seed)?)
+            }
             Op::Dropout { x, p, seed } => {
                 let x = self.reference(*x);
                 let seed = self.index_arg(seed);
@@ -845,5 +857,36 @@ impl FnGen<'_> {
             Op::RowKernel { kernel, args } => self.row_kernel(n, *kernel, args),
             other => unreachable!("not a runtime call: {other:?}"),
         }
+    }
+}
+
+impl FnGen<'_> {
+    /// `topk` along `dim`: the typed `topk` runs along the last dim, so
+    /// another dim is swapped to the end and the results swapped back (and
+    /// made contiguous, as the plan expects of a tuple's parts).
+    fn topk(&self, n: NodeId, x: NodeId, k: &IndexArg, dim: usize) -> TokenStream {
+        let Ty::Tuple(parts) = &self.g().nodes[n].ty else {
+            unreachable!("topk is a tuple")
+        };
+        let shape = |dims: &[Dim]| shape_tokens(&self.symbols().dim_tys(dims));
+        let xr = self.reference(x);
+        let k = self.index_arg(k);
+        let last = self.tty(x).dims.len() - 1;
+        if dim == last {
+            let s = shape(&parts[0].dims);
+            return quote!(#xr.topk::<#s>(#k)?);
+        }
+        let mut xd = self.tty(x).dims.clone();
+        xd.swap(dim, last);
+        let mut od = parts[0].dims.clone();
+        od.swap(dim, last);
+        let (sx, so, s) = (shape(&xd), shape(&od), shape(&parts[0].dims));
+        quote!({
+            let (v, i) = #xr.transpose::<#sx>(#dim, #last)?.topk::<#so>(#k)?;
+            (
+                v.transpose::<#s>(#dim, #last)?.contiguous()?,
+                i.transpose::<#s>(#dim, #last)?.contiguous()?,
+            )
+        })
     }
 }
