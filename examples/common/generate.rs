@@ -162,6 +162,10 @@ tensor_fn! {
     }
 }
 
+/// A batch's next token ids: on the device (`[B, 1]`, the next step's
+/// input) and on the host.
+pub type NextTokens<D> = (Tensor<D, i64, shape![_, 1]>, Vec<i64>);
+
 /// The next token of each row from `[B, 1, vocab]` logits, on their
 /// device: the largest for `k = 0`, else one of the `k` largest drawn by
 /// their softmax with the next seed of `rng`. The ids stay on the device
@@ -170,7 +174,7 @@ pub fn next_tokens<D: Device, T: Float>(
     logits: &Tensor<D, T, shape![_, 1, _]>,
     k: usize,
     rng: &mut u64,
-) -> Result<(Tensor<D, i64, shape![_, 1]>, Vec<i64>)> {
+) -> Result<NextTokens<D>> {
     let (b, vocab) = (logits.dims()[0], logits.dims()[2]);
     let rows = logits.reshape_dims::<shape![_, _]>(&[b, vocab])?;
     let ids = if k == 0 {
