@@ -3481,6 +3481,13 @@ fn cross_entropy_backward_row_copy_matches_the_global_pass() {
                     outs.push(down(&got, &[n * c]));
                 }
                 let what = format!("{} [{n}, {c}] s={s}", T::KIND);
+                // Gradients of about 1e-5 are subnormal in f16, whose
+                // spacing there (2^-24) is wider than the relative
+                // tolerance: one step of it is allowed.
+                let tiny = match T::KIND {
+                    DTypeKind::F16 => 2f64.powi(-24),
+                    _ => 0.0,
+                };
                 assert_eq!(
                     bits(&outs[0]),
                     bits(&outs[1]),
@@ -3491,7 +3498,7 @@ fn cross_entropy_backward_row_copy_matches_the_global_pass() {
                     assert!(
                         (g.is_nan() && w.is_nan())
                             || g == w
-                            || (g - w).abs() <= tol * w.abs().max(1.0 / c as f64),
+                            || (g - w).abs() <= tol * w.abs().max(1.0 / c as f64) + tiny,
                         "{what} [{i}]: GPU {g}, CPU {w}"
                     );
                 }
