@@ -259,6 +259,7 @@ fn assign_groups(
         }
         let inline = !forced[id]
             && !ret.contains(&id)
+            && !hoisted(g, users, id)
             && !users[id].is_empty()
             && users[id].iter().all(|&u| is_elementwise(g, u))
             && {
@@ -272,6 +273,44 @@ fn assign_groups(
         };
     }
     group_of
+}
+
+/// Whether node `n` gets a kernel of its own although its users are
+/// elementwise: a costly unary op (a square root, an exponential, a
+/// division inside `recip`, ...) on a tensor that a user broadcasts to
+/// more elements. Fused into the user, it would run once per element of
+/// the larger result; on its own it runs once per element of its own, and
+/// the user reads the result as it reads any broadcast operand. The eval
+/// `batch_norm`'s `rsqrt(var + eps)` per channel is the case: inside the
+/// `[N, C, H, W]` kernel it cost a correctly rounded square root and
+/// division for every element. The values are the same either way (every
+/// op rounds to the dtype as it would inside the kernel).
+fn hoisted(g: &Graph, users: &[Vec<NodeId>], n: NodeId) -> bool {
+    let costly = matches!(
+        g.nodes[n].op,
+        Op::Unary(op, _) if !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Square)
+    );
+    if !costly || !matches!(g.nodes[n].ty, Ty::Tensor(_)) {
+        return false;
+    }
+    let dims = &tensor_ty(g, n).dims;
+    users[n].iter().any(|&u| {
+        matches!(g.nodes[u].ty, Ty::Tensor(_)) && broadcast_to_more(dims, &tensor_ty(g, u).dims)
+    })
+}
+
+/// Whether `from`, broadcast to `to` (dims aligned on the right), is
+/// repeated: `to` has a leading dim or a dim against `from`'s size-1 one
+/// that is not the constant 1.
+fn broadcast_to_more(from: &[Dim], to: &[Dim]) -> bool {
+    let one = |d: &Dim| d.as_constant() == Some(1);
+    let lead = to.len().saturating_sub(from.len());
+    to[..lead].iter().any(|d| !one(d))
+        || from
+            .iter()
+            .rev()
+            .zip(to.iter().rev())
+            .any(|(f, t)| one(f) && !one(t))
 }
 
 /// A constant of dtype `d` from a literal of the program: integers

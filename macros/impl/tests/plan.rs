@@ -268,3 +268,39 @@ fn row_kernel_neighbours_read_elsewhere_stay_apart() {
     assert_eq!(fused(&p).len(), 4, "{:?}", p.steps);
     assert!(row_steps(&p).is_empty(), "{:?}", p.steps);
 }
+
+#[test]
+fn a_costly_op_on_a_broadcast_operand_runs_once_per_element_of_its_own() {
+    // The eval batch norm's `rsqrt(var + eps)` is per channel: a kernel of
+    // 64 elements, read broadcast by the `[N, 64, 56, 56]` kernel, instead
+    // of a square root and a division for every element of the input.
+    let (p, c) = plan(quote! {
+        fn f(x: &Tensor<Cuda, bf16, [N, 64, 56, 56]>, m: &Tensor<Cuda, bf16, [64]>,
+             v: &Tensor<Cuda, bf16, [64]>, w: &Tensor<Cuda, bf16, [64]>,
+             b: &Tensor<Cuda, bf16, [64]>) -> Tensor<Cuda, bf16, [N, 64, 56, 56]> {
+            relu(batch_norm(x, m, v, w, b))
+        }
+    });
+    let g = fused(&p);
+    assert_eq!(g.len(), 2, "{:?}", p.steps);
+    let dims = |gr: &tensorfn_macros_impl::plan::FusedGroup| match &c.graph.nodes[gr.out].ty {
+        tensorfn_macros_impl::graph::Ty::Tensor(t) => t.dims.clone(),
+        other => panic!("{other:?}"),
+    };
+    let per_channel = [Dim::constant(64), Dim::constant(1), Dim::constant(1)];
+    assert_eq!(dims(g[0]), per_channel);
+    assert_eq!(g[0].members.len(), 2, "var + eps, then rsqrt");
+    assert_eq!(dims(g[1]).len(), 4);
+    // 1 / sqrt(0.25 + eps) per channel, and the same value through both.
+    let k = g[0].kernel.as_ref().unwrap();
+    let want = 1.0 / (0.25f64 + 1e-5).sqrt();
+    assert!((k.eval_f64(&[0.25]) - want).abs() < want * 2f64.powi(-7));
+
+    // A cheap op on a broadcast operand still fuses.
+    let (p, _) = plan(quote! {
+        fn f(x: &Tensor<Cpu, f32, [8, 4]>, b: &Tensor<Cpu, f32, [4]>) -> Tensor<Cpu, f32, [8, 4]> {
+            x + (-b)
+        }
+    });
+    assert_eq!(fused(&p).len(), 1, "{:?}", p.steps);
+}
