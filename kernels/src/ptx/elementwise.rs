@@ -137,6 +137,46 @@ impl Coords<'_> {
             }
         }
     }
+
+    /// [`Self::emit`] in 32-bit arithmetic, for walks whose flat index
+    /// (`rem`, a 32-bit register) and offsets (32-bit registers in
+    /// `terms`, with the 64-bit strides) all fit in 32 bits: each dim
+    /// costs one 32-bit division and one 32-bit multiply-add per operand.
+    pub(crate) fn emit_narrow(
+        &self,
+        body: &mut Body,
+        prefix: &str,
+        rem: &str,
+        terms: &[(&String, &Vec<String>)],
+    ) {
+        let Coords { dims, unit, .. } = *self;
+        let (q, c, d32, s32) = (
+            body.reg(Class::B32),
+            body.reg(Class::B32),
+            body.reg(Class::B32),
+            body.reg(Class::B32),
+        );
+        for d in (0..MAX_RANK).rev() {
+            let skip = body.label(&format!("{prefix}dim_skip"));
+            if d > 0 {
+                body.op(format!("@{} bra {skip}", unit[d - 1]));
+                body.op(format!("cvt.u32.u64 {d32}, {}", dims[d]));
+                body.op(format!("div.u32 {q}, {rem}, {d32}"));
+                body.op(format!("mul.lo.u32 {c}, {q}, {d32}"));
+                body.op(format!("sub.u32 {c}, {rem}, {c}"));
+                body.op(format!("mov.u32 {rem}, {q}"));
+            } else {
+                body.op(format!("mov.u32 {c}, {rem}"));
+            }
+            for (off, strides) in terms {
+                body.op(format!("cvt.u32.u64 {s32}, {}", strides[d]));
+                body.op(format!("mad.lo.u32 {off}, {c}, {s32}, {off}"));
+            }
+            if d > 0 {
+                body.place(&skip);
+            }
+        }
+    }
 }
 
 /// `ctaid.x * ntid.x + tid.x` and `nctaid.x * ntid.x`, in 64 bits.
@@ -285,6 +325,50 @@ pub(crate) fn contig_entry(
     )
 }
 
+/// An operand's offset in elements, as the strided entry's walk left it.
+#[derive(Clone)]
+enum Offset {
+    U32(String),
+    U64(String),
+}
+
+impl Offset {
+    /// `base + offset * size` in a new 64-bit register.
+    fn address(&self, body: &mut Body, base: &str, size: usize) -> String {
+        let addr = body.reg(Class::B64);
+        match self {
+            Offset::U32(off) => body.op(format!("mad.wide.u32 {addr}, {off}, {size}, {base}")),
+            Offset::U64(off) => body.op(format!("mad.lo.u64 {addr}, {off}, {size}, {base}")),
+        }
+        addr
+    }
+}
+
+/// One element of the strided entry: loads each used input at its
+/// offset, runs the program, stores the result at `out`.
+fn element(
+    body: &mut Body,
+    pro: &Prologue,
+    prog: &Program,
+    inputs: &[DTypeKind],
+    output: DTypeKind,
+    offsets: &[Option<Offset>],
+    out: Offset,
+) {
+    let mut args = Vec::new();
+    for (k, (base, off)) in pro.ins.iter().zip(offsets).enumerate() {
+        let (Some(base), Some(off)) = (base, off) else {
+            args.push(String::new());
+            continue;
+        };
+        let addr = off.address(body, base, inputs[k].size_bytes());
+        args.push(load(body, inputs[k], &addr, true));
+    }
+    let r = emit_program(body, prog, &args);
+    let oaddr = out.address(body, &pro.out, output.size_bytes());
+    store(body, output, &oaddr, &r[0]);
+}
+
 /// The `NAME_strided` entry.
 pub(crate) fn strided_entry(
     name: &str,
@@ -329,13 +413,81 @@ pub(crate) fn strided_entry(
         .collect();
     let small = body.reg(Class::Pred);
     body.op(format!("setp.le.u64 {small}, {}, 4294967295", pro.n));
+    let walk = Coords {
+        dims: &dims,
+        unit: &unit,
+        small: &small,
+    };
+
+    // Where n and every operand's largest offset fit in 32 bits (all but
+    // the largest tensors), the walk runs in 32-bit arithmetic: a 64-bit
+    // multiply-add is several instructions, and the walk does one per dim
+    // and operand for every element, which bounds these kernels.
+    let narrow = body.reg(Class::Pred);
+    body.op(format!("mov.pred {narrow}, {small}"));
+    let (span, top) = (body.reg(Class::B64), body.reg(Class::B64));
+    let fits = body.reg(Class::Pred);
+    for strides in std::iter::once(&out_strides).chain(in_strides.iter().flatten()) {
+        body.op(format!("mov.u64 {span}, 0"));
+        for (dim, stride) in dims.iter().zip(strides) {
+            body.op(format!("sub.u64 {top}, {dim}, 1"));
+            body.op(format!("mad.lo.u64 {span}, {top}, {stride}, {span}"));
+        }
+        body.op(format!("setp.le.u64 {fits}, {span}, 4294967295"));
+        body.op(format!("and.pred {narrow}, {narrow}, {fits}"));
+    }
 
     let i = body.reg(Class::B64);
-    body.op(format!("mov.u64 {i}, {}", pro.first));
-    let lp = body.label("loop");
-    let end = body.label("end");
-    body.place(&lp);
     let done = body.reg(Class::Pred);
+    let end = body.label("end");
+    let wide = body.label("wide");
+    body.op(format!("mov.u64 {i}, {}", pro.first));
+    body.op(format!("@!{narrow} bra.uni {wide}"));
+
+    // The 32-bit walk.
+    let lp32 = body.label("loop32");
+    body.place(&lp32);
+    body.op(format!("setp.ge.u64 {done}, {i}, {}", pro.n));
+    body.op(format!("@{done} bra {end}"));
+    let rem32 = body.reg(Class::B32);
+    body.op(format!("cvt.u32.u64 {rem32}, {i}"));
+    let out32 = body.reg(Class::B32);
+    body.op(format!("mov.u32 {out32}, 0"));
+    let in32: Vec<Option<String>> = in_strides
+        .iter()
+        .map(|s| {
+            s.as_ref().map(|_| {
+                let r = body.reg(Class::B32);
+                body.op(format!("mov.u32 {r}, 0"));
+                r
+            })
+        })
+        .collect();
+    let terms32: Vec<(&String, &Vec<String>)> = std::iter::once((&out32, &out_strides))
+        .chain(
+            in32.iter()
+                .zip(&in_strides)
+                .filter_map(|(off, st)| off.as_ref().zip(st.as_ref())),
+        )
+        .collect();
+    walk.emit_narrow(&mut body, "n", &rem32, &terms32);
+    let offsets: Vec<Option<Offset>> = in32.iter().map(|o| o.clone().map(Offset::U32)).collect();
+    element(
+        &mut body,
+        &pro,
+        prog,
+        inputs,
+        output,
+        &offsets,
+        Offset::U32(out32),
+    );
+    body.op(format!("add.u64 {i}, {i}, {}", pro.stride));
+    body.op(format!("bra.uni {lp32}"));
+
+    // The 64-bit walk.
+    body.place(&wide);
+    let lp = body.label("loop");
+    body.place(&lp);
     body.op(format!("setp.ge.u64 {done}, {i}, {}", pro.n));
     body.op(format!("@{done} bra {end}"));
 
@@ -361,33 +513,17 @@ pub(crate) fn strided_entry(
                 .filter_map(|(off, st)| off.as_ref().zip(st.as_ref())),
         )
         .collect();
-    let walk = Coords {
-        dims: &dims,
-        unit: &unit,
-        small: &small,
-    };
     walk.emit(&mut body, "", &rem, &terms);
-    let mut args = Vec::new();
-    for (k, (base, off)) in pro.ins.iter().zip(&in_offs).enumerate() {
-        let (Some(base), Some(off)) = (base, off) else {
-            args.push(String::new());
-            continue;
-        };
-        let addr = body.reg(Class::B64);
-        body.op(format!(
-            "mad.lo.u64 {addr}, {off}, {}, {base}",
-            inputs[k].size_bytes()
-        ));
-        args.push(load(&mut body, inputs[k], &addr, true));
-    }
-    let r = emit_program(&mut body, prog, &args);
-    let oaddr = body.reg(Class::B64);
-    body.op(format!(
-        "mad.lo.u64 {oaddr}, {out_off}, {}, {}",
-        output.size_bytes(),
-        pro.out
-    ));
-    store(&mut body, output, &oaddr, &r[0]);
+    let offsets: Vec<Option<Offset>> = in_offs.iter().map(|o| o.clone().map(Offset::U64)).collect();
+    element(
+        &mut body,
+        &pro,
+        prog,
+        inputs,
+        output,
+        &offsets,
+        Offset::U64(out_off),
+    );
     body.op(format!("add.u64 {i}, {i}, {}", pro.stride));
     body.op(format!("bra.uni {lp}"));
     body.place(&end);

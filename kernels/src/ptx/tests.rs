@@ -902,6 +902,25 @@ fn strided_entry_reads_every_meta_word_it_needs() {
 }
 
 #[test]
+fn strided_entry_walks_in_32_bits_where_every_offset_fits() {
+    let k = builtin::binary(BinaryOp::Mul, DTypeKind::F32);
+    let strided = &entries(&k.ptx)[1].body;
+    // The choice: n and each operand's largest offset against 2^32 - 1.
+    assert_eq!(strided.matches("4294967295").count(), 1 + 3, "{strided}");
+    let (_, walks) = strided.split_once("\n$L_loop32").expect("a 32-bit walk");
+    let (narrow, wide) = walks.split_once("\n$L_wide").expect("a 64-bit walk");
+    // The 32-bit walk divides and multiplies in 32 bits and widens only
+    // the final addresses (two inputs and the output).
+    assert!(narrow.contains("div.u32") && !narrow.contains("div.u64"));
+    assert!(!narrow.contains("mad.lo.u64"));
+    assert_eq!(narrow.matches("mad.wide.u32").count(), 3);
+    // The 64-bit walk keeps the 64-bit division for indices past 2^32.
+    assert!(wide.contains("div.u64") && wide.contains("mad.lo.u64"));
+    assert_eq!(narrow.matches("mul.rn.f32").count(), 1);
+    assert_eq!(wide.matches("mul.rn.f32").count(), 1);
+}
+
+#[test]
 fn fused_kernels_share_the_abi() {
     let mut k = ElementwiseBuilder::new();
     let a = k.input(DTypeKind::Bool);
@@ -1056,12 +1075,12 @@ fn bf16_chain_uses_cvt_on_sm80_only() {
     assert!(!sm70.contains("cvt.rn.bf16"));
     assert!(!sm80.contains(INTEGER_BF16_ROUNDING));
     // three ops in each of the contig entry's vector lanes, its scalar
-    // tail and the strided entry
+    // tail and the strided entry's two walks (32-bit and 64-bit offsets)
     let lanes = builtin_bf16_lanes();
     let cvts = sm80.matches("cvt.rn.bf16x2.f32").count();
     let fmas = sm80.matches("fma.rn.bf16").count();
-    assert_eq!(cvts, lanes + 2, "{sm80}");
-    assert_eq!(fmas, 2 * (lanes + 2), "{sm80}");
+    assert_eq!(cvts, lanes + 3, "{sm80}");
+    assert_eq!(fmas, 2 * (lanes + 3), "{sm80}");
     assert_eq!(
         sm70.matches(INTEGER_BF16_ROUNDING).count(),
         cvts + fmas,
