@@ -19,11 +19,12 @@
 //! `resnet_reference.py compare DIR FILE` checks against torchvision.
 //! Options: `--batch N` (2), `--dtype f32|bf16`, `--cpu`, `--seed S`,
 //! `--no-check` (skip the f64 check on the host), `--bench N` (time N
-//! forwards after a warm-up), `--layout nchw|nhwc` (the memory order of
-//! the images and the convolution weights: `nhwc` is PyTorch's
-//! `channels_last`, the default on the GPU, where cuDNN's convolution
-//! engines run it fastest; every layer then keeps it; `nchw` is the
-//! default on the CPU).
+//! forwards after a warm-up; also prints the host's time to queue one),
+//! `--layout nchw|nhwc` (the memory order of the images and the
+//! convolution weights: `nhwc` is PyTorch's `channels_last`, the default
+//! for bf16 on the GPU, where cuDNN's convolution engines run it fastest;
+//! every layer then keeps it; `nchw` is the default on the CPU and for
+//! f32, whose exact engines run NHWC slower).
 //!
 //! Asking for channels-last is one call per tensor; the shapes stay
 //! `[N, C, H, W]`, only the strides change:
@@ -381,7 +382,7 @@ struct Options {
     bench: usize,
     dump: Option<PathBuf>,
     /// `Some(true)`: channels-last images and weights; `None`: the
-    /// device's default (channels-last on the GPU).
+    /// device's default (channels-last for bf16 on the GPU).
     nhwc: Option<bool>,
 }
 
@@ -449,7 +450,12 @@ fn run_on<D: Device, T: Float>(
 ) -> AnyResult {
     let mut m = model.cast::<T>()?.to_device::<D>()?;
     let mut xd = x.cast::<T>()?.to_device::<D>()?;
-    let nhwc = o.nhwc.unwrap_or(D::KIND != DeviceKind::Cpu);
+    // Channels-last by default for bf16 on the GPU only: cuDNN's exact f32
+    // engines (TF32 off) run these shapes slower on NHWC than on NCHW
+    // (PyTorch's too; see BENCHMARKS.md).
+    let nhwc = o
+        .nhwc
+        .unwrap_or(D::KIND != DeviceKind::Cpu && o.dtype == "bf16");
     if nhwc {
         xd = xd.contiguous_channels_last()?;
         weights_channels_last(&mut m)?;
@@ -485,10 +491,13 @@ fn run_on<D: Device, T: Float>(
         for _ in 0..o.bench {
             forward(&xd, &m)?;
         }
+        // The host's time to queue the passes, apart from the device's: a
+        // pass whose enqueue time is near its wall time is bound by the host.
+        let enqueue = start.elapsed().as_secs_f64() * 1e3 / o.bench as f64;
         tensorfn::synchronize::<D>()?;
         let ms = start.elapsed().as_secs_f64() * 1e3 / o.bench as f64;
         println!(
-            "forward batch {} {} {}: {ms:.3} ms ({:.0} images/s)",
+            "forward batch {} {} {}: {ms:.3} ms ({:.0} images/s), enqueue {enqueue:.3} ms",
             o.batch,
             o.dtype,
             if nhwc { "nhwc" } else { "nchw" },

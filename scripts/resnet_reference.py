@@ -16,11 +16,17 @@
         tensorfn's largest error against float64 is more than twice
         PyTorch's plus the dtype's roundoff of the largest logit.
 
-    resnet_reference.py bench [--batch 64] [--iters 50] [--eager-only]
+    resnet_reference.py bench [--batch 64] [--iters 50] [--rounds 5] [--eager-only]
+                              [--model-only] [--dtype bf16|f32] [--layout nhwc|nchw] [--no-tf32]
         Times, on the GPU, PyTorch's `conv2d` on the issue's cases (the
-        3x3 ones also backward, data and filter apart) and the
-        whole ResNet-18 forward (bf16, channels-last, eval), eager and
-        `torch.compile`, and prints one `name ms` line per case.
+        3x3 ones also backward, data and filter apart; not with
+        --model-only) and the whole ResNet-18 forward (bf16 and
+        channels-last unless --dtype and --layout say otherwise, eval; f32
+        with TF32 unless --no-tf32, as tensorfn's example runs it),
+        eager and `torch.compile`, and prints one `name ms` line per case:
+        the best of --rounds rounds of --iters calls each. A short run
+        (`--model-only --eager-only --iters 2 --rounds 1`) suits a
+        profiler.
 """
 import argparse
 import os
@@ -83,13 +89,13 @@ def compare(args):
         sys.exit(1)
 
 
-def timed(fn, iters):
+def timed(fn, iters, rounds=5):
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     best = float("inf")
-    for _ in range(5):
+    for _ in range(rounds):
         start.record()
         for _ in range(iters):
             fn()
@@ -109,10 +115,10 @@ def bench(args):
         ("conv2d_f32_n32_64x64_56_3x3", torch.float32, (32, 64, 56, 56), (64, 64, 3, 3), 1, 1),
         ("conv2d_bf16_n32_3x64_224_7x7_s2", torch.bfloat16, (32, 3, 224, 224), (64, 3, 7, 7), 2, 3),
     ]
-    for name, dt, xs, ws, stride, pad in cases:
+    for name, dt, xs, ws, stride, pad in [] if args.model_only else cases:
         x = torch.randn(xs, device="cuda", dtype=dt).contiguous(memory_format=cl)
         w = torch.randn(ws, device="cuda", dtype=dt).contiguous(memory_format=cl)
-        ms = timed(lambda: F.conv2d(x, w, stride=stride, padding=pad), args.iters)
+        ms = timed(lambda: F.conv2d(x, w, stride=stride, padding=pad), args.iters, args.rounds)
         print(f"{name} {ms:.4f}")
         if ws[2] == 3:
             # The backward passes alone, as autograd calls them.
@@ -120,15 +126,23 @@ def bench(args):
             for part, mask in (("bwd_data", [True, False, False]), ("bwd_filter", [False, True, False])):
                 bwd = lambda: torch.ops.aten.convolution_backward(
                     g, x, w, None, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1, mask)
-                print(f"{name}_{part} {timed(bwd, args.iters):.4f}")
-    model = resnet18(weights=None).eval().cuda().to(torch.bfloat16).to(memory_format=cl)
-    x = torch.randn(args.batch, 3, 224, 224, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=cl)
+                print(f"{name}_{part} {timed(bwd, args.iters, args.rounds):.4f}")
+    if args.no_tf32:
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+    dt = DTYPES[args.dtype]
+    fmt = cl if args.layout == "nhwc" else torch.contiguous_format
+    model = resnet18(weights=None).eval().cuda().to(dt).to(memory_format=fmt)
+    x = torch.randn(args.batch, 3, 224, 224, device="cuda", dtype=dt).contiguous(memory_format=fmt)
+    # The default case keeps its old name; others name dtype and layout.
+    tag = "bf16" if (args.dtype, args.layout) == ("bf16", "nhwc") else f"{args.dtype}_{args.layout}"
+    tag += "_exact" if args.no_tf32 and args.dtype == "f32" else ""
     with torch.no_grad():
-        print(f"resnet18_bf16_b{args.batch}_eager {timed(lambda: model(x), args.iters):.4f}")
+        print(f"resnet18_{tag}_b{args.batch}_eager {timed(lambda: model(x), args.iters, args.rounds):.4f}")
         if args.eager_only:
             return
         compiled = torch.compile(model)
-        print(f"resnet18_bf16_b{args.batch}_compile {timed(lambda: compiled(x), args.iters):.4f}")
+        print(f"resnet18_{tag}_b{args.batch}_compile {timed(lambda: compiled(x), args.iters, args.rounds):.4f}")
 
 
 def main():
@@ -145,7 +159,12 @@ def main():
     b = sub.add_parser("bench")
     b.add_argument("--batch", type=int, default=64)
     b.add_argument("--iters", type=int, default=50)
+    b.add_argument("--rounds", type=int, default=5)
     b.add_argument("--eager-only", action="store_true", help="skip torch.compile")
+    b.add_argument("--model-only", action="store_true", help="skip the conv2d cases")
+    b.add_argument("--dtype", choices=DTYPES, default="bf16", help="the model's dtype")
+    b.add_argument("--layout", choices=("nhwc", "nchw"), default="nhwc", help="the model's memory format")
+    b.add_argument("--no-tf32", action="store_true", help="exact f32 convolutions and products")
     args = ap.parse_args()
     {"write": write, "compare": compare, "bench": bench}[args.cmd](args)
 
