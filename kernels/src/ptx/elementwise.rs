@@ -326,7 +326,6 @@ pub(crate) fn contig_entry(
 }
 
 /// An operand's offset in elements, as the strided entry's walk left it.
-#[derive(Clone)]
 enum Offset {
     U32(String),
     U64(String),
@@ -344,29 +343,86 @@ impl Offset {
     }
 }
 
-/// One element of the strided entry: loads each used input at its
-/// offset, runs the program, stores the result at `out`.
-fn element(
-    body: &mut Body,
-    pro: &Prologue,
-    prog: &Program,
-    inputs: &[DTypeKind],
+/// The strided entry's grid-stride loop over `[i, n)`, in one of its two
+/// widths.
+struct StridedLoop<'a> {
+    pro: &'a Prologue,
+    walk: &'a Coords<'a>,
+    out_strides: &'a Vec<String>,
+    in_strides: &'a [Option<Vec<String>>],
+    prog: &'a Program,
+    inputs: &'a [DTypeKind],
     output: DTypeKind,
-    offsets: &[Option<Offset>],
-    out: Offset,
-) {
-    let mut args = Vec::new();
-    for (k, (base, off)) in pro.ins.iter().zip(offsets).enumerate() {
-        let (Some(base), Some(off)) = (base, off) else {
-            args.push(String::new());
-            continue;
+    i: &'a str,
+    done: &'a str,
+    end: &'a str,
+}
+
+impl StridedLoop<'_> {
+    /// Emits the loop: each element's coordinates walked in 32-bit
+    /// (`narrow`) or 64-bit arithmetic, each used input loaded at its
+    /// offset, the program run and its result stored at the output's.
+    fn emit(&self, body: &mut Body, narrow: bool) {
+        let (class, bits) = match narrow {
+            true => (Class::B32, "u32"),
+            false => (Class::B64, "u64"),
         };
-        let addr = off.address(body, base, inputs[k].size_bytes());
-        args.push(load(body, inputs[k], &addr, true));
+        let offset = |o: &String| match narrow {
+            true => Offset::U32(o.clone()),
+            false => Offset::U64(o.clone()),
+        };
+        let lp = body.label(if narrow { "loop32" } else { "loop" });
+        body.place(&lp);
+        body.op(format!(
+            "setp.ge.u64 {}, {}, {}",
+            self.done, self.i, self.pro.n
+        ));
+        body.op(format!("@{} bra {}", self.done, self.end));
+        let rem = body.reg(class);
+        body.op(match narrow {
+            true => format!("cvt.u32.u64 {rem}, {}", self.i),
+            false => format!("mov.u64 {rem}, {}", self.i),
+        });
+        let zero = |body: &mut Body| {
+            let r = body.reg(class);
+            body.op(format!("mov.{bits} {r}, 0"));
+            r
+        };
+        let out = zero(body);
+        let ins: Vec<Option<String>> = self
+            .in_strides
+            .iter()
+            .map(|st| st.as_ref().map(|_| zero(body)))
+            .collect();
+        let terms: Vec<(&String, &Vec<String>)> = std::iter::once((&out, self.out_strides))
+            .chain(
+                ins.iter()
+                    .zip(self.in_strides)
+                    .filter_map(|(off, st)| off.as_ref().zip(st.as_ref())),
+            )
+            .collect();
+        match narrow {
+            true => self.walk.emit_narrow(body, "n", &rem, &terms),
+            false => self.walk.emit(body, "", &rem, &terms),
+        }
+        let mut args = Vec::new();
+        for (k, (base, off)) in self.pro.ins.iter().zip(&ins).enumerate() {
+            let (Some(base), Some(off)) = (base, off) else {
+                args.push(String::new());
+                continue;
+            };
+            let addr = offset(off).address(body, base, self.inputs[k].size_bytes());
+            args.push(load(body, self.inputs[k], &addr, true));
+        }
+        let r = emit_program(body, self.prog, &args);
+        let oaddr = offset(&out).address(body, &self.pro.out, self.output.size_bytes());
+        store(body, self.output, &oaddr, &r[0]);
+        body.op(format!(
+            "add.u64 {}, {}, {}",
+            self.i, self.i, self.pro.stride
+        ));
+        body.op(format!("bra.uni {lp}"));
     }
-    let r = emit_program(body, prog, &args);
-    let oaddr = out.address(body, &pro.out, output.size_bytes());
-    store(body, output, &oaddr, &r[0]);
 }
 
 /// The `NAME_strided` entry.
@@ -444,88 +500,21 @@ pub(crate) fn strided_entry(
     body.op(format!("mov.u64 {i}, {}", pro.first));
     body.op(format!("@!{narrow} bra.uni {wide}"));
 
-    // The 32-bit walk.
-    let lp32 = body.label("loop32");
-    body.place(&lp32);
-    body.op(format!("setp.ge.u64 {done}, {i}, {}", pro.n));
-    body.op(format!("@{done} bra {end}"));
-    let rem32 = body.reg(Class::B32);
-    body.op(format!("cvt.u32.u64 {rem32}, {i}"));
-    let out32 = body.reg(Class::B32);
-    body.op(format!("mov.u32 {out32}, 0"));
-    let in32: Vec<Option<String>> = in_strides
-        .iter()
-        .map(|s| {
-            s.as_ref().map(|_| {
-                let r = body.reg(Class::B32);
-                body.op(format!("mov.u32 {r}, 0"));
-                r
-            })
-        })
-        .collect();
-    let terms32: Vec<(&String, &Vec<String>)> = std::iter::once((&out32, &out_strides))
-        .chain(
-            in32.iter()
-                .zip(&in_strides)
-                .filter_map(|(off, st)| off.as_ref().zip(st.as_ref())),
-        )
-        .collect();
-    walk.emit_narrow(&mut body, "n", &rem32, &terms32);
-    let offsets: Vec<Option<Offset>> = in32.iter().map(|o| o.clone().map(Offset::U32)).collect();
-    element(
-        &mut body,
-        &pro,
+    let each = StridedLoop {
+        pro: &pro,
+        walk: &walk,
+        out_strides: &out_strides,
+        in_strides: &in_strides,
         prog,
         inputs,
         output,
-        &offsets,
-        Offset::U32(out32),
-    );
-    body.op(format!("add.u64 {i}, {i}, {}", pro.stride));
-    body.op(format!("bra.uni {lp32}"));
-
-    // The 64-bit walk.
+        i: &i,
+        done: &done,
+        end: &end,
+    };
+    each.emit(&mut body, true);
     body.place(&wide);
-    let lp = body.label("loop");
-    body.place(&lp);
-    body.op(format!("setp.ge.u64 {done}, {i}, {}", pro.n));
-    body.op(format!("@{done} bra {end}"));
-
-    let rem = body.reg(Class::B64);
-    body.op(format!("mov.u64 {rem}, {i}"));
-    let out_off = body.reg(Class::B64);
-    body.op(format!("mov.u64 {out_off}, 0"));
-    let in_offs: Vec<Option<String>> = in_strides
-        .iter()
-        .map(|s| {
-            s.as_ref().map(|_| {
-                let r = body.reg(Class::B64);
-                body.op(format!("mov.u64 {r}, 0"));
-                r
-            })
-        })
-        .collect();
-    let terms: Vec<(&String, &Vec<String>)> = std::iter::once((&out_off, &out_strides))
-        .chain(
-            in_offs
-                .iter()
-                .zip(&in_strides)
-                .filter_map(|(off, st)| off.as_ref().zip(st.as_ref())),
-        )
-        .collect();
-    walk.emit(&mut body, "", &rem, &terms);
-    let offsets: Vec<Option<Offset>> = in_offs.iter().map(|o| o.clone().map(Offset::U64)).collect();
-    element(
-        &mut body,
-        &pro,
-        prog,
-        inputs,
-        output,
-        &offsets,
-        Offset::U64(out_off),
-    );
-    body.op(format!("add.u64 {i}, {i}, {}", pro.stride));
-    body.op(format!("bra.uni {lp}"));
+    each.emit(&mut body, false);
     body.place(&end);
     body.op("ret");
 
