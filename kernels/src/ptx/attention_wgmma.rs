@@ -3,8 +3,8 @@
 //! instructions no other device runs; every other device takes
 //! `attention_mma_entry` in `attention.rs`).
 //!
-//! A block of two warpgroups owns [`ATTENTION_WGMMA_ROWS`] query rows, 64
-//! a warpgroup. `Q` of the block is copied into shared memory once; the
+//! A block of warpgroups (three at head dim 64, two at 128; see
+//! [`attention_wgmma_rows`]) owns 64 query rows a warpgroup. `Q` of the block is copied into shared memory once; the
 //! keys are walked in tiles of [`WGMMA_KEYS`], each tile of `K` and `V`
 //! copied with 16-byte `cp.async` into one of two buffers while the
 //! other is computed on. Shared tiles use the layout `wgmma`'s 128-byte
@@ -23,38 +23,63 @@ use super::mma_tile::{entry_params, half_type, load_params, pack_a, scale_log2};
 use crate::target::Target;
 use tensorfn_core::DTypeKind;
 
-/// Query rows a block of the Hopper attention entry handles (two
-/// warpgroups of 64 rows).
-///
-/// ```
-/// assert_eq!(tensorfn_kernels::ptx::ATTENTION_WGMMA_ROWS, 128);
-/// ```
-pub const ATTENTION_WGMMA_ROWS: usize = 128;
+/// Warpgroups a block of the Hopper entry has at head dim `d`: three at
+/// 64 (164 registers a thread, 384 threads fill the SM's 64 Ki), two at
+/// 128 (about 230 registers a thread).
+const fn warpgroups(d: usize) -> usize {
+    if d > 64 {
+        2
+    } else {
+        3
+    }
+}
 
-/// Threads a block of the Hopper attention entry takes (two warpgroups).
+/// Query rows a block of the Hopper attention entry handles at head dim
+/// `d` (64 a warpgroup).
 ///
 /// ```
-/// assert_eq!(tensorfn_kernels::ptx::ATTENTION_WGMMA_THREADS, 256);
+/// use tensorfn_kernels::ptx::attention_wgmma_rows;
+/// assert_eq!(attention_wgmma_rows(64), 192);
+/// assert_eq!(attention_wgmma_rows(128), 128);
 /// ```
-pub const ATTENTION_WGMMA_THREADS: usize = 256;
+pub const fn attention_wgmma_rows(d: usize) -> usize {
+    64 * warpgroups(d)
+}
+
+/// Threads a block of the Hopper attention entry takes at head dim `d`.
+///
+/// ```
+/// use tensorfn_kernels::ptx::attention_wgmma_threads;
+/// assert_eq!(attention_wgmma_threads(64), 384);
+/// assert_eq!(attention_wgmma_threads(128), 256);
+/// ```
+pub const fn attention_wgmma_threads(d: usize) -> usize {
+    128 * warpgroups(d)
+}
 
 /// Keys a tile of `K` and `V` holds (the `N` of `S = Q K^T`).
 const WGMMA_KEYS: usize = 128;
+
+/// Buffers of `K` and `V` tiles: the tile computed on, the next one on
+/// its way, and the one before, which the second warpgroup may still read
+/// while the first starts the next copy.
+const STAGES: usize = 3;
 
 /// Bytes of one row of a swizzle region (64 16-bit columns).
 const ATOM_ROW: usize = 128;
 
 /// Bytes of dynamic shared memory the Hopper attention entry takes at
-/// head dim `d`: `Q` of the block, two buffers each of `K` and `V`, and
-/// 1 KiB of slack to align them to the 1 KiB the swizzle repeats over.
+/// head dim `d`: `Q` of the block, three buffers each of `K` and `V`,
+/// and 1 KiB of slack to align them to the 1 KiB the swizzle repeats
+/// over (at head dim 128, 225 KiB of the 227 a block may take).
 ///
 /// ```
 /// use tensorfn_kernels::ptx::attention_wgmma_shared;
-/// assert_eq!(attention_wgmma_shared(64), 16384 + 4 * 16384 + 1024);
-/// assert_eq!(attention_wgmma_shared(128), 32768 + 4 * 32768 + 1024);
+/// assert_eq!(attention_wgmma_shared(64), 24576 + 6 * 16384 + 1024);
+/// assert_eq!(attention_wgmma_shared(128), 32768 + 6 * 32768 + 1024);
 /// ```
 pub const fn attention_wgmma_shared(d: usize) -> usize {
-    ATTENTION_WGMMA_ROWS * d * 2 + 4 * WGMMA_KEYS * d * 2 + 1024
+    attention_wgmma_rows(d) * d * 2 + 2 * STAGES * WGMMA_KEYS * d * 2 + 1024
 }
 
 /// The PTX header of the module: `wgmma` needs PTX ISA 8.0 and `sm_90a`.
@@ -87,8 +112,9 @@ fn list(regs: &[String]) -> String {
 pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> String {
     let ht = half_type(dtype);
     let (neg_inf, zero, one) = ("0fFF800000", "0f00000000", "0f3F800000");
-    let rows = ATTENTION_WGMMA_ROWS;
-    let threads = ATTENTION_WGMMA_THREADS;
+    let rows = attention_wgmma_rows(d);
+    let threads = attention_wgmma_threads(d);
+    let wgs = warpgroups(d);
     let n = WGMMA_KEYS;
     // 16-byte chunks of a row, rows one pass of the block's copies covers.
     let chunks = d / 8;
@@ -100,6 +126,18 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
     let mut body = Body::for_target(Target::Sm80);
     let p = load_params(&mut body, &MMA_PARAMS, &["p_out", "p_q", "p_k", "p_v"]);
     let sl2 = scale_log2(&mut body);
+    // A negative scale negates the scores (so that the max of the raw
+    // scores is the max of the scaled ones) and is used as its magnitude;
+    // a zero scale becomes 2^-126, which leaves every finite score's
+    // exponential at 1 and a masked one at 0.
+    let neg = body.reg(Class::Pred);
+    body.op(format!("setp.lt.f32 {neg}, {sl2}, 0f00000000"));
+    body.op(format!("abs.f32 {sl2}, {sl2}"));
+    {
+        let z = body.reg(Class::Pred);
+        body.op(format!("setp.eq.f32 {z}, {sl2}, 0f00000000"));
+        body.op(format!("@{z} mov.f32 {sl2}, 0f00800000"));
+    }
     let (tid, lane, wg, wi, g32, t32) = (
         body.reg(Class::B32),
         body.reg(Class::B32),
@@ -176,7 +214,7 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
     let sk = body.reg(Class::B32);
     body.op(format!("add.u32 {sk}, {base}, {q_bytes}"));
     let sv = body.reg(Class::B32);
-    body.op(format!("add.u32 {sv}, {sk}, {}", 2 * kv_bytes));
+    body.op(format!("add.u32 {sv}, {sk}, {}", STAGES * kv_bytes));
     // The thread's copy slot: chunk `cchunk` of rows `crow + k pass_rows`,
     // in the region cchunk / 8 at chunk (cchunk % 8) ^ (crow % 8) (every
     // pass's rows share crow % 8, as pass_rows is a multiple of 8).
@@ -236,7 +274,17 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
                 (src, rs2): (&str, &str),
                 dst: &str,
                 limit: Option<&str>| {
-        for ps in 0..count / pass_rows {
+        for ps in 0..count.div_ceil(pass_rows) {
+            // A last pass over fewer rows than the block's threads cover.
+            let skip = body.label("wg_no_pass");
+            if (ps + 1) * pass_rows > count {
+                let out = body.reg(Class::Pred);
+                body.op(format!(
+                    "setp.ge.u32 {out}, {crow}, {}",
+                    count - ps * pass_rows
+                ));
+                body.op(format!("@{out} bra {skip}"));
+            }
             let row = body.reg(Class::B64);
             body.op(format!("add.u64 {row}, {j0}, {crow64}"));
             if ps > 0 {
@@ -264,21 +312,19 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
                     ));
                 }
             }
+            body.place(&skip);
         }
     };
-    // Copies tile `jt` (keys j0..) of K and V into buffer jt % 2: whole
-    // tiles straight, the last one zero-filled past the keys.
-    let copy_kv = |body: &mut Body, j0: &str, jt: &str| {
+    // Copies the tile of keys j0.. of K and V into the buffer `stage`
+    // bytes into theirs: whole tiles straight, the last one zero-filled
+    // past the keys.
+    let copy_kv = |body: &mut Body, j0: &str, stage: &str| {
         let (buf, kdst, vdst) = (
             body.reg(Class::B32),
             body.reg(Class::B32),
             body.reg(Class::B32),
         );
-        let jt32 = body.reg(Class::B32);
-        body.op(format!("cvt.u32.u64 {jt32}, {jt}"));
-        body.op(format!("and.b32 {buf}, {jt32}, 1"));
-        body.op(format!("mul.lo.u32 {buf}, {buf}, {kv_bytes}"));
-        body.op(format!("add.u32 {buf}, {buf}, {kvslot}"));
+        body.op(format!("add.u32 {buf}, {stage}, {kvslot}"));
         body.op(format!("add.u32 {kdst}, {buf}, {sk}"));
         body.op(format!("add.u32 {vdst}, {buf}, {sv}"));
         let (partial, copied) = (body.label("wg_partial"), body.label("wg_copied"));
@@ -305,22 +351,14 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
         body.op(format!("mad.lo.u32 {a}, {wg}, {}, {base}", 64 * ATOM_ROW));
         descriptor(&mut body, &a, kmajor)
     };
-    let kdesc = [0, 1].map(|i| {
-        let a = body.reg(Class::B32);
-        body.op(format!("add.u32 {a}, {sk}, {}", i * kv_bytes));
-        descriptor(&mut body, &a, kmajor)
-    });
-    let vdesc = [0, 1].map(|i| {
-        let a = body.reg(Class::B32);
-        body.op(format!("add.u32 {a}, {sv}, {}", i * kv_bytes));
-        descriptor(&mut body, &a, mnmajor)
-    });
+    let kdesc = descriptor(&mut body, &sk, kmajor);
+    let vdesc = descriptor(&mut body, &sv, mnmajor);
     let (ptrue, pfalse) = (body.reg(Class::Pred), body.reg(Class::Pred));
     body.op(format!("setp.eq.u32 {ptrue}, 0, 0"));
     body.op(format!("setp.ne.u32 {pfalse}, 0, 0"));
     // O as the m64nD accumulator (d / 2 registers: of 8-column tile j,
     // [4j, 4j + 1] in row ra and [4j + 2, 4j + 3] in row rb); the running
-    // max (in log2 units, scaled) and sum of rows ra and rb.
+    // max (of the scores, sign-folded) and sum of rows ra and rb.
     let o: Vec<String> = (0..d / 2).map(|_| body.reg(Class::F32)).collect();
     for r in &o {
         body.op(format!("mov.f32 {r}, {zero}"));
@@ -334,6 +372,20 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
     let (j0, jt) = (body.reg(Class::B64), body.reg(Class::B64));
     body.op(format!("mov.u64 {j0}, 0"));
     body.op(format!("mov.u64 {jt}, 0"));
+    // The buffer of tile jt and of the next, as byte offsets (jt % 3 and
+    // (jt + 1) % 3 times a tile's bytes).
+    let (stage, next) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("mov.u32 {stage}, 0"));
+    // The warpgroups take turns issuing S = Q K^T (named barriers 1..:
+    // warpgroup w waits on barrier w + 1 with the one before it, then
+    // lets the next go), so that one's softmax overlaps the others'
+    // products; the last lets the first start.
+    let (turn, other) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("add.u32 {turn}, {wg}, 1"));
+    body.op(format!("rem.u32 {other}, {turn}, {wgs}"));
+    body.op(format!("add.u32 {other}, {other}, 1"));
+    let second = body.reg(Class::Pred);
+    body.op(format!("setp.eq.u32 {second}, {wg}, {}", wgs - 1));
     let (lp, done) = (body.label("wg_keys"), body.label("wg_keys_done"));
     let none = body.reg(Class::Pred);
     body.op(format!("setp.eq.u64 {none}, {ntiles}, 0"));
@@ -347,12 +399,19 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
         &qslot,
         Some(&p["p_l"]),
     );
-    copy_kv(&mut body, &j0, &jt);
+    copy_kv(&mut body, &j0, &stage);
     body.op("cp.async.commit_group");
+    body.op(format!("@{second} bar.arrive 1, 256"));
+    // (every named barrier is one warpgroup waiting and one arriving.)
     body.place(&lp);
-    // The next tile's copy, into the other buffer (read by no one since
-    // the last iteration's closing barrier).
+    // The next tile's copy, into buffer (jt + 1) % 3: last read for tile
+    // jt - 2, which every thread finished before the barrier of tile
+    // jt - 1.
     {
+        body.op(format!("add.u32 {next}, {stage}, {kv_bytes}"));
+        let wrap = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u32 {wrap}, {next}, {}", STAGES * kv_bytes));
+        body.op(format!("@{wrap} mov.u32 {next}, 0"));
         let (jn, jtn) = (body.reg(Class::B64), body.reg(Class::B64));
         body.op(format!("add.u64 {jtn}, {jt}, 1"));
         body.op(format!("add.u64 {jn}, {j0}, {n}"));
@@ -360,7 +419,7 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
         body.op(format!("setp.ge.u64 {last}, {jtn}, {ntiles}"));
         let no_copy = body.label("wg_no_copy");
         body.op(format!("@{last} bra.uni {no_copy}"));
-        copy_kv(&mut body, &jn, &jtn);
+        copy_kv(&mut body, &jn, &next);
         body.place(&no_copy);
         body.op("cp.async.commit_group");
     }
@@ -369,23 +428,24 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
     body.op("cp.async.wait_group 1");
     body.op("fence.proxy.async.shared::cta");
     body.op("bar.sync 0");
-    let skip_tile = body.label("wg_skip_tile");
-    {
-        let skip = body.reg(Class::Pred);
-        body.op(format!("setp.ge.u64 {skip}, {j0}, {wend}"));
-        body.op(format!("@{skip} bra.uni {skip_tile}"));
-    }
-    let odd = body.reg(Class::Pred);
-    {
-        let x = body.reg(Class::B64);
-        body.op(format!("and.b64 {x}, {jt}, 1"));
-        body.op(format!("setp.ne.u64 {odd}, {x}, 0"));
-    }
+    let skip = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {skip}, {j0}, {wend}"));
     let (kd, vd) = (body.reg(Class::B64), body.reg(Class::B64));
-    body.op(format!("selp.b64 {kd}, {}, {}, {odd}", kdesc[1], kdesc[0]));
-    body.op(format!("selp.b64 {vd}, {}, {}, {odd}", vdesc[1], vdesc[0]));
-    // S = Q K^T: k-steps of 16 columns, 32 bytes into a region's rows.
+    {
+        let st64 = body.reg(Class::B64);
+        body.op(format!("cvt.u64.u32 {st64}, {stage}"));
+        body.op(format!("shr.u64 {st64}, {st64}, 4"));
+        body.op(format!("add.s64 {kd}, {kdesc}, {st64}"));
+        body.op(format!("add.s64 {vd}, {vdesc}, {st64}"));
+    }
+    // S = Q K^T: k-steps of 16 columns, 32 bytes into a region's rows, in
+    // the warpgroup's turn (taken and passed on even on a tile it skips,
+    // so that the two wait and let go as often; the second does not pass
+    // it on after the last tile, which the first does not wait for).
     let s: Vec<String> = (0..n / 2).map(|_| body.reg(Class::F32)).collect();
+    body.op(format!("bar.sync {turn}, 256"));
+    let skip_qk = body.label("wg_skip_qk");
+    body.op(format!("@{skip} bra.uni {skip_qk}"));
     body.op("wgmma.fence.sync.aligned");
     for ks in 0..d / 16 {
         let (qa, kb) = (body.reg(Class::B64), body.reg(Class::B64));
@@ -406,10 +466,24 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
     }
     body.op("wgmma.commit_group.sync.aligned");
     body.op("wgmma.wait_group.sync.aligned 0");
-    // Scores scaled to log2 units (a negative or zero scale as it is: the
-    // max is taken of the scaled scores).
-    for r in &s {
-        body.op(format!("mul.rn.f32 {r}, {r}, {sl2}"));
+    body.place(&skip_qk);
+    {
+        let (last, keep) = (body.reg(Class::Pred), body.reg(Class::Pred));
+        let jtn = body.reg(Class::B64);
+        body.op(format!("add.u64 {jtn}, {jt}, 1"));
+        body.op(format!("setp.ge.u64 {last}, {jtn}, {ntiles}"));
+        body.op(format!("and.pred {keep}, {last}, {second}"));
+        body.op(format!("@!{keep} bar.arrive {other}, 256"));
+    }
+    let skip_tile = body.label("wg_skip_tile");
+    body.op(format!("@{skip} bra.uni {skip_tile}"));
+    {
+        let positive = body.label("wg_positive");
+        body.op(format!("@!{neg} bra.uni {positive}"));
+        for r in &s {
+            body.op(format!("neg.f32 {r}, {r}"));
+        }
+        body.place(&positive);
     }
     // -inf past the keys and, under `causal`, past the row, on the tiles
     // that reach either.
@@ -464,19 +538,22 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
             body.op(format!("shfl.sync.bfly.b32 {o2}, {mx}, {off}, 31, -1"));
             body.op(format!("max.f32 {mx}, {mx}, {o2}"));
         }
-        // A row without keys so far keeps m = -inf and subtracts 0.
+        // In log2 units (times scale * log2(e)); a row without keys so
+        // far keeps m = -inf and subtracts 0.
         let mu = body.reg(Class::F32);
-        body.op(format!("mov.f32 {mu}, {mx}"));
+        body.op(format!("mul.rn.f32 {mu}, {mx}, {sl2}"));
         let empty = body.reg(Class::Pred);
         body.op(format!("setp.eq.f32 {empty}, {mx}, {neg_inf}"));
         body.op(format!("@{empty} mov.f32 {mu}, {zero}"));
         let alpha = body.reg(Class::F32);
-        body.op(format!("sub.rn.f32 {alpha}, {mx_old}, {mu}"));
+        body.op(format!("mul.rn.f32 {alpha}, {mx_old}, {sl2}"));
+        body.op(format!("sub.rn.f32 {alpha}, {alpha}, {mu}"));
         body.op(format!("ex2.approx.ftz.f32 {alpha}, {alpha}"));
         body.op(format!("mov.f32 {mx_old}, {mx}"));
         body.op(format!("mul.rn.f32 {l}, {l}, {alpha}"));
+        body.op(format!("neg.f32 {mu}, {mu}"));
         for r in mine {
-            body.op(format!("sub.rn.f32 {r}, {r}, {mu}"));
+            body.op(format!("fma.rn.f32 {r}, {r}, {sl2}, {mu}"));
             body.op(format!("ex2.approx.ftz.f32 {r}, {r}"));
             body.op(format!("add.rn.f32 {l}, {l}, {r}"));
         }
@@ -505,8 +582,7 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
     body.op("wgmma.commit_group.sync.aligned");
     body.op("wgmma.wait_group.sync.aligned 0");
     body.place(&skip_tile);
-    // Every warpgroup is past tile jt: its buffer may be refilled.
-    body.op("bar.sync 0");
+    body.op(format!("mov.u32 {stage}, {next}"));
     body.op(format!("add.u64 {jt}, {jt}, 1"));
     body.op(format!("add.u64 {j0}, {j0}, {n}"));
     body.op(format!("setp.lt.u64 {none}, {jt}, {ntiles}"));
@@ -549,7 +625,8 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
         {
             let (x, lg) = (body.reg(Class::F32), body.reg(Class::F32));
             body.op(format!("lg2.approx.f32 {lg}, {l}"));
-            body.op(format!("add.rn.f32 {x}, {mx}, {lg}"));
+            body.op(format!("mul.rn.f32 {x}, {mx}, {sl2}"));
+            body.op(format!("add.rn.f32 {x}, {x}, {lg}"));
             body.op(format!(
                 "mul.rn.f32 {x}, {x}, 0f{:08X}",
                 std::f32::consts::LN_2.to_bits()

@@ -60,7 +60,7 @@ pub use attention::{
     attention_mma_rows, attention_mma_threads, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS,
 };
 pub use attention_mma_bwd::{attention_mma_backward_shared, MMA_BWD_KEYS, MMA_BWD_THREADS};
-pub use attention_wgmma::{attention_wgmma_shared, ATTENTION_WGMMA_ROWS, ATTENTION_WGMMA_THREADS};
+pub use attention_wgmma::{attention_wgmma_rows, attention_wgmma_shared, attention_wgmma_threads};
 pub use bnorm::{BATCH_NORM_BACKWARD_META_WORDS, BATCH_NORM_META_WORDS};
 pub use concat::CAT_PARTS;
 pub use conv::{ConvMeta, CONV_META_WORDS};

@@ -233,7 +233,7 @@ fn every_builtin_is_well_formed() {
             assert!(
                 k.ptx.contains(&format!(
                     ".maxntid {}, 1, 1",
-                    super::ATTENTION_WGMMA_THREADS
+                    super::attention_wgmma_threads(if k.name.ends_with("_d64") { 64 } else { 128 })
                 )),
                 "{}",
                 k.name

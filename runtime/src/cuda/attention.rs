@@ -18,9 +18,9 @@ use crate::layout::Layout;
 use std::borrow::Cow;
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::ptx::{
-    attention_mma_backward_shared, attention_mma_rows, attention_mma_threads,
-    attention_wgmma_shared, Target, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS, ATTENTION_WGMMA_ROWS,
-    ATTENTION_WGMMA_THREADS, MMA_BWD_KEYS, MMA_BWD_THREADS,
+    attention_mma_backward_shared, attention_mma_rows, attention_mma_threads, attention_wgmma_rows,
+    attention_wgmma_shared, attention_wgmma_threads, Target, ATTENTION_MAX_HEAD,
+    ATTENTION_MMA_HEADS, MMA_BWD_KEYS, MMA_BWD_THREADS,
 };
 
 const OP: &str = "scaled_dot_product_attention";
@@ -172,8 +172,8 @@ impl CudaBackend {
             if ctx.compute_capability == (9, 0) && !mma_sync_only() {
                 (
                     Builtin::AttentionWgmma(T::KIND, d),
-                    ATTENTION_WGMMA_ROWS,
-                    ATTENTION_WGMMA_THREADS,
+                    attention_wgmma_rows(d),
+                    attention_wgmma_threads(d),
                     attention_wgmma_shared(d),
                 )
             } else {
