@@ -262,18 +262,31 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
         ));
         (a, rs2)
     };
+    // The bytes between a thread's rows of two passes.
+    let pass_bytes = |body: &mut Body, rs2: &str| {
+        let r = body.reg(Class::B64);
+        body.op(format!("mul.lo.u64 {r}, {rs2}, {pass_rows}"));
+        r
+    };
     let (gq, qr2) = source(&mut body, "q");
     let (gk, kr2) = source(&mut body, "k");
     let (gv, vr2) = source(&mut body, "v");
-    // Copies `count` rows from row j0 of `src` (rows `rs2` bytes apart) to
-    // the slot `dst`; with `limit`, rows at or past it are zero-filled
-    // (read from a clamped address), else all are copied.
+    let (kpass, vpass) = (pass_bytes(&mut body, &kr2), pass_bytes(&mut body, &vr2));
+    // Copies `count` rows from row j0 of `src` (rows `rs2` bytes apart,
+    // a pass's `pass` bytes) to the slot `dst`; with `limit`, rows at or
+    // past it are zero-filled (read from a clamped address), else all are
+    // copied, from one address stepped by a pass's bytes.
     let copy = |body: &mut Body,
                 j0: &str,
                 count: usize,
-                (src, rs2): (&str, &str),
+                (src, rs2, pass): (&str, &str, &str),
                 dst: &str,
                 limit: Option<&str>| {
+        let step = body.reg(Class::B64);
+        if limit.is_none() {
+            body.op(format!("add.u64 {step}, {j0}, {crow64}"));
+            body.op(format!("mad.lo.u64 {step}, {step}, {rs2}, {src}"));
+        }
         for ps in 0..count.div_ceil(pass_rows) {
             // A last pass over fewer rows than the block's threads cover.
             let skip = body.label("wg_no_pass");
@@ -285,21 +298,22 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
                 ));
                 body.op(format!("@{out} bra {skip}"));
             }
-            let row = body.reg(Class::B64);
-            body.op(format!("add.u64 {row}, {j0}, {crow64}"));
-            if ps > 0 {
-                body.op(format!("add.u64 {row}, {row}, {}", ps * pass_rows));
-            }
             let off = ps * pass_rows * ATOM_ROW;
             match limit {
                 None => {
-                    let a = body.reg(Class::B64);
-                    body.op(format!("mad.lo.u64 {a}, {row}, {rs2}, {src}"));
+                    if ps > 0 {
+                        body.op(format!("add.u64 {step}, {step}, {pass}"));
+                    }
                     body.op(format!(
-                        "cp.async.cg.shared.global [{dst}+{off}], [{a}], 16"
+                        "cp.async.cg.shared.global [{dst}+{off}], [{step}], 16"
                     ));
                 }
                 Some(lim) => {
+                    let row = body.reg(Class::B64);
+                    body.op(format!("add.u64 {row}, {j0}, {crow64}"));
+                    if ps > 0 {
+                        body.op(format!("add.u64 {row}, {row}, {}", ps * pass_rows));
+                    }
                     let inside = body.reg(Class::Pred);
                     body.op(format!("setp.lt.u64 {inside}, {row}, {lim}"));
                     body.op(format!("@!{inside} mov.u64 {row}, 0"));
@@ -333,12 +347,12 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
         let short = body.reg(Class::Pred);
         body.op(format!("setp.gt.u64 {short}, {end}, {}", p["p_s"]));
         body.op(format!("@{short} bra.uni {partial}"));
-        copy(body, j0, n, (&gk, &kr2), &kdst, None);
-        copy(body, j0, n, (&gv, &vr2), &vdst, None);
+        copy(body, j0, n, (&gk, &kr2, &kpass), &kdst, None);
+        copy(body, j0, n, (&gv, &vr2, &vpass), &vdst, None);
         body.op(format!("bra.uni {copied}"));
         body.place(&partial);
-        copy(body, j0, n, (&gk, &kr2), &kdst, Some(&p["p_s"]));
-        copy(body, j0, n, (&gv, &vr2), &vdst, Some(&p["p_s"]));
+        copy(body, j0, n, (&gk, &kr2, &kpass), &kdst, Some(&p["p_s"]));
+        copy(body, j0, n, (&gv, &vr2, &vpass), &vdst, Some(&p["p_s"]));
         body.place(&copied);
     };
     // Descriptors: Q of the warpgroup (K-major, 8-row groups 1 KiB
@@ -395,7 +409,7 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
         &mut body,
         &big_r0,
         rows,
-        (&gq, &qr2),
+        (&gq, &qr2, &qr2),
         &qslot,
         Some(&p["p_l"]),
     );
