@@ -25,7 +25,7 @@ use tensorfn_core::DTypeKind;
 
 /// Warpgroups a block of the Hopper entry has at head dim `d`: three at
 /// 64 (164 registers a thread, 384 threads fill the SM's 64 Ki), two at
-/// 128 (about 230 registers a thread).
+/// 128 (216 registers a thread).
 const fn warpgroups(d: usize) -> usize {
     if d > 64 {
         2
