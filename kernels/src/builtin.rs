@@ -982,17 +982,65 @@ pub fn attention_mma_name(dtype: DTypeKind, d: usize) -> String {
 /// assert!(builtin::attention_mma(DTypeKind::F16, 80).is_err());
 /// ```
 pub fn attention_mma(dtype: DTypeKind, d: usize) -> Result<Kernel> {
-    if !matches!(dtype, DTypeKind::F16 | DTypeKind::BF16) || !ptx::ATTENTION_MMA_HEADS.contains(&d)
-    {
-        return Err(Error::Unsupported {
-            kernel: "attention_mma",
-            message: format!(
-                "tensor-core attention takes f16 or bf16 with a head dim of 64 or 128, found {dtype} with {d}"
-            ),
-        });
-    }
+    tensor_core_case("attention_mma", dtype, d)?;
     let name = attention_mma_name(dtype, d);
     let ptx = ptx::attention_mma(&name, dtype, d);
+    Ok(Kernel { name, ptx })
+}
+
+/// `Err` naming `kernel` unless the tensor-core attention entries take
+/// `dtype` and head dim `d` (f16 or bf16, one of
+/// [`ATTENTION_MMA_HEADS`](crate::ptx::ATTENTION_MMA_HEADS)).
+fn tensor_core_case(kernel: &'static str, dtype: DTypeKind, d: usize) -> Result<()> {
+    if matches!(dtype, DTypeKind::F16 | DTypeKind::BF16) && ptx::ATTENTION_MMA_HEADS.contains(&d) {
+        return Ok(());
+    }
+    Err(Error::Unsupported {
+        kernel,
+        message: format!(
+            "tensor-core attention takes f16 or bf16 with a head dim of 64 or 128, found {dtype} with {d}"
+        ),
+    })
+}
+
+/// Name of [`attention_wgmma`]`(dtype, d)`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert_eq!(builtin::attention_wgmma_name(DTypeKind::F16, 64), "tf_attention_wgmma_f16_d64");
+/// ```
+pub fn attention_wgmma_name(dtype: DTypeKind, d: usize) -> String {
+    format!("tf_attention_wgmma_{dtype}_d{d}")
+}
+
+/// [`attention_mma`] in the Hopper form, for devices of compute
+/// capability 9.0 only (its PTX targets `sm_90a`; every other device
+/// takes [`attention_mma`]): the same parameters, output and log-sum-exps
+/// (`p_lse`), the same cases (`dtype` f16 or bf16, head dim 64 or 128, no
+/// mask; `Err` otherwise). A block of warpgroups owns
+/// [`attention_wgmma_rows`](crate::ptx::attention_wgmma_rows)`(d)` query
+/// rows, 64 each, which take turns issuing their products;
+/// `S = Q K^T` and `O += P V` are `wgmma.mma_async` with f32
+/// accumulation, `Q`, `K` and `V` read from shared memory in the 128-byte
+/// swizzled layout (copied with `cp.async`, the next tile of keys while
+/// the current one is computed on), `P` from registers. Launch with
+/// `block.x =` [`attention_wgmma_threads`](crate::ptx::attention_wgmma_threads)`(d)`,
+/// [`attention_wgmma_shared`](crate::ptx::attention_wgmma_shared)`(d)`
+/// bytes of dynamic shared memory, `grid.x = ceil(l / rows)` and `grid.y`
+/// the batch. Accuracy as [`attention_mma`]'s.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::attention_wgmma(DTypeKind::BF16, 128).unwrap();
+/// assert!(k.ptx.contains(".target sm_90a"));
+/// assert!(k.ptx.contains("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"));
+/// assert!(builtin::attention_wgmma(DTypeKind::F32, 64).is_err());
+/// assert!(builtin::attention_wgmma(DTypeKind::F16, 96).is_err());
+/// ```
+pub fn attention_wgmma(dtype: DTypeKind, d: usize) -> Result<Kernel> {
+    tensor_core_case("attention_wgmma", dtype, d)?;
+    let name = attention_wgmma_name(dtype, d);
+    let ptx = ptx::attention_wgmma(&name, dtype, d);
     Ok(Kernel { name, ptx })
 }
 
@@ -1228,6 +1276,7 @@ pub fn all() -> Vec<Kernel> {
         }
         for d in ptx::ATTENTION_MMA_HEADS {
             out.extend(attention_mma(dtype, d).ok());
+            out.extend(attention_wgmma(dtype, d).ok());
             out.extend(attention_mma_backward(dtype, d).ok());
         }
         for k in crate::optim::OptimKernel::ALL {

@@ -27,6 +27,7 @@
 
 mod attention;
 mod attention_mma_bwd;
+mod attention_wgmma;
 mod bnorm;
 mod body;
 mod concat;
@@ -59,6 +60,7 @@ pub use attention::{
     attention_mma_rows, attention_mma_threads, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS,
 };
 pub use attention_mma_bwd::{attention_mma_backward_shared, MMA_BWD_KEYS, MMA_BWD_THREADS};
+pub use attention_wgmma::{attention_wgmma_rows, attention_wgmma_shared, attention_wgmma_threads};
 pub use bnorm::{BATCH_NORM_BACKWARD_META_WORDS, BATCH_NORM_META_WORDS};
 pub use concat::CAT_PARTS;
 pub use conv::{ConvMeta, CONV_META_WORDS};
@@ -94,7 +96,13 @@ fn module(comment: &str, entries: &[String]) -> String {
 }
 
 fn module_for(target: Target, comment: &str, entries: &[String]) -> String {
-    let mut s = String::from(target.header());
+    module_with_header(target.header(), comment, entries)
+}
+
+/// A module starting with `header` (a [`Target`]'s, or that of a module
+/// written for one architecture only, such as `sm_90a`).
+fn module_with_header(header: &str, comment: &str, entries: &[String]) -> String {
+    let mut s = String::from(header);
     s.push_str("\n// ");
     s.push_str(comment);
     s.push_str(
@@ -448,6 +456,17 @@ pub(crate) fn attention_mma(name: &str, dtype: tensorfn_core::DTypeKind, d: usiz
         Target::Sm80,
         &format!("{name}: scaled dot-product attention over {dtype}, head dim {d}, with mma.sync"),
         &[attention::attention_mma_entry(name, dtype, d)],
+    )
+}
+
+/// The module of the Hopper attention entry `name` (`.target sm_90a`:
+/// compute capability 9.0 only; see
+/// [`builtin::attention_wgmma`](crate::builtin::attention_wgmma)).
+pub(crate) fn attention_wgmma(name: &str, dtype: tensorfn_core::DTypeKind, d: usize) -> String {
+    module_with_header(
+        attention_wgmma::SM90A_HEADER,
+        &format!("{name}: scaled dot-product attention over {dtype}, head dim {d}, with wgmma"),
+        &[attention_wgmma::attention_wgmma_entry(name, dtype, d)],
     )
 }
 

@@ -209,6 +209,41 @@ fn every_builtin_is_well_formed() {
             );
             check_body(&es[0]);
             check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_attention_wgmma_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].params.len(), super::attention::MMA_PARAMS.len());
+            check_body(&es[0]);
+            // sm_90a only (wgmma), with the entry of the mma.sync form's parameters.
+            assert!(
+                k.ptx.starts_with(".version 8.0\n.target sm_90a\n"),
+                "{}",
+                k.name
+            );
+            for op in [
+                "wgmma.mma_async.sync.aligned.m64n128k16",
+                "wgmma.fence.sync.aligned",
+                "wgmma.commit_group.sync.aligned",
+                "wgmma.wait_group.sync.aligned 0",
+                "fence.proxy.async.shared::cta",
+                "cp.async.cg.shared.global",
+            ] {
+                assert!(es[0].body.contains(op), "{}: no {op}", k.name);
+            }
+            assert!(
+                k.ptx.contains(&format!(
+                    ".maxntid {}, 1, 1",
+                    super::attention_wgmma_threads(if k.name.ends_with("_d64") { 64 } else { 128 })
+                )),
+                "{}",
+                k.name
+            );
+            check_exact(
+                &k.name,
+                &k.ptx
+                    .replace("ex2.approx.ftz.f32", "ex2.f32")
+                    .replace("lg2.approx.f32", "lg2.f32"),
+            );
         } else if k.name.starts_with("tf_attention_mma_bwd_") {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 2, "{}", k.name);

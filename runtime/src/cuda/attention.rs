@@ -4,7 +4,8 @@
 //! 65535 (the grid's y limit). Head dims above
 //! [`ATTENTION_MAX_HEAD`] go through the host. Without a mask, f16 and
 //! bf16 at head dim 64 or 128 with 16-byte aligned rows on sm_80+ take
-//! the FlashAttention-2-style tensor-core entry instead.
+//! the FlashAttention-2-style tensor-core entry instead, in its Hopper
+//! form (`wgmma`) on devices of compute capability 9.0.
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
@@ -17,8 +18,9 @@ use crate::layout::Layout;
 use std::borrow::Cow;
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::ptx::{
-    attention_mma_backward_shared, attention_mma_rows, attention_mma_threads, Target,
-    ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS, MMA_BWD_KEYS, MMA_BWD_THREADS,
+    attention_mma_backward_shared, attention_mma_rows, attention_mma_threads, attention_wgmma_rows,
+    attention_wgmma_shared, attention_wgmma_threads, Target, ATTENTION_MAX_HEAD,
+    ATTENTION_MMA_HEADS, MMA_BWD_KEYS, MMA_BWD_THREADS,
 };
 
 const OP: &str = "scaled_dot_product_attention";
@@ -147,7 +149,10 @@ impl CudaBackend {
     }
 
     /// The tensor-core entry (see `mma_fits`), writing the f32
-    /// log-sum-exps to `lse` when given.
+    /// log-sum-exps to `lse` when given: on a device of compute
+    /// capability 9.0 its Hopper form (`wgmma`, whose `sm_90a` PTX runs
+    /// there only), elsewhere the `mma.sync` one; both take the same
+    /// parameters.
     #[allow(clippy::too_many_arguments)]
     fn attention_mma<T: FloatDType>(
         &self,
@@ -163,12 +168,26 @@ impl CudaBackend {
         let [batch, l, d] = shape3(q.1);
         let [_, s, _] = shape3(k.1);
         let out = ctx.storage::<T>(batch * l * d)?;
-        let kernel = Builtin::AttentionMma(T::KIND, d);
+        let (kernel, rows, threads, shared) =
+            if ctx.compute_capability == (9, 0) && !mma_sync_only() {
+                (
+                    Builtin::AttentionWgmma(T::KIND, d),
+                    attention_wgmma_rows(d),
+                    attention_wgmma_threads(d),
+                    attention_wgmma_shared(d),
+                )
+            } else {
+                (
+                    Builtin::AttentionMma(T::KIND, d),
+                    attention_mma_rows(d),
+                    attention_mma_threads(d),
+                    0,
+                )
+            };
         let f = ctx.function(ModuleKey::Builtin(kernel), "", || {
             kernel.source(ctx.target())
         })?;
         let (qs, ks, vs) = (walk(q.1, nh), walk(k.1, nh), walk(v.1, nh));
-        let rows = attention_mma_rows(d);
         let blocks = l.div_ceil(rows) as u32;
         for b0 in (0..batch).step_by(MAX_GRID_Y) {
             let nb = (batch - b0).min(MAX_GRID_Y);
@@ -202,8 +221,8 @@ impl CudaBackend {
                 f,
                 &|| format!("{kernel:?} of {nb} x [{l}, {d}] queries against {s} keys"),
                 (blocks, nb as u32),
-                attention_mma_threads(d) as u32,
-                0,
+                threads as u32,
+                shared as u32,
                 &mut values,
             )?;
         }
@@ -607,6 +626,25 @@ impl CudaBackend {
             }
         };
         self.upload(Cow::Owned(out))
+    }
+}
+
+/// Set by the timing tests to time the `mma.sync` forward on a device of
+/// compute capability 9.0 beside its Hopper form.
+#[cfg(test)]
+pub(crate) static MMA_SYNC_ONLY: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the forward keeps to the `mma.sync` form on every device (only
+/// the timing tests ask for it).
+fn mma_sync_only() -> bool {
+    #[cfg(test)]
+    {
+        MMA_SYNC_ONLY.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    #[cfg(not(test))]
+    {
+        false
     }
 }
 

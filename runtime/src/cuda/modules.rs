@@ -56,6 +56,8 @@ pub(crate) enum Builtin {
     Attention(DTypeKind),
     /// Its tensor-core form (sm_80+) for f16/bf16 and a head dim.
     AttentionMma(DTypeKind, usize),
+    /// Its Hopper form (compute capability 9.0 only: `wgmma`, `sm_90a`).
+    AttentionWgmma(DTypeKind, usize),
     /// The tensor-core backward (sm_80+) for f16/bf16 and a head dim.
     AttentionMmaBackward(DTypeKind, usize),
     /// Its backward over tensors of this dtype: per query row (`false`:
@@ -99,6 +101,7 @@ impl Builtin {
             | Builtin::ScatterAdd(..)
             | Builtin::Attention(_)
             | Builtin::AttentionMma(..)
+            | Builtin::AttentionWgmma(..)
             | Builtin::AttentionMmaBackward(..)
             | Builtin::AttentionBackward(..)
             | Builtin::Optim(..)
@@ -150,6 +153,7 @@ impl Builtin {
             Builtin::ScatterAdd(t, index) => builtin::scatter_add(t, index),
             Builtin::Attention(t) => builtin::attention(t),
             Builtin::AttentionMma(t, d) => builtin::attention_mma(t, d),
+            Builtin::AttentionWgmma(t, d) => builtin::attention_wgmma(t, d),
             Builtin::AttentionMmaBackward(t, d) => builtin::attention_mma_backward(t, d),
             Builtin::AttentionBackward(t, keys) => builtin::attention_backward(t, keys),
             Builtin::Optim(k, t) => builtin::optim(k, t),

@@ -2494,6 +2494,12 @@ fn attention_matches_the_reference() {
         ([1, 2, 333, 333, 128, 128], true),
         ([2, 1, 161, 100, 128, 128], false),
         ([1, 1, 300, 129, 128, 128], true),
+        // Several tiles of 128 keys (the Hopper entry's), and fewer keys
+        // and queries than one tile.
+        ([1, 3, 5, 5, 64, 64], false),
+        ([1, 2, 512, 512, 128, 128], true),
+        ([1, 1, 640, 384, 64, 64], false),
+        ([2, 1, 1000, 1000, 64, 64], true),
     ] {
         let mut c = Case::random(&mut rng, dims, 1.0);
         c.causal = causal;
@@ -2913,6 +2919,8 @@ fn attention_grouped_query_on_the_gpu_matches_the_cpu() {
     run::<f32>(&mut rng, [2, 6, 2, 37, 41, 40], true, false, false, 1e-5);
     run::<f32>(&mut rng, [1, 4, 2, 37, 41, 64], false, true, true, 1e-5);
     run::<bf16>(&mut rng, [1, 4, 1, 65, 65, 64], true, false, false, 3e-2);
+    run::<f16>(&mut rng, [1, 8, 2, 300, 300, 64], false, true, false, 4e-3);
+    run::<bf16>(&mut rng, [1, 4, 2, 257, 257, 128], true, true, false, 3e-2);
 }
 
 /// The attention backward and the forward's log-sum-exps on the GPU
@@ -3152,31 +3160,46 @@ fn attention_timing() {
     use crate::tensor::Tensor;
     type D4 = (Dyn, Dyn, Dyn, Dyn);
     let Some((_guard, be)) = gpu() else { return };
-    for [b, h, t, d] in [[8, 12, 1024, 64], [4, 16, 4096, 128], [1, 32, 8192, 128]] {
-        let dims = [b, h, t, d];
-        let q = Tensor::<Cuda, bf16, D4>::randn_dims(1, &dims).unwrap();
-        let k = Tensor::<Cuda, bf16, D4>::randn_dims(2, &dims).unwrap();
-        let v = Tensor::<Cuda, bf16, D4>::randn_dims(3, &dims).unwrap();
-        let run = || {
-            q.scaled_dot_product_attention(&k, &v, AttentionArgs::new().is_causal(true))
-                .unwrap()
-        };
-        drop(run());
-        be.synchronize().unwrap();
-        let reps = 10;
-        let start = std::time::Instant::now();
-        for _ in 0..reps {
-            drop(run());
+    // On a device of compute capability 9.0, the `mma.sync` form first
+    // (the Hopper form is what the runtime takes there).
+    let hopper = be.ctx().compute_capability == (9, 0);
+    for mma_sync in [true, false] {
+        if mma_sync && !hopper {
+            continue;
         }
-        be.synchronize().unwrap();
-        let s = start.elapsed().as_secs_f64() / reps as f64;
-        let flops = 4.0 * (b * h) as f64 * (t * t) as f64 * d as f64 / 2.0;
-        println!(
-            "attention causal bf16 B{b} H{h} T{t} D{d}: {:.3} ms, {:.2} TFLOP/s",
-            s * 1e3,
-            flops / s / 1e12
-        );
+        super::attention::MMA_SYNC_ONLY.store(mma_sync, std::sync::atomic::Ordering::Relaxed);
+        let form = if hopper && !mma_sync {
+            "wgmma"
+        } else {
+            "mma.sync"
+        };
+        for [b, h, t, d] in [[8, 12, 1024, 64], [4, 16, 4096, 128], [1, 32, 8192, 128]] {
+            let dims = [b, h, t, d];
+            let q = Tensor::<Cuda, bf16, D4>::randn_dims(1, &dims).unwrap();
+            let k = Tensor::<Cuda, bf16, D4>::randn_dims(2, &dims).unwrap();
+            let v = Tensor::<Cuda, bf16, D4>::randn_dims(3, &dims).unwrap();
+            let run = || {
+                q.scaled_dot_product_attention(&k, &v, AttentionArgs::new().is_causal(true))
+                    .unwrap()
+            };
+            drop(run());
+            be.synchronize().unwrap();
+            let reps = 10;
+            let start = std::time::Instant::now();
+            for _ in 0..reps {
+                drop(run());
+            }
+            be.synchronize().unwrap();
+            let s = start.elapsed().as_secs_f64() / reps as f64;
+            let flops = 4.0 * (b * h) as f64 * (t * t) as f64 * d as f64 / 2.0;
+            println!(
+                "attention causal bf16 B{b} H{h} T{t} D{d} ({form}): {:.3} ms, {:.2} TFLOP/s",
+                s * 1e3,
+                flops / s / 1e12
+            );
+        }
     }
+    super::attention::MMA_SYNC_ONLY.store(false, std::sync::atomic::Ordering::Relaxed);
     // Grouped-query attention: 8 key and value heads for 32 query heads.
     for [b, h, hkv, t, d] in [[1, 32, 8, 8192, 128], [4, 16, 4, 4096, 128]] {
         let q = Tensor::<Cuda, bf16, D4>::randn_dims(1, &[b, h, t, d]).unwrap();

@@ -1,0 +1,681 @@
+//! The Hopper form of the tensor-core attention forward (compute
+//! capability 9.0 only: its PTX targets `sm_90a`, whose `wgmma`
+//! instructions no other device runs; every other device takes
+//! `attention_mma_entry` in `attention.rs`).
+//!
+//! A block of warpgroups (three at head dim 64, two at 128; see
+//! [`attention_wgmma_rows`]) owns 64 query rows a warpgroup. `Q` of the block is copied into shared memory once; the
+//! keys are walked in tiles of [`WGMMA_KEYS`], each tile of `K` and `V`
+//! copied with 16-byte `cp.async` into one of two buffers while the
+//! other is computed on. Shared tiles use the layout `wgmma`'s 128-byte
+//! swizzle expects: 64 columns (128 bytes) a row, the 16-byte chunk `c`
+//! of row `r` at `c ^ (r % 8)`, the columns 64.. of head dim 128 in a
+//! second such region after the first. `S = Q K^T` reads both operands
+//! from shared memory (both K-major); `P`, rounded to the dtype, is the
+//! register `A` operand of `O += P V` (the accumulator's layout is the `A`
+//! fragment's), `V` the transposed (MN-major) `B` operand of the same
+//! tiles. The online softmax runs on the f32 accumulator fragments, whose
+//! rows a quad of lanes shares.
+
+use super::attention::{batch_offsets, MMA_PARAMS};
+use super::body::{Body, Class};
+use super::mma_tile::{entry_params, half_type, load_params, pack_a, scale_log2};
+use crate::target::Target;
+use tensorfn_core::DTypeKind;
+
+/// Warpgroups a block of the Hopper entry has at head dim `d`: three at
+/// 64 (164 registers a thread, 384 threads fill the SM's 64 Ki), two at
+/// 128 (216 registers a thread).
+const fn warpgroups(d: usize) -> usize {
+    if d > 64 {
+        2
+    } else {
+        3
+    }
+}
+
+/// Query rows a block of the Hopper attention entry handles at head dim
+/// `d` (64 a warpgroup).
+///
+/// ```
+/// use tensorfn_kernels::ptx::attention_wgmma_rows;
+/// assert_eq!(attention_wgmma_rows(64), 192);
+/// assert_eq!(attention_wgmma_rows(128), 128);
+/// ```
+pub const fn attention_wgmma_rows(d: usize) -> usize {
+    64 * warpgroups(d)
+}
+
+/// Threads a block of the Hopper attention entry takes at head dim `d`.
+///
+/// ```
+/// use tensorfn_kernels::ptx::attention_wgmma_threads;
+/// assert_eq!(attention_wgmma_threads(64), 384);
+/// assert_eq!(attention_wgmma_threads(128), 256);
+/// ```
+pub const fn attention_wgmma_threads(d: usize) -> usize {
+    128 * warpgroups(d)
+}
+
+/// Keys a tile of `K` and `V` holds (the `N` of `S = Q K^T`).
+const WGMMA_KEYS: usize = 128;
+
+/// Buffers of `K` and `V` tiles: the tile computed on, the next one on
+/// its way, and the one before, which the second warpgroup may still read
+/// while the first starts the next copy.
+const STAGES: usize = 3;
+
+/// Bytes of one row of a swizzle region (64 16-bit columns).
+const ATOM_ROW: usize = 128;
+
+/// Bytes of dynamic shared memory the Hopper attention entry takes at
+/// head dim `d`: `Q` of the block, three buffers each of `K` and `V`,
+/// and 1 KiB of slack to align them to the 1 KiB the swizzle repeats
+/// over (at head dim 128, 225 KiB of the 227 a block may take).
+///
+/// ```
+/// use tensorfn_kernels::ptx::attention_wgmma_shared;
+/// assert_eq!(attention_wgmma_shared(64), 24576 + 6 * 16384 + 1024);
+/// assert_eq!(attention_wgmma_shared(128), 32768 + 6 * 32768 + 1024);
+/// ```
+pub const fn attention_wgmma_shared(d: usize) -> usize {
+    attention_wgmma_rows(d) * d * 2 + 2 * STAGES * WGMMA_KEYS * d * 2 + 1024
+}
+
+/// The PTX header of the module: `wgmma` needs PTX ISA 8.0 and `sm_90a`.
+pub(crate) const SM90A_HEADER: &str = ".version 8.0\n.target sm_90a\n.address_size 64\n";
+
+/// A 64-bit shared-memory matrix descriptor with the 128-byte swizzle,
+/// less its start address: leading and stride byte offsets `lbo`, `sbo`.
+fn desc_bits(lbo: usize, sbo: usize) -> u64 {
+    ((lbo as u64 >> 4) << 16) | ((sbo as u64 >> 4) << 32) | (1u64 << 62)
+}
+
+/// A register holding the descriptor of the matrix at shared address
+/// `addr` (u32, 1 KiB aligned) with the fixed fields `bits`.
+fn descriptor(body: &mut Body, addr: &str, bits: u64) -> String {
+    let (a64, d) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("cvt.u64.u32 {a64}, {addr}"));
+    body.op(format!("shr.u64 {a64}, {a64}, 4"));
+    body.op(format!("or.b64 {d}, {a64}, {bits}"));
+    d
+}
+
+/// `{r0, r1, ..}` of `regs`.
+fn list(regs: &[String]) -> String {
+    format!("{{{}}}", regs.join(", "))
+}
+
+/// The Hopper entry `name` over `dtype` (f16 or bf16) with head dim `d`
+/// (64 or 128), taking the parameters of the `mma.sync` entry
+/// ([`MMA_PARAMS`]) and computing the same output and log-sum-exps.
+pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> String {
+    let ht = half_type(dtype);
+    let (neg_inf, zero, one) = ("0fFF800000", "0f00000000", "0f3F800000");
+    let rows = attention_wgmma_rows(d);
+    let threads = attention_wgmma_threads(d);
+    let wgs = warpgroups(d);
+    let n = WGMMA_KEYS;
+    // 16-byte chunks of a row, rows one pass of the block's copies covers.
+    let chunks = d / 8;
+    let pass_rows = threads / chunks;
+    // Bytes of a 64-column region of Q and of a tile of K or V, and of
+    // the whole of each.
+    let (q_region, kv_region) = (rows * ATOM_ROW, n * ATOM_ROW);
+    let (q_bytes, kv_bytes) = (rows * d * 2, n * d * 2);
+    let mut body = Body::for_target(Target::Sm80);
+    let p = load_params(&mut body, &MMA_PARAMS, &["p_out", "p_q", "p_k", "p_v"]);
+    let sl2 = scale_log2(&mut body);
+    // A negative scale negates the scores (so that the max of the raw
+    // scores is the max of the scaled ones) and is used as its magnitude;
+    // a zero scale becomes 2^-126, which leaves every finite score's
+    // exponential at 1 and a masked one at 0.
+    let neg = body.reg(Class::Pred);
+    body.op(format!("setp.lt.f32 {neg}, {sl2}, 0f00000000"));
+    body.op(format!("abs.f32 {sl2}, {sl2}"));
+    {
+        let z = body.reg(Class::Pred);
+        body.op(format!("setp.eq.f32 {z}, {sl2}, 0f00000000"));
+        body.op(format!("@{z} mov.f32 {sl2}, 0f00800000"));
+    }
+    let (tid, lane, wg, wi, g32, t32) = (
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+    );
+    body.op(format!("mov.u32 {tid}, %tid.x"));
+    body.op(format!("and.b32 {lane}, {tid}, 31"));
+    body.op(format!("shr.u32 {wg}, {tid}, 7"));
+    body.op(format!("shr.u32 {wi}, {tid}, 5"));
+    body.op(format!("and.b32 {wi}, {wi}, 3"));
+    body.op(format!("shr.u32 {g32}, {lane}, 2"));
+    body.op(format!("and.b32 {t32}, {lane}, 3"));
+    // Blocks in reverse order: under `causal` the last rows have the most
+    // keys, and they start first.
+    let (cta, ncta, by) = (
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+    );
+    body.op(format!("mov.u32 {cta}, %ctaid.x"));
+    body.op(format!("mov.u32 {ncta}, %nctaid.x"));
+    body.op(format!("sub.u32 {cta}, {ncta}, {cta}"));
+    body.op(format!("sub.u32 {cta}, {cta}, 1"));
+    body.op(format!("mov.u32 {by}, %ctaid.y"));
+    let b = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {b}, {by}"));
+    body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
+    let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v", "o"]);
+    // The block's first row R0, the warpgroup's r0; the thread's rows are
+    // r0 + 16 wi + g (`ra`) and 8 more (`rb`).
+    let big_r0 = body.reg(Class::B64);
+    body.op(format!("mul.wide.u32 {big_r0}, {cta}, {rows}"));
+    let r0 = body.reg(Class::B64);
+    body.op(format!("mul.wide.u32 {r0}, {wg}, 64"));
+    body.op(format!("add.u64 {r0}, {r0}, {big_r0}"));
+    let (ra, rb) = (body.reg(Class::B64), body.reg(Class::B64));
+    {
+        let x = body.reg(Class::B32);
+        body.op(format!("mad.lo.u32 {x}, {wi}, 16, {g32}"));
+        body.op(format!("cvt.u64.u32 {ra}, {x}"));
+        body.op(format!("add.u64 {ra}, {ra}, {r0}"));
+        body.op(format!("add.u64 {rb}, {ra}, 8"));
+    }
+    let causal = body.reg(Class::Pred);
+    body.op(format!("setp.ne.u64 {causal}, {}, 0", p["p_causal"]));
+    // The block's keys 0..kend (under `causal`, up to its last row) in
+    // `ntiles` tiles; the warpgroup's keys 0..wend (0 past the rows).
+    let kend = body.reg(Class::B64);
+    body.op(format!("mov.u64 {kend}, {}", p["p_s"]));
+    let rend = body.reg(Class::B64);
+    body.op(format!("add.u64 {rend}, {big_r0}, {rows}"));
+    body.op(format!("@{causal} min.u64 {kend}, {kend}, {rend}"));
+    let ntiles = body.reg(Class::B64);
+    body.op(format!("add.u64 {ntiles}, {kend}, {}", n - 1));
+    body.op(format!(
+        "shr.u64 {ntiles}, {ntiles}, {}",
+        n.trailing_zeros()
+    ));
+    let wend = body.reg(Class::B64);
+    body.op(format!("mov.u64 {wend}, {}", p["p_s"]));
+    body.op(format!("add.u64 {rend}, {r0}, 64"));
+    body.op(format!("@{causal} min.u64 {wend}, {wend}, {rend}"));
+    let idle = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {idle}, {r0}, {}", p["p_l"]));
+    body.op(format!("@{idle} mov.u64 {wend}, 0"));
+    // Shared memory aligned to 1 KiB: Q, K's two buffers, V's two.
+    let base = body.reg(Class::B32);
+    body.op(format!("mov.u32 {base}, {name}_smem"));
+    body.op(format!("add.u32 {base}, {base}, 1023"));
+    body.op(format!("and.b32 {base}, {base}, -1024"));
+    let sk = body.reg(Class::B32);
+    body.op(format!("add.u32 {sk}, {base}, {q_bytes}"));
+    let sv = body.reg(Class::B32);
+    body.op(format!("add.u32 {sv}, {sk}, {}", STAGES * kv_bytes));
+    // The thread's copy slot: chunk `cchunk` of rows `crow + k pass_rows`,
+    // in the region cchunk / 8 at chunk (cchunk % 8) ^ (crow % 8) (every
+    // pass's rows share crow % 8, as pass_rows is a multiple of 8).
+    let (crow, cchunk) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!(
+        "shr.u32 {crow}, {tid}, {}",
+        chunks.trailing_zeros()
+    ));
+    body.op(format!("and.b32 {cchunk}, {tid}, {}", chunks - 1));
+    let slot = |body: &mut Body, region: usize| {
+        let (x, o, r) = (
+            body.reg(Class::B32),
+            body.reg(Class::B32),
+            body.reg(Class::B32),
+        );
+        body.op(format!("and.b32 {x}, {crow}, 7"));
+        body.op(format!("and.b32 {o}, {cchunk}, 7"));
+        body.op(format!("xor.b32 {x}, {x}, {o}"));
+        body.op(format!("shl.b32 {x}, {x}, 4"));
+        body.op(format!("mad.lo.u32 {x}, {crow}, {ATOM_ROW}, {x}"));
+        body.op(format!("shr.u32 {r}, {cchunk}, 3"));
+        body.op(format!("mad.lo.u32 {x}, {r}, {region}, {x}"));
+        x
+    };
+    let qslot = slot(&mut body, q_region);
+    body.op(format!("add.u32 {qslot}, {qslot}, {base}"));
+    let kvslot = slot(&mut body, kv_region);
+    // The global sources: row 0 of batch b, plus the thread's chunk.
+    let (crow64, cbytes) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("cvt.u64.u32 {crow64}, {crow}"));
+    body.op(format!("cvt.u64.u32 {cbytes}, {cchunk}"));
+    body.op(format!("shl.b64 {cbytes}, {cbytes}, 4"));
+    let source = |body: &mut Body, x: &str| {
+        let a = body.reg(Class::B64);
+        body.op(format!(
+            "mad.lo.u64 {a}, {}, 2, {}",
+            boff[x],
+            p[format!("p_{x}").as_str()]
+        ));
+        body.op(format!("add.u64 {a}, {a}, {cbytes}"));
+        let rs2 = body.reg(Class::B64);
+        body.op(format!(
+            "shl.b64 {rs2}, {}, 1",
+            p[format!("p_{x}r").as_str()]
+        ));
+        (a, rs2)
+    };
+    // The bytes between a thread's rows of two passes.
+    let pass_bytes = |body: &mut Body, rs2: &str| {
+        let r = body.reg(Class::B64);
+        body.op(format!("mul.lo.u64 {r}, {rs2}, {pass_rows}"));
+        r
+    };
+    let (gq, qr2) = source(&mut body, "q");
+    let (gk, kr2) = source(&mut body, "k");
+    let (gv, vr2) = source(&mut body, "v");
+    let (kpass, vpass) = (pass_bytes(&mut body, &kr2), pass_bytes(&mut body, &vr2));
+    // Copies `count` rows from row j0 of `src` (rows `rs2` bytes apart,
+    // a pass's `pass` bytes) to the slot `dst`; with `limit`, rows at or
+    // past it are zero-filled (read from a clamped address), else all are
+    // copied, from one address stepped by a pass's bytes.
+    let copy = |body: &mut Body,
+                j0: &str,
+                count: usize,
+                (src, rs2, pass): (&str, &str, &str),
+                dst: &str,
+                limit: Option<&str>| {
+        let step = body.reg(Class::B64);
+        if limit.is_none() {
+            body.op(format!("add.u64 {step}, {j0}, {crow64}"));
+            body.op(format!("mad.lo.u64 {step}, {step}, {rs2}, {src}"));
+        }
+        for ps in 0..count.div_ceil(pass_rows) {
+            // A last pass over fewer rows than the block's threads cover.
+            let skip = body.label("wg_no_pass");
+            if (ps + 1) * pass_rows > count {
+                let out = body.reg(Class::Pred);
+                body.op(format!(
+                    "setp.ge.u32 {out}, {crow}, {}",
+                    count - ps * pass_rows
+                ));
+                body.op(format!("@{out} bra {skip}"));
+            }
+            let off = ps * pass_rows * ATOM_ROW;
+            match limit {
+                None => {
+                    if ps > 0 {
+                        body.op(format!("add.u64 {step}, {step}, {pass}"));
+                    }
+                    body.op(format!(
+                        "cp.async.cg.shared.global [{dst}+{off}], [{step}], 16"
+                    ));
+                }
+                Some(lim) => {
+                    let row = body.reg(Class::B64);
+                    body.op(format!("add.u64 {row}, {j0}, {crow64}"));
+                    if ps > 0 {
+                        body.op(format!("add.u64 {row}, {row}, {}", ps * pass_rows));
+                    }
+                    let inside = body.reg(Class::Pred);
+                    body.op(format!("setp.lt.u64 {inside}, {row}, {lim}"));
+                    body.op(format!("@!{inside} mov.u64 {row}, 0"));
+                    let a = body.reg(Class::B64);
+                    body.op(format!("mad.lo.u64 {a}, {row}, {rs2}, {src}"));
+                    let nb = body.reg(Class::B32);
+                    body.op(format!("selp.u32 {nb}, 16, 0, {inside}"));
+                    body.op(format!(
+                        "cp.async.cg.shared.global [{dst}+{off}], [{a}], 16, {nb}"
+                    ));
+                }
+            }
+            body.place(&skip);
+        }
+    };
+    // Copies the tile of keys j0.. of K and V into the buffer `stage`
+    // bytes into theirs: whole tiles straight, the last one zero-filled
+    // past the keys.
+    let copy_kv = |body: &mut Body, j0: &str, stage: &str| {
+        let (buf, kdst, vdst) = (
+            body.reg(Class::B32),
+            body.reg(Class::B32),
+            body.reg(Class::B32),
+        );
+        body.op(format!("add.u32 {buf}, {stage}, {kvslot}"));
+        body.op(format!("add.u32 {kdst}, {buf}, {sk}"));
+        body.op(format!("add.u32 {vdst}, {buf}, {sv}"));
+        let (partial, copied) = (body.label("wg_partial"), body.label("wg_copied"));
+        let end = body.reg(Class::B64);
+        body.op(format!("add.u64 {end}, {j0}, {n}"));
+        let short = body.reg(Class::Pred);
+        body.op(format!("setp.gt.u64 {short}, {end}, {}", p["p_s"]));
+        body.op(format!("@{short} bra.uni {partial}"));
+        copy(body, j0, n, (&gk, &kr2, &kpass), &kdst, None);
+        copy(body, j0, n, (&gv, &vr2, &vpass), &vdst, None);
+        body.op(format!("bra.uni {copied}"));
+        body.place(&partial);
+        copy(body, j0, n, (&gk, &kr2, &kpass), &kdst, Some(&p["p_s"]));
+        copy(body, j0, n, (&gv, &vr2, &vpass), &vdst, Some(&p["p_s"]));
+        body.place(&copied);
+    };
+    // Descriptors: Q of the warpgroup (K-major, 8-row groups 1 KiB
+    // apart), K's and V's buffers (V MN-major: its 64-column regions
+    // `kv_region` apart, its groups of 8 keys 1 KiB apart).
+    let kmajor = desc_bits(16, 8 * ATOM_ROW);
+    let mnmajor = desc_bits(kv_region, 8 * ATOM_ROW);
+    let qdesc = {
+        let a = body.reg(Class::B32);
+        body.op(format!("mad.lo.u32 {a}, {wg}, {}, {base}", 64 * ATOM_ROW));
+        descriptor(&mut body, &a, kmajor)
+    };
+    let kdesc = descriptor(&mut body, &sk, kmajor);
+    let vdesc = descriptor(&mut body, &sv, mnmajor);
+    let (ptrue, pfalse) = (body.reg(Class::Pred), body.reg(Class::Pred));
+    body.op(format!("setp.eq.u32 {ptrue}, 0, 0"));
+    body.op(format!("setp.ne.u32 {pfalse}, 0, 0"));
+    // O as the m64nD accumulator (d / 2 registers: of 8-column tile j,
+    // [4j, 4j + 1] in row ra and [4j + 2, 4j + 3] in row rb); the running
+    // max (of the scores, sign-folded) and sum of rows ra and rb.
+    let o: Vec<String> = (0..d / 2).map(|_| body.reg(Class::F32)).collect();
+    for r in &o {
+        body.op(format!("mov.f32 {r}, {zero}"));
+    }
+    let ml = [0, 1].map(|_| {
+        let (m, l) = (body.reg(Class::F32), body.reg(Class::F32));
+        body.op(format!("mov.f32 {m}, {neg_inf}"));
+        body.op(format!("mov.f32 {l}, {zero}"));
+        (m, l)
+    });
+    let (j0, jt) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("mov.u64 {j0}, 0"));
+    body.op(format!("mov.u64 {jt}, 0"));
+    // The buffer of tile jt and of the next, as byte offsets (jt % 3 and
+    // (jt + 1) % 3 times a tile's bytes).
+    let (stage, next) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("mov.u32 {stage}, 0"));
+    // The warpgroups take turns issuing S = Q K^T (named barriers 1..:
+    // warpgroup w waits on barrier w + 1 with the one before it, then
+    // lets the next go), so that one's softmax overlaps the others'
+    // products; the last lets the first start.
+    let (turn, other) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("add.u32 {turn}, {wg}, 1"));
+    body.op(format!("rem.u32 {other}, {turn}, {wgs}"));
+    body.op(format!("add.u32 {other}, {other}, 1"));
+    let second = body.reg(Class::Pred);
+    body.op(format!("setp.eq.u32 {second}, {wg}, {}", wgs - 1));
+    let (lp, done) = (body.label("wg_keys"), body.label("wg_keys_done"));
+    let none = body.reg(Class::Pred);
+    body.op(format!("setp.eq.u64 {none}, {ntiles}, 0"));
+    body.op(format!("@{none} bra.uni {done}"));
+    // Q (rows past L zero-filled) with the first tile.
+    copy(
+        &mut body,
+        &big_r0,
+        rows,
+        (&gq, &qr2, &qr2),
+        &qslot,
+        Some(&p["p_l"]),
+    );
+    copy_kv(&mut body, &j0, &stage);
+    body.op("cp.async.commit_group");
+    body.op(format!("@{second} bar.arrive 1, 256"));
+    // (every named barrier is one warpgroup waiting and one arriving.)
+    body.place(&lp);
+    // The next tile's copy, into buffer (jt + 1) % 3: last read for tile
+    // jt - 2, which every thread finished before the barrier of tile
+    // jt - 1.
+    {
+        body.op(format!("add.u32 {next}, {stage}, {kv_bytes}"));
+        let wrap = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u32 {wrap}, {next}, {}", STAGES * kv_bytes));
+        body.op(format!("@{wrap} mov.u32 {next}, 0"));
+        let (jn, jtn) = (body.reg(Class::B64), body.reg(Class::B64));
+        body.op(format!("add.u64 {jtn}, {jt}, 1"));
+        body.op(format!("add.u64 {jn}, {j0}, {n}"));
+        let last = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {last}, {jtn}, {ntiles}"));
+        let no_copy = body.label("wg_no_copy");
+        body.op(format!("@{last} bra.uni {no_copy}"));
+        copy_kv(&mut body, &jn, &next);
+        body.place(&no_copy);
+        body.op("cp.async.commit_group");
+    }
+    // Tile jt arrived: each thread's copies made visible to the async
+    // proxy `wgmma` reads through, then everyone's.
+    body.op("cp.async.wait_group 1");
+    body.op("fence.proxy.async.shared::cta");
+    body.op("bar.sync 0");
+    let skip = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {skip}, {j0}, {wend}"));
+    let (kd, vd) = (body.reg(Class::B64), body.reg(Class::B64));
+    {
+        let st64 = body.reg(Class::B64);
+        body.op(format!("cvt.u64.u32 {st64}, {stage}"));
+        body.op(format!("shr.u64 {st64}, {st64}, 4"));
+        body.op(format!("add.s64 {kd}, {kdesc}, {st64}"));
+        body.op(format!("add.s64 {vd}, {vdesc}, {st64}"));
+    }
+    // S = Q K^T: k-steps of 16 columns, 32 bytes into a region's rows, in
+    // the warpgroup's turn (taken and passed on even on a tile it skips,
+    // so that the two wait and let go as often; the second does not pass
+    // it on after the last tile, which the first does not wait for).
+    let s: Vec<String> = (0..n / 2).map(|_| body.reg(Class::F32)).collect();
+    body.op(format!("bar.sync {turn}, 256"));
+    let skip_qk = body.label("wg_skip_qk");
+    body.op(format!("@{skip} bra.uni {skip_qk}"));
+    body.op("wgmma.fence.sync.aligned");
+    for ks in 0..d / 16 {
+        let (qa, kb) = (body.reg(Class::B64), body.reg(Class::B64));
+        let within = (ks % 4) * 32;
+        body.op(format!(
+            "add.s64 {qa}, {qdesc}, {}",
+            ((ks / 4) * q_region + within) >> 4
+        ));
+        body.op(format!(
+            "add.s64 {kb}, {kd}, {}",
+            ((ks / 4) * kv_region + within) >> 4
+        ));
+        let acc = if ks == 0 { &pfalse } else { &ptrue };
+        body.op(format!(
+            "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ht}.{ht} {}, {qa}, {kb}, {acc}, 1, 1, 0, 0",
+            list(&s)
+        ));
+    }
+    body.op("wgmma.commit_group.sync.aligned");
+    body.op("wgmma.wait_group.sync.aligned 0");
+    body.place(&skip_qk);
+    {
+        let (last, keep) = (body.reg(Class::Pred), body.reg(Class::Pred));
+        let jtn = body.reg(Class::B64);
+        body.op(format!("add.u64 {jtn}, {jt}, 1"));
+        body.op(format!("setp.ge.u64 {last}, {jtn}, {ntiles}"));
+        body.op(format!("and.pred {keep}, {last}, {second}"));
+        body.op(format!("@!{keep} bar.arrive {other}, 256"));
+    }
+    let skip_tile = body.label("wg_skip_tile");
+    body.op(format!("@{skip} bra.uni {skip_tile}"));
+    {
+        let positive = body.label("wg_positive");
+        body.op(format!("@!{neg} bra.uni {positive}"));
+        for r in &s {
+            body.op(format!("neg.f32 {r}, {r}"));
+        }
+        body.place(&positive);
+    }
+    // -inf past the keys and, under `causal`, past the row, on the tiles
+    // that reach either.
+    {
+        let unmasked = body.label("wg_unmasked");
+        let (jlast, masked, diag) = (
+            body.reg(Class::B64),
+            body.reg(Class::Pred),
+            body.reg(Class::Pred),
+        );
+        body.op(format!("add.u64 {jlast}, {j0}, {n}"));
+        body.op(format!("setp.gt.u64 {masked}, {jlast}, {}", p["p_s"]));
+        body.op(format!("add.u64 {jlast}, {j0}, {}", n - 1));
+        body.op(format!("setp.gt.u64 {diag}, {jlast}, {r0}"));
+        body.op(format!("and.pred {diag}, {diag}, {causal}"));
+        body.op(format!("or.pred {masked}, {masked}, {diag}"));
+        body.op(format!("@!{masked} bra.uni {unmasked}"));
+        let col0 = body.reg(Class::B64);
+        body.op(format!("cvt.u64.u32 {col0}, {t32}"));
+        body.op(format!("shl.b64 {col0}, {col0}, 1"));
+        body.op(format!("add.u64 {col0}, {col0}, {j0}"));
+        for (i, r) in s.iter().enumerate() {
+            let (j, x) = (i / 4, i % 4);
+            let key = body.reg(Class::B64);
+            body.op(format!("add.u64 {key}, {col0}, {}", j * 8 + (x & 1)));
+            let (out, late) = (body.reg(Class::Pred), body.reg(Class::Pred));
+            body.op(format!("setp.ge.u64 {out}, {key}, {}", p["p_s"]));
+            let row = if x < 2 { &ra } else { &rb };
+            body.op(format!("setp.gt.u64 {late}, {key}, {row}"));
+            body.op(format!("and.pred {late}, {late}, {causal}"));
+            body.op(format!("or.pred {out}, {out}, {late}"));
+            body.op(format!("@{out} mov.f32 {r}, {neg_inf}"));
+        }
+        body.place(&unmasked);
+    }
+    // The rows' new max (over the quad sharing a row), the rescale by
+    // 2^(m_old - m_new), and P = 2^(S - m) (0 where S is -inf).
+    for (half, (mx_old, l)) in ml.iter().enumerate() {
+        let mine: Vec<&String> = s
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| (i % 4) / 2 == half)
+            .map(|(_, r)| r)
+            .collect();
+        let mx = body.reg(Class::F32);
+        body.op(format!("mov.f32 {mx}, {mx_old}"));
+        for r in &mine {
+            body.op(format!("max.f32 {mx}, {mx}, {r}"));
+        }
+        for off in [1, 2] {
+            let o2 = body.reg(Class::F32);
+            body.op(format!("shfl.sync.bfly.b32 {o2}, {mx}, {off}, 31, -1"));
+            body.op(format!("max.f32 {mx}, {mx}, {o2}"));
+        }
+        // In log2 units (times scale * log2(e)); a row without keys so
+        // far keeps m = -inf and subtracts 0.
+        let mu = body.reg(Class::F32);
+        body.op(format!("mul.rn.f32 {mu}, {mx}, {sl2}"));
+        let empty = body.reg(Class::Pred);
+        body.op(format!("setp.eq.f32 {empty}, {mx}, {neg_inf}"));
+        body.op(format!("@{empty} mov.f32 {mu}, {zero}"));
+        let alpha = body.reg(Class::F32);
+        body.op(format!("mul.rn.f32 {alpha}, {mx_old}, {sl2}"));
+        body.op(format!("sub.rn.f32 {alpha}, {alpha}, {mu}"));
+        body.op(format!("ex2.approx.ftz.f32 {alpha}, {alpha}"));
+        body.op(format!("mov.f32 {mx_old}, {mx}"));
+        body.op(format!("mul.rn.f32 {l}, {l}, {alpha}"));
+        body.op(format!("neg.f32 {mu}, {mu}"));
+        for r in mine {
+            body.op(format!("fma.rn.f32 {r}, {r}, {sl2}, {mu}"));
+            body.op(format!("ex2.approx.ftz.f32 {r}, {r}"));
+            body.op(format!("add.rn.f32 {l}, {l}, {r}"));
+        }
+        for (i, r) in o.iter().enumerate() {
+            if (i % 4) / 2 == half {
+                body.op(format!("mul.rn.f32 {r}, {r}, {alpha}"));
+            }
+        }
+    }
+    // O += P V: P rounded to the dtype as A fragments of 16 keys.
+    let tiles: Vec<[String; 4]> = s
+        .chunks(4)
+        .map(|c| [c[0].clone(), c[1].clone(), c[2].clone(), c[3].clone()])
+        .collect();
+    let pa = pack_a(&mut body, ht, &tiles);
+    body.op("wgmma.fence.sync.aligned");
+    for (kc, a) in pa.iter().enumerate() {
+        let vb = body.reg(Class::B64);
+        body.op(format!("add.s64 {vb}, {vd}, {}", (kc * 16 * ATOM_ROW) >> 4));
+        body.op(format!(
+            "wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{ht}.{ht} {}, {}, {vb}, {ptrue}, 1, 1, 1",
+            list(&o),
+            list(a)
+        ));
+    }
+    body.op("wgmma.commit_group.sync.aligned");
+    body.op("wgmma.wait_group.sync.aligned 0");
+    body.place(&skip_tile);
+    body.op(format!("mov.u32 {stage}, {next}"));
+    body.op(format!("add.u64 {jt}, {jt}, 1"));
+    body.op(format!("add.u64 {j0}, {j0}, {n}"));
+    body.op(format!("setp.lt.u64 {none}, {jt}, {ntiles}"));
+    body.op(format!("@{none} bra.uni {lp}"));
+    body.place(&done);
+    body.op("cp.async.wait_group 0");
+    // out = O / l (the quad's sum), 0 for a row without keys, rounded and
+    // stored a pair of columns at a time; with `p_lse`, lane 0 of each
+    // quad writes its rows' log-sum-exps, ln 2 (m + log2(l)).
+    let (no_lse, lse_base) = (body.reg(Class::Pred), body.reg(Class::B64));
+    {
+        let not_first = body.reg(Class::Pred);
+        body.op(format!("setp.eq.u64 {no_lse}, {}, 0", p["p_lse"]));
+        body.op(format!("setp.ne.u32 {not_first}, {t32}, 0"));
+        body.op(format!("or.pred {no_lse}, {no_lse}, {not_first}"));
+        let bl = body.reg(Class::B64);
+        body.op(format!("mul.lo.u64 {bl}, {b}, {}", p["p_l"]));
+        body.op(format!("cvta.to.global.u64 {lse_base}, {}", p["p_lse"]));
+        body.op(format!("mad.lo.u64 {lse_base}, {bl}, 4, {lse_base}"));
+    }
+    let col = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {col}, {t32}"));
+    body.op(format!("shl.b64 {col}, {col}, 1"));
+    for (half, (mx, l)) in ml.iter().enumerate() {
+        let row = if half == 0 { &ra } else { &rb };
+        for off in [1, 2] {
+            let o2 = body.reg(Class::F32);
+            body.op(format!("shfl.sync.bfly.b32 {o2}, {l}, {off}, 31, -1"));
+            body.op(format!("add.rn.f32 {l}, {l}, {o2}"));
+        }
+        let skip = body.label("wg_no_row");
+        let past = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {past}, {row}, {}", p["p_l"]));
+        body.op(format!("@{past} bra {skip}"));
+        let inv = body.reg(Class::F32);
+        body.op(format!("div.rn.f32 {inv}, {one}, {l}"));
+        let empty = body.reg(Class::Pred);
+        body.op(format!("setp.eq.f32 {empty}, {l}, {zero}"));
+        body.op(format!("@{empty} mov.f32 {inv}, {zero}"));
+        {
+            let (x, lg) = (body.reg(Class::F32), body.reg(Class::F32));
+            body.op(format!("lg2.approx.f32 {lg}, {l}"));
+            body.op(format!("mul.rn.f32 {x}, {mx}, {sl2}"));
+            body.op(format!("add.rn.f32 {x}, {x}, {lg}"));
+            body.op(format!(
+                "mul.rn.f32 {x}, {x}, 0f{:08X}",
+                std::f32::consts::LN_2.to_bits()
+            ));
+            body.op(format!("@{empty} mov.f32 {x}, {neg_inf}"));
+            let a = body.reg(Class::B64);
+            body.op(format!("mad.lo.u64 {a}, {row}, 4, {lse_base}"));
+            body.op(format!("@!{no_lse} st.global.f32 [{a}], {x}"));
+        }
+        let ga = body.reg(Class::B64);
+        body.op(format!(
+            "mad.lo.u64 {ga}, {row}, {}, {}",
+            p["p_or"], boff["o"]
+        ));
+        body.op(format!("add.u64 {ga}, {ga}, {col}"));
+        body.op(format!("mad.lo.u64 {ga}, {ga}, 2, {}", p["p_out"]));
+        for j in 0..d / 8 {
+            let (x0, x1) = (body.reg(Class::F32), body.reg(Class::F32));
+            body.op(format!("mul.rn.f32 {x0}, {}, {inv}", o[4 * j + 2 * half]));
+            body.op(format!(
+                "mul.rn.f32 {x1}, {}, {inv}",
+                o[4 * j + 2 * half + 1]
+            ));
+            let packed = body.reg(Class::B32);
+            body.op(format!("cvt.rn.{ht}x2.f32 {packed}, {x1}, {x0}"));
+            body.op(format!("st.global.b32 [{ga}+{}], {packed}", j * 16));
+        }
+        body.place(&skip);
+    }
+    body.op("ret");
+    // Dynamic shared memory (`attention_wgmma_shared(d)` bytes), declared
+    // at module scope.
+    format!(
+        ".extern .shared .align 128 .b8 {name}_smem[];\n\n.visible .entry {name}(\n{}\n)\n.maxntid {threads}, 1, 1\n{{\n{}}}\n",
+        entry_params(&MMA_PARAMS),
+        body.finish()
+    )
+}
