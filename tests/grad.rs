@@ -243,6 +243,17 @@ fd_case!(logsumexp_rule: fn w_lse(x: [3, 4] in (-2.0, 2.0)) { sin(x.logsumexp(1)
 fd_case!(cat_rule: fn j_cat(x: [3, 2] in (-2.0, 2.0), y: [3, 4] in (-2.0, 2.0), w: [3, 6] in (-1.0, 1.0)) { (cat([x, y], 1) * w).sum() });
 fd_case!(stack_rule: fn j_stack(x: [3, 4] in (-2.0, 2.0), y: [3, 4] in (-2.0, 2.0), w: [3, 2, 4] in (-1.0, 1.0)) { (stack([x, y], 1) * w).sum() });
 
+// `topk`'s values: their gradient goes to the picked positions (random
+// inputs have no ties); its indices, used as an index, carry none.
+fd_case!(topk_values: fn s_topk(x: [3, 5] in (-2.0, 2.0), w: [3, 2] in (-1.0, 1.0)) {
+    let (v, i) = x.topk(2);
+    (sin(v) * w).sum() + (gather(x, 1, i) * w).sum()
+});
+fd_case!(topk_values_along_dim_0: fn s_topk0(x: [4, 2, 3] in (-2.0, 2.0), w: [3, 2, 3] in (-1.0, 1.0)) {
+    let (v, _) = topk(x * x, 3, dim = 0);
+    (v * w).sum()
+});
+
 // `#[kernel]`s: differentiated through their element programs, with the
 // same rules as the catalogue's ops, fused with their neighbours.
 fd_case!(kernel_with_built_ins:

@@ -935,6 +935,9 @@ impl Deriver {
                     let p = self.param_name(i);
                     let what = match &self.g.nodes[i].op {
                         Op::Cast(..) => "this cast to an integer type".to_string(),
+                        Op::TupleGet(t, 1) if matches!(self.g.nodes[*t].op, Op::TopK { .. }) => {
+                            "the index tensor of `topk`".to_string()
+                        }
                         op => op_name(op),
                     };
                     let text = self.g.nodes[i].text.clone();
@@ -1563,11 +1566,37 @@ impl Deriver {
             }
             Op::Compare(..) | Op::Arange { .. } => return Err("has no gradient".into()),
             Op::Multinomial { .. } => return Err("draws indices and has no gradient".into()),
-            Op::TopK { .. } => {
-                return Err("is not differentiable yet (its values' gradient would go to the picked positions): take the values as `gather(x, dim, indices)` of its indices, which is".into())
+            // The tuple itself gets no gradient: its values' goes to `x`
+            // below, its indices have none.
+            Op::TopK { .. } => vec![],
+            // PyTorch: the values' gradient goes to the picked positions,
+            // a `scatter_add` of it into zeros at the indices (distinct
+            // along `dim`, so nothing is summed).
+            Op::TupleGet(t, 0) if matches!(self.g.nodes[t].op, Op::TopK { .. }) => {
+                let Op::TopK { x, dim, .. } = self.g.nodes[t].op else {
+                    unreachable!()
+                };
+                // The indices' node where there is one: a tuple's field is
+                // moved out of it once.
+                let existing = (0..self.g.nodes.len())
+                    .find(|&i| matches!(self.g.nodes[i].op, Op::TupleGet(u, 1) if u == t));
+                let idx = match existing {
+                    Some(i) => i,
+                    None => {
+                        let idx_ty = TensorTy {
+                            dtype: Dt::Kind(DTypeKind::I64),
+                            ..self.tt(n)
+                        };
+                        self.tensor(Op::TupleGet(t, 1), idx_ty, n)
+                    }
+                };
+                let xt = self.tt(x);
+                let z = self.zeros(&xt, x);
+                let gx = self.scatter(z, dim, idx, g, 1.0, false);
+                vec![(x, gx)]
             }
             Op::TupleGet(t, _) if matches!(self.g.nodes[t].op, Op::TopK { .. }) => {
-                return Err("comes from `topk`, which is not differentiable yet (its values' gradient would go to the picked positions): take the values as `gather(x, dim, indices)` of its indices, which is".into())
+                return Err("gives `topk`'s indices, which have no gradient".into())
             }
             Op::TupleGet(..) | Op::Param(_) | Op::Lit { .. } => {
                 return Err("has no derivative rule".into())

@@ -236,13 +236,12 @@ fn not_differentiable(k: &Kernel, needs: &[bool], used: &[bool]) -> Option<Strin
             });
             if let Some(user) = as_value {
                 let how = match *user {
-                    Inst::Cast { to, .. } => format!("as a number (`as {to}`)"),
-                    _ => "as a value".to_string(),
+                    Inst::Cast { to, .. } => format!("`as {to}`"),
+                    _ => "as an operand".to_string(),
                 };
                 return Some(format!(
-                    "uses the comparison `{}` of a value that needs a gradient {how}, which is a step with no gradient; use it as the condition of an `if` instead (`if x {} y {{ 1.0 }} else {{ 0.0 }}` selects a value)",
-                    op.symbol(),
-                    op.symbol()
+                    "uses the comparison `{sym}` of a differentiated value as a number ({how}), which has no gradient (to choose a value by it, write an `if`: `if a {sym} b {{ a }} else {{ b }}`)",
+                    sym = op.symbol()
                 ));
             }
             continue;
@@ -251,14 +250,19 @@ fn not_differentiable(k: &Kernel, needs: &[bool], used: &[bool]) -> Option<Strin
             continue;
         }
         let what = match *inst {
-            Inst::Cast { .. } => format!("casts a value that needs a gradient to `{dt}`"),
-            Inst::Unary { op, .. } => format!("computes the integer `{}`", op.name()),
-            Inst::Binary { op, .. } => format!("computes the integer `{}`", op.name()),
-            Inst::Select { .. } => format!("selects between `{dt}` values"),
-            _ => format!("computes `{dt}` values"),
+            Inst::Cast { .. } => format!("casts a differentiated value to `{dt}`"),
+            Inst::Unary { op, .. } => format!(
+                "computes the `{dt}` `{}` of a differentiated value",
+                op.name()
+            ),
+            Inst::Binary { op, .. } => format!(
+                "computes the `{dt}` `{}` of a differentiated value",
+                op.name()
+            ),
+            _ => format!("computes `{dt}` values from a differentiated value"),
         };
         return Some(format!(
-            "{what} on the path from a value that needs a gradient to its result, and integers have no gradient; compute in a float type"
+            "{what}; integers have no gradient (compute in a float type)"
         ));
     }
     None
