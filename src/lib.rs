@@ -730,8 +730,10 @@
 /// layer: more memory (each layer's intermediates, `recompute = true`
 /// keeping fewer, as below), one forward less. With static dims
 /// `name::PULLBACK_BYTES` (`pullback_bytes::<..>()` with generics) states
-/// the bytes a pullback keeps, and `VJP_PEAK_BYTES` is the peak of
-/// `forward` and `backward` too.
+/// the bytes a pullback keeps (an attention's saved log-sum-exps
+/// included), and `VJP_PEAK_BYTES` is the peak of `forward` and
+/// `backward` too. A `Pullback` is `Send`, as the tensors it holds are:
+/// its backward may run on another thread.
 ///
 /// ```
 /// use tensorfn::prelude::*;
@@ -794,7 +796,7 @@
 /// Which ops have a derivative is the catalogue's
 /// (`tensorfn_core::ops::Derivative`). An op without one on the path from
 /// a differentiated parameter to the result (`argmax`, a cast to an
-/// integer type, a `#[kernel]`) is a compile error on the op naming the
+/// integer type, a row `#[kernel]`) is a compile error on the op naming the
 /// parameter, as is a `#[grad]` parameter the result does not depend on,
 /// or a comparison as the only path to it (a comparison used as a mask beside a
 /// differentiable path is fine). `max(dim)` and `min(dim)` give the whole
@@ -808,6 +810,46 @@
 /// `scaled_dot_product_attention` has one fused backward too (the forward
 /// saves its rows' log-sum-exps); its gradient has no derivative of its
 /// own, so differentiating through it a second time is a compile error.
+/// `topk`'s values pass their gradient to the positions they were picked
+/// from (its indices have none), as PyTorch's do.
+///
+/// A call to a scalar `#[kernel]` is differentiated through its body:
+/// the backward recomputes the body's operations from the call's
+/// arguments and applies the chain rule to them with the rules of the
+/// catalogue's elementwise ops (an `if` passes the gradient to the branch
+/// it takes), fused into the backward's kernels; the forward stays one
+/// fused kernel. A body whose result depends on a differentiated value
+/// through integer arithmetic, a cast to an integer, or a comparison used
+/// as a number (`(v > 0.0) as f32`, rather than an `if`'s condition) is a
+/// compile error on the call naming the kernel and the operation.
+///
+/// ```
+/// use tensorfn::prelude::*;
+///
+/// tensor_fn! {
+///     /// A ReLU with a smooth start.
+///     #[kernel]
+///     fn softish(v: f64) -> f64 {
+///         if v > 0.0 { v + (-v).exp() - 1.0 } else { 0.0 }
+///     }
+///
+///     #[grad(x)]
+///     fn loss(x: &Tensor<Cpu, f64, [3]>) -> Tensor<Cpu, f64, []> {
+///         softish(x * 2.0).sum()
+///     }
+/// }
+///
+/// fn main() -> Result<()> {
+///     let x = Tensor::<Cpu, f64, shape![3]>::from_vec(vec![-1.0, 0.5, 2.0])?;
+///     let (_, g) = loss::value_and_grad(&x)?;
+///     // d/dx softish(2x) = 2 (1 - e^(-2x)) where x > 0, else 0.
+///     let want = [0.0, 2.0 * (1.0 - (-1.0f64).exp()), 2.0 * (1.0 - (-4.0f64).exp())];
+///     for (g, w) in g.to_vec()?.into_iter().zip(want) {
+///         assert!((g - w).abs() < 1e-12);
+///     }
+///     Ok(())
+/// }
+/// ```
 ///
 /// ## What a training step keeps, and its `GRAD_PEAK_BYTES`
 ///

@@ -142,8 +142,9 @@ impl<A: Flat, B: Flat, C: Flat> Flat for (A, B, C) {
 /// A `#[grad]` function of every parameter, and a test comparing its
 /// gradients with finite differences on three seeds.
 macro_rules! fd_case {
-    ($test:ident: fn $name:ident($($p:ident: [$($d:literal),*] in ($lo:expr, $hi:expr)),+) { $($body:tt)* }) => {
+    ($test:ident: $(#[kernel] $k:item)* fn $name:ident($($p:ident: [$($d:literal),*] in ($lo:expr, $hi:expr)),+) { $($body:tt)* }) => {
         tensor_fn! {
+            $(#[kernel] $k)*
             #[grad($($p),+)]
             fn $name($($p: &Tensor<Cpu, f64, [$($d),*]>),+) -> Tensor<Cpu, f64, []> { $($body)* }
         }
@@ -241,6 +242,44 @@ fd_case!(logsumexp_rule: fn w_lse(x: [3, 4] in (-2.0, 2.0)) { sin(x.logsumexp(1)
 // Joins.
 fd_case!(cat_rule: fn j_cat(x: [3, 2] in (-2.0, 2.0), y: [3, 4] in (-2.0, 2.0), w: [3, 6] in (-1.0, 1.0)) { (cat([x, y], 1) * w).sum() });
 fd_case!(stack_rule: fn j_stack(x: [3, 4] in (-2.0, 2.0), y: [3, 4] in (-2.0, 2.0), w: [3, 2, 4] in (-1.0, 1.0)) { (stack([x, y], 1) * w).sum() });
+
+// `topk`'s values: their gradient goes to the picked positions (random
+// inputs have no ties); its indices, used as an index, carry none.
+fd_case!(topk_values: fn s_topk(x: [3, 5] in (-2.0, 2.0), w: [3, 2] in (-1.0, 1.0)) {
+    let (v, i) = x.topk(2);
+    (sin(v) * w).sum() + (gather(x, 1, i) * w).sum()
+});
+fd_case!(topk_values_along_dim_0: fn s_topk0(x: [4, 2, 3] in (-2.0, 2.0), w: [3, 2, 3] in (-1.0, 1.0)) {
+    let (v, _) = topk(x * x, 3, dim = 0);
+    (v * w).sum()
+});
+
+// `#[kernel]`s: differentiated through their element programs, with the
+// same rules as the catalogue's ops, fused with their neighbours.
+fd_case!(kernel_with_built_ins:
+    #[kernel]
+    fn swishy(v: f64) -> f64 {
+        v * tanh(v) + exp(-v * v) / (1.0 + v.abs())
+    }
+    fn k_swishy(x: [3, 4] in (-2.0, 2.0)) { (sin(x) * swishy(x * 2.0 - 0.5)).sum() });
+fd_case!(kernel_with_a_branch:
+    #[kernel]
+    fn leaky(v: f64, slope: f64) -> f64 {
+        if v > 0.0 { v * v } else { slope * v.sin() }
+    }
+    fn k_leaky(x: [3, 4] in (-2.0, 2.0), s: [4] in (0.1, 0.5)) { (leaky(x, s) * cos(x)).sum() + leaky(x, 0.2).mean() });
+fd_case!(kernel_calling_a_kernel_with_scalars:
+    #[kernel]
+    fn sq(v: f64) -> f64 {
+        v * v
+    }
+    #[kernel]
+    fn soft(a: f64, b: f64, t: f64) -> f64 {
+        let m = a.max(b) + (sq(a - b) + 1.0).ln() / t;
+        let c = (m as f64).tanh();
+        c * pow(sq(t) + 1.0, 0.5) + a.min(b)
+    }
+    fn k_soft(x: [3, 4] in (-2.0, 2.0), y: [3, 1] in (-2.0, 2.0)) { sin(soft(x, y, 1.5)).sum() + soft(x, x, 2.0).sum() });
 
 #[derive(Params)]
 struct Mlp<D: Device, T: Float> {

@@ -2,7 +2,7 @@
 // index k out of range" at run time; here it does not build), draws from
 // integer weights (PyTorch: "multinomial only supports floating-point
 // dtypes for input"), more draws than categories without replacement, no
-// seed, the smallest elements, and a gradient through `topk`'s values.
+// seed, the smallest elements, and a gradient through `topk`'s indices.
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -32,8 +32,8 @@ tensor_fn! {
 
     #[grad(x)]
     fn through_topk(x: &Tensor<Cpu, f32, [4, 10]>) -> Tensor<Cpu, f32, []> {
-        let (v, _) = x.topk(3);
-        v.sum()
+        let (_, i) = x.topk(3);
+        i.cast::<f32>().sum()
     }
 }
 

@@ -398,12 +398,9 @@ pub enum Derivative {
 /// table).
 const fn derivative_of(kind: OpKind) -> Derivative {
     match kind {
-        // A draw has no gradient; `topk`'s values would pass theirs to
-        // the picked positions, but its result is a tuple, which `#[grad]`
-        // does not follow yet.
-        OpKind::Compare(_) | OpKind::Arange | OpKind::TopK | OpKind::Multinomial => {
-            Derivative::None
-        }
+        // A draw has no gradient. `topk`'s values pass theirs to the
+        // picked positions (its indices, like `argmax`'s, have none).
+        OpKind::Compare(_) | OpKind::Arange | OpKind::Multinomial => Derivative::None,
         OpKind::Reduce(ReduceOp::ArgMax | ReduceOp::ArgMin) => Derivative::None,
         _ => Derivative::Rule,
     }

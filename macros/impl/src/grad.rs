@@ -27,6 +27,9 @@ use crate::sig::ParamSig;
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 
+mod kernels;
+pub use kernels::KernelBodies;
+
 /// What `value_and_grad` (or `vjp`) gives back for one `#[grad]`
 /// parameter.
 #[derive(Clone, Debug)]
@@ -102,8 +105,9 @@ pub fn derive(
     f: &CheckedFn,
     names: &[syn::Ident],
     checked: &[Option<CheckedFn>],
+    kernels: &KernelBodies,
 ) -> Result<Joint, Vec<syn::Error>> {
-    derive_seeded(ast, f, names, checked, None)
+    derive_seeded(ast, f, names, checked, kernels, None)
 }
 
 /// The joint function of `name::vjp`: `f` and `ast` as [`vjp_ast`] gives
@@ -113,8 +117,9 @@ pub fn derive_vjp(
     f: &CheckedFn,
     names: &[syn::Ident],
     checked: &[Option<CheckedFn>],
+    kernels: &KernelBodies,
 ) -> Result<Joint, Vec<syn::Error>> {
-    derive_seeded(ast, f, names, checked, Some(ast.params.len() - 1))
+    derive_seeded(ast, f, names, checked, kernels, Some(ast.params.len() - 1))
 }
 
 /// [`derive`] from a 0-d result seeded with one (`seed` `None`), or from
@@ -124,6 +129,7 @@ fn derive_seeded(
     f: &CheckedFn,
     names: &[syn::Ident],
     checked: &[Option<CheckedFn>],
+    kernels: &KernelBodies,
     seed: Option<usize>,
 ) -> Result<Joint, Vec<syn::Error>> {
     let inlined = inline_calls(f, checked, 0);
@@ -221,7 +227,7 @@ fn derive_seeded(
     if !errors.is_empty() {
         return Err(errors);
     }
-    let mut d = Deriver::new(f);
+    let mut d = Deriver::new(f, kernels.clone());
     let all: Vec<NodeId> = targets
         .iter()
         .flat_map(|(_, v)| v.iter().copied())
@@ -413,6 +419,9 @@ struct Deriver {
     adj: Vec<Option<NodeId>>,
     /// The result.
     ret: NodeId,
+    /// The invocation's kernels, whose calls are differentiated through
+    /// their element programs.
+    kernels: KernelBodies,
     errors: Vec<syn::Error>,
 }
 
@@ -442,7 +451,7 @@ fn op_name(op: &Op) -> String {
         Op::Row { op, .. } => format!("`{}`", op.name()),
         Op::Norm { op, .. } => format!("`{}`", op.name()),
         Op::Cast(..) => "the cast".into(),
-        Op::Kernel { .. } => "a `#[kernel]` function".into(),
+        Op::Kernel { .. } => "the `#[kernel]`".into(),
         Op::RowKernel { .. } => "a row `#[kernel]`".into(),
         Op::Call { .. } => "the call".into(),
         Op::External { .. } => "a function outside `tensor_fn!`".into(),
@@ -489,7 +498,7 @@ fn broadcast(a: &[Dim], b: &[Dim]) -> Vec<Dim> {
 }
 
 impl Deriver {
-    fn new(f: &CheckedFn) -> Self {
+    fn new(f: &CheckedFn, kernels: KernelBodies) -> Self {
         let n = f.graph.nodes.len();
         Deriver {
             g: f.graph.clone(),
@@ -498,6 +507,7 @@ impl Deriver {
             live: vec![false; n],
             adj: vec![None; n],
             ret: f.ret[0],
+            kernels,
             errors: Vec::new(),
         }
     }
@@ -652,12 +662,31 @@ impl Deriver {
         }
     }
 
+    /// The type of a scalar result of scalar operands (a rule's factor
+    /// from a scalar operand, such as `b * b` for `a / b`): a float
+    /// scalar's type, or a float literal's.
+    fn scalar_ty(&self, ops: &[NodeId]) -> Ty {
+        ops.iter()
+            .map(|&o| &self.g.nodes[o].ty)
+            .find(|t| matches!(t, Ty::Scalar(ScalarTy::Of(_))))
+            .cloned()
+            .unwrap_or(Ty::Scalar(ScalarTy::FloatLit))
+    }
+
     fn un(&mut self, op: UnaryOp, a: NodeId) -> NodeId {
+        if !self.is_tensor(a) {
+            let ty = self.scalar_ty(&[a]);
+            return self.push(Op::Unary(op, a), ty, a);
+        }
         let ty = self.elem_ty(&[a], None);
         self.tensor(Op::Unary(op, a), ty, a)
     }
 
     fn bin(&mut self, op: BinaryOp, a: NodeId, b: NodeId) -> NodeId {
+        if !self.is_tensor(a) && !self.is_tensor(b) {
+            let ty = self.scalar_ty(&[a, b]);
+            return self.push(Op::Binary(op, a, b), ty, a);
+        }
         let ty = self.elem_ty(&[a, b], None);
         self.tensor(Op::Binary(op, a, b), ty, a)
     }
@@ -829,6 +858,17 @@ impl Deriver {
         if !self.live[n] || !self.is_tensor(n) {
             return;
         }
+        let g = self.fit(n, g);
+        self.adj[n] = Some(match self.adj[n] {
+            Some(a) => self.bin(BinaryOp::Add, a, g),
+            None => g,
+        });
+    }
+
+    /// A gradient `g` for tensor `n`, computed with the dims of a
+    /// broadcast result, summed back to `n`'s dims and moved to its
+    /// device.
+    fn fit(&mut self, n: NodeId, g: NodeId) -> NodeId {
         let dims = self.dims(n);
         let mut g = g;
         if self.dims(g) != dims {
@@ -847,10 +887,7 @@ impl Deriver {
             };
             g = self.tensor(Op::ToDevice(g, dev), ty, n);
         }
-        self.adj[n] = Some(match self.adj[n] {
-            Some(a) => self.bin(BinaryOp::Add, a, g),
-            None => g,
-        });
+        g
     }
 
     fn error(&mut self, n: NodeId, msg: String) {
@@ -898,6 +935,9 @@ impl Deriver {
                     let p = self.param_name(i);
                     let what = match &self.g.nodes[i].op {
                         Op::Cast(..) => "this cast to an integer type".to_string(),
+                        Op::TupleGet(t, 1) if matches!(self.g.nodes[*t].op, Op::TopK { .. }) => {
+                            "the index tensor of `topk`".to_string()
+                        }
                         op => op_name(op),
                     };
                     let text = self.g.nodes[i].text.clone();
@@ -1319,12 +1359,7 @@ impl Deriver {
                     "is not differentiated yet: write the callee's body in this function".into(),
                 )
             }
-            Op::Kernel { .. } => {
-                return Err(
-                    "has no derivative rule: `#[kernel]` functions are not differentiated yet"
-                        .into(),
-                )
-            }
+            Op::Kernel { kernel, ref args } => self.kernel_rule(kernel, args, g)?,
             Op::RowKernel { .. } => {
                 return Err(
                     "has no derivative rule: row kernels are not differentiated yet (write the norm with the catalogue's ops, such as `layer_norm`, `mean` and `rsqrt`, to differentiate it)"
@@ -1531,11 +1566,37 @@ impl Deriver {
             }
             Op::Compare(..) | Op::Arange { .. } => return Err("has no gradient".into()),
             Op::Multinomial { .. } => return Err("draws indices and has no gradient".into()),
-            Op::TopK { .. } => {
-                return Err("is not differentiable yet (its values' gradient would go to the picked positions): take the values as `gather(x, dim, indices)` of its indices, which is".into())
+            // The tuple itself gets no gradient: its values' goes to `x`
+            // below, its indices have none.
+            Op::TopK { .. } => vec![],
+            // PyTorch: the values' gradient goes to the picked positions,
+            // a `scatter_add` of it into zeros at the indices (distinct
+            // along `dim`, so nothing is summed).
+            Op::TupleGet(t, 0) if matches!(self.g.nodes[t].op, Op::TopK { .. }) => {
+                let Op::TopK { x, dim, .. } = self.g.nodes[t].op else {
+                    unreachable!()
+                };
+                // The indices' node where there is one: a tuple's field is
+                // moved out of it once.
+                let existing = (0..self.g.nodes.len())
+                    .find(|&i| matches!(self.g.nodes[i].op, Op::TupleGet(u, 1) if u == t));
+                let idx = match existing {
+                    Some(i) => i,
+                    None => {
+                        let idx_ty = TensorTy {
+                            dtype: Dt::Kind(DTypeKind::I64),
+                            ..self.tt(n)
+                        };
+                        self.tensor(Op::TupleGet(t, 1), idx_ty, n)
+                    }
+                };
+                let xt = self.tt(x);
+                let z = self.zeros(&xt, x);
+                let gx = self.scatter(z, dim, idx, g, 1.0, false);
+                vec![(x, gx)]
             }
             Op::TupleGet(t, _) if matches!(self.g.nodes[t].op, Op::TopK { .. }) => {
-                return Err("comes from `topk`, which is not differentiable yet (its values' gradient would go to the picked positions): take the values as `gather(x, dim, indices)` of its indices, which is".into())
+                return Err("gives `topk`'s indices, which have no gradient".into())
             }
             Op::TupleGet(..) | Op::Param(_) | Op::Lit { .. } => {
                 return Err("has no derivative rule".into())

@@ -196,6 +196,10 @@ fn analyse<'a>(input: &'a ast::Input, field_errors: &mut [Vec<syn::Error>]) -> I
             })
             .collect()
     };
+    let bodies = grad::KernelBodies {
+        names: kernels.iter().map(|k| k.name.to_string()).collect(),
+        programs: kernel_programs.clone(),
+    };
     let mut joints = Vec::new();
     let mut vjps = Vec::new();
     for (i, f) in fns.iter().enumerate() {
@@ -206,7 +210,7 @@ fn analyse<'a>(input: &'a ast::Input, field_errors: &mut [Vec<syn::Error>]) -> I
         };
         // A loss gets `value_and_grad` and `vjp`, a tensor result `vjp`.
         if grad::scalar_result(c) {
-            match grad::derive(f, c, names, &checked) {
+            match grad::derive(f, c, names, &checked, &bodies) {
                 Ok(joint) => {
                     let planned = plan_joint(&joint);
                     joints.push(Some((joint, planned)));
@@ -225,7 +229,7 @@ fn analyse<'a>(input: &'a ast::Input, field_errors: &mut [Vec<syn::Error>]) -> I
             let mut vsigs = sigs.clone();
             vsigs[i] = Some(sig::signature(&vf)?);
             let vc = check::check_fn(&vf, i, &vsigs, &ksigs)?;
-            let joint = grad::derive_vjp(&vf, &vc, names, &checked)?;
+            let joint = grad::derive_vjp(&vf, &vc, names, &checked, &bodies)?;
             Ok((vf, joint))
         });
         match vjp {

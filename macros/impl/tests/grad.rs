@@ -75,3 +75,54 @@ fn the_index_ops_are_differentiated() {
         assert!(errors.is_empty(), "{body}: {errors:?}");
     }
 }
+
+fn errors_of_invocation(src: &str) -> Vec<String> {
+    let a = tensorfn_macros_impl::analyse_tokens(TokenStream::from_str(src).unwrap()).unwrap();
+    a.errors.iter().map(|e| e.to_string()).collect()
+}
+
+/// A scalar `#[kernel]` is differentiated through its body; a body whose
+/// result depends on the argument through integers or a comparison used
+/// as a number is an error naming the kernel and the operation.
+#[test]
+fn kernels_are_differentiated_through_their_bodies() {
+    let call = "#[grad(x)] fn f(x: &Tensor<Cpu, f32, [4, 4]>, s: f32) -> Tensor<Cpu, f32, []> { k(x * 2.0, s).sum() }";
+    let cases = [
+        (
+            "if v > 0.0 { v.tanh() * s } else { (v * s).exp() + sq(v) }",
+            None,
+        ),
+        ("let t = s * 2.0 + 1.0; v.max(t) / (1.0 + v.abs())", None),
+        ("(v > s) as f32 * v", Some("the comparison `>`")),
+        ("((v * 4.0) as i32 / 2) as f32", Some("to `i32`")),
+    ];
+    for (body, want) in cases {
+        let src = format!(
+            "#[kernel] fn sq(a: f32) -> f32 {{ a * a }} #[kernel] fn k(v: f32, s: f32) -> f32 {{ {body} }} {call}"
+        );
+        let errors = errors_of_invocation(&src);
+        match want {
+            None => assert!(errors.is_empty(), "{body}: {errors:?}"),
+            Some(w) => assert!(
+                errors
+                    .iter()
+                    .any(|e| e.contains(w) && e.contains("`k`") && e.contains("`x`")),
+                "{body}: {errors:?}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn topk_values_are_differentiated_and_its_indices_are_not() {
+    let def = ops::all().find(|d| d.name == "topk").unwrap();
+    assert_eq!(def.derivative, Derivative::Rule);
+    assert!(errors_of("let (v, i) = x.topk(2); (v * 2.0).sum()", "").is_empty());
+    let errors = errors_of("let (v, i) = x.topk(2); i.cast::<f32>().sum()", "");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("`topk`") && e.contains("`x`")),
+        "{errors:?}"
+    );
+}

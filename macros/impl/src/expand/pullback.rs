@@ -100,6 +100,31 @@ fn kept_bytes(f: &CheckedFn, plan: &Plan, cut: usize) -> crate::shape::Dim {
         .iter()
         .filter(|(r, _)| roots.contains(r))
         .fold(crate::shape::Dim::constant(0), |a, (_, b)| a.add(b))
+        .add(&saved_lse_bytes(f, plan, cut, &before))
+}
+
+/// The bytes of the attention forwards' log-sum-exps that the backward
+/// after the cut reads: bound beside the attention's value (`__lseN`, f32,
+/// one per row of queries), not buffers of the plan, and moved into the
+/// closure like the values.
+fn saved_lse_bytes(
+    f: &CheckedFn,
+    plan: &Plan,
+    cut: usize,
+    before: &HashSet<NodeId>,
+) -> crate::shape::Dim {
+    let outs: BTreeSet<NodeId> = plan.steps[cut..]
+        .iter()
+        .flat_map(members)
+        .filter_map(|n| match f.graph.nodes[n].op {
+            Op::AttentionBackward { out, .. } if before.contains(&out) => Some(out),
+            _ => None,
+        })
+        .collect();
+    outs.into_iter()
+        .filter_map(|out| f.graph.nodes[out].ty.tensor().map(|t| t.dims.clone()))
+        .map(|d| crate::shape::numel(&d[..d.len().saturating_sub(1)]).scale(4))
+        .fold(crate::shape::Dim::constant(0), |a, b| a.add(&b))
 }
 
 /// The candidates of `PULLBACK_BYTES` for one planned instance of `vjp`.
@@ -265,7 +290,9 @@ pub(super) fn split_items(
         #[must_use = "the gradients are computed by `backward`"]
         #[allow(clippy::type_complexity)]
         #vis struct Pullback #decl {
-            backward: ::std::boxed::Box<dyn ::core::ops::FnOnce(#go_ty) -> ::tensorfn::Result<#grad_ty> + #lt>,
+            // `Send`, as the tensors and borrowed parameter structs it
+            // holds are: a backward may run on another thread.
+            backward: ::std::boxed::Box<dyn ::core::ops::FnOnce(#go_ty) -> ::tensorfn::Result<#grad_ty> + ::core::marker::Send + #lt>,
             _types: ::core::marker::PhantomData<fn() -> (#(#types,)*)>,
         }
 
