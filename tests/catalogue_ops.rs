@@ -5830,11 +5830,35 @@ tensor_fn! {
     fn topk_i32(x: &Tensor<Cpu, i32, [A, 4]>) -> (Tensor<Cpu, i32, [A, 4]>, Tensor<Cpu, i64, [A, 4]>) {
         topk(x, 4)
     }
+    /// The smallest, positionally and by keyword, with `sorted`.
+    fn topk_small2(x: &Tensor<Cpu, f64, [A, B]>, k: usize) -> (
+        Tensor<Cpu, f64, [k, B]>, Tensor<Cpu, i64, [k, B]>,
+        Tensor<Cpu, f64, [A, k]>, Tensor<Cpu, i64, [A, k]>,
+    ) {
+        let (v0, i0) = x.topk(k, 0, false);
+        let (v1, i1) = topk(input = x, k = k, largest = false, sorted = false);
+        (v0, i0, v1, i1)
+    }
+    fn topk_small3(x: &Tensor<Cpu, f64, [A, B, C]>, k: usize) -> (
+        Tensor<Cpu, f64, [k, B, C]>, Tensor<Cpu, i64, [k, B, C]>,
+        Tensor<Cpu, f64, [A, k, C]>, Tensor<Cpu, i64, [A, k, C]>,
+        Tensor<Cpu, f64, [A, B, k]>, Tensor<Cpu, i64, [A, B, k]>,
+    ) {
+        let (v0, i0) = topk(x, k, 0, largest = false);
+        let (v1, i1) = x.topk(k, -2, false, true);
+        let (v2, i2) = x.topk(k, largest = false, sorted = true);
+        (v0, i0, v1, i1, v2, i2)
+    }
+    /// The smallest of integers.
+    fn topk_small_i32(x: &Tensor<Cpu, i32, [A, 4]>) -> (Tensor<Cpu, i32, [A, 3]>, Tensor<Cpu, i64, [A, 3]>) {
+        x.topk(3, largest = false)
+    }
 }
 
 /// `topk` along `dim` by a sort of each lane's `(value, position)` pairs:
-/// NaN largest, equal values in order of position.
-fn topk_ref(x: &[f64], d: &[usize], dim: usize, k: usize) -> Option<(Want, Want)> {
+/// NaN larger than every number, the largest first (`largest`) or the
+/// smallest first, equal values in order of position.
+fn topk_ref(x: &[f64], d: &[usize], dim: usize, k: usize, largest: bool) -> Option<(Want, Want)> {
     if k > d[dim] {
         return None;
     }
@@ -5843,19 +5867,17 @@ fn topk_ref(x: &[f64], d: &[usize], dim: usize, k: usize) -> Option<(Want, Want)
     let (mut vals, mut idx) = (Vec::new(), Vec::new());
     for lane in lanes(x, d, dim) {
         let mut p: Vec<usize> = (0..lane.len()).collect();
+        // Ascending by (is NaN, value): NaN above +inf.
         let key = |i: usize| {
-            if lane[i].is_nan() {
-                f64::INFINITY
-            } else {
-                lane[i]
-            }
+            (
+                lane[i].is_nan(),
+                if lane[i].is_nan() { 0.0 } else { lane[i] },
+            )
         };
         p.sort_by(|&a, &b| {
-            lane[b]
-                .is_nan()
-                .cmp(&lane[a].is_nan())
-                .then(key(b).partial_cmp(&key(a)).unwrap())
-                .then(a.cmp(&b))
+            let (ka, kb) = (key(a), key(b));
+            let o = ka.0.cmp(&kb.0).then(ka.1.partial_cmp(&kb.1).unwrap());
+            if largest { o.reverse() } else { o }.then(a.cmp(&b))
         });
         vals.push(p[..k].iter().map(|&i| lane[i]).collect::<Vec<_>>());
         idx.push(p[..k].iter().map(|&i| i as f64).collect::<Vec<_>>());
@@ -5868,8 +5890,17 @@ fn topk_ref(x: &[f64], d: &[usize], dim: usize, k: usize) -> Option<(Want, Want)
 
 /// The references of `topk` along each of `dims`, flattened as the
 /// functions return them (every one `None` when one is: the call errs).
-fn topk_wants(x: &[f64], d: &[usize], dims: &[usize], k: usize) -> Vec<Option<Want>> {
-    let r: Option<Vec<(Want, Want)>> = dims.iter().map(|&m| topk_ref(x, d, m, k)).collect();
+fn topk_wants(
+    x: &[f64],
+    d: &[usize],
+    dims: &[usize],
+    k: usize,
+    largest: bool,
+) -> Vec<Option<Want>> {
+    let r: Option<Vec<(Want, Want)>> = dims
+        .iter()
+        .map(|&m| topk_ref(x, d, m, k, largest))
+        .collect();
     match r {
         Some(r) => r
             .into_iter()
@@ -5892,22 +5923,41 @@ fn topk_along_each_dim() {
         // Every `k` from 0 to one past the largest dim.
         for k in 0..=6 {
             let what = |r: usize| format!("topk k = {k} at rank {r}, dims {:?}", d[r]);
-            check_or_err(&what(1), topk1(&x.1, k), &topk_wants(&xv.1, &d[1], &[0], k));
+            check_or_err(
+                &what(1),
+                topk1(&x.1, k),
+                &topk_wants(&xv.1, &d[1], &[0], k, true),
+            );
             check_or_err(
                 &what(2),
                 topk2(&x.2, k),
-                &topk_wants(&xv.2, &d[2], &[0, 1, 1], k),
+                &topk_wants(&xv.2, &d[2], &[0, 1, 1], k, true),
             );
             check_or_err(
                 &what(3),
                 topk3(&x.3, k),
-                &topk_wants(&xv.3, &d[3], &[0, 1, 2], k),
+                &topk_wants(&xv.3, &d[3], &[0, 1, 2], k, true),
+            );
+            check_or_err(
+                &format!("smallest {}", what(2)),
+                topk_small2(&x.2, k),
+                &topk_wants(&xv.2, &d[2], &[0, 1], k, false),
+            );
+            check_or_err(
+                &format!("smallest {}", what(3)),
+                topk_small3(&x.3, k),
+                &topk_wants(&xv.3, &d[3], &[0, 1, 2], k, false),
             );
             // The typed API, along the last dim.
             check_or_err(
                 &format!("typed {}", what(3)),
                 x.3.topk::<S3>(k),
-                &topk_wants(&xv.3, &d[3], &[2], k),
+                &topk_wants(&xv.3, &d[3], &[2], k, true),
+            );
+            check_or_err(
+                &format!("typed smallest {}", what(3)),
+                x.3.topk_smallest::<S3>(k),
+                &topk_wants(&xv.3, &d[3], &[2], k, false),
             );
         }
     }
@@ -5921,15 +5971,17 @@ fn topk_along_each_dim() {
             .collect();
         let t: Tensor<Cpu, f32, shape![_, 6]> = tensor(&v, &[rows, 6]);
         let doubled: Vec<f64> = v.iter().map(|&a| a * 2.0).collect();
-        let (mut wv, wi) = topk_ref(&doubled, &[rows, 6], 1, 2).unwrap();
+        let (mut wv, wi) = topk_ref(&doubled, &[rows, 6], 1, 2, true).unwrap();
         wv.vals
             .iter_mut()
             .for_each(|a| *a = (*a as f32 + 1.0) as f64);
         check_or_err("topk f32", topk_f32(&t), &[Some(wv), Some(wi)]);
         let ints: Vec<f64> = (0..rows * 4).map(|_| rng.below(5) as f64 - 2.0).collect();
         let t: Tensor<Cpu, i32, shape![_, 4]> = tensor(&ints, &[rows, 4]);
-        let (wv, wi) = topk_ref(&ints, &[rows, 4], 1, 4).unwrap();
+        let (wv, wi) = topk_ref(&ints, &[rows, 4], 1, 4, true).unwrap();
         check_or_err("topk i32", topk_i32(&t), &[Some(wv), Some(wi)]);
+        let (wv, wi) = topk_ref(&ints, &[rows, 4], 1, 3, false).unwrap();
+        check_or_err("smallest i32", topk_small_i32(&t), &[Some(wv), Some(wi)]);
     }
 }
 
@@ -6085,10 +6137,12 @@ tensor_fn! {
         Tensor<D, f32, [B, k]>, Tensor<D, i64, [B, k]>,
         Tensor<D, f32, [2, V]>, Tensor<D, i64, [2, V]>,
         Tensor<D, i64, [B, 5]>, Tensor<D, i64, [B, 3]>,
+        Tensor<D, f32, [B, k]>, Tensor<D, i64, [B, k]>,
     ) {
         let (v, i) = topk(logits, k);
         let (cv, ci) = logits.topk(2, 0);
-        (v, i, cv, ci, multinomial(p, 5, true, seed), p.multinomial(3, seed = seed))
+        let (sv, si) = logits.topk(k, largest = false);
+        (v, i, cv, ci, multinomial(p, 5, true, seed), p.multinomial(3, seed = seed), sv, si)
     }
 }
 
@@ -6114,9 +6168,12 @@ fn sampling_on_the_gpu_matches_the_cpu() {
     let lc: Tensor<Cpu, f32, S2> = tensor(&logits, &[b, v]);
     let pc: Tensor<Cpu, f32, S2> = tensor(&p, &[b, v]);
     let cpu = sampling_on(&lc, &pc, 50, 9).unwrap();
-    let (vw, iw) = topk_ref(&logits, &[b, v], 1, 50).unwrap();
+    let (vw, iw) = topk_ref(&logits, &[b, v], 1, 50, true).unwrap();
     check_all("topk on the CPU", &cpu.0.outs(), &[vw]);
     check_all("topk on the CPU", &cpu.1.outs(), &[iw]);
+    let (vw, iw) = topk_ref(&logits, &[b, v], 1, 50, false).unwrap();
+    check_all("smallest on the CPU", &cpu.6.outs(), &[vw]);
+    check_all("smallest on the CPU", &cpu.7.outs(), &[iw]);
     let Ok(lg) = lc.to_device::<Cuda>() else {
         eprintln!("skipping the GPU part: no CUDA device");
         return;
@@ -6153,6 +6210,16 @@ fn sampling_on_the_gpu_matches_the_cpu() {
         gpu.5.to_vec().unwrap(),
         cpu.5.to_vec().unwrap(),
         "draws without"
+    );
+    assert_eq!(
+        bits(gpu.6.to_vec().unwrap()),
+        bits(cpu.6.to_vec().unwrap()),
+        "smallest values"
+    );
+    assert_eq!(
+        gpu.7.to_vec().unwrap(),
+        cpu.7.to_vec().unwrap(),
+        "smallest indices"
     );
     // A `k` past the dim is the same `Err` on both devices.
     let e = sampling_on(&lg, &pg, v + 1, 9).unwrap_err().to_string();

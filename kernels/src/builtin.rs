@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::ir::ElementwiseBuilder;
 use crate::ops::{BinaryOp, NormOp, ReduceOp, RowOp, UnaryOp};
 use crate::ptx::{self, Target};
-use crate::reduction::{reduce_spec, row_spec};
+use crate::reduction::{reduce_spec, row_spec, topk_spec};
 use tensorfn_core::DTypeKind;
 
 pub use crate::abi::BLOCK;
@@ -411,29 +411,38 @@ pub fn cross_entropy(dtype: DTypeKind, index: DTypeKind) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
-/// Name of [`topk`]`(dtype)`.
+/// Name of [`topk`]`(dtype, largest)`.
 ///
 /// ```
-/// assert_eq!(tensorfn_kernels::builtin::topk_name(tensorfn_kernels::DTypeKind::F32), "tf_topk_f32");
+/// use tensorfn_kernels::{builtin::topk_name, DTypeKind};
+/// assert_eq!(topk_name(DTypeKind::F32, true), "tf_topk_f32");
+/// assert_eq!(topk_name(DTypeKind::F32, false), "tf_topk_smallest_f32");
 /// ```
-pub fn topk_name(dtype: DTypeKind) -> String {
-    format!("tf_topk_{dtype}")
+pub fn topk_name(dtype: DTypeKind, largest: bool) -> String {
+    if largest {
+        format!("tf_topk_{dtype}")
+    } else {
+        format!("tf_topk_smallest_{dtype}")
+    }
 }
 
-/// `topk` along contiguous rows of `dtype`, largest first: the entry
-/// `NAME(out, in, rows, cols, idx, k)` (see `ptx::topk`), `k` passes of a
-/// block-wide arg-max per row; `Err` for `bool`.
+/// `topk` along contiguous rows of `dtype`, the largest first (`largest`)
+/// or the smallest first (NaN last, as PyTorch's `largest = False`): the
+/// entry `NAME(out, in, rows, cols, idx, k)` (see `ptx::topk`), `k` passes
+/// of a block-wide arg-max (arg-min) per row; `Err` for `bool`.
 ///
 /// ```
 /// use tensorfn_kernels::{builtin, DTypeKind};
-/// let k = builtin::topk(DTypeKind::BF16)?;
+/// let k = builtin::topk(DTypeKind::BF16, true)?;
 /// assert!(k.ptx.contains(".entry tf_topk_bf16("));
-/// assert!(builtin::topk(DTypeKind::Bool).is_err());
+/// let k = builtin::topk(DTypeKind::F32, false)?;
+/// assert!(k.ptx.contains(".entry tf_topk_smallest_f32("));
+/// assert!(builtin::topk(DTypeKind::Bool, false).is_err());
 /// # Ok::<(), tensorfn_kernels::Error>(())
 /// ```
-pub fn topk(dtype: DTypeKind) -> Result<Kernel> {
-    let spec = reduce_spec(ReduceOp::ArgMax, dtype)?;
-    let name = topk_name(dtype);
+pub fn topk(dtype: DTypeKind, largest: bool) -> Result<Kernel> {
+    let spec = topk_spec(dtype, largest)?;
+    let name = topk_name(dtype, largest);
     let ptx = ptx::topk(&name, &spec);
     Ok(Kernel { name, ptx })
 }
@@ -1263,7 +1272,9 @@ pub fn all() -> Vec<Kernel> {
         for index in [DTypeKind::I64, DTypeKind::I32] {
             out.extend(cross_entropy(dtype, index).ok());
         }
-        out.extend(topk(dtype).ok());
+        for largest in [true, false] {
+            out.extend(topk(dtype, largest).ok());
+        }
         out.extend(cumsum(dtype).ok());
         out.extend(pool2d(dtype).ok());
         out.extend(dropout(dtype).ok());

@@ -75,6 +75,55 @@ pub(crate) fn reduce_spec(op: ReduceOp, dtype: DTypeKind) -> Result<ReduceSpec> 
     })
 }
 
+/// The pieces of `topk`'s pass over rows of `dtype`: `argmax`'s for the
+/// largest (NaN first, then larger values, ties by lower index), and for
+/// the smallest (`largest = false`) smaller values first, ties by lower
+/// index, NaN last (PyTorch counts NaN as larger than every number).
+/// `argmin`'s combine would pick NaN first, so floats get their own
+/// combine, whose identity is a NaN at [`NO_INDEX`]: every element, NaN
+/// included, beats it.
+pub(crate) fn topk_spec(dtype: DTypeKind, largest: bool) -> Result<ReduceSpec> {
+    if largest {
+        return reduce_spec(ReduceOp::ArgMax, dtype);
+    }
+    let mut spec = reduce_spec(ReduceOp::ArgMin, dtype)?;
+    if spec.acc.is_float() {
+        spec.combine = smallest_nan_last(spec.acc);
+        spec.identity = match spec.acc {
+            Ty::F32 => f32::NAN.to_bits() as u64,
+            _ => f64::NAN.to_bits(),
+        };
+    }
+    Ok(spec)
+}
+
+/// `(va, ia, vb, ib) -> (v, i)`: `b` if it comes first in the order
+/// "smaller first, NaN last, ties by lower index", else `a`.
+fn smallest_nan_last(acc: Ty) -> Program {
+    let mut b = Builder::new();
+    let va = b.param(acc);
+    let ia = b.param(Ty::I64);
+    let vb = b.param(acc);
+    let ib = b.param(Ty::I64);
+    let smaller = b.cmp(CmpOp::Lt, vb, va);
+    let equal = b.cmp(CmpOp::Eq, vb, va);
+    let earlier = b.cmp(CmpOp::Lt, ib, ia);
+    let tie = b.and(equal, earlier);
+    let numbers = b.or(smaller, tie);
+    // A number beats a NaN; of two NaNs the earlier wins.
+    let na = b.is_nan(va);
+    let nb = b.is_nan(vb);
+    let not_nb = b.not(nb);
+    let number_over_nan = b.and(na, not_nb);
+    let both = b.and(na, nb);
+    let nan_tie = b.and(both, earlier);
+    let take = b.or(numbers, number_over_nan);
+    let take = b.or(take, nan_tie);
+    let v = b.select(take, vb, va);
+    let i = b.select(take, ib, ia);
+    b.finish(vec![v, i])
+}
+
 fn identity(op: ReduceOp, acc: Ty) -> u64 {
     let float = |v: f64| match acc {
         Ty::F32 => (v as f32).to_bits() as u64,
@@ -397,6 +446,79 @@ mod tests {
             let got = run(scale, &[&e, &ss], n).remove(0);
             for i in 0..n {
                 assert_eq!(got[i], want[i], "{dtype} case {i}");
+            }
+        }
+    }
+
+    /// `topk_spec`'s combine picks the first of two `(value, index)`
+    /// pairs in `topk`'s order (the largest: NaN, then larger, then lower
+    /// index; the smallest: smaller, then NaN, then lower index), and
+    /// every element beats the identity.
+    #[test]
+    fn topk_combine_follows_the_order() {
+        use std::cmp::Ordering;
+        let values = [
+            f64::NAN,
+            f64::NEG_INFINITY,
+            -1.5,
+            -0.0,
+            0.0,
+            2.0,
+            f64::INFINITY,
+        ];
+        // `a` before `b` in the order, as the CPU sorts.
+        let before = |largest: bool, a: (f64, i64), b: (f64, i64)| -> bool {
+            let key = |v: f64| if largest { -v } else { v };
+            let o = match (a.0.is_nan(), b.0.is_nan()) {
+                (true, true) => Ordering::Equal,
+                (true, false) if largest => Ordering::Less,
+                (true, false) => Ordering::Greater,
+                (false, true) if largest => Ordering::Greater,
+                (false, true) => Ordering::Less,
+                _ => key(a.0).partial_cmp(&key(b.0)).unwrap(),
+            };
+            o.then(a.1.cmp(&b.1)) == Ordering::Less
+        };
+        for dtype in [DTypeKind::F32, DTypeKind::F64, DTypeKind::BF16] {
+            for largest in [true, false] {
+                let spec = topk_spec(dtype, largest).unwrap();
+                let bits = |v: f64| float_bits(spec.acc, v);
+                let (mut va, mut ia, mut vb, mut ib) = (vec![], vec![], vec![], vec![]);
+                let mut pairs = vec![];
+                for &a in &values {
+                    for &b in &values {
+                        for (x, y) in [(0i64, 1i64), (1, 0), (2, 2)] {
+                            pairs.push(((a, x), (b, y)));
+                        }
+                    }
+                    // Against the identity.
+                    pairs.push(((f64::NAN, NO_INDEX), (a, 3)));
+                }
+                for &((a, x), (b, y)) in &pairs {
+                    va.push(bits(a));
+                    ia.push(x as u64);
+                    vb.push(bits(b));
+                    ib.push(y as u64);
+                }
+                // The identity's bits, not a NaN of our own making.
+                let n = pairs.len();
+                for (k, p) in pairs.iter().enumerate() {
+                    if p.0 .1 == NO_INDEX {
+                        va[k] = spec.identity;
+                    }
+                }
+                let out = run(&spec.combine, &[&va, &ia, &vb, &ib], n);
+                for (k, &((a, x), (b, y))) in pairs.iter().enumerate() {
+                    let want = if x == NO_INDEX || before(largest, (b, y), (a, x)) {
+                        y
+                    } else {
+                        x
+                    };
+                    assert_eq!(
+                        out[1][k] as i64, want,
+                        "{dtype} largest={largest}: ({a}, {x}) against ({b}, {y})"
+                    );
+                }
             }
         }
     }

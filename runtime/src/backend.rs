@@ -336,8 +336,9 @@ pub(crate) trait Backend {
         args: CrossEntropyArgs,
     ) -> Result<Gathered<Self::Buf<T>>>;
 
-    /// The `k` largest elements of each row along the last dim of `l`
-    /// (NaN largest, ties by lower index), sorted, and their positions:
+    /// The `k` largest (`largest`) or smallest elements of each row along
+    /// the last dim of `l` (NaN larger than every number, ties by lower
+    /// index), sorted (largest or smallest first), and their positions:
     /// contiguous buffers of `l`'s dims with the last one `k` (`k` at most
     /// that dim).
     fn topk<T: NumDType>(
@@ -345,6 +346,7 @@ pub(crate) trait Backend {
         x: &Self::Buf<T>,
         l: &Layout,
         k: usize,
+        largest: bool,
     ) -> Result<(Self::Buf<T>, Self::Buf<i64>)>;
 
     /// The cumulative sum along `dim`: a contiguous buffer of `l`'s dims

@@ -2,7 +2,8 @@
 // index k out of range" at run time; here it does not build), draws from
 // integer weights (PyTorch: "multinomial only supports floating-point
 // dtypes for input"), more draws than categories without replacement, no
-// seed, the smallest elements, and a gradient through `topk`'s indices.
+// seed, a `largest` that is not a `true`/`false` literal, and a gradient
+// through `topk`'s indices.
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -27,7 +28,7 @@ tensor_fn! {
     }
 
     fn smallest(x: &Tensor<Cpu, f32, [4, 10]>) -> (Tensor<Cpu, f32, [4, 2]>, Tensor<Cpu, i64, [4, 2]>) {
-        x.topk(2, largest = false)
+        x.topk(2, largest = 0)
     }
 
     #[grad(x)]

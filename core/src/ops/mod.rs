@@ -191,8 +191,9 @@ pub enum OpKind {
     CrossEntropy,
     /// `cumsum(input, dim)`: the cumulative sum along `dim`.
     Cumsum,
-    /// `topk(input, k, dim, largest, sorted)`: the `k` largest elements
-    /// along `dim` and their positions, a tuple `(values, indices)`.
+    /// `topk(input, k, dim, largest, sorted)`: the `k` largest (or
+    /// smallest) elements along `dim` and their positions, a tuple
+    /// `(values, indices)`.
     TopK,
     /// `multinomial(input, num_samples, replacement, seed)`: category
     /// indices drawn from rows of weights along the last dim.
@@ -927,7 +928,7 @@ static POOLS: &[OpDef] = &[
         ],
         DTypeRule::Same,
         ShapeRule::TopK,
-        "The `k` largest elements along `dim`, largest first, and their positions (`i64`): a tuple `(values, indices)` as `torch.topk` (NaN counts as largest; ties in order of position).",
+        "The `k` largest elements along `dim`, largest first (`largest = false`: the `k` smallest, smallest first), and their positions (`i64`): a tuple `(values, indices)` as `torch.topk` (NaN counts as larger than every number; ties in order of position; a `sorted = false` result is sorted too).",
     ),
     def(
         "multinomial",

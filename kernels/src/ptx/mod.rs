@@ -313,7 +313,8 @@ pub(crate) fn cross_entropy(name: &str, spec: &RowSpec, index: DTypeKind) -> Str
 }
 
 /// The module of the `topk` entry `name` over rows of `spec.dtype`
-/// (`spec` is `argmax`'s; see `ptx::topk` for the parameters).
+/// (`spec` is `reduction::topk_spec`'s; see `ptx::topk` for the
+/// parameters).
 pub(crate) fn topk(name: &str, spec: &ReduceSpec) -> String {
     module(
         &format!("{name}: top-k along rows of {}", spec.dtype),

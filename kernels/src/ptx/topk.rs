@@ -1,8 +1,9 @@
 //! `topk` along the last dim: one block per row (grid-stride over rows)
 //! and `k` passes over the row, pass `j` a block-wide arg-max (the
-//! `argmax` reduction's combine step, [`ReduceSpec`]) over the elements
-//! that come after pass `j - 1`'s pick in `topk`'s order (NaN first, then
-//! larger values, ties by lower index). The picks come out sorted. A pass
+//! combine step of `reduction::topk_spec`, [`ReduceSpec`]) over the
+//! elements that come after pass `j - 1`'s pick in `topk`'s order (for
+//! the largest: NaN first, then larger values; for the smallest: smaller
+//! values, then NaN; ties by lower index). The picks come out sorted. A pass
 //! reads the row once, so a row of `V` elements costs `k * V` loads: for
 //! sampling's `k` (tens) over a vocabulary of 50257 that is a few
 //! megabytes of cached reads per row. (Not measured on a GPU yet.)
@@ -22,7 +23,7 @@ use crate::reduction::{ReduceSpec, NO_INDEX};
 
 const PARAMS: &str = "(\n\t.param .u64 p_out,\n\t.param .u64 p_in,\n\t.param .u64 p_rows,\n\t.param .u64 p_cols,\n\t.param .u64 p_idx,\n\t.param .u64 p_k\n)";
 
-/// The entry `name` over rows of `spec.dtype` (`spec` is `argmax`'s).
+/// The entry `name` over rows of `spec.dtype` (`spec` is `topk_spec`'s).
 pub(crate) fn topk_entry(name: &str, spec: &ReduceSpec) -> String {
     let mut body = Body::new();
     let f = frame(&mut body);

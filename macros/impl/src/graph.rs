@@ -465,8 +465,8 @@ pub enum Op {
         /// True for `index_add` (a 1-D index).
         index_add: bool,
     },
-    /// `topk(x, k, dim)`: a tuple of the `k` largest elements along `dim`
-    /// and their `i64` positions.
+    /// `topk(x, k, dim, largest)`: a tuple of the `k` largest (or
+    /// smallest) elements along `dim` and their `i64` positions.
     TopK {
         /// The source.
         x: NodeId,
@@ -474,6 +474,8 @@ pub enum Op {
         k: IndexArg,
         /// The dim picked along.
         dim: usize,
+        /// The largest (`true`) or the smallest elements.
+        largest: bool,
     },
     /// `multinomial(x, num_samples, replacement, seed)`: `i64` category
     /// indices drawn from the weights along the last dim.

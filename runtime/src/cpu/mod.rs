@@ -321,9 +321,15 @@ impl Backend for CpuBackend {
             .map_err(crate::backend::multinomial_fault)
     }
 
-    fn topk<T: NumDType>(&self, x: &Vec<T>, l: &Layout, k: usize) -> Result<(Vec<T>, Vec<i64>)> {
+    fn topk<T: NumDType>(
+        &self,
+        x: &Vec<T>,
+        l: &Layout,
+        k: usize,
+        largest: bool,
+    ) -> Result<(Vec<T>, Vec<i64>)> {
         strided::check_extent("topk", l, x.len())?;
-        topk::topk(x, l, k)
+        topk::topk(x, l, k, largest)
     }
 
     fn scatter_add<T: FloatDType, I: IndexDType>(

@@ -549,8 +549,9 @@ impl Backend for CudaBackend {
         x: &CudaStorage<T>,
         l: &Layout,
         k: usize,
+        largest: bool,
     ) -> Result<(CudaStorage<T>, CudaStorage<i64>)> {
-        self.topk_gpu(x, l, k)
+        self.topk_gpu(x, l, k, largest)
     }
 
     fn multinomial<T: FloatDType>(

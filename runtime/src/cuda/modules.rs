@@ -68,8 +68,9 @@ pub(crate) enum Builtin {
     /// `cross_entropy` and its backward over rows of logits of this dtype
     /// with targets of this index dtype.
     CrossEntropy(DTypeKind, DTypeKind),
-    /// `topk` along contiguous rows of this dtype.
-    TopK(DTypeKind),
+    /// `topk` along contiguous rows of this dtype, the largest (`true`)
+    /// or the smallest elements.
+    TopK(DTypeKind, bool),
     /// `cumsum` along contiguous rows of this dtype.
     Cumsum(DTypeKind),
     /// 2-D pooling and its gradients over this dtype.
@@ -106,7 +107,7 @@ impl Builtin {
             | Builtin::AttentionBackward(..)
             | Builtin::Optim(..)
             | Builtin::CrossEntropy(..)
-            | Builtin::TopK(_)
+            | Builtin::TopK(..)
             | Builtin::Cumsum(_)
             | Builtin::Pool2d(_)
             | Builtin::Dropout(_)
@@ -158,7 +159,7 @@ impl Builtin {
             Builtin::AttentionBackward(t, keys) => builtin::attention_backward(t, keys),
             Builtin::Optim(k, t) => builtin::optim(k, t),
             Builtin::CrossEntropy(t, index) => builtin::cross_entropy(t, index),
-            Builtin::TopK(t) => builtin::topk(t),
+            Builtin::TopK(t, largest) => builtin::topk(t, largest),
             Builtin::Cumsum(t) => builtin::cumsum(t),
             Builtin::Pool2d(t) => builtin::pool2d(t),
             Builtin::Dropout(t) => builtin::dropout(t),

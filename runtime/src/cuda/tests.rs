@@ -3581,9 +3581,11 @@ fn cross_entropy_backward_timing() {
     }
 }
 
-/// `topk` on the GPU against the CPU backend: every numeric dtype, rows
-/// of few distinct values (ties), NaN and ±inf, GPT-2's vocabulary with a
-/// sampling `k`, strided rows, `k` of 0 and of the whole row.
+/// `topk` on the GPU against the CPU backend, the largest and the
+/// smallest: every numeric dtype, rows of few distinct values (ties),
+/// NaNs (picked first for the largest, last for the smallest) and ±inf,
+/// GPT-2's vocabulary with a sampling `k`, strided rows, `k` of 0 and of
+/// the whole row.
 #[test]
 fn topk_matches_the_cpu() {
     use crate::cpu::CpuBackend;
@@ -3596,6 +3598,7 @@ fn topk_matches_the_cpu() {
             (5, 300, 300),
             (4, 1000, 17),
             (2, 50257, 50),
+            (2, 5, 5),
             (0, 5, 2),
             (3, 4, 0),
         ] {
@@ -3604,6 +3607,7 @@ fn topk_matches_the_cpu() {
                 .collect();
             if specials && rows * cols > 8 {
                 x[2] = T::from_f64(f64::NAN);
+                x[3] = T::from_f64(f64::NAN);
                 x[5] = T::from_f64(f64::INFINITY);
                 x[7] = T::from_f64(f64::NEG_INFINITY);
             }
@@ -3613,18 +3617,20 @@ fn topk_matches_the_cpu() {
                 .collect();
             let l = Layout::contiguous(&[rows, cols]);
             let lt = Layout::contiguous(&[cols, rows]).transpose(0, 1);
-            let (wv, wi) = CpuBackend.topk(&x, &l, k).unwrap();
-            for (buf, lay) in [(up(be, &x), &l), (up(be, &xt), &lt)] {
-                let (v, i) = be.topk(&buf, lay, k).unwrap();
-                let what = format!("topk {} [{rows}, {cols}] k={k}", T::KIND);
-                assert_eq!(down(&i, &[rows * k]), wi, "{what}");
-                let v = down(&v, &[rows * k]);
-                for (g, w) in v.iter().zip(&wv) {
-                    let (g, w) = (g.to_f64(), w.to_f64());
-                    assert!(
-                        g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                        "{what}: {g} against {w}"
-                    );
+            for largest in [true, false] {
+                let (wv, wi) = CpuBackend.topk(&x, &l, k, largest).unwrap();
+                for (buf, lay) in [(up(be, &x), &l), (up(be, &xt), &lt)] {
+                    let (v, i) = be.topk(&buf, lay, k, largest).unwrap();
+                    let what = format!("topk {} [{rows}, {cols}] k={k} largest={largest}", T::KIND);
+                    assert_eq!(down(&i, &[rows * k]), wi, "{what}");
+                    let v = down(&v, &[rows * k]);
+                    for (g, w) in v.iter().zip(&wv) {
+                        let (g, w) = (g.to_f64(), w.to_f64());
+                        assert!(
+                            g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                            "{what}: {g} against {w}"
+                        );
+                    }
                 }
             }
         }

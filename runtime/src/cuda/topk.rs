@@ -1,6 +1,6 @@
 //! `topk` along the last dim on the GPU: one launch of the row kernel
 //! (`tensorfn_kernels::builtin::topk`, `k` block-wide arg-max passes per
-//! row).
+//! row; an arg-min with NaN last for the smallest).
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
@@ -19,6 +19,7 @@ impl CudaBackend {
         x: &CudaStorage<T>,
         l: &Layout,
         k: usize,
+        largest: bool,
     ) -> Result<(CudaStorage<T>, CudaStorage<i64>)> {
         let ctx = self.ctx();
         ctx.bind()?;
@@ -51,7 +52,7 @@ impl CudaBackend {
         } else {
             self.rows_of(x, l, rank - 1)?
         };
-        let kernel = Builtin::TopK(T::KIND);
+        let kernel = Builtin::TopK(T::KIND, largest);
         let f = ctx.function(ModuleKey::Builtin(kernel), "", || {
             kernel.source(ctx.target())
         })?;

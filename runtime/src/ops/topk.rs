@@ -1,5 +1,5 @@
-//! `topk` along the last dim: the `k` largest elements of each row and
-//! their positions, one kernel on the CPU and on CUDA.
+//! `topk` along the last dim: the `k` largest (or smallest) elements of
+//! each row and their positions, one kernel on the CPU and on CUDA.
 
 use super::dispatch::dispatch;
 use super::output::output;
@@ -37,11 +37,48 @@ impl<D: Device, T: NumDType, S: Shape> Tensor<D, T, S> {
     /// ```
     #[allow(clippy::type_complexity)]
     pub fn topk<SO: Shape>(&self, k: usize) -> Result<(Tensor<D, T, SO>, Tensor<D, i64, SO>)> {
+        self.pick(k, true)
+    }
+
+    /// The `k` smallest elements along the last dim and their positions
+    /// (`i64`), smallest first, as PyTorch's `torch.topk(x, k,
+    /// largest=False)`: NaN counts as larger than every number (as
+    /// PyTorch), so it is picked only after every number and `+inf`;
+    /// equal elements come in the order of their positions. Result type
+    /// and errors as [`topk`](Self::topk), and the same kernel cost on
+    /// the GPU.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![2, 4]>::from_vec(vec![1., -5., 3., -5., f32::NAN, 0., f32::INFINITY, 2.]).unwrap();
+    /// let (v, i) = x.topk_smallest::<shape![2, 3]>(3).unwrap();
+    /// assert_eq!(i.to_vec().unwrap(), vec![1, 3, 0, 1, 3, 2]);
+    /// assert_eq!(v.to_vec().unwrap(), vec![-5., -5., 1., 0., 2., f32::INFINITY]);
+    /// let (v, _) = x.topk_smallest::<shape![2, 4]>(4).unwrap();
+    /// assert!(v.to_vec().unwrap()[7].is_nan());
+    /// assert!(x.topk_smallest::<shape![2, 5]>(5).is_err());
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn topk_smallest<SO: Shape>(
+        &self,
+        k: usize,
+    ) -> Result<(Tensor<D, T, SO>, Tensor<D, i64, SO>)> {
+        self.pick(k, false)
+    }
+
+    /// [`topk`](Self::topk) (`largest`) or
+    /// [`topk_smallest`](Self::topk_smallest).
+    #[allow(clippy::type_complexity)]
+    fn pick<SO: Shape>(
+        &self,
+        k: usize,
+        largest: bool,
+    ) -> Result<(Tensor<D, T, SO>, Tensor<D, i64, SO>)> {
         let last = self.dims().len().saturating_sub(1);
         let dims = rules::topk("topk", ("input", self.dims()), last, &k)?;
         SO::check(&dims)?;
         let (values, indices) = dispatch!(D, |be| {
-            let (v, i) = be.topk(be.buf(&self.storage), &self.layout, k)?;
+            let (v, i) = be.topk(be.buf(&self.storage), &self.layout, k, largest)?;
             (be.wrap(v), be.wrap(i))
         });
         Ok((output(values, &dims)?, output(indices, &dims)?))
@@ -53,25 +90,19 @@ mod tests {
     use crate::{Cpu, Dyn, Tensor};
     use half::bf16;
 
-    /// `topk` of every row by a plain sort of `(value, position)` pairs.
-    fn reference(x: &[f64], cols: usize, k: usize) -> (Vec<f64>, Vec<i64>) {
+    /// `topk` of every row by a plain sort of `(value, position)` pairs:
+    /// NaN larger than every number, equal values in order of position.
+    fn reference(x: &[f64], cols: usize, k: usize, largest: bool) -> (Vec<f64>, Vec<i64>) {
         let mut vals = Vec::new();
         let mut idx = Vec::new();
         for row in x.chunks(cols.max(1)) {
             let mut p: Vec<usize> = (0..row.len()).collect();
+            // NaN as a value above +inf, in a total order on (rank, value).
+            let key = |i: usize| (row[i].is_nan(), if row[i].is_nan() { 0.0 } else { row[i] });
             p.sort_by(|&a, &b| {
-                let key = |i: usize| {
-                    if row[i].is_nan() {
-                        f64::INFINITY
-                    } else {
-                        row[i]
-                    }
-                };
-                let nan = |i: usize| row[i].is_nan();
-                nan(b)
-                    .cmp(&nan(a))
-                    .then(key(b).partial_cmp(&key(a)).unwrap())
-                    .then(a.cmp(&b))
+                let (ka, kb) = (key(a), key(b));
+                let o = ka.0.cmp(&kb.0).then(ka.1.partial_cmp(&kb.1).unwrap());
+                if largest { o.reverse() } else { o }.then(a.cmp(&b))
             });
             for &i in &p[..k] {
                 vals.push(row[i]);
@@ -79,6 +110,20 @@ mod tests {
             }
         }
         (vals, idx)
+    }
+
+    /// `topk` (`largest`) or `topk_smallest` of `t`.
+    #[allow(clippy::type_complexity)]
+    fn pick<T: crate::dtype::NumDType>(
+        t: &Tensor<Cpu, T, (Dyn, Dyn)>,
+        k: usize,
+        largest: bool,
+    ) -> (Tensor<Cpu, T, (Dyn, Dyn)>, Tensor<Cpu, i64, (Dyn, Dyn)>) {
+        if largest {
+            t.topk(k).unwrap()
+        } else {
+            t.topk_smallest(k).unwrap()
+        }
     }
 
     #[test]
@@ -110,37 +155,42 @@ mod tests {
                     }
                 })
                 .collect();
-            let (wv, wi) = reference(&x, cols, k);
-            let t =
-                Tensor::<Cpu, f64, (Dyn, Dyn)>::from_vec_dims(x.clone(), &[rows, cols]).unwrap();
-            let (v, i) = t.topk::<(Dyn, Dyn)>(k).unwrap();
-            assert_eq!(i.to_vec().unwrap(), wi, "[{rows}, {cols}] k={k}");
-            let v = v.to_vec().unwrap();
-            for (g, w) in v.iter().zip(&wv) {
-                assert!(
-                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                    "{g} against {w}"
+            for largest in [true, false] {
+                let what = format!("[{rows}, {cols}] k={k} largest={largest}");
+                let (wv, wi) = reference(&x, cols, k, largest);
+                let t = Tensor::<Cpu, f64, (Dyn, Dyn)>::from_vec_dims(x.clone(), &[rows, cols])
+                    .unwrap();
+                let (v, i) = pick(&t, k, largest);
+                assert_eq!(i.to_vec().unwrap(), wi, "{what}");
+                let v = v.to_vec().unwrap();
+                for (g, w) in v.iter().zip(&wv) {
+                    assert!(
+                        g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                        "{what}: {g} against {w}"
+                    );
+                }
+                let b: Vec<bf16> = x.iter().map(|&v| bf16::from_f64(v)).collect();
+                let tb = Tensor::<Cpu, bf16, (Dyn, Dyn)>::from_vec_dims(b, &[rows, cols]).unwrap();
+                assert_eq!(pick(&tb, k, largest).1.to_vec().unwrap(), wi, "{what}");
+                let finite: Vec<i64> = x
+                    .iter()
+                    .map(|&v| if v.is_finite() { v as i64 } else { 7 })
+                    .collect();
+                let (wv, wi) = reference(
+                    &finite.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+                    cols,
+                    k,
+                    largest,
+                );
+                let ti =
+                    Tensor::<Cpu, i64, (Dyn, Dyn)>::from_vec_dims(finite, &[rows, cols]).unwrap();
+                let (v, i) = pick(&ti, k, largest);
+                assert_eq!(i.to_vec().unwrap(), wi, "{what}");
+                assert_eq!(
+                    v.to_vec().unwrap(),
+                    wv.iter().map(|&v| v as i64).collect::<Vec<_>>()
                 );
             }
-            let b: Vec<bf16> = x.iter().map(|&v| bf16::from_f64(v)).collect();
-            let tb = Tensor::<Cpu, bf16, (Dyn, Dyn)>::from_vec_dims(b, &[rows, cols]).unwrap();
-            assert_eq!(tb.topk::<(Dyn, Dyn)>(k).unwrap().1.to_vec().unwrap(), wi);
-            let finite: Vec<i64> = x
-                .iter()
-                .map(|&v| if v.is_finite() { v as i64 } else { 7 })
-                .collect();
-            let (wv, wi) = reference(
-                &finite.iter().map(|&v| v as f64).collect::<Vec<_>>(),
-                cols,
-                k,
-            );
-            let ti = Tensor::<Cpu, i64, (Dyn, Dyn)>::from_vec_dims(finite, &[rows, cols]).unwrap();
-            let (v, i) = ti.topk::<(Dyn, Dyn)>(k).unwrap();
-            assert_eq!(i.to_vec().unwrap(), wi);
-            assert_eq!(
-                v.to_vec().unwrap(),
-                wv.iter().map(|&v| v as i64).collect::<Vec<_>>()
-            );
         }
         // A strided view: the columns of a transposed matrix.
         let t =
@@ -149,12 +199,17 @@ mod tests {
         let (v, i) = t.t().unwrap().topk::<(Dyn, Dyn)>(2).unwrap();
         assert_eq!(v.to_vec().unwrap(), vec![2., 1., 5., 4.]);
         assert_eq!(i.to_vec().unwrap(), vec![1, 0, 2, 0]);
+        let (v, i) = t.t().unwrap().topk_smallest::<(Dyn, Dyn)>(2).unwrap();
+        assert_eq!(v.to_vec().unwrap(), vec![0., 1., 3., 4.]);
+        assert_eq!(i.to_vec().unwrap(), vec![2, 0, 1, 0]);
     }
 
     #[test]
     fn a_k_past_the_dim_or_a_scalar_is_an_error() {
         let t = Tensor::<Cpu, f32, (Dyn,)>::from_vec_dims(vec![1., 2.], &[2]).unwrap();
         let e = t.topk::<(Dyn,)>(3).unwrap_err().to_string();
+        assert!(e.contains("`k` at most 2"), "{e}");
+        let e = t.topk_smallest::<(Dyn,)>(3).unwrap_err().to_string();
         assert!(e.contains("`k` at most 2"), "{e}");
         let s = Tensor::<Cpu, f32, ()>::from_vec(vec![1.]).unwrap();
         assert!(s.topk::<()>(1).is_err());

@@ -1,12 +1,15 @@
 //! `cross_entropy` of class logits against class indices, and its
-//! backward, each one fused kernel on the CPU and on CUDA.
+//! backward, each one fused kernel on the CPU and on CUDA; PyTorch's
+//! K-dimensional form (classes in dim 1) runs the same kernels on the
+//! logits with their classes moved last.
 
 use super::dispatch::dispatch;
 use super::output::output;
 use crate::device::Device;
 use crate::dtype::{FloatDType, IndexDType};
 use crate::error::{Error, Result};
-use crate::shape::{Dim, Shape};
+use crate::layout::Layout;
+use crate::shape::{Dim, Dyn, Shape};
 use crate::tensor::Tensor;
 use tensorfn_core::ops::xent::{CrossEntropyArgs, Reduction};
 use tensorfn_core::rules;
@@ -157,6 +160,159 @@ impl<D: Device, T: FloatDType, N: Dim, C: Dim> Tensor<D, T, (N, C)> {
             }
         });
         output(storage, self.dims())
+    }
+}
+
+/// The permutation that moves the classes (dim 1 of `rank` dims) last:
+/// `[0, 2, .., rank - 1, 1]`, the identity for `[N, C]`.
+fn classes_last(rank: usize) -> Vec<usize> {
+    let mut perm = vec![0];
+    perm.extend(2..rank);
+    perm.push(1);
+    perm
+}
+
+impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
+    /// [`cross_entropy`](Tensor::cross_entropy) of logits of any rank
+    /// from 2: PyTorch's `F.cross_entropy` with logits `[N, C, d1, ..,
+    /// dk]` (the classes in dim 1) against class indices `target` `[N,
+    /// d1, .., dk]` (`i64` or `i32`), and `[N, C]` against `[N]` as well;
+    /// the same `args` (`reduction`, `ignore_index`, `label_smoothing`).
+    /// The result `SO` is `[]` for a mean or a sum and the targets' shape
+    /// for `Reduction::None`. The shapes follow `rules::cross_entropy`
+    /// (the rule `tensor_fn!` checks at compile time) and are checked
+    /// here at run time: a target of the wrong shape is an `Err` naming
+    /// `target` and the dim that differs.
+    ///
+    /// The kernels read each position's classes as one contiguous row,
+    /// so the logits are taken as `x.permute([0, 2, .., k + 1, 1])`
+    /// reshaped to `[N * d1 * .. * dk, C]`: a view for `[N, C]` (or a
+    /// `C` of 1, or dims of 1), one copy of the logits otherwise.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape, CrossEntropyArgs, Reduction};
+    /// // N = 1, C = 2, d1 = 3: the classes of position j are x[0, :, j].
+    /// let x = Tensor::<Cpu, f64, shape![1, 2, 3]>::from_vec(vec![0., 1., 2., 0., 0., 0.]).unwrap();
+    /// let t = Tensor::<Cpu, i64, shape![1, 3]>::from_vec(vec![1, 0, -100]).unwrap();
+    /// let args = CrossEntropyArgs { reduction: Reduction::None, ..Default::default() };
+    /// let l: Tensor<Cpu, f64, shape![1, 3]> = x.cross_entropy_nd(&t, args).unwrap();
+    /// let l = l.to_vec().unwrap();
+    /// assert!((l[0] - 2f64.ln()).abs() < 1e-15);
+    /// assert!((l[1] - (1. + (-1f64).exp()).ln()).abs() < 1e-15);
+    /// assert_eq!(l[2], 0.); // ignored
+    /// let bad = Tensor::<Cpu, i64, shape![1, 2]>::zeros().unwrap();
+    /// let e = x.cross_entropy_nd::<shape![], _, _>(&bad, Default::default()).unwrap_err();
+    /// assert!(e.to_string().contains("dim 1 of `target` is 2 but must equal dim 2 of `input` (3)"), "{e}");
+    /// ```
+    pub fn cross_entropy_nd<SO: Shape, I: IndexDType, ST: Shape>(
+        &self,
+        target: &Tensor<D, I, ST>,
+        args: CrossEntropyArgs,
+    ) -> Result<Tensor<D, T, SO>> {
+        let op = "cross_entropy";
+        check_args(op, &args)?;
+        let dims = rules::cross_entropy(
+            op,
+            ("input", self.dims()),
+            ("target", target.dims()),
+            args.reduction == Reduction::None,
+        )?;
+        SO::check(&dims)?;
+        let (x, t) = self.class_rows(target)?;
+        if args.reduction == Reduction::None {
+            x.cross_entropy::<(Dyn,), I>(&t, args)?.reshape_dims(&dims)
+        } else {
+            x.cross_entropy::<SO, I>(&t, args)
+        }
+    }
+
+    /// The gradient of [`cross_entropy_nd`](Self::cross_entropy_nd) with
+    /// respect to the logits `self`, given the gradient `grad_output` of
+    /// its result (`[]` for a mean or a sum, the targets' shape for
+    /// `Reduction::None`) and the same `target` and `args`: the rows'
+    /// gradients of [`cross_entropy_backward`](Tensor::cross_entropy_backward),
+    /// with the classes moved back to dim 1. The result has `self`'s
+    /// dims; for more than two it is a permuted view of the `[N * d1 *
+    /// .. * dk, C]` rows (as PyTorch's permute, `.contiguous()` makes it
+    /// row-major). The errors of the forward, and an `Err` naming
+    /// `grad_output` for one of the wrong shape.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f64, shape![1, 2, 2]>::from_vec(vec![0., 5., 0., 5.]).unwrap();
+    /// let t = Tensor::<Cpu, i32, shape![1, 2]>::from_vec(vec![1, 0]).unwrap();
+    /// let one = Tensor::<Cpu, f64, shape![]>::from_vec(vec![1.]).unwrap();
+    /// let d = x.cross_entropy_nd_backward(&t, &one, Default::default()).unwrap();
+    /// // Position 0: logits (0, 0), target 1; position 1: (5, 5), target 0; a mean over 2.
+    /// let want = [0.25, -0.25, -0.25, 0.25];
+    /// for (g, w) in d.to_vec().unwrap().iter().zip(want) {
+    ///     assert!((g - w).abs() < 1e-15);
+    /// }
+    /// ```
+    pub fn cross_entropy_nd_backward<I: IndexDType, ST: Shape, SG: Shape>(
+        &self,
+        target: &Tensor<D, I, ST>,
+        grad_output: &Tensor<D, T, SG>,
+        args: CrossEntropyArgs,
+    ) -> Result<Self> {
+        let op = "cross_entropy_backward";
+        check_args(op, &args)?;
+        let want = rules::cross_entropy(
+            op,
+            ("input", self.dims()),
+            ("target", target.dims()),
+            args.reduction == Reduction::None,
+        )?;
+        if grad_output.dims() != want.as_slice() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "`grad_output` of the loss's shape {want:?} (reduction \"{}\")",
+                    args.reduction.name()
+                ),
+                format!("{:?}", grad_output.dims()),
+            ));
+        }
+        let (x, t) = self.class_rows(target)?;
+        let rows = x.dims()[0];
+        let d = if args.reduction == Reduction::None {
+            let g = grad_output.reshape_dims::<(Dyn,)>(&[rows])?;
+            x.cross_entropy_backward(&t, &g, args)?
+        } else {
+            x.cross_entropy_backward(&t, grad_output, args)?
+        };
+        // `[rows, C]` is `[N, d1, .., dk, C]` row-major; the inverse of
+        // `classes_last` puts the classes back in dim 1 (a view).
+        let perm = classes_last(self.dims().len());
+        let mut inverse = vec![0; perm.len()];
+        for (i, &p) in perm.iter().enumerate() {
+            inverse[p] = i;
+        }
+        let moved: Vec<usize> = perm.iter().map(|&p| self.dims()[p]).collect();
+        let layout = Layout::contiguous(&moved).permute(&inverse);
+        Ok(Tensor::from_parts(d.storage, layout))
+    }
+
+    /// The logits as `[rows, C]`, each position's classes one row (a view
+    /// where the layout allows, else a copy), and the targets as `[rows]`,
+    /// for shapes `rules::cross_entropy` accepted.
+    #[allow(clippy::type_complexity)]
+    fn class_rows<I: IndexDType, ST: Shape>(
+        &self,
+        target: &Tensor<D, I, ST>,
+    ) -> Result<(Tensor<D, T, (Dyn, Dyn)>, Tensor<D, I, (Dyn,)>)> {
+        let dims = self.dims();
+        let (classes, rows) = (dims[1], target.layout.numel());
+        let moved = self.layout.permute(&classes_last(dims.len()));
+        let x = match moved.reshape(&[rows, classes]) {
+            Some(view) => Tensor::from_parts(self.storage.clone(), view),
+            None => {
+                let storage = dispatch!(D, |be| be
+                    .wrap(be.contiguous(be.buf(&self.storage), &moved)?));
+                output(storage, &[rows, classes])?
+            }
+        };
+        Ok((x, target.reshape_dims(&[rows])?))
     }
 }
 
@@ -448,5 +604,389 @@ mod tests {
         check::<f32>(1e-5);
         check::<f16>(2e-3);
         check::<bf16>(1e-2);
+    }
+
+    /// `[N, C, d..]` logits (values rounded to `T`) and `[N, d..]` targets
+    /// with some positions ignored, and the same logits as `[rows, C]`
+    /// rows (classes last) for the 2-D f64 reference.
+    fn kdim_case<T: crate::dtype::FloatDType>(
+        rng: &mut Rng,
+        dims: &[usize],
+        ignore: i64,
+        specials: bool,
+    ) -> (Vec<f64>, Vec<i64>, Vec<f64>) {
+        let (n, c) = (dims[0], dims[1]);
+        let inner: usize = dims[2..].iter().product();
+        let special = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0];
+        let x: Vec<f64> = (0..n * c * inner)
+            .map(|_| {
+                if specials && rng.below(17) == 0 {
+                    special[rng.below(4)]
+                } else {
+                    T::from_f64(8.0 * rng.unit() - 4.0).to_f64()
+                }
+            })
+            .collect();
+        let t: Vec<i64> = (0..n * inner)
+            .map(|_| {
+                if rng.below(5) == 0 || c == 0 {
+                    ignore
+                } else {
+                    rng.below(c) as i64
+                }
+            })
+            .collect();
+        let mut rows = vec![0.0; x.len()];
+        for b in 0..n {
+            for k in 0..c {
+                for j in 0..inner {
+                    rows[(b * inner + j) * c + k] = x[(b * c + k) * inner + j];
+                }
+            }
+        }
+        (x, t, rows)
+    }
+
+    type Nd<T> = Tensor<Cpu, T, (Dyn, Dyn, Dyn, Dyn)>;
+    type NdTargets = Tensor<Cpu, i64, (Dyn, Dyn, Dyn)>;
+
+    /// The K-dimensional form against the f64 reference of its rows,
+    /// every reduction and option, NaN and ±inf logits, empty dims, and
+    /// every position ignored; a strided (transposed) view of the logits.
+    #[test]
+    fn kdim_forward_matches_the_f64_reference() {
+        fn check<T: crate::dtype::FloatDType>(tol: f64) {
+            let mut rng = Rng(0xC0FF_EE00_1234_5678 ^ T::KIND.size_bytes() as u64);
+            let shapes = [
+                [2, 5, 3, 4],
+                [1, 1, 1, 1],
+                [3, 7, 1, 2],
+                [2, 130, 3, 3],
+                [0, 4, 2, 2],
+                [2, 3, 0, 5],
+                [2, 0, 2, 2],
+            ];
+            for dims in shapes {
+                for (round, &(ignore, sm)) in [(-100, 0.0), (2, 0.1), (0, 1.0)].iter().enumerate() {
+                    let (x, mut t, rows) = kdim_case::<T>(&mut rng, &dims, ignore, round == 1);
+                    if round == 2 {
+                        // Every position ignored.
+                        t.iter_mut().for_each(|k| *k = ignore);
+                    }
+                    let xt =
+                        Nd::<T>::from_vec_dims(x.iter().map(|&v| T::from_f64(v)).collect(), &dims)
+                            .unwrap();
+                    let td = [dims[0], dims[2], dims[3]];
+                    let tt = NdTargets::from_vec_dims(t.clone(), &td).unwrap();
+                    for reduction in Reduction::ALL {
+                        let args = CrossEntropyArgs {
+                            reduction,
+                            ignore_index: ignore,
+                            label_smoothing: sm,
+                        };
+                        let want =
+                            cross_entropy_f64(&rows, dims[1], &t, reduction, ignore, sm).unwrap();
+                        let got: Vec<f64> = if reduction == Reduction::None {
+                            let y: Tensor<Cpu, T, (Dyn, Dyn, Dyn)> =
+                                xt.cross_entropy_nd(&tt, args).unwrap();
+                            assert_eq!(y.dims(), &td);
+                            y.to_vec().unwrap().iter().map(|v| v.to_f64()).collect()
+                        } else {
+                            let y: Tensor<Cpu, T, ()> = xt.cross_entropy_nd(&tt, args).unwrap();
+                            y.to_vec().unwrap().iter().map(|v| v.to_f64()).collect()
+                        };
+                        assert_eq!(got.len(), want.len());
+                        for (g, w) in got.iter().zip(&want) {
+                            assert!(
+                                close(*g, *w, tol),
+                                "{} {dims:?} {reduction:?} ignore={ignore} s={sm}: {g} against {w}",
+                                T::KIND
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        check::<f64>(1e-13);
+        check::<f32>(2e-6);
+        check::<bf16>(1e-2);
+        // A transposed view of the logits reads the same values.
+        let mut rng = Rng(5);
+        let (x, t, rows) = kdim_case::<f64>(&mut rng, &[3, 4, 5, 2], -100, false);
+        let xt = Nd::<f64>::from_vec_dims(x, &[3, 4, 5, 2]).unwrap();
+        let swapped = xt
+            .transpose::<(Dyn, Dyn, Dyn, Dyn)>(2, 3)
+            .unwrap()
+            .contiguous()
+            .unwrap();
+        let back = swapped.transpose::<(Dyn, Dyn, Dyn, Dyn)>(2, 3).unwrap();
+        assert!(!back.is_contiguous());
+        let tt = NdTargets::from_vec_dims(t.clone(), &[3, 5, 2]).unwrap();
+        let y: Tensor<Cpu, f64, ()> = back.cross_entropy_nd(&tt, Default::default()).unwrap();
+        let want = cross_entropy_f64(&rows, 4, &t, Reduction::Mean, -100, 0.0).unwrap();
+        assert!(close(y.to_vec().unwrap()[0], want[0], 1e-14));
+    }
+
+    /// `[N, C]` and `[N, C, d]` through `cross_entropy_nd` equal the 2-D
+    /// method, and bad shapes and targets are errors naming the operand.
+    #[test]
+    fn kdim_shapes_and_errors() {
+        let mut rng = Rng(99);
+        let (x, t) = case::<f32>(&mut rng, 6, 5, -100);
+        let (xt, tt) = tensors::<f32>(&x, &t, 5);
+        let a: Tensor<Cpu, f32, ()> = xt.cross_entropy(&tt, Default::default()).unwrap();
+        let b: Tensor<Cpu, f32, ()> = xt.cross_entropy_nd(&tt, Default::default()).unwrap();
+        assert_eq!(a.to_vec().unwrap(), b.to_vec().unwrap());
+        let x3 = Tensor::<Cpu, f32, (Dyn, Dyn, Dyn)>::zeros_dims(&[2, 3, 4]).unwrap();
+        let err = |t: &[usize]| {
+            let tt = Tensor::<Cpu, i64, (Dyn, Dyn)>::zeros_dims(t).unwrap();
+            x3.cross_entropy_nd::<(), _, _>(&tt, Default::default())
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err(&[2, 5]);
+        assert!(
+            e.contains("dim 1 of `target` is 5 but must equal dim 2 of `input` (4)"),
+            "{e}"
+        );
+        let e = err(&[3, 4]);
+        assert!(
+            e.contains("dim 0 of `target` is 3 but must equal dim 0 of `input` (2)"),
+            "{e}"
+        );
+        let t1 = Tensor::<Cpu, i64, (Dyn,)>::zeros_dims(&[2]).unwrap();
+        let e = x3
+            .cross_entropy_nd::<(), _, _>(&t1, Default::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`target` must have shape [2, 4]"), "{e}");
+        let v = Tensor::<Cpu, f32, (Dyn,)>::zeros_dims(&[3]).unwrap();
+        let e = v
+            .cross_entropy_nd::<(), _, _>(&t1, Default::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`input` has shape [3]"), "{e}");
+        // A target past the classes, and the result type of a reduction.
+        let bad =
+            Tensor::<Cpu, i32, (Dyn, Dyn)>::from_vec_dims(vec![0, 1, 2, 3, 0, 0, 0, 0], &[2, 4])
+                .unwrap();
+        let e = x3
+            .cross_entropy_nd::<(), _, _>(&bad, Default::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("target 3 in `target` is out of range for 3 classes"),
+            "{e}"
+        );
+        let good = Tensor::<Cpu, i32, (Dyn, Dyn)>::zeros_dims(&[2, 4]).unwrap();
+        assert!(x3
+            .cross_entropy_nd::<(Dyn,), _, _>(&good, Default::default())
+            .is_err());
+        let one = Tensor::<Cpu, f32, ()>::from_vec(vec![1.0]).unwrap();
+        let e = x3
+            .cross_entropy_nd_backward(&bad, &one, Default::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("target 3 in `target`"), "{e}");
+        let rows = CrossEntropyArgs {
+            reduction: Reduction::None,
+            ..Default::default()
+        };
+        let e = x3
+            .cross_entropy_nd_backward(&good, &one, rows)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("grad_output"), "{e}");
+    }
+
+    /// The K-dimensional backward against central differences of the f64
+    /// forward, and in f32 against the f64 backward.
+    #[test]
+    fn kdim_backward_matches_finite_differences() {
+        let mut rng = Rng(0x5EED);
+        let dims = [2, 4, 3, 2];
+        let td = [2, 3, 2];
+        for reduction in Reduction::ALL {
+            for &(ignore, sm) in &[(-100, 0.0), (1, 0.2)] {
+                let (x, t, _) = kdim_case::<f64>(&mut rng, &dims, ignore, false);
+                let args = CrossEntropyArgs {
+                    reduction,
+                    ignore_index: ignore,
+                    label_smoothing: sm,
+                };
+                let tt = NdTargets::from_vec_dims(t.clone(), &td).unwrap();
+                let gs: Vec<f64> = match reduction {
+                    Reduction::None => (0..t.len()).map(|_| 2.0 * rng.unit() - 1.0).collect(),
+                    _ => vec![0.75],
+                };
+                let loss = |x: &[f64]| -> f64 {
+                    let xt = Nd::<f64>::from_vec_dims(x.to_vec(), &dims).unwrap();
+                    let l: Vec<f64> = if reduction == Reduction::None {
+                        let y: Tensor<Cpu, f64, (Dyn, Dyn, Dyn)> =
+                            xt.cross_entropy_nd(&tt, args).unwrap();
+                        y.to_vec().unwrap()
+                    } else {
+                        let y: Tensor<Cpu, f64, ()> = xt.cross_entropy_nd(&tt, args).unwrap();
+                        y.to_vec().unwrap()
+                    };
+                    l.iter().zip(&gs).map(|(l, g)| l * g).sum()
+                };
+                let xt = Nd::<f64>::from_vec_dims(x.clone(), &dims).unwrap();
+                let got = if reduction == Reduction::None {
+                    let g = Tensor::<Cpu, f64, (Dyn, Dyn, Dyn)>::from_vec_dims(gs.clone(), &td)
+                        .unwrap();
+                    xt.cross_entropy_nd_backward(&tt, &g, args).unwrap()
+                } else {
+                    let g = Tensor::<Cpu, f64, ()>::from_vec(gs.clone()).unwrap();
+                    xt.cross_entropy_nd_backward(&tt, &g, args).unwrap()
+                };
+                assert_eq!(got.dims(), &dims);
+                let got = got.to_vec().unwrap();
+                let h = 1e-6;
+                for i in 0..x.len() {
+                    let (mut a, mut b) = (x.clone(), x.clone());
+                    a[i] += h;
+                    b[i] -= h;
+                    let want = (loss(&a) - loss(&b)) / (2.0 * h);
+                    assert!(
+                        (got[i] - want).abs() < 1e-7,
+                        "{reduction:?} s={sm} element {i}: {} against {want}",
+                        got[i]
+                    );
+                }
+                // f32 against the f64 backward.
+                let x32 =
+                    Nd::<f32>::from_vec_dims(x.iter().map(|&v| v as f32).collect(), &dims).unwrap();
+                let d32 = if reduction == Reduction::None {
+                    let g = Tensor::<Cpu, f32, (Dyn, Dyn, Dyn)>::from_vec_dims(
+                        gs.iter().map(|&v| v as f32).collect(),
+                        &td,
+                    )
+                    .unwrap();
+                    x32.cross_entropy_nd_backward(&tt, &g, args).unwrap()
+                } else {
+                    let g = Tensor::<Cpu, f32, ()>::from_vec(vec![gs[0] as f32]).unwrap();
+                    x32.cross_entropy_nd_backward(&tt, &g, args).unwrap()
+                };
+                for (g, w) in d32.to_vec().unwrap().iter().zip(&got) {
+                    assert!(
+                        (*g as f64 - w).abs() <= 1e-6 * w.abs().max(1.0),
+                        "{g} against {w}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// On the GPU, the K-dimensional form and its backward against the f64
+    /// reference and the CPU (the GPU path of the same row kernels).
+    #[test]
+    fn kdim_on_the_gpu_matches_the_f64_reference() {
+        use crate::Cuda;
+        let mut rng = Rng(0xD15C);
+        for dims in [[2, 5, 3, 4], [3, 1000, 2, 5], [0, 4, 2, 2], [2, 3, 0, 5]] {
+            let (x, t, rows) = kdim_case::<f32>(&mut rng, &dims, 1, true);
+            let td = [dims[0], dims[2], dims[3]];
+            let xc =
+                Nd::<f32>::from_vec_dims(x.iter().map(|&v| v as f32).collect(), &dims).unwrap();
+            let tc = NdTargets::from_vec_dims(t.clone(), &td).unwrap();
+            let Ok(xg) = xc.to_device::<Cuda>() else {
+                eprintln!("skipping: no CUDA device");
+                return;
+            };
+            let tg = tc.to_device::<Cuda>().unwrap();
+            for reduction in Reduction::ALL {
+                let args = CrossEntropyArgs {
+                    reduction,
+                    ignore_index: 1,
+                    label_smoothing: 0.1,
+                };
+                let want = cross_entropy_f64(&rows, dims[1], &t, reduction, 1, 0.1).unwrap();
+                let got: Vec<f64> = if reduction == Reduction::None {
+                    let y: Tensor<Cuda, f32, (Dyn, Dyn, Dyn)> =
+                        xg.cross_entropy_nd(&tg, args).unwrap();
+                    y.to_vec().unwrap().iter().map(|&v| v as f64).collect()
+                } else {
+                    let y: Tensor<Cuda, f32, ()> = xg.cross_entropy_nd(&tg, args).unwrap();
+                    y.to_vec().unwrap().iter().map(|&v| v as f64).collect()
+                };
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(
+                        close(*g, *w, 1e-5),
+                        "{dims:?} {reduction:?}: {g} against {w}"
+                    );
+                }
+                let (gc, gg) = if reduction == Reduction::None {
+                    let g: Vec<f32> = (0..t.len()).map(|_| rng.unit() as f32).collect();
+                    let g = Tensor::<Cpu, f32, (Dyn, Dyn, Dyn)>::from_vec_dims(g, &td).unwrap();
+                    (
+                        xc.cross_entropy_nd_backward(&tc, &g, args).unwrap(),
+                        xg.cross_entropy_nd_backward(&tg, &g.to_device::<Cuda>().unwrap(), args)
+                            .unwrap(),
+                    )
+                } else {
+                    let g = Tensor::<Cpu, f32, ()>::from_vec(vec![1.5]).unwrap();
+                    (
+                        xc.cross_entropy_nd_backward(&tc, &g, args).unwrap(),
+                        xg.cross_entropy_nd_backward(&tg, &g.to_device::<Cuda>().unwrap(), args)
+                            .unwrap(),
+                    )
+                };
+                assert_eq!(gg.dims(), &dims);
+                let (gc, gg) = (gc.to_vec().unwrap(), gg.to_vec().unwrap());
+                for (i, (g, c)) in gg.iter().zip(&gc).enumerate() {
+                    let (g, c) = (*g as f64, *c as f64);
+                    assert!(
+                        (g.is_nan() && c.is_nan()) || (g - c).abs() <= 1e-5 * c.abs().max(1e-3),
+                        "{dims:?} {reduction:?} gradient {i}: {g} against the CPU's {c}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// f32 over GPT-2's padded vocabulary: the sums are `f64`, so the
+    /// loss and the gradients stay within a few f32 roundings of the f64
+    /// results on the same values (an f32 running sum drifted by about
+    /// 4e-5 relative).
+    #[test]
+    fn wide_f32_rows_stay_near_f64() {
+        let mut rng = Rng(0xA11CE);
+        let (n, c) = (3, 50304);
+        let (x, t) = case::<f32>(&mut rng, n, c, -100);
+        let (x32, tt) = tensors::<f32>(&x, &t, c);
+        let (x64, _) = tensors::<f64>(&x, &t, c);
+        let args = CrossEntropyArgs {
+            reduction: Reduction::Sum,
+            label_smoothing: 0.1,
+            ..Default::default()
+        };
+        let l32: Tensor<Cpu, f32, ()> = x32.cross_entropy(&tt, args).unwrap();
+        let l64: Tensor<Cpu, f64, ()> = x64.cross_entropy(&tt, args).unwrap();
+        let (l32, l64) = (l32.to_vec().unwrap()[0] as f64, l64.to_vec().unwrap()[0]);
+        assert!((l32 - l64).abs() <= 2e-7 * l64.abs(), "{l32} against {l64}");
+        // Without smoothing, so no gradient is a difference of two
+        // near-equal terms and the relative error is the kernel's own.
+        let args = CrossEntropyArgs {
+            reduction: Reduction::Sum,
+            ..Default::default()
+        };
+        let g32 = Tensor::<Cpu, f32, ()>::from_vec(vec![1.0]).unwrap();
+        let g64 = Tensor::<Cpu, f64, ()>::from_vec(vec![1.0]).unwrap();
+        let d32 = x32
+            .cross_entropy_backward(&tt, &g32, args)
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        let d64 = x64
+            .cross_entropy_backward(&tt, &g64, args)
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        let mut worst = 0f64;
+        for (g, w) in d32.iter().zip(&d64) {
+            worst = worst.max((*g as f64 - w).abs() / w.abs());
+        }
+        assert!(worst < 3e-6, "worst relative gradient error {worst}");
     }
 }

@@ -29,7 +29,8 @@ impl<'s, 'k> Checker<'s, 'k> {
 
     /// `topk(input, k, dim = -1, largest = true, sorted = true)`: numbers
     /// of any dtype, `k` a literal or a `usize` parameter (the picked dim's
-    /// new size); a tuple of the values and their `i64` positions.
+    /// new size), `largest` and `sorted` literal flags; a tuple of the
+    /// values and their `i64` positions.
     fn topk(&mut self, name: &str, o: Operand<'_>, xs: &[Option<&Expr>], e: &Expr) -> NodeId {
         let mut ok = self.need_numeric(name, &o);
         let k_ex = xs[1].expect("required");
@@ -45,22 +46,16 @@ impl<'s, 'k> Checker<'s, 'k> {
             }
             None => Some(o.ty.dims.len() - 1),
         };
-        if let Some(l) = xs[3] {
-            // The smallest elements, with NaN still counted largest, are
-            // not `topk` of the negated input; no kernel picks them yet.
-            if self.flag_arg(l, name, "largest") == Some(false) {
-                self.error(
-                    &l.sp,
-                    format!("`{name}` picks the largest elements only (`largest = false` is not supported): for the smallest of a float tensor without NaN, write `{name}(-x, k)` and negate its values"),
-                );
-                ok = false;
-            }
-        }
+        let largest = match xs[3] {
+            Some(l) => self.flag_arg(l, name, "largest"),
+            None => Some(true),
+        };
+        ok &= largest.is_some();
         if let Some(s) = xs[4] {
             // Sorted is one valid order of an unsorted result.
             ok &= self.flag_arg(s, name, "sorted").is_some();
         }
-        let (Some((k, k_dim)), Some(dim), true) = (k, dim, ok) else {
+        let (Some((k, k_dim)), Some(dim), Some(largest), true) = (k, dim, largest, ok) else {
             return self.error_node(e);
         };
         let rule = rules::topk(name, (&o.ex.to_string(), &o.ty.dims), dim, &k_dim);
@@ -77,7 +72,12 @@ impl<'s, 'k> Checker<'s, 'k> {
             ..o.ty
         };
         self.push(
-            Op::TopK { x: o.id, k, dim },
+            Op::TopK {
+                x: o.id,
+                k,
+                dim,
+                largest,
+            },
             Ty::Tuple(vec![values, indices]),
             e,
         )

@@ -595,7 +595,7 @@ impl FnGen<'_> {
                 let args = pool_args(pool);
                 quote!(#x.pool2d::<#s>(#args)?)
             }
-            Op::TopK { x, k, dim } => self.topk(n, *x, k, *dim),
+            Op::TopK { x, k, dim, largest } => self.topk(n, *x, k, *dim, *largest),
             Op::Multinomial {
                 x,
                 num_samples,
@@ -861,10 +861,11 @@ impl FnGen<'_> {
 }
 
 impl FnGen<'_> {
-    /// `topk` along `dim`: the typed `topk` runs along the last dim, so
-    /// another dim is swapped to the end and the results swapped back (and
-    /// made contiguous, as the plan expects of a tuple's parts).
-    fn topk(&self, n: NodeId, x: NodeId, k: &IndexArg, dim: usize) -> TokenStream {
+    /// `topk` along `dim`: the typed `topk` (`topk_smallest` for
+    /// `largest = false`) runs along the last dim, so another dim is
+    /// swapped to the end and the results swapped back (and made
+    /// contiguous, as the plan expects of a tuple's parts).
+    fn topk(&self, n: NodeId, x: NodeId, k: &IndexArg, dim: usize, largest: bool) -> TokenStream {
         let Ty::Tuple(parts) = &self.g().nodes[n].ty else {
             unreachable!("topk is a tuple")
         };
@@ -872,9 +873,14 @@ impl FnGen<'_> {
         let xr = self.reference(x);
         let k = self.index_arg(k);
         let last = self.tty(x).dims.len() - 1;
+        let pick = if largest {
+            quote!(topk)
+        } else {
+            quote!(topk_smallest)
+        };
         if dim == last {
             let s = shape(&parts[0].dims);
-            return quote!(#xr.topk::<#s>(#k)?);
+            return quote!(#xr.#pick::<#s>(#k)?);
         }
         let mut xd = self.tty(x).dims.clone();
         xd.swap(dim, last);
@@ -882,7 +888,7 @@ impl FnGen<'_> {
         od.swap(dim, last);
         let (sx, so, s) = (shape(&xd), shape(&od), shape(&parts[0].dims));
         quote!({
-            let (v, i) = #xr.transpose::<#sx>(#dim, #last)?.topk::<#so>(#k)?;
+            let (v, i) = #xr.transpose::<#sx>(#dim, #last)?.#pick::<#so>(#k)?;
             (
                 v.transpose::<#s>(#dim, #last)?.contiguous()?,
                 i.transpose::<#s>(#dim, #last)?.contiguous()?,
