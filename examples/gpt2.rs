@@ -36,9 +36,9 @@ mod common;
 use common::generate::{
     check_against_f64, check_and_generate, generate, weights_file, CausalLm, Logits3, Options,
 };
-use common::{seed, AnyResult};
+use common::{hf_gpt2, seed, AnyResult};
 use tensorfn::prelude::*;
-use tensorfn::{LoadOptions, Shape};
+use tensorfn::Shape;
 
 /// Tokens in GPT-2's vocabulary.
 pub const VOCAB: usize = 50257;
@@ -306,32 +306,6 @@ fn random(layers: usize, seed: u64) -> Result<Gpt2<Cpu, f32>> {
     })
 }
 
-/// Reads a GPT-2 checkpoint: the keys under `transformer.` when the file
-/// has them (`GPT2LMHeadModel.save_pretrained`), else at the top; the
-/// attention's mask buffers and a tied `lm_head.weight` are left.
-pub fn load(path: &std::path::Path) -> Result<Gpt2<Cpu, f32>> {
-    const IGNORE: &[&str] = &["h.*.attn.bias", "h.*.attn.masked_bias", "lm_head.weight"];
-    let prefixed = Gpt2::<Cpu, f32>::load_safetensors_with(
-        path,
-        &LoadOptions {
-            prefix: "transformer",
-            ignore: IGNORE,
-        },
-    );
-    match prefixed {
-        Err(Error::Load(e)) if e.contains("missing key `transformer.") => {
-            Gpt2::load_safetensors_with(
-                path,
-                &LoadOptions {
-                    prefix: "",
-                    ignore: IGNORE,
-                },
-            )
-        }
-        r => r,
-    }
-}
-
 /// The test's run: a random model of `GPT2_LAYERS` blocks (default 2),
 /// checked, then a few greedy tokens.
 pub fn run<D: Device>() -> AnyResult {
@@ -341,7 +315,7 @@ pub fn run<D: Device>() -> AnyResult {
         .and_then(|v| v.parse().ok())
         .unwrap_or(2);
     let (path, _file) = weights_file(None, "gpt2", (layers, seed), random)?;
-    let model = load(&path)?;
+    let model: Gpt2<Cpu, f32> = hf_gpt2::load(&path)?;
     println!(
         "loaded {} blocks, {} parameters",
         model.h.len(),
@@ -359,7 +333,7 @@ pub fn main() -> AnyResult {
     let o = Options::from_args(VOCAB, 12)?;
     let seed = o.seed.unwrap_or_else(seed);
     let (path, _file) = weights_file(o.weights.as_ref(), "gpt2", (o.layers, seed), random)?;
-    let model = load(&path)?;
+    let model: Gpt2<Cpu, f32> = hf_gpt2::load(&path)?;
     println!(
         "GPT-2: {} blocks, {} parameters",
         model.h.len(),

@@ -77,12 +77,11 @@ mod common;
 #[path = "train_gpt2/dp.rs"]
 pub mod dp;
 
-use common::AnyResult;
+use common::{hf_gpt2, AnyResult};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tensorfn::optim::CosineWithWarmup;
 use tensorfn::prelude::*;
-use tensorfn::LoadOptions;
 
 /// `LayerNorm(C)`: keys `weight`, `bias`.
 #[derive(Params)]
@@ -393,32 +392,6 @@ pub fn init(c: &Config, seed: u64) -> Result<Gpt2<Cpu, f32>> {
         h,
         ln_f: ln()?,
     })
-}
-
-/// Reads a GPT-2 checkpoint with Hugging Face's names: under
-/// `transformer.` when the file has them (`save_pretrained`), else at the
-/// top; the attention's mask buffers and a tied `lm_head.weight` are left.
-pub fn load(path: &Path) -> Result<Gpt2<Cpu, f32>> {
-    const IGNORE: &[&str] = &["h.*.attn.bias", "h.*.attn.masked_bias", "lm_head.weight"];
-    let prefixed = Gpt2::<Cpu, f32>::load_safetensors_with(
-        path,
-        &LoadOptions {
-            prefix: "transformer",
-            ignore: IGNORE,
-        },
-    );
-    match prefixed {
-        Err(Error::Load(e)) if e.contains("missing key `transformer.") => {
-            Gpt2::load_safetensors_with(
-                path,
-                &LoadOptions {
-                    prefix: "",
-                    ignore: IGNORE,
-                },
-            )
-        }
-        r => r,
-    }
 }
 
 /// What a step needs besides the parameters and the tokens: the
@@ -1299,7 +1272,7 @@ pub fn loss_svg(train: &[(usize, f64)], val: &[(usize, f64)]) -> String {
 /// GPT-2 initialisation of `o.model`'s sizes.
 fn model_for<D: Device, T: Float>(o: &Options) -> AnyResult<(Gpt2<D, T>, Config)> {
     let m = match &o.weights {
-        Some(path) => load(path)?,
+        Some(path) => hf_gpt2::load(path)?,
         None => {
             o.model.check()?;
             init(&o.model, o.seed)?

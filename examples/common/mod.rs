@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each example uses a part of it
 
 pub mod generate;
+pub mod hf_gpt2;
 
 use tensorfn::prelude::*;
 use tensorfn::{DType, Device, Shape};

@@ -23,6 +23,12 @@ impl SplitMix64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
+    /// `n` values uniform in `[lo, hi)`: the tests' seeded inputs.
+    #[cfg(test)]
+    pub(crate) fn uniforms(&mut self, n: usize, lo: f64, hi: f64) -> Vec<f64> {
+        (0..n).map(|_| lo + (hi - lo) * self.uniform()).collect()
+    }
+
     /// Standard normal (Box–Muller).
     pub(crate) fn normal(&mut self) -> f64 {
         let u1 = 1.0 - self.uniform();

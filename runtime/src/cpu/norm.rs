@@ -248,17 +248,9 @@ mod tests {
     use super::*;
     use half::{bf16, f16};
 
-    /// Inputs in `[-2, 2)` shifted by `shift`, from a small LCG.
+    /// Inputs in `[-2, 2)` shifted by `shift`, a fresh stream per seed.
     fn random(n: usize, seed: u64, shift: f64) -> Vec<f64> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 11) as f64 / (1u64 << 53) as f64) * 4.0 - 2.0 + shift
-            })
-            .collect()
+        crate::random::SplitMix64::new(seed).uniforms(n, shift - 2.0, shift + 2.0)
     }
 
     /// Checks `op` in dtype `U` against the f64 reference on the values

@@ -48,7 +48,9 @@ fn sync_launches() -> bool {
 /// The driver's parameter list for an entry whose parameters are all 64
 /// bits: the address of each of `values`, in the entry's order. The
 /// driver copies each parameter's declared size from its address, so an
-/// f64 passes as its `to_bits` with the same bits.
+/// f64 passes as its `to_bits` with the same bits, and a `.u32` parameter
+/// as its value widened to 64 bits (the low half comes first on the
+/// little-endian hosts CUDA runs on).
 fn u64_params(values: &mut [u64]) -> Vec<*mut c_void> {
     values
         .iter_mut()

@@ -4,12 +4,11 @@
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
-use super::modules::{Builtin, ModuleKey};
+use super::modules::{Builtin, ModuleKey, BLOCK};
 use super::transfer::{download, upload_to};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::layout::Layout;
-use std::ffi::c_void;
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::optim::{OptimKernel, OPTIM_HYPER, OPTIM_RECORD_WORDS};
 
@@ -43,25 +42,19 @@ impl CudaBackend {
         // Freed after the launch: the allocator hands it out again only
         // to work queued later on the same stream.
         let table = upload_to(ctx, records)?;
-        let mut ptr = table.device_ptr();
-        let mut n = count as u64;
-        let mut h = hyper;
-        let mut flags = flags;
-        let mut params: Vec<*mut c_void> = vec![
-            &mut ptr as *mut u64 as *mut c_void,
-            &mut n as *mut u64 as *mut c_void,
-        ];
-        params.extend(h.iter_mut().map(|v| v as *mut f64 as *mut c_void));
-        params.push(&mut flags as *mut u32 as *mut c_void);
-        let (mut norm_sq, mut clip) = (norm_sq, clip);
-        params.push(&mut norm_sq as *mut u64 as *mut c_void);
-        params.push(&mut clip as *mut f64 as *mut c_void);
+        // Every parameter travels as 64 bits: `flags` is the entry's one
+        // `.u32`, read from the low half of its word.
+        let mut values = vec![table.device_ptr(), count as u64];
+        values.extend(hyper.map(f64::to_bits));
+        values.extend([u64::from(flags), norm_sq, clip.to_bits()]);
         let blocks = count.min(ctx.sm_count * BLOCKS_PER_SM).max(1) as u32;
-        ctx.launch_grid(
+        ctx.launch_u64s(
             f,
             &|| format!("{kernel:?} over {count} chunks of {dtype} parameters"),
             (blocks, 1),
-            &mut params,
+            BLOCK,
+            0,
+            &mut values,
         )
     }
 }

@@ -15,7 +15,6 @@ use crate::backend::{xent_layouts, Backend, Gathered};
 use crate::dtype::{FloatDType, IndexDType};
 use crate::error::Result;
 use crate::layout::Layout;
-use std::ffi::c_void;
 use tensorfn_core::ops::xent::{CrossEntropyArgs, Reduction};
 use tensorfn_kernels::{BinaryOp, ReduceOp};
 
@@ -138,18 +137,14 @@ impl CudaBackend {
             ]);
         }
 
-        let mut params: Vec<*mut c_void> = values
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
-            .collect();
         let grid = n.min(MAX_ROW_BLOCKS) as u32;
-        ctx.launch_grid_block_shared(
+        ctx.launch_u64s(
             f,
             &|| format!("{kernel:?}{suffix} over {n}x{c}"),
             (grid, 1),
             BLOCK,
             shared as u32,
-            &mut params,
+            &mut values,
         )?;
         let flag = self.download_host(&flag, &Layout::contiguous(&[3]))?;
         if flag[0] != 0 {

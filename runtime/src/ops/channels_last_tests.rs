@@ -3,22 +3,13 @@
 //! references where there is arithmetic), and keep the channels-last
 //! order in their results.
 
+use crate::random::SplitMix64;
 use crate::{shape, BatchNormArgs, ConvArgs, Cpu, Pool2d, Tensor};
 use tensorfn_kernels::UnaryOp;
 
-/// Deterministic values in `[-1, 1)` (a 64-bit LCG), a fresh stream per seed.
+/// Deterministic values in `[-1, 1)`, a fresh stream per seed.
 fn values(n: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-        })
-        .collect()
+    SplitMix64::new(seed).uniforms(n, -1.0, 1.0)
 }
 
 /// PyTorch's `F.conv2d` in f64, directly from its definition.

@@ -7,31 +7,9 @@
 //! forward once with its pullbacks kept, then backward in reverse, against
 //! the chain of `vjp`s; and the bytes a pullback keeps.
 
+use crate::common::*;
 use tensorfn::prelude::*;
-use tensorfn::{DType, Params, Shape};
-
-/// Uniform values in `lo..hi` from a seeded LCG.
-fn rand_vec(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let u = (s >> 11) as f64 / (1u64 << 53) as f64;
-            lo + (hi - lo) * u
-        })
-        .collect()
-}
-
-fn tensor<T: DType, S: Shape>(v: &[f64]) -> Tensor<Cpu, T, S> {
-    Tensor::<Cpu, f64, S>::from_vec(v.to_vec())
-        .unwrap()
-        .cast::<T>()
-        .unwrap()
-}
+use tensorfn::{Params, Shape};
 
 fn tensor_dims<S: Shape>(v: &[f64], dims: &[usize]) -> Tensor<Cpu, f64, S> {
     Tensor::from_vec_dims(v.to_vec(), dims).unwrap()
@@ -53,28 +31,6 @@ fn same_bits<P: Params>(what: &str, a: &P, b: &P) {
         assert_eq!(na, nb, "{what}: names");
         assert!(ba == bb, "{what}: `{na}` differs from `vjp`'s");
     }
-}
-
-#[derive(Params)]
-struct Block<D: Device, T: Float> {
-    ln_w: Tensor<D, T, shape![8]>,
-    ln_b: Tensor<D, T, shape![8]>,
-    fc: Tensor<D, T, shape![8, 16]>,
-    fc_b: Tensor<D, T, shape![16]>,
-    proj: Tensor<D, T, shape![16, 8]>,
-    proj_b: Tensor<D, T, shape![8]>,
-}
-
-#[derive(Params)]
-struct Lin<D: Device, T: Float> {
-    w: Tensor<D, T, shape![4, 3]>,
-    b: Tensor<D, T, shape![3]>,
-}
-
-#[derive(Params)]
-struct Dense<D: Device, T: Float> {
-    w: Tensor<D, T, shape![4, 4]>,
-    b: Tensor<D, T, shape![4]>,
 }
 
 tensor_fn! {
@@ -199,11 +155,11 @@ fn attention_forward_then_backward_is_vjp() {
 fn generic_forward_then_backward_is_vjp() {
     fn check<T: Float, const B: usize>(seed: u64) {
         let p: Lin<Cpu, T> = Lin {
-            w: tensor(&rand_vec(12, seed + 1, -1.0, 1.0)),
-            b: tensor(&rand_vec(3, seed + 2, -0.5, 0.5)),
+            w: tensor_as(&rand_vec(12, seed + 1, -1.0, 1.0)),
+            b: tensor_as(&rand_vec(3, seed + 2, -0.5, 0.5)),
         };
-        let x: Tensor<Cpu, T, shape![B, 4]> = tensor(&rand_vec(4 * B, seed + 3, -2.0, 2.0));
-        let go: Tensor<Cpu, T, shape![B, 3]> = tensor(&rand_vec(3 * B, seed + 4, -1.0, 1.0));
+        let x: Tensor<Cpu, T, shape![B, 4]> = tensor_as(&rand_vec(4 * B, seed + 3, -2.0, 2.0));
+        let go: Tensor<Cpu, T, shape![B, 3]> = tensor_as(&rand_vec(3 * B, seed + 4, -1.0, 1.0));
         let (want_y, (want_gx, want_gp)) = linear::vjp(&x, &p, &go).unwrap();
         let (y, pullback) = linear::forward(&x, &p).unwrap();
         same_bits("linear value", &y, &want_y);

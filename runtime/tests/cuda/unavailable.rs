@@ -2,8 +2,8 @@
 //! `Err(CudaUnavailable)` (never a panic) and the CPU keeps working; with
 //! one, an ordinal past the last device is `CudaUnavailable` too.
 //!
-//! `CUDA_VISIBLE_DEVICES= cargo test --test cuda_unavailable` exercises the
-//! first branch on a GPU machine.
+//! `CUDA_VISIBLE_DEVICES= cargo test -p tensorfn-runtime --test cuda unavailable::`
+//! exercises the first branch on a GPU machine.
 
 use tensorfn_runtime::{
     cuda_device_count, cuda_empty_cache, cuda_memory_stats, shape, Cpu, Cuda, Error, Tensor,

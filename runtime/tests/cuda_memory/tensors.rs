@@ -1,15 +1,14 @@
 //! Tensors on the GPU through the public API: creation, transfers of every
 //! dtype, memory accounting. Skips with a notice when no GPU is present.
 
-mod gpu;
+use crate::gpu;
 use gpu::{fresh, has_gpu};
 
 use tensorfn_runtime::{
     bf16, cuda_empty_cache, cuda_memory_stats, f16, shape, Cpu, Cuda, DType, Tensor,
 };
 
-/// The tests here share cuda:0 and read its memory counters: one at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+use crate::SERIAL;
 
 fn round_trip<T: DType>(dims: &[usize]) {
     let n = dims.iter().product();

@@ -5,28 +5,9 @@
 //! a looser tolerance; `name::vjp` of layers with a tensor result, and a
 //! chain of layers by hand against the gradient of the composed loss.
 
+use crate::common::*;
 use tensorfn::prelude::*;
 use tensorfn::{DType, Shape};
-
-/// Uniform values in `lo..hi` from a seeded LCG.
-fn rand_vec(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let u = (s >> 11) as f64 / (1u64 << 53) as f64;
-            lo + (hi - lo) * u
-        })
-        .collect()
-}
-
-fn tensor<S: Shape>(v: &[f64]) -> Tensor<Cpu, f64, S> {
-    Tensor::from_vec(v.to_vec()).unwrap()
-}
 
 fn value<T: DType + Into<f64>, S: Shape>(t: &Tensor<Cpu, T, S>) -> Vec<f64> {
     t.to_vec().unwrap().into_iter().map(Into::into).collect()
@@ -722,28 +703,6 @@ fn cross_entropy_and_cumsum_against_finite_differences() {
 // `vjp`: functions with a tensor result, the backward seeded with
 // `grad_output`, against the finite differences of
 // `sum(f(..) * grad_output)`.
-
-#[derive(Params)]
-struct Lin<D: Device, T: Float> {
-    w: Tensor<D, T, shape![4, 3]>,
-    b: Tensor<D, T, shape![3]>,
-}
-
-#[derive(Params)]
-struct Block<D: Device, T: Float> {
-    ln_w: Tensor<D, T, shape![8]>,
-    ln_b: Tensor<D, T, shape![8]>,
-    fc: Tensor<D, T, shape![8, 16]>,
-    fc_b: Tensor<D, T, shape![16]>,
-    proj: Tensor<D, T, shape![16, 8]>,
-    proj_b: Tensor<D, T, shape![8]>,
-}
-
-#[derive(Params)]
-struct Dense<D: Device, T: Float> {
-    w: Tensor<D, T, shape![4, 4]>,
-    b: Tensor<D, T, shape![4]>,
-}
 
 tensor_fn! {
     /// A linear layer, generic over its batch.

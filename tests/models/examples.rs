@@ -10,7 +10,7 @@ macro_rules! examples {
         $(
             #[allow(dead_code)]
             #[path = $path]
-            mod $name;
+            pub(crate) mod $name;
         )*
 
         mod on_cpu {
@@ -36,20 +36,20 @@ macro_rules! examples {
 }
 
 examples!(
-    quickstart = "../examples/quickstart.rs",
-    mlp_inference = "../examples/mlp_inference.rs",
-    gpt2_blocks = "../examples/gpt2_blocks.rs",
-    gpt2 = "../examples/gpt2.rs",
-    llama = "../examples/llama.rs",
-    train_mlp = "../examples/train_mlp.rs",
-    resnet18 = "../examples/resnet18.rs",
-    train_convnet = "../examples/train_convnet.rs",
-    train_gpt2 = "../examples/train_gpt2.rs",
-    addmm_device_and_dtype = "../examples/addmm_device_and_dtype.rs",
-    cuda_crash_causes = "../examples/cuda_crash_causes.rs",
-    cat_errors = "../examples/cat_errors.rs",
-    cublas_failures = "../examples/cublas_failures.rs",
-    numpy_pipelines = "../examples/numpy_pipelines.rs",
+    quickstart = "../../examples/quickstart.rs",
+    mlp_inference = "../../examples/mlp_inference.rs",
+    gpt2_blocks = "../../examples/gpt2_blocks.rs",
+    gpt2 = "../../examples/gpt2.rs",
+    llama = "../../examples/llama.rs",
+    train_mlp = "../../examples/train_mlp.rs",
+    resnet18 = "../../examples/resnet18.rs",
+    train_convnet = "../../examples/train_convnet.rs",
+    train_gpt2 = "../../examples/train_gpt2.rs",
+    addmm_device_and_dtype = "../../examples/addmm_device_and_dtype.rs",
+    cuda_crash_causes = "../../examples/cuda_crash_causes.rs",
+    cat_errors = "../../examples/cat_errors.rs",
+    cublas_failures = "../../examples/cublas_failures.rs",
+    numpy_pipelines = "../../examples/numpy_pipelines.rs",
 );
 
 type AnyError = Box<dyn std::error::Error + Send + Sync>;

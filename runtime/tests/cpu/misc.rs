@@ -2,7 +2,7 @@
 //! between every pair of dtypes, the fused-kernel entry points, and
 //! printing.
 
-mod common;
+use crate::common;
 
 use common::*;
 use tensorfn_core::DTypeKind;

@@ -3,7 +3,7 @@
 //! broadcast), empty tensors, and every float dtype for products. Skips
 //! with a one-line notice when no GPU is present.
 
-mod gpu;
+use crate::gpu;
 use gpu::{has_gpu, seed};
 
 use tensorfn_kernels::UnaryOp;

@@ -2,7 +2,7 @@
 //! dtype and of strided views, and work on the second GPU afterwards.
 //! Skips with a notice unless two GPUs are present.
 
-mod gpu;
+use crate::gpu;
 use gpu::fresh;
 
 use tensorfn_runtime::{bf16, f16, shape, Cpu, Cuda, DType, Tensor};

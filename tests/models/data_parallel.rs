@@ -4,10 +4,8 @@
 //! ranks against one GPU on the combined batch. The GPU parts skip with a
 //! one-line notice where the GPUs (or NCCL) are missing.
 
-#[allow(dead_code)]
-#[path = "../examples/train_gpt2.rs"]
-mod train_gpt2;
-
+// The example as `examples` compiled it: one build of it for both.
+use crate::examples::train_gpt2;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use tensorfn::prelude::*;

@@ -2,7 +2,7 @@
 //! transpose, permute, contiguous, broadcast_to, cat, index, at, narrow;
 //! every dtype, views of views, and the run-time errors.
 
-mod common;
+use crate::common;
 
 use common::*;
 use tensorfn_runtime::{shape, Cpu, Dyn, Error, Tensor};

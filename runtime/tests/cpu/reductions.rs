@@ -1,7 +1,7 @@
 //! Reductions and softmax against f64 references: every dim, every
 //! dtype, every view kind, empty dims, NaN, and long sums.
 
-mod common;
+use crate::common;
 
 use common::*;
 use tensorfn_runtime::{bf16, f16, shape, Cpu, Dyn, FloatDType, Tensor};

@@ -4,7 +4,7 @@
 //! channels-last order (strides as PyTorch's `channels_last`). Skips with
 //! a one-line notice when no GPU is present.
 
-mod gpu;
+use crate::gpu;
 use gpu::{has_gpu, seed};
 
 use tensorfn_kernels::UnaryOp;

@@ -3,7 +3,7 @@
 //! public API. Skips with a notice when no GPU is present (the CPU halves
 //! of these APIs are tested in the crate's unit tests).
 
-mod gpu;
+use crate::gpu;
 use gpu::{fresh, has_gpu};
 
 use ndarray::{s, Array2};
@@ -12,8 +12,7 @@ use tensorfn_runtime::{
     DType, Error, StreamMap, Tensor,
 };
 
-/// The tests here share cuda:0 and read its memory counters: one at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+use crate::SERIAL;
 
 fn pinned_round_trip<T: DType>(dims: &[usize]) {
     let n = dims.iter().product();

@@ -5,23 +5,8 @@
 // names them, rather than as a const-evaluation error.
 #![allow(clippy::assertions_on_constants)]
 
+use crate::common::rand_vec;
 use tensorfn::prelude::*;
-
-/// Uniform values in `lo..hi` from a seeded LCG.
-fn rand_vec(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let u = (s >> 11) as f64 / (1u64 << 53) as f64;
-            lo + (hi - lo) * u
-        })
-        .collect()
-}
 
 // `recompute = true`: the elementwise values the backward reads (here
 // `tanh(a)`, `sigmoid(a)` and their product) are computed again in the

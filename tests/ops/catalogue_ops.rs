@@ -1,5 +1,5 @@
 //! Walks the op catalogue beyond its elementwise tables (which
-//! `tests/catalogue.rs` walks): for every other op, at every rank from 0
+//! `catalogue.rs`, beside this file, walks): for every other op, at every rank from 0
 //! to 4 that its shape rule accepts and at every dim it can take there
 //! (negative dims included), a `tensor_fn!` use in each form the
 //! catalogue gives it (function, method, keyword arguments) and the
@@ -140,7 +140,7 @@ const WALKED: &[Walked] = &[
 fn every_catalogue_op_is_walked() {
     let mut missing = Vec::new();
     for def in ops::all() {
-        // The elementwise tables are walked op by op in `tests/catalogue.rs`.
+        // The elementwise tables are walked op by op in `catalogue.rs`.
         if matches!(def.kind, OpKind::Unary(_) | OpKind::Binary(_)) {
             continue;
         }

@@ -3,7 +3,7 @@
 //! scaling, empty dims, a size large enough for the parallel path, and
 //! the run-time errors.
 
-mod common;
+use crate::common;
 
 use common::*;
 use tensorfn_runtime::{shape, Cpu, Dyn, FloatDType, Tensor};

@@ -1,7 +1,7 @@
 //! Elementwise ops against f64 references: every numeric dtype, every
 //! view kind, broadcasting corners, empty dims and the error cases.
 
-mod common;
+use crate::common;
 
 use common::*;
 use tensorfn_kernels::UnaryOp;
