@@ -294,8 +294,8 @@ fn pullback_runs_on_another_thread() {
         t
     }
     let p = block_params(7);
-    let x = tensor::<f64, shape![2, 3, 8]>(&rand_vec(48, 8, -1.0, 1.0));
-    let go = tensor::<f64, shape![2, 3, 8]>(&rand_vec(48, 9, -1.0, 1.0));
+    let x = tensor::<shape![2, 3, 8]>(&rand_vec(48, 8, -1.0, 1.0));
+    let go = tensor::<shape![2, 3, 8]>(&rand_vec(48, 9, -1.0, 1.0));
     let (_, (want_gx, want_gp)) = block::vjp(&x, &p, &go).unwrap();
     let (_, pullback) = block::forward(&x, &p).unwrap();
     let pullback = send(pullback);
