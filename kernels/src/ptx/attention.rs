@@ -136,6 +136,54 @@ pub(super) fn batch_offsets(
         .collect()
 }
 
+/// The keys a block and one of its warps (or warpgroups) visit: the
+/// block's keys 0..kend (under `causal`, up to its last row) in `ntiles`
+/// tiles of `tile`, and the warp's keys 0..wend (0 for a warp past the
+/// rows). Shared by the `mma.sync` and `wgmma` forward entries.
+pub(super) struct KeyRange {
+    pub(super) causal: String,
+    pub(super) ntiles: String,
+    pub(super) wend: String,
+}
+
+/// Emits [`KeyRange`]'s registers for a block whose rows start at
+/// `block.0` (`block.1` of them) and a warp whose rows start at `warp.0`
+/// (`warp.1` of them).
+pub(super) fn key_range(
+    body: &mut Body,
+    p: &std::collections::HashMap<&str, String>,
+    block: (&str, usize),
+    warp: (&str, usize),
+    tile: usize,
+) -> KeyRange {
+    let ((big_r0, rows), (r0, wrows)) = (block, warp);
+    let causal = body.reg(Class::Pred);
+    body.op(format!("setp.ne.u64 {causal}, {}, 0", p["p_causal"]));
+    let kend = body.reg(Class::B64);
+    body.op(format!("mov.u64 {kend}, {}", p["p_s"]));
+    let rend = body.reg(Class::B64);
+    body.op(format!("add.u64 {rend}, {big_r0}, {rows}"));
+    body.op(format!("@{causal} min.u64 {kend}, {kend}, {rend}"));
+    let ntiles = body.reg(Class::B64);
+    body.op(format!("add.u64 {ntiles}, {kend}, {}", tile - 1));
+    body.op(format!(
+        "shr.u64 {ntiles}, {ntiles}, {}",
+        tile.trailing_zeros()
+    ));
+    let wend = body.reg(Class::B64);
+    body.op(format!("mov.u64 {wend}, {}", p["p_s"]));
+    body.op(format!("add.u64 {rend}, {r0}, {wrows}"));
+    body.op(format!("@{causal} min.u64 {wend}, {wend}, {rend}"));
+    let idle = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {idle}, {r0}, {}", p["p_l"]));
+    body.op(format!("@{idle} mov.u64 {wend}, 0"));
+    KeyRange {
+        causal,
+        ntiles,
+        wend,
+    }
+}
+
 /// PTX type suffix, register class and the bits of `-inf` and `0` of the
 /// computation type.
 fn acc_of(ty: Ty) -> (&'static str, Class, &'static str, &'static str) {
@@ -984,28 +1032,11 @@ pub(crate) fn attention_mma_entry(name: &str, dtype: DTypeKind, d: usize) -> Str
         .unzip();
     let lmax = body.reg(Class::B64);
     body.op(format!("sub.u64 {lmax}, {}, 1", p["p_l"]));
-    let causal = body.reg(Class::Pred);
-    body.op(format!("setp.ne.u64 {causal}, {}, 0", p["p_causal"]));
-    // The block's keys 0..kend (under `causal`, up to its last row) in
-    // `tiles` tiles; the warp's keys 0..wend (0 for a warp past the rows).
-    let kend = body.reg(Class::B64);
-    body.op(format!("mov.u64 {kend}, {}", p["p_s"]));
-    let rend = body.reg(Class::B64);
-    body.op(format!("add.u64 {rend}, {big_r0}, {rows}"));
-    body.op(format!("@{causal} min.u64 {kend}, {kend}, {rend}"));
-    let ntiles = body.reg(Class::B64);
-    body.op(format!("add.u64 {ntiles}, {kend}, {}", tile - 1));
-    body.op(format!(
-        "shr.u64 {ntiles}, {ntiles}, {}",
-        tile.trailing_zeros()
-    ));
-    let wend = body.reg(Class::B64);
-    body.op(format!("mov.u64 {wend}, {}", p["p_s"]));
-    body.op(format!("add.u64 {rend}, {r0}, {wrows}"));
-    body.op(format!("@{causal} min.u64 {wend}, {wend}, {rend}"));
-    let idle = body.reg(Class::Pred);
-    body.op(format!("setp.ge.u64 {idle}, {r0}, {}", p["p_l"]));
-    body.op(format!("@{idle} mov.u64 {wend}, 0"));
+    let KeyRange {
+        causal,
+        ntiles,
+        wend,
+    } = key_range(&mut body, &p, (&big_r0, rows), (&r0, wrows), tile);
     // Byte address of element (row, 0) of an operand whose batch starts
     // `boff` elements in: base + (boff + row*rs) * 2.
     let row_addr = |body: &mut Body, base: &str, boff: &str, row: &str, rs: &str| {

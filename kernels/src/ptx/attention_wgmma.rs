@@ -17,7 +17,7 @@
 //! tiles. The online softmax runs on the f32 accumulator fragments, whose
 //! rows a quad of lanes shares.
 
-use super::attention::{batch_offsets, MMA_PARAMS};
+use super::attention::{batch_offsets, key_range, KeyRange, MMA_PARAMS};
 use super::body::{Body, Class};
 use super::mma_tile::{entry_params, half_type, load_params, pack_a, scale_log2};
 use crate::target::Target;
@@ -184,28 +184,12 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
         body.op(format!("add.u64 {ra}, {ra}, {r0}"));
         body.op(format!("add.u64 {rb}, {ra}, 8"));
     }
-    let causal = body.reg(Class::Pred);
-    body.op(format!("setp.ne.u64 {causal}, {}, 0", p["p_causal"]));
-    // The block's keys 0..kend (under `causal`, up to its last row) in
-    // `ntiles` tiles; the warpgroup's keys 0..wend (0 past the rows).
-    let kend = body.reg(Class::B64);
-    body.op(format!("mov.u64 {kend}, {}", p["p_s"]));
-    let rend = body.reg(Class::B64);
-    body.op(format!("add.u64 {rend}, {big_r0}, {rows}"));
-    body.op(format!("@{causal} min.u64 {kend}, {kend}, {rend}"));
-    let ntiles = body.reg(Class::B64);
-    body.op(format!("add.u64 {ntiles}, {kend}, {}", n - 1));
-    body.op(format!(
-        "shr.u64 {ntiles}, {ntiles}, {}",
-        n.trailing_zeros()
-    ));
-    let wend = body.reg(Class::B64);
-    body.op(format!("mov.u64 {wend}, {}", p["p_s"]));
-    body.op(format!("add.u64 {rend}, {r0}, 64"));
-    body.op(format!("@{causal} min.u64 {wend}, {wend}, {rend}"));
-    let idle = body.reg(Class::Pred);
-    body.op(format!("setp.ge.u64 {idle}, {r0}, {}", p["p_l"]));
-    body.op(format!("@{idle} mov.u64 {wend}, 0"));
+    // The warpgroup's 64 rows take the warp's place of the `mma.sync` entry.
+    let KeyRange {
+        causal,
+        ntiles,
+        wend,
+    } = key_range(&mut body, &p, (&big_r0, rows), (&r0, 64), n);
     // Shared memory aligned to 1 KiB: Q, K's two buffers, V's two.
     let base = body.reg(Class::B32);
     body.op(format!("mov.u32 {base}, {name}_smem"));
