@@ -60,12 +60,12 @@ def main():
               f"{flops / s / 1e12:.2f} TFLOP/s")
     # The backward alone (`attention_backward_timing`): the gradients of
     # q, k, v from a saved forward, as a training step runs it.
-    for b, h, t, d in [(4, 16, 4096, 128)]:
+    for b, h, t, d in [(8, 12, 1024, 64), (4, 16, 4096, 128)]:
         q, k, v = (torch.randn(b, h, t, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                    for _ in range(3))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         g = torch.randn_like(y)
-        s = median_seconds(lambda: torch.autograd.grad(y, (q, k, v), g, retain_graph=True))
+        s = median_seconds(lambda: torch.autograd.grad(y, (q, k, v), g, retain_graph=True), reps=11)
         # Five products (S, dP recomputed; dV, dK, dQ), causal: half.
         flops = 2.5 * 4 * b * h * t * t * d / 2
         print(f"attention backward causal bf16 B{b} H{h} T{t} D{d}: {s * 1e3:.3f} ms, {flops / s / 1e12:.2f} TFLOP/s")

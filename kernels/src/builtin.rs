@@ -1123,6 +1123,52 @@ pub fn attention_mma_backward(dtype: DTypeKind, d: usize) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
+/// Name of [`attention_wgmma_backward`]`(dtype, d)` (its main entry; the
+/// preprocessing entry is this name with `_delta` appended).
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert_eq!(
+///     builtin::attention_wgmma_backward_name(DTypeKind::BF16, 64),
+///     "tf_attention_wgmma_bwd_bf16_d64"
+/// );
+/// ```
+pub fn attention_wgmma_backward_name(dtype: DTypeKind, d: usize) -> String {
+    format!("tf_attention_wgmma_bwd_{dtype}_d{d}")
+}
+
+/// [`attention_mma_backward`] in the Hopper form, for devices of compute
+/// capability 9.0 only (its PTX targets `sm_90a`; every other device
+/// takes [`attention_mma_backward`]): the same two entries with the same
+/// parameters and outputs, the same cases (`dtype` f16 or bf16, head dim
+/// 64 or 128, no mask; `Err` otherwise). A block is one warpgroup owning
+/// [`WGMMA_BWD_KEYS`](crate::ptx::WGMMA_BWD_KEYS) keys, whose `K` and `V`
+/// stay in shared memory while it walks the query tiles of 64; every
+/// product (`S^T = K Q^T`, `dP^T = V dO^T`, `dV += P^T dO`, `dK += dS^T
+/// Q`, `dQ = dS K`) is `wgmma.mma_async` with f32 accumulation, its
+/// shared operands in the 128-byte swizzled layout of
+/// [`attention_wgmma`]. Launch the main entry with `block.x =`
+/// [`WGMMA_BWD_THREADS`](crate::ptx::WGMMA_BWD_THREADS), `grid.x = ceil(s
+/// /` [`WGMMA_BWD_KEYS`](crate::ptx::WGMMA_BWD_KEYS)`)`, `grid.y` the
+/// batch and
+/// [`attention_wgmma_backward_shared`](crate::ptx::attention_wgmma_backward_shared)`(d)`
+/// bytes of dynamic shared memory. Accuracy as [`attention_mma_backward`]'s.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::attention_wgmma_backward(DTypeKind::F16, 128).unwrap();
+/// assert!(k.ptx.contains(".target sm_90a"));
+/// assert!(k.ptx.contains(".entry tf_attention_wgmma_bwd_f16_d128_delta("));
+/// assert!(k.ptx.contains("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"));
+/// assert!(builtin::attention_wgmma_backward(DTypeKind::F32, 64).is_err());
+/// ```
+pub fn attention_wgmma_backward(dtype: DTypeKind, d: usize) -> Result<Kernel> {
+    tensor_core_case("attention_wgmma_backward", dtype, d)?;
+    let name = attention_wgmma_backward_name(dtype, d);
+    let ptx = ptx::attention_wgmma_backward(&name, dtype, d);
+    Ok(Kernel { name, ptx })
+}
+
 fn unsupported(kernel: &'static str, e: Error) -> Error {
     match e {
         Error::Type { message, .. } => Error::Unsupported { kernel, message },
@@ -1289,6 +1335,7 @@ pub fn all() -> Vec<Kernel> {
             out.extend(attention_mma(dtype, d).ok());
             out.extend(attention_wgmma(dtype, d).ok());
             out.extend(attention_mma_backward(dtype, d).ok());
+            out.extend(attention_wgmma_backward(dtype, d).ok());
         }
         for k in crate::optim::OptimKernel::ALL {
             // Master weights only for 16-bit parameters.

@@ -66,7 +66,7 @@ const WGMMA_KEYS: usize = 128;
 const STAGES: usize = 3;
 
 /// Bytes of one row of a swizzle region (64 16-bit columns).
-const ATOM_ROW: usize = 128;
+pub(super) const ATOM_ROW: usize = 128;
 
 /// Bytes of dynamic shared memory the Hopper attention entry takes at
 /// head dim `d`: `Q` of the block, three buffers each of `K` and `V`,
@@ -87,13 +87,13 @@ pub(crate) const SM90A_HEADER: &str = ".version 8.0\n.target sm_90a\n.address_si
 
 /// A 64-bit shared-memory matrix descriptor with the 128-byte swizzle,
 /// less its start address: leading and stride byte offsets `lbo`, `sbo`.
-fn desc_bits(lbo: usize, sbo: usize) -> u64 {
+pub(super) fn desc_bits(lbo: usize, sbo: usize) -> u64 {
     ((lbo as u64 >> 4) << 16) | ((sbo as u64 >> 4) << 32) | (1u64 << 62)
 }
 
 /// A register holding the descriptor of the matrix at shared address
 /// `addr` (u32, 1 KiB aligned) with the fixed fields `bits`.
-fn descriptor(body: &mut Body, addr: &str, bits: u64) -> String {
+pub(super) fn descriptor(body: &mut Body, addr: &str, bits: u64) -> String {
     let (a64, d) = (body.reg(Class::B64), body.reg(Class::B64));
     body.op(format!("cvt.u64.u32 {a64}, {addr}"));
     body.op(format!("shr.u64 {a64}, {a64}, 4"));
@@ -101,8 +101,27 @@ fn descriptor(body: &mut Body, addr: &str, bits: u64) -> String {
     d
 }
 
+/// The byte offset, in a tile of 128-byte-swizzled regions `region`
+/// bytes apart, of 16-byte chunk `chunk` (u32) of row `row` (u32): in
+/// region `chunk / 8`, row `row`, at chunk `(chunk % 8) ^ (row % 8)`.
+pub(super) fn swizzled_slot(body: &mut Body, row: &str, chunk: &str, region: usize) -> String {
+    let (x, o, r) = (
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+    );
+    body.op(format!("and.b32 {x}, {row}, 7"));
+    body.op(format!("and.b32 {o}, {chunk}, 7"));
+    body.op(format!("xor.b32 {x}, {x}, {o}"));
+    body.op(format!("shl.b32 {x}, {x}, 4"));
+    body.op(format!("mad.lo.u32 {x}, {row}, {ATOM_ROW}, {x}"));
+    body.op(format!("shr.u32 {r}, {chunk}, 3"));
+    body.op(format!("mad.lo.u32 {x}, {r}, {region}, {x}"));
+    x
+}
+
 /// `{r0, r1, ..}` of `regs`.
-fn list(regs: &[String]) -> String {
+pub(super) fn list(regs: &[String]) -> String {
     format!("{{{}}}", regs.join(", "))
 }
 
@@ -208,24 +227,9 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
         chunks.trailing_zeros()
     ));
     body.op(format!("and.b32 {cchunk}, {tid}, {}", chunks - 1));
-    let slot = |body: &mut Body, region: usize| {
-        let (x, o, r) = (
-            body.reg(Class::B32),
-            body.reg(Class::B32),
-            body.reg(Class::B32),
-        );
-        body.op(format!("and.b32 {x}, {crow}, 7"));
-        body.op(format!("and.b32 {o}, {cchunk}, 7"));
-        body.op(format!("xor.b32 {x}, {x}, {o}"));
-        body.op(format!("shl.b32 {x}, {x}, 4"));
-        body.op(format!("mad.lo.u32 {x}, {crow}, {ATOM_ROW}, {x}"));
-        body.op(format!("shr.u32 {r}, {cchunk}, 3"));
-        body.op(format!("mad.lo.u32 {x}, {r}, {region}, {x}"));
-        x
-    };
-    let qslot = slot(&mut body, q_region);
+    let qslot = swizzled_slot(&mut body, &crow, &cchunk, q_region);
     body.op(format!("add.u32 {qslot}, {qslot}, {base}"));
-    let kvslot = slot(&mut body, kv_region);
+    let kvslot = swizzled_slot(&mut body, &crow, &cchunk, kv_region);
     // The global sources: row 0 of batch b, plus the thread's chunk.
     let (crow64, cbytes) = (body.reg(Class::B64), body.reg(Class::B64));
     body.op(format!("cvt.u64.u32 {crow64}, {crow}"));

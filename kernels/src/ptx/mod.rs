@@ -28,6 +28,7 @@
 mod attention;
 mod attention_mma_bwd;
 mod attention_wgmma;
+mod attention_wgmma_bwd;
 mod bnorm;
 mod body;
 mod concat;
@@ -61,6 +62,7 @@ pub use attention::{
 };
 pub use attention_mma_bwd::{attention_mma_backward_shared, MMA_BWD_KEYS, MMA_BWD_THREADS};
 pub use attention_wgmma::{attention_wgmma_rows, attention_wgmma_shared, attention_wgmma_threads};
+pub use attention_wgmma_bwd::{attention_wgmma_backward_shared, WGMMA_BWD_KEYS, WGMMA_BWD_THREADS};
 pub use bnorm::{BATCH_NORM_BACKWARD_META_WORDS, BATCH_NORM_META_WORDS};
 pub use concat::CAT_PARTS;
 pub use conv::{ConvMeta, CONV_META_WORDS};
@@ -485,6 +487,28 @@ pub(crate) fn attention_mma_backward(
         &format!("{name}: scaled dot-product attention backward over {dtype}, head dim {d}, with mma.sync"),
         &[
             attention_mma_bwd::attention_mma_bwd_entry(name, dtype, d),
+            attention_mma_bwd::attention_mma_bwd_delta_entry(&format!("{name}_delta"), dtype, d),
+        ],
+    )
+}
+
+/// The module of the Hopper attention backward `name` (`.target sm_90a`:
+/// compute capability 9.0 only; see
+/// [`builtin::attention_wgmma_backward`](crate::builtin::attention_wgmma_backward)):
+/// the main entry `name` and the preprocessing one `name_delta`, that of
+/// the `mma.sync` backward.
+pub(crate) fn attention_wgmma_backward(
+    name: &str,
+    dtype: tensorfn_core::DTypeKind,
+    d: usize,
+) -> String {
+    module_with_header(
+        attention_wgmma::SM90A_HEADER,
+        &format!(
+            "{name}: scaled dot-product attention backward over {dtype}, head dim {d}, with wgmma"
+        ),
+        &[
+            attention_wgmma_bwd::attention_wgmma_bwd_entry(name, dtype, d),
             attention_mma_bwd::attention_mma_bwd_delta_entry(&format!("{name}_delta"), dtype, d),
         ],
     )

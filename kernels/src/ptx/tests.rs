@@ -209,6 +209,37 @@ fn every_builtin_is_well_formed() {
             );
             check_body(&es[0]);
             check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_attention_wgmma_bwd_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 2, "{}", k.name);
+            assert_eq!(es[0].name, k.name);
+            assert_eq!(es[1].name, format!("{}_delta", k.name));
+            assert_eq!(
+                es[0].params.len(),
+                super::attention_mma_bwd::MMA_BWD_PARAMS.len()
+            );
+            for e in &es {
+                check_body(e);
+            }
+            assert!(
+                k.ptx.starts_with(".version 8.0\n.target sm_90a\n"),
+                "{}",
+                k.name
+            );
+            let d = if k.name.ends_with("_d64") { 64 } else { 128 };
+            for op in [
+                format!("wgmma.mma_async.sync.aligned.m64n{d}k16"),
+                "wgmma.mma_async.sync.aligned.m64n64k16".into(),
+                "fence.proxy.async.shared::cta".into(),
+                "cp.async.cg.shared.global".into(),
+                "red.global.add.f32".into(),
+                format!(".maxntid {}, 1, 1", super::WGMMA_BWD_THREADS),
+            ] {
+                assert!(k.ptx.contains(&op), "{}: no {op}", k.name);
+            }
+            // Exact but for the exponentials, `ex2.approx.ftz` as in
+            // FlashAttention.
+            check_exact(&k.name, &k.ptx.replace("ex2.approx.ftz.f32", "ex2.f32"));
         } else if k.name.starts_with("tf_attention_wgmma_") {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 1, "{}", k.name);

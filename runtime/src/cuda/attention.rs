@@ -5,7 +5,9 @@
 //! [`ATTENTION_MAX_HEAD`] go through the host. Without a mask, f16 and
 //! bf16 at head dim 64 or 128 with 16-byte aligned rows on sm_80+ take
 //! the FlashAttention-2-style tensor-core entry instead, in its Hopper
-//! form (`wgmma`) on devices of compute capability 9.0.
+//! form (`wgmma`) on devices of compute capability 9.0; the same cases of
+//! the backward take the tensor-core backward, likewise in its Hopper
+//! form there.
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
@@ -18,9 +20,10 @@ use crate::layout::Layout;
 use std::borrow::Cow;
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::ptx::{
-    attention_mma_backward_shared, attention_mma_rows, attention_mma_threads, attention_wgmma_rows,
-    attention_wgmma_shared, attention_wgmma_threads, Target, ATTENTION_MAX_HEAD,
-    ATTENTION_MMA_HEADS, MMA_BWD_KEYS, MMA_BWD_THREADS,
+    attention_mma_backward_shared, attention_mma_rows, attention_mma_threads,
+    attention_wgmma_backward_shared, attention_wgmma_rows, attention_wgmma_shared,
+    attention_wgmma_threads, Target, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS, MMA_BWD_KEYS,
+    MMA_BWD_THREADS, WGMMA_BWD_KEYS, WGMMA_BWD_THREADS,
 };
 
 const OP: &str = "scaled_dot_product_attention";
@@ -434,7 +437,8 @@ impl CudaBackend {
 
     /// The tensor-core backward (see `mma_fits`), FlashAttention-2's: the
     /// preprocessing entry writes `D_i = dO_i . O_i`, then a block per 128
-    /// keys writes their `dK` and `dV` and adds `dQ` into a zeroed f32
+    /// keys (64 in the Hopper form, `wgmma`, which compute capability 9.0
+    /// takes) writes their `dK` and `dV` and adds `dQ` into a zeroed f32
     /// buffer with atomics, cast to the dtype at the end. (A deterministic
     /// `dQ` would take a second pass over the keys per query block, which
     /// recomputes `S` and `dP`: about 40% more products.)
@@ -465,7 +469,24 @@ impl CudaBackend {
         let (ob, gb) = (oc.as_ref().unwrap_or(o.0), gc.as_ref().unwrap_or(g.0));
         let nh = inner_batch([q.1, k.1, v.1, o.1], None)?;
         let (qs, ks, vs) = (walk(q.1, nh), walk(k.1, nh), walk(v.1, nh));
-        let kernel = Builtin::AttentionMmaBackward(T::KIND, d);
+        // On compute capability 9.0 the Hopper form (`wgmma`), with the
+        // same parameters and preprocessing entry.
+        let (kernel, keys, threads, shared) =
+            if ctx.compute_capability == (9, 0) && !mma_sync_only() {
+                (
+                    Builtin::AttentionWgmmaBackward(T::KIND, d),
+                    WGMMA_BWD_KEYS,
+                    WGMMA_BWD_THREADS,
+                    attention_wgmma_backward_shared(d),
+                )
+            } else {
+                (
+                    Builtin::AttentionMmaBackward(T::KIND, d),
+                    MMA_BWD_KEYS,
+                    MMA_BWD_THREADS,
+                    attention_mma_backward_shared(d),
+                )
+            };
         let f = ctx.function(ModuleKey::Builtin(kernel), "", || {
             kernel.source(ctx.target())
         })?;
@@ -500,7 +521,7 @@ impl CudaBackend {
                 &mut values,
             )?;
         }
-        let blocks = s.div_ceil(MMA_BWD_KEYS) as u32;
+        let blocks = s.div_ceil(keys) as u32;
         for b0 in (0..batch).step_by(MAX_GRID_Y) {
             let nb = (batch - b0).min(MAX_GRID_Y);
             let mut values: [u64; 24] = [
@@ -533,8 +554,8 @@ impl CudaBackend {
                 f,
                 &|| format!("{kernel:?} of {nb} x [{l}, {d}] queries against {s} keys"),
                 (blocks, nb as u32),
-                MMA_BWD_THREADS as u32,
-                attention_mma_backward_shared(d) as u32,
+                threads as u32,
+                shared as u32,
                 &mut values,
             )?;
         }

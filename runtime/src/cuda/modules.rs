@@ -60,6 +60,8 @@ pub(crate) enum Builtin {
     AttentionWgmma(DTypeKind, usize),
     /// The tensor-core backward (sm_80+) for f16/bf16 and a head dim.
     AttentionMmaBackward(DTypeKind, usize),
+    /// Its Hopper form (compute capability 9.0 only: `wgmma`, `sm_90a`).
+    AttentionWgmmaBackward(DTypeKind, usize),
     /// Its backward over tensors of this dtype: per query row (`false`:
     /// `D` and `dQ`) or per key row (`true`: `dK` and `dV`).
     AttentionBackward(DTypeKind, bool),
@@ -104,6 +106,7 @@ impl Builtin {
             | Builtin::AttentionMma(..)
             | Builtin::AttentionWgmma(..)
             | Builtin::AttentionMmaBackward(..)
+            | Builtin::AttentionWgmmaBackward(..)
             | Builtin::AttentionBackward(..)
             | Builtin::Optim(..)
             | Builtin::CrossEntropy(..)
@@ -156,6 +159,7 @@ impl Builtin {
             Builtin::AttentionMma(t, d) => builtin::attention_mma(t, d),
             Builtin::AttentionWgmma(t, d) => builtin::attention_wgmma(t, d),
             Builtin::AttentionMmaBackward(t, d) => builtin::attention_mma_backward(t, d),
+            Builtin::AttentionWgmmaBackward(t, d) => builtin::attention_wgmma_backward(t, d),
             Builtin::AttentionBackward(t, keys) => builtin::attention_backward(t, keys),
             Builtin::Optim(k, t) => builtin::optim(k, t),
             Builtin::CrossEntropy(t, index) => builtin::cross_entropy(t, index),

@@ -3042,9 +3042,12 @@ fn attention_backward_matches_the_cpu() {
 /// 128, sm_80+) against the f64 backward of the same (rounded) inputs:
 /// causal and not, lengths that are not multiples of its blocks (128 keys,
 /// 32 or 64 queries), more queries than keys and fewer, more heads than
-/// the device has SMs, and heads read in place from `[B, T, H, D]`
-/// tensors (a packed projection's layout). Within the dtype's roundoff:
-/// `P` and `dS` are rounded to it before their products.
+/// the device has SMs, grouped-query heads, and heads read in place from
+/// `[B, T, H, D]` tensors (a packed projection's layout). Within the
+/// dtype's roundoff: `P` and `dS` are rounded to it before their
+/// products. On a device of compute capability 9.0 both forms: the
+/// `mma.sync` one, then the Hopper one (`wgmma`, 64 keys a block, query
+/// tiles of 64), which the runtime takes there.
 #[test]
 fn attention_mma_backward_matches_f64() {
     use crate::device::{Cpu, Cuda};
@@ -3053,11 +3056,18 @@ fn attention_mma_backward_matches_f64() {
     use crate::tensor::Tensor;
     type D4 = (Dyn, Dyn, Dyn, Dyn);
     type D3 = (Dyn, Dyn, Dyn);
-    let Some((_guard, _be)) = gpu() else { return };
+    let Some((_guard, be)) = gpu() else { return };
     let mut rng = seed();
-    fn run<T: crate::FloatDType>(rng: &mut SplitMix64, [b, h, l, s, d]: [usize; 5], causal: bool) {
+    // [b, h, l, s, d], the key and value heads `hkv` (h for plain
+    // attention) and `causal`.
+    fn run<T: crate::FloatDType>(
+        rng: &mut SplitMix64,
+        [b, h, l, s, d]: [usize; 5],
+        hkv: usize,
+        causal: bool,
+    ) {
         // [B, T, H, D] on the device, read as [B, H, T, D].
-        let mut t = |n: usize| {
+        let mut t = |n: usize, h: usize| {
             let dims = [b, n, h, d];
             let x = Tensor::<Cpu, T, D4>::from_vec_dims(
                 (0..dims.iter().product())
@@ -3073,9 +3083,14 @@ fn attention_mma_backward_matches_f64() {
                 .unwrap();
             (x.transpose::<D4>(1, 2).unwrap(), g)
         };
-        let ((q, qg), (k, kg), (v, vg), (go, gg)) = (t(l), t(s), t(s), t(l));
+        let ((q, qg), (k, kg), (v, vg), (go, gg)) = (t(l, h), t(s, hkv), t(s, hkv), t(l, h));
         let wide = |x: &Tensor<Cpu, T, D4>| x.cast::<f64>().unwrap();
-        let args = || AttentionArgs::<Cpu, f64>::new().is_causal(causal);
+        let gqa = hkv != h;
+        let args = || {
+            AttentionArgs::<Cpu, f64>::new()
+                .is_causal(causal)
+                .enable_gqa(gqa)
+        };
         let (q64, k64, v64, g64) = (wide(&q), wide(&k), wide(&v), wide(&go));
         let (y64, lse64) = q64
             .scaled_dot_product_attention_with_lse_dims::<D4, D3>(&k64, &v64, args())
@@ -3083,7 +3098,11 @@ fn attention_mma_backward_matches_f64() {
         let want = q64
             .scaled_dot_product_attention_backward_dims(&k64, &v64, &y64, &g64, &lse64, args())
             .unwrap();
-        let args_g = || AttentionArgs::<Cuda, T>::new().is_causal(causal);
+        let args_g = || {
+            AttentionArgs::<Cuda, T>::new()
+                .is_causal(causal)
+                .enable_gqa(gqa)
+        };
         let (yg, lg) = qg
             .scaled_dot_product_attention_with_lse_dims::<D4, D3>(&kg, &vg, args_g())
             .unwrap();
@@ -3095,7 +3114,10 @@ fn attention_mma_backward_matches_f64() {
         } else {
             3e-2
         };
-        let what = format!("{:?} [{b}, {h}, {l}, {s}, {d}] causal {causal}", T::KIND);
+        let what = format!(
+            "{:?} [{b}, {h}/{hkv}, {l}, {s}, {d}] causal {causal}",
+            T::KIND
+        );
         // The tensor-core forward's log-sum-exps against the f64 forward's
         // (stored as f32): its sums are f32, its 2^x and log2 good to
         // about 2^-22.
@@ -3135,17 +3157,29 @@ fn attention_mma_backward_matches_f64() {
             println!("{what}: {name} worst error {worst:.2e} of the largest");
         }
     }
-    for causal in [false, true] {
-        for d in [64, 128] {
-            run::<bf16>(&mut rng, [2, 3, 100, 100, d], causal);
-            run::<f16>(&mut rng, [2, 3, 100, 100, d], causal);
-            run::<bf16>(&mut rng, [1, 2, 130, 77, d], causal);
-            run::<f16>(&mut rng, [1, 2, 45, 150, d], causal);
+    let hopper = be.ctx().compute_capability == (9, 0);
+    for mma_sync in [true, false] {
+        if mma_sync && !hopper {
+            continue;
         }
-        // More heads than SMs.
-        run::<bf16>(&mut rng, [3, 50, 65, 65, 64], causal);
-        run::<f16>(&mut rng, [2, 80, 33, 33, 128], causal);
+        super::attention::MMA_SYNC_ONLY.store(mma_sync, std::sync::atomic::Ordering::Relaxed);
+        println!("the mma.sync form only: {mma_sync}");
+        for causal in [false, true] {
+            for d in [64, 128] {
+                run::<bf16>(&mut rng, [2, 3, 100, 100, d], 3, causal);
+                run::<f16>(&mut rng, [2, 3, 100, 100, d], 3, causal);
+                run::<bf16>(&mut rng, [1, 2, 130, 77, d], 2, causal);
+                run::<f16>(&mut rng, [1, 2, 45, 150, d], 2, causal);
+                // Whole tiles, several of them; grouped-query heads.
+                run::<bf16>(&mut rng, [1, 2, 256, 192, d], 2, causal);
+                run::<f16>(&mut rng, [2, 4, 70, 129, d], 2, causal);
+            }
+            // More heads than SMs.
+            run::<bf16>(&mut rng, [3, 50, 65, 65, 64], 50, causal);
+            run::<f16>(&mut rng, [2, 80, 33, 33, 128], 80, causal);
+        }
     }
+    super::attention::MMA_SYNC_ONLY.store(false, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Times causal bf16 attention at the benchmark's sizes (`cargo test
@@ -3241,7 +3275,22 @@ fn attention_backward_timing() {
     type D4 = (Dyn, Dyn, Dyn, Dyn);
     type D3 = (Dyn, Dyn, Dyn);
     let Some((_guard, be)) = gpu() else { return };
-    for [b, h, t, d] in [[4, 16, 4096, 128]] {
+    // On a device of compute capability 9.0, the `mma.sync` form first
+    // (the Hopper form is what the runtime takes there).
+    let hopper = be.ctx().compute_capability == (9, 0);
+    for (mma_sync, [b, h, t, d]) in [true, false]
+        .into_iter()
+        .flat_map(|m| [(m, [8, 12, 1024, 64]), (m, [4, 16, 4096, 128])])
+    {
+        if mma_sync && !hopper {
+            continue;
+        }
+        super::attention::MMA_SYNC_ONLY.store(mma_sync, std::sync::atomic::Ordering::Relaxed);
+        let form = if hopper && !mma_sync {
+            "wgmma"
+        } else {
+            "mma.sync"
+        };
         let dims = [b, h, t, d];
         let q = Tensor::<Cuda, bf16, D4>::randn_dims(1, &dims).unwrap();
         let k = Tensor::<Cuda, bf16, D4>::randn_dims(2, &dims).unwrap();
@@ -3257,7 +3306,7 @@ fn attention_backward_timing() {
         };
         drop(run());
         be.synchronize().unwrap();
-        let reps = 3;
+        let reps = 10;
         let start = std::time::Instant::now();
         for _ in 0..reps {
             drop(run());
@@ -3266,11 +3315,12 @@ fn attention_backward_timing() {
         let s = start.elapsed().as_secs_f64() / reps as f64;
         let flops = 2.5 * 4.0 * (b * h) as f64 * (t * t) as f64 * d as f64 / 2.0;
         println!(
-            "attention backward causal bf16 B{b} H{h} T{t} D{d}: {:.3} ms, {:.2} TFLOP/s",
+            "attention backward causal bf16 B{b} H{h} T{t} D{d} ({form}): {:.3} ms, {:.2} TFLOP/s",
             s * 1e3,
             flops / s / 1e12
         );
     }
+    super::attention::MMA_SYNC_ONLY.store(false, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// `cross_entropy` and its backward on the GPU against the CPU backend

@@ -1,0 +1,525 @@
+//! The Hopper form of the tensor-core attention backward (compute
+//! capability 9.0 only: its PTX targets `sm_90a`; every other device
+//! takes `attention_mma_bwd.rs`), with the parameters, outputs and
+//! preprocessing entry of that backward.
+//!
+//! A block is one warpgroup owning [`WGMMA_BWD_KEYS`] keys: their `K` and
+//! `V` are copied into shared memory once, then the block walks the
+//! query tiles of 64 (under `causal`, those at or after its first key),
+//! the next tile's `Q` and `dO` copied with 16-byte `cp.async` into a
+//! second buffer while the current one is computed on. Every tile uses
+//! the forward's layout (`attention_wgmma.rs`): 64 rows of 128-byte
+//! swizzled regions, the columns 64.. of head dim 128 in a second region.
+//! Per query tile (M = the block's 64 keys, f32 accumulation):
+//!
+//! - `S^T = K Q^T` and `dP^T = V dO^T`, both operands from shared memory,
+//!   K-major;
+//! - `P^T = 2^(S^T scale log2(e) - lse log2(e))` and `dS^T = P^T (dP^T -
+//!   D) scale` on the accumulator fragments, the row statistics per
+//!   query column;
+//! - `dV += P^T dO` and `dK += dS^T Q`, `P^T` and `dS^T` rounded to the
+//!   dtype as register `A` operands, `dO` and `Q` the transposed
+//!   (MN-major) `B` operands;
+//! - `dS^T` stored into a swizzled tile, then `dQ = dS K` with M = the 64
+//!   queries (`A` the transposed `dS^T` tile, `B` the transposed `K`),
+//!   added into the f32 buffer with `red.global.add.f32`.
+//!
+//! At the end `dK` and `dV` (already scaled) are rounded and stored.
+
+use super::attention::batch_offsets;
+use super::attention_mma_bwd::MMA_BWD_PARAMS;
+use super::attention_wgmma::{desc_bits, descriptor, list, swizzled_slot, ATOM_ROW};
+use super::body::{Body, Class};
+use super::mma_tile::{entry_params, half_type, load_params, pack_a, scale_log2, LOG2_E};
+use crate::target::Target;
+use tensorfn_core::DTypeKind;
+
+/// Keys a block of the Hopper backward owns (one warpgroup's `M`).
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::ptx::WGMMA_BWD_KEYS, 64);
+/// ```
+pub const WGMMA_BWD_KEYS: usize = 64;
+
+/// Threads of a block of the Hopper backward (one warpgroup).
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::ptx::WGMMA_BWD_THREADS, 128);
+/// ```
+pub const WGMMA_BWD_THREADS: usize = 128;
+
+/// Queries a tile of `Q` and `dO` holds.
+const QUERIES: usize = 64;
+
+/// Bytes of one 64-row swizzled region (64 rows of 128 bytes).
+const REGION: usize = 64 * ATOM_ROW;
+
+/// Bytes of dynamic shared memory the Hopper backward takes at head dim
+/// `d`: `K` and `V` of the block, two buffers each of `Q` and `dO`, the
+/// `dS^T` tile, and 1 KiB of slack to align them to the 1 KiB the
+/// swizzle repeats over.
+///
+/// ```
+/// use tensorfn_kernels::ptx::attention_wgmma_backward_shared;
+/// assert_eq!(attention_wgmma_backward_shared(64), 6 * 8192 + 8192 + 1024);
+/// assert_eq!(attention_wgmma_backward_shared(128), 6 * 16384 + 8192 + 1024);
+/// ```
+pub const fn attention_wgmma_backward_shared(d: usize) -> usize {
+    6 * 64 * d * 2 + REGION + 1024
+}
+
+/// The main entry `name` of the Hopper backward over `dtype` (f16 or
+/// bf16) with head dim `d` (64 or 128): see the module's documentation.
+/// Launch with `block.x =` [`WGMMA_BWD_THREADS`], `grid.x = ceil(s /`
+/// [`WGMMA_BWD_KEYS`]`)`, `grid.y` the batch, after the preprocessing
+/// entry.
+pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) -> String {
+    let ht = half_type(dtype);
+    let (neg_inf, zero) = ("0fFF800000", "0f00000000");
+    let nl2e = format!("0f{:08X}", (-LOG2_E as f32).to_bits());
+    let threads = WGMMA_BWD_THREADS;
+    let keys = WGMMA_BWD_KEYS;
+    // Bytes of a tile (64 rows of d columns), 16-byte chunks of a row and
+    // the rows one pass of the block's copies covers.
+    let tile = 64 * d * 2;
+    let chunks = d / 8;
+    let pass_rows = threads / chunks;
+    let mut body = Body::for_target(Target::Sm80);
+    let p = load_params(
+        &mut body,
+        &MMA_BWD_PARAMS,
+        &[
+            "p_dqa", "p_dk", "p_dv", "p_delta", "p_lse", "p_go", "p_q", "p_k", "p_v",
+        ],
+    );
+    let sl2 = scale_log2(&mut body);
+    let scale = body.reg(Class::F32);
+    {
+        let s64 = body.reg(Class::F64);
+        body.op(format!("ld.param.f64 {s64}, [p_scale]"));
+        body.op(format!("cvt.rn.f32.f64 {scale}, {s64}"));
+    }
+    let (tid, lane, wi, g32, t32) = (
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+    );
+    body.op(format!("mov.u32 {tid}, %tid.x"));
+    body.op(format!("and.b32 {lane}, {tid}, 31"));
+    body.op(format!("shr.u32 {wi}, {tid}, 5"));
+    body.op(format!("shr.u32 {g32}, {lane}, 2"));
+    body.op(format!("and.b32 {t32}, {lane}, 3"));
+    // Blocks in key order: under `causal` the first keys have the most
+    // queries, and they start first.
+    let (cta, by) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("mov.u32 {cta}, %ctaid.x"));
+    body.op(format!("mov.u32 {by}, %ctaid.y"));
+    let b = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {b}, {by}"));
+    body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
+    let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v"]);
+    // The rows of batch b in the contiguous operands: b * l (dO, lse, D,
+    // dQ) and b * s (dK, dV).
+    let (bl, bs) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("mul.lo.u64 {bl}, {b}, {}", p["p_l"]));
+    body.op(format!("mul.lo.u64 {bs}, {b}, {}", p["p_s"]));
+    // The block's keys j0..; the thread's fragment rows 16 wi + g and 8
+    // more (keys of S^T, dK, dV; queries of dQ).
+    let j0 = body.reg(Class::B64);
+    body.op(format!("mul.wide.u32 {j0}, {cta}, {keys}"));
+    let (fra, frb) = (body.reg(Class::B64), body.reg(Class::B64));
+    {
+        let x = body.reg(Class::B32);
+        body.op(format!("mad.lo.u32 {x}, {wi}, 16, {g32}"));
+        body.op(format!("cvt.u64.u32 {fra}, {x}"));
+        body.op(format!("add.u64 {frb}, {fra}, 8"));
+    }
+    let (ka, kb) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("add.u64 {ka}, {j0}, {fra}"));
+    body.op(format!("add.u64 {kb}, {j0}, {frb}"));
+    // The thread's column pair 2t within an 8-column tile.
+    let col = body.reg(Class::B64);
+    body.op(format!("mul.wide.u32 {col}, {t32}, 2"));
+    let causal = body.reg(Class::Pred);
+    body.op(format!("setp.ne.u64 {causal}, {}, 0", p["p_causal"]));
+    // Shared memory aligned to 1 KiB: K, V, Q and dO of buffer 0, of
+    // buffer 1, dS^T.
+    let sk = body.reg(Class::B32);
+    body.op(format!("mov.u32 {sk}, {name}_smem"));
+    body.op(format!("add.u32 {sk}, {sk}, 1023"));
+    body.op(format!("and.b32 {sk}, {sk}, -1024"));
+    let (sv, sq0, sds) = (
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+    );
+    body.op(format!("add.u32 {sv}, {sk}, {tile}"));
+    body.op(format!("add.u32 {sq0}, {sk}, {}", 2 * tile));
+    body.op(format!("add.u32 {sds}, {sk}, {}", 6 * tile));
+    // The thread's copy slot: chunk `cchunk` of rows `crow + k pass_rows`
+    // (every pass's rows share crow % 8, as pass_rows is a multiple of 8).
+    let (crow, cchunk) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!(
+        "shr.u32 {crow}, {tid}, {}",
+        chunks.trailing_zeros()
+    ));
+    body.op(format!("and.b32 {cchunk}, {tid}, {}", chunks - 1));
+    let slot = swizzled_slot(&mut body, &crow, &cchunk, REGION);
+    let (crow64, cbytes) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("cvt.u64.u32 {crow64}, {crow}"));
+    body.op(format!("cvt.u64.u32 {cbytes}, {cchunk}"));
+    body.op(format!("shl.b64 {cbytes}, {cbytes}, 4"));
+    // Byte address of (row 0, the thread's chunk) of an operand whose
+    // batch starts `boff` elements in, and its row stride in bytes.
+    let source = |body: &mut Body, ptr: &str, boff: &str, rs: &str| {
+        let (a, rs2) = (body.reg(Class::B64), body.reg(Class::B64));
+        body.op(format!("mad.lo.u64 {a}, {boff}, 2, {ptr}"));
+        body.op(format!("add.u64 {a}, {a}, {cbytes}"));
+        body.op(format!("shl.b64 {rs2}, {rs}, 1"));
+        (a, rs2)
+    };
+    let gk = source(&mut body, &p["p_k"], &boff["k"], &p["p_kr"]);
+    let gv = source(&mut body, &p["p_v"], &boff["v"], &p["p_vr"]);
+    let gq = source(&mut body, &p["p_q"], &boff["q"], &p["p_qr"]);
+    let gg = {
+        let (o, w) = (body.reg(Class::B64), body.reg(Class::B64));
+        body.op(format!("mul.lo.u64 {o}, {bl}, {d}"));
+        body.op(format!("mov.u64 {w}, {d}"));
+        source(&mut body, &p["p_go"], &o, &w)
+    };
+    // Copies the 64 rows from row `first` on of an operand of `limit`
+    // rows into the tile at `dst`, rows past `limit` zero-filled (read
+    // from a clamped address).
+    let copy = |body: &mut Body, first: &str, limit: &str, (src, rs2): (&str, &str), dst: &str| {
+        let lmax = body.reg(Class::B64);
+        body.op(format!("sub.u64 {lmax}, {limit}, 1"));
+        let s = body.reg(Class::B32);
+        body.op(format!("add.u32 {s}, {dst}, {slot}"));
+        for ps in 0..64 / pass_rows {
+            let r = body.reg(Class::B64);
+            body.op(format!("add.u64 {r}, {first}, {crow64}"));
+            if ps > 0 {
+                body.op(format!("add.u64 {r}, {r}, {}", ps * pass_rows));
+            }
+            let inside = body.reg(Class::Pred);
+            body.op(format!("setp.lt.u64 {inside}, {r}, {limit}"));
+            body.op(format!("min.u64 {r}, {r}, {lmax}"));
+            let a = body.reg(Class::B64);
+            body.op(format!("mad.lo.u64 {a}, {r}, {rs2}, {src}"));
+            let n = body.reg(Class::B32);
+            body.op(format!("selp.u32 {n}, 16, 0, {inside}"));
+            body.op(format!(
+                "cp.async.cg.shared.global [{s}+{}], [{a}], 16, {n}",
+                ps * pass_rows * ATOM_ROW
+            ));
+        }
+    };
+    // Query tiles i0 = first.. (under `causal`, from the one holding key
+    // j0: j0 is a multiple of 64).
+    let i0 = body.reg(Class::B64);
+    body.op(format!("mov.u64 {i0}, 0"));
+    body.op(format!("@{causal} mov.u64 {i0}, {j0}"));
+    let lmax = body.reg(Class::B64);
+    body.op(format!("sub.u64 {lmax}, {}, 1", p["p_l"]));
+    // dK and dV as m64nD accumulators (d / 2 registers: of 8-column tile
+    // j, [4j, 4j + 1] in row fra and [4j + 2, 4j + 3] in row frb).
+    let acc = |body: &mut Body, n: usize| -> Vec<String> {
+        let r: Vec<String> = (0..n / 2).map(|_| body.reg(Class::F32)).collect();
+        for x in &r {
+            body.op(format!("mov.f32 {x}, {zero}"));
+        }
+        r
+    };
+    let dv = acc(&mut body, d);
+    let dk = acc(&mut body, d);
+    let (lp, done) = (body.label("wb_queries"), body.label("wb_done"));
+    {
+        let none = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {none}, {i0}, {}", p["p_l"]));
+        body.op(format!("@{none} bra.uni {done}"));
+    }
+    copy(&mut body, &j0, &p["p_s"], (&gk.0, &gk.1), &sk);
+    copy(&mut body, &j0, &p["p_s"], (&gv.0, &gv.1), &sv);
+    {
+        let sg0 = body.reg(Class::B32);
+        body.op(format!("add.u32 {sg0}, {sq0}, {tile}"));
+        copy(&mut body, &i0, &p["p_l"], (&gq.0, &gq.1), &sq0);
+        copy(&mut body, &i0, &p["p_l"], (&gg.0, &gg.1), &sg0);
+    }
+    body.op("cp.async.commit_group");
+    // Descriptors (the tile's address added per use): K-major with 8-row
+    // groups 1 KiB apart, MN-major with the 64-column regions REGION
+    // apart.
+    let kmajor = desc_bits(16, 8 * ATOM_ROW);
+    let mnmajor = desc_bits(REGION, 8 * ATOM_ROW);
+    let zero32 = body.reg(Class::B32);
+    body.op(format!("mov.u32 {zero32}, 0"));
+    let kdesc = descriptor(&mut body, &zero32, kmajor);
+    let mdesc = descriptor(&mut body, &zero32, mnmajor);
+    // The descriptor of the tile at shared address `addr` plus `off`
+    // bytes.
+    let desc_at = |body: &mut Body, base: &str, addr: &str, off: usize| {
+        let (a64, dd) = (body.reg(Class::B64), body.reg(Class::B64));
+        body.op(format!("cvt.u64.u32 {a64}, {addr}"));
+        body.op(format!("add.u64 {a64}, {a64}, {off}"));
+        body.op(format!("shr.u64 {a64}, {a64}, 4"));
+        body.op(format!("add.s64 {dd}, {base}, {a64}"));
+        dd
+    };
+    let (ptrue, pfalse) = (body.reg(Class::Pred), body.reg(Class::Pred));
+    body.op(format!("setp.eq.u32 {ptrue}, 0, 0"));
+    body.op(format!("setp.ne.u32 {pfalse}, 0, 0"));
+    // The byte offset of the current buffer (0 or 2 tiles).
+    let buf = body.reg(Class::B32);
+    body.op(format!("mov.u32 {buf}, 0"));
+    body.place(&lp);
+    // Every thread is past the last tile (its Q and dO in the other
+    // buffer, its dS^T read): the next tile's copy may start.
+    body.op("bar.sync 0");
+    let (sq, sg) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("add.u32 {sq}, {sq0}, {buf}"));
+    body.op(format!("add.u32 {sg}, {sq}, {tile}"));
+    {
+        let next = body.reg(Class::B64);
+        body.op(format!("add.u64 {next}, {i0}, {QUERIES}"));
+        let last = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {last}, {next}, {}", p["p_l"]));
+        let no_copy = body.label("wb_no_copy");
+        body.op(format!("@{last} bra.uni {no_copy}"));
+        let (nq, ng) = (body.reg(Class::B32), body.reg(Class::B32));
+        body.op(format!("xor.b32 {nq}, {buf}, {}", 2 * tile));
+        body.op(format!("add.u32 {nq}, {nq}, {sq0}"));
+        body.op(format!("add.u32 {ng}, {nq}, {tile}"));
+        copy(&mut body, &next, &p["p_l"], (&gq.0, &gq.1), &nq);
+        copy(&mut body, &next, &p["p_l"], (&gg.0, &gg.1), &ng);
+        body.place(&no_copy);
+        body.op("cp.async.commit_group");
+    }
+    // This tile arrived: each thread's copies made visible to the async
+    // proxy `wgmma` reads through, then everyone's.
+    body.op("cp.async.wait_group 1");
+    body.op("fence.proxy.async.shared::cta");
+    body.op("bar.sync 0");
+    // S^T = K Q^T and dP^T = V dO^T: k-steps of 16 columns, 32 bytes into
+    // a region's rows.
+    let s: Vec<String> = (0..QUERIES / 2).map(|_| body.reg(Class::F32)).collect();
+    let dp: Vec<String> = (0..QUERIES / 2).map(|_| body.reg(Class::F32)).collect();
+    body.op("wgmma.fence.sync.aligned");
+    for (out, a, bt) in [(&s, &sk, &sq), (&dp, &sv, &sg)] {
+        for ks in 0..d / 16 {
+            let off = (ks / 4) * REGION + (ks % 4) * 32;
+            let ad = desc_at(&mut body, &kdesc, a, off);
+            let bd = desc_at(&mut body, &kdesc, bt, off);
+            let accum = if ks == 0 { &pfalse } else { &ptrue };
+            body.op(format!(
+                "wgmma.mma_async.sync.aligned.m64n{QUERIES}k16.f32.{ht}.{ht} {}, {ad}, {bd}, {accum}, 1, 1, 0, 0",
+                list(out)
+            ));
+        }
+    }
+    body.op("wgmma.commit_group.sync.aligned");
+    // The statistics of the thread's query columns i0 + 8j + 2t (+1),
+    // clamped below l, loaded while the products run: -lse log2(e) (0 for
+    // a row without keys) and D.
+    let (mls, dcol): (Vec<String>, Vec<String>) = {
+        let c0 = body.reg(Class::B64);
+        body.op(format!("add.u64 {c0}, {col}, {i0}"));
+        (0..QUERIES / 4)
+            .map(|i| {
+                let qi = body.reg(Class::B64);
+                body.op(format!("add.u64 {qi}, {c0}, {}", (i / 2) * 8 + (i % 2)));
+                body.op(format!("min.u64 {qi}, {qi}, {lmax}"));
+                body.op(format!("add.u64 {qi}, {qi}, {bl}"));
+                let (al, ad) = (body.reg(Class::B64), body.reg(Class::B64));
+                body.op(format!("mad.lo.u64 {al}, {qi}, 4, {}", p["p_lse"]));
+                body.op(format!("mad.lo.u64 {ad}, {qi}, 4, {}", p["p_delta"]));
+                let (m, dd) = (body.reg(Class::F32), body.reg(Class::F32));
+                body.op(format!("ld.global.nc.f32 {m}, [{al}]"));
+                body.op(format!("ld.global.f32 {dd}, [{ad}]"));
+                let inf = body.reg(Class::Pred);
+                body.op(format!("setp.eq.f32 {inf}, {m}, {neg_inf}"));
+                body.op(format!("mul.rn.f32 {m}, {m}, {nl2e}"));
+                body.op(format!("@{inf} mov.f32 {m}, {zero}"));
+                (m, dd)
+            })
+            .unzip()
+    };
+    body.op("wgmma.wait_group.sync.aligned 0");
+    // Register i of an accumulator with 64 query columns: tile i / 4,
+    // column 2t + (i & 1), row fra (i % 4 < 2) or frb; its statistic.
+    let stat = |i: usize| (i / 4) * 2 + (i & 1);
+    // P^T, 0 past the queries, past the keys and, under `causal`, for a
+    // key past its query (only on the tiles that reach any of those).
+    {
+        for (i, r) in s.iter().enumerate() {
+            body.op(format!("fma.rn.f32 {r}, {r}, {sl2}, {}", mls[stat(i)]));
+        }
+        let edge = body.reg(Class::Pred);
+        let (t, e2) = (body.reg(Class::B64), body.reg(Class::Pred));
+        body.op(format!("add.u64 {t}, {i0}, {QUERIES}"));
+        body.op(format!("setp.gt.u64 {edge}, {t}, {}", p["p_l"]));
+        body.op(format!("add.u64 {t}, {j0}, {keys}"));
+        body.op(format!("setp.gt.u64 {e2}, {t}, {}", p["p_s"]));
+        body.op(format!("or.pred {edge}, {edge}, {e2}"));
+        body.op(format!("add.u64 {t}, {j0}, {}", keys - 1));
+        body.op(format!("setp.gt.u64 {e2}, {t}, {i0}"));
+        body.op(format!("and.pred {e2}, {e2}, {causal}"));
+        body.op(format!("or.pred {edge}, {edge}, {e2}"));
+        let inner = body.label("wb_inner");
+        body.op(format!("@!{edge} bra.uni {inner}"));
+        let c0 = body.reg(Class::B64);
+        body.op(format!("add.u64 {c0}, {col}, {i0}"));
+        for (i, r) in s.iter().enumerate() {
+            let qi = body.reg(Class::B64);
+            body.op(format!("add.u64 {qi}, {c0}, {}", (i / 4) * 8 + (i & 1)));
+            let key = if i % 4 < 2 { &ka } else { &kb };
+            let (out, late) = (body.reg(Class::Pred), body.reg(Class::Pred));
+            body.op(format!("setp.ge.u64 {out}, {qi}, {}", p["p_l"]));
+            body.op(format!("setp.ge.u64 {late}, {key}, {}", p["p_s"]));
+            body.op(format!("or.pred {out}, {out}, {late}"));
+            body.op(format!("setp.gt.u64 {late}, {key}, {qi}"));
+            body.op(format!("and.pred {late}, {late}, {causal}"));
+            body.op(format!("or.pred {out}, {out}, {late}"));
+            body.op(format!("@{out} mov.f32 {r}, {neg_inf}"));
+        }
+        body.place(&inner);
+        for r in &s {
+            body.op(format!("ex2.approx.ftz.f32 {r}, {r}"));
+        }
+    }
+    // dS^T = P^T (dP^T - D) scale.
+    for (i, (r, pr)) in dp.iter().zip(&s).enumerate() {
+        body.op(format!("sub.rn.f32 {r}, {r}, {}", dcol[stat(i)]));
+        body.op(format!("mul.rn.f32 {r}, {r}, {pr}"));
+        body.op(format!("mul.rn.f32 {r}, {r}, {scale}"));
+    }
+    let quads = |x: &[String]| -> Vec<[String; 4]> {
+        x.chunks(4)
+            .map(|c| [c[0].clone(), c[1].clone(), c[2].clone(), c[3].clone()])
+            .collect()
+    };
+    let pa = pack_a(&mut body, ht, &quads(&s));
+    let dsa = pack_a(&mut body, ht, &quads(&dp));
+    // dS^T into its tile: register i of chunk kc holds key row fra (i
+    // even) or frb, query columns 16 kc + 8 (i / 2) + 2t (+1), i.e. chunk
+    // 2 kc + i / 2, swizzled by the row's low bits (g for both rows).
+    {
+        let (rowa, t4) = (body.reg(Class::B32), body.reg(Class::B32));
+        body.op(format!("mad.lo.u32 {rowa}, {wi}, {}, {sds}", 16 * ATOM_ROW));
+        body.op(format!("mad.lo.u32 {rowa}, {g32}, {ATOM_ROW}, {rowa}"));
+        body.op(format!("shl.b32 {t4}, {t32}, 2"));
+        body.op(format!("add.u32 {rowa}, {rowa}, {t4}"));
+        for chunk in 0..QUERIES / 8 {
+            let c = body.reg(Class::B32);
+            body.op(format!("xor.b32 {c}, {g32}, {chunk}"));
+            body.op(format!("shl.b32 {c}, {c}, 4"));
+            body.op(format!("add.u32 {c}, {c}, {rowa}"));
+            let (kc, hi) = (chunk / 2, chunk % 2);
+            body.op(format!("st.shared.b32 [{c}], {}", dsa[kc][2 * hi]));
+            body.op(format!(
+                "st.shared.b32 [{c}+{}], {}",
+                8 * ATOM_ROW,
+                dsa[kc][2 * hi + 1]
+            ));
+        }
+    }
+    body.op("fence.proxy.async.shared::cta");
+    // dV += P^T dO and dK += dS^T Q: k-steps of 16 queries, 16 rows of
+    // the MN-major tiles.
+    body.op("wgmma.fence.sync.aligned");
+    for (out, a, bt) in [(&dv, &pa, &sg), (&dk, &dsa, &sq)] {
+        for (kc, frag) in a.iter().enumerate() {
+            let bd = desc_at(&mut body, &mdesc, bt, kc * 16 * ATOM_ROW);
+            body.op(format!(
+                "wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{ht}.{ht} {}, {}, {bd}, {ptrue}, 1, 1, 1",
+                list(out),
+                list(frag)
+            ));
+        }
+    }
+    body.op("wgmma.commit_group.sync.aligned");
+    // Every warp's dS^T stored: dQ = dS K, M = the tile's queries (A the
+    // transposed dS^T tile, B the transposed K), k-steps of 16 keys.
+    body.op("bar.sync 0");
+    let dq: Vec<String> = (0..d / 2).map(|_| body.reg(Class::F32)).collect();
+    body.op("wgmma.fence.sync.aligned");
+    for kc in 0..keys / 16 {
+        let ad = desc_at(&mut body, &mdesc, &sds, kc * 16 * ATOM_ROW);
+        let bd = desc_at(&mut body, &mdesc, &sk, kc * 16 * ATOM_ROW);
+        let accum = if kc == 0 { &pfalse } else { &ptrue };
+        body.op(format!(
+            "wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{ht}.{ht} {}, {ad}, {bd}, {accum}, 1, 1, 1, 1",
+            list(&dq)
+        ));
+    }
+    body.op("wgmma.commit_group.sync.aligned");
+    body.op("wgmma.wait_group.sync.aligned 0");
+    // dQ's rows i0 + fra and + frb (those below l) added into the buffer.
+    for (half, fr) in [&fra, &frb].into_iter().enumerate() {
+        let qi = body.reg(Class::B64);
+        body.op(format!("add.u64 {qi}, {fr}, {i0}"));
+        let skip = body.label("wb_dq_skip");
+        let out = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {out}, {qi}, {}", p["p_l"]));
+        body.op(format!("@{out} bra {skip}"));
+        let a = body.reg(Class::B64);
+        body.op(format!("add.u64 {a}, {qi}, {bl}"));
+        body.op(format!("mul.lo.u64 {a}, {a}, {d}"));
+        body.op(format!("add.u64 {a}, {a}, {col}"));
+        body.op(format!("mad.lo.u64 {a}, {a}, 4, {}", p["p_dqa"]));
+        for j in 0..d / 8 {
+            for x in 0..2 {
+                body.op(format!(
+                    "red.global.add.f32 [{a}+{}], {}",
+                    (j * 8 + x) * 4,
+                    dq[4 * j + 2 * half + x]
+                ));
+            }
+        }
+        body.place(&skip);
+    }
+    body.op(format!("xor.b32 {buf}, {buf}, {}", 2 * tile));
+    body.op(format!("add.u64 {i0}, {i0}, {QUERIES}"));
+    {
+        let more = body.reg(Class::Pred);
+        body.op(format!("setp.lt.u64 {more}, {i0}, {}", p["p_l"]));
+        body.op(format!("@{more} bra.uni {lp}"));
+    }
+    body.place(&done);
+    body.op("cp.async.wait_group 0");
+    // dK and dV, rounded, stored a pair at a time (rows past s left out).
+    for (half, key) in [&ka, &kb].into_iter().enumerate() {
+        let skip = body.label("wb_kv_skip");
+        let out = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {out}, {key}, {}", p["p_s"]));
+        body.op(format!("@{out} bra {skip}"));
+        let off = body.reg(Class::B64);
+        body.op(format!("add.u64 {off}, {key}, {bs}"));
+        body.op(format!("mul.lo.u64 {off}, {off}, {d}"));
+        body.op(format!("add.u64 {off}, {off}, {col}"));
+        for (acc, ptr) in [(&dk, &p["p_dk"]), (&dv, &p["p_dv"])] {
+            let a = body.reg(Class::B64);
+            body.op(format!("mad.lo.u64 {a}, {off}, 2, {ptr}"));
+            for j in 0..d / 8 {
+                let packed = body.reg(Class::B32);
+                body.op(format!(
+                    "cvt.rn.{ht}x2.f32 {packed}, {}, {}",
+                    acc[4 * j + 2 * half + 1],
+                    acc[4 * j + 2 * half]
+                ));
+                body.op(format!("st.global.b32 [{a}+{}], {packed}", j * 16));
+            }
+        }
+        body.place(&skip);
+    }
+    body.op("ret");
+    // Dynamic shared memory (`attention_wgmma_backward_shared(d)` bytes),
+    // declared at module scope.
+    format!(
+        ".extern .shared .align 128 .b8 {name}_smem[];\n\n.visible .entry {name}(\n{}\n)\n.maxntid {threads}, 1, 1\n{{\n{}}}\n",
+        entry_params(&MMA_BWD_PARAMS),
+        body.finish()
+    )
+}
