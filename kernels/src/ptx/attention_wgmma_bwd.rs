@@ -28,11 +28,15 @@
 
 use super::attention::batch_offsets;
 use super::attention_mma_bwd::MMA_BWD_PARAMS;
-use super::attention_wgmma::{desc_bits, descriptor, list, swizzled_slot, ATOM_ROW};
+use super::attention_wgmma::{desc_bits, list, swizzled_slot, ATOM_ROW};
 use super::body::{Body, Class};
 use super::mma_tile::{entry_params, half_type, load_params, pack_a, scale_log2, LOG2_E};
 use crate::target::Target;
 use tensorfn_core::DTypeKind;
+
+/// The PTX header of the module: `wgmma` needs `sm_90a`, and
+/// `red.global.add.v4.f32` PTX ISA 8.1.
+pub(crate) const SM90A_RED_HEADER: &str = ".version 8.1\n.target sm_90a\n.address_size 64\n";
 
 /// Keys a block of the Hopper backward owns (one warpgroup's `M`).
 ///
@@ -254,18 +258,20 @@ pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) 
     // apart.
     let kmajor = desc_bits(16, 8 * ATOM_ROW);
     let mnmajor = desc_bits(REGION, 8 * ATOM_ROW);
-    let zero32 = body.reg(Class::B32);
-    body.op(format!("mov.u32 {zero32}, 0"));
-    let kdesc = descriptor(&mut body, &zero32, kmajor);
-    let mdesc = descriptor(&mut body, &zero32, mnmajor);
+    // The fields above bit 32 (the stride and the swizzle) are the same
+    // for both, and only the low word varies: built in 32 bits, so that
+    // the descriptors ptxas keeps across the loop take a register each.
+    assert_eq!(kmajor >> 32, mnmajor >> 32);
+    let high = body.reg(Class::B32);
+    body.op(format!("mov.u32 {high}, {}", kmajor >> 32));
     // The descriptor of the tile at shared address `addr` plus `off`
-    // bytes.
-    let desc_at = |body: &mut Body, base: &str, addr: &str, off: usize| {
-        let (a64, dd) = (body.reg(Class::B64), body.reg(Class::B64));
-        body.op(format!("cvt.u64.u32 {a64}, {addr}"));
-        body.op(format!("add.u64 {a64}, {a64}, {off}"));
-        body.op(format!("shr.u64 {a64}, {a64}, 4"));
-        body.op(format!("add.s64 {dd}, {base}, {a64}"));
+    // bytes (`bits` the fixed fields).
+    let desc_at = |body: &mut Body, bits: u64, addr: &str, off: usize| {
+        let (lo, dd) = (body.reg(Class::B32), body.reg(Class::B64));
+        body.op(format!("add.u32 {lo}, {addr}, {off}"));
+        body.op(format!("shr.u32 {lo}, {lo}, 4"));
+        body.op(format!("or.b32 {lo}, {lo}, {}", bits & 0xffff_ffff));
+        body.op(format!("mov.b64 {dd}, {{{lo}, {high}}}"));
         dd
     };
     let (ptrue, pfalse) = (body.reg(Class::Pred), body.reg(Class::Pred));
@@ -310,8 +316,8 @@ pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) 
     for (out, a, bt) in [(&s, &sk, &sq), (&dp, &sv, &sg)] {
         for ks in 0..d / 16 {
             let off = (ks / 4) * REGION + (ks % 4) * 32;
-            let ad = desc_at(&mut body, &kdesc, a, off);
-            let bd = desc_at(&mut body, &kdesc, bt, off);
+            let ad = desc_at(&mut body, kmajor, a, off);
+            let bd = desc_at(&mut body, kmajor, bt, off);
             let accum = if ks == 0 { &pfalse } else { &ptrue };
             body.op(format!(
                 "wgmma.mma_async.sync.aligned.m64n{QUERIES}k16.f32.{ht}.{ht} {}, {ad}, {bd}, {accum}, 1, 1, 0, 0",
@@ -320,9 +326,11 @@ pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) 
         }
     }
     body.op("wgmma.commit_group.sync.aligned");
+    body.op("wgmma.wait_group.sync.aligned 0");
     // The statistics of the thread's query columns i0 + 8j + 2t (+1),
-    // clamped below l, loaded while the products run: -lse log2(e) (0 for
-    // a row without keys) and D.
+    // clamped below l: -lse log2(e) (0 for a row without keys) and D,
+    // loaded once the products are done (32 registers fewer while they
+    // run).
     let (mls, dcol): (Vec<String>, Vec<String>) = {
         let c0 = body.reg(Class::B64);
         body.op(format!("add.u64 {c0}, {col}, {i0}"));
@@ -346,7 +354,6 @@ pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) 
             })
             .unzip()
     };
-    body.op("wgmma.wait_group.sync.aligned 0");
     // Register i of an accumulator with 64 query columns: tile i / 4,
     // column 2t + (i & 1), row fra (i % 4 < 2) or frb; its statistic.
     let stat = |i: usize| (i / 4) * 2 + (i & 1);
@@ -431,7 +438,7 @@ pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) 
     body.op("wgmma.fence.sync.aligned");
     for (out, a, bt) in [(&dv, &pa, &sg), (&dk, &dsa, &sq)] {
         for (kc, frag) in a.iter().enumerate() {
-            let bd = desc_at(&mut body, &mdesc, bt, kc * 16 * ATOM_ROW);
+            let bd = desc_at(&mut body, mnmajor, bt, kc * 16 * ATOM_ROW);
             body.op(format!(
                 "wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{ht}.{ht} {}, {}, {bd}, {ptrue}, 1, 1, 1",
                 list(out),
@@ -446,8 +453,8 @@ pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) 
     let dq: Vec<String> = (0..d / 2).map(|_| body.reg(Class::F32)).collect();
     body.op("wgmma.fence.sync.aligned");
     for kc in 0..keys / 16 {
-        let ad = desc_at(&mut body, &mdesc, &sds, kc * 16 * ATOM_ROW);
-        let bd = desc_at(&mut body, &mdesc, &sk, kc * 16 * ATOM_ROW);
+        let ad = desc_at(&mut body, mnmajor, &sds, kc * 16 * ATOM_ROW);
+        let bd = desc_at(&mut body, mnmajor, &sk, kc * 16 * ATOM_ROW);
         let accum = if kc == 0 { &pfalse } else { &ptrue };
         body.op(format!(
             "wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{ht}.{ht} {}, {ad}, {bd}, {accum}, 1, 1, 1, 1",
@@ -456,29 +463,44 @@ pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) 
     }
     body.op("wgmma.commit_group.sync.aligned");
     body.op("wgmma.wait_group.sync.aligned 0");
-    // dQ's rows i0 + fra and + frb (those below l) added into the buffer.
-    for (half, fr) in [&fra, &frb].into_iter().enumerate() {
-        let qi = body.reg(Class::B64);
-        body.op(format!("add.u64 {qi}, {fr}, {i0}"));
-        let skip = body.label("wb_dq_skip");
-        let out = body.reg(Class::Pred);
-        body.op(format!("setp.ge.u64 {out}, {qi}, {}", p["p_l"]));
-        body.op(format!("@{out} bra {skip}"));
-        let a = body.reg(Class::B64);
-        body.op(format!("add.u64 {a}, {qi}, {bl}"));
+    // dQ added into the buffer four columns at a time: the lanes of a
+    // pair (t, t ^ 1) swap halves, so that the even one holds row fra and
+    // the odd one row frb, columns 4 (t / 2).. of each 8-column tile.
+    let odd = body.reg(Class::Pred);
+    {
+        let x = body.reg(Class::B32);
+        body.op(format!("and.b32 {x}, {t32}, 1"));
+        body.op(format!("setp.ne.u32 {odd}, {x}, 0"));
+    }
+    let a = body.reg(Class::B64);
+    body.op(format!("selp.b64 {a}, {frb}, {fra}, {odd}"));
+    body.op(format!("add.u64 {a}, {a}, {i0}"));
+    let out = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {out}, {a}, {}", p["p_l"]));
+    {
+        let c4 = body.reg(Class::B64);
+        body.op(format!("and.b64 {c4}, {col}, -4"));
+        body.op(format!("add.u64 {a}, {a}, {bl}"));
         body.op(format!("mul.lo.u64 {a}, {a}, {d}"));
-        body.op(format!("add.u64 {a}, {a}, {col}"));
+        body.op(format!("add.u64 {a}, {a}, {c4}"));
         body.op(format!("mad.lo.u64 {a}, {a}, 4, {}", p["p_dqa"]));
-        for j in 0..d / 8 {
-            for x in 0..2 {
-                body.op(format!(
-                    "red.global.add.f32 [{a}+{}], {}",
-                    (j * 8 + x) * 4,
-                    dq[4 * j + 2 * half + x]
-                ));
-            }
+    }
+    for j in 0..d / 8 {
+        let x = &dq[4 * j..4 * j + 4];
+        let v = [0, 1, 2, 3].map(|_| body.reg(Class::F32));
+        for h in 0..2 {
+            let send = body.reg(Class::F32);
+            body.op(format!("selp.f32 {send}, {}, {}, {odd}", x[h], x[2 + h]));
+            let got = body.reg(Class::F32);
+            body.op(format!("shfl.sync.bfly.b32 {got}, {send}, 1, 31, -1"));
+            body.op(format!("selp.f32 {}, {got}, {}, {odd}", v[h], x[h]));
+            body.op(format!("selp.f32 {}, {}, {got}, {odd}", v[2 + h], x[2 + h]));
         }
-        body.place(&skip);
+        body.op(format!(
+            "@!{out} red.global.add.v4.f32 [{a}+{}], {}",
+            j * 32,
+            list(&v)
+        ));
     }
     body.op(format!("xor.b32 {buf}, {buf}, {}", 2 * tile));
     body.op(format!("add.u64 {i0}, {i0}, {QUERIES}"));

@@ -503,7 +503,7 @@ pub(crate) fn attention_wgmma_backward(
     d: usize,
 ) -> String {
     module_with_header(
-        attention_wgmma::SM90A_HEADER,
+        attention_wgmma_bwd::SM90A_RED_HEADER,
         &format!(
             "{name}: scaled dot-product attention backward over {dtype}, head dim {d}, with wgmma"
         ),

@@ -222,7 +222,7 @@ fn every_builtin_is_well_formed() {
                 check_body(e);
             }
             assert!(
-                k.ptx.starts_with(".version 8.0\n.target sm_90a\n"),
+                k.ptx.starts_with(".version 8.1\n.target sm_90a\n"),
                 "{}",
                 k.name
             );
@@ -232,7 +232,7 @@ fn every_builtin_is_well_formed() {
                 "wgmma.mma_async.sync.aligned.m64n64k16".into(),
                 "fence.proxy.async.shared::cta".into(),
                 "cp.async.cg.shared.global".into(),
-                "red.global.add.f32".into(),
+                "red.global.add.v4.f32".into(),
                 format!(".maxntid {}, 1, 1", super::WGMMA_BWD_THREADS),
             ] {
                 assert!(k.ptx.contains(&op), "{}: no {op}", k.name);
