@@ -3,7 +3,8 @@
 //! of the library. They were trybuild pass cases, each a crate of its own
 //! that trybuild built and linked beside its own build of the library; none
 //! needs to be a separate crate (crate-rooted paths to parameter structs
-//! are checked in `struct_params` through this crate's root).
+//! are checked in `struct_params` through this crate's root). One case,
+//! `ui-tests/pass/conv.rs`, stays with trybuild: see `tests/ui.rs`.
 //!
 //! `cargo test -p tensorfn-ui-tests --test pass`
 
@@ -18,7 +19,6 @@ mod call_site;
 mod calls_and_memory;
 mod catalogue_ops;
 mod const_items;
-mod conv;
 mod cross_entropy;
 mod dense;
 mod fusion_kernels;
