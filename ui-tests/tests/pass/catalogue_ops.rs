@@ -37,7 +37,7 @@ fn runs() -> Result<()> {
         pick(&x, &c)?.to_vec()?,
         vec![-2., 0., 0., 0., 2., 0., 4., 0.]
     );
-    assert_eq!(mixed(&x.cast::<f16>()?, &c)?.to_vec()?[0], true);
+    assert!(mixed(&x.cast::<f16>()?, &c)?.to_vec()?[0]);
     let i = Tensor::<Cpu, i32, shape![8]>::from_vec(vec![-3, 0, 2, 5, -1, 1, 0, 7])?;
     assert_eq!(ints(&i)?.to_vec()?[1], 0.0);
     let m = Tensor::<Cpu, bool, shape![4]>::from_vec(vec![true, false, false, true])?;
