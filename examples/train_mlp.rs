@@ -220,7 +220,7 @@ fn train<D: Device, T: Float>(o: &Options) -> AnyResult<Vec<f64>> {
     let right = scores
         .chunks(3)
         .zip(&classes)
-        .filter(|(s, &c)| {
+        .filter(|&(s, &c)| {
             let best = (0..3).max_by(|&a, &b| s[a].to_f64().total_cmp(&s[b].to_f64()));
             best == Some(c as usize)
         })

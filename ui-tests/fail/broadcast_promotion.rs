@@ -1,6 +1,6 @@
 // Implicit rank promotion meeting a size-1 dim: one operand gets a leading
 // dim, then both grow, and the result is larger than either. The right
-// programs are in `pass/broadcast_promotion.rs`.
+// programs are in `tests/pass/broadcast_promotion.rs`.
 use tensorfn::prelude::*;
 
 tensor_fn! {

@@ -5,7 +5,7 @@
 // fixes it: the dtype (`.cast`), a dim (3 against 784), the rank (1
 // against 2), the GPU (`Cuda<1>` against `Cuda`, `.to_device`), and a
 // static dim where the function takes a run-time one or the reverse
-// (`.into_shape`). The fixes are in `pass/call_site.rs`.
+// (`.into_shape`). The fixes are in `tests/pass/call_site.rs`.
 use tensorfn::prelude::*;
 
 tensor_fn! {

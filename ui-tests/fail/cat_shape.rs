@@ -1,5 +1,5 @@
 // Seed: `cat` of [2, 3, 4] and [2, 5, 4]. Along dim 1 that is valid (see
-// pass/cat_dim1.rs); along dim 0 the other dims must agree.
+// tests/pass/seeds_cat.rs); along dim 0 the other dims must agree.
 use tensorfn::prelude::*;
 
 tensor_fn! {

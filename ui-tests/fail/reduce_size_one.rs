@@ -1,6 +1,6 @@
 // Reductions along a dim of static size 1 compute nothing: `argmax` of a
 // single logit is always 0, `softmax` over the batch dim of a [1, C]
-// tensor is all ones. The right programs are in `pass/reduce_size_one.rs`.
+// tensor is all ones. The right programs are in `tests/pass/reduce_size_one.rs`.
 use tensorfn::prelude::*;
 
 tensor_fn! {

@@ -1,6 +1,6 @@
 // A reshape keeps the elements in order: a target that lists the dims in
 // another order mixes them instead of moving them. The right programs are
-// in `pass/reshape_reorder.rs`.
+// in `tests/pass/reshape_reorder.rs`.
 use tensorfn::prelude::*;
 
 tensor_fn! {

@@ -1,1 +1,2 @@
-//! Compile-fail and compile-pass cases for tensorfn, run by trybuild.
+//! Compile-fail cases for tensorfn, run by trybuild (`tests/ui.rs`), and
+//! compile-and-run cases, the modules of the `pass` test binary.

@@ -205,7 +205,7 @@ fn vector_width(inputs: &[DTypeKind], used: &[bool], output: DTypeKind) -> usize
     let widest = inputs
         .iter()
         .zip(used)
-        .filter(|(_, &u)| u)
+        .filter(|&(_, &u)| u)
         .map(|(d, _)| d.size_bytes())
         .chain(std::iter::once(output.size_bytes()))
         .max()

@@ -606,7 +606,7 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
     let moved: Vec<NodeId> = rows.values().map(|r| r.node).collect();
     let mut steps: Vec<Step> = Vec::new();
     let mut step_of: HashMap<NodeId, usize> = HashMap::new();
-    for (id, _) in live.iter().enumerate().filter(|(_, &l)| l) {
+    for (id, _) in live.iter().enumerate().filter(|&(_, &l)| l) {
         if is_scalar(g, id) || matches!(g.nodes[id].ty, Ty::Error) {
             continue;
         }

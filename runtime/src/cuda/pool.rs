@@ -76,8 +76,8 @@ impl Arena {
         let (&offset, &len) = self
             .free
             .iter()
-            .filter(|(_, &len)| len >= size)
-            .min_by_key(|(_, &len)| len)?;
+            .filter(|&(_, &len)| len >= size)
+            .min_by_key(|&(_, &len)| len)?;
         self.free.remove(&offset);
         if len > size {
             self.free.insert(offset + size, len - size);

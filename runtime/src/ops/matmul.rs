@@ -157,7 +157,7 @@ pub(super) fn batch_strides(l: &Layout, batch: &[usize]) -> Vec<usize> {
 /// The single stride that walks `dims` (with `strides`) as one flat dim,
 /// if there is one; size-1 dims are skipped, all-size-1 dims give 0.
 pub(super) fn merged_stride(dims: &[usize], strides: &[usize]) -> Option<usize> {
-    let mut walked = dims.iter().zip(strides).rev().filter(|(&d, _)| d != 1);
+    let mut walked = dims.iter().zip(strides).rev().filter(|&(&d, _)| d != 1);
     let Some((&d0, &s0)) = walked.next() else {
         return Some(0);
     };

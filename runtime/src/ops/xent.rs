@@ -382,6 +382,15 @@ mod tests {
             || (got - want).abs() <= tol * want.abs().max(1.0)
     }
 
+    /// Asserts `got` equals the f64 reference `want` element by element
+    /// within `tol` (NaN matching NaN), naming `case` on a mismatch.
+    fn assert_matches(got: &[f64], want: &[f64], tol: f64, case: &str) {
+        assert_eq!(got.len(), want.len(), "{case}: length");
+        for (g, w) in got.iter().zip(want) {
+            assert!(close(*g, *w, tol), "{case}: {g} against {w}");
+        }
+    }
+
     fn forward<T: crate::dtype::FloatDType>(tol: f64) {
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ T::KIND.size_bytes() as u64);
         for &(n, c) in &[(0, 5), (1, 1), (3, 1), (7, 13), (33, 300), (4, 3000)] {
@@ -402,14 +411,9 @@ mod tests {
                         let y: Tensor<Cpu, T, ()> = xt.cross_entropy(&tt, args).unwrap();
                         y.to_vec().unwrap().iter().map(|v| v.to_f64()).collect()
                     };
-                    assert_eq!(got.len(), want.len());
-                    for (g, w) in got.iter().zip(&want) {
-                        assert!(
-                            close(*g, *w, tol),
-                            "{} n={n} c={c} {reduction:?} ignore={ignore} s={s}: {g} against {w}",
-                            T::KIND
-                        );
-                    }
+                    let kind = T::KIND;
+                    let case = format!("{kind} n={n} c={c} {reduction:?} ignore={ignore} s={s}");
+                    assert_matches(&got, &want, tol, &case);
                 }
             }
         }
@@ -695,14 +699,9 @@ mod tests {
                             let y: Tensor<Cpu, T, ()> = xt.cross_entropy_nd(&tt, args).unwrap();
                             y.to_vec().unwrap().iter().map(|v| v.to_f64()).collect()
                         };
-                        assert_eq!(got.len(), want.len());
-                        for (g, w) in got.iter().zip(&want) {
-                            assert!(
-                                close(*g, *w, tol),
-                                "{} {dims:?} {reduction:?} ignore={ignore} s={sm}: {g} against {w}",
-                                T::KIND
-                            );
-                        }
+                        let kind = T::KIND;
+                        let case = format!("{kind} {dims:?} {reduction:?} ignore={ignore} s={sm}");
+                        assert_matches(&got, &want, tol, &case);
                     }
                 }
             }
@@ -910,12 +909,7 @@ mod tests {
                     let y: Tensor<Cuda, f32, ()> = xg.cross_entropy_nd(&tg, args).unwrap();
                     y.to_vec().unwrap().iter().map(|&v| v as f64).collect()
                 };
-                for (g, w) in got.iter().zip(&want) {
-                    assert!(
-                        close(*g, *w, 1e-5),
-                        "{dims:?} {reduction:?}: {g} against {w}"
-                    );
-                }
+                assert_matches(&got, &want, 1e-5, &format!("{dims:?} {reduction:?}"));
                 let (gc, gg) = if reduction == Reduction::None {
                     let g: Vec<f32> = (0..t.len()).map(|_| rng.unit() as f32).collect();
                     let g = Tensor::<Cpu, f32, (Dyn, Dyn, Dyn)>::from_vec_dims(g, &td).unwrap();

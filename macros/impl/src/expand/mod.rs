@@ -442,7 +442,7 @@ fn fn_item(
     let mut errors = Vec::new();
     let mut bodies = Vec::new();
     for p in instances {
-        let mut gen = FnGen {
+        let mut fn_gen = FnGen {
             ctx,
             f: &p.f,
             instance: &p.instance,
@@ -450,7 +450,7 @@ fn fn_item(
             kernels: std::collections::HashMap::new(),
             errors: Vec::new(),
         };
-        let entry = gen.entry(omitted);
+        let entry = fn_gen.entry(omitted);
         // Tensors of a dtype parameter are seen under this instance's
         // dtype (after the entry binds the fields of parameter structs),
         // and the results given back under the parameter.
@@ -480,8 +480,8 @@ fn fn_item(
         }
         let (steps, result) = match &form {
             Form::Whole(wrap) => {
-                let steps: Vec<TokenStream> = p.plan.steps.iter().map(|s| gen.step(s)).collect();
-                let result = gen.result(&generic_ret);
+                let steps: Vec<TokenStream> = p.plan.steps.iter().map(|s| fn_gen.step(s)).collect();
+                let result = fn_gen.result(&generic_ret);
                 let result = match wrap {
                     Some(w) => w(result),
                     None => result,
@@ -494,7 +494,7 @@ fn fn_item(
                     .partition(|(i, _)| *i == split.grad_output);
                 retyped = rest;
                 let retype_out: TokenStream = retyped_out.into_iter().map(|(_, t)| t).collect();
-                gen.split_body(&p.plan, split, &generic_ret, retype_out)
+                fn_gen.split_body(&p.plan, split, &generic_ret, retype_out)
             }
         };
         let retyped = retyped.iter().map(|(_, t)| t);
@@ -515,7 +515,7 @@ fn fn_item(
                 }
             });
         }
-        errors.extend(gen.errors);
+        errors.extend(fn_gen.errors);
     }
     let fallback = instances.iter().any(|p| !p.instance.is_plain()).then(|| {
         let t = f.sig.type_params.iter().find_map(|p| match p.kind {

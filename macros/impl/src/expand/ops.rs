@@ -759,14 +759,14 @@ impl FnGen<'_> {
                     .as_ref()
                     .expect("called functions have signatures");
                 let name = &callee_ast.name;
-                let gen: Vec<TokenStream> = generics
+                let const_args: Vec<TokenStream> = generics
                     .iter()
                     .map(|d| dim_value(d, self.symbols()))
                     .collect();
-                let turbofish = if gen.is_empty() {
+                let turbofish = if const_args.is_empty() {
                     quote!()
                 } else {
-                    let gen = generics.iter().map(|d| match d.as_constant() {
+                    let const_args = generics.iter().map(|d| match d.as_constant() {
                         Some(c) => {
                             let l = Literal::usize_unsuffixed(c as usize);
                             quote!(#l)
@@ -782,7 +782,7 @@ impl FnGen<'_> {
                     });
                     // Type parameters are inferred from the arguments.
                     let types = sig.type_params.iter().map(|_| quote!(_));
-                    quote!(::<#(#types,)* #(#gen),*>)
+                    quote!(::<#(#types,)* #(#const_args),*>)
                 };
                 // The used fields of parameter structs are the callee's to
                 // bind: only the written parameters are passed.

@@ -220,7 +220,11 @@ pub(crate) fn version_text(v: i32) -> String {
 /// `NCCL_NVLS_ENABLE` when its first communicator is made.
 pub(crate) fn nvls_off() {
     if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
-        std::env::set_var("NCCL_NVLS_ENABLE", "0");
+        // SAFETY: runs once, when NCCL is first opened; writing the
+        // environment races only with another thread reading it at that
+        // moment (C's `getenv`), the risk `set_var` always had before it
+        // became `unsafe` in edition 2024, and NCCL must see the variable.
+        unsafe { std::env::set_var("NCCL_NVLS_ENABLE", "0") };
     }
 }
 

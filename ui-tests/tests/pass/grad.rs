@@ -15,11 +15,18 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
-    let x = Tensor::<Cpu, f32, shape![4, 3]>::from_vec(vec![1., -2., 3., -4., 5., -6., 7., -8., 9., -1., 2., -3.])?;
+#[test]
+fn runs() -> Result<()> {
+    let x = Tensor::<Cpu, f32, shape![4, 3]>::from_vec(vec![
+        1., -2., 3., -4., 5., -6., 7., -8., 9., -1., 2., -3.,
+    ])?;
     let (v, g) = masked::value_and_grad(&x)?;
     assert_eq!(v.to_vec()?, masked(&x)?.to_vec()?);
-    let want: Vec<f32> = x.to_vec()?.iter().map(|&v| if v > 0.0 { 2.0 } else { 0.5 }).collect();
+    let want: Vec<f32> = x
+        .to_vec()?
+        .iter()
+        .map(|&v| if v > 0.0 { 2.0 } else { 0.5 })
+        .collect();
     assert_eq!(g.to_vec()?, want);
     let w = Tensor::<Cpu, f32, shape![3, 2]>::randn(1)?;
     let b = Tensor::<Cpu, f32, shape![2]>::randn(2)?;
@@ -27,7 +34,12 @@ fn main() -> Result<()> {
     assert_eq!(gb.to_vec()?, vec![4.0, 4.0]);
     // d/dw of sum(x w) is the column sums of x, repeated.
     let xv = x.to_vec()?;
-    let col: Vec<f32> = (0..3).map(|k| (0..4).map(|i| xv[i * 3 + k]).sum()).collect();
-    assert_eq!(gw.to_vec()?, vec![col[0], col[0], col[1], col[1], col[2], col[2]]);
+    let col: Vec<f32> = (0..3)
+        .map(|k| (0..4).map(|i| xv[i * 3 + k]).sum())
+        .collect();
+    assert_eq!(
+        gw.to_vec()?,
+        vec![col[0], col[0], col[1], col[1], col[2], col[2]]
+    );
     Ok(())
 }

@@ -1,9 +1,7 @@
 //! The programs of `fail/reduce_size_one.rs` written correctly: a single
 //! logit is thresholded, softmax runs over the classes, and a size-1 dim
 //! is dropped with `squeeze`.
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -20,7 +18,8 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let logits = Tensor::<Cpu, f32, shape![3, 1]>::from_vec(vec![-1., 2., 0.5])?;
     assert_eq!(predict(&logits)?.to_vec()?, vec![false, true, true]);
     assert_close("total", &f64s(&total(&logits)?), &[-1., 2., 0.5], 0.0);

@@ -20,7 +20,8 @@ struct WithCount<D: Device> {
     count: usize,
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let pair = Pair::<Cpu> {
         first: Tensor::ones()?,
         second: Tensor::zeros()?,

@@ -1,9 +1,7 @@
 //! The broadcasts of `fail/broadcast_promotion.rs` written correctly, and
 //! the broadcasts that stay legal: outer products with every 1 written
 //! (as rotary embeddings do), one side growing (a bias, a scalar).
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -31,13 +29,24 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let pred = Tensor::<Cpu, f32, shape![3, 1]>::from_vec(vec![1., 2., 4.])?;
     let target = Tensor::<Cpu, f32, shape![3]>::from_vec(vec![1., 1., 1.])?;
     let (a, b) = mse(&pred, &target)?;
-    assert_close("mse", &[a.item()? as f64, b.item()? as f64], &[10. / 3., 10. / 3.], 1e-6);
+    assert_close(
+        "mse",
+        &[a.item()? as f64, b.item()? as f64],
+        &[10. / 3., 10. / 3.],
+        1e-6,
+    );
     let p = pairwise(&pred, &target)?;
-    assert_close("pairwise", &f64s(&p), &[0., 0., 0., 1., 1., 1., 3., 3., 3.], 0.0);
+    assert_close(
+        "pairwise",
+        &f64s(&p),
+        &[0., 0., 0., 1., 1., 1., 3., 3., 3.],
+        0.0,
+    );
 
     let mask = Tensor::<Cpu, f32, shape![2, 1, 8, 8]>::randn(81)?;
     let img = Tensor::<Cpu, f32, shape![2, 8, 8]>::randn(82)?;
@@ -47,11 +56,18 @@ fn main() -> Result<()> {
 
     let freq = Tensor::<Cpu, f32, shape![1, 4, 1]>::from_vec(vec![1., 2., 3., 4.])?;
     let pos = Tensor::<Cpu, f32, shape![2, 1, 3]>::from_vec(vec![0., 1., 2., 3., 4., 5.])?;
-    let want: Vec<f64> = (0..24).map(|n| ((n / 3 % 4) + 1) as f64 * ((n / 12) * 3 + n % 3) as f64).collect();
+    let want: Vec<f64> = (0..24)
+        .map(|n| ((n / 3 % 4) + 1) as f64 * ((n / 12) * 3 + n % 3) as f64)
+        .collect();
     assert_close("rotary", &f64s(&rotary(&freq, &pos)?), &want, 0.0);
 
     let x = Tensor::<Cpu, f32, shape![2, 3]>::zeros()?;
     let bias = Tensor::<Cpu, f32, shape![3]>::from_vec(vec![1., 2., 3.])?;
-    assert_close("dense", &f64s(&dense(&x, &bias)?), &[2., 3., 4., 2., 3., 4.], 0.0);
+    assert_close(
+        "dense",
+        &f64s(&dense(&x, &bias)?),
+        &[2., 3., 4., 2., 3., 4.],
+        0.0,
+    );
     Ok(())
 }

@@ -2,9 +2,7 @@
 //! of `[B, heads, T, d]` tensors, a `bool` and a float mask, a key and value
 //! shared by every head, grouped-query attention (`enable_gqa = true`) and
 //! `scale =`, each against an f64 reference.
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -73,7 +71,10 @@ fn reference(
         let sc: Vec<(usize, f64)> = (0..s)
             .filter_map(|j| {
                 let a = add(i, j)?;
-                Some((j, (0..e).map(|t| q[i * e + t] * k[j * e + t]).sum::<f64>() * scale + a))
+                Some((
+                    j,
+                    (0..e).map(|t| q[i * e + t] * k[j * e + t]).sum::<f64>() * scale + a,
+                ))
             })
             .collect();
         let m = sc.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
@@ -87,7 +88,8 @@ fn reference(
     out
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let q = Tensor::<Cpu, f64, shape![2, 2, 6, 8]>::randn(1)?;
     let k = Tensor::<Cpu, f64, shape![2, 2, 6, 8]>::randn(2)?;
     let v = Tensor::<Cpu, f64, shape![2, 2, 6, 4]>::randn(3)?;
@@ -95,9 +97,14 @@ fn main() -> Result<()> {
     let scale = 1.0 / 8f64.sqrt();
     let want: Vec<f64> = (0..4)
         .flat_map(|bh| {
-            reference(&qv[bh * 48..][..48], &kv[bh * 48..][..48], &vv[bh * 24..][..24], (6, 6, 8, 4), scale, |i, j| {
-                (j <= i).then_some(0.0)
-            })
+            reference(
+                &qv[bh * 48..][..48],
+                &kv[bh * 48..][..48],
+                &vv[bh * 24..][..24],
+                (6, 6, 8, 4),
+                scale,
+                |i, j| (j <= i).then_some(0.0),
+            )
         })
         .collect();
     assert_close("causal", &f64s(&causal(&q, &k, &v)?), &want, 1e-12);
@@ -111,10 +118,18 @@ fn main() -> Result<()> {
     let (kv, vv, bv) = (f64s(&k), f64s(&v), f64s(&bias));
     let (mut wa, mut wb) = (vec![], vec![]);
     for bh in 0..4 {
-        let (qs, ks, vs) = (&qv[bh * 48..][..48], &kv[bh * 56..][..56], &vv[bh * 28..][..28]);
-        wa.extend(reference(qs, ks, vs, (6, 7, 8, 4), scale, |i, j| keep_v[i * 7 + j].then_some(0.0)));
+        let (qs, ks, vs) = (
+            &qv[bh * 48..][..48],
+            &kv[bh * 56..][..56],
+            &vv[bh * 28..][..28],
+        );
+        wa.extend(reference(qs, ks, vs, (6, 7, 8, 4), scale, |i, j| {
+            keep_v[i * 7 + j].then_some(0.0)
+        }));
         let bb = &bv[(bh / 2) * 42..][..42];
-        wb.extend(reference(qs, ks, vs, (6, 7, 8, 4), 0.125, |i, j| Some(bb[i * 7 + j])));
+        wb.extend(reference(qs, ks, vs, (6, 7, 8, 4), 0.125, |i, j| {
+            Some(bb[i * 7 + j])
+        }));
     }
     assert_close("bool mask", &f64s(&a), &wa, 1e-12);
     assert_close("float mask", &f64s(&b), &wb, 1e-12);
@@ -126,10 +141,22 @@ fn main() -> Result<()> {
         .flat_map(|bh| {
             let kb = &kvv[(bh / 4) * 40..][..40];
             let vb: Vec<f64> = kb.iter().map(|x| x * 2.0).collect();
-            reference(&qv[bh * 24..][..24], kb, &vb, (3, 5, 8, 8), scale, |_, _| Some(0.0))
+            reference(
+                &qv[bh * 24..][..24],
+                kb,
+                &vb,
+                (3, 5, 8, 8),
+                scale,
+                |_, _| Some(0.0),
+            )
         })
         .collect();
-    assert_close("shared key and value", &f64s(&shared_kv(&q, &kv)?), &want, 1e-12);
+    assert_close(
+        "shared key and value",
+        &f64s(&shared_kv(&q, &kv)?),
+        &want,
+        1e-12,
+    );
 
     let q = Tensor::<Cpu, f64, shape![2, 6, 5, 8]>::randn(11)?;
     let k = Tensor::<Cpu, f64, shape![2, 2, 5, 8]>::randn(12)?;
@@ -139,9 +166,14 @@ fn main() -> Result<()> {
         .flat_map(|bh| {
             // batch bh / 6, query head bh % 6, key and value head (bh % 6) / 3
             let kh = (bh / 6) * 2 + (bh % 6) / 3;
-            reference(&qv[bh * 40..][..40], &kv[kh * 40..][..40], &vv[kh * 20..][..20], (5, 5, 8, 4), scale, |i, j| {
-                (j <= i).then_some(0.0)
-            })
+            reference(
+                &qv[bh * 40..][..40],
+                &kv[kh * 40..][..40],
+                &vv[kh * 20..][..20],
+                (5, 5, 8, 4),
+                scale,
+                |i, j| (j <= i).then_some(0.0),
+            )
         })
         .collect();
     assert_close("grouped-query", &f64s(&grouped(&q, &k, &v)?), &want, 1e-12);

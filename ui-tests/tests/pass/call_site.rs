@@ -1,9 +1,7 @@
 //! The calls of `fail/call_site.rs` written correctly: each argument is
 //! brought to the parameter's type first (`.cast`, `.reshape`,
 //! `.to_device`, `.into_shape`), the mistakes that rustc reports there.
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -28,7 +26,8 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let x = Tensor::<Cpu, f64, shape![_, 784]>::randn_dims(1, &[2, 784])?;
     let y = logits(&x.cast::<f32>()?)?;
     let want: Vec<f64> = f64s(&x)

@@ -1,8 +1,6 @@
 //! The `cat` seeds: [2, 3, 4] and [2, 5, 4] along dim 1 is valid and gives
 //! [2, 8, 4]; tensors on two devices are moved first.
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -23,7 +21,8 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let a = Tensor::<Cpu, f32, shape![2, 3, 4]>::randn(1)?;
     let b = Tensor::<Cpu, f32, shape![2, 5, 4]>::randn(2)?;
     let c = join(&a, &b)?;
@@ -32,7 +31,11 @@ fn main() -> Result<()> {
     for i in 0..2 {
         for j in 0..8 {
             for k in 0..4 {
-                let want = if j < 3 { av[(i * 3 + j) * 4 + k] } else { bv[(i * 5 + (j - 3)) * 4 + k] };
+                let want = if j < 3 {
+                    av[(i * 3 + j) * 4 + k]
+                } else {
+                    bv[(i * 5 + (j - 3)) * 4 + k]
+                };
                 assert_eq!(cv[(i * 8 + j) * 4 + k], want);
             }
         }

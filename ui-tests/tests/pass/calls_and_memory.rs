@@ -1,9 +1,7 @@
 //! Calls between tensor functions (generics inferred, tuples, run-time dims
 //! from static callers), a call to a function outside the invocation, and
 //! the static memory plan.
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -36,11 +34,15 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let x = Tensor::<Cpu, f32, shape![2, 8]>::randn(61)?;
     let w = Tensor::<Cpu, f32, shape![8, 4]>::randn(62)?;
     let (p, best) = model(&x, &w)?;
-    let z: Vec<f64> = matmul_ref(&f64s(&x), &f64s(&w), 2, 8, 4).iter().map(|v| v.exp()).collect();
+    let z: Vec<f64> = matmul_ref(&f64s(&x), &f64s(&w), 2, 8, 4)
+        .iter()
+        .map(|v| v.exp())
+        .collect();
     let mut want = vec![0.0; 8];
     let mut arg = vec![0i64; 2];
     for i in 0..2 {
@@ -49,14 +51,18 @@ fn main() -> Result<()> {
         for j in 0..4 {
             want[i * 4 + j] = row[j] / s;
         }
-        arg[i] = (0..4).max_by(|&a, &b| row[a].partial_cmp(&row[b]).unwrap()).unwrap() as i64;
+        arg[i] = (0..4)
+            .max_by(|&a, &b| row[a].partial_cmp(&row[b]).unwrap())
+            .unwrap() as i64;
     }
     assert_close("model", &f64s(&p), &want, 1e-5);
     assert_eq!(best.to_vec()?, arg);
 
     let v = Tensor::<Cpu, f32, shape![16]>::randn(63)?;
     let vv = f64s(&v);
-    let want: Vec<f64> = (0..16).map(|k| (2.0 * vv[(k % 4) * 4 + k / 4]).exp()).collect();
+    let want: Vec<f64> = (0..16)
+        .map(|k| (2.0 * vv[(k % 4) * 4 + k / 4]).exp())
+        .collect();
     assert_close("twice", &f64s(&twice(&v)?), &want, 1e-5);
 
     // a = x * 2 (64 bytes) is reshaped and transposed as views; exp writes

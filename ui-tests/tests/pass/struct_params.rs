@@ -1,11 +1,9 @@
 //! Parameter structs reached every way within a crate: defined before the
 //! function in the same module, by a path into another module (`nn::Head`,
-//! `crate::nn::Head`, its nested `Proj` found beside it), and through a
+//! `crate::struct_params::nn::Head`, its nested `Proj` found beside it), and through a
 //! glob import; a field indexed as a tensor (`p.bias[0]`).
-#[path = "common/mod.rs"]
-mod common;
 
-use common::{assert_close, f64s};
+use super::common::{assert_close, f64s};
 use tensorfn::prelude::*;
 
 mod nn {
@@ -33,7 +31,7 @@ tensor_fn! {
         addmm(p.bias, x, p.proj.w) * l.scale
     }
 
-    fn by_crate_path(x: &Tensor<Cpu, f32, [4, 3]>, p: &crate::nn::Head<Cpu>) -> Tensor<Cpu, f32, [4, 2]> {
+    fn by_crate_path(x: &Tensor<Cpu, f32, [4, 3]>, p: &crate::struct_params::nn::Head<Cpu>) -> Tensor<Cpu, f32, [4, 2]> {
         matmul(x, p.proj.w) + p.bias[0]
     }
 }
@@ -49,22 +47,36 @@ mod user {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let p = nn::Head::<Cpu> {
-        proj: nn::Proj { w: Tensor::randn(1)? },
+        proj: nn::Proj {
+            w: Tensor::randn(1)?,
+        },
         bias: Tensor::randn(2)?,
     };
-    let l = Local { scale: Tensor::randn(3)? };
+    let l = Local {
+        scale: Tensor::randn(3)?,
+    };
     let x: Tensor<Cpu, f32, shape![4, 3]> = Tensor::randn(4)?;
     let (xs, w, b, s) = (f64s(&x), f64s(&p.proj.w), f64s(&p.bias), f64s(&l.scale));
     let product = |i: usize, j: usize| (0..3).map(|k| xs[i * 3 + k] * w[k * 2 + j]).sum::<f64>();
-    let want = |f: &dyn Fn(usize, usize) -> f64| -> Vec<f64> {
-        (0..8).map(|n| f(n / 2, n % 2)).collect()
-    };
+    let want =
+        |f: &dyn Fn(usize, usize) -> f64| -> Vec<f64> { (0..8).map(|n| f(n / 2, n % 2)).collect() };
     let got = f64s(&by_path(&x, &p, &l)?);
-    assert_close("by_path", &got, &want(&|i, j| (b[j] + product(i, j)) * s[j]), 1e-5);
+    assert_close(
+        "by_path",
+        &got,
+        &want(&|i, j| (b[j] + product(i, j)) * s[j]),
+        1e-5,
+    );
     let got = f64s(&by_crate_path(&x, &p)?);
-    assert_close("by_crate_path", &got, &want(&|i, j| product(i, j) + b[0]), 1e-5);
+    assert_close(
+        "by_crate_path",
+        &got,
+        &want(&|i, j| product(i, j) + b[0]),
+        1e-5,
+    );
     let got = f64s(&user::by_glob(&x, &p)?);
     assert_close("by_glob", &got, &want(&|i, j| b[j] + product(i, j)), 1e-5);
     Ok(())

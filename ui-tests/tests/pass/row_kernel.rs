@@ -43,7 +43,8 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let x = Tensor::<Cpu, bf16, shape![2, 768]>::randn(1)?;
     let w = Tensor::<Cpu, bf16, shape![768]>::randn(2)?;
     let y = f_cpu(&x, &w)?;
@@ -61,7 +62,10 @@ fn main() -> Result<()> {
         assert!((a - b).abs() < 1e-5, "{a} {b}");
     }
 
-    let x = Tensor::<Cpu, f64, shape![_, _]>::from_vec_dims(vec![1.0, 2.0, 6.0, -1.0, -1.0, -1.0], &[2, 3])?;
+    let x = Tensor::<Cpu, f64, shape![_, _]>::from_vec_dims(
+        vec![1.0, 2.0, 6.0, -1.0, -1.0, -1.0],
+        &[2, 3],
+    )?;
     assert_eq!(spreads(&x)?.to_vec()?, vec![3.0, 0.0]);
     Ok(())
 }

@@ -3,9 +3,7 @@
 //! weights broadcast over the batch, a batch of 1 broadcast against B, and
 //! `[1, 64, 1] @ [B, 1, T]` (an outer product per batch element, as rotary
 //! embeddings build), each against an f64 reference.
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -36,7 +34,8 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let q = Tensor::<Cpu, f64, shape![2, 4, 3, 8]>::randn(5)?;
     let k = Tensor::<Cpu, f64, shape![2, 4, 3, 8]>::randn(6)?;
     let (qv, kv) = (f64s(&q), f64s(&k));
@@ -45,7 +44,12 @@ fn main() -> Result<()> {
     for bh in 0..8 {
         for i in 0..3 {
             let row: Vec<f64> = (0..3)
-                .map(|j| (0..8).map(|p| qv[bh * 24 + i * 8 + p] * kv[bh * 24 + j * 8 + p]).sum::<f64>() * 0.25)
+                .map(|j| {
+                    (0..8)
+                        .map(|p| qv[bh * 24 + i * 8 + p] * kv[bh * 24 + j * 8 + p])
+                        .sum::<f64>()
+                        * 0.25
+                })
                 .collect();
             let max = row.iter().cloned().fold(f64::MIN, f64::max);
             let z: f64 = row.iter().map(|r| (r - max).exp()).sum();
@@ -70,6 +74,11 @@ fn main() -> Result<()> {
     let want: Vec<f64> = (0..2 * 64 * 3)
         .map(|i| fv[i / 3 % 64] * pv[i / (64 * 3) * 3 + i % 3])
         .collect();
-    assert_close("[1, 64, 1] @ [B, 1, T]", &f64s(&outer(&freq, &pos)?), &want, 0.0);
+    assert_close(
+        "[1, 64, 1] @ [B, 1, T]",
+        &f64s(&outer(&freq, &pos)?),
+        &want,
+        0.0,
+    );
     Ok(())
 }

@@ -1,13 +1,15 @@
-//! Helpers shared by the pass cases (not a case itself: trybuild runs
-//! `pass/*.rs` only).
-#![allow(dead_code)]
+//! Helpers shared by the compile-and-run cases.
 
 use tensorfn::prelude::*;
 use tensorfn::{DType, Device, Shape};
 
 /// The elements as f64.
 pub fn f64s<D: Device, T: DType, S: Shape>(t: &Tensor<D, T, S>) -> Vec<f64> {
-    t.to_vec().expect("readable").iter().map(|v| v.to_f64()).collect()
+    t.to_vec()
+        .expect("readable")
+        .iter()
+        .map(|v| v.to_f64())
+        .collect()
 }
 
 /// Asserts elementwise closeness to an f64 reference.

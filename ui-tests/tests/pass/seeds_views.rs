@@ -1,8 +1,6 @@
 //! The cuBLAS seeds fixed: a view keeps the element count, `matmul` for a
 //! matrix product, `dot` of two flattened tensors of equal length.
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -19,7 +17,8 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let x = Tensor::<Cpu, f32, shape![1000, 1000]>::rand(31)?;
     let f = flat(&x)?;
     assert_eq!(f.shape(), &[1_000_000]);
@@ -28,7 +27,12 @@ fn main() -> Result<()> {
     let a = Tensor::<Cpu, f32, shape![100, 200]>::randn(32)?;
     let b = Tensor::<Cpu, f32, shape![200, 300]>::randn(33)?;
     let got = f64s(&product(&a, &b)?);
-    assert_close("matmul", &got, &matmul_ref(&f64s(&a), &f64s(&b), 100, 200, 300), 1e-4);
+    assert_close(
+        "matmul",
+        &got,
+        &matmul_ref(&f64s(&a), &f64s(&b), 100, 200, 300),
+        1e-4,
+    );
 
     let a = Tensor::<Cpu, f64, shape![100, 200]>::randn(34)?;
     let b = Tensor::<Cpu, f64, shape![200, 100]>::randn(35)?;

@@ -1,9 +1,7 @@
 //! One function for every device and float dtype: `tensor_fn!` checks it
 //! once with `D` and `T` as symbols and builds its fused kernels for each
 //! dtype `T: Float` admits; the call picks the body of its dtype.
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -51,7 +49,8 @@ fn reference(x: &[f64], w: &[f64], b: &[f64]) -> Vec<f64> {
     h
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let x = Tensor::<Cpu, f32, shape![2, 4]>::randn(1)?;
     let w = Tensor::<Cpu, f32, shape![4, 3]>::randn(2)?;
     let b = Tensor::<Cpu, f32, shape![3]>::randn(3)?;

@@ -1,7 +1,5 @@
 //! Reductions, softmax and view operations against f64 references.
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -14,19 +12,34 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let x = Tensor::<Cpu, f64, shape![3, 4, 5]>::randn(71)?;
     let v = f64s(&x);
     let at = |i: usize, j: usize, k: usize| v[(i * 4 + j) * 5 + k];
     let (s1, m0, mx, am, total) = stats(&x)?;
-    let want: Vec<f64> = (0..15).map(|n| (0..4).map(|j| at(n / 5, j, n % 5)).sum()).collect();
+    let want: Vec<f64> = (0..15)
+        .map(|n| (0..4).map(|j| at(n / 5, j, n % 5)).sum())
+        .collect();
     assert_close("sum(1)", &f64s(&s1), &want, 1e-12);
-    let want: Vec<f64> = (0..20).map(|n| (0..3).map(|i| at(i, n / 5, n % 5)).sum::<f64>() / 3.0).collect();
+    let want: Vec<f64> = (0..20)
+        .map(|n| (0..3).map(|i| at(i, n / 5, n % 5)).sum::<f64>() / 3.0)
+        .collect();
     assert_close("mean(0)", &f64s(&m0), &want, 1e-12);
-    let want: Vec<f64> = (0..12).map(|n| (0..5).map(|k| at(n / 4, n % 4, k)).fold(f64::MIN, f64::max)).collect();
+    let want: Vec<f64> = (0..12)
+        .map(|n| (0..5).map(|k| at(n / 4, n % 4, k)).fold(f64::MIN, f64::max))
+        .collect();
     assert_close("max(-1)", &f64s(&mx), &want, 0.0);
     let want: Vec<i64> = (0..15)
-        .map(|n| (0..4).min_by(|&a, &b| at(n / 5, a, n % 5).partial_cmp(&at(n / 5, b, n % 5)).unwrap()).unwrap() as i64)
+        .map(|n| {
+            (0..4)
+                .min_by(|&a, &b| {
+                    at(n / 5, a, n % 5)
+                        .partial_cmp(&at(n / 5, b, n % 5))
+                        .unwrap()
+                })
+                .unwrap() as i64
+        })
         .collect();
     assert_eq!(am.to_vec()?, want);
     assert_close("sum()", &[total.item()?], &[v.iter().sum()], 1e-12);

@@ -1,8 +1,6 @@
 //! Undeclared dims are bound at run time from the first parameter that
 //! names them; a mismatch is an `Err` naming the dim and both parameters.
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -15,7 +13,8 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let x = Tensor::<Cpu, f32, shape![_, 4]>::randn_dims(41, &[3, 4])?;
     let w = Tensor::<Cpu, f32, shape![4, _]>::randn_dims(42, &[4, 5])?;
     let b = Tensor::<Cpu, f32, shape![_]>::randn_dims(43, &[5])?;
@@ -26,7 +25,9 @@ fn main() -> Result<()> {
     let (bv, mv) = (f64s(&b), f64s(&m));
     let mut want = vec![0.0; 15];
     for i in 0..3 {
-        let row: Vec<f64> = (0..5).map(|j| (z[i * 5 + j] + bv[j]) * mv[i * 5 + j]).collect();
+        let row: Vec<f64> = (0..5)
+            .map(|j| (z[i * 5 + j] + bv[j]) * mv[i * 5 + j])
+            .collect();
         let mx = row.iter().cloned().fold(f64::MIN, f64::max);
         let sum: f64 = row.iter().map(|v| (v - mx).exp()).sum();
         for j in 0..5 {
@@ -38,7 +39,10 @@ fn main() -> Result<()> {
     // `B` is 3 in `x` but the mask has 4 rows.
     let bad = Tensor::<Cpu, f32, shape![_, _]>::rand_dims(45, &[4, 5])?;
     let e = scores(&x, &w, &b, &bad).unwrap_err().to_string();
-    assert!(e.contains("dim 0 of `mask` to be B = 3 (B is dim 0 of `x`)") && e.contains("found 4"), "{e}");
+    assert!(
+        e.contains("dim 0 of `mask` to be B = 3 (B is dim 0 of `x`)") && e.contains("found 4"),
+        "{e}"
+    );
 
     let p = Tensor::<Cpu, f32, shape![_]>::randn_dims(46, &[3])?;
     let q = Tensor::<Cpu, f32, shape![_]>::randn_dims(47, &[6])?;
@@ -48,6 +52,9 @@ fn main() -> Result<()> {
     assert_close("pairs", &f64s(&r), &want, 1e-6);
     let q7 = Tensor::<Cpu, f32, shape![_]>::randn_dims(48, &[7])?;
     let e = pairs(&p, &q7).unwrap_err().to_string();
-    assert!(e.contains("dim 0 of `y` to be 2 * N = 6 (N is dim 0 of `x`)"), "{e}");
+    assert!(
+        e.contains("dim 0 of `y` to be 2 * N = 6 (N is dim 0 of `x`)"),
+        "{e}"
+    );
     Ok(())
 }

@@ -1,8 +1,6 @@
 //! The corrected versions of the `addmm` seeds: operands on one device, one
 //! dtype, and a matrix (not a vector) as the second factor.
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -43,7 +41,8 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let r = Tensor::<Cpu, f32, shape![10, 10]>::randn(11)?;
     let m = Tensor::<Cpu, f32, shape![10, 10]>::randn(12)?;
     let t = Tensor::<Cpu, f32, shape![10, 10]>::randn(13)?;
@@ -51,7 +50,11 @@ fn main() -> Result<()> {
     let prod = matmul_ref(&mv, &tv, 10, 10, 10);
 
     let got = f64s(&step_cpu(&r, &m, &t)?);
-    let want: Vec<f64> = rv.iter().zip(&prod).map(|(b, p)| 0.5 * b + 2.0 * p).collect();
+    let want: Vec<f64> = rv
+        .iter()
+        .zip(&prod)
+        .map(|(b, p)| 0.5 * b + 2.0 * p)
+        .collect();
     assert_close("addmm scaled", &got, &want, 1e-5);
 
     let (r16, m16) = (r.cast::<f16>()?, m.cast::<f16>()?);
@@ -66,7 +69,11 @@ fn main() -> Result<()> {
     let (mv_out, addmm_out) = matvec(&col, &m, &v)?;
     let want_mv = matmul_ref(&mv, &f64s(&v), 10, 10, 1);
     assert_close("matmul", &f64s(&mv_out), &want_mv, 1e-5);
-    let want: Vec<f64> = f64s(&col).iter().zip(&want_mv).map(|(b, p)| b + p).collect();
+    let want: Vec<f64> = f64s(&col)
+        .iter()
+        .zip(&want_mv)
+        .map(|(b, p)| b + p)
+        .collect();
     assert_close("addmm column", &f64s(&addmm_out), &want, 1e-5);
 
     if let (Some(gr), Some(gm), Some(gt)) = (on_gpu(&r), on_gpu(&m), on_gpu(&t)) {

@@ -16,9 +16,12 @@ tensor_fn! {
     }
 }
 
-fn main() {
-    let x = Tensor::<Cpu, f32, shape![2, 4]>::from_vec(vec![1., 0., 0., 0., 0., 1., 0., 0.]).unwrap();
-    let w = Tensor::<Cpu, f32, shape![4, 3]>::from_vec((0..12).map(|i| i as f32 * 0.1).collect()).unwrap();
+#[test]
+fn runs() {
+    let x =
+        Tensor::<Cpu, f32, shape![2, 4]>::from_vec(vec![1., 0., 0., 0., 0., 1., 0., 0.]).unwrap();
+    let w = Tensor::<Cpu, f32, shape![4, 3]>::from_vec((0..12).map(|i| i as f32 * 0.1).collect())
+        .unwrap();
     let y = Tensor::<Cpu, i64, shape![2]>::from_vec(vec![0, 2]).unwrap();
     let (mean, rows) = loss(&x, &w, &y).unwrap();
     let rows = rows.to_vec().unwrap();

@@ -1,9 +1,7 @@
 //! Two GPU ordinals: one tensor is moved before they meet. A CPU tensor is
 //! moved to the GPU explicitly before a CUDA function (the fix of
 //! fail/cpu_to_cuda_param.rs).
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -16,7 +14,8 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let x = Tensor::<Cpu, f32, shape![2, 3]>::randn(81)?;
     match x.to_device::<Cuda>() {
         Ok(g) => {

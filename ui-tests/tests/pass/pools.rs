@@ -15,4 +15,15 @@ tensor_fn! {
     }
 }
 
-fn main() {}
+#[test]
+fn runs() -> Result<()> {
+    let x = Tensor::<Cpu, f32, shape![2, 16, 10, 10]>::ones()?;
+    let w = Tensor::<Cpu, f32, shape![400, 10]>::zeros()?;
+    let b = Tensor::<Cpu, f32, shape![10]>::ones()?;
+    let (y, z) = head(&x, &w, &b)?;
+    assert_eq!((y.shape(), z.shape()), (&[2, 10][..], &[2, 16][..]));
+    // Zero weights leave the bias; the pools of ones average to one.
+    assert!(y.to_vec()?.iter().all(|&v| v == 1.0));
+    assert!(z.to_vec()?.iter().all(|&v| v == 1.0));
+    Ok(())
+}

@@ -2,9 +2,7 @@
 //! elementwise chains, `cat`, products, reductions, softmax, views,
 //! selections, device moves and the result itself. The generated code
 //! borrows bindings, so none of these may fail with "use of moved value".
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -32,7 +30,8 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let x = Tensor::<Cpu, f32, shape![2, 3]>::randn(91)?;
     let w = Tensor::<Cpu, f32, shape![3, 3]>::randn(92)?;
     let xv = f64s(&x);

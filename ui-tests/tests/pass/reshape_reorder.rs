@@ -1,22 +1,20 @@
 //! The reshapes of `fail/reshape_reorder.rs` written correctly: dims are
 //! moved with `transpose`/`permute` and only then merged or split; the
 //! rare reshape that means to mix dims says so with `reshape_unordered`.
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 tensor_fn! {
-    pub fn merge_heads<const B: usize, const H: usize, const T: usize, const Dh: usize>(
-        y: &Tensor<Cpu, f32, [B, H, T, Dh]>,
-    ) -> Tensor<Cpu, f32, [B, T, H * Dh]> {
-        y.transpose(1, 2).reshape([B, T, H * Dh])
+    pub fn merge_heads<const B: usize, const H: usize, const T: usize, const DH: usize>(
+        y: &Tensor<Cpu, f32, [B, H, T, DH]>,
+    ) -> Tensor<Cpu, f32, [B, T, H * DH]> {
+        y.transpose(1, 2).reshape([B, T, H * DH])
     }
 
-    pub fn split_heads<const B: usize, const H: usize, const T: usize, const Dh: usize>(
-        x: &Tensor<Cpu, f32, [B, T, H * Dh]>,
-    ) -> Tensor<Cpu, f32, [B, H, T, Dh]> {
-        x.view([B, T, H, Dh]).transpose(1, 2)
+    pub fn split_heads<const B: usize, const H: usize, const T: usize, const DH: usize>(
+        x: &Tensor<Cpu, f32, [B, T, H * DH]>,
+    ) -> Tensor<Cpu, f32, [B, H, T, DH]> {
+        x.view([B, T, H, DH]).transpose(1, 2)
     }
 
     pub fn heads_last<const H: usize, const B: usize, const L: usize, const D: usize>(
@@ -32,14 +30,15 @@ tensor_fn! {
     }
 
     /// Regrouping the flat elements on purpose.
-    pub fn rechunk<const B: usize, const H: usize, const T: usize, const Dh: usize>(
-        y: &Tensor<Cpu, f32, [B, H, T, Dh]>,
-    ) -> Tensor<Cpu, f32, [B, T, H * Dh]> {
-        y.reshape_unordered([B, T, H * Dh])
+    pub fn rechunk<const B: usize, const H: usize, const T: usize, const DH: usize>(
+        y: &Tensor<Cpu, f32, [B, H, T, DH]>,
+    ) -> Tensor<Cpu, f32, [B, T, H * DH]> {
+        y.reshape_unordered([B, T, H * DH])
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     const B: usize = 2;
     const H: usize = 3;
     const T: usize = 4;
@@ -47,7 +46,7 @@ fn main() -> Result<()> {
     let y = Tensor::<Cpu, f32, shape![B, H, T, DH]>::randn(91)?;
     let v = f64s(&y);
     let at = |b: usize, h: usize, t: usize, d: usize| v[((b * H + h) * T + t) * DH + d];
-    // out[b, t, h * Dh + d] = y[b, h, t, d]
+    // out[b, t, h * DH + d] = y[b, h, t, d]
     let merged = merge_heads(&y)?;
     let want: Vec<f64> = (0..B * T * H * DH)
         .map(|n| {

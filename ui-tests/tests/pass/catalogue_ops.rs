@@ -29,19 +29,29 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let x = Tensor::<Cpu, f32, shape![8]>::from_vec(vec![-2., -1., 0., 1., 2., 3., 4., 5.])?;
     let c = Tensor::<Cpu, f32, shape![8]>::from_vec(vec![1., -1., 1., -1., 1., -1., 1., -1.])?;
-    assert_eq!(pick(&x, &c)?.to_vec()?, vec![-2., 0., 0., 0., 2., 0., 4., 0.]);
-    assert_eq!(mixed(&x.cast::<f16>()?, &c)?.to_vec()?[0], true);
+    assert_eq!(
+        pick(&x, &c)?.to_vec()?,
+        vec![-2., 0., 0., 0., 2., 0., 4., 0.]
+    );
+    assert!(mixed(&x.cast::<f16>()?, &c)?.to_vec()?[0]);
     let i = Tensor::<Cpu, i32, shape![8]>::from_vec(vec![-3, 0, 2, 5, -1, 1, 0, 7])?;
     assert_eq!(ints(&i)?.to_vec()?[1], 0.0);
     let m = Tensor::<Cpu, bool, shape![4]>::from_vec(vec![true, false, false, true])?;
     let g = grow(&Tensor::<Cpu, f32, shape![3, 4]>::ones()?, &m)?.to_vec()?;
     assert_eq!(&g[..4], &[0., 1., 1., 0.]);
-    let b = bounded(&Tensor::<Cpu, f32, shape![4]>::from_vec(vec![-1., 0., 1., 2.])?)?.to_vec()?;
+    let b = bounded(&Tensor::<Cpu, f32, shape![4]>::from_vec(vec![
+        -1., 0., 1., 2.,
+    ])?)?
+    .to_vec()?;
     assert!((b[3] - (2. + 2. + 2.)).abs() < 1e-6);
-    let s = spelt(&Tensor::<Cpu, f32, shape![4]>::from_vec(vec![-1., 0., 1., 2.])?)?.to_vec()?;
+    let s = spelt(&Tensor::<Cpu, f32, shape![4]>::from_vec(vec![
+        -1., 0., 1., 2.,
+    ])?)?
+    .to_vec()?;
     assert_eq!(s[1], 0.0);
     Ok(())
 }

@@ -37,9 +37,13 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let bn = BatchNorm::<Cpu, f32, Const<3>>::new()?;
-    let x = Tensor::<Cpu, f32, shape![_, 3, 2, 2]>::from_vec_dims((0..24).map(|i| i as f32).collect(), &[2, 3, 2, 2])?;
+    let x = Tensor::<Cpu, f32, shape![_, 3, 2, 2]>::from_vec_dims(
+        (0..24).map(|i| i as f32).collect(),
+        &[2, 3, 2, 2],
+    )?;
     let s = bn.stats();
     let y = block(&x, &s.running_mean, &s.running_var, &bn.weight, &bn.bias)?;
     bn.update_running_stats(&x)?;
@@ -52,7 +56,8 @@ fn main() -> Result<()> {
     }
     let s = bn.stats();
     let _eval = block_eval(&x, &s.running_mean, &s.running_var, &bn.weight, &bn.bias)?;
-    let x2 = Tensor::<Cpu, f32, shape![4, 3]>::from_vec((0..12).map(|i| (i * i % 7) as f32).collect())?;
+    let x2 =
+        Tensor::<Cpu, f32, shape![4, 3]>::from_vec((0..12).map(|i| (i * i % 7) as f32).collect())?;
     let (_, (gw, gb)) = loss::value_and_grad(&x2, &s.running_mean, &bn.weight, &bn.bias)?;
     assert_eq!(gw.shape(), &[3]);
     assert_eq!(gb.shape(), &[3]);

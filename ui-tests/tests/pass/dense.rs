@@ -12,7 +12,8 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let x = Tensor::<Cpu, f32, shape![2, 4]>::randn(1)?;
     let w = Tensor::<Cpu, f32, shape![4, 3]>::randn(2)?;
     let b = Tensor::<Cpu, f32, shape![3]>::randn(3)?;

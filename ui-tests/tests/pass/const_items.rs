@@ -3,9 +3,7 @@
 //! are the items in scope, `Const<..>` in the generated types, so tensors
 //! typed with the same items pass without conversion and results keep
 //! their static shapes; single letters (`B`) stay run-time dims.
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 const SEQ_LEN: usize = 4;
@@ -54,7 +52,8 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     // Typed with the same items: passed as they are, results static.
     let x = Tensor::<Cpu, f32, shape![SEQ_LEN, D_MODEL]>::randn(1)?;
     let y: Tensor<Cpu, f32, shape![SEQ_LEN, D_MODEL]> = scale(&x)?;
@@ -91,7 +90,12 @@ fn main() -> Result<()> {
     let r: Tensor<Cpu, f32, shape![M]> = rows(&xm)?;
     let xv = f64s(&xm);
     let want: Vec<f64> = (0..M)
-        .map(|i| xv[i * D_MODEL..(i + 1) * D_MODEL].iter().map(|v| v * 3.0).sum())
+        .map(|i| {
+            xv[i * D_MODEL..(i + 1) * D_MODEL]
+                .iter()
+                .map(|v| v * 3.0)
+                .sum()
+        })
         .collect();
     assert_close("rows", &f64s(&r), &want, 1e-5);
 

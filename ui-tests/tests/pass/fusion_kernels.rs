@@ -1,9 +1,7 @@
 //! Elementwise chains, broadcasts, casts, scalar parameters and `#[kernel]`s
 //! fuse into one kernel per group; the CPU closure computes the same numbers
 //! as an f64 reference.
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -45,7 +43,8 @@ fn gelu_ref(x: f64) -> f64 {
     0.5 * x * (1.0 + (0.7978846 * (x + 0.044715 * x * x * x)).tanh())
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let x = Tensor::<Cpu, f32, shape![4, 6]>::randn(51)?;
     let want: Vec<f64> = f64s(&x).iter().map(|v| v.sin() * 2.0 + 5.0).collect();
     assert_close("chain", &f64s(&chain(&x)?), &want, 1e-6);
@@ -65,11 +64,15 @@ fn main() -> Result<()> {
     let h = Tensor::<Cpu, f32, shape![3, 5]>::randn(54)?;
     let bias = Tensor::<Cpu, f32, shape![5]>::randn(55)?;
     let (hv, bv) = (f64s(&h), f64s(&bias));
-    let want: Vec<f64> = (0..15).map(|i| gelu_ref(hv[i] + bv[i % 5]) - (-hv[i].abs()).exp() / 2.0).collect();
+    let want: Vec<f64> = (0..15)
+        .map(|i| gelu_ref(hv[i] + bv[i % 5]) - (-hv[i].abs()).exp() / 2.0)
+        .collect();
     assert_close("activation", &f64s(&activation(&h, &bias)?), &want, 1e-5);
     assert!((gelu(1.5) as f64 - gelu_ref(1.5)).abs() < 1e-6);
 
-    let xs = Tensor::<Cpu, f32, shape![9]>::from_vec(vec![-30.0, -12.0, -5.0, -1.0, -0.1, 0.0, 0.5, 3.0, 20.0])?;
+    let xs = Tensor::<Cpu, f32, shape![9]>::from_vec(vec![
+        -30.0, -12.0, -5.0, -1.0, -0.1, 0.0, 0.5, 3.0, 20.0,
+    ])?;
     let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
     let want: Vec<f64> = f64s(&xs)
         .iter()
@@ -86,7 +89,12 @@ fn main() -> Result<()> {
 
     let xi = Tensor::<Cpu, i32, shape![8]>::from_vec(vec![-7, -3, 0, 1, 5, 9, -11, 4])?;
     let yi = Tensor::<Cpu, i32, shape![8]>::from_vec(vec![3, -4, 8, -9, 2, 7, 5, -1])?;
-    let want: Vec<i32> = xi.to_vec()?.iter().zip(yi.to_vec()?).map(|(&x, y)| x.max(0) * 3 - y / 2 + x.max(y)).collect();
+    let want: Vec<i32> = xi
+        .to_vec()?
+        .iter()
+        .zip(yi.to_vec()?)
+        .map(|(&x, y)| x.max(0) * 3 - y / 2 + x.max(y))
+        .collect();
     assert_eq!(ints(&xi, &yi)?.to_vec()?, want);
     Ok(())
 }

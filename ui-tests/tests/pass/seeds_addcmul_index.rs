@@ -1,8 +1,6 @@
 //! The crash-on-a-line seeds fixed: the int tensor cast before `addcmul`,
 //! indices inside the tensor (a run-time index past the end is an `Err`).
-#[path = "common/mod.rs"]
-mod common;
-use common::*;
+use super::common::*;
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -24,11 +22,17 @@ tensor_fn! {
     }
 }
 
-fn main() -> Result<()> {
+#[test]
+fn runs() -> Result<()> {
     let y = Tensor::<Cpu, f32, shape![5, 5]>::randn(21)?;
-    let x = Tensor::<Cpu, i32, shape![5, 5]>::from_vec((0..25).map(|i| (i * 7 % 11) - 5).collect())?;
+    let x =
+        Tensor::<Cpu, i32, shape![5, 5]>::from_vec((0..25).map(|i| (i * 7 % 11) - 5).collect())?;
     let got = f64s(&update(&y, &x)?);
-    let want: Vec<f64> = f64s(&y).iter().zip(f64s(&x)).map(|(a, b)| a + 0.5 * b * b).collect();
+    let want: Vec<f64> = f64s(&y)
+        .iter()
+        .zip(f64s(&x))
+        .map(|(a, b)| a + 0.5 * b * b)
+        .collect();
     assert_close("addcmul", &got, &want, 1e-6);
 
     let m = Tensor::<Cpu, f32, shape![10, 10]>::randn(22)?;
@@ -46,7 +50,10 @@ fn main() -> Result<()> {
 
     let w = window(&m, 2, 3)?;
     assert_eq!(w.shape(), &[10, 3]);
-    let want: Vec<f64> = (0..10).flat_map(|i| (2..5).map(move |j| (i, j))).map(|(i, j)| mv[i * 10 + j]).collect();
+    let want: Vec<f64> = (0..10)
+        .flat_map(|i| (2..5).map(move |j| (i, j)))
+        .map(|(i, j)| mv[i * 10 + j])
+        .collect();
     assert_close("narrow", &f64s(&w), &want, 0.0);
     assert!(window(&m, 8, 3).is_err());
     Ok(())
