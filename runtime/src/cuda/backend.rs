@@ -958,7 +958,7 @@ impl Backend for CudaBackend {
         } else {
             1
         };
-        let blocks = super::context::Context::norm_backward_blocks(rows);
+        let blocks = super::context::Context::norm_backward_blocks(rows, cols);
         let part = self.ctx.storage::<f32>(blocks * 2 * cols * wide)?;
         self.ctx.builtin_norm_backward(
             (op, T::KIND),

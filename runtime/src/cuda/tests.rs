@@ -1023,9 +1023,19 @@ fn norm_backward_matches_the_cpu() {
     let mut rng = seed();
     fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64, tol: f64) {
         // Rows of one element, of a warp, past a block; fewer rows than
-        // blocks and more (the partial sums of several rows per block); a
-        // view at an offset; no rows.
-        for (rows, cols) in [(3, 1), (5, 31), (7, 768), (300, 1000), (2, 8200), (0, 5)] {
+        // blocks and more (the partial sums of several rows per block,
+        // 1024 blocks for short rows, 256 for 8200 columns); a view at an
+        // offset; no rows.
+        for (rows, cols) in [
+            (3, 1),
+            (5, 31),
+            (7, 768),
+            (300, 1000),
+            (2100, 64),
+            (2, 8200),
+            (600, 8200),
+            (0, 5),
+        ] {
             for offset in [0, 3] {
                 let n = rows * cols;
                 let x: Vec<T> = random(rng, offset + n, -3.0, 3.0);
