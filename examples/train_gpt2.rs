@@ -82,6 +82,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tensorfn::optim::CosineWithWarmup;
 use tensorfn::prelude::*;
+use tensorfn::CrossEntropyArgs;
 
 /// `LayerNorm(C)`: keys `weight`, `bias`.
 #[derive(Params)]
@@ -220,28 +221,56 @@ tensor_fn! {
         matmul(layer_norm(x, ln_w, ln_b, 1e-5).reshape([B * S, C]), wte.t())
     }
 
-    /// The mean cross-entropy of the logits against `targets` (`-100`
-    /// ignored). `head` is `wte`, or `wte` with zero rows appended to a
-    /// multiple of 64 (16-bit logits rows of a multiple of 8 keep
-    /// cuBLASLt on its tensor-core kernels; llm.c's `padded_vocab_size`);
-    /// `mask` is 0 for the vocabulary and `-inf` for the padding, whose
-    /// logits then have no probability and no gradient.
+    /// The padded head's logits of every position: the final layer norm,
+    /// then the product with `head`, which is `wte`, or `wte` with zero
+    /// rows appended to a multiple of 64 (16-bit logits rows of a
+    /// multiple of 8 keep cuBLASLt on its tensor-core kernels; llm.c's
+    /// `padded_vocab_size`); `mask` is 0 for the vocabulary and `-inf`
+    /// for the padding, whose logits then have no probability and no
+    /// gradient. The loss is the cross-entropy of these against the
+    /// targets ([`head_loss`]); the step takes it and its gradient in one
+    /// pass (`cross_entropy_with_grad`) between this function's forward
+    /// and its pullback.
     #[grad(x, ln_w, ln_b, head)]
-    pub fn head_loss<D: Device, T: Float>(
+    pub fn head_logits<D: Device, T: Float>(
         x: &Tensor<D, T, [B, S, C]>,
-        targets: &Tensor<D, i64, [B, S]>,
         ln_w: &Tensor<D, T, [C]>,
         ln_b: &Tensor<D, T, [C]>,
         head: &Tensor<D, T, [V, C]>,
         mask: &Tensor<D, T, [V]>,
-    ) -> Tensor<D, T, []> {
+    ) -> Tensor<D, T, [B * S, V]> {
         // The mask is the product's bias: the matrix product adds it as
         // it writes the logits (cuBLASLt's epilogue on the GPU) instead
         // of a second pass over all `B * S * V` of them.
         let h = layer_norm(x, ln_w, ln_b, 1e-5).reshape([B * S, C]);
-        let logits = addmm(mask, h, head.t());
-        cross_entropy(logits, targets.reshape([B * S]), ignore_index = -100)
+        addmm(mask, h, head.t())
     }
+}
+
+/// The loss's options: the mean over the positions, `-100` ignored.
+fn loss_args() -> CrossEntropyArgs {
+    CrossEntropyArgs {
+        ignore_index: -100,
+        ..Default::default()
+    }
+}
+
+/// The mean cross-entropy of the head's logits of `x` (see
+/// [`head_logits`]) against `targets` (`-100` ignored).
+pub fn head_loss<D: Device, T: Float>(
+    x: &Hidden<D, T>,
+    targets: &Ids<D>,
+    ln_f: &LayerNorm<D, T>,
+    head: &Tensor<D, T, shape![_, _]>,
+    mask: &Tensor<D, T, shape![_]>,
+) -> Result<Loss<D, T>> {
+    let logits = head_logits(x, &ln_f.weight, &ln_f.bias, head, mask)?;
+    logits.cross_entropy(&rows_of(targets)?, loss_args())
+}
+
+/// `targets` `[B, S]` as the logits' `[B * S]` rows.
+fn rows_of<D: Device>(targets: &Ids<D>) -> Result<Tensor<D, i64, shape![_]>> {
+    targets.reshape_dims(&[targets.dims().iter().product()])
 }
 
 /// A `[B, S]` tensor of token ids.
@@ -589,14 +618,7 @@ pub fn loss<D: Device, T: Float>(
 ) -> Result<f64> {
     let (x, _) = forward(m, heads, ids, &inputs.positions, Keep::Nothing)?;
     let head = inputs.head(&m.wte.weight)?;
-    let l = head_loss(
-        &x,
-        targets,
-        &m.ln_f.weight,
-        &m.ln_f.bias,
-        &head,
-        &inputs.mask,
-    )?;
+    let l = head_loss(&x, targets, &m.ln_f, &head, &inputs.mask)?;
     Ok(l.to_vec()?[0].to_f64())
 }
 
@@ -668,14 +690,12 @@ fn head_backward<D: Device, T: Float>(
     inputs: &Inputs<D, T>,
 ) -> Result<HeadGrads<D, T>> {
     let head = inputs.head(&m.wte.weight)?;
-    let (value, (g, weight, bias, head)) = head_loss::value_and_grad(
-        x,
-        targets,
-        &m.ln_f.weight,
-        &m.ln_f.bias,
-        &head,
-        &inputs.mask,
-    )?;
+    let (logits, pullback) =
+        head_logits::forward(x, &m.ln_f.weight, &m.ln_f.bias, &head, &inputs.mask)?;
+    // The loss and its gradient from one read of the logits, the
+    // gradient written over them (llm.c's fused classifier).
+    let (value, dlogits) = logits.cross_entropy_with_grad(&rows_of(targets)?, loss_args())?;
+    let (g, weight, bias, head) = pullback.backward(&dlogits)?;
     // The padding rows' gradient is zero: `wte`'s is the rest.
     let wte = match &inputs.pad {
         Some(_) => head

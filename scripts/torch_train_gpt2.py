@@ -28,6 +28,9 @@ softmax, as in nanoGPT) and `hf` (50257, the checkpoint's), or `both`.
 llm.c always does. `--act gelu_pytorch_tanh` swaps GPT-2's `gelu_new`
 (the same tanh GELU written as several elementwise ops, each a kernel in
 eager mode) for `F.gelu(approximate="tanh")`, one kernel. `--json` also prints one JSON object per mode.
+`--kernels PREFIX` runs one more step under `torch.profiler` and writes
+its GPU kernels in launch order (name and microseconds) to
+PREFIX.MODE.csv, for a per-kernel comparison with `ncu` over `train_gpt2`.
 
     python3 torch_train_gpt2.py write DIR [--vocab 50257] [--layers 12]
         [--batch 8] [--seq 1024] [--seed 0]
@@ -39,6 +42,7 @@ is the next token of each position, the last one drawn like the rest),
 for `train_gpt2 --weights ... --tokens ...`.
 """
 import argparse
+import csv
 import gc
 import json
 import sys
@@ -136,6 +140,8 @@ def bench_mode(mode, vocab, args):
         times.append(a.elapsed_time(b))
     last_loss = loss.item()
     peak = torch.cuda.max_memory_allocated()
+    if args.kernels:
+        kernel_table(lambda: step(args.warmup + args.steps), f"{args.kernels}.{mode}.csv")
     times.sort()
     med = times[len(times) // 2]
     res = {
@@ -152,6 +158,31 @@ def bench_mode(mode, vocab, args):
     return res
 
 
+def kernel_table(run, path):
+    """Runs one more step under torch.profiler and writes each GPU kernel
+    of it, in launch order, to `path` (CSV: order, name, microseconds);
+    prints the ten longest kernel names by their total."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels.sort(key=lambda e: e.time_range.start)
+    totals = {}
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["order", "name", "us"])
+        for i, e in enumerate(kernels):
+            us = e.time_range.elapsed_us()
+            totals[e.name] = totals.get(e.name, 0.0) + us
+            out.writerow([i, e.name, f"{us:.3f}"])
+    top = sorted(totals.items(), key=lambda kv: -kv[1])[:10]
+    print(f"{len(kernels)} kernels, {sum(totals.values()) / 1e3:.2f} ms in all; longest:")
+    for name, us in top:
+        print(f"  {us / 1e3:8.3f} ms  {name[:100]}")
+
+
 def bench(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--modes", default="eager,compile", help="comma-separated: eager, compile, autotune")
@@ -164,6 +195,8 @@ def bench(argv):
     ap.add_argument("--act", default="gelu_new",
                     help="GPT-2's gelu_new (tanh GELU in several elementwise ops) or gelu_pytorch_tanh (one kernel)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--kernels", metavar="PREFIX",
+                    help="profile one more step and write its kernels to PREFIX.MODE.csv")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("skipping: no CUDA device")

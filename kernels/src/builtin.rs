@@ -386,7 +386,8 @@ pub fn cross_entropy_name(dtype: DTypeKind, index: DTypeKind) -> String {
 
 /// `cross_entropy` of contiguous rows of logits of `dtype` against
 /// targets of `index` (`I32` or `I64`), and its backward: a module with
-/// the entries `NAME` and `NAME_backward` (see `ptx::xent` for the
+/// the entries `NAME`, `NAME_backward` and `NAME_fused` (the loss and
+/// its gradient from one read of the logits; see `ptx::xent` for the
 /// parameters), one block per row, accumulating in f32 (f64 for f64);
 /// `Err` unless `dtype` is a float and `index` an index dtype.
 ///
@@ -395,6 +396,7 @@ pub fn cross_entropy_name(dtype: DTypeKind, index: DTypeKind) -> String {
 /// let k = builtin::cross_entropy(DTypeKind::F16, DTypeKind::I32)?;
 /// assert!(k.ptx.contains(".entry tf_cross_entropy_f16_i32("));
 /// assert!(k.ptx.contains(".entry tf_cross_entropy_f16_i32_backward("));
+/// assert!(k.ptx.contains(".entry tf_cross_entropy_f16_i32_fused("));
 /// assert!(builtin::cross_entropy(DTypeKind::I32, DTypeKind::I64).is_err());
 /// # Ok::<(), tensorfn_kernels::Error>(())
 /// ```

@@ -336,6 +336,18 @@ pub(crate) trait Backend {
         args: CrossEntropyArgs,
     ) -> Result<Gathered<Self::Buf<T>>>;
 
+    /// [`Backend::cross_entropy`] and [`Backend::cross_entropy_backward`]
+    /// for a gradient of 1 on the result, from one pass over the rows:
+    /// returns the loss (as the forward) and writes the gradient over
+    /// `x`, whose rows are contiguous (the caller owns the buffer).
+    /// `Ok(Err(t))` as the forward.
+    fn cross_entropy_fused<T: FloatDType, I: IndexDType>(
+        &self,
+        x: (&mut Self::Buf<T>, &Layout),
+        t: (&Self::Buf<I>, &Layout),
+        args: CrossEntropyArgs,
+    ) -> Result<Gathered<Self::Buf<T>>>;
+
     /// The `k` largest (`largest`) or smallest elements of each row along
     /// the last dim of `l` (NaN larger than every number, ties by lower
     /// index), sorted (largest or smallest first), and their positions:

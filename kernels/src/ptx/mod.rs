@@ -299,8 +299,9 @@ pub(crate) fn rope(name: &str, dtype: tensorfn_core::DTypeKind) -> String {
 }
 
 /// The module of `cross_entropy` over rows of `spec.dtype` with targets
-/// of `index`: the forward entry `name` and the backward entry
-/// `name_backward` (see `ptx::xent` for the parameters).
+/// of `index`: the forward entry `name`, the backward entry
+/// `name_backward` and the fused entry `name_fused` (the loss and its
+/// gradient in one pass; see `ptx::xent` for the parameters).
 pub(crate) fn cross_entropy(name: &str, spec: &RowSpec, index: DTypeKind) -> String {
     module(
         &format!(
@@ -310,6 +311,7 @@ pub(crate) fn cross_entropy(name: &str, spec: &RowSpec, index: DTypeKind) -> Str
         &[
             xent::forward_entry(name, spec, index),
             xent::backward_entry(&format!("{name}_backward"), spec, index),
+            xent::fused_entry(&format!("{name}_fused"), spec, index),
         ],
     )
 }

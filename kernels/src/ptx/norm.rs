@@ -795,7 +795,7 @@ const SUM_PARAMS: &str = "(\n\t.param .u64 p_dw,\n\t.param .u64 p_db,\n\t.param 
 ///   per block, each column owned by one thread: no atomics.
 /// - `NAME_sum(.param .u64 dweight, .param .u64 dbias, .param .u64 part,
 ///   .param .u64 blocks, .param .u64 cols)`: one thread per column
-///   (`BLOCK` per block) adds the `blocks` partial sums in block order and
+///   (blocks of any width) adds the `blocks` partial sums in block order and
 ///   writes `dweight` (and `dbias`) rounded to the dtype; the same bits
 ///   from run to run.
 pub(crate) fn norm_backward_entries(name: &str, op: NormOp, dtype: DTypeKind) -> Vec<String> {
@@ -981,6 +981,11 @@ fn backward_row(
     });
 }
 
+/// Partial sums the `_sum` entry loads before adding them: a column's
+/// sum is a chain of dependent adds over up to 1024 blocks' values, so
+/// the loads, not the adds, set its time.
+const SUM_UNROLL: usize = 32;
+
 fn backward_sum(name: &str, op: NormOp, dtype: DTypeKind) -> String {
     let mut body = Body::new();
     let wide = dtype == DTypeKind::F64;
@@ -1004,8 +1009,12 @@ fn backward_sum(name: &str, op: NormOp, dtype: DTypeKind) -> String {
     let cols = param(&mut body, "p_cols", false);
     let c32 = body.reg(Class::B32);
     let col = body.reg(Class::B64);
+    // Blocks of any width (the runtime launches narrow ones, so that the
+    // columns spread over more SMs).
+    let ntid = body.reg(Class::B32);
     body.op(format!("mov.u32 {c32}, %ctaid.x"));
-    body.op(format!("mul.wide.u32 {col}, {c32}, {BLOCK}"));
+    body.op(format!("mov.u32 {ntid}, %ntid.x"));
+    body.op(format!("mul.wide.u32 {col}, {c32}, {ntid}"));
     let t = body.reg(Class::B64);
     body.op(format!("mov.u32 {c32}, %tid.x"));
     body.op(format!("cvt.u64.u32 {t}, {c32}"));
@@ -1034,6 +1043,31 @@ fn backward_sum(name: &str, op: NormOp, dtype: DTypeKind) -> String {
         body.op(format!("mov.{a} {s}, {zero}"));
         let k = body.reg(Class::B64);
         body.op(format!("mov.u64 {k}, 0"));
+        // `SUM_UNROLL` blocks' values loaded at a time, then added in
+        // block order: the same sums, with the loads in flight together
+        // instead of one dependent load per block.
+        let wide_lp = body.label("block_group");
+        let wide_end = body.label("block_group_end");
+        body.place(&wide_lp);
+        let next = body.reg(Class::B64);
+        body.op(format!("add.u64 {next}, {k}, {SUM_UNROLL}"));
+        let past = body.reg(Class::Pred);
+        body.op(format!("setp.gt.u64 {past}, {next}, {blocks}"));
+        body.op(format!("@{past} bra {wide_end}"));
+        let vs: Vec<String> = (0..SUM_UNROLL)
+            .map(|_| {
+                let v = body.reg(class);
+                body.op(format!("ld.global.{a} {v}, [{p}]"));
+                body.op(format!("add.u64 {p}, {p}, {stride}"));
+                v
+            })
+            .collect();
+        for v in vs {
+            body.op(format!("add.rn.{a} {s}, {s}, {v}"));
+        }
+        body.op(format!("mov.u64 {k}, {next}"));
+        body.op(format!("bra {wide_lp}"));
+        body.place(&wide_end);
         let lp = body.label("block_loop");
         let done_l = body.label("block_end");
         body.place(&lp);

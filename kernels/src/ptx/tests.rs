@@ -483,22 +483,30 @@ fn every_builtin_is_well_formed() {
             check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_cross_entropy_") {
             let es = entries(&k.ptx);
-            assert_eq!(es.len(), 2, "{}", k.name);
+            assert_eq!(es.len(), 3, "{}", k.name);
             assert_eq!(es[0].name, k.name);
             assert_eq!(es[1].name, format!("{}_backward", k.name));
+            assert_eq!(es[2].name, format!("{}_fused", k.name));
             assert_eq!(es[0].params.len(), 9, "{}", k.name);
             assert_eq!(es[1].params.len(), 13, "{}", k.name);
-            // The backward's row copy: 16-byte chunks into its shared row.
-            assert!(es[1].body.contains("ld.global.nc.v4.u32"), "{}", k.name);
-            assert!(es[1].body.contains("st.shared.v4.u32"), "{}", k.name);
-            assert!(
-                k.ptx.contains(&format!(
-                    ".extern .shared .align 16 .b8 {}_backward_row[];",
-                    k.name
-                )),
-                "{}",
-                k.name
-            );
+            assert_eq!(es[2].params.len(), 12, "{}", k.name);
+            // The backward's and the fused entry's row copy: 16-byte
+            // chunks into their shared row.
+            for (e, suffix) in es[1..].iter().zip(["backward", "fused"]) {
+                assert!(e.body.contains("ld.global.nc.v4.u32"), "{}", e.name);
+                assert!(e.body.contains("st.shared.v4.u32"), "{}", e.name);
+                assert!(
+                    k.ptx.contains(&format!(
+                        ".extern .shared .align 16 .b8 {}_{suffix}_row[];",
+                        k.name
+                    )),
+                    "{}",
+                    e.name
+                );
+            }
+            // The fused entry stores each row's loss and counts the rows.
+            assert!(es[2].body.contains("st.global.f64"), "{}", k.name);
+            assert!(es[2].body.contains("atom.global.add.u64"), "{}", k.name);
             for e in &es {
                 check_body(e);
                 assert!(e.body.contains("shfl.sync.bfly.b32"), "{}", e.name);

@@ -23,9 +23,17 @@
 //! shared memory and its bytes are a multiple of 16 at a 16-byte aligned
 //! address.
 //!
+//! The fused entry (`NAME_fused`, for a loss whose gradient is wanted at
+//! once, as in a training step) is the backward with the forward's loss
+//! stored by the first thread between the row's statistics and the
+//! gradient pass, and `g = scale`: one read of the logits gives the loss
+//! and the gradient, which may be written in place of the logits.
+//!
 //! Parameters: `out, in, rows, cols, target, tstride, flag, ignore,
-//! smoothing` (the last an `f64`), and for the backward also `grad,
-//! gstride, scale` (an `f64`) and `cache`.
+//! smoothing` (the last an `f64`); for the backward also `grad,
+//! gstride, scale` (an `f64`) and `cache`; for the fused entry `loss`
+//! (the `f64` losses, one per row), `scale` and `cache`, `out` being the
+//! gradient.
 
 use super::body::{Body, Class};
 use super::inst::emit_program;
@@ -38,7 +46,19 @@ use crate::prim::Ty;
 use crate::reduction::{float_bits, RowSpec};
 use tensorfn_core::DTypeKind;
 
-fn params(backward: bool) -> String {
+/// The module's three entries.
+#[derive(Clone, Copy, PartialEq)]
+enum Entry {
+    /// The per-row losses.
+    Forward,
+    /// The gradient, given the gradient of the result.
+    Backward,
+    /// The per-row losses and the gradient for a gradient of 1 on the
+    /// result, in one pass, possibly in place of the logits.
+    Fused,
+}
+
+fn params(kind: Entry) -> String {
     let mut p = vec![
         ".param .u64 p_out",
         ".param .u64 p_in",
@@ -50,13 +70,19 @@ fn params(backward: bool) -> String {
         ".param .u64 p_ignore",
         ".param .f64 p_smooth",
     ];
-    if backward {
-        p.extend([
+    match kind {
+        Entry::Forward => {}
+        Entry::Backward => p.extend([
             ".param .u64 p_grad",
             ".param .u64 p_gstride",
             ".param .f64 p_scale",
             ".param .u64 p_cache",
-        ]);
+        ]),
+        Entry::Fused => p.extend([
+            ".param .u64 p_loss",
+            ".param .f64 p_scale",
+            ".param .u64 p_cache",
+        ]),
     }
     format!("(\n\t{}\n)", p.join(",\n\t"))
 }
@@ -365,23 +391,111 @@ fn cols_value(body: &mut Body, cols: &str, acc: Ty) -> String {
     c
 }
 
+/// What the row's loss needs: its smoothing and where it goes.
+struct LossOut<'a> {
+    flag: &'a str,
+    /// `smooth != 0`.
+    smoothing: &'a str,
+    smooth: &'a str,
+    /// The `f64` losses, one per row.
+    out: &'a str,
+}
+
+/// In the block's first thread (the caller branches): the loss of `row`
+/// from its `lse`, the sum of its logits `sx` and its target `k`, stored
+/// as `f64`; 0 for an ignored row or a bad target (flagged). Counts the
+/// rows not ignored in `flag[2]`. `x[k]` is read from `base` (or the
+/// row's shared copy).
+#[allow(clippy::too_many_arguments)]
+fn store_loss(
+    body: &mut Body,
+    f: &Frame,
+    spec: &RowSpec,
+    base: &str,
+    cache: Option<&RowCache>,
+    row: &str,
+    (lse, sx): (&str, &str),
+    (k, ign, bad): (&str, &str, &str),
+    o: &LossOut,
+) {
+    let acc = spec.acc;
+    let ft = fty(acc);
+    let loss = body.reg_ty(acc);
+    body.op(format!(
+        "mov.{ft} {loss}, {}",
+        super::inst::immediate(acc, float_bits(acc, 0.0))
+    ));
+    let store_l = body.label("xent_store");
+    body.op(format!("@{ign} bra {store_l}"));
+    let ok = body.label("xent_in_range");
+    body.op(format!("@!{bad} bra {ok}"));
+    flag_bad(body, o.flag, k);
+    body.op(format!("bra.uni {store_l}"));
+    body.place(&ok);
+    let old = body.reg(Class::B64);
+    body.op(format!("atom.global.add.u64 {old}, [{}+16], 1", o.flag));
+    let xt = load_x(body, spec.dtype, base, k, cache);
+    body.op(format!("sub.rn.{ft} {loss}, {lse}, {xt}"));
+    body.op(format!("@!{} bra {store_l}", o.smoothing));
+    // (1 - s) * nll + s / C * (C * lse - sum(x))
+    let c = cols_value(body, &f.cols, acc);
+    let smooth_loss = body.reg_ty(acc);
+    body.op(format!("mul.rn.{ft} {smooth_loss}, {c}, {lse}"));
+    body.op(format!("sub.rn.{ft} {smooth_loss}, {smooth_loss}, {sx}"));
+    let spread = body.reg_ty(acc);
+    body.op(format!("div.rn.{ft} {spread}, {}, {c}", o.smooth));
+    let keep = body.reg_ty(acc);
+    body.op(format!(
+        "sub.rn.{ft} {keep}, {}, {}",
+        super::inst::immediate(acc, float_bits(acc, 1.0)),
+        o.smooth
+    ));
+    body.op(format!("mul.rn.{ft} {loss}, {keep}, {loss}"));
+    body.op(format!(
+        "mul.rn.{ft} {smooth_loss}, {spread}, {smooth_loss}"
+    ));
+    body.op(format!("add.rn.{ft} {loss}, {loss}, {smooth_loss}"));
+    body.place(&store_l);
+    let wide = if acc == Ty::F64 {
+        loss
+    } else {
+        let w = body.reg(Class::F64);
+        body.op(format!("cvt.f64.f32 {w}, {loss}"));
+        w
+    };
+    let oaddr = body.reg(Class::B64);
+    body.op(format!("mad.lo.u64 {oaddr}, {row}, 8, {}", o.out));
+    body.op(format!("st.global.f64 [{oaddr}], {wide}"));
+}
+
+/// `p_smooth` as `acc`, and whether it is not 0.
+fn smoothing(body: &mut Body, acc: Ty) -> (String, String) {
+    let smooth = f64_param(body, "p_smooth", acc);
+    let on = body.reg(Class::Pred);
+    body.op(format!(
+        "setp.ne.{} {on}, {smooth}, {}",
+        fty(acc),
+        super::inst::immediate(acc, float_bits(acc, 0.0))
+    ));
+    (smooth, on)
+}
+
 /// The forward entry `name` over rows of `spec.dtype` with targets of
 /// `index` (`I32` or `I64`).
 pub(crate) fn forward_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> String {
     let mut body = Body::new();
     let f = frame(&mut body);
-    let acc = spec.acc;
-    let ft = fty(acc);
     let tgt = u64_param(&mut body, "p_tgt", true);
     let tstride = u64_param(&mut body, "p_tstride", false);
     let flag = u64_param(&mut body, "p_flag", true);
     let ignore = u64_param(&mut body, "p_ignore", false);
-    let smooth = f64_param(&mut body, "p_smooth", acc);
-    let smoothing = body.reg(Class::Pred);
-    body.op(format!(
-        "setp.ne.{ft} {smoothing}, {smooth}, {}",
-        super::inst::immediate(acc, float_bits(acc, 0.0))
-    ));
+    let (smooth, on) = smoothing(&mut body, spec.acc);
+    let o = LossOut {
+        flag: &flag,
+        smoothing: &on,
+        smooth: &smooth,
+        out: &f.out,
+    };
     row_loop(&mut body, &f, |body, row| {
         let base = row_base(body, &f.input, row, &f.cols, spec.dtype);
         let (lse, sx) = row_stats(body, &f, spec, &base, None);
@@ -391,57 +505,22 @@ pub(crate) fn forward_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> Str
         body.op(format!("@!{first} bra {skip}"));
         let k = target(body, &tgt, &tstride, row, index);
         let (ign, bad) = classify(body, &k, &ignore, &f.cols);
-        let loss = body.reg_ty(acc);
-        body.op(format!(
-            "mov.{ft} {loss}, {}",
-            super::inst::immediate(acc, float_bits(acc, 0.0))
-        ));
-        let store_l = body.label("xent_store");
-        body.op(format!("@{ign} bra {store_l}"));
-        let ok = body.label("xent_in_range");
-        body.op(format!("@!{bad} bra {ok}"));
-        flag_bad(body, &flag, &k);
-        body.op(format!("bra.uni {store_l}"));
-        body.place(&ok);
-        let old = body.reg(Class::B64);
-        body.op(format!("atom.global.add.u64 {old}, [{flag}+16], 1"));
-        let a = elem_addr(body, &base, &k, spec.dtype);
-        let xt = load(body, spec.dtype, &a, true);
-        body.op(format!("sub.rn.{ft} {loss}, {lse}, {xt}"));
-        body.op(format!("@!{smoothing} bra {store_l}"));
-        // (1 - s) * nll + s / C * (C * lse - sum(x))
-        let c = cols_value(body, &f.cols, acc);
-        let smooth_loss = body.reg_ty(acc);
-        body.op(format!("mul.rn.{ft} {smooth_loss}, {c}, {lse}"));
-        body.op(format!("sub.rn.{ft} {smooth_loss}, {smooth_loss}, {sx}"));
-        let spread = body.reg_ty(acc);
-        body.op(format!("div.rn.{ft} {spread}, {smooth}, {c}"));
-        let keep = body.reg_ty(acc);
-        body.op(format!(
-            "sub.rn.{ft} {keep}, {}, {smooth}",
-            super::inst::immediate(acc, float_bits(acc, 1.0))
-        ));
-        body.op(format!("mul.rn.{ft} {loss}, {keep}, {loss}"));
-        body.op(format!(
-            "mul.rn.{ft} {smooth_loss}, {spread}, {smooth_loss}"
-        ));
-        body.op(format!("add.rn.{ft} {loss}, {loss}, {smooth_loss}"));
-        body.place(&store_l);
-        let wide = if acc == Ty::F64 {
-            loss
-        } else {
-            let w = body.reg(Class::F64);
-            body.op(format!("cvt.f64.f32 {w}, {loss}"));
-            w
-        };
-        let oaddr = body.reg(Class::B64);
-        body.op(format!("mad.lo.u64 {oaddr}, {row}, 8, {}", f.out));
-        body.op(format!("st.global.f64 [{oaddr}], {wide}"));
+        store_loss(
+            body,
+            &f,
+            spec,
+            &base,
+            None,
+            row,
+            (&lse, &sx),
+            (&k, &ign, &bad),
+            &o,
+        );
         body.place(&skip);
     });
     format!(
         ".visible .entry {name}{}\n{{\n{}}}\n",
-        params(false),
+        params(Entry::Forward),
         body.finish()
     )
 }
@@ -449,6 +528,22 @@ pub(crate) fn forward_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> Str
 /// The backward entry `name` over rows of `spec.dtype` with targets of
 /// `index`.
 pub(crate) fn backward_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> String {
+    grad_entry(name, spec, index, Entry::Backward)
+}
+
+/// The fused entry `name` over rows of `spec.dtype` with targets of
+/// `index`: the forward's per-row losses and count, and the backward's
+/// gradient for a gradient of 1 on the result (times `scale`), from one
+/// read of the logits. `out` may be `in`: every element is read before
+/// it is written, by the thread that writes it (the target's logit by
+/// the first thread, before a barrier), and no thread reads an element
+/// after it is written, so the read-only loads stay valid.
+pub(crate) fn fused_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> String {
+    grad_entry(name, spec, index, Entry::Fused)
+}
+
+fn grad_entry(name: &str, spec: &RowSpec, index: DTypeKind, kind: Entry) -> String {
+    let fused = kind == Entry::Fused;
     let mut body = Body::new();
     let f = frame(&mut body);
     let acc = spec.acc;
@@ -458,9 +553,15 @@ pub(crate) fn backward_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> St
     let tstride = u64_param(&mut body, "p_tstride", false);
     let flag = u64_param(&mut body, "p_flag", true);
     let ignore = u64_param(&mut body, "p_ignore", false);
-    let smooth = f64_param(&mut body, "p_smooth", acc);
-    let grad = u64_param(&mut body, "p_grad", true);
-    let gstride = u64_param(&mut body, "p_gstride", false);
+    let (smooth, on) = smoothing(&mut body, acc);
+    // The backward's gradient of each row's loss, or the fused entry's
+    // losses.
+    let (grad, loss) = if fused {
+        (None, Some(u64_param(&mut body, "p_loss", true)))
+    } else {
+        let g = u64_param(&mut body, "p_grad", true);
+        (Some((g, u64_param(&mut body, "p_gstride", false))), None)
+    };
     let scale = f64_param(&mut body, "p_scale", acc);
     let cache_flag = u64_param(&mut body, "p_cache", false);
     let cached = body.reg(Class::Pred);
@@ -480,29 +581,58 @@ pub(crate) fn backward_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> St
     row_loop(&mut body, &f, |body, row| {
         let base = row_base(body, &f.input, row, &f.cols, dtype);
         let obase = row_base(body, &f.out, row, &f.cols, dtype);
-        let (lse, _) = row_stats(body, &f, spec, &base, Some(&cache));
+        let (lse, sx) = row_stats(body, &f, spec, &base, Some(&cache));
         // Every thread reads the target (one address, cached).
         let k = target(body, &tgt, &tstride, row, index);
         let (ign, bad) = classify(body, &k, &ignore, &f.cols);
         let first = body.reg(Class::Pred);
         body.op(format!("and.pred {first}, {}, {}", f.is_lane0, f.is_warp0));
-        body.op(format!("and.pred {first}, {first}, {bad}"));
-        let flagged = body.label("xent_flagged");
-        body.op(format!("@!{first} bra {flagged}"));
-        flag_bad(body, &flag, &k);
-        body.place(&flagged);
+        let gs = body.reg_ty(acc);
+        if let Some(out) = &loss {
+            // The loss (which flags a bad target), read before any
+            // thread overwrites the row.
+            let skip = body.label("xent_not_first");
+            body.op(format!("@!{first} bra {skip}"));
+            let o = LossOut {
+                flag: &flag,
+                smoothing: &on,
+                smooth: &smooth,
+                out,
+            };
+            store_loss(
+                body,
+                &f,
+                spec,
+                &base,
+                Some(&cache),
+                row,
+                (&lse, &sx),
+                (&k, &ign, &bad),
+                &o,
+            );
+            body.place(&skip);
+            body.op("bar.sync 0");
+            body.op(format!("mov.{ft} {gs}, {scale}"));
+        }
+        if let Some((grad, gstride)) = &grad {
+            body.op(format!("and.pred {first}, {first}, {bad}"));
+            let flagged = body.label("xent_flagged");
+            body.op(format!("@!{first} bra {flagged}"));
+            flag_bad(body, &flag, &k);
+            body.place(&flagged);
+            // g = grad[row * gstride] * scale.
+            let gaddr = body.reg(Class::B64);
+            body.op(format!("mul.lo.u64 {gaddr}, {row}, {gstride}"));
+            body.op(format!(
+                "mad.lo.u64 {gaddr}, {gaddr}, {}, {grad}",
+                dtype.size_bytes()
+            ));
+            let g = load(body, dtype, &gaddr, true);
+            body.op(format!("mul.rn.{ft} {gs}, {g}, {scale}"));
+        }
+        // 0 on a row left out.
         let off = body.reg(Class::Pred);
         body.op(format!("or.pred {off}, {ign}, {bad}"));
-        // g = grad[row * gstride] * scale, 0 on a row left out.
-        let gaddr = body.reg(Class::B64);
-        body.op(format!("mul.lo.u64 {gaddr}, {row}, {gstride}"));
-        body.op(format!(
-            "mad.lo.u64 {gaddr}, {gaddr}, {}, {grad}",
-            dtype.size_bytes()
-        ));
-        let g = load(body, dtype, &gaddr, true);
-        let gs = body.reg_ty(acc);
-        body.op(format!("mul.rn.{ft} {gs}, {g}, {scale}"));
         col_loop(body, &f, |body, col| {
             let x = load_x(body, dtype, &base, col, Some(&cache));
             let e = emit_program(body, &spec.exp_shift, &[x, lse.clone()]);
@@ -519,7 +649,7 @@ pub(crate) fn backward_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> St
     });
     format!(
         ".extern .shared .align 16 .b8 {name}_row[];\n\n.visible .entry {name}{}\n{{\n{}}}\n",
-        params(true),
+        params(kind),
         body.finish()
     )
 }

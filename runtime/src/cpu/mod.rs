@@ -384,6 +384,36 @@ impl Backend for CpuBackend {
         )
     }
 
+    fn cross_entropy_fused<T: FloatDType, I: IndexDType>(
+        &self,
+        (x, lx): (&mut Vec<T>, &Layout),
+        t: (&Vec<I>, &Layout),
+        args: CrossEntropyArgs,
+    ) -> Result<Gathered<Vec<T>>> {
+        // The two passes, then the gradient copied over the logits: the
+        // CPU reads the logits from its caches either way.
+        let loss = match self.cross_entropy((&*x, lx), t, args)? {
+            Ok(loss) => loss,
+            Err(k) => return Ok(Err(k)),
+        };
+        let n = lx.dims()[0];
+        let rows = if args.reduction == Reduction::None {
+            vec![n]
+        } else {
+            vec![]
+        };
+        let one = vec![T::from_f64(1.0); rows.iter().product()];
+        let g = (&one, &Layout::contiguous(&rows));
+        let grad = match self.cross_entropy_backward((&*x, lx), t, g, args)? {
+            Ok(grad) => grad,
+            Err(k) => return Ok(Err(k)),
+        };
+        for (o, v) in lx.offsets().zip(grad) {
+            x[o] = v;
+        }
+        Ok(Ok(loss))
+    }
+
     fn dropout<T: FloatDType>(&self, x: &Vec<T>, l: &Layout, p: f64, seed: u64) -> Result<Vec<T>> {
         strided::check_extent("dropout", l, x.len())?;
         Ok(dropout::dropout(x, l, p, seed))

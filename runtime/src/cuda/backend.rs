@@ -10,6 +10,7 @@ use super::context::{context, Context};
 use super::error::driver;
 use super::handles::Epilogue;
 use super::modules::Builtin;
+use super::xent::Pass;
 use super::Count;
 use crate::backend::{AttnMaskArg, Backend, Gathered, RowBlocks, Selected};
 use crate::dtype::{DType, FloatDType, IndexDType, NumDType};
@@ -633,7 +634,7 @@ impl Backend for CudaBackend {
         t: (&CudaStorage<I>, &Layout),
         args: CrossEntropyArgs,
     ) -> Result<Gathered<CudaStorage<T>>> {
-        self.cross_entropy_gpu(x, t, None, args)
+        self.cross_entropy_gpu(x, t, Pass::Forward, args)
     }
 
     fn cross_entropy_backward<T: FloatDType, I: IndexDType>(
@@ -643,7 +644,16 @@ impl Backend for CudaBackend {
         grad: (&CudaStorage<T>, &Layout),
         args: CrossEntropyArgs,
     ) -> Result<Gathered<CudaStorage<T>>> {
-        self.cross_entropy_gpu(x, t, Some(grad), args)
+        self.cross_entropy_gpu(x, t, Pass::Backward(grad), args)
+    }
+
+    fn cross_entropy_fused<T: FloatDType, I: IndexDType>(
+        &self,
+        (x, lx): (&mut CudaStorage<T>, &Layout),
+        t: (&CudaStorage<I>, &Layout),
+        args: CrossEntropyArgs,
+    ) -> Result<Gathered<CudaStorage<T>>> {
+        self.cross_entropy_gpu((&*x, lx), t, Pass::Fused, args)
     }
 
     fn arg_reduce<T: NumDType>(
@@ -948,7 +958,7 @@ impl Backend for CudaBackend {
         } else {
             1
         };
-        let blocks = super::context::Context::norm_backward_blocks(rows);
+        let blocks = super::context::Context::norm_backward_blocks(rows, cols);
         let part = self.ctx.storage::<f32>(blocks * 2 * cols * wide)?;
         self.ctx.builtin_norm_backward(
             (op, T::KIND),

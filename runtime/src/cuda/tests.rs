@@ -1023,9 +1023,19 @@ fn norm_backward_matches_the_cpu() {
     let mut rng = seed();
     fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64, tol: f64) {
         // Rows of one element, of a warp, past a block; fewer rows than
-        // blocks and more (the partial sums of several rows per block); a
-        // view at an offset; no rows.
-        for (rows, cols) in [(3, 1), (5, 31), (7, 768), (300, 1000), (2, 8200), (0, 5)] {
+        // blocks and more (the partial sums of several rows per block,
+        // 1024 blocks for short rows, 256 for 8200 columns); a view at an
+        // offset; no rows.
+        for (rows, cols) in [
+            (3, 1),
+            (5, 31),
+            (7, 768),
+            (300, 1000),
+            (2100, 64),
+            (2, 8200),
+            (600, 8200),
+            (0, 5),
+        ] {
             for offset in [0, 3] {
                 let n = rows * cols;
                 let x: Vec<T> = random(rng, offset + n, -3.0, 3.0);
@@ -3588,6 +3598,107 @@ fn cross_entropy_backward_row_copy_matches_the_global_pass() {
     check::<f64>(&be, &mut rng, 1e-12);
 }
 
+/// The fused loss-and-gradient pass against the forward and the
+/// backward with a gradient of 1, bit for bit: rows kept in shared memory
+/// (aligned) and read from global memory (one element into their
+/// buffer), every reduction, label smoothing, ignored rows, ±inf, NaN and
+/// ±0; the gradient lands in the logits' own buffer, and a bad target is
+/// an `Err`.
+#[test]
+fn cross_entropy_fused_matches_the_two_passes() {
+    use tensorfn_core::ops::xent::{CrossEntropyArgs, Reduction};
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
+        let bits = |v: &[T]| v.iter().map(|x| format!("{x:?}")).collect::<Vec<_>>();
+        let wide = 16 / T::KIND.size_bytes();
+        for (n, c) in [
+            (1, 1),
+            (3, wide),
+            (5, wide * (4 * 256 + 3)),
+            (4, 50304),
+            (6, 37),
+        ] {
+            let mut x: Vec<T> = random(rng, n * c, -8.0, 8.0);
+            x[0] = T::from_f64(f64::NEG_INFINITY);
+            if n * c > 2 * c {
+                x[1] = T::from_f64(-0.0);
+                x[c + 1] = T::from_f64(f64::INFINITY);
+                x[2 * c] = T::from_f64(f64::NAN);
+            }
+            let t: Vec<i64> = (0..n)
+                .map(|r| {
+                    if r == n - 1 && n > 1 {
+                        -100
+                    } else {
+                        (rng.uniform() * c as f64) as i64 % c as i64
+                    }
+                })
+                .collect();
+            let lt = Layout::contiguous(&[n]);
+            let gt = up(be, &t);
+            // The same logits one element into a buffer: no shared copy.
+            let mut shifted = vec![T::from_f64(0.0)];
+            shifted.extend_from_slice(&x);
+            for (offset, data) in [(0, &x), (1, &shifted)] {
+                let lx = Layout::new(vec![n, c], vec![c, 1], offset);
+                for reduction in Reduction::ALL {
+                    for s in [0.0, 0.1] {
+                        let args = CrossEntropyArgs {
+                            reduction,
+                            ignore_index: -100,
+                            label_smoothing: s,
+                        };
+                        let per_row = reduction == Reduction::None;
+                        let rows = if per_row { vec![n] } else { vec![] };
+                        let one = vec![T::from_f64(1.0); rows.iter().product()];
+                        let (gx, gg) = (up(be, data), up(be, &one));
+                        let lg = Layout::contiguous(&rows);
+                        let loss = be.cross_entropy((&gx, &lx), (&gt, &lt), args).unwrap();
+                        let grad = be
+                            .cross_entropy_backward((&gx, &lx), (&gt, &lt), (&gg, &lg), args)
+                            .unwrap()
+                            .unwrap();
+                        let mut fused = up(be, data);
+                        let fused_loss = be
+                            .cross_entropy_fused((&mut fused, &lx), (&gt, &lt), args)
+                            .unwrap()
+                            .unwrap();
+                        let what = format!("{} [{n}, {c}] +{offset} {reduction:?} s={s}", T::KIND);
+                        let m = if per_row { n } else { 1 };
+                        assert_eq!(
+                            bits(&down(&fused_loss, &[m])),
+                            bits(&down(&loss.unwrap(), &[m])),
+                            "{what}: loss"
+                        );
+                        let inplace = down(&fused, &[offset + n * c]);
+                        assert_eq!(
+                            bits(&inplace[offset..]),
+                            bits(&down(&grad, &[n * c])),
+                            "{what}: gradient"
+                        );
+                        assert_eq!(bits(&inplace[..offset]), bits(&data[..offset]), "{what}");
+                    }
+                }
+            }
+            // A target out of range is named, and nothing is read through it.
+            let mut bad = t.clone();
+            bad[0] = c as i64;
+            let gb = up(be, &bad);
+            let mut gx = up(be, &x);
+            let lx = Layout::contiguous(&[n, c]);
+            let got = be
+                .cross_entropy_fused((&mut gx, &lx), (&gb, &lt), Default::default())
+                .unwrap();
+            assert_eq!(got.err(), Some(c as i64), "{} [{n}, {c}]", T::KIND);
+        }
+    }
+    check::<bf16>(&be, &mut rng);
+    check::<f16>(&be, &mut rng);
+    check::<f32>(&be, &mut rng);
+    check::<f64>(&be, &mut rng);
+}
+
 /// The cross-entropy backward over GPT-2's training logits (8192 x 50304
 /// bf16): rows kept in shared memory (aligned) against the global passes
 /// (the same rows one element into their buffer). Each call includes the
@@ -3628,6 +3739,44 @@ fn cross_entropy_backward_timing() {
         be.synchronize().unwrap();
         let ms = start.elapsed().as_secs_f64() * 1e3 / reps as f64;
         println!("cross_entropy_backward bf16 [{n}, {c}], {what}: {ms:.3} ms");
+    }
+    // The training step's pair: the forward and the backward, against the
+    // fused pass writing over the logits (both on aligned rows; the fused
+    // pass's logits are its last gradient after the first call, which
+    // costs the same).
+    let lx = Layout::new(vec![n, c], vec![c, 1], 0);
+    let mut fused = up(&be, &x[1..]);
+    let lf = Layout::contiguous(&[n, c]);
+    let pair = || {
+        be.cross_entropy((&gx, &lx), (&gt, &lt), args)
+            .unwrap()
+            .unwrap();
+        be.cross_entropy_backward((&gx, &lx), (&gt, &lt), (&g, &lg), args)
+            .unwrap()
+            .unwrap();
+    };
+    let reps = 20;
+    for (what, fused_pass) in [("forward + backward", false), ("fused, in place", true)] {
+        let mut run = || {
+            if fused_pass {
+                be.cross_entropy_fused((&mut fused, &lf), (&gt, &lt), args)
+                    .unwrap()
+                    .unwrap();
+            } else {
+                pair();
+            }
+        };
+        for _ in 0..3 {
+            run();
+        }
+        be.synchronize().unwrap();
+        let start = std::time::Instant::now();
+        for _ in 0..reps {
+            run();
+        }
+        be.synchronize().unwrap();
+        let ms = start.elapsed().as_secs_f64() * 1e3 / reps as f64;
+        println!("cross_entropy bf16 [{n}, {c}], {what}: {ms:.3} ms");
     }
 }
 

@@ -1,7 +1,10 @@
 //! `cross_entropy` and its backward on the GPU: one launch of the row
 //! kernel (one block per row, `tensorfn_kernels::builtin::cross_entropy`),
 //! which checks every target before it reads through it and records a
-//! bad one in a flag buffer, read back after the launch. The forward
+//! bad one in a flag buffer, read back after the launch. The fused pass
+//! (a training step's loss, whose gradient is wanted at once) runs the
+//! backward's kernel with the forward's per-row losses added and writes
+//! the gradient over the logits: one read of them, no second buffer. The forward
 //! writes one `f64` loss per row and counts the rows not ignored; the
 //! reduction is the runtime's sum over those `N` values (in `f64`),
 //! divided by the count for the mean. The backward keeps each row in
@@ -13,7 +16,7 @@ use super::backend::CudaBackend;
 use super::modules::{Builtin, ModuleKey, BLOCK};
 use crate::backend::{xent_layouts, Backend, Gathered};
 use crate::dtype::{FloatDType, IndexDType};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::layout::Layout;
 use tensorfn_core::ops::xent::{CrossEntropyArgs, Reduction};
 use tensorfn_kernels::{BinaryOp, ReduceOp};
@@ -39,23 +42,40 @@ fn row_bytes(cols: usize, size: usize, input: u64, limit: usize) -> usize {
     }
 }
 
+/// What one launch of the cross-entropy kernel computes.
+pub(crate) enum Pass<'a, T: FloatDType> {
+    /// The loss.
+    Forward,
+    /// The gradient of the logits, given the gradient of the loss.
+    Backward((&'a CudaStorage<T>, &'a Layout)),
+    /// The loss, and its gradient for a gradient of 1 written over the
+    /// logits (whose rows must be contiguous).
+    Fused,
+}
+
 impl CudaBackend {
-    /// See `Backend::cross_entropy` (`grad: None`) and
-    /// `Backend::cross_entropy_backward`.
+    /// See `Backend::cross_entropy` (`Pass::Forward`),
+    /// `Backend::cross_entropy_backward` and `Backend::cross_entropy_fused`
+    /// (`Pass::Fused`, which writes through `x`: the caller holds it
+    /// mutably).
     pub(crate) fn cross_entropy_gpu<T: FloatDType, I: IndexDType>(
         &self,
         (x, lx): (&CudaStorage<T>, &Layout),
         (t, lt): (&CudaStorage<I>, &Layout),
-        grad: Option<(&CudaStorage<T>, &Layout)>,
+        pass: Pass<'_, T>,
         args: CrossEntropyArgs,
     ) -> Result<Gathered<CudaStorage<T>>> {
         let ctx = self.ctx();
         ctx.bind()?;
         let per_row = args.reduction == Reduction::None;
-        let op = if grad.is_some() {
-            "cross_entropy_backward"
-        } else {
-            "cross_entropy"
+        let grad = match pass {
+            Pass::Backward(g) => Some(g),
+            _ => None,
+        };
+        let (op, suffix, gradient) = match pass {
+            Pass::Forward => ("cross_entropy", "", false),
+            Pass::Backward(_) => ("cross_entropy_backward", "_backward", true),
+            Pass::Fused => ("cross_entropy_with_grad", "_fused", true),
         };
         xent_layouts(
             op,
@@ -64,9 +84,10 @@ impl CudaBackend {
             grad.map(|(g, lg)| (g.len(), lg, per_row)),
         )?;
         let (n, c) = (lx.dims()[0], lx.dims()[1]);
-        // The backward's mean needs the divisor before the launch; a row
-        // of no classes reads nothing: both from the targets on the host.
-        let host_targets = (c == 0 || (grad.is_some() && args.reduction == Reduction::Mean))
+        // A gradient of the mean needs the divisor before the launch; a
+        // row of no classes reads nothing: both from the targets on the
+        // host.
+        let host_targets = (c == 0 || (gradient && args.reduction == Reduction::Mean))
             .then(|| self.download_host(t, lt))
             .transpose()?;
         let mut count = 0usize;
@@ -89,29 +110,38 @@ impl CudaBackend {
                 (false, Reduction::Mean) => self.full(1, T::from_f64(f64::NAN))?,
             }));
         }
-        let (input, _copy) = self.rows_of(x, lx, 1)?;
+        let (input, copy) = self.rows_of(x, lx, 1)?;
+        if copy.is_some() && matches!(pass, Pass::Fused) {
+            return Err(Error::InvalidArgument {
+                op: op.into(),
+                message: format!(
+                    "internal: the logits' rows are not contiguous (strides {:?}), so the gradient cannot be written over them",
+                    lx.strides()
+                ),
+            });
+        }
         // flag[0]: a target was out of range; flag[1]: one such target;
         // flag[2]: the rows not ignored (the forward counts them).
         let flag = self.full::<i64>(3, 0)?;
         let kernel = Builtin::CrossEntropy(T::KIND, I::KIND);
-        let suffix = if grad.is_some() { "_backward" } else { "" };
         let f = ctx.function(ModuleKey::Builtin(kernel), suffix, || {
             kernel.source(ctx.target())
         })?;
-        let (out, losses) = if grad.is_some() {
-            (Some(ctx.storage::<T>(n * c)?), None)
-        } else {
-            (None, Some(ctx.storage::<f64>(n)?))
+        // The backward's gradient, or the per-row losses.
+        let (out, losses) = match pass {
+            Pass::Backward(_) => (Some(ctx.storage::<T>(n * c)?), None),
+            _ => (None, Some(ctx.storage::<f64>(n)?)),
         };
-        let shared = if grad.is_some() {
+        let shared = if gradient {
             row_bytes(c, T::KIND.size_bytes(), input, ctx.shared_per_block)
         } else {
             0
         };
         let mut values: Vec<u64> = vec![
-            match (&out, &losses) {
-                (Some(o), _) => o.device_ptr(),
-                (_, Some(l)) => l.device_ptr(),
+            match (&out, &losses, &pass) {
+                (Some(o), _, _) => o.device_ptr(),
+                (_, _, Pass::Fused) => input,
+                (_, Some(l), _) => l.device_ptr(),
                 _ => unreachable!("one output"),
             },
             input,
@@ -123,18 +153,22 @@ impl CudaBackend {
             args.ignore_index as u64,
             args.label_smoothing.to_bits(),
         ];
-        if let Some((g, lg)) = grad {
-            let scale = if args.reduction == Reduction::Mean {
-                1.0 / count as f64
-            } else {
-                1.0
-            };
-            values.extend([
+        let scale = if args.reduction == Reduction::Mean {
+            1.0 / count as f64
+        } else {
+            1.0
+        };
+        match (&pass, &losses) {
+            (Pass::Backward((g, lg)), _) => values.extend([
                 g.ptr_at(lg.offset()),
                 if per_row { lg.strides()[0] as u64 } else { 0 },
                 scale.to_bits(),
                 u64::from(shared > 0),
-            ]);
+            ]),
+            (Pass::Fused, Some(l)) => {
+                values.extend([l.device_ptr(), scale.to_bits(), u64::from(shared > 0)])
+            }
+            _ => {}
         }
 
         let grid = n.min(MAX_ROW_BLOCKS) as u32;

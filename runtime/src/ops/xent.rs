@@ -161,6 +161,58 @@ impl<D: Device, T: FloatDType, N: Dim, C: Dim> Tensor<D, T, (N, C)> {
         });
         output(storage, self.dims())
     }
+    /// The loss of [`cross_entropy`](Self::cross_entropy) and its
+    /// gradient with respect to the logits for a gradient of 1 on the
+    /// loss (the values [`cross_entropy_backward`](Self::cross_entropy_backward)
+    /// gives with a `grad_output` of ones), from one pass over the logits:
+    /// the step of training where the loss is differentiated at once. The
+    /// gradient is written over the logits, so `self` is taken by value
+    /// and no second `[N, C]` buffer is made (unless its storage is
+    /// shared with another tensor, which then keeps its values). The
+    /// errors of the forward.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let logits = Tensor::<Cpu, f64, shape![1, 2]>::from_vec(vec![0., 0.]).unwrap();
+    /// let target = Tensor::<Cpu, i32, shape![1]>::from_vec(vec![1]).unwrap();
+    /// let (loss, d) = logits
+    ///     .cross_entropy_with_grad::<shape![], _>(&target, Default::default())
+    ///     .unwrap();
+    /// assert_eq!(loss.to_vec().unwrap(), vec![std::f64::consts::LN_2]);
+    /// assert_eq!(d.to_vec().unwrap(), vec![0.5, -0.5]);
+    /// ```
+    pub fn cross_entropy_with_grad<SO: Shape, I: IndexDType>(
+        mut self,
+        target: &Tensor<D, I, (N,)>,
+        args: CrossEntropyArgs,
+    ) -> Result<(Tensor<D, T, SO>, Self)> {
+        let op = "cross_entropy_with_grad";
+        check_args(op, &args)?;
+        let dims = rules::cross_entropy(
+            op,
+            ("input", self.dims()),
+            ("target", target.dims()),
+            args.reduction == Reduction::None,
+        )?;
+        let classes = self.dims()[1];
+        // The kernels write the gradient row by row over the logits.
+        if !self.layout.is_contiguous() {
+            self = self.contiguous()?;
+        }
+        let (storage, layout) = self.make_unique()?;
+        let layout = layout.clone();
+        let loss = dispatch!(D, |be| {
+            match be.cross_entropy_fused(
+                (be.buf_mut(storage), &layout),
+                (be.buf(&target.storage), &target.layout),
+                args,
+            )? {
+                Ok(out) => be.wrap(out),
+                Err(k) => return Err(bad_target(op, k, classes, args.ignore_index)),
+            }
+        });
+        Ok((output(loss, &dims)?, self))
+    }
 }
 
 /// The permutation that moves the classes (dim 1 of `rank` dims) last:
@@ -513,6 +565,89 @@ mod tests {
             .cross_entropy_backward(&tt, &rows, Default::default())
             .unwrap_err();
         assert!(e.to_string().contains("grad_output"), "{e}");
+    }
+
+    /// `cross_entropy_with_grad` gives the forward's loss and the
+    /// backward's gradient for a gradient of 1, bit for bit, for every
+    /// reduction, smoothing and ignored rows; it writes over its own
+    /// buffer, never over one another tensor shares, takes strided
+    /// logits, and names a bad target.
+    #[test]
+    fn with_grad_is_the_forward_and_the_backward() {
+        let mut rng = Rng(0x5851_F42D_4C95_7F2D);
+        for &(n, c) in &[(0, 3), (1, 1), (6, 9), (17, 130)] {
+            for reduction in Reduction::ALL {
+                for &(ignore, s) in &[(-100, 0.0), (2, 0.1)] {
+                    let (x, t) = case::<f32>(&mut rng, n, c, ignore);
+                    let (xt, tt) = tensors::<f32>(&x, &t, c);
+                    let args = CrossEntropyArgs {
+                        reduction,
+                        ignore_index: ignore,
+                        label_smoothing: s,
+                    };
+                    let per_row = reduction == Reduction::None;
+                    let rows = if per_row { vec![n] } else { vec![] };
+                    let one = Tensor::<Cpu, f32, (Dyn,)>::ones_dims(&[n]).unwrap();
+                    let (loss, grad): (Vec<f32>, Vec<f32>) = if per_row {
+                        let l = xt.cross_entropy::<(Dyn,), _>(&tt, args).unwrap();
+                        let g = xt.cross_entropy_backward(&tt, &one, args).unwrap();
+                        (l.to_vec().unwrap(), g.to_vec().unwrap())
+                    } else {
+                        let one = Tensor::<Cpu, f32, ()>::from_vec(vec![1.0]).unwrap();
+                        let l = xt.cross_entropy::<(), _>(&tt, args).unwrap();
+                        let g = xt.cross_entropy_backward(&tt, &one, args).unwrap();
+                        (l.to_vec().unwrap(), g.to_vec().unwrap())
+                    };
+                    let fused = |x: Logits<f32>| -> (Vec<f32>, Vec<f32>) {
+                        let (l, g) = if per_row {
+                            let (l, g) = x.cross_entropy_with_grad::<(Dyn,), _>(&tt, args).unwrap();
+                            (l.to_vec().unwrap(), g)
+                        } else {
+                            let (l, g) = x.cross_entropy_with_grad::<(), _>(&tt, args).unwrap();
+                            (l.to_vec().unwrap(), g)
+                        };
+                        (l, g.to_vec().unwrap())
+                    };
+                    // `xt` shares the storage: it keeps its logits.
+                    let (l, g) = fused(xt.clone());
+                    let what = format!("[{n}, {c}] {reduction:?} s={s}");
+                    assert_eq!(l.len(), rows.iter().product::<usize>(), "{what}");
+                    let same = |a: &[f32], b: &[f32]| {
+                        a.iter()
+                            .map(|v| v.to_bits())
+                            .eq(b.iter().map(|v| v.to_bits()))
+                    };
+                    assert!(same(&l, &loss), "{what}: {l:?} {loss:?}");
+                    assert!(same(&g, &grad), "{what}");
+                    let kept: Vec<f32> = xt.to_vec().unwrap();
+                    assert!(same(
+                        &kept,
+                        &x.iter().map(|&v| v as f32).collect::<Vec<_>>()
+                    ));
+                    // Logits given transposed (a strided view) give the same.
+                    let tr = Logits::<f32>::from_vec_dims(
+                        (0..n * c).map(|i| x[(i % n) * c + i / n] as f32).collect(),
+                        &[c, n],
+                    )
+                    .unwrap()
+                    .permute::<(Dyn, Dyn)>(&[1, 0])
+                    .unwrap();
+                    let (l2, g2) = fused(tr);
+                    assert!(same(&l2, &loss), "{what}: strided");
+                    assert!(same(&g2, &grad), "{what}: strided");
+                }
+            }
+        }
+        let (xt, _) = tensors::<f32>(&[1.0, 2.0, 3.0, 4.0], &[0, 0], 2);
+        let tt = Targets::from_vec_dims(vec![0, 5], &[2]).unwrap();
+        let e = xt
+            .cross_entropy_with_grad::<(), _>(&tt, Default::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cross_entropy_with_grad: target 5 in `target` is out of range"),
+            "{e}"
+        );
     }
 
     /// The backward against central differences of the `f64` forward.
