@@ -653,18 +653,21 @@ fn check_norm(k: &Kernel) {
     assert_eq!(es.len(), NormEntry::ALL.len(), "{}", k.name);
     for (e, entry) in es.iter().zip(NormEntry::ALL) {
         assert_eq!(e.name, format!("{}{}", k.name, entry.suffix()));
-        assert_eq!(
-            e.params,
+        // The row kernel's parameters: `x`, `weight` (and `bias`) as
+        // rows, `eps` as the one scalar.
+        let rows = if k.name.contains("layer_norm") { 3 } else { 2 };
+        let mut want = vec![".param .u64 p_out".to_string()];
+        want.extend((0..rows).map(|i| format!(".param .u64 p_in{i}")));
+        want.extend((0..rows).map(|i| format!(".param .u64 p_step{i}")));
+        want.extend(
             [
-                ".param .u64 p_out",
-                ".param .u64 p_in",
-                ".param .u64 p_w",
-                ".param .u64 p_b",
                 ".param .u64 p_rows",
                 ".param .u64 p_cols",
-                ".param .f64 p_eps"
+                ".param .f64 p_s0",
             ]
+            .map(String::from),
         );
+        assert_eq!(e.params, want, "{}", e.name);
         check_body(e);
         assert!(e.body.contains("shfl.sync.bfly.b32"), "{}", e.name);
         assert!(e.body.contains("ld.global.nc"), "{}", e.name);
