@@ -29,11 +29,13 @@ use tensorfn_core::DTypeKind;
 /// use tensorfn_kernels::rowkernel::norm_program;
 /// use tensorfn_kernels::{DTypeKind, NormOp};
 /// let prog = norm_program(NormOp::RmsNorm, DTypeKind::F32);
-/// let x = HostData::F32(vec![3.0, 4.0, 0.0, 0.0]);
+/// let x = HostData::F32(vec![3.0, 4.0, 6.0, 8.0]);
 /// let w = HostData::F32(vec![1.0, 2.0]);
 /// let y = interp::row_kernel(&prog, &[(&x, 2), (&w, 0)], &[0.0], 2, 2, true)?;
-/// let r = (12.5f32).sqrt();
-/// assert_eq!(y, HostData::F32(vec![3.0 * (1.0 / r), 4.0 * (1.0 / r) * 2.0, 0.0, 0.0]));
+/// // x * (1 / sqrt(mean(x * x) + eps)) * w, each operation rounded to f32.
+/// let inv = |a: f32, b: f32| 1.0 / ((a * a + b * b) / 2.0).sqrt();
+/// let (i0, i1) = (inv(3.0, 4.0), inv(6.0, 8.0));
+/// assert_eq!(y, HostData::F32(vec![3.0 * i0, 4.0 * i0 * 2.0, 6.0 * i1, 8.0 * i1 * 2.0]));
 /// // A row parameter shorter than the rows need is an error, not a panic.
 /// assert!(interp::row_kernel(&prog, &[(&w, 2), (&w, 0)], &[0.0], 2, 2, true).is_err());
 /// # Ok::<(), tensorfn_kernels::Error>(())
