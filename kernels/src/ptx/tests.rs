@@ -1212,3 +1212,26 @@ fn row_kernels_are_well_formed() {
         }
     }
 }
+
+/// A row program's work that reads no row parameter (a norm's
+/// `1 / sqrt(var + eps)`) runs once per row, not once per element: one
+/// `sqrt.rn` in every entry, and the divisions only that one and the
+/// means.
+#[test]
+fn row_kernels_compute_per_row_values_once() {
+    for op in NormOp::ALL {
+        for dtype in [
+            DTypeKind::F32,
+            DTypeKind::F64,
+            DTypeKind::F16,
+            DTypeKind::BF16,
+        ] {
+            let k = builtin::norm(op, dtype);
+            for e in entries(&k.ptx) {
+                assert_eq!(e.body.matches("sqrt.rn").count(), 1, "{}", e.name);
+                let means = if op.has_bias() { 2 } else { 1 };
+                assert_eq!(e.body.matches("div.rn").count(), means + 1, "{}", e.name);
+            }
+        }
+    }
+}
