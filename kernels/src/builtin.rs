@@ -237,7 +237,10 @@ pub fn norm_name(op: NormOp, dtype: DTypeKind) -> String {
 /// Normalisation `op` (`layer_norm`, `rms_norm`) over contiguous rows of
 /// `dtype`: a module with the entries `NAME_SUFFIX` of every
 /// [`NormEntry`](crate::norm::NormEntry) (see [`norm`](crate::norm) for
-/// which runs a row, and `ptx::norm` for the parameters); `Err` unless
+/// which runs a row): the row program
+/// [`norm_program`](crate::rowkernel::norm_program)`(op, dtype)` as
+/// [`ptx::row_kernel`] writes a user's, with its parameters (`x`,
+/// `weight`, for `layer_norm` `bias`, as rows; `eps`); `Err` unless
 /// `dtype` is a float.
 ///
 /// ```
@@ -260,7 +263,7 @@ pub fn try_norm(op: NormOp, dtype: DTypeKind) -> Result<Kernel> {
         });
     }
     let name = norm_name(op, dtype);
-    let ptx = ptx::norm(&name, op, dtype);
+    let ptx = ptx::row_kernel(&crate::rowkernel::norm_program(op, dtype), &name)?;
     Ok(Kernel { name, ptx })
 }
 

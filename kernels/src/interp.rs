@@ -30,11 +30,13 @@ mod host;
 mod norm;
 mod reduce;
 mod rope;
+mod rowkernel;
 
 pub use host::{HostData, HostView};
 pub use norm::norm;
 pub use reduce::{reduce, row};
 pub use rope::rope;
+pub use rowkernel::row_kernel;
 
 use crate::error::{Error, Result};
 use crate::ir::Kernel;

@@ -24,9 +24,12 @@
 //! access's elements in order), then the threads' sums are combined by a
 //! butterfly across the warp and, in a block, the eight warps' sums in
 //! order. Statistics are in f32 for f32, f16 and bf16 and in f64 for f64;
-//! every operation is rounded once (`add.rn`, `fma.rn`, `div.rn`,
+//! every operation is rounded once (`add.rn`, `mul.rn`, `div.rn`,
 //! `sqrt.rn`), so [`interp::norm`](crate::interp::norm) computes the same
-//! bits.
+//! bits. The norms are row programs
+//! ([`norm_program`](crate::rowkernel::norm_program)), and every row
+//! kernel written in `tensor_fn!` splits its rows the same way
+//! ([`interp::row_kernel`](crate::interp::row_kernel) on the host).
 //!
 //! ```
 //! use tensorfn_kernels::norm::{self, NormEntry};

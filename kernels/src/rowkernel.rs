@@ -289,7 +289,9 @@ pub struct RowKernelDef {
 
 /// Normalisation `op` over rows of `dtype` written as a row program, as a
 /// user writes it in `tensor_fn!`: parameters `x`, `weight`, (`bias`,)
-/// rows, and `eps` of the compute dtype.
+/// rows, and `eps` of the compute dtype. The catalogue's norms on the GPU
+/// are these programs ([`builtin::norm`](crate::builtin::norm)), and
+/// [`interp::norm`](crate::interp::norm) runs them as the GPU does.
 ///
 /// ```text
 /// layer_norm: mean = mean(x); var = mean((x - mean) * (x - mean));

@@ -1,65 +1,14 @@
-//! The normalisation kernels (`layer_norm`, `rms_norm`) on the host,
-//! operation for operation as their PTX entries compute them (see
-//! [`norm`](crate::norm)): the same split of a row among threads, the same
-//! order of the sums, every operation rounded once in the accumulation
-//! precision.
+//! The normalisation kernels (`layer_norm`, `rms_norm`) on the host: the
+//! row programs [`norm_program`] writes, run as their PTX entries run
+//! them ([`row_kernel`]).
 
+use super::rowkernel::row_kernel;
 use super::HostData;
 use crate::error::{Error, Result};
-use crate::norm::{self, NormEntry, WARPS};
 use crate::ops::NormOp;
+use crate::rowkernel::norm_program;
+#[cfg(test)]
 use tensorfn_core::DTypeKind;
-
-/// Arithmetic in the accumulation precision (f32, or f64 for f64), on
-/// values held as `f64`.
-#[derive(Clone, Copy)]
-struct Acc {
-    wide: bool,
-}
-
-impl Acc {
-    fn r(self, v: f64) -> f64 {
-        if self.wide {
-            v
-        } else {
-            v as f32 as f64
-        }
-    }
-    fn add(self, a: f64, b: f64) -> f64 {
-        self.r(a + b)
-    }
-    fn sub(self, a: f64, b: f64) -> f64 {
-        self.r(a - b)
-    }
-    fn mul(self, a: f64, b: f64) -> f64 {
-        if self.wide {
-            a * b
-        } else {
-            (a as f32 * b as f32) as f64
-        }
-    }
-    fn div(self, a: f64, b: f64) -> f64 {
-        if self.wide {
-            a / b
-        } else {
-            (a as f32 / b as f32) as f64
-        }
-    }
-    fn fma(self, a: f64, b: f64, c: f64) -> f64 {
-        if self.wide {
-            a.mul_add(b, c)
-        } else {
-            (a as f32).mul_add(b as f32, c as f32) as f64
-        }
-    }
-    fn sqrt(self, a: f64) -> f64 {
-        if self.wide {
-            a.sqrt()
-        } else {
-            (a as f32).sqrt() as f64
-        }
-    }
-}
 
 /// `op` of `rows` contiguous rows of `cols` elements of `input`, with
 /// `weight` (and for `layer_norm`, `bias`) of `cols` elements, as the
@@ -120,133 +69,12 @@ pub fn norm(
         })?;
         buffer("bias", b, cols)?;
     }
-    let acc = Acc {
-        wide: dtype == DTypeKind::F64,
-    };
-    let entry = norm::entry(dtype, cols, aligned);
-    let w: Vec<f64> = weight.to_f64_vec();
-    let b: Vec<f64> = match (op.has_bias(), bias) {
-        (true, Some(b)) => b.to_f64_vec(),
-        _ => vec![0.0; cols],
-    };
-    let x_all = input.to_f64_vec();
-    let n = acc.r(cols as f64);
-    let eps = acc.r(eps);
-    let mut out = vec![0.0; total];
-    for r in 0..rows {
-        let x = &x_all[r * cols..(r + 1) * cols];
-        let o = &mut out[r * cols..(r + 1) * cols];
-        row(op, acc, entry, dtype, x, &w, &b, n, eps, o);
+    let prog = norm_program(op, dtype);
+    let mut rows_in = vec![(input, cols), (weight, 0)];
+    if let (true, Some(b)) = (op.has_bias(), bias) {
+        rows_in.push((b, 0));
     }
-    Ok(HostData::from_f64(dtype, &out))
-}
-
-/// The columns thread `t` visits, in order (`None` for a slot past the
-/// row, which holds zeros).
-fn thread_cols(entry: NormEntry, dtype: DTypeKind, cols: usize, t: usize) -> Vec<Option<usize>> {
-    let threads = entry.threads();
-    match entry {
-        NormEntry::Long => (t..cols).step_by(threads).map(Some).collect(),
-        _ => {
-            let v = entry.width(dtype);
-            let accesses = norm::slots(dtype) / v;
-            let nvec = cols / v;
-            let mut out = Vec::with_capacity(accesses * v);
-            for j in 0..accesses {
-                let a = t + j * threads;
-                for k in 0..v {
-                    out.push((a < nvec).then_some(a * v + k));
-                }
-            }
-            out
-        }
-    }
-}
-
-/// Sums the threads' values as the kernels do: a butterfly within each
-/// warp, then the warps' sums in order.
-fn combine(acc: Acc, mut s: Vec<f64>) -> f64 {
-    for off in [16usize, 8, 4, 2, 1] {
-        let prev = s.clone();
-        for (i, v) in s.iter_mut().enumerate() {
-            *v = acc.add(prev[i], prev[i ^ off]);
-        }
-    }
-    if s.len() == 32 {
-        return s[0];
-    }
-    let mut total = s[0];
-    for w in 1..WARPS {
-        total = acc.add(total, s[32 * w]);
-    }
-    total
-}
-
-#[allow(clippy::too_many_arguments)]
-fn row(
-    op: NormOp,
-    acc: Acc,
-    entry: NormEntry,
-    dtype: DTypeKind,
-    x: &[f64],
-    w: &[f64],
-    b: &[f64],
-    n: f64,
-    eps: f64,
-    out: &mut [f64],
-) {
-    let cols = x.len();
-    let plan: Vec<Vec<Option<usize>>> = (0..entry.threads())
-        .map(|t| thread_cols(entry, dtype, cols, t))
-        .collect();
-    let value = |c: Option<usize>| c.map_or(0.0, |c| x[c]);
-    let (shift, stat) = match op {
-        NormOp::LayerNorm => {
-            let sums = plan
-                .iter()
-                .map(|cs| cs.iter().fold(0.0, |s, &c| acc.add(s, value(c))))
-                .collect();
-            let mean = acc.div(combine(acc, sums), n);
-            let squares = plan
-                .iter()
-                .map(|cs| {
-                    cs.iter().fold(0.0, |s, &c| {
-                        // Slots past the row hold 0, not `0 - mean`.
-                        let d = match c {
-                            Some(c) => acc.sub(x[c], mean),
-                            None => 0.0,
-                        };
-                        acc.fma(d, d, s)
-                    })
-                })
-                .collect();
-            (Some(mean), acc.div(combine(acc, squares), n))
-        }
-        NormOp::RmsNorm => {
-            let squares = plan
-                .iter()
-                .map(|cs| {
-                    cs.iter().fold(0.0, |s, &c| {
-                        let v = value(c);
-                        acc.fma(v, v, s)
-                    })
-                })
-                .collect();
-            (None, acc.div(combine(acc, squares), n))
-        }
-    };
-    let inv = acc.div(1.0, acc.sqrt(acc.add(stat, eps)));
-    for (c, o) in out.iter_mut().enumerate() {
-        let d = match shift {
-            Some(m) => acc.sub(x[c], m),
-            None => x[c],
-        };
-        let y = acc.mul(d, inv);
-        *o = match op {
-            NormOp::LayerNorm => acc.fma(y, w[c], b[c]),
-            NormOp::RmsNorm => acc.mul(y, w[c]),
-        };
-    }
+    row_kernel(&prog, &rows_in, &[eps], rows, cols, aligned)
 }
 
 #[cfg(test)]

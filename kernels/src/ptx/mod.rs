@@ -254,22 +254,6 @@ pub(crate) fn row(name: &str, spec: &RowSpec) -> String {
     )
 }
 
-/// The module of normalisation `op` over rows of `dtype`: the entries
-/// `NAME_SUFFIX` of every [`NormEntry`](crate::norm::NormEntry).
-pub(crate) fn norm(name: &str, op: crate::ops::NormOp, dtype: tensorfn_core::DTypeKind) -> String {
-    let entries: Vec<String> = crate::norm::NormEntry::ALL
-        .iter()
-        .map(|&e| norm::norm_entry(name, op, dtype, e))
-        .collect();
-    module(
-        &format!(
-            "{name}: {} over rows of {dtype}",
-            op.name().replace('_', "-")
-        ),
-        &entries,
-    )
-}
-
 /// The module of the backward of normalisation `op` over rows of
 /// `dtype`: the entries `NAME_dx` and `NAME_sum` (see
 /// `norm::norm_backward_entries`).

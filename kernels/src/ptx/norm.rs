@@ -1,16 +1,9 @@
-//! The normalisation entries (`layer_norm`, `rms_norm`): one module per
-//! op and dtype holding the five entries of [`crate::norm`], each a
-//! fused row kernel that reads its row once, takes the statistics in
-//! registers (two passes over them for `layer_norm`: the mean, then the
-//! squares of the deviations from it) and writes the normalised row.
-//!
-//! Every entry is `NAME_SUFFIX(.param .u64 out, .param .u64 in, .param
-//! .u64 weight, .param .u64 bias, .param .u64 rows, .param .u64 cols,
-//! .param .f64 eps)` over `rows` contiguous rows of `cols` elements;
-//! `bias` is unused by `rms_norm`. Launch with `block.x = BLOCK` and
-//! `grid.x` blocks, each of which loops over the rows its
-//! [`rows_per_block`](crate::norm::NormEntry::rows_per_block) slots
-//! cover, `grid.x` blocks apart.
+//! The pieces of the row strategies of [`crate::norm`] (a row held in
+//! registers through [`Accesses`], loaded, widened and stored 16 bytes
+//! or one element at a time; the threads' partial results combined by
+//! [`reduce_threads`]), which the row kernels' entries
+//! ([`super::rowkernel`], the catalogue's `layer_norm` and `rms_norm`
+//! among them) are built from, and the normalisations' backward entries.
 
 use super::body::{Body, Class};
 use super::inst::round_bf16;
@@ -19,8 +12,6 @@ use crate::abi::BLOCK;
 use crate::norm::{self, NormEntry, WARPS};
 use crate::ops::NormOp;
 use tensorfn_core::DTypeKind;
-
-const PARAMS: &str = "(\n\t.param .u64 p_out,\n\t.param .u64 p_in,\n\t.param .u64 p_w,\n\t.param .u64 p_b,\n\t.param .u64 p_rows,\n\t.param .u64 p_cols,\n\t.param .f64 p_eps\n)";
 
 /// Bytes of shared memory per statistic: one value per warp.
 pub(super) const REGION: usize = WARPS * 8;
@@ -75,12 +66,9 @@ impl Gen {
         }
     }
 
-    fn new(body: &mut Body, op: NormOp, dtype: DTypeKind, shared: bool) -> Gen {
-        Gen::with_fourth(body, op, dtype, shared, "p_b")
-    }
-
-    /// [`Gen::new`] with the fourth pointer (`b`) read from parameter
-    /// `fourth`: the backward entries take the output's gradient there.
+    /// The entry's parameters, with the fourth pointer (`b`) read from
+    /// parameter `fourth`: the backward entries take the output's
+    /// gradient there.
     fn with_fourth(
         body: &mut Body,
         op: NormOp,
@@ -176,19 +164,6 @@ impl Gen {
         let m = self.acc(body);
         body.op(format!("div.rn.{} {m}, {sum}, {}", self.a(), self.n));
         m
-    }
-
-    /// The output of element `x` (already `x - mean` for `layer_norm`)
-    /// with its `w` (and `b`), rounded to the dtype (in register form).
-    fn output(&self, body: &mut Body, x: &str, inv: &str, w: &str, b: Option<&str>) -> String {
-        let a = self.a();
-        let y = self.acc(body);
-        body.op(format!("mul.rn.{a} {y}, {x}, {inv}"));
-        match b {
-            Some(b) => body.op(format!("fma.rn.{a} {y}, {y}, {w}, {b}")),
-            None => body.op(format!("mul.rn.{a} {y}, {y}, {w}")),
-        }
-        self.round(body, y)
     }
 
     /// `y` rounded to the dtype (in register form): to bf16 for bf16,
@@ -524,93 +499,6 @@ pub(super) fn addr(body: &mut Body, base: &str, off: &str) -> String {
     a
 }
 
-/// One row kept in registers (the `warp` and `block` entries); `wb` holds
-/// the addresses of this thread's first access of `weight` and `bias`.
-fn row_in_registers(
-    body: &mut Body,
-    g: &Gen,
-    acc: &Accesses,
-    (wa, ba): (&str, &str),
-    xin: &str,
-    xout: &str,
-) {
-    let a = g.a();
-    let xa = acc.base(body, xin);
-    // Every load first, then the conversions.
-    let raws: Vec<Vec<String>> = (0..acc.count)
-        .map(|j| {
-            let p = acc.inside(body, j);
-            load_raw(body, g.dtype, acc.width, &p, &acc.at(&xa, j))
-        })
-        .collect();
-    let xs: Vec<Vec<String>> = raws
-        .iter()
-        .map(|r| widen(body, g.dtype, acc.width, r))
-        .collect();
-    let s = g.acc(body);
-    body.op(format!("mov.{a} {s}, {}", g.zero()));
-    let stat = match g.op {
-        NormOp::LayerNorm => {
-            for x in xs.iter().flatten() {
-                body.op(format!("add.rn.{a} {s}, {s}, {x}"));
-            }
-            let total = g.reduce(body, &s, 0);
-            let mean = g.mean(body, &total);
-            let q = g.acc(body);
-            body.op(format!("mov.{a} {q}, {}", g.zero()));
-            for (j, x) in xs.iter().enumerate() {
-                let p = acc.inside(body, j);
-                for x in x {
-                    body.op(format!("sub.rn.{a} {x}, {x}, {mean}"));
-                    // Slots past the row hold 0, not `0 - mean`.
-                    body.op(format!("@!{p} mov.{a} {x}, {}", g.zero()));
-                    body.op(format!("fma.rn.{a} {q}, {x}, {x}, {q}"));
-                }
-            }
-            let total = g.reduce(body, &q, 1);
-            g.mean(body, &total)
-        }
-        NormOp::RmsNorm => {
-            for x in xs.iter().flatten() {
-                body.op(format!("fma.rn.{a} {s}, {x}, {x}, {s}"));
-            }
-            let total = g.reduce(body, &s, 0);
-            g.mean(body, &total)
-        }
-    };
-    let inv = g.inverse(body, &stat);
-    let oa = acc.base(body, xout);
-    // Weights (and biases) a few accesses at a time: their loads in
-    // flight together, without holding a second row's worth of registers.
-    let bias = g.op.has_bias();
-    let group = (16 / (acc.width * if bias { 2 } else { 1 })).max(1);
-    let mut j0 = 0;
-    while j0 < acc.count {
-        let js: Vec<usize> = (j0..(j0 + group).min(acc.count)).collect();
-        let loaded: Vec<(Vec<String>, Option<Vec<String>>)> = js
-            .iter()
-            .map(|&j| {
-                let p = acc.inside(body, j);
-                let w = load_raw(body, g.dtype, acc.width, &p, &acc.at(wa, j));
-                let b = bias.then(|| load_raw(body, g.dtype, acc.width, &p, &acc.at(ba, j)));
-                (w, b)
-            })
-            .collect();
-        for (&j, (wr, br)) in js.iter().zip(&loaded) {
-            let ws = widen(body, g.dtype, acc.width, wr);
-            let bs = br.as_ref().map(|br| widen(body, g.dtype, acc.width, br));
-            let ys: Vec<String> = xs[j]
-                .iter()
-                .enumerate()
-                .map(|(k, x)| g.output(body, x, &inv, &ws[k], bs.as_ref().map(|b| b[k].as_str())))
-                .collect();
-            let p = acc.inside(body, j);
-            store_access(body, g.dtype, &p, &acc.at(&oa, j), &ys);
-        }
-        j0 += group;
-    }
-}
-
 /// A loop over this thread's columns of a long row: `col` from `tid` by
 /// `BLOCK`.
 fn col_loop(body: &mut Body, g: &Gen, inner: impl FnOnce(&mut Body, &str)) {
@@ -646,136 +534,6 @@ fn elem(body: &mut Body, g: &Gen, base: &str, col: &str) -> String {
         g.dtype.size_bytes()
     ));
     a
-}
-
-/// One row of any length, read from global memory once per pass.
-fn long_row(body: &mut Body, g: &Gen, xin: &str, xout: &str) {
-    let a = g.a();
-    let dtype = g.dtype;
-    let s = g.acc(body);
-    body.op(format!("mov.{a} {s}, {}", g.zero()));
-    let mean = match g.op {
-        NormOp::LayerNorm => {
-            col_loop(body, g, |body, col| {
-                let at = elem(body, g, xin, col);
-                let x = load(body, dtype, &at, true);
-                body.op(format!("add.rn.{a} {s}, {s}, {x}"));
-            });
-            let total = g.reduce(body, &s, 0);
-            let mean = g.mean(body, &total);
-            body.op(format!("mov.{a} {s}, {}", g.zero()));
-            col_loop(body, g, |body, col| {
-                let at = elem(body, g, xin, col);
-                let x = load(body, dtype, &at, true);
-                let d = g.acc(body);
-                body.op(format!("sub.rn.{a} {d}, {x}, {mean}"));
-                body.op(format!("fma.rn.{a} {s}, {d}, {d}, {s}"));
-            });
-            Some(mean)
-        }
-        NormOp::RmsNorm => {
-            col_loop(body, g, |body, col| {
-                let at = elem(body, g, xin, col);
-                let x = load(body, dtype, &at, true);
-                body.op(format!("fma.rn.{a} {s}, {x}, {x}, {s}"));
-            });
-            None
-        }
-    };
-    let region = usize::from(mean.is_some());
-    let total = g.reduce(body, &s, region);
-    let stat = g.mean(body, &total);
-    let inv = g.inverse(body, &stat);
-    col_loop(body, g, |body, col| {
-        let at = elem(body, g, xin, col);
-        let x = load(body, dtype, &at, true);
-        let wa = elem(body, g, &g.w, col);
-        let w = load(body, dtype, &wa, true);
-        let b = g.op.has_bias().then(|| {
-            let ba = elem(body, g, &g.b, col);
-            load(body, dtype, &ba, true)
-        });
-        let d = match &mean {
-            Some(m) => {
-                let d = g.acc(body);
-                body.op(format!("sub.rn.{a} {d}, {x}, {m}"));
-                d
-            }
-            None => x,
-        };
-        let y = g.output(body, &d, &inv, &w, b.as_deref());
-        let oa = elem(body, g, xout, col);
-        store(body, dtype, &oa, &y);
-    });
-}
-
-/// The entry `NAME_SUFFIX` of `entry` for `op` over rows of `dtype`.
-pub(crate) fn norm_entry(name: &str, op: NormOp, dtype: DTypeKind, entry: NormEntry) -> String {
-    let mut body = Body::new();
-    let shared = !matches!(entry, NormEntry::Warp { .. });
-    if shared {
-        body.raw(format!(".shared .align 8 .b8 nsmem[{}];", 2 * REGION));
-    }
-    let g = Gen::new(&mut body, op, dtype, shared);
-    let ctaid = body.reg(Class::B64);
-    let c32 = body.reg(Class::B32);
-    body.op(format!("mov.u32 {c32}, %ctaid.x"));
-    body.op(format!("cvt.u64.u32 {ctaid}, {c32}"));
-    let nctaid = body.reg(Class::B64);
-    body.op(format!("mov.u32 {c32}, %nctaid.x"));
-    body.op(format!("cvt.u64.u32 {nctaid}, {c32}"));
-    let row = body.reg(Class::B64);
-    let step = body.reg(Class::B64);
-    let t = body.reg(Class::B64);
-    match entry {
-        NormEntry::Warp { .. } => {
-            let w = body.reg(Class::B64);
-            body.op(format!("cvt.u64.u32 {w}, {}", g.warp));
-            body.op(format!("mad.lo.u64 {row}, {ctaid}, {WARPS}, {w}"));
-            body.op(format!("mul.lo.u64 {step}, {nctaid}, {WARPS}"));
-            body.op(format!("cvt.u64.u32 {t}, {}", g.lane));
-        }
-        _ => {
-            body.op(format!("mov.u64 {row}, {ctaid}"));
-            body.op(format!("mov.u64 {step}, {nctaid}"));
-            body.op(format!("cvt.u64.u32 {t}, {}", g.tid));
-        }
-    }
-    let acc = (entry != NormEntry::Long).then(|| {
-        let acc = Accesses::new(&mut body, g.dtype, &g.cols, entry, &t);
-        let wa = acc.base(&mut body, &g.w);
-        let ba = acc.base(&mut body, &g.b);
-        (acc, wa, ba)
-    });
-    let lp = body.label("row_loop");
-    let end = body.label("row_end");
-    body.place(&lp);
-    let done = body.reg(Class::Pred);
-    body.op(format!("setp.ge.u64 {done}, {row}, {}", g.rows));
-    // Uniform: a warp (or a block) works on one row at a time.
-    body.op(format!("@{done} bra.uni {end}"));
-    let off = body.reg(Class::B64);
-    body.op(format!("mul.lo.u64 {off}, {row}, {}", g.cols));
-    body.op(format!("mul.lo.u64 {off}, {off}, {}", dtype.size_bytes()));
-    let xin = addr(&mut body, &g.input, &off);
-    let xout = addr(&mut body, &g.out, &off);
-    match &acc {
-        Some((acc, wa, ba)) => row_in_registers(&mut body, &g, acc, (wa, ba), &xin, &xout),
-        None => long_row(&mut body, &g, &xin, &xout),
-    }
-    if shared {
-        // The next row's sums overwrite shared memory this row read.
-        body.op("bar.sync 0");
-    }
-    body.op(format!("add.u64 {row}, {row}, {step}"));
-    body.op(format!("bra.uni {lp}"));
-    body.place(&end);
-    body.op("ret");
-    format!(
-        ".visible .entry {name}{}{PARAMS}\n{{\n{}}}\n",
-        entry.suffix(),
-        body.finish()
-    )
 }
 
 const BACKWARD_PARAMS: &str = "(\n\t.param .u64 p_out,\n\t.param .u64 p_in,\n\t.param .u64 p_w,\n\t.param .u64 p_g,\n\t.param .u64 p_rows,\n\t.param .u64 p_cols,\n\t.param .f64 p_eps,\n\t.param .u64 p_part\n)";

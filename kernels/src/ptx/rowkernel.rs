@@ -37,7 +37,7 @@ use super::norm::{
 };
 use crate::lower::lower;
 use crate::norm::{NormEntry, WARPS};
-use crate::prim::Program;
+use crate::prim::{Inst, Op, Program, Reg};
 use crate::rowkernel::{RowParam, RowProgram, RowReduce};
 use std::fmt::Write;
 use tensorfn_core::DTypeKind;
@@ -346,6 +346,72 @@ fn rows_read(prog: &RowProgram, p: &Program) -> Vec<bool> {
     prog.rows().iter().map(|&i| used[i]).collect()
 }
 
+/// An element program split at its work that reads no row parameter
+/// (a norm's `1 / sqrt(var + eps)`, say): `head` computes those values
+/// once per row, `tail` the rest per element, reading them as parameters
+/// after the program's own. The same operations in the same order, so the
+/// same bits; only where they run changes.
+struct Hoisted {
+    head: Program,
+    tail: Program,
+}
+
+impl Hoisted {
+    /// `p` split for the row program whose row parameters are `rows`.
+    fn new(p: &Program, rows: &[usize]) -> Hoisted {
+        let n = p.insts.len();
+        let live = p.live();
+        let mut invariant = vec![false; n];
+        for (i, inst) in p.insts.iter().enumerate() {
+            invariant[i] = match inst.op {
+                Op::Param(k) => !rows.contains(&(k as usize)),
+                _ => inst.args.iter().all(|a| invariant[a.idx()]),
+            };
+        }
+        let computed = |i: usize| !matches!(p.insts[i].op, Op::Param(_) | Op::Const(_));
+        // The computed invariant values an element's work (or the result) reads.
+        let mut hoist = vec![false; n];
+        for (i, inst) in p.insts.iter().enumerate() {
+            if live[i] && !invariant[i] {
+                for a in &inst.args {
+                    hoist[a.idx()] |= invariant[a.idx()] && computed(a.idx());
+                }
+            }
+        }
+        for r in &p.results {
+            hoist[r.idx()] |= invariant[r.idx()] && computed(r.idx());
+        }
+        let hoisted: Vec<usize> = (0..n).filter(|&i| hoist[i]).collect();
+        let head = Program {
+            params: p.params.clone(),
+            insts: p.insts.clone(),
+            results: hoisted.iter().map(|&i| Reg(i as u32)).collect(),
+        };
+        let mut tail = p.clone();
+        for (k, &i) in hoisted.iter().enumerate() {
+            let ty = p.insts[i].ty;
+            tail.params.push(ty);
+            tail.insts[i] = Inst {
+                op: Op::Param((p.params.len() + k) as u16),
+                ty,
+                args: Vec::new(),
+            };
+        }
+        Hoisted { head, tail }
+    }
+
+    /// Emits the head once (before a row's element loops) with the
+    /// scalars and `stats`; returns the registers the tail reads after
+    /// its own parameters.
+    fn emit_head(&self, body: &mut Body, r: &Row<'_>, stats: &[String]) -> Vec<String> {
+        if self.head.results.is_empty() {
+            return Vec::new();
+        }
+        let xs = r.inputs(body, stats, |_, _| String::new());
+        emit_program(body, &self.head, &xs)
+    }
+}
+
 /// One row of any length, its inputs read once per pass from global
 /// memory at `bases`, the result stored at `out`.
 fn long_row(body: &mut Body, r: &Row<'_>, bases: &[String], out: &str) {
@@ -368,9 +434,12 @@ fn long_row(body: &mut Body, r: &Row<'_>, bases: &[String], out: &str) {
         let read = rows_read(prog, &p);
         let combine = lower(&st.reduce.combine_kernel(prog.compute_dtype()));
         let acc = r.identity(body, k);
+        let split = Hoisted::new(&p, &prog.rows());
+        let pre = split.emit_head(body, r, &stats);
         cols_of_thread(body, &tid32, r.cols, |body, col| {
-            let xs = r.inputs(body, &stats, |body, j| load_at(body, &read, j, col));
-            let v = emit_program(body, &p, &xs);
+            let mut xs = r.inputs(body, &stats, |body, j| load_at(body, &read, j, col));
+            xs.extend(pre.iter().cloned());
+            let v = emit_program(body, &split.tail, &xs);
             let c = emit_program(body, &combine, &[acc.clone(), v[0].clone()]);
             body.op(format!("mov.{} {acc}, {}", r.a(), c[0]));
         });
@@ -381,9 +450,12 @@ fn long_row(body: &mut Body, r: &Row<'_>, bases: &[String], out: &str) {
     }
     let p = lower(&prog.output);
     let read = rows_read(prog, &p);
+    let split = Hoisted::new(&p, &prog.rows());
+    let pre = split.emit_head(body, r, &stats);
     cols_of_thread(body, &tid32, r.cols, |body, col| {
-        let xs = r.inputs(body, &stats, |body, j| load_at(body, &read, j, col));
-        let y = emit_program(body, &p, &xs);
+        let mut xs = r.inputs(body, &stats, |body, j| load_at(body, &read, j, col));
+        xs.extend(pre.iter().cloned());
+        let y = emit_program(body, &split.tail, &xs);
         let at = body.reg(Class::B64);
         body.op(format!("mad.lo.u64 {at}, {col}, {size}, {out}"));
         store(body, dtype, &at, &y[0]);
@@ -432,13 +504,16 @@ fn row_in_registers(body: &mut Body, r: &Row<'_>, acc: &Accesses, bases: &[Strin
     for (k, st) in prog.stats.iter().enumerate() {
         let combine = lower(&st.reduce.combine_kernel(prog.compute_dtype()));
         let part = r.identity(body, k);
+        let split = Hoisted::new(&stat_progs[k], &prog.rows());
+        let pre = split.emit_head(body, r, &stats);
         for j in 0..acc.count {
             let inside = acc.inside(body, j);
             for e in 0..acc.width {
-                let xs = r.inputs(body, &stats, |_, row| {
+                let mut xs = r.inputs(body, &stats, |_, row| {
                     values[row].get(j).map_or(String::new(), |v| v[e].clone())
                 });
-                let v = emit_program(body, &stat_progs[k], &xs);
+                xs.extend(pre.iter().cloned());
+                let v = emit_program(body, &split.tail, &xs);
                 let c = emit_program(body, &combine, &[part.clone(), v[0].clone()]);
                 // Slots past the row take no part.
                 body.op(format!("@{inside} mov.{} {part}, {}", r.a(), c[0]));
@@ -451,6 +526,8 @@ fn row_in_registers(body: &mut Body, r: &Row<'_>, acc: &Accesses, bases: &[Strin
     }
     let read = rows_read(prog, &out_prog);
     let streamed: Vec<usize> = (0..nrows).filter(|&k| read[k] && !held[k]).collect();
+    let split = Hoisted::new(&out_prog, &prog.rows());
+    let pre = split.emit_head(body, r, &stats);
     let oa = acc.base(body, out);
     // The rows only the result reads, a few accesses at a time: their
     // loads in flight together, without holding a second row's worth of
@@ -476,14 +553,15 @@ fn row_in_registers(body: &mut Body, r: &Row<'_>, acc: &Accesses, bases: &[Strin
             }
             let ys: Vec<String> = (0..acc.width)
                 .map(|e| {
-                    let xs = r.inputs(body, &stats, |_, row| {
+                    let mut xs = r.inputs(body, &stats, |_, row| {
                         if held[row] {
                             values[row][j][e].clone()
                         } else {
                             now[row].get(e).cloned().unwrap_or_default()
                         }
                     });
-                    emit_program(body, &out_prog, &xs)[0].clone()
+                    xs.extend(pre.iter().cloned());
+                    emit_program(body, &split.tail, &xs)[0].clone()
                 })
                 .collect();
             let p = acc.inside(body, j);

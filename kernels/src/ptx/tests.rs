@@ -692,18 +692,21 @@ fn check_norm(k: &Kernel) {
     assert_eq!(es.len(), NormEntry::ALL.len(), "{}", k.name);
     for (e, entry) in es.iter().zip(NormEntry::ALL) {
         assert_eq!(e.name, format!("{}{}", k.name, entry.suffix()));
-        assert_eq!(
-            e.params,
+        // The row kernel's parameters: `x`, `weight` (and `bias`) as
+        // rows, `eps` as the one scalar.
+        let rows = if k.name.contains("layer_norm") { 3 } else { 2 };
+        let mut want = vec![".param .u64 p_out".to_string()];
+        want.extend((0..rows).map(|i| format!(".param .u64 p_in{i}")));
+        want.extend((0..rows).map(|i| format!(".param .u64 p_step{i}")));
+        want.extend(
             [
-                ".param .u64 p_out",
-                ".param .u64 p_in",
-                ".param .u64 p_w",
-                ".param .u64 p_b",
                 ".param .u64 p_rows",
                 ".param .u64 p_cols",
-                ".param .f64 p_eps"
+                ".param .f64 p_s0",
             ]
+            .map(String::from),
         );
+        assert_eq!(e.params, want, "{}", e.name);
         check_body(e);
         assert!(e.body.contains("shfl.sync.bfly.b32"), "{}", e.name);
         assert!(e.body.contains("ld.global.nc"), "{}", e.name);
@@ -1244,6 +1247,29 @@ fn row_kernels_are_well_formed() {
                     }
                     _ => assert_eq!(loads, crate::norm::slots(dtype) * rows, "{what}"),
                 }
+            }
+        }
+    }
+}
+
+/// A row program's work that reads no row parameter (a norm's
+/// `1 / sqrt(var + eps)`) runs once per row, not once per element: one
+/// `sqrt.rn` in every entry, and the divisions only that one and the
+/// means.
+#[test]
+fn row_kernels_compute_per_row_values_once() {
+    for op in NormOp::ALL {
+        for dtype in [
+            DTypeKind::F32,
+            DTypeKind::F64,
+            DTypeKind::F16,
+            DTypeKind::BF16,
+        ] {
+            let k = builtin::norm(op, dtype);
+            for e in entries(&k.ptx) {
+                assert_eq!(e.body.matches("sqrt.rn").count(), 1, "{}", e.name);
+                let means = if op.has_bias() { 2 } else { 1 };
+                assert_eq!(e.body.matches("div.rn").count(), means + 1, "{}", e.name);
             }
         }
     }

@@ -871,43 +871,20 @@ impl Backend for CudaBackend {
                 ));
             }
         }
-        // The built-in norms' choice of strategy: the row in registers
-        // when it fits, 16-byte accesses when every row starts on a
-        // 16-byte boundary.
-        let aligned = std::iter::once(out.device_ptr())
-            .chain(inputs.iter().map(|(b, _)| b.device_ptr()))
-            .all(|p| p % 16 == 0);
-        let entry = tensorfn_kernels::norm::entry(T::KIND, cols, aligned);
-        let f = self.ctx.function(
-            super::modules::ModuleKey::Fused(kernel.name),
-            entry.suffix(),
-            || {
+        let ins: Vec<(u64, usize)> = inputs.iter().map(|(b, s)| (b.device_ptr(), *s)).collect();
+        self.ctx.launch_rows(
+            (super::modules::ModuleKey::Fused(kernel.name), &|| {
                 Ok(super::modules::KernelSource {
                     name: kernel.name.to_string(),
                     ptx: kernel.ptx.to_string(),
                 })
-            },
-        )?;
-        let mut words: Vec<u64> = vec![out.device_ptr()];
-        words.extend(inputs.iter().map(|(b, _)| b.device_ptr()));
-        words.extend(inputs.iter().map(|(_, s)| *s as u64));
-        words.push(rows as u64);
-        words.push(cols as u64);
-        words.extend(scalars.iter().map(|v| v.to_bits()));
-        let grid = rows.div_ceil(entry.rows_per_block()).min(65_535) as u32;
-        self.ctx.launch_u64s(
-            f,
-            &|| {
-                format!(
-                    "row kernel {}{} over {rows}x{cols}",
-                    kernel.name,
-                    entry.suffix()
-                )
-            },
-            (grid, 1),
-            super::modules::BLOCK,
-            0,
-            &mut words,
+            }),
+            &format!("row kernel {}", kernel.name),
+            T::KIND,
+            (out.device_ptr(), kernel.per_row),
+            &ins,
+            scalars,
+            (rows, cols),
         )?;
         Ok(out)
     }

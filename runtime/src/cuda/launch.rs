@@ -335,9 +335,9 @@ impl Context {
 
     /// Runs the normalisation `op` over `rows` contiguous rows of `cols`
     /// elements of dtype `dtype` at `input`, with `weight` and `bias`
-    /// (0 for `rms_norm`) of `cols` elements, into `out`: the entry
-    /// `tensorfn_kernels::norm::entry` picks for the row length and the
-    /// buffers' alignment.
+    /// (0 for `rms_norm`) of `cols` elements, into `out`: the row program
+    /// `tensorfn_kernels::rowkernel::norm_program` writes, launched as a
+    /// row kernel written in `tensor_fn!` is ([`Self::launch_rows`]).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn builtin_norm(
         &self,
@@ -349,33 +349,65 @@ impl Context {
         (rows, cols): (usize, usize),
         eps: f64,
     ) -> Result<()> {
-        if rows == 0 || cols == 0 {
-            return Ok(());
-        }
-        let aligned = [out, input, weight, bias].iter().all(|p| p % 16 == 0);
-        let entry = tensorfn_kernels::norm::entry(dtype, cols, aligned);
         let kernel = Builtin::Norm(op, dtype);
         let target = self.target();
-        let f = self.function(ModuleKey::Builtin(kernel), entry.suffix(), || {
-            kernel.source(target)
-        })?;
-        let mut values = [
-            out,
-            input,
-            weight,
-            bias,
-            rows as u64,
-            cols as u64,
-            eps.to_bits(),
-        ];
+        let mut inputs = vec![(input, cols), (weight, 0)];
+        if op.has_bias() {
+            inputs.push((bias, 0));
+        }
+        self.launch_rows(
+            (ModuleKey::Builtin(kernel), &|| kernel.source(target)),
+            &format!("{kernel:?}"),
+            dtype,
+            (out, false),
+            &inputs,
+            &[eps],
+            (rows, cols),
+        )
+    }
+
+    /// Runs a row kernel (`tensorfn_kernels::ptx::row_kernel`'s entries,
+    /// the module `key`, its PTX from `source`) over `rows` rows of `cols`
+    /// elements of `dtype` into `out` (one value per row when `per_row`):
+    /// `inputs` are the row parameters' buffers and the elements between
+    /// their rows (`cols`, or 0 for one row read by every row), `scalars`
+    /// the scalar parameters. The entry is the one
+    /// `tensorfn_kernels::norm::entry` picks for the row length and the
+    /// 16-byte alignment of every buffer.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn launch_rows(
+        &self,
+        (key, source): (ModuleKey, &dyn Fn() -> Result<KernelSource>),
+        name: &str,
+        dtype: tensorfn_core::DTypeKind,
+        (out, per_row): (u64, bool),
+        inputs: &[(u64, usize)],
+        scalars: &[f64],
+        (rows, cols): (usize, usize),
+    ) -> Result<()> {
+        let width = if per_row { 1 } else { cols };
+        if rows == 0 || width == 0 {
+            return Ok(());
+        }
+        let aligned = std::iter::once(out)
+            .chain(inputs.iter().map(|&(b, _)| b))
+            .all(|p| p % 16 == 0);
+        let entry = tensorfn_kernels::norm::entry(dtype, cols, aligned);
+        let f = self.function(key, entry.suffix(), source)?;
+        let mut words: Vec<u64> = vec![out];
+        words.extend(inputs.iter().map(|&(b, _)| b));
+        words.extend(inputs.iter().map(|&(_, s)| s as u64));
+        words.push(rows as u64);
+        words.push(cols as u64);
+        words.extend(scalars.iter().map(|v| v.to_bits()));
         let grid = rows.div_ceil(entry.rows_per_block()).min(MAX_ROW_BLOCKS) as u32;
         self.launch_u64s(
             f,
-            &|| format!("{kernel:?}{} over {rows}x{cols}", entry.suffix()),
+            &|| format!("{name}{} over {rows}x{cols}", entry.suffix()),
             (grid, 1),
             BLOCK,
             0,
-            &mut values,
+            &mut words,
         )
     }
 
