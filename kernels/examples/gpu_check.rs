@@ -1,7 +1,7 @@
 //! Runs the generated PTX on a real GPU and compares every output with the
 //! interpreter, bit for bit: every built-in elementwise kernel (contiguous
 //! vectorised, contiguous misaligned and strided/broadcast entries, strided
-//! outputs), a set of fused kernels, and every reduction and row op; on
+//! outputs, the entry for inputs repeating every row), a set of fused kernels, and every reduction and row op; on
 //! compute capability 8.0 and newer, also the sm_80 text of every kernel
 //! that has one (those rounding to `bf16`).
 //!
@@ -314,6 +314,7 @@ fn check_elementwise(rng: &mut Rng, name: &str, ptx: &str, kernel: &Kernel) -> R
     let module = Module::load(ptx)?;
     let contig = module.function(&format!("{name}_contig"))?;
     let strided = module.function(&format!("{name}_strided"))?;
+    let cols_entry = module.function(&format!("{name}_cols"))?;
     let ins = kernel.inputs();
     let out_dt = kernel.output_dtype();
     let mut checked = 0;
@@ -414,6 +415,58 @@ fn check_elementwise(rng: &mut Rng, name: &str, ptx: &str, kernel: &Kernel) -> R
         if let Some(i) = same(&got, &want) {
             return Err(format!(
                 "{name}_strided dims {dims:?}: element {i}: gpu {} interp {}",
+                got.to_f64_vec()[i],
+                want.to_f64_vec()[i]
+            ));
+        }
+        checked += n;
+    }
+    // cols: [rows, cols] with some inputs one row read by every row;
+    // rows of a multiple of the vector width and not, an empty batch,
+    // aligned and one-element-shifted pointers, grids short of the work.
+    for case in 0..6 {
+        let cols = [8, 13, 64, 1, 72, 3][case];
+        let rows = [1 + rng.below(300), 1 + rng.below(40), 0, 37, 2000, 5][case];
+        let n = rows * cols;
+        let shift = case % 2;
+        let mask: u64 = rng.below(1 << ins.len()) as u64;
+        let data: Vec<HostData> = ins
+            .iter()
+            .enumerate()
+            .map(|(k, &d)| {
+                let len = if mask >> k & 1 == 1 { cols } else { n };
+                random_data(rng, d, len + 1)
+            })
+            .collect();
+        let bufs: Vec<DevBuf> = data
+            .iter()
+            .map(|d| DevBuf::from_bytes(&to_bytes(d)))
+            .collect::<Res<_>>()?;
+        let osize = out_dt.size_bytes();
+        let out = DevBuf::from_bytes(&vec![0u8; (n + 1) * osize])?;
+        let mut params = vec![u64_param(out.ptr + (shift * osize) as u64)];
+        for (b, &d) in bufs.iter().zip(ins) {
+            params.push(u64_param(b.ptr + (shift * d.size_bytes()) as u64));
+        }
+        params.extend([n as u64, cols as u64, mask].map(u64_param));
+        let grid = [3, 1, 1, 2, 1024, 1][case];
+        launch(cols_entry, grid, BLOCK, &mut params)?;
+        let got = from_bytes(
+            out_dt,
+            &out.read((n + 1) * osize)?[shift * osize..(shift + n) * osize],
+        );
+        let views: Vec<HostView> = data
+            .iter()
+            .enumerate()
+            .map(|(k, d)| {
+                let row = if mask >> k & 1 == 1 { 0 } else { cols };
+                HostView::strided(d, shift, vec![row, 1])
+            })
+            .collect();
+        let want = run_elementwise(kernel, &views, &[rows, cols]).map_err(|e| e.to_string())?;
+        if let Some(i) = same(&got, &want) {
+            return Err(format!(
+                "{name}_cols [{rows}, {cols}] mask {mask:#b} shift={shift}: element {i}: gpu {} interp {}",
                 got.to_f64_vec()[i],
                 want.to_f64_vec()[i]
             ));

@@ -2,7 +2,7 @@
 //! between the PTX emitter and the CUDA launcher.
 //!
 //! An elementwise kernel named `NAME` with `k` inputs is a PTX module with
-//! two entries:
+//! three entries:
 //!
 //! * `NAME_contig(.param .u64 out, .param .u64 in_0, .., .param .u64 in_{k-1}, .param .u64 n)`:
 //!   every input has the output's dims and is contiguous; each pointer
@@ -12,8 +12,14 @@
 //!   left with 1 to [`MAX_RANK`], the output strides, then each input's
 //!   strides (0 on broadcast dims), all in elements. The output may be a
 //!   strided view (used by `cat` and in-place writes).
+//! * `NAME_cols(.param .u64 out, .param .u64 in_0, .., .param .u64 in_{k-1}, .param .u64 n, .param .u64 cols, .param .u64 mask)`:
+//!   the output is contiguous, input `j` is contiguous with the output's
+//!   dims where bit `j` of `mask` is clear, and where it is set holds one
+//!   row of `cols` elements (`cols >= 1`) that every row of the output
+//!   reads: element `i` reads it at `i mod cols` (a per-channel operand
+//!   of a channels-last tensor).
 //!
-//! Both entries must cover all `n` elements whatever the grid: each thread
+//! Every entry must cover all `n` elements whatever the grid: each thread
 //! loops over the grid's stride. The launcher picks the grid for speed
 //! (one-dimensional, blocks of [`BLOCK`] threads),
 //! often with fewer threads than elements.
@@ -120,6 +126,22 @@ impl FusedKernel {
     /// ```
     pub fn strided_entry(&self) -> String {
         format!("{}_strided", self.name)
+    }
+
+    /// Name of the entry for contiguous inputs mixed with inputs that
+    /// repeat every row of the output.
+    ///
+    /// ```
+    /// # use tensorfn_kernels::abi::FusedKernel;
+    /// # use tensorfn_core::DTypeKind;
+    /// # static K: FusedKernel = FusedKernel {
+    /// #     name: "tf_demo", ptx: "", ptx_sm80: None,
+    /// #     inputs: &[DTypeKind::F32], output: DTypeKind::F32,
+    /// # };
+    /// assert_eq!(K.cols_entry(), "tf_demo_cols");
+    /// ```
+    pub fn cols_entry(&self) -> String {
+        format!("{}_cols", self.name)
     }
 }
 

@@ -79,6 +79,18 @@ impl Kernel {
     pub fn strided_entry(&self) -> String {
         format!("{}_strided", self.name)
     }
+
+    /// `NAME_cols`, the entry for contiguous operands mixed with operands
+    /// repeating every row of `cols` elements.
+    ///
+    /// ```
+    /// use tensorfn_kernels::{builtin, BinaryOp, DTypeKind};
+    /// let k = builtin::binary(BinaryOp::Add, DTypeKind::BF16);
+    /// assert!(k.ptx.contains(&format!(".entry {}(", k.cols_entry())));
+    /// ```
+    pub fn cols_entry(&self) -> String {
+        format!("{}_cols", self.name)
+    }
 }
 
 /// Name of [`unary`]`(op, dtype)`.

@@ -1,7 +1,8 @@
-//! The two entries of an elementwise kernel (see [`abi`](crate::abi)):
-//! `NAME_contig`, vectorised when every pointer is 16-byte aligned, and
-//! `NAME_strided`, which walks the packed dims and strides. Both are
-//! grid-stride loops with 64-bit indices.
+//! The three entries of an elementwise kernel (see [`abi`](crate::abi)):
+//! `NAME_contig`, vectorised when every pointer is 16-byte aligned,
+//! `NAME_strided`, which walks the packed dims and strides, and
+//! `NAME_cols`, the contiguous entry with some inputs repeating every row
+//! of `cols` elements. All are grid-stride loops with 64-bit indices.
 
 use super::body::{Body, Class};
 use super::inst::emit_program;
@@ -24,15 +25,30 @@ pub(super) fn used_inputs(prog: &Program) -> Vec<bool> {
     used
 }
 
-/// `.param` list: `out`, each input, `n` and (strided) `meta`.
-fn params(inputs: usize, meta_bytes: Option<usize>) -> String {
+/// The parameters an entry takes after `n`.
+enum Extra {
+    /// None (`NAME_contig`).
+    None,
+    /// The strided entry's `meta` of this many bytes.
+    Meta(usize),
+    /// `cols` and `mask` (`NAME_cols`).
+    Cols,
+}
+
+/// `.param` list: `out`, each input, `n` and the entry's `extra`.
+fn params(inputs: usize, extra: Extra) -> String {
     let mut p = vec![".param .u64 p_out".to_string()];
     for i in 0..inputs {
         p.push(format!(".param .u64 p_in{i}"));
     }
     p.push(".param .u64 p_n".to_string());
-    if let Some(bytes) = meta_bytes {
-        p.push(format!(".param .align 8 .b8 p_meta[{bytes}]"));
+    match extra {
+        Extra::None => {}
+        Extra::Meta(bytes) => p.push(format!(".param .align 8 .b8 p_meta[{bytes}]")),
+        Extra::Cols => {
+            p.push(".param .u64 p_cols".to_string());
+            p.push(".param .u64 p_mask".to_string());
+        }
     }
     let mut s = String::from("(\n");
     for (i, line) in p.iter().enumerate() {
@@ -221,10 +237,107 @@ pub(crate) fn contig_entry(
     output: DTypeKind,
     target: Target,
 ) -> String {
+    vector_entry(name, prog, inputs, output, target, false)
+}
+
+/// The `NAME_cols` entry: the output and the full-size inputs contiguous,
+/// the inputs whose bit is set in `p_mask` of length `p_cols`, repeating
+/// every `p_cols` elements (a per-channel operand of a channels-last
+/// tensor). It is the contiguous entry with each input's offset chosen per
+/// access between the element's index `i` and its column `i mod cols`; the
+/// column is carried from step to step by an addition, so the loops divide
+/// only once per thread. Vectors need `cols` to be a multiple of the
+/// vector width as well as aligned pointers.
+pub(crate) fn cols_entry(
+    name: &str,
+    prog: &Program,
+    inputs: &[DTypeKind],
+    output: DTypeKind,
+    target: Target,
+) -> String {
+    vector_entry(name, prog, inputs, output, target, true)
+}
+
+/// The column bookkeeping of [`cols_entry`]: the row length, each used
+/// input's "repeats every row" predicate, and the current column with its
+/// step.
+struct Cols {
+    len: String,
+    per_col: Vec<Option<String>>,
+    col: String,
+    step: String,
+}
+
+impl Cols {
+    fn new(body: &mut Body, used: &[bool]) -> Cols {
+        let len = body.reg(Class::B64);
+        body.op(format!("ld.param.u64 {len}, [p_cols]"));
+        let mask = body.reg(Class::B64);
+        body.op(format!("ld.param.u64 {mask}, [p_mask]"));
+        let bit = body.reg(Class::B64);
+        let per_col = used
+            .iter()
+            .enumerate()
+            .map(|(k, &u)| {
+                u.then(|| {
+                    let p = body.reg(Class::Pred);
+                    body.op(format!("and.b64 {bit}, {mask}, {}", 1u64 << k));
+                    body.op(format!("setp.ne.u64 {p}, {bit}, 0"));
+                    p
+                })
+            })
+            .collect();
+        let (col, step) = (body.reg(Class::B64), body.reg(Class::B64));
+        Cols {
+            len,
+            per_col,
+            col,
+            step,
+        }
+    }
+
+    /// Starts a loop at element `first` stepping by `stride` elements.
+    fn start(&self, body: &mut Body, first: &str, stride: &str) {
+        body.op(format!("rem.u64 {}, {first}, {}", self.col, self.len));
+        body.op(format!("rem.u64 {}, {stride}, {}", self.step, self.len));
+    }
+
+    /// `base + size * (input k repeats ? col : index)`.
+    fn address(&self, body: &mut Body, k: usize, index: &str, base: &str, size: usize) -> String {
+        let p = self.per_col[k].as_ref().expect("a used input");
+        let off = body.reg(Class::B64);
+        body.op(format!("selp.b64 {off}, {}, {index}, {p}", self.col));
+        let addr = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {addr}, {off}, {size}, {base}"));
+        addr
+    }
+
+    /// Moves the column on by one step (both below `len`, so one
+    /// subtraction wraps it).
+    fn advance(&self, body: &mut Body) {
+        let (col, len) = (&self.col, &self.len);
+        body.op(format!("add.u64 {col}, {col}, {}", self.step));
+        let wrap = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {wrap}, {col}, {len}"));
+        body.op(format!("@{wrap} sub.u64 {col}, {col}, {len}"));
+    }
+}
+
+/// The contiguous entry, or with `cols` the [`cols_entry`]: a vector loop
+/// of 16-byte steps where every pointer allows it, then a scalar loop.
+fn vector_entry(
+    name: &str,
+    prog: &Program,
+    inputs: &[DTypeKind],
+    output: DTypeKind,
+    target: Target,
+    cols: bool,
+) -> String {
     let used = used_inputs(prog);
     let w = vector_width(inputs, &used, output);
     let mut body = Body::for_target(target);
     let pro = prologue(&mut body, &used);
+    let cols = cols.then(|| Cols::new(&mut body, &used));
 
     // Vector loop over n / w groups when every pointer is 16-byte aligned.
     body.comment(format!("{w} elements per thread per step when aligned"));
@@ -234,6 +347,12 @@ pub(crate) fn contig_entry(
         body.op(format!("or.b64 {bits}, {bits}, {r}"));
     }
     body.op(format!("and.b64 {bits}, {bits}, 15"));
+    if let Some(cols) = &cols {
+        // A vector must not cross the end of a row.
+        let rest = body.reg(Class::B64);
+        body.op(format!("and.b64 {rest}, {}, {}", cols.len, w - 1));
+        body.op(format!("or.b64 {bits}, {bits}, {rest}"));
+    }
     let aligned = body.reg(Class::Pred);
     body.op(format!("setp.eq.u64 {aligned}, {bits}, 0"));
     let groups = body.reg(Class::B64);
@@ -246,12 +365,23 @@ pub(crate) fn contig_entry(
 
     let i = body.reg(Class::B64);
     body.op(format!("mov.u64 {i}, {}", pro.first));
+    // The element index of vector `i` (`i * w`) and its step.
+    let element = cols.as_ref().map(|cols| {
+        let (e, step) = (body.reg(Class::B64), body.reg(Class::B64));
+        body.op(format!("mul.lo.u64 {e}, {i}, {w}"));
+        body.op(format!("mul.lo.u64 {step}, {}, {w}", pro.stride));
+        cols.start(&mut body, &e, &step);
+        e
+    });
     let vec_loop = body.label("vec_loop");
     let vec_end = body.label("vec_end");
     body.place(&vec_loop);
     let done = body.reg(Class::Pred);
     body.op(format!("setp.ge.u64 {done}, {i}, {groups}"));
     body.op(format!("@{done} bra {vec_end}"));
+    if let Some(e) = &element {
+        body.op(format!("mul.lo.u64 {e}, {i}, {w}"));
+    }
     let mut lanes: Vec<Vec<String>> = vec![Vec::new(); w];
     let mut args_per_input = Vec::new();
     for (k, base) in pro.ins.iter().enumerate() {
@@ -259,9 +389,15 @@ pub(crate) fn contig_entry(
             args_per_input.push(None);
             continue;
         };
-        let addr = body.reg(Class::B64);
-        let bytes = w * inputs[k].size_bytes();
-        body.op(format!("mad.lo.u64 {addr}, {i}, {bytes}, {base}"));
+        let addr = match (&cols, &element) {
+            (Some(cols), Some(e)) => cols.address(&mut body, k, e, base, inputs[k].size_bytes()),
+            _ => {
+                let addr = body.reg(Class::B64);
+                let bytes = w * inputs[k].size_bytes();
+                body.op(format!("mad.lo.u64 {addr}, {i}, {bytes}, {base}"));
+                addr
+            }
+        };
         args_per_input.push(Some(load_vector(&mut body, inputs[k], w, &addr, true)));
     }
     for (lane, lane_args) in lanes.iter_mut().enumerate() {
@@ -279,6 +415,9 @@ pub(crate) fn contig_entry(
         pro.out
     ));
     store_vector(&mut body, output, &oaddr, &results);
+    if let Some(cols) = &cols {
+        cols.advance(&mut body);
+    }
     body.op(format!("add.u64 {i}, {i}, {}", pro.stride));
     body.op(format!("bra.uni {vec_loop}"));
     body.place(&vec_end);
@@ -287,6 +426,9 @@ pub(crate) fn contig_entry(
     let start = body.reg(Class::B64);
     body.op(format!("mul.lo.u64 {start}, {groups}, {w}"));
     body.op(format!("add.u64 {i}, {start}, {}", pro.first));
+    if let Some(cols) = &cols {
+        cols.start(&mut body, &i, &pro.stride);
+    }
     let tail_loop = body.label("tail_loop");
     let tail_end = body.label("tail_end");
     body.place(&tail_loop);
@@ -298,11 +440,17 @@ pub(crate) fn contig_entry(
             args.push(String::new());
             continue;
         };
-        let addr = body.reg(Class::B64);
-        body.op(format!(
-            "mad.lo.u64 {addr}, {i}, {}, {base}",
-            inputs[k].size_bytes()
-        ));
+        let addr = match &cols {
+            Some(cols) => cols.address(&mut body, k, &i, base, inputs[k].size_bytes()),
+            None => {
+                let addr = body.reg(Class::B64);
+                body.op(format!(
+                    "mad.lo.u64 {addr}, {i}, {}, {base}",
+                    inputs[k].size_bytes()
+                ));
+                addr
+            }
+        };
         args.push(load(&mut body, inputs[k], &addr, true));
     }
     let r = emit_program(&mut body, prog, &args);
@@ -313,14 +461,21 @@ pub(crate) fn contig_entry(
         pro.out
     ));
     store(&mut body, output, &oaddr, &r[0]);
+    if let Some(cols) = &cols {
+        cols.advance(&mut body);
+    }
     body.op(format!("add.u64 {i}, {i}, {}", pro.stride));
     body.op(format!("bra.uni {tail_loop}"));
     body.place(&tail_end);
     body.op("ret");
 
+    let (suffix, extra) = match cols {
+        Some(_) => ("cols", Extra::Cols),
+        None => ("contig", Extra::None),
+    };
     format!(
-        ".visible .entry {name}_contig{}\n{{\n{}}}\n",
-        params(inputs.len(), None),
+        ".visible .entry {name}_{suffix}{}\n{{\n{}}}\n",
+        params(inputs.len(), extra),
         body.finish()
     )
 }
@@ -520,7 +675,10 @@ pub(crate) fn strided_entry(
 
     format!(
         ".visible .entry {name}_strided{}\n{{\n{}}}\n",
-        params(inputs.len(), Some(crate::abi::meta_bytes(inputs.len()))),
+        params(
+            inputs.len(),
+            Extra::Meta(crate::abi::meta_bytes(inputs.len()))
+        ),
         body.finish()
     )
 }

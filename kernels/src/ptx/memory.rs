@@ -199,7 +199,7 @@ fn pred_to_byte(body: &mut Body, p: &str) -> String {
 
 /// Loads `bytes` (1, 2, 4, 8 or 16, aligned) at `[addr]` as 32-bit words
 /// (one word, zero-extended, below 4 bytes).
-fn load_words(body: &mut Body, bytes: usize, addr: &str, nc: bool) -> Vec<String> {
+pub(crate) fn load_words(body: &mut Body, bytes: usize, addr: &str, nc: bool) -> Vec<String> {
     let space = if nc { "global.nc" } else { "global" };
     match bytes {
         1 | 2 => {
@@ -227,7 +227,7 @@ fn load_words(body: &mut Body, bytes: usize, addr: &str, nc: bool) -> Vec<String
 }
 
 /// Stores 32-bit `words` as `bytes` bytes at `[addr]`.
-fn store_words(body: &mut Body, bytes: usize, addr: &str, words: &[String]) {
+pub(crate) fn store_words(body: &mut Body, bytes: usize, addr: &str, words: &[String]) {
     match bytes {
         1 => body.op(format!("st.global.u8 [{addr}], {}", words[0])),
         2 => body.op(format!("st.global.u16 [{addr}], {}", words[0])),

@@ -67,7 +67,7 @@ pub use bnorm::{BATCH_NORM_BACKWARD_META_WORDS, BATCH_NORM_META_WORDS};
 pub use concat::CAT_PARTS;
 pub use conv::{ConvMeta, CONV_META_WORDS};
 pub use optim::{OPTIM_HYPER, OPTIM_RECORD_WORDS};
-pub use pool::POOL_META_WORDS;
+pub use pool::{max_vec_width, POOL_META_WORDS};
 pub use rows::SOFTMAX_REGISTER_COLS;
 
 /// Checks that `name` can name PTX entries (`[A-Za-z_][A-Za-z0-9_]*`).
@@ -117,8 +117,9 @@ fn module_with_header(header: &str, comment: &str, entries: &[String]) -> String
     s
 }
 
-/// The PTX module of an elementwise kernel: entries `NAME_contig` and
-/// `NAME_strided` with the parameters of [`abi`](crate::abi).
+/// The PTX module of an elementwise kernel: entries `NAME_contig`,
+/// `NAME_strided` and `NAME_cols` with the parameters of
+/// [`abi`](crate::abi).
 ///
 /// ```
 /// use tensorfn_kernels::ir::ElementwiseBuilder;
@@ -131,6 +132,7 @@ fn module_with_header(header: &str, comment: &str, entries: &[String]) -> String
 /// let text = ptx::elementwise(&kernel, "mul2")?;
 /// assert!(text.contains(".param .u64 p_in1"));
 /// assert!(text.contains(".param .align 8 .b8 p_meta[192]"));
+/// assert!(text.contains(".entry mul2_cols("));
 /// assert!(ptx::elementwise(&kernel, "bad name").is_err());
 /// # Ok::<(), tensorfn_kernels::Error>(())
 /// ```
@@ -161,11 +163,12 @@ pub fn elementwise_for(kernel: &Kernel, name: &str, target: Target) -> Result<St
     let (ins, out) = (kernel.inputs(), kernel.output_dtype());
     let contig = elementwise::contig_entry(name, &prog, ins, out, target);
     let strided = elementwise::strided_entry(name, &prog, ins, out, target);
+    let cols = elementwise::cols_entry(name, &prog, ins, out, target);
     let ins: Vec<&str> = ins.iter().map(|d| d.name()).collect();
     Ok(module_for(
         target,
         &format!("{name}: elementwise ({}) -> {out}", ins.join(", ")),
-        &[contig, strided],
+        &[contig, strided, cols],
     ))
 }
 
@@ -320,7 +323,8 @@ pub(crate) fn cumsum(name: &str, dtype: DTypeKind) -> String {
 }
 
 /// The module of the pooling entries `NAME_{max,avg,adaptive}` and their
-/// `_backward` over `dtype` (see `builtin::pool2d`).
+/// `_backward` over `dtype`, and `NAME_max_vec` for the dtypes it has (see
+/// `builtin::pool2d`).
 pub(crate) fn pool2d(name: &str, dtype: DTypeKind) -> String {
     use tensorfn_core::ops::pool::PoolKind;
     let mut entries = Vec::new();
@@ -329,6 +333,7 @@ pub(crate) fn pool2d(name: &str, dtype: DTypeKind) -> String {
             entries.push(pool::pool_entry(name, dtype, kind, backward));
         }
     }
+    entries.extend(pool::max_vec_entry(name, dtype));
     module(&format!("{name}: 2-D pooling of {dtype}"), &entries)
 }
 

@@ -37,7 +37,7 @@
 use super::body::{Body, Class};
 use super::elementwise::grid_stride;
 use super::inst::round_bf16;
-use super::memory::{load, store};
+use super::memory::{load, load_words, store, store_words};
 use tensorfn_core::ops::pool::PoolKind;
 use tensorfn_core::DTypeKind;
 
@@ -563,6 +563,137 @@ pub(crate) fn pool_entry(name: &str, dtype: DTypeKind, kind: PoolKind, backward:
         pool_params(backward),
         body.finish()
     )
+}
+
+/// Channels a thread of [`max_vec_entry`] takes: 16 bytes of `dtype`, for
+/// the dtypes it is emitted for (`None`: f64, whose two lanes gain
+/// nothing over the one-channel entry).
+///
+/// ```
+/// use tensorfn_kernels::ptx::max_vec_width;
+/// use tensorfn_kernels::DTypeKind;
+/// assert_eq!(max_vec_width(DTypeKind::BF16), Some(8));
+/// assert_eq!(max_vec_width(DTypeKind::F32), Some(4));
+/// assert_eq!(max_vec_width(DTypeKind::F64), None);
+/// ```
+pub fn max_vec_width(dtype: DTypeKind) -> Option<usize> {
+    match dtype {
+        DTypeKind::F16 | DTypeKind::BF16 => Some(8),
+        DTypeKind::F32 => Some(4),
+        _ => None,
+    }
+}
+
+/// The `max_pool2d` entry `NAME_max_vec(out, x, meta)` for channels-last
+/// inputs whose channel stride is 1, as PyTorch's NHWC kernel runs it:
+/// thread `i` takes the `w` channels (16 bytes, [`max_vec_width`]) of
+/// vector `i` of the channels-last output, reading each tap of its window
+/// with one 16-byte load. `meta` is the forward's, with word 0 the number
+/// of vectors (`N * OH * OW * C / w`); the caller ensures that `C`, the
+/// batch, row and column strides are multiples of `w` and both pointers
+/// 16-byte aligned. Each lane compares in f32 (exact for these dtypes)
+/// with the one-channel entry's rule (the first largest, the last NaN of a
+/// window wins) and stores the chosen element's own bits, so the result
+/// is the same.
+pub(crate) fn max_vec_entry(name: &str, dtype: DTypeKind) -> Option<String> {
+    let w = max_vec_width(dtype)?;
+    let mut body = Body::new();
+    let out = global_ptr(&mut body, "p_out");
+    let x = global_ptr(&mut body, "p_x");
+    let m: Vec<String> = (0..18).map(|i| meta_word(&mut body, i)).collect();
+    let (total, c, oh, ow) = (&m[0], &m[1], &m[4], &m[5]);
+    let (sn, sh, sw) = (&m[6], &m[8], &m[9]);
+    let axis = |n: &String, k: usize| Axis {
+        n: n.clone(),
+        k: m[10 + k].clone(),
+        s: m[12 + k].clone(),
+        pad: m[14 + k].clone(),
+        d: m[16 + k].clone(),
+        out: [oh, ow][k].clone(),
+    };
+    let (ah, aw) = (axis(&m[2], 0), axis(&m[3], 1));
+    let groups = op64(&mut body, "shr.u64", c, &w.trailing_zeros().to_string());
+    let (lo_mask, neg_inf_bits) = match dtype {
+        DTypeKind::F32 => (None, "0xFF800000"),
+        DTypeKind::F16 => (Some("0xFFFF"), "0xFC00"),
+        _ => (Some("0xFFFF"), "0xFF80"),
+    };
+    grid_loop(&mut body, total, |body, i| {
+        let (pix, group) = udivrem(body, i, &groups);
+        let (t, o_w) = udivrem(body, &pix, ow);
+        let (n_, o_h) = udivrem(body, &t, oh);
+        let base = op64(body, "mul.lo.s64", &n_, sn);
+        let first = op64(body, "mul.lo.u64", &group, &w.to_string());
+        body.op(format!("add.s64 {base}, {base}, {first}"));
+        let win = window(body, PoolKind::Max, &ah, &aw, &o_h, &o_w);
+        let best: Vec<(String, String)> = (0..w)
+            .map(|_| {
+                let (v, b) = (body.reg(Class::F32), body.reg(Class::B32));
+                body.op(format!("mov.f32 {v}, 0fFF800000"));
+                body.op(format!("mov.b32 {b}, {neg_inf_bits}"));
+                (v, b)
+            })
+            .collect();
+        scan(body, &win, |body, r, cc| {
+            let a = addr(body, dtype, &x, &base, [(r, sh), (cc, sw)]);
+            let words = load_words(body, 16, &a, true);
+            // Each lane's bits (16 or 32) and its value in f32.
+            let mut lanes = Vec::with_capacity(w);
+            for wd in &words {
+                let Some(lo_mask) = lo_mask else {
+                    let v = body.reg(Class::F32);
+                    body.op(format!("mov.b32 {v}, {wd}"));
+                    lanes.push((v, wd.clone()));
+                    continue;
+                };
+                let (lo, hi) = (body.reg(Class::B32), body.reg(Class::B32));
+                body.op(format!("and.b32 {lo}, {wd}, {lo_mask}"));
+                body.op(format!("shr.u32 {hi}, {wd}, 16"));
+                for bits in [lo, hi] {
+                    let v = body.reg(Class::F32);
+                    if dtype == DTypeKind::F16 {
+                        let h = body.reg(Class::B16);
+                        body.op(format!("cvt.u16.u32 {h}, {bits}"));
+                        body.op(format!("cvt.f32.f16 {v}, {h}"));
+                    } else {
+                        let t = body.reg(Class::B32);
+                        body.op(format!("shl.b32 {t}, {bits}, 16"));
+                        body.op(format!("mov.b32 {v}, {t}"));
+                    }
+                    lanes.push((v, bits));
+                }
+            }
+            let (gt, nan) = (body.reg(Class::Pred), body.reg(Class::Pred));
+            for ((v, bits), (bv, bb)) in lanes.iter().zip(&best) {
+                body.op(format!("setp.gt.f32 {gt}, {v}, {bv}"));
+                body.op(format!("setp.nan.f32 {nan}, {v}, {v}"));
+                body.op(format!("or.pred {gt}, {gt}, {nan}"));
+                body.op(format!("selp.f32 {bv}, {v}, {bv}, {gt}"));
+                body.op(format!("selp.b32 {bb}, {bits}, {bb}, {gt}"));
+            }
+        });
+        let words: Vec<String> = match lo_mask {
+            None => best.iter().map(|(_, b)| b.clone()).collect(),
+            Some(_) => best
+                .chunks(2)
+                .map(|pair| {
+                    let wd = body.reg(Class::B32);
+                    body.op(format!("shl.b32 {wd}, {}, 16", pair[1].1));
+                    body.op(format!("or.b32 {wd}, {wd}, {}", pair[0].1));
+                    wd
+                })
+                .collect(),
+        };
+        let a = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {a}, {i}, 16, {out}"));
+        store_words(body, 16, &a, &words);
+    });
+    body.op("ret");
+    Some(format!(
+        ".visible .entry {name}_max_vec{}\n{{\n{}}}\n",
+        pool_params(false),
+        body.finish()
+    ))
 }
 
 /// The outputs along an axis whose windows may cover input position `i`:

@@ -156,9 +156,10 @@ fn check_elementwise(k: &Kernel, inputs: usize) {
 fn check_elementwise_for(k: &Kernel, inputs: usize, target: Target) {
     assert!(k.ptx.starts_with(target.header()), "{}: header", k.name);
     let es = entries(&k.ptx);
-    assert_eq!(es.len(), 2, "{}: two entries", k.name);
+    assert_eq!(es.len(), 3, "{}: three entries", k.name);
     assert_eq!(es[0].name, k.contig_entry());
     assert_eq!(es[1].name, k.strided_entry());
+    assert_eq!(es[2].name, k.cols_entry());
     assert_eq!(
         es[0].params,
         elementwise_params(inputs, false),
@@ -166,6 +167,9 @@ fn check_elementwise_for(k: &Kernel, inputs: usize, target: Target) {
         k.name
     );
     assert_eq!(es[1].params, elementwise_params(inputs, true), "{}", k.name);
+    let mut cols = elementwise_params(inputs, false);
+    cols.extend([".param .u64 p_cols".into(), ".param .u64 p_mask".into()]);
+    assert_eq!(es[2].params, cols, "{}", k.name);
     for e in &es {
         check_body(e);
         assert!(e.body.contains("ret;"));
@@ -401,7 +405,18 @@ fn every_builtin_is_well_formed() {
             check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_pool2d_") {
             let es = entries(&k.ptx);
-            assert_eq!(es.len(), 6, "{}", k.name);
+            // The channel-vector max entry, for the dtypes that have it.
+            let vec = es.iter().find(|e| e.name == format!("{}_max_vec", k.name));
+            let dtype = k.name.trim_start_matches("tf_pool2d_");
+            let has_vec = ["bf16", "f16", "f32"].contains(&dtype);
+            assert_eq!(vec.is_some(), has_vec, "{}", k.name);
+            if let Some(e) = vec {
+                assert_eq!(e.params.len(), 3, "{}", e.name);
+                assert!(e.body.contains("ld.global.nc.v4.u32"), "{}", e.name);
+                assert!(e.body.contains("st.global.v4.u32"), "{}", e.name);
+                check_body(e);
+            }
+            assert_eq!(es.len(), 6 + usize::from(has_vec), "{}", k.name);
             for kind in ["max", "avg", "adaptive"] {
                 for (bwd, params) in [("", 3), ("_backward", 4)] {
                     let e = es
@@ -965,6 +980,34 @@ fn contiguous_entry_vectorises_16_bytes() {
 }
 
 #[test]
+fn cols_entry_vectorises_and_divides_once_per_thread_and_loop() {
+    let k = builtin::binary(BinaryOp::Add, DTypeKind::BF16);
+    let contig = &entries(&k.ptx)[0].body;
+    let cols = &entries(&k.ptx)[2].body;
+    // The same 16-byte accesses as the contiguous entry.
+    assert!(cols.contains("ld.global.nc.v4.u32") && cols.contains("st.global.v4.u32"));
+    // The column of the first step of each loop, and its step: four
+    // remainders, none inside a loop; no other division.
+    assert_eq!(cols.matches("rem.u64").count(), 4);
+    assert!(!cols.contains("div."));
+    let (_, vector) = cols.split_once("\n$L_vec_loop").expect("a vector loop");
+    let (vector, rest) = vector.split_once("\n$L_vec_end").expect("its end");
+    let (_, tail) = rest.split_once("\n$L_tail_loop").expect("a scalar loop");
+    for lp in [vector, tail] {
+        assert!(!lp.contains("rem."));
+        // Each input picks its offset: its index or its column.
+        assert_eq!(lp.matches("selp.b64").count(), 2);
+    }
+    // A vector needs the row length to be a multiple of its 8 elements.
+    assert!(cols.contains(", 7;"));
+    // Beyond the column bookkeeping, it is the contiguous entry.
+    assert_eq!(
+        cols.matches("add.rn.f32").count(),
+        contig.matches("add.rn.f32").count()
+    );
+}
+
+#[test]
 fn strided_entry_reads_every_meta_word_it_needs() {
     let k = builtin::binary(BinaryOp::Mul, DTypeKind::I64);
     let strided = &entries(&k.ptx)[1];
@@ -1151,13 +1194,14 @@ fn bf16_chain_uses_cvt_on_sm80_only() {
     assert!(sm80.starts_with(".version 7.0\n.target sm_80\n"));
     assert!(!sm70.contains("cvt.rn.bf16"));
     assert!(!sm80.contains(INTEGER_BF16_ROUNDING));
-    // three ops in each of the contig entry's vector lanes, its scalar
-    // tail and the strided entry's two walks (32-bit and 64-bit offsets)
+    // three ops in each of the contig and cols entries' vector lanes and
+    // scalar tails, and the strided entry's two walks (32-bit and 64-bit
+    // offsets)
     let lanes = builtin_bf16_lanes();
     let cvts = sm80.matches("cvt.rn.bf16x2.f32").count();
     let fmas = sm80.matches("fma.rn.bf16").count();
-    assert_eq!(cvts, lanes + 3, "{sm80}");
-    assert_eq!(fmas, 2 * (lanes + 3), "{sm80}");
+    assert_eq!(cvts, 2 * (lanes + 1) + 2, "{sm80}");
+    assert_eq!(fmas, 2 * (2 * (lanes + 1) + 2), "{sm80}");
     assert_eq!(
         sm70.matches(INTEGER_BF16_ROUNDING).count(),
         cvts + fmas,

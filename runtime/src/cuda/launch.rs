@@ -63,6 +63,31 @@ fn u64_params(values: &mut [u64]) -> Vec<*mut c_void> {
         .collect()
 }
 
+/// The row length and input mask of the `_cols` entry (see
+/// `tensorfn_kernels::abi`) for an elementwise walk coalesced to `dims`
+/// with `strides` (the output's first): a contiguous output of rows of
+/// `cols` elements, each input contiguous with it or one row read by every
+/// row (strides `[0, 1]`: a per-channel operand of a channels-last
+/// tensor). `None` for any other walk.
+fn repeating_cols(dims: &[usize], strides: &[Vec<usize>]) -> Option<(usize, u64)> {
+    let &[_, cols] = dims else {
+        return None;
+    };
+    let full = [cols, 1];
+    if strides[0] != full {
+        return None;
+    }
+    let mut mask = 0;
+    for (k, s) in strides[1..].iter().enumerate() {
+        match &s[..] {
+            s if s == full => {}
+            [0, 1] => mask |= 1 << k,
+            _ => return None,
+        }
+    }
+    Some((cols, mask))
+}
+
 impl Context {
     /// Entry `prefix + suffix` of the module `key`, loading the module the
     /// first time.
@@ -219,11 +244,16 @@ impl Context {
                 format!("dims {dims:?}"),
             ));
         }
-        let mut values: Vec<u64> = Vec::with_capacity(inputs.len() + 2);
+        let mut values: Vec<u64> = Vec::with_capacity(inputs.len() + 4);
         values.push(out_ptr);
         values.extend(inputs.iter().map(|&(p, _)| p));
         values.push(n as u64);
-        let meta = (!contig).then(|| {
+        let cols = (!contig).then(|| repeating_cols(&dims, &strides)).flatten();
+        if let Some((cols, mask)) = cols {
+            values.extend([cols as u64, mask]);
+        }
+        let strided = !contig && cols.is_none();
+        let meta = strided.then(|| {
             let ins: Vec<&[usize]> = strides[1..].iter().map(|s| &s[..]).collect();
             StridedMeta::new(&dims, &strides[0], &ins)
         });
@@ -231,7 +261,11 @@ impl Context {
         if let Some(meta) = &meta {
             params.push(meta.words().as_ptr() as *mut c_void);
         }
-        let suffix = if contig { "_contig" } else { "_strided" };
+        let suffix = match (contig, strided) {
+            (true, _) => "_contig",
+            (false, true) => "_strided",
+            (false, false) => "_cols",
+        };
         let f = self.function(key, suffix, source)?;
         let what = || format!("{key:?}{suffix} over {dims:?}");
         let grid = if contig {
@@ -248,8 +282,10 @@ impl Context {
                 self.launch(f, &what, grid, &mut params.borrow_mut())
                     .is_ok()
             })?
-        } else {
+        } else if strided {
             elementwise_grid(n, 0, self.sm_count)
+        } else {
+            elementwise_grid(n, widest, self.sm_count)
         };
         self.launch(f, &what, grid, &mut params)
     }
@@ -643,8 +679,36 @@ mod tests {
                 assert!(src.ptx.starts_with(target.header()));
                 assert!(src.ptx.contains(&format!(".entry tf_addcmul_{t}_contig(")));
                 assert!(src.ptx.contains(&format!(".entry tf_addcmul_{t}_strided(")));
+                assert!(src.ptx.contains(&format!(".entry tf_addcmul_{t}_cols(")));
             }
         }
+    }
+
+    #[test]
+    fn per_channel_operands_of_channels_last_walks_take_the_cols_entry() {
+        // [N, H, W, C] = [2, 3, 4, 5] row-major output (a channels-last
+        // batch seen in memory order), a full input and a [C] one.
+        let dims = [2, 3, 4, 5];
+        let full = [60, 20, 5, 1];
+        let chan = [0, 0, 0, 1];
+        let (d, s) = coalesce(&dims, &[&full, &full, &chan, &chan]);
+        assert_eq!(repeating_cols(&d, &s), Some((5, 0b110)));
+        // Every input full: no repeating input is still a valid walk.
+        let (d, s) = coalesce(&dims, &[&full, &full]);
+        assert_eq!(d, [120]);
+        assert_eq!(repeating_cols(&d, &s), None);
+        // A per-channel operand of an NCHW tensor repeats every H * W
+        // elements but not as one row: strided.
+        let nchw_chan = [0, 1, 0, 0];
+        let (d, s) = coalesce(&dims, &[&full, &nchw_chan]);
+        assert_eq!(repeating_cols(&d, &s), None);
+        // A transposed output, a per-row operand, a scalar: strided.
+        let (d, s) = coalesce(&[6, 7], &[&[1, 6], &[0, 1]]);
+        assert_eq!(repeating_cols(&d, &s), None);
+        let (d, s) = coalesce(&[6, 7], &[&[7, 1], &[1, 0]]);
+        assert_eq!(repeating_cols(&d, &s), None);
+        let (d, s) = coalesce(&[6, 7], &[&[7, 1], &[0, 0]]);
+        assert_eq!(repeating_cols(&d, &s), None);
     }
 
     /// The kernel (run by the interpreter, which computes what the PTX

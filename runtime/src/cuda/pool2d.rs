@@ -77,6 +77,32 @@ fn channels_last(dims: [usize; 4], s: [usize; 4]) -> bool {
     dims[1] > 1 && s[1] < s[2] && s[1] < s[3]
 }
 
+/// The channels per thread of the vectorised `max_pool2d` entry
+/// (`tensorfn_kernels::ptx::max_vec_width`) where it applies: a max pool
+/// of a dtype it has, writing channels-last (`cl`) from an input whose
+/// channels are contiguous, with `c` channels and the other strides
+/// multiples of the width and both pointers 16-byte aligned, so that
+/// every access is one aligned 16-byte vector.
+fn max_vec(
+    kind: PoolKind,
+    dtype: tensorfn_core::DTypeKind,
+    cl: usize,
+    c: usize,
+    strides: [usize; 4],
+    ptrs: &[u64],
+) -> Option<usize> {
+    let w = tensorfn_kernels::ptx::max_vec_width(dtype)?;
+    let fits = kind == PoolKind::Max
+        && cl == ORDER_NHWC_OUT
+        && strides[1] == 1
+        && c % w == 0
+        && [strides[0], strides[2], strides[3]]
+            .iter()
+            .all(|s| s % w == 0)
+        && ptrs.iter().all(|p| p % 16 == 0);
+    fits.then_some(w)
+}
+
 /// The `channels_last` meta word that also writes the output
 /// channels-last (1: channel-fastest threads, contiguous output).
 const ORDER_NHWC_OUT: usize = 2;
@@ -179,7 +205,28 @@ impl CudaBackend {
             false => usize::from(channels_last(dims, strides)),
         };
         let mut m = meta(total, dims, out, strides, p, [0; 4], cl);
-        self.launch_pool::<T>(p.kind, false, total, &[y.device_ptr(), src], &mut m)?;
+        let ptrs = [y.device_ptr(), src];
+        if let Some(w) = max_vec(p.kind, T::KIND, cl, dims[1], strides, &ptrs) {
+            // One thread per 16 bytes of channels (PyTorch's NHWC kernel).
+            m[0] = (total / w) as u64;
+            let ctx = self.ctx();
+            let kernel = Builtin::Pool2d(T::KIND);
+            let f = ctx.function(ModuleKey::Builtin(kernel), "_max_vec", || {
+                kernel.source(ctx.target())
+            })?;
+            let mut ptrs = ptrs.to_vec();
+            ctx.launch_u64s_meta(
+                f,
+                &|| format!("{kernel:?} max_vec over {total}"),
+                (blocks(total / w), 1),
+                BLOCK,
+                0,
+                &mut ptrs,
+                &m,
+            )?;
+            return Ok(y);
+        }
+        self.launch_pool::<T>(p.kind, false, total, &ptrs, &mut m)?;
         Ok(y)
     }
 
@@ -261,5 +308,47 @@ impl CudaBackend {
             &mut words,
         )?;
         Ok(y)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tensorfn_core::DTypeKind;
+
+    #[test]
+    fn the_vector_max_pool_takes_only_views_it_reads_in_aligned_vectors() {
+        let nhwc = |c: usize| [4 * 4 * c, 1, 4 * c, c];
+        let ok = [0x1000, 0x2000];
+        let (max, bf16, cl) = (PoolKind::Max, DTypeKind::BF16, ORDER_NHWC_OUT);
+        type Case = (
+            PoolKind,
+            DTypeKind,
+            usize,
+            usize,
+            [usize; 4],
+            [u64; 2],
+            Option<usize>,
+        );
+        let cases: [Case; 9] = [
+            (max, bf16, cl, 64, nhwc(64), ok, Some(8)),
+            (max, DTypeKind::F32, cl, 12, nhwc(12), ok, Some(4)),
+            // Channels not a multiple of the width, an f64 input, an average.
+            (max, bf16, cl, 12, nhwc(12), ok, None),
+            (max, DTypeKind::F64, cl, 64, nhwc(64), ok, None),
+            (PoolKind::Avg, bf16, cl, 64, nhwc(64), ok, None),
+            // NCHW output, spaced channels, a misaligned pointer or stride.
+            (max, bf16, 1, 64, nhwc(64), ok, None),
+            (max, bf16, cl, 64, [0, 2, 0, 128], ok, None),
+            (max, bf16, cl, 64, nhwc(64), [0x1000, 0x2002], None),
+            (max, bf16, cl, 64, [64, 1, 36, 64], ok, None),
+        ];
+        for (kind, dtype, order, c, strides, ptrs, want) in cases {
+            let got = max_vec(kind, dtype, order, c, strides, &ptrs);
+            assert_eq!(
+                got, want,
+                "{kind:?} {dtype} order {order} c {c} {strides:?}"
+            );
+        }
     }
 }

@@ -2071,16 +2071,15 @@ fn a_missing_ordinal_is_unavailable() {
 /// (`tensorfn_kernels::abi`): `_contig(out, in0, n)` and
 /// `_strided(out, in0, n, meta)`.
 fn affine_ptx() -> String {
-    let head = |name: &str, meta: bool| {
+    let head = |name: &str, extra: &str| {
         format!(
-            ".visible .entry tf_test_affine_{name}(.param .u64 out, .param .u64 in0, .param .u64 n{})\n{{\n\
+            ".visible .entry tf_test_affine_{name}(.param .u64 out, .param .u64 in0, .param .u64 n{extra})\n{{\n\
              .reg .pred %p;\n.reg .b32 %r<4>;\n.reg .b64 %rd<16>;\n.reg .f32 %f<3>;\n\
              ld.param.u64 %rd1, [out];\nld.param.u64 %rd2, [in0];\nld.param.u64 %rd3, [n];\n\
              mov.u32 %r1, %ctaid.x;\nmov.u32 %r2, %ntid.x;\nmov.u32 %r3, %tid.x;\n\
              mul.wide.u32 %rd4, %r1, %r2;\ncvt.u64.u32 %rd5, %r3;\nadd.u64 %rd4, %rd4, %rd5;\n\
              mov.u32 %r0, %nctaid.x;\nmul.wide.u32 %rd15, %r0, %r2;\n\
-             LOOP:\nsetp.ge.u64 %p, %rd4, %rd3;\n@%p bra DONE;\n",
-            if meta { ", .param .align 8 .b8 meta[144]" } else { "" }
+             LOOP:\nsetp.ge.u64 %p, %rd4, %rd3;\n@%p bra DONE;\n"
         )
     };
     // One element a step over the grid's stride, as the ABI asks.
@@ -2088,10 +2087,10 @@ fn affine_ptx() -> String {
                 st.global.f32 [%rd8], %f2;\nadd.u64 %rd4, %rd4, %rd15;\nbra.uni LOOP;\n\
                 DONE:\nret;\n}\n";
     let mut ptx = String::from(".version 7.0\n.target sm_70\n.address_size 64\n\n");
-    ptx += &head("contig", false);
+    ptx += &head("contig", "");
     ptx += "shl.b64 %rd6, %rd4, 2;\nadd.u64 %rd7, %rd2, %rd6;\nadd.u64 %rd8, %rd1, %rd6;\n";
     ptx += body;
-    ptx += &head("strided", true);
+    ptx += &head("strided", ", .param .align 8 .b8 meta[144]");
     // Split the linear index over the padded dims, last first, summing
     // output (%rd10) and input (%rd11) offsets.
     ptx += "mov.u64 %rd9, %rd4;\nmov.u64 %rd10, 0;\nmov.u64 %rd11, 0;\n";
@@ -2108,7 +2107,70 @@ fn affine_ptx() -> String {
     ptx += "shl.b64 %rd10, %rd10, 2;\nshl.b64 %rd11, %rd11, 2;\n\
             add.u64 %rd7, %rd2, %rd11;\nadd.u64 %rd8, %rd1, %rd10;\n";
     ptx += body;
+    // The input's offset: its column `i mod cols` where the mask says it
+    // repeats every row, else `i` (`i + mask * (col - i)`).
+    ptx += &head("cols", ", .param .u64 cols, .param .u64 mask");
+    ptx += "ld.param.u64 %rd9, [cols];\nld.param.u64 %rd10, [mask];\nand.b64 %rd10, %rd10, 1;\n\
+            rem.u64 %rd11, %rd4, %rd9;\nsub.u64 %rd12, %rd11, %rd4;\nmad.lo.u64 %rd12, %rd12, %rd10, %rd4;\n\
+            shl.b64 %rd12, %rd12, 2;\nshl.b64 %rd6, %rd4, 2;\n\
+            add.u64 %rd7, %rd2, %rd12;\nadd.u64 %rd8, %rd1, %rd6;\n";
+    ptx += body;
     ptx
+}
+
+/// Binary ops of a full operand and one row broadcast over every row (a
+/// per-channel operand of a channels-last batch: the `_cols` entry), on
+/// rows of a multiple of the vector width and not, with offset
+/// (misaligned) views on either side, against f64.
+#[test]
+fn per_column_operands_match_f64() {
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::NumDType>(be: &CudaBackend, rng: &mut SplitMix64, op: BinaryOp) {
+        let ((alo, ahi), (blo, bhi)) = binary_inputs(op, T::KIND);
+        let e = eps(T::KIND);
+        for (rows, cols, shift) in [
+            (301, 64, 0),
+            (77, 13, 0),
+            (50, 8, 1),
+            (3, 1000, 1),
+            (0, 8, 0),
+        ] {
+            let out = [rows, cols];
+            let la = Layout::new(out.to_vec(), vec![cols, 1], shift);
+            let lb = Layout::new(vec![1, cols], vec![cols, 1], shift).broadcast_to(&out);
+            let a: Vec<T> = random(rng, rows * cols + shift, alo, ahi);
+            let b: Vec<T> = random(rng, cols + shift, blo, bhi);
+            for swap in [false, true] {
+                let ((x, lx), (y, ly)) = match swap {
+                    false => ((&a, &la), (&b, &lb)),
+                    true => ((&b, &lb), (&a, &la)),
+                };
+                let got = down(
+                    &be.binary(op, &up(be, x), lx, &up(be, y), ly).unwrap(),
+                    &out,
+                );
+                let want: Vec<f64> = lx
+                    .offsets()
+                    .zip(ly.offsets())
+                    .map(|(i, j)| binary_ref(op, T::KIND, x[i].to_f64(), y[j].to_f64()))
+                    .collect();
+                let what = format!(
+                    "{} {} [{rows}, {cols}] +{shift} swap {swap}",
+                    op.name(),
+                    T::KIND
+                );
+                assert_close(&what, &got, &want, 4.0 * e, 4.0 * e);
+            }
+        }
+    }
+    for op in [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Sub] {
+        check::<f32>(&be, &mut rng, op);
+        check::<bf16>(&be, &mut rng, op);
+        check::<f16>(&be, &mut rng, op);
+        check::<f64>(&be, &mut rng, op);
+        check::<i32>(&be, &mut rng, op);
+    }
 }
 
 #[test]
@@ -4079,6 +4141,27 @@ fn same_bits<T: DType>(what: &str, got: &[T], want: &[T]) {
     }
 }
 
+/// A uniform draw from `lo..=hi`.
+fn pick(rng: &mut SplitMix64, lo: usize, hi: usize) -> usize {
+    lo + (rng.uniform() * (hi - lo + 1) as f64) as usize % (hi - lo + 1)
+}
+
+/// Replaces about 5 in `one_in` values of `x` by NaN, infinities and
+/// signed zeros (one of each kind per `one_in` on average).
+fn sprinkle_edges<T: crate::FloatDType>(rng: &mut SplitMix64, x: &mut [T], one_in: usize) {
+    for v in x.iter_mut() {
+        let e = match pick(rng, 0, one_in - 1) {
+            0 => f64::NAN,
+            1 => f64::INFINITY,
+            2 => f64::NEG_INFINITY,
+            3 => -0.0,
+            4 => 0.0,
+            _ => continue,
+        };
+        *v = T::from_f64(e);
+    }
+}
+
 /// The pooling kernels against the CPU reference on random shapes and
 /// options (padding, dilation, `ceil_mode`, `count_include_pad`,
 /// `divisor_override`, adaptive sizes above and below the input's), on
@@ -4092,9 +4175,6 @@ fn pools_match_the_cpu_on_random_options_views_and_edge_values() {
     use tensorfn_core::ops::pool::Pool2d;
     let Some((_serial, be)) = gpu() else { return };
     let mut rng = seed();
-    fn pick(rng: &mut SplitMix64, lo: usize, hi: usize) -> usize {
-        lo + (rng.uniform() * (hi - lo + 1) as f64) as usize % (hi - lo + 1)
-    }
     fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
         let mut cases = 0;
         while cases < 24 {
@@ -4134,17 +4214,7 @@ fn pools_match_the_cpu_on_random_options_views_and_edge_values() {
             let big = [n, c, h + 1, w + 2];
             let len: usize = big.iter().product::<usize>() + 3;
             let mut x: Vec<T> = random(rng, len, -4.0, 4.0);
-            for v in x.iter_mut() {
-                let e = match pick(rng, 0, 30) {
-                    0 => f64::NAN,
-                    1 => f64::INFINITY,
-                    2 => f64::NEG_INFINITY,
-                    3 => -0.0,
-                    4 => 0.0,
-                    _ => continue,
-                };
-                *v = T::from_f64(e);
-            }
+            sprinkle_edges(rng, &mut x, 31);
             let gx = up(be, &x);
             let bs = crate::layout::contiguous_strides(&big);
             let sliced = Layout::new(dims.to_vec(), bs.clone(), 3 + bs[2] + 1);
@@ -4184,6 +4254,56 @@ fn pools_match_the_cpu_on_random_options_views_and_edge_values() {
     check::<f64>(&be, &mut rng);
     check::<f16>(&be, &mut rng);
     check::<bf16>(&be, &mut rng);
+}
+
+/// `max_pool2d` of channels-last inputs with channels in multiples of 16
+/// bytes (the vectorised entry, one 16-byte load per tap and thread)
+/// against the CPU: random windows with padding and dilation, NaN,
+/// infinities and signed zeros, an empty batch, and views the entry must
+/// leave to the one-channel kernel (a misaligned offset, a channel count
+/// not a multiple of the width).
+#[test]
+fn vectorised_max_pool_matches_the_cpu_on_channels_last_inputs() {
+    use crate::cpu::CpuBackend;
+    use tensorfn_core::ops::pool::Pool2d;
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64) {
+        let w = tensorfn_kernels::ptx::max_vec_width(T::KIND).expect("a vector width");
+        for case in 0..12 {
+            let c = match case {
+                10 => w + 1,
+                _ => w * pick(rng, 1, 9),
+            };
+            let n = if case == 3 { 0 } else { pick(rng, 1, 3) };
+            let (h, wd) = (pick(rng, 1, 13), pick(rng, 1, 13));
+            let k = [pick(rng, 1, 4), pick(rng, 1, 4)];
+            let p = Pool2d::max(k)
+                .stride([pick(rng, 1, 3), pick(rng, 1, 3)])
+                .padding([pick(rng, 0, k[0] / 2), pick(rng, 0, k[1] / 2)])
+                .dilation([pick(rng, 1, 2), pick(rng, 1, 2)])
+                .ceil_mode(pick(rng, 0, 1) == 1);
+            let Ok(out) = p.output_dims([h, wd]) else {
+                continue;
+            };
+            // Room for an offset of one vector (aligned) or one element.
+            let offset = if case == 11 { 1 } else { w * (case % 2) };
+            let len = n * h * wd * c + offset;
+            let mut x: Vec<T> = random(rng, len, -4.0, 4.0);
+            sprinkle_edges(rng, &mut x, 21);
+            let gx = up(be, &x);
+            let nhwc = Layout::contiguous(&[n, h, wd, c]).permute(&[0, 3, 1, 2]);
+            let lay = Layout::new(nhwc.dims().to_vec(), nhwc.strides().to_vec(), offset);
+            let what = format!("{p:?} [{n}, {c}, {h}, {wd}] channels-last +{offset}");
+            let want = CpuBackend.pool2d(&x, &lay, &p, out).unwrap();
+            let got = be.pool2d::<T>(&gx, &lay, &p, out).unwrap();
+            // Both are channels-last: compare in memory order.
+            same_bits(&what, &down(&got, &[want.len()]), &want);
+        }
+    }
+    check::<bf16>(&be, &mut rng);
+    check::<f16>(&be, &mut rng);
+    check::<f32>(&be, &mut rng);
 }
 
 /// The GPU's dropout mask is the CPU's bit for bit (a large transposed
