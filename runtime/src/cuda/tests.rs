@@ -4404,7 +4404,37 @@ fn batch_norm_keeps_large_offsets_and_odd_ranks() {
             .batch_norm_backward((&x, &l), None, None, (&g, &l), true, 1e-5)
             .unwrap();
         assert_close(&what, &down(&dx, &[numel]), &f(&ex), 1e-3, 1e-3);
-        assert_close(&what, &down(&dw, &[c]), &f(&ew), 1e-3, 1e-2);
+        // `dweight = sum(g * (x - mean)) * invstd` moves by `sum(g) * invstd`
+        // per unit of the mean, and the mean of values near 1e4 is an f32
+        // whose last bit may round either way on either device: allow one
+        // unit in the last place of the mean beside the sums' rounding.
+        let s = if c == 0 { 0 } else { numel / (dims[0] * c) };
+        let dw_got = down(&dw, &[c]);
+        for ch in 0..c {
+            let at = |ni: usize, si: usize| (ni * c + ch) * s + si;
+            let idx: Vec<usize> = (0..dims[0])
+                .flat_map(|ni| (0..s).map(move |si| at(ni, si)))
+                .collect();
+            let m = idx.len() as f64;
+            let mean = idx.iter().map(|&i| x[i] as f64).sum::<f64>() / m;
+            let var = idx
+                .iter()
+                .map(|&i| (x[i] as f64 - mean).powi(2))
+                .sum::<f64>()
+                / m;
+            let sum_g: f64 = idx.iter().map(|&i| g[i] as f64).sum();
+            let ulp = f64::from(f32::EPSILON) * (mean.abs() as f32).max(1.0) as f64;
+            let slack = ulp * sum_g.abs() / (var + 1e-5).sqrt();
+            let (got, want) = (dw_got[ch] as f64, ew[ch] as f64);
+            if want.is_nan() {
+                assert!(got.is_nan(), "{what} dweight[{ch}]: got {got}, want NaN");
+                continue;
+            }
+            assert!(
+                (got - want).abs() <= 1e-2 + 1e-3 * want.abs() + slack,
+                "{what} dweight[{ch}]: got {got}, want {want} (allowed {slack} for the mean's last bit)"
+            );
+        }
         assert_close(&what, &down(&db, &[c]), &f(&eb), 1e-3, 1e-2);
     }
 }
