@@ -1070,6 +1070,45 @@ pub fn attention_wgmma(dtype: DTypeKind, d: usize) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
+/// Name of [`attention_wgmma_ws`]`(dtype, d)`.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert_eq!(builtin::attention_wgmma_ws_name(DTypeKind::BF16, 128), "tf_attention_ws_bf16_d128");
+/// ```
+pub fn attention_wgmma_ws_name(dtype: DTypeKind, d: usize) -> String {
+    format!("tf_attention_ws_{dtype}_d{d}")
+}
+
+/// [`attention_wgmma`] warp-specialised, for devices of compute
+/// capability 9.0 only (FlashAttention-3's structure): the same
+/// parameters, output, log-sum-exps and cases. A block of three
+/// warpgroups owns [`ATTENTION_WS_ROWS`](crate::ptx::ATTENTION_WS_ROWS)
+/// query rows: one copies `Q` and the tiles of `K` and `V` into shared
+/// buffers and gives its registers up (`setmaxnreg`), two compute 64 rows
+/// each, the buffers passed between them through `mbarrier`s, and each
+/// computing warpgroup issues the next tile's `S = Q K^T` before the
+/// softmax of the current one, which then runs beside the products.
+/// Launch with `block.x =`
+/// [`ATTENTION_WS_THREADS`](crate::ptx::ATTENTION_WS_THREADS),
+/// [`attention_ws_shared`](crate::ptx::attention_ws_shared)`(d)` bytes of
+/// dynamic shared memory, `grid.x = ceil(l / rows)` and `grid.y` the
+/// batch.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::attention_wgmma_ws(DTypeKind::BF16, 128).unwrap();
+/// assert!(k.ptx.contains("setmaxnreg.inc.sync.aligned.u32"));
+/// assert!(k.ptx.contains("mbarrier.try_wait.parity.shared::cta.b64"));
+/// assert!(builtin::attention_wgmma_ws(DTypeKind::F32, 128).is_err());
+/// ```
+pub fn attention_wgmma_ws(dtype: DTypeKind, d: usize) -> Result<Kernel> {
+    tensor_core_case("attention_wgmma_ws", dtype, d)?;
+    let name = attention_wgmma_ws_name(dtype, d);
+    let ptx = ptx::attention_wgmma_ws(&name, dtype, d);
+    Ok(Kernel { name, ptx })
+}
+
 /// Name of [`attention_mma_backward`]`(dtype, d)` (its main entry; the
 /// preprocessing entry is this name with `_delta` appended).
 ///
@@ -1351,6 +1390,7 @@ pub fn all() -> Vec<Kernel> {
         for d in ptx::ATTENTION_MMA_HEADS {
             out.extend(attention_mma(dtype, d).ok());
             out.extend(attention_wgmma(dtype, d).ok());
+            out.extend(attention_wgmma_ws(dtype, d).ok());
             out.extend(attention_mma_backward(dtype, d).ok());
             out.extend(attention_wgmma_backward(dtype, d).ok());
         }

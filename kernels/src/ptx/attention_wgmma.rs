@@ -19,7 +19,7 @@
 
 use super::attention::{batch_offsets, key_range, KeyRange, MMA_PARAMS};
 use super::body::{Body, Class};
-use super::mma_tile::{entry_params, half_type, load_params, pack_a, scale_log2};
+use super::mma_tile::{entry_params, half_type, load_params, pack_a, pack_a_into, scale_log2};
 use crate::target::Target;
 use tensorfn_core::DTypeKind;
 
@@ -58,12 +58,12 @@ pub const fn attention_wgmma_threads(d: usize) -> usize {
 }
 
 /// Keys a tile of `K` and `V` holds (the `N` of `S = Q K^T`).
-const WGMMA_KEYS: usize = 128;
+pub(super) const WGMMA_KEYS: usize = 128;
 
 /// Buffers of `K` and `V` tiles: the tile computed on, the next one on
 /// its way, and the one before, which the second warpgroup may still read
 /// while the first starts the next copy.
-const STAGES: usize = 3;
+pub(super) const STAGES: usize = 3;
 
 /// Bytes of one row of a swizzle region (64 16-bit columns).
 pub(super) const ATOM_ROW: usize = 128;
@@ -125,26 +125,31 @@ pub(super) fn list(regs: &[String]) -> String {
     format!("{{{}}}", regs.join(", "))
 }
 
-/// The Hopper entry `name` over `dtype` (f16 or bf16) with head dim `d`
-/// (64 or 128), taking the parameters of the `mma.sync` entry
-/// ([`MMA_PARAMS`]) and computing the same output and log-sum-exps.
-pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> String {
-    let ht = half_type(dtype);
-    let (neg_inf, zero, one) = ("0fFF800000", "0f00000000", "0f3F800000");
-    let rows = attention_wgmma_rows(d);
-    let threads = attention_wgmma_threads(d);
-    let wgs = warpgroups(d);
-    let n = WGMMA_KEYS;
-    // 16-byte chunks of a row, rows one pass of the block's copies covers.
-    let chunks = d / 8;
-    let pass_rows = threads / chunks;
-    // Bytes of a 64-column region of Q and of a tile of K or V, and of
-    // the whole of each.
-    let (q_region, kv_region) = (rows * ATOM_ROW, n * ATOM_ROW);
-    let (q_bytes, kv_bytes) = (rows * d * 2, n * d * 2);
-    let mut body = Body::for_target(Target::Sm80);
-    let p = load_params(&mut body, &MMA_PARAMS, &["p_out", "p_q", "p_k", "p_v"]);
-    let sl2 = scale_log2(&mut body);
+/// What every thread of a Hopper forward block computes before its role:
+/// the parameters, the scale (`sl2`, its sign in `neg`), the lane's
+/// fragment roles, the batch and its operands' offsets, the block's first
+/// row and its shared memory's 1 KiB-aligned base.
+pub(super) struct Frame {
+    pub(super) p: std::collections::HashMap<&'static str, String>,
+    pub(super) sl2: String,
+    pub(super) neg: String,
+    pub(super) tid: String,
+    pub(super) g32: String,
+    pub(super) t32: String,
+    pub(super) b: String,
+    pub(super) boff: std::collections::HashMap<&'static str, String>,
+    pub(super) big_r0: String,
+    pub(super) base: String,
+    pub(super) ptrue: String,
+    pub(super) pfalse: String,
+}
+
+/// Emits [`Frame`] for the entry `name` whose blocks own `rows` query
+/// rows, in reverse order of blocks (under `causal` the last rows have the
+/// most keys, and they start first).
+pub(super) fn frame(body: &mut Body, name: &str, rows: usize) -> Frame {
+    let p = load_params(body, &MMA_PARAMS, &["p_out", "p_q", "p_k", "p_v"]);
+    let sl2 = scale_log2(body);
     // A negative scale negates the scores (so that the max of the raw
     // scores is the max of the scaled ones) and is used as its magnitude;
     // a zero scale becomes 2^-126, which leaves every finite score's
@@ -157,9 +162,7 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
         body.op(format!("setp.eq.f32 {z}, {sl2}, 0f00000000"));
         body.op(format!("@{z} mov.f32 {sl2}, 0f00800000"));
     }
-    let (tid, lane, wg, wi, g32, t32) = (
-        body.reg(Class::B32),
-        body.reg(Class::B32),
+    let (tid, lane, g32, t32) = (
         body.reg(Class::B32),
         body.reg(Class::B32),
         body.reg(Class::B32),
@@ -167,13 +170,8 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
     );
     body.op(format!("mov.u32 {tid}, %tid.x"));
     body.op(format!("and.b32 {lane}, {tid}, 31"));
-    body.op(format!("shr.u32 {wg}, {tid}, 7"));
-    body.op(format!("shr.u32 {wi}, {tid}, 5"));
-    body.op(format!("and.b32 {wi}, {wi}, 3"));
     body.op(format!("shr.u32 {g32}, {lane}, 2"));
     body.op(format!("and.b32 {t32}, {lane}, 3"));
-    // Blocks in reverse order: under `causal` the last rows have the most
-    // keys, and they start first.
     let (cta, ncta, by) = (
         body.reg(Class::B32),
         body.reg(Class::B32),
@@ -187,96 +185,169 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
     let b = body.reg(Class::B64);
     body.op(format!("cvt.u64.u32 {b}, {by}"));
     body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
-    let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v", "o"]);
-    // The block's first row R0, the warpgroup's r0; the thread's rows are
-    // r0 + 16 wi + g (`ra`) and 8 more (`rb`).
+    let boff = batch_offsets(body, &b, &p, &["q", "k", "v", "o"]);
     let big_r0 = body.reg(Class::B64);
     body.op(format!("mul.wide.u32 {big_r0}, {cta}, {rows}"));
-    let r0 = body.reg(Class::B64);
-    body.op(format!("mul.wide.u32 {r0}, {wg}, 64"));
-    body.op(format!("add.u64 {r0}, {r0}, {big_r0}"));
-    let (ra, rb) = (body.reg(Class::B64), body.reg(Class::B64));
-    {
-        let x = body.reg(Class::B32);
-        body.op(format!("mad.lo.u32 {x}, {wi}, 16, {g32}"));
-        body.op(format!("cvt.u64.u32 {ra}, {x}"));
-        body.op(format!("add.u64 {ra}, {ra}, {r0}"));
-        body.op(format!("add.u64 {rb}, {ra}, 8"));
-    }
-    // The warpgroup's 64 rows take the warp's place of the `mma.sync` entry.
-    let KeyRange {
-        causal,
-        ntiles,
-        wend,
-    } = key_range(&mut body, &p, (&big_r0, rows), (&r0, 64), n);
-    // Shared memory aligned to 1 KiB: Q, K's two buffers, V's two.
     let base = body.reg(Class::B32);
     body.op(format!("mov.u32 {base}, {name}_smem"));
     body.op(format!("add.u32 {base}, {base}, 1023"));
     body.op(format!("and.b32 {base}, {base}, -1024"));
-    let sk = body.reg(Class::B32);
-    body.op(format!("add.u32 {sk}, {base}, {q_bytes}"));
-    let sv = body.reg(Class::B32);
-    body.op(format!("add.u32 {sv}, {sk}, {}", STAGES * kv_bytes));
-    // The thread's copy slot: chunk `cchunk` of rows `crow + k pass_rows`,
-    // in the region cchunk / 8 at chunk (cchunk % 8) ^ (crow % 8) (every
-    // pass's rows share crow % 8, as pass_rows is a multiple of 8).
-    let (crow, cchunk) = (body.reg(Class::B32), body.reg(Class::B32));
-    body.op(format!(
-        "shr.u32 {crow}, {tid}, {}",
-        chunks.trailing_zeros()
-    ));
-    body.op(format!("and.b32 {cchunk}, {tid}, {}", chunks - 1));
-    let qslot = swizzled_slot(&mut body, &crow, &cchunk, q_region);
-    body.op(format!("add.u32 {qslot}, {qslot}, {base}"));
-    let kvslot = swizzled_slot(&mut body, &crow, &cchunk, kv_region);
-    // The global sources: row 0 of batch b, plus the thread's chunk.
-    let (crow64, cbytes) = (body.reg(Class::B64), body.reg(Class::B64));
-    body.op(format!("cvt.u64.u32 {crow64}, {crow}"));
-    body.op(format!("cvt.u64.u32 {cbytes}, {cchunk}"));
-    body.op(format!("shl.b64 {cbytes}, {cbytes}, 4"));
-    let source = |body: &mut Body, x: &str| {
-        let a = body.reg(Class::B64);
+    let (ptrue, pfalse) = (body.reg(Class::Pred), body.reg(Class::Pred));
+    body.op(format!("setp.eq.u32 {ptrue}, 0, 0"));
+    body.op(format!("setp.ne.u32 {pfalse}, 0, 0"));
+    Frame {
+        p,
+        sl2,
+        neg,
+        tid,
+        g32,
+        t32,
+        b,
+        boff,
+        big_r0,
+        base,
+        ptrue,
+        pfalse,
+    }
+}
+
+/// The rows of a warpgroup: its first `r0` (u64) and the thread's two
+/// rows of the accumulator fragments, `ra = r0 + 16 wi + g` and
+/// `rb = ra + 8`.
+pub(super) struct Rows {
+    pub(super) r0: String,
+    pub(super) ra: String,
+    pub(super) rb: String,
+}
+
+/// Emits [`Rows`] for the computing warpgroup `wg` (u32, counted from 0
+/// among the block's computing warpgroups).
+pub(super) fn warpgroup_rows(body: &mut Body, f: &Frame, wg: &str) -> Rows {
+    let r0 = body.reg(Class::B64);
+    body.op(format!("mul.wide.u32 {r0}, {wg}, 64"));
+    body.op(format!("add.u64 {r0}, {r0}, {}", f.big_r0));
+    let (ra, rb) = (body.reg(Class::B64), body.reg(Class::B64));
+    let (wi, x) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("shr.u32 {wi}, {}, 5", f.tid));
+    body.op(format!("and.b32 {wi}, {wi}, 3"));
+    body.op(format!("mad.lo.u32 {x}, {wi}, 16, {}", f.g32));
+    body.op(format!("cvt.u64.u32 {ra}, {x}"));
+    body.op(format!("add.u64 {ra}, {ra}, {r0}"));
+    body.op(format!("add.u64 {rb}, {ra}, 8"));
+    Rows { r0, ra, rb }
+}
+
+/// The copies of a block's `Q` and of its tiles of `K` and `V` into the
+/// swizzled shared layout, by `threads` threads (the thread's index among
+/// them in `tid`), 16 bytes a `cp.async`.
+pub(super) struct Copier {
+    crow: String,
+    crow64: String,
+    pass_rows: usize,
+    rows: usize,
+    qslot: String,
+    kvslot: String,
+    sk: String,
+    sv: String,
+    q: [String; 2],
+    k: [String; 3],
+    v: [String; 3],
+    big_r0: String,
+    p_s: String,
+    p_l: String,
+}
+
+impl Copier {
+    /// Emits the copying thread's slots and sources: `rows` rows of `Q`
+    /// at the shared base `f.base`, tiles of [`WGMMA_KEYS`] keys of `K`
+    /// and `V` at `sk` and `sv`, head dim `d`.
+    pub(super) fn new(
+        body: &mut Body,
+        f: &Frame,
+        (tid, threads): (&str, usize),
+        (d, rows): (usize, usize),
+        (sk, sv): (&str, &str),
+    ) -> Copier {
+        // 16-byte chunks of a row, rows one pass of the copies covers.
+        let chunks = d / 8;
+        let pass_rows = threads / chunks;
+        // The thread's copy slot: chunk `cchunk` of rows `crow + k
+        // pass_rows`, in the region cchunk / 8 at chunk (cchunk % 8) ^
+        // (crow % 8) (every pass's rows share crow % 8, as pass_rows is a
+        // multiple of 8).
+        let (crow, cchunk) = (body.reg(Class::B32), body.reg(Class::B32));
         body.op(format!(
-            "mad.lo.u64 {a}, {}, 2, {}",
-            boff[x],
-            p[format!("p_{x}").as_str()]
+            "shr.u32 {crow}, {tid}, {}",
+            chunks.trailing_zeros()
         ));
-        body.op(format!("add.u64 {a}, {a}, {cbytes}"));
-        let rs2 = body.reg(Class::B64);
-        body.op(format!(
-            "shl.b64 {rs2}, {}, 1",
-            p[format!("p_{x}r").as_str()]
-        ));
-        (a, rs2)
-    };
-    // The bytes between a thread's rows of two passes.
-    let pass_bytes = |body: &mut Body, rs2: &str| {
-        let r = body.reg(Class::B64);
-        body.op(format!("mul.lo.u64 {r}, {rs2}, {pass_rows}"));
-        r
-    };
-    let (gq, qr2) = source(&mut body, "q");
-    let (gk, kr2) = source(&mut body, "k");
-    let (gv, vr2) = source(&mut body, "v");
-    let (kpass, vpass) = (pass_bytes(&mut body, &kr2), pass_bytes(&mut body, &vr2));
-    // Copies `count` rows from row j0 of `src` (rows `rs2` bytes apart,
-    // a pass's `pass` bytes) to the slot `dst`; with `limit`, rows at or
-    // past it are zero-filled (read from a clamped address), else all are
-    // copied, from one address stepped by a pass's bytes.
-    let copy = |body: &mut Body,
-                j0: &str,
-                count: usize,
-                (src, rs2, pass): (&str, &str, &str),
-                dst: &str,
-                limit: Option<&str>| {
+        body.op(format!("and.b32 {cchunk}, {tid}, {}", chunks - 1));
+        let qslot = swizzled_slot(body, &crow, &cchunk, rows * ATOM_ROW);
+        body.op(format!("add.u32 {qslot}, {qslot}, {}", f.base));
+        let kvslot = swizzled_slot(body, &crow, &cchunk, WGMMA_KEYS * ATOM_ROW);
+        // The global sources: row 0 of batch b, plus the thread's chunk.
+        let (crow64, cbytes) = (body.reg(Class::B64), body.reg(Class::B64));
+        body.op(format!("cvt.u64.u32 {crow64}, {crow}"));
+        body.op(format!("cvt.u64.u32 {cbytes}, {cchunk}"));
+        body.op(format!("shl.b64 {cbytes}, {cbytes}, 4"));
+        let source = |body: &mut Body, x: &str| {
+            let a = body.reg(Class::B64);
+            body.op(format!(
+                "mad.lo.u64 {a}, {}, 2, {}",
+                f.boff[x],
+                f.p[format!("p_{x}").as_str()]
+            ));
+            body.op(format!("add.u64 {a}, {a}, {cbytes}"));
+            let rs2 = body.reg(Class::B64);
+            body.op(format!(
+                "shl.b64 {rs2}, {}, 1",
+                f.p[format!("p_{x}r").as_str()]
+            ));
+            // The bytes between a thread's rows of two passes.
+            let pass = body.reg(Class::B64);
+            body.op(format!("mul.lo.u64 {pass}, {rs2}, {pass_rows}"));
+            [a, rs2, pass]
+        };
+        let [gq, qr2, _] = source(body, "q");
+        let (k, v) = (source(body, "k"), source(body, "v"));
+        Copier {
+            crow,
+            crow64,
+            pass_rows,
+            rows,
+            qslot,
+            kvslot,
+            sk: sk.to_string(),
+            sv: sv.to_string(),
+            q: [gq, qr2],
+            k,
+            v,
+            big_r0: f.big_r0.clone(),
+            p_s: f.p["p_s"].clone(),
+            p_l: f.p["p_l"].clone(),
+        }
+    }
+
+    /// Copies `count` rows from row j0 of `src` (rows `rs2` bytes apart,
+    /// a pass's `pass` bytes) to the slot `dst`; with `limit`, rows at or
+    /// past it are zero-filled (read from a clamped address), else all
+    /// are copied, from one address stepped by a pass's bytes.
+    fn rows(
+        &self,
+        body: &mut Body,
+        j0: &str,
+        count: usize,
+        (src, rs2, pass): (&str, &str, &str),
+        dst: &str,
+        limit: Option<&str>,
+    ) {
+        let (crow, crow64, pass_rows) = (&self.crow, &self.crow64, self.pass_rows);
         let step = body.reg(Class::B64);
         if limit.is_none() {
             body.op(format!("add.u64 {step}, {j0}, {crow64}"));
             body.op(format!("mad.lo.u64 {step}, {step}, {rs2}, {src}"));
         }
         for ps in 0..count.div_ceil(pass_rows) {
-            // A last pass over fewer rows than the block's threads cover.
+            // A last pass over fewer rows than the threads cover.
             let skip = body.label("wg_no_pass");
             if (ps + 1) * pass_rows > count {
                 let out = body.reg(Class::Pred);
@@ -316,139 +387,75 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
             }
             body.place(&skip);
         }
-    };
-    // Copies the tile of keys j0.. of K and V into the buffer `stage`
-    // bytes into theirs: whole tiles straight, the last one zero-filled
-    // past the keys.
-    let copy_kv = |body: &mut Body, j0: &str, stage: &str| {
+    }
+
+    /// Copies the block's rows of `Q` (rows past L zero-filled).
+    pub(super) fn q(&self, body: &mut Body) {
+        let [gq, qr2] = &self.q;
+        self.rows(
+            body,
+            &self.big_r0,
+            self.rows,
+            (gq, qr2, qr2),
+            &self.qslot,
+            Some(&self.p_l),
+        );
+    }
+
+    /// Copies the tile of keys j0.. of K and V into the buffer `stage`
+    /// bytes into theirs: whole tiles straight, the last one zero-filled
+    /// past the keys.
+    pub(super) fn kv(&self, body: &mut Body, j0: &str, stage: &str) {
+        let n = WGMMA_KEYS;
         let (buf, kdst, vdst) = (
             body.reg(Class::B32),
             body.reg(Class::B32),
             body.reg(Class::B32),
         );
-        body.op(format!("add.u32 {buf}, {stage}, {kvslot}"));
-        body.op(format!("add.u32 {kdst}, {buf}, {sk}"));
-        body.op(format!("add.u32 {vdst}, {buf}, {sv}"));
+        body.op(format!("add.u32 {buf}, {stage}, {}", self.kvslot));
+        body.op(format!("add.u32 {kdst}, {buf}, {}", self.sk));
+        body.op(format!("add.u32 {vdst}, {buf}, {}", self.sv));
         let (partial, copied) = (body.label("wg_partial"), body.label("wg_copied"));
         let end = body.reg(Class::B64);
         body.op(format!("add.u64 {end}, {j0}, {n}"));
         let short = body.reg(Class::Pred);
-        body.op(format!("setp.gt.u64 {short}, {end}, {}", p["p_s"]));
+        body.op(format!("setp.gt.u64 {short}, {end}, {}", self.p_s));
         body.op(format!("@{short} bra.uni {partial}"));
-        copy(body, j0, n, (&gk, &kr2, &kpass), &kdst, None);
-        copy(body, j0, n, (&gv, &vr2, &vpass), &vdst, None);
+        let ([gk, kr2, kp], [gv, vr2, vp]) = (&self.k, &self.v);
+        self.rows(body, j0, n, (gk, kr2, kp), &kdst, None);
+        self.rows(body, j0, n, (gv, vr2, vp), &vdst, None);
         body.op(format!("bra.uni {copied}"));
         body.place(&partial);
-        copy(body, j0, n, (&gk, &kr2, &kpass), &kdst, Some(&p["p_s"]));
-        copy(body, j0, n, (&gv, &vr2, &vpass), &vdst, Some(&p["p_s"]));
+        self.rows(body, j0, n, (gk, kr2, kp), &kdst, Some(&self.p_s));
+        self.rows(body, j0, n, (gv, vr2, vp), &vdst, Some(&self.p_s));
         body.place(&copied);
-    };
-    // Descriptors: Q of the warpgroup (K-major, 8-row groups 1 KiB
-    // apart), K's and V's buffers (V MN-major: its 64-column regions
-    // `kv_region` apart, its groups of 8 keys 1 KiB apart).
-    let kmajor = desc_bits(16, 8 * ATOM_ROW);
-    let mnmajor = desc_bits(kv_region, 8 * ATOM_ROW);
-    let qdesc = {
-        let a = body.reg(Class::B32);
-        body.op(format!("mad.lo.u32 {a}, {wg}, {}, {base}", 64 * ATOM_ROW));
-        descriptor(&mut body, &a, kmajor)
-    };
-    let kdesc = descriptor(&mut body, &sk, kmajor);
-    let vdesc = descriptor(&mut body, &sv, mnmajor);
-    let (ptrue, pfalse) = (body.reg(Class::Pred), body.reg(Class::Pred));
-    body.op(format!("setp.eq.u32 {ptrue}, 0, 0"));
-    body.op(format!("setp.ne.u32 {pfalse}, 0, 0"));
-    // O as the m64nD accumulator (d / 2 registers: of 8-column tile j,
-    // [4j, 4j + 1] in row ra and [4j + 2, 4j + 3] in row rb); the running
-    // max (of the scores, sign-folded) and sum of rows ra and rb.
-    let o: Vec<String> = (0..d / 2).map(|_| body.reg(Class::F32)).collect();
-    for r in &o {
-        body.op(format!("mov.f32 {r}, {zero}"));
     }
-    let ml = [0, 1].map(|_| {
-        let (m, l) = (body.reg(Class::F32), body.reg(Class::F32));
-        body.op(format!("mov.f32 {m}, {neg_inf}"));
-        body.op(format!("mov.f32 {l}, {zero}"));
-        (m, l)
-    });
-    let (j0, jt) = (body.reg(Class::B64), body.reg(Class::B64));
-    body.op(format!("mov.u64 {j0}, 0"));
-    body.op(format!("mov.u64 {jt}, 0"));
-    // The buffer of tile jt and of the next, as byte offsets (jt % 3 and
-    // (jt + 1) % 3 times a tile's bytes).
-    let (stage, next) = (body.reg(Class::B32), body.reg(Class::B32));
-    body.op(format!("mov.u32 {stage}, 0"));
-    // The warpgroups take turns issuing S = Q K^T (named barriers 1..:
-    // warpgroup w waits on barrier w + 1 with the one before it, then
-    // lets the next go), so that one's softmax overlaps the others'
-    // products; the last lets the first start.
-    let (turn, other) = (body.reg(Class::B32), body.reg(Class::B32));
-    body.op(format!("add.u32 {turn}, {wg}, 1"));
-    body.op(format!("rem.u32 {other}, {turn}, {wgs}"));
-    body.op(format!("add.u32 {other}, {other}, 1"));
-    let second = body.reg(Class::Pred);
-    body.op(format!("setp.eq.u32 {second}, {wg}, {}", wgs - 1));
-    let (lp, done) = (body.label("wg_keys"), body.label("wg_keys_done"));
-    let none = body.reg(Class::Pred);
-    body.op(format!("setp.eq.u64 {none}, {ntiles}, 0"));
-    body.op(format!("@{none} bra.uni {done}"));
-    // Q (rows past L zero-filled) with the first tile.
-    copy(
-        &mut body,
-        &big_r0,
-        rows,
-        (&gq, &qr2, &qr2),
-        &qslot,
-        Some(&p["p_l"]),
-    );
-    copy_kv(&mut body, &j0, &stage);
-    body.op("cp.async.commit_group");
-    body.op(format!("@{second} bar.arrive 1, 256"));
-    // (every named barrier is one warpgroup waiting and one arriving.)
-    body.place(&lp);
-    // The next tile's copy, into buffer (jt + 1) % 3: last read for tile
-    // jt - 2, which every thread finished before the barrier of tile
-    // jt - 1.
-    {
-        body.op(format!("add.u32 {next}, {stage}, {kv_bytes}"));
-        let wrap = body.reg(Class::Pred);
-        body.op(format!("setp.ge.u32 {wrap}, {next}, {}", STAGES * kv_bytes));
-        body.op(format!("@{wrap} mov.u32 {next}, 0"));
-        let (jn, jtn) = (body.reg(Class::B64), body.reg(Class::B64));
-        body.op(format!("add.u64 {jtn}, {jt}, 1"));
-        body.op(format!("add.u64 {jn}, {j0}, {n}"));
-        let last = body.reg(Class::Pred);
-        body.op(format!("setp.ge.u64 {last}, {jtn}, {ntiles}"));
-        let no_copy = body.label("wg_no_copy");
-        body.op(format!("@{last} bra.uni {no_copy}"));
-        copy_kv(&mut body, &jn, &next);
-        body.place(&no_copy);
-        body.op("cp.async.commit_group");
-    }
-    // Tile jt arrived: each thread's copies made visible to the async
-    // proxy `wgmma` reads through, then everyone's.
-    body.op("cp.async.wait_group 1");
-    body.op("fence.proxy.async.shared::cta");
-    body.op("bar.sync 0");
-    let skip = body.reg(Class::Pred);
-    body.op(format!("setp.ge.u64 {skip}, {j0}, {wend}"));
-    let (kd, vd) = (body.reg(Class::B64), body.reg(Class::B64));
-    {
-        let st64 = body.reg(Class::B64);
-        body.op(format!("cvt.u64.u32 {st64}, {stage}"));
-        body.op(format!("shr.u64 {st64}, {st64}, 4"));
-        body.op(format!("add.s64 {kd}, {kdesc}, {st64}"));
-        body.op(format!("add.s64 {vd}, {vdesc}, {st64}"));
-    }
-    // S = Q K^T: k-steps of 16 columns, 32 bytes into a region's rows, in
-    // the warpgroup's turn (taken and passed on even on a tile it skips,
-    // so that the two wait and let go as often; the second does not pass
-    // it on after the last tile, which the first does not wait for).
-    let s: Vec<String> = (0..n / 2).map(|_| body.reg(Class::F32)).collect();
-    body.op(format!("bar.sync {turn}, 256"));
-    let skip_qk = body.label("wg_skip_qk");
-    body.op(format!("@{skip} bra.uni {skip_qk}"));
-    body.op("wgmma.fence.sync.aligned");
+}
+
+/// The descriptor fields of a K-major tile (`Q`, `K`: 8-row groups 1 KiB
+/// apart) and of `V`'s MN-major one (its 64-column regions a tile's
+/// region apart, its groups of 8 keys 1 KiB apart).
+pub(super) fn operand_bits() -> (u64, u64) {
+    (
+        desc_bits(16, 8 * ATOM_ROW),
+        desc_bits(WGMMA_KEYS * ATOM_ROW, 8 * ATOM_ROW),
+    )
+}
+
+/// Issues `S = Q K^T` into the accumulators `s` (k-steps of 16 columns,
+/// 32 bytes into a region's rows), `Q` of `q_rows` rows a region.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn issue_qk(
+    body: &mut Body,
+    f: &Frame,
+    ht: &str,
+    d: usize,
+    q_rows: usize,
+    s: &[String],
+    qdesc: &str,
+    kd: &str,
+) {
+    let (q_region, kv_region) = (q_rows * ATOM_ROW, WGMMA_KEYS * ATOM_ROW);
     for ks in 0..d / 16 {
         let (qa, kb) = (body.reg(Class::B64), body.reg(Class::B64));
         let within = (ks % 4) * 32;
@@ -460,35 +467,63 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
             "add.s64 {kb}, {kd}, {}",
             ((ks / 4) * kv_region + within) >> 4
         ));
-        let acc = if ks == 0 { &pfalse } else { &ptrue };
+        let acc = if ks == 0 { &f.pfalse } else { &f.ptrue };
         body.op(format!(
-            "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ht}.{ht} {}, {qa}, {kb}, {acc}, 1, 1, 0, 0",
-            list(&s)
+            "wgmma.mma_async.sync.aligned.m64n{WGMMA_KEYS}k16.f32.{ht}.{ht} {}, {qa}, {kb}, {acc}, 1, 1, 0, 0",
+            list(s)
         ));
     }
-    body.op("wgmma.commit_group.sync.aligned");
-    body.op("wgmma.wait_group.sync.aligned 0");
-    body.place(&skip_qk);
-    {
-        let (last, keep) = (body.reg(Class::Pred), body.reg(Class::Pred));
-        let jtn = body.reg(Class::B64);
-        body.op(format!("add.u64 {jtn}, {jt}, 1"));
-        body.op(format!("setp.ge.u64 {last}, {jtn}, {ntiles}"));
-        body.op(format!("and.pred {keep}, {last}, {second}"));
-        body.op(format!("@!{keep} bar.arrive {other}, 256"));
+}
+
+/// Issues `O += P V`: `pa` the A fragments of `P` (16 keys each), `vd`
+/// the descriptor of the tile of `V`.
+pub(super) fn issue_pv(
+    body: &mut Body,
+    f: &Frame,
+    ht: &str,
+    o: &[String],
+    pa: &[[String; 4]],
+    vd: &str,
+) {
+    let d = o.len() * 2;
+    for (kc, a) in pa.iter().enumerate() {
+        let vb = body.reg(Class::B64);
+        body.op(format!("add.s64 {vb}, {vd}, {}", (kc * 16 * ATOM_ROW) >> 4));
+        body.op(format!(
+            "wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{ht}.{ht} {}, {}, {vb}, {}, 1, 1, 1",
+            list(o),
+            list(a),
+            f.ptrue
+        ));
     }
-    let skip_tile = body.label("wg_skip_tile");
-    body.op(format!("@{skip} bra.uni {skip_tile}"));
+}
+
+/// The online softmax of one tile of scores `s` (keys j0.., u64) of the
+/// warpgroup's rows: the sign folded in, -inf past the keys and, under
+/// `causal`, past the row (on the tiles that reach either), the rows'
+/// new max `ml[h].0` (over the quad sharing a row), `s` replaced by
+/// `P = 2^(S - m)` (0 where S is -inf) and the sums `ml[h].1` rescaled
+/// and added to. Returns the factors `2^(m_old - m_new)` of rows ra and
+/// rb, by which `O` is to be rescaled (see [`rescale`]).
+pub(super) fn softmax(
+    body: &mut Body,
+    f: &Frame,
+    rw: &Rows,
+    causal: &str,
+    s: &[String],
+    ml: &[(String, String); 2],
+    j0: &str,
+) -> [String; 2] {
+    let (neg_inf, zero) = ("0fFF800000", "0f00000000");
+    let (p, sl2, n) = (&f.p, &f.sl2, WGMMA_KEYS);
     {
         let positive = body.label("wg_positive");
-        body.op(format!("@!{neg} bra.uni {positive}"));
-        for r in &s {
+        body.op(format!("@!{} bra.uni {positive}", f.neg));
+        for r in s {
             body.op(format!("neg.f32 {r}, {r}"));
         }
         body.place(&positive);
     }
-    // -inf past the keys and, under `causal`, past the row, on the tiles
-    // that reach either.
     {
         let unmasked = body.label("wg_unmasked");
         let (jlast, masked, diag) = (
@@ -499,12 +534,12 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
         body.op(format!("add.u64 {jlast}, {j0}, {n}"));
         body.op(format!("setp.gt.u64 {masked}, {jlast}, {}", p["p_s"]));
         body.op(format!("add.u64 {jlast}, {j0}, {}", n - 1));
-        body.op(format!("setp.gt.u64 {diag}, {jlast}, {r0}"));
+        body.op(format!("setp.gt.u64 {diag}, {jlast}, {}", rw.r0));
         body.op(format!("and.pred {diag}, {diag}, {causal}"));
         body.op(format!("or.pred {masked}, {masked}, {diag}"));
         body.op(format!("@!{masked} bra.uni {unmasked}"));
         let col0 = body.reg(Class::B64);
-        body.op(format!("cvt.u64.u32 {col0}, {t32}"));
+        body.op(format!("cvt.u64.u32 {col0}, {}", f.t32));
         body.op(format!("shl.b64 {col0}, {col0}, 1"));
         body.op(format!("add.u64 {col0}, {col0}, {j0}"));
         for (i, r) in s.iter().enumerate() {
@@ -513,7 +548,7 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
             body.op(format!("add.u64 {key}, {col0}, {}", j * 8 + (x & 1)));
             let (out, late) = (body.reg(Class::Pred), body.reg(Class::Pred));
             body.op(format!("setp.ge.u64 {out}, {key}, {}", p["p_s"]));
-            let row = if x < 2 { &ra } else { &rb };
+            let row = if x < 2 { &rw.ra } else { &rw.rb };
             body.op(format!("setp.gt.u64 {late}, {key}, {row}"));
             body.op(format!("and.pred {late}, {late}, {causal}"));
             body.op(format!("or.pred {out}, {out}, {late}"));
@@ -521,9 +556,8 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
         }
         body.place(&unmasked);
     }
-    // The rows' new max (over the quad sharing a row), the rescale by
-    // 2^(m_old - m_new), and P = 2^(S - m) (0 where S is -inf).
-    for (half, (mx_old, l)) in ml.iter().enumerate() {
+    [0, 1].map(|half| {
+        let (mx_old, l) = &ml[half];
         let mine: Vec<&String> = s
             .iter()
             .enumerate()
@@ -559,57 +593,69 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
             body.op(format!("ex2.approx.ftz.f32 {r}, {r}"));
             body.op(format!("add.rn.f32 {l}, {l}, {r}"));
         }
-        for (i, r) in o.iter().enumerate() {
-            if (i % 4) / 2 == half {
-                body.op(format!("mul.rn.f32 {r}, {r}, {alpha}"));
-            }
-        }
+        alpha
+    })
+}
+
+/// `O *= alpha` of its row (the factors [`softmax`] returns).
+pub(super) fn rescale(body: &mut Body, o: &[String], alpha: &[String; 2]) {
+    for (i, r) in o.iter().enumerate() {
+        body.op(format!("mul.rn.f32 {r}, {r}, {}", alpha[(i % 4) / 2]));
     }
-    // O += P V: P rounded to the dtype as A fragments of 16 keys.
+}
+
+/// The 16-byte-key A fragments of `P` (the scores `s` after [`softmax`])
+/// rounded to the dtype, into `into` (4 registers a fragment) when given,
+/// else fresh registers.
+pub(super) fn pack_p(
+    body: &mut Body,
+    ht: &str,
+    s: &[String],
+    into: Option<&[[String; 4]]>,
+) -> Vec<[String; 4]> {
     let tiles: Vec<[String; 4]> = s
         .chunks(4)
         .map(|c| [c[0].clone(), c[1].clone(), c[2].clone(), c[3].clone()])
         .collect();
-    let pa = pack_a(&mut body, ht, &tiles);
-    body.op("wgmma.fence.sync.aligned");
-    for (kc, a) in pa.iter().enumerate() {
-        let vb = body.reg(Class::B64);
-        body.op(format!("add.s64 {vb}, {vd}, {}", (kc * 16 * ATOM_ROW) >> 4));
-        body.op(format!(
-            "wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{ht}.{ht} {}, {}, {vb}, {ptrue}, 1, 1, 1",
-            list(&o),
-            list(a)
-        ));
+    match into {
+        Some(regs) => {
+            pack_a_into(body, ht, &tiles, regs);
+            regs.to_vec()
+        }
+        None => pack_a(body, ht, &tiles),
     }
-    body.op("wgmma.commit_group.sync.aligned");
-    body.op("wgmma.wait_group.sync.aligned 0");
-    body.place(&skip_tile);
-    body.op(format!("mov.u32 {stage}, {next}"));
-    body.op(format!("add.u64 {jt}, {jt}, 1"));
-    body.op(format!("add.u64 {j0}, {j0}, {n}"));
-    body.op(format!("setp.lt.u64 {none}, {jt}, {ntiles}"));
-    body.op(format!("@{none} bra.uni {lp}"));
-    body.place(&done);
-    body.op("cp.async.wait_group 0");
-    // out = O / l (the quad's sum), 0 for a row without keys, rounded and
-    // stored a pair of columns at a time; with `p_lse`, lane 0 of each
-    // quad writes its rows' log-sum-exps, ln 2 (m + log2(l)).
+}
+
+/// Writes the warpgroup's rows: out = O / l (the quad's sum), 0 for a row
+/// without keys, rounded and stored a pair of columns at a time; with
+/// `p_lse`, lane 0 of each quad writes its rows' log-sum-exps, ln 2 (m +
+/// log2(l)).
+pub(super) fn store(
+    body: &mut Body,
+    f: &Frame,
+    rw: &Rows,
+    ht: &str,
+    o: &[String],
+    ml: &[(String, String); 2],
+) {
+    let (neg_inf, zero, one) = ("0fFF800000", "0f00000000", "0f3F800000");
+    let (p, d) = (&f.p, o.len() * 2);
     let (no_lse, lse_base) = (body.reg(Class::Pred), body.reg(Class::B64));
     {
         let not_first = body.reg(Class::Pred);
         body.op(format!("setp.eq.u64 {no_lse}, {}, 0", p["p_lse"]));
-        body.op(format!("setp.ne.u32 {not_first}, {t32}, 0"));
+        body.op(format!("setp.ne.u32 {not_first}, {}, 0", f.t32));
         body.op(format!("or.pred {no_lse}, {no_lse}, {not_first}"));
         let bl = body.reg(Class::B64);
-        body.op(format!("mul.lo.u64 {bl}, {b}, {}", p["p_l"]));
+        body.op(format!("mul.lo.u64 {bl}, {}, {}", f.b, p["p_l"]));
         body.op(format!("cvta.to.global.u64 {lse_base}, {}", p["p_lse"]));
         body.op(format!("mad.lo.u64 {lse_base}, {bl}, 4, {lse_base}"));
     }
     let col = body.reg(Class::B64);
-    body.op(format!("cvt.u64.u32 {col}, {t32}"));
+    body.op(format!("cvt.u64.u32 {col}, {}", f.t32));
     body.op(format!("shl.b64 {col}, {col}, 1"));
     for (half, (mx, l)) in ml.iter().enumerate() {
-        let row = if half == 0 { &ra } else { &rb };
+        let row = if half == 0 { &rw.ra } else { &rw.rb };
         for off in [1, 2] {
             let o2 = body.reg(Class::F32);
             body.op(format!("shfl.sync.bfly.b32 {o2}, {l}, {off}, 31, -1"));
@@ -627,7 +673,7 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
         {
             let (x, lg) = (body.reg(Class::F32), body.reg(Class::F32));
             body.op(format!("lg2.approx.f32 {lg}, {l}"));
-            body.op(format!("mul.rn.f32 {x}, {mx}, {sl2}"));
+            body.op(format!("mul.rn.f32 {x}, {mx}, {}", f.sl2));
             body.op(format!("add.rn.f32 {x}, {x}, {lg}"));
             body.op(format!(
                 "mul.rn.f32 {x}, {x}, 0f{:08X}",
@@ -641,7 +687,7 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
         let ga = body.reg(Class::B64);
         body.op(format!(
             "mad.lo.u64 {ga}, {row}, {}, {}",
-            p["p_or"], boff["o"]
+            p["p_or"], f.boff["o"]
         ));
         body.op(format!("add.u64 {ga}, {ga}, {col}"));
         body.op(format!("mad.lo.u64 {ga}, {ga}, 2, {}", p["p_out"]));
@@ -658,6 +704,168 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
         }
         body.place(&skip);
     }
+}
+
+/// `O` as the m64nD accumulator (d / 2 registers: of 8-column tile j,
+/// [4j, 4j + 1] in row ra and [4j + 2, 4j + 3] in row rb), zeroed, and
+/// the running max (of the scores, sign-folded) and sum of rows ra and
+/// rb.
+pub(super) fn accumulators(body: &mut Body, d: usize) -> (Vec<String>, [(String, String); 2]) {
+    let o: Vec<String> = (0..d / 2).map(|_| body.reg(Class::F32)).collect();
+    for r in &o {
+        body.op(format!("mov.f32 {r}, 0f00000000"));
+    }
+    let ml = [0, 1].map(|_| {
+        let (m, l) = (body.reg(Class::F32), body.reg(Class::F32));
+        body.op(format!("mov.f32 {m}, 0fFF800000"));
+        body.op(format!("mov.f32 {l}, 0f00000000"));
+        (m, l)
+    });
+    (o, ml)
+}
+
+/// The Hopper entry `name` over `dtype` (f16 or bf16) with head dim `d`
+/// (64 or 128), taking the parameters of the `mma.sync` entry
+/// ([`MMA_PARAMS`]) and computing the same output and log-sum-exps.
+pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> String {
+    let ht = half_type(dtype);
+    let rows = attention_wgmma_rows(d);
+    let threads = attention_wgmma_threads(d);
+    let wgs = warpgroups(d);
+    let n = WGMMA_KEYS;
+    let kv_bytes = n * d * 2;
+    let mut body = Body::for_target(Target::Sm80);
+    let f = frame(&mut body, name, rows);
+    let wg = body.reg(Class::B32);
+    body.op(format!("shr.u32 {wg}, {}, 7", f.tid));
+    let rw = warpgroup_rows(&mut body, &f, &wg);
+    // The warpgroup's 64 rows take the warp's place of the `mma.sync` entry.
+    let KeyRange {
+        causal,
+        ntiles,
+        wend,
+    } = key_range(&mut body, &f.p, (&f.big_r0, rows), (&rw.r0, 64), n);
+    // Shared memory: Q, K's three buffers, V's three.
+    let sk = body.reg(Class::B32);
+    body.op(format!("add.u32 {sk}, {}, {}", f.base, rows * d * 2));
+    let sv = body.reg(Class::B32);
+    body.op(format!("add.u32 {sv}, {sk}, {}", STAGES * kv_bytes));
+    let copier = Copier::new(&mut body, &f, (&f.tid, threads), (d, rows), (&sk, &sv));
+    let (kmajor, mnmajor) = operand_bits();
+    let qdesc = {
+        let a = body.reg(Class::B32);
+        body.op(format!(
+            "mad.lo.u32 {a}, {wg}, {}, {}",
+            64 * ATOM_ROW,
+            f.base
+        ));
+        descriptor(&mut body, &a, kmajor)
+    };
+    let kdesc = descriptor(&mut body, &sk, kmajor);
+    let vdesc = descriptor(&mut body, &sv, mnmajor);
+    let (o, ml) = accumulators(&mut body, d);
+    let (j0, jt) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("mov.u64 {j0}, 0"));
+    body.op(format!("mov.u64 {jt}, 0"));
+    // The buffer of tile jt and of the next, as byte offsets (jt % 3 and
+    // (jt + 1) % 3 times a tile's bytes).
+    let (stage, next) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("mov.u32 {stage}, 0"));
+    // The warpgroups take turns issuing S = Q K^T (named barriers 1..:
+    // warpgroup w waits on barrier w + 1 with the one before it, then
+    // lets the next go), so that one's softmax overlaps the others'
+    // products; the last lets the first start.
+    let (turn, other) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("add.u32 {turn}, {wg}, 1"));
+    body.op(format!("rem.u32 {other}, {turn}, {wgs}"));
+    body.op(format!("add.u32 {other}, {other}, 1"));
+    let second = body.reg(Class::Pred);
+    body.op(format!("setp.eq.u32 {second}, {wg}, {}", wgs - 1));
+    let (lp, done) = (body.label("wg_keys"), body.label("wg_keys_done"));
+    let none = body.reg(Class::Pred);
+    body.op(format!("setp.eq.u64 {none}, {ntiles}, 0"));
+    body.op(format!("@{none} bra.uni {done}"));
+    // Q with the first tile.
+    copier.q(&mut body);
+    copier.kv(&mut body, &j0, &stage);
+    body.op("cp.async.commit_group");
+    body.op(format!("@{second} bar.arrive 1, 256"));
+    // (every named barrier is one warpgroup waiting and one arriving.)
+    body.place(&lp);
+    // The next tile's copy, into buffer (jt + 1) % 3: last read for tile
+    // jt - 2, which every thread finished before the barrier of tile
+    // jt - 1.
+    {
+        body.op(format!("add.u32 {next}, {stage}, {kv_bytes}"));
+        let wrap = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u32 {wrap}, {next}, {}", STAGES * kv_bytes));
+        body.op(format!("@{wrap} mov.u32 {next}, 0"));
+        let (jn, jtn) = (body.reg(Class::B64), body.reg(Class::B64));
+        body.op(format!("add.u64 {jtn}, {jt}, 1"));
+        body.op(format!("add.u64 {jn}, {j0}, {n}"));
+        let last = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {last}, {jtn}, {ntiles}"));
+        let no_copy = body.label("wg_no_copy");
+        body.op(format!("@{last} bra.uni {no_copy}"));
+        copier.kv(&mut body, &jn, &next);
+        body.place(&no_copy);
+        body.op("cp.async.commit_group");
+    }
+    // Tile jt arrived: each thread's copies made visible to the async
+    // proxy `wgmma` reads through, then everyone's.
+    body.op("cp.async.wait_group 1");
+    body.op("fence.proxy.async.shared::cta");
+    body.op("bar.sync 0");
+    let skip = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {skip}, {j0}, {wend}"));
+    let (kd, vd) = (body.reg(Class::B64), body.reg(Class::B64));
+    {
+        let st64 = body.reg(Class::B64);
+        body.op(format!("cvt.u64.u32 {st64}, {stage}"));
+        body.op(format!("shr.u64 {st64}, {st64}, 4"));
+        body.op(format!("add.s64 {kd}, {kdesc}, {st64}"));
+        body.op(format!("add.s64 {vd}, {vdesc}, {st64}"));
+    }
+    // S = Q K^T in the warpgroup's turn (taken and passed on even on a
+    // tile it skips, so that the two wait and let go as often; the second
+    // does not pass it on after the last tile, which the first does not
+    // wait for).
+    let s: Vec<String> = (0..n / 2).map(|_| body.reg(Class::F32)).collect();
+    body.op(format!("bar.sync {turn}, 256"));
+    let skip_qk = body.label("wg_skip_qk");
+    body.op(format!("@{skip} bra.uni {skip_qk}"));
+    body.op("wgmma.fence.sync.aligned");
+    issue_qk(&mut body, &f, ht, d, rows, &s, &qdesc, &kd);
+    body.op("wgmma.commit_group.sync.aligned");
+    body.op("wgmma.wait_group.sync.aligned 0");
+    body.place(&skip_qk);
+    {
+        let (last, keep) = (body.reg(Class::Pred), body.reg(Class::Pred));
+        let jtn = body.reg(Class::B64);
+        body.op(format!("add.u64 {jtn}, {jt}, 1"));
+        body.op(format!("setp.ge.u64 {last}, {jtn}, {ntiles}"));
+        body.op(format!("and.pred {keep}, {last}, {second}"));
+        body.op(format!("@!{keep} bar.arrive {other}, 256"));
+    }
+    let skip_tile = body.label("wg_skip_tile");
+    body.op(format!("@{skip} bra.uni {skip_tile}"));
+    let alpha = softmax(&mut body, &f, &rw, &causal, &s, &ml, &j0);
+    rescale(&mut body, &o, &alpha);
+    // O += P V: P rounded to the dtype as A fragments of 16 keys.
+    let pa = pack_p(&mut body, ht, &s, None);
+    body.op("wgmma.fence.sync.aligned");
+    issue_pv(&mut body, &f, ht, &o, &pa, &vd);
+    body.op("wgmma.commit_group.sync.aligned");
+    body.op("wgmma.wait_group.sync.aligned 0");
+    body.place(&skip_tile);
+    body.op(format!("mov.u32 {stage}, {next}"));
+    body.op(format!("add.u64 {jt}, {jt}, 1"));
+    body.op(format!("add.u64 {j0}, {j0}, {n}"));
+    body.op(format!("setp.lt.u64 {none}, {jt}, {ntiles}"));
+    body.op(format!("@{none} bra.uni {lp}"));
+    body.place(&done);
+    body.op("cp.async.wait_group 0");
+    store(&mut body, &f, &rw, ht, &o, &ml);
     body.op("ret");
     // Dynamic shared memory (`attention_wgmma_shared(d)` bytes), declared
     // at module scope.

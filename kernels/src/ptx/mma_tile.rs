@@ -157,22 +157,29 @@ pub(super) fn mma_from(
 /// product's result reused as the next product's left operand without
 /// leaving registers.
 pub(super) fn pack_a(body: &mut Body, ht: &str, x: &[[String; 4]]) -> Vec<[String; 4]> {
-    x.chunks(2)
-        .map(|pair| {
-            let regs = [0, 1, 2, 3].map(|_| body.reg(Class::B32));
-            let (t0, t1) = (&pair[0], &pair[1]);
-            for (i, (lo, hi)) in [
-                (&t0[0], &t0[1]),
-                (&t0[2], &t0[3]),
-                (&t1[0], &t1[1]),
-                (&t1[2], &t1[3]),
-            ]
-            .into_iter()
-            .enumerate()
-            {
-                body.op(format!("cvt.rn.{ht}x2.f32 {}, {hi}, {lo}", regs[i]));
-            }
-            regs
-        })
-        .collect()
+    let regs: Vec<[String; 4]> = x
+        .chunks(2)
+        .map(|_| [0, 1, 2, 3].map(|_| body.reg(Class::B32)))
+        .collect();
+    pack_a_into(body, ht, x, &regs);
+    regs
+}
+
+/// [`pack_a`] into the given registers `regs` (four a pair of tiles of
+/// `x`), for a loop that carries them from one pass to the next.
+pub(super) fn pack_a_into(body: &mut Body, ht: &str, x: &[[String; 4]], regs: &[[String; 4]]) {
+    for (pair, regs) in x.chunks(2).zip(regs) {
+        let (t0, t1) = (&pair[0], &pair[1]);
+        for (i, (lo, hi)) in [
+            (&t0[0], &t0[1]),
+            (&t0[2], &t0[3]),
+            (&t1[0], &t1[1]),
+            (&t1[2], &t1[3]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            body.op(format!("cvt.rn.{ht}x2.f32 {}, {hi}, {lo}", regs[i]));
+        }
+    }
 }

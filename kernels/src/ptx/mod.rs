@@ -29,6 +29,7 @@ mod attention;
 mod attention_mma_bwd;
 mod attention_wgmma;
 mod attention_wgmma_bwd;
+mod attention_wgmma_ws;
 mod bnorm;
 mod body;
 mod concat;
@@ -63,6 +64,7 @@ pub use attention::{
 pub use attention_mma_bwd::{attention_mma_backward_shared, MMA_BWD_KEYS, MMA_BWD_THREADS};
 pub use attention_wgmma::{attention_wgmma_rows, attention_wgmma_shared, attention_wgmma_threads};
 pub use attention_wgmma_bwd::{attention_wgmma_backward_shared, WGMMA_BWD_KEYS, WGMMA_BWD_THREADS};
+pub use attention_wgmma_ws::{attention_ws_shared, ATTENTION_WS_ROWS, ATTENTION_WS_THREADS};
 pub use bnorm::{BATCH_NORM_BACKWARD_META_WORDS, BATCH_NORM_META_WORDS};
 pub use concat::CAT_PARTS;
 pub use conv::{ConvMeta, CONV_META_WORDS};
@@ -461,6 +463,19 @@ pub(crate) fn attention_wgmma(name: &str, dtype: tensorfn_core::DTypeKind, d: us
         attention_wgmma::SM90A_HEADER,
         &format!("{name}: scaled dot-product attention over {dtype}, head dim {d}, with wgmma"),
         &[attention_wgmma::attention_wgmma_entry(name, dtype, d)],
+    )
+}
+
+/// The module of the warp-specialised Hopper attention entry `name`
+/// (`.target sm_90a`; see
+/// [`builtin::attention_wgmma_ws`](crate::builtin::attention_wgmma_ws)).
+pub(crate) fn attention_wgmma_ws(name: &str, dtype: tensorfn_core::DTypeKind, d: usize) -> String {
+    module_with_header(
+        attention_wgmma::SM90A_HEADER,
+        &format!(
+            "{name}: scaled dot-product attention over {dtype}, head dim {d}, with wgmma, a copying warpgroup and two computing ones"
+        ),
+        &[attention_wgmma_ws::attention_ws_entry(name, dtype, d)],
     )
 }
 

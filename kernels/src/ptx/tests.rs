@@ -244,6 +244,41 @@ fn every_builtin_is_well_formed() {
             // Exact but for the exponentials, `ex2.approx.ftz` as in
             // FlashAttention.
             check_exact(&k.name, &k.ptx.replace("ex2.approx.ftz.f32", "ex2.f32"));
+        } else if k.name.starts_with("tf_attention_ws_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 1, "{}", k.name);
+            assert_eq!(es[0].params.len(), super::attention::MMA_PARAMS.len());
+            check_body(&es[0]);
+            assert!(
+                k.ptx.starts_with(".version 8.0\n.target sm_90a\n"),
+                "{}",
+                k.name
+            );
+            for op in [
+                "wgmma.mma_async.sync.aligned.m64n128k16",
+                "wgmma.wait_group.sync.aligned 1",
+                "setmaxnreg.dec.sync.aligned.u32 72",
+                "setmaxnreg.inc.sync.aligned.u32 216",
+                "mbarrier.init.shared::cta.b64",
+                "mbarrier.try_wait.parity.shared::cta.b64",
+                "mbarrier.arrive.shared::cta.b64",
+                "fence.proxy.async.shared::cta",
+                "cp.async.cg.shared.global",
+            ] {
+                assert!(es[0].body.contains(op), "{}: no {op}", k.name);
+            }
+            assert!(
+                k.ptx
+                    .contains(&format!(".maxntid {}, 1, 1", super::ATTENTION_WS_THREADS)),
+                "{}",
+                k.name
+            );
+            check_exact(
+                &k.name,
+                &k.ptx
+                    .replace("ex2.approx.ftz.f32", "ex2.f32")
+                    .replace("lg2.approx.f32", "lg2.f32"),
+            );
         } else if k.name.starts_with("tf_attention_wgmma_") {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 1, "{}", k.name);

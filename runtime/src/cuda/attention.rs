@@ -22,8 +22,9 @@ use tensorfn_core::DTypeKind;
 use tensorfn_kernels::ptx::{
     attention_mma_backward_shared, attention_mma_rows, attention_mma_threads,
     attention_wgmma_backward_shared, attention_wgmma_rows, attention_wgmma_shared,
-    attention_wgmma_threads, Target, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS, MMA_BWD_KEYS,
-    MMA_BWD_THREADS, WGMMA_BWD_KEYS, WGMMA_BWD_THREADS,
+    attention_wgmma_threads, attention_ws_shared, Target, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS,
+    ATTENTION_WS_ROWS, ATTENTION_WS_THREADS, MMA_BWD_KEYS, MMA_BWD_THREADS, WGMMA_BWD_KEYS,
+    WGMMA_BWD_THREADS,
 };
 
 const OP: &str = "scaled_dot_product_attention";
@@ -171,22 +172,29 @@ impl CudaBackend {
         let [batch, l, d] = shape3(q.1);
         let [_, s, _] = shape3(k.1);
         let out = ctx.storage::<T>(batch * l * d)?;
-        let (kernel, rows, threads, shared) =
-            if ctx.compute_capability == (9, 0) && !mma_sync_only() {
-                (
-                    Builtin::AttentionWgmma(T::KIND, d),
-                    attention_wgmma_rows(d),
-                    attention_wgmma_threads(d),
-                    attention_wgmma_shared(d),
-                )
-            } else {
-                (
-                    Builtin::AttentionMma(T::KIND, d),
-                    attention_mma_rows(d),
-                    attention_mma_threads(d),
-                    0,
-                )
-            };
+        let hopper = ctx.compute_capability == (9, 0) && !mma_sync_only();
+        let (kernel, rows, threads, shared) = if hopper && warp_specialised(d) {
+            (
+                Builtin::AttentionWgmmaWs(T::KIND, d),
+                ATTENTION_WS_ROWS,
+                ATTENTION_WS_THREADS,
+                attention_ws_shared(d),
+            )
+        } else if hopper {
+            (
+                Builtin::AttentionWgmma(T::KIND, d),
+                attention_wgmma_rows(d),
+                attention_wgmma_threads(d),
+                attention_wgmma_shared(d),
+            )
+        } else {
+            (
+                Builtin::AttentionMma(T::KIND, d),
+                attention_mma_rows(d),
+                attention_mma_threads(d),
+                0,
+            )
+        };
         let f = ctx.function(ModuleKey::Builtin(kernel), "", || {
             kernel.source(ctx.target())
         })?;
@@ -667,6 +675,27 @@ fn mma_sync_only() -> bool {
     {
         false
     }
+}
+
+/// Set by the timing and accuracy tests to choose the Hopper forward's
+/// form: 0 by head dim (see `warp_specialised`), 1 never the
+/// warp-specialised one, 2 always.
+#[cfg(test)]
+pub(crate) static WS_FORM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Whether the Hopper forward at head dim `d` takes the warp-specialised
+/// entry (`builtin::attention_wgmma_ws`): at 128, where it is faster
+/// (BENCHMARKS.md); at 64 the three-warpgroup entry is kept.
+fn warp_specialised(d: usize) -> bool {
+    #[cfg(test)]
+    {
+        match WS_FORM.load(std::sync::atomic::Ordering::Relaxed) {
+            1 => return false,
+            2 => return true,
+            _ => {}
+        }
+    }
+    d == 128
 }
 
 /// `[batch, rows, cols]` of a `[batch, rows, cols]` or `[outer, inner,

@@ -58,6 +58,8 @@ pub(crate) enum Builtin {
     AttentionMma(DTypeKind, usize),
     /// Its Hopper form (compute capability 9.0 only: `wgmma`, `sm_90a`).
     AttentionWgmma(DTypeKind, usize),
+    /// Its warp-specialised Hopper form (compute capability 9.0 only).
+    AttentionWgmmaWs(DTypeKind, usize),
     /// The tensor-core backward (sm_80+) for f16/bf16 and a head dim.
     AttentionMmaBackward(DTypeKind, usize),
     /// Its Hopper form (compute capability 9.0 only: `wgmma`, `sm_90a`).
@@ -105,6 +107,7 @@ impl Builtin {
             | Builtin::Attention(_)
             | Builtin::AttentionMma(..)
             | Builtin::AttentionWgmma(..)
+            | Builtin::AttentionWgmmaWs(..)
             | Builtin::AttentionMmaBackward(..)
             | Builtin::AttentionWgmmaBackward(..)
             | Builtin::AttentionBackward(..)
@@ -158,6 +161,7 @@ impl Builtin {
             Builtin::Attention(t) => builtin::attention(t),
             Builtin::AttentionMma(t, d) => builtin::attention_mma(t, d),
             Builtin::AttentionWgmma(t, d) => builtin::attention_wgmma(t, d),
+            Builtin::AttentionWgmmaWs(t, d) => builtin::attention_wgmma_ws(t, d),
             Builtin::AttentionMmaBackward(t, d) => builtin::attention_mma_backward(t, d),
             Builtin::AttentionWgmmaBackward(t, d) => builtin::attention_wgmma_backward(t, d),
             Builtin::AttentionBackward(t, keys) => builtin::attention_backward(t, keys),

@@ -2545,8 +2545,7 @@ fn norm_bandwidth() {
 /// fully masked rows, NaN in a query, in every float dtype.
 #[test]
 fn attention_matches_the_reference() {
-    use crate::backend::AttnMask;
-    use crate::ops::attention_reference::{check, Case, TestMask};
+    use crate::ops::attention_reference::{Case, TestMask};
     let Some((_guard, be)) = gpu() else { return };
     let mut rng = seed();
     let mut cases = Vec::new();
@@ -2604,82 +2603,137 @@ fn attention_matches_the_reference() {
         c.q[3 * 64 + 5] = f64::NAN;
         cases.push(c);
     }
-    fn run<T: crate::dtype::FloatDType>(be: &CudaBackend, c: &Case, tol: f64) {
-        let c = c.clone().rounded(|x| T::from_f64(x).to_f64());
-        let [b, h, l, s, e, ev] = c.dims;
-        let n = b * h;
-        let cvt = |x: &[f64]| x.iter().map(|&v| T::from_f64(v)).collect::<Vec<T>>();
-        let (q, k, v) = (up(be, &cvt(&c.q)), up(be, &cvt(&c.k)), up(be, &cvt(&c.v)));
-        let (lq, lk, lv) = (
-            Layout::contiguous(&[n, l, e]),
-            Layout::contiguous(&[n, s, e]),
-            Layout::contiguous(&[n, s, ev]),
-        );
-        let lo = Layout::contiguous(&[n, l, ev]);
-        let ml = |d: &[usize]| {
-            if d.len() == 2 {
-                Layout::new(vec![n, l, s], vec![0, s, 1], 0)
-            } else {
-                Layout::contiguous(&[n, l, s])
-            }
-        };
-        let out = match &c.mask {
-            TestMask::None => be.attention(
+    for c in &cases {
+        attention_case::<f32>(&be, c, 2e-5);
+        attention_case::<f64>(&be, c, 1e-12);
+        attention_case::<f16>(&be, c, 4e-3);
+        attention_case::<bf16>(&be, c, 3e-2);
+    }
+}
+
+/// One attention problem on the GPU in dtype `T` against the f64
+/// reference, to within `tol`.
+fn attention_case<T: crate::dtype::FloatDType>(
+    be: &CudaBackend,
+    c: &crate::ops::attention_reference::Case,
+    tol: f64,
+) {
+    use crate::backend::AttnMask;
+    use crate::ops::attention_reference::{check, Case, TestMask};
+    let c = c.clone().rounded(|x| T::from_f64(x).to_f64());
+    let [b, h, l, s, e, ev] = c.dims;
+    let n = b * h;
+    let cvt = |x: &[f64]| x.iter().map(|&v| T::from_f64(v)).collect::<Vec<T>>();
+    let (q, k, v) = (up(be, &cvt(&c.q)), up(be, &cvt(&c.k)), up(be, &cvt(&c.v)));
+    let (lq, lk, lv) = (
+        Layout::contiguous(&[n, l, e]),
+        Layout::contiguous(&[n, s, e]),
+        Layout::contiguous(&[n, s, ev]),
+    );
+    let lo = Layout::contiguous(&[n, l, ev]);
+    let ml = |d: &[usize]| {
+        if d.len() == 2 {
+            Layout::new(vec![n, l, s], vec![0, s, 1], 0)
+        } else {
+            Layout::contiguous(&[n, l, s])
+        }
+    };
+    let out = match &c.mask {
+        TestMask::None => be.attention(
+            (&q, &lq),
+            (&k, &lk),
+            (&v, &lv),
+            None,
+            c.causal,
+            scale(&c),
+            &lo,
+        ),
+        TestMask::Bool(m, d) => {
+            let mb = up(be, m);
+            let l = ml(d);
+            be.attention(
                 (&q, &lq),
                 (&k, &lk),
                 (&v, &lv),
-                None,
+                Some((AttnMask::Bool(&mb), &l)),
                 c.causal,
                 scale(&c),
                 &lo,
-            ),
-            TestMask::Bool(m, d) => {
-                let mb = up(be, m);
-                let l = ml(d);
-                be.attention(
-                    (&q, &lq),
-                    (&k, &lk),
-                    (&v, &lv),
-                    Some((AttnMask::Bool(&mb), &l)),
-                    c.causal,
-                    scale(&c),
-                    &lo,
-                )
-            }
-            TestMask::Add(m, d) => {
-                let mf = up(be, &cvt(m));
-                let l = ml(d);
-                be.attention(
-                    (&q, &lq),
-                    (&k, &lk),
-                    (&v, &lv),
-                    Some((AttnMask::Add(&mf), &l)),
-                    c.causal,
-                    scale(&c),
-                    &lo,
-                )
-            }
+            )
         }
-        .expect("attention");
-        let got: Vec<f64> = down(&out, &[n, l, ev]).iter().map(|x| x.to_f64()).collect();
-        check(
-            &format!("{} {:?} causal {}", T::KIND, c.dims, c.causal),
-            &got,
-            &c.expected(),
-            tol,
-        );
+        TestMask::Add(m, d) => {
+            let mf = up(be, &cvt(m));
+            let l = ml(d);
+            be.attention(
+                (&q, &lq),
+                (&k, &lk),
+                (&v, &lv),
+                Some((AttnMask::Add(&mf), &l)),
+                c.causal,
+                scale(&c),
+                &lo,
+            )
+        }
     }
+    .expect("attention");
+    let got: Vec<f64> = down(&out, &[n, l, ev]).iter().map(|x| x.to_f64()).collect();
+    check(
+        &format!("{} {:?} causal {}", T::KIND, c.dims, c.causal),
+        &got,
+        &c.expected(),
+        tol,
+    );
     fn scale(c: &Case) -> f64 {
         let e = c.dims[4];
         c.scale
             .unwrap_or(if e == 0 { 0.0 } else { 1.0 / (e as f64).sqrt() })
     }
-    for c in &cases {
-        run::<f32>(&be, c, 2e-5);
-        run::<f64>(&be, c, 1e-12);
-        run::<f16>(&be, c, 4e-3);
-        run::<bf16>(&be, c, 3e-2);
+}
+
+/// The Hopper forward's two forms (the three-warpgroup entry and the
+/// warp-specialised one), each forced at both head dims, against the f64
+/// reference: causal and not, rows and keys not a multiple of the tiles,
+/// fewer keys than one tile, more keys than rows and fewer, no keys, and
+/// a negative and a zero scale, in f16 and bf16. Elsewhere the runtime
+/// takes one form per head dim; off compute capability 9.0 both runs take
+/// the `mma.sync` entry.
+#[test]
+fn attention_hopper_forms_match_the_reference() {
+    use crate::ops::attention_reference::Case;
+    use std::sync::atomic::Ordering;
+    let Some((_guard, be)) = gpu() else { return };
+    let mut rng = seed();
+    let mut cases = Vec::new();
+    for d in [64, 128] {
+        for (dims, causal) in [
+            ([2, 3, 70, 70, d, d], true),
+            ([1, 2, 333, 333, d, d], true),
+            ([2, 1, 257, 700, d, d], false),
+            ([1, 2, 700, 257, d, d], true),
+            ([1, 1, 130, 33, d, d], false),
+            ([1, 2, 512, 512, d, d], true),
+            ([1, 2, 384, 640, d, d], false),
+            ([1, 2, 6, 0, d, d], false),
+        ] {
+            let mut c = Case::random(&mut rng, dims, 1.0);
+            c.causal = causal;
+            cases.push(c);
+        }
+        for scale in [-0.3, 0.0] {
+            let mut c = Case::random(&mut rng, [1, 2, 200, 150, d, d], 1.0);
+            c.causal = true;
+            c.scale = Some(scale);
+            cases.push(c);
+        }
     }
+    for form in [1, 2] {
+        super::attention::WS_FORM.store(form, Ordering::Relaxed);
+        for c in &cases {
+            attention_case::<f16>(&be, c, 4e-3);
+            attention_case::<bf16>(&be, c, 3e-2);
+        }
+    }
+    super::attention::WS_FORM.store(0, Ordering::Relaxed);
 }
 
 /// The typed API on the GPU gives the CPU's result: strided and broadcast
@@ -3266,18 +3320,24 @@ fn attention_timing() {
     use crate::tensor::Tensor;
     type D4 = (Dyn, Dyn, Dyn, Dyn);
     let Some((_guard, be)) = gpu() else { return };
-    // On a device of compute capability 9.0, the `mma.sync` form first
-    // (the Hopper form is what the runtime takes there).
+    // On a device of compute capability 9.0, the `mma.sync` form first,
+    // then the Hopper forms: the three-warpgroup one and the
+    // warp-specialised one, each at both head dims (the runtime takes the
+    // second at 128, the first at 64).
+    use std::sync::atomic::Ordering;
     let hopper = be.ctx().compute_capability == (9, 0);
-    for mma_sync in [true, false] {
-        if mma_sync && !hopper {
-            continue;
-        }
-        super::attention::MMA_SYNC_ONLY.store(mma_sync, std::sync::atomic::Ordering::Relaxed);
-        let form = if hopper && !mma_sync {
-            "wgmma"
-        } else {
-            "mma.sync"
+    let forms: &[(bool, u8)] = if hopper {
+        &[(true, 0), (false, 1), (false, 2)]
+    } else {
+        &[(false, 0)]
+    };
+    for &(mma_sync, ws) in forms {
+        super::attention::MMA_SYNC_ONLY.store(mma_sync, Ordering::Relaxed);
+        super::attention::WS_FORM.store(ws, Ordering::Relaxed);
+        let form = match (hopper && !mma_sync, ws) {
+            (false, _) => "mma.sync",
+            (true, 1) => "wgmma",
+            (true, _) => "wgmma warp-specialised",
         };
         for [b, h, t, d] in [[8, 12, 1024, 64], [4, 16, 4096, 128], [1, 32, 8192, 128]] {
             let dims = [b, h, t, d];
@@ -3305,7 +3365,8 @@ fn attention_timing() {
             );
         }
     }
-    super::attention::MMA_SYNC_ONLY.store(false, std::sync::atomic::Ordering::Relaxed);
+    super::attention::MMA_SYNC_ONLY.store(false, Ordering::Relaxed);
+    super::attention::WS_FORM.store(0, Ordering::Relaxed);
     // Grouped-query attention: 8 key and value heads for 32 query heads.
     for [b, h, hkv, t, d] in [[1, 32, 8, 8192, 128], [4, 16, 4, 4096, 128]] {
         let q = Tensor::<Cuda, bf16, D4>::randn_dims(1, &[b, h, t, d]).unwrap();

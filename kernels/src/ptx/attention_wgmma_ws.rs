@@ -1,0 +1,393 @@
+//! The warp-specialised Hopper attention forward (compute capability 9.0
+//! only, `.target sm_90a`), FlashAttention-3's structure on the pieces of
+//! `attention_wgmma.rs`: a block of three warpgroups owns 128 query rows.
+//! Warpgroup 0 only copies (`Q` once, then tiles of [`WGMMA_KEYS`] keys of
+//! `K` and `V` into [`STAGES`] buffers) and gives its registers up
+//! (`setmaxnreg.dec`) to warpgroups 1 and 2 (`setmaxnreg.inc`), which
+//! compute 64 rows each. Buffers pass between them through `mbarrier`s
+//! instead of block barriers: a buffer's `full` barrier completes when the
+//! copier's 128 threads have each waited for their copies and fenced them
+//! to the async proxy `wgmma` reads through; its `empty` barrier when the
+//! eight computing warps have finished their products on it.
+//!
+//! Within a computing warpgroup the products of one tile overlap the
+//! softmax of the next: for tile `t` it issues `S_t = Q K_t^T` and then
+//! `O += P_{t-1} V_{t-1}`, waits for `S_t` only, runs the softmax on it
+//! while `P_{t-1} V_{t-1}` is in flight, then waits for that, releases
+//! buffer `t - 1`, rescales `O` and packs `P_t` for the next pass.
+
+use super::attention::{key_range, KeyRange, MMA_PARAMS};
+use super::attention_wgmma::{
+    accumulators, descriptor, frame, issue_pv, issue_qk, operand_bits, pack_p, rescale, softmax,
+    store, warpgroup_rows, Copier, ATOM_ROW, STAGES, WGMMA_KEYS,
+};
+use super::body::{Body, Class};
+use super::mma_tile::{entry_params, half_type};
+use crate::target::Target;
+use tensorfn_core::DTypeKind;
+
+/// Query rows a block of the warp-specialised entry owns (64 for each of
+/// its two computing warpgroups).
+///
+/// ```
+/// use tensorfn_kernels::ptx::ATTENTION_WS_ROWS;
+/// assert_eq!(ATTENTION_WS_ROWS, 128);
+/// ```
+pub const ATTENTION_WS_ROWS: usize = 128;
+
+/// Threads a block of the warp-specialised entry takes: the copying
+/// warpgroup and the two computing ones.
+///
+/// ```
+/// use tensorfn_kernels::ptx::ATTENTION_WS_THREADS;
+/// assert_eq!(ATTENTION_WS_THREADS, 384);
+/// ```
+pub const ATTENTION_WS_THREADS: usize = 384;
+
+/// Registers a thread of the copying warpgroup keeps, and those a thread
+/// of a computing one takes (128 x 72 + 256 x 216: the 384 x 168 a
+/// block of this size starts with; at 72 the copies do not spill).
+const COPY_REGS: usize = 72;
+const COMPUTE_REGS: usize = 216;
+
+/// Bytes of the `mbarrier`s: a `full` and an `empty` one a buffer.
+const BARRIER_BYTES: usize = 2 * STAGES * 8;
+
+/// Bytes of dynamic shared memory the warp-specialised entry takes at
+/// head dim `d`: `Q` of the block, the buffers of `K` and `V`, their
+/// barriers, and 1 KiB of slack to align the tiles to the 1 KiB the
+/// swizzle repeats over (at head dim 128, 225 KiB and 48 bytes of the 227
+/// KiB a block may take).
+///
+/// ```
+/// use tensorfn_kernels::ptx::attention_ws_shared;
+/// assert_eq!(attention_ws_shared(128), 32768 + 6 * 32768 + 48 + 1024);
+/// ```
+pub const fn attention_ws_shared(d: usize) -> usize {
+    ATTENTION_WS_ROWS * d * 2 + 2 * STAGES * WGMMA_KEYS * d * 2 + BARRIER_BYTES + 1024
+}
+
+/// Waits until the phase of parity `parity` (u32) of the barrier at
+/// shared address `bar` (u32) has completed.
+fn wait_barrier(body: &mut Body, bar: &str, parity: &str) {
+    let (again, ready) = (body.label("ws_wait"), body.reg(Class::Pred));
+    body.place(&again);
+    body.op(format!(
+        "mbarrier.try_wait.parity.shared::cta.b64 {ready}, [{bar}], {parity}"
+    ));
+    body.op(format!("@!{ready} bra {again}"));
+}
+
+/// Arrives on the barrier at shared address `bar` (u32), under the
+/// predicate `guard` when given.
+fn arrive(body: &mut Body, bar: &str, guard: Option<&str>) {
+    let state = body.reg(Class::B64);
+    let guard = guard.map(|g| format!("@{g} ")).unwrap_or_default();
+    body.op(format!(
+        "{guard}mbarrier.arrive.shared::cta.b64 {state}, [{bar}]"
+    ));
+}
+
+/// A tile's place in the ring of buffers: its buffer's index `stage`
+/// (u32) and the parity `phase` (u32) of the buffer's round.
+struct Ring {
+    stage: String,
+    phase: String,
+}
+
+impl Ring {
+    fn new(body: &mut Body) -> Ring {
+        let (stage, phase) = (body.reg(Class::B32), body.reg(Class::B32));
+        body.op(format!("mov.u32 {stage}, 0"));
+        body.op(format!("mov.u32 {phase}, 0"));
+        Ring { stage, phase }
+    }
+
+    /// Steps to the next tile's buffer, flipping the parity on a wrap.
+    fn step(&self, body: &mut Body) {
+        let (stage, phase) = (&self.stage, &self.phase);
+        let wrap = body.reg(Class::Pred);
+        body.op(format!("add.u32 {stage}, {stage}, 1"));
+        body.op(format!("setp.eq.u32 {wrap}, {stage}, {STAGES}"));
+        body.op(format!("@{wrap} mov.u32 {stage}, 0"));
+        body.op(format!("@{wrap} xor.b32 {phase}, {phase}, 1"));
+    }
+
+    /// The shared address of the barrier `bars + 8 stage` (u32) of the
+    /// buffer `stage` (u32).
+    fn barrier(body: &mut Body, bars: &str, stage: &str) -> String {
+        let a = body.reg(Class::B32);
+        body.op(format!("mad.lo.u32 {a}, {stage}, 8, {bars}"));
+        a
+    }
+}
+
+/// The warp-specialised entry `name` over `dtype` (f16 or bf16) with head
+/// dim `d` (128: at 64 the three-warpgroup form of `attention_wgmma.rs` is
+/// as fast and fits without it), taking the parameters of the `mma.sync`
+/// entry ([`MMA_PARAMS`]) and computing the same output and log-sum-exps.
+pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> String {
+    let ht = half_type(dtype);
+    let (rows, n) = (ATTENTION_WS_ROWS, WGMMA_KEYS);
+    let kv_bytes = n * d * 2;
+    let mut body = Body::for_target(Target::Sm80);
+    let f = frame(&mut body, name, rows);
+    let wg = body.reg(Class::B32);
+    body.op(format!("shr.u32 {wg}, {}, 7", f.tid));
+    // Shared memory: Q, K's buffers, V's, then the `full` barriers and
+    // the `empty` ones.
+    let (sk, sv, full, empty) = (
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+    );
+    body.op(format!("add.u32 {sk}, {}, {}", f.base, rows * d * 2));
+    body.op(format!("add.u32 {sv}, {sk}, {}", STAGES * kv_bytes));
+    body.op(format!("add.u32 {full}, {sv}, {}", STAGES * kv_bytes));
+    body.op(format!("add.u32 {empty}, {full}, {}", STAGES * 8));
+    // The computing warpgroup's index among the two (the copier's is
+    // taken as 0: its rows are unused).
+    let cw = body.reg(Class::B32);
+    body.op(format!("max.u32 {cw}, {wg}, 1"));
+    body.op(format!("sub.u32 {cw}, {cw}, 1"));
+    let rw = warpgroup_rows(&mut body, &f, &cw);
+    let KeyRange {
+        causal,
+        ntiles,
+        wend,
+    } = key_range(&mut body, &f.p, (&f.big_r0, rows), (&rw.r0, 64), n);
+    // Thread 0 sets the barriers up before anyone uses them: a `full`
+    // barrier waits for the copier's 128 threads, an `empty` one for the
+    // computing warpgroups' eight warps.
+    {
+        let first = body.reg(Class::Pred);
+        let skip = body.label("ws_no_init");
+        body.op(format!("setp.ne.u32 {first}, {}, 0", f.tid));
+        body.op(format!("@{first} bra {skip}"));
+        for i in 0..STAGES {
+            body.op(format!(
+                "mbarrier.init.shared::cta.b64 [{full}+{}], 128",
+                8 * i
+            ));
+            body.op(format!(
+                "mbarrier.init.shared::cta.b64 [{empty}+{}], 8",
+                8 * i
+            ));
+        }
+        body.place(&skip);
+        body.op("bar.sync 0");
+    }
+    let compute = body.label("ws_compute");
+    let copier_role = body.reg(Class::Pred);
+    body.op(format!("setp.ne.u32 {copier_role}, {wg}, 0"));
+    body.op(format!("@{copier_role} bra.uni {compute}"));
+    copy_role(&mut body, &f, d, (&sk, &sv, &full, &empty), &ntiles);
+    body.place(&compute);
+    body.op(format!("setmaxnreg.inc.sync.aligned.u32 {COMPUTE_REGS}"));
+    let (kmajor, mnmajor) = operand_bits();
+    let qdesc = {
+        let a = body.reg(Class::B32);
+        body.op(format!(
+            "mad.lo.u32 {a}, {cw}, {}, {}",
+            64 * ATOM_ROW,
+            f.base
+        ));
+        descriptor(&mut body, &a, kmajor)
+    };
+    let (kdesc, vdesc) = (
+        descriptor(&mut body, &sk, kmajor),
+        descriptor(&mut body, &sv, mnmajor),
+    );
+    // The descriptor `desc` moved to the buffer `stage` (u32).
+    let at_stage = |body: &mut Body, desc: &str, stage: &str| {
+        let (st64, r) = (body.reg(Class::B64), body.reg(Class::B64));
+        body.op(format!("mul.wide.u32 {st64}, {stage}, {}", kv_bytes >> 4));
+        body.op(format!("add.s64 {r}, {desc}, {st64}"));
+        r
+    };
+    let (o, ml) = accumulators(&mut body, d);
+    let s: Vec<String> = (0..n / 2).map(|_| body.reg(Class::F32)).collect();
+    let pa: Vec<[String; 4]> = (0..n / 16)
+        .map(|_| [0, 1, 2, 3].map(|_| body.reg(Class::B32)))
+        .collect();
+    // Lane 0 of each warp releases a buffer.
+    let lane0 = body.reg(Class::Pred);
+    {
+        let lane = body.reg(Class::B32);
+        body.op(format!("and.b32 {lane}, {}, 31", f.tid));
+        body.op(format!("setp.eq.u32 {lane0}, {lane}, 0"));
+    }
+    let release = |body: &mut Body, stage: &str| {
+        let bar = Ring::barrier(body, &empty, stage);
+        arrive(body, &bar, Some(&lane0));
+    };
+    // The tiles the warpgroup computes on (keys below `wend`); the block's
+    // others it only releases.
+    let mine = body.reg(Class::B64);
+    body.op(format!("add.u64 {mine}, {wend}, {}", n - 1));
+    body.op(format!("shr.u64 {mine}, {mine}, {}", n.trailing_zeros()));
+    let ring = Ring::new(&mut body);
+    let (t, j0, prev) = (
+        body.reg(Class::B64),
+        body.reg(Class::B64),
+        body.reg(Class::B32),
+    );
+    body.op(format!("mov.u64 {t}, 0"));
+    body.op(format!("mov.u64 {j0}, 0"));
+    let (lp, tail, rest, rest_lp, stored) = (
+        body.label("ws_keys"),
+        body.label("ws_tail"),
+        body.label("ws_rest"),
+        body.label("ws_rest_keys"),
+        body.label("ws_store"),
+    );
+    let nothing = body.reg(Class::Pred);
+    body.op(format!("setp.eq.u64 {nothing}, {mine}, 0"));
+    body.op(format!("@{nothing} bra.uni {rest}"));
+    // The first tile: S_0, its softmax (O is still 0: nothing to
+    // rescale) and P_0.
+    {
+        let bar = Ring::barrier(&mut body, &full, &ring.stage);
+        wait_barrier(&mut body, &bar, &ring.phase);
+        let kd = at_stage(&mut body, &kdesc, &ring.stage);
+        body.op("wgmma.fence.sync.aligned");
+        issue_qk(&mut body, &f, ht, d, rows, &s, &qdesc, &kd);
+        body.op("wgmma.commit_group.sync.aligned");
+        body.op("wgmma.wait_group.sync.aligned 0");
+        softmax(&mut body, &f, &rw, &causal, &s, &ml, &j0);
+        pack_p(&mut body, ht, &s, Some(&pa));
+    }
+    let advance = |body: &mut Body| {
+        body.op(format!("mov.u32 {prev}, {}", ring.stage));
+        ring.step(body);
+        body.op(format!("add.u64 {t}, {t}, 1"));
+        body.op(format!("add.u64 {j0}, {j0}, {n}"));
+    };
+    advance(&mut body);
+    body.place(&lp);
+    {
+        let more = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {more}, {t}, {mine}"));
+        body.op(format!("@{more} bra.uni {tail}"));
+        let bar = Ring::barrier(&mut body, &full, &ring.stage);
+        wait_barrier(&mut body, &bar, &ring.phase);
+        let kd = at_stage(&mut body, &kdesc, &ring.stage);
+        let vd = at_stage(&mut body, &vdesc, &prev);
+        body.op("wgmma.fence.sync.aligned");
+        issue_qk(&mut body, &f, ht, d, rows, &s, &qdesc, &kd);
+        body.op("wgmma.commit_group.sync.aligned");
+        issue_pv(&mut body, &f, ht, &o, &pa, &vd);
+        body.op("wgmma.commit_group.sync.aligned");
+        // S_t done; P_{t-1} V_{t-1} may still run beside the softmax.
+        body.op("wgmma.wait_group.sync.aligned 1");
+        let alpha = softmax(&mut body, &f, &rw, &causal, &s, &ml, &j0);
+        body.op("wgmma.wait_group.sync.aligned 0");
+        release(&mut body, &prev);
+        rescale(&mut body, &o, &alpha);
+        pack_p(&mut body, ht, &s, Some(&pa));
+        advance(&mut body);
+        body.op(format!("bra.uni {lp}"));
+    }
+    // The last tile's O += P V.
+    body.place(&tail);
+    {
+        let vd = at_stage(&mut body, &vdesc, &prev);
+        body.op("wgmma.fence.sync.aligned");
+        issue_pv(&mut body, &f, ht, &o, &pa, &vd);
+        body.op("wgmma.commit_group.sync.aligned");
+        body.op("wgmma.wait_group.sync.aligned 0");
+        release(&mut body, &prev);
+    }
+    // The block's tiles past the warpgroup's keys: waited for (so that
+    // the barrier's rounds stay in step) and released.
+    body.place(&rest);
+    body.place(&rest_lp);
+    {
+        let over = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {over}, {t}, {ntiles}"));
+        body.op(format!("@{over} bra.uni {stored}"));
+        let bar = Ring::barrier(&mut body, &full, &ring.stage);
+        wait_barrier(&mut body, &bar, &ring.phase);
+        release(&mut body, &ring.stage);
+        ring.step(&mut body);
+        body.op(format!("add.u64 {t}, {t}, 1"));
+        body.op(format!("bra.uni {rest_lp}"));
+    }
+    body.place(&stored);
+    store(&mut body, &f, &rw, ht, &o, &ml);
+    body.op("ret");
+    format!(
+        ".extern .shared .align 128 .b8 {name}_smem[];\n\n.visible .entry {name}(\n{}\n)\n.maxntid {ATTENTION_WS_THREADS}, 1, 1\n{{\n{}}}\n",
+        entry_params(&MMA_PARAMS),
+        body.finish()
+    )
+}
+
+/// The copying warpgroup: `Q` with the first tile, then each tile of `K`
+/// and `V` into its buffer once the computing warpgroups released it
+/// (the tile three before), the previous tile's `full` barrier arrived on
+/// once the thread's copies of it landed and were fenced to the async
+/// proxy. Returns from the entry.
+fn copy_role(
+    body: &mut Body,
+    f: &super::attention_wgmma::Frame,
+    d: usize,
+    (sk, sv, full, empty): (&str, &str, &str, &str),
+    ntiles: &str,
+) {
+    let kv_bytes = WGMMA_KEYS * d * 2;
+    body.op(format!("setmaxnreg.dec.sync.aligned.u32 {COPY_REGS}"));
+    let none = body.reg(Class::Pred);
+    let done = body.label("ws_copied");
+    body.op(format!("setp.eq.u64 {none}, {ntiles}, 0"));
+    body.op(format!("@{none} bra.uni {done}"));
+    let copier = Copier::new(body, f, (&f.tid, 128), (d, ATTENTION_WS_ROWS), (sk, sv));
+    let ring = Ring::new(body);
+    let (t, j0, prev, offset) = (
+        body.reg(Class::B64),
+        body.reg(Class::B64),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+    );
+    body.op(format!("mov.u64 {t}, 0"));
+    body.op(format!("mov.u64 {j0}, 0"));
+    copier.q(body);
+    body.op(format!("mov.u32 {offset}, 0"));
+    copier.kv(body, &j0, &offset);
+    body.op("cp.async.commit_group");
+    let (lp, last) = (body.label("ws_copy_keys"), body.label("ws_copy_last"));
+    body.place(&lp);
+    {
+        body.op(format!("mov.u32 {prev}, {}", ring.stage));
+        ring.step(body);
+        body.op(format!("add.u64 {t}, {t}, 1"));
+        body.op(format!("add.u64 {j0}, {j0}, {}", WGMMA_KEYS));
+        let over = body.reg(Class::Pred);
+        body.op(format!("setp.ge.u64 {over}, {t}, {ntiles}"));
+        body.op(format!("@{over} bra.uni {last}"));
+        // The buffer's previous round released (a fresh barrier's
+        // preceding phase counts as complete).
+        let (bar, parity) = (
+            Ring::barrier(body, empty, &ring.stage),
+            body.reg(Class::B32),
+        );
+        body.op(format!("xor.b32 {parity}, {}, 1", ring.phase));
+        wait_barrier(body, &bar, &parity);
+        body.op(format!("mul.lo.u32 {offset}, {}, {kv_bytes}", ring.stage));
+        copier.kv(body, &j0, &offset);
+        body.op("cp.async.commit_group");
+        body.op("cp.async.wait_group 1");
+        body.op("fence.proxy.async.shared::cta");
+        let ready = Ring::barrier(body, full, &prev);
+        arrive(body, &ready, None);
+        body.op(format!("bra.uni {lp}"));
+    }
+    body.place(&last);
+    body.op("cp.async.wait_group 0");
+    body.op("fence.proxy.async.shared::cta");
+    let ready = Ring::barrier(body, full, &prev);
+    arrive(body, &ready, None);
+    body.place(&done);
+    body.op("ret");
+}
