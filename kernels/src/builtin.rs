@@ -1086,9 +1086,11 @@ pub fn attention_wgmma_ws_name(dtype: DTypeKind, d: usize) -> String {
 /// warpgroups owns [`ATTENTION_WS_ROWS`](crate::ptx::ATTENTION_WS_ROWS)
 /// query rows: one copies `Q` and the tiles of `K` and `V` into shared
 /// buffers and gives its registers up (`setmaxnreg`), two compute 64 rows
-/// each, the buffers passed between them through `mbarrier`s, and each
-/// computing warpgroup issues the next tile's `S = Q K^T` before the
-/// softmax of the current one, which then runs beside the products.
+/// each, the buffers passed between them through `mbarrier`s; each
+/// computing warpgroup issues the next tile's `S = Q K^T` with the
+/// current one's `O += P V` and runs the softmax beside the latter, and
+/// the two take turns issuing their products. The runtime's forward on
+/// compute capability 9.0 (head dims 64 and 128).
 /// Launch with `block.x =`
 /// [`ATTENTION_WS_THREADS`](crate::ptx::ATTENTION_WS_THREADS),
 /// [`attention_ws_shared`](crate::ptx::attention_ws_shared)`(d)` bytes of

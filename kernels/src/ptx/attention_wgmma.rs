@@ -1,7 +1,11 @@
 //! The Hopper form of the tensor-core attention forward (compute
 //! capability 9.0 only: its PTX targets `sm_90a`, whose `wgmma`
 //! instructions no other device runs; every other device takes
-//! `attention_mma_entry` in `attention.rs`).
+//! `attention_mma_entry` in `attention.rs`). The runtime takes the
+//! warp-specialised form of `attention_wgmma_ws.rs`, built on this
+//! module's pieces (the block's frame, the copies, the products, the
+//! online softmax and the stores); this entry remains as the form it is
+//! measured against.
 //!
 //! A block of warpgroups (three at head dim 64, two at 128; see
 //! [`attention_wgmma_rows`]) owns 64 query rows a warpgroup. `Q` of the block is copied into shared memory once; the

@@ -14,7 +14,9 @@
 //! softmax of the next: for tile `t` it issues `S_t = Q K_t^T` and then
 //! `O += P_{t-1} V_{t-1}`, waits for `S_t` only, runs the softmax on it
 //! while `P_{t-1} V_{t-1}` is in flight, then waits for that, releases
-//! buffer `t - 1`, rescales `O` and packs `P_t` for the next pass.
+//! buffer `t - 1`, rescales `O` and packs `P_t` for the next pass. The
+//! two computing warpgroups also take turns issuing their products (named
+//! barriers), so that one's softmax runs beside the other's products.
 
 use super::attention::{key_range, KeyRange, MMA_PARAMS};
 use super::attention_wgmma::{
@@ -123,9 +125,8 @@ impl Ring {
 }
 
 /// The warp-specialised entry `name` over `dtype` (f16 or bf16) with head
-/// dim `d` (128: at 64 the three-warpgroup form of `attention_wgmma.rs` is
-/// as fast and fits without it), taking the parameters of the `mma.sync`
-/// entry ([`MMA_PARAMS`]) and computing the same output and log-sum-exps.
+/// dim `d` (64 or 128), taking the parameters of the `mma.sync` entry
+/// ([`MMA_PARAMS`]) and computing the same output and log-sum-exps.
 pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> String {
     let ht = half_type(dtype);
     let (rows, n) = (ATTENTION_WS_ROWS, WGMMA_KEYS);
@@ -242,18 +243,48 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> Stri
         body.label("ws_rest_keys"),
         body.label("ws_store"),
     );
-    let nothing = body.reg(Class::Pred);
+    // The two warpgroups take turns issuing their products (named
+    // barriers 1 and 2: warpgroup w waits on w + 1 with the other one
+    // arriving there), so that one's softmax runs beside the other's
+    // products. Each takes and passes its turn ntiles + 1 times (the
+    // first tile's S, each next tile's S and P V, the last tile's P V,
+    // once for each tile it only releases, and once when it computes
+    // none); the second lets the first start and does not pass its last
+    // turn on, so that every wait meets one arrival.
+    let (turn, other, second, passes) = (
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::Pred),
+        body.reg(Class::B64),
+    );
+    body.op(format!("add.u32 {turn}, {cw}, 1"));
+    body.op(format!("xor.b32 {other}, {cw}, 1"));
+    body.op(format!("add.u32 {other}, {other}, 1"));
+    body.op(format!("setp.eq.u32 {second}, {cw}, 1"));
+    body.op(format!("mov.u64 {passes}, 0"));
+    body.op(format!("@{second} bar.arrive 1, 256"));
+    let take_turn = |body: &mut Body| body.op(format!("bar.sync {turn}, 256"));
+    let pass_turn = |body: &mut Body| {
+        let keep = body.reg(Class::Pred);
+        body.op(format!("setp.eq.u64 {keep}, {passes}, {ntiles}"));
+        body.op(format!("and.pred {keep}, {keep}, {second}"));
+        body.op(format!("@!{keep} bar.arrive {other}, 256"));
+        body.op(format!("add.u64 {passes}, {passes}, 1"));
+    };
+    let (nothing, idle) = (body.reg(Class::Pred), body.label("ws_idle"));
     body.op(format!("setp.eq.u64 {nothing}, {mine}, 0"));
-    body.op(format!("@{nothing} bra.uni {rest}"));
+    body.op(format!("@{nothing} bra.uni {idle}"));
     // The first tile: S_0, its softmax (O is still 0: nothing to
     // rescale) and P_0.
     {
         let bar = Ring::barrier(&mut body, &full, &ring.stage);
         wait_barrier(&mut body, &bar, &ring.phase);
         let kd = at_stage(&mut body, &kdesc, &ring.stage);
+        take_turn(&mut body);
         body.op("wgmma.fence.sync.aligned");
         issue_qk(&mut body, &f, ht, d, rows, &s, &qdesc, &kd);
         body.op("wgmma.commit_group.sync.aligned");
+        pass_turn(&mut body);
         body.op("wgmma.wait_group.sync.aligned 0");
         softmax(&mut body, &f, &rw, &causal, &s, &ml, &j0);
         pack_p(&mut body, ht, &s, Some(&pa));
@@ -274,11 +305,13 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> Stri
         wait_barrier(&mut body, &bar, &ring.phase);
         let kd = at_stage(&mut body, &kdesc, &ring.stage);
         let vd = at_stage(&mut body, &vdesc, &prev);
+        take_turn(&mut body);
         body.op("wgmma.fence.sync.aligned");
         issue_qk(&mut body, &f, ht, d, rows, &s, &qdesc, &kd);
         body.op("wgmma.commit_group.sync.aligned");
         issue_pv(&mut body, &f, ht, &o, &pa, &vd);
         body.op("wgmma.commit_group.sync.aligned");
+        pass_turn(&mut body);
         // S_t done; P_{t-1} V_{t-1} may still run beside the softmax.
         body.op("wgmma.wait_group.sync.aligned 1");
         let alpha = softmax(&mut body, &f, &rw, &causal, &s, &ml, &j0);
@@ -293,12 +326,18 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> Stri
     body.place(&tail);
     {
         let vd = at_stage(&mut body, &vdesc, &prev);
+        take_turn(&mut body);
         body.op("wgmma.fence.sync.aligned");
         issue_pv(&mut body, &f, ht, &o, &pa, &vd);
         body.op("wgmma.commit_group.sync.aligned");
+        pass_turn(&mut body);
         body.op("wgmma.wait_group.sync.aligned 0");
         release(&mut body, &prev);
+        body.op(format!("bra.uni {rest}"));
     }
+    body.place(&idle);
+    take_turn(&mut body);
+    pass_turn(&mut body);
     // The block's tiles past the warpgroup's keys: waited for (so that
     // the barrier's rounds stay in step) and released.
     body.place(&rest);
@@ -309,6 +348,8 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> Stri
         body.op(format!("@{over} bra.uni {stored}"));
         let bar = Ring::barrier(&mut body, &full, &ring.stage);
         wait_barrier(&mut body, &bar, &ring.phase);
+        take_turn(&mut body);
+        pass_turn(&mut body);
         release(&mut body, &ring.stage);
         ring.step(&mut body);
         body.op(format!("add.u64 {t}, {t}, 1"));

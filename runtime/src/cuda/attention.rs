@@ -173,7 +173,7 @@ impl CudaBackend {
         let [_, s, _] = shape3(k.1);
         let out = ctx.storage::<T>(batch * l * d)?;
         let hopper = ctx.compute_capability == (9, 0) && !mma_sync_only();
-        let (kernel, rows, threads, shared) = if hopper && warp_specialised(d) {
+        let (kernel, rows, threads, shared) = if hopper && warp_specialised() {
             (
                 Builtin::AttentionWgmmaWs(T::KIND, d),
                 ATTENTION_WS_ROWS,
@@ -678,15 +678,15 @@ fn mma_sync_only() -> bool {
 }
 
 /// Set by the timing and accuracy tests to choose the Hopper forward's
-/// form: 0 by head dim (see `warp_specialised`), 1 never the
-/// warp-specialised one, 2 always.
+/// form: 0 the runtime's choice (see `warp_specialised`), 1 the
+/// three-warpgroup entry, 2 the warp-specialised one.
 #[cfg(test)]
 pub(crate) static WS_FORM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
-/// Whether the Hopper forward at head dim `d` takes the warp-specialised
-/// entry (`builtin::attention_wgmma_ws`): at 128, where it is faster
-/// (BENCHMARKS.md); at 64 the three-warpgroup entry is kept.
-fn warp_specialised(d: usize) -> bool {
+/// Whether the Hopper forward takes the warp-specialised entry
+/// (`builtin::attention_wgmma_ws`): at both head dims it is faster than
+/// the three-warpgroup one (BENCHMARKS.md), which only the tests ask for.
+fn warp_specialised() -> bool {
     #[cfg(test)]
     {
         match WS_FORM.load(std::sync::atomic::Ordering::Relaxed) {
@@ -695,7 +695,7 @@ fn warp_specialised(d: usize) -> bool {
             _ => {}
         }
     }
-    d == 128
+    true
 }
 
 /// `[batch, rows, cols]` of a `[batch, rows, cols]` or `[outer, inner,

@@ -2695,8 +2695,8 @@ fn attention_case<T: crate::dtype::FloatDType>(
 /// reference: causal and not, rows and keys not a multiple of the tiles,
 /// fewer keys than one tile, more keys than rows and fewer, no keys, and
 /// a negative and a zero scale, in f16 and bf16. Elsewhere the runtime
-/// takes one form per head dim; off compute capability 9.0 both runs take
-/// the `mma.sync` entry.
+/// takes the warp-specialised form; off compute capability 9.0 both runs
+/// take the `mma.sync` entry.
 #[test]
 fn attention_hopper_forms_match_the_reference() {
     use crate::ops::attention_reference::Case;
@@ -3322,8 +3322,7 @@ fn attention_timing() {
     let Some((_guard, be)) = gpu() else { return };
     // On a device of compute capability 9.0, the `mma.sync` form first,
     // then the Hopper forms: the three-warpgroup one and the
-    // warp-specialised one, each at both head dims (the runtime takes the
-    // second at 128, the first at 64).
+    // warp-specialised one (the runtime's), each at both head dims.
     use std::sync::atomic::Ordering;
     let hopper = be.ctx().compute_capability == (9, 0);
     let forms: &[(bool, u8)] = if hopper {
