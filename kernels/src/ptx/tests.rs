@@ -120,6 +120,43 @@ fn check_body(e: &Entry) {
 
 /// No approximations, no flush-to-zero, every float add/sub/mul/div/fma
 /// rounded explicitly (so ptxas cannot contract it into an fma).
+/// A Hopper attention forward module: one entry with the `mma.sync`
+/// form's parameters, `sm_90a` only (`wgmma`), the products, fences and
+/// copies every form has and the form's own `ops`, `threads` a block, and
+/// exact arithmetic but for the exponentials and the log-sum-exp's `lg2`.
+fn check_hopper_forward(k: &Kernel, ops: &[&str], threads: usize) {
+    let es = entries(&k.ptx);
+    assert_eq!(es.len(), 1, "{}", k.name);
+    assert_eq!(es[0].params.len(), super::attention::MMA_PARAMS.len());
+    check_body(&es[0]);
+    assert!(
+        k.ptx.starts_with(".version 8.0\n.target sm_90a\n"),
+        "{}",
+        k.name
+    );
+    let common = [
+        "wgmma.mma_async.sync.aligned.m64n128k16",
+        "wgmma.fence.sync.aligned",
+        "wgmma.commit_group.sync.aligned",
+        "fence.proxy.async.shared::cta",
+        "cp.async.cg.shared.global",
+    ];
+    for op in common.iter().chain(ops) {
+        assert!(es[0].body.contains(op), "{}: no {op}", k.name);
+    }
+    assert!(
+        k.ptx.contains(&format!(".maxntid {threads}, 1, 1")),
+        "{}",
+        k.name
+    );
+    check_exact(
+        &k.name,
+        &k.ptx
+            .replace("ex2.approx.ftz.f32", "ex2.f32")
+            .replace("lg2.approx.f32", "lg2.f32"),
+    );
+}
+
 fn check_exact(name: &str, ptx: &str) {
     assert!(
         !ptx.contains(".approx"),
@@ -245,74 +282,23 @@ fn every_builtin_is_well_formed() {
             // FlashAttention.
             check_exact(&k.name, &k.ptx.replace("ex2.approx.ftz.f32", "ex2.f32"));
         } else if k.name.starts_with("tf_attention_ws_") {
-            let es = entries(&k.ptx);
-            assert_eq!(es.len(), 1, "{}", k.name);
-            assert_eq!(es[0].params.len(), super::attention::MMA_PARAMS.len());
-            check_body(&es[0]);
-            assert!(
-                k.ptx.starts_with(".version 8.0\n.target sm_90a\n"),
-                "{}",
-                k.name
-            );
-            for op in [
-                "wgmma.mma_async.sync.aligned.m64n128k16",
-                "wgmma.wait_group.sync.aligned 1",
-                "setmaxnreg.dec.sync.aligned.u32 72",
-                "setmaxnreg.inc.sync.aligned.u32 216",
-                "mbarrier.init.shared::cta.b64",
-                "mbarrier.try_wait.parity.shared::cta.b64",
-                "mbarrier.arrive.shared::cta.b64",
-                "fence.proxy.async.shared::cta",
-                "cp.async.cg.shared.global",
-            ] {
-                assert!(es[0].body.contains(op), "{}: no {op}", k.name);
-            }
-            assert!(
-                k.ptx
-                    .contains(&format!(".maxntid {}, 1, 1", super::ATTENTION_WS_THREADS)),
-                "{}",
-                k.name
-            );
-            check_exact(
-                &k.name,
-                &k.ptx
-                    .replace("ex2.approx.ftz.f32", "ex2.f32")
-                    .replace("lg2.approx.f32", "lg2.f32"),
+            check_hopper_forward(
+                k,
+                &[
+                    "wgmma.wait_group.sync.aligned 1",
+                    "setmaxnreg.dec.sync.aligned.u32 72",
+                    "setmaxnreg.inc.sync.aligned.u32 216",
+                    "mbarrier.init.shared::cta.b64",
+                    "mbarrier.try_wait.parity.shared::cta.b64",
+                    "mbarrier.arrive.shared::cta.b64",
+                ],
+                super::ATTENTION_WS_THREADS,
             );
         } else if k.name.starts_with("tf_attention_wgmma_") {
-            let es = entries(&k.ptx);
-            assert_eq!(es.len(), 1, "{}", k.name);
-            assert_eq!(es[0].params.len(), super::attention::MMA_PARAMS.len());
-            check_body(&es[0]);
-            // sm_90a only (wgmma), with the entry of the mma.sync form's parameters.
-            assert!(
-                k.ptx.starts_with(".version 8.0\n.target sm_90a\n"),
-                "{}",
-                k.name
-            );
-            for op in [
-                "wgmma.mma_async.sync.aligned.m64n128k16",
-                "wgmma.fence.sync.aligned",
-                "wgmma.commit_group.sync.aligned",
-                "wgmma.wait_group.sync.aligned 0",
-                "fence.proxy.async.shared::cta",
-                "cp.async.cg.shared.global",
-            ] {
-                assert!(es[0].body.contains(op), "{}: no {op}", k.name);
-            }
-            assert!(
-                k.ptx.contains(&format!(
-                    ".maxntid {}, 1, 1",
-                    super::attention_wgmma_threads(if k.name.ends_with("_d64") { 64 } else { 128 })
-                )),
-                "{}",
-                k.name
-            );
-            check_exact(
-                &k.name,
-                &k.ptx
-                    .replace("ex2.approx.ftz.f32", "ex2.f32")
-                    .replace("lg2.approx.f32", "lg2.f32"),
+            check_hopper_forward(
+                k,
+                &["wgmma.wait_group.sync.aligned 0"],
+                super::attention_wgmma_threads(if k.name.ends_with("_d64") { 64 } else { 128 }),
             );
         } else if k.name.starts_with("tf_attention_mma_bwd_") {
             let es = entries(&k.ptx);
