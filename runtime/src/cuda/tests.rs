@@ -419,6 +419,28 @@ fn binary_ref(op: BinaryOp, t: DTypeKind, a: f64, b: f64) -> f64 {
     op.eval_f64(a, b)
 }
 
+/// Asserts the GPU's `op` of `a` and `b` (views of one output shape)
+/// equals [`binary_ref`] within four ulps of `T`.
+fn binary_matches_f64<T: crate::NumDType>(
+    be: &CudaBackend,
+    op: BinaryOp,
+    (a, la): (&[T], &Layout),
+    (b, lb): (&[T], &Layout),
+    what: &str,
+) {
+    let got = down(
+        &be.binary(op, &up(be, a), la, &up(be, b), lb).unwrap(),
+        la.dims(),
+    );
+    let want: Vec<f64> = la
+        .offsets()
+        .zip(lb.offsets())
+        .map(|(i, j)| binary_ref(op, T::KIND, a[i].to_f64(), b[j].to_f64()))
+        .collect();
+    let e = eps(T::KIND);
+    assert_close(what, &got, &want, 4.0 * e, 4.0 * e);
+}
+
 #[test]
 fn binary_ops_broadcast_and_match_f64() {
     let Some((_serial, be)) = gpu() else { return };
@@ -434,32 +456,14 @@ fn binary_ops_broadcast_and_match_f64() {
             .broadcast_to(&out);
         let a: Vec<T> = random(rng, 20, alo, ahi);
         let b: Vec<T> = random(rng, 15, blo, bhi);
-        let got = down(
-            &be.binary(op, &up(be, &a), &la, &up(be, &b), &lb).unwrap(),
-            &out,
-        );
-        let want: Vec<f64> = la
-            .offsets()
-            .zip(lb.offsets())
-            .map(|(i, j)| binary_ref(op, T::KIND, a[i].to_f64(), b[j].to_f64()))
-            .collect();
         let what = format!("{} {}", op.name(), T::KIND);
-        assert_close(&what, &got, &want, 4.0 * e, 4.0 * e);
+        binary_matches_f64(be, op, (&a, &la), (&b, &lb), &what);
         // Contiguous, same shape, large enough for many blocks.
         let n = 70_001;
         let l = Layout::contiguous(&[n]);
         let a: Vec<T> = random(rng, n, alo, ahi);
         let b: Vec<T> = random(rng, n, blo, bhi);
-        let got = down(
-            &be.binary(op, &up(be, &a), &l, &up(be, &b), &l).unwrap(),
-            &[n],
-        );
-        let want: Vec<f64> = a
-            .iter()
-            .zip(&b)
-            .map(|(x, y)| binary_ref(op, T::KIND, x.to_f64(), y.to_f64()))
-            .collect();
-        assert_close(&format!("{what} contiguous"), &got, &want, 4.0 * e, 4.0 * e);
+        binary_matches_f64(be, op, (&a, &l), (&b, &l), &format!("{what} contiguous"));
         // A scalar on either side.
         let s = T::from_f64((blo + bhi) / 2.0 + 0.25);
         let ls = Layout::contiguous(&[7, 3]).transpose(0, 1);
@@ -2128,7 +2132,6 @@ fn per_column_operands_match_f64() {
     let mut rng = seed();
     fn check<T: crate::NumDType>(be: &CudaBackend, rng: &mut SplitMix64, op: BinaryOp) {
         let ((alo, ahi), (blo, bhi)) = binary_inputs(op, T::KIND);
-        let e = eps(T::KIND);
         for (rows, cols, shift) in [
             (301, 64, 0),
             (77, 13, 0),
@@ -2142,25 +2145,16 @@ fn per_column_operands_match_f64() {
             let a: Vec<T> = random(rng, rows * cols + shift, alo, ahi);
             let b: Vec<T> = random(rng, cols + shift, blo, bhi);
             for swap in [false, true] {
-                let ((x, lx), (y, ly)) = match swap {
-                    false => ((&a, &la), (&b, &lb)),
-                    true => ((&b, &lb), (&a, &la)),
+                let (x, y) = match swap {
+                    false => ((&a[..], &la), (&b[..], &lb)),
+                    true => ((&b[..], &lb), (&a[..], &la)),
                 };
-                let got = down(
-                    &be.binary(op, &up(be, x), lx, &up(be, y), ly).unwrap(),
-                    &out,
-                );
-                let want: Vec<f64> = lx
-                    .offsets()
-                    .zip(ly.offsets())
-                    .map(|(i, j)| binary_ref(op, T::KIND, x[i].to_f64(), y[j].to_f64()))
-                    .collect();
                 let what = format!(
                     "{} {} [{rows}, {cols}] +{shift} swap {swap}",
                     op.name(),
                     T::KIND
                 );
-                assert_close(&what, &got, &want, 4.0 * e, 4.0 * e);
+                binary_matches_f64(be, op, x, y, &what);
             }
         }
     }
@@ -4169,6 +4163,23 @@ fn sprinkle_edges<T: crate::FloatDType>(rng: &mut SplitMix64, x: &mut [T], one_i
 /// of the kernels), with NaN, ±inf and ±0 among the values, empty
 /// batches, in every float dtype; the gradients through a channels-last
 /// or contiguous `grad_output` too.
+/// Asserts the GPU's pooling `p` of `x` (uploaded as `gx`) through `lay`
+/// to `out` has the CPU's bits, in the memory order both backends write
+/// (channels-last for a channels-last view); returns the CPU's result.
+fn pool_matches_the_cpu<T: crate::FloatDType>(
+    be: &CudaBackend,
+    (x, gx): (&Vec<T>, &CudaStorage<T>),
+    lay: &Layout,
+    p: &tensorfn_core::ops::pool::Pool2d,
+    out: [usize; 2],
+    what: &str,
+) -> Vec<T> {
+    let want = crate::cpu::CpuBackend.pool2d(x, lay, p, out).unwrap();
+    let got = be.pool2d::<T>(gx, lay, p, out).unwrap();
+    same_bits(what, &down(&got, &[want.len()]), &want);
+    want
+}
+
 #[test]
 fn pools_match_the_cpu_on_random_options_views_and_edge_values() {
     use crate::cpu::CpuBackend;
@@ -4224,9 +4235,7 @@ fn pools_match_the_cpu_on_random_options_views_and_edge_values() {
                 .enumerate()
             {
                 let what = format!("{p:?} {dims:?} {:?}+{}", lay.strides(), lay.offset());
-                let want = CpuBackend.pool2d(&x, &lay, &p, out).unwrap();
-                let got = be.pool2d::<T>(&gx, &lay, &p, out).unwrap();
-                same_bits(&what, &down(&got, &[want.len()]), &want);
+                let want = pool_matches_the_cpu(be, (&x, &gx), &lay, &p, out, &what);
                 // grad_output stored channels-last, or contiguous beside the
                 // channels-last input: both thread orders of the gradient.
                 let g: Vec<T> = random(rng, want.len(), -1.0, 1.0);
@@ -4264,7 +4273,6 @@ fn pools_match_the_cpu_on_random_options_views_and_edge_values() {
 /// not a multiple of the width).
 #[test]
 fn vectorised_max_pool_matches_the_cpu_on_channels_last_inputs() {
-    use crate::cpu::CpuBackend;
     use tensorfn_core::ops::pool::Pool2d;
     let Some((_serial, be)) = gpu() else { return };
     let mut rng = seed();
@@ -4295,10 +4303,7 @@ fn vectorised_max_pool_matches_the_cpu_on_channels_last_inputs() {
             let nhwc = Layout::contiguous(&[n, h, wd, c]).permute(&[0, 3, 1, 2]);
             let lay = Layout::new(nhwc.dims().to_vec(), nhwc.strides().to_vec(), offset);
             let what = format!("{p:?} [{n}, {c}, {h}, {wd}] channels-last +{offset}");
-            let want = CpuBackend.pool2d(&x, &lay, &p, out).unwrap();
-            let got = be.pool2d::<T>(&gx, &lay, &p, out).unwrap();
-            // Both are channels-last: compare in memory order.
-            same_bits(&what, &down(&got, &[want.len()]), &want);
+            pool_matches_the_cpu(be, (&x, &gx), &lay, &p, out, &what);
         }
     }
     check::<bf16>(&be, &mut rng);
