@@ -412,8 +412,10 @@ pub(crate) trait Backend {
     ) -> Result<Self::Buf<T>>;
 
     /// The gradient of [`Backend::pool2d`] with respect to `x`, for `grad`
-    /// of the result's dims: a contiguous buffer of `x`'s dims, the
-    /// windows (and max's argmax) recomputed from `x`.
+    /// of the result's dims: a buffer of `x`'s dims laid out as `x`'s
+    /// [`Layout::result_like`] says (channels-last for a channels-last
+    /// `x`, else contiguous), the windows (and max's argmax) recomputed
+    /// from `x`.
     fn pool2d_backward<T: FloatDType>(
         &self,
         x: (&Self::Buf<T>, &Layout),
@@ -485,8 +487,9 @@ pub(crate) trait Backend {
     /// (`(1 - momentum) * running + momentum * batch`, the variance
     /// unbiased); in inference the running statistics normalise (the ops
     /// layer checks that they are given). Statistics in at least f32, no
-    /// atomics: the same bits every run. Returns the output (contiguous,
-    /// `x`'s dims) and the updated `(mean, var)`, `None` outside training,
+    /// atomics: the same bits every run. Returns the output (`x`'s dims,
+    /// laid out as `x`'s [`Layout::result_like`] says) and the updated
+    /// `(mean, var)`, `None` outside training,
     /// without running statistics, or for an empty batch.
     #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     fn batch_norm<T: FloatDType>(
@@ -501,7 +504,8 @@ pub(crate) trait Backend {
     ) -> Result<(Self::Buf<T>, Option<(Self::Buf<T>, Self::Buf<T>)>)>;
 
     /// The gradients of [`Backend::batch_norm`] for `grad_output` of `x`'s
-    /// dims: `(dx, dweight, dbias)`, `dx` contiguous of `x`'s dims,
+    /// dims: `(dx, dweight, dbias)`, `dx` of `x`'s dims laid out as `x`'s
+    /// [`Layout::result_like`] says,
     /// `dweight`/`dbias` of `[C]` (a missing weight counts as 1). In
     /// training the batch statistics are recomputed from `x`; in inference
     /// the running ones (given) are constants.
@@ -535,9 +539,11 @@ pub(crate) trait Backend {
     }
 
     /// The gradient of [`Backend::conv2d`] with respect to `x` (`input:
-    /// true`, a contiguous buffer of `x`'s dims) or `w` (of `w`'s dims),
-    /// given `grad` of the output's dims (any strides). By default
-    /// through the host, as the forward.
+    /// true`, a buffer of `x`'s dims) or `w` (of `w`'s dims), laid out as
+    /// that operand's [`Layout::result_like`] says (channels-last for a
+    /// channels-last operand, else contiguous), given `grad` of the
+    /// output's dims (any strides). By default through the host, as the
+    /// forward.
     fn conv2d_backward<T: FloatDType>(
         &self,
         x: (&Self::Buf<T>, &Layout),
@@ -756,7 +762,8 @@ pub(crate) fn conv2d_backward_on_host<B: Backend + ?Sized, T: FloatDType>(
         args,
         input,
     )?;
-    be.upload(Cow::Owned(out))
+    let of = if input { x.1 } else { w.1 };
+    in_layout(be, be.upload(Cow::Owned(out))?, &of.result_like(of.dims()))
 }
 
 /// What makes a row of `multinomial`'s weights unusable, worst last (the

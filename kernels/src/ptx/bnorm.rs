@@ -19,18 +19,19 @@
 //!   new_var, ws, meta)`: in training the channel's mean and biased variance
 //!   by two passes (the variance around the mean, so large offsets do not
 //!   cancel), in inference the running ones; then `(x - mean) * scale +
-//!   bias` with `scale = weight / sqrt(var + eps)` into the contiguous
-//!   `out`, and in training with running statistics their update
-//!   (`(1 - momentum) * running + momentum * batch`, the variance
-//!   unbiased) in f64. `meta`: `N, C, S`, `x`'s strides `(n, c, s)`,
-//!   flags (1 training, 2 weight, 4 bias, 8 running statistics), the f64
-//!   bits of `momentum` and `eps`.
+//!   bias` with `scale = weight / sqrt(var + eps)` into `out`, and in
+//!   training with running statistics their update (`(1 - momentum) *
+//!   running + momentum * batch`, the variance unbiased) in f64. `meta`:
+//!   `N, C, S`, `x`'s strides `(n, c, s)`, flags (1 training, 2 weight, 4
+//!   bias, 8 running statistics), the f64 bits of `momentum` and `eps`,
+//!   `out`'s strides (contiguous or channels-last: the runtime writes a
+//!   result in its input's memory format).
 //! * `NAME_backward(dx, dweight, dbias, x, g, weight, running_mean,
 //!   running_var, ws, meta)`: `dweight = sum(g * xhat)`, `dbias = sum(g)`,
-//!   `dx` contiguous (PyTorch's formula in training, `g * weight *
-//!   invstd` in inference). `meta`: `N, C, S`, `x`'s strides, flags (1
-//!   training, 2 weight, 8 running statistics), the bits of `eps`, `g`'s
-//!   strides.
+//!   `dx` (PyTorch's formula in training, `g * weight * invstd` in
+//!   inference). `meta`: `N, C, S`, `x`'s strides, flags (1 training, 2
+//!   weight, 8 running statistics), the bits of `eps`, `g`'s strides,
+//!   `dx`'s strides.
 //!
 //! [`BLOCK`]: crate::abi::BLOCK
 
@@ -42,9 +43,9 @@ use crate::abi::BLOCK;
 use tensorfn_core::DTypeKind;
 
 /// 64-bit words of the forward's `meta` parameter.
-pub const BATCH_NORM_META_WORDS: usize = 9;
+pub const BATCH_NORM_META_WORDS: usize = 12;
 /// 64-bit words of the backward's `meta` parameter.
-pub const BATCH_NORM_BACKWARD_META_WORDS: usize = 11;
+pub const BATCH_NORM_BACKWARD_META_WORDS: usize = 14;
 
 /// The register class and PTX type of the sums for `dtype`.
 fn acc(dtype: DTypeKind) -> (Class, &'static str) {
@@ -344,30 +345,24 @@ impl Ctx {
         ch: &str,
         st: [&str; 3],
     ) -> String {
-        let off = body.reg(Class::B64);
-        body.op(format!("mul.lo.u64 {off}, {n}, {}", st[0]));
-        body.op(format!("mad.lo.u64 {off}, {ch}, {}, {off}", st[1]));
-        body.op(format!("mad.lo.u64 {off}, {s}, {}, {off}", st[2]));
-        let a = body.reg(Class::B64);
-        body.op(format!(
-            "mad.lo.u64 {a}, {off}, {}, {ptr}",
-            self.dtype.size_bytes()
-        ));
+        let a = self.addr_at(body, ptr, (n, s), ch, st);
         load(body, self.dtype, &a, true)
     }
 
-    /// The address of the contiguous `[N, C, S]` element `(n, ch, s)`.
-    fn dense_addr(
+    /// The address of the `[N, C, S]` element `(n, ch, s)` of `ptr`
+    /// with strides `st`.
+    fn addr_at(
         &self,
         body: &mut Body,
         ptr: &str,
         (n, s): (&str, &str),
         ch: &str,
-        c: &str,
+        st: [&str; 3],
     ) -> String {
         let off = body.reg(Class::B64);
-        body.op(format!("mad.lo.u64 {off}, {n}, {c}, {ch}"));
-        body.op(format!("mad.lo.u64 {off}, {off}, {}, {s}", self.s));
+        body.op(format!("mul.lo.u64 {off}, {n}, {}", st[0]));
+        body.op(format!("mad.lo.u64 {off}, {ch}, {}, {off}", st[1]));
+        body.op(format!("mad.lo.u64 {off}, {s}, {}, {off}", st[2]));
         let a = body.reg(Class::B64);
         body.op(format!(
             "mad.lo.u64 {a}, {off}, {}, {ptr}",
@@ -589,7 +584,8 @@ pub(crate) fn batch_norm_entry(name: &str, dtype: DTypeKind) -> String {
                 body.op(format!("sub.rn.{ty} {y}, {v}, {mean}"));
                 body.op(format!("mul.rn.{ty} {y}, {y}, {scale}"));
                 body.op(format!("add.rn.{ty} {y}, {y}, {shift}"));
-                let a = cx.dense_addr(body, &out, (n, s), ch, &meta[1]);
+                let ost = [meta[9].as_str(), meta[10].as_str(), meta[11].as_str()];
+                let a = cx.addr_at(body, &out, (n, s), ch, ost);
                 cx.store_acc(body, &a, &y);
             });
             // The running statistics' update, by thread 0 of part 0, in
@@ -722,7 +718,8 @@ pub(crate) fn batch_norm_backward_entry(name: &str, dtype: DTypeKind) -> String 
                 let e = body.reg(cx.class);
                 body.op(format!("mul.rn.{ty} {e}, {gv}, {k}"));
                 body.op(format!("selp.{ty} {y}, {e}, {y}, {not_training}"));
-                let a = cx.dense_addr(body, &dx, (n, s), ch, &meta[1]);
+                let dst = [meta[11].as_str(), meta[12].as_str(), meta[13].as_str()];
+                let a = cx.addr_at(body, &dx, (n, s), ch, dst);
                 cx.store_acc(body, &a, &y);
             });
             let skip = body.label("bn_no_sums");

@@ -13,14 +13,14 @@
 //! * `NAME_KIND_backward(dx, x, g, meta)`: one thread per input element,
 //!   gathering the outputs whose windows cover it (max: those whose first
 //!   largest tap it is, recomputed from `x`): no atomics, the same bits
-//!   every run; `dx` contiguous `[N, C, H, W]`.
+//!   every run; `dx` contiguous `[N, C, H, W]` (or channels-last, below).
 //!
 //! Threads walk the elements in `[N, C, H, W]` order, or channel-fastest
 //! (`[N, H, W, C]`) when the `channels_last` word is set, so that on
 //! channels-last inputs neighbouring threads read neighbouring channels;
 //! each thread's arithmetic, hence the result, is the same either way.
-//! The forward's word 2 also writes `out` channels-last (thread `i`
-//! writes element `i` of `[N, OH, OW, C]`).
+//! Word 2 also writes `out` (`dx`) channels-last: thread `i` writes
+//! element `i` of `[N, OH, OW, C]` (`[N, H, W, C]`).
 //!
 //! `KIND` is `max`, `avg` or `adaptive`; `meta` is [`POOL_META_WORDS`]
 //! 64-bit words: `total, C, H, W, OH, OW`, `x`'s strides `(n, c, h, w)`,
@@ -387,7 +387,8 @@ fn split4(body: &mut Body, i: &str, c: &str, a: &str, b: &str) -> [String; 4] {
 
 /// Thread `i`'s element of `[N, C, A, B]`, `(n, c, a, b)`, in the thread
 /// order `cl` selects (non-zero: channel-fastest, `[N, A, B, C]`), and its
-/// offset in the contiguous `[N, C, A, B]` output.
+/// offset in the output: the contiguous `[N, C, A, B]` one, or `i` when
+/// `cl` is 2 (a channels-last output, whose order the threads follow).
 fn coords(body: &mut Body, i: &str, c: &str, a: &str, b: &str, cl: &str) -> ([String; 4], String) {
     let regs: [String; 4] = std::array::from_fn(|_| body.reg(Class::B64));
     let p = body.reg(Class::Pred);
@@ -413,6 +414,9 @@ fn coords(body: &mut Body, i: &str, c: &str, a: &str, b: &str, cl: &str) -> ([St
     body.op(format!("add.u64 {o}, {o}, {ic}"));
     body.op(format!("mad.lo.u64 {o}, {o}, {a}, {ia}"));
     body.op(format!("mad.lo.u64 {o}, {o}, {b}, {ib}"));
+    let nhwc = body.reg(Class::Pred);
+    body.op(format!("setp.eq.u64 {nhwc}, {cl}, 2"));
+    body.op(format!("@{nhwc} mov.u64 {o}, {i}"));
     (regs, o)
 }
 
@@ -450,10 +454,6 @@ pub(crate) fn pool_entry(name: &str, dtype: DTypeKind, kind: PoolKind, backward:
     grid_loop(&mut body, total, |body, i| {
         if !backward {
             let ([n_, c_, oh_, ow_], o) = coords(body, i, c, oh, ow, cl);
-            // A channels-last output: the thread order is its own.
-            let nhwc = body.reg(Class::Pred);
-            body.op(format!("setp.eq.u64 {nhwc}, {cl}, 2"));
-            body.op(format!("@{nhwc} mov.u64 {o}, {i}"));
             let base = op64(body, "mul.lo.s64", &n_, sn);
             body.op(format!("mad.lo.s64 {base}, {c_}, {sc}, {base}"));
             let win = window(body, kind, &ah, &aw, &oh_, &ow_);

@@ -442,7 +442,8 @@ impl Backend for CpuBackend {
     ) -> Result<Vec<T>> {
         strided::check_extent(pool.kind.name(), lx, x.len())?;
         strided::check_extent(pool.kind.name(), lg, g.len())?;
-        Ok(pool::pool2d_backward((x, lx), (g, lg), pool))
+        let dx = pool::pool2d_backward((x, lx), (g, lg), pool);
+        crate::backend::in_layout(self, dx, &lx.result_like(lx.dims()))
     }
 
     fn row_op<T: FloatDType>(
@@ -568,7 +569,7 @@ impl Backend for CpuBackend {
         fn s<'a, T>((v, lv): (&'a Vec<T>, &'a Layout)) -> (&'a [T], &'a Layout) {
             (v, lv)
         }
-        Ok(bnorm::batch_norm(
+        let (y, updated) = bnorm::batch_norm(
             (x, l),
             weight.map(s),
             bias.map(s),
@@ -576,7 +577,9 @@ impl Backend for CpuBackend {
             training,
             momentum,
             eps,
-        ))
+        );
+        let y = crate::backend::in_layout(self, y, &l.result_like(l.dims()))?;
+        Ok((y, updated))
     }
 
     fn batch_norm_backward<T: FloatDType>(
@@ -607,14 +610,16 @@ impl Backend for CpuBackend {
         fn s<'a, T>((v, lv): (&'a Vec<T>, &'a Layout)) -> (&'a [T], &'a Layout) {
             (v, lv)
         }
-        Ok(bnorm::batch_norm_backward(
+        let (dx, dw, db) = bnorm::batch_norm_backward(
             (x, l),
             weight.map(s),
             running.map(|(m, v)| (s(m), s(v))),
             (g, lg),
             training,
             eps,
-        ))
+        );
+        let dx = crate::backend::in_layout(self, dx, &l.result_like(l.dims()))?;
+        Ok((dx, dw, db))
     }
 
     fn attention<T: FloatDType>(

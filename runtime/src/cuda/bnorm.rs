@@ -2,7 +2,8 @@
 //! per-channel kernel (`tensorfn_kernels::builtin::batch_norm`: the
 //! statistics by two passes, then the normalised output or the
 //! gradients), reading `[N, C, *]` through its strides as `[N, C, S]`
-//! (NCHW and channels-last views alike, no copy). Many channels take a
+//! (NCHW and channels-last views alike, no copy) and writing the result
+//! (`dx`) in the input's memory format. Many channels take a
 //! block each, one launch; fewer channels than multiprocessors split each
 //! channel over several blocks, whose partial sums a first launch or two
 //! write to a scratch and the main launch adds in a fixed order (the same
@@ -70,6 +71,17 @@ fn channel_operand<T: FloatDType>(
     let (ptr, copy) = contiguous_ptr(b, l)?;
     keep.extend(copy);
     Ok(ptr)
+}
+
+/// The `[N, C, S]` strides of a result of `l`'s dims laid out as `l`'s
+/// [`Layout::result_like`] says (contiguous, or channels-last for a
+/// channels-last input): where the kernels write `out` or `dx`.
+fn result_strides(l: &Layout, [n, c, s]: [usize; 3]) -> [u64; 3] {
+    let st = l
+        .result_like(l.dims())
+        .reshape(&[n, c, s])
+        .map_or_else(|| vec![c * s, s, 1], |v| v.strides().to_vec());
+    [st[0] as u64, st[1] as u64, st[2] as u64]
 }
 
 /// The kernels' flag word: bit `i` set when `bits[i]` (training, a
@@ -204,11 +216,12 @@ impl CudaBackend {
         let (_ws, wsp) = scratch(self, c, parts)?;
         if training {
             let pm: [u64; BATCH_NORM_BACKWARD_META_WORDS] = [
-                n as u64, c as u64, s as u64, xs[0], xs[1], xs[2], flags, 0, 0, 0, 0,
+                n as u64, c as u64, s as u64, xs[0], xs[1], xs[2], flags, 0, 0, 0, 0, 0, 0, 0,
             ];
             let stages = ["_stats_sum", "_stats_dev"];
             self.partial_sums::<T>(&stages, (c, parts), [xp, 0, rm, wsp], &pm)?;
         }
+        let os = result_strides(l, [n, c, s]);
         let mut ptrs = [out.device_ptr(), xp, w, b, rm, rv, nm, nv, wsp];
         let meta: [u64; BATCH_NORM_META_WORDS] = [
             n as u64,
@@ -220,6 +233,9 @@ impl CudaBackend {
             flags,
             momentum.to_bits(),
             eps.to_bits(),
+            os[0],
+            os[1],
+            os[2],
         ];
         self.launch_batch_norm::<T>("", (c, parts), &mut ptrs, &meta)?;
         Ok((out, updated))
@@ -267,6 +283,7 @@ impl CudaBackend {
         let (xs, xp, _xcopy) = as_ncs(self, x, l, [n, c, s])?;
         let (gs, gp, _gcopy) = as_ncs(self, g, lg, [n, c, s])?;
         let flags = flags(&[training, w != 0, false, running.is_some()]);
+        let ds = result_strides(l, [n, c, s]);
         let parts = parts(c, m, ctx.sm_count);
         let (_ws, wsp) = scratch(self, c, parts)?;
         let mut ptrs = [
@@ -292,6 +309,9 @@ impl CudaBackend {
             gs[0],
             gs[1],
             gs[2],
+            ds[0],
+            ds[1],
+            ds[2],
         ];
         let stages: &[&'static str] = if training {
             &["_stats_sum", "_backward_sums"]

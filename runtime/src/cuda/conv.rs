@@ -9,7 +9,8 @@
 //! channels-last permutation without a copy (any other strides are made
 //! contiguous first). The forward writes its result channels-last when
 //! the input is (cuDNN's engines run NHWC fastest), else contiguous, as
-//! the `Backend` contract says; the gradients are contiguous NCHW.
+//! the `Backend` contract says; each gradient likewise takes the order of
+//! its operand (`dx` NHWC for an NHWC input, `dw` KRSC for a KRSC filter).
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
@@ -171,19 +172,27 @@ impl CudaBackend {
         input: bool,
     ) -> Result<CudaStorage<T>> {
         self.ctx().bind()?;
+        // The gradient's order: that of its operand (`Backend` contract).
+        let of = if input { x.1 } else { w.1 };
+        let out_layout = of.result_like(of.dims());
+        // The built-in kernels write row-major, then reorder.
+        let builtin = || {
+            let out = self.conv2d_backward_builtin(x, w, grad, args, input)?;
+            in_layout(self, out, &out_layout)
+        };
         if !cudnn_enabled() {
-            return self.conv2d_backward_builtin(x, w, grad, args, input);
+            return builtin();
         }
         let gs = grad.1.strides();
         let gp = grad.0.ptr_at(grad.1.offset());
         let xp = x.0.ptr_at(x.1.offset());
         let done = if input {
-            // dx: contiguous NCHW, read by cuDNN with the strides it is
-            // given for x, so the problem's x is the contiguous layout.
+            // dx: written by cuDNN with the strides it is given for x, so
+            // the problem's x is dx's layout (NCHW or NHWC).
             let f = self.filter(w)?;
-            let dx_layout = Layout::contiguous(x.1.dims());
+            let dx_layout = &out_layout;
             let p = Self::problem::<T>(
-                &dx_layout,
+                dx_layout,
                 w.1.dims(),
                 f.layout,
                 [gs[0], gs[1], gs[2], gs[3]],
@@ -194,11 +203,15 @@ impl CudaBackend {
                 cudnn::conv_backward_data(self.ctx(), &p, gp, f.ptr, dx.device_ptr(), 0.0)?;
             (outcome == Outcome::Done).then_some(dx)
         } else {
-            // dw: contiguous KCRS.
+            // dw: KRSC for a channels-last filter, else contiguous KCRS.
+            let dw_layout = match out_layout.is_contiguous() {
+                true => FilterLayout::Kcrs,
+                false => FilterLayout::Krsc,
+            };
             let p = Self::problem::<T>(
                 x.1,
                 w.1.dims(),
-                FilterLayout::Kcrs,
+                dw_layout,
                 [gs[0], gs[1], gs[2], gs[3]],
                 args,
             );
@@ -210,7 +223,7 @@ impl CudaBackend {
         match done {
             Some(out) => Ok(out),
             // cuDNN did not run it; the built-in kernels run every problem.
-            None => self.conv2d_backward_builtin(x, w, grad, args, input),
+            None => builtin(),
         }
     }
 }

@@ -24,10 +24,6 @@ use crate::error::{Error, Result};
 use crate::layout::{coalesce, widen, Layout};
 use cudarc::driver::{result, sys};
 
-/// Threads per block of the norms' `_sum` entry: one column each, so
-/// narrow blocks spread GPT-2's 768 columns over 24 SMs instead of 3 (each
-/// thread's chain of loads over the blocks' partial sums sets the time).
-const NORM_SUM_BLOCK: u32 = 32;
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
@@ -39,6 +35,11 @@ use tensorfn_kernels::ptx::Target;
 /// Most blocks a row kernel (reduce, softmax) is launched with; the kernels
 /// stride over the rows beyond.
 const MAX_ROW_BLOCKS: usize = 65_535;
+
+/// Threads per block of the norms' `_sum` entry: one column each, so
+/// narrow blocks spread GPT-2's 768 columns over 24 SMs instead of 3 (each
+/// thread's chain of loads over the blocks' partial sums sets the time).
+const NORM_SUM_BLOCK: u32 = 32;
 
 /// True when every launch should be followed by a synchronisation.
 fn sync_launches() -> bool {

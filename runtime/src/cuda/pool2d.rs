@@ -262,9 +262,16 @@ impl CudaBackend {
         let out = [gdims[2], gdims[3]];
         let xp = xcopy.as_ref().unwrap_or(x).ptr_at(xoff);
         let gp = gcopy.as_ref().unwrap_or(g).ptr_at(goff);
-        // Max reads `x` most, the averages only `grad_output`.
-        let cl = channels_last(gdims, gs) || (p.kind == PoolKind::Max && channels_last(dims, xs));
-        let mut m = meta(total, dims, out, xs, p, gs, usize::from(cl));
+        // A channels-last input's gradient is written channels-last
+        // (`Backend::pool2d_backward`); else the threads follow the
+        // operand they read most: max `x`, the averages `grad_output`.
+        let cl = match lx.prefers_channels_last() {
+            true => ORDER_NHWC_OUT,
+            false => usize::from(
+                channels_last(gdims, gs) || (p.kind == PoolKind::Max && channels_last(dims, xs)),
+            ),
+        };
+        let mut m = meta(total, dims, out, xs, p, gs, cl);
         self.launch_pool::<T>(p.kind, true, total, &[dx.device_ptr(), xp, gp], &mut m)?;
         Ok(dx)
     }

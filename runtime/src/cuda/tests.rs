@@ -419,6 +419,28 @@ fn binary_ref(op: BinaryOp, t: DTypeKind, a: f64, b: f64) -> f64 {
     op.eval_f64(a, b)
 }
 
+/// Asserts the GPU's `op` of `a` and `b` (views of one output shape)
+/// equals [`binary_ref`] within four ulps of `T`.
+fn binary_matches_f64<T: crate::NumDType>(
+    be: &CudaBackend,
+    op: BinaryOp,
+    (a, la): (&[T], &Layout),
+    (b, lb): (&[T], &Layout),
+    what: &str,
+) {
+    let got = down(
+        &be.binary(op, &up(be, a), la, &up(be, b), lb).unwrap(),
+        la.dims(),
+    );
+    let want: Vec<f64> = la
+        .offsets()
+        .zip(lb.offsets())
+        .map(|(i, j)| binary_ref(op, T::KIND, a[i].to_f64(), b[j].to_f64()))
+        .collect();
+    let e = eps(T::KIND);
+    assert_close(what, &got, &want, 4.0 * e, 4.0 * e);
+}
+
 #[test]
 fn binary_ops_broadcast_and_match_f64() {
     let Some((_serial, be)) = gpu() else { return };
@@ -434,32 +456,14 @@ fn binary_ops_broadcast_and_match_f64() {
             .broadcast_to(&out);
         let a: Vec<T> = random(rng, 20, alo, ahi);
         let b: Vec<T> = random(rng, 15, blo, bhi);
-        let got = down(
-            &be.binary(op, &up(be, &a), &la, &up(be, &b), &lb).unwrap(),
-            &out,
-        );
-        let want: Vec<f64> = la
-            .offsets()
-            .zip(lb.offsets())
-            .map(|(i, j)| binary_ref(op, T::KIND, a[i].to_f64(), b[j].to_f64()))
-            .collect();
         let what = format!("{} {}", op.name(), T::KIND);
-        assert_close(&what, &got, &want, 4.0 * e, 4.0 * e);
+        binary_matches_f64(be, op, (&a, &la), (&b, &lb), &what);
         // Contiguous, same shape, large enough for many blocks.
         let n = 70_001;
         let l = Layout::contiguous(&[n]);
         let a: Vec<T> = random(rng, n, alo, ahi);
         let b: Vec<T> = random(rng, n, blo, bhi);
-        let got = down(
-            &be.binary(op, &up(be, &a), &l, &up(be, &b), &l).unwrap(),
-            &[n],
-        );
-        let want: Vec<f64> = a
-            .iter()
-            .zip(&b)
-            .map(|(x, y)| binary_ref(op, T::KIND, x.to_f64(), y.to_f64()))
-            .collect();
-        assert_close(&format!("{what} contiguous"), &got, &want, 4.0 * e, 4.0 * e);
+        binary_matches_f64(be, op, (&a, &l), (&b, &l), &format!("{what} contiguous"));
         // A scalar on either side.
         let s = T::from_f64((blo + bhi) / 2.0 + 0.25);
         let ls = Layout::contiguous(&[7, 3]).transpose(0, 1);
@@ -2128,7 +2132,6 @@ fn per_column_operands_match_f64() {
     let mut rng = seed();
     fn check<T: crate::NumDType>(be: &CudaBackend, rng: &mut SplitMix64, op: BinaryOp) {
         let ((alo, ahi), (blo, bhi)) = binary_inputs(op, T::KIND);
-        let e = eps(T::KIND);
         for (rows, cols, shift) in [
             (301, 64, 0),
             (77, 13, 0),
@@ -2142,25 +2145,16 @@ fn per_column_operands_match_f64() {
             let a: Vec<T> = random(rng, rows * cols + shift, alo, ahi);
             let b: Vec<T> = random(rng, cols + shift, blo, bhi);
             for swap in [false, true] {
-                let ((x, lx), (y, ly)) = match swap {
-                    false => ((&a, &la), (&b, &lb)),
-                    true => ((&b, &lb), (&a, &la)),
+                let (x, y) = match swap {
+                    false => ((&a[..], &la), (&b[..], &lb)),
+                    true => ((&b[..], &lb), (&a[..], &la)),
                 };
-                let got = down(
-                    &be.binary(op, &up(be, x), lx, &up(be, y), ly).unwrap(),
-                    &out,
-                );
-                let want: Vec<f64> = lx
-                    .offsets()
-                    .zip(ly.offsets())
-                    .map(|(i, j)| binary_ref(op, T::KIND, x[i].to_f64(), y[j].to_f64()))
-                    .collect();
                 let what = format!(
                     "{} {} [{rows}, {cols}] +{shift} swap {swap}",
                     op.name(),
                     T::KIND
                 );
-                assert_close(&what, &got, &want, 4.0 * e, 4.0 * e);
+                binary_matches_f64(be, op, x, y, &what);
             }
         }
     }
@@ -4229,6 +4223,23 @@ fn sprinkle_edges<T: crate::FloatDType>(rng: &mut SplitMix64, x: &mut [T], one_i
 /// of the kernels), with NaN, ±inf and ±0 among the values, empty
 /// batches, in every float dtype; the gradients through a channels-last
 /// or contiguous `grad_output` too.
+/// Asserts the GPU's pooling `p` of `x` (uploaded as `gx`) through `lay`
+/// to `out` has the CPU's bits, in the memory order both backends write
+/// (channels-last for a channels-last view); returns the CPU's result.
+fn pool_matches_the_cpu<T: crate::FloatDType>(
+    be: &CudaBackend,
+    (x, gx): (&Vec<T>, &CudaStorage<T>),
+    lay: &Layout,
+    p: &tensorfn_core::ops::pool::Pool2d,
+    out: [usize; 2],
+    what: &str,
+) -> Vec<T> {
+    let want = crate::cpu::CpuBackend.pool2d(x, lay, p, out).unwrap();
+    let got = be.pool2d::<T>(gx, lay, p, out).unwrap();
+    same_bits(what, &down(&got, &[want.len()]), &want);
+    want
+}
+
 #[test]
 fn pools_match_the_cpu_on_random_options_views_and_edge_values() {
     use crate::cpu::CpuBackend;
@@ -4284,9 +4295,7 @@ fn pools_match_the_cpu_on_random_options_views_and_edge_values() {
                 .enumerate()
             {
                 let what = format!("{p:?} {dims:?} {:?}+{}", lay.strides(), lay.offset());
-                let want = CpuBackend.pool2d(&x, &lay, &p, out).unwrap();
-                let got = be.pool2d::<T>(&gx, &lay, &p, out).unwrap();
-                same_bits(&what, &down(&got, &[want.len()]), &want);
+                let want = pool_matches_the_cpu(be, (&x, &gx), &lay, &p, out, &what);
                 // grad_output stored channels-last, or contiguous beside the
                 // channels-last input: both thread orders of the gradient.
                 let g: Vec<T> = random(rng, want.len(), -1.0, 1.0);
@@ -4324,7 +4333,6 @@ fn pools_match_the_cpu_on_random_options_views_and_edge_values() {
 /// not a multiple of the width).
 #[test]
 fn vectorised_max_pool_matches_the_cpu_on_channels_last_inputs() {
-    use crate::cpu::CpuBackend;
     use tensorfn_core::ops::pool::Pool2d;
     let Some((_serial, be)) = gpu() else { return };
     let mut rng = seed();
@@ -4355,10 +4363,7 @@ fn vectorised_max_pool_matches_the_cpu_on_channels_last_inputs() {
             let nhwc = Layout::contiguous(&[n, h, wd, c]).permute(&[0, 3, 1, 2]);
             let lay = Layout::new(nhwc.dims().to_vec(), nhwc.strides().to_vec(), offset);
             let what = format!("{p:?} [{n}, {c}, {h}, {wd}] channels-last +{offset}");
-            let want = CpuBackend.pool2d(&x, &lay, &p, out).unwrap();
-            let got = be.pool2d::<T>(&gx, &lay, &p, out).unwrap();
-            // Both are channels-last: compare in memory order.
-            same_bits(&what, &down(&got, &[want.len()]), &want);
+            pool_matches_the_cpu(be, (&x, &gx), &lay, &p, out, &what);
         }
     }
     check::<bf16>(&be, &mut rng);
@@ -5124,4 +5129,210 @@ fn row_kernels_match_the_builtin_norms() {
     check::<f64>(&be, &mut rng);
     check::<f16>(&be, &mut rng);
     check::<bf16>(&be, &mut rng);
+}
+
+#[test]
+fn gradients_and_batch_norm_of_channels_last_inputs_are_channels_last() {
+    use crate::device::{Cpu, Cuda};
+    use crate::tensor::Tensor;
+    use crate::{shape, BatchNormArgs, ConvArgs, Pool2d};
+    let Some((_serial, _be)) = gpu() else { return };
+    let mut rng = seed();
+    type X = shape![2, 8, 9, 10];
+    type W = shape![16, 8, 3, 3];
+    type Y = shape![2, 16, 5, 5];
+    /// Whether a result is channels-last and not also row-major.
+    fn nhwc<S: crate::shape::Shape, T: DType>(t: &Tensor<Cuda, T, S>) -> bool {
+        t.layout().is_channels_last() && !t.is_contiguous()
+    }
+    fn check<T: crate::FloatDType>(rng: &mut SplitMix64, tol: f64) {
+        let a = ConvArgs {
+            stride: [2, 2],
+            padding: [1, 1],
+            ..Default::default()
+        };
+        let cpu = |v: &[f64], dims: &[usize]| {
+            Tensor::<Cpu, f64, (crate::Dyn, crate::Dyn, crate::Dyn, crate::Dyn)>::from_vec_dims(
+                v.to_vec(),
+                dims,
+            )
+            .unwrap()
+        };
+        let (xv, wv, gv): (Vec<f64>, Vec<f64>, Vec<f64>) = (
+            random::<T>(rng, 1440, -1.0, 1.0)
+                .iter()
+                .map(|v| v.to_f64())
+                .collect(),
+            random::<T>(rng, 1152, -1.0, 1.0)
+                .iter()
+                .map(|v| v.to_f64())
+                .collect(),
+            random::<T>(rng, 800, -1.0, 1.0)
+                .iter()
+                .map(|v| v.to_f64())
+                .collect(),
+        );
+        // The f64 references on the CPU, NCHW (checked against the
+        // definitions in `ops::channels_last_tests`).
+        let (x64, w64, g64) = (
+            cpu(&xv, &[2, 8, 9, 10]),
+            cpu(&wv, &[16, 8, 3, 3]),
+            cpu(&gv, &[2, 16, 5, 5]),
+        );
+        let (rdx, rdw, _) = x64.conv2d_backward(&w64, &g64, a).unwrap();
+        let gpu = |v: &[f64]| -> Vec<T> { v.iter().map(|&v| T::from_f64(v)).collect() };
+        let x = Tensor::<Cpu, T, X>::from_vec(gpu(&xv))
+            .unwrap()
+            .to_device::<Cuda>()
+            .unwrap();
+        let w = Tensor::<Cpu, T, W>::from_vec(gpu(&wv))
+            .unwrap()
+            .to_device::<Cuda>()
+            .unwrap();
+        let g = Tensor::<Cpu, T, Y>::from_vec(gpu(&gv))
+            .unwrap()
+            .to_device::<Cuda>()
+            .unwrap();
+        let (xc, wc, gc) = (
+            x.contiguous_channels_last().unwrap(),
+            w.contiguous_channels_last().unwrap(),
+            g.contiguous_channels_last().unwrap(),
+        );
+        let kind = T::KIND;
+        // cuDNN, then the built-in kernels.
+        for builtin in [false, true] {
+            let run = || xc.conv2d_backward(&wc, &gc, a).unwrap();
+            let (dx, dw, _) = match builtin {
+                true => super::cudnn::without_cudnn(run),
+                false => run(),
+            };
+            let what = format!("conv2d {kind} built-in {builtin}");
+            assert!(
+                nhwc(&dx) && nhwc(&dw),
+                "{what}: {:?} {:?}",
+                dx.layout(),
+                dw.layout()
+            );
+            let got = dx.to_vec().unwrap();
+            assert_close(
+                &format!("{what} dx"),
+                &got,
+                &rdx.to_vec().unwrap(),
+                tol,
+                tol,
+            );
+            let got = dw.to_vec().unwrap();
+            assert_close(
+                &format!("{what} dw"),
+                &got,
+                &rdw.to_vec().unwrap(),
+                tol,
+                tol,
+            );
+            // An NCHW input and a KCRS filter keep theirs.
+            let (dx, dw, _) = match builtin {
+                true => super::cudnn::without_cudnn(|| x.conv2d_backward(&w, &gc, a).unwrap()),
+                false => x.conv2d_backward(&w, &gc, a).unwrap(),
+            };
+            assert!(dx.is_contiguous() && dw.is_contiguous(), "{what}");
+            assert_close(
+                &format!("{what} NCHW dx"),
+                &dx.to_vec().unwrap(),
+                &rdx.to_vec().unwrap(),
+                tol,
+                tol,
+            );
+        }
+        // Pools: max 3x3 stride 2 padding 1 and avg 2x2 to [2, 8, 5, 5],
+        // adaptive to 1x1.
+        let pg = cpu(&gv[..400], &[2, 8, 5, 5]);
+        let pgt = Tensor::<Cpu, T, shape![2, 8, 5, 5]>::from_vec(gpu(&gv[..400]))
+            .unwrap()
+            .to_device::<Cuda>()
+            .unwrap();
+        for pool in [
+            Pool2d::max(3).stride(2).padding(1),
+            Pool2d::avg(2).stride(2).padding([1, 0]),
+        ] {
+            let want = x64.pool2d_backward(&pg, pool).unwrap().to_vec().unwrap();
+            for (input, cl) in [(&x, false), (&xc, true)] {
+                let dx = input.pool2d_backward(&pgt, pool).unwrap();
+                let what = format!("{} {kind} channels-last {cl}", pool.kind.name());
+                assert_eq!(nhwc(&dx), cl, "{what}");
+                assert_close(&what, &dx.to_vec().unwrap(), &want, tol, tol);
+            }
+        }
+        let ag = cpu(&gv[..16], &[2, 8, 1, 1]);
+        let agt = Tensor::<Cpu, T, shape![2, 8, 1, 1]>::from_vec(gpu(&gv[..16]))
+            .unwrap()
+            .to_device::<Cuda>()
+            .unwrap();
+        let want = x64
+            .pool2d_backward(&ag, Pool2d::adaptive_avg(1))
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        let dx = xc.pool2d_backward(&agt, Pool2d::adaptive_avg(1)).unwrap();
+        assert!(nhwc(&dx), "adaptive_avg_pool2d {kind}");
+        assert_close(
+            "adaptive_avg_pool2d",
+            &dx.to_vec().unwrap(),
+            &want,
+            tol,
+            tol,
+        );
+        // batch_norm in training, forward and backward.
+        let wb: Vec<f64> = random::<T>(rng, 16, -2.0, 2.0)
+            .iter()
+            .map(|v| v.to_f64())
+            .collect();
+        let c64 =
+            |v: &[f64]| Tensor::<Cpu, f64, (crate::Dyn,)>::from_vec_dims(v.to_vec(), &[8]).unwrap();
+        let (bw, bb) = (c64(&wb[..8]), c64(&wb[8..]));
+        let train = BatchNormArgs::train();
+        let ry = x64
+            .batch_norm(None, None, Some(&bw), Some(&bb), train)
+            .unwrap();
+        let bg = cpu(
+            &xv.iter().rev().copied().collect::<Vec<_>>(),
+            &[2, 8, 9, 10],
+        );
+        let (rdx, _, _) = x64
+            .batch_norm_backward(None, None, Some(&bw), &bg, train)
+            .unwrap();
+        let ct = |v: &[f64]| {
+            Tensor::<Cpu, T, shape![8]>::from_vec(gpu(v))
+                .unwrap()
+                .to_device::<Cuda>()
+                .unwrap()
+        };
+        let (tw, tb) = (ct(&wb[..8]), ct(&wb[8..]));
+        let tg = Tensor::<Cpu, T, X>::from_vec(gpu(&bg.to_vec().unwrap()))
+            .unwrap()
+            .to_device::<Cuda>()
+            .unwrap()
+            .contiguous_channels_last()
+            .unwrap();
+        for (input, cl) in [(&x, false), (&xc, true)] {
+            let what = format!("batch_norm {kind} channels-last {cl}");
+            let y = input
+                .batch_norm(None, None, Some(&tw), Some(&tb), train)
+                .unwrap();
+            assert_eq!(nhwc(&y), cl, "{what}");
+            assert_close(&what, &y.to_vec().unwrap(), &ry.to_vec().unwrap(), tol, tol);
+            let (dx, _, _) = input
+                .batch_norm_backward(None, None, Some(&tw), &tg, train)
+                .unwrap();
+            assert_eq!(nhwc(&dx), cl, "{what} dx");
+            assert_close(
+                &format!("{what} dx"),
+                &dx.to_vec().unwrap(),
+                &rdx.to_vec().unwrap(),
+                tol,
+                tol,
+            );
+        }
+    }
+    check::<f32>(&mut rng, 1e-4);
+    check::<f64>(&mut rng, 1e-10);
 }

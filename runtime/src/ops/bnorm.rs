@@ -16,7 +16,7 @@
 //! keyword arguments.
 
 use super::dispatch::dispatch;
-use super::output::output;
+use super::output::{output, output_in};
 use crate::device::Device;
 use crate::dtype::FloatDType;
 use crate::error::{Error, Result};
@@ -167,7 +167,10 @@ impl<D: Device, T: FloatDType, S: ChannelDim> Tensor<D, T, S> {
     /// `weight` and `bias` are optional (1 and 0). Every `[C]` operand
     /// has the input's dim 1 in its type; a `Dyn` dim that differs is an
     /// `Err` naming the operand. The input may be a strided view, e.g.
-    /// channels-last memory (`permute`d NHWC).
+    /// channels-last memory (`permute`d NHWC); a channels-last input
+    /// gives a channels-last result (and `grad_input` in
+    /// [`batch_norm_backward`](Self::batch_norm_backward)), any other a
+    /// contiguous one, as PyTorch's `suggest_memory_format`.
     ///
     /// ```
     /// use tensorfn_runtime::{BatchNormArgs, Tensor, Cpu, shape};
@@ -239,7 +242,8 @@ impl<D: Device, T: FloatDType, S: ChannelDim> Tensor<D, T, S> {
             *rm = output(m, &c)?;
             *rv = output(v, &c)?;
         }
-        output(out, &dims)
+        // The backend writes a channels-last input's result channels-last.
+        output_in(out, self.layout.result_like(&dims))
     }
 
     /// The gradients of [`batch_norm`](Self::batch_norm) for the output's
@@ -300,7 +304,8 @@ impl<D: Device, T: FloatDType, S: ChannelDim> Tensor<D, T, S> {
             (be.wrap(dx), be.wrap(dw), be.wrap(db))
         });
         let c = [dims[1]];
-        Ok((output(dx, &dims)?, output(dw, &c)?, output(db, &c)?))
+        let dx = output_in(dx, self.layout.result_like(&dims))?;
+        Ok((dx, output(dw, &c)?, output(db, &c)?))
     }
 
     /// The checks shared by the forward and the backward: the `[C]`

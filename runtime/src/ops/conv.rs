@@ -95,19 +95,29 @@ fn forward<D: Device, T: FloatDType, SX: Shape, SW: Shape, SB: Shape>(
         bias.map(|b| (be.buf(&b.storage), &b.layout)),
         args,
     )?));
-    let mut y = lx.result_like(&crate::backend::conv2d_dims(&lx, &lw, args));
-    if spatial == 1 {
-        // Without the height of 1 `as_4d` added.
-        let (mut d, mut st) = (y.dims().to_vec(), y.strides().to_vec());
-        d.remove(2);
-        st.remove(2);
-        y = Layout::new(d, st, 0);
-    }
+    let y = from_4d(
+        lx.result_like(&crate::backend::conv2d_dims(&lx, &lw, args)),
+        spatial,
+    );
     debug_assert_eq!(y.dims(), dims.as_slice());
     Ok((storage, y))
 }
 
-/// One gradient of either op (`input`: the input's, else the weight's).
+/// A 4-D result layout of [`as_4d`]'s operands seen with `spatial`
+/// spatial dims again: a `conv1d`'s loses the height of 1.
+fn from_4d(y: Layout, spatial: usize) -> Layout {
+    if spatial == 2 {
+        return y;
+    }
+    let (mut d, mut st) = (y.dims().to_vec(), y.strides().to_vec());
+    d.remove(2);
+    st.remove(2);
+    Layout::new(d, st, 0)
+}
+
+/// One gradient of either op (`input`: the input's, else the weight's):
+/// its storage and layout, that of its operand's
+/// [`Layout::result_like`] (channels-last for a channels-last operand).
 fn backward<D: Device, T: FloatDType, SX: Shape, SW: Shape, SG: Shape>(
     op: &str,
     x: &Tensor<D, T, SX>,
@@ -116,7 +126,7 @@ fn backward<D: Device, T: FloatDType, SX: Shape, SW: Shape, SG: Shape>(
     args: &ConvArgs,
     spatial: usize,
     input: bool,
-) -> Result<Storage<T>> {
+) -> Result<(Storage<T>, Layout)> {
     args_check(op, args)?;
     let dims = rules::conv(
         op,
@@ -135,13 +145,15 @@ fn backward<D: Device, T: FloatDType, SX: Shape, SW: Shape, SG: Shape>(
     }
     let (lx, lw) = (as_4d(&x.layout, spatial), as_4d(&weight.layout, spatial));
     let lg = as_4d(&grad_output.layout, spatial);
-    Ok(dispatch!(D, |be| be.wrap(be.conv2d_backward(
+    let storage = dispatch!(D, |be| be.wrap(be.conv2d_backward(
         (be.buf(&x.storage), &lx),
         (be.buf(&weight.storage), &lw),
         (be.buf(&grad_output.storage), &lg),
         args,
         input,
-    )?)))
+    )?));
+    let of = if input { &lx } else { &lw };
+    Ok((storage, from_4d(of.result_like(of.dims()), spatial)))
 }
 
 /// The bias's gradient: `grad_output` (`[N, C_out, spatial..]`) summed
@@ -218,7 +230,9 @@ impl<D: Device, T: FloatDType, N: Dim, C: Dim, H: Dim, W: Dim> Tensor<D, T, (N, 
     /// `grad_output` summed over `N`, `OH` and `OW`). `grad_input` is the
     /// columns' gradient `W^T g` put back by col2im (a sum per input
     /// element, no atomics), `grad_weight` `g` times the columns of the
-    /// input, summed over the images.
+    /// input, summed over the images. Each gradient takes its operand's
+    /// memory format: channels-last for a channels-last input (or
+    /// weight), else contiguous, as the forward's result.
     ///
     /// ```
     /// use tensorfn_runtime::{Tensor, Cpu, shape};
@@ -259,8 +273,8 @@ impl<D: Device, T: FloatDType, N: Dim, C: Dim, H: Dim, W: Dim> Tensor<D, T, (N, 
         grad_output: &Tensor<D, T, SG>,
         args: ConvArgs,
     ) -> Result<Self> {
-        let s = backward("conv2d_backward", self, weight, grad_output, &args, 2, true)?;
-        output(s, self.dims())
+        let (s, l) = backward("conv2d_backward", self, weight, grad_output, &args, 2, true)?;
+        output_in(s, l)
     }
 
     /// The `grad_weight` of [`conv2d_backward`](Self::conv2d_backward)
@@ -280,7 +294,7 @@ impl<D: Device, T: FloatDType, N: Dim, C: Dim, H: Dim, W: Dim> Tensor<D, T, (N, 
         grad_output: &Tensor<D, T, SG>,
         args: ConvArgs,
     ) -> Result<Tensor<D, T, (CO, CG, KH, KW)>> {
-        let s = backward(
+        let (s, l) = backward(
             "conv2d_backward",
             self,
             weight,
@@ -289,7 +303,7 @@ impl<D: Device, T: FloatDType, N: Dim, C: Dim, H: Dim, W: Dim> Tensor<D, T, (N, 
             2,
             false,
         )?;
-        output(s, weight.dims())
+        output_in(s, l)
     }
 }
 
@@ -356,8 +370,8 @@ impl<D: Device, T: FloatDType, N: Dim, C: Dim, L: Dim> Tensor<D, T, (N, C, L)> {
         args: Conv1dArgs,
     ) -> Result<Self> {
         let a = args.into();
-        let s = backward("conv1d_backward", self, weight, grad_output, &a, 1, true)?;
-        output(s, self.dims())
+        let (s, l) = backward("conv1d_backward", self, weight, grad_output, &a, 1, true)?;
+        output_in(s, l)
     }
 
     /// The `grad_weight` of [`conv1d_backward`](Self::conv1d_backward) alone.
@@ -377,7 +391,7 @@ impl<D: Device, T: FloatDType, N: Dim, C: Dim, L: Dim> Tensor<D, T, (N, C, L)> {
         args: Conv1dArgs,
     ) -> Result<Tensor<D, T, (CO, CG, K)>> {
         let a = args.into();
-        let s = backward("conv1d_backward", self, weight, grad_output, &a, 1, false)?;
-        output(s, weight.dims())
+        let (s, l) = backward("conv1d_backward", self, weight, grad_output, &a, 1, false)?;
+        output_in(s, l)
     }
 }

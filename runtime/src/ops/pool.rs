@@ -4,7 +4,7 @@
 
 use super::check_result;
 use super::dispatch::dispatch;
-use super::output::{output, output_in};
+use super::output::output_in;
 use crate::device::Device;
 use crate::dtype::FloatDType;
 use crate::error::{Error, Result};
@@ -129,7 +129,8 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
     /// PyTorch; recomputed from `self`, nothing saved by the forward), the
     /// averages spread it over the window's elements divided as the
     /// forward divides. A `grad` whose dims are not the result's is an
-    /// `Err`.
+    /// `Err`. A channels-last `self` gives a channels-last gradient (else
+    /// contiguous).
     ///
     /// ```
     /// use tensorfn_runtime::{Tensor, Cpu, Pool2d, shape};
@@ -159,6 +160,7 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
             (be.buf(&grad.storage), &grad.layout),
             &pool
         )?));
-        output(storage, self.dims())
+        // The backend writes a channels-last input's gradient channels-last.
+        output_in(storage, self.layout.result_like(self.dims()))
     }
 }
