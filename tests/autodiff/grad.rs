@@ -1622,3 +1622,42 @@ fn row_kernel_max_splits_ties_evenly() {
     assert_eq!(&g[..8], &[0.0, 0.5, 0.5, 0.0, 0.0, 0.5, 0.5, 0.0]);
     assert!(g[8..].iter().all(|v| v.is_nan()), "{g:?}");
 }
+
+// Compares, selects and casts of a kernel's scalar arguments alone are
+// computed again in the backward.
+fd_case!(kernel_with_scalar_branches:
+    #[kernel]
+    fn scalar_branches(x: f64, alpha: f64) -> f64 {
+        let s = if alpha > 1.0 { alpha } else { 2.0 * alpha };
+        let n = (alpha * 3.0) as i32;
+        let y = if alpha > 0.0 { x * s } else { -x };
+        y * (n as f64) + sin(x)
+    }
+    fn k_scalar_if(x: [3, 4] in (-2.0, 2.0)) {
+        (scalar_branches(x, 0.7) + scalar_branches(x, -0.4) + scalar_branches(x, 1.5)).sum()
+    }
+);
+
+tensor_fn! {
+    #[kernel]
+    fn by_sign(x: f64, alpha: f64) -> f64 {
+        if alpha > 0.0 { x * alpha } else { x * x }
+    }
+
+    #[grad(x)]
+    fn by_sign_sum(x: &Tensor<Cpu, f64, [5]>, alpha: f64) -> Tensor<Cpu, f64, []> {
+        by_sign(x, alpha).sum()
+    }
+}
+
+/// A scalar parameter's comparison inside the kernel picks the branch the
+/// gradient follows, as in the forward.
+#[test]
+fn kernel_branching_on_a_scalar_parameter_trains() {
+    let xs = rand_vec(5, 11, -2.0, 2.0);
+    let x = tensor::<shape![5]>(&xs);
+    let (_, g) = by_sign_sum::value_and_grad(&x, 0.75).unwrap();
+    assert_eq!(value(&g), vec![0.75; 5]);
+    let (_, g) = by_sign_sum::value_and_grad(&x, -0.5).unwrap();
+    assert_eq!(value(&g), xs.iter().map(|v| 2.0 * v).collect::<Vec<_>>());
+}

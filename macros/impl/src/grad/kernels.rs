@@ -247,11 +247,15 @@ impl Deriver {
             // Scalar arguments' values are computed in `f64`, where a
             // float-to-float cast changes nothing.
             Inst::Cast { to, .. } if to.is_float() && self.scalar_is_float(ops[0]) => ops[0],
-            Inst::Compare { .. } | Inst::Select { .. } | Inst::Cast { .. } => {
-                return Err(
-                    "compares, selects or casts scalar arguments alone, which the backward does not recompute yet; compute that scalar outside the kernel and pass it as an argument"
-                        .into(),
-                )
+            // Values of scalar arguments alone: scalar nodes, computed in
+            // `f64` where the backward reads them (`expand/scalars.rs`).
+            Inst::Compare { op, .. } => {
+                let ty = Ty::Scalar(ScalarTy::Of(ScalarKind::DType(DTypeKind::Bool)));
+                self.push(Op::Compare(op, ops[0], ops[1]), ty, like)
+            }
+            Inst::Select { .. } => self.push(Op::Where(ops[0], ops[1], ops[2]), scalar_ty, like),
+            Inst::Cast { to, .. } => {
+                self.push(Op::Cast(ops[0], crate::ast::Dt::Kind(to)), scalar_ty, like)
             }
         };
         rw.node[v] = Some(id);

@@ -18,10 +18,8 @@
 
 use super::kernels::{carrying, not_differentiable, used_by_output, Swept};
 use super::Deriver;
-use crate::ast::Dt;
 use crate::graph::*;
 use crate::shape::Dim;
-use tensorfn_core::DTypeKind;
 use tensorfn_kernels::ir::{Inst, Kernel};
 use tensorfn_kernels::rowkernel::RowReduce;
 use tensorfn_kernels::{BinaryOp, CmpOp, ReduceOp};
@@ -61,14 +59,10 @@ impl Deriver {
         let mut ins: Vec<NodeId> = args.to_vec();
         let mut in_needs: Vec<bool> = args.iter().map(|&a| self.arg_needs(a)).collect();
         let mut swept = Swept::default();
-        let row_arg = (0..nparams)
-            .find(|&i| self.is_tensor(args[i]))
-            .map(|i| args[i])
-            .ok_or_else(|| format!("`{name}` has no row argument"))?;
         for (s, stat) in p.stats.iter().enumerate() {
             if !wanted[s] {
                 // Never read: any node stands in its input slot.
-                ins.push(row_arg);
+                ins.push(args[0]);
                 in_needs.push(false);
                 continue;
             }
@@ -77,10 +71,13 @@ impl Deriver {
             if let Some(why) = not_differentiable(k, &needs, &used_by_output(k)) {
                 return Err(format!("`{name}` {why}"));
             }
-            let mut v = self.write_program(k, &ins, &needs, &mut swept)?;
+            let v = self.write_program(k, &ins, &needs, &mut swept)?;
             if !self.is_tensor(v) {
-                // A value of scalars alone, the same in every column.
-                v = self.along_row(v, row_arg, p.compute_dtype());
+                // `kernel::build_all` refuses a reduction of a value that
+                // is no row ("reduces a row, and `s` is one value per row").
+                return Err(format!(
+                    "`{name}` reduces a value of scalars alone, which has no row to reduce"
+                ));
             }
             let carried = needs[k.output().index()];
             let kept = self.row_stat(stat.reduce, v, carried, &mut swept);
@@ -107,15 +104,6 @@ impl Deriver {
             false => g,
         };
         self.sweep(&swept, y, g, args)
-    }
-
-    /// Scalar value `v` as a tensor of `row`'s last dim.
-    fn along_row(&mut self, v: NodeId, row: NodeId, dtype: DTypeKind) -> NodeId {
-        let mut ty = self.tt(row);
-        ty.dims = ty.dims.split_off(ty.dims.len() - 1);
-        ty.dtype = Dt::Kind(dtype);
-        let ones = self.full(&ty, 1, row);
-        self.mul(ones, v)
     }
 
     /// `reduce` of `v` over its last dim, the dim kept as size 1.
