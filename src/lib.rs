@@ -535,9 +535,11 @@
 /// result of the same dims (`my_rms_norm(..) * gate + 1.0`, where the
 /// result is read nowhere else) before the row is stored, so neither is
 /// written to memory; the other operands of those expressions are rows of
-/// the kernel's dtype (of its row length) or scalars. It has no derivative
-/// yet: under `#[grad(..)]` it is a compile error when a differentiated
-/// parameter reaches it. It is called from the functions of its
+/// the kernel's dtype (of its row length) or scalars. Under `#[grad(..)]`
+/// it is differentiated through its body, as a scalar kernel is: a layer
+/// norm, RMS norm or softmax written as a row kernel gets the gradients of
+/// the catalogue's op; `max` and `min` of a row split the gradient evenly
+/// among tied elements (PyTorch's `amax`). It is called from the functions of its
 /// invocation only: no Rust function of its name is emitted (a scalar
 /// kernel is also a plain `fn`).
 ///

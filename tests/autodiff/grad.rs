@@ -1489,3 +1489,175 @@ fn cross_entropy_over_extra_dims_gpu_matches_the_cpu() {
         );
     }
 }
+
+// Row `#[kernel]`s: differentiated through their row programs (the
+// statistics written again as reductions over the last dim).
+fd_case!(row_kernel_layer_norm:
+    #[kernel]
+    fn row_ln(x: Row<f64>, w: Row<f64>, b: Row<f64>, eps: f64) -> Row<f64> {
+        let mu = mean(x);
+        let var = mean((x - mu) * (x - mu));
+        (x - mu) * rsqrt(var + eps) * w + b
+    }
+    fn k_ln(x: [3, 5] in (-2.0, 2.0), w: [5] in (-1.5, 1.5), b: [5] in (-1.0, 1.0)) {
+        sin(row_ln(x, w, b, 1e-5)).sum()
+    }
+);
+fd_case!(row_kernel_rms_norm:
+    #[kernel]
+    fn row_rms(x: Row<f64>, w: Row<f64>, eps: f64) -> Row<f64> {
+        x * rsqrt(mean(x * x) + eps) * w
+    }
+    fn k_rms(x: [2, 3, 4] in (-2.0, 2.0), w: [4] in (-1.5, 1.5)) { sin(row_rms(x, w, 1e-6)).sum() }
+);
+fd_case!(row_kernel_softmax:
+    #[kernel]
+    fn row_softmax(x: Row<f64>) -> Row<f64> {
+        let m = max(x);
+        exp(x - m) / sum(exp(x - m))
+    }
+    fn k_softmax(x: [3, 4] in (-2.0, 2.0), w: [3, 4] in (-1.0, 1.0)) { (row_softmax(x) * w).sum() }
+);
+fd_case!(row_kernel_per_row_results:
+    #[kernel]
+    fn row_lse(x: Row<f64>, t: f64) -> f64 {
+        let m = max(x * t);
+        m + log(sum(exp(x * t - m))) + min(x) * 0.5
+    }
+    fn k_lse(x: [4, 5] in (-2.0, 2.0), w: [4] in (-1.0, 1.0)) { (row_lse(x, 1.5) * w).sum() }
+);
+fd_case!(row_kernel_with_a_branch:
+    #[kernel]
+    fn row_clip(x: Row<f64>, y: Row<f64>) -> Row<f64> {
+        let s = sum(x * y);
+        if x > 0.0 { x * s } else { y / (1.0 + s * s) }
+    }
+    fn k_clip(x: [3, 4] in (-2.0, 2.0), y: [4] in (-1.0, 1.0)) { sin(row_clip(x, y)).sum() }
+);
+
+tensor_fn! {
+    #[kernel]
+    fn user_layer_norm(x: Row<f64>, w: Row<f64>, b: Row<f64>, eps: f64) -> Row<f64> {
+        let mu = mean(x);
+        let var = mean((x - mu) * (x - mu));
+        (x - mu) * rsqrt(var + eps) * w + b
+    }
+
+    #[kernel]
+    fn user_rms_norm(x: Row<f64>, w: Row<f64>, eps: f64) -> Row<f64> {
+        x * rsqrt(mean(x * x) + eps) * w
+    }
+
+    #[kernel]
+    fn user_softmax(x: Row<f64>) -> Row<f64> {
+        let e = exp(x - max(x));
+        e / sum(e)
+    }
+
+    #[kernel]
+    fn row_max(x: Row<f64>) -> f64 {
+        max(x)
+    }
+
+    #[grad(x, w, b)]
+    fn ln_by_row_kernel(
+        x: &Tensor<Cpu, f64, [4, 6]>, w: &Tensor<Cpu, f64, [6]>, b: &Tensor<Cpu, f64, [6]>, r: &Tensor<Cpu, f64, [4, 6]>,
+    ) -> Tensor<Cpu, f64, []> {
+        (user_layer_norm(x, w, b, 1e-5) * r).sum() + (user_rms_norm(x, w, 1e-6) * r * r).sum()
+            + (user_softmax(x) * r).sum()
+    }
+
+    #[grad(x, w, b)]
+    fn ln_by_catalogue(
+        x: &Tensor<Cpu, f64, [4, 6]>, w: &Tensor<Cpu, f64, [6]>, b: &Tensor<Cpu, f64, [6]>, r: &Tensor<Cpu, f64, [4, 6]>,
+    ) -> Tensor<Cpu, f64, []> {
+        (layer_norm(x, w, b, 1e-5) * r).sum() + (rms_norm(x, w, 1e-6) * r * r).sum()
+            + (x.softmax(1) * r).sum()
+    }
+
+    #[grad(x)]
+    fn row_max_sum(x: &Tensor<Cpu, f64, [3, 4]>) -> Tensor<Cpu, f64, []> {
+        row_max(x).sum()
+    }
+}
+
+/// A layer norm, an RMS norm and a softmax written as row kernels train
+/// to the gradients of the catalogue's ops, to f64 roundoff.
+#[test]
+fn row_kernel_norms_match_the_catalogue_gradients() {
+    for seed in 0..3u64 {
+        let x = tensor::<shape![4, 6]>(&rand_vec(24, seed * 7 + 1, -3.0, 3.0));
+        let w = tensor::<shape![6]>(&rand_vec(6, seed * 7 + 2, -1.5, 1.5));
+        let b = tensor::<shape![6]>(&rand_vec(6, seed * 7 + 3, -1.0, 1.0));
+        let r = tensor::<shape![4, 6]>(&rand_vec(24, seed * 7 + 4, -1.0, 1.0));
+        let (v1, g1) = ln_by_row_kernel::value_and_grad(&x, &w, &b, &r).unwrap();
+        let (v2, g2) = ln_by_catalogue::value_and_grad(&x, &w, &b, &r).unwrap();
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs().max(1.0);
+        assert!(close(value(&v1)[0], value(&v2)[0]), "value, seed {seed}");
+        for (i, (a, b)) in g1.flat().iter().zip(g2.flat()).enumerate() {
+            for (j, (&p, &q)) in a.iter().zip(&b).enumerate() {
+                assert!(
+                    close(p, q),
+                    "operand {i}[{j}], seed {seed}: row kernel {p}, catalogue {q}"
+                );
+            }
+        }
+    }
+}
+
+/// A row's `max` splits its gradient evenly among tied maxima (PyTorch's
+/// `amax` rule); a row whose max is NaN gets NaN, as PyTorch's does.
+#[test]
+fn row_kernel_max_splits_ties_evenly() {
+    let nan = f64::NAN;
+    let inf = f64::INFINITY;
+    let x = tensor::<shape![3, 4]>(&[
+        1.0, 3.0, 3.0, 2.0, //
+        -inf, 0.0, -0.0, -1.0, //
+        1.0, nan, 2.0, 2.0,
+    ]);
+    let (v, g) = row_max_sum::value_and_grad(&x).unwrap();
+    assert!(value(&v)[0].is_nan());
+    let g = value(&g);
+    assert_eq!(&g[..8], &[0.0, 0.5, 0.5, 0.0, 0.0, 0.5, 0.5, 0.0]);
+    assert!(g[8..].iter().all(|v| v.is_nan()), "{g:?}");
+}
+
+// Compares, selects and casts of a kernel's scalar arguments alone are
+// computed again in the backward.
+fd_case!(kernel_with_scalar_branches:
+    #[kernel]
+    fn scalar_branches(x: f64, alpha: f64) -> f64 {
+        let s = if alpha > 1.0 { alpha } else { 2.0 * alpha };
+        let n = (alpha * 3.0) as i32;
+        let y = if alpha > 0.0 { x * s } else { -x };
+        y * (n as f64) + sin(x)
+    }
+    fn k_scalar_if(x: [3, 4] in (-2.0, 2.0)) {
+        (scalar_branches(x, 0.7) + scalar_branches(x, -0.4) + scalar_branches(x, 1.5)).sum()
+    }
+);
+
+tensor_fn! {
+    #[kernel]
+    fn by_sign(x: f64, alpha: f64) -> f64 {
+        if alpha > 0.0 { x * alpha } else { x * x }
+    }
+
+    #[grad(x)]
+    fn by_sign_sum(x: &Tensor<Cpu, f64, [5]>, alpha: f64) -> Tensor<Cpu, f64, []> {
+        by_sign(x, alpha).sum()
+    }
+}
+
+/// A scalar parameter's comparison inside the kernel picks the branch the
+/// gradient follows, as in the forward.
+#[test]
+fn kernel_branching_on_a_scalar_parameter_trains() {
+    let xs = rand_vec(5, 11, -2.0, 2.0);
+    let x = tensor::<shape![5]>(&xs);
+    let (_, g) = by_sign_sum::value_and_grad(&x, 0.75).unwrap();
+    assert_eq!(value(&g), vec![0.75; 5]);
+    let (_, g) = by_sign_sum::value_and_grad(&x, -0.5).unwrap();
+    assert_eq!(value(&g), xs.iter().map(|v| 2.0 * v).collect::<Vec<_>>());
+}

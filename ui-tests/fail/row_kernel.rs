@@ -1,7 +1,7 @@
 // Row kernels (`#[kernel]` over `Row<T>`): a row argument whose rows differ
 // in length from the input's, a tensor where a scalar goes, a reduction of
 // a per-row value, a row returned where one value per row is declared,
-// and a row kernel under `#[grad]`.
+// and a row kernel under `#[grad]` whose result goes through an integer.
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -30,9 +30,14 @@ tensor_fn! {
         my_rms_norm(x, w, e)
     }
 
-    #[grad(w)]
-    fn trained(x: &Tensor<Cpu, f32, [4, 8]>, w: &Tensor<Cpu, f32, [8]>) -> Tensor<Cpu, f32, []> {
-        my_rms_norm(x, w, 1e-6).sum()
+    #[kernel]
+    fn quantised(x: Row<f32>) -> Row<f32> {
+        x * ((max(x) * 4.0) as i32) as f32
+    }
+
+    #[grad(x)]
+    fn trained(x: &Tensor<Cpu, f32, [4, 8]>) -> Tensor<Cpu, f32, []> {
+        quantised(x).sum()
     }
 }
 

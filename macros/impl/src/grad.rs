@@ -28,6 +28,7 @@ use tensorfn_core::DTypeKind;
 use tensorfn_kernels::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 
 mod kernels;
+mod rows;
 pub use kernels::KernelBodies;
 
 /// What `value_and_grad` (or `vjp`) gives back for one `#[grad]`
@@ -1360,12 +1361,7 @@ impl Deriver {
                 )
             }
             Op::Kernel { kernel, ref args } => self.kernel_rule(kernel, args, g)?,
-            Op::RowKernel { .. } => {
-                return Err(
-                    "has no derivative rule: row kernels are not differentiated yet (write the norm with the catalogue's ops, such as `layer_norm`, `mean` and `rsqrt`, to differentiate it)"
-                        .into(),
-                )
-            }
+            Op::RowKernel { kernel, ref args } => self.row_kernel_rule(kernel, args, g)?,
             Op::Norm {
                 op: nop,
                 x,

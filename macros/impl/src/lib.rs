@@ -199,6 +199,7 @@ fn analyse<'a>(input: &'a ast::Input, field_errors: &mut [Vec<syn::Error>]) -> I
     let bodies = grad::KernelBodies {
         names: kernels.iter().map(|k| k.name.to_string()).collect(),
         programs: kernel_programs.clone(),
+        rows: row_programs.clone(),
     };
     let mut joints = Vec::new();
     let mut vjps = Vec::new();

@@ -126,3 +126,47 @@ fn topk_values_are_differentiated_and_its_indices_are_not() {
         "{errors:?}"
     );
 }
+
+fn kernel_errors(kernel: &str, body: &str) -> Vec<String> {
+    let src = format!(
+        "#[kernel] {kernel} #[grad(x)] fn f(x: &Tensor<Cpu, f32, [4, 4]>, w: &Tensor<Cpu, f32, [4]>) -> Tensor<Cpu, f32, []> {{ {body} }}"
+    );
+    let a = tensorfn_macros_impl::analyse_tokens(TokenStream::from_str(&src).unwrap()).unwrap();
+    a.errors.iter().map(|e| e.to_string()).collect()
+}
+
+#[test]
+fn row_kernels_are_differentiated_through_their_row_programs() {
+    let cases = [
+        (
+            "fn k(x: Row<f32>, w: Row<f32>, eps: f32) -> Row<f32> { x * rsqrt(mean(x * x) + eps) * w }",
+            "k(x, w, 1e-6).sum()",
+        ),
+        (
+            "fn k(x: Row<f32>, t: f32) -> f32 { let m = max(x * t); m + log(sum(exp(x * t - m))) + min(x) * 0.5 }",
+            "(k(x, 1.5) * w).sum()",
+        ),
+        (
+            "fn k(x: Row<f32>) -> f32 { max(x) }",
+            "k(x).sum()",
+        ),
+    ];
+    for (kernel, body) in cases {
+        let errors = kernel_errors(kernel, body);
+        assert!(errors.is_empty(), "{kernel}: {errors:?}");
+    }
+}
+
+#[test]
+fn a_row_kernel_through_an_integer_is_an_error_naming_it() {
+    let errors = kernel_errors(
+        "fn k(x: Row<f32>) -> Row<f32> { x * ((max(x) as i32) as f32) }",
+        "k(x).sum()",
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("`k`") && e.contains("i32") && e.contains("`x`")),
+        "{errors:?}"
+    );
+}

@@ -4,7 +4,7 @@
 use super::*;
 
 use tensorfn_kernels::ir::ElementwiseBuilder;
-use tensorfn_kernels::BinaryOp;
+use tensorfn_kernels::{BinaryOp, CmpOp};
 
 /// `op(x)` on one `f64`.
 fn unary_f64(op: UnaryOp) -> Kernel {
@@ -21,6 +21,15 @@ fn binary_f64(op: BinaryOp) -> Kernel {
     let y = b.input(DTypeKind::F64);
     let z = b.binary(op, x, y);
     b.output(z).expect("every binary op takes f64")
+}
+
+/// `a op b` on two `f64`s, a `bool`.
+fn compare_f64(op: CmpOp) -> Kernel {
+    let mut b = ElementwiseBuilder::new();
+    let x = b.input(DTypeKind::F64);
+    let y = b.input(DTypeKind::F64);
+    let z = b.compare(op, x, y);
+    b.output(z).expect("every comparison takes f64")
 }
 
 impl FnGen<'_> {
@@ -49,6 +58,37 @@ impl FnGen<'_> {
                     quote!({ #body #out.trunc() })
                 } else {
                     quote!({ #body #out })
+                }
+            }
+            // A `#[kernel]`'s compares, selects and casts of scalar
+            // arguments, written again by its derivative: a condition is
+            // 1 or 0, a cast to an integer truncates and saturates as
+            // `as` does.
+            Op::Compare(op, a, b) => {
+                let (a, b) = (self.scalar_f64(*a), self.scalar_f64(*b));
+                let (body, out) = rust_code::emit_rust(&compare_f64(*op), &[a, b]);
+                quote!({ #body if #out { 1.0f64 } else { 0.0f64 } })
+            }
+            Op::Where(c, a, b) => {
+                let (c, a, b) = (
+                    self.scalar_f64(*c),
+                    self.scalar_f64(*a),
+                    self.scalar_f64(*b),
+                );
+                quote!((if #c != 0.0f64 { #a } else { #b }))
+            }
+            Op::Cast(a, to) => {
+                let a = self.scalar_f64(*a);
+                match to.kind() {
+                    DTypeKind::Bool => quote!((if #a != 0.0f64 { 1.0f64 } else { 0.0f64 })),
+                    d if d.is_float() => {
+                        let t = dtype_tokens(d);
+                        quote!(<#t as ::tensorfn::DType>::to_f64(<#t as ::tensorfn::DType>::from_f64(#a)))
+                    }
+                    d => {
+                        let t = dtype_tokens(d);
+                        quote!(((#a as #t) as f64))
+                    }
                 }
             }
             Op::Kernel { kernel, args } => {
