@@ -32,3 +32,23 @@ fn bf16_kernels_embed_an_sm80_text() {
     assert!(!f32.contains(".target sm_80"));
     assert!(f32.contains(".target sm_70"));
 }
+
+/// A function calling a row kernel whose body does not compile is not
+/// generated: the kernel's error is reported, and the macro does not panic.
+#[test]
+fn a_call_to_a_broken_row_kernel_reports_the_kernel_error() {
+    for grad in [quote!(), quote!(#[grad(x)])] {
+        let out = tensorfn_macros_impl::expand(quote! {
+            #[kernel]
+            fn row_lse(x: Row<f64>, t: f64) -> f64 {
+                let m = max(x * t);
+                m + ln(sum(exp(x * t - m)))
+            }
+            #grad
+            fn k(x: &Tensor<Cpu, f64, [4, 5]>) -> Tensor<Cpu, f64, []> { row_lse(x, 1.5).sum() }
+        })
+        .to_string();
+        assert!(out.contains("compile_error"), "{out}");
+        assert!(out.contains("ln"), "{out}");
+    }
+}

@@ -92,7 +92,14 @@ pub fn check_fn(
     }
     let ret = c.result(&f.body.ret);
     let Checker { graph, errors, .. } = c;
-    if errors.is_empty() {
+    // A call to a kernel whose own body failed to build gives an error node
+    // without an error of its own (the kernel's is reported once, on the
+    // kernel): such a function is not generated either.
+    let poisoned = graph
+        .nodes
+        .iter()
+        .any(|n| matches!(n.ty, Ty::Error) && matches!(n.op, Op::Param(usize::MAX)));
+    if errors.is_empty() && !poisoned {
         Ok(CheckedFn {
             sig,
             graph,
