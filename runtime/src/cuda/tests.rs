@@ -41,7 +41,7 @@ pub(super) fn random<T: DType>(rng: &mut SplitMix64, n: usize, lo: f64, hi: f64)
         .collect()
 }
 
-pub(super) fn seed() -> SplitMix64 {
+pub(crate) fn seed() -> SplitMix64 {
     // A different stream each run: the inputs must not be tuned to pass.
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -5064,4 +5064,12 @@ fn row_kernels_match_the_builtin_norms() {
     check::<f64>(&be, &mut rng);
     check::<f16>(&be, &mut rng);
     check::<bf16>(&be, &mut rng);
+}
+
+#[test]
+fn weight_and_bias_gradients_of_one_product_match_f64_on_the_gpu() {
+    // cuBLASLt's BGRADA/BGRADB epilogues where it takes the product, the
+    // product and the column sum elsewhere: the same checks as the CPU's.
+    let Some((_guard, _be)) = gpu() else { return };
+    crate::ops::sum_k_tests::check_all::<crate::device::Cuda>(&mut seed());
 }

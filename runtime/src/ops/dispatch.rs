@@ -6,7 +6,7 @@ use crate::backend::Backend;
 use crate::cpu::CpuBackend;
 use crate::cuda::{CudaBackend, CudaStorage};
 use crate::device::Device;
-use crate::dtype::{DType, NumDType};
+use crate::dtype::{DType, FloatDType, NumDType};
 use crate::error::Result;
 use crate::layout::Layout;
 use crate::storage::Storage;
@@ -70,6 +70,19 @@ pub(crate) trait Exec: Backend + Sized {
         let prod = self.binary(BinaryOp::Mul, b, lb, c, lc)?;
         let scaled = self.binary_scalar(BinaryOp::Mul, &prod, &dense, value, false)?;
         self.binary(BinaryOp::Add, a, la, &scaled, &dense)
+    }
+
+    /// `a @ b` for one `[1, m, k] x [1, k, n]` product with the sum over
+    /// `k` of `b` (`of_b`) or of `a`, in one pass where the backend has
+    /// one (cuBLASLt's bias-gradient epilogues); `None` where it has not,
+    /// and the caller runs the product and the sum.
+    fn matmul_sum_k<T: FloatDType>(
+        &self,
+        _a: (&Self::Buf<T>, &Layout),
+        _b: (&Self::Buf<T>, &Layout),
+        _of_b: bool,
+    ) -> Result<Option<(Self::Buf<T>, Self::Buf<T>)>> {
+        Ok(None)
     }
 
     /// `dst = op(dst, b)` where `ld` selects the written elements.
@@ -208,5 +221,14 @@ impl Exec for CudaBackend {
         value: T,
     ) -> Result<CudaStorage<T>> {
         self.addcmul_fused(x, value)
+    }
+
+    fn matmul_sum_k<T: FloatDType>(
+        &self,
+        a: (&CudaStorage<T>, &Layout),
+        b: (&CudaStorage<T>, &Layout),
+        of_b: bool,
+    ) -> Result<Option<(CudaStorage<T>, CudaStorage<T>)>> {
+        self.gemm_sum_k(a, b, of_b)
     }
 }
