@@ -81,7 +81,7 @@ pub(crate) trait Exec: Backend + Sized {
         _a: (&Self::Buf<T>, &Layout),
         _b: (&Self::Buf<T>, &Layout),
         _of_b: bool,
-    ) -> Result<Option<(Self::Buf<T>, Self::Buf<T>)>> {
+    ) -> Result<Option<ProductAndSums<Self::Buf<T>>>> {
         Ok(None)
     }
 
@@ -126,6 +126,9 @@ pub(crate) trait Exec: Backend + Sized {
         self.copy_into(&r, &Layout::contiguous(ld.dims()), dst, ld)
     }
 }
+
+/// A product's buffer and the buffer of its sums over `k`.
+pub(crate) type ProductAndSums<B> = (B, B);
 
 /// The elements of a contiguous view, as a range of its buffer (empty
 /// views may carry any offset).
@@ -228,7 +231,7 @@ impl Exec for CudaBackend {
         a: (&CudaStorage<T>, &Layout),
         b: (&CudaStorage<T>, &Layout),
         of_b: bool,
-    ) -> Result<Option<(CudaStorage<T>, CudaStorage<T>)>> {
+    ) -> Result<Option<ProductAndSums<CudaStorage<T>>>> {
         self.gemm_sum_k(a, b, of_b)
     }
 }

@@ -566,7 +566,7 @@ impl<D: Device, T: FloatDType, M: Dim, N: Dim> Tensor<D, T, (M, N)> {
     pub fn matmul_sum_b<K: Dim>(
         a: &Tensor<D, T, (M, K)>,
         b: &Tensor<D, T, (K, N)>,
-    ) -> Result<(Self, Tensor<D, T, (N,)>)> {
+    ) -> Result<WithSums<D, T, M, N, N>> {
         let dims = rules::matmul("matmul", ("mat1", a.dims()), ("mat2", b.dims()))?;
         match fused_sum_k(a, b, true)? {
             Some((prod, sums)) => Ok((output(prod, &dims)?, output(sums, &dims[1..])?)),
@@ -591,7 +591,7 @@ impl<D: Device, T: FloatDType, M: Dim, N: Dim> Tensor<D, T, (M, N)> {
     pub fn matmul_sum_a<K: Dim>(
         a: &Tensor<D, T, (M, K)>,
         b: &Tensor<D, T, (K, N)>,
-    ) -> Result<(Self, Tensor<D, T, (M,)>)> {
+    ) -> Result<WithSums<D, T, M, N, M>> {
         let dims = rules::matmul("matmul", ("mat1", a.dims()), ("mat2", b.dims()))?;
         match fused_sum_k(a, b, false)? {
             Some((prod, sums)) => Ok((output(prod, &dims)?, output(sums, &dims[..1])?)),
@@ -599,6 +599,9 @@ impl<D: Device, T: FloatDType, M: Dim, N: Dim> Tensor<D, T, (M, N)> {
         }
     }
 }
+
+/// An `M x N` product and the `V` sums over its `k` of one operand.
+type WithSums<D, T, M, N, V> = (Tensor<D, T, (M, N)>, Tensor<D, T, (V,)>);
 
 /// The product of two matrices and the sum over `k` of `b` (`of_b`) or of
 /// `a`, in one pass where the backend has one; `None` otherwise. Operands
