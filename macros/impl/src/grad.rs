@@ -1150,6 +1150,7 @@ impl Deriver {
             // Folded by the planner after differentiation: never in a
             // checked body.
             Op::AddMmAct { .. } => return Err("a product with a folded activation".into()),
+            Op::MatMulSumK { .. } => return Err("a product with a folded bias gradient".into()),
             Op::AddMm {
                 bias,
                 m1,
@@ -1944,7 +1945,7 @@ impl Deriver {
 }
 
 /// `op` with every operand `n` replaced by `m(n)`.
-fn map_op(op: &Op, m: &dyn Fn(NodeId) -> NodeId) -> Op {
+pub(crate) fn map_op(op: &Op, m: &dyn Fn(NodeId) -> NodeId) -> Op {
     let ia = |a: &IndexArg| match a {
         IndexArg::Node(n) => IndexArg::Node(m(*n)),
         c => c.clone(),
@@ -1991,6 +1992,10 @@ fn map_op(op: &Op, m: &dyn Fn(NodeId) -> NodeId) -> Op {
             for x in [bias, m1, m2] {
                 *x = m(*x);
             }
+        }
+        Op::MatMulSumK { a, b, .. } => {
+            *a = m(*a);
+            *b = m(*b);
         }
         Op::CrossEntropy { x, target, .. } => {
             *x = m(*x);

@@ -188,6 +188,18 @@ pub enum Op {
         /// `Relu` or `Gelu`.
         act: UnaryOp,
     },
+    /// `(a @ b, s)` of 2-D operands, `s` the sum over the product's `k` of
+    /// `b` (`of_b`) or of `a`: a weight gradient and its bias gradient, as
+    /// a tuple. Not written by users, folded by the planner
+    /// ([`fold_bias_gradients`](crate::plan::fold_bias_gradients)).
+    MatMulSumK {
+        /// Left matrix.
+        a: NodeId,
+        /// Right matrix.
+        b: NodeId,
+        /// Whether the sums are of `b`'s rows (else of `a`'s columns).
+        of_b: bool,
+    },
     /// `scaled_dot_product_attention(q, k, v, attn_mask = .., is_causal =
     /// .., scale = .., enable_gqa = ..)`.
     Attention {
@@ -642,6 +654,7 @@ impl Graph {
             }
             Op::Where(c, a, b) => vec![*c, *a, *b],
             Op::AddMmAct { bias, m1, m2, .. } => vec![*bias, *m1, *m2],
+            Op::MatMulSumK { a, b, .. } => vec![*a, *b],
             Op::AddCmul {
                 input,
                 t1,

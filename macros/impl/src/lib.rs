@@ -80,6 +80,9 @@ pub struct Analysis {
     pub plans: Vec<Option<plan::Plan>>,
     /// Every instance of the checked functions with its plan.
     pub planned: Vec<Option<Vec<Planned>>>,
+    /// Every instance of each `#[grad]` function's joint function (its
+    /// forward and backward as one graph) with its plan.
+    pub joints: Vec<Option<Vec<Planned>>>,
     /// All errors, in source order of the stages.
     pub errors: Vec<syn::Error>,
 }
@@ -186,7 +189,9 @@ fn analyse<'a>(input: &'a ast::Input, field_errors: &mut [Vec<syn::Error>]) -> I
         instance::instances(&joint.f.sig.type_params)
             .into_iter()
             .map(|inst| {
-                let g = inst.apply(&joint.f);
+                let mut g = inst.apply(&joint.f);
+                plan::fold_transposed_products(&mut g);
+                plan::fold_bias_gradients(&mut g);
                 let p = plan::plan(&g, &kernel_programs, &peaks);
                 Planned {
                     instance: inst,
@@ -286,6 +291,8 @@ fn plan_rec(
     for inst in instance::instances(&f.sig.type_params) {
         let mut g = inst.apply(f);
         plan::fold_activations(&mut g);
+        plan::fold_transposed_products(&mut g);
+        plan::fold_bias_gradients(&mut g);
         let p = plan::plan(&g, programs, peaks);
         out.push(Planned {
             instance: inst,
@@ -349,6 +356,7 @@ pub fn analyse_tokens_with(
         checked: inv.checked,
         plans,
         planned: inv.planned,
+        joints: inv.joints.into_iter().map(|j| j.map(|(_, p)| p)).collect(),
         errors: inv.errors,
     })
 }

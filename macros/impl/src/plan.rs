@@ -20,6 +20,11 @@ use tensorfn_core::DTypeKind;
 use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel, Value};
 use tensorfn_kernels::{BinaryOp, UnaryOp};
 
+mod bias_grad;
+mod transposed;
+pub use bias_grad::fold_bias_gradients;
+pub use transposed::fold_transposed_products;
+
 /// The most tensor inputs one fused kernel takes (`fused1`..`fused8`).
 pub const MAX_FUSED_INPUTS: usize = 8;
 
@@ -767,7 +772,10 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                         };
                         (n, Some(total), true, None)
                     }
-                    Op::AttentionBackward { .. } | Op::NormBackward { .. } | Op::TopK { .. } => {
+                    Op::AttentionBackward { .. }
+                    | Op::NormBackward { .. }
+                    | Op::TopK { .. }
+                    | Op::MatMulSumK { .. } => {
                         let total = match &g.nodes[n].ty {
                             Ty::Tuple(ts) => ts.iter().fold(Dim::constant(0), |a, t| {
                                 a.add(

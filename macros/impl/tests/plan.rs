@@ -304,3 +304,145 @@ fn a_costly_op_on_a_broadcast_operand_runs_once_per_element_of_its_own() {
     });
     assert_eq!(fused(&p).len(), 1, "{:?}", p.steps);
 }
+
+/// The fused products (`Op::MatMulSumK`, as `of_b`) of every planned
+/// instance: of the plain functions, or of the `#[grad]` joints.
+fn sum_k_folds(input: TokenStream, joint: bool) -> Vec<bool> {
+    use tensorfn_macros_impl::graph::Op;
+    let a = tensorfn_macros_impl::analyse_tokens(input).expect("parses");
+    assert!(
+        a.errors.is_empty(),
+        "{:?}",
+        a.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>()
+    );
+    let all = if joint { &a.joints } else { &a.planned };
+    let p = &all.iter().flatten().next().expect("a plan")[0];
+    // Both parts are taken from the tuple, in order after it.
+    for (id, n) in p.f.graph.nodes.iter().enumerate() {
+        if let Op::TupleGet(t, _) = n.op {
+            assert!(t < id);
+        }
+    }
+    p.f.graph
+        .nodes
+        .iter()
+        .filter_map(|n| match n.op {
+            Op::MatMulSumK { of_b, .. } => Some(of_b),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_linear_layers_bias_gradient_joins_its_weight_gradient() {
+    // GPT-2's `addmm(b, x, w)` with `w` `[in, out]`: `xᵀ g` and the
+    // column sums of `g`, in any float dtype.
+    for dt in [quote!(bf16), quote!(f32)] {
+        let folds = sum_k_folds(
+            quote! {
+                #[grad(w, b)]
+                fn loss(x: &Tensor<Cuda, #dt, [8, 64]>, w: &Tensor<Cuda, #dt, [64, 32]>,
+                        b: &Tensor<Cuda, #dt, [32]>) -> Tensor<Cuda, #dt, []> {
+                    gelu(addmm(b, x, w)).sum()
+                }
+            },
+            true,
+        );
+        assert_eq!(folds, vec![true]);
+    }
+    // Written out, and in the `gᵀ x` order (a weight stored `[out, in]`).
+    let src = |w_grad: TokenStream| {
+        quote! {
+            fn grads(x: &Tensor<Cpu, f32, [16, 4]>, g: &Tensor<Cpu, f32, [16, 8]>)
+                -> (Tensor<Cpu, f32, [8, 4]>, Tensor<Cpu, f32, [8]>, Tensor<Cpu, f32, [4, 8]>) {
+                (#w_grad, g.sum(0), matmul(x.t(), g))
+            }
+        }
+    };
+    assert_eq!(
+        sum_k_folds(src(quote!(matmul(g.t(), x))), false),
+        vec![false]
+    );
+}
+
+#[test]
+fn bias_gradients_stay_apart_where_no_product_shares_their_rows() {
+    // No bias to differentiate: the sum is never computed.
+    let none = quote! {
+        #[grad(w)]
+        fn loss(x: &Tensor<Cuda, bf16, [8, 64]>, w: &Tensor<Cuda, bf16, [64, 32]>,
+                b: &Tensor<Cuda, bf16, [32]>) -> Tensor<Cuda, bf16, []> {
+            addmm(b, x, w).sum()
+        }
+    };
+    assert!(sum_k_folds(none, true).is_empty());
+    // A sum over the other dim, and a product of another tensor.
+    let apart = quote! {
+        fn f(x: &Tensor<Cpu, f32, [16, 4]>, g: &Tensor<Cpu, f32, [16, 8]>, h: &Tensor<Cpu, f32, [16, 8]>)
+            -> (Tensor<Cpu, f32, [4, 8]>, Tensor<Cpu, f32, [16]>, Tensor<Cpu, f32, [8]>) {
+            (matmul(x.t(), g), g.sum(1), h.sum(0))
+        }
+    };
+    assert!(sum_k_folds(apart, false).is_empty());
+    // A batched product (a `[B, S, C]` input) is not one matrix.
+    let batched = quote! {
+        #[grad(w, b)]
+        fn loss(x: &Tensor<Cuda, bf16, [2, 8, 64]>, w: &Tensor<Cuda, bf16, [64, 32]>,
+                b: &Tensor<Cuda, bf16, [32]>) -> Tensor<Cuda, bf16, []> {
+            (matmul(x, w) + b).sum()
+        }
+    };
+    assert!(sum_k_folds(batched, true).is_empty());
+}
+
+#[test]
+fn a_product_read_only_transposed_is_written_in_that_layout() {
+    use tensorfn_macros_impl::graph::Op;
+    // A tied output projection (`matmul(h, head.t())`): the weight's
+    // gradient `(hᵀ g)ᵀ` is the product `gᵀ h`, not a transposed view.
+    let a = tensorfn_macros_impl::analyse_tokens(quote! {
+        #[grad(head)]
+        fn loss(h: &Tensor<Cuda, bf16, [16, 4]>, head: &Tensor<Cuda, bf16, [8, 4]>)
+            -> Tensor<Cuda, bf16, []> {
+            matmul(h, head.t()).sum()
+        }
+    })
+    .unwrap();
+    assert!(a.errors.is_empty());
+    let p = &a.joints[0].as_ref().unwrap()[0];
+    let g = &p.f.graph;
+    let transposed_products = |g: &tensorfn_macros_impl::graph::Graph| {
+        g.nodes
+            .iter()
+            .filter(|n| matches!(n.op, Op::T(x) if matches!(g.nodes[x].op, Op::MatMul(..))))
+            .count()
+    };
+    assert_eq!(transposed_products(g), 0);
+    let grad = *p.f.ret.last().unwrap();
+    assert!(
+        matches!(g.nodes[grad].op, Op::MatMul(..)),
+        "{:?}",
+        g.nodes[grad].op
+    );
+    assert_eq!(g.nodes[grad].ty.tensor().unwrap().dims.len(), 2);
+    // A product also read as it is stays one product and a view.
+    let a = tensorfn_macros_impl::analyse_tokens(quote! {
+        fn both(h: &Tensor<Cpu, f32, [16, 4]>, g: &Tensor<Cpu, f32, [16, 8]>)
+            -> (Tensor<Cpu, f32, [8, 4]>, Tensor<Cpu, f32, [4, 8]>) {
+            let p = matmul(h.t(), g);
+            (p.t(), p)
+        }
+    })
+    .unwrap();
+    let planned = &a.planned[0].as_ref().unwrap()[0];
+    assert_eq!(transposed_products(&planned.f.graph), 1);
+    // Alone, it is swapped.
+    let a = tensorfn_macros_impl::analyse_tokens(quote! {
+        fn one(h: &Tensor<Cpu, f32, [16, 4]>, g: &Tensor<Cpu, f32, [16, 8]>) -> Tensor<Cpu, f32, [8, 4]> {
+            matmul(h.t(), g).t()
+        }
+    })
+    .unwrap();
+    let planned = &a.planned[0].as_ref().unwrap()[0];
+    assert_eq!(transposed_products(&planned.f.graph), 0);
+}

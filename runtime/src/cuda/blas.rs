@@ -18,7 +18,7 @@
 //! missing, goes through cuBLAS, the bias first copied into the output.
 
 use super::alloc::CudaStorage;
-use super::backend::CudaBackend;
+use super::backend::{check_extent, CudaBackend};
 use super::context::Context;
 use super::error::{cublas, driver, guard, lock, unavailable};
 use super::handles::{Blas, Epilogue, Plans, WORKSPACE_BYTES};
@@ -253,6 +253,65 @@ impl CudaBackend {
     ) -> Result<CudaStorage<T>> {
         matmul(self, a, la, b, lb, bias, alpha, beta, epilogue)
     }
+
+    /// `a @ b` for one `[1, m, k] x [1, k, n]` product and the sum over
+    /// `k` of `b` (`of_b`: `n` values, the bias gradient of a weight
+    /// gradient `xᵀ g`) or of `a` (`m` values, for `gᵀ x`), in one
+    /// cuBLASLt call with the `BGRADA`/`BGRADB` epilogue. `None` (nothing
+    /// queued) for a batch, an empty dim, f64, or a product cuBLASLt has
+    /// no such algorithm for (its bias-gradient epilogues take some dtypes
+    /// and transposes only): the caller then runs the product and the sum.
+    pub(crate) fn gemm_sum_k<T: FloatDType>(
+        &self,
+        (a, la): (&CudaStorage<T>, &Layout),
+        (b, lb): (&CudaStorage<T>, &Layout),
+        of_b: bool,
+    ) -> Result<Option<(CudaStorage<T>, CudaStorage<T>)>> {
+        let one_matrix = la.rank() == 3
+            && lb.rank() == 3
+            && la.dims()[0] == 1
+            && lb.dims()[0] == 1
+            && la.dims()[2] == lb.dims()[1];
+        if !one_matrix {
+            return Ok(None);
+        }
+        let (m, k, n) = (la.dims()[1], la.dims()[2], lb.dims()[2]);
+        if m * k * n == 0 || T::KIND == DTypeKind::F64 {
+            return Ok(None);
+        }
+        let ctx = self.ctx();
+        ctx.bind()?;
+        check_extent("matmul", "mat1", a, la)?;
+        check_extent("matmul", "mat2", b, lb)?;
+        let blas = ctx.blas()?;
+        let Some(handle) = blas.lt else {
+            return Ok(None);
+        };
+        let shapes = describe(la, lb, T::KIND);
+        let (a_op, b_op) = (operand(self, a, la)?, operand(self, b, lb)?);
+        let out = ctx.storage::<T>(m * n)?;
+        let sums = ctx.storage::<T>(if of_b { n } else { m })?;
+        let product = Product {
+            a: &a_op,
+            b: &b_op,
+            dims: (1, m, k, n),
+            addend: Addend::Nothing,
+            out: out.device_ptr(),
+            scale: Scale::new(T::one(), T::zero()),
+            epilogue: if of_b {
+                Epilogue::SumKOfB
+            } else {
+                Epilogue::SumKOfA
+            },
+            sum_out: sums.device_ptr(),
+            tf32: allow_tf32(),
+            shapes: &shapes,
+        };
+        let queued = guard("calling cuBLASLt", || {
+            ltm::matmul(&blas, handle, ctx, &product)
+        })?;
+        Ok(queued.then_some((out, sums)))
+    }
 }
 
 /// Batched `epilogue(alpha * a @ b + beta * bias)`; see
@@ -317,6 +376,7 @@ fn matmul<T: FloatDType>(
                 out: out.device_ptr(),
                 scale,
                 epilogue,
+                sum_out: 0,
                 tf32: allow_tf32(),
                 shapes: &shapes,
             };
@@ -346,7 +406,9 @@ fn matmul<T: FloatDType>(
         &shapes,
     )?;
     match epilogue {
-        Epilogue::None => Ok(out),
+        // The sums over `k` are only asked of `matmul_sum_k`, which has no
+        // fallback through here.
+        Epilogue::None | Epilogue::SumKOfA | Epilogue::SumKOfB => Ok(out),
         Epilogue::Relu => be.unary(UnaryOp::Relu, &out, &out_layout),
         Epilogue::Gelu => be.unary(UnaryOp::Gelu, &out, &out_layout),
     }
@@ -461,6 +523,7 @@ pub(crate) fn gemm_into<T: FloatDType>(
             out,
             scale: Scale::new(alpha, T::zero()),
             epilogue: Epilogue::None,
+            sum_out: 0,
             tf32: allow_tf32(),
             shapes: &shapes,
         };
@@ -497,7 +560,9 @@ fn empty_product<T: FloatDType>(
         }
     }
     match epilogue {
-        Epilogue::None => Ok(out),
+        // The sums over `k` are only asked of `matmul_sum_k`, which has no
+        // fallback through here.
+        Epilogue::None | Epilogue::SumKOfA | Epilogue::SumKOfB => Ok(out),
         Epilogue::Relu => be.unary(UnaryOp::Relu, &out, out_layout),
         Epilogue::Gelu => be.unary(UnaryOp::Gelu, &out, out_layout),
     }
@@ -531,6 +596,7 @@ pub(crate) fn each_lt_candidate_for_test<T: FloatDType>(
         out: out.device_ptr(),
         scale: Scale::new(T::one(), T::zero()),
         epilogue: Epilogue::None,
+        sum_out: 0,
         tf32: false,
         shapes: &shapes,
     };

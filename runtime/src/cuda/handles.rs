@@ -24,6 +24,12 @@ pub(crate) enum Epilogue {
     /// GELU, tanh form (`gelu`; cuBLASLt's `GELU` epilogue), applied to
     /// the accumulator before it is rounded.
     Gelu,
+    /// The product as it is, and the sum of `a` (`m x k`) over `k` written
+    /// to the bias address (cuBLASLt's `BGRADB`: its B is our `a`).
+    SumKOfA,
+    /// The product as it is, and the sum of `b` (`k x n`) over `k` written
+    /// to the bias address (cuBLASLt's `BGRADA`: its A is our `b`).
+    SumKOfB,
 }
 
 /// The form of a bias added by cuBLASLt (`lt::Addend`), without its

@@ -204,6 +204,9 @@ pub(crate) struct Product<'a, T: DType> {
     pub(crate) out: u64,
     pub(crate) scale: Scale,
     pub(crate) epilogue: Epilogue,
+    /// Where a `SumKOfA`/`SumKOfB` epilogue writes its sums (`0` for the
+    /// other epilogues).
+    pub(crate) sum_out: u64,
     pub(crate) tf32: bool,
     /// Operand shapes, for error messages.
     pub(crate) shapes: &'a str,
@@ -287,7 +290,14 @@ fn run<T: DType>(
     d: &Descriptors,
     algo: &lt::cublasLtMatmulAlgo_t,
 ) -> std::result::Result<(), ltr::CublasError> {
-    if let Addend::Columns(bias) = p.addend {
+    // The bias address is the bias vector read by the BIAS epilogues, or
+    // the sums written by the bias-gradient ones.
+    let bias = match (p.addend, p.epilogue) {
+        (_, Epilogue::SumKOfA | Epilogue::SumKOfB) => Some(p.sum_out),
+        (Addend::Columns(bias), _) => Some(bias),
+        _ => None,
+    };
+    if let Some(bias) = bias {
         let bias_ptr = bias as *const c_void;
         // SAFETY: the attribute is a device pointer, passed by address.
         unsafe {
@@ -373,6 +383,8 @@ fn descriptors<T: DType>(p: &Product<'_, T>) -> Result<Descriptors> {
         (_, Epilogue::None) => E::CUBLASLT_EPILOGUE_DEFAULT,
         (_, Epilogue::Relu) => E::CUBLASLT_EPILOGUE_RELU,
         (_, Epilogue::Gelu) => E::CUBLASLT_EPILOGUE_GELU,
+        (_, Epilogue::SumKOfA) => E::CUBLASLT_EPILOGUE_BGRADB,
+        (_, Epilogue::SumKOfB) => E::CUBLASLT_EPILOGUE_BGRADA,
     };
     let set = |attr, ptr: *const c_void, size| {
         // SAFETY: `ptr` points at `size` bytes of the attribute's type.

@@ -67,7 +67,7 @@ mod tune;
 mod xent;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use crate::error::Result;
 

@@ -41,7 +41,7 @@ pub(super) fn random<T: DType>(rng: &mut SplitMix64, n: usize, lo: f64, hi: f64)
         .collect()
 }
 
-pub(super) fn seed() -> SplitMix64 {
+pub(crate) fn seed() -> SplitMix64 {
     // A different stream each run: the inputs must not be tuned to pass.
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -5335,4 +5335,37 @@ fn gradients_and_batch_norm_of_channels_last_inputs_are_channels_last() {
     }
     check::<f32>(&mut rng, 1e-4);
     check::<f64>(&mut rng, 1e-10);
+}
+
+#[test]
+fn weight_and_bias_gradients_of_one_product_match_f64_on_the_gpu() {
+    // cuBLASLt's BGRADA/BGRADB epilogues where it takes the product, the
+    // product and the column sum elsewhere: the same checks as the CPU's.
+    let Some((_guard, be)) = gpu() else { return };
+    crate::ops::sum_k_tests::check_all::<crate::device::Cuda>(&mut seed());
+    // Which forms cuBLASLt takes (the others run as two calls): a weight
+    // gradient `xᵀ g` ([k, m] x stored, transposed) with g's sums, and
+    // `gᵀ x` with the sums of its transposed left operand.
+    fn taken<T: crate::FloatDType>(be: &CudaBackend) -> [bool; 2] {
+        let (m, k, n) = (768, 512, 3072);
+        let x = be.full::<T>(k * m, T::one()).unwrap();
+        let g = be.full::<T>(k * n, T::one()).unwrap();
+        let xt = Layout::new(vec![1, m, k], vec![0, 1, m], 0);
+        let gd = Layout::contiguous(&[1, k, n]);
+        let gt = Layout::new(vec![1, n, k], vec![0, 1, n], 0);
+        let xd = Layout::contiguous(&[1, k, m]);
+        [
+            be.gemm_sum_k((&x, &xt), (&g, &gd), true).unwrap().is_some(),
+            be.gemm_sum_k((&g, &gt), (&x, &xd), false)
+                .unwrap()
+                .is_some(),
+        ]
+    }
+    for (t, [b, a]) in [
+        ("f32", taken::<f32>(&be)),
+        ("f16", taken::<f16>(&be)),
+        ("bf16", taken::<bf16>(&be)),
+    ] {
+        eprintln!("{t}: xᵀ g with BGRADA {b}, gᵀ x with BGRADB {a}");
+    }
 }

@@ -6,7 +6,7 @@ use crate::backend::Backend;
 use crate::cpu::CpuBackend;
 use crate::cuda::{CudaBackend, CudaStorage};
 use crate::device::Device;
-use crate::dtype::{DType, NumDType};
+use crate::dtype::{DType, FloatDType, NumDType};
 use crate::error::Result;
 use crate::layout::Layout;
 use crate::storage::Storage;
@@ -72,6 +72,19 @@ pub(crate) trait Exec: Backend + Sized {
         self.binary(BinaryOp::Add, a, la, &scaled, &dense)
     }
 
+    /// `a @ b` for one `[1, m, k] x [1, k, n]` product with the sum over
+    /// `k` of `b` (`of_b`) or of `a`, in one pass where the backend has
+    /// one (cuBLASLt's bias-gradient epilogues); `None` where it has not,
+    /// and the caller runs the product and the sum.
+    fn matmul_sum_k<T: FloatDType>(
+        &self,
+        _a: (&Self::Buf<T>, &Layout),
+        _b: (&Self::Buf<T>, &Layout),
+        _of_b: bool,
+    ) -> Result<Option<ProductAndSums<Self::Buf<T>>>> {
+        Ok(None)
+    }
+
     /// `dst = op(dst, b)` where `ld` selects the written elements.
     fn binary_assign<T: NumDType>(
         &self,
@@ -113,6 +126,9 @@ pub(crate) trait Exec: Backend + Sized {
         self.copy_into(&r, &Layout::contiguous(ld.dims()), dst, ld)
     }
 }
+
+/// A product's buffer and the buffer of its sums over `k`.
+pub(crate) type ProductAndSums<B> = (B, B);
 
 /// The elements of a contiguous view, as a range of its buffer (empty
 /// views may carry any offset).
@@ -208,5 +224,14 @@ impl Exec for CudaBackend {
         value: T,
     ) -> Result<CudaStorage<T>> {
         self.addcmul_fused(x, value)
+    }
+
+    fn matmul_sum_k<T: FloatDType>(
+        &self,
+        a: (&CudaStorage<T>, &Layout),
+        b: (&CudaStorage<T>, &Layout),
+        of_b: bool,
+    ) -> Result<Option<ProductAndSums<CudaStorage<T>>>> {
+        self.gemm_sum_k(a, b, of_b)
     }
 }

@@ -545,6 +545,83 @@ impl<D: Device, T: FloatDType, M: Dim, N: Dim> Tensor<D, T, (M, N)> {
         let storage = product(m1, m2, Some(bias), T::one(), T::one(), Some(act))?;
         output(storage, &dims)
     }
+
+    /// `(a @ b, b.sum::<0>())`: a weight gradient `xᵀ g` and its bias
+    /// gradient, the column sums of `g`, from one read of `g`. On the GPU
+    /// the sums run in the cuBLASLt product's epilogue (`BGRADA`) where
+    /// cuBLASLt has an algorithm for the dtype and transposes; elsewhere
+    /// (the CPU, f64, a product it declines) the two run one after the
+    /// other. `tensor_fn!` plans a backward's `matmul` and column sum of
+    /// the same gradient into it.
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let x = Tensor::<Cpu, f32, shape![3, 2]>::from_vec(vec![1., 2., 3., 4., 5., 6.]).unwrap();
+    /// let g = Tensor::<Cpu, f32, shape![3, 1]>::from_vec(vec![1., 0., -1.]).unwrap();
+    /// let (dw, db) = Tensor::matmul_sum_b(&x.t().unwrap(), &g).unwrap();
+    /// assert_eq!(dw.to_vec().unwrap(), vec![-4., -4.]);
+    /// assert_eq!(db.to_vec().unwrap(), vec![0.]);
+    /// ```
+    #[doc(hidden)]
+    pub fn matmul_sum_b<K: Dim>(
+        a: &Tensor<D, T, (M, K)>,
+        b: &Tensor<D, T, (K, N)>,
+    ) -> Result<WithSums<D, T, M, N, N>> {
+        let dims = rules::matmul("matmul", ("mat1", a.dims()), ("mat2", b.dims()))?;
+        match fused_sum_k(a, b, true)? {
+            Some((prod, sums)) => Ok((output(prod, &dims)?, output(sums, &dims[1..])?)),
+            None => Ok((output(plain_product(a, b)?, &dims)?, b.sum::<0>()?)),
+        }
+    }
+
+    /// `(a @ b, a.sum::<1>())`: a weight gradient `gᵀ x` (`a` the
+    /// transposed gradient) and its bias gradient, the row sums of `a`;
+    /// on the GPU in one cuBLASLt call (`BGRADB`), as
+    /// [`matmul_sum_b`](Self::matmul_sum_b).
+    ///
+    /// ```
+    /// use tensorfn_runtime::{Tensor, Cpu, shape};
+    /// let g = Tensor::<Cpu, f32, shape![3, 1]>::from_vec(vec![1., 0., -1.]).unwrap();
+    /// let x = Tensor::<Cpu, f32, shape![3, 2]>::from_vec(vec![1., 2., 3., 4., 5., 6.]).unwrap();
+    /// let (dw, db) = Tensor::matmul_sum_a(&g.t().unwrap(), &x).unwrap();
+    /// assert_eq!(dw.to_vec().unwrap(), vec![-4., -4.]);
+    /// assert_eq!(db.to_vec().unwrap(), vec![0.]);
+    /// ```
+    #[doc(hidden)]
+    pub fn matmul_sum_a<K: Dim>(
+        a: &Tensor<D, T, (M, K)>,
+        b: &Tensor<D, T, (K, N)>,
+    ) -> Result<WithSums<D, T, M, N, M>> {
+        let dims = rules::matmul("matmul", ("mat1", a.dims()), ("mat2", b.dims()))?;
+        match fused_sum_k(a, b, false)? {
+            Some((prod, sums)) => Ok((output(prod, &dims)?, output(sums, &dims[..1])?)),
+            None => Ok((output(plain_product(a, b)?, &dims)?, a.sum::<1>()?)),
+        }
+    }
+}
+
+/// An `M x N` product and the `V` sums over its `k` of one operand.
+type WithSums<D, T, M, N, V> = (Tensor<D, T, (M, N)>, Tensor<D, T, (V,)>);
+
+/// The product of two matrices and the sum over `k` of `b` (`of_b`) or of
+/// `a`, in one pass where the backend has one; `None` otherwise. Operands
+/// the product would copy first are left to the separate path.
+fn fused_sum_k<D: Device, T: FloatDType>(
+    a: &Tensor<D, T, impl Shape>,
+    b: &Tensor<D, T, impl Shape>,
+    of_b: bool,
+) -> Result<Option<(Storage<T>, Storage<T>)>> {
+    let Operands {
+        a: (la, copy_a),
+        b: (lb, copy_b),
+    } = plan(&a.layout, &b.layout, false);
+    if copy_a.is_some() || copy_b.is_some() {
+        return Ok(None);
+    }
+    dispatch!(D, |be| {
+        let fused = be.matmul_sum_k((be.buf(&a.storage), &la), (be.buf(&b.storage), &lb), of_b)?;
+        Ok(fused.map(|(p, s)| (be.wrap(p), be.wrap(s))))
+    })
 }
 
 #[cfg(test)]

@@ -36,6 +36,8 @@ pub(crate) mod rowkernel;
 mod rows;
 mod scatter;
 mod select;
+#[cfg(test)]
+pub(crate) mod sum_k_tests;
 mod topk;
 mod triangle;
 mod unary;

@@ -359,6 +359,31 @@ impl FnGen<'_> {
                 let (a, b) = (self.reference(*a), self.reference(*b));
                 quote!(#a.dot(#b)?)
             }
+            Op::MatMulSumK { a, b, of_b } => {
+                let typed = self.matmul_pairs_in_types(*a, *b);
+                let (ar, br) = (self.reference(*a), self.reference(*b));
+                let Ty::Tuple(parts) = &node.ty else {
+                    unreachable!("a fused product is a tuple")
+                };
+                if typed {
+                    let m = if *of_b {
+                        quote!(matmul_sum_b)
+                    } else {
+                        quote!(matmul_sum_a)
+                    };
+                    quote!(::tensorfn::Tensor::#m(#ar, #br)?)
+                } else {
+                    // Dims the types do not pair (`matmul_broadcast`'s
+                    // case): the product and the sum one after the other.
+                    let s = shape_tokens(&self.symbols().dim_tys(&parts[0].dims));
+                    let sum = if *of_b {
+                        quote!(#br.sum::<0>()?)
+                    } else {
+                        quote!(#ar.sum::<1>()?)
+                    };
+                    quote!((#ar.matmul_broadcast::<#s>(#br)?, #sum))
+                }
+            }
             Op::AddMmAct { bias, m1, m2, act } => {
                 let bias_expr = self.bias_for(n, *bias);
                 let (m1, m2) = (self.reference(*m1), self.reference(*m2));
