@@ -123,9 +123,9 @@ pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) 
     let b = body.reg(Class::B64);
     body.op(format!("cvt.u64.u32 {b}, {by}"));
     body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
-    let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v"]);
-    // The rows of batch b in the contiguous operands: b * l (dO, lse, D,
-    // dQ) and b * s (dK, dV).
+    let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v", "go"]);
+    // The rows of batch b in the contiguous operands: b * l (lse, D, dQ)
+    // and b * s (dK, dV).
     let (bl, bs) = (body.reg(Class::B64), body.reg(Class::B64));
     body.op(format!("mul.lo.u64 {bl}, {b}, {}", p["p_l"]));
     body.op(format!("mul.lo.u64 {bs}, {b}, {}", p["p_s"]));
@@ -187,12 +187,7 @@ pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) 
     let gk = source(&mut body, &p["p_k"], &boff["k"], &p["p_kr"]);
     let gv = source(&mut body, &p["p_v"], &boff["v"], &p["p_vr"]);
     let gq = source(&mut body, &p["p_q"], &boff["q"], &p["p_qr"]);
-    let gg = {
-        let (o, w) = (body.reg(Class::B64), body.reg(Class::B64));
-        body.op(format!("mul.lo.u64 {o}, {bl}, {d}"));
-        body.op(format!("mov.u64 {w}, {d}"));
-        source(&mut body, &p["p_go"], &o, &w)
-    };
+    let gg = source(&mut body, &p["p_go"], &boff["go"], &p["p_gor"]);
     // Copies the 64 rows from row `first` on of an operand of `limit`
     // rows into the tile at `dst`, rows past `limit` zero-filled (read
     // from a clamped address).
