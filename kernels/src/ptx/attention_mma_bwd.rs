@@ -83,6 +83,35 @@ pub(crate) const MMA_BWD_DELTA_PARAMS: [&str; 13] = [
     "p_gor", "p_goh",
 ];
 
+/// What both main backward entries (`mma.sync` and `wgmma`) start from:
+/// the block's key block `cta` (`%ctaid.x`), the element offsets of its
+/// batch `b = p_b0 + %ctaid.y` in `q`, `k`, `v` and `go` (`boff`, through
+/// their outer and inner batch strides), and the first rows of that batch
+/// in the contiguous operands: `bl = b * l` (lse, D, dQ) and `bs = b * s`
+/// (dK, dV).
+pub(super) struct Prologue {
+    pub(super) cta: String,
+    pub(super) boff: std::collections::HashMap<&'static str, String>,
+    pub(super) bl: String,
+    pub(super) bs: String,
+}
+
+/// Emits the [`Prologue`] of a main backward entry with parameters `p`
+/// ([`MMA_BWD_PARAMS`]).
+pub(super) fn prologue(body: &mut Body, p: &std::collections::HashMap<&str, String>) -> Prologue {
+    let (cta, by) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("mov.u32 {cta}, %ctaid.x"));
+    body.op(format!("mov.u32 {by}, %ctaid.y"));
+    let b = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {b}, {by}"));
+    body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
+    let boff = batch_offsets(body, &b, p, &["q", "k", "v", "go"]);
+    let (bl, bs) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("mul.lo.u64 {bl}, {b}, {}", p["p_l"]));
+    body.op(format!("mul.lo.u64 {bs}, {b}, {}", p["p_s"]));
+    Prologue { cta, boff, bl, bs }
+}
+
 /// The two 16-bit halves of `x` as f32 (`lo`, `hi`).
 fn unpack(body: &mut Body, dtype: DTypeKind, x: &str) -> [String; 2] {
     let (lo, hi) = (body.reg(Class::F32), body.reg(Class::F32));
@@ -231,18 +260,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
         g,
         tg,
     } = lanes(&mut body);
-    let (cta, by) = (body.reg(Class::B32), body.reg(Class::B32));
-    body.op(format!("mov.u32 {cta}, %ctaid.x"));
-    body.op(format!("mov.u32 {by}, %ctaid.y"));
-    let b = body.reg(Class::B64);
-    body.op(format!("cvt.u64.u32 {b}, {by}"));
-    body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
-    let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v", "go"]);
-    // The rows of batch b in the contiguous operands: b * l (lse, D, dQ)
-    // and b * s (dK, dV).
-    let (bl, bs) = (body.reg(Class::B64), body.reg(Class::B64));
-    body.op(format!("mul.lo.u64 {bl}, {b}, {}", p["p_l"]));
-    body.op(format!("mul.lo.u64 {bs}, {b}, {}", p["p_s"]));
+    let Prologue { cta, boff, bl, bs } = prologue(&mut body, &p);
     // The block's keys j0.., the warp's kw = j0 + 16 warp, the thread's
     // ka = kw + g and kb = ka + 8.
     let j0 = body.reg(Class::B64);
