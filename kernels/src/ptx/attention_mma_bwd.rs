@@ -63,17 +63,54 @@ pub const fn attention_mma_backward_shared(d: usize) -> usize {
 /// into (zeroed by the caller), `p_dk` and `p_dv` the contiguous `[batch,
 /// s, d]` gradients, `p_delta` and `p_lse` the rows' `D_i` and the
 /// forward's log-sum-exps (f32, contiguous `[batch, l]`), `p_go` the
-/// output's gradient (contiguous `[batch, l, d]`); the rest as in the
-/// forward's tensor-core entry.
-pub(crate) const MMA_BWD_PARAMS: [&str; 24] = [
+/// output's gradient, walked like the query (`p_gob`, `p_goh` its outer
+/// and inner batch strides, `p_gor` its row stride, in elements, its
+/// columns contiguous: the heads of a `[B, T, H, D]` gradient are read in
+/// place); the rest as in the forward's tensor-core entry.
+pub(crate) const MMA_BWD_PARAMS: [&str; 27] = [
     "p_dqa", "p_dk", "p_dv", "p_delta", "p_lse", "p_go", "p_q", "p_k", "p_v", "p_l", "p_s", "p_qb",
     "p_qr", "p_kb", "p_kr", "p_vb", "p_vr", "p_causal", "p_scale", "p_b0", "p_nh", "p_qh", "p_kh",
-    "p_vh",
+    "p_vh", "p_gob", "p_gor", "p_goh",
 ];
 
-/// The parameters of the preprocessing entry: `D` (f32, `rows`), the
-/// output and its gradient (contiguous `[rows, d]`), the row count.
-pub(crate) const MMA_BWD_DELTA_PARAMS: [&str; 4] = ["p_delta", "p_o", "p_go", "p_rows"];
+/// The parameters of the preprocessing entry: `D` (f32, contiguous
+/// `[batch, l]`, from row `p_r0` on), the output and its gradient (`[batch,
+/// l, d]` with columns contiguous, walked by their outer and inner batch
+/// strides and row strides over `p_nh` inner batches, as in the main
+/// entry), the row count and `l`.
+pub(crate) const MMA_BWD_DELTA_PARAMS: [&str; 13] = [
+    "p_delta", "p_o", "p_go", "p_rows", "p_r0", "p_l", "p_nh", "p_ob", "p_or", "p_oh", "p_gob",
+    "p_gor", "p_goh",
+];
+
+/// What both main backward entries (`mma.sync` and `wgmma`) start from:
+/// the block's key block `cta` (`%ctaid.x`), the element offsets of its
+/// batch `b = p_b0 + %ctaid.y` in `q`, `k`, `v` and `go` (`boff`, through
+/// their outer and inner batch strides), and the first rows of that batch
+/// in the contiguous operands: `bl = b * l` (lse, D, dQ) and `bs = b * s`
+/// (dK, dV).
+pub(super) struct Prologue {
+    pub(super) cta: String,
+    pub(super) boff: std::collections::HashMap<&'static str, String>,
+    pub(super) bl: String,
+    pub(super) bs: String,
+}
+
+/// Emits the [`Prologue`] of a main backward entry with parameters `p`
+/// ([`MMA_BWD_PARAMS`]).
+pub(super) fn prologue(body: &mut Body, p: &std::collections::HashMap<&str, String>) -> Prologue {
+    let (cta, by) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("mov.u32 {cta}, %ctaid.x"));
+    body.op(format!("mov.u32 {by}, %ctaid.y"));
+    let b = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {b}, {by}"));
+    body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
+    let boff = batch_offsets(body, &b, p, &["q", "k", "v", "go"]);
+    let (bl, bs) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("mul.lo.u64 {bl}, {b}, {}", p["p_l"]));
+    body.op(format!("mul.lo.u64 {bs}, {b}, {}", p["p_s"]));
+    Prologue { cta, boff, bl, bs }
+}
 
 /// The two 16-bit halves of `x` as f32 (`lo`, `hi`).
 fn unpack(body: &mut Body, dtype: DTypeKind, x: &str) -> [String; 2] {
@@ -124,15 +161,31 @@ pub(crate) fn attention_mma_bwd_delta_entry(name: &str, dtype: DTypeKind, d: usi
     let past = body.reg(Class::Pred);
     body.op(format!("setp.ge.u64 {past}, {row}, {}", p["p_rows"]));
     body.op(format!("@{past} bra.uni {end}"));
+    body.op(format!("add.u64 {row}, {row}, {}", p["p_r0"]));
+    // Row `row` is row i of batch b = row / l; each operand's row starts at
+    // its batch's offset plus i row strides.
+    let (b, i) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("div.u64 {b}, {row}, {}", p["p_l"]));
+    body.op(format!("mul.lo.u64 {i}, {b}, {}", p["p_l"]));
+    body.op(format!("sub.u64 {i}, {row}, {i}"));
+    let boff = batch_offsets(&mut body, &b, &p, &["o", "go"]);
     // Lane t takes the pairs t, t + 32, .. of the row.
-    let off = body.reg(Class::B64);
-    body.op(format!("mul.lo.u64 {off}, {row}, {}", d * 2));
     let l64 = body.reg(Class::B64);
     body.op(format!("mul.wide.u32 {l64}, {lane}, 4"));
-    body.op(format!("add.u64 {off}, {off}, {l64}"));
-    let (ao, ag) = (body.reg(Class::B64), body.reg(Class::B64));
-    body.op(format!("add.u64 {ao}, {}, {off}", p["p_o"]));
-    body.op(format!("add.u64 {ag}, {}, {off}", p["p_go"]));
+    let [ao, ag] = ["o", "go"].map(|x| {
+        let a = body.reg(Class::B64);
+        body.op(format!(
+            "mad.lo.u64 {a}, {i}, {}, {}",
+            p[format!("p_{x}r").as_str()],
+            boff[x]
+        ));
+        body.op(format!(
+            "mad.lo.u64 {a}, {a}, 2, {}",
+            p[format!("p_{x}").as_str()]
+        ));
+        body.op(format!("add.u64 {a}, {a}, {l64}"));
+        a
+    });
     let acc = body.reg(Class::F32);
     body.op(format!("mov.f32 {acc}, 0f00000000"));
     for k in 0..d / 64 {
@@ -207,18 +260,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
         g,
         tg,
     } = lanes(&mut body);
-    let (cta, by) = (body.reg(Class::B32), body.reg(Class::B32));
-    body.op(format!("mov.u32 {cta}, %ctaid.x"));
-    body.op(format!("mov.u32 {by}, %ctaid.y"));
-    let b = body.reg(Class::B64);
-    body.op(format!("cvt.u64.u32 {b}, {by}"));
-    body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
-    let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v"]);
-    // The rows of batch b in the contiguous operands: b * l (dO, lse, D,
-    // dQ) and b * s (dK, dV).
-    let (bl, bs) = (body.reg(Class::B64), body.reg(Class::B64));
-    body.op(format!("mul.lo.u64 {bl}, {b}, {}", p["p_l"]));
-    body.op(format!("mul.lo.u64 {bs}, {b}, {}", p["p_s"]));
+    let Prologue { cta, boff, bl, bs } = prologue(&mut body, &p);
     // The block's keys j0.., the warp's kw = j0 + 16 warp, the thread's
     // ka = kw + g and kb = ka + 8.
     let j0 = body.reg(Class::B64);
@@ -273,9 +315,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
     let gkb = base(&mut body, &p["p_k"], &boff["k"]);
     let gvb = base(&mut body, &p["p_v"], &boff["v"]);
     let gqb = base(&mut body, &p["p_q"], &boff["q"]);
-    let gob = body.reg(Class::B64);
-    body.op(format!("mul.lo.u64 {gob}, {bl}, {d}"));
-    let gob = base(&mut body, &p["p_go"], &gob);
+    let gob = base(&mut body, &p["p_go"], &boff["go"]);
     let stride2 = |body: &mut Body, rs: &str| {
         let r = body.reg(Class::B64);
         body.op(format!("shl.b64 {r}, {rs}, 1"));
@@ -286,8 +326,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
         stride2(&mut body, &p["p_vr"]),
         stride2(&mut body, &p["p_qr"]),
     );
-    let gr2 = body.reg(Class::B64);
-    body.op(format!("mov.u64 {gr2}, {row_bytes}"));
+    let gr2 = stride2(&mut body, &p["p_gor"]);
     // Copies `rows` rows from row `first` on of an operand of `limit` rows
     // into the tile at `dst`, rows past `limit` zero-filled (from a
     // clamped address).

@@ -26,8 +26,7 @@
 //!
 //! At the end `dK` and `dV` (already scaled) are rounded and stored.
 
-use super::attention::batch_offsets;
-use super::attention_mma_bwd::MMA_BWD_PARAMS;
+use super::attention_mma_bwd::{prologue, Prologue, MMA_BWD_PARAMS};
 use super::attention_wgmma::{desc_bits, list, swizzled_slot, ATOM_ROW};
 use super::body::{Body, Class};
 use super::mma_tile::{entry_params, half_type, load_params, pack_a, scale_log2, LOG2_E};
@@ -117,18 +116,7 @@ pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) 
     body.op(format!("and.b32 {t32}, {lane}, 3"));
     // Blocks in key order: under `causal` the first keys have the most
     // queries, and they start first.
-    let (cta, by) = (body.reg(Class::B32), body.reg(Class::B32));
-    body.op(format!("mov.u32 {cta}, %ctaid.x"));
-    body.op(format!("mov.u32 {by}, %ctaid.y"));
-    let b = body.reg(Class::B64);
-    body.op(format!("cvt.u64.u32 {b}, {by}"));
-    body.op(format!("add.u64 {b}, {b}, {}", p["p_b0"]));
-    let boff = batch_offsets(&mut body, &b, &p, &["q", "k", "v"]);
-    // The rows of batch b in the contiguous operands: b * l (dO, lse, D,
-    // dQ) and b * s (dK, dV).
-    let (bl, bs) = (body.reg(Class::B64), body.reg(Class::B64));
-    body.op(format!("mul.lo.u64 {bl}, {b}, {}", p["p_l"]));
-    body.op(format!("mul.lo.u64 {bs}, {b}, {}", p["p_s"]));
+    let Prologue { cta, boff, bl, bs } = prologue(&mut body, &p);
     // The block's keys j0..; the thread's fragment rows 16 wi + g and 8
     // more (keys of S^T, dK, dV; queries of dQ).
     let j0 = body.reg(Class::B64);
@@ -187,12 +175,7 @@ pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) 
     let gk = source(&mut body, &p["p_k"], &boff["k"], &p["p_kr"]);
     let gv = source(&mut body, &p["p_v"], &boff["v"], &p["p_vr"]);
     let gq = source(&mut body, &p["p_q"], &boff["q"], &p["p_qr"]);
-    let gg = {
-        let (o, w) = (body.reg(Class::B64), body.reg(Class::B64));
-        body.op(format!("mul.lo.u64 {o}, {bl}, {d}"));
-        body.op(format!("mov.u64 {w}, {d}"));
-        source(&mut body, &p["p_go"], &o, &w)
-    };
+    let gg = source(&mut body, &p["p_go"], &boff["go"], &p["p_gor"]);
     // Copies the 64 rows from row `first` on of an operand of `limit`
     // rows into the tile at `dst`, rows past `limit` zero-filled (read
     // from a clamped address).

@@ -146,10 +146,7 @@ impl CudaBackend {
             && e == ev
             && ATTENTION_MMA_HEADS.contains(&e)
             && self.ctx().target() == Target::Sm80
-            && operands.iter().all(|(x, l)| {
-                let (last, outer) = l.strides().split_last().expect("a rank of 3 or 4");
-                *last == 1 && outer.iter().all(|s| s % 8 == 0) && x.ptr_at(l.offset()) % 16 == 0
-            })
+            && operands.iter().all(|&x| mma_aligned(x))
     }
 
     /// The tensor-core entry (see `mma_fits`), writing the f32
@@ -404,7 +401,7 @@ impl CudaBackend {
         let (ob, gb) = (oc.as_ref().unwrap_or(o.0), gc.as_ref().unwrap_or(g.0));
         let acc_bytes = if T::KIND == DTypeKind::F64 { 8 } else { 4 };
         let delta = ctx.storage::<u8>((batch * l * acc_bytes).max(1))?;
-        let nh = inner_batch([q.1, k.1, v.1, o.1], mask.as_ref().map(|(_, l)| *l))?;
+        let nh = inner_batch(&[q.1, k.1, v.1, o.1], mask.as_ref().map(|(_, l)| *l))?;
         let shared = Shared::new([q, k, v], &mask, dq.device_ptr(), nh);
         // The query entry first: the key entry reads its `D`.
         for (keys, rows) in [(false, l), (true, s)] {
@@ -465,18 +462,29 @@ impl CudaBackend {
         let ctx = self.ctx();
         let [batch, l, d] = shape3(q.1);
         let [_, s, _] = shape3(k.1);
-        // The output and its gradient as contiguous `[batch, l, d]`.
-        let dense = |x: (&CudaStorage<T>, &Layout)| -> Result<Option<CudaStorage<T>>> {
-            if x.1.is_contiguous() && x.1.offset() == 0 {
-                Ok(None)
+        // The output and its gradient are read in place through their
+        // strides, like the query (the heads of a `[B, T, H, D]` output
+        // or gradient as they are); only one whose rows the entries
+        // cannot read 16 bytes at a time is copied first.
+        let aligned = |x: (&CudaStorage<T>, &Layout)| -> Result<(Option<CudaStorage<T>>, Layout)> {
+            if mma_aligned(x) {
+                Ok((None, x.1.clone()))
             } else {
-                Ok(Some(self.contiguous(x.0, x.1)?))
+                Ok((
+                    Some(self.contiguous(x.0, x.1)?),
+                    Layout::contiguous(x.1.dims()),
+                ))
             }
         };
-        let (oc, gc) = (dense(o)?, dense(g)?);
-        let (ob, gb) = (oc.as_ref().unwrap_or(o.0), gc.as_ref().unwrap_or(g.0));
-        let nh = inner_batch([q.1, k.1, v.1, o.1], None)?;
+        let ((oc, ol), (gc, gl)) = (aligned(o)?, aligned(g)?);
+        let (o, g) = (
+            (oc.as_ref().unwrap_or(o.0), &ol),
+            (gc.as_ref().unwrap_or(g.0), &gl),
+        );
+        let nh = inner_batch(&[q.1, k.1, v.1, o.1, g.1], None)?;
         let (qs, ks, vs) = (walk(q.1, nh), walk(k.1, nh), walk(v.1, nh));
+        let (os, gs) = (walk(o.1, nh), walk(g.1, nh));
+        let (op, gp) = (o.0.ptr_at(o.1.offset()), g.0.ptr_at(g.1.offset()));
         // On compute capability 9.0 the Hopper form (`wgmma`), with the
         // same parameters and preprocessing entry.
         let (kernel, keys, threads, shared) =
@@ -514,11 +522,20 @@ impl CudaBackend {
         let step = i32::MAX as usize * warps;
         for r0 in (0..rows).step_by(step) {
             let n = (rows - r0).min(step);
-            let mut values: [u64; 4] = [
-                delta.device_ptr() + 4 * r0 as u64,
-                ob.device_ptr() + (2 * r0 * d) as u64,
-                gb.device_ptr() + (2 * r0 * d) as u64,
+            let mut values: [u64; 13] = [
+                delta.device_ptr(),
+                op,
+                gp,
                 n as u64,
+                r0 as u64,
+                l as u64,
+                nh,
+                os[0],
+                os[2],
+                os[1],
+                gs[0],
+                gs[2],
+                gs[1],
             ];
             ctx.launch_u64s(
                 fd,
@@ -532,13 +549,13 @@ impl CudaBackend {
         let blocks = s.div_ceil(keys) as u32;
         for b0 in (0..batch).step_by(MAX_GRID_Y) {
             let nb = (batch - b0).min(MAX_GRID_Y);
-            let mut values: [u64; 24] = [
+            let mut values: [u64; 27] = [
                 dqa.device_ptr(),
                 dk.device_ptr(),
                 dv.device_ptr(),
                 delta.device_ptr(),
                 lse,
-                gb.device_ptr(),
+                gp,
                 q.0.ptr_at(q.1.offset()),
                 k.0.ptr_at(k.1.offset()),
                 v.0.ptr_at(v.1.offset()),
@@ -557,6 +574,9 @@ impl CudaBackend {
                 qs[1],
                 ks[1],
                 vs[1],
+                gs[0],
+                gs[2],
+                gs[1],
             ];
             ctx.launch_u64s(
                 f,
@@ -698,6 +718,14 @@ fn warp_specialised() -> bool {
     true
 }
 
+/// Whether the tensor-core entries can read an operand in place: its
+/// columns contiguous, its other strides and its start 16-byte aligned
+/// (their copies into shared memory move 16 bytes at a time).
+fn mma_aligned<T: DType>((x, l): (&CudaStorage<T>, &Layout)) -> bool {
+    let (last, outer) = l.strides().split_last().expect("a rank of 3 or 4");
+    *last == 1 && outer.iter().all(|s| s % 8 == 0) && x.ptr_at(l.offset()) % 16 == 0
+}
+
 /// `[batch, rows, cols]` of a `[batch, rows, cols]` or `[outer, inner,
 /// rows, cols]` operand.
 fn shape3(l: &Layout) -> [usize; 3] {
@@ -709,9 +737,9 @@ fn shape3(l: &Layout) -> [usize; 3] {
 /// The inner batch count the kernels split batches by: that of the
 /// operands of two batch dims (the same in all, as the caller splits
 /// them), 1 when none has two.
-fn inner_batch(ops: [&Layout; 4], mask: Option<&Layout>) -> Result<u64> {
+fn inner_batch(ops: &[&Layout], mask: Option<&Layout>) -> Result<u64> {
     let mut nh = None;
-    for l in ops.into_iter().chain(mask) {
+    for l in ops.iter().copied().chain(mask) {
         if l.rank() == 4 {
             match nh {
                 Some(n) if n != l.dims()[1] => {
@@ -739,9 +767,9 @@ fn forward_batches(
     mask: Option<&Layout>,
 ) -> Result<(u64, u64)> {
     if !(q.rank() == 4 && k.rank() == 4 && k.dims()[1] != q.dims()[1]) {
-        return Ok((inner_batch([q, k, v, out], mask)?, 1));
+        return Ok((inner_batch(&[q, k, v, out], mask)?, 1));
     }
-    let nh = inner_batch([q, q, out, q], mask)?;
+    let nh = inner_batch(&[q, out], mask)?;
     let kh = k.dims()[1] as u64;
     if kh == 0 || v.rank() != 4 || v.dims()[1] as u64 != kh || nh % kh != 0 {
         return Err(Error::Index(format!(

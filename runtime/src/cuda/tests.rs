@@ -3163,11 +3163,12 @@ fn attention_backward_matches_the_cpu() {
 /// causal and not, lengths that are not multiples of its blocks (128 keys,
 /// 32 or 64 queries), more queries than keys and fewer, more heads than
 /// the device has SMs, grouped-query heads, and heads read in place from
-/// `[B, T, H, D]` tensors (a packed projection's layout). Within the
-/// dtype's roundoff: `P` and `dS` are rounded to it before their
-/// products. On a device of compute capability 9.0 both forms: the
-/// `mma.sync` one, then the Hopper one (`wgmma`, 64 keys a block, query
-/// tiles of 64), which the runtime takes there.
+/// `[B, T, H, D]` tensors (a packed projection's layout), with the output
+/// and its gradient in each layout of [`GradOut`]. Within the dtype's
+/// roundoff: `P` and `dS` are rounded to it before their products. On a
+/// device of compute capability 9.0 both forms: the `mma.sync` one, then
+/// the Hopper one (`wgmma`, 64 keys a block, query tiles of 64), which
+/// the runtime takes there.
 #[test]
 fn attention_mma_backward_matches_f64() {
     use crate::device::{Cpu, Cuda};
@@ -3179,12 +3180,13 @@ fn attention_mma_backward_matches_f64() {
     let Some((_guard, be)) = gpu() else { return };
     let mut rng = seed();
     // [b, h, l, s, d], the key and value heads `hkv` (h for plain
-    // attention) and `causal`.
+    // attention) and `causal`; the output and its gradient as `heads`.
     fn run<T: crate::FloatDType>(
         rng: &mut SplitMix64,
         [b, h, l, s, d]: [usize; 5],
         hkv: usize,
         causal: bool,
+        heads: GradOut,
     ) {
         // [B, T, H, D] on the device, read as [B, H, T, D].
         let mut t = |n: usize, h: usize| {
@@ -3203,7 +3205,30 @@ fn attention_mma_backward_matches_f64() {
                 .unwrap();
             (x.transpose::<D4>(1, 2).unwrap(), g)
         };
-        let ((q, qg), (k, kg), (v, vg), (go, gg)) = (t(l, h), t(s, hkv), t(s, hkv), t(l, h));
+        let ((q, qg), (k, kg), (v, vg)) = (t(l, h), t(s, hkv), t(s, hkv));
+        // The output's gradient: the heads of a `[B, T, H, D + pad]`
+        // tensor, columns `pad..` (rows at a stride of D + pad, starting
+        // `pad` elements in).
+        let pad = heads.pad();
+        let (go, gg) = {
+            let dims = [b, l, h, d + pad];
+            let x = Tensor::<Cpu, T, D4>::from_vec_dims(
+                (0..dims.iter().product())
+                    .map(|_| T::from_f64(rng.normal()))
+                    .collect(),
+                &dims,
+            )
+            .unwrap();
+            let g = x
+                .to_device::<Cuda>()
+                .unwrap()
+                .narrow::<3, D4>(pad, d)
+                .unwrap()
+                .transpose::<D4>(1, 2)
+                .unwrap();
+            let c = x.narrow::<3, D4>(pad, d).unwrap();
+            (c.transpose::<D4>(1, 2).unwrap(), g)
+        };
         let wide = |x: &Tensor<Cpu, T, D4>| x.cast::<f64>().unwrap();
         let gqa = hkv != h;
         let args = || {
@@ -3226,6 +3251,10 @@ fn attention_mma_backward_matches_f64() {
         let (yg, lg) = qg
             .scaled_dot_product_attention_with_lse_dims::<D4, D3>(&kg, &vg, args_g())
             .unwrap();
+        let (yg, gg) = match heads {
+            GradOut::Dense => (yg.contiguous().unwrap(), gg.contiguous().unwrap()),
+            _ => (yg, gg),
+        };
         let (dq, dk, dv) = qg
             .scaled_dot_product_attention_backward_dims(&kg, &vg, &yg, &gg, &lg, args_g())
             .unwrap();
@@ -3235,7 +3264,7 @@ fn attention_mma_backward_matches_f64() {
             3e-2
         };
         let what = format!(
-            "{:?} [{b}, {h}/{hkv}, {l}, {s}, {d}] causal {causal}",
+            "{:?} [{b}, {h}/{hkv}, {l}, {s}, {d}] causal {causal} {heads:?}",
             T::KIND
         );
         // The tensor-core forward's log-sum-exps against the f64 forward's
@@ -3286,20 +3315,52 @@ fn attention_mma_backward_matches_f64() {
         println!("the mma.sync form only: {mma_sync}");
         for causal in [false, true] {
             for d in [64, 128] {
-                run::<bf16>(&mut rng, [2, 3, 100, 100, d], 3, causal);
-                run::<f16>(&mut rng, [2, 3, 100, 100, d], 3, causal);
-                run::<bf16>(&mut rng, [1, 2, 130, 77, d], 2, causal);
-                run::<f16>(&mut rng, [1, 2, 45, 150, d], 2, causal);
+                let g = GradOut::Heads;
+                run::<bf16>(&mut rng, [2, 3, 100, 100, d], 3, causal, g);
+                run::<f16>(&mut rng, [2, 3, 100, 100, d], 3, causal, g);
+                run::<bf16>(&mut rng, [1, 2, 130, 77, d], 2, causal, g);
+                run::<f16>(&mut rng, [1, 2, 45, 150, d], 2, causal, g);
                 // Whole tiles, several of them; grouped-query heads.
-                run::<bf16>(&mut rng, [1, 2, 256, 192, d], 2, causal);
-                run::<f16>(&mut rng, [2, 4, 70, 129, d], 2, causal);
+                run::<bf16>(&mut rng, [1, 2, 256, 192, d], 2, causal, g);
+                run::<f16>(&mut rng, [2, 4, 70, 129, d], 2, causal, g);
+                // The output and its gradient dense, at padded strides,
+                // and unaligned (copied first).
+                for g in [GradOut::Dense, GradOut::Padded, GradOut::Unaligned] {
+                    run::<bf16>(&mut rng, [2, 3, 100, 77, d], 3, causal, g);
+                    run::<f16>(&mut rng, [2, 4, 70, 129, d], 2, causal, g);
+                }
             }
             // More heads than SMs.
-            run::<bf16>(&mut rng, [3, 50, 65, 65, 64], 50, causal);
-            run::<f16>(&mut rng, [2, 80, 33, 33, 128], 80, causal);
+            run::<bf16>(&mut rng, [3, 50, 65, 65, 64], 50, causal, GradOut::Heads);
+            run::<f16>(&mut rng, [2, 80, 33, 33, 128], 80, causal, GradOut::Padded);
         }
     }
     super::attention::MMA_SYNC_ONLY.store(false, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// How [`attention_mma_backward_matches_f64`] lays out the output and its
+/// gradient: the forward's output and the heads of a `[B, T, H, D]`
+/// gradient (`Heads`, GPT-2's), both as contiguous `[B, H, T, D]`
+/// (`Dense`), the gradient cut from rows of `D + 8` (`Padded`: aligned
+/// strides that are not the output's) or of `D + 1` (`Unaligned`: rows the
+/// entries cannot read 16 bytes at a time, so the runtime copies them).
+#[derive(Clone, Copy, Debug)]
+enum GradOut {
+    Heads,
+    Dense,
+    Padded,
+    Unaligned,
+}
+
+impl GradOut {
+    /// The columns in front of the gradient's in each of its rows.
+    fn pad(self) -> usize {
+        match self {
+            GradOut::Heads | GradOut::Dense => 0,
+            GradOut::Padded => 8,
+            GradOut::Unaligned => 1,
+        }
+    }
 }
 
 /// Times causal bf16 attention at the benchmark's sizes (`cargo test
