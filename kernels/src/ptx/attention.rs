@@ -111,6 +111,44 @@ pub(super) fn batch_offsets(
     body.op(format!("div.u64 {outer}, {b}, {}", p["p_nh"]));
     body.op(format!("mul.lo.u64 {inner}, {outer}, {}", p["p_nh"]));
     body.op(format!("sub.u64 {inner}, {b}, {inner}"));
+    split_batch_offsets(body, &outer, &inner, p, ops)
+}
+
+/// `x / d` and `x % d` of two 64-bit registers, by a 32-bit division when
+/// both values fit in 32 bits (every real size) and a 64-bit one otherwise:
+/// for entries that divide once per row rather than once per block, where
+/// the 64-bit division's emulation would cost more than the row's work.
+pub(super) fn divmod_u64(body: &mut Body, x: &str, d: &str) -> (String, String) {
+    let (q, r) = (body.reg(Class::B64), body.reg(Class::B64));
+    let (wide, big) = (body.reg(Class::B64), body.reg(Class::Pred));
+    body.op(format!("or.b64 {wide}, {x}, {d}"));
+    body.op(format!("shr.u64 {wide}, {wide}, 32"));
+    body.op(format!("setp.ne.u64 {big}, {wide}, 0"));
+    let (x32, d32, q32) = (
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+    );
+    body.op(format!("cvt.u32.u64 {x32}, {x}"));
+    body.op(format!("cvt.u32.u64 {d32}, {d}"));
+    body.op(format!("@!{big} div.u32 {q32}, {x32}, {d32}"));
+    body.op(format!("@!{big} cvt.u64.u32 {q}, {q32}"));
+    body.op(format!("@{big} div.u64 {q}, {x}, {d}"));
+    body.op(format!("mul.lo.u64 {r}, {q}, {d}"));
+    body.op(format!("sub.u64 {r}, {x}, {r}"));
+    (q, r)
+}
+
+/// [`batch_offsets`] for a batch already split into its `outer` and
+/// `inner` indices.
+pub(super) fn split_batch_offsets(
+    body: &mut Body,
+    outer: &str,
+    inner: &str,
+    p: &std::collections::HashMap<&str, String>,
+    ops: &[&'static str],
+) -> std::collections::HashMap<&'static str, String> {
+    let inner = inner.to_string();
     let kv_inner = p.get("p_g").map(|g| {
         let r = body.reg(Class::B64);
         body.op(format!("div.u64 {r}, {inner}, {g}"));

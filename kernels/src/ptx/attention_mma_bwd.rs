@@ -13,7 +13,7 @@
 //! `mma.sync.m16n8k16` with f32 accumulation, its fragments read from
 //! swizzled shared memory with `ldmatrix`.
 
-use super::attention::batch_offsets;
+use super::attention::{batch_offsets, divmod_u64, split_batch_offsets};
 use super::body::{Body, Class};
 use super::mma_tile::{
     entry_params, half_type, lanes, ldmatrix_x4, load_params, mma, mma_from, pack_a, scale_log2,
@@ -164,11 +164,10 @@ pub(crate) fn attention_mma_bwd_delta_entry(name: &str, dtype: DTypeKind, d: usi
     body.op(format!("add.u64 {row}, {row}, {}", p["p_r0"]));
     // Row `row` is row i of batch b = row / l; each operand's row starts at
     // its batch's offset plus i row strides.
-    let (b, i) = (body.reg(Class::B64), body.reg(Class::B64));
-    body.op(format!("div.u64 {b}, {row}, {}", p["p_l"]));
-    body.op(format!("mul.lo.u64 {i}, {b}, {}", p["p_l"]));
-    body.op(format!("sub.u64 {i}, {row}, {i}"));
-    let boff = batch_offsets(&mut body, &b, &p, &["o", "go"]);
+    // One warp a row: both divisions in 32 bits where the sizes allow.
+    let (b, i) = divmod_u64(&mut body, &row, &p["p_l"]);
+    let (outer, inner) = divmod_u64(&mut body, &b, &p["p_nh"]);
+    let boff = split_batch_offsets(&mut body, &outer, &inner, &p, &["o", "go"]);
     // Lane t takes the pairs t, t + 32, .. of the row.
     let l64 = body.reg(Class::B64);
     body.op(format!("mul.wide.u32 {l64}, {lane}, 4"));
