@@ -24,10 +24,6 @@ use crate::error::{Error, Result};
 use crate::layout::{coalesce, widen, Layout};
 use cudarc::driver::{result, sys};
 
-/// Threads per block of the norms' `_sum` entry: one column each, so
-/// narrow blocks spread GPT-2's 768 columns over 24 SMs instead of 3 (each
-/// thread's chain of loads over the blocks' partial sums sets the time).
-const NORM_SUM_BLOCK: u32 = 32;
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
@@ -513,8 +509,8 @@ impl Context {
         self.launch_u64s(
             f,
             &|| format!("{kernel:?}_sum over {cols} columns"),
-            (cols.div_ceil(NORM_SUM_BLOCK as usize) as u32, 1),
-            NORM_SUM_BLOCK,
+            (cols.div_ceil(32) as u32, 1 + op.has_bias() as u32),
+            tensorfn_kernels::builtin::NORM_SUM_THREADS,
             0,
             &mut values,
         )
