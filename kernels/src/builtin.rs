@@ -294,6 +294,14 @@ pub fn norm(op: NormOp, dtype: DTypeKind) -> Kernel {
     expect_supported(try_norm(op, dtype))
 }
 
+/// Threads of a block of a normalisation backward's `_sum` entry (see
+/// [`try_norm_backward`]): 32 columns, each summed by every warp.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::builtin::NORM_SUM_THREADS, 1024);
+/// ```
+pub const NORM_SUM_THREADS: u32 = 32 * ptx::NORM_SUM_WARPS as u32;
+
 /// Name of [`norm_backward`]`(op, dtype)`: the prefix of its entries'
 /// names.
 ///
@@ -312,9 +320,9 @@ pub fn norm_backward_name(op: NormOp, dtype: DTypeKind) -> String {
 /// module with the entries `NAME_dx` (one block per row: the row's
 /// statistics recomputed from the input, its `dx`, and per-block partial
 /// sums of `dweight` and `dbias`) and `NAME_sum` (those partial sums added
-/// in block order, one thread per column: no atomics); see
-/// `ptx::norm_backward` for the parameters. `Err` unless `dtype` is a
-/// float.
+/// in a fixed order by blocks of [`NORM_SUM_THREADS`] threads, a lane per
+/// column and a grid row per sum: no atomics); see `ptx::norm_backward` for
+/// the parameters. `Err` unless `dtype` is a float.
 ///
 /// ```
 /// use tensorfn_kernels::{builtin, DTypeKind, NormOp};

@@ -68,6 +68,7 @@ pub use attention_wgmma_ws::{attention_ws_shared, ATTENTION_WS_ROWS, ATTENTION_W
 pub use bnorm::{BATCH_NORM_BACKWARD_META_WORDS, BATCH_NORM_META_WORDS};
 pub use concat::CAT_PARTS;
 pub use conv::{ConvMeta, CONV_META_WORDS};
+pub use norm::SUM_WARPS as NORM_SUM_WARPS;
 pub use optim::{OPTIM_HYPER, OPTIM_RECORD_WORDS};
 pub use pool::{max_vec_width, POOL_META_WORDS};
 pub use rows::SOFTMAX_REGISTER_COLS;

@@ -552,10 +552,12 @@ const SUM_PARAMS: &str = "(\n\t.param .u64 p_dw,\n\t.param .u64 p_db,\n\t.param 
 ///   (and `part[k][1][col]`), `2 * cols` values of the statistics' type
 ///   per block, each column owned by one thread: no atomics.
 /// - `NAME_sum(.param .u64 dweight, .param .u64 dbias, .param .u64 part,
-///   .param .u64 blocks, .param .u64 cols)`: one thread per column
-///   (blocks of any width) adds the `blocks` partial sums in block order and
-///   writes `dweight` (and `dbias`) rounded to the dtype; the same bits
-///   from run to run.
+///   .param .u64 blocks, .param .u64 cols)`: blocks of `32 * SUM_WARPS`
+///   threads, block `(x, y)` summing columns `32 x ..` of `dweight` (`y =
+///   0`) or `dbias` (`y = 1`): each warp adds every `SUM_WARPS`-th of the
+///   `blocks` partial sums, then the warps' sums are added in warp order
+///   and written rounded to the dtype; the same bits from run to run for a
+///   given `blocks`.
 pub(crate) fn norm_backward_entries(name: &str, op: NormOp, dtype: DTypeKind) -> Vec<String> {
     vec![backward_dx(name, op, dtype), backward_sum(name, op, dtype)]
 }
@@ -739,10 +741,14 @@ fn backward_row(
     });
 }
 
-/// Partial sums the `_sum` entry loads before adding them: a column's
-/// sum is a chain of dependent adds over up to 1024 blocks' values, so
-/// the loads, not the adds, set its time.
-const SUM_UNROLL: usize = 32;
+/// Warps of a `_sum` block: warp `w` adds the partial sums of blocks `w`,
+/// `w + SUM_WARPS`, .. of the block's 32 columns (one a lane, so a warp's
+/// loads are coalesced), then warp 0 adds the warps' sums in warp order.
+pub const SUM_WARPS: usize = 32;
+
+/// Partial sums a thread of the `_sum` entry loads before adding them, in
+/// flight together rather than one dependent load at a time.
+const SUM_UNROLL: usize = 16;
 
 fn backward_sum(name: &str, op: NormOp, dtype: DTypeKind) -> String {
     let mut body = Body::new();
@@ -752,6 +758,10 @@ fn backward_sum(name: &str, op: NormOp, dtype: DTypeKind) -> String {
     } else {
         ("f32", Class::F32, 4, "0f00000000")
     };
+    body.raw(format!(
+        ".shared .align 8 .b8 nsum[{}];",
+        SUM_WARPS * 32 * abytes
+    ));
     let param = |body: &mut Body, name: &str, global: bool| {
         let r = body.reg(Class::B64);
         body.op(format!("ld.param.u64 {r}, [{name}]"));
@@ -765,99 +775,125 @@ fn backward_sum(name: &str, op: NormOp, dtype: DTypeKind) -> String {
     let part = param(&mut body, "p_part", true);
     let blocks = param(&mut body, "p_blocks", false);
     let cols = param(&mut body, "p_cols", false);
+    let tid = body.reg(Class::B32);
+    body.op(format!("mov.u32 {tid}, %tid.x"));
+    let lane = body.reg(Class::B32);
+    body.op(format!("and.b32 {lane}, {tid}, 31"));
+    let warp = body.reg(Class::B32);
+    body.op(format!("shr.u32 {warp}, {tid}, 5"));
+    // Column `32 * ctaid.x + lane`; `ctaid.y` picks dweight (0) or dbias (1).
     let c32 = body.reg(Class::B32);
-    let col = body.reg(Class::B64);
-    // Blocks of any width (the runtime launches narrow ones, so that the
-    // columns spread over more SMs).
-    let ntid = body.reg(Class::B32);
     body.op(format!("mov.u32 {c32}, %ctaid.x"));
-    body.op(format!("mov.u32 {ntid}, %ntid.x"));
-    body.op(format!("mul.wide.u32 {col}, {c32}, {ntid}"));
-    let t = body.reg(Class::B64);
-    body.op(format!("mov.u32 {c32}, %tid.x"));
-    body.op(format!("cvt.u64.u32 {t}, {c32}"));
-    body.op(format!("add.u64 {col}, {col}, {t}"));
-    let end = body.label("sum_end");
-    let out = body.reg(Class::Pred);
-    body.op(format!("setp.ge.u64 {out}, {col}, {cols}"));
-    body.op(format!("@{out} bra {end}"));
-    // From part[0][0][col], `2 * cols` values per block.
+    body.op(format!("mad.lo.u32 {c32}, {c32}, 32, {lane}"));
+    let col = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {col}, {c32}"));
+    let which = body.reg(Class::B32);
+    body.op(format!("mov.u32 {which}, %ctaid.y"));
+    let bias = body.reg(Class::Pred);
+    body.op(format!("setp.ne.u32 {bias}, {which}, 0"));
+    let dst = body.reg(Class::B64);
+    body.op(format!("selp.b64 {dst}, {db}, {dw}, {bias}"));
+    // Columns past the row add no blocks but still meet the barrier.
+    let inside = body.reg(Class::Pred);
+    body.op(format!("setp.lt.u64 {inside}, {col}, {cols}"));
+    let n = body.reg(Class::B64);
+    body.op(format!("selp.b64 {n}, {blocks}, 0, {inside}"));
+    // part[warp][which][col], `2 * cols` values per block.
     let stride = body.reg(Class::B64);
     body.op(format!("mul.lo.u64 {stride}, {cols}, {}", 2 * abytes));
-    let first = body.reg(Class::B64);
-    body.op(format!("mad.lo.u64 {first}, {col}, {abytes}, {part}"));
-    let targets: Vec<(String, usize)> = if op.has_bias() {
-        vec![(dw, 0), (db, 1)]
-    } else {
-        vec![(dw, 0)]
-    };
-    for (dst, which) in targets {
-        let p = body.reg(Class::B64);
-        body.op(format!("mov.u64 {p}, {first}"));
-        if which == 1 {
-            body.op(format!("mad.lo.u64 {p}, {cols}, {abytes}, {p}"));
-        }
-        let s = body.reg(class);
-        body.op(format!("mov.{a} {s}, {zero}"));
-        let k = body.reg(Class::B64);
-        body.op(format!("mov.u64 {k}, 0"));
-        // `SUM_UNROLL` blocks' values loaded at a time, then added in
-        // block order: the same sums, with the loads in flight together
-        // instead of one dependent load per block.
-        let wide_lp = body.label("block_group");
-        let wide_end = body.label("block_group_end");
-        body.place(&wide_lp);
-        let next = body.reg(Class::B64);
-        body.op(format!("add.u64 {next}, {k}, {SUM_UNROLL}"));
-        let past = body.reg(Class::Pred);
-        body.op(format!("setp.gt.u64 {past}, {next}, {blocks}"));
-        body.op(format!("@{past} bra {wide_end}"));
-        let vs: Vec<String> = (0..SUM_UNROLL)
-            .map(|_| {
-                let v = body.reg(class);
-                body.op(format!("ld.global.{a} {v}, [{p}]"));
-                body.op(format!("add.u64 {p}, {p}, {stride}"));
-                v
-            })
-            .collect();
-        for v in vs {
-            body.op(format!("add.rn.{a} {s}, {s}, {v}"));
-        }
-        body.op(format!("mov.u64 {k}, {next}"));
-        body.op(format!("bra {wide_lp}"));
-        body.place(&wide_end);
-        let lp = body.label("block_loop");
-        let done_l = body.label("block_end");
-        body.place(&lp);
-        let done = body.reg(Class::Pred);
-        body.op(format!("setp.ge.u64 {done}, {k}, {blocks}"));
-        body.op(format!("@{done} bra {done_l}"));
-        let v = body.reg(class);
-        body.op(format!("ld.global.{a} {v}, [{p}]"));
+    let p = body.reg(Class::B64);
+    let w64 = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {w64}, {warp}"));
+    body.op(format!("mad.lo.u64 {p}, {w64}, {stride}, {part}"));
+    body.op(format!("mad.lo.u64 {p}, {col}, {abytes}, {p}"));
+    let half = body.reg(Class::B64);
+    body.op(format!("mul.lo.u64 {half}, {cols}, {abytes}"));
+    body.op(format!("@{bias} add.u64 {p}, {p}, {half}"));
+    let step = body.reg(Class::B64);
+    body.op(format!("mul.lo.u64 {step}, {stride}, {SUM_WARPS}"));
+    let s = body.reg(class);
+    body.op(format!("mov.{a} {s}, {zero}"));
+    let k = body.reg(Class::B64);
+    body.op(format!("mov.u64 {k}, {w64}"));
+    // `SUM_UNROLL` of this warp's blocks loaded, then added in block order.
+    let group = body.label("block_group");
+    let group_end = body.label("block_group_end");
+    body.place(&group);
+    let last = body.reg(Class::B64);
+    body.op(format!(
+        "add.u64 {last}, {k}, {}",
+        (SUM_UNROLL - 1) * SUM_WARPS
+    ));
+    let past = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {past}, {last}, {n}"));
+    body.op(format!("@{past} bra {group_end}"));
+    let vs: Vec<String> = (0..SUM_UNROLL)
+        .map(|_| {
+            let v = body.reg(class);
+            body.op(format!("ld.global.{a} {v}, [{p}]"));
+            body.op(format!("add.u64 {p}, {p}, {step}"));
+            v
+        })
+        .collect();
+    for v in vs {
         body.op(format!("add.rn.{a} {s}, {s}, {v}"));
-        body.op(format!("add.u64 {p}, {p}, {stride}"));
-        body.op(format!("add.u64 {k}, {k}, 1"));
-        body.op(format!("bra {lp}"));
-        body.place(&done_l);
-        let y = if dtype == DTypeKind::BF16 {
-            let d = body.reg(Class::F32);
-            let last = round_bf16(&mut body, &s, &d);
-            body.op(last);
-            d
-        } else {
-            s
-        };
-        let oa = body.reg(Class::B64);
-        body.op(format!(
-            "mad.lo.u64 {oa}, {col}, {}, {dst}",
-            dtype.size_bytes()
-        ));
-        store(&mut body, dtype, &oa, &y);
     }
+    body.op(format!("add.u64 {k}, {k}, {}", SUM_UNROLL * SUM_WARPS));
+    body.op(format!("bra {group}"));
+    body.place(&group_end);
+    let lp = body.label("block_loop");
+    let done_l = body.label("block_end");
+    body.place(&lp);
+    let done = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {done}, {k}, {n}"));
+    body.op(format!("@{done} bra {done_l}"));
+    let v = body.reg(class);
+    body.op(format!("ld.global.{a} {v}, [{p}]"));
+    body.op(format!("add.rn.{a} {s}, {s}, {v}"));
+    body.op(format!("add.u64 {p}, {p}, {step}"));
+    body.op(format!("add.u64 {k}, {k}, {SUM_WARPS}"));
+    body.op(format!("bra {lp}"));
+    body.place(&done_l);
+    // The warps' sums of each column through shared memory, added by
+    // warp 0 in warp order: the same bits for a given block count.
+    let slot = body.reg(Class::B64);
+    body.op(format!("mul.wide.u32 {slot}, {tid}, {abytes}"));
+    let sbase = body.reg(Class::B64);
+    body.op(format!("mov.u64 {sbase}, nsum"));
+    body.op(format!("add.u64 {slot}, {slot}, {sbase}"));
+    body.op(format!("st.shared.{a} [{slot}], {s}"));
+    body.op("bar.sync 0");
+    let end = body.label("sum_end");
+    let other = body.reg(Class::Pred);
+    body.op(format!("setp.ne.u32 {other}, {warp}, 0"));
+    body.op(format!("@{other} bra {end}"));
+    for w in 1..SUM_WARPS {
+        let v = body.reg(class);
+        body.op(format!("ld.shared.{a} {v}, [{slot}+{}]", w * 32 * abytes));
+        body.op(format!("add.rn.{a} {s}, {s}, {v}"));
+    }
+    let outside = body.reg(Class::Pred);
+    body.op(format!("not.pred {outside}, {inside}"));
+    body.op(format!("@{outside} bra {end}"));
+    let y = if dtype == DTypeKind::BF16 {
+        let d = body.reg(Class::F32);
+        let last = round_bf16(&mut body, &s, &d);
+        body.op(last);
+        d
+    } else {
+        s
+    };
+    let oa = body.reg(Class::B64);
+    body.op(format!(
+        "mad.lo.u64 {oa}, {col}, {}, {dst}",
+        dtype.size_bytes()
+    ));
+    store(&mut body, dtype, &oa, &y);
     body.place(&end);
     body.op("ret");
     format!(
-        ".visible .entry {name}_sum{SUM_PARAMS}\n{{\n{}}}\n",
+        ".visible .entry {name}_sum{SUM_PARAMS}\n.maxntid {}, 1, 1\n{{\n{}}}\n",
+        SUM_WARPS * 32,
         body.finish()
     )
 }

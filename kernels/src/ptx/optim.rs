@@ -133,14 +133,179 @@ fn store_param(body: &mut Body, dtype: DTypeKind, at: &str, x: &str) {
     }
 }
 
+/// Elements of a chunk a thread loads together before updating them.
+const ELEM_GROUP: u32 = 4;
+
+/// Resident blocks per SM the f32-compute entries without AMSGrad are
+/// built for (at most 64 registers a thread): with [`ELEM_GROUP`] elements' loads in flight per thread,
+/// enough bytes in flight to keep the memory busy.
+const OPTIM_BLOCKS_PER_SM: u32 = 4;
+
+/// What one element's update reads: its index and loaded values (the
+/// stores' addresses are recomputed from the index, so that a group's
+/// elements hold two registers of address each rather than ten).
+struct Elem {
+    /// The element's index in the chunk.
+    i: String,
+    /// The gradient, in the compute type.
+    g: String,
+    /// The parameter (or its f32 master weight), unless the kernel only
+    /// reads gradients.
+    x: Option<String>,
+    /// The state buffers' values the update reads, in record order.
+    st: Vec<String>,
+}
+
+/// How an entry loads and updates one element.
+struct ElemOps<'a> {
+    kernel: OptimKernel,
+    dtype: DTypeKind,
+    /// The state's dtype (f32, or f64 for f64 parameters).
+    state: DTypeKind,
+    class: Class,
+    ty: &'static str,
+    h: &'a [String],
+    coef: &'a str,
+    maximize: &'a str,
+    flags: &'a str,
+    /// The sum of squares' per-thread part.
+    part: &'a str,
+}
+
+impl ElemOps<'_> {
+    fn master(&self) -> bool {
+        matches!(self.kernel, OptimKernel::AdamW { master: true, .. })
+            && matches!(self.dtype, DTypeKind::F16 | DTypeKind::BF16)
+    }
+
+    /// The addresses of element `i` of the parameter, the gradient and
+    /// the state buffers at `ptrs`.
+    fn addrs(&self, body: &mut Body, ptrs: &[String], i: &str) -> (String, String, Vec<String>) {
+        let (psize, ssize) = (
+            self.dtype.size_bytes() as u32,
+            self.state.size_bytes() as u32,
+        );
+        let pa = addr(body, &ptrs[0], i, psize);
+        let ga = addr(body, &ptrs[1], i, psize);
+        let sa = ptrs[2..].iter().map(|p| addr(body, p, i, ssize)).collect();
+        (pa, ga, sa)
+    }
+
+    /// Element `i`'s loads (nothing stored).
+    fn load(&self, body: &mut Body, ptrs: &[String], i: &str) -> Elem {
+        let bufs = self.kernel.state_buffers(self.dtype);
+        let (pa, ga, sa) = self.addrs(body, ptrs, i);
+        let g = load(body, self.dtype, &ga, true);
+        let (x, reads) = match self.kernel {
+            OptimKernel::AdamW { amsgrad, .. } => {
+                let x = match self.master() {
+                    true => load(body, self.state, &sa[bufs - 1], false),
+                    false => load(body, self.dtype, &pa, false),
+                };
+                (Some(x), 2 + amsgrad as usize)
+            }
+            OptimKernel::Sgd { momentum } => {
+                (Some(load(body, self.dtype, &pa, false)), momentum as usize)
+            }
+            OptimKernel::SquareSum => (None, 0),
+        };
+        let st = sa[..reads]
+            .iter()
+            .map(|a| load(body, self.state, a, false))
+            .collect();
+        Elem {
+            i: i.to_string(),
+            g,
+            x,
+            st,
+        }
+    }
+
+    /// The update of an element loaded by [`Self::load`]: its state and
+    /// parameter stored (or its square added to the thread's part).
+    fn update(&self, body: &mut Body, ptrs: &[String], e: &Elem) {
+        let (ty, class, dtype, state) = (self.ty, self.class, self.dtype, self.state);
+        let (h, flags, g) = (self.h, self.flags, &e.g);
+        if self.kernel == OptimKernel::SquareSum {
+            body.op(format!("fma.rn.{ty} {p}, {g}, {g}, {p}", p = self.part));
+            return;
+        }
+        let d = body.reg(class);
+        body.op(format!("mul.rn.{ty} {d}, {g}, {}", self.coef));
+        let g = d;
+        let mut m = Math { body, ty, class };
+        let neg = m.body.reg(class);
+        m.body.op(format!("neg.{ty} {neg}, {g}"));
+        let g = m.select(self.maximize, &neg, &g);
+        let x = e.x.as_deref().expect("a parameter update loads it");
+        let (pa, _, sa) = self.addrs(m.body, ptrs, &e.i);
+        match self.kernel {
+            OptimKernel::AdamW { amsgrad, .. } => {
+                // h: decay, 1 - beta1, beta2, 1 - beta2, sqrt(1 - beta2^t), eps, lr / (1 - beta1^t).
+                let x = m.mul(x, &h[0]);
+                let mo = &e.st[0];
+                let d = m.sub(&g, mo);
+                let d = m.mul(&h[1], &d);
+                let mo = m.add(mo, &d);
+                store(m.body, state, &sa[0], &mo);
+                let v = m.mul(&e.st[1], &h[2]);
+                let gg = m.mul(&g, &g);
+                let gg = m.mul(&h[3], &gg);
+                let v = m.add(&v, &gg);
+                store(m.body, state, &sa[1], &v);
+                let second = match amsgrad {
+                    true => {
+                        let vm = m.max_nan(&e.st[2], &v);
+                        store(m.body, state, &sa[2], &vm);
+                        vm
+                    }
+                    false => v,
+                };
+                let s = m.sqrt(&second);
+                let s = m.div(&s, &h[4]);
+                let denom = m.add(&s, &h[5]);
+                let u = m.div(&mo, &denom);
+                let u = m.mul(&h[6], &u);
+                let x = m.sub(&x, &u);
+                if self.master() {
+                    store(m.body, state, &sa[sa.len() - 1], &x);
+                }
+                store_param(m.body, dtype, &pa, &x);
+            }
+            OptimKernel::Sgd { momentum } => {
+                // h: lr, momentum, 1 - dampening, weight_decay;
+                // flags: 1 nesterov, 2 first step, 3 weight decay.
+                let decay = flag(m.body, flags, 3);
+                let wx = m.mul(&h[3], x);
+                let gd = m.add(&g, &wx);
+                let mut g = m.select(&decay, &gd, &g);
+                if momentum {
+                    let (nesterov, first) = (flag(m.body, flags, 1), flag(m.body, flags, 2));
+                    let b = m.mul(&h[1], &e.st[0]);
+                    let dg = m.mul(&h[2], &g);
+                    let b = m.add(&b, &dg);
+                    let b = m.select(&first, &g, &b);
+                    store(m.body, state, &sa[0], &b);
+                    let mb = m.mul(&h[1], &b);
+                    let gn = m.add(&g, &mb);
+                    g = m.select(&nesterov, &gn, &b);
+                }
+                let u = m.mul(&h[0], &g);
+                let x = m.sub(x, &u);
+                store_param(m.body, dtype, &pa, &x);
+            }
+            OptimKernel::SquareSum => unreachable!("handled above"),
+        }
+    }
+}
+
 /// The entry `name` of optimizer `kernel` over parameters of `dtype`.
 pub(crate) fn optim_entry(name: &str, kernel: OptimKernel, dtype: DTypeKind) -> String {
     let mut body = Body::new();
-    let (ty, class, state, ssize) = match dtype {
-        DTypeKind::F64 => ("f64", Class::F64, DTypeKind::F64, 8u32),
-        _ => ("f32", Class::F32, DTypeKind::F32, 4u32),
+    let (ty, class, state) = match dtype {
+        DTypeKind::F64 => ("f64", Class::F64, DTypeKind::F64),
+        _ => ("f32", Class::F32, DTypeKind::F32),
     };
-    let psize = dtype.size_bytes() as u32;
     let table = body.reg(Class::B64);
     body.op(format!("ld.param.u64 {table}, [p_table]"));
     body.op(format!("cvta.to.global.u64 {table}, {table}"));
@@ -249,106 +414,54 @@ pub(crate) fn optim_entry(name: &str, kernel: OptimKernel, dtype: DTypeKind) -> 
         ptrs.push(r);
     }
     let n = word(&mut body, COUNT_WORD);
+    let ops = ElemOps {
+        kernel,
+        dtype,
+        state,
+        class,
+        ty,
+        h: &h,
+        coef: &coef,
+        maximize: &maximize,
+        flags: &flags,
+        part: &part,
+    };
     let i = body.reg(Class::B64);
     body.op(format!("mov.u64 {i}, {tid}"));
+    // Groups of `ELEM_GROUP` elements (`i + k * ntid`) while the whole
+    // group lies in the chunk: every load of the group issued before any
+    // update, so a thread has that many elements' loads in flight.
+    let group = body.label("optim_group");
+    let tail = body.label("optim_tail");
+    body.place(&group);
+    let last = body.reg(Class::B64);
+    body.op(format!(
+        "mad.lo.u64 {last}, {step_i}, {}, {i}",
+        ELEM_GROUP - 1
+    ));
+    let partial = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {partial}, {last}, {n}"));
+    body.op(format!("@{partial} bra {tail}"));
+    let mut elems = Vec::new();
+    for k in 0..ELEM_GROUP {
+        let ik = body.reg(Class::B64);
+        body.op(format!("mad.lo.u64 {ik}, {step_i}, {k}, {i}"));
+        elems.push(ops.load(&mut body, &ptrs, &ik));
+    }
+    for e in &elems {
+        ops.update(&mut body, &ptrs, e);
+    }
+    body.op(format!("mad.lo.u64 {i}, {step_i}, {ELEM_GROUP}, {i}"));
+    body.op(format!("bra.uni {group}"));
+    body.place(&tail);
+    // The chunk's last elements, one at a time.
     let elem = body.label("optim_elements");
     body.place(&elem);
     let out = body.reg(Class::Pred);
     body.op(format!("setp.ge.u64 {out}, {i}, {n}"));
     body.op(format!("@{out} bra {next}"));
-
-    let pa = addr(&mut body, &ptrs[0], &i, psize);
-    let ga = addr(&mut body, &ptrs[1], &i, psize);
-    let sa: Vec<String> = ptrs[2..]
-        .iter()
-        .map(|p| addr(&mut body, p, &i, ssize))
-        .collect();
-    let g = load(&mut body, dtype, &ga, true);
-    if square_sum {
-        body.op(format!("fma.rn.{ty} {part}, {g}, {g}, {part}"));
-    }
-    let g = match square_sum {
-        true => g,
-        false => {
-            let d = body.reg(class);
-            body.op(format!("mul.rn.{ty} {d}, {g}, {coef}"));
-            d
-        }
-    };
-    let mut m = Math {
-        body: &mut body,
-        ty,
-        class,
-    };
-    let neg = m.body.reg(class);
-    m.body.op(format!("neg.{ty} {neg}, {g}"));
-    let g = m.select(&maximize, &neg, &g);
-    match kernel {
-        OptimKernel::AdamW { amsgrad, master } => {
-            let master = master && matches!(dtype, DTypeKind::F16 | DTypeKind::BF16);
-            // h: decay, 1 - beta1, beta2, 1 - beta2, sqrt(1 - beta2^t), eps, lr / (1 - beta1^t).
-            let x = match master {
-                true => load(m.body, state, &sa[bufs - 1], false),
-                false => load(m.body, dtype, &pa, false),
-            };
-            let x = m.mul(&x, &h[0]);
-            let mo = load(m.body, state, &sa[0], false);
-            let d = m.sub(&g, &mo);
-            let d = m.mul(&h[1], &d);
-            let mo = m.add(&mo, &d);
-            store(m.body, state, &sa[0], &mo);
-            let v = load(m.body, state, &sa[1], false);
-            let v = m.mul(&v, &h[2]);
-            let gg = m.mul(&g, &g);
-            let gg = m.mul(&h[3], &gg);
-            let v = m.add(&v, &gg);
-            store(m.body, state, &sa[1], &v);
-            let second = match amsgrad {
-                true => {
-                    let vm = load(m.body, state, &sa[2], false);
-                    let vm = m.max_nan(&vm, &v);
-                    store(m.body, state, &sa[2], &vm);
-                    vm
-                }
-                false => v,
-            };
-            let s = m.sqrt(&second);
-            let s = m.div(&s, &h[4]);
-            let denom = m.add(&s, &h[5]);
-            let u = m.div(&mo, &denom);
-            let u = m.mul(&h[6], &u);
-            let x = m.sub(&x, &u);
-            if master {
-                store(m.body, state, &sa[bufs - 1], &x);
-            }
-            store_param(m.body, dtype, &pa, &x);
-        }
-        OptimKernel::Sgd { momentum } => {
-            // h: lr, momentum, 1 - dampening, weight_decay;
-            // flags: 1 nesterov, 2 first step, 3 weight decay.
-            let x = load(m.body, dtype, &pa, false);
-            let decay = flag(m.body, &flags, 3);
-            let wx = m.mul(&h[3], &x);
-            let gd = m.add(&g, &wx);
-            let mut g = m.select(&decay, &gd, &g);
-            if momentum {
-                let (nesterov, first) = (flag(m.body, &flags, 1), flag(m.body, &flags, 2));
-                let b = load(m.body, state, &sa[0], false);
-                let b = m.mul(&h[1], &b);
-                let dg = m.mul(&h[2], &g);
-                let b = m.add(&b, &dg);
-                let b = m.select(&first, &g, &b);
-                store(m.body, state, &sa[0], &b);
-                let mb = m.mul(&h[1], &b);
-                let gn = m.add(&g, &mb);
-                g = m.select(&nesterov, &gn, &b);
-            }
-            let u = m.mul(&h[0], &g);
-            let x = m.sub(&x, &u);
-            store_param(m.body, dtype, &pa, &x);
-        }
-        OptimKernel::SquareSum => {}
-    }
+    let e = ops.load(&mut body, &ptrs, &i);
+    ops.update(&mut body, &ptrs, &e);
     body.op(format!("add.u64 {i}, {i}, {step_i}"));
     body.op(format!("bra.uni {elem}"));
     body.place(&next);
@@ -385,9 +498,18 @@ pub(crate) fn optim_entry(name: &str, kernel: OptimKernel, dtype: DTypeKind) -> 
         body.op(format!("@!{skip} atom.global.add.f64 {old}, [{a}], {d}"));
     }
     body.op("ret");
+    // f64 and AMSGrad's extra state do not fit 64 registers without
+    // spilling: those entries take what they need.
+    let amsgrad = matches!(kernel, OptimKernel::AdamW { amsgrad: true, .. });
+    let bounds = if dtype == DTypeKind::F64 || amsgrad {
+        String::new()
+    } else {
+        format!(".minnctapersm {OPTIM_BLOCKS_PER_SM}\n")
+    };
     format!(
-        ".visible .entry {name}{}\n{{\n{}}}\n",
+        ".visible .entry {name}{}\n.maxntid {}, 1, 1\n{bounds}{{\n{}}}\n",
         params(),
+        crate::abi::BLOCK,
         body.finish()
     )
 }

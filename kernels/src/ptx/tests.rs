@@ -782,6 +782,10 @@ fn check_norm_backward(k: &Kernel) {
     assert!(es[0].body.contains("bar.sync 0"), "{}", k.name);
     assert!(es[0].body.contains("ld.global.nc"), "{}", k.name);
     assert_eq!(es[1].name, format!("{}_sum", k.name));
+    // The column sums: blocks of 32 columns, every warp a share of the
+    // partial sums, merged through shared memory.
+    assert!(es[1].body.contains("bar.sync 0"), "{}", k.name);
+    assert!(k.ptx.contains(")\n.maxntid 1024, 1, 1\n{"), "{}", k.name);
     assert_eq!(
         es[1].params,
         [

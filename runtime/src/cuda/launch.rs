@@ -514,8 +514,8 @@ impl Context {
         self.launch_u64s(
             f,
             &|| format!("{kernel:?}_sum over {cols} columns"),
-            (cols.div_ceil(NORM_SUM_BLOCK as usize) as u32, 1),
-            NORM_SUM_BLOCK,
+            (cols.div_ceil(32) as u32, 1 + op.has_bias() as u32),
+            tensorfn_kernels::builtin::NORM_SUM_THREADS,
             0,
             &mut values,
         )

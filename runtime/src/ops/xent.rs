@@ -27,14 +27,41 @@ fn bad_target(op: &str, k: i64, classes: usize, ignore_index: i64) -> Error {
     ))
 }
 
-fn check_args(op: &str, args: &CrossEntropyArgs) -> Result<()> {
+/// The checks every cross-entropy entry makes before it runs: `args`
+/// (`label_smoothing` in [0, 1]), the logits' and the targets' dims
+/// (`rules::cross_entropy`, the rule `tensor_fn!` checks at compile time)
+/// and, for a backward, `grad_output`'s dims against the loss's. The
+/// loss's dims.
+fn check_xent_args(
+    op: &str,
+    args: &CrossEntropyArgs,
+    (input, target): (&[usize], &[usize]),
+    grad_output: Option<&[usize]>,
+) -> Result<Vec<usize>> {
     args.check().map_err(|m| {
         Error::shape(
             op,
             "`label_smoothing` in [0, 1]",
             m.trim_start_matches("cross_entropy: ").to_string(),
         )
-    })
+    })?;
+    let dims = rules::cross_entropy(
+        op,
+        ("input", input),
+        ("target", target),
+        args.reduction == Reduction::None,
+    )?;
+    match grad_output {
+        Some(g) if g != dims.as_slice() => Err(Error::shape(
+            op,
+            format!(
+                "`grad_output` of the loss's shape {dims:?} (reduction \"{}\")",
+                args.reduction.name()
+            ),
+            format!("{g:?}"),
+        )),
+        _ => Ok(dims),
+    }
 }
 
 impl<D: Device, T: FloatDType, N: Dim, C: Dim> Tensor<D, T, (N, C)> {
@@ -83,13 +110,7 @@ impl<D: Device, T: FloatDType, N: Dim, C: Dim> Tensor<D, T, (N, C)> {
         args: CrossEntropyArgs,
     ) -> Result<Tensor<D, T, SO>> {
         let op = "cross_entropy";
-        check_args(op, &args)?;
-        let dims = rules::cross_entropy(
-            op,
-            ("input", self.dims()),
-            ("target", target.dims()),
-            args.reduction == Reduction::None,
-        )?;
+        let dims = check_xent_args(op, &args, (self.dims(), target.dims()), None)?;
         let classes = self.dims()[1];
         let storage = dispatch!(D, |be| {
             match be.cross_entropy(
@@ -129,24 +150,12 @@ impl<D: Device, T: FloatDType, N: Dim, C: Dim> Tensor<D, T, (N, C)> {
         args: CrossEntropyArgs,
     ) -> Result<Self> {
         let op = "cross_entropy_backward";
-        check_args(op, &args)?;
-        let per_row = args.reduction == Reduction::None;
-        let want = rules::cross_entropy(
+        check_xent_args(
             op,
-            ("input", self.dims()),
-            ("target", target.dims()),
-            per_row,
+            &args,
+            (self.dims(), target.dims()),
+            Some(grad_output.dims()),
         )?;
-        if grad_output.dims() != want.as_slice() {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "`grad_output` of the loss's shape {want:?} (reduction \"{}\")",
-                    args.reduction.name()
-                ),
-                format!("{:?}", grad_output.dims()),
-            ));
-        }
         let classes = self.dims()[1];
         let storage = dispatch!(D, |be| {
             match be.cross_entropy_backward(
@@ -187,13 +196,7 @@ impl<D: Device, T: FloatDType, N: Dim, C: Dim> Tensor<D, T, (N, C)> {
         args: CrossEntropyArgs,
     ) -> Result<(Tensor<D, T, SO>, Self)> {
         let op = "cross_entropy_with_grad";
-        check_args(op, &args)?;
-        let dims = rules::cross_entropy(
-            op,
-            ("input", self.dims()),
-            ("target", target.dims()),
-            args.reduction == Reduction::None,
-        )?;
+        let dims = check_xent_args(op, &args, (self.dims(), target.dims()), None)?;
         let classes = self.dims()[1];
         // The kernels write the gradient row by row over the logits.
         if !self.layout.is_contiguous() {
@@ -262,13 +265,7 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
         args: CrossEntropyArgs,
     ) -> Result<Tensor<D, T, SO>> {
         let op = "cross_entropy";
-        check_args(op, &args)?;
-        let dims = rules::cross_entropy(
-            op,
-            ("input", self.dims()),
-            ("target", target.dims()),
-            args.reduction == Reduction::None,
-        )?;
+        let dims = check_xent_args(op, &args, (self.dims(), target.dims()), None)?;
         SO::check(&dims)?;
         let (x, t) = self.class_rows(target)?;
         if args.reduction == Reduction::None {
@@ -308,23 +305,12 @@ impl<D: Device, T: FloatDType, S: Shape> Tensor<D, T, S> {
         args: CrossEntropyArgs,
     ) -> Result<Self> {
         let op = "cross_entropy_backward";
-        check_args(op, &args)?;
-        let want = rules::cross_entropy(
+        check_xent_args(
             op,
-            ("input", self.dims()),
-            ("target", target.dims()),
-            args.reduction == Reduction::None,
+            &args,
+            (self.dims(), target.dims()),
+            Some(grad_output.dims()),
         )?;
-        if grad_output.dims() != want.as_slice() {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "`grad_output` of the loss's shape {want:?} (reduction \"{}\")",
-                    args.reduction.name()
-                ),
-                format!("{:?}", grad_output.dims()),
-            ));
-        }
         let (x, t) = self.class_rows(target)?;
         let rows = x.dims()[0];
         let d = if args.reduction == Reduction::None {
