@@ -36,11 +36,6 @@ use tensorfn_kernels::ptx::Target;
 /// stride over the rows beyond.
 const MAX_ROW_BLOCKS: usize = 65_535;
 
-/// Threads per block of the norms' `_sum` entry: one column each, so
-/// narrow blocks spread GPT-2's 768 columns over 24 SMs instead of 3 (each
-/// thread's chain of loads over the blocks' partial sums sets the time).
-const NORM_SUM_BLOCK: u32 = 32;
-
 /// True when every launch should be followed by a synchronisation.
 fn sync_launches() -> bool {
     static SYNC: OnceLock<bool> = OnceLock::new();
