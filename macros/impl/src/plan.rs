@@ -164,15 +164,7 @@ fn tensor_ty(g: &Graph, n: NodeId) -> &TensorTy {
 /// ```
 pub fn fold_activations(f: &mut CheckedFn) {
     let n = f.graph.nodes.len();
-    let mut uses = vec![0usize; n];
-    for id in 0..n {
-        for i in f.graph.inputs(id) {
-            uses[i] += 1;
-        }
-    }
-    for &r in &f.ret {
-        uses[r] += 1;
-    }
+    let mut uses = use_counts(f);
     for id in 0..n {
         let Op::Unary(act, a) = f.graph.nodes[id].op else {
             continue;
@@ -200,6 +192,21 @@ pub fn fold_activations(f: &mut CheckedFn) {
             uses[a] = 0;
         }
     }
+}
+
+/// How many times each node is read: as an operand of a node, or as a
+/// result. The folds rewrite a node only where it has one reader.
+fn use_counts(f: &CheckedFn) -> Vec<usize> {
+    let mut uses = vec![0usize; f.graph.nodes.len()];
+    for id in 0..f.graph.nodes.len() {
+        for i in f.graph.inputs(id) {
+            uses[i] += 1;
+        }
+    }
+    for &r in &f.ret {
+        uses[r] += 1;
+    }
+    uses
 }
 
 /// Plans a checked function. `kernels` are the element programs of the

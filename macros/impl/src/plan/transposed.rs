@@ -27,17 +27,9 @@ use crate::graph::*;
 /// assert!(matches!(p.f.graph.nodes[last].op, tensorfn_macros_impl::graph::Op::MatMul(..)));
 /// ```
 pub fn fold_transposed_products(f: &mut CheckedFn) {
+    let uses = super::use_counts(f);
     let g = &mut f.graph;
     let n = g.nodes.len();
-    let mut uses = vec![0usize; n];
-    for id in 0..n {
-        for i in g.inputs(id) {
-            uses[i] += 1;
-        }
-    }
-    for &r in &f.ret {
-        uses[r] += 1;
-    }
     let rank2 = |g: &Graph, x: NodeId| g.nodes[x].ty.tensor().is_some_and(|t| t.dims.len() == 2);
     for t in 0..n {
         let Op::T(p) = g.nodes[t].op else { continue };
