@@ -3188,16 +3188,18 @@ fn attention_mma_backward_matches_f64() {
         causal: bool,
         heads: GradOut,
     ) {
-        // [B, T, H, D] on the device, read as [B, H, T, D].
-        let mut t = |n: usize, h: usize| {
-            let dims = [b, n, h, d];
-            let x = Tensor::<Cpu, T, D4>::from_vec_dims(
+        let mut random = |dims: [usize; 4]| {
+            Tensor::<Cpu, T, D4>::from_vec_dims(
                 (0..dims.iter().product())
                     .map(|_| T::from_f64(rng.normal()))
                     .collect(),
                 &dims,
             )
-            .unwrap();
+            .unwrap()
+        };
+        // [B, T, H, D] on the device, read as [B, H, T, D].
+        let mut t = |n: usize, h: usize| {
+            let x = random([b, n, h, d]);
             let g = x
                 .to_device::<Cuda>()
                 .unwrap()
@@ -3211,14 +3213,7 @@ fn attention_mma_backward_matches_f64() {
         // `pad` elements in).
         let pad = heads.pad();
         let (go, gg) = {
-            let dims = [b, l, h, d + pad];
-            let x = Tensor::<Cpu, T, D4>::from_vec_dims(
-                (0..dims.iter().product())
-                    .map(|_| T::from_f64(rng.normal()))
-                    .collect(),
-                &dims,
-            )
-            .unwrap();
+            let x = random([b, l, h, d + pad]);
             let g = x
                 .to_device::<Cuda>()
                 .unwrap()

@@ -132,13 +132,7 @@ fn conv1d_on_a_channel_fastest_input_keeps_its_order() {
     // [N, C, L] stored as [N, L, C].
     let xv = values(2 * 3 * 7, 4);
     let x = Tensor::<Cpu, f64, shape![2, 3, 7]>::from_vec(xv).unwrap();
-    let xl = x
-        .permute::<shape![2, 7, 3]>(&[0, 2, 1])
-        .unwrap()
-        .contiguous()
-        .unwrap()
-        .permute::<shape![2, 3, 7]>(&[0, 2, 1])
-        .unwrap();
+    let xl = channel_fastest(&x);
     let w = Tensor::<Cpu, f64, shape![4, 3, 2]>::from_vec(values(24, 5)).unwrap();
     let y: Tensor<Cpu, f64, shape![2, 4, 6]> = x.conv1d(&w, None, Default::default()).unwrap();
     let yl: Tensor<Cpu, f64, shape![2, 4, 6]> = xl.conv1d(&w, None, Default::default()).unwrap();
@@ -200,9 +194,6 @@ fn elementwise_ops_and_batch_norm_keep_channels_last() {
         x.contiguous_channels_last().unwrap(),
         r.contiguous_channels_last().unwrap(),
     );
-    let cl = |t: &Tensor<Cpu, f64, shape![2, 3, 4, 5]>| {
-        t.layout().is_channels_last() && !t.is_contiguous()
-    };
     // relu(x * scale + r), the residual block's tail, in both orders.
     let run = |x: &Tensor<Cpu, f64, shape![2, 3, 4, 5]>,
                r: &Tensor<Cpu, f64, shape![2, 3, 4, 5]>| {
@@ -212,7 +203,7 @@ fn elementwise_ops_and_batch_norm_keep_channels_last() {
     };
     let (a, a2) = run(&x, &r);
     let (b, b2) = run(&xc, &rc);
-    assert!(cl(&b) && cl(&b2) && a.is_contiguous());
+    assert!(nhwc(b.layout()) && nhwc(b2.layout()) && a.is_contiguous());
     let (xv, rv, sv) = (
         x.to_vec().unwrap(),
         r.to_vec().unwrap(),
@@ -231,7 +222,7 @@ fn elementwise_ops_and_batch_norm_keep_channels_last() {
         mixed.to_vec().unwrap(),
         rc.add(&x).unwrap().to_vec().unwrap()
     );
-    assert!(cl(&rc.add(&x).unwrap()));
+    assert!(nhwc(rc.add(&x).unwrap().layout()));
     // batch_norm accepts channels-last input in both modes.
     let mean = Tensor::<Cpu, f64, shape![3]>::from_vec(values(3, 10)).unwrap();
     let var = Tensor::<Cpu, f64, shape![3]>::from_vec(vec![0.5, 1.0, 2.0]).unwrap();
@@ -250,6 +241,16 @@ fn elementwise_ops_and_batch_norm_keep_channels_last() {
         }
         assert_eq!(m1.to_vec().unwrap().len(), m2.to_vec().unwrap().len());
     }
+}
+
+/// `x` (`[N, C, L]`) stored as `[N, L, C]`: its channels fastest.
+fn channel_fastest(x: &Tensor<Cpu, f64, shape![2, 3, 7]>) -> Tensor<Cpu, f64, shape![2, 3, 7]> {
+    x.permute::<shape![2, 7, 3]>(&[0, 2, 1])
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .permute::<shape![2, 3, 7]>(&[0, 2, 1])
+        .unwrap()
 }
 
 /// Whether `l` is channels-last and not also row-major.
@@ -325,13 +326,7 @@ fn conv2d_gradients_take_their_operands_memory_format() {
     }
     // conv1d: a channel-fastest input's gradient keeps its order.
     let x1 = Tensor::<Cpu, f64, shape![2, 3, 7]>::from_vec(values(42, 14)).unwrap();
-    let x1l = x1
-        .permute::<shape![2, 7, 3]>(&[0, 2, 1])
-        .unwrap()
-        .contiguous()
-        .unwrap()
-        .permute::<shape![2, 3, 7]>(&[0, 2, 1])
-        .unwrap();
+    let x1l = channel_fastest(&x1);
     let w1 = Tensor::<Cpu, f64, shape![4, 3, 2]>::from_vec(values(24, 15)).unwrap();
     let g1 = Tensor::<Cpu, f64, shape![2, 4, 6]>::from_vec(values(48, 16)).unwrap();
     let (a, aw, _) = x1.conv1d_backward(&w1, &g1, Default::default()).unwrap();
