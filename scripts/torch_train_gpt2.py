@@ -30,7 +30,10 @@ llm.c always does. `--act gelu_pytorch_tanh` swaps GPT-2's `gelu_new`
 eager mode) for `F.gelu(approximate="tanh")`, one kernel. `--json` also prints one JSON object per mode.
 `--kernels PREFIX` runs one more step under `torch.profiler` and writes
 its GPU kernels in launch order (name and microseconds) to
-PREFIX.MODE.csv, for a per-kernel comparison with `ncu` over `train_gpt2`.
+PREFIX.MODE.csv, for a per-kernel comparison with `ncu` over `train_gpt2`,
+and the kernels of its matrix products (`aten::mm`, `addmm`, `bmm`, ...)
+with the product's input shapes to PREFIX.MODE.products.csv, to match
+them with the lines of `TENSORFN_MATMUL_LOG=1`.
 
     python3 torch_train_gpt2.py write DIR [--vocab 50257] [--layers 12]
         [--batch 8] [--seq 1024] [--seed 0]
@@ -158,16 +161,31 @@ def bench_mode(mode, vocab, args):
     return res
 
 
+PRODUCT_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation"}
+
+
 def kernel_table(run, path):
     """Runs one more step under torch.profiler and writes each GPU kernel
-    of it, in launch order, to `path` (CSV: order, name, microseconds);
-    prints the ten longest kernel names by their total."""
+    of it, in launch order, to `path` (CSV: order, name, microseconds),
+    and each kernel of a matrix product with its op's input shapes to
+    `path` with `.products.csv` for `.csv`; prints the ten longest kernel
+    names by their total."""
     from torch.profiler import ProfilerActivity, profile
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
         run()
         torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    events = prof.events()
+    products = sorted((e for e in events if e.name in PRODUCT_OPS and e.kernels),
+                      key=lambda e: e.time_range.start)
+    with open(path[: -len(".csv")] + ".products.csv", "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["order", "op", "shapes", "kernel", "us"])
+        for i, e in enumerate(products):
+            for k in e.kernels:
+                out.writerow([i, e.name, e.input_shapes, k.name, f"{k.duration:.3f}"])
+    print(f"{len(products)} products, {sum(k.duration for e in products for k in e.kernels) / 1e3:.2f} ms of kernels")
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
     kernels.sort(key=lambda e: e.time_range.start)
     totals = {}
     with open(path, "w", newline="") as f:
