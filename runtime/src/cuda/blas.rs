@@ -258,9 +258,10 @@ impl CudaBackend {
     /// `k` of `b` (`of_b`: `n` values, the bias gradient of a weight
     /// gradient `xᵀ g`) or of `a` (`m` values, for `gᵀ x`), in one
     /// cuBLASLt call with the `BGRADA`/`BGRADB` epilogue. `None` (nothing
-    /// queued) for a batch, an empty dim, f64, or a product cuBLASLt has
-    /// no such algorithm for (its bias-gradient epilogues take some dtypes
-    /// and transposes only): the caller then runs the product and the sum.
+    /// queued) for a batch, an empty dim, f64, a product cuBLASLt has no
+    /// such algorithm for (its bias-gradient epilogues take some dtypes
+    /// and transposes only), or with `TENSORFN_MATMUL_SUM_EPILOGUE=0`:
+    /// the caller then runs the product and the sum.
     pub(crate) fn gemm_sum_k<T: FloatDType>(
         &self,
         (a, la): (&CudaStorage<T>, &Layout),
@@ -276,7 +277,7 @@ impl CudaBackend {
             return Ok(None);
         }
         let (m, k, n) = (la.dims()[1], la.dims()[2], lb.dims()[2]);
-        if m * k * n == 0 || T::KIND == DTypeKind::F64 {
+        if m * k * n == 0 || T::KIND == DTypeKind::F64 || !ltm::sum_epilogue() {
             return Ok(None);
         }
         let ctx = self.ctx();
@@ -396,6 +397,8 @@ fn matmul<T: FloatDType>(
         }
         None => T::zero(),
     };
+    let trans = (a_op.trans, b_op.trans);
+    ltm::log_product(T::KIND, (batch, m, k, n), trans, epilogue, "cuBLAS");
     strided_batched(
         &blas,
         &a_op,

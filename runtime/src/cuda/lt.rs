@@ -35,6 +35,41 @@ const MAX_PLANS: usize = 4096;
 
 static AUTOTUNE: Switch = Switch::new("TENSORFN_MATMUL_AUTOTUNE");
 
+/// `TENSORFN_MATMUL_LOG=1`: one line on stderr per product queued, with
+/// its shape, transposes, epilogue and algorithm, in launch order, to
+/// match a kernel profile's product kernels with their shapes.
+static LOG: Switch = Switch::off("TENSORFN_MATMUL_LOG");
+
+/// `TENSORFN_MATMUL_SUM_EPILOGUE=0`: no bias-gradient epilogue
+/// (`BGRADA`/`BGRADB`), so a weight gradient and its bias gradient run as
+/// the product and a column sum, to compare the two forms.
+static SUM_EPILOGUE: Switch = Switch::new("TENSORFN_MATMUL_SUM_EPILOGUE");
+
+/// Whether products of a bias-gradient epilogue go to cuBLASLt (see
+/// `SUM_EPILOGUE`).
+pub(crate) fn sum_epilogue() -> bool {
+    SUM_EPILOGUE.get()
+}
+
+/// Writes the `TENSORFN_MATMUL_LOG` line of a product: `how` is the
+/// algorithm, or the library that ran it.
+pub(crate) fn log_product(
+    dtype: DTypeKind,
+    (batch, m, k, n): (usize, usize, usize, usize),
+    trans: (bool, bool),
+    epilogue: Epilogue,
+    how: &str,
+) {
+    if LOG.get() {
+        let t = |x: bool| if x { 'T' } else { 'N' };
+        eprintln!(
+            "tensorfn matmul {dtype} batch {batch} m {m} k {k} n {n} a{} b{} {epilogue:?} {how}",
+            t(trans.0),
+            t(trans.1)
+        );
+    }
+}
+
 /// Whether a GPU matrix product of a new shape times cuBLASLt's candidate
 /// algorithms and keeps the fastest (`true`, the default), or takes
 /// cuBLASLt's first heuristic choice untimed (`false`). The environment
@@ -276,6 +311,15 @@ pub(crate) fn matmul<T: DType>(
     let Some(plan) = plan else {
         return Ok(false);
     };
+    if LOG.get() {
+        let addend = match p.addend {
+            Addend::Columns(_) => " bias",
+            Addend::Matrix { .. } => " C",
+            Addend::Nothing => "",
+        };
+        let how = format!("cuBLASLt{addend} {}", describe_algo(&plan.algo));
+        log_product(T::KIND, p.dims, (p.a.trans, p.b.trans), p.epilogue, &how);
+    }
     run(blas, handle, ctx, p, &plan.desc, &plan.algo).map_err(|e| p.err("cublasLtMatmul", e))?;
     super::counters::add(super::Count::LibraryCall, 1);
     Ok(true)
@@ -517,7 +561,6 @@ fn candidates(handle: lt::cublasLtHandle_t, d: &Descriptors) -> Vec<lt::cublasLt
 
 /// An algorithm's configuration, for messages: id, tile, split-K count
 /// and reduction scheme.
-#[cfg(test)]
 pub(crate) fn describe_algo(algo: &lt::cublasLtMatmulAlgo_t) -> String {
     use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
     let get = |attr| {

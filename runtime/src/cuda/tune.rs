@@ -111,19 +111,33 @@ pub(crate) fn fastest<C>(
     })
 }
 
-/// An on/off setting that starts from an environment variable (on unless
-/// it is `0`) until the program sets it.
+/// An on/off setting that starts from an environment variable (see `new`
+/// and `off`) until the program sets it.
 pub(crate) struct Switch {
     /// 1: on, 0: off, 2: not yet decided (read `env`).
     state: AtomicU8,
     env: &'static str,
+    /// The state when `env` is unset.
+    default: bool,
 }
 
 impl Switch {
+    /// On unless `env` is `0`.
     pub(crate) const fn new(env: &'static str) -> Switch {
         Switch {
             state: AtomicU8::new(2),
             env,
+            default: true,
+        }
+    }
+
+    /// Off unless `env` is set to something other than `0`: for
+    /// diagnostics that cost time or output.
+    pub(crate) const fn off(env: &'static str) -> Switch {
+        Switch {
+            state: AtomicU8::new(2),
+            env,
+            default: false,
         }
     }
 
@@ -134,7 +148,7 @@ impl Switch {
     pub(crate) fn get(&self) -> bool {
         match self.state.load(Ordering::Relaxed) {
             2 => {
-                let on = std::env::var(self.env).map_or(true, |v| v.trim() != "0");
+                let on = std::env::var(self.env).map_or(self.default, |v| v.trim() != "0");
                 // A concurrent `set` wins over the environment.
                 let _ = self.state.compare_exchange(
                     2,
@@ -146,5 +160,24 @@ impl Switch {
             }
             v => v == 1,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Switch;
+
+    #[test]
+    fn a_switch_starts_from_its_default_until_set() {
+        // A variable nothing sets: each switch takes its default.
+        const UNSET: &str = "TENSORFN_SWITCH_TEST_NEVER_SET";
+        assert!(std::env::var(UNSET).is_err());
+        let (on, off) = (Switch::new(UNSET), Switch::off(UNSET));
+        assert!(on.get());
+        assert!(!off.get());
+        on.set(false);
+        off.set(true);
+        assert!(!on.get());
+        assert!(off.get());
     }
 }
