@@ -434,6 +434,32 @@ impl Copier {
         self.rows(body, j0, n, (gv, vr2, vp), &vdst, Some(&self.p_s));
         body.place(&copied);
     }
+
+    /// Copies the tile of keys j0.. of `K` (`v` false) or of `V` (`v`
+    /// true) alone into the buffer `stage` bytes into its buffers, as
+    /// [`Copier::kv`] does for both: so that a copier can signal each
+    /// operand's arrival on its own barrier.
+    pub(super) fn one(&self, body: &mut Body, j0: &str, stage: &str, v: bool) {
+        let n = WGMMA_KEYS;
+        let ([g, r2, p], base) = if v {
+            (&self.v, &self.sv)
+        } else {
+            (&self.k, &self.sk)
+        };
+        let dst = body.reg(Class::B32);
+        body.op(format!("add.u32 {dst}, {stage}, {}", self.kvslot));
+        body.op(format!("add.u32 {dst}, {dst}, {base}"));
+        let (partial, copied) = (body.label("wg_partial"), body.label("wg_copied"));
+        let (end, short) = (body.reg(Class::B64), body.reg(Class::Pred));
+        body.op(format!("add.u64 {end}, {j0}, {n}"));
+        body.op(format!("setp.gt.u64 {short}, {end}, {}", self.p_s));
+        body.op(format!("@{short} bra.uni {partial}"));
+        self.rows(body, j0, n, (g, r2, p), &dst, None);
+        body.op(format!("bra.uni {copied}"));
+        body.place(&partial);
+        self.rows(body, j0, n, (g, r2, p), &dst, Some(&self.p_s));
+        body.place(&copied);
+    }
 }
 
 /// The descriptor fields of a K-major tile (`Q`, `K`: 8-row groups 1 KiB

@@ -5,10 +5,15 @@
 //! `K` and `V` into [`STAGES`] buffers) and gives its registers up
 //! (`setmaxnreg.dec`) to warpgroups 1 and 2 (`setmaxnreg.inc`), which
 //! compute 64 rows each. Buffers pass between them through `mbarrier`s
-//! instead of block barriers: a buffer's `full` barrier completes when the
-//! copier's 128 threads have each waited for their copies and fenced them
-//! to the async proxy `wgmma` reads through; its `empty` barrier when the
-//! eight computing warps have finished their products on it.
+//! instead of block barriers: a buffer's `K` barrier completes when the
+//! `cp.async`s of its `K` tile by the copier's 128 threads have landed
+//! (`cp.async.mbarrier.arrive.noinc`: the copier never waits for its own
+//! copies, so a tile is signalled as soon as it lands, not once the
+//! copier could start the next one), its `V` barrier likewise, so that
+//! `S = Q K^T` starts before `V` has landed; its `empty` barrier when the
+//! eight computing warps have finished their products on it. The
+//! computing threads fence to the async proxy `wgmma` reads through
+//! after each wait.
 //!
 //! Within a computing warpgroup the products of one tile overlap the
 //! softmax of the next: for tile `t` it issues `S_t = Q K_t^T` and then
@@ -52,18 +57,18 @@ pub const ATTENTION_WS_THREADS: usize = 384;
 const COPY_REGS: usize = 72;
 const COMPUTE_REGS: usize = 216;
 
-/// Bytes of the `mbarrier`s: a `full` and an `empty` one a buffer.
-const BARRIER_BYTES: usize = 2 * STAGES * 8;
+/// Bytes of the `mbarrier`s: a `K`, a `V` and an `empty` one a buffer.
+const BARRIER_BYTES: usize = 3 * STAGES * 8;
 
 /// Bytes of dynamic shared memory the warp-specialised entry takes at
 /// head dim `d`: `Q` of the block, the buffers of `K` and `V`, their
 /// barriers, and 1 KiB of slack to align the tiles to the 1 KiB the
-/// swizzle repeats over (at head dim 128, 225 KiB and 48 bytes of the 227
+/// swizzle repeats over (at head dim 128, 225 KiB and 72 bytes of the 227
 /// KiB a block may take).
 ///
 /// ```
 /// use tensorfn_kernels::ptx::attention_ws_shared;
-/// assert_eq!(attention_ws_shared(128), 32768 + 6 * 32768 + 48 + 1024);
+/// assert_eq!(attention_ws_shared(128), 32768 + 6 * 32768 + 72 + 1024);
 /// ```
 pub const fn attention_ws_shared(d: usize) -> usize {
     ATTENTION_WS_ROWS * d * 2 + 2 * STAGES * WGMMA_KEYS * d * 2 + BARRIER_BYTES + 1024
@@ -78,6 +83,14 @@ fn wait_barrier(body: &mut Body, bar: &str, parity: &str) {
         "mbarrier.try_wait.parity.shared::cta.b64 {ready}, [{bar}], {parity}"
     ));
     body.op(format!("@!{ready} bra {again}"));
+}
+
+/// Waits as [`wait_barrier`] for a buffer's operand the copier wrote
+/// with `cp.async` (the generic proxy), then fences the thread's view
+/// to the async proxy its `wgmma`s read through.
+fn wait_landed(body: &mut Body, bar: &str, parity: &str) {
+    wait_barrier(body, bar, parity);
+    body.op("fence.proxy.async.shared::cta");
 }
 
 /// Arrives on the barrier at shared address `bar` (u32), under the
@@ -135,9 +148,10 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> Stri
     let f = frame(&mut body, name, rows);
     let wg = body.reg(Class::B32);
     body.op(format!("shr.u32 {wg}, {}, 7", f.tid));
-    // Shared memory: Q, K's buffers, V's, then the `full` barriers and
-    // the `empty` ones.
-    let (sk, sv, full, empty) = (
+    // Shared memory: Q, K's buffers, V's, then the barriers of K's
+    // arrival, of V's and the `empty` ones.
+    let (sk, sv, fullk, fullv, empty) = (
+        body.reg(Class::B32),
         body.reg(Class::B32),
         body.reg(Class::B32),
         body.reg(Class::B32),
@@ -145,8 +159,9 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> Stri
     );
     body.op(format!("add.u32 {sk}, {}, {}", f.base, rows * d * 2));
     body.op(format!("add.u32 {sv}, {sk}, {}", STAGES * kv_bytes));
-    body.op(format!("add.u32 {full}, {sv}, {}", STAGES * kv_bytes));
-    body.op(format!("add.u32 {empty}, {full}, {}", STAGES * 8));
+    body.op(format!("add.u32 {fullk}, {sv}, {}", STAGES * kv_bytes));
+    body.op(format!("add.u32 {fullv}, {fullk}, {}", STAGES * 8));
+    body.op(format!("add.u32 {empty}, {fullv}, {}", STAGES * 8));
     // The computing warpgroup's index among the two (the copier's is
     // taken as 0: its rows are unused).
     let cw = body.reg(Class::B32);
@@ -158,19 +173,21 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> Stri
         ntiles,
         wend,
     } = key_range(&mut body, &f.p, (&f.big_r0, rows), (&rw.r0, 64), n);
-    // Thread 0 sets the barriers up before anyone uses them: a `full`
-    // barrier waits for the copier's 128 threads, an `empty` one for the
-    // computing warpgroups' eight warps.
+    // Thread 0 sets the barriers up before anyone uses them: a `K` or
+    // `V` barrier waits for the copies of the copier's 128 threads, an
+    // `empty` one for the computing warpgroups' eight warps.
     {
         let first = body.reg(Class::Pred);
         let skip = body.label("ws_no_init");
         body.op(format!("setp.ne.u32 {first}, {}, 0", f.tid));
         body.op(format!("@{first} bra {skip}"));
         for i in 0..STAGES {
-            body.op(format!(
-                "mbarrier.init.shared::cta.b64 [{full}+{}], 128",
-                8 * i
-            ));
+            for full in [&fullk, &fullv] {
+                body.op(format!(
+                    "mbarrier.init.shared::cta.b64 [{full}+{}], 128",
+                    8 * i
+                ));
+            }
             body.op(format!(
                 "mbarrier.init.shared::cta.b64 [{empty}+{}], 8",
                 8 * i
@@ -183,7 +200,14 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> Stri
     let copier_role = body.reg(Class::Pred);
     body.op(format!("setp.ne.u32 {copier_role}, {wg}, 0"));
     body.op(format!("@{copier_role} bra.uni {compute}"));
-    copy_role(&mut body, &f, d, (&sk, &sv, &full, &empty), &ntiles);
+    copy_role(
+        &mut body,
+        &f,
+        d,
+        (&sk, &sv),
+        (&fullk, &fullv, &empty),
+        &ntiles,
+    );
     body.place(&compute);
     body.op(format!("setmaxnreg.inc.sync.aligned.u32 {COMPUTE_REGS}"));
     let (kmajor, mnmajor) = operand_bits();
@@ -229,9 +253,12 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> Stri
     body.op(format!("add.u64 {mine}, {wend}, {}", n - 1));
     body.op(format!("shr.u64 {mine}, {mine}, {}", n.trailing_zeros()));
     let ring = Ring::new(&mut body);
-    let (t, j0, prev) = (
+    // `prev` and `pphase`: the previous tile's buffer and its round's
+    // parity, whose `V` the tile's `P V` reads.
+    let (t, j0, prev, pphase) = (
         body.reg(Class::B64),
         body.reg(Class::B64),
+        body.reg(Class::B32),
         body.reg(Class::B32),
     );
     body.op(format!("mov.u64 {t}, 0"));
@@ -277,8 +304,8 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> Stri
     // The first tile: S_0, its softmax (O is still 0: nothing to
     // rescale) and P_0.
     {
-        let bar = Ring::barrier(&mut body, &full, &ring.stage);
-        wait_barrier(&mut body, &bar, &ring.phase);
+        let bar = Ring::barrier(&mut body, &fullk, &ring.stage);
+        wait_landed(&mut body, &bar, &ring.phase);
         let kd = at_stage(&mut body, &kdesc, &ring.stage);
         take_turn(&mut body);
         body.op("wgmma.fence.sync.aligned");
@@ -291,6 +318,7 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> Stri
     }
     let advance = |body: &mut Body| {
         body.op(format!("mov.u32 {prev}, {}", ring.stage));
+        body.op(format!("mov.u32 {pphase}, {}", ring.phase));
         ring.step(body);
         body.op(format!("add.u64 {t}, {t}, 1"));
         body.op(format!("add.u64 {j0}, {j0}, {n}"));
@@ -301,8 +329,10 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> Stri
         let more = body.reg(Class::Pred);
         body.op(format!("setp.ge.u64 {more}, {t}, {mine}"));
         body.op(format!("@{more} bra.uni {tail}"));
-        let bar = Ring::barrier(&mut body, &full, &ring.stage);
-        wait_barrier(&mut body, &bar, &ring.phase);
+        let bar = Ring::barrier(&mut body, &fullk, &ring.stage);
+        wait_landed(&mut body, &bar, &ring.phase);
+        let bar = Ring::barrier(&mut body, &fullv, &prev);
+        wait_landed(&mut body, &bar, &pphase);
         let kd = at_stage(&mut body, &kdesc, &ring.stage);
         let vd = at_stage(&mut body, &vdesc, &prev);
         take_turn(&mut body);
@@ -325,6 +355,8 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> Stri
     // The last tile's O += P V.
     body.place(&tail);
     {
+        let bar = Ring::barrier(&mut body, &fullv, &prev);
+        wait_landed(&mut body, &bar, &pphase);
         let vd = at_stage(&mut body, &vdesc, &prev);
         take_turn(&mut body);
         body.op("wgmma.fence.sync.aligned");
@@ -339,15 +371,18 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> Stri
     take_turn(&mut body);
     pass_turn(&mut body);
     // The block's tiles past the warpgroup's keys: waited for (so that
-    // the barrier's rounds stay in step) and released.
+    // the barriers' rounds stay in step, and the copier refills a buffer
+    // only once its copies have landed) and released.
     body.place(&rest);
     body.place(&rest_lp);
     {
         let over = body.reg(Class::Pred);
         body.op(format!("setp.ge.u64 {over}, {t}, {ntiles}"));
         body.op(format!("@{over} bra.uni {stored}"));
-        let bar = Ring::barrier(&mut body, &full, &ring.stage);
-        wait_barrier(&mut body, &bar, &ring.phase);
+        for full in [&fullk, &fullv] {
+            let bar = Ring::barrier(&mut body, full, &ring.stage);
+            wait_barrier(&mut body, &bar, &ring.phase);
+        }
         take_turn(&mut body);
         pass_turn(&mut body);
         release(&mut body, &ring.stage);
@@ -367,14 +402,17 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> Stri
 
 /// The copying warpgroup: `Q` with the first tile, then each tile of `K`
 /// and `V` into its buffer once the computing warpgroups released it
-/// (the tile three before), the previous tile's `full` barrier arrived on
-/// once the thread's copies of it landed and were fenced to the async
-/// proxy. Returns from the entry.
+/// (the tile three before). Each thread's copies of a tile's `K`, and then
+/// of its `V`, arrive on their barrier when they land
+/// (`cp.async.mbarrier.arrive.noinc`, one of the barrier's 128
+/// arrivals), so the copier goes on to the next buffer without waiting
+/// for them. Returns from the entry once its last copies landed.
 fn copy_role(
     body: &mut Body,
     f: &super::attention_wgmma::Frame,
     d: usize,
-    (sk, sv, full, empty): (&str, &str, &str, &str),
+    (sk, sv): (&str, &str),
+    (fullk, fullv, empty): (&str, &str, &str),
     ntiles: &str,
 ) {
     let kv_bytes = WGMMA_KEYS * d * 2;
@@ -385,28 +423,18 @@ fn copy_role(
     body.op(format!("@{none} bra.uni {done}"));
     let copier = Copier::new(body, f, (&f.tid, 128), (d, ATTENTION_WS_ROWS), (sk, sv));
     let ring = Ring::new(body);
-    let (t, j0, prev, offset) = (
+    let (t, j0, offset) = (
         body.reg(Class::B64),
         body.reg(Class::B64),
-        body.reg(Class::B32),
         body.reg(Class::B32),
     );
     body.op(format!("mov.u64 {t}, 0"));
     body.op(format!("mov.u64 {j0}, 0"));
+    // Q's copies land with the first tile's K, whose barrier they join.
     copier.q(body);
-    body.op(format!("mov.u32 {offset}, 0"));
-    copier.kv(body, &j0, &offset);
-    body.op("cp.async.commit_group");
-    let (lp, last) = (body.label("ws_copy_keys"), body.label("ws_copy_last"));
+    let lp = body.label("ws_copy_keys");
     body.place(&lp);
     {
-        body.op(format!("mov.u32 {prev}, {}", ring.stage));
-        ring.step(body);
-        body.op(format!("add.u64 {t}, {t}, 1"));
-        body.op(format!("add.u64 {j0}, {j0}, {}", WGMMA_KEYS));
-        let over = body.reg(Class::Pred);
-        body.op(format!("setp.ge.u64 {over}, {t}, {ntiles}"));
-        body.op(format!("@{over} bra.uni {last}"));
         // The buffer's previous round released (a fresh barrier's
         // preceding phase counts as complete).
         let (bar, parity) = (
@@ -416,19 +444,19 @@ fn copy_role(
         body.op(format!("xor.b32 {parity}, {}, 1", ring.phase));
         wait_barrier(body, &bar, &parity);
         body.op(format!("mul.lo.u32 {offset}, {}, {kv_bytes}", ring.stage));
-        copier.kv(body, &j0, &offset);
-        body.op("cp.async.commit_group");
-        body.op("cp.async.wait_group 1");
-        body.op("fence.proxy.async.shared::cta");
-        let ready = Ring::barrier(body, full, &prev);
-        arrive(body, &ready, None);
-        body.op(format!("bra.uni {lp}"));
+        for (v, full) in [(false, fullk), (true, fullv)] {
+            copier.one(body, &j0, &offset, v);
+            let bar = Ring::barrier(body, full, &ring.stage);
+            body.op(format!("cp.async.mbarrier.arrive.noinc.shared.b64 [{bar}]"));
+        }
+        ring.step(body);
+        body.op(format!("add.u64 {t}, {t}, 1"));
+        body.op(format!("add.u64 {j0}, {j0}, {}", WGMMA_KEYS));
+        let more = body.reg(Class::Pred);
+        body.op(format!("setp.lt.u64 {more}, {t}, {ntiles}"));
+        body.op(format!("@{more} bra.uni {lp}"));
     }
-    body.place(&last);
-    body.op("cp.async.wait_group 0");
-    body.op("fence.proxy.async.shared::cta");
-    let ready = Ring::barrier(body, full, &prev);
-    arrive(body, &ready, None);
+    body.op("cp.async.wait_all");
     body.place(&done);
     body.op("ret");
 }

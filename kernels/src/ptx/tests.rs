@@ -291,6 +291,8 @@ fn every_builtin_is_well_formed() {
                     "mbarrier.init.shared::cta.b64",
                     "mbarrier.try_wait.parity.shared::cta.b64",
                     "mbarrier.arrive.shared::cta.b64",
+                    "cp.async.mbarrier.arrive.noinc.shared.b64",
+                    "fence.proxy.async.shared::cta",
                 ],
                 super::ATTENTION_WS_THREADS,
             );

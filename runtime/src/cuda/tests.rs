@@ -2708,6 +2708,10 @@ fn attention_hopper_forms_match_the_reference() {
             ([1, 2, 512, 512, d, d], true),
             ([1, 2, 384, 640, d, d], false),
             ([1, 2, 6, 0, d, d], false),
+            // Nine key tiles: the copier's ring of buffers wraps three
+            // times, the last tile partial.
+            ([1, 1, 300, 1100, d, d], false),
+            ([1, 2, 1100, 1100, d, d], true),
         ] {
             let mut c = Case::random(&mut rng, dims, 1.0);
             c.causal = causal;
