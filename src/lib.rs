@@ -663,8 +663,52 @@
 /// A weight used by several layers (tied embeddings) gets the sum of its
 /// gradients through [`Params::accumulate`]. A loss gets `vjp` too (with
 /// a 0-d `grad_output`; a seed of one gives `value_and_grad`'s
-/// gradients). A tuple result is a compile error: `vjp` takes one
-/// `grad_output`.
+/// gradients).
+///
+/// A tuple result takes a tuple `grad_output`, one gradient per element in
+/// its place, typed like it, and `()` in the place of an element that has
+/// none (the indices of `topk`, an `argmax`); `vjp` returns the value as
+/// the function does (the tuple) and the gradients of the loss whose
+/// gradients with respect to the elements are those (the sum of each
+/// element's vector-Jacobian product), as `torch.autograd.grad((y0, y1),
+/// params, (g0, g1))`. `name::forward` and `Pullback::backward` take it the
+/// same way.
+///
+/// ```
+/// use tensorfn::prelude::*;
+///
+/// tensor_fn! {
+///     /// The two largest values of each row, scaled, and where they are.
+///     #[grad(x, s)]
+///     pub fn top2(
+///         x: &Tensor<Cpu, f32, [4, 5]>,
+///         s: &Tensor<Cpu, f32, [4, 1]>,
+///     ) -> (Tensor<Cpu, f32, [4, 2]>, Tensor<Cpu, i64, [4, 2]>) {
+///         let (v, i) = x.topk(2);
+///         (v * s, i)
+///     }
+/// }
+///
+/// fn main() -> Result<()> {
+///     let x = Tensor::<Cpu, f32, shape![4, 5]>::randn(1)?;
+///     let s = Tensor::<Cpu, f32, shape![4, 1]>::ones()?;
+///     let g = Tensor::<Cpu, f32, shape![4, 2]>::ones()?;
+///     // One gradient per element; the indices take `()`.
+///     let ((values, indices), (grad_x, grad_s)) = top2::vjp(&x, &s, (&g, ()))?;
+///     assert_eq!(indices.dims(), &[4, 2]);
+///     // The gradient reaches the two picked positions of each row.
+///     let picked = grad_x.to_vec()?.iter().filter(|&&v| v == 1.0).count();
+///     assert_eq!(picked, 8);
+///     // `d(sum(v * s)) / ds` is the sum of each row's two values.
+///     let row0: f32 = values.to_vec()?[..2].iter().sum();
+///     assert_eq!(grad_s.to_vec()?[0], row0);
+///     // The split form takes the same tuple.
+///     let ((_, _), pullback) = top2::forward(&x, &s)?;
+///     let (again_x, _) = pullback.backward((&g, ()))?;
+///     assert_eq!(again_x.to_vec()?, grad_x.to_vec()?);
+///     Ok(())
+/// }
+/// ```
 ///
 /// ```
 /// use tensorfn::prelude::*;

@@ -986,6 +986,72 @@ fn vjp_broadcast_operand() {
     }
 }
 
+// `vjp` of a tuple result: `grad_output` is a tuple, one gradient per
+// element, `()` in the place of an index tensor; checked against the
+// finite differences of the sum of each element times its gradient.
+
+tensor_fn! {
+    /// Two results of the same inputs: each element's gradient adds into
+    /// `x`'s.
+    #[grad(x, s)]
+    fn two_heads(x: &Tensor<Cpu, f64, [3, 4]>, s: &Tensor<Cpu, f64, [4]>) -> (Tensor<Cpu, f64, [3, 4]>, Tensor<Cpu, f64, [3]>) {
+        (tanh(x * s), (x * x).sum(1))
+    }
+
+    /// `topk`'s values and indices: the indices take no gradient.
+    #[grad(x)]
+    fn top_two(x: &Tensor<Cpu, f64, [3, 5]>) -> (Tensor<Cpu, f64, [3, 2]>, Tensor<Cpu, i64, [3, 2]>) {
+        let (v, i) = sin(x).topk(2);
+        (v * v, i)
+    }
+}
+
+#[test]
+fn vjp_of_a_tuple_result() {
+    for seed in 0..3u64 {
+        let inputs = vec![
+            rand_vec(12, seed, -2.0, 2.0),
+            rand_vec(4, seed + 10, -1.5, 1.5),
+        ];
+        let (go0, go1) = (
+            rand_vec(12, seed + 20, -1.0, 1.0),
+            rand_vec(3, seed + 30, -1.0, 1.0),
+        );
+        let f = |v: &[Vec<f64>]| {
+            let (a, b) = two_heads(&tensor(&v[0]), &tensor(&v[1])).unwrap();
+            [value(&a), value(&b)].concat()
+        };
+        let (x, s) = (tensor(&inputs[0]), tensor(&inputs[1]));
+        let (y, (gx, gs)) = two_heads::vjp(&x, &s, (&tensor(&go0), &tensor(&go1))).unwrap();
+        assert_eq!([value(&y.0), value(&y.1)].concat(), f(&inputs), "value");
+        let go = [go0.clone(), go1.clone()].concat();
+        check_vjp("two_heads", &inputs, &[value(&gx), value(&gs)], &go, f);
+        // Each element alone: the gradients add up.
+        let z0: Tensor<Cpu, f64, shape![3, 4]> = tensor(&[0.0; 12]);
+        let z1: Tensor<Cpu, f64, shape![3]> = tensor(&[0.0; 3]);
+        let (_, (gx0, _)) = two_heads::vjp(&x, &s, (&tensor(&go0), &z1)).unwrap();
+        let (_, (gx1, _)) = two_heads::vjp(&x, &s, (&z0, &tensor(&go1))).unwrap();
+        for ((a, b), g) in value(&gx0).iter().zip(value(&gx1)).zip(value(&gx)) {
+            assert!((a + b - g).abs() <= 1e-12, "{a} + {b} != {g}");
+        }
+    }
+}
+
+#[test]
+fn vjp_of_a_tuple_with_indices() {
+    for seed in 0..3u64 {
+        let inputs = vec![rand_vec(15, seed, -2.0, 2.0)];
+        let go = rand_vec(6, seed + 20, -1.0, 1.0);
+        let f = |v: &[Vec<f64>]| value(&top_two(&tensor(&v[0])).unwrap().0);
+        let x = tensor::<shape![3, 5]>(&inputs[0]);
+        let ((v, i), gx) = top_two::vjp(&x, (&tensor(&go), ())).unwrap();
+        let (want_v, want_i) = top_two(&x).unwrap();
+        assert_eq!(value(&v), value(&want_v), "values");
+        assert_eq!(i.to_vec().unwrap(), want_i.to_vec().unwrap(), "indices");
+        check_vjp("top_two", &inputs, &[value(&gx)], &go, f);
+    }
+}
+
 #[test]
 fn vjp_of_a_loss_agrees_with_value_and_grad() {
     let x = tensor::<shape![3, 4]>(&rand_vec(12, 5, -2.0, 2.0));

@@ -150,6 +150,33 @@ fn attention_forward_then_backward_is_vjp() {
     }
 }
 
+tensor_fn! {
+    /// A tuple result: `backward` takes one gradient per element.
+    #[grad(x, w)]
+    fn heads(x: &Tensor<Cpu, f64, [4, 3]>, w: &Tensor<Cpu, f64, [3, 2]>) -> (Tensor<Cpu, f64, [4, 2]>, Tensor<Cpu, f64, [4]>, Tensor<Cpu, i64, [4]>) {
+        let h = matmul(x, w);
+        (gelu(h), sin(x).sum(1), h.argmax(1))
+    }
+}
+
+#[test]
+fn tuple_forward_then_backward_is_vjp() {
+    for seed in 0..3u64 {
+        let x: Tensor<Cpu, f64, shape![4, 3]> = tensor(&rand_vec(12, seed, -1.5, 1.5));
+        let w: Tensor<Cpu, f64, shape![3, 2]> = tensor(&rand_vec(6, seed + 3, -1.0, 1.0));
+        let g0: Tensor<Cpu, f64, shape![4, 2]> = tensor(&rand_vec(8, seed + 5, -1.0, 1.0));
+        let g1: Tensor<Cpu, f64, shape![4]> = tensor(&rand_vec(4, seed + 7, -1.0, 1.0));
+        let (want_y, want) = heads::vjp(&x, &w, (&g0, &g1, ())).unwrap();
+        let (y, pullback) = heads::forward(&x, &w).unwrap();
+        same_bits("heads value 0", &y.0, &want_y.0);
+        same_bits("heads value 1", &y.1, &want_y.1);
+        assert_eq!(y.2.to_vec().unwrap(), want_y.2.to_vec().unwrap());
+        let got = pullback.backward((&g0, &g1, ())).unwrap();
+        same_bits("heads x", &got.0, &want.0);
+        same_bits("heads w", &got.1, &want.1);
+    }
+}
+
 /// The generic layer in `f32` and `f64`, with two batch sizes.
 #[test]
 fn generic_forward_then_backward_is_vjp() {

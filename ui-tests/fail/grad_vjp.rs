@@ -1,12 +1,12 @@
-// `#[grad]` on a function with a tensor result gives `name::vjp`, which
-// takes one `grad_output`: a tuple result, an integer result, a parameter
-// named `grad_output`, and a parameter the result does not depend on.
+// `#[grad]` on a function with a tensor result gives `name::vjp`: a tuple
+// result without a float element, an integer result, a parameter named
+// `grad_output`, and a parameter the result does not depend on.
 use tensorfn::prelude::*;
 
 tensor_fn! {
     #[grad(x)]
-    fn pair(x: &Tensor<Cpu, f32, [4, 3]>) -> (Tensor<Cpu, f32, [4, 3]>, Tensor<Cpu, f32, [4]>) {
-        (x * 2.0, x.sum(1))
+    fn pair(x: &Tensor<Cpu, f32, [4, 3]>) -> (Tensor<Cpu, i64, [4]>, Tensor<Cpu, i64, [3]>) {
+        (x.argmax(1), x.argmax(0))
     }
 
     #[grad(x)]

@@ -144,6 +144,30 @@ pub struct TensorFn {
     /// function's inputs and the values of non-elementwise ops for the
     /// backward, and computes the elementwise values it reads again.
     pub recompute: bool,
+    /// For the function `name::vjp` computes (`grad::vjp_ast`): where
+    /// the gradient of each result lies among the parameters. `None` for a
+    /// function as written.
+    pub grad_output: Option<GradOutput>,
+}
+
+/// The gradients `name::vjp` takes, one per result: the parameters it
+/// appends to the function's own, and how `grad_output` spells them.
+#[derive(Debug, Clone)]
+pub struct GradOutput {
+    /// A tuple result: `grad_output` is a tuple with one entry per
+    /// element (`()` for one that has no gradient). Otherwise it is the
+    /// one tensor of `slots[0]`.
+    pub tuple: bool,
+    /// Per result: the index of the parameter holding its gradient, or
+    /// `None` for a non-float result (indices), which takes none.
+    pub slots: Vec<Option<usize>>,
+}
+
+impl GradOutput {
+    /// The indices of the parameters holding the gradients, in order.
+    pub fn params(&self) -> Vec<usize> {
+        self.slots.iter().flatten().copied().collect()
+    }
 }
 
 impl TensorFn {

@@ -59,6 +59,9 @@ pub struct Joint {
     pub f: CheckedFn,
     /// One entry per `#[grad]` name, in order.
     pub outs: Vec<GradOut>,
+    /// How many results the value is (the elements of a tuple result
+    /// for `vjp`, else one); the gradients follow them.
+    pub values: usize,
 }
 
 /// The name of the parameter `name::vjp` takes after the function's own:
@@ -73,16 +76,35 @@ pub fn scalar_result(f: &CheckedFn) -> bool {
 }
 
 /// The function `name::vjp` computes the value of: `ast` with the
-/// parameter [`GRAD_OUTPUT`] appended, typed like the result (one tensor:
-/// a tuple result is an error spanned on it).
+/// gradients of its results appended as parameters, typed like them
+/// ([`GradOutput`](crate::ast::GradOutput)): one, [`GRAD_OUTPUT`], for a
+/// tensor result; for a tuple result one per float element,
+/// `grad_output_0`, `grad_output_1`, .. (by the element's position),
+/// which `vjp` takes as the tuple `grad_output`, with `()` in the place
+/// of an element that has no gradient (an index tensor).
 pub fn vjp_ast(ast: &TensorFn) -> Result<TensorFn, syn::Error> {
-    if ast.ret.tuple || ast.ret.tensors.len() != 1 {
+    let tuple = ast.ret.tuple;
+    let names: Vec<Option<String>> = ast
+        .ret
+        .tensors
+        .iter()
+        .enumerate()
+        .map(|(k, t)| match (tuple, t.dtype.0.is_float()) {
+            (false, _) => Some(GRAD_OUTPUT.to_string()),
+            (true, true) => Some(format!("{GRAD_OUTPUT}_{k}")),
+            (true, false) => None,
+        })
+        .collect();
+    if tuple && names.iter().all(Option::is_none) {
         return Err(ast.ret.sp.error(format!(
-            "`#[grad]` on `{}`, whose result is not a 0-d loss, gives `{}::vjp(args.., grad_output)`, which takes the gradient of one tensor result, but `{}` returns a tuple; return one tensor (write a function per result, or `cat` them), or reduce the result to a 0-d loss for `value_and_grad`",
+            "`#[grad]` on `{}` gives `{}::vjp(args.., grad_output)`, which takes the gradients of the float elements of its result, but none of the elements of `{}`'s result is a float tensor; return a float tensor",
             ast.name, ast.name, ast.name
         )));
     }
-    if let Some(p) = ast.params.iter().find(|p| p.name == GRAD_OUTPUT) {
+    let taken = |p: &crate::ast::Param| {
+        p.name == GRAD_OUTPUT || names.iter().flatten().any(|n| p.name == n)
+    };
+    if let Some(p) = ast.params.iter().find(|p| taken(p)) {
         return Err(syn::Error::new(
             p.name.span(),
             format!(
@@ -92,10 +114,17 @@ pub fn vjp_ast(ast: &TensorFn) -> Result<TensorFn, syn::Error> {
         ));
     }
     let mut f = ast.clone();
-    f.params.push(crate::ast::Param {
-        name: syn::Ident::new(GRAD_OUTPUT, ast.ret.sp.span()),
-        ty: ParamTy::Tensor(ast.ret.tensors[0].clone()),
-    });
+    let mut slots = Vec::new();
+    for (name, t) in names.iter().zip(&ast.ret.tensors) {
+        slots.push(name.as_ref().map(|n| {
+            f.params.push(crate::ast::Param {
+                name: syn::Ident::new(n, ast.ret.sp.span()),
+                ty: ParamTy::Tensor(t.clone()),
+            });
+            f.params.len() - 1
+        }));
+    }
+    f.grad_output = Some(crate::ast::GradOutput { tuple, slots });
     Ok(f)
 }
 
@@ -112,7 +141,7 @@ pub fn derive(
 }
 
 /// The joint function of `name::vjp`: `f` and `ast` as [`vjp_ast`] gives
-/// them, the backward seeded with their last parameter, [`GRAD_OUTPUT`].
+/// them, the backward seeded with the gradient parameters it appended.
 pub fn derive_vjp(
     ast: &TensorFn,
     f: &CheckedFn,
@@ -120,23 +149,25 @@ pub fn derive_vjp(
     checked: &[Option<CheckedFn>],
     kernels: &KernelBodies,
 ) -> Result<Joint, Vec<syn::Error>> {
-    derive_seeded(ast, f, names, checked, kernels, Some(ast.params.len() - 1))
+    let slots = ast.grad_output.as_ref().map(|g| g.slots.clone());
+    derive_seeded(ast, f, names, checked, kernels, slots)
 }
 
 /// [`derive`] from a 0-d result seeded with one (`seed` `None`), or from
-/// a tensor result seeded with parameter `seed`.
+/// each result `k` seeded with parameter `seed[k]` (none for a result
+/// that takes no gradient).
 fn derive_seeded(
     ast: &TensorFn,
     f: &CheckedFn,
     names: &[syn::Ident],
     checked: &[Option<CheckedFn>],
     kernels: &KernelBodies,
-    seed: Option<usize>,
+    seed: Option<Vec<Option<usize>>>,
 ) -> Result<Joint, Vec<syn::Error>> {
     let inlined = inline_calls(f, checked, 0);
     let f = &inlined;
     let mut errors = Vec::new();
-    if seed.is_some() {
+    if seed.is_some() && !ast.ret.tuple {
         // The result: one float tensor.
         let ret = f.ret.first().map(|&r| &f.graph.nodes[r].ty);
         if let Some(Ty::Tensor(t)) = ret.filter(|_| f.ret.len() == 1) {
@@ -167,7 +198,7 @@ fn derive_seeded(
     let mut targets: Vec<(usize, Vec<usize>)> = Vec::new();
     for name in names {
         let user = |(i, p): &(usize, &crate::ast::Param)| {
-            !matches!(p.ty, ParamTy::Field(_)) && Some(*i) != seed
+            !matches!(p.ty, ParamTy::Field(_)) && !seed.iter().flatten().any(|s| *s == Some(*i))
         };
         let Some(i) = ast
             .params
@@ -228,7 +259,17 @@ fn derive_seeded(
     if !errors.is_empty() {
         return Err(errors);
     }
-    let mut d = Deriver::new(f, kernels.clone());
+    // The seeded results and their seeds (the node of a one where `None`).
+    let seeds: Vec<(NodeId, Option<NodeId>)> = match &seed {
+        None => vec![(f.ret[0], None)],
+        Some(slots) => f
+            .ret
+            .iter()
+            .zip(slots)
+            .filter_map(|(&r, s)| s.map(|p| (r, Some(f.params[p]))))
+            .collect(),
+    };
+    let mut d = Deriver::new(f, seeds.iter().map(|s| s.0).collect(), kernels.clone());
     let all: Vec<NodeId> = targets
         .iter()
         .flat_map(|(_, v)| v.iter().copied())
@@ -259,13 +300,15 @@ fn derive_seeded(
     if !errors.is_empty() {
         return Err(errors);
     }
-    d.backward(f.ret[0], seed.map(|i| f.params[i]));
+    d.backward(&seeds);
     if !d.errors.is_empty() {
         return Err(d.errors);
     }
-    // The results: the value, then the gradients.
-    let mut ret = vec![f.ret[0]];
-    let mut rtys = vec![f.sig.ret[0].clone()];
+    // The results: the value (each element of a tuple), then the
+    // gradients.
+    let values = if seed.is_some() { f.ret.len() } else { 1 };
+    let mut ret = f.ret[..values].to_vec();
+    let mut rtys = f.sig.ret[..values].to_vec();
     let mut outs = Vec::new();
     for (i, fields) in &targets {
         let mut grad_of = |d: &mut Deriver, n: NodeId| -> NodeId {
@@ -319,6 +362,7 @@ fn derive_seeded(
             ret,
         },
         outs,
+        values,
     })
 }
 
@@ -418,8 +462,8 @@ struct Deriver {
     live: Vec<bool>,
     /// The gradient of each forward node so far.
     adj: Vec<Option<NodeId>>,
-    /// The result.
-    ret: NodeId,
+    /// The results the backward starts from.
+    rets: Vec<NodeId>,
     /// The invocation's kernels, whose calls are differentiated through
     /// their element programs.
     kernels: KernelBodies,
@@ -499,7 +543,7 @@ fn broadcast(a: &[Dim], b: &[Dim]) -> Vec<Dim> {
 }
 
 impl Deriver {
-    fn new(f: &CheckedFn, kernels: KernelBodies) -> Self {
+    fn new(f: &CheckedFn, rets: Vec<NodeId>, kernels: KernelBodies) -> Self {
         let n = f.graph.nodes.len();
         Deriver {
             g: f.graph.clone(),
@@ -507,7 +551,7 @@ impl Deriver {
             from: vec![None; n],
             live: vec![false; n],
             adj: vec![None; n],
-            ret: f.ret[0],
+            rets,
             kernels,
             errors: Vec::new(),
         }
@@ -517,7 +561,6 @@ impl Deriver {
     /// what the result depends on (backward from it).
     fn mark(&mut self, targets: &[NodeId]) {
         let n = self.live.len();
-        let r = self.ret;
         for &t in targets {
             self.needs[t] = true;
             self.from[t] = Some(t);
@@ -539,7 +582,9 @@ impl Deriver {
             }
         }
         let mut live = vec![false; n];
-        live[r] = self.needs[r];
+        for &r in &self.rets {
+            live[r] = self.needs[r];
+        }
         for id in (0..n).rev() {
             if !live[id] {
                 continue;
@@ -568,12 +613,13 @@ impl Deriver {
                 reach[id] = true;
             }
         }
-        let r = self.ret;
-        if !reach[r] {
+        if !self.rets.iter().any(|&r| reach[r]) {
             return None;
         }
         let mut on_path = vec![false; n];
-        on_path[r] = true;
+        for &r in &self.rets {
+            on_path[r] = reach[r];
+        }
         for id in (0..n).rev() {
             if on_path[id] {
                 for i in self.g.inputs(id) {
@@ -903,16 +949,21 @@ impl Deriver {
         }
     }
 
-    /// The backward pass from the result `r`, seeded with `seed` (the
-    /// gradient of the result, of its type), or with one for a 0-d one.
-    fn backward(&mut self, r: NodeId, seed: Option<NodeId>) {
+    /// The backward pass from the results `seeds` name, each seeded with
+    /// its gradient (a node of its type), or with one for a 0-d loss. A
+    /// result given twice (`(y, y)`) gets the sum of its seeds.
+    fn backward(&mut self, seeds: &[(NodeId, Option<NodeId>)]) {
         let fwd = self.g.nodes.len();
-        let ty = self.tt(r);
-        let seed = match seed {
-            Some(s) => s,
-            None => self.full(&ty, 1, r),
-        };
-        self.adj[r] = Some(seed);
+        for &(r, seed) in seeds {
+            let seed = match seed {
+                Some(s) => s,
+                None => {
+                    let ty = self.tt(r);
+                    self.full(&ty, 1, r)
+                }
+            };
+            self.accumulate(r, seed);
+        }
         for n in (0..fwd).rev() {
             let Some(g) = self.adj[n] else { continue };
             let op = self.g.nodes[n].op.clone();

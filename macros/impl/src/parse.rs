@@ -368,6 +368,7 @@ fn parse_tensor_fn(
         struct_args: Vec::new(),
         grad: None,
         recompute: false,
+        grad_output: None,
     })
 }
 

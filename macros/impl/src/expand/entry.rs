@@ -5,10 +5,10 @@ use super::*;
 
 impl FnGen<'_> {
     /// The entry: fields of parameter structs bound, run-time dims bound,
-    /// parameter dims checked. The checks of parameter `skip` are left out: the forward of a
+    /// parameter dims checked. The checks of the parameters `skip` are left out: the forward of a
     /// split `vjp` runs before `grad_output` is given (its pullback checks
     /// it, [`FnGen::checks_of`]).
-    pub(super) fn entry(&self, skip: Option<usize>) -> TokenStream {
+    pub(super) fn entry(&self, skip: &[usize]) -> TokenStream {
         let sig = &self.f.sig;
         let mut out = TokenStream::new();
         // The fields of parameter structs the body uses, first: run-time
@@ -91,13 +91,13 @@ impl FnGen<'_> {
             };
             out.extend(quote!(let #v: usize = #value;));
         }
-        out.extend(self.checks(&|i| Some(i) != skip));
+        out.extend(self.checks(&|i| !skip.contains(&i)));
         out
     }
 
-    /// The entry checks of parameter `param` alone.
-    pub(super) fn checks_of(&self, param: usize) -> TokenStream {
-        self.checks(&|i| i == param)
+    /// The entry checks of the parameters `params` alone.
+    pub(super) fn checks_of(&self, params: &[usize]) -> TokenStream {
+        self.checks(&|i| params.contains(&i))
     }
 
     /// The entry checks of the parameters `which` accepts.

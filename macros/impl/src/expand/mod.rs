@@ -16,6 +16,7 @@ use tensorfn_kernels::ptx::Target;
 use tensorfn_kernels::{NormOp, ReduceOp, UnaryOp};
 
 mod entry;
+mod grad_output;
 mod items;
 mod memory;
 mod ops;
@@ -275,12 +276,11 @@ pub fn tensor_fn_with_grad(
                 "one call of `{name}::vjp`, or of `{name}::forward` and its `Pullback::backward` (the forward and the backward, as they run; `grad_output` not counted)"
             ),
         });
-        let grad_output = vast.params.len() - 1;
         peaks.push(memory::Peak {
             instances: planned,
             cands: planned
                 .iter()
-                .map(|p| Some(pullback::pullback_bytes(p, grad_output)))
+                .map(|p| Some(pullback::pullback_bytes(p, vast)))
                 .collect(),
             konst: "PULLBACK_BYTES",
             func: "pullback_bytes",
@@ -299,8 +299,12 @@ pub fn tensor_fn_with_grad(
 /// The results of a joint function as `value_and_grad` and `vjp` give
 /// them back.
 struct GradResults {
-    /// The value's type.
+    /// The value's type (a tuple for a tuple result).
     value_ty: TokenStream,
+    /// The value, from the bound results.
+    value: TokenStream,
+    /// How many results the value is; the gradients follow.
+    values: usize,
     /// The gradients' type: one parameter's, or a tuple of them.
     grad_ty: TokenStream,
     /// The names the joint function's results are bound to, in order.
@@ -366,8 +370,21 @@ impl GradResults {
             syn::Visibility::Inherited => quote!(pub(super)),
             syn::Visibility::Restricted(_) => quote!(pub(crate)),
         };
+        let values = joint.values;
+        let (value_ty, value) = match ast.ret.tuple {
+            true => {
+                let (t, r) = (&tys[..values], &rs[..values]);
+                (quote!((#(#t,)*)), quote!((#(#r,)*)))
+            }
+            false => {
+                let r = &rs[0];
+                (tys[0].clone(), quote!(#r))
+            }
+        };
         GradResults {
-            value_ty: tys[0].clone(),
+            value_ty,
+            value,
+            values,
             grad_ty,
             rs,
             grads,
@@ -389,16 +406,17 @@ fn grad_item(
 ) -> TokenStream {
     let GradResults {
         value_ty,
+        value,
         grad_ty,
         rs,
         grads,
         vis,
+        ..
     } = GradResults::new(ast, joint);
-    let r0 = rs[0].clone();
     let wrap = move |result: TokenStream| -> TokenStream {
         quote!({
             let (#(#rs,)*) = #result;
-            (#r0, #grads)
+            (#value, #grads)
         })
     };
     fn_item(
@@ -424,8 +442,9 @@ enum Form<'w> {
 }
 
 /// The function item: `head` (attributes, visibility, `fn name`), the
-/// parameters as written (less `grad_output` for [`Form::Split`]), `ret`,
-/// and one body per instance.
+/// parameters as written (less `grad_output` for [`Form::Split`], one
+/// tuple `grad_output` for the gradients of a tuple result), `ret`, and
+/// one body per instance.
 fn fn_item(
     ctx: &Ctx<'_>,
     ast: &TensorFn,
@@ -435,9 +454,9 @@ fn fn_item(
     ret: TokenStream,
     form: Form<'_>,
 ) -> TokenStream {
-    let omitted = match &form {
-        Form::Whole(_) => None,
-        Form::Split(split) => Some(split.grad_output),
+    let omitted: Vec<usize> = match &form {
+        Form::Whole(_) => vec![],
+        Form::Split(_) => grad_output::params(ast),
     };
     let mut errors = Vec::new();
     let mut bodies = Vec::new();
@@ -450,7 +469,7 @@ fn fn_item(
             kernels: std::collections::HashMap::new(),
             errors: Vec::new(),
         };
-        let entry = fn_gen.entry(omitted);
+        let entry = fn_gen.entry(&omitted);
         // Tensors of a dtype parameter are seen under this instance's
         // dtype (after the entry binds the fields of parameter structs),
         // and the results given back under the parameter.
@@ -489,9 +508,8 @@ fn fn_item(
                 (quote!(#(#steps)*), result)
             }
             Form::Split(split) => {
-                let (retyped_out, rest): (Vec<_>, Vec<_>) = retyped
-                    .drain(..)
-                    .partition(|(i, _)| *i == split.grad_output);
+                let (retyped_out, rest): (Vec<_>, Vec<_>) =
+                    retyped.drain(..).partition(|(i, _)| omitted.contains(i));
                 retyped = rest;
                 let retype_out: TokenStream = retyped_out.into_iter().map(|(_, t)| t).collect();
                 fn_gen.split_body(&p.plan, split, &generic_ret, retype_out)
@@ -526,14 +544,25 @@ fn fn_item(
         quote!(::core::result::Result::Err(::tensorfn::__private::no_body::<#t>(#name)))
     });
     // The split form's borrows of its arguments live in its `Pullback`.
-    let lifetime = omitted.map(|_| pullback::lifetime());
+    let lifetime = matches!(form, Form::Split(_)).then(pullback::lifetime);
     let generics = generics_with_lifetime(&ast.type_params, &ast.generics, lifetime.as_ref());
-    // Fields of parameter structs are bound at entry, not passed.
+    // Fields of parameter structs are bound at entry, not passed; the
+    // gradients of a tuple result are passed as one tuple.
+    let tuple_param = match &form {
+        Form::Whole(_) => grad_output::tuple_param(ast, &f.sig),
+        Form::Split(_) => None,
+    };
+    let in_tuple = match tuple_param {
+        Some(_) => grad_output::params(ast),
+        None => vec![],
+    };
     let params = ast
         .params
         .iter()
         .enumerate()
-        .filter(|(i, p)| !matches!(p.ty, ParamTy::Field(_)) && Some(*i) != omitted)
+        .filter(|(i, p)| {
+            !matches!(p.ty, ParamTy::Field(_)) && !omitted.contains(i) && !in_tuple.contains(i)
+        })
         .map(|(i, p)| {
             let n = &p.name;
             let t = param_sig_tokens(p, &f.sig, i);
@@ -544,8 +573,13 @@ fn fn_item(
                 _ => t,
             };
             quote!(#n: #t)
-        });
-    let bindings = param_bindings(ast, &f.sig, &|i| Some(i) != omitted);
+        })
+        .chain(tuple_param);
+    let unpack = match in_tuple.is_empty() {
+        true => quote!(),
+        false => grad_output::unpack(ast),
+    };
+    let bindings = param_bindings(ast, &f.sig, &|i| !omitted.contains(&i));
     let errors = crate::combine(errors).map(|e| e.to_compile_error());
     quote! {
         #errors
@@ -553,6 +587,7 @@ fn fn_item(
         // statistics in training, which PyTorch's signature still takes.
         #[allow(unused_variables, clippy::let_and_return, clippy::redundant_clone, clippy::needless_borrow, clippy::needless_return, clippy::needless_question_mark, clippy::approx_constant)]
         #head #generics (#(#params),*) -> ::tensorfn::Result<#ret> {
+            #unpack
             #bindings
             #(#bodies)*
             #fallback

@@ -18,9 +18,8 @@ use std::collections::{BTreeSet, HashSet};
 
 /// What [`FnGen::split_body`] needs beside the plan.
 pub(super) struct Split {
-    /// The index of the parameter `grad_output`.
-    pub grad_output: usize,
-    /// Its type in the closure's signature (`&Tensor<D, T, S>`).
+    /// The type of `grad_output` in the closure's signature
+    /// (`&Tensor<D, T, S>`, or a tuple of them).
     pub grad_output_ty: TokenStream,
     /// The joint function's results as `vjp` gives them back.
     pub results: GradResults,
@@ -71,12 +70,12 @@ fn defines(s: &Step) -> Option<NodeId> {
 }
 
 /// Where the backward starts: the index of the first step computing a
-/// node that depends on `seed` (the parameter `grad_output`).
-fn split_at(g: &Graph, steps: &[Step], seed: NodeId) -> usize {
+/// node that depends on one of `seeds` (the gradients in `grad_output`).
+fn split_at(g: &Graph, steps: &[Step], seeds: &[NodeId]) -> usize {
     // Operands precede their users in the graph.
     let mut depends = vec![false; g.nodes.len()];
     for n in 0..g.nodes.len() {
-        depends[n] = n == seed || g.inputs(n).into_iter().any(|i| depends[i]);
+        depends[n] = seeds.contains(&n) || g.inputs(n).into_iter().any(|i| depends[i]);
     }
     steps
         .iter()
@@ -85,14 +84,15 @@ fn split_at(g: &Graph, steps: &[Step], seed: NodeId) -> usize {
 }
 
 /// The bytes a `Pullback` keeps: the buffers the steps before the cut
-/// allocate that the steps after it read, or that hold a gradient.
-fn kept_bytes(f: &CheckedFn, plan: &Plan, cut: usize) -> crate::shape::Dim {
+/// allocate that the steps after it read, or that hold a gradient (the
+/// results after the `values` of the value).
+fn kept_bytes(f: &CheckedFn, plan: &Plan, cut: usize, values: usize) -> crate::shape::Dim {
     let before: HashSet<NodeId> = plan.steps[..cut].iter().filter_map(defines).collect();
     let read = plan.steps[cut..]
         .iter()
         .flat_map(|s| step_reads(&f.graph, s));
     let roots: BTreeSet<NodeId> = read
-        .chain(f.ret[1..].iter().copied())
+        .chain(f.ret[values..].iter().copied())
         .filter(|n| before.contains(n))
         .filter_map(|n| plan.root_of.get(&n).copied())
         .collect();
@@ -127,10 +127,20 @@ fn saved_lse_bytes(
         .fold(crate::shape::Dim::constant(0), |a, b| a.add(&b))
 }
 
-/// The candidates of `PULLBACK_BYTES` for one planned instance of `vjp`.
-pub(super) fn pullback_bytes(p: &crate::Planned, grad_output: usize) -> Vec<crate::shape::Dim> {
-    let cut = split_at(&p.f.graph, &p.plan.steps, p.f.params[grad_output]);
-    vec![kept_bytes(&p.f, &p.plan, cut)]
+/// The nodes of `vast`'s gradient parameters in `f`.
+fn seeds(f: &CheckedFn, vast: &TensorFn) -> Vec<NodeId> {
+    grad_output::params(vast)
+        .into_iter()
+        .map(|i| f.params[i])
+        .collect()
+}
+
+/// The candidates of `PULLBACK_BYTES` for one planned instance of `vjp`
+/// (`vast`: the function it computes).
+pub(super) fn pullback_bytes(p: &crate::Planned, vast: &TensorFn) -> Vec<crate::shape::Dim> {
+    let cut = split_at(&p.f.graph, &p.plan.steps, &seeds(&p.f, vast));
+    let values = vast.ret.tensors.len();
+    vec![kept_bytes(&p.f, &p.plan, cut, values)]
 }
 
 impl FnGen<'_> {
@@ -144,43 +154,57 @@ impl FnGen<'_> {
         generic_ret: &[bool],
         retype_out: TokenStream,
     ) -> (TokenStream, TokenStream) {
-        let cut = split_at(self.g(), &plan.steps, self.f.params[split.grad_output]);
+        let go = grad_output::params(self.ast);
+        let cut = split_at(self.g(), &plan.steps, &seeds(self.f, self.ast));
         let forward: Vec<TokenStream> = plan.steps[..cut].iter().map(|s| self.step(s)).collect();
         let backward: Vec<TokenStream> = plan.steps[cut..].iter().map(|s| self.step(s)).collect();
-        // The value: computed before the cut (the backward starts from
-        // its gradient), and a clone of the handle, so that the closure
-        // can still own the value where the backward reads it.
-        let r0 = self.f.ret[0];
-        let value = match self.g().nodes[r0].op {
-            Op::Param(i) => {
-                let p = &self.ast.params[i].name;
-                quote!(::core::clone::Clone::clone(#p))
-            }
-            _ => {
-                if !plan.steps[..cut].iter().any(|s| defines(s) == Some(r0)) {
-                    let at = &self.g().nodes[r0].sp;
-                    self.errors.push(at.error(format!(
-                        "internal error of `tensor_fn!`: the value of `{}` is computed after its backward starts, so `{}::forward` cannot return it; use `{}::vjp`",
-                        self.ast.name, self.ast.name, self.ast.name
-                    )));
+        // The value (each element of a tuple): computed before the cut
+        // (the backward starts from its gradient), and a clone of the
+        // handle, so that the closure can still own the value where the
+        // backward reads it.
+        let GradResults {
+            grad_ty,
+            rs,
+            grads,
+            values,
+            ..
+        } = &split.results;
+        let mut value = Vec::new();
+        for k in 0..*values {
+            let r = self.f.ret[k];
+            let v = match self.g().nodes[r].op {
+                Op::Param(i) => {
+                    let p = &self.ast.params[i].name;
+                    quote!(::core::clone::Clone::clone(#p))
                 }
-                let v = var(r0);
-                quote!(::core::clone::Clone::clone(&#v))
-            }
-        };
-        let value = match generic_ret.first() {
-            Some(true) => quote!(::tensorfn::__private::retype(#value)?),
-            _ => value,
+                _ => {
+                    if !plan.steps[..cut].iter().any(|s| defines(s) == Some(r)) {
+                        let at = &self.g().nodes[r].sp;
+                        self.errors.push(at.error(format!(
+                            "internal error of `tensor_fn!`: the value of `{}` is computed after its backward starts, so `{}::forward` cannot return it; use `{}::vjp`",
+                            self.ast.name, self.ast.name, self.ast.name
+                        )));
+                    }
+                    let v = var(r);
+                    quote!(::core::clone::Clone::clone(&#v))
+                }
+            };
+            value.push(match generic_ret.get(k) {
+                Some(true) => quote!(::tensorfn::__private::retype(#v)?),
+                _ => v,
+            });
+        }
+        let value = match self.ast.ret.tuple {
+            true => quote!((#(#value,)*)),
+            false => value.remove(0),
         };
         let parts = self.result_parts(generic_ret);
-        let parts = &parts[1..];
-        let GradResults {
-            grad_ty, rs, grads, ..
-        } = &split.results;
-        let rs = &rs[1..];
-        let go = &self.ast.params[split.grad_output].name;
+        let parts = &parts[*values..];
+        let rs = &rs[*values..];
+        let go_name = format_ident!("{}", crate::grad::GRAD_OUTPUT);
+        let unpack = grad_output::unpack(self.ast);
         let go_ty = &split.grad_output_ty;
-        let checks = self.checks_of(split.grad_output);
+        let checks = self.checks_of(&go);
         // The tensor arguments the backward reads, kept as handles (a
         // tensor is a counted reference to its buffer: nothing is
         // copied), so that the caller may drop or replace its own, as a
@@ -188,13 +212,13 @@ impl FnGen<'_> {
         let read: HashSet<NodeId> = plan.steps[cut..]
             .iter()
             .flat_map(|s| step_reads(self.g(), s))
-            .chain(self.f.ret[1..].iter().copied())
+            .chain(self.f.ret[*values..].iter().copied())
             .collect();
         let mut keep = TokenStream::new();
         let mut rebind = TokenStream::new();
         for (i, par) in self.ast.params.iter().enumerate() {
             let tensor = matches!(par.ty, crate::ast::ParamTy::Tensor(_));
-            if !tensor || i == split.grad_output || !read.contains(&self.f.params[i]) {
+            if !tensor || go.contains(&i) || !read.contains(&self.f.params[i]) {
                 continue;
             }
             let n = &par.name;
@@ -206,7 +230,8 @@ impl FnGen<'_> {
             #(#forward)*
             let __tf_value = #value;
             #keep
-            let __tf_backward = move |#go: #go_ty| -> ::tensorfn::Result<#grad_ty> {
+            let __tf_backward = move |#go_name: #go_ty| -> ::tensorfn::Result<#grad_ty> {
+                #unpack
                 #rebind
                 #retype_out
                 #checks
@@ -237,12 +262,13 @@ pub(super) fn split_items(
     name: &syn::Ident,
 ) -> TokenStream {
     let results = GradResults::new(vast, joint);
-    let go = vast.params.len() - 1;
+    let go = grad_output::params(vast);
     let sig = &joint.f.sig;
-    let go_param = &vast.params[go];
-    let go_name = &go_param.name;
-    let go_sig = param_sig_tokens(go_param, sig, go);
-    let go_bind = param_bindings(vast, sig, &|i| i == go);
+    let go_name = format_ident!("{}", crate::grad::GRAD_OUTPUT);
+    let go_sig = grad_output::sig_ty(vast, sig);
+    let go_unpack = grad_output::unpack(vast);
+    let go_bind = param_bindings(vast, sig, &|i| go.contains(&i));
+    let go_pack = grad_output::pack(vast);
     let lt = lifetime();
     let types: Vec<proc_macro2::Ident> = vast
         .type_params
@@ -260,8 +286,7 @@ pub(super) fn split_items(
     } = &results;
     let (value_ty, grad_ty, vis) = (value_ty.clone(), grad_ty.clone(), vis.clone());
     let split = Split {
-        grad_output: go,
-        grad_output_ty: param_type_tokens(go_param, sig, go),
+        grad_output_ty: grad_output::concrete_ty(vast, sig),
         results,
     };
     let go_ty = &split.grad_output_ty;
@@ -300,8 +325,9 @@ pub(super) fn split_items(
             #[doc = #backward_doc]
             #[allow(clippy::type_complexity)]
             pub fn backward(self, #go_name: #go_sig) -> ::tensorfn::Result<#grad_ty> {
+                #go_unpack
                 #go_bind
-                (self.backward)(#go_name)
+                (self.backward)(#go_pack)
             }
         }
     }
