@@ -21,8 +21,10 @@ use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel, Value};
 use tensorfn_kernels::{BinaryOp, UnaryOp};
 
 mod bias_grad;
+mod slots;
 mod transposed;
 pub use bias_grad::fold_bias_gradients;
+pub use slots::fold_slot_sums;
 pub use transposed::fold_transposed_products;
 
 /// The most tensor inputs one fused kernel takes (`fused1`..`fused8`).

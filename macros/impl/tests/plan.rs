@@ -446,3 +446,116 @@ fn a_product_read_only_transposed_is_written_in_that_layout() {
     let planned = &a.planned[0].as_ref().unwrap()[0];
     assert_eq!(transposed_products(&planned.f.graph), 0);
 }
+
+/// The nodes of the first `#[grad]` joint's plan that run as their own
+/// call, with the joint.
+fn joint_ops(input: TokenStream) -> (Vec<String>, tensorfn_macros_impl::Planned) {
+    let mut a = tensorfn_macros_impl::analyse_tokens(input).expect("parses");
+    assert!(
+        a.errors.is_empty(),
+        "{:?}",
+        a.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>()
+    );
+    let p = a.joints.swap_remove(0).expect("a joint").swap_remove(0);
+    (ops(&p.plan, &p.f), p)
+}
+
+#[test]
+fn slices_gradients_that_cover_their_tensor_are_joined_once() {
+    use tensorfn_macros_impl::graph::Op;
+    // GPT-2's attention: `q`, `k`, `v` cut out of one `[B, T, 3, H, D]`
+    // projection; its gradient is one `cat` of the three slots.
+    let (ops, p) = joint_ops(quote! {
+        #[grad(x, w)]
+        fn block(x: &Tensor<Cuda, bf16, [2, 16, 64]>, w: &Tensor<Cuda, bf16, [64, 192]>)
+            -> Tensor<Cuda, bf16, []> {
+            let qkv = matmul(x.reshape([32, 64]), w).reshape([2, 16, 3, 4, 16]);
+            let q = qkv.narrow(2, 0, 1).reshape([2, 16, 4, 16]).permute([0, 2, 1, 3]);
+            let k = qkv.narrow(2, 1, 1).reshape([2, 16, 4, 16]).permute([0, 2, 1, 3]);
+            let v = qkv.narrow(2, 2, 1).reshape([2, 16, 4, 16]).permute([0, 2, 1, 3]);
+            let heads = scaled_dot_product_attention(q, k, v, is_causal = true);
+            heads.permute([0, 2, 1, 3]).reshape([32, 64]).sum()
+        }
+    });
+    assert_eq!(ops.iter().filter(|o| *o == "Cat").count(), 1, "{ops:?}");
+    let cat = p
+        .plan
+        .steps
+        .iter()
+        .find_map(|s| match s {
+            Step::Op(n) if matches!(p.f.graph.nodes[*n].op, Op::Cat { .. }) => Some(*n),
+            _ => None,
+        })
+        .unwrap();
+    let Op::Cat { xs, dim } = &p.f.graph.nodes[cat].op else {
+        unreachable!()
+    };
+    assert_eq!((xs.len(), *dim), (3, 2));
+    // No sum of whole gradients is left (the one kernel casts the seed).
+    assert!(
+        fused(&p.plan).iter().all(|g| g.inputs.len() == 1),
+        "{:?}",
+        p.plan.steps
+    );
+    // The slots in `cat` order: `q`'s gradient first, though it was
+    // accumulated last.
+    let slot_of = |x: usize| {
+        let mut x = x;
+        loop {
+            match p.f.graph.nodes[x].op {
+                Op::TupleGet(_, i) => return i,
+                Op::Reshape { x: y, .. } | Op::Permute(y, _) => x = y,
+                ref op => panic!("{op:?}"),
+            }
+        }
+    };
+    assert_eq!(
+        xs.iter().map(|&x| slot_of(x)).collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+}
+
+#[test]
+fn slices_gradients_with_overlaps_gaps_or_other_readers_stay_sums() {
+    // The number of `cat` calls in the joint.
+    let cats = |body: TokenStream| {
+        let (ops, _) = joint_ops(quote! {
+            #[grad(x)]
+            fn f(x: &Tensor<Cpu, f32, [4, 6]>) -> Tensor<Cpu, f32, []> { #body }
+        });
+        ops.iter().filter(|o| *o == "Cat").count()
+    };
+    // Disjoint and covering: one `cat`.
+    assert_eq!(
+        cats(quote!((x.narrow(1, 0, 2) * x.narrow(1, 2, 2)
+            + x.narrow(1, 4, 2))
+        .sum())),
+        1
+    );
+    // Overlapping slices are added.
+    assert_eq!(
+        cats(quote!((x.narrow(1, 0, 3) * x.narrow(1, 2, 3)).sum())),
+        2
+    );
+    // A gap: columns 2 and 3 get zeros.
+    assert_eq!(
+        cats(quote!((x.narrow(1, 0, 2) * x.narrow(1, 4, 2)).sum())),
+        2
+    );
+    // `x` also read whole: its gradient adds `g` to the slices'.
+    assert_eq!(
+        cats(quote!(
+            (x.narrow(1, 0, 3) * x.narrow(1, 3, 3)).sum() + x.sum()
+        )),
+        2
+    );
+    // Slices of slices: the inner ones (rows) keep their zero blocks,
+    // the outer halves (columns) cover `x` and are joined (3 `cat`s, not
+    // 4 and a sum).
+    assert_eq!(
+        cats(quote!((x.narrow(1, 0, 3).narrow(0, 0, 2)
+            * x.narrow(1, 3, 3).narrow(0, 2, 2))
+        .sum())),
+        3
+    );
+}

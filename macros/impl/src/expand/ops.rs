@@ -591,6 +591,20 @@ impl FnGen<'_> {
                 let (c, s) = (table(*cos), table(*sin));
                 quote!(#xr.rope(#c, #s)?)
             }
+            Op::Cat { xs, dim }
+                if xs.len() > 2 && xs.iter().all(|&x| self.dim_tys(x) == self.dim_tys(xs[0])) =>
+            {
+                // Parts of one shape: one call that writes each part into
+                // its slot once (pairwise, the first parts would be copied
+                // again by every later step).
+                let part = self.shape_of(xs[0]);
+                let parts = xs.iter().map(|&x| {
+                    let r = self.reference(x);
+                    quote!(&::core::clone::Clone::clone(#r).into_shape::<#part>()?)
+                });
+                let s = so();
+                quote!(::tensorfn::Tensor::cat_slice::<#dim, #s>(&[#(#parts),*])?)
+            }
             Op::Cat { xs, dim } => {
                 // Pairwise: each step's shape type has the joined dim so far.
                 let first = self.tty(xs[0]).clone();
