@@ -21,10 +21,10 @@ use std::borrow::Cow;
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::ptx::{
     attention_mma_backward_shared, attention_mma_rows, attention_mma_threads,
-    attention_wgmma_backward_shared, attention_wgmma_rows, attention_wgmma_shared,
-    attention_wgmma_threads, attention_ws_shared, Target, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS,
-    ATTENTION_WS_ROWS, ATTENTION_WS_THREADS, MMA_BWD_KEYS, MMA_BWD_THREADS, WGMMA_BWD_KEYS,
-    WGMMA_BWD_THREADS,
+    attention_wgmma_backward2_shared, attention_wgmma_backward_shared, attention_wgmma_rows,
+    attention_wgmma_shared, attention_wgmma_threads, attention_ws_shared, Target,
+    ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS, ATTENTION_WS_ROWS, ATTENTION_WS_THREADS, MMA_BWD_KEYS,
+    MMA_BWD_THREADS, WGMMA_BWD2_KEYS, WGMMA_BWD2_THREADS, WGMMA_BWD_KEYS, WGMMA_BWD_THREADS,
 };
 
 const OP: &str = "scaled_dot_product_attention";
@@ -486,23 +486,32 @@ impl CudaBackend {
         let (os, gs) = (walk(o.1, nh), walk(g.1, nh));
         let (op, gp) = (o.0.ptr_at(o.1.offset()), g.0.ptr_at(g.1.offset()));
         // On compute capability 9.0 the Hopper form (`wgmma`), with the
-        // same parameters and preprocessing entry.
-        let (kernel, keys, threads, shared) =
-            if ctx.compute_capability == (9, 0) && !mma_sync_only() {
-                (
-                    Builtin::AttentionWgmmaBackward(T::KIND, d),
-                    WGMMA_BWD_KEYS,
-                    WGMMA_BWD_THREADS,
-                    attention_wgmma_backward_shared(d),
-                )
-            } else {
-                (
-                    Builtin::AttentionMmaBackward(T::KIND, d),
-                    MMA_BWD_KEYS,
-                    MMA_BWD_THREADS,
-                    attention_mma_backward_shared(d),
-                )
-            };
+        // same parameters and preprocessing entry: at head dim 128 its
+        // two-warpgroup blocks (half the `dQ` atomics).
+        let hopper = ctx.compute_capability == (9, 0) && !mma_sync_only();
+        let pair = hopper && d == 128;
+        let (kernel, keys, threads, shared) = if let (true, Some(bulk)) = (pair, pair_backward()) {
+            (
+                Builtin::AttentionWgmmaBackward2(T::KIND, d, bulk),
+                WGMMA_BWD2_KEYS,
+                WGMMA_BWD2_THREADS,
+                attention_wgmma_backward2_shared(d),
+            )
+        } else if hopper {
+            (
+                Builtin::AttentionWgmmaBackward(T::KIND, d),
+                WGMMA_BWD_KEYS,
+                WGMMA_BWD_THREADS,
+                attention_wgmma_backward_shared(d),
+            )
+        } else {
+            (
+                Builtin::AttentionMmaBackward(T::KIND, d),
+                MMA_BWD_KEYS,
+                MMA_BWD_THREADS,
+                attention_mma_backward_shared(d),
+            )
+        };
         let f = ctx.function(ModuleKey::Builtin(kernel), "", || {
             kernel.source(ctx.target())
         })?;
@@ -695,6 +704,29 @@ fn mma_sync_only() -> bool {
     {
         false
     }
+}
+
+/// Set by the timing and accuracy tests to choose the Hopper backward's
+/// form at head dim 128: 0 the runtime's choice (see `pair_backward`), 1
+/// one warpgroup a block, 2 two warpgroups adding `dQ` with
+/// `red.global.add`, 3 two warpgroups adding it with bulk reductions.
+#[cfg(test)]
+pub(crate) static BWD_FORM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Whether the Hopper backward at head dim 128 takes two warpgroups a
+/// block (`Some`), and whether they add `dQ` with bulk reductions; the
+/// one-warpgroup form (`None`) only the tests ask for (BENCHMARKS.md).
+fn pair_backward() -> Option<bool> {
+    #[cfg(test)]
+    {
+        match BWD_FORM.load(std::sync::atomic::Ordering::Relaxed) {
+            1 => return None,
+            2 => return Some(false),
+            3 => return Some(true),
+            _ => {}
+        }
+    }
+    Some(true)
 }
 
 /// Set by the timing and accuracy tests to choose the Hopper forward's
