@@ -54,12 +54,16 @@ const REGION: usize = 64 * ATOM_ROW;
 /// Bytes of dynamic shared memory the two-warpgroup Hopper backward
 /// takes at head dim `d`: `K` and `V` of the block's 128 keys (two 64-row
 /// tiles each), two buffers each of `Q` and `dO`, the two warpgroups'
-/// `dS^T` tiles, and 1 KiB of slack to align them to the 1 KiB the
+/// `dS^T` tiles, their `dQ` staging tiles (64 rows of 272 bytes, used by
+/// the `bulk` form), and 1 KiB of slack to align them to the 1 KiB the
 /// swizzle repeats over.
 ///
 /// ```
 /// use tensorfn_kernels::ptx::attention_wgmma_backward2_shared;
-/// assert_eq!(attention_wgmma_backward2_shared(128), 8 * 16384 + 2 * 8192 + 1024);
+/// assert_eq!(
+///     attention_wgmma_backward2_shared(128),
+///     8 * 16384 + 2 * 8192 + 2 * 64 * 272 + 1024
+/// );
 /// ```
 pub const fn attention_wgmma_backward2_shared(d: usize) -> usize {
     8 * 64 * d * 2 + 2 * REGION + 2 * QUERIES * STAGE_PITCH + 1024
