@@ -1235,6 +1235,64 @@ pub fn attention_wgmma_backward(dtype: DTypeKind, d: usize) -> Result<Kernel> {
     Ok(Kernel { name, ptx })
 }
 
+/// Name of [`attention_wgmma_backward2`]`(dtype, d, bulk)` (its main
+/// entry; the preprocessing entry is this name with `_delta` appended).
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert_eq!(
+///     builtin::attention_wgmma_backward2_name(DTypeKind::BF16, 128, false),
+///     "tf_attention_wgmma_bwd2_bf16_d128"
+/// );
+/// assert_eq!(
+///     builtin::attention_wgmma_backward2_name(DTypeKind::F16, 128, true),
+///     "tf_attention_wgmma_bwd2_bulk_f16_d128"
+/// );
+/// ```
+pub fn attention_wgmma_backward2_name(dtype: DTypeKind, d: usize, bulk: bool) -> String {
+    let form = if bulk { "bulk_" } else { "" };
+    format!("tf_attention_wgmma_bwd2_{form}{dtype}_d{d}")
+}
+
+/// [`attention_wgmma_backward`] with blocks of two warpgroups owning
+/// [`WGMMA_BWD2_KEYS`](crate::ptx::WGMMA_BWD2_KEYS) keys, 64 each, that
+/// share the query tiles' `Q` and `dO` and split `dQ = dS K`'s columns
+/// between them, so that `dQ` is added to global memory once per 128
+/// keys (half the atomics). Head dim 128 only (`Err` otherwise, and for
+/// dtypes other than f16 and bf16); the same two entries, parameters and
+/// outputs. Launch the main entry with `block.x =`
+/// [`WGMMA_BWD2_THREADS`](crate::ptx::WGMMA_BWD2_THREADS), `grid.x =
+/// ceil(s /` [`WGMMA_BWD2_KEYS`](crate::ptx::WGMMA_BWD2_KEYS)`)`,
+/// `grid.y` the batch and
+/// [`attention_wgmma_backward2_shared`](crate::ptx::attention_wgmma_backward2_shared)`(d)`
+/// bytes of dynamic shared memory. With `bulk`, a warpgroup's `dQ` of a
+/// query tile is staged in shared memory and added with one
+/// `cp.reduce.async.bulk` per query row instead of `red.global.add.v4.f32`
+/// from every thread.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::attention_wgmma_backward2(DTypeKind::BF16, 128, false).unwrap();
+/// assert!(k.ptx.contains(".target sm_90a"));
+/// assert!(k.ptx.contains(".entry tf_attention_wgmma_bwd2_bf16_d128_delta("));
+/// assert!(k.ptx.contains("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"));
+/// let k = builtin::attention_wgmma_backward2(DTypeKind::BF16, 128, true).unwrap();
+/// assert!(k.ptx.contains("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"));
+/// assert!(builtin::attention_wgmma_backward2(DTypeKind::BF16, 64, false).is_err());
+/// ```
+pub fn attention_wgmma_backward2(dtype: DTypeKind, d: usize, bulk: bool) -> Result<Kernel> {
+    tensor_core_case("attention_wgmma_backward2", dtype, d)?;
+    if d != 128 {
+        return Err(Error::Unsupported {
+            kernel: "attention_wgmma_backward2",
+            message: format!("the two-warpgroup attention backward takes head dim 128, found {d}"),
+        });
+    }
+    let name = attention_wgmma_backward2_name(dtype, d, bulk);
+    let ptx = ptx::attention_wgmma_backward2(&name, dtype, d, bulk);
+    Ok(Kernel { name, ptx })
+}
+
 fn unsupported(kernel: &'static str, e: Error) -> Error {
     match e {
         Error::Type { message, .. } => Error::Unsupported { kernel, message },
@@ -1403,6 +1461,9 @@ pub fn all() -> Vec<Kernel> {
             out.extend(attention_wgmma_ws(dtype, d).ok());
             out.extend(attention_mma_backward(dtype, d).ok());
             out.extend(attention_wgmma_backward(dtype, d).ok());
+            for bulk in [false, true] {
+                out.extend(attention_wgmma_backward2(dtype, d, bulk).ok());
+            }
         }
         for k in crate::optim::OptimKernel::ALL {
             // Master weights only for 16-bit parameters.

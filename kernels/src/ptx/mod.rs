@@ -29,6 +29,7 @@ mod attention;
 mod attention_mma_bwd;
 mod attention_wgmma;
 mod attention_wgmma_bwd;
+mod attention_wgmma_bwd2;
 mod attention_wgmma_ws;
 mod bnorm;
 mod body;
@@ -64,6 +65,9 @@ pub use attention::{
 pub use attention_mma_bwd::{attention_mma_backward_shared, MMA_BWD_KEYS, MMA_BWD_THREADS};
 pub use attention_wgmma::{attention_wgmma_rows, attention_wgmma_shared, attention_wgmma_threads};
 pub use attention_wgmma_bwd::{attention_wgmma_backward_shared, WGMMA_BWD_KEYS, WGMMA_BWD_THREADS};
+pub use attention_wgmma_bwd2::{
+    attention_wgmma_backward2_shared, WGMMA_BWD2_KEYS, WGMMA_BWD2_THREADS,
+};
 pub use attention_wgmma_ws::{attention_ws_shared, ATTENTION_WS_ROWS, ATTENTION_WS_THREADS};
 pub use bnorm::{BATCH_NORM_BACKWARD_META_WORDS, BATCH_NORM_META_WORDS};
 pub use concat::CAT_PARTS;
@@ -516,6 +520,29 @@ pub(crate) fn attention_wgmma_backward(
         ),
         &[
             attention_wgmma_bwd::attention_wgmma_bwd_entry(name, dtype, d),
+            attention_mma_bwd::attention_mma_bwd_delta_entry(&format!("{name}_delta"), dtype, d),
+        ],
+    )
+}
+
+/// The module of the two-warpgroup Hopper attention backward `name`
+/// (`.target sm_90a`, head dim 128; see
+/// [`builtin::attention_wgmma_backward2`](crate::builtin::attention_wgmma_backward2)):
+/// the main entry `name` and the preprocessing one `name_delta`, that of
+/// the `mma.sync` backward; with `bulk`, `dQ` added by bulk reductions.
+pub(crate) fn attention_wgmma_backward2(
+    name: &str,
+    dtype: tensorfn_core::DTypeKind,
+    d: usize,
+    bulk: bool,
+) -> String {
+    module_with_header(
+        attention_wgmma_bwd::SM90A_RED_HEADER,
+        &format!(
+            "{name}: scaled dot-product attention backward over {dtype}, head dim {d}, with wgmma on two warpgroups"
+        ),
+        &[
+            attention_wgmma_bwd2::attention_wgmma_bwd2_entry(name, dtype, d, bulk),
             attention_mma_bwd::attention_mma_bwd_delta_entry(&format!("{name}_delta"), dtype, d),
         ],
     )

@@ -250,7 +250,9 @@ fn every_builtin_is_well_formed() {
             );
             check_body(&es[0]);
             check_exact(&k.name, &k.ptx);
-        } else if k.name.starts_with("tf_attention_wgmma_bwd_") {
+        } else if k.name.starts_with("tf_attention_wgmma_bwd") {
+            let pair = k.name.starts_with("tf_attention_wgmma_bwd2_");
+            let bulk = k.name.starts_with("tf_attention_wgmma_bwd2_bulk_");
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 2, "{}", k.name);
             assert_eq!(es[0].name, k.name);
@@ -273,8 +275,19 @@ fn every_builtin_is_well_formed() {
                 "wgmma.mma_async.sync.aligned.m64n64k16".into(),
                 "fence.proxy.async.shared::cta".into(),
                 "cp.async.cg.shared.global".into(),
-                "red.global.add.v4.f32".into(),
-                format!(".maxntid {}, 1, 1", super::WGMMA_BWD_THREADS),
+                if bulk {
+                    "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32".into()
+                } else {
+                    "red.global.add.v4.f32".into()
+                },
+                format!(
+                    ".maxntid {}, 1, 1",
+                    if pair {
+                        super::WGMMA_BWD2_THREADS
+                    } else {
+                        super::WGMMA_BWD_THREADS
+                    }
+                ),
             ] {
                 assert!(k.ptx.contains(&op), "{}: no {op}", k.name);
             }

@@ -21,10 +21,10 @@ use std::borrow::Cow;
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::ptx::{
     attention_mma_backward_shared, attention_mma_rows, attention_mma_threads,
-    attention_wgmma_backward_shared, attention_wgmma_rows, attention_wgmma_shared,
-    attention_wgmma_threads, attention_ws_shared, Target, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS,
-    ATTENTION_WS_ROWS, ATTENTION_WS_THREADS, MMA_BWD_KEYS, MMA_BWD_THREADS, WGMMA_BWD_KEYS,
-    WGMMA_BWD_THREADS,
+    attention_wgmma_backward2_shared, attention_wgmma_backward_shared, attention_wgmma_rows,
+    attention_wgmma_shared, attention_wgmma_threads, attention_ws_shared, Target,
+    ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS, ATTENTION_WS_ROWS, ATTENTION_WS_THREADS, MMA_BWD_KEYS,
+    MMA_BWD_THREADS, WGMMA_BWD2_KEYS, WGMMA_BWD2_THREADS, WGMMA_BWD_KEYS, WGMMA_BWD_THREADS,
 };
 
 const OP: &str = "scaled_dot_product_attention";
@@ -442,9 +442,10 @@ impl CudaBackend {
 
     /// The tensor-core backward (see `mma_fits`), FlashAttention-2's: the
     /// preprocessing entry writes `D_i = dO_i . O_i`, then a block per 128
-    /// keys (64 in the Hopper form, `wgmma`, which compute capability 9.0
-    /// takes) writes their `dK` and `dV` and adds `dQ` into a zeroed f32
-    /// buffer with atomics, cast to the dtype at the end. (A deterministic
+    /// keys (in the Hopper form, `wgmma`, which compute capability 9.0
+    /// takes: 64, and 128 over two warpgroups at head dim 128) writes
+    /// their `dK` and `dV` and adds `dQ` into a zeroed f32 buffer with
+    /// atomics, cast to the dtype at the end. (A deterministic
     /// `dQ` would take a second pass over the keys per query block, which
     /// recomputes `S` and `dP`: about 40% more products.)
     #[allow(clippy::too_many_arguments, clippy::type_complexity)]
@@ -486,23 +487,32 @@ impl CudaBackend {
         let (os, gs) = (walk(o.1, nh), walk(g.1, nh));
         let (op, gp) = (o.0.ptr_at(o.1.offset()), g.0.ptr_at(g.1.offset()));
         // On compute capability 9.0 the Hopper form (`wgmma`), with the
-        // same parameters and preprocessing entry.
-        let (kernel, keys, threads, shared) =
-            if ctx.compute_capability == (9, 0) && !mma_sync_only() {
-                (
-                    Builtin::AttentionWgmmaBackward(T::KIND, d),
-                    WGMMA_BWD_KEYS,
-                    WGMMA_BWD_THREADS,
-                    attention_wgmma_backward_shared(d),
-                )
-            } else {
-                (
-                    Builtin::AttentionMmaBackward(T::KIND, d),
-                    MMA_BWD_KEYS,
-                    MMA_BWD_THREADS,
-                    attention_mma_backward_shared(d),
-                )
-            };
+        // same parameters and preprocessing entry: at head dim 128 its
+        // two-warpgroup blocks (half the `dQ` atomics).
+        let hopper = ctx.compute_capability == (9, 0) && !mma_sync_only();
+        let pair = hopper && d == 128;
+        let (kernel, keys, threads, shared) = if let (true, Some(bulk)) = (pair, pair_backward()) {
+            (
+                Builtin::AttentionWgmmaBackward2(T::KIND, d, bulk),
+                WGMMA_BWD2_KEYS,
+                WGMMA_BWD2_THREADS,
+                attention_wgmma_backward2_shared(d),
+            )
+        } else if hopper {
+            (
+                Builtin::AttentionWgmmaBackward(T::KIND, d),
+                WGMMA_BWD_KEYS,
+                WGMMA_BWD_THREADS,
+                attention_wgmma_backward_shared(d),
+            )
+        } else {
+            (
+                Builtin::AttentionMmaBackward(T::KIND, d),
+                MMA_BWD_KEYS,
+                MMA_BWD_THREADS,
+                attention_mma_backward_shared(d),
+            )
+        };
         let f = ctx.function(ModuleKey::Builtin(kernel), "", || {
             kernel.source(ctx.target())
         })?;
@@ -695,6 +705,31 @@ fn mma_sync_only() -> bool {
     {
         false
     }
+}
+
+/// Set by the timing and accuracy tests to choose the Hopper backward's
+/// form at head dim 128: 0 the runtime's choice (see `pair_backward`), 1
+/// one warpgroup a block, 2 two warpgroups adding `dQ` with
+/// `red.global.add`, 3 two warpgroups adding it with bulk reductions.
+#[cfg(test)]
+pub(crate) static BWD_FORM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Whether the Hopper backward at head dim 128 takes two warpgroups a
+/// block (`Some`), and whether they add `dQ` with bulk reductions: the
+/// runtime takes `red.global.add` (2.67 ms against 2.73 ms with bulk
+/// reductions and 3.13 ms with one warpgroup a block, BENCHMARKS.md);
+/// the other two forms only the tests ask for.
+fn pair_backward() -> Option<bool> {
+    #[cfg(test)]
+    {
+        match BWD_FORM.load(std::sync::atomic::Ordering::Relaxed) {
+            1 => return None,
+            2 => return Some(false),
+            3 => return Some(true),
+            _ => {}
+        }
+    }
+    Some(false)
 }
 
 /// Set by the timing and accuracy tests to choose the Hopper forward's

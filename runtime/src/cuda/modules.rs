@@ -64,6 +64,9 @@ pub(crate) enum Builtin {
     AttentionMmaBackward(DTypeKind, usize),
     /// Its Hopper form (compute capability 9.0 only: `wgmma`, `sm_90a`).
     AttentionWgmmaBackward(DTypeKind, usize),
+    /// Its two-warpgroup form (head dim 128), adding `dQ` with bulk
+    /// reductions or not.
+    AttentionWgmmaBackward2(DTypeKind, usize, bool),
     /// Its backward over tensors of this dtype: per query row (`false`:
     /// `D` and `dQ`) or per key row (`true`: `dK` and `dV`).
     AttentionBackward(DTypeKind, bool),
@@ -110,6 +113,7 @@ impl Builtin {
             | Builtin::AttentionWgmmaWs(..)
             | Builtin::AttentionMmaBackward(..)
             | Builtin::AttentionWgmmaBackward(..)
+            | Builtin::AttentionWgmmaBackward2(..)
             | Builtin::AttentionBackward(..)
             | Builtin::Optim(..)
             | Builtin::CrossEntropy(..)
@@ -164,6 +168,9 @@ impl Builtin {
             Builtin::AttentionWgmmaWs(t, d) => builtin::attention_wgmma_ws(t, d),
             Builtin::AttentionMmaBackward(t, d) => builtin::attention_mma_backward(t, d),
             Builtin::AttentionWgmmaBackward(t, d) => builtin::attention_wgmma_backward(t, d),
+            Builtin::AttentionWgmmaBackward2(t, d, bulk) => {
+                builtin::attention_wgmma_backward2(t, d, bulk)
+            }
             Builtin::AttentionBackward(t, keys) => builtin::attention_backward(t, keys),
             Builtin::Optim(k, t) => builtin::optim(k, t),
             Builtin::CrossEntropy(t, index) => builtin::cross_entropy(t, index),

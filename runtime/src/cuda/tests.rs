@@ -3306,12 +3306,17 @@ fn attention_mma_backward_matches_f64() {
         }
     }
     let hopper = be.ctx().compute_capability == (9, 0);
-    for mma_sync in [true, false] {
-        if mma_sync && !hopper {
+    // On compute capability 9.0 the Hopper forms (at head dim 128 two
+    // warpgroups a block adding dQ with bulk reductions, with
+    // `red.global.add`, one warpgroup a block; `BWD_FORM`), then the
+    // `mma.sync` form; elsewhere the runtime's choice.
+    for (mma_sync, form) in [(false, 3), (false, 2), (false, 1), (true, 0)] {
+        if (mma_sync || form != 3) && !hopper {
             continue;
         }
         super::attention::MMA_SYNC_ONLY.store(mma_sync, std::sync::atomic::Ordering::Relaxed);
-        println!("the mma.sync form only: {mma_sync}");
+        super::attention::BWD_FORM.store(form, std::sync::atomic::Ordering::Relaxed);
+        println!("the mma.sync form only: {mma_sync}, the Hopper backward's form {form}");
         for causal in [false, true] {
             for d in [64, 128] {
                 let g = GradOut::Heads;
@@ -3332,9 +3337,13 @@ fn attention_mma_backward_matches_f64() {
             // More heads than SMs.
             run::<bf16>(&mut rng, [3, 50, 65, 65, 64], 50, causal, GradOut::Heads);
             run::<f16>(&mut rng, [2, 80, 33, 33, 128], 80, causal, GradOut::Padded);
+            // Keys past the first block of 128 (a second warpgroup's
+            // keys in several blocks, the last one partial).
+            run::<bf16>(&mut rng, [1, 2, 300, 300, 128], 1, causal, GradOut::Heads);
         }
     }
     super::attention::MMA_SYNC_ONLY.store(false, std::sync::atomic::Ordering::Relaxed);
+    super::attention::BWD_FORM.store(0, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// How [`attention_mma_backward_matches_f64`] lays out the output and its
@@ -3464,18 +3473,29 @@ fn attention_backward_timing() {
     // On a device of compute capability 9.0, the `mma.sync` form first
     // (the Hopper form is what the runtime takes there).
     let hopper = be.ctx().compute_capability == (9, 0);
-    for (mma_sync, [b, h, t, d]) in [true, false]
+    // The `mma.sync` form, then the Hopper forms (`BWD_FORM`: one
+    // warpgroup a block; at head dim 128 two, adding dQ with
+    // `red.global.add`, with bulk reductions); elsewhere the runtime's
+    // choice.
+    for ((mma_sync, bwd), [b, h, t, d]) in [(true, 0), (false, 1), (false, 2), (false, 3)]
         .into_iter()
         .flat_map(|m| [(m, [8, 12, 1024, 64]), (m, [4, 16, 4096, 128])])
     {
-        if mma_sync && !hopper {
+        let skip = if hopper {
+            bwd >= 2 && d != 128
+        } else {
+            mma_sync || bwd != 3
+        };
+        if skip {
             continue;
         }
         super::attention::MMA_SYNC_ONLY.store(mma_sync, std::sync::atomic::Ordering::Relaxed);
-        let form = if hopper && !mma_sync {
-            "wgmma"
-        } else {
-            "mma.sync"
+        super::attention::BWD_FORM.store(bwd, std::sync::atomic::Ordering::Relaxed);
+        let form = match (hopper, mma_sync, bwd, d) {
+            (false, ..) | (_, true, ..) => "mma.sync",
+            (_, _, 2, _) => "wgmma, two warpgroups, red.global.add",
+            (_, _, 3, 128) => "wgmma, two warpgroups, bulk reductions",
+            _ => "wgmma",
         };
         let dims = [b, h, t, d];
         let q = Tensor::<Cuda, bf16, D4>::randn_dims(1, &dims).unwrap();
@@ -3507,6 +3527,7 @@ fn attention_backward_timing() {
         );
     }
     super::attention::MMA_SYNC_ONLY.store(false, std::sync::atomic::Ordering::Relaxed);
+    super::attention::BWD_FORM.store(0, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// `cross_entropy` and its backward on the GPU against the CPU backend
