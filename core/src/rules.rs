@@ -35,10 +35,11 @@ pub trait DimValue: Clone + PartialEq + fmt::Display {
     /// The product of two dims (element counts).
     fn mul(&self, other: &Self) -> Self;
     /// A convolution's output size along a dim of this size with a kernel
-    /// of `kernel` taps, `(self + 2p - d(k-1) - 1) / s + 1`, when one of
-    /// them is not a known number: `Some` when the result is a size for
-    /// every value of the symbols (a polynomial), else `None` (the default:
-    /// the rules compute known sizes themselves).
+    /// of `kernel` taps, `(self + 2p - d(k-1) - 1) / s + 1` (the division
+    /// rounding down), when one of them is not a known number: `Some` with
+    /// the size as a dim of this type (the macro's dims name a quotient that
+    /// is not a polynomial as a dim computed at run time), else `None` (the
+    /// default: the rules compute known sizes themselves).
     fn conv_out(
         &self,
         kernel: &Self,
@@ -2010,9 +2011,10 @@ pub fn rope<D: DimValue>(
 /// over the last two dims of `x`, `[N, C, H, W]` or `[C, H, W]`: the
 /// leading dims kept, `H` and `W` replaced by the output size that
 /// [`Pool2d::output_dims`](crate::ops::pool::Pool2d::output_dims) computes
-/// (its error names the dim and how its size was computed). `H` and `W`
-/// must be known numbers, except for `adaptive_avg_pool2d`, whose output
-/// size does not depend on them.
+/// (its error names the dim and how its size was computed). A symbolic `H`
+/// or `W` gets `DimValue::conv_out`'s size (the same rounded-down
+/// formula) unless `ceil_mode` is set; `adaptive_avg_pool2d`'s output size
+/// does not depend on them.
 ///
 /// ```
 /// use tensorfn_core::ops::pool::Pool2d;
@@ -2053,27 +2055,51 @@ pub fn pool2d<D: DimValue>(
         out.extend(o.iter().map(|&n| D::from_usize(n)));
         return Ok(out);
     }
+    // A symbolic size is stood in for by the window's span (the smallest
+    // input the options fit), so that `output_dims` checks the options;
+    // its output size is then `conv_out`'s, the same rounded-down formula.
     let mut hw = [0; 2];
+    let mut symbolic = [None, None];
     for a in 0..2 {
         let d = &dims[rank - 2 + a];
         match d.to_usize() {
             Some(n) => hw[a] = n,
             None => {
-                return err(
-                    op,
-                    0,
-                    format!(
-                        "`{op}` computes its output size from dim {} of `{name}` ({}), which is `{d}`, not a number: give `{name}` a literal or `const` size there",
-                        rank - 2 + a,
-                        fmt_dims(dims)
-                    ),
-                )
+                let (k, s, p, dl) = (
+                    pool.kernel_size[a],
+                    pool.stride[a],
+                    pool.padding[a],
+                    pool.dilation[a],
+                );
+                let out = (!pool.ceil_mode)
+                    .then(|| d.conv_out(&D::from_usize(k), p, s, dl))
+                    .flatten();
+                let Some(o) = out else {
+                    let why = if pool.ceil_mode {
+                        "with `ceil_mode = true` the last window may start past the input, which only a number decides: use `ceil_mode = false`, or give"
+                    } else {
+                        "give"
+                    };
+                    return err(
+                        op,
+                        0,
+                        format!(
+                            "`{op}` computes its output size from dim {} of `{name}` ({}), which is `{d}`, not a number: {why} `{name}` a literal or `const` size there",
+                            rank - 2 + a,
+                            fmt_dims(dims)
+                        ),
+                    );
+                };
+                hw[a] = dl.saturating_mul(k.saturating_sub(1)) + 1;
+                symbolic[a] = Some(o);
             }
         }
     }
     match pool.output_dims(hw) {
         Ok(o) => {
-            out.extend(o.iter().map(|&n| D::from_usize(n)));
+            for (a, n) in o.into_iter().enumerate() {
+                out.push(symbolic[a].take().unwrap_or_else(|| D::from_usize(n)));
+            }
             Ok(out)
         }
         Err(e) => err(

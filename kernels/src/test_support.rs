@@ -4,6 +4,27 @@
 //! the integration tests and the GPU check, so there is one copy.
 #![allow(dead_code)]
 
+/// How densely the property sweeps sample, from `TENSORFN_SLOW_TESTS`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sweep {
+    /// Unset: a sample of every case, quick in a debug build (CI's
+    /// clean-clone `cargo test --workspace`).
+    Quick,
+    /// Set (`scripts/gpu-check` sets it): every case of each sweep.
+    Slow,
+    /// `dense`: the accuracy sweeps 16 times denser still.
+    Dense,
+}
+
+/// The sweep density this run asks for.
+pub fn sweep() -> Sweep {
+    match std::env::var("TENSORFN_SLOW_TESTS").as_deref() {
+        Ok("dense") => Sweep::Dense,
+        Ok(_) => Sweep::Slow,
+        Err(_) => Sweep::Quick,
+    }
+}
+
 /// A seeded xorshift generator (no dependency needed).
 pub struct Rng(pub u64);
 

@@ -1,8 +1,8 @@
 // `conv2d`/`conv1d` shape errors, each on the operand at fault: an output
 // size below 1 (with how it was computed), input channels that do not
 // match the weight times `groups`, channels `groups` does not divide, a
-// bias of another length, a missing batch dim, and a stride too large for
-// a symbolic size to give a whole output.
+// bias of another length, a missing batch dim, and the flatten of a size
+// a stride of 2 rounds down at run time into a literal `in_features`.
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -42,11 +42,12 @@ tensor_fn! {
         conv2d(x, w, padding = (1, 1))
     }
 
-    fn symbolic_stride<const H: usize>(
-        x: &Tensor<Cpu, f32, [1, 3, H, 8]>,
+    fn symbolic_stride(
+        x: &Tensor<Cpu, f32, [B, 3, H, 8]>,
         w: &Tensor<Cpu, f32, [4, 3, 3, 3]>,
-    ) -> Tensor<Cpu, f32, [1, 4, H, 4]> {
-        conv2d(x, w, stride = 2, padding = 1)
+        fc: &Tensor<Cpu, f32, [64, 10]>,
+    ) -> Tensor<Cpu, f32, [B, 10]> {
+        matmul(conv2d(x, w, stride = 2, padding = 1).flatten(1), fc)
     }
 
     fn bad_options(

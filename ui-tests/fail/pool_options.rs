@@ -1,6 +1,7 @@
 // Pooling options checked at compile time: an output size below 1, padding
-// over half the window, the wrong rank, an integer dtype, a size the macro
-// cannot compute, a bad literal.
+// over half the window, the wrong rank, an integer dtype, `ceil_mode` over
+// a symbolic size (only a number says where the last window starts), a bad
+// literal.
 use tensorfn::prelude::*;
 
 tensor_fn! {
@@ -21,7 +22,7 @@ tensor_fn! {
     }
 
     fn symbolic<const H: usize>(x: &Tensor<Cpu, f32, [8, 3, H, 4]>) -> Tensor<Cpu, f32, [8, 3, 2, 2]> {
-        max_pool2d(x, 2)
+        max_pool2d(x, 2, ceil_mode = true)
     }
 
     fn bad_literal(x: &Tensor<Cpu, f32, [8, 3, 4, 4]>) -> Tensor<Cpu, f32, [8, 3, 2, 2]> {

@@ -465,9 +465,13 @@ mod tests {
     //! the instruction sequence the PTX does), against `f64` for f32 and
     //! against the `libm` crate (fdlibm's `erf`, `erfc`) or `std` (the
     //! platform's `expm1`, `log1p`) for f64, whose own error (under 1 ulp)
-    //! is included. Set `TENSORFN_SLOW_TESTS` for sweeps 16 times denser.
+    //! is included. The default sweeps are sparse (every binade and range
+    //! still visited, about 85,000 points a test) so that a debug build
+    //! runs them in seconds; `TENSORFN_SLOW_TESTS`, which `scripts/gpu-check`
+    //! sets, runs them 16 times denser, and `TENSORFN_SLOW_TESTS=dense` 16
+    //! times denser again.
     //!
-    //! Largest errors measured (release build, `TENSORFN_SLOW_TESTS`), in
+    //! Largest errors measured (release build, `TENSORFN_SLOW_TESTS=dense`), in
     //! ulps, against the bounds asserted:
     //!
     //! | function | f32 | f64 |
@@ -481,17 +485,13 @@ mod tests {
     use super::{erf, erfc, expm1, gelu_erf, log1p};
     use crate::interp::eval::run;
     use crate::prim::{Builder, Reg, Ty};
-    use crate::test_support::{ulp_err_f32, ulp_err_f64, Rng};
+    use crate::test_support::{sweep, ulp_err_f32, ulp_err_f64, Rng, Sweep};
 
     type Expansion = fn(&mut Builder, Reg) -> Reg;
 
     /// Lanes per interpreter run: the interpreter keeps a column per
     /// instruction, so long inputs go through in pieces.
     const CHUNK: usize = 1 << 14;
-
-    fn slow() -> bool {
-        std::env::var_os("TENSORFN_SLOW_TESTS").is_some()
-    }
 
     /// `f` on every input, as raw bits of type `ty`.
     fn eval(f: Expansion, ty: Ty, xs: &[u64]) -> Vec<u64> {
@@ -610,10 +610,10 @@ mod tests {
     /// Sweep density: bit-pattern step and points per line for f32, points
     /// per range for f64.
     fn density() -> (u32, usize, usize) {
-        if slow() {
-            (257, 1_600_000, 1_600_000)
-        } else {
-            (4099, 100_000, 100_000)
+        match sweep() {
+            Sweep::Dense => (257, 1_600_000, 1_600_000),
+            Sweep::Slow => (4099, 100_000, 100_000),
+            Sweep::Quick => (65_537, 6_250, 6_250),
         }
     }
 

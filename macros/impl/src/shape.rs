@@ -259,14 +259,66 @@ impl DimValue for Dim {
         stride: usize,
         dilation: usize,
     ) -> Option<Self> {
-        // `self + 2p - d(k-1) - 1`, divided by the stride when every
-        // coefficient is a multiple of it (else no one polynomial).
+        // `self + 2p - d(k-1) - 1`, floor-divided by the stride: a
+        // polynomial where the stride divides it, else a run-time symbol.
         let c = |n: usize| i64::try_from(n).ok();
         let num = self
             .add(&Dim::constant(2 * c(padding)? + c(dilation)? - 1))
             .sub(&kernel.scale(c(dilation)?));
-        let q = num.div_exact(&Dim::constant(c(stride)?))?;
-        Some(q.add(&Dim::constant(1)))
+        Some(num.floor_div(stride).add(&Dim::constant(1)))
+    }
+}
+
+thread_local! {
+    /// The floor quotients named so far (see [`Dim::floor_div`]), by
+    /// symbol name. A name prints its numerator and divisor, so it is a
+    /// function of them and an entry never goes stale.
+    static FLOORS: std::cell::RefCell<BTreeMap<Rc<str>, (Dim, usize)>> =
+        const { std::cell::RefCell::new(BTreeMap::new()) };
+}
+
+impl Dim {
+    /// `⌊self / divisor⌋`: a polynomial where `divisor` divides every
+    /// coefficient, else a symbol named `⌊(self)/divisor⌋`, a run-time dim
+    /// computed from `self`'s symbols when the function is entered
+    /// ([`Dim::floor_parts`]). This is how a stride above 1 over a
+    /// symbolic size gets its output size.
+    ///
+    /// ```
+    /// use tensorfn_macros_impl::shape::Dim;
+    /// let h = Dim::sym("H");
+    /// let even = h.scale(2).sub(&Dim::constant(1));
+    /// assert_eq!(even.floor_div(2), h.sub(&Dim::constant(1)));
+    /// let q = h.sub(&Dim::constant(1)).floor_div(2);
+    /// assert_eq!(q.to_string(), "⌊(H - 1)/2⌋");
+    /// assert_eq!(Dim::floor_parts("⌊(H - 1)/2⌋"), Some((h.sub(&Dim::constant(1)), 2)));
+    /// assert_eq!(Dim::floor_parts("H"), None);
+    /// ```
+    pub fn floor_div(&self, divisor: usize) -> Dim {
+        let d = i64::try_from(divisor.max(1)).unwrap_or(i64::MAX);
+        // `⌊(a·P + c)/d⌋ = (a/d)·P + ⌊c/d⌋` where `d` divides every
+        // coefficient `a` of a symbol: `(a/d)·P` is a whole number.
+        let c = self.terms.get(&Monomial::one()).copied().unwrap_or(0);
+        if let Some(q) = self.sub(&Dim::constant(c)).div_exact(&Dim::constant(d)) {
+            return q.add(&Dim::constant(c.div_euclid(d)));
+        }
+        let name: Rc<str> = match self.as_symbol() {
+            Some(s) => format!("⌊{s}/{d}⌋"),
+            None => format!("⌊({self})/{d}⌋"),
+        }
+        .into();
+        FLOORS.with(|f| {
+            f.borrow_mut()
+                .entry(name.clone())
+                .or_insert_with(|| (self.clone(), divisor));
+        });
+        Dim::sym(&name)
+    }
+
+    /// The numerator and divisor of a symbol made by [`Dim::floor_div`];
+    /// `None` for any other name.
+    pub fn floor_parts(name: &str) -> Option<(Dim, usize)> {
+        FLOORS.with(|f| f.borrow().get(name).cloned())
     }
 }
 

@@ -109,10 +109,22 @@ impl Symbols {
     }
 
     /// The variable holding a run-time symbol's value in generated code.
+    /// A character an identifier cannot hold is written as its code, so
+    /// that floor quotients differing in a sign (`⌊(H - 1)/2⌋`,
+    /// `⌊(H + 1)/2⌋`) get different variables.
+    ///
+    /// ```
+    /// use tensorfn_macros_impl::sig::Symbols;
+    /// assert_eq!(Symbols::var_name("B"), "__tf_dim_B");
+    /// assert_ne!(Symbols::var_name("⌊(H - 1)/2⌋"), Symbols::var_name("⌊(H + 1)/2⌋"));
+    /// ```
     pub fn var_name(name: &str) -> String {
         let clean: String = name
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .map(|c| match c.is_ascii_alphanumeric() || c == '_' {
+                true => c.to_string(),
+                false => format!("_{:x}_", c as u32),
+            })
             .collect();
         format!("__tf_dim_{clean}")
     }

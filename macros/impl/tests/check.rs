@@ -374,6 +374,55 @@ fn run_time_dims() {
 }
 
 #[test]
+fn strided_sizes_over_symbols_round_down() {
+    // A stride dividing the symbol's coefficient keeps a polynomial.
+    assert_ok(quote! {
+        fn f<const H: usize>(x: &Tensor<Cpu, f32, [1, 3, 2 * H, 8]>, w: &Tensor<Cpu, f32, [4, 3, 7, 7]>) -> Tensor<Cpu, f32, [1, 4, H, 4]> {
+            conv2d(x, w, stride = 2, padding = 3)
+        }
+    });
+    // Otherwise the size is a run-time dim named by its formula: equal
+    // wherever the same formula is computed again.
+    assert_ok(quote! {
+        fn f(x: &Tensor<Cpu, f32, [B, 3, H, W]>, w: &Tensor<Cpu, f32, [4, 3, 3, 3]>) -> Tensor<Cpu, f32, [B, 4]> {
+            let a = conv2d(x, w, stride = 2, padding = 1);
+            let b = max_pool2d(conv2d(x, w, stride = 2, padding = 1), 3, stride = 2, padding = 1);
+            (a.flatten(2).sum(-1) + max_pool2d(a, 3, stride = 2, padding = 1).flatten(2).sum(-1)) * (b.flatten(2).sum(-1))
+        }
+    });
+    let e = one_error(quote! {
+        fn f<const H: usize>(x: &Tensor<Cpu, f32, [1, 3, H, 8]>, w: &Tensor<Cpu, f32, [4, 3, 3, 3]>) -> Tensor<Cpu, f32, [1, 4, H, 4]> {
+            conv2d(x, w, stride = 2, padding = 1)
+        }
+    });
+    assert!(e.contains("⌊(H - 1)/2⌋ + 1"), "{e}");
+    // A flatten of the computed sizes into a literal `in_features`.
+    let e = one_error(quote! {
+        fn f(x: &Tensor<Cpu, f32, [B, 3, H, H]>, w: &Tensor<Cpu, f32, [4, 3, 3, 3]>, fc: &Tensor<Cpu, f32, [64, 10]>) -> Tensor<Cpu, f32, [B, 10]> {
+            matmul(conv2d(x, w, stride = 2).flatten(1), fc)
+        }
+    });
+    assert!(e.contains("k = 4 * ⌊(H - 3)/2⌋ * ⌊(H - 3)/2⌋"), "{e}");
+    // Pools share the rule; `ceil_mode` needs a number.
+    assert_ok(quote! {
+        fn f(x: &Tensor<Cpu, f32, [B, 3, H, W]>) -> Tensor<Cpu, f32, [B, 3]> {
+            avg_pool2d(x, 2).flatten(2).sum(-1)
+        }
+    });
+    let e = one_error(quote! {
+        fn f(x: &Tensor<Cpu, f32, [B, 3, H, 4]>) -> Tensor<Cpu, f32, [B, 3]> {
+            max_pool2d(x, 2, ceil_mode = true).flatten(2).sum(-1)
+        }
+    });
+    assert!(
+        e.contains(
+            "dim 2 of `x` ([B, 3, H, 4]), which is `H`, not a number: with `ceil_mode = true`"
+        ),
+        "{e}"
+    );
+}
+
+#[test]
 fn calls_between_functions() {
     let base = quote! {
         fn classify<const B: usize>(x: &Tensor<Cpu, f32, [B, 785]>, w: &Tensor<Cpu, f32, [785, 10]>) -> Tensor<Cpu, f32, [B, 10]> {

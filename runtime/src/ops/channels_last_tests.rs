@@ -117,6 +117,65 @@ fn conv2d_on_channels_last_input_matches_and_stays_channels_last() {
     assert!(a.to_vec().unwrap().iter().any(|v| v.is_nan()));
 }
 
+/// Sizes known only at run time with strides that do not divide them:
+/// each output size is `(H + 2p - d(k-1) - 1) / s + 1` rounded down, as
+/// PyTorch's, and one below 1 is an `Err` naming the operand and the dim.
+#[test]
+fn conv2d_and_pools_over_run_time_sizes_round_down() {
+    type Any4 = shape![_, _, _, _];
+    let mut seed = 10;
+    for (h, w, stride) in [(7, 4, 2), (6, 9, 2), (10, 5, 3), (1, 1, 2)] {
+        seed += 3;
+        let a = ConvArgs {
+            stride: [stride, stride],
+            padding: [1, 1],
+            ..Default::default()
+        };
+        let (xd, wd) = ([2, 2, h, w], [3, 2, 3, 3]);
+        let (xv, wv, bv) = (
+            values(4 * h * w, seed),
+            values(54, seed + 1),
+            values(3, seed + 2),
+        );
+        let x = Tensor::<Cpu, f64, Any4>::from_vec_dims(xv.clone(), &xd).unwrap();
+        let wt = Tensor::<Cpu, f64, shape![3, 2, 3, 3]>::from_vec(wv.clone()).unwrap();
+        let b = Tensor::<Cpu, f64, shape![3]>::from_vec(bv.clone()).unwrap();
+        let y: Tensor<Cpu, f64, Any4> = x.conv2d(&wt, Some(&b), a).unwrap();
+        let out = |n: usize| (n + 2 - 2 - 1) / stride + 1;
+        assert_eq!(
+            y.shape(),
+            &[2, 3, out(h), out(w)],
+            "{h}x{w} stride {stride}"
+        );
+        close(
+            &y.to_vec().unwrap(),
+            &conv_ref(&xv, xd, &wv, wd, &bv, &a),
+            "conv2d",
+        );
+        let p: Tensor<Cpu, f64, Any4> = x.pool2d(Pool2d::max(3).stride(stride).padding(1)).unwrap();
+        assert_eq!(p.shape(), &[2, 2, out(h), out(w)], "max_pool2d {h}x{w}");
+    }
+    let x = Tensor::<Cpu, f64, Any4>::from_vec_dims(values(20, 30), &[1, 2, 2, 5]).unwrap();
+    let wt = Tensor::<Cpu, f64, shape![3, 2, 3, 3]>::from_vec(values(54, 31)).unwrap();
+    let a = ConvArgs {
+        stride: [2, 2],
+        ..Default::default()
+    };
+    let e = x
+        .conv2d::<Any4, _, _, _, _>(&wt, None, a)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("output height of `input` is (2 + 2·0 - 1·(3-1) - 1)/2 + 1 = 0"),
+        "{e}"
+    );
+    let e = x
+        .pool2d::<Any4>(Pool2d::max(3).stride(2))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("output the height (dim -2) of 0"), "{e}");
+}
+
 /// Strided, padded, dilated and grouped: every option the layouts meet.
 fn args() -> ConvArgs {
     ConvArgs {

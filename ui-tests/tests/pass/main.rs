@@ -19,6 +19,7 @@ mod call_site;
 mod calls_and_memory;
 mod catalogue_ops;
 mod const_items;
+mod conv_runtime_sizes;
 mod cross_entropy;
 mod dense;
 mod fusion_kernels;

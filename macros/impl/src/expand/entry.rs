@@ -55,7 +55,7 @@ impl FnGen<'_> {
             });
         }
         // Run-time dims some shape of the body or an entry check uses.
-        let mut used: std::collections::HashSet<String> = sig
+        let mut used: std::collections::BTreeSet<String> = sig
             .entry_checks
             .iter()
             .flat_map(|c| c.expected.symbols())
@@ -71,6 +71,7 @@ impl FnGen<'_> {
                 );
             }
         }
+        floor_inputs(&mut used);
         for (name, kind) in &sig.symbols.map {
             let SymKind::Runtime(Some(src)) = kind else {
                 continue;
@@ -91,6 +92,7 @@ impl FnGen<'_> {
             };
             out.extend(quote!(let #v: usize = #value;));
         }
+        out.extend(floor_bindings(&used, self.symbols()));
         out.extend(self.checks(&|i| !skip.contains(&i)));
         out
     }

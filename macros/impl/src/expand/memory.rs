@@ -107,7 +107,16 @@ fn peak_item(sig: &Signature, peak: &Peak<'_>) -> Option<TokenStream> {
                 )
             })
             .collect();
+        // The floor quotients the candidates mention, from the generics.
+        let mut used: std::collections::BTreeSet<String> = cands
+            .iter()
+            .flat_map(|d| d.symbols())
+            .map(|s| s.to_string())
+            .collect();
+        floor_inputs(&mut used);
+        let floors = floor_bindings(&used, &sig.symbols);
         quote! {{
+            #floors
             let mut peak = 0usize;
             #(
                 let candidate: usize = #consts;

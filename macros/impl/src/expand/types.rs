@@ -149,6 +149,17 @@ pub(super) fn sym_tokens(name: &str) -> TokenStream {
 
 /// A `usize` expression computing a dim at run time.
 pub fn dim_value(d: &Dim, symbols: &Symbols) -> TokenStream {
+    dim_expr(d, symbols, false)
+}
+
+/// An `i64` expression computing a dim that may come out negative (a
+/// floor quotient's numerator), where `usize` arithmetic would wrap.
+fn dim_value_i64(d: &Dim, symbols: &Symbols) -> TokenStream {
+    dim_expr(d, symbols, true)
+}
+
+/// The value of `d` from its symbols, in `usize` or (`signed`) in `i64`.
+fn dim_expr(d: &Dim, symbols: &Symbols, signed: bool) -> TokenStream {
     let mut out = TokenStream::new();
     for (i, (m, c)) in d.terms().into_iter().enumerate() {
         let mut term = TokenStream::new();
@@ -161,7 +172,10 @@ pub fn dim_value(d: &Dim, symbols: &Symbols) -> TokenStream {
             term.extend(t);
         };
         if c.unsigned_abs() != 1 || m.factors().is_empty() {
-            let l = Literal::usize_suffixed(c.unsigned_abs() as usize);
+            let l = match signed {
+                true => Literal::i64_suffixed(c.unsigned_abs() as i64),
+                false => Literal::usize_suffixed(c.unsigned_abs() as usize),
+            };
             factor(quote!(#l), &mut term);
         }
         for (s, p) in m.factors() {
@@ -172,8 +186,12 @@ pub fn dim_value(d: &Dim, symbols: &Symbols) -> TokenStream {
                     quote!(#v)
                 }
             };
+            let v = match signed {
+                true => quote!((#v as i64)),
+                false => v,
+            };
             for _ in 0..*p {
-                factor(quote!(#v), &mut term);
+                factor(v.clone(), &mut term);
             }
         }
         match (i, c < 0) {
@@ -183,7 +201,10 @@ pub fn dim_value(d: &Dim, symbols: &Symbols) -> TokenStream {
         }
     }
     if out.is_empty() {
-        return quote!(0usize);
+        return match signed {
+            true => quote!(0i64),
+            false => quote!(0usize),
+        };
     }
     // A compound value is parenthesised: a bare `a * b` in an array trips
     // clippy's `possible_missing_comma` in the user's crate.
@@ -191,6 +212,53 @@ pub fn dim_value(d: &Dim, symbols: &Symbols) -> TokenStream {
         return out;
     }
     quote!((#out))
+}
+
+/// Adds to `used` the symbols the floor quotients among it are computed
+/// from ([`Dim::floor_div`]), so that those are bound too.
+pub(super) fn floor_inputs(used: &mut std::collections::BTreeSet<String>) {
+    let mut pending: Vec<String> = used.iter().cloned().collect();
+    while let Some(s) = pending.pop() {
+        if let Some((num, _)) = Dim::floor_parts(&s) {
+            for t in num.symbols() {
+                if used.insert(t.to_string()) {
+                    pending.push(t.to_string());
+                }
+            }
+        }
+    }
+}
+
+/// `let __tf_dim_..: usize = ..;` for each floor quotient among `used`
+/// ([`Dim::floor_div`]: a stride above 1 over a symbolic size), inner ones
+/// first; the code is `const`-evaluable, for the memory plan's `const fn`.
+/// The numerator is evaluated in `i64`: where it is negative the output
+/// size is below 1 and the op that computes it returns the `Err` naming
+/// its operand, the dim and the formula before any later op reads the
+/// value, so the binding is then 0 rather than a wrapped number.
+pub(super) fn floor_bindings(
+    used: &std::collections::BTreeSet<String>,
+    symbols: &Symbols,
+) -> TokenStream {
+    let mut floors: Vec<(&String, Dim, usize)> = used
+        .iter()
+        .filter_map(|s| Dim::floor_parts(s).map(|(num, d)| (s, num, d)))
+        .collect();
+    // A quotient's name contains those of the quotients it is made of.
+    floors.sort_by_key(|(s, _, _)| s.matches('⌊').count());
+    let mut out = TokenStream::new();
+    for (name, num, d) in floors {
+        let v = format_ident!("{}", Symbols::var_name(name));
+        let num = dim_value_i64(&num, symbols);
+        let d = Literal::i64_suffixed(d as i64);
+        out.extend(quote! {
+            let #v: usize = {
+                let n: i64 = #num;
+                if n < 0 { 0 } else { (n / #d) as usize }
+            };
+        });
+    }
+    out
 }
 
 pub(super) fn dims_array(dims: &[Dim], symbols: &Symbols) -> TokenStream {
