@@ -768,8 +768,17 @@ fn check_norm(k: &Kernel) {
 /// and the `sum` entry adding them.
 fn check_norm_backward(k: &Kernel) {
     let es = entries(&k.ptx);
-    assert_eq!(es.len(), 2, "{}", k.name);
+    assert_eq!(es.len(), 3, "{}", k.name);
     assert_eq!(es[0].name, format!("{}_dx", k.name));
+    // The warp entry: the same parameters, 16-byte loads of the row,
+    // reductions within the warp, one barrier per statistic's column sums.
+    assert_eq!(es[2].name, format!("{}_dx_warp", k.name));
+    assert_eq!(es[2].params, es[0].params);
+    assert!(es[2].body.contains("ld.global.nc.v4.u32"), "{}", k.name);
+    assert!(es[2].body.contains("shfl.sync.bfly.b32"), "{}", k.name);
+    let barriers = es[2].body.matches("bar.sync 0").count();
+    let bias = k.name.contains("layer_norm");
+    assert_eq!(barriers, 1 + 2 * usize::from(bias), "{}", k.name);
     assert_eq!(
         es[0].params,
         [

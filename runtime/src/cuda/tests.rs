@@ -1028,14 +1028,17 @@ fn norm_backward_matches_the_cpu() {
     fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64, tol: f64) {
         // Rows of one element, of a warp, past a block; fewer rows than
         // blocks and more (the partial sums of several rows per block,
-        // 1024 blocks for short rows, 256 for 8200 columns); a view at an
-        // offset; no rows.
+        // 1024 blocks for short rows, 256 for 8200 columns); rows a warp
+        // holds (16-byte aligned at offset 0: the warp entry, several
+        // rows a warp for 6000, lanes past the row's end for 96); a view
+        // at an offset; no rows.
         for (rows, cols) in [
             (3, 1),
             (5, 31),
             (7, 768),
             (300, 1000),
             (2100, 64),
+            (6000, 96),
             (2, 8200),
             (600, 8200),
             (0, 5),
