@@ -13,6 +13,8 @@ use crate::norm::{self, NormEntry, WARPS};
 use crate::ops::NormOp;
 use tensorfn_core::DTypeKind;
 
+mod backward_warp;
+
 /// Bytes of shared memory per statistic: one value per warp.
 pub(super) const REGION: usize = WARPS * 8;
 
@@ -558,8 +560,16 @@ const SUM_PARAMS: &str = "(\n\t.param .u64 p_dw,\n\t.param .u64 p_db,\n\t.param 
 ///   `blocks` partial sums, then the warps' sums are added in warp order
 ///   and written rounded to the dtype; the same bits from run to run for a
 ///   given `blocks`.
+/// - `NAME_dx_warp`, the parameters of `NAME_dx`: the same results and
+///   partial sums for rows of at most [`norm::warp_cols`] elements in
+///   16-byte accesses, one warp per row (block `k` taking rows `8k + w,
+///   8k + w + 8 grid.x, ..`), each row read once (see `backward_warp`).
 pub(crate) fn norm_backward_entries(name: &str, op: NormOp, dtype: DTypeKind) -> Vec<String> {
-    vec![backward_dx(name, op, dtype), backward_sum(name, op, dtype)]
+    vec![
+        backward_dx(name, op, dtype),
+        backward_sum(name, op, dtype),
+        backward_warp::backward_dx_warp(name, op, dtype),
+    ]
 }
 
 fn backward_dx(name: &str, op: NormOp, dtype: DTypeKind) -> String {

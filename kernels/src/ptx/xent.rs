@@ -29,6 +29,19 @@
 //! gradient pass, and `g = scale`: one read of the logits gives the loss
 //! and the gradient, which may be written in place of the logits.
 //!
+//! The exponentials of an `f32` (and 16-bit) row are `ex2.approx.ftz` of
+//! `(x - m) * log2(e)` ([`exp_shift`]), as Triton's and PyTorch's fast
+//! softmax paths take them, not the runtime's correctly rounded
+//! polynomial (about 25 instructions, twice a logit, which bounded the
+//! fused pass by issue): they are only summed or written as
+//! probabilities, where the relative error (`ex2.approx`'s 2^-22, with
+//! the rounding of `(x - m) * log2(e)`, at most 2^-24 times its magnitude,
+//! which is below 150 wherever the result is not 0) stays under 1e-5. A
+//! result below 2^-126 is flushed to 0 (the gradient's smallest
+//! probabilities), -inf gives 0 and NaN stays NaN, as in the exact form.
+//! `f64` rows keep the exact exponential. All three entries share it, so
+//! the fused entry still gives the forward's and the backward's bits.
+//!
 //! Parameters: `out, in, rows, cols, target, tstride, flag, ignore,
 //! smoothing` (the last an `f64`); for the backward also `grad,
 //! gstride, scale` (an `f64`) and `cache`; for the fused entry `loss`
@@ -346,8 +359,8 @@ fn row_stats(
     set_identity(body, &sx, &nzero);
     col_loop(body, f, |body, col| {
         let x = load_x(body, dtype, base, col, cache);
-        let e = emit_program(body, &spec.exp_shift, &[x.clone(), m.clone()]);
-        combine(body, &spec.sum, &s, &e);
+        let e = exp_shift(body, spec, &x, &m);
+        combine(body, &spec.sum, &s, &[e]);
         combine(body, &spec.sum, &sx, &[x]);
     });
     block_reduce(body, f, &spec.sum, &s, &nzero);
@@ -358,6 +371,21 @@ fn row_stats(
     body.op(format!("add.rn.{} {lse}, {m}, {}", fty(acc), ls[0]));
     broadcast(body, f, &lse, acc);
     (lse, sx[0].0.clone())
+}
+
+/// `exp(x - m)` in `spec.acc`: for `f32`, `ex2.approx.ftz` of `(x - m) *
+/// log2(e)` (three instructions, see the module's notes on its error);
+/// for `f64`, the exact program.
+fn exp_shift(body: &mut Body, spec: &RowSpec, x: &str, m: &str) -> String {
+    if spec.acc == Ty::F64 {
+        return emit_program(body, &spec.exp_shift, &[x.to_string(), m.to_string()]).remove(0);
+    }
+    let e = body.reg(Class::F32);
+    body.op(format!("sub.rn.f32 {e}, {x}, {m}"));
+    // log2(e) rounded to f32.
+    body.op(format!("mul.rn.f32 {e}, {e}, 0f3FB8AA3B"));
+    body.op(format!("ex2.approx.ftz.f32 {e}, {e}"));
+    e
 }
 
 /// Sets the flag to the bad target `k`.
@@ -635,9 +663,9 @@ fn grad_entry(name: &str, spec: &RowSpec, index: DTypeKind, kind: Entry) -> Stri
         body.op(format!("or.pred {off}, {ign}, {bad}"));
         col_loop(body, &f, |body, col| {
             let x = load_x(body, dtype, &base, col, Some(&cache));
-            let e = emit_program(body, &spec.exp_shift, &[x, lse.clone()]);
+            let e = exp_shift(body, spec, &x, &lse);
             let p = body.reg_ty(acc);
-            body.op(format!("sub.rn.{ft} {p}, {}, {spread}", e[0]));
+            body.op(format!("sub.rn.{ft} {p}, {e}, {spread}"));
             let hit = body.reg(Class::Pred);
             body.op(format!("setp.eq.u64 {hit}, {col}, {k}"));
             body.op(format!("@{hit} sub.rn.{ft} {p}, {p}, {keep}"));

@@ -475,9 +475,19 @@ impl Context {
         }
         let kernel = Builtin::NormBackward(op, dtype);
         let target = self.target();
-        let blocks = Self::norm_backward_blocks(rows, cols);
+        // Rows a warp holds in 16-byte accesses take the warp entry,
+        // which reads each row once; its blocks are never more than
+        // `norm_backward_blocks`, so `part` holds their sums too.
+        let aligned = [dx, input, weight, grad].iter().all(|p| p % 16 == 0);
+        let warp = tensorfn_kernels::norm::entry(dtype, cols, aligned)
+            == tensorfn_kernels::norm::NormEntry::Warp { vector: true };
+        let (entry, blocks) = if warp {
+            ("_dx_warp", self.norm_backward_warp_blocks(rows, cols))
+        } else {
+            ("_dx", Self::norm_backward_blocks(rows, cols))
+        };
         if rows > 0 {
-            let f = self.function(ModuleKey::Builtin(kernel), "_dx", || kernel.source(target))?;
+            let f = self.function(ModuleKey::Builtin(kernel), entry, || kernel.source(target))?;
             let mut values = [
                 dx,
                 input,
@@ -490,7 +500,7 @@ impl Context {
             ];
             self.launch_u64s(
                 f,
-                &|| format!("{kernel:?}_dx over {rows}x{cols}"),
+                &|| format!("{kernel:?}{entry} over {rows}x{cols}"),
                 (blocks as u32, 1),
                 BLOCK,
                 0,
@@ -520,6 +530,18 @@ impl Context {
     pub(crate) fn norm_backward_blocks(rows: usize, cols: usize) -> usize {
         let scratch = (Self::NORM_BACKWARD_SCRATCH / (16 * cols.max(1))).max(256);
         rows.clamp(1, Self::NORM_BACKWARD_BLOCKS.min(scratch))
+    }
+
+    /// The blocks of the warp entry `_dx_warp` for `rows`: eight rows a
+    /// block at most, and two blocks per SM (the entry's registers leave
+    /// room for one block an SM at a time), so that each warp takes a few
+    /// rows and the partial sums `_sum` adds stay few; never more than
+    /// [`Self::norm_backward_blocks`].
+    fn norm_backward_warp_blocks(&self, rows: usize, cols: usize) -> usize {
+        let warps = BLOCK as usize / 32;
+        rows.div_ceil(warps)
+            .min(2 * self.sm_count.max(1))
+            .clamp(1, Self::norm_backward_blocks(rows, cols))
     }
 
     /// Runs `rope` over `rows` contiguous rows of `2 * half` elements of

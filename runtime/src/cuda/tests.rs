@@ -1028,14 +1028,17 @@ fn norm_backward_matches_the_cpu() {
     fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64, tol: f64) {
         // Rows of one element, of a warp, past a block; fewer rows than
         // blocks and more (the partial sums of several rows per block,
-        // 1024 blocks for short rows, 256 for 8200 columns); a view at an
-        // offset; no rows.
+        // 1024 blocks for short rows, 256 for 8200 columns); rows a warp
+        // holds (16-byte aligned at offset 0: the warp entry, several
+        // rows a warp for 6000, lanes past the row's end for 96); a view
+        // at an offset; no rows.
         for (rows, cols) in [
             (3, 1),
             (5, 31),
             (7, 768),
             (300, 1000),
             (2100, 64),
+            (6000, 96),
             (2, 8200),
             (600, 8200),
             (0, 5),
@@ -3894,6 +3897,101 @@ fn cross_entropy_fused_matches_the_two_passes() {
     check::<f16>(&be, &mut rng);
     check::<f32>(&be, &mut rng);
     check::<f64>(&be, &mut rng);
+}
+
+/// The fused pass's losses and gradient against an f64 reference (the
+/// CPU backend on the logits widened), for fresh random logits and edge
+/// rows: -inf but for one logit, all equal, offset by ±1000 (whose
+/// `lse` rounds in 32 bits, which the bound allows for: `|max| * 2^-22`
+/// relative), and one NaN; prints the largest relative error seen, which
+/// is the `ex2.approx` exponential's (`ptx::xent`).
+#[test]
+fn cross_entropy_fused_matches_f64() {
+    use crate::cpu::CpuBackend;
+    use tensorfn_core::ops::xent::{CrossEntropyArgs, Reduction};
+    let Some((_serial, be)) = gpu() else { return };
+    let mut rng = seed();
+    fn check<T: crate::FloatDType>(be: &CudaBackend, rng: &mut SplitMix64, tol: f64) {
+        let cpu = CpuBackend;
+        for c in [257, 50304] {
+            let n = 8;
+            let mut x: Vec<T> = random(rng, n * c, -8.0, 8.0);
+            let row = |r: usize| r * c..(r + 1) * c;
+            x[row(1)].fill(T::from_f64(f64::NEG_INFINITY));
+            x[c + 3] = T::from_f64(0.5);
+            x[row(2)].fill(T::from_f64(2.5));
+            for (r, offset) in [(3, 1000.0), (4, -1000.0)] {
+                for v in &mut x[row(r)] {
+                    *v = T::from_f64(v.to_f64() + offset);
+                }
+            }
+            x[5 * c + 7] = T::from_f64(f64::NAN);
+            let t: Vec<i64> = (0..n)
+                .map(|r| match r {
+                    1 => 3,
+                    _ => (rng.uniform() * c as f64) as i64 % c as i64,
+                })
+                .collect();
+            let x64: Vec<f64> = x.iter().map(|v| v.to_f64()).collect();
+            let (lx, lt) = (Layout::contiguous(&[n, c]), Layout::contiguous(&[n]));
+            let ones = vec![1.0f64; n];
+            for s in [0.0, 0.1] {
+                let args = CrossEntropyArgs {
+                    reduction: Reduction::None,
+                    ignore_index: -100,
+                    label_smoothing: s,
+                };
+                let want_loss = cpu
+                    .cross_entropy((&x64, &lx), (&t, &lt), args)
+                    .unwrap()
+                    .unwrap();
+                let want = cpu
+                    .cross_entropy_backward((&x64, &lx), (&t, &lt), (&ones, &lt), args)
+                    .unwrap()
+                    .unwrap();
+                let mut gx = up(be, &x);
+                let loss = be
+                    .cross_entropy_fused((&mut gx, &lx), (&up(be, &t), &lt), args)
+                    .unwrap()
+                    .unwrap();
+                let (loss, grad) = (down(&loss, &[n]), down(&gx, &[n * c]));
+                let what = format!("{} [{n}, {c}] s={s}", T::KIND);
+                let (mut worst_loss, mut worst_grad) = (0f64, 0f64);
+                for r in 0..n {
+                    let m = x64[row(r)].iter().fold(0f64, |a, v| a.max(v.abs()));
+                    let slack = m * 2f64.powi(-22);
+                    let (g, w) = (loss[r].to_f64(), want_loss[r]);
+                    let err = (g - w).abs() / w.abs().max(1.0);
+                    assert!(
+                        (g.is_nan() && w.is_nan()) || g == w || err <= tol + slack,
+                        "{what} loss of row {r}: GPU {g}, f64 {w}"
+                    );
+                    if r != 3 && r != 4 && w.is_finite() {
+                        worst_loss = worst_loss.max(err);
+                    }
+                    for i in row(r) {
+                        let (g, w) = (grad[i].to_f64(), want[i]);
+                        let err = (g - w).abs() / w.abs().max(1.0 / c as f64);
+                        assert!(
+                            (g.is_nan() && w.is_nan()) || g == w || err <= tol + slack,
+                            "{what} gradient [{r}, {}]: GPU {g}, f64 {w}",
+                            i - r * c
+                        );
+                        if r != 3 && r != 4 && w.is_finite() {
+                            worst_grad = worst_grad.max(err);
+                        }
+                    }
+                }
+                println!(
+                    "{what}: largest relative error, loss {worst_loss:.2e}, gradient {worst_grad:.2e}"
+                );
+            }
+        }
+    }
+    check::<f32>(&be, &mut rng, 1e-5);
+    check::<bf16>(&be, &mut rng, 1e-2);
+    check::<f16>(&be, &mut rng, 2e-3);
+    check::<f64>(&be, &mut rng, 1e-12);
 }
 
 /// The cross-entropy backward over GPT-2's training logits (8192 x 50304
