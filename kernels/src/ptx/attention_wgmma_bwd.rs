@@ -32,9 +32,9 @@ use super::body::{Body, Class};
 use super::mma_tile::{entry_params, half_type, LOG2_E};
 use crate::target::Target;
 use steps::{
-    accumulate_kv, add_dq, aligned_shared, fragment, gradients, params, probabilities, scores,
-    store_ds, store_kv, tile_head, tile_tail, walk, Buffers, Copier, Descriptors, Mask, Params,
-    GROUP_KEYS, NEG_INF, QUERIES, REGION, ZERO,
+    accumulate_kv, add_dq, aligned_shared, first_tile, fragment, gradients, params, probabilities,
+    scores, store_ds, store_kv, tile_head, tile_tail, walk, Copier, Mask, Params, GROUP_KEYS,
+    NEG_INF, QUERIES, REGION, ZERO,
 };
 use tensorfn_core::DTypeKind;
 
@@ -124,24 +124,7 @@ pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) 
     let walk = walk(&mut body, &causal, &j0, &p["p_l"], d);
     copier.tile(&mut body, &j0, &p["p_s"], &g.k, &sk);
     copier.tile(&mut body, &j0, &p["p_s"], &g.v, &sv);
-    {
-        let sg0 = body.reg(Class::B32);
-        body.op(format!("add.u32 {sg0}, {sq0}, {tile}"));
-        copier.tile(&mut body, &walk.i0, &p["p_l"], &g.q, &sq0);
-        copier.tile(&mut body, &walk.i0, &p["p_l"], &g.go, &sg0);
-    }
-    body.op("cp.async.commit_group");
-    let desc = Descriptors::new(&mut body);
-    // The byte offset of the current buffer (0 or 2 tiles).
-    let buf = body.reg(Class::B32);
-    body.op(format!("mov.u32 {buf}, 0"));
-    let buffers = Buffers {
-        sq0: &sq0,
-        buf: &buf,
-        tile,
-        q: &g.q,
-        go: &g.go,
-    };
+    let (buffers, desc) = first_tile(&mut body, &copier, &walk, &p["p_l"], (&sq0, tile), &g);
     let (sq, sg) = tile_head(&mut body, &copier, &walk, &p["p_l"], &buffers);
     let (s, dp) = scores(&mut body, ht, d, &desc, [&sk, &sv, &sq, &sg]);
     let (i0, lmax) = (&walk.i0, &walk.lmax);
@@ -206,7 +189,7 @@ pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) 
         p["p_dqa"].as_str(),
     );
     add_dq(&mut body, &dq, &f, &t32, rows, d, None);
-    tile_tail(&mut body, &walk, &p["p_l"], &buf, tile);
+    tile_tail(&mut body, &walk, &p["p_l"], &buffers);
     store_kv(&mut body, ht, d, &f, &walk, &bs, &p);
     body.op("ret");
     // Dynamic shared memory (`attention_wgmma_backward_shared(d)` bytes),

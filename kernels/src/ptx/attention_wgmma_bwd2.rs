@@ -23,9 +23,9 @@
 use super::attention_mma_bwd::{prologue, Prologue, MMA_BWD_PARAMS};
 use super::attention_wgmma::{list, ATOM_ROW};
 use super::attention_wgmma_bwd::steps::{
-    accumulate_kv, add_dq, aligned_shared, fragment, gradients, params, probabilities, scores,
-    store_ds, store_kv, tile_head, tile_tail, walk, Buffers, Copier, Descriptors, Mask, Params,
-    GROUP_KEYS, NEG_INF, QUERIES, REGION, ZERO,
+    accumulate_kv, add_dq, aligned_shared, first_tile, fragment, gradients, params, probabilities,
+    scores, store_ds, store_kv, tile_head, tile_tail, walk, Copier, Mask, Params, GROUP_KEYS,
+    NEG_INF, QUERIES, REGION, ZERO,
 };
 use super::body::{Body, Class};
 use super::mma_tile::{entry_params, half_type, LOG2_E};
@@ -177,24 +177,7 @@ pub(crate) fn attention_wgmma_bwd2_entry(
         copier.tile(&mut body, &j0, &p["p_s"], &g.v, &sv0);
         copier.tile(&mut body, &j1, &p["p_s"], &g.v, &sv1);
     }
-    {
-        let sg0 = body.reg(Class::B32);
-        body.op(format!("add.u32 {sg0}, {sq0}, {tile}"));
-        copier.tile(&mut body, &walk.i0, &p["p_l"], &g.q, &sq0);
-        copier.tile(&mut body, &walk.i0, &p["p_l"], &g.go, &sg0);
-    }
-    body.op("cp.async.commit_group");
-    let desc = Descriptors::new(&mut body);
-    // The byte offset of the current buffer (0 or 2 tiles).
-    let buf = body.reg(Class::B32);
-    body.op(format!("mov.u32 {buf}, 0"));
-    let buffers = Buffers {
-        sq0: &sq0,
-        buf: &buf,
-        tile,
-        q: &g.q,
-        go: &g.go,
-    };
+    let (buffers, desc) = first_tile(&mut body, &copier, &walk, &p["p_l"], (&sq0, tile), &g);
     let (sq, sg) = tile_head(&mut body, &copier, &walk, &p["p_l"], &buffers);
     let (s, dp) = scores(&mut body, ht, d, &desc, [&sk, &sv, &sq, &sg]);
     let (i0, lmax) = (&walk.i0, &walk.lmax);
@@ -346,7 +329,7 @@ pub(crate) fn attention_wgmma_bwd2_entry(
         );
         add_dq(&mut body, &dq, &f, &t32, rows, d, Some((&wg, half)));
     }
-    tile_tail(&mut body, &walk, &p["p_l"], &buf, tile);
+    tile_tail(&mut body, &walk, &p["p_l"], &buffers);
     if bulk {
         // The shared memory the reductions read stays until they have.
         let is = issuer(&mut body);

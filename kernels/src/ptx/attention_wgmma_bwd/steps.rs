@@ -313,11 +313,40 @@ impl Descriptors {
 /// bytes each, `buf` the byte offset of the current one) and the
 /// operands they are copied from.
 pub(in crate::ptx) struct Buffers<'a> {
-    pub(in crate::ptx) sq0: &'a str,
-    pub(in crate::ptx) buf: &'a str,
-    pub(in crate::ptx) tile: usize,
-    pub(in crate::ptx) q: &'a Source,
-    pub(in crate::ptx) go: &'a Source,
+    sq0: &'a str,
+    buf: String,
+    tile: usize,
+    q: &'a Source,
+    go: &'a Source,
+}
+
+/// Emits the copy of the first query tile's `Q` and `dO` into buffer 0
+/// (at `sq0`, tiles of `tile` bytes, the operands `g`), the
+/// [`Descriptors`] and the offset of the current buffer, 0.
+pub(in crate::ptx) fn first_tile<'a>(
+    body: &mut Body,
+    copier: &Copier,
+    walk: &Walk,
+    l: &str,
+    (sq0, tile): (&'a str, usize),
+    g: &'a Sources,
+) -> (Buffers<'a>, Descriptors) {
+    let sg0 = body.reg(Class::B32);
+    body.op(format!("add.u32 {sg0}, {sq0}, {tile}"));
+    copier.tile(body, &walk.i0, l, &g.q, sq0);
+    copier.tile(body, &walk.i0, l, &g.go, &sg0);
+    body.op("cp.async.commit_group");
+    let desc = Descriptors::new(body);
+    let buf = body.reg(Class::B32);
+    body.op(format!("mov.u32 {buf}, 0"));
+    let b = Buffers {
+        sq0,
+        buf,
+        tile,
+        q: &g.q,
+        go: &g.go,
+    };
+    (b, desc)
 }
 
 /// Emits the head of a query tile (the loop's label placed): once every
@@ -362,8 +391,8 @@ pub(in crate::ptx) fn tile_head(
 /// Emits the tail of a query tile (the buffers swapped, `i0` advanced,
 /// the jump back while queries are left) and the end of the walk, every
 /// copy landed.
-pub(in crate::ptx) fn tile_tail(body: &mut Body, walk: &Walk, l: &str, buf: &str, tile: usize) {
-    let i0 = &walk.i0;
+pub(in crate::ptx) fn tile_tail(body: &mut Body, walk: &Walk, l: &str, b: &Buffers) {
+    let (i0, buf, tile) = (&walk.i0, &b.buf, b.tile);
     body.op(format!("xor.b32 {buf}, {buf}, {}", 2 * tile));
     body.op(format!("add.u64 {i0}, {i0}, {QUERIES}"));
     let more = body.reg(Class::Pred);
