@@ -13,6 +13,7 @@ use crate::norm::{self, NormEntry, WARPS};
 use crate::ops::NormOp;
 use tensorfn_core::DTypeKind;
 
+mod backward_rows;
 mod backward_warp;
 
 /// Bytes of shared memory per statistic: one value per warp.
@@ -581,23 +582,9 @@ fn backward_dx(name: &str, op: NormOp, dtype: DTypeKind) -> String {
     let a = g.a();
     let abytes = if g.wide { 8 } else { 4 };
     let bias = op.has_bias();
-    let part = body.reg(Class::B64);
-    body.op(format!("ld.param.u64 {part}, [p_part]"));
-    body.op(format!("cvta.to.global.u64 {part}, {part}"));
-    let c32 = body.reg(Class::B32);
-    let ctaid = body.reg(Class::B64);
-    body.op(format!("mov.u32 {c32}, %ctaid.x"));
-    body.op(format!("cvt.u64.u32 {ctaid}, {c32}"));
-    let step = body.reg(Class::B64);
-    body.op(format!("mov.u32 {c32}, %nctaid.x"));
-    body.op(format!("cvt.u64.u32 {step}, {c32}"));
+    let grid = backward_rows::grid(&mut body, 1);
     // This block's partial sums, zeroed: dweight's, then dbias's.
-    let pdw = body.reg(Class::B64);
-    body.op(format!("mul.lo.u64 {pdw}, {ctaid}, {}", g.cols));
-    body.op(format!("mul.lo.u64 {pdw}, {pdw}, {}", 2 * abytes));
-    body.op(format!("add.u64 {pdw}, {pdw}, {part}"));
-    let pdb = body.reg(Class::B64);
-    body.op(format!("mad.lo.u64 {pdb}, {}, {abytes}, {pdw}", g.cols));
+    let (pdw, pdb) = backward_rows::partial_sums(&mut body, &g, &grid, abytes);
     let zero = g.zero();
     col_loop(&mut body, &g, |body, col| {
         let at = part_elem(body, &pdw, col, abytes);
@@ -608,25 +595,15 @@ fn backward_dx(name: &str, op: NormOp, dtype: DTypeKind) -> String {
         }
     });
     let row = body.reg(Class::B64);
-    body.op(format!("mov.u64 {row}, {ctaid}"));
-    let lp = body.label("row_loop");
-    let end = body.label("row_end");
-    body.place(&lp);
-    let done = body.reg(Class::Pred);
-    body.op(format!("setp.ge.u64 {done}, {row}, {}", g.rows));
-    body.op(format!("@{done} bra.uni {end}"));
-    let off = body.reg(Class::B64);
-    body.op(format!("mul.lo.u64 {off}, {row}, {}", g.cols));
-    body.op(format!("mul.lo.u64 {off}, {off}, {}", dtype.size_bytes()));
+    body.op(format!("mov.u64 {row}, {}", grid.ctaid));
+    let (rows, off) = backward_rows::row_loop_head(&mut body, &g, &row, ["row_loop", "row_end"]);
     let xin = addr(&mut body, &g.input, &off);
     let gin = addr(&mut body, &g.b, &off);
     let xout = addr(&mut body, &g.out, &off);
     backward_row(&mut body, &g, (&xin, &gin, &xout), (&pdw, &pdb), abytes);
     // The next row's sums overwrite shared memory this row read.
     body.op("bar.sync 0");
-    body.op(format!("add.u64 {row}, {row}, {step}"));
-    body.op(format!("bra.uni {lp}"));
-    body.place(&end);
+    backward_rows::row_loop_tail(&mut body, &row, &grid, &rows);
     body.op("ret");
     format!(
         ".visible .entry {name}_dx{BACKWARD_PARAMS}\n{{\n{}}}\n",

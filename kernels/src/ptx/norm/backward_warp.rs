@@ -15,6 +15,7 @@
 //! times across its block per row (about 0.4 TB/s over GPT-2's 8192 rows
 //! of 768 bf16); this entry moves each byte once.
 
+use super::backward_rows::{grid, partial_sums, row_loop_head, row_loop_tail};
 use super::{load_raw, reduce_threads, store_access, widen, Accesses, Gen, Threads};
 use super::{BACKWARD_PARAMS, WARPS};
 use crate::norm::{self, NormEntry};
@@ -37,16 +38,7 @@ pub(super) fn backward_dx_warp(name: &str, op: NormOp, dtype: DTypeKind) -> Stri
     let g = Gen::with_fourth(&mut body, op, dtype, false, "p_g");
     let a = g.a();
     let layer = op == NormOp::LayerNorm;
-    let part = body.reg(Class::B64);
-    body.op(format!("ld.param.u64 {part}, [p_part]"));
-    body.op(format!("cvta.to.global.u64 {part}, {part}"));
-    let c32 = body.reg(Class::B32);
-    let ctaid = body.reg(Class::B64);
-    body.op(format!("mov.u32 {c32}, %ctaid.x"));
-    body.op(format!("cvt.u64.u32 {ctaid}, {c32}"));
-    let step = body.reg(Class::B64);
-    body.op(format!("mov.u32 {c32}, %nctaid.x"));
-    body.op(format!("mul.wide.u32 {step}, {c32}, {WARPS}"));
+    let grid = grid(&mut body, WARPS);
     let lane = body.reg(Class::B64);
     body.op(format!("cvt.u64.u32 {lane}, {}", g.lane));
     let acc = Accesses::new(
@@ -76,15 +68,7 @@ pub(super) fn backward_dx_warp(name: &str, op: NormOp, dtype: DTypeKind) -> Stri
     let warp64 = body.reg(Class::B64);
     body.op(format!("cvt.u64.u32 {warp64}, {}", g.warp));
     body.op(format!("add.u64 {row}, {row}, {warp64}"));
-    let lp = body.label("warp_row");
-    let end = body.label("warp_row_end");
-    body.place(&lp);
-    let done = body.reg(Class::Pred);
-    body.op(format!("setp.ge.u64 {done}, {row}, {}", g.rows));
-    body.op(format!("@{done} bra.uni {end}"));
-    let off = body.reg(Class::B64);
-    body.op(format!("mul.lo.u64 {off}, {row}, {}", g.cols));
-    body.op(format!("mul.lo.u64 {off}, {off}, {}", dtype.size_bytes()));
+    let (rows, off) = row_loop_head(&mut body, &g, &row, ["warp_row", "warp_row_end"]);
     let bases: Vec<String> = [&g.input, &g.b, &g.out]
         .iter()
         .map(|p| {
@@ -208,9 +192,7 @@ pub(super) fn backward_dx_warp(name: &str, op: NormOp, dtype: DTypeKind) -> Stri
         let p = acc.inside(&mut body, j);
         store_access(&mut body, dtype, &p, &acc.at(ob, j), &ys);
     }
-    body.op(format!("add.u64 {row}, {row}, {step}"));
-    body.op(format!("bra.uni {lp}"));
-    body.place(&end);
+    row_loop_tail(&mut body, &row, &grid, &rows);
     // The warps' column sums, added in warp order into the block's
     // partial sums: dweight's, then dbias's.
     let smem = body.reg(Class::B64);
@@ -226,12 +208,7 @@ pub(super) fn backward_dx_warp(name: &str, op: NormOp, dtype: DTypeKind) -> Stri
     let lane_off = body.reg(Class::B64);
     body.op(format!("mul.lo.u64 {lane_off}, {lane}, {}", width * abytes));
     body.op(format!("add.u64 {mine}, {mine}, {lane_off}"));
-    let pdw = body.reg(Class::B64);
-    body.op(format!("mul.lo.u64 {pdw}, {ctaid}, {}", g.cols));
-    body.op(format!("mul.lo.u64 {pdw}, {pdw}, {}", 2 * abytes));
-    body.op(format!("add.u64 {pdw}, {pdw}, {part}"));
-    let pdb = body.reg(Class::B64);
-    body.op(format!("mad.lo.u64 {pdb}, {}, {abytes}, {pdw}", g.cols));
+    let (pdw, pdb) = partial_sums(&mut body, &g, &grid, abytes);
     let stats: &[(usize, &str)] = if layer {
         &[(0, &pdw), (1, &pdb)]
     } else {
