@@ -32,9 +32,9 @@ use super::body::{Body, Class};
 use super::mma_tile::{entry_params, half_type, LOG2_E};
 use crate::target::Target;
 use steps::{
-    accumulate_kv, add_dq, aligned_shared, first_tile, fragment, gradients, params, probabilities,
-    scores, store_ds, store_kv, tile_head, tile_tail, walk, Copier, Mask, Params, GROUP_KEYS,
-    NEG_INF, QUERIES, REGION, ZERO,
+    accumulate_kv, add_dq, aligned_shared, first_keys, first_tile, fragment, gradients, lanes,
+    params, probabilities, scores, store_ds, store_kv, tile_head, tile_tail, walk, Copier, Lanes,
+    Mask, Params, GROUP_KEYS, NEG_INF, QUERIES, REGION, ZERO,
 };
 use tensorfn_core::DTypeKind;
 
@@ -86,25 +86,16 @@ pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) 
     let tile = 64 * d * 2;
     let mut body = Body::for_target(Target::Sm80);
     let Params { p, sl2, scale } = params(&mut body);
-    let (tid, lane, wi, g32, t32) = (
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-    );
-    body.op(format!("mov.u32 {tid}, %tid.x"));
-    body.op(format!("and.b32 {lane}, {tid}, 31"));
-    body.op(format!("shr.u32 {wi}, {tid}, 5"));
-    body.op(format!("shr.u32 {g32}, {lane}, 2"));
-    body.op(format!("and.b32 {t32}, {lane}, 3"));
+    let lanes = lanes(&mut body, 1);
     // Blocks in key order: under `causal` the first keys have the most
     // queries, and they start first.
     let Prologue { cta, boff, bl, bs } = prologue(&mut body, &p);
     // The block's keys j0..; the thread's fragment rows (keys of S^T, dK,
     // dV; queries of dQ).
-    let j0 = body.reg(Class::B64);
-    body.op(format!("mul.wide.u32 {j0}, {cta}, {keys}"));
+    let (j0, _) = first_keys(&mut body, &cta, &lanes, keys);
+    let Lanes {
+        tid, wi, g32, t32, ..
+    } = lanes;
     let f = fragment(&mut body, &wi, &g32, &t32, &j0);
     let causal = body.reg(Class::Pred);
     body.op(format!("setp.ne.u64 {causal}, {}, 0", p["p_causal"]));

@@ -23,9 +23,9 @@
 use super::attention_mma_bwd::{prologue, Prologue, MMA_BWD_PARAMS};
 use super::attention_wgmma::{list, ATOM_ROW};
 use super::attention_wgmma_bwd::steps::{
-    accumulate_kv, add_dq, aligned_shared, first_tile, fragment, gradients, params, probabilities,
-    scores, store_ds, store_kv, tile_head, tile_tail, walk, Copier, Mask, Params, GROUP_KEYS,
-    NEG_INF, QUERIES, REGION, ZERO,
+    accumulate_kv, add_dq, aligned_shared, first_keys, first_tile, fragment, gradients, lanes,
+    params, probabilities, scores, store_ds, store_kv, tile_head, tile_tail, walk, Copier, Lanes,
+    Mask, Params, GROUP_KEYS, NEG_INF, QUERIES, REGION, ZERO,
 };
 use super::body::{Body, Class};
 use super::mma_tile::{entry_params, half_type, LOG2_E};
@@ -101,34 +101,24 @@ pub(crate) fn attention_wgmma_bwd2_entry(
     let mut body = Body::for_target(Target::Sm80);
     let Params { p, sl2, scale } = params(&mut body);
     // The warp's place in its warpgroup `wi` and the warpgroup `wg`.
-    let (tid, lane, wi, wg, g32, t32) = (
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-        body.reg(Class::B32),
-    );
-    body.op(format!("mov.u32 {tid}, %tid.x"));
-    body.op(format!("and.b32 {lane}, {tid}, 31"));
-    body.op(format!("shr.u32 {wg}, {tid}, 7"));
-    body.op(format!("shr.u32 {wi}, {tid}, 5"));
-    body.op(format!("and.b32 {wi}, {wi}, 3"));
-    body.op(format!("shr.u32 {g32}, {lane}, 2"));
-    body.op(format!("and.b32 {t32}, {lane}, 3"));
+    let lanes = lanes(&mut body, 2);
     // Blocks in key order: under `causal` the first keys have the most
     // queries, and they start first.
     let Prologue { cta, boff, bl, bs } = prologue(&mut body, &p);
     // The block's keys j0.., the warpgroup's jw = j0 + 64 wg..; the
     // thread's fragment rows 16 wi + g and 8 more (keys of S^T, dK, dV
     // from jw on; queries of dQ).
-    let (j0, jw) = (body.reg(Class::B64), body.reg(Class::B64));
-    body.op(format!("mul.wide.u32 {j0}, {cta}, {WGMMA_BWD2_KEYS}"));
-    {
-        let x = body.reg(Class::B64);
-        body.op(format!("mul.wide.u32 {x}, {wg}, {keys}"));
-        body.op(format!("add.u64 {jw}, {j0}, {x}"));
-    }
+    let (j0, jw) = first_keys(&mut body, &cta, &lanes, WGMMA_BWD2_KEYS);
+    let Lanes {
+        tid,
+        wi,
+        wg: Some(wg),
+        g32,
+        t32,
+    } = lanes
+    else {
+        unreachable!("a block of two warpgroups has a warpgroup index")
+    };
     let f = fragment(&mut body, &wi, &g32, &t32, &jw);
     let causal = body.reg(Class::Pred);
     body.op(format!("setp.ne.u64 {causal}, {}, 0", p["p_causal"]));

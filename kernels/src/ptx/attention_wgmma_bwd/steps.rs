@@ -55,6 +55,69 @@ pub(in crate::ptx) fn params(body: &mut Body) -> Params {
     Params { p, sl2, scale }
 }
 
+/// A thread's place in its block: its index `tid`, its `lane`, its warp
+/// `wi` within its warpgroup, the warpgroup `wg` (in blocks of more than
+/// one), and in the fragments its lane group `g32` (lane / 4) and `t32`
+/// (lane % 4).
+pub(in crate::ptx) struct Lanes {
+    pub(in crate::ptx) tid: String,
+    pub(in crate::ptx) wi: String,
+    pub(in crate::ptx) wg: Option<String>,
+    pub(in crate::ptx) g32: String,
+    pub(in crate::ptx) t32: String,
+}
+
+/// Emits the [`Lanes`] of a thread of a block of one warpgroup or, with
+/// `groups` 2, of two.
+pub(in crate::ptx) fn lanes(body: &mut Body, groups: usize) -> Lanes {
+    let (tid, lane, wi) = (
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+        body.reg(Class::B32),
+    );
+    let wg = (groups > 1).then(|| body.reg(Class::B32));
+    let (g32, t32) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!("mov.u32 {tid}, %tid.x"));
+    body.op(format!("and.b32 {lane}, {tid}, 31"));
+    if let Some(wg) = &wg {
+        body.op(format!("shr.u32 {wg}, {tid}, 7"));
+    }
+    body.op(format!("shr.u32 {wi}, {tid}, 5"));
+    if wg.is_some() {
+        body.op(format!("and.b32 {wi}, {wi}, 3"));
+    }
+    body.op(format!("shr.u32 {g32}, {lane}, 2"));
+    body.op(format!("and.b32 {t32}, {lane}, 3"));
+    Lanes {
+        tid,
+        wi,
+        wg,
+        g32,
+        t32,
+    }
+}
+
+/// Emits the first key `j0` of block `cta` (of `block_keys` keys) and
+/// that of the thread's warpgroup, `jw` (`j0` plus 64 `wg`).
+pub(in crate::ptx) fn first_keys(
+    body: &mut Body,
+    cta: &str,
+    l: &Lanes,
+    block_keys: usize,
+) -> (String, String) {
+    let j0 = body.reg(Class::B64);
+    let Some(wg) = &l.wg else {
+        body.op(format!("mul.wide.u32 {j0}, {cta}, {block_keys}"));
+        return (j0.clone(), j0);
+    };
+    let jw = body.reg(Class::B64);
+    body.op(format!("mul.wide.u32 {j0}, {cta}, {block_keys}"));
+    let x = body.reg(Class::B64);
+    body.op(format!("mul.wide.u32 {x}, {wg}, {GROUP_KEYS}"));
+    body.op(format!("add.u64 {jw}, {j0}, {x}"));
+    (j0, jw)
+}
+
 /// A thread's place in its warpgroup's m64 fragments: rows `fra` (16 wi
 /// plus g) and `frb` (`fra` plus 8), u64, the keys `ka`, `kb` those rows
 /// are from the warpgroup's first key on, and the column pair `col` (2t)
