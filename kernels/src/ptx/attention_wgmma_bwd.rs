@@ -27,14 +27,13 @@
 //! At the end `dK` and `dV` (already scaled) are rounded and stored.
 
 use super::attention_mma_bwd::{prologue, Prologue, MMA_BWD_PARAMS};
-use super::attention_wgmma::{list, ATOM_ROW};
 use super::body::{Body, Class};
 use super::mma_tile::{entry_params, half_type, LOG2_E};
 use crate::target::Target;
 use steps::{
-    accumulate_kv, add_dq, aligned_shared, first_keys, first_tile, fragment, gradients, lanes,
-    params, probabilities, scores, store_ds, store_kv, tile_head, tile_tail, walk, Copier, Lanes,
-    Mask, Params, GROUP_KEYS, NEG_INF, QUERIES, REGION, ZERO,
+    accumulate_kv, add_dq, aligned_shared, dq_products, first_keys, first_tile, fragment,
+    gradients, lanes, params, probabilities, scores, store_ds, store_kv, tile_head, tile_tail,
+    walk, Copier, Lanes, Mask, Params, GROUP_KEYS, NEG_INF, QUERIES, REGION, ZERO,
 };
 use tensorfn_core::DTypeKind;
 
@@ -160,19 +159,7 @@ pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) 
     // Every warp's dS^T stored: dQ = dS K, M = the tile's queries (A the
     // transposed dS^T tile, B the transposed K), k-steps of 16 keys.
     body.op("bar.sync 0");
-    let dq: Vec<String> = (0..d / 2).map(|_| body.reg(Class::F32)).collect();
-    body.op("wgmma.fence.sync.aligned");
-    for kc in 0..keys / 16 {
-        let ad = desc.at(&mut body, desc.mnmajor, &sds, kc * 16 * ATOM_ROW);
-        let bd = desc.at(&mut body, desc.mnmajor, &sk, kc * 16 * ATOM_ROW);
-        let accum = if kc == 0 { &desc.pfalse } else { &desc.ptrue };
-        body.op(format!(
-            "wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{ht}.{ht} {}, {ad}, {bd}, {accum}, 1, 1, 1, 1",
-            list(&dq)
-        ));
-    }
-    body.op("wgmma.commit_group.sync.aligned");
-    body.op("wgmma.wait_group.sync.aligned 0");
+    let dq = dq_products(&mut body, ht, &desc, d, keys, tile, &sds, &sk);
     let rows = (
         i0.as_str(),
         bl.as_str(),

@@ -21,11 +21,10 @@
 //! of the block's.
 
 use super::attention_mma_bwd::{prologue, Prologue, MMA_BWD_PARAMS};
-use super::attention_wgmma::{list, ATOM_ROW};
 use super::attention_wgmma_bwd::steps::{
-    accumulate_kv, add_dq, aligned_shared, first_keys, first_tile, fragment, gradients, lanes,
-    params, probabilities, scores, store_ds, store_kv, tile_head, tile_tail, walk, Copier, Lanes,
-    Mask, Params, GROUP_KEYS, NEG_INF, QUERIES, REGION, ZERO,
+    accumulate_kv, add_dq, aligned_shared, dq_products, first_keys, first_tile, fragment,
+    gradients, lanes, params, probabilities, scores, store_ds, store_kv, tile_head, tile_tail,
+    walk, Copier, Lanes, Mask, Params, GROUP_KEYS, NEG_INF, QUERIES, REGION, ZERO,
 };
 use super::body::{Body, Class};
 use super::mma_tile::{entry_params, half_type, LOG2_E};
@@ -228,22 +227,18 @@ pub(crate) fn attention_wgmma_bwd2_entry(
     // region wg of the transposed K of each half), k-steps of 16 of the
     // block's 128 keys.
     body.op("bar.sync 0");
-    let dq: Vec<String> = (0..half / 2).map(|_| body.reg(Class::F32)).collect();
     let skc = body.reg(Class::B32);
     body.op(format!("mad.lo.u32 {skc}, {wg}, {REGION}, {sk0}"));
-    body.op("wgmma.fence.sync.aligned");
-    for kc in 0..WGMMA_BWD2_KEYS / 16 {
-        let (h, r) = (kc / 4, (kc % 4) * 16 * ATOM_ROW);
-        let ad = desc.at(&mut body, desc.mnmajor, &sds0, h * REGION + r);
-        let bd = desc.at(&mut body, desc.mnmajor, &skc, h * tile + r);
-        let accum = if kc == 0 { &desc.pfalse } else { &desc.ptrue };
-        body.op(format!(
-            "wgmma.mma_async.sync.aligned.m64n{half}k16.f32.{ht}.{ht} {}, {ad}, {bd}, {accum}, 1, 1, 1, 1",
-            list(&dq)
-        ));
-    }
-    body.op("wgmma.commit_group.sync.aligned");
-    body.op("wgmma.wait_group.sync.aligned 0");
+    let dq = dq_products(
+        &mut body,
+        ht,
+        &desc,
+        half,
+        WGMMA_BWD2_KEYS,
+        tile,
+        &sds0,
+        &skc,
+    );
     if bulk {
         // The warpgroup's staging tile, its named barrier (1 + wg; 0 is
         // the block's).

@@ -659,6 +659,39 @@ pub(in crate::ptx) fn accumulate_kv(
     body.op("wgmma.commit_group.sync.aligned");
 }
 
+/// Emits `dQ = dS K` of the query tile, `n` columns of it (issued and
+/// waited on), M = the tile's queries: `A` the transposed `dS^T` tiles
+/// from `ds` on (one region a warpgroup), `B` the transposed `K` at `k`
+/// (the warpgroup's 64 keys a `tile` apart), k-steps of 16 of the
+/// block's `block_keys` keys. Returns the accumulator.
+#[allow(clippy::too_many_arguments)]
+pub(in crate::ptx) fn dq_products(
+    body: &mut Body,
+    ht: &str,
+    desc: &Descriptors,
+    n: usize,
+    block_keys: usize,
+    tile: usize,
+    ds: &str,
+    k: &str,
+) -> Vec<String> {
+    let dq: Vec<String> = (0..n / 2).map(|_| body.reg(Class::F32)).collect();
+    body.op("wgmma.fence.sync.aligned");
+    for kc in 0..block_keys / 16 {
+        let (h, r) = (kc / 4, (kc % 4) * 16 * ATOM_ROW);
+        let ad = desc.at(body, desc.mnmajor, ds, h * REGION + r);
+        let bd = desc.at(body, desc.mnmajor, k, h * tile + r);
+        let accum = if kc == 0 { &desc.pfalse } else { &desc.ptrue };
+        body.op(format!(
+            "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ht}.{ht} {}, {ad}, {bd}, {accum}, 1, 1, 1, 1",
+            list(&dq)
+        ));
+    }
+    body.op("wgmma.commit_group.sync.aligned");
+    body.op("wgmma.wait_group.sync.aligned 0");
+    dq
+}
+
 /// Emits the addition of the accumulator `dq` (m64, the tile's queries
 /// from `i0` on, `dq.len() * 2` columns) into the f32 `dQ` buffer of
 /// head dim `d` (rows from `bl` on), four columns at a time, rows past
