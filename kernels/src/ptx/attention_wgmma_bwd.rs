@@ -26,14 +26,14 @@
 //!
 //! At the end `dK` and `dV` (already scaled) are rounded and stored.
 
-use super::attention_mma_bwd::{prologue, Prologue, MMA_BWD_PARAMS};
+use super::attention_mma_bwd::{prologue, Prologue};
 use super::body::{Body, Class};
-use super::mma_tile::{entry_params, half_type, LOG2_E};
+use super::mma_tile::half_type;
 use crate::target::Target;
 use steps::{
-    accumulate_kv, add_dq, aligned_shared, dq_products, first_keys, first_tile, fragment,
-    gradients, lanes, params, probabilities, scores, store_ds, store_kv, tile_head, tile_tail,
-    walk, Copier, Lanes, Mask, Params, GROUP_KEYS, NEG_INF, QUERIES, REGION, ZERO,
+    accumulate_kv, add_dq, aligned_shared, dq_products, entry_text, first_keys, first_tile,
+    fragment, gradients, lanes, lse_term, params, probabilities, scores, store_ds, store_kv,
+    tile_head, tile_tail, walk, Copier, Lanes, Mask, Params, GROUP_KEYS, QUERIES, REGION,
 };
 use tensorfn_core::DTypeKind;
 
@@ -78,7 +78,6 @@ pub const fn attention_wgmma_backward_shared(d: usize) -> usize {
 /// entry.
 pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) -> String {
     let ht = half_type(dtype);
-    let nl2e = format!("0f{:08X}", (-LOG2_E as f32).to_bits());
     let threads = WGMMA_BWD_THREADS;
     let keys = WGMMA_BWD_KEYS;
     // Bytes of a tile (64 rows of d columns).
@@ -137,10 +136,7 @@ pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) 
                 let (m, dd) = (body.reg(Class::F32), body.reg(Class::F32));
                 body.op(format!("ld.global.nc.f32 {m}, [{al}]"));
                 body.op(format!("ld.global.f32 {dd}, [{ad}]"));
-                let inf = body.reg(Class::Pred);
-                body.op(format!("setp.eq.f32 {inf}, {m}, {NEG_INF}"));
-                body.op(format!("mul.rn.f32 {m}, {m}, {nl2e}"));
-                body.op(format!("@{inf} mov.f32 {m}, {ZERO}"));
+                lse_term(&mut body, &m);
                 (m, dd)
             })
             .unzip()
@@ -170,11 +166,5 @@ pub(crate) fn attention_wgmma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) 
     tile_tail(&mut body, &walk, &p["p_l"], &buffers);
     store_kv(&mut body, ht, d, &f, &walk, &bs, &p);
     body.op("ret");
-    // Dynamic shared memory (`attention_wgmma_backward_shared(d)` bytes),
-    // declared at module scope.
-    format!(
-        ".extern .shared .align 128 .b8 {name}_smem[];\n\n.visible .entry {name}(\n{}\n)\n.maxntid {threads}, 1, 1\n{{\n{}}}\n",
-        entry_params(&MMA_BWD_PARAMS),
-        body.finish()
-    )
+    entry_text(name, threads, body)
 }

@@ -20,14 +20,14 @@
 //! own M = 64, so the keys of warpgroup `w` are 64 w + 16 (`wi & 3`) + g
 //! of the block's.
 
-use super::attention_mma_bwd::{prologue, Prologue, MMA_BWD_PARAMS};
+use super::attention_mma_bwd::{prologue, Prologue};
 use super::attention_wgmma_bwd::steps::{
-    accumulate_kv, add_dq, aligned_shared, dq_products, first_keys, first_tile, fragment,
-    gradients, lanes, params, probabilities, scores, store_ds, store_kv, tile_head, tile_tail,
-    walk, Copier, Lanes, Mask, Params, GROUP_KEYS, NEG_INF, QUERIES, REGION, ZERO,
+    accumulate_kv, add_dq, aligned_shared, dq_products, entry_text, first_keys, first_tile,
+    fragment, gradients, lanes, lse_term, params, probabilities, scores, store_ds, store_kv,
+    tile_head, tile_tail, walk, Copier, Lanes, Mask, Params, GROUP_KEYS, QUERIES, REGION,
 };
 use super::body::{Body, Class};
-use super::mma_tile::{entry_params, half_type, LOG2_E};
+use super::mma_tile::half_type;
 use crate::target::Target;
 use tensorfn_core::DTypeKind;
 
@@ -90,7 +90,6 @@ pub(crate) fn attention_wgmma_bwd2_entry(
 ) -> String {
     assert_eq!(d, 128, "the two-warpgroup backward takes head dim 128");
     let ht = half_type(dtype);
-    let nl2e = format!("0f{:08X}", (-LOG2_E as f32).to_bits());
     let threads = WGMMA_BWD2_THREADS;
     let keys = GROUP_KEYS;
     // dQ's columns a warpgroup computes.
@@ -190,10 +189,7 @@ pub(crate) fn attention_wgmma_bwd2_entry(
         .map(|i| {
             let (a, m) = (stat_at(&mut body, i, &p["p_lse"]), body.reg(Class::F32));
             body.op(format!("ld.global.nc.f32 {m}, [{a}]"));
-            let inf = body.reg(Class::Pred);
-            body.op(format!("setp.eq.f32 {inf}, {m}, {NEG_INF}"));
-            body.op(format!("mul.rn.f32 {m}, {m}, {nl2e}"));
-            body.op(format!("@{inf} mov.f32 {m}, {ZERO}"));
+            lse_term(&mut body, &m);
             m
         })
         .collect();
@@ -322,11 +318,5 @@ pub(crate) fn attention_wgmma_bwd2_entry(
     }
     store_kv(&mut body, ht, d, &f, &walk, &bs, &p);
     body.op("ret");
-    // Dynamic shared memory (`attention_wgmma_backward2_shared(d)` bytes),
-    // declared at module scope.
-    format!(
-        ".extern .shared .align 128 .b8 {name}_smem[];\n\n.visible .entry {name}(\n{}\n)\n.maxntid {threads}, 1, 1\n{{\n{}}}\n",
-        entry_params(&MMA_BWD_PARAMS),
-        body.finish()
-    )
+    entry_text(name, threads, body)
 }

@@ -14,7 +14,7 @@
 use crate::ptx::attention_mma_bwd::MMA_BWD_PARAMS;
 use crate::ptx::attention_wgmma::{desc_bits, list, swizzled_slot, ATOM_ROW};
 use crate::ptx::body::{Body, Class};
-use crate::ptx::mma_tile::{load_params, pack_a, scale_log2};
+use crate::ptx::mma_tile::{entry_params, load_params, pack_a, scale_log2, LOG2_E};
 use std::collections::HashMap;
 
 /// Queries a tile of `Q` and `dO` holds.
@@ -497,6 +497,16 @@ pub(in crate::ptx) fn scores(
     (s, dp)
 }
 
+/// Emits `m = -lse log2(e)` in place of a loaded `lse`, 0 for a row
+/// without keys (`lse` -inf), whose `P^T` the masking leaves 0 anyway.
+pub(in crate::ptx) fn lse_term(body: &mut Body, m: &str) {
+    let nl2e = format!("0f{:08X}", (-LOG2_E as f32).to_bits());
+    let inf = body.reg(Class::Pred);
+    body.op(format!("setp.eq.f32 {inf}, {m}, {NEG_INF}"));
+    body.op(format!("mul.rn.f32 {m}, {m}, {nl2e}"));
+    body.op(format!("@{inf} mov.f32 {m}, {ZERO}"));
+}
+
 /// The statistic (of the `QUERIES / 4` a thread loads) of register `i` of
 /// an accumulator with 64 query columns: tile `i / 4`, column 2t + (i &
 /// 1), row `fra` (i % 4 < 2) or `frb`.
@@ -786,4 +796,16 @@ pub(in crate::ptx) fn store_kv(
         }
         body.place(&skip);
     }
+}
+
+/// The text of the main entry `name` of a Hopper backward form with
+/// `body` (ended): its dynamic shared memory (the form's `_shared(d)`
+/// bytes, more than a static array may take) declared at module scope,
+/// the backward's parameters, at most `threads` a block.
+pub(in crate::ptx) fn entry_text(name: &str, threads: usize, body: Body) -> String {
+    format!(
+        ".extern .shared .align 128 .b8 {name}_smem[];\n\n.visible .entry {name}(\n{}\n)\n.maxntid {threads}, 1, 1\n{{\n{}}}\n",
+        entry_params(&MMA_BWD_PARAMS),
+        body.finish()
+    )
 }
