@@ -112,6 +112,44 @@ pub(super) fn prologue(body: &mut Body, p: &std::collections::HashMap<&str, Stri
     Prologue { cta, boff, bl, bs }
 }
 
+/// A thread's slot in the block's 16-byte copies of tiles of `chunks`
+/// chunks a row: chunk `tid % chunks` of row `tid / chunks` (and of the
+/// rows each further pass of the block's copies covers), at byte offset
+/// `slot` of a tile, the row `crow64` and the chunk's byte offset
+/// `cbytes` in a row of the source (u64).
+pub(super) struct CopySlot {
+    pub(super) slot: String,
+    pub(super) crow64: String,
+    pub(super) cbytes: String,
+}
+
+/// Emits the [`CopySlot`] of thread `tid`, `swizzle(row, chunk)` the
+/// tile's byte offset of a chunk (the backward forms' tiles swizzle
+/// differently).
+pub(super) fn copy_slot(
+    body: &mut Body,
+    tid: &str,
+    chunks: usize,
+    swizzle: impl FnOnce(&mut Body, &str, &str) -> String,
+) -> CopySlot {
+    let (crow, cchunk) = (body.reg(Class::B32), body.reg(Class::B32));
+    body.op(format!(
+        "shr.u32 {crow}, {tid}, {}",
+        chunks.trailing_zeros()
+    ));
+    body.op(format!("and.b32 {cchunk}, {tid}, {}", chunks - 1));
+    let slot = swizzle(body, &crow, &cchunk);
+    let (crow64, cbytes) = (body.reg(Class::B64), body.reg(Class::B64));
+    body.op(format!("cvt.u64.u32 {crow64}, {crow}"));
+    body.op(format!("cvt.u64.u32 {cbytes}, {cchunk}"));
+    body.op(format!("shl.b64 {cbytes}, {cbytes}, 4"));
+    CopySlot {
+        slot,
+        crow64,
+        cbytes,
+    }
+}
+
 /// The two 16-bit halves of `x` as f32 (`lo`, `hi`).
 fn unpack(body: &mut Body, dtype: DTypeKind, x: &str) -> [String; 2] {
     let (lo, hi) = (body.reg(Class::F32), body.reg(Class::F32));
@@ -292,17 +330,11 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
     let swz = |body: &mut Body, row: &str, chunk: &str| swizzle(body, row, chunk, row_bytes);
     // The thread's copy slot: row tid / chunks (+ pass * pass_rows), chunk
     // tid % chunks.
-    let (crow, cchunk) = (body.reg(Class::B32), body.reg(Class::B32));
-    body.op(format!(
-        "shr.u32 {crow}, {tid}, {}",
-        chunks.trailing_zeros()
-    ));
-    body.op(format!("and.b32 {cchunk}, {tid}, {}", chunks - 1));
-    let slot = swz(&mut body, &crow, &cchunk);
-    let (crow64, cbytes) = (body.reg(Class::B64), body.reg(Class::B64));
-    body.op(format!("cvt.u64.u32 {crow64}, {crow}"));
-    body.op(format!("cvt.u64.u32 {cbytes}, {cchunk}"));
-    body.op(format!("shl.b64 {cbytes}, {cbytes}, 4"));
+    let CopySlot {
+        slot,
+        crow64,
+        cbytes,
+    } = copy_slot(&mut body, &tid, chunks, swz);
     // Byte address of (row 0, the thread's chunk) of an operand whose
     // batch starts `boff` elements in.
     let base = |body: &mut Body, ptr: &str, boff: &str| {

@@ -11,7 +11,7 @@
 //! parameters, and emits its instructions in the order both forms always
 //! have, so that their PTX does not depend on which of them calls it.
 
-use crate::ptx::attention_mma_bwd::MMA_BWD_PARAMS;
+use crate::ptx::attention_mma_bwd::{copy_slot, CopySlot, MMA_BWD_PARAMS};
 use crate::ptx::attention_wgmma::{desc_bits, list, swizzled_slot, ATOM_ROW};
 use crate::ptx::body::{Body, Class};
 use crate::ptx::mma_tile::{entry_params, load_params, pack_a, scale_log2, LOG2_E};
@@ -181,8 +181,8 @@ pub(in crate::ptx) struct Sources {
 }
 
 /// A thread's part of the block's copies of 64-row tiles of `d` 16-bit
-/// columns into swizzled shared memory: chunk `cchunk` of rows `crow + k
-/// pass_rows` (every pass's rows share `crow % 8`, as `pass_rows` is a
+/// columns into swizzled shared memory: its [`CopySlot`] in rows `crow +
+/// k pass_rows` (every pass's rows share `crow % 8`, as `pass_rows` is a
 /// multiple of 8, so one swizzled `slot` serves all).
 pub(in crate::ptx) struct Copier {
     slot: String,
@@ -195,17 +195,13 @@ impl Copier {
     /// Emits the copy slot of thread `tid` of a block of `threads`.
     pub(in crate::ptx) fn new(body: &mut Body, tid: &str, threads: usize, d: usize) -> Copier {
         let chunks = d / 8;
-        let (crow, cchunk) = (body.reg(Class::B32), body.reg(Class::B32));
-        body.op(format!(
-            "shr.u32 {crow}, {tid}, {}",
-            chunks.trailing_zeros()
-        ));
-        body.op(format!("and.b32 {cchunk}, {tid}, {}", chunks - 1));
-        let slot = swizzled_slot(body, &crow, &cchunk, REGION);
-        let (crow64, cbytes) = (body.reg(Class::B64), body.reg(Class::B64));
-        body.op(format!("cvt.u64.u32 {crow64}, {crow}"));
-        body.op(format!("cvt.u64.u32 {cbytes}, {cchunk}"));
-        body.op(format!("shl.b64 {cbytes}, {cbytes}, 4"));
+        let CopySlot {
+            slot,
+            crow64,
+            cbytes,
+        } = copy_slot(body, tid, chunks, |body, row, chunk| {
+            swizzled_slot(body, row, chunk, REGION)
+        });
         Copier {
             slot,
             crow64,
