@@ -112,6 +112,10 @@ pub(super) fn prologue(body: &mut Body, p: &std::collections::HashMap<&str, Stri
     Prologue { cta, boff, bl, bs }
 }
 
+/// `-inf` and `0` as f32 immediates.
+pub(super) const NEG_INF: &str = "0fFF800000";
+pub(super) const ZERO: &str = "0f00000000";
+
 /// A thread's slot in the block's 16-byte copies of tiles of `chunks`
 /// chunks a row: chunk `tid % chunks` of row `tid / chunks` (and of the
 /// rows each further pass of the block's copies covers), at byte offset
@@ -148,6 +152,75 @@ pub(super) fn copy_slot(
         crow64,
         cbytes,
     }
+}
+
+/// Emits `m = -lse log2(e)` in place of a loaded `lse` (`P^T`'s
+/// exponent adds it), 0 for a row without keys (`lse` -inf), so that no
+/// infinity enters the exponent.
+pub(super) fn lse_term(body: &mut Body, m: &str) {
+    let nl2e = format!("0f{:08X}", (-LOG2_E as f32).to_bits());
+    let inf = body.reg(Class::Pred);
+    body.op(format!("setp.eq.f32 {inf}, {m}, {NEG_INF}"));
+    body.op(format!("mul.rn.f32 {m}, {m}, {nl2e}"));
+    body.op(format!("@{inf} mov.f32 {m}, {ZERO}"));
+}
+
+/// Where a `P^T` tile is masked: the first key `jw` of its rows and the
+/// first query `i0` of its columns, `causal`, the lengths `l` (queries)
+/// and `s` (keys).
+pub(super) struct Mask<'a> {
+    pub(super) jw: &'a str,
+    pub(super) i0: &'a str,
+    pub(super) causal: &'a str,
+    pub(super) l: &'a str,
+    pub(super) s: &'a str,
+}
+
+/// Emits whether the tile of `keys` keys and `queries` queries of `m`
+/// reaches past the queries, past the keys or, under `causal`, a key
+/// past a query: only such tiles are masked element by element.
+pub(super) fn reaches_edge(body: &mut Body, m: &Mask, queries: usize, keys: usize) -> String {
+    let Mask {
+        jw,
+        i0,
+        causal,
+        l,
+        s,
+    } = *m;
+    let edge = body.reg(Class::Pred);
+    let (t, e2) = (body.reg(Class::B64), body.reg(Class::Pred));
+    body.op(format!("add.u64 {t}, {i0}, {queries}"));
+    body.op(format!("setp.gt.u64 {edge}, {t}, {l}"));
+    body.op(format!("add.u64 {t}, {jw}, {keys}"));
+    body.op(format!("setp.gt.u64 {e2}, {t}, {s}"));
+    body.op(format!("or.pred {edge}, {edge}, {e2}"));
+    body.op(format!("add.u64 {t}, {jw}, {}", keys - 1));
+    body.op(format!("setp.gt.u64 {e2}, {t}, {i0}"));
+    body.op(format!("and.pred {e2}, {e2}, {causal}"));
+    body.op(format!("or.pred {edge}, {edge}, {e2}"));
+    edge
+}
+
+/// Emits the mask of the `P^T` exponent `r` of key `key` and query `c0 +
+/// off` (u64): -inf (so `P^T` 0) past the queries, past the keys or,
+/// under `causal`, for a key past its query.
+pub(super) fn mask_element(
+    body: &mut Body,
+    m: &Mask,
+    r: &str,
+    (c0, off): (&str, usize),
+    key: &str,
+) {
+    let qi = body.reg(Class::B64);
+    body.op(format!("add.u64 {qi}, {c0}, {off}"));
+    let (out, late) = (body.reg(Class::Pred), body.reg(Class::Pred));
+    body.op(format!("setp.ge.u64 {out}, {qi}, {}", m.l));
+    body.op(format!("setp.ge.u64 {late}, {key}, {}", m.s));
+    body.op(format!("or.pred {out}, {out}, {late}"));
+    body.op(format!("setp.gt.u64 {late}, {key}, {qi}"));
+    body.op(format!("and.pred {late}, {late}, {}", m.causal));
+    body.op(format!("or.pred {out}, {out}, {late}"));
+    body.op(format!("@{out} mov.f32 {r}, {NEG_INF}"));
 }
 
 /// The two 16-bit halves of `x` as f32 (`lo`, `hi`).
@@ -261,7 +334,6 @@ pub(crate) fn attention_mma_bwd_delta_entry(name: &str, dtype: DTypeKind, d: usi
 /// the batch, after the preprocessing entry.
 pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) -> String {
     let ht = half_type(dtype);
-    let (neg_inf, zero) = ("0fFF800000", "0f00000000");
     let br = query_rows(d);
     let threads = MMA_BWD_THREADS;
     let row_bytes = d * 2;
@@ -287,7 +359,6 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
         body.op(format!("ld.param.f64 {s64}, [p_scale]"));
         body.op(format!("cvt.rn.f32.f64 {scale}, {s64}"));
     }
-    let nl2e = format!("0f{:08X}", (-LOG2_E as f32).to_bits());
     let Lanes {
         tid,
         lane,
@@ -494,7 +565,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
             .map(|_| {
                 let t = [0, 1, 2, 3].map(|_| body.reg(Class::F32));
                 for r in &t {
-                    body.op(format!("mov.f32 {r}, {zero}"));
+                    body.op(format!("mov.f32 {r}, {ZERO}"));
                 }
                 t
             })
@@ -503,7 +574,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
     let dv = new_acc(&mut body, d / 8);
     let dk = new_acc(&mut body, d / 8);
     let zf = body.reg(Class::F32);
-    body.op(format!("mov.f32 {zf}, {zero}"));
+    body.op(format!("mov.f32 {zf}, {ZERO}"));
     let zq = [zf.clone(), zf.clone(), zf.clone(), zf];
     // Query blocks i0 = first.. (under `causal`, from the one holding
     // query j0), br rows each.
@@ -594,10 +665,7 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
                     let (m, dd) = (body.reg(Class::F32), body.reg(Class::F32));
                     body.op(format!("ld.global.nc.f32 {m}, [{al}]"));
                     body.op(format!("ld.global.f32 {dd}, [{ad}]"));
-                    let inf = body.reg(Class::Pred);
-                    body.op(format!("setp.eq.f32 {inf}, {m}, {neg_inf}"));
-                    body.op(format!("mul.rn.f32 {m}, {m}, {nl2e}"));
-                    body.op(format!("@{inf} mov.f32 {m}, {zero}"));
+                    lse_term(&mut body, &m);
                     mls.push(m);
                     ds.push(dd);
                 }
@@ -608,18 +676,14 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
         // the keys and, under `causal`, for a key past its query (only on the
         // blocks that reach any of those).
         {
-            let edge = body.reg(Class::Pred);
-            let t = body.reg(Class::B64);
-            body.op(format!("add.u64 {t}, {i0}, {br}"));
-            body.op(format!("setp.gt.u64 {edge}, {t}, {}", p["p_l"]));
-            let e2 = body.reg(Class::Pred);
-            body.op(format!("add.u64 {t}, {j0}, {MMA_BWD_KEYS}"));
-            body.op(format!("setp.gt.u64 {e2}, {t}, {}", p["p_s"]));
-            body.op(format!("or.pred {edge}, {edge}, {e2}"));
-            body.op(format!("add.u64 {t}, {j0}, {}", MMA_BWD_KEYS - 1));
-            body.op(format!("setp.gt.u64 {e2}, {t}, {i0}"));
-            body.op(format!("and.pred {e2}, {e2}, {causal}"));
-            body.op(format!("or.pred {edge}, {edge}, {e2}"));
+            let mask = Mask {
+                jw: &j0,
+                i0: &i0,
+                causal: &causal,
+                l: &p["p_l"],
+                s: &p["p_s"],
+            };
+            let edge = reaches_edge(&mut body, &mask, br, MMA_BWD_KEYS);
             for (nt, st) in s.iter().enumerate() {
                 for (x, r) in st.iter().enumerate() {
                     body.op(format!(
@@ -635,17 +699,8 @@ pub(crate) fn attention_mma_bwd_entry(name: &str, dtype: DTypeKind, d: usize) ->
             body.op(format!("add.u64 {c0}, {c0}, {i0}"));
             for (nt, st) in s.iter().enumerate() {
                 for (x, r) in st.iter().enumerate() {
-                    let qi = body.reg(Class::B64);
-                    body.op(format!("add.u64 {qi}, {c0}, {}", nt * 8 + (x & 1)));
                     let key = if x < 2 { &ka } else { &kb };
-                    let (out, late) = (body.reg(Class::Pred), body.reg(Class::Pred));
-                    body.op(format!("setp.ge.u64 {out}, {qi}, {}", p["p_l"]));
-                    body.op(format!("setp.ge.u64 {late}, {key}, {}", p["p_s"]));
-                    body.op(format!("or.pred {out}, {out}, {late}"));
-                    body.op(format!("setp.gt.u64 {late}, {key}, {qi}"));
-                    body.op(format!("and.pred {late}, {late}, {causal}"));
-                    body.op(format!("or.pred {out}, {out}, {late}"));
-                    body.op(format!("@{out} mov.f32 {r}, {neg_inf}"));
+                    mask_element(&mut body, &mask, r, (&c0, nt * 8 + (x & 1)), key);
                 }
             }
             body.place(&inner);

@@ -26,14 +26,14 @@
 //!
 //! At the end `dK` and `dV` (already scaled) are rounded and stored.
 
-use super::attention_mma_bwd::{prologue, Prologue};
+use super::attention_mma_bwd::{lse_term, prologue, Mask, Prologue};
 use super::body::{Body, Class};
 use super::mma_tile::half_type;
 use crate::target::Target;
 use steps::{
     accumulate_kv, add_dq, aligned_shared, dq_products, entry_text, first_keys, first_tile,
-    fragment, gradients, lanes, lse_term, params, probabilities, scores, store_ds, store_kv,
-    tile_head, tile_tail, walk, Copier, Lanes, Mask, Params, GROUP_KEYS, QUERIES, REGION,
+    fragment, gradients, lanes, params, probabilities, scores, store_ds, store_kv, tile_head,
+    tile_tail, walk, Copier, Lanes, Params, GROUP_KEYS, QUERIES, REGION,
 };
 use tensorfn_core::DTypeKind;
 

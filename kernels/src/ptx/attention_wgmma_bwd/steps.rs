@@ -11,10 +11,12 @@
 //! parameters, and emits its instructions in the order both forms always
 //! have, so that their PTX does not depend on which of them calls it.
 
-use crate::ptx::attention_mma_bwd::{copy_slot, CopySlot, MMA_BWD_PARAMS};
+use crate::ptx::attention_mma_bwd::{
+    copy_slot, mask_element, reaches_edge, CopySlot, Mask, MMA_BWD_PARAMS, ZERO,
+};
 use crate::ptx::attention_wgmma::{desc_bits, list, swizzled_slot, ATOM_ROW};
 use crate::ptx::body::{Body, Class};
-use crate::ptx::mma_tile::{entry_params, load_params, pack_a, scale_log2, LOG2_E};
+use crate::ptx::mma_tile::{entry_params, load_params, pack_a, scale_log2};
 use std::collections::HashMap;
 
 /// Queries a tile of `Q` and `dO` holds.
@@ -25,10 +27,6 @@ pub(in crate::ptx) const GROUP_KEYS: usize = 64;
 
 /// Bytes of one 64-row swizzled region (64 rows of 128 bytes).
 pub(in crate::ptx) const REGION: usize = 64 * ATOM_ROW;
-
-/// `-inf` and `0` as f32 immediates.
-pub(in crate::ptx) const NEG_INF: &str = "0fFF800000";
-pub(in crate::ptx) const ZERO: &str = "0f00000000";
 
 /// The loaded parameters of a main backward entry (the global addresses
 /// converted), `scale log2(e)` and `scale` in f32.
@@ -493,31 +491,11 @@ pub(in crate::ptx) fn scores(
     (s, dp)
 }
 
-/// Emits `m = -lse log2(e)` in place of a loaded `lse`, 0 for a row
-/// without keys (`lse` -inf), whose `P^T` the masking leaves 0 anyway.
-pub(in crate::ptx) fn lse_term(body: &mut Body, m: &str) {
-    let nl2e = format!("0f{:08X}", (-LOG2_E as f32).to_bits());
-    let inf = body.reg(Class::Pred);
-    body.op(format!("setp.eq.f32 {inf}, {m}, {NEG_INF}"));
-    body.op(format!("mul.rn.f32 {m}, {m}, {nl2e}"));
-    body.op(format!("@{inf} mov.f32 {m}, {ZERO}"));
-}
-
 /// The statistic (of the `QUERIES / 4` a thread loads) of register `i` of
 /// an accumulator with 64 query columns: tile `i / 4`, column 2t + (i &
 /// 1), row `fra` (i % 4 < 2) or `frb`.
 pub(in crate::ptx) fn stat(i: usize) -> usize {
     (i / 4) * 2 + (i & 1)
-}
-
-/// Where the warpgroup's `P^T` is masked: its first key `jw` and the
-/// tile's first query `i0`, `causal`, the lengths `l` and `s`.
-pub(in crate::ptx) struct Mask<'a> {
-    pub(in crate::ptx) jw: &'a str,
-    pub(in crate::ptx) i0: &'a str,
-    pub(in crate::ptx) causal: &'a str,
-    pub(in crate::ptx) l: &'a str,
-    pub(in crate::ptx) s: &'a str,
 }
 
 /// Emits `P^T = 2^(S^T scale log2(e) - lse log2(e))` in place of `s`
@@ -532,43 +510,18 @@ pub(in crate::ptx) fn probabilities(
     f: &Fragment,
     m: &Mask,
 ) {
-    let Mask {
-        jw,
-        i0,
-        causal,
-        l,
-        s: sn,
-    } = *m;
+    let i0 = m.i0;
     for (i, r) in s.iter().enumerate() {
         body.op(format!("fma.rn.f32 {r}, {r}, {sl2}, {}", mls[stat(i)]));
     }
-    let edge = body.reg(Class::Pred);
-    let (t, e2) = (body.reg(Class::B64), body.reg(Class::Pred));
-    body.op(format!("add.u64 {t}, {i0}, {QUERIES}"));
-    body.op(format!("setp.gt.u64 {edge}, {t}, {l}"));
-    body.op(format!("add.u64 {t}, {jw}, {GROUP_KEYS}"));
-    body.op(format!("setp.gt.u64 {e2}, {t}, {sn}"));
-    body.op(format!("or.pred {edge}, {edge}, {e2}"));
-    body.op(format!("add.u64 {t}, {jw}, {}", GROUP_KEYS - 1));
-    body.op(format!("setp.gt.u64 {e2}, {t}, {i0}"));
-    body.op(format!("and.pred {e2}, {e2}, {causal}"));
-    body.op(format!("or.pred {edge}, {edge}, {e2}"));
+    let edge = reaches_edge(body, m, QUERIES, GROUP_KEYS);
     let inner = body.label("wb_inner");
     body.op(format!("@!{edge} bra.uni {inner}"));
     let c0 = body.reg(Class::B64);
     body.op(format!("add.u64 {c0}, {}, {i0}", f.col));
     for (i, r) in s.iter().enumerate() {
-        let qi = body.reg(Class::B64);
-        body.op(format!("add.u64 {qi}, {c0}, {}", (i / 4) * 8 + (i & 1)));
         let key = if i % 4 < 2 { &f.ka } else { &f.kb };
-        let (out, late) = (body.reg(Class::Pred), body.reg(Class::Pred));
-        body.op(format!("setp.ge.u64 {out}, {qi}, {l}"));
-        body.op(format!("setp.ge.u64 {late}, {key}, {sn}"));
-        body.op(format!("or.pred {out}, {out}, {late}"));
-        body.op(format!("setp.gt.u64 {late}, {key}, {qi}"));
-        body.op(format!("and.pred {late}, {late}, {causal}"));
-        body.op(format!("or.pred {out}, {out}, {late}"));
-        body.op(format!("@{out} mov.f32 {r}, {NEG_INF}"));
+        mask_element(body, m, r, (&c0, (i / 4) * 8 + (i & 1)), key);
     }
     body.place(&inner);
     for r in s {
