@@ -1,6 +1,6 @@
 //! The steps the two Hopper attention backward forms (one warpgroup,
 //! `attention_wgmma_bwd.rs`, and two, `attention_wgmma_bwd2.rs`) emit
-//! alike: the parameters, a warpgroup's fragment rows, the `cp.async`
+//! alike: the parameters, a thread's roles and fragment rows, the `cp.async`
 //! copies of the swizzled tiles, the head and tail of the walk over the
 //! query tiles, the products of a warpgroup's 64 keys with a query tile,
 //! the masking of `P^T`, `dS^T` and its tile, the `dQ` reductions and the
@@ -53,10 +53,9 @@ pub(in crate::ptx) fn params(body: &mut Body) -> Params {
     Params { p, sl2, scale }
 }
 
-/// A thread's place in its block: its index `tid`, its `lane`, its warp
-/// `wi` within its warpgroup, the warpgroup `wg` (in blocks of more than
-/// one), and in the fragments its lane group `g32` (lane / 4) and `t32`
-/// (lane % 4).
+/// A thread's place in its block: its index `tid`, its warp `wi` within
+/// its warpgroup, the warpgroup `wg` (in blocks of two), and in the
+/// fragments its lane group `g32` (lane / 4) and `t32` (lane % 4).
 pub(in crate::ptx) struct Lanes {
     pub(in crate::ptx) tid: String,
     pub(in crate::ptx) wi: String,
@@ -68,6 +67,7 @@ pub(in crate::ptx) struct Lanes {
 /// Emits the [`Lanes`] of a thread of a block of one warpgroup or, with
 /// `groups` 2, of two.
 pub(in crate::ptx) fn lanes(body: &mut Body, groups: usize) -> Lanes {
+    assert!(groups == 1 || groups == 2, "a block of 1 or 2 warpgroups");
     let (tid, lane, wi) = (
         body.reg(Class::B32),
         body.reg(Class::B32),
