@@ -1049,10 +1049,15 @@ mod tests {
                 };
                 assert_eq!(gg.dims(), &dims);
                 let (gc, gg) = (gc.to_vec().unwrap(), gg.to_vec().unwrap());
+                // The GPU's exponential is `ex2.approx` (relative error
+                // about 2^-22 of each probability), and a gradient is
+                // `g (p - target)`, so where `p` and the smoothed target
+                // nearly cancel the error is absolute, on the scale of
+                // `g` (at most 1.5 here), not relative to the result.
                 for (i, (g, c)) in gg.iter().zip(&gc).enumerate() {
                     let (g, c) = (*g as f64, *c as f64);
                     assert!(
-                        (g.is_nan() && c.is_nan()) || (g - c).abs() <= 1e-5 * c.abs().max(1e-3),
+                        (g.is_nan() && c.is_nan()) || (g - c).abs() <= 1e-5 * c.abs() + 1e-6,
                         "{dims:?} {reduction:?} gradient {i}: {g} against the CPU's {c}"
                     );
                 }
