@@ -52,22 +52,23 @@ pub(super) fn unpack(ast: &TensorFn) -> TokenStream {
     let Some(g) = tuple(ast) else {
         return quote!();
     };
-    let n = name();
-    let pat = per_slot(g, &|i| {
+    let (n, pat) = (name(), names(ast, g));
+    quote!(let #pat = #n;)
+}
+
+/// `(grad_output_0, (),)`: the gradient parameters' names in their slots.
+fn names(ast: &TensorFn, g: &GradOutput) -> TokenStream {
+    per_slot(g, &|i| {
         let p = &ast.params[i].name;
         quote!(#p)
-    });
-    quote!(let #pat = #n;)
+    })
 }
 
 /// The gradient parameters packed again as `grad_output` (the inverse of
 /// [`unpack`]).
 pub(super) fn pack(ast: &TensorFn) -> TokenStream {
     match tuple(ast) {
-        Some(g) => per_slot(g, &|i| {
-            let p = &ast.params[i].name;
-            quote!(#p)
-        }),
+        Some(g) => names(ast, g),
         None => {
             let n = name();
             quote!(#n)
@@ -78,24 +79,28 @@ pub(super) fn pack(ast: &TensorFn) -> TokenStream {
 /// The type of `grad_output` with the parameters' own types
 /// (`&Tensor<D, T, S>`), as the pullback's closure takes it.
 pub(super) fn concrete_ty(ast: &TensorFn, sig: &Signature) -> TokenStream {
-    match tuple(ast) {
-        Some(g) => per_slot(g, &|i| param_type_tokens(&ast.params[i], sig, i)),
-        None => {
-            let i = *params(ast).first().expect("a vjp has a gradient parameter");
-            param_type_tokens(&ast.params[i], sig, i)
-        }
-    }
+    typed(ast, sig, param_type_tokens)
 }
 
 /// The type of `grad_output` in a public signature (`&impl TensorArg<..>`
 /// per gradient, so a wrong one gets the call-site messages of any tensor
 /// argument).
 pub(super) fn sig_ty(ast: &TensorFn, sig: &Signature) -> TokenStream {
+    typed(ast, sig, param_sig_tokens)
+}
+
+/// The type of `grad_output`, each gradient parameter's type written by
+/// `each`: the tuple of them for a tuple result, else the one.
+fn typed(
+    ast: &TensorFn,
+    sig: &Signature,
+    each: fn(&crate::ast::Param, &Signature, usize) -> TokenStream,
+) -> TokenStream {
     match tuple(ast) {
-        Some(g) => per_slot(g, &|i| param_sig_tokens(&ast.params[i], sig, i)),
+        Some(g) => per_slot(g, &|i| each(&ast.params[i], sig, i)),
         None => {
             let i = *params(ast).first().expect("a vjp has a gradient parameter");
-            param_sig_tokens(&ast.params[i], sig, i)
+            each(&ast.params[i], sig, i)
         }
     }
 }
