@@ -298,6 +298,12 @@ pub(crate) trait Backend {
     /// one outside `0..sel.size` gives `Ok(Err(k))` and leaves `out` as
     /// it was. f16 and bf16 accumulate in f32 and round once; repeated
     /// indices are summed in an unspecified order on the GPU (atomic adds).
+    /// `fresh` says `out` is a new buffer to be taken as zeros: its
+    /// contents are never read (they may be uninitialised), so the GPU
+    /// zero-fills its f32 accumulator instead of widening `out`, and `out`
+    /// is only written (the gradients of `embedding`, `index_select` and
+    /// `gather` start from zeros). After an index out of range a fresh
+    /// `out` holds nothing defined.
     #[allow(clippy::too_many_arguments)]
     fn scatter_add<T: FloatDType, I: IndexDType>(
         &self,
@@ -307,6 +313,7 @@ pub(crate) trait Backend {
         src: (&Self::Buf<T>, &Layout),
         idx: (&Self::Buf<I>, &Layout),
         alpha: f64,
+        fresh: bool,
     ) -> Result<Gathered<()>>;
 
     /// `cross_entropy` of the logits `x` (`[N, C]`) against the class

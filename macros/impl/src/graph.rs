@@ -576,6 +576,38 @@ impl Graph {
         self.nodes.len() - 1
     }
 
+    /// Whether `x` is a zero block as `#[grad]` writes one: a 0-d `arange`
+    /// from 0, perhaps cast, expanded. Its value is known without running
+    /// it, so a `cat` of it or a scatter into it need not read it.
+    ///
+    /// ```
+    /// let a = tensorfn_macros_impl::analyse_tokens(quote::quote! {
+    ///     #[grad(w)]
+    ///     fn f(ids: &Tensor<Cpu, i64, [3]>, w: &Tensor<Cpu, f32, [5, 2]>) -> Tensor<Cpu, f32, []> {
+    ///         embedding(ids, w).sum()
+    ///     }
+    /// }).unwrap();
+    /// let g = &a.joints[0].as_ref().unwrap()[0].f.graph;
+    /// use tensorfn_macros_impl::graph::Op;
+    /// let x = g.nodes.iter().find_map(|n| match n.op {
+    ///     Op::ScatterAdd { x, .. } => Some(x),
+    ///     _ => None,
+    /// }).unwrap();
+    /// assert!(g.is_zero_block(x));
+    /// ```
+    pub fn is_zero_block(&self, x: NodeId) -> bool {
+        let Op::Expand(c) = self.nodes[x].op else {
+            return false;
+        };
+        let a = match self.nodes[c].op {
+            Op::Cast(a, _) => a,
+            _ => c,
+        };
+        let scalar = self.nodes[a].ty.tensor().is_some_and(|t| t.dims.is_empty());
+        scalar
+            && matches!(&self.nodes[a].op, Op::Arange { start } if start.as_constant() == Some(0))
+    }
+
     /// The operands of a node, in order.
     pub fn inputs(&self, id: NodeId) -> Vec<NodeId> {
         match &self.nodes[id].op {
@@ -640,6 +672,9 @@ impl Graph {
                 x, weight, grad, ..
             } => vec![*x, *weight, *grad],
             Op::Select { x, index, .. } => vec![*x, *index],
+            // A scatter into a zero block reads only its index and values:
+            // expansion allocates the zeros (`index_add_to_zeros`).
+            Op::ScatterAdd { x, index, src, .. } if self.is_zero_block(*x) => vec![*index, *src],
             Op::ScatterAdd { x, index, src, .. } => vec![*x, *index, *src],
             Op::Triangle { x, .. } => vec![*x],
             Op::Unary(_, a) | Op::Cast(a, _) | Op::T(a) | Op::ToDevice(a, _) => vec![*a],

@@ -559,3 +559,66 @@ fn slices_gradients_with_overlaps_gaps_or_other_readers_stay_sums() {
         3
     );
 }
+
+#[test]
+fn scatters_into_zeros_do_not_compute_the_zeros() {
+    use tensorfn_macros_impl::graph::Op;
+    // An embedding's gradient is an `index_add` into zeros, and
+    // `gather`'s a `scatter_add` into zeros: the zero block (a 0-d
+    // `arange` cast and expanded) is not an operand, so it is neither
+    // computed nor copied, and expansion allocates the output.
+    for body in [
+        quote!(embedding(ids, w).sum()),
+        quote!(w
+            .gather(1, ids.reshape([4, 1]).expand([4, 1]).narrow(0, 0, 4))
+            .sum()),
+    ] {
+        let (ops, p) = joint_ops(quote! {
+            #[grad(w)]
+            fn f(ids: &Tensor<Cuda, i64, [4]>, w: &Tensor<Cuda, bf16, [9, 6]>)
+                -> Tensor<Cuda, bf16, []> { #body }
+        });
+        assert_eq!(
+            ops.iter().filter(|o| *o == "ScatterAdd").count(),
+            1,
+            "{ops:?}"
+        );
+        let scatter =
+            p.f.graph
+                .nodes
+                .iter()
+                .position(|n| matches!(n.op, Op::ScatterAdd { .. }))
+                .unwrap();
+        let Op::ScatterAdd { x, index, src, .. } = p.f.graph.nodes[scatter].op else {
+            unreachable!()
+        };
+        assert!(p.f.graph.is_zero_block(x));
+        assert_eq!(p.f.graph.inputs(scatter), vec![index, src]);
+        // No step computes the zero block or the scalar it expands (the
+        // `arange` left is the seed's 1 of the `sum`).
+        let Op::Expand(c) = p.f.graph.nodes[x].op else {
+            unreachable!()
+        };
+        let run = |n: usize| {
+            p.plan.steps.iter().any(|s| match s {
+                Step::Op(m) => *m == n,
+                Step::Fused(g) => g.members.contains(&n),
+                _ => false,
+            })
+        };
+        assert!(!run(x) && !run(c), "{:?}", p.plan.steps);
+    }
+    // A scatter into a value it was given reads that value.
+    let (ops, p) = joint_ops(quote! {
+        #[grad(x)]
+        fn f(ids: &Tensor<Cpu, i64, [4]>, x: &Tensor<Cpu, f32, [9, 6]>, s: &Tensor<Cpu, f32, [4, 6]>)
+            -> Tensor<Cpu, f32, []> { x.index_add(0, ids, s).sum() }
+    });
+    let scatter =
+        p.f.graph
+            .nodes
+            .iter()
+            .position(|n| matches!(n.op, Op::ScatterAdd { .. }))
+            .unwrap();
+    assert_eq!(p.f.graph.inputs(scatter).len(), 3, "{ops:?}");
+}

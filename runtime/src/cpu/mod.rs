@@ -340,7 +340,11 @@ impl Backend for CpuBackend {
         src: (&Vec<T>, &Layout),
         idx: (&Vec<I>, &Layout),
         alpha: f64,
+        fresh: bool,
     ) -> Result<Gathered<()>> {
+        if fresh {
+            out.fill(T::zero());
+        }
         scatter::scatter_add(out, lo, sel, (src.0, src.1), (idx.0, idx.1), alpha)
     }
 

@@ -154,6 +154,31 @@ impl CudaBackend {
         Ok(out)
     }
 
+    /// Sets every element of `out` to `value`: a memset where one exists
+    /// for the element's size (or the value is zero), else the copy
+    /// kernel broadcasting one element.
+    pub(crate) fn fill<T: DType>(&self, out: &CudaStorage<T>, value: T) -> Result<()> {
+        let n = out.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let bytes = value_bytes(value);
+        if bytes.len() < 8 {
+            self.memset(out.device_ptr(), &bytes, n)?;
+        } else if bytes.iter().all(|&b| b == 0) {
+            self.memset32(out.device_ptr(), 0, 2 * n)?;
+        } else {
+            // No 64-bit memset: broadcast one element with the copy kernel.
+            let one = self.scalar(value)?;
+            self.ctx.builtin_elementwise(
+                Builtin::Cast(T::KIND, T::KIND),
+                (out.device_ptr(), &Layout::contiguous(&[n])),
+                &[(one.device_ptr(), &Layout::new(vec![n], vec![0], 0))],
+            )?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn memset32(&self, ptr: u64, value: u32, n: usize) -> Result<()> {
         // SAFETY: the caller owns `n` 32-bit words at `ptr`.
         unsafe { sys::cuMemsetD32Async(ptr, value, n, self.ctx.stream) }
@@ -269,23 +294,7 @@ impl Backend for CudaBackend {
     fn full<T: DType>(&self, n: usize, value: T) -> Result<CudaStorage<T>> {
         self.ctx.bind()?;
         let out = self.ctx.storage::<T>(n)?;
-        if n == 0 {
-            return Ok(out);
-        }
-        let bytes = value_bytes(value);
-        if bytes.len() < 8 {
-            self.memset(out.device_ptr(), &bytes, n)?;
-        } else if bytes.iter().all(|&b| b == 0) {
-            self.memset32(out.device_ptr(), 0, 2 * n)?;
-        } else {
-            // No 64-bit memset: broadcast one element with the copy kernel.
-            let one = self.scalar(value)?;
-            self.ctx.builtin_elementwise(
-                Builtin::Cast(T::KIND, T::KIND),
-                (out.device_ptr(), &Layout::contiguous(&[n])),
-                &[(one.device_ptr(), &Layout::new(vec![n], vec![0], 0))],
-            )?;
-        }
+        self.fill(&out, value)?;
         Ok(out)
     }
 
@@ -624,8 +633,9 @@ impl Backend for CudaBackend {
         src: (&CudaStorage<T>, &Layout),
         idx: (&CudaStorage<I>, &Layout),
         alpha: f64,
+        fresh: bool,
     ) -> Result<Gathered<()>> {
-        self.scatter_add_gpu(out, lo, sel, src, idx, alpha)
+        self.scatter_add_gpu(out, lo, sel, src, idx, alpha, fresh)
     }
 
     fn cross_entropy<T: FloatDType, I: IndexDType>(

@@ -18,6 +18,7 @@ use tensorfn_kernels::abi::StridedMeta;
 
 impl CudaBackend {
     /// See `Backend::scatter_add`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn scatter_add_gpu<T: FloatDType, I: IndexDType>(
         &self,
         out: &mut CudaStorage<T>,
@@ -26,12 +27,17 @@ impl CudaBackend {
         (src, ls): (&CudaStorage<T>, &Layout),
         (idx, li): (&CudaStorage<I>, &Layout),
         alpha: f64,
+        fresh: bool,
     ) -> Result<Gathered<()>> {
         let ctx = self.ctx();
         ctx.bind()?;
         check_extents(lo, sel, out.len(), li, idx.len())?;
         let n = lo.numel();
         if n == 0 {
+            // Nothing added: a fresh output is all zeros.
+            if fresh {
+                self.fill(out, T::zero())?;
+            }
             return Ok(Ok(()));
         }
         if ls.storage_extent() > src.len() {
@@ -42,13 +48,19 @@ impl CudaBackend {
                 src.len()
             )));
         }
-        // 16-bit values accumulate in an f32 copy of the output.
+        // 16-bit values accumulate in an f32 copy of the output; a fresh
+        // output is zeros, so the accumulator is filled, not widened from it,
+        // and the output itself is written once, by the final cast.
         let half = std::mem::size_of::<T>() == 2;
         let whole = Layout::contiguous(&[out.len()]);
-        let wide: Option<CudaStorage<f32>> = if half {
-            Some(self.cast::<T, f32>(out, &whole)?)
-        } else {
-            None
+        let wide: Option<CudaStorage<f32>> = match (half, fresh) {
+            (true, true) => Some(self.full::<f32>(out.len(), 0.0)?),
+            (true, false) => Some(self.cast::<T, f32>(out, &whole)?),
+            (false, true) => {
+                self.fill(out, T::zero())?;
+                None
+            }
+            (false, false) => None,
         };
         let acc_ptr = match &wide {
             Some(w) => w.device_ptr(),

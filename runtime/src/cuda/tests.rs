@@ -5548,3 +5548,15 @@ fn weight_and_bias_gradients_of_one_product_match_f64_on_the_gpu() {
         eprintln!("{t}: xᵀ g with BGRADA {b}, gᵀ x with BGRADB {a}");
     }
 }
+
+#[test]
+fn scatters_into_zeros_match_f64_on_the_gpu() {
+    use crate::device::Cuda;
+    use crate::ops::scatter::checks::scatters_into_zeros_match_f64;
+    let Some((_serial, _be)) = gpu() else { return };
+    let mut rng = seed();
+    scatters_into_zeros_match_f64::<Cuda, f64>(&mut rng, 1e-12);
+    scatters_into_zeros_match_f64::<Cuda, f32>(&mut rng, 1e-5);
+    scatters_into_zeros_match_f64::<Cuda, f16>(&mut rng, 2e-3);
+    scatters_into_zeros_match_f64::<Cuda, bf16>(&mut rng, 1.6e-2);
+}

@@ -34,7 +34,7 @@ pub(crate) mod retype;
 mod rope;
 pub(crate) mod rowkernel;
 mod rows;
-mod scatter;
+pub(crate) mod scatter;
 mod select;
 #[cfg(test)]
 pub(crate) mod sum_k_tests;

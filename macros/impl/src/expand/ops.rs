@@ -755,11 +755,18 @@ impl FnGen<'_> {
                 alpha,
                 index_add,
             } => {
-                let (x, i, s) = (
-                    self.reference(*x),
-                    self.reference(*index),
-                    self.reference(*src),
-                );
+                let (i, s) = (self.reference(*index), self.reference(*src));
+                if self.g().is_zero_block(*x) {
+                    // Zeros are never written before the scatter.
+                    let ty = self.type_of(n);
+                    let d = dims_array(&self.tty(n).dims, self.symbols());
+                    return if *index_add {
+                        quote!(<#ty>::index_add_to_zeros::<#dim>(&#d, #i, #s, #alpha)?)
+                    } else {
+                        quote!(<#ty>::scatter_add_to_zeros::<#dim>(&#d, #i, #s)?)
+                    };
+                }
+                let x = self.reference(*x);
                 if *index_add {
                     quote!(#x.index_add::<#dim>(#i, #s, #alpha)?)
                 } else {

@@ -103,7 +103,7 @@ fn placed(
             let mut slots = Vec::new();
             for &p in xs {
                 let len = g.nodes[p].ty.tensor()?.dims[*dim].as_constant()?;
-                if !is_zeros(g, p) {
+                if !g.is_zero_block(p) {
                     slots.push((at, len, p));
                 }
                 at += len;
@@ -112,18 +112,4 @@ fn placed(
         }
         _ => None,
     }
-}
-
-/// Whether `x` is a zero block as `#[grad]` writes one: a 0-d `arange`
-/// from 0, perhaps cast, expanded.
-fn is_zeros(g: &Graph, x: NodeId) -> bool {
-    let Op::Expand(c) = g.nodes[x].op else {
-        return false;
-    };
-    let a = match g.nodes[c].op {
-        Op::Cast(a, _) => a,
-        _ => c,
-    };
-    let scalar = g.nodes[a].ty.tensor().is_some_and(|t| t.dims.is_empty());
-    scalar && matches!(&g.nodes[a].op, Op::Arange { start } if start.as_constant() == Some(0))
 }
