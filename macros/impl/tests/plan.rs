@@ -583,12 +583,7 @@ fn scatters_into_zeros_do_not_compute_the_zeros() {
             1,
             "{ops:?}"
         );
-        let scatter =
-            p.f.graph
-                .nodes
-                .iter()
-                .position(|n| matches!(n.op, Op::ScatterAdd { .. }))
-                .unwrap();
+        let scatter = scatter_node(&p.f.graph);
         let Op::ScatterAdd { x, index, src, .. } = p.f.graph.nodes[scatter].op else {
             unreachable!()
         };
@@ -614,11 +609,17 @@ fn scatters_into_zeros_do_not_compute_the_zeros() {
         fn f(ids: &Tensor<Cpu, i64, [4]>, x: &Tensor<Cpu, f32, [9, 6]>, s: &Tensor<Cpu, f32, [4, 6]>)
             -> Tensor<Cpu, f32, []> { x.index_add(0, ids, s).sum() }
     });
-    let scatter =
-        p.f.graph
-            .nodes
-            .iter()
-            .position(|n| matches!(n.op, Op::ScatterAdd { .. }))
-            .unwrap();
-    assert_eq!(p.f.graph.inputs(scatter).len(), 3, "{ops:?}");
+    assert_eq!(
+        p.f.graph.inputs(scatter_node(&p.f.graph)).len(),
+        3,
+        "{ops:?}"
+    );
+}
+
+/// The graph's one `ScatterAdd` node.
+fn scatter_node(g: &tensorfn_macros_impl::graph::Graph) -> usize {
+    g.nodes
+        .iter()
+        .position(|n| matches!(n.op, tensorfn_macros_impl::graph::Op::ScatterAdd { .. }))
+        .expect("a scatter")
 }
