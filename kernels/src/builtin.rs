@@ -1100,7 +1100,7 @@ pub fn attention_wgmma_ws_name(dtype: DTypeKind, d: usize) -> String {
 /// the two take turns issuing their products. Blocks take their rows in
 /// sections of heads whose keys and values fit in L2, the last row block
 /// of each of a section's heads first (see
-/// [`attention_wgmma_ws_form`] for the plain order). The runtime's
+/// [`attention_wgmma_ws_by_batch`] for the plain order). The runtime's
 /// forward on compute capability 9.0 (head dims 64 and 128).
 /// Launch with `block.x =`
 /// [`ATTENTION_WS_THREADS`](crate::ptx::ATTENTION_WS_THREADS),
@@ -1118,43 +1118,26 @@ pub fn attention_wgmma_ws_name(dtype: DTypeKind, d: usize) -> String {
 pub fn attention_wgmma_ws(dtype: DTypeKind, d: usize) -> Result<Kernel> {
     tensor_core_case("attention_wgmma_ws", dtype, d)?;
     let name = attention_wgmma_ws_name(dtype, d);
-    let ptx = ptx::attention_wgmma_ws(&name, dtype, d, ptx::WsForm::RUNTIME);
+    let ptx = ptx::attention_wgmma_ws(&name, dtype, d, false);
     Ok(Kernel { name, ptx })
 }
 
-/// [`attention_wgmma_ws`] with the changes since its first form undone,
-/// for measuring them against each other: `by_batch` takes the blocks
-/// one batch after another (each batch's row blocks last first, as
-/// `grid.x` counts them) instead of in L2 sections of heads, and
-/// `one_max_chain` takes a row's max over a thread's scores in one
-/// dependent chain instead of four. Same launch and results; both
-/// `false` is [`attention_wgmma_ws`] under another name.
+/// [`attention_wgmma_ws`] with its blocks taken one batch after another
+/// (each batch's row blocks last first, as `grid.x` counts them), the
+/// order it had before the L2 sections; kept so that the two can be
+/// measured against each other. Same launch and results.
 ///
 /// ```
 /// use tensorfn_kernels::{builtin, DTypeKind};
-/// let k = builtin::attention_wgmma_ws_form(DTypeKind::F16, 64, true, true).unwrap();
-/// assert_eq!(k.name, "tf_attention_ws_by_batch_one_max_chain_f16_d64");
+/// let k = builtin::attention_wgmma_ws_by_batch(DTypeKind::F16, 64).unwrap();
+/// assert_eq!(k.name, "tf_attention_ws_by_batch_f16_d64");
 /// assert!(!k.ptx.contains("%nctaid.y"));
 /// assert!(builtin::attention_wgmma_ws(DTypeKind::F16, 64).unwrap().ptx.contains("%nctaid.y"));
-/// assert!(builtin::attention_wgmma_ws_form(DTypeKind::F32, 64, true, false).is_err());
 /// ```
-pub fn attention_wgmma_ws_form(
-    dtype: DTypeKind,
-    d: usize,
-    by_batch: bool,
-    one_max_chain: bool,
-) -> Result<Kernel> {
-    tensor_core_case("attention_wgmma_ws_form", dtype, d)?;
-    let form = ptx::WsForm {
-        by_batch,
-        one_max_chain,
-    };
-    let name = format!(
-        "tf_attention_ws{}{}_{dtype}_d{d}",
-        if by_batch { "_by_batch" } else { "" },
-        if one_max_chain { "_one_max_chain" } else { "" }
-    );
-    let ptx = ptx::attention_wgmma_ws(&name, dtype, d, form);
+pub fn attention_wgmma_ws_by_batch(dtype: DTypeKind, d: usize) -> Result<Kernel> {
+    tensor_core_case("attention_wgmma_ws_by_batch", dtype, d)?;
+    let name = format!("tf_attention_ws_by_batch_{dtype}_d{d}");
+    let ptx = ptx::attention_wgmma_ws(&name, dtype, d, true);
     Ok(Kernel { name, ptx })
 }
 
@@ -1498,9 +1481,7 @@ pub fn all() -> Vec<Kernel> {
             out.extend(attention_mma(dtype, d).ok());
             out.extend(attention_wgmma(dtype, d).ok());
             out.extend(attention_wgmma_ws(dtype, d).ok());
-            for (by_batch, one_chain) in [(true, true), (false, true)] {
-                out.extend(attention_wgmma_ws_form(dtype, d, by_batch, one_chain).ok());
-            }
+            out.extend(attention_wgmma_ws_by_batch(dtype, d).ok());
             out.extend(attention_mma_backward(dtype, d).ok());
             out.extend(attention_wgmma_backward(dtype, d).ok());
             for bulk in [false, true] {

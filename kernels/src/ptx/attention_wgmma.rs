@@ -624,11 +624,7 @@ pub(super) fn issue_pv(
 /// new max `ml[h].0` (over the quad sharing a row), `s` replaced by
 /// `P = 2^(S - m)` (0 where S is -inf) and the sums `ml[h].1` rescaled
 /// and added to. Returns the factors `2^(m_old - m_new)` of rows ra and
-/// rb, by which `O` is to be rescaled (see [`rescale`]). A thread's max
-/// of a row is taken in `chains` independent chains of `max` joined at
-/// the end (the same value: `max` is exact), so that the dependent
-/// latency is that of 1/`chains` of the row's scores.
-#[allow(clippy::too_many_arguments)]
+/// rb, by which `O` is to be rescaled (see [`rescale`]).
 pub(super) fn softmax(
     body: &mut Body,
     f: &Frame,
@@ -637,7 +633,6 @@ pub(super) fn softmax(
     s: &[String],
     ml: &[(String, String); 2],
     j0: &str,
-    chains: usize,
 ) -> [String; 2] {
     let (neg_inf, zero) = ("0fFF800000", "0f00000000");
     let (p, sl2, n) = (&f.p, &f.sl2, WGMMA_KEYS);
@@ -691,25 +686,8 @@ pub(super) fn softmax(
             .collect();
         let mx = body.reg(Class::F32);
         body.op(format!("mov.f32 {mx}, {mx_old}"));
-        let chains = chains.clamp(1, mine.len().max(1));
-        let heads: Vec<String> = (1..chains)
-            .map(|c| {
-                let h = body.reg(Class::F32);
-                body.op(format!("mov.f32 {h}, {}", mine[c]));
-                h
-            })
-            .collect();
-        for (i, r) in mine.iter().enumerate() {
-            match i % chains {
-                0 => body.op(format!("max.f32 {mx}, {mx}, {r}")),
-                c if i >= chains => {
-                    body.op(format!("max.f32 {}, {}, {r}", heads[c - 1], heads[c - 1]))
-                }
-                _ => {}
-            }
-        }
-        for h in &heads {
-            body.op(format!("max.f32 {mx}, {mx}, {h}"));
+        for r in &mine {
+            body.op(format!("max.f32 {mx}, {mx}, {r}"));
         }
         for off in [1, 2] {
             let o2 = body.reg(Class::F32);
@@ -991,7 +969,7 @@ pub(crate) fn attention_wgmma_entry(name: &str, dtype: DTypeKind, d: usize) -> S
     }
     let skip_tile = body.label("wg_skip_tile");
     body.op(format!("@{skip} bra.uni {skip_tile}"));
-    let alpha = softmax(&mut body, &f, &rw, &causal, &s, &ml, &j0, 1);
+    let alpha = softmax(&mut body, &f, &rw, &causal, &s, &ml, &j0);
     rescale(&mut body, &o, &alpha);
     // O += P V: P rounded to the dtype as A fragments of 16 keys.
     let pa = pack_p(&mut body, ht, &s, None);

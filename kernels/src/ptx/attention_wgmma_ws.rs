@@ -137,43 +137,23 @@ impl Ring {
     }
 }
 
-/// The changes of the warp-specialised entry that measurements compare
-/// against the runtime's form ([`WsForm::RUNTIME`]): kept as test forms
-/// so that each can be timed against the others in one process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct WsForm {
-    /// Blocks one batch after another ([`BlockOrder::ByBatch`]) instead
-    /// of in L2 sections of heads.
-    pub(crate) by_batch: bool,
-    /// A row's max over a thread's scores in one chain of `max`es
-    /// instead of four (see [`softmax`]).
-    pub(crate) one_max_chain: bool,
-}
-
-impl WsForm {
-    /// The runtime's form: L2 sections, four `max` chains.
-    pub(crate) const RUNTIME: WsForm = WsForm {
-        by_batch: false,
-        one_max_chain: false,
-    };
-}
-
 /// The warp-specialised entry `name` over `dtype` (f16 or bf16) with head
 /// dim `d` (64 or 128), taking the parameters of the `mma.sync` entry
-/// ([`MMA_PARAMS`]) and computing the same output and log-sum-exps, in
-/// the form `form` (see [`WsForm`]).
-pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize, form: WsForm) -> String {
+/// ([`MMA_PARAMS`]) and computing the same output and log-sum-exps, its
+/// blocks taking their rows in the order of [`BlockOrder::Sections`], or
+/// in that of [`BlockOrder::ByBatch`] when `by_batch` (kept for
+/// measuring the two against each other).
+pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize, by_batch: bool) -> String {
     let ht = half_type(dtype);
     let (rows, n) = (ATTENTION_WS_ROWS, WGMMA_KEYS);
     let kv_bytes = n * d * 2;
     let mut body = Body::for_target(Target::Sm80);
-    let order = if form.by_batch {
+    let order = if by_batch {
         BlockOrder::ByBatch
     } else {
         BlockOrder::Sections(d)
     };
     let f = frame(&mut body, name, rows, order);
-    let chains = if form.one_max_chain { 1 } else { 4 };
     let wg = body.reg(Class::B32);
     body.op(format!("shr.u32 {wg}, {}, 7", f.tid));
     // Shared memory: Q, K's buffers, V's, then the barriers of K's
@@ -341,7 +321,7 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize, form: W
         body.op("wgmma.commit_group.sync.aligned");
         pass_turn(&mut body);
         body.op("wgmma.wait_group.sync.aligned 0");
-        softmax(&mut body, &f, &rw, &causal, &s, &ml, &j0, chains);
+        softmax(&mut body, &f, &rw, &causal, &s, &ml, &j0);
         pack_p(&mut body, ht, &s, Some(&pa));
     }
     let advance = |body: &mut Body| {
@@ -372,7 +352,7 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize, form: W
         pass_turn(&mut body);
         // S_t done; P_{t-1} V_{t-1} may still run beside the softmax.
         body.op("wgmma.wait_group.sync.aligned 1");
-        let alpha = softmax(&mut body, &f, &rw, &causal, &s, &ml, &j0, chains);
+        let alpha = softmax(&mut body, &f, &rw, &causal, &s, &ml, &j0);
         body.op("wgmma.wait_group.sync.aligned 0");
         release(&mut body, &prev);
         rescale(&mut body, &o, &alpha);

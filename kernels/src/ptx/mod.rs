@@ -68,7 +68,6 @@ pub use attention_wgmma_bwd::{attention_wgmma_backward_shared, WGMMA_BWD_KEYS, W
 pub use attention_wgmma_bwd2::{
     attention_wgmma_backward2_shared, WGMMA_BWD2_KEYS, WGMMA_BWD2_THREADS,
 };
-pub(crate) use attention_wgmma_ws::WsForm;
 pub use attention_wgmma_ws::{attention_ws_shared, ATTENTION_WS_ROWS, ATTENTION_WS_THREADS};
 pub use bnorm::{BATCH_NORM_BACKWARD_META_WORDS, BATCH_NORM_META_WORDS};
 pub use concat::CAT_PARTS;
@@ -479,14 +478,14 @@ pub(crate) fn attention_wgmma_ws(
     name: &str,
     dtype: tensorfn_core::DTypeKind,
     d: usize,
-    form: attention_wgmma_ws::WsForm,
+    by_batch: bool,
 ) -> String {
     module_with_header(
         attention_wgmma::SM90A_HEADER,
         &format!(
             "{name}: scaled dot-product attention over {dtype}, head dim {d}, with wgmma, a copying warpgroup and two computing ones"
         ),
-        &[attention_wgmma_ws::attention_ws_entry(name, dtype, d, form)],
+        &[attention_wgmma_ws::attention_ws_entry(name, dtype, d, by_batch)],
     )
 }
 

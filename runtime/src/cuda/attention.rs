@@ -172,11 +172,10 @@ impl CudaBackend {
         let hopper = ctx.compute_capability == (9, 0) && !mma_sync_only();
         let (kernel, rows, threads, shared) = if hopper && warp_specialised() {
             (
-                match ws_test_form() {
-                    Some((by_batch, one_chain)) => {
-                        Builtin::AttentionWgmmaWsForm(T::KIND, d, by_batch, one_chain)
-                    }
-                    None => Builtin::AttentionWgmmaWs(T::KIND, d),
+                if ws_by_batch() {
+                    Builtin::AttentionWgmmaWsByBatch(T::KIND, d)
+                } else {
+                    Builtin::AttentionWgmmaWs(T::KIND, d)
                 },
                 ATTENTION_WS_ROWS,
                 ATTENTION_WS_THREADS,
@@ -739,10 +738,9 @@ fn pair_backward() -> Option<bool> {
 
 /// Set by the timing and accuracy tests to choose the Hopper forward's
 /// form: 0 the runtime's choice (see `warp_specialised`), 1 the
-/// three-warpgroup entry, 2 the warp-specialised one, 3 and 4 its test
-/// forms (`builtin::attention_wgmma_ws_form`): 3 its first form (blocks
-/// one batch after another, one `max` chain), 4 L2 sections with one
-/// `max` chain.
+/// three-warpgroup entry, 2 the warp-specialised one, 3 the
+/// warp-specialised one with its blocks one batch after another
+/// (`builtin::attention_wgmma_ws_by_batch`).
 #[cfg(test)]
 pub(crate) static WS_FORM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
@@ -754,26 +752,24 @@ fn warp_specialised() -> bool {
     {
         match WS_FORM.load(std::sync::atomic::Ordering::Relaxed) {
             1 => return false,
-            2..=4 => return true,
+            2 | 3 => return true,
             _ => {}
         }
     }
     true
 }
 
-/// The test form of the warp-specialised forward a test asks for
-/// (`WS_FORM` 3 or 4): whether its blocks go one batch after another and
-/// whether its row maxima take one chain; `None`: the runtime's form.
-fn ws_test_form() -> Option<(bool, bool)> {
+/// Whether the warp-specialised forward takes its blocks one batch after
+/// another rather than in L2 sections of heads: only when a test asks.
+fn ws_by_batch() -> bool {
     #[cfg(test)]
     {
-        match WS_FORM.load(std::sync::atomic::Ordering::Relaxed) {
-            3 => return Some((true, true)),
-            4 => return Some((false, true)),
-            _ => {}
-        }
+        WS_FORM.load(std::sync::atomic::Ordering::Relaxed) == 3
     }
-    None
+    #[cfg(not(test))]
+    {
+        false
+    }
 }
 
 /// Whether the tensor-core entries can read an operand in place: its

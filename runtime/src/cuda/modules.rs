@@ -60,9 +60,8 @@ pub(crate) enum Builtin {
     AttentionWgmma(DTypeKind, usize),
     /// Its warp-specialised Hopper form (compute capability 9.0 only).
     AttentionWgmmaWs(DTypeKind, usize),
-    /// The same with its blocks one batch after another, its row maxima
-    /// in one chain, or both (for measurements).
-    AttentionWgmmaWsForm(DTypeKind, usize, bool, bool),
+    /// The same with its blocks in the plain order (for measurements).
+    AttentionWgmmaWsByBatch(DTypeKind, usize),
     /// The tensor-core backward (sm_80+) for f16/bf16 and a head dim.
     AttentionMmaBackward(DTypeKind, usize),
     /// Its Hopper form (compute capability 9.0 only: `wgmma`, `sm_90a`).
@@ -114,7 +113,7 @@ impl Builtin {
             | Builtin::AttentionMma(..)
             | Builtin::AttentionWgmma(..)
             | Builtin::AttentionWgmmaWs(..)
-            | Builtin::AttentionWgmmaWsForm(..)
+            | Builtin::AttentionWgmmaWsByBatch(..)
             | Builtin::AttentionMmaBackward(..)
             | Builtin::AttentionWgmmaBackward(..)
             | Builtin::AttentionWgmmaBackward2(..)
@@ -170,9 +169,7 @@ impl Builtin {
             Builtin::AttentionMma(t, d) => builtin::attention_mma(t, d),
             Builtin::AttentionWgmma(t, d) => builtin::attention_wgmma(t, d),
             Builtin::AttentionWgmmaWs(t, d) => builtin::attention_wgmma_ws(t, d),
-            Builtin::AttentionWgmmaWsForm(t, d, by_batch, one_chain) => {
-                builtin::attention_wgmma_ws_form(t, d, by_batch, one_chain)
-            }
+            Builtin::AttentionWgmmaWsByBatch(t, d) => builtin::attention_wgmma_ws_by_batch(t, d),
             Builtin::AttentionMmaBackward(t, d) => builtin::attention_mma_backward(t, d),
             Builtin::AttentionWgmmaBackward(t, d) => builtin::attention_wgmma_backward(t, d),
             Builtin::AttentionWgmmaBackward2(t, d, bulk) => {

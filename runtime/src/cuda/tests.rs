@@ -2688,8 +2688,8 @@ fn attention_case<T: crate::dtype::FloatDType>(
 }
 
 /// The Hopper forward's forms (the three-warpgroup entry, the
-/// warp-specialised one and its two test forms), each forced at both
-/// head dims, against the f64
+/// warp-specialised one and the latter in its plain block order), each
+/// forced at both head dims, against the f64
 /// reference: causal and not, rows and keys not a multiple of the tiles,
 /// fewer keys than one tile, more keys than rows and fewer, no keys, and
 /// a negative and a zero scale, in f16 and bf16. Elsewhere the runtime
@@ -2736,7 +2736,7 @@ fn attention_hopper_forms_match_the_reference() {
         c.causal = true;
         cases.push(c);
     }
-    for form in [1, 2, 3, 4] {
+    for form in [1, 2, 3] {
         super::attention::WS_FORM.store(form, Ordering::Relaxed);
         for c in &cases {
             attention_case::<f16>(&be, c, 4e-3);
@@ -3397,12 +3397,12 @@ fn attention_timing() {
     let Some((_guard, be)) = gpu() else { return };
     // On a device of compute capability 9.0, the `mma.sync` form first,
     // then the Hopper forms: the three-warpgroup one and the
-    // warp-specialised one in its first form, with L2 sections, and with
-    // four `max` chains too (the runtime's), each at both head dims.
+    // warp-specialised one in its plain block order and in L2 sections
+    // (the runtime's), each at both head dims.
     use std::sync::atomic::Ordering;
     let hopper = be.ctx().compute_capability == (9, 0);
     let forms: &[(bool, u8)] = if hopper {
-        &[(true, 0), (false, 1), (false, 3), (false, 4), (false, 2)]
+        &[(true, 0), (false, 1), (false, 3), (false, 2)]
     } else {
         &[(false, 0)]
     };
@@ -3412,8 +3412,7 @@ fn attention_timing() {
         let form = match (hopper && !mma_sync, ws) {
             (false, _) => "mma.sync",
             (true, 1) => "wgmma",
-            (true, 3) => "wgmma warp-specialised, first form",
-            (true, 4) => "wgmma warp-specialised, L2 sections, one max chain",
+            (true, 3) => "wgmma warp-specialised, blocks by batch",
             (true, _) => "wgmma warp-specialised",
         };
         for [b, h, t, d] in [[8, 12, 1024, 64], [4, 16, 4096, 128], [1, 32, 8192, 128]] {
@@ -3444,9 +3443,9 @@ fn attention_timing() {
     }
     super::attention::MMA_SYNC_ONLY.store(false, Ordering::Relaxed);
     // Grouped-query attention: 8 key and value heads for 32 query heads,
-    // on compute capability 9.0 the warp-specialised forms 3 and 4 (see
-    // `WS_FORM`) first, then the runtime's choice.
-    let orders: &[u8] = if hopper { &[3, 4, 0] } else { &[0] };
+    // on compute capability 9.0 the warp-specialised form's plain block
+    // order first, then the runtime's choice.
+    let orders: &[u8] = if hopper { &[3, 0] } else { &[0] };
     for (&ws, [b, h, hkv, t, d]) in orders
         .iter()
         .flat_map(|o| [[1, 32, 8, 8192, 128], [4, 16, 4, 4096, 128]].map(|c| (o, c)))
@@ -3472,11 +3471,7 @@ fn attention_timing() {
         let flops = 4.0 * (b * h) as f64 * (t * t) as f64 * d as f64 / 2.0;
         println!(
             "attention causal bf16 enable_gqa B{b} H{h} Hkv{hkv} T{t} D{d}{}: {:.3} ms, {:.2} TFLOP/s",
-            match ws {
-                3 => " (first form)",
-                4 => " (L2 sections, one max chain)",
-                _ => "",
-            },
+            if ws == 3 { " (blocks by batch)" } else { "" },
             s * 1e3,
             flops / s / 1e12
         );
