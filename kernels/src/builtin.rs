@@ -1097,8 +1097,11 @@ pub fn attention_wgmma_ws_name(dtype: DTypeKind, d: usize) -> String {
 /// each, the buffers passed between them through `mbarrier`s; each
 /// computing warpgroup issues the next tile's `S = Q K^T` with the
 /// current one's `O += P V` and runs the softmax beside the latter, and
-/// the two take turns issuing their products. The runtime's forward on
-/// compute capability 9.0 (head dims 64 and 128).
+/// the two take turns issuing their products. Blocks take their rows in
+/// sections of heads whose keys and values fit in L2, the last row block
+/// of each of a section's heads first (see
+/// [`attention_wgmma_ws_by_batch`] for the plain order). The runtime's
+/// forward on compute capability 9.0 (head dims 64 and 128).
 /// Launch with `block.x =`
 /// [`ATTENTION_WS_THREADS`](crate::ptx::ATTENTION_WS_THREADS),
 /// [`attention_ws_shared`](crate::ptx::attention_ws_shared)`(d)` bytes of
@@ -1115,7 +1118,26 @@ pub fn attention_wgmma_ws_name(dtype: DTypeKind, d: usize) -> String {
 pub fn attention_wgmma_ws(dtype: DTypeKind, d: usize) -> Result<Kernel> {
     tensor_core_case("attention_wgmma_ws", dtype, d)?;
     let name = attention_wgmma_ws_name(dtype, d);
-    let ptx = ptx::attention_wgmma_ws(&name, dtype, d);
+    let ptx = ptx::attention_wgmma_ws(&name, dtype, d, false);
+    Ok(Kernel { name, ptx })
+}
+
+/// [`attention_wgmma_ws`] with its blocks taken one batch after another
+/// (each batch's row blocks last first, as `grid.x` counts them), the
+/// order it had before the L2 sections; kept so that the two can be
+/// measured against each other. Same launch and results.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::attention_wgmma_ws_by_batch(DTypeKind::F16, 64).unwrap();
+/// assert_eq!(k.name, "tf_attention_ws_by_batch_f16_d64");
+/// assert!(!k.ptx.contains("%nctaid.y"));
+/// assert!(builtin::attention_wgmma_ws(DTypeKind::F16, 64).unwrap().ptx.contains("%nctaid.y"));
+/// ```
+pub fn attention_wgmma_ws_by_batch(dtype: DTypeKind, d: usize) -> Result<Kernel> {
+    tensor_core_case("attention_wgmma_ws_by_batch", dtype, d)?;
+    let name = format!("tf_attention_ws_by_batch_{dtype}_d{d}");
+    let ptx = ptx::attention_wgmma_ws(&name, dtype, d, true);
     Ok(Kernel { name, ptx })
 }
 
@@ -1459,6 +1481,7 @@ pub fn all() -> Vec<Kernel> {
             out.extend(attention_mma(dtype, d).ok());
             out.extend(attention_wgmma(dtype, d).ok());
             out.extend(attention_wgmma_ws(dtype, d).ok());
+            out.extend(attention_wgmma_ws_by_batch(dtype, d).ok());
             out.extend(attention_mma_backward(dtype, d).ok());
             out.extend(attention_wgmma_backward(dtype, d).ok());
             for bulk in [false, true] {

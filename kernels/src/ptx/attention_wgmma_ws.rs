@@ -26,7 +26,7 @@
 use super::attention::{key_range, KeyRange, MMA_PARAMS};
 use super::attention_wgmma::{
     accumulators, descriptor, frame, issue_pv, issue_qk, operand_bits, pack_p, rescale, softmax,
-    store, warpgroup_rows, Copier, ATOM_ROW, STAGES, WGMMA_KEYS,
+    store, warpgroup_rows, BlockOrder, Copier, ATOM_ROW, STAGES, WGMMA_KEYS,
 };
 use super::body::{Body, Class};
 use super::mma_tile::{entry_params, half_type};
@@ -139,13 +139,21 @@ impl Ring {
 
 /// The warp-specialised entry `name` over `dtype` (f16 or bf16) with head
 /// dim `d` (64 or 128), taking the parameters of the `mma.sync` entry
-/// ([`MMA_PARAMS`]) and computing the same output and log-sum-exps.
-pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize) -> String {
+/// ([`MMA_PARAMS`]) and computing the same output and log-sum-exps, its
+/// blocks taking their rows in the order of [`BlockOrder::Sections`], or
+/// in that of [`BlockOrder::ByBatch`] when `by_batch` (kept for
+/// measuring the two against each other).
+pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize, by_batch: bool) -> String {
     let ht = half_type(dtype);
     let (rows, n) = (ATTENTION_WS_ROWS, WGMMA_KEYS);
     let kv_bytes = n * d * 2;
     let mut body = Body::for_target(Target::Sm80);
-    let f = frame(&mut body, name, rows);
+    let order = if by_batch {
+        BlockOrder::ByBatch
+    } else {
+        BlockOrder::Sections(d)
+    };
+    let f = frame(&mut body, name, rows, order);
     let wg = body.reg(Class::B32);
     body.op(format!("shr.u32 {wg}, {}, 7", f.tid));
     // Shared memory: Q, K's buffers, V's, then the barriers of K's

@@ -474,13 +474,18 @@ pub(crate) fn attention_wgmma(name: &str, dtype: tensorfn_core::DTypeKind, d: us
 /// The module of the warp-specialised Hopper attention entry `name`
 /// (`.target sm_90a`; see
 /// [`builtin::attention_wgmma_ws`](crate::builtin::attention_wgmma_ws)).
-pub(crate) fn attention_wgmma_ws(name: &str, dtype: tensorfn_core::DTypeKind, d: usize) -> String {
+pub(crate) fn attention_wgmma_ws(
+    name: &str,
+    dtype: tensorfn_core::DTypeKind,
+    d: usize,
+    by_batch: bool,
+) -> String {
     module_with_header(
         attention_wgmma::SM90A_HEADER,
         &format!(
             "{name}: scaled dot-product attention over {dtype}, head dim {d}, with wgmma, a copying warpgroup and two computing ones"
         ),
-        &[attention_wgmma_ws::attention_ws_entry(name, dtype, d)],
+        &[attention_wgmma_ws::attention_ws_entry(name, dtype, d, by_batch)],
     )
 }
 

@@ -172,7 +172,11 @@ impl CudaBackend {
         let hopper = ctx.compute_capability == (9, 0) && !mma_sync_only();
         let (kernel, rows, threads, shared) = if hopper && warp_specialised() {
             (
-                Builtin::AttentionWgmmaWs(T::KIND, d),
+                if ws_by_batch() {
+                    Builtin::AttentionWgmmaWsByBatch(T::KIND, d)
+                } else {
+                    Builtin::AttentionWgmmaWs(T::KIND, d)
+                },
                 ATTENTION_WS_ROWS,
                 ATTENTION_WS_THREADS,
                 attention_ws_shared(d),
@@ -734,7 +738,9 @@ fn pair_backward() -> Option<bool> {
 
 /// Set by the timing and accuracy tests to choose the Hopper forward's
 /// form: 0 the runtime's choice (see `warp_specialised`), 1 the
-/// three-warpgroup entry, 2 the warp-specialised one.
+/// three-warpgroup entry, 2 the warp-specialised one, 3 the
+/// warp-specialised one with its blocks one batch after another
+/// (`builtin::attention_wgmma_ws_by_batch`).
 #[cfg(test)]
 pub(crate) static WS_FORM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
@@ -746,11 +752,24 @@ fn warp_specialised() -> bool {
     {
         match WS_FORM.load(std::sync::atomic::Ordering::Relaxed) {
             1 => return false,
-            2 => return true,
+            2 | 3 => return true,
             _ => {}
         }
     }
     true
+}
+
+/// Whether the warp-specialised forward takes its blocks one batch after
+/// another rather than in L2 sections of heads: only when a test asks.
+fn ws_by_batch() -> bool {
+    #[cfg(test)]
+    {
+        WS_FORM.load(std::sync::atomic::Ordering::Relaxed) == 3
+    }
+    #[cfg(not(test))]
+    {
+        false
+    }
 }
 
 /// Whether the tensor-core entries can read an operand in place: its

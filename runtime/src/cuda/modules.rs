@@ -60,6 +60,8 @@ pub(crate) enum Builtin {
     AttentionWgmma(DTypeKind, usize),
     /// Its warp-specialised Hopper form (compute capability 9.0 only).
     AttentionWgmmaWs(DTypeKind, usize),
+    /// The same with its blocks in the plain order (for measurements).
+    AttentionWgmmaWsByBatch(DTypeKind, usize),
     /// The tensor-core backward (sm_80+) for f16/bf16 and a head dim.
     AttentionMmaBackward(DTypeKind, usize),
     /// Its Hopper form (compute capability 9.0 only: `wgmma`, `sm_90a`).
@@ -111,6 +113,7 @@ impl Builtin {
             | Builtin::AttentionMma(..)
             | Builtin::AttentionWgmma(..)
             | Builtin::AttentionWgmmaWs(..)
+            | Builtin::AttentionWgmmaWsByBatch(..)
             | Builtin::AttentionMmaBackward(..)
             | Builtin::AttentionWgmmaBackward(..)
             | Builtin::AttentionWgmmaBackward2(..)
@@ -166,6 +169,7 @@ impl Builtin {
             Builtin::AttentionMma(t, d) => builtin::attention_mma(t, d),
             Builtin::AttentionWgmma(t, d) => builtin::attention_wgmma(t, d),
             Builtin::AttentionWgmmaWs(t, d) => builtin::attention_wgmma_ws(t, d),
+            Builtin::AttentionWgmmaWsByBatch(t, d) => builtin::attention_wgmma_ws_by_batch(t, d),
             Builtin::AttentionMmaBackward(t, d) => builtin::attention_mma_backward(t, d),
             Builtin::AttentionWgmmaBackward(t, d) => builtin::attention_wgmma_backward(t, d),
             Builtin::AttentionWgmmaBackward2(t, d, bulk) => {

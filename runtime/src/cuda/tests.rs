@@ -2687,8 +2687,9 @@ fn attention_case<T: crate::dtype::FloatDType>(
     }
 }
 
-/// The Hopper forward's two forms (the three-warpgroup entry and the
-/// warp-specialised one), each forced at both head dims, against the f64
+/// The Hopper forward's forms (the three-warpgroup entry, the
+/// warp-specialised one and the latter in its plain block order), each
+/// forced at both head dims, against the f64
 /// reference: causal and not, rows and keys not a multiple of the tiles,
 /// fewer keys than one tile, more keys than rows and fewer, no keys, and
 /// a negative and a zero scale, in f16 and bf16. Elsewhere the runtime
@@ -2727,7 +2728,15 @@ fn attention_hopper_forms_match_the_reference() {
             cases.push(c);
         }
     }
-    for form in [1, 2] {
+    // More heads than an L2 section of the warp-specialised entry holds
+    // (15 at 8200 keys of D64 and at 4100 of D128), the last section
+    // partial, several row blocks a head.
+    for dims in [[2, 17, 130, 8200, 64, 64], [1, 20, 200, 4100, 128, 128]] {
+        let mut c = Case::random(&mut rng, dims, 1.0);
+        c.causal = true;
+        cases.push(c);
+    }
+    for form in [1, 2, 3] {
         super::attention::WS_FORM.store(form, Ordering::Relaxed);
         for c in &cases {
             attention_case::<f16>(&be, c, 4e-3);
@@ -3388,11 +3397,12 @@ fn attention_timing() {
     let Some((_guard, be)) = gpu() else { return };
     // On a device of compute capability 9.0, the `mma.sync` form first,
     // then the Hopper forms: the three-warpgroup one and the
-    // warp-specialised one (the runtime's), each at both head dims.
+    // warp-specialised one in its plain block order and in L2 sections
+    // (the runtime's), each at both head dims.
     use std::sync::atomic::Ordering;
     let hopper = be.ctx().compute_capability == (9, 0);
     let forms: &[(bool, u8)] = if hopper {
-        &[(true, 0), (false, 1), (false, 2)]
+        &[(true, 0), (false, 1), (false, 3), (false, 2)]
     } else {
         &[(false, 0)]
     };
@@ -3402,6 +3412,7 @@ fn attention_timing() {
         let form = match (hopper && !mma_sync, ws) {
             (false, _) => "mma.sync",
             (true, 1) => "wgmma",
+            (true, 3) => "wgmma warp-specialised, blocks by batch",
             (true, _) => "wgmma warp-specialised",
         };
         for [b, h, t, d] in [[8, 12, 1024, 64], [4, 16, 4096, 128], [1, 32, 8192, 128]] {
@@ -3431,9 +3442,15 @@ fn attention_timing() {
         }
     }
     super::attention::MMA_SYNC_ONLY.store(false, Ordering::Relaxed);
-    super::attention::WS_FORM.store(0, Ordering::Relaxed);
-    // Grouped-query attention: 8 key and value heads for 32 query heads.
-    for [b, h, hkv, t, d] in [[1, 32, 8, 8192, 128], [4, 16, 4, 4096, 128]] {
+    // Grouped-query attention: 8 key and value heads for 32 query heads,
+    // on compute capability 9.0 the warp-specialised form's plain block
+    // order first, then the runtime's choice.
+    let orders: &[u8] = if hopper { &[3, 0] } else { &[0] };
+    for (&ws, [b, h, hkv, t, d]) in orders
+        .iter()
+        .flat_map(|o| [[1, 32, 8, 8192, 128], [4, 16, 4, 4096, 128]].map(|c| (o, c)))
+    {
+        super::attention::WS_FORM.store(ws, Ordering::Relaxed);
         let q = Tensor::<Cuda, bf16, D4>::randn_dims(1, &[b, h, t, d]).unwrap();
         let k = Tensor::<Cuda, bf16, D4>::randn_dims(2, &[b, hkv, t, d]).unwrap();
         let v = Tensor::<Cuda, bf16, D4>::randn_dims(3, &[b, hkv, t, d]).unwrap();
@@ -3453,11 +3470,13 @@ fn attention_timing() {
         let s = start.elapsed().as_secs_f64() / reps as f64;
         let flops = 4.0 * (b * h) as f64 * (t * t) as f64 * d as f64 / 2.0;
         println!(
-            "attention causal bf16 enable_gqa B{b} H{h} Hkv{hkv} T{t} D{d}: {:.3} ms, {:.2} TFLOP/s",
+            "attention causal bf16 enable_gqa B{b} H{h} Hkv{hkv} T{t} D{d}{}: {:.3} ms, {:.2} TFLOP/s",
+            if ws == 3 { " (blocks by batch)" } else { "" },
             s * 1e3,
             flops / s / 1e12
         );
     }
+    super::attention::WS_FORM.store(0, Ordering::Relaxed);
 }
 
 /// Times the causal bf16 attention backward at the target's size (`cargo
