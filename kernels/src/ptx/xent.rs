@@ -70,6 +70,12 @@ use tensorfn_core::DTypeKind;
 
 /// Threads of a cross-entropy block (a row each): the runtime launches
 /// the entries with this block size.
+///
+/// ```
+/// use tensorfn_kernels::builtin::XENT_THREADS;
+/// assert_eq!(XENT_THREADS % 32, 0); // whole warps
+/// assert!(XENT_THREADS <= 1024);
+/// ```
 pub const XENT_THREADS: u32 = 1024;
 
 /// The module's three entries.
