@@ -35,7 +35,7 @@ use tensorfn_core::DTypeKind;
 
 pub use crate::abi::BLOCK;
 
-pub use crate::ptx::{CAT_PARTS, SOFTMAX_REGISTER_COLS};
+pub use crate::ptx::{CAT_PARTS, SOFTMAX_REGISTER_COLS, XENT_THREADS};
 
 /// A PTX module and the name of its kernel: the entry prefix of an
 /// elementwise kernel (entries `NAME_contig` and `NAME_strided`), or the

@@ -76,6 +76,7 @@ pub use norm::SUM_WARPS as NORM_SUM_WARPS;
 pub use optim::{OPTIM_HYPER, OPTIM_RECORD_WORDS};
 pub use pool::{max_vec_width, POOL_META_WORDS};
 pub use rows::SOFTMAX_REGISTER_COLS;
+pub use xent::XENT_THREADS;
 
 /// Checks that `name` can name PTX entries (`[A-Za-z_][A-Za-z0-9_]*`).
 ///

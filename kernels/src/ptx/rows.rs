@@ -1,6 +1,7 @@
 //! Row kernels: one block of [`BLOCK`](crate::abi::BLOCK) threads per
-//! row (grid-stride over rows), per-thread folds, warp butterflies with
-//! `shfl.sync.bfly.b32`, shared memory across warps. The combine steps are
+//! row (grid-stride over rows; [`frame_of`] takes another block size, up
+//! to 1024 threads, for kernels whose rows want more), per-thread folds,
+//! warp butterflies with `shfl.sync.bfly.b32`, shared memory across warps. The combine steps are
 //! the lowered programs of `reduction`, which the interpreter runs in the
 //! same order.
 
@@ -24,18 +25,39 @@ pub(super) struct Frame {
     pub(super) input: String,
     pub(super) rows: String,
     pub(super) cols: String,
-    tid: String,
+    pub(super) tid: String,
     lane: String,
     warp: String,
     smem: String,
     pub(super) is_lane0: String,
     pub(super) is_warp0: String,
+    /// Threads of the block (a multiple of 32, at most 1024).
+    pub(super) threads: u32,
 }
 
+impl Frame {
+    /// Warps of the block, each with its slot in `smem`.
+    fn warps(&self) -> u32 {
+        self.threads / 32
+    }
+}
+
+/// The frame of a kernel of [`BLOCK`](crate::abi::BLOCK) threads a block.
 pub(super) fn frame(body: &mut Body) -> Frame {
+    const _: () = assert!(crate::abi::BLOCK as usize == 32 * WARPS);
+    frame_of(body, crate::abi::BLOCK)
+}
+
+/// The frame of a kernel of `threads` threads a block: its reductions
+/// keep a slot per warp, which warp 0 combines (so at most 32 warps).
+pub(super) fn frame_of(body: &mut Body, threads: u32) -> Frame {
+    assert!(
+        threads % 32 == 0 && (32..=1024).contains(&threads),
+        "a row block is 1 to 32 whole warps"
+    );
     body.raw(format!(
         ".shared .align 16 .b8 smem[{}];",
-        SLOT * (WARPS + 1)
+        SLOT * (threads as usize / 32 + 1)
     ));
     let param = |body: &mut Body, name: &str, global: bool| {
         let r = body.reg(Class::B64);
@@ -72,6 +94,7 @@ pub(super) fn frame(body: &mut Body) -> Frame {
         smem,
         is_lane0,
         is_warp0,
+        threads,
     }
 }
 
@@ -168,12 +191,13 @@ pub(super) fn block_reduce(
         ));
     }
     body.op("bar.sync 0");
-    // Warp 0 combines the warp results; lanes past WARPS keep the identity.
+    // Warp 0 combines the warp results; lanes past the warps keep the
+    // identity.
     let skip = body.label("not_warp0");
     body.op(format!("@!{} bra {skip}", f.is_warp0));
     set_identity(body, state, identity);
     let has = body.reg(Class::Pred);
-    body.op(format!("setp.lt.u32 {has}, {}, {WARPS}", f.lane));
+    body.op(format!("setp.lt.u32 {has}, {}, {}", f.lane, f.warps()));
     let lslot = body.reg(Class::B64);
     body.op(format!("mul.wide.u32 {lslot}, {}, {SLOT}", f.lane));
     body.op(format!("add.u64 {lslot}, {lslot}, {}", f.smem));
@@ -193,7 +217,7 @@ pub(super) fn block_reduce(
 pub(super) fn broadcast(body: &mut Body, f: &Frame, value: &str, ty: Ty) {
     let both = body.reg(Class::Pred);
     body.op(format!("and.pred {both}, {}, {}", f.is_lane0, f.is_warp0));
-    let at = SLOT * WARPS;
+    let at = SLOT * f.warps() as usize;
     body.op(format!(
         "@{both} st.shared.{} [{}+{at}], {value}",
         mem_ty(ty),
@@ -232,7 +256,8 @@ pub(super) fn row_loop(body: &mut Body, f: &Frame, inner: impl FnOnce(&mut Body,
     body.op("ret");
 }
 
-/// Loop over this thread's columns of a row: `col` from `tid` by BLOCK.
+/// Loop over this thread's columns of a row: `col` from `tid` by the
+/// block's threads.
 pub(super) fn col_loop(body: &mut Body, f: &Frame, inner: impl FnOnce(&mut Body, &str)) {
     let col = body.reg(Class::B64);
     body.op(format!("cvt.u64.u32 {col}, {}", f.tid));
@@ -243,7 +268,7 @@ pub(super) fn col_loop(body: &mut Body, f: &Frame, inner: impl FnOnce(&mut Body,
     body.op(format!("setp.ge.u64 {done}, {col}, {}", f.cols));
     body.op(format!("@{done} bra {end}"));
     inner(body, &col);
-    body.op(format!("add.u64 {col}, {col}, {}", crate::abi::BLOCK));
+    body.op(format!("add.u64 {col}, {col}, {}", f.threads));
     body.op(format!("bra.uni {lp}"));
     body.place(&end);
 }

@@ -1,5 +1,5 @@
-//! `cross_entropy` and its backward: one block per row (grid-stride over
-//! rows), the row's max, then the sum of `exp(x - max)` and of `x`, each a
+//! `cross_entropy` and its backward: one block of [`XENT_THREADS`] per
+//! row (grid-stride over rows), the row's max, then the sum of `exp(x - max)` and of `x`, each a
 //! per-thread fold and a block reduction (the log-softmax row kernel's
 //! pieces, [`RowSpec`]), so `lse = max + log(sum)` as PyTorch's
 //! `log_softmax` computes it, in f32 (f64 for f64).
@@ -20,8 +20,16 @@
 //! the gradient pass read that copy. Each thread still folds the same
 //! columns in the same order as the uncached passes, so both give the
 //! same bits. The host sets `cache` only where the row fits the block's
-//! shared memory and its bytes are a multiple of 16 at a 16-byte aligned
-//! address.
+//! shared memory and its bytes are a multiple of 16 at 16-byte aligned
+//! addresses in both the logits and the output.
+//!
+//! The sum and gradient passes give each thread whole 16-byte chunks of
+//! the row (chunk `tid`, `tid + XENT_THREADS`, ..., their elements in
+//! order): from the shared copy one vector load a chunk and, for the
+//! gradient, one vector store; uncached, the same elements one by one.
+//! Rows as long as GPT-2's vocabulary (98 KiB in bf16) leave room for two
+//! rows an SM, so the block is large (1024 threads) for enough loads in
+//! flight, and each thread's share of the row is six or seven chunks.
 //!
 //! The fused entry (`NAME_fused`, for a loss whose gradient is wanted at
 //! once, as in a training step) is the backward with the forward's loss
@@ -50,14 +58,25 @@
 
 use super::body::{Body, Class};
 use super::inst::emit_program;
-use super::memory::{load, store, widen_half};
+use super::inst::round_bf16;
+use super::memory::{load, store, store_vector, widen_half};
 use super::rows::{
-    block_reduce, broadcast, col_loop, combine, elem_addr, frame, mov_ty, row_base, row_loop,
+    block_reduce, broadcast, col_loop, combine, elem_addr, frame_of, mov_ty, row_base, row_loop,
     set_identity, Frame,
 };
 use crate::prim::Ty;
 use crate::reduction::{float_bits, RowSpec};
 use tensorfn_core::DTypeKind;
+
+/// Threads of a cross-entropy block (a row each): the runtime launches
+/// the entries with this block size.
+///
+/// ```
+/// use tensorfn_kernels::builtin::XENT_THREADS;
+/// assert_eq!(XENT_THREADS % 32, 0); // whole warps
+/// assert!(XENT_THREADS <= 1024);
+/// ```
+pub const XENT_THREADS: u32 = 1024;
 
 /// The module's three entries.
 #[derive(Clone, Copy, PartialEq)]
@@ -275,7 +294,7 @@ fn copy_row_max(
     let mut loaded = Vec::new();
     for u in 0..COPY_UNROLL {
         let cu = body.reg(Class::B64);
-        body.op(format!("add.u64 {cu}, {c}, {}", u * crate::abi::BLOCK));
+        body.op(format!("add.u64 {cu}, {c}, {}", u * f.threads));
         let ok = body.reg(Class::Pred);
         body.op(format!("setp.lt.u64 {ok}, {cu}, {chunks}"));
         let off = body.reg(Class::B64);
@@ -308,10 +327,7 @@ fn copy_row_max(
             combine(body, &spec.max, state, &[x]);
         }
     }
-    body.op(format!(
-        "add.u64 {c}, {c}, {}",
-        COPY_UNROLL * crate::abi::BLOCK
-    ));
+    body.op(format!("add.u64 {c}, {c}, {}", COPY_UNROLL * f.threads));
     body.op(format!("bra.uni {lp}"));
     body.place(&end);
 }
@@ -357,11 +373,11 @@ fn row_stats(
     let sx = vec![(body.reg_ty(acc), acc)];
     set_identity(body, &s, &nzero);
     set_identity(body, &sx, &nzero);
-    col_loop(body, f, |body, col| {
-        let x = load_x(body, dtype, base, col, cache);
-        let e = exp_shift(body, spec, &x, &m);
+    chunk_pass(body, f, dtype, base, cache, None, &mut |body, x, _| {
+        let e = exp_shift(body, spec, x, &m);
         combine(body, &spec.sum, &s, &[e]);
-        combine(body, &spec.sum, &sx, &[x]);
+        combine(body, &spec.sum, &sx, &[x.to_string()]);
+        None
     });
     block_reduce(body, f, &spec.sum, &s, &nzero);
     body.op("bar.sync 0");
@@ -371,6 +387,94 @@ fn row_stats(
     body.op(format!("add.rn.{} {lse}, {m}, {}", fty(acc), ls[0]));
     broadcast(body, f, &lse, acc);
     (lse, sx[0].0.clone())
+}
+
+/// A visit of one element of a [`chunk_pass`]: `(x, col)` to the value
+/// to store at `col` of the output row, if the pass writes one.
+type Visit<'a> = dyn FnMut(&mut Body, &str, &str) -> Option<String> + 'a;
+
+/// Visits this thread's elements of the row at `base` in order: the
+/// 16-byte chunks `tid`, `tid + threads`, ..., each chunk's elements in
+/// order, and stores what `visit` returns at the same column of the row
+/// at `out`. With the shared copy (`cache`, set), a chunk is one vector
+/// load there and one vector store to `out`; without it, the same
+/// elements are read from `base` one by one up to the row's end.
+fn chunk_pass(
+    body: &mut Body,
+    f: &Frame,
+    dtype: DTypeKind,
+    base: &str,
+    cache: Option<&RowCache>,
+    out: Option<&str>,
+    visit: &mut Visit<'_>,
+) {
+    let per = 16 / dtype.size_bytes();
+    let chunk = body.reg(Class::B64);
+    body.op(format!("cvt.u64.u32 {chunk}, {}", f.tid));
+    let lp = body.label("xent_chunk");
+    let end = body.label("xent_chunk_end");
+    let next = body.label("xent_chunk_next");
+    body.place(&lp);
+    let col0 = body.reg(Class::B64);
+    body.op(format!("mul.lo.u64 {col0}, {chunk}, {per}"));
+    let done = body.reg(Class::Pred);
+    body.op(format!("setp.ge.u64 {done}, {col0}, {}", f.cols));
+    body.op(format!("@{done} bra {end}"));
+    let cols: Vec<String> = (0..per)
+        .map(|j| {
+            let c = body.reg(Class::B64);
+            body.op(format!("add.u64 {c}, {col0}, {j}"));
+            c
+        })
+        .collect();
+    if let Some(c) = cache {
+        let global = body.label("xent_chunk_global");
+        body.op(format!("@!{} bra.uni {global}", c.cached));
+        // The whole chunk lies in the row: its bytes are a multiple of 16.
+        let sa = elem_addr(body, &c.srow, &col0, dtype);
+        let words: Vec<String> = (0..4).map(|_| body.reg(Class::B32)).collect();
+        body.op(format!("ld.shared.v4.u32 {{{}}}, [{sa}]", words.join(", ")));
+        let xs = unpack(body, dtype, &words);
+        let ys: Vec<String> = xs
+            .iter()
+            .zip(&cols)
+            .filter_map(|(x, col)| visit(body, x, col))
+            .collect();
+        if let Some(out) = out {
+            let oa = elem_addr(body, out, &col0, dtype);
+            store_vector(body, dtype, &oa, &ys);
+        }
+        body.op(format!("bra.uni {next}"));
+        body.place(&global);
+    }
+    for col in &cols {
+        let inside = body.reg(Class::Pred);
+        body.op(format!("setp.lt.u64 {inside}, {col}, {}", f.cols));
+        body.op(format!("@!{inside} bra {next}"));
+        let a = elem_addr(body, base, col, dtype);
+        let x = load(body, dtype, &a, true);
+        if let (Some(y), Some(out)) = (visit(body, &x, col), out) {
+            let oa = elem_addr(body, out, col, dtype);
+            store(body, dtype, &oa, &y);
+        }
+    }
+    body.place(&next);
+    body.op(format!("add.u64 {chunk}, {chunk}, {}", f.threads));
+    body.op(format!("bra.uni {lp}"));
+    body.place(&end);
+}
+
+/// `p` (an `acc` value) in the register form of `dtype`: a bf16 is
+/// rounded to nearest (the stores keep the top half of its f32); other
+/// types' stores round themselves.
+fn rounded(body: &mut Body, dtype: DTypeKind, p: &str) -> String {
+    if dtype != DTypeKind::BF16 {
+        return p.to_string();
+    }
+    let r = body.reg(Class::F32);
+    let last = round_bf16(body, p, &r);
+    body.op(last);
+    r
 }
 
 /// `exp(x - m)` in `spec.acc`: for `f32`, `ex2.approx.ftz` of `(x - m) *
@@ -508,11 +612,28 @@ fn smoothing(body: &mut Body, acc: Ty) -> (String, String) {
     (smooth, on)
 }
 
+/// Blocks of an entry with `f32` arithmetic every SM must be able to
+/// hold at once: two rows of GPT-2's vocabulary fit its shared memory,
+/// and two blocks of [`XENT_THREADS`] leave 32 registers a thread, which
+/// these entries need without spilling. `f64` rows need more registers
+/// and take one block an SM.
+const XENT_BLOCKS_PER_SM: u32 = 2;
+
+/// The launch bounds of an entry over `spec`'s rows.
+fn bounds(spec: &RowSpec) -> String {
+    let blocks = if spec.acc == Ty::F64 {
+        1
+    } else {
+        XENT_BLOCKS_PER_SM
+    };
+    format!("\n.maxntid {XENT_THREADS}, 1, 1\n.minnctapersm {blocks}")
+}
+
 /// The forward entry `name` over rows of `spec.dtype` with targets of
 /// `index` (`I32` or `I64`).
 pub(crate) fn forward_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> String {
     let mut body = Body::new();
-    let f = frame(&mut body);
+    let f = frame_of(&mut body, XENT_THREADS);
     let tgt = u64_param(&mut body, "p_tgt", true);
     let tstride = u64_param(&mut body, "p_tstride", false);
     let flag = u64_param(&mut body, "p_flag", true);
@@ -547,8 +668,9 @@ pub(crate) fn forward_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> Str
         body.place(&skip);
     });
     format!(
-        ".visible .entry {name}{}\n{{\n{}}}\n",
+        ".visible .entry {name}{}{}\n{{\n{}}}\n",
         params(Entry::Forward),
+        bounds(spec),
         body.finish()
     )
 }
@@ -573,7 +695,7 @@ pub(crate) fn fused_entry(name: &str, spec: &RowSpec, index: DTypeKind) -> Strin
 fn grad_entry(name: &str, spec: &RowSpec, index: DTypeKind, kind: Entry) -> String {
     let fused = kind == Entry::Fused;
     let mut body = Body::new();
-    let f = frame(&mut body);
+    let f = frame_of(&mut body, XENT_THREADS);
     let acc = spec.acc;
     let ft = fty(acc);
     let dtype = spec.dtype;
@@ -661,9 +783,8 @@ fn grad_entry(name: &str, spec: &RowSpec, index: DTypeKind, kind: Entry) -> Stri
         // 0 on a row left out.
         let off = body.reg(Class::Pred);
         body.op(format!("or.pred {off}, {ign}, {bad}"));
-        col_loop(body, &f, |body, col| {
-            let x = load_x(body, dtype, &base, col, Some(&cache));
-            let e = exp_shift(body, spec, &x, &lse);
+        let gradient = &mut |body: &mut Body, x: &str, col: &str| {
+            let e = exp_shift(body, spec, x, &lse);
             let p = body.reg_ty(acc);
             body.op(format!("sub.rn.{ft} {p}, {e}, {spread}"));
             let hit = body.reg(Class::Pred);
@@ -671,13 +792,14 @@ fn grad_entry(name: &str, spec: &RowSpec, index: DTypeKind, kind: Entry) -> Stri
             body.op(format!("@{hit} sub.rn.{ft} {p}, {p}, {keep}"));
             body.op(format!("mul.rn.{ft} {p}, {p}, {gs}"));
             body.op(format!("@{off} mov.{ft} {p}, {zero}"));
-            let oa = elem_addr(body, &obase, col, dtype);
-            store(body, dtype, &oa, &p);
-        });
+            Some(rounded(body, dtype, &p))
+        };
+        chunk_pass(body, &f, dtype, &base, Some(&cache), Some(&obase), gradient);
     });
     format!(
-        ".extern .shared .align 16 .b8 {name}_row[];\n\n.visible .entry {name}{}\n{{\n{}}}\n",
+        ".extern .shared .align 16 .b8 {name}_row[];\n\n.visible .entry {name}{}{}\n{{\n{}}}\n",
         params(kind),
+        bounds(spec),
         body.finish()
     )
 }

@@ -3729,11 +3729,13 @@ fn cross_entropy_backward_row_copy_matches_the_global_pass() {
         let cpu = CpuBackend;
         let bits = |v: &[T]| v.iter().map(|x| format!("{x:?}")).collect::<Vec<_>>();
         // Columns whose bytes are multiples of 16: one chunk, a copy loop
-        // that ends inside its unrolled group, and GPT-2's 50304.
+        // that ends inside its unrolled group (of four chunks a thread),
+        // and GPT-2's 50304.
         let wide = 16 / T::KIND.size_bytes();
+        let block = tensorfn_kernels::builtin::XENT_THREADS as usize;
         for (n, c) in [
             (3, wide),
-            (5, wide * (4 * 256 + 3)),
+            (5, wide * (4 * block + 3)),
             (4, 50304),
             (2, wide * 40),
         ] {

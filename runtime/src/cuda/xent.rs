@@ -1,5 +1,6 @@
 //! `cross_entropy` and its backward on the GPU: one launch of the row
-//! kernel (one block per row, `tensorfn_kernels::builtin::cross_entropy`),
+//! kernel (one block of `XENT_THREADS` per row,
+//! `tensorfn_kernels::builtin::cross_entropy`),
 //! which checks every target before it reads through it and records a
 //! bad one in a flag buffer, read back after the launch. The fused pass
 //! (a training step's loss, whose gradient is wanted at once) runs the
@@ -13,12 +14,13 @@
 
 use super::alloc::CudaStorage;
 use super::backend::CudaBackend;
-use super::modules::{Builtin, ModuleKey, BLOCK};
+use super::modules::{Builtin, ModuleKey};
 use crate::backend::{xent_layouts, Backend, Gathered};
 use crate::dtype::{FloatDType, IndexDType};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use tensorfn_core::ops::xent::{CrossEntropyArgs, Reduction};
+use tensorfn_kernels::builtin::XENT_THREADS;
 use tensorfn_kernels::{BinaryOp, ReduceOp};
 
 /// Blocks of a row launch at most (one row per block, grid-stride).
@@ -30,12 +32,13 @@ const STATIC_SHARED: usize = 1024;
 
 /// The dynamic shared memory of a backward block that keeps its row of
 /// `cols` elements of `size` bytes at `input` (so the logits are read
-/// from global memory once), or 0 where the row does not fit `limit`
-/// bytes or its copy's 16-byte chunks would not line up.
-fn row_bytes(cols: usize, size: usize, input: u64, limit: usize) -> usize {
+/// from global memory once) and writes its gradient to `output` in
+/// 16-byte stores, or 0 where the row does not fit `limit` bytes or its
+/// 16-byte chunks would not line up in either.
+fn row_bytes(cols: usize, size: usize, (input, output): (u64, u64), limit: usize) -> usize {
     let bytes = cols * size;
     let fits = bytes + STATIC_SHARED <= limit;
-    if fits && bytes % 16 == 0 && input % 16 == 0 {
+    if fits && bytes % 16 == 0 && input % 16 == 0 && output % 16 == 0 {
         bytes
     } else {
         0
@@ -132,18 +135,24 @@ impl CudaBackend {
             Pass::Backward(_) => (Some(ctx.storage::<T>(n * c)?), None),
             _ => (None, Some(ctx.storage::<f64>(n)?)),
         };
+        let first = match (&out, &losses, &pass) {
+            (Some(o), _, _) => o.device_ptr(),
+            (_, _, Pass::Fused) => input,
+            (_, Some(l), _) => l.device_ptr(),
+            _ => unreachable!("one output"),
+        };
         let shared = if gradient {
-            row_bytes(c, T::KIND.size_bytes(), input, ctx.shared_per_block)
+            row_bytes(
+                c,
+                T::KIND.size_bytes(),
+                (input, first),
+                ctx.shared_per_block,
+            )
         } else {
             0
         };
         let mut values: Vec<u64> = vec![
-            match (&out, &losses, &pass) {
-                (Some(o), _, _) => o.device_ptr(),
-                (_, _, Pass::Fused) => input,
-                (_, Some(l), _) => l.device_ptr(),
-                _ => unreachable!("one output"),
-            },
+            first,
             input,
             n as u64,
             c as u64,
@@ -176,7 +185,7 @@ impl CudaBackend {
             f,
             &|| format!("{kernel:?}{suffix} over {n}x{c}"),
             (grid, 1),
-            BLOCK,
+            XENT_THREADS,
             shared as u32,
             &mut values,
         )?;
