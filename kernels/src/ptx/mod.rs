@@ -39,6 +39,7 @@ mod cumsum;
 mod elementwise;
 mod gather;
 mod inst;
+mod mbarrier;
 mod memory;
 mod mma_tile;
 mod multinomial;
