@@ -21,10 +21,11 @@ use std::borrow::Cow;
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::ptx::{
     attention_mma_backward_shared, attention_mma_rows, attention_mma_threads,
-    attention_wgmma_backward2_shared, attention_wgmma_backward_shared, attention_wgmma_rows,
-    attention_wgmma_shared, attention_wgmma_threads, attention_ws_shared, Target,
-    ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS, ATTENTION_WS_ROWS, ATTENTION_WS_THREADS, MMA_BWD_KEYS,
-    MMA_BWD_THREADS, WGMMA_BWD2_KEYS, WGMMA_BWD2_THREADS, WGMMA_BWD_KEYS, WGMMA_BWD_THREADS,
+    attention_wgmma_backward2_shared, attention_wgmma_backward_shared,
+    attention_wgmma_backward_ws_shared, attention_wgmma_rows, attention_wgmma_shared,
+    attention_wgmma_threads, attention_ws_shared, Target, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS,
+    ATTENTION_WS_ROWS, ATTENTION_WS_THREADS, MMA_BWD_KEYS, MMA_BWD_THREADS, WGMMA_BWD2_KEYS,
+    WGMMA_BWD2_THREADS, WGMMA_BWD_KEYS, WGMMA_BWD_THREADS, WGMMA_BWD_WS_KEYS, WGMMA_BWD_WS_THREADS,
 };
 
 const OP: &str = "scaled_dot_product_attention";
@@ -491,7 +492,14 @@ impl CudaBackend {
         // two-warpgroup blocks (half the `dQ` atomics).
         let hopper = ctx.compute_capability == (9, 0) && !mma_sync_only();
         let pair = hopper && d == 128;
-        let (kernel, keys, threads, shared) = if let (true, Some(bulk)) = (pair, pair_backward()) {
+        let (kernel, keys, threads, shared) = if pair && warp_specialised_backward() {
+            (
+                Builtin::AttentionWgmmaBackwardWs(T::KIND, d),
+                WGMMA_BWD_WS_KEYS,
+                WGMMA_BWD_WS_THREADS,
+                attention_wgmma_backward_ws_shared(d),
+            )
+        } else if let (true, Some(bulk)) = (pair, pair_backward()) {
             (
                 Builtin::AttentionWgmmaBackward2(T::KIND, d, bulk),
                 WGMMA_BWD2_KEYS,
@@ -710,7 +718,8 @@ fn mma_sync_only() -> bool {
 /// Set by the timing and accuracy tests to choose the Hopper backward's
 /// form at head dim 128: 0 the runtime's choice (see `pair_backward`), 1
 /// one warpgroup a block, 2 two warpgroups adding `dQ` with
-/// `red.global.add`, 3 two warpgroups adding it with bulk reductions.
+/// `red.global.add`, 3 two warpgroups adding it with bulk reductions, 4
+/// the warp-specialised form (see `warp_specialised_backward`).
 #[cfg(test)]
 pub(crate) static BWD_FORM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
@@ -730,6 +739,19 @@ fn pair_backward() -> Option<bool> {
         }
     }
     Some(false)
+}
+
+/// Whether the Hopper backward at head dim 128 takes the warp-specialised
+/// entry (`builtin::attention_wgmma_backward_ws`): only the tests ask for
+/// it until it is measured faster than the two-warpgroup one.
+fn warp_specialised_backward() -> bool {
+    #[cfg(test)]
+    {
+        if BWD_FORM.load(std::sync::atomic::Ordering::Relaxed) == 4 {
+            return true;
+        }
+    }
+    false
 }
 
 /// Set by the timing and accuracy tests to choose the Hopper forward's
