@@ -302,7 +302,7 @@ fn every_builtin_is_well_formed() {
                 "mbarrier.try_wait.parity.shared::cta.b64",
             ];
             for op in ws_ops.into_iter().filter(|_| ws) {
-                assert!(k.ptx.contains(&op), "{}: no {op}", k.name);
+                assert!(k.ptx.contains(op), "{}: no {op}", k.name);
             }
             // Exact but for the exponentials, `ex2.approx.ftz` as in
             // FlashAttention.
