@@ -1315,6 +1315,58 @@ pub fn attention_wgmma_backward2(dtype: DTypeKind, d: usize, bulk: bool) -> Resu
     Ok(Kernel { name, ptx })
 }
 
+/// Name of [`attention_wgmma_backward_ws`]`(dtype, d)` (its main entry;
+/// the preprocessing entry is this name with `_delta` appended).
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// assert_eq!(
+///     builtin::attention_wgmma_backward_ws_name(DTypeKind::BF16, 128),
+///     "tf_attention_wgmma_bwd_ws_bf16_d128"
+/// );
+/// ```
+pub fn attention_wgmma_backward_ws_name(dtype: DTypeKind, d: usize) -> String {
+    format!("tf_attention_wgmma_bwd_ws_{dtype}_d{d}")
+}
+
+/// [`attention_wgmma_backward2`] warp-specialised, FlashAttention-3's
+/// way: blocks of [`WGMMA_BWD_WS_KEYS`](crate::ptx::WGMMA_BWD_WS_KEYS)
+/// keys whose first warpgroup copies `Q` and `dO` into `mbarrier`-guarded
+/// buffers and adds the staged `dQ` tiles with bulk reductions, while the
+/// other two (with the registers the first gives up) own 64 keys each.
+/// Head dim 128 only (`Err` otherwise, and for dtypes other than f16 and
+/// bf16); the same two entries, parameters and outputs. Launch the main
+/// entry with `block.x =`
+/// [`WGMMA_BWD_WS_THREADS`](crate::ptx::WGMMA_BWD_WS_THREADS), `grid.x =
+/// ceil(s /` [`WGMMA_BWD_WS_KEYS`](crate::ptx::WGMMA_BWD_WS_KEYS)`)`,
+/// `grid.y` the batch and
+/// [`attention_wgmma_backward_ws_shared`](crate::ptx::attention_wgmma_backward_ws_shared)`(d)`
+/// bytes of dynamic shared memory.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::attention_wgmma_backward_ws(DTypeKind::BF16, 128).unwrap();
+/// assert!(k.ptx.contains(".target sm_90a"));
+/// assert!(k.ptx.contains(".entry tf_attention_wgmma_bwd_ws_bf16_d128_delta("));
+/// assert!(k.ptx.contains("setmaxnreg.inc.sync.aligned.u32 224"));
+/// assert!(k.ptx.contains("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"));
+/// assert!(builtin::attention_wgmma_backward_ws(DTypeKind::BF16, 64).is_err());
+/// ```
+pub fn attention_wgmma_backward_ws(dtype: DTypeKind, d: usize) -> Result<Kernel> {
+    tensor_core_case("attention_wgmma_backward_ws", dtype, d)?;
+    if d != 128 {
+        return Err(Error::Unsupported {
+            kernel: "attention_wgmma_backward_ws",
+            message: format!(
+                "the warp-specialised attention backward takes head dim 128, found {d}"
+            ),
+        });
+    }
+    let name = attention_wgmma_backward_ws_name(dtype, d);
+    let ptx = ptx::attention_wgmma_backward_ws(&name, dtype, d);
+    Ok(Kernel { name, ptx })
+}
+
 fn unsupported(kernel: &'static str, e: Error) -> Error {
     match e {
         Error::Type { message, .. } => Error::Unsupported { kernel, message },
@@ -1487,6 +1539,7 @@ pub fn all() -> Vec<Kernel> {
             for bulk in [false, true] {
                 out.extend(attention_wgmma_backward2(dtype, d, bulk).ok());
             }
+            out.extend(attention_wgmma_backward_ws(dtype, d).ok());
         }
         for k in crate::optim::OptimKernel::ALL {
             // Master weights only for 16-bit parameters.

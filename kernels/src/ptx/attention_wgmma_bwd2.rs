@@ -20,11 +20,11 @@
 //! own M = 64, so the keys of warpgroup `w` are 64 w + 16 (`wi & 3`) + g
 //! of the block's.
 
-use super::attention_mma_bwd::{lse_term, prologue, Mask, Prologue};
+use super::attention_mma_bwd::{prologue, Mask, Prologue};
 use super::attention_wgmma_bwd::steps::{
     accumulate_kv, add_dq, aligned_shared, dq_products, entry_text, first_keys, first_tile,
-    fragment, gradients, lanes, params, probabilities, scores, store_ds, store_kv, tile_head,
-    tile_tail, walk, Copier, Lanes, Params, GROUP_KEYS, QUERIES, REGION,
+    fragment, gradients, lanes, load_stats, params, probabilities, scores, stage_dq, store_ds,
+    store_kv, tile_head, tile_tail, walk, Copier, Lanes, Params, GROUP_KEYS, QUERIES, REGION,
 };
 use super::body::{Body, Class};
 use super::mma_tile::half_type;
@@ -174,25 +174,8 @@ pub(crate) fn attention_wgmma_bwd2_entry(
     // (0 for a row without keys), loaded once the products are done, and
     // D, loaded once P^T is (16 registers fewer while P^T is computed,
     // where two warpgroups a block leave 255 a thread).
-    // (Addresses computed at each load: kept, they would take 32
-    // registers.)
-    let stat_at = |body: &mut Body, i: usize, ptr: &str| {
-        let qi = body.reg(Class::B64);
-        body.op(format!("add.u64 {qi}, {}, {i0}", f.col));
-        body.op(format!("add.u64 {qi}, {qi}, {}", (i / 2) * 8 + (i % 2)));
-        body.op(format!("min.u64 {qi}, {qi}, {lmax}"));
-        body.op(format!("add.u64 {qi}, {qi}, {bl}"));
-        body.op(format!("mad.lo.u64 {qi}, {qi}, 4, {ptr}"));
-        qi
-    };
-    let mls: Vec<String> = (0..QUERIES / 4)
-        .map(|i| {
-            let (a, m) = (stat_at(&mut body, i, &p["p_lse"]), body.reg(Class::F32));
-            body.op(format!("ld.global.nc.f32 {m}, [{a}]"));
-            lse_term(&mut body, &m);
-            m
-        })
-        .collect();
+    let rows = (i0.as_str(), lmax.as_str(), bl.as_str());
+    let mls = load_stats(&mut body, &f, rows, &p["p_lse"], true);
     let mask = Mask {
         jw: &jw,
         i0,
@@ -202,13 +185,7 @@ pub(crate) fn attention_wgmma_bwd2_entry(
     };
     probabilities(&mut body, &s, &mls, &sl2, &f, &mask);
     // dS^T = P^T (dP^T - D) scale, D loaded first.
-    let dcol: Vec<String> = (0..QUERIES / 4)
-        .map(|i| {
-            let (a, dd) = (stat_at(&mut body, i, &p["p_delta"]), body.reg(Class::F32));
-            body.op(format!("ld.global.f32 {dd}, [{a}]"));
-            dd
-        })
-        .collect();
+    let dcol = load_stats(&mut body, &f, rows, &p["p_delta"], false);
     let (pa, dsa) = gradients(&mut body, ht, &s, &dp, &dcol, &scale);
     store_ds(&mut body, &dsa, [&wi, &g32, &t32], &sds);
     accumulate_kv(&mut body, ht, d, &desc, &walk, (&pa, &dsa), &sg, &sq);
@@ -245,31 +222,7 @@ pub(crate) fn attention_wgmma_bwd2_entry(
             QUERIES * STAGE_PITCH
         ));
         body.op(format!("add.u32 {wbar}, {wg}, 1"));
-        // Register i of 8-column tile j: row fra (i < 2) or frb, columns
-        // 8j + 2t (+1).
-        let (ra, rb) = (body.reg(Class::B32), body.reg(Class::B32));
-        {
-            let (x, c) = (body.reg(Class::B32), body.reg(Class::B32));
-            body.op(format!("cvt.u32.u64 {x}, {}", f.fra));
-            body.op(format!("mad.lo.u32 {ra}, {x}, {STAGE_PITCH}, {sdq}"));
-            body.op(format!("shl.b32 {c}, {t32}, 3"));
-            body.op(format!("add.u32 {ra}, {ra}, {c}"));
-            body.op(format!("add.u32 {rb}, {ra}, {}", 8 * STAGE_PITCH));
-        }
-        for j in 0..half / 8 {
-            body.op(format!(
-                "st.shared.v2.f32 [{ra}+{}], {{{}, {}}}",
-                j * 32,
-                dq[4 * j],
-                dq[4 * j + 1]
-            ));
-            body.op(format!(
-                "st.shared.v2.f32 [{rb}+{}], {{{}, {}}}",
-                j * 32,
-                dq[4 * j + 2],
-                dq[4 * j + 3]
-            ));
-        }
+        stage_dq(&mut body, &dq, &f, &t32, &sdq, STAGE_PITCH);
         // Made visible to the bulk copies' async proxy, then the
         // warpgroup's rows each added by one thread (rows past l left
         // out).

@@ -29,6 +29,7 @@ use super::attention_wgmma::{
     store, warpgroup_rows, BlockOrder, Copier, ATOM_ROW, STAGES, WGMMA_KEYS,
 };
 use super::body::{Body, Class};
+use super::mbarrier::{arrive, wait_barrier, wait_landed, Ring};
 use super::mma_tile::{entry_params, half_type};
 use crate::target::Target;
 use tensorfn_core::DTypeKind;
@@ -72,69 +73,6 @@ const BARRIER_BYTES: usize = 3 * STAGES * 8;
 /// ```
 pub const fn attention_ws_shared(d: usize) -> usize {
     ATTENTION_WS_ROWS * d * 2 + 2 * STAGES * WGMMA_KEYS * d * 2 + BARRIER_BYTES + 1024
-}
-
-/// Waits until the phase of parity `parity` (u32) of the barrier at
-/// shared address `bar` (u32) has completed.
-fn wait_barrier(body: &mut Body, bar: &str, parity: &str) {
-    let (again, ready) = (body.label("ws_wait"), body.reg(Class::Pred));
-    body.place(&again);
-    body.op(format!(
-        "mbarrier.try_wait.parity.shared::cta.b64 {ready}, [{bar}], {parity}"
-    ));
-    body.op(format!("@!{ready} bra {again}"));
-}
-
-/// Waits as [`wait_barrier`] for a buffer's operand the copier wrote
-/// with `cp.async` (the generic proxy), then fences the thread's view
-/// to the async proxy its `wgmma`s read through.
-fn wait_landed(body: &mut Body, bar: &str, parity: &str) {
-    wait_barrier(body, bar, parity);
-    body.op("fence.proxy.async.shared::cta");
-}
-
-/// Arrives on the barrier at shared address `bar` (u32), under the
-/// predicate `guard` when given.
-fn arrive(body: &mut Body, bar: &str, guard: Option<&str>) {
-    let state = body.reg(Class::B64);
-    let guard = guard.map(|g| format!("@{g} ")).unwrap_or_default();
-    body.op(format!(
-        "{guard}mbarrier.arrive.shared::cta.b64 {state}, [{bar}]"
-    ));
-}
-
-/// A tile's place in the ring of buffers: its buffer's index `stage`
-/// (u32) and the parity `phase` (u32) of the buffer's round.
-struct Ring {
-    stage: String,
-    phase: String,
-}
-
-impl Ring {
-    fn new(body: &mut Body) -> Ring {
-        let (stage, phase) = (body.reg(Class::B32), body.reg(Class::B32));
-        body.op(format!("mov.u32 {stage}, 0"));
-        body.op(format!("mov.u32 {phase}, 0"));
-        Ring { stage, phase }
-    }
-
-    /// Steps to the next tile's buffer, flipping the parity on a wrap.
-    fn step(&self, body: &mut Body) {
-        let (stage, phase) = (&self.stage, &self.phase);
-        let wrap = body.reg(Class::Pred);
-        body.op(format!("add.u32 {stage}, {stage}, 1"));
-        body.op(format!("setp.eq.u32 {wrap}, {stage}, {STAGES}"));
-        body.op(format!("@{wrap} mov.u32 {stage}, 0"));
-        body.op(format!("@{wrap} xor.b32 {phase}, {phase}, 1"));
-    }
-
-    /// The shared address of the barrier `bars + 8 stage` (u32) of the
-    /// buffer `stage` (u32).
-    fn barrier(body: &mut Body, bars: &str, stage: &str) -> String {
-        let a = body.reg(Class::B32);
-        body.op(format!("mad.lo.u32 {a}, {stage}, 8, {bars}"));
-        a
-    }
 }
 
 /// The warp-specialised entry `name` over `dtype` (f16 or bf16) with head
@@ -260,7 +198,7 @@ pub(crate) fn attention_ws_entry(name: &str, dtype: DTypeKind, d: usize, by_batc
     let mine = body.reg(Class::B64);
     body.op(format!("add.u64 {mine}, {wend}, {}", n - 1));
     body.op(format!("shr.u64 {mine}, {mine}, {}", n.trailing_zeros()));
-    let ring = Ring::new(&mut body);
+    let ring = Ring::new(&mut body, STAGES);
     // `prev` and `pphase`: the previous tile's buffer and its round's
     // parity, whose `V` the tile's `P V` reads.
     let (t, j0, prev, pphase) = (
@@ -430,7 +368,7 @@ fn copy_role(
     body.op(format!("setp.eq.u64 {none}, {ntiles}, 0"));
     body.op(format!("@{none} bra.uni {done}"));
     let copier = Copier::new(body, f, (&f.tid, 128), (d, ATTENTION_WS_ROWS), (sk, sv));
-    let ring = Ring::new(body);
+    let ring = Ring::new(body, STAGES);
     let (t, j0, offset) = (
         body.reg(Class::B64),
         body.reg(Class::B64),

@@ -30,6 +30,7 @@ mod attention_mma_bwd;
 mod attention_wgmma;
 mod attention_wgmma_bwd;
 mod attention_wgmma_bwd2;
+mod attention_wgmma_bwd_ws;
 mod attention_wgmma_ws;
 mod bnorm;
 mod body;
@@ -39,6 +40,7 @@ mod cumsum;
 mod elementwise;
 mod gather;
 mod inst;
+mod mbarrier;
 mod memory;
 mod mma_tile;
 mod multinomial;
@@ -67,6 +69,9 @@ pub use attention_wgmma::{attention_wgmma_rows, attention_wgmma_shared, attentio
 pub use attention_wgmma_bwd::{attention_wgmma_backward_shared, WGMMA_BWD_KEYS, WGMMA_BWD_THREADS};
 pub use attention_wgmma_bwd2::{
     attention_wgmma_backward2_shared, WGMMA_BWD2_KEYS, WGMMA_BWD2_THREADS,
+};
+pub use attention_wgmma_bwd_ws::{
+    attention_wgmma_backward_ws_shared, WGMMA_BWD_WS_KEYS, WGMMA_BWD_WS_THREADS,
 };
 pub use attention_wgmma_ws::{attention_ws_shared, ATTENTION_WS_ROWS, ATTENTION_WS_THREADS};
 pub use bnorm::{BATCH_NORM_BACKWARD_META_WORDS, BATCH_NORM_META_WORDS};
@@ -549,6 +554,28 @@ pub(crate) fn attention_wgmma_backward2(
         ),
         &[
             attention_wgmma_bwd2::attention_wgmma_bwd2_entry(name, dtype, d, bulk),
+            attention_mma_bwd::attention_mma_bwd_delta_entry(&format!("{name}_delta"), dtype, d),
+        ],
+    )
+}
+
+/// The module of the warp-specialised Hopper attention backward `name`
+/// (`.target sm_90a`, head dim 128; see
+/// [`builtin::attention_wgmma_backward_ws`](crate::builtin::attention_wgmma_backward_ws)):
+/// the main entry `name` and the preprocessing one `name_delta`, that of
+/// the `mma.sync` backward.
+pub(crate) fn attention_wgmma_backward_ws(
+    name: &str,
+    dtype: tensorfn_core::DTypeKind,
+    d: usize,
+) -> String {
+    module_with_header(
+        attention_wgmma_bwd::SM90A_RED_HEADER,
+        &format!(
+            "{name}: scaled dot-product attention backward over {dtype}, head dim {d}, with wgmma, a copying warpgroup and two computing ones"
+        ),
+        &[
+            attention_wgmma_bwd_ws::attention_wgmma_bwd_ws_entry(name, dtype, d),
             attention_mma_bwd::attention_mma_bwd_delta_entry(&format!("{name}_delta"), dtype, d),
         ],
     )

@@ -252,7 +252,8 @@ fn every_builtin_is_well_formed() {
             check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_attention_wgmma_bwd") {
             let pair = k.name.starts_with("tf_attention_wgmma_bwd2_");
-            let bulk = k.name.starts_with("tf_attention_wgmma_bwd2_bulk_");
+            let ws = k.name.starts_with("tf_attention_wgmma_bwd_ws_");
+            let bulk = ws || k.name.starts_with("tf_attention_wgmma_bwd2_bulk_");
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 2, "{}", k.name);
             assert_eq!(es[0].name, k.name);
@@ -282,7 +283,9 @@ fn every_builtin_is_well_formed() {
                 },
                 format!(
                     ".maxntid {}, 1, 1",
-                    if pair {
+                    if ws {
+                        super::WGMMA_BWD_WS_THREADS
+                    } else if pair {
                         super::WGMMA_BWD2_THREADS
                     } else {
                         super::WGMMA_BWD_THREADS
@@ -290,6 +293,16 @@ fn every_builtin_is_well_formed() {
                 ),
             ] {
                 assert!(k.ptx.contains(&op), "{}: no {op}", k.name);
+            }
+            // The warp-specialised form's copier and its buffers.
+            let ws_ops = [
+                "setmaxnreg.dec.sync.aligned.u32",
+                "setmaxnreg.inc.sync.aligned.u32",
+                "cp.async.mbarrier.arrive.noinc.shared.b64",
+                "mbarrier.try_wait.parity.shared::cta.b64",
+            ];
+            for op in ws_ops.into_iter().filter(|_| ws) {
+                assert!(k.ptx.contains(op), "{}: no {op}", k.name);
             }
             // Exact but for the exponentials, `ex2.approx.ftz` as in
             // FlashAttention.

@@ -21,10 +21,11 @@ use std::borrow::Cow;
 use tensorfn_core::DTypeKind;
 use tensorfn_kernels::ptx::{
     attention_mma_backward_shared, attention_mma_rows, attention_mma_threads,
-    attention_wgmma_backward2_shared, attention_wgmma_backward_shared, attention_wgmma_rows,
-    attention_wgmma_shared, attention_wgmma_threads, attention_ws_shared, Target,
-    ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS, ATTENTION_WS_ROWS, ATTENTION_WS_THREADS, MMA_BWD_KEYS,
-    MMA_BWD_THREADS, WGMMA_BWD2_KEYS, WGMMA_BWD2_THREADS, WGMMA_BWD_KEYS, WGMMA_BWD_THREADS,
+    attention_wgmma_backward2_shared, attention_wgmma_backward_shared,
+    attention_wgmma_backward_ws_shared, attention_wgmma_rows, attention_wgmma_shared,
+    attention_wgmma_threads, attention_ws_shared, Target, ATTENTION_MAX_HEAD, ATTENTION_MMA_HEADS,
+    ATTENTION_WS_ROWS, ATTENTION_WS_THREADS, MMA_BWD_KEYS, MMA_BWD_THREADS, WGMMA_BWD2_KEYS,
+    WGMMA_BWD2_THREADS, WGMMA_BWD_KEYS, WGMMA_BWD_THREADS, WGMMA_BWD_WS_KEYS, WGMMA_BWD_WS_THREADS,
 };
 
 const OP: &str = "scaled_dot_product_attention";
@@ -447,7 +448,7 @@ impl CudaBackend {
     /// The tensor-core backward (see `mma_fits`), FlashAttention-2's: the
     /// preprocessing entry writes `D_i = dO_i . O_i`, then a block per 128
     /// keys (in the Hopper form, `wgmma`, which compute capability 9.0
-    /// takes: 64, and 128 over two warpgroups at head dim 128) writes
+    /// takes: 64, and 128 over a warp-specialised block at head dim 128) writes
     /// their `dK` and `dV` and adds `dQ` into a zeroed f32 buffer with
     /// atomics, cast to the dtype at the end. (A deterministic
     /// `dQ` would take a second pass over the keys per query block, which
@@ -492,10 +493,18 @@ impl CudaBackend {
         let (op, gp) = (o.0.ptr_at(o.1.offset()), g.0.ptr_at(g.1.offset()));
         // On compute capability 9.0 the Hopper form (`wgmma`), with the
         // same parameters and preprocessing entry: at head dim 128 its
-        // two-warpgroup blocks (half the `dQ` atomics).
+        // warp-specialised blocks (a copying warpgroup, two computing
+        // ones).
         let hopper = ctx.compute_capability == (9, 0) && !mma_sync_only();
         let pair = hopper && d == 128;
-        let (kernel, keys, threads, shared) = if let (true, Some(bulk)) = (pair, pair_backward()) {
+        let (kernel, keys, threads, shared) = if pair && warp_specialised_backward() {
+            (
+                Builtin::AttentionWgmmaBackwardWs(T::KIND, d),
+                WGMMA_BWD_WS_KEYS,
+                WGMMA_BWD_WS_THREADS,
+                attention_wgmma_backward_ws_shared(d),
+            )
+        } else if let (true, Some(bulk)) = (pair, pair_backward()) {
             (
                 Builtin::AttentionWgmmaBackward2(T::KIND, d, bulk),
                 WGMMA_BWD2_KEYS,
@@ -714,15 +723,17 @@ fn mma_sync_only() -> bool {
 /// Set by the timing and accuracy tests to choose the Hopper backward's
 /// form at head dim 128: 0 the runtime's choice (see `pair_backward`), 1
 /// one warpgroup a block, 2 two warpgroups adding `dQ` with
-/// `red.global.add`, 3 two warpgroups adding it with bulk reductions.
+/// `red.global.add`, 3 two warpgroups adding it with bulk reductions, 4
+/// the warp-specialised form (`warp_specialised_backward`, also the
+/// runtime's choice).
 #[cfg(test)]
 pub(crate) static BWD_FORM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
 /// Whether the Hopper backward at head dim 128 takes two warpgroups a
-/// block (`Some`), and whether they add `dQ` with bulk reductions: the
-/// runtime takes `red.global.add` (2.67 ms against 2.73 ms with bulk
-/// reductions and 3.13 ms with one warpgroup a block, BENCHMARKS.md);
-/// the other two forms only the tests ask for.
+/// block (`Some`), and whether they add `dQ` with bulk reductions, when
+/// it does not take the warp-specialised form: `red.global.add` (2.67 ms
+/// against 2.73 ms with bulk reductions and 3.13 ms with one warpgroup a
+/// block, BENCHMARKS.md).
 fn pair_backward() -> Option<bool> {
     #[cfg(test)]
     {
@@ -734,6 +745,20 @@ fn pair_backward() -> Option<bool> {
         }
     }
     Some(false)
+}
+
+/// Whether the Hopper backward at head dim 128 takes the warp-specialised
+/// entry (`builtin::attention_wgmma_backward_ws`): the runtime does (1.93
+/// ms against 2.69 ms for the two-warpgroup one, BENCHMARKS.md); the
+/// tests take the other forms through `BWD_FORM` 1 to 3.
+fn warp_specialised_backward() -> bool {
+    #[cfg(test)]
+    {
+        if matches!(BWD_FORM.load(std::sync::atomic::Ordering::Relaxed), 1..=3) {
+            return false;
+        }
+    }
+    true
 }
 
 /// Set by the timing and accuracy tests to choose the Hopper forward's

@@ -69,6 +69,9 @@ pub(crate) enum Builtin {
     /// Its two-warpgroup form (head dim 128), adding `dQ` with bulk
     /// reductions or not.
     AttentionWgmmaBackward2(DTypeKind, usize, bool),
+    /// Its warp-specialised form (head dim 128): a copying warpgroup and
+    /// two computing ones.
+    AttentionWgmmaBackwardWs(DTypeKind, usize),
     /// Its backward over tensors of this dtype: per query row (`false`:
     /// `D` and `dQ`) or per key row (`true`: `dK` and `dV`).
     AttentionBackward(DTypeKind, bool),
@@ -117,6 +120,7 @@ impl Builtin {
             | Builtin::AttentionMmaBackward(..)
             | Builtin::AttentionWgmmaBackward(..)
             | Builtin::AttentionWgmmaBackward2(..)
+            | Builtin::AttentionWgmmaBackwardWs(..)
             | Builtin::AttentionBackward(..)
             | Builtin::Optim(..)
             | Builtin::CrossEntropy(..)
@@ -175,6 +179,7 @@ impl Builtin {
             Builtin::AttentionWgmmaBackward2(t, d, bulk) => {
                 builtin::attention_wgmma_backward2(t, d, bulk)
             }
+            Builtin::AttentionWgmmaBackwardWs(t, d) => builtin::attention_wgmma_backward_ws(t, d),
             Builtin::AttentionBackward(t, keys) => builtin::attention_backward(t, keys),
             Builtin::Optim(k, t) => builtin::optim(k, t),
             Builtin::CrossEntropy(t, index) => builtin::cross_entropy(t, index),

@@ -3318,11 +3318,12 @@ fn attention_mma_backward_matches_f64() {
         }
     }
     let hopper = be.ctx().compute_capability == (9, 0);
-    // On compute capability 9.0 the Hopper forms (at head dim 128 two
-    // warpgroups a block adding dQ with bulk reductions, with
-    // `red.global.add`, one warpgroup a block; `BWD_FORM`), then the
-    // `mma.sync` form; elsewhere the runtime's choice.
-    for (mma_sync, form) in [(false, 3), (false, 2), (false, 1), (true, 0)] {
+    // On compute capability 9.0 the Hopper forms (at head dim 128 the
+    // warp-specialised one, two warpgroups a block adding dQ with bulk
+    // reductions, with `red.global.add`, one warpgroup a block;
+    // `BWD_FORM`), then the `mma.sync` form; elsewhere the runtime's
+    // choice.
+    for (mma_sync, form) in [(false, 4), (false, 3), (false, 2), (false, 1), (true, 0)] {
         if (mma_sync || form != 3) && !hopper {
             continue;
         }
@@ -3497,11 +3498,12 @@ fn attention_backward_timing() {
     let hopper = be.ctx().compute_capability == (9, 0);
     // The `mma.sync` form, then the Hopper forms (`BWD_FORM`: one
     // warpgroup a block; at head dim 128 two, adding dQ with
-    // `red.global.add`, with bulk reductions); elsewhere the runtime's
-    // choice.
-    for ((mma_sync, bwd), [b, h, t, d]) in [(true, 0), (false, 1), (false, 2), (false, 3)]
-        .into_iter()
-        .flat_map(|m| [(m, [8, 12, 1024, 64]), (m, [4, 16, 4096, 128])])
+    // `red.global.add`, with bulk reductions, and the warp-specialised
+    // form); elsewhere the runtime's choice.
+    for ((mma_sync, bwd), [b, h, t, d]) in
+        [(true, 0), (false, 1), (false, 2), (false, 3), (false, 4)]
+            .into_iter()
+            .flat_map(|m| [(m, [8, 12, 1024, 64]), (m, [4, 16, 4096, 128])])
     {
         let skip = if hopper {
             bwd >= 2 && d != 128
@@ -3517,6 +3519,7 @@ fn attention_backward_timing() {
             (false, ..) | (_, true, ..) => "mma.sync",
             (_, _, 2, _) => "wgmma, two warpgroups, red.global.add",
             (_, _, 3, 128) => "wgmma, two warpgroups, bulk reductions",
+            (_, _, 4, 128) => "wgmma, warp-specialised",
             _ => "wgmma",
         };
         let dims = [b, h, t, d];

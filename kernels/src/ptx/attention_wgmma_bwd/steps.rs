@@ -12,7 +12,7 @@
 //! have, so that their PTX does not depend on which of them calls it.
 
 use crate::ptx::attention_mma_bwd::{
-    copy_slot, mask_element, reaches_edge, CopySlot, Mask, MMA_BWD_PARAMS, ZERO,
+    copy_slot, lse_term, mask_element, reaches_edge, CopySlot, Mask, MMA_BWD_PARAMS, ZERO,
 };
 use crate::ptx::attention_wgmma::{desc_bits, list, swizzled_slot, ATOM_ROW};
 use crate::ptx::body::{Body, Class};
@@ -496,6 +496,87 @@ pub(in crate::ptx) fn scores(
 /// 1), row `fra` (i % 4 < 2) or `frb`.
 pub(in crate::ptx) fn stat(i: usize) -> usize {
     (i / 4) * 2 + (i & 1)
+}
+
+/// Emits the address of the statistic (`lse` or `D`, f32 rows from `bl`
+/// on at `ptr`) of the thread's query column of register `i` (see
+/// [`stat`]) of a tile whose queries start at `i0`, clamped to `lmax`
+/// (computed at each load: kept, the addresses would take 32 registers).
+pub(in crate::ptx) fn stat_address(
+    body: &mut Body,
+    f: &Fragment,
+    (i0, lmax, bl): (&str, &str, &str),
+    i: usize,
+    ptr: &str,
+) -> String {
+    let qi = body.reg(Class::B64);
+    body.op(format!("add.u64 {qi}, {}, {i0}", f.col));
+    body.op(format!("add.u64 {qi}, {qi}, {}", (i / 2) * 8 + (i % 2)));
+    body.op(format!("min.u64 {qi}, {qi}, {lmax}"));
+    body.op(format!("add.u64 {qi}, {qi}, {bl}"));
+    body.op(format!("mad.lo.u64 {qi}, {qi}, 4, {ptr}"));
+    qi
+}
+
+/// Emits the loads of the thread's statistics at `ptr` (see
+/// [`stat_address`]): with `lse`, the log-sum-exps as `-lse log2(e)` (0
+/// for a row without keys), read through the non-coherent cache; else `D`.
+pub(in crate::ptx) fn load_stats(
+    body: &mut Body,
+    f: &Fragment,
+    rows: (&str, &str, &str),
+    ptr: &str,
+    lse: bool,
+) -> Vec<String> {
+    (0..QUERIES / 4)
+        .map(|i| {
+            let (a, m) = (stat_address(body, f, rows, i, ptr), body.reg(Class::F32));
+            if lse {
+                body.op(format!("ld.global.nc.f32 {m}, [{a}]"));
+                lse_term(body, &m);
+            } else {
+                body.op(format!("ld.global.f32 {m}, [{a}]"));
+            }
+            m
+        })
+        .collect()
+}
+
+/// Emits the stores of an m64 `dQ` accumulator `dq` (`dq.len() * 2`
+/// columns) into the f32 staging tile at `sdq` whose rows are `pitch`
+/// bytes apart: register i of 8-column tile j to row `fra` (i < 2) or
+/// `frb`, columns 8j + 2t (+1).
+pub(in crate::ptx) fn stage_dq(
+    body: &mut Body,
+    dq: &[String],
+    f: &Fragment,
+    t32: &str,
+    sdq: &str,
+    pitch: usize,
+) {
+    let (ra, rb) = (body.reg(Class::B32), body.reg(Class::B32));
+    {
+        let (x, c) = (body.reg(Class::B32), body.reg(Class::B32));
+        body.op(format!("cvt.u32.u64 {x}, {}", f.fra));
+        body.op(format!("mad.lo.u32 {ra}, {x}, {pitch}, {sdq}"));
+        body.op(format!("shl.b32 {c}, {t32}, 3"));
+        body.op(format!("add.u32 {ra}, {ra}, {c}"));
+        body.op(format!("add.u32 {rb}, {ra}, {}", 8 * pitch));
+    }
+    for j in 0..dq.len() / 4 {
+        body.op(format!(
+            "st.shared.v2.f32 [{ra}+{}], {{{}, {}}}",
+            j * 32,
+            dq[4 * j],
+            dq[4 * j + 1]
+        ));
+        body.op(format!(
+            "st.shared.v2.f32 [{rb}+{}], {{{}, {}}}",
+            j * 32,
+            dq[4 * j + 2],
+            dq[4 * j + 3]
+        ));
+    }
 }
 
 /// Emits `P^T = 2^(S^T scale log2(e) - lse log2(e))` in place of `s`
