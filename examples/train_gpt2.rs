@@ -49,7 +49,9 @@
 //! - `--bench [--steps N]`: a training step at B 8, T 1024 on random
 //!   tokens and randomly initialised weights (bf16, AdamW with f32 master
 //!   weights): 2 warm-up steps, then the median of `N` (10) steps timed
-//!   between synchronisations, tokens per second and the allocator's peak.
+//!   between synchronisations, tokens per second and the allocator's peak,
+//!   with one line setting it beside the peak predicted from the macro's
+//!   memory plans at the step's dims (`train_gpt2/peak.rs`).
 //! - `--profile` (implies `--bench`): then 3 more steps with a
 //!   synchronisation after each phase (forward, head and loss, the head's
 //!   gradient slice, each block's backward, the embedding's `vjp`, `wte`'s
@@ -76,6 +78,9 @@ mod common;
 // `--gpus N`: the data-parallel driver.
 #[path = "train_gpt2/dp.rs"]
 pub mod dp;
+// `--bench`: the step's peak memory predicted from the plans' figures.
+#[path = "train_gpt2/peak.rs"]
+mod peak;
 
 use common::{hf_gpt2, AnyResult};
 use std::path::{Path, PathBuf};
@@ -1527,6 +1532,17 @@ pub fn bench<D: Device, T: Float>(o: &Options) -> AnyResult<f64> {
                 stats.peak_allocated_bytes as f64 / (1 << 20) as f64,
                 stats.cached_bytes as f64 / (1 << 20) as f64
             );
+            let dims: Vec<Vec<usize>> = m.tensors().into_iter().map(|(_, t)| t.dims()).collect();
+            let step = peak::Step {
+                model: c,
+                batch: b,
+                seq: s,
+                padded_vocab: c.vocab.next_multiple_of(64),
+            };
+            match peak::predict::<T>(&dims, step, inputs.keep) {
+                Some(p) => println!("{}", p.compare(stats.peak_allocated_bytes)),
+                None => println!("peak memory: not predicted with --recompute-blocks"),
+            }
         }
     }
     if o.profile {

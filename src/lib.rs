@@ -367,6 +367,9 @@
 /// assert!((gelu(1.0) - 0.841192).abs() < 1e-5);
 /// // The static memory plan: bytes of intermediates, for a batch of 2.
 /// assert_eq!(dense::peak_bytes::<2>(), 2 * 2 * 3 * 4);
+/// // Over a run-time dim, the plan's peak at that dim: the softmax's
+/// // `N x 3` f32 values and the `3` results, live together.
+/// assert_eq!(weighted::peak_bytes(5), 5 * 3 * 4 + 3 * 4);
 ///
 /// let s = Tensor::<Cpu, f32, shape![_, 3]>::randn_dims(2, &[5, 3])?;
 /// let short = Tensor::<Cpu, f32, shape![_]>::ones_dims(&[4])?;
@@ -491,12 +494,16 @@
 ///   `addcmul`, kernels) become one kernel each: PTX generated at compile
 ///   time for CUDA and a closure for the CPU (f16 and bf16 computed in f32,
 ///   rounded after each operation).
-/// * A function without run-time dims gets a module of the same name with
-///   its peak bytes of intermediate tensors: `name::PEAK_BYTES` (computed
-///   from the `const` items it names), or `name::peak_bytes::<B, ..>()`
-///   with const generics (`name::peak_bytes::<T, B, ..>()` with a dtype
-///   parameter). Parameters are not
-///   counted; a `reshape` of a parameter counts as a copy.
+/// * A function gets a module of the same name with its peak bytes of
+///   intermediate tensors: `name::PEAK_BYTES` (computed from the `const`
+///   items it names), or `name::peak_bytes::<B, ..>()` with const generics
+///   (`name::peak_bytes::<T, B, ..>()` with a dtype parameter), or
+///   `name::peak_bytes(N, ..)` over run-time dims, which takes them in the
+///   order the signature first names them (a tensor's dims, a `usize`
+///   parameter) and is a `const fn`. The plan's order of steps does not
+///   depend on the dims' values, so this is the same plan's peak as a
+///   static call's at the same sizes. Parameters are not counted; a
+///   `reshape` of a parameter counts as a copy.
 ///
 /// # Row kernels: `#[kernel]` over `Row<T>`
 ///
@@ -774,8 +781,9 @@
 /// `grad_output`), so the value and the gradients are the same bits as
 /// `vjp`'s. A chain keeps one pullback per layer instead of one input per
 /// layer: more memory (each layer's intermediates, `recompute = true`
-/// keeping fewer, as below), one forward less. With static dims
-/// `name::PULLBACK_BYTES` (`pullback_bytes::<..>()` with generics) states
+/// keeping fewer, as below), one forward less. `name::PULLBACK_BYTES`
+/// (`pullback_bytes::<..>()` with generics, `pullback_bytes(dims..)` over
+/// run-time dims) states
 /// the bytes a pullback keeps (an attention's saved log-sum-exps
 /// included), and `VJP_PEAK_BYTES` is the peak of `forward` and
 /// `backward` too. A `Pullback` is `Send`, as the tensors it holds are:
@@ -911,10 +919,11 @@
 /// gradients are the same bits; the step does more elementwise work and
 /// holds less memory.
 ///
-/// With static dims the function's module states the peak of both passes
-/// as they run: `name::GRAD_PEAK_BYTES` for `value_and_grad` and
-/// `name::VJP_PEAK_BYTES` for `vjp` (`grad_peak_bytes::<..>()` and
-/// `vjp_peak_bytes::<..>()` with generics), counted as `PEAK_BYTES` is
+/// The function's module states the peak of both passes as they run:
+/// `name::GRAD_PEAK_BYTES` for `value_and_grad` and `name::VJP_PEAK_BYTES`
+/// for `vjp` (`grad_peak_bytes::<..>()` and `vjp_peak_bytes::<..>()` with
+/// generics, `grad_peak_bytes(dims..)` and `vjp_peak_bytes(dims..)` over
+/// run-time dims, as `peak_bytes`), counted as `PEAK_BYTES` is
 /// (parameters and `grad_output` not counted; the value and the gradients
 /// counted until returned; scratch space inside a kernel or a library call
 /// not counted). On a GPU the caching allocator's peak over one call,
@@ -937,6 +946,18 @@
 /// }
 /// assert!(kept::GRAD_PEAK_BYTES > kept::PEAK_BYTES);
 /// assert!(recomputed::GRAD_PEAK_BYTES < kept::GRAD_PEAK_BYTES);
+///
+/// // The same step over a run-time batch `B`: the same plan, its peak
+/// // evaluated at the batch a call has.
+/// tensor_fn! {
+///     #[grad(w)]
+///     fn kept_batch(x: &Tensor<Cpu, f32, [B, 16]>, w: &Tensor<Cpu, f32, [16, 64]>) -> Tensor<Cpu, f32, []> {
+///         let a = x.matmul(w);
+///         (tanh(a) * sigmoid(a)).sum()
+///     }
+/// }
+/// assert_eq!(kept_batch::grad_peak_bytes(64), kept::GRAD_PEAK_BYTES);
+/// assert!(kept_batch::grad_peak_bytes(128) > kept::GRAD_PEAK_BYTES);
 /// ```
 ///
 /// # Errors at compile time

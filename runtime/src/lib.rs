@@ -35,10 +35,10 @@ pub mod tensor;
 pub use arg::TensorArg;
 pub use cpu::buffer::cpu_empty_cache;
 pub use cuda::{
-    allow_tf32, cuda_counters, cuda_device_count, cuda_empty_cache, cuda_memory_stats,
-    cuda_reserve, cudnn_enabled, elementwise_autotune, matmul_autotune, reserve, set_allow_tf32,
-    set_cudnn_enabled, set_elementwise_autotune, set_matmul_autotune, CudaCounters,
-    CudaMemoryStats,
+    allow_tf32, cuda_block_bytes, cuda_counters, cuda_device_count, cuda_empty_cache,
+    cuda_memory_stats, cuda_norm_backward_scratch_bytes, cuda_reserve, cudnn_enabled,
+    elementwise_autotune, matmul_autotune, reserve, set_allow_tf32, set_cudnn_enabled,
+    set_elementwise_autotune, set_matmul_autotune, CudaCounters, CudaMemoryStats,
 };
 pub use device::{Cpu, Cuda, Device, DeviceKind, SameDevice};
 pub use dtype::{

@@ -1,9 +1,12 @@
 //! The memory of a training step: `GRAD_PEAK_BYTES` (the joint graph's
-//! static peak) and `#[grad(.., recompute = true)]`, which lowers it and
-//! leaves the gradients' bits unchanged.
+//! static peak), `#[grad(.., recompute = true)]`, which lowers it and
+//! leaves the gradients' bits unchanged, and the same figures over
+//! run-time dims (`peak_bytes(dims..)` and its siblings).
 // The plans' figures are constants: checked as a test, so that a failure
 // names them, rather than as a const-evaluation error.
 #![allow(clippy::assertions_on_constants)]
+// The attention blocks take their weights one by one.
+#![allow(clippy::too_many_arguments)]
 
 use crate::common::rand_vec;
 use tensorfn::prelude::*;
@@ -124,4 +127,122 @@ fn grad_peak_bytes_counts_the_joint_graph() {
         square_sum_generic::grad_peak_bytes::<4>(),
         square_sum::GRAD_PEAK_BYTES
     );
+}
+
+// A plan's peak over run-time dims: the same candidates as the static
+// plan, evaluated at the call's dims. One attention block written three
+// ways (static dims, run-time dims, run-time dims with a dtype
+// parameter) states the same figures at the same sizes.
+macro_rules! attention_block {
+    ($name:ident, [$($generics:tt)*], $t:ty, [$($sizes:tt)*], $b:tt, $s:tt, $nh:tt, $hd:tt) => {
+        tensor_fn! {
+            #[grad(x, ln_w, ln_b, attn_w, fc_w, proj_w)]
+            fn $name $($generics)* (
+                x: &Tensor<Cpu, $t, [$b, $s, $nh * $hd]>,
+                $($sizes)*
+                ln_w: &Tensor<Cpu, $t, [$nh * $hd]>,
+                ln_b: &Tensor<Cpu, $t, [$nh * $hd]>,
+                attn_w: &Tensor<Cpu, $t, [$nh * $hd, 3 * $nh * $hd]>,
+                fc_w: &Tensor<Cpu, $t, [$nh * $hd, 4 * $nh * $hd]>,
+                proj_w: &Tensor<Cpu, $t, [4 * $nh * $hd, $nh * $hd]>,
+            ) -> Tensor<Cpu, $t, [$b, $s, $nh * $hd]> {
+                let h = layer_norm(x, ln_w, ln_b, 1e-5).reshape([$b * $s, $nh * $hd]);
+                let qkv = matmul(h, attn_w).reshape([$b, $s, 3, $nh, $hd]);
+                let q = qkv.narrow(2, 0, 1).reshape([$b, $s, $nh, $hd]).permute([0, 2, 1, 3]);
+                let k = qkv.narrow(2, 1, 1).reshape([$b, $s, $nh, $hd]).permute([0, 2, 1, 3]);
+                let v = qkv.narrow(2, 2, 1).reshape([$b, $s, $nh, $hd]).permute([0, 2, 1, 3]);
+                let heads = scaled_dot_product_attention(q, k, v, is_causal = true);
+                let a = heads.permute([0, 2, 1, 3]).reshape([$b * $s, $nh * $hd]);
+                let up = gelu(matmul(a, fc_w));
+                x + matmul(up, proj_w).reshape([$b, $s, $nh * $hd])
+            }
+        }
+    };
+}
+attention_block!(block_static, [], f32, [], 2, 3, 2, 4);
+attention_block!(block_runtime, [], f32, [nh: usize, hd: usize,], B, S, nh, hd);
+attention_block!(block_generic, [<T: Float>], T, [nh: usize, hd: usize,], B, S, nh, hd);
+
+#[test]
+fn run_time_peaks_equal_the_static_plan_at_the_same_dims() {
+    // Arguments in the order the signature names the dims: `B`, `S`, `nh`, `hd`.
+    let (b, s, nh, hd) = (2, 3, 2, 4);
+    let figures = |name: &str, dynamic: usize, generic: usize, fixed: usize| {
+        assert_eq!(dynamic, fixed, "{name}: run-time dims against static");
+        assert_eq!(generic, fixed, "{name}: dtype parameter against static");
+        assert!(fixed > 0, "{name}");
+    };
+    figures(
+        "peak_bytes",
+        block_runtime::peak_bytes(b, s, nh, hd),
+        block_generic::peak_bytes::<f32>(b, s, nh, hd),
+        block_static::PEAK_BYTES,
+    );
+    figures(
+        "vjp_peak_bytes",
+        block_runtime::vjp_peak_bytes(b, s, nh, hd),
+        block_generic::vjp_peak_bytes::<f32>(b, s, nh, hd),
+        block_static::VJP_PEAK_BYTES,
+    );
+    figures(
+        "pullback_bytes",
+        block_runtime::pullback_bytes(b, s, nh, hd),
+        block_generic::pullback_bytes::<f32>(b, s, nh, hd),
+        block_static::PULLBACK_BYTES,
+    );
+    // The dtype's size scales every tensor the plan allocates; the
+    // attention's f32 log-sum-exps (`B * nh * S` of them) stay f32.
+    let lse = 4 * b * nh * s;
+    assert_eq!(
+        block_generic::pullback_bytes::<f64>(b, s, nh, hd) - lse,
+        2 * (block_generic::pullback_bytes::<f32>(b, s, nh, hd) - lse)
+    );
+    // Evaluated at each call's dims, not fixed at one: the block's
+    // figures grow with the batch, and are usable in constants.
+    const AT_B8: usize = block_runtime::vjp_peak_bytes(8, 3, 2, 4);
+    assert!(AT_B8 > block_runtime::vjp_peak_bytes(2, 3, 2, 4));
+}
+
+// `GRAD_PEAK_BYTES` (a 0-d result) over a run-time batch.
+tensor_fn! {
+    #[grad(w)]
+    fn gated_loss_batch(x: &Tensor<Cpu, f32, [B, 8]>, w: &Tensor<Cpu, f32, [8, 32]>) -> Tensor<Cpu, f32, []> {
+        let a = x.matmul(w);
+        (tanh(a) * sigmoid(a)).mean()
+    }
+
+    #[grad(w)]
+    fn gated_loss_16(x: &Tensor<Cpu, f32, [16, 8]>, w: &Tensor<Cpu, f32, [8, 32]>) -> Tensor<Cpu, f32, []> {
+        let a = x.matmul(w);
+        (tanh(a) * sigmoid(a)).mean()
+    }
+}
+
+#[test]
+fn run_time_grad_peak_equals_the_static_one() {
+    assert_eq!(
+        gated_loss_batch::grad_peak_bytes(16),
+        gated_loss_16::GRAD_PEAK_BYTES
+    );
+    assert_eq!(gated_loss_batch::peak_bytes(16), gated_loss_16::PEAK_BYTES);
+    assert!(gated_loss_batch::grad_peak_bytes(32) > gated_loss_16::GRAD_PEAK_BYTES);
+}
+
+// A hand-counted case: `layer_norm` writes an `R x N` f32 buffer and
+// the `sin` kernel reading it a second one; both are live at that step.
+tensor_fn! {
+    fn norm_sin(x: &Tensor<Cpu, f32, [R, N]>, w: &Tensor<Cpu, f32, [N]>, b: &Tensor<Cpu, f32, [N]>) -> Tensor<Cpu, f32, [R, N]> {
+        sin(layer_norm(x, w, b, 1e-5))
+    }
+}
+
+#[test]
+fn run_time_peak_counts_the_planned_buffers() {
+    for (r, n) in [(0, 4), (1, 1), (3, 5), (64, 768)] {
+        assert_eq!(
+            norm_sin::peak_bytes(r, n),
+            2 * r * n * 4,
+            "R = {r}, N = {n}"
+        );
+    }
 }

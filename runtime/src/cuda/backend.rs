@@ -939,14 +939,11 @@ impl Backend for CudaBackend {
             (self.rows_of(x, l, dim)?, self.rows_of(g, lg, dim)?)
         };
         let (weight, _wcopy) = self.rows_of(w, lw, 0)?;
-        // Partial sums in the statistics' precision: f64 for f64, else f32.
-        let wide = if T::KIND == tensorfn_core::DTypeKind::F64 {
-            2
-        } else {
-            1
-        };
-        let blocks = super::context::Context::norm_backward_blocks(rows, cols);
-        let part = self.ctx.storage::<f32>(blocks * 2 * cols * wide)?;
+        // Partial sums in the statistics' precision: f64 for f64, else f32
+        // (counted in f32 words).
+        let part = self
+            .ctx
+            .storage::<f32>(super::cuda_norm_backward_scratch_bytes(rows, cols, T::KIND) / 4)?;
         self.ctx.builtin_norm_backward(
             (op, T::KIND),
             (

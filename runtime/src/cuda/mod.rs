@@ -98,6 +98,47 @@ pub fn cuda_memory_stats(ordinal: usize) -> Result<CudaMemoryStats> {
     Ok(context::context(ordinal)?.memory_stats())
 }
 
+/// The bytes a request of `bytes` holds in the CUDA caching allocator: its
+/// size class (512-byte steps up to 1 MiB, 2 MiB steps above), which is
+/// what [`CudaMemoryStats`] counts. For predicting a peak from tensor
+/// sizes; needs no GPU.
+///
+/// ```
+/// use tensorfn_runtime::cuda_block_bytes;
+/// assert_eq!(cuda_block_bytes(0), 0);
+/// assert_eq!(cuda_block_bytes(4), 512);
+/// assert_eq!(cuda_block_bytes((1 << 20) + 1), 2 << 20);
+/// assert_eq!(cuda_block_bytes(12 << 20), 12 << 20);
+/// ```
+pub fn cuda_block_bytes(bytes: usize) -> usize {
+    pool::round_size(bytes)
+}
+
+/// The bytes of scratch a normalisation's backward (`layer_norm`,
+/// `rms_norm`) over `rows` rows of `cols` elements of `dtype` allocates on
+/// a CUDA device for the duration of the call: each block's partial sums
+/// of the weight's (and bias's) gradient, in f32 (f64 for f64). A peak
+/// predicted from the tensors a program holds adds it at the norm
+/// backward's step; needs no GPU.
+///
+/// ```
+/// use tensorfn_runtime::{cuda_norm_backward_scratch_bytes, DTypeKind};
+/// // GPT-2's 8192 rows of 768: 1024 blocks of 2 x 768 f32 sums.
+/// assert_eq!(cuda_norm_backward_scratch_bytes(8192, 768, DTypeKind::BF16), 1024 * 2 * 768 * 4);
+/// assert_eq!(cuda_norm_backward_scratch_bytes(3, 8, DTypeKind::F64), 3 * 2 * 8 * 8);
+/// ```
+pub fn cuda_norm_backward_scratch_bytes(
+    rows: usize,
+    cols: usize,
+    dtype: crate::DTypeKind,
+) -> usize {
+    let wide = match dtype {
+        crate::DTypeKind::F64 => 2,
+        _ => 1,
+    };
+    context::Context::norm_backward_blocks(rows, cols) * 2 * cols * wide * 4
+}
+
 /// What the CUDA backend has queued and waited for since the process
 /// started, on every device: kernel launches, library calls, allocations
 /// (cache hits and `cuMemAlloc`s), copies between host and device with

@@ -303,7 +303,7 @@ pub(super) fn split_items(
         Form::Split(&split),
     );
     let struct_doc = format!(
-        " What the backward of [`{name}`](fn@super::{name}) reads, kept by [`forward`] (the intermediate values, moved in, the tensor arguments it reads, as handles, and the parameter structs, borrowed for `'a`): [`Pullback::backward`] runs the rest of `{name}::vjp`. For static shapes, `PULLBACK_BYTES` (or `pullback_bytes`) states the bytes kept."
+        " What the backward of [`{name}`](fn@super::{name}) reads, kept by [`forward`] (the intermediate values, moved in, the tensor arguments it reads, as handles, and the parameter structs, borrowed for `'a`): [`Pullback::backward`] runs the rest of `{name}::vjp`. `PULLBACK_BYTES` (or `pullback_bytes`, of the generics and run-time dims) states the bytes kept."
     );
     let backward_doc = format!(
         " The gradients `{name}::vjp` gives for `grad_output` (the gradient of a loss with respect to the value [`forward`] returned, typed like it), typed like the `#[grad]` parameters."

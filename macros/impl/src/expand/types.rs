@@ -154,7 +154,7 @@ pub fn dim_value(d: &Dim, symbols: &Symbols) -> TokenStream {
 
 /// An `i64` expression computing a dim that may come out negative (a
 /// floor quotient's numerator), where `usize` arithmetic would wrap.
-fn dim_value_i64(d: &Dim, symbols: &Symbols) -> TokenStream {
+pub(super) fn dim_value_i64(d: &Dim, symbols: &Symbols) -> TokenStream {
     dim_expr(d, symbols, true)
 }
 
