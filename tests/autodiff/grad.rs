@@ -290,6 +290,72 @@ tensor_fn! {
     }
 }
 
+tensor_fn! {
+    /// `mlp_loss` with GELU: its 16-bit instances fold the forward's
+    /// `gelu(addmm)` and the backward's `(g w2ᵀ) * gelu'(p)` with b1's
+    /// column sum into the GELU epilogue products; f64 does not.
+    #[grad(p)]
+    fn gelu_mlp_loss<D: Device, T: Float, const B: usize>(
+        x: &Tensor<D, T, [B, 4]>,
+        p: &Mlp<D, T>,
+    ) -> Tensor<D, T, []> {
+        let h = gelu(addmm(p.b1, x, p.w1));
+        addmm(p.b2, h, p.w2).log_softmax(1).mean()
+    }
+}
+
+#[test]
+fn folded_gelu_layers_agree_with_f64() {
+    let sizes = [32, 8, 24, 3, 2];
+    for seed in 0..3u64 {
+        let pv: Vec<Vec<f64>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| rand_vec(n, seed * 10 + 190 + k as u64, -1.0, 1.0))
+            .collect();
+        let xv = rand_vec(20, seed + 199, -2.0, 2.0);
+        let x = tensor::<shape![5, 4]>(&xv);
+        let p = mlp_from(&pv);
+        let (_, want) = gelu_mlp_loss::value_and_grad(&x, &p).unwrap();
+        let want = mlp_flat(&want);
+        // The f64 gradient itself against finite differences.
+        check_fd(
+            "gelu mlp w1",
+            &pv[0],
+            &want[0],
+            |xi| {
+                let mut q = pv.clone();
+                q[0] = xi.to_vec();
+                value(&gelu_mlp_loss(&x, &mlp_from(&q)).unwrap())[0]
+            },
+            1e-6,
+        );
+        fn check<T: Float + Into<f64>>(
+            x: &Tensor<Cpu, f64, shape![5, 4]>,
+            p: &Mlp<Cpu, f64>,
+            want: &[Vec<f64>],
+            tol: f64,
+        ) {
+            let (_, g) =
+                gelu_mlp_loss::value_and_grad(&x.cast::<T>().unwrap(), &p.cast::<T>().unwrap())
+                    .unwrap();
+            let got = [value(&g.w1), value(&g.b1), value(&g.w2), value(&g.b2)];
+            for (f, (a, b)) in got.iter().zip(want).enumerate() {
+                for (i, (a, b)) in a.iter().zip(b).enumerate() {
+                    assert!(
+                        (a - b).abs() <= tol,
+                        "{}: field {f}[{i}]: {a} vs {b}",
+                        T::KIND
+                    );
+                }
+            }
+        }
+        check::<f32>(&x, &p, &want, 1e-5);
+        check::<f16>(&x, &p, &want, 2e-2);
+        check::<bf16>(&x, &p, &want, 1e-1);
+    }
+}
+
 fn mlp_from(v: &[Vec<f64>]) -> Mlp<Cpu, f64> {
     Mlp {
         w1: tensor(&v[0]),

@@ -1202,6 +1202,9 @@ impl Deriver {
             // checked body.
             Op::AddMmAct { .. } => return Err("a product with a folded activation".into()),
             Op::MatMulSumK { .. } => return Err("a product with a folded bias gradient".into()),
+            Op::AddMmGeluAux { .. } | Op::MatMulDGelu { .. } => {
+                return Err("a product with a folded GELU".into())
+            }
             Op::AddMm {
                 bias,
                 m1,
@@ -2047,6 +2050,16 @@ pub(crate) fn map_op(op: &Op, m: &dyn Fn(NodeId) -> NodeId) -> Op {
         Op::MatMulSumK { a, b, .. } => {
             *a = m(*a);
             *b = m(*b);
+        }
+        Op::AddMmGeluAux { bias, m1, m2 } => {
+            for x in [bias, m1, m2] {
+                *x = m(*x);
+            }
+        }
+        Op::MatMulDGelu { a, b, pre, .. } => {
+            for x in [a, b, pre] {
+                *x = m(*x);
+            }
         }
         Op::CrossEntropy { x, target, .. } => {
             *x = m(*x);

@@ -200,6 +200,34 @@ pub enum Op {
         /// Whether the sums are of `b`'s rows (else of `a`'s columns).
         of_b: bool,
     },
+    /// `(gelu(p), p)` for `p = addmm(bias, m1, m2)`: a GELU layer whose
+    /// backward reads the pre-activation `p`, both written by one
+    /// product (cuBLASLt's `GELU_AUX_BIAS`), as a tuple. Not written by
+    /// users, folded by the planner
+    /// ([`fold_gelu_backward`](crate::plan::fold_gelu_backward)).
+    AddMmGeluAux {
+        /// Broadcast to the product.
+        bias: NodeId,
+        /// Left matrix.
+        m1: NodeId,
+        /// Right matrix.
+        m2: NodeId,
+    },
+    /// `(a @ b) * gelu'(pre)` of 2-D operands: GELU's backward in the
+    /// product that computes its upstream gradient (cuBLASLt's `DGELU`),
+    /// and with `sums` the tuple of that and its column sums, a bias
+    /// gradient (`DGELU_BGRAD`). Not written by users, folded by the
+    /// planner ([`fold_gelu_backward`](crate::plan::fold_gelu_backward)).
+    MatMulDGelu {
+        /// Left matrix.
+        a: NodeId,
+        /// Right matrix.
+        b: NodeId,
+        /// The pre-activation, of the product's dims.
+        pre: NodeId,
+        /// Whether the column sums are a second result.
+        sums: bool,
+    },
     /// `scaled_dot_product_attention(q, k, v, attn_mask = .., is_causal =
     /// .., scale = .., enable_gqa = ..)`.
     Attention {
@@ -690,6 +718,8 @@ impl Graph {
             Op::Where(c, a, b) => vec![*c, *a, *b],
             Op::AddMmAct { bias, m1, m2, .. } => vec![*bias, *m1, *m2],
             Op::MatMulSumK { a, b, .. } => vec![*a, *b],
+            Op::AddMmGeluAux { bias, m1, m2 } => vec![*bias, *m1, *m2],
+            Op::MatMulDGelu { a, b, pre, .. } => vec![*a, *b, *pre],
             Op::AddCmul {
                 input,
                 t1,

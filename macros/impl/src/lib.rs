@@ -192,6 +192,7 @@ fn analyse<'a>(input: &'a ast::Input, field_errors: &mut [Vec<syn::Error>]) -> I
                 let mut g = inst.apply(&joint.f);
                 plan::fold_slot_sums(&mut g);
                 plan::fold_transposed_products(&mut g);
+                plan::fold_gelu_backward(&mut g);
                 plan::fold_bias_gradients(&mut g);
                 let p = plan::plan(&g, &kernel_programs, &peaks);
                 Planned {

@@ -21,9 +21,11 @@ use tensorfn_kernels::ir::{ElementwiseBuilder, Kernel, Value};
 use tensorfn_kernels::{BinaryOp, UnaryOp};
 
 mod bias_grad;
+mod gelu;
 mod slots;
 mod transposed;
 pub use bias_grad::fold_bias_gradients;
+pub use gelu::fold_gelu_backward;
 pub use slots::fold_slot_sums;
 pub use transposed::fold_transposed_products;
 
@@ -784,7 +786,9 @@ fn schedule(f: &CheckedFn, groups: Vec<FusedGroup>, live: &[bool], peaks: &Peaks
                     Op::AttentionBackward { .. }
                     | Op::NormBackward { .. }
                     | Op::TopK { .. }
-                    | Op::MatMulSumK { .. } => {
+                    | Op::MatMulSumK { .. }
+                    | Op::AddMmGeluAux { .. }
+                    | Op::MatMulDGelu { .. } => {
                         let total = match &g.nodes[n].ty {
                             Ty::Tuple(ts) => ts.iter().fold(Dim::constant(0), |a, t| {
                                 a.add(

@@ -623,3 +623,110 @@ fn scatter_node(g: &tensorfn_macros_impl::graph::Graph) -> usize {
         .position(|n| matches!(n.op, tensorfn_macros_impl::graph::Op::ScatterAdd { .. }))
         .expect("a scatter")
 }
+
+/// The folded GELU products of the first `#[grad]` joint:
+/// (`AddMmGeluAux` count, each `MatMulDGelu`'s `sums`, each
+/// `MatMulSumK`'s `of_b`).
+fn gelu_folds(input: TokenStream) -> (usize, Vec<bool>, Vec<bool>) {
+    use tensorfn_macros_impl::graph::Op;
+    let a = tensorfn_macros_impl::analyse_tokens(input).expect("parses");
+    assert!(
+        a.errors.is_empty(),
+        "{:?}",
+        a.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>()
+    );
+    let p = &a.joints.iter().flatten().next().expect("a joint")[0];
+    for (id, n) in p.f.graph.nodes.iter().enumerate() {
+        if let Op::TupleGet(t, _) = n.op {
+            assert!(t < id);
+        }
+    }
+    let nodes = &p.f.graph.nodes;
+    (
+        nodes
+            .iter()
+            .filter(|n| matches!(n.op, Op::AddMmGeluAux { .. }))
+            .count(),
+        nodes
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::MatMulDGelu { sums, .. } => Some(sums),
+                _ => None,
+            })
+            .collect(),
+        nodes
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::MatMulSumK { of_b, .. } => Some(of_b),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// A GPT-2 MLP: `gelu(addmm(b1, x, w1))` then `addmm(b2, h, w2)`, with
+/// the activation and dtype given and the parameters `grads` asks for.
+fn mlp(act: TokenStream, dt: TokenStream, grads: TokenStream) -> TokenStream {
+    quote! {
+        #[grad(#grads)]
+        fn loss(x: &Tensor<Cuda, #dt, [16, 8]>, w1: &Tensor<Cuda, #dt, [8, 32]>,
+                b1: &Tensor<Cuda, #dt, [32]>, w2: &Tensor<Cuda, #dt, [32, 8]>,
+                b2: &Tensor<Cuda, #dt, [8]>) -> Tensor<Cuda, #dt, []> {
+            addmm(b2, #act(addmm(b1, x, w1)), w2).sum()
+        }
+    }
+}
+
+#[test]
+fn gelus_backward_joins_the_product_of_its_upstream_gradient() {
+    // The forward keeps the pre-activation from the product; the
+    // backward's `(g w2ᵀ) * gelu'(p)` is one product, and with b1's
+    // gradient its column sum too: b1's sum leaves the weight gradient's
+    // product (only b2's `BGRADA` is left there).
+    for dt in [quote!(bf16), quote!(f16)] {
+        let all = quote!(w1, b1, w2, b2);
+        assert_eq!(
+            gelu_folds(mlp(quote!(gelu), dt.clone(), all)),
+            (1, vec![true], vec![true])
+        );
+        // No bias gradient asked: no sums.
+        let no_bias = quote!(w1, w2);
+        assert_eq!(
+            gelu_folds(mlp(quote!(gelu), dt, no_bias)),
+            (1, vec![false], vec![])
+        );
+    }
+}
+
+#[test]
+fn gelus_backward_stays_apart_where_the_epilogue_does_not_match() {
+    let all = || quote!(w1, b1, w2, b2);
+    // f32 and f64 keep the separate GELU kernels (as `fold_activations`).
+    for dt in [quote!(f32), quote!(f64)] {
+        assert_eq!(
+            gelu_folds(mlp(quote!(gelu), dt, all())),
+            (0, vec![], vec![true, true])
+        );
+    }
+    // The erf form is not cuBLASLt's GELU.
+    assert_eq!(
+        gelu_folds(mlp(quote!(gelu_erf), quote!(bf16), all())),
+        (0, vec![], vec![true, true])
+    );
+    // No gradient through the activation: nothing reads the
+    // pre-activation but the GELU, and no backward multiplies it.
+    assert_eq!(
+        gelu_folds(mlp(quote!(gelu), quote!(bf16), quote!(w2, b2))),
+        (0, vec![], vec![true])
+    );
+    // The upstream gradient is not a product (the GELU's result summed
+    // directly): the forward folds, the backward's kernel stays.
+    let direct = quote! {
+        #[grad(w, b)]
+        fn loss(x: &Tensor<Cuda, bf16, [8, 64]>, w: &Tensor<Cuda, bf16, [64, 32]>,
+                b: &Tensor<Cuda, bf16, [32]>) -> Tensor<Cuda, bf16, []> {
+            gelu(addmm(b, x, w)).sum()
+        }
+    };
+    assert_eq!(gelu_folds(direct), (1, vec![], vec![true]));
+}

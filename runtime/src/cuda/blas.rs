@@ -27,6 +27,7 @@ use crate::backend::Backend;
 use crate::dtype::FloatDType;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
+use crate::ops::dispatch::{ProductAndSecond, ProductExtra};
 use cudarc::cublas::sys as cb;
 use cudarc::cublaslt::sys as lt;
 use cudarc::driver::{result, sys};
@@ -254,20 +255,25 @@ impl CudaBackend {
         matmul(self, a, la, b, lb, bias, alpha, beta, epilogue)
     }
 
-    /// `a @ b` for one `[1, m, k] x [1, k, n]` product and the sum over
-    /// `k` of `b` (`of_b`: `n` values, the bias gradient of a weight
-    /// gradient `xᵀ g`) or of `a` (`m` values, for `gᵀ x`), in one
-    /// cuBLASLt call with the `BGRADA`/`BGRADB` epilogue. `None` (nothing
-    /// queued) for a batch, an empty dim, f64, a product cuBLASLt has no
-    /// such algorithm for (its bias-gradient epilogues take some dtypes
-    /// and transposes only), or with `TENSORFN_MATMUL_SUM_EPILOGUE=0`:
-    /// the caller then runs the product and the sum.
-    pub(crate) fn gemm_sum_k<T: FloatDType>(
+    /// `a @ b` for one `[1, m, k] x [1, k, n]` product with the epilogue
+    /// `extra` names, in one cuBLASLt call: the product and the sum over
+    /// `k` of `b` or `a` (`BGRADA`/`BGRADB`, the bias gradient of a weight
+    /// gradient `xᵀ g` or `gᵀ x`), `gelu(a @ b + bias)` and its
+    /// pre-activation (`GELU_AUX_BIAS`), or `(a @ b) * gelu'(pre)` and
+    /// optionally its column sums (`DGELU`, `DGELU_BGRAD`). `None`
+    /// (nothing queued) for a batch, an empty dim, f64, a product
+    /// cuBLASLt has no such algorithm for (its epilogues take some
+    /// dtypes, transposes and alignments only), a GELU epilogue whose
+    /// rows are not a multiple of 8 elements (cuBLASLt's rule for the
+    /// aux matrix), or with `TENSORFN_MATMUL_SUM_EPILOGUE=0` (the sums)
+    /// or `TENSORFN_MATMUL_GELU_EPILOGUE=0` (GELU): the caller then runs
+    /// the parts.
+    pub(crate) fn gemm_epilogue<T: FloatDType>(
         &self,
         (a, la): (&CudaStorage<T>, &Layout),
         (b, lb): (&CudaStorage<T>, &Layout),
-        of_b: bool,
-    ) -> Result<Option<(CudaStorage<T>, CudaStorage<T>)>> {
+        extra: ProductExtra<'_, CudaStorage<T>>,
+    ) -> Result<Option<ProductAndSecond<CudaStorage<T>>>> {
         let one_matrix = la.rank() == 3
             && lb.rank() == 3
             && la.dims()[0] == 1
@@ -277,7 +283,13 @@ impl CudaBackend {
             return Ok(None);
         }
         let (m, k, n) = (la.dims()[1], la.dims()[2], lb.dims()[2]);
-        if m * k * n == 0 || T::KIND == DTypeKind::F64 || !ltm::sum_epilogue() {
+        let declined = match extra {
+            ProductExtra::SumK { .. } => !ltm::sum_epilogue(),
+            ProductExtra::GeluAux { .. } | ProductExtra::DGelu { .. } => {
+                n % 8 != 0 || !ltm::gelu_epilogue()
+            }
+        };
+        if m * k * n == 0 || T::KIND == DTypeKind::F64 || declined {
             return Ok(None);
         }
         let ctx = self.ctx();
@@ -291,27 +303,69 @@ impl CudaBackend {
         let shapes = describe(la, lb, T::KIND);
         let (a_op, b_op) = (operand(self, a, la)?, operand(self, b, lb)?);
         let out = ctx.storage::<T>(m * n)?;
-        let sums = ctx.storage::<T>(if of_b { n } else { m })?;
+        // The second result: sums written by the epilogue, or the
+        // pre-activation written as its aux matrix.
+        let (epilogue, addend, second, aux) = match extra {
+            ProductExtra::SumK { of_b } => {
+                let sums = ctx.storage::<T>(if of_b { n } else { m })?;
+                let e = if of_b {
+                    Epilogue::SumKOfB
+                } else {
+                    Epilogue::SumKOfA
+                };
+                (e, Addend::Nothing, Some(sums), 0)
+            }
+            ProductExtra::GeluAux { bias: (bs, bl) } => {
+                // One bias value per column, contiguous and aligned for
+                // the epilogue's vector loads.
+                let ptr = bs.ptr_at(bl.offset());
+                if bl.dims() != [n] || (n > 1 && bl.strides()[0] != 1) || ptr % 16 != 0 {
+                    return Ok(None);
+                }
+                check_extent("addmm", "bias", bs, bl)?;
+                let pre = ctx.storage::<T>(m * n)?;
+                let aux = pre.device_ptr();
+                (Epilogue::GeluAux, Addend::Columns(ptr), Some(pre), aux)
+            }
+            ProductExtra::DGelu {
+                pre: (ps, pl),
+                sums,
+            } => {
+                if pl.dims() != [m, n] || !pl.is_contiguous() {
+                    return Ok(None);
+                }
+                check_extent("matmul", "pre-activation", ps, pl)?;
+                let aux = ps.ptr_at(pl.offset());
+                if sums {
+                    let s = ctx.storage::<T>(n)?;
+                    (Epilogue::DGeluSumM, Addend::Nothing, Some(s), aux)
+                } else {
+                    (Epilogue::DGelu, Addend::Nothing, None, aux)
+                }
+            }
+        };
         let product = Product {
             a: &a_op,
             b: &b_op,
             dims: (1, m, k, n),
-            addend: Addend::Nothing,
+            addend,
             out: out.device_ptr(),
             scale: Scale::new(T::one(), T::zero()),
-            epilogue: if of_b {
-                Epilogue::SumKOfB
-            } else {
-                Epilogue::SumKOfA
+            epilogue,
+            sum_out: match epilogue {
+                Epilogue::SumKOfA | Epilogue::SumKOfB | Epilogue::DGeluSumM => {
+                    second.as_ref().map_or(0, |s| s.device_ptr())
+                }
+                _ => 0,
             },
-            sum_out: sums.device_ptr(),
+            aux,
             tf32: allow_tf32(),
             shapes: &shapes,
         };
         let queued = guard("calling cuBLASLt", || {
             ltm::matmul(&blas, handle, ctx, &product)
         })?;
-        Ok(queued.then_some((out, sums)))
+        Ok(queued.then_some((out, second)))
     }
 }
 
@@ -378,6 +432,7 @@ fn matmul<T: FloatDType>(
                 scale,
                 epilogue,
                 sum_out: 0,
+                aux: 0,
                 tf32: allow_tf32(),
                 shapes: &shapes,
             };
@@ -409,9 +464,14 @@ fn matmul<T: FloatDType>(
         &shapes,
     )?;
     match epilogue {
-        // The sums over `k` are only asked of `matmul_sum_k`, which has no
-        // fallback through here.
-        Epilogue::None | Epilogue::SumKOfA | Epilogue::SumKOfB => Ok(out),
+        // The epilogues with a second result are only asked of
+        // `gemm_epilogue`, which has no fallback through here.
+        Epilogue::None
+        | Epilogue::SumKOfA
+        | Epilogue::SumKOfB
+        | Epilogue::GeluAux
+        | Epilogue::DGelu
+        | Epilogue::DGeluSumM => Ok(out),
         Epilogue::Relu => be.unary(UnaryOp::Relu, &out, &out_layout),
         Epilogue::Gelu => be.unary(UnaryOp::Gelu, &out, &out_layout),
     }
@@ -527,6 +587,7 @@ pub(crate) fn gemm_into<T: FloatDType>(
             scale: Scale::new(alpha, T::zero()),
             epilogue: Epilogue::None,
             sum_out: 0,
+            aux: 0,
             tf32: allow_tf32(),
             shapes: &shapes,
         };
@@ -563,9 +624,14 @@ fn empty_product<T: FloatDType>(
         }
     }
     match epilogue {
-        // The sums over `k` are only asked of `matmul_sum_k`, which has no
-        // fallback through here.
-        Epilogue::None | Epilogue::SumKOfA | Epilogue::SumKOfB => Ok(out),
+        // The epilogues with a second result are only asked of
+        // `gemm_epilogue`, which has no fallback through here.
+        Epilogue::None
+        | Epilogue::SumKOfA
+        | Epilogue::SumKOfB
+        | Epilogue::GeluAux
+        | Epilogue::DGelu
+        | Epilogue::DGeluSumM => Ok(out),
         Epilogue::Relu => be.unary(UnaryOp::Relu, &out, out_layout),
         Epilogue::Gelu => be.unary(UnaryOp::Gelu, &out, out_layout),
     }
@@ -600,6 +666,7 @@ pub(crate) fn each_lt_candidate_for_test<T: FloatDType>(
         scale: Scale::new(T::one(), T::zero()),
         epilogue: Epilogue::None,
         sum_out: 0,
+        aux: 0,
         tf32: false,
         shapes: &shapes,
     };

@@ -30,6 +30,16 @@ pub(crate) enum Epilogue {
     /// The product as it is, and the sum of `b` (`k x n`) over `k` written
     /// to the bias address (cuBLASLt's `BGRADA`: its A is our `b`).
     SumKOfB,
+    /// GELU as `Gelu`, and the value it was applied to (the product plus
+    /// the bias: the pre-activation a backward reads) written to the aux
+    /// address (cuBLASLt's `GELU_AUX`, `GELU_AUX_BIAS` with a bias).
+    GeluAux,
+    /// The product times GELU's derivative at the pre-activation read
+    /// from the aux address (cuBLASLt's `DGELU`).
+    DGelu,
+    /// `DGelu`, and the column sums of its result (row-major) written to
+    /// the bias address: a bias gradient (cuBLASLt's `DGELU_BGRAD`).
+    DGeluSumM,
 }
 
 /// The form of a bias added by cuBLASLt (`lt::Addend`), without its
@@ -82,6 +92,9 @@ pub(crate) struct PlanKey {
     pub(crate) epilogue: Epilogue,
     /// Alignments of `a`, `b`, C and D.
     pub(crate) align: [u32; 4],
+    /// Alignment of the aux matrix of the GELU epilogues (cuBLASLt picks
+    /// its algorithms by the aux address too); 0 for the others.
+    pub(crate) aux_align: u32,
 }
 
 /// The plans of one context, by key; `None` where cuBLASLt offers no

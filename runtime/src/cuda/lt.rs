@@ -51,6 +51,18 @@ pub(crate) fn sum_epilogue() -> bool {
     SUM_EPILOGUE.get()
 }
 
+/// `TENSORFN_MATMUL_GELU_EPILOGUE=0`: no GELU epilogue with an aux matrix
+/// (`GELU_AUX_BIAS`, `DGELU`, `DGELU_BGRAD`), so a GELU layer's forward
+/// and backward run as the product and separate kernels, to compare the
+/// two forms.
+static GELU_EPILOGUE: Switch = Switch::new("TENSORFN_MATMUL_GELU_EPILOGUE");
+
+/// Whether products of a GELU epilogue with an aux matrix go to cuBLASLt
+/// (see `GELU_EPILOGUE`).
+pub(crate) fn gelu_epilogue() -> bool {
+    GELU_EPILOGUE.get()
+}
+
 /// Writes the `TENSORFN_MATMUL_LOG` line of a product: `how` is the
 /// algorithm, or the library that ran it.
 pub(crate) fn log_product(
@@ -239,9 +251,13 @@ pub(crate) struct Product<'a, T: DType> {
     pub(crate) out: u64,
     pub(crate) scale: Scale,
     pub(crate) epilogue: Epilogue,
-    /// Where a `SumKOfA`/`SumKOfB` epilogue writes its sums (`0` for the
-    /// other epilogues).
+    /// Where a `SumKOfA`/`SumKOfB`/`DGeluSumM` epilogue writes its sums
+    /// (`0` for the other epilogues).
     pub(crate) sum_out: u64,
+    /// The aux matrix of the GELU epilogues: a contiguous row-major
+    /// `m x n` pre-activation, written by `GeluAux` and read by `DGelu`
+    /// and `DGeluSumM` (`0` for the other epilogues).
+    pub(crate) aux: u64,
     pub(crate) tf32: bool,
     /// Operand shapes, for error messages.
     pub(crate) shapes: &'a str,
@@ -274,6 +290,11 @@ impl<T: DType> Product<'_, T> {
                 alignment(c_ptr),
                 alignment(self.out),
             ],
+            aux_align: if self.aux == 0 {
+                0
+            } else {
+                alignment(self.aux)
+            },
         }
     }
 
@@ -337,7 +358,7 @@ fn run<T: DType>(
     // The bias address is the bias vector read by the BIAS epilogues, or
     // the sums written by the bias-gradient ones.
     let bias = match (p.addend, p.epilogue) {
-        (_, Epilogue::SumKOfA | Epilogue::SumKOfB) => Some(p.sum_out),
+        (_, Epilogue::SumKOfA | Epilogue::SumKOfB | Epilogue::DGeluSumM) => Some(p.sum_out),
         (Addend::Columns(bias), _) => Some(bias),
         _ => None,
     };
@@ -353,6 +374,7 @@ fn run<T: DType>(
             )?;
         }
     }
+    set_aux(d, p)?;
     let (alpha, beta) = p.scale.ptrs();
     let (c_ptr, _) = p.c();
     let l = &d.layouts;
@@ -382,6 +404,28 @@ fn run<T: DType>(
     }
 }
 
+/// Sets the aux address of a GELU epilogue on the descriptor, per call
+/// like the bias address (and before the heuristic query, which picks
+/// algorithms by its alignment).
+fn set_aux<T: DType>(
+    d: &Descriptors,
+    p: &Product<'_, T>,
+) -> std::result::Result<(), ltr::CublasError> {
+    if p.aux == 0 {
+        return Ok(());
+    }
+    let aux = p.aux as *const c_void;
+    // SAFETY: the attribute is a device pointer, passed by address.
+    unsafe {
+        ltr::set_matmul_desc_attribute(
+            d.matmul,
+            lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+            &aux as *const *const c_void as _,
+            std::mem::size_of::<*const c_void>(),
+        )
+    }
+}
+
 /// Creates the descriptors of `p`'s shape and picks its algorithm; `None`
 /// when cuBLASLt has none.
 fn make_plan<T: DType>(
@@ -391,6 +435,7 @@ fn make_plan<T: DType>(
     p: &Product<'_, T>,
 ) -> Result<Option<Plan>> {
     let desc = descriptors(p)?;
+    set_aux(&desc, p).map_err(|e| p.err("cublasLtMatmulDescSetAttribute", e))?;
     let candidates = candidates(handle, &desc);
     let algo = match candidates.len() {
         0 => return Ok(None),
@@ -429,6 +474,10 @@ fn descriptors<T: DType>(p: &Product<'_, T>) -> Result<Descriptors> {
         (_, Epilogue::Gelu) => E::CUBLASLT_EPILOGUE_GELU,
         (_, Epilogue::SumKOfA) => E::CUBLASLT_EPILOGUE_BGRADB,
         (_, Epilogue::SumKOfB) => E::CUBLASLT_EPILOGUE_BGRADA,
+        (Addend::Columns(_), Epilogue::GeluAux) => E::CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+        (_, Epilogue::GeluAux) => E::CUBLASLT_EPILOGUE_GELU_AUX,
+        (_, Epilogue::DGelu) => E::CUBLASLT_EPILOGUE_DGELU,
+        (_, Epilogue::DGeluSumM) => E::CUBLASLT_EPILOGUE_DGELU_BGRAD,
     };
     let set = |attr, ptr: *const c_void, size| {
         // SAFETY: `ptr` points at `size` bytes of the attribute's type.
@@ -447,6 +496,18 @@ fn descriptors<T: DType>(p: &Product<'_, T>) -> Result<Descriptors> {
         4,
     )?;
     set(A::CUBLASLT_MATMUL_DESC_EPILOGUE, &epi as *const _ as _, 4)?;
+    if p.aux != 0 {
+        // The aux matrix is stored as D is (column-major n x m, our
+        // row-major m x n), in D's dtype (cuBLASLt's default aux type for
+        // the GELU epilogues); its leading dimension is in elements and
+        // must be a multiple of 8 (the caller checks).
+        let aux_ld = n as i64;
+        set(
+            A::CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+            &aux_ld as *const i64 as _,
+            8,
+        )?;
+    }
     // A bias vector is read in the tensors' dtype: cuBLASLt's default bias
     // type is the type of D for every non-integer compute type, which is
     // the tensors' dtype here. CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE is left
@@ -602,6 +663,7 @@ pub(crate) fn each_candidate<T: DType>(
 ) -> Result<usize> {
     let _queue = lock(&blas.queue);
     let desc = descriptors(p)?;
+    set_aux(&desc, p).map_err(|e| p.err("cublasLtMatmulDescSetAttribute", e))?;
     let candidates = candidates(handle, &desc);
     for algo in &candidates {
         run(blas, handle, ctx, p, &desc, algo).map_err(|e| p.err("cublasLtMatmul", e))?;

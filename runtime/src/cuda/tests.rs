@@ -14,6 +14,7 @@ use crate::backend::Backend;
 use crate::dtype::{DType, DTypeKind};
 use crate::error::Error;
 use crate::layout::Layout;
+use crate::ops::dispatch::ProductExtra;
 use crate::random::SplitMix64;
 use half::{bf16, f16};
 use std::sync::{Mutex, MutexGuard};
@@ -5541,6 +5542,63 @@ fn gradients_and_batch_norm_of_channels_last_inputs_are_channels_last() {
 }
 
 #[test]
+fn gelu_epilogues_match_f64() {
+    // cuBLASLt's GELU_AUX_BIAS, DGELU and DGELU_BGRAD where it takes the
+    // product, the parts elsewhere: the same checks as the CPU's, and the
+    // epilogue's GELU against the tanh form's f64 values.
+    let Some((_guard, be)) = gpu() else { return };
+    use crate::ops::matmul::gelu::tests as gelu;
+    gelu::check_all::<crate::device::Cuda>(&mut seed());
+    gelu::check_formula::<crate::device::Cuda>();
+    gelu::check_non_finite::<crate::device::Cuda>();
+    // Which of the three the GPT-2 MLP's products take (the others run as
+    // parts): the forward [8192, 768] x [768, 3072] with its bias, and
+    // the backward's g [8192, 768] x w2ᵀ (w2 [3072, 768] stored).
+    fn taken<T: crate::FloatDType>(be: &CudaBackend) -> [bool; 3] {
+        let (m, k, n) = (8192, 768, 3072);
+        let x = be.full::<T>(m * k, T::one()).unwrap();
+        let w = be.full::<T>(k * n, T::one()).unwrap();
+        let bias = be.full::<T>(n, T::one()).unwrap();
+        let pre = be.full::<T>(m * n, T::one()).unwrap();
+        let xl = Layout::contiguous(&[1, m, k]);
+        let wl = Layout::contiguous(&[1, k, n]);
+        let wt = Layout::new(vec![1, k, n], vec![0, 1, k], 0);
+        let (bl, pl) = (Layout::contiguous(&[n]), Layout::contiguous(&[m, n]));
+        let run = |l: &Layout, extra| {
+            be.gemm_epilogue((&x, &xl), (&w, l), extra)
+                .unwrap()
+                .is_some()
+        };
+        [
+            run(&wl, ProductExtra::GeluAux { bias: (&bias, &bl) }),
+            run(
+                &wt,
+                ProductExtra::DGelu {
+                    pre: (&pre, &pl),
+                    sums: false,
+                },
+            ),
+            run(
+                &wt,
+                ProductExtra::DGelu {
+                    pre: (&pre, &pl),
+                    sums: true,
+                },
+            ),
+        ]
+    }
+    for (t, [f, d, s]) in [
+        ("f32", taken::<f32>(&be)),
+        ("f16", taken::<f16>(&be)),
+        ("bf16", taken::<bf16>(&be)),
+    ] {
+        eprintln!("{t}: GELU_AUX_BIAS {f}, DGELU {d}, DGELU_BGRAD {s}");
+    }
+    // bf16 is the training step's dtype: its products must take them.
+    assert_eq!(taken::<bf16>(&be), [true; 3]);
+}
+
+#[test]
 fn weight_and_bias_gradients_of_one_product_match_f64_on_the_gpu() {
     // cuBLASLt's BGRADA/BGRADB epilogues where it takes the product, the
     // product and the column sum elsewhere: the same checks as the CPU's.
@@ -5558,8 +5616,10 @@ fn weight_and_bias_gradients_of_one_product_match_f64_on_the_gpu() {
         let gt = Layout::new(vec![1, n, k], vec![0, 1, n], 0);
         let xd = Layout::contiguous(&[1, k, m]);
         [
-            be.gemm_sum_k((&x, &xt), (&g, &gd), true).unwrap().is_some(),
-            be.gemm_sum_k((&g, &gt), (&x, &xd), false)
+            be.gemm_epilogue((&x, &xt), (&g, &gd), ProductExtra::SumK { of_b: true })
+                .unwrap()
+                .is_some(),
+            be.gemm_epilogue((&g, &gt), (&x, &xd), ProductExtra::SumK { of_b: false })
                 .unwrap()
                 .is_some(),
         ]

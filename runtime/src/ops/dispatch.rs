@@ -72,16 +72,17 @@ pub(crate) trait Exec: Backend + Sized {
         self.binary(BinaryOp::Add, a, la, &scaled, &dense)
     }
 
-    /// `a @ b` for one `[1, m, k] x [1, k, n]` product with the sum over
-    /// `k` of `b` (`of_b`) or of `a`, in one pass where the backend has
-    /// one (cuBLASLt's bias-gradient epilogues); `None` where it has not,
-    /// and the caller runs the product and the sum.
-    fn matmul_sum_k<T: FloatDType>(
+    /// `a @ b` for one `[1, m, k] x [1, k, n]` product with what `extra`
+    /// names computed in the same pass, where the backend has one
+    /// (cuBLASLt's epilogues): the sums over `k` of an operand, GELU with
+    /// its pre-activation, or GELU's backward. `None` where it has not,
+    /// and the caller runs the parts.
+    fn matmul_epilogue<T: FloatDType>(
         &self,
         _a: (&Self::Buf<T>, &Layout),
         _b: (&Self::Buf<T>, &Layout),
-        _of_b: bool,
-    ) -> Result<Option<ProductAndSums<Self::Buf<T>>>> {
+        _extra: ProductExtra<'_, Self::Buf<T>>,
+    ) -> Result<Option<ProductAndSecond<Self::Buf<T>>>> {
         Ok(None)
     }
 
@@ -127,8 +128,40 @@ pub(crate) trait Exec: Backend + Sized {
     }
 }
 
-/// A product's buffer and the buffer of its sums over `k`.
-pub(crate) type ProductAndSums<B> = (B, B);
+/// What [`Exec::matmul_epilogue`] computes besides the product.
+pub(crate) enum ProductExtra<'a, B> {
+    /// The sums over `k` of `b` (`of_b`: `n` values) or of `a` (`m`).
+    SumK { of_b: bool },
+    /// `gelu(a @ b + bias)` (tanh form) as the product, and `a @ b +
+    /// bias` (the pre-activation) as the second result; `bias` holds one
+    /// value per column.
+    GeluAux { bias: (&'a B, &'a Layout) },
+    /// `(a @ b) * gelu'(pre)` for a contiguous `m x n` pre-activation,
+    /// and its `n` column sums as the second result when `sums`.
+    DGelu {
+        pre: (&'a B, &'a Layout),
+        sums: bool,
+    },
+}
+
+impl<'a, B> ProductExtra<'a, B> {
+    /// The same request with each buffer replaced by `f`'s (a tensor's
+    /// storage by its backend's buffer).
+    pub(crate) fn map<C>(self, f: impl Fn(&'a B) -> &'a C) -> ProductExtra<'a, C> {
+        match self {
+            ProductExtra::SumK { of_b } => ProductExtra::SumK { of_b },
+            ProductExtra::GeluAux { bias: (b, l) } => ProductExtra::GeluAux { bias: (f(b), l) },
+            ProductExtra::DGelu { pre: (p, l), sums } => ProductExtra::DGelu {
+                pre: (f(p), l),
+                sums,
+            },
+        }
+    }
+}
+
+/// A product's buffer and, where its epilogue has one, a second result
+/// (sums, or a pre-activation).
+pub(crate) type ProductAndSecond<B> = (B, Option<B>);
 
 /// The elements of a contiguous view, as a range of its buffer (empty
 /// views may carry any offset).
@@ -226,12 +259,12 @@ impl Exec for CudaBackend {
         self.addcmul_fused(x, value)
     }
 
-    fn matmul_sum_k<T: FloatDType>(
+    fn matmul_epilogue<T: FloatDType>(
         &self,
         a: (&CudaStorage<T>, &Layout),
         b: (&CudaStorage<T>, &Layout),
-        of_b: bool,
-    ) -> Result<Option<ProductAndSums<CudaStorage<T>>>> {
-        self.gemm_sum_k(a, b, of_b)
+        extra: ProductExtra<'_, CudaStorage<T>>,
+    ) -> Result<Option<ProductAndSecond<CudaStorage<T>>>> {
+        self.gemm_epilogue(a, b, extra)
     }
 }

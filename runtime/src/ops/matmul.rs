@@ -3,7 +3,7 @@
 //! shared rules. Transposed and sliced operands reach the backend as
 //! strided views, without a copy.
 
-use super::dispatch::dispatch;
+use super::dispatch::{dispatch, ProductAndSecond, ProductExtra};
 use super::output::output;
 use crate::device::Device;
 use crate::dtype::FloatDType;
@@ -14,6 +14,8 @@ use crate::storage::Storage;
 use crate::tensor::Tensor;
 use tensorfn_core::rules;
 use tensorfn_kernels::UnaryOp;
+
+pub(crate) mod gelu;
 
 /// Shapes that `matmul` pairs, and the shape of their product.
 ///
@@ -604,13 +606,25 @@ impl<D: Device, T: FloatDType, M: Dim, N: Dim> Tensor<D, T, (M, N)> {
 type WithSums<D, T, M, N, V> = (Tensor<D, T, (M, N)>, Tensor<D, T, (V,)>);
 
 /// The product of two matrices and the sum over `k` of `b` (`of_b`) or of
-/// `a`, in one pass where the backend has one; `None` otherwise. Operands
-/// the product would copy first are left to the separate path.
+/// `a`, in one pass where the backend has one; `None` otherwise.
 fn fused_sum_k<D: Device, T: FloatDType>(
     a: &Tensor<D, T, impl Shape>,
     b: &Tensor<D, T, impl Shape>,
     of_b: bool,
 ) -> Result<Option<(Storage<T>, Storage<T>)>> {
+    let fused = fused_epilogue(a, b, ProductExtra::SumK { of_b })?;
+    Ok(fused.and_then(|(p, s)| Some((p, s?))))
+}
+
+/// The product of two matrices with what `extra` names computed in the
+/// same pass ([`Exec::matmul_epilogue`](super::dispatch::Exec)), where
+/// the backend has one; `None` otherwise. Operands the product would
+/// copy first are left to the separate path.
+fn fused_epilogue<D: Device, T: FloatDType>(
+    a: &Tensor<D, T, impl Shape>,
+    b: &Tensor<D, T, impl Shape>,
+    extra: ProductExtra<'_, Storage<T>>,
+) -> Result<Option<ProductAndSecond<Storage<T>>>> {
     let Operands {
         a: (la, copy_a),
         b: (lb, copy_b),
@@ -619,8 +633,10 @@ fn fused_sum_k<D: Device, T: FloatDType>(
         return Ok(None);
     }
     dispatch!(D, |be| {
-        let fused = be.matmul_sum_k((be.buf(&a.storage), &la), (be.buf(&b.storage), &lb), of_b)?;
-        Ok(fused.map(|(p, s)| (be.wrap(p), be.wrap(s))))
+        let extra = extra.map(|s| be.buf(s));
+        let fused =
+            be.matmul_epilogue((be.buf(&a.storage), &la), (be.buf(&b.storage), &lb), extra)?;
+        Ok(fused.map(|(p, s)| (be.wrap(p), s.map(|s| be.wrap(s)))))
     })
 }
 

@@ -23,7 +23,7 @@ mod gather;
 mod index;
 mod inplace;
 mod into;
-mod matmul;
+pub(crate) mod matmul;
 mod multinomial;
 mod norm;
 mod order;

@@ -22,20 +22,24 @@ use tensorfn_kernels::ir::{ElementwiseBuilder, Value};
 use tensorfn_kernels::ptx::{self, Target};
 use tensorfn_kernels::{BinaryOp, CmpOp, DTypeKind, FusedKernel};
 
-/// Which kernel of this module: the op and the dtype of its data operands.
+/// Which kernel built at run time: the op and the dtype of its data
+/// operands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Which {
+pub(super) enum Which {
     Compare(CmpOp),
     Where,
     MaskedFill,
     Clamp,
+    /// `g * gelu'(x)`, GELU's backward where no product runs it
+    /// (`Tensor::gelu_backward`).
+    GeluBackward,
 }
 
 /// The kernel of `which` over `dtype`, built on first use: its inputs and
 /// body written by `build` with the kernels crate's builder, its PTX
 /// texts generated once and kept for the process (there are at most a
 /// few dozen).
-fn kernel(
+pub(super) fn kernel(
     which: Which,
     dtype: DTypeKind,
     build: impl FnOnce(&mut ElementwiseBuilder) -> Value,

@@ -188,7 +188,12 @@ impl FnGen<'_> {
     /// it is a scalar, a row of the product's columns or of its dims,
     /// else broadcast to the product.
     fn bias_for(&self, n: NodeId, bias: NodeId) -> TokenStream {
-        let out = &self.tty(n).dims;
+        // A product with a second result (`AddMmGeluAux`) is a tuple of
+        // parts of the product's dims.
+        let out = match &self.g().nodes[n].ty {
+            Ty::Tuple(parts) => &parts[0].dims,
+            _ => &self.tty(n).dims,
+        };
         let bd = &self.tty(bias).dims;
         let direct = bd.is_empty() || (bd.len() == 1 && bd[0] == out[1]) || bd == out;
         let b = self.reference(bias);
@@ -196,7 +201,7 @@ impl FnGen<'_> {
             b
         } else {
             let dims = dims_array(out, self.symbols());
-            let s = self.shape_of(n);
+            let s = shape_tokens(&self.symbols().dim_tys(out));
             quote!(&#b.broadcast_to_dims::<#s>(&#dims)?)
         }
     }
@@ -382,6 +387,35 @@ impl FnGen<'_> {
                         quote!(#ar.sum::<1>()?)
                     };
                     quote!((#ar.matmul_broadcast::<#s>(#br)?, #sum))
+                }
+            }
+            Op::AddMmGeluAux { bias, m1, m2 } => {
+                let bias_expr = self.bias_for(n, *bias);
+                let (m1, m2) = (self.reference(*m1), self.reference(*m2));
+                quote!(::tensorfn::Tensor::addmm_gelu_aux(#bias_expr, #m1, #m2)?)
+            }
+            Op::MatMulDGelu { a, b, pre, sums } => {
+                let typed = self.matmul_pairs_in_types(*a, *b);
+                let (ar, br, pr) = (self.reference(*a), self.reference(*b), self.reference(*pre));
+                match (typed, sums) {
+                    (true, false) => quote!(::tensorfn::Tensor::matmul_dgelu(#ar, #br, #pr)?),
+                    (true, true) => quote!(::tensorfn::Tensor::matmul_dgelu_sum(#ar, #br, #pr)?),
+                    (false, _) => {
+                        // Dims the types do not pair (`matmul_broadcast`'s
+                        // case): the product, then GELU's backward (and
+                        // the column sums).
+                        let s = self.shape_of(*pre);
+                        let d = quote!(#ar.matmul_broadcast::<#s>(#br)?.gelu_backward(#pr)?);
+                        if *sums {
+                            quote!({
+                                let d = #d;
+                                let s = d.sum::<0>()?;
+                                (d, s)
+                            })
+                        } else {
+                            d
+                        }
+                    }
                 }
             }
             Op::AddMmAct { bias, m1, m2, act } => {
