@@ -515,6 +515,52 @@ fn float_only(kernel: &'static str, dtype: DTypeKind) -> Result<()> {
     }
 }
 
+/// Name of [`column_sum`]`(dtype)`: the prefix of its entries' names.
+///
+/// ```
+/// assert_eq!(tensorfn_kernels::builtin::column_sum_name(tensorfn_kernels::DTypeKind::BF16), "tf_colsum_bf16");
+/// ```
+pub fn column_sum_name(dtype: DTypeKind) -> String {
+    format!("tf_colsum_{dtype}")
+}
+
+/// The sums over rows of a contiguous `[rows, cols]` matrix of `dtype`
+/// (f32, f16 or bf16; a bias's gradient), accumulated in f32 and rounded
+/// once, in two passes without atomics:
+///
+/// - `NAME_part` / `NAME_part1(part, x, rows, cols, chunk)`: grid
+///   `(ceil(cols / (32 w)), ceil(rows / chunk))` of
+///   [`abi::BLOCK`](crate::abi::BLOCK) threads writing one f32 partial
+///   sum per chunk and column to `part[chunk][col]`; `_part` loads
+///   [`ptx::column_sum_width`](crate::ptx::column_sum_width) elements (16
+///   bytes) at once and needs `cols` a multiple of it and `x` 16-byte
+///   aligned, `_part1` (`w = 1`) takes any matrix.
+/// - `NAME_sum(out, 0, part, chunks, cols)`: grid `(ceil(cols / 32), 1)`
+///   of [`NORM_SUM_THREADS`] threads adding the chunks' sums in a fixed
+///   order into `out` (the norms' backward's `_sum` over one part).
+///
+/// `Err` for other dtypes.
+///
+/// ```
+/// use tensorfn_kernels::{builtin, DTypeKind};
+/// let k = builtin::column_sum(DTypeKind::BF16)?;
+/// assert!(k.ptx.contains(".entry tf_colsum_bf16_part("));
+/// assert!(k.ptx.contains(".entry tf_colsum_bf16_sum("));
+/// assert!(builtin::column_sum(DTypeKind::F64).is_err());
+/// # Ok::<(), tensorfn_kernels::Error>(())
+/// ```
+pub fn column_sum(dtype: DTypeKind) -> Result<Kernel> {
+    if !matches!(dtype, DTypeKind::F32 | DTypeKind::F16 | DTypeKind::BF16) {
+        return Err(Error::Unsupported {
+            kernel: "column_sum",
+            message: format!("{dtype} elements; it takes f32, f16 and bf16"),
+        });
+    }
+    let name = column_sum_name(dtype);
+    let ptx = ptx::column_sum(&name, dtype);
+    Ok(Kernel { name, ptx })
+}
+
 /// Name of [`pool2d`]`(dtype)`.
 ///
 /// ```
@@ -1520,6 +1566,7 @@ pub fn all() -> Vec<Kernel> {
             out.extend(topk(dtype, largest).ok());
         }
         out.extend(cumsum(dtype).ok());
+        out.extend(column_sum(dtype).ok());
         out.extend(pool2d(dtype).ok());
         out.extend(dropout(dtype).ok());
         out.extend(multinomial(dtype).ok());

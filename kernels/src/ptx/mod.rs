@@ -34,6 +34,7 @@ mod attention_wgmma_bwd_ws;
 mod attention_wgmma_ws;
 mod bnorm;
 mod body;
+mod colsum;
 mod concat;
 mod conv;
 mod cumsum;
@@ -75,6 +76,7 @@ pub use attention_wgmma_bwd_ws::{
 };
 pub use attention_wgmma_ws::{attention_ws_shared, ATTENTION_WS_ROWS, ATTENTION_WS_THREADS};
 pub use bnorm::{BATCH_NORM_BACKWARD_META_WORDS, BATCH_NORM_META_WORDS};
+pub use colsum::{vector_width as column_sum_width, UNROLL as COLUMN_SUM_UNROLL};
 pub use concat::CAT_PARTS;
 pub use conv::{ConvMeta, CONV_META_WORDS};
 pub use norm::SUM_WARPS as NORM_SUM_WARPS;
@@ -323,6 +325,19 @@ pub(crate) fn topk(name: &str, spec: &ReduceSpec) -> String {
     module(
         &format!("{name}: top-k along rows of {}", spec.dtype),
         &[topk::topk_entry(name, spec)],
+    )
+}
+
+/// The module of the column-sum entries `NAME_part`, `NAME_part1` and
+/// `NAME_sum` over a matrix of `dtype` (see `ptx::colsum`).
+pub(crate) fn column_sum(name: &str, dtype: DTypeKind) -> String {
+    module(
+        &format!("{name}: column sums of a matrix of {dtype}"),
+        &[
+            colsum::part_entry(name, dtype, colsum::vector_width(dtype)),
+            colsum::part_entry(name, dtype, 1),
+            norm::partial_sums_entry(name, dtype, 1, false),
+        ],
     )
 }
 

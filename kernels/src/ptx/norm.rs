@@ -568,7 +568,7 @@ const SUM_PARAMS: &str = "(\n\t.param .u64 p_dw,\n\t.param .u64 p_db,\n\t.param 
 pub(crate) fn norm_backward_entries(name: &str, op: NormOp, dtype: DTypeKind) -> Vec<String> {
     vec![
         backward_dx(name, op, dtype),
-        backward_sum(name, op, dtype),
+        partial_sums_entry(name, dtype, 2, op.has_bias()),
         backward_warp::backward_dx_warp(name, op, dtype),
     ]
 }
@@ -737,7 +737,17 @@ pub const SUM_WARPS: usize = 32;
 /// flight together rather than one dependent load at a time.
 const SUM_UNROLL: usize = 16;
 
-fn backward_sum(name: &str, op: NormOp, dtype: DTypeKind) -> String {
+/// The `NAME_sum` entry (parameters as above): the column sums of `dtype`
+/// from per-block partial sums in f32 (f64 for f64), `parts` rows of
+/// `cols` values per block of which `ctaid.y` picks the first (`dweight`)
+/// or the second (`dbias`, read only when `has_bias`). The norms' backward
+/// takes two parts; `builtin::column_sum` one (`dbias` unused).
+pub(crate) fn partial_sums_entry(
+    name: &str,
+    dtype: DTypeKind,
+    parts: usize,
+    has_bias: bool,
+) -> String {
     let mut body = Body::new();
     let wide = dtype == DTypeKind::F64;
     let (a, class, abytes, zero) = if wide {
@@ -758,7 +768,7 @@ fn backward_sum(name: &str, op: NormOp, dtype: DTypeKind) -> String {
         r
     };
     let dw = param(&mut body, "p_dw", true);
-    let db = param(&mut body, "p_db", op.has_bias());
+    let db = param(&mut body, "p_db", has_bias);
     let part = param(&mut body, "p_part", true);
     let blocks = param(&mut body, "p_blocks", false);
     let cols = param(&mut body, "p_cols", false);
@@ -785,9 +795,9 @@ fn backward_sum(name: &str, op: NormOp, dtype: DTypeKind) -> String {
     body.op(format!("setp.lt.u64 {inside}, {col}, {cols}"));
     let n = body.reg(Class::B64);
     body.op(format!("selp.b64 {n}, {blocks}, 0, {inside}"));
-    // part[warp][which][col], `2 * cols` values per block.
+    // part[warp][which][col], `parts * cols` values per block.
     let stride = body.reg(Class::B64);
-    body.op(format!("mul.lo.u64 {stride}, {cols}, {}", 2 * abytes));
+    body.op(format!("mul.lo.u64 {stride}, {cols}, {}", parts * abytes));
     let p = body.reg(Class::B64);
     let w64 = body.reg(Class::B64);
     body.op(format!("cvt.u64.u32 {w64}, {warp}"));

@@ -530,6 +530,20 @@ fn every_builtin_is_well_formed() {
                 assert!(!e.body.contains("atom."), "{}: no atomics", e.name);
             }
             check_exact(&k.name, &k.ptx);
+        } else if k.name.starts_with("tf_colsum_") {
+            let es = entries(&k.ptx);
+            assert_eq!(es.len(), 3, "{}", k.name);
+            for (e, (suffix, params)) in es.iter().zip([("_part", 5), ("_part1", 5), ("_sum", 5)]) {
+                assert_eq!(e.name, format!("{}{suffix}", k.name));
+                assert_eq!(e.params.len(), params, "{}", e.name);
+                check_body(e);
+                assert!(e.body.contains("bar.sync 0"), "{}", e.name);
+                assert!(!e.body.contains("atom."), "{}: no atomics", e.name);
+            }
+            // 16-byte loads in the vector form, one element in the other.
+            assert!(es[0].body.contains("ld.global.nc.v4.u32"), "{}", k.name);
+            assert!(!es[1].body.contains(".v4."), "{}", k.name);
+            check_exact(&k.name, &k.ptx);
         } else if k.name.starts_with("tf_cumsum_") {
             let es = entries(&k.ptx);
             assert_eq!(es.len(), 1, "{}", k.name);

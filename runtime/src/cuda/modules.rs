@@ -85,6 +85,8 @@ pub(crate) enum Builtin {
     TopK(DTypeKind, bool),
     /// `cumsum` along contiguous rows of this dtype.
     Cumsum(DTypeKind),
+    /// Column sums of a contiguous matrix of this dtype.
+    ColumnSum(DTypeKind),
     /// 2-D pooling and its gradients over this dtype.
     Pool2d(DTypeKind),
     /// Seeded `dropout` of this dtype.
@@ -126,6 +128,7 @@ impl Builtin {
             | Builtin::CrossEntropy(..)
             | Builtin::TopK(..)
             | Builtin::Cumsum(_)
+            | Builtin::ColumnSum(_)
             | Builtin::Pool2d(_)
             | Builtin::Dropout(_)
             | Builtin::Multinomial(_)
@@ -185,6 +188,7 @@ impl Builtin {
             Builtin::CrossEntropy(t, index) => builtin::cross_entropy(t, index),
             Builtin::TopK(t, largest) => builtin::topk(t, largest),
             Builtin::Cumsum(t) => builtin::cumsum(t),
+            Builtin::ColumnSum(t) => builtin::column_sum(t),
             Builtin::Pool2d(t) => builtin::pool2d(t),
             Builtin::Dropout(t) => builtin::dropout(t),
             Builtin::Multinomial(t) => builtin::multinomial(t),
