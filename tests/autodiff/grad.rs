@@ -304,6 +304,21 @@ tensor_fn! {
     }
 }
 
+/// An instance's MLP gradients (`w1`, `b1`, `w2`, `b2`) within `tol` of
+/// the f64 ones, element by element.
+fn assert_mlp_grads_close(
+    kind: impl std::fmt::Display,
+    got: &[Vec<f64>],
+    want: &[Vec<f64>],
+    tol: f64,
+) {
+    for (f, (a, b)) in got.iter().zip(want).enumerate() {
+        for (i, (a, b)) in a.iter().zip(b).enumerate() {
+            assert!((a - b).abs() <= tol, "{kind}: field {f}[{i}]: {a} vs {b}");
+        }
+    }
+}
+
 #[test]
 fn folded_gelu_layers_agree_with_f64() {
     let sizes = [32, 8, 24, 3, 2];
@@ -340,15 +355,7 @@ fn folded_gelu_layers_agree_with_f64() {
                 gelu_mlp_loss::value_and_grad(&x.cast::<T>().unwrap(), &p.cast::<T>().unwrap())
                     .unwrap();
             let got = [value(&g.w1), value(&g.b1), value(&g.w2), value(&g.b2)];
-            for (f, (a, b)) in got.iter().zip(want).enumerate() {
-                for (i, (a, b)) in a.iter().zip(b).enumerate() {
-                    assert!(
-                        (a - b).abs() <= tol,
-                        "{}: field {f}[{i}]: {a} vs {b}",
-                        T::KIND
-                    );
-                }
-            }
+            assert_mlp_grads_close(T::KIND, &got, want, tol);
         }
         check::<f32>(&x, &p, &want, 1e-5);
         check::<f16>(&x, &p, &want, 2e-2);
@@ -451,15 +458,7 @@ fn f32_and_16_bit_instances_agree_with_f64() {
         let (_, g) =
             mlp_loss::value_and_grad(&x.cast::<T>().unwrap(), &p.cast::<T>().unwrap()).unwrap();
         let got = [value(&g.w1), value(&g.b1), value(&g.w2), value(&g.b2)];
-        for (f, (a, b)) in got.iter().zip(want).enumerate() {
-            for (i, (a, b)) in a.iter().zip(b).enumerate() {
-                assert!(
-                    (a - b).abs() <= tol,
-                    "{}: field {f}[{i}]: {a} vs {b}",
-                    T::KIND
-                );
-            }
-        }
+        assert_mlp_grads_close(T::KIND, &got, want, tol);
     }
     check::<f32>(&x, &p, &want, 1e-5);
     check::<f16>(&x, &p, &want, 2e-2);

@@ -213,6 +213,28 @@ fn use_counts(f: &CheckedFn) -> Vec<usize> {
     uses
 }
 
+/// Each node's liveness (whether a returned value depends on it) and
+/// every reader of it, dead ones included: what the epilogue folds need
+/// to rewrite a node only where they know all its readers.
+fn live_and_readers(f: &CheckedFn) -> (Vec<bool>, Vec<Vec<NodeId>>) {
+    let g = &f.graph;
+    let n = g.nodes.len();
+    let mut live = vec![false; n];
+    for &r in &f.ret {
+        live[r] = true;
+    }
+    let mut readers: Vec<Vec<NodeId>> = vec![Vec::new(); n];
+    for id in (0..n).rev() {
+        for i in g.inputs(id) {
+            if live[id] {
+                live[i] = true;
+            }
+            readers[i].push(id);
+        }
+    }
+    (live, readers)
+}
+
 /// Plans a checked function. `kernels` are the element programs of the
 /// invocation's kernels (`None` for one with errors, which a checked
 /// function does not call); `peaks` the candidates of earlier functions.

@@ -32,19 +32,7 @@ use tensorfn_kernels::ReduceOp;
 pub fn fold_bias_gradients(f: &mut CheckedFn) {
     let g = &f.graph;
     let n = g.nodes.len();
-    let mut live = vec![false; n];
-    for &r in &f.ret {
-        live[r] = true;
-    }
-    let mut users: Vec<Vec<NodeId>> = vec![Vec::new(); n];
-    for id in (0..n).rev() {
-        for i in g.inputs(id) {
-            if live[id] {
-                live[i] = true;
-            }
-            users[i].push(id);
-        }
-    }
+    let (live, users) = super::live_and_readers(f);
     let rank2 = |x: NodeId| g.nodes[x].ty.tensor().is_some_and(|t| t.dims.len() == 2);
     // Fused products, by the product's node: (sum node, a, b, of_b).
     let mut folds: Vec<(NodeId, NodeId, NodeId, NodeId, bool)> = Vec::new();

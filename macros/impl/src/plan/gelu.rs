@@ -87,19 +87,7 @@ pub fn fold_gelu_backward(f: &mut CheckedFn) {
     let g = &f.graph;
     let n = g.nodes.len();
     let uses = super::use_counts(f);
-    let mut live = vec![false; n];
-    for &r in &f.ret {
-        live[r] = true;
-    }
-    let mut users: Vec<Vec<NodeId>> = vec![Vec::new(); n];
-    for id in (0..n).rev() {
-        for i in g.inputs(id) {
-            if live[id] {
-                live[i] = true;
-            }
-            users[i].push(id);
-        }
-    }
+    let (live, users) = super::live_and_readers(f);
     let tensor = |x: NodeId| g.nodes[x].ty.tensor();
     let rank2 = |x: NodeId| tensor(x).is_some_and(|t| t.dims.len() == 2);
     // Pre-activations that fold, by their GELU node: (h, p).
